@@ -1,0 +1,55 @@
+#include "base/env.hpp"
+
+#include <cstdlib>
+#include <thread>
+
+#include "base/error.hpp"
+
+#ifndef KTUNE_DEFAULT_CUDA_INCLUDE
+#define KTUNE_DEFAULT_CUDA_INCLUDE "/usr/local/cuda/include"
+#endif
+#ifndef KTUNE_DEFAULT_HOST_CXX
+#define KTUNE_DEFAULT_HOST_CXX "c++"
+#endif
+
+namespace ktune::env {
+
+std::string get(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+std::filesystem::path cache_dir() {
+  if (auto v = get("KTUNE_CACHE_DIR"); !v.empty()) return v;
+  if (auto v = get("XDG_CACHE_HOME"); !v.empty()) return std::filesystem::path(v) / "ktune";
+  if (auto v = get("HOME"); !v.empty()) return std::filesystem::path(v) / ".cache" / "ktune";
+  return std::filesystem::temp_directory_path() / "ktune-cache";
+}
+
+std::string cuda_include_dir() {
+  if (auto v = get("KTUNE_CUDA_INCLUDE"); !v.empty()) return v;
+  return KTUNE_DEFAULT_CUDA_INCLUDE;
+}
+
+unsigned compile_threads() {
+  if (auto v = get("KTUNE_COMPILE_THREADS"); !v.empty()) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    KTUNE_REQUIRE(end && *end == '\0' && n > 0 && n <= 1024,
+                  "KTUNE_COMPILE_THREADS must be an integer in 1..1024, got '" + v + "'");
+    return static_cast<unsigned>(n);
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::string host_cxx() {
+  if (auto v = get("KTUNE_HOST_CXX"); !v.empty()) return v;
+  return KTUNE_DEFAULT_HOST_CXX;
+}
+
+bool no_device() {
+  const auto v = get("KTUNE_NO_DEVICE");
+  return !v.empty() && v != "0";
+}
+
+}  // namespace ktune::env

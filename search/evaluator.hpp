@@ -1,0 +1,32 @@
+// What the search talks to: an evaluator that measures one config of a
+// space (a GPU, the emulation backend, or a recorded space being replayed).
+// The search never names a kernel.
+#pragma once
+#include <limits>
+#include <string>
+
+#include "base/space.hpp"
+
+namespace ktune::search {
+
+/// The result of evaluating one config. A failure is a result (time = +inf
+/// with a reason), never an exception.
+struct Outcome {
+  bool ok = false;
+  double time_ms = std::numeric_limits<double>::infinity();  ///< median
+  double p20_ms = std::numeric_limits<double>::infinity();
+  double p80_ms = std::numeric_limits<double>::infinity();
+  std::string failure;  ///< why it failed: "compile: ...", "validation: ...", "timeout", ...
+  double cost_s = 0;    ///< seconds the evaluation cost (compile + benchmark), for time budgets
+};
+
+class Evaluator {
+ public:
+  virtual ~Evaluator() = default;
+  virtual const Space& space() const = 0;
+  /// Static constraints: a config for which this is false is never evaluated.
+  virtual bool is_valid(const Config& config, std::string* why = nullptr) const = 0;
+  virtual Outcome evaluate(const Config& config) = 0;
+};
+
+}  // namespace ktune::search

@@ -1,0 +1,37 @@
+// Strategy registry: name → factory. A new strategy adds one line here.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <functional>
+#include <map>
+
+#include "base/error.hpp"
+#include "search/strategies/exhaustive.hpp"
+#include "search/strategy.hpp"
+
+namespace ktune::search {
+namespace {
+using Factory = std::function<std::unique_ptr<Strategy>(const StrategyContext&)>;
+
+const std::map<std::string, Factory>& factories() {
+  static const std::map<std::string, Factory> f = {
+      {"exhaustive", [](const StrategyContext& c) { return std::make_unique<Exhaustive>(c); }},
+  };
+  return f;
+}
+}  // namespace
+
+std::vector<std::string> strategy_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : factories()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyContext& context) {
+  const auto it = factories().find(name);
+  KTUNE_REQUIRE(it != factories().end(),
+                fmt::format("unknown strategy '{}'; known: {}", name, fmt::join(strategy_names(), ", ")));
+  return it->second(context);
+}
+
+}  // namespace ktune::search

@@ -1,0 +1,182 @@
+// AdamW kernels (decoupled weight decay, bias correction), fp32 state:
+//   adamw_multi_tensor   many tensors per launch, fixed-size chunks, persistent grid
+//   adamw_single_tensor  one fused launch per tensor (what torch.compile of the
+//                        per-tensor loop produces)
+//   ew_*                 one primitive elementwise op per launch, composed on the
+//                        host into PyTorch eager's _single_tensor_adam
+// With BF16_COPY the fp32 master weights are also written as a bf16 copy.
+#pragma once
+#include "common/kt.cuh"
+
+namespace adamw {
+
+/// Step hyper-parameters; the bias corrections are computed on the host.
+struct Hyper {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;
+  float bias_correction1;       // 1 - beta1^step
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+};
+
+/// The tensors of one multi-tensor launch, passed by value in the kernel
+/// parameters (as PyTorch's fused optimizers do), so no metadata upload.
+template <int MAX_TENSORS>
+struct TensorList {
+  float* param[MAX_TENSORS];              // (numel,) fp32 master weights
+  const float* grad[MAX_TENSORS];         // (numel,)
+  float* exp_avg[MAX_TENSORS];            // (numel,)
+  float* exp_avg_sq[MAX_TENSORS];         // (numel,)
+  kt::bf16* param_bf16[MAX_TENSORS];      // (numel,) bf16 copy, or null
+  long long numel[MAX_TENSORS];
+  int chunk_begin[MAX_TENSORS + 1];       // prefix sum of chunks per tensor
+  int count;
+};
+
+/// The update of one element, shared by the fused kernels.
+KT_DEVICE void update(float& p, float g, float& m, float& v, const Hyper& h) {
+  p *= 1.0f - h.lr * h.weight_decay;
+  m = h.beta1 * m + (1.0f - h.beta1) * g;
+  v = h.beta2 * v + (1.0f - h.beta2) * g * g;
+  const float denom = sqrtf(v) / h.bias_correction2_sqrt + h.eps;
+  p -= (h.lr / h.bias_correction1) * (m / denom);
+}
+
+template <int VEC>
+struct alignas(4 * VEC) F32Vec {
+  float x[VEC];
+};
+template <int VEC>
+struct alignas(2 * VEC) BF16Vec {
+  kt::bf16 x[VEC];
+};
+
+/// Updates elements [begin, end) of one tensor with THREADS threads, VEC
+/// elements per thread per step when every pointer is VEC-aligned.
+template <int THREADS, int VEC, bool BF16_COPY>
+KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf16* p16, long long begin,
+                            long long end, const Hyper& h) {
+  long long scalar_begin = begin;
+  if (VEC > 1) {
+    const unsigned long long bits = reinterpret_cast<unsigned long long>(p + begin) |
+                                    reinterpret_cast<unsigned long long>(g + begin) |
+                                    reinterpret_cast<unsigned long long>(m + begin) |
+                                    reinterpret_cast<unsigned long long>(v + begin);
+    const bool aligned = bits % (4 * VEC) == 0 &&
+                         (!BF16_COPY || reinterpret_cast<unsigned long long>(p16 + begin) % (2 * VEC) == 0);
+    if (aligned) {
+      scalar_begin = begin + (end - begin) / VEC * VEC;
+      for (long long i = begin + static_cast<long long>(threadIdx.x) * VEC; i < scalar_begin;
+           i += static_cast<long long>(THREADS) * VEC) {
+        F32Vec<VEC> pv = *reinterpret_cast<const F32Vec<VEC>*>(p + i);
+        const F32Vec<VEC> gv = *reinterpret_cast<const F32Vec<VEC>*>(g + i);
+        F32Vec<VEC> mv = *reinterpret_cast<const F32Vec<VEC>*>(m + i);
+        F32Vec<VEC> vv = *reinterpret_cast<const F32Vec<VEC>*>(v + i);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) update(pv.x[k], gv.x[k], mv.x[k], vv.x[k], h);
+        *reinterpret_cast<F32Vec<VEC>*>(p + i) = pv;
+        *reinterpret_cast<F32Vec<VEC>*>(m + i) = mv;
+        *reinterpret_cast<F32Vec<VEC>*>(v + i) = vv;
+        if (BF16_COPY) {
+          BF16Vec<VEC> bv;
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) bv.x[k] = kt::from_float<kt::bf16>(pv.x[k]);
+          *reinterpret_cast<BF16Vec<VEC>*>(p16 + i) = bv;
+        }
+      }
+    }
+  }
+  for (long long i = scalar_begin + threadIdx.x; i < end; i += THREADS) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    update(pi, g[i], mi, vi, h);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    if (BF16_COPY) p16[i] = kt::from_float<kt::bf16>(pi);
+  }
+}
+
+/// Grid: any number of blocks; block b handles chunks b, b + gridDim.x, ...
+/// of the concatenated tensors.
+template <int THREADS,      // threads per block: more hides latency, fewer frees registers
+          int VEC,          // elements per thread per step (1, 2, 4): wider loads, fewer instructions
+          int CHUNK,        // elements per work item: small balances short tensors, large cuts overhead
+          int MAX_TENSORS,  // tensors per launch: more means fewer launches, larger parameter block
+          bool BF16_COPY>
+__global__ void __launch_bounds__(THREADS) adamw_multi_tensor(TensorList<MAX_TENSORS> list, Hyper h) {
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
+  static_assert(CHUNK % VEC == 0, "a chunk holds whole vectors, so chunk starts keep the tensor's alignment");
+  const int total = list.chunk_begin[list.count];
+  int t = 0;
+  for (int c = blockIdx.x; c < total; c += gridDim.x) {
+    while (c >= list.chunk_begin[t + 1]) ++t;  // chunks only grow, so the tensor index only grows
+    const long long begin = static_cast<long long>(c - list.chunk_begin[t]) * CHUNK;
+    const long long end = begin + CHUNK < list.numel[t] ? begin + CHUNK : list.numel[t];
+    update_range<THREADS, VEC, BF16_COPY>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
+                                          list.param_bf16[t], begin, end, h);
+  }
+}
+
+/// Grid: ceil(numel / (THREADS * VEC)) blocks, each one block-wide step.
+template <int THREADS, int VEC, bool BF16_COPY>
+__global__ void __launch_bounds__(THREADS)
+    adamw_single_tensor(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                        kt::bf16* param_bf16, long long numel, Hyper h) {
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
+  const long long begin = static_cast<long long>(blockIdx.x) * THREADS * VEC;
+  const long long end = begin + THREADS * VEC < numel ? begin + THREADS * VEC : numel;
+  update_range<THREADS, VEC, BF16_COPY>(param, grad, exp_avg, exp_avg_sq, param_bf16, begin, end, h);
+}
+
+// Eager primitives: one op each, one element per thread, grid ceil(n / THREADS).
+#define ADAMW_EW_INDEX                           \
+  const long long i = kt::global_thread_x();     \
+  if (i >= n) return
+
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) ew_scale(float* x, float a, long long n) {  // x *= a
+  ADAMW_EW_INDEX;
+  x[i] *= a;
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) ew_lerp(float* x, const float* y, float w, long long n) {
+  ADAMW_EW_INDEX;  // x += w * (y - x)
+  x[i] = x[i] + w * (y[i] - x[i]);
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    ew_addcmul(float* x, const float* y, const float* z, float a, long long n) {  // x += a*y*z
+  ADAMW_EW_INDEX;
+  x[i] += a * y[i] * z[i];
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) ew_sqrt(float* out, const float* x, long long n) {
+  ADAMW_EW_INDEX;
+  out[i] = sqrtf(x[i]);
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) ew_div_scalar(float* x, float a, long long n) {  // x /= a
+  ADAMW_EW_INDEX;
+  x[i] /= a;
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) ew_add_scalar(float* x, float a, long long n) {  // x += a
+  ADAMW_EW_INDEX;
+  x[i] += a;
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    ew_addcdiv(float* x, const float* y, const float* z, float a, long long n) {  // x += a*y/z
+  ADAMW_EW_INDEX;
+  x[i] += a * (y[i] / z[i]);
+}
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS) ew_cast_bf16(kt::bf16* out, const float* x, long long n) {
+  ADAMW_EW_INDEX;
+  out[i] = kt::from_float<kt::bf16>(x[i]);
+}
+#undef ADAMW_EW_INDEX
+
+}  // namespace adamw

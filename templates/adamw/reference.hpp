@@ -1,0 +1,27 @@
+// CPU reference of one AdamW step (decoupled weight decay, bias correction),
+// the single implementation of its math: kernels are checked against it and
+// the cpu backend's optimizer calls it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace ktune::templates::adamw {
+
+/// Hyper-parameters of one step; `step` counts from 1.
+struct AdamwHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+  std::int64_t step = 1;
+};
+
+/// Updates `n` elements in place:
+///   p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
+///   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+/// Runs on the calling thread; callers split large tensors across threads.
+void adamw_step_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
+                          const AdamwHyper& h);
+
+}  // namespace ktune::templates::adamw

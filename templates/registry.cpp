@@ -1,0 +1,28 @@
+// The list of kernel families. A new family adds one line here.
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "templates/adamw/adamw.hpp"
+#include "templates/family.hpp"
+
+namespace ktune::templates {
+
+const std::vector<const Family*>& all_families() {
+  static const std::vector<const Family*> families = {
+      &adamw::multi_tensor_family(),
+      &adamw::single_tensor_family(),
+      &adamw::eager_family(),
+  };
+  return families;
+}
+
+const Family& find_family(const std::string& name) {
+  std::string known;
+  for (const Family* f : all_families()) {
+    if (f->name() == name) return *f;
+    known += (known.empty() ? "" : ", ") + f->name();
+  }
+  throw_error(ErrorKind::kInvalidInput, fmt::format("unknown family '{}'; known families: {}", name, known));
+}
+
+}  // namespace ktune::templates

@@ -1,0 +1,63 @@
+// The runner interface (STYLE.md habit 8): a GPU runner and an emulation
+// runner execute a family's variant on a problem, validate it against the
+// CPU reference, and (GPU) time it. Callers never know which one they hold.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "templates/family.hpp"
+
+namespace ktune::tuner {
+
+using templates::DeviceLimits;
+using templates::Family;
+using templates::Problem;
+
+/// What the timing harness measured, and how.
+struct Measurement {
+  double median_ms = 0;
+  double p20_ms = 0;
+  double p80_ms = 0;
+  int repetitions = 0;
+  std::string method;  ///< e.g. "cuda events, 3 warm-up, L2 flushed, 1 launch per repetition"
+};
+
+struct RunOptions {
+  std::uint64_t seed = 1;        ///< workload inputs
+  bool validate = true;          ///< compare outputs with the CPU reference first
+  bool time = false;             ///< then measure (GPU only)
+  int warmup = 3;
+  int min_repetitions = 10;
+  int max_repetitions = 200;
+  double min_seconds = 0.05;     ///< keep repeating until this much kernel time is measured
+};
+
+/// The outcome of one run. A failure is a result with a reason, never an
+/// exception: compile errors, launch errors, wrong results, time-outs.
+struct RunResult {
+  bool ok = false;
+  std::string failure;  ///< "compile: ...", "launch: ...", "validation: ...", "timeout: ..."
+  double max_error = 0;  ///< worst relative L2 error over the checked buffers
+  std::vector<std::pair<std::string, double>> errors;  ///< per checked buffer
+  std::optional<Measurement> timing;
+  double compile_ms = 0;
+};
+
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual std::string backend() const = 0;  ///< "gpu" | "emu"
+  virtual const DeviceLimits& device() const = 0;
+  virtual RunResult run(const Family& family, const Config& config, const Problem& problem,
+                        const RunOptions& options) = 0;
+};
+
+/// Compares a run's buffers with the workload's expected contents; fills
+/// `errors`, `max_error`, and `ok`/`failure`. Shared by every runner.
+void check_results(const templates::Workload& workload, const std::vector<std::vector<std::byte>>& results,
+                   RunResult& result);
+
+}  // namespace ktune::tuner
