@@ -10,6 +10,7 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::kCompile: return "compile error";
     case ErrorKind::kCache: return "cache error";
     case ErrorKind::kIo: return "I/O error";
+    case ErrorKind::kCheckFailed: return "check failed";
     case ErrorKind::kInternal: return "internal error";
   }
   return "error";

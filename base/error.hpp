@@ -14,6 +14,7 @@ enum class ErrorKind {
   kCompile,       ///< NVRTC or the host compiler failed
   kCache,         ///< a cache file is corrupt, truncated or from a newer schema
   kIo,            ///< file system error
+  kCheckFailed,   ///< a run completed but a check failed (a variant, a comparison)
   kInternal,      ///< a broken invariant
 };
 

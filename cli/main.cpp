@@ -1,0 +1,44 @@
+// ktune: the command-line entry point. Decides exit codes; nothing else does.
+//   0 success, 1 a run that failed (a variant, a check), 2 bad input or no device.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "base/error.hpp"
+#include "cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"ktune: JIT-compiling CUDA kernel autotuner and transformer training runtime"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "ktune 0.1.0");
+  ktune::cli::Global global;
+  app.add_flag("--json", global.json, "Machine-readable JSON on stdout");
+  ktune::cli::add_devices_command(app, global);
+  ktune::cli::add_render_command(app, global);
+  ktune::cli::add_compile_command(app, global);
+  ktune::cli::add_tune_command(app, global);
+  ktune::cli::add_bench_command(app, global);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "ktune: " << e.what() << " (see --help)\n";
+    return 2;
+  } catch (const ktune::Error& e) {
+    if (e.kind() == ktune::ErrorKind::kNoDevice) {
+      std::cerr << "no CUDA device: " << e.what() << "\n";
+      return 2;
+    }
+    std::cerr << "ktune: " << e.what() << "\n";
+    return e.kind() == ktune::ErrorKind::kInvalidInput ? 2 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "ktune: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,52 @@
+#include "support.hpp"
+
+#include <sys/wait.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <unistd.h>
+
+#if __has_include("tuner/driver.hpp")
+#include "tuner/driver.hpp"
+#define KTUNE_TEST_HAS_DRIVER 1
+#endif
+
+namespace ktune::test {
+
+std::filesystem::path scratch_dir(const std::string& name) {
+  static std::atomic<int> counter{0};
+  const auto dir = std::filesystem::path(KTUNE_BINARY_DIR) / "test-scratch" /
+                   (name + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::filesystem::path ktune_exe() { return std::filesystem::path(KTUNE_BINARY_DIR) / "cli" / "ktune"; }
+
+int run_command(const std::string& command, std::string* output) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return -1;
+  std::array<char, 4096> buf;
+  std::string out;
+  while (size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  if (output) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+void skip_without_gpu() {
+#ifdef KTUNE_TEST_HAS_DRIVER
+  const auto why = tuner::Driver::unavailable_reason();
+  if (why.empty()) return;
+  std::cout << "skipped: no CUDA device: " << why << "\n";
+#else
+  std::cout << "skipped: built without the driver layer\n";
+#endif
+  std::exit(kSkipCode);
+}
+
+}  // namespace ktune::test

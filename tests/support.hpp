@@ -1,0 +1,25 @@
+// Helpers shared by the tests: paths of the tree, a scratch directory, and
+// the skip rule for gpu tests.
+#pragma once
+#include <filesystem>
+#include <string>
+
+namespace ktune::test {
+
+/// Exit code ctest reads as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt).
+inline constexpr int kSkipCode = 77;
+
+/// A fresh, empty directory under the build tree, unique per call.
+std::filesystem::path scratch_dir(const std::string& name);
+
+/// Path of the `ktune` executable in this build.
+std::filesystem::path ktune_exe();
+
+/// Runs a shell command, capturing stdout+stderr; returns the exit code.
+int run_command(const std::string& command, std::string* output);
+
+/// Ends the process with kSkipCode, printing `reason`, when no CUDA device
+/// can be used: a gpu test is then reported as skipped, never as passed.
+void skip_without_gpu();
+
+}  // namespace ktune::test
