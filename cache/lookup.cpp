@@ -1,0 +1,80 @@
+// Lookup: exact key, else the nearest tuned shape (log2 distance) of the same
+// family, dtype and stamp on the same arch; stale entries give warnings.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "cache/store.hpp"
+
+namespace ktune::cache {
+
+std::optional<double> shape_distance(const std::map<std::string, std::int64_t>& a,
+                                     const std::map<std::string, std::int64_t>& b) {
+  if (a.size() != b.size()) return std::nullopt;
+  double sum = 0;
+  for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
+    if (ia->first != ib->first) return std::nullopt;
+    // log2(1 + x) keeps zero-valued dimensions (e.g. a "causal" flag) finite.
+    const double d = std::log2(1.0 + std::fabs(static_cast<double>(ia->second))) -
+                     std::log2(1.0 + std::fabs(static_cast<double>(ib->second)));
+    sum += d * d;
+  }
+  return std::sqrt(sum);
+}
+
+LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const LookupOptions& options) {
+  LookupResult result;
+  const std::string id = query.identity();
+  std::set<std::string> warned;
+  auto warn_stale = [&](const Entry& e) {
+    std::vector<std::string> what;
+    if (e.key.source_hash != query.source_hash)
+      what.push_back(fmt::format("source hash {} (now {})", e.key.source_hash, query.source_hash));
+    if (e.key.nvrtc_version != query.nvrtc_version)
+      what.push_back(fmt::format("NVRTC {} (now {})", e.key.nvrtc_version, query.nvrtc_version));
+    if (e.key.driver_version != query.driver_version)
+      what.push_back(fmt::format("driver {} (now {})", e.key.driver_version, query.driver_version));
+    std::string line = fmt::format("ignoring stale cache entry for {} {} on {} ({}): tuned with", e.key.family,
+                                   e.key.problem_key, e.key.gpu_name, e.key.arch);
+    for (std::size_t i = 0; i < what.size(); ++i) line += (i ? ", " : " ") + what[i];
+    if (warned.insert(line).second) result.warnings.push_back(line);
+  };
+
+  for (const Entry& e : entries) {
+    if (e.key.identity() == id) {
+      result.match = Match::kExact;
+      result.entry = e;
+      return result;
+    }
+  }
+  for (const Entry& e : entries)
+    if (e.key.stale_for(query)) warn_stale(e);
+  if (!options.allow_nearest) return result;
+
+  const Entry* best = nullptr;
+  double best_distance = std::numeric_limits<double>::infinity();
+  auto rank = [&](const Entry& e) { return std::make_tuple(e.key.gpu_name != query.gpu_name, e.key.problem_key); };
+  for (const Entry& e : entries) {
+    if (e.key.family != query.family || e.key.dtype != query.dtype || e.key.arch != query.arch) continue;
+    if (e.key.source_hash != query.source_hash || e.key.nvrtc_version != query.nvrtc_version ||
+        e.key.driver_version != query.driver_version)
+      continue;  // stale for this query: never a fallback either
+    const auto d = shape_distance(e.key.dims, query.dims);
+    if (!d) continue;
+    if (options.accept && !options.accept(e)) continue;
+    if (best == nullptr || *d < best_distance || (*d == best_distance && rank(e) < rank(*best))) {
+      best = &e;
+      best_distance = *d;
+    }
+  }
+  if (best != nullptr) {
+    result.match = Match::kNearest;
+    result.entry = *best;
+    result.distance = best_distance;
+  }
+  return result;
+}
+
+}  // namespace ktune::cache

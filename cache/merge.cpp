@@ -1,0 +1,37 @@
+// The merge rule: how two measurements of the same key are reconciled when
+// caches from several GPUs or hosts are combined.
+#include <map>
+
+#include "cache/store.hpp"
+
+namespace ktune::cache {
+
+bool better_than(const Entry& a, const Entry& b) {
+  const bool disjoint = a.p80_ms < b.p20_ms || b.p80_ms < a.p20_ms;
+  if (disjoint) return a.time_ms < b.time_ms;
+  if (a.spread != b.spread) return a.spread < b.spread;
+  if (a.repetitions != b.repetitions) return a.repetitions > b.repetitions;
+  if (a.evaluations != b.evaluations) return a.evaluations > b.evaluations;
+  if (a.date != b.date) return a.date > b.date;
+  return a.config.dump() < b.config.dump();
+}
+
+std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming) {
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < into.size(); ++i) index[into[i].key.identity()] = i;
+  std::size_t changed = 0;
+  for (const Entry& e : incoming) {
+    const auto it = index.find(e.key.identity());
+    if (it == index.end()) {
+      index[e.key.identity()] = into.size();
+      into.push_back(e);
+      ++changed;
+    } else if (better_than(e, into[it->second])) {
+      into[it->second] = e;
+      ++changed;
+    }
+  }
+  return changed;
+}
+
+}  // namespace ktune::cache

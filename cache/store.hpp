@@ -1,0 +1,98 @@
+// The tuned cache on disk: one JSON file of entries (cache/SCHEMA.md).
+// Writes are read-modify-write under an exclusive lock on `<file>.lock` and
+// land atomically (temp file, fsync, rename), so concurrent writers from
+// several processes lose nothing and a killed writer leaves the old file.
+// A corrupt, truncated or newer-schema file is one kCache error naming the
+// file, and is never rewritten.
+#pragma once
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cache/entry.hpp"
+
+namespace ktune::cache {
+
+/// How a lookup was answered.
+enum class Match {
+  kExact,    ///< an entry with the query's full key
+  kNearest,  ///< the nearest tuned shape of the same family/dtype/arch
+  kNone,     ///< nothing usable: the caller uses the family default
+};
+const char* to_string(Match match);
+
+/// The answer to a lookup.
+struct LookupResult {
+  Match match = Match::kNone;
+  std::optional<Entry> entry;
+  double distance = 0;                ///< log2-shape distance for kNearest, 0 otherwise
+  std::vector<std::string> warnings;  ///< stale entries that were ignored, one line each
+};
+
+/// What a lookup may use.
+struct LookupOptions {
+  bool allow_nearest = true;
+  /// Extra filter for nearest candidates (e.g. "the config is valid for my
+  /// problem"); empty accepts all.
+  std::function<bool(const Entry&)> accept;
+};
+
+/// Exact key, else the nearest problem of the same family, dtype and source
+/// hash on the same arch (with the same NVRTC and driver versions), else
+/// kNone. Nearest distance: Euclidean over log2 of the shape dimensions
+/// (dims named in only one of the two problems make it ineligible); ties
+/// prefer the same GPU name, then the smaller problem key. Stale entries
+/// (same problem and GPU, other source hash / NVRTC / driver) are skipped
+/// with a warning.
+LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const LookupOptions& options = {});
+
+/// Log2-scaled distance between two shapes; nullopt when their dimension
+/// names differ.
+std::optional<double> shape_distance(const std::map<std::string, std::int64_t>& a,
+                                     const std::map<std::string, std::int64_t>& b);
+
+/// True when `a` should be kept over `b` for the same key (the merge rule in
+/// cache/SCHEMA.md): if their [p20, p80] intervals do not overlap, the faster
+/// one; otherwise the better measured (lower spread, then more repetitions,
+/// then more evaluations, then the newer date, then the smaller config text).
+bool better_than(const Entry& a, const Entry& b);
+
+/// Merges `incoming` into `into` by full key with better_than; returns how
+/// many entries of `incoming` were added or replaced one.
+std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming);
+
+/// Entries in canonical order (by identity), as files store them.
+void sort_entries(std::vector<Entry>& entries);
+
+/// Parses a whole cache file's text; throws kCache naming `file` when it is
+/// not one (corrupt, truncated, wrong format, newer schema).
+std::vector<Entry> parse_cache(const std::string& text, const std::string& file);
+/// The file's text for `entries` (sorted, schema header, trailing newline).
+std::string serialise_cache(std::vector<Entry> entries);
+
+/// One cache file.
+class CacheFile {
+ public:
+  explicit CacheFile(std::filesystem::path path);
+  const std::filesystem::path& path() const { return path_; }
+
+  /// Every entry; empty when the file does not exist. Throws kCache on a bad file.
+  std::vector<Entry> load() const;
+  /// Inserts or replaces (same full key: the newer tuning wins) one entry,
+  /// filling date and ktune_version when empty.
+  void put(Entry entry);
+  /// Runs `change` on the entries under the lock and writes the result
+  /// atomically if it returns true. Throws kCache (file untouched) on a bad file.
+  void update(const std::function<bool(std::vector<Entry>&)>& change);
+  /// Merges another file's entries in; returns the count added or replaced.
+  std::size_t merge_from(const std::vector<Entry>& incoming);
+  /// lookup() over this file's entries.
+  LookupResult lookup(const Key& query, const LookupOptions& options = {}) const;
+
+ private:
+  std::filesystem::path path_;
+};
+
+}  // namespace ktune::cache

@@ -1,0 +1,117 @@
+// Cache lookup (exact, nearest shape, stale warnings) and the merge rule.
+#include <catch2/catch.hpp>
+
+#include "cache/store.hpp"
+#include "support.hpp"
+
+using namespace ktune::cache;
+
+namespace {
+Key key_for(std::int64_t numel, std::int64_t tensors = 4) {
+  return {"adamw", "h1", "f32;numel=" + std::to_string(numel) + ";tensors=" + std::to_string(tensors),
+          "f32", "sm_90", "NVIDIA H100", "13.0", "13000", {{"numel", numel}, {"tensors", tensors}}};
+}
+Entry entry_for(const Key& key, int block, double time_ms = 1.0, double spread = 0.02) {
+  Entry e;
+  e.key = key;
+  e.config = {{"block", block}};
+  e.time_ms = time_ms;
+  e.p20_ms = time_ms * (1 - spread / 2);
+  e.p80_ms = time_ms * (1 + spread / 2);
+  e.spread = spread;
+  e.evaluations = 10;
+  e.repetitions = 20;
+  e.date = "2025-01-01T00:00:00Z";
+  return e;
+}
+}  // namespace
+
+TEST_CASE("lookup: exact, then nearest shape with its distance, then none", "[cache]") {
+  const std::vector<Entry> entries = {entry_for(key_for(1 << 10), 128), entry_for(key_for(1 << 20), 512),
+                                      entry_for(key_for(1 << 14, 1), 256)};
+  SECTION("exact") {
+    const auto r = lookup(entries, key_for(1 << 20));
+    CHECK(r.match == Match::kExact);
+    CHECK(r.entry->config["block"] == 512);
+    CHECK(r.distance == 0);
+  }
+  SECTION("nearest on log-scaled dims") {
+    const auto r = lookup(entries, key_for(1 << 17));  // closer to 2^20 than to 2^10 in log2
+    REQUIRE(r.match == Match::kNearest);
+    CHECK(r.entry->config["block"] == 512);
+    CHECK(r.distance == Approx(3.0).epsilon(0.01));
+  }
+  SECTION("nearest honours the accept filter") {
+    LookupOptions options;
+    options.accept = [](const Entry& e) { return e.config["block"] != 512; };
+    const auto r = lookup(entries, key_for(1 << 17), options);
+    REQUIRE(r.match == Match::kNearest);
+    CHECK(r.entry->config["block"] != 512);
+  }
+  SECTION("other dtype, arch or family: none") {
+    Key q = key_for(1 << 20);
+    q.dtype = "bf16";
+    q.problem_key = "bf16;numel=1048576;tensors=4";
+    CHECK(lookup(entries, q).match == Match::kNone);
+    q = key_for(1 << 18);
+    q.arch = "sm_80";
+    CHECK(lookup(entries, q).match == Match::kNone);
+    q = key_for(1 << 18);
+    q.family = "softmax";
+    CHECK(lookup(entries, q).match == Match::kNone);
+  }
+  SECTION("nearest can be switched off") {
+    LookupOptions options;
+    options.allow_nearest = false;
+    CHECK(lookup(entries, key_for(1 << 17), options).match == Match::kNone);
+  }
+}
+
+TEST_CASE("stale entries are ignored with a warning", "[cache]") {
+  Key old_key = key_for(1 << 20);
+  old_key.source_hash = "h0";
+  const std::vector<Entry> entries = {entry_for(old_key, 512)};
+  const auto r = lookup(entries, key_for(1 << 20));
+  CHECK(r.match == Match::kNone);  // not exact, and stale entries are no fallback either
+  REQUIRE(r.warnings.size() == 1);
+  CHECK_THAT(r.warnings[0], Catch::Contains("stale") && Catch::Contains("source hash h0"));
+
+  Key driver_key = key_for(1 << 20);
+  driver_key.driver_version = "12080";
+  const auto r2 = lookup({entry_for(driver_key, 512)}, key_for(1 << 20));
+  CHECK(r2.match == Match::kNone);
+  REQUIRE(r2.warnings.size() == 1);
+  CHECK_THAT(r2.warnings[0], Catch::Contains("driver 12080"));
+}
+
+TEST_CASE("merge keeps the faster entry, or the better measured within the noise", "[cache]") {
+  const Key k = key_for(1 << 20);
+  SECTION("clearly faster wins") {
+    CHECK(better_than(entry_for(k, 1, 1.0), entry_for(k, 2, 2.0)));
+    CHECK_FALSE(better_than(entry_for(k, 2, 2.0), entry_for(k, 1, 1.0)));
+  }
+  SECTION("overlapping: lower spread wins, then more repetitions") {
+    const Entry tight = entry_for(k, 1, 1.01, 0.02);
+    const Entry loose = entry_for(k, 2, 1.00, 0.10);
+    CHECK(better_than(tight, loose));
+    Entry more = entry_for(k, 3, 1.0, 0.02);
+    more.repetitions = 100;
+    CHECK(better_than(more, entry_for(k, 4, 1.0, 0.02)));
+  }
+  SECTION("files from two hosts combine") {
+    const auto dir = ktune::test::scratch_dir("cache-merge");
+    CacheFile a(dir / "a.json"), b(dir / "b.json");
+    a.put(entry_for(key_for(1 << 10), 128, 1.0));
+    a.put(entry_for(k, 256, 2.0));
+    b.put(entry_for(k, 512, 1.0));
+    Key other_gpu = key_for(1 << 10);
+    other_gpu.gpu_name = "NVIDIA A100";
+    other_gpu.arch = "sm_80";
+    b.put(entry_for(other_gpu, 64, 1.0));
+    CHECK(a.merge_from(b.load()) == 2);
+    const auto merged = a.load();
+    REQUIRE(merged.size() == 3);
+    CHECK(lookup(merged, k).entry->config["block"] == 512);
+    CHECK(a.merge_from(b.load()) == 0);  // idempotent
+  }
+}
