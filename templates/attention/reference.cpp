@@ -1,0 +1,125 @@
+// Attention forward and backward (see reference.hpp). Inner loops are written
+// as axpy's over contiguous rows (K and V staged transposed per head) so that
+// the compiler vectorises them without reassociating reductions.
+#include "templates/attention/reference.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "templates/softmax/reference.hpp"
+
+namespace ktune::templates::attention {
+
+std::int64_t scratch_elements(const AttentionShape& s) { return s.head_dim * s.seq + s.seq; }
+
+namespace {
+
+// Row i of head (b, h) in a (batch, seq, heads, head_dim) tensor.
+inline std::int64_t row(const AttentionShape& s, std::int64_t b, std::int64_t h, std::int64_t i) {
+  return ((b * s.seq + i) * s.heads + h) * s.head_dim;
+}
+
+// dst (head_dim, seq) = src rows of head (b, h), transposed.
+template <class T>
+void stage_transposed(const T* src, T* dst, const AttentionShape& s, std::int64_t b, std::int64_t h) {
+  for (std::int64_t j = 0; j < s.seq; ++j) {
+    const T* r = src + row(s, b, h, j);
+    for (std::int64_t d = 0; d < s.head_dim; ++d) dst[d * s.seq + j] = r[d];
+  }
+}
+
+}  // namespace
+
+template <class T>
+void attention_forward(const T* q, const T* k, const T* v, T* probs, T* out, T* scratch, const AttentionShape& s,
+                       std::int64_t bh_begin, std::int64_t bh_end) {
+  const std::int64_t D = s.head_dim, S = s.seq;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  T* kt = scratch;  // (head_dim, seq)
+  for (std::int64_t bh = bh_begin; bh < bh_end; ++bh) {
+    const std::int64_t b = bh / s.heads, h = bh % s.heads;
+    stage_transposed(k, kt, s, b, h);
+    T* p_head = probs + bh * S * S;  // (seq, seq)
+    for (std::int64_t i = 0; i < S; ++i) {
+      const std::int64_t n = s.causal ? i + 1 : S;  // keys this query sees
+      const T* qi = q + row(s, b, h, i);
+      T* pi = p_head + i * S;
+      for (std::int64_t j = 0; j < n; ++j) pi[j] = 0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const T a = qi[d] * scale;
+        const T* kd = kt + d * S;
+        for (std::int64_t j = 0; j < n; ++j) pi[j] += a * kd[j];
+      }
+      softmax::softmax_forward(pi, pi, 1, n);
+      for (std::int64_t j = n; j < S; ++j) pi[j] = 0;
+      T* oi = out + row(s, b, h, i);
+      for (std::int64_t d = 0; d < D; ++d) oi[d] = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const T p = pi[j];
+        const T* vj = v + row(s, b, h, j);
+        for (std::int64_t d = 0; d < D; ++d) oi[d] += p * vj[d];
+      }
+    }
+  }
+}
+
+template <class T>
+void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, T* dq, T* dk, T* dv,
+                        T* scratch, const AttentionShape& s, std::int64_t bh_begin, std::int64_t bh_end) {
+  const std::int64_t D = s.head_dim, S = s.seq;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  T* vt = scratch;          // (head_dim, seq)
+  T* dp = scratch + D * S;  // (seq,) one row of dP, then dS
+  for (std::int64_t bh = bh_begin; bh < bh_end; ++bh) {
+    const std::int64_t b = bh / s.heads, h = bh % s.heads;
+    stage_transposed(v, vt, s, b, h);
+    for (std::int64_t j = 0; j < S; ++j) {
+      std::memset(dk + row(s, b, h, j), 0, sizeof(T) * D);
+      std::memset(dv + row(s, b, h, j), 0, sizeof(T) * D);
+    }
+    const T* p_head = probs + bh * S * S;
+    for (std::int64_t i = 0; i < S; ++i) {
+      const std::int64_t n = s.causal ? i + 1 : S;
+      const T* pi = p_head + i * S;
+      const T* doi = dout + row(s, b, h, i);
+      // dP[i, j] = dO_i . v_j
+      for (std::int64_t j = 0; j < n; ++j) dp[j] = 0;
+      for (std::int64_t d = 0; d < D; ++d) {
+        const T a = doi[d];
+        const T* vd = vt + d * S;
+        for (std::int64_t j = 0; j < n; ++j) dp[j] += a * vd[j];
+      }
+      // dV_j += P[i, j] dO_i
+      for (std::int64_t j = 0; j < n; ++j) {
+        const T p = pi[j];
+        T* dvj = dv + row(s, b, h, j);
+        for (std::int64_t d = 0; d < D; ++d) dvj[d] += p * doi[d];
+      }
+      // dS = P * (dP - sum(dP * P)), folded with the score scale
+      softmax::softmax_backward(pi, dp, dp, 1, n);
+      const T* qi = q + row(s, b, h, i);
+      T* dqi = dq + row(s, b, h, i);
+      for (std::int64_t d = 0; d < D; ++d) dqi[d] = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const T g = dp[j] * scale;
+        const T* kj = k + row(s, b, h, j);
+        T* dkj = dk + row(s, b, h, j);
+        for (std::int64_t d = 0; d < D; ++d) {
+          dqi[d] += g * kj[d];
+          dkj[d] += g * qi[d];
+        }
+      }
+    }
+  }
+}
+
+#define KTUNE_INSTANTIATE(T)                                                                                      \
+  template void attention_forward<T>(const T*, const T*, const T*, T*, T*, T*, const AttentionShape&,            \
+                                     std::int64_t, std::int64_t);                                                  \
+  template void attention_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*,           \
+                                      const AttentionShape&, std::int64_t, std::int64_t);
+KTUNE_INSTANTIATE(float)
+KTUNE_INSTANTIATE(double)
+#undef KTUNE_INSTANTIATE
+
+}  // namespace ktune::templates::attention
