@@ -1,0 +1,154 @@
+// End-to-end benchmark on the cpu backend (see bench_e2e.hpp).
+#include "model/bench_e2e.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <random>
+
+#include "base/error.hpp"
+#include "model/optimizer.hpp"
+#include "model/transformer.hpp"
+
+namespace ktune::model {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+PhaseStats stats(const std::vector<double>& v) {
+  PhaseStats s;
+  if (v.empty()) return s;
+  s.measured = true;
+  for (double x : v) s.mean_ms += x;
+  s.mean_ms /= static_cast<double>(v.size());
+  if (v.size() > 1) {
+    double sq = 0;
+    for (double x : v) sq += (x - s.mean_ms) * (x - s.mean_ms);
+    s.std_ms = std::sqrt(sq / static_cast<double>(v.size() - 1));
+  }
+  return s;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+nlohmann::json phase_json(const PhaseStats& p) {
+  if (!p.measured) return nullptr;
+  return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}};
+}
+
+const char* passes_name(E2ePasses p) {
+  switch (p) {
+    case E2ePasses::kForward: return "forward";
+    case E2ePasses::kForwardBackward: return "forward_backward";
+    case E2ePasses::kStep: return "step";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string cpu_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown CPU";
+}
+
+E2eResult bench_e2e(const E2eOptions& o) {
+  KTUNE_REQUIRE(o.backend == "cpu", fmt::format("backend '{}' is not available; accepted: cpu", o.backend));
+  KTUNE_REQUIRE(o.trials > 0, fmt::format("trials must be positive, got {}", o.trials));
+  KTUNE_REQUIRE(o.warmup >= 0, fmt::format("warm-up steps must be >= 0, got {}", o.warmup));
+  const bool backward = o.passes != E2ePasses::kForward;
+  const bool optimizer = o.passes == E2ePasses::kStep;
+  Transformer<float> model(o.model, o.shape, backward ? Mode::kTrain : Mode::kForwardOnly, o.threads);
+  std::unique_ptr<AdamW> opt;
+  if (optimizer) opt = std::make_unique<AdamW>(model.layout().total, templates::adamw::AdamwHyper{});
+
+  std::mt19937_64 rng(0);
+  std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(o.model.vocab - 1));
+  std::vector<std::int32_t> tokens(o.shape.tokens()), targets(o.shape.tokens());
+  for (auto& t : tokens) t = pick(rng);
+  for (auto& t : targets) t = pick(rng);
+
+  std::vector<double> fwd, bwd, fb, optim, step;
+  for (std::int64_t i = 0; i < o.warmup + o.trials; ++i) {
+    const auto t0 = Clock::now();
+    model.forward(tokens, targets);
+    const auto t1 = Clock::now();
+    if (backward) model.backward();
+    const auto t2 = Clock::now();
+    if (optimizer) opt->step(model.parameters(), model.gradients(), model.parallel());
+    const auto t3 = Clock::now();
+    if (i < o.warmup) continue;
+    fwd.push_back(ms_since(t0, t1));
+    if (backward) {
+      bwd.push_back(ms_since(t1, t2));
+      fb.push_back(ms_since(t0, t2));
+    }
+    if (optimizer) {
+      optim.push_back(ms_since(t2, t3));
+      step.push_back(ms_since(t0, t3));
+    }
+  }
+  E2eResult r;
+  r.options = o;
+  r.forward = stats(fwd);
+  r.backward = stats(bwd);
+  r.forward_backward = stats(fb);
+  r.optimizer = stats(optim);
+  r.step = stats(step);
+  r.plan = model.plan();
+  r.allocated_bytes = model.allocated_bytes() + (opt ? opt->state_bytes() : 0);
+  r.device = fmt::format("{} ({} threads)", cpu_name(), model.threads());
+  r.date = utc_now();
+  return r;
+}
+
+nlohmann::json to_json(const E2eResult& r) {
+  const auto& o = r.options;
+  return {{"benchmark", "e2e"},
+          {"backend", o.backend},
+          {"device", r.device},
+          {"date", r.date},
+          {"model", o.model.name},
+          {"d_model", o.model.d_model},
+          {"d_ff", o.model.d_ff},
+          {"num_layers", o.model.layers},
+          {"num_heads", o.model.heads},
+          {"vocab_size", o.model.vocab},
+          {"context_length", o.shape.context},
+          {"batch_size", o.shape.batch},
+          {"num_warmups", o.warmup},
+          {"num_trials", o.trials},
+          {"passes", passes_name(o.passes)},
+          {"dtype", "float32"},
+          {"threads", o.threads},
+          {"forward", phase_json(r.forward)},
+          {"backward", phase_json(r.backward)},
+          {"forward_backward", phase_json(r.forward_backward)},
+          {"optimizer", phase_json(r.optimizer)},
+          {"step", phase_json(r.step)},
+          {"allocated_bytes", r.allocated_bytes}};
+}
+
+}  // namespace ktune::model

@@ -1,0 +1,57 @@
+// The end-to-end training-step benchmark of the seed reports (002, 004):
+// forward, backward and optimizer times over trials after warm-up steps, on
+// random tokens, for one model size, context length and batch.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.hpp"
+#include "model/memory_plan.hpp"
+
+namespace ktune::model {
+
+/// Which passes a trial runs.
+enum class E2ePasses {
+  kForward,          ///< forward only (002's forward_only = True)
+  kForwardBackward,  ///< forward + backward (004's columns)
+  kStep,             ///< forward + backward + AdamW
+};
+
+struct E2eOptions {
+  std::string backend = "cpu";  ///< "cpu" (the only backend built so far)
+  ModelConfig model;
+  RunShape shape{4, 128};
+  std::int64_t warmup = 1;
+  std::int64_t trials = 10;
+  E2ePasses passes = E2ePasses::kForwardBackward;
+  unsigned threads = 1;
+};
+
+/// Mean and sample standard deviation (n-1) of one phase, in milliseconds.
+struct PhaseStats {
+  double mean_ms = 0;
+  double std_ms = 0;
+  bool measured = false;
+};
+
+struct E2eResult {
+  E2eOptions options;
+  PhaseStats forward, backward, forward_backward, optimizer, step;
+  MemoryPlan plan;
+  std::int64_t allocated_bytes = 0;
+  std::string device;  ///< CPU model name and threads
+  std::string date;    ///< UTC, ISO 8601
+};
+
+/// Runs the benchmark; throws kInvalidInput for an unknown backend or
+/// non-positive trials.
+E2eResult bench_e2e(const E2eOptions& options);
+
+nlohmann::json to_json(const E2eResult& r);
+
+/// "AMD EPYC ..." from /proc/cpuinfo, "unknown CPU" elsewhere.
+std::string cpu_name();
+
+}  // namespace ktune::model

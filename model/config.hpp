@@ -1,0 +1,45 @@
+// Model configurations of the CS336 Transformer LM: the named sizes of the
+// seed reports (small ... 2.7B), `tiny` for tests, and shapes of one run.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ktune::model {
+
+/// Architecture hyper-parameters. Context length and batch belong to the run
+/// (RunShape), not the model.
+struct ModelConfig {
+  std::string name = "custom";
+  std::int64_t vocab = 10000;
+  std::int64_t d_model = 768;
+  std::int64_t d_ff = 3072;
+  std::int64_t layers = 12;
+  std::int64_t heads = 12;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+
+  std::int64_t head_dim() const { return d_model / heads; }
+  /// Throws kInvalidInput naming the field when a size is non-positive, heads
+  /// does not divide d_model or the head dimension is odd (RoPE pairs).
+  void validate() const;
+  /// Number of parameters (all tensors, untied embedding and LM head).
+  std::int64_t parameter_count() const;
+};
+
+/// The named configurations, in the seeds' order, then `tiny`.
+std::vector<std::string> model_names();
+
+/// Configuration by name; throws kInvalidInput listing the names for anything else.
+ModelConfig model_config(const std::string& name);
+
+/// Shape of one run: batch of sequences, each `context` tokens.
+struct RunShape {
+  std::int64_t batch = 4;
+  std::int64_t context = 128;
+
+  std::int64_t tokens() const { return batch * context; }
+  void validate() const;  ///< throws kInvalidInput unless both are positive
+};
+
+}  // namespace ktune::model

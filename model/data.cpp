@@ -1,0 +1,52 @@
+// Token streams (see data.hpp).
+#include "model/data.hpp"
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+
+namespace ktune::model {
+
+TokenStream TokenStream::synthetic(std::int64_t vocab, std::uint64_t seed, std::int64_t period) {
+  KTUNE_REQUIRE(vocab > 0 && period > 1, "a synthetic stream needs vocab > 0 and period > 1");
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(vocab - 1));
+  TokenStream s;
+  s.tokens_.resize(period);
+  for (auto& t : s.tokens_) t = pick(rng);
+  return s;
+}
+
+TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64_t vocab) {
+  const std::string bytes = read_file(path);
+  KTUNE_REQUIRE(bytes.size() % 2 == 0 && bytes.size() >= 4,
+                fmt::format("{}: a token file holds raw uint16 values (at least two); got {} bytes", path.string(),
+                            bytes.size()));
+  TokenStream s;
+  s.tokens_.resize(bytes.size() / 2);
+  for (std::size_t i = 0; i < s.tokens_.size(); ++i) {
+    const auto lo = static_cast<unsigned char>(bytes[2 * i]), hi = static_cast<unsigned char>(bytes[2 * i + 1]);
+    s.tokens_[i] = static_cast<std::int32_t>(lo | (hi << 8));
+    KTUNE_REQUIRE(s.tokens_[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
+                                                    path.string(), s.tokens_[i], i, vocab));
+  }
+  return s;
+}
+
+void TokenStream::sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
+                         std::vector<std::int32_t>& targets) const {
+  const std::int64_t n = size();
+  tokens.resize(shape.tokens());
+  targets.resize(shape.tokens());
+  std::uniform_int_distribution<std::int64_t> start(0, n - 1);
+  for (std::int64_t b = 0; b < shape.batch; ++b) {
+    const std::int64_t o = start(rng);
+    for (std::int64_t t = 0; t < shape.context; ++t) {
+      tokens[b * shape.context + t] = tokens_[(o + t) % n];
+      targets[b * shape.context + t] = tokens_[(o + t + 1) % n];
+    }
+  }
+}
+
+}  // namespace ktune::model

@@ -1,0 +1,93 @@
+// The static memory plan of one run: shapes are fixed, so every buffer is
+// laid out once and reused every step. The plan is computed without
+// allocating (`ktune bench memory`), and the cpu backend allocates exactly
+// what it says, so the reported bytes are the bytes in use.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace ktune::model {
+
+/// Offsets (elements) of the activations of one block, in one slot.
+/// N = batch*context tokens, C = d_model, F = d_ff, H heads, S = context.
+struct LayerLayout {
+  std::int64_t x_in = 0;   // (N, C) residual stream entering the block
+  std::int64_t ln1 = 0;    // (N, C) RMSNorm 1 output, input of q/k/v
+  std::int64_t rstd1 = 0;  // (N,)
+  std::int64_t q = 0;      // (N, H, C/H) after RoPE
+  std::int64_t k = 0;      // (N, H, C/H) after RoPE
+  std::int64_t v = 0;      // (N, H, C/H)
+  std::int64_t probs = 0;  // (B, H, S, S) attention probabilities
+  std::int64_t attn = 0;   // (N, C) attention output, input of output_proj
+  std::int64_t x_mid = 0;  // (N, C) stream after the attention residual
+  std::int64_t ln2 = 0;    // (N, C) RMSNorm 2 output, input of w1/w3
+  std::int64_t rstd2 = 0;  // (N,)
+  std::int64_t a = 0;      // (N, F) W1 x
+  std::int64_t b = 0;      // (N, F) W3 x
+  std::int64_t h = 0;      // (N, F) silu(a) * b, input of w2
+  std::int64_t size = 0;   // elements of one slot
+};
+
+/// Offsets of the activations after the last block.
+struct FinalLayout {
+  std::int64_t x = 0;       // (N, C) stream after the last block
+  std::int64_t ln = 0;      // (N, C) final RMSNorm output, input of lm_head
+  std::int64_t rstd = 0;    // (N,)
+  std::int64_t logits = 0;  // (N, V); the backward overwrites it with dlogits
+  std::int64_t losses = 0;  // (N,)
+  std::int64_t lse = 0;     // (N,) logsumexp per row
+  std::int64_t size = 0;
+};
+
+/// Offsets of the workspace: per-thread scratch for the forward, and the
+/// activation gradients for the backward (0-sized when forward-only).
+struct WorkspaceLayout {
+  std::int64_t rope_cos = 0;      // (S, C/H/2) RoPE tables
+  std::int64_t rope_sin = 0;      // (S, C/H/2)
+  std::int64_t attn_scratch = 0;  // (threads, attention scratch)
+  std::int64_t dx = 0;            // (N, C) gradient of the residual stream
+  std::int64_t dtmp = 0;          // (N, C) gradient at a norm output
+  std::int64_t dbranch = 0;       // (N, C) gradient at a block input, or of attn
+  std::int64_t dq = 0, dk = 0, dv = 0;  // (N, C) each
+  std::int64_t dh = 0;            // (N, F) gradient of h, then of a (in place)
+  std::int64_t db = 0;            // (N, F)
+  std::int64_t norm_dw = 0;       // (threads, C) per-thread RMSNorm weight grads
+  std::int64_t size = 0;
+};
+
+LayerLayout layer_layout(const ModelConfig& m, const RunShape& r);
+FinalLayout final_layout(const ModelConfig& m, const RunShape& r);
+WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward);
+
+/// Bytes per phase and the peaks, for `element_bytes`-sized values (4: fp32).
+struct MemoryPlan {
+  ModelConfig model;
+  RunShape shape;
+  unsigned threads = 1;
+  std::int64_t element_bytes = 4;
+
+  std::int64_t parameters = 0;            ///< bytes of the parameters
+  std::int64_t gradients = 0;             ///< bytes of their gradients
+  std::int64_t optimizer_state = 0;       ///< AdamW exp_avg + exp_avg_sq
+  std::int64_t inputs = 0;                ///< tokens and targets (int32)
+  std::int64_t activations_forward = 0;   ///< forward-only: one block slot + final
+  std::int64_t activations_backward = 0;  ///< kept for backward: every block + final
+  std::int64_t per_layer_activations = 0; ///< one block's slot
+  std::int64_t workspace_forward = 0;     ///< forward scratch
+  std::int64_t workspace_backward = 0;    ///< forward scratch + activation gradients
+
+  std::int64_t peak_forward() const;           ///< forward only
+  std::int64_t peak_forward_backward() const;  ///< forward + backward
+  std::int64_t peak_step() const;              ///< forward + backward + AdamW
+};
+
+/// Plans the buffers of a run without allocating anything.
+MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes = 4);
+
+/// Human-readable size: "1.23 GiB", "456.0 MiB", "12.0 KiB", "7 B".
+std::string format_bytes(std::int64_t bytes);
+
+}  // namespace ktune::model

@@ -1,0 +1,51 @@
+// Training and evaluation loops of the cpu backend, for `ktune train` and
+// `ktune eval` (which only parse arguments and print).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "templates/adamw/reference.hpp"
+
+namespace ktune::model {
+
+/// What a run reads. Tokens come from `tokens_file` (uint16) when set, else
+/// the synthetic stream.
+struct RunOptions {
+  ModelConfig model;
+  RunShape shape{4, 32};
+  unsigned threads = 1;
+  std::uint64_t seed = 0;           ///< parameter init and batch sampling
+  std::string weights;              ///< safetensors to start from (empty: init)
+  std::string tokens_file;          ///< uint16 tokens (empty: synthetic)
+};
+
+struct TrainOptions : RunOptions {
+  std::int64_t steps = 100;
+  templates::adamw::AdamwHyper hyper{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1};
+  std::string save;                 ///< safetensors written after the last step (empty: none)
+};
+
+struct StepRecord {
+  std::int64_t step = 0;  ///< from 1
+  double loss = 0;        ///< loss of the batch before this step's update
+  double seconds = 0;     ///< forward + backward + AdamW
+};
+
+/// Trains for options.steps steps; calls on_step after each.
+std::vector<StepRecord> train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {});
+
+struct EvalResult {
+  double loss = 0;
+  std::vector<std::pair<std::string, double>> grad_norms;  ///< L2 norm per parameter, state-dict order
+  double grad_norm_total = 0;                              ///< L2 norm of all gradients
+};
+
+/// Loss on one batch (the first the sampler draws for options.seed); with
+/// `gradients`, also the per-parameter gradient norms.
+EvalResult evaluate(const RunOptions& options, bool gradients);
+
+}  // namespace ktune::model

@@ -1,0 +1,98 @@
+// The CS336 Transformer LM on the cpu backend: token embedding; `layers`
+// pre-norm blocks [RMSNorm -> causal MHA with RoPE -> residual; RMSNorm ->
+// SwiGLU -> residual]; final RMSNorm; untied LM head; mean cross-entropy.
+// Every buffer follows the static memory plan (memory_plan.hpp) and is
+// allocated once; the ops are the families' CPU references
+// (templates/<family>/reference.hpp) split over threads, and OpenBLAS GEMMs.
+// Templated on the value type: float for runs, double for gradient checks.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/memory_plan.hpp"
+#include "model/parallel.hpp"
+#include "model/parameters.hpp"
+
+namespace ktune::model {
+
+/// What a model instance is allocated for.
+enum class Mode {
+  kForwardOnly,  ///< one block's activations, reused by every block; no gradients
+  kTrain,        ///< every block's activations kept, gradients and backward workspace
+};
+
+template <class T>
+class Transformer {
+ public:
+  /// Allocates every buffer of the plan for (config, shape, threads).
+  /// Parameters start at the CS336 initialisation with seed 0.
+  Transformer(const ModelConfig& config, const RunShape& shape, Mode mode, unsigned threads);
+  ~Transformer();
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const RunShape& shape() const { return shape_; }
+  Mode mode() const { return mode_; }
+  const ParameterLayout& layout() const { return layout_; }
+  const MemoryPlan& plan() const { return plan_; }
+  unsigned threads() const { return parallel_.threads(); }
+  Parallel& parallel() { return parallel_; }
+
+  /// Flat parameter and gradient buffers, layout().total elements each
+  /// (gradients are empty when forward-only).
+  std::span<T> parameters() { return params_; }
+  std::span<const T> parameters() const { return params_; }
+  std::span<T> gradients() { return grads_; }
+  std::span<const T> gradients() const { return grads_; }
+  /// One tensor of the parameters or gradients, by state-dict name.
+  std::span<T> parameter(const std::string& name);
+  std::span<T> gradient(const std::string& name);
+
+  /// Re-initialises the parameters (CS336 initialisation).
+  void init_parameters(std::uint64_t seed);
+
+  /// Runs the forward pass on tokens and next-token targets, both (batch,
+  /// context) int32 in [0, vocab), and returns the mean cross-entropy.
+  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+
+  /// Writes the gradients of the last forward's mean loss (overwriting, not
+  /// accumulating). Needs Mode::kTrain and a forward first.
+  void backward();
+
+  /// Bytes this instance allocated (parameters, gradients, activations,
+  /// workspace, inputs): equals the plan's peak for its mode.
+  std::int64_t allocated_bytes() const;
+
+ private:
+  T* act(std::int64_t layer);  // start of a block's activation slot
+  void forward_block(std::int64_t l);
+  void backward_block(std::int64_t l);
+  // RMSNorm backward over all rows with per-thread weight gradients, summed
+  // into dw; writes dx.
+  void norm_backward(const T* x, const T* w, const T* rstd, const T* dy, T* dx, T* dw);
+
+  ModelConfig config_;
+  RunShape shape_;
+  Mode mode_;
+  Parallel parallel_;
+  ParameterLayout layout_;
+  MemoryPlan plan_;
+  LayerLayout ll_;
+  FinalLayout fl_;
+  WorkspaceLayout wl_;
+  std::vector<T> params_, grads_;
+  std::vector<T> layer_acts_;  // (slots, ll_.size): slots = layers when training, else 1
+  std::vector<T> final_acts_;  // (fl_.size)
+  std::vector<T> work_;        // (wl_.size)
+  std::vector<std::int32_t> tokens_, targets_;  // (batch, context) each
+  bool have_forward_ = false;
+};
+
+extern template class Transformer<float>;
+extern template class Transformer<double>;
+
+}  // namespace ktune::model

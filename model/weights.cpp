@@ -1,0 +1,94 @@
+// Model weights in safetensors (see weights.hpp).
+#include "model/weights.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "base/error.hpp"
+
+namespace ktune::model {
+
+namespace {
+
+std::string shape_str(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+}  // namespace
+
+std::vector<double> tensor_values(const SafeTensor& t, const std::string& name) {
+  std::vector<double> out(t.numel());
+  if (t.dtype == "F32") {
+    std::vector<float> f(t.numel());
+    std::memcpy(f.data(), t.bytes.data(), f.size() * sizeof(float));
+    for (std::size_t i = 0; i < f.size(); ++i) out[i] = f[i];
+  } else if (t.dtype == "F64") {
+    std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(double));
+  } else {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("tensor '{}' is {}; only F32 and F64 are read", name, t.dtype));
+  }
+  return out;
+}
+
+template <class T>
+void load_weights(Transformer<T>& model, const TensorFile& file, const std::string& source) {
+  for (const auto& info : model.layout().tensors) {
+    auto it = file.tensors.find(info.name);
+    KTUNE_REQUIRE(it != file.tensors.end(), fmt::format("{} has no tensor '{}' (model {} needs {} tensors)", source,
+                                                        info.name, model.config().name, model.layout().tensors.size()));
+    const SafeTensor& t = it->second;
+    KTUNE_REQUIRE(t.shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}", info.name,
+                                                     source, shape_str(t.shape), model.config().name,
+                                                     shape_str(info.shape)));
+    KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64",
+                  fmt::format("tensor '{}' in {} is {}; only F32 and F64 are read", info.name, source, t.dtype));
+    const auto values = tensor_values(t, info.name);
+    auto dst = model.parameter(info.name);
+    for (std::size_t i = 0; i < values.size(); ++i) dst[i] = static_cast<T>(values[i]);
+  }
+}
+
+template <class T>
+void load_weights(Transformer<T>& model, const std::filesystem::path& path) {
+  load_weights(model, read_safetensors(path), path.string());
+}
+
+template <class T>
+TensorFile weights_file(const Transformer<T>& model) {
+  TensorFile file;
+  const auto& c = model.config();
+  file.metadata = {{"format", "pt"},
+                   {"model", c.name},
+                   {"vocab_size", std::to_string(c.vocab)},
+                   {"d_model", std::to_string(c.d_model)},
+                   {"d_ff", std::to_string(c.d_ff)},
+                   {"num_layers", std::to_string(c.layers)},
+                   {"num_heads", std::to_string(c.heads)},
+                   {"rope_theta", fmt::format("{}", c.rope_theta)}};
+  const auto params = model.parameters();
+  for (const auto& info : model.layout().tensors) {
+    SafeTensor t;
+    t.dtype = "F32";
+    t.shape = info.shape;
+    std::vector<float> f(info.numel);
+    for (std::int64_t i = 0; i < info.numel; ++i) f[i] = static_cast<float>(params[info.offset + i]);
+    t.bytes.assign(reinterpret_cast<const char*>(f.data()), f.size() * sizeof(float));
+    file.add(info.name, std::move(t));
+  }
+  return file;
+}
+
+template <class T>
+void save_weights(const Transformer<T>& model, const std::filesystem::path& path) {
+  write_safetensors(path, weights_file(model));
+}
+
+template void load_weights<float>(Transformer<float>&, const TensorFile&, const std::string&);
+template void load_weights<double>(Transformer<double>&, const TensorFile&, const std::string&);
+template void load_weights<float>(Transformer<float>&, const std::filesystem::path&);
+template void load_weights<double>(Transformer<double>&, const std::filesystem::path&);
+template TensorFile weights_file<float>(const Transformer<float>&);
+template TensorFile weights_file<double>(const Transformer<double>&);
+template void save_weights<float>(const Transformer<float>&, const std::filesystem::path&);
+template void save_weights<double>(const Transformer<double>&, const std::filesystem::path&);
+
+}  // namespace ktune::model

@@ -1,0 +1,30 @@
+// A Transformer's parameters to and from safetensors, under the PyTorch
+// state-dict names of the CS336 model (token_embeddings.weight,
+// layers.{i}.attn.q_proj.weight, ..., lm_head.weight).
+#pragma once
+#include <filesystem>
+
+#include "model/safetensors.hpp"
+#include "model/transformer.hpp"
+
+namespace ktune::model {
+
+/// Copies every parameter from `file` (F32 or F64 tensors; extra tensors are
+/// ignored). Throws kInvalidInput naming the tensor and `source` for a
+/// missing tensor, a wrong shape or an unsupported dtype.
+template <class T>
+void load_weights(Transformer<T>& model, const TensorFile& file, const std::string& source);
+template <class T>
+void load_weights(Transformer<T>& model, const std::filesystem::path& path);
+
+/// Every parameter as an F32 tensor, in state-dict order, with the config in
+/// the metadata.
+template <class T>
+TensorFile weights_file(const Transformer<T>& model);
+template <class T>
+void save_weights(const Transformer<T>& model, const std::filesystem::path& path);
+
+/// Reads an F32/F64 tensor as doubles (any shape); throws for other dtypes.
+std::vector<double> tensor_values(const SafeTensor& t, const std::string& name);
+
+}  // namespace ktune::model

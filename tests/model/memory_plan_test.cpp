@@ -1,0 +1,49 @@
+#include "model/memory_plan.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "base/error.hpp"
+#include "model/optimizer.hpp"
+#include "model/transformer.hpp"
+
+using namespace ktune::model;
+
+TEST_CASE("named configs match the seeds and bad ones are rejected", "[model][config]") {
+  CHECK(model_config("small").parameter_count() == 128625408);
+  CHECK(model_config("2.7B").d_ff == 10240);
+  CHECK(model_config("xl").head_dim() == 64);
+  CHECK(model_config("2.7B").head_dim() == 80);
+  CHECK_THROWS_WITH(model_config("huge"), Catch::Contains("unknown model 'huge'") && Catch::Contains("small"));
+  ModelConfig c = model_config("tiny");
+  c.heads = 3;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("must divide d_model"));
+  c.heads = 32;  // head dim 2 is fine, 64/64 = 1 is odd
+  CHECK_NOTHROW(c.validate());
+  c.heads = 64;
+  CHECK_THROWS_WITH(c.validate(), Catch::Contains("even"));
+}
+
+TEST_CASE("the memory plan is what the cpu backend allocates", "[model][memory]") {
+  const ModelConfig c = model_config("tiny");
+  const RunShape shape{3, 16};
+  Transformer<float> train(c, shape, Mode::kTrain, 2);
+  Transformer<float> infer(c, shape, Mode::kForwardOnly, 2);
+  const MemoryPlan p = plan_memory(c, shape, 2);
+  CHECK(train.allocated_bytes() == p.peak_forward_backward());
+  CHECK(infer.allocated_bytes() == p.peak_forward());
+  AdamW opt(train.layout().total, {});
+  CHECK(train.allocated_bytes() + opt.state_bytes() == p.peak_step());
+  CHECK(p.parameters == c.parameter_count() * 4);
+  CHECK(p.optimizer_state == 2 * p.parameters);
+}
+
+TEST_CASE("memory plan of xl at ctx 256 has the expected magnitudes", "[model][memory]") {
+  const MemoryPlan p = plan_memory(model_config("xl"), RunShape{4, 256}, 2);
+  // 1.64e9 parameters (untied head): 6.6 GB each for params and grads.
+  CHECK(p.parameters == model_config("xl").parameter_count() * 4);
+  CHECK(p.parameters > 6'000'000'000LL);
+  CHECK(p.activations_backward > 48 * p.per_layer_activations);
+  CHECK(p.peak_step() == p.peak_forward_backward() + p.optimizer_state);
+  CHECK(p.peak_forward() < p.peak_forward_backward());
+  CHECK(format_bytes(3 * 1024 * 1024) == "3.0 MiB");
+}

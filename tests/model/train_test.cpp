@@ -1,0 +1,53 @@
+#include "model/train.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "model/transformer.hpp"
+#include "model/weights.hpp"
+#include "support.hpp"
+
+using namespace ktune::model;
+
+TEST_CASE("training tiny for 200 steps on the synthetic stream at least halves the loss", "[model][train]") {
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{4, 32};
+  o.threads = 2;
+  o.steps = 200;
+  o.save = (ktune::test::scratch_dir("train") / "tiny.safetensors").string();
+  const auto records = train(o);
+  REQUIRE(records.size() == 200);
+  double last = 0;
+  for (std::size_t i = 190; i < 200; ++i) last += records[i].loss / 10;
+  INFO("first " << records.front().loss << ", last 10 mean " << last);
+  CHECK(last < 0.5 * records.front().loss);
+
+  // The saved weights carry the training: their loss on the same stream is low.
+  RunOptions e;
+  e.model = o.model;
+  e.shape = o.shape;
+  e.threads = 2;
+  const double random_init = evaluate(e, false).loss;
+  e.weights = o.save;
+  const double trained = evaluate(e, false).loss;
+  CHECK(trained < 0.5 * random_init);
+}
+
+TEST_CASE("the `ktune train` and `ktune eval` commands run end to end", "[model][cli]") {
+  if (!std::filesystem::exists(ktune::test::ktune_exe())) {
+    WARN("ktune executable not built; skipping the command test");
+    return;
+  }
+  const auto dir = ktune::test::scratch_dir("train-cli");
+  std::string out;
+  const std::string exe = ktune::test::ktune_exe().string();
+  REQUIRE(ktune::test::run_command(exe + " train --model tiny --steps 3 --threads 1 --save " +
+                                       (dir / "w.safetensors").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("step     3  loss"));
+  REQUIRE(ktune::test::run_command(exe + " eval --model tiny --threads 1 --weights " +
+                                       (dir / "w.safetensors").string() + " --dump " + (dir / "g.json").string(),
+                                   &out) == 0);
+  CHECK(std::filesystem::exists(dir / "g.json"));
+  CHECK(ktune::test::run_command(exe + " train --model nope --steps 1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown model 'nope'"));
+}
