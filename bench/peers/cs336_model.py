@@ -1,0 +1,129 @@
+"""The CS336 Transformer LM in plain PyTorch, as DESIGN.md "The model" states it:
+token embedding; pre-norm blocks [RMSNorm -> causal MHA with RoPE (theta
+10000, interleaved pairs) -> residual; RMSNorm -> SwiGLU -> residual]; final
+RMSNorm; untied LM head; no biases; mean cross-entropy. Parameter names are
+the state-dict names ktune's safetensors use. Shared by the CPU peer
+(torch_cpu_e2e.py) and the golden-fixture generator (tests/model/make_golden.py).
+"""
+import json
+import math
+import struct
+
+import torch
+import torch.nn as nn
+
+SIZES = {  # name: (vocab, d_model, d_ff, layers, heads), seeds/README.md plus tiny
+    "small": (10000, 768, 3072, 12, 12),
+    "medium": (10000, 1024, 4096, 24, 16),
+    "large": (10000, 1280, 5120, 36, 20),
+    "xl": (10000, 1600, 6400, 48, 25),
+    "2.7B": (10000, 2560, 10240, 32, 32),
+    "tiny": (128, 64, 192, 2, 4),
+}
+
+
+class Linear(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        std = math.sqrt(2.0 / (d_in + d_out))
+        self.weight = nn.Parameter(nn.init.trunc_normal_(torch.empty(d_out, d_in), 0.0, std, -3 * std, 3 * std))
+
+    def forward(self, x):
+        return x @ self.weight.T
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rope(x, theta):
+    """x (B, H, T, D): rotate pairs (x[2i], x[2i+1]) by pos * theta^(-2i/D)."""
+    T, D = x.shape[-2], x.shape[-1]
+    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+
+
+class Attention(nn.Module):
+    def __init__(self, d, heads, theta):
+        super().__init__()
+        self.heads, self.theta = heads, theta
+        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        H, D = self.heads, C // self.heads
+        q, k, v = (p(x).view(B, T, H, D).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        q, k = rope(q, self.theta), rope(k, self.theta)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D)
+        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
+        return self.output_proj((probs @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d, d_ff):
+        super().__init__()
+        self.w1, self.w2, self.w3 = Linear(d, d_ff), Linear(d_ff, d), Linear(d, d_ff)
+
+    def forward(self, x):
+        a = self.w1(x)
+        return self.w2(a * torch.sigmoid(a) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, d, d_ff, heads, theta):
+        super().__init__()
+        self.ln1, self.attn = RMSNorm(d), Attention(d, heads, theta)
+        self.ln2, self.ffn = RMSNorm(d), SwiGLU(d, d_ff)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+
+
+class TransformerLM(nn.Module):
+    def __init__(self, vocab, d_model, d_ff, layers, heads, theta=10000.0):
+        super().__init__()
+        self.token_embeddings = nn.Embedding(vocab, d_model)
+        nn.init.trunc_normal_(self.token_embeddings.weight, 0.0, 1.0, -3.0, 3.0)
+        self.layers = nn.ModuleList(Block(d_model, d_ff, heads, theta) for _ in range(layers))
+        self.ln_final = RMSNorm(d_model)
+        self.lm_head = Linear(d_model, vocab)
+
+    def forward(self, tokens):
+        x = self.token_embeddings(tokens)
+        for block in self.layers:
+            x = block(x)
+        return self.lm_head(self.ln_final(x))
+
+
+def loss_fn(model, tokens, targets):
+    logits = model(tokens)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def save_safetensors(path, tensors, metadata=None):
+    """Writes {name: tensor} (float32 or int32) in the safetensors format."""
+    header, blobs, offset = {}, [], 0
+    if metadata:
+        header["__metadata__"] = metadata
+    for name, t in tensors.items():
+        t = t.detach().contiguous().cpu()
+        dtype = {torch.float32: "F32", torch.float64: "F64", torch.int32: "I32"}[t.dtype]
+        raw = t.numpy().tobytes() if hasattr(t, "numpy") else bytes(t.untyped_storage())
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":"))
+    text += " " * ((8 - (8 + len(text)) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text.encode() + b"".join(blobs))
