@@ -1,14 +1,152 @@
 // kt.cuh: the device API every kernel template uses, and nothing else.
-// On the GPU (nvcc, NVRTC) these are CUDA's own types and intrinsics; the
-// emulation backend supplies the same names on the host (KT_EMULATION), so
-// one rendered source runs on both.
+// On the GPU (nvcc, NVRTC) these are CUDA's own types and intrinsics plus the
+// kt:: wrappers below (inline PTX for mma.sync, ldmatrix, cp.async); the
+// emulation backend supplies the same names on the host, so one rendered
+// source runs on both.
+//
+// Emulation: the backend defines KT_EMULATION and compiles the host half,
+// templates/common/kt_emu.hpp (with kt_emu_types.hpp, kt_emu_mma.hpp,
+// kt_emu_abi.hpp), ahead of the rendered text, as `-include` would. This file
+// never includes those headers, so they are never part of the GPU text.
+//
+// Beyond plain C++ a template may use: threadIdx/blockIdx/blockDim/gridDim,
+// warpSize, __syncthreads(_count/_and/_or), __syncwarp, __shfl(_xor/_down/_up)_sync,
+// __ballot/__any/__all_sync, __reduce_{add,min,max}_sync, atomicAdd/Sub/Exch/
+// Min/Max/And/Or/Xor/CAS, static __shared__ variables and
+// kt::dynamic_shared<T>() (never `extern __shared__`), __ldg, the vector
+// types (float2, float4, int4, ...), __nv_bfloat16/__half and their
+// conversions, the fast-math intrinsics (__expf, rsqrtf, __fdividef, ...),
+// the bit intrinsics (__popc, __clz, __ffs, __brev, __byte_perm, ...), and
+// the kt:: functions of this file.
 #pragma once
 
-#if !defined(KT_EMULATION)
+#if defined(KT_EMULATION)
+#if !defined(KT_EMU_HPP)
+#error "KT_EMULATION is defined but the host half (kt_emu.hpp) was not compiled first"
+#endif
+#else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #define KT_DEVICE __device__ __forceinline__
+
+namespace kt {
+
+/// The block's dynamic shared memory (Launch::dynamic_smem bytes), 16-byte aligned.
+template <class T>
+KT_DEVICE T* dynamic_shared() {
+  extern __shared__ __align__(16) unsigned char kt_dynamic_smem[];
+  return reinterpret_cast<T*>(kt_dynamic_smem);
+}
+
+// ---- warp-level matrix ops (sm_80+) -------------------------------------------
+// Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16 / mma.m16n8k8".
+
+/// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d = a * b + c.
+KT_DEVICE void mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+/// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32.
+KT_DEVICE void mma_m16n8k16_f16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+/// mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32.
+KT_DEVICE void mma_m16n8k8_bf16(float d[4], const unsigned a[2], const unsigned b[1], const float c[4]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};\n"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+/// mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32.
+KT_DEVICE void mma_m16n8k8_f16(float d[4], const unsigned a[2], const unsigned b[1], const float c[4]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%8,%9,%10};\n"
+               : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(b[0]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+}
+/// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32; registers hold tf32 values (see float_to_tf32).
+KT_DEVICE void mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+/// cvt.rna.tf32.f32: round to the nearest tf32, ties away from zero; the result is fp32 bits.
+KT_DEVICE unsigned float_to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+KT_DEVICE unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+/// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16; `row` is this lane's row address.
+KT_DEVICE void ldmatrix_x1(unsigned d[1], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(d[0]) : "r"(smem_address(row)));
+}
+KT_DEVICE void ldmatrix_x2(unsigned d[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(d[0]), "=r"(d[1])
+               : "r"(smem_address(row)));
+}
+KT_DEVICE void ldmatrix_x4(unsigned d[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(smem_address(row)));
+}
+KT_DEVICE void ldmatrix_x1_trans(unsigned d[1], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(d[0]) : "r"(smem_address(row)));
+}
+KT_DEVICE void ldmatrix_x2_trans(unsigned d[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(d[0]), "=r"(d[1])
+               : "r"(smem_address(row)));
+}
+KT_DEVICE void ldmatrix_x4_trans(unsigned d[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(smem_address(row)));
+}
+
+/// cp.async.{ca,cg}.shared.global: complete at the covering cp_async_wait.
+KT_DEVICE void cp_async_4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_address(smem)), "l"(gmem));
+}
+KT_DEVICE void cp_async_8(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_address(smem)), "l"(gmem));
+}
+KT_DEVICE void cp_async_16(void* smem, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(smem)), "l"(gmem));
+}
+/// 16-byte copy reading only `src_bytes` (0..16) and zero-filling the rest.
+KT_DEVICE void cp_async_16_zfill(void* smem, const void* gmem, unsigned src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+/// cp.async.commit_group.
+KT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/// cp.async.wait_group N: all but the N most recent committed groups are complete.
+template <int N>
+KT_DEVICE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+/// cp.async.wait_all: every copy, committed or not, is complete.
+KT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
+}  // namespace kt
+#endif  // KT_EMULATION
+
+// ---- both backends: helpers written with the names above ----------------------------
 
 namespace kt {
 
@@ -33,5 +171,42 @@ KT_DEVICE long long global_thread_x() {
   return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 
+/// Lane within the warp and warp within the block, for 1-D blocks.
+KT_DEVICE unsigned lane_id() { return threadIdx.x % 32u; }
+KT_DEVICE unsigned warp_id() { return threadIdx.x / 32u; }
+
+/// Two 16-bit values packed in one register, `lo` in the low half (an mma operand).
+KT_DEVICE unsigned pack2(bf16 lo, bf16 hi) {
+  return static_cast<unsigned>(__bfloat16_as_ushort(lo)) | static_cast<unsigned>(__bfloat16_as_ushort(hi)) << 16;
+}
+KT_DEVICE unsigned pack2(f16 lo, f16 hi) {
+  return static_cast<unsigned>(__half_as_ushort(lo)) | static_cast<unsigned>(__half_as_ushort(hi)) << 16;
+}
+
+/// Sum / max / min over the 32 lanes of a full warp; every lane gets the result.
+template <class T>
+KT_DEVICE T warp_sum(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+template <class T>
+KT_DEVICE T warp_max(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const T o = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = o > v ? o : v;
+  }
+  return v;
+}
+template <class T>
+KT_DEVICE T warp_min(T v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const T o = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = o < v ? o : v;
+  }
+  return v;
+}
+
 }  // namespace kt
-#endif  // !KT_EMULATION

@@ -1,0 +1,341 @@
+// Host half of the device API (kt.cuh): the CUDA names a template may use,
+// implemented on the CPU for the emulation backend (tuner/emu_*.cpp).
+//
+// How it is used: the emulation backend compiles
+//     #define KT_EMULATION 1
+//     <this header, its quoted includes expanded>
+//     <the rendered source, exactly as NVRTC sees it>
+//     <one trampoline per kernel name expression>
+// with the host C++ compiler into a shared object. kt.cuh skips its GPU half
+// when KT_EMULATION is defined, so nothing of this header is part of the GPU
+// text: render.cpp only expands quoted includes, and kt.cuh never includes
+// the kt_emu*.hpp files (the `.hpp` files are embedded for the backend only).
+//
+// Model: every CUDA thread is a fiber; the runner switches fibers at block
+// barriers and warp collectives (see kt_emu_abi.hpp). `__shared__` variables
+// are `static thread_local`: all fibers of a block run on one OS thread, one
+// block at a time, so each OS thread's copy is the running block's shared
+// memory. Dynamic shared memory comes from kt::dynamic_shared<T>().
+#pragma once
+#define KT_EMU_HPP 1
+
+#include <math.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <type_traits>
+#include <utility>
+
+#include "common/kt_emu_abi.hpp"
+#include "common/kt_emu_types.hpp"
+
+// ---- qualifiers ---------------------------------------------------------------
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __constant__
+#define __managed__
+#define __shared__ static thread_local
+#define __align__(n) __attribute__((aligned(n)))
+#define KT_DEVICE inline
+
+namespace kt::emu {
+namespace detail {
+inline thread_local Thread* current = nullptr;
+}
+/// The running emulated thread.
+inline Thread* self() { return detail::current; }
+}  // namespace kt::emu
+
+// ---- built-in variables ---------------------------------------------------------
+
+#define threadIdx (::kt::emu::self()->thread_idx)
+#define blockIdx (::kt::emu::self()->block_idx)
+#define blockDim (::kt::emu::self()->block_dim)
+#define gridDim (::kt::emu::self()->grid_dim)
+inline constexpr int warpSize = 32;
+
+// ---- block barrier, fences ---------------------------------------------------------
+
+inline void __syncthreads() {
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->sync_threads(t);
+}
+inline int __syncthreads_count(int predicate) {
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  return t->host->sync_threads_count(t, predicate != 0);
+}
+inline int __syncthreads_and(int predicate) {
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  const int n = static_cast<int>(t->block_dim.x * t->block_dim.y * t->block_dim.z);
+  return __syncthreads_count(predicate) == n;
+}
+inline int __syncthreads_or(int predicate) { return __syncthreads_count(predicate) != 0; }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+[[noreturn]] inline void __trap() {
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->fail(t, "__trap() called");
+  __builtin_unreachable();
+}
+inline void __nanosleep(unsigned) {}
+inline long long clock64() {
+  static thread_local long long ticks = 0;
+  return ticks += 1000;
+}
+
+// ---- warp collectives -------------------------------------------------------------
+
+namespace kt::emu {
+
+/// Every lane of `mask` contributes `value` and receives all 32 contributions.
+template <class T>
+inline void warp_gather(unsigned mask, const T& value, T (&all)[32]) {
+  static_assert(sizeof(T) <= kMaxExchangeBytes, "warp exchange payloads are at most 64 bytes");
+  Thread* t = self();
+  t->host->warp_exchange(t, mask, &value, sizeof(T), all);
+}
+
+template <class T>
+inline T shuffle_from(unsigned mask, T var, unsigned src_lane) {
+  static_assert(sizeof(T) <= 16, "__shfl_*_sync moves values of up to 16 bytes");
+  T all[32];
+  warp_gather(mask, var, all);
+  return all[src_lane & 31u];
+}
+
+}  // namespace kt::emu
+
+template <class T>
+inline T __shfl_sync(unsigned mask, T var, int src_lane, int width = warpSize) {
+  const unsigned lane = ::kt::emu::self()->lane;
+  const unsigned base = lane & ~static_cast<unsigned>(width - 1);
+  return ::kt::emu::shuffle_from(mask, var, base + (static_cast<unsigned>(src_lane) & (width - 1)));
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned mask, T var, int lane_mask, int width = warpSize) {
+  const unsigned lane = ::kt::emu::self()->lane;
+  unsigned src = lane ^ static_cast<unsigned>(lane_mask);
+  if (src >= ((lane + width) & ~static_cast<unsigned>(width - 1))) src = lane;
+  return ::kt::emu::shuffle_from(mask, var, src);
+}
+template <class T>
+inline T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+  const unsigned lane = ::kt::emu::self()->lane;
+  const unsigned src = (lane & (width - 1)) + delta < static_cast<unsigned>(width) ? lane + delta : lane;
+  return ::kt::emu::shuffle_from(mask, var, src);
+}
+template <class T>
+inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+  const unsigned lane = ::kt::emu::self()->lane;
+  const unsigned src = (lane & (width - 1)) >= delta ? lane - delta : lane;
+  return ::kt::emu::shuffle_from(mask, var, src);
+}
+
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  unsigned char all[32];
+  ::kt::emu::warp_gather(mask, static_cast<unsigned char>(predicate != 0), all);
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32; ++l)
+    if ((mask >> l & 1u) && all[l] == 1) bits |= 1u << l;
+  return bits;
+}
+inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  unsigned char all[32];
+  ::kt::emu::warp_gather(mask, static_cast<unsigned char>(0), all);
+}
+
+#define KT_EMU_WARP_REDUCE(name, T, op)                \
+  inline T name(unsigned mask, T value) {              \
+    T all[32];                                         \
+    ::kt::emu::warp_gather(mask, value, all);          \
+    bool first = true;                                 \
+    T r{};                                             \
+    for (unsigned l = 0; l < 32; ++l) {                \
+      if (!(mask >> l & 1u)) continue;                 \
+      r = first ? all[l] : op;                         \
+      first = false;                                   \
+    }                                                  \
+    return r;                                          \
+  }
+KT_EMU_WARP_REDUCE(__reduce_add_sync, unsigned, r + all[l])
+KT_EMU_WARP_REDUCE(__reduce_add_sync, int, r + all[l])
+KT_EMU_WARP_REDUCE(__reduce_min_sync, unsigned, all[l] < r ? all[l] : r)
+KT_EMU_WARP_REDUCE(__reduce_min_sync, int, all[l] < r ? all[l] : r)
+KT_EMU_WARP_REDUCE(__reduce_max_sync, unsigned, all[l] > r ? all[l] : r)
+KT_EMU_WARP_REDUCE(__reduce_max_sync, int, all[l] > r ? all[l] : r)
+#undef KT_EMU_WARP_REDUCE
+
+// ---- atomics (relaxed, device scope, as CUDA's atomic* functions) ------------------
+
+#define KT_EMU_ATOMIC_INT(T)                                                                              \
+  inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }                    \
+  inline T atomicSub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }                    \
+  inline T atomicExch(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }                  \
+  inline T atomicAnd(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); }                    \
+  inline T atomicOr(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }                      \
+  inline T atomicXor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED); }                    \
+  inline T atomicCAS(T* p, T compare, T v) {                                                              \
+    __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);               \
+    return compare;                                                                                       \
+  }                                                                                                       \
+  inline T atomicMax(T* p, T v) {                                                                         \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                                         \
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
+      ;                                                                                                   \
+    return old;                                                                                           \
+  }                                                                                                       \
+  inline T atomicMin(T* p, T v) {                                                                         \
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);                                                         \
+    while (v < old && !__atomic_compare_exchange_n(p, &old, v, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) \
+      ;                                                                                                   \
+    return old;                                                                                           \
+  }
+KT_EMU_ATOMIC_INT(int)
+KT_EMU_ATOMIC_INT(unsigned)
+KT_EMU_ATOMIC_INT(long long)
+KT_EMU_ATOMIC_INT(unsigned long long)
+#undef KT_EMU_ATOMIC_INT
+
+namespace kt::emu {
+/// Floating-point read-modify-write as a compare-and-swap loop on the bits.
+template <class F, class U, class Op>
+inline F atomic_float_rmw(F* p, Op op) {
+  U* bits = reinterpret_cast<U*>(p);
+  U old = __atomic_load_n(bits, __ATOMIC_RELAXED);
+  for (;;) {
+    F old_value, new_value;
+    std::memcpy(&old_value, &old, sizeof(F));
+    new_value = op(old_value);
+    U desired;
+    std::memcpy(&desired, &new_value, sizeof(F));
+    if (__atomic_compare_exchange_n(bits, &old, desired, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return old_value;
+  }
+}
+}  // namespace kt::emu
+
+inline float atomicAdd(float* p, float v) {
+  return ::kt::emu::atomic_float_rmw<float, std::uint32_t>(p, [v](float x) { return x + v; });
+}
+inline double atomicAdd(double* p, double v) {
+  return ::kt::emu::atomic_float_rmw<double, std::uint64_t>(p, [v](double x) { return x + v; });
+}
+inline float atomicExch(float* p, float v) {
+  return ::kt::emu::atomic_float_rmw<float, std::uint32_t>(p, [v](float) { return v; });
+}
+inline float atomicMax(float* p, float v) {
+  return ::kt::emu::atomic_float_rmw<float, std::uint32_t>(p, [v](float x) { return fmaxf(x, v); });
+}
+inline float atomicMin(float* p, float v) {
+  return ::kt::emu::atomic_float_rmw<float, std::uint32_t>(p, [v](float x) { return fminf(x, v); });
+}
+
+// ---- loads, math, bit intrinsics ------------------------------------------------------
+
+template <class T>
+inline T __ldg(const T* p) {
+  return *p;
+}
+template <class T>
+inline T __ldcs(const T* p) {
+  return *p;
+}
+template <class T>
+inline void __stcs(T* p, T v) {
+  *p = v;
+}
+
+template <class A, class B, class = std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>>>
+inline std::common_type_t<A, B> min(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(b) < static_cast<C>(a) ? static_cast<C>(b) : static_cast<C>(a);
+}
+template <class A, class B, class = std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>>>
+inline std::common_type_t<A, B> max(A a, B b) {
+  using C = std::common_type_t<A, B>;
+  return static_cast<C>(a) < static_cast<C>(b) ? static_cast<C>(b) : static_cast<C>(a);
+}
+
+inline float __expf(float x) { return expf(x); }
+inline float __exp10f(float x) { return exp10f(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __log2f(float x) { return log2f(x); }
+inline float __log10f(float x) { return log10f(x); }
+inline float __sinf(float x) { return sinf(x); }
+inline float __cosf(float x) { return cosf(x); }
+inline float __tanf(float x) { return tanf(x); }
+inline void __sincosf(float x, float* s, float* c) {
+  *s = sinf(x);
+  *c = cosf(x);
+}
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline float __frsqrt_rn(float x) { return 1.0f / sqrtf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __saturatef(float x) { return x != x ? 0.0f : (x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x)); }
+
+inline int __float_as_int(float x) { return static_cast<int>(::kt::emu::float_bits(x)); }
+inline unsigned __float_as_uint(float x) { return ::kt::emu::float_bits(x); }
+inline float __int_as_float(int x) { return ::kt::emu::bits_float(static_cast<unsigned>(x)); }
+inline float __uint_as_float(unsigned x) { return ::kt::emu::bits_float(x); }
+inline long long __double_as_longlong(double x) {
+  long long r;
+  std::memcpy(&r, &x, 8);
+  return r;
+}
+inline double __longlong_as_double(long long x) {
+  double r;
+  std::memcpy(&r, &x, 8);
+  return r;
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz(static_cast<unsigned>(x)); }
+inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll(static_cast<unsigned long long>(x)); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline unsigned __brev(unsigned x) {
+  x = ((x >> 1) & 0x55555555u) | ((x & 0x55555555u) << 1);
+  x = ((x >> 2) & 0x33333333u) | ((x & 0x33333333u) << 2);
+  x = ((x >> 4) & 0x0f0f0f0fu) | ((x & 0x0f0f0f0fu) << 4);
+  x = ((x >> 8) & 0x00ff00ffu) | ((x & 0x00ff00ffu) << 8);
+  return (x >> 16) | (x << 16);
+}
+inline unsigned __umulhi(unsigned a, unsigned b) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
+}
+inline int __mulhi(int a, int b) { return static_cast<int>((static_cast<long long>(a) * b) >> 32); }
+inline int __mul24(int a, int b) { return ((a << 8) >> 8) * ((b << 8) >> 8); }
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+  const unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x;
+  unsigned r = 0;
+  for (int i = 0; i < 4; ++i) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
+  return r;
+}
+
+// ---- dynamic shared memory, matrix ops ----------------------------------------------
+
+namespace kt {
+/// The block's dynamic shared memory (Launch::dynamic_smem bytes), 16-byte aligned.
+template <class T>
+inline T* dynamic_shared() {
+  return reinterpret_cast<T*>(emu::self()->dynamic_smem);
+}
+}  // namespace kt
+
+#include "common/kt_emu_mma.hpp"

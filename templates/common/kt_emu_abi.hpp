@@ -1,0 +1,80 @@
+// The contract between an emulated kernel module (a shared object built from
+// rendered source + kt_emu.hpp) and the emulation runner (tuner/emu_*.cpp).
+// Both sides include this header; it holds plain structs and function
+// pointers only, so the module needs no symbol from the runner.
+//
+// Per emulated CUDA thread the runner owns one kt::emu::Thread and tells the
+// module which one is running through the slot returned by the module's
+// kt_emu_current_slot(). Block barriers and warp collectives call back into
+// the runner (Host), which switches fibers.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace kt::emu {
+
+/// Bumped whenever a struct below changes; the runner refuses other modules.
+inline constexpr int kAbiVersion = 1;
+inline constexpr int kWarpSize = 32;
+/// Largest per-lane payload of one warp exchange (an mma operand set is 40 bytes).
+inline constexpr unsigned kMaxExchangeBytes = 64;
+/// Outstanding cp.async copies per thread before the oldest group is forced
+/// to complete (hardware may complete a copy at any time before the wait).
+inline constexpr unsigned kMaxAsyncCopies = 64;
+
+/// CUDA's uint3 (threadIdx, blockIdx) and the value of dim3 (blockDim, gridDim).
+struct U3 {
+  unsigned x, y, z;
+};
+
+struct Thread;
+
+/// Services the runner provides to kernel code. Calls that cannot succeed
+/// (a deadlock, a mask mismatch) do not return: the runner abandons the block.
+struct Host {
+  /// __syncthreads: returns once every thread of the block has arrived.
+  void (*sync_threads)(Thread* self);
+  /// __syncthreads_count: as sync_threads; returns how many threads passed a non-zero predicate.
+  int (*sync_threads_count)(Thread* self, int predicate);
+  /// A warp collective over the lanes in `mask`: each lane contributes `bytes`
+  /// (<= kMaxExchangeBytes) from `mine` and receives every lane's contribution
+  /// in `all` (32 * bytes; lanes outside the mask read as 0xff bytes).
+  void (*warp_exchange)(Thread* self, unsigned mask, const void* mine, unsigned bytes, void* all);
+  /// Ends the block with an error (`__trap`, misuse of an intrinsic); never returns.
+  void (*fail)(Thread* self, const char* message);
+};
+
+/// One pending cp.async: `bytes` are written at `dst`, the first `src_bytes`
+/// of them read from `src`, the rest zero-filled.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  unsigned bytes;
+  unsigned src_bytes;
+  unsigned group;
+};
+
+/// The state of one emulated CUDA thread.
+struct Thread {
+  U3 thread_idx;
+  U3 block_idx;
+  U3 block_dim;
+  U3 grid_dim;
+  unsigned linear;  ///< x + y*bx + z*bx*by within the block
+  unsigned lane;    ///< linear % 32
+  unsigned warp;    ///< linear / 32
+  const Host* host;
+  void* runner;  ///< the runner's block state; opaque to the module
+  unsigned char* dynamic_smem;
+  std::size_t dynamic_smem_bytes;
+  unsigned async_group;  ///< id of the open (not yet committed) cp.async group
+  unsigned async_count;
+  AsyncCopy async[kMaxAsyncCopies];
+};
+
+/// Signatures of the module's exported functions (extern "C").
+using AbiVersionFn = int (*)();                 ///< kt_emu_abi_version
+using CurrentSlotFn = Thread** (*)();           ///< kt_emu_current_slot: this OS thread's slot
+using KernelEntryFn = void (*)(void** args);    ///< kt_emu_kernel_<i>: args as cuLaunchKernel's kernelParams
+
+}  // namespace kt::emu

@@ -1,0 +1,192 @@
+// Host emulation of the warp-level matrix instructions kt.cuh exposes:
+// mma.sync (m16n8k16 bf16/f16, m16n8k8 bf16/f16 and tf32, fp32 accumulate),
+// ldmatrix (x1/x2/x4, .trans) and cp.async with commit/wait groups.
+//
+// Each emulation gathers the warp's registers with one warp exchange and then
+// places elements exactly by the fragment layouts of the PTX ISA ("Matrix
+// Fragments for mma.m16n8k16 / mma.m16n8k8", "ldmatrix"), with
+//   group = lane / 4, tig = lane % 4 (threadID_in_group),
+// and the lower-indexed element of a packed pair in the low 16 bits. A kernel
+// that places fragments any other way gets a wrong product, as on a GPU.
+// Products are exact in fp32; sums run in fp32 in k order starting from C.
+// cp.async copies are deferred until the wait that covers them, so a missing
+// wait reads stale shared memory here too.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+#include "common/kt_emu_abi.hpp"
+#include "common/kt_emu_types.hpp"
+
+namespace kt {
+namespace emu {
+
+/// 16-bit element `half` (0 low, 1 high) of a packed register, as float.
+template <bool BF16>
+inline float unpack16(unsigned r, int half) {
+  const auto bits = static_cast<std::uint16_t>(half ? r >> 16 : r & 0xffffu);
+  return BF16 ? bf16_to_float(bits) : half_to_float(bits);
+}
+/// The tf32 value an mma reads from an fp32 register: the low 13 mantissa bits are ignored.
+inline float tf32_value(unsigned r) { return bits_float(r & 0xffffe000u); }
+
+/// What one lane holds for an mma: A, B, C registers (unused ones zero).
+struct MmaLane {
+  unsigned a[4];
+  unsigned b[2];
+  float c[4];
+};
+
+/// Gathers the warp's fragments; every lane of the warp must call it.
+inline void mma_gather(const unsigned* a, int na, const unsigned* b, int nb, const float* c, MmaLane (&all)[32]) {
+  MmaLane mine{};
+  for (int i = 0; i < na; ++i) mine.a[i] = a[i];
+  for (int i = 0; i < nb; ++i) mine.b[i] = b[i];
+  for (int i = 0; i < 4; ++i) mine.c[i] = c[i];
+  warp_gather(0xffffffffu, mine, all);
+}
+
+/// D (16x8) = A (16xK) * B (Kx8) + C for K = 16 or 8 with 16-bit inputs.
+template <bool BF16, int K>
+inline void mma_16bit(float d[4], const unsigned* a, const unsigned* b, const float c[4]) {
+  MmaLane all[32];
+  mma_gather(a, K / 4, b, K / 8, c, all);
+  float A[16][K], B[K][8], C[16][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const unsigned g = l / 4, t = l % 4;
+    for (int r = 0; r < K / 4; ++r) {  // a: {row g, g+8} x {k 2t.., 2t+8..}, row half first
+      const unsigned row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
+      A[row][col] = unpack16<BF16>(all[l].a[r], 0);
+      A[row][col + 1] = unpack16<BF16>(all[l].a[r], 1);
+    }
+    for (int r = 0; r < K / 8; ++r) {  // b: k 2t + 8r (+1), n = g
+      B[2 * t + 8 * r][g] = unpack16<BF16>(all[l].b[r], 0);
+      B[2 * t + 8 * r + 1][g] = unpack16<BF16>(all[l].b[r], 1);
+    }
+    for (int i = 0; i < 4; ++i) C[g + 8 * (i >> 1)][2 * t + (i & 1)] = all[l].c[i];
+  }
+  const unsigned lane = self()->lane, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = C[row][col];
+    for (int k = 0; k < K; ++k) acc = fmaf(A[row][k], B[k][col], acc);
+    d[i] = acc;
+  }
+}
+
+/// Deferred cp.async bookkeeping on the running thread.
+inline void async_complete(Thread* t, unsigned before_group) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < t->async_count; ++i) {
+    AsyncCopy& c = t->async[i];
+    if (c.group < before_group) {
+      std::memcpy(c.dst, c.src, c.src_bytes);
+      if (c.bytes > c.src_bytes) std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
+    } else {
+      t->async[kept++] = c;
+    }
+  }
+  t->async_count = kept;
+}
+inline void async_issue(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
+  Thread* t = self();
+  if (t->async_count == kMaxAsyncCopies) async_complete(t, t->async[0].group + 1);
+  if (t->async_count == kMaxAsyncCopies) async_complete(t, t->async_group + 1);
+  t->async[t->async_count++] = AsyncCopy{dst, src, bytes, src_bytes > bytes ? bytes : src_bytes, t->async_group};
+}
+
+/// ldmatrix: lanes 8i..8i+7 give the row addresses of matrix i (8 rows of 8 b16).
+template <int N, bool TRANS>
+inline void ldmatrix(unsigned* d, const void* row) {
+  const void* rows[32];
+  warp_gather(0xffffffffu, row, rows);
+  const unsigned lane = self()->lane, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < N; ++i) {
+    auto element = [&](unsigned r, unsigned c) {
+      std::uint16_t v;
+      std::memcpy(&v, static_cast<const char*>(rows[8 * i + r]) + 2 * c, 2);
+      return static_cast<unsigned>(v);
+    };
+    // Plain: lane holds row g, columns 2t and 2t+1. Transposed: column g of rows 2t, 2t+1.
+    d[i] = TRANS ? element(2 * t, g) | element(2 * t + 1, g) << 16 : element(g, 2 * t) | element(g, 2 * t + 1) << 16;
+  }
+}
+
+}  // namespace emu
+
+// ---- the kt:: API (same signatures as the GPU half of kt.cuh) ---------------------
+
+/// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32: d = a * b + c.
+inline void mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  emu::mma_16bit<true, 16>(d, a, b, c);
+}
+/// mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32.
+inline void mma_m16n8k16_f16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  emu::mma_16bit<false, 16>(d, a, b, c);
+}
+/// mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32.
+inline void mma_m16n8k8_bf16(float d[4], const unsigned a[2], const unsigned b[1], const float c[4]) {
+  emu::mma_16bit<true, 8>(d, a, b, c);
+}
+/// mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32.
+inline void mma_m16n8k8_f16(float d[4], const unsigned a[2], const unsigned b[1], const float c[4]) {
+  emu::mma_16bit<false, 8>(d, a, b, c);
+}
+/// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32; registers hold tf32 values (see float_to_tf32).
+inline void mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+  emu::MmaLane all[32];
+  emu::mma_gather(a, 4, b, 2, c, all);
+  float A[16][8], B[8][8], C[16][8];
+  for (unsigned l = 0; l < 32; ++l) {
+    const unsigned g = l / 4, t = l % 4;
+    for (int r = 0; r < 4; ++r) A[g + 8 * (r & 1)][t + 4 * (r >> 1)] = emu::tf32_value(all[l].a[r]);
+    for (int r = 0; r < 2; ++r) B[t + 4 * r][g] = emu::tf32_value(all[l].b[r]);
+    for (int i = 0; i < 4; ++i) C[g + 8 * (i >> 1)][2 * t + (i & 1)] = all[l].c[i];
+  }
+  const unsigned lane = emu::self()->lane, g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const unsigned row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+    float acc = C[row][col];
+    for (int k = 0; k < 8; ++k) acc = fmaf(A[row][k], B[k][col], acc);
+    d[i] = acc;
+  }
+}
+/// cvt.rna.tf32.f32: round to the nearest tf32, ties away from zero; the result is fp32 bits.
+inline unsigned float_to_tf32(float x) {
+  const unsigned u = emu::float_bits(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return u;  // inf, NaN unchanged
+  return (u + 0x1000u) & 0xffffe000u;
+}
+
+/// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16; `row` is this lane's row address.
+inline void ldmatrix_x1(unsigned d[1], const void* row) { emu::ldmatrix<1, false>(d, row); }
+inline void ldmatrix_x2(unsigned d[2], const void* row) { emu::ldmatrix<2, false>(d, row); }
+inline void ldmatrix_x4(unsigned d[4], const void* row) { emu::ldmatrix<4, false>(d, row); }
+inline void ldmatrix_x1_trans(unsigned d[1], const void* row) { emu::ldmatrix<1, true>(d, row); }
+inline void ldmatrix_x2_trans(unsigned d[2], const void* row) { emu::ldmatrix<2, true>(d, row); }
+inline void ldmatrix_x4_trans(unsigned d[4], const void* row) { emu::ldmatrix<4, true>(d, row); }
+
+/// cp.async.{ca,cg}.shared.global: copies complete at the covering cp_async_wait.
+inline void cp_async_4(void* smem, const void* gmem) { emu::async_issue(smem, gmem, 4, 4); }
+inline void cp_async_8(void* smem, const void* gmem) { emu::async_issue(smem, gmem, 8, 8); }
+inline void cp_async_16(void* smem, const void* gmem) { emu::async_issue(smem, gmem, 16, 16); }
+/// 16-byte copy reading only `src_bytes` (0..16) and zero-filling the rest.
+inline void cp_async_16_zfill(void* smem, const void* gmem, unsigned src_bytes) {
+  emu::async_issue(smem, gmem, 16, src_bytes);
+}
+/// cp.async.commit_group.
+inline void cp_async_commit() { ++emu::self()->async_group; }
+/// cp.async.wait_group N: all but the N most recent committed groups are complete.
+template <int N>
+inline void cp_async_wait() {
+  emu::Thread* t = emu::self();
+  if (t->async_group >= static_cast<unsigned>(N)) emu::async_complete(t, t->async_group - N);
+}
+/// cp.async.wait_all: every copy, committed or not, is complete.
+inline void cp_async_wait_all() {
+  emu::Thread* t = emu::self();
+  ++t->async_group;
+  emu::async_complete(t, ~0u);
+}
+
+}  // namespace kt

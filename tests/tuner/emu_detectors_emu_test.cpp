@@ -1,0 +1,108 @@
+// Errors a GPU would hide or crash on become clear emulation errors, and the
+// process goes on: a barrier not every thread reaches, a warp collective
+// whose lanes never all arrive, out-of-bounds accesses to argument buffers
+// and to dynamic shared memory, __trap().
+#include <catch2/catch.hpp>
+
+#include "tuner/emu_probe.hpp"
+
+namespace {
+
+const char* kProbe = R"(
+__global__ void k_barrier_deadlock(int* out) {
+  if (threadIdx.x < 32) __syncthreads();  // threads 32.. never arrive: a hang on a GPU
+  out[threadIdx.x] = 1;
+}
+__global__ void k_warp_deadlock(int* out) {
+  if (threadIdx.x % 32 < 16) __syncwarp();  // lanes 16..31 never join the full-mask collective
+  out[threadIdx.x] = 1;
+}
+__global__ void k_overrun(float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i <= n) out[i] = 1.0f;  // off by one... and then some: i == n writes past the end
+}
+__global__ void k_far_read(float* out, const float* in) {
+  out[threadIdx.x] = in[threadIdx.x + 1024];
+}
+__global__ void k_smem_overrun(float* out) {
+  float* s = kt::dynamic_shared<float>();
+  s[threadIdx.x] = 1.0f;
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
+__global__ void k_trap(int* out) {
+  if (threadIdx.x == 3) __trap();
+  out[threadIdx.x] = 1;
+}
+)";
+
+enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap };
+
+ktune::test::EmuProbe& probe() {
+  static ktune::test::EmuProbe p(kProbe, {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
+                                          "k_smem_overrun", "k_trap"});
+  return p;
+}
+
+using ktune::templates::ArgPack;
+
+}  // namespace
+
+TEST_CASE("a barrier that not every thread reaches is reported, naming kernel, block and threads", "[emu]") {
+  auto& p = probe();
+  int* out = p.buffer("out", std::vector<int>(64));
+  const auto error = p.launch_error(kBarrier, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out));
+  INFO(error);
+  CHECK(error.rfind("emulation: deadlock in kernel k_barrier_deadlock, block (0,0,0)", 0) == 0);
+  CHECK(error.find("threads 0-31 wait at __syncthreads") != std::string::npos);
+  CHECK(error.find("threads 32-63 have exited") != std::string::npos);
+}
+
+TEST_CASE("a warp collective some lanes never join is reported", "[emu]") {
+  auto& p = probe();
+  int* out = p.buffer("out", std::vector<int>(32));
+  const auto error = p.launch_error(kWarp, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out));
+  INFO(error);
+  CHECK(error.find("deadlock in kernel k_warp_deadlock") != std::string::npos);
+  CHECK(error.find("threads 0-15 wait in a warp collective (mask 0xffffffff; threads 16-31 never joined it)") !=
+        std::string::npos);
+}
+
+TEST_CASE("an out-of-bounds write past a buffer names kernel, thread and offset", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("buffer 'out'", std::vector<float>(256));
+  const auto error = p.launch_error(kOverrun, {2, 1, 1}, {256, 1, 1}, ArgPack().add(out).add(256));
+  INFO(error);
+  CHECK(error.find("out-of-bounds write in kernel k_overrun, block (1,0,0), thread (0,0,0)") != std::string::npos);
+  CHECK(error.find("byte offset 1024 of buffer 'out' (1024 bytes), 1 bytes past its end") != std::string::npos);
+  // The process survives and the executor keeps working.
+  CHECK(p.launch_error(kOverrun, {1, 1, 1}, {255, 1, 1}, ArgPack().add(out).add(255)).empty());
+}
+
+TEST_CASE("an out-of-bounds read far from a buffer is reported", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("out", std::vector<float>(32));
+  const float* in = p.buffer("in", std::vector<float>(32));
+  const auto error = p.launch_error(kFarRead, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out).add(in));
+  INFO(error);
+  CHECK(error.find("in kernel k_far_read") != std::string::npos);
+  CHECK(error.find("out-of-bounds read") != std::string::npos);
+  CHECK(error.find("byte offset 4096 of in (128 bytes)") != std::string::npos);
+}
+
+TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("out", std::vector<float>(64));
+  const auto error = p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 32 * sizeof(float));
+  INFO(error);
+  CHECK(error.find("out-of-bounds write in kernel k_smem_overrun") != std::string::npos);
+  CHECK(error.find("of dynamic shared memory (128 bytes)") != std::string::npos);
+  CHECK(p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 64 * sizeof(float)).empty());
+}
+
+TEST_CASE("__trap ends the launch with an error", "[emu]") {
+  auto& p = probe();
+  int* out = p.buffer("out", std::vector<int>(32));
+  const auto error = p.launch_error(kTrap, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out));
+  CHECK(error == "emulation: __trap() called (kernel k_trap, block (0,0,0), thread (3,0,0))");
+}

@@ -1,0 +1,71 @@
+// Emulated device memory: every buffer a kernel may touch lives in its own
+// mapping, right-aligned against an inaccessible guard page and preceded by
+// one, so an access past either end faults and the fault handler (emu_grid)
+// can name the buffer and the offset. The few bytes between the buffer's end
+// and the guard page (< 16, kept for 16-byte alignment) and the space before
+// its start hold a canary that is checked after each launch.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ktune::tuner::emu {
+
+/// Where a buffer lives, for mapping a faulting address back to it.
+struct Region {
+  std::string name;
+  const std::byte* map_begin = nullptr;  ///< whole mapping, guards included
+  const std::byte* map_end = nullptr;
+  const std::byte* data = nullptr;
+  std::size_t size = 0;
+
+  bool contains(const void* address) const {
+    const auto* p = static_cast<const std::byte*>(address);
+    return p >= map_begin && p < map_end;
+  }
+  /// Signed offset of `address` from the buffer's first byte.
+  long long offset_of(const void* address) const {
+    return static_cast<long long>(static_cast<const std::byte*>(address) - data);
+  }
+};
+
+/// Describes an access at `address` relative to `region`, e.g.
+/// "12 bytes past the end of buffer 'out' (4096 bytes)".
+std::string describe_offset(const Region& region, const void* address);
+
+/// One guarded buffer. Not copyable; movable.
+class GuardedBuffer {
+ public:
+  /// Maps `size` bytes (16-byte aligned start); throws Error(kIo) when mmap fails.
+  GuardedBuffer(std::string name, std::size_t size);
+  ~GuardedBuffer();
+  GuardedBuffer(GuardedBuffer&& other) noexcept;
+  GuardedBuffer& operator=(GuardedBuffer&& other) noexcept;
+  GuardedBuffer(const GuardedBuffer&) = delete;
+  GuardedBuffer& operator=(const GuardedBuffer&) = delete;
+
+  std::byte* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  const Region& region() const { return region_; }
+
+  /// Fills the buffer with `byte` (0xff poisons floats as NaN).
+  void fill(unsigned char byte);
+  /// Empty when the canary around the buffer is intact; else says where it was overwritten.
+  std::string check_canary() const;
+
+ private:
+  void release();
+
+  std::byte* map_ = nullptr;
+  std::size_t map_size_ = 0;
+  std::byte* area_ = nullptr;  // accessible pages
+  std::size_t area_size_ = 0;
+  std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+  Region region_;
+};
+
+/// The canary byte kept around buffers.
+inline constexpr unsigned char kCanary = 0xa5;
+
+}  // namespace ktune::tuner::emu

@@ -1,0 +1,35 @@
+// Emulation modules: rendered kernel source compiled by the host C++
+// compiler (with the host half of kt.cuh in front and one trampoline per
+// kernel name expression behind) into a shared object, cached on disk under
+// env::cache_dir()/emu/<hash>.so and loaded with dlopen.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "templates/common/kt_emu_abi.hpp"
+#include "templates/family.hpp"
+
+namespace ktune::tuner::emu {
+
+/// A loaded module: entry points in Rendered::kernels order. Modules stay
+/// loaded for the life of the process (they are small and shared).
+struct Module {
+  std::string path;                                   ///< the cached .so
+  std::vector<std::string> kernel_names;              ///< name expressions
+  std::vector<kt::emu::KernelEntryFn> kernels;        ///< trampolines
+  kt::emu::CurrentSlotFn current_slot = nullptr;      ///< per-OS-thread "running thread" slot
+  bool from_cache = false;                            ///< loaded without compiling
+};
+
+/// The full host translation unit for `rendered`: what is hashed and compiled.
+std::string emulation_source(const templates::Rendered& rendered);
+
+/// Compiler and options, e.g. "c++ -x c++ -std=c++20 -O1 ...".
+std::string emulation_compile_options();
+
+/// Compiles (or finds in the disk cache) and loads `rendered`. Throws
+/// Error(kCompile) with the compiler's log on failure.
+std::shared_ptr<const Module> load_module(const templates::Rendered& rendered);
+
+}  // namespace ktune::tuner::emu
