@@ -6,7 +6,11 @@
 #include <map>
 
 #include "base/error.hpp"
+#include "search/strategies/annealing.hpp"
+#include "search/strategies/bayes_opt.hpp"
 #include "search/strategies/exhaustive.hpp"
+#include "search/strategies/genetic.hpp"
+#include "search/strategies/random.hpp"
 #include "search/strategy.hpp"
 
 namespace ktune::search {
@@ -16,6 +20,10 @@ using Factory = std::function<std::unique_ptr<Strategy>(const StrategyContext&)>
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
       {"exhaustive", [](const StrategyContext& c) { return std::make_unique<Exhaustive>(c); }},
+      {"random", [](const StrategyContext& c) { return std::make_unique<RandomSample>(c); }},
+      {"genetic", [](const StrategyContext& c) { return std::make_unique<Genetic>(c); }},
+      {"annealing", [](const StrategyContext& c) { return std::make_unique<Annealing>(c); }},
+      {"bayes_opt", [](const StrategyContext& c) { return std::make_unique<BayesOpt>(c); }},
   };
   return f;
 }

@@ -1,0 +1,105 @@
+// `ktune replay`: scores a search strategy on a recorded tuning space (a
+// Kernel Tuner cache file) over many seeded runs, with no GPU.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "search/replay_study.hpp"
+
+namespace ktune::cli {
+namespace {
+
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  for (std::string part; std::getline(ss, part, ',');)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+std::string evals_text(double v, double max_evals) {
+  return std::isfinite(v) ? fmt::format("{:.0f}", v) : fmt::format(">{:.0f}", max_evals);
+}
+
+nlohmann::json quartiles_json(const search::Quartiles& q) {
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  return {{"p25", num(q.p25)}, {"median", num(q.median)}, {"p75", num(q.p75)}};
+}
+
+}  // namespace
+
+void add_replay_command(CLI::App& app, Global& global) {
+  struct Args {
+    std::string dataset;
+    std::string strategies = "random";
+    std::string budgets = "25,50,100,200,400";
+    int runs = 50;
+    std::uint64_t seed = 1;
+    double target = 0.95;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("replay", "Score search strategies on a recorded tuning space (no GPU needed)");
+  cmd->add_option("--dataset", args->dataset, "Kernel Tuner cache file (.json or .json.gz)")->required();
+  cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated")->capture_default_str();
+  cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100) or recorded time (600s)")
+      ->capture_default_str();
+  cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")->capture_default_str();
+  cmd->add_option("--target", args->target, "Fraction of the optimum for the evaluations-to-target column")
+      ->capture_default_str();
+  cmd->callback([args, &global] {
+    search::ReplayEvaluator evaluator(args->dataset);
+    search::ReplayStudyOptions options;
+    for (const auto& b : split_commas(args->budgets)) options.budgets.push_back(search::parse_replay_budget(b));
+    options.runs = args->runs;
+    options.seed = args->seed;
+    options.target = args->target;
+    double max_evals = 0;
+    for (const auto& b : options.budgets)
+      if (!b.is_time) max_evals = std::max(max_evals, b.amount);
+
+    nlohmann::json out = {{"dataset", args->dataset},
+                          {"device", evaluator.device_name()},
+                          {"space_size", evaluator.space().size()},
+                          {"recorded", evaluator.recorded()},
+                          {"recorded_failures", evaluator.recorded_failures()},
+                          {"optimum_ms", evaluator.optimum_ms()},
+                          {"runs", args->runs},
+                          {"target", args->target},
+                          {"strategies", nlohmann::json::array()}};
+    if (!global.json)
+      std::cout << fmt::format("{}: {} on {}, {} points, {} recorded ({} failed), optimum {:.4f} ms, {} runs\n\n",
+                               args->dataset, evaluator.kernel_name(), evaluator.device_name(),
+                               evaluator.space().size(), evaluator.recorded(), evaluator.recorded_failures(),
+                               evaluator.optimum_ms(), args->runs);
+    for (const auto& name : split_commas(args->strategies)) {
+      options.strategy = name;
+      const auto r = search::run_replay_study(evaluator, options);
+      nlohmann::json j = {{"strategy", name},
+                          {"evals_to_target", quartiles_json(r.evals_to_target)},
+                          {"runs_reaching_target", r.runs_reaching_target},
+                          {"wall_s", r.wall_s},
+                          {"budgets", nlohmann::json::array()}};
+      for (const auto& b : r.budgets)
+        j["budgets"].push_back({{"budget", b.budget.label}, {"fraction_of_optimum", quartiles_json(b.fraction)}});
+      out["strategies"].push_back(j);
+      if (global.json) continue;
+      std::cout << fmt::format("strategy {}  ({:.1f} s)\n", name, r.wall_s);
+      std::cout << fmt::format("  {:>8}  {:>8}  {:>8}  {:>8}   (fraction of optimum)\n", "budget", "median", "p25",
+                               "p75");
+      for (const auto& b : r.budgets)
+        std::cout << fmt::format("  {:>8}  {:>8.3f}  {:>8.3f}  {:>8.3f}\n", b.budget.label, b.fraction.median,
+                                 b.fraction.p25, b.fraction.p75);
+      std::cout << fmt::format("  evaluations to {:.0f}% of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n\n",
+                               args->target * 100, evals_text(r.evals_to_target.median, max_evals),
+                               evals_text(r.evals_to_target.p25, max_evals),
+                               evals_text(r.evals_to_target.p75, max_evals), r.runs_reaching_target, r.runs);
+    }
+    if (global.json) std::cout << out.dump(2) << "\n";
+  });
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,119 @@
+// Kernel Tuner cache files: gzip-aware reading and writing.
+#include "search/kt_format.hpp"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+
+namespace ktune::search {
+using nlohmann::json;
+
+namespace {
+std::string read_maybe_gzip(const std::filesystem::path& file) {
+  gzFile in = gzopen(file.c_str(), "rb");  // reads plain files transparently
+  if (in == nullptr)
+    throw_error(ErrorKind::kIo, fmt::format("cannot read {}: {}", file.string(), std::strerror(errno)));
+  std::string text;
+  char buf[1 << 16];
+  int n;
+  while ((n = gzread(in, buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  int err = 0;
+  const char* msg = gzerror(in, &err);
+  const bool bad = n < 0 || (err != Z_OK && err != Z_STREAM_END);
+  const std::string why = bad ? msg : "";
+  gzclose(in);
+  if (bad) throw_error(ErrorKind::kIo, fmt::format("cannot decompress {}: {}", file.string(), why));
+  return text;
+}
+
+std::string gzip(const std::string& text) {
+  z_stream zs{};
+  KTUNE_REQUIRE(deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK,
+                "zlib: deflateInit2 failed");
+  std::string out(deflateBound(&zs, text.size()) + 64, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(text.data()));
+  zs.avail_in = static_cast<uInt>(text.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = static_cast<uInt>(out.size());
+  const int rc = deflate(&zs, Z_FINISH);
+  out.resize(zs.total_out);
+  deflateEnd(&zs);
+  if (rc != Z_STREAM_END) throw_error(ErrorKind::kInternal, "zlib: deflate did not finish");
+  return out;
+}
+
+std::string kt_error_string(const std::string& failure) {
+  if (failure.rfind("compile", 0) == 0) return "CompilationFailedConfig";
+  if (failure.rfind("invalid", 0) == 0 || failure.rfind("pruned", 0) == 0) return "InvalidConfig";
+  return "RuntimeFailedConfig";
+}
+}  // namespace
+
+json read_kernel_tuner_cache(const std::filesystem::path& file) {
+  std::string text = read_maybe_gzip(file);
+  json doc = json::parse(text, nullptr, false);
+  if (doc.is_discarded()) {
+    // Kernel Tuner appends entries as it goes and closes the object at the
+    // end; an interrupted session leaves "...},\n" behind.
+    while (!text.empty() && (std::isspace(static_cast<unsigned char>(text.back())) || text.back() == ','))
+      text.pop_back();
+    doc = json::parse(text + "}}", nullptr, false);
+  }
+  KTUNE_REQUIRE(!doc.is_discarded() && doc.is_object() && doc.contains("tune_params") &&
+                    doc["tune_params"].is_object() && doc.contains("cache") && doc["cache"].is_object(),
+                fmt::format("{} is not a Kernel Tuner cache file (JSON with \"tune_params\" and \"cache\")",
+                            file.string()));
+  return doc;
+}
+
+json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& records, const KtHeader& header) {
+  json doc = {{"device_name", header.device_name},
+              {"kernel_name", header.kernel_name},
+              {"problem_size", header.problem_size},
+              {"tune_params_keys", json::array()},
+              {"tune_params", json::object()},
+              {"objective", "time"},
+              {"cache", json::object()}};
+  for (const Param& p : space.params()) {
+    doc["tune_params_keys"].push_back(p.name);
+    doc["tune_params"][p.name] = p.values;
+  }
+  for (const Record& r : records) {
+    std::string key;
+    json entry = json::object();
+    for (const Param& p : space.params()) {
+      const auto v = r.config.at(p.name);
+      key += (key.empty() ? "" : ",") + std::to_string(v);
+      entry[p.name] = v;
+    }
+    if (r.outcome.ok) {
+      entry["time"] = r.outcome.time_ms;
+      const auto finite_or_median = [&](double v) { return std::isfinite(v) ? v : r.outcome.time_ms; };
+      entry["times"] = {finite_or_median(r.outcome.p20_ms), r.outcome.time_ms, finite_or_median(r.outcome.p80_ms)};
+    } else {
+      entry["time"] = kt_error_string(r.outcome.failure);
+    }
+    entry["compile_time"] = 0;
+    entry["verification_time"] = 0;
+    entry["benchmark_time"] = r.outcome.cost_s * 1000;
+    entry["strategy_time"] = 0;
+    entry["framework_time"] = 0;
+    doc["cache"][key] = entry;
+  }
+  return doc;
+}
+
+void write_kernel_tuner_cache(const std::filesystem::path& file, const Space& space,
+                              const std::vector<Record>& records, const KtHeader& header) {
+  const std::string text = to_kernel_tuner_cache(space, records, header).dump(1) + "\n";
+  const bool gz = file.extension() == ".gz";
+  write_file_atomic(file, gz ? gzip(text) : text);
+}
+
+}  // namespace ktune::search

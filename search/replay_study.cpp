@@ -1,0 +1,122 @@
+// Seeded replay runs of one strategy, summarised per budget.
+#include "search/replay_study.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+
+#include "base/error.hpp"
+#include "search/search.hpp"
+#include "search/winner.hpp"
+
+namespace ktune::search {
+
+ReplayBudget parse_replay_budget(const std::string& text) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  const std::string unit(end);
+  KTUNE_REQUIRE(end != text.c_str() && v > 0 && (unit.empty() || unit == "s" || unit == "m"),
+                fmt::format("bad budget '{}': give evaluations (100) or recorded time (600s, 10m)", text));
+  ReplayBudget b;
+  b.label = text;
+  b.is_time = !unit.empty();
+  b.amount = unit == "m" ? v * 60 : v;
+  return b;
+}
+
+Quartiles quartiles(std::vector<double> values) {
+  Quartiles q;
+  if (values.empty()) return q;
+  std::sort(values.begin(), values.end());
+  auto at = [&](double p) {
+    const double pos = p * static_cast<double>(values.size() - 1);
+    const auto lo = static_cast<std::size_t>(std::floor(pos));
+    const auto hi = std::min(lo + 1, values.size() - 1);
+    if (!std::isfinite(values[hi])) return values[hi];
+    return values[lo] + (pos - static_cast<double>(lo)) * (values[hi] - values[lo]);
+  };
+  q.p25 = at(0.25);
+  q.median = at(0.5);
+  q.p75 = at(0.75);
+  return q;
+}
+
+namespace {
+/// Runs until every budget is spent: the largest evaluation count and the largest time.
+class UntilAll final : public StopCondition {
+ public:
+  UntilAll(double evals, double seconds) : evals_(evals), seconds_(seconds) {}
+  bool done(const SearchState& s) const override {
+    return static_cast<double>(s.evaluations) >= evals_ && s.cost_s >= seconds_;
+  }
+  double progress(const SearchState&) const override { return 0; }
+  std::string describe() const override { return "every budget of the study"; }
+
+ private:
+  double evals_, seconds_;
+};
+}  // namespace
+
+ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudyOptions& options) {
+  KTUNE_REQUIRE(!options.budgets.empty(), "a replay study needs at least one budget");
+  KTUNE_REQUIRE(options.runs > 0, "a replay study needs at least one run");
+  const auto start = std::chrono::steady_clock::now();
+  double max_evals = 0, max_seconds = 0;
+  for (const auto& b : options.budgets) {
+    if (b.is_time) max_seconds = std::max(max_seconds, b.amount);
+    else max_evals = std::max(max_evals, b.amount);
+  }
+
+  ReplayStudyResult result;
+  result.strategy = options.strategy;
+  result.device = evaluator.device_name();
+  result.optimum_ms = evaluator.optimum_ms();
+  result.runs = options.runs;
+  std::vector<std::vector<double>> fractions(options.budgets.size());
+  std::vector<double> to_target;
+  for (int run = 0; run < options.runs; ++run) {
+    StrategyContext context{&evaluator.space(), &evaluator, options.seed + static_cast<std::uint64_t>(run)};
+    auto strategy = make_strategy(options.strategy, context);
+    // Best time after each evaluation, and the cost spent by then.
+    std::vector<double> best_after, cost_after;
+    double best = INFINITY, cost = 0;
+    SearchCallbacks callbacks;
+    callbacks.on_record = [&](const Record& r) {
+      if (r.outcome.ok) best = std::min(best, r.outcome.time_ms);
+      cost += r.outcome.cost_s;
+      best_after.push_back(best);
+      cost_after.push_back(cost);
+    };
+    UntilAll stop(max_evals, max_seconds);
+    run_search(evaluator, *strategy, stop, callbacks);
+
+    for (std::size_t b = 0; b < options.budgets.size(); ++b) {
+      const ReplayBudget& budget = options.budgets[b];
+      double found = INFINITY;
+      for (std::size_t i = 0; i < best_after.size(); ++i) {
+        const bool within = budget.is_time ? cost_after[i] <= budget.amount : static_cast<double>(i + 1) <= budget.amount;
+        if (!within) break;
+        found = best_after[i];
+      }
+      fractions[b].push_back(evaluator.fraction_of_optimum(found));
+    }
+    double reached = INFINITY;
+    for (std::size_t i = 0; i < best_after.size(); ++i)
+      if (evaluator.fraction_of_optimum(best_after[i]) >= options.target) {
+        reached = static_cast<double>(i + 1);
+        break;
+      }
+    if (std::isfinite(reached)) ++result.runs_reaching_target;
+    to_target.push_back(reached);
+  }
+  for (std::size_t b = 0; b < options.budgets.size(); ++b)
+    result.budgets.push_back({options.budgets[b], quartiles(fractions[b])});
+  result.evals_to_target = quartiles(to_target);
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace ktune::search

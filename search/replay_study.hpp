@@ -1,0 +1,59 @@
+// Scoring a strategy on a replayed space: many seeded runs, and per budget
+// the distribution of the fraction of the optimum reached
+// (optimum time / best time found), plus how many evaluations each run needed
+// to reach a target fraction. `ktune replay` prints this.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "search/replay.hpp"
+
+namespace ktune::search {
+
+/// A budget: evaluations, or seconds of recorded evaluation cost.
+struct ReplayBudget {
+  bool is_time = false;
+  double amount = 0;  ///< evaluations, or seconds
+  std::string label;  ///< as the user wrote it
+};
+/// Parses "100" (evaluations) or "600s" / "10m" (time); throws kInvalidInput.
+ReplayBudget parse_replay_budget(const std::string& text);
+
+struct ReplayStudyOptions {
+  std::string strategy = "random";
+  std::vector<ReplayBudget> budgets;
+  int runs = 50;
+  std::uint64_t seed = 1;  ///< run r uses seed + r
+  double target = 0.95;    ///< fraction of the optimum for evaluations-to-target
+};
+
+/// Quartiles over runs.
+struct Quartiles {
+  double p25 = 0, median = 0, p75 = 0;
+};
+
+struct ReplayBudgetResult {
+  ReplayBudget budget;
+  Quartiles fraction;  ///< fraction of the optimum reached within the budget
+};
+
+struct ReplayStudyResult {
+  std::string strategy;
+  std::string device;
+  double optimum_ms = 0;
+  std::vector<ReplayBudgetResult> budgets;
+  /// Evaluations until a run first reached the target (+inf when it never did
+  /// within the largest budget).
+  Quartiles evals_to_target;
+  int runs_reaching_target = 0;
+  int runs = 0;
+  double wall_s = 0;  ///< host time the study took
+};
+
+ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudyOptions& options);
+
+/// Quartiles of values (+inf allowed); linear interpolation.
+Quartiles quartiles(std::vector<double> values);
+
+}  // namespace ktune::search

@@ -1,0 +1,132 @@
+// Portable RNG, lazy permutation and point encoding for strategies.
+#include "search/sampling.hpp"
+
+#include <cmath>
+
+namespace ktune::search {
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+}  // namespace
+
+Rng::Rng(std::uint64_t seed) {
+  for (auto& s : s_) s = splitmix64(seed);
+}
+
+std::uint64_t Rng::next() {
+  const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
+  const std::uint64_t t = s_[1] << 17;
+  s_[2] ^= s_[0];
+  s_[3] ^= s_[1];
+  s_[1] ^= s_[2];
+  s_[0] ^= s_[3];
+  s_[2] ^= t;
+  s_[3] = rotl(s_[3], 45);
+  return result;
+}
+
+std::uint64_t Rng::uniform(std::uint64_t n) {
+  const std::uint64_t limit = (~std::uint64_t{0}) - (~std::uint64_t{0}) % n;
+  std::uint64_t x;
+  do x = next();
+  while (x >= limit);
+  return x % n;
+}
+
+double Rng::real() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+
+double Rng::normal() {
+  const double u1 = 1.0 - real();  // (0, 1]
+  const double u2 = real();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+std::optional<std::uint64_t> LazyPermutation::next() {
+  if (drawn_ >= n_) return std::nullopt;
+  const std::uint64_t j = drawn_ + rng_.uniform(n_ - drawn_);
+  auto value_at = [&](std::uint64_t i) {
+    const auto it = swapped_.find(i);
+    return it == swapped_.end() ? i : it->second;
+  };
+  const std::uint64_t picked = value_at(j);
+  swapped_[j] = value_at(drawn_);
+  swapped_.erase(drawn_);
+  ++drawn_;
+  return picked;
+}
+
+Point point_of(const Space& space, const Config& config) {
+  Point p;
+  p.reserve(space.params().size());
+  for (const Param& param : space.params()) {
+    const auto v = config.at(param.name);
+    int pos = 0;
+    while (pos < static_cast<int>(param.values.size()) && param.values[pos] != v) ++pos;
+    p.push_back(pos < static_cast<int>(param.values.size()) ? pos : 0);
+  }
+  return p;
+}
+
+Config config_of(const Space& space, const Point& point) {
+  Config c;
+  for (std::size_t i = 0; i < point.size(); ++i) c.set(space.params()[i].name, space.params()[i].values[point[i]]);
+  return c;
+}
+
+std::uint64_t index_of(const Space& space, const Point& point) {
+  std::uint64_t index = 0;
+  for (std::size_t i = 0; i < point.size(); ++i)
+    index = index * space.params()[i].values.size() + static_cast<std::uint64_t>(point[i]);
+  return index;
+}
+
+Point point_at(const Space& space, std::uint64_t index) {
+  Point p(space.params().size());
+  for (std::size_t i = p.size(); i-- > 0;) {
+    const auto radix = space.params()[i].values.size();
+    p[i] = static_cast<int>(index % radix);
+    index /= radix;
+  }
+  return p;
+}
+
+bool valid(const StrategyContext& context, const Config& config) {
+  return context.evaluator == nullptr || context.evaluator->is_valid(config);
+}
+
+bool valid(const StrategyContext& context, const Point& point) {
+  return valid(context, config_of(*context.space, point));
+}
+
+std::optional<Point> random_valid_point(const StrategyContext& context, Rng& rng, int tries) {
+  const std::uint64_t n = context.space->size();
+  if (n == 0) return std::nullopt;
+  for (int t = 0; t < tries; ++t) {
+    Point p = point_at(*context.space, rng.uniform(n));
+    if (valid(context, p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::vector<Point> valid_neighbours(const StrategyContext& context, const Point& point, bool adjacent) {
+  std::vector<Point> out;
+  const auto& params = context.space->params();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const int n = static_cast<int>(params[i].values.size());
+    for (int v = 0; v < n; ++v) {
+      if (v == point[i] || (adjacent && std::abs(v - point[i]) != 1)) continue;
+      Point q = point;
+      q[i] = v;
+      if (valid(context, q)) out.push_back(std::move(q));
+    }
+  }
+  return out;
+}
+
+}  // namespace ktune::search

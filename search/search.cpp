@@ -1,0 +1,93 @@
+// The search driver loop: next → is_valid → evaluate → report.
+#include "search/search.hpp"
+
+#include <unordered_map>
+
+namespace ktune::search {
+namespace {
+// A strategy that keeps proposing only configs already seen has converged;
+// after this many in a row the search ends rather than spin.
+constexpr std::uint64_t kMaxRepeatsInARow = 100000;
+
+std::uint64_t key_of(const Space& space, const Config& c, bool* ok) {
+  const auto i = space.index_of(c);
+  *ok = i.has_value();
+  return i.value_or(0);
+}
+}  // namespace
+
+SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCondition& stop,
+                        const SearchCallbacks& callbacks) {
+  SearchResult result;
+  SearchState& state = result.state;
+  const Space& space = evaluator.space();
+  std::unordered_map<std::uint64_t, Outcome> seen;
+  std::uint64_t repeats_in_a_row = 0;
+  const std::string budget = stop.describe();
+
+  while (true) {
+    if (stop.done(state)) {
+      result.stopped_by = "budget: " + budget;
+      break;
+    }
+    std::optional<Config> next = strategy.next();
+    if (!next) {
+      result.stopped_by = "strategy exhausted";
+      break;
+    }
+    bool in_space = false;
+    const std::uint64_t index = key_of(space, *next, &in_space);
+    std::string why;
+    if (!in_space || !evaluator.is_valid(*next, &why)) {
+      ++result.rejected;
+      Outcome refused;
+      refused.failure = in_space ? "invalid: " + why : "invalid: not a point of the space";
+      strategy.report(*next, refused);
+      if (++repeats_in_a_row >= kMaxRepeatsInARow) {
+        result.stopped_by = "no progress";
+        break;
+      }
+      continue;
+    }
+    if (const auto it = seen.find(index); it != seen.end()) {
+      ++result.repeats;
+      strategy.report(*next, it->second);
+      if (++repeats_in_a_row >= kMaxRepeatsInARow) {
+        result.stopped_by = "no progress";
+        break;
+      }
+      continue;
+    }
+    repeats_in_a_row = 0;
+
+    Outcome outcome = evaluator.evaluate(*next);
+    if (!outcome.ok) outcome.time_ms = std::numeric_limits<double>::infinity();
+    seen.emplace(index, outcome);
+    ++state.evaluations;
+    state.cost_s += outcome.cost_s;
+    if (!outcome.ok) ++state.failures;
+    if (outcome.ok && outcome.time_ms < state.best_ms) {
+      state.best_ms = outcome.time_ms;
+      state.since_improvement = 0;
+      result.best = *next;
+      result.best_outcome = outcome;
+    } else {
+      ++state.since_improvement;
+    }
+    if (callbacks.on_record) callbacks.on_record(Record{state.evaluations - 1, *next, outcome});
+    strategy.report(*next, outcome);
+    if (callbacks.on_progress) {
+      Progress p;
+      p.state = &state;
+      p.best = result.best ? &*result.best : nullptr;
+      p.budget = budget;
+      const double frac = stop.progress(state);
+      if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
+      if (frac >= 1) p.eta_s = 0;
+      callbacks.on_progress(p);
+    }
+  }
+  return result;
+}
+
+}  // namespace ktune::search

@@ -1,0 +1,38 @@
+// Simulated annealing, after Kernel Tuner's simulated_annealing: a walk over
+// one-parameter neighbours that accepts a slower config with probability
+// exp(-relative slowdown / T), T cooling geometrically, restarting from a
+// random valid config when T falls below T_min or the neighbourhood is spent.
+#pragma once
+#include <unordered_map>
+
+#include "search/sampling.hpp"
+#include "search/strategy.hpp"
+
+namespace ktune::search {
+
+class Annealing final : public Strategy {
+ public:
+  struct Options {
+    double t_start = 1.0;
+    double t_min = 0.001;
+    double alpha = 0.98;  ///< cooling per evaluation
+  };
+  explicit Annealing(const StrategyContext& context) : Annealing(context, Options{}) {}
+  Annealing(const StrategyContext& context, Options options);
+  std::optional<Config> next() override;
+  void report(const Config& config, const Outcome& outcome) override;
+
+ private:
+  std::optional<Point> restart();
+  std::optional<Point> unmeasured_neighbour(const Point& from);
+
+  StrategyContext context_;
+  Options options_;
+  Rng rng_;
+  std::optional<Point> current_;
+  double current_time_ = 0;
+  double temperature_;
+  std::unordered_map<std::uint64_t, double> seen_;
+};
+
+}  // namespace ktune::search
