@@ -1,0 +1,115 @@
+// The replay evaluator and Kernel Tuner cache-format export.
+#include "search/replay.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "search/kt_format.hpp"
+#include "search/replay_study.hpp"
+#include "search/support_search.hpp"
+#include "support.hpp"
+
+using namespace ktune::search;
+using ktune::Config;
+
+TEST_CASE("replay: recorded space, times, failures and costs", "[search][replay]") {
+  ReplayEvaluator* eval = ktune::test::replay_dataset("convolution_milo_A100");
+  if (eval == nullptr) {
+    WARN("replay datasets not found; skipping");
+    return;
+  }
+  CHECK(eval->space().size() == 16 * 5 * 4 * 4 * 2 * 2 * 2);
+  CHECK(eval->recorded() == 4362);
+  CHECK(eval->recorded_failures() == 161);
+  CHECK(eval->device_name() == "NVIDIA A100-PCIE-40GB");
+  const Config first({{"block_size_x", 16}, {"block_size_y", 1}, {"tile_size_x", 1}, {"tile_size_y", 1},
+                      {"read_only", 0}, {"use_padding", 0}, {"use_shmem", 0}, {"use_cmem", 1},
+                      {"filter_height", 15}, {"filter_width", 15}});
+  REQUIRE(eval->is_valid(first));
+  const Outcome o = eval->evaluate(first);
+  CHECK(o.ok);
+  CHECK(o.time_ms == Approx(3.8753279224038124));
+  CHECK(o.cost_s == Approx((918.5990339610726 + 126.3829180970788) / 1000));
+  CHECK(o.p20_ms <= o.p80_ms);
+  Config absent = first;
+  absent.set("use_padding", 1);  // padding without shared memory was never recorded
+  std::string why;
+  CHECK_FALSE(eval->is_valid(absent, &why));
+  CHECK_THAT(why, Catch::Contains("not recorded"));
+  CHECK(eval->fraction_of_optimum(eval->optimum_ms()) == 1.0);
+}
+
+TEST_CASE("replay study: quartiles per budget", "[search][replay]") {
+  ReplayEvaluator* eval = ktune::test::replay_dataset("convolution_milo_A4000");
+  if (eval == nullptr) {
+    WARN("replay datasets not found; skipping");
+    return;
+  }
+  ReplayStudyOptions options;
+  options.strategy = "random";
+  options.runs = 5;
+  options.budgets = {parse_replay_budget("10"), parse_replay_budget("100"), parse_replay_budget("60s")};
+  const auto r = run_replay_study(*eval, options);
+  REQUIRE(r.budgets.size() == 3);
+  CHECK(r.budgets[0].fraction.median <= r.budgets[1].fraction.median);
+  CHECK(r.budgets[1].fraction.median <= 1.0);
+  CHECK(r.budgets[1].fraction.median > 0.3);
+  CHECK_THROWS_AS(parse_replay_budget("lots"), ktune::Error);
+}
+
+TEST_CASE("search records export to Kernel Tuner's cache format and replay back", "[search][replay]") {
+  const ktune::Space space({{"block", {64, 128, 256}, ""}, {"vec", {1, 2, 4}, ""}});
+  std::vector<Record> records;
+  for (std::uint64_t i = 0; i < space.size(); ++i) {
+    Outcome o;
+    o.cost_s = 0.25;
+    if (i == 4) {
+      o.failure = "compile: too many registers";
+    } else {
+      o.ok = true;
+      o.time_ms = 1.0 + static_cast<double>(i);
+      o.p20_ms = o.time_ms * 0.99;
+      o.p80_ms = o.time_ms * 1.01;
+    }
+    records.push_back({i, space.at(i), o});
+  }
+  const auto dir = ktune::test::scratch_dir("kt-export");
+  for (const char* name : {"log.json", "log.json.gz"}) {
+    write_kernel_tuner_cache(dir / name, space, records, {"NVIDIA H100", "adamw", {16384}});
+    const auto doc = read_kernel_tuner_cache(dir / name);
+    CHECK(doc["tune_params_keys"] == nlohmann::json({"block", "vec"}));
+    CHECK(doc["cache"]["128,2"]["time"] == "CompilationFailedConfig");
+    CHECK(doc["cache"]["64,1"]["time"] == 1.0);
+    ReplayEvaluator back(dir / name);
+    CHECK(back.recorded() == 9);
+    CHECK(back.recorded_failures() == 1);
+    CHECK(back.optimum_ms() == 1.0);
+    const Outcome o = back.evaluate(space.at(8));
+    CHECK(o.time_ms == 9.0);
+    CHECK(o.cost_s == Approx(0.25));
+  }
+  // A cache Kernel Tuner was still writing (no closing braces) is closed on read.
+  ktune::write_file_atomic(dir / "open.json",
+                           "{\"tune_params_keys\": [\"a\"], \"tune_params\": {\"a\": [1, 2]},\n\"cache\": {\n"
+                           "\"1\": {\"a\": 1, \"time\": 1.5},\n\"2\": {\"a\": 2, \"time\": 0.5},\n");
+  CHECK(read_kernel_tuner_cache(dir / "open.json")["cache"].size() == 2);
+  CHECK(ReplayEvaluator(dir / "open.json").optimum_ms() == 0.5);
+  ktune::write_file_atomic(dir / "bad.json", "{\"x\": 1}");
+  CHECK_THROWS_WITH(ReplayEvaluator(dir / "bad.json"), Catch::Contains("not a Kernel Tuner cache"));
+}
+
+TEST_CASE("replay maps non-integer parameter values to indices", "[search][replay]") {
+  const auto dir = ktune::test::scratch_dir("kt-labels");
+  const nlohmann::json doc = {
+      {"device_name", "X"}, {"kernel_name", "k"}, {"tune_params_keys", {"f", "n"}},
+      {"tune_params", {{"f", {0.5, 1.5}}, {"n", {1, 2}}}},
+      {"cache", {{"0.5,1", {{"f", 0.5}, {"n", 1}, {"time", 2.0}}}, {"1.5,2", {{"f", 1.5}, {"n", 2}, {"time", 1.0}}}}}};
+  ktune::write_file_atomic(dir / "k.json", doc.dump());
+  ReplayEvaluator e(dir / "k.json");
+  CHECK(e.space().param("f").values == std::vector<std::int64_t>{0, 1});
+  CHECK(e.value_label("f", 1) == 1.5);
+  CHECK(e.value_label("n", 2) == 2);
+  CHECK(e.evaluate(Config({{"f", 1}, {"n", 2}})).time_ms == 1.0);
+  CHECK_FALSE(e.is_valid(Config({{"f", 0}, {"n", 2}})));
+}
