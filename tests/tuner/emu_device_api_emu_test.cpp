@@ -94,7 +94,7 @@ TEST_CASE("emulated thread and block indices over 3-D grids and blocks", "[emu]"
                   static_cast<int>(bx + 10 * by + 100 * tx + 1000 * ty + 10000 * tz));
 }
 
-TEST_CASE("__syncthreads orders static shared memory; __syncthreads_count counts", "[emu]") {
+TEST_CASE("__syncthreads orders static shared memory and __syncthreads_count counts", "[emu]") {
   auto& p = probe();
   std::vector<float> in(4 * 256);
   std::iota(in.begin(), in.end(), 0.f);

@@ -1,0 +1,115 @@
+// `ktune run`: one variant of a family on one problem, on the GPU or emulated
+// on the CPU, compared with the CPU reference; and `ktune bench emu`, the
+// emulation backend's speed.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+
+#include "base/error.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "tuner/emu_runner.hpp"
+#include "tuner/emu_speed.hpp"
+#include "tuner/gpu_runner.hpp"
+
+namespace ktune::cli {
+namespace {
+
+struct RunArgs {
+  std::string backend = "emu";
+  std::string family;
+  std::string config;
+  std::string problem;
+  std::uint64_t seed = 1;
+  std::string arch = "sm_80";
+  unsigned workers = 0;
+  bool time = false;
+};
+
+void run_variant(const RunArgs& a, const Global& global) {
+  const auto& family = templates::find_family(a.family);
+  std::unique_ptr<tuner::Runner> runner;
+  if (a.backend == "emu") {
+    runner = tuner::make_emu_runner({a.workers, a.arch});
+  } else {
+    runner = tuner::make_gpu_runner();
+  }
+  const auto problem = problem_arg(family, a.problem);
+  const auto config = config_arg(family, problem, a.config, runner->device());
+  tuner::RunOptions options;
+  options.seed = a.seed;
+  options.time = a.time && a.backend == "gpu";
+  const auto r = runner->run(family, config, problem, options);
+
+  if (global.json) {
+    nlohmann::json j = {{"family", family.name()},   {"problem", problem.to_json()}, {"config", config.to_json()},
+                        {"backend", runner->backend()}, {"device", runner->device().name}, {"ok", r.ok},
+                        {"failure", r.failure},      {"max_error", r.max_error},   {"compile_ms", r.compile_ms}};
+    for (const auto& [name, e] : r.errors) j["errors"][name] = e;
+    if (r.timing) j["median_ms"] = r.timing->median_ms;
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << fmt::format("{} {} on {} ({}), config {}\n", family.name(), problem.key(), runner->backend(),
+                             runner->device().name, config.str());
+    for (const auto& [name, e] : r.errors) std::cout << fmt::format("  {:<24} relative L2 error {:.3g}\n", name, e);
+    if (r.timing)
+      std::cout << fmt::format("  time: median {:.4f} ms (p20 {:.4f}, p80 {:.4f}; {})\n", r.timing->median_ms,
+                               r.timing->p20_ms, r.timing->p80_ms, r.timing->method);
+    std::cout << (r.ok ? "PASS" : "FAIL: " + r.failure) << fmt::format(" (compile {:.0f} ms)\n", r.compile_ms);
+  }
+  if (!r.ok) throw Error(ErrorKind::kCheckFailed, family.name() + " failed: " + r.failure);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, Global& global) {
+  auto args = std::make_shared<RunArgs>();
+  auto* cmd = app.add_subcommand("run", "Run one variant on one problem (on the GPU, or emulated on the CPU) and "
+                                        "compare it with the CPU reference");
+  cmd->add_option("--backend", args->backend, "emu: host emulation (no GPU needed); gpu: the CUDA device")
+      ->check(CLI::IsMember({"emu", "gpu"}))
+      ->capture_default_str();
+  cmd->add_option("--family", args->family, "Kernel family (see `ktune render --help`)")->required();
+  cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the family's defaults");
+  cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}')");
+  cmd->add_option("--seed", args->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_option("--arch", args->arch, "Emulation: whose limits the emulated device has")->capture_default_str();
+  cmd->add_option("--workers", args->workers, "Emulation: OS threads running blocks (0: all hardware threads)");
+  cmd->add_flag("--time", args->time, "GPU: also time the variant");
+  cmd->callback([args, &global] { run_variant(*args, global); });
+}
+
+void add_bench_emu_command(CLI::App& bench, Global& global) {
+  struct Args {
+    unsigned threads = 256, blocks = 16, barriers = 200, workers = 0;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = bench.add_subcommand("emu", "Speed of the host emulation: thread-barriers and warp shuffles per second");
+  cmd->add_option("--threads", args->threads, "Threads per block")->capture_default_str();
+  cmd->add_option("--blocks", args->blocks, "Blocks")->capture_default_str();
+  cmd->add_option("--barriers", args->barriers, "__syncthreads (and shuffles) per thread")->capture_default_str();
+  cmd->add_option("--workers", args->workers, "OS threads running blocks (0: all hardware threads)");
+  cmd->callback([args, &global] {
+    const auto s = tuner::measure_emu_speed(args->threads, args->blocks, args->barriers, args->workers);
+    if (global.json) {
+      std::cout << nlohmann::json{{"block_threads", s.block_threads},
+                                  {"blocks", s.blocks},
+                                  {"barriers", s.barriers},
+                                  {"workers", s.workers},
+                                  {"thread_barriers_per_second", s.thread_barriers_per_second},
+                                  {"lane_shuffles_per_second", s.lane_shuffles_per_second}}
+                       .dump()
+                << "\n";
+      return;
+    }
+    std::cout << fmt::format("emulation, {} blocks x {} threads, {} worker thread(s):\n", s.blocks, s.block_threads,
+                             s.workers);
+    std::cout << fmt::format("  __syncthreads:   {:.2f} M thread-barriers/s ({} per thread, {:.3f} s)\n",
+                             s.thread_barriers_per_second / 1e6, s.barriers, s.barrier_seconds);
+    std::cout << fmt::format("  __shfl_xor_sync: {:.2f} M lane-shuffles/s ({} per thread, {:.3f} s)\n",
+                             s.lane_shuffles_per_second / 1e6, s.barriers, s.shuffle_seconds);
+  });
+}
+
+}  // namespace ktune::cli
