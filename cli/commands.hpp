@@ -16,5 +16,15 @@ void add_render_command(CLI::App& app, Global& global);
 void add_compile_command(CLI::App& app, Global& global);
 void add_tune_command(CLI::App& app, Global& global);
 void add_bench_command(CLI::App& app, Global& global);
+void add_train_command(CLI::App& app, Global& global);
+void add_eval_command(CLI::App& app, Global& global);
+/// `bench e2e` and `bench memory`, registered on the `bench` subcommand.
+void add_bench_e2e_command(CLI::App& bench, Global& global);
+void add_bench_memory_command(CLI::App& bench, Global& global);
+void add_replay_command(CLI::App& app, Global& global);
+void add_cache_command(CLI::App& app, Global& global);
+void add_run_command(CLI::App& app, Global& global);
+/// `bench emu`, registered on the `bench` subcommand.
+void add_bench_emu_command(CLI::App& bench, Global& global);
 
 }  // namespace ktune::cli

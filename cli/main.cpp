@@ -18,6 +18,11 @@ int main(int argc, char** argv) {
   ktune::cli::add_compile_command(app, global);
   ktune::cli::add_tune_command(app, global);
   ktune::cli::add_bench_command(app, global);
+  ktune::cli::add_train_command(app, global);
+  ktune::cli::add_eval_command(app, global);
+  ktune::cli::add_replay_command(app, global);
+  ktune::cli::add_cache_command(app, global);
+  ktune::cli::add_run_command(app, global);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

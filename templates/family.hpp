@@ -28,6 +28,8 @@ std::size_t size_of(DType t);
 /// What a family may assume about the target. Filled from the live device,
 /// or from a built-in profile when compiling offline (`for_arch`).
 struct DeviceLimits {
+  std::string name = "offline profile";  ///< the GPU's name, or the profile's
+  int driver_version = 0;                ///< cuDriverGetVersion, 0 offline
   std::string arch = "sm_90";           ///< NVRTC target, e.g. "sm_80", "sm_90a"
   int sm = 90;                          ///< compute capability, major*10 + minor
   int sm_count = 132;                   ///< multiprocessors

@@ -1,0 +1,62 @@
+// `ktune bench`: the seeds' benchmark tables. `bench adam` is seeds 000/001;
+// other benchmarks register their own subcommands here.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "base/error.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "tuner/adam_bench.hpp"
+#include "tuner/gpu_runner.hpp"
+#include "tuner/timing.hpp"
+
+namespace ktune::cli {
+
+void add_bench_command(CLI::App& app, Global& global) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks of the seed reports: markdown tables and JSON");
+  bench->require_subcommand(1);
+
+  struct AdamOpts {
+    std::string tensors = "1,2,4,8,16,32";
+    std::string numel = "16384,65536,262144,1048576,4194304";
+    std::string dtype = "f32";
+    std::string cache, json_out;
+  };
+  auto opts = std::make_shared<AdamOpts>();
+  auto* adam = bench->add_subcommand("adam", "AdamW step: eager single-tensor vs fused single-tensor vs tuned "
+                                             "multi-tensor (seeds 000/001), with GB/s and % of copy bandwidth");
+  adam->add_option("--tensors", opts->tensors, "Numbers of parameter tensors")->capture_default_str();
+  adam->add_option("--numel", opts->numel, "Elements per tensor")->capture_default_str();
+  adam->add_option("--dtype", opts->dtype, "f32, or bf16 (fp32 master weights plus a bf16 copy)")
+      ->capture_default_str();
+  adam->add_option("--cache", opts->cache, "Tuned cache to take configs from (default: family defaults)");
+  adam->add_option("--json-out", opts->json_out, "Also write the report as JSON to this file");
+  adam->callback([opts, &global] {
+    const auto tensors = int_list_arg(opts->tensors, "--tensors");
+    const auto numels = int_list_arg(opts->numel, "--numel");
+    KTUNE_REQUIRE(opts->dtype == "f32" || opts->dtype == "bf16", "--dtype must be f32 or bf16");
+    std::optional<cache::CacheFile> cache_file;
+    if (!opts->cache.empty()) {
+      cache_file.emplace(opts->cache);
+      cache_file->load();
+    }
+    auto runner = tuner::make_gpu_runner();
+    std::cerr << "measuring copy bandwidth...\n";
+    const double copy = tuner::measure_copy_bandwidth_gbs();
+    const auto report = tuner::run_adam_bench(
+        *runner, tensors, numels, opts->dtype, cache_file ? &*cache_file : nullptr, copy,
+        [](const tuner::AdamBenchRow& r) {
+          std::cerr << fmt::format("  {} x {}: eager {:.4f} ms, single {:.4f} ms, fused {:.4f} ms\n", r.tensors,
+                                   r.numel, r.eager_ms, r.single_ms, r.fused_ms);
+        });
+    if (!opts->json_out.empty()) std::ofstream(opts->json_out) << report.to_json().dump(2) << "\n";
+    std::cout << (global.json ? report.to_json().dump(2) + "\n" : report.markdown());
+  });
+  add_bench_e2e_command(*bench, global);
+  add_bench_memory_command(*bench, global);
+  add_bench_emu_command(*bench, global);
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,31 @@
+// `ktune devices`: the GPUs the driver sees, or one line saying why none.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "tuner/device.hpp"
+
+namespace ktune::cli {
+
+void add_devices_command(CLI::App& app, Global& global) {
+  auto* cmd = app.add_subcommand("devices", "List CUDA devices (name, arch, memory, SMs, L2, clocks)");
+  cmd->callback([&global] {
+    const auto devices = tuner::list_devices();  // throws kNoDevice: "no CUDA device: <reason>", exit 2
+    if (global.json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& d : devices) j.push_back(d.to_json());
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << fmt::format("{:>3}  {:<28} {:<7} {:>9} {:>4} {:>7} {:>9} {:>9} {:>9}\n", "#", "name", "arch",
+                             "memory", "SMs", "L2", "clock", "mem clock", "peak BW");
+    for (const auto& d : devices)
+      std::cout << fmt::format("{:>3}  {:<28} {:<7} {:>6.1f}GiB {:>4} {:>4}MiB {:>6}MHz {:>6}MHz {:>6.0f}GB/s\n",
+                               d.ordinal, d.name, d.arch(), d.memory_bytes / double(1 << 30), d.sm_count,
+                               d.l2_bytes >> 20, d.clock_khz / 1000, d.memory_clock_khz / 1000,
+                               d.peak_bandwidth_gbs());
+  });
+}
+
+}  // namespace ktune::cli

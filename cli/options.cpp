@@ -1,0 +1,58 @@
+#include "cli/options.hpp"
+
+#include <sstream>
+
+#include "base/error.hpp"
+
+namespace ktune::cli {
+
+nlohmann::json parse_json_arg(const std::string& text, const std::string& what) {
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw_error(ErrorKind::kInvalidInput, what + " is not valid JSON: '" + text + "' (" + e.what() + ")");
+  }
+}
+
+templates::Problem problem_arg(const templates::Family& family, const std::string& text) {
+  if (text.empty()) return family.problem_classes().front();
+  templates::Problem p = templates::Problem::from_json(parse_json_arg(text, "--problem"));
+  family.check_problem(p);
+  return p;
+}
+
+Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
+                  const templates::DeviceLimits& limits) {
+  Config c = family.default_config(problem);
+  if (!text.empty()) {
+    const Config given = Config::from_json(parse_json_arg(text, "--config"));
+    for (const auto& [k, v] : given.values()) {
+      family.space().param(k);  // throws for an unknown name, listing the known ones
+      c.set(k, v);
+    }
+  }
+  family.space().check_member(c);
+  std::string why;
+  KTUNE_REQUIRE(family.is_valid(c, problem, limits, &why),
+                family.name() + " config " + c.str() + " is invalid for " + limits.arch + ": " + why);
+  return c;
+}
+
+std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what) {
+  std::vector<std::int64_t> out;
+  std::stringstream ss(text);
+  for (std::string item; std::getline(ss, item, ',');) {
+    try {
+      std::size_t used = 0;
+      const long long v = std::stoll(item, &used);
+      KTUNE_REQUIRE(used == item.size() && v > 0, "");
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw_error(ErrorKind::kInvalidInput, what + " must be comma-separated positive integers, got '" + text + "'");
+    }
+  }
+  KTUNE_REQUIRE(!out.empty(), what + " must not be empty");
+  return out;
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,61 @@
+// `ktune render`: print exactly what would be compiled for a family, config
+// and problem (self-contained; compiles with nvcc alone), or the family's
+// search space.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+
+namespace ktune::cli {
+
+void add_render_command(CLI::App& app, Global& global) {
+  struct Opts {
+    std::string family, config, problem, arch = "sm_90";
+    bool space = false;
+  };
+  auto opts = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("render", "Print the source ktune compiles for a variant, or a family's space");
+  cmd->add_option("--family", opts->family, "Kernel family (e.g. adamw)")->required();
+  cmd->add_option("--config", opts->config, "Config as JSON; unset parameters take the family default");
+  cmd->add_option("--problem", opts->problem,
+                  "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class");
+  cmd->add_option("--arch", opts->arch, "Target whose limits the config is checked against")->capture_default_str();
+  cmd->add_flag("--space", opts->space, "Print the family's search space and problem classes instead");
+  cmd->callback([opts, &global] {
+    const auto& family = templates::find_family(opts->family);
+    if (opts->space) {
+      nlohmann::json j = {{"family", family.name()}, {"summary", family.summary()}, {"size", family.space().size()}};
+      for (const auto& p : family.space().params())
+        j["params"].push_back({{"name", p.name}, {"values", p.values}, {"trades_off", p.trades_off}});
+      for (const auto& p : family.problem_classes()) j["problem_classes"].push_back(p.to_json());
+      if (global.json) {
+        std::cout << j.dump(2) << "\n";
+        return;
+      }
+      std::cout << family.name() << ": " << family.summary() << "\n" << family.space().size() << " points\n";
+      for (const auto& p : family.space().params())
+        std::cout << fmt::format("  {:<20} {{{}}}  {}\n", p.name, fmt::join(p.values, ", "), p.trades_off);
+      std::cout << "problem classes:\n";
+      for (const auto& p : family.problem_classes()) std::cout << "  " << p.to_json().dump() << "\n";
+      return;
+    }
+    const auto problem = problem_arg(family, opts->problem);
+    const auto limits = templates::DeviceLimits::for_arch(opts->arch);
+    const auto config = config_arg(family, problem, opts->config, limits);
+    const auto rendered = family.render(config, problem);
+    if (global.json) {
+      std::cout << nlohmann::json{{"family", family.name()}, {"config", config.to_json()},
+                                  {"problem", problem.to_json()}, {"kernels", rendered.kernels},
+                                  {"source", rendered.source}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::cout << "// kernels: " << fmt::format("{}", fmt::join(rendered.kernels, "; ")) << "\n" << rendered.source;
+  });
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,74 @@
+// `ktune tune`: search a family's space for one problem on the GPU (or the
+// emulation backend, to check the loop), log every result as it arrives, and
+// put the winner into a tuned cache.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "base/error.hpp"
+#include "cache/store.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "search/strategy.hpp"
+#include "tuner/gpu_runner.hpp"
+#include "tuner/session.hpp"
+
+namespace ktune::cli {
+
+void add_tune_command(CLI::App& app, Global& global) {
+  struct Opts {
+    std::string family, problem, cache = "tuned.json", log;
+    tuner::TuneOptions tune;
+  };
+  auto opts = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem on the GPU and cache the winner");
+  cmd->add_option("--family", opts->family, "Kernel family (see `ktune render --family F --space`)")->required();
+  cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}")->required();
+  cmd->add_option("--strategy", opts->tune.strategy, "Search strategy")->capture_default_str();
+  cmd->add_option("--max-evals", opts->tune.max_evaluations, "Stop after N evaluations (0: no limit)");
+  cmd->add_option("--max-seconds", opts->tune.max_seconds, "Stop after T seconds (0: no limit)");
+  cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
+  cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
+  cmd->add_option("--log", opts->log, "Session log (JSON lines); default: <cache>.<family>.log");
+  cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
+  cmd->callback([opts, &global] {
+    const auto& family = templates::find_family(opts->family);
+    const auto problem = problem_arg(family, opts->problem);
+    search::make_strategy(opts->tune.strategy, {});  // rejects an unknown strategy before any GPU work
+    cache::CacheFile cache_file(opts->cache);
+    cache_file.load();  // a corrupt cache file stops us before the search, not after
+    opts->tune.log_path = opts->log.empty() ? opts->cache + "." + family.name() + ".log" : opts->log;
+    opts->tune.run.time = true;
+    auto runner = tuner::make_gpu_runner();
+    const auto space_size = family.space().size();
+    auto progress = [&](const tuner::Record& r, const tuner::TuneSummary& s) {
+      const double best = s.best && s.best->result.timing ? s.best->result.timing->median_ms : 0;
+      std::cerr << fmt::format("\r[{:>5}/{}] best {:.4f} ms, failures {}   {:<60.60}", s.evaluations, space_size, best,
+                               s.failures, r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure));
+    };
+    const auto summary = tuner::tune(family, problem, *runner, opts->tune, progress);
+    std::cerr << "\n";
+    if (!summary.best) throw_error(ErrorKind::kCheckFailed, "no config of " + family.name() + " passed validation");
+    cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
+    const auto& t = *summary.best->result.timing;
+    if (global.json) {
+      std::cout << nlohmann::json{{"family", family.name()}, {"problem", problem.to_json()},
+                                  {"best_config", summary.best->config.to_json()}, {"time_ms", t.median_ms},
+                                  {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms},
+                                  {"speedup_over_default", summary.speedup_over_default()},
+                                  {"evaluations", summary.evaluations}, {"failures", summary.failures},
+                                  {"seconds", summary.seconds}, {"cache", opts->cache}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::cout << fmt::format("| family | problem | best config | time (ms, p20-p80) | vs default | evaluations | "
+                             "failed |\n|---|---|---|---|---|---|---|\n");
+    std::cout << fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} |\n", family.name(),
+                             problem.key(), summary.best->config.str(), t.median_ms, t.p20_ms, t.p80_ms,
+                             summary.speedup_over_default(), summary.evaluations, summary.failures);
+    std::cout << "winner written to " << opts->cache << "; session log " << opts->tune.log_path << "\n";
+  });
+}
+
+}  // namespace ktune::cli

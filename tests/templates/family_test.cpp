@@ -1,0 +1,91 @@
+// Every registered family: spaces, defaults, constraints, rendering.
+#include "templates/family.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "base/error.hpp"
+#include "templates/render.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+
+TEST_CASE("every family's default config is a valid point of its space for each problem class", "[family]") {
+  for (const Family* f : all_families()) {
+    INFO(f->name());
+    REQUIRE(f->space().size() > 0);
+    REQUIRE_FALSE(f->problem_classes().empty());
+    for (const auto& p : f->problem_classes()) {
+      INFO(p.key());
+      CHECK_NOTHROW(f->check_problem(p));
+      const Config c = f->default_config(p);
+      CHECK_NOTHROW(f->space().check_member(c));
+      for (const auto& arch : {"sm_80", "sm_90"}) {
+        std::string why;
+        CHECK(f->is_valid(c, p, DeviceLimits::for_arch(arch), &why));
+        CHECK(why.empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("rendering is deterministic and names its kernels", "[family]") {
+  for (const Family* f : all_families()) {
+    for (const auto& p : f->problem_classes()) {
+      const Config c = f->default_config(p);
+      const Rendered a = f->render(c, p);
+      const Rendered b = f->render(c, p);
+      CHECK(a.source == b.source);
+      CHECK(a.kernels == b.kernels);
+      REQUIRE_FALSE(a.kernels.empty());
+      CHECK(a.source.find("#include \"") == std::string::npos);  // self-contained
+      CHECK(a.source.find("kt_instantiate") != std::string::npos);
+    }
+  }
+}
+
+TEST_CASE("different configs render different sources", "[family]") {
+  const Family& f = find_family("adamw");
+  const Problem p = f.problem_classes().front();
+  Config a = f.default_config(p), b = a;
+  b.set("threads", a.at("threads") == 256 ? 512 : 256);
+  CHECK(f.render(a, p).source != f.render(b, p).source);
+}
+
+TEST_CASE("family source hashes are stable and distinct", "[family]") {
+  for (const Family* f : all_families()) {
+    CHECK(f->source_hash() == f->source_hash());
+    CHECK(f->source_hash().size() == 32);
+  }
+  CHECK(find_family("adamw").source_hash() != find_family("adamw_single").source_hash());
+}
+
+TEST_CASE("unknown families and bad problems are rejected with what is accepted", "[family]") {
+  CHECK_THROWS_WITH(find_family("nope"), Catch::Contains("known families: adamw"));
+  const Family& f = find_family("adamw");
+  CHECK_THROWS_WITH(f.check_problem(Problem{"f64", {{"tensors", 1}, {"numel", 4}}}), Catch::Contains("accepted: f32"));
+  CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"tensors", 0}, {"numel", 4}}}), Catch::Contains("1..4096"));
+  CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"tensors", 1}, {"rows", 4}}}),
+                    Catch::Contains("unknown dimension 'rows'"));
+}
+
+TEST_CASE("problem keys are stable and round-trip through JSON", "[family]") {
+  const Problem p{"bf16", {{"tensors", 4}, {"numel", 16384}}};
+  CHECK(p.key() == "bf16;numel=16384;tensors=4");
+  CHECK(Problem::from_json(p.to_json()) == p);
+  CHECK_THROWS_AS(Problem::from_json(nlohmann::json::parse(R"({"dims":{}})")), Error);
+}
+
+TEST_CASE("bf16 conversion rounds to nearest even", "[family]") {
+  CHECK(bf16_bits_to_float(float_to_bf16_bits(1.0f)) == 1.0f);
+  // 1 + 2^-8 lies halfway between two bf16 values: ties go to the even one (1.0).
+  CHECK(bf16_bits_to_float(float_to_bf16_bits(1.0f + 1.0f / 256)) == 1.0f);
+  CHECK(bf16_bits_to_float(float_to_bf16_bits(1.0f + 3.0f / 256)) == 1.0f + 4.0f / 256);
+  CHECK(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::nanf("")))));
+}
+
+TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
+  auto bytes = [](std::vector<float> v) { return make_buffer("x", Role::kOutput, DType::kF32, v).bytes; };
+  CHECK(relative_l2(DType::kF32, bytes({1, 2, 3}), bytes({1, 2, 3})) == 0.0);
+  CHECK(relative_l2(DType::kF32, bytes({1, 2, 3.3f}), bytes({1, 2, 3})) == Approx(0.3 / std::sqrt(14.0)).epsilon(1e-5));
+  CHECK(std::isinf(relative_l2(DType::kF32, bytes({1, std::nanf(""), 3}), bytes({1, 2, 3}))));
+}

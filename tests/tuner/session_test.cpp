@@ -1,0 +1,115 @@
+// Tuning sessions on a scripted runner: failures are results, every result
+// is logged as it arrives, --resume reuses the log, the winner is cached.
+#include "tuner/session.hpp"
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <set>
+
+#include "cache/store.hpp"
+#include "support.hpp"
+
+using namespace ktune;
+using namespace ktune::tuner;
+
+namespace {
+/// Times follow a formula of the config; threads == 1024 fails to "launch".
+class ScriptedRunner final : public Runner {
+ public:
+  std::string backend() const override { return "scripted"; }
+  const DeviceLimits& device() const override { return device_; }
+  RunResult run(const Family&, const Config& c, const Problem&, const RunOptions& o) override {
+    ++calls;
+    seen.insert(c);
+    RunResult r;
+    if (c.at("threads") == 1024) {
+      r.failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";
+      return r;
+    }
+    r.ok = true;
+    if (o.time) {
+      Measurement m;
+      m.median_ms = 1.0 + std::abs(c.at("threads") - 256) / 256.0 + (4 - c.at("vec")) * 0.1;
+      m.p20_ms = m.median_ms * 0.99;
+      m.p80_ms = m.median_ms * 1.01;
+      m.repetitions = 10;
+      r.timing = m;
+    }
+    return r;
+  }
+  int calls = 0;
+  std::set<Config> seen;
+  DeviceLimits device_ = DeviceLimits::for_arch("sm_90");
+};
+}  // namespace
+
+TEST_CASE("an exhaustive session finds the fastest config and survives failing variants", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  ScriptedRunner runner;
+  TuneOptions o;
+  o.run.time = true;
+  o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
+  const auto s = tune(family, problem, runner, o);
+  REQUIRE(s.best);
+  CHECK(s.best->config == Config({{"threads", 256}, {"vec", 4}}));
+  CHECK(s.evaluations == family.space().size());
+  CHECK(s.failures == 3);  // threads = 1024 with each vec
+  CHECK(runner.seen.size() == family.space().size());
+  std::ifstream log(o.log_path);
+  int lines = 0;
+  for (std::string l; std::getline(log, l);) ++lines;
+  CHECK(lines == 1 + static_cast<int>(family.space().size()));  // header + one line per evaluation
+}
+
+TEST_CASE("a resumed session reuses logged results and re-runs only the rest", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;
+  o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
+  {
+    ScriptedRunner first;
+    o.max_evaluations = 5;  // a session stopped early, as by Ctrl-C
+    tune(family, problem, first, o);
+    CHECK(first.calls == 5);
+  }
+  // A crash may cut the last line short: that evaluation simply runs again.
+  std::ofstream(o.log_path, std::ios::app) << "{\"config\":{\"thr";
+  ScriptedRunner second;
+  o.max_evaluations = 0;
+  o.resume = true;
+  const auto s = tune(family, problem, second, o);
+  CHECK(s.resumed == 5);
+  CHECK(second.calls == static_cast<int>(family.space().size()) - 5);
+  CHECK(s.best->config == Config({{"threads", 256}, {"vec", 4}}));
+}
+
+TEST_CASE("a log from another family or problem is refused on resume", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  TuneOptions o;
+  o.run.time = true;
+  o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
+  ScriptedRunner runner;
+  o.max_evaluations = 2;
+  tune(family, Problem{"f32", {{"tensors", 2}, {"numel", 1000}}}, runner, o);
+  o.resume = true;
+  CHECK_THROWS_WITH(tune(family, Problem{"f32", {{"tensors", 3}, {"numel", 1000}}}, runner, o),
+                    Catch::Contains("is for adamw_single on f32;numel=1000;tensors=2"));
+}
+
+TEST_CASE("the winner goes into the tuned cache and is found again", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  ScriptedRunner runner;
+  TuneOptions o;
+  o.run.time = true;
+  const auto s = tune(family, problem, runner, o);
+  cache::CacheFile file(test::scratch_dir("session") / "tuned.json");
+  file.put(cache_entry(family, problem, runner.device(), s));
+  const auto found = file.lookup(cache_key(family, problem, runner.device()));
+  REQUIRE(found.match == cache::Match::kExact);
+  CHECK(Config::from_json(found.entry->config) == s.best->config);
+  CHECK(found.entry->key.source_hash == family.source_hash());
+}

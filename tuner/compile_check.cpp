@@ -1,0 +1,105 @@
+#include "tuner/compile_check.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <random>
+#include <set>
+
+#include "base/hash.hpp"
+
+namespace ktune::tuner {
+
+std::string CompileCheckSummary::line() const {
+  const std::string arch = rows.empty() ? "" : rows.front().result.arch;
+  return fmt::format("compiled {} variants ({} unique sources) for {}: {} failures, {} cached, {} invalid skipped, "
+                     "{:.1f} s",
+                     rows.size(), unique_sources, arch, failures, cache_hits, invalid_skipped, seconds);
+}
+
+namespace {
+
+/// Configs to check for one family and problem: the default first, then all
+/// valid points or a seeded sample of them.
+std::vector<Config> configs_for(const templates::Family& f, const templates::Problem& p,
+                                const templates::DeviceLimits& limits, const CompileCheckOptions& o,
+                                std::size_t& invalid) {
+  const Config def = f.default_config(p);
+  std::vector<Config> out{def};
+  const std::uint64_t n = f.space().size();
+  auto consider = [&](const Config& c) {
+    if (c == def) return;
+    if (f.is_valid(c, p, limits)) out.push_back(c);
+    else ++invalid;
+  };
+  if (o.which == CompileCheckOptions::Which::kAll) {
+    for (std::uint64_t i = 0; i < n; ++i) consider(f.space().at(i));
+  } else if (o.which == CompileCheckOptions::Which::kSample) {
+    std::mt19937_64 rng(o.seed ^ std::hash<std::string>{}(f.name() + p.key()));
+    std::set<std::uint64_t> picked;
+    for (std::uint64_t tries = 0; picked.size() < std::min(o.sample, n) && tries < 20 * o.sample + 100; ++tries) {
+      const std::uint64_t i = rng() % n;
+      if (!picked.insert(i).second) continue;
+      const Config c = f.space().at(i);
+      if (c == def || !f.is_valid(c, p, limits)) {
+        picked.erase(i);
+        if (!f.is_valid(c, p, limits)) ++invalid;
+        continue;
+      }
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+CompileCheckSummary compile_check(const std::vector<const templates::Family*>& families_in,
+                                  const CompileCheckOptions& o, const Compiler& compiler) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& families = families_in.empty() ? templates::all_families() : families_in;
+  const auto limits = templates::DeviceLimits::for_arch(o.arch);
+  CompileCheckSummary s;
+  std::vector<templates::Rendered> sources;
+  std::map<std::string, std::size_t> source_index;  // hash of source + kernels -> index in `sources`
+  std::vector<std::size_t> row_source;
+  for (const auto* f : families) {
+    for (const auto& p : f->problem_classes()) {
+      const Config def = f->default_config(p);
+      for (const auto& c : configs_for(*f, p, limits, o, s.invalid_skipped)) {
+        auto r = f->render(c, p);
+        Hasher h;
+        h.add(r.source);
+        for (const auto& k : r.kernels) h.add(k);
+        const auto [it, fresh] = source_index.emplace(h.hex(), sources.size());
+        if (fresh) sources.push_back(std::move(r));
+        row_source.push_back(it->second);
+        s.rows.push_back({f->name(), p, c, c == def, {}, {}});
+      }
+    }
+  }
+  s.unique_sources = sources.size();
+  const auto results = compiler.compile_many(sources, o.arch, o.threads);
+  for (std::size_t i = 0; i < s.rows.size(); ++i) {
+    auto& row = s.rows[i];
+    row.result = results[row_source[i]];
+    if (!row.result.ok) {
+      row.failure = "compile error";
+    } else {
+      for (const auto& k : row.result.kernels) {
+        if (k.static_smem_bytes > limits.max_static_smem)
+          row.failure = fmt::format("{} uses {} bytes of static shared memory (limit {})", k.name_expression,
+                                    k.static_smem_bytes, limits.max_static_smem);
+        else if (row.is_default && k.spill_bytes() > 0)
+          row.failure = fmt::format("default config spills {} bytes in {}", k.spill_bytes(), k.name_expression);
+      }
+    }
+    if (!row.failure.empty()) ++s.failures;
+  }
+  for (const auto& r : results) s.cache_hits += r.cache_hit ? 1 : 0;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+}  // namespace ktune::tuner

@@ -1,0 +1,83 @@
+#include "tuner/timing.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "tuner/check.hpp"
+
+namespace ktune::tuner {
+
+Measurement summarize(std::vector<double> samples) {
+  Measurement m;
+  if (samples.empty()) return m;
+  std::sort(samples.begin(), samples.end());
+  auto at = [&](double q) {  // linear interpolation between order statistics
+    const double pos = q * static_cast<double>(samples.size() - 1);
+    const auto lo = static_cast<std::size_t>(std::floor(pos));
+    const auto hi = std::min(lo + 1, samples.size() - 1);
+    return samples[lo] + (samples[hi] - samples[lo]) * (pos - static_cast<double>(lo));
+  };
+  m.median_ms = at(0.5);
+  m.p20_ms = at(0.2);
+  m.p80_ms = at(0.8);
+  m.repetitions = static_cast<int>(samples.size());
+  return m;
+}
+
+Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
+                        long long l2_bytes, const std::string& what) {
+  const Driver& d = Driver::get();
+  const std::size_t flush_bytes = static_cast<std::size_t>(std::max<long long>(2 * l2_bytes, 1 << 20));
+  DeviceBuffer flush(flush_bytes);
+  for (int i = 0; i < options.warmup; ++i) launch(stream.get());
+  stream.synchronize();
+  Event start, stop;
+  std::vector<double> samples;
+  double total_ms = 0;
+  while (static_cast<int>(samples.size()) < options.max_repetitions &&
+         (static_cast<int>(samples.size()) < options.min_repetitions || total_ms < options.min_seconds * 1e3)) {
+    // Writing a buffer twice the L2 size evicts the inputs: every repetition
+    // reads from DRAM, as a training step does.
+    KT_CHECK_CU(d.cuMemsetD8Async(static_cast<CUdeviceptr>(flush.address()), static_cast<unsigned char>(samples.size()),
+                                  flush_bytes, stream.get()));
+    start.record(stream.get());
+    launch(stream.get());
+    stop.record(stream.get());
+    const double ms = stop.elapsed_since(start);
+    samples.push_back(ms);
+    total_ms += ms;
+  }
+  Measurement m = summarize(samples);
+  m.method = fmt::format("CUDA events around {}; {} warm-up; L2 flushed ({} MiB written) before each of {} "
+                         "repetitions; median, p20, p80",
+                         what, options.warmup, flush_bytes >> 20, m.repetitions);
+  return m;
+}
+
+double measure_copy_bandwidth_gbs(std::size_t bytes) {
+  const Driver& d = Driver::get();
+  DeviceBuffer src(bytes), dst(bytes);
+  Stream stream;
+  KT_CHECK_CU(d.cuMemsetD8Async(static_cast<CUdeviceptr>(src.address()), 1, bytes, stream.get()));
+  RunOptions o;
+  o.warmup = 2;
+  o.min_repetitions = 10;
+  o.max_repetitions = 30;
+  o.min_seconds = 0;
+  std::vector<double> samples;
+  Event start, stop;
+  for (int i = 0; i < o.warmup + o.min_repetitions; ++i) {
+    start.record(stream.get());
+    KT_CHECK_CU(d.cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(dst.address()), static_cast<CUdeviceptr>(src.address()),
+                                    bytes, stream.get()));
+    stop.record(stream.get());
+    const double ms = stop.elapsed_since(start);
+    if (i >= o.warmup) samples.push_back(ms);
+  }
+  const Measurement m = summarize(samples);
+  return 2.0 * static_cast<double>(bytes) / (m.median_ms * 1e-3) / 1e9;
+}
+
+}  // namespace ktune::tuner
