@@ -10,6 +10,7 @@
 #include "search/strategies/bayes_opt.hpp"
 #include "search/strategies/exhaustive.hpp"
 #include "search/strategies/genetic.hpp"
+#include "search/strategies/local_search.hpp"
 #include "search/strategies/random.hpp"
 #include "search/strategy.hpp"
 
@@ -22,6 +23,7 @@ const std::map<std::string, Factory>& factories() {
       {"exhaustive", [](const StrategyContext& c) { return std::make_unique<Exhaustive>(c); }},
       {"random", [](const StrategyContext& c) { return std::make_unique<RandomSample>(c); }},
       {"genetic", [](const StrategyContext& c) { return std::make_unique<Genetic>(c); }},
+      {"local_search", [](const StrategyContext& c) { return std::make_unique<LocalSearch>(c); }},
       {"annealing", [](const StrategyContext& c) { return std::make_unique<Annealing>(c); }},
       {"bayes_opt", [](const StrategyContext& c) { return std::make_unique<BayesOpt>(c); }},
   };

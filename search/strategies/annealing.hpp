@@ -13,9 +13,9 @@ namespace ktune::search {
 class Annealing final : public Strategy {
  public:
   struct Options {
-    double t_start = 1.0;
-    double t_min = 0.001;
-    double alpha = 0.98;  ///< cooling per evaluation
+    double t_start = 0.1;   ///< accepts a 10 % slowdown with probability 1/e at the start
+    double t_min = 0.0001;  ///< restart below this
+    double alpha = 0.98;    ///< cooling per evaluation
   };
   explicit Annealing(const StrategyContext& context) : Annealing(context, Options{}) {}
   Annealing(const StrategyContext& context, Options options);

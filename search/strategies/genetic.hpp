@@ -15,7 +15,7 @@ namespace ktune::search {
 class Genetic final : public Strategy {
  public:
   struct Options {
-    int population = 20;
+    int population = 10;
     int elite = 2;
     double mutation_chance = 0.1;  ///< per parameter
   };

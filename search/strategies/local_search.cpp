@@ -1,0 +1,86 @@
+// Greedy iterated local search with perturbation and restarts.
+#include "search/strategies/local_search.hpp"
+
+#include <cmath>
+
+namespace ktune::search {
+
+LocalSearch::LocalSearch(const StrategyContext& context, Options options)
+    : context_(context), options_(options), rng_(context.seed ^ 0xa54ff53a5f1d36f1ULL) {}
+
+void LocalSearch::load_neighbours() {
+  pending_.clear();
+  for (Point& q : valid_neighbours(context_, current_, options_.adjacent_only))
+    if (unseen(q)) pending_.push_back(std::move(q));
+  // Shuffle (Fisher-Yates with the portable generator).
+  for (std::size_t i = pending_.size(); i > 1; --i) std::swap(pending_[i - 1], pending_[rng_.uniform(i)]);
+}
+
+std::optional<Point> LocalSearch::start_point() {
+  if (has_home_ && failed_perturbations_ < options_.restart_after) {
+    // Random walk from the home optimum through valid points.
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      Point p = home_;
+      for (int step = 0; step < options_.perturbation; ++step) {
+        const auto around = valid_neighbours(context_, p, false);
+        if (around.empty()) break;
+        p = around[rng_.uniform(around.size())];
+      }
+      if (unseen(p)) return p;
+    }
+  }
+  has_home_ = false;
+  failed_perturbations_ = 0;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    auto p = random_valid_point(context_, rng_, 200);
+    if (p && unseen(*p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::optional<Config> LocalSearch::next() {
+  while (has_current_ && !pending_.empty()) {
+    Point p = std::move(pending_.back());
+    pending_.pop_back();
+    if (unseen(p)) return config_of(*context_.space, p);
+  }
+  if (has_current_) {
+    // current_ is a local optimum.
+    if (!has_home_ || current_time_ < home_time_) {
+      home_ = current_;
+      home_time_ = current_time_;
+      has_home_ = true;
+      failed_perturbations_ = 0;
+    } else {
+      ++failed_perturbations_;
+    }
+    has_current_ = false;
+  }
+  auto p = start_point();
+  if (!p) return std::nullopt;
+  awaiting_start_ = true;
+  return config_of(*context_.space, *p);
+}
+
+void LocalSearch::report(const Config& config, const Outcome& outcome) {
+  const Point p = point_of(*context_.space, config);
+  seen_.insert(index_of(*context_.space, p));
+  const double t = outcome.ok ? outcome.time_ms : INFINITY;
+  if (awaiting_start_) {
+    awaiting_start_ = false;
+    if (std::isfinite(t)) {
+      has_current_ = true;
+      current_ = p;
+      current_time_ = t;
+      load_neighbours();
+    }
+    return;
+  }
+  if (has_current_ && t < current_time_) {  // first improvement: move
+    current_ = p;
+    current_time_ = t;
+    load_neighbours();
+  }
+}
+
+}  // namespace ktune::search
