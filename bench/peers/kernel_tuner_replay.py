@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Kernel Tuner's own strategies on recorded tuning spaces (simulation mode),
+scored like `ktune replay`: per evaluation budget, the median and p25/p75 of
+the fraction of the optimum reached (optimum time / best time found), and the
+evaluations each run needed to reach a target fraction (default 95 %).
+
+Needs `pip install kernel_tuner` (tested with 1.5.0). Usage:
+  kernel_tuner_replay.py --dataset F.json.gz --strategy genetic_algorithm,dual_annealing \
+      --budget 25,50,100,200,400 --runs 50 [--json]
+
+Each run gets its own seed (seed + run) for Python's and NumPy's generators,
+and a budget of max_fevals = the largest budget (Kernel Tuner counts unique
+configurations, as ktune does). The search space is restricted to the
+configurations recorded in the file, as ktune's replay evaluator does.
+"""
+import argparse
+import gzip
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+
+def load(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def quartiles(values):
+    v = sorted(values)
+    def at(p):
+        pos = p * (len(v) - 1)
+        lo = int(math.floor(pos))
+        hi = min(lo + 1, len(v) - 1)
+        if math.isinf(v[hi]):
+            return v[hi]
+        return v[lo] + (pos - lo) * (v[hi] - v[lo])
+    return {"p25": at(0.25), "median": at(0.5), "p75": at(0.75)}
+
+
+def is_time(x):
+    return isinstance(x, (int, float)) and math.isfinite(x) and x < 1e20
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dataset", required=True)
+    ap.add_argument("--strategy", default="random_sample")
+    ap.add_argument("--budget", default="25,50,100,200,400")
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--target", type=float, default=0.95)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    import kernel_tuner
+    warnings.simplefilter("ignore")
+
+    data = load(args.dataset)
+    keys = data["tune_params_keys"]
+    tune_params = {k: data["tune_params"][k] for k in keys}
+    cache = data["cache"]
+    recorded = set(cache.keys())
+    optimum = min(e["time"] for e in cache.values() if is_time(e.get("time")))
+    budgets = [int(b) for b in args.budget.split(",")]
+    max_budget = max(budgets)
+
+    # Kernel Tuner reads plain JSON caches only, and re-reads the file every
+    # run: drop the per-repetition "times" lists it does not use in simulation.
+    for e in cache.values():
+        e.pop("times", None)
+    tmpdir = tempfile.mkdtemp(prefix="kt-replay-")
+    cachefile = os.path.join(tmpdir, "cache.json")
+    with open(cachefile, "w") as f:
+        json.dump(data, f)
+
+    def recorded_only(p):
+        return ",".join(str(p[k]) for k in keys) in recorded
+
+    problem_size = data.get("problem_size", [1])
+    out = {"dataset": args.dataset, "device": data.get("device_name"), "optimum_ms": optimum,
+           "runs": args.runs, "target": args.target, "kernel_tuner": kernel_tuner.__version__, "strategies": []}
+    if not args.json:
+        print(f"{args.dataset}: {data.get('kernel_name')} on {data.get('device_name')}, "
+              f"{len(cache)} recorded, optimum {optimum:.4f} ms, {args.runs} runs, Kernel Tuner {kernel_tuner.__version__}\n")
+    for strategy in args.strategy.split(","):
+        start = time.time()
+        fractions = {b: [] for b in budgets}
+        to_target = []
+        for run in range(args.runs):
+            random.seed(args.seed + run)
+            np.random.seed(args.seed + run)
+            devnull = open(os.devnull, "w")
+            saved = sys.stdout
+            sys.stdout = devnull
+            try:
+                results, _ = kernel_tuner.tune_kernel(
+                    data.get("kernel_name", "kernel"), "__global__ void k() {}", problem_size, [], tune_params,
+                    restrictions=recorded_only, strategy=strategy, strategy_options={"max_fevals": max_budget},
+                    cache=cachefile, simulation_mode=True, quiet=True)
+            finally:
+                sys.stdout = saved
+                devnull.close()
+            seen, best_after, best = set(), [], math.inf
+            for r in results:
+                key = ",".join(str(r[k]) for k in keys)
+                if key in seen:
+                    continue
+                seen.add(key)
+                if is_time(r.get("time")):
+                    best = min(best, r["time"])
+                best_after.append(best)
+            for b in budgets:
+                found = best_after[min(b, len(best_after)) - 1] if best_after else math.inf
+                fractions[b].append(optimum / found if math.isfinite(found) else 0.0)
+            reached = next((i + 1 for i, t in enumerate(best_after) if math.isfinite(t) and optimum / t >= args.target),
+                           math.inf)
+            to_target.append(reached)
+        elapsed = time.time() - start
+        q_target = quartiles(to_target)
+        n_reached = sum(1 for v in to_target if math.isfinite(v))
+        entry = {"strategy": strategy, "wall_s": elapsed, "runs_reaching_target": n_reached,
+                 "evals_to_target": {k: (v if math.isfinite(v) else None) for k, v in q_target.items()},
+                 "budgets": [{"budget": str(b), "fraction_of_optimum": quartiles(fractions[b])} for b in budgets]}
+        out["strategies"].append(entry)
+        if args.json:
+            continue
+        print(f"strategy {strategy}  ({elapsed:.1f} s)")
+        print(f"  {'budget':>8}  {'median':>8}  {'p25':>8}  {'p75':>8}   (fraction of optimum)")
+        for b in budgets:
+            q = quartiles(fractions[b])
+            print(f"  {b:>8}  {q['median']:>8.3f}  {q['p25']:>8.3f}  {q['p75']:>8.3f}")
+        fmt = lambda v: f"{v:.0f}" if math.isfinite(v) else f">{max_budget}"
+        print(f"  evaluations to {args.target * 100:.0f}% of optimum: median {fmt(q_target['median'])}, "
+              f"p25 {fmt(q_target['p25'])}, p75 {fmt(q_target['p75'])} ({n_reached}/{args.runs} runs reached it)\n")
+    if args.json:
+        print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
