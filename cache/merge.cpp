@@ -34,4 +34,30 @@ std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& in
   return changed;
 }
 
+std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& options) {
+  std::map<std::string, std::string> newest;  // where() → newest date
+  for (const Entry& e : entries) {
+    std::string& d = newest[e.key.where()];
+    d = std::max(d, e.date);
+  }
+  std::map<std::string, bool> kept_newest;  // one survivor per where(), even on equal dates
+  const std::size_t before = entries.size();
+  std::vector<Entry> kept;
+  for (const Entry& e : entries) {
+    const bool of_family = options.family.empty() || e.key.family == options.family;
+    auto differs = [&](const std::string& want, const std::string& have) { return !want.empty() && want != have; };
+    if (of_family && (differs(options.source_hash, e.key.source_hash) ||
+                      differs(options.nvrtc_version, e.key.nvrtc_version) ||
+                      differs(options.driver_version, e.key.driver_version)))
+      continue;
+    if (options.superseded) {
+      if (e.date != newest[e.key.where()] || kept_newest[e.key.where()]) continue;
+      kept_newest[e.key.where()] = true;
+    }
+    kept.push_back(e);
+  }
+  entries = std::move(kept);
+  return before - entries.size();
+}
+
 }  // namespace ktune::cache

@@ -63,6 +63,21 @@ bool better_than(const Entry& a, const Entry& b);
 /// many entries of `incoming` were added or replaced one.
 std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming);
 
+/// What `ktune cache prune` drops.
+struct PruneOptions {
+  /// Entries with the same family, problem, dtype, arch and GPU as a newer
+  /// entry (by date) go.
+  bool superseded = true;
+  /// When non-empty: entries (of `family`, or all when empty) whose
+  /// source_hash / nvrtc_version / driver_version differ from these go.
+  std::string family;
+  std::string source_hash;
+  std::string nvrtc_version;
+  std::string driver_version;
+};
+/// Removes entries per `options`; returns how many went.
+std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& options);
+
 /// Entries in canonical order (by identity), as files store them.
 void sort_entries(std::vector<Entry>& entries);
 

@@ -100,20 +100,22 @@ KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf
 
 /// Grid: any number of blocks; block b handles chunks b, b + gridDim.x, ...
 /// of the concatenated tensors.
+/// `chunk` (elements per work item; a multiple of VEC, so chunk starts keep
+/// the tensor's alignment) is a run-time argument: small chunks balance short
+/// tensors, large ones cut scheduling overhead, and the code is the same.
 template <int THREADS,      // threads per block: more hides latency, fewer frees registers
           int VEC,          // elements per thread per step (1, 2, 4): wider loads, fewer instructions
-          int CHUNK,        // elements per work item: small balances short tensors, large cuts overhead
           int MAX_TENSORS,  // tensors per launch: more means fewer launches, larger parameter block
           bool BF16_COPY>
-__global__ void __launch_bounds__(THREADS) adamw_multi_tensor(TensorList<MAX_TENSORS> list, Hyper h) {
+__global__ void __launch_bounds__(THREADS)
+    adamw_multi_tensor(TensorList<MAX_TENSORS> list, long long chunk, Hyper h) {
   static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
-  static_assert(CHUNK % VEC == 0, "a chunk holds whole vectors, so chunk starts keep the tensor's alignment");
   const int total = list.chunk_begin[list.count];
   int t = 0;
   for (int c = blockIdx.x; c < total; c += gridDim.x) {
     while (c >= list.chunk_begin[t + 1]) ++t;  // chunks only grow, so the tensor index only grows
-    const long long begin = static_cast<long long>(c - list.chunk_begin[t]) * CHUNK;
-    const long long end = begin + CHUNK < list.numel[t] ? begin + CHUNK : list.numel[t];
+    const long long begin = static_cast<long long>(c - list.chunk_begin[t]) * chunk;
+    const long long end = begin + chunk < list.numel[t] ? begin + chunk : list.numel[t];
     update_range<THREADS, VEC, BF16_COPY>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
                                           list.param_bf16[t], begin, end, h);
   }

@@ -153,6 +153,10 @@ class MultiTensor final : public AdamwBase {
       if (why) *why = "threads exceed the device's block limit";
       return false;
     }
+    if (c.at("chunk") % c.at("vec") != 0) {
+      if (why) *why = "a chunk must hold whole vectors, so chunk starts keep the tensor's alignment";
+      return false;
+    }
     if (c.at("chunk") < c.at("threads") * c.at("vec")) {
       if (why) *why = "a chunk smaller than one block-wide step leaves threads idle";
       return false;
@@ -166,7 +170,7 @@ class MultiTensor final : public AdamwBase {
 
   Rendered render(const Config& c, const Problem& p) const override {
     const std::string kernel =
-        fmt::format("adamw::adamw_multi_tensor<{}, {}, {}, {}, {}>", c.at("threads"), c.at("vec"), c.at("chunk"),
+        fmt::format("adamw::adamw_multi_tensor<{}, {}, {}, {}>", c.at("threads"), c.at("vec"),
                     c.at("tensors_per_launch"), bool_arg(p.dtype == "bf16"));
     return render_template(kTemplate, {kernel}, "adamw " + c.str() + " for " + p.key());
   }
@@ -210,7 +214,7 @@ class MultiTensor final : public AdamwBase {
       const std::int64_t resident = c.at("blocks_per_sm") * device.sm_count;
       l.grid = {static_cast<unsigned>(std::min<std::int64_t>(chunks, resident)), 1, 1};
       l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
-      l.args.add_bytes(blob.data(), blob.size(), 8).add(h);
+      l.args.add_bytes(blob.data(), blob.size(), 8).add(chunk).add(h);
       launches.push_back(std::move(l));
     }
     return launches;

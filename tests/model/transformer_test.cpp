@@ -73,7 +73,7 @@ TEST_CASE("whole-model gradients match central finite differences (fp64, every p
   }
 }
 
-TEST_CASE("fp32 and fp64 models agree; results do not depend on the thread count", "[model]") {
+TEST_CASE("fp32 and fp64 models agree and results do not depend on the thread count", "[model]") {
   const RunShape shape{2, 16};
   ModelConfig c = model_config("tiny");
   Transformer<double> ref(c, shape, Mode::kTrain, 1);

@@ -45,7 +45,7 @@ TEST_CASE("winner: a clearly faster config wins whatever its index", "[search][w
   CHECK(r.ranked[0].ci_high_ms >= r.ranked[0].median_ms);
 }
 
-TEST_CASE("winner: failures are dropped; nothing finite means no winner", "[search][winner]") {
+TEST_CASE("winner: failures are dropped and nothing finite means no winner", "[search][winner]") {
   const double inf = std::numeric_limits<double>::infinity();
   CHECK_FALSE(pick_winner({{0, Config(), {inf, inf}}}).found);
   const auto r = pick_winner({{0, Config(), {inf}}, {4, Config(), {2.0, 2.1, 1.9}}});

@@ -22,12 +22,14 @@ TEST_CASE("AdamW reference matches the float64 formula on random data", "[adamw]
   h.lr = 1e-2f, h.weight_decay = 0.1f, h.step = 5;
   adamw_step_reference(p.data(), g.data(), m.data(), v.data(), n, h);
   for (std::size_t i = 0; i < n; ++i) {
-    const double mm = 0.9 * m0[i] + 0.1 * g[i];
-    const double vv = 0.999 * v0[i] + 0.001 * double(g[i]) * g[i];
-    const double bc1 = 1 - std::pow(0.9, 5), bc2 = 1 - std::pow(0.999, 5);
-    const double pp = p0[i] * (1 - 1e-2 * 0.1) - 1e-2 / bc1 * mm / (std::sqrt(vv) / std::sqrt(bc2) + 1e-8);
-    REQUIRE(m[i] == Approx(mm).epsilon(1e-5));
-    REQUIRE(v[i] == Approx(vv).epsilon(1e-5));
+    // The hyper-parameters as the float32 values the step receives.
+    const double b1 = 0.9f, b2 = 0.999f, lr = 1e-2f, wd = 0.1f, eps = 1e-8f;
+    const double mm = b1 * m0[i] + (1 - b1) * g[i];
+    const double vv = b2 * v0[i] + (1 - b2) * double(g[i]) * g[i];
+    const double bc1 = 1 - std::pow(b1, 5), bc2 = 1 - std::pow(b2, 5);
+    const double pp = p0[i] * (1 - lr * wd) - lr / bc1 * mm / (std::sqrt(vv) / std::sqrt(bc2) + eps);
+    REQUIRE(m[i] == Approx(mm).epsilon(1e-5).margin(1e-7));
+    REQUIRE(v[i] == Approx(vv).epsilon(1e-5).margin(1e-9));
     REQUIRE(p[i] == Approx(pp).epsilon(1e-5).margin(1e-6));
   }
 }
@@ -65,7 +67,7 @@ TEST_CASE("multi-tensor plan: tensors split by tensors_per_launch, grid capped b
   // 13 chunks of 8192 per tensor, 208 chunks per full launch, capped at one block per SM.
   CHECK(plan[0].grid[0] == static_cast<unsigned>(std::min(208, device.sm_count)));
   CHECK(plan[2].grid[0] == 104);
-  CHECK(plan[0].args.count() == 2);  // TensorList by value + Hyper
+  CHECK(plan[0].args.count() == 3);  // TensorList by value, chunk, Hyper
 }
 
 TEST_CASE("eager plan: eight primitive launches per tensor, nine with the bf16 copy", "[adamw]") {

@@ -25,7 +25,7 @@ templates::Rendered probe(const std::string& body_tag) {
 }
 }  // namespace
 
-TEST_CASE("every AdamW variant compiles for sm_80 and sm_90; defaults do not spill", "[compile]") {
+TEST_CASE("every AdamW variant compiles for sm_80 and sm_90 and defaults do not spill", "[compile]") {
   const Compiler compiler;
   std::vector<const templates::Family*> families = {&templates::find_family("adamw"),
                                                     &templates::find_family("adamw_single"),

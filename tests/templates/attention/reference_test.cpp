@@ -41,7 +41,7 @@ std::vector<double> naive_attention(const std::vector<double>& q, const std::vec
 
 }  // namespace
 
-TEST_CASE("attention forward matches the direct formula; backward matches finite differences (fp64)",
+TEST_CASE("attention forward matches the direct formula and backward matches finite differences (fp64)",
           "[attention][gradcheck]") {
   for (const bool causal : {true, false}) {
     SECTION(causal ? "causal" : "full") {
