@@ -1,0 +1,88 @@
+// `ktune bench e2e`: the end-to-end benchmark of seeds 002 and 004, printed
+// in their columns (002: mean/std ms per pass; 004: fwd, back, fwd+back
+// avg/std in seconds), or as JSON.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "base/error.hpp"
+#include "cli/commands.hpp"
+#include "cli/model_args.hpp"
+#include "model/bench_e2e.hpp"
+
+namespace ktune::cli {
+
+namespace {
+
+std::string markdown(const model::E2eResult& r) {
+  const auto& o = r.options;
+  const bool fwd_only = o.passes == model::E2ePasses::kForward;
+  const auto& m = o.model;
+  std::string s = fmt::format("# End-to-end benchmark ({} backend, {}, fp32, {})\n\n", o.backend, r.device, r.date);
+  // Seed 002's layout.
+  s += "| model_size | d_model | context_length | num_layers | num_heads | batch_size | num_warmups | num_trials | "
+       "forward_only | mean_time_ms | std_time_ms |\n";
+  s += "|:--|--:|--:|--:|--:|--:|--:|--:|:--|--:|--:|\n";
+  const auto& main = fwd_only ? r.forward : r.forward_backward;
+  s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n\n", m.name, m.d_model,
+                   o.shape.context, m.layers, m.heads, o.shape.batch, o.warmup, o.trials, fwd_only ? "True" : "False",
+                   main.mean_ms, main.std_ms);
+  // Seed 004's layout (seconds), with the optimizer and full step when measured.
+  auto sec = [](const model::PhaseStats& p, bool mean) {
+    return p.measured ? fmt::format("{:.6f}", (mean ? p.mean_ms : p.std_ms) / 1e3) : std::string("-");
+  };
+  const bool optim = r.optimizer.measured;
+  s += "| device | batch_size | model | context_length | fwd avg (sec) | fwd std (sec) | back avg (sec) | "
+       "back std (sec) | fws & back avg (sec) | fws & back std (sec) |";
+  s += optim ? " optimizer avg (sec) | optimizer std (sec) | step avg (sec) | step std (sec) |" : "";
+  s += " status |\n|:--|--:|:--|--:|--:|--:|--:|--:|--:|--:|";
+  s += optim ? "--:|--:|--:|--:|" : "";
+  s += ":--|\n";
+  s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |", o.backend, o.shape.batch, m.name,
+                   o.shape.context, sec(r.forward, true), sec(r.forward, false), sec(r.backward, true),
+                   sec(r.backward, false), sec(r.forward_backward, true), sec(r.forward_backward, false));
+  if (optim)
+    s += fmt::format(" {} | {} | {} | {} |", sec(r.optimizer, true), sec(r.optimizer, false), sec(r.step, true),
+                     sec(r.step, false));
+  s += " ok |\n";
+  return s;
+}
+
+}  // namespace
+
+void add_bench_e2e_command(CLI::App& bench, Global& global) {
+  struct Opts {
+    ModelArgs m;
+    model::E2eOptions e;
+    bool forward_only = false, with_optimizer = false;
+    std::string json_out;
+  };
+  auto o = std::make_shared<Opts>();
+  o->m.model = "small";
+  auto* cmd = bench.add_subcommand("e2e", "End-to-end training step (seeds 002/004): forward, backward, optimizer "
+                                          "mean and std over trials");
+  cmd->add_option("--backend", o->e.backend, "Backend: cpu")->capture_default_str();
+  add_model_options(cmd, o->m);
+  cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")->capture_default_str();
+  cmd->add_option("--trials", o->e.trials, "Timed steps")->capture_default_str();
+  auto* fo = cmd->add_flag("--forward-only", o->forward_only, "Time the forward pass only");
+  cmd->add_flag("--with-optimizer", o->with_optimizer, "Also time the AdamW step")->excludes(fo);
+  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
+  cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file");
+  cmd->callback([o, &global] {
+    model::E2eOptions e = o->e;
+    e.model = model_from_args(o->m);
+    e.shape = shape_from_args(o->m, 128, 4);
+    e.threads = threads_from_args(o->m);
+    e.passes = o->forward_only     ? model::E2ePasses::kForward
+               : o->with_optimizer ? model::E2ePasses::kStep
+                                   : model::E2ePasses::kForwardBackward;
+    const auto result = model::bench_e2e(e);
+    const auto j = model::to_json(result);
+    if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << "\n";
+    std::cout << (global.json ? j.dump(2) + "\n" : markdown(result));
+  });
+}
+
+}  // namespace ktune::cli

@@ -1,0 +1,100 @@
+// `ktune bench memory`: the static memory plan by phase (seed 003's memory
+// section) for model sizes and context lengths, computed without allocating.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/model_args.hpp"
+#include "cli/options.hpp"
+#include "model/memory_plan.hpp"
+
+namespace ktune::cli {
+
+namespace {
+
+struct Row {
+  const char* name;  // markdown label
+  const char* key;   // JSON key
+  std::int64_t (*bytes)(const model::MemoryPlan&);
+};
+
+const Row kRows[] = {
+    {"parameters", "parameters", [](const model::MemoryPlan& p) { return p.parameters; }},
+    {"gradients", "gradients", [](const model::MemoryPlan& p) { return p.gradients; }},
+    {"optimizer state (AdamW m, v)", "optimizer_state", [](const model::MemoryPlan& p) { return p.optimizer_state; }},
+    {"inputs (tokens, targets)", "inputs", [](const model::MemoryPlan& p) { return p.inputs; }},
+    {"activations, forward-only (1 block + head)", "activations_forward", [](const model::MemoryPlan& p) { return p.activations_forward; }},
+    {"activations kept for backward", "activations_backward", [](const model::MemoryPlan& p) { return p.activations_backward; }},
+    {"  of which per block", "activations_per_block", [](const model::MemoryPlan& p) { return p.per_layer_activations; }},
+    {"workspace, forward", "workspace_forward", [](const model::MemoryPlan& p) { return p.workspace_forward; }},
+    {"workspace, forward+backward", "workspace_backward", [](const model::MemoryPlan& p) { return p.workspace_backward; }},
+    {"**peak, forward-only**", "peak_forward", [](const model::MemoryPlan& p) { return p.peak_forward(); }},
+    {"**peak, forward+backward**", "peak_forward_backward", [](const model::MemoryPlan& p) { return p.peak_forward_backward(); }},
+    {"**peak, full step**", "peak_step", [](const model::MemoryPlan& p) { return p.peak_step(); }},
+};
+
+}  // namespace
+
+void add_bench_memory_command(CLI::App& bench, Global& global) {
+  struct Opts {
+    ModelArgs m;
+    std::string models = "xl";
+    std::string ctx = "128,256,512";
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), fp32, "
+                                             "planned without allocating");
+  cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
+  cmd->add_option("--d-model", o->m.d_model, "Override d_model");
+  cmd->add_option("--d-ff", o->m.d_ff, "Override d_ff");
+  cmd->add_option("--layers", o->m.layers, "Override the number of blocks");
+  cmd->add_option("--heads", o->m.heads, "Override the number of heads");
+  cmd->add_option("--vocab", o->m.vocab, "Override the vocabulary size");
+  cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
+  cmd->add_option("--batch", o->m.batch, "Batch size (default 4)");
+  cmd->add_option("--threads", o->m.threads, "CPU threads (per-thread scratch; default: all)");
+  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
+  cmd->callback([o, &global] {
+    const auto ctxs = int_list_arg(o->ctx, "--ctx");
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    std::string text;
+    std::string rest = o->models;
+    while (!rest.empty()) {
+      const auto comma = rest.find(',');
+      ModelArgs a = o->m;
+      a.model = rest.substr(0, comma);
+      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      const auto config = model_from_args(a);
+      std::vector<model::MemoryPlan> plans;
+      for (auto c : ctxs) {
+        a.ctx = c;
+        plans.push_back(model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a)));
+      }
+      text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, fp32\n\n",
+                          config.name, config.d_model, config.layers, config.heads, config.vocab,
+                          plans.front().shape.batch);
+      text += "| phase |";
+      for (auto c : ctxs) text += fmt::format(" ctx {} |", c);
+      text += "\n|:--|";
+      for (std::size_t i = 0; i < ctxs.size(); ++i) text += "--:|";
+      text += "\n";
+      for (const auto& row : kRows) {
+        text += fmt::format("| {} |", row.name);
+        for (const auto& p : plans) text += fmt::format(" {} |", model::format_bytes(row.bytes(p)));
+        text += "\n";
+      }
+      text += "\n";
+      for (const auto& p : plans) {
+        nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
+                                    {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", "float32"}};
+        for (const auto& row : kRows) j[row.key] = row.bytes(p);
+        all.push_back(j);
+      }
+    }
+    std::cout << (global.json ? all.dump(2) + "\n" : text);
+  });
+}
+
+}  // namespace ktune::cli

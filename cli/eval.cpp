@@ -1,0 +1,53 @@
+// `ktune eval`: the loss of given weights on one batch of tokens, and with
+// --dump the per-parameter gradient norms as JSON.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "base/files.hpp"
+#include "cli/commands.hpp"
+#include "cli/model_args.hpp"
+#include "model/train.hpp"
+
+namespace ktune::cli {
+
+void add_eval_command(CLI::App& app, Global& global) {
+  struct Opts {
+    ModelArgs m;
+    model::RunOptions r;
+    std::string dump;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch (cpu backend)");
+  add_model_options(cmd, o->m);
+  cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)");
+  cmd->add_option("--tokens", o->r.tokens_file, "Raw uint16 token file (default: the synthetic stream)");
+  cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
+  cmd->add_option("--dump", o->dump, "Write the loss and per-parameter gradient norms to this JSON file");
+  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
+  cmd->callback([o, &global] {
+    model::RunOptions r = o->r;
+    r.model = model_from_args(o->m);
+    r.shape = shape_from_args(o->m, 32, 4);
+    r.threads = threads_from_args(o->m);
+    const auto result = model::evaluate(r, !o->dump.empty());
+    nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
+                        {"batch_size", r.shape.batch}, {"loss", result.loss}};
+    if (!o->dump.empty()) {
+      nlohmann::ordered_json norms;
+      for (const auto& [name, norm] : result.grad_norms) norms[name] = norm;
+      j["grad_norm_total"] = result.grad_norm_total;
+      j["grad_norms"] = norms;
+      write_file_atomic(o->dump, j.dump(2) + "\n");
+    }
+    if (global.json)
+      std::cout << j.dump(2) << "\n";
+    else
+      std::cout << fmt::format("loss {:.6f} ({} x {} tokens)\n", result.loss, r.shape.batch, r.shape.context)
+                << (o->dump.empty() ? "" : fmt::format("gradient norms written to {}\n", o->dump));
+  });
+}
+
+}  // namespace ktune::cli

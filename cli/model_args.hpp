@@ -1,0 +1,33 @@
+// Command-line options that pick a model and a run shape, shared by `train`,
+// `eval`, `bench e2e` and `bench memory`.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+#include "model/config.hpp"
+
+namespace ktune::cli {
+
+struct ModelArgs {
+  std::string model = "tiny";
+  std::int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 0;  // 0: the named model's
+  std::int64_t ctx = 0, batch = 0;                                       // 0: the command's default
+  unsigned threads = 0;                                                  // 0: all hardware threads
+};
+
+/// Adds --model, --d-model, --d-ff, --layers, --heads, --vocab (and, when
+/// `shape`, --ctx, --batch; when `threads`, --threads) to `cmd`.
+void add_model_options(CLI::App* cmd, ModelArgs& args, bool shape = true, bool threads = true);
+
+/// The named model with the size flags applied (named "custom" when one
+/// changed it); throws kInvalidInput for an unknown name or a bad size.
+model::ModelConfig model_from_args(const ModelArgs& args);
+
+/// --ctx/--batch, or the defaults given.
+model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx, std::int64_t default_batch);
+
+/// --threads, or every hardware thread.
+unsigned threads_from_args(const ModelArgs& args);
+
+}  // namespace ktune::cli

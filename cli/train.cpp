@@ -1,0 +1,59 @@
+// `ktune train`: trains the Transformer on the cpu backend and prints the
+// loss per step (synthetic learnable tokens unless --tokens is given).
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/model_args.hpp"
+#include "model/train.hpp"
+
+namespace ktune::cli {
+
+void add_train_command(CLI::App& app, Global& global) {
+  struct Opts {
+    ModelArgs m;
+    model::TrainOptions t;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("train", "Train the Transformer LM on the cpu backend, printing the loss per step");
+  add_model_options(cmd, o->m);
+  cmd->add_option("--steps", o->t.steps, "Optimizer steps")->capture_default_str();
+  cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
+  cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
+  cmd->add_option("--tokens", o->t.tokens_file, "Raw uint16 token file (default: a synthetic learnable stream)");
+  cmd->add_option("--lr", o->t.hyper.lr, "AdamW learning rate")->capture_default_str();
+  cmd->add_option("--beta1", o->t.hyper.beta1, "AdamW beta1")->capture_default_str();
+  cmd->add_option("--beta2", o->t.hyper.beta2, "AdamW beta2")->capture_default_str();
+  cmd->add_option("--eps", o->t.hyper.eps, "AdamW epsilon")->capture_default_str();
+  cmd->add_option("--weight-decay", o->t.hyper.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
+  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
+  cmd->callback([o, &global] {
+    model::TrainOptions t = o->t;
+    t.model = model_from_args(o->m);
+    t.shape = shape_from_args(o->m, 32, 4);
+    t.threads = threads_from_args(o->m);
+    if (!global.json)
+      std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on cpu, ctx {}, batch {}, "
+                               "{} threads\n",
+                               t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
+                               t.shape.context, t.shape.batch, t.threads);
+    const auto records = model::train(t, [&global](const model::StepRecord& r) {
+      if (!global.json) std::cout << fmt::format("step {:>5}  loss {:.4f}  ({:.1f} ms)\n", r.step, r.loss, r.seconds * 1e3)
+                                  << std::flush;
+    });
+    if (global.json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& r : records) j.push_back({{"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}});
+      std::cout << nlohmann::json{{"model", t.model.name}, {"steps", j}}.dump(2) << "\n";
+    } else if (!records.empty()) {
+      std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps\n", records.front().loss, records.back().loss,
+                               records.size());
+    }
+    if (!t.save.empty() && !global.json) std::cout << "saved weights to " << t.save << "\n";
+  });
+}
+
+}  // namespace ktune::cli
