@@ -1,6 +1,7 @@
 // `ktune tune`: search a family's space for one problem on the GPU (or the
-// emulation backend, to check the loop), log every result as it arrives, and
-// put the winner into a tuned cache.
+// emulation backend, to check the loop), each variant in a worker process that
+// is restarted when a variant crashes or hangs; log every result as it
+// arrives, and put the winner into a tuned cache.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -10,15 +11,19 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "search/strategy.hpp"
+#include "tuner/emu_runner.hpp"
 #include "tuner/gpu_runner.hpp"
+#include "tuner/isolated_runner.hpp"
 #include "tuner/session.hpp"
 
 namespace ktune::cli {
 
 void add_tune_command(CLI::App& app, Global& global) {
   struct Opts {
-    std::string family, problem, cache = "tuned.json", log;
+    std::string family, problem, cache = "tuned.json", log, backend = "gpu";
     tuner::TuneOptions tune;
+    double timeout_s = 120;
+    bool no_isolate = false;
   };
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem on the GPU and cache the winner");
@@ -31,6 +36,15 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
   cmd->add_option("--log", opts->log, "Session log (JSON lines); default: <cache>.<family>.log");
   cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
+  cmd->add_option("--backend", opts->backend, "gpu, or emu (the host emulation: checks the whole loop; its times "
+                                              "are host wall times, not GPU times)")
+      ->check(CLI::IsMember({"gpu", "emu"}))
+      ->capture_default_str();
+  cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
+                                                "worker process is killed and the variant marked failed")
+      ->capture_default_str();
+  cmd->add_flag("--no-isolate", opts->no_isolate,
+                "Run variants in this process (faster start; a crashing variant then ends the session)");
   cmd->callback([opts, &global] {
     const auto& family = templates::find_family(opts->family);
     const auto problem = problem_arg(family, opts->problem);
@@ -39,7 +53,12 @@ void add_tune_command(CLI::App& app, Global& global) {
     cache_file.load();  // a corrupt cache file stops us before the search, not after
     opts->tune.log_path = opts->log.empty() ? opts->cache + "." + family.name() + ".log" : opts->log;
     opts->tune.run.time = true;
-    auto runner = tuner::make_gpu_runner();
+    std::function<std::unique_ptr<tuner::Runner>()> make_inner = [backend = opts->backend] {
+      return backend == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+    };
+    tuner::IsolationOptions isolation;
+    isolation.timeout_s = opts->timeout_s;
+    auto runner = opts->no_isolate ? make_inner() : tuner::make_isolated_runner(make_inner, isolation);
     const auto space_size = family.space().size();
     auto progress = [&](const tuner::Record& r, const tuner::TuneSummary& s) {
       const double best = s.best && s.best->result.timing ? s.best->result.timing->median_ms : 0;

@@ -64,6 +64,33 @@ DeviceLimits DeviceLimits::for_arch(const std::string& arch) {
 
 std::vector<std::string> DeviceLimits::known_archs() { return {"sm_80", "sm_86", "sm_89", "sm_90", "sm_90a"}; }
 
+nlohmann::json DeviceLimits::to_json() const {
+  return {{"name", name}, {"driver_version", driver_version}, {"arch", arch}, {"sm", sm}, {"sm_count", sm_count},
+          {"max_threads_per_block", max_threads_per_block}, {"max_static_smem", max_static_smem},
+          {"max_smem_per_block", max_smem_per_block}, {"smem_per_sm", smem_per_sm}, {"regs_per_sm", regs_per_sm},
+          {"max_regs_per_thread", max_regs_per_thread}, {"max_threads_per_sm", max_threads_per_sm},
+          {"max_blocks_per_sm", max_blocks_per_sm}, {"l2_bytes", l2_bytes}};
+}
+
+DeviceLimits DeviceLimits::from_json(const nlohmann::json& j) {
+  DeviceLimits d;
+  d.name = j.at("name").get<std::string>();
+  d.driver_version = j.at("driver_version").get<int>();
+  d.arch = j.at("arch").get<std::string>();
+  d.sm = j.at("sm").get<int>();
+  d.sm_count = j.at("sm_count").get<int>();
+  d.max_threads_per_block = j.at("max_threads_per_block").get<int>();
+  d.max_static_smem = j.at("max_static_smem").get<int>();
+  d.max_smem_per_block = j.at("max_smem_per_block").get<int>();
+  d.smem_per_sm = j.at("smem_per_sm").get<int>();
+  d.regs_per_sm = j.at("regs_per_sm").get<int>();
+  d.max_regs_per_thread = j.at("max_regs_per_thread").get<int>();
+  d.max_threads_per_sm = j.at("max_threads_per_sm").get<int>();
+  d.max_blocks_per_sm = j.at("max_blocks_per_sm").get<int>();
+  d.l2_bytes = j.at("l2_bytes").get<long long>();
+  return d;
+}
+
 std::int64_t Problem::dim(const std::string& name) const {
   const auto it = dims.find(name);
   KTUNE_REQUIRE(it != dims.end(), "problem " + key() + " has no dimension '" + name + "'");

@@ -47,6 +47,9 @@ struct DeviceLimits {
   /// throws kInvalidInput listing those for anything else.
   static DeviceLimits for_arch(const std::string& arch);
   static std::vector<std::string> known_archs();
+
+  nlohmann::json to_json() const;
+  static DeviceLimits from_json(const nlohmann::json& j);
 };
 
 /// One problem instance: a dtype and named dimensions. The key orders the

@@ -1,6 +1,6 @@
 // The emulation runner (STYLE.md habit 8): runs a family's variant on the CPU
 // through the host emulation backend and checks it against the CPU reference.
-// No timing: RunResult::timing stays empty.
+// Timing, when asked for, is the host wall time of one run, labelled as such.
 #pragma once
 #include <memory>
 #include <string>

@@ -2,7 +2,60 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 namespace ktune::tuner {
+
+nlohmann::json to_json(const RunOptions& o) {
+  return {{"seed", o.seed}, {"validate", o.validate}, {"time", o.time}, {"warmup", o.warmup},
+          {"min_repetitions", o.min_repetitions}, {"max_repetitions", o.max_repetitions},
+          {"min_seconds", o.min_seconds}};
+}
+
+RunOptions run_options_from_json(const nlohmann::json& j) {
+  RunOptions o;
+  o.seed = j.at("seed").get<std::uint64_t>();
+  o.validate = j.at("validate").get<bool>();
+  o.time = j.at("time").get<bool>();
+  o.warmup = j.at("warmup").get<int>();
+  o.min_repetitions = j.at("min_repetitions").get<int>();
+  o.max_repetitions = j.at("max_repetitions").get<int>();
+  o.min_seconds = j.at("min_seconds").get<double>();
+  return o;
+}
+
+nlohmann::json to_json(const RunResult& r) {
+  nlohmann::json j = {{"ok", r.ok}, {"failure", r.failure}, {"max_error", r.max_error},
+                      {"compile_ms", r.compile_ms}, {"errors", nlohmann::json::array()}};
+  for (const auto& [name, e] : r.errors) j["errors"].push_back({{"buffer", name}, {"error", e}});
+  if (r.timing)
+    j["timing"] = {{"median_ms", r.timing->median_ms}, {"p20_ms", r.timing->p20_ms}, {"p80_ms", r.timing->p80_ms},
+                   {"repetitions", r.timing->repetitions}, {"method", r.timing->method}};
+  return j;
+}
+
+RunResult run_result_from_json(const nlohmann::json& j) {
+  RunResult r;
+  r.ok = j.at("ok").get<bool>();
+  r.failure = j.at("failure").get<std::string>();
+  // A NaN error travels as JSON null.
+  r.max_error = j.at("max_error").is_number() ? j["max_error"].get<double>() : std::nan("");
+  r.compile_ms = j.at("compile_ms").get<double>();
+  for (const auto& e : j.at("errors"))
+    r.errors.emplace_back(e.at("buffer").get<std::string>(),
+                          e.at("error").is_number() ? e["error"].get<double>() : std::nan(""));
+  if (j.contains("timing")) {
+    const auto& t = j["timing"];
+    Measurement m;
+    m.median_ms = t.at("median_ms").get<double>();
+    m.p20_ms = t.at("p20_ms").get<double>();
+    m.p80_ms = t.at("p80_ms").get<double>();
+    m.repetitions = t.at("repetitions").get<int>();
+    m.method = t.at("method").get<std::string>();
+    r.timing = m;
+  }
+  return r;
+}
 
 void check_results(const templates::Workload& workload, const std::vector<std::vector<std::byte>>& results,
                    RunResult& result) {

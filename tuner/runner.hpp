@@ -55,6 +55,11 @@ class Runner {
                         const RunOptions& options) = 0;
 };
 
+nlohmann::json to_json(const RunOptions& o);
+RunOptions run_options_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const RunResult& r);
+RunResult run_result_from_json(const nlohmann::json& j);
+
 /// Compares a run's buffers with the workload's expected contents; fills
 /// `errors`, `max_error`, and `ok`/`failure`. Shared by every runner.
 void check_results(const templates::Workload& workload, const std::vector<std::vector<std::byte>>& results,
