@@ -10,6 +10,7 @@
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "tuner/emu_runner.hpp"
 #include "tuner/gpu_runner.hpp"
@@ -30,8 +31,9 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--family", opts->family, "Kernel family (see `ktune render --family F --space`)")->required();
   cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}")->required();
   cmd->add_option("--strategy", opts->tune.strategy, "Search strategy")->capture_default_str();
-  cmd->add_option("--max-evals", opts->tune.max_evaluations, "Stop after N evaluations (0: no limit)");
-  cmd->add_option("--max-seconds", opts->tune.max_seconds, "Stop after T seconds (0: no limit)");
+  cmd->add_option("--budget", opts->tune.budget,
+                  "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
+                  "(N evaluations without improvement), or a sum of these (\"200+15m\"); default: the whole space");
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
   cmd->add_option("--log", opts->log, "Session log (JSON lines); default: <cache>.<family>.log");
@@ -48,7 +50,8 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->callback([opts, &global] {
     const auto& family = templates::find_family(opts->family);
     const auto problem = problem_arg(family, opts->problem);
-    search::make_strategy(opts->tune.strategy, {});  // rejects an unknown strategy before any GPU work
+    search::make_strategy(opts->tune.strategy, {});  // reject an unknown strategy or budget before any GPU work
+    if (!opts->tune.budget.empty()) search::parse_budget(opts->tune.budget);
     cache::CacheFile cache_file(opts->cache);
     cache_file.load();  // a corrupt cache file stops us before the search, not after
     opts->tune.log_path = opts->log.empty() ? opts->cache + "." + family.name() + ".log" : opts->log;
@@ -59,11 +62,12 @@ void add_tune_command(CLI::App& app, Global& global) {
     tuner::IsolationOptions isolation;
     isolation.timeout_s = opts->timeout_s;
     auto runner = opts->no_isolate ? make_inner() : tuner::make_isolated_runner(make_inner, isolation);
-    const auto space_size = family.space().size();
-    auto progress = [&](const tuner::Record& r, const tuner::TuneSummary& s) {
-      const double best = s.best && s.best->result.timing ? s.best->result.timing->median_ms : 0;
-      std::cerr << fmt::format("\r[{:>5}/{}] best {:.4f} ms, failures {}   {:<60.60}", s.evaluations, space_size, best,
-                               s.failures, r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure));
+    auto progress = [&](const tuner::Record& r, const search::Progress& p) {
+      const std::string eta = p.eta_s >= 0 ? fmt::format("ETA {:.0f} s", p.eta_s) : "ETA ?";
+      std::cerr << fmt::format("\r[{:>5} evaluated, {} failed] best {:.4f} ms, {}  {:<50.50}", p.state->evaluations,
+                               p.state->failures, p.state->best_ms, eta,
+                               r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure))
+                << std::flush;
     };
     const auto summary = tuner::tune(family, problem, *runner, opts->tune, progress);
     std::cerr << "\n";
@@ -82,10 +86,12 @@ void add_tune_command(CLI::App& app, Global& global) {
       return;
     }
     std::cout << fmt::format("| family | problem | best config | time (ms, p20-p80) | vs default | evaluations | "
-                             "failed |\n|---|---|---|---|---|---|---|\n");
-    std::cout << fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} |\n", family.name(),
+                             "failed | tied finalists | stopped by |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::cout << fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} | {} | {} |\n", family.name(),
                              problem.key(), summary.best->config.str(), t.median_ms, t.p20_ms, t.p80_ms,
-                             summary.speedup_over_default(), summary.evaluations, summary.failures);
+                             summary.speedup_over_default(), summary.evaluations, summary.failures, summary.tied,
+                             summary.stopped_by);
+    std::cout << "measured: " << t.method << "\n";
     std::cout << "winner written to " << opts->cache << "; session log " << opts->tune.log_path << "\n";
   });
 }

@@ -74,6 +74,9 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
 /// stopped the runner from starting), then one result per request.
 [[noreturn]] void worker_main(int in, int out, const std::function<std::unique_ptr<Runner>()>& make_inner,
                               const std::vector<const Family*>& extra) {
+  // A crash here must end this process the default way, whatever handlers
+  // the parent installed (a test framework's, say), so the parent sees it.
+  for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTERM}) ::signal(sig, SIG_DFL);
   std::unique_ptr<Runner> runner;
   try {
     runner = make_inner();

@@ -22,6 +22,7 @@ struct Measurement {
   double p20_ms = 0;
   double p80_ms = 0;
   int repetitions = 0;
+  std::vector<double> samples_ms;  ///< every repetition, in order (for the winner rule)
   std::string method;  ///< e.g. "cuda events, 3 warm-up, L2 flushed, 1 launch per repetition"
 };
 

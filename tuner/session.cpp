@@ -5,11 +5,15 @@
 #include <chrono>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "search/stop.hpp"
 #include "search/strategy.hpp"
+#include "search/winner.hpp"
 #include "tuner/compiler.hpp"
+#include "tuner/timing.hpp"
 
 namespace ktune::tuner {
 namespace {
@@ -46,6 +50,12 @@ Record record_from_json(const nlohmann::json& j) {
 
 double time_of(const Record& r) {
   return r.result.ok && r.result.timing ? r.result.timing->median_ms : std::numeric_limits<double>::infinity();
+}
+
+/// A measurement's repetitions; its median alone when they were not kept
+/// (results read back from a session log).
+std::vector<double> samples_of(const Measurement& m) {
+  return m.samples_ms.empty() ? std::vector<double>{m.median_ms} : m.samples_ms;
 }
 
 /// Appends one line and flushes it to disk before the session goes on.
@@ -95,36 +105,58 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
   return out;
 }
 
-/// The strategy's view of the family for this problem and device.
-class ConstraintView final : public search::Evaluator {
+/// The search's view of a runner: each evaluation a validated, timed run,
+/// logged as it arrives, answered from the resumed log when it is there.
+class SessionEvaluator final : public search::Evaluator {
  public:
-  ConstraintView(const templates::Family& f, const templates::Problem& p, const templates::DeviceLimits& d)
-      : family_(f), problem_(p), device_(d) {}
+  SessionEvaluator(const templates::Family& f, const templates::Problem& p, Runner& runner, RunOptions run,
+                   std::map<Config, Record> done, SessionLog& log)
+      : family_(f), problem_(p), runner_(runner), run_(run), done_(std::move(done)), log_(log) {
+    for (const auto& [c, r] : done_) from_log_.insert(c);
+  }
+
   const Space& space() const override { return family_.space(); }
   bool is_valid(const Config& c, std::string* why) const override {
-    return family_.is_valid(c, problem_, device_, why);
+    return family_.is_valid(c, problem_, runner_.device(), why);
   }
-  search::Outcome evaluate(const Config&) override {
-    throw_error(ErrorKind::kInternal, "ConstraintView does not evaluate");
+  search::Outcome evaluate(const Config& c) override { return outcome_of(record(c)); }
+
+  /// The run of `c`: from the log when resumed, else a fresh run.
+  const Record& record(const Config& c) {
+    if (auto it = done_.find(c); it != done_.end()) {
+      if (from_log_.erase(c)) ++resumed_count;
+      return it->second;
+    }
+    Record r{c, runner_.run(family_, c, problem_, run_)};
+    log_.append(record_json(r));
+    return done_.emplace(c, std::move(r)).first->second;
   }
+  const std::map<Config, Record>& done() const { return done_; }
+  std::uint64_t resumed_count = 0;
 
  private:
+  static search::Outcome outcome_of(const Record& r) {
+    search::Outcome o;
+    o.ok = r.result.ok && r.result.timing.has_value();
+    o.failure = r.result.failure;
+    if (r.result.timing) {
+      o.time_ms = r.result.timing->median_ms;
+      o.p20_ms = r.result.timing->p20_ms;
+      o.p80_ms = r.result.timing->p80_ms;
+      o.cost_s = r.result.timing->median_ms * r.result.timing->repetitions * 1e-3;
+    }
+    o.cost_s += r.result.compile_ms * 1e-3;
+    return o;
+  }
+
   const templates::Family& family_;
   const templates::Problem& problem_;
-  const templates::DeviceLimits& device_;
+  Runner& runner_;
+  RunOptions run_;
+  std::map<Config, Record> done_;
+  std::set<Config> from_log_;  // logged results not yet asked for
+  SessionLog& log_;
 };
-
-search::Outcome outcome_of(const RunResult& r) {
-  search::Outcome o;
-  o.ok = r.ok && r.timing.has_value();
-  o.failure = r.failure;
-  if (r.timing) {
-    o.time_ms = r.timing->median_ms;
-    o.p20_ms = r.timing->p20_ms;
-    o.p80_ms = r.timing->p80_ms;
-  }
-  return o;
-}
 
 }  // namespace
 
@@ -138,77 +170,70 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   family.check_problem(problem);
   const auto start = std::chrono::steady_clock::now();
   const auto& device = runner.device();
+  auto stop = options.budget.empty() ? std::make_unique<search::Unbounded>() : search::parse_budget(options.budget);
   std::map<Config, Record> done = options.resume ? read_log(options.log_path, family, problem)
                                                  : std::map<Config, Record>{};
   SessionLog log(options.log_path, !options.resume);
   if (!options.resume)
     log.append({{"session", {{"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch},
                              {"gpu", device.name}, {"strategy", options.strategy}, {"seed", options.seed}}}});
-
-  TuneSummary summary;
   RunOptions run = options.run;
   run.seed = options.seed;
-  auto evaluate = [&](const Config& c) -> Record {
-    if (auto it = done.find(c); it != done.end()) {
-      ++summary.resumed;
-      return it->second;
-    }
-    Record r{c, runner.run(family, c, problem, run)};
-    log.append(record_json(r));
-    done[c] = r;
-    return r;
-  };
-  auto account = [&](const Record& r) {
-    ++summary.evaluations;
-    if (!r.result.ok) ++summary.failures;
-    if (time_of(r) < (summary.best ? time_of(*summary.best) : std::numeric_limits<double>::infinity()))
-      summary.best = r;
-    if (progress) progress(r, summary);
-  };
+  SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
 
+  TuneSummary summary;
   const Config def = family.default_config(problem);
-  summary.default_run = evaluate(def);
-  account(*summary.default_run);
+  summary.default_run = evaluator.record(def);
 
-  ConstraintView view(family, problem, device);
-  auto strategy = search::make_strategy(options.strategy, {&family.space(), &view, options.seed});
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  while ((options.max_evaluations == 0 || summary.evaluations < options.max_evaluations) &&
-         (options.max_seconds <= 0 || elapsed() < options.max_seconds)) {
-    const auto c = strategy->next();
-    if (!c) break;
-    if (*c == def) {
-      strategy->report(*c, outcome_of(summary.default_run->result));
-      continue;
-    }
-    const Record r = evaluate(*c);
-    strategy->report(*c, outcome_of(r.result));
-    account(r);
-  }
+  auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
+  const Record* last = nullptr;
+  search::SearchCallbacks callbacks;
+  callbacks.on_record = [&](const search::Record& r) { last = &evaluator.record(r.config); };
+  callbacks.on_progress = [&](const search::Progress& p) {
+    if (progress && last) progress(*last, p);
+  };
+  const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks);
+  summary.stopped_by = found.stopped_by;
+  summary.resumed = evaluator.resumed_count;
+  summary.evaluations = evaluator.done().size();
+  for (const auto& [c, r] : evaluator.done()) summary.failures += r.result.ok ? 0 : 1;
 
-  // Re-time the fastest few side by side and keep the fastest median, so a
-  // lucky single measurement does not decide the winner.
+  // The fastest few are timed again side by side; the winner rule ties what
+  // noise cannot separate and breaks ties by space index, so two sessions on
+  // one GPU pick the same config.
   std::vector<Record> ranked;
-  for (const auto& [c, r] : done)
+  for (const auto& [c, r] : evaluator.done())
     if (time_of(r) < std::numeric_limits<double>::infinity()) ranked.push_back(r);
   std::sort(ranked.begin(), ranked.end(), [](const Record& a, const Record& b) {
     return time_of(a) != time_of(b) ? time_of(a) < time_of(b) : a.config < b.config;
   });
-  if (ranked.size() > 1 && options.finalists > 1 && options.run.time) {
-    ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(options.finalists)));
+  if (ranked.empty()) {
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return summary;
+  }
+  ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, options.finalists))));
+  if (ranked.size() > 1 && options.run.time) {
     RunOptions again = run;
     again.validate = false;
-    again.min_repetitions *= 2;
     for (auto& r : ranked) {
       const RunResult t = runner.run(family, r.config, problem, again);
-      if (t.ok && t.timing) r.result.timing = t.timing;
+      if (t.ok && t.timing) {
+        auto samples = samples_of(*r.result.timing);
+        const auto more = samples_of(*t.timing);
+        samples.insert(samples.end(), more.begin(), more.end());
+        r.result.timing = summarize(samples);
+        r.result.timing->method = t.timing->method;
+      }
     }
-    std::sort(ranked.begin(), ranked.end(), [](const Record& a, const Record& b) {
-      return time_of(a) != time_of(b) ? time_of(a) < time_of(b) : a.config < b.config;
-    });
-    summary.best = ranked.front();
   }
-  summary.seconds = elapsed();
+  std::vector<search::Candidate> candidates;
+  for (const auto& r : ranked) {
+    candidates.push_back({family.space().index_of(r.config).value_or(0), r.config, samples_of(*r.result.timing)});
+  }
+  const search::WinnerResult winner = search::pick_winner(candidates);
+  summary.best = ranked[winner.found ? winner.winner : 0];
+  summary.tied = winner.tied;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }
 

@@ -1,26 +1,28 @@
-// A tuning session: a search strategy proposes configs of one family for
-// one problem, a runner validates and times them, every result is appended
-// to a session log as it arrives (so Ctrl-C or a crash loses nothing and
-// --resume continues), and the winner goes into the tuned cache.
+// A tuning session: the search driver (search/search.hpp) walks one family's
+// space for one problem with a strategy and a budget; each evaluation is a
+// runner's validated, timed run, appended to a session log as it arrives (so
+// Ctrl-C or a crash loses nothing and --resume continues); the fastest few
+// are timed again and the noise-aware winner rule (search/winner.hpp) picks
+// the config that goes into the tuned cache.
 #pragma once
 #include <functional>
 #include <optional>
 #include <string>
 
 #include "cache/entry.hpp"
+#include "search/search.hpp"
 #include "tuner/runner.hpp"
 
 namespace ktune::tuner {
 
 struct TuneOptions {
   std::string strategy = "exhaustive";
-  std::uint64_t max_evaluations = 0;  ///< 0: no limit
-  double max_seconds = 0;             ///< 0: no limit
+  std::string budget;       ///< search::parse_budget syntax ("200", "15m", "plateau:50", "200+15m"); empty: none
   std::uint64_t seed = 1;
-  RunOptions run;                     ///< validation and timing of each evaluation
-  std::string log_path;               ///< JSON-lines session log; empty: none
-  bool resume = false;                ///< replay the log's results instead of re-running them
-  int finalists = 3;                  ///< top configs re-timed to pick a stable winner
+  RunOptions run;           ///< validation and timing of each evaluation
+  std::string log_path;     ///< JSON-lines session log; empty: none
+  bool resume = false;      ///< take the log's results instead of re-running them
+  int finalists = 3;        ///< fastest configs timed again for the winner rule
 };
 
 /// One evaluation as the session log records it.
@@ -32,15 +34,17 @@ struct Record {
 struct TuneSummary {
   std::optional<Record> best;
   std::optional<Record> default_run;
-  std::uint64_t evaluations = 0;
+  std::uint64_t evaluations = 0;  ///< the default's included
   std::uint64_t failures = 0;
-  std::uint64_t resumed = 0;   ///< results taken from the log
+  std::uint64_t resumed = 0;      ///< results taken from the log
+  std::uint64_t tied = 0;         ///< finalists the winner rule could not tell apart
+  std::string stopped_by;
   double seconds = 0;
   double speedup_over_default() const;
 };
 
-/// Progress after each evaluation: the record, the best so far, counts.
-using Progress = std::function<void(const Record&, const TuneSummary&)>;
+/// After each evaluation: the record and the search's progress (best, counts, ETA).
+using Progress = std::function<void(const Record&, const search::Progress&)>;
 
 TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
                  const TuneOptions& options, const Progress& progress = {});

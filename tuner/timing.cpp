@@ -5,23 +5,19 @@
 #include <algorithm>
 #include <cmath>
 
+#include "search/winner.hpp"
 #include "tuner/check.hpp"
 
 namespace ktune::tuner {
 
 Measurement summarize(std::vector<double> samples) {
   Measurement m;
+  m.samples_ms = samples;
   if (samples.empty()) return m;
   std::sort(samples.begin(), samples.end());
-  auto at = [&](double q) {  // linear interpolation between order statistics
-    const double pos = q * static_cast<double>(samples.size() - 1);
-    const auto lo = static_cast<std::size_t>(std::floor(pos));
-    const auto hi = std::min(lo + 1, samples.size() - 1);
-    return samples[lo] + (samples[hi] - samples[lo]) * (pos - static_cast<double>(lo));
-  };
-  m.median_ms = at(0.5);
-  m.p20_ms = at(0.2);
-  m.p80_ms = at(0.8);
+  m.median_ms = search::percentile(samples, 0.5);
+  m.p20_ms = search::percentile(samples, 0.2);
+  m.p80_ms = search::percentile(samples, 0.8);
   m.repetitions = static_cast<int>(samples.size());
   return m;
 }

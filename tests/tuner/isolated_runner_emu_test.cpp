@@ -114,12 +114,11 @@ TEST_CASE("isolated emulation: a session resumed after its worker was killed re-
   o.log_path = (test::scratch_dir("isolated") / "session.log").string();
   {
     auto runner = isolated_emu();
-    o.max_evaluations = 2;  // default (mode 0) and mode 1, which kills its worker
+    o.budget = "2";  // mode 0 (the default) and mode 1, which kills its worker
     const auto s = tune(kPlanted, problem, *runner, o);
     CHECK(s.failures == 1);
   }
-  // Only the correct modes this time, so the resumed part is quick.
-  o.max_evaluations = 0;
+  o.budget = "";
   o.resume = true;
   auto runner = isolated_emu();
   TuneOptions rest = o;

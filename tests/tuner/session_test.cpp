@@ -71,14 +71,14 @@ TEST_CASE("a resumed session reuses logged results and re-runs only the rest", "
   o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
   {
     ScriptedRunner first;
-    o.max_evaluations = 5;  // a session stopped early, as by Ctrl-C
+    o.budget = "4";  // the default and four more: a session stopped early, as by Ctrl-C
     tune(family, problem, first, o);
     CHECK(first.calls == 5);
   }
   // A crash may cut the last line short: that evaluation simply runs again.
   std::ofstream(o.log_path, std::ios::app) << "{\"config\":{\"thr";
   ScriptedRunner second;
-  o.max_evaluations = 0;
+  o.budget = "";
   o.resume = true;
   const auto s = tune(family, problem, second, o);
   CHECK(s.resumed == 5);
@@ -92,7 +92,7 @@ TEST_CASE("a log from another family or problem is refused on resume", "[session
   o.run.time = true;
   o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
   ScriptedRunner runner;
-  o.max_evaluations = 2;
+  o.budget = "2";
   tune(family, Problem{"f32", {{"tensors", 2}, {"numel", 1000}}}, runner, o);
   o.resume = true;
   CHECK_THROWS_WITH(tune(family, Problem{"f32", {{"tensors", 3}, {"numel", 1000}}}, runner, o),
