@@ -7,9 +7,6 @@
 
 #include "base/error.hpp"
 
-#ifndef KTUNE_VERSION
-#define KTUNE_VERSION "unknown"
-#endif
 
 namespace ktune::cache {
 using nlohmann::json;
@@ -102,17 +99,6 @@ Entry entry_from_json(const json& j, const std::string& where) {
   e.date = get_string(j, "date", where);
   e.ktune_version = get_string(j, "ktune_version", where);
   return e;
-}
-
-std::string ktune_version() { return KTUNE_VERSION; }
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 }  // namespace ktune::cache

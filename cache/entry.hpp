@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/stamp.hpp"
+
 namespace ktune::cache {
 
 /// Schema version written into every cache file; files with a higher one
@@ -60,9 +62,5 @@ nlohmann::json to_json(const Entry& entry);
 /// Throws kCache with `where` (the file) in the message on a malformed entry.
 Entry entry_from_json(const nlohmann::json& j, const std::string& where);
 
-/// The ktune version this library was built as, e.g. "0.1.0".
-std::string ktune_version();
-/// Current time as "YYYY-MM-DDTHH:MM:SSZ".
-std::string utc_now();
 
 }  // namespace ktune::cache

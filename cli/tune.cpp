@@ -4,6 +4,7 @@
 // arrives, and put the winner into a tuned cache.
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "base/error.hpp"
@@ -24,6 +25,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::string family, problem, cache = "tuned.json", log, backend = "gpu";
     tuner::TuneOptions tune;
     double timeout_s = 120;
+    std::string shard;
     bool no_isolate = false;
   };
   auto opts = std::make_shared<Opts>();
@@ -45,6 +47,8 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
                                                 "worker process is killed and the variant marked failed")
       ->capture_default_str();
+  cmd->add_option("--shard", opts->shard, "i/n: tune only the configs whose space index is i modulo n (for a "
+                                          "Slurm array or MPI ranks; merge the caches with `ktune cache merge`)");
   cmd->add_flag("--no-isolate", opts->no_isolate,
                 "Run variants in this process (faster start; a crashing variant then ends the session)");
   cmd->callback([opts, &global] {
@@ -52,6 +56,14 @@ void add_tune_command(CLI::App& app, Global& global) {
     const auto problem = problem_arg(family, opts->problem);
     search::make_strategy(opts->tune.strategy, {});  // reject an unknown strategy or budget before any GPU work
     if (!opts->tune.budget.empty()) search::parse_budget(opts->tune.budget);
+    if (!opts->shard.empty()) {
+      unsigned long long i = 0, n = 0;
+      char tail = 0;
+      KTUNE_REQUIRE(std::sscanf(opts->shard.c_str(), "%llu/%llu%c", &i, &n, &tail) == 2 && n >= 1 && i < n,
+                    "--shard must be i/n with 0 <= i < n, got '" + opts->shard + "'");
+      opts->tune.shard_index = i;
+      opts->tune.shard_count = n;
+    }
     cache::CacheFile cache_file(opts->cache);
     cache_file.load();  // a corrupt cache file stops us before the search, not after
     opts->tune.log_path = opts->log.empty() ? opts->cache + "." + family.name() + ".log" : opts->log;

@@ -1,6 +1,8 @@
 // End-to-end benchmark on the cpu backend (see bench_e2e.hpp).
 #include "model/bench_e2e.hpp"
 
+#include "base/stamp.hpp"
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -37,14 +39,6 @@ PhaseStats stats(const std::vector<double>& v) {
   return s;
 }
 
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 nlohmann::json phase_json(const PhaseStats& p) {
   if (!p.measured) return nullptr;
@@ -130,6 +124,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"backend", o.backend},
           {"device", r.device},
           {"date", r.date},
+          {"git_revision", git_revision()},
+          {"ktune_version", ktune_version()},
           {"model", o.model.name},
           {"d_model", o.model.d_model},
           {"d_ff", o.model.d_ff},

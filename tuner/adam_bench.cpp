@@ -3,13 +3,15 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/stamp.hpp"
 #include "templates/adamw/adamw.hpp"
 #include "tuner/tuned_config.hpp"
 
 namespace ktune::tuner {
 
 std::string AdamBenchReport::markdown() const {
-  std::string s = fmt::format("Device: {}; measured copy bandwidth {:.0f} GB/s\n\n", device, copy_bandwidth_gbs);
+  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s\n\n",
+                              device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs);
   s += "| Num Params | Param Size | compiled_single_tensor_adam | _single_tensor_adam | _fused_adam (ktune, tuned) "
        "| fused GB/s | % of copy BW | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|\n";
@@ -22,7 +24,10 @@ std::string AdamBenchReport::markdown() const {
 }
 
 nlohmann::json AdamBenchReport::to_json() const {
-  nlohmann::json j = {{"device", device}, {"copy_bandwidth_gbs", copy_bandwidth_gbs}, {"method", method}};
+  nlohmann::json j = {{"benchmark", "adam"},        {"device", device},
+                      {"driver_version", driver_version}, {"date", date},
+                      {"git_revision", git_revision()},   {"ktune_version", ktune_version()},
+                      {"copy_bandwidth_gbs", copy_bandwidth_gbs}, {"method", method}};
   for (const auto& r : rows)
     j["rows"].push_back({{"tensors", r.tensors}, {"numel", r.numel}, {"dtype", r.dtype},
                          {"compiled_single_tensor_ms", r.single_ms}, {"single_tensor_eager_ms", r.eager_ms},
@@ -38,6 +43,8 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
                                const std::function<void(const AdamBenchRow&)>& progress) {
   AdamBenchReport report;
   report.device = runner.device().name + " (" + runner.device().arch + ")";
+  report.driver_version = runner.device().driver_version;
+  report.date = utc_now();
   report.copy_bandwidth_gbs = copy_bandwidth_gbs;
   RunOptions run;
   run.validate = true;

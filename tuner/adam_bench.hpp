@@ -24,6 +24,8 @@ struct AdamBenchRow {
 
 struct AdamBenchReport {
   std::string device;
+  int driver_version = 0;
+  std::string date;
   double copy_bandwidth_gbs = 0;
   std::string method;
   std::vector<AdamBenchRow> rows;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "search/pruning.hpp"
 #include "tuner/check.hpp"
 #include "tuner/compiler.hpp"
 #include "tuner/device.hpp"
@@ -74,6 +75,22 @@ class GpuRunner final : public Runner {
     };
     std::vector<templates::Launch> plan = family.plan(config, problem, addresses, limits_);
     for (const auto& l : plan) {
+      // Static pruning: a kernel that cannot be resident on this device is a
+      // result, not a launch error.
+      const auto& k = compiled.kernels.at(static_cast<std::size_t>(l.kernel));
+      search::ResourceUsage usage;
+      usage.registers_per_thread = k.registers;
+      usage.spill_bytes = k.spill_bytes();
+      usage.static_shared_bytes = k.static_smem_bytes;
+      usage.dynamic_shared_bytes = l.dynamic_smem;
+      usage.threads_per_block = static_cast<int>(l.block[0] * l.block[1] * l.block[2]);
+      const auto verdict = search::prune(usage, resource_limits());
+      if (verdict.verdict == search::Verdict::kPruned) {
+        result.failure = "pruned: " + k.name_expression + ": " + verdict.reason;
+        return;
+      }
+    }
+    for (const auto& l : plan) {
       if (l.dynamic_smem > 48 * 1024)
         KT_CHECK_CU(d.cuFuncSetAttribute(functions.at(static_cast<std::size_t>(l.kernel)),
                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -109,6 +126,19 @@ class GpuRunner final : public Runner {
       result.timing = time_on_gpu(launch_all, options, stream_, limits_.l2_bytes,
                                   fmt::format("{} launch{}", plan.size(), plan.size() == 1 ? "" : "es"));
     }
+  }
+
+  search::ResourceLimits resource_limits() const {
+    search::ResourceLimits r;
+    r.max_threads_per_block = limits_.max_threads_per_block;
+    r.max_threads_per_sm = limits_.max_threads_per_sm;
+    r.max_blocks_per_sm = limits_.max_blocks_per_sm;
+    r.registers_per_sm = limits_.regs_per_sm;
+    r.max_registers_per_thread = limits_.max_regs_per_thread;
+    r.max_static_shared = limits_.max_static_smem;
+    r.max_shared_per_block = limits_.max_smem_per_block;
+    r.shared_per_sm = limits_.smem_per_sm;
+    return r;
   }
 
   Context context_;

@@ -117,7 +117,16 @@ class SessionEvaluator final : public search::Evaluator {
 
   const Space& space() const override { return family_.space(); }
   bool is_valid(const Config& c, std::string* why) const override {
+    if (shard_count_ > 1 && family_.space().index_of(c).value_or(0) % shard_count_ != shard_index_) {
+      if (why) *why = "in another shard";
+      return false;
+    }
     return family_.is_valid(c, problem_, runner_.device(), why);
+  }
+  void set_shard(std::uint64_t index, std::uint64_t count) {
+    KTUNE_REQUIRE(count >= 1 && index < count, "--shard i/n needs 0 <= i < n");
+    shard_index_ = index;
+    shard_count_ = count;
   }
   search::Outcome evaluate(const Config& c) override { return outcome_of(record(c)); }
 
@@ -155,6 +164,7 @@ class SessionEvaluator final : public search::Evaluator {
   RunOptions run_;
   std::map<Config, Record> done_;
   std::set<Config> from_log_;  // logged results not yet asked for
+  std::uint64_t shard_index_ = 0, shard_count_ = 1;
   SessionLog& log_;
 };
 
@@ -180,6 +190,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   RunOptions run = options.run;
   run.seed = options.seed;
   SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
+  evaluator.set_shard(options.shard_index, options.shard_count);
 
   TuneSummary summary;
   const Config def = family.default_config(problem);

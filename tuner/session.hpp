@@ -23,6 +23,11 @@ struct TuneOptions {
   std::string log_path;     ///< JSON-lines session log; empty: none
   bool resume = false;      ///< take the log's results instead of re-running them
   int finalists = 3;        ///< fastest configs timed again for the winner rule
+  /// This session takes the configs whose space index is shard_index modulo
+  /// shard_count (`--shard i/n`: one slice per Slurm array task or MPI rank;
+  /// `ktune cache merge` joins the winners).
+  std::uint64_t shard_index = 0;
+  std::uint64_t shard_count = 1;
 };
 
 /// One evaluation as the session log records it.

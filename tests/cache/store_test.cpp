@@ -44,7 +44,7 @@ TEST_CASE("cache round-trips entries with named fields", "[cache]") {
   CHECK(entries[0].config["block"] == 256);
   CHECK(entries[0].key.dims.at("numel") == 1024);
   CHECK(!entries[0].date.empty());
-  CHECK(entries[0].ktune_version == ktune_version());
+  CHECK(entries[0].ktune_version == ktune::ktune_version());
   const auto doc = nlohmann::json::parse(ktune::read_file(dir / "tuned.json"));
   CHECK(doc["schema_version"] == kSchemaVersion);
   CHECK(doc["entries"][0]["key"]["problem_key"] == "f32;numel=1024;tensors=4");

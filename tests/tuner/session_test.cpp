@@ -113,3 +113,26 @@ TEST_CASE("the winner goes into the tuned cache and is found again", "[session]"
   CHECK(Config::from_json(found.entry->config) == s.best->config);
   CHECK(found.entry->key.source_hash == family.source_hash());
 }
+
+TEST_CASE("shards split the space: every config is tuned by exactly one shard", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  std::set<Config> all;
+  std::size_t total = 0;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    ScriptedRunner runner;
+    TuneOptions o;
+    o.finalists = 1;
+    o.shard_index = i;
+    o.shard_count = 3;
+    tune(family, problem, runner, o);
+    const Config def = family.default_config(problem);
+    for (const auto& c : runner.seen)
+      if (!(c == def)) {
+        all.insert(c);
+        ++total;
+      }
+  }
+  CHECK(total == all.size());  // no config in two shards
+  CHECK(all.size() + 1 == family.space().size());  // every config but the default, which each shard measures
+}
