@@ -11,6 +11,7 @@
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "search/kt_format.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "tuner/emu_runner.hpp"
@@ -25,7 +26,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::string family, problem, cache = "tuned.json", log, backend = "gpu";
     tuner::TuneOptions tune;
     double timeout_s = 120;
-    std::string shard;
+    std::string shard, export_kt;
     bool no_isolate = false;
   };
   auto opts = std::make_shared<Opts>();
@@ -49,6 +50,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--shard", opts->shard, "i/n: tune only the configs whose space index is i modulo n (for a "
                                           "Slurm array or MPI ranks; merge the caches with `ktune cache merge`)");
+  cmd->add_option("--export-kt", opts->export_kt,
+                  "Also write this session's evaluations as a Kernel Tuner cache file (.json or .json.gz)");
   cmd->add_flag("--no-isolate", opts->no_isolate,
                 "Run variants in this process (faster start; a crashing variant then ends the session)");
   cmd->callback([opts, &global] {
@@ -85,6 +88,13 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::cerr << "\n";
     if (!summary.best) throw_error(ErrorKind::kCheckFailed, "no config of " + family.name() + " passed validation");
     cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
+    if (!opts->export_kt.empty()) {
+      search::KtHeader header;
+      header.device_name = runner->device().name;
+      header.kernel_name = family.name();
+      header.problem_size = problem.to_json()["dims"];
+      search::write_kernel_tuner_cache(opts->export_kt, family.space(), summary.records, header);
+    }
     const auto& t = *summary.best->result.timing;
     if (global.json) {
       std::cout << nlohmann::json{{"family", family.name()}, {"problem", problem.to_json()},

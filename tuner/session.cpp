@@ -199,7 +199,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
   const Record* last = nullptr;
   search::SearchCallbacks callbacks;
-  callbacks.on_record = [&](const search::Record& r) { last = &evaluator.record(r.config); };
+  callbacks.on_record = [&](const search::Record& r) {
+    last = &evaluator.record(r.config);
+    summary.records.push_back(r);
+  };
   callbacks.on_progress = [&](const search::Progress& p) {
     if (progress && last) progress(*last, p);
   };

@@ -44,6 +44,7 @@ struct TuneSummary {
   std::uint64_t resumed = 0;      ///< results taken from the log
   std::uint64_t tied = 0;         ///< finalists the winner rule could not tell apart
   std::string stopped_by;
+  std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
   double seconds = 0;
   double speedup_over_default() const;
 };
