@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <thread>
 
 #include "base/error.hpp"
 #include "cache/store.hpp"
@@ -71,6 +72,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     cache_file.load();  // a corrupt cache file stops us before the search, not after
     opts->tune.log_path = opts->log.empty() ? opts->cache + "." + family.name() + ".log" : opts->log;
     opts->tune.run.time = true;
+    // One core stays with the runner, the rest compile ahead of it.
+    opts->tune.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
     std::function<std::unique_ptr<tuner::Runner>()> make_inner = [backend = opts->backend] {
       return backend == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
     };

@@ -12,6 +12,7 @@
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "search/winner.hpp"
+#include "tuner/compile_ahead.hpp"
 #include "tuner/compiler.hpp"
 #include "tuner/timing.hpp"
 
@@ -197,6 +198,15 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.default_run = evaluator.record(def);
 
   auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
+  std::unique_ptr<CompileAhead> ahead;
+  if (options.compile_ahead_threads > 0 && options.strategy == "exhaustive" && runner.backend() == "gpu") {
+    std::vector<Config> order;  // the exhaustive order: every valid config of this shard, by index
+    for (std::uint64_t i = 0; i < family.space().size(); ++i)
+      if (const Config c = family.space().at(i); evaluator.is_valid(c, nullptr) && !evaluator.done().count(c))
+        order.push_back(c);
+    ahead = std::make_unique<CompileAhead>(family, problem, std::move(order), device.arch,
+                                           options.compile_ahead_threads);
+  }
   const Record* last = nullptr;
   search::SearchCallbacks callbacks;
   callbacks.on_record = [&](const search::Record& r) {
