@@ -159,6 +159,11 @@ double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector
         return std::pair<double, double>(bf16_bits_to_float(load<std::uint16_t>(got, i)),
                                          bf16_bits_to_float(load<std::uint16_t>(expected, i)));
       });
+    case DType::kF16:
+      return rel_l2(n, [&](std::size_t i) {
+        return std::pair<double, double>(f16_bits_to_float(load<std::uint16_t>(got, i)),
+                                         f16_bits_to_float(load<std::uint16_t>(expected, i)));
+      });
     case DType::kI32:
       return rel_l2(n, [&](std::size_t i) {
         return std::pair<double, double>(load<std::int32_t>(got, i), load<std::int32_t>(expected, i));

@@ -38,4 +38,16 @@ std::uint16_t float_to_bf16_bits(float x) {
 
 float bf16_bits_to_float(std::uint16_t bits) { return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16); }
 
+float f16_bits_to_float(std::uint16_t bits) {
+  const std::uint32_t sign = (bits & 0x8000u) << 16;
+  const std::uint32_t exponent = (bits >> 10) & 0x1fu;
+  const std::uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));  // Inf, NaN
+  if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24
+    const float v = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -v : v;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
 }  // namespace ktune::templates

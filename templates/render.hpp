@@ -40,5 +40,7 @@ std::vector<float> random_floats(std::mt19937_64& rng, std::size_t n, float lo, 
 /// Round-to-nearest-even fp32 → bf16 bits, and back.
 std::uint16_t float_to_bf16_bits(float x);
 float bf16_bits_to_float(std::uint16_t bits);
+/// IEEE binary16 bits → fp32 (exact).
+float f16_bits_to_float(std::uint16_t bits);
 
 }  // namespace ktune::templates

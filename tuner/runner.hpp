@@ -36,8 +36,9 @@ struct RunOptions {
   double min_seconds = 0.05;     ///< keep repeating until this much kernel time is measured
 };
 
-/// The outcome of one run. A failure is a result with a reason, never an
-/// exception: compile errors, launch errors, wrong results, time-outs.
+/// The outcome of one run. A variant's failure is a result with a reason,
+/// never an exception: compile errors, launch errors, wrong results,
+/// time-outs. Only bad input (a malformed problem or config) throws.
 struct RunResult {
   bool ok = false;
   std::string failure;  ///< "compile: ...", "launch: ...", "validation: ...", "timeout: ..."

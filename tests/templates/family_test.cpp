@@ -83,6 +83,15 @@ TEST_CASE("bf16 conversion rounds to nearest even", "[family]") {
   CHECK(std::isnan(bf16_bits_to_float(float_to_bf16_bits(std::nanf("")))));
 }
 
+TEST_CASE("fp16 bits convert exactly, subnormals and specials included", "[family]") {
+  CHECK(f16_bits_to_float(0x3c00) == 1.0f);
+  CHECK(f16_bits_to_float(0xc000) == -2.0f);
+  CHECK(f16_bits_to_float(0x7bff) == 65504.0f);
+  CHECK(f16_bits_to_float(0x0001) == std::ldexp(1.0f, -24));
+  CHECK(std::isinf(f16_bits_to_float(0x7c00)));
+  CHECK(std::isnan(f16_bits_to_float(0x7e00)));
+}
+
 TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   auto bytes = [](std::vector<float> v) { return make_buffer("x", Role::kOutput, DType::kF32, v).bytes; };
   CHECK(relative_l2(DType::kF32, bytes({1, 2, 3}), bytes({1, 2, 3})) == 0.0);
