@@ -7,9 +7,9 @@
 namespace ktune::templates {
 
 Rendered render_template(const std::string& template_file, std::vector<std::string> kernels,
-                         const std::string& header_comment) {
+                         const std::string& family_name) {
   Rendered r;
-  r.source = "// " + header_comment + "\n// Rendered by ktune from templates/" + template_file + "\n";
+  r.source = "// " + family_name + ": rendered by ktune from templates/" + template_file + "\n";
   r.source += expand_includes(template_file);
   r.source += "\n// Instantiations for nvcc and the emulation backend; NVRTC uses name expressions.\n";
   r.source += "#if !defined(__CUDACC_RTC__)\nnamespace kt_instantiate {\n";

@@ -11,9 +11,11 @@ namespace ktune::templates {
 
 /// Renders `template_file` (a path under templates/) for `kernels` (NVRTC name
 /// expressions). NVRTC instantiates through the name expressions; nvcc and the
-/// emulation backend through the block at the end of the text.
+/// emulation backend through the block at the end of the text. The text
+/// depends only on the template and the kernels, so configs that differ in
+/// run-time parameters alone share one compiled binary.
 Rendered render_template(const std::string& template_file, std::vector<std::string> kernels,
-                         const std::string& header_comment);
+                         const std::string& family_name);
 
 /// A buffer holding `values`, with `expected` left empty.
 template <class T>

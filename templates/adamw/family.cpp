@@ -172,7 +172,7 @@ class MultiTensor final : public AdamwBase {
     const std::string kernel =
         fmt::format("adamw::adamw_multi_tensor<{}, {}, {}, {}>", c.at("threads"), c.at("vec"),
                     c.at("tensors_per_launch"), bool_arg(p.dtype == "bf16"));
-    return render_template(kTemplate, {kernel}, "adamw " + c.str() + " for " + p.key());
+    return render_template(kTemplate, {kernel}, name());
   }
 
   std::vector<Launch> plan_tensors(const Config& c, bool bf16_copy, const std::vector<TensorAddresses>& tensors,
@@ -248,7 +248,7 @@ class SingleTensor final : public AdamwBase {
   Rendered render(const Config& c, const Problem& p) const override {
     const std::string kernel = fmt::format("adamw::adamw_single_tensor<{}, {}, {}>", c.at("threads"), c.at("vec"),
                                            bool_arg(p.dtype == "bf16"));
-    return render_template(kTemplate, {kernel}, "adamw_single " + c.str() + " for " + p.key());
+    return render_template(kTemplate, {kernel}, name());
   }
 
   std::vector<Launch> plan_tensors(const Config& c, bool, const std::vector<TensorAddresses>& tensors, std::uint64_t,
@@ -293,7 +293,7 @@ class Eager final : public AdamwBase {
   Rendered render(const Config& c, const Problem&) const override {
     std::vector<std::string> kernels;
     for (const char* op : kOps) kernels.push_back(fmt::format("adamw::{}<{}>", op, c.at("threads")));
-    return render_template(kTemplate, kernels, "adamw_eager " + c.str());
+    return render_template(kTemplate, kernels, name());
   }
 
   std::vector<Launch> plan_tensors(const Config& c, bool bf16_copy, const std::vector<TensorAddresses>& tensors,

@@ -43,12 +43,18 @@ TEST_CASE("rendering is deterministic and names its kernels", "[family]") {
   }
 }
 
-TEST_CASE("different configs render different sources", "[family]") {
+TEST_CASE("compile-time parameters change the source; run-time ones and shapes share it", "[family]") {
   const Family& f = find_family("adamw");
   const Problem p = f.problem_classes().front();
-  Config a = f.default_config(p), b = a;
+  Config a = f.default_config(p), b = a, c = a;
   b.set("threads", a.at("threads") == 256 ? 512 : 256);
   CHECK(f.render(a, p).source != f.render(b, p).source);
+  c.set("chunk", a.at("chunk") == 8192 ? 32768 : 8192);  // a kernel argument, not a template parameter
+  c.set("blocks_per_sm", a.at("blocks_per_sm") == 1 ? 2 : 1);
+  CHECK(f.render(a, p).source == f.render(c, p).source);
+  Problem bigger = p;
+  bigger.dims["numel"] *= 7;
+  CHECK(f.render(a, p).source == f.render(a, bigger).source);  // one binary serves every shape
 }
 
 TEST_CASE("family source hashes are stable and distinct", "[family]") {
