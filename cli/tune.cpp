@@ -111,11 +111,11 @@ void add_tune_command(CLI::App& app, Global& global) {
       return;
     }
     std::cout << fmt::format("| family | problem | best config | time (ms, p20-p80) | vs default | evaluations | "
-                             "failed | tied finalists | stopped by |\n|---|---|---|---|---|---|---|---|---|\n");
-    std::cout << fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} | {} | {} |\n", family.name(),
-                             problem.key(), summary.best->config.str(), t.median_ms, t.p20_ms, t.p80_ms,
-                             summary.speedup_over_default(), summary.evaluations, summary.failures, summary.tied,
-                             summary.stopped_by);
+                             "pruned | failed | tied finalists | stopped by |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    std::cout << fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} | {} | {} | {} |\n",
+                             family.name(), problem.key(), summary.best->config.str(), t.median_ms, t.p20_ms,
+                             t.p80_ms, summary.speedup_over_default(), summary.evaluations, summary.pruned,
+                             summary.failures - summary.pruned, summary.tied, summary.stopped_by);
     std::cout << "measured: " << t.method << "\n";
     std::cout << "winner written to " << opts->cache << "; session log " << opts->tune.log_path << "\n";
   });

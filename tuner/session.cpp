@@ -220,7 +220,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.stopped_by = found.stopped_by;
   summary.resumed = evaluator.resumed_count;
   summary.evaluations = evaluator.done().size();
-  for (const auto& [c, r] : evaluator.done()) summary.failures += r.result.ok ? 0 : 1;
+  for (const auto& [c, r] : evaluator.done()) {
+    summary.failures += r.result.ok ? 0 : 1;
+    summary.pruned += r.result.failure.rfind("pruned:", 0) == 0 ? 1 : 0;
+  }
 
   // The fastest few are timed again side by side; the winner rule ties what
   // noise cannot separate and breaks ties by space index, so two sessions on

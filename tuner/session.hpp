@@ -43,7 +43,8 @@ struct TuneSummary {
   std::optional<Record> best;
   std::optional<Record> default_run;
   std::uint64_t evaluations = 0;  ///< the default's included
-  std::uint64_t failures = 0;
+  std::uint64_t failures = 0;     ///< pruned ones included
+  std::uint64_t pruned = 0;       ///< rejected from the resource report before any launch
   std::uint64_t resumed = 0;      ///< results taken from the log
   std::uint64_t tied = 0;         ///< finalists the winner rule could not tell apart
   std::string stopped_by;
