@@ -4,6 +4,7 @@
 // arrives, and put the winner into a tuned cache.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <thread>
@@ -40,7 +41,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "(N evaluations without improvement), or a sum of these (\"200+15m\"); default: the whole space");
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
-  cmd->add_option("--log", opts->log, "Session log (JSON lines); default: <cache>.<family>.log");
+  cmd->add_option("--log", opts->log, "Session log (JSON lines); default: <cache>.<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
   cmd->add_option("--backend", opts->backend, "gpu, or emu (the host emulation: checks the whole loop; its times "
                                               "are host wall times, not GPU times)")
@@ -70,7 +71,11 @@ void add_tune_command(CLI::App& app, Global& global) {
     }
     cache::CacheFile cache_file(opts->cache);
     cache_file.load();  // a corrupt cache file stops us before the search, not after
-    opts->tune.log_path = opts->log.empty() ? opts->cache + "." + family.name() + ".log" : opts->log;
+    std::string problem_tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
+    std::replace(problem_tag.begin(), problem_tag.end(), ';', '-');
+    problem_tag.erase(std::remove(problem_tag.begin(), problem_tag.end(), '='), problem_tag.end());
+    opts->tune.log_path =
+        opts->log.empty() ? opts->cache + "." + family.name() + "." + problem_tag + ".log" : opts->log;
     opts->tune.run.time = true;
     // One core stays with the runner, the rest compile ahead of it.
     opts->tune.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
