@@ -55,7 +55,7 @@ class GpuRunner final : public Runner {
     std::vector<CUfunction> functions;
     for (const auto& k : compiled.kernels) functions.push_back(module.function(k.lowered_name));
 
-    const templates::Workload workload = family.make_workload(problem, options.seed);
+    const templates::Workload& workload = workload_for(family, problem, options.seed);
     std::vector<DeviceBuffer> buffers;
     std::vector<std::uint64_t> addresses;
     for (const auto& b : workload.buffers) {
@@ -128,6 +128,18 @@ class GpuRunner final : public Runner {
     }
   }
 
+  /// A tuning session runs one problem many times: its inputs and CPU
+  /// reference are made once per (family, problem, seed), not per variant.
+  const templates::Workload& workload_for(const Family& family, const Problem& problem, std::uint64_t seed) {
+    const std::string key = family.name() + "|" + problem.key() + "|" + std::to_string(seed);
+    if (key != workload_key_) {
+      workload_key_.clear();
+      workload_ = family.make_workload(problem, seed);
+      workload_key_ = key;
+    }
+    return workload_;
+  }
+
   search::ResourceLimits resource_limits() const {
     search::ResourceLimits r;
     r.max_threads_per_block = limits_.max_threads_per_block;
@@ -141,6 +153,8 @@ class GpuRunner final : public Runner {
     return r;
   }
 
+  std::string workload_key_;
+  templates::Workload workload_;
   Context context_;
   DeviceLimits limits_;
   Stream stream_;
