@@ -40,8 +40,24 @@ int run_command(const std::string& command, std::string* output) {
 
 void skip_without_gpu() {
 #ifdef KTUNE_TEST_HAS_DRIVER
-  const auto why = tuner::Driver::unavailable_reason();
-  if (why.empty()) return;
+  // Asked in a child process: once this process initialises CUDA, the worker
+  // processes it forks (tuner/isolated_runner.hpp) could not use the device.
+  int fds[2];
+  if (::pipe(fds) != 0) std::exit(kSkipCode);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string why = tuner::Driver::unavailable_reason();
+    if (!why.empty() && ::write(fds[1], why.data(), why.size()) < 0) ::_exit(2);
+    ::_exit(why.empty() ? 0 : 1);
+  }
+  ::close(fds[1]);
+  std::string why;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) why.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return;
   std::cout << "skipped: no CUDA device: " << why << "\n";
 #else
   std::cout << "skipped: built without the driver layer\n";

@@ -1,35 +1,50 @@
 #include "tuner/compile_ahead.hpp"
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <thread>
+
+#include "tuner/compiler.hpp"
+
 namespace ktune::tuner {
 
 CompileAhead::CompileAhead(const templates::Family& family, const templates::Problem& problem,
-                           std::vector<Config> configs, std::string arch, unsigned threads)
-    : family_(family), problem_(problem), configs_(std::move(configs)), arch_(std::move(arch)) {
-  for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { work(); });
+                           const std::vector<Config>& configs, const std::string& arch, unsigned threads) {
+  pid_ = ::fork();
+  if (pid_ != 0) return;  // the parent goes on (or, if fork failed, simply compiles nothing ahead)
+  const Compiler compiler;
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < std::max(1u, threads); ++t)
+    pool.emplace_back([&] {
+      for (std::size_t i; (i = next++) < configs.size();) {
+        try {
+          compiler.compile(family.render(configs[i], problem), arch);
+        } catch (const std::exception&) {
+          // The runner compiles it again and reports the failure as a result.
+        }
+      }
+    });
+  for (auto& t : pool) t.join();
+  ::_exit(0);
 }
 
 CompileAhead::~CompileAhead() {
-  stop_ = true;
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
   wait();
 }
 
 void CompileAhead::wait() {
-  for (auto& t : threads_)
-    if (t.joinable()) t.join();
-}
-
-void CompileAhead::work() {
-  for (;;) {
-    if (stop_) return;
-    const std::size_t i = next_++;
-    if (i >= configs_.size()) return;
-    try {
-      compiler_.compile(family_.render(configs_[i], problem_), arch_);
-    } catch (const std::exception&) {
-      // The runner compiles it again and reports the failure as a result.
-    }
-    ++compiled_;
+  if (pid_ <= 0) return;
+  int status = 0;
+  while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
   }
+  pid_ = -1;
 }
 
 }  // namespace ktune::tuner

@@ -4,6 +4,9 @@
 
 #include "support.hpp"
 #include "tuner/gpu_runner.hpp"
+#include "tuner/isolated_runner.hpp"
+#include "tuner/session.hpp"
+#include "tuner/timing.hpp"
 
 using namespace ktune;
 using namespace ktune::tuner;
@@ -40,4 +43,28 @@ TEST_CASE("the timing harness measures a real kernel with a small spread", "[gpu
   CHECK(r.timing->median_ms > 0);
   CHECK(r.timing->p80_ms >= r.timing->p20_ms);
   CHECK(r.timing->repetitions >= o.min_repetitions);
+}
+
+TEST_CASE("a tuning session on the GPU, in a worker process, finds a config no slower than the default",
+          "[gpu][session]") {
+  test::skip_without_gpu();
+  auto runner = make_isolated_runner([] { return make_gpu_runner(); });
+  const auto& family = templates::find_family("adamw_single");
+  const Problem p{"f32", {{"tensors", 4}, {"numel", 1 << 20}}};
+  TuneOptions o;
+  o.run.time = true;
+  const auto s = tune(family, p, *runner, o);
+  REQUIRE(s.best);
+  CHECK(s.failures == 0);
+  CHECK(s.evaluations == family.space().size());
+  // The winner rule may prefer a tied, lower-index config, but never one
+  // clearly slower than the default.
+  CHECK(s.best->result.timing->median_ms <= s.default_run->result.timing->p80_ms * 1.05);
+}
+
+TEST_CASE("the measured copy bandwidth is plausible", "[gpu][timing]") {
+  test::skip_without_gpu();
+  const double gbs = measure_copy_bandwidth_gbs(std::size_t(256) << 20);
+  CHECK(gbs > 100);
+  CHECK(gbs < 20000);
 }
