@@ -43,7 +43,7 @@ TEST_CASE("rendering is deterministic and names its kernels", "[family]") {
   }
 }
 
-TEST_CASE("compile-time parameters change the source; run-time ones and shapes share it", "[family]") {
+TEST_CASE("compile-time parameters change the source while run-time ones and shapes share it", "[family]") {
   const Family& f = find_family("adamw");
   const Problem p = f.problem_classes().front();
   Config a = f.default_config(p), b = a, c = a;
