@@ -199,13 +199,20 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
 
   auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
   std::unique_ptr<CompileAhead> ahead;
-  if (options.compile_ahead_threads > 0 && options.strategy == "exhaustive" && runner.backend() == "gpu") {
-    std::vector<Config> order;  // the exhaustive order: every valid config of this shard, by index
-    for (std::uint64_t i = 0; i < family.space().size(); ++i)
-      if (const Config c = family.space().at(i); evaluator.is_valid(c, nullptr) && !evaluator.done().count(c))
-        order.push_back(c);
-    ahead = std::make_unique<CompileAhead>(family, problem, std::move(order), device.arch,
-                                           options.compile_ahead_threads);
+  // Strategies whose proposals do not depend on results (exhaustive, random)
+  // are replayed by a twin with the same seed: its order is what the session
+  // will ask for, so those variants compile ahead while the GPU measures.
+  if (options.compile_ahead_threads > 0 && runner.backend() == "gpu" &&
+      (options.strategy == "exhaustive" || options.strategy == "random")) {
+    constexpr std::size_t kMaxAhead = 20000;
+    auto twin = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
+    std::vector<Config> order;
+    while (order.size() < kMaxAhead) {
+      const auto c = twin->next();
+      if (!c) break;
+      if (!evaluator.done().count(*c)) order.push_back(*c);
+    }
+    ahead = std::make_unique<CompileAhead>(family, problem, order, device.arch, options.compile_ahead_threads);
   }
   const Record* last = nullptr;
   search::SearchCallbacks callbacks;
