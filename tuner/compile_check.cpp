@@ -42,9 +42,10 @@ std::vector<Config> configs_for(const templates::Family& f, const templates::Pro
       const std::uint64_t i = rng() % n;
       if (!picked.insert(i).second) continue;
       const Config c = f.space().at(i);
-      if (c == def || !f.is_valid(c, p, limits)) {
+      const bool valid = f.is_valid(c, p, limits);
+      if (c == def || !valid) {
         picked.erase(i);
-        if (!f.is_valid(c, p, limits)) ++invalid;
+        invalid += valid ? 0 : 1;
         continue;
       }
       out.push_back(c);

@@ -19,34 +19,11 @@
 namespace ktune::tuner {
 namespace {
 
-nlohmann::json record_json(const Record& r) {
-  nlohmann::json j = {{"config", r.config.to_json()}, {"ok", r.result.ok}, {"failure", r.result.failure},
-                      {"max_error", r.result.max_error}, {"compile_ms", r.result.compile_ms}};
-  if (r.result.timing) {
-    const auto& t = *r.result.timing;
-    j["time_ms"] = t.median_ms;
-    j["p20_ms"] = t.p20_ms;
-    j["p80_ms"] = t.p80_ms;
-    j["repetitions"] = t.repetitions;
-  }
-  return j;
-}
+// A log line is the config and its run result in the runners' own JSON form.
+nlohmann::json record_json(const Record& r) { return {{"config", r.config.to_json()}, {"result", to_json(r.result)}}; }
 
 Record record_from_json(const nlohmann::json& j) {
-  Record r;
-  r.config = Config::from_json(j.at("config"));
-  r.result.ok = j.at("ok").get<bool>();
-  r.result.failure = j.value("failure", "");
-  r.result.max_error = j.value("max_error", 0.0);
-  if (j.contains("time_ms")) {
-    Measurement m;
-    m.median_ms = j["time_ms"].get<double>();
-    m.p20_ms = j.value("p20_ms", m.median_ms);
-    m.p80_ms = j.value("p80_ms", m.median_ms);
-    m.repetitions = j.value("repetitions", 0);
-    r.result.timing = m;
-  }
-  return r;
+  return {Config::from_json(j.at("config")), run_result_from_json(j.at("result"))};
 }
 
 double time_of(const Record& r) {
