@@ -1,247 +1,41 @@
 // mma.sync, ldmatrix and cp.async emulation against a naive matmul, for every
-// supported shape and dtype. Probe kernels place fragments by the PTX ISA
-// layouts; one places A transposed and must get a wrong product.
+// supported shape and dtype (probe kernels in tuner/matrix_probe.hpp; the gpu
+// test runs the same kernels on hardware).
 #include <catch2/catch.hpp>
 
-#include <cmath>
-#include <cstring>
-#include <random>
-
-#include "templates/render.hpp"
 #include "tuner/emu_probe.hpp"
+#include "tuner/matrix_probe.hpp"
+
+namespace matrix = ktune::test::matrix;
 
 namespace {
 
-const char* kProbe = R"(
-// A (16xK), B (Kx8), C and D (16x8), all row-major; one warp.
-// TYPE 0: bf16 bits, 1: fp16 bits. WRONG: A's fragments taken transposed.
-template <int K, int TYPE, bool WRONG>
-__global__ void k_mma16(float* d, const unsigned short* a, const unsigned short* b, const float* c) {
-  const unsigned l = threadIdx.x, g = l / 4, t = l % 4;
-  auto A = [&](unsigned r, unsigned k) -> unsigned { return WRONG ? a[k * 16 + r] : a[r * K + k]; };
-  unsigned ra[K / 4], rb[K / 8];
-  float rc[4], rd[4];
-  for (int r = 0; r < K / 4; ++r) {
-    const unsigned row = g + 8 * (r & 1), col = 2 * t + 8 * (r >> 1);
-    ra[r] = A(row, col) | A(row, col + 1) << 16;
-  }
-  for (int r = 0; r < K / 8; ++r) {
-    const unsigned k = 2 * t + 8 * r;
-    rb[r] = static_cast<unsigned>(b[k * 8 + g]) | static_cast<unsigned>(b[(k + 1) * 8 + g]) << 16;
-  }
-  for (int i = 0; i < 4; ++i) rc[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
-  if (K == 16 && TYPE == 0) kt::mma_m16n8k16_bf16(rd, ra, rb, rc);
-  if (K == 16 && TYPE == 1) kt::mma_m16n8k16_f16(rd, ra, rb, rc);
-  if (K == 8 && TYPE == 0) kt::mma_m16n8k8_bf16(rd, ra, rb, rc);
-  if (K == 8 && TYPE == 1) kt::mma_m16n8k8_f16(rd, ra, rb, rc);
-  for (int i = 0; i < 4; ++i) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = rd[i];
-}
-
-__global__ void k_mma_tf32(float* d, const float* a, const float* b, const float* c) {
-  const unsigned l = threadIdx.x, g = l / 4, t = l % 4;
-  unsigned ra[4], rb[2];
-  float rc[4], rd[4];
-  for (int r = 0; r < 4; ++r) ra[r] = kt::float_to_tf32(a[(g + 8 * (r & 1)) * 8 + t + 4 * (r >> 1)]);
-  for (int r = 0; r < 2; ++r) rb[r] = kt::float_to_tf32(b[(t + 4 * r) * 8 + g]);
-  for (int i = 0; i < 4; ++i) rc[i] = c[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)];
-  kt::mma_m16n8k8_tf32(rd, ra, rb, rc);
-  for (int i = 0; i < 4; ++i) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = rd[i];
-}
-
-// A (16x16) and B (16x8) bf16 through cp.async and ldmatrix into an mma;
-// `regs` receives the other ldmatrix variants for a layout check.
-__global__ void k_ldmatrix(float* d, unsigned* regs, const kt::bf16* a, const kt::bf16* b) {
-  __shared__ __align__(16) kt::bf16 as[16 * 16];
-  __shared__ __align__(16) kt::bf16 bs[16 * 8];
-  const unsigned l = threadIdx.x, g = l / 4, t = l % 4;
-  kt::cp_async_16(as + 8 * l, a + 8 * l);
-  kt::cp_async_commit();
-  if (l < 16) kt::cp_async_16(bs + 8 * l, b + 8 * l);
-  kt::cp_async_commit();
-  kt::cp_async_wait<0>();
-  __syncwarp();
-  unsigned ra[4], rb[2];
-  kt::ldmatrix_x4(ra, as + (l % 16) * 16 + 8 * (l / 16));
-  kt::ldmatrix_x2_trans(rb, bs + (l % 16) * 8);
-  const float c[4] = {0, 0, 0, 0};
-  float rd[4];
-  kt::mma_m16n8k16_bf16(rd, ra, rb, c);
-  for (int i = 0; i < 4; ++i) d[(g + 8 * (i >> 1)) * 8 + 2 * t + (i & 1)] = rd[i];
-  unsigned x1[1], x2[2], t1[1], t4[4];
-  kt::ldmatrix_x1(x1, as + (l % 8) * 16);
-  kt::ldmatrix_x2(x2, as + (l % 16) * 16);
-  kt::ldmatrix_x1_trans(t1, as + (l % 8) * 16);
-  kt::ldmatrix_x4_trans(t4, as + (l % 16) * 16 + 8 * (l / 16));
-  unsigned* o = regs + 8 * l;
-  o[0] = x1[0];
-  o[1] = x2[0];
-  o[2] = x2[1];
-  o[3] = t1[0];
-  for (int i = 0; i < 4; ++i) o[4 + i] = t4[i];
-}
-
-// cp.async groups: wait<1> completes all but the newest committed group.
-__global__ void k_cp_async(float* out, const float* in) {
-  __shared__ __align__(16) float s[3 * 128];
-  const unsigned l = threadIdx.x;
-  for (int i = 0; i < 12; ++i) s[32 * i + l] = -1.0f;
-  __syncwarp();
-  kt::cp_async_16(s + 4 * l, in + 4 * l);
-  kt::cp_async_commit();
-  kt::cp_async_16(s + 128 + 4 * l, in + 128 + 4 * l);
-  kt::cp_async_commit();
-  kt::cp_async_16_zfill(s + 256 + 4 * l, in + 256 + 4 * l, 4);
-  kt::cp_async_wait<1>();
-  out[l] = s[4 * l];
-  out[288 + l] = s[128 + 4 * l];  // not yet waited for
-  kt::cp_async_wait_all();
-  for (int i = 0; i < 4; ++i) out[32 + 4 * l + i] = s[128 + 4 * l + i];
-  for (int i = 0; i < 4; ++i) out[160 + 4 * l + i] = s[256 + 4 * l + i];
-}
-)";
-
-const std::vector<std::string> kKernels = {
-    "k_mma16<16, 0, false>", "k_mma16<16, 1, false>", "k_mma16<8, 0, false>", "k_mma16<8, 1, false>",
-    "k_mma16<16, 0, true>",  "k_mma_tf32",            "k_ldmatrix",           "k_cp_async"};
-enum { kBf16K16, kF16K16, kBf16K8, kF16K8, kBf16K16Wrong, kTf32, kLdmatrix, kCpAsync };
-
 ktune::test::EmuProbe& probe() {
-  static ktune::test::EmuProbe p(kProbe, kKernels);
+  static ktune::test::EmuProbe p(matrix::kSource, matrix::kKernels);
   return p;
-}
-
-std::uint16_t half_bits(float f) {  // fp16 RNE for values that are exact in fp16 after the bf16 step below
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const std::uint32_t sign = (u >> 16) & 0x8000u, e = (u >> 23) & 0xffu, m = u & 0x7fffffu;
-  if (f == 0.0f) return static_cast<std::uint16_t>(sign);
-  return static_cast<std::uint16_t>(sign | ((e - 112) << 10) | (m >> 13));
-}
-
-/// Relative L2 error of `got` against the double-precision product A*B + C.
-double matmul_error(const std::vector<float>& got, const std::vector<double>& a, const std::vector<double>& b,
-                    const std::vector<float>& c, int k) {
-  double num = 0, den = 0;
-  for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < 8; ++j) {
-      double ref = c[i * 8 + j];
-      for (int x = 0; x < k; ++x) ref += a[i * k + x] * b[x * 8 + j];
-      num += (got[i * 8 + j] - ref) * (got[i * 8 + j] - ref);
-      den += ref * ref;
-    }
-  return std::sqrt(num / den);
-}
-
-/// Runs a 16-bit mma probe on random inputs; returns its relative error.
-double run_mma16(int kernel, int k, bool bf16) {
-  auto& p = probe();
-  std::mt19937_64 rng(static_cast<unsigned>(kernel * 7 + k));
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<unsigned short> abits(16 * 16), bbits(16 * 8);
-  std::vector<double> a(16 * k), b(k * 8);
-  std::vector<float> c(16 * 8);
-  auto quantise = [&](float x, unsigned short& bits) {
-    if (std::fabs(x) < 1e-4f) x = 0.0f;  // keep every value a normal fp16
-    const std::uint16_t h = ktune::templates::float_to_bf16_bits(x);
-    const float v = ktune::templates::bf16_bits_to_float(h);  // exact in both bf16 and fp16 (|v| <= 1, 8 bits)
-    bits = bf16 ? h : half_bits(v);
-    return static_cast<double>(v);
-  };
-  for (int i = 0; i < 16 * k; ++i) a[i] = quantise(dist(rng), abits[i]);
-  for (int i = 0; i < k * 8; ++i) b[i] = quantise(dist(rng), bbits[i]);
-  for (auto& x : c) x = dist(rng);
-  float* d = p.buffer("d", std::vector<float>(16 * 8));
-  const auto* da = p.buffer("a", abits);
-  const auto* db = p.buffer("b", bbits);
-  const float* dc = p.buffer("c", c);
-  p.launch(kernel, {1, 1, 1}, {32, 1, 1}, ktune::templates::ArgPack().add(d).add(da).add(db).add(dc));
-  return matmul_error(std::vector<float>(d, d + 16 * 8), a, b, c, k);
-}
-
-float tf32_round(float x) {  // cvt.rna.tf32.f32
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  u = (u + 0x1000u) & 0xffffe000u;
-  std::memcpy(&x, &u, 4);
-  return x;
 }
 
 }  // namespace
 
 TEST_CASE("mma.sync 16-bit shapes match a naive matmul", "[emu]") {
-  SECTION("m16n8k16 bf16") { CHECK(run_mma16(kBf16K16, 16, true) < 1e-6); }
-  SECTION("m16n8k16 f16") { CHECK(run_mma16(kF16K16, 16, false) < 1e-6); }
-  SECTION("m16n8k8 bf16") { CHECK(run_mma16(kBf16K8, 8, true) < 1e-6); }
-  SECTION("m16n8k8 f16") { CHECK(run_mma16(kF16K8, 8, false) < 1e-6); }
+  SECTION("m16n8k16 bf16") { CHECK(matrix::mma16(probe(), matrix::kBf16K16, 16, true).error < 1e-6); }
+  SECTION("m16n8k16 f16") { CHECK(matrix::mma16(probe(), matrix::kF16K16, 16, false).error < 1e-6); }
+  SECTION("m16n8k8 bf16") { CHECK(matrix::mma16(probe(), matrix::kBf16K8, 8, true).error < 1e-6); }
+  SECTION("m16n8k8 f16") { CHECK(matrix::mma16(probe(), matrix::kF16K8, 8, false).error < 1e-6); }
 }
 
 TEST_CASE("mma.sync with A's fragments placed transposed gives a wrong product", "[emu]") {
-  CHECK(run_mma16(kBf16K16Wrong, 16, true) > 0.1);
+  CHECK(matrix::mma16(probe(), matrix::kBf16K16Wrong, 16, true).error > 0.1);
 }
 
 TEST_CASE("mma.sync m16n8k8 tf32 matches a naive matmul of tf32-rounded inputs", "[emu]") {
-  auto& p = probe();
-  std::mt19937_64 rng(5);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<float> a(16 * 8), b(8 * 8), c(16 * 8);
-  for (auto& x : a) x = dist(rng);
-  for (auto& x : b) x = dist(rng);
-  for (auto& x : c) x = dist(rng);
-  std::vector<double> ar(a.size()), br(b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) ar[i] = tf32_round(a[i]);
-  for (std::size_t i = 0; i < b.size(); ++i) br[i] = tf32_round(b[i]);
-  float* d = p.buffer("d", std::vector<float>(16 * 8));
-  p.launch(kTf32, {1, 1, 1}, {32, 1, 1},
-           ktune::templates::ArgPack().add(d).add(p.buffer("a", a)).add(p.buffer("b", b)).add(p.buffer("c", c)));
-  CHECK(matmul_error(std::vector<float>(d, d + 16 * 8), ar, br, c, 8) < 1e-6);
+  CHECK(matrix::mma_tf32(probe()).error < 1e-6);
 }
 
 TEST_CASE("ldmatrix x1/x2/x4 and .trans follow the PTX layout and feed mma", "[emu]") {
-  auto& p = probe();
-  std::mt19937_64 rng(11);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  std::vector<unsigned short> abits(16 * 16), bbits(16 * 8);
-  std::vector<double> a(16 * 16), b(16 * 8);
-  for (int i = 0; i < 256; ++i) {
-    abits[i] = ktune::templates::float_to_bf16_bits(dist(rng));
-    a[i] = ktune::templates::bf16_bits_to_float(abits[i]);
-  }
-  for (int i = 0; i < 128; ++i) {
-    bbits[i] = ktune::templates::float_to_bf16_bits(dist(rng));
-    b[i] = ktune::templates::bf16_bits_to_float(bbits[i]);
-  }
-  float* d = p.buffer("d", std::vector<float>(128));
-  unsigned* regs = p.buffer("regs", std::vector<unsigned>(32 * 8));
-  p.launch(kLdmatrix, {1, 1, 1}, {32, 1, 1},
-           ktune::templates::ArgPack().add(d).add(regs).add(p.buffer("a", abits)).add(p.buffer("b", bbits)));
-  CHECK(matmul_error(std::vector<float>(d, d + 128), a, b, std::vector<float>(128, 0.f), 16) < 1e-6);
-  auto A = [&](unsigned r, unsigned c) { return static_cast<unsigned>(abits[r * 16 + c]); };
-  for (unsigned l = 0; l < 32; ++l) {
-    const unsigned g = l / 4, t = l % 4;
-    const unsigned* o = regs + 8 * l;
-    INFO("lane " << l);
-    CHECK(o[0] == (A(g, 2 * t) | A(g, 2 * t + 1) << 16));
-    CHECK(o[1] == (A(g, 2 * t) | A(g, 2 * t + 1) << 16));
-    CHECK(o[2] == (A(8 + g, 2 * t) | A(8 + g, 2 * t + 1) << 16));
-    CHECK(o[3] == (A(2 * t, g) | A(2 * t + 1, g) << 16));
-    for (unsigned m = 0; m < 4; ++m) {
-      const unsigned r0 = 8 * (m % 2), c0 = 8 * (m / 2);
-      CHECK(o[4 + m] == (A(r0 + 2 * t, c0 + g) | A(r0 + 2 * t + 1, c0 + g) << 16));
-    }
-  }
+  matrix::check_ldmatrix(probe());
 }
 
 TEST_CASE("cp.async completes groups at the covering wait, zero-fills, defers the rest", "[emu]") {
-  auto& p = probe();
-  std::vector<float> in(384);
-  for (int i = 0; i < 384; ++i) in[i] = static_cast<float>(i + 1);
-  float* out = p.buffer("out", std::vector<float>(320));
-  p.launch(kCpAsync, {1, 1, 1}, {32, 1, 1}, ktune::templates::ArgPack().add(out).add(p.buffer("in", in)));
-  for (int l = 0; l < 32; ++l) {
-    CHECK(out[l] == in[4 * l]);
-    CHECK(out[288 + l] == -1.0f);  // the newest group was still in flight after wait<1>
-    for (int i = 0; i < 4; ++i) CHECK(out[32 + 4 * l + i] == in[128 + 4 * l + i]);
-    CHECK(out[160 + 4 * l] == in[256 + 4 * l]);
-    for (int i = 1; i < 4; ++i) CHECK(out[160 + 4 * l + i] == 0.0f);
-  }
+  matrix::check_cp_async(probe(), true);
 }

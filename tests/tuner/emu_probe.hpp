@@ -32,6 +32,12 @@ class EmuProbe {
     return reinterpret_cast<T*>(b->data());
   }
 
+  /// `n` elements at `p` (a pointer from buffer()).
+  template <class T>
+  std::vector<T> read(const T* p, std::size_t n) const {
+    return std::vector<T>(p, p + n);
+  }
+
   /// Runs kernel `kernel` (index into the name expressions); throws on emulation errors.
   tuner::emu::GridStats launch(int kernel, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                                templates::ArgPack args, unsigned dynamic_smem = 0) {

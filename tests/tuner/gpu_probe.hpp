@@ -1,0 +1,72 @@
+// Test helper: compiles a probe source (kt.cuh + kernels written in the test)
+// with NVRTC for the device in use and launches its kernels on device
+// buffers; the GPU twin of tuner/emu_probe.hpp.
+#pragma once
+#include <array>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "templates/embedded.hpp"
+#include "templates/family.hpp"
+#include "tuner/check.hpp"
+#include "tuner/compiler.hpp"
+#include "tuner/device.hpp"
+
+namespace ktune::test {
+
+class GpuProbe {
+ public:
+  /// `body`: kernels written against kt.cuh; `kernels`: their name expressions.
+  GpuProbe(const std::string& body, std::vector<std::string> kernels) {
+    templates::Rendered r;
+    r.source = "// probe\n" + templates::expand_includes("common/kt.cuh") + body;
+    r.kernels = std::move(kernels);
+    const tuner::CompileResult c = tuner::Compiler(false).compile(r, context_.info().arch());
+    if (!c.ok) throw std::runtime_error("probe does not compile:\n" + c.log);
+    module_ = std::make_unique<tuner::Module>(c.cubin);
+    for (const auto& k : c.kernels) functions_.push_back(module_->function(k.lowered_name));
+  }
+
+  const tuner::DeviceInfo& device() const { return context_.info(); }
+
+  /// A device buffer holding `values`; returns its device pointer.
+  template <class T>
+  T* buffer(const std::string&, const std::vector<T>& values) {
+    tuner::DeviceBuffer b(std::max<std::size_t>(values.size() * sizeof(T), 1));
+    if (!values.empty()) b.upload(values.data(), values.size() * sizeof(T));
+    T* p = reinterpret_cast<T*>(b.address());
+    buffers_.emplace(b.address(), std::move(b));
+    return p;
+  }
+
+  /// `n` elements at `p` (a pointer from buffer()), copied back to the host.
+  template <class T>
+  std::vector<T> read(const T* p, std::size_t n) const {
+    std::vector<T> out(n);
+    buffers_.at(reinterpret_cast<std::uint64_t>(p)).download(out.data(), n * sizeof(T));
+    return out;
+  }
+
+  /// Runs kernel `kernel` (index into the name expressions) and waits for it.
+  void launch(int kernel, std::array<unsigned, 3> grid, std::array<unsigned, 3> block, templates::ArgPack args,
+              unsigned dynamic_smem = 0) {
+    auto pointers = args.pointers();
+    const tuner::Driver& d = tuner::Driver::get();
+    KT_CHECK_CU(d.cuLaunchKernel(functions_.at(static_cast<std::size_t>(kernel)), grid[0], grid[1], grid[2],
+                                 block[0], block[1], block[2], dynamic_smem, stream_.get(), pointers.data(),
+                                 nullptr));
+    stream_.synchronize();
+  }
+
+ private:
+  tuner::Context context_;
+  tuner::Stream stream_;
+  std::unique_ptr<tuner::Module> module_;
+  std::vector<CUfunction> functions_;
+  std::map<std::uint64_t, tuner::DeviceBuffer> buffers_;
+};
+
+}  // namespace ktune::test
