@@ -45,7 +45,7 @@ TEST_CASE("strategies on the replay datasets: deterministic, within budget, vali
     }
     for (const auto& name : strategy_names()) {
       if (name == "exhaustive") continue;
-      const std::uint64_t budget = name == "bayes_opt" ? 40 : 120;
+      const std::uint64_t budget = 120;
       SearchResult r1, r2, r3;
       const auto a = run_once(*eval, name, 7, budget, &r1);
       const auto b = run_once(*eval, name, 7, budget, &r2);
