@@ -26,7 +26,7 @@ RunOptions run_options_from_json(const nlohmann::json& j) {
 
 nlohmann::json to_json(const RunResult& r) {
   nlohmann::json j = {{"ok", r.ok}, {"failure", r.failure}, {"max_error", r.max_error},
-                      {"compile_ms", r.compile_ms}, {"errors", nlohmann::json::array()}};
+                      {"compile_ms", r.compile_ms}, {"wall_ms", r.wall_ms}, {"errors", nlohmann::json::array()}};
   for (const auto& [name, e] : r.errors) j["errors"].push_back({{"buffer", name}, {"error", e}});
   if (r.timing)
     j["timing"] = {{"median_ms", r.timing->median_ms}, {"p20_ms", r.timing->p20_ms}, {"p80_ms", r.timing->p80_ms},
@@ -41,6 +41,7 @@ RunResult run_result_from_json(const nlohmann::json& j) {
   // A NaN error travels as JSON null.
   r.max_error = j.at("max_error").is_number() ? j["max_error"].get<double>() : std::nan("");
   r.compile_ms = j.at("compile_ms").get<double>();
+  r.wall_ms = j.value("wall_ms", 0.0);  // absent in logs written before it was recorded
   for (const auto& e : j.at("errors"))
     r.errors.emplace_back(e.at("buffer").get<std::string>(),
                           e.at("error").is_number() ? e["error"].get<double>() : std::nan(""));

@@ -46,6 +46,7 @@ struct RunResult {
   std::vector<std::pair<std::string, double>> errors;  ///< per checked buffer
   std::optional<Measurement> timing;
   double compile_ms = 0;
+  double wall_ms = 0;  ///< the whole evaluation as the session saw it (compile, run, checks, process overhead)
 };
 
 class Runner {

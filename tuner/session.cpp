@@ -114,7 +114,9 @@ class SessionEvaluator final : public search::Evaluator {
       if (from_log_.erase(c)) ++resumed_count;
       return it->second;
     }
+    const auto start = std::chrono::steady_clock::now();
     Record r{c, runner_.run(family_, c, problem_, run_)};
+    r.result.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     log_.append(record_json(r));
     return done_.emplace(c, std::move(r)).first->second;
   }
@@ -130,9 +132,15 @@ class SessionEvaluator final : public search::Evaluator {
       o.time_ms = r.result.timing->median_ms;
       o.p20_ms = r.result.timing->p20_ms;
       o.p80_ms = r.result.timing->p80_ms;
-      o.cost_s = r.result.timing->median_ms * r.result.timing->repetitions * 1e-3;
     }
-    o.cost_s += r.result.compile_ms * 1e-3;
+    // A time budget is wall time: everything the evaluation took. A record
+    // from an older log without it falls back to compile plus timed runs.
+    if (r.result.wall_ms > 0) {
+      o.cost_s = r.result.wall_ms * 1e-3;
+    } else {
+      if (r.result.timing) o.cost_s = r.result.timing->median_ms * r.result.timing->repetitions * 1e-3;
+      o.cost_s += r.result.compile_ms * 1e-3;
+    }
     return o;
   }
 

@@ -18,7 +18,8 @@ Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOp
 Measurement summarize(std::vector<double> samples_ms);
 
 /// Device-to-device copy bandwidth (read + write bytes per second, GB/s),
-/// measured with `bytes`-sized buffers.
+/// measured with `bytes`-sized buffers; needs a current context (a Context,
+/// or a GPU runner, alive on this thread).
 double measure_copy_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30);
 
 }  // namespace ktune::tuner
