@@ -22,6 +22,10 @@ class Strategy {
   virtual std::optional<Config> next() = 0;
   /// The outcome of a config returned by next().
   virtual void report(const Config& config, const Outcome& outcome) = 0;
+  /// Up to `n` valid configs this strategy expects to propose next, the
+  /// likeliest first: a hint for compiling ahead while the GPU measures,
+  /// with no effect on the search. Default: none.
+  virtual std::vector<Config> upcoming(std::size_t /*n*/) const { return {}; }
 };
 
 /// What a strategy may know of the problem: the space, the constraint, a seed.

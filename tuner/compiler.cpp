@@ -125,7 +125,10 @@ std::string program_log(nvrtcProgram prog) {
 
 }  // namespace
 
-CompileResult Compiler::compile(const templates::Rendered& rendered, const std::string& arch) const {
+namespace {
+
+/// A result with its arch, options and cache key filled in, nothing compiled.
+CompileResult prepared(const templates::Rendered& rendered, const std::string& arch) {
   CompileResult r;
   r.arch = arch;
   r.options = options_for(arch);
@@ -134,6 +137,18 @@ CompileResult Compiler::compile(const templates::Rendered& rendered, const std::
   for (const auto& o : r.options) h.add(o);
   for (const auto& k : rendered.kernels) h.add(k);
   r.key = h.hex();
+  return r;
+}
+
+}  // namespace
+
+bool Compiler::cached(const templates::Rendered& rendered, const std::string& arch) const {
+  CompileResult r = prepared(rendered, arch);
+  return use_cache_ && load_cached(cache_dir_, r);
+}
+
+CompileResult Compiler::compile(const templates::Rendered& rendered, const std::string& arch) const {
+  CompileResult r = prepared(rendered, arch);
   if (use_cache_ && load_cached(cache_dir_, r)) {
     for (std::size_t i = 0; i < r.kernels.size() && i < rendered.kernels.size(); ++i)
       r.kernels[i].name_expression = rendered.kernels[i];

@@ -48,6 +48,8 @@ class Compiler {
 
   /// Compiles `rendered` for `arch` ("sm_80", "sm_90", "sm_90a", ...).
   CompileResult compile(const templates::Rendered& rendered, const std::string& arch) const;
+  /// True when the binary cache already holds `rendered` for `arch`.
+  bool cached(const templates::Rendered& rendered, const std::string& arch) const;
   /// Compiles many sources at once on `threads` workers (0: env default).
   std::vector<CompileResult> compile_many(const std::vector<templates::Rendered>& sources, const std::string& arch,
                                           unsigned threads = 0) const;

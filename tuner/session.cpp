@@ -183,22 +183,18 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.default_run = evaluator.record(def);
 
   auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
+  // While the GPU measures a variant, a process of its own compiles what the
+  // strategy expects to propose next.
   std::unique_ptr<CompileAhead> ahead;
-  // Strategies whose proposals do not depend on results (exhaustive, random)
-  // are replayed by a twin with the same seed: its order is what the session
-  // will ask for, so those variants compile ahead while the GPU measures.
-  if (options.compile_ahead_threads > 0 && runner.backend() == "gpu" &&
-      (options.strategy == "exhaustive" || options.strategy == "random")) {
-    constexpr std::size_t kMaxAhead = 20000;
-    auto twin = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
-    std::vector<Config> order;
-    while (order.size() < kMaxAhead) {
-      const auto c = twin->next();
-      if (!c) break;
-      if (!evaluator.done().count(*c)) order.push_back(*c);
-    }
-    ahead = std::make_unique<CompileAhead>(family, problem, order, device.arch, options.compile_ahead_threads);
-  }
+  if (options.compile_ahead_threads > 0 && runner.backend() == "gpu")
+    ahead = std::make_unique<CompileAhead>(family, problem, device.arch, options.compile_ahead_threads);
+  const auto compile_ahead = [&] {
+    if (!ahead) return;
+    std::vector<Config> hint = strategy->upcoming(2 * options.compile_ahead_threads + 1);
+    std::erase_if(hint, [&](const Config& c) { return evaluator.done().count(c) > 0; });
+    ahead->add(hint);
+  };
+  compile_ahead();
   const Record* last = nullptr;
   search::SearchCallbacks callbacks;
   callbacks.on_record = [&](const search::Record& r) {
@@ -206,6 +202,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     summary.records.push_back(r);
   };
   callbacks.on_progress = [&](const search::Progress& p) {
+    compile_ahead();
     if (progress && last) progress(*last, p);
   };
   const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks);

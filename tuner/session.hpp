@@ -28,8 +28,8 @@ struct TuneOptions {
   /// `ktune cache merge` joins the winners).
   std::uint64_t shard_index = 0;
   std::uint64_t shard_count = 1;
-  /// Threads compiling ahead of the benchmark (GPU runner; exhaustive and
-  /// random strategies, whose order is known in advance); 0 turns it off.
+  /// Threads compiling ahead of the benchmark what the strategy expects to
+  /// propose next (GPU runner; search::Strategy::upcoming); 0 turns it off.
   unsigned compile_ahead_threads = 0;
 };
 

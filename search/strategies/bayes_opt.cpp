@@ -158,6 +158,23 @@ std::optional<Config> BayesOpt::next() {
   return config_of(*context_.space, *p);
 }
 
+std::vector<Config> BayesOpt::upcoming(std::size_t n) const {
+  std::vector<Config> out;
+  if (fitted_at_ == 0 || static_cast<int>(observations_.size()) < options_.initial || !std::isfinite(best_log_))
+    return out;  // the design points are random draws: nothing to foresee
+  std::vector<std::pair<double, std::size_t>> ranked;
+  for (std::size_t id = 0; id < pool_.size(); ++id) {
+    if (!gp_.active(id)) continue;
+    double mean, sd;
+    gp_.predict(id, &mean, &sd);
+    ranked.emplace_back(-expected_improvement(mean, sd, best_log_ - options_.xi), id);
+  }
+  const std::size_t k = std::min(n, ranked.size());
+  std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k), ranked.end());
+  for (std::size_t i = 0; i < k; ++i) out.push_back(config_of(*context_.space, pool_[ranked[i].second]));
+  return out;
+}
+
 void BayesOpt::report(const Config& config, const Outcome& outcome) {
   const Point p = point_of(*context_.space, config);
   const std::uint64_t idx = index_of(*context_.space, p);

@@ -36,6 +36,8 @@ class BayesOpt final : public Strategy {
   BayesOpt(const StrategyContext& context, Options options);
   std::optional<Config> next() override;
   void report(const Config& config, const Outcome& outcome) override;
+  /// Once the model exists: the candidates of highest expected improvement.
+  std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
   struct Observation {

@@ -9,6 +9,7 @@ class Exhaustive final : public Strategy {
   explicit Exhaustive(const StrategyContext& context);
   std::optional<Config> next() override;
   void report(const Config& config, const Outcome& outcome) override;
+  std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
   StrategyContext context_;

@@ -62,6 +62,14 @@ std::optional<Config> LocalSearch::next() {
   return config_of(*context_.space, *p);
 }
 
+std::vector<Config> LocalSearch::upcoming(std::size_t n) const {
+  std::vector<Config> out;
+  if (!has_current_) return out;
+  for (auto it = pending_.rbegin(); it != pending_.rend() && out.size() < n; ++it)
+    if (unseen(*it)) out.push_back(config_of(*context_.space, *it));
+  return out;
+}
+
 void LocalSearch::report(const Config& config, const Outcome& outcome) {
   const Point p = point_of(*context_.space, config);
   seen_.insert(index_of(*context_.space, p));

@@ -23,6 +23,8 @@ class LocalSearch final : public Strategy {
   LocalSearch(const StrategyContext& context, Options options);
   std::optional<Config> next() override;
   void report(const Config& config, const Outcome& outcome) override;
+  /// The unmeasured neighbours of the current point, in the order next() takes them.
+  std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
   void load_neighbours();

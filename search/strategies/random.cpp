@@ -14,4 +14,16 @@ std::optional<Config> RandomSample::next() {
   return std::nullopt;
 }
 
+std::vector<Config> RandomSample::upcoming(std::size_t n) const {
+  LazyPermutation ahead = order_;  // the same draws next() will make
+  std::vector<Config> out;
+  for (std::size_t tries = 0; out.size() < n && tries < 64 * n; ++tries) {
+    const auto index = ahead.next();
+    if (!index) break;
+    Config c = context_.space->at(*index);
+    if (valid(context_, c)) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 }  // namespace ktune::search

@@ -11,6 +11,7 @@ class RandomSample final : public Strategy {
   explicit RandomSample(const StrategyContext& context);
   std::optional<Config> next() override;
   void report(const Config&, const Outcome&) override {}
+  std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
   StrategyContext context_;

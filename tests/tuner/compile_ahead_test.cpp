@@ -10,7 +10,7 @@
 using namespace ktune;
 using namespace ktune::tuner;
 
-TEST_CASE("compiling ahead fills the binary cache the runner reads", "[compile]") {
+TEST_CASE("compiling ahead fills the binary cache the runner reads, each config once", "[compile]") {
   const auto& family = templates::find_family("adamw_single");
   const auto problem = family.problem_classes().front();
   std::vector<Config> configs = {Config({{"threads", 128}, {"vec", 1}}), Config({{"threads", 512}, {"vec", 2}})};
@@ -18,7 +18,10 @@ TEST_CASE("compiling ahead fills the binary cache the runner reads", "[compile]"
   const auto dir = test::scratch_dir("ahead");
   ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
   {
-    CompileAhead ahead(family, problem, configs, "sm_80", 2);
+    CompileAhead ahead(family, problem, "sm_80", 2);
+    ahead.add({configs[0]});
+    ahead.add(configs);  // configs[0] again: queued once
+    CHECK(ahead.queued() == 2);
     ahead.wait();
   }
   const Compiler compiler;  // the same cache directory

@@ -3,14 +3,21 @@
 #include "tuner/session.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "cache/store.hpp"
 #include "support.hpp"
+#include "tuner/compiler.hpp"
 
 using namespace ktune;
 using namespace ktune::tuner;
+namespace fs = std::filesystem;
 
 namespace {
 /// Times follow a formula of the config; threads == 1024 fails to "launch".
@@ -135,4 +142,55 @@ TEST_CASE("shards split the space: every config is tuned by exactly one shard", 
   }
   CHECK(total == all.size());  // no config in two shards
   CHECK(all.size() + 1 == family.space().size());  // every config but the default, which each shard measures
+}
+
+namespace {
+/// A "gpu" runner that compiles nothing itself: it waits (up to a minute)
+/// for each variant's binary to appear in the cache, as compiled ahead.
+class WaitingRunner final : public Runner {
+ public:
+  std::string backend() const override { return "gpu"; }
+  const DeviceLimits& device() const override { return device_; }
+  RunResult run(const Family& family, const Config& c, const Problem& p, const RunOptions&) override {
+    const auto rendered = family.render(c, p);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+    bool found = compiler_.cached(rendered, device_.arch);
+    while (!found && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      found = compiler_.cached(rendered, device_.arch);
+    }
+    (found ? compiled_ahead : not_ahead).push_back(c);
+    wait_s = 60;  // the default config runs before the search asks for anything
+    RunResult r;
+    r.ok = true;
+    Measurement m;
+    m.median_ms = m.p20_ms = m.p80_ms = 1.0 + c.at("threads") / 1024.0 + c.at("vec") / 8.0;
+    m.repetitions = 1;
+    r.timing = m;
+    return r;
+  }
+  int wait_s = 0;
+  std::vector<Config> compiled_ahead, not_ahead;
+  DeviceLimits device_ = DeviceLimits::for_arch("sm_80");
+  Compiler compiler_;
+};
+}  // namespace
+
+TEST_CASE("a session compiles ahead what the strategy proposes next", "[session][compile]") {
+  const auto dir = test::scratch_dir("ahead-session");
+  ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  WaitingRunner runner;
+  TuneOptions o;
+  o.budget = "6";
+  o.finalists = 1;
+  o.run.time = true;
+  o.compile_ahead_threads = 1;
+  tune(family, problem, runner, o);
+  // Only the default, run before the search asks for anything, was not
+  // compiled ahead; the adaptive strategies' hints are checked in
+  // tests/search/upcoming_test.cpp.
+  CHECK(runner.not_ahead.size() == 1);
+  CHECK(runner.compiled_ahead.size() == 5);  // the budget of 6 counts the default
 }

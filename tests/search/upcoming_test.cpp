@@ -1,0 +1,58 @@
+// Strategy::upcoming, the hint the session compiles ahead from: exact for the
+// strategies whose order does not depend on results, and for the adaptive
+// ones the config the next step proposes, all valid and unmeasured.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "search/strategy.hpp"
+#include "search/support_search.hpp"
+
+using namespace ktune;
+using namespace ktune::search;
+
+namespace {
+
+/// Runs `steps` evaluations of `s` on `eval`, reporting each outcome.
+std::set<Config> advance(Strategy& s, Evaluator& eval, int steps) {
+  std::set<Config> measured;
+  for (int i = 0; i < steps; ++i) {
+    const auto c = s.next();
+    REQUIRE(c);
+    s.report(*c, eval.evaluate(*c));
+    measured.insert(*c);
+  }
+  return measured;
+}
+
+}  // namespace
+
+TEST_CASE("exhaustive and random foresee exactly what they propose next", "[search][upcoming]") {
+  for (const char* name : {"exhaustive", "random"}) {
+    INFO(name);
+    ReplayEvaluator* eval = test::replay_dataset("convolution_milo_A4000");
+    auto s = make_strategy(name, {&eval->space(), eval, 7});
+    advance(*s, *eval, 10);
+    const auto hint = s->upcoming(25);
+    REQUIRE(hint.size() == 25);
+    for (const auto& c : hint) CHECK(s->next() == c);
+  }
+}
+
+TEST_CASE("local search and bayes_opt foresee their next proposal among valid, unmeasured configs",
+          "[search][upcoming]") {
+  for (const char* name : {"local_search", "bayes_opt"}) {
+    INFO(name);
+    ReplayEvaluator* eval = test::replay_dataset("convolution_milo_A4000");
+    auto s = make_strategy(name, {&eval->space(), eval, 3});
+    const auto measured = advance(*s, *eval, 30);
+    const auto hint = s->upcoming(8);
+    REQUIRE(!hint.empty());
+    CHECK(hint.size() <= 8);
+    for (const auto& c : hint) {
+      CHECK(eval->is_valid(c));
+      CHECK(measured.count(c) == 0);
+    }
+    CHECK(s->next() == hint.front());
+  }
+}
