@@ -15,7 +15,10 @@ class Annealing final : public Strategy {
   struct Options {
     double t_start = 0.1;   ///< accepts a 10 % slowdown with probability 1/e at the start
     double t_min = 0.0001;  ///< restart below this
-    double alpha = 0.98;    ///< cooling per evaluation
+    /// Cooling per evaluation: 0.95 runs a walk for about 135 evaluations
+    /// before a restart, so a 400-evaluation search tries three starting
+    /// regions rather than one (0.98: about 340 per walk).
+    double alpha = 0.95;
   };
   explicit Annealing(const StrategyContext& context) : Annealing(context, Options{}) {}
   Annealing(const StrategyContext& context, Options options);
