@@ -52,6 +52,22 @@ std::optional<Config> Annealing::next() {
   return config_of(*context_.space, *p);
 }
 
+std::vector<Config> Annealing::upcoming(std::size_t n) const {
+  Annealing twin = *this;  // the same generator state: its next() is ours
+  std::vector<Config> out;
+  const auto first = twin.next();
+  if (!first || n == 0) return out;
+  out.push_back(*first);
+  if (!current_) return out;
+  for (const Point& p : valid_neighbours(context_, *current_, false)) {
+    if (out.size() >= n) break;
+    if (seen_.count(index_of(*context_.space, p))) continue;
+    Config c = config_of(*context_.space, p);
+    if (c != out.front()) out.push_back(std::move(c));
+  }
+  return out;
+}
+
 void Annealing::report(const Config& config, const Outcome& outcome) {
   const Point p = point_of(*context_.space, config);
   const double t = outcome.ok ? outcome.time_ms : INFINITY;

@@ -24,6 +24,9 @@ class Annealing final : public Strategy {
   Annealing(const StrategyContext& context, Options options);
   std::optional<Config> next() override;
   void report(const Config& config, const Outcome& outcome) override;
+  /// The next proposal exactly, then the other unmeasured neighbours of the
+  /// current config (the walk's next steps, whichever it accepts).
+  std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
   std::optional<Point> restart();

@@ -101,6 +101,17 @@ std::optional<Config> Genetic::next() {
   return config_of(*context_.space, p);
 }
 
+std::vector<Config> Genetic::upcoming(std::size_t n) const {
+  Genetic twin = *this;  // the same generator state: its proposals are ours
+  std::vector<Config> out;
+  while (out.size() < n && (out.empty() || !twin.queue_.empty())) {
+    const auto c = twin.next();  // breeds only while `out` is empty, from a measured generation
+    if (!c) break;
+    out.push_back(*c);
+  }
+  return out;
+}
+
 void Genetic::report(const Config& config, const Outcome& outcome) {
   const Point p = point_of(*context_.space, config);
   const std::uint64_t idx = index_of(*context_.space, p);

@@ -23,6 +23,8 @@ class Genetic final : public Strategy {
   Genetic(const StrategyContext& context, Options options);
   std::optional<Config> next() override;
   void report(const Config& config, const Outcome& outcome) override;
+  /// The rest of the current generation (bred first when it is spent).
+  std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
   struct Member {
