@@ -117,7 +117,13 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
 
 void DeviceBuffer::upload(const void* host, std::size_t bytes) {
   KTUNE_REQUIRE(bytes <= bytes_, "upload larger than the device buffer");
-  if (bytes) KT_CHECK_CU(Driver::get().cuMemcpyHtoD(ptr_, host, bytes));
+  if (!bytes) return;
+  // From pageable memory, cuMemcpyHtoD may return once the data is staged,
+  // before the DMA into device memory is done; our streams are non-blocking,
+  // so a kernel launched next on one of them could read a half-written
+  // buffer. Waiting for the context makes the upload complete on return.
+  KT_CHECK_CU(Driver::get().cuMemcpyHtoD(ptr_, host, bytes));
+  KT_CHECK_CU(Driver::get().cuCtxSynchronize());
 }
 
 void DeviceBuffer::download(void* host, std::size_t bytes) const {

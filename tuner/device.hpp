@@ -64,6 +64,7 @@ class DeviceBuffer {
 
   std::uint64_t address() const { return static_cast<std::uint64_t>(ptr_); }
   std::size_t bytes() const { return bytes_; }
+  /// Complete on return (ordered before anything launched afterwards on any stream).
   void upload(const void* host, std::size_t bytes);
   void download(void* host, std::size_t bytes) const;
 
