@@ -114,6 +114,47 @@ std::optional<Point> random_valid_point(const StrategyContext& context, Rng& rng
   return std::nullopt;
 }
 
+std::optional<Point> random_valid_within_one_step(const StrategyContext& context, Rng& rng, const Point& point) {
+  const auto& params = context.space->params();
+  std::vector<std::size_t> free;  // parameters with more than one value
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (params[i].values.size() > 1) free.push_back(i);
+  if (free.empty()) return std::nullopt;
+  // Moves -1, 0 or +1 of each free parameter, from `digit(k)` for the k-th.
+  auto shifted = [&](auto digit, Point& q) {
+    q = point;
+    bool moved = false;
+    for (std::size_t k = 0; k < free.size(); ++k) {
+      const std::size_t i = free[k];
+      const int d = digit(k) - 1;
+      q[i] += d;
+      moved = moved || d != 0;
+      if (q[i] < 0 || q[i] >= static_cast<int>(params[i].values.size())) return false;
+    }
+    return moved && valid(context, q);
+  };
+  // Rejection sampling is uniform over the valid ones; when it keeps missing
+  // and the neighbourhood is small (3^k - 1 points for k free parameters,
+  // k <= 8), list it.
+  Point q;
+  for (int attempt = 0; attempt < 200; ++attempt)
+    if (shifted([&](std::size_t) { return static_cast<int>(rng.uniform(3)); }, q)) return q;
+  if (free.size() > 8) return std::nullopt;
+  std::uint64_t combos = 1;
+  for (std::size_t k = 0; k < free.size(); ++k) combos *= 3;
+  std::vector<Point> all;
+  for (std::uint64_t code = 0; code < combos; ++code) {
+    auto digit = [code](std::size_t k) {
+      std::uint64_t c = code;
+      for (std::size_t j = 0; j < k; ++j) c /= 3;
+      return static_cast<int>(c % 3);
+    };
+    if (shifted(digit, q)) all.push_back(q);
+  }
+  if (all.empty()) return std::nullopt;
+  return all[rng.uniform(all.size())];
+}
+
 std::vector<Point> valid_neighbours(const StrategyContext& context, const Point& point, bool adjacent) {
   std::vector<Point> out;
   const auto& params = context.space->params();

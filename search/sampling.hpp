@@ -61,6 +61,12 @@ bool valid(const StrategyContext& context, const Point& point);
 /// A uniformly random valid point by rejection, nullopt after `tries` misses.
 std::optional<Point> random_valid_point(const StrategyContext& context, Rng& rng, int tries = 1000);
 
+/// A uniformly random valid point, other than `point`, within one step of it
+/// in every parameter (each moves to the previous or next value of its domain
+/// or stays): Kernel Tuner's "strictly-adjacent" neighbourhood, the nearest
+/// valid configs to an invalid one. nullopt when there is none.
+std::optional<Point> random_valid_within_one_step(const StrategyContext& context, Rng& rng, const Point& point);
+
 /// Valid points that differ from `point` in one parameter (any other value
 /// of its domain when `adjacent` is false, only the next/previous value when true).
 std::vector<Point> valid_neighbours(const StrategyContext& context, const Point& point, bool adjacent);

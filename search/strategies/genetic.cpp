@@ -1,5 +1,13 @@
-// Genetic algorithm: rank-weighted selection, uniform crossover, neighbour
-// mutation, elitism.
+// Genetic algorithm over an archive of the best measured configs.
+//
+// Each generation draws parents from the archive (rank-biased: the i-th best
+// of n at Beta(1, beta) * n), mixes them by uniform crossover, mutates the
+// child, and repairs it when the constraint rejects it: a uniformly random
+// valid config within one step of every parameter of the child, as Kernel
+// Tuner's genetic_algorithm repairs. A child that was already measured costs
+// nothing and is drawn again, so a converged archive keeps recombining its
+// members (it reaches configs that combine the values of several good ones)
+// before the strategy falls back to a one-parameter step from a parent.
 #include "search/strategies/genetic.hpp"
 
 #include <algorithm>
@@ -9,86 +17,83 @@ namespace ktune::search {
 
 Genetic::Genetic(const StrategyContext& context, Options options)
     : context_(context), options_(options), rng_(context.seed ^ 0x6a09e667f3bcc908ULL) {
-  for (int i = 0; i < options_.population * 20 && static_cast<int>(queue_.size()) < options_.population; ++i) {
-    const auto p = random_valid_point(context_, rng_, 50);
-    if (!p) continue;
-    if (queued_.insert(index_of(*context_.space, *p)).second) queue_.push_back(*p);
+  for (int i = 0; i < options_.archive * 20 && static_cast<int>(queue_.size()) < options_.archive; ++i) {
+    auto p = random_valid_point(context_, rng_, 50);
+    if (p && is_new(*p)) enqueue(std::move(*p));
   }
 }
 
-std::optional<Point> Genetic::fresh(Point p) {
-  const auto& params = context_.space->params();
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    const std::uint64_t idx = index_of(*context_.space, p);
-    if (!seen_.count(idx) && !queued_.count(idx) && valid(context_, p)) return p;
-    // Re-mutate one random parameter by one step.
-    const std::size_t i = rng_.uniform(params.size());
-    const int n = static_cast<int>(params[i].values.size());
-    if (n > 1) p[i] = std::clamp(p[i] + (rng_.uniform(2) ? 1 : -1), 0, n - 1);
-  }
-  if (auto r = random_valid_point(context_, rng_, 200)) {
-    const std::uint64_t idx = index_of(*context_.space, *r);
-    if (!seen_.count(idx) && !queued_.count(idx)) return r;
-  }
-  return std::nullopt;
+bool Genetic::is_new(const Point& p) const {
+  const std::uint64_t idx = index_of(*context_.space, p);
+  return !seen_.count(idx) && !queued_.count(idx);
 }
 
-Point Genetic::child_of(const Point& a, const Point& b) {
+void Genetic::enqueue(Point p) {
+  queued_.insert(index_of(*context_.space, p));
+  queue_.push_back(std::move(p));
+}
+
+const Point& Genetic::pick() {
+  // Inverse CDF of Beta(1, b): 1 - (1 - u)^(1/b).
+  const double x = 1.0 - std::pow(1.0 - rng_.real(), 1.0 / options_.selection_beta);
+  const auto n = archive_.size();
+  return archive_[std::min(n - 1, static_cast<std::size_t>(x * static_cast<double>(n)))].point;
+}
+
+std::optional<Point> Genetic::child() {
   const auto& params = context_.space->params();
+  const Point& a = pick();
+  const Point& b = pick();
   Point c(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
     c[i] = rng_.uniform(2) ? a[i] : b[i];
     const int n = static_cast<int>(params[i].values.size());
-    if (n > 1 && rng_.real() < options_.mutation_chance) {
-      // Mostly a step to a neighbouring value, sometimes any value.
+    if (n > 1 && rng_.real() < options_.step_chance) {
       if (rng_.real() < 0.7)
         c[i] = std::clamp(c[i] + (rng_.uniform(2) ? 1 : -1), 0, n - 1);
       else
         c[i] = static_cast<int>(rng_.uniform(n));
     }
   }
+  if (!valid(context_, c)) {
+    auto repaired = random_valid_within_one_step(context_, rng_, c);
+    if (!repaired) return std::nullopt;
+    c = std::move(*repaired);
+  }
+  if (rng_.real() < options_.jump_chance) {
+    const auto around = valid_neighbours(context_, c, false);
+    if (!around.empty()) c = around[rng_.uniform(around.size())];
+  }
   return c;
 }
 
 void Genetic::breed() {
-  // Survivors: this generation plus the last one's best, ranked by time.
-  std::vector<Member> pool = generation_;
-  for (const Member& m : population_) pool.push_back(m);
-  std::stable_sort(pool.begin(), pool.end(), [](const Member& x, const Member& y) { return x.time < y.time; });
-  std::vector<Member> unique;
-  std::unordered_set<std::uint64_t> in_pool;
-  for (const Member& m : pool)
-    if (in_pool.insert(index_of(*context_.space, m.point)).second) unique.push_back(m);
-  if (static_cast<int>(unique.size()) > options_.population) unique.resize(options_.population);
-  population_ = unique;
-  generation_.clear();
-  if (population_.empty()) {
-    if (auto p = random_valid_point(context_, rng_, 1000)) population_.push_back({*p, INFINITY});
-  }
-  if (population_.empty()) {
+  std::stable_sort(archive_.begin(), archive_.end(), [](const Member& x, const Member& y) { return x.time < y.time; });
+  if (static_cast<int>(archive_.size()) > options_.archive) archive_.resize(options_.archive);
+  if (archive_.empty()) {
     exhausted_ = true;
     return;
   }
-  // Rank weights: the i-th best is drawn with weight (n - i).
-  const std::size_t n = population_.size();
-  const double total = static_cast<double>(n * (n + 1) / 2);
-  auto pick = [&]() -> const Point& {
-    double r = rng_.real() * total;
-    for (std::size_t i = 0; i < n; ++i) {
-      r -= static_cast<double>(n - i);
-      if (r < 0) return population_[i].point;
-    }
-    return population_.back().point;
-  };
   int misses = 0;
-  while (static_cast<int>(queue_.size()) < options_.population - options_.elite && misses < options_.population * 5) {
-    const auto child = fresh(child_of(pick(), pick()));
-    if (!child) {
-      ++misses;
+  while (static_cast<int>(queue_.size()) < options_.generation) {
+    auto c = child();
+    if (c && is_new(*c)) {
+      enqueue(std::move(*c));
       continue;
     }
-    queued_.insert(index_of(*context_.space, *child));
-    queue_.push_back(*child);
+    if (++misses <= options_.redraws) continue;
+    // The archive has converged: step one parameter of a parent, or sample.
+    std::vector<Point> fresh;
+    for (Point& q : valid_neighbours(context_, pick(), false))
+      if (is_new(q)) fresh.push_back(std::move(q));
+    if (!fresh.empty()) {
+      enqueue(std::move(fresh[rng_.uniform(fresh.size())]));
+    } else {
+      auto r = random_valid_point(context_, rng_, 1000);
+      if (!r || !is_new(*r)) break;
+      enqueue(std::move(*r));
+    }
+    misses = 0;
   }
   if (queue_.empty()) exhausted_ = true;
 }
@@ -105,7 +110,7 @@ std::vector<Config> Genetic::upcoming(std::size_t n) const {
   Genetic twin = *this;  // the same generator state: its proposals are ours
   std::vector<Config> out;
   while (out.size() < n && (out.empty() || !twin.queue_.empty())) {
-    const auto c = twin.next();  // breeds only while `out` is empty, from a measured generation
+    const auto c = twin.next();  // breeds only while `out` is empty, from what is measured
     if (!c) break;
     out.push_back(*c);
   }
@@ -113,12 +118,12 @@ std::vector<Config> Genetic::upcoming(std::size_t n) const {
 }
 
 void Genetic::report(const Config& config, const Outcome& outcome) {
-  const Point p = point_of(*context_.space, config);
+  Point p = point_of(*context_.space, config);
   const std::uint64_t idx = index_of(*context_.space, p);
   const double t = outcome.ok ? outcome.time_ms : INFINITY;
   queued_.erase(idx);
-  seen_[idx] = t;
-  generation_.push_back({p, t});
+  if (!seen_.emplace(idx, t).second) return;
+  archive_.push_back({std::move(p), t});
 }
 
 }  // namespace ktune::search

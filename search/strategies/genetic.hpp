@@ -1,7 +1,8 @@
-// Genetic algorithm, after Kernel Tuner's genetic_algorithm: a population of
-// configs, parents drawn by rank weight, uniform crossover, per-parameter
-// mutation to a neighbouring domain value, elitism, and repair of invalid or
-// already-measured children by re-mutation or a fresh random valid config.
+// Genetic algorithm over an archive: parents are drawn from the best configs
+// measured so far, children come from uniform crossover and two mutations
+// (one parameter jumps to any value; every parameter may step), invalid
+// children are repaired to a valid config within one step of every
+// parameter, and a child that was measured before is drawn again.
 #pragma once
 #include <deque>
 #include <unordered_map>
@@ -15,9 +16,12 @@ namespace ktune::search {
 class Genetic final : public Strategy {
  public:
   struct Options {
-    int population = 10;
-    int elite = 2;
-    double mutation_chance = 0.1;  ///< per parameter
+    int archive = 16;                ///< parents come from the best this many configs measured
+    int generation = 8;              ///< children bred at a time (the first generation: `archive` random configs)
+    double selection_beta = 2.5;     ///< the i-th best of n is drawn at Beta(1, beta) * n: lower = less greedy
+    double jump_chance = 0.1;        ///< per child: one parameter takes any other valid value
+    double step_chance = 0.03;       ///< per parameter: a step to the next value (7 in 10) or any value
+    int redraws = 50;                ///< measured children drawn again before a step from a parent instead
   };
   explicit Genetic(const StrategyContext& context) : Genetic(context, Options{}) {}
   Genetic(const StrategyContext& context, Options options);
@@ -32,17 +36,18 @@ class Genetic final : public Strategy {
     double time;
   };
   void breed();
-  Point child_of(const Point& a, const Point& b);
-  std::optional<Point> fresh(Point p);  ///< valid and not yet measured, or nullopt
+  const Point& pick();
+  std::optional<Point> child();    ///< a valid child, measured or not; nullopt when none could be made
+  bool is_new(const Point& p) const;  ///< neither measured nor queued
+  void enqueue(Point p);
 
   StrategyContext context_;
   Options options_;
   Rng rng_;
   std::deque<Point> queue_;                         ///< proposed, not yet handed out
-  std::vector<Member> generation_;                  ///< measured members of the current generation
+  std::vector<Member> archive_;                     ///< everything measured; sorted and cut when breeding
   std::unordered_map<std::uint64_t, double> seen_;  ///< index → time
   std::unordered_set<std::uint64_t> queued_;
-  std::vector<Member> population_;                  ///< last generation, best first
   bool exhausted_ = false;
 };
 
