@@ -1,7 +1,9 @@
-// NVRTC compilation (no GPU needed): every AdamW variant for sm_80 and sm_90,
-// the resource report, the binary cache (hit, miss, corrupt, concurrent).
+// NVRTC compilation (no GPU needed): every AdamW variant, and the defaults and
+// a seeded sample of every registered family, for sm_80 and sm_90; the
+// resource report; the binary cache (hit, miss, corrupt, concurrent).
 #include "tuner/compiler.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -48,6 +50,34 @@ TEST_CASE("every AdamW variant compiles for sm_80 and sm_90 and defaults do not 
         if (row.is_default) CHECK(k.spill_bytes() == 0);
       }
     }
+  }
+}
+
+TEST_CASE("every family's defaults and a seeded sample compile for sm_80 and sm_90 without default spills",
+          "[compile]") {
+  const Compiler compiler;
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    CompileCheckOptions o;
+    o.arch = arch;
+    o.which = CompileCheckOptions::Which::kSample;
+    o.sample = 4;
+    o.seed = 11;
+    const auto s = compile_check({}, o, compiler);  // every registered family
+    INFO(s.line());
+    for (const auto& row : s.rows)
+      if (!row.failure.empty()) FAIL_CHECK(row.family << " " << row.config.str() << ": " << row.failure << "\n"
+                                                      << row.result.log);
+    CHECK(s.failures == 0);
+    for (const auto* family : templates::all_families()) {
+      INFO(family->name());
+      const auto defaults = std::count_if(s.rows.begin(), s.rows.end(), [&](const CompileCheckRow& r) {
+        return r.family == family->name() && r.is_default;
+      });
+      CHECK(static_cast<std::size_t>(defaults) == family->problem_classes().size());
+    }
+    for (const auto& row : s.rows)
+      for (const auto& k : row.result.kernels)
+        if (row.is_default) CHECK(k.spill_bytes() == 0);
   }
 }
 
