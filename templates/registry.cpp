@@ -4,6 +4,8 @@
 #include "base/error.hpp"
 #include "templates/adamw/adamw.hpp"
 #include "templates/family.hpp"
+#include "templates/rmsnorm/rmsnorm.hpp"
+#include "templates/swiglu/swiglu.hpp"
 
 namespace ktune::templates {
 
@@ -12,6 +14,10 @@ const std::vector<const Family*>& all_families() {
       &adamw::multi_tensor_family(),
       &adamw::single_tensor_family(),
       &adamw::eager_family(),
+      &rmsnorm::forward_family(),
+      &rmsnorm::backward_family(),
+      &swiglu::forward_family(),
+      &swiglu::backward_family(),
   };
   return families;
 }

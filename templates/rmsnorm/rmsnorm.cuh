@@ -1,0 +1,245 @@
+// RMSNorm kernels (reference: templates/rmsnorm/reference.hpp). Activations x,
+// y, dy, dx are of type T (float, or __nv_bfloat16 in bf16 mixed precision);
+// the weight w, rstd and dw are fp32, and all math is fp32.
+//   rmsnorm_fwd        y = x * rstd * w per row, rstd = 1/sqrt(mean(x^2) + eps)
+//                      written for the backward
+//   rmsnorm_bwd        dx per row, and each block's partial sum of dw over its rows
+//   rmsnorm_dw_reduce  dw = the sum of the partials in block order
+// dw is reduced in a fixed order (per-thread rows, the block's rows in slot
+// order, then the partials in block order), so results are bitwise repeatable
+// for a given config: no float atomics.
+//
+// Layout: ROW_THREADS consecutive threads share one row; a block of THREADS
+// threads holds THREADS / ROW_THREADS rows ("slots"). Thread t of a row owns
+// the vectors of VEC elements starting at columns (i * ROW_THREADS + t) * VEC,
+// i < ITEMS, and keeps them in registers, so each row is read from memory
+// once. The host sets ITEMS = ceil(dim / (ROW_THREADS * VEC)) and requires
+// dim % VEC == 0 and VEC-aligned buffers.
+#pragma once
+#include "common/kt.cuh"
+
+namespace rmsnorm {
+
+/// VEC activations, loaded and stored as one access of up to 16 bytes.
+template <class T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+/// VEC fp32 values; alignment capped at 16 bytes (the widest load), so 8 of
+/// them (bf16 rows with VEC 8) are two 16-byte loads.
+template <int VEC>
+struct alignas(4 * VEC < 16 ? 4 * VEC : 16) FloatVec {
+  float v[VEC];
+};
+
+/// Sum of `v` over the ROW_THREADS threads of each row; every thread gets its
+/// row's sum. Rows of up to a warp reduce with shuffles inside the warp (the
+/// xor offsets stay inside aligned groups of ROW_THREADS lanes); wider rows
+/// add their warps' sums through `warp_sums` (THREADS / 32 floats of shared
+/// memory), in warp order. Every thread of the block must call it: wide rows
+/// synchronise the block.
+template <int THREADS, int ROW_THREADS>
+KT_DEVICE float row_sum(float v, float* warp_sums) {
+  if constexpr (ROW_THREADS <= 32) {
+#pragma unroll
+    for (int offset = ROW_THREADS / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+  } else {
+    constexpr int WARPS_PER_ROW = ROW_THREADS / 32;
+    v = kt::warp_sum(v);
+    if (kt::lane_id() == 0) warp_sums[kt::warp_id()] = v;
+    __syncthreads();
+    const float* mine = warp_sums + threadIdx.x / ROW_THREADS * WARPS_PER_ROW;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < WARPS_PER_ROW; ++i) sum += mine[i];
+    __syncthreads();  // the next call may overwrite warp_sums
+    return sum;
+  }
+}
+
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
+KT_DEVICE void check_layout() {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
+  static_assert(ROW_THREADS >= 1 && (ROW_THREADS & (ROW_THREADS - 1)) == 0,
+                "threads per row are a power of two, so shuffle groups align with warps");
+  static_assert(THREADS % ROW_THREADS == 0, "a block holds whole rows");
+  static_assert(sizeof(T) * VEC <= 16, "a vector access is at most 16 bytes");
+  static_assert(ITEMS >= 1, "each thread owns at least one vector of its row");
+}
+
+/// Grid: ceil(rows / (THREADS / ROW_THREADS)) blocks; block b normalises rows
+/// b * THREADS / ROW_THREADS, ... (the last block may hold fewer rows).
+template <int THREADS,      // threads per block: more rows per block vs more blocks in flight
+          int ROW_THREADS,  // threads per row: few keep reductions in shuffles, many cut registers per thread
+          int VEC,          // elements per access: wider loads, fewer instructions; dim % VEC == 0
+          int ITEMS,        // vectors per thread, ceil(dim / (ROW_THREADS * VEC)): set by the shape
+          class T>
+__global__ void __launch_bounds__(THREADS)
+    rmsnorm_fwd(const T* x,      // (rows, dim)
+                const float* w,  // (dim,)
+                T* y,            // (rows, dim)
+                float* rstd,     // (rows,)
+                long long rows, int dim, float eps) {
+  check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
+  constexpr int ROWS = THREADS / ROW_THREADS;
+  __shared__ float warp_sums[THREADS / 32];
+  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
+  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
+  const bool active = row < rows;  // false in the last block's spare slots, which still join the barriers
+  const T* xr = x + (active ? row : 0) * dim;
+
+  Vec<T, VEC> xv[ITEMS];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int c = (i * ROW_THREADS + t) * VEC;
+    if (active && c < dim) {
+      xv[i] = *reinterpret_cast<const Vec<T, VEC>*>(xr + c);
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        const float f = kt::to_float(xv[i].v[k]);
+        sum_sq += f * f;
+      }
+    }
+  }
+  const float s = rsqrtf(row_sum<THREADS, ROW_THREADS>(sum_sq, warp_sums) / static_cast<float>(dim) + eps);
+  if (!active) return;
+  if (t == 0) rstd[row] = s;
+  T* yr = y + row * dim;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int c = (i * ROW_THREADS + t) * VEC;
+    if (c < dim) {
+      const FloatVec<VEC> wv = *reinterpret_cast<const FloatVec<VEC>*>(w + c);
+      Vec<T, VEC> out;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) out.v[k] = kt::from_float<T>(kt::to_float(xv[i].v[k]) * s * wv.v[k]);
+      *reinterpret_cast<Vec<T, VEC>*>(yr + c) = out;
+    }
+  }
+}
+
+/// With g = w * dy:  dx = rstd * (g - x * rstd^2 * mean(g * x)), and block b's
+/// partial dw[c] = sum over its rows of dy * x * rstd, written to
+/// dw_partial[b * dim + c].
+/// Grid: any number of blocks up to ceil(rows / (THREADS / ROW_THREADS));
+/// block b takes the row groups b, b + gridDim.x, ... (THREADS / ROW_THREADS
+/// rows each), so the split of rows, and the sums, depend only on the grid.
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
+__global__ void __launch_bounds__(THREADS)
+    rmsnorm_bwd(const T* x,           // (rows, dim)
+                const float* w,       // (dim,)
+                const float* rstd,    // (rows,) from rmsnorm_fwd
+                const T* dy,          // (rows, dim)
+                T* dx,                // (rows, dim)
+                float* dw_partial,    // (gridDim.x, dim)
+                long long rows, int dim) {
+  check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
+  constexpr int ROWS = THREADS / ROW_THREADS;
+  constexpr int SPAN = ROW_THREADS * VEC;  // columns of one item
+  static_assert(THREADS * VEC * 4 <= 32 * 1024, "the dw exchange buffer fits in static shared memory");
+  __shared__ float warp_sums[THREADS / 32];
+  __shared__ __align__(16) float exchange[ROWS > 1 ? ROWS * SPAN : 1];  // (ROWS, SPAN): one item of every slot
+  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
+  const int slot = static_cast<int>(threadIdx.x) / ROW_THREADS;
+
+  float dw_acc[ITEMS][VEC];
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i)
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) dw_acc[i][k] = 0.0f;
+
+  const long long groups = (rows + ROWS - 1) / ROWS;
+  for (long long group = blockIdx.x; group < groups; group += gridDim.x) {  // uniform over the block
+    const long long row = group * ROWS + slot;
+    const bool active = row < rows;
+    const long long offset = (active ? row : 0) * dim;
+    Vec<T, VEC> xv[ITEMS], dyv[ITEMS];
+    float dot = 0.0f;  // this thread's part of sum(w * dy * x)
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int c = (i * ROW_THREADS + t) * VEC;
+      if (active && c < dim) {
+        xv[i] = *reinterpret_cast<const Vec<T, VEC>*>(x + offset + c);
+        dyv[i] = *reinterpret_cast<const Vec<T, VEC>*>(dy + offset + c);
+        const FloatVec<VEC> wv = *reinterpret_cast<const FloatVec<VEC>*>(w + c);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) dot += wv.v[k] * kt::to_float(dyv[i].v[k]) * kt::to_float(xv[i].v[k]);
+      }
+    }
+    dot = row_sum<THREADS, ROW_THREADS>(dot, warp_sums);
+    if (!active) continue;  // spare slots still join the next group's row_sum
+    const float s = rstd[row];
+    const float k_row = s * s * dot / static_cast<float>(dim);
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int c = (i * ROW_THREADS + t) * VEC;
+      if (c < dim) {
+        const FloatVec<VEC> wv = *reinterpret_cast<const FloatVec<VEC>*>(w + c);
+        Vec<T, VEC> out;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float xf = kt::to_float(xv[i].v[k]), dyf = kt::to_float(dyv[i].v[k]);
+          out.v[k] = kt::from_float<T>(s * (wv.v[k] * dyf - xf * k_row));
+          dw_acc[i][k] += dyf * xf * s;
+        }
+        *reinterpret_cast<Vec<T, VEC>*>(dx + offset + c) = out;
+      }
+    }
+  }
+
+  // The block's partial: per item, every slot parks its VEC sums, then each
+  // thread adds up columns over the slots in slot order.
+  float* partial = dw_partial + static_cast<long long>(blockIdx.x) * dim;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    FloatVec<VEC> acc;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) acc.v[k] = dw_acc[i][k];
+    if constexpr (ROWS == 1) {
+      const int c = (i * ROW_THREADS + t) * VEC;
+      if (c < dim) *reinterpret_cast<FloatVec<VEC>*>(partial + c) = acc;
+    } else {
+      *reinterpret_cast<FloatVec<VEC>*>(exchange + slot * SPAN + t * VEC) = acc;
+      __syncthreads();
+      for (int j = static_cast<int>(threadIdx.x); j < SPAN; j += THREADS) {
+        float sum = 0.0f;
+        for (int r = 0; r < ROWS; ++r) sum += exchange[r * SPAN + j];
+        if (i * SPAN + j < dim) partial[i * SPAN + j] = sum;
+      }
+      __syncthreads();  // the next item overwrites exchange
+    }
+  }
+}
+
+/// dw[c] = sum over p < parts of dw_partial[p * dim + c], in order of p within
+/// each warp's share, then in warp order.
+/// Grid: ceil(dim / 32) blocks; a block owns 32 columns (one per lane, so
+/// each partial row is read as 128-byte lines) and its warps split the partials.
+template <int THREADS>  // threads per block: more warps share the partials of 32 columns
+__global__ void __launch_bounds__(THREADS)
+    rmsnorm_dw_reduce(const float* dw_partial,  // (parts, dim)
+                      float* dw,                // (dim,)
+                      int parts, int dim) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
+  constexpr int WARPS = THREADS / 32;
+  __shared__ float warp_sums[WARPS][32];
+  const int lane = static_cast<int>(kt::lane_id());
+  const int warp = static_cast<int>(kt::warp_id());
+  const int c = static_cast<int>(blockIdx.x) * 32 + lane;
+  float sum = 0.0f;
+  if (c < dim)
+    for (int p = warp; p < parts; p += WARPS) sum += dw_partial[static_cast<long long>(p) * dim + c];
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && c < dim) {
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < WARPS; ++i) total += warp_sums[i][lane];
+    dw[c] = total;
+  }
+}
+
+}  // namespace rmsnorm
