@@ -59,7 +59,7 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->callback([opts, &global] {
     const auto& family = templates::find_family(opts->family);
     const auto problem = problem_arg(family, opts->problem);
-    search::make_strategy(opts->tune.strategy, {});  // reject an unknown strategy or budget before any GPU work
+    search::require_strategy(opts->tune.strategy);  // reject an unknown strategy or budget before any GPU work
     if (!opts->tune.budget.empty()) search::parse_budget(opts->tune.budget);
     if (!opts->shard.empty()) {
       unsigned long long i = 0, n = 0;

@@ -37,11 +37,14 @@ std::vector<std::string> strategy_names() {
   return names;
 }
 
-std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyContext& context) {
-  const auto it = factories().find(name);
-  KTUNE_REQUIRE(it != factories().end(),
+void require_strategy(const std::string& name) {
+  KTUNE_REQUIRE(factories().count(name) != 0,
                 fmt::format("unknown strategy '{}'; known: {}", name, fmt::join(strategy_names(), ", ")));
-  return it->second(context);
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyContext& context) {
+  require_strategy(name);
+  return factories().at(name)(context);
 }
 
 }  // namespace ktune::search

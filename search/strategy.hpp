@@ -37,6 +37,8 @@ struct StrategyContext {
 
 /// Strategy names known to make_strategy.
 std::vector<std::string> strategy_names();
+/// Throws kInvalidInput listing the known names when `name` is none of them.
+void require_strategy(const std::string& name);
 /// Throws kInvalidInput listing the known names.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyContext& context);
 

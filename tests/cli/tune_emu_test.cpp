@@ -1,0 +1,40 @@
+// `ktune tune` through the emulation backend, once per strategy: the whole
+// command line (argument checks, session, winner, cache) works with each.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "search/strategy.hpp"
+#include "support.hpp"
+
+using ktune::test::ktune_exe;
+using ktune::test::run_command;
+
+TEST_CASE("CLI: ktune tune runs with every strategy and writes the winner", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune");
+  for (const auto& strategy : ktune::search::strategy_names()) {
+    INFO(strategy);
+    const auto cache = dir / (strategy + ".json");
+    std::string out;
+    const int rc = run_command(ktune_exe().string() +
+                                   " tune --backend emu --family swiglu_fwd"
+                                   " --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":1000}}' --budget 3 --strategy " +
+                                   strategy + " --cache " + cache.string(),
+                               &out);
+    INFO(out);
+    REQUIRE(rc == 0);
+    CHECK_THAT(out, Catch::Contains("winner written to"));
+    std::ifstream in(cache);
+    const auto j = nlohmann::json::parse(in);
+    CHECK(j.dump().find("swiglu_fwd") != std::string::npos);
+  }
+  std::string out;
+  CHECK(run_command(ktune_exe().string() +
+                        " tune --backend emu --family swiglu_fwd --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":1000}}'"
+                        " --strategy hill --cache " + (dir / "none.json").string(),
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown strategy 'hill'; known: "));
+  CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
+}
