@@ -178,7 +178,7 @@ TEST_CASE("rmsnorm workloads: fresh inputs per seed, reference outputs with the 
   CHECK(scratch_floats(p) == kMaxBlocks * 48);
 }
 
-TEST_CASE("rmsnorm plans: one row group per block forward; dx then the dw reduction backward", "[rmsnorm][family]") {
+TEST_CASE("rmsnorm plans: one row group per block forward, dx then the dw reduction backward", "[rmsnorm][family]") {
   const auto device = DeviceLimits::for_arch("sm_90");
   const Problem p{"f32", {{"rows", 301}, {"dim", 1000}}};
   const std::vector<std::uint64_t> fa = {0x1000, 0x2000, 0x3000, 0x4000};
