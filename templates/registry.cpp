@@ -3,8 +3,10 @@
 
 #include "base/error.hpp"
 #include "templates/adamw/adamw.hpp"
+#include "templates/cross_entropy/cross_entropy.hpp"
 #include "templates/family.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
+#include "templates/rope/rope.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
 namespace ktune::templates {
@@ -14,8 +16,12 @@ const std::vector<const Family*>& all_families() {
       &adamw::multi_tensor_family(),
       &adamw::single_tensor_family(),
       &adamw::eager_family(),
+      &cross_entropy::forward_family(),
+      &cross_entropy::backward_family(),
       &rmsnorm::forward_family(),
       &rmsnorm::backward_family(),
+      &rope::forward_family(),
+      &rope::backward_family(),
       &swiglu::forward_family(),
       &swiglu::backward_family(),
   };

@@ -29,30 +29,9 @@ Config with_blocks(Config c, std::int64_t blocks) {
   return c;
 }
 
-/// Runs `config` emulated and checks every output against the reference
-/// within its dtype's tolerance.
+/// Runs `config` emulated against the reference: y and rstd, or dx and dw.
 void check_matches_reference(const Family& f, const Config& config, const Problem& p) {
-  tuner::EmuRunner runner;
-  INFO(f.name() << " " << p.key() << " " << config.str());
-  std::string why;
-  REQUIRE(f.is_valid(config, p, runner.device(), &why));
-  REQUIRE(config != f.default_config(p));
-  tuner::RunOptions options;
-  options.seed = 11;
-  const auto r = runner.run(f, config, p, options);
-  INFO(r.failure);
-  CHECK(r.ok);
-  const Workload w = f.make_workload(p, options.seed);
-  std::size_t checked = 0;
-  for (const auto& [name, error] : r.errors) {
-    for (const auto& b : w.buffers)
-      if (b.name == name) {
-        INFO(name << " error " << error);
-        CHECK(error < b.tolerance);
-        ++checked;
-      }
-  }
-  CHECK(checked == 2);  // y and rstd, or dx and dw
+  test::check_emulated_matches_reference(f, config, p, 2);
 }
 
 /// Runs the backward's plan on its workload with `workers` OS threads and

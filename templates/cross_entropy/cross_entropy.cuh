@@ -1,0 +1,255 @@
+// Softmax cross-entropy kernels over the vocabulary (reference:
+// templates/cross_entropy/reference.hpp). Logits and dlogits are of type T
+// (float, or __nv_bfloat16 in bf16 mixed precision); targets are int32;
+// losses, lse and all math are fp32.
+//   cross_entropy_fwd  loss = lse - logits[target] per row, lse = logsumexp(row)
+//                      kept for the backward; one pass over the row, the max
+//                      and the sum of exponentials found together ("online")
+//   cross_entropy_bwd  dlogits = scale * (softmax - onehot(target)) per row,
+//                      from the forward's lse; dlogits may be logits
+//
+// Layout (both kernels): ROW_THREADS consecutive threads share one row; a
+// block of THREADS threads holds THREADS / ROW_THREADS rows ("slots"). A row
+// of 10,000 logits is far more than registers hold, so threads stream it: in
+// each step thread t of a row takes UNROLL vectors of VEC elements, vectors
+// u * ROW_THREADS + t of the step (coalesced across the row's threads), and
+// issues the step's loads before its exponentials. Vectors start at
+// VEC-aligned addresses: the elements of a row before its first aligned
+// address (the "head") and after its last whole vector (the "tail"), fewer
+// than VEC each, go one per thread. So any vocabulary, and any
+// element-aligned pointer, works with any VEC.
+//
+// A target outside [0, vocab) is never dereferenced: the forward writes a NaN
+// loss for its row (lse as usual) and the backward writes NaN over its row of
+// dlogits, so a bad batch shows in the mean loss and in the gradients instead
+// of training on a wrong one. No memory outside the row's logits is read.
+#pragma once
+#include "common/kt.cuh"
+
+namespace cross_entropy {
+
+/// VEC elements, loaded and stored as one access of up to 16 bytes.
+template <class T, int VEC>
+struct alignas(sizeof(T) * VEC) Vec {
+  T v[VEC];
+};
+
+KT_DEVICE float negative_infinity() { return __uint_as_float(0xff800000u); }
+KT_DEVICE float quiet_nan() { return __uint_as_float(0x7fc00000u); }
+
+/// A running logsumexp: the largest logit seen and the sum of exp(logit - max).
+/// The empty state is {-inf, 0}.
+struct MaxSum {
+  float max;
+  float sum;
+};
+
+/// Two partial logsumexps of disjoint parts of a row, as one.
+KT_DEVICE MaxSum merge(MaxSum a, MaxSum b) {
+  const float m = a.max > b.max ? a.max : b.max;
+  if (m == negative_infinity()) return {m, 0.0f};  // both empty (or all -inf): exp(-inf - -inf) would be NaN
+  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+
+/// Adds one logit to `acc`.
+KT_DEVICE void absorb(MaxSum& acc, float x) {
+  if (x > acc.max) {
+    acc.sum = acc.sum * expf(acc.max - x) + 1.0f;  // expf(-inf) = 0 for the first one
+    acc.max = x;
+  } else if (acc.max != negative_infinity()) {
+    acc.sum += expf(x - acc.max);
+  }
+}
+
+/// Elements before the first VEC-aligned address of `row`, at most `vocab`.
+template <int VEC, class T>
+KT_DEVICE int head_elements(const T* row, int vocab) {
+  const auto element = reinterpret_cast<unsigned long long>(row) / sizeof(T);
+  const int head = static_cast<int>((VEC - element % VEC) % VEC);
+  return head < vocab ? head : vocab;
+}
+
+/// Column of edge element `i` (i < head + tail): the head's, then the tail's.
+KT_DEVICE int edge_column(int i, int head, int body_end) { return i < head ? i : body_end + (i - head); }
+
+/// This thread's part of the logsumexp of `row` (vocab,): one pass, and per
+/// step of UNROLL vectors one rescale of the running sum.
+template <int ROW_THREADS, int VEC, int UNROLL, class T>
+KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
+  MaxSum acc = {negative_infinity(), 0.0f};
+  const int head = head_elements<VEC>(row, vocab);
+  const int vectors = (vocab - head) / VEC;
+  const int body_end = head + vectors * VEC;
+  for (int i = t; i < head + (vocab - body_end); i += ROW_THREADS)
+    absorb(acc, kt::to_float(row[edge_column(i, head, body_end)]));
+
+  const Vec<T, VEC>* body = reinterpret_cast<const Vec<T, VEC>*>(row + head);
+  for (int step = 0; step < vectors; step += ROW_THREADS * UNROLL) {
+    Vec<T, VEC> x[UNROLL];
+    float step_max = negative_infinity();
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = step + u * ROW_THREADS + t;
+      if (j < vectors) {
+        x[u] = body[j];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) step_max = fmaxf(step_max, kt::to_float(x[u].v[k]));
+      }
+    }
+    if (step_max == negative_infinity()) continue;  // nothing loaded, or only -inf: adds 0
+    if (step_max > acc.max) {
+      acc.sum *= expf(acc.max - step_max);
+      acc.max = step_max;
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = step + u * ROW_THREADS + t;
+      if (j < vectors)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) acc.sum += expf(kt::to_float(x[u].v[k]) - acc.max);
+    }
+  }
+  return acc;
+}
+
+/// Merges `acc` over the ROW_THREADS threads of each row; every thread gets
+/// its row's result. Rows of up to a warp merge with shuffles inside the warp
+/// (the xor offsets stay inside aligned groups of ROW_THREADS lanes); wider
+/// rows merge their warps' results through `warp_parts` (THREADS / 32 of
+/// them in shared memory), in warp order. Every thread of the block must call
+/// it: wide rows synchronise the block. The order is fixed, so results repeat
+/// bit for bit.
+template <int THREADS, int ROW_THREADS>
+KT_DEVICE MaxSum row_merge(MaxSum acc, MaxSum* warp_parts) {
+  constexpr int GROUP = ROW_THREADS < 32 ? ROW_THREADS : 32;
+#pragma unroll
+  for (int offset = GROUP / 2; offset > 0; offset >>= 1) {
+    const MaxSum other = {__shfl_xor_sync(0xffffffffu, acc.max, offset),
+                          __shfl_xor_sync(0xffffffffu, acc.sum, offset)};
+    acc = merge(acc, other);
+  }
+  if constexpr (ROW_THREADS > 32) {
+    constexpr int WARPS_PER_ROW = ROW_THREADS / 32;
+    if (kt::lane_id() == 0) warp_parts[kt::warp_id()] = acc;
+    __syncthreads();
+    const MaxSum* mine = warp_parts + threadIdx.x / ROW_THREADS * WARPS_PER_ROW;
+    acc = mine[0];
+#pragma unroll
+    for (int i = 1; i < WARPS_PER_ROW; ++i) acc = merge(acc, mine[i]);
+  }
+  return acc;
+}
+
+template <int THREADS, int ROW_THREADS, int VEC, int UNROLL, class T>
+KT_DEVICE void check_layout() {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
+  static_assert(ROW_THREADS >= 1 && (ROW_THREADS & (ROW_THREADS - 1)) == 0,
+                "threads per row are a power of two, so shuffle groups align with warps");
+  static_assert(THREADS % ROW_THREADS == 0, "a block holds whole rows");
+  static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "vector width is 1, 2, 4 or 8 elements");
+  static_assert(sizeof(T) * VEC <= 16, "a vector access is at most 16 bytes");
+  static_assert(UNROLL >= 1 && UNROLL <= 4,
+                "a thread takes 1 to 4 vectors per step, the range checked to fit in registers");
+}
+
+/// Grid: ceil(rows / (THREADS / ROW_THREADS)) blocks; block b takes rows
+/// b * THREADS / ROW_THREADS, ... (the last block may hold fewer rows).
+template <int THREADS,      // threads per block: more rows per block vs more blocks in flight
+          int ROW_THREADS,  // threads per row: few keep the merge in shuffles, many shorten each thread's stream
+          int VEC,          // elements per access (up to 16 bytes): wider loads, fewer instructions
+          int UNROLL,       // vectors per thread per step: more loads in flight, fewer rescales, more registers
+          class T>          // float or __nv_bfloat16
+__global__ void __launch_bounds__(THREADS)
+    cross_entropy_fwd(const T* logits,    // (rows, vocab)
+                      const int* targets,  // (rows,)
+                      float* losses,       // (rows,)
+                      float* lse,          // (rows,) logsumexp, for the backward
+                      long long rows, int vocab) {
+  check_layout<THREADS, ROW_THREADS, VEC, UNROLL, T>();
+  constexpr int ROWS = THREADS / ROW_THREADS;
+  __shared__ MaxSum warp_parts[THREADS / 32];
+  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
+  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
+  const bool active = row < rows;  // false in the last block's spare slots, which still join the merge
+  const T* x = logits + (active ? row : 0) * vocab;
+
+  MaxSum acc = {negative_infinity(), 0.0f};
+  if (active) acc = row_part<ROW_THREADS, VEC, UNROLL>(x, vocab, t);
+  acc = row_merge<THREADS, ROW_THREADS>(acc, warp_parts);
+  if (!active || t != 0) return;
+  const int target = targets[row];
+  const float log_sum = logf(acc.sum);
+  lse[row] = acc.max + log_sum;
+  // max - x[target] first: the two large terms cancel exactly, then the small log.
+  losses[row] = target >= 0 && target < vocab ? (acc.max - kt::to_float(x[target])) + log_sum : quiet_nan();
+}
+
+/// dlogits for columns of one row: scale * exp(x - lse), and at the target
+/// scale * (exp(x - lse) - 1) as expm1, exact where a confident prediction
+/// makes it tiny; V is VEC when logits and dlogits share their alignment, else 1.
+template <int ROW_THREADS, int V, int UNROLL, class T>
+KT_DEVICE void row_gradient(const T* x, T* d, int vocab, int target, float row_lse, float scale, int t) {
+  auto gradient = [&](float logit, int column) {
+    const float z = logit - row_lse;
+    return kt::from_float<T>(column == target ? scale * expm1f(z) : scale * expf(z));
+  };
+  const int head = head_elements<V>(x, vocab);
+  const int vectors = (vocab - head) / V;
+  const int body_end = head + vectors * V;
+  for (int i = t; i < head + (vocab - body_end); i += ROW_THREADS) {
+    const int c = edge_column(i, head, body_end);
+    d[c] = gradient(kt::to_float(x[c]), c);
+  }
+  const Vec<T, V>* in = reinterpret_cast<const Vec<T, V>*>(x + head);
+  Vec<T, V>* out = reinterpret_cast<Vec<T, V>*>(d + head);
+  for (int step = 0; step < vectors; step += ROW_THREADS * UNROLL) {
+    Vec<T, V> v[UNROLL];
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = step + u * ROW_THREADS + t;
+      if (j < vectors) v[u] = in[j];
+    }
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int j = step + u * ROW_THREADS + t;
+      if (j < vectors) {
+        Vec<T, V> g;
+#pragma unroll
+        for (int k = 0; k < V; ++k) g.v[k] = gradient(kt::to_float(v[u].v[k]), head + j * V + k);
+        out[j] = g;
+      }
+    }
+  }
+}
+
+/// Grid: as cross_entropy_fwd. `dlogits` may be `logits` (the gradient
+/// computed in place, as the model's backward does): each element is read and
+/// written by one thread, loads before stores, so the two carry no
+/// __restrict__. When the two are not aligned alike modulo a vector, every
+/// access is scalar.
+template <int THREADS, int ROW_THREADS, int VEC, int UNROLL, class T>
+__global__ void __launch_bounds__(THREADS)
+    cross_entropy_bwd(const T* logits,    // (rows, vocab)
+                      const int* targets,  // (rows,)
+                      const float* lse,    // (rows,) from cross_entropy_fwd
+                      float scale,         // d total loss / d row loss (1 / rows for the mean)
+                      T* dlogits,          // (rows, vocab), may be logits
+                      long long rows, int vocab) {
+  check_layout<THREADS, ROW_THREADS, VEC, UNROLL, T>();
+  constexpr int ROWS = THREADS / ROW_THREADS;
+  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
+  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
+  if (row >= rows) return;  // no barriers below
+  const int target = targets[row];
+  // An out-of-range target matches no column, and a NaN lse makes the row NaN.
+  const float row_lse = target >= 0 && target < vocab ? lse[row] : quiet_nan();
+  const T* x = logits + row * vocab;
+  T* d = dlogits + row * vocab;
+  const auto apart = reinterpret_cast<unsigned long long>(dlogits) - reinterpret_cast<unsigned long long>(logits);
+  if (apart % (sizeof(T) * VEC) == 0)
+    row_gradient<ROW_THREADS, VEC, UNROLL>(x, d, vocab, target, row_lse, scale, t);
+  else
+    row_gradient<ROW_THREADS, 1, UNROLL>(x, d, vocab, target, row_lse, scale, t);
+}
+
+}  // namespace cross_entropy

@@ -1,0 +1,297 @@
+// The RoPE families, forward and backward: space, constraints, rendering,
+// launch plans, workloads with their CPU reference, FLOP/byte counts.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "base/error.hpp"
+#include "templates/render.hpp"
+#include "templates/rope/rope.hpp"
+
+namespace ktune::templates::rope {
+namespace {
+
+constexpr const char* kTemplate = "rope/rope.cuh";
+constexpr std::int64_t kMaxAccessBytes = 16;       // the widest single load or store
+constexpr std::int64_t kMaxIndex = (1LL << 31) - 1;  // the kernels' 32-bit item and table indices
+constexpr std::int64_t kDefaultHeadsPerThread = 4;
+// Registers a thread needs beside the activations and table values it holds
+// (indices, addresses, the divisions of an item's index): from ptxas reports
+// of the whole space (sm_80), where a kernel uses at most about this many plus
+// one per held value.
+constexpr std::int64_t kRegistersBesideValues = 32;
+
+bool is_bf16(const Problem& p) { return p.dtype == "bf16"; }
+std::int64_t element_bytes(const Problem& p) { return is_bf16(p) ? 2 : 4; }
+const char* device_type(const Problem& p) { return is_bf16(p) ? "kt::bf16" : "float"; }
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+/// Threads that share one head: the template's LANES.
+std::int64_t lanes(const Config& c, const Problem& p) { return p.dim("head_dim") / c.at("vec"); }
+/// Work items (a token and a group of heads_per_thread heads) of a problem.
+std::int64_t items(const Config& c, const Problem& p) {
+  return p.dim("tokens") * ceil_div(p.dim("heads"), c.at("heads_per_thread"));
+}
+
+bool reject(std::string* why, std::string reason) {
+  if (why) *why = std::move(reason);
+  return false;
+}
+
+/// `values` as the problem's dtype: exact for f32, rounded once for bf16.
+HostBuffer activation(std::string name, Role role, bool bf16, const std::vector<double>& values) {
+  if (!bf16) return make_buffer(std::move(name), role, DType::kF32, std::vector<float>(values.begin(), values.end()));
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = float_to_bf16_bits(static_cast<float>(values[i]));
+  return make_buffer(std::move(name), role, DType::kBF16, bits);
+}
+
+/// Random activations in [-2, 2), as the kernel reads them (bf16-rounded for bf16).
+std::vector<double> random_activations(std::mt19937_64& rng, std::size_t n, bool bf16) {
+  const auto f = random_floats(rng, n, -2.f, 2.f);
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = bf16 ? bf16_bits_to_float(float_to_bf16_bits(f[i])) : f[i];
+  return v;
+}
+
+/// What both families share: problems, space, constraints, default, plan.
+class RopeBase : public Family {
+ public:
+  RopeBase()
+      : space_({{"threads", {64, 128, 256, 512, 1024}, "threads per block: more hides latency, fewer frees registers"},
+                {"vec", {2, 4, 8},
+                 "elements per access (whole pairs, 16 bytes at most): wider accesses, fewer threads per head"},
+                {"heads_per_thread", {1, 2, 4, 8, 16},
+                 "heads rotated per load of the token's cos/sin: more reuse the tables and keep more loads in "
+                 "flight per thread, fewer give more work items to spread over the GPU"},
+                {"blocks_per_sm", {0, 1, 2, 4, 8, 16},
+                 "grid cap per SM (0: no cap, one slot per work item): a persistent grid-stride loop saves block "
+                 "launches, a full grid keeps more blocks in flight"}}) {}
+
+  std::vector<std::string> source_files() const override { return {kTemplate}; }
+  const Space& space() const override { return space_; }
+
+  std::vector<Problem> problem_classes() const override {
+    // Head dims of the model (64, 80) and of the attention benchmarks (16,
+    // 32, 128), both dtypes; token counts that end inside a sequence; head
+    // counts that leave the last head group short for most configs, and
+    // enough heads (12, the small model's; 17) for 8 and 16 per thread.
+    auto problem = [](const char* dtype, std::int64_t head_dim, std::int64_t heads, std::int64_t seq,
+                      std::int64_t tokens) {
+      return Problem{dtype, {{"head_dim", head_dim}, {"heads", heads}, {"seq", seq}, {"tokens", tokens}}};
+    };
+    return {problem("f32", 64, 3, 32, 77),  problem("bf16", 64, 12, 16, 24), problem("f32", 80, 5, 16, 37),
+            problem("bf16", 80, 5, 16, 37), problem("f32", 16, 17, 8, 20),   problem("bf16", 32, 3, 8, 20),
+            problem("bf16", 128, 2, 16, 40)};
+  }
+
+  void check_problem(const Problem& p) const override {
+    KTUNE_REQUIRE(p.dtype == "f32" || p.dtype == "bf16",
+                  name() + ": dtype '" + p.dtype +
+                      "' is not supported; accepted: f32, bf16 (bf16 activations; fp32 tables and math)");
+    for (const auto& [k, v] : p.dims)
+      KTUNE_REQUIRE(k == "tokens" || k == "heads" || k == "head_dim" || k == "seq",
+                    name() + ": unknown dimension '" + k + "'; accepted: tokens, heads, head_dim, seq");
+    for (const char* d : {"tokens", "heads", "head_dim", "seq"})
+      KTUNE_REQUIRE(p.dims.count(d) && p.dim(d) >= 1,
+                    fmt::format("{}: dimension '{}' must be given, at least 1 (dims: tokens, heads, head_dim, seq)",
+                                name(), d));
+    const std::int64_t head_dim = p.dim("head_dim");
+    KTUNE_REQUIRE(head_dim % 2 == 0 && head_dim <= kMaxHeadDim,
+                  fmt::format("{}: head_dim {} is not supported; accepted: even values in 2..{} (RoPE rotates pairs)",
+                              name(), head_dim, kMaxHeadDim));
+    KTUNE_REQUIRE(p.dim("tokens") <= kMaxIndex / p.dim("heads"),
+                  fmt::format("{}: tokens * heads must be at most 2^31-1, got {} * {}", name(), p.dim("tokens"),
+                              p.dim("heads")));
+    KTUNE_REQUIRE(p.dim("seq") <= kMaxIndex / (head_dim / 2),
+                  fmt::format("{}: seq * head_dim / 2 (the table size) must be at most 2^31-1, got {} * {}", name(),
+                              p.dim("seq"), head_dim / 2));
+  }
+
+  Config default_config(const Problem& p) const override {
+    // The widest access that divides the head, a few heads per table load,
+    // one slot per work item; 256 threads unless a head's lanes fit it badly.
+    // Not measured on a GPU yet: the tuned cache is where the best one goes.
+    std::int64_t heads_per_thread = 1;
+    while (heads_per_thread * 2 <= std::min(kDefaultHeadsPerThread, p.dim("heads"))) heads_per_thread *= 2;
+    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
+    for (std::int64_t vec : {8, 4, 2}) {
+      if (vec * element_bytes(p) > kMaxAccessBytes) continue;
+      for (std::int64_t threads : {256, 512, 128, 1024, 64}) {
+        const Config c(
+            {{"threads", threads}, {"vec", vec}, {"heads_per_thread", heads_per_thread}, {"blocks_per_sm", 0}});
+        if (is_valid(c, p, any, nullptr)) return c;
+      }
+    }
+    throw_error(ErrorKind::kInternal, name() + ": no valid config for " + p.key());
+  }
+
+  bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
+    const std::int64_t threads = c.at("threads"), vec = c.at("vec"), head_dim = p.dim("head_dim");
+    if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (vec * element_bytes(p) > kMaxAccessBytes)
+      return reject(why, fmt::format("vec x element size exceeds 16 bytes, the widest single access: vec <= {} for {}",
+                                     kMaxAccessBytes / element_bytes(p), p.dtype));
+    if (head_dim % vec != 0)
+      return reject(why, fmt::format("head_dim {} is not a multiple of vec {}: a vector would straddle two heads",
+                                     head_dim, vec));
+    const std::int64_t head_lanes = lanes(c, p);
+    if (head_lanes > threads)
+      return reject(why, fmt::format("a head's {} threads (head_dim / vec) do not fit in a block of {}", head_lanes,
+                                     threads));
+    if (threads % head_lanes * 4 > threads)
+      return reject(why, fmt::format("{} of the block's {} threads would idle: threads is far from a multiple of "
+                                     "the {} threads of a head (head_dim / vec)",
+                                     threads % head_lanes, threads, head_lanes));
+    if (c.at("heads_per_thread") > 1 && c.at("heads_per_thread") / 2 >= p.dim("heads"))
+      return reject(why, fmt::format("heads_per_thread {} is at least twice the problem's {} heads: a smaller value "
+                                     "runs the same work with fewer registers",
+                                     c.at("heads_per_thread"), p.dim("heads")));
+    // Each thread holds its vec activations of heads_per_thread heads and its
+    // vec cos/sin values at once: about a register each, bf16 included
+    // (ptxas converts the bf16 to fp32 as the loads arrive).
+    const std::int64_t held = c.at("heads_per_thread") * vec + vec;
+    const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
+    if (held + kRegistersBesideValues > budget)
+      return reject(why, fmt::format("each thread would hold {} values in registers, beside about {} others, over the "
+                                     "{} a block of {} threads allows: it would spill",
+                                     held, kRegistersBesideValues, budget, threads));
+    if (c.at("blocks_per_sm") * threads > 4 * d.max_threads_per_sm)
+      return reject(why,
+                    "grid larger than four waves of resident threads only adds scheduling; 0 gives one slot per item");
+    return true;
+  }
+
+  Rendered render(const Config& c, const Problem& p) const override {
+    return render_template(kTemplate,
+                           {fmt::format("rope::{}<{}, {}, {}, {}, {}>", kernel(), c.at("threads"), c.at("vec"),
+                                        c.at("heads_per_thread"), p.dim("head_dim"), device_type(p))},
+                           name());
+  }
+
+  std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& addresses,
+                           const DeviceLimits& device) const override {
+    check_problem(p);
+    KTUNE_REQUIRE(addresses.size() == 4, fmt::format("{}: {} buffer addresses given; the kernel takes 4 ({})", name(),
+                                                     addresses.size(), buffer_names()));
+    const std::int64_t slots = c.at("threads") / lanes(c, p);
+    KTUNE_REQUIRE(slots >= 1, name() + ": invalid config " + c.str() + " for " + p.key());
+    std::int64_t blocks = ceil_div(items(c, p), slots);
+    if (c.at("blocks_per_sm") > 0) blocks = std::min(blocks, c.at("blocks_per_sm") * device.sm_count);
+    blocks = std::min<std::int64_t>(blocks, (1LL << 31) - 1);  // gridDim.x limit; the kernels grid-stride
+    Launch l;
+    l.kernel = 0;
+    l.grid = {static_cast<unsigned>(blocks), 1, 1};
+    l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
+    for (const auto a : addresses) l.args.add(a);
+    l.args.add(static_cast<int>(p.dim("tokens"))).add(static_cast<int>(p.dim("heads"))).add(
+        static_cast<int>(p.dim("seq")));
+    return {std::move(l)};
+  }
+
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    check_problem(p);
+    const std::int64_t tokens = p.dim("tokens"), heads = p.dim("heads"), head_dim = p.dim("head_dim");
+    const std::int64_t seq = p.dim("seq");
+    const auto n = static_cast<std::size_t>(tokens * heads * head_dim);
+    const auto table = static_cast<std::size_t>(seq * head_dim / 2);
+    const bool bf16 = is_bf16(p);
+    std::mt19937_64 rng(seed);
+    const auto x = random_activations(rng, n, bf16);
+    std::vector<float> cos32(table), sin32(table);
+    rope_tables<float>(seq, head_dim, kTheta, cos32.data(), sin32.data());
+    // The reference in fp64 on exactly what the kernel reads: fp32 tables.
+    const std::vector<double> cos64(cos32.begin(), cos32.end()), sin64(sin32.begin(), sin32.end());
+    std::vector<double> y(n);
+    reference(x.data(), y.data(), cos64.data(), sin64.data(), seq, heads, head_dim, tokens);
+    const auto names = buffer_name_list();
+    Workload w;
+    w.buffers.push_back(activation(names[0], Role::kInput, bf16, x));
+    w.buffers.push_back(make_buffer(names[1], Role::kInput, DType::kF32, cos32));
+    w.buffers.push_back(make_buffer(names[2], Role::kInput, DType::kF32, sin32));
+    HostBuffer out = activation(names[3], Role::kOutput, bf16, std::vector<double>(n));
+    set_expected(out, activation(names[3], Role::kOutput, bf16, y).bytes);
+    out.tolerance = tolerance_for(p.dtype);
+    w.buffers.push_back(std::move(out));
+    return w;
+  }
+
+  // Per pair: four products and two sums.
+  double flops(const Problem& p) const override {
+    return 3.0 * static_cast<double>(p.dim("tokens") * p.dim("heads") * p.dim("head_dim"));
+  }
+  // Activations read and written once; the cos/sin rows of the positions used, once.
+  double bytes(const Problem& p) const override {
+    const double activations = static_cast<double>(p.dim("tokens") * p.dim("heads") * p.dim("head_dim"));
+    const double positions = static_cast<double>(std::min(p.dim("tokens"), p.dim("seq")));
+    const double head_dim = static_cast<double>(p.dim("head_dim"));
+    return 2.0 * static_cast<double>(element_bytes(p)) * activations + 4.0 * positions * head_dim;
+  }
+
+ protected:
+  /// The kernel's name in the template.
+  virtual const char* kernel() const = 0;
+  /// The four buffers, in plan() address order.
+  virtual std::vector<std::string> buffer_name_list() const = 0;
+  /// The CPU reference over tokens [0, tokens).
+  virtual void reference(const double* in, double* out, const double* cos_table, const double* sin_table,
+                         std::int64_t seq, std::int64_t heads, std::int64_t head_dim, std::int64_t tokens) const = 0;
+
+ private:
+  std::string buffer_names() const {
+    std::string s;
+    for (const auto& n : buffer_name_list()) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }
+  Space space_;
+};
+
+// ---- rope_fwd ------------------------------------------------------------------
+
+class Forward final : public RopeBase {
+ public:
+  std::string name() const override { return "rope_fwd"; }
+  std::string summary() const override {
+    return "RoPE forward: rotates interleaved pairs of q or k (tokens, heads, head_dim) by position angles";
+  }
+
+ protected:
+  const char* kernel() const override { return "rope_forward"; }
+  std::vector<std::string> buffer_name_list() const override { return {"x", "cos", "sin", "y"}; }
+  void reference(const double* in, double* out, const double* cos_table, const double* sin_table, std::int64_t seq,
+                 std::int64_t heads, std::int64_t head_dim, std::int64_t tokens) const override {
+    rope_forward<double>(in, out, cos_table, sin_table, seq, heads, head_dim, 0, tokens);
+  }
+};
+
+// ---- rope_bwd ------------------------------------------------------------------
+
+class Backward final : public RopeBase {
+ public:
+  std::string name() const override { return "rope_bwd"; }
+  std::string summary() const override {
+    return "RoPE backward: dx = dy rotated by the opposite angles (tokens, heads, head_dim)";
+  }
+
+ protected:
+  const char* kernel() const override { return "rope_backward"; }
+  std::vector<std::string> buffer_name_list() const override { return {"dy", "cos", "sin", "dx"}; }
+  void reference(const double* in, double* out, const double* cos_table, const double* sin_table, std::int64_t seq,
+                 std::int64_t heads, std::int64_t head_dim, std::int64_t tokens) const override {
+    rope_backward<double>(in, out, cos_table, sin_table, seq, heads, head_dim, 0, tokens);
+  }
+};
+
+}  // namespace
+
+const Family& forward_family() {
+  static const Forward f;
+  return f;
+}
+const Family& backward_family() {
+  static const Backward f;
+  return f;
+}
+
+}  // namespace ktune::templates::rope

@@ -1,0 +1,259 @@
+// Cross-entropy families, host side: problems, constraints, defaults,
+// rendering, workloads and launch plans, counts.
+#include "templates/cross_entropy/cross_entropy.hpp"
+
+#include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "templates/render.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::templates::cross_entropy;
+
+namespace {
+
+const std::vector<const Family*> kFamilies = {&forward_family(), &backward_family()};
+
+Config layout(std::int64_t threads, std::int64_t row_threads, std::int64_t vec, std::int64_t unroll) {
+  return Config({{"threads", threads}, {"row_threads", row_threads}, {"vec", vec}, {"unroll", unroll}});
+}
+
+std::string why_invalid(const Family& f, const Config& c, const Problem& p) {
+  std::string why;
+  CHECK_FALSE(f.is_valid(c, p, DeviceLimits::for_arch("sm_90"), &why));
+  return why;
+}
+
+/// Element `i` of a buffer's bytes as a float (f32 or bf16).
+float at(const HostBuffer& b, const std::vector<std::byte>& bytes, std::size_t i) {
+  if (b.dtype == DType::kBF16) {
+    std::uint16_t bits;
+    std::memcpy(&bits, bytes.data() + 2 * i, 2);
+    return bf16_bits_to_float(bits);
+  }
+  float x;
+  std::memcpy(&x, bytes.data() + 4 * i, 4);
+  return x;
+}
+
+std::int32_t target_at(const HostBuffer& b, std::size_t i) {
+  std::int32_t t;
+  std::memcpy(&t, b.bytes.data() + 4 * i, 4);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("cross_entropy families are registered and reject bad problems with what is accepted",
+          "[cross_entropy][family]") {
+  CHECK(&find_family("cross_entropy_fwd") == &forward_family());
+  CHECK(&find_family("cross_entropy_bwd") == &backward_family());
+  for (const Family* f : kFamilies) {
+    INFO(f->name());
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f16", {{"rows", 4}, {"vocab", 100}}}),
+                      Catch::Contains("'f16' is not supported; accepted: f32, bf16"));
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"rows", 4}, {"vocab", 0}}}),
+                      Catch::Contains("'vocab' must be in 1..2^30"));
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"rows", 4}, {"vocab", kMaxVocab + 1}}}),
+                      Catch::Contains("'vocab' must be in 1..2^30"));
+    CHECK_NOTHROW(f->check_problem(Problem{"f32", {{"rows", 4}, {"vocab", kMaxVocab}}}));
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"rows", 0}, {"vocab", 100}}}),
+                      Catch::Contains("'rows' (tokens) must be in 1..2^31-1"));
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"vocab", 100}}}), Catch::Contains("'rows'"));
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"rows", 4}}}), Catch::Contains("'vocab'"));
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"rows", 4}, {"vocab", 100}, {"dim", 2}}}),
+                      Catch::Contains("unknown dimension 'dim'; accepted: rows, vocab"));
+    CHECK_THROWS_AS(f->make_workload(Problem{"f32", {{"rows", 4}, {"vocab", 0}}}, 1), Error);
+    CHECK_NOTHROW(f->check_problem(Problem{"bf16", {{"rows", 4096}, {"vocab", 10000}}}));
+    for (const auto& p : f->problem_classes()) CHECK_NOTHROW(f->check_problem(p));
+  }
+}
+
+TEST_CASE("cross_entropy constraints reject configs before compiling, saying why", "[cross_entropy][family]") {
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  const Problem f32{"f32", {{"rows", 64}, {"vocab", 10000}}};
+  const Problem bf16{"bf16", {{"rows", 64}, {"vocab", 10000}}};
+  const Problem ragged{"f32", {{"rows", 64}, {"vocab", 1001}}};
+  for (const Family* f : kFamilies) {
+    INFO(f->name());
+    CHECK(f->is_valid(layout(256, 256, 4, 2), f32, sm90));
+    CHECK_THAT(why_invalid(*f, layout(256, 256, 8, 2), f32), Catch::Contains("at most 16 bytes: vec <= 4 for f32"));
+    CHECK(f->is_valid(layout(256, 256, 8, 2), bf16, sm90));
+    CHECK_THAT(why_invalid(*f, layout(64, 128, 4, 1), f32), Catch::Contains("fit in one block"));
+    // 1001 logits: 512 threads x 4 would leave most threads without a vector.
+    CHECK_THAT(why_invalid(*f, layout(1024, 1024, 4, 1), ragged), Catch::Contains("no vector of the 1001 logits"));
+    CHECK(f->is_valid(layout(256, 128, 4, 1), ragged, sm90));
+    // 256 threads x 4 cover the row in their first vectors: a second vector per step only idles.
+    CHECK_THAT(why_invalid(*f, layout(256, 256, 4, 2), ragged), Catch::Contains("lower unroll"));
+    CHECK_THAT(why_invalid(*f, layout(256, 128, 4, 4), ragged), Catch::Contains("lower unroll"));
+    CHECK(f->is_valid(layout(256, 128, 4, 2), ragged, sm90));
+    // The smallest row_threads and unroll 1 are always allowed, however short the row.
+    CHECK(f->is_valid(layout(64, 8, 4, 1), Problem{"f32", {{"rows", 1}, {"vocab", 1}}}, sm90));
+    // A device limit: a block of 1024 threads on a device that allows fewer.
+    DeviceLimits small = sm90;
+    small.max_threads_per_block = 512;
+    std::string why;
+    CHECK(f->is_valid(layout(1024, 1024, 4, 1), f32, sm90));
+    CHECK_FALSE(f->is_valid(layout(1024, 1024, 4, 1), f32, small, &why));
+    CHECK_THAT(why, Catch::Contains("block limit"));
+  }
+}
+
+TEST_CASE("cross_entropy defaults are valid for every accepted vocabulary and stream rows of the model's",
+          "[cross_entropy][family]") {
+  const auto sm80 = DeviceLimits::for_arch("sm_80");
+  for (const Family* f : kFamilies)
+    for (const char* dtype : {"f32", "bf16"})
+      for (std::int64_t vocab : std::vector<std::int64_t>{1, 2, 3, 7, 8, 77, 100, 1001, 4096, 10000, 32000, 50257,
+                                                          128256, kMaxVocab})
+        for (std::int64_t rows : {1, 3, 45, 4096}) {
+          const Problem p{dtype, {{"rows", rows}, {"vocab", vocab}}};
+          INFO(f->name() << " " << p.key());
+          const Config c = f->default_config(p);
+          CHECK_NOTHROW(f->space().check_member(c));
+          std::string why;
+          CHECK(f->is_valid(c, p, sm80, &why));
+          CHECK(why.empty());
+          CHECK(c.at("threads") >= 256);
+        }
+  // The model's vocabulary: 16-byte accesses, a few vectors per thread, one row per block.
+  CHECK(forward_family().default_config(Problem{"f32", {{"rows", 4096}, {"vocab", 10000}}}) ==
+        layout(512, 512, 4, 2));
+  CHECK(forward_family().default_config(Problem{"bf16", {{"rows", 512}, {"vocab", 10000}}}) ==
+        layout(256, 256, 8, 2));
+  // A short vocabulary: many rows per block.
+  CHECK(backward_family().default_config(Problem{"bf16", {{"rows", 45}, {"vocab", 77}}}).at("row_threads") == 8);
+}
+
+TEST_CASE("cross_entropy rendering: tunables are template arguments, the shape is not", "[cross_entropy][family]") {
+  const Problem p{"f32", {{"rows", 8}, {"vocab", 10000}}};
+  const Config c = layout(256, 64, 4, 2);
+  const Rendered r = forward_family().render(c, p);
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(r.kernels[0] == "cross_entropy::cross_entropy_fwd<256, 64, 4, 2, float>");
+  CHECK(forward_family().render(c, Problem{"f32", {{"rows", 999}, {"vocab", 1001}}}).source == r.source);
+  CHECK(backward_family().render(layout(128, 32, 8, 1), Problem{"bf16", {{"rows", 8}, {"vocab", 77}}}).kernels[0] ==
+        "cross_entropy::cross_entropy_bwd<128, 32, 8, 1, __nv_bfloat16>");
+  CHECK_THAT(r.source, Catch::Contains("cross_entropy_fwd"));
+}
+
+TEST_CASE("cross_entropy workloads: fresh logits per seed whose exponentials overflow without the max, reference "
+          "outputs with their tolerances",
+          "[cross_entropy][family]") {
+  const std::int64_t rows = 30, vocab = 500;
+  for (const char* dtype : {"f32", "bf16"}) {
+    const Problem p{dtype, {{"rows", rows}, {"vocab", vocab}}};
+    INFO(dtype);
+    const Workload fw = forward_family().make_workload(p, 3);
+    REQUIRE(fw.buffers.size() == 4);
+    const char* fwd_names[] = {"logits", "targets", "losses", "lse"};
+    for (std::size_t i = 0; i < 4; ++i) CHECK(fw.buffers[i].name == fwd_names[i]);
+    const HostBuffer& logits = fw.buffers[0];
+    CHECK(logits.dtype == (std::string(dtype) == "bf16" ? DType::kBF16 : DType::kF32));
+    CHECK(logits.elements() == static_cast<std::size_t>(rows * vocab));
+    CHECK(fw.buffers[1].dtype == DType::kI32);
+    for (std::size_t i : {2, 3}) {
+      CHECK(fw.buffers[i].role == Role::kOutput);
+      CHECK(fw.buffers[i].dtype == DType::kF32);  // fp32 losses and lse for bf16 logits too
+      CHECK(fw.buffers[i].tolerance == tolerance_for("f32"));
+    }
+    CHECK(forward_family().make_workload(p, 4).buffers[0].bytes != logits.bytes);
+    CHECK(forward_family().make_workload(p, 3).buffers[0].bytes == logits.bytes);
+
+    // Without the max subtracted, fp32 sums of exp(logit) overflow in some
+    // rows and underflow to 0 in others; every third row is confident.
+    int overflowing = 0, vanishing = 0;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      float naive = 0, largest = -1e30f;
+      for (std::int64_t c = 0; c < vocab; ++c) {
+        const float x = at(logits, logits.bytes, static_cast<std::size_t>(r * vocab + c));
+        naive += std::exp(x);
+        largest = std::max(largest, x);
+      }
+      overflowing += std::isinf(naive);
+      vanishing += naive == 0;
+      const std::int32_t target = target_at(fw.buffers[1], static_cast<std::size_t>(r));
+      REQUIRE(target >= 0);
+      REQUIRE(target < vocab);
+      const float loss = at(fw.buffers[2], fw.buffers[2].expected, static_cast<std::size_t>(r));
+      const float lse = at(fw.buffers[3], fw.buffers[3].expected, static_cast<std::size_t>(r));
+      CHECK(loss >= 0);
+      CHECK(lse >= largest);
+      CHECK(lse <= largest + std::log(static_cast<float>(vocab)) + 1e-3f);
+      if (r % 3 == 0) CHECK(loss < 1.0f);
+    }
+    CHECK(overflowing > 0);
+    CHECK(vanishing > 0);
+
+    const Workload bw = backward_family().make_workload(p, 3);
+    REQUIRE(bw.buffers.size() == 4);
+    const char* bwd_names[] = {"logits", "targets", "lse", "dlogits"};
+    for (std::size_t i = 0; i < 4; ++i) CHECK(bw.buffers[i].name == bwd_names[i]);
+    CHECK(bw.buffers[0].bytes == logits.bytes);  // the same batch as the forward's
+    CHECK(bw.buffers[2].role == Role::kInput);
+    CHECK(bw.buffers[2].dtype == DType::kF32);
+    CHECK(bw.buffers[2].bytes == fw.buffers[3].expected);  // lse as the forward leaves it
+    const HostBuffer& dlogits = bw.buffers[3];
+    CHECK(dlogits.role == Role::kOutput);
+    CHECK(dlogits.dtype == logits.dtype);
+    CHECK(dlogits.tolerance == tolerance_for(dtype));
+    // Each row of (softmax - onehot) / rows sums to 0; the target's entry is
+    // the only negative one.
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double sum = 0;
+      const std::int32_t target = target_at(bw.buffers[1], static_cast<std::size_t>(r));
+      for (std::int64_t c = 0; c < vocab; ++c) {
+        const float g = at(dlogits, dlogits.expected, static_cast<std::size_t>(r * vocab + c));
+        sum += g;
+        if (c != target) CHECK(g >= 0);
+      }
+      CHECK(std::abs(sum) < 1e-2 / rows);
+    }
+  }
+  CHECK(mean_scale(Problem{"f32", {{"rows", 512}, {"vocab", 10}}}) == 1.0f / 512);
+}
+
+TEST_CASE("cross_entropy plans: one row group per block, element-aligned buffers", "[cross_entropy][family]") {
+  const auto device = DeviceLimits::for_arch("sm_90");
+  const Problem p{"bf16", {{"rows", 301}, {"vocab", 10000}}};
+  const std::vector<std::uint64_t> a = {0x1000, 0x2000, 0x3000, 0x4000};
+  const auto fplan = forward_family().plan(layout(128, 32, 8, 2), p, a, device);
+  REQUIRE(fplan.size() == 1);
+  CHECK(fplan[0].grid[0] == 76);  // ceil(301 / 4 rows per block)
+  CHECK(fplan[0].block[0] == 128);
+  CHECK(fplan[0].args.count() == 6);
+  const auto bplan = backward_family().plan(layout(512, 512, 8, 1), p, a, device);
+  REQUIRE(bplan.size() == 1);
+  CHECK(bplan[0].grid[0] == 301);
+  CHECK(bplan[0].args.count() == 7);
+
+  // Vectors need no alignment (heads go one element at a time), elements do.
+  auto shifted = a;
+  shifted[0] += 2;
+  CHECK_NOTHROW(forward_family().plan(layout(128, 32, 8, 2), p, shifted, device));
+  shifted[0] += 1;
+  CHECK_THROWS_WITH(forward_family().plan(layout(128, 32, 8, 2), p, shifted, device),
+                    Catch::Contains("buffer 'logits'") && Catch::Contains("2-byte elements"));
+  shifted = a;
+  shifted[2] += 2;
+  CHECK_THROWS_WITH(backward_family().plan(layout(128, 32, 8, 2), p, shifted, device),
+                    Catch::Contains("buffer 'lse'"));
+  CHECK_THROWS_WITH(forward_family().plan(layout(128, 32, 8, 2), p, {0x1000}, device),
+                    Catch::Contains("logits, targets, losses, lse"));
+  CHECK_THROWS_WITH(backward_family().plan(layout(128, 32, 8, 2), p, {0x1000}, device),
+                    Catch::Contains("logits, targets, lse, dlogits"));
+}
+
+TEST_CASE("cross_entropy counts: FLOPs and minimum traffic scale with the problem", "[cross_entropy][family]") {
+  const Problem f32{"f32", {{"rows", 100}, {"vocab", 1000}}};
+  const Problem bf16{"bf16", {{"rows", 100}, {"vocab", 1000}}};
+  CHECK(forward_family().bytes(f32) == 4.0 * 100 * 1000 + 12 * 100);
+  CHECK(forward_family().bytes(bf16) == 2.0 * 100 * 1000 + 12 * 100);
+  CHECK(backward_family().bytes(bf16) == 2.0 * 2 * 100 * 1000 + 8 * 100);
+  CHECK(forward_family().flops(f32) == 4.0 * 100 * 1000);
+  CHECK(backward_family().flops(f32) == 3.0 * 100 * 1000);
+}
