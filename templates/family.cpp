@@ -146,31 +146,25 @@ T load(const std::vector<std::byte>& v, std::size_t i) {
 }
 }  // namespace
 
+double value_at(DType t, const std::vector<std::byte>& bytes, std::size_t i) {
+  switch (t) {
+    case DType::kF32: return load<float>(bytes, i);
+    case DType::kBF16: return bf16_bits_to_float(load<std::uint16_t>(bytes, i));
+    case DType::kF16: return f16_bits_to_float(load<std::uint16_t>(bytes, i));
+    case DType::kI32: return load<std::int32_t>(bytes, i);
+    case DType::kI64: return static_cast<double>(load<std::int64_t>(bytes, i));
+    case DType::kU8: return load<std::uint8_t>(bytes, i);
+  }
+  return 0;
+}
+
 double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
   if (got.size() != expected.size()) return std::numeric_limits<double>::infinity();
-  const std::size_t n = got.size() / size_of(t);
-  switch (t) {
-    case DType::kF32:
-      return rel_l2(n, [&](std::size_t i) {
-        return std::pair<double, double>(load<float>(got, i), load<float>(expected, i));
-      });
-    case DType::kBF16:
-      return rel_l2(n, [&](std::size_t i) {
-        return std::pair<double, double>(bf16_bits_to_float(load<std::uint16_t>(got, i)),
-                                         bf16_bits_to_float(load<std::uint16_t>(expected, i)));
-      });
-    case DType::kF16:
-      return rel_l2(n, [&](std::size_t i) {
-        return std::pair<double, double>(f16_bits_to_float(load<std::uint16_t>(got, i)),
-                                         f16_bits_to_float(load<std::uint16_t>(expected, i)));
-      });
-    case DType::kI32:
-      return rel_l2(n, [&](std::size_t i) {
-        return std::pair<double, double>(load<std::int32_t>(got, i), load<std::int32_t>(expected, i));
-      });
-    default:
-      return got == expected ? 0.0 : std::numeric_limits<double>::infinity();
-  }
+  if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16 && t != DType::kI32)
+    return got == expected ? 0.0 : std::numeric_limits<double>::infinity();
+  return rel_l2(got.size() / size_of(t), [&](std::size_t i) {
+    return std::pair<double, double>(value_at(t, got, i), value_at(t, expected, i));
+  });
 }
 
 double tolerance_for(const std::string& dtype) {

@@ -139,6 +139,8 @@ struct Workload {
 /// Relative L2 error of `got` against `expected` (both of dtype `t`);
 /// +inf when either holds a NaN or Inf.
 double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
+/// Element `i` of `bytes` holding values of type `t`, as a double.
+double value_at(DType t, const std::vector<std::byte>& bytes, std::size_t i);
 
 /// The tolerance DESIGN.md sets for a compute dtype.
 double tolerance_for(const std::string& dtype);

@@ -65,14 +65,7 @@ std::vector<std::vector<std::byte>> run_plan(const Family& f, const Config& c, c
 }
 
 float element(const HostBuffer& b, const std::vector<std::byte>& bytes, std::size_t i) {
-  if (b.dtype == DType::kBF16) {
-    std::uint16_t bits;
-    std::memcpy(&bits, bytes.data() + 2 * i, 2);
-    return bf16_bits_to_float(bits);
-  }
-  float x;
-  std::memcpy(&x, bytes.data() + 4 * i, 4);
-  return x;
+  return static_cast<float>(value_at(b.dtype, bytes, i));
 }
 
 /// Elements [begin, end) of a buffer's bytes, as bytes.

@@ -30,14 +30,7 @@ std::string why_invalid(const Family& f, const Config& c, const Problem& p) {
 
 /// Element `i` of a buffer's bytes as a float (f32 or bf16).
 float at(const HostBuffer& b, const std::vector<std::byte>& bytes, std::size_t i) {
-  if (b.dtype == DType::kBF16) {
-    std::uint16_t bits;
-    std::memcpy(&bits, bytes.data() + 2 * i, 2);
-    return bf16_bits_to_float(bits);
-  }
-  float x;
-  std::memcpy(&x, bytes.data() + 4 * i, 4);
-  return x;
+  return static_cast<float>(value_at(b.dtype, bytes, i));
 }
 
 std::int32_t target_at(const HostBuffer& b, std::size_t i) {

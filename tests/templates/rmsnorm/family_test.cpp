@@ -145,11 +145,7 @@ TEST_CASE("rmsnorm workloads: fresh inputs per seed, reference outputs with the 
   // ms = mean(x^2); the rows' scales make eps matter in some of them.
   std::vector<float> w(48);
   std::memcpy(w.data(), fw.buffers[1].bytes.data(), 48 * 4);
-  auto bf16_at = [](const std::vector<std::byte>& v, int i) {
-    std::uint16_t bits;
-    std::memcpy(&bits, v.data() + i * 2, 2);
-    return static_cast<double>(bf16_bits_to_float(bits));
-  };
+  auto bf16_at = [](const std::vector<std::byte>& v, int i) { return value_at(DType::kBF16, v, i); };
   double smallest_ratio = 1;
   for (int r = 0; r < 5; ++r) {
     double ms_x = 0, ms_y = 0;

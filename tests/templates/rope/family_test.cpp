@@ -34,17 +34,7 @@ std::string why_invalid(const Family& f, const Config& c, const Problem& p) {
 
 std::vector<double> values_of(DType t, const std::vector<std::byte>& bytes) {
   std::vector<double> v(bytes.size() / size_of(t));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::kBF16) {
-      std::uint16_t bits;
-      std::memcpy(&bits, bytes.data() + 2 * i, 2);
-      v[i] = bf16_bits_to_float(bits);
-    } else {
-      float f;
-      std::memcpy(&f, bytes.data() + 4 * i, 4);
-      v[i] = f;
-    }
-  }
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = value_at(t, bytes, i);
   return v;
 }
 

@@ -16,15 +16,7 @@ const std::vector<const Family*> kFamilies = {&swiglu::forward_family(), &swiglu
 
 std::vector<float> floats_of(const HostBuffer& b, const std::vector<std::byte>& bytes) {
   std::vector<float> v(bytes.size() / size_of(b.dtype));
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (b.dtype == DType::kBF16) {
-      std::uint16_t bits;
-      std::memcpy(&bits, bytes.data() + 2 * i, 2);
-      v[i] = bf16_bits_to_float(bits);
-    } else {
-      std::memcpy(&v[i], bytes.data() + 4 * i, 4);
-    }
-  }
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(value_at(b.dtype, bytes, i));
   return v;
 }
 
