@@ -29,37 +29,37 @@ PruneResult pruned(std::string reason) {
 }
 }  // namespace
 
-PruneResult prune(const ResourceUsage& u, const ResourceLimits& l) {
+PruneResult prune(const ResourceUsage& u, const DeviceLimits& l) {
   if (u.threads_per_block <= 0) return pruned("no threads per block");
   if (u.threads_per_block > l.max_threads_per_block)
     return pruned(fmt::format("{} threads per block exceed the limit of {}", u.threads_per_block,
                               l.max_threads_per_block));
-  if (u.registers_per_thread > l.max_registers_per_thread)
+  if (u.registers_per_thread > l.max_regs_per_thread)
     return pruned(fmt::format("{} registers per thread exceed the limit of {}", u.registers_per_thread,
-                              l.max_registers_per_thread));
-  if (u.static_shared_bytes > l.max_static_shared)
+                              l.max_regs_per_thread));
+  if (u.static_shared_bytes > l.max_static_smem)
     return pruned(fmt::format("{} bytes of static shared memory exceed the static limit of {}",
-                              u.static_shared_bytes, l.max_static_shared));
+                              u.static_shared_bytes, l.max_static_smem));
   const std::int64_t shared = u.static_shared_bytes + u.dynamic_shared_bytes;
-  if (shared > l.max_shared_per_block)
+  if (shared > l.max_smem_per_block)
     return pruned(fmt::format("{} bytes of shared memory per block exceed the limit of {}", shared,
-                              l.max_shared_per_block));
+                              l.max_smem_per_block));
   const std::int64_t regs_per_block =
       static_cast<std::int64_t>(u.registers_per_thread) * u.threads_per_block;
-  if (regs_per_block > l.registers_per_sm)
+  if (regs_per_block > l.regs_per_sm)
     return pruned(fmt::format("{} registers x {} threads = {} exceed the register file of {}",
-                              u.registers_per_thread, u.threads_per_block, regs_per_block, l.registers_per_sm));
+                              u.registers_per_thread, u.threads_per_block, regs_per_block, l.regs_per_sm));
 
   // Resident blocks per SM under each limit.
   const std::int64_t warps = (u.threads_per_block + l.warp_size - 1) / l.warp_size;
   const std::int64_t by_threads = (l.max_threads_per_sm / l.warp_size) / warps;
   std::int64_t by_regs = l.max_blocks_per_sm;
   if (u.registers_per_thread > 0) {
-    const std::int64_t regs_per_warp = round_up(std::int64_t{u.registers_per_thread} * l.warp_size, l.register_alloc_unit);
-    by_regs = (l.registers_per_sm / regs_per_warp) / warps;
+    const std::int64_t regs_per_warp = round_up(std::int64_t{u.registers_per_thread} * l.warp_size, l.reg_alloc_unit);
+    by_regs = (l.regs_per_sm / regs_per_warp) / warps;
   }
   std::int64_t by_shared = l.max_blocks_per_sm;
-  if (shared > 0) by_shared = l.shared_per_sm / (round_up(shared, l.shared_alloc_unit) + l.shared_reserved_per_block);
+  if (shared > 0) by_shared = l.smem_per_sm / (round_up(shared, l.smem_alloc_unit) + l.smem_reserved_per_block);
   const std::int64_t blocks = std::min({by_threads, by_regs, by_shared, std::int64_t{l.max_blocks_per_sm}});
 
   const std::string limit = blocks == by_threads ? "threads"

@@ -1,29 +1,15 @@
 // Static pruning before any launch: from the compiler's resource report and
 // the device's limits, decide whether a config can run at all (pruned, with
 // the reason), should be measured last (it spills registers to local
-// memory), or is fine, and estimate its occupancy. Plain numbers only: the
-// tuner maps its device profile and NVRTC report onto these structs.
+// memory), or is fine, and estimate its occupancy: the one fit check, used
+// before compiling ahead, before a launch and by the compile checks.
 #pragma once
 #include <cstdint>
 #include <string>
 
-namespace ktune::search {
+#include "base/device_limits.hpp"
 
-/// Per-SM and per-block limits of a device (defaults: sm_90, H100).
-struct ResourceLimits {
-  int max_threads_per_block = 1024;
-  int max_threads_per_sm = 2048;
-  int max_blocks_per_sm = 32;
-  int registers_per_sm = 65536;
-  int max_registers_per_thread = 255;
-  int register_alloc_unit = 256;         ///< registers are allocated per warp in these units
-  int warp_size = 32;
-  std::int64_t max_static_shared = 48 * 1024;        ///< static __shared__ per block
-  std::int64_t max_shared_per_block = 227 * 1024;    ///< static + dynamic, with the opt-in
-  std::int64_t shared_per_sm = 228 * 1024;
-  std::int64_t shared_reserved_per_block = 1024;     ///< the driver's per-block reservation
-  std::int64_t shared_alloc_unit = 128;
-};
+namespace ktune::search {
 
 /// What one kernel of a config uses (NVRTC's --ptxas-options=-v report plus
 /// the launch geometry).
@@ -55,6 +41,6 @@ struct PruneResult {
 /// static limit, total shared memory exceeds the per-block limit, registers ×
 /// threads exceed the register file, or no block fits on an SM (zero
 /// occupancy). Ranked last when it spills. Otherwise ok.
-PruneResult prune(const ResourceUsage& usage, const ResourceLimits& limits);
+PruneResult prune(const ResourceUsage& usage, const DeviceLimits& limits);
 
 }  // namespace ktune::search

@@ -84,7 +84,7 @@ class GpuRunner final : public Runner {
       usage.static_shared_bytes = k.static_smem_bytes;
       usage.dynamic_shared_bytes = l.dynamic_smem;
       usage.threads_per_block = static_cast<int>(l.block[0] * l.block[1] * l.block[2]);
-      const auto verdict = search::prune(usage, resource_limits());
+      const auto verdict = search::prune(usage, limits_);
       if (verdict.verdict == search::Verdict::kPruned) {
         result.failure = "pruned: " + k.name_expression + ": " + verdict.reason;
         return;
@@ -138,19 +138,6 @@ class GpuRunner final : public Runner {
       workload_key_ = key;
     }
     return workload_;
-  }
-
-  search::ResourceLimits resource_limits() const {
-    search::ResourceLimits r;
-    r.max_threads_per_block = limits_.max_threads_per_block;
-    r.max_threads_per_sm = limits_.max_threads_per_sm;
-    r.max_blocks_per_sm = limits_.max_blocks_per_sm;
-    r.registers_per_sm = limits_.regs_per_sm;
-    r.max_registers_per_thread = limits_.max_regs_per_thread;
-    r.max_static_shared = limits_.max_static_smem;
-    r.max_shared_per_block = limits_.max_smem_per_block;
-    r.shared_per_sm = limits_.smem_per_sm;
-    return r;
   }
 
   std::string workload_key_;

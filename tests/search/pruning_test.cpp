@@ -6,7 +6,7 @@
 using namespace ktune::search;
 
 TEST_CASE("pruning: limits give a verdict with a reason", "[search][pruning]") {
-  const ResourceLimits h100;  // sm_90 defaults
+  const ktune::DeviceLimits h100 = ktune::DeviceLimits::for_arch("sm_90");
   ResourceUsage u{64, 0, 16 * 1024, 0, 256};
   SECTION("ok, with occupancy") {
     const auto r = prune(u, h100);
@@ -46,9 +46,9 @@ TEST_CASE("pruning: limits give a verdict with a reason", "[search][pruning]") {
     CHECK(prune(u, h100).verdict == Verdict::kPruned);
   }
   SECTION("zero occupancy: fits the block limit, not the SM with its reservation") {
-    ResourceLimits small = h100;
-    small.shared_per_sm = 100 * 1024;
-    small.max_shared_per_block = 100 * 1024;
+    ktune::DeviceLimits small = h100;
+    small.smem_per_sm = 100 * 1024;
+    small.max_smem_per_block = 100 * 1024;
     u.static_shared_bytes = 0;
     u.dynamic_shared_bytes = 100 * 1024;  // + 1 KB reservation > 100 KB per SM
     const auto r = prune(u, small);

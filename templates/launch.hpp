@@ -1,0 +1,65 @@
+// What a family hands an execution backend: rendered source with its NVRTC
+// name expressions, and launches (geometry plus arguments packed by value).
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace ktune::templates {
+
+/// Rendered source: self-contained text (compiles with nvcc alone) and the
+/// NVRTC name expressions of its kernels, in launch-plan order.
+struct Rendered {
+  std::string source;
+  std::vector<std::string> kernels;
+};
+
+/// Kernel arguments by value, laid out as cuLaunchKernel's `kernelParams`
+/// expects (one pointer per argument).
+class ArgPack {
+ public:
+  template <class T>
+  ArgPack& add(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>, "kernel arguments are copied bytewise");
+    const std::size_t align = alignof(T);
+    std::size_t offset = (storage_.size() + align - 1) / align * align;
+    storage_.resize(offset + sizeof(T));
+    std::memcpy(storage_.data() + offset, &value, sizeof(T));
+    offsets_.push_back(offset);
+    return *this;
+  }
+  /// Appends `size` raw bytes aligned to `align`: a struct whose layout is
+  /// only known at run time (e.g. an array sized by a tunable).
+  ArgPack& add_bytes(const void* data, std::size_t size, std::size_t align) {
+    std::size_t offset = (storage_.size() + align - 1) / align * align;
+    storage_.resize(offset + size);
+    std::memcpy(storage_.data() + offset, data, size);
+    offsets_.push_back(offset);
+    return *this;
+  }
+  /// Pointers into this pack's storage; valid while the pack lives unchanged.
+  std::vector<void*> pointers() {
+    std::vector<void*> p;
+    for (auto o : offsets_) p.push_back(storage_.data() + o);
+    return p;
+  }
+  std::size_t count() const { return offsets_.size(); }
+
+ private:
+  std::vector<std::byte> storage_;  // malloc alignment (16) covers every argument type
+  std::vector<std::size_t> offsets_;
+};
+
+/// One kernel launch of a plan.
+struct Launch {
+  int kernel = 0;  ///< index into Rendered::kernels
+  std::array<unsigned, 3> grid{1, 1, 1};
+  std::array<unsigned, 3> block{1, 1, 1};
+  unsigned dynamic_smem = 0;
+  ArgPack args;
+};
+
+}  // namespace ktune::templates

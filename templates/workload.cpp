@@ -1,0 +1,54 @@
+#include "templates/workload.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "templates/render.hpp"
+
+namespace ktune::templates {
+
+namespace {
+template <class Convert>
+double rel_l2(std::size_t n, Convert at_pair) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto [g, e] = at_pair(i);
+    if (!std::isfinite(g) || !std::isfinite(e)) return std::numeric_limits<double>::infinity();
+    num += (g - e) * (g - e);
+    den += e * e;
+  }
+  if (den == 0) return num == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return std::sqrt(num / den);
+}
+
+template <class T>
+T load(const std::vector<std::byte>& v, std::size_t i) {
+  T x;
+  std::memcpy(&x, v.data() + i * sizeof(T), sizeof(T));
+  return x;
+}
+}  // namespace
+
+double value_at(DType t, const std::vector<std::byte>& bytes, std::size_t i) {
+  switch (t) {
+    case DType::kF32: return load<float>(bytes, i);
+    case DType::kBF16: return bf16_bits_to_float(load<std::uint16_t>(bytes, i));
+    case DType::kF16: return f16_bits_to_float(load<std::uint16_t>(bytes, i));
+    case DType::kI32: return load<std::int32_t>(bytes, i);
+    case DType::kI64: return static_cast<double>(load<std::int64_t>(bytes, i));
+    case DType::kU8: return load<std::uint8_t>(bytes, i);
+  }
+  return 0;
+}
+
+double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
+  if (got.size() != expected.size()) return std::numeric_limits<double>::infinity();
+  if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16 && t != DType::kI32)
+    return got == expected ? 0.0 : std::numeric_limits<double>::infinity();
+  return rel_l2(got.size() / size_of(t), [&](std::size_t i) {
+    return std::pair<double, double>(value_at(t, got, i), value_at(t, expected, i));
+  });
+}
+
+}  // namespace ktune::templates

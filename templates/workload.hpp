@@ -1,0 +1,37 @@
+// Workloads: buffers made from a seed with the CPU reference's expected
+// results beside them, and the relative L2 error they are checked with.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "templates/problem.hpp"
+
+namespace ktune::templates {
+
+/// A buffer of the workload. Inputs are read; outputs are poisoned by the
+/// runner before a validation run; in-out buffers are read and written.
+enum class Role { kInput, kOutput, kInOut, kScratch };
+
+struct HostBuffer {
+  std::string name;
+  Role role = Role::kInput;
+  DType dtype = DType::kF32;
+  std::vector<std::byte> bytes;  ///< initial contents (inputs, in-outs)
+  std::vector<std::byte> expected;  ///< reference result (outputs, in-outs); empty otherwise
+  double tolerance = 1e-5;          ///< max relative L2 error of the result against `expected`
+  std::size_t elements() const { return bytes.size() / size_of(dtype); }
+};
+
+/// Inputs made from a seed, and the CPU reference's results for them.
+struct Workload {
+  std::vector<HostBuffer> buffers;
+};
+
+/// Relative L2 error of `got` against `expected` (both of dtype `t`);
+/// +inf when either holds a NaN or Inf.
+double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
+/// Element `i` of `bytes` holding values of type `t`, as a double.
+double value_at(DType t, const std::vector<std::byte>& bytes, std::size_t i);
+
+}  // namespace ktune::templates
