@@ -104,8 +104,4 @@ std::size_t CacheFile::merge_from(const std::vector<Entry>& incoming) {
   return changed;
 }
 
-LookupResult CacheFile::lookup(const Key& query, const LookupOptions& options) const {
-  return cache::lookup(load(), query, options);
-}
-
 }  // namespace ktune::cache

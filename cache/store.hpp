@@ -103,8 +103,6 @@ class CacheFile {
   void update(const std::function<bool(std::vector<Entry>&)>& change);
   /// Merges another file's entries in; returns the count added or replaced.
   std::size_t merge_from(const std::vector<Entry>& incoming);
-  /// lookup() over this file's entries.
-  LookupResult lookup(const Key& query, const LookupOptions& options = {}) const;
 
  private:
   std::filesystem::path path_;

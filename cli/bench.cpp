@@ -37,20 +37,18 @@ void add_bench_command(CLI::App& app, Global& global) {
     const auto tensors = int_list_arg(opts->tensors, "--tensors");
     const auto numels = int_list_arg(opts->numel, "--numel");
     KTUNE_REQUIRE(opts->dtype == "f32" || opts->dtype == "bf16", "--dtype must be f32 or bf16");
-    std::optional<cache::CacheFile> cache_file;
-    if (!opts->cache.empty()) {
-      cache_file.emplace(opts->cache);
-      cache_file->load();
-    }
+    std::optional<cache::TunedCache> tuned;
+    if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);
     auto runner = tuner::make_gpu_runner();
     std::cerr << "measuring copy bandwidth...\n";
     const double copy = tuner::measure_copy_bandwidth_gbs();
     const auto report = tuner::run_adam_bench(
-        *runner, tensors, numels, opts->dtype, cache_file ? &*cache_file : nullptr, copy,
+        *runner, tensors, numels, opts->dtype, tuned ? &*tuned : nullptr, copy,
         [](const tuner::AdamBenchRow& r) {
           std::cerr << fmt::format("  {} x {}: eager {:.4f} ms, single {:.4f} ms, fused {:.4f} ms\n", r.tensors,
                                    r.numel, r.eager_ms, r.single_ms, r.fused_ms);
         });
+    for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
     if (!opts->json_out.empty()) std::ofstream(opts->json_out) << report.to_json().dump(2) << "\n";
     std::cout << (global.json ? report.to_json().dump(2) + "\n" : report.markdown());
   });

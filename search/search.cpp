@@ -17,13 +17,50 @@ std::uint64_t key_of(const Space& space, const Config& c, bool* ok) {
 }  // namespace
 
 SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCondition& stop,
-                        const SearchCallbacks& callbacks) {
+                        const SearchCallbacks& callbacks, const std::vector<Config>& first) {
   SearchResult result;
   SearchState& state = result.state;
   const Space& space = evaluator.space();
   std::unordered_map<std::uint64_t, Outcome> seen;
   std::uint64_t repeats_in_a_row = 0;
   const std::string budget = stop.describe();
+  // Evaluates one config the search has not seen and records its outcome.
+  const auto evaluate = [&](const Config& config, std::uint64_t index) {
+    Outcome outcome = evaluator.evaluate(config);
+    if (!outcome.ok) outcome.time_ms = std::numeric_limits<double>::infinity();
+    seen.emplace(index, outcome);
+    ++state.evaluations;
+    state.cost_s += outcome.cost_s;
+    if (!outcome.ok) ++state.failures;
+    if (outcome.ok && outcome.time_ms < state.best_ms) {
+      state.best_ms = outcome.time_ms;
+      state.since_improvement = 0;
+      result.best = config;
+      result.best_outcome = outcome;
+    } else {
+      ++state.since_improvement;
+    }
+    if (callbacks.on_record) callbacks.on_record(Record{state.evaluations - 1, config, outcome});
+  };
+  const auto report_progress = [&] {
+    if (!callbacks.on_progress) return;
+    Progress p;
+    p.state = &state;
+    p.best = result.best ? &*result.best : nullptr;
+    p.budget = budget;
+    const double frac = stop.progress(state);
+    if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
+    if (frac >= 1) p.eta_s = 0;
+    callbacks.on_progress(p);
+  };
+  for (const Config& c : first) {
+    if (stop.done(state)) break;
+    bool in_space = false;
+    const std::uint64_t index = key_of(space, c, &in_space);
+    if (!in_space || seen.count(index)) continue;
+    evaluate(c, index);
+    report_progress();
+  }
 
   while (true) {
     if (stop.done(state)) {
@@ -59,33 +96,9 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
       continue;
     }
     repeats_in_a_row = 0;
-
-    Outcome outcome = evaluator.evaluate(*next);
-    if (!outcome.ok) outcome.time_ms = std::numeric_limits<double>::infinity();
-    seen.emplace(index, outcome);
-    ++state.evaluations;
-    state.cost_s += outcome.cost_s;
-    if (!outcome.ok) ++state.failures;
-    if (outcome.ok && outcome.time_ms < state.best_ms) {
-      state.best_ms = outcome.time_ms;
-      state.since_improvement = 0;
-      result.best = *next;
-      result.best_outcome = outcome;
-    } else {
-      ++state.since_improvement;
-    }
-    if (callbacks.on_record) callbacks.on_record(Record{state.evaluations - 1, *next, outcome});
-    strategy.report(*next, outcome);
-    if (callbacks.on_progress) {
-      Progress p;
-      p.state = &state;
-      p.best = result.best ? &*result.best : nullptr;
-      p.budget = budget;
-      const double frac = stop.progress(state);
-      if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
-      if (frac >= 1) p.eta_s = 0;
-      callbacks.on_progress(p);
-    }
+    evaluate(*next, index);
+    strategy.report(*next, seen.at(index));
+    report_progress();
   }
   return result;
 }

@@ -41,9 +41,10 @@ class ArgPack {
     return *this;
   }
   /// Pointers into this pack's storage; valid while the pack lives unchanged.
-  std::vector<void*> pointers() {
+  /// (cuLaunchKernel takes them as `void**` and only reads through them.)
+  std::vector<void*> pointers() const {
     std::vector<void*> p;
-    for (auto o : offsets_) p.push_back(storage_.data() + o);
+    for (auto o : offsets_) p.push_back(const_cast<std::byte*>(storage_.data()) + o);
     return p;
   }
   std::size_t count() const { return offsets_.size(); }

@@ -5,7 +5,7 @@
 #include "base/error.hpp"
 #include "base/stamp.hpp"
 #include "templates/adamw/adamw.hpp"
-#include "tuner/tuned_config.hpp"
+#include "tuner/tuned_kernels.hpp"
 
 namespace ktune::tuner {
 
@@ -39,7 +39,7 @@ nlohmann::json AdamBenchReport::to_json() const {
 
 AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& tensors,
                                const std::vector<std::int64_t>& numels, const std::string& dtype,
-                               const cache::CacheFile* tuned, double copy_bandwidth_gbs,
+                               const cache::TunedCache* tuned, double copy_bandwidth_gbs,
                                const std::function<void(const AdamBenchRow&)>& progress) {
   AdamBenchReport report;
   report.device = runner.device().name + " (" + runner.device().arch + ")";
@@ -66,10 +66,10 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
       };
       const auto& dev = runner.device();
       row.eager_ms = time(templates::adamw::eager_family(),
-                          choose_config(templates::adamw::eager_family(), problem, dev, nullptr)).median_ms;
+                          choose_config(templates::adamw::eager_family(), problem, dev, nullptr, &report.warnings)).median_ms;
       row.single_ms = time(templates::adamw::single_tensor_family(),
-                           choose_config(templates::adamw::single_tensor_family(), problem, dev, tuned)).median_ms;
-      const auto chosen = choose_config(templates::adamw::multi_tensor_family(), problem, dev, tuned);
+                           choose_config(templates::adamw::single_tensor_family(), problem, dev, tuned, &report.warnings)).median_ms;
+      const auto chosen = choose_config(templates::adamw::multi_tensor_family(), problem, dev, tuned, &report.warnings);
       const Measurement fused = time(templates::adamw::multi_tensor_family(), chosen);
       row.fused_ms = fused.median_ms;
       row.fused_p20_ms = fused.p20_ms;

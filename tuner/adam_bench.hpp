@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/store.hpp"
+#include "cache/tuned_cache.hpp"
 #include "tuner/runner.hpp"
 
 namespace ktune::tuner {
@@ -29,13 +29,14 @@ struct AdamBenchReport {
   double copy_bandwidth_gbs = 0;
   std::string method;
   std::vector<AdamBenchRow> rows;
+  std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
   std::string markdown() const;
   nlohmann::json to_json() const;
 };
 
 AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& tensors,
                                const std::vector<std::int64_t>& numels, const std::string& dtype,
-                               const cache::CacheFile* tuned, double copy_bandwidth_gbs,
+                               const cache::TunedCache* tuned, double copy_bandwidth_gbs,
                                const std::function<void(const AdamBenchRow&)>& progress = {});
 
 }  // namespace ktune::tuner

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/hash.hpp"
+#include "tuner/exec/backend.hpp"
 
 namespace ktune::tuner {
 
@@ -65,6 +66,7 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
   std::vector<templates::Rendered> sources;
   std::map<std::string, std::size_t> source_index;  // hash of source + kernels -> index in `sources`
   std::vector<std::size_t> row_source;
+  std::vector<const templates::Family*> row_family;
   for (const auto* f : families) {
     for (const auto& p : f->problem_classes()) {
       const Config def = f->default_config(p);
@@ -77,25 +79,36 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
         if (fresh) sources.push_back(std::move(r));
         row_source.push_back(it->second);
         s.rows.push_back({f->name(), p, c, c == def, {}, {}});
+        row_family.push_back(f);
       }
     }
   }
   s.unique_sources = sources.size();
   const auto results = compiler.compile_many(sources, o.arch, o.threads);
+  std::map<std::string, std::vector<std::uint64_t>> addresses;  // per family and problem: the workload's count
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     auto& row = s.rows[i];
     row.result = results[row_source[i]];
     if (!row.result.ok) {
       row.failure = "compile error";
-    } else {
-      for (const auto& k : row.result.kernels) {
-        if (k.static_smem_bytes > limits.max_static_smem)
-          row.failure = fmt::format("{} uses {} bytes of static shared memory (limit {})", k.name_expression,
-                                    k.static_smem_bytes, limits.max_static_smem);
-        else if (row.is_default && k.spill_bytes() > 0)
-          row.failure = fmt::format("default config spills {} bytes in {}", k.spill_bytes(), k.name_expression);
-      }
+      ++s.failures;
+      continue;
     }
+    // The one fit check, on the launches the config would make (buffer
+    // addresses stand in: a plan only packs them).
+    const auto& family = *row_family[i];
+    auto& fake = addresses[row.family + "|" + row.problem.key()];
+    if (fake.empty())
+      for (std::size_t b = 0; b < family.make_workload(row.problem, 1).buffers.size(); ++b)
+        fake.push_back((b + 1) << 32);
+    std::vector<std::string> names;
+    for (const auto& k : row.result.kernels) names.push_back(k.name_expression);
+    const auto fit = exec::check_fit(names, row.result.kernels, family.plan(row.config, row.problem, fake, limits),
+                                     limits);
+    if (!fit.fits())
+      row.failure = fmt::format("does not fit: {}: {}", fit.kernel, fit.verdict.reason);
+    else if (row.is_default && fit.verdict.verdict == search::Verdict::kRankLast)
+      row.failure = fmt::format("default config {} in {}", fit.verdict.reason, fit.kernel);
     if (!row.failure.empty()) ++s.failures;
   }
   for (const auto& r : results) s.cache_hits += r.cache_hit ? 1 : 0;

@@ -1,37 +1,34 @@
-// The emulation runner (STYLE.md habit 8): runs a family's variant on the CPU
-// through the host emulation backend and checks it against the CPU reference.
-// Timing, when asked for, is the host wall time of one run, labelled as such.
+// The emulation runner (STYLE.md habit 8): the runner of tuner/runner.hpp
+// over the emulation backend, so a family's variant runs on the CPU and is
+// checked against the CPU reference. Timing, when asked for, is host wall
+// time, labelled as such.
 #pragma once
 #include <memory>
 #include <string>
 
-#include "tuner/emu_grid.hpp"
+#include "tuner/exec/backend.hpp"
 #include "tuner/runner.hpp"
 
 namespace ktune::tuner {
 
-struct EmuOptions {
-  unsigned workers = 0;       ///< OS threads running blocks; 0: one per hardware thread
-  std::string arch = "sm_80";  ///< whose limits the emulated device reports
-};
-
 class EmuRunner final : public Runner {
  public:
   explicit EmuRunner(EmuOptions options = {});
+  ~EmuRunner() override;
 
-  std::string backend() const override { return "emu"; }
-  const DeviceLimits& device() const override { return device_; }
+  std::string backend() const override;
+  const DeviceLimits& device() const override;
   /// Renders, compiles (host compiler, cached), runs the plan's launches on
   /// guarded buffers (outputs poisoned with NaN first), validates. Failures
-  /// are results: "invalid: ...", "compile: ...", "launch: ...",
-  /// "emulation: ..." (deadlock, out-of-bounds access, trap), "validation: ...".
-  /// A malformed problem or config throws Error(kInvalidInput), as everywhere.
+  /// are results: "invalid: ...", "compile: ...", "pruned: ..." (the fit
+  /// check), "emulation: ..." (deadlock, out-of-bounds access, trap),
+  /// "validation: ...". A malformed problem or config throws
+  /// Error(kInvalidInput), as everywhere.
   RunResult run(const Family& family, const Config& config, const Problem& problem,
                 const RunOptions& options) override;
 
  private:
-  DeviceLimits device_;
-  emu::GridExecutor executor_;
+  std::unique_ptr<Runner> inner_;
 };
 
 /// An emulation runner with default options.

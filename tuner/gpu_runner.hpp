@@ -1,6 +1,7 @@
-// The GPU runner: compiles a variant with NVRTC for the device, runs its
-// launch plan on a workload with poisoned outputs, checks the results against
-// the CPU reference, then times it with the harness of tuner/timing.hpp.
+// The GPU runner: the runner of tuner/runner.hpp over the CUDA backend —
+// compiles a variant with NVRTC for the device, runs its launch plan on a
+// workload with poisoned outputs, checks the results against the CPU
+// reference, then times it with the harness of tuner/timing.hpp.
 #pragma once
 #include <memory>
 

@@ -2,9 +2,24 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "search/winner.hpp"
+
 namespace ktune::tuner {
+
+Measurement summarize(std::vector<double> samples) {
+  Measurement m;
+  m.samples_ms = samples;
+  if (samples.empty()) return m;
+  std::sort(samples.begin(), samples.end());
+  m.median_ms = search::percentile(samples, 0.5);
+  m.p20_ms = search::percentile(samples, 0.2);
+  m.p80_ms = search::percentile(samples, 0.8);
+  m.repetitions = static_cast<int>(samples.size());
+  return m;
+}
 
 nlohmann::json to_json(const RunOptions& o) {
   return {{"seed", o.seed}, {"validate", o.validate}, {"time", o.time}, {"warmup", o.warmup},
@@ -30,7 +45,8 @@ nlohmann::json to_json(const RunResult& r) {
   for (const auto& [name, e] : r.errors) j["errors"].push_back({{"buffer", name}, {"error", e}});
   if (r.timing)
     j["timing"] = {{"median_ms", r.timing->median_ms}, {"p20_ms", r.timing->p20_ms}, {"p80_ms", r.timing->p80_ms},
-                   {"repetitions", r.timing->repetitions}, {"method", r.timing->method}};
+                   {"repetitions", r.timing->repetitions}, {"samples_ms", r.timing->samples_ms},
+                   {"method", r.timing->method}};
   return j;
 }
 
@@ -52,6 +68,8 @@ RunResult run_result_from_json(const nlohmann::json& j) {
     m.p20_ms = t.at("p20_ms").get<double>();
     m.p80_ms = t.at("p80_ms").get<double>();
     m.repetitions = t.at("repetitions").get<int>();
+    // Absent in session logs written before the samples were kept.
+    if (t.contains("samples_ms")) m.samples_ms = t["samples_ms"].get<std::vector<double>>();
     m.method = t.at("method").get<std::string>();
     r.timing = m;
   }

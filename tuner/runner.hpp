@@ -3,6 +3,7 @@
 // CPU reference, and (GPU) time it. Callers never know which one they hold.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -25,6 +26,9 @@ struct Measurement {
   std::vector<double> samples_ms;  ///< every repetition, in order (for the winner rule)
   std::string method;  ///< e.g. "cuda events, 3 warm-up, L2 flushed, 1 launch per repetition"
 };
+
+/// Median / p20 / p80 of samples (a sorted copy), the samples kept.
+Measurement summarize(std::vector<double> samples_ms);
 
 struct RunOptions {
   std::uint64_t seed = 1;        ///< workload inputs
@@ -62,6 +66,13 @@ nlohmann::json to_json(const RunOptions& o);
 RunOptions run_options_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const RunResult& r);
 RunResult run_result_from_json(const nlohmann::json& j);
+
+namespace exec {
+class Backend;
+}
+/// The runner over an execution backend (tuner/exec/backend.hpp); the GPU and
+/// emulation runners are this over their backends.
+std::unique_ptr<Runner> make_backend_runner(std::unique_ptr<exec::Backend> backend);
 
 /// Compares a run's buffers with the workload's expected contents; fills
 /// `errors`, `max_error`, and `ok`/`failure`. Shared by every runner.

@@ -180,7 +180,6 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
 
   TuneSummary summary;
   const Config def = family.default_config(problem);
-  summary.default_run = evaluator.record(def);
 
   auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
   // While the GPU measures a variant, a process of its own compiles what the
@@ -205,21 +204,23 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     compile_ahead();
     if (progress && last) progress(*last, p);
   };
-  const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks);
+  // The default goes first, within the budget: every speed-up is measured against it.
+  const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks, {def});
   summary.stopped_by = found.stopped_by;
   summary.resumed = evaluator.resumed_count;
-  summary.evaluations = evaluator.done().size();
-  for (const auto& [c, r] : evaluator.done()) {
-    summary.failures += r.result.ok ? 0 : 1;
-    summary.pruned += r.result.failure.rfind("pruned:", 0) == 0 ? 1 : 0;
-  }
+  summary.evaluations = found.state.evaluations;
+  summary.failures = found.state.failures;
+  for (const auto& r : summary.records)
+    summary.pruned += r.outcome.failure.rfind("pruned:", 0) == 0 ? 1 : 0;
+  if (const auto it = evaluator.done().find(def); it != evaluator.done().end()) summary.default_run = it->second;
 
   // The fastest few are timed again side by side; the winner rule ties what
   // noise cannot separate and breaks ties by space index, so two sessions on
   // one GPU pick the same config.
   std::vector<Record> ranked;
-  for (const auto& [c, r] : evaluator.done())
-    if (time_of(r) < std::numeric_limits<double>::infinity()) ranked.push_back(r);
+  for (const auto& s : summary.records)
+    if (const Record& r = evaluator.record(s.config); time_of(r) < std::numeric_limits<double>::infinity())
+      ranked.push_back(r);
   std::sort(ranked.begin(), ranked.end(), [](const Record& a, const Record& b) {
     return time_of(a) != time_of(b) ? time_of(a) < time_of(b) : a.config < b.config;
   });
@@ -251,21 +252,6 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.tied = winner.tied;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
-}
-
-cache::Key cache_key(const templates::Family& family, const templates::Problem& problem,
-                     const templates::DeviceLimits& device) {
-  cache::Key k;
-  k.family = family.name();
-  k.source_hash = family.source_hash();
-  k.problem_key = problem.key();
-  k.dtype = problem.dtype;
-  k.arch = device.arch;
-  k.gpu_name = device.name;
-  k.nvrtc_version = nvrtc_version();
-  k.driver_version = std::to_string(device.driver_version);
-  k.dims = problem.dims;
-  return k;
 }
 
 cache::Entry cache_entry(const templates::Family& family, const templates::Problem& problem,

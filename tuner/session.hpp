@@ -12,6 +12,7 @@
 #include "cache/entry.hpp"
 #include "search/search.hpp"
 #include "tuner/runner.hpp"
+#include "tuner/tuned_kernels.hpp"
 
 namespace ktune::tuner {
 
@@ -58,10 +59,6 @@ using Progress = std::function<void(const Record&, const search::Progress&)>;
 
 TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
                  const TuneOptions& options, const Progress& progress = {});
-
-/// The cache key of `family`/`problem` on the runner's device.
-cache::Key cache_key(const templates::Family& family, const templates::Problem& problem,
-                     const templates::DeviceLimits& device);
 
 /// The cache entry for a finished session's winner.
 cache::Entry cache_entry(const templates::Family& family, const templates::Problem& problem,

@@ -5,22 +5,9 @@
 #include <algorithm>
 #include <cmath>
 
-#include "search/winner.hpp"
 #include "tuner/check.hpp"
 
 namespace ktune::tuner {
-
-Measurement summarize(std::vector<double> samples) {
-  Measurement m;
-  m.samples_ms = samples;
-  if (samples.empty()) return m;
-  std::sort(samples.begin(), samples.end());
-  m.median_ms = search::percentile(samples, 0.5);
-  m.p20_ms = search::percentile(samples, 0.2);
-  m.p80_ms = search::percentile(samples, 0.8);
-  m.repetitions = static_cast<int>(samples.size());
-  return m;
-}
 
 Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
                         long long l2_bytes, const std::string& what) {

@@ -14,9 +14,6 @@ namespace ktune::tuner {
 Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
                         long long l2_bytes, const std::string& what);
 
-/// Median / p20 / p80 of samples (sorted copy); exposed for tests.
-Measurement summarize(std::vector<double> samples_ms);
-
 /// Device-to-device copy bandwidth (read + write bytes per second, GB/s),
 /// measured with `bytes`-sized buffers; needs a current context (a Context,
 /// or a GPU runner, alive on this thread).

@@ -4,9 +4,11 @@
 #include "tuner/isolated_runner.hpp"
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <fstream>
 
 #include "base/error.hpp"
+#include "search/winner.hpp"
 #include "support.hpp"
 #include "templates/render.hpp"
 #include "tuner/emu_runner.hpp"
@@ -19,7 +21,7 @@ using namespace ktune::tuner;
 namespace {
 
 /// y = 2x, except that mode 1 aborts the process and mode 2 never returns.
-class PlantedFamily final : public Family {
+class PlantedFamily : public Family {
  public:
   std::string name() const override { return "planted"; }
   std::string summary() const override { return "test family with a crashing and a hanging variant"; }
@@ -72,10 +74,21 @@ __global__ void planted(const float* x, float* y, long long n) {
 
 const PlantedFamily kPlanted;
 
+/// The planted family's correct variants only.
+class CorrectFamily final : public PlantedFamily {
+ public:
+  std::string name() const override { return "planted_correct"; }
+  const Space& space() const override { return space_; }
+
+ private:
+  Space space_{{{"mode", {0, 3}, "both correct"}, {"threads", {64}, ""}}};
+};
+const CorrectFamily kCorrect;
+
 std::unique_ptr<Runner> isolated_emu() {
   IsolationOptions o;
   o.timeout_s = 20;
-  o.extra_families = {&kPlanted};
+  o.extra_families = {&kPlanted, &kCorrect};
   return make_isolated_runner([] { return make_emu_runner(EmuOptions{1, "sm_80"}); }, o);
 }
 
@@ -126,6 +139,35 @@ TEST_CASE("isolated emulation: a session resumed after its worker was killed re-
   CHECK(s.resumed == 2);
   CHECK(s.evaluations == 4);
   REQUIRE(s.best);
+}
+
+TEST_CASE("isolated emulation: the winner rule and the cache entry see every timed repetition", "[emu][session]") {
+  // Each finalist is timed twice (its evaluation, then again side by side),
+  // 4 repetitions each time: the entry holds 8, and its percentiles are those
+  // of the 8 samples, not of two medians.
+  auto runner = isolated_emu();
+  TuneOptions o;
+  o.run.time = true;
+  o.run.min_repetitions = 4;
+  o.run.max_repetitions = 4;
+  o.run.min_seconds = 1e6;
+  o.finalists = 2;
+  const Family& family = kCorrect;
+  const Problem problem = family.problem_classes().front();
+  const TuneSummary s = tune(family, problem, *runner, o);
+  REQUIRE(s.best);
+  REQUIRE(s.best->result.timing);
+  const Measurement& t = *s.best->result.timing;
+  CHECK(t.repetitions == 8);
+  CHECK(t.samples_ms.size() == 8);
+  const cache::Entry e = cache_entry(family, problem, runner->device(), s);
+  CHECK(e.repetitions == 8);
+  std::vector<double> sorted = t.samples_ms;
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(e.time_ms == Approx(search::percentile(sorted, 0.5)));
+  CHECK(e.p20_ms == Approx(search::percentile(sorted, 0.2)));
+  CHECK(e.p80_ms == Approx(search::percentile(sorted, 0.8)));
+  CHECK(e.spread == Approx((e.p80_ms - e.p20_ms) / e.time_ms));
 }
 
 TEST_CASE("isolated runner: a worker that cannot start reports why", "[emu][session]") {

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "cache/store.hpp"
+#include "cache/tuned_cache.hpp"
 #include "support.hpp"
 #include "tuner/compiler.hpp"
 
@@ -78,9 +79,10 @@ TEST_CASE("a resumed session reuses logged results and re-runs only the rest", "
   o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
   {
     ScriptedRunner first;
-    o.budget = "4";  // the default and four more: a session stopped early, as by Ctrl-C
-    tune(family, problem, first, o);
+    o.budget = "5";  // the default and four more, within the budget: a session stopped early, as by Ctrl-C
+    const auto s = tune(family, problem, first, o);
     CHECK(first.calls == 5);
+    CHECK(s.evaluations == 5);
   }
   // A crash may cut the last line short: that evaluation simply runs again.
   std::ofstream(o.log_path, std::ios::app) << "{\"config\":{\"thr";
@@ -115,7 +117,7 @@ TEST_CASE("the winner goes into the tuned cache and is found again", "[session]"
   const auto s = tune(family, problem, runner, o);
   cache::CacheFile file(test::scratch_dir("session") / "tuned.json");
   file.put(cache_entry(family, problem, runner.device(), s));
-  const auto found = file.lookup(cache_key(family, problem, runner.device()));
+  const auto found = cache::TunedCache(file.load()).lookup(cache_key(family, problem, runner.device())).result;
   REQUIRE(found.match == cache::Match::kExact);
   CHECK(Config::from_json(found.entry->config) == s.best->config);
   CHECK(found.entry->key.source_hash == family.source_hash());
@@ -193,4 +195,23 @@ TEST_CASE("a session compiles ahead what the strategy proposes next", "[session]
   // tests/search/upcoming_test.cpp.
   CHECK(runner.not_ahead.size() == 1);
   CHECK(runner.compiled_ahead.size() == 5);  // the budget of 6 counts the default
+}
+
+TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  for (const char* strategy : {"random", "genetic", "annealing", "exhaustive"}) {
+    INFO(strategy);
+    ScriptedRunner runner;
+    TuneOptions o;
+    o.run.time = true;
+    o.finalists = 1;
+    o.strategy = strategy;
+    o.budget = "6";
+    const auto s = tune(family, problem, runner, o);
+    CHECK(runner.calls == 6);
+    CHECK(s.evaluations == 6);
+    REQUIRE(s.default_run);
+    CHECK(s.default_run->config == family.default_config(problem));
+  }
 }

@@ -1,0 +1,34 @@
+#include "cache/tuned_cache.hpp"
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+
+namespace ktune::cache {
+
+TunedCache::TunedCache(std::vector<Entry> entries, std::string origin)
+    : entries_(std::move(entries)), origin_(std::move(origin)) {}
+
+TunedCache TunedCache::read(const std::filesystem::path& path) {
+  std::error_code ec;
+  KTUNE_REQUIRE(std::filesystem::exists(path, ec), "tuned cache " + path.string() + " does not exist");
+  return TunedCache(CacheFile(path).load(), path.string());
+}
+
+Answer TunedCache::lookup(const Key& query, const std::function<bool(const Entry&)>& accept) const {
+  LookupOptions options;
+  options.accept = accept;
+  Answer a{cache::lookup(entries_, query, options), ""};
+  switch (a.result.match) {
+    case Match::kExact: a.reason = "exact"; break;
+    case Match::kNearest:
+      a.reason = fmt::format("nearest (distance {:.2f}, tuned for {})", a.result.distance, a.result.entry->key.problem_key);
+      break;
+    case Match::kNone:
+      a.reason = entries_.empty() ? "default (no tuned cache)" : "default (no usable tuned entry)";
+      break;
+  }
+  return a;
+}
+
+}  // namespace ktune::cache

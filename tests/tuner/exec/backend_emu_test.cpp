@@ -1,0 +1,178 @@
+// The execution seam under the emulation: a family's plan launched through
+// the backend gives the family's CPU reference; a launch that cannot be
+// resident is refused by the one fit check, with its reason; tuned kernels
+// come from the cache service through the backend.
+#include "tuner/exec/backend.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <set>
+
+#include "base/error.hpp"
+#include "cache/key.hpp"
+#include "cache/tuned_cache.hpp"
+#include "model/step_kernels.hpp"
+#include "tuner/compiler.hpp"
+#include "tuner/tuned_kernels.hpp"
+
+using namespace ktune;
+using namespace ktune::tuner;
+
+namespace {
+
+/// Runs `config` of `family` on a fresh workload through `backend`, outputs
+/// poisoned first; returns the worst relative L2 error against the reference.
+double run_through(exec::Backend& backend, const templates::Family& family, const Config& config,
+                   const templates::Problem& problem, const exec::Module& module) {
+  const auto w = family.make_workload(problem, 7);
+  std::vector<std::unique_ptr<exec::Buffer>> buffers;
+  std::vector<std::uint64_t> addresses;
+  for (const auto& b : w.buffers) {
+    buffers.push_back(backend.allocate(b.bytes.size(), b.name));
+    addresses.push_back(buffers.back()->address());
+    if (b.role == templates::Role::kOutput)
+      backend.poison(*buffers.back());
+    else
+      backend.upload(*buffers.back(), b.bytes.data(), b.bytes.size());
+  }
+  backend.launch(module, family.plan(config, problem, addresses, backend.device()));
+  backend.synchronize();
+  double worst = 0;
+  for (std::size_t i = 0; i < w.buffers.size(); ++i) {
+    const auto& b = w.buffers[i];
+    if (b.role != templates::Role::kOutput && b.role != templates::Role::kInOut) continue;
+    std::vector<std::byte> got(b.bytes.size());
+    backend.download(got.data(), *buffers[i], got.size());
+    const double e = templates::relative_l2(b.dtype, got, b.expected);
+    INFO(b.name << " error " << e);
+    CHECK(e <= b.tolerance);
+    worst = std::max(worst, e);
+  }
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("exec: a family's plan through the emulation backend gives its reference", "[emu][exec]") {
+  auto backend = exec::make_emu_backend({2, "sm_80"});
+  CHECK(backend->name() == "emu");
+  for (const char* name : {"rmsnorm_fwd", "swiglu_bwd", "cross_entropy_fwd"}) {
+    const auto& family = templates::find_family(name);
+    const auto problem = family.problem_classes().front();
+    const Config config = family.default_config(problem);
+    INFO(name << " " << problem.key());
+    const auto module = backend->load(family.render(config, problem));
+    CHECK(module->kernel_names() == family.render(config, problem).kernels);
+    CHECK(run_through(*backend, family, config, problem, *module) < 1e-5);
+  }
+}
+
+TEST_CASE("exec: poisoned outputs stay NaN when a kernel writes nothing", "[emu][exec]") {
+  auto backend = exec::make_emu_backend({1, "sm_80"});
+  auto b = backend->allocate(64, "out");
+  backend->poison(*b);
+  std::vector<float> host(16, 0.f);
+  backend->download(host.data(), *b, 64);
+  for (float f : host) CHECK(std::isnan(f));
+}
+
+TEST_CASE("exec: a launch that cannot be resident is refused by the one fit check, with its reason", "[emu][exec]") {
+  const auto device = DeviceLimits::for_arch("sm_80");
+  const std::vector<std::string> names = {"k"};
+  templates::Launch l;
+  l.block = {1024, 2, 1};
+  std::vector<templates::Launch> plan;
+  plan.push_back(l);
+  SECTION("too many threads") {
+    const auto fit = exec::check_fit(names, {}, plan, device);
+    CHECK_FALSE(fit.fits());
+    CHECK(fit.kernel == "k");
+    CHECK_THAT(fit.verdict.reason, Catch::Contains("2048 threads per block exceed the limit of 1024"));
+  }
+  SECTION("too much dynamic shared memory for sm_80") {
+    plan[0].block = {128, 1, 1};
+    plan[0].dynamic_smem = 200 * 1024;
+    const auto fit = exec::check_fit(names, {}, plan, device);
+    CHECK_FALSE(fit.fits());
+    CHECK_THAT(fit.verdict.reason, Catch::Contains("shared memory per block exceed the limit of 166912"));
+  }
+  SECTION("the compiler's registers: 255 x 512 threads overflow the register file") {
+    plan[0].block = {512, 1, 1};
+    KernelResources r;
+    r.registers = 255;
+    const auto fit = exec::check_fit(names, {r}, plan, device);
+    CHECK_FALSE(fit.fits());
+    CHECK_THAT(fit.verdict.reason, Catch::Contains("register file"));
+  }
+  SECTION("a plan naming a kernel the source lacks") {
+    plan[0].kernel = 3;
+    CHECK_THAT(exec::check_fit(names, {}, plan, device).verdict.reason, Catch::Contains("names kernel 3"));
+  }
+  SECTION("the emulation backend refuses to launch it") {
+    auto backend = exec::make_emu_backend({1, "sm_80"});
+    const auto& family = templates::find_family("swiglu_fwd");
+    const auto problem = family.problem_classes().front();
+    const auto module = backend->load(family.render(family.default_config(problem), problem));
+    plan[0].block = {2048, 1, 1};
+    CHECK_THROWS_WITH(backend->launch(*module, plan), Catch::StartsWith("does not fit: ") &&
+                                                          Catch::Contains("2048 threads per block"));
+  }
+}
+
+TEST_CASE("tuned kernels: configs from the cache service, compiled and loaded on the backend", "[emu][exec]") {
+  auto backend = exec::make_emu_backend({2, "sm_80"});
+  const auto& norm = templates::find_family("rmsnorm_fwd");
+  const auto& gate = templates::find_family("swiglu_fwd");
+  const templates::Problem tuned_problem{"f32", {{"rows", 67}, {"dim", 768}}};
+  const templates::Problem near_problem{"f32", {{"rows", 50}, {"dim", 768}}};
+  const templates::Problem gate_problem = gate.problem_classes().front();
+  // A tuned entry whose config is not the default, for this backend's device.
+  Config tuned = norm.default_config(tuned_problem);
+  tuned.set("threads", tuned.at("threads") == 512 ? 256 : 512);
+  REQUIRE(norm.is_valid(tuned, tuned_problem, backend->device()));
+  cache::Entry e;
+  e.key = cache_key(norm, tuned_problem, backend->device());
+  e.config = tuned.to_json();
+  e.time_ms = e.p20_ms = e.p80_ms = 1;
+  e.repetitions = 1;
+  const cache::TunedCache cache({e});
+
+  TunedKernels kernels(*backend, &cache);
+  kernels.prepare({{&norm, tuned_problem}, {&gate, gate_problem}, {&norm, near_problem}, {&norm, tuned_problem}});
+  REQUIRE(kernels.kernels().size() == 3);  // asked twice, prepared once
+  CHECK(kernels.count(cache::Match::kExact) == 1);
+  CHECK(kernels.count(cache::Match::kNearest) == 1);
+  CHECK(kernels.count(cache::Match::kNone) == 1);
+  const TunedKernel& exact = kernels.get(norm, tuned_problem);
+  CHECK(exact.chosen.config == tuned);
+  CHECK(exact.chosen.source == "exact");
+  CHECK(kernels.get(norm, near_problem).chosen.config == tuned);
+  CHECK_THAT(kernels.get(norm, near_problem).chosen.source, Catch::StartsWith("nearest (distance"));
+  CHECK(kernels.get(gate, gate_problem).chosen.config == gate.default_config(gate_problem));
+  CHECK_THAT(kernels.get(gate, gate_problem).chosen.source, Catch::StartsWith("default"));
+  CHECK_THROWS_AS(kernels.get(gate, tuned_problem), Error);
+  // The prepared modules launch and match the reference.
+  for (const auto& k : kernels.kernels())
+    CHECK(run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module) < 1e-5);
+}
+
+TEST_CASE("step kernels: the families' problems of one training step", "[exec][model]") {
+  const auto config = model::model_config("tiny");
+  const model::RunShape shape{2, 16};
+  for (const char* dtype : {"f32", "bf16"}) {
+    const auto list = model::step_kernels(config, shape, dtype);
+    std::set<std::string> families;
+    for (const auto& r : list) {
+      INFO(r.family->name() << " " << r.problem.key());
+      CHECK_NOTHROW(r.family->check_problem(r.problem));
+      CHECK(r.problem.dtype == dtype);
+      families.insert(r.family->name());
+    }
+    CHECK(families.size() == list.size());
+    CHECK(families.count("rmsnorm_fwd"));
+    CHECK(families.count("adamw"));
+    CHECK(list.front().problem.dim("rows") == shape.tokens());
+  }
+  CHECK_THROWS_AS(model::step_kernels(config, shape, "f16"), Error);
+}

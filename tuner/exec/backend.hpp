@@ -1,0 +1,114 @@
+// The one kernel-execution seam: device memory, modules, launches and
+// synchronisation behind one interface, with a CUDA implementation (the
+// run-time loaded driver; NVRTC with the on-disk binary cache) and an
+// emulation implementation (the host compiler; the grid as fibers on the
+// CPU). The tuner's runners and the model runtime both go through it; nobody
+// else calls the driver or the emulator.
+//
+//   Backend b = make_emu_backend() | make_cuda_backend()
+//   module = b.load(family.render(config, problem))      // compile (cached) + load
+//   buffers = b.allocate(...); b.upload(...)
+//   b.launch(*module, family.plan(config, problem, args, b.device()))
+//   b.synchronize(); b.download(...)
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/device_limits.hpp"
+#include "search/pruning.hpp"
+#include "templates/launch.hpp"
+#include "tuner/compiler.hpp"
+#include "tuner/runner.hpp"
+
+namespace ktune::tuner {
+
+/// How the emulation backend runs.
+struct EmuOptions {
+  unsigned workers = 0;        ///< OS threads running blocks; 0: one per hardware thread
+  std::string arch = "sm_80";  ///< whose limits the emulated device reports
+};
+
+}  // namespace ktune::tuner
+
+namespace ktune::tuner::exec {
+
+/// Device memory of a fixed size, owned by its backend; freed with the object.
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual std::uint64_t address() const = 0;
+  virtual std::size_t bytes() const = 0;
+  virtual const std::string& label() const = 0;  ///< named in fault messages
+};
+
+/// A rendered source compiled and loaded on a backend.
+class Module {
+ public:
+  virtual ~Module() = default;
+  /// Name expressions, in Rendered::kernels order.
+  virtual const std::vector<std::string>& kernel_names() const = 0;
+  /// What the compiler reported per kernel (registers, spills, static shared
+  /// memory); empty when the backend's compiler reports nothing (emulation).
+  virtual const std::vector<KernelResources>& resources() const = 0;
+  virtual double compile_ms() const = 0;  ///< 0 when it came from the binary cache
+};
+
+/// The one fit check: whether each launch of `plan` can be resident on
+/// `device`, from its geometry and, when `module` reports them, its kernel's
+/// registers and static shared memory. Returns the first failing launch's
+/// verdict prefixed with the kernel's name, or the worst passing one.
+struct FitResult {
+  search::PruneResult verdict;
+  std::string kernel;  ///< the kernel the verdict is about
+  bool fits() const { return verdict.verdict != search::Verdict::kPruned; }
+};
+FitResult check_fit(const std::vector<std::string>& kernel_names, const std::vector<KernelResources>& resources,
+                    const std::vector<templates::Launch>& plan, const DeviceLimits& device);
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  ///< "gpu" | "emu"
+  virtual const DeviceLimits& device() const = 0;
+
+  virtual std::unique_ptr<Buffer> allocate(std::size_t bytes, const std::string& label) = 0;
+  /// Host to device; complete on return, ordered before later launches.
+  virtual void upload(const Buffer& dst, const void* host, std::size_t bytes) = 0;
+  /// Device to host, after everything launched before it.
+  virtual void download(void* host, const Buffer& src, std::size_t bytes) = 0;
+  /// Every byte of `dst` set to 0xFF: NaN in every float type, so an output
+  /// never written fails validation.
+  virtual void poison(const Buffer& dst) = 0;
+
+  /// Compiles `rendered` (binary cache first) and loads it. Throws
+  /// Error(kCompile) carrying the compiler's log.
+  virtual std::shared_ptr<const Module> load(const templates::Rendered& rendered) = 0;
+  /// Compiles `sources` into the binary cache on `threads` workers (0: the
+  /// environment's default), so that loading them later is a cache hit.
+  /// Failures are not reported here: load() reports them.
+  virtual void precompile(const std::vector<templates::Rendered>& sources, unsigned threads) = 0;
+  /// Enqueues the launches of `plan` in order, after the fit check. Throws
+  /// Error(kCheckFailed) "does not fit: ..." when a launch cannot be resident,
+  /// Error(kCuda) when the driver refuses a launch, and (emulation, which
+  /// runs launches as they are enqueued) Error(kCheckFailed) "emulation: ..."
+  /// for a deadlock, an access outside the buffers, or a trap.
+  virtual void launch(const Module& module, const std::vector<templates::Launch>& plan) = 0;
+  virtual void synchronize() = 0;
+
+  /// Times `enqueue` (which launches work through this backend) per the
+  /// options: CUDA events with warm-up and L2 flush on a GPU; host wall time,
+  /// labelled as such, under emulation. Never includes compiling or loading.
+  virtual Measurement time(const std::function<void()>& enqueue, const RunOptions& options,
+                           const std::string& what) = 0;
+};
+
+/// The backend on GPU `ordinal`; throws Error(kNoDevice) when there is none.
+std::unique_ptr<Backend> make_cuda_backend(int ordinal = 0);
+
+std::unique_ptr<Backend> make_emu_backend(EmuOptions options = {});
+
+}  // namespace ktune::tuner::exec

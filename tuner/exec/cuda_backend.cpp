@@ -1,0 +1,146 @@
+// The CUDA backend (tuner/exec/backend.hpp): the driver API loaded at run
+// time (tuner/driver.hpp; libcuda is never linked), NVRTC with the on-disk
+// binary cache (tuner/compiler.hpp), one non-blocking stream, and the timing
+// harness of tuner/timing.hpp.
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "tuner/check.hpp"
+#include "tuner/device.hpp"
+#include "tuner/exec/backend.hpp"
+#include "tuner/timing.hpp"
+
+namespace ktune::tuner::exec {
+namespace {
+
+std::string first_lines(const std::string& text, int lines) {
+  std::string out;
+  int n = 0;
+  for (char c : text) {
+    if (c == '\n' && ++n == lines) break;
+    out += c;
+  }
+  return out;
+}
+
+class CudaBuffer final : public Buffer {
+ public:
+  CudaBuffer(std::size_t bytes, std::string label) : buffer_(bytes), label_(std::move(label)) {}
+  std::uint64_t address() const override { return buffer_.address(); }
+  std::size_t bytes() const override { return buffer_.bytes(); }
+  const std::string& label() const override { return label_; }
+  DeviceBuffer& device_buffer() const { return buffer_; }
+
+ private:
+  mutable DeviceBuffer buffer_;  // uploads change the contents, not the handle
+  std::string label_;
+};
+
+class CudaModule final : public Module {
+ public:
+  explicit CudaModule(const CompileResult& compiled) : module_(compiled.cubin), compile_ms_(compiled.compile_ms) {
+    for (const auto& k : compiled.kernels) {
+      names_.push_back(k.name_expression);
+      functions_.push_back(module_.function(k.lowered_name));
+    }
+    resources_ = compiled.kernels;
+    optin_.assign(functions_.size(), 0);
+  }
+  const std::vector<std::string>& kernel_names() const override { return names_; }
+  const std::vector<KernelResources>& resources() const override { return resources_; }
+  double compile_ms() const override { return compile_ms_; }
+
+  /// The kernel, with dynamic shared memory above the default 48 KB opted in.
+  CUfunction function(std::size_t i, unsigned dynamic_smem) const {
+    if (dynamic_smem > 48 * 1024 && optin_[i] < dynamic_smem) {
+      KT_CHECK_CU(Driver::get().cuFuncSetAttribute(functions_[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   static_cast<int>(dynamic_smem)));
+      optin_[i] = dynamic_smem;
+    }
+    return functions_[i];
+  }
+
+ private:
+  tuner::Module module_;
+  double compile_ms_;
+  std::vector<std::string> names_;
+  std::vector<CUfunction> functions_;
+  std::vector<KernelResources> resources_;
+  mutable std::vector<unsigned> optin_;
+};
+
+const CudaBuffer& cuda_buffer(const Buffer& b) {
+  auto* c = dynamic_cast<const CudaBuffer*>(&b);
+  KTUNE_REQUIRE(c != nullptr, "buffer '" + b.label() + "' belongs to another backend");
+  return *c;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int ordinal) : context_(ordinal), device_(context_.info().limits()) {}
+
+  std::string name() const override { return "gpu"; }
+  const DeviceLimits& device() const override { return device_; }
+
+  std::unique_ptr<Buffer> allocate(std::size_t bytes, const std::string& label) override {
+    return std::make_unique<CudaBuffer>(bytes, label);
+  }
+  void upload(const Buffer& dst, const void* host, std::size_t bytes) override {
+    KTUNE_REQUIRE(bytes <= dst.bytes(), fmt::format("upload of {} bytes into '{}' of {}", bytes, dst.label(),
+                                                    dst.bytes()));
+    cuda_buffer(dst).device_buffer().upload(host, bytes);
+  }
+  void download(void* host, const Buffer& src, std::size_t bytes) override {
+    KTUNE_REQUIRE(bytes <= src.bytes(), fmt::format("download of {} bytes from '{}' of {}", bytes, src.label(),
+                                                    src.bytes()));
+    stream_.synchronize();
+    cuda_buffer(src).device_buffer().download(host, bytes);
+  }
+  void poison(const Buffer& dst) override {
+    KT_CHECK_CU(Driver::get().cuMemsetD8Async(static_cast<CUdeviceptr>(dst.address()), 0xFF, dst.bytes(),
+                                              stream_.get()));
+  }
+
+  std::shared_ptr<const Module> load(const templates::Rendered& rendered) override {
+    const CompileResult compiled = compiler_.compile(rendered, device_.arch);
+    if (!compiled.ok) throw_error(ErrorKind::kCompile, first_lines(compiled.log, 8));
+    return std::make_shared<CudaModule>(compiled);
+  }
+
+  void precompile(const std::vector<templates::Rendered>& sources, unsigned threads) override {
+    compiler_.compile_many(sources, device_.arch, threads);
+  }
+
+  void launch(const Module& m, const std::vector<templates::Launch>& plan) override {
+    const auto* module = dynamic_cast<const CudaModule*>(&m);
+    KTUNE_REQUIRE(module != nullptr, "the module was loaded by another backend");
+    const FitResult fit = check_fit(m.kernel_names(), m.resources(), plan, device_);
+    if (!fit.fits())
+      throw_error(ErrorKind::kCheckFailed,
+                  fmt::format("does not fit: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason));
+    const Driver& d = Driver::get();
+    for (const auto& l : plan) {
+      auto args = l.args.pointers();
+      KT_CHECK_CU(d.cuLaunchKernel(module->function(static_cast<std::size_t>(l.kernel), l.dynamic_smem), l.grid[0],
+                                   l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.dynamic_smem,
+                                   stream_.get(), args.data(), nullptr));
+    }
+  }
+  void synchronize() override { stream_.synchronize(); }
+
+  Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) override {
+    return time_on_gpu([&](CUstream) { enqueue(); }, options, stream_, device_.l2_bytes, what);
+  }
+
+ private:
+  Context context_;
+  DeviceLimits device_;
+  Stream stream_;
+  Compiler compiler_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int ordinal) { return std::make_unique<CudaBackend>(ordinal); }
+
+}  // namespace ktune::tuner::exec

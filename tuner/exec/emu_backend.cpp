@@ -1,0 +1,180 @@
+// The emulation backend (tuner/exec/backend.hpp): modules compiled by the
+// host compiler (tuner/emu_module.hpp), buffers in guarded mappings
+// (tuner/emu_memory.hpp), grids run as fibers on a pool of OS threads
+// (tuner/emu_grid.hpp). Launches run as they are enqueued; every launch is
+// followed by a check of every live buffer's canary.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "base/env.hpp"
+#include "base/error.hpp"
+#include "base/thread_pool.hpp"
+#include "tuner/emu_grid.hpp"
+#include "tuner/emu_memory.hpp"
+#include "tuner/emu_module.hpp"
+#include "tuner/exec/backend.hpp"
+
+namespace ktune::tuner::exec {
+namespace {
+
+/// The buffers alive on one backend: the regions a kernel may touch.
+struct LiveBuffers {
+  std::mutex mutex;
+  std::set<const emu::GuardedBuffer*> buffers;
+};
+
+class EmuBuffer final : public Buffer {
+ public:
+  EmuBuffer(std::shared_ptr<LiveBuffers> live, std::size_t bytes, const std::string& label)
+      : live_(std::move(live)), buffer_("buffer '" + label + "'", bytes), label_(label) {
+    std::lock_guard lock(live_->mutex);
+    live_->buffers.insert(&buffer_);
+  }
+  ~EmuBuffer() override {
+    std::lock_guard lock(live_->mutex);
+    live_->buffers.erase(&buffer_);
+  }
+  std::uint64_t address() const override { return reinterpret_cast<std::uint64_t>(buffer_.data()); }
+  std::size_t bytes() const override { return buffer_.size(); }
+  const std::string& label() const override { return label_; }
+  emu::GuardedBuffer& guarded() { return buffer_; }
+
+ private:
+  std::shared_ptr<LiveBuffers> live_;
+  emu::GuardedBuffer buffer_;
+  std::string label_;
+};
+
+class EmuModule final : public Module {
+ public:
+  EmuModule(std::shared_ptr<const emu::Module> module, double compile_ms)
+      : module_(std::move(module)), compile_ms_(compile_ms) {}
+  const std::vector<std::string>& kernel_names() const override { return module_->kernel_names; }
+  const std::vector<KernelResources>& resources() const override { return no_resources_; }
+  double compile_ms() const override { return compile_ms_; }
+  const emu::Module& module() const { return *module_; }
+
+ private:
+  std::shared_ptr<const emu::Module> module_;
+  double compile_ms_;
+  std::vector<KernelResources> no_resources_;
+};
+
+EmuBuffer& emu_buffer(const Buffer& b) {
+  auto* e = dynamic_cast<const EmuBuffer*>(&b);
+  KTUNE_REQUIRE(e != nullptr, "buffer '" + b.label() + "' belongs to another backend");
+  return const_cast<EmuBuffer&>(*e);
+}
+
+class EmuBackend final : public Backend {
+ public:
+  explicit EmuBackend(EmuOptions options)
+      : device_(DeviceLimits::for_arch(options.arch)), executor_(options.workers),
+        live_(std::make_shared<LiveBuffers>()) {
+    device_.name = "host emulation (" + options.arch + " limits)";
+  }
+
+  std::string name() const override { return "emu"; }
+  const DeviceLimits& device() const override { return device_; }
+
+  std::unique_ptr<Buffer> allocate(std::size_t bytes, const std::string& label) override {
+    return std::make_unique<EmuBuffer>(live_, bytes, label);
+  }
+  void upload(const Buffer& dst, const void* host, std::size_t bytes) override {
+    KTUNE_REQUIRE(bytes <= dst.bytes(), fmt::format("upload of {} bytes into '{}' of {}", bytes, dst.label(),
+                                                    dst.bytes()));
+    if (bytes) std::memcpy(emu_buffer(dst).guarded().data(), host, bytes);
+  }
+  void download(void* host, const Buffer& src, std::size_t bytes) override {
+    KTUNE_REQUIRE(bytes <= src.bytes(), fmt::format("download of {} bytes from '{}' of {}", bytes, src.label(),
+                                                    src.bytes()));
+    if (bytes) std::memcpy(host, emu_buffer(src).guarded().data(), bytes);
+  }
+  void poison(const Buffer& dst) override { emu_buffer(dst).guarded().fill(0xff); }
+
+  std::shared_ptr<const Module> load(const templates::Rendered& rendered) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto module = emu::load_module(rendered);
+    const double ms = module->from_cache
+                          ? 0.0
+                          : std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return std::make_shared<EmuModule>(std::move(module), ms);
+  }
+
+  void precompile(const std::vector<templates::Rendered>& sources, unsigned threads) override {
+    ThreadPool pool(threads ? threads : env::compile_threads());
+    std::vector<std::future<void>> done;
+    for (const auto& r : sources)
+      done.push_back(pool.submit([&r] {
+        try {
+          emu::load_module(r);
+        } catch (const Error&) {
+          // load() reports it, with the compiler's log.
+        }
+      }));
+    for (auto& f : done) f.get();
+  }
+
+  void launch(const Module& m, const std::vector<templates::Launch>& plan) override {
+    const auto* module = dynamic_cast<const EmuModule*>(&m);
+    KTUNE_REQUIRE(module != nullptr, "the module was loaded by another backend");
+    const FitResult fit = check_fit(m.kernel_names(), m.resources(), plan, device_);
+    if (!fit.fits())
+      throw_error(ErrorKind::kCheckFailed,
+                  fmt::format("does not fit: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason));
+    for (const auto& l : plan) {
+      auto args = l.args.pointers();
+      emu::GridLaunch g;
+      g.module = &module->module();
+      g.kernel = l.kernel;
+      g.grid = l.grid;
+      g.block = l.block;
+      g.dynamic_smem = l.dynamic_smem;
+      g.args = args.data();
+      std::lock_guard lock(live_->mutex);
+      for (const auto* b : live_->buffers) g.regions.push_back(&b->region());
+      executor_.run(g);
+      for (const auto* b : live_->buffers)
+        if (auto bad = b->check_canary(); !bad.empty())
+          throw_error(ErrorKind::kCheckFailed,
+                      fmt::format("emulation: {} by kernel {}", bad, m.kernel_names()[static_cast<std::size_t>(l.kernel)]));
+    }
+  }
+  void synchronize() override {}
+
+  Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) override {
+    // Host wall time: it ranks nothing on a GPU, but lets a whole tuning
+    // session, winner rule included, run end to end without one.
+    std::vector<double> samples;
+    double total_ms = 0;
+    const int most = std::max(1, options.max_repetitions);
+    while (static_cast<int>(samples.size()) < most &&
+           (samples.empty() ||
+            (static_cast<int>(samples.size()) < options.min_repetitions && total_ms < options.min_seconds * 1e3))) {
+      const auto t0 = std::chrono::steady_clock::now();
+      enqueue();
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      samples.push_back(ms);
+      total_ms += ms;
+    }
+    Measurement m = summarize(samples);
+    m.method = fmt::format("host emulation wall time of {} ({} repetitions; not a GPU measurement)", what,
+                           m.repetitions);
+    return m;
+  }
+
+ private:
+  DeviceLimits device_;
+  emu::GridExecutor executor_;
+  std::shared_ptr<LiveBuffers> live_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_emu_backend(EmuOptions options) { return std::make_unique<EmuBackend>(options); }
+
+}  // namespace ktune::tuner::exec

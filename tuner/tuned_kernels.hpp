@@ -1,0 +1,74 @@
+// From the tuned cache to launchable kernels: for each (family, problem) a
+// run needs, the config (the cache's exact entry, else its nearest tuned
+// shape, else the family default — always checked against the family's space
+// and constraints), rendered, compiled in parallel through the binary cache,
+// and loaded on an execution backend. The model runtime and the benchmarks
+// get their kernels here.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/tuned_cache.hpp"
+#include "templates/family.hpp"
+#include "tuner/exec/backend.hpp"
+
+namespace ktune::tuner {
+
+/// The cache key of `family` on `problem` for `device`, with this NVRTC.
+cache::Key cache_key(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device);
+
+/// A config and where it came from.
+struct ChosenConfig {
+  Config config;
+  cache::Match match = cache::Match::kNone;  ///< kNone: the family default
+  std::string source;  ///< "exact", "nearest (distance 1.00, tuned for ...)", "default (...)"
+};
+
+/// The config `family` uses for `problem` on `device`; `tuned` may be null
+/// (the default). Stale entries the lookup skipped are appended to `warnings`.
+ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
+                           const DeviceLimits& device, const cache::TunedCache* tuned,
+                           std::vector<std::string>* warnings = nullptr);
+
+/// One (family, problem) a run needs.
+struct KernelRequest {
+  const templates::Family* family = nullptr;
+  templates::Problem problem;
+};
+
+/// A kernel ready to launch: plan it with the family's typed API and hand the
+/// launches to the backend with `module`.
+struct TunedKernel {
+  const templates::Family* family = nullptr;
+  templates::Problem problem;
+  ChosenConfig chosen;
+  std::shared_ptr<const exec::Module> module;
+};
+
+class TunedKernels {
+ public:
+  /// `tuned` may be null (every kernel at its family default); both must
+  /// outlive this object.
+  TunedKernels(exec::Backend& backend, const cache::TunedCache* tuned);
+
+  /// Chooses, renders, compiles (in parallel, on `threads` workers; 0: the
+  /// environment's default) and loads every request not loaded yet. Throws
+  /// Error(kCompile) naming the family and problem when one fails to compile.
+  void prepare(const std::vector<KernelRequest>& requests, unsigned threads = 0);
+  /// The prepared kernel; throws kInvalidInput when it was never prepared.
+  const TunedKernel& get(const templates::Family& family, const templates::Problem& problem) const;
+
+  const std::vector<TunedKernel>& kernels() const { return kernels_; }
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  /// How many prepared kernels came from an exact entry, a nearest one, the default.
+  std::size_t count(cache::Match match) const;
+
+ private:
+  exec::Backend& backend_;
+  const cache::TunedCache* tuned_;
+  std::vector<TunedKernel> kernels_;
+  std::vector<std::string> warnings_;
+};
+
+}  // namespace ktune::tuner
