@@ -3,6 +3,7 @@
 // is restarted when a variant crashes or hangs; log every result as it
 // arrives, and put the winner into a tuned cache.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -12,7 +13,9 @@
 #include "base/error.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
+#include "cli/model_args.hpp"
 #include "cli/options.hpp"
+#include "model/step_kernels.hpp"
 #include "search/kt_format.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
@@ -25,23 +28,31 @@ namespace ktune::cli {
 
 void add_tune_command(CLI::App& app, Global& global) {
   struct Opts {
-    std::string family, problem, cache = "tuned.json", log, backend = "gpu";
+    std::string family, problem, cache = "tuned.json", log, backend = "gpu", dtype = "f32";
+    ModelArgs model;
     tuner::TuneOptions tune;
     double timeout_s = 120;
     std::string shard, export_kt;
     bool no_isolate = false;
   };
   auto opts = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem on the GPU and cache the winner");
-  cmd->add_option("--family", opts->family, "Kernel family (see `ktune render --family F --space`)")->required();
-  cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}")->required();
+  auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem (--family, --problem), or every kernel "
+                                         "one training step of a model needs (--model, --ctx, --dtype), on the GPU, "
+                                         "and cache the winners");
+  cmd->add_option("--family", opts->family, "Kernel family (see `ktune render --family F --space`)");
+  cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}");
+  add_model_options(cmd, opts->model, /*shape=*/true, /*threads=*/false);
+  cmd->add_option("--dtype", opts->dtype, "With --model: f32, or bf16 (bf16 activations, fp32 weights and state)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--strategy", opts->tune.strategy, "Search strategy")->capture_default_str();
   cmd->add_option("--budget", opts->tune.budget,
                   "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
                   "(N evaluations without improvement), or a sum of these (\"200+15m\"); default: the whole space");
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
-  cmd->add_option("--log", opts->log, "Session log (JSON lines); default: <cache>.<family>.<problem>.log");
+  cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); default: "
+                                      "<cache>.<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
   cmd->add_option("--backend", opts->backend, "gpu, or emu (the host emulation: checks the whole loop; its times "
                                               "are host wall times, not GPU times)")
@@ -56,9 +67,18 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "Also write this session's evaluations as a Kernel Tuner cache file (.json or .json.gz)");
   cmd->add_flag("--no-isolate", opts->no_isolate,
                 "Run variants in this process (faster start; a crashing variant then ends the session)");
-  cmd->callback([opts, &global] {
-    const auto& family = templates::find_family(opts->family);
-    const auto problem = problem_arg(family, opts->problem);
+  cmd->callback([opts, cmd, &global] {
+    const bool by_model = cmd->get_option("--model")->count() > 0;
+    KTUNE_REQUIRE(by_model != !opts->family.empty(),
+                  "give either --family with --problem, or --model (with --ctx, --batch, --dtype)");
+    KTUNE_REQUIRE(by_model || !opts->problem.empty(), "--family needs --problem");
+    std::vector<tuner::KernelRequest> requests;
+    if (by_model) {
+      requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4), opts->dtype);
+    } else {
+      const auto& family = templates::find_family(opts->family);
+      requests.push_back({&family, problem_arg(family, opts->problem)});
+    }
     search::require_strategy(opts->tune.strategy);  // reject an unknown strategy or budget before any GPU work
     if (!opts->tune.budget.empty()) search::parse_budget(opts->tune.budget);
     if (!opts->shard.empty()) {
@@ -69,13 +89,9 @@ void add_tune_command(CLI::App& app, Global& global) {
       opts->tune.shard_index = i;
       opts->tune.shard_count = n;
     }
+    KTUNE_REQUIRE(requests.size() == 1 || opts->export_kt.empty(), "--export-kt takes one --family, not --model");
     cache::CacheFile cache_file(opts->cache);
     cache_file.load();  // a corrupt cache file stops us before the search, not after
-    std::string problem_tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
-    std::replace(problem_tag.begin(), problem_tag.end(), ';', '-');
-    problem_tag.erase(std::remove(problem_tag.begin(), problem_tag.end(), '='), problem_tag.end());
-    opts->tune.log_path =
-        opts->log.empty() ? opts->cache + "." + family.name() + "." + problem_tag + ".log" : opts->log;
     opts->tune.run.time = true;
     // One core stays with the runner, the rest compile ahead of it.
     opts->tune.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
@@ -85,44 +101,71 @@ void add_tune_command(CLI::App& app, Global& global) {
     tuner::IsolationOptions isolation;
     isolation.timeout_s = opts->timeout_s;
     auto runner = opts->no_isolate ? make_inner() : tuner::make_isolated_runner(make_inner, isolation);
-    auto progress = [&](const tuner::Record& r, const search::Progress& p) {
-      const std::string eta = p.eta_s >= 0 ? fmt::format("ETA {:.0f} s", p.eta_s) : "ETA ?";
-      std::cerr << fmt::format("\r[{:>5} evaluated, {} failed] best {:.4f} ms, {}  {:<50.50}", p.state->evaluations,
-                               p.state->failures, p.state->best_ms, eta,
-                               r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure))
-                << std::flush;
-    };
-    const auto summary = tuner::tune(family, problem, *runner, opts->tune, progress);
-    std::cerr << "\n";
-    if (!summary.best) throw_error(ErrorKind::kCheckFailed, "no config of " + family.name() + " passed validation");
-    cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
-    if (!opts->export_kt.empty()) {
-      search::KtHeader header;
-      header.device_name = runner->device().name;
-      header.kernel_name = family.name();
-      header.problem_size = problem.to_json()["dims"];
-      search::write_kernel_tuner_cache(opts->export_kt, family.space(), summary.records, header);
+
+    nlohmann::json results = nlohmann::json::array();
+    std::string table = "| family | problem | best config | time (ms, p20-p80) | vs default | evaluations | pruned | "
+                        "failed | tied finalists | stopped by |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    std::string method;
+    std::vector<std::string> logs, failed;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const auto& family = *requests[i].family;
+      const auto& problem = requests[i].problem;
+      std::string problem_tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
+      std::replace(problem_tag.begin(), problem_tag.end(), ';', '-');
+      problem_tag.erase(std::remove(problem_tag.begin(), problem_tag.end(), '='), problem_tag.end());
+      const std::string stem = opts->log.empty() ? opts->cache : opts->log;
+      tuner::TuneOptions tune = opts->tune;
+      tune.log_path = !opts->log.empty() && requests.size() == 1
+                          ? opts->log
+                          : stem + "." + family.name() + "." + problem_tag + ".log";
+      logs.push_back(tune.log_path);
+      if (requests.size() > 1)
+        std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
+      auto progress = [&](const tuner::Record& r, const search::Progress& p) {
+        const std::string eta = p.eta_s >= 0 ? fmt::format("ETA {:.0f} s", p.eta_s) : "ETA ?";
+        std::cerr << fmt::format("\r[{:>5} evaluated, {} failed] best {:.4f} ms, {}  {:<50.50}",
+                                 p.state->evaluations, p.state->failures, p.state->best_ms, eta,
+                                 r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure))
+                  << std::flush;
+      };
+      const auto summary = tuner::tune(family, problem, *runner, tune, progress);
+      std::cerr << "\n";
+      if (!summary.best) {
+        failed.push_back(family.name() + " on " + problem.key());
+        continue;
+      }
+      cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
+      if (!opts->export_kt.empty()) {
+        search::KtHeader header;
+        header.device_name = runner->device().name;
+        header.kernel_name = family.name();
+        header.problem_size = problem.to_json()["dims"];
+        search::write_kernel_tuner_cache(opts->export_kt, family.space(), summary.records, header);
+      }
+      const auto& t = *summary.best->result.timing;
+      method = t.method;
+      results.push_back({{"family", family.name()}, {"problem", problem.to_json()},
+                         {"best_config", summary.best->config.to_json()}, {"time_ms", t.median_ms},
+                         {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms},
+                         {"speedup_over_default", summary.speedup_over_default()},
+                         {"evaluations", summary.evaluations}, {"failures", summary.failures},
+                         {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", tune.log_path}});
+      table += fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} | {} | {} | {} |\n",
+                           family.name(), problem.key(), summary.best->config.str(), t.median_ms, t.p20_ms, t.p80_ms,
+                           summary.speedup_over_default(), summary.evaluations, summary.pruned,
+                           summary.failures - summary.pruned, summary.tied, summary.stopped_by);
     }
-    const auto& t = *summary.best->result.timing;
     if (global.json) {
-      std::cout << nlohmann::json{{"family", family.name()}, {"problem", problem.to_json()},
-                                  {"best_config", summary.best->config.to_json()}, {"time_ms", t.median_ms},
-                                  {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms},
-                                  {"speedup_over_default", summary.speedup_over_default()},
-                                  {"evaluations", summary.evaluations}, {"failures", summary.failures},
-                                  {"seconds", summary.seconds}, {"cache", opts->cache}}
-                       .dump(2)
-                << "\n";
-      return;
+      std::cout << (requests.size() == 1 && !results.empty() ? results[0] : results).dump(2) << "\n";
+    } else {
+      std::cout << table;
+      if (!method.empty()) std::cout << "measured: " << method << "\n";
+      std::cout << fmt::format("{} winner{} written to {}; session log{} {}\n", results.size(),
+                               results.size() == 1 ? "" : "s", opts->cache, logs.size() == 1 ? "" : "s",
+                               logs.size() == 1 ? logs[0] : opts->cache + ".<family>.<problem>.log");
     }
-    std::cout << fmt::format("| family | problem | best config | time (ms, p20-p80) | vs default | evaluations | "
-                             "pruned | failed | tied finalists | stopped by |\n|---|---|---|---|---|---|---|---|---|---|\n");
-    std::cout << fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} | {} | {} | {} |\n",
-                             family.name(), problem.key(), summary.best->config.str(), t.median_ms, t.p20_ms,
-                             t.p80_ms, summary.speedup_over_default(), summary.evaluations, summary.pruned,
-                             summary.failures - summary.pruned, summary.tied, summary.stopped_by);
-    std::cout << "measured: " << t.method << "\n";
-    std::cout << "winner written to " << opts->cache << "; session log " << opts->tune.log_path << "\n";
+    if (!failed.empty())
+      throw_error(ErrorKind::kCheckFailed, fmt::format("no config passed validation for {}", fmt::join(failed, ", ")));
   });
 }
 

@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -36,5 +37,30 @@ TEST_CASE("CLI: ktune tune runs with every strategy and writes the winner", "[cl
                         " --strategy hill --cache " + (dir / "none.json").string(),
                     &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown strategy 'hill'; known: "));
+  CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
+}
+
+TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-model");
+  const auto cache = dir / "tiny.json";
+  std::string out;
+  const int rc = run_command(ktune_exe().string() + " tune --backend emu --model tiny --ctx 16 --batch 2 --budget 1 "
+                                                    "--cache " + cache.string(),
+                             &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  std::ifstream in(cache);
+  const auto j = nlohmann::json::parse(in);
+  std::set<std::string> families;
+  for (const auto& e : j["entries"]) families.insert(e["key"]["family"].get<std::string>());
+  for (const char* f : {"rmsnorm_fwd", "rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "rope_fwd", "rope_bwd",
+                        "cross_entropy_fwd", "cross_entropy_bwd", "adamw"})
+    CHECK(families.count(f) == 1);
+  CHECK_THAT(out, Catch::Contains("9 winners written to"));
+
+  CHECK(run_command(ktune_exe().string() + " tune --backend emu --model tiny --family swiglu_fwd --cache " +
+                        (dir / "none.json").string(),
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("give either --family with --problem, or --model"));
   CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
 }
