@@ -8,9 +8,9 @@
 #include "base/error.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "tuner/adam_bench.hpp"
-#include "tuner/gpu_runner.hpp"
-#include "tuner/timing.hpp"
+#include "tuner/bench/adam_bench.hpp"
+#include "tuner/run/gpu_runner.hpp"
+#include "tuner/cuda/timing.hpp"
 
 namespace ktune::cli {
 

@@ -6,7 +6,7 @@
 
 #include "base/error.hpp"
 #include "cli/commands.hpp"
-#include "tuner/compile_check.hpp"
+#include "tuner/compile/compile_check.hpp"
 
 namespace ktune::cli {
 

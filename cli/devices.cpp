@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
-#include "tuner/device.hpp"
+#include "tuner/cuda/device.hpp"
 
 namespace ktune::cli {
 

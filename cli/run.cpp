@@ -9,9 +9,9 @@
 #include "base/error.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "tuner/emu_runner.hpp"
-#include "tuner/emu_speed.hpp"
-#include "tuner/gpu_runner.hpp"
+#include "tuner/run/emu_runner.hpp"
+#include "tuner/emu/speed.hpp"
+#include "tuner/run/gpu_runner.hpp"
 
 namespace ktune::cli {
 namespace {

@@ -19,10 +19,10 @@
 #include "search/kt_format.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
-#include "tuner/emu_runner.hpp"
-#include "tuner/gpu_runner.hpp"
-#include "tuner/isolated_runner.hpp"
-#include "tuner/session.hpp"
+#include "tuner/run/emu_runner.hpp"
+#include "tuner/run/gpu_runner.hpp"
+#include "tuner/run/isolated_runner.hpp"
+#include "tuner/session/session.hpp"
 
 namespace ktune::cli {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/config.hpp"
-#include "tuner/tuned_kernels.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::model {
 

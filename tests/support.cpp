@@ -9,8 +9,8 @@
 #include <iostream>
 #include <unistd.h>
 
-#if __has_include("tuner/driver.hpp")
-#include "tuner/driver.hpp"
+#if __has_include("tuner/cuda/driver.hpp")
+#include "tuner/cuda/driver.hpp"
 #define KTUNE_TEST_HAS_DRIVER 1
 #endif
 

@@ -3,11 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include "support.hpp"
-#include "tuner/device.hpp"
-#include "tuner/gpu_runner.hpp"
-#include "tuner/isolated_runner.hpp"
-#include "tuner/session.hpp"
-#include "tuner/timing.hpp"
+#include "tuner/cuda/device.hpp"
+#include "tuner/run/gpu_runner.hpp"
+#include "tuner/run/isolated_runner.hpp"
+#include "tuner/session/session.hpp"
+#include "tuner/cuda/timing.hpp"
 
 using namespace ktune;
 using namespace ktune::tuner;

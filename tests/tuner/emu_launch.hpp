@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "templates/family.hpp"
-#include "tuner/emu_grid.hpp"
-#include "tuner/emu_memory.hpp"
-#include "tuner/emu_module.hpp"
-#include "tuner/emu_runner.hpp"
+#include "tuner/emu/grid.hpp"
+#include "tuner/emu/memory.hpp"
+#include "tuner/emu/module.hpp"
+#include "tuner/run/emu_runner.hpp"
 
 namespace ktune::test {
 

@@ -8,9 +8,9 @@
 
 #include "templates/embedded.hpp"
 #include "templates/family.hpp"
-#include "tuner/emu_grid.hpp"
-#include "tuner/emu_memory.hpp"
-#include "tuner/emu_module.hpp"
+#include "tuner/emu/grid.hpp"
+#include "tuner/emu/memory.hpp"
+#include "tuner/emu/module.hpp"
 
 namespace ktune::test {
 

@@ -7,7 +7,7 @@
 #include "support.hpp"
 #include "templates/family.hpp"
 #include "templates/sampled_configs.hpp"
-#include "tuner/gpu_runner.hpp"
+#include "tuner/run/gpu_runner.hpp"
 
 using namespace ktune;
 

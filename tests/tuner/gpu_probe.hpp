@@ -11,9 +11,9 @@
 
 #include "templates/embedded.hpp"
 #include "templates/family.hpp"
-#include "tuner/check.hpp"
-#include "tuner/compiler.hpp"
-#include "tuner/device.hpp"
+#include "tuner/cuda/check.hpp"
+#include "tuner/compile/compiler.hpp"
+#include "tuner/cuda/device.hpp"
 
 namespace ktune::test {
 

@@ -21,8 +21,8 @@
 #include "base/device_limits.hpp"
 #include "search/pruning.hpp"
 #include "templates/launch.hpp"
-#include "tuner/compiler.hpp"
-#include "tuner/runner.hpp"
+#include "tuner/compile/compiler.hpp"
+#include "tuner/run/runner.hpp"
 
 namespace ktune::tuner {
 

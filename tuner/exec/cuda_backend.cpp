@@ -5,10 +5,10 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
-#include "tuner/check.hpp"
-#include "tuner/device.hpp"
+#include "tuner/cuda/check.hpp"
+#include "tuner/cuda/device.hpp"
 #include "tuner/exec/backend.hpp"
-#include "tuner/timing.hpp"
+#include "tuner/cuda/timing.hpp"
 
 namespace ktune::tuner::exec {
 namespace {

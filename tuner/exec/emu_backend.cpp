@@ -13,9 +13,9 @@
 #include "base/env.hpp"
 #include "base/error.hpp"
 #include "base/thread_pool.hpp"
-#include "tuner/emu_grid.hpp"
-#include "tuner/emu_memory.hpp"
-#include "tuner/emu_module.hpp"
+#include "tuner/emu/grid.hpp"
+#include "tuner/emu/memory.hpp"
+#include "tuner/emu/module.hpp"
 #include "tuner/exec/backend.hpp"
 
 namespace ktune::tuner::exec {

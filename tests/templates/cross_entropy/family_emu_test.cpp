@@ -14,11 +14,11 @@
 
 #include "templates/cross_entropy/cross_entropy.hpp"
 #include "templates/render.hpp"
-#include "tuner/emu_grid.hpp"
+#include "tuner/emu/grid.hpp"
 #include "tuner/emu_launch.hpp"
-#include "tuner/emu_memory.hpp"
-#include "tuner/emu_module.hpp"
-#include "tuner/emu_runner.hpp"
+#include "tuner/emu/memory.hpp"
+#include "tuner/emu/module.hpp"
+#include "tuner/run/emu_runner.hpp"
 
 using namespace ktune;
 using namespace ktune::templates;

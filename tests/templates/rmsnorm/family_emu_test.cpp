@@ -9,10 +9,10 @@
 
 #include "templates/render.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
-#include "tuner/emu_grid.hpp"
-#include "tuner/emu_memory.hpp"
-#include "tuner/emu_module.hpp"
-#include "tuner/emu_runner.hpp"
+#include "tuner/emu/grid.hpp"
+#include "tuner/emu/memory.hpp"
+#include "tuner/emu/module.hpp"
+#include "tuner/run/emu_runner.hpp"
 #include "tuner/emu_launch.hpp"
 
 using namespace ktune;

@@ -13,8 +13,8 @@
 #include "cache/key.hpp"
 #include "cache/tuned_cache.hpp"
 #include "model/step_kernels.hpp"
-#include "tuner/compiler.hpp"
-#include "tuner/tuned_kernels.hpp"
+#include "tuner/compile/compiler.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 using namespace ktune;
 using namespace ktune::tuner;

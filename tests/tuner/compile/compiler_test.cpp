@@ -1,0 +1,178 @@
+// NVRTC compilation (no GPU needed): every AdamW variant, and the defaults and
+// a seeded sample of every registered family, for sm_80 and sm_90; the
+// resource report; the binary cache (hit, miss, corrupt, concurrent).
+#include "tuner/compile/compiler.hpp"
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "base/files.hpp"
+#include "support.hpp"
+#include "tuner/compile/compile_check.hpp"
+
+using namespace ktune;
+using namespace ktune::tuner;
+namespace fs = std::filesystem;
+
+namespace {
+templates::Rendered probe(const std::string& body_tag) {
+  templates::Rendered r;
+  r.source = "template <int N> __global__ void probe(float* x) { __shared__ float s[N]; s[threadIdx.x] = x[threadIdx.x]"
+             " * 2; __syncthreads(); x[threadIdx.x] = s[N - 1 - threadIdx.x]; } // " + body_tag + "\n";
+  r.kernels = {"probe<64>"};
+  return r;
+}
+}  // namespace
+
+TEST_CASE("every AdamW variant compiles for sm_80 and sm_90 and defaults do not spill", "[compile]") {
+  const Compiler compiler;
+  std::vector<const templates::Family*> families = {&templates::find_family("adamw"),
+                                                    &templates::find_family("adamw_single"),
+                                                    &templates::find_family("adamw_eager")};
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    CompileCheckOptions o;
+    o.arch = arch;
+    o.which = CompileCheckOptions::Which::kAll;
+    const auto s = compile_check(families, o, compiler);
+    INFO(s.line());
+    for (const auto& row : s.rows)
+      if (!row.failure.empty()) FAIL_CHECK(row.family << " " << row.config.str() << ": " << row.failure << "\n"
+                                                      << row.result.log);
+    CHECK(s.failures == 0);
+    CHECK(s.rows.size() > 300);
+    for (const auto& row : s.rows) {
+      REQUIRE(row.result.ok);
+      for (const auto& k : row.result.kernels) {
+        CHECK(k.registers > 0);
+        if (row.is_default) CHECK(k.spill_bytes() == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("every family's defaults and a seeded sample compile for sm_80 and sm_90 without default spills",
+          "[compile]") {
+  const Compiler compiler;
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    CompileCheckOptions o;
+    o.arch = arch;
+    o.which = CompileCheckOptions::Which::kSample;
+    o.sample = 4;
+    o.seed = 11;
+    const auto s = compile_check({}, o, compiler);  // every registered family
+    INFO(s.line());
+    for (const auto& row : s.rows)
+      if (!row.failure.empty()) FAIL_CHECK(row.family << " " << row.config.str() << ": " << row.failure << "\n"
+                                                      << row.result.log);
+    CHECK(s.failures == 0);
+    for (const auto* family : templates::all_families()) {
+      INFO(family->name());
+      const auto defaults = std::count_if(s.rows.begin(), s.rows.end(), [&](const CompileCheckRow& r) {
+        return r.family == family->name() && r.is_default;
+      });
+      CHECK(static_cast<std::size_t>(defaults) == family->problem_classes().size());
+    }
+    for (const auto& row : s.rows)
+      for (const auto& k : row.result.kernels)
+        if (row.is_default) CHECK(k.spill_bytes() == 0);
+  }
+}
+
+TEST_CASE("resource report: registers, shared memory and spills are parsed", "[compile]") {
+  const Compiler compiler(test::scratch_dir("cubin").string(), true);
+  const auto r = compiler.compile(probe("report"), "sm_90");
+  REQUIRE(r.ok);
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(r.kernels[0].lowered_name == "_Z5probeILi64EEvPf");
+  CHECK(r.kernels[0].registers > 0);
+  CHECK(r.kernels[0].static_smem_bytes == 64 * 4);
+  CHECK(r.kernels[0].spill_bytes() == 0);
+  CHECK(r.cubin.size() > 100);
+  const auto parsed = parse_ptxas_report(
+      "ptxas info    : Compiling entry function '_Z1kv' for 'sm_90'\n"
+      "ptxas info    : Function properties for _Z1kv\n"
+      "ptxas         .     24 bytes stack frame, 16 bytes spill stores, 8 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers, 1024 bytes smem, 400 bytes cmem[0]\n");
+  REQUIRE(parsed.size() == 1);
+  CHECK(parsed[0].registers == 255);
+  CHECK(parsed[0].spill_bytes() == 24);
+  CHECK(parsed[0].stack_bytes == 24);
+  CHECK(parsed[0].static_smem_bytes == 1024);
+}
+
+TEST_CASE("a variant that fails to compile is a result with its log", "[compile]") {
+  const Compiler compiler(test::scratch_dir("cubin").string(), true);
+  templates::Rendered bad;
+  bad.source = "__global__ void k(float* x) { x[0] = undeclared_name; }\n";
+  bad.kernels = {"k"};
+  const auto r = compiler.compile(bad, "sm_90");
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.log, Catch::Contains("undeclared_name"));
+  CHECK(r.cubin.empty());
+  // Static shared memory above 48 KiB does not compile either.
+  templates::Rendered big;
+  big.source = "__global__ void k(float* x) { __shared__ float s[16384]; s[threadIdx.x] = 1; x[0] = s[1]; }\n";
+  big.kernels = {"k"};
+  CHECK_FALSE(compiler.compile(big, "sm_90").ok);
+}
+
+TEST_CASE("binary cache: miss, hit, corrupt entry, other arch", "[compile]") {
+  const auto dir = test::scratch_dir("cubin");
+  const Compiler compiler(dir.string(), true);
+  const auto first = compiler.compile(probe("cache"), "sm_90");
+  REQUIRE(first.ok);
+  CHECK_FALSE(first.cache_hit);
+  const auto second = compiler.compile(probe("cache"), "sm_90");
+  CHECK(second.cache_hit);
+  CHECK(second.cubin == first.cubin);
+  CHECK(second.kernels[0].registers == first.kernels[0].registers);
+  CHECK(second.key == first.key);
+
+  SECTION("a corrupt binary is recompiled, not loaded") {
+    write_file_atomic(dir / (first.key + ".cubin"), "garbage");
+    const auto again = compiler.compile(probe("cache"), "sm_90");
+    CHECK(again.ok);
+    CHECK_FALSE(again.cache_hit);
+    CHECK(again.cubin == first.cubin);
+    CHECK(compiler.compile(probe("cache"), "sm_90").cache_hit);
+  }
+  SECTION("truncated metadata is a miss") {
+    std::ofstream(dir / (first.key + ".json")) << "{\"arch\":";
+    CHECK_FALSE(compiler.compile(probe("cache"), "sm_90").cache_hit);
+  }
+  SECTION("the key covers arch and source") {
+    CHECK(compiler.compile(probe("cache"), "sm_80").key != first.key);
+    CHECK(compiler.compile(probe("other"), "sm_90").key != first.key);
+  }
+}
+
+TEST_CASE("binary cache: concurrent writers of the same entry leave one valid entry", "[compile]") {
+  const auto dir = test::scratch_dir("cubin");
+  std::vector<std::thread> threads;
+  std::vector<CompileResult> results(4);
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] { results[static_cast<std::size_t>(i)] = Compiler(dir.string(), true).compile(probe("race"), "sm_90"); });
+  for (auto& t : threads) t.join();
+  for (const auto& r : results) CHECK(r.ok);
+  const auto hit = Compiler(dir.string(), true).compile(probe("race"), "sm_90");
+  CHECK(hit.cache_hit);
+  CHECK(hit.cubin == results[0].cubin);
+  std::size_t temps = 0;
+  for (const auto& e : fs::directory_iterator(dir)) temps += e.path().filename().string().find(".tmp.") != std::string::npos;
+  CHECK(temps == 0);
+}
+
+TEST_CASE("compile_many compiles in parallel and keeps order", "[compile]") {
+  const Compiler compiler(test::scratch_dir("cubin").string(), false);
+  std::vector<templates::Rendered> sources = {probe("a"), probe("b"), probe("c")};
+  sources[1].source = "__global__ void k() { nonsense }\n";
+  sources[1].kernels = {"k"};
+  const auto results = compiler.compile_many(sources, "sm_80", 2);
+  REQUIRE(results.size() == 3);
+  CHECK(results[0].ok);
+  CHECK_FALSE(results[1].ok);
+  CHECK(results[2].ok);
+}

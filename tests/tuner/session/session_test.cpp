@@ -1,0 +1,217 @@
+// Tuning sessions on a scripted runner: failures are results, every result
+// is logged as it arrives, --resume reuses the log, the winner is cached.
+#include "tuner/session/session.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "cache/store.hpp"
+#include "cache/tuned_cache.hpp"
+#include "support.hpp"
+#include "tuner/compile/compiler.hpp"
+
+using namespace ktune;
+using namespace ktune::tuner;
+namespace fs = std::filesystem;
+
+namespace {
+/// Times follow a formula of the config; threads == 1024 fails to "launch".
+class ScriptedRunner final : public Runner {
+ public:
+  std::string backend() const override { return "scripted"; }
+  const DeviceLimits& device() const override { return device_; }
+  RunResult run(const Family&, const Config& c, const Problem&, const RunOptions& o) override {
+    ++calls;
+    seen.insert(c);
+    RunResult r;
+    if (c.at("threads") == 1024) {
+      r.failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";
+      return r;
+    }
+    r.ok = true;
+    if (o.time) {
+      Measurement m;
+      m.median_ms = 1.0 + std::abs(c.at("threads") - 256) / 256.0 + (4 - c.at("vec")) * 0.1;
+      m.p20_ms = m.median_ms * 0.99;
+      m.p80_ms = m.median_ms * 1.01;
+      m.repetitions = 10;
+      r.timing = m;
+    }
+    return r;
+  }
+  int calls = 0;
+  std::set<Config> seen;
+  DeviceLimits device_ = DeviceLimits::for_arch("sm_90");
+};
+}  // namespace
+
+TEST_CASE("an exhaustive session finds the fastest config and survives failing variants", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  ScriptedRunner runner;
+  TuneOptions o;
+  o.run.time = true;
+  o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
+  const auto s = tune(family, problem, runner, o);
+  REQUIRE(s.best);
+  CHECK(s.best->config == Config({{"threads", 256}, {"vec", 4}}));
+  CHECK(s.evaluations == family.space().size());
+  CHECK(s.failures == 3);  // threads = 1024 with each vec
+  CHECK(runner.seen.size() == family.space().size());
+  std::ifstream log(o.log_path);
+  int lines = 0;
+  for (std::string l; std::getline(log, l);) ++lines;
+  CHECK(lines == 1 + static_cast<int>(family.space().size()));  // header + one line per evaluation
+}
+
+TEST_CASE("a resumed session reuses logged results and re-runs only the rest", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;
+  o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
+  {
+    ScriptedRunner first;
+    o.budget = "5";  // the default and four more, within the budget: a session stopped early, as by Ctrl-C
+    const auto s = tune(family, problem, first, o);
+    CHECK(first.calls == 5);
+    CHECK(s.evaluations == 5);
+  }
+  // A crash may cut the last line short: that evaluation simply runs again.
+  std::ofstream(o.log_path, std::ios::app) << "{\"config\":{\"thr";
+  ScriptedRunner second;
+  o.budget = "";
+  o.resume = true;
+  const auto s = tune(family, problem, second, o);
+  CHECK(s.resumed == 5);
+  CHECK(second.calls == static_cast<int>(family.space().size()) - 5);
+  CHECK(s.best->config == Config({{"threads", 256}, {"vec", 4}}));
+}
+
+TEST_CASE("a log from another family or problem is refused on resume", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  TuneOptions o;
+  o.run.time = true;
+  o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
+  ScriptedRunner runner;
+  o.budget = "2";
+  tune(family, Problem{"f32", {{"tensors", 2}, {"numel", 1000}}}, runner, o);
+  o.resume = true;
+  CHECK_THROWS_WITH(tune(family, Problem{"f32", {{"tensors", 3}, {"numel", 1000}}}, runner, o),
+                    Catch::Contains("is for adamw_single on f32;numel=1000;tensors=2"));
+}
+
+TEST_CASE("the winner goes into the tuned cache and is found again", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  ScriptedRunner runner;
+  TuneOptions o;
+  o.run.time = true;
+  const auto s = tune(family, problem, runner, o);
+  cache::CacheFile file(test::scratch_dir("session") / "tuned.json");
+  file.put(cache_entry(family, problem, runner.device(), s));
+  const auto found = cache::TunedCache(file.load()).lookup(cache_key(family, problem, runner.device())).result;
+  REQUIRE(found.match == cache::Match::kExact);
+  CHECK(Config::from_json(found.entry->config) == s.best->config);
+  CHECK(found.entry->key.source_hash == family.source_hash());
+}
+
+TEST_CASE("shards split the space: every config is tuned by exactly one shard", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  std::set<Config> all;
+  std::size_t total = 0;
+  for (std::uint64_t i = 0; i < 3; ++i) {
+    ScriptedRunner runner;
+    TuneOptions o;
+    o.finalists = 1;
+    o.shard_index = i;
+    o.shard_count = 3;
+    tune(family, problem, runner, o);
+    const Config def = family.default_config(problem);
+    for (const auto& c : runner.seen)
+      if (!(c == def)) {
+        all.insert(c);
+        ++total;
+      }
+  }
+  CHECK(total == all.size());  // no config in two shards
+  CHECK(all.size() + 1 == family.space().size());  // every config but the default, which each shard measures
+}
+
+namespace {
+/// A "gpu" runner that compiles nothing itself: it waits (up to a minute)
+/// for each variant's binary to appear in the cache, as compiled ahead.
+class WaitingRunner final : public Runner {
+ public:
+  std::string backend() const override { return "gpu"; }
+  const DeviceLimits& device() const override { return device_; }
+  RunResult run(const Family& family, const Config& c, const Problem& p, const RunOptions&) override {
+    const auto rendered = family.render(c, p);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+    bool found = compiler_.cached(rendered, device_.arch);
+    while (!found && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      found = compiler_.cached(rendered, device_.arch);
+    }
+    (found ? compiled_ahead : not_ahead).push_back(c);
+    wait_s = 60;  // the default config runs before the search asks for anything
+    RunResult r;
+    r.ok = true;
+    Measurement m;
+    m.median_ms = m.p20_ms = m.p80_ms = 1.0 + c.at("threads") / 1024.0 + c.at("vec") / 8.0;
+    m.repetitions = 1;
+    r.timing = m;
+    return r;
+  }
+  int wait_s = 0;
+  std::vector<Config> compiled_ahead, not_ahead;
+  DeviceLimits device_ = DeviceLimits::for_arch("sm_80");
+  Compiler compiler_;
+};
+}  // namespace
+
+TEST_CASE("a session compiles ahead what the strategy proposes next", "[session][compile]") {
+  const auto dir = test::scratch_dir("ahead-session");
+  ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  WaitingRunner runner;
+  TuneOptions o;
+  o.budget = "6";
+  o.finalists = 1;
+  o.run.time = true;
+  o.compile_ahead_threads = 1;
+  tune(family, problem, runner, o);
+  // Only the default, run before the search asks for anything, was not
+  // compiled ahead; the adaptive strategies' hints are checked in
+  // tests/search/upcoming_test.cpp.
+  CHECK(runner.not_ahead.size() == 1);
+  CHECK(runner.compiled_ahead.size() == 5);  // the budget of 6 counts the default
+}
+
+TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  for (const char* strategy : {"random", "genetic", "annealing", "exhaustive"}) {
+    INFO(strategy);
+    ScriptedRunner runner;
+    TuneOptions o;
+    o.run.time = true;
+    o.finalists = 1;
+    o.strategy = strategy;
+    o.budget = "6";
+    const auto s = tune(family, problem, runner, o);
+    CHECK(runner.calls == 6);
+    CHECK(s.evaluations == 6);
+    REQUIRE(s.default_run);
+    CHECK(s.default_run->config == family.default_config(problem));
+  }
+}

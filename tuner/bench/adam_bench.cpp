@@ -1,0 +1,89 @@
+#include "tuner/bench/adam_bench.hpp"
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "base/stamp.hpp"
+#include "templates/adamw/adamw.hpp"
+#include "tuner/session/tuned_kernels.hpp"
+
+namespace ktune::tuner {
+
+std::string AdamBenchReport::markdown() const {
+  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s\n\n",
+                              device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs);
+  s += "| Num Params | Param Size | compiled_single_tensor_adam | _single_tensor_adam | _fused_adam (ktune, tuned) "
+       "| fused GB/s | % of copy BW | fused config (source) |\n";
+  s += "|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows)
+    s += fmt::format("| {} | {} | {:.4f} ms/iter | {:.4f} ms/iter | {:.4f} ms/iter | {:.0f} | {:.1f}% | {} ({}) |\n",
+                     r.tensors, r.numel, r.single_ms, r.eager_ms, r.fused_ms, r.fused_gbs,
+                     100 * r.fused_fraction_of_copy, r.fused_config, r.fused_source);
+  s += "\n" + method + "\n";
+  return s;
+}
+
+nlohmann::json AdamBenchReport::to_json() const {
+  nlohmann::json j = {{"benchmark", "adam"},        {"device", device},
+                      {"driver_version", driver_version}, {"date", date},
+                      {"git_revision", git_revision()},   {"ktune_version", ktune_version()},
+                      {"copy_bandwidth_gbs", copy_bandwidth_gbs}, {"method", method}};
+  for (const auto& r : rows)
+    j["rows"].push_back({{"tensors", r.tensors}, {"numel", r.numel}, {"dtype", r.dtype},
+                         {"compiled_single_tensor_ms", r.single_ms}, {"single_tensor_eager_ms", r.eager_ms},
+                         {"fused_ms", r.fused_ms}, {"fused_p20_ms", r.fused_p20_ms}, {"fused_p80_ms", r.fused_p80_ms},
+                         {"fused_gbs", r.fused_gbs}, {"fused_fraction_of_copy", r.fused_fraction_of_copy},
+                         {"fused_config", r.fused_config}, {"fused_config_source", r.fused_source}});
+  return j;
+}
+
+AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& tensors,
+                               const std::vector<std::int64_t>& numels, const std::string& dtype,
+                               const cache::TunedCache* tuned, double copy_bandwidth_gbs,
+                               const std::function<void(const AdamBenchRow&)>& progress) {
+  AdamBenchReport report;
+  report.device = runner.device().name + " (" + runner.device().arch + ")";
+  report.driver_version = runner.device().driver_version;
+  report.date = utc_now();
+  report.copy_bandwidth_gbs = copy_bandwidth_gbs;
+  RunOptions run;
+  run.validate = true;
+  run.time = true;
+  for (const auto numel : numels) {
+    for (const auto n : tensors) {
+      const templates::Problem problem{dtype, {{"tensors", n}, {"numel", numel}}};
+      AdamBenchRow row;
+      row.tensors = n;
+      row.numel = numel;
+      row.dtype = dtype;
+      auto time = [&](const templates::Family& f, ChosenConfig chosen) {
+        const RunResult r = runner.run(f, chosen.config, problem, run);
+        if (!r.ok || !r.timing)
+          throw_error(ErrorKind::kCheckFailed,
+                      fmt::format("{} {} failed on {}: {}", f.name(), chosen.config.str(), problem.key(), r.failure));
+        if (report.method.empty()) report.method = r.timing->method;
+        return *r.timing;
+      };
+      const auto& dev = runner.device();
+      row.eager_ms = time(templates::adamw::eager_family(),
+                          choose_config(templates::adamw::eager_family(), problem, dev, nullptr, &report.warnings)).median_ms;
+      row.single_ms = time(templates::adamw::single_tensor_family(),
+                           choose_config(templates::adamw::single_tensor_family(), problem, dev, tuned, &report.warnings)).median_ms;
+      const auto chosen = choose_config(templates::adamw::multi_tensor_family(), problem, dev, tuned, &report.warnings);
+      const Measurement fused = time(templates::adamw::multi_tensor_family(), chosen);
+      row.fused_ms = fused.median_ms;
+      row.fused_p20_ms = fused.p20_ms;
+      row.fused_p80_ms = fused.p80_ms;
+      row.fused_config = chosen.config.str();
+      row.fused_source = chosen.source;
+      row.fused_gbs = templates::adamw::multi_tensor_family().bytes(problem) / (fused.median_ms * 1e-3) / 1e9;
+      row.fused_fraction_of_copy = copy_bandwidth_gbs > 0 ? row.fused_gbs / copy_bandwidth_gbs : 0;
+      report.rows.push_back(row);
+      if (progress) progress(row);
+    }
+  }
+  report.method += "; times are whole optimizer steps over all tensors, inputs reset before validation only";
+  return report;
+}
+
+}  // namespace ktune::tuner

@@ -1,0 +1,42 @@
+// The Adam benchmark of seeds 000/001: for N tensors of M elements, the
+// step time of PyTorch-eager-style single-tensor AdamW (adamw_eager), a
+// fused launch per tensor (adamw_single) and the tuned multi-tensor kernel
+// (adamw), with achieved GB/s against the device's measured copy bandwidth.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "cache/tuned_cache.hpp"
+#include "tuner/run/runner.hpp"
+
+namespace ktune::tuner {
+
+struct AdamBenchRow {
+  std::int64_t tensors = 0;
+  std::int64_t numel = 0;
+  std::string dtype;
+  double eager_ms = 0, single_ms = 0, fused_ms = 0;
+  double fused_p20_ms = 0, fused_p80_ms = 0;
+  std::string fused_config, fused_source;
+  double fused_gbs = 0;
+  double fused_fraction_of_copy = 0;
+};
+
+struct AdamBenchReport {
+  std::string device;
+  int driver_version = 0;
+  std::string date;
+  double copy_bandwidth_gbs = 0;
+  std::string method;
+  std::vector<AdamBenchRow> rows;
+  std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
+  std::string markdown() const;
+  nlohmann::json to_json() const;
+};
+
+AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& tensors,
+                               const std::vector<std::int64_t>& numels, const std::string& dtype,
+                               const cache::TunedCache* tuned, double copy_bandwidth_gbs,
+                               const std::function<void(const AdamBenchRow&)>& progress = {});
+
+}  // namespace ktune::tuner

@@ -1,0 +1,119 @@
+#include "tuner/compile/compile_check.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+#include <random>
+#include <set>
+
+#include "base/hash.hpp"
+#include "tuner/exec/backend.hpp"
+
+namespace ktune::tuner {
+
+std::string CompileCheckSummary::line() const {
+  const std::string arch = rows.empty() ? "" : rows.front().result.arch;
+  return fmt::format("compiled {} variants ({} unique sources) for {}: {} failures, {} cached, {} invalid skipped, "
+                     "{:.1f} s",
+                     rows.size(), unique_sources, arch, failures, cache_hits, invalid_skipped, seconds);
+}
+
+namespace {
+
+/// Configs to check for one family and problem: the default first, then all
+/// valid points or a seeded sample of them.
+std::vector<Config> configs_for(const templates::Family& f, const templates::Problem& p,
+                                const templates::DeviceLimits& limits, const CompileCheckOptions& o,
+                                std::size_t& invalid) {
+  const Config def = f.default_config(p);
+  std::vector<Config> out{def};
+  const std::uint64_t n = f.space().size();
+  auto consider = [&](const Config& c) {
+    if (c == def) return;
+    if (f.is_valid(c, p, limits)) out.push_back(c);
+    else ++invalid;
+  };
+  if (o.which == CompileCheckOptions::Which::kAll) {
+    for (std::uint64_t i = 0; i < n; ++i) consider(f.space().at(i));
+  } else if (o.which == CompileCheckOptions::Which::kSample) {
+    std::mt19937_64 rng(o.seed ^ std::hash<std::string>{}(f.name() + p.key()));
+    std::set<std::uint64_t> picked;
+    for (std::uint64_t tries = 0; picked.size() < std::min(o.sample, n) && tries < 20 * o.sample + 100; ++tries) {
+      const std::uint64_t i = rng() % n;
+      if (!picked.insert(i).second) continue;
+      const Config c = f.space().at(i);
+      const bool valid = f.is_valid(c, p, limits);
+      if (c == def || !valid) {
+        picked.erase(i);
+        invalid += valid ? 0 : 1;
+        continue;
+      }
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+CompileCheckSummary compile_check(const std::vector<const templates::Family*>& families_in,
+                                  const CompileCheckOptions& o, const Compiler& compiler) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& families = families_in.empty() ? templates::all_families() : families_in;
+  const auto limits = templates::DeviceLimits::for_arch(o.arch);
+  CompileCheckSummary s;
+  std::vector<templates::Rendered> sources;
+  std::map<std::string, std::size_t> source_index;  // hash of source + kernels -> index in `sources`
+  std::vector<std::size_t> row_source;
+  std::vector<const templates::Family*> row_family;
+  for (const auto* f : families) {
+    for (const auto& p : f->problem_classes()) {
+      const Config def = f->default_config(p);
+      for (const auto& c : configs_for(*f, p, limits, o, s.invalid_skipped)) {
+        auto r = f->render(c, p);
+        Hasher h;
+        h.add(r.source);
+        for (const auto& k : r.kernels) h.add(k);
+        const auto [it, fresh] = source_index.emplace(h.hex(), sources.size());
+        if (fresh) sources.push_back(std::move(r));
+        row_source.push_back(it->second);
+        s.rows.push_back({f->name(), p, c, c == def, {}, {}});
+        row_family.push_back(f);
+      }
+    }
+  }
+  s.unique_sources = sources.size();
+  const auto results = compiler.compile_many(sources, o.arch, o.threads);
+  std::map<std::string, std::vector<std::uint64_t>> addresses;  // per family and problem: the workload's count
+  for (std::size_t i = 0; i < s.rows.size(); ++i) {
+    auto& row = s.rows[i];
+    row.result = results[row_source[i]];
+    if (!row.result.ok) {
+      row.failure = "compile error";
+      ++s.failures;
+      continue;
+    }
+    // The one fit check, on the launches the config would make (buffer
+    // addresses stand in: a plan only packs them).
+    const auto& family = *row_family[i];
+    auto& fake = addresses[row.family + "|" + row.problem.key()];
+    if (fake.empty())
+      for (std::size_t b = 0; b < family.make_workload(row.problem, 1).buffers.size(); ++b)
+        fake.push_back((b + 1) << 32);
+    std::vector<std::string> names;
+    for (const auto& k : row.result.kernels) names.push_back(k.name_expression);
+    const auto fit = exec::check_fit(names, row.result.kernels, family.plan(row.config, row.problem, fake, limits),
+                                     limits);
+    if (!fit.fits())
+      row.failure = fmt::format("does not fit: {}: {}", fit.kernel, fit.verdict.reason);
+    else if (row.is_default && fit.verdict.verdict == search::Verdict::kRankLast)
+      row.failure = fmt::format("default config {} in {}", fit.verdict.reason, fit.kernel);
+    if (!row.failure.empty()) ++s.failures;
+  }
+  for (const auto& r : results) s.cache_hits += r.cache_hit ? 1 : 0;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s;
+}
+
+}  // namespace ktune::tuner

@@ -1,0 +1,22 @@
+// The one timing harness (STYLE.md habit 10): CUDA events around the
+// launches only, warm-up first, L2 flushed before every repetition, median
+// with p20/p80, repeated until the measured time is long enough.
+#pragma once
+#include <functional>
+
+#include "tuner/cuda/device.hpp"
+#include "tuner/run/runner.hpp"
+
+namespace ktune::tuner {
+
+/// Times `launch` (which enqueues the work on the given stream). Compile and
+/// module load never happen inside. `l2_bytes` sizes the flush buffer.
+Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
+                        long long l2_bytes, const std::string& what);
+
+/// Device-to-device copy bandwidth (read + write bytes per second, GB/s),
+/// measured with `bytes`-sized buffers; needs a current context (a Context,
+/// or a GPU runner, alive on this thread).
+double measure_copy_bandwidth_gbs(std::size_t bytes = std::size_t(1) << 30);
+
+}  // namespace ktune::tuner

@@ -1,0 +1,176 @@
+// Fiber stacks and fault handling of the emulation backend: a SIGSEGV, SIGBUS
+// or SIGFPE raised by kernel code on an emulation worker becomes an error for
+// the running block (the handler jumps back to the block's scheduler); any
+// other fault goes to the handler that was installed before.
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "tuner/emu/block.hpp"
+
+namespace ktune::tuner::emu::detail {
+namespace {
+
+std::size_t page_size() {
+  static const std::size_t p = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE};
+struct sigaction g_previous[3];
+std::mutex g_mutex;
+int g_installs = 0;
+
+int signal_index(int sig) {
+  for (int i = 0; i < 3; ++i)
+    if (kSignals[i] == sig) return i;
+  return 0;
+}
+
+/// Describes the fault at `address` into b.fault_text, without allocating.
+void describe_fault(BlockRun& b, int sig, const void* address, bool write) {
+  const kt::emu::Thread* t = *b.current_slot;
+  char at[256];
+  std::snprintf(at, sizeof at, "in kernel %s, block (%u,%u,%u), thread (%u,%u,%u)",
+                b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)).c_str(),
+                t ? t->block_idx.x : 0, t ? t->block_idx.y : 0, t ? t->block_idx.z : 0, t ? t->thread_idx.x : 0,
+                t ? t->thread_idx.y : 0, t ? t->thread_idx.z : 0);
+  if (sig == SIGFPE) {
+    std::snprintf(b.fault_text, sizeof b.fault_text, "arithmetic exception (integer division by zero?) %s", at);
+    return;
+  }
+  const char* access = write ? "write" : "read";
+  auto describe_region = [&](const Region& r) {
+    const long long offset = r.offset_of(address);
+    const auto size = static_cast<long long>(r.size);
+    if (offset < 0)
+      std::snprintf(b.fault_text, sizeof b.fault_text,
+                    "out-of-bounds %s %s: %lld bytes before the start of %s (%lld bytes)", access, at, -offset,
+                    r.name.c_str(), size);
+    else
+      std::snprintf(b.fault_text, sizeof b.fault_text,
+                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), %lld bytes past its end", access, at,
+                    offset, r.name.c_str(), size, offset - size + 1);
+  };
+  for (const Region* r : b.launch->regions)
+    if (r->contains(address)) return describe_region(*r);
+  if (b.dynamic_smem && b.dynamic_smem->contains(address)) return describe_region(*b.dynamic_smem);
+  if (b.stacks->in_guard(address)) {
+    std::snprintf(b.fault_text, sizeof b.fault_text,
+                  "stack overflow %s: an emulated thread may use at most %zu KiB of stack", at, kStackSize / 1024);
+    return;
+  }
+  std::snprintf(b.fault_text, sizeof b.fault_text, "invalid %s of address %p %s (outside every buffer of the launch)",
+                access, address, at);
+}
+
+void on_fault(int sig, siginfo_t* info, void* context) {
+  BlockRun* b = current_block();
+  if (b && b->in_fiber) {
+    bool write = false;
+#if defined(__x86_64__)
+    write = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+#endif
+    describe_fault(*b, sig, info->si_addr, write);
+    siglongjmp(b->env, 1);
+  }
+  const struct sigaction& previous = g_previous[signal_index(sig)];
+  if (previous.sa_flags & SA_SIGINFO) {
+    previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+  } else {
+    ::signal(sig, SIG_DFL);  // returning re-executes the access, which now ends the process as usual
+  }
+}
+
+}  // namespace
+
+StackPool::~StackPool() {
+  for (std::byte* m : all_) ::munmap(m, kStackSize + page_size());
+}
+
+ctx::stack_context StackPool::allocate() {
+  if (free_.empty()) {
+    const std::size_t page = page_size();
+    void* m = ::mmap(nullptr, kStackSize + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    ::mprotect(m, page, PROT_NONE);
+    all_.push_back(static_cast<std::byte*>(m));
+    free_.push_back(static_cast<std::byte*>(m));
+  }
+  std::byte* m = free_.back();
+  free_.pop_back();
+  ctx::stack_context sc;
+  sc.size = kStackSize;
+  sc.sp = m + page_size() + kStackSize;
+  return sc;
+}
+
+void StackPool::deallocate(ctx::stack_context& sc) {
+  free_.push_back(static_cast<std::byte*>(sc.sp) - kStackSize - page_size());
+}
+
+bool StackPool::in_guard(const void* address) const {
+  const auto* p = static_cast<const std::byte*>(address);
+  for (const std::byte* m : all_)
+    if (p >= m && p < m + page_size()) return true;
+  return false;
+}
+
+BlockRun*& current_block() {
+  static thread_local BlockRun* block = nullptr;
+  return block;
+}
+
+void ensure_signal_stack() {
+  struct AltStack {
+    std::vector<char> memory = std::vector<char>(64 * 1024);
+    AltStack() {
+      stack_t ss{};
+      ss.ss_sp = memory.data();
+      ss.ss_size = memory.size();
+      ::sigaltstack(&ss, nullptr);
+    }
+    ~AltStack() {
+      stack_t ss{};
+      ss.ss_flags = SS_DISABLE;
+      ::sigaltstack(&ss, nullptr);
+    }
+  };
+  static thread_local AltStack stack;
+  (void)stack;
+}
+
+FaultHandlerScope::FaultHandlerScope() {
+  std::lock_guard lock(g_mutex);
+  if (g_installs++ > 0) return;
+  struct sigaction action {};
+  action.sa_sigaction = on_fault;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&action.sa_mask);
+  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &action, &g_previous[i]);
+}
+
+FaultHandlerScope::~FaultHandlerScope() {
+  std::lock_guard lock(g_mutex);
+  if (--g_installs > 0) return;
+  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+}
+
+std::string where(const BlockRun& b, const kt::emu::Thread* t) {
+  return fmt::format("kernel {}, block ({},{},{}), thread ({},{},{})",
+                     b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)), t->block_idx.x,
+                     t->block_idx.y, t->block_idx.z, t->thread_idx.x, t->thread_idx.y, t->thread_idx.z);
+}
+
+}  // namespace ktune::tuner::emu::detail

@@ -1,0 +1,332 @@
+// The grid runner of the emulation backend: blocks over a thread pool, one
+// fiber per CUDA thread, barriers and warp collectives as fiber switches.
+#include "tuner/emu/grid.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cstring>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "tuner/emu/block.hpp"
+
+namespace ktune::tuner::emu {
+namespace {
+
+using detail::BlockRun;
+using detail::Exchange;
+using detail::Slot;
+using detail::State;
+
+BlockRun& block_of(kt::emu::Thread* t) { return *static_cast<BlockRun*>(t->runner); }
+Slot& slot_of(kt::emu::Thread* t) { return block_of(t).slots[t->linear]; }
+
+/// Suspends the running fiber until the scheduler resumes it.
+void yield(Slot& s) { s.scheduler = std::move(s.scheduler).resume(); }
+
+/// Records `message` for the block and abandons it (jumps to its scheduler).
+[[noreturn]] void fail_block(BlockRun& b, kt::emu::Thread* t, const std::string& message) {
+  b.error = message + " (" + detail::where(b, t) + ")";
+  siglongjmp(b.env, 2);
+}
+
+void release_barrier(BlockRun& b) {
+  b.arrived = 0;
+  ++b.generation;
+  b.counts[b.generation & 1] = 0;
+  for (auto& s : b.slots)
+    if (s.state == State::kBarrier) s.state = State::kReady;
+  b.stats.thread_barriers += b.n;
+}
+
+void host_sync_threads(kt::emu::Thread* t) {
+  BlockRun& b = block_of(t);
+  if (++b.arrived == b.n) {
+    release_barrier(b);
+    return;
+  }
+  Slot& s = slot_of(t);
+  s.state = State::kBarrier;
+  yield(s);
+}
+
+int host_sync_threads_count(kt::emu::Thread* t, int predicate) {
+  BlockRun& b = block_of(t);
+  const unsigned generation = b.generation;
+  b.counts[generation & 1] += predicate != 0;
+  host_sync_threads(t);
+  return b.counts[generation & 1];
+}
+
+Exchange* new_exchange(BlockRun& b) {
+  if (b.free_exchanges.empty()) {
+    b.exchanges.push_back(std::make_unique<Exchange>());
+    b.free_exchanges.push_back(b.exchanges.back().get());
+  }
+  Exchange* e = b.free_exchanges.back();
+  b.free_exchanges.pop_back();
+  return e;
+}
+
+void host_warp_exchange(kt::emu::Thread* t, unsigned mask, const void* mine, unsigned bytes, void* all) {
+  BlockRun& b = block_of(t);
+  auto& warp = b.warps[t->warp];
+  const unsigned bit = 1u << t->lane;
+  if (!(mask & bit))
+    fail_block(b, t, fmt::format("lane {} called a warp collective with mask 0x{:08x}, which excludes it", t->lane, mask));
+  if (mask & ~warp.valid_lanes)
+    fail_block(b, t,
+               fmt::format("warp collective mask 0x{:08x} names lanes that do not exist (warp {} has lanes 0x{:08x})",
+                           mask, t->warp, warp.valid_lanes));
+  if (bytes > kt::emu::kMaxExchangeBytes) fail_block(b, t, "warp collective payload over 64 bytes");
+  Exchange* e = nullptr;
+  // Lanes may run ahead into a later collective with another mask (independent
+  // thread scheduling), so only an open collective with the same mask is this
+  // lane's; lanes whose masks never agree end in a deadlock report.
+  for (Exchange* open : warp.open) {
+    if (open->mask != mask) continue;
+    if (open->bytes != bytes)
+      fail_block(b, t,
+                 fmt::format("lanes of warp {} are in different warp collectives with mask 0x{:08x} "
+                             "(payloads of {} and {} bytes)",
+                             t->warp, mask, open->bytes, bytes));
+    e = open;
+    break;
+  }
+  if (!e) {
+    e = new_exchange(b);
+    e->mask = mask;
+    e->arrived = 0;
+    e->readers = 0;
+    e->bytes = bytes;
+    warp.open.push_back(e);
+  }
+  std::memcpy(e->data[t->lane], mine, bytes);
+  e->arrived |= bit;
+  if (e->arrived == mask) {
+    warp.open.erase(std::find(warp.open.begin(), warp.open.end(), e));
+    for (unsigned l = 0; l < 32; ++l)
+      if ((mask >> l & 1u) && l != t->lane) b.slots[t->warp * 32 + l].state = State::kReady;
+  } else {
+    Slot& s = slot_of(t);
+    s.state = State::kWarp;
+    s.exchange = e;
+    yield(s);
+  }
+  auto* out = static_cast<unsigned char*>(all);
+  for (unsigned l = 0; l < 32; ++l) {
+    if (mask >> l & 1u)
+      std::memcpy(out + l * bytes, e->data[l], bytes);
+    else
+      std::memset(out + l * bytes, 0xff, bytes);
+  }
+  b.stats.warp_collectives += 1;
+  if (++e->readers == static_cast<unsigned>(std::popcount(mask))) b.free_exchanges.push_back(e);
+}
+
+void host_fail(kt::emu::Thread* t, const char* message) { fail_block(block_of(t), t, message); }
+
+constexpr kt::emu::Host kHost{host_sync_threads, host_sync_threads_count, host_warp_exchange, host_fail};
+
+/// "0-31, 64, 96-127" for the sorted thread ids in `ids`.
+std::string ranges(const std::vector<unsigned>& ids) {
+  std::string s;
+  for (std::size_t i = 0; i < ids.size();) {
+    std::size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!s.empty()) s += ", ";
+    s += ids[i] == ids[j] ? fmt::format("{}", ids[i]) : fmt::format("{}-{}", ids[i], ids[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+/// Why no fiber of the block can continue.
+std::string describe_deadlock(const BlockRun& b) {
+  std::vector<unsigned> at_barrier, done, at_warp;
+  std::string warp_detail;
+  for (unsigned i = 0; i < b.n; ++i) {
+    const Slot& s = b.slots[i];
+    if (s.state == State::kBarrier) at_barrier.push_back(i);
+    if (s.state == State::kDone) done.push_back(i);
+    if (s.state == State::kWarp) {
+      at_warp.push_back(i);
+      if (warp_detail.empty()) {
+        const unsigned missing = s.exchange->mask & ~s.exchange->arrived;
+        std::vector<unsigned> lanes;
+        for (unsigned l = 0; l < 32; ++l)
+          if (missing >> l & 1u) lanes.push_back(s.thread.warp * 32 + l);
+        warp_detail = fmt::format(" (mask 0x{:08x}; threads {} never joined it)", s.exchange->mask, ranges(lanes));
+      }
+    }
+  }
+  const kt::emu::Thread& t0 = b.slots[0].thread;
+  std::string s = fmt::format("deadlock in kernel {}, block ({},{},{}): ",
+                              b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)),
+                              t0.block_idx.x, t0.block_idx.y, t0.block_idx.z);
+  std::vector<std::string> parts;
+  if (!at_barrier.empty()) parts.push_back(fmt::format("threads {} wait at __syncthreads", ranges(at_barrier)));
+  if (!at_warp.empty()) parts.push_back(fmt::format("threads {} wait in a warp collective{}", ranges(at_warp), warp_detail));
+  if (!done.empty()) parts.push_back(fmt::format("threads {} have exited", ranges(done)));
+  for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
+  s += b.slots[0].thread.block_dim.y * b.slots[0].thread.block_dim.z > 1 ? " (linear thread indices)" : "";
+  return s + "; a barrier must be reached by every thread of the block, a collective by every lane of its mask";
+}
+
+/// Drops every fiber of an abandoned block without running it again; their
+/// stacks go back to the pool with StackPool::reset.
+void forget_fibers(BlockRun& b) {
+  for (auto& f : b.fibers) new (&f) detail::ctx::fiber();
+  for (auto& s : b.slots) new (&s.scheduler) detail::ctx::fiber();
+}
+
+void run_block(BlockRun& b, kt::emu::U3 block_idx) {
+  const GridLaunch& l = *b.launch;
+  const auto entry = l.module->kernels.at(static_cast<std::size_t>(l.kernel));
+  for (unsigned i = 0; i < b.n; ++i) {
+    Slot& s = b.slots[i];
+    kt::emu::Thread& t = s.thread;
+    t.thread_idx = {i % l.block[0], i / l.block[0] % l.block[1], i / (l.block[0] * l.block[1])};
+    t.block_idx = block_idx;
+    t.block_dim = {l.block[0], l.block[1], l.block[2]};
+    t.grid_dim = {l.grid[0], l.grid[1], l.grid[2]};
+    t.linear = i;
+    t.lane = i % 32;
+    t.warp = i / 32;
+    t.host = &kHost;
+    t.runner = &b;
+    t.dynamic_smem = b.dynamic_smem_data;
+    t.dynamic_smem_bytes = l.dynamic_smem;
+    t.async_group = 0;
+    t.async_count = 0;
+    s.state = State::kReady;
+    s.exchange = nullptr;
+    b.fibers[i] = detail::ctx::fiber(std::allocator_arg, detail::PoolAllocator{b.stacks},
+                                     [&b, &s, entry](detail::ctx::fiber&& scheduler) {
+                                       s.scheduler = std::move(scheduler);
+                                       entry(b.launch->args);
+                                       s.state = State::kDone;
+                                       ++b.done;
+                                       return std::move(s.scheduler);
+                                     });
+  }
+  for (auto& w : b.warps) w.open.clear();
+  b.free_exchanges.clear();
+  for (auto& e : b.exchanges) b.free_exchanges.push_back(e.get());
+  b.done = 0;
+  b.arrived = 0;
+  b.generation = 0;
+  b.counts[0] = b.counts[1] = 0;
+  if (b.dynamic_smem_data) std::memset(b.dynamic_smem_data, 0xff, l.dynamic_smem);  // NaN: reads before writes show
+
+  detail::current_block() = &b;
+  if (sigsetjmp(b.env, 1) == 0) {
+    for (;;) {
+      bool progressed = false;
+      for (unsigned i = 0; i < b.n; ++i) {
+        if (b.slots[i].state != State::kReady) continue;
+        *b.current_slot = &b.slots[i].thread;
+        b.in_fiber = true;
+        b.fibers[i] = std::move(b.fibers[i]).resume();
+        b.in_fiber = false;
+        progressed = true;
+      }
+      if (b.done == b.n) break;
+      if (!progressed) {
+        b.error = describe_deadlock(b);
+        forget_fibers(b);
+        break;
+      }
+    }
+  } else {
+    b.in_fiber = false;
+    if (b.error.empty()) b.error = b.fault_text;
+    forget_fibers(b);
+  }
+  detail::current_block() = nullptr;
+  *b.current_slot = nullptr;
+  b.stacks->reset();
+}
+
+detail::StackPool& worker_stacks() {
+  static thread_local detail::StackPool pool;
+  return pool;
+}
+
+}  // namespace
+
+GridExecutor::GridExecutor(unsigned workers)
+    : pool_(std::make_unique<ThreadPool>(workers ? workers : std::max(1u, std::thread::hardware_concurrency()))) {}
+
+GridExecutor::~GridExecutor() = default;
+
+GridStats GridExecutor::run(const GridLaunch& launch) {
+  KTUNE_REQUIRE(launch.module && launch.kernel >= 0 &&
+                    static_cast<std::size_t>(launch.kernel) < launch.module->kernels.size(),
+                "emulation: launch names kernel " + std::to_string(launch.kernel) + ", which the module lacks");
+  const unsigned long long threads =
+      static_cast<unsigned long long>(launch.block[0]) * launch.block[1] * launch.block[2];
+  KTUNE_REQUIRE(threads >= 1 && threads <= 1024,
+                fmt::format("emulation: block of {} threads; a block has 1..1024 threads", threads));
+  const long long total = static_cast<long long>(launch.grid[0]) * launch.grid[1] * launch.grid[2];
+  KTUNE_REQUIRE(total >= 1, "emulation: empty grid");
+
+  detail::FaultHandlerScope handler;
+  std::atomic<long long> next{0};
+  std::atomic<bool> abort{false};
+  std::mutex mutex;
+  std::string error;
+  GridStats stats;
+  const unsigned jobs = static_cast<unsigned>(std::min<long long>(pool_->size(), total));
+  std::vector<std::future<void>> futures;
+  for (unsigned j = 0; j < jobs; ++j) {
+    futures.push_back(pool_->submit([&] {
+      detail::ensure_signal_stack();
+      std::unique_ptr<GuardedBuffer> smem;
+      BlockRun b;
+      b.launch = &launch;
+      b.stacks = &worker_stacks();
+      b.current_slot = launch.module->current_slot();
+      if (launch.dynamic_smem) {
+        smem = std::make_unique<GuardedBuffer>("dynamic shared memory", launch.dynamic_smem);
+        b.dynamic_smem = &smem->region();
+        b.dynamic_smem_data = reinterpret_cast<unsigned char*>(smem->data());
+      }
+      b.n = static_cast<unsigned>(threads);
+      b.slots.resize(b.n);
+      b.fibers.resize(b.n);
+      b.warps.resize((b.n + 31) / 32);
+      for (unsigned w = 0; w < b.warps.size(); ++w) {
+        const unsigned lanes = std::min(32u, b.n - 32 * w);
+        b.warps[w].valid_lanes = lanes == 32 ? ~0u : (1u << lanes) - 1;
+      }
+      for (;;) {
+        const long long i = next++;
+        if (i >= total || abort) break;
+        const auto gx = static_cast<long long>(launch.grid[0]), gy = static_cast<long long>(launch.grid[1]);
+        run_block(b, kt::emu::U3{static_cast<unsigned>(i % gx), static_cast<unsigned>(i / gx % gy),
+                                 static_cast<unsigned>(i / (gx * gy))});
+        ++b.stats.blocks;
+        if (!b.error.empty()) {
+          abort = true;
+          std::lock_guard lock(mutex);
+          if (error.empty()) error = b.error;
+          break;
+        }
+      }
+      std::lock_guard lock(mutex);
+      stats.blocks += b.stats.blocks;
+      stats.thread_barriers += b.stats.thread_barriers;
+      stats.warp_collectives += b.stats.warp_collectives;
+    }));
+  }
+  for (auto& f : futures) f.get();
+  if (!error.empty()) throw_error(ErrorKind::kCheckFailed, "emulation: " + error);
+  stats.threads = stats.blocks * static_cast<long long>(threads);
+  return stats;
+}
+
+}  // namespace ktune::tuner::emu

@@ -1,0 +1,96 @@
+#include "tuner/emu/memory.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+
+namespace ktune::tuner::emu {
+namespace {
+
+std::size_t page_size() {
+  static const std::size_t p = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  return p;
+}
+
+}  // namespace
+
+std::string describe_offset(const Region& region, const void* address) {
+  const long long offset = region.offset_of(address);
+  const auto size = static_cast<long long>(region.size);
+  if (offset < 0) return fmt::format("{} bytes before the start of {} ({} bytes)", -offset, region.name, size);
+  if (offset >= size)
+    return fmt::format("offset {}, {} bytes past the end of {} ({} bytes)", offset, offset - size + 1, region.name,
+                       size);
+  return fmt::format("offset {} of {} ({} bytes)", offset, region.name, size);
+}
+
+GuardedBuffer::GuardedBuffer(std::string name, std::size_t size) : size_(size) {
+  const std::size_t page = page_size();
+  area_size_ = std::max<std::size_t>(page, (size + 15 + page - 1) / page * page);
+  map_size_ = area_size_ + 2 * page;
+  void* m = ::mmap(nullptr, map_size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) throw_error(ErrorKind::kIo, fmt::format("emulation: cannot map {} bytes for {}", size, name));
+  map_ = static_cast<std::byte*>(m);
+  area_ = map_ + page;
+  if (::mprotect(area_, area_size_, PROT_READ | PROT_WRITE) != 0) {
+    release();
+    throw_error(ErrorKind::kIo, fmt::format("emulation: cannot protect the mapping of {}", name));
+  }
+  // Right-aligned against the trailing guard page, start rounded down to 16.
+  const auto end = reinterpret_cast<std::uintptr_t>(area_ + area_size_);
+  data_ = reinterpret_cast<std::byte*>((end - size) & ~std::uintptr_t{15});
+  std::memset(area_, kCanary, area_size_);
+  region_ = Region{std::move(name), map_, map_ + map_size_, data_, size_};
+}
+
+GuardedBuffer::~GuardedBuffer() { release(); }
+
+GuardedBuffer::GuardedBuffer(GuardedBuffer&& o) noexcept
+    : map_(std::exchange(o.map_, nullptr)),
+      map_size_(o.map_size_),
+      area_(o.area_),
+      area_size_(o.area_size_),
+      data_(o.data_),
+      size_(o.size_),
+      region_(std::move(o.region_)) {}
+
+GuardedBuffer& GuardedBuffer::operator=(GuardedBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    map_ = std::exchange(o.map_, nullptr);
+    map_size_ = o.map_size_;
+    area_ = o.area_;
+    area_size_ = o.area_size_;
+    data_ = o.data_;
+    size_ = o.size_;
+    region_ = std::move(o.region_);
+  }
+  return *this;
+}
+
+void GuardedBuffer::release() {
+  if (map_) ::munmap(map_, map_size_);
+  map_ = nullptr;
+}
+
+void GuardedBuffer::fill(unsigned char byte) {
+  if (size_) std::memset(data_, byte, size_);
+}
+
+std::string GuardedBuffer::check_canary() const {
+  for (const std::byte* p = area_; p < data_; ++p)
+    if (*p != std::byte{kCanary})
+      return fmt::format("out-of-bounds write: {} was overwritten", describe_offset(region_, p));
+  for (const std::byte* p = data_ + size_; p < area_ + area_size_; ++p)
+    if (*p != std::byte{kCanary})
+      return fmt::format("out-of-bounds write: {} was overwritten", describe_offset(region_, p));
+  return {};
+}
+
+}  // namespace ktune::tuner::emu

@@ -1,0 +1,167 @@
+#include "tuner/emu/module.hpp"
+
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "base/env.hpp"
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "base/hash.hpp"
+#include "templates/embedded.hpp"
+
+namespace ktune::tuner::emu {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kFlags = "-x c++ -std=c++20 -O1 -fPIC -shared -fvisibility=hidden -w";
+
+/// Runs `command` through the shell; returns its exit status and output.
+int run_capture(const std::string& command, std::string& output) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return -1;
+  std::array<char, 4096> buf;
+  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), pipe)) output.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+const std::string& compiler_version() {
+  static const std::string version = [] {
+    std::string out;
+    run_capture(shell_quote(env::host_cxx()) + " --version", out);
+    return out.substr(0, out.find('\n'));
+  }();
+  return version;
+}
+
+/// Trims a compiler log to its first lines: enough to see the first error.
+std::string log_head(const std::string& log, std::size_t max_lines = 12) {
+  std::size_t pos = 0;
+  for (std::size_t i = 0; i < max_lines && pos != std::string::npos; ++i) {
+    pos = log.find('\n', pos);
+    if (pos != std::string::npos) ++pos;
+  }
+  return pos == std::string::npos ? log : log.substr(0, pos) + "...";
+}
+
+std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rendered& rendered, std::string* why) {
+  void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) {
+    *why = ::dlerror();
+    return nullptr;
+  }
+  auto module = std::make_shared<Module>();
+  module->path = path.string();
+  module->kernel_names = rendered.kernels;
+  auto version = reinterpret_cast<kt::emu::AbiVersionFn>(::dlsym(handle, "kt_emu_abi_version"));
+  module->current_slot = reinterpret_cast<kt::emu::CurrentSlotFn>(::dlsym(handle, "kt_emu_current_slot"));
+  if (!version || version() != kt::emu::kAbiVersion || !module->current_slot) {
+    *why = "not an emulation module of this version";
+    return nullptr;  // the handle stays open; harmless
+  }
+  for (std::size_t i = 0; i < rendered.kernels.size(); ++i) {
+    auto entry = reinterpret_cast<kt::emu::KernelEntryFn>(::dlsym(handle, fmt::format("kt_emu_kernel_{}", i).c_str()));
+    if (!entry) {
+      *why = fmt::format("kernel entry {} missing", i);
+      return nullptr;
+    }
+    module->kernels.push_back(entry);
+  }
+  return module;
+}
+
+}  // namespace
+
+std::string emulation_source(const templates::Rendered& rendered) {
+  std::string s = "// Emulation translation unit: kt.cuh's host half, the rendered source, trampolines.\n";
+  s += "#define KT_EMULATION 1\n";
+  s += templates::expand_includes("common/kt_emu.hpp");
+  s += "#line 1 \"rendered.cu\"\n";
+  s += rendered.source;
+  s += "\n// ---- trampolines: kernelParams-style argument arrays to typed calls\n";
+  s += "namespace kt::emu {\n"
+       "template <class... P, std::size_t... I>\n"
+       "inline void invoke_with(void (*kernel)(P...), void** args, std::index_sequence<I...>) {\n"
+       "  kernel(*static_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(args[I])...);\n"
+       "}\n"
+       "template <class... P>\n"
+       "inline void invoke(void (*kernel)(P...), void** args) {\n"
+       "  invoke_with(kernel, args, std::index_sequence_for<P...>{});\n"
+       "}\n"
+       "}  // namespace kt::emu\n";
+  s += "#define KT_EMU_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
+  s += "KT_EMU_EXPORT int kt_emu_abi_version() { return ::kt::emu::kAbiVersion; }\n";
+  s += "KT_EMU_EXPORT ::kt::emu::Thread** kt_emu_current_slot() { return &::kt::emu::detail::current; }\n";
+  for (std::size_t i = 0; i < rendered.kernels.size(); ++i)
+    s += fmt::format("KT_EMU_EXPORT void kt_emu_kernel_{}(void** args) {{ ::kt::emu::invoke(&{}, args); }}\n", i,
+                     rendered.kernels[i]);
+  return s;
+}
+
+std::string emulation_compile_options() { return env::host_cxx() + " " + kFlags; }
+
+std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
+  static std::mutex mutex;
+  static std::map<std::string, std::shared_ptr<const Module>> loaded;
+
+  const std::string source = emulation_source(rendered);
+  Hasher hasher;
+  hasher.add(source).add(emulation_compile_options()).add(compiler_version());
+  const std::string key = hasher.hex();
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = loaded.find(key); it != loaded.end()) return it->second;
+  }
+  const fs::path dir = env::cache_dir() / "emu";
+  const fs::path path = dir / (key + ".so");
+  std::string why;
+  std::shared_ptr<Module> module;
+  if (fs::exists(path)) {
+    module = open_module(path, rendered, &why);
+    if (module) module->from_cache = true;
+  }
+  if (!module) {
+    static std::atomic<int> counter{0};
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const std::string stem = fmt::format("tmp-{}-{}-{}", key.substr(0, 8), ::getpid(), counter++);
+    const fs::path src = dir / (stem + ".cpp"), obj = dir / (stem + ".so");
+    write_file_atomic(src, source);
+    std::string log;
+    const int rc = run_capture(
+        fmt::format("{} {} -o {} {}", shell_quote(env::host_cxx()), kFlags, shell_quote(obj), shell_quote(src)), log);
+    if (rc != 0) {
+      fs::remove(src, ec);
+      fs::remove(obj, ec);
+      const std::string kernel = rendered.kernels.empty() ? "(no kernel)" : rendered.kernels.front();
+      throw_error(ErrorKind::kCompile, fmt::format("host compiler failed on {} ({} {}): {}", kernel,
+                                                   env::host_cxx(), kFlags, log_head(log)));
+    }
+    write_file_atomic(path, read_file(obj));
+    fs::remove(src, ec);
+    fs::remove(obj, ec);
+    module = open_module(path, rendered, &why);
+    if (!module) throw_error(ErrorKind::kCompile, fmt::format("cannot load emulation module {}: {}", path.string(), why));
+  }
+  std::lock_guard lock(mutex);
+  return loaded.emplace(key, std::move(module)).first->second;
+}
+
+}  // namespace ktune::tuner::emu

@@ -1,0 +1,144 @@
+// The runner over an execution backend (tuner/exec/backend.hpp): workload,
+// poisoning, the fit check, validation against the CPU reference and timing,
+// written once for the GPU and the emulation.
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+#include "tuner/run/emu_runner.hpp"
+#include "tuner/exec/backend.hpp"
+#include "tuner/run/gpu_runner.hpp"
+
+namespace ktune::tuner {
+namespace {
+
+RunResult failed(std::string failure, double compile_ms = 0) {
+  RunResult r;
+  r.failure = std::move(failure);
+  r.compile_ms = compile_ms;
+  return r;
+}
+
+/// The failure text of an error raised while running a variant.
+std::string failure_of(const Error& e) {
+  const std::string what = e.what();
+  if (what.rfind("emulation: ", 0) == 0) return what;
+  if (what.rfind("does not fit: ", 0) == 0) return "pruned: " + what.substr(14);
+  if (e.kind() == ErrorKind::kCuda) return "launch: " + what;
+  return "run: " + what;
+}
+
+class BackendRunner final : public Runner {
+ public:
+  explicit BackendRunner(std::unique_ptr<exec::Backend> backend) : backend_(std::move(backend)) {}
+
+  std::string backend() const override { return backend_->name(); }
+  const DeviceLimits& device() const override { return backend_->device(); }
+
+  RunResult run(const Family& family, const Config& config, const Problem& problem,
+                const RunOptions& options) override {
+    family.check_problem(problem);
+    std::string why;
+    if (!family.is_valid(config, problem, device(), &why)) return failed("invalid: " + why);
+    if (backend_->name() == "emu" && !family.runs_emulated(config, problem))
+      return failed("invalid: this config runs only on a GPU, not under the emulation");
+    std::shared_ptr<const exec::Module> module;
+    try {
+      module = backend_->load(family.render(config, problem));
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kCompile) throw;
+      return failed(std::string("compile: ") + e.what());
+    }
+    RunResult result;
+    result.compile_ms = module->compile_ms();
+    try {
+      run_loaded(family, config, problem, options, *module, result);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInvalidInput) throw;  // a bad problem or config is the caller's error
+      result.ok = false;
+      result.failure = failure_of(e);
+    }
+    return result;
+  }
+
+ private:
+  void run_loaded(const Family& family, const Config& config, const Problem& problem, const RunOptions& options,
+                  const exec::Module& module, RunResult& result) {
+    const templates::Workload& workload = workload_for(family, problem, options.seed);
+    std::vector<std::unique_ptr<exec::Buffer>> buffers;
+    std::vector<std::uint64_t> addresses;
+    for (const auto& b : workload.buffers) {
+      buffers.push_back(backend_->allocate(b.bytes.size(), b.name));
+      addresses.push_back(buffers.back()->address());
+    }
+    const std::vector<templates::Launch> plan = family.plan(config, problem, addresses, device());
+    // A variant that cannot be resident on this device is a result, not a launch error.
+    const exec::FitResult fit = exec::check_fit(module.kernel_names(), module.resources(), plan, device());
+    if (!fit.fits()) {
+      result.failure = fmt::format("pruned: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason);
+      return;
+    }
+    for (std::size_t i = 0; i < workload.buffers.size(); ++i) {
+      const auto& b = workload.buffers[i];
+      if (b.role == templates::Role::kOutput)
+        backend_->poison(*buffers[i]);
+      else
+        backend_->upload(*buffers[i], b.bytes.data(), b.bytes.size());
+    }
+    if (options.validate) {
+      backend_->launch(module, plan);
+      backend_->synchronize();
+      std::vector<std::vector<std::byte>> results(workload.buffers.size());
+      for (std::size_t i = 0; i < workload.buffers.size(); ++i) {
+        const auto& b = workload.buffers[i];
+        if (b.role != templates::Role::kOutput && b.role != templates::Role::kInOut) continue;
+        results[i].resize(b.bytes.size());
+        backend_->download(results[i].data(), *buffers[i], results[i].size());
+      }
+      check_results(workload, results, result);
+      if (!result.ok) return;
+    } else {
+      result.ok = true;
+    }
+    if (options.time) {
+      result.timing = backend_->time([&] { backend_->launch(module, plan); }, options,
+                                     fmt::format("{} launch{}", plan.size(), plan.size() == 1 ? "" : "es"));
+    }
+  }
+
+  /// A tuning session runs one problem many times: its inputs and CPU
+  /// reference are made once per (family, problem, seed), not per variant.
+  const templates::Workload& workload_for(const Family& family, const Problem& problem, std::uint64_t seed) {
+    const std::string key = family.name() + "|" + problem.key() + "|" + std::to_string(seed);
+    if (key != workload_key_) {
+      workload_key_.clear();
+      workload_ = family.make_workload(problem, seed);
+      workload_key_ = key;
+    }
+    return workload_;
+  }
+
+  std::unique_ptr<exec::Backend> backend_;
+  std::string workload_key_;
+  templates::Workload workload_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> make_backend_runner(std::unique_ptr<exec::Backend> backend) {
+  return std::make_unique<BackendRunner>(std::move(backend));
+}
+
+std::unique_ptr<Runner> make_gpu_runner(int ordinal) { return make_backend_runner(exec::make_cuda_backend(ordinal)); }
+
+EmuRunner::EmuRunner(EmuOptions options) : inner_(make_backend_runner(exec::make_emu_backend(options))) {}
+EmuRunner::~EmuRunner() = default;
+std::string EmuRunner::backend() const { return inner_->backend(); }
+const DeviceLimits& EmuRunner::device() const { return inner_->device(); }
+RunResult EmuRunner::run(const Family& family, const Config& config, const Problem& problem,
+                         const RunOptions& options) {
+  return inner_->run(family, config, problem, options);
+}
+
+std::unique_ptr<Runner> make_emu_runner(EmuOptions options) { return std::make_unique<EmuRunner>(options); }
+
+}  // namespace ktune::tuner

@@ -1,0 +1,221 @@
+#include "tuner/run/isolated_runner.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "base/error.hpp"
+
+namespace ktune::tuner {
+namespace {
+
+// Messages are an 8-byte length followed by that many bytes of JSON.
+bool write_all(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);  // a dead peer is an error, not SIGPIPE
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+bool send_message(int fd, const std::string& text) {
+  const std::uint64_t n = text.size();
+  return write_all(fd, &n, sizeof n) && write_all(fd, text.data(), text.size());
+}
+
+/// Reads exactly `n` bytes before `deadline`; false on EOF or time-out
+/// (`timed_out` tells which).
+bool read_all(int fd, void* data, std::size_t n, std::chrono::steady_clock::time_point deadline, bool& timed_out) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      return false;
+    }
+    pollfd pfd{fd, POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) continue;
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+  }
+  return true;
+}
+
+bool receive_message(int fd, std::string& text, std::chrono::steady_clock::time_point deadline, bool& timed_out) {
+  std::uint64_t n = 0;
+  if (!read_all(fd, &n, sizeof n, deadline, timed_out)) return false;
+  text.resize(n);
+  return read_all(fd, text.data(), n, deadline, timed_out);
+}
+
+const Family& resolve(const std::string& name, const std::vector<const Family*>& extra) {
+  for (const Family* f : extra)
+    if (f->name() == name) return *f;
+  return templates::find_family(name);
+}
+
+/// The worker's loop: the first message out is the device (or the error that
+/// stopped the runner from starting), then one result per request.
+[[noreturn]] void worker_main(int in, int out, const std::function<std::unique_ptr<Runner>()>& make_inner,
+                              const std::vector<const Family*>& extra) {
+  // A crash here must end this process the default way, whatever handlers
+  // the parent installed (a test framework's, say), so the parent sees it.
+  for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTERM}) ::signal(sig, SIG_DFL);
+  std::unique_ptr<Runner> runner;
+  try {
+    runner = make_inner();
+    send_message(out, nlohmann::json{{"device", runner->device().to_json()}, {"backend", runner->backend()}}.dump());
+  } catch (const Error& e) {
+    send_message(out, nlohmann::json{{"error", e.what()}, {"kind", static_cast<int>(e.kind())}}.dump());
+    ::_exit(0);
+  }
+  for (;;) {
+    std::string text;
+    bool timed_out = false;
+    if (!receive_message(in, text, std::chrono::steady_clock::time_point::max(), timed_out)) ::_exit(0);
+    nlohmann::json reply;
+    try {
+      const auto req = nlohmann::json::parse(text);
+      const Family& family = resolve(req.at("family").get<std::string>(), extra);
+      const RunResult r = runner->run(family, Config::from_json(req.at("config")),
+                                      Problem::from_json(req.at("problem")), run_options_from_json(req.at("options")));
+      reply = {{"result", to_json(r)}};
+    } catch (const Error& e) {
+      reply = {{"error", e.what()}, {"kind", static_cast<int>(e.kind())}};
+    } catch (const std::exception& e) {
+      reply = {{"error", e.what()}, {"kind", static_cast<int>(ErrorKind::kInternal)}};
+    }
+    if (!send_message(out, reply.dump())) ::_exit(0);
+  }
+}
+
+class IsolatedRunner final : public Runner {
+ public:
+  IsolatedRunner(std::function<std::unique_ptr<Runner>()> make_inner, IsolationOptions options)
+      : make_inner_(std::move(make_inner)), options_(std::move(options)) {
+    start();
+  }
+  ~IsolatedRunner() override { stop(0); }  // the worker ends on end-of-file; killed if it does not
+
+  std::string backend() const override { return backend_; }
+  const DeviceLimits& device() const override { return device_; }
+
+  RunResult run(const Family& family, const Config& config, const Problem& problem,
+                const RunOptions& options) override {
+    if (pid_ <= 0) start();
+    const std::string request = nlohmann::json{{"family", family.name()}, {"config", config.to_json()},
+                                                {"problem", problem.to_json()}, {"options", to_json(options)}}
+                                    .dump();
+    RunResult failed;
+    if (!send_message(to_worker_, request)) {
+      failed.failure = "crashed: " + stop(0) + "; worker restarted";
+      return failed;
+    }
+    std::string text;
+    bool timed_out = false;
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<long long>(options_.timeout_s * 1000));
+    if (!receive_message(from_worker_, text, deadline, timed_out)) {
+      const std::string how = stop(timed_out ? SIGKILL : 0);
+      failed.failure = timed_out ? fmt::format("timeout: no result within {:g} s; worker killed and restarted",
+                                               options_.timeout_s)
+                                 : "crashed: " + how + "; worker restarted";
+      return failed;
+    }
+    const auto reply = nlohmann::json::parse(text);
+    if (reply.contains("error"))
+      throw_error(static_cast<ErrorKind>(reply.value("kind", static_cast<int>(ErrorKind::kInternal))),
+                  reply["error"].get<std::string>());
+    return run_result_from_json(reply.at("result"));
+  }
+
+ private:
+  void start() {
+    int down[2], up[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, down) != 0 ||
+        ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, up) != 0)
+      throw_error(ErrorKind::kIo, "cannot create worker sockets");
+    const pid_t pid = ::fork();
+    if (pid < 0) throw_error(ErrorKind::kIo, std::string("cannot fork a worker: ") + std::strerror(errno));
+    if (pid == 0) {
+      ::close(down[1]);
+      ::close(up[0]);
+      worker_main(down[0], up[1], make_inner_, options_.extra_families);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    pid_ = pid;
+    to_worker_ = down[1];
+    from_worker_ = up[0];
+    std::string text;
+    bool timed_out = false;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    if (!receive_message(from_worker_, text, deadline, timed_out))
+      throw_error(ErrorKind::kInternal, "the worker process did not start: " + stop(SIGKILL));
+    const auto hello = nlohmann::json::parse(text);
+    if (hello.contains("error")) {
+      stop(SIGKILL);
+      throw_error(static_cast<ErrorKind>(hello.value("kind", static_cast<int>(ErrorKind::kInternal))),
+                  hello["error"].get<std::string>());
+    }
+    device_ = DeviceLimits::from_json(hello.at("device"));
+    backend_ = hello.at("backend").get<std::string>();
+  }
+
+  /// Ends the worker: sends `signal` (0: none, the worker is ending by
+  /// itself), waits up to a second, then kills it. Returns how it ended
+  /// ("worker died of signal 6 (Aborted)").
+  std::string stop(int signal) {
+    if (pid_ <= 0) return "no worker";
+    ::close(to_worker_);
+    ::close(from_worker_);
+    int status = 0;
+    pid_t done = ::waitpid(pid_, &status, WNOHANG);
+    if (done == 0 && signal != 0) ::kill(pid_, signal);
+    for (int i = 0; i < 50 && done == 0; ++i) {
+      ::usleep(20000);
+      done = ::waitpid(pid_, &status, WNOHANG);
+    }
+    if (done == 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+    if (WIFSIGNALED(status))
+      return fmt::format("worker died of signal {} ({})", WTERMSIG(status), ::strsignal(WTERMSIG(status)));
+    if (WIFEXITED(status)) return fmt::format("worker exited with status {}", WEXITSTATUS(status));
+    return "worker ended";
+  }
+
+  std::function<std::unique_ptr<Runner>()> make_inner_;
+  IsolationOptions options_;
+  pid_t pid_ = -1;
+  int to_worker_ = -1, from_worker_ = -1;
+  DeviceLimits device_;
+  std::string backend_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> make_isolated_runner(std::function<std::unique_ptr<Runner>()> make_inner,
+                                             IsolationOptions options) {
+  return std::make_unique<IsolatedRunner>(std::move(make_inner), std::move(options));
+}
+
+}  // namespace ktune::tuner

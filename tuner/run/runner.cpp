@@ -1,0 +1,98 @@
+#include "tuner/run/runner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "search/winner.hpp"
+
+namespace ktune::tuner {
+
+Measurement summarize(std::vector<double> samples) {
+  Measurement m;
+  m.samples_ms = samples;
+  if (samples.empty()) return m;
+  std::sort(samples.begin(), samples.end());
+  m.median_ms = search::percentile(samples, 0.5);
+  m.p20_ms = search::percentile(samples, 0.2);
+  m.p80_ms = search::percentile(samples, 0.8);
+  m.repetitions = static_cast<int>(samples.size());
+  return m;
+}
+
+nlohmann::json to_json(const RunOptions& o) {
+  return {{"seed", o.seed}, {"validate", o.validate}, {"time", o.time}, {"warmup", o.warmup},
+          {"min_repetitions", o.min_repetitions}, {"max_repetitions", o.max_repetitions},
+          {"min_seconds", o.min_seconds}};
+}
+
+RunOptions run_options_from_json(const nlohmann::json& j) {
+  RunOptions o;
+  o.seed = j.at("seed").get<std::uint64_t>();
+  o.validate = j.at("validate").get<bool>();
+  o.time = j.at("time").get<bool>();
+  o.warmup = j.at("warmup").get<int>();
+  o.min_repetitions = j.at("min_repetitions").get<int>();
+  o.max_repetitions = j.at("max_repetitions").get<int>();
+  o.min_seconds = j.at("min_seconds").get<double>();
+  return o;
+}
+
+nlohmann::json to_json(const RunResult& r) {
+  nlohmann::json j = {{"ok", r.ok}, {"failure", r.failure}, {"max_error", r.max_error},
+                      {"compile_ms", r.compile_ms}, {"wall_ms", r.wall_ms}, {"errors", nlohmann::json::array()}};
+  for (const auto& [name, e] : r.errors) j["errors"].push_back({{"buffer", name}, {"error", e}});
+  if (r.timing)
+    j["timing"] = {{"median_ms", r.timing->median_ms}, {"p20_ms", r.timing->p20_ms}, {"p80_ms", r.timing->p80_ms},
+                   {"repetitions", r.timing->repetitions}, {"samples_ms", r.timing->samples_ms},
+                   {"method", r.timing->method}};
+  return j;
+}
+
+RunResult run_result_from_json(const nlohmann::json& j) {
+  RunResult r;
+  r.ok = j.at("ok").get<bool>();
+  r.failure = j.at("failure").get<std::string>();
+  // A NaN error travels as JSON null.
+  r.max_error = j.at("max_error").is_number() ? j["max_error"].get<double>() : std::nan("");
+  r.compile_ms = j.at("compile_ms").get<double>();
+  r.wall_ms = j.value("wall_ms", 0.0);  // absent in logs written before it was recorded
+  for (const auto& e : j.at("errors"))
+    r.errors.emplace_back(e.at("buffer").get<std::string>(),
+                          e.at("error").is_number() ? e["error"].get<double>() : std::nan(""));
+  if (j.contains("timing")) {
+    const auto& t = j["timing"];
+    Measurement m;
+    m.median_ms = t.at("median_ms").get<double>();
+    m.p20_ms = t.at("p20_ms").get<double>();
+    m.p80_ms = t.at("p80_ms").get<double>();
+    m.repetitions = t.at("repetitions").get<int>();
+    // Absent in session logs written before the samples were kept.
+    if (t.contains("samples_ms")) m.samples_ms = t["samples_ms"].get<std::vector<double>>();
+    m.method = t.at("method").get<std::string>();
+    r.timing = m;
+  }
+  return r;
+}
+
+void check_results(const templates::Workload& workload, const std::vector<std::vector<std::byte>>& results,
+                   RunResult& result) {
+  result.errors.clear();
+  result.max_error = 0;
+  std::string worst;
+  for (std::size_t i = 0; i < workload.buffers.size(); ++i) {
+    const auto& b = workload.buffers[i];
+    if (b.role != templates::Role::kOutput && b.role != templates::Role::kInOut) continue;
+    const double e = templates::relative_l2(b.dtype, results.at(i), b.expected);
+    result.errors.emplace_back(b.name, e);
+    const bool pass = e <= b.tolerance;  // NaN/Inf compare false
+    if (!pass && worst.empty())
+      worst = fmt::format("validation: {} relative L2 error {:.3g} > {:.1g}", b.name, e, b.tolerance);
+    if (!(e <= result.max_error)) result.max_error = e;
+  }
+  result.ok = worst.empty();
+  result.failure = worst;
+}
+
+}  // namespace ktune::tuner

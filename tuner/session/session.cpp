@@ -1,0 +1,273 @@
+#include "tuner/session/session.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "search/stop.hpp"
+#include "search/strategy.hpp"
+#include "search/winner.hpp"
+#include "tuner/compile/compile_ahead.hpp"
+#include "tuner/compile/compiler.hpp"
+#include "tuner/cuda/timing.hpp"
+
+namespace ktune::tuner {
+namespace {
+
+// A log line is the config and its run result in the runners' own JSON form.
+nlohmann::json record_json(const Record& r) { return {{"config", r.config.to_json()}, {"result", to_json(r.result)}}; }
+
+Record record_from_json(const nlohmann::json& j) {
+  return {Config::from_json(j.at("config")), run_result_from_json(j.at("result"))};
+}
+
+double time_of(const Record& r) {
+  return r.result.ok && r.result.timing ? r.result.timing->median_ms : std::numeric_limits<double>::infinity();
+}
+
+/// A measurement's repetitions; its median alone when they were not kept
+/// (results read back from a session log).
+std::vector<double> samples_of(const Measurement& m) {
+  return m.samples_ms.empty() ? std::vector<double>{m.median_ms} : m.samples_ms;
+}
+
+/// Appends one line and flushes it to disk before the session goes on.
+class SessionLog {
+ public:
+  explicit SessionLog(const std::string& path, bool truncate) : path_(path) {
+    if (path.empty()) return;
+    out_.open(path, truncate ? std::ios::trunc : std::ios::app);
+    KTUNE_REQUIRE(out_.good(), "cannot open session log " + path);
+  }
+  void append(const nlohmann::json& j) {
+    if (path_.empty()) return;
+    out_ << j.dump() << "\n";
+    out_.flush();
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+std::map<Config, Record> read_log(const std::string& path, const templates::Family& family,
+                                  const templates::Problem& problem) {
+  std::map<Config, Record> out;
+  std::ifstream in(path);
+  if (!in) return out;
+  int line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      continue;  // a line cut short by a crash: that evaluation runs again
+    }
+    if (j.contains("session")) {
+      KTUNE_REQUIRE(j["session"].value("family", "") == family.name() &&
+                        j["session"].value("problem", "") == problem.key(),
+                    fmt::format("session log {} is for {} on {}, not {} on {}", path, j["session"].value("family", ""),
+                                j["session"].value("problem", ""), family.name(), problem.key()));
+      continue;
+    }
+    Record r = record_from_json(j);
+    out[r.config] = r;
+  }
+  return out;
+}
+
+/// The search's view of a runner: each evaluation a validated, timed run,
+/// logged as it arrives, answered from the resumed log when it is there.
+class SessionEvaluator final : public search::Evaluator {
+ public:
+  SessionEvaluator(const templates::Family& f, const templates::Problem& p, Runner& runner, RunOptions run,
+                   std::map<Config, Record> done, SessionLog& log)
+      : family_(f), problem_(p), runner_(runner), run_(run), done_(std::move(done)), log_(log) {
+    for (const auto& [c, r] : done_) from_log_.insert(c);
+  }
+
+  const Space& space() const override { return family_.space(); }
+  bool is_valid(const Config& c, std::string* why) const override {
+    if (shard_count_ > 1 && family_.space().index_of(c).value_or(0) % shard_count_ != shard_index_) {
+      if (why) *why = "in another shard";
+      return false;
+    }
+    return family_.is_valid(c, problem_, runner_.device(), why);
+  }
+  void set_shard(std::uint64_t index, std::uint64_t count) {
+    KTUNE_REQUIRE(count >= 1 && index < count, "--shard i/n needs 0 <= i < n");
+    shard_index_ = index;
+    shard_count_ = count;
+  }
+  search::Outcome evaluate(const Config& c) override { return outcome_of(record(c)); }
+
+  /// The run of `c`: from the log when resumed, else a fresh run.
+  const Record& record(const Config& c) {
+    if (auto it = done_.find(c); it != done_.end()) {
+      if (from_log_.erase(c)) ++resumed_count;
+      return it->second;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    Record r{c, runner_.run(family_, c, problem_, run_)};
+    r.result.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    log_.append(record_json(r));
+    return done_.emplace(c, std::move(r)).first->second;
+  }
+  const std::map<Config, Record>& done() const { return done_; }
+  std::uint64_t resumed_count = 0;
+
+ private:
+  static search::Outcome outcome_of(const Record& r) {
+    search::Outcome o;
+    o.ok = r.result.ok && r.result.timing.has_value();
+    o.failure = r.result.failure;
+    if (r.result.timing) {
+      o.time_ms = r.result.timing->median_ms;
+      o.p20_ms = r.result.timing->p20_ms;
+      o.p80_ms = r.result.timing->p80_ms;
+    }
+    // A time budget is wall time: everything the evaluation took. A record
+    // from an older log without it falls back to compile plus timed runs.
+    if (r.result.wall_ms > 0) {
+      o.cost_s = r.result.wall_ms * 1e-3;
+    } else {
+      if (r.result.timing) o.cost_s = r.result.timing->median_ms * r.result.timing->repetitions * 1e-3;
+      o.cost_s += r.result.compile_ms * 1e-3;
+    }
+    return o;
+  }
+
+  const templates::Family& family_;
+  const templates::Problem& problem_;
+  Runner& runner_;
+  RunOptions run_;
+  std::map<Config, Record> done_;
+  std::set<Config> from_log_;  // logged results not yet asked for
+  std::uint64_t shard_index_ = 0, shard_count_ = 1;
+  SessionLog& log_;
+};
+
+}  // namespace
+
+double TuneSummary::speedup_over_default() const {
+  if (!best || !default_run) return 0;
+  return time_of(*default_run) / time_of(*best);
+}
+
+TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
+                 const TuneOptions& options, const Progress& progress) {
+  family.check_problem(problem);
+  const auto start = std::chrono::steady_clock::now();
+  const auto& device = runner.device();
+  auto stop = options.budget.empty() ? std::make_unique<search::Unbounded>() : search::parse_budget(options.budget);
+  std::map<Config, Record> done = options.resume ? read_log(options.log_path, family, problem)
+                                                 : std::map<Config, Record>{};
+  SessionLog log(options.log_path, !options.resume);
+  if (!options.resume)
+    log.append({{"session", {{"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch},
+                             {"gpu", device.name}, {"strategy", options.strategy}, {"seed", options.seed}}}});
+  RunOptions run = options.run;
+  run.seed = options.seed;
+  SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
+  evaluator.set_shard(options.shard_index, options.shard_count);
+
+  TuneSummary summary;
+  const Config def = family.default_config(problem);
+
+  auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
+  // While the GPU measures a variant, a process of its own compiles what the
+  // strategy expects to propose next.
+  std::unique_ptr<CompileAhead> ahead;
+  if (options.compile_ahead_threads > 0 && runner.backend() == "gpu")
+    ahead = std::make_unique<CompileAhead>(family, problem, device.arch, options.compile_ahead_threads);
+  const auto compile_ahead = [&] {
+    if (!ahead) return;
+    std::vector<Config> hint = strategy->upcoming(2 * options.compile_ahead_threads + 1);
+    std::erase_if(hint, [&](const Config& c) { return evaluator.done().count(c) > 0; });
+    ahead->add(hint);
+  };
+  compile_ahead();
+  const Record* last = nullptr;
+  search::SearchCallbacks callbacks;
+  callbacks.on_record = [&](const search::Record& r) {
+    last = &evaluator.record(r.config);
+    summary.records.push_back(r);
+  };
+  callbacks.on_progress = [&](const search::Progress& p) {
+    compile_ahead();
+    if (progress && last) progress(*last, p);
+  };
+  // The default goes first, within the budget: every speed-up is measured against it.
+  const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks, {def});
+  summary.stopped_by = found.stopped_by;
+  summary.resumed = evaluator.resumed_count;
+  summary.evaluations = found.state.evaluations;
+  summary.failures = found.state.failures;
+  for (const auto& r : summary.records)
+    summary.pruned += r.outcome.failure.rfind("pruned:", 0) == 0 ? 1 : 0;
+  if (const auto it = evaluator.done().find(def); it != evaluator.done().end()) summary.default_run = it->second;
+
+  // The fastest few are timed again side by side; the winner rule ties what
+  // noise cannot separate and breaks ties by space index, so two sessions on
+  // one GPU pick the same config.
+  std::vector<Record> ranked;
+  for (const auto& s : summary.records)
+    if (const Record& r = evaluator.record(s.config); time_of(r) < std::numeric_limits<double>::infinity())
+      ranked.push_back(r);
+  std::sort(ranked.begin(), ranked.end(), [](const Record& a, const Record& b) {
+    return time_of(a) != time_of(b) ? time_of(a) < time_of(b) : a.config < b.config;
+  });
+  if (ranked.empty()) {
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return summary;
+  }
+  ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, options.finalists))));
+  if (ranked.size() > 1 && options.run.time) {
+    RunOptions again = run;
+    again.validate = false;
+    for (auto& r : ranked) {
+      const RunResult t = runner.run(family, r.config, problem, again);
+      if (t.ok && t.timing) {
+        auto samples = samples_of(*r.result.timing);
+        const auto more = samples_of(*t.timing);
+        samples.insert(samples.end(), more.begin(), more.end());
+        r.result.timing = summarize(samples);
+        r.result.timing->method = t.timing->method;
+      }
+    }
+  }
+  std::vector<search::Candidate> candidates;
+  for (const auto& r : ranked) {
+    candidates.push_back({family.space().index_of(r.config).value_or(0), r.config, samples_of(*r.result.timing)});
+  }
+  const search::WinnerResult winner = search::pick_winner(candidates);
+  summary.best = ranked[winner.found ? winner.winner : 0];
+  summary.tied = winner.tied;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return summary;
+}
+
+cache::Entry cache_entry(const templates::Family& family, const templates::Problem& problem,
+                         const templates::DeviceLimits& device, const TuneSummary& summary) {
+  KTUNE_REQUIRE(summary.best && summary.best->result.timing, "the session found no working config to cache");
+  const auto& t = *summary.best->result.timing;
+  cache::Entry e;
+  e.key = cache_key(family, problem, device);
+  e.config = summary.best->config.to_json();
+  e.time_ms = t.median_ms;
+  e.p20_ms = t.p20_ms;
+  e.p80_ms = t.p80_ms;
+  e.spread = t.median_ms > 0 ? (t.p80_ms - t.p20_ms) / t.median_ms : 0;
+  e.evaluations = static_cast<std::int64_t>(summary.evaluations);
+  e.repetitions = t.repetitions;
+  return e;
+}
+
+}  // namespace ktune::tuner

@@ -1,0 +1,67 @@
+// A tuning session: the search driver (search/search.hpp) walks one family's
+// space for one problem with a strategy and a budget; each evaluation is a
+// runner's validated, timed run, appended to a session log as it arrives (so
+// Ctrl-C or a crash loses nothing and --resume continues); the fastest few
+// are timed again and the noise-aware winner rule (search/winner.hpp) picks
+// the config that goes into the tuned cache.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "cache/entry.hpp"
+#include "search/search.hpp"
+#include "tuner/run/runner.hpp"
+#include "tuner/session/tuned_kernels.hpp"
+
+namespace ktune::tuner {
+
+struct TuneOptions {
+  std::string strategy = "exhaustive";
+  std::string budget;       ///< search::parse_budget syntax ("200", "15m", "plateau:50", "200+15m"); empty: none
+  std::uint64_t seed = 1;
+  RunOptions run;           ///< validation and timing of each evaluation
+  std::string log_path;     ///< JSON-lines session log; empty: none
+  bool resume = false;      ///< take the log's results instead of re-running them
+  int finalists = 3;        ///< fastest configs timed again for the winner rule
+  /// This session takes the configs whose space index is shard_index modulo
+  /// shard_count (`--shard i/n`: one slice per Slurm array task or MPI rank;
+  /// `ktune cache merge` joins the winners).
+  std::uint64_t shard_index = 0;
+  std::uint64_t shard_count = 1;
+  /// Threads compiling ahead of the benchmark what the strategy expects to
+  /// propose next (GPU runner; search::Strategy::upcoming); 0 turns it off.
+  unsigned compile_ahead_threads = 0;
+};
+
+/// One evaluation as the session log records it.
+struct Record {
+  Config config;
+  RunResult result;
+};
+
+struct TuneSummary {
+  std::optional<Record> best;
+  std::optional<Record> default_run;
+  std::uint64_t evaluations = 0;  ///< the default's included
+  std::uint64_t failures = 0;     ///< pruned ones included
+  std::uint64_t pruned = 0;       ///< rejected from the resource report before any launch
+  std::uint64_t resumed = 0;      ///< results taken from the log
+  std::uint64_t tied = 0;         ///< finalists the winner rule could not tell apart
+  std::string stopped_by;
+  std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
+  double seconds = 0;
+  double speedup_over_default() const;
+};
+
+/// After each evaluation: the record and the search's progress (best, counts, ETA).
+using Progress = std::function<void(const Record&, const search::Progress&)>;
+
+TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
+                 const TuneOptions& options, const Progress& progress = {});
+
+/// The cache entry for a finished session's winner.
+cache::Entry cache_entry(const templates::Family& family, const templates::Problem& problem,
+                         const templates::DeviceLimits& device, const TuneSummary& summary);
+
+}  // namespace ktune::tuner

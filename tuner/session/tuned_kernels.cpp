@@ -1,0 +1,86 @@
+#include "tuner/session/tuned_kernels.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/error.hpp"
+#include "cache/key.hpp"
+#include "tuner/compile/compiler.hpp"
+
+namespace ktune::tuner {
+
+cache::Key cache_key(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device) {
+  return cache::make_key(family, problem, device, nvrtc_version());
+}
+
+ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
+                           const DeviceLimits& device, const cache::TunedCache* tuned,
+                           std::vector<std::string>* warnings) {
+  ChosenConfig out{family.default_config(problem), cache::Match::kNone, "default (no tuned cache)"};
+  if (!tuned) return out;
+  auto usable = [&](const nlohmann::json& j) {
+    try {
+      const Config c = Config::from_json(j);
+      family.space().check_member(c);
+      return family.is_valid(c, problem, device);
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  const cache::Answer a =
+      tuned->lookup(cache_key(family, problem, device), [&](const cache::Entry& e) { return usable(e.config); });
+  if (warnings) warnings->insert(warnings->end(), a.result.warnings.begin(), a.result.warnings.end());
+  out.source = a.reason;
+  if (a.result.match == cache::Match::kNone || !a.result.entry) return out;
+  if (!usable(a.result.entry->config)) {
+    out.source = "default (the exact entry's config is not valid here)";
+    return out;
+  }
+  out.config = Config::from_json(a.result.entry->config);
+  out.match = a.result.match;
+  return out;
+}
+
+TunedKernels::TunedKernels(exec::Backend& backend, const cache::TunedCache* tuned)
+    : backend_(backend), tuned_(tuned) {}
+
+void TunedKernels::prepare(const std::vector<KernelRequest>& requests, unsigned threads) {
+  std::vector<TunedKernel> fresh;
+  std::vector<templates::Rendered> sources;
+  for (const auto& r : requests) {
+    KTUNE_REQUIRE(r.family != nullptr, "a kernel request names no family");
+    r.family->check_problem(r.problem);
+    const auto known = [&](const TunedKernel& k) { return k.family == r.family && k.problem == r.problem; };
+    if (std::any_of(kernels_.begin(), kernels_.end(), known) || std::any_of(fresh.begin(), fresh.end(), known))
+      continue;
+    TunedKernel k{r.family, r.problem, choose_config(*r.family, r.problem, backend_.device(), tuned_, &warnings_), {}};
+    sources.push_back(r.family->render(k.chosen.config, r.problem));
+    fresh.push_back(std::move(k));
+  }
+  backend_.precompile(sources, threads);
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    try {
+      fresh[i].module = backend_.load(sources[i]);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kCompile) throw;
+      throw_error(ErrorKind::kCompile, fmt::format("{} on {} ({}): {}", fresh[i].family->name(),
+                                                   fresh[i].problem.key(), fresh[i].chosen.config.str(), e.what()));
+    }
+  }
+  for (auto& k : fresh) kernels_.push_back(std::move(k));
+}
+
+const TunedKernel& TunedKernels::get(const templates::Family& family, const templates::Problem& problem) const {
+  for (const auto& k : kernels_)
+    if (k.family == &family && k.problem == problem) return k;
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("no prepared kernel for {} on {}: prepare() it first", family.name(), problem.key()));
+}
+
+std::size_t TunedKernels::count(cache::Match match) const {
+  return static_cast<std::size_t>(
+      std::count_if(kernels_.begin(), kernels_.end(), [&](const TunedKernel& k) { return k.chosen.match == match; }));
+}
+
+}  // namespace ktune::tuner
