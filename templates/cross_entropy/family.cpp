@@ -57,6 +57,20 @@ Batch make_batch(const Problem& p, std::uint64_t seed) {
   return b;
 }
 
+/// The forward on a fresh batch: losses and lse from the fp64 reference.
+struct ForwardPass {
+  Batch batch;
+  std::vector<double> losses, lse;
+};
+ForwardPass forward_pass(const Problem& p, std::uint64_t seed) {
+  const std::int64_t rows = p.dim("rows"), vocab = p.dim("vocab");
+  ForwardPass f{make_batch(p, seed), std::vector<double>(static_cast<std::size_t>(rows)),
+                std::vector<double>(static_cast<std::size_t>(rows))};
+  cross_entropy_forward<double>(f.batch.logits.data(), f.batch.targets.data(), f.losses.data(), f.lse.data(), rows,
+                                vocab);
+  return f;
+}
+
 /// What both families share beyond the row layout: the space, problems,
 /// constraints and default.
 template <class ArgsT>
@@ -141,15 +155,12 @@ class Forward final : public CrossEntropyFamily<ForwardArgs> {
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
-    const std::int64_t rows = p.dim("rows"), vocab = p.dim("vocab");
-    const Batch b = make_batch(p, seed);
-    std::vector<double> losses(static_cast<std::size_t>(rows)), lse(static_cast<std::size_t>(rows));
-    cross_entropy_forward<double>(b.logits.data(), b.targets.data(), losses.data(), lse.data(), rows, vocab);
+    const ForwardPass f = forward_pass(p, seed);
     Workload w;
-    w.buffers.push_back(input_buffer("logits", activation_dtype(p), b.logits));
-    w.buffers.push_back(make_buffer("targets", Role::kInput, DType::kI32, b.targets));
-    w.buffers.push_back(output_buffer("losses", DType::kF32, losses));
-    w.buffers.push_back(output_buffer("lse", DType::kF32, lse));
+    w.buffers.push_back(input_buffer("logits", activation_dtype(p), f.batch.logits));
+    w.buffers.push_back(make_buffer("targets", Role::kInput, DType::kI32, f.batch.targets));
+    w.buffers.push_back(output_buffer("losses", DType::kF32, f.losses));
+    w.buffers.push_back(output_buffer("lse", DType::kF32, f.lse));
     return w;
   }
 
@@ -198,20 +209,16 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
-    const std::int64_t rows = p.dim("rows"), vocab = p.dim("vocab");
-    const Batch b = make_batch(p, seed);
-    std::vector<double> losses(static_cast<std::size_t>(rows)), lse(static_cast<std::size_t>(rows));
-    cross_entropy_forward<double>(b.logits.data(), b.targets.data(), losses.data(), lse.data(), rows, vocab);
-    // lse as the forward leaves it: fp32.
-    const std::vector<float> lse32(lse.begin(), lse.end());
-    std::copy(lse32.begin(), lse32.end(), lse.begin());
+    const ForwardPass f = forward_pass(p, seed);
+    const auto& b = f.batch;
+    const auto lse = stored_as(DType::kF32, std::vector<float>(f.lse.begin(), f.lse.end()));  // as the forward leaves it
     std::vector<double> dlogits(b.logits.size());
     cross_entropy_backward<double>(b.logits.data(), b.targets.data(), lse.data(), static_cast<double>(mean_scale(p)),
-                                   dlogits.data(), rows, vocab);
+                                   dlogits.data(), p.dim("rows"), p.dim("vocab"));
     Workload w;
     w.buffers.push_back(input_buffer("logits", activation_dtype(p), b.logits));
     w.buffers.push_back(make_buffer("targets", Role::kInput, DType::kI32, b.targets));
-    w.buffers.push_back(make_buffer("lse", Role::kInput, DType::kF32, lse32));
+    w.buffers.push_back(input_buffer("lse", DType::kF32, lse));
     w.buffers.push_back(output_buffer("dlogits", activation_dtype(p), dlogits));
     return w;
   }

@@ -40,6 +40,22 @@ std::vector<float> activation_rows(std::mt19937_64& rng, std::int64_t rows, std:
   return values;
 }
 
+/// A forward pass on fresh inputs: x and w as the kernel reads them, y and
+/// rstd from the fp64 reference.
+struct ForwardPass {
+  std::vector<double> x, w, y, rstd;
+};
+ForwardPass forward_pass(const Problem& p, std::mt19937_64& rng) {
+  const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
+  ForwardPass f;
+  f.x = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
+  f.w = stored_as(DType::kF32, random_floats(rng, static_cast<std::size_t>(dim), 0.5f, 1.5f));
+  f.y.resize(f.x.size());
+  f.rstd.resize(static_cast<std::size_t>(rows));
+  rmsnorm_forward<double>(f.x.data(), f.w.data(), f.y.data(), f.rstd.data(), rows, dim, static_cast<double>(kEps));
+  return f;
+}
+
 /// What both families share beyond the row layout: problems, the register
 /// bound on a row, the default.
 template <class ArgsT>
@@ -122,18 +138,13 @@ class Forward final : public NormFamily<ForwardArgs> {
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
-    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
-    const auto n = static_cast<std::size_t>(rows * dim);
     std::mt19937_64 rng(seed);
-    const auto x = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
-    const auto w = stored_as(DType::kF32, random_floats(rng, static_cast<std::size_t>(dim), 0.5f, 1.5f));
-    std::vector<double> y(n), rstd(static_cast<std::size_t>(rows));
+    const ForwardPass f = forward_pass(p, rng);
     Workload wl;
-    wl.buffers.push_back(input_buffer("x", activation_dtype(p), x));
-    wl.buffers.push_back(input_buffer("w", DType::kF32, w));
-    rmsnorm_forward<double>(x.data(), w.data(), y.data(), rstd.data(), rows, dim, static_cast<double>(kEps));
-    wl.buffers.push_back(output_buffer("y", activation_dtype(p), y));
-    wl.buffers.push_back(output_buffer("rstd", DType::kF32, rstd));
+    wl.buffers.push_back(input_buffer("x", activation_dtype(p), f.x));
+    wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
+    wl.buffers.push_back(output_buffer("y", activation_dtype(p), f.y));
+    wl.buffers.push_back(output_buffer("rstd", DType::kF32, f.rstd));
     return wl;
   }
 
@@ -191,23 +202,17 @@ class Backward final : public NormFamily<BackwardArgs> {
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
-    const auto n = static_cast<std::size_t>(rows * dim);
     std::mt19937_64 rng(seed);
-    const auto x = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
-    const auto w = stored_as(DType::kF32, random_floats(rng, static_cast<std::size_t>(dim), 0.5f, 1.5f));
-    std::vector<double> y(n), rstd(static_cast<std::size_t>(rows));
+    ForwardPass f = forward_pass(p, rng);
+    f.rstd = stored_as(DType::kF32, std::vector<float>(f.rstd.begin(), f.rstd.end()));  // as the forward leaves it
+    const auto dy = stored_as(activation_dtype(p), random_floats(rng, f.x.size(), -1.f, 1.f));
+    std::vector<double> dx(f.x.size()), dw(static_cast<std::size_t>(dim), 0.0);
+    rmsnorm_backward<double>(f.x.data(), f.w.data(), f.rstd.data(), dy.data(), dx.data(), dw.data(), rows, dim);
     Workload wl;
-    wl.buffers.push_back(input_buffer("x", activation_dtype(p), x));
-    wl.buffers.push_back(input_buffer("w", DType::kF32, w));
-    // rstd as the forward leaves it: fp32.
-    rmsnorm_forward<double>(x.data(), w.data(), y.data(), rstd.data(), rows, dim, static_cast<double>(kEps));
-    std::vector<float> rstd32(rstd.begin(), rstd.end());
-    std::copy(rstd32.begin(), rstd32.end(), rstd.begin());
-    wl.buffers.push_back(make_buffer("rstd", Role::kInput, DType::kF32, rstd32));
-    const auto dy = stored_as(activation_dtype(p), random_floats(rng, n, -1.f, 1.f));
+    wl.buffers.push_back(input_buffer("x", activation_dtype(p), f.x));
+    wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
+    wl.buffers.push_back(input_buffer("rstd", DType::kF32, f.rstd));
     wl.buffers.push_back(input_buffer("dy", activation_dtype(p), dy));
-    std::vector<double> dx(n), dw(static_cast<std::size_t>(dim), 0.0);
-    rmsnorm_backward<double>(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dw.data(), rows, dim);
     wl.buffers.push_back(output_buffer("dx", activation_dtype(p), dx));
     wl.buffers.push_back(output_buffer("dw", DType::kF32, dw));
     wl.buffers.push_back(make_buffer("scratch", Role::kScratch, DType::kF32,
