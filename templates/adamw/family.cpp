@@ -167,13 +167,6 @@ class MultiTensor final : public AdamwBase {
     return Config({{"threads", 512}, {"vec", 4}, {"chunk", 65536}, {"tensors_per_launch", 64}, {"blocks_per_sm", 4}});
   }
 
-  bool is_valid_more(const Config& c, const Problem&, const DeviceLimits& d, std::string* why) const override {
-    if (c.at("chunk") % c.at("vec") != 0) return reject(why, "a chunk must hold whole vectors, so chunk starts keep the tensor's alignment");
-    if (c.at("chunk") < c.at("threads") * c.at("vec")) return reject(why, "a chunk smaller than one block-wide step leaves threads idle");
-    if (c.at("blocks_per_sm") * c.at("threads") > 4 * d.max_threads_per_sm) return reject(why, "grid larger than four waves of resident threads only adds scheduling");
-    return true;
-  }
-
   Rendered render(const Config& c, const Problem& p) const override {
     const std::string kernel =
         fmt::format("adamw::adamw_multi_tensor<{}, {}, {}, {}>", c.at("threads"), c.at("vec"),
@@ -224,6 +217,17 @@ class MultiTensor final : public AdamwBase {
       launches.push_back(std::move(l));
     }
     return launches;
+  }
+
+ protected:
+  bool is_valid_more(const Config& c, const Problem&, const DeviceLimits& d, std::string* why) const override {
+    if (c.at("chunk") % c.at("vec") != 0)
+      return reject(why, "a chunk must hold whole vectors, so chunk starts keep the tensor's alignment");
+    if (c.at("chunk") < c.at("threads") * c.at("vec"))
+      return reject(why, "a chunk smaller than one block-wide step leaves threads idle");
+    if (c.at("blocks_per_sm") * c.at("threads") > 4 * d.max_threads_per_sm)
+      return reject(why, "grid larger than four waves of resident threads only adds scheduling");
+    return true;
   }
 
  private:

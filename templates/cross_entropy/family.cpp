@@ -211,7 +211,8 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
     check_problem(p);
     const ForwardPass f = forward_pass(p, seed);
     const auto& b = f.batch;
-    const auto lse = stored_as(DType::kF32, std::vector<float>(f.lse.begin(), f.lse.end()));  // as the forward leaves it
+    // lse as the forward leaves it: fp32.
+    const auto lse = stored_as(DType::kF32, std::vector<float>(f.lse.begin(), f.lse.end()));
     std::vector<double> dlogits(b.logits.size());
     cross_entropy_backward<double>(b.logits.data(), b.targets.data(), lse.data(), static_cast<double>(mean_scale(p)),
                                    dlogits.data(), p.dim("rows"), p.dim("vocab"));

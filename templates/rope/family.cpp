@@ -81,8 +81,8 @@ class RopeBase : public TypedFamily<ArgsT> {
                   fmt::format("{}: tokens * heads must be at most 2^31-1, got {} * {}", this->name(), p.dim("tokens"),
                               p.dim("heads")));
     KTUNE_REQUIRE(p.dim("seq") <= kMaxIndex / (head_dim / 2),
-                  fmt::format("{}: seq * head_dim / 2 (the table size) must be at most 2^31-1, got {} * {}", this->name(),
-                              p.dim("seq"), head_dim / 2));
+                  fmt::format("{}: seq * head_dim / 2 (the table size) must be at most 2^31-1, got {} * {}",
+                              this->name(), p.dim("seq"), head_dim / 2));
   }
 
   Config default_config(const Problem& p) const override {

@@ -58,7 +58,8 @@ class SwigluBase : public TypedFamily<ArgsT> {
   Config default_config(const Problem& p) const override {
     // 16-byte accesses, two per operand per thread, one block per tile.
     // Not measured on a GPU yet: the tuned cache is where the best one goes.
-    return Config({{"threads", 256}, {"vec", kMaxAccessBytes / activation_bytes(p)}, {"unroll", 2}, {"blocks_per_sm", 0}});
+    return Config(
+        {{"threads", 256}, {"vec", kMaxAccessBytes / activation_bytes(p)}, {"unroll", 2}, {"blocks_per_sm", 0}});
   }
 
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
@@ -70,7 +71,8 @@ class SwigluBase : public TypedFamily<ArgsT> {
       return reject(why, "inputs x vec x unroll values in flight per thread do not fit the registers a thread of this "
                     "block size may use (min(255, registers per SM / threads), less 32): it would spill");
     if (c.at("blocks_per_sm") * c.at("threads") > 4 * d.max_threads_per_sm)
-      return reject(why, "grid larger than four waves of resident threads only adds scheduling; 0 gives one block per tile");
+      return reject(why,
+                    "grid larger than four waves of resident threads only adds scheduling; 0 gives one block per tile");
     return true;
   }
 
@@ -81,7 +83,8 @@ class SwigluBase : public TypedFamily<ArgsT> {
  protected:
   /// The launch over the problem's n elements with `addresses` (the kernel's
   /// pointers, in its parameter order) and n.
-  std::vector<Launch> elementwise_plan(const Config& c, const Problem& p, std::initializer_list<std::uint64_t> addresses,
+  std::vector<Launch> elementwise_plan(const Config& c, const Problem& p,
+                                       std::initializer_list<std::uint64_t> addresses,
                                        const DeviceLimits& device) const {
     this->check_problem(p);
     const std::int64_t n = p.dim("n");

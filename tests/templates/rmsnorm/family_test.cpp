@@ -43,7 +43,8 @@ TEST_CASE("rmsnorm families are registered and reject bad problems with what is 
     CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"rows", 4}, {"dim", 0}}}), Catch::Contains(range));
     CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"rows", 4}, {"dim", max_dim + 1}}}), Catch::Contains(range));
     CHECK_NOTHROW(f.check_problem(Problem{"f32", {{"rows", 4}, {"dim", max_dim}}}));
-    CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"rows", 0}, {"dim", 64}}}), Catch::Contains("'rows' (tokens) must be"));
+    CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"rows", 0}, {"dim", 64}}}),
+                      Catch::Contains("'rows' (tokens) must be"));
     CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"dim", 64}}}), Catch::Contains("'rows' (tokens) must be"));
     CHECK_THROWS_WITH(f.check_problem(Problem{"f32", {{"rows", 4}, {"dim", 64}, {"cols", 2}}}),
                       Catch::Contains("unknown dimension 'cols'; accepted: rows, dim"));
