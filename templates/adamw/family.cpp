@@ -210,8 +210,7 @@ class MultiTensor final : public AdamwBase {
       if (chunks == 0) continue;
       Launch l;
       l.kernel = 0;
-      const std::int64_t resident = c.at("blocks_per_sm") * device.sm_count;
-      l.grid = {static_cast<unsigned>(std::min<std::int64_t>(chunks, resident)), 1, 1};
+      l.grid = {grid_stride_blocks(chunks, c.at("blocks_per_sm"), device), 1, 1};
       l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
       l.args.add_bytes(blob.data(), blob.size(), 8).add(chunk).add(h);
       launches.push_back(std::move(l));

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
@@ -13,6 +15,11 @@ bool is_bf16(const Problem& p) { return p.dtype == "bf16"; }
 DType activation_dtype(const Problem& p) { return is_bf16(p) ? DType::kBF16 : DType::kF32; }
 std::int64_t activation_bytes(const Problem& p) { return is_bf16(p) ? 2 : 4; }
 const char* activation_type(const Problem& p) { return is_bf16(p) ? "kt::bf16" : "float"; }
+
+unsigned grid_stride_blocks(std::int64_t blocks, std::int64_t blocks_per_sm, const DeviceLimits& device) {
+  if (blocks_per_sm > 0) blocks = std::min(blocks, blocks_per_sm * device.sm_count);
+  return static_cast<unsigned>(std::min<std::int64_t>(blocks, (1LL << 31) - 1));
+}
 
 bool reject(std::string* why, std::string reason) {
   if (why) *why = std::move(reason);

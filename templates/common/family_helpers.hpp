@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "base/device_limits.hpp"
 #include "templates/problem.hpp"
 #include "templates/workload.hpp"
 
@@ -22,6 +23,11 @@ DType activation_dtype(const Problem& problem);
 std::int64_t activation_bytes(const Problem& problem);
 /// The activations' type as the templates name it: `float` or `kt::bf16`.
 const char* activation_type(const Problem& problem);
+
+/// The grid of a grid-stride kernel that has `blocks` blocks of work: capped
+/// at `blocks_per_sm` per SM of `device` when that is positive (a persistent
+/// grid; 0 is no cap), and at the gridDim.x limit.
+unsigned grid_stride_blocks(std::int64_t blocks, std::int64_t blocks_per_sm, const DeviceLimits& device);
 
 /// For `is_valid`: stores `reason` in `why` (when given) and returns false.
 bool reject(std::string* why, std::string reason);

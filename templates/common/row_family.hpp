@@ -15,16 +15,16 @@ namespace ktune::templates {
 
 /// What a row family's problems look like.
 struct RowShape {
-  const char* columns = "";          ///< the dimension that is a row's length ("dim", "vocab")
-  const char* elements = "";         ///< what a row holds, for messages ("elements", "logits")
-  std::int64_t max_columns = 0;
-  std::string max_columns_text;      ///< max_columns as messages write it ("2^30")
-  std::string max_columns_why;       ///< why that bound ("column indices are 32-bit")
-  std::string dtypes;                ///< what f32 and bf16 mean for the family's buffers, for messages
+  const char* columns = "";      ///< the dimension that is a row's length ("dim", "vocab")
+  const char* elements = "";     ///< what a row holds, for messages ("elements", "logits")
+  std::int64_t max_columns = 0;  ///< the longest row the kernels take
+  std::string max_columns_text;  ///< max_columns as messages write it ("2^30")
+  std::string max_columns_why;   ///< why that bound ("column indices are 32-bit")
+  std::string dtypes;            ///< what bf16 means for the family's buffers, for messages
 };
 
-/// The smallest `row_threads`: below it a row's threads would not fill
-/// a group of shuffle lanes worth reducing.
+/// The smallest `row_threads` of the space: the constraint against idle
+/// threads spares it, as there is no smaller choice to fall back to.
 inline constexpr std::int64_t kMinRowThreads = 8;
 
 /// threads, row_threads and vec; `row_threads_tradeoff` says what threads per

@@ -189,12 +189,9 @@ class RopeBase : public TypedFamily<ArgsT> {
     this->check_problem(p);
     const std::int64_t slots = c.at("threads") / lanes(c, p);
     KTUNE_REQUIRE(slots >= 1, this->name() + ": invalid config " + c.str() + " for " + p.key());
-    std::int64_t blocks = ceil_div(items(c, p), slots);
-    if (c.at("blocks_per_sm") > 0) blocks = std::min(blocks, c.at("blocks_per_sm") * device.sm_count);
-    blocks = std::min<std::int64_t>(blocks, (1LL << 31) - 1);  // gridDim.x limit; the kernels grid-stride
     Launch l;
     l.kernel = 0;
-    l.grid = {static_cast<unsigned>(blocks), 1, 1};
+    l.grid = {grid_stride_blocks(ceil_div(items(c, p), slots), c.at("blocks_per_sm"), device), 1, 1};
     l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
     l.args.add(in).add(cos).add(sin).add(out);
     l.args.add(static_cast<int>(p.dim("tokens"))).add(static_cast<int>(p.dim("heads"))).add(

@@ -88,12 +88,10 @@ class SwigluBase : public TypedFamily<ArgsT> {
                                        const DeviceLimits& device) const {
     this->check_problem(p);
     const std::int64_t n = p.dim("n");
-    std::int64_t blocks = ceil_div(n, c.at("threads") * c.at("vec") * c.at("unroll"));
-    if (c.at("blocks_per_sm") > 0) blocks = std::min(blocks, c.at("blocks_per_sm") * device.sm_count);
-    blocks = std::min<std::int64_t>(blocks, (1LL << 31) - 1);  // gridDim.x limit; the kernels grid-stride
+    const std::int64_t tiles = ceil_div(n, c.at("threads") * c.at("vec") * c.at("unroll"));
     Launch l;
     l.kernel = 0;
-    l.grid = {static_cast<unsigned>(blocks), 1, 1};
+    l.grid = {grid_stride_blocks(tiles, c.at("blocks_per_sm"), device), 1, 1};
     l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
     for (const auto a : addresses) l.args.add(a);
     l.args.add(static_cast<long long>(n));
