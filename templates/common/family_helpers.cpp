@@ -45,16 +45,8 @@ void require_f32_or_bf16(DType dtype) {
   KTUNE_REQUIRE(dtype == DType::kF32 || dtype == DType::kBF16,
                 fmt::format("family buffers hold f32 or bf16 values, not {}", to_string(dtype)));
 }
-}  // namespace
 
-std::vector<double> stored_as(DType dtype, const std::vector<float>& values) {
-  require_f32_or_bf16(dtype);
-  std::vector<double> out(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i)
-    out[i] = dtype == DType::kBF16 ? bf16_bits_to_float(float_to_bf16_bits(values[i])) : values[i];
-  return out;
-}
-
+/// A buffer of `dtype` (f32 or bf16) holding `values`, rounded to the dtype.
 HostBuffer values_buffer(std::string name, Role role, DType dtype, const std::vector<double>& values) {
   require_f32_or_bf16(dtype);
   if (dtype == DType::kBF16) {
@@ -63,6 +55,16 @@ HostBuffer values_buffer(std::string name, Role role, DType dtype, const std::ve
     return make_buffer(std::move(name), role, dtype, bits);
   }
   return make_buffer(std::move(name), role, dtype, std::vector<float>(values.begin(), values.end()));
+}
+
+}  // namespace
+
+std::vector<double> stored_as(DType dtype, const std::vector<float>& values) {
+  require_f32_or_bf16(dtype);
+  std::vector<double> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    out[i] = dtype == DType::kBF16 ? bf16_bits_to_float(float_to_bf16_bits(values[i])) : values[i];
+  return out;
 }
 
 HostBuffer input_buffer(std::string name, DType dtype, const std::vector<double>& values) {

@@ -44,8 +44,6 @@ void require_addresses(const std::string& family, const std::vector<std::uint64_
 /// `values` as a buffer of `dtype` (f32 or bf16) stores them: exact for f32
 /// inputs, rounded to the nearest bf16 for bf16.
 std::vector<double> stored_as(DType dtype, const std::vector<float>& values);
-/// A buffer of `dtype` (f32 or bf16) holding `values`, rounded to the dtype.
-HostBuffer values_buffer(std::string name, Role role, DType dtype, const std::vector<double>& values);
 /// An input buffer holding `values`; pass values already `stored_as` the
 /// dtype, so that the reference computes on exactly what the kernel reads.
 HostBuffer input_buffer(std::string name, DType dtype, const std::vector<double>& values);
