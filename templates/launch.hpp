@@ -48,6 +48,10 @@ class ArgPack {
     return p;
   }
   std::size_t count() const { return offsets_.size(); }
+  /// The packed arguments (padding zeroed) and where each starts: two packs
+  /// with equal bytes and offsets pass the kernel the same values.
+  const std::vector<std::byte>& bytes() const { return storage_; }
+  const std::vector<std::size_t>& offsets() const { return offsets_; }
 
  private:
   std::vector<std::byte> storage_;  // malloc alignment (16) covers every argument type

@@ -44,15 +44,6 @@ KT_DEVICE void update(float& p, float g, float& m, float& v, const Hyper& h) {
   p -= (h.lr / h.bias_correction1) * (m / denom);
 }
 
-template <int VEC>
-struct alignas(4 * VEC) F32Vec {
-  float x[VEC];
-};
-template <int VEC>
-struct alignas(2 * VEC) BF16Vec {
-  kt::bf16 x[VEC];
-};
-
 /// Updates elements [begin, end) of one tensor with THREADS threads, VEC
 /// elements per thread per step when every pointer is VEC-aligned.
 template <int THREADS, int VEC, bool BF16_COPY>
@@ -70,20 +61,20 @@ KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf
       scalar_begin = begin + (end - begin) / VEC * VEC;
       for (long long i = begin + static_cast<long long>(threadIdx.x) * VEC; i < scalar_begin;
            i += static_cast<long long>(THREADS) * VEC) {
-        F32Vec<VEC> pv = *reinterpret_cast<const F32Vec<VEC>*>(p + i);
-        const F32Vec<VEC> gv = *reinterpret_cast<const F32Vec<VEC>*>(g + i);
-        F32Vec<VEC> mv = *reinterpret_cast<const F32Vec<VEC>*>(m + i);
-        F32Vec<VEC> vv = *reinterpret_cast<const F32Vec<VEC>*>(v + i);
+        kt::Vec<float, VEC> pv = *reinterpret_cast<const kt::Vec<float, VEC>*>(p + i);
+        const kt::Vec<float, VEC> gv = *reinterpret_cast<const kt::Vec<float, VEC>*>(g + i);
+        kt::Vec<float, VEC> mv = *reinterpret_cast<const kt::Vec<float, VEC>*>(m + i);
+        kt::Vec<float, VEC> vv = *reinterpret_cast<const kt::Vec<float, VEC>*>(v + i);
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) update(pv.x[k], gv.x[k], mv.x[k], vv.x[k], h);
-        *reinterpret_cast<F32Vec<VEC>*>(p + i) = pv;
-        *reinterpret_cast<F32Vec<VEC>*>(m + i) = mv;
-        *reinterpret_cast<F32Vec<VEC>*>(v + i) = vv;
+        for (int k = 0; k < VEC; ++k) update(pv.v[k], gv.v[k], mv.v[k], vv.v[k], h);
+        *reinterpret_cast<kt::Vec<float, VEC>*>(p + i) = pv;
+        *reinterpret_cast<kt::Vec<float, VEC>*>(m + i) = mv;
+        *reinterpret_cast<kt::Vec<float, VEC>*>(v + i) = vv;
         if (BF16_COPY) {
-          BF16Vec<VEC> bv;
+          kt::Vec<kt::bf16, VEC> bv;
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) bv.x[k] = kt::from_float<kt::bf16>(pv.x[k]);
-          *reinterpret_cast<BF16Vec<VEC>*>(p16 + i) = bv;
+          for (int k = 0; k < VEC; ++k) bv.v[k] = kt::from_float<kt::bf16>(pv.v[k]);
+          *reinterpret_cast<kt::Vec<kt::bf16, VEC>*>(p16 + i) = bv;
         }
       }
     }

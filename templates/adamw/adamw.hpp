@@ -23,12 +23,22 @@ struct TensorAddresses {
   std::int64_t numel = 0;
 };
 
-/// An AdamW family: a Family that can also plan a step over any list of
-/// tensors (the model runtime's parameters), not only its workloads.
-class AdamwFamily : public Family {
+/// Run-time arguments of one AdamW step. The problem's `numel` is the
+/// largest tensor's (what workspace_bytes is sized by); its dtype bf16 asks
+/// for the bf16 copies.
+struct Args {
+  std::vector<TensorAddresses> tensors;  // the parameter tensors, any count and sizes
+  AdamwHyper hyper;                      // lr, betas, eps, weight decay and the step (from 1)
+  std::uint64_t workspace = 0;           // (numel,) f32: workspace_bytes(config, problem); adamw_eager's only
+};
+
+/// An AdamW family: plans a step over any list of tensors (the model
+/// runtime's parameters), not only its workloads.
+class AdamwFamily : public TypedFamily<Args> {
  public:
   /// Launches for one step over `tensors`. `scratch` is a device buffer of at
-  /// least max(numel) floats (used by the eager family only).
+  /// least max(numel) floats (used by the eager family only); `plan` with
+  /// Args calls this.
   virtual std::vector<Launch> plan_tensors(const Config& config, bool bf16_copy,
                                            const std::vector<TensorAddresses>& tensors, std::uint64_t scratch,
                                            const AdamwHyper& hyper, const DeviceLimits& device) const = 0;

@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "templates/adamw/adamw.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 
 namespace ktune::templates::adamw {
@@ -29,10 +30,6 @@ HyperArgs hyper_args(const AdamwHyper& h) {
           h.weight_decay,
           static_cast<float>(1.0 - std::pow(static_cast<double>(h.beta1), t)),
           static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(h.beta2), t)))};
-}
-
-unsigned blocks_for(std::int64_t n, std::int64_t per_block) {
-  return static_cast<unsigned>((n + per_block - 1) / per_block);
 }
 
 /// What every AdamW family shares: problems, workloads, counts.
@@ -97,18 +94,33 @@ class AdamwBase : public AdamwFamily {
     return w;
   }
 
-  std::vector<Launch> plan(const Config& config, const Problem& p, const std::vector<std::uint64_t>& addresses,
-                           const DeviceLimits& device) const override {
+  /// The workload's buffers: per tensor param, grad, exp_avg, exp_avg_sq
+  /// (and param_bf16 for bf16), then the eager family's scratch.
+  Args args_of(const Problem& p, const std::vector<std::uint64_t>& addresses) const override {
+    check_problem(p);
     const bool bf16 = p.dtype == "bf16";
     const std::size_t per = bf16 ? 5 : 4;
-    std::vector<TensorAddresses> tensors;
+    const std::size_t count = static_cast<std::size_t>(p.dim("tensors")) * per + (needs_scratch() ? 1 : 0);
+    KTUNE_REQUIRE(addresses.size() == count,
+                  fmt::format("{}: {} buffer addresses given, the workload has {} (param, grad, exp_avg, "
+                              "exp_avg_sq{} for each of {} tensors{})",
+                              name(), addresses.size(), count, bf16 ? ", param_bf16" : "", p.dim("tensors"),
+                              needs_scratch() ? ", then scratch" : ""));
+    Args args;
     for (std::int64_t t = 0; t < p.dim("tensors"); ++t) {
       const std::size_t b = static_cast<std::size_t>(t) * per;
-      tensors.push_back({addresses.at(b), addresses.at(b + 1), addresses.at(b + 2), addresses.at(b + 3),
-                         bf16 ? addresses.at(b + 4) : 0, p.dim("numel")});
+      args.tensors.push_back({addresses[b], addresses[b + 1], addresses[b + 2], addresses[b + 3],
+                              bf16 ? addresses[b + 4] : 0, p.dim("numel")});
     }
-    const std::uint64_t scratch = needs_scratch() ? addresses.back() : 0;
-    return plan_tensors(config, bf16, tensors, scratch, workload_hyper(), device);
+    args.hyper = workload_hyper();
+    args.workspace = needs_scratch() ? addresses.back() : 0;
+    return args;
+  }
+
+  std::vector<Launch> plan(const Config& config, const Problem& p, const Args& args,
+                           const DeviceLimits& device) const override {
+    check_problem(p);
+    return plan_tensors(config, p.dtype == "bf16", args.tensors, args.workspace, args.hyper, device);
   }
 
   double flops(const Problem& p) const override {
@@ -120,7 +132,14 @@ class AdamwBase : public AdamwFamily {
     return per_element * static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
   }
 
+  bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
+    if (c.at("threads") > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    return is_valid_more(c, p, d, why);
+  }
+
  protected:
+  /// The constraints of a family's own parameters.
+  virtual bool is_valid_more(const Config&, const Problem&, const DeviceLimits&, std::string*) const { return true; }
   virtual bool needs_scratch() const { return false; }
   static std::string bool_arg(bool b) { return b ? "true" : "false"; }
 };
@@ -146,26 +165,6 @@ class MultiTensor final : public AdamwBase {
   Config default_config(const Problem&) const override {
     // PyTorch's _fused_adam: 512 threads, 65536-element chunks, 4-wide.
     return Config({{"threads", 512}, {"vec", 4}, {"chunk", 65536}, {"tensors_per_launch", 64}, {"blocks_per_sm", 4}});
-  }
-
-  bool is_valid(const Config& c, const Problem&, const DeviceLimits& d, std::string* why) const override {
-    if (c.at("threads") > d.max_threads_per_block) {
-      if (why) *why = "threads exceed the device's block limit";
-      return false;
-    }
-    if (c.at("chunk") % c.at("vec") != 0) {
-      if (why) *why = "a chunk must hold whole vectors, so chunk starts keep the tensor's alignment";
-      return false;
-    }
-    if (c.at("chunk") < c.at("threads") * c.at("vec")) {
-      if (why) *why = "a chunk smaller than one block-wide step leaves threads idle";
-      return false;
-    }
-    if (c.at("blocks_per_sm") * c.at("threads") > 4 * d.max_threads_per_sm) {
-      if (why) *why = "grid larger than four waves of resident threads only adds scheduling";
-      return false;
-    }
-    return true;
   }
 
   Rendered render(const Config& c, const Problem& p) const override {
@@ -211,13 +210,23 @@ class MultiTensor final : public AdamwBase {
       if (chunks == 0) continue;
       Launch l;
       l.kernel = 0;
-      const std::int64_t resident = c.at("blocks_per_sm") * device.sm_count;
-      l.grid = {static_cast<unsigned>(std::min<std::int64_t>(chunks, resident)), 1, 1};
+      l.grid = {grid_stride_blocks(chunks, c.at("blocks_per_sm"), device), 1, 1};
       l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
       l.args.add_bytes(blob.data(), blob.size(), 8).add(chunk).add(h);
       launches.push_back(std::move(l));
     }
     return launches;
+  }
+
+ protected:
+  bool is_valid_more(const Config& c, const Problem&, const DeviceLimits& d, std::string* why) const override {
+    if (c.at("chunk") % c.at("vec") != 0)
+      return reject(why, "a chunk must hold whole vectors, so chunk starts keep the tensor's alignment");
+    if (c.at("chunk") < c.at("threads") * c.at("vec"))
+      return reject(why, "a chunk smaller than one block-wide step leaves threads idle");
+    if (c.at("blocks_per_sm") * c.at("threads") > 4 * d.max_threads_per_sm)
+      return reject(why, "grid larger than four waves of resident threads only adds scheduling");
+    return true;
   }
 
  private:
@@ -237,14 +246,6 @@ class SingleTensor final : public AdamwBase {
   const Space& space() const override { return space_; }
   Config default_config(const Problem&) const override { return Config({{"threads", 256}, {"vec", 4}}); }
 
-  bool is_valid(const Config& c, const Problem&, const DeviceLimits& d, std::string* why) const override {
-    if (c.at("threads") > d.max_threads_per_block) {
-      if (why) *why = "threads exceed the device's block limit";
-      return false;
-    }
-    return true;
-  }
-
   Rendered render(const Config& c, const Problem& p) const override {
     const std::string kernel = fmt::format("adamw::adamw_single_tensor<{}, {}, {}>", c.at("threads"), c.at("vec"),
                                            bool_arg(p.dtype == "bf16"));
@@ -257,7 +258,7 @@ class SingleTensor final : public AdamwBase {
     std::vector<Launch> launches;
     for (const auto& t : tensors) {
       Launch l;
-      l.grid = {blocks_for(t.numel, c.at("threads") * c.at("vec")), 1, 1};
+      l.grid = {static_cast<unsigned>(ceil_div(t.numel, c.at("threads") * c.at("vec"))), 1, 1};
       l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
       l.args.add(t.param).add(t.grad).add(t.exp_avg).add(t.exp_avg_sq).add(t.param_bf16).add(t.numel).add(h);
       launches.push_back(std::move(l));
@@ -276,19 +277,15 @@ class Eager final : public AdamwBase {
   Eager() : space_({{"threads", {128, 256, 512, 1024}, "threads per block of every primitive op"}}) {}
 
   std::string name() const override { return "adamw_eager"; }
+  /// sqrt(v) / bias correction + eps of the tensor being updated.
+  std::size_t workspace_bytes(const Config&, const Problem& p) const override {
+    return static_cast<std::size_t>(p.dim("numel")) * sizeof(float);
+  }
   std::string summary() const override {
     return "AdamW step, one launch per primitive op per tensor (PyTorch eager's _single_tensor_adam)";
   }
   const Space& space() const override { return space_; }
   Config default_config(const Problem&) const override { return Config({{"threads", 256}}); }
-
-  bool is_valid(const Config& c, const Problem&, const DeviceLimits& d, std::string* why) const override {
-    if (c.at("threads") > d.max_threads_per_block) {
-      if (why) *why = "threads exceed the device's block limit";
-      return false;
-    }
-    return true;
-  }
 
   Rendered render(const Config& c, const Problem&) const override {
     std::vector<std::string> kernels;
@@ -307,7 +304,7 @@ class Eager final : public AdamwBase {
       auto launch = [&](Op op) -> ArgPack& {
         Launch l;
         l.kernel = static_cast<int>(op);
-        l.grid = {blocks_for(t.numel, threads), 1, 1};
+        l.grid = {static_cast<unsigned>(ceil_div(t.numel, threads)), 1, 1};
         l.block = {threads, 1, 1};
         launches.push_back(std::move(l));
         return launches.back().args;

@@ -153,6 +153,16 @@ namespace kt {
 using bf16 = __nv_bfloat16;
 using f16 = __half;
 
+/// N elements of T moved as one access: aligned to their size, capped at the
+/// 16 bytes of the widest load, so a wider vector (8 fp32 values) is that
+/// many 16-byte accesses. Templates load and store through it by
+/// reinterpret_cast of a suitably aligned pointer.
+template <class T, int N>
+struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) Vec {
+  static_assert(N >= 1, "a vector holds at least one element");
+  T v[N];
+};
+
 /// Element conversions used by templates, written once for every dtype.
 KT_DEVICE float to_float(float x) { return x; }
 KT_DEVICE float to_float(bf16 x) { return __bfloat162float(x); }

@@ -28,12 +28,6 @@
 
 namespace cross_entropy {
 
-/// VEC elements, loaded and stored as one access of up to 16 bytes.
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
-
 KT_DEVICE float negative_infinity() { return __uint_as_float(0xff800000u); }
 KT_DEVICE float quiet_nan() { return __uint_as_float(0x7fc00000u); }
 
@@ -83,9 +77,9 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
   for (int i = t; i < head + (vocab - body_end); i += ROW_THREADS)
     absorb(acc, kt::to_float(row[edge_column(i, head, body_end)]));
 
-  const Vec<T, VEC>* body = reinterpret_cast<const Vec<T, VEC>*>(row + head);
+  const kt::Vec<T, VEC>* body = reinterpret_cast<const kt::Vec<T, VEC>*>(row + head);
   for (int step = 0; step < vectors; step += ROW_THREADS * UNROLL) {
-    Vec<T, VEC> x[UNROLL];
+    kt::Vec<T, VEC> x[UNROLL];
     float step_max = negative_infinity();
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
@@ -200,10 +194,10 @@ KT_DEVICE void row_gradient(const T* x, T* d, int vocab, int target, float row_l
     const int c = edge_column(i, head, body_end);
     d[c] = gradient(kt::to_float(x[c]), c);
   }
-  const Vec<T, V>* in = reinterpret_cast<const Vec<T, V>*>(x + head);
-  Vec<T, V>* out = reinterpret_cast<Vec<T, V>*>(d + head);
+  const kt::Vec<T, V>* in = reinterpret_cast<const kt::Vec<T, V>*>(x + head);
+  kt::Vec<T, V>* out = reinterpret_cast<kt::Vec<T, V>*>(d + head);
   for (int step = 0; step < vectors; step += ROW_THREADS * UNROLL) {
-    Vec<T, V> v[UNROLL];
+    kt::Vec<T, V> v[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int j = step + u * ROW_THREADS + t;
@@ -213,7 +207,7 @@ KT_DEVICE void row_gradient(const T* x, T* d, int vocab, int target, float row_l
     for (int u = 0; u < UNROLL; ++u) {
       const int j = step + u * ROW_THREADS + t;
       if (j < vectors) {
-        Vec<T, V> g;
+        kt::Vec<T, V> g;
 #pragma unroll
         for (int k = 0; k < V; ++k) g.v[k] = gradient(kt::to_float(v[u].v[k]), head + j * V + k);
         out[j] = g;

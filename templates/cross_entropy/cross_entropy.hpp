@@ -8,10 +8,11 @@
 // dims `rows` (tokens: batch x context) and `vocab`. The model's vocabulary is
 // 10,000: a row is streamed by its threads, never held in registers.
 //
-// Workload buffers, in the order `plan` takes their addresses:
-//   cross_entropy_fwd: logits (rows, vocab), targets (rows,), losses (rows,), lse (rows,)
-//   cross_entropy_bwd: logits, targets, lse, dlogits (rows, vocab); the kernel
-//                      also accepts dlogits == logits, the model's in-place gradient.
+// Run-time arguments: ForwardArgs, BackwardArgs below; workload buffers, in
+// the order the workload-driven `plan` takes their addresses:
+//   cross_entropy_fwd: logits, targets, losses, lse
+//   cross_entropy_bwd: logits, targets, lse, dlogits; the kernel also accepts
+//                      dlogits == logits, the model's in-place gradient.
 // Any element-aligned buffers work with any config (rows start wherever the
 // vocabulary puts them; misaligned heads and tails go one element at a time).
 // A target outside [0, vocab) is never read through: its row's loss, or its
@@ -31,7 +32,25 @@ inline constexpr std::int64_t kMaxRows = (std::int64_t{1} << 31) - 1;
 /// The backward's scale for a problem: d mean / d row loss, 1 / rows, as fp32.
 float mean_scale(const Problem& problem);
 
-const Family& forward_family();
-const Family& backward_family();
+/// Device addresses of cross_entropy_fwd's buffers.
+struct ForwardArgs {
+  std::uint64_t logits = 0;   // (rows, vocab) f32 or bf16
+  std::uint64_t targets = 0;  // (rows,) int32
+  std::uint64_t losses = 0;   // (rows,) f32
+  std::uint64_t lse = 0;      // (rows,) f32, for the backward
+};
+/// Device addresses of cross_entropy_bwd's buffers.
+struct BackwardArgs {
+  std::uint64_t logits = 0;   // (rows, vocab) f32 or bf16
+  std::uint64_t targets = 0;  // (rows,) int32
+  std::uint64_t lse = 0;      // (rows,) f32, as the forward left it
+  std::uint64_t dlogits = 0;  // (rows, vocab) f32 or bf16; may be logits (in place)
+};
+
+using ForwardFamily = TypedFamily<ForwardArgs>;
+using BackwardFamily = TypedFamily<BackwardArgs>;
+
+const ForwardFamily& forward_family();
+const BackwardFamily& backward_family();
 
 }  // namespace ktune::templates::cross_entropy

@@ -7,6 +7,8 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "templates/common/family_helpers.hpp"
+#include "templates/common/row_family.hpp"
 #include "templates/render.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 
@@ -14,51 +16,15 @@ namespace ktune::templates::rmsnorm {
 namespace {
 
 constexpr const char* kTemplate = "rmsnorm/rmsnorm.cuh";
-constexpr std::int64_t kMinRowThreads = 8;  // the smallest `row_threads`
 constexpr std::int64_t kMinBlocks = 64;     // the smallest `blocks` of rmsnorm_bwd
 constexpr std::int64_t kDefaultElementsPerThread = 16;  // defaults stay well clear of spilling
 constexpr unsigned kReduceColumns = 32;     // columns per block of rmsnorm_dw_reduce (one per lane)
 constexpr std::int64_t kBaseRegisters = 24;  // rmsnorm_bwd's registers besides the row share
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-bool is_bf16(const Problem& p) { return p.dtype == "bf16"; }
-std::int64_t activation_bytes(const Problem& p) { return is_bf16(p) ? 2 : 4; }
-const char* activation_type(const Problem& p) { return is_bf16(p) ? "__nv_bfloat16" : "float"; }
+constexpr const char* kVectorAccesses = "the config's vector accesses";
 
 /// Vectors of its row each thread holds: the template's ITEMS.
 std::int64_t items(const Config& c, const Problem& p) {
   return ceil_div(p.dim("dim"), c.at("row_threads") * c.at("vec"));
-}
-/// Rows of one block.
-std::int64_t rows_per_block(const Config& c) { return c.at("threads") / c.at("row_threads"); }
-
-bool reject(std::string* why, std::string reason) {
-  if (why) *why = std::move(reason);
-  return false;
-}
-
-void require_aligned(const std::string& family, const char* buffer, std::uint64_t address, std::int64_t align) {
-  KTUNE_REQUIRE(address % static_cast<std::uint64_t>(align) == 0,
-                fmt::format("{}: buffer '{}' at {:#x} is not aligned to the {} bytes of the config's vector accesses",
-                            family, buffer, address, align));
-}
-
-/// `values` stored as `dtype` ("f32" or "bf16") in an input buffer; `exact`
-/// receives the stored values, for the float64 reference.
-HostBuffer input_buffer(std::string name, const std::string& dtype, const std::vector<float>& values,
-                        std::vector<double>& exact) {
-  exact.resize(values.size());
-  if (dtype == "bf16") {
-    std::vector<std::uint16_t> bits(values.size());
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      bits[i] = float_to_bf16_bits(values[i]);
-      exact[i] = bf16_bits_to_float(bits[i]);
-    }
-    return make_buffer(std::move(name), Role::kInput, DType::kBF16, bits);
-  }
-  std::copy(values.begin(), values.end(), exact.begin());
-  return make_buffer(std::move(name), Role::kInput, DType::kF32, values);
 }
 
 /// `rows` rows of `dim` activations: uniform in [-2, 2) times a per-row scale
@@ -74,28 +40,26 @@ std::vector<float> activation_rows(std::mt19937_64& rng, std::int64_t rows, std:
   return values;
 }
 
-/// An output buffer of `n` elements of `dtype` expecting `values` (rounded to
-/// the dtype), checked with that dtype's tolerance.
-HostBuffer output_buffer(std::string name, const std::string& dtype, const std::vector<double>& values) {
-  const std::size_t n = values.size();
-  HostBuffer b;
-  if (dtype == "bf16") {
-    std::vector<std::uint16_t> bits(n);
-    for (std::size_t i = 0; i < n; ++i) bits[i] = float_to_bf16_bits(static_cast<float>(values[i]));
-    b = make_buffer(std::move(name), Role::kOutput, DType::kBF16, std::vector<std::uint16_t>(n));
-    set_expected(b, bits);
-  } else {
-    std::vector<float> f(values.begin(), values.end());
-    b = make_buffer(std::move(name), Role::kOutput, DType::kF32, std::vector<float>(n));
-    set_expected(b, f);
-  }
-  b.tolerance = tolerance_for(dtype);
-  return b;
+/// A forward pass on fresh inputs: x and w as the kernel reads them, y and
+/// rstd from the fp64 reference.
+struct ForwardPass {
+  std::vector<double> x, w, y, rstd;
+};
+ForwardPass forward_pass(const Problem& p, std::mt19937_64& rng) {
+  const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
+  ForwardPass f;
+  f.x = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
+  f.w = stored_as(DType::kF32, random_floats(rng, static_cast<std::size_t>(dim), 0.5f, 1.5f));
+  f.y.resize(f.x.size());
+  f.rstd.resize(static_cast<std::size_t>(rows));
+  rmsnorm_forward<double>(f.x.data(), f.w.data(), f.y.data(), f.rstd.data(), rows, dim, static_cast<double>(kEps));
+  return f;
 }
 
-/// What both families share: the row layout's space, problems, constraints
-/// and default.
-class RowFamily : public Family {
+/// What both families share beyond the row layout: problems, the register
+/// bound on a row, the default.
+template <class ArgsT>
+class NormFamily : public RowFamily<ArgsT> {
  public:
   std::vector<std::string> source_files() const override { return {kTemplate}; }
 
@@ -106,28 +70,38 @@ class RowFamily : public Family {
             Problem{"f32", {{"rows", 19}, {"dim", 2560}}}, Problem{"bf16", {{"rows", 45}, {"dim", 64}}}};
   }
 
-  void check_problem(const Problem& p) const override {
-    KTUNE_REQUIRE(p.dtype == "f32" || p.dtype == "bf16",
-                  name() + ": dtype '" + p.dtype + "' is not supported; accepted: f32, bf16 (bf16 activations; fp32 "
-                  "weight, rstd and math)");
-    for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "rows" || k == "dim", name() + ": unknown dimension '" + k + "'; accepted: rows, dim");
-    KTUNE_REQUIRE(p.dims.count("rows") && p.dim("rows") >= 1 && p.dim("rows") <= (1LL << 31) - 1,
-                  name() + ": dimension 'rows' must be in 1..2^31-1");
-    KTUNE_REQUIRE(p.dims.count("dim") && p.dim("dim") >= 1 && p.dim("dim") <= max_dim(),
-                  fmt::format("{}: dimension 'dim' must be in 1..{} (a row is held in the registers of at most 1024 "
-                              "threads, {} elements each)",
-                              name(), max_dim(), max_dim() / 1024));
+  Config default_config(const Problem& p) const override {
+    // The widest vector that divides the row, then the fewest threads per row
+    // that keep each thread's share of the row small; at least 256 threads per block.
+    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
+    for (std::int64_t limit : {kDefaultElementsPerThread, std::int64_t{kMaxElementsPerThread}})
+      for (std::int64_t vec : {8, 4, 2, 1})
+        for (std::int64_t row_threads : this->space().param("row_threads").values) {
+          Config c = default_more(Config({{"threads", std::max<std::int64_t>(256, row_threads)},
+                                          {"row_threads", row_threads}, {"vec", vec}}),
+                                  p);
+          if (vec * items(c, p) <= limit && this->is_valid(c, p, any, nullptr)) return c;
+        }
+    throw_error(ErrorKind::kInternal, this->name() + ": no valid config for " + p.key());
   }
 
-  bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
-    const std::int64_t threads = c.at("threads"), row_threads = c.at("row_threads"), vec = c.at("vec");
-    const std::int64_t dim = p.dim("dim");
-    if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
-    if (row_threads > threads) return reject(why, "a row's threads must fit in one block (row_threads <= threads)");
-    if (vec * activation_bytes(p) > 16)
-      return reject(why, fmt::format("a vector access is at most 16 bytes: vec <= {} for {}",
-                                     16 / activation_bytes(p), p.dtype));
+ protected:
+  static std::vector<Param> norm_params() {
+    return row_params("threads per row: up to a warp reduces with shuffles alone, more cut the registers each thread "
+                      "holds");
+  }
+  /// The longest row a family holds in registers.
+  virtual std::int64_t max_dim() const { return kMaxDim; }
+  RowShape shape() const override {
+    return {"dim",
+            "elements",
+            max_dim(),
+            std::to_string(max_dim()),
+            fmt::format("a row is held in the registers of at most 1024 threads, {} elements each", max_dim() / 1024),
+            "bf16 activations; fp32 weight, rstd and math"};
+  }
+  bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits&, std::string* why) const override {
+    const std::int64_t vec = c.at("vec"), dim = p.dim("dim");
     if (dim % vec != 0)
       return reject(why, fmt::format("dim {} is not a multiple of vec {}: vector accesses would straddle rows", dim,
                                      vec));
@@ -136,37 +110,9 @@ class RowFamily : public Family {
       return reject(why, fmt::format("each thread would hold {} elements of its row in registers (at most {}): raise "
                                      "row_threads or vec",
                                      held, kMaxElementsPerThread));
-    if (row_threads > kMinRowThreads && row_threads / 2 * vec >= dim)
-      return reject(why, "half of each row's threads or more would hold no element: lower row_threads or vec");
-    return is_valid_more(c, p, d, why);
+    return true;
   }
-
-  Config default_config(const Problem& p) const override {
-    // The widest vector that divides the row, then the fewest threads per row
-    // that keep each thread's share of the row small; at least 256 threads per block.
-    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
-    for (std::int64_t limit : {kDefaultElementsPerThread, std::int64_t{kMaxElementsPerThread}})
-      for (std::int64_t vec : {8, 4, 2, 1})
-        for (std::int64_t row_threads : space().param("row_threads").values) {
-          Config c = default_more(Config({{"threads", std::max<std::int64_t>(256, row_threads)},
-                                          {"row_threads", row_threads}, {"vec", vec}}),
-                                  p);
-          if (vec * items(c, p) <= limit && is_valid(c, p, any, nullptr)) return c;
-        }
-    throw_error(ErrorKind::kInternal, name() + ": no valid config for " + p.key());
-  }
-
- protected:
-  static std::vector<Param> row_params() {
-    return {{"threads", {64, 128, 256, 512, 1024}, "threads per block: more rows per block vs more blocks in flight"},
-            {"row_threads", {8, 16, 32, 64, 128, 256, 512, 1024},
-             "threads per row: up to a warp reduces with shuffles alone, more cut the registers each thread holds"},
-            {"vec", {1, 2, 4, 8}, "elements per access (up to 16 bytes): wider loads, fewer instructions"}};
-  }
-  /// The longest row a family holds in registers.
-  virtual std::int64_t max_dim() const { return kMaxDim; }
-  /// Constraints and defaults of the parameters a family adds.
-  virtual bool is_valid_more(const Config&, const Problem&, const DeviceLimits&, std::string*) const { return true; }
+  /// The default of the parameters a family adds.
   virtual Config default_more(Config c, const Problem&) const { return c; }
 
   /// The kernel's template arguments: THREADS, ROW_THREADS, VEC, ITEMS, T.
@@ -178,9 +124,9 @@ class RowFamily : public Family {
 
 // ---- rmsnorm_fwd ------------------------------------------------------------------
 
-class Forward final : public RowFamily {
+class Forward final : public NormFamily<ForwardArgs> {
  public:
-  Forward() : space_(row_params()) {}
+  Forward() : space_(norm_params()) {}
 
   std::string name() const override { return "rmsnorm_fwd"; }
   std::string summary() const override { return "RMSNorm forward: y = x * rstd * w per row, rstd kept"; }
@@ -192,30 +138,30 @@ class Forward final : public RowFamily {
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
-    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
-    const auto n = static_cast<std::size_t>(rows * dim);
     std::mt19937_64 rng(seed);
-    std::vector<double> x, w, y(n), rstd(static_cast<std::size_t>(rows));
+    const ForwardPass f = forward_pass(p, rng);
     Workload wl;
-    wl.buffers.push_back(input_buffer("x", p.dtype, activation_rows(rng, rows, dim), x));
-    wl.buffers.push_back(input_buffer("w", "f32", random_floats(rng, static_cast<std::size_t>(dim), 0.5f, 1.5f), w));
-    rmsnorm_forward<double>(x.data(), w.data(), y.data(), rstd.data(), rows, dim, static_cast<double>(kEps));
-    wl.buffers.push_back(output_buffer("y", p.dtype, y));
-    wl.buffers.push_back(output_buffer("rstd", "f32", rstd));
+    wl.buffers.push_back(input_buffer("x", activation_dtype(p), f.x));
+    wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
+    wl.buffers.push_back(output_buffer("y", activation_dtype(p), f.y));
+    wl.buffers.push_back(output_buffer("rstd", DType::kF32, f.rstd));
     return wl;
   }
 
-  std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& a,
+  ForwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, {"x", "w", "y", "rstd"});
+    return {.x = a[0], .w = a[1], .y = a[2], .rstd = a[3]};
+  }
+
+  std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
                            const DeviceLimits&) const override {
-    KTUNE_REQUIRE(a.size() == 4, name() + ": expects the addresses of x, w, y, rstd");
+    check_problem(p);
     const std::int64_t vec = c.at("vec");
-    require_aligned(name(), "x", a[0], vec * activation_bytes(p));
-    require_aligned(name(), "w", a[1], std::min<std::int64_t>(16, 4 * vec));
-    require_aligned(name(), "y", a[2], vec * activation_bytes(p));
-    Launch l;
-    l.grid = {static_cast<unsigned>(ceil_div(p.dim("rows"), rows_per_block(c))), 1, 1};
-    l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
-    l.args.add(a[0]).add(a[1]).add(a[2]).add(a[3]);
+    require_aligned(name(), "x", a.x, vec * activation_bytes(p), kVectorAccesses);
+    require_aligned(name(), "w", a.w, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
+    require_aligned(name(), "y", a.y, vec * activation_bytes(p), kVectorAccesses);
+    Launch l = row_launch(c, p);
+    l.args.add(a.x).add(a.w).add(a.y).add(a.rstd);
     l.args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(p.dim("dim"))).add(kEps);
     std::vector<Launch> launches;
     launches.push_back(std::move(l));
@@ -236,9 +182,9 @@ class Forward final : public RowFamily {
 
 // ---- rmsnorm_bwd ------------------------------------------------------------------
 
-class Backward final : public RowFamily {
+class Backward final : public NormFamily<BackwardArgs> {
  public:
-  Backward() : space_(with_blocks(row_params())) {}
+  Backward() : space_(with_blocks(norm_params())) {}
 
   std::string name() const override { return "rmsnorm_bwd"; }
   std::string summary() const override {
@@ -256,49 +202,58 @@ class Backward final : public RowFamily {
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
-    const auto n = static_cast<std::size_t>(rows * dim);
     std::mt19937_64 rng(seed);
-    std::vector<double> x, w, dy, y(n), rstd(static_cast<std::size_t>(rows));
+    ForwardPass f = forward_pass(p, rng);
+    f.rstd = stored_as(DType::kF32, std::vector<float>(f.rstd.begin(), f.rstd.end()));  // as the forward leaves it
+    const auto dy = stored_as(activation_dtype(p), random_floats(rng, f.x.size(), -1.f, 1.f));
+    std::vector<double> dx(f.x.size()), dw(static_cast<std::size_t>(dim), 0.0);
+    rmsnorm_backward<double>(f.x.data(), f.w.data(), f.rstd.data(), dy.data(), dx.data(), dw.data(), rows, dim);
     Workload wl;
-    wl.buffers.push_back(input_buffer("x", p.dtype, activation_rows(rng, rows, dim), x));
-    wl.buffers.push_back(input_buffer("w", "f32", random_floats(rng, static_cast<std::size_t>(dim), 0.5f, 1.5f), w));
-    // rstd as the forward leaves it: fp32.
-    rmsnorm_forward<double>(x.data(), w.data(), y.data(), rstd.data(), rows, dim, static_cast<double>(kEps));
-    std::vector<float> rstd32(rstd.begin(), rstd.end());
-    std::copy(rstd32.begin(), rstd32.end(), rstd.begin());
-    wl.buffers.push_back(make_buffer("rstd", Role::kInput, DType::kF32, rstd32));
-    wl.buffers.push_back(input_buffer("dy", p.dtype, random_floats(rng, n, -1.f, 1.f), dy));
-    std::vector<double> dx(n), dw(static_cast<std::size_t>(dim), 0.0);
-    rmsnorm_backward<double>(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dw.data(), rows, dim);
-    wl.buffers.push_back(output_buffer("dx", p.dtype, dx));
-    wl.buffers.push_back(output_buffer("dw", "f32", dw));
+    wl.buffers.push_back(input_buffer("x", activation_dtype(p), f.x));
+    wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
+    wl.buffers.push_back(input_buffer("rstd", DType::kF32, f.rstd));
+    wl.buffers.push_back(input_buffer("dy", activation_dtype(p), dy));
+    wl.buffers.push_back(output_buffer("dx", activation_dtype(p), dx));
+    wl.buffers.push_back(output_buffer("dw", DType::kF32, dw));
     wl.buffers.push_back(make_buffer("scratch", Role::kScratch, DType::kF32,
                                      std::vector<float>(static_cast<std::size_t>(scratch_floats(p)))));
     return wl;
   }
 
-  std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& a,
+  BackwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, {"x", "w", "rstd", "dy", "dx", "dw", "scratch"});
+    return {.x = a[0], .w = a[1], .rstd = a[2], .dy = a[3], .dx = a[4], .dw = a[5], .workspace = a[6]};
+  }
+
+  /// The partial dw rows: one per block of the dx launch.
+  std::size_t workspace_bytes(const Config& c, const Problem& p) const override {
+    return static_cast<std::size_t>(blocks(c, p) * p.dim("dim")) * sizeof(float);
+  }
+
+  std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
                            const DeviceLimits&) const override {
-    KTUNE_REQUIRE(a.size() == 7, name() + ": expects the addresses of x, w, rstd, dy, dx, dw, scratch");
+    check_problem(p);
     const std::int64_t vec = c.at("vec");
-    require_aligned(name(), "x", a[0], vec * activation_bytes(p));
-    require_aligned(name(), "w", a[1], std::min<std::int64_t>(16, 4 * vec));
-    require_aligned(name(), "dy", a[3], vec * activation_bytes(p));
-    require_aligned(name(), "dx", a[4], vec * activation_bytes(p));
-    require_aligned(name(), "scratch", a[6], std::min<std::int64_t>(16, 4 * vec));
-    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
-    const std::int64_t blocks = std::min(c.at("blocks"), ceil_div(rows, rows_per_block(c)));
+    require_aligned(name(), "x", a.x, vec * activation_bytes(p), kVectorAccesses);
+    require_aligned(name(), "w", a.w, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
+    require_aligned(name(), "dy", a.dy, vec * activation_bytes(p), kVectorAccesses);
+    require_aligned(name(), "dx", a.dx, vec * activation_bytes(p), kVectorAccesses);
+    KTUNE_REQUIRE(a.workspace != 0, fmt::format("{}: no workspace given; the config needs {} bytes (workspace_bytes)",
+                                                name(), workspace_bytes(c, p)));
+    require_aligned(name(), "workspace", a.workspace, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
+    const std::int64_t dim = p.dim("dim");
+    const std::int64_t grid = blocks(c, p);
     const auto threads = static_cast<unsigned>(c.at("threads"));
     std::vector<Launch> launches(2);
     launches[0].kernel = 0;
-    launches[0].grid = {static_cast<unsigned>(blocks), 1, 1};
+    launches[0].grid = {static_cast<unsigned>(grid), 1, 1};
     launches[0].block = {threads, 1, 1};
-    launches[0].args.add(a[0]).add(a[1]).add(a[2]).add(a[3]).add(a[4]).add(a[6]);
-    launches[0].args.add(static_cast<long long>(rows)).add(static_cast<int>(dim));
+    launches[0].args.add(a.x).add(a.w).add(a.rstd).add(a.dy).add(a.dx).add(a.workspace);
+    launches[0].args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(dim));
     launches[1].kernel = 1;
     launches[1].grid = {static_cast<unsigned>(ceil_div(dim, kReduceColumns)), 1, 1};
     launches[1].block = {threads, 1, 1};
-    launches[1].args.add(a[6]).add(a[5]).add(static_cast<int>(blocks)).add(static_cast<int>(dim));
+    launches[1].args.add(a.workspace).add(a.dw).add(static_cast<int>(grid)).add(static_cast<int>(dim));
     return launches;
   }
 
@@ -313,6 +268,7 @@ class Backward final : public RowFamily {
  protected:
   std::int64_t max_dim() const override { return kMaxBackwardDim; }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
+    if (!NormFamily::is_valid_more(c, p, d, why)) return false;
     // Each thread keeps its share of x and dy (packed as T) and of the dw sums
     // (fp32) in registers, beside ~24 for addresses and indices (fitted to
     // ptxas's counts); beyond the block's register budget the share spills.
@@ -339,6 +295,10 @@ class Backward final : public RowFamily {
   }
 
  private:
+  /// Blocks of the dx launch, each writing one partial dw row.
+  static std::int64_t blocks(const Config& c, const Problem& p) {
+    return std::min(c.at("blocks"), ceil_div(p.dim("rows"), rows_per_block(c)));
+  }
   static std::vector<Param> with_blocks(std::vector<Param> params) {
     params.push_back({"blocks", {kMinBlocks, 128, 256, 512, kMaxBlocks},
                       "blocks (and dw partials) of the dx launch: more fill the GPU, fewer shorten the dw reduction"});
@@ -351,11 +311,11 @@ class Backward final : public RowFamily {
 
 std::int64_t scratch_floats(const Problem& p) { return kMaxBlocks * p.dim("dim"); }
 
-const Family& forward_family() {
+const ForwardFamily& forward_family() {
   static const Forward f;
   return f;
 }
-const Family& backward_family() {
+const BackwardFamily& backward_family() {
   static const Backward f;
   return f;
 }

@@ -20,19 +20,6 @@
 
 namespace rmsnorm {
 
-/// VEC activations, loaded and stored as one access of up to 16 bytes.
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
-
-/// VEC fp32 values; alignment capped at 16 bytes (the widest load), so 8 of
-/// them (bf16 rows with VEC 8) are two 16-byte loads.
-template <int VEC>
-struct alignas(4 * VEC < 16 ? 4 * VEC : 16) FloatVec {
-  float v[VEC];
-};
-
 /// Sum of `v` over the ROW_THREADS threads of each row; every thread gets its
 /// row's sum. Rows of up to a warp reduce with shuffles inside the warp (the
 /// xor offsets stay inside aligned groups of ROW_THREADS lanes); wider rows
@@ -90,13 +77,13 @@ __global__ void __launch_bounds__(THREADS)
   const bool active = row < rows;  // false in the last block's spare slots, which still join the barriers
   const T* xr = x + (active ? row : 0) * dim;
 
-  Vec<T, VEC> xv[ITEMS];
+  kt::Vec<T, VEC> xv[ITEMS];
   float sum_sq = 0.0f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int c = (i * ROW_THREADS + t) * VEC;
     if (active && c < dim) {
-      xv[i] = *reinterpret_cast<const Vec<T, VEC>*>(xr + c);
+      xv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(xr + c);
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float f = kt::to_float(xv[i].v[k]);
@@ -112,11 +99,11 @@ __global__ void __launch_bounds__(THREADS)
   for (int i = 0; i < ITEMS; ++i) {
     const int c = (i * ROW_THREADS + t) * VEC;
     if (c < dim) {
-      const FloatVec<VEC> wv = *reinterpret_cast<const FloatVec<VEC>*>(w + c);
-      Vec<T, VEC> out;
+      const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
+      kt::Vec<T, VEC> out;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) out.v[k] = kt::from_float<T>(kt::to_float(xv[i].v[k]) * s * wv.v[k]);
-      *reinterpret_cast<Vec<T, VEC>*>(yr + c) = out;
+      *reinterpret_cast<kt::Vec<T, VEC>*>(yr + c) = out;
     }
   }
 }
@@ -156,15 +143,15 @@ __global__ void __launch_bounds__(THREADS)
     const long long row = group * ROWS + slot;
     const bool active = row < rows;
     const long long offset = (active ? row : 0) * dim;
-    Vec<T, VEC> xv[ITEMS], dyv[ITEMS];
+    kt::Vec<T, VEC> xv[ITEMS], dyv[ITEMS];
     float dot = 0.0f;  // this thread's part of sum(w * dy * x)
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = (i * ROW_THREADS + t) * VEC;
       if (active && c < dim) {
-        xv[i] = *reinterpret_cast<const Vec<T, VEC>*>(x + offset + c);
-        dyv[i] = *reinterpret_cast<const Vec<T, VEC>*>(dy + offset + c);
-        const FloatVec<VEC> wv = *reinterpret_cast<const FloatVec<VEC>*>(w + c);
+        xv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + offset + c);
+        dyv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + offset + c);
+        const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) dot += wv.v[k] * kt::to_float(dyv[i].v[k]) * kt::to_float(xv[i].v[k]);
       }
@@ -177,15 +164,15 @@ __global__ void __launch_bounds__(THREADS)
     for (int i = 0; i < ITEMS; ++i) {
       const int c = (i * ROW_THREADS + t) * VEC;
       if (c < dim) {
-        const FloatVec<VEC> wv = *reinterpret_cast<const FloatVec<VEC>*>(w + c);
-        Vec<T, VEC> out;
+        const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
+        kt::Vec<T, VEC> out;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float xf = kt::to_float(xv[i].v[k]), dyf = kt::to_float(dyv[i].v[k]);
           out.v[k] = kt::from_float<T>(s * (wv.v[k] * dyf - xf * k_row));
           dw_acc[i][k] += dyf * xf * s;
         }
-        *reinterpret_cast<Vec<T, VEC>*>(dx + offset + c) = out;
+        *reinterpret_cast<kt::Vec<T, VEC>*>(dx + offset + c) = out;
       }
     }
   }
@@ -195,14 +182,14 @@ __global__ void __launch_bounds__(THREADS)
   float* partial = dw_partial + static_cast<long long>(blockIdx.x) * dim;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
-    FloatVec<VEC> acc;
+    kt::Vec<float, VEC> acc;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) acc.v[k] = dw_acc[i][k];
     if constexpr (ROWS == 1) {
       const int c = (i * ROW_THREADS + t) * VEC;
-      if (c < dim) *reinterpret_cast<FloatVec<VEC>*>(partial + c) = acc;
+      if (c < dim) *reinterpret_cast<kt::Vec<float, VEC>*>(partial + c) = acc;
     } else {
-      *reinterpret_cast<FloatVec<VEC>*>(exchange + slot * SPAN + t * VEC) = acc;
+      *reinterpret_cast<kt::Vec<float, VEC>*>(exchange + slot * SPAN + t * VEC) = acc;
       __syncthreads();
       for (int j = static_cast<int>(threadIdx.x); j < SPAN; j += THREADS) {
         float sum = 0.0f;

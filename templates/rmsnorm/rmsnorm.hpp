@@ -6,9 +6,11 @@
 // math is fp32, as the model's norms are); dims `rows` (tokens) and `dim`
 // (d_model). eps is the model's, kEps.
 //
-// Workload buffers, in the order `plan` takes their addresses:
-//   rmsnorm_fwd: x (rows, dim), w (dim,), y (rows, dim), rstd (rows,)
-//   rmsnorm_bwd: x, w, rstd, dy, dx, dw (dim,), scratch (scratch_floats)
+// Run-time arguments: ForwardArgs, BackwardArgs below. Workload buffers, in
+// the order the workload-driven `plan` takes their addresses:
+//   rmsnorm_fwd: x, w, y, rstd
+//   rmsnorm_bwd: x, w, rstd, dy, dx, dw, scratch (scratch_floats(problem)
+//                floats: the workspace of every config)
 // Activation buffers must be aligned to the config's vector (16 bytes covers
 // every config); `plan` checks it.
 #pragma once
@@ -30,11 +32,32 @@ inline constexpr std::int64_t kMaxBackwardDim = 1024 * 8;
 /// Largest `blocks` of rmsnorm_bwd: one partial dw row per block.
 inline constexpr std::int64_t kMaxBlocks = 1024;
 
-/// fp32 elements of rmsnorm_bwd's scratch buffer (the partial dw rows) for a
-/// problem; enough for every config.
+/// fp32 elements of the scratch buffer of rmsnorm_bwd's workloads (the
+/// partial dw rows): at least workspace_bytes / 4 for every config.
 std::int64_t scratch_floats(const Problem& problem);
 
-const Family& forward_family();
-const Family& backward_family();
+/// Device addresses of rmsnorm_fwd's buffers.
+struct ForwardArgs {
+  std::uint64_t x = 0;     // (rows, dim) f32 or bf16
+  std::uint64_t w = 0;     // (dim,) f32
+  std::uint64_t y = 0;     // (rows, dim) f32 or bf16
+  std::uint64_t rstd = 0;  // (rows,) f32
+};
+/// Device addresses of rmsnorm_bwd's buffers; dw is overwritten, not accumulated.
+struct BackwardArgs {
+  std::uint64_t x = 0;          // (rows, dim) f32 or bf16
+  std::uint64_t w = 0;          // (dim,) f32
+  std::uint64_t rstd = 0;       // (rows,) f32, as the forward left it
+  std::uint64_t dy = 0;         // (rows, dim) f32 or bf16
+  std::uint64_t dx = 0;         // (rows, dim) f32 or bf16
+  std::uint64_t dw = 0;         // (dim,) f32
+  std::uint64_t workspace = 0;  // (blocks, dim) f32 partial dw rows: workspace_bytes(config, problem)
+};
+
+using ForwardFamily = TypedFamily<ForwardArgs>;
+using BackwardFamily = TypedFamily<BackwardArgs>;
+
+const ForwardFamily& forward_family();
+const BackwardFamily& backward_family();
 
 }  // namespace ktune::templates::rmsnorm

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 #include "templates/rope/rope.hpp"
 
@@ -22,11 +23,6 @@ constexpr std::int64_t kDefaultHeadsPerThread = 4;
 // one per held value.
 constexpr std::int64_t kRegistersBesideValues = 32;
 
-bool is_bf16(const Problem& p) { return p.dtype == "bf16"; }
-std::int64_t element_bytes(const Problem& p) { return is_bf16(p) ? 2 : 4; }
-const char* device_type(const Problem& p) { return is_bf16(p) ? "kt::bf16" : "float"; }
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
 /// Threads that share one head: the template's LANES.
 std::int64_t lanes(const Config& c, const Problem& p) { return p.dim("head_dim") / c.at("vec"); }
 /// Work items (a token and a group of heads_per_thread heads) of a problem.
@@ -34,29 +30,9 @@ std::int64_t items(const Config& c, const Problem& p) {
   return p.dim("tokens") * ceil_div(p.dim("heads"), c.at("heads_per_thread"));
 }
 
-bool reject(std::string* why, std::string reason) {
-  if (why) *why = std::move(reason);
-  return false;
-}
-
-/// `values` as the problem's dtype: exact for f32, rounded once for bf16.
-HostBuffer activation(std::string name, Role role, bool bf16, const std::vector<double>& values) {
-  if (!bf16) return make_buffer(std::move(name), role, DType::kF32, std::vector<float>(values.begin(), values.end()));
-  std::vector<std::uint16_t> bits(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = float_to_bf16_bits(static_cast<float>(values[i]));
-  return make_buffer(std::move(name), role, DType::kBF16, bits);
-}
-
-/// Random activations in [-2, 2), as the kernel reads them (bf16-rounded for bf16).
-std::vector<double> random_activations(std::mt19937_64& rng, std::size_t n, bool bf16) {
-  const auto f = random_floats(rng, n, -2.f, 2.f);
-  std::vector<double> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = bf16 ? bf16_bits_to_float(float_to_bf16_bits(f[i])) : f[i];
-  return v;
-}
-
 /// What both families share: problems, space, constraints, default, plan.
-class RopeBase : public Family {
+template <class ArgsT>
+class RopeBase : public TypedFamily<ArgsT> {
  public:
   RopeBase()
       : space_({{"threads", {64, 128, 256, 512, 1024}, "threads per block: more hides latency, fewer frees registers"},
@@ -88,25 +64,25 @@ class RopeBase : public Family {
 
   void check_problem(const Problem& p) const override {
     KTUNE_REQUIRE(p.dtype == "f32" || p.dtype == "bf16",
-                  name() + ": dtype '" + p.dtype +
+                  this->name() + ": dtype '" + p.dtype +
                       "' is not supported; accepted: f32, bf16 (bf16 activations; fp32 tables and math)");
     for (const auto& [k, v] : p.dims)
       KTUNE_REQUIRE(k == "tokens" || k == "heads" || k == "head_dim" || k == "seq",
-                    name() + ": unknown dimension '" + k + "'; accepted: tokens, heads, head_dim, seq");
+                    this->name() + ": unknown dimension '" + k + "'; accepted: tokens, heads, head_dim, seq");
     for (const char* d : {"tokens", "heads", "head_dim", "seq"})
       KTUNE_REQUIRE(p.dims.count(d) && p.dim(d) >= 1,
                     fmt::format("{}: dimension '{}' must be given, at least 1 (dims: tokens, heads, head_dim, seq)",
-                                name(), d));
+                                this->name(), d));
     const std::int64_t head_dim = p.dim("head_dim");
     KTUNE_REQUIRE(head_dim % 2 == 0 && head_dim <= kMaxHeadDim,
                   fmt::format("{}: head_dim {} is not supported; accepted: even values in 2..{} (RoPE rotates pairs)",
-                              name(), head_dim, kMaxHeadDim));
+                              this->name(), head_dim, kMaxHeadDim));
     KTUNE_REQUIRE(p.dim("tokens") <= kMaxIndex / p.dim("heads"),
-                  fmt::format("{}: tokens * heads must be at most 2^31-1, got {} * {}", name(), p.dim("tokens"),
+                  fmt::format("{}: tokens * heads must be at most 2^31-1, got {} * {}", this->name(), p.dim("tokens"),
                               p.dim("heads")));
     KTUNE_REQUIRE(p.dim("seq") <= kMaxIndex / (head_dim / 2),
-                  fmt::format("{}: seq * head_dim / 2 (the table size) must be at most 2^31-1, got {} * {}", name(),
-                              p.dim("seq"), head_dim / 2));
+                  fmt::format("{}: seq * head_dim / 2 (the table size) must be at most 2^31-1, got {} * {}",
+                              this->name(), p.dim("seq"), head_dim / 2));
   }
 
   Config default_config(const Problem& p) const override {
@@ -117,22 +93,22 @@ class RopeBase : public Family {
     while (heads_per_thread * 2 <= std::min(kDefaultHeadsPerThread, p.dim("heads"))) heads_per_thread *= 2;
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
     for (std::int64_t vec : {8, 4, 2}) {
-      if (vec * element_bytes(p) > kMaxAccessBytes) continue;
+      if (vec * activation_bytes(p) > kMaxAccessBytes) continue;
       for (std::int64_t threads : {256, 512, 128, 1024, 64}) {
         const Config c(
             {{"threads", threads}, {"vec", vec}, {"heads_per_thread", heads_per_thread}, {"blocks_per_sm", 0}});
         if (is_valid(c, p, any, nullptr)) return c;
       }
     }
-    throw_error(ErrorKind::kInternal, name() + ": no valid config for " + p.key());
+    throw_error(ErrorKind::kInternal, this->name() + ": no valid config for " + p.key());
   }
 
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
     const std::int64_t threads = c.at("threads"), vec = c.at("vec"), head_dim = p.dim("head_dim");
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
-    if (vec * element_bytes(p) > kMaxAccessBytes)
+    if (vec * activation_bytes(p) > kMaxAccessBytes)
       return reject(why, fmt::format("vec x element size exceeds 16 bytes, the widest single access: vec <= {} for {}",
-                                     kMaxAccessBytes / element_bytes(p), p.dtype));
+                                     kMaxAccessBytes / activation_bytes(p), p.dtype));
     if (head_dim % vec != 0)
       return reject(why, fmt::format("head_dim {} is not a multiple of vec {}: a vector would straddle two heads",
                                      head_dim, vec));
@@ -166,28 +142,8 @@ class RopeBase : public Family {
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate,
                            {fmt::format("rope::{}<{}, {}, {}, {}, {}>", kernel(), c.at("threads"), c.at("vec"),
-                                        c.at("heads_per_thread"), p.dim("head_dim"), device_type(p))},
-                           name());
-  }
-
-  std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& addresses,
-                           const DeviceLimits& device) const override {
-    check_problem(p);
-    KTUNE_REQUIRE(addresses.size() == 4, fmt::format("{}: {} buffer addresses given; the kernel takes 4 ({})", name(),
-                                                     addresses.size(), buffer_names()));
-    const std::int64_t slots = c.at("threads") / lanes(c, p);
-    KTUNE_REQUIRE(slots >= 1, name() + ": invalid config " + c.str() + " for " + p.key());
-    std::int64_t blocks = ceil_div(items(c, p), slots);
-    if (c.at("blocks_per_sm") > 0) blocks = std::min(blocks, c.at("blocks_per_sm") * device.sm_count);
-    blocks = std::min<std::int64_t>(blocks, (1LL << 31) - 1);  // gridDim.x limit; the kernels grid-stride
-    Launch l;
-    l.kernel = 0;
-    l.grid = {static_cast<unsigned>(blocks), 1, 1};
-    l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
-    for (const auto a : addresses) l.args.add(a);
-    l.args.add(static_cast<int>(p.dim("tokens"))).add(static_cast<int>(p.dim("heads"))).add(
-        static_cast<int>(p.dim("seq")));
-    return {std::move(l)};
+                                        c.at("heads_per_thread"), p.dim("head_dim"), activation_type(p))},
+                           this->name());
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
@@ -196,9 +152,9 @@ class RopeBase : public Family {
     const std::int64_t seq = p.dim("seq");
     const auto n = static_cast<std::size_t>(tokens * heads * head_dim);
     const auto table = static_cast<std::size_t>(seq * head_dim / 2);
-    const bool bf16 = is_bf16(p);
+    const DType dtype = activation_dtype(p);
     std::mt19937_64 rng(seed);
-    const auto x = random_activations(rng, n, bf16);
+    const auto x = stored_as(dtype, random_floats(rng, n, -2.f, 2.f));  // as the kernel reads them
     std::vector<float> cos32(table), sin32(table);
     rope_tables<float>(seq, head_dim, kTheta, cos32.data(), sin32.data());
     // The reference in fp64 on exactly what the kernel reads: fp32 tables.
@@ -207,13 +163,10 @@ class RopeBase : public Family {
     reference(x.data(), y.data(), cos64.data(), sin64.data(), seq, heads, head_dim, tokens);
     const auto names = buffer_name_list();
     Workload w;
-    w.buffers.push_back(activation(names[0], Role::kInput, bf16, x));
+    w.buffers.push_back(input_buffer(names[0], dtype, x));
     w.buffers.push_back(make_buffer(names[1], Role::kInput, DType::kF32, cos32));
     w.buffers.push_back(make_buffer(names[2], Role::kInput, DType::kF32, sin32));
-    HostBuffer out = activation(names[3], Role::kOutput, bf16, std::vector<double>(n));
-    set_expected(out, activation(names[3], Role::kOutput, bf16, y).bytes);
-    out.tolerance = tolerance_for(p.dtype);
-    w.buffers.push_back(std::move(out));
+    w.buffers.push_back(output_buffer(names[3], dtype, y));
     return w;
   }
 
@@ -226,10 +179,25 @@ class RopeBase : public Family {
     const double activations = static_cast<double>(p.dim("tokens") * p.dim("heads") * p.dim("head_dim"));
     const double positions = static_cast<double>(std::min(p.dim("tokens"), p.dim("seq")));
     const double head_dim = static_cast<double>(p.dim("head_dim"));
-    return 2.0 * static_cast<double>(element_bytes(p)) * activations + 4.0 * positions * head_dim;
+    return 2.0 * static_cast<double>(activation_bytes(p)) * activations + 4.0 * positions * head_dim;
   }
 
  protected:
+  /// The launch rotating `in` into `out` with the tables `cos` and `sin`.
+  std::vector<Launch> rotation_plan(const Config& c, const Problem& p, std::uint64_t in, std::uint64_t cos,
+                                    std::uint64_t sin, std::uint64_t out, const DeviceLimits& device) const {
+    this->check_problem(p);
+    const std::int64_t slots = c.at("threads") / lanes(c, p);
+    KTUNE_REQUIRE(slots >= 1, this->name() + ": invalid config " + c.str() + " for " + p.key());
+    Launch l;
+    l.kernel = 0;
+    l.grid = {grid_stride_blocks(ceil_div(items(c, p), slots), c.at("blocks_per_sm"), device), 1, 1};
+    l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
+    l.args.add(in).add(cos).add(sin).add(out);
+    l.args.add(static_cast<int>(p.dim("tokens"))).add(static_cast<int>(p.dim("heads"))).add(
+        static_cast<int>(p.dim("seq")));
+    return {std::move(l)};
+  }
   /// The kernel's name in the template.
   virtual const char* kernel() const = 0;
   /// The four buffers, in plan() address order.
@@ -239,21 +207,25 @@ class RopeBase : public Family {
                          std::int64_t seq, std::int64_t heads, std::int64_t head_dim, std::int64_t tokens) const = 0;
 
  private:
-  std::string buffer_names() const {
-    std::string s;
-    for (const auto& n : buffer_name_list()) s += (s.empty() ? "" : ", ") + n;
-    return s;
-  }
   Space space_;
 };
 
 // ---- rope_fwd ------------------------------------------------------------------
 
-class Forward final : public RopeBase {
+class Forward final : public RopeBase<ForwardArgs> {
  public:
   std::string name() const override { return "rope_fwd"; }
   std::string summary() const override {
     return "RoPE forward: rotates interleaved pairs of q or k (tokens, heads, head_dim) by position angles";
+  }
+
+  ForwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, buffer_name_list());
+    return {.x = a[0], .cos = a[1], .sin = a[2], .y = a[3]};
+  }
+  std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
+                           const DeviceLimits& device) const override {
+    return rotation_plan(c, p, a.x, a.cos, a.sin, a.y, device);
   }
 
  protected:
@@ -267,11 +239,20 @@ class Forward final : public RopeBase {
 
 // ---- rope_bwd ------------------------------------------------------------------
 
-class Backward final : public RopeBase {
+class Backward final : public RopeBase<BackwardArgs> {
  public:
   std::string name() const override { return "rope_bwd"; }
   std::string summary() const override {
     return "RoPE backward: dx = dy rotated by the opposite angles (tokens, heads, head_dim)";
+  }
+
+  BackwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, buffer_name_list());
+    return {.dy = a[0], .cos = a[1], .sin = a[2], .dx = a[3]};
+  }
+  std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
+                           const DeviceLimits& device) const override {
+    return rotation_plan(c, p, a.dy, a.cos, a.sin, a.dx, device);
   }
 
  protected:
@@ -285,11 +266,11 @@ class Backward final : public RopeBase {
 
 }  // namespace
 
-const Family& forward_family() {
+const ForwardFamily& forward_family() {
   static const Forward f;
   return f;
 }
-const Family& backward_family() {
+const BackwardFamily& backward_family() {
   static const Backward f;
   return f;
 }

@@ -18,18 +18,6 @@
 
 namespace rope {
 
-/// VEC activations moved as one access (16 bytes at most).
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T v[VEC];
-};
-
-/// N table values (cos or sin of N pairs) moved as one access (16 bytes at most).
-template <int N>
-struct alignas(4 * N) FloatVec {
-  float v[N];
-};
-
 /// The tunables and the shape's head dimension, with what they must satisfy.
 template <int THREADS, int VEC, int HEADS, int HEAD_DIM, class T>
 struct Layout {
@@ -52,11 +40,11 @@ KT_DEVICE bool aligned(const P* p) {
 
 /// N consecutive table values at `p`: one access when `VECTORS`, else one per value.
 template <bool VECTORS, int N>
-KT_DEVICE FloatVec<N> load_table(const float* __restrict__ p) {
+KT_DEVICE kt::Vec<float, N> load_table(const float* __restrict__ p) {
   if constexpr (VECTORS) {
-    return *reinterpret_cast<const FloatVec<N>*>(p);
+    return *reinterpret_cast<const kt::Vec<float, N>*>(p);
   } else {
-    FloatVec<N> r;
+    kt::Vec<float, N> r;
 #pragma unroll
     for (int k = 0; k < N; ++k) r.v[k] = p[k];
     return r;
@@ -65,11 +53,11 @@ KT_DEVICE FloatVec<N> load_table(const float* __restrict__ p) {
 
 /// VEC consecutive activations at `p`: one access when `VECTORS`, else one per element.
 template <bool VECTORS, int VEC, class T>
-KT_DEVICE Vec<T, VEC> load_vec(const T* p) {
+KT_DEVICE kt::Vec<T, VEC> load_vec(const T* p) {
   if constexpr (VECTORS) {
-    return *reinterpret_cast<const Vec<T, VEC>*>(p);
+    return *reinterpret_cast<const kt::Vec<T, VEC>*>(p);
   } else {
-    Vec<T, VEC> r;
+    kt::Vec<T, VEC> r;
 #pragma unroll
     for (int k = 0; k < VEC; ++k) r.v[k] = p[k];
     return r;
@@ -77,9 +65,9 @@ KT_DEVICE Vec<T, VEC> load_vec(const T* p) {
 }
 
 template <bool VECTORS, int VEC, class T>
-KT_DEVICE void store_vec(T* p, const Vec<T, VEC>& x) {
+KT_DEVICE void store_vec(T* p, const kt::Vec<T, VEC>& x) {
   if constexpr (VECTORS) {
-    *reinterpret_cast<Vec<T, VEC>*>(p) = x;
+    *reinterpret_cast<kt::Vec<T, VEC>*>(p) = x;
   } else {
 #pragma unroll
     for (int k = 0; k < VEC; ++k) p[k] = x.v[k];
@@ -107,17 +95,17 @@ KT_DEVICE void rotate_items(const T* x,                           // (tokens, he
     const int token = item / groups;
     const int head0 = (item - token * groups) * HEADS;
     const int table_offset = token % seq * L::kHalf + lane * L::kPairs;
-    const FloatVec<L::kPairs> c = load_table<VECTORS, L::kPairs>(cos_table + table_offset);
-    const FloatVec<L::kPairs> s = load_table<VECTORS, L::kPairs>(sin_table + table_offset);
+    const kt::Vec<float, L::kPairs> c = load_table<VECTORS, L::kPairs>(cos_table + table_offset);
+    const kt::Vec<float, L::kPairs> s = load_table<VECTORS, L::kPairs>(sin_table + table_offset);
     const long long base = (static_cast<long long>(token) * heads + head0) * HEAD_DIM + lane * VEC;
-    Vec<T, VEC> v[HEADS];
+    kt::Vec<T, VEC> v[HEADS];
 #pragma unroll
     for (int h = 0; h < HEADS; ++h)
       if (head0 + h < heads) v[h] = load_vec<VECTORS, VEC>(x + base + h * HEAD_DIM);
 #pragma unroll
     for (int h = 0; h < HEADS; ++h) {
       if (head0 + h < heads) {
-        Vec<T, VEC> out;
+        kt::Vec<T, VEC> out;
 #pragma unroll
         for (int p = 0; p < L::kPairs; ++p) {
           // Operations in the reference's order: si = sign * sin, then the rotation.

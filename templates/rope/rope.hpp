@@ -4,8 +4,9 @@
 // Problems: dtype f32 or bf16 (bf16 activations; fp32 cos/sin tables and
 // math); dims `tokens` (batch * context, laid out (batch, seq)), `heads`,
 // `head_dim` (even) and `seq` (the context: token t sits at position t % seq).
-// Buffers, in Workload and plan() address order:
-//   rope_fwd  x (tokens, heads, head_dim), cos, sin (seq, head_dim / 2) (inputs), y (output)
+// Run-time arguments: ForwardArgs, BackwardArgs below; workload buffers, in
+// the order the workload-driven `plan` takes their addresses:
+//   rope_fwd  x, cos, sin (inputs), y (output)
 //   rope_bwd  dy, cos, sin (inputs), dx (output)
 // The tables are the reference's (rope_tables, theta kTheta) in fp32. The
 // kernels also accept y == x (dx == dy), the model's in-place rotation, and
@@ -23,7 +24,25 @@ inline constexpr double kTheta = 10000.0;  ///< the model's rope_theta, for the 
 /// (head_dim / 2 threads at most, well inside 1024).
 inline constexpr std::int64_t kMaxHeadDim = 512;
 
-const Family& forward_family();
-const Family& backward_family();
+/// Device addresses of rope_fwd's buffers.
+struct ForwardArgs {
+  std::uint64_t x = 0;    // (tokens, heads, head_dim) f32 or bf16
+  std::uint64_t cos = 0;  // (seq, head_dim / 2) f32
+  std::uint64_t sin = 0;  // (seq, head_dim / 2) f32
+  std::uint64_t y = 0;    // (tokens, heads, head_dim) f32 or bf16; may be x (in place)
+};
+/// Device addresses of rope_bwd's buffers.
+struct BackwardArgs {
+  std::uint64_t dy = 0;   // (tokens, heads, head_dim) f32 or bf16
+  std::uint64_t cos = 0;  // (seq, head_dim / 2) f32
+  std::uint64_t sin = 0;  // (seq, head_dim / 2) f32
+  std::uint64_t dx = 0;   // (tokens, heads, head_dim) f32 or bf16; may be dy (in place)
+};
+
+using ForwardFamily = TypedFamily<ForwardArgs>;
+using BackwardFamily = TypedFamily<BackwardArgs>;
+
+const ForwardFamily& forward_family();
+const BackwardFamily& backward_family();
 
 }  // namespace ktune::templates::rope

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
@@ -20,44 +21,9 @@ constexpr std::int64_t kMaxAccessBytes = 16;  // the widest single load or store
 // whole space, where a kernel uses about this many plus one per input value.
 constexpr std::int64_t kRegistersBesideInputs = 32;
 
-bool is_bf16(const Problem& p) { return p.dtype == "bf16"; }
-std::int64_t element_bytes(const Problem& p) { return is_bf16(p) ? 2 : 4; }
-const char* device_type(const Problem& p) { return is_bf16(p) ? "kt::bf16" : "float"; }
-
-/// `n` values uniform in [lo, hi), rounded to bf16 for a bf16 problem so the
-/// reference computes on exactly what the kernel reads.
-std::vector<float> random_operand(std::mt19937_64& rng, std::size_t n, float lo, float hi, bool bf16) {
-  auto v = random_floats(rng, n, lo, hi);
-  if (bf16)
-    for (auto& x : v) x = bf16_bits_to_float(float_to_bf16_bits(x));
-  return v;
-}
-
-std::vector<std::uint16_t> to_bf16(const std::vector<float>& v) {
-  std::vector<std::uint16_t> bits(v.size());
-  std::transform(v.begin(), v.end(), bits.begin(), float_to_bf16_bits);
-  return bits;
-}
-
-/// A buffer of the problem's dtype holding `values`.
-HostBuffer operand(std::string name, Role role, bool bf16, const std::vector<float>& values) {
-  return bf16 ? make_buffer(std::move(name), role, DType::kBF16, to_bf16(values))
-              : make_buffer(std::move(name), role, DType::kF32, values);
-}
-
-/// An output buffer of `n` elements expecting `values` (rounded to bf16 for bf16).
-HostBuffer output(std::string name, bool bf16, const std::vector<float>& values, const std::string& dtype) {
-  HostBuffer b = operand(std::move(name), Role::kOutput, bf16, std::vector<float>(values.size()));
-  if (bf16)
-    set_expected(b, to_bf16(values));
-  else
-    set_expected(b, values);
-  b.tolerance = tolerance_for(dtype);
-  return b;
-}
-
 /// What both families share: problems, space, constraints, grid.
-class SwigluBase : public Family {
+template <class ArgsT>
+class SwigluBase : public TypedFamily<ArgsT> {
  public:
   SwigluBase()
       : space_({{"threads", {64, 128, 256, 512, 1024}, "threads per block: more hides latency, fewer frees registers"},
@@ -81,66 +47,60 @@ class SwigluBase : public Family {
 
   void check_problem(const Problem& p) const override {
     KTUNE_REQUIRE(p.dtype == "f32" || p.dtype == "bf16",
-                  name() + ": dtype '" + p.dtype +
+                  this->name() + ": dtype '" + p.dtype +
                       "' is not supported; accepted: f32, bf16 (bf16 in and out, fp32 math)");
     for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "n", name() + ": unknown dimension '" + k + "'; accepted: n (number of elements)");
+      KTUNE_REQUIRE(k == "n", this->name() + ": unknown dimension '" + k + "'; accepted: n (number of elements)");
     KTUNE_REQUIRE(p.dims.count("n") && p.dim("n") >= 1 && p.dim("n") <= kMaxElements,
-                  name() + ": dimension 'n' (number of elements) must be given, in 1..2^40");
+                  this->name() + ": dimension 'n' (number of elements) must be given, in 1..2^40");
   }
 
   Config default_config(const Problem& p) const override {
     // 16-byte accesses, two per operand per thread, one block per tile.
     // Not measured on a GPU yet: the tuned cache is where the best one goes.
-    return Config({{"threads", 256}, {"vec", kMaxAccessBytes / element_bytes(p)}, {"unroll", 2}, {"blocks_per_sm", 0}});
+    return Config(
+        {{"threads", 256}, {"vec", kMaxAccessBytes / activation_bytes(p)}, {"unroll", 2}, {"blocks_per_sm", 0}});
   }
 
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
-    auto reject = [why](const char* reason) {
-      if (why) *why = reason;
-      return false;
-    };
-    if (c.at("threads") > d.max_threads_per_block) return reject("threads exceed the device's block limit");
-    if (c.at("vec") * element_bytes(p) > kMaxAccessBytes)
-      return reject("vec x element size exceeds 16 bytes, the widest single access");
+    if (c.at("threads") > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (c.at("vec") * activation_bytes(p) > kMaxAccessBytes)
+      return reject(why, "vec x element size exceeds 16 bytes, the widest single access");
     const std::int64_t registers = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / c.at("threads"));
     if (inputs() * c.at("vec") * c.at("unroll") > registers - kRegistersBesideInputs)
-      return reject("inputs x vec x unroll values in flight per thread do not fit the registers a thread of this "
+      return reject(why, "inputs x vec x unroll values in flight per thread do not fit the registers a thread of this "
                     "block size may use (min(255, registers per SM / threads), less 32): it would spill");
     if (c.at("blocks_per_sm") * c.at("threads") > 4 * d.max_threads_per_sm)
-      return reject("grid larger than four waves of resident threads only adds scheduling; 0 gives one block per tile");
+      return reject(why,
+                    "grid larger than four waves of resident threads only adds scheduling; 0 gives one block per tile");
     return true;
   }
 
-  std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& addresses,
-                           const DeviceLimits& device) const override {
-    check_problem(p);
-    const auto operands = static_cast<std::size_t>(inputs() + outputs());
-    KTUNE_REQUIRE(addresses.size() == operands, fmt::format("{}: {} buffer addresses given, the kernel takes {}",
-                                                            name(), addresses.size(), operands));
+  double bytes(const Problem& p) const override {
+    return static_cast<double>((inputs() + outputs()) * activation_bytes(p)) * static_cast<double>(p.dim("n"));
+  }
+
+ protected:
+  /// The launch over the problem's n elements with `addresses` (the kernel's
+  /// pointers, in its parameter order) and n.
+  std::vector<Launch> elementwise_plan(const Config& c, const Problem& p,
+                                       std::initializer_list<std::uint64_t> addresses,
+                                       const DeviceLimits& device) const {
+    this->check_problem(p);
     const std::int64_t n = p.dim("n");
-    const std::int64_t tile = c.at("threads") * c.at("vec") * c.at("unroll");
-    std::int64_t blocks = (n + tile - 1) / tile;
-    if (c.at("blocks_per_sm") > 0) blocks = std::min(blocks, c.at("blocks_per_sm") * device.sm_count);
-    blocks = std::min<std::int64_t>(blocks, (1LL << 31) - 1);  // gridDim.x limit; the kernels grid-stride
+    const std::int64_t tiles = ceil_div(n, c.at("threads") * c.at("vec") * c.at("unroll"));
     Launch l;
     l.kernel = 0;
-    l.grid = {static_cast<unsigned>(blocks), 1, 1};
+    l.grid = {grid_stride_blocks(tiles, c.at("blocks_per_sm"), device), 1, 1};
     l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
     for (const auto a : addresses) l.args.add(a);
     l.args.add(static_cast<long long>(n));
     return {std::move(l)};
   }
-
-  double bytes(const Problem& p) const override {
-    return static_cast<double>((inputs() + outputs()) * element_bytes(p)) * static_cast<double>(p.dim("n"));
-  }
-
- protected:
   /// Kernel name expression for `c` and `p`.
   std::string kernel(const char* function, const Config& c, const Problem& p) const {
     return fmt::format("swiglu::{}<{}, {}, {}, {}>", function, c.at("threads"), c.at("vec"), c.at("unroll"),
-                       device_type(p));
+                       activation_type(p));
   }
   /// Buffers the kernel reads, and writes; each (n,).
   virtual std::int64_t inputs() const = 0;
@@ -152,10 +112,19 @@ class SwigluBase : public Family {
 
 // ---- swiglu_fwd ----------------------------------------------------------------
 
-class Forward final : public SwigluBase {
+class Forward final : public SwigluBase<ForwardArgs> {
  public:
   std::string name() const override { return "swiglu_fwd"; }
   std::string summary() const override { return "SwiGLU gate forward, h = silu(a) * b (elementwise)"; }
+
+  ForwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, {"a", "b", "h"});
+    return {.a = a[0], .b = a[1], .h = a[2]};
+  }
+  std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
+                           const DeviceLimits& device) const override {
+    return elementwise_plan(c, p, {a.a, a.b, a.h}, device);
+  }
 
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate, {kernel("swiglu_forward", c, p)}, name());
@@ -164,16 +133,16 @@ class Forward final : public SwigluBase {
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const auto n = static_cast<std::size_t>(p.dim("n"));
-    const bool bf16 = is_bf16(p);
+    const DType dtype = activation_dtype(p);
     std::mt19937_64 rng(seed);
-    const auto a = random_operand(rng, n, -6.f, 6.f, bf16);  // both tails of the sigmoid
-    const auto b = random_operand(rng, n, -2.f, 2.f, bf16);
-    std::vector<float> h(n);
+    const auto a = stored_as(dtype, random_floats(rng, n, -6.f, 6.f));  // both tails of the sigmoid
+    const auto b = stored_as(dtype, random_floats(rng, n, -2.f, 2.f));
+    std::vector<double> h(n);
     swiglu_forward(a.data(), b.data(), h.data(), static_cast<std::int64_t>(n));
     Workload w;
-    w.buffers.push_back(operand("a", Role::kInput, bf16, a));
-    w.buffers.push_back(operand("b", Role::kInput, bf16, b));
-    w.buffers.push_back(output("h", bf16, h, p.dtype));
+    w.buffers.push_back(input_buffer("a", dtype, a));
+    w.buffers.push_back(input_buffer("b", dtype, b));
+    w.buffers.push_back(output_buffer("h", dtype, h));
     return w;
   }
 
@@ -187,11 +156,20 @@ class Forward final : public SwigluBase {
 
 // ---- swiglu_bwd ----------------------------------------------------------------
 
-class Backward final : public SwigluBase {
+class Backward final : public SwigluBase<BackwardArgs> {
  public:
   std::string name() const override { return "swiglu_bwd"; }
   std::string summary() const override {
     return "SwiGLU gate backward, da = dh * b * silu'(a) and db = dh * silu(a) (elementwise)";
+  }
+
+  BackwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, {"a", "b", "dh", "da", "db"});
+    return {.a = a[0], .b = a[1], .dh = a[2], .da = a[3], .db = a[4]};
+  }
+  std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
+                           const DeviceLimits& device) const override {
+    return elementwise_plan(c, p, {a.a, a.b, a.dh, a.da, a.db}, device);
   }
 
   Rendered render(const Config& c, const Problem& p) const override {
@@ -201,19 +179,19 @@ class Backward final : public SwigluBase {
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const auto n = static_cast<std::size_t>(p.dim("n"));
-    const bool bf16 = is_bf16(p);
+    const DType dtype = activation_dtype(p);
     std::mt19937_64 rng(seed);
-    const auto a = random_operand(rng, n, -6.f, 6.f, bf16);
-    const auto b = random_operand(rng, n, -2.f, 2.f, bf16);
-    const auto dh = random_operand(rng, n, -1.f, 1.f, bf16);
-    std::vector<float> da(n), db(n);
+    const auto a = stored_as(dtype, random_floats(rng, n, -6.f, 6.f));
+    const auto b = stored_as(dtype, random_floats(rng, n, -2.f, 2.f));
+    const auto dh = stored_as(dtype, random_floats(rng, n, -1.f, 1.f));
+    std::vector<double> da(n), db(n);
     swiglu_backward(a.data(), b.data(), dh.data(), da.data(), db.data(), static_cast<std::int64_t>(n));
     Workload w;
-    w.buffers.push_back(operand("a", Role::kInput, bf16, a));
-    w.buffers.push_back(operand("b", Role::kInput, bf16, b));
-    w.buffers.push_back(operand("dh", Role::kInput, bf16, dh));
-    w.buffers.push_back(output("da", bf16, da, p.dtype));
-    w.buffers.push_back(output("db", bf16, db, p.dtype));
+    w.buffers.push_back(input_buffer("a", dtype, a));
+    w.buffers.push_back(input_buffer("b", dtype, b));
+    w.buffers.push_back(input_buffer("dh", dtype, dh));
+    w.buffers.push_back(output_buffer("da", dtype, da));
+    w.buffers.push_back(output_buffer("db", dtype, db));
     return w;
   }
 
@@ -227,11 +205,11 @@ class Backward final : public SwigluBase {
 
 }  // namespace
 
-const Family& forward_family() {
+const ForwardFamily& forward_family() {
   static const Forward f;
   return f;
 }
-const Family& backward_family() {
+const BackwardFamily& backward_family() {
   static const Backward f;
   return f;
 }

@@ -11,12 +11,6 @@
 
 namespace swiglu {
 
-/// VEC elements moved as one access (16 bytes at most).
-template <class T, int VEC>
-struct alignas(sizeof(T) * VEC) Vec {
-  T x[VEC];
-};
-
 /// expf, not __expf: the fp32 result then stays within rounding of the reference.
 KT_DEVICE float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -39,13 +33,13 @@ KT_DEVICE bool aligned(const T* p) {
 }
 
 template <int VEC, class T>
-KT_DEVICE Vec<T, VEC> load(const T* p, long long v) {
-  return reinterpret_cast<const Vec<T, VEC>*>(p)[v];
+KT_DEVICE kt::Vec<T, VEC> load(const T* p, long long v) {
+  return reinterpret_cast<const kt::Vec<T, VEC>*>(p)[v];
 }
 
 template <int VEC, class T>
-KT_DEVICE void store(T* p, long long v, const Vec<T, VEC>& x) {
-  reinterpret_cast<Vec<T, VEC>*>(p)[v] = x;
+KT_DEVICE void store(T* p, long long v, const kt::Vec<T, VEC>& x) {
+  reinterpret_cast<kt::Vec<T, VEC>*>(p)[v] = x;
 }
 
 // Work split of both kernels. When every pointer is VEC-aligned, elements
@@ -81,7 +75,7 @@ __global__ void __launch_bounds__(THREADS)
   const long long n_vec = vectors ? n / VEC : 0;
   const long long tile_stride = static_cast<long long>(gridDim.x) * K::kTileVectors;
   for (long long tile = blockIdx.x * K::kTileVectors; tile < n_vec; tile += tile_stride) {
-    Vec<T, VEC> va[UNROLL], vb[UNROLL];
+    kt::Vec<T, VEC> va[UNROLL], vb[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const long long v = tile + u * THREADS + threadIdx.x;
@@ -94,10 +88,10 @@ __global__ void __launch_bounds__(THREADS)
     for (int u = 0; u < UNROLL; ++u) {
       const long long v = tile + u * THREADS + threadIdx.x;
       if (v < n_vec) {
-        Vec<T, VEC> vh;
+        kt::Vec<T, VEC> vh;
 #pragma unroll
         for (int k = 0; k < VEC; ++k)
-          vh.x[k] = kt::from_float<T>(forward_element(kt::to_float(va[u].x[k]), kt::to_float(vb[u].x[k])));
+          vh.v[k] = kt::from_float<T>(forward_element(kt::to_float(va[u].v[k]), kt::to_float(vb[u].v[k])));
         store<VEC>(h, v, vh);
       }
     }
@@ -127,7 +121,7 @@ __global__ void __launch_bounds__(THREADS)
   const long long n_vec = vectors ? n / VEC : 0;
   const long long tile_stride = static_cast<long long>(gridDim.x) * K::kTileVectors;
   for (long long tile = blockIdx.x * K::kTileVectors; tile < n_vec; tile += tile_stride) {
-    Vec<T, VEC> va[UNROLL], vb[UNROLL], vg[UNROLL];
+    kt::Vec<T, VEC> va[UNROLL], vb[UNROLL], vg[UNROLL];
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const long long v = tile + u * THREADS + threadIdx.x;
@@ -141,13 +135,13 @@ __global__ void __launch_bounds__(THREADS)
     for (int u = 0; u < UNROLL; ++u) {
       const long long v = tile + u * THREADS + threadIdx.x;
       if (v < n_vec) {
-        Vec<T, VEC> vda, vdb;
+        kt::Vec<T, VEC> vda, vdb;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           float ga, gb;
-          backward_element(kt::to_float(va[u].x[k]), kt::to_float(vb[u].x[k]), kt::to_float(vg[u].x[k]), ga, gb);
-          vda.x[k] = kt::from_float<T>(ga);
-          vdb.x[k] = kt::from_float<T>(gb);
+          backward_element(kt::to_float(va[u].v[k]), kt::to_float(vb[u].v[k]), kt::to_float(vg[u].v[k]), ga, gb);
+          vda.v[k] = kt::from_float<T>(ga);
+          vdb.v[k] = kt::from_float<T>(gb);
         }
         store<VEC>(da, v, vda);
         store<VEC>(db, v, vdb);

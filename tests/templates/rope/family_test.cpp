@@ -219,7 +219,7 @@ TEST_CASE("rope plans: one launch, a slot per work item unless capped per SM", "
     CHECK(f->plan(config(256, 8, 4), big, four, device)[0].grid[0] == (1u << 20) * 8 / 32);
 
     CHECK_THROWS_WITH(f->plan(config(128, 8, 2), p, {0x1000, 0x2000}, device),
-                      Catch::Contains("2 buffer addresses given; the kernel takes 4"));
+                      Catch::Contains("2 buffer addresses given, the workload has 4"));
     CHECK_THROWS_AS(f->plan(config(128, 8, 2), problem("bf16", 81), four, device), Error);
   }
 }

@@ -76,7 +76,7 @@ std::vector<std::vector<float>> run_raw(const Family& f, const Config& c, std::i
 
 TEST_CASE("swiglu kernels with non-default configs match the reference on a ragged n", "[swiglu][emu]") {
   tuner::EmuRunner runner;
-  for (const Family* f : {&swiglu::forward_family(), &swiglu::backward_family()}) {
+  for (const Family* f : std::vector<const Family*>{&swiglu::forward_family(), &swiglu::backward_family()}) {
     for (const char* dtype : {"f32", "bf16"}) {
       // 4099 is a multiple of no vector width: the scalar tail runs.
       const Problem p{dtype, {{"n", 4099}}};

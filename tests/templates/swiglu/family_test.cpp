@@ -172,7 +172,7 @@ TEST_CASE("swiglu plans: one launch whose grid covers n, or is capped per SM", "
   c.set("blocks_per_sm", 0);
   CHECK(fwd.plan(c, big, three, device)[0].grid[0] == (1u << 28) / 1024);
 
-  CHECK_THROWS_WITH(fwd.plan(c, p, five, device), Catch::Contains("5 buffer addresses given, the kernel takes 3"));
+  CHECK_THROWS_WITH(fwd.plan(c, p, five, device), Catch::Contains("5 buffer addresses given, the workload has 3"));
 }
 
 TEST_CASE("swiglu rendering: tunables and element type in the name expression", "[swiglu][family]") {
