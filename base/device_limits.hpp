@@ -12,6 +12,10 @@
 
 namespace ktune {
 
+/// The target when no device says otherwise (compiling, rendering and
+/// emulating offline): the H100's.
+inline constexpr const char* kDefaultArch = "sm_90";
+
 struct DeviceLimits {
   std::string name = "offline profile";  ///< the GPU's name, or the profile's
   int driver_version = 0;                ///< cuDriverGetVersion, 0 offline

@@ -13,7 +13,7 @@ namespace ktune::cli {
 
 void add_render_command(CLI::App& app, Global& global) {
   struct Opts {
-    std::string family, config, problem, arch = "sm_90";
+    std::string family, config, problem, arch = kDefaultArch;
     bool space = false;
   };
   auto opts = std::make_shared<Opts>();

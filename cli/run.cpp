@@ -22,7 +22,7 @@ struct RunArgs {
   std::string config;
   std::string problem;
   std::uint64_t seed = 1;
-  std::string arch = "sm_80";
+  std::string arch = kDefaultArch;
   unsigned workers = 0;
   bool time = false;
 };

@@ -12,7 +12,7 @@
 namespace ktune::tuner {
 
 struct CompileCheckOptions {
-  std::string arch = "sm_90";
+  std::string arch = kDefaultArch;
   enum class Which { kDefaults, kSample, kAll } which = Which::kDefaults;
   std::uint64_t sample = 8;  ///< configs per family and problem class (kSample), beside the default
   std::uint64_t seed = 1;

@@ -29,7 +29,7 @@ namespace ktune::tuner {
 /// How the emulation backend runs.
 struct EmuOptions {
   unsigned workers = 0;        ///< OS threads running blocks; 0: one per hardware thread
-  std::string arch = "sm_80";  ///< whose limits the emulated device reports
+  std::string arch = kDefaultArch;  ///< whose limits the emulated device reports
 };
 
 }  // namespace ktune::tuner
