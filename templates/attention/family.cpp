@@ -1,0 +1,283 @@
+// The attention forward family: space, constraints, rendering, launch plan,
+// workload with the streaming CPU reference, FLOP/byte counts.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "base/error.hpp"
+#include "templates/attention/attention.hpp"
+#include "templates/render.hpp"
+
+namespace ktune::templates::attention {
+namespace {
+
+constexpr const char* kTemplate = "attention/attention.cuh";
+constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of query rows one warp owns
+// Registers besides the fragments and accumulators: addresses, indices,
+// loop state (fitted to ptxas's counts for sm_80 and sm_90).
+constexpr std::int64_t kBaseRegisters = 40;
+// The device struct attention::Strides is three 64-bit fields in this order.
+static_assert(sizeof(TensorStrides) == 24 && offsetof(TensorStrides, head) == 8 && offsetof(TensorStrides, seq) == 16);
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+bool reject(std::string* why, std::string reason) {
+  if (why) *why = std::move(reason);
+  return false;
+}
+
+const char* element_type(const Problem& p) { return p.dtype == "bf16" ? "__nv_bfloat16" : "__half"; }
+DType element_dtype(const Problem& p) { return p.dtype == "bf16" ? DType::kBF16 : DType::kF16; }
+
+/// m16 tiles of query rows per warp.
+std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.at("warps")); }
+
+/// Registers per thread for what a warp holds besides kBaseRegisters: per
+/// m16 tile Q's A fragments, the score tile, the O accumulator and the row
+/// statistics; and K's B fragments of a tile, which ptxas loads ahead (about
+/// half of them live at once). Within ~20 of ptxas's counts up to 255.
+std::int64_t fragment_registers(const Config& c, const Problem& p) {
+  const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n");
+  return tiles_per_warp(c) * (d / 4 + bn / 2 + d / 2 + 4) + d * bn / 128;
+}
+
+/// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
+std::int64_t tile_row(const Config& c, const Problem& p) {
+  return p.dim("head_dim") + (c.at("kv_layout") == 0 ? 8 : 0);
+}
+
+/// `values` rounded to the problem's 16-bit dtype: the bits, and what they hold.
+std::vector<std::uint16_t> to_bits(const Problem& p, const std::vector<double>& values) {
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto f = static_cast<float>(values[i]);
+    bits[i] = p.dtype == "bf16" ? float_to_bf16_bits(f) : float_to_f16_bits(f);
+  }
+  return bits;
+}
+std::vector<double> rounded(const Problem& p, std::vector<float> values) {
+  std::vector<double> exact(values.size());
+  const auto bits = to_bits(p, std::vector<double>(values.begin(), values.end()));
+  for (std::size_t i = 0; i < bits.size(); ++i)
+    exact[i] = p.dtype == "bf16" ? bf16_bits_to_float(bits[i]) : f16_bits_to_float(bits[i]);
+  return exact;
+}
+
+void require_aligned(const char* buffer, std::uint64_t address, std::uint64_t align) {
+  KTUNE_REQUIRE(address % align == 0, fmt::format("attention_fwd: buffer '{}' at {:#x} is not aligned to {} bytes",
+                                                  buffer, address, align));
+}
+void require_strides(const char* buffer, const TensorStrides& s) {
+  for (const std::int64_t v : {s.batch, s.head, s.seq})
+    KTUNE_REQUIRE(v >= 0 && v % 8 == 0,
+                  fmt::format("attention_fwd: strides of '{}' (batch {}, head {}, seq {}) must be non-negative "
+                              "multiples of 8 elements: rows are copied in 16-byte chunks",
+                              buffer, s.batch, s.head, s.seq));
+}
+
+class Forward final : public TypedFamily<ForwardArgs> {
+ public:
+  Forward()
+      : space_({{"block_m", {32, 64, 128},
+                 "query rows per block: more reuse of each K/V tile vs more blocks in flight"},
+                {"block_n", {16, 32, 64, 128},
+                 "keys per tile: fewer rescales and barriers vs score registers and shared memory"},
+                {"warps", {2, 4, 8},
+                 "warps per block (block_m / warps rows each): more warps vs more rows per warp (registers)"},
+                {"stages", {1, 2, 3}, "K/V tiles in flight: load latency hidden vs shared memory"},
+                {"kv_layout", {0, 1},
+                 "shared-memory rows: 0 padded by 16 bytes (conflict-free, more memory), 1 XOR-swizzled (packed; "
+                 "conflict-free when head_dim is a multiple of 64)"}}) {}
+
+  std::string name() const override { return "attention_fwd"; }
+  std::string summary() const override {
+    return "attention forward (FlashAttention-2 style, mma.sync): O and the row lse, causal or not, any strides";
+  }
+  std::vector<std::string> source_files() const override { return {kTemplate}; }
+  const Space& space() const override { return space_; }
+
+  std::vector<Problem> problem_classes() const override {
+    // One per head dim, both dtypes and both masks among them; sequence
+    // lengths that are a multiple of no tile, so every query and key tile
+    // set has a ragged end.
+    auto problem = [](const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal) {
+      return Problem{dtype, {{"batch", 1}, {"heads", 2}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+    };
+    return {problem("bf16", 70, 16, 1), problem("f16", 37, 32, 0), problem("bf16", 70, 64, 0),
+            problem("f16", 70, 64, 1), problem("bf16", 37, 80, 1), problem("f16", 37, 128, 0),
+            problem("bf16", 70, 128, 1)};
+  }
+
+  void check_problem(const Problem& p) const override {
+    KTUNE_REQUIRE(p.dtype == "bf16" || p.dtype == "f16",
+                  "attention_fwd: dtype '" + p.dtype + "' is not supported; accepted: bf16, f16 (16-bit Q, K, V and "
+                  "O; fp32 scores, softmax and accumulation)");
+    for (const auto& [k, v] : p.dims)
+      KTUNE_REQUIRE(k == "batch" || k == "heads" || k == "seq" || k == "head_dim" || k == "causal",
+                    "attention_fwd: unknown dimension '" + k + "'; accepted: batch, heads, seq, head_dim, causal");
+    auto in_range = [&](const char* dim, std::int64_t lo, std::int64_t hi, const std::string& why) {
+      KTUNE_REQUIRE(p.dims.count(dim) && p.dim(dim) >= lo && p.dim(dim) <= hi,
+                    fmt::format("attention_fwd: dimension '{}' must be in {}..{}{}", dim, lo, hi, why));
+    };
+    in_range("batch", 1, kMaxGridYZ, " (the grid's z extent)");
+    in_range("heads", 1, kMaxGridYZ, " (the grid's y extent)");
+    in_range("seq", 1, kMaxSeq, "");
+    in_range("causal", 0, 1, " (0: every key, 1: keys up to the query)");
+    const bool known = p.dims.count("head_dim") && std::find(std::begin(kHeadDims), std::end(kHeadDims),
+                                                             p.dim("head_dim")) != std::end(kHeadDims);
+    KTUNE_REQUIRE(known, fmt::format("attention_fwd: head_dim {} is not supported; accepted: {}",
+                                     p.dims.count("head_dim") ? std::to_string(p.dim("head_dim")) : "(missing)",
+                                     fmt::join(kHeadDims, ", ")));
+  }
+
+  Config default_config(const Problem& p) const override {
+    // 64 query rows, one m16 tile per warp, key tiles double-buffered in
+    // padded rows; 32-key tiles from head_dim 80 on keep the registers near
+    // 170 (ptxas, sm_80 and sm_90; 64-key tiles take ~245 at head_dim 128).
+    // Shared memory: 52 KB at most, so head_dim 128 runs with the opt-in.
+    check_problem(p);
+    return Config({{"block_m", 64}, {"block_n", p.dim("head_dim") <= 64 ? 64 : 32}, {"warps", 4}, {"stages", 2},
+                   {"kv_layout", 0}});
+  }
+
+  bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
+    const std::int64_t threads = 32 * warps;
+    if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (bm % (16 * warps) != 0)
+      return reject(why, fmt::format("each warp owns whole 16-row tiles of the queries: block_m {} is not a "
+                                     "multiple of 16 x {} warps",
+                                     bm, warps));
+    if (tiles_per_warp(c) > kMaxTilesPerWarp)
+      return reject(why, fmt::format("each warp would own {} query rows; at most {} (their scores and O "
+                                     "accumulators live in registers): add warps or lower block_m",
+                                     bm / warps, 16 * kMaxTilesPerWarp));
+    const std::int64_t registers = kBaseRegisters + fragment_registers(c, p);
+    const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
+    if (registers > budget)
+      return reject(why, fmt::format("each thread would need about {} registers for its Q fragments, scores and O "
+                                     "accumulator (head_dim {}, {} rows per warp, {}-key tiles), over the {} a "
+                                     "block of {} threads allows: it would spill",
+                                     registers, p.dim("head_dim"), bm / warps, bn, budget, threads));
+    const std::int64_t smem = shared_bytes(c, p);
+    if (smem > d.max_smem_per_block)
+      return reject(why, fmt::format("needs {} bytes of shared memory (the Q tile and {} stages of K and V tiles), "
+                                     "over the {} bytes a block of {} may use",
+                                     smem, c.at("stages"), d.max_smem_per_block, d.arch));
+    return true;
+  }
+
+  Rendered render(const Config& c, const Problem& p) const override {
+    return render_template(kTemplate,
+                           {fmt::format("attention::attention_fwd<{}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
+                                        c.at("block_m"), c.at("block_n"), c.at("warps"), c.at("stages"),
+                                        c.at("kv_layout"), p.dim("causal") ? "true" : "false", element_type(p))},
+                           name());
+  }
+
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    check_problem(p);
+    const AttentionShape s = shape_of(p);
+    const auto n = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+    const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
+    // Scores scale * q.k with a spread of about 1.3 whatever the head dim:
+    // peaked enough that a key masked wrongly moves O well past tolerance.
+    std::mt19937_64 rng(seed);
+    const auto q = rounded(p, random_floats(rng, n, -2.f, 2.f));
+    const auto k = rounded(p, random_floats(rng, n, -2.f, 2.f));
+    const auto v = rounded(p, random_floats(rng, n, -1.f, 1.f));
+    std::vector<double> o(n), lse(rows);
+    const TensorStrides st = bshd_strides(s);
+    attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, st, st, st,
+                                        default_scale(s.head_dim), 0, s.batch * s.heads);
+    const DType t = element_dtype(p);
+    Workload w;
+    w.buffers.push_back(make_buffer("q", Role::kInput, t, to_bits(p, q)));
+    w.buffers.push_back(make_buffer("k", Role::kInput, t, to_bits(p, k)));
+    w.buffers.push_back(make_buffer("v", Role::kInput, t, to_bits(p, v)));
+    HostBuffer out = make_buffer("o", Role::kOutput, t, std::vector<std::uint16_t>(n));
+    set_expected(out, to_bits(p, o));
+    out.tolerance = tolerance_for(p.dtype);
+    w.buffers.push_back(std::move(out));
+    // lse is computed in fp32 from the exact 16-bit inputs (exact products,
+    // fp32 sums of at most head_dim of them, exp2f within 2 ulp, an fp32 sum
+    // of at most seq terms): nothing rounds to 16 bits on its way, so fp32's
+    // tolerance applies; a P rounded to 16 bits before summing would not pass.
+    HostBuffer l = make_buffer("lse", Role::kOutput, DType::kF32, std::vector<float>(rows));
+    set_expected(l, std::vector<float>(lse.begin(), lse.end()));
+    l.tolerance = tolerance_for("f32");
+    w.buffers.push_back(std::move(l));
+    return w;
+  }
+
+  ForwardArgs args_of(const Problem& p, const std::vector<std::uint64_t>& a) const override {
+    KTUNE_REQUIRE(a.size() == 5, fmt::format("attention_fwd: expects the addresses of q, k, v, o, lse; got {}",
+                                             a.size()));
+    const TensorStrides st = bshd_strides(shape_of(p));
+    return ForwardArgs{.q = a[0], .k = a[1], .v = a[2], .o = a[3], .lse = a[4], .q_strides = st, .k_strides = st,
+                       .v_strides = st, .o_strides = st, .scale = default_scale(p.dim("head_dim"))};
+  }
+
+  using TypedFamily<ForwardArgs>::plan;
+  std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
+                           const DeviceLimits&) const override {
+    check_problem(p);
+    require_aligned("q", a.q, 16);
+    require_aligned("k", a.k, 16);
+    require_aligned("v", a.v, 16);
+    require_aligned("o", a.o, 16);
+    require_aligned("lse", a.lse, 4);
+    require_strides("q", a.q_strides);
+    require_strides("k", a.k_strides);
+    require_strides("v", a.v_strides);
+    require_strides("o", a.o_strides);
+    KTUNE_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
+                  fmt::format("attention_fwd: the softmax scale must be positive and finite, got {}", a.scale));
+    Launch l;
+    l.grid = {static_cast<unsigned>(ceil_div(p.dim("seq"), c.at("block_m"))), static_cast<unsigned>(p.dim("heads")),
+              static_cast<unsigned>(p.dim("batch"))};
+    l.block = {static_cast<unsigned>(32 * c.at("warps")), 1, 1};
+    l.dynamic_smem = static_cast<unsigned>(shared_bytes(c, p));
+    l.args.add(a.q).add(a.k).add(a.v).add(a.o).add(a.lse);
+    l.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.o_strides);
+    l.args.add(static_cast<int>(p.dim("seq"))).add(static_cast<int>(p.dim("heads"))).add(a.scale);
+    std::vector<Launch> launches;
+    launches.push_back(std::move(l));
+    return launches;
+  }
+
+  double flops(const Problem& p) const override {  // Q K^T and P V: 2 * 2 * S * S * d per head, half under a mask
+    const double s = static_cast<double>(p.dim("seq"));
+    const double f = 4.0 * static_cast<double>(p.dim("batch") * p.dim("heads")) * s * s *
+                     static_cast<double>(p.dim("head_dim"));
+    return p.dim("causal") ? f / 2 : f;
+  }
+  double bytes(const Problem& p) const override {  // Q, K, V read and O written once; lse
+    const double rows = static_cast<double>(p.dim("batch") * p.dim("heads") * p.dim("seq"));
+    return 4.0 * 2.0 * rows * static_cast<double>(p.dim("head_dim")) + 4.0 * rows;
+  }
+
+ private:
+  Space space_;
+};
+
+}  // namespace
+
+float default_scale(std::int64_t head_dim) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
+
+AttentionShape shape_of(const Problem& p) {
+  return AttentionShape{p.dim("batch"), p.dim("seq"), p.dim("heads"), p.dim("head_dim"), p.dim("causal") != 0};
+}
+
+std::int64_t shared_bytes(const Config& c, const Problem& p) {
+  return (c.at("block_m") + 2 * c.at("stages") * c.at("block_n")) * tile_row(c, p) * 2;
+}
+
+const TypedFamily<ForwardArgs>& forward_family() {
+  static const Forward f;
+  return f;
+}
+
+}  // namespace ktune::templates::attention
