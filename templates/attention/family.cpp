@@ -15,9 +15,9 @@ namespace {
 
 constexpr const char* kTemplate = "attention/attention.cuh";
 constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of query rows one warp owns
-// Registers besides the fragments and accumulators: addresses, indices,
-// loop state (fitted to ptxas's counts for sm_80 and sm_90).
-constexpr std::int64_t kBaseRegisters = 40;
+// Registers besides the fragments, accumulators and copy addresses:
+// indices, strides, loop state (fitted with fragment_registers).
+constexpr std::int64_t kBaseRegisters = 32;
 // The device struct attention::Strides is three 64-bit fields in this order.
 static_assert(sizeof(TensorStrides) == 24 && offsetof(TensorStrides, head) == 8 && offsetof(TensorStrides, seq) == 16);
 
@@ -28,53 +28,68 @@ bool reject(std::string* why, std::string reason) {
   return false;
 }
 
-const char* element_type(const Problem& p) { return p.dtype == "bf16" ? "__nv_bfloat16" : "__half"; }
-DType element_dtype(const Problem& p) { return p.dtype == "bf16" ? DType::kBF16 : DType::kF16; }
+// f32 problems run on the tf32 matrix units; bf16 and f16 on the 16-bit ones.
+bool is_tf32(const Problem& p) { return p.dtype == "f32"; }
+std::int64_t element_bytes(const Problem& p) { return is_tf32(p) ? 4 : 2; }
+const char* element_type(const Problem& p) {
+  return p.dtype == "bf16" ? "__nv_bfloat16" : p.dtype == "f16" ? "__half" : "float";
+}
+DType element_dtype(const Problem& p) {
+  return p.dtype == "bf16" ? DType::kBF16 : p.dtype == "f16" ? DType::kF16 : DType::kF32;
+}
+/// The dtype whose tolerance O is checked with.
+std::string compute_dtype(const Problem& p) { return is_tf32(p) ? "tf32" : p.dtype; }
 
 /// m16 tiles of query rows per warp.
 std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.at("warps")); }
 
-/// Registers per thread for what a warp holds besides kBaseRegisters: per
-/// m16 tile Q's A fragments, the score tile, the O accumulator and the row
-/// statistics; and K's B fragments of a tile, which ptxas loads ahead (about
-/// half of them live at once). Within ~20 of ptxas's counts up to 255.
+/// Registers per thread besides kBaseRegisters: per m16 tile of the warp,
+/// Q's A fragments, the score tile, the O accumulator and the row
+/// statistics; K's B fragments of a tile, of which ptxas keeps about 3/8
+/// live at once; and the addresses of the 16-byte copies each thread starts
+/// per tile (unrolled). Fitted to NVRTC's counts over a sample of the space
+/// (sm_90, all head dims): within about 30 of them.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
-  const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n");
-  return tiles_per_warp(c) * (d / 4 + bn / 2 + d / 2 + 4) + d * bn / 128;
+  const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n"), e = element_bytes(p);
+  const std::int64_t copies = (c.at("block_m") + 2 * bn) * (d * e / 16) / (32 * c.at("warps"));
+  return tiles_per_warp(c) * (d * e / 8 + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + 3 * copies / 2;
 }
 
 /// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
 std::int64_t tile_row(const Config& c, const Problem& p) {
-  return p.dim("head_dim") + (c.at("kv_layout") == 0 ? 8 : 0);
+  return p.dim("head_dim") + (c.at("kv_layout") == 0 ? 16 / element_bytes(p) : 0);
 }
 
-/// `values` rounded to the problem's 16-bit dtype: the bits, and what they hold.
-std::vector<std::uint16_t> to_bits(const Problem& p, const std::vector<double>& values) {
+/// `value` as an element of the problem's dtype holds it.
+double stored(const Problem& p, double value) {
+  const auto f = static_cast<float>(value);
+  if (p.dtype == "bf16") return bf16_bits_to_float(float_to_bf16_bits(f));
+  if (p.dtype == "f16") return f16_bits_to_float(float_to_f16_bits(f));
+  return f;
+}
+/// A buffer of the problem's element type holding `values`, rounded to it.
+HostBuffer element_buffer(std::string name, Role role, const Problem& p, const std::vector<double>& values) {
+  if (is_tf32(p))
+    return make_buffer(std::move(name), role, DType::kF32, std::vector<float>(values.begin(), values.end()));
   std::vector<std::uint16_t> bits(values.size());
   for (std::size_t i = 0; i < values.size(); ++i) {
     const auto f = static_cast<float>(values[i]);
     bits[i] = p.dtype == "bf16" ? float_to_bf16_bits(f) : float_to_f16_bits(f);
   }
-  return bits;
-}
-std::vector<double> rounded(const Problem& p, std::vector<float> values) {
-  std::vector<double> exact(values.size());
-  const auto bits = to_bits(p, std::vector<double>(values.begin(), values.end()));
-  for (std::size_t i = 0; i < bits.size(); ++i)
-    exact[i] = p.dtype == "bf16" ? bf16_bits_to_float(bits[i]) : f16_bits_to_float(bits[i]);
-  return exact;
+  return make_buffer(std::move(name), role, element_dtype(p), bits);
 }
 
 void require_aligned(const char* buffer, std::uint64_t address, std::uint64_t align) {
   KTUNE_REQUIRE(address % align == 0, fmt::format("attention_fwd: buffer '{}' at {:#x} is not aligned to {} bytes",
                                                   buffer, address, align));
 }
-void require_strides(const char* buffer, const TensorStrides& s) {
+void require_strides(const char* buffer, const TensorStrides& s, std::int64_t element_bytes) {
+  const std::int64_t chunk = 16 / element_bytes;
   for (const std::int64_t v : {s.batch, s.head, s.seq})
-    KTUNE_REQUIRE(v >= 0 && v % 8 == 0,
+    KTUNE_REQUIRE(v >= 0 && v % chunk == 0,
                   fmt::format("attention_fwd: strides of '{}' (batch {}, head {}, seq {}) must be non-negative "
-                              "multiples of 8 elements: rows are copied in 16-byte chunks",
-                              buffer, s.batch, s.head, s.seq));
+                              "multiples of {} elements: rows are copied in 16-byte chunks",
+                              buffer, s.batch, s.head, s.seq, chunk));
 }
 
 class Forward final : public TypedFamily<ForwardArgs> {
@@ -99,7 +114,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
   const Space& space() const override { return space_; }
 
   std::vector<Problem> problem_classes() const override {
-    // One per head dim, both dtypes and both masks among them; sequence
+    // One per head dim, every dtype and both masks among them; sequence
     // lengths that are a multiple of no tile, so every query and key tile
     // set has a ragged end.
     auto problem = [](const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal) {
@@ -107,13 +122,13 @@ class Forward final : public TypedFamily<ForwardArgs> {
     };
     return {problem("bf16", 70, 16, 1), problem("f16", 37, 32, 0), problem("bf16", 70, 64, 0),
             problem("f16", 70, 64, 1), problem("bf16", 37, 80, 1), problem("f16", 37, 128, 0),
-            problem("bf16", 70, 128, 1)};
+            problem("bf16", 70, 128, 1), problem("f32", 37, 64, 1)};
   }
 
   void check_problem(const Problem& p) const override {
-    KTUNE_REQUIRE(p.dtype == "bf16" || p.dtype == "f16",
-                  "attention_fwd: dtype '" + p.dtype + "' is not supported; accepted: bf16, f16 (16-bit Q, K, V and "
-                  "O; fp32 scores, softmax and accumulation)");
+    KTUNE_REQUIRE(p.dtype == "bf16" || p.dtype == "f16" || p.dtype == "f32",
+                  "attention_fwd: dtype '" + p.dtype + "' is not supported; accepted: bf16, f16, f32 (Q, K, V and O "
+                  "of that type; f32 multiplies in tf32; fp32 scores, softmax and accumulation)");
     for (const auto& [k, v] : p.dims)
       KTUNE_REQUIRE(k == "batch" || k == "heads" || k == "seq" || k == "head_dim" || k == "causal",
                     "attention_fwd: unknown dimension '" + k + "'; accepted: batch, heads, seq, head_dim, causal");
@@ -134,12 +149,18 @@ class Forward final : public TypedFamily<ForwardArgs> {
 
   Config default_config(const Problem& p) const override {
     // 64 query rows, one m16 tile per warp, key tiles double-buffered in
-    // padded rows; 32-key tiles from head_dim 80 on keep the registers near
-    // 170 (ptxas, sm_80 and sm_90; 64-key tiles take ~245 at head_dim 128).
-    // Shared memory: 52 KB at most, so head_dim 128 runs with the opt-in.
+    // padded rows; the widest key tile of 64 (up to head_dim 64), 32 or 16
+    // within the register estimate: 150-200 registers for 16-bit types
+    // (NVRTC, sm_80 and sm_90; 64-key tiles take ~235 at head_dim 128), and
+    // 16-key tiles for tf32 at head_dim 128. Shared memory: 68 KB at most,
+    // so head_dim 128 runs with the opt-in.
     check_problem(p);
-    return Config({{"block_m", 64}, {"block_n", p.dim("head_dim") <= 64 ? 64 : 32}, {"warps", 4}, {"stages", 2},
-                   {"kv_layout", 0}});
+    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
+    for (const std::int64_t block_n : {64, 32, 16}) {
+      const Config c({{"block_m", 64}, {"block_n", block_n}, {"warps", 4}, {"stages", 2}, {"kv_layout", 0}});
+      if ((block_n < 64 || p.dim("head_dim") <= 64) && is_valid(c, p, any, nullptr)) return c;
+    }
+    throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
   }
 
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
@@ -157,9 +178,9 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const std::int64_t registers = kBaseRegisters + fragment_registers(c, p);
     const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
     if (registers > budget)
-      return reject(why, fmt::format("each thread would need about {} registers for its Q fragments, scores and O "
-                                     "accumulator (head_dim {}, {} rows per warp, {}-key tiles), over the {} a "
-                                     "block of {} threads allows: it would spill",
+      return reject(why, fmt::format("each thread would need about {} registers for its Q and K fragments, scores, "
+                                     "O accumulator and copies (head_dim {}, {} rows per warp, {}-key tiles), over "
+                                     "the {} a block of {} threads allows: it would spill",
                                      registers, p.dim("head_dim"), bm / warps, bn, budget, threads));
     const std::int64_t smem = shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
@@ -185,29 +206,34 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // Scores scale * q.k with a spread of about 1.3 whatever the head dim:
     // peaked enough that a key masked wrongly moves O well past tolerance.
     std::mt19937_64 rng(seed);
-    const auto q = rounded(p, random_floats(rng, n, -2.f, 2.f));
-    const auto k = rounded(p, random_floats(rng, n, -2.f, 2.f));
-    const auto v = rounded(p, random_floats(rng, n, -1.f, 1.f));
+    auto draw = [&](float lo, float hi) {
+      const auto values = random_floats(rng, n, lo, hi);
+      std::vector<double> x(n);
+      for (std::size_t i = 0; i < n; ++i) x[i] = stored(p, values[i]);
+      return x;
+    };
+    const auto q = draw(-2.f, 2.f), k = draw(-2.f, 2.f), v = draw(-1.f, 1.f);
     std::vector<double> o(n), lse(rows);
     const TensorStrides st = bshd_strides(s);
     attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, st, st, st,
                                         default_scale(s.head_dim), 0, s.batch * s.heads);
-    const DType t = element_dtype(p);
     Workload w;
-    w.buffers.push_back(make_buffer("q", Role::kInput, t, to_bits(p, q)));
-    w.buffers.push_back(make_buffer("k", Role::kInput, t, to_bits(p, k)));
-    w.buffers.push_back(make_buffer("v", Role::kInput, t, to_bits(p, v)));
-    HostBuffer out = make_buffer("o", Role::kOutput, t, std::vector<std::uint16_t>(n));
-    set_expected(out, to_bits(p, o));
-    out.tolerance = tolerance_for(p.dtype);
+    w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
+    w.buffers.push_back(element_buffer("k", Role::kInput, p, k));
+    w.buffers.push_back(element_buffer("v", Role::kInput, p, v));
+    HostBuffer out = element_buffer("o", Role::kOutput, p, std::vector<double>(n));
+    out.expected = element_buffer("o", Role::kOutput, p, o).bytes;
+    out.tolerance = tolerance_for(compute_dtype(p));
     w.buffers.push_back(std::move(out));
-    // lse is computed in fp32 from the exact 16-bit inputs (exact products,
-    // fp32 sums of at most head_dim of them, exp2f within 2 ulp, an fp32 sum
-    // of at most seq terms): nothing rounds to 16 bits on its way, so fp32's
-    // tolerance applies; a P rounded to 16 bits before summing would not pass.
+    // With 16-bit inputs lse is computed in fp32 from exactly the inputs
+    // (exact products, fp32 sums of at most head_dim of them, exp2f within
+    // 2 ulp, an fp32 sum of at most seq terms): nothing rounds to 16 bits on
+    // its way, so fp32's tolerance applies, and a P rounded before summing
+    // would not pass. With f32 inputs the scores come from q and k rounded to
+    // tf32 (relative errors of 2-5e-5 in a simulation), so tf32's applies.
     HostBuffer l = make_buffer("lse", Role::kOutput, DType::kF32, std::vector<float>(rows));
     set_expected(l, std::vector<float>(lse.begin(), lse.end()));
-    l.tolerance = tolerance_for("f32");
+    l.tolerance = tolerance_for(is_tf32(p) ? "tf32" : "f32");
     w.buffers.push_back(std::move(l));
     return w;
   }
@@ -229,10 +255,10 @@ class Forward final : public TypedFamily<ForwardArgs> {
     require_aligned("v", a.v, 16);
     require_aligned("o", a.o, 16);
     require_aligned("lse", a.lse, 4);
-    require_strides("q", a.q_strides);
-    require_strides("k", a.k_strides);
-    require_strides("v", a.v_strides);
-    require_strides("o", a.o_strides);
+    require_strides("q", a.q_strides, element_bytes(p));
+    require_strides("k", a.k_strides, element_bytes(p));
+    require_strides("v", a.v_strides, element_bytes(p));
+    require_strides("o", a.o_strides, element_bytes(p));
     KTUNE_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
                   fmt::format("attention_fwd: the softmax scale must be positive and finite, got {}", a.scale));
     Launch l;
@@ -256,7 +282,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
   }
   double bytes(const Problem& p) const override {  // Q, K, V read and O written once; lse
     const double rows = static_cast<double>(p.dim("batch") * p.dim("heads") * p.dim("seq"));
-    return 4.0 * 2.0 * rows * static_cast<double>(p.dim("head_dim")) + 4.0 * rows;
+    return 4.0 * static_cast<double>(element_bytes(p)) * rows * static_cast<double>(p.dim("head_dim")) + 4.0 * rows;
   }
 
  private:
@@ -265,14 +291,16 @@ class Forward final : public TypedFamily<ForwardArgs> {
 
 }  // namespace
 
-float default_scale(std::int64_t head_dim) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
+float default_scale(std::int64_t head_dim) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
 
 AttentionShape shape_of(const Problem& p) {
   return AttentionShape{p.dim("batch"), p.dim("seq"), p.dim("heads"), p.dim("head_dim"), p.dim("causal") != 0};
 }
 
 std::int64_t shared_bytes(const Config& c, const Problem& p) {
-  return (c.at("block_m") + 2 * c.at("stages") * c.at("block_n")) * tile_row(c, p) * 2;
+  return (c.at("block_m") + 2 * c.at("stages") * c.at("block_n")) * tile_row(c, p) * element_bytes(p);
 }
 
 const TypedFamily<ForwardArgs>& forward_family() {

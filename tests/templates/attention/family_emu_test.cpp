@@ -5,7 +5,8 @@
 // head_dim) layout and rows strided as in a fused QKV buffer, with padding
 // the kernel must never read and never write; other scales; and the
 // pipeline and layout variants (one to three stages, padded and swizzled
-// tiles, one and two m16 tiles per warp, 16- to 128-key tiles).
+// tiles, one and two m16 tiles per warp, 16- to 128-key tiles); f32 inputs
+// on the tf32 path.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -78,7 +79,18 @@ Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale 
   REQUIRE(f.is_valid(c, p, tuner::EmuRunner().device(), &why));
   const AttentionShape s = shape_of(p);
   const auto st = strides_for(layout, s);
-  const DType t = p.dtype == "bf16" ? DType::kBF16 : DType::kF16;
+  const DType t = parse_dtype(p.dtype);
+  const std::size_t size = size_of(t);
+  // Stores `v` as element e of `base` in the problem's dtype; returns the value stored.
+  auto put = [&](std::byte* base, std::size_t e, float v) -> double {
+    if (t == DType::kF32) {
+      std::memcpy(base + 4 * e, &v, 4);
+      return v;
+    }
+    const std::uint16_t bits = t == DType::kBF16 ? float_to_bf16_bits(v) : float_to_f16_bits(v);
+    std::memcpy(base + 2 * e, &bits, 2);
+    return value_at(t, std::vector<std::byte>(base + 2 * e, base + 2 * e + 2), 0);
+  };
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> qk(-2.f, 2.f), uv(-1.f, 1.f);
 
@@ -86,19 +98,16 @@ Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale 
   std::vector<std::vector<double>> exact;  // q, k, v as the kernel reads them, at the same offsets
   for (int i = 0; i < 4; ++i) {
     const std::size_t n = extent(st[static_cast<std::size_t>(i)], s);
-    auto& b = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>(std::string(1, "qkvo"[i]), 2 * n));
-    b->fill(0xff);  // NaN in bf16 and f16
+    auto& b = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>(std::string(1, "qkvo"[i]), size * n));
+    b->fill(0xff);  // NaN in every float type
     if (i == 3) break;
     auto& x = exact.emplace_back(n, NAN);
-    auto* bits = reinterpret_cast<std::uint16_t*>(b->data());
     for (std::int64_t bb = 0; bb < s.batch; ++bb)
       for (std::int64_t h = 0; h < s.heads; ++h)
         for (std::int64_t r = 0; r < s.seq; ++r)
           for (std::int64_t d = 0; d < s.head_dim; ++d) {
             const auto e = static_cast<std::size_t>(row_at(st[static_cast<std::size_t>(i)], bb, h, r) + d);
-            const float v = i == 2 ? uv(rng) : qk(rng);
-            bits[e] = t == DType::kBF16 ? float_to_bf16_bits(v) : float_to_f16_bits(v);
-            x[e] = t == DType::kBF16 ? bf16_bits_to_float(bits[e]) : f16_bits_to_float(bits[e]);
+            x[e] = put(b->data(), e, i == 2 ? uv(rng) : qk(rng));
           }
   }
   const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
@@ -122,27 +131,25 @@ Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale 
   attention_forward_streaming<double>(exact[0].data(), exact[1].data(), exact[2].data(), o_expected.data(),
                                       lse_expected.data(), s, st[0], st[1], st[2], st[3], a.scale, 0,
                                       s.batch * s.heads);
-  // O's elements in the tensor, in order; everything else must still be 0xffff.
-  std::vector<std::byte> o_got, o_want;
+  // O's elements in the tensor, in order; everything else must still be all ones.
+  std::vector<std::byte> o_got, o_want(size * static_cast<std::size_t>(s.batch * s.heads * s.seq * s.head_dim));
   std::vector<bool> inside(o_expected.size(), false);
-  const auto* o_bits = reinterpret_cast<const std::uint16_t*>(buffers[3]->data());
+  const std::byte* o_bytes = buffers[3]->data();
+  std::size_t j = 0;
   for (std::int64_t bb = 0; bb < s.batch; ++bb)
     for (std::int64_t h = 0; h < s.heads; ++h)
       for (std::int64_t r = 0; r < s.seq; ++r)
         for (std::int64_t d = 0; d < s.head_dim; ++d) {
           const auto e = static_cast<std::size_t>(row_at(st[3], bb, h, r) + d);
           inside[e] = true;
-          const auto f32 = static_cast<float>(o_expected[e]);
-          const std::uint16_t want = t == DType::kBF16 ? float_to_bf16_bits(f32) : float_to_f16_bits(f32);
-          o_got.insert(o_got.end(), reinterpret_cast<const std::byte*>(o_bits + e),
-                       reinterpret_cast<const std::byte*>(o_bits + e + 1));
-          o_want.insert(o_want.end(), reinterpret_cast<const std::byte*>(&want),
-                        reinterpret_cast<const std::byte*>(&want + 1));
+          o_got.insert(o_got.end(), o_bytes + size * e, o_bytes + size * (e + 1));
+          put(o_want.data(), j++, static_cast<float>(o_expected[e]));
         }
   Errors errors;
   errors.padding_kept = true;
   for (std::size_t e = 0; e < inside.size(); ++e)
-    if (!inside[e] && o_bits[e] != 0xffff) errors.padding_kept = false;
+    for (std::size_t i = 0; i < size; ++i)
+      if (!inside[e] && o_bytes[size * e + i] != std::byte{0xff}) errors.padding_kept = false;
   errors.o = relative_l2(t, o_got, o_want);
   std::vector<float> lse_want(lse_expected.begin(), lse_expected.end());
   std::vector<std::byte> lse_got(lse_buffer->data(), lse_buffer->data() + 4 * rows);
@@ -153,8 +160,10 @@ Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale 
 void check_layout(const Config& c, const Problem& p, Layout layout, float scale = 0) {
   INFO(p.key() << " " << c.str() << " " << to_string(layout) << " scale " << scale);
   const Errors e = run_layout(c, p, layout, scale);
-  CHECK(e.o < tolerance_for(p.dtype));
-  CHECK(e.lse < tolerance_for("f32"));
+  // f32 inputs multiply in tf32: O and lse carry tf32's rounding of q, k, v and P.
+  const bool tf32 = p.dtype == "f32";
+  CHECK(e.o < tolerance_for(tf32 ? "tf32" : p.dtype));
+  CHECK(e.lse < tolerance_for(tf32 ? "tf32" : "f32"));
   CHECK(e.padding_kept);
 }
 
@@ -175,7 +184,8 @@ TEST_CASE("attention_fwd: every problem class, default and a seeded sample of co
       REQUIRE(r.errors.size() == 2);
       for (const auto& [name, error] : r.errors) {
         INFO(name << " error " << error);
-        CHECK(error < (name == "lse" ? tolerance_for("f32") : tolerance_for(p.dtype)));
+        const bool tf32 = p.dtype == "f32";
+        CHECK(error < tolerance_for(tf32 ? "tf32" : name == "lse" ? "f32" : p.dtype));
       }
     }
 }
@@ -217,4 +227,17 @@ TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps p
     check_layout(c, p, Layout::kBSHD);
     check_layout(c, p, Layout::kBHSD);
   }
+}
+
+TEST_CASE("attention_fwd: f32 inputs on the tf32 matrix units, ragged and strided", "[attention][emu]") {
+  const Config c = forward_family().default_config(problem("f32", 64, 64, true));
+  for (const bool causal : {false, true})
+    for (const std::int64_t seq : {1, 17, 129})
+      for (const Layout layout : {Layout::kBSHD, Layout::kFusedQKV})
+        check_layout(c, problem("f32", seq, 64, causal), layout);
+  // swizzled 4-float chunks and three stages at head_dim 80; the default at 128; two m16 tiles per warp
+  check_layout(config(64, 32, 4, 3, 1), problem("f32", 70, 80, true), Layout::kBHSD);
+  check_layout(forward_family().default_config(problem("f32", 45, 128, false)), problem("f32", 45, 128, false),
+               Layout::kBSHD);
+  check_layout(config(64, 16, 2, 1, 1), problem("f32", 33, 16, true), Layout::kBSHD);
 }

@@ -42,8 +42,9 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
   CHECK_NOTHROW(f.check_problem(problem("bf16", 1024, 80, 1)));
   CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 48)),
                     "attention_fwd: head_dim 48 is not supported; accepted: 16, 32, 64, 80, 128");
-  CHECK_THROWS_WITH(f.check_problem(problem("f32", 64, 64)),
-                    Catch::StartsWith("attention_fwd: dtype 'f32' is not supported; accepted: bf16, f16"));
+  CHECK_NOTHROW(f.check_problem(problem("f32", 64, 64)));  // on the tf32 matrix units
+  CHECK_THROWS_WITH(f.check_problem(problem("f64", 64, 64)),
+                    Catch::StartsWith("attention_fwd: dtype 'f64' is not supported; accepted: bf16, f16, f32"));
   CHECK_THROWS_WITH(f.check_problem(problem("bf16", 0, 64)),
                     "attention_fwd: dimension 'seq' must be in 1..1073741824");
   CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 64, 2)), Catch::Contains("'causal' must be in 0..1"));
@@ -79,7 +80,7 @@ TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   }
   CHECK(head_dims == std::set<std::int64_t>{16, 32, 64, 80, 128});
   CHECK(causal == std::set<std::int64_t>{0, 1});
-  CHECK(dtypes == std::set<std::string>{"bf16", "f16"});
+  CHECK(dtypes == std::set<std::string>{"bf16", "f16", "f32"});
 }
 
 TEST_CASE("attention_fwd constraints reject configs before compiling, saying why", "[attention][family]") {
@@ -104,6 +105,8 @@ TEST_CASE("attention_fwd constraints reject configs before compiling, saying why
   CHECK(f.is_valid(config(64, 64, 4, 3), problem("f16", 1024, 128), DeviceLimits::for_arch("sm_80")));
   CHECK_THAT(why_invalid(config(64, 64, 4, 3), problem("f16", 1024, 128), "sm_89"),
              Catch::Contains("over the 101376 bytes a block of sm_89 may use"));
+  // fp32 tiles: twice the bytes, rows padded by 4 floats.
+  CHECK(shared_bytes(config(64, 32, 4, 2), problem("f32", 64, 128)) == (64 + 2 * 2 * 32) * 132 * 4);
   // The swizzled layout packs rows: less shared memory than padded rows.
   CHECK(shared_bytes(config(64, 64, 4, 2, 1), problem("bf16", 64, 80)) == (64 + 2 * 2 * 64) * 80 * 2);
   // A device with smaller blocks.
@@ -116,7 +119,7 @@ TEST_CASE("attention_fwd constraints reject configs before compiling, saying why
 
 TEST_CASE("attention_fwd defaults are valid for every head dim and dtype and fit an sm_80 block",
           "[attention][family]") {
-  for (const char* dtype : {"bf16", "f16"})
+  for (const char* dtype : {"bf16", "f16", "f32"})
     for (const std::int64_t d : kHeadDims)
       for (const std::int64_t seq : {1, 37, 4096})
         for (const std::int64_t causal : {0, 1}) {
@@ -143,6 +146,8 @@ TEST_CASE("attention_fwd rendering: tunables, head dim, mask and dtype are templ
   CHECK(r.source.find("namespace attention") != std::string::npos);
   CHECK(f.render(config(64, 64, 4, 2), problem("f16", 5, 64, 0)).kernels[0] ==
         "attention::attention_fwd<64, 64, 64, 4, 2, 0, false, __half>");
+  CHECK(f.render(config(64, 32, 4, 2), problem("f32", 5, 64, 0)).kernels[0] ==
+        "attention::attention_fwd<64, 64, 32, 4, 2, 0, false, float>");
   // Batch, heads and seq are kernel arguments: one binary serves them all.
   CHECK(f.render(config(64, 64, 4, 2), problem("f16", 5, 64, 0, 1, 1)).source ==
         f.render(config(64, 64, 4, 2), problem("f16", 4099, 64, 0, 8, 12)).source);
@@ -184,6 +189,13 @@ TEST_CASE("attention_fwd plan: grid over query blocks, heads and batch, dynamic 
   bad.k_strides.seq = 3 * 128 + 4;
   CHECK_THROWS_WITH(f.plan(c, p, bad, sm90), Catch::Contains("strides of 'k' (batch 49920, head 128, seq 388) "
                                                              "must be non-negative multiples of 8"));
+  // fp32 rows are 4-float chunks.
+  ForwardArgs f32_args = f.args_of(problem("f32", 130, 128, 1, 2, 3), addresses);
+  f32_args.k_strides.seq = 3 * 128 + 4;
+  CHECK(f.plan(config(64, 16, 4, 2), problem("f32", 130, 128, 1, 2, 3), f32_args, sm90).size() == 1);
+  f32_args.k_strides.seq = 3 * 128 + 2;
+  CHECK_THROWS_WITH(f.plan(config(64, 16, 4, 2), problem("f32", 130, 128, 1, 2, 3), f32_args, sm90),
+                    Catch::Contains("multiples of 4 elements"));
   bad = a;
   bad.v = 0x30008;
   CHECK_THROWS_WITH(f.plan(c, p, bad, sm90), Catch::Contains("buffer 'v' at 0x30008 is not aligned to 16 bytes"));
@@ -218,14 +230,24 @@ TEST_CASE("attention_fwd workloads: fresh 16-bit inputs per seed, the streaming 
   auto at = [](const HostBuffer& b, const std::vector<std::byte>& bytes, std::size_t i) {
     return value_at(b.dtype, bytes, i);
   };
-  for (std::size_t d = 0; d < 16; ++d) CHECK(at(w.buffers[3], w.buffers[3].expected, d) == at(w.buffers[2], w.buffers[2].bytes, d));
+  for (std::size_t d = 0; d < 16; ++d)
+    CHECK(at(w.buffers[3], w.buffers[3].expected, d) == at(w.buffers[2], w.buffers[2].bytes, d));
   double dot = 0;
-  for (std::size_t d = 0; d < 16; ++d) dot += at(w.buffers[0], w.buffers[0].bytes, d) * at(w.buffers[1], w.buffers[1].bytes, d);
+  for (std::size_t d = 0; d < 16; ++d)
+    dot += at(w.buffers[0], w.buffers[0].bytes, d) * at(w.buffers[1], w.buffers[1].bytes, d);
   CHECK(at(w.buffers[4], w.buffers[4].expected, 0) == Approx(dot / 4).epsilon(1e-6));
+
+  // f32 problems: fp32 buffers, O and lse checked at tf32's tolerance.
+  const Workload w32 = f.make_workload(problem("f32", 9, 16, 0, 1, 2), 3);
+  CHECK(w32.buffers[0].dtype == DType::kF32);
+  CHECK(w32.buffers[3].dtype == DType::kF32);
+  CHECK(w32.buffers[3].tolerance == tolerance_for("tf32"));
+  CHECK(w32.buffers[4].tolerance == tolerance_for("tf32"));
 
   CHECK(f.flops(problem("bf16", 128, 64, 0, 2, 3)) == 4.0 * 2 * 3 * 128 * 128 * 64);
   CHECK(f.flops(problem("bf16", 128, 64, 1, 2, 3)) == 2.0 * 2 * 3 * 128 * 128 * 64);
   CHECK(f.bytes(problem("bf16", 128, 64, 1, 2, 3)) == 4.0 * 2 * (2 * 3 * 128 * 64) + 4.0 * 2 * 3 * 128);
+  CHECK(f.bytes(problem("f32", 128, 64, 1, 2, 3)) == 4.0 * 4 * (2 * 3 * 128 * 64) + 4.0 * 2 * 3 * 128);
 }
 
 TEST_CASE("fp32 to fp16 rounds to nearest even, keeps subnormals and overflows to infinity", "[attention][family]") {
