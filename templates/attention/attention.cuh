@@ -1,7 +1,9 @@
 // Attention forward kernel, FlashAttention-2 style on mma.sync (reference:
 // attention_forward_streaming in templates/attention/reference.hpp).
 //   attention_fwd  O = softmax(scale * Q K^T) V per (batch, head), causal or
-//                  not, and the row log-sum-exp of the scaled scores (fp32)
+//                  not, and the row log-sum-exp of the scaled scores (fp32);
+//                  query head h reads K/V head h / kv_group (grouped-query
+//                  attention when kv_group > 1)
 // Inputs and O are bf16 or f16 (T; mma.sync m16n8k16), or fp32 (T = float;
 // mma.sync m16n8k8 in tf32, the inputs and P rounded to tf32 as they enter
 // the matrix units); scores, softmax statistics and the O accumulator are
@@ -131,12 +133,12 @@ template <int HEAD_DIM,  // 16, 32, 64, 80 or 128: set by the problem
           class T>       // __nv_bfloat16, __half, or float (tf32 matrix units)
 __global__ void __launch_bounds__(WARPS * 32, 1)
     attention_fwd(const T* q,       // (batch, seq, heads, head_dim) through q_strides
-                  const T* k,       // through k_strides
-                  const T* v,       // through v_strides
+                  const T* k,       // (batch, seq, heads / kv_group, head_dim) through k_strides
+                  const T* v,       // as k, through v_strides
                   T* o,             // through o_strides
                   float* lse,       // (batch, heads, seq)
                   Strides q_strides, Strides k_strides, Strides v_strides, Strides o_strides,
-                  int seq, int heads, float scale) {
+                  int seq, int heads, int kv_group, float scale) {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps of Q K^T and whole n16 pairs of P V");
   static_assert(WARPS >= 1 && WARPS * 32 <= 1024, "a block is 1 to 32 warps");
@@ -163,8 +165,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int m0 = m_block * BLOCK_M;
   const T* qh = q + b * q_strides.batch + h * q_strides.head;
-  const T* kh = k + b * k_strides.batch + h * k_strides.head;
-  const T* vh = v + b * v_strides.batch + h * v_strides.head;
+  const T* kh = k + b * k_strides.batch + h / kv_group * k_strides.head;
+  const T* vh = v + b * v_strides.batch + h / kv_group * v_strides.head;
   const int rows_end = min(m0 + BLOCK_M, seq);
   // Key tiles this block sees: under a causal mask none past its last row.
   const int n_tiles = ((CAUSAL ? rows_end : seq) + BLOCK_N - 1) / BLOCK_N;

@@ -1,12 +1,15 @@
 // Host side of the attention family (templates/attention/attention.cuh):
 //   attention_fwd  O = softmax(scale * Q K^T) V per (batch, head), causal or
 //                  not, and the row log-sum-exp (fp32) the backward needs
-// Problems: dtype bf16 or f16 (inputs and O; fp32 scores, softmax and
-// accumulation); dims `batch`, `heads`, `seq` (any length from 1),
-// `head_dim` (16, 32, 64, 80 or 128) and `causal` (0 or 1).
+// Problems: dtype bf16, f16 or f32 (inputs and O; f32 multiplies in tf32;
+// fp32 scores, softmax and accumulation); dims `batch`, `heads`, `seq` (any
+// length from 1), `head_dim` (16, 32, 64, 80 or 128), `causal` (0 or 1),
+// and optionally `kv_heads` (grouped-query attention: query head h reads
+// K/V head h / (heads / kv_heads); as many as `heads` when absent).
 //
 // Workload buffers, in the order `args_of` takes their addresses:
-//   q, k, v, o (batch, seq, heads, head_dim), lse (batch, heads, seq) fp32.
+//   q, o (batch, seq, heads, head_dim), k, v (batch, seq, kv_heads,
+//   head_dim), lse (batch, heads, seq) fp32; in the order q, k, v, o, lse.
 // The typed face (ForwardArgs) takes any element strides for q, k, v and o
 // (batch, head and seq; head_dim contiguous), e.g. (batch, heads, seq,
 // head_dim) or views into a fused QKV buffer, and any positive scale.
@@ -41,8 +44,10 @@ struct ForwardArgs {
 
 /// 1 / sqrt(head_dim), rounded to fp32 as the kernel receives it.
 float default_scale(std::int64_t head_dim);
-/// The problem's sizes as the reference's shape.
+/// The problem's sizes as the reference's shape (kv_heads included).
 AttentionShape shape_of(const Problem& problem);
+/// Strides of a contiguous (batch, seq, kv_heads, head_dim) K or V.
+TensorStrides kv_strides(const AttentionShape& s);
 /// Shared-memory bytes a config needs for a problem (all of it dynamic).
 std::int64_t shared_bytes(const Config& config, const Problem& problem);
 

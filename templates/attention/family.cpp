@@ -114,14 +114,19 @@ class Forward final : public TypedFamily<ForwardArgs> {
   const Space& space() const override { return space_; }
 
   std::vector<Problem> problem_classes() const override {
-    // One per head dim, every dtype and both masks among them; sequence
-    // lengths that are a multiple of no tile, so every query and key tile
-    // set has a ragged end.
+    // One per head dim, every dtype, both masks and grouped-query heads
+    // among them; sequence lengths that are a multiple of no tile, so every
+    // query and key tile set has a ragged end.
     auto problem = [](const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal) {
       return Problem{dtype, {{"batch", 1}, {"heads", 2}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
     };
+    auto gqa = [](Problem p) {  // four query heads sharing two K/V heads
+      p.dims["heads"] = 4;
+      p.dims["kv_heads"] = 2;
+      return p;
+    };
     return {problem("bf16", 70, 16, 1), problem("f16", 37, 32, 0), problem("bf16", 70, 64, 0),
-            problem("f16", 70, 64, 1), problem("bf16", 37, 80, 1), problem("f16", 37, 128, 0),
+            gqa(problem("f16", 70, 64, 1)), problem("bf16", 37, 80, 1), problem("f16", 37, 128, 0),
             problem("bf16", 70, 128, 1), problem("f32", 37, 64, 1)};
   }
 
@@ -130,14 +135,21 @@ class Forward final : public TypedFamily<ForwardArgs> {
                   "attention_fwd: dtype '" + p.dtype + "' is not supported; accepted: bf16, f16, f32 (Q, K, V and O "
                   "of that type; f32 multiplies in tf32; fp32 scores, softmax and accumulation)");
     for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "batch" || k == "heads" || k == "seq" || k == "head_dim" || k == "causal",
-                    "attention_fwd: unknown dimension '" + k + "'; accepted: batch, heads, seq, head_dim, causal");
+      KTUNE_REQUIRE(k == "batch" || k == "heads" || k == "kv_heads" || k == "seq" || k == "head_dim" || k == "causal",
+                    "attention_fwd: unknown dimension '" + k +
+                        "'; accepted: batch, heads, kv_heads (optional), seq, head_dim, causal");
     auto in_range = [&](const char* dim, std::int64_t lo, std::int64_t hi, const std::string& why) {
       KTUNE_REQUIRE(p.dims.count(dim) && p.dim(dim) >= lo && p.dim(dim) <= hi,
                     fmt::format("attention_fwd: dimension '{}' must be in {}..{}{}", dim, lo, hi, why));
     };
     in_range("batch", 1, kMaxGridYZ, " (the grid's z extent)");
     in_range("heads", 1, kMaxGridYZ, " (the grid's y extent)");
+    if (p.dims.count("kv_heads"))
+      KTUNE_REQUIRE(p.dim("kv_heads") >= 1 && p.dim("kv_heads") <= p.dim("heads") &&
+                        p.dim("heads") % p.dim("kv_heads") == 0,
+                    fmt::format("attention_fwd: kv_heads {} must divide heads {} (each K/V head serves heads / "
+                                "kv_heads query heads)",
+                                p.dim("kv_heads"), p.dim("heads")));
     in_range("seq", 1, kMaxSeq, "");
     in_range("causal", 0, 1, " (0: every key, 1: keys up to the query)");
     const bool known = p.dims.count("head_dim") && std::find(std::begin(kHeadDims), std::end(kHeadDims),
@@ -206,16 +218,17 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // Scores scale * q.k with a spread of about 1.3 whatever the head dim:
     // peaked enough that a key masked wrongly moves O well past tolerance.
     std::mt19937_64 rng(seed);
-    auto draw = [&](float lo, float hi) {
-      const auto values = random_floats(rng, n, lo, hi);
-      std::vector<double> x(n);
-      for (std::size_t i = 0; i < n; ++i) x[i] = stored(p, values[i]);
+    auto draw = [&](std::size_t count, float lo, float hi) {
+      const auto values = random_floats(rng, count, lo, hi);
+      std::vector<double> x(count);
+      for (std::size_t i = 0; i < count; ++i) x[i] = stored(p, values[i]);
       return x;
     };
-    const auto q = draw(-2.f, 2.f), k = draw(-2.f, 2.f), v = draw(-1.f, 1.f);
+    const std::size_t kv_n = n / static_cast<std::size_t>(s.heads / s.kv_heads);
+    const auto q = draw(n, -2.f, 2.f), k = draw(kv_n, -2.f, 2.f), v = draw(kv_n, -1.f, 1.f);
     std::vector<double> o(n), lse(rows);
-    const TensorStrides st = bshd_strides(s);
-    attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, st, st, st,
+    const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
+    attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, kv_st, kv_st, st,
                                         default_scale(s.head_dim), 0, s.batch * s.heads);
     Workload w;
     w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
@@ -241,9 +254,11 @@ class Forward final : public TypedFamily<ForwardArgs> {
   ForwardArgs args_of(const Problem& p, const std::vector<std::uint64_t>& a) const override {
     KTUNE_REQUIRE(a.size() == 5, fmt::format("attention_fwd: expects the addresses of q, k, v, o, lse; got {}",
                                              a.size()));
-    const TensorStrides st = bshd_strides(shape_of(p));
-    return ForwardArgs{.q = a[0], .k = a[1], .v = a[2], .o = a[3], .lse = a[4], .q_strides = st, .k_strides = st,
-                       .v_strides = st, .o_strides = st, .scale = default_scale(p.dim("head_dim"))};
+    const AttentionShape s = shape_of(p);
+    const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
+    return ForwardArgs{.q = a[0], .k = a[1], .v = a[2], .o = a[3], .lse = a[4], .q_strides = st,
+                       .k_strides = kv_st, .v_strides = kv_st, .o_strides = st,
+                       .scale = default_scale(p.dim("head_dim"))};
   }
 
   using TypedFamily<ForwardArgs>::plan;
@@ -268,7 +283,9 @@ class Forward final : public TypedFamily<ForwardArgs> {
     l.dynamic_smem = static_cast<unsigned>(shared_bytes(c, p));
     l.args.add(a.q).add(a.k).add(a.v).add(a.o).add(a.lse);
     l.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.o_strides);
-    l.args.add(static_cast<int>(p.dim("seq"))).add(static_cast<int>(p.dim("heads"))).add(a.scale);
+    const AttentionShape s = shape_of(p);
+    l.args.add(static_cast<int>(s.seq)).add(static_cast<int>(s.heads)).add(static_cast<int>(s.heads / s.kv_heads));
+    l.args.add(a.scale);
     std::vector<Launch> launches;
     launches.push_back(std::move(l));
     return launches;
@@ -281,8 +298,11 @@ class Forward final : public TypedFamily<ForwardArgs> {
     return p.dim("causal") ? f / 2 : f;
   }
   double bytes(const Problem& p) const override {  // Q, K, V read and O written once; lse
-    const double rows = static_cast<double>(p.dim("batch") * p.dim("heads") * p.dim("seq"));
-    return 4.0 * static_cast<double>(element_bytes(p)) * rows * static_cast<double>(p.dim("head_dim")) + 4.0 * rows;
+    const AttentionShape s = shape_of(p);
+    const double rows = static_cast<double>(s.batch * s.heads * s.seq);
+    const double kv_rows = static_cast<double>(s.batch * s.kv_heads * s.seq);
+    return 2.0 * static_cast<double>(element_bytes(p)) * (rows + kv_rows) * static_cast<double>(s.head_dim) +
+           4.0 * rows;
   }
 
  private:
@@ -296,7 +316,15 @@ float default_scale(std::int64_t head_dim) {
 }
 
 AttentionShape shape_of(const Problem& p) {
-  return AttentionShape{p.dim("batch"), p.dim("seq"), p.dim("heads"), p.dim("head_dim"), p.dim("causal") != 0};
+  AttentionShape s{p.dim("batch"), p.dim("seq"), p.dim("heads"), p.dim("head_dim"), p.dim("causal") != 0};
+  if (p.dims.count("kv_heads")) s.kv_heads = p.dim("kv_heads");
+  return s;
+}
+
+TensorStrides kv_strides(const AttentionShape& s) {
+  AttentionShape kv = s;
+  kv.heads = s.kv_heads;
+  return bshd_strides(kv);
 }
 
 std::int64_t shared_bytes(const Config& c, const Problem& p) {

@@ -78,7 +78,7 @@ void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* 
                                  const TensorStrides& q_strides, const TensorStrides& k_strides,
                                  const TensorStrides& v_strides, const TensorStrides& out_strides, T scale,
                                  std::int64_t bh_begin, std::int64_t bh_end) {
-  const std::int64_t D = s.head_dim, S = s.seq;
+  const std::int64_t D = s.head_dim, S = s.seq, group = s.heads / s.kv_heads;
   auto at = [](const TensorStrides& st, std::int64_t b, std::int64_t h, std::int64_t i) {
     return b * st.batch + h * st.head + i * st.seq;
   };
@@ -93,7 +93,7 @@ void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* 
       T m = -std::numeric_limits<T>::infinity(), l = 0;
       std::fill(acc.begin(), acc.end(), T(0));
       for (std::int64_t j = 0; j < n; ++j) {
-        const T* kj = k + at(k_strides, b, h, j);
+        const T* kj = k + at(k_strides, b, h / group, j);
         T dot = 0;
         for (std::int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
         const T score = scale * dot;
@@ -105,7 +105,7 @@ void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* 
         }
         const T p = std::exp(score - m);
         l += p;
-        const T* vj = v + at(v_strides, b, h, j);
+        const T* vj = v + at(v_strides, b, h / group, j);
         for (std::int64_t d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p * vj[d];
       }
       T* oi = out + at(out_strides, b, h, i);

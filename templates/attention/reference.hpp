@@ -20,6 +20,10 @@ struct AttentionShape {
   std::int64_t heads = 1;
   std::int64_t head_dim = 1;
   bool causal = true;
+  /// Heads of K and V: query head h reads K/V head h / (heads / kv_heads)
+  /// (grouped-query attention; heads % kv_heads == 0). The streaming forward
+  /// reads it; the materialising forward and backward take kv_heads == heads.
+  std::int64_t kv_heads = heads;
 };
 
 /// Element strides of a tensor indexed (batch, seq, head, d) whose head_dim
@@ -51,8 +55,9 @@ void attention_forward(const T* q, const T* k, const T* v, T* probs, T* out, T* 
 /// bh = b*heads + h, one query row at a time (online softmax, no (seq, seq)
 /// matrix): out_i = sum_j softmax_j(scale * q_i.k_j) v_j over j <= i when
 /// causal, all j otherwise, and lse[(b*heads + h)*seq + i] = log(sum_j
-/// exp(scale * q_i.k_j)) (natural log, of the scaled scores). q, k, v and out
-/// are addressed through their strides; lse is (batch, heads, seq).
+/// exp(scale * q_i.k_j)) (natural log, of the scaled scores); k_j and v_j
+/// are rows of K/V head h / (heads / kv_heads). q, k, v and out are
+/// addressed through their strides; lse is (batch, heads, seq).
 template <class T>
 void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* lse, const AttentionShape& s,
                                  const TensorStrides& q_strides, const TensorStrides& k_strides,

@@ -6,7 +6,7 @@
 // the kernel must never read and never write; other scales; and the
 // pipeline and layout variants (one to three stages, padded and swizzled
 // tiles, one and two m16 tiles per warp, 16- to 128-key tiles); f32 inputs
-// on the tf32 path.
+// on the tf32 path; grouped- and multi-query attention.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -43,13 +43,18 @@ const char* to_string(Layout l) {
                               : "fused QKV rows, (batch, heads, seq, head_dim) output";
 }
 
+/// Heads of tensor i of q, k, v, o: K and V have kv_heads.
+std::int64_t heads_of(int i, const AttentionShape& s) { return i == 1 || i == 2 ? s.kv_heads : s.heads; }
+
 /// Strides of q, k, v (index 0-2) and o (3) for a layout. The fused layout
-/// strides rows as a (batch, seq, 3, heads, head_dim) buffer would, leaving
-/// two rows of other tensors between a tensor's rows: padding here.
+/// strides rows as a (batch, seq, heads + 2 kv_heads, head_dim) buffer
+/// would, leaving the other tensors' rows between a tensor's rows: padding here.
 std::array<TensorStrides, 4> strides_for(Layout l, const AttentionShape& s) {
-  if (l == Layout::kBSHD) return {bshd_strides(s), bshd_strides(s), bshd_strides(s), bshd_strides(s)};
-  if (l == Layout::kBHSD) return {bhsd_strides(s), bhsd_strides(s), bhsd_strides(s), bhsd_strides(s)};
-  const std::int64_t row = 3 * s.heads * s.head_dim;
+  AttentionShape kv = s;
+  kv.heads = s.kv_heads;
+  if (l == Layout::kBSHD) return {bshd_strides(s), bshd_strides(kv), bshd_strides(kv), bshd_strides(s)};
+  if (l == Layout::kBHSD) return {bhsd_strides(s), bhsd_strides(kv), bhsd_strides(kv), bhsd_strides(s)};
+  const std::int64_t row = (s.heads + 2 * s.kv_heads) * s.head_dim;
   const TensorStrides fused{.batch = s.seq * row, .head = s.head_dim, .seq = row};
   return {fused, fused, fused, bhsd_strides(s)};
 }
@@ -58,9 +63,9 @@ std::array<TensorStrides, 4> strides_for(Layout l, const AttentionShape& s) {
 std::int64_t row_at(const TensorStrides& st, std::int64_t b, std::int64_t h, std::int64_t i) {
   return b * st.batch + h * st.head + i * st.seq;
 }
-/// Elements a tensor with strides `st` spans.
-std::size_t extent(const TensorStrides& st, const AttentionShape& s) {
-  return static_cast<std::size_t>(row_at(st, s.batch - 1, s.heads - 1, s.seq - 1) + s.head_dim);
+/// Elements a tensor with strides `st` and `heads` heads spans.
+std::size_t extent(const TensorStrides& st, const AttentionShape& s, std::int64_t heads) {
+  return static_cast<std::size_t>(row_at(st, s.batch - 1, heads - 1, s.seq - 1) + s.head_dim);
 }
 
 struct Errors {
@@ -97,13 +102,13 @@ Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale 
   std::vector<std::unique_ptr<tuner::emu::GuardedBuffer>> buffers;
   std::vector<std::vector<double>> exact;  // q, k, v as the kernel reads them, at the same offsets
   for (int i = 0; i < 4; ++i) {
-    const std::size_t n = extent(st[static_cast<std::size_t>(i)], s);
+    const std::size_t n = extent(st[static_cast<std::size_t>(i)], s, heads_of(i, s));
     auto& b = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>(std::string(1, "qkvo"[i]), size * n));
     b->fill(0xff);  // NaN in every float type
     if (i == 3) break;
     auto& x = exact.emplace_back(n, NAN);
     for (std::int64_t bb = 0; bb < s.batch; ++bb)
-      for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t h = 0; h < heads_of(i, s); ++h)
         for (std::int64_t r = 0; r < s.seq; ++r)
           for (std::int64_t d = 0; d < s.head_dim; ++d) {
             const auto e = static_cast<std::size_t>(row_at(st[static_cast<std::size_t>(i)], bb, h, r) + d);
@@ -127,7 +132,7 @@ Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale 
   test::run_emulated(*module, launches, buffers, 2);
   for (const auto& b : buffers) CHECK(b->check_canary().empty());
 
-  std::vector<double> o_expected(extent(st[3], s), NAN), lse_expected(rows);
+  std::vector<double> o_expected(extent(st[3], s, s.heads), NAN), lse_expected(rows);
   attention_forward_streaming<double>(exact[0].data(), exact[1].data(), exact[2].data(), o_expected.data(),
                                       lse_expected.data(), s, st[0], st[1], st[2], st[3], a.scale, 0,
                                       s.batch * s.heads);
@@ -240,4 +245,16 @@ TEST_CASE("attention_fwd: f32 inputs on the tf32 matrix units, ragged and stride
   check_layout(forward_family().default_config(problem("f32", 45, 128, false)), problem("f32", 45, 128, false),
                Layout::kBSHD);
   check_layout(config(64, 16, 2, 1, 1), problem("f32", 33, 16, true), Layout::kBSHD);
+}
+
+TEST_CASE("attention_fwd: grouped-query attention, K and V heads shared by query heads", "[attention][emu]") {
+  for (const char* dtype : {"bf16", "f32"}) {
+    Problem p = problem(dtype, 45, 32, true, 1, 4);
+    p.dims["kv_heads"] = 2;
+    const Config c = forward_family().default_config(p);
+    for (const Layout layout : {Layout::kBSHD, Layout::kBHSD, Layout::kFusedQKV}) check_layout(c, p, layout);
+    p.dims["kv_heads"] = 1;  // multi-query
+    p.dims["causal"] = 0;
+    check_layout(c, p, Layout::kBSHD);
+  }
 }

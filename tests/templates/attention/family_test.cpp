@@ -52,9 +52,21 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
   CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 64, 1, 1, 70000)),
                     Catch::Contains("'heads' must be in 1..65535"));
   Problem extra = problem("bf16", 64, 64);
-  extra.dims["kv_heads"] = 1;
-  CHECK_THROWS_WITH(f.check_problem(extra),
-                    Catch::Contains("unknown dimension 'kv_heads'; accepted: batch, heads, seq, head_dim, causal"));
+  extra.dims["groups"] = 1;
+  CHECK_THROWS_WITH(f.check_problem(extra), Catch::Contains("unknown dimension 'groups'; accepted: batch, heads, "
+                                                            "kv_heads (optional), seq, head_dim, causal"));
+  // Grouped-query attention: kv_heads divides heads.
+  Problem gqa = problem("bf16", 64, 64, 1, 2, 6);
+  for (const std::int64_t kv : {1, 2, 3, 6}) {
+    gqa.dims["kv_heads"] = kv;
+    CHECK_NOTHROW(f.check_problem(gqa));
+  }
+  for (const std::int64_t kv : {0, 4, 12}) {
+    gqa.dims["kv_heads"] = kv;
+    CHECK_THROWS_WITH(f.check_problem(gqa), "attention_fwd: kv_heads " + std::to_string(kv) +
+                                                " must divide heads 6 (each K/V head serves heads / kv_heads query "
+                                                "heads)");
+  }
   Problem missing = problem("bf16", 64, 64);
   missing.dims.erase("head_dim");
   CHECK_THROWS_WITH(f.check_problem(missing), Catch::Contains("head_dim (missing) is not supported"));
@@ -169,7 +181,7 @@ TEST_CASE("attention_fwd plan: grid over query blocks, heads and batch, dynamic 
   CHECK(l.block == std::array<unsigned, 3>{128, 1, 1});
   CHECK(l.dynamic_smem == (64 + 2 * 2 * 64) * 136 * 2);
   CHECK(l.dynamic_smem > 48 * 1024);  // the runner opts in
-  CHECK(l.args.count() == 12);  // q, k, v, o, lse, four strides, seq, heads, scale
+  CHECK(l.args.count() == 13);  // q, k, v, o, lse, four strides, seq, heads, kv_group, scale
 
   // The workload's buffers in the model's layout, at the default scale.
   const ForwardArgs a = f.args_of(p, addresses);
@@ -248,6 +260,19 @@ TEST_CASE("attention_fwd workloads: fresh 16-bit inputs per seed, the streaming 
   CHECK(f.flops(problem("bf16", 128, 64, 1, 2, 3)) == 2.0 * 2 * 3 * 128 * 128 * 64);
   CHECK(f.bytes(problem("bf16", 128, 64, 1, 2, 3)) == 4.0 * 2 * (2 * 3 * 128 * 64) + 4.0 * 2 * 3 * 128);
   CHECK(f.bytes(problem("f32", 128, 64, 1, 2, 3)) == 4.0 * 4 * (2 * 3 * 128 * 64) + 4.0 * 2 * 3 * 128);
+
+  // Grouped-query attention: K and V have kv_heads heads, in the model's layout.
+  Problem gqa = problem("bf16", 9, 16, 1, 2, 6);
+  gqa.dims["kv_heads"] = 2;
+  const Workload wg = f.make_workload(gqa, 3);
+  CHECK(wg.buffers[0].elements() == 2 * 9 * 6 * 16);
+  CHECK(wg.buffers[1].elements() == 2 * 9 * 2 * 16);
+  CHECK(wg.buffers[2].elements() == 2 * 9 * 2 * 16);
+  CHECK(wg.buffers[3].elements() == 2 * 9 * 6 * 16);
+  const ForwardArgs ga = forward_family().args_of(gqa, {0, 16, 32, 48, 64});
+  CHECK(ga.k_strides == TensorStrides{.batch = 9 * 2 * 16, .head = 16, .seq = 2 * 16});
+  CHECK(ga.q_strides == TensorStrides{.batch = 9 * 6 * 16, .head = 16, .seq = 6 * 16});
+  CHECK(f.bytes(gqa) == 2.0 * 2 * (2 * 9 * 6 + 2 * 9 * 2) * 16 + 4.0 * 2 * 6 * 9);
 }
 
 TEST_CASE("fp32 to fp16 rounds to nearest even, keeps subnormals and overflows to infinity", "[attention][family]") {

@@ -161,3 +161,33 @@ TEST_CASE("streaming attention forward matches the materialising one, in both la
     CHECK(lse[0] == Approx(0.5f * (0.5f - 2 + 6)));
   }
 }
+
+TEST_CASE("streaming attention forward with grouped-query heads reads K/V head h / (heads / kv_heads)",
+          "[attention]") {
+  // 6 query heads over 2 K/V heads equals 6 heads whose K/V heads 0-2 and 3-5 are copies.
+  AttentionShape s{2, 11, 6, 8, true};
+  s.kv_heads = 2;
+  AttentionShape kv_shape = s;
+  kv_shape.heads = 2;
+  AttentionShape full = s;
+  full.kv_heads = 6;
+  const std::size_t n = s.batch * s.seq * s.heads * s.head_dim, kv_n = n / 3;
+  const auto q = random_values(n, 81, -2, 2), k = random_values(kv_n, 82, -2, 2), v = random_values(kv_n, 83);
+  std::vector<double> k_full(n), v_full(n);
+  const TensorStrides qs = bshd_strides(s), ks = bshd_strides(kv_shape);
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t i = 0; i < s.seq; ++i)
+        for (std::int64_t d = 0; d < s.head_dim; ++d) {
+          k_full[b * qs.batch + h * qs.head + i * qs.seq + d] = k[b * ks.batch + h / 3 * ks.head + i * ks.seq + d];
+          v_full[b * qs.batch + h * qs.head + i * qs.seq + d] = v[b * ks.batch + h / 3 * ks.head + i * ks.seq + d];
+        }
+  const std::size_t rows = s.batch * s.heads * s.seq;
+  std::vector<double> out(n, NAN), lse(rows, NAN), expected(n), expected_lse(rows);
+  attention_forward_streaming(q.data(), k.data(), v.data(), out.data(), lse.data(), s, qs, ks, ks, qs, 0.3, 0,
+                              s.batch * s.heads);
+  attention_forward_streaming(q.data(), k_full.data(), v_full.data(), expected.data(), expected_lse.data(), full, qs,
+                              qs, qs, qs, 0.3, 0, s.batch * s.heads);
+  CHECK(out == expected);
+  CHECK(lse == expected_lse);
+}
