@@ -123,6 +123,9 @@ KT_DEVICE void load_tile(T* dst, const T* src, long long row_stride, int row0, i
 /// Grid: (ceil(seq / BLOCK_M), heads, batch); block x takes query block
 /// gridDim.x - 1 - x, so under a causal mask the longest blocks start first.
 /// Block: WARPS * 32 threads; dynamic shared memory as in the file header.
+/// `scale` > 0, so the running max of the raw scores is that of the scaled
+/// ones. The launch bounds ask for one block per SM at least: ptxas may then
+/// use up to 255 registers where it would otherwise spill to reach more.
 template <int HEAD_DIM,  // 16, 32, 64, 80 or 128: set by the problem
           int BLOCK_M,   // query rows per block: more reuse of each K/V tile vs more blocks in flight
           int BLOCK_N,   // keys per tile: fewer rescales and barriers vs score registers and shared memory
