@@ -30,8 +30,9 @@ inline constexpr std::int64_t kMaxGridYZ = 65535;
 
 /// Device buffers of one attention_fwd run. q, k, v and o are of the
 /// problem's dtype, 16-byte aligned, with strides in elements that are
-/// multiples of 8 (rows are copied in 16-byte chunks); lse is fp32,
-/// (batch, heads, seq) contiguous.
+/// multiples of 16 bytes (8 elements of 16 bits, 4 floats: rows are copied
+/// in 16-byte chunks); k and v have kv_heads heads; lse is fp32, (batch,
+/// heads, seq) contiguous.
 struct ForwardArgs {
   std::uint64_t q = 0;
   std::uint64_t k = 0;
