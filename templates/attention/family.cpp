@@ -46,13 +46,16 @@ std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.
 /// Registers per thread besides kBaseRegisters: per m16 tile of the warp,
 /// Q's A fragments, the score tile, the O accumulator and the row
 /// statistics; K's B fragments of a tile, of which ptxas keeps about 3/8
-/// live at once; and the addresses of the 16-byte copies each thread starts
-/// per tile (unrolled). Fitted to NVRTC's counts over a sample of the space
-/// (sm_90, all head dims): within about 30 of them.
+/// live at once; the addresses of the 16-byte copies each thread starts per
+/// tile (unrolled); and 20 more in 2-warp blocks, whose long copy loops
+/// ptxas keeps more of. Fitted to NVRTC's counts (sm_80 and sm_90, every
+/// head dim and dtype): within about 30 of them, and over the whole space
+/// for the problem classes no config it admits spills.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
-  const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n"), e = element_bytes(p);
-  const std::int64_t copies = (c.at("block_m") + 2 * bn) * (d * e / 16) / (32 * c.at("warps"));
-  return tiles_per_warp(c) * (d * e / 8 + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + 3 * copies / 2;
+  const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n"), e = element_bytes(p), warps = c.at("warps");
+  const std::int64_t copies = (c.at("block_m") + 2 * bn) * (d * e / 16) / (32 * warps);
+  return tiles_per_warp(c) * (d * e / 8 + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + 3 * copies / 2 +
+         (warps == 2 ? 20 : 0);
 }
 
 /// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
