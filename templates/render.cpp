@@ -1,6 +1,7 @@
 #include "templates/render.hpp"
 
 #include <bit>
+#include <cmath>
 
 #include "templates/embedded.hpp"
 
@@ -48,6 +49,22 @@ float f16_bits_to_float(std::uint16_t bits) {
     return sign ? -v : v;
   }
   return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+std::uint16_t float_to_f16_bits(float x) {
+  const auto bits = std::bit_cast<std::uint32_t>(x);
+  const auto sign = static_cast<std::uint16_t>((bits >> 16) & 0x8000u);
+  const std::uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u)  // Inf, or NaN made quiet
+    return static_cast<std::uint16_t>(sign | 0x7c00u | (magnitude > 0x7f800000u ? 0x200u : 0u));
+  if (magnitude >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // 65520 and up round to Inf
+  if (magnitude < 0x38800000u) {  // below 2^-14: a multiple of 2^-24, rounded to nearest even
+    const float units = std::bit_cast<float>(magnitude) * 0x1p24f;  // exact: the scale is a power of two
+    return static_cast<std::uint16_t>(sign | static_cast<std::uint32_t>(std::nearbyint(units)));
+  }
+  std::uint32_t rebased = magnitude - ((127u - 15u) << 23);  // exponent bias 127 -> 15
+  rebased += 0xfffu + ((rebased >> 13) & 1u);                 // round the 13 dropped bits to nearest even
+  return static_cast<std::uint16_t>(sign | (rebased >> 13));
 }
 
 }  // namespace ktune::templates

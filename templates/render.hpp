@@ -44,5 +44,8 @@ std::uint16_t float_to_bf16_bits(float x);
 float bf16_bits_to_float(std::uint16_t bits);
 /// IEEE binary16 bits → fp32 (exact).
 float f16_bits_to_float(std::uint16_t bits);
+/// Round-to-nearest-even fp32 → IEEE binary16 bits (subnormals kept,
+/// overflow to infinity, NaN stays a quiet NaN).
+std::uint16_t float_to_f16_bits(float x);
 
 }  // namespace ktune::templates

@@ -4,13 +4,23 @@
 #include "templates/attention/reference.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "templates/softmax/reference.hpp"
 
 namespace ktune::templates::attention {
 
 std::int64_t scratch_elements(const AttentionShape& s) { return s.head_dim * s.seq + s.seq; }
+
+TensorStrides bshd_strides(const AttentionShape& s) {
+  return {.batch = s.seq * s.heads * s.head_dim, .head = s.head_dim, .seq = s.heads * s.head_dim};
+}
+TensorStrides bhsd_strides(const AttentionShape& s) {
+  return {.batch = s.heads * s.seq * s.head_dim, .head = s.seq * s.head_dim, .seq = s.head_dim};
+}
 
 namespace {
 
@@ -59,6 +69,48 @@ void attention_forward(const T* q, const T* k, const T* v, T* probs, T* out, T* 
         const T* vj = v + row(s, b, h, j);
         for (std::int64_t d = 0; d < D; ++d) oi[d] += p * vj[d];
       }
+    }
+  }
+}
+
+template <class T>
+void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* lse, const AttentionShape& s,
+                                 const TensorStrides& q_strides, const TensorStrides& k_strides,
+                                 const TensorStrides& v_strides, const TensorStrides& out_strides, T scale,
+                                 std::int64_t bh_begin, std::int64_t bh_end) {
+  const std::int64_t D = s.head_dim, S = s.seq, group = s.heads / s.kv_heads;
+  auto at = [](const TensorStrides& st, std::int64_t b, std::int64_t h, std::int64_t i) {
+    return b * st.batch + h * st.head + i * st.seq;
+  };
+  std::vector<T> acc(static_cast<std::size_t>(D));  // (head_dim,) unnormalised output row
+  for (std::int64_t bh = bh_begin; bh < bh_end; ++bh) {
+    const std::int64_t b = bh / s.heads, h = bh % s.heads;
+    for (std::int64_t i = 0; i < S; ++i) {
+      const std::int64_t n = s.causal ? i + 1 : S;  // keys this query sees
+      const T* qi = q + at(q_strides, b, h, i);
+      // Running max m of the scaled scores, sum l of exp(score - m), and
+      // acc = sum of exp(score - m) v_j; a larger score rescales both.
+      T m = -std::numeric_limits<T>::infinity(), l = 0;
+      std::fill(acc.begin(), acc.end(), T(0));
+      for (std::int64_t j = 0; j < n; ++j) {
+        const T* kj = k + at(k_strides, b, h / group, j);
+        T dot = 0;
+        for (std::int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
+        const T score = scale * dot;
+        if (score > m) {
+          const T rescale = std::exp(m - score);  // 0 for the first key
+          l *= rescale;
+          for (auto& a : acc) a *= rescale;
+          m = score;
+        }
+        const T p = std::exp(score - m);
+        l += p;
+        const T* vj = v + at(v_strides, b, h / group, j);
+        for (std::int64_t d = 0; d < D; ++d) acc[static_cast<std::size_t>(d)] += p * vj[d];
+      }
+      T* oi = out + at(out_strides, b, h, i);
+      for (std::int64_t d = 0; d < D; ++d) oi[d] = acc[static_cast<std::size_t>(d)] / l;
+      lse[bh * S + i] = m + std::log(l);
     }
   }
 }
@@ -116,6 +168,9 @@ void attention_backward(const T* q, const T* k, const T* v, const T* probs, cons
 #define KTUNE_INSTANTIATE(T)                                                                                      \
   template void attention_forward<T>(const T*, const T*, const T*, T*, T*, T*, const AttentionShape&,            \
                                      std::int64_t, std::int64_t);                                                  \
+  template void attention_forward_streaming<T>(const T*, const T*, const T*, T*, T*, const AttentionShape&,      \
+                                               const TensorStrides&, const TensorStrides&, const TensorStrides&, \
+                                               const TensorStrides&, T, std::int64_t, std::int64_t);            \
   template void attention_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*,           \
                                       const AttentionShape&, std::int64_t, std::int64_t);
 KTUNE_INSTANTIATE(float)

@@ -1,8 +1,13 @@
 // CPU reference of scaled dot-product multi-head attention (optionally
-// causal) that materialises the probability matrix, forward and backward:
-// the single implementation of its math, used by the cpu backend and as the
-// reference the attention kernels are checked against.
-//   P = softmax(Q K^T / sqrt(head_dim), masked j > i when causal),  O = P V
+// causal): the single implementation of its math, used by the cpu backend and
+// as the reference the attention kernels are checked against.
+//   P = softmax(scale * Q K^T, masked j > i when causal),  O = P V
+// Two forms of the forward:
+//   attention_forward            materialises P (the cpu backend keeps it for
+//                                its backward); scale = 1 / sqrt(head_dim)
+//   attention_forward_streaming  one query row at a time with an online
+//                                softmax, never more than a row of state: O and
+//                                the row log-sum-exp, any scale, any strides
 #pragma once
 #include <cstdint>
 
@@ -15,7 +20,25 @@ struct AttentionShape {
   std::int64_t heads = 1;
   std::int64_t head_dim = 1;
   bool causal = true;
+  /// Heads of K and V: query head h reads K/V head h / (heads / kv_heads)
+  /// (grouped-query attention; heads % kv_heads == 0). The streaming forward
+  /// reads it; the materialising forward and backward take kv_heads == heads.
+  std::int64_t kv_heads = heads;
 };
+
+/// Element strides of a tensor indexed (batch, seq, head, d) whose head_dim
+/// is contiguous: (batch, seq, heads, head_dim) and (batch, heads, seq,
+/// head_dim) are both such tensors, as are views into a fused QKV buffer.
+struct TensorStrides {
+  std::int64_t batch = 0;
+  std::int64_t head = 0;
+  std::int64_t seq = 0;
+  friend bool operator==(const TensorStrides&, const TensorStrides&) = default;
+};
+/// Strides of a contiguous (batch, seq, heads, head_dim) tensor (the model's layout).
+TensorStrides bshd_strides(const AttentionShape& s);
+/// Strides of a contiguous (batch, heads, seq, head_dim) tensor.
+TensorStrides bhsd_strides(const AttentionShape& s);
 
 /// Scratch elements per thread that forward and backward need.
 std::int64_t scratch_elements(const AttentionShape& s);
@@ -27,6 +50,19 @@ std::int64_t scratch_elements(const AttentionShape& s);
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, T* probs, T* out, T* scratch, const AttentionShape& s,
                        std::int64_t bh_begin, std::int64_t bh_end);
+
+/// Streaming forward for the (batch, head) pairs bh in [bh_begin, bh_end),
+/// bh = b*heads + h, one query row at a time (online softmax, no (seq, seq)
+/// matrix): out_i = sum_j softmax_j(scale * q_i.k_j) v_j over j <= i when
+/// causal, all j otherwise, and lse[(b*heads + h)*seq + i] = log(sum_j
+/// exp(scale * q_i.k_j)) (natural log, of the scaled scores); k_j and v_j
+/// are rows of K/V head h / (heads / kv_heads). q, k, v and out are
+/// addressed through their strides; lse is (batch, heads, seq).
+template <class T>
+void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* lse, const AttentionShape& s,
+                                 const TensorStrides& q_strides, const TensorStrides& k_strides,
+                                 const TensorStrides& v_strides, const TensorStrides& out_strides, T scale,
+                                 std::int64_t bh_begin, std::int64_t bh_end);
 
 /// Backward for the pairs in [bh_begin, bh_end): writes dq, dk, dv (shapes of
 /// q, k, v) for those pairs from dout and the forward's probs.

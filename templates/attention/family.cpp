@@ -1,0 +1,342 @@
+// The attention forward family: space, constraints, rendering, launch plan,
+// workload with the streaming CPU reference, FLOP/byte counts.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "base/error.hpp"
+#include "templates/attention/attention.hpp"
+#include "templates/render.hpp"
+
+namespace ktune::templates::attention {
+namespace {
+
+constexpr const char* kTemplate = "attention/attention.cuh";
+constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of query rows one warp owns
+// Registers besides the fragments, accumulators and copy addresses:
+// indices, strides, loop state (fitted with fragment_registers).
+constexpr std::int64_t kBaseRegisters = 32;
+// The device struct attention::Strides is three 64-bit fields in this order.
+static_assert(sizeof(TensorStrides) == 24 && offsetof(TensorStrides, head) == 8 && offsetof(TensorStrides, seq) == 16);
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+bool reject(std::string* why, std::string reason) {
+  if (why) *why = std::move(reason);
+  return false;
+}
+
+// f32 problems run on the tf32 matrix units; bf16 and f16 on the 16-bit ones.
+bool is_tf32(const Problem& p) { return p.dtype == "f32"; }
+std::int64_t element_bytes(const Problem& p) { return is_tf32(p) ? 4 : 2; }
+const char* element_type(const Problem& p) {
+  return p.dtype == "bf16" ? "__nv_bfloat16" : p.dtype == "f16" ? "__half" : "float";
+}
+DType element_dtype(const Problem& p) {
+  return p.dtype == "bf16" ? DType::kBF16 : p.dtype == "f16" ? DType::kF16 : DType::kF32;
+}
+/// The dtype whose tolerance O is checked with.
+std::string compute_dtype(const Problem& p) { return is_tf32(p) ? "tf32" : p.dtype; }
+
+/// m16 tiles of query rows per warp.
+std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.at("warps")); }
+
+/// Registers per thread besides kBaseRegisters: per m16 tile of the warp,
+/// Q's A fragments, the score tile, the O accumulator and the row
+/// statistics; K's B fragments of a tile, of which ptxas keeps about 3/8
+/// live at once; the addresses of the 16-byte copies each thread starts per
+/// tile (unrolled); and 20 more in 2-warp blocks, whose long copy loops
+/// ptxas keeps more of. Fitted to NVRTC's counts (sm_80 and sm_90, every
+/// head dim and dtype): within about 30 of them, and over the whole space
+/// for the problem classes no config it admits spills.
+std::int64_t fragment_registers(const Config& c, const Problem& p) {
+  const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n"), e = element_bytes(p), warps = c.at("warps");
+  const std::int64_t copies = (c.at("block_m") + 2 * bn) * (d * e / 16) / (32 * warps);
+  return tiles_per_warp(c) * (d * e / 8 + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + 3 * copies / 2 +
+         (warps == 2 ? 20 : 0);
+}
+
+/// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
+std::int64_t tile_row(const Config& c, const Problem& p) {
+  return p.dim("head_dim") + (c.at("kv_layout") == 0 ? 16 / element_bytes(p) : 0);
+}
+
+/// `value` as an element of the problem's dtype holds it.
+double stored(const Problem& p, double value) {
+  const auto f = static_cast<float>(value);
+  if (p.dtype == "bf16") return bf16_bits_to_float(float_to_bf16_bits(f));
+  if (p.dtype == "f16") return f16_bits_to_float(float_to_f16_bits(f));
+  return f;
+}
+/// A buffer of the problem's element type holding `values`, rounded to it.
+HostBuffer element_buffer(std::string name, Role role, const Problem& p, const std::vector<double>& values) {
+  if (is_tf32(p))
+    return make_buffer(std::move(name), role, DType::kF32, std::vector<float>(values.begin(), values.end()));
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto f = static_cast<float>(values[i]);
+    bits[i] = p.dtype == "bf16" ? float_to_bf16_bits(f) : float_to_f16_bits(f);
+  }
+  return make_buffer(std::move(name), role, element_dtype(p), bits);
+}
+
+void require_aligned(const char* buffer, std::uint64_t address, std::uint64_t align) {
+  KTUNE_REQUIRE(address % align == 0, fmt::format("attention_fwd: buffer '{}' at {:#x} is not aligned to {} bytes",
+                                                  buffer, address, align));
+}
+void require_strides(const char* buffer, const TensorStrides& s, std::int64_t element_bytes) {
+  const std::int64_t chunk = 16 / element_bytes;
+  for (const std::int64_t v : {s.batch, s.head, s.seq})
+    KTUNE_REQUIRE(v >= 0 && v % chunk == 0,
+                  fmt::format("attention_fwd: strides of '{}' (batch {}, head {}, seq {}) must be non-negative "
+                              "multiples of {} elements: rows are copied in 16-byte chunks",
+                              buffer, s.batch, s.head, s.seq, chunk));
+}
+
+class Forward final : public TypedFamily<ForwardArgs> {
+ public:
+  Forward()
+      : space_({{"block_m", {32, 64, 128},
+                 "query rows per block: more reuse of each K/V tile vs more blocks in flight"},
+                {"block_n", {16, 32, 64, 128},
+                 "keys per tile: fewer rescales and barriers vs score registers and shared memory"},
+                {"warps", {2, 4, 8},
+                 "warps per block (block_m / warps rows each): more warps vs more rows per warp (registers)"},
+                {"stages", {1, 2, 3}, "K/V tiles in flight: load latency hidden vs shared memory"},
+                {"kv_layout", {0, 1},
+                 "shared-memory rows: 0 padded by 16 bytes (conflict-free, more memory), 1 XOR-swizzled (packed; "
+                 "conflict-free when head_dim is a multiple of 64)"}}) {}
+
+  std::string name() const override { return "attention_fwd"; }
+  std::string summary() const override {
+    return "attention forward (FlashAttention-2 style, mma.sync): O and the row lse, causal or not, any strides";
+  }
+  std::vector<std::string> source_files() const override { return {kTemplate}; }
+  const Space& space() const override { return space_; }
+
+  std::vector<Problem> problem_classes() const override {
+    // One per head dim, every dtype, both masks and grouped-query heads
+    // among them; sequence lengths that are a multiple of no tile, so every
+    // query and key tile set has a ragged end.
+    auto problem = [](const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal) {
+      return Problem{dtype, {{"batch", 1}, {"heads", 2}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+    };
+    auto gqa = [](Problem p) {  // four query heads sharing two K/V heads
+      p.dims["heads"] = 4;
+      p.dims["kv_heads"] = 2;
+      return p;
+    };
+    return {problem("bf16", 70, 16, 1), problem("f16", 37, 32, 0), problem("bf16", 70, 64, 0),
+            gqa(problem("f16", 70, 64, 1)), problem("bf16", 37, 80, 1), problem("f16", 37, 128, 0),
+            problem("bf16", 70, 128, 1), problem("f32", 37, 64, 1)};
+  }
+
+  void check_problem(const Problem& p) const override {
+    KTUNE_REQUIRE(p.dtype == "bf16" || p.dtype == "f16" || p.dtype == "f32",
+                  "attention_fwd: dtype '" + p.dtype + "' is not supported; accepted: bf16, f16, f32 (Q, K, V and O "
+                  "of that type; f32 multiplies in tf32; fp32 scores, softmax and accumulation)");
+    for (const auto& [k, v] : p.dims)
+      KTUNE_REQUIRE(k == "batch" || k == "heads" || k == "kv_heads" || k == "seq" || k == "head_dim" || k == "causal",
+                    "attention_fwd: unknown dimension '" + k +
+                        "'; accepted: batch, heads, kv_heads (optional), seq, head_dim, causal");
+    auto in_range = [&](const char* dim, std::int64_t lo, std::int64_t hi, const std::string& why) {
+      KTUNE_REQUIRE(p.dims.count(dim) && p.dim(dim) >= lo && p.dim(dim) <= hi,
+                    fmt::format("attention_fwd: dimension '{}' must be in {}..{}{}", dim, lo, hi, why));
+    };
+    in_range("batch", 1, kMaxGridYZ, " (the grid's z extent)");
+    in_range("heads", 1, kMaxGridYZ, " (the grid's y extent)");
+    if (p.dims.count("kv_heads"))
+      KTUNE_REQUIRE(p.dim("kv_heads") >= 1 && p.dim("kv_heads") <= p.dim("heads") &&
+                        p.dim("heads") % p.dim("kv_heads") == 0,
+                    fmt::format("attention_fwd: kv_heads {} must divide heads {} (each K/V head serves heads / "
+                                "kv_heads query heads)",
+                                p.dim("kv_heads"), p.dim("heads")));
+    in_range("seq", 1, kMaxSeq, "");
+    in_range("causal", 0, 1, " (0: every key, 1: keys up to the query)");
+    const bool known = p.dims.count("head_dim") && std::find(std::begin(kHeadDims), std::end(kHeadDims),
+                                                             p.dim("head_dim")) != std::end(kHeadDims);
+    KTUNE_REQUIRE(known, fmt::format("attention_fwd: head_dim {} is not supported; accepted: {}",
+                                     p.dims.count("head_dim") ? std::to_string(p.dim("head_dim")) : "(missing)",
+                                     fmt::join(kHeadDims, ", ")));
+  }
+
+  Config default_config(const Problem& p) const override {
+    // 64 query rows, one m16 tile per warp, key tiles double-buffered in
+    // padded rows; the widest key tile of 64 (up to head_dim 64), 32 or 16
+    // within the register estimate: 150-200 registers for 16-bit types
+    // (NVRTC, sm_80 and sm_90; 64-key tiles take ~235 at head_dim 128), and
+    // 16-key tiles for tf32 at head_dim 128. Shared memory: 68 KB at most,
+    // so head_dim 128 runs with the opt-in.
+    check_problem(p);
+    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
+    for (const std::int64_t block_n : {64, 32, 16}) {
+      const Config c({{"block_m", 64}, {"block_n", block_n}, {"warps", 4}, {"stages", 2}, {"kv_layout", 0}});
+      if ((block_n < 64 || p.dim("head_dim") <= 64) && is_valid(c, p, any, nullptr)) return c;
+    }
+    throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
+  }
+
+  bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
+    const std::int64_t threads = 32 * warps;
+    if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (bm % (16 * warps) != 0)
+      return reject(why, fmt::format("each warp owns whole 16-row tiles of the queries: block_m {} is not a "
+                                     "multiple of 16 x {} warps",
+                                     bm, warps));
+    if (tiles_per_warp(c) > kMaxTilesPerWarp)
+      return reject(why, fmt::format("each warp would own {} query rows; at most {} (their scores and O "
+                                     "accumulators live in registers): add warps or lower block_m",
+                                     bm / warps, 16 * kMaxTilesPerWarp));
+    const std::int64_t registers = kBaseRegisters + fragment_registers(c, p);
+    const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
+    if (registers > budget)
+      return reject(why, fmt::format("each thread would need about {} registers for its Q and K fragments, scores, "
+                                     "O accumulator and copies (head_dim {}, {} rows per warp, {}-key tiles), over "
+                                     "the {} a block of {} threads allows: it would spill",
+                                     registers, p.dim("head_dim"), bm / warps, bn, budget, threads));
+    const std::int64_t smem = shared_bytes(c, p);
+    if (smem > d.max_smem_per_block)
+      return reject(why, fmt::format("needs {} bytes of shared memory (the Q tile and {} stages of K and V tiles), "
+                                     "over the {} bytes a block of {} may use",
+                                     smem, c.at("stages"), d.max_smem_per_block, d.arch));
+    return true;
+  }
+
+  Rendered render(const Config& c, const Problem& p) const override {
+    return render_template(kTemplate,
+                           {fmt::format("attention::attention_fwd<{}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
+                                        c.at("block_m"), c.at("block_n"), c.at("warps"), c.at("stages"),
+                                        c.at("kv_layout"), p.dim("causal") ? "true" : "false", element_type(p))},
+                           name());
+  }
+
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    check_problem(p);
+    const AttentionShape s = shape_of(p);
+    const auto n = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+    const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
+    // Scores scale * q.k with a spread of about 1.3 whatever the head dim:
+    // peaked enough that a key masked wrongly moves O well past tolerance.
+    std::mt19937_64 rng(seed);
+    auto draw = [&](std::size_t count, float lo, float hi) {
+      const auto values = random_floats(rng, count, lo, hi);
+      std::vector<double> x(count);
+      for (std::size_t i = 0; i < count; ++i) x[i] = stored(p, values[i]);
+      return x;
+    };
+    const std::size_t kv_n = n / static_cast<std::size_t>(s.heads / s.kv_heads);
+    const auto q = draw(n, -2.f, 2.f), k = draw(kv_n, -2.f, 2.f), v = draw(kv_n, -1.f, 1.f);
+    std::vector<double> o(n), lse(rows);
+    const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
+    attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, kv_st, kv_st, st,
+                                        default_scale(s.head_dim), 0, s.batch * s.heads);
+    Workload w;
+    w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
+    w.buffers.push_back(element_buffer("k", Role::kInput, p, k));
+    w.buffers.push_back(element_buffer("v", Role::kInput, p, v));
+    HostBuffer out = element_buffer("o", Role::kOutput, p, std::vector<double>(n));
+    out.expected = element_buffer("o", Role::kOutput, p, o).bytes;
+    out.tolerance = tolerance_for(compute_dtype(p));
+    w.buffers.push_back(std::move(out));
+    // With 16-bit inputs lse is computed in fp32 from exactly the inputs
+    // (exact products, fp32 sums of at most head_dim of them, exp2f within
+    // 2 ulp, an fp32 sum of at most seq terms): nothing rounds to 16 bits on
+    // its way, so fp32's tolerance applies, and a P rounded before summing
+    // would not pass. With f32 inputs the scores come from q and k rounded to
+    // tf32 (relative errors of 2-5e-5 in a simulation), so tf32's applies.
+    HostBuffer l = make_buffer("lse", Role::kOutput, DType::kF32, std::vector<float>(rows));
+    set_expected(l, std::vector<float>(lse.begin(), lse.end()));
+    l.tolerance = tolerance_for(is_tf32(p) ? "tf32" : "f32");
+    w.buffers.push_back(std::move(l));
+    return w;
+  }
+
+  ForwardArgs args_of(const Problem& p, const std::vector<std::uint64_t>& a) const override {
+    KTUNE_REQUIRE(a.size() == 5, fmt::format("attention_fwd: expects the addresses of q, k, v, o, lse; got {}",
+                                             a.size()));
+    const AttentionShape s = shape_of(p);
+    const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
+    return ForwardArgs{.q = a[0], .k = a[1], .v = a[2], .o = a[3], .lse = a[4], .q_strides = st,
+                       .k_strides = kv_st, .v_strides = kv_st, .o_strides = st,
+                       .scale = default_scale(p.dim("head_dim"))};
+  }
+
+  using TypedFamily<ForwardArgs>::plan;
+  std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
+                           const DeviceLimits&) const override {
+    check_problem(p);
+    require_aligned("q", a.q, 16);
+    require_aligned("k", a.k, 16);
+    require_aligned("v", a.v, 16);
+    require_aligned("o", a.o, 16);
+    require_aligned("lse", a.lse, 4);
+    require_strides("q", a.q_strides, element_bytes(p));
+    require_strides("k", a.k_strides, element_bytes(p));
+    require_strides("v", a.v_strides, element_bytes(p));
+    require_strides("o", a.o_strides, element_bytes(p));
+    KTUNE_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
+                  fmt::format("attention_fwd: the softmax scale must be positive and finite, got {}", a.scale));
+    Launch l;
+    l.grid = {static_cast<unsigned>(ceil_div(p.dim("seq"), c.at("block_m"))), static_cast<unsigned>(p.dim("heads")),
+              static_cast<unsigned>(p.dim("batch"))};
+    l.block = {static_cast<unsigned>(32 * c.at("warps")), 1, 1};
+    l.dynamic_smem = static_cast<unsigned>(shared_bytes(c, p));
+    l.args.add(a.q).add(a.k).add(a.v).add(a.o).add(a.lse);
+    l.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.o_strides);
+    const AttentionShape s = shape_of(p);
+    l.args.add(static_cast<int>(s.seq)).add(static_cast<int>(s.heads)).add(static_cast<int>(s.heads / s.kv_heads));
+    l.args.add(a.scale);
+    std::vector<Launch> launches;
+    launches.push_back(std::move(l));
+    return launches;
+  }
+
+  double flops(const Problem& p) const override {  // Q K^T and P V: 2 * 2 * S * S * d per head, half under a mask
+    const double s = static_cast<double>(p.dim("seq"));
+    const double f = 4.0 * static_cast<double>(p.dim("batch") * p.dim("heads")) * s * s *
+                     static_cast<double>(p.dim("head_dim"));
+    return p.dim("causal") ? f / 2 : f;
+  }
+  double bytes(const Problem& p) const override {  // Q, K, V read and O written once; lse
+    const AttentionShape s = shape_of(p);
+    const double rows = static_cast<double>(s.batch * s.heads * s.seq);
+    const double kv_rows = static_cast<double>(s.batch * s.kv_heads * s.seq);
+    return 2.0 * static_cast<double>(element_bytes(p)) * (rows + kv_rows) * static_cast<double>(s.head_dim) +
+           4.0 * rows;
+  }
+
+ private:
+  Space space_;
+};
+
+}  // namespace
+
+float default_scale(std::int64_t head_dim) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
+AttentionShape shape_of(const Problem& p) {
+  AttentionShape s{p.dim("batch"), p.dim("seq"), p.dim("heads"), p.dim("head_dim"), p.dim("causal") != 0};
+  if (p.dims.count("kv_heads")) s.kv_heads = p.dim("kv_heads");
+  return s;
+}
+
+TensorStrides kv_strides(const AttentionShape& s) {
+  AttentionShape kv = s;
+  kv.heads = s.kv_heads;
+  return bshd_strides(kv);
+}
+
+std::int64_t shared_bytes(const Config& c, const Problem& p) {
+  return (c.at("block_m") + 2 * c.at("stages") * c.at("block_n")) * tile_row(c, p) * element_bytes(p);
+}
+
+const TypedFamily<ForwardArgs>& forward_family() {
+  static const Forward f;
+  return f;
+}
+
+}  // namespace ktune::templates::attention

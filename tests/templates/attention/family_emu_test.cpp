@@ -1,0 +1,260 @@
+// Attention forward kernels run by the host emulation backend against the
+// streaming CPU reference: every problem class with its default and a seeded
+// sample of configs; sequence lengths 1, 17, 64 and 129, causal and not, in
+// the (batch, seq, heads, head_dim) layout, the (batch, heads, seq,
+// head_dim) layout and rows strided as in a fused QKV buffer, with padding
+// the kernel must never read and never write; other scales; and the
+// pipeline and layout variants (one to three stages, padded and swizzled
+// tiles, one and two m16 tiles per warp, 16- to 128-key tiles); f32 inputs
+// on the tf32 path; grouped- and multi-query attention.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "templates/attention/attention.hpp"
+#include "templates/render.hpp"
+#include "templates/sampled_configs.hpp"
+#include "tuner/emu_launch.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::templates::attention;
+
+namespace {
+
+Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool causal, std::int64_t batch = 1,
+                std::int64_t heads = 2) {
+  return Problem{dtype,
+                 {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+}
+Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
+              std::int64_t kv_layout) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
+                 {"kv_layout", kv_layout}});
+}
+
+/// How q, k, v and o lie in memory.
+enum class Layout { kBSHD, kBHSD, kFusedQKV };
+const char* to_string(Layout l) {
+  return l == Layout::kBSHD ? "(batch, seq, heads, head_dim)"
+         : l == Layout::kBHSD ? "(batch, heads, seq, head_dim)"
+                              : "fused QKV rows, (batch, heads, seq, head_dim) output";
+}
+
+/// Heads of tensor i of q, k, v, o: K and V have kv_heads.
+std::int64_t heads_of(int i, const AttentionShape& s) { return i == 1 || i == 2 ? s.kv_heads : s.heads; }
+
+/// Strides of q, k, v (index 0-2) and o (3) for a layout. The fused layout
+/// strides rows as a (batch, seq, heads + 2 kv_heads, head_dim) buffer
+/// would, leaving the other tensors' rows between a tensor's rows: padding here.
+std::array<TensorStrides, 4> strides_for(Layout l, const AttentionShape& s) {
+  AttentionShape kv = s;
+  kv.heads = s.kv_heads;
+  if (l == Layout::kBSHD) return {bshd_strides(s), bshd_strides(kv), bshd_strides(kv), bshd_strides(s)};
+  if (l == Layout::kBHSD) return {bhsd_strides(s), bhsd_strides(kv), bhsd_strides(kv), bhsd_strides(s)};
+  const std::int64_t row = (s.heads + 2 * s.kv_heads) * s.head_dim;
+  const TensorStrides fused{.batch = s.seq * row, .head = s.head_dim, .seq = row};
+  return {fused, fused, fused, bhsd_strides(s)};
+}
+
+/// Element offset of row (b, h, i) of a tensor with strides `st`.
+std::int64_t row_at(const TensorStrides& st, std::int64_t b, std::int64_t h, std::int64_t i) {
+  return b * st.batch + h * st.head + i * st.seq;
+}
+/// Elements a tensor with strides `st` and `heads` heads spans.
+std::size_t extent(const TensorStrides& st, const AttentionShape& s, std::int64_t heads) {
+  return static_cast<std::size_t>(row_at(st, s.batch - 1, heads - 1, s.seq - 1) + s.head_dim);
+}
+
+struct Errors {
+  double o = INFINITY, lse = INFINITY;
+  bool padding_kept = false;  ///< o's elements outside the tensor were left as they were
+};
+
+/// Runs `c` emulated on fresh inputs laid out as `layout` (elements outside
+/// the tensors hold NaN: reading one poisons O), with softmax scale `scale`
+/// (the default when 0), and returns the relative L2 errors of O and lse
+/// against the streaming reference in fp64.
+Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale = 0, std::uint64_t seed = 5) {
+  const auto& f = forward_family();
+  INFO(p.key() << " " << c.str() << " " << to_string(layout));
+  std::string why;
+  REQUIRE(f.is_valid(c, p, tuner::EmuRunner().device(), &why));
+  const AttentionShape s = shape_of(p);
+  const auto st = strides_for(layout, s);
+  const DType t = parse_dtype(p.dtype);
+  const std::size_t size = size_of(t);
+  // Stores `v` as element e of `base` in the problem's dtype; returns the value stored.
+  auto put = [&](std::byte* base, std::size_t e, float v) -> double {
+    if (t == DType::kF32) {
+      std::memcpy(base + 4 * e, &v, 4);
+      return v;
+    }
+    const std::uint16_t bits = t == DType::kBF16 ? float_to_bf16_bits(v) : float_to_f16_bits(v);
+    std::memcpy(base + 2 * e, &bits, 2);
+    return value_at(t, std::vector<std::byte>(base + 2 * e, base + 2 * e + 2), 0);
+  };
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> qk(-2.f, 2.f), uv(-1.f, 1.f);
+
+  std::vector<std::unique_ptr<tuner::emu::GuardedBuffer>> buffers;
+  std::vector<std::vector<double>> exact;  // q, k, v as the kernel reads them, at the same offsets
+  for (int i = 0; i < 4; ++i) {
+    const std::size_t n = extent(st[static_cast<std::size_t>(i)], s, heads_of(i, s));
+    auto& b = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>(std::string(1, "qkvo"[i]), size * n));
+    b->fill(0xff);  // NaN in every float type
+    if (i == 3) break;
+    auto& x = exact.emplace_back(n, NAN);
+    for (std::int64_t bb = 0; bb < s.batch; ++bb)
+      for (std::int64_t h = 0; h < heads_of(i, s); ++h)
+        for (std::int64_t r = 0; r < s.seq; ++r)
+          for (std::int64_t d = 0; d < s.head_dim; ++d) {
+            const auto e = static_cast<std::size_t>(row_at(st[static_cast<std::size_t>(i)], bb, h, r) + d);
+            x[e] = put(b->data(), e, i == 2 ? uv(rng) : qk(rng));
+          }
+  }
+  const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
+  auto& lse_buffer = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>("lse", 4 * rows));
+  lse_buffer->fill(0xff);
+
+  ForwardArgs a;
+  a.q = reinterpret_cast<std::uint64_t>(buffers[0]->data());
+  a.k = reinterpret_cast<std::uint64_t>(buffers[1]->data());
+  a.v = reinterpret_cast<std::uint64_t>(buffers[2]->data());
+  a.o = reinterpret_cast<std::uint64_t>(buffers[3]->data());
+  a.lse = reinterpret_cast<std::uint64_t>(lse_buffer->data());
+  a.q_strides = st[0], a.k_strides = st[1], a.v_strides = st[2], a.o_strides = st[3];
+  a.scale = scale > 0 ? scale : default_scale(s.head_dim);
+  const auto module = tuner::emu::load_module(f.render(c, p));
+  auto launches = f.plan(c, p, a, tuner::EmuRunner().device());
+  test::run_emulated(*module, launches, buffers, 2);
+  for (const auto& b : buffers) CHECK(b->check_canary().empty());
+
+  std::vector<double> o_expected(extent(st[3], s, s.heads), NAN), lse_expected(rows);
+  attention_forward_streaming<double>(exact[0].data(), exact[1].data(), exact[2].data(), o_expected.data(),
+                                      lse_expected.data(), s, st[0], st[1], st[2], st[3], a.scale, 0,
+                                      s.batch * s.heads);
+  // O's elements in the tensor, in order; everything else must still be all ones.
+  std::vector<std::byte> o_got, o_want(size * static_cast<std::size_t>(s.batch * s.heads * s.seq * s.head_dim));
+  std::vector<bool> inside(o_expected.size(), false);
+  const std::byte* o_bytes = buffers[3]->data();
+  std::size_t j = 0;
+  for (std::int64_t bb = 0; bb < s.batch; ++bb)
+    for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t r = 0; r < s.seq; ++r)
+        for (std::int64_t d = 0; d < s.head_dim; ++d) {
+          const auto e = static_cast<std::size_t>(row_at(st[3], bb, h, r) + d);
+          inside[e] = true;
+          o_got.insert(o_got.end(), o_bytes + size * e, o_bytes + size * (e + 1));
+          put(o_want.data(), j++, static_cast<float>(o_expected[e]));
+        }
+  Errors errors;
+  errors.padding_kept = true;
+  for (std::size_t e = 0; e < inside.size(); ++e)
+    for (std::size_t i = 0; i < size; ++i)
+      if (!inside[e] && o_bytes[size * e + i] != std::byte{0xff}) errors.padding_kept = false;
+  errors.o = relative_l2(t, o_got, o_want);
+  std::vector<float> lse_want(lse_expected.begin(), lse_expected.end());
+  std::vector<std::byte> lse_got(lse_buffer->data(), lse_buffer->data() + 4 * rows);
+  errors.lse = relative_l2(DType::kF32, lse_got, make_buffer("lse", Role::kOutput, DType::kF32, lse_want).bytes);
+  return errors;
+}
+
+void check_layout(const Config& c, const Problem& p, Layout layout, float scale = 0) {
+  INFO(p.key() << " " << c.str() << " " << to_string(layout) << " scale " << scale);
+  const Errors e = run_layout(c, p, layout, scale);
+  // f32 inputs multiply in tf32: O and lse carry tf32's rounding of q, k, v and P.
+  const bool tf32 = p.dtype == "f32";
+  CHECK(e.o < tolerance_for(tf32 ? "tf32" : p.dtype));
+  CHECK(e.lse < tolerance_for(tf32 ? "tf32" : "f32"));
+  CHECK(e.padding_kept);
+}
+
+}  // namespace
+
+TEST_CASE("attention_fwd: every problem class, default and a seeded sample of configs, matches the reference",
+          "[attention][emu]") {
+  const auto& f = forward_family();
+  tuner::EmuRunner runner;
+  for (const auto& p : f.problem_classes())
+    for (const auto& c : test::sampled_configs(f, p, runner.device(), 3)) {
+      INFO(p.key() << " " << c.str());
+      tuner::RunOptions options;
+      options.seed = 21;
+      const auto r = runner.run(f, c, p, options);
+      INFO(r.failure);
+      CHECK(r.ok);
+      REQUIRE(r.errors.size() == 2);
+      for (const auto& [name, error] : r.errors) {
+        INFO(name << " error " << error);
+        const bool tf32 = p.dtype == "f32";
+        CHECK(error < tolerance_for(tf32 ? "tf32" : name == "lse" ? "f32" : p.dtype));
+      }
+    }
+}
+
+TEST_CASE("attention_fwd: sequences of 1, 17, 64 and 129, causal and not, in three layouts", "[attention][emu]") {
+  const Config c = forward_family().default_config(problem("bf16", 64, 64, true));
+  for (const bool causal : {false, true})
+    for (const std::int64_t seq : {1, 17, 64, 129})
+      for (const Layout layout : {Layout::kBSHD, Layout::kBHSD, Layout::kFusedQKV})
+        check_layout(c, problem("bf16", seq, 64, causal), layout);
+}
+
+TEST_CASE("attention_fwd: other softmax scales", "[attention][emu]") {
+  const Config c = forward_family().default_config(problem("f16", 64, 32, true));
+  for (const float scale : {0.05f, 0.5f}) {
+    check_layout(c, problem("f16", 50, 32, true, 2, 2), Layout::kBSHD, scale);
+    check_layout(c, problem("f16", 50, 32, false, 2, 2), Layout::kBHSD, scale);
+  }
+}
+
+TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps per block", "[attention][emu]") {
+  struct Case {
+    Config c;
+    Problem p;
+  };
+  const Case cases[] = {
+      // one stage; two m16 tiles per warp; swizzled 16-key tiles; a ragged causal block
+      {config(64, 16, 2, 1, 1), problem("bf16", 77, 64, true)},
+      // three stages, more key tiles than stages; swizzled 128-key tiles
+      {config(32, 128, 2, 3, 1), problem("f16", 300, 32, false, 1, 1)},
+      // eight warps; padded rows at head_dim 80 (10 chunks); causal with block_m > block_n
+      {config(128, 32, 8, 3, 0), problem("bf16", 129, 80, true)},
+      // swizzle over pairs of chunks at head_dim 80; block_m < block_n under a causal mask
+      {config(32, 64, 2, 2, 1), problem("f16", 100, 80, true)},
+      // head_dim 128, swizzled, two stages with 16-key tiles
+      {config(64, 16, 4, 2, 1), problem("bf16", 45, 128, false)},
+  };
+  for (const auto& [c, p] : cases) {
+    check_layout(c, p, Layout::kBSHD);
+    check_layout(c, p, Layout::kBHSD);
+  }
+}
+
+TEST_CASE("attention_fwd: f32 inputs on the tf32 matrix units, ragged and strided", "[attention][emu]") {
+  const Config c = forward_family().default_config(problem("f32", 64, 64, true));
+  for (const bool causal : {false, true})
+    for (const std::int64_t seq : {1, 17, 129})
+      for (const Layout layout : {Layout::kBSHD, Layout::kFusedQKV})
+        check_layout(c, problem("f32", seq, 64, causal), layout);
+  // swizzled 4-float chunks and three stages at head_dim 80; the default at 128; two m16 tiles per warp
+  check_layout(config(64, 32, 4, 3, 1), problem("f32", 70, 80, true), Layout::kBHSD);
+  check_layout(forward_family().default_config(problem("f32", 45, 128, false)), problem("f32", 45, 128, false),
+               Layout::kBSHD);
+  check_layout(config(64, 16, 2, 1, 1), problem("f32", 33, 16, true), Layout::kBSHD);
+}
+
+TEST_CASE("attention_fwd: grouped-query attention, K and V heads shared by query heads", "[attention][emu]") {
+  for (const char* dtype : {"bf16", "f32"}) {
+    Problem p = problem(dtype, 45, 32, true, 1, 4);
+    p.dims["kv_heads"] = 2;
+    const Config c = forward_family().default_config(p);
+    for (const Layout layout : {Layout::kBSHD, Layout::kBHSD, Layout::kFusedQKV}) check_layout(c, p, layout);
+    p.dims["kv_heads"] = 1;  // multi-query
+    p.dims["causal"] = 0;
+    check_layout(c, p, Layout::kBSHD);
+  }
+}

@@ -1,0 +1,288 @@
+// Attention forward family, host side: problems, space, constraints with
+// their reasons, rendering, workloads and the launch plan.
+#include "templates/attention/attention.hpp"
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "base/error.hpp"
+#include "templates/render.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::templates::attention;
+
+namespace {
+
+Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal = 1,
+                std::int64_t batch = 2, std::int64_t heads = 3) {
+  return Problem{dtype, {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+}
+Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
+              std::int64_t kv_layout = 0) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
+                 {"kv_layout", kv_layout}});
+}
+std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
+  std::string why;
+  CHECK_FALSE(forward_family().is_valid(c, p, DeviceLimits::for_arch(arch), &why));
+  return why;
+}
+
+}  // namespace
+
+TEST_CASE("attention_fwd is registered and rejects bad problems with one line saying what is accepted",
+          "[attention][family]") {
+  const Family& f = find_family("attention_fwd");
+  CHECK(&f == &forward_family());
+  CHECK_NOTHROW(f.check_problem(problem("bf16", 1, 16, 0)));
+  CHECK_NOTHROW(f.check_problem(problem("f16", 16384, 128, 1)));
+  CHECK_NOTHROW(f.check_problem(problem("bf16", 1024, 80, 1)));
+  CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 48)),
+                    "attention_fwd: head_dim 48 is not supported; accepted: 16, 32, 64, 80, 128");
+  CHECK_NOTHROW(f.check_problem(problem("f32", 64, 64)));  // on the tf32 matrix units
+  CHECK_THROWS_WITH(f.check_problem(problem("f64", 64, 64)),
+                    Catch::StartsWith("attention_fwd: dtype 'f64' is not supported; accepted: bf16, f16, f32"));
+  CHECK_THROWS_WITH(f.check_problem(problem("bf16", 0, 64)),
+                    "attention_fwd: dimension 'seq' must be in 1..1073741824");
+  CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 64, 2)), Catch::Contains("'causal' must be in 0..1"));
+  CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 64, 1, 0)), Catch::Contains("'batch' must be in 1..65535"));
+  CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 64, 1, 1, 70000)),
+                    Catch::Contains("'heads' must be in 1..65535"));
+  Problem extra = problem("bf16", 64, 64);
+  extra.dims["groups"] = 1;
+  CHECK_THROWS_WITH(f.check_problem(extra), Catch::Contains("unknown dimension 'groups'; accepted: batch, heads, "
+                                                            "kv_heads (optional), seq, head_dim, causal"));
+  // Grouped-query attention: kv_heads divides heads.
+  Problem gqa = problem("bf16", 64, 64, 1, 2, 6);
+  for (const std::int64_t kv : {1, 2, 3, 6}) {
+    gqa.dims["kv_heads"] = kv;
+    CHECK_NOTHROW(f.check_problem(gqa));
+  }
+  for (const std::int64_t kv : {0, 4, 12}) {
+    gqa.dims["kv_heads"] = kv;
+    CHECK_THROWS_WITH(f.check_problem(gqa), "attention_fwd: kv_heads " + std::to_string(kv) +
+                                                " must divide heads 6 (each K/V head serves heads / kv_heads query "
+                                                "heads)");
+  }
+  Problem missing = problem("bf16", 64, 64);
+  missing.dims.erase("head_dim");
+  CHECK_THROWS_WITH(f.check_problem(missing), Catch::Contains("head_dim (missing) is not supported"));
+  // Nothing is made for a bad problem.
+  CHECK_THROWS_AS(f.make_workload(problem("bf16", 0, 64), 1), Error);
+  CHECK_THROWS_AS(f.default_config(problem("bf16", 64, 48)), Error);
+}
+
+TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
+  const Family& f = forward_family();
+  CHECK(f.space().size() == 3 * 4 * 3 * 3 * 2);
+  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout"})
+    CHECK_FALSE(f.space().param(name).trades_off.empty());
+  // One class per head dim, both dtypes, both masks, ragged lengths.
+  std::set<std::int64_t> head_dims, causal;
+  std::set<std::string> dtypes;
+  for (const auto& p : f.problem_classes()) {
+    head_dims.insert(p.dim("head_dim"));
+    causal.insert(p.dim("causal"));
+    dtypes.insert(p.dtype);
+    CHECK(p.dim("seq") % 16 != 0);
+    CHECK(p.dim("batch") * p.dim("heads") <= 4);
+  }
+  CHECK(head_dims == std::set<std::int64_t>{16, 32, 64, 80, 128});
+  CHECK(causal == std::set<std::int64_t>{0, 1});
+  CHECK(dtypes == std::set<std::string>{"bf16", "f16", "f32"});
+}
+
+TEST_CASE("attention_fwd constraints reject configs before compiling, saying why", "[attention][family]") {
+  const Family& f = forward_family();
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
+  CHECK(f.is_valid(config(128, 64, 4, 2), problem("bf16", 1024, 64), sm90));  // two m16 tiles per warp
+  CHECK_THAT(why_invalid(config(64, 64, 8, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("block_m 64 is not a multiple of 16 x 8 warps"));
+  CHECK_THAT(why_invalid(config(128, 32, 2, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("each warp would own 64 query rows; at most 32"));
+  // Registers: 64-key tiles with two m16 tiles per warp at head_dim 128 would spill; one tile per warp fits.
+  CHECK_THAT(why_invalid(config(128, 64, 4, 2), problem("bf16", 1024, 128)), Catch::Contains("it would spill"));
+  CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 128), sm90));
+  CHECK_THAT(why_invalid(config(64, 128, 4, 1), problem("bf16", 1024, 128)), Catch::Contains("registers"));
+  // Shared memory: (128 + 2 * 3 * 128) padded rows of 88 elements = 154 KB fit an A100's 163 KB, not an
+  // RTX 4090's 99 KB; (64 + 2 * 3 * 64) * 136 * 2 = 119 KB likewise.
+  CHECK(f.is_valid(config(128, 128, 8, 3), problem("f16", 1024, 80), DeviceLimits::for_arch("sm_80")));
+  CHECK_THAT(why_invalid(config(128, 128, 8, 3), problem("f16", 1024, 80), "sm_89"),
+             Catch::Contains("needs 157696 bytes of shared memory (the Q tile and 3 stages of K and V tiles)"));
+  CHECK(shared_bytes(config(64, 64, 4, 3), problem("f16", 1024, 128)) == (64 + 2 * 3 * 64) * 136 * 2);
+  CHECK(f.is_valid(config(64, 64, 4, 3), problem("f16", 1024, 128), DeviceLimits::for_arch("sm_80")));
+  CHECK_THAT(why_invalid(config(64, 64, 4, 3), problem("f16", 1024, 128), "sm_89"),
+             Catch::Contains("over the 101376 bytes a block of sm_89 may use"));
+  // fp32 tiles: twice the bytes, rows padded by 4 floats.
+  CHECK(shared_bytes(config(64, 32, 4, 2), problem("f32", 64, 128)) == (64 + 2 * 2 * 32) * 132 * 4);
+  // The swizzled layout packs rows: less shared memory than padded rows.
+  CHECK(shared_bytes(config(64, 64, 4, 2, 1), problem("bf16", 64, 80)) == (64 + 2 * 2 * 64) * 80 * 2);
+  // A device with smaller blocks.
+  DeviceLimits small = sm90;
+  small.max_threads_per_block = 128;
+  std::string why;
+  CHECK_FALSE(f.is_valid(config(128, 64, 8, 2), problem("bf16", 64, 64), small, &why));
+  CHECK_THAT(why, Catch::Contains("block limit"));
+}
+
+TEST_CASE("attention_fwd defaults are valid for every head dim and dtype and fit an sm_80 block",
+          "[attention][family]") {
+  for (const char* dtype : {"bf16", "f16", "f32"})
+    for (const std::int64_t d : kHeadDims)
+      for (const std::int64_t seq : {1, 37, 4096})
+        for (const std::int64_t causal : {0, 1}) {
+          const Problem p = problem(dtype, seq, d, causal);
+          INFO(p.key());
+          const Config c = forward_family().default_config(p);
+          CHECK_NOTHROW(forward_family().space().check_member(c));
+          for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
+            std::string why;
+            CHECK(forward_family().is_valid(c, p, DeviceLimits::for_arch(arch), &why));
+            CHECK(why.empty());
+          }
+        }
+}
+
+TEST_CASE("attention_fwd rendering: tunables, head dim, mask and dtype are template arguments, shapes share a "
+          "binary",
+          "[attention][family]") {
+  const Family& f = forward_family();
+  const Rendered r = f.render(config(128, 32, 4, 3, 1), problem("bf16", 70, 80, 1));
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(r.kernels[0] == "attention::attention_fwd<80, 128, 32, 4, 3, 1, true, __nv_bfloat16>");
+  CHECK(r.source.find("attention_fwd<80, 128, 32, 4, 3, 1, true, __nv_bfloat16>") != std::string::npos);
+  CHECK(r.source.find("namespace attention") != std::string::npos);
+  CHECK(f.render(config(64, 64, 4, 2), problem("f16", 5, 64, 0)).kernels[0] ==
+        "attention::attention_fwd<64, 64, 64, 4, 2, 0, false, __half>");
+  CHECK(f.render(config(64, 32, 4, 2), problem("f32", 5, 64, 0)).kernels[0] ==
+        "attention::attention_fwd<64, 64, 32, 4, 2, 0, false, float>");
+  // Batch, heads and seq are kernel arguments: one binary serves them all.
+  CHECK(f.render(config(64, 64, 4, 2), problem("f16", 5, 64, 0, 1, 1)).source ==
+        f.render(config(64, 64, 4, 2), problem("f16", 4099, 64, 0, 8, 12)).source);
+}
+
+TEST_CASE("attention_fwd plan: grid over query blocks, heads and batch, dynamic shared memory, checked arguments",
+          "[attention][family]") {
+  const auto& f = forward_family();
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  const Problem p = problem("bf16", 130, 128, 1, 2, 3);
+  const Config c = config(64, 64, 4, 2);
+  const std::vector<std::uint64_t> addresses = {0x10000, 0x20000, 0x30000, 0x40000, 0x50000};
+  const Family& untyped = f;  // the workload-driven plan that the runners call
+  auto launches = untyped.plan(c, p, addresses, sm90);
+  REQUIRE(launches.size() == 1);
+  const Launch& l = launches[0];
+  CHECK(l.kernel == 0);
+  CHECK(l.grid == std::array<unsigned, 3>{3, 3, 2});  // ceil(130 / 64) query blocks, heads, batch
+  CHECK(l.block == std::array<unsigned, 3>{128, 1, 1});
+  CHECK(l.dynamic_smem == (64 + 2 * 2 * 64) * 136 * 2);
+  CHECK(l.dynamic_smem > 48 * 1024);  // the runner opts in
+  CHECK(l.args.count() == 13);  // q, k, v, o, lse, four strides, seq, heads, kv_group, scale
+
+  // The workload's buffers in the model's layout, at the default scale.
+  const ForwardArgs a = f.args_of(p, addresses);
+  CHECK(a.q == 0x10000);
+  CHECK(a.lse == 0x50000);
+  CHECK(a.q_strides == TensorStrides{.batch = 130 * 3 * 128, .head = 128, .seq = 3 * 128});
+  CHECK(a.o_strides == a.q_strides);
+  CHECK(a.scale == 1.0f / std::sqrt(128.0f));
+  CHECK_THROWS_WITH(f.args_of(p, {1, 2, 3}), Catch::Contains("expects the addresses of q, k, v, o, lse; got 3"));
+
+  // Any strides that keep rows 16-byte aligned, any positive scale.
+  ForwardArgs bhsd = a;
+  bhsd.q_strides = bhsd.k_strides = bhsd_strides(shape_of(p));
+  bhsd.scale = 0.5f;
+  CHECK(f.plan(c, p, bhsd, sm90).size() == 1);
+  ForwardArgs bad = a;
+  bad.k_strides.seq = 3 * 128 + 4;
+  CHECK_THROWS_WITH(f.plan(c, p, bad, sm90), Catch::Contains("strides of 'k' (batch 49920, head 128, seq 388) "
+                                                             "must be non-negative multiples of 8"));
+  // fp32 rows are 4-float chunks.
+  ForwardArgs f32_args = f.args_of(problem("f32", 130, 128, 1, 2, 3), addresses);
+  f32_args.k_strides.seq = 3 * 128 + 4;
+  CHECK(f.plan(config(64, 16, 4, 2), problem("f32", 130, 128, 1, 2, 3), f32_args, sm90).size() == 1);
+  f32_args.k_strides.seq = 3 * 128 + 2;
+  CHECK_THROWS_WITH(f.plan(config(64, 16, 4, 2), problem("f32", 130, 128, 1, 2, 3), f32_args, sm90),
+                    Catch::Contains("multiples of 4 elements"));
+  bad = a;
+  bad.v = 0x30008;
+  CHECK_THROWS_WITH(f.plan(c, p, bad, sm90), Catch::Contains("buffer 'v' at 0x30008 is not aligned to 16 bytes"));
+  bad = a;
+  bad.scale = 0;
+  CHECK_THROWS_WITH(f.plan(c, p, bad, sm90), Catch::Contains("scale must be positive and finite, got 0"));
+}
+
+TEST_CASE("attention_fwd workloads: fresh 16-bit inputs per seed, the streaming reference's O and lse",
+          "[attention][family]") {
+  const Family& f = forward_family();
+  const Problem p = problem("f16", 9, 16, 1, 1, 2);
+  const Workload w = f.make_workload(p, 3);
+  REQUIRE(w.buffers.size() == 5);
+  const std::size_t n = 9 * 2 * 16;
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(w.buffers[i].role == Role::kInput);
+    CHECK(w.buffers[i].dtype == DType::kF16);
+    CHECK(w.buffers[i].elements() == n);
+  }
+  CHECK(w.buffers[3].name == "o");
+  CHECK(w.buffers[3].role == Role::kOutput);
+  CHECK(w.buffers[3].tolerance == tolerance_for("f16"));
+  CHECK(w.buffers[4].name == "lse");
+  CHECK(w.buffers[4].dtype == DType::kF32);
+  CHECK(w.buffers[4].elements() == 2 * 9);
+  CHECK(w.buffers[4].tolerance == tolerance_for("f32"));
+  CHECK(f.make_workload(p, 4).buffers[0].bytes != w.buffers[0].bytes);
+
+  // Causal: query 0 of each head sees key 0 only, so O's row 0 is V's row 0
+  // and its lse is scale * q_0.k_0.
+  auto at = [](const HostBuffer& b, const std::vector<std::byte>& bytes, std::size_t i) {
+    return value_at(b.dtype, bytes, i);
+  };
+  for (std::size_t d = 0; d < 16; ++d)
+    CHECK(at(w.buffers[3], w.buffers[3].expected, d) == at(w.buffers[2], w.buffers[2].bytes, d));
+  double dot = 0;
+  for (std::size_t d = 0; d < 16; ++d)
+    dot += at(w.buffers[0], w.buffers[0].bytes, d) * at(w.buffers[1], w.buffers[1].bytes, d);
+  CHECK(at(w.buffers[4], w.buffers[4].expected, 0) == Approx(dot / 4).epsilon(1e-6));
+
+  // f32 problems: fp32 buffers, O and lse checked at tf32's tolerance.
+  const Workload w32 = f.make_workload(problem("f32", 9, 16, 0, 1, 2), 3);
+  CHECK(w32.buffers[0].dtype == DType::kF32);
+  CHECK(w32.buffers[3].dtype == DType::kF32);
+  CHECK(w32.buffers[3].tolerance == tolerance_for("tf32"));
+  CHECK(w32.buffers[4].tolerance == tolerance_for("tf32"));
+
+  CHECK(f.flops(problem("bf16", 128, 64, 0, 2, 3)) == 4.0 * 2 * 3 * 128 * 128 * 64);
+  CHECK(f.flops(problem("bf16", 128, 64, 1, 2, 3)) == 2.0 * 2 * 3 * 128 * 128 * 64);
+  CHECK(f.bytes(problem("bf16", 128, 64, 1, 2, 3)) == 4.0 * 2 * (2 * 3 * 128 * 64) + 4.0 * 2 * 3 * 128);
+  CHECK(f.bytes(problem("f32", 128, 64, 1, 2, 3)) == 4.0 * 4 * (2 * 3 * 128 * 64) + 4.0 * 2 * 3 * 128);
+
+  // Grouped-query attention: K and V have kv_heads heads, in the model's layout.
+  Problem gqa = problem("bf16", 9, 16, 1, 2, 6);
+  gqa.dims["kv_heads"] = 2;
+  const Workload wg = f.make_workload(gqa, 3);
+  CHECK(wg.buffers[0].elements() == 2 * 9 * 6 * 16);
+  CHECK(wg.buffers[1].elements() == 2 * 9 * 2 * 16);
+  CHECK(wg.buffers[2].elements() == 2 * 9 * 2 * 16);
+  CHECK(wg.buffers[3].elements() == 2 * 9 * 6 * 16);
+  const ForwardArgs ga = forward_family().args_of(gqa, {0, 16, 32, 48, 64});
+  CHECK(ga.k_strides == TensorStrides{.batch = 9 * 2 * 16, .head = 16, .seq = 2 * 16});
+  CHECK(ga.q_strides == TensorStrides{.batch = 9 * 6 * 16, .head = 16, .seq = 6 * 16});
+  CHECK(f.bytes(gqa) == 2.0 * 2 * (2 * 9 * 6 + 2 * 9 * 2) * 16 + 4.0 * 2 * 6 * 9);
+}
+
+TEST_CASE("fp32 to fp16 rounds to nearest even, keeps subnormals and overflows to infinity", "[attention][family]") {
+  for (const std::uint16_t bits : {0x0000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0x3555, 0x7bff, 0x8001, 0xc000, 0x7c00})
+    CHECK(float_to_f16_bits(f16_bits_to_float(bits)) == bits);
+  CHECK(float_to_f16_bits(1.0f + 1.0f / 2048) == 0x3c00);           // halfway: ties to even (1.0)
+  CHECK(float_to_f16_bits(1.0f + 3.0f / 2048) == 0x3c02);           // halfway: ties to even (1 + 2^-9)
+  CHECK(float_to_f16_bits(std::ldexp(1.5f, -24)) == 0x0002);        // subnormal halfway, to even
+  CHECK(float_to_f16_bits(65519.0f) == 0x7bff);
+  CHECK(float_to_f16_bits(65520.0f) == 0x7c00);
+  CHECK(float_to_f16_bits(-1e9f) == 0xfc00);
+  CHECK(std::isnan(f16_bits_to_float(float_to_f16_bits(std::nanf("")))));
+}
