@@ -10,10 +10,11 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "search/kt_format.hpp"
+#include "search/kernel_tuner_format.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "tuner/emu_runner.hpp"
@@ -71,6 +72,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     }
     cache::CacheFile cache_file(opts->cache);
     cache_file.load();  // a corrupt cache file stops us before the search, not after
+    cache_file.check_writable();  // so does one the winner could not be written to
+    if (!opts->export_kt.empty()) writable_target(opts->export_kt, "--export-kt");
     std::string problem_tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
     std::replace(problem_tag.begin(), problem_tag.end(), ';', '-');
     problem_tag.erase(std::remove(problem_tag.begin(), problem_tag.end(), '='), problem_tag.end());
@@ -97,7 +100,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     if (!summary.best) throw_error(ErrorKind::kCheckFailed, "no config of " + family.name() + " passed validation");
     cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
     if (!opts->export_kt.empty()) {
-      search::KtHeader header;
+      search::KernelTunerHeader header;
       header.device_name = runner->device().name;
       header.kernel_name = family.name();
       header.problem_size = problem.to_json()["dims"];

@@ -1,6 +1,7 @@
 // The search driver loop: next → is_valid → evaluate → report.
 #include "search/search.hpp"
 
+#include <limits>
 #include <unordered_map>
 
 namespace ktune::search {
@@ -17,13 +18,37 @@ std::uint64_t key_of(const Space& space, const Config& c, bool* ok) {
 }  // namespace
 
 SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCondition& stop,
-                        const SearchCallbacks& callbacks) {
+                        const SearchCallbacks& callbacks, const std::vector<Record>& prior) {
   SearchResult result;
   SearchState& state = result.state;
   const Space& space = evaluator.space();
   std::unordered_map<std::uint64_t, Outcome> seen;
   std::uint64_t repeats_in_a_row = 0;
   const std::string budget = stop.describe();
+
+  // One evaluation, the search's own or a prior one, charged to the state.
+  const auto account = [&](std::uint64_t index, const Config& config, Outcome outcome) {
+    if (!outcome.ok) outcome.time_ms = std::numeric_limits<double>::infinity();
+    seen.emplace(index, outcome);
+    ++state.evaluations;
+    state.cost_s += outcome.cost_s;
+    if (!outcome.ok) ++state.failures;
+    if (outcome.ok && outcome.time_ms < state.best_ms) {
+      state.best_ms = outcome.time_ms;
+      state.since_improvement = 0;
+      result.best = config;
+      result.best_outcome = outcome;
+    } else {
+      ++state.since_improvement;
+    }
+    if (callbacks.on_record) callbacks.on_record(Record{state.evaluations - 1, config, outcome});
+    return outcome;
+  };
+  for (const Record& r : prior) {
+    bool in_space = false;
+    const std::uint64_t index = key_of(space, r.config, &in_space);
+    if (in_space && !seen.count(index)) account(index, r.config, r.outcome);
+  }
 
   while (true) {
     if (stop.done(state)) {
@@ -60,21 +85,7 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     }
     repeats_in_a_row = 0;
 
-    Outcome outcome = evaluator.evaluate(*next);
-    if (!outcome.ok) outcome.time_ms = std::numeric_limits<double>::infinity();
-    seen.emplace(index, outcome);
-    ++state.evaluations;
-    state.cost_s += outcome.cost_s;
-    if (!outcome.ok) ++state.failures;
-    if (outcome.ok && outcome.time_ms < state.best_ms) {
-      state.best_ms = outcome.time_ms;
-      state.since_improvement = 0;
-      result.best = *next;
-      result.best_outcome = outcome;
-    } else {
-      ++state.since_improvement;
-    }
-    if (callbacks.on_record) callbacks.on_record(Record{state.evaluations - 1, *next, outcome});
+    const Outcome outcome = account(index, *next, evaluator.evaluate(*next));
     strategy.report(*next, outcome);
     if (callbacks.on_progress) {
       Progress p;

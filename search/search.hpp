@@ -53,7 +53,13 @@ struct SearchResult {
 /// is_valid is reported to the strategy as a failure and not evaluated. A
 /// failed evaluation (ok == false) counts as +inf and the search goes on.
 /// Ties for the best keep the earlier config.
+///
+/// `prior`: evaluations made before the search (a session measures the
+/// family default first, for its "vs default" column). They are charged to
+/// the budget and the best like the search's own, in order, and passed to
+/// on_record first; a strategy proposing one gets its outcome from memory. So
+/// a budget of N evaluations is N evaluations in all, never N plus the prior.
 SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCondition& stop,
-                        const SearchCallbacks& callbacks = {});
+                        const SearchCallbacks& callbacks = {}, const std::vector<Record>& prior = {});
 
 }  // namespace ktune::search

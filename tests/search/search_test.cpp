@@ -104,3 +104,22 @@ TEST_CASE("ETA comes from the budget's progress", "[search]") {
   CHECK(etas[0] == Approx(1.5));  // 1 of 4 done at 0.5 s each
   CHECK(etas[3] == 0);
 }
+
+TEST_CASE("prior evaluations are charged to the budget: a budget of 5 is 5 evaluations in all", "[search]") {
+  ktune::test::BowlEvaluator eval;
+  StrategyContext ctx{&eval.space(), &eval, 0};
+  Exhaustive s(ctx);
+  // As a session does: the default config measured before the search.
+  const Config def = cfg(5, 8, 1);
+  const Record measured{0, def, eval.evaluate(def)};
+  std::vector<Record> records;
+  SearchCallbacks cb;
+  cb.on_record = [&](const Record& r) { records.push_back(r); };
+  const auto r = run_search(eval, s, EvaluationBudget(5), cb, {measured});
+  CHECK(eval.evaluations == 5);  // the prior one and 4 of the search's
+  CHECK(r.state.evaluations == 5);
+  REQUIRE(records.size() == 5);
+  CHECK(records[0].config == def);
+  CHECK(r.best == def);  // the prior one counts for the best too
+  for (const auto& [config, n] : eval.counts) CHECK(n == 1);
+}
