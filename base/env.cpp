@@ -1,5 +1,9 @@
 #include "base/env.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <thread>
 
@@ -31,15 +35,24 @@ std::string cuda_include_dir() {
   return KTUNE_DEFAULT_CUDA_INCLUDE;
 }
 
+unsigned check_thread_count(std::int64_t n, std::string_view what) {
+  KTUNE_REQUIRE(n >= 1 && n <= kMaxThreads,
+                fmt::format("{} must be in 1..{}, got {}", what, kMaxThreads, n));
+  return static_cast<unsigned>(n);
+}
+
+unsigned hardware_threads() { return std::clamp(std::thread::hardware_concurrency(), 1u, kMaxThreads); }
+
 unsigned compile_threads() {
   if (auto v = get("KTUNE_COMPILE_THREADS"); !v.empty()) {
     char* end = nullptr;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    KTUNE_REQUIRE(end && *end == '\0' && n > 0 && n <= 1024,
-                  "KTUNE_COMPILE_THREADS must be an integer in 1..1024, got '" + v + "'");
-    return static_cast<unsigned>(n);
+    errno = 0;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    KTUNE_REQUIRE(end != v.c_str() && *end == '\0' && errno == 0,
+                  fmt::format("KTUNE_COMPILE_THREADS must be an integer in 1..{}, got '{}'", kMaxThreads, v));
+    return check_thread_count(n, "KTUNE_COMPILE_THREADS");
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return hardware_threads();
 }
 
 std::string host_cxx() {

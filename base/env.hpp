@@ -1,7 +1,9 @@
 // Every environment knob ktune reads, in one place (STYLE.md habit 12).
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <string_view>
 
 namespace ktune::env {
 
@@ -12,6 +14,18 @@ std::filesystem::path cache_dir();
 /// KTUNE_CUDA_INCLUDE: CUDA headers handed to NVRTC. Default: the toolkit
 /// include directory found at build time.
 std::string cuda_include_dir();
+
+/// The most threads or worker processes one pool, option or knob may ask
+/// for: every thread and worker count (KTUNE_COMPILE_THREADS, the CLI's
+/// --threads and --workers, ThreadPool) is checked against 1..kMaxThreads.
+inline constexpr unsigned kMaxThreads = 1024;
+
+/// `n` when it lies in 1..kMaxThreads; otherwise throws kInvalidInput naming
+/// `what` (e.g. "--threads") and the accepted range.
+unsigned check_thread_count(std::int64_t n, std::string_view what);
+
+/// Hardware threads of this machine (at least 1, at most kMaxThreads).
+unsigned hardware_threads();
 
 /// KTUNE_COMPILE_THREADS: parallel compilations. Default: hardware threads.
 unsigned compile_threads();

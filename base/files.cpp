@@ -1,7 +1,9 @@
 #include "base/files.hpp"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,15 +31,52 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
+fs::path writable_target(const fs::path& path, std::string_view what) {
+  auto refuse = [&](const fs::path& p, const std::string& why) {
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("cannot write {} {}: {}; give a writable file path", what, p.string(), why));
+  };
+  KTUNE_REQUIRE(!path.empty(), fmt::format("{} must not be empty; give a writable file path", what));
+  // Follow the chain of links, each relative to the folder that holds it.
+  fs::path target = path;
+  std::error_code ec;
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
+    if (hops == 40) refuse(path, "too many levels of symbolic links");
+    const fs::path next = fs::read_symlink(target, ec);
+    if (ec) refuse(path, ec.message());
+    target = next.is_absolute() ? next : target.parent_path() / next;
+  }
+  const auto status = fs::status(target, ec);
+  if (fs::exists(status)) {
+    if (fs::is_directory(status)) refuse(target, "it is a directory");
+    if (!fs::is_regular_file(status)) refuse(target, "it is not a regular file");
+    // Root passes access(W_OK) on any file: a file without write bits is read-only to ktune too.
+    constexpr auto kAnyWrite = fs::perms::owner_write | fs::perms::group_write | fs::perms::others_write;
+    if (::access(target.c_str(), W_OK) != 0 || (status.permissions() & kAnyWrite) == fs::perms::none)
+      refuse(target, "the file is read-only");
+  }
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::create_directories(dir, ec);
+  if (ec) refuse(target, fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    refuse(target, fmt::format("folder {}: {}", dir.string(), std::strerror(errno)));
+  return target;
+}
+
 void write_file_atomic(const fs::path& path, std::string_view bytes) {
   static std::atomic<unsigned> counter{0};
-  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  const fs::path tmp = dir / ("." + path.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
+  const fs::path target = writable_target(path, "file");
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
                               std::to_string(counter++));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_error("cannot create", tmp);
+  if (struct stat old; ::stat(target.c_str(), &old) == 0) {
+    ::fchmod(fd, old.st_mode & 07777);
+    if (::fchown(fd, old.st_uid, old.st_gid) != 0) {
+      // Only the owner's group or root may keep another owner; the bits above still hold.
+    }
+  }
   const char* p = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
@@ -55,9 +94,9 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
     ::unlink(tmp.c_str());
     io_error("cannot flush", tmp);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
     ::unlink(tmp.c_str());
-    io_error("cannot rename onto", path);
+    io_error("cannot rename onto", target);
   }
   if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);

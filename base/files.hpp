@@ -10,9 +10,19 @@ namespace ktune {
 /// Whole file as bytes; throws Error(kIo) naming the path when unreadable.
 std::string read_file(const std::filesystem::path& path);
 
-/// Writes `bytes` to a temp file beside `path`, fsyncs it, renames it over
-/// `path` and fsyncs the directory: readers see the old or the new file, never
-/// a mix, even if the writer is killed. Creates parent directories.
+/// The file a write to `path` replaces, after the one policy every command
+/// that writes a file follows: symlinks are resolved to their final target
+/// (so the target is written and its lock taken, never the link replaced),
+/// and a missing parent folder is created. Throws kInvalidInput, one line
+/// naming `what` (e.g. "cache file", "--json-out") and the path, when the
+/// target is a directory or another non-regular file, is read-only, or its
+/// folder cannot be created or written. Writes nothing else.
+std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what);
+
+/// Writes `bytes` to a temp file beside writable_target(path), fsyncs it,
+/// renames it over the target and fsyncs the directory: readers see the old
+/// or the new file, never a mix, even if the writer is killed. A replaced
+/// file keeps its permission bits (and owner, where allowed).
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
 /// Exclusive advisory lock (flock) on `path` (created if missing), held for the

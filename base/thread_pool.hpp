@@ -5,25 +5,37 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
+
+#include "base/env.hpp"
+#include "base/error.hpp"
 
 namespace ktune {
 
 class ThreadPool {
  public:
+  /// Starts `threads` workers (checked by env::check_thread_count, so 0 or
+  /// more than env::kMaxThreads is kInvalidInput). When the system refuses a
+  /// thread, the ones already started are stopped and joined, and the
+  /// constructor throws kInvalidInput naming how many could be started: a
+  /// pool is either whole or not there, never half-built and unjoinable.
   explicit ThreadPool(unsigned threads) {
-    if (threads == 0) threads = 1;
-    for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
-  }
-  ~ThreadPool() {
-    {
-      std::lock_guard lock(mutex_);
-      stopping_ = true;
+    env::check_thread_count(threads, "thread pool size");
+    workers_.reserve(threads);
+    try {
+      for (unsigned i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+    } catch (const std::system_error& e) {
+      const auto started = workers_.size();
+      stop();
+      throw_error(ErrorKind::kInvalidInput, "cannot start " + std::to_string(threads) + " threads (the system refused "
+                                                "one after " + std::to_string(started) + ": " + e.what() +
+                                                "); ask for fewer");
     }
-    cv_.notify_all();
-    for (auto& w : workers_) w.join();
   }
+  ~ThreadPool() { stop(); }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
@@ -43,6 +55,18 @@ class ThreadPool {
   unsigned size() const { return static_cast<unsigned>(workers_.size()); }
 
  private:
+  // Lets the workers finish the queued jobs and joins every started one.
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_)
+      if (w.joinable()) w.join();
+    workers_.clear();
+  }
+
   void work() {
     for (;;) {
       std::function<void()> job;

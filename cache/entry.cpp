@@ -3,9 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <ctime>
+#include <limits>
 
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 
 
 namespace ktune::cache {
@@ -58,17 +61,31 @@ std::string get_string(const json& j, const char* name, const std::string& where
   return j[name].get<std::string>();
 }
 
-double get_number(const json& j, const char* name, const std::string& where) {
-  if (!j.contains(name) || !j[name].is_number()) bad(where, fmt::format("entry field '{}' must be a number", name));
+// Measurements: finite and never negative.
+double get_measurement(const json& j, const char* name, const std::string& where) {
+  const bool ok = j.contains(name) && j[name].is_number() && std::isfinite(j[name].get<double>()) &&
+                  j[name].get<double>() >= 0;
+  if (!ok) bad(where, fmt::format("entry field '{}' must be a finite number >= 0", name));
   return j[name].get<double>();
 }
 
-std::int64_t get_integer(const json& j, const char* name, const std::string& where) {
-  if (!j.contains(name) || !j[name].is_number_integer())
-    bad(where, fmt::format("entry field '{}' must be an integer", name));
-  return j[name].get<std::int64_t>();
+// Counts: integers in 0..INT64_MAX.
+std::int64_t get_count(const json& j, const char* name, const std::string& where) {
+  const auto v = j.contains(name) ? exact_int64(j[name]) : std::nullopt;
+  if (!v || *v < 0) bad(where, fmt::format("entry field '{}' must be an integer in 0..{}", name, INT64_MAX));
+  return *v;
 }
 }  // namespace
+
+std::optional<std::int64_t> exact_int64(const json& j) {
+  if (j.is_number_unsigned()) {
+    const auto u = j.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return std::nullopt;
+    return static_cast<std::int64_t>(u);
+  }
+  if (j.is_number_integer()) return j.get<std::int64_t>();
+  return std::nullopt;
+}
 
 Entry entry_from_json(const json& j, const std::string& where) {
   if (!j.is_object()) bad(where, "an entry is not a JSON object");
@@ -85,17 +102,19 @@ Entry entry_from_json(const json& j, const std::string& where) {
   e.key.driver_version = get_string(k, "driver_version", where);
   if (!k.contains("dims") || !k["dims"].is_object()) bad(where, "key field 'dims' must be an object");
   for (const auto& [name, v] : k["dims"].items()) {
-    if (!v.is_number_integer()) bad(where, fmt::format("shape dimension '{}' must be an integer", name));
-    e.key.dims[name] = v.get<std::int64_t>();
+    const auto dim = exact_int64(v);
+    if (!dim || *dim < 0)
+      bad(where, fmt::format("shape dimension '{}' must be an integer in 0..{}", excerpt(name), INT64_MAX));
+    e.key.dims[name] = *dim;
   }
   if (!j.contains("config") || !j["config"].is_object()) bad(where, "entry field 'config' must be an object");
   e.config = j["config"];
-  e.time_ms = get_number(j, "time_ms", where);
-  e.p20_ms = get_number(j, "p20_ms", where);
-  e.p80_ms = get_number(j, "p80_ms", where);
-  e.spread = get_number(j, "spread", where);
-  e.evaluations = get_integer(j, "evaluations", where);
-  e.repetitions = get_integer(j, "repetitions", where);
+  e.time_ms = get_measurement(j, "time_ms", where);
+  e.p20_ms = get_measurement(j, "p20_ms", where);
+  e.p80_ms = get_measurement(j, "p80_ms", where);
+  e.spread = get_measurement(j, "spread", where);
+  e.evaluations = get_count(j, "evaluations", where);
+  e.repetitions = get_count(j, "repetitions", where);
   e.date = get_string(j, "date", where);
   e.ktune_version = get_string(j, "ktune_version", where);
   return e;

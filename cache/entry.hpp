@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -59,8 +60,15 @@ struct Entry {
 
 nlohmann::json to_json(const Key& key);
 nlohmann::json to_json(const Entry& entry);
-/// Throws kCache with `where` (the file) in the message on a malformed entry.
+/// Throws kCache with `where` (the file) in the message on a malformed entry:
+/// a missing or mistyped field, a dimension outside 0..INT64_MAX, a negative
+/// or non-finite measurement, negative counts.
 Entry entry_from_json(const nlohmann::json& j, const std::string& where);
+
+/// The value of an integer JSON number when it fits std::int64_t exactly;
+/// nullopt for anything else (a float, a string, an unsigned above
+/// INT64_MAX, which a plain get<std::int64_t>() would wrap).
+std::optional<std::int64_t> exact_int64(const nlohmann::json& j);
 
 
 }  // namespace ktune::cache

@@ -1,6 +1,7 @@
 // The merge rule: how two measurements of the same key are reconciled when
 // caches from several GPUs or hosts are combined.
 #include <map>
+#include <set>
 
 #include "cache/store.hpp"
 
@@ -16,22 +17,37 @@ bool better_than(const Entry& a, const Entry& b) {
   return a.config.dump() < b.config.dump();
 }
 
+std::size_t collapse_duplicates(std::vector<Entry>& entries) {
+  std::map<std::string, std::size_t> index;  // identity -> position in `kept`
+  std::vector<Entry> kept;
+  for (Entry& e : entries) {
+    const auto [it, fresh] = index.try_emplace(e.key.identity(), kept.size());
+    if (fresh) kept.push_back(std::move(e));
+    else if (better_than(e, kept[it->second])) kept[it->second] = std::move(e);
+  }
+  const std::size_t removed = entries.size() - kept.size();
+  entries = std::move(kept);
+  return removed;
+}
+
 std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming) {
+  collapse_duplicates(into);
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < into.size(); ++i) index[into[i].key.identity()] = i;
-  std::size_t changed = 0;
+  std::set<std::string> changed;  // keys, so duplicates within `incoming` count once
   for (const Entry& e : incoming) {
-    const auto it = index.find(e.key.identity());
+    const std::string id = e.key.identity();
+    const auto it = index.find(id);
     if (it == index.end()) {
-      index[e.key.identity()] = into.size();
+      index[id] = into.size();
       into.push_back(e);
-      ++changed;
+      changed.insert(id);
     } else if (better_than(e, into[it->second])) {
       into[it->second] = e;
-      ++changed;
+      changed.insert(id);
     }
   }
-  return changed;
+  return changed.size();
 }
 
 std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& options) {

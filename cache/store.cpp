@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_input.hpp"
 
 namespace ktune::cache {
 namespace fs = std::filesystem;
@@ -28,29 +29,39 @@ void sort_entries(std::vector<Entry>& entries) {
                    [](const Entry& a, const Entry& b) { return a.key.identity() < b.key.identity(); });
 }
 
+namespace {
+[[noreturn]] void too_big(const std::string& file, std::uintmax_t bytes) {
+  throw_error(ErrorKind::kCache, fmt::format("cache file {} is {} bytes, more than the {} a tuned cache may hold; "
+                                             "ktune will not read or overwrite it",
+                                             file, bytes, kMaxCacheFileBytes));
+}
+}  // namespace
+
 std::vector<Entry> parse_cache(const std::string& text, const std::string& file) {
+  if (text.size() > kMaxCacheFileBytes) too_big(file, text.size());
   json doc;
   try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
+    doc = parse_json_input(text, fmt::format("cache file {} ({} bytes)", file, text.size()), ErrorKind::kCache);
+  } catch (const Error& e) {
     throw_error(ErrorKind::kCache,
-                fmt::format("cache file {} is corrupt or truncated ({} bytes): {}; fix or move it away, "
-                            "ktune will not overwrite it",
-                            file, text.size(), e.what()));
+                fmt::format("{}; the file is corrupt or truncated: fix or move it away, ktune will not overwrite it",
+                            e.what()));
   }
-  if (!doc.is_object() || doc.value("format", "") != kFormatName)
+  if (!doc.is_object() || !doc.contains("format") || doc["format"] != kFormatName)
     throw_error(ErrorKind::kCache,
                 fmt::format("{} is not a ktune tuned cache (no \"format\": \"{}\"); ktune will not overwrite it",
                             file, kFormatName));
-  if (!doc.contains("schema_version") || !doc["schema_version"].is_number_integer())
+  const std::optional<std::int64_t> version =
+      doc.contains("schema_version") ? exact_int64(doc["schema_version"]) : std::nullopt;
+  if (!version)
     throw_error(ErrorKind::kCache, fmt::format("cache file {} has no integer schema_version", file));
-  const int version = doc["schema_version"].get<int>();
-  if (version > kSchemaVersion)
+  if (*version > kSchemaVersion)
     throw_error(ErrorKind::kCache,
                 fmt::format("cache file {} has schema version {}, newer than this ktune understands ({}); "
                             "upgrade ktune, it will not overwrite the file",
-                            file, version, kSchemaVersion));
-  if (version < 1) throw_error(ErrorKind::kCache, fmt::format("cache file {} has bad schema version {}", file, version));
+                            file, *version, kSchemaVersion));
+  if (*version < 1)
+    throw_error(ErrorKind::kCache, fmt::format("cache file {} has bad schema version {}", file, *version));
   if (!doc.contains("entries") || !doc["entries"].is_array())
     throw_error(ErrorKind::kCache, fmt::format("cache file {} has no \"entries\" array", file));
   std::vector<Entry> entries;
@@ -70,14 +81,28 @@ CacheFile::CacheFile(fs::path path) : path_(std::move(path)) {}
 
 std::vector<Entry> CacheFile::load() const {
   std::error_code ec;
-  if (!fs::exists(path_, ec)) return {};
+  const auto status = fs::status(path_, ec);
+  if (!fs::exists(status)) return {};
+  KTUNE_REQUIRE(fs::is_regular_file(status),
+                fmt::format("cache file {} is {}; give the path of a cache file", path_.string(),
+                            fs::is_directory(status) ? "a directory" : "not a regular file"));
+  if (const auto bytes = fs::file_size(path_, ec); !ec && bytes > kMaxCacheFileBytes) too_big(path_.string(), bytes);
   return parse_cache(read_file(path_), path_.string());
 }
 
+std::vector<Entry> CacheFile::load_input() const {
+  std::error_code ec;
+  KTUNE_REQUIRE(fs::exists(path_, ec), fmt::format("cache file {} does not exist", path_.string()));
+  return load();
+}
+
+void CacheFile::check_writable() const { writable_target(path_, "cache file"); }
+
 void CacheFile::update(const std::function<bool(std::vector<Entry>&)>& change) {
-  FileLock lock(path_.string() + ".lock");
+  const fs::path target = writable_target(path_, "cache file");  // before the lock file is made
+  FileLock lock(target.string() + ".lock");
   std::vector<Entry> entries = load();  // throws before anything is written
-  if (change(entries)) write_file_atomic(path_, serialise_cache(std::move(entries)));
+  if (change(entries)) write_file_atomic(target, serialise_cache(std::move(entries)));
 }
 
 void CacheFile::put(Entry entry) {
@@ -85,11 +110,7 @@ void CacheFile::put(Entry entry) {
   if (entry.ktune_version.empty()) entry.ktune_version = ktune_version();
   const std::string id = entry.key.identity();
   update([&](std::vector<Entry>& entries) {
-    for (Entry& e : entries)
-      if (e.key.identity() == id) {
-        e = entry;
-        return true;
-      }
+    std::erase_if(entries, [&](const Entry& e) { return e.key.identity() == id; });
     entries.push_back(entry);
     return true;
   });
@@ -98,8 +119,9 @@ void CacheFile::put(Entry entry) {
 std::size_t CacheFile::merge_from(const std::vector<Entry>& incoming) {
   std::size_t changed = 0;
   update([&](std::vector<Entry>& entries) {
+    const std::size_t collapsed = collapse_duplicates(entries);
     changed = merge_entries(entries, incoming);
-    return changed > 0;
+    return changed > 0 || collapsed > 0;
   });
   return changed;
 }

@@ -6,6 +6,7 @@
 // file, and is never rewritten.
 #pragma once
 #include <filesystem>
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -59,8 +60,13 @@ std::optional<double> shape_distance(const std::map<std::string, std::int64_t>& 
 /// then more evaluations, then the newer date, then the smaller config text).
 bool better_than(const Entry& a, const Entry& b);
 
-/// Merges `incoming` into `into` by full key with better_than; returns how
-/// many entries of `incoming` were added or replaced one.
+/// Keeps one entry per full key (the better_than one, where the first of
+/// them stood); returns how many went.
+std::size_t collapse_duplicates(std::vector<Entry>& entries);
+
+/// Merges `incoming` into `into` (whose duplicates collapse first) by full
+/// key with better_than; returns how many keys of `incoming` were added or
+/// replaced one, so merging a file into its own copy adds nothing.
 std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming);
 
 /// What `ktune cache prune` drops.
@@ -81,8 +87,13 @@ std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& optio
 /// Entries in canonical order (by identity), as files store them.
 void sort_entries(std::vector<Entry>& entries);
 
+/// Largest cache file read: a bigger one is refused (kCache) before parsing.
+inline constexpr std::uintmax_t kMaxCacheFileBytes = std::uintmax_t{64} << 20;
+
 /// Parses a whole cache file's text; throws kCache naming `file` when it is
-/// not one (corrupt, truncated, wrong format, newer schema).
+/// not one (corrupt, truncated, over kMaxCacheFileBytes, nested deeper than
+/// kMaxJsonDepth, wrong format, newer schema, a malformed entry), one line
+/// quoting at most a short excerpt of the text.
 std::vector<Entry> parse_cache(const std::string& text, const std::string& file);
 /// The file's text for `entries` (sorted, schema header, trailing newline).
 std::string serialise_cache(std::vector<Entry> entries);
@@ -93,13 +104,25 @@ class CacheFile {
   explicit CacheFile(std::filesystem::path path);
   const std::filesystem::path& path() const { return path_; }
 
-  /// Every entry; empty when the file does not exist. Throws kCache on a bad file.
+  /// Every entry; empty when the file does not exist (a cache about to be
+  /// written). Throws kCache on a bad file, kInvalidInput when the path is a
+  /// directory or another non-regular file.
   std::vector<Entry> load() const;
+  /// load() of a file given as an input (`cache show`, merge inputs,
+  /// `bench --cache`): a missing file is kInvalidInput, not an empty cache.
+  std::vector<Entry> load_input() const;
+  /// Refuses (kInvalidInput, writing nothing, no lock file) a cache path
+  /// that update() could not write: see writable_target (base/files.hpp).
+  /// Commands call it before long work whose result goes into the cache.
+  void check_writable() const;
   /// Inserts or replaces (same full key: the newer tuning wins) one entry,
   /// filling date and ktune_version when empty.
   void put(Entry entry);
   /// Runs `change` on the entries under the lock and writes the result
-  /// atomically if it returns true. Throws kCache (file untouched) on a bad file.
+  /// atomically if it returns true. A symlinked cache is written through to
+  /// its target, whose `<target>.lock` is taken. Throws kCache (file
+  /// untouched) on a bad file, kInvalidInput (no lock file) when the path is
+  /// not writable (check_writable).
   void update(const std::function<bool(std::vector<Entry>&)>& change);
   /// Merges another file's entries in; returns the count added or replaced.
   std::size_t merge_from(const std::vector<Entry>& incoming);

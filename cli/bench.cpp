@@ -2,10 +2,10 @@
 // other benchmarks register their own subcommands here.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <iostream>
 
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "tuner/bench/adam_bench.hpp"
@@ -37,6 +37,7 @@ void add_bench_command(CLI::App& app, Global& global) {
     const auto tensors = int_list_arg(opts->tensors, "--tensors");
     const auto numels = int_list_arg(opts->numel, "--numel");
     KTUNE_REQUIRE(opts->dtype == "f32" || opts->dtype == "bf16", "--dtype must be f32 or bf16");
+    if (!opts->json_out.empty()) writable_target(opts->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);
     auto runner = tuner::make_gpu_runner();
@@ -49,7 +50,7 @@ void add_bench_command(CLI::App& app, Global& global) {
                                    r.numel, r.eager_ms, r.single_ms, r.fused_ms);
         });
     for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
-    if (!opts->json_out.empty()) std::ofstream(opts->json_out) << report.to_json().dump(2) << "\n";
+    if (!opts->json_out.empty()) write_file_atomic(opts->json_out, report.to_json().dump(2) + "\n");
     std::cout << (global.json ? report.to_json().dump(2) + "\n" : report.markdown());
   });
   add_bench_e2e_command(*bench, global);

@@ -3,10 +3,10 @@
 // avg/std in seconds), or as JSON.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <iostream>
 
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "model/bench_e2e.hpp"
@@ -64,13 +64,16 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                                           "mean and std over trials");
   cmd->add_option("--backend", o->e.backend, "Backend: cpu")->capture_default_str();
   add_model_options(cmd, o->m);
-  cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")->capture_default_str();
-  cmd->add_option("--trials", o->e.trials, "Timed steps")->capture_default_str();
+  cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--trials", o->e.trials, "Timed steps")->check(CLI::PositiveNumber)->capture_default_str();
   auto* fo = cmd->add_flag("--forward-only", o->forward_only, "Time the forward pass only");
   cmd->add_flag("--with-optimizer", o->with_optimizer, "Also time the AdamW step")->excludes(fo);
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file");
   cmd->callback([o, &global] {
+    if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     model::E2eOptions e = o->e;
     e.model = model_from_args(o->m);
     e.shape = shape_from_args(o->m, 128, 4);
@@ -80,7 +83,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                                    : model::E2ePasses::kForwardBackward;
     const auto result = model::bench_e2e(e);
     const auto j = model::to_json(result);
-    if (!o->json_out.empty()) std::ofstream(o->json_out) << j.dump(2) << "\n";
+    if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
     std::cout << (global.json ? j.dump(2) + "\n" : markdown(result));
   });
 }

@@ -47,14 +47,10 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), fp32, "
                                              "planned without allocating");
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
-  cmd->add_option("--d-model", o->m.d_model, "Override d_model");
-  cmd->add_option("--d-ff", o->m.d_ff, "Override d_ff");
-  cmd->add_option("--layers", o->m.layers, "Override the number of blocks");
-  cmd->add_option("--heads", o->m.heads, "Override the number of heads");
-  cmd->add_option("--vocab", o->m.vocab, "Override the vocabulary size");
+  add_size_options(cmd, o->m);
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
-  cmd->add_option("--batch", o->m.batch, "Batch size (default 4)");
-  cmd->add_option("--threads", o->m.threads, "CPU threads (per-thread scratch; default: all)");
+  cmd->add_option("--batch", o->m.batch, "Batch size (default 4)")->check(CLI::PositiveNumber);
+  add_threads_option(cmd, o->m);
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     const auto ctxs = int_list_arg(o->ctx, "--ctx");

@@ -45,7 +45,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   show->add_option("file", args->file, "Cache file")->required();
   add_filter_options(show, args->filter);
   show->callback([args, &global] {
-    const auto entries = cache::CacheFile(args->file).load();
+    const auto entries = cache::CacheFile(args->file).load_input();
     nlohmann::json j = nlohmann::json::array();
     std::size_t shown = 0;
     if (!global.json)
@@ -70,13 +70,19 @@ void add_cache_command(CLI::App& app, Global& global) {
   merge->add_option("--into", args->file, "Cache file to merge into (created if missing)")->required();
   merge->add_option("inputs", args->inputs, "Cache files to merge in")->required();
   merge->callback([args] {
-    cache::CacheFile into(args->file);
-    for (const auto& input : args->inputs) {
-      const auto incoming = cache::CacheFile(input).load();  // a bad input stops before anything is written
-      const auto changed = into.merge_from(incoming);
-      std::cout << fmt::format("{}: {} entries, {} added or replaced in {}\n", input, incoming.size(), changed,
-                               args->file);
-    }
+    // All or nothing: every input is read and checked before the one write.
+    std::vector<std::vector<cache::Entry>> incoming;
+    for (const auto& input : args->inputs) incoming.push_back(cache::CacheFile(input).load_input());
+    std::vector<std::size_t> changed(incoming.size(), 0);
+    cache::CacheFile(args->file).update([&](std::vector<cache::Entry>& entries) {
+      const std::size_t collapsed = cache::collapse_duplicates(entries);
+      std::size_t total = 0;
+      for (std::size_t i = 0; i < incoming.size(); ++i) total += changed[i] = cache::merge_entries(entries, incoming[i]);
+      return total > 0 || collapsed > 0;
+    });
+    for (std::size_t i = 0; i < incoming.size(); ++i)
+      std::cout << fmt::format("{}: {} entries, {} added or replaced in {}\n", args->inputs[i], incoming[i].size(),
+                               changed[i], args->file);
   });
 
   auto* prune = cmd->add_subcommand("prune", "Drop superseded or out-of-date entries");
@@ -91,6 +97,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     args->prune.superseded = !args->keep_superseded;
     std::size_t dropped = 0;
     cache::CacheFile file(args->file);
+    file.load_input();  // a missing file is an error, not an empty cache
     file.update([&](std::vector<cache::Entry>& entries) {
       dropped = cache::prune_entries(entries, args->prune);
       return dropped > 0;
@@ -104,7 +111,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   add_filter_options(exp, args->filter);
   exp->callback([args] {
     std::vector<cache::Entry> selected;
-    for (const auto& e : cache::CacheFile(args->file).load())
+    for (const auto& e : cache::CacheFile(args->file).load_input())
       if (args->filter.matches(e)) selected.push_back(e);
     const std::string text = cache::serialise_cache(selected);
     if (args->out.empty()) {

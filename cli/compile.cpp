@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "tuner/compile/compile_check.hpp"
 
 namespace ktune::cli {
@@ -25,9 +26,11 @@ void add_compile_command(CLI::App& app, Global& global) {
   cmd->add_option("--family", opts->families, "Families to compile (repeatable); default: every family");
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
   cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
-  cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class");
+  cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", opts->check.seed, "Seed of --sample")->capture_default_str();
-  cmd->add_option("--threads", opts->check.threads, "Parallel compilations (default: KTUNE_COMPILE_THREADS or cores)");
+  cmd->add_option("--threads", opts->check.threads, "Parallel compilations (default: KTUNE_COMPILE_THREADS or cores)")
+      ->check(thread_count());
   cmd->add_flag("--quiet", opts->quiet, "Print only failures and the summary line");
   cmd->add_flag("--no-cache", opts->no_cache, "Ignore the on-disk binary cache");
   cmd->callback([opts, &global] {

@@ -2,7 +2,6 @@
 // --dump the per-parameter gradient norms as JSON.
 #include <fmt/format.h>
 
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -28,6 +27,7 @@ void add_eval_command(CLI::App& app, Global& global) {
   cmd->add_option("--dump", o->dump, "Write the loss and per-parameter gradient norms to this JSON file");
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
+    if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
     model::RunOptions r = o->r;
     r.model = model_from_args(o->m);
     r.shape = shape_from_args(o->m, 32, 4);

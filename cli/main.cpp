@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 #include "cli/commands.hpp"
 
 int main(int argc, char** argv) {
@@ -41,6 +42,11 @@ int main(int argc, char** argv) {
     }
     std::cerr << "ktune: " << e.what() << "\n";
     return e.kind() == ktune::ErrorKind::kInvalidInput ? 2 : 1;
+  } catch (const nlohmann::json::exception& e) {
+    // A JSON value of the wrong type that escaped a check: an internal error,
+    // said without nlohmann's exception id.
+    std::cerr << "ktune: internal error: " << ktune::json_error_reason(e) << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "ktune: internal error: " << e.what() << "\n";
     return 1;

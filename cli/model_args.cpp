@@ -3,23 +3,32 @@
 
 #include <fmt/format.h>
 
-#include <thread>
+#include "base/env.hpp"
+#include "cli/options.hpp"
 
 namespace ktune::cli {
 
-void add_model_options(CLI::App* cmd, ModelArgs& a, bool shape, bool threads) {
+void add_size_options(CLI::App* cmd, ModelArgs& a) {
+  cmd->add_option("--d-model", a.d_model, "Override d_model")->check(CLI::PositiveNumber);
+  cmd->add_option("--d-ff", a.d_ff, "Override d_ff")->check(CLI::PositiveNumber);
+  cmd->add_option("--layers", a.layers, "Override the number of blocks")->check(CLI::PositiveNumber);
+  cmd->add_option("--heads", a.heads, "Override the number of heads")->check(CLI::PositiveNumber);
+  cmd->add_option("--vocab", a.vocab, "Override the vocabulary size")->check(CLI::PositiveNumber);
+}
+
+void add_threads_option(CLI::App* cmd, ModelArgs& a) {
+  cmd->add_option("--threads", a.threads, "CPU threads (default: all)")->check(thread_count());
+}
+
+void add_model_options(CLI::App* cmd, ModelArgs& a, bool shape) {
   cmd->add_option("--model", a.model,
                   fmt::format("Model size: {}", fmt::join(model::model_names(), ", ")))->capture_default_str();
-  cmd->add_option("--d-model", a.d_model, "Override d_model");
-  cmd->add_option("--d-ff", a.d_ff, "Override d_ff");
-  cmd->add_option("--layers", a.layers, "Override the number of blocks");
-  cmd->add_option("--heads", a.heads, "Override the number of heads");
-  cmd->add_option("--vocab", a.vocab, "Override the vocabulary size");
+  add_size_options(cmd, a);
   if (shape) {
-    cmd->add_option("--ctx", a.ctx, "Context length");
-    cmd->add_option("--batch", a.batch, "Batch size");
+    cmd->add_option("--ctx", a.ctx, "Context length")->check(CLI::PositiveNumber);
+    cmd->add_option("--batch", a.batch, "Batch size")->check(CLI::PositiveNumber);
   }
-  if (threads) cmd->add_option("--threads", a.threads, "CPU threads (default: all)");
+  add_threads_option(cmd, a);
 }
 
 model::ModelConfig model_from_args(const ModelArgs& a) {
@@ -47,8 +56,6 @@ model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, st
   return s;
 }
 
-unsigned threads_from_args(const ModelArgs& a) {
-  return a.threads ? a.threads : std::max(1u, std::thread::hardware_concurrency());
-}
+unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }
 
 }  // namespace ktune::cli

@@ -9,6 +9,8 @@
 
 namespace ktune::cli {
 
+// 0 marks an option that was not given (its default applies); the options
+// themselves refuse 0 and negative values, so 0 is never a silent default.
 struct ModelArgs {
   std::string model = "tiny";
   std::int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 0;  // 0: the named model's
@@ -16,9 +18,15 @@ struct ModelArgs {
   unsigned threads = 0;                                                  // 0: all hardware threads
 };
 
-/// Adds --model, --d-model, --d-ff, --layers, --heads, --vocab (and, when
-/// `shape`, --ctx, --batch; when `threads`, --threads) to `cmd`.
-void add_model_options(CLI::App* cmd, ModelArgs& args, bool shape = true, bool threads = true);
+/// Adds --model, the size overrides (add_size_options), and, when `shape`,
+/// --ctx, --batch, and --threads (cli/options.hpp's thread_count()) to `cmd`.
+void add_model_options(CLI::App* cmd, ModelArgs& args, bool shape = true);
+
+/// Adds --d-model, --d-ff, --layers, --heads, --vocab: positive integers.
+void add_size_options(CLI::App* cmd, ModelArgs& args);
+
+/// Adds --threads (1..env::kMaxThreads; not given: every hardware thread).
+void add_threads_option(CLI::App* cmd, ModelArgs& args);
 
 /// The named model with the size flags applied (named "custom" when one
 /// changed it); throws kInvalidInput for an unknown name or a bad size.

@@ -1,17 +1,42 @@
 #include "cli/options.hpp"
 
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
 #include <sstream>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 
 namespace ktune::cli {
 
 nlohmann::json parse_json_arg(const std::string& text, const std::string& what) {
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw_error(ErrorKind::kInvalidInput, what + " is not valid JSON: '" + text + "' (" + e.what() + ")");
-  }
+  return parse_json_input(text, what, ErrorKind::kInvalidInput);
+}
+
+CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        long long n = 0;
+        if (!CLI::detail::lexical_cast(text, n) || n < 1 || n > env::kMaxThreads)
+          return fmt::format("must be an integer in 1..{}, got '{}'", env::kMaxThreads, excerpt(text));
+        return {};
+      },
+      fmt::format("INT in 1..{}", env::kMaxThreads));
+}
+
+CLI::Validator finite_in(double lo, double hi, bool lo_open, bool hi_open) {
+  const std::string interval = fmt::format("{}{:g}, {:g}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = std::numeric_limits<double>::quiet_NaN();
+        const bool parsed = CLI::detail::lexical_cast(text, v);
+        const bool inside = parsed && std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+        return inside ? std::string() : fmt::format("must be a finite number in {}, got '{}'", interval, excerpt(text));
+      },
+      "NUMBER in " + interval);
 }
 
 templates::Problem problem_arg(const templates::Family& family, const std::string& text) {

@@ -1,6 +1,7 @@
 // Parsing helpers shared by the subcommands: a family's config and problem
 // from the command line, with the family's defaults filled in.
 #pragma once
+#include <CLI/CLI.hpp>
 #include <string>
 
 #include "templates/family.hpp"
@@ -17,6 +18,14 @@ templates::Problem problem_arg(const templates::Family& family, const std::strin
 /// checked against the space and the family's constraints for `limits`.
 Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
                   const templates::DeviceLimits& limits);
+
+/// Check of a thread or worker count option: 1..env::kMaxThreads, the bound
+/// every pool and knob shares.
+CLI::Validator thread_count();
+
+/// Check of a real-valued option: a finite number (never nan or inf) within
+/// [lo, hi], either end open when asked; the message names the interval.
+CLI::Validator finite_in(double lo, double hi, bool lo_open = false, bool hi_open = false);
 
 /// Comma-separated integers ("1,2,4"); throws kInvalidInput naming `what`.
 std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "search/replay_study.hpp"
 
 namespace ktune::cli {
@@ -46,9 +47,10 @@ void add_replay_command(CLI::App& app, Global& global) {
   cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated")->capture_default_str();
   cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100) or recorded time (600s)")
       ->capture_default_str();
-  cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->capture_default_str();
+  cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")->capture_default_str();
   cmd->add_option("--target", args->target, "Fraction of the optimum for the evaluations-to-target column")
+      ->check(finite_in(0, 1, true, false))
       ->capture_default_str();
   cmd->callback([args, &global] {
     search::ReplayEvaluator evaluator(args->dataset);

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
+#include "base/files.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
+#include "cli/options.hpp"
 #include "model/train.hpp"
 
 namespace ktune::cli {
@@ -19,18 +22,26 @@ void add_train_command(CLI::App& app, Global& global) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM on the cpu backend, printing the loss per step");
   add_model_options(cmd, o->m);
-  cmd->add_option("--steps", o->t.steps, "Optimizer steps")->capture_default_str();
+  cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
   cmd->add_option("--tokens", o->t.tokens_file, "Raw uint16 token file (default: a synthetic learnable stream)");
-  cmd->add_option("--lr", o->t.hyper.lr, "AdamW learning rate")->capture_default_str();
-  cmd->add_option("--beta1", o->t.hyper.beta1, "AdamW beta1")->capture_default_str();
-  cmd->add_option("--beta2", o->t.hyper.beta2, "AdamW beta2")->capture_default_str();
-  cmd->add_option("--eps", o->t.hyper.eps, "AdamW epsilon")->capture_default_str();
-  cmd->add_option("--weight-decay", o->t.hyper.weight_decay, "AdamW decoupled weight decay")->capture_default_str();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  cmd->add_option("--lr", o->t.hyper.lr, "AdamW learning rate")->check(finite_in(0, kInf, false, true))
+      ->capture_default_str();
+  cmd->add_option("--beta1", o->t.hyper.beta1, "AdamW beta1")->check(finite_in(0, 1, false, true))
+      ->capture_default_str();
+  cmd->add_option("--beta2", o->t.hyper.beta2, "AdamW beta2")->check(finite_in(0, 1, false, true))
+      ->capture_default_str();
+  cmd->add_option("--eps", o->t.hyper.eps, "AdamW epsilon")->check(finite_in(0, kInf, true, true))
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", o->t.hyper.weight_decay, "AdamW decoupled weight decay")
+      ->check(finite_in(0, kInf, false, true))
+      ->capture_default_str();
   cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
+    if (!o->t.save.empty()) writable_target(o->t.save, "--save");  // before the training, not after
     model::TrainOptions t = o->t;
     t.model = model_from_args(o->m);
     t.shape = shape_from_args(o->m, 32, 4);

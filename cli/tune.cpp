@@ -11,12 +11,13 @@
 #include <thread>
 
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/step_kernels.hpp"
-#include "search/kt_format.hpp"
+#include "search/kernel_tuner_format.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "tuner/run/emu_runner.hpp"
@@ -92,6 +93,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     KTUNE_REQUIRE(requests.size() == 1 || opts->export_kt.empty(), "--export-kt takes one --family, not --model");
     cache::CacheFile cache_file(opts->cache);
     cache_file.load();  // a corrupt cache file stops us before the search, not after
+    cache_file.check_writable();  // so does one the winner could not be written to
+    if (!opts->export_kt.empty()) writable_target(opts->export_kt, "--export-kt");
     opts->tune.run.time = true;
     // One core stays with the runner, the rest compile ahead of it.
     opts->tune.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
@@ -136,7 +139,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       }
       cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
       if (!opts->export_kt.empty()) {
-        search::KtHeader header;
+        search::KernelTunerHeader header;
         header.device_name = runner->device().name;
         header.kernel_name = family.name();
         header.problem_size = problem.to_json()["dims"];

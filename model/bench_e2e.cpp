@@ -1,6 +1,7 @@
 // End-to-end benchmark on the cpu backend (see bench_e2e.hpp).
 #include "model/bench_e2e.hpp"
 
+
 #include "base/stamp.hpp"
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "model/memory_plan.hpp"
 #include "model/optimizer.hpp"
 #include "model/transformer.hpp"
 
@@ -74,7 +76,10 @@ E2eResult bench_e2e(const E2eOptions& o) {
   KTUNE_REQUIRE(o.warmup >= 0, fmt::format("warm-up steps must be >= 0, got {}", o.warmup));
   const bool backward = o.passes != E2ePasses::kForward;
   const bool optimizer = o.passes == E2ePasses::kStep;
-  Transformer<float> model(o.model, o.shape, backward ? Mode::kTrain : Mode::kForwardOnly, o.threads);
+  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  require_host_memory(plan, optimizer ? plan.peak_step() : backward ? plan.peak_forward_backward() : plan.peak_forward(),
+                      "benchmarking");
+  Transformer<float> model(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly, o.threads);
   std::unique_ptr<AdamW> opt;
   if (optimizer) opt = std::make_unique<AdamW>(model.layout().total, templates::adamw::AdamwHyper{});
 

@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <limits>
+
+#include "base/error.hpp"
+#include "base/host_memory.hpp"
 #include "templates/attention/reference.hpp"
 
 namespace ktune::model {
@@ -83,6 +87,19 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
 MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes) {
   m.validate();
   r.validate();
+  {
+    // A generous over-estimate of every buffer, in floating point: sizes whose
+    // plan could wrap std::int64_t are refused before the exact sums below.
+    using F = long double;
+    const F N = F(r.batch) * r.context, C = m.d_model, FF = m.d_ff, S = r.context;
+    const F per_layer = N * (16 * C + 4 * FF + 4) + F(r.batch) * m.heads * S * S + 4 * C * C + 3 * C * FF;
+    const F elements = F(m.layers) * per_layer + N * (F(m.vocab) + 8 * C + 8) + 2 * F(m.vocab) * C +
+                       F(threads) * (4 * S * (S + C) + C) + S * C;
+    KTUNE_REQUIRE(elements * element_bytes * 8 < F(std::numeric_limits<std::int64_t>::max()),
+                  fmt::format("model {} at context {}, batch {} would need more than 2^60 bytes; use a smaller "
+                              "model, context or batch",
+                              m.name, r.context, r.batch));
+  }
   MemoryPlan p;
   p.model = m;
   p.shape = r;
@@ -112,6 +129,11 @@ std::int64_t MemoryPlan::peak_forward_backward() const {
 }
 
 std::int64_t MemoryPlan::peak_step() const { return peak_forward_backward() + optimizer_state; }
+
+void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::string& run) {
+  ktune::require_host_memory(peak, fmt::format("{} model {} at context {}, batch {}", run, plan.model.name,
+                                               plan.shape.context, plan.shape.batch));
+}
 
 std::string format_bytes(std::int64_t bytes) {
   const double b = static_cast<double>(bytes);

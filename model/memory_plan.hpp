@@ -84,8 +84,16 @@ struct MemoryPlan {
   std::int64_t peak_step() const;              ///< forward + backward + AdamW
 };
 
-/// Plans the buffers of a run without allocating anything.
+/// Plans the buffers of a run without allocating anything. Throws
+/// kInvalidInput when the sizes are so large that the plan's byte counts
+/// would not fit std::int64_t.
 MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes = 4);
+
+/// Refuses, before anything is allocated, a run whose planned `peak` (one of
+/// the plan's peaks) exceeds the host memory available: kInvalidInput, one
+/// line with `run` ("training", "evaluating", ...), the model and shape, and
+/// the bytes needed vs available.
+void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::string& run);
 
 /// Human-readable size: "1.23 GiB", "456.0 MiB", "12.0 KiB", "7 B".
 std::string format_bytes(std::int64_t bytes);

@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_input.hpp"
 
 namespace ktune::model {
 
@@ -45,12 +46,9 @@ TensorFile parse_safetensors(const std::string& bytes, const std::string& name) 
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | static_cast<unsigned char>(bytes[i]);
   if (header_len > bytes.size() - 8) bad(fmt::format("header length {} exceeds the file", header_len));
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes.substr(8, header_len));
-  } catch (const nlohmann::json::exception& e) {
-    bad(std::string("header is not JSON: ") + e.what());
-  }
+  const nlohmann::json header = parse_json_input(std::string_view(bytes).substr(8, header_len),
+                                                 fmt::format("the header of safetensors file {}", name),
+                                                 ErrorKind::kInvalidInput);
   if (!header.is_object()) bad("header is not a JSON object");
   const std::uint64_t data_start = 8 + header_len;
   const std::uint64_t data_size = bytes.size() - data_start;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model/data.hpp"
+#include "model/memory_plan.hpp"
 #include "model/optimizer.hpp"
 #include "model/transformer.hpp"
 #include "model/weights.hpp"
@@ -28,7 +29,9 @@ void start_weights(Transformer<float>& m, const RunOptions& o) {
 }  // namespace
 
 std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(const StepRecord&)>& on_step) {
-  Transformer<float> model(o.model, o.shape, Mode::kTrain, o.threads);
+  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  require_host_memory(plan, plan.peak_step(), "training");
+  Transformer<float> model(o.model, o.shape, Allocation::kTrain, o.threads);
   start_weights(model, o);
   const TokenStream stream = stream_for(o);
   AdamW opt(model.layout().total, o.hyper);
@@ -52,7 +55,9 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
 }
 
 EvalResult evaluate(const RunOptions& o, bool gradients) {
-  Transformer<float> model(o.model, o.shape, gradients ? Mode::kTrain : Mode::kForwardOnly, o.threads);
+  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  require_host_memory(plan, gradients ? plan.peak_forward_backward() : plan.peak_forward(), "evaluating");
+  Transformer<float> model(o.model, o.shape, gradients ? Allocation::kTrain : Allocation::kForwardOnly, o.threads);
   start_weights(model, o);
   const TokenStream stream = stream_for(o);
   std::mt19937_64 rng(o.seed);

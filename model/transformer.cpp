@@ -11,11 +11,11 @@
 namespace ktune::model {
 
 template <class T>
-Transformer<T>::Transformer(const ModelConfig& config, const RunShape& shape, Mode mode, unsigned threads)
-    : config_(config), shape_(shape), mode_(mode), parallel_(threads) {
+Transformer<T>::Transformer(const ModelConfig& config, const RunShape& shape, Allocation allocation, unsigned threads)
+    : config_(config), shape_(shape), allocation_(allocation), parallel_(threads) {
   config_.validate();
   shape_.validate();
-  const bool train = mode_ == Mode::kTrain;
+  const bool train = allocation_ == Allocation::kTrain;
   layout_ = parameter_layout(config_);
   plan_ = plan_memory(config_, shape_, parallel_.threads(), sizeof(T));
   ll_ = layer_layout(config_, shape_);
@@ -45,7 +45,7 @@ std::span<T> Transformer<T>::parameter(const std::string& name) {
 
 template <class T>
 std::span<T> Transformer<T>::gradient(const std::string& name) {
-  KTUNE_REQUIRE(mode_ == Mode::kTrain, "a forward-only model has no gradients");
+  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no gradients");
   const auto& info = layout_.find(name);
   return std::span<T>(grads_).subspan(info.offset, info.numel);
 }
@@ -57,7 +57,7 @@ void Transformer<T>::init_parameters(std::uint64_t seed) {
 
 template <class T>
 T* Transformer<T>::act(std::int64_t layer) {
-  return layer_acts_.data() + (mode_ == Mode::kTrain ? layer : 0) * ll_.size;
+  return layer_acts_.data() + (allocation_ == Allocation::kTrain ? layer : 0) * ll_.size;
 }
 
 template <class T>

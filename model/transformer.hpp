@@ -19,7 +19,7 @@
 namespace ktune::model {
 
 /// What a model instance is allocated for.
-enum class Mode {
+enum class Allocation {
   kForwardOnly,  ///< one block's activations, reused by every block; no gradients
   kTrain,        ///< every block's activations kept, gradients and backward workspace
 };
@@ -29,14 +29,14 @@ class Transformer {
  public:
   /// Allocates every buffer of the plan for (config, shape, threads).
   /// Parameters start at the CS336 initialisation with seed 0.
-  Transformer(const ModelConfig& config, const RunShape& shape, Mode mode, unsigned threads);
+  Transformer(const ModelConfig& config, const RunShape& shape, Allocation allocation, unsigned threads);
   ~Transformer();
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
 
   const ModelConfig& config() const { return config_; }
   const RunShape& shape() const { return shape_; }
-  Mode mode() const { return mode_; }
+  Allocation allocation() const { return allocation_; }
   const ParameterLayout& layout() const { return layout_; }
   const MemoryPlan& plan() const { return plan_; }
   unsigned threads() const { return parallel_.threads(); }
@@ -60,11 +60,11 @@ class Transformer {
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
 
   /// Writes the gradients of the last forward's mean loss (overwriting, not
-  /// accumulating). Needs Mode::kTrain and a forward first.
+  /// accumulating). Needs Allocation::kTrain and a forward first.
   void backward();
 
   /// Bytes this instance allocated (parameters, gradients, activations,
-  /// workspace, inputs): equals the plan's peak for its mode.
+  /// workspace, inputs): equals the plan's peak for its allocation.
   std::int64_t allocated_bytes() const;
 
  private:
@@ -77,7 +77,7 @@ class Transformer {
 
   ModelConfig config_;
   RunShape shape_;
-  Mode mode_;
+  Allocation allocation_;
   Parallel parallel_;
   ParameterLayout layout_;
   MemoryPlan plan_;

@@ -36,7 +36,7 @@ void Transformer<T>::norm_backward(const T* x, const T* w, const T* rstd, const 
 
 template <class T>
 void Transformer<T>::backward() {
-  KTUNE_REQUIRE(mode_ == Mode::kTrain, "backward needs a model built for training, not forward-only");
+  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
   const std::int64_t N = shape_.tokens(), C = config_.d_model, V = config_.vocab;

@@ -4,6 +4,7 @@
 #pragma once
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "base/space.hpp"
 
@@ -16,6 +17,7 @@ struct Outcome {
   double time_ms = std::numeric_limits<double>::infinity();  ///< median
   double p20_ms = std::numeric_limits<double>::infinity();
   double p80_ms = std::numeric_limits<double>::infinity();
+  std::vector<double> samples_ms;  ///< every timed repetition, in order; empty when the evaluator kept none
   std::string failure;  ///< why it failed: "compile: ...", "validation: ...", "timeout", ...
   double cost_s = 0;    ///< seconds the evaluation cost (compile + benchmark), for time budgets
 };

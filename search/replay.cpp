@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "base/error.hpp"
-#include "search/kt_format.hpp"
+#include "search/kernel_tuner_format.hpp"
 #include "search/winner.hpp"
 
 namespace ktune::search {
@@ -74,6 +74,7 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
       if (entry.contains("times") && entry["times"].is_array())
         for (const auto& x : entry["times"])
           if (x.is_number()) times.push_back(x.get<double>());
+      o.samples_ms = times;
       std::sort(times.begin(), times.end());
       o.p20_ms = times.empty() ? o.time_ms : percentile(times, 0.2);
       o.p80_ms = times.empty() ? o.time_ms : percentile(times, 0.8);

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -153,4 +154,161 @@ TEST_CASE("the golden v1 file still loads", "[cache]") {
   REQUIRE(entries.size() == 2);
   CHECK(entries[0].key.family == "adamw");
   CHECK(entries[0].repetitions == 100);
+}
+
+namespace {
+// The kind and message of what `action` throws; kInternal with "" when nothing.
+std::pair<ktune::ErrorKind, std::string> error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const ktune::Error& e) {
+    return {e.kind(), e.what()};
+  }
+  return {ktune::ErrorKind::kInternal, ""};
+}
+
+std::string golden_text() {
+  return ktune::read_file(std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json");
+}
+}  // namespace
+
+TEST_CASE("values a cache file cannot hold are refused, never wrapped or misread", "[cache]") {
+  auto doc = nlohmann::json::parse(golden_text());
+  std::string expect;
+  SECTION("a dim above INT64_MAX") {
+    doc["entries"][0]["key"]["dims"]["numel"] = 10000000000000000000ull;
+    expect = "shape dimension 'numel'";
+  }
+  SECTION("a negative dim") {
+    doc["entries"][0]["key"]["dims"]["numel"] = -1;
+    expect = "shape dimension 'numel'";
+  }
+  SECTION("schema_version 2^32 + 1") {
+    doc["schema_version"] = 4294967297ull;
+    expect = "schema version 4294967297";
+  }
+  SECTION("a schema_version above INT64_MAX") {
+    doc["schema_version"] = 18446744073709551615ull;
+    expect = "no integer schema_version";
+  }
+  SECTION("a non-string format") {
+    doc["format"] = 7;
+    expect = "is not a ktune tuned cache";
+  }
+  SECTION("a negative time") {
+    doc["entries"][0]["time_ms"] = -0.5;
+    expect = "'time_ms' must be a finite number >= 0";
+  }
+  SECTION("a negative percentile") {
+    doc["entries"][1]["p20_ms"] = -1;
+    expect = "'p20_ms'";
+  }
+  SECTION("negative repetitions") {
+    doc["entries"][1]["repetitions"] = -100;
+    expect = "'repetitions'";
+  }
+  const auto [kind, what] = error_of([&] { parse_cache(doc.dump(), "t.json"); });
+  CHECK(kind == ktune::ErrorKind::kCache);
+  CHECK_THAT(what, Catch::Contains(expect) && Catch::Contains("t.json") && !Catch::Contains("json.exception"));
+}
+
+TEST_CASE("duplicate entries collapse on merge: a file merged into its own copy adds nothing", "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-duplicates");
+  Entry a = make_entry("f32;numel=8;tensors=4", 8, 1.0);
+  Entry worse = a;
+  worse.spread = 0.5;  // same key, same interval, worse measured
+  std::vector<Entry> with_duplicates{worse, a, make_entry("f32;numel=16;tensors=4", 16)};
+  const std::string text = serialise_cache(with_duplicates);
+  write_text(dir / "a.json", text);
+  write_text(dir / "copy.json", text);
+  const auto incoming = CacheFile(dir / "copy.json").load();
+  REQUIRE(incoming.size() == 3);
+  CHECK(CacheFile(dir / "a.json").merge_from(incoming) == 0);
+  const auto merged = CacheFile(dir / "a.json").load();
+  REQUIRE(merged.size() == 2);  // the duplicate went, the better-measured one stayed
+  for (const auto& e : merged)
+    if (e.key.problem_key == a.key.problem_key) CHECK(e.spread == a.spread);
+  std::vector<Entry> into;
+  CHECK(merge_entries(into, incoming) == 2);  // keys, not rows
+  CHECK(into.size() == 2);
+}
+
+TEST_CASE("hostile cache files: too big or too deep is one kCache error, quickly", "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-hostile");
+  {
+    std::ofstream(dir / "big.json") << "{";
+    std::filesystem::resize_file(dir / "big.json", kMaxCacheFileBytes + 1);  // sparse: costs no disk
+  }
+  auto [kind, what] = error_of([&] { CacheFile(dir / "big.json").load(); });
+  CHECK(kind == ktune::ErrorKind::kCache);
+  CHECK_THAT(what, Catch::Contains("more than the 67108864"));
+
+  auto doc = nlohmann::json::parse(golden_text());
+  std::string deep = doc.dump();
+  std::string nest;
+  for (int i = 0; i < 100000; ++i) nest += "{\"x\":";
+  nest += "1" + std::string(100000, '}');
+  deep.replace(deep.find("{\"block\":256,\"vec\":4}"), std::string("{\"block\":256,\"vec\":4}").size(), nest);
+  write_text(dir / "deep.json", deep);
+  std::tie(kind, what) = error_of([&] { CacheFile(dir / "deep.json").load(); });
+  CHECK(kind == ktune::ErrorKind::kCache);
+  CHECK_THAT(what, Catch::Contains("nested deeper than"));
+  std::tie(kind, what) = error_of([&] { CacheFile(dir / "deep.json").merge_from({make_entry("f32;numel=1", 1)}); });
+  CHECK(kind == ktune::ErrorKind::kCache);
+  CHECK(ktune::read_file(dir / "deep.json") == deep);
+
+  // An unterminated string is quoted by a short excerpt, not echoed whole.
+  write_text(dir / "open.json", "{\"format\": \"" + std::string(1 << 20, 'a'));
+  std::tie(kind, what) = error_of([&] { CacheFile(dir / "open.json").load(); });
+  CHECK(kind == ktune::ErrorKind::kCache);
+  CHECK(what.size() < 600);
+}
+
+TEST_CASE("one file policy for cache writers: directory, read-only, symlink, missing folder", "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-files");
+  const Entry e = make_entry("f32;numel=2;tensors=4", 2);
+  namespace fs = std::filesystem;
+
+  SECTION("a directory is a clear error and gets no lock beside it") {
+    fs::create_directory(dir / "d.json");
+    for (auto action : std::vector<std::function<void()>>{[&] { CacheFile(dir / "d.json").put(e); },
+                                                          [&] { CacheFile(dir / "d.json").load(); },
+                                                          [&] { CacheFile(dir / "d.json").check_writable(); }}) {
+      const auto [kind, what] = error_of(action);
+      CHECK(kind == ktune::ErrorKind::kInvalidInput);
+      CHECK_THAT(what, Catch::Contains("is a directory"));
+    }
+    CHECK_FALSE(fs::exists(dir / "d.json.lock"));
+  }
+  SECTION("a read-only cache is refused, not replaced") {
+    CacheFile(dir / "ro.json").put(e);
+    const std::string before = ktune::read_file(dir / "ro.json");
+    fs::permissions(dir / "ro.json", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+    const auto [kind, what] = error_of([&] { CacheFile(dir / "ro.json").put(make_entry("f32;numel=4", 4)); });
+    CHECK(kind == ktune::ErrorKind::kInvalidInput);
+    CHECK_THAT(what, Catch::Contains("read-only"));
+    CHECK(ktune::read_file(dir / "ro.json") == before);
+    CHECK((fs::status(dir / "ro.json").permissions() & fs::perms::owner_write) == fs::perms::none);
+  }
+  SECTION("a symlinked cache is written through to its target, whose lock is taken") {
+    fs::create_directory(dir / "real");
+    CacheFile(dir / "real" / "tuned.json").put(e);
+    fs::create_symlink("real/tuned.json", dir / "link.json");
+    CacheFile(dir / "link.json").put(make_entry("f32;numel=4;tensors=4", 4));
+    CHECK(fs::is_symlink(dir / "link.json"));
+    CHECK(CacheFile(dir / "real" / "tuned.json").load().size() == 2);
+    CHECK(fs::exists(dir / "real" / "tuned.json.lock"));
+    CHECK_FALSE(fs::exists(dir / "link.json.lock"));
+  }
+  SECTION("a missing parent folder is created") {
+    CacheFile(dir / "new" / "deeper" / "tuned.json").put(e);
+    CHECK(CacheFile(dir / "new" / "deeper" / "tuned.json").load().size() == 1);
+  }
+  SECTION("an input that does not exist is bad input, not an empty cache") {
+    const auto [kind, what] = error_of([&] { CacheFile(dir / "missing.json").load_input(); });
+    CHECK(kind == ktune::ErrorKind::kInvalidInput);
+    CHECK_THAT(what, Catch::Contains("does not exist"));
+    CHECK(CacheFile(dir / "missing.json").load().empty());  // a cache about to be written may be missing
+    CHECK_FALSE(fs::exists(dir / "missing.json.lock"));
+  }
 }

@@ -81,3 +81,121 @@ TEST_CASE("CLI: compile prints the resource table and summary", "[cli]") {
   const auto j = nlohmann::json::parse(out.substr(out.find('{')));
   CHECK(j["failures"] == 0);
 }
+
+namespace {
+// Exit code of `ktune args` and its stderr, which must be one line when it fails with 2.
+int run_bad(const std::string& args, std::string* err) {
+  const int code = run_command("{ " + ktune_exe().string() + " " + args + " >/dev/null; }", err);
+  if (code == 2) CHECK(err->find('\n') + 1 == err->size());
+  return code;
+}
+}  // namespace
+
+TEST_CASE("CLI: thread and worker counts are bounded, 0 is never a silent default", "[cli]") {
+  std::string out;
+  CHECK(run_bad("compile --family adamw_single --threads 2000", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--threads") && Catch::Contains("1..1024"));
+  CHECK(run_bad("compile --family adamw_single --threads 0", &out) == 2);
+  CHECK(run_bad("train --model tiny --steps 1 --threads 0", &out) == 2);
+  CHECK(run_bad("bench e2e --model tiny --ctx 8 --threads 5000", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("1..1024"));
+  CHECK(run_bad("bench memory --model tiny --threads 0", &out) == 2);
+  // The emulation's workers go through the same bound.
+  CHECK(run_bad("bench emu --workers 5000 --blocks 1 --threads 32 --barriers 1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("1..1024"));
+}
+
+TEST_CASE("CLI: a thread the system refuses is a clear error, not a hang", "[cli]") {
+  std::string out;
+  // 1024 threads' stacks do not fit in 3 GB of address space.
+  const int code = run_command("ulimit -v 3000000; timeout 120 " + ktune_exe().string() +
+                                   " compile --family adamw_single --arch sm_80 --threads 1024 --no-cache",
+                               &out);
+  CHECK(code == 2);
+  CHECK_THAT(out, Catch::Contains("cannot start 1024 threads"));
+}
+
+TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]") {
+  std::string out;
+  for (const char* args :
+       {"train --ctx 0", "train --batch 0", "train --heads 0", "train --d-model 0", "train --layers 0",
+        "train --vocab 0", "train --d-ff -4", "train --steps -3", "train --steps 0", "train --lr nan",
+        "train --lr -1", "train --beta2 5", "train --beta1 1", "train --eps 0", "train --weight-decay inf",
+        "eval --ctx 0", "bench e2e --batch 0", "bench e2e --trials 0", "bench memory --heads 0",
+        "compile --sample 0", "replay --dataset x.json --target 2", "replay --dataset x.json --target nan",
+        "replay --dataset x.json --runs 0"}) {
+    INFO(args);
+    CHECK(run_bad(args, &out) == 2);
+    CHECK_THAT(out, !Catch::Contains("json.exception"));
+  }
+  CHECK_THAT(out, Catch::Contains("--runs"));
+  CHECK(run_bad("train --beta2 5", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("[0, 1)"));
+}
+
+TEST_CASE("CLI: JSON errors in --problem and --config carry no exception id and a short excerpt", "[cli]") {
+  std::string out;
+  CHECK(run_bad("render --family adamw --problem '{\"dtype\": \"f32\",'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--problem is not valid JSON") && !Catch::Contains("json.exception"));
+  const std::string long_text(5000, 'x');
+  CHECK(run_bad("render --family adamw --config '{\"threads\": \"" + long_text + "'", &out) == 2);
+  CHECK(out.size() < 400);
+}
+
+TEST_CASE("CLI: output files are checked before the work: unwritable is exit 2, nothing done", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-out");
+  std::ofstream(dir / "plain") << "x";
+  const std::string bad = (dir / "plain" / "sub" / "r.json").string();
+  std::string out;
+  CHECK(run_bad("bench e2e --model tiny --ctx 8 --batch 1 --trials 1 --json-out " + bad, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--json-out"));
+  // Before the device is even looked for.
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " bench adam --json-out " + bad, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--json-out") && !Catch::Contains("no CUDA device"));
+  CHECK(run_bad("train --model tiny --steps 1 --save " + bad, &out) == 2);
+  CHECK(run_bad("eval --model tiny --dump " + bad, &out) == 2);
+  // tune checks its cache before the search, so a winner is never lost to it.
+  CHECK(run_bad("tune --backend emu --family adamw --problem '{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,"
+                "\"numel\":64}}' --cache " + bad, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("cannot write cache file"));
+  CHECK(run_bad("tune --backend emu --family adamw --problem '{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,"
+                "\"numel\":64}}' --cache " + dir.string(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("is a directory"));
+  CHECK_FALSE(std::filesystem::exists(dir.string() + ".lock"));
+}
+
+TEST_CASE("CLI: a model that does not fit in host memory is refused before allocating", "[cli]") {
+  std::string out;
+  for (const char* args : {"train --model xl --ctx 100000 --steps 1", "eval --model xl --ctx 100000",
+                           "bench e2e --model xl --ctx 100000 --trials 1"}) {
+    INFO(args);
+    CHECK(run_bad(args, &out) == 2);
+    CHECK_THAT(out, Catch::Contains("needs") && Catch::Contains("bytes") && Catch::Contains("available"));
+  }
+}
+
+TEST_CASE("CLI: cache commands on missing or bad inputs: exit 2 or 1, one line, nothing written", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-cache");
+  const auto golden = std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json";
+  const std::string missing = (dir / "missing.json").string();
+  const std::string into = (dir / "t.json").string();
+  std::string out;
+  CHECK(run_bad("cache show " + missing, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("does not exist"));
+  CHECK(run_bad("cache export " + missing + " --out " + into, &out) == 2);
+  CHECK(run_bad("cache prune " + missing, &out) == 2);
+  CHECK(run_bad("cache merge " + golden.string() + " " + missing + " --into " + into, &out) == 2);
+  CHECK_FALSE(std::filesystem::exists(into));
+  CHECK_FALSE(std::filesystem::exists(into + ".lock"));
+  CHECK_FALSE(std::filesystem::exists(missing + ".lock"));
+  // All or nothing: a bad second input leaves the target as it was (here: absent).
+  std::ofstream(dir / "bad.json") << "{\"format\": 5}";
+  CHECK(run_ktune("cache merge " + golden.string() + " " + (dir / "bad.json").string() + " --into " + into, &out) ==
+        1);
+  CHECK_THAT(out, Catch::Contains("not a ktune tuned cache") && !Catch::Contains("json.exception"));
+  CHECK_FALSE(std::filesystem::exists(into));
+  // Merging a file into its own copy adds nothing.
+  std::filesystem::copy_file(golden, dir / "copy.json");
+  REQUIRE(run_ktune("cache merge " + golden.string() + " --into " + (dir / "copy.json").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("2 entries, 0 added or replaced"));
+}

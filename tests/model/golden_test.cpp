@@ -18,7 +18,7 @@ void check_against_golden(double tolerance) {
   const std::filesystem::path dir = std::filesystem::path(KTUNE_SOURCE_DIR) / "tests" / "model" / "golden";
   const auto golden = nlohmann::json::parse(ktune::read_file(dir / "tiny.json"));
   const RunShape shape{golden.at("batch_size").get<std::int64_t>(), golden.at("context_length").get<std::int64_t>()};
-  Transformer<T> m(model_config(golden.at("model").get<std::string>()), shape, Mode::kTrain, 2);
+  Transformer<T> m(model_config(golden.at("model").get<std::string>()), shape, Allocation::kTrain, 2);
   load_weights(m, dir / "tiny.safetensors");
   const auto tokens = golden.at("tokens").get<std::vector<std::int32_t>>();
   const auto targets = golden.at("targets").get<std::vector<std::int32_t>>();

@@ -4,6 +4,7 @@
 
 #include "base/error.hpp"
 #include "model/optimizer.hpp"
+#include "model/train.hpp"
 #include "model/transformer.hpp"
 
 using namespace ktune::model;
@@ -26,8 +27,8 @@ TEST_CASE("named configs match the seeds and bad ones are rejected", "[model][co
 TEST_CASE("the memory plan is what the cpu backend allocates", "[model][memory]") {
   const ModelConfig c = model_config("tiny");
   const RunShape shape{3, 16};
-  Transformer<float> train(c, shape, Mode::kTrain, 2);
-  Transformer<float> infer(c, shape, Mode::kForwardOnly, 2);
+  Transformer<float> train(c, shape, Allocation::kTrain, 2);
+  Transformer<float> infer(c, shape, Allocation::kForwardOnly, 2);
   const MemoryPlan p = plan_memory(c, shape, 2);
   CHECK(train.allocated_bytes() == p.peak_forward_backward());
   CHECK(infer.allocated_bytes() == p.peak_forward());
@@ -46,4 +47,32 @@ TEST_CASE("memory plan of xl at ctx 256 has the expected magnitudes", "[model][m
   CHECK(p.peak_step() == p.peak_forward_backward() + p.optimizer_state);
   CHECK(p.peak_forward() < p.peak_forward_backward());
   CHECK(format_bytes(3 * 1024 * 1024) == "3.0 MiB");
+}
+
+TEST_CASE("a run that does not fit in host memory is refused before allocating", "[model][memory]") {
+  // xl at context 100000: the attention probabilities alone are terabytes.
+  const ModelConfig xl = model_config("xl");
+  const MemoryPlan p = plan_memory(xl, RunShape{4, 100000}, 1);
+  try {
+    require_host_memory(p, p.peak_step(), "training");
+    FAIL("expected a refusal");
+  } catch (const ktune::Error& e) {
+    CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+    CHECK_THAT(e.what(), Catch::StartsWith("training model xl at context 100000, batch 4 needs ") &&
+                             Catch::Contains(std::to_string(p.peak_step()) + " bytes") &&
+                             Catch::Contains("available"));
+  }
+  TrainOptions t;
+  t.model = xl;
+  t.shape = RunShape{4, 100000};
+  t.steps = 1;
+  CHECK_THROWS_WITH(train(t), Catch::Contains("needs") && Catch::Contains("available"));
+  CHECK_THROWS_WITH(evaluate(t, false), Catch::Contains("evaluating model xl"));
+  const MemoryPlan tiny = plan_memory(model_config("tiny"), RunShape{4, 32}, 1);
+  CHECK_NOTHROW(require_host_memory(tiny, tiny.peak_step(), "training"));
+  // Sizes whose byte counts would wrap std::int64_t are refused, not planned.
+  ModelConfig huge = xl;
+  huge.d_model = huge.heads = 1 << 30;
+  huge.d_model *= 2;
+  CHECK_THROWS_WITH(plan_memory(huge, RunShape{1 << 20, 1 << 20}, 1), Catch::Contains("2^60 bytes"));
 }

@@ -54,10 +54,10 @@ TEST_CASE("malformed safetensors files give one clear error", "[model][safetenso
 TEST_CASE("model weights save, load, and name what is missing or misshapen", "[model][safetensors]") {
   const auto dir = ktune::test::scratch_dir("weights");
   const RunShape shape{1, 4};
-  Transformer<float> a(model_config("tiny"), shape, Mode::kForwardOnly, 1);
+  Transformer<float> a(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
   a.init_parameters(42);
   save_weights(a, dir / "w.safetensors");
-  Transformer<float> b(model_config("tiny"), shape, Mode::kForwardOnly, 1);
+  Transformer<float> b(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
   load_weights(b, dir / "w.safetensors");
   CHECK(std::equal(a.parameters().begin(), a.parameters().end(), b.parameters().begin()));
   const TensorFile file = read_safetensors(dir / "w.safetensors");

@@ -46,7 +46,7 @@ void jitter_norms(Transformer<T>& m) {
 TEST_CASE("whole-model gradients match central finite differences (fp64, every parameter)",
           "[model][gradcheck]") {
   const RunShape shape{2, 5};
-  Transformer<double> m(micro(), shape, Mode::kTrain, 2);
+  Transformer<double> m(micro(), shape, Allocation::kTrain, 2);
   jitter_norms(m);
   std::vector<std::int32_t> tokens, targets;
   random_tokens(shape.tokens(), m.config().vocab, 3, tokens, targets);
@@ -76,9 +76,9 @@ TEST_CASE("whole-model gradients match central finite differences (fp64, every p
 TEST_CASE("fp32 and fp64 models agree and results do not depend on the thread count", "[model]") {
   const RunShape shape{2, 16};
   ModelConfig c = model_config("tiny");
-  Transformer<double> ref(c, shape, Mode::kTrain, 1);
-  Transformer<float> one(c, shape, Mode::kTrain, 1);
-  Transformer<float> three(c, shape, Mode::kTrain, 3);
+  Transformer<double> ref(c, shape, Allocation::kTrain, 1);
+  Transformer<float> one(c, shape, Allocation::kTrain, 1);
+  Transformer<float> three(c, shape, Allocation::kTrain, 3);
   std::vector<std::int32_t> tokens, targets;
   random_tokens(shape.tokens(), c.vocab, 5, tokens, targets);
   const double l_ref = ref.forward(tokens, targets);
@@ -103,8 +103,8 @@ TEST_CASE("fp32 and fp64 models agree and results do not depend on the thread co
 TEST_CASE("forward-only mode reuses one block's activations and gives the same loss", "[model]") {
   const RunShape shape{3, 8};
   ModelConfig c = model_config("tiny");
-  Transformer<float> train(c, shape, Mode::kTrain, 2);
-  Transformer<float> infer(c, shape, Mode::kForwardOnly, 2);
+  Transformer<float> train(c, shape, Allocation::kTrain, 2);
+  Transformer<float> infer(c, shape, Allocation::kForwardOnly, 2);
   std::vector<std::int32_t> tokens, targets;
   random_tokens(shape.tokens(), c.vocab, 9, tokens, targets);
   CHECK(infer.forward(tokens, targets) == Approx(train.forward(tokens, targets)).epsilon(1e-6));
@@ -114,7 +114,7 @@ TEST_CASE("forward-only mode reuses one block's activations and gives the same l
 
 TEST_CASE("the model rejects wrong input sizes, out-of-vocabulary tokens and backward before forward", "[model]") {
   const RunShape shape{1, 4};
-  Transformer<float> m(model_config("tiny"), shape, Mode::kTrain, 1);
+  Transformer<float> m(model_config("tiny"), shape, Allocation::kTrain, 1);
   std::vector<std::int32_t> tokens(4, 1), targets(4, 2), short_tokens(3, 1);
   CHECK_THROWS_AS(m.backward(), ktune::Error);
   CHECK_THROWS_WITH(m.forward(short_tokens, targets), Catch::Contains("batch*context = 4"));

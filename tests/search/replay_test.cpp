@@ -5,7 +5,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
-#include "search/kt_format.hpp"
+#include "search/kernel_tuner_format.hpp"
 #include "search/replay_study.hpp"
 #include "search/support_search.hpp"
 #include "support.hpp"
@@ -71,6 +71,7 @@ TEST_CASE("search records export to Kernel Tuner's cache format and replay back"
       o.time_ms = 1.0 + static_cast<double>(i);
       o.p20_ms = o.time_ms * 0.99;
       o.p80_ms = o.time_ms * 1.01;
+      if (i == 8) o.samples_ms = {9.2, 8.9, 9.0};  // one record keeps its samples
     }
     records.push_back({i, space.at(i), o});
   }
@@ -81,12 +82,16 @@ TEST_CASE("search records export to Kernel Tuner's cache format and replay back"
     CHECK(doc["tune_params_keys"] == nlohmann::json({"block", "vec"}));
     CHECK(doc["cache"]["128,2"]["time"] == "CompilationFailedConfig");
     CHECK(doc["cache"]["64,1"]["time"] == 1.0);
+    // "times" holds the measured samples, never [p20, median, p80] made up from the summary.
+    CHECK(doc["cache"]["256,4"]["times"] == nlohmann::json({9.2, 8.9, 9.0}));
+    CHECK_FALSE(doc["cache"]["64,1"].contains("times"));
     ReplayEvaluator back(dir / name);
     CHECK(back.recorded() == 9);
     CHECK(back.recorded_failures() == 1);
     CHECK(back.optimum_ms() == 1.0);
     const Outcome o = back.evaluate(space.at(8));
     CHECK(o.time_ms == 9.0);
+    CHECK(o.samples_ms == std::vector<double>{9.2, 8.9, 9.0});
     CHECK(o.cost_s == Approx(0.25));
   }
   // A cache Kernel Tuner was still writing (no closing braces) is closed on read.

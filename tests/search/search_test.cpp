@@ -104,3 +104,21 @@ TEST_CASE("ETA comes from the budget's progress", "[search]") {
   CHECK(etas[0] == Approx(1.5));  // 1 of 4 done at 0.5 s each
   CHECK(etas[3] == 0);
 }
+
+TEST_CASE("configs evaluated first are charged to the budget: a budget of 5 is 5 evaluations in all", "[search]") {
+  ktune::test::BowlEvaluator eval;
+  StrategyContext ctx{&eval.space(), &eval, 0};
+  Exhaustive s(ctx);
+  // As a session does: the default config first.
+  const Config def = cfg(5, 8, 1);
+  std::vector<Record> records;
+  SearchCallbacks cb;
+  cb.on_record = [&](const Record& r) { records.push_back(r); };
+  const auto r = run_search(eval, s, EvaluationBudget(5), cb, {def});
+  CHECK(eval.evaluations == 5);  // the default and 4 of the strategy's
+  CHECK(r.state.evaluations == 5);
+  REQUIRE(records.size() == 5);
+  CHECK(records[0].config == def);
+  CHECK(r.best == def);  // the first one counts for the best too
+  for (const auto& [config, n] : eval.counts) CHECK(n == 1);
+}

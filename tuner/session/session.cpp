@@ -41,6 +41,7 @@ class SessionLog {
  public:
   explicit SessionLog(const std::string& path, bool truncate) : path_(path) {
     if (path.empty()) return;
+    writable_target(path, "session log");  // its folder is made, or one line says why not
     out_.open(path, truncate ? std::ios::trunc : std::ios::app);
     KTUNE_REQUIRE(out_.good(), "cannot open session log " + path);
   }
@@ -132,6 +133,7 @@ class SessionEvaluator final : public search::Evaluator {
       o.time_ms = r.result.timing->median_ms;
       o.p20_ms = r.result.timing->p20_ms;
       o.p80_ms = r.result.timing->p80_ms;
+      o.samples_ms = r.result.timing->samples_ms;
     }
     // A time budget is wall time: everything the evaluation took. A record
     // from an older log without it falls back to compile plus timed runs.

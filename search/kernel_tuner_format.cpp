@@ -1,5 +1,5 @@
 // Kernel Tuner cache files: gzip-aware reading and writing.
-#include "search/kt_format.hpp"
+#include "search/kernel_tuner_format.hpp"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_input.hpp"
 
 namespace ktune::search {
 using nlohmann::json;
@@ -48,7 +49,7 @@ std::string gzip(const std::string& text) {
   return out;
 }
 
-std::string kt_error_string(const std::string& failure) {
+std::string kernel_tuner_error(const std::string& failure) {
   if (failure.rfind("compile", 0) == 0) return "CompilationFailedConfig";
   if (failure.rfind("invalid", 0) == 0 || failure.rfind("pruned", 0) == 0) return "InvalidConfig";
   return "RuntimeFailedConfig";
@@ -57,22 +58,28 @@ std::string kt_error_string(const std::string& failure) {
 
 json read_kernel_tuner_cache(const std::filesystem::path& file) {
   std::string text = read_maybe_gzip(file);
-  json doc = json::parse(text, nullptr, false);
-  if (doc.is_discarded()) {
+  json doc;
+  try {
+    doc = parse_json_input(text, file.string(), ErrorKind::kInvalidInput);
+  } catch (const Error& as_read) {
     // Kernel Tuner appends entries as it goes and closes the object at the
     // end; an interrupted session leaves "...},\n" behind.
     while (!text.empty() && (std::isspace(static_cast<unsigned char>(text.back())) || text.back() == ','))
       text.pop_back();
-    doc = json::parse(text + "}}", nullptr, false);
+    try {
+      doc = parse_json_input(text + "}}", file.string(), ErrorKind::kInvalidInput);
+    } catch (const Error&) {
+      throw as_read;
+    }
   }
-  KTUNE_REQUIRE(!doc.is_discarded() && doc.is_object() && doc.contains("tune_params") &&
+  KTUNE_REQUIRE(doc.is_object() && doc.contains("tune_params") &&
                     doc["tune_params"].is_object() && doc.contains("cache") && doc["cache"].is_object(),
                 fmt::format("{} is not a Kernel Tuner cache file (JSON with \"tune_params\" and \"cache\")",
                             file.string()));
   return doc;
 }
 
-json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& records, const KtHeader& header) {
+json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& records, const KernelTunerHeader& header) {
   json doc = {{"device_name", header.device_name},
               {"kernel_name", header.kernel_name},
               {"problem_size", header.problem_size},
@@ -94,10 +101,9 @@ json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& record
     }
     if (r.outcome.ok) {
       entry["time"] = r.outcome.time_ms;
-      const auto finite_or_median = [&](double v) { return std::isfinite(v) ? v : r.outcome.time_ms; };
-      entry["times"] = {finite_or_median(r.outcome.p20_ms), r.outcome.time_ms, finite_or_median(r.outcome.p80_ms)};
+      if (!r.outcome.samples_ms.empty()) entry["times"] = r.outcome.samples_ms;
     } else {
-      entry["time"] = kt_error_string(r.outcome.failure);
+      entry["time"] = kernel_tuner_error(r.outcome.failure);
     }
     entry["compile_time"] = 0;
     entry["verification_time"] = 0;
@@ -110,7 +116,7 @@ json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& record
 }
 
 void write_kernel_tuner_cache(const std::filesystem::path& file, const Space& space,
-                              const std::vector<Record>& records, const KtHeader& header) {
+                              const std::vector<Record>& records, const KernelTunerHeader& header) {
   const std::string text = to_kernel_tuner_cache(space, records, header).dump(1) + "\n";
   const bool gz = file.extension() == ".gz";
   write_file_atomic(file, gz ? gzip(text) : text);

@@ -20,7 +20,7 @@ namespace ktune::search {
 nlohmann::json read_kernel_tuner_cache(const std::filesystem::path& file);
 
 /// The header fields Kernel Tuner checks when it opens a cache.
-struct KtHeader {
+struct KernelTunerHeader {
   std::string device_name = "unknown";
   std::string kernel_name = "kernel";
   nlohmann::json problem_size = nlohmann::json::array();
@@ -28,15 +28,16 @@ struct KtHeader {
 
 /// Kernel Tuner cache JSON for `records` over `space`: "tune_params_keys" in
 /// the space's parameter order, one "cache" entry per record keyed by the
-/// comma-joined values. A success has "time" (ms) and "times"
-/// ([p20, median, p80]); a failure has "time" set to Kernel Tuner's error
+/// comma-joined values. A success has "time" (ms, the median) and, when the
+/// outcome kept them, "times": the measured samples (ms), never a summary
+/// standing in for them; a failure has "time" set to Kernel Tuner's error
 /// string ("CompilationFailedConfig" for failures starting "compile",
 /// "InvalidConfig" for "invalid"/"pruned", else "RuntimeFailedConfig").
 /// Each record's cost_s goes into "benchmark_time" (ms).
-nlohmann::json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& records, const KtHeader& header);
+nlohmann::json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& records, const KernelTunerHeader& header);
 
 /// Writes to_kernel_tuner_cache atomically; gzip'd when the name ends in ".gz".
 void write_kernel_tuner_cache(const std::filesystem::path& file, const Space& space,
-                              const std::vector<Record>& records, const KtHeader& header);
+                              const std::vector<Record>& records, const KernelTunerHeader& header);
 
 }  // namespace ktune::search

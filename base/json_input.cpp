@@ -1,0 +1,106 @@
+// Bounded, one-line-error parsing of user JSON (see json_input.hpp).
+#include "base/json_input.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace ktune {
+using nlohmann::json;
+
+std::string excerpt(std::string_view text, std::size_t max) {
+  std::string out;
+  const std::string_view cut = "...";
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    std::string piece;
+    if (c == '\n') piece = "\\n";
+    else if (c == '\t') piece = "\\t";
+    else if (c == '\r') piece = "\\r";
+    else if (c < 0x20 || c >= 0x7f) piece = fmt::format("\\x{:02x}", c);
+    else piece = std::string(1, static_cast<char>(c));
+    const bool last = i + 1 == text.size();
+    if (out.size() + piece.size() + (last ? 0 : cut.size()) > max) {
+      out += cut;
+      break;
+    }
+    out += piece;
+  }
+  return out;
+}
+
+std::string json_error_reason(const json::exception& e) {
+  std::string_view what = e.what();
+  if (what.rfind("[json.exception.", 0) == 0)
+    if (const auto close = what.find("] "); close != std::string_view::npos) what.remove_prefix(close + 2);
+  if (what.rfind("parse error", 0) == 0)
+    if (const auto colon = what.find(": "); colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  if (const auto echo = what.find("; last read"); echo != std::string_view::npos) what = what.substr(0, echo);
+  return excerpt(what, 2 * kMaxExcerpt);  // nlohmann's words, save a token it may quote
+}
+
+namespace {
+
+// Thrown out of the parser callback at the first value nested too deep.
+struct TooDeep {};
+
+// 1-based line and column of byte offset `at` in `text`.
+std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t at) {
+  at = std::min(at, text.size());
+  const std::string_view head = text.substr(0, at);
+  const std::size_t line = 1 + static_cast<std::size_t>(std::count(head.begin(), head.end(), '\n'));
+  const std::size_t last_newline = head.rfind('\n');
+  const std::size_t column = last_newline == std::string_view::npos ? at + 1 : at - last_newline;
+  return {line, column};
+}
+
+[[noreturn]] void fail(std::string_view text, std::size_t at, const std::string& what, const std::string& reason,
+                       ErrorKind kind) {
+  const auto [line, column] = line_column(text, at);
+  const std::size_t from = at > kMaxExcerpt / 2 ? at - kMaxExcerpt / 2 : 0;
+  throw_error(kind, fmt::format("{} is not valid JSON: {} at line {}, column {}, near '{}'", what, reason, line,
+                                column, excerpt(text.substr(from, kMaxExcerpt))));
+}
+
+}  // namespace
+
+json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind) {
+  // The parser reads the text through an iterator pair; the callback sees the
+  // depth of every container as it opens, before anything below it is read.
+  const char* begin = text.data();
+  const char* end = text.data() + text.size();
+  auto depth_check = [](int depth, json::parse_event_t event, json&) {
+    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth)
+      throw TooDeep{};
+    return true;
+  };
+  try {
+    return json::parse(begin, end, depth_check);
+  } catch (const TooDeep&) {
+    // The callback cannot see the position; the first bracket past the limit is where it stopped.
+    int depth = 0;
+    std::size_t at = 0;
+    bool in_string = false;
+    for (; at < text.size(); ++at) {
+      const char c = text[at];
+      if (in_string) {
+        if (c == '\\') ++at;
+        else if (c == '"') in_string = false;
+      } else if (c == '"') {
+        in_string = true;
+      } else if (c == '[' || c == '{') {
+        if (++depth > kMaxJsonDepth) break;
+      } else if (c == ']' || c == '}') {
+        --depth;
+      }
+    }
+    fail(text, at, what, fmt::format("nested deeper than {} levels", kMaxJsonDepth), kind);
+  } catch (const json::parse_error& e) {
+    fail(text, e.byte > 0 ? e.byte - 1 : 0, what, json_error_reason(e), kind);
+  } catch (const json::exception& e) {
+    throw_error(kind, fmt::format("{} is not valid JSON: {}", what, json_error_reason(e)));
+  }
+}
+
+}  // namespace ktune

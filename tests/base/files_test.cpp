@@ -1,0 +1,59 @@
+// The one policy for files ktune writes: links written through, directories
+// and read-only files refused, missing folders created, modes kept.
+#include "base/files.hpp"
+
+#include <catch2/catch.hpp>
+#include <sys/stat.h>
+
+#include "base/error.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+void expect_refused(const fs::path& path, const std::string& why) {
+  try {
+    ktune::writable_target(path, "--json-out");
+    FAIL("expected " << path << " to be refused");
+  } catch (const ktune::Error& e) {
+    CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+    CHECK_THAT(e.what(), Catch::Contains("--json-out") && Catch::Contains(why));
+    CHECK(std::string(e.what()).find('\n') == std::string::npos);
+  }
+}
+}  // namespace
+
+TEST_CASE("writable_target: directories, read-only files and unmakeable folders are refused", "[base][files]") {
+  const auto dir = ktune::test::scratch_dir("files-refused");
+  expect_refused(dir, "is a directory");
+  ktune::write_file_atomic(dir / "ro.json", "old");
+  fs::permissions(dir / "ro.json", fs::perms::owner_read | fs::perms::group_read);
+  expect_refused(dir / "ro.json", "read-only");
+  CHECK_THROWS_AS(ktune::write_file_atomic(dir / "ro.json", "new"), ktune::Error);
+  CHECK(ktune::read_file(dir / "ro.json") == "old");
+  ktune::write_file_atomic(dir / "plain", "x");
+  expect_refused(dir / "plain" / "sub" / "out.json", "cannot create folder");
+  CHECK(fs::is_empty(dir / "ro.json") == false);
+}
+
+TEST_CASE("writable_target: a missing folder is created, links are written through", "[base][files]") {
+  const auto dir = ktune::test::scratch_dir("files-links");
+  const auto deep = dir / "a" / "b" / "out.json";
+  CHECK(ktune::writable_target(deep, "--json-out") == deep);
+  CHECK(fs::is_directory(dir / "a" / "b"));
+
+  ktune::write_file_atomic(dir / "real.json", "one");
+  fs::create_symlink("real.json", dir / "link.json");
+  CHECK(ktune::writable_target(dir / "link.json", "--json-out") == dir / "real.json");
+  ktune::write_file_atomic(dir / "link.json", "two");
+  CHECK(fs::is_symlink(dir / "link.json"));  // the link is kept, its target written
+  CHECK(ktune::read_file(dir / "real.json") == "two");
+}
+
+TEST_CASE("write_file_atomic keeps the permission bits of the file it replaces", "[base][files]") {
+  const auto dir = ktune::test::scratch_dir("files-mode");
+  ktune::write_file_atomic(dir / "f", "one");
+  fs::permissions(dir / "f", fs::perms::owner_read | fs::perms::owner_write);
+  ktune::write_file_atomic(dir / "f", "two");
+  CHECK((fs::status(dir / "f").permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+}
