@@ -42,7 +42,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                                          "and cache the winners");
   cmd->add_option("--family", opts->family, "Kernel family (see `ktune render --family F --space`)");
   cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}");
-  add_model_options(cmd, opts->model, /*shape=*/true, /*threads=*/false);
+  add_model_options(cmd, opts->model, /*shape=*/false);
+  cmd->add_option("--ctx", opts->model.ctx, "With --model: context length (default 256)")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", opts->model.batch, "With --model: batch size (default 4)")->check(CLI::PositiveNumber);
   cmd->add_option("--dtype", opts->dtype, "With --model: f32, or bf16 (bf16 activations, fp32 weights and state)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
