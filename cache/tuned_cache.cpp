@@ -22,7 +22,8 @@ Answer TunedCache::lookup(const Key& query, const std::function<bool(const Entry
   switch (a.result.match) {
     case Match::kExact: a.reason = "exact"; break;
     case Match::kNearest:
-      a.reason = fmt::format("nearest (distance {:.2f}, tuned for {})", a.result.distance, a.result.entry->key.problem_key);
+      a.reason =
+          fmt::format("nearest (distance {:.2f}, tuned for {})", a.result.distance, a.result.entry->key.problem_key);
       break;
     case Match::kNone:
       a.reason = entries_.empty() ? "default (no tuned cache)" : "default (no usable tuned entry)";

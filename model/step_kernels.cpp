@@ -15,6 +15,9 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   const Problem norm{dtype, {{"rows", tokens}, {"dim", config.d_model}}};
   const Problem rope{dtype, {{"head_dim", config.head_dim()}, {"heads", config.heads}, {"seq", shape.context},
                              {"tokens", tokens}}};
+  // Flash attention reads q, k, v straight out of the projections; f32 runs on the tf32 matrix units.
+  const Problem attention{dtype, {{"batch", shape.batch}, {"heads", config.heads}, {"seq", shape.context},
+                                  {"head_dim", config.head_dim()}, {"causal", 1}}};
   const Problem gate{dtype, {{"n", tokens * config.d_ff}}};
   const Problem loss{dtype, {{"rows", tokens}, {"vocab", config.vocab}}};
   const auto tensors = static_cast<std::int64_t>(parameter_layout(config).tensors.size());
@@ -24,6 +27,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   const auto add = [&](const char* family, const Problem& p) { out.push_back({&templates::find_family(family), p}); };
   add("rmsnorm_fwd", norm);
   add("rope_fwd", rope);
+  add("attention_fwd", attention);
   add("swiglu_fwd", gate);
   add("cross_entropy_fwd", loss);
   add("cross_entropy_bwd", loss);

@@ -65,11 +65,15 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
         return *r.timing;
       };
       const auto& dev = runner.device();
-      row.eager_ms = time(templates::adamw::eager_family(),
-                          choose_config(templates::adamw::eager_family(), problem, dev, nullptr, &report.warnings)).median_ms;
-      row.single_ms = time(templates::adamw::single_tensor_family(),
-                           choose_config(templates::adamw::single_tensor_family(), problem, dev, tuned, &report.warnings)).median_ms;
-      const auto chosen = choose_config(templates::adamw::multi_tensor_family(), problem, dev, tuned, &report.warnings);
+      auto chosen_for = [&](const templates::Family& f, const cache::TunedCache* cache) {
+        return choose_config(f, problem, dev, cache, &report.warnings);
+      };
+      row.eager_ms = time(templates::adamw::eager_family(), chosen_for(templates::adamw::eager_family(), nullptr))
+                         .median_ms;
+      row.single_ms =
+          time(templates::adamw::single_tensor_family(), chosen_for(templates::adamw::single_tensor_family(), tuned))
+              .median_ms;
+      const auto chosen = chosen_for(templates::adamw::multi_tensor_family(), tuned);
       const Measurement fused = time(templates::adamw::multi_tensor_family(), chosen);
       row.fused_ms = fused.median_ms;
       row.fused_p20_ms = fused.p20_ms;

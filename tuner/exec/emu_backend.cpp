@@ -140,8 +140,8 @@ class EmuBackend final : public Backend {
       executor_.run(g);
       for (const auto* b : live_->buffers)
         if (auto bad = b->check_canary(); !bad.empty())
-          throw_error(ErrorKind::kCheckFailed,
-                      fmt::format("emulation: {} by kernel {}", bad, m.kernel_names()[static_cast<std::size_t>(l.kernel)]));
+          throw_error(ErrorKind::kCheckFailed, fmt::format("emulation: {} by kernel {}", bad,
+                                                           m.kernel_names()[static_cast<std::size_t>(l.kernel)]));
     }
   }
   void synchronize() override {}
