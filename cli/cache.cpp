@@ -69,7 +69,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   auto* merge = cmd->add_subcommand("merge", "Merge cache files into one (better-measured entry wins per key)");
   merge->add_option("--into", args->file, "Cache file to merge into (created if missing)")->required();
   merge->add_option("inputs", args->inputs, "Cache files to merge in")->required();
-  merge->callback([args] {
+  merge->callback([args, &global] {
     // All or nothing: every input is read and checked before the one write.
     std::vector<std::vector<cache::Entry>> incoming;
     for (const auto& input : args->inputs) incoming.push_back(cache::CacheFile(input).load_input());
@@ -80,9 +80,14 @@ void add_cache_command(CLI::App& app, Global& global) {
       for (std::size_t i = 0; i < incoming.size(); ++i) total += changed[i] = cache::merge_entries(entries, incoming[i]);
       return total > 0 || collapsed > 0;
     });
-    for (std::size_t i = 0; i < incoming.size(); ++i)
-      std::cout << fmt::format("{}: {} entries, {} added or replaced in {}\n", args->inputs[i], incoming[i].size(),
-                               changed[i], args->file);
+    nlohmann::json j = {{"into", args->file}, {"inputs", nlohmann::json::array()}};
+    for (std::size_t i = 0; i < incoming.size(); ++i) {
+      j["inputs"].push_back({{"file", args->inputs[i]}, {"entries", incoming[i].size()}, {"changed", changed[i]}});
+      if (!global.json)
+        std::cout << fmt::format("{}: {} entries, {} added or replaced in {}\n", args->inputs[i],
+                                 incoming[i].size(), changed[i], args->file);
+    }
+    if (global.json) std::cout << j.dump(2) << "\n";
   });
 
   auto* prune = cmd->add_subcommand("prune", "Drop superseded or out-of-date entries");
@@ -93,7 +98,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   prune->add_option("--source-hash", args->prune.source_hash, "Drop entries with another source hash");
   prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version");
   prune->add_option("--driver", args->prune.driver_version, "Drop entries measured under another driver version");
-  prune->callback([args] {
+  prune->callback([args, &global] {
     args->prune.superseded = !args->keep_superseded;
     std::size_t dropped = 0;
     cache::CacheFile file(args->file);
@@ -102,7 +107,10 @@ void add_cache_command(CLI::App& app, Global& global) {
       dropped = cache::prune_entries(entries, args->prune);
       return dropped > 0;
     });
-    std::cout << fmt::format("{}: {} entries dropped\n", args->file, dropped);
+    if (global.json)
+      std::cout << nlohmann::json{{"file", args->file}, {"dropped", dropped}}.dump(2) << "\n";
+    else
+      std::cout << fmt::format("{}: {} entries dropped\n", args->file, dropped);
   });
 
   auto* exp = cmd->add_subcommand("export", "Write a filtered copy of a cache (for another host or the runtime)");

@@ -23,7 +23,7 @@ void add_compile_command(CLI::App& app, Global& global) {
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "compile", "Compile variants with NVRTC and report registers, spills, shared memory (no GPU needed)");
-  cmd->add_option("--family", opts->families, "Families to compile (repeatable); default: every family");
+  cmd->add_option("--family", opts->families, "Families to compile (repeatable; default: every family), " + family_choices());
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
   cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
   cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")

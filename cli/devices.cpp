@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "base/error.hpp"
 #include "cli/commands.hpp"
 #include "tuner/cuda/device.hpp"
 
@@ -11,7 +12,14 @@ namespace ktune::cli {
 void add_devices_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("devices", "List CUDA devices (name, arch, memory, SMs, L2, clocks)");
   cmd->callback([&global] {
-    const auto devices = tuner::list_devices();  // throws kNoDevice: "no CUDA device: <reason>", exit 2
+    std::vector<tuner::DeviceInfo> devices;
+    try {
+      devices = tuner::list_devices();  // throws kNoDevice: "no CUDA device: <reason>", exit 2
+    } catch (const Error& e) {
+      // A machine-readable answer even then: an empty list (the reason on stderr).
+      if (global.json && e.kind() == ErrorKind::kNoDevice) std::cout << "[]\n";
+      throw;
+    }
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& d : devices) j.push_back(d.to_json());

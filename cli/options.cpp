@@ -1,6 +1,7 @@
 #include "cli/options.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <limits>
@@ -9,6 +10,7 @@
 #include "base/env.hpp"
 #include "base/error.hpp"
 #include "base/json_input.hpp"
+#include "search/strategy.hpp"
 
 namespace ktune::cli {
 
@@ -79,5 +81,13 @@ std::vector<std::int64_t> int_list_arg(const std::string& text, const std::strin
   KTUNE_REQUIRE(!out.empty(), what + " must not be empty");
   return out;
 }
+
+std::string family_choices() {
+  std::vector<std::string> names;
+  for (const auto* f : templates::all_families()) names.push_back(f->name());
+  return fmt::format("one of: {}", fmt::join(names, ", "));
+}
+
+std::string strategy_choices() { return fmt::format("one of: {}", fmt::join(search::strategy_names(), ", ")); }
 
 }  // namespace ktune::cli

@@ -23,6 +23,11 @@ Config config_arg(const templates::Family& family, const templates::Problem& pro
 /// every pool and knob shares.
 CLI::Validator thread_count();
 
+/// "one of: adamw, adamw_single, ..." (every registered family), for --family's help.
+std::string family_choices();
+/// "one of: exhaustive, random, ..." (every strategy), for --strategy's help.
+std::string strategy_choices();
+
 /// Check of a real-valued option: a finite number (never nan or inf) within
 /// [lo, hi], either end open when asked; the message names the interval.
 CLI::Validator finite_in(double lo, double hi, bool lo_open = false, bool hi_open = false);

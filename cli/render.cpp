@@ -18,7 +18,7 @@ void add_render_command(CLI::App& app, Global& global) {
   };
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("render", "Print the source ktune compiles for a variant, or a family's space");
-  cmd->add_option("--family", opts->family, "Kernel family (e.g. adamw)")->required();
+  cmd->add_option("--family", opts->family, "Kernel family, " + family_choices())->required();
   cmd->add_option("--config", opts->config, "Config as JSON; unset parameters take the family default");
   cmd->add_option("--problem", opts->problem,
                   "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class");

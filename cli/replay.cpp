@@ -44,7 +44,7 @@ void add_replay_command(CLI::App& app, Global& global) {
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("replay", "Score search strategies on a recorded tuning space (no GPU needed)");
   cmd->add_option("--dataset", args->dataset, "Kernel Tuner cache file (.json or .json.gz)")->required();
-  cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated")->capture_default_str();
+  cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated, each " + strategy_choices())->capture_default_str();
   cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100) or recorded time (600s)")
       ->capture_default_str();
   cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->check(CLI::PositiveNumber)->capture_default_str();

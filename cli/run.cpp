@@ -70,7 +70,7 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_option("--backend", args->backend, "emu: host emulation (no GPU needed); gpu: the CUDA device")
       ->check(CLI::IsMember({"emu", "gpu"}))
       ->capture_default_str();
-  cmd->add_option("--family", args->family, "Kernel family (see `ktune render --help`)")->required();
+  cmd->add_option("--family", args->family, "Kernel family, " + family_choices())->required();
   cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the family's defaults");
   cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}')");
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")->capture_default_str();

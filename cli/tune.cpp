@@ -40,7 +40,7 @@ void add_tune_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem (--family, --problem), or every kernel "
                                          "one training step of a model needs (--model, --ctx, --dtype), on the GPU, "
                                          "and cache the winners");
-  cmd->add_option("--family", opts->family, "Kernel family (see `ktune render --family F --space`)");
+  cmd->add_option("--family", opts->family, "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
   cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}");
   add_model_options(cmd, opts->model, /*shape=*/false);
   cmd->add_option("--ctx", opts->model.ctx, "With --model: context length (default 256)")->check(CLI::PositiveNumber);
@@ -48,7 +48,7 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--dtype", opts->dtype, "With --model: f32, or bf16 (bf16 activations, fp32 weights and state)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
-  cmd->add_option("--strategy", opts->tune.strategy, "Search strategy")->capture_default_str();
+  cmd->add_option("--strategy", opts->tune.strategy, "Search strategy, " + strategy_choices())->capture_default_str();
   cmd->add_option("--budget", opts->tune.budget,
                   "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
                   "(N evaluations without improvement), or a sum of these (\"200+15m\"); default: the whole space");

@@ -37,6 +37,9 @@ TEST_CASE("CLI: without a device, GPU commands say so in one line and exit 2", "
   std::string out;
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " devices", &out) == 2);
   CHECK_THAT(out, Catch::StartsWith("no CUDA device: "));
+  // Machine-readable even then: an empty list, the reason beside it.
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " --json devices", &out) == 2);
+  CHECK_THAT(out, Catch::StartsWith("[]\n") && Catch::Contains("no CUDA device: "));
   const auto dir = ktune::test::scratch_dir("cli");
   const auto cache = (dir / "tuned.json").string();
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
@@ -198,4 +201,25 @@ TEST_CASE("CLI: cache commands on missing or bad inputs: exit 2 or 1, one line, 
   std::filesystem::copy_file(golden, dir / "copy.json");
   REQUIRE(run_ktune("cache merge " + golden.string() + " --into " + (dir / "copy.json").string(), &out) == 0);
   CHECK_THAT(out, Catch::Contains("2 entries, 0 added or replaced"));
+  // --json answers in JSON there too.
+  REQUIRE(run_ktune("--json cache merge " + golden.string() + " --into " + (dir / "copy.json").string(), &out) == 0);
+  const auto merged = nlohmann::json::parse(out);
+  CHECK(merged["inputs"][0]["entries"] == 2);
+  CHECK(merged["inputs"][0]["changed"] == 0);
+  REQUIRE(run_ktune("--json cache prune " + (dir / "copy.json").string(), &out) == 0);
+  CHECK(nlohmann::json::parse(out)["dropped"] == 0);
+}
+
+TEST_CASE("CLI: --help lists the families and strategies an option takes", "[cli]") {
+  std::string out;
+  for (const char* cmd : {"run", "render", "tune", "compile"}) {
+    INFO(cmd);
+    REQUIRE(run_ktune(std::string(cmd) + " --help", &out) == 0);
+    CHECK_THAT(out, Catch::Contains("rmsnorm_fwd") && Catch::Contains("attention_fwd"));
+  }
+  for (const char* cmd : {"replay", "tune"}) {
+    INFO(cmd);
+    REQUIRE(run_ktune(std::string(cmd) + " --help", &out) == 0);
+    CHECK_THAT(out, Catch::Contains("genetic") && Catch::Contains("bayes_opt"));
+  }
 }
