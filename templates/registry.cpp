@@ -3,6 +3,7 @@
 
 #include "base/error.hpp"
 #include "templates/adamw/adamw.hpp"
+#include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
 #include "templates/family.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
@@ -16,6 +17,8 @@ const std::vector<const Family*>& all_families() {
       &adamw::multi_tensor_family(),
       &adamw::single_tensor_family(),
       &adamw::eager_family(),
+      &cast::to_bf16_family(),
+      &cast::to_f32_family(),
       &cross_entropy::forward_family(),
       &cross_entropy::backward_family(),
       &rmsnorm::forward_family(),

@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "templates/adamw/adamw.hpp"
+#include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
@@ -111,6 +112,13 @@ TEST_CASE("swiglu: the typed plan with named args is the workload adapter's plan
   check_typed_plan(swiglu::backward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
     return swiglu::BackwardArgs{.a = a[0], .b = a[1], .dh = a[2], .da = a[3], .db = a[4]};
   });
+}
+
+TEST_CASE("cast: the typed plan with named args is the workload adapter's plan", "[cast][typed]") {
+  for (const cast::CastFamily* f : {&cast::to_bf16_family(), &cast::to_f32_family()})
+    check_typed_plan(*f, [](const Problem&, const std::vector<std::uint64_t>& a) {
+      return cast::Args{.x = a[0], .y = a[1]};
+    });
 }
 
 TEST_CASE("adamw: the typed plan with named tensors is the workload adapter's plan", "[adamw][typed]") {
