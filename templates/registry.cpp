@@ -8,6 +8,7 @@
 #include "templates/family.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
+#include "templates/softmax/softmax.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
 namespace ktune::templates {
@@ -25,6 +26,8 @@ const std::vector<const Family*>& all_families() {
       &rmsnorm::backward_family(),
       &rope::forward_family(),
       &rope::backward_family(),
+      &softmax::forward_family(),
+      &softmax::backward_family(),
       &swiglu::forward_family(),
       &swiglu::backward_family(),
   };

@@ -12,6 +12,7 @@
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
 #include "templates/sampled_configs.hpp"
+#include "templates/softmax/softmax.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
 using namespace ktune;
@@ -119,6 +120,15 @@ TEST_CASE("cast: the typed plan with named args is the workload adapter's plan",
     check_typed_plan(*f, [](const Problem&, const std::vector<std::uint64_t>& a) {
       return cast::Args{.x = a[0], .y = a[1]};
     });
+}
+
+TEST_CASE("softmax: the typed plan with named args is the workload adapter's plan", "[softmax][typed]") {
+  check_typed_plan(softmax::forward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return softmax::ForwardArgs{.x = a[0], .y = a[1], .scale = softmax::kWorkloadScale};
+  });
+  check_typed_plan(softmax::backward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return softmax::BackwardArgs{.y = a[0], .dy = a[1], .dx = a[2], .scale = softmax::kWorkloadScale};
+  });
 }
 
 TEST_CASE("adamw: the typed plan with named tensors is the workload adapter's plan", "[adamw][typed]") {
