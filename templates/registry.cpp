@@ -5,6 +5,7 @@
 #include "templates/adamw/adamw.hpp"
 #include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/embedding/embedding.hpp"
 #include "templates/family.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
@@ -22,6 +23,8 @@ const std::vector<const Family*>& all_families() {
       &cast::to_f32_family(),
       &cross_entropy::forward_family(),
       &cross_entropy::backward_family(),
+      &embedding::forward_family(),
+      &embedding::backward_family(),
       &rmsnorm::forward_family(),
       &rmsnorm::backward_family(),
       &rope::forward_family(),
