@@ -63,10 +63,12 @@ class CastBase : public CastFamily {
   bool is_valid(const Config& c, const Problem&, const DeviceLimits& d, std::string* why) const override {
     if (c.at("threads") > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
     const std::int64_t registers = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / c.at("threads"));
-    // fp32 values take a register each, bf16 values two to a register.
-    const std::int64_t held = c.at("vec") * c.at("unroll") * source_bytes() / 4;
+    // A register per value in flight: bf16 values pack two to a register as
+    // loaded, but each becomes an fp32 register on its way through (ptxas:
+    // bf16 -> fp32 with 1024 threads x 8 x 8 values spills).
+    const std::int64_t held = c.at("vec") * c.at("unroll");
     if (held > registers - kRegistersBesideValues)
-      return reject(why, fmt::format("vec x unroll source values in flight per thread take {} registers, more than "
+      return reject(why, fmt::format("vec x unroll values in flight per thread take {} registers, more than "
                                      "the {} a thread of this block size may use (min(255, registers per SM / "
                                      "threads), less 32): it would spill",
                                      held, registers - kRegistersBesideValues));

@@ -160,16 +160,20 @@ __global__ void __launch_bounds__(THREADS)
   const int first = starts[v], last = starts[v + 1];
   kt::Vec<float, VEC>* dst = reinterpret_cast<kt::Vec<float, VEC>*>(d_table + v * dim);
   for (int c = t; c < dim / VEC; c += ROW_THREADS) {
-    kt::Vec<float, VEC> acc;
+    float acc[VEC];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) acc.v[k] = 0.0f;
+    for (int k = 0; k < VEC; ++k) acc[k] = 0.0f;
+    const kt::Vec<T, VEC>* column = reinterpret_cast<const kt::Vec<T, VEC>*>(d_out) + c;
+#pragma unroll 4  // four tokens' loads in flight; left to itself, ptxas unrolls further and spills at VEC 1
     for (int i = first; i < last; ++i) {
-      const kt::Vec<T, VEC> g =
-          reinterpret_cast<const kt::Vec<T, VEC>*>(d_out + static_cast<long long>(index[i]) * dim)[c];
+      const kt::Vec<T, VEC> g = column[static_cast<long long>(index[i]) * (dim / VEC)];
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) acc.v[k] += kt::to_float(g.v[k]);
+      for (int k = 0; k < VEC; ++k) acc[k] += kt::to_float(g.v[k]);
     }
-    dst[c] = acc;
+    kt::Vec<float, VEC> sum;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) sum.v[k] = acc[k];
+    dst[c] = sum;
   }
 }
 

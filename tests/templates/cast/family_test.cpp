@@ -71,15 +71,19 @@ TEST_CASE("cast constraints reject invalid configs with a reason", "[cast][famil
       CHECK_FALSE(f->is_valid(c, kRagged, small, &why));
       CHECK_THAT(why, Catch::Contains("block limit"));
     }
-    SECTION("more source values in flight than a 1024-thread block's registers hold") {
-      // 1024 threads leave 64 registers a thread, 32 beside the values: 64 fp32 values
-      // do not fit, 64 bf16 values (32 registers) do.
+    SECTION("more values in flight than a 1024-thread block's registers hold") {
+      // 1024 threads leave 64 registers a thread, 32 beside the values: 64 values do
+      // not fit in either direction (bf16 values become fp32 registers), 32 do.
       c.set("threads", 1024);
       c.set("vec", 8);
       c.set("unroll", 8);
-      const bool from_f32 = f->name() == "cast_to_bf16";
-      CHECK(f->is_valid(c, kRagged, sm90, &why) == !from_f32);
-      if (from_f32) CHECK_THAT(why, Catch::Contains("spill"));
+      CHECK_FALSE(f->is_valid(c, kRagged, sm90, &why));
+      CHECK_THAT(why, Catch::Contains("spill"));
+      c.set("unroll", 4);
+      CHECK(f->is_valid(c, kRagged, sm90));
+      c.set("threads", 512);  // 128 registers a thread
+      c.set("unroll", 8);
+      CHECK(f->is_valid(c, kRagged, sm90));
     }
     SECTION("a persistent grid of more than four waves") {
       c.set("threads", 1024);

@@ -62,11 +62,14 @@ TEST_CASE("softmax constraints reject configs before compiling, saying why", "[s
   CHECK_THAT(why_invalid(fwd, layout(256, 32, 4), problem("f32", 64, 1030, 0)),
              Catch::Contains("not a multiple of vec 4"));
   CHECK_THAT(why_invalid(fwd, layout(256, 8, 4), f32), Catch::Contains("128 elements of its row in registers"));
-  // The backward holds y and dy: 32 elements each take 88 registers, over the 64 of a 1024-thread block.
+  // The backward holds y and dy: 32 elements each (8 vectors) take about 104 registers, over the 64 of a
+  // 1024-thread block; the forward's x alone about 64.
   const Problem wide = problem("f32", 64, 16384, 0);
-  CHECK(fwd.is_valid(layout(1024, 512, 4), wide, DeviceLimits::for_arch("sm_90")));  // x alone: 56 registers
+  CHECK(fwd.is_valid(layout(1024, 512, 4), wide, DeviceLimits::for_arch("sm_90")));
+  CHECK_THAT(why_invalid(fwd, layout(1024, 32, 1), problem("f32", 37, 1000, 0)), Catch::Contains("it would spill"));
   CHECK_THAT(why_invalid(bwd, layout(1024, 512, 4), wide), Catch::Contains("it would spill"));
   CHECK(bwd.is_valid(layout(512, 512, 4), wide, DeviceLimits::for_arch("sm_90")));
+  CHECK_THAT(why_invalid(bwd, layout(512, 32, 1), problem("f32", 37, 1000, 0)), Catch::Contains("it would spill"));
 }
 
 TEST_CASE("softmax defaults are valid for every accepted row length", "[softmax][family]") {
