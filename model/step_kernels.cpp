@@ -12,6 +12,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   KTUNE_REQUIRE(dtype == "f32" || dtype == "bf16", "step kernels: dtype '" + dtype + "'; accepted: f32, bf16");
   using templates::Problem;
   const std::int64_t tokens = shape.tokens();
+  const Problem embed{dtype, {{"rows", tokens}, {"dim", config.d_model}, {"vocab", config.vocab}}};
   const Problem norm{dtype, {{"rows", tokens}, {"dim", config.d_model}}};
   const Problem rope{dtype, {{"head_dim", config.head_dim()}, {"heads", config.heads}, {"seq", shape.context},
                              {"tokens", tokens}}};
@@ -25,6 +26,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   const Problem adam{dtype, {{"tensors", tensors}, {"numel", numel}}};
   std::vector<tuner::KernelRequest> out;
   const auto add = [&](const char* family, const Problem& p) { out.push_back({&templates::find_family(family), p}); };
+  add("embedding_fwd", embed);
   add("rmsnorm_fwd", norm);
   add("rope_fwd", rope);
   add("attention_fwd", attention);
@@ -34,6 +36,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   add("swiglu_bwd", gate);
   add("rope_bwd", rope);
   add("rmsnorm_bwd", norm);
+  add("embedding_bwd", embed);
   add("adamw", adam);
   return out;
 }

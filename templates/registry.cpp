@@ -4,10 +4,13 @@
 #include "base/error.hpp"
 #include "templates/adamw/adamw.hpp"
 #include "templates/attention/attention.hpp"
+#include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/embedding/embedding.hpp"
 #include "templates/family.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
+#include "templates/softmax/softmax.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
 namespace ktune::templates {
@@ -18,12 +21,18 @@ const std::vector<const Family*>& all_families() {
       &adamw::single_tensor_family(),
       &adamw::eager_family(),
       &attention::forward_family(),
+      &cast::to_bf16_family(),
+      &cast::to_f32_family(),
       &cross_entropy::forward_family(),
       &cross_entropy::backward_family(),
+      &embedding::forward_family(),
+      &embedding::backward_family(),
       &rmsnorm::forward_family(),
       &rmsnorm::backward_family(),
       &rope::forward_family(),
       &rope::backward_family(),
+      &softmax::forward_family(),
+      &softmax::backward_family(),
       &swiglu::forward_family(),
       &swiglu::backward_family(),
   };

@@ -7,10 +7,13 @@
 
 #include "base/error.hpp"
 #include "templates/adamw/adamw.hpp"
+#include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/embedding/embedding.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
 #include "templates/sampled_configs.hpp"
+#include "templates/softmax/softmax.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
 using namespace ktune;
@@ -113,6 +116,31 @@ TEST_CASE("swiglu: the typed plan with named args is the workload adapter's plan
   });
 }
 
+TEST_CASE("cast: the typed plan with named args is the workload adapter's plan", "[cast][typed]") {
+  for (const cast::CastFamily* f : {&cast::to_bf16_family(), &cast::to_f32_family()})
+    check_typed_plan(*f, [](const Problem&, const std::vector<std::uint64_t>& a) {
+      return cast::Args{.x = a[0], .y = a[1]};
+    });
+}
+
+TEST_CASE("softmax: the typed plan with named args is the workload adapter's plan", "[softmax][typed]") {
+  check_typed_plan(softmax::forward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return softmax::ForwardArgs{.x = a[0], .y = a[1], .scale = softmax::kWorkloadScale};
+  });
+  check_typed_plan(softmax::backward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return softmax::BackwardArgs{.y = a[0], .dy = a[1], .dx = a[2], .scale = softmax::kWorkloadScale};
+  });
+}
+
+TEST_CASE("embedding: the typed plan with named args is the workload adapter's plan", "[embedding][typed]") {
+  check_typed_plan(embedding::forward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return embedding::ForwardArgs{.tokens = a[0], .table = a[1], .out = a[2]};
+  });
+  check_typed_plan(embedding::backward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return embedding::BackwardArgs{.tokens = a[0], .d_out = a[1], .d_table = a[2], .workspace = a[3]};
+  });
+}
+
 TEST_CASE("adamw: the typed plan with named tensors is the workload adapter's plan", "[adamw][typed]") {
   for (const adamw::AdamwFamily* f :
        {&adamw::multi_tensor_family(), &adamw::single_tensor_family(), &adamw::eager_family()}) {
@@ -157,9 +185,20 @@ TEST_CASE("workspace_bytes covers what the launches touch", "[typed]") {
     for (const adamw::AdamwFamily* f : {&adamw::multi_tensor_family(), &adamw::single_tensor_family()})
       CHECK(f->workspace_bytes(f->default_config(p), p) == 0);
   }
+  SECTION("embedding_bwd: the sorted variant's starts, cursors and index, within the workload's scratch; the atomic "
+          "variant none") {
+    const auto& f = embedding::backward_family();
+    for (const auto& p : f.problem_classes())
+      for (const auto& c : test::sampled_configs(f, p, kDevice, 8)) {
+        INFO(p.key() << " " << c.str());
+        const std::size_t ints = 2 * p.dim("vocab") + 1 + p.dim("rows");
+        CHECK(f.workspace_bytes(c, p) == (c.at("deterministic") == 1 ? ints * sizeof(std::int32_t) : 0));
+        CHECK(f.workspace_bytes(c, p) <= static_cast<std::size_t>(embedding::scratch_ints(p)) * sizeof(std::int32_t));
+      }
+  }
   SECTION("families without scratch need no workspace") {
     for (const Family* f : all_families()) {
-      if (f->name() == "rmsnorm_bwd" || f->name() == "adamw_eager") continue;
+      if (f->name() == "rmsnorm_bwd" || f->name() == "adamw_eager" || f->name() == "embedding_bwd") continue;
       for (const auto& p : f->problem_classes()) {
         INFO(f->name() << " " << p.key());
         CHECK(f->workspace_bytes(f->default_config(p), p) == 0);

@@ -34,3 +34,33 @@ TEST_CASE("softmax backward matches finite differences (fp64)", "[softmax][gradc
   softmax_backward(y.data(), r.data(), dx.data(), rows, cols);
   CHECK(max_rel_error(dx, numeric_gradient(x, loss)) < 1e-7);
 }
+
+TEST_CASE("scaled causal softmax: masked entries are 0, backward matches finite differences (fp64)",
+          "[softmax][gradcheck]") {
+  const std::int64_t seq = 4, rows = 2 * seq;  // two (seq, seq) blocks
+  const double scale = 0.3;
+  auto x = random_values(rows * seq, 13, -3, 3);
+  const auto r = random_values(rows * seq, 14);
+  std::vector<double> y(rows * seq), dx(rows * seq);
+  auto loss = [&] {
+    softmax_forward(x.data(), y.data(), rows, seq, scale, true);
+    return weighted_sum(y, r);
+  };
+  loss();
+  for (std::int64_t row = 0; row < rows; ++row) {
+    double sum = 0;
+    for (std::int64_t c = 0; c < seq; ++c) {
+      if (c > row % seq) CHECK(y[row * seq + c] == 0.0);
+      sum += y[row * seq + c];
+    }
+    CHECK(sum == Approx(1.0));
+  }
+  CHECK(y[1 * seq + 1] / y[1 * seq + 0] == Approx(std::exp(scale * (x[1 * seq + 1] - x[1 * seq + 0]))));
+  softmax_backward(y.data(), r.data(), dx.data(), rows, seq, scale, true);
+  CHECK(max_rel_error(dx, numeric_gradient(x, loss)) < 1e-7);
+  // The unscaled, unmasked overloads are the scale-1, non-causal case.
+  std::vector<double> y1(rows * seq), y2(rows * seq);
+  softmax_forward(x.data(), y1.data(), rows, seq);
+  softmax_forward(x.data(), y2.data(), rows, seq, 1.0, false);
+  CHECK(y1 == y2);
+}

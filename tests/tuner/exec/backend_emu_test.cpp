@@ -172,6 +172,7 @@ TEST_CASE("step kernels: the families' problems of one training step", "[exec][m
     CHECK(families.size() == list.size());
     CHECK(families.count("rmsnorm_fwd"));
     CHECK(families.count("adamw"));
+    CHECK(list.front().family->name() == "embedding_fwd");
     CHECK(list.front().problem.dim("rows") == shape.tokens());
   }
   CHECK_THROWS_AS(model::step_kernels(config, shape, "f16"), Error);

@@ -1,0 +1,295 @@
+// The token embedding families, forward (gather) and backward (deterministic
+// sorted or atomic scatter-add): spaces, constraints, rendering, launch
+// plans, workloads with their CPU reference, FLOP/byte counts.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <random>
+
+#include "base/error.hpp"
+#include "templates/common/family_helpers.hpp"
+#include "templates/common/row_family.hpp"
+#include "templates/embedding/embedding.hpp"
+#include "templates/render.hpp"
+
+namespace ktune::templates::embedding {
+namespace {
+
+constexpr const char* kTemplate = "embedding/embedding.cuh";
+constexpr const char* kVectorAccesses = "the config's vector accesses";
+constexpr const char* kElements = "int32 elements";
+constexpr std::int64_t kZeroBlocksPerSm = 8;  // grid cap of the atomic variant's clearing launch
+
+/// Token ids uniform in [0, vocab): a small vocabulary repeats ids, as text does.
+std::vector<std::int32_t> random_tokens(std::mt19937_64& rng, std::int64_t rows, std::int64_t vocab) {
+  std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(vocab - 1));
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(rows));
+  for (auto& t : tokens) t = id(rng);
+  return tokens;
+}
+
+/// What both families share beyond the row layout: problems, the check, the default.
+template <class ArgsT>
+class EmbeddingFamily : public RowFamily<ArgsT> {
+ public:
+  std::vector<std::string> source_files() const override { return {kTemplate}; }
+
+  std::vector<Problem> problem_classes() const override {
+    // Ragged: 37, 45, 67 tokens leave the last block short; 100 and 77
+    // columns end inside a vector of most widths; small vocabularies repeat
+    // ids (7 ids over 300 tokens: long runs for the backward's sums).
+    return {Problem{"f32", {{"rows", 37}, {"dim", 100}, {"vocab", 50}}},
+            Problem{"bf16", {{"rows", 45}, {"dim", 77}, {"vocab", 1000}}},
+            Problem{"bf16", {{"rows", 67}, {"dim", 768}, {"vocab", 97}}},
+            Problem{"f32", {{"rows", 300}, {"dim", 36}, {"vocab", 7}}}};
+  }
+
+  void check_problem(const Problem& p) const override {
+    for (const auto& [k, v] : p.dims)
+      KTUNE_REQUIRE(k == "rows" || k == "dim" || k == "vocab",
+                    fmt::format("{}: unknown dimension '{}'; accepted: rows, dim, vocab", this->name(), k));
+    Problem rows_dim = p;
+    rows_dim.dims.erase("vocab");
+    check_row_problem(this->name(), rows_dim, shape());
+    KTUNE_REQUIRE(p.dims.count("vocab") && p.dim("vocab") >= 1 && p.dim("vocab") <= (1LL << 31) - 2,
+                  this->name() + ": dimension 'vocab' must be given, in 1..2^31-2 (token ids are int32)");
+  }
+
+  Config default_config(const Problem& p) const override {
+    // The widest vector that divides the row, a warp per row where the row is
+    // long enough, 256 threads per block.
+    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
+    for (std::int64_t vec : {8, 4, 2, 1})
+      for (std::int64_t row_threads : {32, 16, 8, 64, 128, 256})
+        if (Config c = default_more(
+                Config({{"threads", 256}, {"row_threads", row_threads}, {"vec", vec}}));
+            this->is_valid(c, p, any, nullptr))
+          return c;
+    throw_error(ErrorKind::kInternal, this->name() + ": no valid config for " + p.key());
+  }
+
+ protected:
+  static std::vector<Param> embedding_params() {
+    return row_params("threads per row: a row moves in steps of row_threads x vec elements; more threads per row "
+                      "for long rows, fewer for short ones");
+  }
+  RowShape shape() const override {
+    return {"dim", "elements", kMaxDim, "2^20", "a row's vectors are indexed with 32-bit ints",
+            "bf16 table, out and d_out; int32 tokens; fp32 d_table and sums"};
+  }
+  bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits&, std::string* why) const override {
+    if (p.dim("dim") % c.at("vec") != 0)
+      return reject(why, fmt::format("dim {} is not a multiple of vec {}: vector accesses would straddle rows",
+                                     p.dim("dim"), c.at("vec")));
+    return true;
+  }
+  /// The default of the parameters a family adds.
+  virtual Config default_more(Config c) const { return c; }
+
+  /// THREADS, ROW_THREADS, VEC, T of the row kernels.
+  static std::string template_args(const Config& c, const Problem& p) {
+    return fmt::format("{}, {}, {}, {}", c.at("threads"), c.at("row_threads"), c.at("vec"), activation_type(p));
+  }
+  /// Blocks over `rows` rows of the config's layout.
+  static unsigned row_blocks(const Config& c, std::int64_t rows) {
+    return static_cast<unsigned>(ceil_div(rows, rows_per_block(c)));
+  }
+};
+
+// ---- embedding_fwd ----------------------------------------------------------------
+
+class Forward final : public EmbeddingFamily<ForwardArgs> {
+ public:
+  Forward() : space_(embedding_params()) {}
+
+  std::string name() const override { return "embedding_fwd"; }
+  std::string summary() const override {
+    return "token embedding gather: out[t] = table[tokens[t]] (NaN rows for ids outside the vocabulary)";
+  }
+  const Space& space() const override { return space_; }
+
+  Rendered render(const Config& c, const Problem& p) const override {
+    return render_template(kTemplate, {"embedding::embedding_fwd<" + template_args(c, p) + ">"}, name());
+  }
+
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    check_problem(p);
+    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim"), vocab = p.dim("vocab");
+    std::mt19937_64 rng(seed);
+    const auto tokens = random_tokens(rng, rows, vocab);
+    const auto table =
+        stored_as(activation_dtype(p), random_floats(rng, static_cast<std::size_t>(vocab * dim), -1.f, 1.f));
+    std::vector<double> out(static_cast<std::size_t>(rows * dim));
+    embedding_forward<double>(tokens.data(), table.data(), out.data(), rows, dim, vocab);
+    Workload w;
+    w.buffers.push_back(make_buffer("tokens", Role::kInput, DType::kI32, tokens));
+    w.buffers.push_back(input_buffer("table", activation_dtype(p), table));
+    w.buffers.push_back(output_buffer("out", activation_dtype(p), out));
+    w.buffers.back().tolerance = 0.0;  // a gather copies: exact
+    return w;
+  }
+
+  ForwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, {"tokens", "table", "out"});
+    return {.tokens = a[0], .table = a[1], .out = a[2]};
+  }
+
+  std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
+                           const DeviceLimits&) const override {
+    check_problem(p);
+    const std::int64_t align = c.at("vec") * activation_bytes(p);
+    require_aligned(name(), "tokens", a.tokens, 4, kElements);
+    require_aligned(name(), "table", a.table, align, kVectorAccesses);
+    require_aligned(name(), "out", a.out, align, kVectorAccesses);
+    Launch l = row_launch(c, p);
+    l.args.add(a.tokens).add(a.table).add(a.out);
+    l.args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(p.dim("dim")))
+        .add(static_cast<int>(p.dim("vocab")));
+    std::vector<Launch> launches;
+    launches.push_back(std::move(l));
+    return launches;
+  }
+
+  double flops(const Problem&) const override { return 0.0; }  // a copy
+  double bytes(const Problem& p) const override {               // tokens; read and write each row
+    const double rows = static_cast<double>(p.dim("rows")), dim = static_cast<double>(p.dim("dim"));
+    return 4.0 * rows + 2.0 * static_cast<double>(activation_bytes(p)) * rows * dim;
+  }
+
+ private:
+  Space space_;
+};
+
+// ---- embedding_bwd ----------------------------------------------------------------
+
+class Backward final : public EmbeddingFamily<BackwardArgs> {
+ public:
+  Backward() : space_(with_deterministic(embedding_params())) {}
+
+  std::string name() const override { return "embedding_bwd"; }
+  std::string summary() const override {
+    return "token embedding backward: d_table rows summed from d_out, sorted (deterministic) or fp32 atomics";
+  }
+  const Space& space() const override { return space_; }
+
+  Rendered render(const Config& c, const Problem& p) const override {
+    if (deterministic(c))
+      return render_template(kTemplate,
+                             {fmt::format("embedding::embedding_index<{}>", c.at("threads")),
+                              "embedding::embedding_rows<" + template_args(c, p) + ">"},
+                             name());
+    return render_template(kTemplate,
+                           {fmt::format("embedding::embedding_zero<{}>", c.at("threads")),
+                            "embedding::embedding_scatter<" + template_args(c, p) + ">"},
+                           name());
+  }
+
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    check_problem(p);
+    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim"), vocab = p.dim("vocab");
+    std::mt19937_64 rng(seed);
+    const auto tokens = random_tokens(rng, rows, vocab);
+    const auto d_out =
+        stored_as(activation_dtype(p), random_floats(rng, static_cast<std::size_t>(rows * dim), -1.f, 1.f));
+    std::vector<double> d_table(static_cast<std::size_t>(vocab * dim), 0.0);
+    embedding_backward<double>(tokens.data(), d_out.data(), d_table.data(), rows, dim, 0, dim);
+    Workload w;
+    w.buffers.push_back(make_buffer("tokens", Role::kInput, DType::kI32, tokens));
+    w.buffers.push_back(input_buffer("d_out", activation_dtype(p), d_out));
+    w.buffers.push_back(output_buffer("d_table", DType::kF32, d_table));
+    w.buffers.push_back(make_buffer("scratch", Role::kScratch, DType::kI32,
+                                    std::vector<std::int32_t>(static_cast<std::size_t>(scratch_ints(p)))));
+    return w;
+  }
+
+  BackwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, {"tokens", "d_out", "d_table", "scratch"});
+    return {.tokens = a[0], .d_out = a[1], .d_table = a[2], .workspace = a[3]};
+  }
+
+  /// The sorted variant's starts, cursors and token index; the atomic one needs none.
+  std::size_t workspace_bytes(const Config& c, const Problem& p) const override {
+    return deterministic(c) ? static_cast<std::size_t>(scratch_ints(p)) * sizeof(std::int32_t) : 0;
+  }
+
+  std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
+                           const DeviceLimits& device) const override {
+    check_problem(p);
+    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim"), vocab = p.dim("vocab"), vec = c.at("vec");
+    require_aligned(name(), "tokens", a.tokens, 4, kElements);
+    require_aligned(name(), "d_out", a.d_out, vec * activation_bytes(p), kVectorAccesses);
+    require_aligned(name(), "d_table", a.d_table, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
+    const auto threads = static_cast<unsigned>(c.at("threads"));
+    std::vector<Launch> launches(2);
+    if (deterministic(c)) {
+      KTUNE_REQUIRE(a.workspace != 0,
+                    fmt::format("{}: no workspace given; the config needs {} bytes (workspace_bytes)", name(),
+                                workspace_bytes(c, p)));
+      require_aligned(name(), "workspace", a.workspace, 4, kElements);
+      const std::uint64_t starts = a.workspace, cursor = starts + 4 * static_cast<std::uint64_t>(vocab + 1),
+                          index = cursor + 4 * static_cast<std::uint64_t>(vocab);
+      launches[0].kernel = 0;
+      launches[0].grid = {1, 1, 1};
+      launches[0].block = {threads, 1, 1};
+      launches[0].args.add(a.tokens).add(starts).add(cursor).add(index);
+      launches[0].args.add(static_cast<int>(rows)).add(static_cast<int>(vocab));
+      launches[1].kernel = 1;
+      launches[1].grid = {row_blocks(c, vocab), 1, 1};
+      launches[1].block = {threads, 1, 1};
+      launches[1].args.add(a.d_out).add(starts).add(index).add(a.d_table);
+      launches[1].args.add(static_cast<int>(dim)).add(static_cast<int>(vocab));
+    } else {
+      launches[0].kernel = 0;
+      launches[0].grid = {grid_stride_blocks(ceil_div(vocab * dim, threads), kZeroBlocksPerSm, device), 1, 1};
+      launches[0].block = {threads, 1, 1};
+      launches[0].args.add(a.d_table).add(static_cast<long long>(vocab * dim));
+      launches[1].kernel = 1;
+      launches[1].grid = {row_blocks(c, rows), 1, 1};
+      launches[1].block = {threads, 1, 1};
+      launches[1].args.add(a.tokens).add(a.d_out).add(a.d_table);
+      launches[1].args.add(static_cast<long long>(rows)).add(static_cast<int>(dim)).add(static_cast<int>(vocab));
+    }
+    return launches;
+  }
+
+  double flops(const Problem& p) const override {  // one add per element of d_out
+    return static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("dim"));
+  }
+  double bytes(const Problem& p) const override {  // tokens; read d_out; write d_table
+    const double rows = static_cast<double>(p.dim("rows")), dim = static_cast<double>(p.dim("dim"));
+    return 4.0 * rows + static_cast<double>(activation_bytes(p)) * rows * dim +
+           4.0 * static_cast<double>(p.dim("vocab")) * dim;
+  }
+
+ protected:
+  Config default_more(Config c) const override {
+    c.set("deterministic", 1);  // reproducible unless tuning finds the atomics faster
+    return c;
+  }
+
+ private:
+  static bool deterministic(const Config& c) { return c.at("deterministic") == 1; }
+  static std::vector<Param> with_deterministic(std::vector<Param> params) {
+    params.push_back({"deterministic", {0, 1},
+                      "1: a stable sort of the tokens, then one pass per vocabulary row (bit-identical across "
+                      "runs, a workspace, a one-block sort); 0: fp32 atomicAdd per element (no workspace, contention "
+                      "on repeated ids, last bits vary)"});
+    return params;
+  }
+  Space space_;
+};
+
+}  // namespace
+
+std::int64_t scratch_ints(const Problem& p) { return 2 * p.dim("vocab") + 1 + p.dim("rows"); }
+
+const ForwardFamily& forward_family() {
+  static const Forward f;
+  return f;
+}
+const BackwardFamily& backward_family() {
+  static const Backward f;
+  return f;
+}
+
+}  // namespace ktune::templates::embedding
