@@ -14,45 +14,12 @@
 #include "cache/tuned_cache.hpp"
 #include "model/step_kernels.hpp"
 #include "tuner/compile/compiler.hpp"
+#include "tuner/exec/run_through.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 using namespace ktune;
 using namespace ktune::tuner;
 
-namespace {
-
-/// Runs `config` of `family` on a fresh workload through `backend`, outputs
-/// poisoned first; returns the worst relative L2 error against the reference.
-double run_through(exec::Backend& backend, const templates::Family& family, const Config& config,
-                   const templates::Problem& problem, const exec::Module& module) {
-  const auto w = family.make_workload(problem, 7);
-  std::vector<std::unique_ptr<exec::Buffer>> buffers;
-  std::vector<std::uint64_t> addresses;
-  for (const auto& b : w.buffers) {
-    buffers.push_back(backend.allocate(b.bytes.size(), b.name));
-    addresses.push_back(buffers.back()->address());
-    if (b.role == templates::Role::kOutput)
-      backend.poison(*buffers.back());
-    else
-      backend.upload(*buffers.back(), b.bytes.data(), b.bytes.size());
-  }
-  backend.launch(module, family.plan(config, problem, addresses, backend.device()));
-  backend.synchronize();
-  double worst = 0;
-  for (std::size_t i = 0; i < w.buffers.size(); ++i) {
-    const auto& b = w.buffers[i];
-    if (b.role != templates::Role::kOutput && b.role != templates::Role::kInOut) continue;
-    std::vector<std::byte> got(b.bytes.size());
-    backend.download(got.data(), *buffers[i], got.size());
-    const double e = templates::relative_l2(b.dtype, got, b.expected);
-    INFO(b.name << " error " << e);
-    CHECK(e <= b.tolerance);
-    worst = std::max(worst, e);
-  }
-  return worst;
-}
-
-}  // namespace
 
 TEST_CASE("exec: a family's plan through the emulation backend gives its reference", "[emu][exec]") {
   auto backend = exec::make_emu_backend({2, "sm_80"});
@@ -64,7 +31,7 @@ TEST_CASE("exec: a family's plan through the emulation backend gives its referen
     INFO(name << " " << problem.key());
     const auto module = backend->load(family.render(config, problem));
     CHECK(module->kernel_names() == family.render(config, problem).kernels);
-    CHECK(run_through(*backend, family, config, problem, *module) < 1e-5);
+    CHECK(test::run_through(*backend, family, config, problem, *module) < 1e-5);
   }
 }
 
@@ -154,7 +121,7 @@ TEST_CASE("tuned kernels: configs from the cache service, compiled and loaded on
   CHECK_THROWS_AS(kernels.get(gate, tuned_problem), Error);
   // The prepared modules launch and match the reference.
   for (const auto& k : kernels.kernels())
-    CHECK(run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module) < 1e-5);
+    CHECK(test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module) < 1e-5);
 }
 
 TEST_CASE("step kernels: the families' problems of one training step", "[exec][model]") {
