@@ -3,6 +3,8 @@
 // static pruning rules of search/pruning.hpp.
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "tuner/exec/backend.hpp"
 
 namespace ktune::tuner::exec {
@@ -29,9 +31,11 @@ FitResult check_fit(const std::vector<std::string>& kernel_names, const std::vec
     }
     r.verdict = search::prune(usage, device);
     if (!r.fits()) return r;
-    if (worst.kernel.empty() || r.verdict.verdict == search::Verdict::kRankLast ||
-        (worst.verdict.verdict == search::Verdict::kOk && r.verdict.occupancy < worst.verdict.occupancy))
-      if (worst.verdict.verdict != search::Verdict::kRankLast) worst = r;
+    // The worst of the fitting launches: a spilling one first, then the lowest occupancy.
+    const auto rank = [](const FitResult& f) {
+      return std::make_pair(f.verdict.verdict == search::Verdict::kRankLast ? 0 : 1, f.verdict.occupancy);
+    };
+    if (worst.kernel.empty() || rank(r) < rank(worst)) worst = r;
   }
   return worst;
 }

@@ -72,6 +72,21 @@ TEST_CASE("exec: a launch that cannot be resident is refused by the one fit chec
     CHECK_FALSE(fit.fits());
     CHECK_THAT(fit.verdict.reason, Catch::Contains("register file"));
   }
+  SECTION("of launches that fit, the verdict is the worst: a spilling kernel ranks last") {
+    const std::vector<std::string> two = {"a", "b"};
+    KernelResources fine, spills;
+    fine.registers = spills.registers = 32;
+    spills.spill_store_bytes = 16;
+    plan[0].block = {256, 1, 1};
+    templates::Launch second;
+    second.kernel = 1;
+    second.block = {256, 1, 1};
+    plan.push_back(second);
+    const auto fit = exec::check_fit(two, {fine, spills}, plan, device);
+    CHECK(fit.fits());
+    CHECK(fit.kernel == "b");
+    CHECK(fit.verdict.verdict == search::Verdict::kRankLast);
+  }
   SECTION("a plan naming a kernel the source lacks") {
     plan[0].kernel = 3;
     CHECK_THAT(exec::check_fit(names, {}, plan, device).verdict.reason, Catch::Contains("names kernel 3"));
