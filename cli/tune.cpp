@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
+#include "cli/progress.hpp"
 #include "model/step_kernels.hpp"
 #include "search/kernel_tuner_format.hpp"
 #include "search/stop.hpp"
@@ -126,15 +127,15 @@ void add_tune_command(CLI::App& app, Global& global) {
       logs.push_back(tune.log_path);
       if (requests.size() > 1)
         std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
+      ProgressLine line;
       auto progress = [&](const tuner::Record& r, const search::Progress& p) {
         const std::string eta = p.eta_s >= 0 ? fmt::format("ETA {:.0f} s", p.eta_s) : "ETA ?";
-        std::cerr << fmt::format("\r[{:>5} evaluated, {} failed] best {:.4f} ms, {}  {:<50.50}",
-                                 p.state->evaluations, p.state->failures, p.state->best_ms, eta,
-                                 r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure))
-                  << std::flush;
+        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {:.4f} ms, {}  {:.60}",
+                                p.state->evaluations, family.space().size(), p.state->failures, p.state->best_ms, eta,
+                                r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure)));
       };
       const auto summary = tuner::tune(family, problem, *runner, tune, progress);
-      std::cerr << "\n";
+      line.finish();
       if (!summary.best) {
         failed.push_back(family.name() + " on " + problem.key());
         continue;

@@ -27,6 +27,9 @@ TEST_CASE("CLI: ktune tune runs with every strategy and writes the winner", "[cl
     INFO(out);
     REQUIRE(rc == 0);
     CHECK_THAT(out, Catch::Contains("winner written to"));
+    // Not a terminal: whole progress lines, never carriage-return updates.
+    CHECK(out.find('\r') == std::string::npos);
+    CHECK_THAT(out, Catch::Contains(" evaluated of "));
     std::ifstream in(cache);
     const auto j = nlohmann::json::parse(in);
     CHECK(j.dump().find("swiglu_fwd") != std::string::npos);
