@@ -1,24 +1,15 @@
-// The linear layers' GEMMs through OpenBLAS (the only op of the cpu backend
-// without a kernel family: cuBLAS/cuBLASLt play that part on the GPU).
-// Weights are stored (out, in) like torch.nn.Linear; all matrices row-major.
+// GEMMs through OpenBLAS (the only op of the cpu backend without a kernel
+// family: cuBLASLt plays that part on the GPU). All matrices row-major.
 #pragma once
 #include <cstdint>
 
 namespace ktune::model {
 
-/// y (n, out) = x (n, in) W^T + beta * y, W (out, in).
+/// C (m, n) = alpha op(A) op(B) + beta C; op(A) is (m, k): A is stored (m, k)
+/// with row stride lda, or (k, m) when trans_a; likewise B (k, n) or (n, k).
 template <class T>
-void linear_forward(const T* x, const T* w, T* y, std::int64_t n, std::int64_t in, std::int64_t out, T beta = T(0));
-
-/// dx (n, in) = dy (n, out) W + beta * dx.
-template <class T>
-void linear_backward_input(const T* dy, const T* w, T* dx, std::int64_t n, std::int64_t in, std::int64_t out,
-                           T beta = T(0));
-
-/// dW (out, in) = dy^T (out, n) x (n, in) + beta * dW.
-template <class T>
-void linear_backward_weight(const T* dy, const T* x, T* dw, std::int64_t n, std::int64_t in, std::int64_t out,
-                            T beta = T(0));
+void gemm_rowmajor(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                   std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
 
 /// Threads OpenBLAS uses for every GEMM of this process.
 void set_gemm_threads(unsigned threads);

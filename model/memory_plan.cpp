@@ -13,12 +13,16 @@ namespace ktune::model {
 
 namespace {
 
-// Hands out consecutive offsets.
+// Hands out consecutive offsets, each buffer starting at a multiple of
+// kAlignElements: 64 bytes in fp32, 32 in bf16, so that every buffer is
+// aligned for the kernels' widest (16-byte) vector accesses whatever the
+// sizes before it (a (tokens,) buffer of an odd shape, say).
+constexpr std::int64_t kAlignElements = 16;
 struct Cursor {
   std::int64_t next = 0;
   std::int64_t take(std::int64_t n) {
     const std::int64_t at = next;
-    next += n;
+    next = (next + n + kAlignElements - 1) / kAlignElements * kAlignElements;
     return at;
   }
 };

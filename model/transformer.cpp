@@ -1,12 +1,13 @@
-// Transformer construction, buffers and parameter access (the passes are in
-// transformer_forward.cpp and transformer_backward.cpp).
+// The Transformer on the cpu backend: host buffers laid out by the memory
+// plan, and the step's walk (model/walk.hpp) over CpuOps<T>.
 #include "model/transformer.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "model/gemm.hpp"
-#include "templates/rope/reference.hpp"
 
 namespace ktune::model {
 
@@ -16,20 +17,25 @@ Transformer<T>::Transformer(const ModelConfig& config, const RunShape& shape, Al
   config_.validate();
   shape_.validate();
   const bool train = allocation_ == Allocation::kTrain;
-  layout_ = parameter_layout(config_);
+  L_ = model::step_layout(config_, shape_, parallel_.threads(), train);
   plan_ = plan_memory(config_, shape_, parallel_.threads(), sizeof(T));
-  ll_ = layer_layout(config_, shape_);
-  fl_ = final_layout(config_, shape_);
-  wl_ = workspace_layout(config_, shape_, parallel_.threads(), train);
-  params_.assign(layout_.total, T(0));
-  if (train) grads_.assign(layout_.total, T(0));
-  layer_acts_.assign((train ? config_.layers : 1) * ll_.size, T(0));
-  final_acts_.assign(fl_.size, T(0));
-  work_.assign(wl_.size, T(0));
+  params_.assign(L_.params.total, T(0));
+  if (train) grads_.assign(L_.params.total, T(0));
+  layer_acts_.assign(L_.region_elements(Region::kLayers), T(0));
+  final_acts_.assign(L_.final.size, T(0));
+  work_.assign(L_.work.size, T(0));
   tokens_.assign(shape_.tokens(), 0);
   targets_.assign(shape_.tokens(), 0);
-  templates::rope::rope_tables<T>(shape_.context, config_.head_dim(), config_.rope_theta, work_.data() + wl_.rope_cos,
-                                  work_.data() + wl_.rope_sin);
+  std::array<void*, kRegionCount> bases{};
+  bases[static_cast<int>(Region::kParams)] = params_.data();
+  bases[static_cast<int>(Region::kGrads)] = train ? grads_.data() : nullptr;
+  bases[static_cast<int>(Region::kLayers)] = layer_acts_.data();
+  bases[static_cast<int>(Region::kFinal)] = final_acts_.data();
+  bases[static_cast<int>(Region::kWork)] = work_.data();
+  bases[static_cast<int>(Region::kTokens)] = tokens_.data();
+  bases[static_cast<int>(Region::kTargets)] = targets_.data();
+  ops_ = std::make_unique<CpuOps<T>>(bases, L_.work, parallel_);
+  walk_init(*ops_, L_);
   set_gemm_threads(parallel_.threads());
   init_parameters(0);
 }
@@ -39,25 +45,42 @@ Transformer<T>::~Transformer() = default;
 
 template <class T>
 std::span<T> Transformer<T>::parameter(const std::string& name) {
-  const auto& info = layout_.find(name);
+  const auto& info = L_.params.find(name);
   return std::span<T>(params_).subspan(info.offset, info.numel);
 }
 
 template <class T>
 std::span<T> Transformer<T>::gradient(const std::string& name) {
   KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no gradients");
-  const auto& info = layout_.find(name);
+  const auto& info = L_.params.find(name);
   return std::span<T>(grads_).subspan(info.offset, info.numel);
 }
 
 template <class T>
 void Transformer<T>::init_parameters(std::uint64_t seed) {
-  model::init_parameters<T>(layout_, params_.data(), seed);
+  model::init_parameters<T>(L_.params, params_.data(), seed);
 }
 
 template <class T>
-T* Transformer<T>::act(std::int64_t layer) {
-  return layer_acts_.data() + (allocation_ == Allocation::kTrain ? layer : 0) * ll_.size;
+double Transformer<T>::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+  const std::int64_t N = shape_.tokens();
+  KTUNE_REQUIRE(static_cast<std::int64_t>(tokens.size()) == N && static_cast<std::int64_t>(targets.size()) == N,
+                fmt::format("forward needs batch*context = {} tokens and targets, got {} and {}", N, tokens.size(),
+                            targets.size()));
+  std::copy(tokens.begin(), tokens.end(), tokens_.begin());
+  std::copy(targets.begin(), targets.end(), targets_.begin());
+  have_forward_ = false;
+  const double loss = walk_forward(*ops_, L_);
+  have_forward_ = true;
+  return loss;
+}
+
+template <class T>
+void Transformer<T>::backward() {
+  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "backward needs a model built for training, not forward-only");
+  KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
+  have_forward_ = false;  // the backward overwrites the logits
+  walk_backward(*ops_, L_);
 }
 
 template <class T>

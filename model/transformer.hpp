@@ -2,9 +2,10 @@
 // pre-norm blocks [RMSNorm -> causal MHA with RoPE -> residual; RMSNorm ->
 // SwiGLU -> residual]; final RMSNorm; untied LM head; mean cross-entropy.
 // Every buffer follows the static memory plan (memory_plan.hpp) and is
-// allocated once; the ops are the families' CPU references
-// (templates/<family>/reference.hpp) split over threads, and OpenBLAS GEMMs.
-// Templated on the value type: float for runs, double for gradient checks.
+// allocated once on the host; the step is the one walk (model/walk.hpp) over
+// the cpu backend's ops (model/ops/cpu_ops.hpp: the families' CPU references
+// split over threads, and OpenBLAS GEMMs). Templated on the value type: float
+// for runs, double for gradient checks.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,8 +14,10 @@
 
 #include "model/config.hpp"
 #include "model/memory_plan.hpp"
+#include "model/ops/cpu_ops.hpp"
 #include "model/parallel.hpp"
 #include "model/parameters.hpp"
+#include "model/walk.hpp"
 
 namespace ktune::model {
 
@@ -37,7 +40,8 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   const RunShape& shape() const { return shape_; }
   Allocation allocation() const { return allocation_; }
-  const ParameterLayout& layout() const { return layout_; }
+  const ParameterLayout& layout() const { return L_.params; }
+  const StepLayout& step_layout() const { return L_; }
   const MemoryPlan& plan() const { return plan_; }
   unsigned threads() const { return parallel_.threads(); }
   Parallel& parallel() { return parallel_; }
@@ -68,27 +72,18 @@ class Transformer {
   std::int64_t allocated_bytes() const;
 
  private:
-  T* act(std::int64_t layer);  // start of a block's activation slot
-  void forward_block(std::int64_t l);
-  void backward_block(std::int64_t l);
-  // RMSNorm backward over all rows with per-thread weight gradients, summed
-  // into dw; writes dx.
-  void norm_backward(const T* x, const T* w, const T* rstd, const T* dy, T* dx, T* dw);
-
   ModelConfig config_;
   RunShape shape_;
   Allocation allocation_;
   Parallel parallel_;
-  ParameterLayout layout_;
+  StepLayout L_;
   MemoryPlan plan_;
-  LayerLayout ll_;
-  FinalLayout fl_;
-  WorkspaceLayout wl_;
   std::vector<T> params_, grads_;
-  std::vector<T> layer_acts_;  // (slots, ll_.size): slots = layers when training, else 1
-  std::vector<T> final_acts_;  // (fl_.size)
-  std::vector<T> work_;        // (wl_.size)
+  std::vector<T> layer_acts_;  // (slots, L_.layer.size): slots = layers when training, else 1
+  std::vector<T> final_acts_;  // (L_.final.size)
+  std::vector<T> work_;        // (L_.work.size)
   std::vector<std::int32_t> tokens_, targets_;  // (batch, context) each
+  std::unique_ptr<CpuOps<T>> ops_;
   bool have_forward_ = false;
 };
 

@@ -1,0 +1,236 @@
+// The cpu backend's ops (see cpu_ops.hpp): row-wise ops split rows over
+// threads, attention splits (batch, head) pairs, GEMMs run on OpenBLAS's threads.
+#include "model/ops/cpu_ops.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "base/error.hpp"
+#include "model/gemm.hpp"
+#include "templates/attention/reference.hpp"
+#include "templates/cross_entropy/reference.hpp"
+#include "templates/embedding/reference.hpp"
+#include "templates/residual/reference.hpp"
+#include "templates/rmsnorm/reference.hpp"
+#include "templates/rope/reference.hpp"
+#include "templates/swiglu/reference.hpp"
+
+namespace ktune::model {
+
+namespace tr = ktune::templates;
+
+template <class T>
+CpuOps<T>::CpuOps(const std::array<void*, kRegionCount>& bases, const WorkspaceLayout& work, Parallel& parallel)
+    : bases_(bases), work_(work), parallel_(parallel) {}
+
+template <class T>
+T* CpuOps<T>::at(Ref r) const {
+  void* base = bases_[static_cast<int>(r.region)];
+  KTUNE_REQUIRE(base != nullptr, "the cpu backend's run has no " + region_name(r.region) + " region");
+  return static_cast<T*>(base) + r.offset;
+}
+
+template <class T>
+const std::int32_t* CpuOps<T>::ints(Ref r) const {
+  void* base = bases_[static_cast<int>(r.region)];
+  KTUNE_REQUIRE(base != nullptr, "the cpu backend's run has no " + region_name(r.region) + " region");
+  return static_cast<const std::int32_t*>(base) + r.offset;
+}
+
+template <class T>
+void CpuOps<T>::rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) {
+  tr::rope::rope_tables<T>(seq, head_dim, theta, at(cos), at(sin));
+}
+
+template <class T>
+void CpuOps<T>::gemm(const GemmOp& g) {
+  for (std::int64_t i = 0; i < g.batch; ++i)
+    gemm_rowmajor<T>(g.trans_a, g.trans_b, g.m, g.n, g.k, static_cast<T>(g.alpha), at(g.a + i * g.stride_a), g.lda,
+                     at(g.b + i * g.stride_b), g.ldb, static_cast<T>(g.beta), at(g.c + i * g.stride_c), g.ldc);
+}
+
+template <class T>
+void CpuOps<T>::add(Ref dst, Ref src, std::int64_t n) {
+  T* d = at(dst);
+  const T* s = at(src);
+  parallel_.for_range(n, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::residual::residual_add(d + b, s + b, e - b);
+  });
+}
+
+template <class T>
+void CpuOps<T>::embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
+                                  std::int64_t vocab) {
+  const std::int32_t* t = ints(tokens);
+  const T* w = at(table);
+  T* o = at(out);
+  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::embedding::embedding_forward(t + b, w, o + b * dim, e - b, dim, vocab);
+  });
+}
+
+template <class T>
+void CpuOps<T>::embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_t rows, std::int64_t dim,
+                                   std::int64_t vocab) {
+  const std::int32_t* t = ints(tokens);
+  const T* d = at(dout);
+  T* dt = at(dtable);
+  std::fill(dt, dt + vocab * dim, T(0));
+  parallel_.for_range(dim, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::embedding::embedding_backward(t, d, dt, rows, dim, b, e);
+  });
+}
+
+template <class T>
+void CpuOps<T>::rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows, std::int64_t dim, double eps) {
+  const T* px = at(x);
+  const T* pw = at(w);
+  T* py = at(y);
+  T* pr = at(rstd);
+  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::rmsnorm::rmsnorm_forward(px + b * dim, pw, py + b * dim, pr + b, e - b, dim, static_cast<T>(eps));
+  });
+}
+
+template <class T>
+void CpuOps<T>::rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows,
+                                 std::int64_t dim) {
+  KTUNE_REQUIRE(work_.norm_dw + parallel_.threads() * dim <= work_.size,
+                "rmsnorm backward needs the workspace of a training run");
+  const T* px = at(x);
+  const T* pw = at(w);
+  const T* pr = at(rstd);
+  const T* pdy = at(dy);
+  T* pdx = at(dx);
+  T* partial = at({Region::kWork, work_.norm_dw});  // (threads, dim) per-thread weight gradients
+  std::fill(partial, partial + parallel_.threads() * dim, T(0));
+  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned c) {
+    tr::rmsnorm::rmsnorm_backward(px + b * dim, pw, pr + b, pdy + b * dim, pdx + b * dim, partial + c * dim, e - b,
+                                  dim);
+  });
+  T* pdw = at(dw);
+  for (std::int64_t j = 0; j < dim; ++j) {
+    T sum = 0;
+    for (unsigned t = 0; t < parallel_.threads(); ++t) sum += partial[t * dim + j];
+    pdw[j] = sum;
+  }
+}
+
+template <class T>
+void CpuOps<T>::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
+                             std::int64_t head_dim) {
+  T* px = at(x);
+  const T* c = at(cos);
+  const T* s = at(sin);
+  parallel_.for_range(tokens, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::rope::rope_forward(px, px, c, s, seq, heads, head_dim, b, e);
+  });
+}
+
+template <class T>
+void CpuOps<T>::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
+                              std::int64_t head_dim) {
+  T* p = at(dx);
+  const T* c = at(cos);
+  const T* s = at(sin);
+  parallel_.for_range(tokens, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::rope::rope_backward(p, p, c, s, seq, heads, head_dim, b, e);
+  });
+}
+
+template <class T>
+void CpuOps<T>::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
+                                  const templates::attention::AttentionShape& s) {
+  const std::int64_t scratch = tr::attention::scratch_elements(s);
+  T* w = at({Region::kWork, work_.attn_scratch});  // (threads, scratch)
+  const T *pq = at(q), *pk = at(k), *pv = at(v);
+  T *probs = at(saved), *po = at(out);
+  parallel_.for_range(s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned c) {
+    tr::attention::attention_forward(pq, pk, pv, probs, po, w + c * scratch, s, b, e);
+  });
+}
+
+template <class T>
+void CpuOps<T>::attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+                                   const templates::attention::AttentionShape& s) {
+  const std::int64_t scratch = tr::attention::scratch_elements(s);
+  T* w = at({Region::kWork, work_.attn_scratch});
+  const T *pq = at(q), *pk = at(k), *pv = at(v), *probs = at(saved), *pdo = at(dout);
+  T *pdq = at(dq), *pdk = at(dk), *pdv = at(dv);
+  parallel_.for_range(s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned c) {
+    tr::attention::attention_backward(pq, pk, pv, probs, pdo, pdq, pdk, pdv, w + c * scratch, s, b, e);
+  });
+}
+
+template <class T>
+void CpuOps<T>::swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) {
+  const T *pa = at(a), *pb = at(b);
+  T* ph = at(h);
+  parallel_.for_range(n, [&](std::int64_t lo, std::int64_t hi, unsigned) {
+    tr::swiglu::swiglu_forward(pa + lo, pb + lo, ph + lo, hi - lo);
+  });
+}
+
+template <class T>
+void CpuOps<T>::swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) {
+  const T *pa = at(a), *pb = at(b), *pdh = at(dh);
+  T *pda = at(da), *pdb = at(db);
+  parallel_.for_range(n, [&](std::int64_t lo, std::int64_t hi, unsigned) {
+    tr::swiglu::swiglu_backward(pa + lo, pb + lo, pdh + lo, pda + lo, pdb + lo, hi - lo);
+  });
+}
+
+template <class T>
+void CpuOps<T>::cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,
+                                      std::int64_t vocab) {
+  const T* pl = at(logits);
+  const std::int32_t* t = ints(targets);
+  T *ploss = at(losses), *plse = at(lse);
+  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::cross_entropy::cross_entropy_forward(pl + b * vocab, t + b, ploss + b, plse + b, e - b, vocab);
+  });
+}
+
+template <class T>
+void CpuOps<T>::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
+                                       std::int64_t vocab) {
+  const T* pl = at(logits);
+  const std::int32_t* t = ints(targets);
+  const T* plse = at(lse);
+  T* pd = at(dlogits);
+  const T scale = T(1) / static_cast<T>(rows);  // d mean / d row loss
+  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned) {
+    tr::cross_entropy::cross_entropy_backward(pl + b * vocab, t + b, plse + b, scale, pd + b * vocab, e - b, vocab);
+  });
+}
+
+template <class T>
+double CpuOps<T>::mean(Ref values, std::int64_t n) {
+  const T* p = at(values);
+  double sum = 0;
+  for (std::int64_t i = 0; i < n; ++i) sum += static_cast<double>(p[i]);
+  return sum / static_cast<double>(n);
+}
+
+template <class T>
+void CpuOps<T>::adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) {
+  if constexpr (std::is_same_v<T, float>) {
+    for (const auto& t : tensors) {
+      float *p = at(t.param), *m = at(t.exp_avg), *v = at(t.exp_avg_sq);
+      const float* g = at(t.grad);
+      parallel_.for_range(t.numel, [&](std::int64_t b, std::int64_t e, unsigned) {
+        templates::adamw::adamw_step_reference(p + b, g + b, m + b, v + b, static_cast<std::size_t>(e - b), hyper);
+      });
+    }
+  } else {
+    (void)tensors, (void)hyper;
+    throw Error(ErrorKind::kInvalidInput, "AdamW runs on fp32 parameters only");
+  }
+}
+
+template class CpuOps<float>;
+template class CpuOps<double>;
+
+}  // namespace ktune::model

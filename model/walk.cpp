@@ -1,0 +1,201 @@
+// The Transformer's step as one walk over the op interface (see walk.hpp).
+// The order of the ops, in-place uses and accumulations are the cpu
+// backend's since it was written: its results do not depend on this walk.
+#include "model/walk.hpp"
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+
+namespace ktune::model {
+
+std::string region_name(Region r) {
+  static const char* const kNames[kRegionCount] = {"parameters", "gradients", "exp_avg", "exp_avg_sq", "layers",
+                                                   "final",      "workspace", "tokens",  "targets",    "scratch"};
+  return kNames[static_cast<int>(r)];
+}
+
+namespace {
+
+// y (n, out) = x (n, in) W^T, W (out, in).
+void linear(Ops& ops, Ref x, Ref w, Ref y, std::int64_t n, std::int64_t in, std::int64_t out) {
+  ops.gemm({.trans_a = false, .trans_b = true, .m = n, .n = out, .k = in, .a = x, .b = w, .c = y, .lda = in,
+            .ldb = in, .ldc = out});
+}
+// dx (n, in) = dy (n, out) W (+ dx when accumulate).
+void linear_dx(Ops& ops, Ref dy, Ref w, Ref dx, std::int64_t n, std::int64_t in, std::int64_t out,
+               bool accumulate = false) {
+  ops.gemm({.trans_a = false, .trans_b = false, .m = n, .n = in, .k = out, .a = dy, .b = w, .c = dx, .lda = out,
+            .ldb = in, .ldc = in, .beta = accumulate ? 1.0 : 0.0});
+}
+// dW (out, in) = dy^T (out, n) x (n, in).
+void linear_dw(Ops& ops, Ref dy, Ref x, Ref dw, std::int64_t n, std::int64_t in, std::int64_t out) {
+  ops.gemm({.trans_a = true, .trans_b = false, .m = out, .n = in, .k = n, .a = dy, .b = x, .c = dw, .lda = out,
+            .ldb = in, .ldc = in});
+}
+
+Ref P(std::int64_t offset) { return {Region::kParams, offset}; }
+Ref G(std::int64_t offset) { return {Region::kGrads, offset}; }
+Ref F(std::int64_t offset) { return {Region::kFinal, offset}; }
+Ref W(std::int64_t offset) { return {Region::kWork, offset}; }
+
+void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
+  const auto& c = L.config;
+  const auto& ll = L.layer;
+  const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
+  const std::int64_t H = c.heads, D = c.head_dim(), S = L.shape.context;
+  const BlockParams& bp = L.params.blocks[l];
+  const Ref a = L.act(l);
+
+  // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1)
+  ops.rmsnorm_forward(a + ll.x_in, P(bp.ln1), a + ll.ln1, a + ll.rstd1, N, C, c.norm_eps);
+  linear(ops, a + ll.ln1, P(bp.q), a + ll.q, N, C, C);  // (N, H, D)
+  linear(ops, a + ll.ln1, P(bp.k), a + ll.k, N, C, C);
+  linear(ops, a + ll.ln1, P(bp.v), a + ll.v, N, C, C);
+  ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
+  ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
+  ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.probs, a + ll.attn, L.attention_shape());
+  linear(ops, a + ll.attn, P(bp.o), a + ll.x_mid, N, C, C);
+  ops.add(a + ll.x_mid, a + ll.x_in, N * C);
+
+  // Feed-forward branch: x_out = x_mid + W2 (silu(W1 ln2) * W3 ln2)
+  ops.rmsnorm_forward(a + ll.x_mid, P(bp.ln2), a + ll.ln2, a + ll.rstd2, N, C, c.norm_eps);
+  linear(ops, a + ll.ln2, P(bp.w1), a + ll.a, N, C, FF);  // (N, F)
+  linear(ops, a + ll.ln2, P(bp.w3), a + ll.b, N, C, FF);
+  ops.swiglu_forward(a + ll.a, a + ll.b, a + ll.h, N * FF);
+  // The next block's input (its own slot when training; this slot's x_in,
+  // no longer needed, when forward-only), or the final stream.
+  const Ref next = l + 1 < c.layers ? L.act(l + 1) + ll.x_in : F(L.final.x);
+  linear(ops, a + ll.h, P(bp.w2), next, N, FF, C);
+  ops.add(next, a + ll.x_mid, N * C);
+}
+
+void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
+  const auto& c = L.config;
+  const auto& ll = L.layer;
+  const auto& wl = L.work;
+  const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
+  const std::int64_t H = c.heads, D = c.head_dim(), S = L.shape.context;
+  const BlockParams& bp = L.params.blocks[l];
+  const Ref a = L.act(l);
+  const Ref dx = W(wl.dx);  // (N, C) gradient of the block's output, then of its input
+
+  // Feed-forward branch.
+  const Ref dh = W(wl.dh);  // (N, F): dh, then da in place
+  const Ref db = W(wl.db);  // (N, F)
+  linear_dw(ops, dx, a + ll.h, G(bp.w2), N, FF, C);
+  linear_dx(ops, dx, P(bp.w2), dh, N, FF, C);
+  ops.swiglu_backward(a + ll.a, a + ll.b, dh, dh, db, N * FF);
+  linear_dw(ops, dh, a + ll.ln2, G(bp.w1), N, C, FF);
+  linear_dw(ops, db, a + ll.ln2, G(bp.w3), N, C, FF);
+  linear_dx(ops, dh, P(bp.w1), W(wl.dtmp), N, C, FF);
+  linear_dx(ops, db, P(bp.w3), W(wl.dtmp), N, C, FF, true);
+  ops.rmsnorm_backward(a + ll.x_mid, P(bp.ln2), a + ll.rstd2, W(wl.dtmp), W(wl.dbranch), G(bp.ln2), N, C);
+  ops.add(dx, W(wl.dbranch), N * C);
+
+  // Attention branch.
+  const Ref dattn = W(wl.dbranch);  // (N, C)
+  linear_dw(ops, dx, a + ll.attn, G(bp.o), N, C, C);
+  linear_dx(ops, dx, P(bp.o), dattn, N, C, C);
+  const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
+  ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.probs, dattn, dq, dk, dv, L.attention_shape());
+  ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
+  ops.rope_backward(dk, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
+  linear_dw(ops, dq, a + ll.ln1, G(bp.q), N, C, C);
+  linear_dw(ops, dk, a + ll.ln1, G(bp.k), N, C, C);
+  linear_dw(ops, dv, a + ll.ln1, G(bp.v), N, C, C);
+  linear_dx(ops, dq, P(bp.q), W(wl.dtmp), N, C, C);
+  linear_dx(ops, dk, P(bp.k), W(wl.dtmp), N, C, C, true);
+  linear_dx(ops, dv, P(bp.v), W(wl.dtmp), N, C, C, true);
+  ops.rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), W(wl.dbranch), G(bp.ln1), N, C);
+  ops.add(dx, W(wl.dbranch), N * C);
+}
+
+}  // namespace
+
+std::int64_t StepLayout::region_elements(Region r) const {
+  switch (r) {
+    case Region::kParams:
+    case Region::kGrads:
+    case Region::kExpAvg:
+    case Region::kExpAvgSq:
+      return params.total;
+    case Region::kLayers:
+      return (train ? config.layers : 1) * layer.size;
+    case Region::kFinal:
+      return final.size;
+    case Region::kWork:
+      return work.size;
+    case Region::kTokens:
+    case Region::kTargets:
+      return shape.tokens();
+    case Region::kScratch:
+      return 0;
+  }
+  return 0;
+}
+
+templates::attention::AttentionShape StepLayout::attention_shape() const {
+  return {shape.batch, shape.context, config.heads, config.head_dim(), true};
+}
+
+StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train) {
+  config.validate();
+  shape.validate();
+  StepLayout L;
+  L.config = config;
+  L.shape = shape;
+  L.train = train;
+  L.params = parameter_layout(config);
+  L.layer = layer_layout(config, shape);
+  L.final = final_layout(config, shape);
+  L.work = workspace_layout(config, shape, threads, train);
+  return L;
+}
+
+void walk_init(Ops& ops, const StepLayout& L) {
+  ops.rope_tables(W(L.work.rope_cos), W(L.work.rope_sin), L.shape.context, L.config.head_dim(),
+                  L.config.rope_theta);
+}
+
+double walk_forward(Ops& ops, const StepLayout& L) {
+  const auto& c = L.config;
+  const auto& fl = L.final;
+  const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
+  const Ref tokens{Region::kTokens, 0}, targets{Region::kTargets, 0};
+  ops.embedding_forward(tokens, P(L.params.embedding), L.act(0) + L.layer.x_in, N, C, V);  // (N, C)
+  for (std::int64_t l = 0; l < c.layers; ++l) forward_block(ops, L, l);
+  ops.rmsnorm_forward(F(fl.x), P(L.params.ln_final), F(fl.ln), F(fl.rstd), N, C, c.norm_eps);
+  linear(ops, F(fl.ln), P(L.params.lm_head), F(fl.logits), N, C, V);  // (N, V)
+  ops.cross_entropy_forward(F(fl.logits), targets, F(fl.losses), F(fl.lse), N, V);
+  return ops.mean(F(fl.losses), N);
+}
+
+void walk_backward(Ops& ops, const StepLayout& L) {
+  KTUNE_REQUIRE(L.train, "backward needs a model built for training, not forward-only");
+  const auto& c = L.config;
+  const auto& fl = L.final;
+  const auto& wl = L.work;
+  const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
+  const Ref tokens{Region::kTokens, 0}, targets{Region::kTargets, 0};
+  const Ref dlogits = F(fl.logits);  // (N, V), in place over the logits
+  ops.cross_entropy_backward(F(fl.logits), targets, F(fl.lse), dlogits, N, V);
+  linear_dw(ops, dlogits, F(fl.ln), G(L.params.lm_head), N, C, V);
+  linear_dx(ops, dlogits, P(L.params.lm_head), W(wl.dtmp), N, C, V);
+  ops.rmsnorm_backward(F(fl.x), P(L.params.ln_final), F(fl.rstd), W(wl.dtmp), W(wl.dx), G(L.params.ln_final), N, C);
+  for (std::int64_t l = c.layers - 1; l >= 0; --l) backward_block(ops, L, l);
+  ops.embedding_backward(tokens, W(wl.dx), G(L.params.embedding), N, C, V);  // (V, C)
+}
+
+std::vector<AdamwTensor> adamw_tensors(const StepLayout& L) {
+  std::vector<AdamwTensor> out;
+  for (const auto& t : L.params.tensors)
+    out.push_back({P(t.offset), G(t.offset), {Region::kExpAvg, t.offset}, {Region::kExpAvgSq, t.offset}, t.numel});
+  return out;
+}
+
+void walk_adamw(Ops& ops, const StepLayout& L, const templates::adamw::AdamwHyper& hyper) {
+  ops.adamw_step(adamw_tensors(L), hyper);
+}
+
+}  // namespace ktune::model

@@ -1,0 +1,49 @@
+// The Transformer LM's training step written once, as a sequence of ops over
+// the regions of the static memory plan (model/ops/ops.hpp): forward,
+// backward, AdamW. Every backend runs this same walk; a backend or mode
+// changes how an op runs, never which ops run.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/memory_plan.hpp"
+#include "model/ops/ops.hpp"
+#include "model/parameters.hpp"
+
+namespace ktune::model {
+
+/// Where every buffer of a run lives: the plan's layouts of each region.
+struct StepLayout {
+  ModelConfig config;
+  RunShape shape;
+  bool train = true;  ///< every block keeps its activations slot (else one slot, reused)
+  ParameterLayout params;
+  LayerLayout layer;
+  FinalLayout final;
+  WorkspaceLayout work;
+
+  /// Start of block l's activation slot.
+  Ref act(std::int64_t l) const { return {Region::kLayers, (train ? l : 0) * layer.size}; }
+  /// Elements of each region (tokens and targets count int32 values).
+  std::int64_t region_elements(Region r) const;
+  /// The attention problem of one block.
+  templates::attention::AttentionShape attention_shape() const;
+};
+
+/// Layouts for (config, shape); `threads` sizes the cpu backend's per-thread
+/// scratch (1 for a device backend).
+StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train);
+
+/// Fills the constant tables (RoPE) of the workspace; once per run.
+void walk_init(Ops& ops, const StepLayout& L);
+/// Forward over the tokens and targets already in their regions; returns the mean loss.
+double walk_forward(Ops& ops, const StepLayout& L);
+/// Gradients of the last forward's mean loss (overwritten). Needs train.
+void walk_backward(Ops& ops, const StepLayout& L);
+/// The parameter tensors as AdamW operands, in state-dict order.
+std::vector<AdamwTensor> adamw_tensors(const StepLayout& L);
+/// One AdamW step over every parameter tensor.
+void walk_adamw(Ops& ops, const StepLayout& L, const templates::adamw::AdamwHyper& hyper);
+
+}  // namespace ktune::model
