@@ -83,6 +83,13 @@ class Backend {
   /// Every byte of `dst` set to 0xFF: NaN in every float type, so an output
   /// never written fails validation.
   virtual void poison(const Buffer& dst) = 0;
+  /// upload/download of `bytes` at byte `offset` into the buffer: a runtime
+  /// that lays many tensors out in one allocation moves one at a time.
+  virtual void upload_range(const Buffer& dst, std::size_t offset, const void* host, std::size_t bytes) = 0;
+  virtual void download_range(void* host, const Buffer& src, std::size_t offset, std::size_t bytes) = 0;
+  /// The CUstream launches are enqueued on, for libraries that launch their
+  /// own kernels in order with ours (cuBLASLt); 0 under emulation.
+  virtual std::uint64_t native_stream() const { return 0; }
 
   /// Compiles `rendered` (binary cache first) and loads it. Throws
   /// Error(kCompile) carrying the compiler's log.

@@ -96,6 +96,22 @@ class CudaBackend final : public Backend {
     stream_.synchronize();
     cuda_buffer(src).device_buffer().download(host, bytes);
   }
+  void upload_range(const Buffer& dst, std::size_t offset, const void* host, std::size_t bytes) override {
+    KTUNE_REQUIRE(offset <= dst.bytes() && bytes <= dst.bytes() - offset,
+                  fmt::format("upload of {} bytes at {} into '{}' of {}", bytes, offset, dst.label(), dst.bytes()));
+    if (!bytes) return;
+    // Complete on return, as DeviceBuffer::upload (pageable memory may be staged).
+    stream_.synchronize();
+    KT_CHECK_CU(Driver::get().cuMemcpyHtoD(static_cast<CUdeviceptr>(dst.address() + offset), host, bytes));
+    KT_CHECK_CU(Driver::get().cuCtxSynchronize());
+  }
+  void download_range(void* host, const Buffer& src, std::size_t offset, std::size_t bytes) override {
+    KTUNE_REQUIRE(offset <= src.bytes() && bytes <= src.bytes() - offset,
+                  fmt::format("download of {} bytes at {} from '{}' of {}", bytes, offset, src.label(), src.bytes()));
+    stream_.synchronize();
+    if (bytes) KT_CHECK_CU(Driver::get().cuMemcpyDtoH(host, static_cast<CUdeviceptr>(src.address() + offset), bytes));
+  }
+  std::uint64_t native_stream() const override { return reinterpret_cast<std::uint64_t>(stream_.get()); }
   void poison(const Buffer& dst) override {
     KT_CHECK_CU(Driver::get().cuMemsetD8Async(static_cast<CUdeviceptr>(dst.address()), 0xFF, dst.bytes(),
                                               stream_.get()));

@@ -95,6 +95,16 @@ class EmuBackend final : public Backend {
     if (bytes) std::memcpy(host, emu_buffer(src).guarded().data(), bytes);
   }
   void poison(const Buffer& dst) override { emu_buffer(dst).guarded().fill(0xff); }
+  void upload_range(const Buffer& dst, std::size_t offset, const void* host, std::size_t bytes) override {
+    KTUNE_REQUIRE(offset <= dst.bytes() && bytes <= dst.bytes() - offset,
+                  fmt::format("upload of {} bytes at {} into '{}' of {}", bytes, offset, dst.label(), dst.bytes()));
+    if (bytes) std::memcpy(emu_buffer(dst).guarded().data() + offset, host, bytes);
+  }
+  void download_range(void* host, const Buffer& src, std::size_t offset, std::size_t bytes) override {
+    KTUNE_REQUIRE(offset <= src.bytes() && bytes <= src.bytes() - offset,
+                  fmt::format("download of {} bytes at {} from '{}' of {}", bytes, offset, src.label(), src.bytes()));
+    if (bytes) std::memcpy(host, emu_buffer(src).guarded().data() + offset, bytes);
+  }
 
   std::shared_ptr<const Module> load(const templates::Rendered& rendered) override {
     const auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,98 @@
+// The Transformer on a device backend (see device_model.hpp).
+#include "model/device_model.hpp"
+
+#include <fmt/format.h>
+
+#include "base/error.hpp"
+
+namespace ktune::model {
+
+DeviceTransformer::DeviceTransformer(tuner::exec::Backend& backend, const ModelConfig& config, const RunShape& shape,
+                                     Allocation allocation, const DeviceOptions& options)
+    : backend_(backend), L_(step_layout(config, shape, 1, allocation == Allocation::kTrain)) {
+  ops_ = std::make_unique<DeviceOps>(backend_, L_, options);
+  ops_->poison();
+  walk_init(*ops_, L_);
+  init_parameters(0);
+  if (L_.train) {
+    const std::vector<float> zeros(static_cast<std::size_t>(L_.params.total), 0.0f);
+    ops_->upload({Region::kExpAvg, 0}, zeros.data(), zeros.size() * sizeof(float));
+    ops_->upload({Region::kExpAvgSq, 0}, zeros.data(), zeros.size() * sizeof(float));
+  }
+}
+
+void DeviceTransformer::set_parameters(std::span<const float> values) {
+  KTUNE_REQUIRE(static_cast<std::int64_t>(values.size()) == L_.params.total,
+                fmt::format("the model has {} parameters, got {} values", L_.params.total, values.size()));
+  ops_->upload({Region::kParams, 0}, values.data(), values.size_bytes());
+}
+
+std::vector<float> DeviceTransformer::parameters() {
+  std::vector<float> out(static_cast<std::size_t>(L_.params.total));
+  ops_->download(out.data(), {Region::kParams, 0}, out.size() * sizeof(float));
+  return out;
+}
+
+void DeviceTransformer::set_gradients(std::span<const float> values) {
+  KTUNE_REQUIRE(L_.train, "a forward-only model has no gradients");
+  KTUNE_REQUIRE(static_cast<std::int64_t>(values.size()) == L_.params.total,
+                fmt::format("the model has {} parameters, got {} gradients", L_.params.total, values.size()));
+  ops_->upload({Region::kGrads, 0}, values.data(), values.size_bytes());
+}
+
+std::vector<float> DeviceTransformer::gradients() {
+  KTUNE_REQUIRE(L_.train, "a forward-only model has no gradients");
+  std::vector<float> out(static_cast<std::size_t>(L_.params.total));
+  ops_->download(out.data(), {Region::kGrads, 0}, out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<float> DeviceTransformer::optimizer_state() {
+  KTUNE_REQUIRE(L_.train, "a forward-only model has no optimizer state");
+  const auto n = static_cast<std::size_t>(L_.params.total);
+  std::vector<float> out(2 * n);
+  ops_->download(out.data(), {Region::kExpAvg, 0}, n * sizeof(float));
+  ops_->download(out.data() + n, {Region::kExpAvgSq, 0}, n * sizeof(float));
+  return out;
+}
+
+void DeviceTransformer::init_parameters(std::uint64_t seed) {
+  std::vector<float> host(static_cast<std::size_t>(L_.params.total));
+  model::init_parameters<float>(L_.params, host.data(), seed);
+  set_parameters(host);
+}
+
+double DeviceTransformer::forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) {
+  const std::int64_t N = L_.shape.tokens();
+  KTUNE_REQUIRE(static_cast<std::int64_t>(tokens.size()) == N && static_cast<std::int64_t>(targets.size()) == N,
+                fmt::format("forward needs batch*context = {} tokens and targets, got {} and {}", N, tokens.size(),
+                            targets.size()));
+  for (const auto* list : {&tokens, &targets})
+    for (const std::int32_t t : *list)
+      KTUNE_REQUIRE(t >= 0 && t < L_.config.vocab,
+                    fmt::format("token id {} is outside the vocabulary [0, {})", t, L_.config.vocab));
+  ops_->upload({Region::kTokens, 0}, tokens.data(), tokens.size_bytes());
+  ops_->upload({Region::kTargets, 0}, targets.data(), targets.size_bytes());
+  have_forward_ = false;
+  const double loss = walk_forward(*ops_, L_);
+  have_forward_ = true;
+  return loss;
+}
+
+void DeviceTransformer::backward() {
+  KTUNE_REQUIRE(L_.train, "backward needs a model built for training, not forward-only");
+  KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
+  have_forward_ = false;  // the backward overwrites the logits
+  walk_backward(*ops_, L_);
+}
+
+void DeviceTransformer::step(const templates::adamw::AdamwHyper& hyper) {
+  KTUNE_REQUIRE(L_.train, "an optimizer step needs a model built for training");
+  templates::adamw::AdamwHyper h = hyper;
+  h.step = ++steps_;
+  walk_adamw(*ops_, L_, h);
+}
+
+void DeviceTransformer::synchronize() { backend_.synchronize(); }
+
+}  // namespace ktune::model

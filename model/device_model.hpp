@@ -1,0 +1,53 @@
+// The Transformer LM on a device backend (cuda or emu): the run's memory and
+// kernels are DeviceOps' (model/ops/device_ops.hpp), the step is the one walk
+// (model/walk.hpp) — the same the cpu backend runs. Parameters start at the
+// CS336 initialisation (seed 0), computed on the host and uploaded; every
+// other byte starts poisoned (NaN), so an op that reads what nothing wrote
+// shows.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/ops/device_ops.hpp"
+#include "model/transformer.hpp"
+
+namespace ktune::model {
+
+class DeviceTransformer {
+ public:
+  DeviceTransformer(tuner::exec::Backend& backend, const ModelConfig& config, const RunShape& shape,
+                    Allocation allocation, const DeviceOptions& options);
+
+  const StepLayout& layout() const { return L_; }
+  DeviceOps& ops() { return *ops_; }
+
+  /// Host <-> device copies of the flat parameter (or gradient) buffer,
+  /// layout().params.total floats in state-dict layout.
+  void set_parameters(std::span<const float> values);
+  std::vector<float> parameters();
+  void set_gradients(std::span<const float> values);
+  std::vector<float> gradients();
+  /// AdamW's exp_avg and exp_avg_sq, back to back.
+  std::vector<float> optimizer_state();
+  void init_parameters(std::uint64_t seed);
+
+  /// Mean cross-entropy of tokens against targets, both (batch, context) int32.
+  double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+  /// Gradients of the last forward's loss; needs Allocation::kTrain and a forward.
+  void backward();
+  /// One AdamW step from the gradients (state zero at construction).
+  void step(const templates::adamw::AdamwHyper& hyper);
+  std::int64_t steps_taken() const { return steps_; }
+  /// Waits for everything enqueued.
+  void synchronize();
+
+ private:
+  tuner::exec::Backend& backend_;
+  StepLayout L_;
+  std::unique_ptr<DeviceOps> ops_;
+  bool have_forward_ = false;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace ktune::model

@@ -1,0 +1,425 @@
+// The device backend's ops (see device_ops.hpp). Shapes in comments: N
+// tokens, C d_model, H heads, D head_dim, S context, B batch.
+#include "model/ops/device_ops.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.hpp"
+#include "model/gemm.hpp"
+#include "model/step_kernels.hpp"
+#include "templates/adamw/adamw.hpp"
+#include "templates/attention/attention.hpp"
+#include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/embedding/embedding.hpp"
+#include "templates/rmsnorm/rmsnorm.hpp"
+#include "templates/rope/rope.hpp"
+#include "templates/softmax/softmax.hpp"
+#include "templates/swiglu/swiglu.hpp"
+
+namespace ktune::model {
+
+namespace tr = ktune::templates;
+using templates::Problem;
+
+namespace {
+
+constexpr std::size_t kRegionAlign = 256;
+constexpr std::size_t kValueBytes = 4;  // fp32 everywhere for now
+constexpr std::size_t kCublasLtWorkspace = std::size_t{32} << 20;
+
+std::size_t align_up(std::size_t x) { return (x + kRegionAlign - 1) / kRegionAlign * kRegionAlign; }
+
+Problem rows_problem(std::int64_t rows, std::int64_t dim) { return {"f32", {{"rows", rows}, {"dim", dim}}}; }
+Problem embed_problem(std::int64_t rows, std::int64_t dim, std::int64_t vocab) {
+  return {"f32", {{"rows", rows}, {"dim", dim}, {"vocab", vocab}}};
+}
+Problem rope_problem(std::int64_t tokens, std::int64_t seq, std::int64_t heads, std::int64_t head_dim) {
+  return {"f32", {{"head_dim", head_dim}, {"heads", heads}, {"seq", seq}, {"tokens", tokens}}};
+}
+Problem gate_problem(std::int64_t n) { return {"f32", {{"n", n}}}; }
+Problem loss_problem(std::int64_t rows, std::int64_t vocab) { return {"f32", {{"rows", rows}, {"vocab", vocab}}}; }
+// The scores of every (batch, head) as stacked causal (S, S) blocks.
+Problem scores_problem(const tr::attention::AttentionShape& s) {
+  return {"f32", {{"rows", s.batch * s.heads * s.seq}, {"cols", s.seq}, {"causal", s.causal ? 1 : 0}}};
+}
+// AdamW as the step's list tunes it (step_kernels.hpp).
+Problem adam_problem(const StepLayout& L) {
+  const auto tensors = static_cast<std::int64_t>(L.params.tensors.size());
+  return {"f32", {{"tensors", tensors}, {"numel", (L.params.total + tensors - 1) / tensors}}};
+}
+
+class HostGemm final : public GemmEngine {
+ public:
+  HostGemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& arena) : backend_(backend), arena_(arena) {}
+  std::string name() const override { return "OpenBLAS on the host"; }
+
+  void gemm(const tuner::GemmDesc& g) override {
+    // Elements each operand spans: its last batch's last row, whole.
+    const auto span = [&](bool trans, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t stride) {
+      const std::int64_t r = trans ? cols : rows, c = trans ? rows : cols;
+      return (g.batch - 1) * stride + (r - 1) * ld + c;
+    };
+    const std::int64_t na = span(g.trans_a, g.m, g.k, g.lda, g.stride_a);
+    const std::int64_t nb = span(g.trans_b, g.k, g.n, g.ldb, g.stride_b);
+    const std::int64_t nc = span(false, g.m, g.n, g.ldc, g.stride_c);
+    a_.resize(na), b_.resize(nb), c_.resize(nc);
+    fetch(a_.data(), g.a, na);
+    fetch(b_.data(), g.b, nb);
+    fetch(c_.data(), g.c, nc);  // also what lies between strided rows, written back unchanged
+    for (std::int64_t i = 0; i < g.batch; ++i)
+      gemm_rowmajor<float>(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a_.data() + i * g.stride_a, g.lda,
+                           b_.data() + i * g.stride_b, g.ldb, g.beta, c_.data() + i * g.stride_c, g.ldc);
+    backend_.upload_range(arena_, offset(g.c), c_.data(), nc * sizeof(float));
+  }
+
+ private:
+  std::size_t offset(std::uint64_t address) const {
+    KTUNE_REQUIRE(address >= arena_.address() && address < arena_.address() + arena_.bytes(),
+                  "host GEMM: an operand outside the run's memory");
+    return static_cast<std::size_t>(address - arena_.address());
+  }
+  void fetch(float* host, std::uint64_t address, std::int64_t n) {
+    backend_.download_range(host, arena_, offset(address), n * sizeof(float));
+  }
+
+  tuner::exec::Backend& backend_;
+  const tuner::exec::Buffer& arena_;
+  std::vector<float> a_, b_, c_;
+};
+
+class CublasLtGemm final : public GemmEngine {
+ public:
+  CublasLtGemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace)
+      : backend_(backend), lt_(workspace.address(), workspace.bytes()) {}
+  std::string name() const override { return "cuBLASLt (heuristic's first algorithm)"; }
+  void gemm(const tuner::GemmDesc& g) override { lt_.matmul(g, backend_.native_stream()); }
+
+ private:
+  tuner::exec::Backend& backend_;
+  tuner::CublasLt lt_;
+};
+
+}  // namespace
+
+std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& arena) {
+  return std::make_unique<HostGemm>(backend, arena);
+}
+
+std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace) {
+  return std::make_unique<CublasLtGemm>(backend, workspace);
+}
+
+const char* to_string(Mode mode) { return mode == Mode::kEager ? "eager" : "compiled"; }
+
+Mode parse_mode(const std::string& text) {
+  if (text == "eager") return Mode::kEager;
+  if (text == "compiled") return Mode::kCompiled;
+  throw Error(ErrorKind::kInvalidInput, "mode '" + text + "'; accepted: eager, compiled");
+}
+
+std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode mode) {
+  std::vector<tuner::KernelRequest> out;
+  for (auto& r : step_kernels(L.config, L.shape, "f32")) {
+    if (r.family->name() == "attention_fwd") {
+      // Materialised attention until flash attention's backward lands: its
+      // softmax between two GEMMs, forward and backward.
+      const Problem scores = scores_problem(L.attention_shape());
+      out.push_back({&tr::softmax::forward_family(), scores});
+      out.push_back({&tr::softmax::backward_family(), scores});
+      continue;
+    }
+    if (r.family->name() == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
+    out.push_back(r);
+  }
+  return out;
+}
+
+DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options)
+    : backend_(backend), L_(layout), options_(options) {
+  KTUNE_REQUIRE(std::abs(L_.config.norm_eps - tr::rmsnorm::kEps) <= 1e-12,
+                fmt::format("the device backends' RMSNorm eps is {}; the model asks for {}", tr::rmsnorm::kEps,
+                            L_.config.norm_eps));
+  // Eager mode is untuned: the family defaults, whatever cache was given.
+  kernels_ = std::make_unique<tuner::TunedKernels>(
+      backend_, options_.mode == Mode::kCompiled ? options_.tuned : nullptr);
+  kernels_->prepare(device_step_kernels(L_, options_.mode), options_.compile_threads);
+
+  // The ops' scratch: one op at a time uses it, in stream order.
+  const auto s = L_.attention_shape();
+  std::size_t scratch = static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * kValueBytes;  // dS
+  std::int64_t largest = 0;
+  for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
+  scratch = std::max(scratch, static_cast<std::size_t>(largest) * kValueBytes);  // eager AdamW's temporary
+  for (const auto& k : kernels_->kernels())
+    scratch = std::max(scratch, k.family->workspace_bytes(k.chosen.config, k.problem));
+
+  std::size_t at = 0;
+  for (int r = 0; r < kRegionCount; ++r) {
+    const auto region = static_cast<Region>(r);
+    const bool optimizer = region == Region::kGrads || region == Region::kExpAvg || region == Region::kExpAvgSq;
+    if (region == Region::kScratch || (optimizer && !L_.train)) continue;
+    region_offset_[r] = at;
+    at = align_up(at + static_cast<std::size_t>(L_.region_elements(region)) * kValueBytes);
+  }
+  scratch_offset_ = at;
+  region_offset_[static_cast<int>(Region::kScratch)] = scratch_offset_;
+  scratch_bytes_ = scratch;
+  one_offset_ = align_up(scratch_offset_ + scratch_bytes_);
+  arena_ = backend_.allocate(one_offset_ + kRegionAlign, fmt::format("{} run memory", L_.config.name));
+  const float one = 1.0f;
+  backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
+  if (backend_.native_stream() != 0) {
+    gemm_workspace_ = backend_.allocate(kCublasLtWorkspace, "cuBLASLt workspace");
+    gemm_ = make_cublaslt_gemm(backend_, *gemm_workspace_);
+  } else {
+    gemm_ = make_host_gemm(backend_, *arena_);
+  }
+}
+
+DeviceOps::~DeviceOps() = default;
+
+std::size_t DeviceOps::allocated_bytes() const {
+  return arena_->bytes() + (gemm_workspace_ ? gemm_workspace_->bytes() : 0);
+}
+
+std::uint64_t DeviceOps::address(Ref at) const {
+  return arena_->address() + region_offset_[static_cast<int>(at.region)] +
+         static_cast<std::uint64_t>(at.offset) * kValueBytes;
+}
+
+void DeviceOps::upload(Ref at, const void* host, std::size_t bytes) {
+  backend_.upload_range(*arena_, address(at) - arena_->address(), host, bytes);
+}
+
+void DeviceOps::download(void* host, Ref at, std::size_t bytes) {
+  backend_.download_range(host, *arena_, address(at) - arena_->address(), bytes);
+}
+
+void DeviceOps::poison() {
+  backend_.poison(*arena_);
+  const float one = 1.0f;
+  backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
+}
+
+std::uint64_t DeviceOps::scratch(std::size_t bytes) const {
+  KTUNE_REQUIRE(bytes <= scratch_bytes_, fmt::format("an op needs {} bytes of scratch; the run planned {}", bytes,
+                                                     scratch_bytes_));
+  return arena_->address() + scratch_offset_;
+}
+
+const tuner::TunedKernel& DeviceOps::kernel(const templates::Family& family, const Problem& problem) {
+  for (const auto& k : kernels_->kernels())
+    if (k.family == &family && k.problem == problem) return k;
+  kernels_->prepare({{&family, problem}}, options_.compile_threads);
+  return kernels_->get(family, problem);
+}
+
+void DeviceOps::launch(const tuner::TunedKernel& k, const std::vector<templates::Launch>& plan) {
+  backend_.launch(*k.module, plan);
+}
+
+const tr::adamw::AdamwFamily& DeviceOps::adamw_family() const {
+  return options_.mode == Mode::kEager ? tr::adamw::eager_family() : tr::adamw::multi_tensor_family();
+}
+
+void DeviceOps::rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) {
+  const std::size_t n = static_cast<std::size_t>(seq * head_dim / 2);
+  std::vector<float> c(n), s(n);
+  tr::rope::rope_tables<float>(seq, head_dim, theta, c.data(), s.data());
+  upload(cos, c.data(), n * kValueBytes);
+  upload(sin, s.data(), n * kValueBytes);
+}
+
+void DeviceOps::gemm(const GemmOp& g) {
+  gemm_->gemm({.trans_a = g.trans_a, .trans_b = g.trans_b, .m = g.m, .n = g.n, .k = g.k, .a = address(g.a),
+               .b = address(g.b), .c = address(g.c), .lda = g.lda, .ldb = g.ldb, .ldc = g.ldc,
+               .alpha = static_cast<float>(g.alpha), .beta = static_cast<float>(g.beta), .batch = g.batch,
+               .stride_a = g.stride_a, .stride_b = g.stride_b, .stride_c = g.stride_c});
+}
+
+void DeviceOps::add(Ref dst, Ref src, std::int64_t n) {
+  // dst (n, 1) = src (n, 1) x [1] + dst: a GEMM epilogue's add, exact in
+  // fp32 (one rounding of src + dst). A fused residual + RMSNorm family is
+  // where this goes once it exists.
+  gemm_->gemm({.m = n, .n = 1, .k = 1, .a = address(src), .b = arena_->address() + one_offset_, .c = address(dst),
+               .lda = 1, .ldb = 1, .ldc = 1, .alpha = 1.0f, .beta = 1.0f});
+}
+
+void DeviceOps::embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
+                                  std::int64_t vocab) {
+  const auto& f = tr::embedding::forward_family();
+  const Problem p = embed_problem(rows, dim, vocab);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p, {.tokens = address(tokens), .table = address(table), .out = address(out)},
+                   backend_.device()));
+}
+
+void DeviceOps::embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_t rows, std::int64_t dim,
+                                   std::int64_t vocab) {
+  const auto& f = tr::embedding::backward_family();
+  const Problem p = embed_problem(rows, dim, vocab);
+  const auto& k = kernel(f, p);
+  const std::uint64_t ws = scratch(f.workspace_bytes(k.chosen.config, p));
+  launch(k, f.plan(k.chosen.config, p,
+                   {.tokens = address(tokens), .d_out = address(dout), .d_table = address(dtable), .workspace = ws},
+                   backend_.device()));
+}
+
+void DeviceOps::rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows, std::int64_t dim, double) {
+  const auto& f = tr::rmsnorm::forward_family();
+  const Problem p = rows_problem(rows, dim);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p, {.x = address(x), .w = address(w), .y = address(y), .rstd = address(rstd)},
+                   backend_.device()));
+}
+
+void DeviceOps::rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows,
+                                 std::int64_t dim) {
+  const auto& f = tr::rmsnorm::backward_family();
+  const Problem p = rows_problem(rows, dim);
+  const auto& k = kernel(f, p);
+  const std::uint64_t ws = scratch(f.workspace_bytes(k.chosen.config, p));
+  launch(k, f.plan(k.chosen.config, p,
+                   {.x = address(x), .w = address(w), .rstd = address(rstd), .dy = address(dy), .dx = address(dx),
+                    .dw = address(dw), .workspace = ws},
+                   backend_.device()));
+}
+
+void DeviceOps::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
+                             std::int64_t head_dim) {
+  const auto& f = tr::rope::forward_family();
+  const Problem p = rope_problem(tokens, seq, heads, head_dim);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p, {.x = address(x), .cos = address(cos), .sin = address(sin), .y = address(x)},
+                   backend_.device()));
+}
+
+void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
+                              std::int64_t head_dim) {
+  const auto& f = tr::rope::backward_family();
+  const Problem p = rope_problem(tokens, seq, heads, head_dim);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p,
+                   {.dy = address(dx), .cos = address(cos), .sin = address(sin), .dx = address(dx)},
+                   backend_.device()));
+}
+
+// Materialised attention, per batch b and head h (q, k, v, out: (B, S, H, D);
+// P: (B, H, S, S)):  P_bh = softmax(scale Q_bh K_bh^T, causal),  O_bh = P_bh V_bh.
+// Flash attention (templates/attention, `saved` then its log-sum-exp) takes
+// this op's place in compiled mode once its backward family lands.
+void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
+                                  const templates::attention::AttentionShape& s) {
+  const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    const std::int64_t x = b * S * row, pb = b * H * S * S;
+    gemm({.trans_a = false, .trans_b = true, .m = S, .n = S, .k = D, .a = q + x, .b = k + x, .c = saved + pb,
+          .lda = row, .ldb = row, .ldc = S, .batch = H, .stride_a = D, .stride_b = D, .stride_c = S * S});
+  }
+  const auto& f = tr::softmax::forward_family();
+  const Problem p = scores_problem(s);
+  const auto& kk = kernel(f, p);
+  launch(kk, f.plan(kk.chosen.config, p,
+                    {.x = address(saved), .y = address(saved), .scale = tr::attention::default_scale(D)},
+                    backend_.device()));
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    const std::int64_t x = b * S * row, pb = b * H * S * S;
+    gemm({.trans_a = false, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = v + x, .c = out + x,
+          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+  }
+}
+
+// Backward of the above, dS (B, H, S, S) in the scratch:
+//   dP = dO V^T,  dV = P^T dO,  dS = scale P (dP - rowsum(dP P)),  dQ = dS K,  dK = dS^T Q.
+void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+                                   const templates::attention::AttentionShape& s) {
+  const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
+  const std::uint64_t ds_address = scratch(static_cast<std::size_t>(s.batch * H * S * S) * kValueBytes);
+  const Ref ds{Region::kScratch, 0};
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    const std::int64_t x = b * S * row, pb = b * H * S * S;
+    gemm({.trans_a = false, .trans_b = true, .m = S, .n = S, .k = D, .a = dout + x, .b = v + x, .c = ds + pb,
+          .lda = row, .ldb = row, .ldc = S, .batch = H, .stride_a = D, .stride_b = D, .stride_c = S * S});
+    gemm({.trans_a = true, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = dout + x, .c = dv + x,
+          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+  }
+  const auto& f = tr::softmax::backward_family();
+  const Problem p = scores_problem(s);
+  const auto& kk = kernel(f, p);
+  launch(kk, f.plan(kk.chosen.config, p,
+                    {.y = address(saved), .dy = ds_address, .dx = ds_address,
+                     .scale = tr::attention::default_scale(D)},
+                    backend_.device()));
+  for (std::int64_t b = 0; b < s.batch; ++b) {
+    const std::int64_t x = b * S * row, pb = b * H * S * S;
+    gemm({.trans_a = false, .trans_b = false, .m = S, .n = D, .k = S, .a = ds + pb, .b = k + x, .c = dq + x,
+          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+    gemm({.trans_a = true, .trans_b = false, .m = S, .n = D, .k = S, .a = ds + pb, .b = q + x, .c = dk + x,
+          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+  }
+}
+
+void DeviceOps::swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) {
+  const auto& f = tr::swiglu::forward_family();
+  const Problem p = gate_problem(n);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p, {.a = address(a), .b = address(b), .h = address(h)}, backend_.device()));
+}
+
+void DeviceOps::swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) {
+  const auto& f = tr::swiglu::backward_family();
+  const Problem p = gate_problem(n);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p,
+                   {.a = address(a), .b = address(b), .dh = address(dh), .da = address(da), .db = address(db)},
+                   backend_.device()));
+}
+
+void DeviceOps::cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,
+                                      std::int64_t vocab) {
+  const auto& f = tr::cross_entropy::forward_family();
+  const Problem p = loss_problem(rows, vocab);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p,
+                   {.logits = address(logits), .targets = address(targets), .losses = address(losses),
+                    .lse = address(lse)},
+                   backend_.device()));
+}
+
+void DeviceOps::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
+                                       std::int64_t vocab) {
+  const auto& f = tr::cross_entropy::backward_family();
+  const Problem p = loss_problem(rows, vocab);
+  const auto& k = kernel(f, p);
+  launch(k, f.plan(k.chosen.config, p,
+                   {.logits = address(logits), .targets = address(targets), .lse = address(lse),
+                    .dlogits = address(dlogits)},
+                   backend_.device()));
+}
+
+double DeviceOps::mean(Ref values, std::int64_t n) {
+  std::vector<float> host(static_cast<std::size_t>(n));
+  download(host.data(), values, host.size() * kValueBytes);
+  double sum = 0;
+  for (const float v : host) sum += static_cast<double>(v);
+  return sum / static_cast<double>(n);
+}
+
+void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) {
+  const auto& f = adamw_family();
+  const auto& k = kernel(f, adam_problem(L_));
+  std::vector<tr::adamw::TensorAddresses> list;
+  std::int64_t largest = 0;
+  for (const auto& t : tensors) {
+    list.push_back({.param = address(t.param), .grad = address(t.grad), .exp_avg = address(t.exp_avg),
+                    .exp_avg_sq = address(t.exp_avg_sq), .param_bf16 = 0, .numel = t.numel});
+    largest = std::max(largest, t.numel);
+  }
+  const std::uint64_t ws = scratch(static_cast<std::size_t>(largest) * kValueBytes);
+  launch(k, f.plan_tensors(k.chosen.config, false, list, ws, hyper, backend_.device()));
+}
+
+}  // namespace ktune::model

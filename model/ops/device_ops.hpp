@@ -1,0 +1,129 @@
+// The device backend of the op interface, over the one execution seam
+// (tuner/exec/backend.hpp), so that the same code serves `cuda` and `emu`:
+//   memory   one allocation, the memory plan's regions back to back (each
+//            256-byte aligned), then the ops' scratch
+//   kernels  the families' kernels through TunedKernels: rendered, compiled
+//            once per process and shape class (through the binary cache),
+//            loaded, planned with their typed Args at the regions' addresses
+//   configs  compiled mode: the tuned cache's (exact, else nearest, else the
+//            family default; counted); eager mode: the family defaults
+//   GEMMs    a GemmEngine: cuBLASLt on `cuda`, OpenBLAS on the host through
+//            the backend's copies on `emu`
+// fp32 for now; the plan's per-region dtypes (bf16 mixed precision) are owed.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/tuned_cache.hpp"
+#include "model/ops/ops.hpp"
+#include "templates/adamw/adamw.hpp"
+#include "model/walk.hpp"
+#include "tuner/cuda/cublaslt.hpp"
+#include "tuner/exec/backend.hpp"
+#include "tuner/session/tuned_kernels.hpp"
+
+namespace ktune::model {
+
+/// How a device backend runs the step (DESIGN.md, "Modes on cuda").
+enum class Mode {
+  kEager,     ///< untuned: family defaults, per-tensor eager AdamW, materialised attention, cuBLASLt top-1
+  kCompiled,  ///< tuned configs from the cache, fused multi-tensor AdamW
+};
+const char* to_string(Mode mode);
+/// "eager" or "compiled"; throws kInvalidInput naming the accepted ones.
+Mode parse_mode(const std::string& text);
+
+/// GEMMs on device addresses of one backend.
+class GemmEngine {
+ public:
+  virtual ~GemmEngine() = default;
+  virtual std::string name() const = 0;
+  virtual void gemm(const tuner::GemmDesc& g) = 0;
+};
+
+/// OpenBLAS on the host: operands downloaded from `arena`, the product
+/// uploaded back (the emulation's GEMMs; correct anywhere, fast nowhere).
+std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& arena);
+/// cuBLASLt on the backend's stream, with `workspace` for its algorithms.
+std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace);
+
+struct DeviceOptions {
+  Mode mode = Mode::kCompiled;
+  const cache::TunedCache* tuned = nullptr;  ///< compiled mode's configs; null: the family defaults
+  unsigned compile_threads = 0;              ///< 0: the environment's default
+};
+
+class DeviceOps final : public Ops {
+ public:
+  /// Chooses and compiles the step's kernels, then allocates the run's memory
+  /// (refused by the backend when it does not fit). `backend` and the
+  /// options' cache must outlive this object.
+  DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options);
+  ~DeviceOps() override;
+
+  /// Host <-> device copies of `bytes` at a Ref (complete on return).
+  void upload(Ref at, const void* host, std::size_t bytes);
+  void download(void* host, Ref at, std::size_t bytes);
+  /// Every byte of the run's memory set to 0xFF (NaN), before inputs go in.
+  void poison();
+  std::uint64_t address(Ref at) const;
+
+  const tuner::TunedKernels& kernels() const { return *kernels_; }
+  const GemmEngine& gemm_engine() const { return *gemm_; }
+  Mode mode() const { return options_.mode; }
+  std::size_t allocated_bytes() const;
+
+  void rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) override;
+  void gemm(const GemmOp& g) override;
+  void add(Ref dst, Ref src, std::int64_t n) override;
+  void embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
+                         std::int64_t vocab) override;
+  void embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_t rows, std::int64_t dim,
+                          std::int64_t vocab) override;
+  void rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows, std::int64_t dim, double eps) override;
+  void rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows, std::int64_t dim) override;
+  void rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
+                    std::int64_t head_dim) override;
+  void rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
+                     std::int64_t head_dim) override;
+  void attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
+                         const templates::attention::AttentionShape& s) override;
+  void attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+                          const templates::attention::AttentionShape& s) override;
+  void swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) override;
+  void swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) override;
+  void cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,
+                             std::int64_t vocab) override;
+  void cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
+                              std::int64_t vocab) override;
+  double mean(Ref values, std::int64_t n) override;
+  void adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) override;
+
+ private:
+  // The prepared kernel of (family, problem), compiled now if it was not in
+  // the step's list; its launches go to the backend with `plan`.
+  const tuner::TunedKernel& kernel(const templates::Family& family, const templates::Problem& problem);
+  void launch(const tuner::TunedKernel& k, const std::vector<templates::Launch>& plan);
+  std::uint64_t scratch(std::size_t bytes) const;  // the ops' scratch, checked against its size
+  const templates::adamw::AdamwFamily& adamw_family() const;
+
+  tuner::exec::Backend& backend_;
+  StepLayout L_;
+  DeviceOptions options_;
+  std::unique_ptr<tuner::TunedKernels> kernels_;
+  std::array<std::size_t, kRegionCount> region_offset_{};  // bytes from the arena's start
+  std::size_t scratch_offset_ = 0, scratch_bytes_ = 0, one_offset_ = 0;
+  std::unique_ptr<tuner::exec::Buffer> arena_;
+  std::unique_ptr<tuner::exec::Buffer> gemm_workspace_;
+  std::unique_ptr<GemmEngine> gemm_;
+};
+
+/// The families' problems of a step on a device backend in `mode`: the
+/// step's list (step_kernels.hpp) with eager attention's softmax in place of
+/// flash attention (until its backward lands) and the mode's AdamW family.
+std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& layout, Mode mode);
+
+}  // namespace ktune::model

@@ -1,0 +1,140 @@
+// cuBLASLt through dlopen (see cublaslt.hpp). Row-major GEMMs map onto
+// cuBLASLt's column-major ones as C^T = op(B)^T op(A)^T: the operands swap
+// and each row-major (r, c) matrix is read as a column-major (c, r) one.
+#include "tuner/cuda/cublaslt.hpp"
+
+#include <cublasLt.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "base/error.hpp"
+#include "tuner/cuda/check.hpp"
+
+namespace ktune::tuner {
+namespace {
+
+#define KTUNE_CUBLASLT_FUNCTIONS(X)                                                                            \
+  X(cublasLtCreate)                                                                                            \
+  X(cublasLtDestroy) X(cublasLtGetVersion) X(cublasLtMatmulDescCreate) X(cublasLtMatmulDescDestroy)            \
+      X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)           \
+          X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                                \
+              X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                       \
+                  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+
+struct Library {
+#define KTUNE_CUBLASLT_FN(name) decltype(&::name) name = nullptr;
+  KTUNE_CUBLASLT_FUNCTIONS(KTUNE_CUBLASLT_FN)
+#undef KTUNE_CUBLASLT_FN
+  std::string failure;  // empty when usable
+};
+
+const Library& library() {
+  static const Library lib = [] {
+    Library l;
+    void* handle = nullptr;
+    for (const char* name : {"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"})
+      if ((handle = ::dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!handle) {
+      l.failure = "cuBLASLt (libcublasLt.so.13 or .12) is not installed";
+      return l;
+    }
+    std::string missing;
+#define KTUNE_CUBLASLT_FN(name)                                                  \
+  l.name = reinterpret_cast<decltype(l.name)>(::dlsym(handle, #name));           \
+  if (!l.name) missing += std::string(missing.empty() ? "" : ", ") + #name;
+    KTUNE_CUBLASLT_FUNCTIONS(KTUNE_CUBLASLT_FN)
+#undef KTUNE_CUBLASLT_FN
+    if (!missing.empty()) l.failure = "libcublasLt lacks " + missing;
+    return l;
+  }();
+  return lib;
+}
+
+// A column-major layout owned for one call.
+struct Layout {
+  cublasLtMatrixLayout_t layout = nullptr;
+  Layout(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch, std::int64_t stride) {
+    const Library& lib = library();
+    KT_CHECK_CUBLAS(lib.cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, static_cast<std::uint64_t>(rows),
+                                                   static_cast<std::uint64_t>(cols), ld));
+    if (batch > 1) {
+      const auto count = static_cast<std::int32_t>(batch);
+      KT_CHECK_CUBLAS(lib.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                           sizeof(count)));
+      KT_CHECK_CUBLAS(lib.cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                           &stride, sizeof(stride)));
+    }
+  }
+  ~Layout() {
+    if (layout) library().cublasLtMatrixLayoutDestroy(layout);
+  }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+};
+
+}  // namespace
+
+struct CublasLt::State {
+  cublasLtHandle_t handle = nullptr;
+  std::uint64_t workspace = 0;
+  std::size_t workspace_bytes = 0;
+};
+
+std::string CublasLt::unavailable_reason() { return library().failure; }
+
+CublasLt::CublasLt(std::uint64_t workspace, std::size_t workspace_bytes) : state_(std::make_unique<State>()) {
+  const Library& lib = library();
+  if (!lib.failure.empty()) throw Error(ErrorKind::kNoDevice, "cuBLASLt: " + lib.failure);
+  KT_CHECK_CUBLAS(lib.cublasLtCreate(&state_->handle));
+  state_->workspace = workspace;
+  state_->workspace_bytes = workspace_bytes;
+}
+
+CublasLt::~CublasLt() {
+  if (state_ && state_->handle) library().cublasLtDestroy(state_->handle);
+}
+
+void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
+  const Library& lib = library();
+  // Column-major view: D' (n, m) = op(B') op(A'), A' = B, B' = A.
+  cublasLtMatmulDesc_t desc = nullptr;
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  struct DescOwner {
+    cublasLtMatmulDesc_t d;
+    ~DescOwner() { library().cublasLtMatmulDescDestroy(d); }
+  } desc_owner{desc};
+  const cublasOperation_t op_a = g.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = g.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  // B row-major (k, n) is column-major (n, k); transposed it is stored (n, k) row-major: (k, n).
+  const Layout a(g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.batch, g.stride_b);
+  const Layout b(g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.batch, g.stride_a);
+  const Layout c(g.n, g.m, g.ldc, g.batch, g.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceCreate(&pref));
+  struct PrefOwner {
+    cublasLtMatmulPreference_t p;
+    ~PrefOwner() { library().cublasLtMatmulPreferenceDestroy(p); }
+  } pref_owner{pref};
+  const std::uint64_t ws = state_->workspace_bytes;
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                          sizeof(ws)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulAlgoGetHeuristic(state_->handle, desc, a.layout, b.layout, c.layout, c.layout,
+                                                     pref, 1, &result, &found));
+  if (found < 1)
+    throw Error(ErrorKind::kCuda, fmt::format("cuBLASLt has no algorithm for the fp32 GEMM m={} n={} k={} batch={}",
+                                              g.m, g.n, g.k, g.batch));
+  KT_CHECK_CUBLAS(lib.cublasLtMatmul(state_->handle, desc, &g.alpha, reinterpret_cast<const void*>(g.b), a.layout,
+                                     reinterpret_cast<const void*>(g.a), b.layout, &g.beta,
+                                     reinterpret_cast<const void*>(g.c), c.layout, reinterpret_cast<void*>(g.c),
+                                     c.layout, &result.algo, reinterpret_cast<void*>(state_->workspace),
+                                     state_->workspace_bytes, reinterpret_cast<cudaStream_t>(stream)));
+}
+
+}  // namespace ktune::tuner
