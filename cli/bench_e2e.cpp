@@ -19,7 +19,10 @@ std::string markdown(const model::E2eResult& r) {
   const auto& o = r.options;
   const bool fwd_only = o.passes == model::E2ePasses::kForward;
   const auto& m = o.model;
-  std::string s = fmt::format("# End-to-end benchmark ({} backend, {}, fp32, {})\n\n", o.backend, r.device, r.date);
+  std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, fp32, {})\n\n", o.backend,
+                              o.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(o.mode)), r.device,
+                              r.date);
+  if (!r.kernels.empty()) s += r.kernels + "\n\n";
   // Seed 002's layout.
   s += "| model_size | d_model | context_length | num_layers | num_heads | batch_size | num_warmups | num_trials | "
        "forward_only | mean_time_ms | std_time_ms |\n";
@@ -62,8 +65,8 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   o->m.model = "small";
   auto* cmd = bench.add_subcommand("e2e", "End-to-end training step (seeds 002/004): forward, backward, optimizer "
                                           "mean and std over trials");
-  cmd->add_option("--backend", o->e.backend, "Backend: cpu")->capture_default_str();
   add_model_options(cmd, o->m);
+  add_backend_options(cmd, o->m);
   cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
@@ -78,6 +81,10 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     e.model = model_from_args(o->m);
     e.shape = shape_from_args(o->m, 128, 4);
     e.threads = threads_from_args(o->m);
+    const auto b = backend_from_args(o->m, e.threads);
+    e.backend = b.backend;
+    e.mode = b.mode;
+    e.cache = b.cache;
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep
                                    : model::E2ePasses::kForwardBackward;

@@ -19,8 +19,9 @@ void add_eval_command(CLI::App& app, Global& global) {
     std::string dump;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch (cpu backend)");
+  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch");
   add_model_options(cmd, o->m);
+  add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)");
   cmd->add_option("--tokens", o->r.tokens_file, "Raw uint16 token file (default: the synthetic stream)");
   cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
@@ -32,9 +33,10 @@ void add_eval_command(CLI::App& app, Global& global) {
     r.model = model_from_args(o->m);
     r.shape = shape_from_args(o->m, 32, 4);
     r.threads = threads_from_args(o->m);
+    r.backend = backend_from_args(o->m, r.threads);
     const auto result = model::evaluate(r, !o->dump.empty());
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
-                        {"batch_size", r.shape.batch}, {"loss", result.loss}};
+                        {"batch_size", r.shape.batch}, {"backend", r.backend.backend}, {"loss", result.loss}};
     if (!o->dump.empty()) {
       nlohmann::ordered_json norms;
       for (const auto& [name, norm] : result.grad_norms) norms[name] = norm;

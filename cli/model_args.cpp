@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "base/env.hpp"
+#include "base/error.hpp"
 #include "cli/options.hpp"
 
 namespace ktune::cli {
@@ -54,6 +55,28 @@ model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, st
   model::RunShape s{a.batch ? a.batch : default_batch, a.ctx ? a.ctx : default_ctx};
   s.validate();
   return s;
+}
+
+void add_backend_options(CLI::App* cmd, ModelArgs& a) {
+  cmd->add_option("--backend", a.backend,
+                  "Where the model runs: cpu (references and OpenBLAS), cuda (a GPU), emu (the cuda path emulated "
+                  "on the CPU; slow, for checks)")
+      ->check(CLI::IsMember({"cpu", "cuda", "emu"}))
+      ->capture_default_str();
+  cmd->add_option("--mode", a.mode,
+                  "Device backends: eager (untuned family defaults, per-tensor AdamW) or compiled (tuned kernels "
+                  "from --cache, fused AdamW)")
+      ->check(CLI::IsMember({"eager", "compiled"}))
+      ->capture_default_str();
+  cmd->add_option("--cache", a.cache, "Tuned cache file for compiled mode (default: the family defaults)")
+      ->check(CLI::ExistingFile);
+}
+
+model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
+  KTUNE_REQUIRE(a.cache.empty() || (a.backend != "cpu" && a.mode == "compiled"),
+                "--cache feeds compiled mode's kernels on --backend cuda or emu; the cpu backend and eager mode take "
+                "no tuned cache");
+  return {.backend = a.backend, .mode = model::parse_mode(a.mode), .cache = a.cache, .threads = threads};
 }
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "model/config.hpp"
+#include "model/runtime.hpp"
 
 namespace ktune::cli {
 
@@ -16,6 +17,7 @@ struct ModelArgs {
   std::int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 0;  // 0: the named model's
   std::int64_t ctx = 0, batch = 0;                                       // 0: the command's default
   unsigned threads = 0;                                                  // 0: all hardware threads
+  std::string backend = "cpu", mode = "compiled", cache;                 // where and how it runs
 };
 
 /// Adds --model, the size overrides (add_size_options), and, when `shape`,
@@ -34,6 +36,14 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 
 /// --ctx/--batch, or the defaults given.
 model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx, std::int64_t default_batch);
+
+/// Adds --backend (cpu | cuda | emu), --mode (eager | compiled) and --cache
+/// (a tuned cache file for compiled mode).
+void add_backend_options(CLI::App* cmd, ModelArgs& args);
+
+/// The backend options given, with `threads` for the cpu backend; throws
+/// kInvalidInput for --cache without compiled mode on a device backend.
+model::BackendOptions backend_from_args(const ModelArgs& args, unsigned threads);
 
 /// --threads, or every hardware thread.
 unsigned threads_from_args(const ModelArgs& args);

@@ -1,5 +1,5 @@
-// `ktune train`: trains the Transformer on the cpu backend and prints the
-// loss per step (synthetic learnable tokens unless --tokens is given).
+// `ktune train`: trains the Transformer on a backend (cpu, cuda, emu) and
+// prints the loss per step (synthetic learnable tokens unless --tokens is given).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -20,8 +20,9 @@ void add_train_command(CLI::App& app, Global& global) {
     model::TrainOptions t;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("train", "Train the Transformer LM on the cpu backend, printing the loss per step");
+  auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
   add_model_options(cmd, o->m);
+  add_backend_options(cmd, o->m);
   cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
@@ -46,15 +47,23 @@ void add_train_command(CLI::App& app, Global& global) {
     t.model = model_from_args(o->m);
     t.shape = shape_from_args(o->m, 32, 4);
     t.threads = threads_from_args(o->m);
-    if (!global.json)
-      std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on cpu, ctx {}, batch {}, "
-                               "{} threads\n",
-                               t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
-                               t.shape.context, t.shape.batch, t.threads);
-    const auto records = model::train(t, [&global](const model::StepRecord& r) {
-      if (!global.json) std::cout << fmt::format("step {:>5}  loss {:.4f}  ({:.1f} ms)\n", r.step, r.loss, r.seconds * 1e3)
-                                  << std::flush;
-    });
+    t.backend = backend_from_args(o->m, t.threads);
+    const auto records = model::train(
+        t,
+        [&global](const model::StepRecord& r) {
+          if (!global.json)
+            std::cout << fmt::format("step {:>5}  loss {:.4f}  ({:.1f} ms)\n", r.step, r.loss, r.seconds * 1e3)
+                      << std::flush;
+        },
+        [&global, &t](const model::Runtime& rt) {  // once the backend is up: a missing GPU says only that
+          if (global.json) return;
+          std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch {}{}\n",
+                                   t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
+                                   t.backend.backend, t.shape.context, t.shape.batch,
+                                   t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "");
+          for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
+          if (!rt.kernel_summary().empty()) std::cout << rt.device() << ": " << rt.kernel_summary() << "\n";
+        });
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : records) j.push_back({{"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}});

@@ -1,4 +1,4 @@
-// End-to-end benchmark on the cpu backend (see bench_e2e.hpp).
+// End-to-end benchmark (see bench_e2e.hpp).
 #include "model/bench_e2e.hpp"
 
 
@@ -14,8 +14,7 @@
 
 #include "base/error.hpp"
 #include "model/memory_plan.hpp"
-#include "model/optimizer.hpp"
-#include "model/transformer.hpp"
+#include "model/runtime.hpp"
 
 namespace ktune::model {
 
@@ -71,17 +70,21 @@ std::string cpu_name() {
 }
 
 E2eResult bench_e2e(const E2eOptions& o) {
-  KTUNE_REQUIRE(o.backend == "cpu", fmt::format("backend '{}' is not available; accepted: cpu", o.backend));
+  check_backend_name(o.backend);
   KTUNE_REQUIRE(o.trials > 0, fmt::format("trials must be positive, got {}", o.trials));
   KTUNE_REQUIRE(o.warmup >= 0, fmt::format("warm-up steps must be >= 0, got {}", o.warmup));
   const bool backward = o.passes != E2ePasses::kForward;
   const bool optimizer = o.passes == E2ePasses::kStep;
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
-  require_host_memory(plan, optimizer ? plan.peak_step() : backward ? plan.peak_forward_backward() : plan.peak_forward(),
-                      "benchmarking");
-  Transformer<float> model(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly, o.threads);
-  std::unique_ptr<AdamW> opt;
-  if (optimizer) opt = std::make_unique<AdamW>(model.layout().total, templates::adamw::AdamwHyper{});
+  if (o.backend != "cuda")
+    require_host_memory(plan,
+                        optimizer  ? plan.peak_step()
+                        : backward ? plan.peak_forward_backward()
+                                   : plan.peak_forward(),
+                        "benchmarking");
+  auto model = make_runtime(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly,
+                            {.backend = o.backend, .mode = o.mode, .cache = o.cache, .threads = o.threads});
+  const templates::adamw::AdamwHyper hyper{};
 
   std::mt19937_64 rng(0);
   std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(o.model.vocab - 1));
@@ -91,12 +94,15 @@ E2eResult bench_e2e(const E2eOptions& o) {
 
   std::vector<double> fwd, bwd, fb, optim, step;
   for (std::int64_t i = 0; i < o.warmup + o.trials; ++i) {
+    model->synchronize();
     const auto t0 = Clock::now();
-    model.forward(tokens, targets);
+    model->forward(tokens, targets);  // waits for the loss
     const auto t1 = Clock::now();
-    if (backward) model.backward();
+    if (backward) model->backward();
+    model->synchronize();
     const auto t2 = Clock::now();
-    if (optimizer) opt->step(model.parameters(), model.gradients(), model.parallel());
+    if (optimizer) model->step(hyper);
+    model->synchronize();
     const auto t3 = Clock::now();
     if (i < o.warmup) continue;
     fwd.push_back(ms_since(t0, t1));
@@ -116,9 +122,10 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.forward_backward = stats(fb);
   r.optimizer = stats(optim);
   r.step = stats(step);
-  r.plan = model.plan();
-  r.allocated_bytes = model.allocated_bytes() + (opt ? opt->state_bytes() : 0);
-  r.device = fmt::format("{} ({} threads)", cpu_name(), model.threads());
+  r.plan = plan;
+  r.allocated_bytes = model->allocated_bytes();
+  r.device = model->device();
+  r.kernels = model->kernel_summary();
   r.date = utc_now();
   return r;
 }
@@ -127,6 +134,8 @@ nlohmann::json to_json(const E2eResult& r) {
   const auto& o = r.options;
   return {{"benchmark", "e2e"},
           {"backend", o.backend},
+          {"mode", o.backend == "cpu" ? "reference" : to_string(o.mode)},
+          {"kernels", r.kernels},
           {"device", r.device},
           {"date", r.date},
           {"git_revision", git_revision()},

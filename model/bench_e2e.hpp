@@ -1,6 +1,8 @@
 // The end-to-end training-step benchmark of the seed reports (002, 004):
 // forward, backward and optimizer times over trials after warm-up steps, on
-// random tokens, for one model size, context length and batch.
+// random tokens, for one model size, context length and batch, on any
+// backend (model/runtime.hpp). Each phase is timed on the host clock after
+// waiting for the device (CUDA-event timing per phase is owed).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "model/config.hpp"
 #include "model/memory_plan.hpp"
+#include "model/ops/device_ops.hpp"
 
 namespace ktune::model {
 
@@ -20,7 +23,9 @@ enum class E2ePasses {
 };
 
 struct E2eOptions {
-  std::string backend = "cpu";  ///< "cpu" (the only backend built so far)
+  std::string backend = "cpu";  ///< cpu | cuda | emu
+  Mode mode = Mode::kCompiled;  ///< device backends: eager | compiled
+  std::string cache;            ///< compiled mode's tuned cache (empty: family defaults)
   ModelConfig model;
   RunShape shape{4, 128};
   std::int64_t warmup = 1;
@@ -41,7 +46,8 @@ struct E2eResult {
   PhaseStats forward, backward, forward_backward, optimizer, step;
   MemoryPlan plan;
   std::int64_t allocated_bytes = 0;
-  std::string device;  ///< CPU model name and threads
+  std::string device;  ///< CPU model name and threads, or the GPU / emulated arch
+  std::string kernels; ///< where the device kernels' configs came from (empty on cpu)
   std::string date;    ///< UTC, ISO 8601
 };
 

@@ -1,5 +1,5 @@
-// Training and evaluation loops of the cpu backend, for `ktune train` and
-// `ktune eval` (which only parse arguments and print).
+// Training and evaluation loops on any backend (model/runtime.hpp), for
+// `ktune train` and `ktune eval` (which only parse arguments and print).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/runtime.hpp"
 #include "templates/adamw/reference.hpp"
 
 namespace ktune::model {
@@ -18,6 +19,7 @@ struct RunOptions {
   ModelConfig model;
   RunShape shape{4, 32};
   unsigned threads = 1;
+  BackendOptions backend;           ///< where it runs (its threads are `threads`)
   std::uint64_t seed = 0;           ///< parameter init and batch sampling
   std::string weights;              ///< safetensors to start from (empty: init)
   std::string tokens_file;          ///< uint16 tokens (empty: synthetic)
@@ -35,8 +37,10 @@ struct StepRecord {
   double seconds = 0;     ///< forward + backward + AdamW
 };
 
-/// Trains for options.steps steps; calls on_step after each.
-std::vector<StepRecord> train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {});
+/// Trains for options.steps steps; calls on_step after each. `on_start`
+/// sees the runtime once it is built (its kernel summary, say).
+std::vector<StepRecord> train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {},
+                              const std::function<void(const Runtime&)>& on_start = {});
 
 struct EvalResult {
   double loss = 0;

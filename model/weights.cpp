@@ -30,21 +30,26 @@ std::vector<double> tensor_values(const SafeTensor& t, const std::string& name) 
 }
 
 template <class T>
-void load_weights(Transformer<T>& model, const TensorFile& file, const std::string& source) {
-  for (const auto& info : model.layout().tensors) {
+void load_parameters(const ModelConfig& config, const ParameterLayout& layout, std::span<T> params,
+                     const TensorFile& file, const std::string& source) {
+  for (const auto& info : layout.tensors) {
     auto it = file.tensors.find(info.name);
     KTUNE_REQUIRE(it != file.tensors.end(), fmt::format("{} has no tensor '{}' (model {} needs {} tensors)", source,
-                                                        info.name, model.config().name, model.layout().tensors.size()));
+                                                        info.name, config.name, layout.tensors.size()));
     const SafeTensor& t = it->second;
     KTUNE_REQUIRE(t.shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}", info.name,
-                                                     source, shape_str(t.shape), model.config().name,
+                                                     source, shape_str(t.shape), config.name,
                                                      shape_str(info.shape)));
     KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64",
                   fmt::format("tensor '{}' in {} is {}; only F32 and F64 are read", info.name, source, t.dtype));
     const auto values = tensor_values(t, info.name);
-    auto dst = model.parameter(info.name);
-    for (std::size_t i = 0; i < values.size(); ++i) dst[i] = static_cast<T>(values[i]);
+    for (std::size_t i = 0; i < values.size(); ++i) params[info.offset + i] = static_cast<T>(values[i]);
   }
+}
+
+template <class T>
+void load_weights(Transformer<T>& model, const TensorFile& file, const std::string& source) {
+  load_parameters<T>(model.config(), model.layout(), model.parameters(), file, source);
 }
 
 template <class T>
@@ -53,9 +58,8 @@ void load_weights(Transformer<T>& model, const std::filesystem::path& path) {
 }
 
 template <class T>
-TensorFile weights_file(const Transformer<T>& model) {
+TensorFile parameters_file(const ModelConfig& c, const ParameterLayout& layout, std::span<const T> params) {
   TensorFile file;
-  const auto& c = model.config();
   file.metadata = {{"format", "pt"},
                    {"model", c.name},
                    {"vocab_size", std::to_string(c.vocab)},
@@ -64,8 +68,7 @@ TensorFile weights_file(const Transformer<T>& model) {
                    {"num_layers", std::to_string(c.layers)},
                    {"num_heads", std::to_string(c.heads)},
                    {"rope_theta", fmt::format("{}", c.rope_theta)}};
-  const auto params = model.parameters();
-  for (const auto& info : model.layout().tensors) {
+  for (const auto& info : layout.tensors) {
     SafeTensor t;
     t.dtype = "F32";
     t.shape = info.shape;
@@ -78,10 +81,18 @@ TensorFile weights_file(const Transformer<T>& model) {
 }
 
 template <class T>
+TensorFile weights_file(const Transformer<T>& model) {
+  return parameters_file<T>(model.config(), model.layout(), model.parameters());
+}
+
+template <class T>
 void save_weights(const Transformer<T>& model, const std::filesystem::path& path) {
   write_safetensors(path, weights_file(model));
 }
 
+template void load_parameters<float>(const ModelConfig&, const ParameterLayout&, std::span<float>,
+                                     const TensorFile&, const std::string&);
+template TensorFile parameters_file<float>(const ModelConfig&, const ParameterLayout&, std::span<const float>);
 template void load_weights<float>(Transformer<float>&, const TensorFile&, const std::string&);
 template void load_weights<double>(Transformer<double>&, const TensorFile&, const std::string&);
 template void load_weights<float>(Transformer<float>&, const std::filesystem::path&);

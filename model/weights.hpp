@@ -3,11 +3,24 @@
 // layers.{i}.attn.q_proj.weight, ..., lm_head.weight).
 #pragma once
 #include <filesystem>
+#include <span>
 
 #include "model/safetensors.hpp"
 #include "model/transformer.hpp"
 
 namespace ktune::model {
+
+/// Copies every parameter of (config, layout) from `file` into the flat
+/// buffer `params` (F32 or F64 tensors; extra tensors are ignored). Throws
+/// kInvalidInput naming the tensor and `source` for a missing tensor, a
+/// wrong shape or an unsupported dtype.
+template <class T>
+void load_parameters(const ModelConfig& config, const ParameterLayout& layout, std::span<T> params,
+                     const TensorFile& file, const std::string& source);
+/// The flat buffer `params` as F32 tensors, in state-dict order, with the
+/// config in the metadata.
+template <class T>
+TensorFile parameters_file(const ModelConfig& config, const ParameterLayout& layout, std::span<const T> params);
 
 /// Copies every parameter from `file` (F32 or F64 tensors; extra tensors are
 /// ignored). Throws kInvalidInput naming the tensor and `source` for a

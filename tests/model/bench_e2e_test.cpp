@@ -30,6 +30,9 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   CHECK(f.allocated_bytes == f.plan.peak_forward());
   CHECK(to_json(f).at("backward").is_null());
 
-  o.backend = "cuda";
-  CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("backend 'cuda' is not available; accepted: cpu"));
+  o.backend = "tpu";
+  CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("backend 'tpu'; accepted: cpu, cuda, emu"));
+  o.backend = "cpu";
+  o.cache = "tuned.json";
+  CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("the cpu backend has none"));
 }

@@ -1,0 +1,63 @@
+// One Transformer instance on a chosen backend, behind one face for the
+// training loop, evaluation and the end-to-end benchmark:
+//   cpu   Transformer<float> (host memory, references, OpenBLAS) and AdamW
+//   cuda  DeviceTransformer on the CUDA backend (kernels via NVRTC, cuBLASLt)
+//   emu   DeviceTransformer on the host emulation (CI's check of the cuda path)
+// All three run the same walk (model/walk.hpp).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/ops/device_ops.hpp"
+#include "model/transformer.hpp"
+
+namespace ktune::model {
+
+/// Where and how a model runs.
+struct BackendOptions {
+  std::string backend = "cpu";  ///< cpu | cuda | emu
+  Mode mode = Mode::kCompiled;  ///< device backends only
+  std::string cache;            ///< tuned cache file for compiled mode (empty: family defaults)
+  unsigned threads = 1;         ///< cpu backend threads
+};
+
+/// "cpu", "cuda" or "emu"; throws kInvalidInput naming the accepted ones.
+void check_backend_name(const std::string& backend);
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+  virtual double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) = 0;
+  virtual void backward() = 0;
+  /// One AdamW step (the step counter is the runtime's).
+  virtual void step(const templates::adamw::AdamwHyper& hyper) = 0;
+  /// Waits for enqueued work (what a timer must do before reading the clock).
+  virtual void synchronize() = 0;
+
+  virtual std::vector<float> parameters() = 0;
+  virtual void set_parameters(std::span<const float> values) = 0;
+  virtual std::vector<float> gradients() = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParameterLayout& layout() const = 0;
+
+  /// Bytes of the run's memory (host for cpu, device otherwise).
+  virtual std::int64_t allocated_bytes() const = 0;
+  /// The device in words ("AMD EPYC ... (2 threads)", "emulated sm_90", ...).
+  virtual std::string device() const = 0;
+  /// Where each kernel's config came from, for a person: "12 kernels: 3 exact,
+  /// 1 nearest, 8 default; GEMMs: cuBLASLt ..."; empty on cpu.
+  virtual std::string kernel_summary() const = 0;
+  /// Warnings a person should see (stale cache entries).
+  virtual std::vector<std::string> warnings() const = 0;
+};
+
+/// A model on `options.backend`, its parameters at the CS336 initialisation
+/// with seed 0. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
+/// for an unknown backend or a cache given to the cpu backend.
+std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
+                                      const BackendOptions& options);
+
+}  // namespace ktune::model

@@ -1,0 +1,43 @@
+// `ktune train | eval | bench e2e --backend`: the device backends' refusals,
+// each one line and exit 2, before any work.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "support.hpp"
+
+using ktune::test::ktune_exe;
+using ktune::test::run_command;
+
+namespace {
+
+// Exit code and the output of `ktune args` (stdout dropped) without a device.
+int run_without_device(const std::string& args, std::string* err) {
+  return run_command("{ KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + args + " >/dev/null; }", err);
+}
+
+}  // namespace
+
+TEST_CASE("CLI: model commands with --backend cuda and no GPU say so in one line and exit 2", "[cli][model]") {
+  for (const char* args : {"train --model tiny --steps 1 --backend cuda", "eval --model tiny --backend cuda",
+                           "bench e2e --model tiny --ctx 8 --trials 1 --backend cuda --mode eager"}) {
+    INFO(args);
+    std::string out;
+    CHECK(run_without_device(args, &out) == 2);
+    CHECK(out.find('\n') + 1 == out.size());
+    CHECK_THAT(out, Catch::Contains("KTUNE_NO_DEVICE"));
+  }
+}
+
+TEST_CASE("CLI: model commands refuse unknown backends and modes, and a cache without compiled mode", "[cli][model]") {
+  std::string out;
+  CHECK(run_without_device("train --model tiny --steps 1 --backend tpu", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--backend") && Catch::Contains("cpu"));
+  CHECK(run_without_device("eval --model tiny --backend emu --mode fast", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--mode"));
+  const std::string cache = (ktune::test::scratch_dir("model_backend") / "tuned.json").string();
+  CHECK(run_command("echo '{}' > " + cache, &out) == 0);
+  CHECK(run_without_device("eval --model tiny --cache " + cache, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("the cpu backend and eager mode take no tuned cache"));
+  CHECK(run_without_device("eval --model tiny --backend emu --mode eager --cache " + cache, &out) == 2);
+}

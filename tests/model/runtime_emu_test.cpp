@@ -1,0 +1,45 @@
+// The training loop and evaluation on the emu backend against the cpu
+// backend: the same batches, the same losses, step after step (AdamW on the
+// device included), and the same gradient norms.
+#include "model/runtime.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "model/train.hpp"
+
+using namespace ktune::model;
+
+TEST_CASE("emu backend: three training steps of the tiny model follow the cpu backend's losses",
+          "[emu][model][runtime]") {
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{2, 12};
+  o.steps = 3;
+  o.threads = 2;
+  const auto cpu = train(o);
+  o.backend.backend = "emu";
+  std::string summary;
+  const auto emu = train(o, {}, [&](const Runtime& rt) { summary = rt.kernel_summary(); });
+  REQUIRE(emu.size() == cpu.size());
+  for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(emu[i].loss == Approx(cpu[i].loss).epsilon(1e-5));
+  CHECK(cpu.back().loss < cpu.front().loss);
+  CHECK_THAT(summary, Catch::StartsWith("compiled mode, 13 kernels: 0 exact, 0 nearest, 13 default"));
+}
+
+TEST_CASE("emu backend: evaluation gives the cpu backend's loss and gradient norms", "[emu][model][runtime]") {
+  RunOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{1, 10};
+  o.threads = 1;
+  const auto cpu = evaluate(o, true);
+  o.backend.backend = "emu";
+  o.backend.mode = Mode::kEager;
+  const auto emu = evaluate(o, true);
+  CHECK(emu.loss == Approx(cpu.loss).epsilon(1e-5));
+  CHECK(emu.grad_norm_total == Approx(cpu.grad_norm_total).epsilon(1e-5));
+  REQUIRE(emu.grad_norms.size() == cpu.grad_norms.size());
+  for (std::size_t i = 0; i < cpu.grad_norms.size(); ++i) {
+    INFO(cpu.grad_norms[i].first);
+    CHECK(emu.grad_norms[i].second == Approx(cpu.grad_norms[i].second).epsilon(1e-5));
+  }
+}
