@@ -74,6 +74,15 @@ struct Layout {
   Layout& operator=(const Layout&) = delete;
 };
 
+// The alignment (bytes, at most 256) every batch's pointer of an operand has:
+// cuBLASLt's heuristic assumes 256 unless told, and an algorithm chosen for
+// that would fault on a tensor at a smaller offset in the run's allocation.
+std::uint32_t alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride_elements) {
+  std::uint64_t bits = address | 256;
+  if (batch > 1) bits |= static_cast<std::uint64_t>(stride_elements) * sizeof(float);
+  return static_cast<std::uint32_t>(bits & (~bits + 1));  // lowest set bit
+}
+
 }  // namespace
 
 struct CublasLt::State {
@@ -123,6 +132,14 @@ void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
   const std::uint64_t ws = state_->workspace_bytes;
   KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                           sizeof(ws)));
+  // A' is B and B' is A (the column-major view); C and D are one buffer.
+  const std::uint32_t align_a = alignment(g.b, g.batch, g.stride_b), align_b = alignment(g.a, g.batch, g.stride_a),
+                      align_c = alignment(g.c, g.batch, g.stride_c);
+  for (const auto& [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
+                                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
+                                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
+                                         std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c}})
+    KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof(*value)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   KT_CHECK_CUBLAS(lib.cublasLtMatmulAlgoGetHeuristic(state_->handle, desc, a.layout, b.layout, c.layout, c.layout,
