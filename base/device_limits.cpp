@@ -48,7 +48,8 @@ nlohmann::json DeviceLimits::to_json() const {
           {"smem_per_sm", smem_per_sm},
           {"smem_reserved_per_block", smem_reserved_per_block},
           {"smem_alloc_unit", smem_alloc_unit},
-          {"l2_bytes", l2_bytes}};
+          {"l2_bytes", l2_bytes},
+          {"peak_bandwidth_gbs", peak_bandwidth_gbs}};
 }
 
 DeviceLimits DeviceLimits::from_json(const nlohmann::json& j) {
@@ -71,6 +72,7 @@ DeviceLimits DeviceLimits::from_json(const nlohmann::json& j) {
   d.smem_reserved_per_block = j.at("smem_reserved_per_block").get<int>();
   d.smem_alloc_unit = j.at("smem_alloc_unit").get<int>();
   d.l2_bytes = j.at("l2_bytes").get<long long>();
+  d.peak_bandwidth_gbs = j.value("peak_bandwidth_gbs", 0.0);
   return d;
 }
 

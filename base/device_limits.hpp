@@ -34,6 +34,9 @@ struct DeviceLimits {
   int smem_per_sm = 228 * 1024;
   int smem_reserved_per_block = 1024;    ///< the driver's per-block reservation
   int smem_alloc_unit = 128;
+  /// DRAM bandwidth from the memory clock and bus width, GB/s; 0 where not
+  /// known (offline profiles, the host emulation).
+  double peak_bandwidth_gbs = 0;
   long long l2_bytes = 50LL << 20;
 
   /// Built-in profile for "sm_80", "sm_86", "sm_89", "sm_90" or "sm_90a";

@@ -60,6 +60,19 @@ std::string host_cxx() {
   return KTUNE_DEFAULT_HOST_CXX;
 }
 
+PrintLevel print_level() {
+  const auto v = get("KTUNE_PRINT");
+  if (v.empty() || v == "summary") return PrintLevel::kSummary;
+  if (v == "quiet") return PrintLevel::kQuiet;
+  if (v == "all") return PrintLevel::kAll;
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("KTUNE_PRINT must be quiet, summary or all, got '{}'", v.substr(0, 40)));
+}
+
+std::filesystem::path binary_cache_dir() { return cache_dir() / "cubin"; }
+std::filesystem::path emu_cache_dir() { return cache_dir() / "emu"; }
+std::filesystem::path session_log_dir() { return cache_dir() / "sessions"; }
+
 bool no_device() {
   const auto v = get("KTUNE_NO_DEVICE");
   return !v.empty() && v != "0";

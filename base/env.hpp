@@ -37,6 +37,20 @@ std::string host_cxx();
 /// KTUNE_NO_DEVICE=1 hides every GPU, as if no driver were installed.
 bool no_device();
 
+/// How much a tuning session prints (KTUNE_PRINT, like Triton's
+/// TRITON_PRINT_AUTOTUNING): kQuiet, the result table only; kSummary (the
+/// default), progress and the top configs; kAll, every evaluation as well.
+enum class PrintLevel { kQuiet, kSummary, kAll };
+/// KTUNE_PRINT: quiet | summary | all; anything else throws kInvalidInput.
+PrintLevel print_level();
+
+/// The parts of cache_dir(), each in one folder: compiled binaries
+/// (cubin/), emulation objects (emu/) and the session logs of `ktune tune`
+/// when no --log is given (sessions/).
+std::filesystem::path binary_cache_dir();
+std::filesystem::path emu_cache_dir();
+std::filesystem::path session_log_dir();
+
 /// Reads a variable; empty when unset.
 std::string get(const char* name);
 

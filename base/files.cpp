@@ -104,21 +104,32 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
   }
 }
 
-FileLock::FileLock(const fs::path& path) {
+FileLock::FileLock(const fs::path& path) : path_(path) {
   std::error_code ec;
   if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) io_error("cannot open lock file", path);
-  while (::flock(fd_, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      ::close(fd_);
-      io_error("cannot lock", path);
+  for (;;) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) io_error("cannot open lock file", path);
+    while (::flock(fd_, LOCK_EX) != 0) {
+      if (errno != EINTR) {
+        ::close(fd_);
+        io_error("cannot lock", path);
+      }
     }
+    // The previous holder unlinks the file before it lets go: a lock on a
+    // file no longer at `path` serialises nothing, so open the path again.
+    struct stat held {}, current {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &current) == 0 && held.st_dev == current.st_dev &&
+        held.st_ino == current.st_ino)
+      return;
+    ::close(fd_);
+    fd_ = -1;
   }
 }
 
 FileLock::~FileLock() {
   if (fd_ >= 0) {
+    ::unlink(path_.c_str());  // while still held: see the class comment
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }

@@ -26,7 +26,12 @@ std::filesystem::path writable_target(const std::filesystem::path& path, std::st
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
 /// Exclusive advisory lock (flock) on `path` (created if missing), held for the
-/// object's lifetime. Blocks until acquired.
+/// object's lifetime. Blocks until acquired. The lock file is removed when
+/// the lock is released, so none is left beside the file it guards: the
+/// holder unlinks it while still holding it, and a locker re-checks, once
+/// it holds its lock, that the file it opened is still the one at `path`
+/// (else it was unlinked meanwhile, and it opens the path again). A writer
+/// killed while holding it leaves the file, which the next one removes.
 class FileLock {
  public:
   explicit FileLock(const std::filesystem::path& path);
@@ -35,6 +40,7 @@ class FileLock {
   FileLock& operator=(const FileLock&) = delete;
 
  private:
+  std::filesystem::path path_;
   int fd_ = -1;
 };
 

@@ -1,11 +1,16 @@
 // `ktune cache show | merge | prune | export`: inspect and combine tuned
-// caches (cache/SCHEMA.md).
+// caches (cache/SCHEMA.md); `ktune cache size | clean`: what KTUNE_CACHE_DIR
+// holds, and emptying it.
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <iostream>
 
+#include "base/env.hpp"
+#include "base/error.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
+#include "cli/table.hpp"
 
 namespace ktune::cli {
 namespace {
@@ -25,10 +30,65 @@ void add_filter_options(CLI::App* cmd, Filter& f) {
   cmd->add_option("--dtype", f.dtype, "Only this dtype");
 }
 
+constexpr const char* kSessionLogs = "session logs";
+
+/// "1.2 MB": bytes for a person.
+std::string human_bytes(std::uint64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1000 && u < 4) v /= 1000, ++u;
+  return u == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", v, units[u]);
+}
+
+struct Usage {
+  std::uint64_t files = 0, bytes = 0;
+};
+Usage usage_of(const std::filesystem::path& dir) {
+  Usage u;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    std::error_code size_ec;
+    if (!it->is_regular_file(size_ec)) continue;
+    const auto n = it->file_size(size_ec);
+    if (size_ec) continue;
+    ++u.files;
+    u.bytes += n;
+  }
+  return u;
+}
+
+/// The folders of KTUNE_CACHE_DIR (base/env.hpp names them) and what each holds.
+struct Part {
+  std::string name;
+  std::filesystem::path path;
+  Usage usage;
+};
+std::vector<Part> cache_dir_parts() {
+  std::vector<Part> parts = {{"compiled binaries", env::binary_cache_dir(), {}},
+                             {"emulation objects", env::emu_cache_dir(), {}},
+                             {kSessionLogs, env::session_log_dir(), {}}};
+  for (auto& p : parts) p.usage = usage_of(p.path);
+  return parts;
+}
+
+std::string usage_table(const std::vector<Part>& parts) {
+  Table table({{"part"}, {"folder"}, {"files", true}, {"size", true}});
+  Usage total;
+  for (const auto& p : parts) {
+    table.add({p.name, p.path.string(), std::to_string(p.usage.files), human_bytes(p.usage.bytes)});
+    total.files += p.usage.files;
+    total.bytes += p.usage.bytes;
+  }
+  table.add({"total", env::cache_dir().string(), std::to_string(total.files), human_bytes(total.bytes)});
+  return table.str();
+}
+
 }  // namespace
 
 void add_cache_command(CLI::App& app, Global& global) {
-  auto* cmd = app.add_subcommand("cache", "Show, merge, prune or export tuned caches");
+  auto* cmd = app.add_subcommand("cache", "Show, merge, prune or export tuned caches; size or clean KTUNE_CACHE_DIR");
   cmd->require_subcommand(1);
 
   struct Args {
@@ -38,6 +98,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     Filter filter;
     cache::PruneOptions prune;
     bool keep_superseded = false;
+    bool clean_logs = false;
   };
   auto args = std::make_shared<Args>();
 
@@ -47,23 +108,58 @@ void add_cache_command(CLI::App& app, Global& global) {
   show->callback([args, &global] {
     const auto entries = cache::CacheFile(args->file).load_input();
     nlohmann::json j = nlohmann::json::array();
-    std::size_t shown = 0;
-    if (!global.json)
-      std::cout << fmt::format("{:<16} {:<34} {:<6} {:<24} {:>10} {:>7} {:>6}  {}\n", "family", "problem", "arch",
-                               "gpu", "time ms", "spread", "evals", "config");
+    Table table({{"family"}, {"problem"}, {"arch"}, {"gpu"}, {"time ms", true}, {"spread", true}, {"evals", true},
+                 {"config"}});
     for (const auto& e : entries) {
       if (!args->filter.matches(e)) continue;
-      ++shown;
-      if (global.json) {
-        j.push_back(cache::to_json(e));
-        continue;
-      }
-      std::cout << fmt::format("{:<16} {:<34} {:<6} {:<24} {:>10.4f} {:>6.1f}% {:>6}  {}\n", e.key.family,
-                               e.key.problem_key, e.key.arch, e.key.gpu_name, e.time_ms, e.spread * 100,
-                               e.evaluations, e.config.dump());
+      j.push_back(cache::to_json(e));
+      table.add({e.key.family, e.key.problem_key, e.key.arch, e.key.gpu_name, fmt::format("{:.4f}", e.time_ms),
+                 fmt::format("{:.1f}%", e.spread * 100), std::to_string(e.evaluations), e.config.dump()});
+    }
+    if (global.json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << table.str()
+              << fmt::format("{} of {} entries in {} ({})\n", table.rows(), entries.size(), args->file,
+                             human_bytes(std::filesystem::file_size(args->file)));
+  });
+
+  auto* size = cmd->add_subcommand("size", "What KTUNE_CACHE_DIR holds: compiled binaries, emulation objects, "
+                                           "session logs (files and bytes each)");
+  size->callback([&global] {
+    const auto parts = cache_dir_parts();
+    if (global.json) {
+      nlohmann::json j = {{"dir", env::cache_dir().string()}, {"parts", nlohmann::json::array()}};
+      for (const auto& p : parts)
+        j["parts"].push_back({{"name", p.name}, {"path", p.path.string()}, {"files", p.usage.files},
+                              {"bytes", p.usage.bytes}});
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::cout << usage_table(parts);
+  });
+
+  auto* clean = cmd->add_subcommand("clean", "Empty KTUNE_CACHE_DIR's compiled binaries and emulation objects "
+                                             "(rebuilt on demand); with --logs, its session logs too");
+  clean->add_flag("--logs", args->clean_logs, "Also remove the session logs (--resume then starts anew)");
+  clean->callback([args, &global] {
+    std::uint64_t files = 0, bytes = 0;
+    nlohmann::json j = {{"dir", env::cache_dir().string()}, {"removed", nlohmann::json::array()}};
+    for (const auto& p : cache_dir_parts()) {
+      if (p.name == kSessionLogs && !args->clean_logs) continue;
+      std::error_code ec;
+      std::filesystem::remove_all(p.path, ec);
+      KTUNE_REQUIRE(!ec, fmt::format("cannot remove {}: {}", p.path.string(), ec.message()));
+      files += p.usage.files;
+      bytes += p.usage.bytes;
+      j["removed"].push_back({{"name", p.name}, {"path", p.path.string()}, {"files", p.usage.files},
+                              {"bytes", p.usage.bytes}});
     }
     if (global.json) std::cout << j.dump(2) << "\n";
-    else std::cout << fmt::format("{} of {} entries in {}\n", shown, entries.size(), args->file);
+    else
+      std::cout << fmt::format("removed {} files ({}) from {}\n", files, human_bytes(bytes),
+                               env::cache_dir().string());
   });
 
   auto* merge = cmd->add_subcommand("merge", "Merge cache files into one (better-measured entry wins per key)");

@@ -24,6 +24,9 @@ void add_bench_memory_command(CLI::App& bench, Global& global);
 void add_replay_command(CLI::App& app, Global& global);
 void add_cache_command(CLI::App& app, Global& global);
 void add_run_command(CLI::App& app, Global& global);
+void add_families_command(CLI::App& app, Global& global);
+/// `ktune log show`: the summary of a session log.
+void add_log_command(CLI::App& app, Global& global);
 /// `bench emu`, registered on the `bench` subcommand.
 void add_bench_emu_command(CLI::App& bench, Global& global);
 

@@ -1,15 +1,92 @@
 // `ktune compile`: render and compile variants with NVRTC (no GPU needed),
-// print the resource table and a summary line; exit 1 on any failure.
+// with progress on stderr; print one row per family (per variant with
+// --verbose) and a summary line; exit 1 on any failure.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
+#include <map>
+#include <set>
 
 #include "base/error.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "cli/progress.hpp"
+#include "cli/table.hpp"
 #include "tuner/compile/compile_check.hpp"
 
 namespace ktune::cli {
+namespace {
+
+/// The largest registers, spill bytes and static shared memory of a variant's kernels.
+struct Resources {
+  int registers = 0, spills = 0, smem = 0;
+};
+Resources resources_of(const tuner::CompileCheckRow& r) {
+  Resources out;
+  for (const auto& k : r.result.kernels) {
+    out.registers = std::max(out.registers, k.registers);
+    out.spills = std::max(out.spills, k.spill_bytes());
+    out.smem = std::max(out.smem, k.static_smem_bytes);
+  }
+  return out;
+}
+
+/// One row per family: variants, failures, invalid points, register range,
+/// spilling variants, compile time, cached variants.
+std::string family_table(const tuner::CompileCheckSummary& s, bool failures_only) {
+  struct Row {
+    std::size_t variants = 0, failed = 0, spilling = 0, cached = 0;
+    int min_regs = 1 << 30, max_regs = 0, max_smem = 0;
+    double compile_s = 0;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Row> rows;
+  std::set<std::string> compiled;  // binary cache keys: variants sharing a source compiled it once
+  for (const auto& r : s.rows) {
+    if (!rows.count(r.family)) order.push_back(r.family);
+    Row& row = rows[r.family];
+    const Resources res = resources_of(r);
+    ++row.variants;
+    row.failed += r.failure.empty() ? 0 : 1;
+    row.spilling += res.spills > 0 ? 1 : 0;
+    row.cached += r.result.cache_hit ? 1 : 0;
+    if (r.result.ok) {
+      row.min_regs = std::min(row.min_regs, res.registers);
+      row.max_regs = std::max(row.max_regs, res.registers);
+    }
+    row.max_smem = std::max(row.max_smem, res.smem);
+    if (compiled.insert(r.result.key).second) row.compile_s += r.result.compile_ms * 1e-3;  // once per source
+  }
+  Table table({{"family"}, {"variants", true}, {"failed", true}, {"invalid (constraints)", true},
+               {"registers", true}, {"spilling", true}, {"max smem", true}, {"compile s", true}, {"cached", true}});
+  for (const auto& name : order) {
+    const Row& row = rows[name];
+    if (failures_only && row.failed == 0) continue;
+    const auto invalid = s.invalid_by_family.count(name) ? s.invalid_by_family.at(name) : 0;
+    table.add({name, std::to_string(row.variants), std::to_string(row.failed), std::to_string(invalid),
+               row.max_regs ? fmt::format("{}-{}", row.min_regs, row.max_regs) : "-", std::to_string(row.spilling),
+               std::to_string(row.max_smem), fmt::format("{:.1f}", row.compile_s), std::to_string(row.cached)});
+  }
+  return table.rows() ? table.str() : "";
+}
+
+/// One row per variant; cached ones say so.
+std::string variant_table(const tuner::CompileCheckSummary& s, bool failures_only) {
+  Table table({{"family"}, {"problem"}, {"config"}, {"regs", true}, {"spills", true}, {"smem", true},
+               {"ms", true}, {"status"}});
+  for (const auto& r : s.rows) {
+    if (failures_only && r.failure.empty()) continue;
+    const Resources res = resources_of(r);
+    const std::string status = !r.failure.empty() ? "FAIL" : r.result.cache_hit ? "ok (cached)" : "ok";
+    table.add({r.family, r.problem.key(), r.config.str() + (r.is_default ? " (default)" : ""),
+               std::to_string(res.registers), std::to_string(res.spills), std::to_string(res.smem),
+               fmt::format("{:.1f}", r.result.compile_ms), status});
+  }
+  return table.rows() ? table.str() : "";
+}
+
+}  // namespace
 
 void add_compile_command(CLI::App& app, Global& global) {
   struct Opts {
@@ -18,6 +95,7 @@ void add_compile_command(CLI::App& app, Global& global) {
     bool all = false;
     std::uint64_t sample = 0;
     bool quiet = false;
+    bool verbose = false;
     bool no_cache = false;
   };
   auto opts = std::make_shared<Opts>();
@@ -29,9 +107,11 @@ void add_compile_command(CLI::App& app, Global& global) {
   cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--seed", opts->check.seed, "Seed of --sample")->capture_default_str();
-  cmd->add_option("--threads", opts->check.threads, "Parallel compilations (default: KTUNE_COMPILE_THREADS or cores)")
-      ->check(thread_count());
+  cmd->add_option("--threads", opts->check.threads, "Parallel compilations")
+      ->check(thread_count())
+      ->default_str("KTUNE_COMPILE_THREADS, else cores");
   cmd->add_flag("--quiet", opts->quiet, "Print only failures and the summary line");
+  cmd->add_flag("--verbose,-v", opts->verbose, "One row per variant instead of one per family");
   cmd->add_flag("--no-cache", opts->no_cache, "Ignore the on-disk binary cache");
   cmd->callback([opts, &global] {
     KTUNE_REQUIRE(!(opts->all && opts->sample), "--all and --sample exclude each other");
@@ -42,15 +122,22 @@ void add_compile_command(CLI::App& app, Global& global) {
     templates::DeviceLimits::for_arch(opts->check.arch);  // rejects an unknown arch before any work
     std::vector<const templates::Family*> families;
     for (const auto& name : opts->families) families.push_back(&templates::find_family(name));
-    std::cerr << "compiling for " << opts->check.arch << "...\n";
+    ProgressLine progress;
+    progress.update("compiling for " + opts->check.arch + "...");
+    opts->check.progress = [&](std::size_t done, std::size_t total, std::size_t cached) {
+      progress.update(fmt::format("compiling for {}: {} of {} sources ({} cached)", opts->check.arch, done, total,
+                                  cached));
+    };
     const tuner::Compiler compiler(!opts->no_cache);
     const auto s = tuner::compile_check(families, opts->check, compiler);
+    progress.finish();
     if (global.json) {
-      nlohmann::json j = {{"summary", s.line()}, {"failures", s.failures}, {"variants", s.rows.size()}};
+      nlohmann::json j = {{"summary", s.line()}, {"failures", s.failures}, {"variants", s.rows.size()},
+                          {"invalid", s.invalid}};
       for (const auto& r : s.rows) {
         nlohmann::json row = {{"family", r.family}, {"problem", r.problem.to_json()}, {"config", r.config.to_json()},
                               {"default", r.is_default}, {"ok", r.failure.empty()}, {"failure", r.failure},
-                              {"compile_ms", r.result.compile_ms}};
+                              {"compile_ms", r.result.compile_ms}, {"cached", r.result.cache_hit}};
         for (const auto& k : r.result.kernels)
           row["kernels"].push_back({{"name", k.name_expression}, {"registers", k.registers},
                                     {"spill_bytes", k.spill_bytes()}, {"static_smem", k.static_smem_bytes}});
@@ -59,23 +146,11 @@ void add_compile_command(CLI::App& app, Global& global) {
       }
       std::cout << j.dump(1) << "\n";
     } else {
-      std::cout << fmt::format("| {:<13} | {:<26} | {:<75} | {:>4} | {:>6} | {:>6} | {:>8} | {:<6} |\n", "family",
-                               "problem", "config", "regs", "spills", "smem", "ms", "status");
-      std::cout << fmt::format("|{:-<15}|{:-<28}|{:-<77}|{:->6}|{:->8}|{:->8}|{:->10}|{:-<8}|\n", "", "", "", "",
-                               "", "", "", "");
-      for (const auto& r : s.rows) {
-        if (opts->quiet && r.failure.empty()) continue;
-        int regs = 0, spills = 0, smem = 0;
-        for (const auto& k : r.result.kernels) {
-          regs = std::max(regs, k.registers);
-          spills = std::max(spills, k.spill_bytes());
-          smem = std::max(smem, k.static_smem_bytes);
-        }
-        std::cout << fmt::format("| {:<13} | {:<26} | {:<75} | {:>4} | {:>6} | {:>6} | {:>8.1f} | {:<6} |\n",
-                                 r.family, r.problem.key(), r.config.str() + (r.is_default ? " (default)" : ""), regs,
-                                 spills, smem, r.result.compile_ms, r.failure.empty() ? "ok" : "FAIL");
-        if (!r.failure.empty()) std::cout << "    " << r.failure << ": " << r.result.log.substr(0, 2000) << "\n";
-      }
+      std::cout << (opts->verbose ? variant_table(s, opts->quiet) : family_table(s, opts->quiet));
+      for (const auto& r : s.rows)
+        if (!r.failure.empty())
+          std::cout << fmt::format("FAIL {} {} {}: {}\n{}\n", r.family, r.problem.key(), r.config.str(), r.failure,
+                                   r.result.log.substr(0, 2000));
       std::cout << s.line() << "\n";
     }
     if (s.failures) throw_error(ErrorKind::kCheckFailed, s.line());

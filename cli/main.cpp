@@ -11,6 +11,8 @@
 int main(int argc, char** argv) {
   CLI::App app{"ktune: JIT-compiling CUDA kernel autotuner and transformer training runtime"};
   app.require_subcommand(1);
+  // Every option's --help shows its default; subcommands inherit this.
+  app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", "ktune 0.1.0");
   ktune::cli::Global global;
   app.add_flag("--json", global.json, "Machine-readable JSON on stdout");
@@ -24,6 +26,8 @@ int main(int argc, char** argv) {
   ktune::cli::add_replay_command(app, global);
   ktune::cli::add_cache_command(app, global);
   ktune::cli::add_run_command(app, global);
+  ktune::cli::add_families_command(app, global);
+  ktune::cli::add_log_command(app, global);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -44,7 +44,7 @@ CLI::Validator finite_in(double lo, double hi, bool lo_open, bool hi_open) {
 templates::Problem problem_arg(const templates::Family& family, const std::string& text) {
   if (text.empty()) return family.problem_classes().front();
   templates::Problem p = templates::Problem::from_json(parse_json_arg(text, "--problem"));
-  family.check_problem(p);
+  family.check(p);
   return p;
 }
 

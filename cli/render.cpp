@@ -23,11 +23,26 @@ void add_render_command(CLI::App& app, Global& global) {
   cmd->add_option("--problem", opts->problem,
                   "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class");
   cmd->add_option("--arch", opts->arch, "Target whose limits the config is checked against")->capture_default_str();
-  cmd->add_flag("--space", opts->space, "Print the family's search space and problem classes instead");
+  cmd->add_flag("--space", opts->space,
+                "Print the family's search space and problem classes instead; with --problem, also how many of its "
+                "points are valid for that problem on --arch");
   cmd->callback([opts, &global] {
     const auto& family = templates::find_family(opts->family);
     if (opts->space) {
       nlohmann::json j = {{"family", family.name()}, {"summary", family.summary()}, {"size", family.space().size()}};
+      // With --problem: how many points the constraints admit for it on --arch.
+      std::string valid_line;
+      if (!opts->problem.empty()) {
+        const auto problem = problem_arg(family, opts->problem);
+        const auto limits = templates::DeviceLimits::for_arch(opts->arch);
+        std::uint64_t valid = 0;
+        for (std::uint64_t i = 0; i < family.space().size(); ++i)
+          valid += family.is_valid(family.space().at(i), problem, limits) ? 1 : 0;
+        j["problem"] = problem.to_json();
+        j["valid"] = valid;
+        valid_line = fmt::format("{} valid for {} on {} ({} invalid (constraints))\n", valid, problem.key(),
+                                 opts->arch, family.space().size() - valid);
+      }
       for (const auto& p : family.space().params())
         j["params"].push_back({{"name", p.name}, {"values", p.values}, {"trades_off", p.trades_off}});
       for (const auto& p : family.problem_classes()) j["problem_classes"].push_back(p.to_json());
@@ -35,7 +50,8 @@ void add_render_command(CLI::App& app, Global& global) {
         std::cout << j.dump(2) << "\n";
         return;
       }
-      std::cout << family.name() << ": " << family.summary() << "\n" << family.space().size() << " points\n";
+      std::cout << family.name() << ": " << family.summary() << "\n" << family.space().size() << " points\n"
+                << valid_line;
       for (const auto& p : family.space().params())
         std::cout << fmt::format("  {:<20} {{{}}}  {}\n", p.name, fmt::join(p.values, ", "), p.trades_off);
       std::cout << "problem classes:\n";

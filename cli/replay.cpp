@@ -21,8 +21,9 @@ std::vector<std::string> split_commas(const std::string& text) {
   return out;
 }
 
-std::string evals_text(double v, double max_evals) {
-  return std::isfinite(v) ? fmt::format("{:.0f}", v) : fmt::format(">{:.0f}", max_evals);
+/// Evaluations to the target, or `unreached` when a run never got there.
+std::string evals_text(double v, const std::string& unreached) {
+  return std::isfinite(v) ? fmt::format("{:.0f}", v) : unreached;
 }
 
 nlohmann::json quartiles_json(const search::Quartiles& q) {
@@ -59,9 +60,16 @@ void add_replay_command(CLI::App& app, Global& global) {
     options.runs = args->runs;
     options.seed = args->seed;
     options.target = args->target;
-    double max_evals = 0;
-    for (const auto& b : options.budgets)
+    // What a run that never reached the target is shown as: beyond the largest
+    // evaluation budget, or not within the largest time budget.
+    double max_evals = 0, max_seconds = 0;
+    std::string max_time_label;
+    for (const auto& b : options.budgets) {
       if (!b.is_time) max_evals = std::max(max_evals, b.amount);
+      else if (b.amount >= max_seconds) max_seconds = b.amount, max_time_label = b.label;
+    }
+    const std::string unreached =
+        max_evals > 0 ? fmt::format(">{:.0f}", max_evals) : "not within " + max_time_label;
 
     nlohmann::json out = {{"dataset", args->dataset},
                           {"device", evaluator.device_name()},
@@ -96,9 +104,9 @@ void add_replay_command(CLI::App& app, Global& global) {
         std::cout << fmt::format("  {:>8}  {:>8.3f}  {:>8.3f}  {:>8.3f}\n", b.budget.label, b.fraction.median,
                                  b.fraction.p25, b.fraction.p75);
       std::cout << fmt::format("  evaluations to {:.0f}% of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n\n",
-                               args->target * 100, evals_text(r.evals_to_target.median, max_evals),
-                               evals_text(r.evals_to_target.p25, max_evals),
-                               evals_text(r.evals_to_target.p75, max_evals), r.runs_reaching_target, r.runs);
+                               args->target * 100, evals_text(r.evals_to_target.median, unreached),
+                               evals_text(r.evals_to_target.p25, unreached),
+                               evals_text(r.evals_to_target.p75, unreached), r.runs_reaching_target, r.runs);
     }
     if (global.json) std::cout << out.dump(2) << "\n";
   });

@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "cache/store.hpp"
@@ -17,6 +19,8 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
+#include "cli/table.hpp"
+#include "cli/tune_report.hpp"
 #include "model/step_kernels.hpp"
 #include "search/kernel_tuner_format.hpp"
 #include "search/stop.hpp"
@@ -27,6 +31,11 @@
 #include "tuner/session/session.hpp"
 
 namespace ktune::cli {
+namespace {
+
+constexpr std::size_t kTop = 5;  // configs in the table at the end of a session
+
+}  // namespace
 
 void add_tune_command(CLI::App& app, Global& global) {
   struct Opts {
@@ -44,8 +53,12 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--family", opts->family, "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
   cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}");
   add_model_options(cmd, opts->model, /*shape=*/false);
-  cmd->add_option("--ctx", opts->model.ctx, "With --model: context length (default 256)")->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", opts->model.batch, "With --model: batch size (default 4)")->check(CLI::PositiveNumber);
+  cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")
+      ->check(CLI::PositiveNumber)
+      ->default_str("256");
+  cmd->add_option("--batch", opts->model.batch, "With --model: batch size")
+      ->check(CLI::PositiveNumber)
+      ->default_str("4");
   cmd->add_option("--dtype", opts->dtype, "With --model: f32, or bf16 (bf16 activations, fp32 weights and state)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
@@ -55,8 +68,8 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "(N evaluations without improvement), or a sum of these (\"200+15m\"); default: the whole space");
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
-  cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); default: "
-                                      "<cache>.<family>.<problem>.log");
+  cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
+      ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
   cmd->add_option("--backend", opts->backend, "gpu, or emu (the host emulation: checks the whole loop; its times "
                                               "are host wall times, not GPU times)")
@@ -71,7 +84,10 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "Also write this session's evaluations as a Kernel Tuner cache file (.json or .json.gz)");
   cmd->add_flag("--no-isolate", opts->no_isolate,
                 "Run variants in this process (faster start; a crashing variant then ends the session)");
+  cmd->footer("Environment: KTUNE_PRINT=quiet (the result table only) | summary (progress and the fastest configs; "
+              "the default) | all (every evaluation as it finishes, too).");
   cmd->callback([opts, cmd, &global] {
+    const env::PrintLevel print = env::print_level();  // a bad KTUNE_PRINT stops us before any work
     const bool by_model = cmd->get_option("--model")->count() > 0;
     KTUNE_REQUIRE(by_model != !opts->family.empty(),
                   "give either --family with --problem, or --model (with --ctx, --batch, --dtype)");
@@ -108,27 +124,37 @@ void add_tune_command(CLI::App& app, Global& global) {
     isolation.timeout_s = opts->timeout_s;
     auto runner = opts->no_isolate ? make_inner() : tuner::make_isolated_runner(make_inner, isolation);
 
+    const bool emulated = opts->backend == "emu";
     nlohmann::json results = nlohmann::json::array();
-    std::string table = "| family | problem | best config | time (ms, p20-p80) | vs default | evaluations | pruned | "
-                        "failed | tied finalists | stopped by |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    Table table({{"family"}, {"problem"}, {"best config"}, {emulated ? "host ms (emulated)" : "time ms", true},
+                 {"p20-p80 ms", true}, {emulated ? "vs default (emulated host time)" : "vs default", true},
+                 {"evaluations", true}, {"pruned", true}, {"failed", true}, {"tied finalists", true},
+                 {"stopped by"}});
+    std::string tops;
     std::string method;
     std::vector<std::string> logs, failed;
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const auto& family = *requests[i].family;
       const auto& problem = requests[i].problem;
-      std::string problem_tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
-      std::replace(problem_tag.begin(), problem_tag.end(), ';', '-');
-      problem_tag.erase(std::remove(problem_tag.begin(), problem_tag.end(), '='), problem_tag.end());
-      const std::string stem = opts->log.empty() ? opts->cache : opts->log;
+      // Logs go under the cache folder unless --log says where (a prefix with --model).
+      const std::string default_log = tuner::default_log_path(family, problem);
       tuner::TuneOptions tune = opts->tune;
-      tune.log_path = !opts->log.empty() && requests.size() == 1
-                          ? opts->log
-                          : stem + "." + family.name() + "." + problem_tag + ".log";
+      const std::string log_name = std::filesystem::path(default_log).filename().string();
+      tune.log_path = opts->log.empty()      ? default_log
+                      : requests.size() == 1 ? opts->log
+                                             : opts->log + "." + log_name;
       logs.push_back(tune.log_path);
-      if (requests.size() > 1)
+      if (requests.size() > 1 && print != env::PrintLevel::kQuiet)
         std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
       ProgressLine line;
+      std::size_t evaluated = 0;
       auto progress = [&](const tuner::Record& r, const search::Progress& p) {
+        ++evaluated;
+        if (print == env::PrintLevel::kQuiet) return;
+        if (print == env::PrintLevel::kAll) {
+          std::cerr << evaluation_line(evaluated, evaluation_of(r), emulated) << "\n";
+          return;
+        }
         const std::string eta = p.eta_s >= 0 ? fmt::format("ETA {:.0f} s", p.eta_s) : "ETA ?";
         line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {:.4f} ms, {}  {:.60}",
                                 p.state->evaluations, family.space().size(), p.state->failures, p.state->best_ms, eta,
@@ -136,6 +162,16 @@ void add_tune_command(CLI::App& app, Global& global) {
       };
       const auto summary = tuner::tune(family, problem, *runner, tune, progress);
       line.finish();
+      SessionView view{&family, problem, opts->backend, runner->device().peak_bandwidth_gbs, {}, {}};
+      for (const auto& r : summary.records) view.evaluations.push_back(evaluation_of(r));
+      if (summary.best) view.winner = summary.best->config.str();
+      if (print != env::PrintLevel::kQuiet && !global.json) {
+        const auto working = std::count_if(view.evaluations.begin(), view.evaluations.end(),
+                                           [](const Evaluation& e) { return e.ok; });
+        tops += fmt::format("{} on {}, fastest {} of {} evaluated:\n", family.name(), problem.key(),
+                            std::min<std::size_t>(kTop, working), summary.records.size());
+        tops += top_table(view, kTop);
+      }
       if (!summary.best) {
         failed.push_back(family.name() + " on " + problem.key());
         continue;
@@ -153,22 +189,27 @@ void add_tune_command(CLI::App& app, Global& global) {
       results.push_back({{"family", family.name()}, {"problem", problem.to_json()},
                          {"best_config", summary.best->config.to_json()}, {"time_ms", t.median_ms},
                          {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms},
-                         {"speedup_over_default", summary.speedup_over_default()},
+                         {"speedup_over_default", summary.speedup_over_default()}, {"emulated", emulated},
+                         {"top", top_json(view, kTop)},
                          {"evaluations", summary.evaluations}, {"failures", summary.failures},
                          {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", tune.log_path}});
-      table += fmt::format("| {} | {} | {} | {:.4f} ({:.4f}-{:.4f}) | {:.2f}x | {} | {} | {} | {} | {} |\n",
-                           family.name(), problem.key(), summary.best->config.str(), t.median_ms, t.p20_ms, t.p80_ms,
-                           summary.speedup_over_default(), summary.evaluations, summary.pruned,
-                           summary.failures - summary.pruned, summary.tied, summary.stopped_by);
+      table.add({family.name(), problem.key(), summary.best->config.str(), fmt::format("{:.4f}", t.median_ms),
+                 fmt::format("{:.4f}-{:.4f}", t.p20_ms, t.p80_ms),
+                 fmt::format("{:.2f}x", summary.speedup_over_default()),
+                 std::to_string(summary.evaluations), std::to_string(summary.pruned),
+                 std::to_string(summary.failures - summary.pruned), std::to_string(summary.tied), summary.stopped_by});
     }
     if (global.json) {
       std::cout << (requests.size() == 1 && !results.empty() ? results[0] : results).dump(2) << "\n";
     } else {
-      std::cout << table;
+      std::cout << tops << table.str();
       if (!method.empty()) std::cout << "measured: " << method << "\n";
+      if (emulated)
+        std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";
       std::cout << fmt::format("{} winner{} written to {}; session log{} {}\n", results.size(),
                                results.size() == 1 ? "" : "s", opts->cache, logs.size() == 1 ? "" : "s",
-                               logs.size() == 1 ? logs[0] : opts->cache + ".<family>.<problem>.log");
+                               logs.size() == 1 ? logs[0] : std::filesystem::path(logs[0]).parent_path().string());
+      if (logs.size() == 1) std::cout << "read it again with: ktune log show " << logs[0] << "\n";
     }
     if (!failed.empty())
       throw_error(ErrorKind::kCheckFailed, fmt::format("no config passed validation for {}", fmt::join(failed, ", ")));

@@ -12,4 +12,11 @@ std::string Family::source_hash() const {
   return h.hex();
 }
 
+ProblemForm Family::problem_form() const { return ProblemForm::of(problem_classes()); }
+
+void Family::check(const Problem& problem) const {
+  require_dims(name(), problem, problem_form());
+  check_problem(problem);
+}
+
 }  // namespace ktune::templates

@@ -34,6 +34,12 @@ class Family {
   virtual std::vector<Problem> problem_classes() const = 0;
   /// Checks a problem; throws kInvalidInput saying what is accepted.
   virtual void check_problem(const Problem& problem) const = 0;
+  /// The dtypes and dimensions of the family's problems (ProblemForm::of its classes).
+  ProblemForm problem_form() const;
+  /// The one check of a problem given from outside (the command line, a
+  /// session): a missing or unknown dimension is named with the family's
+  /// dims (require_dims), then check_problem checks the values.
+  void check(const Problem& problem) const;
 
   virtual Config default_config(const Problem& problem) const = 0;
   /// Whether `config` can run `problem` on `device`; if not and `why` is

@@ -1,6 +1,10 @@
 #include "templates/problem.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <set>
 
 #include "base/error.hpp"
 
@@ -64,6 +68,70 @@ Problem Problem::from_json(const nlohmann::json& j) {
       p.dims[name] = v.get<std::int64_t>();
     }
   }
+  return p;
+}
+
+ProblemForm ProblemForm::of(const std::vector<Problem>& classes) {
+  ProblemForm form;
+  std::set<std::string> dtypes, all;
+  for (const auto& p : classes) {
+    dtypes.insert(p.dtype);
+    for (const auto& [name, v] : p.dims) all.insert(name);
+  }
+  form.dtypes.assign(dtypes.begin(), dtypes.end());
+  for (const auto& name : all) {
+    const bool everywhere =
+        std::all_of(classes.begin(), classes.end(), [&](const Problem& p) { return p.dims.count(name) > 0; });
+    (everywhere ? form.required : form.optional).push_back(name);
+  }
+  return form;
+}
+
+std::string ProblemForm::dims_text() const {
+  std::vector<std::string> names;
+  for (const auto& name : required) names.push_back(name);
+  for (const auto& name : optional) names.push_back(name + " (optional)");
+  std::sort(names.begin(), names.end());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+void require_dims(const std::string& family, const Problem& problem, const ProblemForm& form) {
+  std::vector<std::string> missing;
+  for (const auto& name : form.required)
+    if (!problem.dims.count(name)) missing.push_back("'" + name + "'");
+  KTUNE_REQUIRE(missing.empty(), fmt::format("{}: dimension{} {} {} missing; {}'s dims: {}", family,
+                                             missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
+                                             missing.size() == 1 ? "is" : "are", family, form.dims_text()));
+  for (const auto& [name, v] : problem.dims) {
+    const bool known = std::count(form.required.begin(), form.required.end(), name) +
+                           std::count(form.optional.begin(), form.optional.end(), name) > 0;
+    KTUNE_REQUIRE(known, fmt::format("{}: unknown dimension '{}'; {}'s dims: {}", family, name, family,
+                                     form.dims_text()));
+  }
+}
+
+Problem Problem::from_key(const std::string& key) {
+  Problem p;
+  std::size_t start = 0;
+  for (std::size_t i = 0; start <= key.size(); ++i) {
+    const std::size_t end = std::min(key.find(';', start), key.size());
+    const std::string item = key.substr(start, end - start);
+    start = end + 1;
+    if (i == 0) {
+      p.dtype = item;
+      continue;
+    }
+    const auto eq = item.find('=');
+    KTUNE_REQUIRE(eq != std::string::npos && eq > 0, "problem key '" + key + "' is not dtype;name=value;...");
+    try {
+      std::size_t used = 0;
+      p.dims[item.substr(0, eq)] = std::stoll(item.substr(eq + 1), &used);
+      KTUNE_REQUIRE(used == item.size() - eq - 1, "");
+    } catch (const std::exception&) {
+      throw_error(ErrorKind::kInvalidInput, "problem key '" + key + "' has a dimension that is not an integer");
+    }
+  }
+  KTUNE_REQUIRE(!p.dtype.empty(), "problem key '" + key + "' has no dtype");
   return p;
 }
 

@@ -15,6 +15,7 @@
 #include "support.hpp"
 
 using namespace ktune::cache;
+namespace fs = std::filesystem;
 
 namespace {
 Entry make_entry(const std::string& problem, std::int64_t numel, double time_ms = 1.0) {
@@ -85,6 +86,46 @@ TEST_CASE("concurrent writers from two processes lose nothing", "[cache]") {
     CHECK(WEXITSTATUS(status) == 0);
   }
   CHECK(CacheFile(path).load().size() == 2 * kPerProcess);
+}
+
+TEST_CASE("lock files are removed when free, and writers through a link and the real path stay serialised",
+          "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-lock-litter");
+  const auto real = dir / "tuned.json";
+  CacheFile(real).put(make_entry("f32;numel=1", 1));
+  CHECK_FALSE(fs::exists(dir / "tuned.json.lock"));
+  fs::create_symlink("tuned.json", dir / "link.json");
+  // Four processes, two through the link and two through the real name, each
+  // taking and removing the lock 20 times: every entry arrives.
+  constexpr int kPerProcess = 20;
+  std::vector<pid_t> children;
+  for (int proc = 0; proc < 4; ++proc) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      int code = 0;
+      try {
+        CacheFile file(proc % 2 ? dir / "link.json" : real);
+        for (int i = 0; i < kPerProcess; ++i) {
+          const std::int64_t n = 1000 * (proc + 1) + i;
+          file.put(make_entry("f32;numel=" + std::to_string(n), n));
+        }
+      } catch (...) {
+        code = 1;
+      }
+      ::_exit(code);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
+  CHECK(CacheFile(real).load().size() == 1 + 4 * kPerProcess);
+  CHECK_FALSE(fs::exists(dir / "tuned.json.lock"));
+  CHECK_FALSE(fs::exists(dir / "link.json.lock"));
 }
 
 TEST_CASE("a writer killed mid-write leaves a valid file", "[cache]") {
@@ -267,7 +308,6 @@ TEST_CASE("hostile cache files: too big or too deep is one kCache error, quickly
 TEST_CASE("one file policy for cache writers: directory, read-only, symlink, missing folder", "[cache]") {
   const auto dir = ktune::test::scratch_dir("cache-files");
   const Entry e = make_entry("f32;numel=2;tensors=4", 2);
-  namespace fs = std::filesystem;
 
   SECTION("a directory is a clear error and gets no lock beside it") {
     fs::create_directory(dir / "d.json");
@@ -297,7 +337,7 @@ TEST_CASE("one file policy for cache writers: directory, read-only, symlink, mis
     CacheFile(dir / "link.json").put(make_entry("f32;numel=4;tensors=4", 4));
     CHECK(fs::is_symlink(dir / "link.json"));
     CHECK(CacheFile(dir / "real" / "tuned.json").load().size() == 2);
-    CHECK(fs::exists(dir / "real" / "tuned.json.lock"));
+    CHECK_FALSE(fs::exists(dir / "real" / "tuned.json.lock"));  // removed when free
     CHECK_FALSE(fs::exists(dir / "link.json.lock"));
   }
   SECTION("a missing parent folder is created") {

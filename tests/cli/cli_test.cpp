@@ -3,16 +3,35 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "support.hpp"
+#include "templates/family.hpp"
 
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
 namespace {
 int run_ktune(const std::string& args, std::string* out) { return run_command(ktune_exe().string() + " " + args, out); }
+
+/// The lines of `text` that start with `prefix`.
+std::vector<std::string> lines_starting(const std::string& text, const std::string& prefix) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) out.push_back(line);
+  return out;
+}
+
+/// Sized to content: every line of a table is as wide as its header.
+void check_aligned(const std::vector<std::string>& table) {
+  REQUIRE(table.size() >= 3);  // header, rule, a row
+  for (const auto& line : table) CHECK(line.size() == table.front().size());
+}
 }  // namespace
 
 TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]") {
@@ -80,6 +99,7 @@ TEST_CASE("CLI: compile prints the resource table and summary", "[cli]") {
   REQUIRE(run_ktune("compile --family adamw_single --arch sm_80", &out) == 0);
   CHECK_THAT(out, Catch::Contains("compiled 2 variants") && Catch::Contains("0 failures"));
   CHECK_THAT(out, Catch::Contains("| adamw_single"));
+  CHECK_THAT(out, Catch::Contains("invalid (constraints)") && !Catch::Contains("skipped"));
   REQUIRE(run_ktune("--json compile --family adamw_eager --arch sm_90", &out) == 0);
   const auto j = nlohmann::json::parse(out.substr(out.find('{')));
   CHECK(j["failures"] == 0);
@@ -222,4 +242,150 @@ TEST_CASE("CLI: --help lists the families and strategies an option takes", "[cli
     REQUIRE(run_ktune(std::string(cmd) + " --help", &out) == 0);
     CHECK_THAT(out, Catch::Contains("genetic") && Catch::Contains("bayes_opt"));
   }
+}
+
+TEST_CASE("CLI: a problem missing a dimension says so and names the family's dims", "[cli]") {
+  std::string out;
+  CHECK(run_bad("render --family adamw --problem '{\"dtype\":\"f32\",\"dims\":{\"numel\":64}}'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("dimension 'tensors' is missing") && Catch::Contains("adamw's dims: numel, tensors"));
+  CHECK_THAT(out, !Catch::Contains("must be in"));
+  // The same check for every family, from one place: attention names its optional dim.
+  CHECK(run_bad("run --family attention_fwd --problem '{\"dtype\":\"bf16\",\"dims\":{\"batch\":1,\"heads\":2,"
+                "\"head_dim\":64,\"causal\":0}}'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("'seq' is missing") && Catch::Contains("kv_heads (optional)"));
+  CHECK(run_bad("render --family swiglu_fwd --problem '{\"dtype\":\"f32\",\"dims\":{}}'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("swiglu_fwd: dimension 'n' is missing"));
+  CHECK(run_bad("render --family adamw --problem '{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,\"numel\":4,\"n\":2}}'",
+                &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown dimension 'n'") && Catch::Contains("numel, tensors"));
+  // Out of range is still said as a range.
+  CHECK(run_bad("render --family adamw --problem '{\"dtype\":\"f32\",\"dims\":{\"tensors\":0,\"numel\":4}}'",
+                &out) == 2);
+  CHECK_THAT(out, Catch::Contains("must be in 1..4096"));
+}
+
+TEST_CASE("CLI: ktune families lists every family on one line with its dims and dtypes", "[cli]") {
+  std::string out;
+  REQUIRE(run_ktune("families", &out) == 0);
+  for (const auto* f : ktune::templates::all_families()) {
+    INFO(f->name());
+    CHECK(lines_starting(out, "| " + f->name() + " ").size() == 1);
+  }
+  const auto adamw = lines_starting(out, "| adamw ");
+  REQUIRE(adamw.size() == 1);
+  CHECK_THAT(adamw[0], Catch::Contains("bf16, f32") && Catch::Contains("numel, tensors"));
+  check_aligned(lines_starting(out, "|"));
+  REQUIRE(run_ktune("--json families", &out) == 0);
+  const auto j = nlohmann::json::parse(out);
+  CHECK(j.size() == ktune::templates::all_families().size());
+  CHECK(j[0].contains("dims"));
+}
+
+TEST_CASE("CLI: render --space --problem counts the points valid for that problem", "[cli]") {
+  using namespace ktune::templates;
+  const Family& f = find_family("attention_fwd");
+  const Problem p{"bf16", {{"batch", 1}, {"heads", 2}, {"seq", 128}, {"head_dim", 128}, {"causal", 1}}};
+  const auto limits = DeviceLimits::for_arch("sm_80");
+  std::uint64_t valid = 0;
+  for (std::uint64_t i = 0; i < f.space().size(); ++i) valid += f.is_valid(f.space().at(i), p, limits) ? 1 : 0;
+  REQUIRE(valid > 0);
+  REQUIRE(valid < f.space().size());
+  std::string out;
+  REQUIRE(run_ktune("render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains(std::to_string(valid) + " valid for " + p.key() + " on sm_80"));
+  REQUIRE(run_ktune("--json render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
+                    &out) == 0);
+  CHECK(nlohmann::json::parse(out)["valid"] == valid);
+}
+
+TEST_CASE("CLI: --help shows every option's default", "[cli]") {
+  struct Expect {
+    const char* command;
+    const char* option;
+    const char* shown;
+  };
+  for (const Expect& e : {Expect{"run", "--workers", "=0"}, Expect{"run", "--arch", "=sm_90"},
+                          Expect{"compile", "--threads", "=KTUNE_COMPILE_THREADS, else cores"},
+                          Expect{"replay", "--target", "="}, Expect{"train", "--lr", "="},
+                          Expect{"train", "--d-model", "=the model's"}, Expect{"bench e2e", "--warmup", "="},
+                          Expect{"tune", "--log", "=$KTUNE_CACHE_DIR/sessions/"},
+                          Expect{"log show", "--top", "=10"}}) {
+    INFO(e.command << " " << e.option);
+    std::string out;
+    REQUIRE(run_ktune(std::string(e.command) + " --help", &out) == 0);
+    const auto lines = lines_starting(out, std::string("  ") + e.option + " ");
+    REQUIRE(lines.size() == 1);
+    CHECK_THAT(lines[0], Catch::Contains(e.shown));
+  }
+  std::string out;
+  REQUIRE(run_ktune("tune --help", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("KTUNE_PRINT=quiet"));
+}
+
+TEST_CASE("CLI: compile shows progress, one row per family, every variant with --verbose", "[cli]") {
+  std::string out;
+  REQUIRE(run_ktune("compile --family adamw_single --family adamw_eager --arch sm_80", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("compiling for sm_80: "));  // progress (stderr, a line at a time here)
+  CHECK(out.find('\r') == std::string::npos);
+  const auto table = lines_starting(out, "|");
+  CHECK(table.size() == 4);  // header, rule, two families
+  check_aligned(table);
+  CHECK_THAT(table[0], Catch::Contains("variants") && Catch::Contains("registers") && Catch::Contains("cached") &&
+                           Catch::Contains("invalid (constraints)"));
+  // Compiled once above: --verbose lists each variant, marked cached.
+  REQUIRE(run_ktune("compile --family adamw_single --arch sm_80 --sample 3 --verbose", &out) == 0);
+  const auto rows = lines_starting(out, "| adamw_single ");
+  CHECK(rows.size() >= 2);
+  check_aligned(lines_starting(out, "|"));
+  CHECK_THAT(out, Catch::Contains("(default)") && Catch::Contains("ok (cached)"));
+}
+
+TEST_CASE("CLI: cache show sizes its columns to the content and says the file's size", "[cli]") {
+  const auto golden = std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json";
+  std::string out;
+  REQUIRE(run_ktune("cache show " + golden.string(), &out) == 0);
+  check_aligned(lines_starting(out, "|"));
+  CHECK_THAT(out, Catch::Contains("2 of 2 entries in " + golden.string() + " (") && Catch::Contains(" KB)"));
+}
+
+TEST_CASE("CLI: cache size reports KTUNE_CACHE_DIR's parts, cache clean empties them", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-cache-dir");
+  for (const char* f : {"cubin/a.cubin", "cubin/b.cubin", "emu/c.so", "sessions/d.log"}) {
+    std::filesystem::create_directories((dir / f).parent_path());
+    std::ofstream(dir / f) << std::string(1500, 'x');
+  }
+  const std::string env = "KTUNE_CACHE_DIR=" + dir.string() + " ";
+  std::string out;
+  REQUIRE(run_command(env + ktune_exe().string() + " cache size", &out) == 0);
+  const auto binaries = lines_starting(out, "| compiled binaries ");
+  REQUIRE(binaries.size() == 1);
+  CHECK_THAT(binaries[0], Catch::Contains(" 2 | ") && Catch::Contains("3.0 KB"));
+  CHECK_THAT(out, Catch::Contains("| session logs ") && Catch::Contains("6.0 KB"));
+  check_aligned(lines_starting(out, "|"));
+  REQUIRE(run_command(env + ktune_exe().string() + " cache clean", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("removed 3 files (4.5 KB)"));
+  CHECK_FALSE(std::filesystem::exists(dir / "cubin"));
+  CHECK_FALSE(std::filesystem::exists(dir / "emu"));
+  CHECK(std::filesystem::exists(dir / "sessions/d.log"));  // kept without --logs
+  REQUIRE(run_command(env + ktune_exe().string() + " cache clean --logs", &out) == 0);
+  CHECK_FALSE(std::filesystem::exists(dir / "sessions/d.log"));
+}
+
+TEST_CASE("CLI: replay with time budgets says a target was not reached within them, never '>0'", "[cli]") {
+  // 16 recorded points of one second each; the optimum is one of them.
+  nlohmann::json kt = {{"tune_params_keys", {"a"}}, {"tune_params", {{"a", nlohmann::json::array()}}},
+                       {"cache", nlohmann::json::object()}};
+  for (int a = 1; a <= 16; ++a) {
+    kt["tune_params"]["a"].push_back(a);
+    kt["cache"][std::to_string(a)] = {{"a", a}, {"time", 1.0 + a}, {"benchmark_time", 1000.0}};
+  }
+  const auto dir = ktune::test::scratch_dir("cli-replay");
+  std::ofstream(dir / "kt.json") << kt.dump();
+  std::string out;
+  REQUIRE(run_ktune("replay --dataset " + (dir / "kt.json").string() +
+                        " --strategy random --budget 2s,3s --runs 5 --target 1", &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, !Catch::Contains(">0"));
+  CHECK_THAT(out, Catch::Contains("not within 3s"));
 }

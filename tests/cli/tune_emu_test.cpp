@@ -1,9 +1,11 @@
 // `ktune tune` through the emulation backend, once per strategy: the whole
 // command line (argument checks, session, winner, cache) works with each.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -67,4 +69,60 @@ TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", 
                     &out) == 2);
   CHECK_THAT(out, Catch::Contains("give either --family with --problem, or --model"));
   CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
+}
+
+TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder, log show reads it back", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-report");
+  const auto cache_dir = dir / "cache-dir";
+  std::filesystem::create_directories(dir / "work");
+  const std::string env = "cd " + (dir / "work").string() + " && KTUNE_CACHE_DIR=" + cache_dir.string() + " ";
+  const std::string tune = ktune_exe().string() + " tune --backend emu --family swiglu_fwd --problem "
+                           "'{\"dtype\":\"f32\",\"dims\":{\"n\":1000}}' --budget 4 --cache tuned.json";
+  std::string out;
+  REQUIRE(run_command(env + tune, &out) == 0);
+  INFO(out);
+  // The top-k table, labelled as emulated host time, never as GPU results.
+  CHECK_THAT(out, Catch::Contains("swiglu_fwd on f32;n=1000, fastest 4 of 4 evaluated:"));
+  CHECK_THAT(out, Catch::Contains("host ms (emulated)") && Catch::Contains("vs default (emulated host time)") &&
+                      Catch::Contains("not GPU results"));
+  CHECK_THAT(out, Catch::Contains("winner"));
+  CHECK_THAT(out, !Catch::Contains("GB/s"));  // no rates from host times
+  // The working folder holds the cache and nothing else; the log is under the cache folder.
+  std::set<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "work")) names.insert(e.path().filename().string());
+  CHECK(names == std::set<std::string>{"tuned.json"});
+  const auto log = cache_dir / "sessions" / "swiglu_fwd.f32-n1000.log";
+  REQUIRE(std::filesystem::exists(log));
+  // log show prints the same fastest rows.
+  std::string shown;
+  REQUIRE(run_command(ktune_exe().string() + " log show " + log.string(), &shown) == 0);
+  INFO(shown);
+  // The first row of the top table, up to its time: "|   1 | {config} |   0.0333 ".
+  auto first_row = [](const std::string& text) {
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("|", 0) != 0) continue;
+      const auto rank_end = line.find('|', 1);
+      if (rank_end == std::string::npos) continue;
+      std::string rank = line.substr(1, rank_end - 1);
+      rank.erase(std::remove(rank.begin(), rank.end(), ' '), rank.end());
+      if (rank != "1") continue;
+      const auto config_end = line.find('|', rank_end + 1);
+      return line.substr(0, line.find('|', config_end + 1));
+    }
+    return std::string();
+  };
+  CHECK_FALSE(first_row(out).empty());
+  CHECK(first_row(shown) == first_row(out));
+  CHECK_THAT(shown, Catch::Contains("4 evaluations, 0 failed") && Catch::Contains("emulated host time"));
+  CHECK(run_command(ktune_exe().string() + " log show " + (dir / "missing.log").string(), &shown) == 2);
+
+  // KTUNE_PRINT: quiet drops progress and the table; all prints every evaluation; a typo is refused.
+  REQUIRE(run_command(env + "KTUNE_PRINT=quiet " + tune, &out) == 0);
+  CHECK_THAT(out, !Catch::Contains(" evaluated of ") && !Catch::Contains("fastest") &&
+                      Catch::Contains("winner written to"));
+  REQUIRE(run_command(env + "KTUNE_PRINT=all " + tune, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("#1 {") && Catch::Contains("#4 {") && Catch::Contains("fastest"));
+  CHECK(run_command(env + "KTUNE_PRINT=loud " + tune, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("KTUNE_PRINT must be quiet, summary or all"));
 }

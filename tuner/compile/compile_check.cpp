@@ -14,9 +14,9 @@ namespace ktune::tuner {
 
 std::string CompileCheckSummary::line() const {
   const std::string arch = rows.empty() ? "" : rows.front().result.arch;
-  return fmt::format("compiled {} variants ({} unique sources) for {}: {} failures, {} cached, {} invalid skipped, "
-                     "{:.1f} s",
-                     rows.size(), unique_sources, arch, failures, cache_hits, invalid_skipped, seconds);
+  return fmt::format("compiled {} variants ({} unique sources) for {}: {} failures, {} cached, {} invalid "
+                     "(constraints), {:.1f} s",
+                     rows.size(), unique_sources, arch, failures, cache_hits, invalid, seconds);
 }
 
 namespace {
@@ -70,7 +70,11 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
   for (const auto* f : families) {
     for (const auto& p : f->problem_classes()) {
       const Config def = f->default_config(p);
-      for (const auto& c : configs_for(*f, p, limits, o, s.invalid_skipped)) {
+      std::size_t invalid = 0;
+      const auto configs = configs_for(*f, p, limits, o, invalid);
+      s.invalid += invalid;
+      s.invalid_by_family[f->name()] += invalid;
+      for (const auto& c : configs) {
         auto r = f->render(c, p);
         Hasher h;
         h.add(r.source);
@@ -84,7 +88,11 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
     }
   }
   s.unique_sources = sources.size();
-  const auto results = compiler.compile_many(sources, o.arch, o.threads);
+  std::size_t cached = 0;
+  const auto results = compiler.compile_many(sources, o.arch, o.threads, [&](std::size_t done, const CompileResult& r) {
+    cached += r.cache_hit ? 1 : 0;
+    if (o.progress) o.progress(done, sources.size(), cached);
+  });
   std::map<std::string, std::vector<std::uint64_t>> addresses;  // per family and problem: the workload's count
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     auto& row = s.rows[i];

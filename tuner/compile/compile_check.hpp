@@ -3,6 +3,8 @@
 // rules a default config must meet (no spills, shared memory in the limit).
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,8 @@ struct CompileCheckOptions {
   std::uint64_t sample = 8;  ///< configs per family and problem class (kSample), beside the default
   std::uint64_t seed = 1;
   unsigned threads = 0;      ///< 0: env default
+  /// Called as compilations finish: how many of how many unique sources, and how many came from the cache.
+  std::function<void(std::size_t done, std::size_t total, std::size_t cached)> progress;
 };
 
 struct CompileCheckRow {
@@ -30,12 +34,14 @@ struct CompileCheckRow {
 
 struct CompileCheckSummary {
   std::vector<CompileCheckRow> rows;
-  std::size_t invalid_skipped = 0;   ///< configs the families' constraints exclude
+  std::size_t invalid = 0;   ///< configs the families' constraints exclude ("invalid (constraints)")
+  std::map<std::string, std::size_t> invalid_by_family;
   std::size_t unique_sources = 0;
   std::size_t failures = 0;
   std::size_t cache_hits = 0;
   double seconds = 0;
-  std::string line() const;  ///< "compiled N variants (U sources) for sm_90: F failures, H cached, T s"
+  /// "compiled N variants (U unique sources) for sm_90: F failures, H cached, I invalid (constraints), T s"
+  std::string line() const;
 };
 
 /// Checks `families` (all registered when empty).

@@ -54,7 +54,7 @@ std::vector<KernelResources> parse_ptxas_report(const std::string& log) {
   return out;
 }
 
-Compiler::Compiler(bool use_cache) : Compiler((env::cache_dir() / "cubin").string(), use_cache) {}
+Compiler::Compiler(bool use_cache) : Compiler(env::binary_cache_dir().string(), use_cache) {}
 Compiler::Compiler(std::string cache_dir, bool use_cache) : cache_dir_(std::move(cache_dir)), use_cache_(use_cache) {}
 
 namespace {
@@ -193,7 +193,9 @@ CompileResult Compiler::compile(const templates::Rendered& rendered, const std::
 }
 
 std::vector<CompileResult> Compiler::compile_many(const std::vector<templates::Rendered>& sources,
-                                                  const std::string& arch, unsigned threads) const {
+                                                  const std::string& arch, unsigned threads,
+                                                  const std::function<void(std::size_t, const CompileResult&)>& done)
+    const {
   ThreadPool pool(threads ? threads : env::compile_threads());
   std::vector<std::future<CompileResult>> futures;
   for (const auto& s : sources) futures.push_back(pool.submit([this, &s, &arch] {
@@ -207,7 +209,10 @@ std::vector<CompileResult> Compiler::compile_many(const std::vector<templates::R
     }
   }));
   std::vector<CompileResult> out;
-  for (auto& f : futures) out.push_back(f.get());
+  for (auto& f : futures) {
+    out.push_back(f.get());
+    if (done) done(out.size(), out.back());
+  }
   return out;
 }
 

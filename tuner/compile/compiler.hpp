@@ -2,6 +2,7 @@
 // resource report, an on-disk binary cache and a thread pool. A variant that
 // fails to compile is a result carrying the log and options, never a throw.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,12 @@ class Compiler {
   /// True when the binary cache already holds `rendered` for `arch`.
   bool cached(const templates::Rendered& rendered, const std::string& arch) const;
   /// Compiles many sources at once on `threads` workers (0: env default).
+  /// `done`, when given, is called on the calling thread as results arrive
+  /// (in submission order) with how many are done.
   std::vector<CompileResult> compile_many(const std::vector<templates::Rendered>& sources, const std::string& arch,
-                                          unsigned threads = 0) const;
+                                          unsigned threads = 0,
+                                          const std::function<void(std::size_t done, const CompileResult&)>& done = {})
+      const;
 
   const std::string& cache_dir() const { return cache_dir_; }
 

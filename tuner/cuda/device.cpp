@@ -22,6 +22,7 @@ templates::DeviceLimits DeviceInfo::limits() const {
   }
   d.name = name;
   d.driver_version = driver_version;
+  d.peak_bandwidth_gbs = peak_bandwidth_gbs();
   d.sm = major * 10 + minor;
   d.sm_count = sm_count;
   d.l2_bytes = l2_bytes;

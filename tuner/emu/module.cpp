@@ -129,7 +129,7 @@ std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
     std::lock_guard lock(mutex);
     if (auto it = loaded.find(key); it != loaded.end()) return it->second;
   }
-  const fs::path dir = env::cache_dir() / "emu";
+  const fs::path dir = env::emu_cache_dir();
   const fs::path path = dir / (key + ".so");
   std::string why;
   std::shared_ptr<Module> module;

@@ -2,11 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "search/stop.hpp"
@@ -165,7 +168,7 @@ double TuneSummary::speedup_over_default() const {
 
 TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
                  const TuneOptions& options, const Progress& progress) {
-  family.check_problem(problem);
+  family.check(problem);
   const auto start = std::chrono::steady_clock::now();
   const auto& device = runner.device();
   auto stop = options.budget.empty() ? std::make_unique<search::Unbounded>() : search::parse_budget(options.budget);
@@ -174,7 +177,9 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   SessionLog log(options.log_path, !options.resume);
   if (!options.resume)
     log.append({{"session", {{"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch},
-                             {"gpu", device.name}, {"strategy", options.strategy}, {"seed", options.seed}}}});
+                             {"gpu", device.name}, {"backend", runner.backend()}, {"strategy", options.strategy},
+                             {"seed", options.seed}, {"problem_json", problem.to_json()},
+                             {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}}}});
   RunOptions run = options.run;
   run.seed = options.seed;
   SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
@@ -254,6 +259,37 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.tied = winner.tied;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+std::string default_log_path(const templates::Family& family, const templates::Problem& problem) {
+  std::string tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
+  std::replace(tag.begin(), tag.end(), ';', '-');
+  tag.erase(std::remove(tag.begin(), tag.end(), '='), tag.end());
+  return (env::session_log_dir() / (family.name() + "." + tag + ".log")).string();
+}
+
+SessionLogContents read_session_log(const std::string& path) {
+  std::ifstream in(path);
+  KTUNE_REQUIRE(in.good() && !std::filesystem::is_directory(path),
+                "session log " + path + " does not exist or cannot be read");
+  SessionLogContents out;
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error&) {
+      continue;  // a line cut short by a crash
+    }
+    try {
+      if (j.contains("session")) out.header = j["session"];
+      else out.records.push_back(record_from_json(j));
+    } catch (const nlohmann::json::exception&) {
+      throw_error(ErrorKind::kInvalidInput, "session log " + path + " has a line that is not an evaluation: " +
+                                                line.substr(0, 80));
+    }
+  }
+  KTUNE_REQUIRE(out.header.is_object(), "session log " + path + " has no session header (not a ktune tune log?)");
+  return out;
 }
 
 cache::Entry cache_entry(const templates::Family& family, const templates::Problem& problem,

@@ -60,6 +60,22 @@ using Progress = std::function<void(const Record&, const search::Progress&)>;
 TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
                  const TuneOptions& options, const Progress& progress = {});
 
+/// Where `ktune tune` logs a session when no --log is given: under the cache
+/// folder (env::session_log_dir()), `<family>.<dtype>-<dim><value>....log`, so
+/// the working folder stays clean and --resume finds it again.
+std::string default_log_path(const templates::Family& family, const templates::Problem& problem);
+
+/// A session log read back: its header line ("session": family, problem,
+/// arch, gpu, backend, strategy, seed, peak_bandwidth_gbs) and its
+/// evaluations in the order they ran.
+struct SessionLogContents {
+  nlohmann::json header;
+  std::vector<Record> records;
+};
+/// Throws kInvalidInput when the file is missing or has no session header;
+/// lines cut short by a crash are skipped.
+SessionLogContents read_session_log(const std::string& path);
+
 /// The cache entry for a finished session's winner.
 cache::Entry cache_entry(const templates::Family& family, const templates::Problem& problem,
                          const templates::DeviceLimits& device, const TuneSummary& summary);

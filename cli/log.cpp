@@ -1,0 +1,53 @@
+// `ktune log show F`: the summary of a tuning session from its log (written
+// by `ktune tune`, by default under $KTUNE_CACHE_DIR/sessions): the same
+// table of fastest configs tune prints at its end.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/tune_report.hpp"
+#include "tuner/session/session.hpp"
+
+namespace ktune::cli {
+
+void add_log_command(CLI::App& app, Global& global) {
+  auto* cmd = app.add_subcommand("log", "Read tuning session logs");
+  cmd->require_subcommand(1);
+  struct Opts {
+    std::string file;
+    std::size_t top = 10;
+  };
+  auto opts = std::make_shared<Opts>();
+  auto* show = cmd->add_subcommand("show", "Summary of a session log: the fastest configs, failures, speed-up");
+  show->add_option("file", opts->file, "Session log (`ktune tune --log F`, or under $KTUNE_CACHE_DIR/sessions)")
+      ->required();
+  show->add_option("--top", opts->top, "Configs in the table")->check(CLI::PositiveNumber);
+  show->callback([opts, &global] {
+    const auto log = tuner::read_session_log(opts->file);
+    const auto& h = log.header;
+    const auto& family = templates::find_family(h.value("family", ""));
+    SessionView view;
+    view.family = &family;
+    view.problem = h.contains("problem_json") ? templates::Problem::from_json(h["problem_json"])
+                                              : templates::Problem::from_key(h.value("problem", ""));
+    // Logs from before the header named its backend: the emulation's device name says it.
+    view.backend = h.value("backend", h.value("gpu", "").rfind("host emulation", 0) == 0 ? "emu" : "gpu");
+    view.peak_bandwidth_gbs = h.value("peak_bandwidth_gbs", 0.0);
+    for (const auto& r : log.records) view.evaluations.push_back(evaluation_of(r));
+    if (global.json) {
+      std::cout << nlohmann::json{{"file", opts->file}, {"session", h}, {"evaluations", view.evaluations.size()},
+                                  {"top", top_json(view, opts->top)}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::cout << fmt::format("{} ({}, {}, strategy {}, seed {})\n", opts->file, h.value("gpu", "?"),
+                             h.value("arch", "?"), h.value("strategy", "?"), h.value("seed", 0));
+    std::cout << summary_line(view) << "\n" << top_table(view, opts->top);
+    if (view.emulated())
+      std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";
+  });
+}
+
+}  // namespace ktune::cli

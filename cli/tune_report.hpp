@@ -1,0 +1,51 @@
+// What a person reads at the end of a tuning session, and again later from
+// its log (`ktune log show`): the top configs with their time, spread,
+// achieved GB/s or TFLOP/s and % of the device's floor where known, and the
+// speed-up over the family default, labelled as host time when the session
+// ran on the emulation.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/space.hpp"
+#include "search/search.hpp"
+#include "templates/family.hpp"
+#include "tuner/session/session.hpp"
+
+namespace ktune::cli {
+
+/// One evaluation as the report sees it.
+struct Evaluation {
+  Config config;
+  bool ok = false;
+  std::string failure;
+  double median_ms = 0, p20_ms = 0, p80_ms = 0;
+};
+
+Evaluation evaluation_of(const search::Record& record);  ///< as the search saw it
+Evaluation evaluation_of(const tuner::Record& record);  ///< as the session log holds it
+
+/// A session to report on.
+struct SessionView {
+  const templates::Family* family = nullptr;
+  templates::Problem problem;
+  std::string backend;             ///< "gpu" or "emu"
+  double peak_bandwidth_gbs = 0;   ///< 0: unknown
+  std::vector<Evaluation> evaluations;  ///< in the order they ran
+  std::string winner;              ///< the winner's config text, when the winner rule picked one
+
+  bool emulated() const { return backend == "emu"; }
+};
+
+/// The `k` fastest working configs as a table (markdown pipes).
+std::string top_table(const SessionView& session, std::size_t k);
+/// The same rows as JSON.
+nlohmann::json top_json(const SessionView& session, std::size_t k);
+/// "N evaluations, F failed; best B ms (X.XXx vs default, host emulation)": one line.
+std::string summary_line(const SessionView& session);
+/// One evaluation on one line (KTUNE_PRINT=all).
+std::string evaluation_line(std::size_t index, const Evaluation& e, bool emulated);
+
+}  // namespace ktune::cli
