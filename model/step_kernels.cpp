@@ -34,6 +34,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   add("cross_entropy_fwd", loss);
   add("cross_entropy_bwd", loss);
   add("swiglu_bwd", gate);
+  add("attention_bwd", attention);
   add("rope_bwd", rope);
   add("rmsnorm_bwd", norm);
   add("embedding_bwd", embed);

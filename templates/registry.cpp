@@ -21,6 +21,7 @@ const std::vector<const Family*>& all_families() {
       &adamw::single_tensor_family(),
       &adamw::eager_family(),
       &attention::forward_family(),
+      &attention::backward_family(),
       &cast::to_bf16_family(),
       &cast::to_f32_family(),
       &cross_entropy::forward_family(),

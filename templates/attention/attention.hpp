@@ -54,4 +54,44 @@ std::int64_t shared_bytes(const Config& config, const Problem& problem);
 
 const TypedFamily<ForwardArgs>& forward_family();
 
+/// Device buffers of one attention_bwd run. Element buffers as ForwardArgs
+/// (dout and dq with Q's heads, dk and dv with K's); lse is the forward's,
+/// fp32 (batch, heads, seq) contiguous; workspace: workspace_bytes(config,
+/// problem) bytes, 16-byte aligned (D and, for dQ by atomics, an fp32
+/// (batch, heads, seq, head_dim) accumulator).
+struct BackwardArgs {
+  std::uint64_t q = 0;
+  std::uint64_t k = 0;
+  std::uint64_t v = 0;
+  std::uint64_t o = 0;
+  std::uint64_t lse = 0;
+  std::uint64_t dout = 0;
+  std::uint64_t dq = 0;
+  std::uint64_t dk = 0;
+  std::uint64_t dv = 0;
+  std::uint64_t workspace = 0;
+  TensorStrides q_strides, k_strides, v_strides, o_strides, do_strides, dq_strides, dk_strides, dv_strides;
+  float scale = 0;  ///< the forward's softmax scale
+};
+
+/// Relative L2 tolerance of an f32 (tf32) problem's dQ, dK and dV. A
+/// rounding to tf32 (u = 2^-11) leaves a relative error of RMS about u/sqrt(3)
+/// in what it rounds. dV meets the forward's roundings (q and k in S, P, dO:
+/// its errors, 3.5-4.8e-4, are O's); dQ and dK meet up to six independent
+/// ones on their way (q and k in S, dO and v in dP, dS, then k or q), so
+/// their expected error is sqrt(6) u / sqrt(3) = sqrt(2) u = 6.9e-4 (5.0-7.4e-4
+/// measured, emulated, every head dim, seq 17-257). Twice that covers the
+/// spread of a relative L2 over a small problem's few hundred elements and
+/// the cancellation in dS = P (dP - D): 1.5e-3, about 3 u. (bf16 and f16
+/// keep their dtype's 1e-2: P and dS rounded to the dtype, then the result,
+/// sqrt(2) x 2^-8 / sqrt(3) = 3.2e-3 expected for bf16, 2.4-3.0e-3 measured.)
+inline constexpr double kTf32BackwardTolerance = 1.5e-3;
+/// The tolerance dQ, dK and dV are checked with: the dtype's for bf16 and
+/// f16, kTf32BackwardTolerance for f32.
+double backward_tolerance(const Problem& problem);
+/// Shared-memory bytes of the backward's largest kernel for a config.
+std::int64_t backward_shared_bytes(const Config& config, const Problem& problem);
+
+const TypedFamily<BackwardArgs>& backward_family();
+
 }  // namespace ktune::templates::attention

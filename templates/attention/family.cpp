@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "templates/attention/attention.hpp"
+#include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 
 namespace ktune::templates::attention {
@@ -27,18 +28,6 @@ bool reject(std::string* why, std::string reason) {
   if (why) *why = std::move(reason);
   return false;
 }
-
-// f32 problems run on the tf32 matrix units; bf16 and f16 on the 16-bit ones.
-bool is_tf32(const Problem& p) { return p.dtype == "f32"; }
-std::int64_t element_bytes(const Problem& p) { return is_tf32(p) ? 4 : 2; }
-const char* element_type(const Problem& p) {
-  return p.dtype == "bf16" ? "__nv_bfloat16" : p.dtype == "f16" ? "__half" : "float";
-}
-DType element_dtype(const Problem& p) {
-  return p.dtype == "bf16" ? DType::kBF16 : p.dtype == "f16" ? DType::kF16 : DType::kF32;
-}
-/// The dtype whose tolerance O is checked with.
-std::string compute_dtype(const Problem& p) { return is_tf32(p) ? "tf32" : p.dtype; }
 
 /// m16 tiles of query rows per warp.
 std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.at("warps")); }
@@ -63,38 +52,6 @@ std::int64_t tile_row(const Config& c, const Problem& p) {
   return p.dim("head_dim") + (c.at("kv_layout") == 0 ? 16 / element_bytes(p) : 0);
 }
 
-/// `value` as an element of the problem's dtype holds it.
-double stored(const Problem& p, double value) {
-  const auto f = static_cast<float>(value);
-  if (p.dtype == "bf16") return bf16_bits_to_float(float_to_bf16_bits(f));
-  if (p.dtype == "f16") return f16_bits_to_float(float_to_f16_bits(f));
-  return f;
-}
-/// A buffer of the problem's element type holding `values`, rounded to it.
-HostBuffer element_buffer(std::string name, Role role, const Problem& p, const std::vector<double>& values) {
-  if (is_tf32(p))
-    return make_buffer(std::move(name), role, DType::kF32, std::vector<float>(values.begin(), values.end()));
-  std::vector<std::uint16_t> bits(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const auto f = static_cast<float>(values[i]);
-    bits[i] = p.dtype == "bf16" ? float_to_bf16_bits(f) : float_to_f16_bits(f);
-  }
-  return make_buffer(std::move(name), role, element_dtype(p), bits);
-}
-
-void require_aligned(const char* buffer, std::uint64_t address, std::uint64_t align) {
-  KTUNE_REQUIRE(address % align == 0, fmt::format("attention_fwd: buffer '{}' at {:#x} is not aligned to {} bytes",
-                                                  buffer, address, align));
-}
-void require_strides(const char* buffer, const TensorStrides& s, std::int64_t element_bytes) {
-  const std::int64_t chunk = 16 / element_bytes;
-  for (const std::int64_t v : {s.batch, s.head, s.seq})
-    KTUNE_REQUIRE(v >= 0 && v % chunk == 0,
-                  fmt::format("attention_fwd: strides of '{}' (batch {}, head {}, seq {}) must be non-negative "
-                              "multiples of {} elements: rows are copied in 16-byte chunks",
-                              buffer, s.batch, s.head, s.seq, chunk));
-}
-
 class Forward final : public TypedFamily<ForwardArgs> {
  public:
   Forward()
@@ -116,51 +73,9 @@ class Forward final : public TypedFamily<ForwardArgs> {
   std::vector<std::string> source_files() const override { return {kTemplate}; }
   const Space& space() const override { return space_; }
 
-  std::vector<Problem> problem_classes() const override {
-    // One per head dim, every dtype, both masks and grouped-query heads
-    // among them; sequence lengths that are a multiple of no tile, so every
-    // query and key tile set has a ragged end.
-    auto problem = [](const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal) {
-      return Problem{dtype, {{"batch", 1}, {"heads", 2}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
-    };
-    auto gqa = [](Problem p) {  // four query heads sharing two K/V heads
-      p.dims["heads"] = 4;
-      p.dims["kv_heads"] = 2;
-      return p;
-    };
-    return {problem("bf16", 70, 16, 1), problem("f16", 37, 32, 0), problem("bf16", 70, 64, 0),
-            gqa(problem("f16", 70, 64, 1)), problem("bf16", 37, 80, 1), problem("f16", 37, 128, 0),
-            problem("bf16", 70, 128, 1), problem("f32", 37, 64, 1)};
-  }
+  std::vector<Problem> problem_classes() const override { return attention_problem_classes(); }
 
-  void check_problem(const Problem& p) const override {
-    KTUNE_REQUIRE(p.dtype == "bf16" || p.dtype == "f16" || p.dtype == "f32",
-                  "attention_fwd: dtype '" + p.dtype + "' is not supported; accepted: bf16, f16, f32 (Q, K, V and O "
-                  "of that type; f32 multiplies in tf32; fp32 scores, softmax and accumulation)");
-    for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "batch" || k == "heads" || k == "kv_heads" || k == "seq" || k == "head_dim" || k == "causal",
-                    "attention_fwd: unknown dimension '" + k +
-                        "'; accepted: batch, heads, kv_heads (optional), seq, head_dim, causal");
-    auto in_range = [&](const char* dim, std::int64_t lo, std::int64_t hi, const std::string& why) {
-      KTUNE_REQUIRE(p.dims.count(dim) && p.dim(dim) >= lo && p.dim(dim) <= hi,
-                    fmt::format("attention_fwd: dimension '{}' must be in {}..{}{}", dim, lo, hi, why));
-    };
-    in_range("batch", 1, kMaxGridYZ, " (the grid's z extent)");
-    in_range("heads", 1, kMaxGridYZ, " (the grid's y extent)");
-    if (p.dims.count("kv_heads"))
-      KTUNE_REQUIRE(p.dim("kv_heads") >= 1 && p.dim("kv_heads") <= p.dim("heads") &&
-                        p.dim("heads") % p.dim("kv_heads") == 0,
-                    fmt::format("attention_fwd: kv_heads {} must divide heads {} (each K/V head serves heads / "
-                                "kv_heads query heads)",
-                                p.dim("kv_heads"), p.dim("heads")));
-    in_range("seq", 1, kMaxSeq, "");
-    in_range("causal", 0, 1, " (0: every key, 1: keys up to the query)");
-    const bool known = p.dims.count("head_dim") && std::find(std::begin(kHeadDims), std::end(kHeadDims),
-                                                             p.dim("head_dim")) != std::end(kHeadDims);
-    KTUNE_REQUIRE(known, fmt::format("attention_fwd: head_dim {} is not supported; accepted: {}",
-                                     p.dims.count("head_dim") ? std::to_string(p.dim("head_dim")) : "(missing)",
-                                     fmt::join(kHeadDims, ", ")));
-  }
+  void check_problem(const Problem& p) const override { check_attention_problem(name(), p); }
 
   Config default_config(const Problem& p) const override {
     // 64 query rows, one m16 tile per warp, key tiles double-buffered in
@@ -220,19 +135,19 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
     // Scores scale * q.k with a spread of about 1.3 whatever the head dim:
     // peaked enough that a key masked wrongly moves O well past tolerance.
+    // Past the reference budget, rows outside a seeded sample get q = 0
+    // (sample_rows): their O and lse are exact and cheap.
     std::mt19937_64 rng(seed);
-    auto draw = [&](std::size_t count, float lo, float hi) {
-      const auto values = random_floats(rng, count, lo, hi);
-      std::vector<double> x(count);
-      for (std::size_t i = 0; i < count; ++i) x[i] = stored(p, values[i]);
-      return x;
-    };
     const std::size_t kv_n = n / static_cast<std::size_t>(s.heads / s.kv_heads);
-    const auto q = draw(n, -2.f, 2.f), k = draw(kv_n, -2.f, 2.f), v = draw(kv_n, -1.f, 1.f);
+    auto q = draw_stored(p, rng, n, -2.f, 2.f);
+    const auto k = draw_stored(p, rng, kv_n, -2.f, 2.f), v = draw_stored(p, rng, kv_n, -1.f, 1.f);
+    const auto checked = sample_rows(s, seed, 2.0);
+    zero_unchecked(s, checked, {&q});
     std::vector<double> o(n), lse(rows);
     const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
     attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, kv_st, kv_st, st,
-                                        default_scale(s.head_dim), 0, s.batch * s.heads);
+                                        default_scale(s.head_dim), 0, s.batch * s.heads, checked.data());
+    fill_unchecked(s, checked, v, o, lse);
     Workload w;
     w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
     w.buffers.push_back(element_buffer("k", Role::kInput, p, k));
@@ -268,15 +183,15 @@ class Forward final : public TypedFamily<ForwardArgs> {
   std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
                            const DeviceLimits&) const override {
     check_problem(p);
-    require_aligned("q", a.q, 16);
-    require_aligned("k", a.k, 16);
-    require_aligned("v", a.v, 16);
-    require_aligned("o", a.o, 16);
-    require_aligned("lse", a.lse, 4);
-    require_strides("q", a.q_strides, element_bytes(p));
-    require_strides("k", a.k_strides, element_bytes(p));
-    require_strides("v", a.v_strides, element_bytes(p));
-    require_strides("o", a.o_strides, element_bytes(p));
+    require_aligned(name(), "q", a.q, 16);
+    require_aligned(name(), "k", a.k, 16);
+    require_aligned(name(), "v", a.v, 16);
+    require_aligned(name(), "o", a.o, 16);
+    require_aligned(name(), "lse", a.lse, 4);
+    require_strides(name(), "q", a.q_strides, element_bytes(p));
+    require_strides(name(), "k", a.k_strides, element_bytes(p));
+    require_strides(name(), "v", a.v_strides, element_bytes(p));
+    require_strides(name(), "o", a.o_strides, element_bytes(p));
     KTUNE_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
                   fmt::format("attention_fwd: the softmax scale must be positive and finite, got {}", a.scale));
     Launch l;
@@ -313,6 +228,52 @@ class Forward final : public TypedFamily<ForwardArgs> {
 };
 
 }  // namespace
+
+std::vector<Problem> attention_problem_classes() {
+  // One per head dim, every dtype, both masks and grouped-query heads
+  // among them; sequence lengths that are a multiple of no tile, so every
+  // query and key tile set has a ragged end.
+  auto problem = [](const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal) {
+    return Problem{dtype, {{"batch", 1}, {"heads", 2}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+  };
+  auto gqa = [](Problem p) {  // four query heads sharing two K/V heads
+    p.dims["heads"] = 4;
+    p.dims["kv_heads"] = 2;
+    return p;
+  };
+  return {problem("bf16", 70, 16, 1), problem("f16", 37, 32, 0), problem("bf16", 70, 64, 0),
+          gqa(problem("f16", 70, 64, 1)), problem("bf16", 37, 80, 1), problem("f16", 37, 128, 0),
+          problem("bf16", 70, 128, 1), problem("f32", 37, 64, 1)};
+}
+
+void check_attention_problem(const std::string& family, const Problem& p) {
+  KTUNE_REQUIRE(p.dtype == "bf16" || p.dtype == "f16" || p.dtype == "f32",
+                family + ": dtype '" + p.dtype + "' is not supported; accepted: bf16, f16, f32 (Q, K, V and O "
+                "of that type; f32 multiplies in tf32; fp32 scores, softmax and accumulation)");
+  for (const auto& [k, v] : p.dims)
+    KTUNE_REQUIRE(k == "batch" || k == "heads" || k == "kv_heads" || k == "seq" || k == "head_dim" || k == "causal",
+                  family + ": unknown dimension '" + k +
+                      "'; accepted: batch, heads, kv_heads (optional), seq, head_dim, causal");
+  auto in_range = [&](const char* dim, std::int64_t lo, std::int64_t hi, const std::string& why) {
+    KTUNE_REQUIRE(p.dims.count(dim) && p.dim(dim) >= lo && p.dim(dim) <= hi,
+                  fmt::format("{}: dimension '{}' must be in {}..{}{}", family, dim, lo, hi, why));
+  };
+  in_range("batch", 1, kMaxGridYZ, " (the grid's z extent)");
+  in_range("heads", 1, kMaxGridYZ, " (the grid's y extent)");
+  if (p.dims.count("kv_heads"))
+    KTUNE_REQUIRE(p.dim("kv_heads") >= 1 && p.dim("kv_heads") <= p.dim("heads") &&
+                      p.dim("heads") % p.dim("kv_heads") == 0,
+                  fmt::format("{}: kv_heads {} must divide heads {} (each K/V head serves heads / "
+                              "kv_heads query heads)",
+                              family, p.dim("kv_heads"), p.dim("heads")));
+  in_range("seq", 1, kMaxSeq, "");
+  in_range("causal", 0, 1, " (0: every key, 1: keys up to the query)");
+  const bool known = p.dims.count("head_dim") && std::find(std::begin(kHeadDims), std::end(kHeadDims),
+                                                           p.dim("head_dim")) != std::end(kHeadDims);
+  KTUNE_REQUIRE(known, fmt::format("{}: head_dim {} is not supported; accepted: {}", family,
+                                   p.dims.count("head_dim") ? std::to_string(p.dim("head_dim")) : "(missing)",
+                                   fmt::join(kHeadDims, ", ")));
+}
 
 float default_scale(std::int64_t head_dim) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));

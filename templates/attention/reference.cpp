@@ -77,7 +77,7 @@ template <class T>
 void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* lse, const AttentionShape& s,
                                  const TensorStrides& q_strides, const TensorStrides& k_strides,
                                  const TensorStrides& v_strides, const TensorStrides& out_strides, T scale,
-                                 std::int64_t bh_begin, std::int64_t bh_end) {
+                                 std::int64_t bh_begin, std::int64_t bh_end, const std::uint8_t* rows) {
   const std::int64_t D = s.head_dim, S = s.seq, group = s.heads / s.kv_heads;
   auto at = [](const TensorStrides& st, std::int64_t b, std::int64_t h, std::int64_t i) {
     return b * st.batch + h * st.head + i * st.seq;
@@ -86,6 +86,7 @@ void attention_forward_streaming(const T* q, const T* k, const T* v, T* out, T* 
   for (std::int64_t bh = bh_begin; bh < bh_end; ++bh) {
     const std::int64_t b = bh / s.heads, h = bh % s.heads;
     for (std::int64_t i = 0; i < S; ++i) {
+      if (rows && !rows[bh * S + i]) continue;
       const std::int64_t n = s.causal ? i + 1 : S;  // keys this query sees
       const T* qi = q + at(q_strides, b, h, i);
       // Running max m of the scaled scores, sum l of exp(score - m), and
@@ -165,12 +166,68 @@ void attention_backward(const T* q, const T* k, const T* v, const T* probs, cons
   }
 }
 
+template <class T>
+void attention_backward_streaming(const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout,
+                                  T* dq, T* dk, T* dv, const AttentionShape& s, const TensorStrides& q_strides,
+                                  const TensorStrides& kv_strides, T scale, std::int64_t bkv_begin,
+                                  std::int64_t bkv_end, const std::uint8_t* rows) {
+  const std::int64_t D = s.head_dim, S = s.seq, group = s.heads / s.kv_heads;
+  auto at = [](const TensorStrides& st, std::int64_t b, std::int64_t h, std::int64_t i) {
+    return b * st.batch + h * st.head + i * st.seq;
+  };
+  for (std::int64_t bkv = bkv_begin; bkv < bkv_end; ++bkv) {
+    const std::int64_t b = bkv / s.kv_heads, kvh = bkv % s.kv_heads;
+    for (std::int64_t j = 0; j < S; ++j) {
+      std::fill_n(dk + at(kv_strides, b, kvh, j), D, T(0));
+      std::fill_n(dv + at(kv_strides, b, kvh, j), D, T(0));
+    }
+    for (std::int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
+      const std::int64_t bh = b * s.heads + h;
+      for (std::int64_t i = 0; i < S; ++i) {
+        T* dqi = dq + at(q_strides, b, h, i);
+        std::fill_n(dqi, D, T(0));
+        if (rows && !rows[bh * S + i]) continue;
+        const std::int64_t n = s.causal ? i + 1 : S;  // keys this query sees
+        const T* qi = q + at(q_strides, b, h, i);
+        const T* oi = out + at(q_strides, b, h, i);
+        const T* doi = dout + at(q_strides, b, h, i);
+        const T l = lse[bh * S + i];
+        T delta = 0;  // D_i
+        for (std::int64_t d = 0; d < D; ++d) delta += doi[d] * oi[d];
+        for (std::int64_t j = 0; j < n; ++j) {
+          const T* kj = k + at(kv_strides, b, kvh, j);
+          const T* vj = v + at(kv_strides, b, kvh, j);
+          T dot = 0, dp = 0;
+          for (std::int64_t d = 0; d < D; ++d) {
+            dot += qi[d] * kj[d];
+            dp += doi[d] * vj[d];
+          }
+          const T p = std::exp(scale * dot - l);
+          const T ds = p * (dp - delta) * scale;
+          T* dkj = dk + at(kv_strides, b, kvh, j);
+          T* dvj = dv + at(kv_strides, b, kvh, j);
+          for (std::int64_t d = 0; d < D; ++d) {
+            dqi[d] += ds * kj[d];
+            dkj[d] += ds * qi[d];
+            dvj[d] += p * doi[d];
+          }
+        }
+      }
+    }
+  }
+}
+
 #define KTUNE_INSTANTIATE(T)                                                                                      \
   template void attention_forward<T>(const T*, const T*, const T*, T*, T*, T*, const AttentionShape&,            \
                                      std::int64_t, std::int64_t);                                                  \
   template void attention_forward_streaming<T>(const T*, const T*, const T*, T*, T*, const AttentionShape&,      \
                                                const TensorStrides&, const TensorStrides&, const TensorStrides&, \
-                                               const TensorStrides&, T, std::int64_t, std::int64_t);            \
+                                               const TensorStrides&, T, std::int64_t, std::int64_t,             \
+                                               const std::uint8_t*);                                             \
+  template void attention_backward_streaming<T>(const T*, const T*, const T*, const T*, const T*, const T*, T*,  \
+                                                T*, T*, const AttentionShape&, const TensorStrides&,             \
+                                                const TensorStrides&, T, std::int64_t, std::int64_t,             \
+                                                const std::uint8_t*);                                            \
   template void attention_backward<T>(const T*, const T*, const T*, const T*, const T*, T*, T*, T*, T*,           \
                                       const AttentionShape&, std::int64_t, std::int64_t);
 KTUNE_INSTANTIATE(float)

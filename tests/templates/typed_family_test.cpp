@@ -198,7 +198,9 @@ TEST_CASE("workspace_bytes covers what the launches touch", "[typed]") {
   }
   SECTION("families without scratch need no workspace") {
     for (const Family* f : all_families()) {
-      if (f->name() == "rmsnorm_bwd" || f->name() == "adamw_eager" || f->name() == "embedding_bwd") continue;
+      if (f->name() == "rmsnorm_bwd" || f->name() == "adamw_eager" || f->name() == "embedding_bwd" ||
+          f->name() == "attention_bwd")  // D and the dQ accumulator: tests/templates/attention/backward_test.cpp
+        continue;
       for (const auto& p : f->problem_classes()) {
         INFO(f->name() << " " << p.key());
         CHECK(f->workspace_bytes(f->default_config(p), p) == 0);

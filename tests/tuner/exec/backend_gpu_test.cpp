@@ -17,7 +17,7 @@ TEST_CASE("exec: a family's plan through the CUDA backend gives its reference", 
   test::skip_without_gpu();
   auto backend = exec::make_cuda_backend();
   CHECK(backend->name() == "gpu");
-  for (const char* name : {"rmsnorm_fwd", "swiglu_bwd", "cross_entropy_fwd", "attention_fwd"}) {
+  for (const char* name : {"rmsnorm_fwd", "swiglu_bwd", "cross_entropy_fwd", "attention_fwd", "attention_bwd"}) {
     const auto& family = templates::find_family(name);
     const auto problem = family.problem_classes().front();
     const Config config = family.default_config(problem);

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""PyTorch peer of `ktune bench attention` on the same GPU.
+
+The same cases: seed 003's table (batch 8, one head, head dim x sequence
+length; forward ms, backward ms, memory after forward), the CS336 leaderboard
+case (batch 1, 16 heads, head dim 64, seq 16384, bf16, causal, forward +
+backward) and the causal forward at head dim 128, seq 16384, each with:
+  eager     attention written out, the (seq, seq) scores materialised
+  compiled  torch.compile of the eager function
+  flash     scaled_dot_product_attention, flash backend (FlashAttention-2)
+  cudnn     scaled_dot_product_attention, cuDNN backend
+  efficient scaled_dot_product_attention, memory-efficient backend
+Times: CUDA events around the call, warm-up, median of repetitions; the
+backward is timed alone (a retained graph, gradients cleared between calls).
+TFLOP/s counts a causal mask as half the square and the backward as 2.5 x
+the forward, as ktune does. A backend that refuses a case (the flash backend
+takes no fp32; eager runs out of memory at long sequences) prints "-".
+"""
+import argparse
+import math
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def eager_attention(q, k, v, causal):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if causal:
+        n = q.shape[-2]
+        mask = torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    return torch.matmul(torch.softmax(s, dim=-1), v)
+
+
+_compiled = torch.compile(eager_attention)
+
+
+def sdpa(backend):
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return run
+
+
+IMPLS = {
+    "eager": eager_attention,
+    "compiled": _compiled,
+    "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+    "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+    "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
+}
+
+
+def median_ms(fn, reps, warmup):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def measure(impl, batch, heads, d, seq, dtype, causal, backward, reps, warmup):
+    """(forward ms, backward ms or None, MiB allocated after the forward) or None if the backend refuses."""
+    torch.cuda.empty_cache()
+    shape = (batch, heads, seq, d)
+    try:
+        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=backward) for _ in range(3))
+        fwd = median_ms(lambda: impl(q, k, v, causal), reps, warmup)
+        torch.cuda.synchronize()
+        out = impl(q, k, v, causal)  # kept with its graph: what the backward needs stays allocated
+        torch.cuda.synchronize()
+        memory = torch.cuda.memory_allocated() / 2**20
+        bwd = None
+        if backward:
+            grad = torch.randn_like(out)
+
+            def step():
+                q.grad = k.grad = v.grad = None
+                out.backward(grad, retain_graph=True)
+
+            bwd = median_ms(step, reps, warmup)
+        return fwd, bwd, memory
+    except (RuntimeError, torch.OutOfMemoryError) as e:  # refused or out of memory
+        print(f"<!-- {impl.__name__ if hasattr(impl, '__name__') else impl}: {str(e).splitlines()[0][:120]} -->")
+        return None
+
+
+def flops(batch, heads, d, seq, causal):
+    f = 4.0 * batch * heads * seq * seq * d
+    return f / 2 if causal else f
+
+
+def fmt(v, spec=".4f"):
+    return "-" if v is None else format(v, spec)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dims", default="16,32,64,128")
+    ap.add_argument("--seqs", default="256,1024,4096,8192,16384")
+    ap.add_argument("--dtype", default="f32", choices=sorted(DTYPES), help="dtype of the seed 003 table")
+    ap.add_argument("--causal", action="store_true", help="causal mask in the seed 003 table")
+    ap.add_argument("--impls", default=",".join(IMPLS), help="which of " + ",".join(IMPLS))
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    args = ap.parse_args()
+    impls = [i for i in args.impls.split(",") if i]
+    torch.backends.cuda.matmul.allow_tf32 = True  # as ktune's f32, on the tf32 matrix units
+    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}; CUDA events, median of {args.reps}\n")
+
+    dtype = DTYPES[args.dtype]
+    print(f"Seed 003: batch 8, one head, {args.dtype}{', causal' if args.causal else ''}; "
+          "forward ms / backward ms / MiB allocated after the forward\n")
+    print("| d_model | seq_len | " + " | ".join(f"{i} fwd | {i} bwd | {i} MiB" for i in impls) + " |")
+    print("|--:|--:|" + "--:|--:|--:|" * len(impls))
+    for d in map(int, args.dims.split(",")):
+        for seq in map(int, args.seqs.split(",")):
+            cells = []
+            for name in impls:
+                r = measure(IMPLS[name], 8, 1, d, seq, dtype, args.causal, True, args.reps, args.warmup)
+                cells += ["-", "-", "-"] if r is None else [fmt(r[0]), fmt(r[1]), fmt(r[2], ".2f")]
+            print(f"| {d} | {seq} | " + " | ".join(cells) + " |", flush=True)
+
+    print("\n| case | impl | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | "
+          "fwd+bwd TFLOP/s |")
+    print("|:--|:--|--:|--:|--:|--:|--:|--:|")
+    cases = [("leaderboard (bf16, 1 x 16 heads, d 64, seq 16384, causal)", 1, 16, 64, 16384, True),
+             ("causal_fwd_d128 (bf16, 1 x 16 heads, d 128, seq 16384)", 1, 16, 128, 16384, False)]
+    for label, batch, heads, d, seq, backward in cases:
+        for name in impls:
+            r = measure(IMPLS[name], batch, heads, d, seq, torch.bfloat16, True, backward, args.reps, args.warmup)
+            f = flops(batch, heads, d, seq, True)
+            if r is None:
+                print(f"| {label} | {name} | - | - | - | - | - | - |", flush=True)
+                continue
+            fwd, bwd, _ = r
+            total = fwd + bwd if bwd is not None else None
+            print(f"| {label} | {name} | {fwd:.4f} | {f / fwd / 1e9:.1f} | {fmt(bwd)} | "
+                  f"{fmt(None if bwd is None else 2.5 * f / bwd / 1e9, '.1f')} | {fmt(total)} | "
+                  f"{fmt(None if total is None else 3.5 * f / total / 1e9, '.1f')} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

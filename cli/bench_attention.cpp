@@ -1,0 +1,190 @@
+// `ktune bench attention`: the attention benchmarks on a GPU. Seed 003's
+// table (batch 8, one head, head dim x sequence length: forward ms, backward
+// ms, memory after forward), the CS336 leaderboard's case (batch 1, 16
+// heads, head dim 64, seq 16384, bf16, causal, forward + backward) and the
+// causal forward at head dim 128, seq 16384; TFLOP/s with a causal mask
+// counting half the square and the backward 2.5 x the forward. Configs come
+// from the tuned cache (--cache) or the family defaults; every variant is
+// checked against the reference (a seeded sample of rows at these sizes)
+// before it is timed. Markdown, or JSON with device, driver, date and git
+// revision.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <optional>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "base/stamp.hpp"
+#include "cache/tuned_cache.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "templates/attention/attention.hpp"
+#include "tuner/run/gpu_runner.hpp"
+#include "tuner/session/tuned_kernels.hpp"
+
+namespace ktune::cli {
+
+namespace {
+
+namespace at = templates::attention;
+
+struct Timed {
+  double ms = 0, p20_ms = 0, p80_ms = 0;
+  std::string config, source;
+};
+
+struct Row {
+  std::string table;  ///< "seed003", "leaderboard" or "causal_fwd_d128"
+  templates::Problem problem;
+  std::optional<Timed> forward, backward;
+  double forward_tflops = 0, backward_tflops = 0, total_ms = 0, total_tflops = 0;
+  double memory_after_forward_mib = 0;  ///< q, k, v, o and lse, as the runtime keeps them for the backward
+};
+
+templates::Problem attention_problem(const std::string& dtype, std::int64_t batch, std::int64_t heads,
+                                     std::int64_t head_dim, std::int64_t seq, bool causal) {
+  return templates::Problem{dtype,
+                            {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim},
+                             {"causal", causal ? 1 : 0}}};
+}
+
+Row row(const char* table, templates::Problem problem) {
+  Row r;
+  r.table = table;
+  r.problem = std::move(problem);
+  return r;
+}
+
+double memory_after_forward_mib(const templates::Problem& p) {
+  const double elements = static_cast<double>(p.dim("batch") * p.dim("heads") * p.dim("seq") * p.dim("head_dim"));
+  const double element_bytes = p.dtype == "f32" ? 4 : 2;
+  const double lse = 4.0 * static_cast<double>(p.dim("batch") * p.dim("heads") * p.dim("seq"));
+  return (4 * elements * element_bytes + lse) / (1024.0 * 1024.0);
+}
+
+std::string ms(const std::optional<Timed>& t) { return t ? fmt::format("{:.4f}", t->ms) : std::string("-"); }
+std::string tflops(double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::string("-"); }
+
+nlohmann::json to_json(const Timed& t) {
+  return {{"median_ms", t.ms}, {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms}, {"config", t.config},
+          {"config_source", t.source}};
+}
+
+}  // namespace
+
+void add_bench_attention_command(CLI::App& bench, Global& global) {
+  struct Opts {
+    std::string dims = "16,32,64,128";
+    std::string seqs = "256,1024,4096,8192,16384";
+    std::string dtype = "f32";
+    bool causal = false;
+    std::string cache, json_out;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = bench.add_subcommand(
+      "attention", "Flash attention on the GPU: seed 003's table (batch 8, one head), the CS336 leaderboard case and "
+                   "the causal forward at head dim 128, seq 16384, with TFLOP/s");
+  cmd->add_option("--dims", o->dims, "Head dims of the seed 003 table")->capture_default_str();
+  cmd->add_option("--seqs", o->seqs, "Sequence lengths of the seed 003 table")->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "dtype of the seed 003 table: f32 (tf32 matrix units), bf16 or f16")
+      ->capture_default_str();
+  cmd->add_flag("--causal", o->causal, "Causal mask in the seed 003 table (the two other cases always use one)");
+  cmd->add_option("--cache", o->cache, "Tuned cache to take configs from (default: family defaults)");
+  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  cmd->callback([o, &global] {
+    const auto dims = int_list_arg(o->dims, "--dims");
+    const auto seqs = int_list_arg(o->seqs, "--seqs");
+    std::vector<Row> rows;
+    for (const auto d : dims)
+      for (const auto s : seqs) rows.push_back(row("seed003", attention_problem(o->dtype, 8, 1, d, s, o->causal)));
+    rows.push_back(row("leaderboard", attention_problem("bf16", 1, 16, 64, 16384, true)));
+    rows.push_back(row("causal_fwd_d128", attention_problem("bf16", 1, 16, 128, 16384, true)));
+    for (const auto& r : rows) at::forward_family().check_problem(r.problem);  // bad input before the device
+    if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");    // before the work, not after
+    std::optional<cache::TunedCache> tuned;
+    if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
+    auto runner = tuner::make_gpu_runner();  // throws "no CUDA device: ..." (exit 2) without one
+    const auto& device = runner->device();
+    std::vector<std::string> warnings;
+    std::string method;
+    tuner::RunOptions run;
+    run.validate = true;
+    run.time = true;
+    auto time = [&](const templates::Family& f, const templates::Problem& p) {
+      const auto chosen = tuner::choose_config(f, p, device, tuned ? &*tuned : nullptr, &warnings);
+      const auto r = runner->run(f, chosen.config, p, run);
+      if (!r.ok || !r.timing)
+        throw_error(ErrorKind::kCheckFailed,
+                    fmt::format("{} {} failed on {}: {}", f.name(), chosen.config.str(), p.key(), r.failure));
+      if (method.empty()) method = r.timing->method;
+      return Timed{r.timing->median_ms, r.timing->p20_ms, r.timing->p80_ms, chosen.config.str(), chosen.source};
+    };
+    for (auto& r : rows) {
+      r.forward = time(at::forward_family(), r.problem);
+      r.forward_tflops = at::forward_family().flops(r.problem) / (r.forward->ms * 1e-3) / 1e12;
+      r.memory_after_forward_mib = memory_after_forward_mib(r.problem);
+      if (r.table != "causal_fwd_d128") {
+        r.backward = time(at::backward_family(), r.problem);
+        r.backward_tflops = at::backward_family().flops(r.problem) / (r.backward->ms * 1e-3) / 1e12;
+        r.total_ms = r.forward->ms + r.backward->ms;
+        r.total_tflops = (at::forward_family().flops(r.problem) + at::backward_family().flops(r.problem)) /
+                         (r.total_ms * 1e-3) / 1e12;
+      }
+      std::cerr << fmt::format("  {} {}: forward {} ms, backward {} ms\n", r.table, r.problem.key(), ms(r.forward),
+                               ms(r.backward));
+    }
+    for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
+
+    nlohmann::json j = {{"benchmark", "attention"}, {"device", device.name + " (" + device.arch + ")"},
+                        {"driver_version", device.driver_version}, {"date", utc_now()},
+                        {"git_revision", git_revision()}, {"ktune_version", ktune_version()},
+                        {"configs", o->cache.empty() ? "family defaults" : "tuned cache " + o->cache},
+                        {"method", method}, {"rows", nlohmann::json::array()}};
+    for (const auto& r : rows) {
+      nlohmann::json row = {{"table", r.table}, {"problem", r.problem.key()}, {"dtype", r.problem.dtype},
+                            {"batch", r.problem.dim("batch")}, {"heads", r.problem.dim("heads")},
+                            {"head_dim", r.problem.dim("head_dim")}, {"seq", r.problem.dim("seq")},
+                            {"causal", r.problem.dim("causal") != 0}, {"forward", to_json(*r.forward)},
+                            {"forward_tflops", r.forward_tflops},
+                            {"memory_after_forward_mib", r.memory_after_forward_mib}};
+      if (r.backward) {
+        row["backward"] = to_json(*r.backward);
+        row["backward_tflops"] = r.backward_tflops;
+        row["forward_backward_ms"] = r.total_ms;
+        row["forward_backward_tflops"] = r.total_tflops;
+      }
+      j["rows"].push_back(row);
+    }
+    if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
+    if (global.json) {
+      std::cout << j.dump(2) << "\n";
+      return;
+    }
+    std::string s = fmt::format("# Attention ({}; driver {}; {}; ktune {} (git {}); {})\n\n", j["device"].get<std::string>(),
+                                device.driver_version, j["date"].get<std::string>(), ktune_version(), git_revision(),
+                                j["configs"].get<std::string>());
+    s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median), TFLOP/s (causal counts half the "
+                     "square, backward 2.5 x forward); memory: q, k, v, o and lse kept for the backward.\n\n",
+                     o->dtype == "f32" ? "f32 on the tf32 matrix units" : o->dtype, o->causal ? ", causal" : "");
+    s += "| d_model | seq_len | forward time | forward TFLOP/s | memory after forward (MiB) | backward time | "
+         "backward TFLOP/s |\n|--:|--:|--:|--:|--:|--:|--:|\n";
+    for (const auto& r : rows)
+      if (r.table == "seed003")
+        s += fmt::format("| {} | {} | {} | {} | {:.2f} | {} | {} |\n", r.problem.dim("head_dim"), r.problem.dim("seq"),
+                         ms(r.forward), tflops(r.forward_tflops), r.memory_after_forward_mib, ms(r.backward),
+                         tflops(r.backward_tflops));
+    s += "\n| case | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | "
+         "configs |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n";
+    for (const auto& r : rows)
+      if (r.table != "seed003")
+        s += fmt::format("| {} ({}) | {} | {} | {} | {} | {} | {} | fwd {}{} |\n", r.table, r.problem.key(),
+                         ms(r.forward), tflops(r.forward_tflops), ms(r.backward), tflops(r.backward_tflops),
+                         r.backward ? fmt::format("{:.4f}", r.total_ms) : std::string("-"), tflops(r.total_tflops),
+                         r.forward->config, r.backward ? "; bwd " + r.backward->config : std::string());
+    s += "\nTiming: " + method + "\n";
+    std::cout << s;
+  });
+}
+
+}  // namespace ktune::cli

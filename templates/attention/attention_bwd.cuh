@@ -1,0 +1,577 @@
+// Attention backward kernels, FlashAttention-2 style on mma.sync (reference:
+// attention_backward_streaming in templates/attention/reference.hpp). From
+// Q, K, V, O, dO and the forward's row log-sum-exp (fp32), per (batch, head):
+//   P = exp(scale * Q K^T - lse)     recomputed tile by tile, never stored
+//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - D),  D = rowsum(dO * O)
+//   dQ = scale * dS K,  dK = scale * dS^T Q
+// Kernels, in launch order:
+//   attention_bwd_preprocess  D (fp32, (batch, heads, seq)) and, when dQ goes
+//                             by atomics, a zeroed fp32 dQ accumulator
+//   attention_bwd_dkdv        dK and dV of BLOCK_N keys of one K/V head,
+//                             walking the query tiles of every query head
+//                             that reads it (grouped-query heads summed in
+//                             registers); with DQ_ATOMIC it also adds its
+//                             part of dQ into the fp32 accumulator
+//   attention_bwd_dq_convert  (DQ_ATOMIC) dQ = scale * accumulator, to T
+//   attention_bwd_dq          (second pass, no atomics) dQ of BLOCK_N query
+//                             rows, walking the key tiles, recomputing P and dP
+// Under a causal mask, tiles wholly above the diagonal are skipped, tiles
+// that cross it (or the sequence's end) are masked, interior tiles are not.
+// bf16/f16 multiply with mma.sync m16n8k16, f32 with m16n8k8 in tf32; P and
+// dS are rounded to T (tf32) as they enter the matrix units; every
+// accumulator, P, dP, dS and D are fp32.
+//
+// Shared memory (dynamic): tiles of HEAD_DIM-wide rows in padded layout
+// (TileLayout 0: conflict-free ldmatrix). attention_bwd_dkdv: the K and V
+// tiles (BLOCK_N rows each), STAGES x (Q, dO) tiles of BLOCK_M rows and,
+// with DQ_ATOMIC, dS^T (BLOCK_N x BLOCK_M, padded); attention_bwd_dq: the Q
+// and dO tiles (BLOCK_N rows) and STAGES x (K, V) tiles of BLOCK_M rows.
+#pragma once
+#include "attention/attention.cuh"
+
+namespace attention {
+
+/// Fragment loads from shared-memory tiles laid out by Layout, for the
+/// warp's mma (Mma<T>::K columns of k per step). 16-bit types use ldmatrix;
+/// float (tf32) plain loads, rounded to tf32.
+template <class Layout, class T>
+struct Frag {
+  static constexpr bool TF32 = sizeof(T) == 4;
+  /// A (m16 x k) of rows [row0, row0 + 16), columns [k0, k0 + K) of a tile stored (row, k).
+  KT_DEVICE static void a(unsigned f[4], const T* tile, int row0, int k0) {
+    const int lane = static_cast<int>(kt::lane_id());
+    if constexpr (TF32) {
+      const int g = lane / 4, t = lane % 4;
+      f[0] = kt::float_to_tf32(tile[Layout::offset(row0 + g, k0 + t)]);
+      f[1] = kt::float_to_tf32(tile[Layout::offset(row0 + g + 8, k0 + t)]);
+      f[2] = kt::float_to_tf32(tile[Layout::offset(row0 + g, k0 + t + 4)]);
+      f[3] = kt::float_to_tf32(tile[Layout::offset(row0 + g + 8, k0 + t + 4)]);
+    } else {
+      kt::ldmatrix_x4(f, tile + Layout::offset(row0 + lane % 8 + 8 * (lane / 8 % 2), k0 + 8 * (lane / 16)));
+    }
+  }
+  /// A (m16 x k) of a tile stored transposed, (k, row): A[m][k] = tile[k0 + k][row0 + m].
+  KT_DEVICE static void a_trans(unsigned f[4], const T* tile, int row0, int k0) {
+    const int lane = static_cast<int>(kt::lane_id());
+    if constexpr (TF32) {
+      const int g = lane / 4, t = lane % 4;
+      f[0] = kt::float_to_tf32(tile[Layout::offset(k0 + t, row0 + g)]);
+      f[1] = kt::float_to_tf32(tile[Layout::offset(k0 + t, row0 + g + 8)]);
+      f[2] = kt::float_to_tf32(tile[Layout::offset(k0 + t + 4, row0 + g)]);
+      f[3] = kt::float_to_tf32(tile[Layout::offset(k0 + t + 4, row0 + g + 8)]);
+    } else {
+      kt::ldmatrix_x4_trans(f, tile + Layout::offset(k0 + lane % 8 + 8 * (lane / 16), row0 + 8 * (lane / 8 % 2)));
+    }
+  }
+  /// B of two n8 tiles (f[0..1]: n0 .. n0 + 7, f[2..3]: n0 + 8 .. n0 + 15) of a
+  /// tile stored (n, k): B[k][n] = tile[n0 + n][k0 + k] (Q K^T's K).
+  KT_DEVICE static void b_pair(unsigned f[4], const T* tile, int n0, int k0) {
+    const int lane = static_cast<int>(kt::lane_id());
+    if constexpr (TF32) {
+      const int g = lane / 4, t = lane % 4;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        f[2 * half] = kt::float_to_tf32(tile[Layout::offset(n0 + half * 8 + g, k0 + t)]);
+        f[2 * half + 1] = kt::float_to_tf32(tile[Layout::offset(n0 + half * 8 + g, k0 + t + 4)]);
+      }
+    } else {
+      kt::ldmatrix_x4(f, tile + Layout::offset(n0 + lane % 8 + 8 * (lane / 16), k0 + 8 * (lane / 8 % 2)));
+    }
+  }
+  /// B of two n8 tiles of a tile stored (k, n): B[k][n] = tile[k0 + k][n0 + n]
+  /// (P V's V). PERMUTED (tf32 only) pairs it with an A made by acc_to_a,
+  /// whose k = t and t + 4 are the accumulator's columns 2t and 2t + 1.
+  template <bool PERMUTED>
+  KT_DEVICE static void b_trans_pair(unsigned f[4], const T* tile, int k0, int n0) {
+    const int lane = static_cast<int>(kt::lane_id());
+    if constexpr (TF32) {
+      const int g = lane / 4, t = lane % 4;
+      const int k_lo = PERMUTED ? 2 * t : t, k_hi = PERMUTED ? 2 * t + 1 : t + 4;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        f[2 * half] = kt::float_to_tf32(tile[Layout::offset(k0 + k_lo, n0 + half * 8 + g)]);
+        f[2 * half + 1] = kt::float_to_tf32(tile[Layout::offset(k0 + k_hi, n0 + half * 8 + g)]);
+      }
+    } else {
+      kt::ldmatrix_x4_trans(f, tile + Layout::offset(k0 + lane % 8 + 8 * (lane / 8 % 2), n0 + 8 * (lane / 16)));
+    }
+  }
+};
+
+/// The A fragment of k step `step` made from an m16 x n accumulator tile
+/// (n8 tiles c[.]): its columns become the k of the next product. 16-bit:
+/// n8 tiles 2 step and 2 step + 1 rounded to T; tf32: n8 tile `step`, k = t
+/// and t + 4 taking columns 2t and 2t + 1 (the B side loads PERMUTED).
+template <class T, int N>
+KT_DEVICE void acc_to_a(unsigned a[4], const float (&c)[N][4], int step) {
+  if constexpr (sizeof(T) == 4) {
+    a[0] = kt::float_to_tf32(c[step][0]);
+    a[1] = kt::float_to_tf32(c[step][2]);
+    a[2] = kt::float_to_tf32(c[step][1]);
+    a[3] = kt::float_to_tf32(c[step][3]);
+  } else {
+    a[0] = kt::pack2(kt::from_float<T>(c[2 * step][0]), kt::from_float<T>(c[2 * step][1]));
+    a[1] = kt::pack2(kt::from_float<T>(c[2 * step][2]), kt::from_float<T>(c[2 * step][3]));
+    a[2] = kt::pack2(kt::from_float<T>(c[2 * step + 1][0]), kt::from_float<T>(c[2 * step + 1][1]));
+    a[3] = kt::pack2(kt::from_float<T>(c[2 * step + 1][2]), kt::from_float<T>(c[2 * step + 1][3]));
+  }
+}
+
+/// Stores rows of an m16 x HEAD_DIM fp32 accumulator (n8 tiles c[.]) times
+/// `factor` as T, rows at or past `seq` left alone.
+template <int DT, class T>
+KT_DEVICE void store_rows(T* base, long long row_stride, int row0, int seq, const float (&c)[DT][4], float factor) {
+  const int lane = static_cast<int>(kt::lane_id()), g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + g + 8 * r;
+    if (row < seq) {
+      T* dst = base + row * row_stride;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        Pair<T> out;
+        out.lo = kt::from_float<T>(c[dt][2 * r] * factor);
+        out.hi = kt::from_float<T>(c[dt][2 * r + 1] * factor);
+        *reinterpret_cast<Pair<T>*>(dst + dt * 8 + 2 * t) = out;
+      }
+    }
+  }
+}
+
+/// D = rowsum(dO * O) per query row (fp32), one warp per row; with
+/// DQ_ATOMIC the row of the fp32 dQ accumulator is zeroed as well.
+/// Grid: (ceil(seq / 8), heads, batch); block: 256 threads.
+template <int HEAD_DIM, bool DQ_ATOMIC, class T>
+__global__ void __launch_bounds__(256) attention_bwd_preprocess(
+    const T* o,         // (batch, seq, heads, head_dim) through o_strides
+    const T* dout,      // as o, through do_strides
+    float* delta,       // (batch, heads, seq)
+    float* dq_accum,    // (batch, heads, seq, head_dim) fp32 when DQ_ATOMIC
+    Strides o_strides, Strides do_strides, int seq, int heads) {
+  const int row = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(kt::warp_id());
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  if (row >= seq) return;  // the whole warp leaves together
+  const int lane = static_cast<int>(kt::lane_id());
+  const T* orow = o + b * o_strides.batch + h * o_strides.head + row * o_strides.seq;
+  const T* dorow = dout + b * do_strides.batch + h * do_strides.head + row * do_strides.seq;
+  float sum = 0.0f;
+  for (int d = lane; d < HEAD_DIM; d += 32) sum += kt::to_float(orow[d]) * kt::to_float(dorow[d]);
+  sum = kt::warp_sum(sum);
+  const long long r = (static_cast<long long>(b) * heads + h) * seq + row;
+  if (lane == 0) delta[r] = sum;
+  if constexpr (DQ_ATOMIC)
+    for (int d = lane; d < HEAD_DIM; d += 32) dq_accum[r * HEAD_DIM + d] = 0.0f;
+}
+
+/// dQ = scale * accumulator, as T. Grid: (ceil(seq * HEAD_DIM / 512), heads,
+/// batch); block: 256 threads, two elements each.
+template <int HEAD_DIM, class T>
+__global__ void __launch_bounds__(256) attention_bwd_dq_convert(
+    const float* dq_accum,  // (batch, heads, seq, head_dim) fp32
+    T* dq,                  // (batch, seq, heads, head_dim) through dq_strides
+    Strides dq_strides, int seq, int heads, float scale) {
+  const long long pair = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  if (pair * 2 >= static_cast<long long>(seq) * HEAD_DIM) return;
+  const int row = static_cast<int>(pair * 2 / HEAD_DIM), col = static_cast<int>(pair * 2 % HEAD_DIM);
+  const float* src = dq_accum + ((static_cast<long long>(b) * heads + h) * seq + row) * HEAD_DIM + col;
+  Pair<T> out;
+  out.lo = kt::from_float<T>(src[0] * scale);
+  out.hi = kt::from_float<T>(src[1] * scale);
+  *reinterpret_cast<Pair<T>*>(dq + b * dq_strides.batch + h * dq_strides.head + row * dq_strides.seq + col) = out;
+}
+
+/// Grid: (ceil(seq / BLOCK_N), kv_heads, batch); block: WARPS * 32 threads,
+/// each warp owning BLOCK_N / WARPS keys (one or two m16 tiles), which are
+/// the rows of S^T = K Q^T, dP^T = V dO^T and of the dK, dV accumulators.
+/// The block walks (query head of its group) x (query tile of BLOCK_M), Q
+/// and dO tiles arriving by cp.async, STAGES in flight.
+template <int HEAD_DIM,  // 16, 32, 64, 80 or 128: set by the problem
+          int BLOCK_M,   // queries per tile walked: fewer barriers and atomics vs S^T/dP^T registers and shared memory
+          int BLOCK_N,   // keys per block: more reuse of each Q/dO tile vs dK/dV registers and fewer blocks
+          int WARPS,     // warps per block, BLOCK_N / WARPS keys each
+          int STAGES,    // Q/dO tiles in flight: load latency hidden vs shared memory
+          bool DQ_ATOMIC,  // dQ added here by fp32 atomics (else by attention_bwd_dq, a second pass)
+          bool CAUSAL,   // key j > query i masked: set by the problem
+          class T>       // __nv_bfloat16, __half, or float (tf32 matrix units)
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    attention_bwd_dkdv(const T* q,            // (batch, seq, heads, head_dim) through q_strides
+                       const T* k,            // (batch, seq, heads / kv_group, head_dim) through k_strides
+                       const T* v,            // as k, through v_strides
+                       const T* dout,         // as q, through do_strides
+                       const float* lse,      // (batch, heads, seq): the forward's
+                       const float* delta,    // (batch, heads, seq): rowsum(dO * O)
+                       float* dq_accum,       // (batch, heads, seq, head_dim) fp32 when DQ_ATOMIC
+                       T* dk, T* dv,          // as k, through dk_strides / dv_strides
+                       Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
+                       Strides dk_strides, Strides dv_strides, int seq, int heads, int kv_group, float scale) {
+  static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
+                "the head dim is whole k steps and whole n16 pairs of every product");
+  static_assert(BLOCK_N % (16 * WARPS) == 0, "each warp owns whole m16 tiles of the block's keys");
+  static_assert(BLOCK_M % 16 == 0, "a query tile is whole n16 pairs of S^T and k16 steps of dV, dK");
+  static_assert(STAGES >= 1, "at least the tile being computed is in shared memory");
+  constexpr int THREADS = WARPS * 32;
+  constexpr int KT = BLOCK_N / (16 * WARPS);  // m16 tiles of keys per warp
+  constexpr int KSTEPS = HEAD_DIM / Mma<T>::K;
+  constexpr int MN = BLOCK_M / 8;   // n8 tiles of queries in S^T
+  constexpr int DT = HEAD_DIM / 8;  // n8 tiles of dK, dV
+  constexpr int CHUNK = 16 / static_cast<int>(sizeof(T));
+  using Layout = TileLayout<HEAD_DIM, 0, CHUNK>;
+  using DsLayout = TileLayout<BLOCK_M, 0, CHUNK>;  // dS^T: (BLOCK_N keys, BLOCK_M queries)
+  using F = Frag<Layout, T>;
+  constexpr int TILE_N = BLOCK_N * Layout::ROW, TILE_M = BLOCK_M * Layout::ROW;
+  const float log2e = 1.4426950408889634f;
+  const float scale_log2 = scale * log2e;
+
+  T* sk = kt::dynamic_shared<T>();       // (BLOCK_N, HEAD_DIM)
+  T* sv = sk + TILE_N;                   // (BLOCK_N, HEAD_DIM)
+  T* sq = sv + TILE_N;                   // STAGES x (BLOCK_M, HEAD_DIM)
+  T* sdo = sq + STAGES * TILE_M;         // STAGES x (BLOCK_M, HEAD_DIM)
+  T* sds = sdo + STAGES * TILE_M;        // (BLOCK_N, BLOCK_M) when DQ_ATOMIC
+
+  const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
+  const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
+  const int g = lane / 4, t = lane % 4;
+  const int warp_key0 = warp * KT * 16;
+  const T* kh = k + b * k_strides.batch + kvh * k_strides.head;
+  const T* vh = v + b * v_strides.batch + kvh * v_strides.head;
+  // Query tiles: under a causal mask none wholly before the block's first key.
+  const int m_begin = CAUSAL ? n0 / BLOCK_M : 0;
+  const int m_count = (seq + BLOCK_M - 1) / BLOCK_M - m_begin;
+  const int total = kv_group * m_count;  // (query head, query tile) steps
+
+  auto load_step = [&](int step) {
+    const int h = kvh * kv_group + step / m_count, m0 = (m_begin + step % m_count) * BLOCK_M;
+    const int s = step % STAGES;
+    load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + h * q_strides.head,
+                                             q_strides.seq, m0, seq);
+    load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sdo + s * TILE_M, dout + b * do_strides.batch + h * do_strides.head,
+                                             do_strides.seq, m0, seq);
+  };
+  // Prologue: K and V join step 0's group; steps 0 .. STAGES-2 in flight.
+  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sk, kh, k_strides.seq, n0, seq);
+  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sv, vh, v_strides.seq, n0, seq);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < total) load_step(s);
+    kt::cp_async_commit();
+  }
+
+  float dk_acc[KT][DT][4], dv_acc[KT][DT][4];
+#pragma unroll
+  for (int kt_ = 0; kt_ < KT; ++kt_)
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) dk_acc[kt_][dt][i] = dv_acc[kt_][dt][i] = 0.0f;
+
+  for (int step = 0; step < total; ++step) {
+    if (step + STAGES - 1 < total) load_step(step + STAGES - 1);
+    kt::cp_async_commit();
+    kt::cp_async_wait<STAGES - 1>();  // step's tiles (and, first, K and V) have landed
+    __syncthreads();
+
+    const int h = kvh * kv_group + step / m_count, m0 = (m_begin + step % m_count) * BLOCK_M;
+    const T* sqt = sq + step % STAGES * TILE_M;
+    const T* sdot = sdo + step % STAGES * TILE_M;
+    const long long row_base = (static_cast<long long>(b) * heads + h) * seq;
+
+    // S^T = K Q^T and dP^T = V dO^T: rows are the warp's keys, columns the tile's queries.
+    float s[KT][MN][4], dp[KT][MN][4];
+#pragma unroll
+    for (int kt_ = 0; kt_ < KT; ++kt_)
+#pragma unroll
+      for (int nt = 0; nt < MN; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[kt_][nt][i] = dp[kt_][nt][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      unsigned ka[KT][4], va[KT][4];
+#pragma unroll
+      for (int kt_ = 0; kt_ < KT; ++kt_) {
+        F::a(ka[kt_], sk, warp_key0 + kt_ * 16, ks * Mma<T>::K);
+        F::a(va[kt_], sv, warp_key0 + kt_ * 16, ks * Mma<T>::K);
+      }
+#pragma unroll
+      for (int np = 0; np < MN / 2; ++np) {
+        unsigned qb[4], dob[4];
+        F::b_pair(qb, sqt, np * 16, ks * Mma<T>::K);
+        F::b_pair(dob, sdot, np * 16, ks * Mma<T>::K);
+#pragma unroll
+        for (int kt_ = 0; kt_ < KT; ++kt_) {
+          Mma<T>::run(s[kt_][2 * np], ka[kt_], qb);
+          Mma<T>::run(s[kt_][2 * np + 1], ka[kt_], qb + 2);
+          Mma<T>::run(dp[kt_][2 * np], va[kt_], dob);
+          Mma<T>::run(dp[kt_][2 * np + 1], va[kt_], dob + 2);
+        }
+      }
+    }
+
+    // P^T = exp(scale * S^T - lse) and dS^T = P^T * (dP^T - D), masked
+    // where the query is past the sequence or (causal) before the key; keys
+    // past the sequence are zero rows of K and V and are never stored.
+    const bool masked_tile = m0 + BLOCK_M > seq || (CAUSAL && m0 < n0 + BLOCK_N - 1);
+#pragma unroll
+    for (int nt = 0; nt < MN; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int query = m0 + nt * 8 + 2 * t + e;
+        const float l2 = query < seq ? lse[row_base + query] * log2e : 0.0f;
+        const float dd = query < seq ? delta[row_base + query] : 0.0f;
+#pragma unroll
+        for (int kt_ = 0; kt_ < KT; ++kt_)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int i = 2 * r + e;
+            float p = exp2f(s[kt_][nt][i] * scale_log2 - l2);
+            if (masked_tile) {
+              const int key = n0 + warp_key0 + kt_ * 16 + g + 8 * r;
+              if (query >= seq || (CAUSAL && query < key)) p = 0.0f;
+            }
+            s[kt_][nt][i] = p;
+            dp[kt_][nt][i] = p * (dp[kt_][nt][i] - dd);
+          }
+      }
+
+    // dV += P^T dO and dK += dS^T Q (unscaled): k = the tile's queries.
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_M / Mma<T>::K; ++kk) {
+      unsigned pa[KT][4], dsa[KT][4];
+#pragma unroll
+      for (int kt_ = 0; kt_ < KT; ++kt_) {
+        acc_to_a<T>(pa[kt_], s[kt_], kk);
+        acc_to_a<T>(dsa[kt_], dp[kt_], kk);
+      }
+#pragma unroll
+      for (int dp2 = 0; dp2 < DT / 2; ++dp2) {
+        unsigned dob[4], qb[4];
+        F::template b_trans_pair<true>(dob, sdot, kk * Mma<T>::K, dp2 * 16);
+        F::template b_trans_pair<true>(qb, sqt, kk * Mma<T>::K, dp2 * 16);
+#pragma unroll
+        for (int kt_ = 0; kt_ < KT; ++kt_) {
+          Mma<T>::run(dv_acc[kt_][2 * dp2], pa[kt_], dob);
+          Mma<T>::run(dv_acc[kt_][2 * dp2 + 1], pa[kt_], dob + 2);
+          Mma<T>::run(dk_acc[kt_][2 * dp2], dsa[kt_], qb);
+          Mma<T>::run(dk_acc[kt_][2 * dp2 + 1], dsa[kt_], qb + 2);
+        }
+      }
+    }
+
+    if constexpr (DQ_ATOMIC) {
+      // dS^T to shared memory as T, then dQ(tile) += dS K: each warp takes
+      // m16 x n16 pieces of the (BLOCK_M, HEAD_DIM) product, k = the block's keys.
+#pragma unroll
+      for (int kt_ = 0; kt_ < KT; ++kt_)
+#pragma unroll
+        for (int nt = 0; nt < MN; ++nt)
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int key = warp_key0 + kt_ * 16 + g + 8 * r, col = nt * 8 + 2 * t;
+            sds[DsLayout::offset(key, col)] = kt::from_float<T>(dp[kt_][nt][2 * r]);
+            sds[DsLayout::offset(key, col + 1)] = kt::from_float<T>(dp[kt_][nt][2 * r + 1]);
+          }
+      __syncthreads();
+      using FS = Frag<DsLayout, T>;
+      constexpr int PIECES = BLOCK_M / 16 * (HEAD_DIM / 16);
+      float* dq_h = dq_accum + row_base * HEAD_DIM;
+      for (int piece = warp; piece < PIECES; piece += WARPS) {
+        const int mq = piece % (BLOCK_M / 16), dc = piece / (BLOCK_M / 16);
+        float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+        for (int kk = 0; kk < BLOCK_N / Mma<T>::K; ++kk) {
+          unsigned a[4], kb[4];
+          FS::a_trans(a, sds, mq * 16, kk * Mma<T>::K);
+          F::template b_trans_pair<false>(kb, sk, kk * Mma<T>::K, dc * 16);
+          Mma<T>::run(c[0], a, kb);
+          Mma<T>::run(c[1], a, kb + 2);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int query = m0 + mq * 16 + g + 8 * r;
+          if (query < seq)
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+              float* dst = dq_h + static_cast<long long>(query) * HEAD_DIM + dc * 16 + nt * 8 + 2 * t;
+              atomicAdd(dst, c[nt][2 * r]);
+              atomicAdd(dst + 1, c[nt][2 * r + 1]);
+            }
+        }
+      }
+    }
+    __syncthreads();  // the next step refills the stage just read (and dS^T)
+  }
+
+  // dK = scale * dS^T Q, dV = P^T dO, for the keys inside the sequence.
+  T* dkh = dk + b * dk_strides.batch + kvh * dk_strides.head;
+  T* dvh = dv + b * dv_strides.batch + kvh * dv_strides.head;
+#pragma unroll
+  for (int kt_ = 0; kt_ < KT; ++kt_) {
+    store_rows<DT>(dkh, dk_strides.seq, n0 + warp_key0 + kt_ * 16, seq, dk_acc[kt_], scale);
+    store_rows<DT>(dvh, dv_strides.seq, n0 + warp_key0 + kt_ * 16, seq, dv_acc[kt_], 1.0f);
+  }
+}
+
+/// dQ without atomics, a second pass. Grid: (ceil(seq / BLOCK_N), heads,
+/// batch); block: WARPS * 32 threads, each warp owning BLOCK_N / WARPS
+/// query rows (the rows of S, dP, dS and the dQ accumulator); the block
+/// walks the key tiles of BLOCK_M keys (to the diagonal under a causal
+/// mask), K and V tiles arriving by cp.async, STAGES in flight.
+template <int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int STAGES, bool CAUSAL, class T>
+__global__ void __launch_bounds__(WARPS * 32, 1)
+    attention_bwd_dq(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta,
+                     T* dq,  // as q, through dq_strides
+                     Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
+                     Strides dq_strides, int seq, int heads, int kv_group, float scale) {
+  static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
+                "the head dim is whole k steps and whole n16 pairs of every product");
+  static_assert(BLOCK_N % (16 * WARPS) == 0, "each warp owns whole m16 tiles of the block's query rows");
+  static_assert(BLOCK_M % 16 == 0, "a key tile is whole n16 pairs of S and k16 steps of dQ");
+  static_assert(STAGES >= 1, "at least the tile being computed is in shared memory");
+  constexpr int THREADS = WARPS * 32;
+  constexpr int MT = BLOCK_N / (16 * WARPS);  // m16 tiles of query rows per warp
+  constexpr int KSTEPS = HEAD_DIM / Mma<T>::K;
+  constexpr int NT = BLOCK_M / 8;  // n8 tiles of keys in S
+  constexpr int DT = HEAD_DIM / 8;
+  using Layout = TileLayout<HEAD_DIM, 0, 16 / static_cast<int>(sizeof(T))>;
+  using F = Frag<Layout, T>;
+  constexpr int TILE_Q = BLOCK_N * Layout::ROW, TILE_K = BLOCK_M * Layout::ROW;
+  const float log2e = 1.4426950408889634f;
+  const float scale_log2 = scale * log2e;
+
+  T* sq = kt::dynamic_shared<T>();  // (BLOCK_N, HEAD_DIM)
+  T* sdo = sq + TILE_Q;             // (BLOCK_N, HEAD_DIM)
+  T* sk = sdo + TILE_Q;             // STAGES x (BLOCK_M, HEAD_DIM)
+  T* sv = sk + STAGES * TILE_K;     // STAGES x (BLOCK_M, HEAD_DIM)
+
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest blocks first under a causal mask
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const int m0 = m_block * BLOCK_N;
+  const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
+  const int g = lane / 4, t = lane % 4;
+  const int warp_row0 = warp * MT * 16;
+  const T* kh = k + b * k_strides.batch + h / kv_group * k_strides.head;
+  const T* vh = v + b * v_strides.batch + h / kv_group * v_strides.head;
+  const int rows_end = min(m0 + BLOCK_N, seq);
+  const int n_tiles = ((CAUSAL ? rows_end : seq) + BLOCK_M - 1) / BLOCK_M;
+  const long long row_base = (static_cast<long long>(b) * heads + h) * seq;
+
+  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sq, q + b * q_strides.batch + h * q_strides.head, q_strides.seq, m0, seq);
+  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sdo, dout + b * do_strides.batch + h * do_strides.head, do_strides.seq,
+                                           m0, seq);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles) {
+      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sk + s * TILE_K, kh, k_strides.seq, s * BLOCK_M, seq);
+      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sv + s * TILE_K, vh, v_strides.seq, s * BLOCK_M, seq);
+    }
+    kt::cp_async_commit();
+  }
+
+  // The rows' lse (log2 units) and D; rows past the sequence read neither.
+  float row_l2[MT][2], row_d[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
+      row_l2[mt][r] = row < seq ? lse[row_base + row] * log2e : 0.0f;
+      row_d[mt][r] = row < seq ? delta[row_base + row] : 0.0f;
+    }
+  float acc[MT][DT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][dt][i] = 0.0f;
+
+  for (int n = 0; n < n_tiles; ++n) {
+    const int next = n + STAGES - 1;
+    if (next < n_tiles) {
+      const int s = next % STAGES;
+      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sk + s * TILE_K, kh, k_strides.seq, next * BLOCK_M, seq);
+      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sv + s * TILE_K, vh, v_strides.seq, next * BLOCK_M, seq);
+    }
+    kt::cp_async_commit();
+    kt::cp_async_wait<STAGES - 1>();
+    __syncthreads();
+    const T* skt = sk + n % STAGES * TILE_K;
+    const T* svt = sv + n % STAGES * TILE_K;
+    const int n0 = n * BLOCK_M;
+
+    // S = Q K^T and dP = dO V^T for the warp's rows.
+    float s[MT][NT][4], dp[MT][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[mt][nt][i] = dp[mt][nt][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      unsigned qa[MT][4], doa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        F::a(qa[mt], sq, warp_row0 + mt * 16, ks * Mma<T>::K);
+        F::a(doa[mt], sdo, warp_row0 + mt * 16, ks * Mma<T>::K);
+      }
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        unsigned kb[4], vb[4];
+        F::b_pair(kb, skt, np * 16, ks * Mma<T>::K);
+        F::b_pair(vb, svt, np * 16, ks * Mma<T>::K);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(s[mt][2 * np], qa[mt], kb);
+          Mma<T>::run(s[mt][2 * np + 1], qa[mt], kb + 2);
+          Mma<T>::run(dp[mt][2 * np], doa[mt], vb);
+          Mma<T>::run(dp[mt][2 * np + 1], doa[mt], vb + 2);
+        }
+      }
+    }
+
+    // dS = P * (dP - D), P = exp(scale * S - lse); masked past the sequence
+    // and, under a causal mask, after the query.
+    const bool masked_tile = n0 + BLOCK_M > seq || (CAUSAL && n0 + BLOCK_M - 1 > m0);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float p = exp2f(s[mt][nt][i] * scale_log2 - row_l2[mt][i / 2]);
+          if (masked_tile) {
+            const int row = m0 + warp_row0 + mt * 16 + g + 8 * (i / 2);
+            const int key = n0 + nt * 8 + 2 * t + i % 2;
+            if (key >= seq || (CAUSAL && key > row)) p = 0.0f;
+          }
+          dp[mt][nt][i] = p * (dp[mt][nt][i] - row_d[mt][i / 2]);
+        }
+
+    // dQ += dS K (unscaled): k = the tile's keys.
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_M / Mma<T>::K; ++kk) {
+      unsigned dsa[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) acc_to_a<T>(dsa[mt], dp[mt], kk);
+#pragma unroll
+      for (int dp2 = 0; dp2 < DT / 2; ++dp2) {
+        unsigned kb[4];
+        F::template b_trans_pair<true>(kb, skt, kk * Mma<T>::K, dp2 * 16);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(acc[mt][2 * dp2], dsa[mt], kb);
+          Mma<T>::run(acc[mt][2 * dp2 + 1], dsa[mt], kb + 2);
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  T* dqh = dq + b * dq_strides.batch + h * dq_strides.head;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) store_rows<DT>(dqh, dq_strides.seq, m0 + warp_row0 + mt * 16, seq, acc[mt], scale);
+}
+
+}  // namespace attention

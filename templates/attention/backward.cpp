@@ -1,0 +1,300 @@
+// The attention backward family (attention_bwd): space, constraints,
+// rendering, launch plan, workspace, workload with the streaming CPU
+// reference, FLOP/byte counts. Kernels: templates/attention/attention_bwd.cuh.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "base/error.hpp"
+#include "templates/attention/attention.hpp"
+#include "templates/attention/workload_common.hpp"
+#include "templates/common/family_helpers.hpp"
+#include "templates/render.hpp"
+
+namespace ktune::templates::attention {
+namespace {
+
+constexpr const char* kTemplate = "attention/attention_bwd.cuh";
+constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of keys (dK/dV) or query rows (dQ) one warp owns
+// Registers besides the tiles': indices, strides, pointers, loop state.
+constexpr std::int64_t kBaseRegisters = 40;
+constexpr std::int64_t kPreprocessRows = 8;  // rows per block of the D pre-kernel (one per warp of 256 threads)
+
+std::int64_t tiles_per_warp(const Config& c) { return c.at("block_n") / (16 * c.at("warps")); }
+bool dq_atomic(const Config& c) { return c.at("dq_atomic") != 0; }
+
+/// Elements between rows of a padded shared-memory tile (TileLayout 0).
+std::int64_t tile_row(std::int64_t width, const Problem& p) { return width + 16 / element_bytes(p); }
+
+/// Registers per thread of attention_bwd_dkdv besides kBaseRegisters (its
+/// attention_bwd_dq twin holds less: half the accumulators): per m16 tile of
+/// keys the dK and dV accumulators (head_dim), S^T and dP^T (block_m) and
+/// the K and V A fragments (8); the Q and dO B fragments (8); the addresses
+/// of the 16-byte copies of a Q/dO step, of which ptxas keeps about 3/2 each.
+std::int64_t fragment_registers(const Config& c, const Problem& p) {
+  const std::int64_t d = p.dim("head_dim"), bm = c.at("block_m"), e = element_bytes(p);
+  const std::int64_t copies = 2 * bm * (d * e / 16) / (32 * c.at("warps"));
+  return tiles_per_warp(c) * (d + bm + 8) + 8 + 3 * copies / 2;
+}
+
+/// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.
+std::int64_t delta_bytes(const Problem& p) {
+  return ceil_div(4 * p.dim("batch") * p.dim("heads") * p.dim("seq"), 16) * 16;
+}
+std::int64_t accumulator_bytes(const Problem& p) {
+  return 4 * p.dim("batch") * p.dim("heads") * p.dim("seq") * p.dim("head_dim");
+}
+
+std::int64_t dkdv_shared(const Config& c, const Problem& p) {
+  const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), e = element_bytes(p);
+  const std::int64_t tiles = (2 * bn + 2 * c.at("stages") * bm) * tile_row(p.dim("head_dim"), p) * e;
+  return tiles + (dq_atomic(c) ? bn * tile_row(bm, p) * e : 0);
+}
+std::int64_t dq_shared(const Config& c, const Problem& p) {
+  return (2 * c.at("block_n") + 2 * c.at("stages") * c.at("block_m")) * tile_row(p.dim("head_dim"), p) *
+         element_bytes(p);
+}
+
+class Backward final : public TypedFamily<BackwardArgs> {
+ public:
+  Backward()
+      : space_({{"block_m", {16, 32, 64, 128},
+                 "queries per tile the dK/dV blocks walk (keys per tile of the dQ pass): fewer barriers and atomics "
+                 "vs S^T/dP^T registers and shared memory"},
+                {"block_n", {16, 32, 64, 128},
+                 "keys per dK/dV block (query rows per dQ block): more reuse of each Q/dO tile vs accumulator "
+                 "registers and fewer blocks"},
+                {"warps", {1, 2, 4, 8}, "warps per block, block_n / warps rows each: more warps vs more rows per warp"},
+                {"stages", {1, 2}, "Q/dO (K/V) tiles in flight: load latency hidden vs shared memory"},
+                {"dq_atomic", {0, 1},
+                 "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
+                 "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"}}) {}
+
+  std::string name() const override { return "attention_bwd"; }
+  std::string summary() const override {
+    return "attention backward (FlashAttention-2 style, mma.sync): dQ, dK, dV from O, dO and the lse; dQ by atomics "
+           "or a second pass";
+  }
+  std::vector<std::string> source_files() const override { return {kTemplate, "attention/attention.cuh"}; }
+  const Space& space() const override { return space_; }
+  std::vector<Problem> problem_classes() const override { return attention_problem_classes(); }
+  void check_problem(const Problem& p) const override { check_attention_problem(name(), p); }
+
+  Config default_config(const Problem& p) const override {
+    // dQ by atomics, Q/dO tiles double-buffered; 64 keys over 4 warps (one
+    // m16 tile each) and the widest query tile of 64, 32 or 16 within the
+    // register estimate (head_dim 128 takes 32), then narrower blocks.
+    check_problem(p);
+    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
+    for (const auto& [bn, warps] : {std::pair{64, 4}, std::pair{32, 2}, std::pair{16, 1}})
+      for (const std::int64_t bm : {64, 32, 16}) {
+        const Config c({{"block_m", bm}, {"block_n", bn}, {"warps", warps}, {"stages", 2}, {"dq_atomic", 1}});
+        if (is_valid(c, p, any, nullptr)) return c;
+      }
+    throw_error(ErrorKind::kInternal, "attention_bwd: no valid default config for " + p.key());
+  }
+
+  bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
+    const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
+    const std::int64_t threads = 32 * warps;
+    if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (bn % (16 * warps) != 0)
+      return reject(why, fmt::format("each warp owns whole 16-row tiles of the block's keys (query rows in the dQ "
+                                     "pass): block_n {} is not a multiple of 16 x {} warps",
+                                     bn, warps));
+    if (tiles_per_warp(c) > kMaxTilesPerWarp)
+      return reject(why, fmt::format("each warp would own {} keys; at most {} (their dK and dV accumulators live in "
+                                     "registers): add warps or lower block_n",
+                                     bn / warps, 16 * kMaxTilesPerWarp));
+    const std::int64_t registers = kBaseRegisters + fragment_registers(c, p);
+    const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
+    if (registers > budget)
+      return reject(why, fmt::format("each thread would need about {} registers for its dK and dV accumulators, "
+                                     "S^T and dP^T tiles, fragments and copies (head_dim {}, {} keys per warp, "
+                                     "{}-query tiles), over the {} a block of {} threads allows: it would spill",
+                                     registers, p.dim("head_dim"), bn / warps, bm, budget, threads));
+    const std::int64_t smem = backward_shared_bytes(c, p);
+    if (smem > d.max_smem_per_block)
+      return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles{}), "
+                                     "over the {} bytes a block of {} may use",
+                                     smem, c.at("stages"), dq_atomic(c) ? ", dS^T" : "", d.max_smem_per_block,
+                                     d.arch));
+    return true;
+  }
+
+  Rendered render(const Config& c, const Problem& p) const override {
+    const std::int64_t d = p.dim("head_dim");
+    const char* t = element_type(p);
+    const char* causal = p.dim("causal") ? "true" : "false";
+    const char* atomic = dq_atomic(c) ? "true" : "false";
+    std::vector<std::string> kernels = {
+        fmt::format("attention::attention_bwd_preprocess<{}, {}, {}>", d, atomic, t),
+        fmt::format("attention::attention_bwd_dkdv<{}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
+                    c.at("block_n"), c.at("warps"), c.at("stages"), atomic, causal, t)};
+    if (dq_atomic(c))
+      kernels.push_back(fmt::format("attention::attention_bwd_dq_convert<{}, {}>", d, t));
+    else
+      kernels.push_back(fmt::format("attention::attention_bwd_dq<{}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
+                                    c.at("block_n"), c.at("warps"), c.at("stages"), causal, t));
+    return render_template(kTemplate, std::move(kernels), name());
+  }
+
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    check_problem(p);
+    const AttentionShape s = shape_of(p);
+    const auto n = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+    const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
+    const std::size_t kv_n = n / static_cast<std::size_t>(s.heads / s.kv_heads);
+    // Q, K, V as the forward's workload draws them; dO in [-1, 1). Past the
+    // reference budget, rows outside a seeded sample get q = 0 and dO = 0
+    // (sample_rows): exact O and lse, nothing added to dQ, dK, dV.
+    std::mt19937_64 rng(seed);
+    auto q = draw_stored(p, rng, n, -2.f, 2.f);
+    const auto k = draw_stored(p, rng, kv_n, -2.f, 2.f), v = draw_stored(p, rng, kv_n, -1.f, 1.f);
+    auto dout = draw_stored(p, rng, n, -1.f, 1.f);
+    const auto checked = sample_rows(s, seed, 6.0);  // forward (2) and backward (4) multiply-adds per key
+    zero_unchecked(s, checked, {&q, &dout});
+    const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
+    const double scale = default_scale(s.head_dim);
+    std::vector<double> o(n), lse(rows);
+    attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, kv_st, kv_st, st,
+                                        scale, 0, s.batch * s.heads, checked.data());
+    fill_unchecked(s, checked, v, o, lse);
+    // The backward reads O and lse as the forward leaves them: O rounded to
+    // the dtype, lse to fp32.
+    for (auto& x : o) x = stored(p, x);
+    for (auto& x : lse) x = static_cast<float>(x);
+    std::vector<double> dq(n), dk(kv_n), dv(kv_n);
+    attention_backward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                                         dk.data(), dv.data(), s, st, kv_st, scale, 0, s.batch * s.kv_heads,
+                                         checked.data());
+    Workload w;
+    w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
+    w.buffers.push_back(element_buffer("k", Role::kInput, p, k));
+    w.buffers.push_back(element_buffer("v", Role::kInput, p, v));
+    w.buffers.push_back(element_buffer("o", Role::kInput, p, o));
+    w.buffers.push_back(make_buffer("lse", Role::kInput, DType::kF32, std::vector<float>(lse.begin(), lse.end())));
+    w.buffers.push_back(element_buffer("do", Role::kInput, p, dout));
+    const double tolerance = backward_tolerance(p);
+    for (auto [label, values] : {std::pair{"dq", &dq}, std::pair{"dk", &dk}, std::pair{"dv", &dv}}) {
+      HostBuffer out = element_buffer(label, Role::kOutput, p, std::vector<double>(values->size()));
+      out.expected = element_buffer(label, Role::kOutput, p, *values).bytes;
+      out.tolerance = tolerance;
+      w.buffers.push_back(std::move(out));
+    }
+    // The workspace of every config: D, then the dQ accumulator.
+    w.buffers.push_back(make_buffer("scratch", Role::kScratch, DType::kF32,
+                                    std::vector<float>(static_cast<std::size_t>(
+                                        (delta_bytes(p) + accumulator_bytes(p)) / 4))));
+    return w;
+  }
+
+  BackwardArgs args_of(const Problem& p, const std::vector<std::uint64_t>& a) const override {
+    require_addresses(name(), a, {"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "scratch"});
+    const AttentionShape s = shape_of(p);
+    const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
+    return BackwardArgs{.q = a[0], .k = a[1], .v = a[2], .o = a[3], .lse = a[4], .dout = a[5], .dq = a[6],
+                        .dk = a[7], .dv = a[8], .workspace = a[9], .q_strides = st, .k_strides = kv_st,
+                        .v_strides = kv_st, .o_strides = st, .do_strides = st, .dq_strides = st, .dk_strides = kv_st,
+                        .dv_strides = kv_st, .scale = default_scale(p.dim("head_dim"))};
+  }
+
+  /// D rows (fp32), and the fp32 dQ accumulator when dQ goes by atomics.
+  std::size_t workspace_bytes(const Config& c, const Problem& p) const override {
+    return static_cast<std::size_t>(delta_bytes(p) + (dq_atomic(c) ? accumulator_bytes(p) : 0));
+  }
+
+  using TypedFamily<BackwardArgs>::plan;
+  std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
+                           const DeviceLimits&) const override {
+    check_problem(p);
+    const std::int64_t e = element_bytes(p);
+    for (const auto& [buffer, address] : {std::pair{"q", a.q}, std::pair{"k", a.k}, std::pair{"v", a.v},
+                                          std::pair{"o", a.o}, std::pair{"do", a.dout}, std::pair{"dq", a.dq},
+                                          std::pair{"dk", a.dk}, std::pair{"dv", a.dv}})
+      require_aligned(name(), buffer, address, 16);
+    require_aligned(name(), "lse", a.lse, 4);
+    KTUNE_REQUIRE(a.workspace != 0, fmt::format("attention_bwd: no workspace given; the config needs {} bytes "
+                                                "(workspace_bytes)",
+                                                workspace_bytes(c, p)));
+    require_aligned(name(), "workspace", a.workspace, 16);
+    for (const auto& [buffer, strides] :
+         {std::pair{"q", a.q_strides}, std::pair{"k", a.k_strides}, std::pair{"v", a.v_strides},
+          std::pair{"o", a.o_strides}, std::pair{"do", a.do_strides}, std::pair{"dq", a.dq_strides},
+          std::pair{"dk", a.dk_strides}, std::pair{"dv", a.dv_strides}})
+      require_strides(name(), buffer, strides, e);
+    KTUNE_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
+                  fmt::format("attention_bwd: the softmax scale must be positive and finite, got {}", a.scale));
+    const AttentionShape s = shape_of(p);
+    const auto seq = static_cast<int>(s.seq), heads = static_cast<int>(s.heads);
+    const auto group = static_cast<int>(s.heads / s.kv_heads);
+    const std::uint64_t delta = a.workspace, accum = a.workspace + static_cast<std::uint64_t>(delta_bytes(p));
+    const auto threads = static_cast<unsigned>(32 * c.at("warps"));
+    std::vector<Launch> launches(3);
+    Launch& pre = launches[0];
+    pre.kernel = 0;
+    pre.grid = {static_cast<unsigned>(ceil_div(s.seq, kPreprocessRows)), static_cast<unsigned>(s.heads),
+                static_cast<unsigned>(s.batch)};
+    pre.block = {32 * kPreprocessRows, 1, 1};
+    pre.args.add(a.o).add(a.dout).add(delta).add(accum).add(a.o_strides).add(a.do_strides).add(seq).add(heads);
+    Launch& kv = launches[1];
+    kv.kernel = 1;
+    kv.grid = {static_cast<unsigned>(ceil_div(s.seq, c.at("block_n"))), static_cast<unsigned>(s.kv_heads),
+               static_cast<unsigned>(s.batch)};
+    kv.block = {threads, 1, 1};
+    kv.dynamic_smem = static_cast<unsigned>(dkdv_shared(c, p));
+    kv.args.add(a.q).add(a.k).add(a.v).add(a.dout).add(a.lse).add(delta).add(accum).add(a.dk).add(a.dv);
+    kv.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.do_strides).add(a.dk_strides).add(a.dv_strides);
+    kv.args.add(seq).add(heads).add(group).add(a.scale);
+    Launch& dq = launches[2];
+    dq.kernel = 2;
+    if (dq_atomic(c)) {
+      dq.grid = {static_cast<unsigned>(ceil_div(s.seq * s.head_dim, 512)), static_cast<unsigned>(s.heads),
+                 static_cast<unsigned>(s.batch)};
+      dq.block = {256, 1, 1};
+      dq.args.add(accum).add(a.dq).add(a.dq_strides).add(seq).add(heads).add(a.scale);
+    } else {
+      dq.grid = {static_cast<unsigned>(ceil_div(s.seq, c.at("block_n"))), static_cast<unsigned>(s.heads),
+                 static_cast<unsigned>(s.batch)};
+      dq.block = {threads, 1, 1};
+      dq.dynamic_smem = static_cast<unsigned>(dq_shared(c, p));
+      dq.args.add(a.q).add(a.k).add(a.v).add(a.dout).add(a.lse).add(delta).add(a.dq);
+      dq.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.do_strides).add(a.dq_strides);
+      dq.args.add(seq).add(heads).add(group).add(a.scale);
+    }
+    return launches;
+  }
+
+  double flops(const Problem& p) const override {  // 2.5 x the forward's (the convention of the benchmarks)
+    return 2.5 * forward_family().flops(p);
+  }
+  double bytes(const Problem& p) const override {  // Q, K, V, O, dO read, dQ, dK, dV written; lse and D
+    const AttentionShape s = shape_of(p);
+    const double rows = static_cast<double>(s.batch * s.heads * s.seq);
+    const double kv_rows = static_cast<double>(s.batch * s.kv_heads * s.seq);
+    return static_cast<double>(element_bytes(p) * s.head_dim) * (4.0 * rows + 4.0 * kv_rows) + 8.0 * rows;
+  }
+
+ private:
+  Space space_;
+};
+
+}  // namespace
+
+double backward_tolerance(const Problem& p) {
+  // See attention.hpp: a bound from the roundings on the way, not a fit.
+  return is_tf32(p) ? kTf32BackwardTolerance : tolerance_for(p.dtype);
+}
+
+std::int64_t backward_shared_bytes(const Config& c, const Problem& p) {
+  return std::max(dkdv_shared(c, p), dq_atomic(c) ? std::int64_t{0} : dq_shared(c, p));
+}
+
+const TypedFamily<BackwardArgs>& backward_family() {
+  static const Backward f;
+  return f;
+}
+
+}  // namespace ktune::templates::attention

@@ -1,0 +1,130 @@
+// Host helpers both attention families share (see workload_common.hpp).
+#include "templates/attention/workload_common.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/error.hpp"
+#include "templates/render.hpp"
+
+namespace ktune::templates::attention {
+
+double stored(const Problem& p, double value) {
+  const auto f = static_cast<float>(value);
+  if (p.dtype == "bf16") return bf16_bits_to_float(float_to_bf16_bits(f));
+  if (p.dtype == "f16") return f16_bits_to_float(float_to_f16_bits(f));
+  return f;
+}
+
+std::vector<double> draw_stored(const Problem& p, std::mt19937_64& rng, std::size_t count, float lo, float hi) {
+  const auto values = random_floats(rng, count, lo, hi);
+  std::vector<double> x(count);
+  for (std::size_t i = 0; i < count; ++i) x[i] = stored(p, values[i]);
+  return x;
+}
+
+HostBuffer element_buffer(std::string name, Role role, const Problem& p, const std::vector<double>& values) {
+  if (is_tf32(p))
+    return make_buffer(std::move(name), role, DType::kF32, std::vector<float>(values.begin(), values.end()));
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const auto f = static_cast<float>(values[i]);
+    bits[i] = p.dtype == "bf16" ? float_to_bf16_bits(f) : float_to_f16_bits(f);
+  }
+  return make_buffer(std::move(name), role, element_dtype(p), bits);
+}
+
+void require_aligned(const std::string& family, const char* buffer, std::uint64_t address, std::uint64_t align) {
+  KTUNE_REQUIRE(address % align == 0, fmt::format("{}: buffer '{}' at {:#x} is not aligned to {} bytes", family,
+                                                  buffer, address, align));
+}
+
+void require_strides(const std::string& family, const char* buffer, const TensorStrides& s,
+                     std::int64_t element_bytes) {
+  const std::int64_t chunk = 16 / element_bytes;
+  for (const std::int64_t v : {s.batch, s.head, s.seq})
+    KTUNE_REQUIRE(v >= 0 && v % chunk == 0,
+                  fmt::format("{}: strides of '{}' (batch {}, head {}, seq {}) must be non-negative "
+                              "multiples of {} elements: rows are copied in 16-byte chunks",
+                              family, buffer, s.batch, s.head, s.seq, chunk));
+}
+
+std::vector<std::uint8_t> sample_rows(const AttentionShape& s, std::uint64_t seed, double cost_per_key) {
+  const std::int64_t pairs = s.batch * s.heads, S = s.seq;
+  const auto rows = static_cast<std::size_t>(pairs * S);
+  const auto seen = [&](std::int64_t i) { return static_cast<double>(s.causal ? i + 1 : S); };
+  const double per_row = cost_per_key * static_cast<double>(s.head_dim);
+  const double keys_per_head = s.causal ? 0.5 * static_cast<double>(S) * static_cast<double>(S + 1)
+                                        : static_cast<double>(S) * static_cast<double>(S);
+  if (static_cast<double>(pairs) * keys_per_head * per_row <= kReferenceBudget)
+    return std::vector<std::uint8_t>(rows, 1);
+  std::vector<std::uint8_t> checked(rows, 0);
+  std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
+  std::uniform_int_distribution<std::int64_t> pick_pair(0, pairs - 1), pick_row(0, S - 1);
+  std::vector<std::int64_t> chosen = {pick_pair(rng)};
+  if (pairs > 1) {
+    std::int64_t other = pick_pair(rng);
+    while (other == chosen[0]) other = pick_pair(rng);
+    chosen.push_back(other);
+  }
+  double spent = 0;
+  for (const std::int64_t bh : chosen) {  // the last row of each: every key
+    checked[static_cast<std::size_t>(bh * S + S - 1)] = 1;
+    spent += seen(S - 1) * per_row;
+  }
+  // Rows at random until the budget is spent (a bounded number of draws).
+  for (int tries = 0; tries < 1 << 20 && spent < kReferenceBudget; ++tries) {
+    const std::int64_t bh = chosen[static_cast<std::size_t>(tries) % chosen.size()], i = pick_row(rng);
+    auto& c = checked[static_cast<std::size_t>(bh * S + i)];
+    if (!c) {
+      c = 1;
+      spent += seen(i) * per_row;
+    }
+  }
+  return checked;
+}
+
+void fill_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& checked, const std::vector<double>& v,
+                    std::vector<double>& o, std::vector<double>& lse) {
+  const std::int64_t D = s.head_dim, S = s.seq, group = s.heads / s.kv_heads;
+  const TensorStrides st = bshd_strides(s);
+  AttentionShape kv = s;
+  kv.heads = s.kv_heads;
+  const TensorStrides kv_st = bshd_strides(kv);
+  std::vector<double> prefix(static_cast<std::size_t>(D)), total(static_cast<std::size_t>(D));
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    for (std::int64_t h = 0; h < s.heads; ++h) {
+      const std::int64_t bh = b * s.heads + h;
+      std::fill(prefix.begin(), prefix.end(), 0.0);
+      std::fill(total.begin(), total.end(), 0.0);
+      const double* vh = v.data() + b * kv_st.batch + h / group * kv_st.head;
+      if (!s.causal)
+        for (std::int64_t j = 0; j < S; ++j)
+          for (std::int64_t d = 0; d < D; ++d) total[static_cast<std::size_t>(d)] += vh[j * kv_st.seq + d];
+      for (std::int64_t i = 0; i < S; ++i) {
+        for (std::int64_t d = 0; d < D; ++d) prefix[static_cast<std::size_t>(d)] += vh[i * kv_st.seq + d];
+        if (checked[static_cast<std::size_t>(bh * S + i)]) continue;
+        const double n = s.causal ? static_cast<double>(i + 1) : static_cast<double>(S);
+        const auto& sum = s.causal ? prefix : total;
+        double* oi = o.data() + b * st.batch + h * st.head + i * st.seq;
+        for (std::int64_t d = 0; d < D; ++d) oi[d] = sum[static_cast<std::size_t>(d)] / n;
+        lse[static_cast<std::size_t>(bh * S + i)] = std::log(n);
+      }
+    }
+}
+
+void zero_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& checked,
+                    std::vector<std::vector<double>*> tensors) {
+  const TensorStrides st = bshd_strides(s);
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t i = 0; i < s.seq; ++i) {
+        if (checked[static_cast<std::size_t>((b * s.heads + h) * s.seq + i)]) continue;
+        for (auto* t : tensors)
+          std::fill_n(t->data() + b * st.batch + h * st.head + i * st.seq, s.head_dim, 0.0);
+      }
+}
+
+}  // namespace ktune::templates::attention

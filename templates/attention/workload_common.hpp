@@ -1,0 +1,72 @@
+// Host helpers both attention families share: the problem's element type,
+// buffers of it, checks of the addresses and strides a plan receives, and
+// the row sample that lets a workload at benchmark size (seq 16k) be checked
+// against the fp64 reference in seconds.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "templates/attention/reference.hpp"
+#include "templates/problem.hpp"
+#include "templates/workload.hpp"
+
+namespace ktune::templates::attention {
+
+/// f32 problems run on the tf32 matrix units; bf16 and f16 on the 16-bit ones.
+inline bool is_tf32(const Problem& p) { return p.dtype == "f32"; }
+inline std::int64_t element_bytes(const Problem& p) { return is_tf32(p) ? 4 : 2; }
+/// The element type as the templates name it.
+inline const char* element_type(const Problem& p) {
+  return p.dtype == "bf16" ? "__nv_bfloat16" : p.dtype == "f16" ? "__half" : "float";
+}
+inline DType element_dtype(const Problem& p) {
+  return p.dtype == "bf16" ? DType::kBF16 : p.dtype == "f16" ? DType::kF16 : DType::kF32;
+}
+/// The dtype whose tolerance a result of the matrix units is checked with.
+inline std::string compute_dtype(const Problem& p) { return is_tf32(p) ? "tf32" : p.dtype; }
+
+/// Problems of every supported class (dtype, head dim, causal, grouped
+/// heads), small, with sequence lengths a multiple of no tile.
+std::vector<Problem> attention_problem_classes();
+/// Checks an attention problem; throws kInvalidInput naming `family` and what is accepted.
+void check_attention_problem(const std::string& family, const Problem& p);
+
+/// `value` as an element of the problem's dtype holds it.
+double stored(const Problem& p, double value);
+/// `count` values uniform in [lo, hi), as elements of the problem's dtype hold them.
+std::vector<double> draw_stored(const Problem& p, std::mt19937_64& rng, std::size_t count, float lo, float hi);
+/// A buffer of the problem's element type holding `values`, rounded to it.
+HostBuffer element_buffer(std::string name, Role role, const Problem& p, const std::vector<double>& values);
+
+/// Throws kInvalidInput unless `address` is a multiple of `align` bytes.
+void require_aligned(const std::string& family, const char* buffer, std::uint64_t address, std::uint64_t align);
+/// Throws kInvalidInput unless the strides are non-negative multiples of 16 bytes.
+void require_strides(const std::string& family, const char* buffer, const TensorStrides& s,
+                     std::int64_t element_bytes);
+
+/// Multiply-adds of fp64 reference a workload may spend (about a second):
+/// past it, only a seeded sample of rows is checked.
+inline constexpr double kReferenceBudget = double(std::int64_t{1} << 30);
+
+/// The query rows a workload checks against the fp64 reference, (batch,
+/// heads, seq), 1 = checked. Every row when the reference over all of them
+/// costs at most kReferenceBudget (`cost_per_key` multiply-adds per (row,
+/// key seen)); else a seeded sample: at most two (batch, head) pairs, rows
+/// drawn within them up to the budget, the last row always among them (it
+/// sees every key). The other rows get q = 0 and, in the backward, dO = 0:
+/// their O is the mean of the V rows they see and their lse the log of how
+/// many (fill_unchecked, exact and cheap), and they add nothing to dQ, dK
+/// or dV, so every output element still has an exact expected value.
+std::vector<std::uint8_t> sample_rows(const AttentionShape& s, std::uint64_t seed, double cost_per_key);
+/// O and lse of the rows `checked` leaves out (q_i = 0): O_i = mean of v_j
+/// over the keys row i sees, lse_i = log(keys seen). q, o: (batch, seq,
+/// heads, head_dim); v: (batch, seq, kv_heads, head_dim); lse (batch, heads, seq).
+void fill_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& checked, const std::vector<double>& v,
+                    std::vector<double>& o, std::vector<double>& lse);
+/// Sets row i of every (batch, seq, heads, head_dim) tensor in `tensors` to 0 where `checked` is 0.
+void zero_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& checked,
+                    std::vector<std::vector<double>*> tensors);
+
+}  // namespace ktune::templates::attention

@@ -1,0 +1,64 @@
+// GPU twin of backward_emu_test.cpp: the attention backward through the CUDA
+// backend against the streaming fp64 reference, for every problem class
+// (default and a seeded sample), every head dim and dtype at ragged lengths,
+// both dQ modes, grouped heads, the (batch, heads, seq, head_dim) layout,
+// and a problem of benchmark size checked on its seeded sample of rows.
+// Skipped without a device.
+#include <catch2/catch.hpp>
+
+#include "support.hpp"
+#include "templates/attention/attention.hpp"
+#include "templates/attention/backward_check.hpp"
+#include "templates/sampled_configs.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::templates::attention;
+
+namespace {
+
+Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool causal, std::int64_t batch = 1,
+                std::int64_t heads = 2) {
+  return Problem{dtype,
+                 {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+}
+
+}  // namespace
+
+TEST_CASE("attention_bwd on the GPU: every problem class, default and a seeded sample of configs",
+          "[attention][gpu]") {
+  test::skip_without_gpu();
+  auto backend = tuner::exec::make_cuda_backend();
+  const auto& f = backward_family();
+  for (const auto& p : f.problem_classes())
+    for (const auto& c : test::sampled_configs(f, p, backend->device(), 6)) test::check_backward(*backend, c, p);
+}
+
+TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 257, both dQ modes, both layouts",
+          "[attention][gpu]") {
+  test::skip_without_gpu();
+  auto backend = tuner::exec::make_cuda_backend();
+  for (const char* dtype : {"bf16", "f16", "f32"})
+    for (const std::int64_t d : {16, 32, 64, 80, 128})
+      for (const std::int64_t seq : {1, 17, 100, 257})
+        for (const bool causal : {false, true}) {
+          const Problem p = problem(dtype, seq, d, causal);
+          Config c = backward_family().default_config(p);
+          for (const std::int64_t atomic : {0, 1}) {
+            c = Config({{"block_m", c.at("block_m")}, {"block_n", c.at("block_n")}, {"warps", c.at("warps")},
+                        {"stages", c.at("stages")}, {"dq_atomic", atomic}});
+            test::check_backward(*backend, c, p, seq == 100);
+          }
+        }
+  Problem gqa = problem("bf16", 300, 64, true, 2, 8);
+  gqa.dims["kv_heads"] = 2;
+  test::check_backward(*backend, backward_family().default_config(gqa), gqa, true);
+}
+
+TEST_CASE("attention_bwd on the GPU: the CS336 leaderboard's problem, checked on a sample of rows",
+          "[attention][gpu]") {
+  test::skip_without_gpu();
+  auto backend = tuner::exec::make_cuda_backend();
+  const Problem p = problem("bf16", 16384, 64, true, 1, 16);
+  test::check_backward(*backend, backward_family().default_config(p), p);
+}

@@ -1,0 +1,313 @@
+// Attention backward family, host side: registration and problem checks,
+// space and constraints with their reasons, defaults, rendering, the launch
+// plan and its workspace, workloads (the streaming reference, and the
+// seeded sample of rows at benchmark sizes, for the forward's workload too).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "base/error.hpp"
+#include "templates/attention/attention.hpp"
+#include "templates/attention/workload_common.hpp"
+#include "templates/render.hpp"
+#include "templates/sampled_configs.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::templates::attention;
+
+namespace {
+
+Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std::int64_t causal = 1,
+                std::int64_t batch = 2, std::int64_t heads = 3) {
+  return Problem{dtype, {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+}
+Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
+              std::int64_t dq_atomic = 1) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
+                 {"dq_atomic", dq_atomic}});
+}
+std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
+  std::string why;
+  CHECK_FALSE(backward_family().is_valid(c, p, DeviceLimits::for_arch(arch), &why));
+  return why;
+}
+/// Values of an element buffer as doubles.
+std::vector<double> values(const HostBuffer& b, bool expected = false) {
+  const auto& bytes = expected ? b.expected : b.bytes;
+  std::vector<double> v(bytes.size() / size_of(b.dtype));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = value_at(b.dtype, bytes, i);
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("attention_bwd is registered, in the training step's kernels, and rejects bad problems in one line",
+          "[attention][family]") {
+  const Family& f = find_family("attention_bwd");
+  CHECK(&f == &backward_family());
+  CHECK_NOTHROW(f.check_problem(problem("bf16", 16384, 64, 1, 1, 16)));
+  CHECK_THROWS_WITH(f.check_problem(problem("bf16", 64, 48)),
+                    "attention_bwd: head_dim 48 is not supported; accepted: 16, 32, 64, 80, 128");
+  CHECK_THROWS_WITH(f.check_problem(problem("f64", 64, 64)),
+                    Catch::StartsWith("attention_bwd: dtype 'f64' is not supported; accepted: bf16, f16, f32"));
+  Problem gqa = problem("bf16", 64, 64, 1, 1, 6);
+  gqa.dims["kv_heads"] = 4;
+  CHECK_THROWS_WITH(f.check_problem(gqa), Catch::StartsWith("attention_bwd: kv_heads 4 must divide heads 6"));
+  CHECK_THROWS_AS(f.make_workload(problem("bf16", 0, 64), 1), Error);
+}
+
+TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
+  const Family& f = backward_family();
+  CHECK(f.space().size() == 4 * 4 * 4 * 2 * 2);
+  for (const char* name : {"block_m", "block_n", "warps", "stages", "dq_atomic"})
+    CHECK_FALSE(f.space().param(name).trades_off.empty());
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
+  CHECK(f.is_valid(config(32, 128, 4, 2, 0), problem("bf16", 1024, 32), sm90));  // two m16 tiles of keys per warp
+  CHECK_THAT(why_invalid(config(64, 64, 8, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("block_n 64 is not a multiple of 16 x 8 warps"));
+  CHECK_THAT(why_invalid(config(64, 128, 2, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("each warp would own 64 keys; at most 32"));
+  // Registers: the dK and dV accumulators of head_dim 128 leave room for 32-query tiles, not 64.
+  CHECK(f.is_valid(config(32, 64, 4, 2), problem("bf16", 1024, 128), sm90));
+  CHECK_THAT(why_invalid(config(64, 64, 4, 2), problem("bf16", 1024, 128)), Catch::Contains("it would spill"));
+  // Shared memory: K, V, 2 x 2 stages of Q and dO tiles of 136-element rows, and dS^T (64 x 72).
+  CHECK(backward_shared_bytes(config(32, 64, 4, 2), problem("bf16", 1024, 128)) ==
+        (2 * 64 + 2 * 2 * 32) * 136 * 2 + 64 * 40 * 2);
+  // (2 * 128 + 2 * 2 * 32) rows of 132 floats and dS^T (128 x 36 floats): 216 KB fit an H100's block, not an A100's.
+  CHECK(f.is_valid(config(32, 128, 8, 2), problem("f32", 1024, 128), sm90));
+  CHECK_THAT(why_invalid(config(32, 128, 8, 2), problem("f32", 1024, 128), "sm_80"),
+             Catch::Contains("needs 221184 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles, dS^T)"));
+  // Defaults: valid for every problem class and head dim, and within an sm_80 block.
+  const auto sm80 = DeviceLimits::for_arch("sm_80");
+  for (const char* dtype : {"bf16", "f16", "f32"})
+    for (const std::int64_t d : {16, 32, 64, 80, 128})
+      for (const std::int64_t causal : {0, 1}) {
+        const Problem p = problem(dtype, 1000, d, causal);
+        const Config c = f.default_config(p);
+        INFO(p.key() << " " << c.str());
+        CHECK(f.is_valid(c, p, sm80));
+        CHECK(c.at("dq_atomic") == 1);
+      }
+  CHECK(f.default_config(problem("bf16", 100, 64)).at("block_m") == 64);
+  CHECK(f.default_config(problem("bf16", 100, 128)).at("block_m") == 32);
+}
+
+TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a second pass, the workspace",
+          "[attention][family]") {
+  const auto& f = backward_family();
+  const Problem p = problem("f16", 1000, 80, 1, 2, 6);
+  const Rendered atomic = f.render(config(32, 64, 4, 2, 1), p);
+  REQUIRE(atomic.kernels.size() == 3);
+  CHECK(atomic.kernels[0] == "attention::attention_bwd_preprocess<80, true, __half>");
+  CHECK(atomic.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 2, true, true, __half>");
+  CHECK(atomic.kernels[2] == "attention::attention_bwd_dq_convert<80, __half>");
+  const Rendered second = f.render(config(32, 64, 4, 2, 0), p);
+  CHECK(second.kernels[2] == "attention::attention_bwd_dq<80, 32, 64, 4, 2, true, __half>");
+  // Shapes share a text.
+  CHECK(f.render(config(32, 64, 4, 2), problem("f16", 5, 80, 1, 1, 1)).source == atomic.source);
+
+  const std::size_t rows = 2 * 6 * 1000;
+  CHECK(f.workspace_bytes(config(32, 64, 4, 2, 0), p) == rows * 4);
+  CHECK(f.workspace_bytes(config(32, 64, 4, 2, 1), p) == rows * 4 + rows * 80 * 4);
+  BackwardArgs a;
+  a.q = 0x10000, a.k = 0x20000, a.v = 0x30000, a.o = 0x40000, a.lse = 0x50000, a.dout = 0x60000;
+  a.dq = 0x70000, a.dk = 0x80000, a.dv = 0x90000, a.workspace = 0xa0000;
+  const AttentionShape s = shape_of(p);
+  a.q_strides = a.o_strides = a.do_strides = a.dq_strides = bshd_strides(s);
+  a.k_strides = a.v_strides = a.dk_strides = a.dv_strides = kv_strides(s);
+  a.scale = default_scale(80);
+  for (const std::int64_t mode : {0, 1}) {
+    const Config c = config(32, 64, 4, 2, mode);
+    const auto launches = f.plan(c, p, a, DeviceLimits::for_arch("sm_90"));
+    REQUIRE(launches.size() == 3);
+    CHECK(launches[0].grid == std::array<unsigned, 3>{125, 6, 2});  // 8 rows per block
+    CHECK(launches[1].grid == std::array<unsigned, 3>{16, 6, 2});   // 64 keys per block, per K/V head
+    CHECK(launches[1].block[0] == 128);
+    CHECK(launches[1].dynamic_smem == backward_shared_bytes(c, p));
+    if (mode == 0) CHECK(launches[2].grid == std::array<unsigned, 3>{16, 6, 2});
+    if (mode == 1) CHECK(launches[2].grid == std::array<unsigned, 3>{157, 6, 2});  // two elements per thread
+  }
+  BackwardArgs bad = a;
+  bad.workspace = 0;
+  CHECK_THROWS_WITH(f.plan(config(32, 64, 4, 2), p, bad, DeviceLimits::for_arch("sm_90")),
+                    Catch::StartsWith("attention_bwd: no workspace given"));
+  bad = a;
+  bad.dk = 0x80002;
+  CHECK_THROWS_WITH(f.plan(config(32, 64, 4, 2), p, bad, DeviceLimits::for_arch("sm_90")),
+                    "attention_bwd: buffer 'dk' at 0x80002 is not aligned to 16 bytes");
+  bad = a;
+  bad.do_strides.seq = 84;
+  CHECK_THROWS_WITH(f.plan(config(32, 64, 4, 2), p, bad, DeviceLimits::for_arch("sm_90")),
+                    Catch::Contains("strides of 'do'"));
+  // FLOPs: 2.5 x the forward's.
+  CHECK(f.flops(p) == Approx(2.5 * forward_family().flops(p)));
+}
+
+TEST_CASE("attention_bwd workloads: fresh inputs per seed, the streaming reference, every row checked when cheap",
+          "[attention][family]") {
+  const auto& f = backward_family();
+  const Problem p = problem("bf16", 33, 32, 1, 1, 2);
+  const auto w = f.make_workload(p, 1);
+  REQUIRE(w.buffers.size() == 10);
+  const char* names[] = {"q", "k", "v", "o", "lse", "do", "dq", "dk", "dv", "scratch"};
+  for (std::size_t i = 0; i < 10; ++i) CHECK(w.buffers[i].name == names[i]);
+  CHECK(w.buffers[6].role == Role::kOutput);
+  CHECK(w.buffers[9].role == Role::kScratch);
+  for (const auto& c : test::sampled_configs(f, p, DeviceLimits::for_arch("sm_90"), 8))  // the scratch serves every config
+    CHECK(w.buffers[9].bytes.size() >= f.workspace_bytes(c, p));
+  CHECK(w.buffers[6].tolerance == tolerance_for("bf16"));
+  CHECK(f.make_workload(problem("f32", 33, 32, 1, 1, 2), 1).buffers[7].tolerance == kTf32BackwardTolerance);
+  CHECK(f.make_workload(p, 2).buffers[0].bytes != w.buffers[0].bytes);
+  // Every row of a small problem is checked: no q or dO row is zero.
+  const auto q = values(w.buffers[0]);
+  for (std::size_t row = 0; row < q.size() / 32; ++row) {
+    double norm = 0;
+    for (std::size_t d = 0; d < 32; ++d) norm += std::abs(q[row * 32 + d]);
+    CHECK(norm > 0);
+  }
+  // dv of the last key under a causal mask: only the last query sees it, dv = P dO = exp(s - lse) dO.
+  const auto dv = values(w.buffers[8], true);
+  CHECK(std::isfinite(dv.back()));
+}
+
+TEST_CASE("attention workloads at benchmark size check a seeded sample of rows, and every element stays exact",
+          "[attention][family]") {
+  // 4 heads x seq 4096 x head_dim 64, causal: the whole reference would be
+  // ~6e9 multiply-adds for the backward; the sample stays within the budget.
+  const Problem p = problem("bf16", 4096, 64, 1, 1, 4);
+  const AttentionShape s = shape_of(p);
+  const auto checked = sample_rows(s, 9, 6.0);
+  std::size_t heads_sampled = 0, rows_sampled = 0;
+  double cost = 0;
+  for (std::int64_t bh = 0; bh < 4; ++bh) {
+    std::size_t n = 0;
+    for (std::int64_t i = 0; i < 4096; ++i)
+      if (checked[static_cast<std::size_t>(bh * 4096 + i)]) {
+        ++n;
+        cost += 6.0 * 64 * static_cast<double>(i + 1);
+      }
+    if (n) {
+      ++heads_sampled;
+      CHECK(checked[static_cast<std::size_t>(bh * 4096 + 4095)]);  // the last row, which sees every key
+    }
+    rows_sampled += n;
+  }
+  CHECK(heads_sampled == 2);
+  CHECK(rows_sampled > 100);
+  CHECK(cost <= kReferenceBudget + 6.0 * 64 * 4096);
+  CHECK(sample_rows(s, 9, 6.0) == checked);   // seeded
+  CHECK(sample_rows(s, 10, 6.0) != checked);  // and fresh per seed
+  CHECK(sample_rows(shape_of(problem("bf16", 257, 128, 0, 1, 2)), 1, 6.0) ==
+        std::vector<std::uint8_t>(2 * 257, 1));  // test sizes: every row
+
+  // The backward's workload: rows outside the sample have q = 0 and dO = 0,
+  // so their dQ is exactly 0, their O the mean of the V rows they see and
+  // their lse the log of how many.
+  const auto w = backward_family().make_workload(p, 9);
+  const auto q = values(w.buffers[0]), dout = values(w.buffers[5]), dq = values(w.buffers[6], true);
+  const auto o = values(w.buffers[3]), v = values(w.buffers[2]), lse = values(w.buffers[4]);
+  std::size_t zero_rows = 0;
+  for (std::int64_t i = 0; i < 4096; ++i)
+    for (std::int64_t h = 0; h < 4; ++h) {
+      const auto row = static_cast<std::size_t>((i * 4 + h) * 64);
+      if (checked[static_cast<std::size_t>(h * 4096 + i)]) continue;
+      ++zero_rows;
+      for (std::size_t d = 0; d < 64; ++d) {
+        REQUIRE(q[row + d] == 0);
+        REQUIRE(dout[row + d] == 0);
+        REQUIRE(dq[row + d] == 0);
+      }
+      if (i == 9) {  // O = mean of v_0 .. v_9, lse = log 10
+        double mean = 0;
+        for (std::int64_t j = 0; j < 10; ++j) mean += v[static_cast<std::size_t>((j * 4 + h) * 64)] / 10;
+        CHECK(o[row] == Approx(mean).margin(1e-2));
+        CHECK(lse[static_cast<std::size_t>(h * 4096 + i)] == Approx(std::log(10.0)));
+      }
+    }
+  CHECK(zero_rows > 4 * 4096 / 2);
+  // The forward's workload samples the same way.
+  const auto fw = forward_family().make_workload(p, 9);
+  const auto fq = values(fw.buffers[0]);
+  std::size_t fzero = 0;
+  for (std::size_t row = 0; row < fq.size() / 64; ++row) fzero += fq[row * 64] == 0 && fq[row * 64 + 1] == 0;
+  CHECK(fzero > 4 * 4096 / 2);
+}
+
+TEST_CASE("attention_backward_streaming matches the materialising backward", "[attention][reference]") {
+  AttentionShape s{.batch = 2, .seq = 19, .heads = 2, .head_dim = 8, .causal = true};
+  s.kv_heads = 2;
+  for (const bool causal : {true, false}) {
+    s.causal = causal;
+    const auto n = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
+    std::mt19937_64 rng(3);
+    std::uniform_real_distribution<double> u(-1, 1);
+    std::vector<double> q(n), k(n), v(n), dout(n);
+    for (auto* t : {&q, &k, &v, &dout})
+      for (auto& x : *t) x = u(rng);
+    std::vector<double> probs(static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq)), out(n),
+        scratch(static_cast<std::size_t>(scratch_elements(s)));
+    attention_forward<double>(q.data(), k.data(), v.data(), probs.data(), out.data(), scratch.data(), s, 0, 4);
+    std::vector<double> dq(n), dk(n), dv(n);
+    attention_backward<double>(q.data(), k.data(), v.data(), probs.data(), dout.data(), dq.data(), dk.data(),
+                               dv.data(), scratch.data(), s, 0, 4);
+    std::vector<double> o2(n), lse(static_cast<std::size_t>(s.batch * s.heads * s.seq));
+    const auto st = bshd_strides(s);
+    const double scale = 1 / std::sqrt(8.0);
+    attention_forward_streaming<double>(q.data(), k.data(), v.data(), o2.data(), lse.data(), s, st, st, st, st, scale,
+                                        0, 4);
+    std::vector<double> dq2(n), dk2(n), dv2(n);
+    attention_backward_streaming<double>(q.data(), k.data(), v.data(), o2.data(), lse.data(), dout.data(),
+                                         dq2.data(), dk2.data(), dv2.data(), s, st, st, scale, 0, 4);
+    for (std::size_t i = 0; i < n; ++i) {
+      REQUIRE(dq2[i] == Approx(dq[i]).margin(1e-12));
+      REQUIRE(dk2[i] == Approx(dk[i]).margin(1e-12));
+      REQUIRE(dv2[i] == Approx(dv[i]).margin(1e-12));
+    }
+  }
+}
+
+TEST_CASE("attention_backward_streaming: a K/V head's dK and dV sum over the query heads that read it",
+          "[attention][reference]") {
+  // Grouped (kv_heads 1 of 3 heads) against the same problem with K and V
+  // repeated per head: dQ equal, dK and dV the sums over the three heads.
+  AttentionShape s{.batch = 1, .seq = 13, .heads = 3, .head_dim = 8, .causal = true};
+  AttentionShape g = s;
+  g.kv_heads = 1;
+  const auto n = static_cast<std::size_t>(13 * 3 * 8), kv_n = static_cast<std::size_t>(13 * 8);
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> q(n), dout(n), k1(kv_n), v1(kv_n);
+  for (auto* t : {&q, &dout, &k1, &v1})
+    for (auto& x : *t) x = u(rng);
+  std::vector<double> k(n), v(n);  // repeated per head, (seq, heads, d)
+  for (std::size_t i = 0; i < 13; ++i)
+    for (std::size_t h = 0; h < 3; ++h)
+      for (std::size_t d = 0; d < 8; ++d) {
+        k[(i * 3 + h) * 8 + d] = k1[i * 8 + d];
+        v[(i * 3 + h) * 8 + d] = v1[i * 8 + d];
+      }
+  const auto st = bshd_strides(s), kv_st = kv_strides(shape_of(Problem{"f32", {{"batch", 1}, {"heads", 3},
+                                                                               {"kv_heads", 1}, {"seq", 13},
+                                                                               {"head_dim", 8}, {"causal", 1}}}));
+  std::vector<double> o(n), lse(39);
+  attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, st, st, st, 0.3, 0,
+                                      3);
+  std::vector<double> dq(n), dk(n), dv(n), dq1(n), dk1(kv_n), dv1(kv_n);
+  attention_backward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                                       dk.data(), dv.data(), s, st, st, 0.3, 0, 3);
+  attention_backward_streaming<double>(q.data(), k1.data(), v1.data(), o.data(), lse.data(), dout.data(), dq1.data(),
+                                       dk1.data(), dv1.data(), g, st, kv_st, 0.3, 0, 1);
+  for (std::size_t i = 0; i < n; ++i) REQUIRE(dq1[i] == Approx(dq[i]).margin(1e-12));
+  for (std::size_t i = 0; i < 13; ++i)
+    for (std::size_t d = 0; d < 8; ++d) {
+      double sk = 0, sv = 0;
+      for (std::size_t h = 0; h < 3; ++h) {
+        sk += dk[(i * 3 + h) * 8 + d];
+        sv += dv[(i * 3 + h) * 8 + d];
+      }
+      REQUIRE(dk1[i * 8 + d] == Approx(sk).margin(1e-12));
+      REQUIRE(dv1[i * 8 + d] == Approx(sv).margin(1e-12));
+    }
+}
