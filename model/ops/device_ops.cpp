@@ -131,6 +131,7 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
       out.push_back({&tr::softmax::backward_family(), scores});
       continue;
     }
+    if (r.family->name() == "attention_bwd") continue;  // the softmax pair above stands for both
     if (r.family->name() == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
     out.push_back(r);
   }
