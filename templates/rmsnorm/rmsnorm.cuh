@@ -20,32 +20,6 @@
 
 namespace rmsnorm {
 
-/// Sum of `v` over the ROW_THREADS threads of each row; every thread gets its
-/// row's sum. Rows of up to a warp reduce with shuffles inside the warp (the
-/// xor offsets stay inside aligned groups of ROW_THREADS lanes); wider rows
-/// add their warps' sums through `warp_sums` (THREADS / 32 floats of shared
-/// memory), in warp order. Every thread of the block must call it: wide rows
-/// synchronise the block.
-template <int THREADS, int ROW_THREADS>
-KT_DEVICE float row_sum(float v, float* warp_sums) {
-  if constexpr (ROW_THREADS <= 32) {
-#pragma unroll
-    for (int offset = ROW_THREADS / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-  } else {
-    constexpr int WARPS_PER_ROW = ROW_THREADS / 32;
-    v = kt::warp_sum(v);
-    if (kt::lane_id() == 0) warp_sums[kt::warp_id()] = v;
-    __syncthreads();
-    const float* mine = warp_sums + threadIdx.x / ROW_THREADS * WARPS_PER_ROW;
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < WARPS_PER_ROW; ++i) sum += mine[i];
-    __syncthreads();  // the next call may overwrite warp_sums
-    return sum;
-  }
-}
-
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
 KT_DEVICE void check_layout() {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
@@ -91,7 +65,8 @@ __global__ void __launch_bounds__(THREADS)
       }
     }
   }
-  const float s = rsqrtf(row_sum<THREADS, ROW_THREADS>(sum_sq, warp_sums) / static_cast<float>(dim) + eps);
+  const float mean_sq = kt::row_reduce<THREADS, ROW_THREADS>(sum_sq, warp_sums, kt::SumOp{}) / static_cast<float>(dim);
+  const float s = rsqrtf(mean_sq + eps);
   if (!active) return;
   if (t == 0) rstd[row] = s;
   T* yr = y + row * dim;
@@ -156,8 +131,8 @@ __global__ void __launch_bounds__(THREADS)
         for (int k = 0; k < VEC; ++k) dot += wv.v[k] * kt::to_float(dyv[i].v[k]) * kt::to_float(xv[i].v[k]);
       }
     }
-    dot = row_sum<THREADS, ROW_THREADS>(dot, warp_sums);
-    if (!active) continue;  // spare slots still join the next group's row_sum
+    dot = kt::row_reduce<THREADS, ROW_THREADS>(dot, warp_sums, kt::SumOp{});
+    if (!active) continue;  // spare slots still join the next group's row_reduce
     const float s = rstd[row];
     const float k_row = s * s * dot / static_cast<float>(dim);
 #pragma unroll
