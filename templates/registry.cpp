@@ -29,6 +29,8 @@ const std::vector<const Family*>& all_families() {
       &embedding::backward_family(),
       &rmsnorm::forward_family(),
       &rmsnorm::backward_family(),
+      &rmsnorm::residual_forward_family(),
+      &rmsnorm::residual_backward_family(),
       &rope::forward_family(),
       &rope::backward_family(),
       &softmax::forward_family(),
