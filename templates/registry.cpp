@@ -8,6 +8,7 @@
 #include "templates/cross_entropy/cross_entropy.hpp"
 #include "templates/embedding/embedding.hpp"
 #include "templates/family.hpp"
+#include "templates/grad_norm/grad_norm.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
 #include "templates/softmax/softmax.hpp"
@@ -27,6 +28,7 @@ const std::vector<const Family*>& all_families() {
       &cross_entropy::backward_family(),
       &embedding::forward_family(),
       &embedding::backward_family(),
+      &grad_norm::family(),
       &rmsnorm::forward_family(),
       &rmsnorm::backward_family(),
       &rmsnorm::residual_forward_family(),
