@@ -1,4 +1,5 @@
-// The list of kernel families. A new family adds one line here.
+// The list of kernel families. A new family adds one line here; the
+// primitive families of the eager decompositions come as one list.
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -6,6 +7,7 @@
 #include "templates/attention/attention.hpp"
 #include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/eager/primitive.hpp"
 #include "templates/embedding/embedding.hpp"
 #include "templates/family.hpp"
 #include "templates/grad_norm/grad_norm.hpp"
@@ -17,7 +19,8 @@
 namespace ktune::templates {
 
 const std::vector<const Family*>& all_families() {
-  static const std::vector<const Family*> families = {
+  static const std::vector<const Family*> families = [] {
+    std::vector<const Family*> fused = {
       &adamw::multi_tensor_family(),
       &adamw::single_tensor_family(),
       &adamw::eager_family(),
@@ -39,7 +42,11 @@ const std::vector<const Family*>& all_families() {
       &softmax::backward_family(),
       &swiglu::forward_family(),
       &swiglu::backward_family(),
-  };
+    };
+    const auto primitives = eager::primitive_families();  // the eager decompositions' building blocks
+    fused.insert(fused.end(), primitives.begin(), primitives.end());
+    return fused;
+  }();
   return families;
 }
 
