@@ -39,10 +39,16 @@ TEST_CASE("grad_norm plans partials per launch of tensors, one final sum, then t
   launches = f.plan(c, p, a, device);
   REQUIRE(launches.size() == 7);  // and the clip, per launch of tensors
   CHECK(launches[3].kernel == 1);
-  CHECK(launches[3].grid.x == 1);
+  CHECK(launches[3].grid[0] == 1);
   CHECK(launches[4].kernel == 2);
   CHECK(launches[6].kernel == 2);
   a.workspace = 0;
   CHECK_THROWS_WITH(f.plan(c, p, a, device), Catch::Contains("no workspace"));
-  CHECK_FALSE(f.is_valid(Config({{"threads", 1024}, {"vec", 4}, {"chunk", 4096}, {"blocks_per_sm", 2}}), p, device));
+  const Config widest({{"threads", 1024}, {"vec", 4}, {"chunk", 4096}, {"blocks_per_sm", 2}});
+  CHECK(f.is_valid(widest, p, device));  // one block-wide step per chunk
+  DeviceLimits small = device;
+  small.max_threads_per_block = 512;
+  std::string why;
+  CHECK_FALSE(f.is_valid(widest, p, small, &why));
+  CHECK_THAT(why, Catch::Contains("the device allows 512"));
 }
