@@ -30,5 +30,6 @@ void add_families_command(CLI::App& app, Global& global);
 void add_log_command(CLI::App& app, Global& global);
 /// `bench emu`, registered on the `bench` subcommand.
 void add_bench_emu_command(CLI::App& bench, Global& global);
+void add_bench_ops_command(CLI::App& bench, Global& global);  ///< `bench ops`, on the `bench` subcommand
 
 }  // namespace ktune::cli

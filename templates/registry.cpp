@@ -1,4 +1,5 @@
-// The list of kernel families. A new family adds one line here.
+// The list of kernel families. A new family adds one line here; the
+// primitive families of the eager decompositions come as one list.
 #include <fmt/format.h>
 
 #include "base/error.hpp"
@@ -6,8 +7,10 @@
 #include "templates/attention/attention.hpp"
 #include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/eager/primitive.hpp"
 #include "templates/embedding/embedding.hpp"
 #include "templates/family.hpp"
+#include "templates/grad_norm/grad_norm.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
 #include "templates/softmax/softmax.hpp"
@@ -16,7 +19,8 @@
 namespace ktune::templates {
 
 const std::vector<const Family*>& all_families() {
-  static const std::vector<const Family*> families = {
+  static const std::vector<const Family*> families = [] {
+    std::vector<const Family*> fused = {
       &adamw::multi_tensor_family(),
       &adamw::single_tensor_family(),
       &adamw::eager_family(),
@@ -28,15 +32,22 @@ const std::vector<const Family*>& all_families() {
       &cross_entropy::backward_family(),
       &embedding::forward_family(),
       &embedding::backward_family(),
+      &grad_norm::family(),
       &rmsnorm::forward_family(),
       &rmsnorm::backward_family(),
+      &rmsnorm::residual_forward_family(),
+      &rmsnorm::residual_backward_family(),
       &rope::forward_family(),
       &rope::backward_family(),
       &softmax::forward_family(),
       &softmax::backward_family(),
       &swiglu::forward_family(),
       &swiglu::backward_family(),
-  };
+    };
+    const auto primitives = eager::primitive_families();  // the eager decompositions' building blocks
+    fused.insert(fused.end(), primitives.begin(), primitives.end());
+    return fused;
+  }();
   return families;
 }
 

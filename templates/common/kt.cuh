@@ -219,4 +219,71 @@ KT_DEVICE T warp_min(T v) {
   return v;
 }
 
+// ---- row reductions ------------------------------------------------------------------
+// A row of ROW_THREADS consecutive threads (a power of two) reduces one value
+// per thread with a merge operation: sums (RMSNorm's mean square, softmax's
+// denominators, dot products), maxima, and the online (max, sum of exp) pair
+// of a logsumexp, all through the one row_reduce below.
+
+/// -inf as a constant expression on both backends.
+KT_DEVICE float negative_infinity() { return __uint_as_float(0xff800000u); }
+
+/// A running logsumexp of part of a row: its largest value and the sum of
+/// exp(value - max). The empty state is {-inf, 0}.
+struct MaxSumExp {
+  float max;
+  float sum;
+};
+
+/// Merge operations for row_reduce: associative, and applied in a fixed order.
+struct SumOp {
+  KT_DEVICE float operator()(float a, float b) const { return a + b; }
+};
+struct MaxOp {
+  KT_DEVICE float operator()(float a, float b) const { return a > b ? a : b; }
+};
+/// Two logsumexps of disjoint parts of a row, as one.
+struct MaxSumExpOp {
+  KT_DEVICE MaxSumExp operator()(MaxSumExp a, MaxSumExp b) const {
+    const float m = a.max > b.max ? a.max : b.max;
+    if (m == negative_infinity()) return {m, 0.0f};  // both empty (or all -inf): exp(-inf - -inf) would be NaN
+    return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+  }
+};
+
+/// __shfl_xor_sync over the whole warp of each value a row_reduce merges.
+KT_DEVICE float shfl_xor(float v, int offset) { return __shfl_xor_sync(0xffffffffu, v, offset); }
+KT_DEVICE MaxSumExp shfl_xor(MaxSumExp v, int offset) {
+  return {__shfl_xor_sync(0xffffffffu, v.max, offset), __shfl_xor_sync(0xffffffffu, v.sum, offset)};
+}
+
+/// `op` of `v` over the ROW_THREADS threads of each row of a block of
+/// THREADS threads; every thread gets its row's result. Rows of up to a warp
+/// merge with shuffles inside the warp (the xor offsets stay inside aligned
+/// groups of ROW_THREADS lanes); wider rows merge their warps' results
+/// through `warp_partials` (THREADS / 32 values of shared memory), in warp
+/// order. The order is fixed, so results repeat bit for bit. Every thread of
+/// the block must call it: wide rows synchronise the block (twice, so the
+/// next call may reuse `warp_partials`).
+template <int THREADS, int ROW_THREADS, class T, class Op>
+KT_DEVICE T row_reduce(T v, T* warp_partials, Op op) {
+  static_assert(ROW_THREADS >= 1 && (ROW_THREADS & (ROW_THREADS - 1)) == 0,
+                "threads per row are a power of two, so shuffle groups align with warps");
+  static_assert(THREADS % 32 == 0 && THREADS % ROW_THREADS == 0, "a block is whole warps holding whole rows");
+  constexpr int GROUP = ROW_THREADS < 32 ? ROW_THREADS : 32;
+#pragma unroll
+  for (int offset = GROUP / 2; offset > 0; offset >>= 1) v = op(v, shfl_xor(v, offset));
+  if constexpr (ROW_THREADS > 32) {
+    constexpr int WARPS_PER_ROW = ROW_THREADS / 32;
+    if (lane_id() == 0) warp_partials[warp_id()] = v;
+    __syncthreads();
+    const T* mine = warp_partials + threadIdx.x / ROW_THREADS * WARPS_PER_ROW;
+    v = mine[0];
+#pragma unroll
+    for (int i = 1; i < WARPS_PER_ROW; ++i) v = op(v, mine[i]);
+    __syncthreads();
+  }
+  return v;
+}
+
 }  // namespace kt

@@ -28,22 +28,12 @@
 
 namespace cross_entropy {
 
-KT_DEVICE float negative_infinity() { return __uint_as_float(0xff800000u); }
+using kt::negative_infinity;
 KT_DEVICE float quiet_nan() { return __uint_as_float(0x7fc00000u); }
 
-/// A running logsumexp: the largest logit seen and the sum of exp(logit - max).
-/// The empty state is {-inf, 0}.
-struct MaxSum {
-  float max;
-  float sum;
-};
-
-/// Two partial logsumexps of disjoint parts of a row, as one.
-KT_DEVICE MaxSum merge(MaxSum a, MaxSum b) {
-  const float m = a.max > b.max ? a.max : b.max;
-  if (m == negative_infinity()) return {m, 0.0f};  // both empty (or all -inf): exp(-inf - -inf) would be NaN
-  return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
-}
+/// A running logsumexp (kt.cuh): the largest logit seen and the sum of
+/// exp(logit - max); the empty state is {-inf, 0}.
+using MaxSum = kt::MaxSumExp;
 
 /// Adds one logit to `acc`.
 KT_DEVICE void absorb(MaxSum& acc, float x) {
@@ -106,34 +96,6 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
   return acc;
 }
 
-/// Merges `acc` over the ROW_THREADS threads of each row; every thread gets
-/// its row's result. Rows of up to a warp merge with shuffles inside the warp
-/// (the xor offsets stay inside aligned groups of ROW_THREADS lanes); wider
-/// rows merge their warps' results through `warp_parts` (THREADS / 32 of
-/// them in shared memory), in warp order. Every thread of the block must call
-/// it: wide rows synchronise the block. The order is fixed, so results repeat
-/// bit for bit.
-template <int THREADS, int ROW_THREADS>
-KT_DEVICE MaxSum row_merge(MaxSum acc, MaxSum* warp_parts) {
-  constexpr int GROUP = ROW_THREADS < 32 ? ROW_THREADS : 32;
-#pragma unroll
-  for (int offset = GROUP / 2; offset > 0; offset >>= 1) {
-    const MaxSum other = {__shfl_xor_sync(0xffffffffu, acc.max, offset),
-                          __shfl_xor_sync(0xffffffffu, acc.sum, offset)};
-    acc = merge(acc, other);
-  }
-  if constexpr (ROW_THREADS > 32) {
-    constexpr int WARPS_PER_ROW = ROW_THREADS / 32;
-    if (kt::lane_id() == 0) warp_parts[kt::warp_id()] = acc;
-    __syncthreads();
-    const MaxSum* mine = warp_parts + threadIdx.x / ROW_THREADS * WARPS_PER_ROW;
-    acc = mine[0];
-#pragma unroll
-    for (int i = 1; i < WARPS_PER_ROW; ++i) acc = merge(acc, mine[i]);
-  }
-  return acc;
-}
-
 template <int THREADS, int ROW_THREADS, int VEC, int UNROLL, class T>
 KT_DEVICE void check_layout() {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
@@ -169,7 +131,7 @@ __global__ void __launch_bounds__(THREADS)
 
   MaxSum acc = {negative_infinity(), 0.0f};
   if (active) acc = row_part<ROW_THREADS, VEC, UNROLL>(x, vocab, t);
-  acc = row_merge<THREADS, ROW_THREADS>(acc, warp_parts);
+  acc = kt::row_reduce<THREADS, ROW_THREADS>(acc, warp_parts, kt::MaxSumExpOp{});
   if (!active || t != 0) return;
   const int target = targets[row];
   const float log_sum = logf(acc.sum);

@@ -1,15 +1,17 @@
-// The two RMSNorm families: spaces, constraints, rendering, launch plans,
+// The RMSNorm families, plain and after a residual add: spaces, constraints, rendering, launch plans,
 // workloads with their CPU reference, FLOP/byte counts.
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <type_traits>
 
 #include "base/error.hpp"
 #include "templates/common/family_helpers.hpp"
 #include "templates/common/row_family.hpp"
 #include "templates/render.hpp"
+#include "templates/residual/reference.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 
 namespace ktune::templates::rmsnorm {
@@ -45,14 +47,36 @@ std::vector<float> activation_rows(std::mt19937_64& rng, std::int64_t rows, std:
 struct ForwardPass {
   std::vector<double> x, w, y, rstd;
 };
-ForwardPass forward_pass(const Problem& p, std::mt19937_64& rng) {
+/// Weights, y and rstd of a pass whose f.x is set.
+ForwardPass finish_forward(const Problem& p, std::mt19937_64& rng, ForwardPass f) {
   const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
-  ForwardPass f;
-  f.x = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
   f.w = stored_as(DType::kF32, random_floats(rng, static_cast<std::size_t>(dim), 0.5f, 1.5f));
   f.y.resize(f.x.size());
   f.rstd.resize(static_cast<std::size_t>(rows));
   rmsnorm_forward<double>(f.x.data(), f.w.data(), f.y.data(), f.rstd.data(), rows, dim, static_cast<double>(kEps));
+  return f;
+}
+ForwardPass forward_pass(const Problem& p, std::mt19937_64& rng) {
+  const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
+  ForwardPass f;
+  f.x = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
+  return finish_forward(p, rng, std::move(f));
+}
+/// With the residual add: x and r as the kernel reads them, h = x + r (as
+/// stored), then the forward pass of h; f.x holds h.
+struct ResidualPass {
+  std::vector<double> x, r, h;
+  ForwardPass norm;
+};
+ResidualPass residual_pass(const Problem& p, std::mt19937_64& rng) {
+  const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
+  ResidualPass f;
+  f.x = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
+  f.r = stored_as(activation_dtype(p), activation_rows(rng, rows, dim));
+  f.h = f.x;
+  residual::residual_add<double>(f.h.data(), f.r.data(), rows * dim);
+  f.norm.x = stored_as(activation_dtype(p), std::vector<float>(f.h.begin(), f.h.end()));
+  f.norm = finish_forward(p, rng, std::move(f.norm));
   return f;
 }
 
@@ -124,56 +148,82 @@ class NormFamily : public RowFamily<ArgsT> {
 
 // ---- rmsnorm_fwd ------------------------------------------------------------------
 
-class Forward final : public NormFamily<ForwardArgs> {
+/// rmsnorm_fwd, or with kResidual residual_rmsnorm_fwd.
+template <bool kResidual>
+class Forward final : public NormFamily<std::conditional_t<kResidual, ResidualForwardArgs, ForwardArgs>> {
  public:
-  Forward() : space_(norm_params()) {}
+  using Args = std::conditional_t<kResidual, ResidualForwardArgs, ForwardArgs>;
+  Forward() : space_(NormFamily<Args>::norm_params()) {}
 
-  std::string name() const override { return "rmsnorm_fwd"; }
-  std::string summary() const override { return "RMSNorm forward: y = x * rstd * w per row, rstd kept"; }
+  std::string name() const override { return kResidual ? "residual_rmsnorm_fwd" : "rmsnorm_fwd"; }
+  std::string summary() const override {
+    return kResidual ? "residual add and RMSNorm in one pass: h = x + r (kept), y = h * rstd * w per row, rstd kept"
+                     : "RMSNorm forward: y = x * rstd * w per row, rstd kept";
+  }
   const Space& space() const override { return space_; }
 
   Rendered render(const Config& c, const Problem& p) const override {
-    return render_template(kTemplate, {"rmsnorm::rmsnorm_fwd<" + template_args(c, p) + ">"}, name());
+    return render_template(kTemplate, {"rmsnorm::" + name() + "<" + this->template_args(c, p) + ">"}, name());
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
-    check_problem(p);
+    this->check_problem(p);
     std::mt19937_64 rng(seed);
-    const ForwardPass f = forward_pass(p, rng);
     Workload wl;
-    wl.buffers.push_back(input_buffer("x", activation_dtype(p), f.x));
-    wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
+    ForwardPass f;
+    if constexpr (kResidual) {
+      ResidualPass rp = residual_pass(p, rng);
+      wl.buffers.push_back(input_buffer("x", activation_dtype(p), rp.x));
+      wl.buffers.push_back(input_buffer("r", activation_dtype(p), rp.r));
+      f = std::move(rp.norm);
+      wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
+      wl.buffers.push_back(output_buffer("h", activation_dtype(p), rp.h));
+    } else {
+      f = forward_pass(p, rng);
+      wl.buffers.push_back(input_buffer("x", activation_dtype(p), f.x));
+      wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
+    }
     wl.buffers.push_back(output_buffer("y", activation_dtype(p), f.y));
     wl.buffers.push_back(output_buffer("rstd", DType::kF32, f.rstd));
     return wl;
   }
 
-  ForwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
-    require_addresses(name(), a, {"x", "w", "y", "rstd"});
-    return {.x = a[0], .w = a[1], .y = a[2], .rstd = a[3]};
+  Args args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    if constexpr (kResidual) {
+      require_addresses(name(), a, {"x", "r", "w", "h", "y", "rstd"});
+      return {.x = a[0], .r = a[1], .w = a[2], .h = a[3], .y = a[4], .rstd = a[5]};
+    } else {
+      require_addresses(name(), a, {"x", "w", "y", "rstd"});
+      return {.x = a[0], .w = a[1], .y = a[2], .rstd = a[3]};
+    }
   }
 
-  std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
-                           const DeviceLimits&) const override {
-    check_problem(p);
+  std::vector<Launch> plan(const Config& c, const Problem& p, const Args& a, const DeviceLimits&) const override {
+    this->check_problem(p);
     const std::int64_t vec = c.at("vec");
     require_aligned(name(), "x", a.x, vec * activation_bytes(p), kVectorAccesses);
     require_aligned(name(), "w", a.w, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
     require_aligned(name(), "y", a.y, vec * activation_bytes(p), kVectorAccesses);
     Launch l = row_launch(c, p);
-    l.args.add(a.x).add(a.w).add(a.y).add(a.rstd);
+    if constexpr (kResidual) {
+      require_aligned(name(), "r", a.r, vec * activation_bytes(p), kVectorAccesses);
+      require_aligned(name(), "h", a.h, vec * activation_bytes(p), kVectorAccesses);
+      l.args.add(a.x).add(a.r).add(a.w).add(a.h).add(a.y).add(a.rstd);
+    } else {
+      l.args.add(a.x).add(a.w).add(a.y).add(a.rstd);
+    }
     l.args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(p.dim("dim"))).add(kEps);
     std::vector<Launch> launches;
     launches.push_back(std::move(l));
     return launches;
   }
 
-  double flops(const Problem& p) const override {  // x*x + sum; x*rstd*w
-    return 4.0 * static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("dim"));
+  double flops(const Problem& p) const override {  // (x + r); x*x + sum; x*rstd*w
+    return (kResidual ? 5.0 : 4.0) * static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("dim"));
   }
-  double bytes(const Problem& p) const override {  // read x, write y; w once; rstd
+  double bytes(const Problem& p) const override {  // read x (and r), write y (and h); w once; rstd
     const double rows = static_cast<double>(p.dim("rows")), dim = static_cast<double>(p.dim("dim"));
-    return 2.0 * static_cast<double>(activation_bytes(p)) * rows * dim + 4.0 * dim + 4.0 * rows;
+    return (kResidual ? 4.0 : 2.0) * static_cast<double>(activation_bytes(p)) * rows * dim + 4.0 * dim + 4.0 * rows;
   }
 
  private:
@@ -182,47 +232,68 @@ class Forward final : public NormFamily<ForwardArgs> {
 
 // ---- rmsnorm_bwd ------------------------------------------------------------------
 
-class Backward final : public NormFamily<BackwardArgs> {
+/// rmsnorm_bwd, or with kResidual residual_rmsnorm_bwd.
+template <bool kResidual>
+class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualBackwardArgs, BackwardArgs>> {
  public:
-  Backward() : space_(with_blocks(norm_params())) {}
+  using Args = std::conditional_t<kResidual, ResidualBackwardArgs, BackwardArgs>;
+  using Base = NormFamily<Args>;
+  Backward() : space_(with_blocks(Base::norm_params())) {}
 
-  std::string name() const override { return "rmsnorm_bwd"; }
+  std::string name() const override { return kResidual ? "residual_rmsnorm_bwd" : "rmsnorm_bwd"; }
   std::string summary() const override {
-    return "RMSNorm backward: dx per row, dw as per-block partials reduced by a second launch (deterministic)";
+    return kResidual ? "residual_rmsnorm backward: dh = dstream + RMSNorm's dx per row (in place allowed), dw as "
+                       "per-block partials reduced by a second launch"
+                     : "RMSNorm backward: dx per row, dw as per-block partials reduced by a second launch "
+                       "(deterministic)";
   }
   const Space& space() const override { return space_; }
 
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate,
-                           {"rmsnorm::rmsnorm_bwd<" + template_args(c, p) + ">",
+                           {"rmsnorm::" + name() + "<" + this->template_args(c, p) + ">",
                             fmt::format("rmsnorm::rmsnorm_dw_reduce<{}>", c.at("threads"))},
                            name());
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
-    check_problem(p);
+    this->check_problem(p);
     const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
     std::mt19937_64 rng(seed);
-    ForwardPass f = forward_pass(p, rng);
+    ForwardPass f = kResidual ? residual_pass(p, rng).norm : forward_pass(p, rng);
     f.rstd = stored_as(DType::kF32, std::vector<float>(f.rstd.begin(), f.rstd.end()));  // as the forward leaves it
     const auto dy = stored_as(activation_dtype(p), random_floats(rng, f.x.size(), -1.f, 1.f));
     std::vector<double> dx(f.x.size()), dw(static_cast<std::size_t>(dim), 0.0);
     rmsnorm_backward<double>(f.x.data(), f.w.data(), f.rstd.data(), dy.data(), dx.data(), dw.data(), rows, dim);
     Workload wl;
-    wl.buffers.push_back(input_buffer("x", activation_dtype(p), f.x));
+    wl.buffers.push_back(input_buffer(kResidual ? "h" : "x", activation_dtype(p), f.x));
     wl.buffers.push_back(input_buffer("w", DType::kF32, f.w));
     wl.buffers.push_back(input_buffer("rstd", DType::kF32, f.rstd));
     wl.buffers.push_back(input_buffer("dy", activation_dtype(p), dy));
-    wl.buffers.push_back(output_buffer("dx", activation_dtype(p), dx));
+    if constexpr (kResidual) {
+      // dh = dstream + dx: the residual path's gradient plus the norm's.
+      auto dh = stored_as(activation_dtype(p), random_floats(rng, f.x.size(), -1.f, 1.f));
+      wl.buffers.push_back(input_buffer("dstream", activation_dtype(p), dh));
+      residual::residual_backward<double>(dh.data(), dx.data(), rows * dim);
+      wl.buffers.push_back(output_buffer("dh", activation_dtype(p), dh));
+    } else {
+      wl.buffers.push_back(output_buffer("dx", activation_dtype(p), dx));
+    }
     wl.buffers.push_back(output_buffer("dw", DType::kF32, dw));
     wl.buffers.push_back(make_buffer("scratch", Role::kScratch, DType::kF32,
                                      std::vector<float>(static_cast<std::size_t>(scratch_floats(p)))));
     return wl;
   }
 
-  BackwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
-    require_addresses(name(), a, {"x", "w", "rstd", "dy", "dx", "dw", "scratch"});
-    return {.x = a[0], .w = a[1], .rstd = a[2], .dy = a[3], .dx = a[4], .dw = a[5], .workspace = a[6]};
+  Args args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+    if constexpr (kResidual) {
+      require_addresses(name(), a, {"h", "w", "rstd", "dy", "dstream", "dh", "dw", "scratch"});
+      return {.h = a[0], .w = a[1], .rstd = a[2], .dy = a[3], .dstream = a[4], .dh = a[5], .dw = a[6],
+              .workspace = a[7]};
+    } else {
+      require_addresses(name(), a, {"x", "w", "rstd", "dy", "dx", "dw", "scratch"});
+      return {.x = a[0], .w = a[1], .rstd = a[2], .dy = a[3], .dx = a[4], .dw = a[5], .workspace = a[6]};
+    }
   }
 
   /// The partial dw rows: one per block of the dx launch.
@@ -230,14 +301,20 @@ class Backward final : public NormFamily<BackwardArgs> {
     return static_cast<std::size_t>(blocks(c, p) * p.dim("dim")) * sizeof(float);
   }
 
-  std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
-                           const DeviceLimits&) const override {
-    check_problem(p);
+  std::vector<Launch> plan(const Config& c, const Problem& p, const Args& a, const DeviceLimits&) const override {
+    this->check_problem(p);
     const std::int64_t vec = c.at("vec");
-    require_aligned(name(), "x", a.x, vec * activation_bytes(p), kVectorAccesses);
+    std::uint64_t x = 0, dx = 0;
+    if constexpr (kResidual) {
+      x = a.h, dx = a.dh;
+      require_aligned(name(), "dstream", a.dstream, vec * activation_bytes(p), kVectorAccesses);
+    } else {
+      x = a.x, dx = a.dx;
+    }
+    require_aligned(name(), kResidual ? "h" : "x", x, vec * activation_bytes(p), kVectorAccesses);
     require_aligned(name(), "w", a.w, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
     require_aligned(name(), "dy", a.dy, vec * activation_bytes(p), kVectorAccesses);
-    require_aligned(name(), "dx", a.dx, vec * activation_bytes(p), kVectorAccesses);
+    require_aligned(name(), kResidual ? "dh" : "dx", dx, vec * activation_bytes(p), kVectorAccesses);
     KTUNE_REQUIRE(a.workspace != 0, fmt::format("{}: no workspace given; the config needs {} bytes (workspace_bytes)",
                                                 name(), workspace_bytes(c, p)));
     require_aligned(name(), "workspace", a.workspace, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
@@ -248,7 +325,9 @@ class Backward final : public NormFamily<BackwardArgs> {
     launches[0].kernel = 0;
     launches[0].grid = {static_cast<unsigned>(grid), 1, 1};
     launches[0].block = {threads, 1, 1};
-    launches[0].args.add(a.x).add(a.w).add(a.rstd).add(a.dy).add(a.dx).add(a.workspace);
+    launches[0].args.add(x).add(a.w).add(a.rstd).add(a.dy);
+    if constexpr (kResidual) launches[0].args.add(a.dstream);
+    launches[0].args.add(dx).add(a.workspace);
     launches[0].args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(dim));
     launches[1].kernel = 1;
     launches[1].grid = {static_cast<unsigned>(ceil_div(dim, kReduceColumns)), 1, 1};
@@ -257,18 +336,18 @@ class Backward final : public NormFamily<BackwardArgs> {
     return launches;
   }
 
-  double flops(const Problem& p) const override {  // dot (3), dx (4), dw (3) per element
-    return 10.0 * static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("dim"));
+  double flops(const Problem& p) const override {  // dot (3), dx (4), dw (3) per element, (+ dstream)
+    return (kResidual ? 11.0 : 10.0) * static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("dim"));
   }
-  double bytes(const Problem& p) const override {  // read x, dy, write dx; w, dw once; rstd
+  double bytes(const Problem& p) const override {  // read x, dy (and dstream), write dx; w, dw once; rstd
     const double rows = static_cast<double>(p.dim("rows")), dim = static_cast<double>(p.dim("dim"));
-    return 3.0 * static_cast<double>(activation_bytes(p)) * rows * dim + 8.0 * dim + 4.0 * rows;
+    return (kResidual ? 4.0 : 3.0) * static_cast<double>(activation_bytes(p)) * rows * dim + 8.0 * dim + 4.0 * rows;
   }
 
  protected:
   std::int64_t max_dim() const override { return kMaxBackwardDim; }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
-    if (!NormFamily::is_valid_more(c, p, d, why)) return false;
+    if (!Base::is_valid_more(c, p, d, why)) return false;
     // Each thread keeps its share of x and dy (packed as T) and of the dw sums
     // (fp32) in registers, beside ~24 for addresses and indices (fitted to
     // ptxas's counts); beyond the block's register budget the share spills.
@@ -312,11 +391,19 @@ class Backward final : public NormFamily<BackwardArgs> {
 std::int64_t scratch_floats(const Problem& p) { return kMaxBlocks * p.dim("dim"); }
 
 const ForwardFamily& forward_family() {
-  static const Forward f;
+  static const Forward<false> f;
   return f;
 }
 const BackwardFamily& backward_family() {
-  static const Backward f;
+  static const Backward<false> f;
+  return f;
+}
+const ResidualForwardFamily& residual_forward_family() {
+  static const Forward<true> f;
+  return f;
+}
+const ResidualBackwardFamily& residual_backward_family() {
+  static const Backward<true> f;
   return f;
 }
 

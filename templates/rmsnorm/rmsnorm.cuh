@@ -5,6 +5,8 @@
 //                      written for the backward
 //   rmsnorm_bwd        dx per row, and each block's partial sum of dw over its rows
 //   rmsnorm_dw_reduce  dw = the sum of the partials in block order
+//   residual_rmsnorm_fwd  h = x + r, then y, rstd as rmsnorm_fwd on h (one pass)
+//   residual_rmsnorm_bwd  dh = dstream + rmsnorm_bwd's dx on h; dw partials as rmsnorm_bwd
 // dw is reduced in a fixed order (per-thread rows, the block's rows in slot
 // order, then the partials in block order), so results are bitwise repeatable
 // for a given config: no float atomics.
@@ -20,32 +22,6 @@
 
 namespace rmsnorm {
 
-/// Sum of `v` over the ROW_THREADS threads of each row; every thread gets its
-/// row's sum. Rows of up to a warp reduce with shuffles inside the warp (the
-/// xor offsets stay inside aligned groups of ROW_THREADS lanes); wider rows
-/// add their warps' sums through `warp_sums` (THREADS / 32 floats of shared
-/// memory), in warp order. Every thread of the block must call it: wide rows
-/// synchronise the block.
-template <int THREADS, int ROW_THREADS>
-KT_DEVICE float row_sum(float v, float* warp_sums) {
-  if constexpr (ROW_THREADS <= 32) {
-#pragma unroll
-    for (int offset = ROW_THREADS / 2; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
-  } else {
-    constexpr int WARPS_PER_ROW = ROW_THREADS / 32;
-    v = kt::warp_sum(v);
-    if (kt::lane_id() == 0) warp_sums[kt::warp_id()] = v;
-    __syncthreads();
-    const float* mine = warp_sums + threadIdx.x / ROW_THREADS * WARPS_PER_ROW;
-    float sum = 0.0f;
-#pragma unroll
-    for (int i = 0; i < WARPS_PER_ROW; ++i) sum += mine[i];
-    __syncthreads();  // the next call may overwrite warp_sums
-    return sum;
-  }
-}
-
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
 KT_DEVICE void check_layout() {
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
@@ -56,19 +32,10 @@ KT_DEVICE void check_layout() {
   static_assert(ITEMS >= 1, "each thread owns at least one vector of its row");
 }
 
-/// Grid: ceil(rows / (THREADS / ROW_THREADS)) blocks; block b normalises rows
-/// b * THREADS / ROW_THREADS, ... (the last block may hold fewer rows).
-template <int THREADS,      // threads per block: more rows per block vs more blocks in flight
-          int ROW_THREADS,  // threads per row: few keep reductions in shuffles, many cut registers per thread
-          int VEC,          // elements per access: wider loads, fewer instructions; dim % VEC == 0
-          int ITEMS,        // vectors per thread, ceil(dim / (ROW_THREADS * VEC)): set by the shape
-          class T>
-__global__ void __launch_bounds__(THREADS)
-    rmsnorm_fwd(const T* x,      // (rows, dim)
-                const float* w,  // (dim,)
-                T* y,            // (rows, dim)
-                float* rstd,     // (rows,)
-                long long rows, int dim, float eps) {
+/// Both forward kernels: with RESIDUAL the row normalised is x + r, written to h.
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool RESIDUAL, class T>
+KT_DEVICE void forward_rows(const T* x, const T* r, const float* w, T* h, T* y, float* rstd, long long rows, int dim,
+                            float eps) {
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
   constexpr int ROWS = THREADS / ROW_THREADS;
   __shared__ float warp_sums[THREADS / 32];
@@ -84,6 +51,12 @@ __global__ void __launch_bounds__(THREADS)
     const int c = (i * ROW_THREADS + t) * VEC;
     if (active && c < dim) {
       xv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(xr + c);
+      if constexpr (RESIDUAL) {
+        const kt::Vec<T, VEC> rv = *reinterpret_cast<const kt::Vec<T, VEC>*>(r + (xr - x) + c);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) xv[i].v[k] = kt::from_float<T>(kt::to_float(xv[i].v[k]) + kt::to_float(rv.v[k]));
+        *reinterpret_cast<kt::Vec<T, VEC>*>(h + (xr - x) + c) = xv[i];
+      }
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
         const float f = kt::to_float(xv[i].v[k]);
@@ -91,7 +64,8 @@ __global__ void __launch_bounds__(THREADS)
       }
     }
   }
-  const float s = rsqrtf(row_sum<THREADS, ROW_THREADS>(sum_sq, warp_sums) / static_cast<float>(dim) + eps);
+  const float mean_sq = kt::row_reduce<THREADS, ROW_THREADS>(sum_sq, warp_sums, kt::SumOp{}) / static_cast<float>(dim);
+  const float s = rsqrtf(mean_sq + eps);
   if (!active) return;
   if (t == 0) rstd[row] = s;
   T* yr = y + row * dim;
@@ -108,21 +82,42 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
-/// With g = w * dy:  dx = rstd * (g - x * rstd^2 * mean(g * x)), and block b's
-/// partial dw[c] = sum over its rows of dy * x * rstd, written to
-/// dw_partial[b * dim + c].
-/// Grid: any number of blocks up to ceil(rows / (THREADS / ROW_THREADS));
-/// block b takes the row groups b, b + gridDim.x, ... (THREADS / ROW_THREADS
-/// rows each), so the split of rows, and the sums, depend only on the grid.
+/// Grid: ceil(rows / (THREADS / ROW_THREADS)) blocks; block b normalises rows
+/// b * THREADS / ROW_THREADS, ... (the last block may hold fewer rows).
+template <int THREADS,      // threads per block: more rows per block vs more blocks in flight
+          int ROW_THREADS,  // threads per row: few keep reductions in shuffles, many cut registers per thread
+          int VEC,          // elements per access: wider loads, fewer instructions; dim % VEC == 0
+          int ITEMS,        // vectors per thread, ceil(dim / (ROW_THREADS * VEC)): set by the shape
+          class T>
+__global__ void __launch_bounds__(THREADS)
+    rmsnorm_fwd(const T* x,      // (rows, dim)
+                const float* w,  // (dim,)
+                T* y,            // (rows, dim)
+                float* rstd,     // (rows,)
+                long long rows, int dim, float eps) {
+  forward_rows<THREADS, ROW_THREADS, VEC, ITEMS, false, T>(x, nullptr, w, nullptr, y, rstd, rows, dim, eps);
+}
+
+/// h = x + r (rounded to T), then y = h * rstd * w as rmsnorm_fwd: the
+/// residual add before a block's norm, in one pass. h may be x or r (in
+/// place on the residual stream): each element is read, then written, by
+/// one thread. Grid: as rmsnorm_fwd.
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
 __global__ void __launch_bounds__(THREADS)
-    rmsnorm_bwd(const T* x,           // (rows, dim)
-                const float* w,       // (dim,)
-                const float* rstd,    // (rows,) from rmsnorm_fwd
-                const T* dy,          // (rows, dim)
-                T* dx,                // (rows, dim)
-                float* dw_partial,    // (gridDim.x, dim)
-                long long rows, int dim) {
+    residual_rmsnorm_fwd(const T* x,      // (rows, dim) the residual stream
+                         const T* r,      // (rows, dim) the branch output added to it
+                         const float* w,  // (dim,)
+                         T* h,            // (rows, dim) x + r, kept for the backward; may be x or r
+                         T* y,            // (rows, dim)
+                         float* rstd,     // (rows,)
+                         long long rows, int dim, float eps) {
+  forward_rows<THREADS, ROW_THREADS, VEC, ITEMS, true, T>(x, r, w, h, y, rstd, rows, dim, eps);
+}
+
+/// Both backward kernels: with RESIDUAL, dstream is added to dx.
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool RESIDUAL, class T>
+KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, const T* dy, const T* dstream, T* dx,
+                             float* dw_partial, long long rows, int dim) {
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
   constexpr int ROWS = THREADS / ROW_THREADS;
   constexpr int SPAN = ROW_THREADS * VEC;  // columns of one item
@@ -156,8 +151,8 @@ __global__ void __launch_bounds__(THREADS)
         for (int k = 0; k < VEC; ++k) dot += wv.v[k] * kt::to_float(dyv[i].v[k]) * kt::to_float(xv[i].v[k]);
       }
     }
-    dot = row_sum<THREADS, ROW_THREADS>(dot, warp_sums);
-    if (!active) continue;  // spare slots still join the next group's row_sum
+    dot = kt::row_reduce<THREADS, ROW_THREADS>(dot, warp_sums, kt::SumOp{});
+    if (!active) continue;  // spare slots still join the next group's row_reduce
     const float s = rstd[row];
     const float k_row = s * s * dot / static_cast<float>(dim);
 #pragma unroll
@@ -165,11 +160,13 @@ __global__ void __launch_bounds__(THREADS)
       const int c = (i * ROW_THREADS + t) * VEC;
       if (c < dim) {
         const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
-        kt::Vec<T, VEC> out;
+        kt::Vec<T, VEC> out, sv;
+        if constexpr (RESIDUAL) sv = *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float xf = kt::to_float(xv[i].v[k]), dyf = kt::to_float(dyv[i].v[k]);
-          out.v[k] = kt::from_float<T>(s * (wv.v[k] * dyf - xf * k_row));
+          const float g = s * (wv.v[k] * dyf - xf * k_row);
+          out.v[k] = kt::from_float<T>(RESIDUAL ? kt::to_float(sv.v[k]) + g : g);
           dw_acc[i][k] += dyf * xf * s;
         }
         *reinterpret_cast<kt::Vec<T, VEC>*>(dx + offset + c) = out;
@@ -199,6 +196,42 @@ __global__ void __launch_bounds__(THREADS)
       __syncthreads();  // the next item overwrites exchange
     }
   }
+}
+
+/// With g = w * dy:  dx = rstd * (g - x * rstd^2 * mean(g * x)), and block b's
+/// partial dw[c] = sum over its rows of dy * x * rstd, written to
+/// dw_partial[b * dim + c].
+/// Grid: any number of blocks up to ceil(rows / (THREADS / ROW_THREADS));
+/// block b takes the row groups b, b + gridDim.x, ... (THREADS / ROW_THREADS
+/// rows each), so the split of rows, and the sums, depend only on the grid.
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
+__global__ void __launch_bounds__(THREADS)
+    rmsnorm_bwd(const T* x,           // (rows, dim)
+                const float* w,       // (dim,)
+                const float* rstd,    // (rows,) from rmsnorm_fwd
+                const T* dy,          // (rows, dim)
+                T* dx,                // (rows, dim)
+                float* dw_partial,    // (gridDim.x, dim)
+                long long rows, int dim) {
+  backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, false, T>(x, w, rstd, dy, nullptr, dx, dw_partial, rows, dim);
+}
+
+/// Backward of residual_rmsnorm_fwd: dh = dstream + the norm's input
+/// gradient (rmsnorm_bwd's dx), the gradient of h = x + r and so of both x
+/// and r; dw_partial as rmsnorm_bwd. dh may be dstream (the residual
+/// stream's gradient updated in place): each element is read, then written,
+/// by one thread. Grid: as rmsnorm_bwd.
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
+__global__ void __launch_bounds__(THREADS)
+    residual_rmsnorm_bwd(const T* h,         // (rows, dim) from residual_rmsnorm_fwd
+                         const float* w,     // (dim,)
+                         const float* rstd,  // (rows,) from residual_rmsnorm_fwd
+                         const T* dy,        // (rows, dim)
+                         const T* dstream,   // (rows, dim) the gradient reaching h through the residual path
+                         T* dh,              // (rows, dim) may be dstream
+                         float* dw_partial,  // (gridDim.x, dim)
+                         long long rows, int dim) {
+  backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, true, T>(h, w, rstd, dy, dstream, dh, dw_partial, rows, dim);
 }
 
 /// dw[c] = sum over p < parts of dw_partial[p * dim + c], in order of p within

@@ -19,41 +19,7 @@
 
 namespace softmax {
 
-KT_DEVICE float negative_infinity() { return __uint_as_float(0xff800000u); }
-
-struct Sum {
-  KT_DEVICE float operator()(float a, float b) const { return a + b; }
-};
-struct Max {
-  KT_DEVICE float operator()(float a, float b) const { return a > b ? a : b; }
-};
-
-/// `op` of `v` over the ROW_THREADS threads of each row; every thread gets
-/// its row's result. Rows of up to a warp reduce with shuffles inside the
-/// warp (the xor offsets stay inside aligned groups of ROW_THREADS lanes);
-/// wider rows combine their warps' results through `warp_partials` (THREADS /
-/// 32 floats of shared memory), in warp order. Every thread of the block must
-/// call it: wide rows synchronise the block.
-template <int THREADS, int ROW_THREADS, class Op>
-KT_DEVICE float row_reduce(float v, float* warp_partials, Op op) {
-  if constexpr (ROW_THREADS <= 32) {
-#pragma unroll
-    for (int offset = ROW_THREADS / 2; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    return v;
-  } else {
-    constexpr int WARPS_PER_ROW = ROW_THREADS / 32;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    if (kt::lane_id() == 0) warp_partials[kt::warp_id()] = v;
-    __syncthreads();
-    const float* mine = warp_partials + threadIdx.x / ROW_THREADS * WARPS_PER_ROW;
-    float r = mine[0];
-#pragma unroll
-    for (int i = 1; i < WARPS_PER_ROW; ++i) r = op(r, mine[i]);
-    __syncthreads();  // the next call may overwrite warp_partials
-    return r;
-  }
-}
+using kt::negative_infinity;
 
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
 KT_DEVICE void check_layout() {
@@ -109,7 +75,7 @@ __global__ void __launch_bounds__(THREADS)
       for (int k = 0; k < VEC; ++k) z[i][k] = negative_infinity();
     }
   }
-  max = row_reduce<THREADS, ROW_THREADS>(max, warp_partials, Max{});
+  max = kt::row_reduce<THREADS, ROW_THREADS>(max, warp_partials, kt::MaxOp{});
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i)
@@ -119,7 +85,7 @@ __global__ void __launch_bounds__(THREADS)
       z[i][k] = (i * ROW_THREADS + t) * VEC + k < visible ? expf(z[i][k] - max) : 0.0f;
       sum += z[i][k];
     }
-  sum = row_reduce<THREADS, ROW_THREADS>(sum, warp_partials, Sum{});
+  sum = kt::row_reduce<THREADS, ROW_THREADS>(sum, warp_partials, kt::SumOp{});
   if (!active) return;
   const float inv = 1.0f / sum;
 #pragma unroll
@@ -170,7 +136,7 @@ __global__ void __launch_bounds__(THREADS)
       for (int k = 0; k < VEC; ++k) yv[i][k] = gv[i][k] = 0.0f;
     }
   }
-  dot = row_reduce<THREADS, ROW_THREADS>(dot, warp_partials, Sum{});
+  dot = kt::row_reduce<THREADS, ROW_THREADS>(dot, warp_partials, kt::SumOp{});
   if (!active) return;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {

@@ -9,7 +9,9 @@
 #include "templates/adamw/adamw.hpp"
 #include "templates/cast/cast.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/eager/primitive.hpp"
 #include "templates/embedding/embedding.hpp"
+#include "templates/grad_norm/grad_norm.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
 #include "templates/sampled_configs.hpp"
@@ -87,6 +89,43 @@ TEST_CASE("rmsnorm: the typed plan with named args is the workload adapter's pla
     return rmsnorm::BackwardArgs{
         .x = a[0], .w = a[1], .rstd = a[2], .dy = a[3], .dx = a[4], .dw = a[5], .workspace = a[6]};
   });
+}
+
+TEST_CASE("residual_rmsnorm: the typed plan with named args is the workload adapter's plan", "[rmsnorm][typed]") {
+  check_typed_plan(rmsnorm::residual_forward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return rmsnorm::ResidualForwardArgs{.x = a[0], .r = a[1], .w = a[2], .h = a[3], .y = a[4], .rstd = a[5]};
+  });
+  check_typed_plan(rmsnorm::residual_backward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
+    return rmsnorm::ResidualBackwardArgs{.h = a[0], .w = a[1], .rstd = a[2], .dy = a[3], .dstream = a[4], .dh = a[5],
+                                         .dw = a[6], .workspace = a[7]};
+  });
+}
+
+TEST_CASE("grad_norm: the typed plan with named args is the workload adapter's plan", "[grad_norm][typed]") {
+  check_typed_plan(grad_norm::family(), [](const Problem& p, const std::vector<std::uint64_t>& a) {
+    grad_norm::Args args;
+    for (std::int64_t t = 0; t < p.dim("tensors"); ++t)
+      args.tensors.push_back({a[static_cast<std::size_t>(t)], p.dim("numel")});
+    args.out = a[a.size() - 2];
+    args.workspace = a.back();
+    args.max_norm = 1.0f;
+    args.clip = true;
+    return args;
+  });
+}
+
+TEST_CASE("eager primitives: the typed plan with named args is the workload adapter's plan", "[eager][typed]") {
+  for (const auto* f : eager::primitive_families()) {
+    const auto& typed = dynamic_cast<const eager::PrimitiveFamily&>(*f);
+    check_typed_plan(typed, [&](const Problem& p, const std::vector<std::uint64_t>& a) {
+      const std::string n = typed.name();
+      if (n == "prim_gather") return eager::PrimArgs{.x = a[0], .idx = a[1], .y = a[2]};
+      if (n == "prim_scatter_add") return eager::PrimArgs{.idx = a[1], .y = a[0], .alpha = -1.0f};
+      if (p.dims.count("b_rows")) return eager::PrimArgs{.x = a[0], .b = a[1], .y = a[2]};
+      if (p.dims.count("n")) return eager::PrimArgs{.x = a[0], .y = a[1], .alpha = 0.75f};  // the workloads' scalar
+      return eager::PrimArgs{.x = a[0], .y = a[1]};
+    });
+  }
 }
 
 TEST_CASE("cross_entropy: the typed plan with named args is the workload adapter's plan", "[cross_entropy][typed]") {
@@ -198,7 +237,8 @@ TEST_CASE("workspace_bytes covers what the launches touch", "[typed]") {
   }
   SECTION("families without scratch need no workspace") {
     for (const Family* f : all_families()) {
-      if (f->name() == "rmsnorm_bwd" || f->name() == "adamw_eager" || f->name() == "embedding_bwd" ||
+      if (f->name() == "rmsnorm_bwd" || f->name() == "residual_rmsnorm_bwd" || f->name() == "adamw_eager" ||
+          f->name() == "embedding_bwd" || f->name() == "grad_norm" ||
           f->name() == "attention_bwd")  // D and the dQ accumulator: tests/templates/attention/backward_test.cpp
         continue;
       for (const auto& p : f->problem_classes()) {

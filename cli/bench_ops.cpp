@@ -1,0 +1,103 @@
+// `ktune bench ops`: per op of the training step and per model size, the
+// eager chain of primitive launches against the tuned fused kernel (ms,
+// GB/s, % of the measured copy bandwidth, the floor), as a markdown table or
+// JSON. Needs a GPU.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <optional>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "model/config.hpp"
+#include "templates/eager/eager.hpp"
+#include "tuner/bench/ops_bench.hpp"
+#include "tuner/cuda/timing.hpp"
+
+namespace ktune::cli {
+
+namespace {
+
+std::vector<std::string> name_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+/// The problem of `family` in one training step of `m` with `tokens` tokens.
+templates::Problem step_problem(const std::string& family, const model::ModelConfig& m, std::int64_t tokens,
+                                const std::string& dtype) {
+  if (family.rfind("swiglu", 0) == 0) return {dtype, {{"n", tokens * m.d_ff}}};
+  if (family.rfind("cross_entropy", 0) == 0) return {dtype, {{"rows", tokens}, {"vocab", m.vocab}}};
+  return {dtype, {{"rows", tokens}, {"dim", m.d_model}}};  // the norms
+}
+
+}  // namespace
+
+void add_bench_ops_command(CLI::App& bench, Global& global) {
+  struct Opts {
+    std::string models = "small,medium,large,xl,2.7B";
+    std::string ctx = "256,1024";
+    std::int64_t batch = 4;
+    std::string dtype = "bf16";
+    std::string families;
+    std::string cache, json_out;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = bench.add_subcommand("ops", "Per op and model size: the eager chain of primitive kernels vs the tuned "
+                                          "fused kernel, ms, GB/s, % of copy bandwidth and the floor");
+  cmd->add_option("--models", o->models, "Model sizes")->capture_default_str();
+  cmd->add_option("--ctx", o->ctx, "Context lengths")->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Sequences per batch")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--dtype", o->dtype, "f32, or bf16 (mixed precision)")->capture_default_str();
+  cmd->add_option("--families", o->families, "Ops to run (default: every family with an eager decomposition)");
+  cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)");
+  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  cmd->callback([o, &global] {
+    KTUNE_REQUIRE(o->dtype == "f32" || o->dtype == "bf16", "--dtype must be f32 or bf16");
+    const auto contexts = int_list_arg(o->ctx, "--ctx");
+    const auto families = o->families.empty() ? templates::eager::decomposed_families() : name_list(o->families);
+    const auto known = templates::eager::decomposed_families();
+    for (const auto& f : families)
+      KTUNE_REQUIRE(std::find(known.begin(), known.end(), f) != known.end(),
+                    fmt::format("--families: '{}' has no eager decomposition; accepted: {}", f,
+                                fmt::join(known, ", ")));
+    std::vector<tuner::OpsBenchCase> cases;
+    for (const auto& name : name_list(o->models)) {
+      const model::ModelConfig m = model::model_config(name);
+      for (const auto ctx : contexts)
+        for (const auto& f : families) {
+          const templates::Problem p = step_problem(f, m, o->batch * ctx, o->dtype);
+          templates::find_family(f).check_problem(p);
+          cases.push_back({name, ctx, f, p});
+        }
+    }
+    if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
+    std::optional<cache::TunedCache> tuned;
+    if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
+    auto backend = tuner::exec::make_cuda_backend();  // no device: one line, exit 2
+    std::cerr << "measuring copy bandwidth...\n";
+    const double copy = tuner::measure_copy_bandwidth_gbs();
+    tuner::RunOptions options;
+    options.seed = 7;
+    const auto report = tuner::run_ops_bench(*backend, cases, tuned ? &*tuned : nullptr, copy, options,
+                                             [](const tuner::OpsBenchRow& r) {
+                                               std::cerr << fmt::format(
+                                                   "  {} ctx {} {}: eager {:.4f} ms, fused {:.4f} ms, floor {:.4f} "
+                                                   "ms\n",
+                                                   r.op.model, r.op.context, r.op.family, r.eager_ms, r.fused_ms,
+                                                   r.floor_ms);
+                                             });
+    for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
+    if (!o->json_out.empty()) write_file_atomic(o->json_out, report.to_json().dump(2) + "\n");
+    std::cout << (global.json ? report.to_json().dump(2) + "\n" : report.markdown());
+  });
+}
+
+}  // namespace ktune::cli

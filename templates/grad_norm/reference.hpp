@@ -1,0 +1,19 @@
+// CPU reference of the global gradient norm and clip-by-norm: the single
+// implementation of its math, used as the kernels' reference.
+//   norm   = sqrt(sum over every tensor and element of g^2)
+//   factor = min(1, max_norm / (norm + 1e-6))   (1 when max_norm <= 0)
+//   clip:  g *= factor                          (torch.nn.utils.clip_grad_norm_)
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace ktune::templates::grad_norm {
+
+/// The norm of all `grads` (each a tensor's values), summed in fp64.
+double global_norm(const std::vector<std::vector<double>>& grads);
+/// The clip factor for `norm` and `max_norm`.
+double clip_factor(double norm, double max_norm);
+/// Scales every gradient by clip_factor(global_norm(grads), max_norm); returns the norm.
+double clip_by_norm(std::vector<std::vector<double>>& grads, double max_norm);
+
+}  // namespace ktune::templates::grad_norm

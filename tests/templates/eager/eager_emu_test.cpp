@@ -1,0 +1,112 @@
+// Every eager decomposition run by the host emulation, primitive launch by
+// primitive launch, against the fused family's own CPU reference: ragged
+// shapes (no multiple of a block, warp or vector), f32 and bf16, outputs
+// poisoned first; and a broken chain that must fail.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <memory>
+
+#include "templates/eager/eager.hpp"
+#include "tuner/emu_launch.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+
+namespace {
+
+/// Runs `chain` (the decomposition of `family`) on the fused family's
+/// workload and returns each output's relative L2 error against its reference
+/// and, in `tolerances`, the workload's tolerance for it.
+std::map<std::string, double> run_chain(const std::string& family, const Problem& p,
+                                        const eager::Decomposition& chain,
+                                        std::map<std::string, double>* tolerances = nullptr) {
+  const Family& fused = find_family(family);
+  const Workload w = fused.make_workload(p, 21);
+  std::vector<std::unique_ptr<tuner::emu::GuardedBuffer>> buffers;
+  eager::Bindings bindings;
+  for (const auto& hb : w.buffers) {
+    auto& b = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>(hb.name, hb.bytes.size()));
+    b->fill(0xff);  // NaN in every float type
+    if (hb.role != Role::kOutput) std::memcpy(b->data(), hb.bytes.data(), hb.bytes.size());
+    bindings[hb.name] = reinterpret_cast<std::uint64_t>(b->data());
+  }
+  std::size_t temp_bytes = 0;
+  for (const auto& t : chain.temporaries) temp_bytes += (t.elements * size_of(t.dtype) + 255) / 256 * 256;
+  auto& temps = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>("temporaries", temp_bytes + 256));
+  temps->fill(0xff);
+  const auto address = (reinterpret_cast<std::uint64_t>(temps->data()) + 255) / 256 * 256;
+  const auto plan = eager::plan(family, chain, bindings, address, tuner::EmuRunner().device());
+  CHECK(plan.temporaries_bytes == temp_bytes);
+  for (auto step : plan.steps) {
+    INFO(step.family->name() << " " << step.problem.key());
+    REQUIRE(step.family->is_valid(step.config, step.problem, tuner::EmuRunner().device()));
+    const auto module = tuner::emu::load_module(step.family->render(step.config, step.problem));
+    test::run_emulated(*module, step.launches, buffers, 1);
+  }
+  std::map<std::string, double> errors;
+  for (std::size_t i = 0; i < w.buffers.size(); ++i)
+    if (w.buffers[i].role == Role::kOutput) {
+      if (tolerances) (*tolerances)[w.buffers[i].name] = w.buffers[i].tolerance;
+      errors[w.buffers[i].name] = relative_l2(w.buffers[i].dtype,
+                                              std::vector<std::byte>(buffers[i]->data(),
+                                                                     buffers[i]->data() + buffers[i]->size()),
+                                              w.buffers[i].expected);
+    }
+  return errors;
+}
+
+void check_chain(const std::string& family, const Problem& p) {
+  INFO(family << " " << p.key());
+  std::map<std::string, double> tolerances;
+  const auto errors = run_chain(family, p, eager::decompose(family, p), &tolerances);
+  CHECK_FALSE(errors.empty());
+  for (const auto& [name, error] : errors) {
+    INFO(name << " error " << error << ", tolerance " << tolerances.at(name));
+    CHECK(error <= tolerances.at(name));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("eager chains match the fused families' references when emulated", "[eager][emu]") {
+  // Rows and widths that are no multiple of a block (256), a warp or a vector.
+  for (const char* dtype : {"f32", "bf16"}) {
+    DYNAMIC_SECTION(dtype) {
+      const Problem rows{dtype, {{"rows", 37}, {"dim", 250}}};
+      check_chain("rmsnorm_fwd", rows);
+      check_chain("rmsnorm_bwd", rows);
+      check_chain("residual_rmsnorm_fwd", rows);
+      check_chain("residual_rmsnorm_bwd", rows);
+      const Problem gate{dtype, {{"n", 4999}}};
+      check_chain("swiglu_fwd", gate);
+      check_chain("swiglu_bwd", gate);
+      const Problem loss{dtype, {{"rows", 19}, {"vocab", 1001}}};
+      check_chain("cross_entropy_fwd", loss);
+      check_chain("cross_entropy_bwd", loss);
+    }
+  }
+}
+
+TEST_CASE("a broken eager chain fails the same check", "[eager][emu]") {
+  const Problem p{"f32", {{"rows", 37}, {"dim", 250}}};
+  SECTION("rmsnorm_fwd without eps") {
+    auto chain = eager::decompose("rmsnorm_fwd", p);
+    for (auto& s : chain.steps)
+      if (s.family->name() == "prim_add_scalar") s.alpha = 1.0f;  // eps 1 instead of 1e-5
+    const auto errors = run_chain("rmsnorm_fwd", p, chain);
+    CHECK(errors.at("y") > 1e-2);
+  }
+  SECTION("rmsnorm_bwd without the path through the square") {
+    auto chain = eager::decompose("rmsnorm_bwd", p);
+    for (auto& s : chain.steps)
+      if (s.family->name() == "prim_add") s.b = s.x;  // dx = 2 * the direct path
+    CHECK(run_chain("rmsnorm_bwd", p, chain).at("dx") > 1e-2);
+  }
+  SECTION("cross_entropy_bwd without the one-hot") {
+    const Problem loss{"f32", {{"rows", 19}, {"vocab", 1001}}};
+    auto chain = eager::decompose("cross_entropy_bwd", loss);
+    for (auto& s : chain.steps)
+      if (s.family->name() == "prim_scatter_add") s.alpha = 0.0f;
+    CHECK(run_chain("cross_entropy_bwd", loss, chain).at("dlogits") > 1e-2);
+  }
+}

@@ -1,0 +1,40 @@
+// grad_norm run by the host emulation against the CPU reference: ragged
+// tensors, several launches' worth of tensors, the norm repeating bit for
+// bit whatever the schedule, and broken variants that must fail.
+#include <catch2/catch.hpp>
+
+#include "templates/emulated_plan.hpp"
+#include "templates/grad_norm/grad_norm.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+
+namespace {
+Config config(std::int64_t threads, std::int64_t vec, std::int64_t chunk, std::int64_t blocks_per_sm) {
+  return Config({{"threads", threads}, {"vec", vec}, {"chunk", chunk}, {"blocks_per_sm", blocks_per_sm}});
+}
+}  // namespace
+
+TEST_CASE("grad_norm: norm, clip factor and clipped gradients match the reference", "[grad_norm][emu]") {
+  const Family& f = grad_norm::family();
+  SECTION("few tensors, scalar tails and ragged chunks") {
+    test::check_emulated_plan(f, config(128, 4, 4096, 2), Problem{"f32", {{"tensors", 3}, {"numel", 9001}}});
+    test::check_emulated_plan(f, config(256, 1, 4096, 8), Problem{"f32", {{"tensors", 5}, {"numel", 4097}}});
+  }
+  SECTION("more tensors than one launch holds") {
+    test::check_emulated_plan(f, config(128, 2, 4096, 4), Problem{"f32", {{"tensors", 131}, {"numel", 77}}});
+  }
+  SECTION("bit for bit on one or two workers") {
+    const Problem p{"f32", {{"tensors", 3}, {"numel", 20011}}};
+    const Config c = config(128, 4, 4096, 2);
+    const auto one = test::emulated_errors(f, f.render(c, p), c, p, 3, {}, 1);
+    const auto two = test::emulated_errors(f, f.render(c, p), c, p, 3, {}, 2);
+    CHECK(one == two);
+  }
+  SECTION("broken variants fail") {
+    const Problem p{"f32", {{"tensors", 3}, {"numel", 9001}}};
+    const Config c = config(128, 4, 4096, 2);
+    CHECK(test::broken_error(f, c, p, "const float norm = sqrtf(sum);", "const float norm = sum;") > 1e-2);
+    CHECK(test::broken_error(f, c, p, "sum += v->v[k] * v->v[k];", "sum += v->v[k];") > 1e-2);
+  }
+}

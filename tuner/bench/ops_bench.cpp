@@ -1,0 +1,185 @@
+#include "tuner/bench/ops_bench.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "base/error.hpp"
+#include "base/stamp.hpp"
+#include "templates/eager/eager.hpp"
+#include "tuner/session/tuned_kernels.hpp"
+
+namespace ktune::tuner {
+namespace {
+
+/// A family's workload on the backend: inputs uploaded, outputs poisoned.
+struct DeviceWorkload {
+  templates::Workload workload;
+  std::vector<std::unique_ptr<exec::Buffer>> buffers;
+  std::vector<std::uint64_t> addresses;
+
+  DeviceWorkload(exec::Backend& b, const templates::Family& f, const templates::Problem& p, std::uint64_t seed)
+      : workload(f.make_workload(p, seed)) {
+    for (const auto& hb : workload.buffers) {
+      buffers.push_back(b.allocate(hb.bytes.size(), hb.name));
+      addresses.push_back(buffers.back()->address());
+    }
+    reset(b);
+  }
+  void reset(exec::Backend& b) {
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      const auto& hb = workload.buffers[i];
+      if (hb.role == templates::Role::kOutput) b.poison(*buffers[i]);
+      else b.upload(*buffers[i], hb.bytes.data(), hb.bytes.size());
+    }
+  }
+  /// Throws unless every output matches the reference.
+  void check(exec::Backend& b, const std::string& what) const {
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      const auto& hb = workload.buffers[i];
+      if (hb.role != templates::Role::kOutput && hb.role != templates::Role::kInOut) continue;
+      std::vector<std::byte> got(hb.bytes.size());
+      b.download(got.data(), *buffers[i], got.size());
+      const double e = templates::relative_l2(hb.dtype, got, hb.expected);
+      if (!(e <= hb.tolerance))  // NaN fails
+        throw_error(ErrorKind::kCheckFailed,
+                    fmt::format("{}: {} relative L2 error {:.3g} > {:.1g}", what, hb.name, e, hb.tolerance));
+    }
+  }
+};
+
+}  // namespace
+
+std::string OpsBenchReport::markdown() const {
+  std::string s = fmt::format(
+      "Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s; empty launch {:.4f} ms\n\n",
+      device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs, empty_launch_ms);
+  s += "| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (ktune) | fused GB/s "
+       "| fused % copy | floor | fused / floor | fused config (source) |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows)
+    s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {:.0f} | {:.1f}% | {:.4f} ms | {:.0f} | {:.1f}% "
+                     "| {:.4f} ms | {:.2f}x | {} ({}) |\n",
+                     r.op.model, r.op.context, r.op.family, r.op.problem.key(), r.bytes / 1e6, r.eager_ms,
+                     r.eager_launches, r.eager_gbs, 100 * r.eager_fraction_of_copy, r.fused_ms, r.fused_gbs,
+                     100 * r.fused_fraction_of_copy, r.floor_ms, r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0,
+                     r.fused_config, r.fused_source);
+  s += "\n" + method + "\n";
+  return s;
+}
+
+nlohmann::json OpsBenchReport::to_json() const {
+  nlohmann::json j = {{"benchmark", "ops"},
+                      {"device", device},
+                      {"driver_version", driver_version},
+                      {"date", date},
+                      {"git_revision", git_revision()},
+                      {"ktune_version", ktune_version()},
+                      {"copy_bandwidth_gbs", copy_bandwidth_gbs},
+                      {"empty_launch_ms", empty_launch_ms},
+                      {"method", method},
+                      {"rows", nlohmann::json::array()}};
+  for (const auto& r : rows)
+    j["rows"].push_back({{"model", r.op.model},
+                         {"context", r.op.context},
+                         {"family", r.op.family},
+                         {"problem", r.op.problem.to_json()},
+                         {"bytes", r.bytes},
+                         {"eager_ms", r.eager_ms},
+                         {"eager_launches", r.eager_launches},
+                         {"eager_gbs", r.eager_gbs},
+                         {"eager_fraction_of_copy", r.eager_fraction_of_copy},
+                         {"fused_ms", r.fused_ms},
+                         {"fused_p20_ms", r.fused_p20_ms},
+                         {"fused_p80_ms", r.fused_p80_ms},
+                         {"fused_gbs", r.fused_gbs},
+                         {"fused_fraction_of_copy", r.fused_fraction_of_copy},
+                         {"floor_ms", r.floor_ms},
+                         {"fused_config", r.fused_config},
+                         {"fused_config_source", r.fused_source}});
+  return j;
+}
+
+OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchCase>& cases,
+                             const cache::TunedCache* tuned, double copy_bandwidth_gbs, const RunOptions& options,
+                             const std::function<void(const OpsBenchRow&)>& progress) {
+  OpsBenchReport report;
+  const DeviceLimits& device = backend.device();
+  report.device = device.name + " (" + device.arch + ")";
+  report.driver_version = device.driver_version;
+  report.date = utc_now();
+  report.copy_bandwidth_gbs = copy_bandwidth_gbs;
+
+  {  // The empty launch: one thread of a primitive, the cost every launch pays.
+    const auto& f = templates::eager::unary_family(templates::eager::Unary::kScale);
+    const templates::Problem p{"f32", {{"n", 1}}};
+    DeviceWorkload w(backend, f, p, 1);
+    const auto module = backend.load(f.render(f.default_config(p), p));
+    const auto plan = f.plan(f.default_config(p), p, w.addresses, device);
+    const Measurement m = backend.time([&] { backend.launch(*module, plan); }, options, "empty launch");
+    report.empty_launch_ms = m.median_ms;
+    report.method = m.method;
+  }
+
+  for (const auto& c : cases) {
+    const templates::Family& family = templates::find_family(c.family);
+    OpsBenchRow row;
+    row.op = c;
+    row.bytes = family.bytes(c.problem);
+    DeviceWorkload w(backend, family, c.problem, options.seed);
+    const std::string what = fmt::format("{} {}", c.family, c.problem.key());
+
+    // Fused: the tuned config (or the default), its workspace.
+    const ChosenConfig chosen = choose_config(family, c.problem, device, tuned, &report.warnings);
+    row.fused_config = chosen.config.str();
+    row.fused_source = chosen.source;
+    std::vector<std::uint64_t> addresses = w.addresses;
+    std::unique_ptr<exec::Buffer> workspace;
+    if (const std::size_t ws = family.workspace_bytes(chosen.config, c.problem); ws > 0) {
+      workspace = backend.allocate(ws, "workspace");
+      for (std::size_t i = 0; i < w.workload.buffers.size(); ++i)
+        if (w.workload.buffers[i].role == templates::Role::kScratch) addresses[i] = workspace->address();
+    }
+    const auto fused_module = backend.load(family.render(chosen.config, c.problem));
+    const auto fused_plan = family.plan(chosen.config, c.problem, addresses, device);
+    backend.launch(*fused_module, fused_plan);
+    backend.synchronize();
+    w.check(backend, what + " fused");
+    const Measurement fused = backend.time([&] { backend.launch(*fused_module, fused_plan); }, options, what);
+    row.fused_ms = fused.median_ms;
+    row.fused_p20_ms = fused.p20_ms;
+    row.fused_p80_ms = fused.p80_ms;
+
+    // Eager: the chain over the same buffers and its temporaries.
+    w.reset(backend);
+    templates::eager::Bindings bindings;
+    for (std::size_t i = 0; i < w.workload.buffers.size(); ++i)
+      bindings[w.workload.buffers[i].name] = w.addresses[i];
+    const std::size_t temp_bytes = templates::eager::temporaries_bytes(c.family, c.problem);
+    const auto temps = backend.allocate(std::max<std::size_t>(temp_bytes, 256), "temporaries");
+    const auto chain = templates::eager::plan(c.family, c.problem, bindings, temps->address(), device);
+    std::vector<std::shared_ptr<const exec::Module>> modules;
+    for (const auto& s : chain.steps) modules.push_back(backend.load(s.family->render(s.config, s.problem)));
+    auto run_chain = [&] {
+      for (std::size_t i = 0; i < chain.steps.size(); ++i) backend.launch(*modules[i], chain.steps[i].launches);
+    };
+    run_chain();
+    backend.synchronize();
+    w.check(backend, what + " eager");
+    row.eager_ms = backend.time(run_chain, options, what + " eager").median_ms;
+    for (const auto& s : chain.steps) row.eager_launches += static_cast<int>(s.launches.size());
+
+    row.floor_ms = (copy_bandwidth_gbs > 0 ? row.bytes / (copy_bandwidth_gbs * 1e9) * 1e3 : 0) + report.empty_launch_ms;
+    row.fused_gbs = row.bytes / (row.fused_ms * 1e-3) / 1e9;
+    row.eager_gbs = row.bytes / (row.eager_ms * 1e-3) / 1e9;
+    row.fused_fraction_of_copy = copy_bandwidth_gbs > 0 ? row.fused_gbs / copy_bandwidth_gbs : 0;
+    row.eager_fraction_of_copy = copy_bandwidth_gbs > 0 ? row.eager_gbs / copy_bandwidth_gbs : 0;
+    report.rows.push_back(row);
+    if (progress) progress(row);
+  }
+  report.method += "; GB/s and % of copy count the fused family's minimum traffic for both; outputs checked "
+                   "against the CPU reference before timing";
+  return report;
+}
+
+}  // namespace ktune::tuner

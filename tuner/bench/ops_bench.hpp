@@ -1,0 +1,60 @@
+// The ops benchmark: for each (family, problem) of a model's step, the
+// family's eager chain (templates/eager/eager.hpp: one primitive launch per
+// op, as PyTorch eager) against its tuned fused kernel, on one execution
+// backend. Both are validated against the family's CPU reference before they
+// are timed; GB/s counts the fused family's minimum traffic for both, and the
+// floor is that traffic at the measured copy bandwidth plus one measured
+// empty launch.
+#pragma once
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cache/tuned_cache.hpp"
+#include "templates/family.hpp"
+#include "tuner/exec/backend.hpp"
+
+namespace ktune::tuner {
+
+/// One op of one model shape.
+struct OpsBenchCase {
+  std::string model;  ///< e.g. "xl"
+  std::int64_t context = 0;
+  std::string family;  ///< a family with an eager decomposition
+  templates::Problem problem;
+};
+
+struct OpsBenchRow {
+  OpsBenchCase op;
+  double bytes = 0;  ///< the fused family's minimum DRAM traffic
+  double fused_ms = 0, fused_p20_ms = 0, fused_p80_ms = 0;
+  double eager_ms = 0;
+  int eager_launches = 0;
+  double floor_ms = 0;  ///< bytes / copy bandwidth + one empty launch
+  double fused_gbs = 0, eager_gbs = 0;
+  double fused_fraction_of_copy = 0, eager_fraction_of_copy = 0;
+  std::string fused_config, fused_source;
+};
+
+struct OpsBenchReport {
+  std::string device;
+  int driver_version = 0;
+  std::string date;
+  double copy_bandwidth_gbs = 0;
+  double empty_launch_ms = 0;
+  std::string method;
+  std::vector<OpsBenchRow> rows;
+  std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
+  std::string markdown() const;
+  nlohmann::json to_json() const;
+};
+
+/// Runs every case on `backend`: fused with the tuned config (from `tuned`,
+/// or the family default when null), then the eager chain. Throws
+/// Error(kCheckFailed) when either output does not match the reference.
+OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchCase>& cases,
+                             const cache::TunedCache* tuned, double copy_bandwidth_gbs, const RunOptions& options,
+                             const std::function<void(const OpsBenchRow&)>& progress = {});
+
+}  // namespace ktune::tuner
