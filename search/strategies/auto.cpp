@@ -6,7 +6,11 @@
 namespace ktune::search {
 
 Auto::Auto(const StrategyContext& context, Options options) : context_(context), options_(options) {
-  if (options_.model_evals > 0) model_ = std::make_unique<BayesOpt>(context_);
+  // The model's own recombination when stalled is left to the genetic
+  // algorithm that follows it.
+  BayesOpt::Options model;
+  model.stall = 0;
+  if (options_.model_evals > 0) model_ = std::make_unique<BayesOpt>(context_, model);
   else start_genetic(false);
 }
 
