@@ -46,7 +46,8 @@ void add_replay_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("replay", "Score search strategies on a recorded tuning space (no GPU needed)");
   cmd->add_option("--dataset", args->dataset, "Kernel Tuner cache file (.json or .json.gz)")->required();
   cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated, each " + strategy_choices())->capture_default_str();
-  cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100) or recorded time (600s)")
+  cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100), recorded time (600s) or a share of the "
+                                         "brute-force time (10%)")
       ->capture_default_str();
   cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")->capture_default_str();
@@ -56,7 +57,7 @@ void add_replay_command(CLI::App& app, Global& global) {
   cmd->callback([args, &global] {
     search::ReplayEvaluator evaluator(args->dataset);
     search::ReplayStudyOptions options;
-    for (const auto& b : split_commas(args->budgets)) options.budgets.push_back(search::parse_replay_budget(b));
+    for (const auto& b : split_commas(args->budgets)) options.budgets.push_back(search::parse_replay_budget(b, evaluator.brute_force_s()));
     options.runs = args->runs;
     options.seed = args->seed;
     options.target = args->target;
@@ -77,14 +78,15 @@ void add_replay_command(CLI::App& app, Global& global) {
                           {"recorded", evaluator.recorded()},
                           {"recorded_failures", evaluator.recorded_failures()},
                           {"optimum_ms", evaluator.optimum_ms()},
+                          {"brute_force_s", evaluator.brute_force_s()},
                           {"runs", args->runs},
                           {"target", args->target},
                           {"strategies", nlohmann::json::array()}};
     if (!global.json)
-      std::cout << fmt::format("{}: {} on {}, {} points, {} recorded ({} failed), optimum {:.4f} ms, {} runs\n\n",
+      std::cout << fmt::format("{}: {} on {}, {} points, {} recorded ({} failed), optimum {:.4f} ms, brute force {:.0f} s, {} runs\n\n",
                                args->dataset, evaluator.kernel_name(), evaluator.device_name(),
                                evaluator.space().size(), evaluator.recorded(), evaluator.recorded_failures(),
-                               evaluator.optimum_ms(), args->runs);
+                               evaluator.optimum_ms(), evaluator.brute_force_s(), args->runs);
     for (const auto& name : split_commas(args->strategies)) {
       options.strategy = name;
       const auto r = search::run_replay_study(evaluator, options);

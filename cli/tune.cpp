@@ -37,6 +37,10 @@ constexpr std::size_t kTop = 5;  // configs in the table at the end of a session
 
 }  // namespace
 
+/// What `ktune tune` stops at unless told otherwise: 150 evaluations without
+/// a new best, or an hour of compiles and benchmarks, whichever comes first.
+constexpr const char* kDefaultBudget = "plateau:150+1h";
+
 void add_tune_command(CLI::App& app, Global& global) {
   struct Opts {
     std::string family, problem, cache = "tuned.json", log, backend = "gpu", dtype = "f32";
@@ -47,6 +51,10 @@ void add_tune_command(CLI::App& app, Global& global) {
     bool no_isolate = false;
   };
   auto opts = std::make_shared<Opts>();
+  // The default search stops by itself (kDefaultBudget); `--strategy
+  // exhaustive` without a --budget measures the whole space.
+  opts->tune.strategy = "auto";
+  opts->tune.budget = kDefaultBudget;
   auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem (--family, --problem), or every kernel "
                                          "one training step of a model needs (--model, --ctx, --dtype), on the GPU, "
                                          "and cache the winners");
@@ -65,7 +73,8 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--strategy", opts->tune.strategy, "Search strategy, " + strategy_choices())->capture_default_str();
   cmd->add_option("--budget", opts->tune.budget,
                   "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
-                  "(N evaluations without improvement), or a sum of these (\"200+15m\"); default: the whole space");
+                  "(N evaluations without improvement), or a sum of these (\"200+15m\"); \"\" for none (exhaustive's default)")
+      ->capture_default_str();
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
   cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
@@ -99,6 +108,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       const auto& family = templates::find_family(opts->family);
       requests.push_back({&family, problem_arg(family, opts->problem)});
     }
+    if (opts->tune.strategy == "exhaustive" && cmd->get_option("--budget")->count() == 0) opts->tune.budget.clear();
     search::require_strategy(opts->tune.strategy);  // reject an unknown strategy or budget before any GPU work
     if (!opts->tune.budget.empty()) search::parse_budget(opts->tune.budget);
     if (!opts->shard.empty()) {

@@ -7,6 +7,7 @@
 
 #include "base/error.hpp"
 #include "search/strategies/annealing.hpp"
+#include "search/strategies/auto.hpp"
 #include "search/strategies/bayes_opt.hpp"
 #include "search/strategies/exhaustive.hpp"
 #include "search/strategies/genetic.hpp"
@@ -20,6 +21,7 @@ using Factory = std::function<std::unique_ptr<Strategy>(const StrategyContext&)>
 
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
+      {"auto", [](const StrategyContext& c) { return std::make_unique<Auto>(c); }},
       {"exhaustive", [](const StrategyContext& c) { return std::make_unique<Exhaustive>(c); }},
       {"random", [](const StrategyContext& c) { return std::make_unique<RandomSample>(c); }},
       {"genetic", [](const StrategyContext& c) { return std::make_unique<Genetic>(c); }},

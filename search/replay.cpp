@@ -66,6 +66,7 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
       return entry.contains(field) && entry[field].is_number() ? entry[field].get<double>() : 0.0;
     };
     o.cost_s = (ms("compile_time") + ms("verification_time") + ms("benchmark_time")) / 1000.0;
+    brute_force_s_ += o.cost_s;
     const json& t = entry.contains("time") ? entry["time"] : json();
     if (t.is_number() && std::isfinite(t.get<double>()) && t.get<double>() < 1e20) {
       o.ok = true;

@@ -38,6 +38,8 @@ class ReplayEvaluator final : public Evaluator {
   const std::string& kernel_name() const { return kernel_name_; }
   std::size_t recorded() const { return records_.size(); }
   std::size_t recorded_failures() const { return failures_; }
+  /// The recorded cost of every config (s): what a brute-force search paid.
+  double brute_force_s() const { return brute_force_s_; }
   /// The fastest recorded success (ms).
   double optimum_ms() const { return optimum_ms_; }
   /// The file's original value for `param` = `value` (identity for integer parameters).
@@ -56,6 +58,7 @@ class ReplayEvaluator final : public Evaluator {
   std::string kernel_name_;
   std::size_t failures_ = 0;
   double optimum_ms_ = 0;
+  double brute_force_s_ = 0;
 };
 
 }  // namespace ktune::search

@@ -14,16 +14,19 @@
 
 namespace ktune::search {
 
-ReplayBudget parse_replay_budget(const std::string& text) {
+ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s) {
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   const std::string unit(end);
-  KTUNE_REQUIRE(end != text.c_str() && v > 0 && (unit.empty() || unit == "s" || unit == "m"),
-                fmt::format("bad budget '{}': give evaluations (100) or recorded time (600s, 10m)", text));
+  KTUNE_REQUIRE(end != text.c_str() && v > 0 && (unit.empty() || unit == "s" || unit == "m" || unit == "%"),
+                fmt::format("bad budget '{}': give evaluations (100), recorded time (600s, 10m) or a share of the "
+                            "brute-force time (10%)",
+                            text));
+  KTUNE_REQUIRE(unit != "%" || brute_force_s > 0, fmt::format("budget '{}' needs the brute-force time", text));
   ReplayBudget b;
   b.label = text;
   b.is_time = !unit.empty();
-  b.amount = unit == "m" ? v * 60 : v;
+  b.amount = unit == "m" ? v * 60 : unit == "%" ? v / 100 * brute_force_s : v;
   return b;
 }
 

@@ -17,8 +17,10 @@ struct ReplayBudget {
   double amount = 0;  ///< evaluations, or seconds
   std::string label;  ///< as the user wrote it
 };
-/// Parses "100" (evaluations) or "600s" / "10m" (time); throws kInvalidInput.
-ReplayBudget parse_replay_budget(const std::string& text);
+/// Parses "100" (evaluations), "600s" / "10m" (recorded time) or "10%" (a
+/// share of `brute_force_s`, the recorded time of the whole space); throws
+/// kInvalidInput.
+ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s = 0);
 
 struct ReplayStudyOptions {
   std::string strategy = "random";

@@ -6,11 +6,18 @@ evaluations each run needed to reach a target fraction (default 95 %).
 
 Needs `pip install kernel_tuner` (tested with 1.5.0). Usage:
   kernel_tuner_replay.py --dataset F.json.gz --strategy genetic_algorithm,dual_annealing \
-      --budget 25,50,100,200,400 --runs 50 [--json]
+      --budget 25,50,100,200,400,5%,10%,25% --runs 50 [--json]
+
+A budget is a count of evaluations (100), or recorded evaluation time: a share
+of the brute-force time (10%: the summed compile + verification + benchmark
+time of every recorded configuration) or seconds (600s), charged per unique
+configuration as ktune's replay charges it.
 
 Each run gets its own seed (seed + run) for Python's and NumPy's generators,
-and a budget of max_fevals = the largest budget (Kernel Tuner counts unique
-configurations, as ktune does). The search space is restricted to the
+and a budget of max_fevals = the largest evaluation budget (Kernel Tuner
+counts unique configurations, as ktune does), raised with --max-fevals when
+time budgets need more evaluations; a time budget a run did not reach is
+scored at its last evaluation (a lower bound, reported in "short_runs"). The search space is restricted to the
 configurations recorded in the file, as ktune's replay evaluator does.
 """
 import argparse
@@ -45,6 +52,20 @@ def quartiles(values):
     return {"p25": at(0.25), "median": at(0.5), "p75": at(0.75)}
 
 
+def cost_s(entry):
+    ms = lambda f: entry[f] if isinstance(entry.get(f), (int, float)) else 0.0
+    return (ms("compile_time") + ms("verification_time") + ms("benchmark_time")) / 1000.0
+
+
+def parse_budget(text, brute_force_s):
+    """(is_time, amount): evaluations, or seconds of recorded time."""
+    if text.endswith("%"):
+        return True, float(text[:-1]) / 100.0 * brute_force_s
+    if text.endswith("s"):
+        return True, float(text[:-1])
+    return False, int(text)
+
+
 def is_time(x):
     return isinstance(x, (int, float)) and math.isfinite(x) and x < 1e20
 
@@ -57,6 +78,8 @@ def main():
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--target", type=float, default=0.95)
+    ap.add_argument("--max-fevals", type=int, default=0,
+                    help="evaluations per run when time budgets need more than the largest evaluation budget")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -69,8 +92,12 @@ def main():
     cache = data["cache"]
     recorded = set(cache.keys())
     optimum = min(e["time"] for e in cache.values() if is_time(e.get("time")))
-    budgets = [int(b) for b in args.budget.split(",")]
-    max_budget = max(budgets)
+    costs = {k: cost_s(e) for k, e in cache.items()}
+    brute_force_s = sum(costs.values())
+    labels = args.budget.split(",")
+    budgets = [parse_budget(b, brute_force_s) for b in labels]
+    max_budget = max([int(a) for t, a in budgets if not t] or [0])
+    max_fevals = max(max_budget, args.max_fevals)
 
     # Kernel Tuner reads plain JSON caches only, and re-reads the file every
     # run: drop the per-repetition "times" lists it does not use in simulation.
@@ -86,13 +113,15 @@ def main():
 
     problem_size = data.get("problem_size", [1])
     out = {"dataset": args.dataset, "device": data.get("device_name"), "optimum_ms": optimum,
+           "brute_force_s": brute_force_s,
            "runs": args.runs, "target": args.target, "kernel_tuner": kernel_tuner.__version__, "strategies": []}
     if not args.json:
         print(f"{args.dataset}: {data.get('kernel_name')} on {data.get('device_name')}, "
-              f"{len(cache)} recorded, optimum {optimum:.4f} ms, {args.runs} runs, Kernel Tuner {kernel_tuner.__version__}\n")
+              f"{len(cache)} recorded, optimum {optimum:.4f} ms, brute force {brute_force_s:.0f} s, {args.runs} runs, Kernel Tuner {kernel_tuner.__version__}\n")
     for strategy in args.strategy.split(","):
         start = time.time()
-        fractions = {b: [] for b in budgets}
+        fractions = {b: [] for b in labels}
+        short = {b: 0 for b in labels}
         to_target = []
         for run in range(args.runs):
             random.seed(args.seed + run)
@@ -103,12 +132,12 @@ def main():
             try:
                 results, _ = kernel_tuner.tune_kernel(
                     data.get("kernel_name", "kernel"), "__global__ void k() {}", problem_size, [], tune_params,
-                    restrictions=recorded_only, strategy=strategy, strategy_options={"max_fevals": max_budget},
+                    restrictions=recorded_only, strategy=strategy, strategy_options={"max_fevals": max_fevals},
                     cache=cachefile, simulation_mode=True, quiet=True)
             finally:
                 sys.stdout = saved
                 devnull.close()
-            seen, best_after, best = set(), [], math.inf
+            seen, best_after, cost_after, best, spent = set(), [], [], math.inf, 0.0
             for r in results:
                 key = ",".join(str(r[k]) for k in keys)
                 if key in seen:
@@ -116,10 +145,18 @@ def main():
                 seen.add(key)
                 if is_time(r.get("time")):
                     best = min(best, r["time"])
+                spent += costs.get(key, 0.0)
                 best_after.append(best)
-            for b in budgets:
-                found = best_after[min(b, len(best_after)) - 1] if best_after else math.inf
-                fractions[b].append(optimum / found if math.isfinite(found) else 0.0)
+                cost_after.append(spent)
+            for label, (timed, amount) in zip(labels, budgets):
+                found = math.inf
+                for i, t in enumerate(best_after):
+                    if (cost_after[i] if timed else i + 1) > amount:
+                        break
+                    found = t
+                if timed and (not cost_after or cost_after[-1] < amount):
+                    short[label] += 1
+                fractions[label].append(optimum / found if math.isfinite(found) else 0.0)
             reached = next((i + 1 for i, t in enumerate(best_after) if math.isfinite(t) and optimum / t >= args.target),
                            math.inf)
             to_target.append(reached)
@@ -128,16 +165,18 @@ def main():
         n_reached = sum(1 for v in to_target if math.isfinite(v))
         entry = {"strategy": strategy, "wall_s": elapsed, "runs_reaching_target": n_reached,
                  "evals_to_target": {k: (v if math.isfinite(v) else None) for k, v in q_target.items()},
-                 "budgets": [{"budget": str(b), "fraction_of_optimum": quartiles(fractions[b])} for b in budgets]}
+                 "budgets": [{"budget": b, "fraction_of_optimum": quartiles(fractions[b]), "short_runs": short[b]}
+                             for b in labels]}
         out["strategies"].append(entry)
         if args.json:
             continue
         print(f"strategy {strategy}  ({elapsed:.1f} s)")
         print(f"  {'budget':>8}  {'median':>8}  {'p25':>8}  {'p75':>8}   (fraction of optimum)")
-        for b in budgets:
+        for b in labels:
             q = quartiles(fractions[b])
-            print(f"  {b:>8}  {q['median']:>8.3f}  {q['p25']:>8.3f}  {q['p75']:>8.3f}")
-        fmt = lambda v: f"{v:.0f}" if math.isfinite(v) else f">{max_budget}"
+            note = f"   ({short[b]} runs stopped short of it)" if short[b] else ""
+            print(f"  {b:>8}  {q['median']:>8.3f}  {q['p25']:>8.3f}  {q['p75']:>8.3f}{note}")
+        fmt = lambda v: f"{v:.0f}" if math.isfinite(v) else f">{max_fevals}"
         print(f"  evaluations to {args.target * 100:.0f}% of optimum: median {fmt(q_target['median'])}, "
               f"p25 {fmt(q_target['p25'])}, p75 {fmt(q_target['p75'])} ({n_reached}/{args.runs} runs reached it)\n")
     if args.json:

@@ -116,8 +116,41 @@ void BayesOpt::refit() {
   fitted_at_ = observations_.size();
 }
 
+bool BayesOpt::child_turn() const {
+  return options_.stall > 0 && since_improvement_ >= static_cast<std::size_t>(options_.stall) && stalled_steps_ % 2 == 0;
+}
+
+std::optional<Point> BayesOpt::child(Rng& rng) const {
+  std::vector<const Observation*> best;
+  for (const Observation& o : observations_)
+    if (std::isfinite(o.time)) best.push_back(&o);
+  const auto k = std::min(best.size(), static_cast<std::size_t>(options_.parents));
+  if (k < 2) return std::nullopt;
+  std::partial_sort(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(k), best.end(),
+                    [](const Observation* a, const Observation* b) { return a->time < b->time; });
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    const Point& a = best[rng.uniform(k)]->point;
+    const Point& b = best[rng.uniform(k)]->point;
+    Point c(a.size());
+    for (std::size_t i = 0; i < a.size(); ++i) c[i] = rng.uniform(2) ? a[i] : b[i];
+    if (!valid(context_, c)) {
+      auto repaired = random_valid_within_one_step(context_, rng, c);
+      if (!repaired) continue;
+      c = std::move(*repaired);
+    }
+    if (!seen_.count(index_of(*context_.space, c))) return c;
+  }
+  return std::nullopt;
+}
+
 std::optional<Point> BayesOpt::propose() {
   if (static_cast<int>(observations_.size()) < options_.initial || !std::isfinite(best_log_)) return design_point();
+  if (options_.stall > 0 && since_improvement_ >= static_cast<std::size_t>(options_.stall)) {
+    const bool turn = child_turn();
+    ++stalled_steps_;
+    if (turn)
+      if (auto c = child(rng_)) return c;
+  }
   if (fitted_at_ == 0 || static_cast<double>(observations_.size()) >= options_.refit_growth * static_cast<double>(fitted_at_) ||
       static_cast<int>(gp_.observations()) >= 2 * options_.max_model) {
     refit();
@@ -160,8 +193,13 @@ std::optional<Config> BayesOpt::next() {
 
 std::vector<Config> BayesOpt::upcoming(std::size_t n) const {
   std::vector<Config> out;
+  if (n == 0) return out;
   if (fitted_at_ == 0 || static_cast<int>(observations_.size()) < options_.initial || !std::isfinite(best_log_))
     return out;  // the design points are random draws: nothing to foresee
+  if (child_turn()) {
+    Rng rng = rng_;  // the same draws as the next proposal
+    if (auto c = child(rng)) out.push_back(config_of(*context_.space, *c));
+  }
   std::vector<std::pair<double, std::size_t>> ranked;
   for (std::size_t id = 0; id < pool_.size(); ++id) {
     if (!gp_.active(id)) continue;
@@ -171,7 +209,10 @@ std::vector<Config> BayesOpt::upcoming(std::size_t n) const {
   }
   const std::size_t k = std::min(n, ranked.size());
   std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k), ranked.end());
-  for (std::size_t i = 0; i < k; ++i) out.push_back(config_of(*context_.space, pool_[ranked[i].second]));
+  for (std::size_t i = 0; i < k && out.size() < n; ++i) {
+    Config c = config_of(*context_.space, pool_[ranked[i].second]);
+    if (out.empty() || c != out.front()) out.push_back(std::move(c));
+  }
   return out;
 }
 
@@ -184,8 +225,9 @@ void BayesOpt::report(const Config& config, const Outcome& outcome) {
     gp_.retire(it->second);
     --unmeasured_;
   }
-  observations_.push_back({encode(p), t});
+  observations_.push_back({encode(p), t, p});
   const bool new_best = std::isfinite(t) && std::log(t) < best_log_;
+  since_improvement_ = new_best ? 0 : since_improvement_ + 1;
   if (std::isfinite(t)) {
     best_log_ = std::min(best_log_, std::log(t));
     worst_log_ = std::max(worst_log_, std::log(t));

@@ -31,6 +31,12 @@ class BayesOpt final : public Strategy {
     int max_model = 1024;                   ///< observations in the model (the best and the most recent)
     double dormant_sd = 4.0;                ///< candidates with mean - this × sd above the best sleep until the next refit
     double xi = 0.05;  ///< improvement sought beyond the best (log time, so 5 %): more exploration, less greed
+    /// After this many evaluations without a new best, every other proposal is
+    /// a child of two of the best measured configs (uniform crossover, repaired
+    /// within one step): a smooth model ranks an isolated optimum below the
+    /// region it knows, so it stalls there; recombination still reaches it.
+    int stall = 30;
+    int parents = 16;  ///< the children's parents come from this many best measured configs
   };
   explicit BayesOpt(const StrategyContext& context) : BayesOpt(context, Options{}) {}
   BayesOpt(const StrategyContext& context, Options options);
@@ -43,12 +49,16 @@ class BayesOpt final : public Strategy {
   struct Observation {
     std::vector<double> x;
     double time;  ///< +inf for failures
+    Point point;
   };
   std::vector<double> encode(const Point& p) const;
   void add_candidate(const Point& p);
   std::optional<Point> design_point();
   void refit();
   std::optional<Point> propose();
+  bool child_turn() const;  ///< the next proposal is a child (stalled, every other proposal)
+  /// An unmeasured child of two of the best measured configs.
+  std::optional<Point> child(Rng& rng) const;
 
   StrategyContext context_;
   Options options_;
@@ -64,6 +74,8 @@ class BayesOpt final : public Strategy {
   std::size_t fitted_at_ = 0;  ///< observations at the last refit; 0 before the model exists
   double worst_log_ = -INFINITY;  ///< slowest success in the model (log ms)
   double best_log_ = INFINITY;
+  std::size_t since_improvement_ = 0;  ///< evaluations since the last new best
+  std::size_t stalled_steps_ = 0;      ///< proposals made while stalled
 };
 
 }  // namespace ktune::search

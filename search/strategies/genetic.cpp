@@ -17,7 +17,8 @@ namespace ktune::search {
 
 Genetic::Genetic(const StrategyContext& context, Options options)
     : context_(context), options_(options), rng_(context.seed ^ 0x6a09e667f3bcc908ULL) {
-  for (int i = 0; i < options_.archive * 20 && static_cast<int>(queue_.size()) < options_.archive; ++i) {
+  for (int i = 0; i < options_.first_generation * 20 && static_cast<int>(queue_.size()) < options_.first_generation;
+       ++i) {
     auto p = random_valid_point(context_, rng_, 50);
     if (p && is_new(*p)) enqueue(std::move(*p));
   }

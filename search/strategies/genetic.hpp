@@ -17,7 +17,8 @@ class Genetic final : public Strategy {
  public:
   struct Options {
     int archive = 16;                ///< parents come from the best this many configs measured
-    int generation = 8;              ///< children bred at a time (the first generation: `archive` random configs)
+    int generation = 8;              ///< children bred at a time
+    int first_generation = 16;       ///< random configs measured before breeding (0: breed from what is reported)
     double selection_beta = 2.5;     ///< the i-th best of n is drawn at Beta(1, beta) * n: lower = less greedy
     double jump_chance = 0.1;        ///< per child: one parameter takes any other valid value
     double step_chance = 0.03;       ///< per parameter: a step to the next value (7 in 10) or any value

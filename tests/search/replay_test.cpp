@@ -58,6 +58,26 @@ TEST_CASE("replay study: quartiles per budget", "[search][replay]") {
   CHECK_THROWS_AS(parse_replay_budget("lots"), ktune::Error);
 }
 
+TEST_CASE("replay budgets as a share of the brute-force time", "[search][replay]") {
+  ReplayEvaluator* eval = ktune::test::replay_dataset("pnpoly_RTX_2080_Ti");
+  if (eval == nullptr) {
+    WARN("replay dataset pnpoly_RTX_2080_Ti not found; skipping");
+    return;
+  }
+  // The recorded compile + verification + benchmark times of all 4092 configs
+  // (bench/peers/kernel_tuner_replay.py sums the same fields: 502 s).
+  CHECK(eval->brute_force_s() == Approx(501.95).epsilon(0.001));
+  const auto b = parse_replay_budget("10%", eval->brute_force_s());
+  CHECK(b.is_time);
+  CHECK(b.amount == Approx(eval->brute_force_s() / 10));
+  CHECK_THROWS_AS(parse_replay_budget("10%"), ktune::Error);  // no brute-force time given
+  ReplayStudyOptions options;
+  options.strategy = "exhaustive";
+  options.runs = 1;
+  options.budgets = {parse_replay_budget("100%", eval->brute_force_s())};
+  CHECK(run_replay_study(*eval, options).budgets[0].fraction.median == 1.0);
+}
+
 TEST_CASE("search records export to Kernel Tuner's cache format and replay back", "[search][replay]") {
   const ktune::Space space({{"block", {64, 128, 256}, ""}, {"vec", {1, 2, 4}, ""}});
   std::vector<Record> records;

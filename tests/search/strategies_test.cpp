@@ -29,7 +29,7 @@ std::vector<Config> run_once(Evaluator& eval, const std::string& name, std::uint
 
 TEST_CASE("registry knows the strategies and rejects unknown names", "[search]") {
   const auto names = strategy_names();
-  for (const char* n : {"exhaustive", "random", "genetic", "annealing", "bayes_opt"})
+  for (const char* n : {"auto", "exhaustive", "random", "genetic", "annealing", "bayes_opt"})
     CHECK(std::find(names.begin(), names.end(), n) != names.end());
   ktune::test::BowlEvaluator eval;
   CHECK_THROWS_WITH(make_strategy("hill", {&eval.space(), &eval, 0}), Catch::Contains("known: "));

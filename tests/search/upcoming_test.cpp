@@ -45,9 +45,9 @@ TEST_CASE("exhaustive, random and genetic foresee exactly what they propose next
   }
 }
 
-TEST_CASE("local search, bayes_opt and annealing foresee their next proposal among valid, unmeasured configs",
+TEST_CASE("local search, bayes_opt, annealing and auto foresee their next proposal among valid, unmeasured configs",
           "[search][upcoming]") {
-  for (const char* name : {"local_search", "bayes_opt", "annealing"}) {
+  for (const char* name : {"local_search", "bayes_opt", "annealing", "auto"}) {
     INFO(name);
     ReplayEvaluator* eval = test::replay_dataset("convolution_milo_A4000");
     auto s = make_strategy(name, {&eval->space(), eval, 3});
@@ -61,4 +61,14 @@ TEST_CASE("local search, bayes_opt and annealing foresee their next proposal amo
     }
     CHECK(s->next() == hint.front());
   }
+}
+
+TEST_CASE("auto foresees exactly what it proposes next once the genetic algorithm has taken over",
+          "[search][upcoming]") {
+  ReplayEvaluator* eval = test::replay_dataset("convolution_milo_A4000");
+  auto s = make_strategy("auto", {&eval->space(), eval, 7});
+  advance(*s, *eval, 50);  // the model proposes the first 40
+  const auto hint = s->upcoming(25);
+  REQUIRE(!hint.empty());
+  for (const auto& c : hint) CHECK(s->next() == c);
 }
