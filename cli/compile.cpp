@@ -59,7 +59,7 @@ std::string family_table(const tuner::CompileCheckSummary& s, bool failures_only
     if (compiled.insert(r.result.key).second) row.compile_s += r.result.compile_ms * 1e-3;  // once per source
   }
   Table table({{"family"}, {"variants", true}, {"failed", true}, {"invalid (constraints)", true},
-               {"registers", true}, {"spilling", true}, {"max smem", true}, {"compile s", true}, {"cached", true}});
+               {"registers", true}, {"spilling", true}, {"max static smem", true}, {"compile s", true}, {"cached", true}});
   for (const auto& name : order) {
     const Row& row = rows[name];
     if (failures_only && row.failed == 0) continue;
@@ -73,7 +73,7 @@ std::string family_table(const tuner::CompileCheckSummary& s, bool failures_only
 
 /// One row per variant; cached ones say so.
 std::string variant_table(const tuner::CompileCheckSummary& s, bool failures_only) {
-  Table table({{"family"}, {"problem"}, {"config"}, {"regs", true}, {"spills", true}, {"smem", true},
+  Table table({{"family"}, {"problem"}, {"config"}, {"regs", true}, {"spills", true}, {"static smem", true},
                {"ms", true}, {"status"}});
   for (const auto& r : s.rows) {
     if (failures_only && r.failure.empty()) continue;
