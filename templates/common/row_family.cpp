@@ -2,6 +2,9 @@
 #include "templates/common/row_family.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 #include "base/error.hpp"
 #include "templates/common/family_helpers.hpp"
@@ -23,13 +26,15 @@ Launch row_launch(const Config& c, const Problem& p) {
   return l;
 }
 
-void check_row_problem(const std::string& family, const Problem& p, const RowShape& shape) {
+void check_row_problem(const std::string& family, const Problem& p, const RowShape& shape,
+                       const std::vector<std::string>& extra) {
   KTUNE_REQUIRE(p.dtype == "f32" || p.dtype == "bf16",
                 fmt::format("{}: dtype '{}' is not supported; accepted: f32, bf16 ({})", family, p.dtype,
                             shape.dtypes));
   for (const auto& [k, v] : p.dims)
-    KTUNE_REQUIRE(k == "rows" || k == shape.columns,
-                  fmt::format("{}: unknown dimension '{}'; accepted: rows, {}", family, k, shape.columns));
+    KTUNE_REQUIRE(k == "rows" || k == shape.columns || std::find(extra.begin(), extra.end(), k) != extra.end(),
+                  fmt::format("{}: unknown dimension '{}'; accepted: rows, {}{}", family, k, shape.columns,
+                              extra.empty() ? "" : ", " + fmt::format("{}", fmt::join(extra, ", "))));
   KTUNE_REQUIRE(p.dims.count("rows") && p.dim("rows") >= 1 && p.dim("rows") <= (1LL << 31) - 1,
                 family + ": dimension 'rows' (tokens) must be in 1..2^31-1");
   KTUNE_REQUIRE(p.dims.count(shape.columns) && p.dim(shape.columns) >= 1 &&

@@ -34,8 +34,10 @@ std::vector<Param> row_params(const char* row_threads_tradeoff);
 std::int64_t rows_per_block(const Config& config);
 /// One launch of `config`'s layout over the problem's rows (grid and block; no arguments).
 Launch row_launch(const Config& config, const Problem& problem);
-/// check_problem of a row family: dtype f32 or bf16, dims rows and shape.columns.
-void check_row_problem(const std::string& family, const Problem& problem, const RowShape& shape);
+/// check_problem of a row family: dtype f32 or bf16, dims rows and
+/// shape.columns, and the family's `extra` dims (which it checks itself).
+void check_row_problem(const std::string& family, const Problem& problem, const RowShape& shape,
+                       const std::vector<std::string>& extra = {});
 /// The layout's constraints: the block limit, a row within a block, 16-byte
 /// accesses, no threads idle for want of columns.
 bool row_layout_valid(const Config& config, const Problem& problem, const DeviceLimits& device,

@@ -45,12 +45,7 @@ class EmbeddingFamily : public RowFamily<ArgsT> {
   }
 
   void check_problem(const Problem& p) const override {
-    for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "rows" || k == "dim" || k == "vocab",
-                    fmt::format("{}: unknown dimension '{}'; accepted: rows, dim, vocab", this->name(), k));
-    Problem rows_dim = p;
-    rows_dim.dims.erase("vocab");
-    check_row_problem(this->name(), rows_dim, shape());
+    check_row_problem(this->name(), p, shape(), {"vocab"});
     KTUNE_REQUIRE(p.dims.count("vocab") && p.dim("vocab") >= 1 && p.dim("vocab") <= (1LL << 31) - 2,
                   this->name() + ": dimension 'vocab' must be given, in 1..2^31-2 (token ids are int32)");
   }

@@ -61,12 +61,7 @@ class SoftmaxFamily : public RowFamily<ArgsT> {
   }
 
   void check_problem(const Problem& p) const override {
-    for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "rows" || k == "cols" || k == "causal",
-                    fmt::format("{}: unknown dimension '{}'; accepted: rows, cols, causal", this->name(), k));
-    Problem rows_cols = p;
-    rows_cols.dims.erase("causal");
-    check_row_problem(this->name(), rows_cols, shape());
+    check_row_problem(this->name(), p, shape(), {"causal"});
     KTUNE_REQUIRE(p.dims.count("causal") && (p.dim("causal") == 0 || p.dim("causal") == 1),
                   this->name() + ": dimension 'causal' must be given, 0 (every column) or 1 (row r sees columns "
                                  "j <= r % cols)");
