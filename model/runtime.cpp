@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "cache/store.hpp"
 #include "model/bench_e2e.hpp"
 #include "model/device_model.hpp"
 #include "model/optimizer.hpp"
@@ -58,8 +59,13 @@ class DeviceRuntime final : public Runtime {
                 const BackendOptions& options)
       : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()) {
     if (!options.cache.empty()) tuned_ = std::make_unique<cache::TunedCache>(cache::TunedCache::read(options.cache));
-    model_ = std::make_unique<DeviceTransformer>(*backend_, config, shape, allocation,
-                                                 DeviceOptions{.mode = options.mode, .tuned = tuned_.get()});
+    DeviceOptions device;
+    device.mode = options.mode;
+    device.tuned = tuned_.get();
+    // Compiled mode's GEMM algorithms, timed on this GPU, join the given cache.
+    if (!options.cache.empty())
+      device.gemm_store = [path = options.cache](const cache::Entry& e) { cache::CacheFile(path).put(e); };
+    model_ = std::make_unique<DeviceTransformer>(*backend_, config, shape, allocation, device);
   }
 
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
@@ -86,7 +92,11 @@ class DeviceRuntime final : public Runtime {
                        to_string(model_->ops().mode()), k.kernels().size(), k.count(cache::Match::kExact),
                        k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
   }
-  std::vector<std::string> warnings() const override { return model_->ops().kernels().warnings(); }
+  std::vector<std::string> warnings() const override {
+    auto w = model_->ops().kernels().warnings();
+    for (auto& g : model_->ops().gemm_engine().warnings()) w.push_back(std::move(g));
+    return w;
+  }
 
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;
