@@ -7,6 +7,7 @@
 #include "cache/store.hpp"
 #include "model/bench_e2e.hpp"
 #include "model/device_model.hpp"
+#include "model/memory_plan.hpp"
 #include "model/optimizer.hpp"
 
 namespace ktune::model {
@@ -57,7 +58,18 @@ class DeviceRuntime final : public Runtime {
  public:
   DeviceRuntime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                 const BackendOptions& options)
-      : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()) {
+      : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()),
+        baseline_(backend_->memory()) {
+    if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
+      const MemoryPlan plan = plan_memory(config, shape, options.threads);
+      const std::int64_t peak = allocation == Allocation::kTrain ? plan.peak_step() : plan.peak_forward();
+      KTUNE_REQUIRE(peak <= static_cast<std::int64_t>(baseline_.free_bytes),
+                    fmt::format("model {} at context {}, batch {} needs {} of device memory (the plan's peak); "
+                                "{} has {} free of {}",
+                                config.name, shape.context, shape.batch, format_bytes(peak), backend_->device().name,
+                                format_bytes(static_cast<std::int64_t>(baseline_.free_bytes)),
+                                format_bytes(static_cast<std::int64_t>(baseline_.total_bytes))));
+    }
     if (!options.cache.empty()) tuned_ = std::make_unique<cache::TunedCache>(cache::TunedCache::read(options.cache));
     DeviceOptions device;
     device.mode = options.mode;
@@ -92,6 +104,19 @@ class DeviceRuntime final : public Runtime {
                        to_string(model_->ops().mode()), k.kernels().size(), k.count(cache::Match::kExact),
                        k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
   }
+  std::unique_ptr<tuner::exec::Mark> mark() override { return backend_->mark(); }
+  double elapsed_ms(const tuner::exec::Mark& from, const tuner::exec::Mark& to) override {
+    return backend_->elapsed_ms(from, to);
+  }
+  std::string clock() const override { return backend_->clock(); }
+  std::optional<std::int64_t> device_bytes_in_use() const override {
+    if (baseline_.total_bytes == 0) return std::nullopt;
+    return static_cast<std::int64_t>(baseline_.free_bytes) - static_cast<std::int64_t>(backend_->memory().free_bytes);
+  }
+  std::string driver() const override {
+    const int v = backend_->device().driver_version;
+    return v > 0 ? std::to_string(v) : "";
+  }
   std::vector<std::string> warnings() const override {
     auto w = model_->ops().kernels().warnings();
     for (auto& g : model_->ops().gemm_engine().warnings()) w.push_back(std::move(g));
@@ -100,6 +125,7 @@ class DeviceRuntime final : public Runtime {
 
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;
+  tuner::exec::MemoryInfo baseline_;  // before the run allocated anything
   std::unique_ptr<cache::TunedCache> tuned_;
   std::unique_ptr<DeviceTransformer> model_;
 };
