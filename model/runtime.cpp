@@ -8,7 +8,6 @@
 #include "model/bench_e2e.hpp"
 #include "model/device_model.hpp"
 #include "model/memory_plan.hpp"
-#include "model/optimizer.hpp"
 
 namespace ktune::model {
 
@@ -28,11 +27,7 @@ class CpuRuntime final : public Runtime {
     return model_.forward(tokens, targets);
   }
   void backward() override { model_.backward(); }
-  void step(const templates::adamw::AdamwHyper& hyper) override {
-    if (!opt_) opt_ = std::make_unique<AdamW>(model_.layout().total, hyper);
-    opt_->hyper() = hyper;
-    opt_->step(model_.parameters(), model_.gradients(), model_.parallel());
-  }
+  void step(const templates::adamw::AdamwHyper& hyper) override { model_.step(hyper); }
   void synchronize() override {}
   std::vector<float> parameters() override { return {model_.parameters().begin(), model_.parameters().end()}; }
   void set_parameters(std::span<const float> values) override {
@@ -42,16 +37,13 @@ class CpuRuntime final : public Runtime {
   std::vector<float> gradients() override { return {model_.gradients().begin(), model_.gradients().end()}; }
   const ModelConfig& config() const override { return model_.config(); }
   const ParameterLayout& layout() const override { return model_.layout(); }
-  std::int64_t allocated_bytes() const override {
-    return model_.allocated_bytes() + (opt_ ? opt_->state_bytes() : 0);
-  }
+  std::int64_t allocated_bytes() const override { return model_.allocated_bytes(); }
   std::string device() const override { return fmt::format("{} ({} threads)", cpu_name(), model_.threads()); }
   std::string kernel_summary() const override { return ""; }
   std::vector<std::string> warnings() const override { return {}; }
 
  private:
   Transformer<float> model_;
-  std::unique_ptr<AdamW> opt_;
 };
 
 class DeviceRuntime final : public Runtime {
