@@ -236,8 +236,8 @@ def main(argv=None):
         print(table(ktune_rows + [result]))
         for c in checks:
             verdict = "ok" if c["ok"] else "MISMATCH"
-            print(f"\nfirst loss ({c['file']}): ktune {c['ktune_loss']:.6f}, torch {c['torch_loss']:.6f}, relative difference "
-                  f"{c['relative_difference']:.2e} (tolerance {c['tolerance']:.0e}): {verdict}")
+            print(f"\nfirst loss ({c['file']}): ktune {c['ktune_loss']:.6f}, torch {c['torch_loss']:.6f}, "
+                  f"relative difference {c['relative_difference']:.2e} (tolerance {c['tolerance']:.0e}): {verdict}")
     return 0 if all(c["ok"] for c in checks) else 1
 
 

@@ -110,7 +110,9 @@ class CublasLtGemm final : public GemmEngine {
     if (selector_) lt_.matmul(g, backend_.native_stream(), selector_->choose(g));
     else lt_.matmul(g, backend_.native_stream());
   }
-  std::vector<std::string> warnings() const override { return selector_ ? selector_->warnings() : std::vector<std::string>{}; }
+  std::vector<std::string> warnings() const override {
+    return selector_ ? selector_->warnings() : std::vector<std::string>{};
+  }
 
  private:
   // Candidates are many and a GEMM is short: a few repetitions suffice.
