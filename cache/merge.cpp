@@ -63,7 +63,8 @@ std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& optio
     const bool of_family = options.family.empty() || e.key.family == options.family;
     auto differs = [&](const std::string& want, const std::string& have) { return !want.empty() && want != have; };
     if (of_family && (differs(options.source_hash, e.key.source_hash) ||
-                      differs(options.nvrtc_version, e.key.nvrtc_version) ||
+                      // An entry that compiled nothing (a gemm entry) has no NVRTC to differ.
+                      (!e.key.nvrtc_version.empty() && differs(options.nvrtc_version, e.key.nvrtc_version)) ||
                       differs(options.driver_version, e.key.driver_version)))
       continue;
     if (options.superseded) {

@@ -75,7 +75,9 @@ struct PruneOptions {
   /// entry (by date) go.
   bool superseded = true;
   /// When non-empty: entries (of `family`, or all when empty) whose
-  /// source_hash / nvrtc_version / driver_version differ from these go.
+  /// source_hash / nvrtc_version / driver_version differ from these go
+  /// (entries with an empty nvrtc_version, gemm entries, compiled nothing
+  /// and are not filtered by it).
   std::string family;
   std::string source_hash;
   std::string nvrtc_version;

@@ -1,12 +1,14 @@
 // `ktune bench e2e`: the end-to-end benchmark of seeds 002 and 004, printed
 // in their columns (002: mean/std ms per pass; 004: fwd, back, fwd+back
-// avg/std in seconds), or as JSON.
+// avg/std in seconds) with the measured and planned memory, stamped with
+// device, driver, date and git revision, or as JSON.
 #include <fmt/format.h>
 
 #include <iostream>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/stamp.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "model/bench_e2e.hpp"
@@ -22,6 +24,8 @@ std::string markdown(const model::E2eResult& r) {
   std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, fp32, {})\n\n", o.backend,
                               o.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(o.mode)), r.device,
                               r.date);
+  s += fmt::format("{}git revision {}, ktune {}; phases timed with {}\n\n",
+                   r.driver.empty() ? "" : "driver " + r.driver + ", ", git_revision(), ktune_version(), r.clock);
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
   // Seed 002's layout.
   s += "| model_size | d_model | context_length | num_layers | num_heads | batch_size | num_warmups | num_trials | "
@@ -48,7 +52,13 @@ std::string markdown(const model::E2eResult& r) {
   if (optim)
     s += fmt::format(" {} | {} | {} | {} |", sec(r.optimizer, true), sec(r.optimizer, false), sec(r.step, true),
                      sec(r.step, false));
-  s += " ok |\n";
+  s += " ok |\n\n";
+  // Memory: the plan's peak for the passes run, what the run allocated, and
+  // on a GPU the most device memory in use after a phase.
+  s += "| plan peak | allocated | measured peak (device) |\n|--:|--:|--:|\n";
+  s += fmt::format("| {} | {} | {} |\n", model::format_bytes(r.plan_peak_bytes), model::format_bytes(r.allocated_bytes),
+                   r.device_peak_bytes ? model::format_bytes(*r.device_peak_bytes) : std::string("-"));
+  s += fmt::format("\nloss of the first step: {:.6f}\n", r.loss);
   return s;
 }
 
@@ -75,8 +85,14 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   cmd->add_flag("--with-optimizer", o->with_optimizer, "Also time the AdamW step")->excludes(fo);
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file");
+  cmd->add_option("--weights", o->e.weights, "Start from these safetensors weights (default: the seed-0 init)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--save-batch", o->e.save_batch,
+                  "Write the starting weights and the batch (tokens, targets) to this safetensors file, for a peer "
+                  "to run the same step (bench/peers/torch_e2e.py)");
   cmd->callback([o, &global] {
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
+    if (!o->e.save_batch.empty()) writable_target(o->e.save_batch, "--save-batch");
     model::E2eOptions e = o->e;
     e.model = model_from_args(o->m);
     e.shape = shape_from_args(o->m, 128, 4);
@@ -91,6 +107,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     const auto result = model::bench_e2e(e);
     const auto j = model::to_json(result);
     if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
+    for (const auto& w : result.warnings) std::cerr << "warning: " << w << "\n";
     std::cout << (global.json ? j.dump(2) + "\n" : markdown(result));
   });
 }

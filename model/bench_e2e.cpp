@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <fstream>
@@ -15,16 +15,12 @@
 #include "base/error.hpp"
 #include "model/memory_plan.hpp"
 #include "model/runtime.hpp"
+#include "model/safetensors.hpp"
+#include "model/weights.hpp"
 
 namespace ktune::model {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double ms_since(Clock::time_point t0, Clock::time_point t1) {
-  return std::chrono::duration<double, std::milli>(t1 - t0).count();
-}
 
 PhaseStats stats(const std::vector<double>& v) {
   PhaseStats s;
@@ -85,34 +81,58 @@ E2eResult bench_e2e(const E2eOptions& o) {
   auto model = make_runtime(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly,
                             {.backend = o.backend, .mode = o.mode, .cache = o.cache, .threads = o.threads});
   const templates::adamw::AdamwHyper hyper{};
+  if (!o.weights.empty()) {
+    std::vector<float> params = model->parameters();
+    load_parameters<float>(o.model, model->layout(), std::span<float>(params), read_safetensors(o.weights), o.weights);
+    model->set_parameters(params);
+  }
 
   std::mt19937_64 rng(0);
   std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(o.model.vocab - 1));
   std::vector<std::int32_t> tokens(o.shape.tokens()), targets(o.shape.tokens());
   for (auto& t : tokens) t = pick(rng);
   for (auto& t : targets) t = pick(rng);
+  if (!o.save_batch.empty()) {
+    TensorFile f = parameters_file<float>(o.model, model->layout(), model->parameters());
+    const auto batch = [&](const std::vector<std::int32_t>& v) {
+      return SafeTensor{"I32", {o.shape.batch, o.shape.context},
+                        std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(std::int32_t))};
+    };
+    f.add("tokens", batch(tokens));
+    f.add("targets", batch(targets));
+    write_safetensors(o.save_batch, f);
+  }
 
+  // Each phase between two marks: CUDA events on the stream on a GPU, the
+  // host clock after waiting elsewhere. Device memory in use is read after
+  // each phase (outside the marks), its largest value the measured peak.
   std::vector<double> fwd, bwd, fb, optim, step;
+  double first_loss = 0;
+  std::optional<std::int64_t> peak_in_use = model->device_bytes_in_use();
+  const auto sample_memory = [&] {
+    if (const auto now = model->device_bytes_in_use()) peak_in_use = std::max(peak_in_use.value_or(0), *now);
+  };
   for (std::int64_t i = 0; i < o.warmup + o.trials; ++i) {
     model->synchronize();
-    const auto t0 = Clock::now();
-    model->forward(tokens, targets);  // waits for the loss
-    const auto t1 = Clock::now();
+    const auto t0 = model->mark();
+    const double loss = model->forward(tokens, targets);  // waits for the loss
+    if (i == 0) first_loss = loss;
+    const auto t1 = model->mark();
     if (backward) model->backward();
-    model->synchronize();
-    const auto t2 = Clock::now();
+    const auto t2 = model->mark();
     if (optimizer) model->step(hyper);
+    const auto t3 = model->mark();
     model->synchronize();
-    const auto t3 = Clock::now();
+    sample_memory();
     if (i < o.warmup) continue;
-    fwd.push_back(ms_since(t0, t1));
+    fwd.push_back(model->elapsed_ms(*t0, *t1));
     if (backward) {
-      bwd.push_back(ms_since(t1, t2));
-      fb.push_back(ms_since(t0, t2));
+      bwd.push_back(model->elapsed_ms(*t1, *t2));
+      fb.push_back(model->elapsed_ms(*t0, *t2));
     }
     if (optimizer) {
-      optim.push_back(ms_since(t2, t3));
-      step.push_back(ms_since(t0, t3));
+      optim.push_back(model->elapsed_ms(*t2, *t3));
+      step.push_back(model->elapsed_ms(*t0, *t3));
     }
   }
   E2eResult r;
@@ -123,7 +143,13 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.optimizer = stats(optim);
   r.step = stats(step);
   r.plan = plan;
+  r.loss = first_loss;
   r.allocated_bytes = model->allocated_bytes();
+  r.plan_peak_bytes = optimizer ? plan.peak_step() : backward ? plan.peak_forward_backward() : plan.peak_forward();
+  r.device_peak_bytes = peak_in_use;
+  r.clock = model->clock();
+  r.driver = model->driver();
+  r.warnings = model->warnings();
   r.device = model->device();
   r.kernels = model->kernel_summary();
   r.date = utc_now();
@@ -137,6 +163,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"mode", o.backend == "cpu" ? "reference" : to_string(o.mode)},
           {"kernels", r.kernels},
           {"device", r.device},
+          {"driver", r.driver},
+          {"clock", r.clock},
           {"date", r.date},
           {"git_revision", git_revision()},
           {"ktune_version", ktune_version()},
@@ -151,6 +179,7 @@ nlohmann::json to_json(const E2eResult& r) {
           {"num_warmups", o.warmup},
           {"num_trials", o.trials},
           {"passes", passes_name(o.passes)},
+          {"loss", r.loss},
           {"dtype", "float32"},
           {"threads", o.threads},
           {"forward", phase_json(r.forward)},
@@ -158,7 +187,10 @@ nlohmann::json to_json(const E2eResult& r) {
           {"forward_backward", phase_json(r.forward_backward)},
           {"optimizer", phase_json(r.optimizer)},
           {"step", phase_json(r.step)},
-          {"allocated_bytes", r.allocated_bytes}};
+          {"allocated_bytes", r.allocated_bytes},
+          {"plan_peak_bytes", r.plan_peak_bytes},
+          {"device_peak_bytes", r.device_peak_bytes ? nlohmann::json(*r.device_peak_bytes) : nlohmann::json()},
+          {"warnings", r.warnings}};
 }
 
 }  // namespace ktune::model

@@ -1,11 +1,15 @@
 // The end-to-end training-step benchmark of the seed reports (002, 004):
 // forward, backward and optimizer times over trials after warm-up steps, on
 // random tokens, for one model size, context length and batch, on any
-// backend (model/runtime.hpp). Each phase is timed on the host clock after
-// waiting for the device (CUDA-event timing per phase is owed).
+// backend (model/runtime.hpp). Each phase is timed between two marks of the
+// runtime: CUDA events on the backend's stream on a GPU, the host clock
+// after waiting on cpu and emu. On a GPU the device memory in use is
+// measured after each phase (cuMemGetInfo) beside the memory plan's peak.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +36,9 @@ struct E2eOptions {
   std::int64_t trials = 10;
   E2ePasses passes = E2ePasses::kForwardBackward;
   unsigned threads = 1;
+  std::string weights;     ///< safetensors to start from (empty: the seed-0 initialisation)
+  std::string save_batch;  ///< when set: the starting weights and the batch (I32 `tokens`, `targets`,
+                           ///< (batch, context)) written here as safetensors, for a peer to run the same step
 };
 
 /// Mean and sample standard deviation (n-1) of one phase, in milliseconds.
@@ -45,7 +52,13 @@ struct E2eResult {
   E2eOptions options;
   PhaseStats forward, backward, forward_backward, optimizer, step;
   MemoryPlan plan;
+  double loss = 0;  ///< of the first forward, on the starting weights
   std::int64_t allocated_bytes = 0;
+  std::int64_t plan_peak_bytes = 0;               ///< the memory plan's peak for the passes run
+  std::optional<std::int64_t> device_peak_bytes;  ///< measured on a GPU: most device memory in use after a phase
+  std::string clock;   ///< what the phases were timed with
+  std::string driver;  ///< CUDA driver version, empty without a GPU
+  std::vector<std::string> warnings;  ///< stale or refused cache entries
   std::string device;  ///< CPU model name and threads, or the GPU / emulated arch
   std::string kernels; ///< where the device kernels' configs came from (empty on cpu)
   std::string date;    ///< UTC, ISO 8601

@@ -4,9 +4,10 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "cache/store.hpp"
 #include "model/bench_e2e.hpp"
 #include "model/device_model.hpp"
-#include "model/optimizer.hpp"
+#include "model/memory_plan.hpp"
 
 namespace ktune::model {
 
@@ -26,11 +27,7 @@ class CpuRuntime final : public Runtime {
     return model_.forward(tokens, targets);
   }
   void backward() override { model_.backward(); }
-  void step(const templates::adamw::AdamwHyper& hyper) override {
-    if (!opt_) opt_ = std::make_unique<AdamW>(model_.layout().total, hyper);
-    opt_->hyper() = hyper;
-    opt_->step(model_.parameters(), model_.gradients(), model_.parallel());
-  }
+  void step(const templates::adamw::AdamwHyper& hyper) override { model_.step(hyper); }
   void synchronize() override {}
   std::vector<float> parameters() override { return {model_.parameters().begin(), model_.parameters().end()}; }
   void set_parameters(std::span<const float> values) override {
@@ -40,26 +37,39 @@ class CpuRuntime final : public Runtime {
   std::vector<float> gradients() override { return {model_.gradients().begin(), model_.gradients().end()}; }
   const ModelConfig& config() const override { return model_.config(); }
   const ParameterLayout& layout() const override { return model_.layout(); }
-  std::int64_t allocated_bytes() const override {
-    return model_.allocated_bytes() + (opt_ ? opt_->state_bytes() : 0);
-  }
+  std::int64_t allocated_bytes() const override { return model_.allocated_bytes(); }
   std::string device() const override { return fmt::format("{} ({} threads)", cpu_name(), model_.threads()); }
   std::string kernel_summary() const override { return ""; }
   std::vector<std::string> warnings() const override { return {}; }
 
  private:
   Transformer<float> model_;
-  std::unique_ptr<AdamW> opt_;
 };
 
 class DeviceRuntime final : public Runtime {
  public:
   DeviceRuntime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                 const BackendOptions& options)
-      : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()) {
+      : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()),
+        baseline_(backend_->memory()) {
+    if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
+      const MemoryPlan plan = plan_memory(config, shape, options.threads);
+      const std::int64_t peak = allocation == Allocation::kTrain ? plan.peak_step() : plan.peak_forward();
+      KTUNE_REQUIRE(peak <= static_cast<std::int64_t>(baseline_.free_bytes),
+                    fmt::format("model {} at context {}, batch {} needs {} of device memory (the plan's peak); "
+                                "{} has {} free of {}",
+                                config.name, shape.context, shape.batch, format_bytes(peak), backend_->device().name,
+                                format_bytes(static_cast<std::int64_t>(baseline_.free_bytes)),
+                                format_bytes(static_cast<std::int64_t>(baseline_.total_bytes))));
+    }
     if (!options.cache.empty()) tuned_ = std::make_unique<cache::TunedCache>(cache::TunedCache::read(options.cache));
-    model_ = std::make_unique<DeviceTransformer>(*backend_, config, shape, allocation,
-                                                 DeviceOptions{.mode = options.mode, .tuned = tuned_.get()});
+    DeviceOptions device;
+    device.mode = options.mode;
+    device.tuned = tuned_.get();
+    // Compiled mode's GEMM algorithms, timed on this GPU, join the given cache.
+    if (!options.cache.empty())
+      device.gemm_store = [path = options.cache](const cache::Entry& e) { cache::CacheFile(path).put(e); };
+    model_ = std::make_unique<DeviceTransformer>(*backend_, config, shape, allocation, device);
   }
 
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
@@ -86,10 +96,28 @@ class DeviceRuntime final : public Runtime {
                        to_string(model_->ops().mode()), k.kernels().size(), k.count(cache::Match::kExact),
                        k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
   }
-  std::vector<std::string> warnings() const override { return model_->ops().kernels().warnings(); }
+  std::unique_ptr<tuner::exec::Mark> mark() override { return backend_->mark(); }
+  double elapsed_ms(const tuner::exec::Mark& from, const tuner::exec::Mark& to) override {
+    return backend_->elapsed_ms(from, to);
+  }
+  std::string clock() const override { return backend_->clock(); }
+  std::optional<std::int64_t> device_bytes_in_use() const override {
+    if (baseline_.total_bytes == 0) return std::nullopt;
+    return static_cast<std::int64_t>(baseline_.free_bytes) - static_cast<std::int64_t>(backend_->memory().free_bytes);
+  }
+  std::string driver() const override {
+    const int v = backend_->device().driver_version;
+    return v > 0 ? std::to_string(v) : "";
+  }
+  std::vector<std::string> warnings() const override {
+    auto w = model_->ops().kernels().warnings();
+    for (auto& g : model_->ops().gemm_engine().warnings()) w.push_back(std::move(g));
+    return w;
+  }
 
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;
+  tuner::exec::MemoryInfo baseline_;  // before the run allocated anything
   std::unique_ptr<cache::TunedCache> tuned_;
   std::unique_ptr<DeviceTransformer> model_;
 };

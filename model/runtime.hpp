@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,11 +53,32 @@ class Runtime {
   virtual std::string kernel_summary() const = 0;
   /// Warnings a person should see (stale cache entries).
   virtual std::vector<std::string> warnings() const = 0;
+
+  /// A mark after the work enqueued so far, for timing phases: a CUDA event
+  /// on the backend's stream (cuda), the host clock after waiting (cpu, emu).
+  virtual std::unique_ptr<tuner::exec::Mark> mark() {
+    synchronize();
+    return tuner::exec::host_mark();
+  }
+  /// Milliseconds between two marks of this runtime; waits for `to`.
+  virtual double elapsed_ms(const tuner::exec::Mark& from, const tuner::exec::Mark& to) {
+    return tuner::exec::host_elapsed_ms(from, to);
+  }
+  /// What mark() reads, for a person.
+  virtual std::string clock() const { return "host clock"; }
+  /// Device memory in use now that was free before the runtime was made
+  /// (cuMemGetInfo, so other processes' allocations count too); nullopt
+  /// without device memory of its own (cpu, emu).
+  virtual std::optional<std::int64_t> device_bytes_in_use() const { return std::nullopt; }
+  /// The CUDA driver version ("13000"); empty without a GPU.
+  virtual std::string driver() const { return ""; }
 };
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation
 /// with seed 0. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
-/// for an unknown backend or a cache given to the cpu backend.
+/// for an unknown backend, a cache given to the cpu backend, or (cuda,
+/// before anything is allocated) a memory plan whose peak does not fit in
+/// the GPU's free memory.
 std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                                       const BackendOptions& options);
 

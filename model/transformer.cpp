@@ -26,7 +26,7 @@ Transformer<T>::Transformer(const ModelConfig& config, const RunShape& shape, Al
   work_.assign(L_.work.size, T(0));
   tokens_.assign(shape_.tokens(), 0);
   targets_.assign(shape_.tokens(), 0);
-  std::array<void*, kRegionCount> bases{};
+  auto& bases = bases_;
   bases[static_cast<int>(Region::kParams)] = params_.data();
   bases[static_cast<int>(Region::kGrads)] = train ? grads_.data() : nullptr;
   bases[static_cast<int>(Region::kLayers)] = layer_acts_.data();
@@ -84,8 +84,24 @@ void Transformer<T>::backward() {
 }
 
 template <class T>
+void Transformer<T>::step(const templates::adamw::AdamwHyper& hyper) {
+  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "an optimizer step needs a model built for training");
+  if (exp_avg_.empty()) {  // the moments exist from the first step on, as the plan's peak_step counts them
+    exp_avg_.assign(L_.params.total, T(0));
+    exp_avg_sq_.assign(L_.params.total, T(0));
+    bases_[static_cast<int>(Region::kExpAvg)] = exp_avg_.data();
+    bases_[static_cast<int>(Region::kExpAvgSq)] = exp_avg_sq_.data();
+    ops_ = std::make_unique<CpuOps<T>>(bases_, L_.work, parallel_);  // holds no state but the bases
+  }
+  templates::adamw::AdamwHyper h = hyper;
+  h.step = ++steps_;
+  walk_adamw(*ops_, L_, h);
+}
+
+template <class T>
 std::int64_t Transformer<T>::allocated_bytes() const {
-  const std::size_t values = params_.size() + grads_.size() + layer_acts_.size() + final_acts_.size() + work_.size();
+  const std::size_t values = params_.size() + grads_.size() + exp_avg_.size() + exp_avg_sq_.size() +
+                             layer_acts_.size() + final_acts_.size() + work_.size();
   return static_cast<std::int64_t>(values * sizeof(T) + (tokens_.size() + targets_.size()) * sizeof(std::int32_t));
 }
 

@@ -7,6 +7,7 @@
 // split over threads, and OpenBLAS GEMMs). Templated on the value type: float
 // for runs, double for gradient checks.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -67,8 +68,15 @@ class Transformer {
   /// accumulating). Needs Allocation::kTrain and a forward first.
   void backward();
 
+  /// One AdamW step of the walk (walk_adamw) from the gradients, with the
+  /// model's own step counter (hyper.step is ignored). The first step
+  /// allocates the moments (zeros). Needs Allocation::kTrain.
+  void step(const templates::adamw::AdamwHyper& hyper);
+  std::int64_t steps_taken() const { return steps_; }
+
   /// Bytes this instance allocated (parameters, gradients, activations,
-  /// workspace, inputs): equals the plan's peak for its allocation.
+  /// workspace, inputs, and the AdamW moments once a step allocated them):
+  /// equals the plan's peak for its allocation (peak_step after a step).
   std::int64_t allocated_bytes() const;
 
  private:
@@ -79,12 +87,15 @@ class Transformer {
   StepLayout L_;
   MemoryPlan plan_;
   std::vector<T> params_, grads_;
+  std::vector<T> exp_avg_, exp_avg_sq_;  // AdamW moments, from the first step on
   std::vector<T> layer_acts_;  // (slots, L_.layer.size): slots = layers when training, else 1
   std::vector<T> final_acts_;  // (L_.final.size)
   std::vector<T> work_;        // (L_.work.size)
   std::vector<std::int32_t> tokens_, targets_;  // (batch, context) each
+  std::array<void*, kRegionCount> bases_{};  // what ops_ reads each region at
   std::unique_ptr<CpuOps<T>> ops_;
   bool have_forward_ = false;
+  std::int64_t steps_ = 0;
 };
 
 extern template class Transformer<float>;

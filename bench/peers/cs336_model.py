@@ -3,7 +3,8 @@ token embedding; pre-norm blocks [RMSNorm -> causal MHA with RoPE (theta
 10000, interleaved pairs) -> residual; RMSNorm -> SwiGLU -> residual]; final
 RMSNorm; untied LM head; no biases; mean cross-entropy. Parameter names are
 the state-dict names ktune's safetensors use. Shared by the CPU peer
-(torch_cpu_e2e.py) and the golden-fixture generator (tests/model/make_golden.py).
+(torch_cpu_e2e.py), the GPU peer (torch_e2e.py) and the golden-fixture
+generator (tests/model/make_golden.py).
 """
 import json
 import math
@@ -47,7 +48,7 @@ def rope(x, theta):
     T, D = x.shape[-2], x.shape[-1]
     inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
     ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    cos, sin = ang.cos().to(x.device, x.dtype), ang.sin().to(x.device, x.dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
 
@@ -56,6 +57,7 @@ class Attention(nn.Module):
     def __init__(self, d, heads, theta):
         super().__init__()
         self.heads, self.theta = heads, theta
+        self.sdpa = False  # True: F.scaled_dot_product_attention (fused); False: the scores materialised
         self.q_proj, self.k_proj, self.v_proj, self.output_proj = (Linear(d, d) for _ in range(4))
 
     def forward(self, x):
@@ -63,8 +65,11 @@ class Attention(nn.Module):
         H, D = self.heads, C // self.heads
         q, k, v = (p(x).view(B, T, H, D).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
         q, k = rope(q, self.theta), rope(k, self.theta)
+        if self.sdpa:
+            out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.output_proj(out.transpose(1, 2).reshape(B, T, C))
         scores = q @ k.transpose(-1, -2) / math.sqrt(D)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         probs = torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
         return self.output_proj((probs @ v).transpose(1, 2).reshape(B, T, C))
 

@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "model/gemm.hpp"
 #include "model/step_kernels.hpp"
+#include "tuner/cuda/gemm_select.hpp"
 #include "templates/adamw/adamw.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
@@ -92,14 +93,35 @@ class HostGemm final : public GemmEngine {
 
 class CublasLtGemm final : public GemmEngine {
  public:
-  CublasLtGemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace)
-      : backend_(backend), lt_(workspace.address(), workspace.bytes()) {}
-  std::string name() const override { return "cuBLASLt (heuristic's first algorithm)"; }
-  void gemm(const tuner::GemmDesc& g) override { lt_.matmul(g, backend_.native_stream()); }
+  CublasLtGemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace, bool timed,
+               const cache::TunedCache* tuned, GemmStore store)
+      : backend_(backend), lt_(workspace.address(), workspace.bytes()) {
+    if (!timed) return;
+    trials_ = tuner::make_cublaslt_trials(backend_, lt_, kGemmTiming);
+    selector_ = std::make_unique<tuner::GemmSelector>(*trials_, backend_.device(), tuned, std::move(store));
+  }
+  std::string name() const override {
+    if (!selector_) return "cuBLASLt (heuristic's first algorithm)";
+    const auto& c = selector_->counts();
+    return fmt::format("cuBLASLt (timed algorithms: {} from the tuned cache, {} timed now, {} candidates rejected)",
+                       c.cached, c.timed, c.rejected);
+  }
+  void gemm(const tuner::GemmDesc& g) override {
+    if (selector_) lt_.matmul(g, backend_.native_stream(), selector_->choose(g));
+    else lt_.matmul(g, backend_.native_stream());
+  }
+  std::vector<std::string> warnings() const override {
+    return selector_ ? selector_->warnings() : std::vector<std::string>{};
+  }
 
  private:
+  // Candidates are many and a GEMM is short: a few repetitions suffice.
+  static constexpr tuner::RunOptions kGemmTiming{
+      .validate = false, .time = true, .warmup = 2, .min_repetitions = 5, .max_repetitions = 50, .min_seconds = 0.002};
   tuner::exec::Backend& backend_;
   tuner::CublasLt lt_;
+  std::unique_ptr<tuner::GemmTrials> trials_;
+  std::unique_ptr<tuner::GemmSelector> selector_;
 };
 
 }  // namespace
@@ -108,8 +130,9 @@ std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const 
   return std::make_unique<HostGemm>(backend, arena);
 }
 
-std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace) {
-  return std::make_unique<CublasLtGemm>(backend, workspace);
+std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace,
+                                               bool timed, const cache::TunedCache* tuned, GemmStore store) {
+  return std::make_unique<CublasLtGemm>(backend, workspace, timed, tuned, std::move(store));
 }
 
 const char* to_string(Mode mode) { return mode == Mode::kEager ? "eager" : "compiled"; }
@@ -174,7 +197,8 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
   if (backend_.native_stream() != 0) {
     gemm_workspace_ = backend_.allocate(kCublasLtWorkspace, "cuBLASLt workspace");
-    gemm_ = make_cublaslt_gemm(backend_, *gemm_workspace_);
+    gemm_ = make_cublaslt_gemm(backend_, *gemm_workspace_, options_.mode == Mode::kCompiled, options_.tuned,
+                               options_.gemm_store);
   } else {
     gemm_ = make_host_gemm(backend_, *arena_);
   }

@@ -7,12 +7,15 @@
 //            loaded, planned with their typed Args at the regions' addresses
 //   configs  compiled mode: the tuned cache's (exact, else nearest, else the
 //            family default; counted); eager mode: the family defaults
-//   GEMMs    a GemmEngine: cuBLASLt on `cuda`, OpenBLAS on the host through
+//   GEMMs    a GemmEngine: cuBLASLt on `cuda` (eager: the heuristic's first
+//            algorithm; compiled: chosen by timing, from and into the tuned
+//            cache, tuner/cuda/gemm_select.hpp), OpenBLAS on the host through
 //            the backend's copies on `emu`
 // fp32 for now; the plan's per-region dtypes (bf16 mixed precision) are owed.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,17 +45,26 @@ class GemmEngine {
   virtual ~GemmEngine() = default;
   virtual std::string name() const = 0;
   virtual void gemm(const tuner::GemmDesc& g) = 0;
+  /// Warnings a person should see (stale or refused GEMM cache entries).
+  virtual std::vector<std::string> warnings() const { return {}; }
 };
 
 /// OpenBLAS on the host: operands downloaded from `arena`, the product
 /// uploaded back (the emulation's GEMMs; correct anywhere, fast nowhere).
 std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& arena);
-/// cuBLASLt on the backend's stream, with `workspace` for its algorithms.
-std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace);
+/// Where compiled mode's newly timed GEMM choices go (cache::CacheFile::put).
+using GemmStore = std::function<void(const cache::Entry&)>;
+/// cuBLASLt on the backend's stream, with `workspace` for its algorithms:
+/// the heuristic's first, or with `timed`, each GEMM's algorithm chosen by
+/// timing (the cache's exact entry first; new choices go to `store`).
+std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace,
+                                               bool timed = false, const cache::TunedCache* tuned = nullptr,
+                                               GemmStore store = {});
 
 struct DeviceOptions {
   Mode mode = Mode::kCompiled;
   const cache::TunedCache* tuned = nullptr;  ///< compiled mode's configs; null: the family defaults
+  GemmStore gemm_store = {};                 ///< compiled mode on cuda: where timed GEMM choices go
   unsigned compile_threads = 0;              ///< 0: the environment's default
 };
 

@@ -2,7 +2,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "base/error.hpp"
+#include "model/safetensors.hpp"
+#include "support.hpp"
 
 using namespace ktune::model;
 
@@ -35,4 +39,47 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   o.backend = "cpu";
   o.cache = "tuned.json";
   CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("the cpu backend has none"));
+}
+
+TEST_CASE("the e2e benchmark stamps its clock, memory and loss, and saves its batch for a peer", "[model][bench]") {
+  E2eOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{2, 16};
+  o.warmup = 0;
+  o.trials = 1;
+  o.threads = 1;
+  o.passes = E2ePasses::kStep;
+  const auto dir = ktune::test::scratch_dir("bench_e2e");
+  o.save_batch = (dir / "batch.safetensors").string();
+  const E2eResult r = bench_e2e(o);
+  CHECK(r.clock == "host clock");
+  CHECK(r.plan_peak_bytes == r.plan.peak_step());
+  CHECK_FALSE(r.device_peak_bytes.has_value());  // no device memory on cpu
+  CHECK(r.driver.empty());
+  // A fresh model's loss is near log(vocab).
+  CHECK(r.loss == Approx(std::log(128.0)).epsilon(0.1));
+  const auto j = to_json(r);
+  CHECK(j.at("clock") == "host clock");
+  CHECK(j.at("plan_peak_bytes") == r.plan.peak_step());
+  CHECK(j.at("device_peak_bytes").is_null());
+  CHECK(j.at("loss").get<double>() == r.loss);
+  CHECK(j.contains("git_revision"));
+
+  // The saved file holds the starting weights and the batch.
+  auto file = read_safetensors(o.save_batch);
+  const auto& tokens = file.at("tokens");
+  CHECK(tokens.dtype == "I32");
+  CHECK(tokens.shape == std::vector<std::int64_t>{2, 16});
+  CHECK(file.at("lm_head.weight").shape == std::vector<std::int64_t>{128, 64});
+
+  // Started from those weights, the first loss is the same; from other weights, another.
+  o.save_batch.clear();
+  o.weights = (dir / "batch.safetensors").string();
+  CHECK(bench_e2e(o).loss == Approx(r.loss).epsilon(1e-6));
+  auto& head = file.tensors.at("lm_head.weight");
+  auto* w = reinterpret_cast<float*>(head.bytes.data());
+  for (std::int64_t i = 0; i < head.numel(); ++i) w[i] *= 8;
+  write_safetensors(dir / "scaled.safetensors", file);
+  o.weights = (dir / "scaled.safetensors").string();
+  CHECK(std::abs(bench_e2e(o).loss - r.loss) > 1e-3);
 }

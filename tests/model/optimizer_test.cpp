@@ -2,6 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <random>
+#include <vector>
+
+#include "model/transformer.hpp"
 #include "templates/adamw/reference.hpp"
 
 using namespace ktune::model;
@@ -25,4 +29,32 @@ TEST_CASE("threaded AdamW equals one call of the reference over the whole buffer
   }
   CHECK(p == p_ref);
   CHECK(opt.steps_taken() == 3);
+}
+
+TEST_CASE("the cpu model's AdamW step is the walk's, equal to AdamW over the flat buffer", "[model][adamw]") {
+  Transformer<float> model(model_config("tiny"), RunShape{2, 8}, Allocation::kTrain, 2);
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
+  for (auto& g : model.gradients()) g = u(rng);  // fresh gradients; the moments start at zero
+  const std::vector<float> p0(model.parameters().begin(), model.parameters().end());
+  const std::int64_t before = model.allocated_bytes();
+  std::vector<float> p_ref = p0;
+  ktune::templates::adamw::AdamwHyper h;
+  h.lr = 1e-2f;
+  h.step = 99;  // ignored: each side counts its own steps
+  AdamW opt(model.layout().total, h);
+  Parallel par(3);
+  for (int s = 1; s <= 3; ++s) {
+    model.step(h);
+    opt.step(p_ref, model.gradients(), par);
+  }
+  CHECK(model.steps_taken() == 3);
+  CHECK(std::vector<float>(model.parameters().begin(), model.parameters().end()) == p_ref);
+  CHECK(std::vector<float>(model.parameters().begin(), model.parameters().end()) != p0);
+  // The moments exist from the first step on: the plan's step peak.
+  CHECK(model.allocated_bytes() == before + opt.state_bytes());
+  CHECK(model.allocated_bytes() == model.plan().peak_step());
+
+  Transformer<float> inference(model_config("tiny"), RunShape{2, 8}, Allocation::kForwardOnly, 1);
+  CHECK_THROWS_WITH(inference.step(h), Catch::Contains("built for training"));
 }

@@ -7,6 +7,8 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
 
 #include "base/error.hpp"
@@ -21,7 +23,8 @@ namespace {
       X(cublasLtMatmulDescSetAttribute) X(cublasLtMatrixLayoutCreate) X(cublasLtMatrixLayoutDestroy)           \
           X(cublasLtMatrixLayoutSetAttribute) X(cublasLtMatmulPreferenceCreate)                                \
               X(cublasLtMatmulPreferenceDestroy) X(cublasLtMatmulPreferenceSetAttribute)                       \
-                  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul)
+                  X(cublasLtMatmulAlgoGetHeuristic) X(cublasLtMatmul) X(cublasLtMatmulAlgoCheck)          \
+                      X(cublasLtMatmulAlgoConfigGetAttribute)
 
 struct Library {
 #define KTUNE_CUBLASLT_FN(name) decltype(&::name) name = nullptr;
@@ -83,7 +86,67 @@ std::uint32_t alignment(std::uint64_t address, std::int64_t batch, std::int64_t 
   return static_cast<std::uint32_t>(bits & (~bits + 1));  // lowest set bit
 }
 
+// The configuration attributes a GemmAlgo names, with their sizes in bytes.
+struct AlgoAttribute {
+  const char* name;
+  cublasLtMatmulAlgoConfigAttributes_t attribute;
+  std::size_t bytes;
+};
+constexpr AlgoAttribute kAlgoAttributes[] = {
+    {"algo_id", CUBLASLT_ALGO_CONFIG_ID, 4},
+    {"tile", CUBLASLT_ALGO_CONFIG_TILE_ID, 4},
+    {"splitk", CUBLASLT_ALGO_CONFIG_SPLITK_NUM, 4},
+    {"reduction", CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, 4},
+    {"swizzle", CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, 4},
+    {"custom", CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, 4},
+    {"stages", CUBLASLT_ALGO_CONFIG_STAGES_ID, 4},
+    {"inner_shape", CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, 2},
+    {"cluster_shape", CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, 2},
+};
+
+GemmAlgo to_algo(const cublasLtMatmulAlgo_t& algo) {
+  GemmAlgo out;
+  std::memcpy(out.words.data(), algo.data, sizeof(algo.data));
+  for (const auto& a : kAlgoAttributes) {
+    std::int32_t value = 0;  // every attribute is 2 or 4 bytes, little-endian, signed or small
+    std::size_t written = 0;
+    if (library().cublasLtMatmulAlgoConfigGetAttribute(&algo, a.attribute, &value, a.bytes, &written) ==
+        CUBLAS_STATUS_SUCCESS)
+      out.attributes[a.name] = a.bytes == 2 ? static_cast<std::uint16_t>(value) : value;
+  }
+  return out;
+}
+
+cublasLtMatmulAlgo_t from_algo(const GemmAlgo& algo) {
+  cublasLtMatmulAlgo_t out{};
+  static_assert(sizeof(out.data) == sizeof(algo.words), "cublasLtMatmulAlgo_t holds 8 words");
+  std::memcpy(out.data, algo.words.data(), sizeof(out.data));
+  return out;
+}
+
 }  // namespace
+
+std::uint32_t gemm_alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride) {
+  return alignment(address, batch, stride);
+}
+
+std::int64_t GemmDesc::span_a() const {
+  return (batch - 1) * stride_a + ((trans_a ? k : m) - 1) * lda + (trans_a ? m : k);
+}
+std::int64_t GemmDesc::span_b() const {
+  return (batch - 1) * stride_b + ((trans_b ? n : k) - 1) * ldb + (trans_b ? k : n);
+}
+std::int64_t GemmDesc::span_c() const { return (batch - 1) * stride_c + (m - 1) * ldc + n; }
+
+// What one pass over a GEMM's descriptors does: run it (with the
+// heuristic's first algorithm, or `algo`), list candidates, or check `algo`.
+struct CublasLt::Request {
+  const GemmAlgo* algo = nullptr;     // run or check this one
+  int candidates = 0;                 // > 0: list this many, run nothing
+  std::vector<GemmAlgo> found;
+  bool check_only = false;            // check `algo`, run nothing
+  std::string refusal;
+};
 
 struct CublasLt::State {
   cublasLtHandle_t handle = nullptr;
@@ -105,7 +168,38 @@ CublasLt::~CublasLt() {
   if (state_ && state_->handle) library().cublasLtDestroy(state_->handle);
 }
 
+std::string CublasLt::version() {
+  const Library& lib = library();
+  return lib.failure.empty() ? fmt::format("cublasLt {}", lib.cublasLtGetVersion()) : std::string("cublasLt none");
+}
+
 void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
+  Request request;
+  run(g, stream, request);
+}
+
+void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream, const GemmAlgo& algo) {
+  Request request;
+  request.algo = &algo;
+  run(g, stream, request);
+}
+
+std::vector<GemmAlgo> CublasLt::algorithms(const GemmDesc& g, int count) {
+  Request request;
+  request.candidates = std::max(1, count);
+  run(g, 0, request);
+  return request.found;
+}
+
+std::string CublasLt::refusal(const GemmDesc& g, const GemmAlgo& algo) {
+  Request request;
+  request.algo = &algo;
+  request.check_only = true;
+  run(g, 0, request);
+  return request.refusal;
+}
+
+void CublasLt::run(const GemmDesc& g, std::uint64_t stream, Request& request) {
   const Library& lib = library();
   // Column-major view: D' (n, m) = op(B') op(A'), A' = B, B' = A.
   cublasLtMatmulDesc_t desc = nullptr;
@@ -140,13 +234,38 @@ void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
                                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
                                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c}})
     KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceSetAttribute(pref, attribute, value, sizeof(*value)));
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  KT_CHECK_CUBLAS(lib.cublasLtMatmulAlgoGetHeuristic(state_->handle, desc, a.layout, b.layout, c.layout, c.layout,
-                                                     pref, 1, &result, &found));
-  if (found < 1)
-    throw Error(ErrorKind::kCuda, fmt::format("cuBLASLt has no algorithm for the fp32 GEMM m={} n={} k={} batch={}",
-                                              g.m, g.n, g.k, g.batch));
+  // The algorithm: the given one, else the heuristic's first.
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<std::size_t>(std::max(1, request.candidates)));
+  cublasLtMatmulHeuristicResult_t& result = results[0];
+  if (request.algo) {
+    result.algo = from_algo(*request.algo);
+    if (request.check_only) {  // an algorithm read back from a file, checked once before use
+      if (to_algo(result.algo).attributes != request.algo->attributes) {
+        request.refusal = "its attributes are not those its words hold";
+        return;
+      }
+      const cublasStatus_t status = lib.cublasLtMatmulAlgoCheck(state_->handle, desc, a.layout, b.layout,
+                                                                c.layout, c.layout, &result.algo, &result);
+      if (status != CUBLAS_STATUS_SUCCESS)
+        request.refusal = fmt::format("cublasLtMatmulAlgoCheck returns status {}", static_cast<int>(status));
+      else if (result.workspaceSize > state_->workspace_bytes)
+        request.refusal = fmt::format("it needs {} bytes of workspace; {} are reserved", result.workspaceSize,
+                                      state_->workspace_bytes);
+      return;
+    }
+  } else {
+    int found = 0;
+    KT_CHECK_CUBLAS(lib.cublasLtMatmulAlgoGetHeuristic(state_->handle, desc, a.layout, b.layout, c.layout, c.layout,
+                                                       pref, static_cast<int>(results.size()), results.data(), &found));
+    if (found < 1)
+      throw Error(ErrorKind::kCuda, fmt::format("cuBLASLt has no algorithm for the fp32 GEMM m={} n={} k={} batch={}",
+                                                g.m, g.n, g.k, g.batch));
+    if (request.candidates > 0) {
+      for (int i = 0; i < found; ++i)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) request.found.push_back(to_algo(results[i].algo));
+      return;
+    }
+  }
   KT_CHECK_CUBLAS(lib.cublasLtMatmul(state_->handle, desc, &g.alpha, reinterpret_cast<const void*>(g.b), a.layout,
                                      reinterpret_cast<const void*>(g.a), b.layout, &g.beta,
                                      reinterpret_cast<const void*>(g.c), c.layout, reinterpret_cast<void*>(g.c),

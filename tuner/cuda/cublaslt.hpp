@@ -3,10 +3,15 @@
 // GEMMs of the model runtime on a GPU (the families have no GEMM).
 //   CublasLt lt(workspace_address, workspace_bytes);
 //   lt.matmul(GemmDesc{...}, stream);   // row-major, fp32, batched
+//   lt.algorithms(g, 8) / lt.matmul(g, stream, algo)   // compiled mode's
+//                                        // timed choice (gemm_select.hpp)
 #pragma once
+#include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace ktune::tuner {
 
@@ -21,11 +26,33 @@ struct GemmDesc {
   float alpha = 1, beta = 0;
   std::int64_t batch = 1;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+
+  /// Elements each operand spans from its address: its last batch's last
+  /// row, whole (the padding between rows included).
+  std::int64_t span_a() const;
+  std::int64_t span_b() const;
+  std::int64_t span_c() const;
+};
+
+/// The alignment (bytes, at most 256) every batch's pointer of an operand
+/// at `address` has, advanced by `stride` elements: what cuBLASLt's
+/// heuristic is told, and part of a chosen algorithm's key.
+std::uint32_t gemm_alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride);
+
+/// One cuBLASLt algorithm: the words of its cublasLtMatmulAlgo_t, which
+/// cuBLASLt documents as serialisable for reuse with the same library
+/// version, and the configuration attributes read from them (algo_id, tile,
+/// stages, splitk, reduction, swizzle, custom, inner_shape, cluster_shape)
+/// for people and for checking a stored algorithm against its words.
+struct GemmAlgo {
+  std::array<std::uint64_t, 8> words{};
+  std::map<std::string, std::int64_t> attributes;
+  bool operator==(const GemmAlgo& other) const { return words == other.words; }
 };
 
 /// A cuBLASLt handle and its workspace; GEMMs run on the caller's stream
-/// with the heuristic's first algorithm (the eager mode's choice; compiled
-/// mode's timed choice is owed).
+/// with the heuristic's first algorithm (the eager mode's choice) or with a
+/// given one (compiled mode's timed choice, gemm_select.hpp).
 class CublasLt {
  public:
   /// Throws Error(kNoDevice) with the reason when libcublasLt cannot be loaded.
@@ -38,12 +65,26 @@ class CublasLt {
   /// Enqueues `g` on `stream` (a CUstream). Throws Error(kCuda) when
   /// cuBLASLt has no algorithm for it or refuses it.
   void matmul(const GemmDesc& g, std::uint64_t stream);
+  /// Enqueues `g` with `algo` (one of algorithms(), or one refusal() accepts).
+  /// Throws Error(kCuda) when cuBLASLt refuses it.
+  void matmul(const GemmDesc& g, std::uint64_t stream, const GemmAlgo& algo);
+  /// The heuristic's first `count` algorithms for `g` (at least one), best
+  /// first, for the alignment of g's addresses. Throws like matmul.
+  std::vector<GemmAlgo> algorithms(const GemmDesc& g, int count);
+  /// Empty when `algo` (read back from a file) can run `g` on this device:
+  /// its attributes are those its words hold and cublasLtMatmulAlgoCheck
+  /// accepts it; else why not.
+  std::string refusal(const GemmDesc& g, const GemmAlgo& algo);
 
   /// Empty when libcublasLt loads, else why not (never throws).
   static std::string unavailable_reason();
+  /// "cublasLt <cublasLtGetVersion()>" of the loaded library.
+  static std::string version();
 
  private:
   struct State;
+  struct Request;
+  void run(const GemmDesc& g, std::uint64_t stream, Request& request);
   std::unique_ptr<State> state_;
 };
 

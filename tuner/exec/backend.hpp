@@ -45,6 +45,25 @@ class Buffer {
   virtual const std::string& label() const = 0;  ///< named in fault messages
 };
 
+/// A point in a backend's order of work, for timing phases of a run: a CUDA
+/// event recorded on the stream, or the host clock where the work is done
+/// when it is enqueued (the emulation).
+class Mark {
+ public:
+  virtual ~Mark() = default;
+};
+/// The host clock now, as a Mark.
+std::unique_ptr<Mark> host_mark();
+/// Milliseconds from one host mark to another.
+double host_elapsed_ms(const Mark& from, const Mark& to);
+
+/// Device memory as the driver reports it now (cuMemGetInfo): every
+/// process's allocations count.
+struct MemoryInfo {
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+};
+
 /// A rendered source compiled and loaded on a backend.
 class Module {
  public:
@@ -105,6 +124,19 @@ class Backend {
   /// for a deadlock, an access outside the buffers, or a trap.
   virtual void launch(const Module& module, const std::vector<templates::Launch>& plan) = 0;
   virtual void synchronize() = 0;
+
+  /// A mark after everything enqueued so far (default: waits, then the host clock).
+  virtual std::unique_ptr<Mark> mark() {
+    synchronize();
+    return host_mark();
+  }
+  /// Milliseconds from `from` to `to`, two marks of this backend; waits for `to`.
+  virtual double elapsed_ms(const Mark& from, const Mark& to) { return host_elapsed_ms(from, to); }
+  /// What mark() reads, for a person: "CUDA events on the stream", "host clock".
+  virtual std::string clock() const { return "host clock"; }
+  /// Free and total device memory; zeros where there is no device memory of
+  /// its own (the emulation's is the host's).
+  virtual MemoryInfo memory() const { return {}; }
 
   /// Times `enqueue` (which launches work through this backend) per the
   /// options: CUDA events with warm-up and L2 flush on a GPU; host wall time,

@@ -75,6 +75,16 @@ const CudaBuffer& cuda_buffer(const Buffer& b) {
   return *c;
 }
 
+struct EventMark final : Mark {
+  Event event;
+};
+
+const Event& event_of(const Mark& m) {
+  const auto* e = dynamic_cast<const EventMark*>(&m);
+  KTUNE_REQUIRE(e != nullptr, "a mark of another backend");
+  return e->event;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int ordinal) : context_(ordinal), device_(context_.info().limits()) {}
@@ -143,6 +153,21 @@ class CudaBackend final : public Backend {
     }
   }
   void synchronize() override { stream_.synchronize(); }
+
+  std::unique_ptr<Mark> mark() override {
+    auto m = std::make_unique<EventMark>();
+    m->event.record(stream_.get());
+    return m;
+  }
+  double elapsed_ms(const Mark& from, const Mark& to) override {
+    return event_of(to).elapsed_since(event_of(from));
+  }
+  std::string clock() const override { return "CUDA events on the stream"; }
+  MemoryInfo memory() const override {
+    MemoryInfo m;
+    KT_CHECK_CU(Driver::get().cuMemGetInfo(&m.free_bytes, &m.total_bytes));
+    return m;
+  }
 
   Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) override {
     return time_on_gpu([&](CUstream) { enqueue(); }, options, stream_, device_.l2_bytes, what);

@@ -1,0 +1,287 @@
+// GEMM algorithm selection by timing, cached (see gemm_select.hpp).
+#include "tuner/cuda/gemm_select.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "base/error.hpp"
+#include "cache/store.hpp"
+#include "templates/problem.hpp"
+#include "tuner/exec/backend.hpp"
+
+namespace ktune::tuner {
+
+std::string gemm_dtype(const GemmDesc&) { return "f32"; }
+
+cache::Key gemm_key(const GemmDesc& g, const DeviceLimits& device, const std::string& library) {
+  const templates::Problem p{
+      gemm_dtype(g),
+      {{"m", g.m},
+       {"n", g.n},
+       {"k", g.k},
+       {"trans_a", g.trans_a ? 1 : 0},
+       {"trans_b", g.trans_b ? 1 : 0},
+       {"batch", g.batch},
+       {"lda", g.lda},
+       {"ldb", g.ldb},
+       {"ldc", g.ldc},
+       {"stride_a", g.batch > 1 ? g.stride_a : 0},
+       {"stride_b", g.batch > 1 ? g.stride_b : 0},
+       {"stride_c", g.batch > 1 ? g.stride_c : 0},
+       {"align_a", gemm_alignment(g.a, g.batch, g.stride_a)},
+       {"align_b", gemm_alignment(g.b, g.batch, g.stride_b)},
+       {"align_c", gemm_alignment(g.c, g.batch, g.stride_c)},
+       {"accumulate", g.beta != 0 ? 1 : 0}}};
+  cache::Key k;
+  k.family = kGemmFamily;
+  k.source_hash = library;
+  k.problem_key = p.key();
+  k.dtype = p.dtype;
+  k.arch = device.arch;
+  k.gpu_name = device.name;
+  k.nvrtc_version = "";  // nothing is compiled
+  k.driver_version = std::to_string(device.driver_version);
+  k.dims = p.dims;
+  return k;
+}
+
+nlohmann::json to_json(const GemmAlgo& algo) {
+  nlohmann::json words = nlohmann::json::array();
+  for (const auto w : algo.words) words.push_back(fmt::format("{:016x}", w));
+  nlohmann::json j = {{"words", words}};
+  for (const auto& [name, value] : algo.attributes) j[name] = value;
+  return j;
+}
+
+std::optional<GemmAlgo> gemm_algo_from_json(const nlohmann::json& config, std::string& why) {
+  GemmAlgo algo;
+  if (!config.is_object() || !config.contains("words") || !config["words"].is_array() ||
+      config["words"].size() != algo.words.size()) {
+    why = fmt::format("config field 'words' must be an array of {} hex strings", algo.words.size());
+    return std::nullopt;
+  }
+  for (std::size_t i = 0; i < algo.words.size(); ++i) {
+    const auto& w = config["words"][i];
+    const std::string text = w.is_string() ? w.get<std::string>() : "";
+    const bool hex = text.size() == 16 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+    if (!hex) {
+      why = fmt::format("config word {} is not 16 lower-case hex digits", i);
+      return std::nullopt;
+    }
+    algo.words[i] = std::stoull(text, nullptr, 16);
+  }
+  for (const auto& [name, value] : config.items()) {
+    if (name == "words" || name.rfind("heuristic_", 0) == 0) continue;
+    const auto v = cache::exact_int64(value);
+    if (!v) {
+      why = fmt::format("config attribute '{}' is not an integer", name);
+      return std::nullopt;
+    }
+    algo.attributes[name] = *v;
+  }
+  return algo;
+}
+
+namespace {
+
+// Device operands of one trial, laid out as g's (same leading dimensions,
+// strides and address alignment), filled with fresh random values.
+struct Operands {
+  std::unique_ptr<exec::Buffer> a, b, c;
+  GemmDesc desc;
+  std::vector<float> host_c;  // C's initial values
+
+  Operands(exec::Backend& backend, const GemmDesc& g, std::uint64_t seed) : desc(g) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1, 1);
+    const auto make = [&](std::int64_t span, std::uint64_t address, const char* label, std::vector<float>* keep) {
+      // 256 bytes more, so the operand can start at address's offset in a 256-byte line.
+      auto buffer = backend.allocate(static_cast<std::size_t>(span) * sizeof(float) + 256, label);
+      const std::size_t offset = address % 256;
+      std::vector<float> values(static_cast<std::size_t>(span));
+      for (auto& v : values) v = u(rng);
+      backend.upload_range(*buffer, offset, values.data(), values.size() * sizeof(float));
+      if (keep) *keep = std::move(values);
+      return std::pair{std::move(buffer), offset};
+    };
+    auto [ba, oa] = make(g.span_a(), g.a, "GEMM trial A", nullptr);
+    auto [bb, ob] = make(g.span_b(), g.b, "GEMM trial B", nullptr);
+    auto [bc, oc] = make(g.span_c(), g.c, "GEMM trial C", &host_c);
+    a = std::move(ba), b = std::move(bb), c = std::move(bc);
+    desc.a = a->address() + oa;
+    desc.b = b->address() + ob;
+    desc.c = c->address() + oc;
+  }
+  std::size_t c_offset() const { return static_cast<std::size_t>(desc.c - c->address()); }
+};
+
+class CublasLtTrials final : public GemmTrials {
+ public:
+  CublasLtTrials(exec::Backend& backend, CublasLt& lt, RunOptions timing)
+      : backend_(backend), lt_(lt), timing_(timing) {}
+
+  std::string library() const override { return CublasLt::version(); }
+  std::vector<GemmAlgo> candidates(const GemmDesc& g, int count) override { return lt_.algorithms(g, count); }
+  std::string refusal(const GemmDesc& g, const GemmAlgo& algo) override { return lt_.refusal(g, algo); }
+
+  Measurement time(const GemmDesc& g, const GemmAlgo& algo) override {
+    const Operands ops(backend_, g, ++seed_);
+    return backend_.time([&] { lt_.matmul(ops.desc, backend_.native_stream(), algo); }, timing_,
+                         fmt::format("GEMM m={} n={} k={} batch={}", g.m, g.n, g.k, g.batch));
+  }
+
+  double error(const GemmDesc& g, const GemmAlgo& algo, const GemmAlgo& reference) override {
+    const Operands ops(backend_, g, ++seed_);
+    const auto run = [&](const GemmAlgo& which) {
+      // beta = 0 never reads C: poisoned, so an entry left unwritten is NaN.
+      if (g.beta == 0) backend_.poison(*ops.c);
+      else backend_.upload_range(*ops.c, ops.c_offset(), ops.host_c.data(), ops.host_c.size() * sizeof(float));
+      lt_.matmul(ops.desc, backend_.native_stream(), which);
+      std::vector<float> out(ops.host_c.size());
+      backend_.download_range(out.data(), *ops.c, ops.c_offset(), out.size() * sizeof(float));
+      return out;
+    };
+    const std::vector<float> want = run(reference), got = run(algo);
+    double num = 0, den = 0;
+    for (std::int64_t b = 0; b < g.batch; ++b)
+      for (std::int64_t i = 0; i < g.m; ++i)
+        for (std::int64_t j = 0; j < g.n; ++j) {
+          const std::size_t at = static_cast<std::size_t>(b * g.stride_c + i * g.ldc + j);
+          const double d = static_cast<double>(got[at]) - want[at];
+          num += d * d;
+          den += static_cast<double>(want[at]) * want[at];
+        }
+    const double e = std::sqrt(num / std::max(den, std::numeric_limits<double>::min()));
+    return std::isfinite(e) ? e : std::numeric_limits<double>::infinity();
+  }
+
+ private:
+  exec::Backend& backend_;
+  CublasLt& lt_;
+  RunOptions timing_;
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<GemmTrials> make_cublaslt_trials(exec::Backend& backend, CublasLt& lt, RunOptions timing) {
+  return std::make_unique<CublasLtTrials>(backend, lt, timing);
+}
+
+GemmSelector::GemmSelector(GemmTrials& trials, DeviceLimits device, const cache::TunedCache* cache, Store store,
+                           GemmSelectOptions options)
+    : trials_(trials),
+      device_(std::move(device)),
+      library_(trials.library()),
+      cache_(cache),
+      store_(std::move(store)),
+      options_(options) {
+  KTUNE_REQUIRE(options_.candidates >= 1,
+                fmt::format("GEMM candidates per shape must be at least 1, got {}", options_.candidates));
+}
+
+const GemmAlgo& GemmSelector::choose(const GemmDesc& g) {
+  // What gemm_key names (its numbers and the dtype part): every GEMM call
+  // looks here first, so no key text is built once a GEMM has its algorithm.
+  const Signature signature = {gemm_dtype(g), {g.m,
+                               g.n,
+                               g.k,
+                               g.trans_a,
+                               g.trans_b,
+                               g.batch,
+                               g.lda,
+                               g.ldb,
+                               g.ldc,
+                               g.batch > 1 ? g.stride_a : 0,
+                               g.batch > 1 ? g.stride_b : 0,
+                               g.batch > 1 ? g.stride_c : 0,
+                               gemm_alignment(g.a, g.batch, g.stride_a),
+                               gemm_alignment(g.b, g.batch, g.stride_b),
+                               gemm_alignment(g.c, g.batch, g.stride_c),
+                               g.beta != 0}};
+  if (const auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
+  const cache::Key key = gemm_key(g, device_, library_);
+  std::optional<GemmAlgo> algo = from_cache(g, key);
+  if (algo) ++counts_.cached;
+  else algo = timed(g, key);
+  return chosen_.emplace(signature, std::move(*algo)).first->second;
+}
+
+std::optional<GemmAlgo> GemmSelector::from_cache(const GemmDesc& g, const cache::Key& key) {
+  if (!cache_) return std::nullopt;
+  cache::LookupOptions exact_only;
+  exact_only.allow_nearest = false;  // an algorithm holds for its exact shape only
+  auto found = cache::lookup(cache_->entries(), key, exact_only);
+  for (auto& w : found.warnings) warnings_.push_back(std::move(w));
+  if (found.match != cache::Match::kExact) return std::nullopt;
+  std::string why;
+  auto algo = gemm_algo_from_json(found.entry->config, why);
+  if (algo) why = trials_.refusal(g, *algo);
+  if (why.empty()) return algo;
+  warnings_.push_back(fmt::format("gemm entry {} is not usable ({}); timed again", key.problem_key, why));
+  return std::nullopt;
+}
+
+GemmAlgo GemmSelector::timed(const GemmDesc& g, const cache::Key& key) {
+  const std::vector<GemmAlgo> candidates = trials_.candidates(g, options_.candidates);
+  if (candidates.empty())
+    throw Error(ErrorKind::kCuda, fmt::format("{} offers no algorithm for GEMM {}", library_, key.problem_key));
+  struct Timed {
+    std::size_t rank;
+    Measurement m;
+  };
+  std::vector<Timed> runs;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    try {
+      runs.push_back({i, trials_.time(g, candidates[i])});
+    } catch (const Error&) {
+      ++counts_.rejected;  // a candidate that fails to run is a result, not the end of the run
+    }
+  }
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const Timed& x, const Timed& y) { return x.m.median_ms < y.m.median_ms; });
+  const double tolerance = templates::tolerance_for(key.dtype);
+  for (const Timed& t : runs) {
+    if (t.rank != 0) {  // the heuristic's first is the reference itself
+      double error = std::numeric_limits<double>::infinity();
+      try {
+        error = trials_.error(g, candidates[t.rank], candidates[0]);
+      } catch (const Error&) {
+      }
+      if (!(error <= tolerance)) {
+        ++counts_.rejected;
+        continue;
+      }
+    }
+    ++counts_.timed;
+    cache::Entry e;
+    e.key = key;
+    e.config = to_json(candidates[t.rank]);
+    e.config["heuristic_rank"] = t.rank;
+    for (const Timed& r : runs)
+      if (r.rank == 0) e.config["heuristic_ms"] = r.m.median_ms;
+    e.time_ms = t.m.median_ms;
+    e.p20_ms = t.m.p20_ms;
+    e.p80_ms = t.m.p80_ms;
+    e.spread = t.m.median_ms > 0 ? (t.m.p80_ms - t.m.p20_ms) / t.m.median_ms : 0;
+    e.evaluations = static_cast<std::int64_t>(candidates.size());
+    e.repetitions = t.m.repetitions;
+    if (store_) {
+      try {
+        store_(e);
+      } catch (const Error& err) {
+        warnings_.push_back(fmt::format("GEMM choices are not stored: {}", err.what()));
+        store_ = nullptr;
+      }
+    }
+    return candidates[t.rank];
+  }
+  throw Error(ErrorKind::kCuda,
+              fmt::format("no {} algorithm for GEMM {} ran and matched the reference", library_, key.problem_key));
+}
+
+}  // namespace ktune::tuner
