@@ -8,8 +8,10 @@
 // The fused kernels optionally clip by the global gradient norm as they read
 // the gradient (torch.nn.utils.clip_grad_norm_ folded into the step): given
 // the norm's address (grad_norm's out[0]) they scale g by
-// min(1, max_norm / (norm + 1e-6)); with a null address they run the
-// unclipped loop, so the option costs one branch per block, nothing per element.
+// min(1, max_norm / (norm + 1e-6)); with a null address the factor is 1.
+// One loop serves both (a second, unclipped copy raises register pressure
+// until variants spill): the multiply is free in a kernel bound by memory
+// bandwidth, and a factor of 1 leaves every gradient bit for bit as it was.
 #pragma once
 #include "common/kt.cuh"
 
@@ -58,9 +60,9 @@ KT_DEVICE void update(float& p, float g, float& m, float& v, const Hyper& h) {
 }
 
 /// Updates elements [begin, end) of one tensor with THREADS threads, VEC
-/// elements per thread per step when every pointer is VEC-aligned; with CLIP
-/// each gradient is first scaled by `clip`.
-template <int THREADS, int VEC, bool BF16_COPY, bool CLIP>
+/// elements per thread per step when every pointer is VEC-aligned; each
+/// gradient is first scaled by `clip`.
+template <int THREADS, int VEC, bool BF16_COPY>
 KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf16* p16, long long begin,
                             long long end, const Hyper& h, float clip) {
   long long scalar_begin = begin;
@@ -77,9 +79,8 @@ KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf
            i += static_cast<long long>(THREADS) * VEC) {
         kt::Vec<float, VEC> pv = *reinterpret_cast<const kt::Vec<float, VEC>*>(p + i);
         kt::Vec<float, VEC> gv = *reinterpret_cast<const kt::Vec<float, VEC>*>(g + i);
-        if (CLIP)
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) gv.v[k] *= clip;
+        for (int k = 0; k < VEC; ++k) gv.v[k] *= clip;
         kt::Vec<float, VEC> mv = *reinterpret_cast<const kt::Vec<float, VEC>*>(m + i);
         kt::Vec<float, VEC> vv = *reinterpret_cast<const kt::Vec<float, VEC>*>(v + i);
 #pragma unroll
@@ -98,7 +99,7 @@ KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf
   }
   for (long long i = scalar_begin + threadIdx.x; i < end; i += THREADS) {
     float pi = p[i], mi = m[i], vi = v[i];
-    update(pi, CLIP ? g[i] * clip : g[i], mi, vi, h);
+    update(pi, g[i] * clip, mi, vi, h);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
@@ -127,12 +128,8 @@ __global__ void __launch_bounds__(THREADS)
     while (c >= list.chunk_begin[t + 1]) ++t;  // chunks only grow, so the tensor index only grows
     const long long begin = static_cast<long long>(c - list.chunk_begin[t]) * chunk;
     const long long end = begin + chunk < list.numel[t] ? begin + chunk : list.numel[t];
-    if (clip_norm)
-      update_range<THREADS, VEC, BF16_COPY, true>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
-                                                  list.param_bf16[t], begin, end, h, clip);
-    else
-      update_range<THREADS, VEC, BF16_COPY, false>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
-                                                   list.param_bf16[t], begin, end, h, clip);
+    update_range<THREADS, VEC, BF16_COPY>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
+                                          list.param_bf16[t], begin, end, h, clip);
   }
 }
 
@@ -145,11 +142,8 @@ __global__ void __launch_bounds__(THREADS)
   static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
   const long long begin = static_cast<long long>(blockIdx.x) * THREADS * VEC;
   const long long end = begin + THREADS * VEC < numel ? begin + THREADS * VEC : numel;
-  if (clip_norm)
-    update_range<THREADS, VEC, BF16_COPY, true>(param, grad, exp_avg, exp_avg_sq, param_bf16, begin, end, h,
-                                                clip_factor(clip_norm, max_norm));
-  else
-    update_range<THREADS, VEC, BF16_COPY, false>(param, grad, exp_avg, exp_avg_sq, param_bf16, begin, end, h, 1.0f);
+  update_range<THREADS, VEC, BF16_COPY>(param, grad, exp_avg, exp_avg_sq, param_bf16, begin, end, h,
+                                        clip_norm ? clip_factor(clip_norm, max_norm) : 1.0f);
 }
 
 // Eager primitives: one op each, one element per thread, grid ceil(n / THREADS).
