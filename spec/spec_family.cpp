@@ -106,8 +106,9 @@ Values SpecFamily::values(const Config& config, const Problem& problem) const {
 }
 
 Config SpecFamily::default_config(const Problem& problem) const {
-  if (spec_->default_config) return *spec_->default_config;
+  // The spec's default where it is valid for this problem, else the first valid point.
   const DeviceLimits device = DeviceLimits::for_arch(kDefaultArch);
+  if (spec_->default_config && is_valid(*spec_->default_config, problem, device)) return *spec_->default_config;
   for (std::uint64_t i = 0; i < spec_->space.size(); ++i)
     if (is_valid(spec_->space.at(i), problem, device)) return spec_->space.at(i);
   return spec_->space.at(0);

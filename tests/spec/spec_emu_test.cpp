@@ -57,11 +57,13 @@ void write_npy(const fs::path& path, const std::vector<float>& values) {
 nlohmann::json tune(const fs::path& spec, const fs::path& cache, int expected_rc = 0) {
   std::string out;
   const int rc = run_command(ktune_exe().string() + " --json tune --backend emu --strategy exhaustive --spec " +
-                                 spec.string() + " --cache " + cache.string() + " 2>/dev/null",
+                                 spec.string() + " --cache " + cache.string(),
                              &out);
   INFO(out);
   REQUIRE(rc == expected_rc);
-  return rc == 0 ? nlohmann::json::parse(out) : nlohmann::json();
+  // Progress lines come first (stderr is captured too); the result is the JSON object after them.
+  const auto start = out.rfind("\n{\n");
+  return rc == 0 ? nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1)) : nlohmann::json();
 }
 
 }  // namespace
