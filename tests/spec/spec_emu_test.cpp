@@ -66,6 +66,18 @@ nlohmann::json tune(const fs::path& spec, const fs::path& cache, int expected_rc
   return rc == 0 ? nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1)) : nlohmann::json();
 }
 
+/// A .safetensors file holding one fp32 tensor called `name`.
+void write_safetensors(const fs::path& path, const std::string& name, const std::vector<float>& values) {
+  const std::string header =
+      nlohmann::json{{name, {{"dtype", "F32"}, {"shape", {values.size()}}, {"data_offsets", {0, values.size() * 4}}}}}
+          .dump();
+  std::ofstream out(path, std::ios::binary);
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << header;
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+}
+
 }  // namespace
 
 TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", "[spec]") {
@@ -135,6 +147,7 @@ TEST_CASE("spec emu: answer files are checked, and a wrong answer is rejected", 
   write_npy(dir / "x.npy", x);
   write_npy(dir / "right.npy", right);
   write_npy(dir / "wrong.npy", wrong);
+  write_safetensors(dir / "right.safetensors", "y", right);
   auto write_spec = [&](const std::string& answer) {
     std::ifstream in(example("reduction/reduction.json"));
     auto j = nlohmann::json::parse(in);
@@ -148,6 +161,9 @@ TEST_CASE("spec emu: answer files are checked, and a wrong answer is rejected", 
   };
   std::string out;
   CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + write_spec("right.npy").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + write_spec("right.safetensors").string(),
+                    &out) == 0);
   CHECK_THAT(out, Catch::Contains("PASS"));
   const auto wrong_spec = write_spec("wrong.npy");
   CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + wrong_spec.string(), &out) == 1);

@@ -187,3 +187,25 @@ TEST_CASE("spec: constructs the emulation lacks are named with their line", "[sp
   CHECK_THAT(family.emulation_gaps()[0], Catch::StartsWith("reduction.cu:6: extern __shared__"));
   CHECK_THROWS_WITH(family.require_emulation(), Catch::Contains("the emulation cannot run this kernel: reduction.cu:6"));
 }
+
+TEST_CASE("spec: sources include their headers and ktune's kt.cuh, each once", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-include");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"source\": \"reduction.cu\",", "\"source\": \"reduction.cu\", \"include_dirs\": [\"inc\"],");
+  });
+  fs::create_directories(dir / "inc");
+  write(dir / "inc/partial.cuh", "#pragma once\nconstexpr int kPartialMarker = 7;\n");
+  write(dir / "reduction.cu", "#include \"kt.cuh\"\n#include \"partial.cuh\"\n#include \"partial.cuh\"\n"
+                              "template <int THREADS, int VEC>\n"
+                              "__global__ void row_sum(const float* x, float* y, int cols) {\n"
+                              "  y[blockIdx.x] = kt::warp_sum(x[threadIdx.x]);\n}\n");
+  const auto& family = load_spec_family(path);
+  const auto r = family.render(family.default_config(family.problem_classes().front()), family.problem_classes().front());
+  CHECK_THAT(r.source, Catch::Contains("KT_DEVICE T warp_sum(T v)"));  // kt.cuh, expanded
+  const auto first = r.source.find("kPartialMarker");
+  REQUIRE(first != std::string::npos);
+  CHECK(r.source.find("kPartialMarker", first + 1) == std::string::npos);
+  CHECK(family.emulation_gaps().empty());  // kt.cuh's GPU half (asm, extern __shared__) is not the user's code
+  write(dir / "reduction.cu", "#include \"missing.cuh\"\n");
+  CHECK_THROWS_WITH(load_spec_family(path), Catch::Contains("reduction.cu:1: #include \"missing.cuh\" not found"));
+}
