@@ -226,7 +226,9 @@ void add_tune_command(CLI::App& app, Global& global) {
       std::cout << fmt::format("{} winner{} written to {}; session log{} {}\n", results.size(),
                                results.size() == 1 ? "" : "s", opts->cache, logs.size() == 1 ? "" : "s",
                                logs.size() == 1 ? logs[0] : std::filesystem::path(logs[0]).parent_path().string());
-      if (logs.size() == 1) std::cout << "read it again with: ktune log show " << logs[0] << "\n";
+      if (logs.size() == 1)
+        std::cout << "read it again with: ktune log show " << logs[0]
+                  << (opts->spec.empty() ? "" : " --spec " + opts->spec) << "\n";
     }
     if (!failed.empty())
       throw_error(ErrorKind::kCheckFailed, fmt::format("no config passed validation for {}", fmt::join(failed, ", ")));

@@ -94,6 +94,14 @@ TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", 
   CHECK(key["family"] == "tiled_matmul");
   CHECK(key["source_hash"] == family.source_hash());
   CHECK(cache["entries"][0]["config"] == result["best_config"]);
+  // The session log reads back with the spec; without it, the message says what to give.
+  const std::string log = result["log"].get<std::string>();
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " log show " + log + " --spec " + example("matmul/matmul.json").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("{\"tile\":"));
+  CHECK(run_command(ktune_exe().string() + " log show " + log, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("not a built-in family: give its kernel spec with --spec"));
 }
 
 TEST_CASE("spec emu: the row-sum reduction tunes end to end and lands in the cache", "[spec]") {
