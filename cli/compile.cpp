@@ -97,11 +97,13 @@ void add_compile_command(CLI::App& app, Global& global) {
     bool quiet = false;
     bool verbose = false;
     bool no_cache = false;
+    std::vector<std::string> specs;
   };
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "compile", "Compile variants with NVRTC and report registers, spills, shared memory (no GPU needed)");
   cmd->add_option("--family", opts->families, "Families to compile (repeatable; default: every family), " + family_choices());
+  cmd->add_option("--spec", opts->specs, std::string(kSpecHelp) + " (repeatable)");
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
   cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
   cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
@@ -122,6 +124,7 @@ void add_compile_command(CLI::App& app, Global& global) {
     templates::DeviceLimits::for_arch(opts->check.arch);  // rejects an unknown arch before any work
     std::vector<const templates::Family*> families;
     for (const auto& name : opts->families) families.push_back(&templates::find_family(name));
+    for (const auto& spec : opts->specs) families.push_back(&family_arg("", spec));
     ProgressLine progress;
     progress.update("compiling for " + opts->check.arch + "...");
     opts->check.progress = [&](std::size_t done, std::size_t total, std::size_t cached) {

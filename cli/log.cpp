@@ -5,7 +5,9 @@
 
 #include <iostream>
 
+#include "base/error.hpp"
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "cli/tune_report.hpp"
 #include "tuner/session/session.hpp"
 
@@ -15,18 +17,25 @@ void add_log_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("log", "Read tuning session logs");
   cmd->require_subcommand(1);
   struct Opts {
-    std::string file;
+    std::string file, spec;
     std::size_t top = 10;
   };
   auto opts = std::make_shared<Opts>();
   auto* show = cmd->add_subcommand("show", "Summary of a session log: the fastest configs, failures, speed-up");
   show->add_option("file", opts->file, "Session log (`ktune tune --log F`, or under $KTUNE_CACHE_DIR/sessions)")
       ->required();
+  show->add_option("--spec", opts->spec, "The kernel spec of a session tuned with --spec");
   show->add_option("--top", opts->top, "Configs in the table")->check(CLI::PositiveNumber);
   show->callback([opts, &global] {
     const auto log = tuner::read_session_log(opts->file);
     const auto& h = log.header;
-    const auto& family = templates::find_family(h.value("family", ""));
+    const std::string name = h.value("family", "");
+    bool built_in = false;
+    for (const auto* f : templates::all_families()) built_in = built_in || f->name() == name;
+    KTUNE_REQUIRE(built_in || !opts->spec.empty(),
+                  "the session tuned '" + name + "', which is not a built-in family: give its kernel spec with --spec");
+    const auto& family = opts->spec.empty() ? templates::find_family(name) : family_arg("", opts->spec);
+    KTUNE_REQUIRE(family.name() == name, "the session tuned '" + name + "', but --spec is '" + family.name() + "'");
     SessionView view;
     view.family = &family;
     view.problem = h.contains("problem_json") ? templates::Problem::from_json(h["problem_json"])

@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/json_input.hpp"
 #include "search/strategy.hpp"
+#include "spec/spec_family.hpp"
 
 namespace ktune::cli {
 
@@ -39,6 +40,11 @@ CLI::Validator finite_in(double lo, double hi, bool lo_open, bool hi_open) {
         return inside ? std::string() : fmt::format("must be a finite number in {}, got '{}'", interval, excerpt(text));
       },
       "NUMBER in " + interval);
+}
+
+const templates::Family& family_arg(const std::string& family, const std::string& spec) {
+  KTUNE_REQUIRE(family.empty() != spec.empty(), "give either --family or --spec (a kernel spec file)");
+  return spec.empty() ? templates::find_family(family) : spec::load_spec_family(spec);
 }
 
 templates::Problem problem_arg(const templates::Family& family, const std::string& text) {

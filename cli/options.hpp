@@ -11,6 +11,14 @@ namespace ktune::cli {
 /// `text` as JSON; throws kInvalidInput naming `what` when malformed.
 nlohmann::json parse_json_arg(const std::string& text, const std::string& what);
 
+/// The family of `--family NAME` or of `--spec FILE` (a kernel spec,
+/// docs/kernel-spec.md); throws kInvalidInput unless exactly one is given.
+const templates::Family& family_arg(const std::string& family, const std::string& spec);
+/// The `--spec` option's help line.
+inline constexpr const char* kSpecHelp =
+    "Kernel spec (JSON beside your .cu: tunables, restrictions, grid, buffers, reference; see "
+    "docs/kernel-spec.md) to use instead of --family";
+
 /// The problem from `--problem` JSON, or the family's first problem class.
 templates::Problem problem_arg(const templates::Family& family, const std::string& text);
 

@@ -13,12 +13,13 @@ namespace ktune::cli {
 
 void add_render_command(CLI::App& app, Global& global) {
   struct Opts {
-    std::string family, config, problem, arch = kDefaultArch;
+    std::string family, spec, config, problem, arch = kDefaultArch;
     bool space = false;
   };
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("render", "Print the source ktune compiles for a variant, or a family's space");
-  cmd->add_option("--family", opts->family, "Kernel family, " + family_choices())->required();
+  cmd->add_option("--family", opts->family, "Kernel family, " + family_choices());
+  cmd->add_option("--spec", opts->spec, kSpecHelp);
   cmd->add_option("--config", opts->config, "Config as JSON; unset parameters take the family default");
   cmd->add_option("--problem", opts->problem,
                   "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class");
@@ -27,7 +28,7 @@ void add_render_command(CLI::App& app, Global& global) {
                 "Print the family's search space and problem classes instead; with --problem, also how many of its "
                 "points are valid for that problem on --arch");
   cmd->callback([opts, &global] {
-    const auto& family = templates::find_family(opts->family);
+    const auto& family = family_arg(opts->family, opts->spec);
     if (opts->space) {
       nlohmann::json j = {{"family", family.name()}, {"summary", family.summary()}, {"size", family.space().size()}};
       // With --problem: how many points the constraints admit for it on --arch.

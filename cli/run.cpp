@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "spec/spec_family.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/emu/speed.hpp"
 #include "tuner/run/gpu_runner.hpp"
@@ -19,6 +20,7 @@ namespace {
 struct RunArgs {
   std::string backend = "emu";
   std::string family;
+  std::string spec;
   std::string config;
   std::string problem;
   std::uint64_t seed = 1;
@@ -28,9 +30,10 @@ struct RunArgs {
 };
 
 void run_variant(const RunArgs& a, const Global& global) {
-  const auto& family = templates::find_family(a.family);
+  const auto& family = family_arg(a.family, a.spec);
   std::unique_ptr<tuner::Runner> runner;
   if (a.backend == "emu") {
+    if (const auto* s = dynamic_cast<const spec::SpecFamily*>(&family)) s->require_emulation();
     runner = tuner::make_emu_runner({a.workers, a.arch});
   } else {
     runner = tuner::make_gpu_runner();
@@ -70,7 +73,8 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_option("--backend", args->backend, "emu: host emulation (no GPU needed); gpu: the CUDA device")
       ->check(CLI::IsMember({"emu", "gpu"}))
       ->capture_default_str();
-  cmd->add_option("--family", args->family, "Kernel family, " + family_choices())->required();
+  cmd->add_option("--family", args->family, "Kernel family, " + family_choices());
+  cmd->add_option("--spec", args->spec, kSpecHelp);
   cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the family's defaults");
   cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}')");
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")->capture_default_str();

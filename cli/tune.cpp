@@ -25,6 +25,7 @@
 #include "search/kernel_tuner_format.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
+#include "spec/spec_family.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/run/gpu_runner.hpp"
 #include "tuner/run/isolated_runner.hpp"
@@ -43,7 +44,7 @@ constexpr const char* kDefaultBudget = "plateau:150+1h";
 
 void add_tune_command(CLI::App& app, Global& global) {
   struct Opts {
-    std::string family, problem, cache = "tuned.json", log, backend = "gpu", dtype = "f32";
+    std::string family, spec, problem, cache = "tuned.json", log, backend = "gpu", dtype = "f32";
     ModelArgs model;
     tuner::TuneOptions tune;
     double timeout_s = 120;
@@ -59,6 +60,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                          "one training step of a model needs (--model, --ctx, --dtype), on the GPU, "
                                          "and cache the winners");
   cmd->add_option("--family", opts->family, "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
+  cmd->add_option("--spec", opts->spec, kSpecHelp);
   cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}");
   add_model_options(cmd, opts->model, /*shape=*/false);
   cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")
@@ -98,15 +100,18 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->callback([opts, cmd, &global] {
     const env::PrintLevel print = env::print_level();  // a bad KTUNE_PRINT stops us before any work
     const bool by_model = cmd->get_option("--model")->count() > 0;
-    KTUNE_REQUIRE(by_model != !opts->family.empty(),
-                  "give either --family with --problem, or --model (with --ctx, --batch, --dtype)");
-    KTUNE_REQUIRE(by_model || !opts->problem.empty(), "--family needs --problem");
+    const bool by_family = !opts->family.empty() || !opts->spec.empty();
+    KTUNE_REQUIRE(by_model != by_family,
+                  "give either --family with --problem, or --model (with --ctx, --batch, --dtype), or --spec (a kernel spec)");
+    KTUNE_REQUIRE(by_model || !opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");
     std::vector<tuner::KernelRequest> requests;
     if (by_model) {
       requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4), opts->dtype);
     } else {
-      const auto& family = templates::find_family(opts->family);
+      const auto& family = family_arg(opts->family, opts->spec);
       requests.push_back({&family, problem_arg(family, opts->problem)});
+      const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family);
+      if (spec_family && opts->backend == "emu") spec_family->require_emulation();
     }
     if (opts->tune.strategy == "exhaustive" && cmd->get_option("--budget")->count() == 0) opts->tune.budget.clear();
     search::require_strategy(opts->tune.strategy);  // reject an unknown strategy or budget before any GPU work
@@ -132,6 +137,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     };
     tuner::IsolationOptions isolation;
     isolation.timeout_s = opts->timeout_s;
+    for (const auto& r : requests)  // a kernel spec's family is not registered: the worker gets it by address
+      if (dynamic_cast<const spec::SpecFamily*>(r.family)) isolation.extra_families.push_back(r.family);
     auto runner = opts->no_isolate ? make_inner() : tuner::make_isolated_runner(make_inner, isolation);
 
     const bool emulated = opts->backend == "emu";
@@ -219,7 +226,9 @@ void add_tune_command(CLI::App& app, Global& global) {
       std::cout << fmt::format("{} winner{} written to {}; session log{} {}\n", results.size(),
                                results.size() == 1 ? "" : "s", opts->cache, logs.size() == 1 ? "" : "s",
                                logs.size() == 1 ? logs[0] : std::filesystem::path(logs[0]).parent_path().string());
-      if (logs.size() == 1) std::cout << "read it again with: ktune log show " << logs[0] << "\n";
+      if (logs.size() == 1)
+        std::cout << "read it again with: ktune log show " << logs[0]
+                  << (opts->spec.empty() ? "" : " --spec " + opts->spec) << "\n";
     }
     if (!failed.empty())
       throw_error(ErrorKind::kCheckFailed, fmt::format("no config passed validation for {}", fmt::join(failed, ", ")));

@@ -72,8 +72,9 @@ class Family {
   virtual double bytes(const Problem& problem) const = 0;  ///< minimum DRAM traffic
 
   /// Hash of the family's template text (with kt.cuh): cache entries made
-  /// from another text are stale.
-  std::string source_hash() const;
+  /// from another text are stale. Families whose source is not a template
+  /// (kernel specs) hash their own files.
+  virtual std::string source_hash() const;
 };
 
 /// A family's run-time face: `ArgsT` names its device buffers (a struct of

@@ -9,9 +9,14 @@ namespace ktune::templates {
 
 Rendered render_template(const std::string& template_file, std::vector<std::string> kernels,
                          const std::string& family_name) {
+  return render_text(expand_includes(template_file), std::move(kernels), family_name, "templates/" + template_file);
+}
+
+Rendered render_text(const std::string& text, std::vector<std::string> kernels, const std::string& family_name,
+                     const std::string& origin) {
   Rendered r;
-  r.source = "// " + family_name + ": rendered by ktune from templates/" + template_file + "\n";
-  r.source += expand_includes(template_file);
+  r.source = "// " + family_name + ": rendered by ktune from " + origin + "\n";
+  r.source += text;
   r.source += "\n// Instantiations for nvcc and the emulation backend; NVRTC uses name expressions.\n";
   r.source += "#if !defined(__CUDACC_RTC__)\nnamespace kt_instantiate {\n";
   for (std::size_t i = 0; i < kernels.size(); ++i)

@@ -16,6 +16,10 @@ namespace ktune::templates {
 /// run-time parameters alone share one compiled binary.
 Rendered render_template(const std::string& template_file, std::vector<std::string> kernels,
                          const std::string& family_name);
+/// The same for source text from elsewhere (a kernel spec's files): `origin`
+/// says where it came from in the first line.
+Rendered render_text(const std::string& text, std::vector<std::string> kernels, const std::string& family_name,
+                     const std::string& origin);
 
 /// A buffer holding `values`, with `expected` left empty.
 template <class T>

@@ -1,0 +1,106 @@
+// ktune's run-time API for C++ programs: load a tuned cache, get a kernel for
+// a kernel spec (docs/kernel-spec.md) or a built-in family and a problem —
+// the cache's exact entry, else its nearest tuned shape, else the default,
+// with the reason — compiled on first use through the binary cache, and
+// launch it. Link it with CMake:
+//
+//   find_package(ktune REQUIRED)
+//   target_link_libraries(app PRIVATE ktune::ktune)
+//
+//   ktune::Runtime rt;                                  // CUDA device 0 ("emu": the host emulation)
+//   rt.load_cache("tuned.json");
+//   ktune::Kernel k = rt.kernel("matmul.json", {"f32", {{"m", 4096}, {"n", 4096}, {"k", 4096}}});
+//   std::printf("%s: %s\n", k.config().c_str(), k.reason().c_str());
+//   k.launch({a, b, c});                                // device addresses, in the spec's buffer order
+//   rt.synchronize();
+//
+// Errors are thrown as std::runtime_error (ktune's own error type derives
+// from it) whose what() is one line.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ktune {
+
+/// A problem: the compute dtype and named dimensions.
+struct ProblemSize {
+  std::string dtype = "f32";
+  std::map<std::string, std::int64_t> dims;
+};
+
+/// Where a kernel's config came from.
+enum class Match {
+  kExact,    ///< the tuned cache's entry for this problem
+  kNearest,  ///< the nearest tuned problem of the same kernel, dtype and GPU architecture
+  kDefault,  ///< no usable entry: the spec's (or family's) default config
+};
+
+class Runtime;
+
+/// A kernel compiled for one problem, ready to launch.
+class Kernel {
+ public:
+  Kernel(const Kernel&);
+  Kernel& operator=(const Kernel&);
+  ~Kernel();
+
+  const std::string& name() const;  ///< the spec's or family's name
+  Match match() const;
+  /// "exact", "nearest (distance 1.00, tuned for f32;k=32;m=64;n=48)", "default (no tuned entry)"
+  const std::string& reason() const;
+  std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
+
+  /// Enqueues the kernel on the runtime's stream with `buffers` (device
+  /// addresses from Runtime::allocate or your own, in the order of the
+  /// spec's buffers; scalars come from the problem). Returns at once on a
+  /// GPU; the emulation runs it before returning.
+  void launch(const std::vector<std::uint64_t>& buffers) const;
+
+ private:
+  friend class Runtime;
+  struct State;
+  explicit Kernel(std::shared_ptr<State> state);
+  std::shared_ptr<State> state_;
+};
+
+class Runtime {
+ public:
+  /// `backend`: "gpu" (CUDA device 0; throws when there is none) or "emu"
+  /// (the host emulation: kernels compiled by the host compiler, run on the CPU).
+  explicit Runtime(const std::string& backend = "gpu");
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  /// Reads a tuned cache (`ktune tune --cache`); later kernel() calls use it.
+  void load_cache(const std::string& path);
+
+  /// The kernel for `problem`: `what` is a kernel spec file (ends in .json)
+  /// or a built-in family's name. Compiled on first use (binary cache on
+  /// disk); the same (kernel, problem) again returns the loaded one.
+  Kernel kernel(const std::string& what, const ProblemSize& problem);
+
+  /// Device memory of this runtime's backend; freed by free() or with the runtime.
+  std::uint64_t allocate(std::size_t bytes);
+  void free(std::uint64_t address);
+  void upload(std::uint64_t address, const void* host, std::size_t bytes);
+  void download(void* host, std::uint64_t address, std::size_t bytes);
+
+  /// The CUstream launches are enqueued on (0 under the emulation), so a
+  /// program can order its own work with ktune's.
+  std::uint64_t stream() const;
+  void synchronize();
+  std::string backend() const;  ///< "gpu" | "emu"
+  std::string device() const;   ///< the GPU's name, or the emulated profile's
+
+ private:
+  friend class Kernel;
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace ktune

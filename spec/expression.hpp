@@ -1,0 +1,47 @@
+// Expressions of a kernel spec (restrictions, grid and block, element
+// counts, scalar arguments, FLOP and byte counts) over the spec's tunables and
+// problem dimensions, evaluated by muparser. Beside muparser's own operators
+// (+ - * / ^, comparisons, && ||, ?:) and functions (min, max, abs, ...)
+// they have `%` (remainder), floor, ceil, ceil_div(a, b) and div(a, b)
+// (floor division), so integer geometry reads as in CUDA host code.
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ktune::spec {
+
+/// Values of the names an expression may use.
+using Values = std::map<std::string, double>;
+
+/// One expression, checked against the names it may use when it is made.
+/// Evaluation is serialised (muparser's parser is not reentrant), so one
+/// Expression may be shared between threads.
+class Expression {
+ public:
+  /// Parses `text`; `what` names it in messages ("restriction 'n % vec == 0'").
+  /// Throws kInvalidInput on a syntax error or a name not in `names`,
+  /// listing the names that are known.
+  Expression(std::string text, std::string what, const std::vector<std::string>& names);
+  ~Expression();
+  Expression(const Expression&) = delete;
+  Expression& operator=(const Expression&) = delete;
+
+  const std::string& text() const { return text_; }
+  /// The value for `values` (which must hold every name given at construction).
+  double eval(const Values& values) const;
+  /// eval() as a whole number; throws kInvalidInput when the value is not one
+  /// (a grid of 12.5 blocks) or lies outside [lo, hi].
+  long long eval_integer(const Values& values, long long lo, long long hi) const;
+
+ private:
+  struct Parser;
+  std::string text_, what_;
+  std::vector<std::string> names_;
+  std::unique_ptr<Parser> parser_;
+  mutable std::mutex mutex_;
+};
+
+}  // namespace ktune::spec

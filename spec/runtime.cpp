@@ -1,0 +1,131 @@
+// The run-time API of include/ktune/ktune.hpp over the library: an execution
+// backend, the tuned cache service and TunedKernels (choose, render, compile,
+// load), with kernel specs read into families on first use.
+#include "ktune/ktune.hpp"
+
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "base/error.hpp"
+#include "cache/tuned_cache.hpp"
+#include "spec/spec_family.hpp"
+#include "tuner/exec/backend.hpp"
+#include "tuner/session/tuned_kernels.hpp"
+
+namespace ktune {
+
+struct Runtime::State {
+  std::unique_ptr<tuner::exec::Backend> backend;
+  std::unique_ptr<cache::TunedCache> tuned;
+  std::unique_ptr<tuner::TunedKernels> kernels;
+  std::map<std::string, const templates::Family*> specs;  // spec path -> family
+  std::map<std::uint64_t, std::unique_ptr<tuner::exec::Buffer>> buffers;
+  std::mutex mutex;
+
+  const tuner::exec::Buffer& buffer(std::uint64_t address) const {
+    const auto it = buffers.find(address);
+    KTUNE_REQUIRE(it != buffers.end(), fmt::format("{:#x} is not an address Runtime::allocate returned", address));
+    return *it->second;
+  }
+};
+
+struct Kernel::State {
+  std::shared_ptr<Runtime::State> runtime;
+  tuner::TunedKernel kernel;
+  std::string name;
+};
+
+Kernel::Kernel(std::shared_ptr<State> state) : state_(std::move(state)) {}
+Kernel::Kernel(const Kernel&) = default;
+Kernel& Kernel::operator=(const Kernel&) = default;
+Kernel::~Kernel() = default;
+
+const std::string& Kernel::name() const { return state_->name; }
+const std::string& Kernel::reason() const { return state_->kernel.chosen.source; }
+std::string Kernel::config() const { return state_->kernel.chosen.config.str(); }
+Match Kernel::match() const {
+  switch (state_->kernel.chosen.match) {
+    case cache::Match::kExact: return Match::kExact;
+    case cache::Match::kNearest: return Match::kNearest;
+    case cache::Match::kNone: break;
+  }
+  return Match::kDefault;
+}
+
+void Kernel::launch(const std::vector<std::uint64_t>& buffers) const {
+  auto& rt = *state_->runtime;
+  const auto& k = state_->kernel;
+  std::lock_guard lock(rt.mutex);
+  rt.backend->launch(*k.module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()));
+}
+
+Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {
+  KTUNE_REQUIRE(backend == "gpu" || backend == "emu", "backend '" + backend + "' is not one of gpu, emu");
+  state_->backend = backend == "gpu" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend();
+  state_->kernels = std::make_unique<tuner::TunedKernels>(*state_->backend, nullptr);
+}
+
+Runtime::~Runtime() = default;
+
+void Runtime::load_cache(const std::string& path) {
+  std::lock_guard lock(state_->mutex);
+  auto tuned = std::make_unique<cache::TunedCache>(cache::TunedCache::read(path));
+  // Kernels handed out keep their modules; new requests choose from this cache.
+  state_->kernels = std::make_unique<tuner::TunedKernels>(*state_->backend, tuned.get());
+  state_->tuned = std::move(tuned);
+}
+
+Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
+  std::lock_guard lock(state_->mutex);
+  const templates::Family* family = nullptr;
+  if (what.size() > 5 && what.compare(what.size() - 5, 5, ".json") == 0) {
+    auto& known = state_->specs[what];
+    if (!known) known = &spec::load_spec_family(what);
+    family = known;
+  } else {
+    family = &templates::find_family(what);
+  }
+  const templates::Problem problem{size.dtype, size.dims};
+  family->check(problem);
+  state_->kernels->prepare({{family, problem}});
+  auto k = std::make_shared<Kernel::State>();
+  k->runtime = state_;
+  k->kernel = state_->kernels->get(*family, problem);
+  k->name = family->name();
+  return Kernel(std::move(k));
+}
+
+std::uint64_t Runtime::allocate(std::size_t bytes) {
+  std::lock_guard lock(state_->mutex);
+  auto buffer = state_->backend->allocate(bytes, "runtime buffer");
+  const std::uint64_t address = buffer->address();
+  state_->buffers[address] = std::move(buffer);
+  return address;
+}
+
+void Runtime::free(std::uint64_t address) {
+  std::lock_guard lock(state_->mutex);
+  state_->buffer(address);
+  state_->buffers.erase(address);
+}
+
+void Runtime::upload(std::uint64_t address, const void* host, std::size_t bytes) {
+  std::lock_guard lock(state_->mutex);
+  state_->backend->upload(state_->buffer(address), host, bytes);
+}
+
+void Runtime::download(void* host, std::uint64_t address, std::size_t bytes) {
+  std::lock_guard lock(state_->mutex);
+  state_->backend->download(host, state_->buffer(address), bytes);
+}
+
+std::uint64_t Runtime::stream() const { return state_->backend->native_stream(); }
+void Runtime::synchronize() {
+  std::lock_guard lock(state_->mutex);
+  state_->backend->synchronize();
+}
+std::string Runtime::backend() const { return state_->backend->name(); }
+std::string Runtime::device() const { return state_->backend->device().name; }
+
+}  // namespace ktune

@@ -1,0 +1,212 @@
+// A spec's sources made self-contained (quoted includes expanded), the
+// constructs the emulation lacks, name-expression substitution, and the
+// array files (.npy, .safetensors) that hold inputs and answers.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "base/json_input.hpp"
+#include "spec/spec.hpp"
+#include "templates/embedded.hpp"
+
+namespace ktune::spec {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Gap {
+  std::regex pattern;
+  const char* what;
+};
+
+const std::vector<Gap>& gaps() {
+  static const std::vector<Gap> g = {
+    {std::regex(R"(\bextern\s+__shared__)"),
+     "extern __shared__ (dynamic shared memory: use kt::dynamic_shared<T>() from \"kt.cuh\", which both backends "
+     "provide)"},
+    {std::regex(R"(\basm\s*(volatile\s*)?\()"), "inline PTX (asm): the host compiler cannot run it"},
+    {std::regex(R"(^\s*#\s*include\s*<(cuda|cooperative_groups|mma|crt/|sm_))"),
+     "a CUDA header include (the emulation provides the CUDA names itself: put it under #ifndef KT_EMULATION)"},
+    {std::regex(R"(\bcooperative_groups\b|\bcg::)"), "cooperative groups"},
+    {std::regex(R"(\bwmma::)"), "wmma fragments (use kt::mma_* from \"kt.cuh\")"},
+    {std::regex(R"(\b(tex1Dfetch|tex1D|tex2D|tex3D|surf2Dread|surf2Dwrite)\s*[<(])"), "textures and surfaces"},
+  };
+  return g;
+}
+
+class Expander {
+ public:
+  explicit Expander(const KernelSpec& spec) : spec_(spec) {}
+
+  void file(const fs::path& path) {
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(path, ec);
+    if (!seen_.insert(canonical.string()).second) return;
+    std::istringstream in(read_file(path));
+    out_.text += fmt::format("#line 1 \"{}\"\n", path.filename().string());
+    int line_no = 0;
+    int depth = 0, gpu_only_depth = 0;  // #if nesting; the depth of an open `#ifndef KT_EMULATION`
+    static const std::regex include(R"(^\s*#\s*include\s*"([^"]+)\")");
+    static const std::regex gpu_only(R"(^\s*#\s*(ifndef\s+KT_EMULATION|if\s+!\s*defined\s*\(?\s*KT_EMULATION))");
+    static const std::regex open_if(R"(^\s*#\s*if)"), else_(R"(^\s*#\s*(else|elif))"), endif(R"(^\s*#\s*endif)");
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      if (std::regex_search(line, open_if)) {
+        ++depth;
+        if (gpu_only_depth == 0 && std::regex_search(line, gpu_only)) gpu_only_depth = depth;
+      } else if (std::regex_search(line, else_) && gpu_only_depth == depth) {
+        gpu_only_depth = 0;
+      } else if (std::regex_search(line, endif)) {
+        if (gpu_only_depth == depth) gpu_only_depth = 0;
+        --depth;
+      }
+      std::smatch m;
+      if (std::regex_search(line, m, include)) {
+        include_file(m[1].str(), path, line_no);
+        out_.text += fmt::format("#line {} \"{}\"\n", line_no + 1, path.filename().string());
+        continue;
+      }
+      if (gpu_only_depth == 0)
+        for (const auto& g : gaps())
+          if (std::regex_search(line, g.pattern))
+            out_.emulation_gaps.push_back(fmt::format("{}:{}: {}", path.filename().string(), line_no, g.what));
+      out_.text += line + "\n";
+    }
+  }
+
+  ExpandedSource take() { return std::move(out_); }
+
+ private:
+  void include_file(const std::string& name, const fs::path& from, int line_no) {
+    std::error_code ec;
+    std::vector<fs::path> tried = {from.parent_path() / name};
+    for (const auto& d : spec_.include_dirs) tried.push_back(d / name);
+    for (const auto& p : tried)
+      if (fs::is_regular_file(p, ec)) return file(p);
+    // ktune's device headers: "kt.cuh" (or "common/kt.cuh") brings the kt:: API of the templates.
+    for (const std::string& embedded : {name, "common/" + name})
+      if (templates::embedded_files().count(embedded)) {
+        if (seen_.insert("embedded:" + embedded).second) out_.text += templates::expand_includes(embedded) + "\n";
+        return;
+      }
+    std::string looked;
+    for (const auto& p : tried) looked += (looked.empty() ? "" : ", ") + p.string();
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{}:{}: #include \"{}\" not found (looked at {})",
+                                                      from.string(), line_no, name, looked));
+  }
+
+  const KernelSpec& spec_;
+  ExpandedSource out_;
+  std::set<std::string> seen_;
+};
+
+templates::DType npy_dtype(const std::string& descr, const fs::path& path) {
+  static const std::map<std::string, templates::DType> types = {
+    {"<f4", templates::DType::kF32}, {"<f2", templates::DType::kF16}, {"<i4", templates::DType::kI32},
+    {"<i8", templates::DType::kI64}, {"|u1", templates::DType::kU8},  {"<u2", templates::DType::kBF16}};
+  const auto it = types.find(descr);
+  KTUNE_REQUIRE(it != types.end(), fmt::format("{}: dtype '{}' is not one of <f4, <f2, <i4, <i8, |u1 (and <u2 read as "
+                                               "bf16 bits)",
+                                               path.string(), descr));
+  return it->second;
+}
+
+ArrayFile read_npy(const fs::path& path, const std::string& bytes) {
+  KTUNE_REQUIRE(bytes.size() >= 10 && bytes.compare(0, 6, "\x93NUMPY") == 0,
+                path.string() + ": not a .npy file (no \\x93NUMPY magic)");
+  const unsigned major = static_cast<unsigned char>(bytes[6]);
+  std::size_t header_len = 0, start = 0;
+  if (major == 1) {
+    header_len = static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8;
+    start = 10;
+  } else {
+    KTUNE_REQUIRE(bytes.size() >= 12, path.string() + ": truncated .npy header");
+    for (int i = 0; i < 4; ++i) header_len |= static_cast<std::size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+    start = 12;
+  }
+  KTUNE_REQUIRE(start + header_len <= bytes.size(), path.string() + ": truncated .npy header");
+  const std::string header = bytes.substr(start, header_len);
+  std::smatch descr, order;
+  KTUNE_REQUIRE(std::regex_search(header, descr, std::regex(R"('descr'\s*:\s*'([^']+)')")),
+                path.string() + ": .npy header has no 'descr'");
+  KTUNE_REQUIRE(!std::regex_search(header, order, std::regex(R"('fortran_order'\s*:\s*True)")),
+                path.string() + ": Fortran-order arrays are not read; save a C-order array");
+  ArrayFile a{npy_dtype(descr[1].str(), path), {}};
+  const char* data = bytes.data() + start + header_len;
+  a.bytes.resize(bytes.size() - start - header_len);
+  std::memcpy(a.bytes.data(), data, a.bytes.size());
+  return a;
+}
+
+ArrayFile read_safetensors(const fs::path& path, const std::string& bytes, const std::string& name) {
+  KTUNE_REQUIRE(bytes.size() >= 8, path.string() + ": truncated safetensors file");
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
+  KTUNE_REQUIRE(n <= bytes.size() - 8, path.string() + ": truncated safetensors header");
+  const auto header = parse_json_input(std::string_view(bytes).substr(8, n), path.string(), ErrorKind::kInvalidInput);
+  KTUNE_REQUIRE(header.is_object(), path.string() + ": safetensors header is not an object");
+  nlohmann::json tensor;
+  std::vector<std::string> names;
+  for (const auto& [k, v] : header.items()) {
+    if (k == "__metadata__") continue;
+    names.push_back(k);
+    if (k == name) tensor = v;
+  }
+  if (tensor.is_null() && names.size() == 1) tensor = header[names.front()];
+  KTUNE_REQUIRE(tensor.is_object(), fmt::format("{}: no tensor '{}' (and not exactly one tensor)", path.string(), name));
+  static const std::map<std::string, templates::DType> types = {
+    {"F32", templates::DType::kF32}, {"BF16", templates::DType::kBF16}, {"F16", templates::DType::kF16},
+    {"I32", templates::DType::kI32}, {"I64", templates::DType::kI64},   {"U8", templates::DType::kU8}};
+  const std::string dtype = tensor.value("dtype", "");
+  KTUNE_REQUIRE(types.count(dtype), fmt::format("{}: dtype '{}' is not one of F32, BF16, F16, I32, I64, U8",
+                                                path.string(), dtype));
+  const auto offsets = tensor.value("data_offsets", nlohmann::json::array());
+  KTUNE_REQUIRE(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
+                    offsets[1].is_number_unsigned(),
+                path.string() + ": tensor without data_offsets");
+  const std::uint64_t begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
+  KTUNE_REQUIRE(begin <= end && end <= bytes.size() - 8 - n, path.string() + ": tensor data outside the file");
+  ArrayFile a{types.at(dtype), std::vector<std::byte>(end - begin)};
+  std::memcpy(a.bytes.data(), bytes.data() + 8 + n + begin, a.bytes.size());
+  return a;
+}
+
+}  // namespace
+
+ExpandedSource expand_source(const KernelSpec& spec) {
+  Expander e(spec);
+  for (const auto& s : spec.sources) e.file(s);
+  return e.take();
+}
+
+std::string substitute(const std::string& text, const std::vector<std::unique_ptr<Expression>>& parts,
+                       const Values& values) {
+  std::string out;
+  std::size_t pos = 0;
+  for (const auto& part : parts) {
+    const std::size_t open = text.find('{', pos), close = text.find('}', open);
+    out += text.substr(pos, open - pos);
+    const double v = part->eval(values);
+    out += v == static_cast<double>(static_cast<long long>(v)) ? std::to_string(static_cast<long long>(v))
+                                                               : fmt::format("{:g}", v);
+    pos = close + 1;
+  }
+  return out + text.substr(pos);
+}
+
+ArrayFile read_array_file(const fs::path& path, const std::string& name) {
+  std::error_code ec;
+  KTUNE_REQUIRE(fs::is_regular_file(path, ec), path.string() + ": no such file");
+  const std::string bytes = read_file(path);
+  if (path.extension() == ".npy") return read_npy(path, bytes);
+  if (path.extension() == ".safetensors") return read_safetensors(path, bytes, name);
+  throw_error(ErrorKind::kInvalidInput, path.string() + ": an array file is .npy or .safetensors");
+}
+
+}  // namespace ktune::spec

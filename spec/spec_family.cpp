@@ -1,0 +1,298 @@
+// SpecFamily: a kernel spec behind the family interface (see spec_family.hpp).
+#include "spec/spec_family.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <random>
+
+#include "base/error.hpp"
+#include "base/files.hpp"
+#include "base/hash.hpp"
+#include "templates/render.hpp"
+#include "tuner/exec/backend.hpp"
+
+namespace ktune::spec {
+namespace {
+
+using templates::DType;
+using templates::HostBuffer;
+using templates::Launch;
+using templates::Problem;
+using templates::Role;
+
+constexpr long long kMaxElements = 1LL << 36;
+constexpr long long kMaxGrid = (1LL << 31) - 1;
+
+/// `n` random values of `t`: floats uniform in [-1, 1), integers in [-8, 8) (u8: [0, 256)).
+std::vector<std::byte> random_bytes(DType t, std::size_t n, std::mt19937_64& rng) {
+  std::vector<std::byte> out(n * templates::size_of(t));
+  auto put = [&](std::size_t i, auto value) { std::memcpy(out.data() + i * sizeof(value), &value, sizeof(value)); };
+  std::uniform_int_distribution<int> small(-8, 7), byte(0, 255);
+  const auto floats = (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16)
+                          ? templates::random_floats(rng, n, -1.f, 1.f)
+                          : std::vector<float>();
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (t) {
+      case DType::kF32: put(i, floats[i]); break;
+      case DType::kBF16: put(i, templates::float_to_bf16_bits(floats[i])); break;
+      case DType::kF16: put(i, templates::float_to_f16_bits(floats[i])); break;
+      case DType::kI32: put(i, static_cast<std::int32_t>(small(rng))); break;
+      case DType::kI64: put(i, static_cast<std::int64_t>(small(rng))); break;
+      case DType::kU8: put(i, static_cast<std::uint8_t>(byte(rng))); break;
+    }
+  }
+  return out;
+}
+
+void add_scalar(templates::ArgPack& pack, const std::string& type, double v) {
+  if (type == "i32") pack.add(static_cast<std::int32_t>(v));
+  else if (type == "i64") pack.add(static_cast<std::int64_t>(v));
+  else if (type == "u32") pack.add(static_cast<std::uint32_t>(v));
+  else if (type == "u64") pack.add(static_cast<std::uint64_t>(v));
+  else if (type == "f32") pack.add(static_cast<float>(v));
+  else pack.add(v);
+}
+
+}  // namespace
+
+SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move(spec)) {
+  for (const Family* f : templates::all_families())
+    KTUNE_REQUIRE(f->name() != spec_->name, fmt::format("{}: name '{}' is a built-in family's; choose another",
+                                                        spec_->path.string(), spec_->name));
+  source_ = expand_source(*spec_);
+  Hasher h;
+  h.add("kernel spec").add(spec_->text).add(source_.text);
+  for (const auto& b : spec_->buffers)  // inputs and answers read from files are part of what was tuned
+    if (b.init == Init::kFile) h.add(read_file(b.file));
+  for (const auto& [buffer, file] : spec_->reference.files) h.add(buffer).add(read_file(file));
+  hash_ = h.hex();
+}
+
+void SpecFamily::require_emulation() const {
+  KTUNE_REQUIRE(emulation_gaps().empty(),
+                fmt::format("{}: the emulation cannot run this kernel: {}{}; run it with --backend gpu",
+                            spec_->path.string(), emulation_gaps().front(),
+                            emulation_gaps().size() > 1 ? fmt::format(" (and {} more)", emulation_gaps().size() - 1)
+                                                        : std::string()));
+}
+
+std::vector<std::string> SpecFamily::source_files() const {
+  std::vector<std::string> files;
+  for (const auto& s : spec_->sources) files.push_back(s.string());
+  return files;
+}
+
+void SpecFamily::check_problem(const Problem& p) const {
+  KTUNE_REQUIRE(std::find(spec_->dtypes.begin(), spec_->dtypes.end(), p.dtype) != spec_->dtypes.end(),
+                fmt::format("{}: dtype '{}' is not supported; accepted: {}", name(), p.dtype,
+                            fmt::join(spec_->dtypes, ", ")));
+  std::vector<std::string> given;
+  for (const auto& [k, v] : p.dims) {
+    given.push_back(k);
+    KTUNE_REQUIRE(v >= 1 && v <= kMaxElements,
+                  fmt::format("{}: dimension '{}' = {} must be in 1..2^36", name(), k, v));
+  }
+  KTUNE_REQUIRE(given == spec_->dims, fmt::format("{}: the problem's dimensions are {}, got {}", name(),
+                                                  fmt::join(spec_->dims, ", "), fmt::join(given, ", ")));
+}
+
+Values SpecFamily::values(const Config& config, const Problem& problem) const {
+  Values v;
+  for (const auto& [k, x] : problem.dims) v[k] = static_cast<double>(x);
+  for (const auto& p : spec_->space.params()) v[p.name] = static_cast<double>(config.at(p.name));
+  return v;
+}
+
+Config SpecFamily::default_config(const Problem& problem) const {
+  // The spec's default where it is valid for this problem, else the first valid point.
+  const DeviceLimits device = DeviceLimits::for_arch(kDefaultArch);
+  if (spec_->default_config && is_valid(*spec_->default_config, problem, device)) return *spec_->default_config;
+  for (std::uint64_t i = 0; i < spec_->space.size(); ++i)
+    if (is_valid(spec_->space.at(i), problem, device)) return spec_->space.at(i);
+  return spec_->space.at(0);
+}
+
+bool SpecFamily::is_valid(const Config& config, const Problem& problem, const DeviceLimits& device,
+                          std::string* why) const {
+  auto reject = [&](const std::string& reason) {
+    if (why) *why = reason;
+    return false;
+  };
+  try {
+    const Values v = values(config, problem);
+    for (const auto& r : spec_->restrictions) {
+      const double x = r->eval(v);
+      if (!(x != 0) || std::isnan(x)) return reject(fmt::format("restriction '{}' does not hold", r->text()));
+    }
+    long long threads = 1;
+    for (const auto& b : spec_->block) threads *= b->eval_integer(v, 1, device.max_threads_per_block);
+    if (threads > device.max_threads_per_block)
+      return reject(fmt::format("{} threads per block, more than the device's {}", threads,
+                                device.max_threads_per_block));
+    for (const auto& g : spec_->grid) g->eval_integer(v, 1, kMaxGrid);
+    if (spec_->shared_bytes) spec_->shared_bytes->eval_integer(v, 0, device.max_smem_per_block);
+  } catch (const Error& e) {
+    return reject(e.what());
+  }
+  return true;
+}
+
+std::string SpecFamily::source_with_defines(const Values& v) const {
+  std::string text;
+  for (const auto& [macro, e] : spec_->defines) {
+    const double x = e->eval(v);
+    text += fmt::format("#define {} {}\n", macro,
+                        x == std::floor(x) && std::abs(x) < 9e15 ? std::to_string(static_cast<long long>(x))
+                                                                 : fmt::format("{:.17g}", x));
+  }
+  return text + source_.text;
+}
+
+templates::Rendered SpecFamily::render(const Config& config, const Problem& problem) const {
+  check_problem(problem);
+  spec_->space.check_member(config);
+  const Values v = values(config, problem);
+  return templates::render_text(source_with_defines(v), {substitute(spec_->kernel, spec_->kernel_parts, v)}, name(),
+                                "kernel spec " + spec_->path.filename().string());
+}
+
+Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
+                          const std::vector<std::unique_ptr<Expression>>& block, const Values& v,
+                          const std::vector<std::uint64_t>& addresses) const {
+  Launch l;
+  for (std::size_t i = 0; i < grid.size(); ++i) l.grid[i] = static_cast<unsigned>(grid[i]->eval_integer(v, 1, kMaxGrid));
+  for (std::size_t i = 0; i < block.size(); ++i) l.block[i] = static_cast<unsigned>(block[i]->eval_integer(v, 1, 1024));
+  if (spec_->shared_bytes) l.dynamic_smem = static_cast<unsigned>(spec_->shared_bytes->eval_integer(v, 0, 1 << 30));
+  KTUNE_REQUIRE(addresses.size() == spec_->buffers.size(),
+                fmt::format("{}: {} buffer addresses given, the spec has {} buffers", name(), addresses.size(),
+                            spec_->buffers.size()));
+  for (const auto& a : spec_->args) {
+    if (!a.buffer.empty()) {
+      for (std::size_t i = 0; i < spec_->buffers.size(); ++i)
+        if (spec_->buffers[i].name == a.buffer) l.args.add(addresses[i]);
+    } else {
+      add_scalar(l.args, a.type, a.value->eval(v));
+    }
+  }
+  return l;
+}
+
+std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& problem,
+                                     const std::vector<std::uint64_t>& addresses, const DeviceLimits&) const {
+  check_problem(problem);
+  std::vector<Launch> launches;
+  launches.push_back(launch(spec_->grid, spec_->block, values(config, problem), addresses));
+  return launches;
+}
+
+templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint64_t seed) const {
+  check_problem(problem);
+  Values dims;
+  for (const auto& [k, x] : problem.dims) dims[k] = static_cast<double>(x);
+  std::mt19937_64 rng(seed);
+  templates::Workload w;
+  for (const auto& b : spec_->buffers) {
+    HostBuffer h;
+    h.name = b.name;
+    h.role = b.role;
+    h.dtype = b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype;
+    h.tolerance = spec_->tolerance.value_or(templates::tolerance_for(problem.dtype));
+    const auto n = static_cast<std::size_t>(b.count->eval_integer(dims, 1, kMaxElements));
+    if (b.role == Role::kOutput || b.init == Init::kZeros) {
+      h.bytes.assign(n * templates::size_of(h.dtype), std::byte{0});
+    } else if (b.init == Init::kRandom) {
+      h.bytes = random_bytes(h.dtype, n, rng);
+    } else {
+      ArrayFile a = read_array_file(b.file, b.name);
+      KTUNE_REQUIRE(a.dtype == h.dtype && a.bytes.size() == n * templates::size_of(h.dtype),
+                    fmt::format("{}: buffer '{}' is {} {} values, but {} holds {} bytes of {}", name(), b.name, n,
+                                templates::to_string(h.dtype), b.file.string(), a.bytes.size(),
+                                templates::to_string(a.dtype)));
+      h.bytes = std::move(a.bytes);
+    }
+    w.buffers.push_back(std::move(h));
+  }
+  if (spec_->reference.kind == ReferenceSpec::Kind::kFiles) {
+    for (auto& h : w.buffers) {
+      if (h.role == Role::kInput) continue;
+      const auto& path = spec_->reference.files.at(h.name);
+      ArrayFile a = read_array_file(path, h.name);
+      KTUNE_REQUIRE(a.dtype == h.dtype && a.bytes.size() == h.bytes.size(),
+                    fmt::format("{}: answer {} holds {} bytes of {}, buffer '{}' is {} bytes of {}", name(),
+                                path.string(), a.bytes.size(), templates::to_string(a.dtype), h.name, h.bytes.size(),
+                                templates::to_string(h.dtype)));
+      h.expected = std::move(a.bytes);
+    }
+  } else {
+    run_reference(problem, w);
+  }
+  return w;
+}
+
+void SpecFamily::run_reference(const Problem& problem, templates::Workload& w) const {
+  const ReferenceSpec& ref = spec_->reference;
+  require_emulation();
+  const Values v = values(ref.config, problem);
+  std::string kernel = substitute(spec_->kernel, spec_->kernel_parts, v);
+  if (ref.kind == ReferenceSpec::Kind::kKernel) kernel = substitute(ref.kernel, ref.kernel_parts, v);
+  const auto rendered =
+      templates::render_text(source_with_defines(v), {kernel}, name(), "kernel spec " + spec_->path.filename().string());
+  auto backend = tuner::exec::make_emu_backend();
+  std::vector<std::unique_ptr<tuner::exec::Buffer>> buffers;
+  std::vector<std::uint64_t> addresses;
+  for (const auto& b : w.buffers) {
+    buffers.push_back(backend->allocate(b.bytes.size(), b.name));
+    addresses.push_back(buffers.back()->address());
+    backend->upload(*buffers.back(), b.bytes.data(), b.bytes.size());
+  }
+  std::vector<Launch> plan;
+  plan.push_back(launch(ref.grid.empty() ? spec_->grid : ref.grid, ref.block.empty() ? spec_->block : ref.block, v,
+                        addresses));
+  try {
+    backend->launch(*backend->load(rendered), plan);
+    backend->synchronize();
+  } catch (const Error& e) {
+    throw_error(ErrorKind::kCheckFailed, fmt::format("{}: the reference {} at {} failed: {}", name(), kernel,
+                                                     ref.config.str(), e.what()));
+  }
+  for (std::size_t i = 0; i < w.buffers.size(); ++i) {
+    auto& b = w.buffers[i];
+    if (b.role == Role::kInput) continue;
+    b.expected.resize(b.bytes.size());
+    backend->download(b.expected.data(), *buffers[i], b.expected.size());
+    KTUNE_REQUIRE(std::isfinite(templates::relative_l2(b.dtype, b.expected, b.expected)),
+                  fmt::format("{}: the reference {} left NaN or Inf in buffer '{}'", name(), kernel, b.name));
+  }
+}
+
+double SpecFamily::flops(const Problem& problem) const {
+  Values dims;
+  for (const auto& [k, x] : problem.dims) dims[k] = static_cast<double>(x);
+  return spec_->flops ? spec_->flops->eval(dims) : 0.0;
+}
+
+double SpecFamily::bytes(const Problem& problem) const {
+  Values dims;
+  for (const auto& [k, x] : problem.dims) dims[k] = static_cast<double>(x);
+  if (spec_->bytes) return spec_->bytes->eval(dims);
+  double total = 0;
+  for (const auto& b : spec_->buffers) {
+    const DType t = b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype;
+    const double one = b.count->eval(dims) * static_cast<double>(templates::size_of(t));
+    total += b.role == Role::kInOut ? 2 * one : one;
+  }
+  return total;
+}
+
+const SpecFamily& load_spec_family(const std::filesystem::path& path) {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<SpecFamily>> loaded;
+  auto family = std::make_unique<SpecFamily>(load_spec(path));
+  std::lock_guard lock(mutex);
+  loaded.push_back(std::move(family));
+  return *loaded.back();
+}
+
+}  // namespace ktune::spec

@@ -1,0 +1,193 @@
+// Kernel specs tuned and run end to end on the emulation backend: the
+// examples' winners land in the tuned cache under the spec's source hash,
+// every valid point is evaluated, the reference kernel's answers match an
+// fp64 CPU computation, and a wrong answer is rejected.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "spec/spec_family.hpp"
+#include "support.hpp"
+#include "tuner/run/emu_runner.hpp"
+
+namespace fs = std::filesystem;
+using ktune::Config;
+using ktune::test::ktune_exe;
+using ktune::test::run_command;
+
+namespace {
+
+fs::path example(const std::string& name) { return fs::path(KTUNE_SOURCE_DIR) / "examples" / name; }
+
+std::vector<float> floats_of(const std::vector<std::byte>& bytes) {
+  std::vector<float> v(bytes.size() / 4);
+  std::memcpy(v.data(), bytes.data(), bytes.size());
+  return v;
+}
+
+double relative_l2(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+/// A .npy file of fp32 values (format 1.0, C order).
+void write_npy(const fs::path& path, const std::vector<float>& values) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(values.size()) + ",), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  out.put(static_cast<char>(len & 0xff)).put(static_cast<char>(len >> 8));
+  out << header;
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+}
+
+/// Tunes `spec` exhaustively on the emulation; returns the --json result.
+nlohmann::json tune(const fs::path& spec, const fs::path& cache, int expected_rc = 0) {
+  std::string out;
+  const int rc = run_command(ktune_exe().string() + " --json tune --backend emu --strategy exhaustive --spec " +
+                                 spec.string() + " --cache " + cache.string(),
+                             &out);
+  INFO(out);
+  REQUIRE(rc == expected_rc);
+  // Progress lines come first (stderr is captured too); the result is the JSON object after them.
+  const auto start = out.rfind("\n{\n");
+  return rc == 0 ? nlohmann::json::parse(out.substr(start == std::string::npos ? 0 : start + 1)) : nlohmann::json();
+}
+
+/// A .safetensors file holding one fp32 tensor called `name`.
+void write_safetensors(const fs::path& path, const std::string& name, const std::vector<float>& values) {
+  const std::string header =
+      nlohmann::json{{name, {{"dtype", "F32"}, {"shape", {values.size()}}, {"data_offsets", {0, values.size() * 4}}}}}
+          .dump();
+  std::ofstream out(path, std::ios::binary);
+  const std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xff));
+  out << header;
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
+}
+
+}  // namespace
+
+TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-tune-matmul");
+  const auto& family = ktune::spec::load_spec_family(example("matmul/matmul.json"));
+  const auto result = tune(example("matmul/matmul.json"), dir / "tuned.json");
+  CHECK(result["family"] == "tiled_matmul");
+  CHECK(result["evaluations"] == 11);  // every valid point (spec_test counts them), no more
+  CHECK(result["failures"] == 0);
+  std::ifstream in(dir / "tuned.json");
+  const auto cache = nlohmann::json::parse(in);
+  REQUIRE(cache["entries"].size() == 1);
+  const auto& key = cache["entries"][0]["key"];
+  CHECK(key["family"] == "tiled_matmul");
+  CHECK(key["source_hash"] == family.source_hash());
+  CHECK(cache["entries"][0]["config"] == result["best_config"]);
+  // The session log reads back with the spec; without it, the message says what to give.
+  const std::string log = result["log"].get<std::string>();
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " log show " + log + " --spec " + example("matmul/matmul.json").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("{\"tile\":"));
+  CHECK(run_command(ktune_exe().string() + " log show " + log, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("not a built-in family: give its kernel spec with --spec"));
+}
+
+TEST_CASE("spec emu: the row-sum reduction tunes end to end and lands in the cache", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-tune-reduction");
+  const auto& family = ktune::spec::load_spec_family(example("reduction/reduction.json"));
+  const auto result = tune(example("reduction/reduction.json"), dir / "tuned.json");
+  CHECK(result["evaluations"] == 12);
+  CHECK(result["failures"] == 0);
+  std::ifstream in(dir / "tuned.json");
+  const auto cache = nlohmann::json::parse(in);
+  REQUIRE(cache["entries"].size() == 1);
+  CHECK(cache["entries"][0]["key"]["family"] == "row_sum");
+  CHECK(cache["entries"][0]["key"]["source_hash"] == family.source_hash());
+}
+
+TEST_CASE("spec emu: reference answers match an fp64 CPU computation, variants match them", "[spec]") {
+  const auto& family = ktune::spec::load_spec_family(example("matmul/matmul.json"));
+  const ktune::templates::Problem problem{"f32", {{"k", 32}, {"m", 32}, {"n", 16}}};
+  const auto w = family.make_workload(problem, 7);
+  REQUIRE(w.buffers.size() == 3);
+  const auto a = floats_of(w.buffers[0].bytes), b = floats_of(w.buffers[1].bytes);
+  std::vector<double> c(32 * 16);
+  for (int i = 0; i < 32; ++i)
+    for (int j = 0; j < 16; ++j)
+      for (int l = 0; l < 32; ++l) c[i * 16 + j] += static_cast<double>(a[i * 32 + l]) * b[l * 16 + j];
+  CHECK(relative_l2(floats_of(w.buffers[2].expected), c) < 1e-6);
+
+  auto runner = ktune::tuner::make_emu_runner();
+  for (const auto& config : {Config({{"tile", 8}, {"wpt", 2}}), Config({{"tile", 16}, {"wpt", 4}})}) {
+    const auto r = runner->run(family, config, problem, {});
+    INFO(config.str() << ": " << r.failure);
+    CHECK(r.ok);
+    CHECK(r.max_error < 1e-6);
+  }
+}
+
+TEST_CASE("spec emu: answer files are checked, and a wrong answer is rejected", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-answer");
+  fs::copy_file(example("reduction/reduction.cu"), dir / "reduction.cu");
+  const int rows = 4, cols = 256;
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> x(rows * cols), right(rows), wrong(rows);
+  for (auto& v : x) v = dist(rng);
+  for (int r = 0; r < rows; ++r) {
+    double s = 0;
+    for (int c = 0; c < cols; ++c) s += x[r * cols + c];
+    right[r] = static_cast<float>(s);
+    wrong[r] = static_cast<float>(s) + (r == 2 ? 0.5f : 0.0f);  // one row off
+  }
+  write_npy(dir / "x.npy", x);
+  write_npy(dir / "right.npy", right);
+  write_npy(dir / "wrong.npy", wrong);
+  write_safetensors(dir / "right.safetensors", "y", right);
+  auto write_spec = [&](const std::string& answer) {
+    std::ifstream in(example("reduction/reduction.json"));
+    auto j = nlohmann::json::parse(in);
+    j["problem"] = {{"rows", rows}, {"cols", cols}};
+    j["buffers"][0]["init"] = "file";
+    j["buffers"][0]["file"] = "x.npy";
+    j["reference"] = {{"files", {{"y", answer}}}};
+    const auto path = dir / ("spec-" + answer + ".json");
+    std::ofstream(path) << j.dump(2);
+    return path;
+  };
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + write_spec("right.npy").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + write_spec("right.safetensors").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  const auto wrong_spec = write_spec("wrong.npy");
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + wrong_spec.string(), &out) == 1);
+  CHECK_THAT(out, Catch::Contains("FAIL: validation"));
+  tune(wrong_spec, dir / "tuned.json", 1);
+  CHECK_FALSE(fs::exists(dir / "tuned.json"));
+}
+
+TEST_CASE("spec emu: a kernel the emulation cannot run is refused with the construct named", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-gap-cli");
+  fs::copy_file(example("reduction/reduction.json"), dir / "reduction.json");
+  std::ofstream(dir / "reduction.cu") << "template <int THREADS, int VEC>\n"
+                                         "__global__ void row_sum(const float* x, float* y, int cols) {\n"
+                                         "  extern __shared__ float partial[];\n"
+                                         "  y[blockIdx.x] = partial[0];\n}\n";
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "reduction.json").string(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("reduction.cu:3: extern __shared__"));
+}

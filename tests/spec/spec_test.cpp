@@ -1,0 +1,211 @@
+// Kernel specs read into families: restrictions prune exactly the invalid
+// points, bad specs give one clear line (and `ktune` exits 2), expressions
+// follow integer geometry, rendering carries the tunables, the source hash
+// follows the files, and constructs the emulation lacks are named.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include "base/error.hpp"
+#include "spec/spec_family.hpp"
+#include "support.hpp"
+
+namespace fs = std::filesystem;
+using ktune::Config;
+using ktune::DeviceLimits;
+using ktune::spec::Expression;
+using ktune::spec::load_spec_family;
+using ktune::templates::Problem;
+
+namespace {
+
+fs::path example(const std::string& name) { return fs::path(KTUNE_SOURCE_DIR) / "examples" / name; }
+
+void write(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+/// The reduction example copied into `dir`, its spec text edited by `edit`.
+fs::path reduction_copy(const fs::path& dir, const std::function<void(std::string&)>& edit) {
+  fs::copy_file(example("reduction/reduction.cu"), dir / "reduction.cu", fs::copy_options::overwrite_existing);
+  std::ifstream in(example("reduction/reduction.json"));
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  edit(text);
+  write(dir / "reduction.json", text);
+  return dir / "reduction.json";
+}
+
+void replace(std::string& text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  REQUIRE(pos != std::string::npos);
+  text.replace(pos, from.size(), to);
+}
+
+std::string load_error(const fs::path& path) {
+  try {
+    load_spec_family(path);
+  } catch (const ktune::Error& e) {
+    CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("spec: the matmul restrictions admit exactly the valid points", "[spec]") {
+  const auto& family = load_spec_family(example("matmul/matmul.json"));
+  const auto device = DeviceLimits::for_arch("sm_90");
+  // k = 40: tile 16 passes every geometry check (k is not in the grid) and only the restriction rejects it.
+  for (const auto& [m, n, k] :
+       {std::tuple{64, 48, 32}, std::tuple{64, 48, 40}, std::tuple{96, 96, 64}, std::tuple{8, 8, 8}}) {
+    const Problem problem{"f32", {{"m", m}, {"n", n}, {"k", k}}};
+    std::uint64_t valid = 0, expected = 0;
+    for (std::uint64_t i = 0; i < family.space().size(); ++i) {
+      const Config c = family.space().at(i);
+      const auto tile = c.at("tile"), wpt = c.at("wpt");
+      // What the spec's restrictions say, written out in C++.
+      const bool ok = tile % wpt == 0 && m % tile == 0 && n % tile == 0 && k % tile == 0 &&
+                      2 * tile * tile * 4 <= 48 * 1024 && tile * (tile / wpt) <= 1024;
+      INFO(c.str() << " on " << problem.key());
+      std::string why;
+      CHECK(family.is_valid(c, problem, device, &why) == ok);
+      if (!ok) CHECK_FALSE(why.empty());
+      valid += family.is_valid(c, problem, device) ? 1 : 0;
+      expected += ok ? 1 : 0;
+    }
+    CHECK(valid == expected);
+  }
+  // 64 x 48 x 32: tiles 4 (wpt 1, 2, 4), 8 (1, 2, 4, 8), 16 (1, 2, 4, 8); 32 does not divide 48.
+  std::uint64_t valid = 0;
+  const Problem first = family.problem_classes().front();
+  for (std::uint64_t i = 0; i < family.space().size(); ++i) valid += family.is_valid(family.space().at(i), first, device);
+  CHECK(valid == 11);
+  std::string why;
+  CHECK_FALSE(family.is_valid(Config({{"tile", 32}, {"wpt", 1}}), first, device, &why));
+  CHECK(why == "restriction 'm % tile == 0 && n % tile == 0 && k % tile == 0' does not hold");
+}
+
+TEST_CASE("spec: the reduction restrictions and the device's block limit", "[spec]") {
+  const auto& family = load_spec_family(example("reduction/reduction.json"));
+  const Problem problem = family.problem_classes().front();  // 16 rows of 1020
+  auto device = DeviceLimits::for_arch("sm_90");
+  std::uint64_t valid = 0;
+  for (std::uint64_t i = 0; i < family.space().size(); ++i) valid += family.is_valid(family.space().at(i), problem, device);
+  // vec 1: threads 32..512; vec 2: 32..256; vec 4: 32..128; vec 8 does not divide 1020.
+  CHECK(valid == 12);
+  device.max_threads_per_block = 256;
+  std::string why;
+  CHECK_FALSE(family.is_valid(Config({{"threads", 512}, {"vec", 1}}), problem, device, &why));
+  CHECK_THAT(why, Catch::Contains("outside 1..256"));
+}
+
+TEST_CASE("spec: expressions do integer geometry and name what they lack", "[spec]") {
+  const Expression e("n % (block * vec) == 0 && ceil_div(n, block) == div(n + block - 1, block)", "restriction",
+                     {"n", "block", "vec"});
+  CHECK(e.eval({{"n", 1024}, {"block", 256}, {"vec", 4}}) == 1);
+  CHECK(e.eval({{"n", 1000}, {"block", 256}, {"vec", 4}}) == 0);
+  const Expression grid("n / block", "grid[x]", {"n", "block"});
+  CHECK(grid.eval_integer({{"n", 1024}, {"block", 256}}, 1, 100) == 4);
+  CHECK_THROWS_WITH(grid.eval_integer({{"n", 1000}, {"block", 256}}, 1, 100),
+                    Catch::Contains("is not a whole number (use ceil_div(a, b)"));
+  CHECK_THROWS_WITH(Expression("block_x * block_z <= 1024", "restriction", {"block_x", "block_y"}),
+                    "restriction: unknown name 'block_z'; known: block_x, block_y");
+  CHECK_THROWS_WITH(Expression("block_x * (2 <= 1024", "restriction", {"block_x"}), Catch::Contains("restriction: "));
+}
+
+TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-bad");
+  SECTION("unknown tunable in a restriction") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "threads * vec <= cols", "thread * vec <= cols"); });
+    CHECK(load_error(path) ==
+          path.string() + ": restriction 'thread * vec <= cols': unknown name 'thread'; known: cols, rows, threads, vec");
+  }
+  SECTION("an argument naming a missing buffer") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"args\": [\"x\", \"y\"", "\"args\": [\"x\", \"out\""); });
+    CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": args[1]: no buffer 'out'; buffers: x, y"));
+  }
+  SECTION("a JSON syntax error") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"rows\",", "\"rows\""); });
+    CHECK_THAT(load_error(path), Catch::Contains("line 14"));
+  }
+  SECTION("an expression syntax error") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"cols % vec == 0\"", "\"cols % (vec == 0\""); });
+    CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": restriction 'cols % (vec == 0': "));
+  }
+  SECTION("a misspelt field") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"restrictions\"", "\"restriction\""); });
+    CHECK_THAT(load_error(path), Catch::Contains("spec: unknown field 'restriction'; accepted: "));
+  }
+  SECTION("a missing source") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "reduction.cu", "reduce.cu"); });
+    CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' not found"));
+  }
+  SECTION("the command line: exit 2, one line, nothing written") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "threads * vec <= cols", "thread * vec <= cols"); });
+    std::string out;
+    const int rc = ktune::test::run_command(ktune::test::ktune_exe().string() + " tune --backend emu --spec " +
+                                                path.string() + " --cache " + (dir / "tuned.json").string() + " 2>&1",
+                                            &out);
+    CHECK(rc == 2);
+    CHECK(out == "ktune: " + path.string() +
+                     ": restriction 'thread * vec <= cols': unknown name 'thread'; known: cols, rows, threads, vec\n");
+    CHECK_FALSE(fs::exists(dir / "tuned.json"));
+  }
+}
+
+TEST_CASE("spec: rendering carries the tunables, the hash follows the files", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-render");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"grid\": \"rows\"", "\"defines\": {\"ROW_VEC\": \"vec * 2\"}, \"grid\": \"rows\"");
+  });
+  const auto& family = load_spec_family(path);
+  const auto r = family.render(Config({{"threads", 128}, {"vec", 4}}), family.problem_classes().front());
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(r.kernels[0] == "row_sum<128, 4>");
+  CHECK_THAT(r.source, Catch::Contains("#define ROW_VEC 8\n"));
+  CHECK_THAT(r.source, Catch::Contains("__shfl_down_sync"));
+  CHECK_THAT(r.source, Catch::Contains("reinterpret_cast<void*>(&row_sum<128, 4>)"));
+  const std::string before = family.source_hash();
+  CHECK(load_spec_family(path).source_hash() == before);
+  std::ofstream(dir / "reduction.cu", std::ios::app) << "// edited\n";
+  CHECK(load_spec_family(path).source_hash() != before);
+}
+
+TEST_CASE("spec: constructs the emulation lacks are named with their line", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-gaps");
+  const auto path = reduction_copy(dir, [](std::string&) {});
+  write(dir / "reduction.cu", "#ifndef KT_EMULATION\n#include <cuda_runtime.h>\n#endif\n"
+                              "template <int THREADS, int VEC>\n"
+                              "__global__ void row_sum(const float* x, float* y, int cols) {\n"
+                              "  extern __shared__ float partial[];\n"
+                              "  y[blockIdx.x] = partial[0];\n}\n");
+  const auto& family = load_spec_family(path);
+  REQUIRE(family.emulation_gaps().size() == 1);
+  CHECK_THAT(family.emulation_gaps()[0], Catch::StartsWith("reduction.cu:6: extern __shared__"));
+  CHECK_THROWS_WITH(family.require_emulation(), Catch::Contains("the emulation cannot run this kernel: reduction.cu:6"));
+}
+
+TEST_CASE("spec: sources include their headers and ktune's kt.cuh, each once", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-include");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"source\": \"reduction.cu\",", "\"source\": \"reduction.cu\", \"include_dirs\": [\"inc\"],");
+  });
+  fs::create_directories(dir / "inc");
+  write(dir / "inc/partial.cuh", "#pragma once\nconstexpr int kPartialMarker = 7;\n");
+  write(dir / "reduction.cu", "#include \"kt.cuh\"\n#include \"partial.cuh\"\n#include \"partial.cuh\"\n"
+                              "template <int THREADS, int VEC>\n"
+                              "__global__ void row_sum(const float* x, float* y, int cols) {\n"
+                              "  y[blockIdx.x] = kt::warp_sum(x[threadIdx.x]);\n}\n");
+  const auto& family = load_spec_family(path);
+  const auto r = family.render(family.default_config(family.problem_classes().front()), family.problem_classes().front());
+  CHECK_THAT(r.source, Catch::Contains("KT_DEVICE T warp_sum(T v)"));  // kt.cuh, expanded
+  const auto first = r.source.find("kPartialMarker");
+  REQUIRE(first != std::string::npos);
+  CHECK(r.source.find("kPartialMarker", first + 1) == std::string::npos);
+  CHECK(family.emulation_gaps().empty());  // kt.cuh's GPU half (asm, extern __shared__) is not the user's code
+  write(dir / "reduction.cu", "#include \"missing.cuh\"\n");
+  CHECK_THROWS_WITH(load_spec_family(path), Catch::Contains("reduction.cu:1: #include \"missing.cuh\" not found"));
+}
