@@ -19,9 +19,9 @@ std::string markdown(const model::E2eResult& r) {
   const auto& o = r.options;
   const bool fwd_only = o.passes == model::E2ePasses::kForward;
   const auto& m = o.model;
-  std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, fp32, {})\n\n", o.backend,
+  std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, {}, {})\n\n", o.backend,
                               o.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(o.mode)), r.device,
-                              r.date);
+                              model::to_string(o.precision), r.date);
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
   // Seed 002's layout.
   s += "| model_size | d_model | context_length | num_layers | num_heads | batch_size | num_warmups | num_trials | "
@@ -85,6 +85,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     e.backend = b.backend;
     e.mode = b.mode;
     e.cache = b.cache;
+    e.precision = b.precision;
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep
                                    : model::E2ePasses::kForwardBackward;

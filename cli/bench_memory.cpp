@@ -9,6 +9,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/memory_plan.hpp"
+#include "model/ops/device_ops.hpp"
 
 namespace ktune::cli {
 
@@ -42,18 +43,30 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     ModelArgs m;
     std::string models = "xl";
     std::string ctx = "128,256,512";
+    std::string dtype = "f32", mode = "compiled";
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), fp32, "
-                                             "planned without allocating");
+  auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), fp32 "
+                                             "buffers, planned without allocating");
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   add_size_options(cmd, o->m);
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
   cmd->add_option("--batch", o->m.batch, "Batch size")->check(CLI::PositiveNumber)->default_str("4");
   add_threads_option(cmd, o->m);
+  cmd->add_option("--dtype", o->dtype,
+                  "The run's precision: f32, or tf32 (with --mode compiled, flash attention: each block keeps the "
+                  "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities)")
+      ->check(CLI::IsMember({"f32", "tf32"}))
+      ->capture_default_str();
+  cmd->add_option("--mode", o->mode, "The device backends' mode the run would use: eager or compiled")
+      ->check(CLI::IsMember({"eager", "compiled"}))
+      ->capture_default_str();
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     const auto ctxs = int_list_arg(o->ctx, "--ctx");
+    const auto precision = model::parse_precision(o->dtype);
+    const auto attention = model::attention_saved(precision, model::parse_mode(o->mode) == model::Mode::kCompiled);
+    const char* attention_name = attention == model::AttentionSaved::kLogSumExp ? "flash" : "materialised";
     nlohmann::ordered_json all = nlohmann::ordered_json::array();
     std::string text;
     std::string rest = o->models;
@@ -66,11 +79,12 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       std::vector<model::MemoryPlan> plans;
       for (auto c : ctxs) {
         a.ctx = c;
-        plans.push_back(model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a)));
+        plans.push_back(model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a), 4, attention));
       }
-      text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, fp32\n\n",
+      text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, {}, {} "
+                          "attention\n\n",
                           config.name, config.d_model, config.layers, config.heads, config.vocab,
-                          plans.front().shape.batch);
+                          plans.front().shape.batch, o->dtype, attention_name);
       text += "| phase |";
       for (auto c : ctxs) text += fmt::format(" ctx {} |", c);
       text += "\n|:--|";
@@ -84,7 +98,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       text += "\n";
       for (const auto& p : plans) {
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
-                                    {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", "float32"}};
+                                    {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", o->dtype},
+                                    {"attention", attention_name}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);
         all.push_back(j);
       }

@@ -29,7 +29,7 @@ struct Cursor {
 
 }  // namespace
 
-LayerLayout layer_layout(const ModelConfig& m, const RunShape& r) {
+LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved attention) {
   const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff, S = r.context;
   Cursor c;
   LayerLayout l;
@@ -39,7 +39,7 @@ LayerLayout layer_layout(const ModelConfig& m, const RunShape& r) {
   l.q = c.take(N * C);
   l.k = c.take(N * C);
   l.v = c.take(N * C);
-  l.probs = c.take(r.batch * m.heads * S * S);
+  l.attn_saved = c.take(r.batch * m.heads * S * (attention == AttentionSaved::kLogSumExp ? 1 : S));
   l.attn = c.take(N * C);
   l.x_mid = c.take(N * C);
   l.ln2 = c.take(N * C);
@@ -88,7 +88,8 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
   return w;
 }
 
-MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes) {
+MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes,
+                       AttentionSaved attention) {
   m.validate();
   r.validate();
   {
@@ -109,12 +110,13 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
   p.shape = r;
   p.threads = threads;
   p.element_bytes = element_bytes;
+  p.attention = attention;
   const std::int64_t params = m.parameter_count();
   p.parameters = params * element_bytes;
   p.gradients = params * element_bytes;
   p.optimizer_state = 2 * params * element_bytes;
   p.inputs = 2 * r.tokens() * 4;
-  const std::int64_t layer = layer_layout(m, r).size;
+  const std::int64_t layer = layer_layout(m, r, attention).size;
   const std::int64_t final = final_layout(m, r).size;
   p.per_layer_activations = layer * element_bytes;
   p.activations_forward = (layer + final) * element_bytes;

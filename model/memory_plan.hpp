@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/precision.hpp"
 
 namespace ktune::model {
 
@@ -20,7 +21,8 @@ struct LayerLayout {
   std::int64_t q = 0;      // (N, H, C/H) after RoPE
   std::int64_t k = 0;      // (N, H, C/H) after RoPE
   std::int64_t v = 0;      // (N, H, C/H)
-  std::int64_t probs = 0;  // (B, H, S, S) attention probabilities
+  std::int64_t attn_saved = 0;  // what the attention backward needs (AttentionSaved): (B, H, S, S)
+                                // probabilities, or with flash attention the (B, H, S) log-sum-exp
   std::int64_t attn = 0;   // (N, C) attention output, input of output_proj
   std::int64_t x_mid = 0;  // (N, C) stream after the attention residual
   std::int64_t ln2 = 0;    // (N, C) RMSNorm 2 output, input of w1/w3
@@ -58,7 +60,8 @@ struct WorkspaceLayout {
   std::int64_t size = 0;
 };
 
-LayerLayout layer_layout(const ModelConfig& m, const RunShape& r);
+LayerLayout layer_layout(const ModelConfig& m, const RunShape& r,
+                         AttentionSaved attention = AttentionSaved::kProbabilities);
 FinalLayout final_layout(const ModelConfig& m, const RunShape& r);
 WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward);
 
@@ -68,6 +71,7 @@ struct MemoryPlan {
   RunShape shape;
   unsigned threads = 1;
   std::int64_t element_bytes = 4;
+  AttentionSaved attention = AttentionSaved::kProbabilities;
 
   std::int64_t parameters = 0;            ///< bytes of the parameters
   std::int64_t gradients = 0;             ///< bytes of their gradients
@@ -84,10 +88,12 @@ struct MemoryPlan {
   std::int64_t peak_step() const;              ///< forward + backward + AdamW
 };
 
-/// Plans the buffers of a run without allocating anything. Throws
+/// Plans the buffers of a run without allocating anything, each block
+/// keeping what `attention` says for the backward. Throws
 /// kInvalidInput when the sizes are so large that the plan's byte counts
 /// would not fit std::int64_t.
-MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes = 4);
+MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes = 4,
+                       AttentionSaved attention = AttentionSaved::kProbabilities);
 
 /// Refuses, before anything is allocated, a run whose planned `peak` (one of
 /// the plan's peaks) exceeds the host memory available: kInvalidInput, one

@@ -58,8 +58,9 @@ class DeviceRuntime final : public Runtime {
                 const BackendOptions& options)
       : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()) {
     if (!options.cache.empty()) tuned_ = std::make_unique<cache::TunedCache>(cache::TunedCache::read(options.cache));
-    model_ = std::make_unique<DeviceTransformer>(*backend_, config, shape, allocation,
-                                                 DeviceOptions{.mode = options.mode, .tuned = tuned_.get()});
+    model_ = std::make_unique<DeviceTransformer>(
+        *backend_, config, shape, allocation,
+        DeviceOptions{.mode = options.mode, .precision = options.precision, .tuned = tuned_.get()});
   }
 
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
@@ -82,9 +83,10 @@ class DeviceRuntime final : public Runtime {
   }
   std::string kernel_summary() const override {
     const auto& k = model_->ops().kernels();
-    return fmt::format("{} mode, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}",
-                       to_string(model_->ops().mode()), k.kernels().size(), k.count(cache::Match::kExact),
-                       k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
+    return fmt::format("{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}",
+                       to_string(model_->ops().mode()), to_string(model_->layout().precision), k.kernels().size(),
+                       k.count(cache::Match::kExact), k.count(cache::Match::kNearest), k.count(cache::Match::kNone),
+                       model_->ops().gemm_engine().name());
   }
   std::vector<std::string> warnings() const override { return model_->ops().kernels().warnings(); }
 
@@ -101,6 +103,9 @@ std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape&
   check_backend_name(options.backend);
   if (options.backend == "cpu") {
     KTUNE_REQUIRE(options.cache.empty(), "--cache feeds the device backends' kernels; the cpu backend has none");
+    KTUNE_REQUIRE(options.precision == Precision::kF32,
+                  fmt::format("the cpu backend runs f32 only, not {}; --dtype tf32 and bf16 need --backend cuda or emu",
+                              to_string(options.precision)));
     return std::make_unique<CpuRuntime>(config, shape, allocation, options.threads);
   }
   return std::make_unique<DeviceRuntime>(config, shape, allocation, options);

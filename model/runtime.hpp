@@ -20,6 +20,7 @@ namespace ktune::model {
 struct BackendOptions {
   std::string backend = "cpu";  ///< cpu | cuda | emu
   Mode mode = Mode::kCompiled;  ///< device backends only
+  Precision precision = Precision::kF32;  ///< f32 on cpu; f32 or tf32 on the device backends
   std::string cache;            ///< tuned cache file for compiled mode (empty: family defaults)
   unsigned threads = 1;         ///< cpu backend threads
 };
@@ -56,7 +57,8 @@ class Runtime {
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation
 /// with seed 0. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
-/// for an unknown backend or a cache given to the cpu backend.
+/// for an unknown backend, a cache given to the cpu backend, or a precision
+/// the backend does not run (the cpu backend runs f32 only).
 std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                                       const BackendOptions& options);
 

@@ -76,3 +76,21 @@ TEST_CASE("a run that does not fit in host memory is refused before allocating",
   huge.d_model *= 2;
   CHECK_THROWS_WITH(plan_memory(huge, RunShape{1 << 20, 1 << 20}, 1), Catch::Contains("2^60 bytes"));
 }
+
+TEST_CASE("flash attention's plan keeps the (B, H, S) log-sum-exp instead of the probabilities", "[model][memory]") {
+  const ModelConfig xl = model_config("xl");
+  const RunShape shape{4, 256};
+  const MemoryPlan materialised = plan_memory(xl, shape, 1);
+  const MemoryPlan flash = plan_memory(xl, shape, 1, 4, AttentionSaved::kLogSumExp);
+  CHECK(flash.attention == AttentionSaved::kLogSumExp);
+  const std::int64_t saved_bytes = 4 * shape.batch * xl.heads * 256 * (256 - 1);  // per block
+  CHECK(materialised.per_layer_activations - flash.per_layer_activations == saved_bytes);
+  CHECK(materialised.activations_backward - flash.activations_backward == xl.layers * saved_bytes);
+  CHECK(materialised.peak_step() - flash.peak_step() == xl.layers * saved_bytes);
+  CHECK(flash.parameters == materialised.parameters);
+  // The precision decides: flash attention in compiled tf32 and bf16, materialised otherwise.
+  CHECK(attention_saved(Precision::kTf32, true) == AttentionSaved::kLogSumExp);
+  CHECK(attention_saved(Precision::kBf16, true) == AttentionSaved::kLogSumExp);
+  CHECK(attention_saved(Precision::kF32, true) == AttentionSaved::kProbabilities);
+  CHECK(attention_saved(Precision::kTf32, false) == AttentionSaved::kProbabilities);
+}

@@ -52,12 +52,17 @@ const Library& library() {
   return lib;
 }
 
+cudaDataType_t cuda_type(templates::DType type) {
+  return type == templates::DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
 // A column-major layout owned for one call.
 struct Layout {
   cublasLtMatrixLayout_t layout = nullptr;
-  Layout(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch, std::int64_t stride) {
+  Layout(templates::DType type, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch,
+         std::int64_t stride) {
     const Library& lib = library();
-    KT_CHECK_CUBLAS(lib.cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, static_cast<std::uint64_t>(rows),
+    KT_CHECK_CUBLAS(lib.cublasLtMatrixLayoutCreate(&layout, cuda_type(type), static_cast<std::uint64_t>(rows),
                                                    static_cast<std::uint64_t>(cols), ld));
     if (batch > 1) {
       const auto count = static_cast<std::int32_t>(batch);
@@ -77,13 +82,22 @@ struct Layout {
 // The alignment (bytes, at most 256) every batch's pointer of an operand has:
 // cuBLASLt's heuristic assumes 256 unless told, and an algorithm chosen for
 // that would fault on a tensor at a smaller offset in the run's allocation.
-std::uint32_t alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride_elements) {
+std::uint32_t alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride_elements,
+                        templates::DType type) {
   std::uint64_t bits = address | 256;
-  if (batch > 1) bits |= static_cast<std::uint64_t>(stride_elements) * sizeof(float);
+  if (batch > 1) bits |= static_cast<std::uint64_t>(stride_elements) * templates::size_of(type);
   return static_cast<std::uint32_t>(bits & (~bits + 1));  // lowest set bit
 }
 
 }  // namespace
+
+void check_gemm_types(const GemmDesc& g) {
+  for (const templates::DType t : {g.a_type, g.b_type, g.c_type})
+    KTUNE_REQUIRE(t == templates::DType::kF32 || t == templates::DType::kBF16,
+                  fmt::format("GEMM operand type {}; accepted: f32, bf16", templates::to_string(t)));
+  KTUNE_REQUIRE(!g.tf32 || (g.a_type == templates::DType::kF32 && g.b_type == templates::DType::kF32),
+                "a tf32 GEMM takes fp32 operands (tf32 is how the matrix units read them)");
+}
 
 struct CublasLt::State {
   cublasLtHandle_t handle = nullptr;
@@ -107,9 +121,12 @@ CublasLt::~CublasLt() {
 
 void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
   const Library& lib = library();
-  // Column-major view: D' (n, m) = op(B') op(A'), A' = B, B' = A.
+  check_gemm_types(g);
+  // Column-major view: D' (n, m) = op(B') op(A'), A' = B, B' = A. fp32
+  // accumulation and scalars whatever the operands.
   cublasLtMatmulDesc_t desc = nullptr;
-  KT_CHECK_CUBLAS(lib.cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulDescCreate(&desc, g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                               CUDA_R_32F));
   struct DescOwner {
     cublasLtMatmulDesc_t d;
     ~DescOwner() { library().cublasLtMatmulDescDestroy(d); }
@@ -119,9 +136,9 @@ void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
   KT_CHECK_CUBLAS(lib.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   KT_CHECK_CUBLAS(lib.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // B row-major (k, n) is column-major (n, k); transposed it is stored (n, k) row-major: (k, n).
-  const Layout a(g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.batch, g.stride_b);
-  const Layout b(g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.batch, g.stride_a);
-  const Layout c(g.n, g.m, g.ldc, g.batch, g.stride_c);
+  const Layout a(g.b_type, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.batch, g.stride_b);
+  const Layout b(g.a_type, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.batch, g.stride_a);
+  const Layout c(g.c_type, g.n, g.m, g.ldc, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceCreate(&pref));
@@ -133,8 +150,9 @@ void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
   KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                           sizeof(ws)));
   // A' is B and B' is A (the column-major view); C and D are one buffer.
-  const std::uint32_t align_a = alignment(g.b, g.batch, g.stride_b), align_b = alignment(g.a, g.batch, g.stride_a),
-                      align_c = alignment(g.c, g.batch, g.stride_c);
+  const std::uint32_t align_a = alignment(g.b, g.batch, g.stride_b, g.b_type),
+                      align_b = alignment(g.a, g.batch, g.stride_a, g.a_type),
+                      align_c = alignment(g.c, g.batch, g.stride_c, g.c_type);
   for (const auto& [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
                                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
                                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
@@ -145,8 +163,10 @@ void CublasLt::matmul(const GemmDesc& g, std::uint64_t stream) {
   KT_CHECK_CUBLAS(lib.cublasLtMatmulAlgoGetHeuristic(state_->handle, desc, a.layout, b.layout, c.layout, c.layout,
                                                      pref, 1, &result, &found));
   if (found < 1)
-    throw Error(ErrorKind::kCuda, fmt::format("cuBLASLt has no algorithm for the fp32 GEMM m={} n={} k={} batch={}",
-                                              g.m, g.n, g.k, g.batch));
+    throw Error(ErrorKind::kCuda,
+                fmt::format("cuBLASLt has no algorithm for the GEMM m={} n={} k={} batch={} ({} x {} -> {}{})", g.m,
+                            g.n, g.k, g.batch, templates::to_string(g.a_type), templates::to_string(g.b_type),
+                            templates::to_string(g.c_type), g.tf32 ? ", tf32" : ""));
   KT_CHECK_CUBLAS(lib.cublasLtMatmul(state_->handle, desc, &g.alpha, reinterpret_cast<const void*>(g.b), a.layout,
                                      reinterpret_cast<const void*>(g.a), b.layout, &g.beta,
                                      reinterpret_cast<const void*>(g.c), c.layout, reinterpret_cast<void*>(g.c),
