@@ -23,6 +23,7 @@ struct Row {
 
 const Row kRows[] = {
     {"parameters", "parameters", [](const model::MemoryPlan& p) { return p.parameters; }},
+    {"bf16 weight copy", "weight_copy", [](const model::MemoryPlan& p) { return p.weight_copy; }},
     {"gradients", "gradients", [](const model::MemoryPlan& p) { return p.gradients; }},
     {"optimizer state (AdamW m, v)", "optimizer_state", [](const model::MemoryPlan& p) { return p.optimizer_state; }},
     {"inputs (tokens, targets)", "inputs", [](const model::MemoryPlan& p) { return p.inputs; }},
@@ -46,17 +47,19 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     std::string dtype = "f32", mode = "compiled";
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), fp32 "
-                                             "buffers, planned without allocating");
+  auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), each "
+                                             "buffer in its dtype for --dtype, planned without allocating");
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   add_size_options(cmd, o->m);
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
   cmd->add_option("--batch", o->m.batch, "Batch size")->check(CLI::PositiveNumber)->default_str("4");
   add_threads_option(cmd, o->m);
   cmd->add_option("--dtype", o->dtype,
-                  "The run's precision: f32, or tf32 (with --mode compiled, flash attention: each block keeps the "
-                  "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities)")
-      ->check(CLI::IsMember({"f32", "tf32"}))
+                  "The run's precision: f32; tf32 (with --mode compiled, flash attention: each block keeps the "
+                  "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities); bf16 (mixed precision: bf16 "
+                  "activations and weight copy, fp32 statistics, master weights, gradients and AdamW state; flash "
+                  "attention in compiled mode)")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--mode", o->mode, "The device backends' mode the run would use: eager or compiled")
       ->check(CLI::IsMember({"eager", "compiled"}))
@@ -79,7 +82,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       std::vector<model::MemoryPlan> plans;
       for (auto c : ctxs) {
         a.ctx = c;
-        plans.push_back(model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a), 4, attention));
+        plans.push_back(
+            model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a), 4, attention, precision));
       }
       text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, {}, {} "
                           "attention\n\n",
@@ -91,6 +95,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       for (std::size_t i = 0; i < ctxs.size(); ++i) text += "--:|";
       text += "\n";
       for (const auto& row : kRows) {
+        if (row.key == std::string("weight_copy") && precision != model::Precision::kBf16) continue;
         text += fmt::format("| {} |", row.name);
         for (const auto& p : plans) text += fmt::format(" {} |", model::format_bytes(row.bytes(p)));
         text += "\n";
