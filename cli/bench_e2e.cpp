@@ -21,9 +21,9 @@ std::string markdown(const model::E2eResult& r) {
   const auto& o = r.options;
   const bool fwd_only = o.passes == model::E2ePasses::kForward;
   const auto& m = o.model;
-  std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, fp32, {})\n\n", o.backend,
+  std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, {}, {})\n\n", o.backend,
                               o.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(o.mode)), r.device,
-                              r.date);
+                              model::to_string(o.precision), r.date);
   s += fmt::format("{}git revision {}, ktune {}; phases timed with {}\n\n",
                    r.driver.empty() ? "" : "driver " + r.driver + ", ", git_revision(), ktune_version(), r.clock);
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
@@ -101,6 +101,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     e.backend = b.backend;
     e.mode = b.mode;
     e.cache = b.cache;
+    e.precision = b.precision;
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep
                                    : model::E2ePasses::kForwardBackward;

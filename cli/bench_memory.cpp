@@ -9,6 +9,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/memory_plan.hpp"
+#include "model/ops/device_ops.hpp"
 
 namespace ktune::cli {
 
@@ -22,6 +23,7 @@ struct Row {
 
 const Row kRows[] = {
     {"parameters", "parameters", [](const model::MemoryPlan& p) { return p.parameters; }},
+    {"bf16 weight copy", "weight_copy", [](const model::MemoryPlan& p) { return p.weight_copy; }},
     {"gradients", "gradients", [](const model::MemoryPlan& p) { return p.gradients; }},
     {"optimizer state (AdamW m, v)", "optimizer_state", [](const model::MemoryPlan& p) { return p.optimizer_state; }},
     {"inputs (tokens, targets)", "inputs", [](const model::MemoryPlan& p) { return p.inputs; }},
@@ -42,18 +44,32 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     ModelArgs m;
     std::string models = "xl";
     std::string ctx = "128,256,512";
+    std::string dtype = "f32", mode = "compiled";
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), fp32, "
-                                             "planned without allocating");
+  auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), each "
+                                             "buffer in its dtype for --dtype, planned without allocating");
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   add_size_options(cmd, o->m);
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
   cmd->add_option("--batch", o->m.batch, "Batch size")->check(CLI::PositiveNumber)->default_str("4");
   add_threads_option(cmd, o->m);
+  cmd->add_option("--dtype", o->dtype,
+                  "The run's precision: f32; tf32 (with --mode compiled, flash attention: each block keeps the "
+                  "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities); bf16 (mixed precision: bf16 "
+                  "activations and weight copy, fp32 statistics, master weights, gradients and AdamW state; flash "
+                  "attention in compiled mode)")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
+      ->capture_default_str();
+  cmd->add_option("--mode", o->mode, "The device backends' mode the run would use: eager or compiled")
+      ->check(CLI::IsMember({"eager", "compiled"}))
+      ->capture_default_str();
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     const auto ctxs = int_list_arg(o->ctx, "--ctx");
+    const auto precision = model::parse_precision(o->dtype);
+    const auto attention = model::attention_saved(precision, model::parse_mode(o->mode) == model::Mode::kCompiled);
+    const char* attention_name = attention == model::AttentionSaved::kLogSumExp ? "flash" : "materialised";
     nlohmann::ordered_json all = nlohmann::ordered_json::array();
     std::string text;
     std::string rest = o->models;
@@ -66,17 +82,20 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       std::vector<model::MemoryPlan> plans;
       for (auto c : ctxs) {
         a.ctx = c;
-        plans.push_back(model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a)));
+        plans.push_back(
+            model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a), 4, attention, precision));
       }
-      text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, fp32\n\n",
+      text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, {}, {} "
+                          "attention\n\n",
                           config.name, config.d_model, config.layers, config.heads, config.vocab,
-                          plans.front().shape.batch);
+                          plans.front().shape.batch, o->dtype, attention_name);
       text += "| phase |";
       for (auto c : ctxs) text += fmt::format(" ctx {} |", c);
       text += "\n|:--|";
       for (std::size_t i = 0; i < ctxs.size(); ++i) text += "--:|";
       text += "\n";
       for (const auto& row : kRows) {
+        if (row.key == std::string("weight_copy") && precision != model::Precision::kBf16) continue;
         text += fmt::format("| {} |", row.name);
         for (const auto& p : plans) text += fmt::format(" {} |", model::format_bytes(row.bytes(p)));
         text += "\n";
@@ -84,7 +103,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       text += "\n";
       for (const auto& p : plans) {
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
-                                    {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", "float32"}};
+                                    {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", o->dtype},
+                                    {"attention", attention_name}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);
         all.push_back(j);
       }

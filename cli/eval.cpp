@@ -36,7 +36,8 @@ void add_eval_command(CLI::App& app, Global& global) {
     r.backend = backend_from_args(o->m, r.threads);
     const auto result = model::evaluate(r, !o->dump.empty());
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
-                        {"batch_size", r.shape.batch}, {"backend", r.backend.backend}, {"loss", result.loss}};
+                        {"batch_size", r.shape.batch}, {"backend", r.backend.backend},
+                        {"dtype", model::to_string(r.backend.precision)}, {"loss", result.loss}};
     if (!o->dump.empty()) {
       nlohmann::ordered_json norms;
       for (const auto& [name, norm] : result.grad_norms) norms[name] = norm;

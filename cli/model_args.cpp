@@ -78,6 +78,11 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
                   "from --cache, fused AdamW)")
       ->check(CLI::IsMember({"eager", "compiled"}))
       ->capture_default_str();
+  cmd->add_option("--dtype", a.dtype,
+                  "Precision: f32; tf32 (device backends: GEMMs on the tf32 matrix units, and in compiled mode flash "
+                  "attention); bf16 (mixed precision; not yet run by any backend). The cpu backend runs f32 only")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
+      ->capture_default_str();
   cmd->add_option("--cache", a.cache, "Tuned cache file for compiled mode (default: the family defaults)")
       ->check(CLI::ExistingFile);
 }
@@ -86,7 +91,11 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
   KTUNE_REQUIRE(a.cache.empty() || (a.backend != "cpu" && a.mode == "compiled"),
                 "--cache feeds compiled mode's kernels on --backend cuda or emu; the cpu backend and eager mode take "
                 "no tuned cache");
-  return {.backend = a.backend, .mode = model::parse_mode(a.mode), .cache = a.cache, .threads = threads};
+  return {.backend = a.backend,
+          .mode = model::parse_mode(a.mode),
+          .precision = model::parse_precision(a.dtype),
+          .cache = a.cache,
+          .threads = threads};
 }
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }

@@ -18,6 +18,7 @@ struct ModelArgs {
   std::int64_t ctx = 0, batch = 0;                                       // 0: the command's default
   unsigned threads = 0;                                                  // 0: all hardware threads
   std::string backend = "cpu", mode = "compiled", cache;                 // where and how it runs
+  std::string dtype = "f32";                                             // the run's precision
 };
 
 /// Adds --model, the size overrides (add_size_options), and, when `shape`,
@@ -37,8 +38,8 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 /// --ctx/--batch, or the defaults given.
 model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx, std::int64_t default_batch);
 
-/// Adds --backend (cpu | cuda | emu), --mode (eager | compiled) and --cache
-/// (a tuned cache file for compiled mode).
+/// Adds --backend (cpu | cuda | emu), --mode (eager | compiled), --dtype
+/// (f32 | tf32 | bf16) and --cache (a tuned cache file for compiled mode).
 void add_backend_options(CLI::App* cmd, ModelArgs& args);
 
 /// The backend options given, with `threads` for the cpu backend; throws

@@ -69,8 +69,10 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--batch", opts->model.batch, "With --model: batch size")
       ->check(CLI::PositiveNumber)
       ->default_str("4");
-  cmd->add_option("--dtype", opts->dtype, "With --model: f32, or bf16 (bf16 activations, fp32 weights and state)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
+  cmd->add_option("--dtype", opts->dtype,
+                  "With --model: the run's --dtype: f32, tf32 (f32 problems, flash attention), or bf16 (bf16 "
+                  "activations, fp32 weights and state); the kernels compiled mode launches at that precision")
+      ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--strategy", opts->tune.strategy, "Search strategy, " + strategy_choices())->capture_default_str();
   cmd->add_option("--budget", opts->tune.budget,
@@ -106,7 +108,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     KTUNE_REQUIRE(by_model || !opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");
     std::vector<tuner::KernelRequest> requests;
     if (by_model) {
-      requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4), opts->dtype);
+      requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4),
+                                     model::parse_precision(opts->dtype));
     } else {
       const auto& family = family_arg(opts->family, opts->spec);
       requests.push_back({&family, problem_arg(family, opts->problem)});

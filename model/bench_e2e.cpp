@@ -71,7 +71,9 @@ E2eResult bench_e2e(const E2eOptions& o) {
   KTUNE_REQUIRE(o.warmup >= 0, fmt::format("warm-up steps must be >= 0, got {}", o.warmup));
   const bool backward = o.passes != E2ePasses::kForward;
   const bool optimizer = o.passes == E2ePasses::kStep;
-  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads, 4,
+                                      attention_saved(o.precision, o.backend != "cpu" && o.mode == Mode::kCompiled),
+                                      o.precision);
   if (o.backend != "cuda")
     require_host_memory(plan,
                         optimizer  ? plan.peak_step()
@@ -79,7 +81,11 @@ E2eResult bench_e2e(const E2eOptions& o) {
                                    : plan.peak_forward(),
                         "benchmarking");
   auto model = make_runtime(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly,
-                            {.backend = o.backend, .mode = o.mode, .cache = o.cache, .threads = o.threads});
+                            {.backend = o.backend,
+                             .mode = o.mode,
+                             .precision = o.precision,
+                             .cache = o.cache,
+                             .threads = o.threads});
   const templates::adamw::AdamwHyper hyper{};
   if (!o.weights.empty()) {
     std::vector<float> params = model->parameters();
@@ -180,7 +186,7 @@ nlohmann::json to_json(const E2eResult& r) {
           {"num_trials", o.trials},
           {"passes", passes_name(o.passes)},
           {"loss", r.loss},
-          {"dtype", "float32"},
+          {"dtype", to_string(o.precision)},
           {"threads", o.threads},
           {"forward", phase_json(r.forward)},
           {"backward", phase_json(r.backward)},

@@ -9,7 +9,7 @@ namespace ktune::model {
 
 DeviceTransformer::DeviceTransformer(tuner::exec::Backend& backend, const ModelConfig& config, const RunShape& shape,
                                      Allocation allocation, const DeviceOptions& options)
-    : backend_(backend), L_(step_layout(config, shape, 1, allocation == Allocation::kTrain)) {
+    : backend_(backend), L_(device_layout(config, shape, allocation == Allocation::kTrain, options)) {
   ops_ = std::make_unique<DeviceOps>(backend_, L_, options);
   ops_->poison();
   walk_init(*ops_, L_);

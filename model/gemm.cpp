@@ -3,6 +3,8 @@
 
 #include <cblas.h>
 
+#include <cstring>
+
 namespace ktune::model {
 
 namespace {
@@ -25,6 +27,16 @@ template <class T>
 void gemm_rowmajor(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                    std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void round_to_tf32(float* values, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &values[i], sizeof(u));
+    if ((u & 0x7f800000u) == 0x7f800000u) continue;  // inf, NaN
+    u = (u + 0x1000u) & 0xffffe000u;                 // half an ulp of tf32 added to the magnitude, then truncated
+    std::memcpy(&values[i], &u, sizeof(u));
+  }
 }
 
 void set_gemm_threads(unsigned threads) { openblas_set_num_threads(static_cast<int>(threads)); }

@@ -16,38 +16,49 @@ namespace {
 // Hands out consecutive offsets, each buffer starting at a multiple of
 // kAlignElements: 64 bytes in fp32, 32 in bf16, so that every buffer is
 // aligned for the kernels' widest (16-byte) vector accesses whatever the
-// sizes before it (a (tokens,) buffer of an odd shape, say).
+// sizes before it (a (tokens,) buffer of an odd shape, say). It also counts
+// the bytes of the buffers in bf16 mixed precision, where an activation (or
+// its gradient) is bf16 and the rest fp32.
 constexpr std::int64_t kAlignElements = 16;
+enum class Held { kActivation, kFp32 };
 struct Cursor {
   std::int64_t next = 0;
-  std::int64_t take(std::int64_t n) {
+  std::int64_t bf16_bytes = 0;
+  std::int64_t take(std::int64_t n, Held held = Held::kActivation) {
     const std::int64_t at = next;
-    next = (next + n + kAlignElements - 1) / kAlignElements * kAlignElements;
+    const std::int64_t aligned = (n + kAlignElements - 1) / kAlignElements * kAlignElements;
+    next += aligned;
+    bf16_bytes += aligned * (held == Held::kActivation ? 2 : 4);
     return at;
   }
 };
 
 }  // namespace
 
-LayerLayout layer_layout(const ModelConfig& m, const RunShape& r) {
+LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved attention) {
   const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff, S = r.context;
   Cursor c;
   LayerLayout l;
   l.x_in = c.take(N * C);
   l.ln1 = c.take(N * C);
-  l.rstd1 = c.take(N);
+  l.rstd1 = c.take(N, Held::kFp32);
   l.q = c.take(N * C);
   l.k = c.take(N * C);
   l.v = c.take(N * C);
-  l.probs = c.take(r.batch * m.heads * S * S);
+  // bf16 probabilities (the softmax's output), or the fp32 log-sum-exp.
+  if (attention == AttentionSaved::kLogSumExp)
+    l.attn_saved = c.take(r.batch * m.heads * S, Held::kFp32);
+  else
+    l.attn_saved = c.take(r.batch * m.heads * S * S);
   l.attn = c.take(N * C);
   l.x_mid = c.take(N * C);
   l.ln2 = c.take(N * C);
-  l.rstd2 = c.take(N);
+  l.rstd2 = c.take(N, Held::kFp32);
   l.a = c.take(N * F);
   l.b = c.take(N * F);
   l.h = c.take(N * F);
   l.size = c.next;
+  l.bf16_bytes = c.bf16_bytes;
   return l;
 }
 
@@ -57,11 +68,12 @@ FinalLayout final_layout(const ModelConfig& m, const RunShape& r) {
   FinalLayout f;
   f.x = c.take(N * C);
   f.ln = c.take(N * C);
-  f.rstd = c.take(N);
+  f.rstd = c.take(N, Held::kFp32);
   f.logits = c.take(N * m.vocab);
-  f.losses = c.take(N);
-  f.lse = c.take(N);
+  f.losses = c.take(N, Held::kFp32);
+  f.lse = c.take(N, Held::kFp32);
   f.size = c.next;
+  f.bf16_bytes = c.bf16_bytes;
   return f;
 }
 
@@ -70,9 +82,9 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
   templates::attention::AttentionShape as{r.batch, r.context, m.heads, m.head_dim(), true};
   Cursor c;
   WorkspaceLayout w;
-  w.rope_cos = c.take(r.context * m.head_dim() / 2);
-  w.rope_sin = c.take(r.context * m.head_dim() / 2);
-  w.attn_scratch = c.take(threads * templates::attention::scratch_elements(as));
+  w.rope_cos = c.take(r.context * m.head_dim() / 2, Held::kFp32);
+  w.rope_sin = c.take(r.context * m.head_dim() / 2, Held::kFp32);
+  w.attn_scratch = c.take(threads * templates::attention::scratch_elements(as), Held::kFp32);
   if (backward) {
     w.dx = c.take(N * C);
     w.dtmp = c.take(N * C);
@@ -82,13 +94,15 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
     w.dv = c.take(N * C);
     w.dh = c.take(N * F);
     w.db = c.take(N * F);
-    w.norm_dw = c.take(threads * C);
+    w.norm_dw = c.take(threads * C, Held::kFp32);
   }
   w.size = c.next;
+  w.bf16_bytes = c.bf16_bytes;
   return w;
 }
 
-MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes) {
+MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes,
+                       AttentionSaved attention, Precision precision) {
   m.validate();
   r.validate();
   {
@@ -109,27 +123,34 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
   p.shape = r;
   p.threads = threads;
   p.element_bytes = element_bytes;
+  p.attention = attention;
+  p.precision = precision;
+  const bool bf16 = precision == Precision::kBf16;
+  KTUNE_REQUIRE(!bf16 || element_bytes == 4, "a bf16 memory plan keeps fp32 master weights: element_bytes 4");
   const std::int64_t params = m.parameter_count();
   p.parameters = params * element_bytes;
   p.gradients = params * element_bytes;
   p.optimizer_state = 2 * params * element_bytes;
+  p.weight_copy = bf16 ? 2 * params : 0;
   p.inputs = 2 * r.tokens() * 4;
-  const std::int64_t layer = layer_layout(m, r).size;
-  const std::int64_t final = final_layout(m, r).size;
-  p.per_layer_activations = layer * element_bytes;
-  p.activations_forward = (layer + final) * element_bytes;
-  p.activations_backward = (m.layers * layer + final) * element_bytes;
-  p.workspace_forward = workspace_layout(m, r, threads, false).size * element_bytes;
-  p.workspace_backward = workspace_layout(m, r, threads, true).size * element_bytes;
+  // Bytes of a layout: its dtypes' in bf16, element_bytes each otherwise.
+  const auto bytes = [&](const auto& layout) { return bf16 ? layout.bf16_bytes : layout.size * element_bytes; };
+  const std::int64_t layer = bytes(layer_layout(m, r, attention));
+  const std::int64_t final = bytes(final_layout(m, r));
+  p.per_layer_activations = layer;
+  p.activations_forward = layer + final;
+  p.activations_backward = m.layers * layer + final;
+  p.workspace_forward = bytes(workspace_layout(m, r, threads, false));
+  p.workspace_backward = bytes(workspace_layout(m, r, threads, true));
   return p;
 }
 
 std::int64_t MemoryPlan::peak_forward() const {
-  return parameters + inputs + activations_forward + workspace_forward;
+  return parameters + weight_copy + inputs + activations_forward + workspace_forward;
 }
 
 std::int64_t MemoryPlan::peak_forward_backward() const {
-  return parameters + gradients + inputs + activations_backward + workspace_backward;
+  return parameters + weight_copy + gradients + inputs + activations_backward + workspace_backward;
 }
 
 std::int64_t MemoryPlan::peak_step() const { return peak_forward_backward() + optimizer_state; }

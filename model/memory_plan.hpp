@@ -1,13 +1,18 @@
 // The static memory plan of one run: shapes are fixed, so every buffer is
 // laid out once and reused every step. The plan is computed without
 // allocating (`ktune bench memory`), and the cpu backend allocates exactly
-// what it says, so the reported bytes are the bytes in use.
+// what it says, so the reported bytes are the bytes in use. Every buffer has
+// a dtype: in f32 and tf32 runs all are fp32 (or the cpu backend's value
+// type); in bf16 mixed precision the activations and their gradients are
+// bf16 and the statistics (rstd, log-sum-exps, losses), the RoPE tables,
+// master weights, gradients and AdamW state fp32, plus a bf16 weight copy.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/precision.hpp"
 
 namespace ktune::model {
 
@@ -20,7 +25,8 @@ struct LayerLayout {
   std::int64_t q = 0;      // (N, H, C/H) after RoPE
   std::int64_t k = 0;      // (N, H, C/H) after RoPE
   std::int64_t v = 0;      // (N, H, C/H)
-  std::int64_t probs = 0;  // (B, H, S, S) attention probabilities
+  std::int64_t attn_saved = 0;  // what the attention backward needs (AttentionSaved): (B, H, S, S)
+                                // probabilities, or with flash attention the (B, H, S) log-sum-exp
   std::int64_t attn = 0;   // (N, C) attention output, input of output_proj
   std::int64_t x_mid = 0;  // (N, C) stream after the attention residual
   std::int64_t ln2 = 0;    // (N, C) RMSNorm 2 output, input of w1/w3
@@ -29,6 +35,7 @@ struct LayerLayout {
   std::int64_t b = 0;      // (N, F) W3 x
   std::int64_t h = 0;      // (N, F) silu(a) * b, input of w2
   std::int64_t size = 0;   // elements of one slot
+  std::int64_t bf16_bytes = 0;  // bytes of one slot with bf16 activations (statistics fp32)
 };
 
 /// Offsets of the activations after the last block.
@@ -40,6 +47,7 @@ struct FinalLayout {
   std::int64_t losses = 0;  // (N,)
   std::int64_t lse = 0;     // (N,) logsumexp per row
   std::int64_t size = 0;
+  std::int64_t bf16_bytes = 0;  // with bf16 activations (x, ln, logits)
 };
 
 /// Offsets of the workspace: per-thread scratch for the forward, and the
@@ -56,20 +64,26 @@ struct WorkspaceLayout {
   std::int64_t db = 0;            // (N, F)
   std::int64_t norm_dw = 0;       // (threads, C) per-thread RMSNorm weight grads
   std::int64_t size = 0;
+  std::int64_t bf16_bytes = 0;    // with bf16 activation gradients (tables, scratch, norm_dw fp32)
 };
 
-LayerLayout layer_layout(const ModelConfig& m, const RunShape& r);
+LayerLayout layer_layout(const ModelConfig& m, const RunShape& r,
+                         AttentionSaved attention = AttentionSaved::kProbabilities);
 FinalLayout final_layout(const ModelConfig& m, const RunShape& r);
 WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward);
 
-/// Bytes per phase and the peaks, for `element_bytes`-sized values (4: fp32).
+/// Bytes per phase and the peaks: `element_bytes`-sized values (4: fp32)
+/// in f32 and tf32, each buffer's dtype in bf16.
 struct MemoryPlan {
   ModelConfig model;
   RunShape shape;
   unsigned threads = 1;
   std::int64_t element_bytes = 4;
+  AttentionSaved attention = AttentionSaved::kProbabilities;
+  Precision precision = Precision::kF32;
 
-  std::int64_t parameters = 0;            ///< bytes of the parameters
+  std::int64_t parameters = 0;            ///< bytes of the parameters (bf16: the fp32 master weights)
+  std::int64_t weight_copy = 0;           ///< bf16: the weights' bf16 copy the GEMMs read (0 otherwise)
   std::int64_t gradients = 0;             ///< bytes of their gradients
   std::int64_t optimizer_state = 0;       ///< AdamW exp_avg + exp_avg_sq
   std::int64_t inputs = 0;                ///< tokens and targets (int32)
@@ -84,10 +98,14 @@ struct MemoryPlan {
   std::int64_t peak_step() const;              ///< forward + backward + AdamW
 };
 
-/// Plans the buffers of a run without allocating anything. Throws
-/// kInvalidInput when the sizes are so large that the plan's byte counts
-/// would not fit std::int64_t.
-MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes = 4);
+/// Plans the buffers of a run without allocating anything, each block
+/// keeping what `attention` says for the backward, each buffer in its dtype
+/// for `precision` (bf16 takes element_bytes 4). Throws kInvalidInput when
+/// the sizes are so large that the plan's byte counts would not fit
+/// std::int64_t.
+MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes = 4,
+                       AttentionSaved attention = AttentionSaved::kProbabilities,
+                       Precision precision = Precision::kF32);
 
 /// Refuses, before anything is allocated, a run whose planned `peak` (one of
 /// the plan's peaks) exceeds the host memory available: kInvalidInput, one

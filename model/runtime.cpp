@@ -53,7 +53,9 @@ class DeviceRuntime final : public Runtime {
       : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()),
         baseline_(backend_->memory()) {
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
-      const MemoryPlan plan = plan_memory(config, shape, options.threads);
+      const MemoryPlan plan = plan_memory(config, shape, options.threads, 4,
+                                          attention_saved(options.precision, options.mode == Mode::kCompiled),
+                                          options.precision);
       const std::int64_t peak = allocation == Allocation::kTrain ? plan.peak_step() : plan.peak_forward();
       KTUNE_REQUIRE(peak <= static_cast<std::int64_t>(baseline_.free_bytes),
                     fmt::format("model {} at context {}, batch {} needs {} of device memory (the plan's peak); "
@@ -65,6 +67,7 @@ class DeviceRuntime final : public Runtime {
     if (!options.cache.empty()) tuned_ = std::make_unique<cache::TunedCache>(cache::TunedCache::read(options.cache));
     DeviceOptions device;
     device.mode = options.mode;
+    device.precision = options.precision;
     device.tuned = tuned_.get();
     // Compiled mode's GEMM algorithms, timed on this GPU, join the given cache.
     if (!options.cache.empty())
@@ -92,9 +95,10 @@ class DeviceRuntime final : public Runtime {
   }
   std::string kernel_summary() const override {
     const auto& k = model_->ops().kernels();
-    return fmt::format("{} mode, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}",
-                       to_string(model_->ops().mode()), k.kernels().size(), k.count(cache::Match::kExact),
-                       k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
+    return fmt::format("{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}",
+                       to_string(model_->ops().mode()), to_string(model_->layout().precision), k.kernels().size(),
+                       k.count(cache::Match::kExact), k.count(cache::Match::kNearest), k.count(cache::Match::kNone),
+                       model_->ops().gemm_engine().name());
   }
   std::unique_ptr<tuner::exec::Mark> mark() override { return backend_->mark(); }
   double elapsed_ms(const tuner::exec::Mark& from, const tuner::exec::Mark& to) override {
@@ -129,6 +133,9 @@ std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape&
   check_backend_name(options.backend);
   if (options.backend == "cpu") {
     KTUNE_REQUIRE(options.cache.empty(), "--cache feeds the device backends' kernels; the cpu backend has none");
+    KTUNE_REQUIRE(options.precision == Precision::kF32,
+                  fmt::format("the cpu backend runs f32 only, not {}; --dtype tf32 and bf16 need --backend cuda or emu",
+                              to_string(options.precision)));
     return std::make_unique<CpuRuntime>(config, shape, allocation, options.threads);
   }
   return std::make_unique<DeviceRuntime>(config, shape, allocation, options);

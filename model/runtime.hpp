@@ -21,6 +21,7 @@ namespace ktune::model {
 struct BackendOptions {
   std::string backend = "cpu";  ///< cpu | cuda | emu
   Mode mode = Mode::kCompiled;  ///< device backends only
+  Precision precision = Precision::kF32;  ///< f32 on cpu; f32 or tf32 on the device backends
   std::string cache;            ///< tuned cache file for compiled mode (empty: family defaults)
   unsigned threads = 1;         ///< cpu backend threads
 };
@@ -76,9 +77,10 @@ class Runtime {
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation
 /// with seed 0. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
-/// for an unknown backend, a cache given to the cpu backend, or (cuda,
-/// before anything is allocated) a memory plan whose peak does not fit in
-/// the GPU's free memory.
+/// for an unknown backend, a cache given to the cpu backend, a precision the
+/// backend does not run (the cpu backend runs f32 only), or (cuda, before
+/// anything is allocated) a memory plan whose peak does not fit in the GPU's
+/// free memory.
 std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                                       const BackendOptions& options);
 

@@ -5,20 +5,27 @@
 
 namespace ktune::model {
 
-std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape,
-                                               const std::string& dtype) {
+templates::Problem attention_scores_problem(const templates::attention::AttentionShape& s, const std::string& dtype) {
+  return {dtype, {{"rows", s.batch * s.heads * s.seq}, {"cols", s.seq}, {"causal", s.causal ? 1 : 0}}};
+}
+
+std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
+                                               AttentionSaved attention) {
   config.validate();
   shape.validate();
-  KTUNE_REQUIRE(dtype == "f32" || dtype == "bf16", "step kernels: dtype '" + dtype + "'; accepted: f32, bf16");
   using templates::Problem;
+  const std::string dtype = problem_dtype(precision);
   const std::int64_t tokens = shape.tokens();
   const Problem embed{dtype, {{"rows", tokens}, {"dim", config.d_model}, {"vocab", config.vocab}}};
   const Problem norm{dtype, {{"rows", tokens}, {"dim", config.d_model}}};
   const Problem rope{dtype, {{"head_dim", config.head_dim()}, {"heads", config.heads}, {"seq", shape.context},
                              {"tokens", tokens}}};
   // Flash attention reads q, k, v straight out of the projections; f32 runs on the tf32 matrix units.
-  const Problem attention{dtype, {{"batch", shape.batch}, {"heads", config.heads}, {"seq", shape.context},
-                                  {"head_dim", config.head_dim()}, {"causal", 1}}};
+  const Problem flash{dtype, {{"batch", shape.batch}, {"heads", config.heads}, {"seq", shape.context},
+                              {"head_dim", config.head_dim()}, {"causal", 1}}};
+  const Problem scores =
+      attention_scores_problem({shape.batch, shape.context, config.heads, config.head_dim(), true}, dtype);
+  const bool is_flash = attention == AttentionSaved::kLogSumExp;
   const Problem gate{dtype, {{"n", tokens * config.d_ff}}};
   const Problem loss{dtype, {{"rows", tokens}, {"vocab", config.vocab}}};
   const auto tensors = static_cast<std::int64_t>(parameter_layout(config).tensors.size());
@@ -29,17 +36,24 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   add("embedding_fwd", embed);
   add("rmsnorm_fwd", norm);
   add("rope_fwd", rope);
-  add("attention_fwd", attention);
+  if (is_flash) add("attention_fwd", flash);
+  else add("softmax_fwd", scores);
   add("swiglu_fwd", gate);
   add("cross_entropy_fwd", loss);
   add("cross_entropy_bwd", loss);
   add("swiglu_bwd", gate);
-  add("attention_bwd", attention);
+  if (is_flash) add("attention_bwd", flash);
+  else add("softmax_bwd", scores);
   add("rope_bwd", rope);
   add("rmsnorm_bwd", norm);
   add("embedding_bwd", embed);
   add("adamw", adam);
   return out;
+}
+
+std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape,
+                                               Precision precision) {
+  return step_kernels(config, shape, precision, attention_saved(precision, true));
 }
 
 }  // namespace ktune::model

@@ -7,17 +7,29 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/precision.hpp"
+#include "templates/attention/reference.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::model {
 
 /// The families' problems of one forward + backward + AdamW step, each once,
-/// in the order the step first uses them. `dtype` is "f32" or "bf16" (bf16
-/// activations with fp32 weights, statistics and optimizer state). GEMMs are
-/// not kernel families and are not listed. AdamW is tuned as `tensors`
-/// parameter tensors of equal size with the model's total parameter count
-/// (rounded up), which is the fused kernel's work.
-std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape,
-                                               const std::string& dtype);
+/// in the order the step first uses them, with the dtypes the step launches:
+/// problem_dtype(precision) ("f32" for f32 and tf32; "bf16": bf16
+/// activations with fp32 weights, statistics and optimizer state).
+/// Attention is flash attention (attention_fwd, attention_bwd) when
+/// `attention` keeps the log-sum-exp, else materialised: the softmax pair
+/// over attention_scores_problem (its GEMMs are not families). GEMMs are not
+/// listed. AdamW is tuned as `tensors` parameter tensors of equal size with
+/// the model's total parameter count (rounded up), which is the fused
+/// kernel's work.
+std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
+                                               AttentionSaved attention);
+/// The list compiled mode runs: attention as attention_saved(precision, compiled).
+std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision);
+
+/// Materialised attention's softmax problem: the scores of every (batch,
+/// head) as stacked (S, S) blocks, causal when the shape is.
+templates::Problem attention_scores_problem(const templates::attention::AttentionShape& s, const std::string& dtype);
 
 }  // namespace ktune::model

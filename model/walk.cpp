@@ -54,7 +54,7 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   linear(ops, a + ll.ln1, P(bp.v), a + ll.v, N, C, C);
   ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
   ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
-  ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.probs, a + ll.attn, L.attention_shape());
+  ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape());
   linear(ops, a + ll.attn, P(bp.o), a + ll.x_mid, N, C, C);
   ops.add(a + ll.x_mid, a + ll.x_in, N * C);
 
@@ -98,7 +98,8 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   linear_dw(ops, dx, a + ll.attn, G(bp.o), N, C, C);
   linear_dx(ops, dx, P(bp.o), dattn, N, C, C);
   const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
-  ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.probs, dattn, dq, dk, dv, L.attention_shape());
+  ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn, a + ll.attn_saved, dattn, dq, dk, dv,
+                         L.attention_shape());
   ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
   ops.rope_backward(dk, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
   linear_dw(ops, dq, a + ll.ln1, G(bp.q), N, C, C);
@@ -139,15 +140,18 @@ templates::attention::AttentionShape StepLayout::attention_shape() const {
   return {shape.batch, shape.context, config.heads, config.head_dim(), true};
 }
 
-StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train) {
+StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train,
+                       Precision precision, AttentionSaved attention) {
   config.validate();
   shape.validate();
   StepLayout L;
   L.config = config;
   L.shape = shape;
   L.train = train;
+  L.precision = precision;
+  L.attention = attention;
   L.params = parameter_layout(config);
-  L.layer = layer_layout(config, shape);
+  L.layer = layer_layout(config, shape, attention);
   L.final = final_layout(config, shape);
   L.work = workspace_layout(config, shape, threads, train);
   return L;

@@ -18,6 +18,8 @@ struct StepLayout {
   ModelConfig config;
   RunShape shape;
   bool train = true;  ///< every block keeps its activations slot (else one slot, reused)
+  Precision precision = Precision::kF32;                  ///< the run's numerics (device backends)
+  AttentionSaved attention = AttentionSaved::kProbabilities;  ///< materialised or flash attention
   ParameterLayout params;
   LayerLayout layer;
   FinalLayout final;
@@ -32,8 +34,11 @@ struct StepLayout {
 };
 
 /// Layouts for (config, shape); `threads` sizes the cpu backend's per-thread
-/// scratch (1 for a device backend).
-StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train);
+/// scratch (1 for a device backend); `attention` says what each block keeps
+/// for the attention backward.
+StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train,
+                       Precision precision = Precision::kF32,
+                       AttentionSaved attention = AttentionSaved::kProbabilities);
 
 /// Fills the constant tables (RoPE) of the workspace; once per run.
 void walk_init(Ops& ops, const StepLayout& L);

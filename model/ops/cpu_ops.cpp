@@ -153,7 +153,7 @@ void CpuOps<T>::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
 }
 
 template <class T>
-void CpuOps<T>::attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+void CpuOps<T>::attention_backward(Ref q, Ref k, Ref v, Ref /*out*/, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                                    const templates::attention::AttentionShape& s) {
   const std::int64_t scratch = tr::attention::scratch_elements(s);
   T* w = at({Region::kWork, work_.attn_scratch});

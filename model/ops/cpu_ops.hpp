@@ -35,7 +35,7 @@ class CpuOps final : public Ops {
                      std::int64_t head_dim) override;
   void attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                          const templates::attention::AttentionShape& s) override;
-  void attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+  void attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                           const templates::attention::AttentionShape& s) override;
   void swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) override;
   void swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) override;

@@ -15,6 +15,7 @@
 #include "templates/attention/attention.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
 #include "templates/embedding/embedding.hpp"
+#include "templates/render.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
 #include "templates/softmax/softmax.hpp"
@@ -42,9 +43,11 @@ Problem rope_problem(std::int64_t tokens, std::int64_t seq, std::int64_t heads, 
 }
 Problem gate_problem(std::int64_t n) { return {"f32", {{"n", n}}}; }
 Problem loss_problem(std::int64_t rows, std::int64_t vocab) { return {"f32", {{"rows", rows}, {"vocab", vocab}}}; }
-// The scores of every (batch, head) as stacked causal (S, S) blocks.
-Problem scores_problem(const tr::attention::AttentionShape& s) {
-  return {"f32", {{"rows", s.batch * s.heads * s.seq}, {"cols", s.seq}, {"causal", s.causal ? 1 : 0}}};
+Problem scores_problem(const tr::attention::AttentionShape& s) { return attention_scores_problem(s, "f32"); }
+// Flash attention's problem (step_kernels.hpp); f32 multiplies in tf32.
+Problem flash_problem(const tr::attention::AttentionShape& s) {
+  return {"f32", {{"batch", s.batch}, {"heads", s.heads}, {"seq", s.seq}, {"head_dim", s.head_dim},
+                  {"causal", s.causal ? 1 : 0}}};
 }
 // AdamW as the step's list tunes it (step_kernels.hpp).
 Problem adam_problem(const StepLayout& L) {
@@ -66,14 +69,25 @@ class HostGemm final : public GemmEngine {
     const std::int64_t na = span(g.trans_a, g.m, g.k, g.lda, g.stride_a);
     const std::int64_t nb = span(g.trans_b, g.k, g.n, g.ldb, g.stride_b);
     const std::int64_t nc = span(false, g.m, g.n, g.ldc, g.stride_c);
+    tuner::check_gemm_types(g);
     a_.resize(na), b_.resize(nb), c_.resize(nc);
-    fetch(a_.data(), g.a, na);
-    fetch(b_.data(), g.b, nb);
-    fetch(c_.data(), g.c, nc);  // also what lies between strided rows, written back unchanged
+    fetch(a_.data(), g.a, na, g.a_type);
+    fetch(b_.data(), g.b, nb, g.b_type);
+    fetch(c_.data(), g.c, nc, g.c_type);  // also what lies between strided rows, written back unchanged
+    if (g.tf32) {
+      round_to_tf32(a_.data(), na);
+      round_to_tf32(b_.data(), nb);
+    }
     for (std::int64_t i = 0; i < g.batch; ++i)
       gemm_rowmajor<float>(g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a_.data() + i * g.stride_a, g.lda,
                            b_.data() + i * g.stride_b, g.ldb, g.beta, c_.data() + i * g.stride_c, g.ldc);
-    backend_.upload_range(arena_, offset(g.c), c_.data(), nc * sizeof(float));
+    if (g.c_type == templates::DType::kBF16) {
+      bits_.resize(nc);
+      for (std::int64_t i = 0; i < nc; ++i) bits_[i] = templates::float_to_bf16_bits(c_[i]);
+      backend_.upload_range(arena_, offset(g.c), bits_.data(), nc * sizeof(std::uint16_t));
+    } else {
+      backend_.upload_range(arena_, offset(g.c), c_.data(), nc * sizeof(float));
+    }
   }
 
  private:
@@ -82,13 +96,20 @@ class HostGemm final : public GemmEngine {
                   "host GEMM: an operand outside the run's memory");
     return static_cast<std::size_t>(address - arena_.address());
   }
-  void fetch(float* host, std::uint64_t address, std::int64_t n) {
-    backend_.download_range(host, arena_, offset(address), n * sizeof(float));
+  void fetch(float* host, std::uint64_t address, std::int64_t n, templates::DType type) {
+    if (type != templates::DType::kBF16) {
+      backend_.download_range(host, arena_, offset(address), n * sizeof(float));
+      return;
+    }
+    bits_.resize(n);
+    backend_.download_range(bits_.data(), arena_, offset(address), n * sizeof(std::uint16_t));
+    for (std::int64_t i = 0; i < n; ++i) host[i] = templates::bf16_bits_to_float(bits_[i]);
   }
 
   tuner::exec::Backend& backend_;
   const tuner::exec::Buffer& arena_;
   std::vector<float> a_, b_, c_;
+  std::vector<std::uint16_t> bits_;
 };
 
 class CublasLtGemm final : public GemmEngine {
@@ -143,18 +164,16 @@ Mode parse_mode(const std::string& text) {
   throw Error(ErrorKind::kInvalidInput, "mode '" + text + "'; accepted: eager, compiled");
 }
 
+StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options) {
+  KTUNE_REQUIRE(options.precision != Precision::kBf16,
+                "--dtype bf16 (mixed precision) does not run on the device backends yet; accepted there: f32, tf32");
+  return step_layout(config, shape, 1, train, options.precision,
+                     attention_saved(options.precision, options.mode == Mode::kCompiled));
+}
+
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode mode) {
   std::vector<tuner::KernelRequest> out;
-  for (auto& r : step_kernels(L.config, L.shape, "f32")) {
-    if (r.family->name() == "attention_fwd") {
-      // Materialised attention until flash attention's backward lands: its
-      // softmax between two GEMMs, forward and backward.
-      const Problem scores = scores_problem(L.attention_shape());
-      out.push_back({&tr::softmax::forward_family(), scores});
-      out.push_back({&tr::softmax::backward_family(), scores});
-      continue;
-    }
-    if (r.family->name() == "attention_bwd") continue;  // the softmax pair above stands for both
+  for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention)) {
     if (r.family->name() == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
     out.push_back(r);
   }
@@ -166,6 +185,9 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   KTUNE_REQUIRE(std::abs(L_.config.norm_eps - tr::rmsnorm::kEps) <= 1e-12,
                 fmt::format("the device backends' RMSNorm eps is {}; the model asks for {}", tr::rmsnorm::kEps,
                             L_.config.norm_eps));
+  const StepLayout want = device_layout(L_.config, L_.shape, L_.train, options_);
+  if (L_.precision != want.precision || L_.attention != want.attention)
+    throw Error(ErrorKind::kInternal, "DeviceOps: the layout was not made for these options (device_layout)");
   // Eager mode is untuned: the family defaults, whatever cache was given.
   kernels_ = std::make_unique<tuner::TunedKernels>(
       backend_, options_.mode == Mode::kCompiled ? options_.tuned : nullptr);
@@ -173,7 +195,9 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
 
   // The ops' scratch: one op at a time uses it, in stream order.
   const auto s = L_.attention_shape();
-  std::size_t scratch = static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * kValueBytes;  // dS
+  std::size_t scratch = 0;
+  if (L_.attention == AttentionSaved::kProbabilities)
+    scratch = static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * kValueBytes;  // dS
   std::int64_t largest = 0;
   for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
   scratch = std::max(scratch, static_cast<std::size_t>(largest) * kValueBytes);  // eager AdamW's temporary
@@ -262,7 +286,8 @@ void DeviceOps::gemm(const GemmOp& g) {
   gemm_->gemm({.trans_a = g.trans_a, .trans_b = g.trans_b, .m = g.m, .n = g.n, .k = g.k, .a = address(g.a),
                .b = address(g.b), .c = address(g.c), .lda = g.lda, .ldb = g.ldb, .ldc = g.ldc,
                .alpha = static_cast<float>(g.alpha), .beta = static_cast<float>(g.beta), .batch = g.batch,
-               .stride_a = g.stride_a, .stride_b = g.stride_b, .stride_c = g.stride_c});
+               .stride_a = g.stride_a, .stride_b = g.stride_b, .stride_c = g.stride_c,
+               .tf32 = L_.precision == Precision::kTf32});
 }
 
 void DeviceOps::add(Ref dst, Ref src, std::int64_t n) {
@@ -332,12 +357,24 @@ void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std
                    backend_.device()));
 }
 
-// Materialised attention, per batch b and head h (q, k, v, out: (B, S, H, D);
-// P: (B, H, S, S)):  P_bh = softmax(scale Q_bh K_bh^T, causal),  O_bh = P_bh V_bh.
-// Flash attention (templates/attention, `saved` then its log-sum-exp) takes
-// this op's place in compiled mode once its backward family lands.
+// Flash attention (the layout keeps the log-sum-exp): attention_fwd on q, k,
+// v, out in their (B, S, H, D) layout, `saved` its (B, H, S) fp32 lse.
+// Otherwise materialised attention, per batch b and head h (P: (B, H, S, S)):
+//   P_bh = softmax(scale Q_bh K_bh^T, causal),  O_bh = P_bh V_bh.
 void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                                   const templates::attention::AttentionShape& s) {
+  if (L_.attention == AttentionSaved::kLogSumExp) {
+    const auto& f = tr::attention::forward_family();
+    const Problem p = flash_problem(s);
+    const auto& kk = kernel(f, p);
+    const auto strides = tr::attention::bshd_strides(s);
+    launch(kk, f.plan(kk.chosen.config, p,
+                      {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
+                       .q_strides = strides, .k_strides = strides, .v_strides = strides, .o_strides = strides,
+                       .scale = tr::attention::default_scale(s.head_dim)},
+                      backend_.device()));
+    return;
+  }
   const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
   for (std::int64_t b = 0; b < s.batch; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
@@ -357,10 +394,26 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
   }
 }
 
-// Backward of the above, dS (B, H, S, S) in the scratch:
+// Backward of the above: attention_bwd from O and the lse (its workspace in
+// the scratch); materialised, with dS (B, H, S, S) in the scratch:
 //   dP = dO V^T,  dV = P^T dO,  dS = scale P (dP - rowsum(dP P)),  dQ = dS K,  dK = dS^T Q.
-void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                                    const templates::attention::AttentionShape& s) {
+  if (L_.attention == AttentionSaved::kLogSumExp) {
+    const auto& f = tr::attention::backward_family();
+    const Problem p = flash_problem(s);
+    const auto& kk = kernel(f, p);
+    const auto strides = tr::attention::bshd_strides(s);
+    launch(kk, f.plan(kk.chosen.config, p,
+                      {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
+                       .dout = address(dout), .dq = address(dq), .dk = address(dk), .dv = address(dv),
+                       .workspace = scratch(f.workspace_bytes(kk.chosen.config, p)), .q_strides = strides,
+                       .k_strides = strides, .v_strides = strides, .o_strides = strides, .do_strides = strides,
+                       .dq_strides = strides, .dk_strides = strides, .dv_strides = strides,
+                       .scale = tr::attention::default_scale(s.head_dim)},
+                      backend_.device()));
+    return;
+  }
   const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
   const std::uint64_t ds_address = scratch(static_cast<std::size_t>(s.batch * H * S * S) * kValueBytes);
   const Ref ds{Region::kScratch, 0};

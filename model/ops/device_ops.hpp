@@ -11,7 +11,10 @@
 //            algorithm; compiled: chosen by timing, from and into the tuned
 //            cache, tuner/cuda/gemm_select.hpp), OpenBLAS on the host through
 //            the backend's copies on `emu`
-// fp32 for now; the plan's per-region dtypes (bf16 mixed precision) are owed.
+//   precision  f32; tf32 (GEMMs on the tf32 matrix units, and in compiled
+//            mode flash attention, keeping the log-sum-exp instead of the
+//            probabilities); bf16 mixed precision (the plan's per-buffer
+//            dtypes) is owed and refused
 #pragma once
 #include <array>
 #include <cstdint>
@@ -23,6 +26,7 @@
 #include "cache/tuned_cache.hpp"
 #include "model/ops/ops.hpp"
 #include "templates/adamw/adamw.hpp"
+#include "model/precision.hpp"
 #include "model/walk.hpp"
 #include "tuner/cuda/cublaslt.hpp"
 #include "tuner/exec/backend.hpp"
@@ -51,6 +55,8 @@ class GemmEngine {
 
 /// OpenBLAS on the host: operands downloaded from `arena`, the product
 /// uploaded back (the emulation's GEMMs; correct anywhere, fast nowhere).
+/// It models the device's numerics: bf16 operands are read as bf16 (and a
+/// bf16 product rounded to bf16), a tf32 GEMM's inputs are rounded to tf32.
 std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& arena);
 /// Where compiled mode's newly timed GEMM choices go (cache::CacheFile::put).
 using GemmStore = std::function<void(const cache::Entry&)>;
@@ -63,6 +69,7 @@ std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, co
 
 struct DeviceOptions {
   Mode mode = Mode::kCompiled;
+  Precision precision = Precision::kF32;     ///< the layout's (StepLayout::precision)
   const cache::TunedCache* tuned = nullptr;  ///< compiled mode's configs; null: the family defaults
   GemmStore gemm_store = {};                 ///< compiled mode on cuda: where timed GEMM choices go
   unsigned compile_threads = 0;              ///< 0: the environment's default
@@ -71,8 +78,9 @@ struct DeviceOptions {
 class DeviceOps final : public Ops {
  public:
   /// Chooses and compiles the step's kernels, then allocates the run's memory
-  /// (refused by the backend when it does not fit). `backend` and the
-  /// options' cache must outlive this object.
+  /// (refused by the backend when it does not fit). `layout` must have been
+  /// made for the options (device_layout). `backend` and the options' cache
+  /// must outlive this object.
   DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options);
   ~DeviceOps() override;
 
@@ -103,7 +111,7 @@ class DeviceOps final : public Ops {
                      std::int64_t head_dim) override;
   void attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                          const templates::attention::AttentionShape& s) override;
-  void attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+  void attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                           const templates::attention::AttentionShape& s) override;
   void swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) override;
   void swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) override;
@@ -133,9 +141,14 @@ class DeviceOps final : public Ops {
   std::unique_ptr<GemmEngine> gemm_;
 };
 
+/// The layout of a run on a device backend: the layout's precision, and the
+/// attention attention_saved(precision, mode) says (flash in compiled tf32).
+/// Throws kInvalidInput for bf16, which the device backends do not run yet.
+StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options);
+
 /// The families' problems of a step on a device backend in `mode`: the
-/// step's list (step_kernels.hpp) with eager attention's softmax in place of
-/// flash attention (until its backward lands) and the mode's AdamW family.
+/// step's list (step_kernels.hpp) for the layout's precision and attention,
+/// with the mode's AdamW family.
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& layout, Mode mode);
 
 }  // namespace ktune::model

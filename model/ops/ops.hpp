@@ -94,12 +94,15 @@ class Ops {
                              std::int64_t head_dim) = 0;
 
   /// out = softmax(Q K^T / sqrt(head_dim), causal) V; q, k, v, out (batch,
-  /// seq, heads, head_dim). `saved` is what the backward needs: the (batch,
-  /// heads, seq, seq) probabilities (materialising attention).
+  /// seq, heads, head_dim). `saved` is what the backward needs, as the
+  /// layout's AttentionSaved says: the (batch, heads, seq, seq) probabilities
+  /// (materialising attention), or the (batch, heads, seq) fp32 row
+  /// log-sum-exp (flash attention).
   virtual void attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                                  const templates::attention::AttentionShape& s) = 0;
-  /// dq, dk, dv (overwritten) from dout and the forward's `saved`.
-  virtual void attention_backward(Ref q, Ref k, Ref v, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
+  /// dq, dk, dv (overwritten) from dout, the forward's `out` and `saved`
+  /// (flash attention's backward reads O; the materialised one does not).
+  virtual void attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                                   const templates::attention::AttentionShape& s) = 0;
 
   /// h = silu(a) * b over n elements.

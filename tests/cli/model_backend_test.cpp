@@ -2,6 +2,7 @@
 // each one line and exit 2, before any work.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <string>
 
 #include "support.hpp"
@@ -40,4 +41,23 @@ TEST_CASE("CLI: model commands refuse unknown backends and modes, and a cache wi
   CHECK(run_without_device("eval --model tiny --cache " + cache, &out) == 2);
   CHECK_THAT(out, Catch::Contains("the cpu backend and eager mode take no tuned cache"));
   CHECK(run_without_device("eval --model tiny --backend emu --mode eager --cache " + cache, &out) == 2);
+}
+
+TEST_CASE("CLI: --dtype takes f32, tf32 or bf16, and the cpu backend runs f32 only", "[cli][model]") {
+  const std::string save = (ktune::test::scratch_dir("model_dtype") / "w.safetensors").string();
+  for (const char* args : {"train --model tiny --steps 1 --dtype tf32", "eval --model tiny --dtype bf16",
+                           "bench e2e --model tiny --ctx 8 --trials 1 --dtype tf32"}) {
+    INFO(args);
+    std::string out;
+    CHECK(run_without_device(std::string(args) + (args[0] == 't' ? " --save " + save : ""), &out) == 2);
+    CHECK(out.find('\n') + 1 == out.size());
+    CHECK_THAT(out, Catch::Contains("the cpu backend runs f32 only") && Catch::Contains("--backend cuda or emu"));
+  }
+  CHECK_FALSE(std::filesystem::exists(save));
+  std::string out;
+  CHECK(run_without_device("eval --model tiny --backend emu --dtype f16", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--dtype") && Catch::Contains("tf32"));
+  CHECK(run_without_device("eval --model tiny --backend emu --dtype bf16", &out) == 2);
+  CHECK(out.find('\n') + 1 == out.size());
+  CHECK_THAT(out, Catch::Contains("bf16") && Catch::Contains("accepted there: f32, tf32"));
 }

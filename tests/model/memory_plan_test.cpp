@@ -76,3 +76,57 @@ TEST_CASE("a run that does not fit in host memory is refused before allocating",
   huge.d_model *= 2;
   CHECK_THROWS_WITH(plan_memory(huge, RunShape{1 << 20, 1 << 20}, 1), Catch::Contains("2^60 bytes"));
 }
+
+TEST_CASE("flash attention's plan keeps the (B, H, S) log-sum-exp instead of the probabilities", "[model][memory]") {
+  const ModelConfig xl = model_config("xl");
+  const RunShape shape{4, 256};
+  const MemoryPlan materialised = plan_memory(xl, shape, 1);
+  const MemoryPlan flash = plan_memory(xl, shape, 1, 4, AttentionSaved::kLogSumExp);
+  CHECK(flash.attention == AttentionSaved::kLogSumExp);
+  const std::int64_t saved_bytes = 4 * shape.batch * xl.heads * 256 * (256 - 1);  // per block
+  CHECK(materialised.per_layer_activations - flash.per_layer_activations == saved_bytes);
+  CHECK(materialised.activations_backward - flash.activations_backward == xl.layers * saved_bytes);
+  CHECK(materialised.peak_step() - flash.peak_step() == xl.layers * saved_bytes);
+  CHECK(flash.parameters == materialised.parameters);
+  // The precision decides: flash attention in compiled tf32 and bf16, materialised otherwise.
+  CHECK(attention_saved(Precision::kTf32, true) == AttentionSaved::kLogSumExp);
+  CHECK(attention_saved(Precision::kBf16, true) == AttentionSaved::kLogSumExp);
+  CHECK(attention_saved(Precision::kF32, true) == AttentionSaved::kProbabilities);
+  CHECK(attention_saved(Precision::kTf32, false) == AttentionSaved::kProbabilities);
+}
+
+TEST_CASE("a bf16 plan: bf16 activations and weight copy, fp32 statistics, master weights and state",
+          "[model][memory]") {
+  const ModelConfig xl = model_config("xl");
+  const RunShape shape{4, 256};
+  const std::int64_t P = xl.parameter_count(), N = shape.tokens(), C = xl.d_model, F = xl.d_ff;
+  const std::int64_t B = shape.batch, H = xl.heads, S = shape.context;
+  const MemoryPlan f32 = plan_memory(xl, shape, 1, 4, AttentionSaved::kLogSumExp);
+  const MemoryPlan bf16 = plan_memory(xl, shape, 1, 4, AttentionSaved::kLogSumExp, Precision::kBf16);
+  CHECK(bf16.parameters == 4 * P);
+  CHECK(bf16.weight_copy == 2 * P);
+  CHECK(f32.weight_copy == 0);
+  CHECK(bf16.gradients == 4 * P);
+  CHECK(bf16.optimizer_state == 8 * P);
+  // A block: x_in, ln1, q, k, v, attn, x_mid, ln2 (N, C) and a, b, h (N, F)
+  // in bf16; rstd1, rstd2 (N,) and the lse (B, H, S) in fp32 (all multiples
+  // of 16 elements here, so no alignment padding).
+  CHECK(bf16.per_layer_activations == 2 * (8 * N * C + 3 * N * F) + 4 * (2 * N + B * H * S));
+  CHECK(f32.per_layer_activations == 4 * (8 * N * C + 3 * N * F + 2 * N + B * H * S));
+  // The head: x, ln (N, C) and the logits (N, V) bf16; rstd, losses, lse fp32.
+  CHECK(bf16.activations_forward - bf16.per_layer_activations == 2 * (2 * N * C + N * xl.vocab) + 4 * 3 * N);
+  CHECK(bf16.peak_step() == bf16.peak_forward_backward() + bf16.optimizer_state);
+  CHECK(bf16.peak_forward_backward() ==
+        bf16.parameters + bf16.weight_copy + bf16.gradients + bf16.inputs + bf16.activations_backward +
+            bf16.workspace_backward);
+  // About half the activations (the statistics stay fp32); the weight copy
+  // costs more than that saves here (xl's 1.6e9 parameters at ctx 256).
+  const double ratio = static_cast<double>(bf16.activations_backward) / f32.activations_backward;
+  CHECK(ratio > 0.5);
+  CHECK(ratio < 0.51);
+  CHECK(bf16.peak_step() - f32.peak_step() ==
+        bf16.weight_copy - (f32.activations_backward - bf16.activations_backward) -
+            (f32.workspace_backward - bf16.workspace_backward));
+  // The cpu backend's plans (element_bytes 8 for its fp64 checks) stay f32 only.
+  CHECK_THROWS_AS(plan_memory(xl, shape, 1, 8, AttentionSaved::kProbabilities, Precision::kBf16), ktune::Error);
+}

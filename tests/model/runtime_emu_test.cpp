@@ -23,7 +23,7 @@ TEST_CASE("emu backend: three training steps of the tiny model follow the cpu ba
   REQUIRE(emu.size() == cpu.size());
   for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(emu[i].loss == Approx(cpu[i].loss).epsilon(1e-5));
   CHECK(cpu.back().loss < cpu.front().loss);
-  CHECK_THAT(summary, Catch::StartsWith("compiled mode, 13 kernels: 0 exact, 0 nearest, 13 default"));
+  CHECK_THAT(summary, Catch::StartsWith("compiled mode, f32, 13 kernels: 0 exact, 0 nearest, 13 default"));
 }
 
 TEST_CASE("emu backend: evaluation gives the cpu backend's loss and gradient norms", "[emu][model][runtime]") {

@@ -191,7 +191,7 @@ TEST_CASE("adamw: the typed plan with named tensors is the workload adapter's pl
     check_typed_plan(*f, [f](const Problem& p, const std::vector<std::uint64_t>& a) {
       const bool bf16 = p.dtype == "bf16";
       const std::size_t per = bf16 ? 5 : 4;
-      adamw::Args args{.tensors = {}, .hyper = adamw::AdamwFamily::workload_hyper()};
+      adamw::Args args{.tensors = {}, .hyper = adamw::AdamwFamily::workload_hyper(), .workspace = 0, .clip = {}};
       for (std::size_t t = 0; t < static_cast<std::size_t>(p.dim("tensors")); ++t)
         args.tensors.push_back({.param = a[t * per],
                                 .grad = a[t * per + 1],

@@ -55,12 +55,17 @@ const Library& library() {
   return lib;
 }
 
+cudaDataType_t cuda_type(templates::DType type) {
+  return type == templates::DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+
 // A column-major layout owned for one call.
 struct Layout {
   cublasLtMatrixLayout_t layout = nullptr;
-  Layout(std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch, std::int64_t stride) {
+  Layout(templates::DType type, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t batch,
+         std::int64_t stride) {
     const Library& lib = library();
-    KT_CHECK_CUBLAS(lib.cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, static_cast<std::uint64_t>(rows),
+    KT_CHECK_CUBLAS(lib.cublasLtMatrixLayoutCreate(&layout, cuda_type(type), static_cast<std::uint64_t>(rows),
                                                    static_cast<std::uint64_t>(cols), ld));
     if (batch > 1) {
       const auto count = static_cast<std::int32_t>(batch);
@@ -80,9 +85,10 @@ struct Layout {
 // The alignment (bytes, at most 256) every batch's pointer of an operand has:
 // cuBLASLt's heuristic assumes 256 unless told, and an algorithm chosen for
 // that would fault on a tensor at a smaller offset in the run's allocation.
-std::uint32_t alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride_elements) {
+std::uint32_t alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride_elements,
+                        templates::DType type) {
   std::uint64_t bits = address | 256;
-  if (batch > 1) bits |= static_cast<std::uint64_t>(stride_elements) * sizeof(float);
+  if (batch > 1) bits |= static_cast<std::uint64_t>(stride_elements) * templates::size_of(type);
   return static_cast<std::uint32_t>(bits & (~bits + 1));  // lowest set bit
 }
 
@@ -126,8 +132,17 @@ cublasLtMatmulAlgo_t from_algo(const GemmAlgo& algo) {
 
 }  // namespace
 
-std::uint32_t gemm_alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride) {
-  return alignment(address, batch, stride);
+void check_gemm_types(const GemmDesc& g) {
+  for (const templates::DType t : {g.a_type, g.b_type, g.c_type})
+    KTUNE_REQUIRE(t == templates::DType::kF32 || t == templates::DType::kBF16,
+                  fmt::format("GEMM operand type {}; accepted: f32, bf16", templates::to_string(t)));
+  KTUNE_REQUIRE(!g.tf32 || (g.a_type == templates::DType::kF32 && g.b_type == templates::DType::kF32),
+                "a tf32 GEMM takes fp32 operands (tf32 is how the matrix units read them)");
+}
+
+std::uint32_t gemm_alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride,
+                             templates::DType type) {
+  return alignment(address, batch, stride, type);
 }
 
 std::int64_t GemmDesc::span_a() const {
@@ -201,9 +216,12 @@ std::string CublasLt::refusal(const GemmDesc& g, const GemmAlgo& algo) {
 
 void CublasLt::run(const GemmDesc& g, std::uint64_t stream, Request& request) {
   const Library& lib = library();
-  // Column-major view: D' (n, m) = op(B') op(A'), A' = B, B' = A.
+  check_gemm_types(g);
+  // Column-major view: D' (n, m) = op(B') op(A'), A' = B, B' = A. fp32
+  // accumulation and scalars whatever the operands.
   cublasLtMatmulDesc_t desc = nullptr;
-  KT_CHECK_CUBLAS(lib.cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  KT_CHECK_CUBLAS(lib.cublasLtMatmulDescCreate(&desc, g.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F,
+                                               CUDA_R_32F));
   struct DescOwner {
     cublasLtMatmulDesc_t d;
     ~DescOwner() { library().cublasLtMatmulDescDestroy(d); }
@@ -213,9 +231,9 @@ void CublasLt::run(const GemmDesc& g, std::uint64_t stream, Request& request) {
   KT_CHECK_CUBLAS(lib.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   KT_CHECK_CUBLAS(lib.cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
   // B row-major (k, n) is column-major (n, k); transposed it is stored (n, k) row-major: (k, n).
-  const Layout a(g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.batch, g.stride_b);
-  const Layout b(g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.batch, g.stride_a);
-  const Layout c(g.n, g.m, g.ldc, g.batch, g.stride_c);
+  const Layout a(g.b_type, g.trans_b ? g.k : g.n, g.trans_b ? g.n : g.k, g.ldb, g.batch, g.stride_b);
+  const Layout b(g.a_type, g.trans_a ? g.m : g.k, g.trans_a ? g.k : g.m, g.lda, g.batch, g.stride_a);
+  const Layout c(g.c_type, g.n, g.m, g.ldc, g.batch, g.stride_c);
 
   cublasLtMatmulPreference_t pref = nullptr;
   KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceCreate(&pref));
@@ -227,8 +245,9 @@ void CublasLt::run(const GemmDesc& g, std::uint64_t stream, Request& request) {
   KT_CHECK_CUBLAS(lib.cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                           sizeof(ws)));
   // A' is B and B' is A (the column-major view); C and D are one buffer.
-  const std::uint32_t align_a = alignment(g.b, g.batch, g.stride_b), align_b = alignment(g.a, g.batch, g.stride_a),
-                      align_c = alignment(g.c, g.batch, g.stride_c);
+  const std::uint32_t align_a = alignment(g.b, g.batch, g.stride_b, g.b_type),
+                      align_b = alignment(g.a, g.batch, g.stride_a, g.a_type),
+                      align_c = alignment(g.c, g.batch, g.stride_c, g.c_type);
   for (const auto& [attribute, value] : {std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a},
                                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b},
                                          std::pair{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c},
@@ -258,8 +277,10 @@ void CublasLt::run(const GemmDesc& g, std::uint64_t stream, Request& request) {
     KT_CHECK_CUBLAS(lib.cublasLtMatmulAlgoGetHeuristic(state_->handle, desc, a.layout, b.layout, c.layout, c.layout,
                                                        pref, static_cast<int>(results.size()), results.data(), &found));
     if (found < 1)
-      throw Error(ErrorKind::kCuda, fmt::format("cuBLASLt has no algorithm for the fp32 GEMM m={} n={} k={} batch={}",
-                                                g.m, g.n, g.k, g.batch));
+      throw Error(ErrorKind::kCuda,
+                  fmt::format("cuBLASLt has no algorithm for the GEMM m={} n={} k={} batch={} ({} x {} -> {}{})", g.m,
+                              g.n, g.k, g.batch, templates::to_string(g.a_type), templates::to_string(g.b_type),
+                              templates::to_string(g.c_type), g.tf32 ? ", tf32" : ""));
     if (request.candidates > 0) {
       for (int i = 0; i < found; ++i)
         if (results[i].state == CUBLAS_STATUS_SUCCESS) request.found.push_back(to_algo(results[i].algo));

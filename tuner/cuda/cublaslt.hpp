@@ -2,7 +2,7 @@
 // driver.hpp): ktune never links it, so it builds and runs without it. The
 // GEMMs of the model runtime on a GPU (the families have no GEMM).
 //   CublasLt lt(workspace_address, workspace_bytes);
-//   lt.matmul(GemmDesc{...}, stream);   // row-major, fp32, batched
+//   lt.matmul(GemmDesc{...}, stream);   // row-major, fp32 or bf16 operands, batched
 //   lt.algorithms(g, 8) / lt.matmul(g, stream, algo)   // compiled mode's
 //                                        // timed choice (gemm_select.hpp)
 #pragma once
@@ -13,11 +13,16 @@
 #include <string>
 #include <vector>
 
+#include "templates/problem.hpp"
+
 namespace ktune::tuner {
 
-/// C (m, n) = alpha op(A) op(B) + beta C on device addresses, row-major fp32,
+/// C (m, n) = alpha op(A) op(B) + beta C on device addresses, row-major,
 /// `batch` times with each operand advanced by its stride (elements). op(A)
 /// is (m, k): A is stored (m, k) with row stride lda, or (k, m) when trans_a.
+/// Operands are fp32 or bf16 (a_type, b_type, c_type), accumulated in fp32;
+/// `tf32` runs fp32 operands on the tf32 matrix units (inputs rounded to 10
+/// mantissa bits).
 struct GemmDesc {
   bool trans_a = false, trans_b = false;
   std::int64_t m = 0, n = 0, k = 0;
@@ -26,6 +31,8 @@ struct GemmDesc {
   float alpha = 1, beta = 0;
   std::int64_t batch = 1;
   std::int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+  templates::DType a_type = templates::DType::kF32, b_type = templates::DType::kF32, c_type = templates::DType::kF32;
+  bool tf32 = false;
 
   /// Elements each operand spans from its address: its last batch's last
   /// row, whole (the padding between rows included).
@@ -37,7 +44,8 @@ struct GemmDesc {
 /// The alignment (bytes, at most 256) every batch's pointer of an operand
 /// at `address` has, advanced by `stride` elements: what cuBLASLt's
 /// heuristic is told, and part of a chosen algorithm's key.
-std::uint32_t gemm_alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride);
+std::uint32_t gemm_alignment(std::uint64_t address, std::int64_t batch, std::int64_t stride,
+                             templates::DType type);
 
 /// One cuBLASLt algorithm: the words of its cublasLtMatmulAlgo_t, which
 /// cuBLASLt documents as serialisable for reuse with the same library
@@ -49,6 +57,10 @@ struct GemmAlgo {
   std::map<std::string, std::int64_t> attributes;
   bool operator==(const GemmAlgo& other) const { return words == other.words; }
 };
+
+/// "f32" or "bf16" GEMM operand types are accepted; throws kInvalidInput for
+/// any other type, or for `tf32` with a bf16 operand (tf32 is an fp32 mode).
+void check_gemm_types(const GemmDesc& g);
 
 /// A cuBLASLt handle and its workspace; GEMMs run on the caller's stream
 /// with the heuristic's first algorithm (the eager mode's choice) or with a

@@ -15,7 +15,15 @@
 
 namespace ktune::tuner {
 
-std::string gemm_dtype(const GemmDesc&) { return "f32"; }
+std::string gemm_dtype(const GemmDesc& g) {
+  using templates::DType;
+  if (g.a_type == DType::kF32 && g.b_type == DType::kF32 && g.c_type == DType::kF32) return g.tf32 ? "tf32" : "f32";
+  // Mixed operands: A and B's type, then C's when it differs ("bf16", "bf16_f32").
+  const std::string a = templates::to_string(g.a_type), b = templates::to_string(g.b_type),
+                    c = templates::to_string(g.c_type);
+  const std::string ab = a == b ? a : a + "_" + b;
+  return c == a && c == b ? ab : ab + "_" + c;
+}
 
 cache::Key gemm_key(const GemmDesc& g, const DeviceLimits& device, const std::string& library) {
   const templates::Problem p{
@@ -32,9 +40,9 @@ cache::Key gemm_key(const GemmDesc& g, const DeviceLimits& device, const std::st
        {"stride_a", g.batch > 1 ? g.stride_a : 0},
        {"stride_b", g.batch > 1 ? g.stride_b : 0},
        {"stride_c", g.batch > 1 ? g.stride_c : 0},
-       {"align_a", gemm_alignment(g.a, g.batch, g.stride_a)},
-       {"align_b", gemm_alignment(g.b, g.batch, g.stride_b)},
-       {"align_c", gemm_alignment(g.c, g.batch, g.stride_c)},
+       {"align_a", gemm_alignment(g.a, g.batch, g.stride_a, g.a_type)},
+       {"align_b", gemm_alignment(g.b, g.batch, g.stride_b, g.b_type)},
+       {"align_c", gemm_alignment(g.c, g.batch, g.stride_c, g.c_type)},
        {"accumulate", g.beta != 0 ? 1 : 0}}};
   cache::Key k;
   k.family = kGemmFamily;
@@ -96,6 +104,9 @@ struct Operands {
   std::vector<float> host_c;  // C's initial values
 
   Operands(exec::Backend& backend, const GemmDesc& g, std::uint64_t seed) : desc(g) {
+    KTUNE_REQUIRE(g.a_type == templates::DType::kF32 && g.b_type == templates::DType::kF32 &&
+                      g.c_type == templates::DType::kF32,
+                  fmt::format("timing GEMM algorithms takes fp32 operands (tf32 included), not {}", gemm_dtype(g)));
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(-1, 1);
     const auto make = [&](std::int64_t span, std::uint64_t address, const char* label, std::vector<float>* keep) {
@@ -199,9 +210,9 @@ const GemmAlgo& GemmSelector::choose(const GemmDesc& g) {
                                g.batch > 1 ? g.stride_a : 0,
                                g.batch > 1 ? g.stride_b : 0,
                                g.batch > 1 ? g.stride_c : 0,
-                               gemm_alignment(g.a, g.batch, g.stride_a),
-                               gemm_alignment(g.b, g.batch, g.stride_b),
-                               gemm_alignment(g.c, g.batch, g.stride_c),
+                               gemm_alignment(g.a, g.batch, g.stride_a, g.a_type),
+                               gemm_alignment(g.b, g.batch, g.stride_b, g.b_type),
+                               gemm_alignment(g.c, g.batch, g.stride_c, g.c_type),
                                g.beta != 0}};
   if (const auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
   const cache::Key key = gemm_key(g, device_, library_);

@@ -7,12 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <set>
 
 #include "base/error.hpp"
 #include "cache/key.hpp"
 #include "cache/tuned_cache.hpp"
-#include "model/step_kernels.hpp"
 #include "tuner/compile/compiler.hpp"
 #include "tuner/exec/run_through.hpp"
 #include "tuner/session/tuned_kernels.hpp"
@@ -137,25 +135,4 @@ TEST_CASE("tuned kernels: configs from the cache service, compiled and loaded on
   // The prepared modules launch and match the reference.
   for (const auto& k : kernels.kernels())
     CHECK(test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module) < 1e-5);
-}
-
-TEST_CASE("step kernels: the families' problems of one training step", "[exec][model]") {
-  const auto config = model::model_config("tiny");
-  const model::RunShape shape{2, 16};
-  for (const char* dtype : {"f32", "bf16"}) {
-    const auto list = model::step_kernels(config, shape, dtype);
-    std::set<std::string> families;
-    for (const auto& r : list) {
-      INFO(r.family->name() << " " << r.problem.key());
-      CHECK_NOTHROW(r.family->check_problem(r.problem));
-      CHECK(r.problem.dtype == dtype);
-      families.insert(r.family->name());
-    }
-    CHECK(families.size() == list.size());
-    CHECK(families.count("rmsnorm_fwd"));
-    CHECK(families.count("adamw"));
-    CHECK(list.front().family->name() == "embedding_fwd");
-    CHECK(list.front().problem.dim("rows") == shape.tokens());
-  }
-  CHECK_THROWS_AS(model::step_kernels(config, shape, "f16"), Error);
 }

@@ -1,0 +1,81 @@
+// The (family, problem) list of one training step: what `ktune tune --model
+// M --dtype D` tunes and what a device run in that precision and mode
+// launches, with the dtypes it launches them at.
+#include "model/step_kernels.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <set>
+
+#include "base/error.hpp"
+#include "model/ops/device_ops.hpp"
+
+using namespace ktune;
+using namespace ktune::model;
+
+namespace {
+
+// family name -> problem dtype, checking each family appears once and its problem is valid.
+std::map<std::string, std::string> families_of(const std::vector<tuner::KernelRequest>& list) {
+  std::map<std::string, std::string> out;
+  for (const auto& r : list) {
+    INFO(r.family->name() << " " << r.problem.key());
+    CHECK_NOTHROW(r.family->check_problem(r.problem));
+    CHECK(out.emplace(r.family->name(), r.problem.dtype).second);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("step kernels: the families' problems of one training step, per precision", "[model]") {
+  const auto config = model_config("tiny");
+  const RunShape shape{2, 16};
+  for (const Precision p : {Precision::kF32, Precision::kTf32, Precision::kBf16}) {
+    INFO(to_string(p));
+    const auto list = step_kernels(config, shape, p);
+    const auto families = families_of(list);
+    const std::string dtype = p == Precision::kBf16 ? "bf16" : "f32";
+    for (const auto& [name, d] : families) CHECK(d == dtype);
+    CHECK(families.count("rmsnorm_fwd"));
+    CHECK(families.count("adamw"));
+    CHECK(list.front().family->name() == "embedding_fwd");
+    CHECK(list.front().problem.dim("rows") == shape.tokens());
+    // Compiled mode: flash attention where a tf32 or bf16 kernel computes it,
+    // materialised (the softmax pair between GEMMs) in fp32.
+    const bool flash = p != Precision::kF32;
+    CHECK(families.count("attention_fwd") == (flash ? 1 : 0));
+    CHECK(families.count("attention_bwd") == (flash ? 1 : 0));
+    CHECK(families.count("softmax_fwd") == (flash ? 0 : 1));
+    CHECK(families.count("softmax_bwd") == (flash ? 0 : 1));
+  }
+  const auto scores = step_kernels(config, shape, Precision::kF32)[3].problem;
+  CHECK(scores.dim("rows") == 2 * config.heads * 16);
+  CHECK(scores.dim("cols") == 16);
+  CHECK(scores.dim("causal") == 1);
+  CHECK(parse_precision("tf32") == Precision::kTf32);
+  CHECK_THROWS_AS(parse_precision("f16"), Error);
+}
+
+TEST_CASE("step kernels: a device run launches its precision's and mode's list", "[model]") {
+  const auto config = model_config("tiny");
+  const RunShape shape{1, 12};
+  for (const Mode mode : {Mode::kEager, Mode::kCompiled}) {
+    for (const Precision p : {Precision::kF32, Precision::kTf32}) {
+      INFO(to_string(mode) << " " << to_string(p));
+      const StepLayout L = device_layout(config, shape, true, {.mode = mode, .precision = p});
+      CHECK(L.precision == p);
+      const bool flash = mode == Mode::kCompiled && p == Precision::kTf32;
+      CHECK(L.attention == (flash ? AttentionSaved::kLogSumExp : AttentionSaved::kProbabilities));
+      const auto families = families_of(device_step_kernels(L, mode));
+      CHECK(families.count("attention_fwd") == (flash ? 1 : 0));
+      CHECK(families.count("softmax_fwd") == (flash ? 0 : 1));
+      CHECK(families.count(mode == Mode::kEager ? "adamw_eager" : "adamw") == 1);
+      // What `tune --model --dtype` tunes is what compiled mode runs.
+      if (mode == Mode::kCompiled) CHECK(families == families_of(step_kernels(config, shape, p)));
+    }
+  }
+  CHECK_THROWS_WITH(device_layout(config, shape, true, {.precision = Precision::kBf16}),
+                    Catch::Contains("accepted there: f32, tf32"));
+}
