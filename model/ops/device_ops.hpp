@@ -7,17 +7,24 @@
 //            loaded, planned with their typed Args at the regions' addresses
 //   configs  compiled mode: the tuned cache's (exact, else nearest, else the
 //            family default; counted); eager mode: the family defaults
+//   eager    each op whose family has an eager decomposition runs as that
+//            chain of primitive kernels (eager_chains.hpp), its temporaries
+//            in the scratch; the others run their family's default kernel;
+//            attention is materialised (GEMM, softmax, GEMM) in both modes
+//   counts   every kernel launch and GEMM call is counted (launches())
 //   GEMMs    a GemmEngine: cuBLASLt on `cuda`, OpenBLAS on the host through
 //            the backend's copies on `emu`
 // fp32 for now; the plan's per-region dtypes (bf16 mixed precision) are owed.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cache/tuned_cache.hpp"
+#include "model/ops/launch_count.hpp"
 #include "model/ops/ops.hpp"
 #include "templates/adamw/adamw.hpp"
 #include "model/walk.hpp"
@@ -25,11 +32,16 @@
 #include "tuner/exec/backend.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
+namespace ktune::templates::eager {
+struct EagerPlan;
+}
+
 namespace ktune::model {
 
 /// How a device backend runs the step (DESIGN.md, "Modes on cuda").
 enum class Mode {
-  kEager,     ///< untuned: family defaults, per-tensor eager AdamW, materialised attention, cuBLASLt top-1
+  kEager,     ///< untuned: the families' eager chains (else their defaults), per-tensor eager AdamW,
+              ///< materialised attention, cuBLASLt top-1
   kCompiled,  ///< tuned configs from the cache, fused multi-tensor AdamW
 };
 const char* to_string(Mode mode);
@@ -75,6 +87,11 @@ class DeviceOps final : public Ops {
   const GemmEngine& gemm_engine() const { return *gemm_; }
   Mode mode() const { return options_.mode; }
   std::size_t allocated_bytes() const;
+  /// Kernel launches and GEMM calls enqueued since construction.
+  const LaunchCount& launches() const { return launches_; }
+  /// Bytes of the ops' scratch: attention's dS, eager AdamW's temporary,
+  /// the kernels' workspaces and the eager chains' temporaries, the largest.
+  std::size_t scratch_bytes() const { return scratch_bytes_; }
 
   void rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) override;
   void gemm(const GemmOp& g) override;
@@ -107,7 +124,19 @@ class DeviceOps final : public Ops {
   // the step's list; its launches go to the backend with `plan`.
   const tuner::TunedKernel& kernel(const templates::Family& family, const templates::Problem& problem);
   void launch(const tuner::TunedKernel& k, const std::vector<templates::Launch>& plan);
-  std::uint64_t scratch(std::size_t bytes) const;  // the ops' scratch, checked against its size
+  // The ops' scratch after the first `kept` bytes (what the calling op keeps
+  // there), checked against its size.
+  std::uint64_t scratch(std::size_t bytes, std::size_t kept = 0) const;
+  // One non-GEMM op: its family's eager chain when it runs as one
+  // (eager_chains.hpp), else its kernel with the workspace it asks for. Every
+  // op but GEMMs and AdamW goes through here.
+  template <class Args>
+  void run(const templates::TypedFamily<Args>& family, const templates::Problem& problem, Args args,
+           std::size_t kept = 0);
+  // The launches of one chain, planned by `plan_at(temporaries address)`, in
+  // order on the stream (eager_chains.cpp).
+  void run_chain(const templates::Family& family, const templates::Problem& problem, std::size_t kept,
+                 const std::function<templates::eager::EagerPlan(std::uint64_t)>& plan_at);
   const templates::adamw::AdamwFamily& adamw_family() const;
 
   tuner::exec::Backend& backend_;
@@ -119,11 +148,13 @@ class DeviceOps final : public Ops {
   std::unique_ptr<tuner::exec::Buffer> arena_;
   std::unique_ptr<tuner::exec::Buffer> gemm_workspace_;
   std::unique_ptr<GemmEngine> gemm_;
+  LaunchCount launches_;
 };
 
 /// The families' problems of a step on a device backend in `mode`: the
 /// step's list (step_kernels.hpp) with eager attention's softmax in place of
 /// flash attention (until its backward lands) and the mode's AdamW family.
+/// Eager mode runs the chains of the decomposed ones (with_chains).
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& layout, Mode mode);
 
 }  // namespace ktune::model

@@ -1,7 +1,8 @@
 // The device backend's step under the host emulation against the cpu
 // backend: the same walk over two op implementations must give the same loss,
-// gradients and AdamW update (fp32). The emulated run's memory starts
-// poisoned (NaN), so an op that reads what no op wrote fails here.
+// gradients and AdamW update (fp32), in compiled and in eager mode, where the
+// decomposed ops run as their chains of primitive kernels. The emulated run's
+// memory starts poisoned (NaN), so an op that reads what no op wrote fails here.
 #include "model/device_model.hpp"
 
 #include <catch2/catch.hpp>
@@ -9,8 +10,10 @@
 #include <cmath>
 #include <random>
 
+#include "model/ops/eager_chains.hpp"
 #include "model/optimizer.hpp"
 #include "model/transformer.hpp"
+#include "templates/eager/eager.hpp"
 #include "templates/family.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -71,7 +74,9 @@ struct Case {
   RunShape shape;
 };
 
-void check_step_matches_cpu(const Case& c, Mode mode) {
+// Checks the device step against the cpu's; returns what its forward and
+// backward launched.
+LaunchCount check_step_matches_cpu(const Case& c, Mode mode) {
   auto backend = tuner::exec::make_emu_backend();
   INFO(c.config.name << " ctx " << c.shape.context << " batch " << c.shape.batch << " " << to_string(mode));
   Transformer<float> cpu(c.config, c.shape, Allocation::kTrain, 2);
@@ -83,12 +88,14 @@ void check_step_matches_cpu(const Case& c, Mode mode) {
   random_tokens(c.shape.tokens(), c.config.vocab, 17, tokens, targets);
 
   const double want = cpu.forward(tokens, targets);
+  const LaunchCount before = emu.ops().launches();
   const double got = emu.forward(tokens, targets);
   CHECK(std::isfinite(got));
   CHECK(got == Approx(want).epsilon(1e-5));
 
   cpu.backward();
   emu.backward();
+  const LaunchCount launched = emu.ops().launches().since(before);
   const auto grads = emu.gradients();
   for (const auto& t : cpu.layout().tensors) {
     INFO(t.name);
@@ -114,7 +121,33 @@ void check_step_matches_cpu(const Case& c, Mode mode) {
     den += d_cpu * d_cpu;
   }
   CHECK(std::sqrt(num / den) <= 1e-4);
+
+  // The scratch holds the largest chain's temporaries (after dS for attention's backward).
+  for (const auto& r : device_step_kernels(emu.layout(), mode)) {
+    INFO(r.family->name());
+    CHECK(emu.ops().scratch_bytes() >= chain_temporaries_bytes(mode, r));
+  }
+  return launched;
 }
+
+// Kernel launches of one op of `family` on `problem`: its default kernel's,
+// or its eager chain's, planned over placeholder addresses.
+std::int64_t launches_per_op(const templates::Family& family, const templates::Problem& problem, bool chain) {
+  const auto device = DeviceLimits::for_arch(kDefaultArch);  // the emulation's
+  const auto buffers = family.make_workload(problem, 1).buffers;
+  if (!chain) {
+    const std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
+    return static_cast<std::int64_t>(family.plan(family.default_config(problem), problem, addresses, device).size());
+  }
+  templates::eager::Bindings bound;
+  for (const auto& b : buffers) bound[b.name] = 0x100000;
+  std::int64_t n = 0;
+  for (const auto& step : templates::eager::plan(family.name(), problem, bound, 0x200000, device).steps)
+    n += static_cast<std::int64_t>(step.launches.size());
+  return n;
+}
+
+bool is_primitive(const std::string& family) { return family.rfind("prim_", 0) == 0; }
 
 }  // namespace
 
@@ -128,8 +161,51 @@ TEST_CASE("emu backend: an odd shape (head_dim 80, 3 heads, context 13) matches 
   check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kCompiled);
 }
 
-TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend", "[emu][model][device]") {
-  check_step_matches_cpu({model_config("tiny"), RunShape{1, 12}}, Mode::kEager);
+TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each decomposed op run as its chain",
+          "[emu][model][device]") {
+  const Case c{model_config("tiny"), RunShape{1, 12}};
+  const LaunchCount compiled = check_step_matches_cpu(c, Mode::kCompiled);
+  const LaunchCount eager = check_step_matches_cpu(c, Mode::kEager);
+  INFO("compiled: " << compiled.str() << ", eager: " << eager.str());
+
+  // Eager launches what compiled does, with each decomposed op's kernel
+  // replaced by its chain's launches.
+  std::int64_t want = compiled.kernels;
+  std::int64_t chained = 0;
+  const StepLayout L = step_layout(c.config, c.shape, 1, true);
+  for (const auto& r : device_step_kernels(L, Mode::kCompiled)) {
+    const std::string name = r.family->name();
+    if (!runs_as_chain(Mode::kEager, *r.family) || !compiled.by_family.count(name)) continue;
+    INFO(name);
+    ++chained;
+    CHECK(eager.by_family.count(name) == 0);
+    const std::int64_t fused = launches_per_op(*r.family, r.problem, false);
+    const std::int64_t chain = launches_per_op(*r.family, r.problem, true);
+    REQUIRE(compiled.by_family.at(name) % fused == 0);
+    want += compiled.by_family.at(name) / fused * (chain - fused);
+  }
+  CHECK(chained >= 6);  // rmsnorm, swiglu and cross-entropy, forward and backward
+  CHECK(eager.kernels == want);
+  CHECK(eager.kernels > compiled.kernels);
+  CHECK(eager.gemms == compiled.gemms);
+  std::int64_t primitives = 0;
+  for (const auto& [name, n] : eager.by_family) {
+    if (is_primitive(name)) {
+      primitives += n;
+      continue;
+    }
+    INFO(name);  // a family without a chain runs its one kernel in both modes
+    CHECK(n == compiled.by_family.at(name));
+  }
+  CHECK(primitives > 0);
+  for (const auto& [name, n] : compiled.by_family) CHECK_FALSE(is_primitive(name));
+}
+
+TEST_CASE("emu backend, eager mode: an odd shape (head_dim 80, 3 heads, context 13) matches the cpu backend",
+          "[emu][model][device]") {
+  const LaunchCount eager = check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kEager);
+  CHECK(eager.by_family.at("prim_silu") == 2);  // SwiGLU's chain, forward and backward
+  CHECK_FALSE(eager.by_family.count("rmsnorm_fwd"));
 }
 
 TEST_CASE("emu backend: compiled mode takes configs from the tuned cache and counts them, eager ignores it",
