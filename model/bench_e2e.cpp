@@ -46,6 +46,11 @@ nlohmann::json phase_json(const PhaseStats& p) {
   return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}};
 }
 
+nlohmann::json launches_json(const std::optional<LaunchCount>& l) {
+  if (!l) return nullptr;
+  return {{"kernels", l->kernels}, {"gemms", l->gemms}, {"by_family", l->by_family}};
+}
+
 const char* passes_name(E2ePasses p) {
   switch (p) {
     case E2ePasses::kForward: return "forward";
@@ -93,8 +98,10 @@ E2eResult bench_e2e(const E2eOptions& o) {
   for (auto& t : targets) t = pick(rng);
 
   std::vector<double> fwd, bwd, fb, optim, step;
+  std::optional<LaunchCount> before, launches;
   for (std::int64_t i = 0; i < o.warmup + o.trials; ++i) {
     model->synchronize();
+    before = model->launches();
     const auto t0 = Clock::now();
     model->forward(tokens, targets);  // waits for the loss
     const auto t1 = Clock::now();
@@ -104,6 +111,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
     if (optimizer) model->step(hyper);
     model->synchronize();
     const auto t3 = Clock::now();
+    if (before) launches = model->launches()->since(*before);  // every step launches the same
     if (i < o.warmup) continue;
     fwd.push_back(ms_since(t0, t1));
     if (backward) {
@@ -126,6 +134,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.allocated_bytes = model->allocated_bytes();
   r.device = model->device();
   r.kernels = model->kernel_summary();
+  r.launches = launches;
   r.date = utc_now();
   return r;
 }
@@ -158,7 +167,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"forward_backward", phase_json(r.forward_backward)},
           {"optimizer", phase_json(r.optimizer)},
           {"step", phase_json(r.step)},
-          {"allocated_bytes", r.allocated_bytes}};
+          {"allocated_bytes", r.allocated_bytes},
+          {"launches_per_step", launches_json(r.launches)}};
 }
 
 }  // namespace ktune::model

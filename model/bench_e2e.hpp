@@ -5,6 +5,7 @@
 // waiting for the device (CUDA-event timing per phase is owed).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -48,6 +49,7 @@ struct E2eResult {
   std::int64_t allocated_bytes = 0;
   std::string device;  ///< CPU model name and threads, or the GPU / emulated arch
   std::string kernels; ///< where the device kernels' configs came from (empty on cpu)
+  std::optional<LaunchCount> launches;  ///< what one timed step (its passes) launched; device backends
   std::string date;    ///< UTC, ISO 8601
 };
 

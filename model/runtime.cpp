@@ -46,6 +46,7 @@ class CpuRuntime final : public Runtime {
   std::string device() const override { return fmt::format("{} ({} threads)", cpu_name(), model_.threads()); }
   std::string kernel_summary() const override { return ""; }
   std::vector<std::string> warnings() const override { return {}; }
+  std::optional<LaunchCount> launches() const override { return std::nullopt; }
 
  private:
   Transformer<float> model_;
@@ -87,6 +88,7 @@ class DeviceRuntime final : public Runtime {
                        k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
   }
   std::vector<std::string> warnings() const override { return model_->ops().kernels().warnings(); }
+  std::optional<LaunchCount> launches() const override { return model_->ops().launches(); }
 
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ class Runtime {
   virtual std::string kernel_summary() const = 0;
   /// Warnings a person should see (stale cache entries).
   virtual std::vector<std::string> warnings() const = 0;
+  /// Kernel launches and GEMM calls enqueued so far (take the difference of
+  /// two readings for a step); nullopt on cpu, which launches nothing.
+  virtual std::optional<LaunchCount> launches() const = 0;
 };
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation
