@@ -30,11 +30,17 @@ std::vector<std::string> name_list(const std::string& text) {
   return out;
 }
 
-/// The problem of `family` in one training step of `m` with `tokens` tokens.
-templates::Problem step_problem(const std::string& family, const model::ModelConfig& m, std::int64_t tokens,
-                                const std::string& dtype) {
+/// The problem of `family` in one training step of `m` on `batch` sequences of `ctx` tokens.
+templates::Problem step_problem(const std::string& family, const model::ModelConfig& m, std::int64_t batch,
+                                std::int64_t ctx, const std::string& dtype) {
+  const std::int64_t tokens = batch * ctx;
   if (family.rfind("swiglu", 0) == 0) return {dtype, {{"n", tokens * m.d_ff}}};
   if (family.rfind("cross_entropy", 0) == 0) return {dtype, {{"rows", tokens}, {"vocab", m.vocab}}};
+  if (family.rfind("softmax", 0) == 0)  // materialised causal attention scores
+    return {dtype, {{"rows", tokens * m.heads}, {"cols", ctx}, {"causal", 1}}};
+  if (family.rfind("rope", 0) == 0)
+    return {dtype, {{"tokens", tokens}, {"heads", m.heads}, {"head_dim", m.head_dim()}, {"seq", ctx}}};
+  if (family.rfind("embedding", 0) == 0) return {dtype, {{"rows", tokens}, {"dim", m.d_model}, {"vocab", m.vocab}}};
   return {dtype, {{"rows", tokens}, {"dim", m.d_model}}};  // the norms
 }
 
@@ -73,7 +79,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
       const model::ModelConfig m = model::model_config(name);
       for (const auto ctx : contexts)
         for (const auto& f : families) {
-          const templates::Problem p = step_problem(f, m, o->batch * ctx, o->dtype);
+          const templates::Problem p = step_problem(f, m, o->batch, ctx, o->dtype);
           templates::find_family(f).check_problem(p);
           cases.push_back({name, ctx, f, p});
         }

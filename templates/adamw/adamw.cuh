@@ -5,6 +5,11 @@
 //   ew_*                 one primitive elementwise op per launch, composed on the
 //                        host into PyTorch eager's _single_tensor_adam
 // With BF16_COPY the fp32 master weights are also written as a bf16 copy.
+// The fused kernels optionally clip by the global gradient norm as they read
+// the gradient (torch.nn.utils.clip_grad_norm_ folded into the step): given
+// the norm's address (grad_norm's out[0]) they scale g by
+// min(1, max_norm / (norm + 1e-6)); with a null address they run the
+// unclipped loop, so the option costs one branch per block, nothing per element.
 #pragma once
 #include "common/kt.cuh"
 
@@ -35,6 +40,14 @@ struct TensorList {
   int count;
 };
 
+/// The clip factor of torch.nn.utils.clip_grad_norm_ for the global norm at
+/// `norm` (as grad_norm computes it): min(1, max_norm / (norm + 1e-6)), 1 when
+/// max_norm <= 0.
+KT_DEVICE float clip_factor(const float* norm, float max_norm) {
+  const float factor = max_norm / (*norm + 1e-6f);
+  return max_norm > 0.0f && factor < 1.0f ? factor : 1.0f;
+}
+
 /// The update of one element, shared by the fused kernels.
 KT_DEVICE void update(float& p, float g, float& m, float& v, const Hyper& h) {
   p *= 1.0f - h.lr * h.weight_decay;
@@ -45,10 +58,11 @@ KT_DEVICE void update(float& p, float g, float& m, float& v, const Hyper& h) {
 }
 
 /// Updates elements [begin, end) of one tensor with THREADS threads, VEC
-/// elements per thread per step when every pointer is VEC-aligned.
-template <int THREADS, int VEC, bool BF16_COPY>
+/// elements per thread per step when every pointer is VEC-aligned; with CLIP
+/// each gradient is first scaled by `clip`.
+template <int THREADS, int VEC, bool BF16_COPY, bool CLIP>
 KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf16* p16, long long begin,
-                            long long end, const Hyper& h) {
+                            long long end, const Hyper& h, float clip) {
   long long scalar_begin = begin;
   if (VEC > 1) {
     const unsigned long long bits = reinterpret_cast<unsigned long long>(p + begin) |
@@ -62,7 +76,10 @@ KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf
       for (long long i = begin + static_cast<long long>(threadIdx.x) * VEC; i < scalar_begin;
            i += static_cast<long long>(THREADS) * VEC) {
         kt::Vec<float, VEC> pv = *reinterpret_cast<const kt::Vec<float, VEC>*>(p + i);
-        const kt::Vec<float, VEC> gv = *reinterpret_cast<const kt::Vec<float, VEC>*>(g + i);
+        kt::Vec<float, VEC> gv = *reinterpret_cast<const kt::Vec<float, VEC>*>(g + i);
+        if (CLIP)
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) gv.v[k] *= clip;
         kt::Vec<float, VEC> mv = *reinterpret_cast<const kt::Vec<float, VEC>*>(m + i);
         kt::Vec<float, VEC> vv = *reinterpret_cast<const kt::Vec<float, VEC>*>(v + i);
 #pragma unroll
@@ -81,7 +98,7 @@ KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf
   }
   for (long long i = scalar_begin + threadIdx.x; i < end; i += THREADS) {
     float pi = p[i], mi = m[i], vi = v[i];
-    update(pi, g[i], mi, vi, h);
+    update(pi, CLIP ? g[i] * clip : g[i], mi, vi, h);
     p[i] = pi;
     m[i] = mi;
     v[i] = vi;
@@ -90,7 +107,8 @@ KT_DEVICE void update_range(float* p, const float* g, float* m, float* v, kt::bf
 }
 
 /// Grid: any number of blocks; block b handles chunks b, b + gridDim.x, ...
-/// of the concatenated tensors.
+/// of the concatenated tensors. clip_norm: null, or the global gradient
+/// norm to clip by max_norm.
 /// `chunk` (elements per work item; a multiple of VEC, so chunk starts keep
 /// the tensor's alignment) is a run-time argument: small chunks balance short
 /// tensors, large ones cut scheduling overhead, and the code is the same.
@@ -99,28 +117,39 @@ template <int THREADS,      // threads per block: more hides latency, fewer free
           int MAX_TENSORS,  // tensors per launch: more means fewer launches, larger parameter block
           bool BF16_COPY>
 __global__ void __launch_bounds__(THREADS)
-    adamw_multi_tensor(TensorList<MAX_TENSORS> list, long long chunk, Hyper h) {
+    adamw_multi_tensor(TensorList<MAX_TENSORS> list, long long chunk, Hyper h, const float* clip_norm,
+                       float max_norm) {
   static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
   const int total = list.chunk_begin[list.count];
+  const float clip = clip_norm ? clip_factor(clip_norm, max_norm) : 1.0f;
   int t = 0;
   for (int c = blockIdx.x; c < total; c += gridDim.x) {
     while (c >= list.chunk_begin[t + 1]) ++t;  // chunks only grow, so the tensor index only grows
     const long long begin = static_cast<long long>(c - list.chunk_begin[t]) * chunk;
     const long long end = begin + chunk < list.numel[t] ? begin + chunk : list.numel[t];
-    update_range<THREADS, VEC, BF16_COPY>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
-                                          list.param_bf16[t], begin, end, h);
+    if (clip_norm)
+      update_range<THREADS, VEC, BF16_COPY, true>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
+                                                  list.param_bf16[t], begin, end, h, clip);
+    else
+      update_range<THREADS, VEC, BF16_COPY, false>(list.param[t], list.grad[t], list.exp_avg[t], list.exp_avg_sq[t],
+                                                   list.param_bf16[t], begin, end, h, clip);
   }
 }
 
 /// Grid: ceil(numel / (THREADS * VEC)) blocks, each one block-wide step.
+/// clip_norm, max_norm: as adamw_multi_tensor's.
 template <int THREADS, int VEC, bool BF16_COPY>
 __global__ void __launch_bounds__(THREADS)
     adamw_single_tensor(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                        kt::bf16* param_bf16, long long numel, Hyper h) {
+                        kt::bf16* param_bf16, long long numel, Hyper h, const float* clip_norm, float max_norm) {
   static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
   const long long begin = static_cast<long long>(blockIdx.x) * THREADS * VEC;
   const long long end = begin + THREADS * VEC < numel ? begin + THREADS * VEC : numel;
-  update_range<THREADS, VEC, BF16_COPY>(param, grad, exp_avg, exp_avg_sq, param_bf16, begin, end, h);
+  if (clip_norm)
+    update_range<THREADS, VEC, BF16_COPY, true>(param, grad, exp_avg, exp_avg_sq, param_bf16, begin, end, h,
+                                                clip_factor(clip_norm, max_norm));
+  else
+    update_range<THREADS, VEC, BF16_COPY, false>(param, grad, exp_avg, exp_avg_sq, param_bf16, begin, end, h, 1.0f);
 }
 
 // Eager primitives: one op each, one element per thread, grid ceil(n / THREADS).

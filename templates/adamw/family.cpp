@@ -120,7 +120,7 @@ class AdamwBase : public AdamwFamily {
   std::vector<Launch> plan(const Config& config, const Problem& p, const Args& args,
                            const DeviceLimits& device) const override {
     check_problem(p);
-    return plan_tensors(config, p.dtype == "bf16", args.tensors, args.workspace, args.hyper, device);
+    return plan_tensors(config, p.dtype == "bf16", args.tensors, args.workspace, args.hyper, device, args.clip);
   }
 
   double flops(const Problem& p) const override {
@@ -175,7 +175,8 @@ class MultiTensor final : public AdamwBase {
   }
 
   std::vector<Launch> plan_tensors(const Config& c, bool bf16_copy, const std::vector<TensorAddresses>& tensors,
-                                   std::uint64_t, const AdamwHyper& hyper, const DeviceLimits& device) const override {
+                                   std::uint64_t, const AdamwHyper& hyper, const DeviceLimits& device,
+                                   const Clip& clip) const override {
     const auto max_tensors = static_cast<std::size_t>(c.at("tensors_per_launch"));
     const std::int64_t chunk = c.at("chunk");
     const HyperArgs h = hyper_args(hyper);
@@ -212,7 +213,7 @@ class MultiTensor final : public AdamwBase {
       l.kernel = 0;
       l.grid = {grid_stride_blocks(chunks, c.at("blocks_per_sm"), device), 1, 1};
       l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
-      l.args.add_bytes(blob.data(), blob.size(), 8).add(chunk).add(h);
+      l.args.add_bytes(blob.data(), blob.size(), 8).add(chunk).add(h).add(clip.norm).add(clip.max_norm);
       launches.push_back(std::move(l));
     }
     return launches;
@@ -253,7 +254,7 @@ class SingleTensor final : public AdamwBase {
   }
 
   std::vector<Launch> plan_tensors(const Config& c, bool, const std::vector<TensorAddresses>& tensors, std::uint64_t,
-                                   const AdamwHyper& hyper, const DeviceLimits&) const override {
+                                   const AdamwHyper& hyper, const DeviceLimits&, const Clip& clip) const override {
     const HyperArgs h = hyper_args(hyper);
     std::vector<Launch> launches;
     for (const auto& t : tensors) {
@@ -261,6 +262,7 @@ class SingleTensor final : public AdamwBase {
       l.grid = {static_cast<unsigned>(ceil_div(t.numel, c.at("threads") * c.at("vec"))), 1, 1};
       l.block = {static_cast<unsigned>(c.at("threads")), 1, 1};
       l.args.add(t.param).add(t.grad).add(t.exp_avg).add(t.exp_avg_sq).add(t.param_bf16).add(t.numel).add(h);
+      l.args.add(clip.norm).add(clip.max_norm);
       launches.push_back(std::move(l));
     }
     return launches;
@@ -294,9 +296,11 @@ class Eager final : public AdamwBase {
   }
 
   std::vector<Launch> plan_tensors(const Config& c, bool bf16_copy, const std::vector<TensorAddresses>& tensors,
-                                   std::uint64_t scratch, const AdamwHyper& hyper,
-                                   const DeviceLimits&) const override {
+                                   std::uint64_t scratch, const AdamwHyper& hyper, const DeviceLimits&,
+                                   const Clip& clip) const override {
     KTUNE_REQUIRE(scratch != 0, "adamw_eager needs a scratch buffer of max(numel) floats");
+    KTUNE_REQUIRE(clip.norm == 0, "adamw_eager does not clip: eager clips with grad_norm's own launch (Args::clip "
+                                  "is for adamw and adamw_single)");
     const HyperArgs h = hyper_args(hyper);
     const auto threads = static_cast<unsigned>(c.at("threads"));
     std::vector<Launch> launches;

@@ -21,7 +21,10 @@ struct AdamwHyper {
 ///   p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
 ///   p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 /// Runs on the calling thread; callers split large tensors across threads.
+/// Each gradient is read as grad * grad_scale: the clip factor of
+/// clip-by-norm (templates/grad_norm/reference.hpp's clip_factor) when the
+/// step clips, 1 when it does not.
 void adamw_step_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::size_t n,
-                          const AdamwHyper& h);
+                          const AdamwHyper& h, float grad_scale = 1.0f);
 
 }  // namespace ktune::templates::adamw

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <functional>
 
 #include "base/error.hpp"
@@ -27,42 +28,96 @@ class Chain {
   }
   void unary(Unary op, const std::string& dtype, std::int64_t n, const std::string& x, const std::string& y,
              float alpha = 0.0f) {
-    d_.steps.push_back({&unary_family(op), Problem{dtype, {{"n", n}}}, x, "", "", y, alpha});
+    add(&unary_family(op), Problem{dtype, {{"n", n}}}, x, "", "", y, alpha);
+  }
+  /// y = x * the run-time scalar `scalar`.
+  void scale_by(const std::string& scalar, const std::string& dtype, std::int64_t n, const std::string& x,
+                const std::string& y) {
+    add(&unary_family(Unary::kScale), Problem{dtype, {{"n", n}}}, x, "", "", y, 0.0f, scalar);
+  }
+  /// y (rows, cols), stacked (cols, cols) blocks: `fill` above each diagonal, in place.
+  void causal_mask(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& y, float fill) {
+    add(&causal_mask_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, "", "", "", y, fill);
+  }
+  /// y = softmax(x) over each row (one kernel: the softmax family unscaled, unmasked).
+  void softmax(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x,
+               const std::string& y) {
+    add(&softmax::forward_family(), row_softmax(dtype, rows, cols), x, "", "", y, 1.0f);
+  }
+  /// dx = y * (dy - sum(dy * y)) over each row (PyTorch's softmax backward, one kernel).
+  void softmax_backward(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& y,
+                        const std::string& dy, const std::string& dx) {
+    add(&softmax::backward_family(), row_softmax(dtype, rows, cols), y, dy, "", dx, 1.0f);
   }
   /// y (rows, cols) = op(a, b (b_rows, b_cols)).
   void binary(Binary op, const std::string& dtype, std::int64_t rows, std::int64_t cols, std::int64_t b_rows,
               std::int64_t b_cols, const std::string& a, const std::string& b, const std::string& y) {
-    d_.steps.push_back({&binary_family(op),
+    add(&binary_family(op),
                         Problem{dtype, {{"rows", rows}, {"cols", cols}, {"b_rows", b_rows}, {"b_cols", b_cols}}}, a, b,
-                        "", y});
+                        "", y);
   }
   void reduce(Reduce op, const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x,
               const std::string& y) {
-    d_.steps.push_back({&row_reduce_family(op), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", "", y});
+    add(&row_reduce_family(op), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", "", y);
   }
   void col_sum(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x, const std::string& y) {
-    d_.steps.push_back({&col_sum_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", "", y});
+    add(&col_sum_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", "", y);
   }
   void gather(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x, const std::string& idx,
               const std::string& y) {
-    d_.steps.push_back({&gather_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", idx, y});
+    add(&gather_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", idx, y);
   }
   void scatter_add(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& y,
                    const std::string& idx, float alpha) {
-    d_.steps.push_back({&scatter_add_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, "", "", idx, y,
-                        alpha});
+    add(&scatter_add_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, "", "", idx, y,
+                        alpha);
   }
   /// x (bf16) as fp32 in a new temporary.
   std::string to_f32(const std::string& x, std::int64_t n) {
     const std::string y = temp(x + "_f32", DType::kF32, n);
-    d_.steps.push_back({&cast::to_f32_family(), Problem{"bf16", {{"n", n}}}, x, "", "", y});
+    add(&cast::to_f32_family(), Problem{"bf16", {{"n", n}}}, x, "", "", y);
     return y;
   }
   void to_bf16(const std::string& x, const std::string& y, std::int64_t n) {
-    d_.steps.push_back({&cast::to_bf16_family(), Problem{"bf16", {{"n", n}}}, x, "", "", y});
+    add(&cast::to_bf16_family(), Problem{"bf16", {{"n", n}}}, x, "", "", y);
+  }
+
+  /// y = op(a, b) over strided views of each (4-d index space `sizes`).
+  void strided(Binary op, const std::string& dtype, const std::array<std::int64_t, 4>& sizes, const std::string& a,
+               const View& av, const std::string& b, const View& bv, const std::string& y, const View& yv) {
+    add(&strided_binary_family(op), strided_problem(dtype, sizes, av, bv, yv), a, b, "", y);
+  }
+  /// y (n,) = value.
+  void fill(const std::string& dtype, std::int64_t n, const std::string& y, float value) {
+    add(&fill_family(), Problem{dtype, {{"n", n}}}, "", "", "", y, value);
+  }
+  /// y (rows, cols) = the rows idx of x (table_rows, cols).
+  void gather_rows(const std::string& dtype, std::int64_t rows, std::int64_t cols, std::int64_t table_rows,
+                   const std::string& x, const std::string& idx, const std::string& y) {
+    add(&gather_rows_family(),
+                        Problem{dtype, {{"rows", rows}, {"cols", cols}, {"table_rows", table_rows}}}, x, "", idx, y);
+  }
+  /// y (table_rows, cols) rows idx += x (rows, cols), fp32.
+  void index_add(std::int64_t rows, std::int64_t cols, std::int64_t table_rows, const std::string& x,
+                 const std::string& idx, const std::string& y) {
+    add(&index_add_family(),
+                        Problem{"f32", {{"rows", rows}, {"cols", cols}, {"table_rows", table_rows}}}, x, "", idx, y);
+  }
+  /// y = a over strided views: stack, cat, contiguous().
+  void strided_copy(const std::string& dtype, const std::array<std::int64_t, 4>& sizes, const std::string& a,
+                    const View& av, const std::string& y, const View& yv) {
+    add(&strided_copy_family(), strided_problem(dtype, sizes, av, std::nullopt, yv), a, "", "", y);
   }
 
  private:
+  void add(const Family* family, Problem problem, std::string x, std::string b, std::string idx, std::string y,
+           float alpha = 0.0f, std::string alpha_from = "") {
+    d_.steps.push_back(Step{family, std::move(problem), std::move(x), std::move(b), std::move(idx), std::move(y), alpha,
+                            std::move(alpha_from)});
+  }
+  static Problem row_softmax(const std::string& dtype, std::int64_t rows, std::int64_t cols) {
+    return Problem{dtype, {{"rows", rows}, {"cols", cols}, {"causal", 0}}};
+  }
   Decomposition d_;
 };
 
@@ -234,19 +289,160 @@ Decomposition cross_entropy_bwd(const Problem& p) {
   return c.done();
 }
 
-using Decomposer = std::function<Decomposition(const Problem&)>;
+/// Attention's softmax as the reference model's eager code writes it:
+/// scores * scale, masked_fill(-inf) above the diagonal when causal, then
+/// torch.softmax. Runs in y (so y may be x).
+Decomposition softmax_fwd(const Problem& p) {
+  Chain c;
+  const std::int64_t rows = p.dim("rows"), cols = p.dim("cols");
+  c.scale_by("scale", p.dtype, rows * cols, "x", "y");
+  if (p.dim("causal") == 1) c.causal_mask(p.dtype, rows, cols, "y", -INFINITY);
+  c.softmax(p.dtype, rows, cols, "y", "y");
+  return c.done();
+}
+
+/// The autograd backward of softmax_fwd's chain, in reverse: softmax's
+/// backward, masked_fill's (0 where the mask filled), the scale's mul. Runs in
+/// dx (so dx may be dy).
+Decomposition softmax_bwd(const Problem& p) {
+  Chain c;
+  const std::int64_t rows = p.dim("rows"), cols = p.dim("cols");
+  c.softmax_backward(p.dtype, rows, cols, "y", "dy", "dx");
+  if (p.dim("causal") == 1) c.causal_mask(p.dtype, rows, cols, "dx", 0.0f);
+  c.scale_by("scale", p.dtype, rows * cols, "dx", "dx");
+  return c.done();
+}
+
+/// RoPE on interleaved pairs as the reference model's eager code writes it,
+/// on fp32 `in` into fp32 `out` (tokens, heads, head_dim): x1 = x[..., 0::2]
+/// and x2 = x[..., 1::2] are views (no launch) read by the strided
+/// primitives, the tables (seq, head_dim / 2) broadcast over the batch and
+/// the heads; then x1*cos, x2*sin, their difference, x1*sin, x2*cos, their
+/// sum, and torch.stack(..., -1).flatten(-2), one copy interleaving the two.
+/// `backward` rotates by the opposite angle (x1*cos + x2*sin, x2*cos -
+/// x1*sin): the math of autograd's gradient in the same seven launches
+/// (autograd itself adds sub's negation and each slice's zero-filled
+/// slice_backward, so eager runs more). Every read of `in` comes before the
+/// stack writes `out`, so out may be in. The views need whole sequences
+/// (tokens laid out (batch, seq)): a last, partial sequence is a second pass.
+void rope_chain(Chain& c, const Problem& p, bool backward, const std::string& in, const std::string& out) {
+  const std::int64_t tokens = p.dim("tokens"), heads = p.dim("heads"), head_dim = p.dim("head_dim");
+  const std::int64_t seq = p.dim("seq"), half = head_dim / 2;
+  const std::int64_t full = tokens / seq, tail = tokens % seq;
+  const std::int64_t most = (full > 0 ? full * seq : tail) * heads * half;  // elements of the larger pass
+  const std::string cos_term = c.temp("cos_term", DType::kF32, most);
+  const std::string sin_term = c.temp("sin_term", DType::kF32, most);
+  const std::string rotated = c.temp("rotated_halves", DType::kF32, 2 * most);
+  struct Pass {
+    std::int64_t first_token, sequences, length;
+  };
+  std::vector<Pass> passes;
+  if (full > 0) passes.push_back({0, full, seq});
+  if (tail > 0) passes.push_back({full * seq, 1, tail});
+  for (const Pass& pass : passes) {
+    const std::array<std::int64_t, 4> sizes = {pass.sequences, pass.length, heads, half};
+    const std::int64_t n = pass.sequences * pass.length * heads * half;
+    const std::int64_t start = pass.first_token * heads * head_dim;
+    const View x1{start, {seq * heads * head_dim, heads * head_dim, head_dim, 2}};
+    const View x2{start + 1, x1.strides};
+    const View table{0, {0, half, 0, 1}};  // position t % seq: the pass starts a sequence
+    const View first{0, {pass.length * heads * half, heads * half, half, 1}};
+    const View second{n, first.strides};
+    c.strided(Binary::kMul, "f32", sizes, in, x1, "cos", table, cos_term, first);
+    c.strided(Binary::kMul, "f32", sizes, in, x2, "sin", table, sin_term, first);
+    c.strided(backward ? Binary::kAdd : Binary::kSub, "f32", sizes, cos_term, first, sin_term, first, rotated, first);
+    c.strided(Binary::kMul, "f32", sizes, in, x1, "sin", table, sin_term, first);
+    c.strided(Binary::kMul, "f32", sizes, in, x2, "cos", table, cos_term, first);
+    if (backward)  // x2*cos - x1*sin
+      c.strided(Binary::kSub, "f32", sizes, cos_term, first, sin_term, first, rotated, second);
+    else  // x1*sin + x2*cos
+      c.strided(Binary::kAdd, "f32", sizes, sin_term, first, cos_term, first, rotated, second);
+    c.strided_copy("f32", {1, 1, 2, n}, rotated, View{0, {0, 0, n, 1}}, out, View{start, {0, 0, 1, 2}});
+  }
+}
+
+Decomposition rope(const Problem& p, bool backward) {
+  Chain c;
+  const std::string in = backward ? "dy" : "x", out = backward ? "dx" : "y";
+  const std::int64_t n = p.dim("tokens") * p.dim("heads") * p.dim("head_dim");
+  if (!is_bf16(p)) {
+    rope_chain(c, p, backward, in, out);
+    return c.done();
+  }
+  // bf16 activations times fp32 tables promote to fp32: the chain runs in fp32 and casts back.
+  const std::string in32 = c.to_f32(in, n);
+  const std::string out32 = c.temp(out + "_f32", DType::kF32, n);
+  rope_chain(c, p, backward, in32, out32);
+  c.to_bf16(out32, out, n);
+  return c.done();
+}
+Decomposition rope_fwd(const Problem& p) { return rope(p, false); }
+Decomposition rope_bwd(const Problem& p) { return rope(p, true); }
+
+/// The token embedding: one index_select of the table's rows (bf16 tables
+/// stay bf16, as the model's bf16 copy of the weights).
+Decomposition embedding_fwd(const Problem& p) {
+  Chain c;
+  c.gather_rows(p.dtype, p.dim("rows"), p.dim("dim"), p.dim("vocab"), "table", "tokens", "out");
+  return c.done();
+}
+
+/// embedding_dense_backward as a zero fill of d_table and an index_add_ of
+/// d_out's rows (fp32 atomics: PyTorch's CUDA kernel sorts the tokens for a
+/// deterministic sum instead, in more launches; the sums agree up to the
+/// order of their terms). bf16 d_out is cast to fp32 first, as the gradient
+/// of fp32 master weights.
+Decomposition embedding_bwd(const Problem& p) {
+  Chain c;
+  const std::int64_t rows = p.dim("rows"), dim = p.dim("dim"), vocab = p.dim("vocab");
+  const std::string d_out = is_bf16(p) ? c.to_f32("d_out", rows * dim) : "d_out";
+  c.fill("f32", vocab * dim, "d_table", 0.0f);
+  c.index_add(rows, dim, vocab, d_out, "tokens", "d_table");
+  return c.done();
+}
+
+/// A fused family's chain, and its workload's bindings.
+struct Decomposer {
+  std::function<Decomposition(const Problem&)> decompose;
+  std::function<Bindings(const Problem&, const std::vector<std::uint64_t>&)> bind_workload;
+};
+
+/// The Decomposer of `chain` for the typed family `fused`.
+template <class FamilyT>
+Decomposer decomposer(Decomposition (*chain)(const Problem&), const FamilyT& fused) {
+  return {chain, [&fused](const Problem& p, const std::vector<std::uint64_t>& a) { return bind(fused.args_of(p, a)); }};
+}
+
 const std::map<std::string, Decomposer>& decomposers() {
   static const std::map<std::string, Decomposer> all = {
-      {"rmsnorm_fwd", rmsnorm_fwd},
-      {"rmsnorm_bwd", rmsnorm_bwd},
-      {"residual_rmsnorm_fwd", residual_rmsnorm_fwd},
-      {"residual_rmsnorm_bwd", residual_rmsnorm_bwd},
-      {"swiglu_fwd", swiglu_fwd},
-      {"swiglu_bwd", swiglu_bwd},
-      {"cross_entropy_fwd", cross_entropy_fwd},
-      {"cross_entropy_bwd", cross_entropy_bwd},
+      {"rmsnorm_fwd", decomposer(rmsnorm_fwd, rmsnorm::forward_family())},
+      {"rmsnorm_bwd", decomposer(rmsnorm_bwd, rmsnorm::backward_family())},
+      {"residual_rmsnorm_fwd", decomposer(residual_rmsnorm_fwd, rmsnorm::residual_forward_family())},
+      {"residual_rmsnorm_bwd", decomposer(residual_rmsnorm_bwd, rmsnorm::residual_backward_family())},
+      {"swiglu_fwd", decomposer(swiglu_fwd, swiglu::forward_family())},
+      {"swiglu_bwd", decomposer(swiglu_bwd, swiglu::backward_family())},
+      {"cross_entropy_fwd", decomposer(cross_entropy_fwd, cross_entropy::forward_family())},
+      {"cross_entropy_bwd", decomposer(cross_entropy_bwd, cross_entropy::backward_family())},
+      {"softmax_fwd", decomposer(softmax_fwd, softmax::forward_family())},
+      {"softmax_bwd", decomposer(softmax_bwd, softmax::backward_family())},
+      {"rope_fwd", decomposer(rope_fwd, rope::forward_family())},
+      {"rope_bwd", decomposer(rope_bwd, rope::backward_family())},
+      {"embedding_fwd", decomposer(embedding_fwd, embedding::forward_family())},
+      {"embedding_bwd", decomposer(embedding_bwd, embedding::backward_family())},
   };
   return all;
+}
+
+/// The decomposer of `family`; throws kInvalidInput listing those with one.
+const Decomposer& find_decomposer(const std::string& family) {
+  const auto it = decomposers().find(family);
+  if (it == decomposers().end()) {
+    std::string known;
+    for (const auto& [n, d] : decomposers()) known += (known.empty() ? "" : ", ") + n;
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("no eager decomposition of '{}'; families with one: {}", family, known));
+  }
+  return it->second;
 }
 
 std::uint64_t aligned(std::uint64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
@@ -260,15 +456,13 @@ std::vector<std::string> decomposed_families() {
 }
 
 Decomposition decompose(const std::string& family, const Problem& problem) {
-  const auto it = decomposers().find(family);
-  if (it == decomposers().end()) {
-    std::string known;
-    for (const auto& n : decomposed_families()) known += (known.empty() ? "" : ", ") + n;
-    throw_error(ErrorKind::kInvalidInput,
-                fmt::format("no eager decomposition of '{}'; families with one: {}", family, known));
-  }
+  const Decomposer& d = find_decomposer(family);
   find_family(family).check_problem(problem);
-  return it->second(problem);
+  return d.decompose(problem);
+}
+
+Bindings bind_workload(const std::string& family, const Problem& problem, const std::vector<std::uint64_t>& addresses) {
+  return find_decomposer(family).bind_workload(problem, addresses);
 }
 
 std::size_t temporaries_bytes(const std::string& family, const Problem& problem) {
@@ -300,6 +494,13 @@ EagerPlan plan(const std::string& family, const Decomposition& d, const Bindings
                               family));
     return it->second;
   };
+  auto scalar = [&](const Step& s) -> float {
+    if (s.alpha_from.empty()) return s.alpha;
+    const auto it = args.scalars.find(s.alpha_from);
+    KTUNE_REQUIRE(it != args.scalars.end(),
+                  fmt::format("eager {}: scalar '{}' is not bound; bind {}'s Args", family, s.alpha_from, family));
+    return it->second;
+  };
   EagerPlan out;
   out.temporaries_bytes = static_cast<std::size_t>(offset);
   for (const Step& s : d.steps) {
@@ -307,8 +508,16 @@ EagerPlan plan(const std::string& family, const Decomposition& d, const Bindings
     if (const auto* prim = dynamic_cast<const PrimitiveFamily*>(s.family))
       e.launches = prim->plan(e.config, s.problem,
                               PrimArgs{.x = address(s.x), .b = address(s.b), .idx = address(s.idx), .y = address(s.y),
-                                       .alpha = s.alpha},
+                                       .alpha = scalar(s)},
                               device);
+    else if (const auto* fwd = dynamic_cast<const softmax::ForwardFamily*>(s.family))
+      e.launches = fwd->plan(e.config, s.problem,
+                             softmax::ForwardArgs{.x = address(s.x), .y = address(s.y), .scale = scalar(s)}, device);
+    else if (const auto* bwd = dynamic_cast<const softmax::BackwardFamily*>(s.family))
+      e.launches = bwd->plan(
+          e.config, s.problem,
+          softmax::BackwardArgs{.y = address(s.x), .dy = address(s.b), .dx = address(s.y), .scale = scalar(s)},
+          device);
     else
       e.launches = dynamic_cast<const cast::CastFamily&>(*s.family)
                        .plan(e.config, s.problem, cast::Args{.x = address(s.x), .y = address(s.y)}, device);
@@ -336,6 +545,22 @@ Bindings bind(const cross_entropy::ForwardArgs& a) {
 }
 Bindings bind(const cross_entropy::BackwardArgs& a) {
   return {{"logits", a.logits}, {"targets", a.targets}, {"lse", a.lse}, {"dlogits", a.dlogits}};
+}
+Bindings bind(const softmax::ForwardArgs& a) {
+  Bindings b{{"x", a.x}, {"y", a.y}};
+  b.scalars["scale"] = a.scale;
+  return b;
+}
+Bindings bind(const embedding::ForwardArgs& a) { return {{"tokens", a.tokens}, {"table", a.table}, {"out", a.out}}; }
+Bindings bind(const embedding::BackwardArgs& a) {
+  return {{"tokens", a.tokens}, {"d_out", a.d_out}, {"d_table", a.d_table}};  // the workspace is the fused kernel's
+}
+Bindings bind(const rope::ForwardArgs& a) { return {{"x", a.x}, {"cos", a.cos}, {"sin", a.sin}, {"y", a.y}}; }
+Bindings bind(const rope::BackwardArgs& a) { return {{"dy", a.dy}, {"cos", a.cos}, {"sin", a.sin}, {"dx", a.dx}}; }
+Bindings bind(const softmax::BackwardArgs& a) {
+  Bindings b{{"y", a.y}, {"dy", a.dy}, {"dx", a.dx}};
+  b.scalars["scale"] = a.scale;
+  return b;
 }
 
 }  // namespace ktune::templates::eager

@@ -9,6 +9,13 @@
 //   col_sum      y[c] = sum over the rows of column c          (cols,)
 //   gather       y[r] = x[r, idx[r]]                           (rows,)
 //   scatter_add  y[r, idx[r]] += alpha                         in place
+//   causal_mask  y[r, c] = alpha where c > r % cols            in place
+//   fill         y = alpha                                     (n,)
+//   gather_rows  y[r, :] = x[idx[r], :]                        (index_select)
+//   index_add    y[idx[r], :] += x[r, :]                       (index_add_, atomic)
+//   strided      y = op(a, b) (or a copy of a) over strided 4-d views of
+//                each operand: PyTorch's TensorIterator over views such as
+//                x[..., 0::2] or a table broadcast over some dims
 #pragma once
 #include "common/kt.cuh"
 
@@ -118,6 +125,90 @@ __global__ void __launch_bounds__(THREADS) scatter_add(T* y, const int* idx, lon
     y[r * cols + c] = kt::from_float<T>(kt::to_float(y[r * cols + c]) + alpha);
   else
     for (int j = 0; j < cols; ++j) y[r * cols + j] = kt::from_float<T>(__uint_as_float(0x7fc00000u));
+}
+
+/// y (rows, cols), stacked (cols, cols) blocks: y[r, c] = alpha above each
+/// block's diagonal (c > r % cols), the rest left as it is; in place
+/// (masked_fill with the causal mask: alpha -inf on the scores, 0 on their
+/// gradient). Grid: ceil(rows * cols / THREADS).
+template <int THREADS, class T>
+__global__ void __launch_bounds__(THREADS) causal_mask(T* y, long long rows, int cols, float alpha) {
+  const long long i = kt::global_thread_x();
+  if (i >= rows * cols) return;
+  const long long r = i / cols, c = i % cols;
+  if (c > r % cols) y[i] = kt::from_float<T>(alpha);
+}
+
+/// y = alpha. Grid: ceil(n / THREADS).
+template <int THREADS, class T>
+__global__ void __launch_bounds__(THREADS) fill(T* y, long long n, float alpha) {
+  const long long i = kt::global_thread_x();
+  if (i < n) y[i] = kt::from_float<T>(alpha);
+}
+
+/// y (rows, cols) = the rows idx (rows,) of x (table_rows, cols); NaN rows
+/// for an index outside [0, table_rows). Grid: ceil(rows * cols / THREADS).
+template <int THREADS, class T>
+__global__ void __launch_bounds__(THREADS)
+    gather_rows(const T* x, const int* idx, T* y, long long rows, long long cols, long long table_rows) {
+  const long long i = kt::global_thread_x();
+  if (i >= rows * cols) return;
+  const long long r = i / cols, c = i % cols;
+  const int id = idx[r];
+  y[i] = id >= 0 && id < table_rows ? x[id * cols + c] : kt::from_float<T>(__uint_as_float(0x7fc00000u));
+}
+
+/// y (table_rows, cols) row idx[r] += x (rows, cols) row r, fp32 atomics (the
+/// order of a row's sum, and so its last bits, vary); rows whose index is
+/// outside [0, table_rows) are left out. Grid: ceil(rows * cols / THREADS).
+template <int THREADS>
+__global__ void __launch_bounds__(THREADS)
+    index_add(const float* x, const int* idx, float* y, long long rows, long long cols, long long table_rows) {
+  const long long i = kt::global_thread_x();
+  if (i >= rows * cols) return;
+  const long long r = i / cols, c = i % cols;
+  const int id = idx[r];
+  if (id >= 0 && id < table_rows) atomicAdd(y + id * cols + c, x[i]);
+}
+
+/// A 4-d index space and each operand's view of it: element (i0, i1, i2, i3)
+/// of an operand sits at sum(i_k * stride_k) from its pointer (stride 0
+/// broadcasts). y's view must not repeat an element (the host checks it).
+struct Views {
+  long long size[4];
+  long long a[4], b[4], y[4];
+};
+
+KT_DEVICE long long view_offset(const long long (&index)[4], const long long (&stride)[4]) {
+  return index[0] * stride[0] + index[1] * stride[1] + index[2] * stride[2] + index[3] * stride[3];
+}
+
+/// The thread's index in the 4-d space, or false past its end.
+KT_DEVICE bool view_index(const Views& v, long long (&index)[4]) {
+  long long i = kt::global_thread_x();
+  if (i >= v.size[0] * v.size[1] * v.size[2] * v.size[3]) return false;
+  for (int k = 3; k >= 0; --k) {
+    index[k] = i % v.size[k];
+    i /= v.size[k];
+  }
+  return true;
+}
+
+/// y = op(a, b) over the views (BinaryOp). Grid: ceil(elements / THREADS).
+template <int THREADS, int OP, class T>
+__global__ void __launch_bounds__(THREADS) strided_binary(const T* a, const T* b, T* y, Views v) {
+  long long index[4];
+  if (!view_index(v, index)) return;
+  y[view_offset(index, v.y)] = kt::from_float<T>(
+      binary_op<OP>(kt::to_float(a[view_offset(index, v.a)]), kt::to_float(b[view_offset(index, v.b)])));
+}
+
+/// y = a over the views: a strided copy (contiguous(), stack, cat). Grid: ceil(elements / THREADS).
+template <int THREADS, class T>
+__global__ void __launch_bounds__(THREADS) strided_copy(const T* a, T* y, Views v) {
+  long long index[4];
+  if (!view_index(v, index)) return;
+  y[view_offset(index, v.y)] = a[view_offset(index, v.a)];
 }
 
 }  // namespace prim

@@ -67,7 +67,7 @@ TEST_CASE("multi-tensor plan: tensors split by tensors_per_launch, grid capped b
   // 13 chunks of 8192 per tensor, 208 chunks per full launch, capped at one block per SM.
   CHECK(plan[0].grid[0] == static_cast<unsigned>(std::min(208, device.sm_count)));
   CHECK(plan[2].grid[0] == 104);
-  CHECK(plan[0].args.count() == 3);  // TensorList by value, chunk, Hyper
+  CHECK(plan[0].args.count() == 5);  // TensorList by value, chunk, Hyper, clip norm address, max_norm
 }
 
 TEST_CASE("eager plan: eight primitive launches per tensor, nine with the bf16 copy", "[adamw]") {

@@ -121,6 +121,11 @@ TEST_CASE("eager primitives: the typed plan with named args is the workload adap
       const std::string n = typed.name();
       if (n == "prim_gather") return eager::PrimArgs{.x = a[0], .idx = a[1], .y = a[2]};
       if (n == "prim_scatter_add") return eager::PrimArgs{.idx = a[1], .y = a[0], .alpha = -1.0f};
+      if (n == "prim_causal_mask") return eager::PrimArgs{.y = a[0], .alpha = 0.75f};
+      if (n == "prim_strided_copy") return eager::PrimArgs{.x = a[0], .y = a[1]};
+      if (n == "prim_fill") return eager::PrimArgs{.y = a[0], .alpha = 0.75f};
+      if (n == "prim_gather_rows" || n == "prim_index_add") return eager::PrimArgs{.x = a[0], .idx = a[1], .y = a[2]};
+      if (n.rfind("prim_strided_", 0) == 0) return eager::PrimArgs{.x = a[0], .b = a[1], .y = a[2]};
       if (p.dims.count("b_rows")) return eager::PrimArgs{.x = a[0], .b = a[1], .y = a[2]};
       if (p.dims.count("n")) return eager::PrimArgs{.x = a[0], .y = a[1], .alpha = 0.75f};  // the workloads' scalar
       return eager::PrimArgs{.x = a[0], .y = a[1]};

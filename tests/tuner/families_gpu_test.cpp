@@ -37,12 +37,9 @@ TEST_CASE("every eager decomposition matches its fused family's reference on the
   auto backend = tuner::exec::make_cuda_backend();
   std::vector<tuner::OpsBenchCase> cases;
   for (const char* dtype : {"f32", "bf16"})
-    for (const auto& family : templates::eager::decomposed_families()) {
-      templates::Problem p{dtype, {{"rows", 37}, {"dim", 250}}};
-      if (family.rfind("swiglu", 0) == 0) p = {dtype, {{"n", 4999}}};
-      if (family.rfind("cross_entropy", 0) == 0) p = {dtype, {{"rows", 19}, {"vocab", 1001}}};
-      cases.push_back({"ragged", 0, family, p});
-    }
+    for (const auto& family : templates::eager::decomposed_families())
+      for (const auto& p : templates::find_family(family).problem_classes())  // ragged shapes
+        if (p.dtype == dtype) cases.push_back({"ragged", 0, family, p});
   tuner::RunOptions options;
   options.min_repetitions = 1;
   options.min_seconds = 0;

@@ -152,9 +152,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
 
     // Eager: the chain over the same buffers and its temporaries.
     w.reset(backend);
-    templates::eager::Bindings bindings;
-    for (std::size_t i = 0; i < w.workload.buffers.size(); ++i)
-      bindings[w.workload.buffers[i].name] = w.addresses[i];
+    const auto bindings = templates::eager::bind_workload(c.family, c.problem, w.addresses);
     const std::size_t temp_bytes = templates::eager::temporaries_bytes(c.family, c.problem);
     const auto temps = backend.allocate(std::max<std::size_t>(temp_bytes, 256), "temporaries");
     const auto chain = templates::eager::plan(c.family, c.problem, bindings, temps->address(), device);

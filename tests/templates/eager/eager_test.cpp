@@ -3,6 +3,7 @@
 #include "templates/eager/eager.hpp"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 
 #include "base/error.hpp"
 
@@ -11,14 +12,14 @@ using namespace ktune::templates;
 
 TEST_CASE("every decomposition is a chain of valid primitive launches", "[eager]") {
   const auto device = DeviceLimits::for_arch("sm_90");
-  REQUIRE(eager::decomposed_families().size() == 8);
+  REQUIRE(eager::decomposed_families().size() == 14);
   for (const auto& name : eager::decomposed_families()) {
     for (const auto& p : find_family(name).problem_classes()) {
       INFO(name << " " << p.key());
       const auto d = eager::decompose(name, p);
       REQUIRE_FALSE(d.steps.empty());
-      eager::Bindings bound;
-      for (const auto& b : find_family(name).make_workload(p, 1).buffers) bound[b.name] = 0x100000;
+      const auto buffers = find_family(name).make_workload(p, 1).buffers.size();
+      const eager::Bindings bound = eager::bind_workload(name, p, std::vector<std::uint64_t>(buffers, 0x100000));
       const auto plan = eager::plan(name, p, bound, 0x200000, device);
       CHECK(plan.steps.size() == d.steps.size());
       CHECK(plan.temporaries_bytes == eager::temporaries_bytes(name, p));
@@ -48,6 +49,26 @@ TEST_CASE("eager chains are the launches PyTorch eager issues", "[eager]") {
   CHECK(names(eager::decompose("cross_entropy_fwd", Problem{"f32", {{"rows", 4}, {"vocab", 100}}})) ==
         std::vector<std::string>{"prim_row_max", "prim_sub", "prim_exp", "prim_row_sum", "prim_log", "prim_add",
                                  "prim_gather", "prim_sub"});
+  const Problem scores{"bf16", {{"rows", 64}, {"cols", 16}, {"causal", 1}}};
+  CHECK(names(eager::decompose("softmax_fwd", scores)) ==
+        std::vector<std::string>{"prim_scale", "prim_causal_mask", "softmax_fwd"});
+  CHECK(names(eager::decompose("softmax_bwd", scores)) ==
+        std::vector<std::string>{"softmax_bwd", "prim_causal_mask", "prim_scale"});
+  CHECK(names(eager::decompose("softmax_fwd", Problem{"f32", {{"rows", 64}, {"cols", 16}, {"causal", 0}}})) ==
+        std::vector<std::string>{"prim_scale", "softmax_fwd"});
+  CHECK(eager::temporaries_bytes("softmax_fwd", scores) == 0);  // it runs in y
+  // RoPE: x1*cos, x2*sin, sub, x1*sin, x2*cos, add, stack; a partial last sequence is a second pass.
+  const std::vector<std::string> rope_f32 = {"prim_strided_mul", "prim_strided_mul", "prim_strided_sub",
+                                             "prim_strided_mul", "prim_strided_mul", "prim_strided_add",
+                                             "prim_strided_copy"};
+  CHECK(names(eager::decompose("rope_fwd", Problem{"f32", {{"tokens", 40}, {"heads", 2}, {"head_dim", 8}, {"seq", 10}}})) ==
+        rope_f32);
+  CHECK(names(eager::decompose("rope_bwd", Problem{"f32", {{"tokens", 45}, {"heads", 2}, {"head_dim", 8}, {"seq", 10}}}))
+            .size() == 14);
+  CHECK(names(eager::decompose("embedding_fwd", Problem{"bf16", {{"rows", 4}, {"dim", 8}, {"vocab", 10}}})) ==
+        std::vector<std::string>{"prim_gather_rows"});
+  CHECK(names(eager::decompose("embedding_bwd", Problem{"f32", {{"rows", 4}, {"dim", 8}, {"vocab", 10}}})) ==
+        std::vector<std::string>{"prim_fill", "prim_index_add"});
   // Temporaries: x^2 and x normalised (rows * dim floats each), three per-row vectors.
   CHECK(eager::temporaries_bytes("rmsnorm_fwd", f32) == 2 * 64 * 768 * 4 + 2 * 256);
 }
@@ -62,4 +83,16 @@ TEST_CASE("eager plans say what is missing", "[eager]") {
   const eager::Bindings full = eager::bind(rmsnorm::ForwardArgs{.x = 0x1000, .w = 0x2000, .y = 0x3000, .rstd = 0x4000});
   CHECK_THROWS_WITH(eager::plan("rmsnorm_fwd", p, full, 0, device), Catch::Contains("no temporaries"));
   CHECK_NOTHROW(eager::plan("rmsnorm_fwd", p, full, 0x10000, device));
+  // Softmax's scale is a run-time scalar of its Args.
+  const Problem scores{"f32", {{"rows", 8}, {"cols", 8}, {"causal", 1}}};
+  eager::Bindings no_scale = eager::bind(softmax::ForwardArgs{.x = 0x1000, .y = 0x2000});
+  no_scale.scalars.clear();
+  CHECK_THROWS_WITH(eager::plan("softmax_fwd", scores, no_scale, 0, device), Catch::Contains("scalar 'scale'"));
+  const auto plan = eager::plan("softmax_fwd", scores,
+                                eager::bind(softmax::ForwardArgs{.x = 0x1000, .y = 0x2000, .scale = 0.125f}), 0, device);
+  REQUIRE(plan.steps.front().family->name() == "prim_scale");
+  float alpha = 0;  // the scale mul's scalar, the launch's last argument
+  const auto& args = plan.steps.front().launches.front().args;
+  std::memcpy(&alpha, args.bytes().data() + args.offsets().back(), sizeof alpha);
+  CHECK(alpha == 0.125f);
 }
