@@ -140,7 +140,7 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
 }
 
 DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options)
-    : backend_(backend), L_(layout), options_(options) {
+    : backend_(backend), L_(layout), options_(options), chain_plans_(std::make_unique<ChainPlans>()) {
   KTUNE_REQUIRE(std::abs(L_.config.norm_eps - tr::rmsnorm::kEps) <= 1e-12,
                 fmt::format("the device backends' RMSNorm eps is {}; the model asks for {}", tr::rmsnorm::kEps,
                             L_.config.norm_eps));
@@ -240,9 +240,7 @@ template <class Args>
 void DeviceOps::run(const templates::TypedFamily<Args>& f, const Problem& p, Args args, std::size_t kept) {
   if (runs_as_chain(options_.mode, f)) {
     if constexpr (requires { templates::eager::bind(args); }) {
-      run_chain(f, p, kept, [&](std::uint64_t temporaries) {
-        return templates::eager::plan(f.name(), p, templates::eager::bind(args), temporaries, backend_.device());
-      });
+      run_chain(f, p, kept, templates::eager::bind(args));
       return;
     } else {
       throw_error(ErrorKind::kInternal,

@@ -18,7 +18,6 @@
 #pragma once
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,10 +32,12 @@
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::templates::eager {
-struct EagerPlan;
+struct Bindings;
 }
 
 namespace ktune::model {
+
+struct ChainPlans;  // eager_chains.hpp
 
 /// How a device backend runs the step (DESIGN.md, "Modes on cuda").
 enum class Mode {
@@ -89,6 +90,10 @@ class DeviceOps final : public Ops {
   std::size_t allocated_bytes() const;
   /// Kernel launches and GEMM calls enqueued since construction.
   const LaunchCount& launches() const { return launches_; }
+  /// Eager chains planned so far: one per (family, problem, bound addresses
+  /// and scalars); an op planned before reuses its plan, so the steps after
+  /// the first build none.
+  std::size_t chain_plans() const;
   /// Bytes of the ops' scratch: attention's dS, eager AdamW's temporary,
   /// the kernels' workspaces and the eager chains' temporaries, the largest.
   std::size_t scratch_bytes() const { return scratch_bytes_; }
@@ -133,10 +138,11 @@ class DeviceOps final : public Ops {
   template <class Args>
   void run(const templates::TypedFamily<Args>& family, const templates::Problem& problem, Args args,
            std::size_t kept = 0);
-  // The launches of one chain, planned by `plan_at(temporaries address)`, in
-  // order on the stream (eager_chains.cpp).
+  // The launches of one chain over `args` and its temporaries in the scratch
+  // after `kept`, in order on the stream; planned once per (family, problem,
+  // bindings) and kept in chain_plans_ (eager_chains.cpp).
   void run_chain(const templates::Family& family, const templates::Problem& problem, std::size_t kept,
-                 const std::function<templates::eager::EagerPlan(std::uint64_t)>& plan_at);
+                 const templates::eager::Bindings& args);
   const templates::adamw::AdamwFamily& adamw_family() const;
 
   tuner::exec::Backend& backend_;
@@ -149,6 +155,7 @@ class DeviceOps final : public Ops {
   std::unique_ptr<tuner::exec::Buffer> gemm_workspace_;
   std::unique_ptr<GemmEngine> gemm_;
   LaunchCount launches_;
+  std::unique_ptr<ChainPlans> chain_plans_;
 };
 
 /// The families' problems of a step on a device backend in `mode`: the

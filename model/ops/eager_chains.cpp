@@ -37,17 +37,33 @@ std::size_t chain_temporaries_bytes(Mode mode, const tuner::KernelRequest& reque
   return runs_as_chain(mode, *request.family) ? eager::temporaries_bytes(request.family->name(), request.problem) : 0;
 }
 
-void DeviceOps::run_chain(const templates::Family& family, const templates::Problem& problem, std::size_t kept,
-                          const std::function<eager::EagerPlan(std::uint64_t)>& plan_at) {
-  const std::uint64_t temporaries = scratch(eager::temporaries_bytes(family.name(), problem), kept);
-  for (const auto& step : plan_at(temporaries).steps) {
-    const auto& k = kernel(*step.family, step.problem);
-    if (!(k.chosen.config == step.config))
-      throw_error(ErrorKind::kInternal,
-                  fmt::format("eager {}: step {} on {} was prepared with {}, planned with {}", family.name(),
-                              step.family->name(), step.problem.key(), k.chosen.config.str(), step.config.str()));
-    launch(k, step.launches);
-  }
+std::string chain_plan_key(const templates::Family& family, const templates::Problem& problem,
+                           const eager::Bindings& args, std::size_t kept) {
+  std::string key = fmt::format("{}|{}|kept={}", family.name(), problem.key(), kept);
+  for (const auto& [name, address] : args) key += fmt::format("|{}={:x}", name, address);
+  for (const auto& [name, value] : args.scalars) key += fmt::format("|{}={:a}", name, value);
+  return key;
 }
+
+void DeviceOps::run_chain(const templates::Family& family, const templates::Problem& problem, std::size_t kept,
+                          const eager::Bindings& args) {
+  const std::string key = chain_plan_key(family, problem, args, kept);
+  auto it = chain_plans_->plans.find(key);
+  if (it == chain_plans_->plans.end()) {
+    const std::uint64_t temporaries = scratch(eager::temporaries_bytes(family.name(), problem), kept);
+    auto plan = eager::plan(family.name(), problem, args, temporaries, backend_.device());
+    for (const auto& step : plan.steps) {
+      const auto& k = kernel(*step.family, step.problem);
+      if (!(k.chosen.config == step.config))
+        throw_error(ErrorKind::kInternal,
+                    fmt::format("eager {}: step {} on {} was prepared with {}, planned with {}", family.name(),
+                                step.family->name(), step.problem.key(), k.chosen.config.str(), step.config.str()));
+    }
+    it = chain_plans_->plans.emplace(key, std::move(plan)).first;
+  }
+  for (const auto& step : it->second.steps) launch(kernel(*step.family, step.problem), step.launches);
+}
+
+std::size_t DeviceOps::chain_plans() const { return chain_plans_->plans.size(); }
 
 }  // namespace ktune::model

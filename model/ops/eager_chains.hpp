@@ -6,10 +6,13 @@
 //
 // Here: which ops run as chains, the kernels a step's chains need (prepared
 // up front with the rest, in parallel, through TunedKernels and the binary
-// cache), and the scratch their temporaries take. DeviceOps::run_chain, the
-// launcher of one chain, is defined in eager_chains.cpp.
+// cache), the scratch their temporaries take, and the plans of the chains a
+// run has launched (ChainPlans). DeviceOps::run_chain, the launcher of one
+// chain, is defined in eager_chains.cpp.
 #pragma once
 #include <cstddef>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "model/ops/device_ops.hpp"
@@ -31,5 +34,18 @@ std::vector<tuner::KernelRequest> with_chains(Mode mode, const std::vector<tuner
 /// Device bytes of the temporaries of `request`'s chain in `mode` (0 when the
 /// op runs as its family's kernel).
 std::size_t chain_temporaries_bytes(Mode mode, const tuner::KernelRequest& request);
+
+/// The eager plans a DeviceOps has built, by chain_plan_key: a step calls
+/// each op with the same addresses every time, so a plan is built on an op's
+/// first call and launched as it is on every later one.
+struct ChainPlans {
+  std::map<std::string, templates::eager::EagerPlan> plans;
+};
+
+/// What determines a chain's launches: the family, the problem, every bound
+/// address and scalar (bit-exact), and the scratch bytes the op keeps before
+/// the chain's temporaries (which place them).
+std::string chain_plan_key(const templates::Family& family, const templates::Problem& problem,
+                           const templates::eager::Bindings& args, std::size_t kept);
 
 }  // namespace ktune::model
