@@ -9,8 +9,9 @@
 //            family default; counted); eager mode: the family defaults
 //   eager    each op whose family has an eager decomposition runs as that
 //            chain of primitive kernels (eager_chains.hpp), its temporaries
-//            in the scratch; the others run their family's default kernel;
-//            attention is materialised (GEMM, softmax, GEMM) in both modes
+//            in the scratch, each planned once (ChainPlans); the others run
+//            their family's default kernel; attention is materialised (GEMM,
+//            softmax, GEMM) in both modes, eager's softmax as its chain
 //   counts   every kernel launch and GEMM call is counted (launches())
 //   GEMMs    a GemmEngine: cuBLASLt on `cuda`, OpenBLAS on the host through
 //            the backend's copies on `emu`

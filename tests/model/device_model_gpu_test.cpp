@@ -76,5 +76,10 @@ TEST_CASE("cuda backend: the small model's loss and gradients match the cpu back
   CHECK(eager.gemms == compiled.gemms);
   CHECK(eager.by_family.count("prim_silu"));
   CHECK_FALSE(eager.by_family.count("rmsnorm_fwd"));
+  CHECK(eager.by_family.count("prim_causal_mask"));  // attention's softmax chain
+  CHECK(eager.by_family.count("prim_strided_copy"));  // RoPE's
+  CHECK(eager.by_family.count("prim_gather_rows"));  // the embedding's
+  CHECK_FALSE(eager.by_family.count("rope_fwd"));
+  CHECK_FALSE(eager.by_family.count("embedding_fwd"));
   CHECK(compiled.by_family.count("rmsnorm_fwd"));
 }

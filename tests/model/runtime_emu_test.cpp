@@ -49,6 +49,8 @@ TEST_CASE("emu backend: evaluation gives the cpu backend's loss and gradient nor
   REQUIRE(emu.launches);
   CHECK(emu.launches->by_family.count("prim_silu"));  // eager: SwiGLU as its chain
   CHECK_FALSE(emu.launches->by_family.count("swiglu_fwd"));
+  CHECK(emu.launches->by_family.count("prim_index_add"));  // the embedding's backward as its chain
+  CHECK_FALSE(emu.launches->by_family.count("embedding_bwd"));
   REQUIRE(emu.grad_norms.size() == cpu.grad_norms.size());
   for (std::size_t i = 0; i < cpu.grad_norms.size(); ++i) {
     INFO(cpu.grad_norms[i].first);
@@ -74,4 +76,9 @@ TEST_CASE("emu backend: the e2e benchmark reports the launches of one step", "[e
   const auto j = to_json(eager);
   CHECK(j.at("launches_per_step").at("kernels") == eager.launches->kernels);
   CHECK(j.at("launches_per_step").at("by_family").at("prim_silu") == o.model.layers);  // forward: one per SwiGLU
+  // forward: attention's causal mask and RoPE's stack on q and k per block, the embedding's index_select once
+  CHECK(j.at("launches_per_step").at("by_family").at("prim_causal_mask") == o.model.layers);
+  CHECK(j.at("launches_per_step").at("by_family").at("prim_strided_copy") == 2 * o.model.layers);
+  CHECK(j.at("launches_per_step").at("by_family").at("prim_gather_rows") == 1);
+  CHECK_FALSE(j.at("launches_per_step").at("by_family").contains("rope_fwd"));
 }
