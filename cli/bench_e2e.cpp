@@ -27,6 +27,8 @@ std::string markdown(const model::E2eResult& r) {
   s += fmt::format("{}git revision {}, ktune {}; phases timed with {}\n\n",
                    r.driver.empty() ? "" : "driver " + r.driver + ", ", git_revision(), ktune_version(), r.clock);
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
+  if (r.launches)
+    s += fmt::format("launches/step: {} ({} mode, counted)\n\n", r.launches->str(), model::to_string(o.mode));
   // Seed 002's layout.
   s += "| model_size | d_model | context_length | num_layers | num_heads | batch_size | num_warmups | num_trials | "
        "forward_only | mean_time_ms | std_time_ms |\n";

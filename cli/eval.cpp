@@ -38,6 +38,8 @@ void add_eval_command(CLI::App& app, Global& global) {
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
                         {"batch_size", r.shape.batch}, {"backend", r.backend.backend},
                         {"dtype", model::to_string(r.backend.precision)}, {"loss", result.loss}};
+    if (result.launches)
+      j["launches"] = {{"kernels", result.launches->kernels}, {"gemms", result.launches->gemms}};
     if (!o->dump.empty()) {
       nlohmann::ordered_json norms;
       for (const auto& [name, norm] : result.grad_norms) norms[name] = norm;
@@ -49,6 +51,10 @@ void add_eval_command(CLI::App& app, Global& global) {
       std::cout << j.dump(2) << "\n";
     else
       std::cout << fmt::format("loss {:.6f} ({} x {} tokens)\n", result.loss, r.shape.batch, r.shape.context)
+                << (result.launches ? fmt::format("launches: {} ({} mode, forward{})\n", result.launches->str(),
+                                                  model::to_string(r.backend.mode),
+                                                  o->dump.empty() ? "" : " + backward")
+                                    : "")
                 << (o->dump.empty() ? "" : fmt::format("gradient norms written to {}\n", o->dump));
   });
 }

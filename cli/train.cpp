@@ -66,11 +66,17 @@ void add_train_command(CLI::App& app, Global& global) {
         });
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();
-      for (const auto& r : records) j.push_back({{"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}});
+      for (const auto& r : records) {
+        j.push_back({{"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}});
+        if (r.launches) j.back()["launches"] = {{"kernels", r.launches->kernels}, {"gemms", r.launches->gemms}};
+      }
       std::cout << nlohmann::json{{"model", t.model.name}, {"steps", j}}.dump(2) << "\n";
     } else if (!records.empty()) {
       std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps\n", records.front().loss, records.back().loss,
                                records.size());
+      if (records.back().launches)
+        std::cout << fmt::format("launches/step: {} ({} mode)\n", records.back().launches->str(),
+                                 model::to_string(t.backend.mode));
     }
     if (!t.save.empty() && !global.json) std::cout << "saved weights to " << t.save << "\n";
   });

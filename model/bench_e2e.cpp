@@ -42,6 +42,11 @@ nlohmann::json phase_json(const PhaseStats& p) {
   return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}};
 }
 
+nlohmann::json launches_json(const std::optional<LaunchCount>& l) {
+  if (!l) return nullptr;
+  return {{"kernels", l->kernels}, {"gemms", l->gemms}, {"by_family", l->by_family}};
+}
+
 const char* passes_name(E2ePasses p) {
   switch (p) {
     case E2ePasses::kForward: return "forward";
@@ -114,12 +119,14 @@ E2eResult bench_e2e(const E2eOptions& o) {
   // each phase (outside the marks), its largest value the measured peak.
   std::vector<double> fwd, bwd, fb, optim, step;
   double first_loss = 0;
+  std::optional<LaunchCount> before, launches;
   std::optional<std::int64_t> peak_in_use = model->device_bytes_in_use();
   const auto sample_memory = [&] {
     if (const auto now = model->device_bytes_in_use()) peak_in_use = std::max(peak_in_use.value_or(0), *now);
   };
   for (std::int64_t i = 0; i < o.warmup + o.trials; ++i) {
     model->synchronize();
+    before = model->launches();
     const auto t0 = model->mark();
     const double loss = model->forward(tokens, targets);  // waits for the loss
     if (i == 0) first_loss = loss;
@@ -130,6 +137,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
     const auto t3 = model->mark();
     model->synchronize();
     sample_memory();
+    if (before) launches = model->launches()->since(*before);  // every step launches the same
     if (i < o.warmup) continue;
     fwd.push_back(model->elapsed_ms(*t0, *t1));
     if (backward) {
@@ -158,6 +166,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.warnings = model->warnings();
   r.device = model->device();
   r.kernels = model->kernel_summary();
+  r.launches = launches;
   r.date = utc_now();
   return r;
 }
@@ -196,7 +205,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"allocated_bytes", r.allocated_bytes},
           {"plan_peak_bytes", r.plan_peak_bytes},
           {"device_peak_bytes", r.device_peak_bytes ? nlohmann::json(*r.device_peak_bytes) : nlohmann::json()},
-          {"warnings", r.warnings}};
+          {"warnings", r.warnings},
+          {"launches_per_step", launches_json(r.launches)}};
 }
 
 }  // namespace ktune::model

@@ -41,6 +41,7 @@ class CpuRuntime final : public Runtime {
   std::string device() const override { return fmt::format("{} ({} threads)", cpu_name(), model_.threads()); }
   std::string kernel_summary() const override { return ""; }
   std::vector<std::string> warnings() const override { return {}; }
+  std::optional<LaunchCount> launches() const override { return std::nullopt; }
 
  private:
   Transformer<float> model_;
@@ -118,6 +119,7 @@ class DeviceRuntime final : public Runtime {
     for (auto& g : model_->ops().gemm_engine().warnings()) w.push_back(std::move(g));
     return w;
   }
+  std::optional<LaunchCount> launches() const override { return model_->ops().launches(); }
 
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;

@@ -73,6 +73,9 @@ class Runtime {
   virtual std::optional<std::int64_t> device_bytes_in_use() const { return std::nullopt; }
   /// The CUDA driver version ("13000"); empty without a GPU.
   virtual std::string driver() const { return ""; }
+  /// Kernel launches and GEMM calls enqueued so far (take the difference of
+  /// two readings for a step); nullopt on cpu, which launches nothing.
+  virtual std::optional<LaunchCount> launches() const = 0;
 };
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation

@@ -51,6 +51,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   for (std::int64_t s = 1; s <= o.steps; ++s) {
     stream.sample(o.shape, rng, tokens, targets);
     const auto t0 = std::chrono::steady_clock::now();
+    const auto before = model->launches();
     StepRecord r;
     r.step = s;
     r.loss = model->forward(tokens, targets);
@@ -58,6 +59,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     model->step(o.hyper);
     model->synchronize();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (before) r.launches = model->launches()->since(*before);
     records.push_back(r);
     if (on_step) on_step(r);
   }
@@ -76,9 +78,11 @@ EvalResult evaluate(const RunOptions& o, bool gradients) {
   std::vector<std::int32_t> tokens, targets;
   stream.sample(o.shape, rng, tokens, targets);
   EvalResult r;
+  const auto before = model->launches();
   r.loss = model->forward(tokens, targets);
+  if (gradients) model->backward();
+  if (before) r.launches = model->launches()->since(*before);
   if (gradients) {
-    model->backward();
     const auto grads = model->gradients();
     double total = 0;
     for (const auto& info : model->layout().tensors) {

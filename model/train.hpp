@@ -35,6 +35,7 @@ struct StepRecord {
   std::int64_t step = 0;  ///< from 1
   double loss = 0;        ///< loss of the batch before this step's update
   double seconds = 0;     ///< forward + backward + AdamW
+  std::optional<LaunchCount> launches;  ///< what this step launched (device backends)
 };
 
 /// Trains for options.steps steps; calls on_step after each. `on_start`
@@ -46,6 +47,7 @@ struct EvalResult {
   double loss = 0;
   std::vector<std::pair<std::string, double>> grad_norms;  ///< L2 norm per parameter, state-dict order
   double grad_norm_total = 0;                              ///< L2 norm of all gradients
+  std::optional<LaunchCount> launches;                     ///< what the forward (+ backward) launched (device backends)
 };
 
 /// Loss on one batch (the first the sampler draws for options.seed); with

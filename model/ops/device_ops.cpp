@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "model/gemm.hpp"
+#include "model/ops/eager_chains.hpp"
 #include "model/step_kernels.hpp"
 #include "tuner/cuda/gemm_select.hpp"
 #include "templates/adamw/adamw.hpp"
@@ -181,7 +182,7 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
 }
 
 DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options)
-    : backend_(backend), L_(layout), options_(options) {
+    : backend_(backend), L_(layout), options_(options), chain_plans_(std::make_unique<ChainPlans>()) {
   KTUNE_REQUIRE(std::abs(L_.config.norm_eps - tr::rmsnorm::kEps) <= 1e-12,
                 fmt::format("the device backends' RMSNorm eps is {}; the model asks for {}", tr::rmsnorm::kEps,
                             L_.config.norm_eps));
@@ -191,18 +192,29 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   // Eager mode is untuned: the family defaults, whatever cache was given.
   kernels_ = std::make_unique<tuner::TunedKernels>(
       backend_, options_.mode == Mode::kCompiled ? options_.tuned : nullptr);
-  kernels_->prepare(device_step_kernels(L_, options_.mode), options_.compile_threads);
+  // The step's kernels, eager chains' steps included, compiled ahead in parallel.
+  const auto requests = device_step_kernels(L_, options_.mode);
+  kernels_->prepare(with_chains(options_.mode, requests), options_.compile_threads);
 
-  // The ops' scratch: one op at a time uses it, in stream order.
+  // The ops' scratch: one op at a time uses it, in stream order; attention's
+  // backward keeps dS there while its softmax runs after it.
   const auto s = L_.attention_shape();
-  std::size_t scratch = 0;
-  if (L_.attention == AttentionSaved::kProbabilities)
-    scratch = static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * kValueBytes;  // dS
+  // dS: materialised attention's backward only (flash attention keeps none).
+  const std::size_t ds =
+      L_.attention == AttentionSaved::kProbabilities
+          ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * kValueBytes
+          : 0;
+  const auto kept = [&](const templates::Family* f) {
+    return f == &tr::softmax::backward_family() ? align_up(ds) : 0;
+  };
+  std::size_t scratch = ds;
   std::int64_t largest = 0;
   for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
   scratch = std::max(scratch, static_cast<std::size_t>(largest) * kValueBytes);  // eager AdamW's temporary
+  for (const auto& r : requests)
+    scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r));
   for (const auto& k : kernels_->kernels())
-    scratch = std::max(scratch, k.family->workspace_bytes(k.chosen.config, k.problem));
+    scratch = std::max(scratch, kept(k.family) + k.family->workspace_bytes(k.chosen.config, k.problem));
 
   std::size_t at = 0;
   for (int r = 0; r < kRegionCount; ++r) {
@@ -253,10 +265,11 @@ void DeviceOps::poison() {
   backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
 }
 
-std::uint64_t DeviceOps::scratch(std::size_t bytes) const {
-  KTUNE_REQUIRE(bytes <= scratch_bytes_, fmt::format("an op needs {} bytes of scratch; the run planned {}", bytes,
-                                                     scratch_bytes_));
-  return arena_->address() + scratch_offset_;
+std::uint64_t DeviceOps::scratch(std::size_t bytes, std::size_t kept) const {
+  const std::size_t at = align_up(kept);
+  KTUNE_REQUIRE(at + bytes <= scratch_bytes_,
+                fmt::format("an op needs {} bytes of scratch after {}; the run planned {}", bytes, at, scratch_bytes_));
+  return arena_->address() + scratch_offset_ + at;
 }
 
 const tuner::TunedKernel& DeviceOps::kernel(const templates::Family& family, const Problem& problem) {
@@ -268,6 +281,26 @@ const tuner::TunedKernel& DeviceOps::kernel(const templates::Family& family, con
 
 void DeviceOps::launch(const tuner::TunedKernel& k, const std::vector<templates::Launch>& plan) {
   backend_.launch(*k.module, plan);
+  const auto n = static_cast<std::int64_t>(plan.size());
+  launches_.kernels += n;
+  launches_.by_family[k.family->name()] += n;
+}
+
+template <class Args>
+void DeviceOps::run(const templates::TypedFamily<Args>& f, const Problem& p, Args args, std::size_t kept) {
+  if (runs_as_chain(options_.mode, f)) {
+    if constexpr (requires { templates::eager::bind(args); }) {
+      run_chain(f, p, kept, templates::eager::bind(args));
+      return;
+    } else {
+      throw_error(ErrorKind::kInternal,
+                  fmt::format("eager {} has a chain but eager::bind has no face for its arguments", f.name()));
+    }
+  }
+  const auto& k = kernel(f, p);
+  if constexpr (requires { args.workspace; })
+    args.workspace = scratch(f.workspace_bytes(k.chosen.config, p), kept);
+  launch(k, f.plan(k.chosen.config, p, args, backend_.device()));
 }
 
 const tr::adamw::AdamwFamily& DeviceOps::adamw_family() const {
@@ -283,6 +316,7 @@ void DeviceOps::rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t hea
 }
 
 void DeviceOps::gemm(const GemmOp& g) {
+  ++launches_.gemms;
   gemm_->gemm({.trans_a = g.trans_a, .trans_b = g.trans_b, .m = g.m, .n = g.n, .k = g.k, .a = address(g.a),
                .b = address(g.b), .c = address(g.c), .lda = g.lda, .ldb = g.ldb, .ldc = g.ldc,
                .alpha = static_cast<float>(g.alpha), .beta = static_cast<float>(g.beta), .batch = g.batch,
@@ -294,67 +328,45 @@ void DeviceOps::add(Ref dst, Ref src, std::int64_t n) {
   // dst (n, 1) = src (n, 1) x [1] + dst: a GEMM epilogue's add, exact in
   // fp32 (one rounding of src + dst). A fused residual + RMSNorm family is
   // where this goes once it exists.
+  ++launches_.gemms;
   gemm_->gemm({.m = n, .n = 1, .k = 1, .a = address(src), .b = arena_->address() + one_offset_, .c = address(dst),
                .lda = 1, .ldb = 1, .ldc = 1, .alpha = 1.0f, .beta = 1.0f});
 }
 
 void DeviceOps::embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
                                   std::int64_t vocab) {
-  const auto& f = tr::embedding::forward_family();
-  const Problem p = embed_problem(rows, dim, vocab);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p, {.tokens = address(tokens), .table = address(table), .out = address(out)},
-                   backend_.device()));
+  run(tr::embedding::forward_family(), embed_problem(rows, dim, vocab),
+      {.tokens = address(tokens), .table = address(table), .out = address(out)});
 }
 
 void DeviceOps::embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_t rows, std::int64_t dim,
                                    std::int64_t vocab) {
-  const auto& f = tr::embedding::backward_family();
-  const Problem p = embed_problem(rows, dim, vocab);
-  const auto& k = kernel(f, p);
-  const std::uint64_t ws = scratch(f.workspace_bytes(k.chosen.config, p));
-  launch(k, f.plan(k.chosen.config, p,
-                   {.tokens = address(tokens), .d_out = address(dout), .d_table = address(dtable), .workspace = ws},
-                   backend_.device()));
+  run(tr::embedding::backward_family(), embed_problem(rows, dim, vocab),
+      {.tokens = address(tokens), .d_out = address(dout), .d_table = address(dtable)});
 }
 
 void DeviceOps::rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows, std::int64_t dim, double) {
-  const auto& f = tr::rmsnorm::forward_family();
-  const Problem p = rows_problem(rows, dim);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p, {.x = address(x), .w = address(w), .y = address(y), .rstd = address(rstd)},
-                   backend_.device()));
+  run(tr::rmsnorm::forward_family(), rows_problem(rows, dim),
+      {.x = address(x), .w = address(w), .y = address(y), .rstd = address(rstd)});
 }
 
 void DeviceOps::rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows,
                                  std::int64_t dim) {
-  const auto& f = tr::rmsnorm::backward_family();
-  const Problem p = rows_problem(rows, dim);
-  const auto& k = kernel(f, p);
-  const std::uint64_t ws = scratch(f.workspace_bytes(k.chosen.config, p));
-  launch(k, f.plan(k.chosen.config, p,
-                   {.x = address(x), .w = address(w), .rstd = address(rstd), .dy = address(dy), .dx = address(dx),
-                    .dw = address(dw), .workspace = ws},
-                   backend_.device()));
+  run(tr::rmsnorm::backward_family(), rows_problem(rows, dim),
+      {.x = address(x), .w = address(w), .rstd = address(rstd), .dy = address(dy), .dx = address(dx),
+       .dw = address(dw)});
 }
 
 void DeviceOps::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
                              std::int64_t head_dim) {
-  const auto& f = tr::rope::forward_family();
-  const Problem p = rope_problem(tokens, seq, heads, head_dim);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p, {.x = address(x), .cos = address(cos), .sin = address(sin), .y = address(x)},
-                   backend_.device()));
+  run(tr::rope::forward_family(), rope_problem(tokens, seq, heads, head_dim),
+      {.x = address(x), .cos = address(cos), .sin = address(sin), .y = address(x)});
 }
 
 void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
                               std::int64_t head_dim) {
-  const auto& f = tr::rope::backward_family();
-  const Problem p = rope_problem(tokens, seq, heads, head_dim);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p,
-                   {.dy = address(dx), .cos = address(cos), .sin = address(sin), .dx = address(dx)},
-                   backend_.device()));
+  run(tr::rope::backward_family(), rope_problem(tokens, seq, heads, head_dim),
+      {.dy = address(dx), .cos = address(cos), .sin = address(sin), .dx = address(dx)});
 }
 
 // Flash attention (the layout keeps the log-sum-exp): attention_fwd on q, k,
@@ -381,12 +393,8 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
     gemm({.trans_a = false, .trans_b = true, .m = S, .n = S, .k = D, .a = q + x, .b = k + x, .c = saved + pb,
           .lda = row, .ldb = row, .ldc = S, .batch = H, .stride_a = D, .stride_b = D, .stride_c = S * S});
   }
-  const auto& f = tr::softmax::forward_family();
-  const Problem p = scores_problem(s);
-  const auto& kk = kernel(f, p);
-  launch(kk, f.plan(kk.chosen.config, p,
-                    {.x = address(saved), .y = address(saved), .scale = tr::attention::default_scale(D)},
-                    backend_.device()));
+  run(tr::softmax::forward_family(), scores_problem(s),
+      {.x = address(saved), .y = address(saved), .scale = tr::attention::default_scale(D)});
   for (std::int64_t b = 0; b < s.batch; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
     gemm({.trans_a = false, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = v + x, .c = out + x,
@@ -415,7 +423,8 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
     return;
   }
   const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
-  const std::uint64_t ds_address = scratch(static_cast<std::size_t>(s.batch * H * S * S) * kValueBytes);
+  const std::size_t ds_bytes = static_cast<std::size_t>(s.batch * H * S * S) * kValueBytes;
+  const std::uint64_t ds_address = scratch(ds_bytes);
   const Ref ds{Region::kScratch, 0};
   for (std::int64_t b = 0; b < s.batch; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
@@ -424,13 +433,9 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
     gemm({.trans_a = true, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = dout + x, .c = dv + x,
           .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
   }
-  const auto& f = tr::softmax::backward_family();
-  const Problem p = scores_problem(s);
-  const auto& kk = kernel(f, p);
-  launch(kk, f.plan(kk.chosen.config, p,
-                    {.y = address(saved), .dy = ds_address, .dx = ds_address,
-                     .scale = tr::attention::default_scale(D)},
-                    backend_.device()));
+  run(tr::softmax::backward_family(), scores_problem(s),
+      {.y = address(saved), .dy = ds_address, .dx = ds_address, .scale = tr::attention::default_scale(D)},
+      ds_bytes);
   for (std::int64_t b = 0; b < s.batch; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
     gemm({.trans_a = false, .trans_b = false, .m = S, .n = D, .k = S, .a = ds + pb, .b = k + x, .c = dq + x,
@@ -441,41 +446,24 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
 }
 
 void DeviceOps::swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) {
-  const auto& f = tr::swiglu::forward_family();
-  const Problem p = gate_problem(n);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p, {.a = address(a), .b = address(b), .h = address(h)}, backend_.device()));
+  run(tr::swiglu::forward_family(), gate_problem(n), {.a = address(a), .b = address(b), .h = address(h)});
 }
 
 void DeviceOps::swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) {
-  const auto& f = tr::swiglu::backward_family();
-  const Problem p = gate_problem(n);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p,
-                   {.a = address(a), .b = address(b), .dh = address(dh), .da = address(da), .db = address(db)},
-                   backend_.device()));
+  run(tr::swiglu::backward_family(), gate_problem(n),
+      {.a = address(a), .b = address(b), .dh = address(dh), .da = address(da), .db = address(db)});
 }
 
 void DeviceOps::cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,
                                       std::int64_t vocab) {
-  const auto& f = tr::cross_entropy::forward_family();
-  const Problem p = loss_problem(rows, vocab);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p,
-                   {.logits = address(logits), .targets = address(targets), .losses = address(losses),
-                    .lse = address(lse)},
-                   backend_.device()));
+  run(tr::cross_entropy::forward_family(), loss_problem(rows, vocab),
+      {.logits = address(logits), .targets = address(targets), .losses = address(losses), .lse = address(lse)});
 }
 
 void DeviceOps::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
                                        std::int64_t vocab) {
-  const auto& f = tr::cross_entropy::backward_family();
-  const Problem p = loss_problem(rows, vocab);
-  const auto& k = kernel(f, p);
-  launch(k, f.plan(k.chosen.config, p,
-                   {.logits = address(logits), .targets = address(targets), .lse = address(lse),
-                    .dlogits = address(dlogits)},
-                   backend_.device()));
+  run(tr::cross_entropy::backward_family(), loss_problem(rows, vocab),
+      {.logits = address(logits), .targets = address(targets), .lse = address(lse), .dlogits = address(dlogits)});
 }
 
 double DeviceOps::mean(Ref values, std::int64_t n) {

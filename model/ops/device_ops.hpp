@@ -7,6 +7,12 @@
 //            loaded, planned with their typed Args at the regions' addresses
 //   configs  compiled mode: the tuned cache's (exact, else nearest, else the
 //            family default; counted); eager mode: the family defaults
+//   eager    each op whose family has an eager decomposition runs as that
+//            chain of primitive kernels (eager_chains.hpp), its temporaries
+//            in the scratch, each planned once (ChainPlans); the others run
+//            their family's default kernel; attention is materialised (GEMM,
+//            softmax, GEMM), its softmax as its chain
+//   counts   every kernel launch and GEMM call is counted (launches())
 //   GEMMs    a GemmEngine: cuBLASLt on `cuda` (eager: the heuristic's first
 //            algorithm; compiled: chosen by timing, from and into the tuned
 //            cache, tuner/cuda/gemm_select.hpp), OpenBLAS on the host through
@@ -24,6 +30,7 @@
 #include <vector>
 
 #include "cache/tuned_cache.hpp"
+#include "model/ops/launch_count.hpp"
 #include "model/ops/ops.hpp"
 #include "templates/adamw/adamw.hpp"
 #include "model/precision.hpp"
@@ -32,11 +39,18 @@
 #include "tuner/exec/backend.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
+namespace ktune::templates::eager {
+struct Bindings;
+}
+
 namespace ktune::model {
+
+struct ChainPlans;  // eager_chains.hpp
 
 /// How a device backend runs the step (DESIGN.md, "Modes on cuda").
 enum class Mode {
-  kEager,     ///< untuned: family defaults, per-tensor eager AdamW, materialised attention, cuBLASLt top-1
+  kEager,     ///< untuned: the families' eager chains (else their defaults), per-tensor eager AdamW,
+              ///< materialised attention, cuBLASLt top-1
   kCompiled,  ///< tuned configs from the cache, fused multi-tensor AdamW
 };
 const char* to_string(Mode mode);
@@ -95,6 +109,15 @@ class DeviceOps final : public Ops {
   const GemmEngine& gemm_engine() const { return *gemm_; }
   Mode mode() const { return options_.mode; }
   std::size_t allocated_bytes() const;
+  /// Kernel launches and GEMM calls enqueued since construction.
+  const LaunchCount& launches() const { return launches_; }
+  /// Eager chains planned so far: one per (family, problem, bound addresses
+  /// and scalars); an op planned before reuses its plan, so the steps after
+  /// the first build none.
+  std::size_t chain_plans() const;
+  /// Bytes of the ops' scratch: attention's dS, eager AdamW's temporary,
+  /// the kernels' workspaces and the eager chains' temporaries, the largest.
+  std::size_t scratch_bytes() const { return scratch_bytes_; }
 
   void rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) override;
   void gemm(const GemmOp& g) override;
@@ -127,7 +150,20 @@ class DeviceOps final : public Ops {
   // the step's list; its launches go to the backend with `plan`.
   const tuner::TunedKernel& kernel(const templates::Family& family, const templates::Problem& problem);
   void launch(const tuner::TunedKernel& k, const std::vector<templates::Launch>& plan);
-  std::uint64_t scratch(std::size_t bytes) const;  // the ops' scratch, checked against its size
+  // The ops' scratch after the first `kept` bytes (what the calling op keeps
+  // there), checked against its size.
+  std::uint64_t scratch(std::size_t bytes, std::size_t kept = 0) const;
+  // One non-GEMM op: its family's eager chain when it runs as one
+  // (eager_chains.hpp), else its kernel with the workspace it asks for. Every
+  // op but GEMMs and AdamW goes through here.
+  template <class Args>
+  void run(const templates::TypedFamily<Args>& family, const templates::Problem& problem, Args args,
+           std::size_t kept = 0);
+  // The launches of one chain over `args` and its temporaries in the scratch
+  // after `kept`, in order on the stream; planned once per (family, problem,
+  // bindings) and kept in chain_plans_ (eager_chains.cpp).
+  void run_chain(const templates::Family& family, const templates::Problem& problem, std::size_t kept,
+                 const templates::eager::Bindings& args);
   const templates::adamw::AdamwFamily& adamw_family() const;
 
   tuner::exec::Backend& backend_;
@@ -139,6 +175,8 @@ class DeviceOps final : public Ops {
   std::unique_ptr<tuner::exec::Buffer> arena_;
   std::unique_ptr<tuner::exec::Buffer> gemm_workspace_;
   std::unique_ptr<GemmEngine> gemm_;
+  LaunchCount launches_;
+  std::unique_ptr<ChainPlans> chain_plans_;
 };
 
 /// The layout of a run on a device backend: the layout's precision, and the
@@ -148,7 +186,8 @@ StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool 
 
 /// The families' problems of a step on a device backend in `mode`: the
 /// step's list (step_kernels.hpp) for the layout's precision and attention,
-/// with the mode's AdamW family.
+/// with the mode's AdamW family. Eager mode runs the chains of the
+/// decomposed ones (with_chains).
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& layout, Mode mode);
 
 }  // namespace ktune::model

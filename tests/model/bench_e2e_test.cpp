@@ -27,6 +27,8 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   const auto j = to_json(r);
   CHECK(j.at("num_trials") == 2);
   CHECK(j.at("step").at("mean_ms").get<double>() > 0);
+  CHECK_FALSE(r.launches);  // the cpu backend launches nothing
+  CHECK(j.at("launches_per_step").is_null());
 
   o.passes = E2ePasses::kForward;
   const E2eResult f = bench_e2e(o);

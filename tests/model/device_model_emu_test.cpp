@@ -1,18 +1,22 @@
 // The device backend's step under the host emulation against the cpu
 // backend: the same walk over two op implementations must give the same loss,
-// gradients and AdamW update (fp32 to 1e-5; tf32 within its tolerance below).
-// The emulated run's memory starts poisoned (NaN), so an op that reads what
-// no op wrote fails here.
+// gradients and AdamW update (fp32 to 1e-5; tf32 within its tolerance below),
+// in compiled and in eager mode, where the decomposed ops run as their chains
+// of primitive kernels. The emulated run's memory starts poisoned (NaN), so an
+// op that reads what no op wrote fails here.
 #include "model/device_model.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 #include <random>
 #include <set>
 
+#include "model/ops/eager_chains.hpp"
 #include "model/optimizer.hpp"
 #include "model/transformer.hpp"
+#include "templates/eager/eager.hpp"
 #include "templates/family.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -96,7 +100,9 @@ struct Case {
 constexpr double kTf32LossTolerance = 1e-4;
 constexpr double kTf32GradientTolerance = 5e-3;
 
-void check_step_matches_cpu(const Case& c, Mode mode, Precision precision = Precision::kF32) {
+// Checks the device step against the cpu's; returns what its forward and
+// backward launched.
+LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision = Precision::kF32) {
   auto backend = tuner::exec::make_emu_backend();
   INFO(c.config.name << " ctx " << c.shape.context << " batch " << c.shape.batch << " " << to_string(mode) << " "
                      << to_string(precision));
@@ -112,12 +118,14 @@ void check_step_matches_cpu(const Case& c, Mode mode, Precision precision = Prec
   random_tokens(c.shape.tokens(), c.config.vocab, 17, tokens, targets);
 
   const double want = cpu.forward(tokens, targets);
+  const LaunchCount before = emu.ops().launches();
   const double got = emu.forward(tokens, targets);
   CHECK(std::isfinite(got));
   CHECK(got == Approx(want).epsilon(loss_tolerance));
 
   cpu.backward();
   emu.backward();
+  const LaunchCount launched = emu.ops().launches().since(before);
   const auto grads = emu.gradients();
   for (const auto& t : cpu.layout().tensors) {
     INFO(t.name);
@@ -154,7 +162,42 @@ void check_step_matches_cpu(const Case& c, Mode mode, Precision precision = Prec
     den += d_cpu * d_cpu;
   }
   CHECK(std::sqrt(num / den) <= 1e-4);
+
+  // The scratch holds the largest chain's temporaries (after dS for attention's backward).
+  for (const auto& r : device_step_kernels(emu.layout(), mode)) {
+    INFO(r.family->name());
+    CHECK(emu.ops().scratch_bytes() >= chain_temporaries_bytes(mode, r));
+  }
+  return launched;
 }
+
+// Kernel launches of one op of `family` on `problem`, per family: its
+// default kernel's, or its eager chain's steps, planned over placeholder
+// addresses.
+std::map<std::string, std::int64_t> launches_per_op(const templates::Family& family,
+                                                    const templates::Problem& problem, bool chain) {
+  const auto device = DeviceLimits::for_arch(kDefaultArch);  // the emulation's
+  const auto buffers = family.make_workload(problem, 1).buffers;
+  if (!chain) {
+    const std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
+    return {{family.name(),
+             static_cast<std::int64_t>(family.plan(family.default_config(problem), problem, addresses, device).size())}};
+  }
+  std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
+  const auto bound = templates::eager::bind_workload(family.name(), problem, addresses);
+  std::map<std::string, std::int64_t> n;
+  for (const auto& step : templates::eager::plan(family.name(), problem, bound, 0x200000, device).steps)
+    n[step.family->name()] += static_cast<std::int64_t>(step.launches.size());
+  return n;
+}
+
+std::int64_t sum(const std::map<std::string, std::int64_t>& by_family) {
+  std::int64_t n = 0;
+  for (const auto& [name, k] : by_family) n += k;
+  return n;
+}
+
+bool is_primitive(const std::string& family) { return family.rfind("prim_", 0) == 0; }
 
 }  // namespace
 
@@ -168,8 +211,121 @@ TEST_CASE("emu backend: an odd shape (head_dim 80, 3 heads, context 13) matches 
   check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kCompiled);
 }
 
-TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend", "[emu][model][device]") {
-  check_step_matches_cpu({model_config("tiny"), RunShape{1, 12}}, Mode::kEager);
+TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each decomposed op run as its chain",
+          "[emu][model][device]") {
+  const Case c{model_config("tiny"), RunShape{1, 12}};
+  const LaunchCount compiled = check_step_matches_cpu(c, Mode::kCompiled);
+  const LaunchCount eager = check_step_matches_cpu(c, Mode::kEager);
+  INFO("compiled: " << compiled.str() << ", eager: " << eager.str());
+
+  // Eager launches what compiled does, with each decomposed op's kernel
+  // replaced by its chain's launches, family by family.
+  std::map<std::string, std::int64_t> want = compiled.by_family;
+  std::vector<std::string> chained;
+  const StepLayout L = step_layout(c.config, c.shape, 1, true);
+  for (const auto& r : device_step_kernels(L, Mode::kCompiled)) {
+    const std::string name = r.family->name();
+    if (!runs_as_chain(Mode::kEager, *r.family) || !compiled.by_family.count(name)) continue;
+    INFO(name);
+    chained.push_back(name);
+    const std::int64_t fused = sum(launches_per_op(*r.family, r.problem, false));
+    REQUIRE(compiled.by_family.at(name) % fused == 0);
+    const std::int64_t ops = compiled.by_family.at(name) / fused;
+    want[name] -= ops * fused;
+    if (want[name] == 0) want.erase(name);
+    for (const auto& [step, n] : launches_per_op(*r.family, r.problem, true)) want[step] += ops * n;
+  }
+  // rmsnorm, swiglu, cross-entropy, attention's softmax, rope and the
+  // embedding, forward and backward
+  CHECK(chained.size() == 12);
+  for (const auto& [name, n] : want) {
+    INFO(name);
+    CHECK(eager.by_family.count(name));
+    if (eager.by_family.count(name)) CHECK(eager.by_family.at(name) == n);
+  }
+  for (const auto& [name, n] : eager.by_family) {
+    INFO(name);
+    CHECK(want.count(name));
+  }
+  CHECK(eager.kernels == sum(want));
+  CHECK(eager.kernels > compiled.kernels);
+  CHECK(eager.gemms == compiled.gemms);
+  for (const auto& [name, n] : compiled.by_family) CHECK_FALSE(is_primitive(name));
+  // The fused kernels of the decomposed families do not run: softmax's chain
+  // runs the softmax kernel unscaled and unmasked, after the scale and mask.
+  for (const char* fused : {"rmsnorm_fwd", "rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "cross_entropy_fwd",
+                            "cross_entropy_bwd", "rope_fwd", "rope_bwd", "embedding_fwd", "embedding_bwd"}) {
+    INFO(fused);
+    CHECK_FALSE(eager.by_family.count(fused));
+  }
+  // Per layer: the causal mask forward and its backward, RoPE's stack on q
+  // and k, forward and backward; the embedding's index_select, fill and
+  // index_add_ once.
+  const std::int64_t layers = c.config.layers;
+  CHECK(eager.by_family.at("prim_causal_mask") == 2 * layers);
+  CHECK(eager.by_family.at("softmax_fwd") == compiled.by_family.at("softmax_fwd"));
+  CHECK(eager.by_family.at("softmax_bwd") == compiled.by_family.at("softmax_bwd"));
+  CHECK(eager.by_family.at("prim_strided_copy") == 4 * layers);
+  CHECK(eager.by_family.at("prim_gather_rows") == 1);
+  CHECK(eager.by_family.at("prim_fill") == 1);
+  CHECK(eager.by_family.at("prim_index_add") == 1);
+}
+
+TEST_CASE("emu backend, eager mode: an odd shape (head_dim 80, 3 heads, context 13) matches the cpu backend",
+          "[emu][model][device]") {
+  const LaunchCount eager = check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kEager);
+  CHECK(eager.by_family.at("prim_silu") == 2);  // SwiGLU's chain, forward and backward
+  CHECK_FALSE(eager.by_family.count("rmsnorm_fwd"));
+  // Attention's softmax (in place in the scores, and in dS), RoPE (in place
+  // in q and k) and the embedding as their chains.
+  CHECK(eager.by_family.at("prim_causal_mask") == 2);
+  CHECK(eager.by_family.at("prim_strided_copy") == 4);
+  CHECK(eager.by_family.at("prim_gather_rows") == 1);
+  CHECK(eager.by_family.at("prim_index_add") == 1);
+  for (const char* fused : {"rope_fwd", "rope_bwd", "embedding_fwd", "embedding_bwd"}) {
+    INFO(fused);
+    CHECK_FALSE(eager.by_family.count(fused));
+  }
+}
+
+TEST_CASE("emu backend, eager mode: a second step reuses the chains' plans, launches the same and matches the cpu",
+          "[emu][model][device]") {
+  auto backend = tuner::exec::make_emu_backend();
+  const ModelConfig config = model_config("tiny");
+  const RunShape shape{1, 12};
+  Transformer<float> cpu(config, shape, Allocation::kTrain, 2);
+  DeviceTransformer emu(*backend, config, shape, Allocation::kTrain, {.mode = Mode::kEager});
+  const auto params = start_parameters(cpu.layout(), 5);
+  std::copy(params.begin(), params.end(), cpu.parameters().begin());
+  emu.set_parameters(params);
+  CHECK(emu.ops().chain_plans() == 0);
+
+  std::vector<LaunchCount> launched;
+  std::size_t plans_after_first = 0;
+  for (const std::uint64_t seed : {41, 43}) {  // other tokens each step: a plan holds addresses, not data
+    INFO("tokens seed " << seed);
+    std::vector<std::int32_t> tokens, targets;
+    random_tokens(shape.tokens(), config.vocab, seed, tokens, targets);
+    const LaunchCount before = emu.ops().launches();
+    const double want = cpu.forward(tokens, targets);
+    CHECK(emu.forward(tokens, targets) == Approx(want).epsilon(1e-5));
+    cpu.backward();
+    emu.backward();
+    launched.push_back(emu.ops().launches().since(before));
+    const auto grads = emu.gradients();
+    for (const auto& t : cpu.layout().tensors) {
+      INFO(t.name);
+      CHECK(rel_l2(grads, cpu.gradients(), t.offset, t.numel) <= 1e-5);
+    }
+    if (plans_after_first == 0) plans_after_first = emu.ops().chain_plans();
+  }
+  // One plan per distinct chained op call (the layers' ops are at other
+  // addresses), all built in the first step.
+  CHECK(plans_after_first > 12);
+  CHECK(emu.ops().chain_plans() == plans_after_first);
+  CHECK(launched[1].kernels == launched[0].kernels);
+  CHECK(launched[1].gemms == launched[0].gemms);
+  CHECK(launched[1].by_family == launched[0].by_family);
 }
 
 TEST_CASE("emu backend, compiled tf32: the tiny model runs flash attention and matches the cpu backend",

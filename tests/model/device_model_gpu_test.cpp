@@ -1,11 +1,13 @@
 // The device backend's step on a GPU against the cpu backend, the twin of
 // device_model_emu_test.cpp at the small model's size: kernels through NVRTC,
-// GEMMs through cuBLASLt (fp32 compute). Skipped without a device.
+// GEMMs through cuBLASLt (fp32 compute), in compiled mode and in eager mode
+// (the decomposed ops as chains of primitive kernels). Skipped without a device.
 #include "model/device_model.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include "model/transformer.hpp"
@@ -34,6 +36,7 @@ TEST_CASE("cuda backend: the small model's loss and gradients match the cpu back
   auto backend = tuner::exec::make_cuda_backend();
   const ModelConfig config = model_config("small");
   const RunShape shape{2, 100};  // context not a multiple of 8
+  std::map<Mode, LaunchCount> launched;  // by the forward and backward
   for (const Mode mode : {Mode::kCompiled, Mode::kEager}) {
     INFO(to_string(mode));
     Transformer<float> cpu(config, shape, Allocation::kTrain, 8);
@@ -44,9 +47,11 @@ TEST_CASE("cuda backend: the small model's loss and gradients match the cpu back
     for (auto& t : tokens) t = pick(rng);
     for (auto& t : targets) t = pick(rng);
     const double want = cpu.forward(tokens, targets);
+    const LaunchCount before = gpu.ops().launches();
     CHECK(gpu.forward(tokens, targets) == Approx(want).epsilon(1e-5));
     cpu.backward();
     gpu.backward();
+    launched[mode] = gpu.ops().launches().since(before);
     const auto grads = gpu.gradients();
     for (const auto& t : cpu.layout().tensors) {
       INFO(t.name);
@@ -63,4 +68,18 @@ TEST_CASE("cuda backend: the small model's loss and gradients match the cpu back
                                            hyper);
     CHECK(rel_l2(gpu.parameters(), params, 0, static_cast<std::int64_t>(params.size())) <= 1e-6);
   }
+  // Eager mode ran the decomposed ops as their chains: more launches, primitive ones among them.
+  const auto& compiled = launched.at(Mode::kCompiled);
+  const auto& eager = launched.at(Mode::kEager);
+  INFO("compiled: " << compiled.str() << ", eager: " << eager.str());
+  CHECK(eager.kernels > compiled.kernels);
+  CHECK(eager.gemms == compiled.gemms);
+  CHECK(eager.by_family.count("prim_silu"));
+  CHECK_FALSE(eager.by_family.count("rmsnorm_fwd"));
+  CHECK(eager.by_family.count("prim_causal_mask"));  // attention's softmax chain
+  CHECK(eager.by_family.count("prim_strided_copy"));  // RoPE's
+  CHECK(eager.by_family.count("prim_gather_rows"));  // the embedding's
+  CHECK_FALSE(eager.by_family.count("rope_fwd"));
+  CHECK_FALSE(eager.by_family.count("embedding_fwd"));
+  CHECK(compiled.by_family.count("rmsnorm_fwd"));
 }

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "model/bench_e2e.hpp"
 #include "model/train.hpp"
 
 using namespace ktune::model;
@@ -24,6 +25,13 @@ TEST_CASE("emu backend: three training steps of the tiny model follow the cpu ba
   for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(emu[i].loss == Approx(cpu[i].loss).epsilon(1e-5));
   CHECK(cpu.back().loss < cpu.front().loss);
   CHECK_THAT(summary, Catch::StartsWith("compiled mode, f32, 13 kernels: 0 exact, 0 nearest, 13 default"));
+  // Each step's launches, counted: the same every step; none on the cpu.
+  CHECK_FALSE(cpu.front().launches);
+  REQUIRE(emu.front().launches);
+  CHECK(emu.front().launches->kernels > 0);
+  CHECK(emu.front().launches->gemms > 0);
+  CHECK(emu.front().launches->by_family.at("adamw") == emu.back().launches->by_family.at("adamw"));
+  for (const auto& r : emu) CHECK(r.launches->total() == emu.front().launches->total());
 }
 
 TEST_CASE("emu backend: evaluation gives the cpu backend's loss and gradient norms", "[emu][model][runtime]") {
@@ -37,9 +45,40 @@ TEST_CASE("emu backend: evaluation gives the cpu backend's loss and gradient nor
   const auto emu = evaluate(o, true);
   CHECK(emu.loss == Approx(cpu.loss).epsilon(1e-5));
   CHECK(emu.grad_norm_total == Approx(cpu.grad_norm_total).epsilon(1e-5));
+  CHECK_FALSE(cpu.launches);
+  REQUIRE(emu.launches);
+  CHECK(emu.launches->by_family.count("prim_silu"));  // eager: SwiGLU as its chain
+  CHECK_FALSE(emu.launches->by_family.count("swiglu_fwd"));
+  CHECK(emu.launches->by_family.count("prim_index_add"));  // the embedding's backward as its chain
+  CHECK_FALSE(emu.launches->by_family.count("embedding_bwd"));
   REQUIRE(emu.grad_norms.size() == cpu.grad_norms.size());
   for (std::size_t i = 0; i < cpu.grad_norms.size(); ++i) {
     INFO(cpu.grad_norms[i].first);
     CHECK(emu.grad_norms[i].second == Approx(cpu.grad_norms[i].second).epsilon(1e-5));
   }
+}
+
+TEST_CASE("emu backend: the e2e benchmark reports the launches of one step", "[emu][model][runtime]") {
+  E2eOptions o;
+  o.backend = "emu";
+  o.model = model_config("tiny");
+  o.shape = RunShape{1, 8};
+  o.warmup = 0;
+  o.trials = 1;
+  o.passes = E2ePasses::kForward;
+  const E2eResult compiled = bench_e2e(o);
+  o.mode = Mode::kEager;
+  const E2eResult eager = bench_e2e(o);
+  REQUIRE(compiled.launches);
+  REQUIRE(eager.launches);
+  CHECK(compiled.launches->gemms == eager.launches->gemms);
+  CHECK(eager.launches->kernels > compiled.launches->kernels);
+  const auto j = to_json(eager);
+  CHECK(j.at("launches_per_step").at("kernels") == eager.launches->kernels);
+  CHECK(j.at("launches_per_step").at("by_family").at("prim_silu") == o.model.layers);  // forward: one per SwiGLU
+  // forward: attention's causal mask and RoPE's stack on q and k per block, the embedding's index_select once
+  CHECK(j.at("launches_per_step").at("by_family").at("prim_causal_mask") == o.model.layers);
+  CHECK(j.at("launches_per_step").at("by_family").at("prim_strided_copy") == 2 * o.model.layers);
+  CHECK(j.at("launches_per_step").at("by_family").at("prim_gather_rows") == 1);
+  CHECK_FALSE(j.at("launches_per_step").at("by_family").contains("rope_fwd"));
 }
