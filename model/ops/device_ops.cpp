@@ -62,14 +62,7 @@ class HostGemm final : public GemmEngine {
   std::string name() const override { return "OpenBLAS on the host"; }
 
   void gemm(const tuner::GemmDesc& g) override {
-    // Elements each operand spans: its last batch's last row, whole.
-    const auto span = [&](bool trans, std::int64_t rows, std::int64_t cols, std::int64_t ld, std::int64_t stride) {
-      const std::int64_t r = trans ? cols : rows, c = trans ? rows : cols;
-      return (g.batch - 1) * stride + (r - 1) * ld + c;
-    };
-    const std::int64_t na = span(g.trans_a, g.m, g.k, g.lda, g.stride_a);
-    const std::int64_t nb = span(g.trans_b, g.k, g.n, g.ldb, g.stride_b);
-    const std::int64_t nc = span(false, g.m, g.n, g.ldc, g.stride_c);
+    const std::int64_t na = g.span_a(), nb = g.span_b(), nc = g.span_c();
     tuner::check_gemm_types(g);
     a_.resize(na), b_.resize(nb), c_.resize(nc);
     fetch(a_.data(), g.a, na, g.a_type);
@@ -376,15 +369,11 @@ void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std
 void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                                   const templates::attention::AttentionShape& s) {
   if (L_.attention == AttentionSaved::kLogSumExp) {
-    const auto& f = tr::attention::forward_family();
-    const Problem p = flash_problem(s);
-    const auto& kk = kernel(f, p);
     const auto strides = tr::attention::bshd_strides(s);
-    launch(kk, f.plan(kk.chosen.config, p,
-                      {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
-                       .q_strides = strides, .k_strides = strides, .v_strides = strides, .o_strides = strides,
-                       .scale = tr::attention::default_scale(s.head_dim)},
-                      backend_.device()));
+    run(tr::attention::forward_family(), flash_problem(s),
+        {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
+         .q_strides = strides, .k_strides = strides, .v_strides = strides, .o_strides = strides,
+         .scale = tr::attention::default_scale(s.head_dim)});
     return;
   }
   const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
@@ -408,18 +397,13 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
 void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                                    const templates::attention::AttentionShape& s) {
   if (L_.attention == AttentionSaved::kLogSumExp) {
-    const auto& f = tr::attention::backward_family();
-    const Problem p = flash_problem(s);
-    const auto& kk = kernel(f, p);
     const auto strides = tr::attention::bshd_strides(s);
-    launch(kk, f.plan(kk.chosen.config, p,
-                      {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
-                       .dout = address(dout), .dq = address(dq), .dk = address(dk), .dv = address(dv),
-                       .workspace = scratch(f.workspace_bytes(kk.chosen.config, p)), .q_strides = strides,
-                       .k_strides = strides, .v_strides = strides, .o_strides = strides, .do_strides = strides,
-                       .dq_strides = strides, .dk_strides = strides, .dv_strides = strides,
-                       .scale = tr::attention::default_scale(s.head_dim)},
-                      backend_.device()));
+    run(tr::attention::backward_family(), flash_problem(s),  // its workspace in the scratch
+        {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
+         .dout = address(dout), .dq = address(dq), .dk = address(dk), .dv = address(dv), .q_strides = strides,
+         .k_strides = strides, .v_strides = strides, .o_strides = strides, .do_strides = strides,
+         .dq_strides = strides, .dk_strides = strides, .dv_strides = strides,
+         .scale = tr::attention::default_scale(s.head_dim)});
     return;
   }
   const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
