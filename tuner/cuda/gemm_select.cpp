@@ -25,25 +25,40 @@ std::string gemm_dtype(const GemmDesc& g) {
   return c == a && c == b ? ab : ab + "_" + c;
 }
 
+namespace {
+
+// The numbers a GEMM's key names besides its dtype, in kGemmKeyNames' order:
+// gemm_key writes them with their names, GemmSelector's in-run memo keeps
+// them as they are (no key text built per call).
+constexpr std::array<const char*, 16> kGemmKeyNames = {
+    "m",   "n",        "k",        "trans_a",  "trans_b", "batch",   "lda",     "ldb",
+    "ldc", "stride_a", "stride_b", "stride_c", "align_a", "align_b", "align_c", "accumulate"};
+
+std::array<std::int64_t, 16> gemm_key_values(const GemmDesc& g) {
+  return {g.m,
+          g.n,
+          g.k,
+          g.trans_a ? 1 : 0,
+          g.trans_b ? 1 : 0,
+          g.batch,
+          g.lda,
+          g.ldb,
+          g.ldc,
+          g.batch > 1 ? g.stride_a : 0,
+          g.batch > 1 ? g.stride_b : 0,
+          g.batch > 1 ? g.stride_c : 0,
+          gemm_alignment(g.a, g.batch, g.stride_a, g.a_type),
+          gemm_alignment(g.b, g.batch, g.stride_b, g.b_type),
+          gemm_alignment(g.c, g.batch, g.stride_c, g.c_type),
+          g.beta != 0 ? 1 : 0};
+}
+
+}  // namespace
+
 cache::Key gemm_key(const GemmDesc& g, const DeviceLimits& device, const std::string& library) {
-  const templates::Problem p{
-      gemm_dtype(g),
-      {{"m", g.m},
-       {"n", g.n},
-       {"k", g.k},
-       {"trans_a", g.trans_a ? 1 : 0},
-       {"trans_b", g.trans_b ? 1 : 0},
-       {"batch", g.batch},
-       {"lda", g.lda},
-       {"ldb", g.ldb},
-       {"ldc", g.ldc},
-       {"stride_a", g.batch > 1 ? g.stride_a : 0},
-       {"stride_b", g.batch > 1 ? g.stride_b : 0},
-       {"stride_c", g.batch > 1 ? g.stride_c : 0},
-       {"align_a", gemm_alignment(g.a, g.batch, g.stride_a, g.a_type)},
-       {"align_b", gemm_alignment(g.b, g.batch, g.stride_b, g.b_type)},
-       {"align_c", gemm_alignment(g.c, g.batch, g.stride_c, g.c_type)},
-       {"accumulate", g.beta != 0 ? 1 : 0}}};
+  templates::Problem p{gemm_dtype(g), {}};
+  const auto values = gemm_key_values(g);
+  for (std::size_t i = 0; i < values.size(); ++i) p.dims[kGemmKeyNames[i]] = values[i];
   cache::Key k;
   k.family = kGemmFamily;
   k.source_hash = library;
@@ -196,24 +211,9 @@ GemmSelector::GemmSelector(GemmTrials& trials, DeviceLimits device, const cache:
 }
 
 const GemmAlgo& GemmSelector::choose(const GemmDesc& g) {
-  // What gemm_key names (its numbers and the dtype part): every GEMM call
-  // looks here first, so no key text is built once a GEMM has its algorithm.
-  const Signature signature = {gemm_dtype(g), {g.m,
-                               g.n,
-                               g.k,
-                               g.trans_a,
-                               g.trans_b,
-                               g.batch,
-                               g.lda,
-                               g.ldb,
-                               g.ldc,
-                               g.batch > 1 ? g.stride_a : 0,
-                               g.batch > 1 ? g.stride_b : 0,
-                               g.batch > 1 ? g.stride_c : 0,
-                               gemm_alignment(g.a, g.batch, g.stride_a, g.a_type),
-                               gemm_alignment(g.b, g.batch, g.stride_b, g.b_type),
-                               gemm_alignment(g.c, g.batch, g.stride_c, g.c_type),
-                               g.beta != 0}};
+  // What gemm_key names: every GEMM call looks here first, so no key text is
+  // built once a GEMM has its algorithm.
+  const Signature signature = {gemm_dtype(g), gemm_key_values(g)};
   if (const auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
   const cache::Key key = gemm_key(g, device_, library_);
   std::optional<GemmAlgo> algo = from_cache(g, key);
