@@ -54,10 +54,14 @@ Match Kernel::match() const {
 }
 
 void Kernel::launch(const std::vector<std::uint64_t>& buffers) const {
+  launch(buffers, state_->runtime->backend->native_stream());
+}
+
+void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const {
   auto& rt = *state_->runtime;
   const auto& k = state_->kernel;
   std::lock_guard lock(rt.mutex);
-  rt.backend->launch(*k.module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()));
+  rt.backend->launch(*k.module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()), stream);
 }
 
 Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {

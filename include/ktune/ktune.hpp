@@ -12,6 +12,7 @@
 //   ktune::Kernel k = rt.kernel("matmul.json", {"f32", {{"m", 4096}, {"n", 4096}, {"k", 4096}}});
 //   std::printf("%s: %s\n", k.config().c_str(), k.reason().c_str());
 //   k.launch({a, b, c});                                // device addresses, in the spec's buffer order
+//   k.launch({a, b, c}, reinterpret_cast<std::uint64_t>(my_stream));  // or on your CUstream / cudaStream_t
 //   rt.synchronize();
 //
 // Errors are thrown as std::runtime_error (ktune's own error type derives
@@ -59,6 +60,11 @@ class Kernel {
   /// spec's buffers; scalars come from the problem). Returns at once on a
   /// GPU; the emulation runs it before returning.
   void launch(const std::vector<std::uint64_t>& buffers) const;
+  /// The same on your own `stream` (a CUstream as an integer, created in the
+  /// device's primary context, as the CUDA runtime's streams are), ordered
+  /// with your work on it and not with the runtime's stream: synchronize it
+  /// before Runtime::download. The emulation runs the kernel at once.
+  void launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const;
 
  private:
   friend class Runtime;

@@ -117,12 +117,20 @@ class Backend {
   /// environment's default), so that loading them later is a cache hit.
   /// Failures are not reported here: load() reports them.
   virtual void precompile(const std::vector<templates::Rendered>& sources, unsigned threads) = 0;
-  /// Enqueues the launches of `plan` in order, after the fit check. Throws
+  /// Enqueues the launches of `plan` in order on `stream`, after the fit
+  /// check: a CUstream of this backend's context (the device's primary
+  /// context, which the CUDA runtime shares), as an integer; the emulation
+  /// runs every launch as it is enqueued, so any stream means "now". Throws
   /// Error(kCheckFailed) "does not fit: ..." when a launch cannot be resident,
-  /// Error(kCuda) when the driver refuses a launch, and (emulation, which
-  /// runs launches as they are enqueued) Error(kCheckFailed) "emulation: ..."
-  /// for a deadlock, an access outside the buffers, or a trap.
-  virtual void launch(const Module& module, const std::vector<templates::Launch>& plan) = 0;
+  /// Error(kCuda) when the driver refuses a launch, and (emulation)
+  /// Error(kCheckFailed) "emulation: ..." for a deadlock, an access outside
+  /// the buffers, or a trap.
+  virtual void launch(const Module& module, const std::vector<templates::Launch>& plan, std::uint64_t stream) = 0;
+  /// The same on the backend's own stream (native_stream()), where its
+  /// uploads, downloads, marks and synchronize() are ordered.
+  void launch(const Module& module, const std::vector<templates::Launch>& plan) {
+    launch(module, plan, native_stream());
+  }
   virtual void synchronize() = 0;
 
   /// A mark after everything enqueued so far (default: waits, then the host clock).

@@ -137,7 +137,8 @@ class CudaBackend final : public Backend {
     compiler_.compile_many(sources, device_.arch, threads);
   }
 
-  void launch(const Module& m, const std::vector<templates::Launch>& plan) override {
+  using Backend::launch;
+  void launch(const Module& m, const std::vector<templates::Launch>& plan, std::uint64_t stream) override {
     const auto* module = dynamic_cast<const CudaModule*>(&m);
     KTUNE_REQUIRE(module != nullptr, "the module was loaded by another backend");
     const FitResult fit = check_fit(m.kernel_names(), m.resources(), plan, device_);
@@ -149,7 +150,7 @@ class CudaBackend final : public Backend {
       auto args = l.args.pointers();
       KT_CHECK_CU(d.cuLaunchKernel(module->function(static_cast<std::size_t>(l.kernel), l.dynamic_smem), l.grid[0],
                                    l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.dynamic_smem,
-                                   stream_.get(), args.data(), nullptr));
+                                   reinterpret_cast<CUstream>(stream), args.data(), nullptr));
     }
   }
   void synchronize() override { stream_.synchronize(); }

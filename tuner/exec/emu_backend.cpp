@@ -129,7 +129,9 @@ class EmuBackend final : public Backend {
     for (auto& f : done) f.get();
   }
 
-  void launch(const Module& m, const std::vector<templates::Launch>& plan) override {
+  using Backend::launch;
+  // Launches run as they are enqueued: every stream is "now".
+  void launch(const Module& m, const std::vector<templates::Launch>& plan, std::uint64_t /*stream*/) override {
     const auto* module = dynamic_cast<const EmuModule*>(&m);
     KTUNE_REQUIRE(module != nullptr, "the module was loaded by another backend");
     const FitResult fit = check_fit(m.kernel_names(), m.resources(), plan, device_);
