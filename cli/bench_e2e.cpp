@@ -5,12 +5,14 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <limits>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "base/stamp.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
+#include "cli/options.hpp"
 #include "model/bench_e2e.hpp"
 
 namespace ktune::cli {
@@ -85,6 +87,11 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   cmd->add_option("--trials", o->e.trials, "Timed steps")->check(CLI::PositiveNumber)->capture_default_str();
   auto* fo = cmd->add_flag("--forward-only", o->forward_only, "Time the forward pass only");
   cmd->add_flag("--with-optimizer", o->with_optimizer, "Also time the AdamW step")->excludes(fo);
+  cmd->add_option("--clip-norm", o->e.clip_norm,
+                  "With --with-optimizer: clip the gradients by their global L2 norm to at most this in the step; "
+                  "0: no clipping, as the PyTorch peer")
+      ->check(finite_in(0, std::numeric_limits<double>::infinity(), false, true))
+      ->capture_default_str();
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file");
   cmd->add_option("--weights", o->e.weights, "Start from these safetensors weights (default: the seed-0 init)")

@@ -39,6 +39,11 @@ void add_train_command(CLI::App& app, Global& global) {
   cmd->add_option("--weight-decay", o->t.hyper.weight_decay, "AdamW decoupled weight decay")
       ->check(finite_in(0, kInf, false, true))
       ->capture_default_str();
+  cmd->add_option("--clip-norm", o->t.hyper.max_grad_norm,
+                  "Clip the gradients by their global L2 norm to at most this before each AdamW step; 0: no "
+                  "clipping")
+      ->check(finite_in(0, kInf, false, true))
+      ->capture_default_str();
   cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {

@@ -91,7 +91,8 @@ E2eResult bench_e2e(const E2eOptions& o) {
                              .precision = o.precision,
                              .cache = o.cache,
                              .threads = o.threads});
-  const templates::adamw::AdamwHyper hyper{};
+  templates::adamw::AdamwHyper hyper{};
+  hyper.max_grad_norm = o.clip_norm;
   if (!o.weights.empty()) {
     std::vector<float> params = model->parameters();
     load_parameters<float>(o.model, model->layout(), std::span<float>(params), read_safetensors(o.weights), o.weights);

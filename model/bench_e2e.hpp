@@ -37,6 +37,9 @@ struct E2eOptions {
   std::int64_t trials = 10;
   E2ePasses passes = E2ePasses::kForwardBackward;
   unsigned threads = 1;
+  /// The optimizer step's clip-by-norm threshold; 0 (off) by default, as the
+  /// PyTorch peer's optimizer step (bench/peers/torch_e2e.py) does not clip.
+  float clip_norm = 0.0f;
   std::string weights;     ///< safetensors to start from (empty: the seed-0 initialisation)
   std::string save_batch;  ///< when set: the starting weights and the batch (I32 `tokens`, `targets`,
                            ///< (batch, context)) written here as safetensors, for a peer to run the same step

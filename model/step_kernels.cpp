@@ -1,5 +1,7 @@
 #include "model/step_kernels.hpp"
 
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "model/parameters.hpp"
 
@@ -7,6 +9,13 @@ namespace ktune::model {
 
 templates::Problem attention_scores_problem(const templates::attention::AttentionShape& s, const std::string& dtype) {
   return {dtype, {{"rows", s.batch * s.heads * s.seq}, {"cols", s.seq}, {"causal", s.causal ? 1 : 0}}};
+}
+
+templates::Problem grad_norm_problem(const ModelConfig& config) {
+  const ParameterLayout params = parameter_layout(config);
+  std::int64_t largest = 0;
+  for (const auto& t : params.tensors) largest = std::max(largest, t.numel);
+  return {"f32", {{"tensors", static_cast<std::int64_t>(params.tensors.size())}, {"numel", largest}}};
 }
 
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
@@ -47,6 +56,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   add("rope_bwd", rope);
   add("rmsnorm_bwd", norm);
   add("embedding_bwd", embed);
+  out.push_back({&templates::find_family("grad_norm"), grad_norm_problem(config)});
   add("adamw", adam);
   return out;
 }

@@ -20,13 +20,19 @@ namespace ktune::model {
 /// Attention is flash attention (attention_fwd, attention_bwd) when
 /// `attention` keeps the log-sum-exp, else materialised: the softmax pair
 /// over attention_scores_problem (its GEMMs are not families). GEMMs are not
-/// listed. AdamW is tuned as `tensors` parameter tensors of equal size with
+/// listed. grad_norm (the step's clip-by-norm, over grad_norm_problem) is
+/// listed whether or not a run clips. AdamW is tuned as `tensors` parameter tensors of equal size with
 /// the model's total parameter count (rounded up), which is the fused
 /// kernel's work.
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
                                                AttentionSaved attention);
 /// The list compiled mode runs: attention as attention_saved(precision, compiled).
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision);
+
+/// The global gradient norm over the model's parameter tensors: dtype f32
+/// (gradients are fp32 in every precision), numel the largest tensor's, so
+/// that the family's workspace_bytes covers every tensor.
+templates::Problem grad_norm_problem(const ModelConfig& config);
 
 /// Materialised attention's softmax problem: the scores of every (batch,
 /// head) as stacked (S, S) blocks, causal when the shape is.

@@ -27,7 +27,9 @@ struct RunOptions {
 
 struct TrainOptions : RunOptions {
   std::int64_t steps = 100;
-  templates::adamw::AdamwHyper hyper{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1};
+  /// AdamW, after clipping the gradients by global L2 norm 1.0 (the CS336
+  /// training loop's gradient clipping; max_grad_norm 0 turns it off).
+  templates::adamw::AdamwHyper hyper{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1.0f};
   std::string save;                 ///< safetensors written after the last step (empty: none)
 };
 

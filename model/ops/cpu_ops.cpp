@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <span>
 #include <type_traits>
 
 #include "base/error.hpp"
@@ -12,6 +13,7 @@
 #include "templates/attention/reference.hpp"
 #include "templates/cross_entropy/reference.hpp"
 #include "templates/embedding/reference.hpp"
+#include "templates/grad_norm/reference.hpp"
 #include "templates/residual/reference.hpp"
 #include "templates/rmsnorm/reference.hpp"
 #include "templates/rope/reference.hpp"
@@ -217,11 +219,21 @@ double CpuOps<T>::mean(Ref values, std::int64_t n) {
 template <class T>
 void CpuOps<T>::adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) {
   if constexpr (std::is_same_v<T, float>) {
+    // Clip-by-norm first: the global norm of every gradient in fp64, and
+    // AdamW reads each gradient scaled by its clip factor.
+    float clip = 1.0f;
+    if (hyper.max_grad_norm > 0) {
+      std::vector<std::span<const float>> grads;
+      for (const auto& t : tensors) grads.emplace_back(at(t.grad), static_cast<std::size_t>(t.numel));
+      clip = static_cast<float>(templates::grad_norm::clip_factor(templates::grad_norm::global_norm(grads),
+                                                                  hyper.max_grad_norm));
+    }
     for (const auto& t : tensors) {
       float *p = at(t.param), *m = at(t.exp_avg), *v = at(t.exp_avg_sq);
       const float* g = at(t.grad);
       parallel_.for_range(t.numel, [&](std::int64_t b, std::int64_t e, unsigned) {
-        templates::adamw::adamw_step_reference(p + b, g + b, m + b, v + b, static_cast<std::size_t>(e - b), hyper);
+        templates::adamw::adamw_step_reference(p + b, g + b, m + b, v + b, static_cast<std::size_t>(e - b), hyper,
+                                               clip);
       });
     }
   } else {

@@ -16,6 +16,7 @@
 #include "templates/attention/attention.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
 #include "templates/embedding/embedding.hpp"
+#include "templates/grad_norm/grad_norm.hpp"
 #include "templates/render.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "templates/rope/rope.hpp"
@@ -468,8 +469,22 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
                     .exp_avg_sq = address(t.exp_avg_sq), .param_bf16 = 0, .numel = t.numel});
     largest = std::max(largest, t.numel);
   }
+  // Clip-by-norm: grad_norm writes (norm, clip factor) beside the constant
+  // one in the arena's tail, with no sync to the host. The fused AdamW reads
+  // the norm there as it reads each gradient; eager AdamW does not clip, so
+  // grad_norm scales the gradients in place first (its own launch).
+  tr::adamw::Clip clip;
+  if (hyper.max_grad_norm > 0) {
+    const bool in_place = options_.mode == Mode::kEager;
+    const std::uint64_t out = arena_->address() + one_offset_ + kValueBytes;
+    std::vector<tr::grad_norm::Tensor> grads;
+    for (const auto& t : list) grads.push_back({.grad = t.grad, .numel = t.numel});
+    run(tr::grad_norm::family(), grad_norm_problem(L_.config),
+        {.tensors = grads, .out = out, .max_norm = hyper.max_grad_norm, .clip = in_place});
+    if (!in_place) clip = {.norm = out, .max_norm = hyper.max_grad_norm};
+  }
   const std::uint64_t ws = scratch(static_cast<std::size_t>(largest) * kValueBytes);
-  launch(k, f.plan_tensors(k.chosen.config, false, list, ws, hyper, backend_.device()));
+  launch(k, f.plan_tensors(k.chosen.config, false, list, ws, hyper, backend_.device(), clip));
 }
 
 }  // namespace ktune::model

@@ -15,6 +15,11 @@ struct AdamwHyper {
   float eps = 1e-8f;
   float weight_decay = 0.01f;
   std::int64_t step = 1;
+  /// The model's step clips every gradient by their global L2 norm before
+  /// AdamW reads it (torch.nn.utils.clip_grad_norm_ with this max_norm);
+  /// <= 0 does not clip. The AdamW families take the clip through their
+  /// Args::clip, and adamw_step_reference through grad_scale, not from here.
+  float max_grad_norm = 0.0f;
 };
 
 /// Updates `n` elements in place:

@@ -59,4 +59,33 @@ bool row_layout_valid(const Config& c, const Problem& p, const DeviceLimits& d, 
   return true;
 }
 
+Launch row_kernel_launch(const std::string& family, const Config& c, const Problem& p, const RowShape& shape,
+                         const std::vector<RowBuffer>& buffers, const char* accesses) {
+  Launch l = row_launch(c, p);
+  for (const RowBuffer& b : buffers) {
+    require_aligned(family, b.name, b.address, b.align, accesses);
+    l.args.add(b.address);
+  }
+  l.args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(p.dim(shape.columns)));
+  return l;
+}
+
+std::int64_t held_items(const Config& c, const Problem& p, const char* columns) {
+  return ceil_div(p.dim(columns), c.at("row_threads") * c.at("vec"));
+}
+
+bool held_row_valid(const Config& c, const Problem& p, const RowShape& shape, std::int64_t max_elements,
+                    std::string* why) {
+  const std::int64_t vec = c.at("vec"), columns = p.dim(shape.columns);
+  if (columns % vec != 0)
+    return reject(why, fmt::format("{} {} is not a multiple of vec {}: vector accesses would straddle rows",
+                                   shape.columns, columns, vec));
+  const std::int64_t held = vec * held_items(c, p, shape.columns);
+  if (held > max_elements)
+    return reject(why, fmt::format("each thread would hold {} elements of its row in registers (at most {}): raise "
+                                   "row_threads or vec",
+                                   held, max_elements));
+  return true;
+}
+
 }  // namespace ktune::templates

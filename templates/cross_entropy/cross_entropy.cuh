@@ -8,9 +8,8 @@
 //   cross_entropy_bwd  dlogits = scale * (softmax - onehot(target)) per row,
 //                      from the forward's lse; dlogits may be logits
 //
-// Layout (both kernels): ROW_THREADS consecutive threads share one row; a
-// block of THREADS threads holds THREADS / ROW_THREADS rows ("slots"). A row
-// of 10,000 logits is far more than registers hold, so threads stream it: in
+// Layout (both kernels): the row layout of common/rows.cuh. A row of 10,000
+// logits is far more than registers hold, so threads stream it: in
 // each step thread t of a row takes UNROLL vectors of VEC elements, vectors
 // u * ROW_THREADS + t of the step (coalesced across the row's threads), and
 // issues the step's loads before its exponentials. Vectors start at
@@ -24,7 +23,7 @@
 // dlogits, so a bad batch shows in the mean loss and in the gradients instead
 // of training on a wrong one. No memory outside the row's logits is read.
 #pragma once
-#include "common/kt.cuh"
+#include "common/rows.cuh"
 
 namespace cross_entropy {
 
@@ -53,21 +52,34 @@ KT_DEVICE int head_elements(const T* row, int vocab) {
   return head < vocab ? head : vocab;
 }
 
-/// Column of edge element `i` (i < head + tail): the head's, then the tail's.
-KT_DEVICE int edge_column(int i, int head, int body_end) { return i < head ? i : body_end + (i - head); }
+/// A row split into its VEC-aligned vectors and the elements around them.
+struct RowSplit {
+  int head;      // elements before the first VEC-aligned address
+  int vectors;   // whole vectors from there
+  int body_end;  // the column after the last whole vector
+  int edges;     // head and tail elements together, taken one at a time
+
+  /// Column of edge element `i` (i < edges): the head's, then the tail's.
+  KT_DEVICE int edge_column(int i) const { return i < head ? i : body_end + (i - head); }
+};
+template <int VEC, class T>
+KT_DEVICE RowSplit split_row(const T* row, int vocab) {
+  const int head = head_elements<VEC>(row, vocab);
+  const int vectors = (vocab - head) / VEC;
+  const int body_end = head + vectors * VEC;
+  return {head, vectors, body_end, head + (vocab - body_end)};
+}
 
 /// This thread's part of the logsumexp of `row` (vocab,): one pass, and per
 /// step of UNROLL vectors one rescale of the running sum.
 template <int ROW_THREADS, int VEC, int UNROLL, class T>
 KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
   MaxSum acc = {negative_infinity(), 0.0f};
-  const int head = head_elements<VEC>(row, vocab);
-  const int vectors = (vocab - head) / VEC;
-  const int body_end = head + vectors * VEC;
-  for (int i = t; i < head + (vocab - body_end); i += ROW_THREADS)
-    absorb(acc, kt::to_float(row[edge_column(i, head, body_end)]));
+  const RowSplit split = split_row<VEC>(row, vocab);
+  const int vectors = split.vectors;
+  for (int i = t; i < split.edges; i += ROW_THREADS) absorb(acc, kt::to_float(row[split.edge_column(i)]));
 
-  const kt::Vec<T, VEC>* body = reinterpret_cast<const kt::Vec<T, VEC>*>(row + head);
+  const kt::Vec<T, VEC>* body = reinterpret_cast<const kt::Vec<T, VEC>*>(row + split.head);
   for (int step = 0; step < vectors; step += ROW_THREADS * UNROLL) {
     kt::Vec<T, VEC> x[UNROLL];
     float step_max = negative_infinity();
@@ -98,12 +110,8 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
 
 template <int THREADS, int ROW_THREADS, int VEC, int UNROLL, class T>
 KT_DEVICE void check_layout() {
-  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
-  static_assert(ROW_THREADS >= 1 && (ROW_THREADS & (ROW_THREADS - 1)) == 0,
-                "threads per row are a power of two, so shuffle groups align with warps");
-  static_assert(THREADS % ROW_THREADS == 0, "a block holds whole rows");
+  kt::check_row_layout<THREADS, ROW_THREADS, VEC, T>();
   static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "vector width is 1, 2, 4 or 8 elements");
-  static_assert(sizeof(T) * VEC <= 16, "a vector access is at most 16 bytes");
   static_assert(UNROLL >= 1 && UNROLL <= 4,
                 "a thread takes 1 to 4 vectors per step, the range checked to fit in registers");
 }
@@ -122,22 +130,20 @@ __global__ void __launch_bounds__(THREADS)
                       float* lse,          // (rows,) logsumexp, for the backward
                       long long rows, int vocab) {
   check_layout<THREADS, ROW_THREADS, VEC, UNROLL, T>();
-  constexpr int ROWS = THREADS / ROW_THREADS;
   __shared__ MaxSum warp_parts[THREADS / 32];
-  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
-  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
-  const bool active = row < rows;  // false in the last block's spare slots, which still join the merge
-  const T* x = logits + (active ? row : 0) * vocab;
+  // An inactive slot (the last block's spare) still joins the merge, with nothing.
+  const kt::RowSlot s = kt::row_slot<THREADS, ROW_THREADS>(rows);
+  const T* x = logits + (s.active ? s.row : 0) * vocab;
 
   MaxSum acc = {negative_infinity(), 0.0f};
-  if (active) acc = row_part<ROW_THREADS, VEC, UNROLL>(x, vocab, t);
+  if (s.active) acc = row_part<ROW_THREADS, VEC, UNROLL>(x, vocab, s.t);
   acc = kt::row_reduce<THREADS, ROW_THREADS>(acc, warp_parts, kt::MaxSumExpOp{});
-  if (!active || t != 0) return;
-  const int target = targets[row];
+  if (!s.active || s.t != 0) return;
+  const int target = targets[s.row];
   const float log_sum = logf(acc.sum);
-  lse[row] = acc.max + log_sum;
+  lse[s.row] = acc.max + log_sum;
   // max - x[target] first: the two large terms cancel exactly, then the small log.
-  losses[row] = target >= 0 && target < vocab ? (acc.max - kt::to_float(x[target])) + log_sum : quiet_nan();
+  losses[s.row] = target >= 0 && target < vocab ? (acc.max - kt::to_float(x[target])) + log_sum : quiet_nan();
 }
 
 /// dlogits for columns of one row: scale * exp(x - lse), and at the target
@@ -149,11 +155,10 @@ KT_DEVICE void row_gradient(const T* x, T* d, int vocab, int target, float row_l
     const float z = logit - row_lse;
     return kt::from_float<T>(column == target ? scale * expm1f(z) : scale * expf(z));
   };
-  const int head = head_elements<V>(x, vocab);
-  const int vectors = (vocab - head) / V;
-  const int body_end = head + vectors * V;
-  for (int i = t; i < head + (vocab - body_end); i += ROW_THREADS) {
-    const int c = edge_column(i, head, body_end);
+  const RowSplit split = split_row<V>(x, vocab);
+  const int head = split.head, vectors = split.vectors;
+  for (int i = t; i < split.edges; i += ROW_THREADS) {
+    const int c = split.edge_column(i);
     d[c] = gradient(kt::to_float(x[c]), c);
   }
   const kt::Vec<T, V>* in = reinterpret_cast<const kt::Vec<T, V>*>(x + head);
@@ -188,24 +193,22 @@ __global__ void __launch_bounds__(THREADS)
     cross_entropy_bwd(const T* logits,    // (rows, vocab)
                       const int* targets,  // (rows,)
                       const float* lse,    // (rows,) from cross_entropy_fwd
-                      float scale,         // d total loss / d row loss (1 / rows for the mean)
                       T* dlogits,          // (rows, vocab), may be logits
-                      long long rows, int vocab) {
+                      long long rows, int vocab,
+                      float scale) {       // d total loss / d row loss (1 / rows for the mean)
   check_layout<THREADS, ROW_THREADS, VEC, UNROLL, T>();
-  constexpr int ROWS = THREADS / ROW_THREADS;
-  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
-  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
-  if (row >= rows) return;  // no barriers below
-  const int target = targets[row];
+  const kt::RowSlot s = kt::row_slot<THREADS, ROW_THREADS>(rows);
+  if (!s.active) return;  // no barriers below
+  const int target = targets[s.row];
   // An out-of-range target matches no column, and a NaN lse makes the row NaN.
-  const float row_lse = target >= 0 && target < vocab ? lse[row] : quiet_nan();
-  const T* x = logits + row * vocab;
-  T* d = dlogits + row * vocab;
+  const float row_lse = target >= 0 && target < vocab ? lse[s.row] : quiet_nan();
+  const T* x = logits + s.row * vocab;
+  T* d = dlogits + s.row * vocab;
   const auto apart = reinterpret_cast<unsigned long long>(dlogits) - reinterpret_cast<unsigned long long>(logits);
   if (apart % (sizeof(T) * VEC) == 0)
-    row_gradient<ROW_THREADS, VEC, UNROLL>(x, d, vocab, target, row_lse, scale, t);
+    row_gradient<ROW_THREADS, VEC, UNROLL>(x, d, vocab, target, row_lse, scale, s.t);
   else
-    row_gradient<ROW_THREADS, 1, UNROLL>(x, d, vocab, target, row_lse, scale, t);
+    row_gradient<ROW_THREADS, 1, UNROLL>(x, d, vocab, target, row_lse, scale, s.t);
 }
 
 }  // namespace cross_entropy

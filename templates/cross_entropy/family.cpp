@@ -172,15 +172,13 @@ class Forward final : public CrossEntropyFamily<ForwardArgs> {
   std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
                            const DeviceLimits&) const override {
     check_problem(p);
-    require_aligned(name(), "logits", a.logits, activation_bytes(p), kElements);
-    require_aligned(name(), "targets", a.targets, 4, kElements);
-    require_aligned(name(), "losses", a.losses, 4, kElements);
-    require_aligned(name(), "lse", a.lse, 4, kElements);
-    Launch l = row_launch(c, p);
-    l.args.add(a.logits).add(a.targets).add(a.losses).add(a.lse);
-    l.args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(p.dim("vocab")));
     std::vector<Launch> launches;
-    launches.push_back(std::move(l));
+    launches.push_back(row_kernel_launch(name(), c, p, shape(),
+                                         {{"logits", a.logits, activation_bytes(p)},
+                                          {"targets", a.targets, 4},
+                                          {"losses", a.losses, 4},
+                                          {"lse", a.lse, 4}},
+                                         kElements));
     return launches;
   }
 
@@ -232,15 +230,14 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
   std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
                            const DeviceLimits&) const override {
     check_problem(p);
-    require_aligned(name(), "logits", a.logits, activation_bytes(p), kElements);
-    require_aligned(name(), "targets", a.targets, 4, kElements);
-    require_aligned(name(), "lse", a.lse, 4, kElements);
-    require_aligned(name(), "dlogits", a.dlogits, activation_bytes(p), kElements);
-    Launch l = row_launch(c, p);
-    l.args.add(a.logits).add(a.targets).add(a.lse).add(mean_scale(p)).add(a.dlogits);
-    l.args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(p.dim("vocab")));
     std::vector<Launch> launches;
-    launches.push_back(std::move(l));
+    launches.push_back(row_kernel_launch(name(), c, p, shape(),
+                                         {{"logits", a.logits, activation_bytes(p)},
+                                          {"targets", a.targets, 4},
+                                          {"lse", a.lse, 4},
+                                          {"dlogits", a.dlogits, activation_bytes(p)}},
+                                         kElements));
+    launches.back().args.add(mean_scale(p));
     return launches;
   }
 

@@ -12,6 +12,13 @@ double global_norm(const std::vector<std::vector<double>>& grads) {
   return std::sqrt(sum);
 }
 
+double global_norm(const std::vector<std::span<const float>>& grads) {
+  double sum = 0.0;
+  for (const auto& g : grads)
+    for (float x : g) sum += static_cast<double>(x) * static_cast<double>(x);
+  return std::sqrt(sum);
+}
+
 double clip_factor(double norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0;
   const double f = max_norm / (norm + 1e-6);

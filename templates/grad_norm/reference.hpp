@@ -5,12 +5,16 @@
 //   clip:  g *= factor                          (torch.nn.utils.clip_grad_norm_)
 #pragma once
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace ktune::templates::grad_norm {
 
 /// The norm of all `grads` (each a tensor's values), summed in fp64.
 double global_norm(const std::vector<std::vector<double>>& grads);
+/// The same for fp32 tensors (the model's gradients), summed in fp64 in
+/// tensor and index order.
+double global_norm(const std::vector<std::span<const float>>& grads);
 /// The clip factor for `norm` and `max_norm`.
 double clip_factor(double norm, double max_norm);
 /// Scales every gradient by clip_factor(global_norm(grads), max_norm); returns the norm.

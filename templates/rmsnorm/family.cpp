@@ -25,9 +25,7 @@ constexpr std::int64_t kBaseRegisters = 24;  // rmsnorm_bwd's registers besides 
 constexpr const char* kVectorAccesses = "the config's vector accesses";
 
 /// Vectors of its row each thread holds: the template's ITEMS.
-std::int64_t items(const Config& c, const Problem& p) {
-  return ceil_div(p.dim("dim"), c.at("row_threads") * c.at("vec"));
-}
+std::int64_t items(const Config& c, const Problem& p) { return held_items(c, p, "dim"); }
 
 /// `rows` rows of `dim` activations: uniform in [-2, 2) times a per-row scale
 /// drawn log-uniformly from [1e-3, 1], so that eps shows in the small rows
@@ -95,18 +93,7 @@ class NormFamily : public RowFamily<ArgsT> {
   }
 
   Config default_config(const Problem& p) const override {
-    // The widest vector that divides the row, then the fewest threads per row
-    // that keep each thread's share of the row small; at least 256 threads per block.
-    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
-    for (std::int64_t limit : {kDefaultElementsPerThread, std::int64_t{kMaxElementsPerThread}})
-      for (std::int64_t vec : {8, 4, 2, 1})
-        for (std::int64_t row_threads : this->space().param("row_threads").values) {
-          Config c = default_more(Config({{"threads", std::max<std::int64_t>(256, row_threads)},
-                                          {"row_threads", row_threads}, {"vec", vec}}),
-                                  p);
-          if (vec * items(c, p) <= limit && this->is_valid(c, p, any, nullptr)) return c;
-        }
-    throw_error(ErrorKind::kInternal, this->name() + ": no valid config for " + p.key());
+    return this->held_default(p, kDefaultElementsPerThread, kMaxElementsPerThread);
   }
 
  protected:
@@ -125,19 +112,8 @@ class NormFamily : public RowFamily<ArgsT> {
             "bf16 activations; fp32 weight, rstd and math"};
   }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits&, std::string* why) const override {
-    const std::int64_t vec = c.at("vec"), dim = p.dim("dim");
-    if (dim % vec != 0)
-      return reject(why, fmt::format("dim {} is not a multiple of vec {}: vector accesses would straddle rows", dim,
-                                     vec));
-    const std::int64_t held = vec * items(c, p);
-    if (held > kMaxElementsPerThread)
-      return reject(why, fmt::format("each thread would hold {} elements of its row in registers (at most {}): raise "
-                                     "row_threads or vec",
-                                     held, kMaxElementsPerThread));
-    return true;
+    return held_row_valid(c, p, shape(), kMaxElementsPerThread, why);
   }
-  /// The default of the parameters a family adds.
-  virtual Config default_more(Config c, const Problem&) const { return c; }
 
   /// The kernel's template arguments: THREADS, ROW_THREADS, VEC, ITEMS, T.
   static std::string template_args(const Config& c, const Problem& p) {

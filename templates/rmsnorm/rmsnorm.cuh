@@ -11,24 +11,18 @@
 // order, then the partials in block order), so results are bitwise repeatable
 // for a given config: no float atomics.
 //
-// Layout: ROW_THREADS consecutive threads share one row; a block of THREADS
-// threads holds THREADS / ROW_THREADS rows ("slots"). Thread t of a row owns
-// the vectors of VEC elements starting at columns (i * ROW_THREADS + t) * VEC,
-// i < ITEMS, and keeps them in registers, so each row is read from memory
-// once. The host sets ITEMS = ceil(dim / (ROW_THREADS * VEC)) and requires
+// Layout: the row layout of common/rows.cuh, rows held in registers: thread
+// t of a row owns the vectors of VEC elements starting at columns (i *
+// ROW_THREADS + t) * VEC, i < ITEMS, so each row is read from memory once. The host sets ITEMS = ceil(dim / (ROW_THREADS * VEC)) and requires
 // dim % VEC == 0 and VEC-aligned buffers.
 #pragma once
-#include "common/kt.cuh"
+#include "common/rows.cuh"
 
 namespace rmsnorm {
 
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
 KT_DEVICE void check_layout() {
-  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
-  static_assert(ROW_THREADS >= 1 && (ROW_THREADS & (ROW_THREADS - 1)) == 0,
-                "threads per row are a power of two, so shuffle groups align with warps");
-  static_assert(THREADS % ROW_THREADS == 0, "a block holds whole rows");
-  static_assert(sizeof(T) * VEC <= 16, "a vector access is at most 16 bytes");
+  kt::check_row_layout<THREADS, ROW_THREADS, VEC, T>();
   static_assert(ITEMS >= 1, "each thread owns at least one vector of its row");
 }
 
@@ -37,11 +31,11 @@ template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool RESIDUAL, class
 KT_DEVICE void forward_rows(const T* x, const T* r, const float* w, T* h, T* y, float* rstd, long long rows, int dim,
                             float eps) {
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
-  constexpr int ROWS = THREADS / ROW_THREADS;
   __shared__ float warp_sums[THREADS / 32];
-  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
-  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
-  const bool active = row < rows;  // false in the last block's spare slots, which still join the barriers
+  const kt::RowSlot slot = kt::row_slot<THREADS, ROW_THREADS>(rows);
+  const int t = slot.t;
+  const long long row = slot.row;
+  const bool active = slot.active;  // false in the last block's spare slots, which still join the barriers
   const T* xr = x + (active ? row : 0) * dim;
 
   kt::Vec<T, VEC> xv[ITEMS];

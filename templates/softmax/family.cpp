@@ -19,10 +19,6 @@ constexpr std::int64_t kDefaultElementsPerThread = 16;  // defaults stay well cl
 constexpr std::int64_t kBaseRegisters = 24;             // registers besides the row share (indices, addresses)
 constexpr const char* kVectorAccesses = "the config's vector accesses";
 
-/// Vectors of its row each thread holds: the template's ITEMS.
-std::int64_t items(const Config& c, const Problem& p) {
-  return ceil_div(p.dim("cols"), c.at("row_threads") * c.at("vec"));
-}
 bool is_causal(const Problem& p) { return p.dim("causal") == 1; }
 
 /// Elements the kernels read: every column, or with the causal mask the
@@ -72,16 +68,7 @@ class SoftmaxFamily : public RowFamily<ArgsT> {
   }
 
   Config default_config(const Problem& p) const override {
-    // The widest vector that divides the row, then the fewest threads per row
-    // that keep each thread's share of the row small; at least 256 threads per block.
-    const DeviceLimits any = DeviceLimits::for_arch("sm_80");
-    for (std::int64_t limit : {kDefaultElementsPerThread, std::int64_t{kMaxElementsPerThread}})
-      for (std::int64_t vec : {8, 4, 2, 1})
-        for (std::int64_t row_threads : space_.param("row_threads").values) {
-          Config c({{"threads", std::max<std::int64_t>(256, row_threads)}, {"row_threads", row_threads}, {"vec", vec}});
-          if (vec * items(c, p) <= limit && this->is_valid(c, p, any, nullptr)) return c;
-        }
-    throw_error(ErrorKind::kInternal, this->name() + ": no valid config for " + p.key());
+    return this->held_default(p, kDefaultElementsPerThread, kMaxElementsPerThread);
   }
 
  protected:
@@ -93,15 +80,8 @@ class SoftmaxFamily : public RowFamily<ArgsT> {
             "bf16 scores and probabilities; fp32 math"};
   }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
-    const std::int64_t vec = c.at("vec"), cols = p.dim("cols");
-    if (cols % vec != 0)
-      return reject(why, fmt::format("cols {} is not a multiple of vec {}: vector accesses would straddle rows", cols,
-                                     vec));
-    const std::int64_t held = vec * items(c, p);
-    if (held > kMaxElementsPerThread)
-      return reject(why, fmt::format("each thread would hold {} elements of its row in registers (at most {}): raise "
-                                     "row_threads or vec",
-                                     held, kMaxElementsPerThread));
+    if (!held_row_valid(c, p, shape(), kMaxElementsPerThread, why)) return false;
+    const std::int64_t held = c.at("vec") * items(c, p);
     // Each thread keeps its share of the row as fp32 (the backward: y and dy)
     // beside ~24 registers of indices and addresses, and about one more per
     // vector of each array (its column and mask): fitted to ptxas, where f32
@@ -117,23 +97,23 @@ class SoftmaxFamily : public RowFamily<ArgsT> {
   }
   /// fp32 arrays of its row share each thread holds.
   virtual std::int64_t arrays() const = 0;
+  /// Vectors of its row each thread holds: the template's ITEMS.
+  std::int64_t items(const Config& c, const Problem& p) const { return held_items(c, p, "cols"); }
 
   /// The kernel's name expression: THREADS, ROW_THREADS, VEC, ITEMS, CAUSAL, T.
   std::string kernel(const char* function, const Config& c, const Problem& p) const {
     return fmt::format("softmax::{}<{}, {}, {}, {}, {}, {}>", function, c.at("threads"), c.at("row_threads"),
                        c.at("vec"), items(c, p), is_causal(p) ? "true" : "false", activation_type(p));
   }
-  /// The launch over the rows, with the kernel's pointers (checked for the
-  /// config's vector alignment), rows, cols and scale.
+  /// The launch over the rows: the kernel's buffers (each accessed in the
+  /// config's vectors, so aligned to one), rows, cols and the scale.
   Launch launch(const Config& c, const Problem& p, std::initializer_list<std::pair<const char*, std::uint64_t>> buffers,
                 float scale) const {
     this->check_problem(p);
-    Launch l = row_launch(c, p);
-    for (const auto& [name, address] : buffers) {
-      require_aligned(this->name(), name, address, c.at("vec") * activation_bytes(p), kVectorAccesses);
-      l.args.add(address);
-    }
-    l.args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(p.dim("cols"))).add(scale);
+    std::vector<RowBuffer> checked;
+    for (const auto& [name, address] : buffers) checked.push_back({name, address, c.at("vec") * activation_bytes(p)});
+    Launch l = row_kernel_launch(this->name(), c, p, shape(), checked, kVectorAccesses);
+    l.args.add(scale);
     return l;
   }
 

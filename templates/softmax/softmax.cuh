@@ -9,13 +9,12 @@
 // Both kernels read each element once, keep it in registers, and write it
 // from the same thread: y may be x, and dx may be dy (in place).
 //
-// Layout: ROW_THREADS consecutive threads share one row; a block of THREADS
-// threads holds THREADS / ROW_THREADS rows ("slots"). Thread t of a row owns
-// the vectors of VEC elements starting at columns (i * ROW_THREADS + t) * VEC,
-// i < ITEMS. The host sets ITEMS = ceil(cols / (ROW_THREADS * VEC)) and
-// requires cols % VEC == 0 and VEC-aligned buffers.
+// Layout: the row layout of common/rows.cuh, rows held in registers: thread t
+// of a row owns the vectors of VEC elements starting at columns (i *
+// ROW_THREADS + t) * VEC, i < ITEMS. The host sets ITEMS = ceil(cols /
+// (ROW_THREADS * VEC)) and requires cols % VEC == 0 and VEC-aligned buffers.
 #pragma once
-#include "common/kt.cuh"
+#include "common/rows.cuh"
 
 namespace softmax {
 
@@ -23,18 +22,24 @@ using kt::negative_infinity;
 
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
 KT_DEVICE void check_layout() {
-  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
-  static_assert(ROW_THREADS >= 1 && (ROW_THREADS & (ROW_THREADS - 1)) == 0,
-                "threads per row are a power of two, so shuffle groups align with warps");
-  static_assert(THREADS % ROW_THREADS == 0, "a block holds whole rows");
-  static_assert(sizeof(T) * VEC <= 16, "a vector access is at most 16 bytes");
+  kt::check_row_layout<THREADS, ROW_THREADS, VEC, T>();
   static_assert(ITEMS >= 1, "each thread owns at least one vector of its row");
 }
 
-/// Columns row `row` sees: all `cols`, or with CAUSAL its query index + 1.
-template <bool CAUSAL>
-KT_DEVICE int visible_columns(long long row, int cols) {
-  return CAUSAL ? static_cast<int>(row % cols) + 1 : cols;
+/// This thread's row: its slot, the offset of its first element, and the
+/// columns it sees (all `cols`, or with CAUSAL its query index + 1). An
+/// inactive slot (the last block's spare) sees none, reads nothing, and
+/// still joins the reductions.
+struct Row {
+  kt::RowSlot slot;
+  long long offset;
+  int visible;
+};
+template <int THREADS, int ROW_THREADS, bool CAUSAL>
+KT_DEVICE Row this_row(long long rows, int cols) {
+  const kt::RowSlot s = kt::row_slot<THREADS, ROW_THREADS>(rows);
+  const int visible = !s.active ? 0 : CAUSAL ? static_cast<int>(s.row % cols) + 1 : cols;
+  return {s, (s.active ? s.row : 0) * cols, visible};
 }
 
 /// Grid: ceil(rows / (THREADS / ROW_THREADS)) blocks; block b takes rows
@@ -50,31 +55,17 @@ __global__ void __launch_bounds__(THREADS)
                 T* y,        // (rows, cols), may be x
                 long long rows, int cols, float scale) {
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
-  constexpr int ROWS = THREADS / ROW_THREADS;
   __shared__ float warp_partials[THREADS / 32];
-  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
-  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
-  const bool active = row < rows;  // false in the last block's spare slots, which still join the reductions
-  const int visible = active ? visible_columns<CAUSAL>(row, cols) : 0;
-  const long long offset = (active ? row : 0) * cols;
+  const auto [s, offset, visible] = this_row<THREADS, ROW_THREADS, CAUSAL>(rows, cols);
 
   float z[ITEMS][VEC];  // scale * x, then exp(scale * x - max), 0 where masked
+  kt::load_held<ROW_THREADS, VEC, ITEMS>(x + offset, visible, s.t, negative_infinity(),
+                                         [&](float v) { return scale * v; }, z);
   float max = negative_infinity();
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int c = (i * ROW_THREADS + t) * VEC;
-    if (c < visible) {
-      const kt::Vec<T, VEC> v = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + offset + c);
+  for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        z[i][k] = c + k < visible ? scale * kt::to_float(v.v[k]) : negative_infinity();
-        max = z[i][k] > max ? z[i][k] : max;
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) z[i][k] = negative_infinity();
-    }
-  }
+    for (int k = 0; k < VEC; ++k) max = z[i][k] > max ? z[i][k] : max;
   max = kt::row_reduce<THREADS, ROW_THREADS>(max, warp_partials, kt::MaxOp{});
   float sum = 0.0f;
 #pragma unroll
@@ -82,22 +73,13 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       // A masked column's exp is never taken: an inactive slot's max is -inf.
-      z[i][k] = (i * ROW_THREADS + t) * VEC + k < visible ? expf(z[i][k] - max) : 0.0f;
+      z[i][k] = kt::held_column<ROW_THREADS, VEC>(i, s.t) + k < visible ? expf(z[i][k] - max) : 0.0f;
       sum += z[i][k];
     }
   sum = kt::row_reduce<THREADS, ROW_THREADS>(sum, warp_partials, kt::SumOp{});
-  if (!active) return;
+  if (!s.active) return;
   const float inv = 1.0f / sum;
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int c = (i * ROW_THREADS + t) * VEC;
-    if (c < cols) {
-      kt::Vec<T, VEC> out;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) out.v[k] = kt::from_float<T>(z[i][k] * inv);
-      *reinterpret_cast<kt::Vec<T, VEC>*>(y + offset + c) = out;
-    }
-  }
+  kt::store_held<ROW_THREADS, VEC, ITEMS>(y + offset, cols, s.t, [&](int i, int k) { return z[i][k] * inv; });
 }
 
 /// Grid: as softmax_fwd's.
@@ -108,46 +90,22 @@ __global__ void __launch_bounds__(THREADS)
                 T* dx,        // (rows, cols), may be dy
                 long long rows, int cols, float scale) {
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
-  constexpr int ROWS = THREADS / ROW_THREADS;
   __shared__ float warp_partials[THREADS / 32];
-  const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
-  const long long row = static_cast<long long>(blockIdx.x) * ROWS + threadIdx.x / ROW_THREADS;
-  const bool active = row < rows;
-  const int visible = active ? visible_columns<CAUSAL>(row, cols) : 0;
-  const long long offset = (active ? row : 0) * cols;
+  const auto [s, offset, visible] = this_row<THREADS, ROW_THREADS, CAUSAL>(rows, cols);
 
   float yv[ITEMS][VEC], gv[ITEMS][VEC];  // y and dy, 0 where masked
-  float dot = 0.0f;                     // this thread's part of sum(dy * y)
+  const auto as_is = [](float v) { return v; };
+  kt::load_held<ROW_THREADS, VEC, ITEMS>(y + offset, visible, s.t, 0.0f, as_is, yv);
+  kt::load_held<ROW_THREADS, VEC, ITEMS>(dy + offset, visible, s.t, 0.0f, as_is, gv);
+  float dot = 0.0f;  // this thread's part of sum(dy * y)
 #pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int c = (i * ROW_THREADS + t) * VEC;
-    if (c < visible) {
-      const kt::Vec<T, VEC> a = *reinterpret_cast<const kt::Vec<T, VEC>*>(y + offset + c);
-      const kt::Vec<T, VEC> g = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + offset + c);
+  for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const bool seen = c + k < visible;
-        yv[i][k] = seen ? kt::to_float(a.v[k]) : 0.0f;
-        gv[i][k] = seen ? kt::to_float(g.v[k]) : 0.0f;
-        dot += yv[i][k] * gv[i][k];
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) yv[i][k] = gv[i][k] = 0.0f;
-    }
-  }
+    for (int k = 0; k < VEC; ++k) dot += yv[i][k] * gv[i][k];
   dot = kt::row_reduce<THREADS, ROW_THREADS>(dot, warp_partials, kt::SumOp{});
-  if (!active) return;
-#pragma unroll
-  for (int i = 0; i < ITEMS; ++i) {
-    const int c = (i * ROW_THREADS + t) * VEC;
-    if (c < cols) {
-      kt::Vec<T, VEC> out;
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) out.v[k] = kt::from_float<T>(scale * yv[i][k] * (gv[i][k] - dot));
-      *reinterpret_cast<kt::Vec<T, VEC>*>(dx + offset + c) = out;
-    }
-  }
+  if (!s.active) return;
+  kt::store_held<ROW_THREADS, VEC, ITEMS>(dx + offset, cols, s.t,
+                                          [&](int i, int k) { return scale * yv[i][k] * (gv[i][k] - dot); });
 }
 
 }  // namespace softmax

@@ -24,13 +24,14 @@ TEST_CASE("emu backend: three training steps of the tiny model follow the cpu ba
   REQUIRE(emu.size() == cpu.size());
   for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(emu[i].loss == Approx(cpu[i].loss).epsilon(1e-5));
   CHECK(cpu.back().loss < cpu.front().loss);
-  CHECK_THAT(summary, Catch::StartsWith("compiled mode, f32, 13 kernels: 0 exact, 0 nearest, 13 default"));
+  CHECK_THAT(summary, Catch::StartsWith("compiled mode, f32, 14 kernels: 0 exact, 0 nearest, 14 default"));
   // Each step's launches, counted: the same every step; none on the cpu.
   CHECK_FALSE(cpu.front().launches);
   REQUIRE(emu.front().launches);
   CHECK(emu.front().launches->kernels > 0);
   CHECK(emu.front().launches->gemms > 0);
   CHECK(emu.front().launches->by_family.at("adamw") == emu.back().launches->by_family.at("adamw"));
+  CHECK(emu.front().launches->by_family.count("grad_norm"));  // training clips by default
   for (const auto& r : emu) CHECK(r.launches->total() == emu.front().launches->total());
 }
 
