@@ -21,13 +21,21 @@
 // dS are rounded to T (tf32) as they enter the matrix units; every
 // accumulator, P, dP, dS and D are fp32.
 //
-// Shared memory (dynamic): tiles of HEAD_DIM-wide rows in padded layout
-// (TileLayout 0: conflict-free ldmatrix). attention_bwd_dkdv: the K and V
-// tiles (BLOCK_N rows each), STAGES x (Q, dO) tiles of BLOCK_M rows and,
-// with DQ_ATOMIC, dS^T (BLOCK_N x BLOCK_M, padded); attention_bwd_dq: the Q
-// and dO tiles (BLOCK_N rows) and STAGES x (K, V) tiles of BLOCK_M rows.
+// Shared memory (dynamic): tiles laid out by TileLayout<., LAYOUT> (0
+// padded rows, 1 XOR-swizzled chunks; attention_common.cuh), HEAD_DIM-wide
+// rows but for dS^T. attention_bwd_dkdv: the K and V tiles (BLOCK_N rows
+// each), STAGES x (Q, dO) tiles of BLOCK_M rows and, with DQ_ATOMIC, dS^T
+// (BLOCK_N rows of BLOCK_M; in V's tile when V stays in registers, below,
+// and BLOCK_M <= HEAD_DIM); attention_bwd_dq: the Q and dO tiles (BLOCK_N
+// rows) and STAGES x (K, V) tiles of BLOCK_M rows.
+//
+// The block's resident operand (K and V in attention_bwd_dkdv, Q and dO in
+// attention_bwd_dq) is read as A fragments of the warp's own rows at every
+// step; with RESIDENT_REGS those fragments are loaded once, at the first
+// step, and kept in registers (8 x HEAD_DIM / Mma<T>::K per m16 tile of the
+// warp), which saves their ldmatrix traffic for the rest of the walk.
 #pragma once
-#include "attention/attention.cuh"
+#include "attention/attention_common.cuh"
 
 namespace attention {
 
@@ -191,6 +199,8 @@ template <int HEAD_DIM,  // 16, 32, 64, 80 or 128: set by the problem
           int BLOCK_N,   // keys per block: more reuse of each Q/dO tile vs dK/dV registers and fewer blocks
           int WARPS,     // warps per block, BLOCK_N / WARPS keys each
           int STAGES,    // Q/dO tiles in flight: load latency hidden vs shared memory
+          int LAYOUT,    // shared-memory tiles: 0 padded rows (more shared memory), 1 XOR-swizzled chunks (packed)
+          bool RESIDENT_REGS,  // K's and V's A fragments kept in registers (else re-read at every query tile)
           bool DQ_ATOMIC,  // dQ added here by fp32 atomics (else by attention_bwd_dq, a second pass)
           bool CAUSAL,   // key j > query i masked: set by the problem
           class T>       // __nv_bfloat16, __half, or float (tf32 matrix units)
@@ -216,8 +226,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   constexpr int MN = BLOCK_M / 8;   // n8 tiles of queries in S^T
   constexpr int DT = HEAD_DIM / 8;  // n8 tiles of dK, dV
   constexpr int CHUNK = 16 / static_cast<int>(sizeof(T));
-  using Layout = TileLayout<HEAD_DIM, 0, CHUNK>;
-  using DsLayout = TileLayout<BLOCK_M, 0, CHUNK>;  // dS^T: (BLOCK_N keys, BLOCK_M queries)
+  using Layout = TileLayout<HEAD_DIM, LAYOUT, CHUNK>;
+  using DsLayout = TileLayout<BLOCK_M, LAYOUT, CHUNK>;  // dS^T: (BLOCK_N keys, BLOCK_M queries)
   using F = Frag<Layout, T>;
   constexpr int TILE_N = BLOCK_N * Layout::ROW, TILE_M = BLOCK_M * Layout::ROW;
   const float log2e = 1.4426950408889634f;
@@ -227,7 +237,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sv = sk + TILE_N;                   // (BLOCK_N, HEAD_DIM)
   T* sq = sv + TILE_N;                   // STAGES x (BLOCK_M, HEAD_DIM)
   T* sdo = sq + STAGES * TILE_M;         // STAGES x (BLOCK_M, HEAD_DIM)
-  T* sds = sdo + STAGES * TILE_M;        // (BLOCK_N, BLOCK_M) when DQ_ATOMIC
+  // dS^T (BLOCK_N, BLOCK_M) when DQ_ATOMIC: in V's tile when V's fragments
+  // stay in registers and its rows are no wider than V's, else after dO's.
+  constexpr bool DS_IN_V = DQ_ATOMIC && RESIDENT_REGS && BLOCK_M <= HEAD_DIM;
+  T* sds = DS_IN_V ? sv : sdo + STAGES * TILE_M;
 
   const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
   const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
@@ -244,14 +257,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   auto load_step = [&](int step) {
     const int h = kvh * kv_group + step / m_count, m0 = (m_begin + step % m_count) * BLOCK_M;
     const int s = step % STAGES;
-    load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + h * q_strides.head,
+    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + h * q_strides.head,
                                              q_strides.seq, m0, seq);
-    load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sdo + s * TILE_M, dout + b * do_strides.batch + h * do_strides.head,
+    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sdo + s * TILE_M, dout + b * do_strides.batch + h * do_strides.head,
                                              do_strides.seq, m0, seq);
   };
   // Prologue: K and V join step 0's group; steps 0 .. STAGES-2 in flight.
-  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sk, kh, k_strides.seq, n0, seq);
-  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sv, vh, v_strides.seq, n0, seq);
+  load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sk, kh, k_strides.seq, n0, seq);
+  load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sv, vh, v_strides.seq, n0, seq);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < total) load_step(s);
@@ -265,6 +278,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) dk_acc[kt_][dt][i] = dv_acc[kt_][dt][i] = 0.0f;
+  // RESIDENT_REGS: K's and V's A fragments of the warp's keys, from the first step on.
+  unsigned k_res[RESIDENT_REGS ? KT : 1][RESIDENT_REGS ? KSTEPS : 1][4];
+  unsigned v_res[RESIDENT_REGS ? KT : 1][RESIDENT_REGS ? KSTEPS : 1][4];
 
   for (int step = 0; step < total; ++step) {
     if (step + STAGES - 1 < total) load_step(step + STAGES - 1);
@@ -276,6 +292,17 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     const T* sqt = sq + step % STAGES * TILE_M;
     const T* sdot = sdo + step % STAGES * TILE_M;
     const long long row_base = (static_cast<long long>(b) * heads + h) * seq;
+    if constexpr (RESIDENT_REGS)
+      if (step == 0)
+#pragma unroll
+        for (int kt_ = 0; kt_ < KT; ++kt_)
+#pragma unroll
+          for (int ks = 0; ks < KSTEPS; ++ks) {
+            F::a(k_res[kt_][ks], sk, warp_key0 + kt_ * 16, ks * Mma<T>::K);
+            F::a(v_res[kt_][ks], sv, warp_key0 + kt_ * 16, ks * Mma<T>::K);
+          }
+    if constexpr (DS_IN_V)
+      if (step == 0) __syncthreads();  // every warp holds V's fragments before dS^T overwrites its tile
 
     // S^T = K Q^T and dP^T = V dO^T: rows are the warp's keys, columns the tile's queries.
     float s[KT][MN][4], dp[KT][MN][4];
@@ -290,8 +317,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       unsigned ka[KT][4], va[KT][4];
 #pragma unroll
       for (int kt_ = 0; kt_ < KT; ++kt_) {
-        F::a(ka[kt_], sk, warp_key0 + kt_ * 16, ks * Mma<T>::K);
-        F::a(va[kt_], sv, warp_key0 + kt_ * 16, ks * Mma<T>::K);
+        if constexpr (RESIDENT_REGS) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            ka[kt_][i] = k_res[kt_][ks][i];
+            va[kt_][i] = v_res[kt_][ks][i];
+          }
+        } else {
+          F::a(ka[kt_], sk, warp_key0 + kt_ * 16, ks * Mma<T>::K);
+          F::a(va[kt_], sv, warp_key0 + kt_ * 16, ks * Mma<T>::K);
+        }
       }
 #pragma unroll
       for (int np = 0; np < MN / 2; ++np) {
@@ -417,7 +452,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 /// query rows (the rows of S, dP, dS and the dQ accumulator); the block
 /// walks the key tiles of BLOCK_M keys (to the diagonal under a causal
 /// mask), K and V tiles arriving by cp.async, STAGES in flight.
-template <int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int STAGES, bool CAUSAL, class T>
+template <int HEAD_DIM, int BLOCK_M, int BLOCK_N, int WARPS, int STAGES, int LAYOUT, bool RESIDENT_REGS, bool CAUSAL,
+          class T>
 __global__ void __launch_bounds__(WARPS * 32, 1)
     attention_bwd_dq(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta,
                      T* dq,  // as q, through dq_strides
@@ -433,7 +469,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   constexpr int KSTEPS = HEAD_DIM / Mma<T>::K;
   constexpr int NT = BLOCK_M / 8;  // n8 tiles of keys in S
   constexpr int DT = HEAD_DIM / 8;
-  using Layout = TileLayout<HEAD_DIM, 0, 16 / static_cast<int>(sizeof(T))>;
+  using Layout = TileLayout<HEAD_DIM, LAYOUT, 16 / static_cast<int>(sizeof(T))>;
   using F = Frag<Layout, T>;
   constexpr int TILE_Q = BLOCK_N * Layout::ROW, TILE_K = BLOCK_M * Layout::ROW;
   const float log2e = 1.4426950408889634f;
@@ -456,14 +492,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   const int n_tiles = ((CAUSAL ? rows_end : seq) + BLOCK_M - 1) / BLOCK_M;
   const long long row_base = (static_cast<long long>(b) * heads + h) * seq;
 
-  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sq, q + b * q_strides.batch + h * q_strides.head, q_strides.seq, m0, seq);
-  load_tile<BLOCK_N, HEAD_DIM, 0, THREADS>(sdo, dout + b * do_strides.batch + h * do_strides.head, do_strides.seq,
+  load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sq, q + b * q_strides.batch + h * q_strides.head, q_strides.seq, m0, seq);
+  load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sdo, dout + b * do_strides.batch + h * do_strides.head, do_strides.seq,
                                            m0, seq);
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < n_tiles) {
-      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sk + s * TILE_K, kh, k_strides.seq, s * BLOCK_M, seq);
-      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sv + s * TILE_K, vh, v_strides.seq, s * BLOCK_M, seq);
+      load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sk + s * TILE_K, kh, k_strides.seq, s * BLOCK_M, seq);
+      load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sv + s * TILE_K, vh, v_strides.seq, s * BLOCK_M, seq);
     }
     kt::cp_async_commit();
   }
@@ -485,13 +521,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mt][dt][i] = 0.0f;
+  // RESIDENT_REGS: Q's and dO's A fragments of the warp's rows, from the first key tile on.
+  unsigned q_res[RESIDENT_REGS ? MT : 1][RESIDENT_REGS ? KSTEPS : 1][4];
+  unsigned do_res[RESIDENT_REGS ? MT : 1][RESIDENT_REGS ? KSTEPS : 1][4];
 
   for (int n = 0; n < n_tiles; ++n) {
     const int next = n + STAGES - 1;
     if (next < n_tiles) {
       const int s = next % STAGES;
-      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sk + s * TILE_K, kh, k_strides.seq, next * BLOCK_M, seq);
-      load_tile<BLOCK_M, HEAD_DIM, 0, THREADS>(sv + s * TILE_K, vh, v_strides.seq, next * BLOCK_M, seq);
+      load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sk + s * TILE_K, kh, k_strides.seq, next * BLOCK_M, seq);
+      load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sv + s * TILE_K, vh, v_strides.seq, next * BLOCK_M, seq);
     }
     kt::cp_async_commit();
     kt::cp_async_wait<STAGES - 1>();
@@ -499,6 +538,15 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     const T* skt = sk + n % STAGES * TILE_K;
     const T* svt = sv + n % STAGES * TILE_K;
     const int n0 = n * BLOCK_M;
+    if constexpr (RESIDENT_REGS)
+      if (n == 0)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int ks = 0; ks < KSTEPS; ++ks) {
+            F::a(q_res[mt][ks], sq, warp_row0 + mt * 16, ks * Mma<T>::K);
+            F::a(do_res[mt][ks], sdo, warp_row0 + mt * 16, ks * Mma<T>::K);
+          }
 
     // S = Q K^T and dP = dO V^T for the warp's rows.
     float s[MT][NT][4], dp[MT][NT][4];
@@ -513,8 +561,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       unsigned qa[MT][4], doa[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        F::a(qa[mt], sq, warp_row0 + mt * 16, ks * Mma<T>::K);
-        F::a(doa[mt], sdo, warp_row0 + mt * 16, ks * Mma<T>::K);
+        if constexpr (RESIDENT_REGS) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            qa[mt][i] = q_res[mt][ks][i];
+            doa[mt][i] = do_res[mt][ks][i];
+          }
+        } else {
+          F::a(qa[mt], sq, warp_row0 + mt * 16, ks * Mma<T>::K);
+          F::a(doa[mt], sdo, warp_row0 + mt * 16, ks * Mma<T>::K);
+        }
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {

@@ -24,19 +24,28 @@ constexpr std::int64_t kPreprocessRows = 8;  // rows per block of the D pre-kern
 
 std::int64_t tiles_per_warp(const Config& c) { return c.at("block_n") / (16 * c.at("warps")); }
 bool dq_atomic(const Config& c) { return c.at("dq_atomic") != 0; }
+bool resident_regs(const Config& c) { return c.at("resident_regs") != 0; }
 
-/// Elements between rows of a padded shared-memory tile (TileLayout 0).
-std::int64_t tile_row(std::int64_t width, const Problem& p) { return width + 16 / element_bytes(p); }
+/// Elements between rows of a shared-memory tile of `width`-element rows
+/// (the templates' TileLayout::ROW): a spare 16-byte chunk per row when
+/// padded (smem_layout 0), none when swizzled (1).
+std::int64_t tile_row(std::int64_t width, const Config& c, const Problem& p) {
+  return width + (c.at("smem_layout") == 0 ? 16 / element_bytes(p) : 0);
+}
 
 /// Registers per thread of attention_bwd_dkdv besides kBaseRegisters (its
 /// attention_bwd_dq twin holds less: half the accumulators): per m16 tile of
 /// keys the dK and dV accumulators (head_dim), S^T and dP^T (block_m) and
-/// the K and V A fragments (8); the Q and dO B fragments (8); the addresses
-/// of the 16-byte copies of a Q/dO step, of which ptxas keeps about 3/2 each.
+/// the K and V A fragments (8 for one k step, or 8 per k step of the head
+/// dim when they stay in registers); the Q and dO B fragments (8); the
+/// addresses of the 16-byte copies of a Q/dO step, of which ptxas keeps
+/// about 3/2 each.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t d = p.dim("head_dim"), bm = c.at("block_m"), e = element_bytes(p);
   const std::int64_t copies = 2 * bm * (d * e / 16) / (32 * c.at("warps"));
-  return tiles_per_warp(c) * (d + bm + 8) + 8 + 3 * copies / 2;
+  const std::int64_t k_steps = d / (e == 4 ? 8 : 16);  // of m16n8k8 (tf32) or m16n8k16
+  const std::int64_t a_fragments = 8 * (resident_regs(c) ? k_steps : 1);
+  return tiles_per_warp(c) * (d + bm + a_fragments) + 8 + 3 * copies / 2;
 }
 
 /// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.
@@ -47,13 +56,21 @@ std::int64_t accumulator_bytes(const Problem& p) {
   return 4 * p.dim("batch") * p.dim("heads") * p.dim("seq") * p.dim("head_dim");
 }
 
+/// Whether the dK/dV pass keeps dS^T (dQ by atomics) in a tile of its own:
+/// not when V's fragments stay in registers and dS^T's rows (block_m) are
+/// no wider than V's (head_dim), when it takes V's tile.
+bool ds_own_tile(const Config& c, const Problem& p) {
+  return dq_atomic(c) && !(resident_regs(c) && c.at("block_m") <= p.dim("head_dim"));
+}
+
+/// dK/dV pass: K, V, the Q and dO stages and dS^T in a tile of its own.
 std::int64_t dkdv_shared(const Config& c, const Problem& p) {
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), e = element_bytes(p);
-  const std::int64_t tiles = (2 * bn + 2 * c.at("stages") * bm) * tile_row(p.dim("head_dim"), p) * e;
-  return tiles + (dq_atomic(c) ? bn * tile_row(bm, p) * e : 0);
+  const std::int64_t tiles = (2 * bn + 2 * c.at("stages") * bm) * tile_row(p.dim("head_dim"), c, p) * e;
+  return tiles + (ds_own_tile(c, p) ? bn * tile_row(bm, c, p) * e : 0);
 }
 std::int64_t dq_shared(const Config& c, const Problem& p) {
-  return (2 * c.at("block_n") + 2 * c.at("stages") * c.at("block_m")) * tile_row(p.dim("head_dim"), p) *
+  return (2 * c.at("block_n") + 2 * c.at("stages") * c.at("block_m")) * tile_row(p.dim("head_dim"), c, p) *
          element_bytes(p);
 }
 
@@ -68,6 +85,14 @@ class Backward final : public TypedFamily<BackwardArgs> {
                  "registers and fewer blocks"},
                 {"warps", {1, 2, 4, 8}, "warps per block, block_n / warps rows each: more warps vs more rows per warp"},
                 {"stages", {1, 2}, "Q/dO (K/V) tiles in flight: load latency hidden vs shared memory"},
+                {"smem_layout", {0, 1},
+                 "shared-memory rows of the K, V, Q, dO and dS^T tiles: 0 padded by 16 bytes (conflict-free, more "
+                 "memory), 1 XOR-swizzled (packed; conflict-free when a row is a multiple of 128 bytes)"},
+                {"resident_regs", {0, 1},
+                 "the block's resident operand (K and V in the dK/dV pass, Q and dO in the dQ pass): 1 its A "
+                 "fragments loaded once into registers (and dS^T, for dQ by atomics, in V's tile when block_m <= "
+                 "head_dim), 0 re-read from shared memory at every step: ldmatrix traffic and shared memory vs 8 "
+                 "registers per k step of the head dim and m16 tile"},
                 {"dq_atomic", {0, 1},
                  "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
                  "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"}}) {}
@@ -77,20 +102,22 @@ class Backward final : public TypedFamily<BackwardArgs> {
     return "attention backward (FlashAttention-2 style, mma.sync): dQ, dK, dV from O, dO and the lse; dQ by atomics "
            "or a second pass";
   }
-  std::vector<std::string> source_files() const override { return {kTemplate, "attention/attention.cuh"}; }
+  std::vector<std::string> source_files() const override { return {kTemplate}; }
   const Space& space() const override { return space_; }
   std::vector<Problem> problem_classes() const override { return attention_problem_classes(); }
   void check_problem(const Problem& p) const override { check_attention_problem(name(), p); }
 
   Config default_config(const Problem& p) const override {
-    // dQ by atomics, Q/dO tiles double-buffered; 64 keys over 4 warps (one
-    // m16 tile each) and the widest query tile of 64, 32 or 16 within the
-    // register estimate (head_dim 128 takes 32), then narrower blocks.
+    // dQ by atomics, Q/dO tiles double-buffered in padded rows, K and V
+    // re-read from shared memory; 64 keys over 4 warps (one m16 tile each)
+    // and the widest query tile of 64, 32 or 16 within the register
+    // estimate (head_dim 128 takes 32), then narrower blocks.
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
     for (const auto& [bn, warps] : {std::pair{64, 4}, std::pair{32, 2}, std::pair{16, 1}})
       for (const std::int64_t bm : {64, 32, 16}) {
-        const Config c({{"block_m", bm}, {"block_n", bn}, {"warps", warps}, {"stages", 2}, {"dq_atomic", 1}});
+        const Config c({{"block_m", bm}, {"block_n", bn}, {"warps", warps}, {"stages", 2}, {"smem_layout", 0},
+                        {"resident_regs", 0}, {"dq_atomic", 1}});
         if (is_valid(c, p, any, nullptr)) return c;
       }
     throw_error(ErrorKind::kInternal, "attention_bwd: no valid default config for " + p.key());
@@ -112,14 +139,16 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
     if (registers > budget)
       return reject(why, fmt::format("each thread would need about {} registers for its dK and dV accumulators, "
-                                     "S^T and dP^T tiles, fragments and copies (head_dim {}, {} keys per warp, "
+                                     "S^T and dP^T tiles, fragments{} and copies (head_dim {}, {} keys per warp, "
                                      "{}-query tiles), over the {} a block of {} threads allows: it would spill",
-                                     registers, p.dim("head_dim"), bn / warps, bm, budget, threads));
+                                     registers, resident_regs(c) ? " (K and V's kept for every k step)" : "",
+                                     p.dim("head_dim"), bn / warps, bm, budget, threads));
     const std::int64_t smem = backward_shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
-      return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles{}), "
-                                     "over the {} bytes a block of {} may use",
-                                     smem, c.at("stages"), dq_atomic(c) ? ", dS^T" : "", d.max_smem_per_block,
+      return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles{}, "
+                                     "in {} rows), over the {} bytes a block of {} may use",
+                                     smem, c.at("stages"), ds_own_tile(c, p) ? ", dS^T" : "",
+                                     c.at("smem_layout") == 0 ? "padded" : "swizzled", d.max_smem_per_block,
                                      d.arch));
     return true;
   }
@@ -129,15 +158,18 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const char* t = element_type(p);
     const char* causal = p.dim("causal") ? "true" : "false";
     const char* atomic = dq_atomic(c) ? "true" : "false";
+    const char* resident = resident_regs(c) ? "true" : "false";
     std::vector<std::string> kernels = {
         fmt::format("attention::attention_bwd_preprocess<{}, {}, {}>", d, atomic, t),
-        fmt::format("attention::attention_bwd_dkdv<{}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
-                    c.at("block_n"), c.at("warps"), c.at("stages"), atomic, causal, t)};
+        fmt::format("attention::attention_bwd_dkdv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
+                    c.at("block_n"), c.at("warps"), c.at("stages"), c.at("smem_layout"), resident, atomic, causal,
+                    t)};
     if (dq_atomic(c))
       kernels.push_back(fmt::format("attention::attention_bwd_dq_convert<{}, {}>", d, t));
     else
-      kernels.push_back(fmt::format("attention::attention_bwd_dq<{}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
-                                    c.at("block_n"), c.at("warps"), c.at("stages"), causal, t));
+      kernels.push_back(fmt::format("attention::attention_bwd_dq<{}, {}, {}, {}, {}, {}, {}, {}, {}>", d,
+                                    c.at("block_m"), c.at("block_n"), c.at("warps"), c.at("stages"),
+                                    c.at("smem_layout"), resident, causal, t));
     return render_template(kTemplate, std::move(kernels), name());
   }
 

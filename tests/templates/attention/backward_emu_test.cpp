@@ -1,10 +1,14 @@
 // Attention backward kernels run by the host emulation backend against the
 // streaming fp64 reference: every head dim and dtype at sequence lengths 1
 // to 257 (ragged against every tile), causal and not; dQ by atomics and by
-// the second pass; grouped- and multi-query heads; the (batch, heads, seq,
-// head_dim) layout; and kernels broken on purpose (the diagonal tile's mask
-// dropped, K read as V) that these checks must catch.
+// the second pass; swizzled and padded tiles, resident operands in
+// registers or re-read from shared memory (a seeded sample); grouped- and
+// multi-query heads; the (batch, heads, seq, head_dim) layout; and kernels
+// broken on purpose (the diagonal tile's mask dropped, K read as V, tiles
+// written unswizzled but read swizzled) that these checks must catch.
 #include <catch2/catch.hpp>
+
+#include <random>
 
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
@@ -21,9 +25,9 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool
                  {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
 }
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
-              std::int64_t dq_atomic) {
+              std::int64_t dq_atomic, std::int64_t smem_layout = 0, std::int64_t resident_regs = 0) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"dq_atomic", dq_atomic}});
+                 {"smem_layout", smem_layout}, {"resident_regs", resident_regs}, {"dq_atomic", dq_atomic}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
@@ -68,8 +72,42 @@ TEST_CASE("attention_bwd: dQ by the second pass and by atomics, tile shapes, sta
       {config(32, 16, 1, 2, 1), problem("f16", 70, 80, true)},
       // tf32 by the second pass
       {config(32, 32, 2, 2, 0), problem("f32", 45, 64, true)},
+      // K and V in registers, dS^T in V's tile (block_m 32 <= head_dim 64), swizzled
+      {config(32, 64, 4, 2, 1, 1, 1), problem("bf16", 100, 64, true)},
+      // K and V in registers, dS^T in a tile of its own (block_m 64 > head_dim 32); tf32
+      {config(64, 32, 2, 2, 1, 0, 1), problem("f32", 70, 32, false)},
   };
   for (const auto& [c, p] : cases) test::check_backward(*backend, c, p);
+}
+
+TEST_CASE("attention_bwd: swizzled tiles and resident operands in registers, a seeded sample per dtype",
+          "[attention][emu]") {
+  // Per dtype and each pairing of the two tunables other than the default's
+  // (swizzled; resident in registers; both), one valid config drawn from the
+  // rest of the space, seeded, on a ragged problem of a head dim whose rows
+  // are whole 128-byte swizzles (64) or not (80, 32 for f32: 10 and 8 chunks).
+  auto backend = emu();
+  const auto& f = backward_family();
+  std::mt19937_64 rng(11);
+  struct Case {
+    const char* dtype;
+    std::int64_t seq, head_dim;
+    bool causal;
+  };
+  const Case cases[] = {{"bf16", 77, 64, true}, {"f16", 45, 80, false}, {"f32", 70, 32, true}};
+  for (const auto& [dtype, seq, d, causal] : cases)
+    for (const auto& [layout, resident] : {std::pair{1, 0}, std::pair{0, 1}, std::pair{1, 1}}) {
+      const Problem p = problem(dtype, seq, d, causal);
+      for (int attempt = 0;; ++attempt) {
+        REQUIRE(attempt < 1000);
+        Config c = f.space().at(rng() % f.space().size());
+        c.set("smem_layout", layout);
+        c.set("resident_regs", resident);
+        if (!f.is_valid(c, p, backend->device())) continue;
+        test::check_backward(*backend, c, p);
+        break;
+      }
+    }
 }
 
 TEST_CASE("attention_bwd: grouped- and multi-query heads sum into their K/V head, in both layouts",
@@ -96,7 +134,7 @@ TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[atte
   // The causal mask dropped on the diagonal tiles: keys after the query leak into every output.
   Rendered no_mask = good;
   for (const char* mask : {"(CAUSAL && query < key)", "(CAUSAL && key > row)"}) {
-    const auto at = no_mask.source.rfind(mask);  // the last: the forward's kernel comes first in the text
+    const auto at = no_mask.source.find(mask);  // each mask is written once: dK/dV pass, dQ pass
     REQUIRE(at != std::string::npos);
     no_mask.source.replace(at, std::string(mask).size(), "false");
   }
@@ -113,4 +151,32 @@ TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[atte
   const auto wrong = test::run_backward(*backend, c, p, false, 3, &swapped);
   CHECK(wrong.dk > wrong.tolerance);
   CHECK(wrong.dv <= wrong.tolerance);
+}
+
+TEST_CASE("attention_bwd: tiles written unswizzled but read swizzled fail these checks", "[attention][emu]") {
+  // The tile copy places chunk c of row r at chunk c instead of c ^ (r % 8),
+  // while the fragment loads still undo the swizzle: every product reads
+  // scrambled Q, K, V and dO. Padded rows do not swizzle, so the same change
+  // leaves them right.
+  auto backend = emu();
+  const auto& f = backward_family();
+  const Problem p = problem("bf16", 70, 64, true);
+  const std::string swizzled_write = "T* to = dst + TileLayout<HEAD_DIM, LAYOUT, CHUNK>::offset(r, col);";
+  const std::string plain_write = "T* to = dst + r * TileLayout<HEAD_DIM, LAYOUT, CHUNK>::ROW + col;";
+  for (const std::int64_t layout : {0, 1}) {
+    const Config c = config(32, 32, 2, 2, 1, layout);
+    Rendered broken = f.render(c, p);
+    const auto at = broken.source.find(swizzled_write);
+    REQUIRE(at != std::string::npos);
+    broken.source.replace(at, swizzled_write.size(), plain_write);
+    const auto e = test::run_backward(*backend, c, p, false, 3, &broken);
+    INFO("smem_layout " << layout << ": dq " << e.dq << " dk " << e.dk << " dv " << e.dv);
+    if (layout == 0) {
+      CHECK(e.worst() <= e.tolerance);
+    } else {
+      CHECK(e.dq > e.tolerance);
+      CHECK(e.dk > e.tolerance);
+      CHECK(e.dv > e.tolerance);
+    }
+  }
 }

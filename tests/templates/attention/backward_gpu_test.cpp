@@ -34,7 +34,8 @@ TEST_CASE("attention_bwd on the GPU: every problem class, default and a seeded s
     for (const auto& c : test::sampled_configs(f, p, backend->device(), 6)) test::check_backward(*backend, c, p);
 }
 
-TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 257, both dQ modes, both layouts",
+TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 257, both dQ modes, both layouts, "
+          "swizzled and resident points",
           "[attention][gpu]") {
   test::skip_without_gpu();
   auto backend = tuner::exec::make_cuda_backend();
@@ -45,8 +46,14 @@ TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 25
           const Problem p = problem(dtype, seq, d, causal);
           Config c = backward_family().default_config(p);
           for (const std::int64_t atomic : {0, 1}) {
-            c = Config({{"block_m", c.at("block_m")}, {"block_n", c.at("block_n")}, {"warps", c.at("warps")},
-                        {"stages", c.at("stages")}, {"dq_atomic", atomic}});
+            // Both dQ modes; swizzled rows on the two longer sequences, and
+            // there the resident operand in registers where it fits.
+            c.set("dq_atomic", atomic);
+            c.set("smem_layout", seq >= 100 ? 1 : 0);
+            c.set("resident_regs", 0);
+            Config resident = c;
+            resident.set("resident_regs", 1);
+            if (seq >= 100 && backward_family().is_valid(resident, p, backend->device())) c = resident;
             test::check_backward(*backend, c, p, seq == 100);
           }
         }

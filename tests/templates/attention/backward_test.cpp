@@ -23,9 +23,9 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std:
   return Problem{dtype, {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
 }
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
-              std::int64_t dq_atomic = 1) {
+              std::int64_t dq_atomic = 1, std::int64_t smem_layout = 0, std::int64_t resident_regs = 0) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"dq_atomic", dq_atomic}});
+                 {"smem_layout", smem_layout}, {"resident_regs", resident_regs}, {"dq_atomic", dq_atomic}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -59,8 +59,8 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
-  CHECK(f.space().size() == 4 * 4 * 4 * 2 * 2);
-  for (const char* name : {"block_m", "block_n", "warps", "stages", "dq_atomic"})
+  CHECK(f.space().size() == 4 * 4 * 4 * 2 * 2 * 2 * 2);
+  for (const char* name : {"block_m", "block_n", "warps", "stages", "smem_layout", "resident_regs", "dq_atomic"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
@@ -72,13 +72,34 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
   // Registers: the dK and dV accumulators of head_dim 128 leave room for 32-query tiles, not 64.
   CHECK(f.is_valid(config(32, 64, 4, 2), problem("bf16", 1024, 128), sm90));
   CHECK_THAT(why_invalid(config(64, 64, 4, 2), problem("bf16", 1024, 128)), Catch::Contains("it would spill"));
-  // Shared memory: K, V, 2 x 2 stages of Q and dO tiles of 136-element rows, and dS^T (64 x 72).
+  // K and V kept in registers: 8 more per k step of the head dim, which head_dim 64 affords and 128 does not.
+  CHECK(f.is_valid(config(64, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 64), sm90));
+  CHECK_THAT(why_invalid(config(32, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 128)),
+             Catch::Contains("fragments (K and V's kept for every k step) and copies"));
+  // Shared memory: K, V, 2 x 2 stages of Q and dO tiles of 136-element rows, and dS^T (64 x 40).
   CHECK(backward_shared_bytes(config(32, 64, 4, 2), problem("bf16", 1024, 128)) ==
         (2 * 64 + 2 * 2 * 32) * 136 * 2 + 64 * 40 * 2);
+  // Swizzled rows are packed: 128 and 32 elements.
+  CHECK(backward_shared_bytes(config(32, 64, 4, 2, 1, 1), problem("bf16", 1024, 128)) ==
+        (2 * 64 + 2 * 2 * 32) * 128 * 2 + 64 * 32 * 2);
+  // K and V in registers: dS^T (64 x 40) takes V's tile (64 x 136), as block_m 32 <= head_dim 128; not at
+  // block_m 64 > head_dim 32, nor without atomics, where there is no dS^T.
+  CHECK(backward_shared_bytes(config(32, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 128)) ==
+        (2 * 64 + 2 * 2 * 32) * 136 * 2);
+  CHECK(backward_shared_bytes(config(64, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 32)) ==
+        (2 * 64 + 2 * 2 * 64) * 40 * 2 + 64 * 72 * 2);
+  // The second pass's kernel: Q and dO (block_n rows), 2 stages of K and V (block_m rows), no dS^T.
+  CHECK(backward_shared_bytes(config(64, 32, 2, 2, 0, 1), problem("f16", 1024, 64)) ==
+        std::max((2 * 32 + 2 * 2 * 64) * 64 * 2, (2 * 64 + 2 * 2 * 32) * 64 * 2));
   // (2 * 128 + 2 * 2 * 32) rows of 132 floats and dS^T (128 x 36 floats): 216 KB fit an H100's block, not an A100's.
   CHECK(f.is_valid(config(32, 128, 8, 2), problem("f32", 1024, 128), sm90));
   CHECK_THAT(why_invalid(config(32, 128, 8, 2), problem("f32", 1024, 128), "sm_80"),
-             Catch::Contains("needs 221184 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles, dS^T)"));
+             Catch::Contains("needs 221184 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles, dS^T, "
+                             "in padded rows)"));
+  // Packed, the same tiles take 128 x 4 and 32 x 4 bytes a row: 212992 bytes, still over an A100's 166912.
+  CHECK_THAT(why_invalid(config(32, 128, 8, 2, 1, 1), problem("f32", 1024, 128), "sm_80"),
+             Catch::Contains("needs 212992 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles, dS^T, "
+                             "in swizzled rows)"));
   // Defaults: valid for every problem class and head dim, and within an sm_80 block.
   const auto sm80 = DeviceLimits::for_arch("sm_80");
   for (const char* dtype : {"bf16", "f16", "f32"})
@@ -89,6 +110,8 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
         INFO(p.key() << " " << c.str());
         CHECK(f.is_valid(c, p, sm80));
         CHECK(c.at("dq_atomic") == 1);
+        CHECK(c.at("smem_layout") == 0);
+        CHECK(c.at("resident_regs") == 0);
       }
   CHECK(f.default_config(problem("bf16", 100, 64)).at("block_m") == 64);
   CHECK(f.default_config(problem("bf16", 100, 128)).at("block_m") == 32);
@@ -101,10 +124,13 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   const Rendered atomic = f.render(config(32, 64, 4, 2, 1), p);
   REQUIRE(atomic.kernels.size() == 3);
   CHECK(atomic.kernels[0] == "attention::attention_bwd_preprocess<80, true, __half>");
-  CHECK(atomic.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 2, true, true, __half>");
+  CHECK(atomic.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 2, 0, false, true, true, __half>");
   CHECK(atomic.kernels[2] == "attention::attention_bwd_dq_convert<80, __half>");
   const Rendered second = f.render(config(32, 64, 4, 2, 0), p);
-  CHECK(second.kernels[2] == "attention::attention_bwd_dq<80, 32, 64, 4, 2, true, __half>");
+  CHECK(second.kernels[2] == "attention::attention_bwd_dq<80, 32, 64, 4, 2, 0, false, true, __half>");
+  const Rendered swizzled = f.render(config(32, 64, 4, 2, 0, 1, 1), p);
+  CHECK(swizzled.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 2, 1, true, false, true, __half>");
+  CHECK(swizzled.kernels[2] == "attention::attention_bwd_dq<80, 32, 64, 4, 2, 1, true, true, __half>");
   // Shapes share a text.
   CHECK(f.render(config(32, 64, 4, 2), problem("f16", 5, 80, 1, 1, 1)).source == atomic.source);
 

@@ -1,0 +1,102 @@
+// Pieces the attention kernels share (attention.cuh, the forward;
+// attention_bwd.cuh, the backward): tensor strides, the shared-memory tile
+// layouts (padded rows or XOR-swizzled chunks), the warp's matrix product per
+// element type, and the cp.async tile copy that lays rows out by a layout.
+#pragma once
+#include "common/kt.cuh"
+
+namespace attention {
+
+/// Element strides of a tensor indexed (batch, seq, head, d) with d
+/// contiguous; the host packs ktune::templates::attention::TensorStrides,
+/// the same three 64-bit fields in the same order.
+struct Strides {
+  long long batch;
+  long long head;
+  long long seq;
+};
+
+/// Where element (row, col) of a tile of WIDTH-element rows (HEAD_DIM for
+/// Q, K, V and dO; the backward's dS^T is BLOCK_M wide) of CHUNK-element
+/// 16-byte chunks (8 16-bit values or 4 floats) lives in shared memory. An
+/// ldmatrix reads one chunk from each of 8 consecutive rows (the fp32 path
+/// reads 4 consecutive elements of 8 rows, or 8 of 4 row pairs): the layouts
+/// keep those reads in distinct banks.
+///   LAYOUT 0 (padded): rows ROW = WIDTH + CHUNK elements apart, a spare
+///     chunk after each row, which shifts successive rows by 4 banks.
+///   LAYOUT 1 (swizzled): rows packed; chunk c of row r stored at chunk
+///     c ^ (r % SWIZZLE), SWIZZLE the largest power of two <= 8 dividing the
+///     chunks of a row (ldmatrix is conflict-free when a row is a multiple of
+///     128 bytes: WIDTH a multiple of 64 16-bit values or 32 floats).
+template <int WIDTH, int LAYOUT, int CHUNK>
+struct TileLayout {
+  static_assert(LAYOUT == 0 || LAYOUT == 1, "a tile layout is 0 (padded rows) or 1 (XOR-swizzled chunks)");
+  static_assert(WIDTH % CHUNK == 0, "rows are whole 16-byte chunks");
+  static constexpr int CHUNKS = WIDTH / CHUNK;  // 16-byte chunks per row
+  static constexpr int ROW = LAYOUT == 0 ? WIDTH + CHUNK : WIDTH;
+  static constexpr int SWIZZLE = LAYOUT == 0           ? 1
+                                 : CHUNKS % 8 == 0 ? 8
+                                 : CHUNKS % 4 == 0 ? 4
+                                 : CHUNKS % 2 == 0 ? 2
+                                                   : 1;
+  KT_DEVICE static int offset(int row, int col) {
+    return row * ROW + ((col / CHUNK) ^ (row & (SWIZZLE - 1))) * CHUNK + col % CHUNK;
+  }
+};
+
+/// The warp's matrix product with fp32 accumulation for the element type T:
+/// m16n8k16 for 16-bit types, m16n8k8 in tf32 for float (K is the k of one call).
+template <class T>
+struct Mma;
+template <>
+struct Mma<kt::bf16> {
+  static constexpr int K = 16;
+  KT_DEVICE static void run(float d[4], const unsigned a[4], const unsigned b[2]) {
+    kt::mma_m16n8k16_bf16(d, a, b, d);
+  }
+};
+template <>
+struct Mma<kt::f16> {
+  static constexpr int K = 16;
+  KT_DEVICE static void run(float d[4], const unsigned a[4], const unsigned b[2]) {
+    kt::mma_m16n8k16_f16(d, a, b, d);
+  }
+};
+template <>
+struct Mma<float> {
+  static constexpr int K = 8;
+  KT_DEVICE static void run(float d[4], const unsigned a[4], const unsigned b[2]) {
+    kt::mma_m16n8k8_tf32(d, a, b, d);
+  }
+};
+
+/// Two adjacent elements, stored as one 4-byte access.
+template <class T>
+struct alignas(2 * sizeof(T)) Pair {
+  T lo, hi;
+};
+
+/// Starts the copy of rows [row0, row0 + ROWS) of a (seq, HEAD_DIM) matrix
+/// whose rows are `row_stride` elements apart into the tile `dst`; rows at or
+/// past `seq` are zero-filled (a zero V row adds nothing even where P is 0,
+/// where a stray NaN would). Completes at the covering cp_async_wait.
+template <int ROWS, int HEAD_DIM, int LAYOUT, int THREADS, class T>
+KT_DEVICE void load_tile(T* dst, const T* src, long long row_stride, int row0, int seq) {
+  constexpr int CHUNK = 16 / static_cast<int>(sizeof(T));
+  constexpr int CHUNKS = HEAD_DIM / CHUNK;
+  constexpr int ITERS = (ROWS * CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int c = it * THREADS + static_cast<int>(threadIdx.x);
+    if (ROWS * CHUNKS % THREADS == 0 || c < ROWS * CHUNKS) {
+      const int r = c / CHUNKS, col = c % CHUNKS * CHUNK;
+      T* to = dst + TileLayout<HEAD_DIM, LAYOUT, CHUNK>::offset(r, col);
+      if (row0 + r < seq)
+        kt::cp_async_16(to, src + (row0 + r) * row_stride + col);
+      else
+        kt::cp_async_16_zfill(to, src, 0);  // reads nothing; row 0 exists (seq >= 1)
+    }
+  }
+}
+
+}  // namespace attention
