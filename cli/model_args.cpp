@@ -80,7 +80,9 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
       ->capture_default_str();
   cmd->add_option("--dtype", a.dtype,
                   "Precision: f32; tf32 (device backends: GEMMs on the tf32 matrix units, and in compiled mode flash "
-                  "attention); bf16 (mixed precision; not yet run by any backend). The cpu backend runs f32 only")
+                  "attention); bf16 (device backends: mixed precision, bf16 activations and GEMM inputs, fp32 "
+                  "accumulation, norms, softmax and loss, fp32 master weights and AdamW state). The cpu backend "
+                  "runs f32 only")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--cache", a.cache, "Tuned cache file for compiled mode (default: the family defaults)")

@@ -29,7 +29,7 @@ enum class E2ePasses {
 struct E2eOptions {
   std::string backend = "cpu";  ///< cpu | cuda | emu
   Mode mode = Mode::kCompiled;  ///< device backends: eager | compiled
-  Precision precision = Precision::kF32;  ///< f32 on cpu; f32 or tf32 on the device backends
+  Precision precision = Precision::kF32;  ///< f32 on cpu; f32, tf32 or bf16 on the device backends
   std::string cache;            ///< compiled mode's tuned cache (empty: family defaults)
   ModelConfig model;
   RunShape shape{4, 128};

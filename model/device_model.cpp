@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "templates/render.hpp"
 
 namespace ktune::model {
 
@@ -25,11 +26,23 @@ void DeviceTransformer::set_parameters(std::span<const float> values) {
   KTUNE_REQUIRE(static_cast<std::int64_t>(values.size()) == L_.params.total,
                 fmt::format("the model has {} parameters, got {} values", L_.params.total, values.size()));
   ops_->upload({Region::kParams, 0}, values.data(), values.size_bytes());
+  if (L_.precision == Precision::kBf16) {  // the GEMMs' copy, rounded here as AdamW's kernels round it
+    std::vector<std::uint16_t> copy(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) copy[i] = templates::float_to_bf16_bits(values[i]);
+    ops_->upload({Region::kWeightsBf16, 0}, copy.data(), copy.size() * sizeof(std::uint16_t));
+  }
 }
 
 std::vector<float> DeviceTransformer::parameters() {
   std::vector<float> out(static_cast<std::size_t>(L_.params.total));
   ops_->download(out.data(), {Region::kParams, 0}, out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<std::uint16_t> DeviceTransformer::weight_copy() {
+  KTUNE_REQUIRE(L_.precision == Precision::kBf16, "only a bf16 run keeps a bf16 copy of the weights");
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(L_.params.total));
+  ops_->download(out.data(), {Region::kWeightsBf16, 0}, out.size() * sizeof(std::uint16_t));
   return out;
 }
 

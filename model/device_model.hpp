@@ -23,9 +23,13 @@ class DeviceTransformer {
   DeviceOps& ops() { return *ops_; }
 
   /// Host <-> device copies of the flat parameter (or gradient) buffer,
-  /// layout().params.total floats in state-dict layout.
+  /// layout().params.total floats in state-dict layout. In bf16 these are
+  /// the fp32 master weights; setting them refreshes their bf16 copy.
   void set_parameters(std::span<const float> values);
   std::vector<float> parameters();
+  /// bf16 runs: the weights' bf16 copy the GEMMs read (bf16 bits, state-dict
+  /// layout), as AdamW or set_parameters last wrote it.
+  std::vector<std::uint16_t> weight_copy();
   void set_gradients(std::span<const float> values);
   std::vector<float> gradients();
   /// AdamW's exp_avg and exp_avg_sq, back to back.

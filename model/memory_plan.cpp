@@ -18,26 +18,32 @@ namespace {
 // aligned for the kernels' widest (16-byte) vector accesses whatever the
 // sizes before it (a (tokens,) buffer of an odd shape, say). It also counts
 // the bytes of the buffers in bf16 mixed precision, where an activation (or
-// its gradient) is bf16 and the rest fp32.
+// its gradient) is bf16 and the rest fp32. A bf16 layout's offsets count
+// 2-byte units (layout_unit_bytes): a bf16 buffer of n elements takes n
+// units, an fp32 one 2n, so that the offsets are where the buffers lie.
 constexpr std::int64_t kAlignElements = 16;
 enum class Held { kActivation, kFp32 };
 struct Cursor {
+  bool bf16 = false;
   std::int64_t next = 0;
   std::int64_t bf16_bytes = 0;
   std::int64_t take(std::int64_t n, Held held = Held::kActivation) {
     const std::int64_t at = next;
     const std::int64_t aligned = (n + kAlignElements - 1) / kAlignElements * kAlignElements;
-    next += aligned;
-    bf16_bytes += aligned * (held == Held::kActivation ? 2 : 4);
+    const std::int64_t bytes = aligned * (held == Held::kActivation ? 2 : 4);
+    next += bf16 ? bytes / 2 : aligned;
+    bf16_bytes += bytes;
     return at;
   }
 };
 
 }  // namespace
 
-LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved attention) {
+std::int64_t layout_unit_bytes(Precision precision) { return precision == Precision::kBf16 ? 2 : 4; }
+
+LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved attention, Precision precision) {
   const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff, S = r.context;
-  Cursor c;
+  Cursor c{.bf16 = precision == Precision::kBf16};
   LayerLayout l;
   l.x_in = c.take(N * C);
   l.ln1 = c.take(N * C);
@@ -62,9 +68,9 @@ LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved
   return l;
 }
 
-FinalLayout final_layout(const ModelConfig& m, const RunShape& r) {
+FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision) {
   const std::int64_t N = r.tokens(), C = m.d_model;
-  Cursor c;
+  Cursor c{.bf16 = precision == Precision::kBf16};
   FinalLayout f;
   f.x = c.take(N * C);
   f.ln = c.take(N * C);
@@ -77,10 +83,11 @@ FinalLayout final_layout(const ModelConfig& m, const RunShape& r) {
   return f;
 }
 
-WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward) {
+WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward,
+                                 Precision precision) {
   const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff;
   templates::attention::AttentionShape as{r.batch, r.context, m.heads, m.head_dim(), true};
-  Cursor c;
+  Cursor c{.bf16 = precision == Precision::kBf16};
   WorkspaceLayout w;
   w.rope_cos = c.take(r.context * m.head_dim() / 2, Held::kFp32);
   w.rope_sin = c.take(r.context * m.head_dim() / 2, Held::kFp32);

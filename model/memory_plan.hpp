@@ -16,7 +16,8 @@
 
 namespace ktune::model {
 
-/// Offsets (elements) of the activations of one block, in one slot.
+/// Offsets of the activations of one block, in one slot (in the layout's
+/// units, layout_unit_bytes: elements in f32).
 /// N = batch*context tokens, C = d_model, F = d_ff, H heads, S = context.
 struct LayerLayout {
   std::int64_t x_in = 0;   // (N, C) residual stream entering the block
@@ -67,10 +68,20 @@ struct WorkspaceLayout {
   std::int64_t bf16_bytes = 0;    // with bf16 activation gradients (tables, scratch, norm_dw fp32)
 };
 
+/// The bytes of one unit of a layout's offsets and sizes: 4 (one fp32
+/// element) in f32 and tf32; 2 in bf16, where a bf16 buffer's offsets count
+/// its elements and an fp32 buffer takes two units per element.
+std::int64_t layout_unit_bytes(Precision precision);
+
+/// The layouts of a run in `precision`, offsets and size in its units
+/// (layout_unit_bytes); bf16_bytes is the bf16 plan's bytes whatever the
+/// precision.
 LayerLayout layer_layout(const ModelConfig& m, const RunShape& r,
-                         AttentionSaved attention = AttentionSaved::kProbabilities);
-FinalLayout final_layout(const ModelConfig& m, const RunShape& r);
-WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward);
+                         AttentionSaved attention = AttentionSaved::kProbabilities,
+                         Precision precision = Precision::kF32);
+FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision = Precision::kF32);
+WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward,
+                                 Precision precision = Precision::kF32);
 
 /// Bytes per phase and the peaks: `element_bytes`-sized values (4: fp32)
 /// in f32 and tf32, each buffer's dtype in bf16.

@@ -21,7 +21,7 @@ namespace ktune::model {
 struct BackendOptions {
   std::string backend = "cpu";  ///< cpu | cuda | emu
   Mode mode = Mode::kCompiled;  ///< device backends only
-  Precision precision = Precision::kF32;  ///< f32 on cpu; f32 or tf32 on the device backends
+  Precision precision = Precision::kF32;  ///< f32 on cpu; f32, tf32 or bf16 on the device backends
   std::string cache;            ///< tuned cache file for compiled mode (empty: family defaults)
   unsigned threads = 1;         ///< cpu backend threads
 };

@@ -11,7 +11,7 @@ namespace ktune::model {
 
 std::string region_name(Region r) {
   static const char* const kNames[kRegionCount] = {"parameters", "gradients", "exp_avg", "exp_avg_sq", "layers",
-                                                   "final",      "workspace", "tokens",  "targets",    "scratch"};
+                                                   "final",      "workspace", "tokens",  "targets",    "bf16 weights", "scratch"};
   return kNames[static_cast<int>(r)];
 }
 
@@ -49,24 +49,24 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
 
   // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1)
   ops.rmsnorm_forward(a + ll.x_in, P(bp.ln1), a + ll.ln1, a + ll.rstd1, N, C, c.norm_eps);
-  linear(ops, a + ll.ln1, P(bp.q), a + ll.q, N, C, C);  // (N, H, D)
-  linear(ops, a + ll.ln1, P(bp.k), a + ll.k, N, C, C);
-  linear(ops, a + ll.ln1, P(bp.v), a + ll.v, N, C, C);
+  linear(ops, a + ll.ln1, L.weight(bp.q), a + ll.q, N, C, C);  // (N, H, D)
+  linear(ops, a + ll.ln1, L.weight(bp.k), a + ll.k, N, C, C);
+  linear(ops, a + ll.ln1, L.weight(bp.v), a + ll.v, N, C, C);
   ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
   ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
   ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape());
-  linear(ops, a + ll.attn, P(bp.o), a + ll.x_mid, N, C, C);
+  linear(ops, a + ll.attn, L.weight(bp.o), a + ll.x_mid, N, C, C);
   ops.add(a + ll.x_mid, a + ll.x_in, N * C);
 
   // Feed-forward branch: x_out = x_mid + W2 (silu(W1 ln2) * W3 ln2)
   ops.rmsnorm_forward(a + ll.x_mid, P(bp.ln2), a + ll.ln2, a + ll.rstd2, N, C, c.norm_eps);
-  linear(ops, a + ll.ln2, P(bp.w1), a + ll.a, N, C, FF);  // (N, F)
-  linear(ops, a + ll.ln2, P(bp.w3), a + ll.b, N, C, FF);
+  linear(ops, a + ll.ln2, L.weight(bp.w1), a + ll.a, N, C, FF);  // (N, F)
+  linear(ops, a + ll.ln2, L.weight(bp.w3), a + ll.b, N, C, FF);
   ops.swiglu_forward(a + ll.a, a + ll.b, a + ll.h, N * FF);
   // The next block's input (its own slot when training; this slot's x_in,
   // no longer needed, when forward-only), or the final stream.
   const Ref next = l + 1 < c.layers ? L.act(l + 1) + ll.x_in : F(L.final.x);
-  linear(ops, a + ll.h, P(bp.w2), next, N, FF, C);
+  linear(ops, a + ll.h, L.weight(bp.w2), next, N, FF, C);
   ops.add(next, a + ll.x_mid, N * C);
 }
 
@@ -84,19 +84,19 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   const Ref dh = W(wl.dh);  // (N, F): dh, then da in place
   const Ref db = W(wl.db);  // (N, F)
   linear_dw(ops, dx, a + ll.h, G(bp.w2), N, FF, C);
-  linear_dx(ops, dx, P(bp.w2), dh, N, FF, C);
+  linear_dx(ops, dx, L.weight(bp.w2), dh, N, FF, C);
   ops.swiglu_backward(a + ll.a, a + ll.b, dh, dh, db, N * FF);
   linear_dw(ops, dh, a + ll.ln2, G(bp.w1), N, C, FF);
   linear_dw(ops, db, a + ll.ln2, G(bp.w3), N, C, FF);
-  linear_dx(ops, dh, P(bp.w1), W(wl.dtmp), N, C, FF);
-  linear_dx(ops, db, P(bp.w3), W(wl.dtmp), N, C, FF, true);
+  linear_dx(ops, dh, L.weight(bp.w1), W(wl.dtmp), N, C, FF);
+  linear_dx(ops, db, L.weight(bp.w3), W(wl.dtmp), N, C, FF, true);
   ops.rmsnorm_backward(a + ll.x_mid, P(bp.ln2), a + ll.rstd2, W(wl.dtmp), W(wl.dbranch), G(bp.ln2), N, C);
   ops.add(dx, W(wl.dbranch), N * C);
 
   // Attention branch.
   const Ref dattn = W(wl.dbranch);  // (N, C)
   linear_dw(ops, dx, a + ll.attn, G(bp.o), N, C, C);
-  linear_dx(ops, dx, P(bp.o), dattn, N, C, C);
+  linear_dx(ops, dx, L.weight(bp.o), dattn, N, C, C);
   const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
   ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn, a + ll.attn_saved, dattn, dq, dk, dv,
                          L.attention_shape());
@@ -105,9 +105,9 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   linear_dw(ops, dq, a + ll.ln1, G(bp.q), N, C, C);
   linear_dw(ops, dk, a + ll.ln1, G(bp.k), N, C, C);
   linear_dw(ops, dv, a + ll.ln1, G(bp.v), N, C, C);
-  linear_dx(ops, dq, P(bp.q), W(wl.dtmp), N, C, C);
-  linear_dx(ops, dk, P(bp.k), W(wl.dtmp), N, C, C, true);
-  linear_dx(ops, dv, P(bp.v), W(wl.dtmp), N, C, C, true);
+  linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
+  linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
+  linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);
   ops.rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), W(wl.dbranch), G(bp.ln1), N, C);
   ops.add(dx, W(wl.dbranch), N * C);
 }
@@ -130,6 +130,8 @@ std::int64_t StepLayout::region_elements(Region r) const {
     case Region::kTokens:
     case Region::kTargets:
       return shape.tokens();
+    case Region::kWeightsBf16:
+      return precision == Precision::kBf16 ? params.total : 0;
     case Region::kScratch:
       return 0;
   }
@@ -151,9 +153,9 @@ StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigne
   L.precision = precision;
   L.attention = attention;
   L.params = parameter_layout(config);
-  L.layer = layer_layout(config, shape, attention);
-  L.final = final_layout(config, shape);
-  L.work = workspace_layout(config, shape, threads, train);
+  L.layer = layer_layout(config, shape, attention, precision);
+  L.final = final_layout(config, shape, precision);
+  L.work = workspace_layout(config, shape, threads, train, precision);
   return L;
 }
 
@@ -167,10 +169,10 @@ double walk_forward(Ops& ops, const StepLayout& L) {
   const auto& fl = L.final;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
   const Ref tokens{Region::kTokens, 0}, targets{Region::kTargets, 0};
-  ops.embedding_forward(tokens, P(L.params.embedding), L.act(0) + L.layer.x_in, N, C, V);  // (N, C)
+  ops.embedding_forward(tokens, L.weight(L.params.embedding), L.act(0) + L.layer.x_in, N, C, V);  // (N, C)
   for (std::int64_t l = 0; l < c.layers; ++l) forward_block(ops, L, l);
   ops.rmsnorm_forward(F(fl.x), P(L.params.ln_final), F(fl.ln), F(fl.rstd), N, C, c.norm_eps);
-  linear(ops, F(fl.ln), P(L.params.lm_head), F(fl.logits), N, C, V);  // (N, V)
+  linear(ops, F(fl.ln), L.weight(L.params.lm_head), F(fl.logits), N, C, V);  // (N, V)
   ops.cross_entropy_forward(F(fl.logits), targets, F(fl.losses), F(fl.lse), N, V);
   return ops.mean(F(fl.losses), N);
 }
@@ -185,7 +187,7 @@ void walk_backward(Ops& ops, const StepLayout& L) {
   const Ref dlogits = F(fl.logits);  // (N, V), in place over the logits
   ops.cross_entropy_backward(F(fl.logits), targets, F(fl.lse), dlogits, N, V);
   linear_dw(ops, dlogits, F(fl.ln), G(L.params.lm_head), N, C, V);
-  linear_dx(ops, dlogits, P(L.params.lm_head), W(wl.dtmp), N, C, V);
+  linear_dx(ops, dlogits, L.weight(L.params.lm_head), W(wl.dtmp), N, C, V);
   ops.rmsnorm_backward(F(fl.x), P(L.params.ln_final), F(fl.rstd), W(wl.dtmp), W(wl.dx), G(L.params.ln_final), N, C);
   for (std::int64_t l = c.layers - 1; l >= 0; --l) backward_block(ops, L, l);
   ops.embedding_backward(tokens, W(wl.dx), G(L.params.embedding), N, C, V);  // (V, C)

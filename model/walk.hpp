@@ -25,9 +25,15 @@ struct StepLayout {
   FinalLayout final;
   WorkspaceLayout work;
 
+  /// A parameter as the GEMMs and the embedding read it: in bf16 its bf16
+  /// copy (kWeightsBf16, refreshed by AdamW), else the parameter itself.
+  Ref weight(std::int64_t offset) const {
+    return {precision == Precision::kBf16 ? Region::kWeightsBf16 : Region::kParams, offset};
+  }
   /// Start of block l's activation slot.
   Ref act(std::int64_t l) const { return {Region::kLayers, (train ? l : 0) * layer.size}; }
-  /// Elements of each region (tokens and targets count int32 values).
+  /// Elements of each region (tokens and targets count int32 values; the
+  /// activation regions of a bf16 layout count its 2-byte units).
   std::int64_t region_elements(Region r) const;
   /// The attention problem of one block.
   templates::attention::AttentionShape attention_shape() const;

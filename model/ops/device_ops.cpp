@@ -31,30 +31,36 @@ using templates::Problem;
 namespace {
 
 constexpr std::size_t kRegionAlign = 256;
-constexpr std::size_t kValueBytes = 4;  // fp32 everywhere for now
+constexpr std::size_t kFloatBytes = 4;
 constexpr std::size_t kCublasLtWorkspace = std::size_t{32} << 20;
 
 std::size_t align_up(std::size_t x) { return (x + kRegionAlign - 1) / kRegionAlign * kRegionAlign; }
 
-Problem rows_problem(std::int64_t rows, std::int64_t dim) { return {"f32", {{"rows", rows}, {"dim", dim}}}; }
-Problem embed_problem(std::int64_t rows, std::int64_t dim, std::int64_t vocab) {
-  return {"f32", {{"rows", rows}, {"dim", dim}, {"vocab", vocab}}};
+// The families' problems as the step's list names them (step_kernels.hpp),
+// of the dtype problem_dtype(precision) says.
+Problem rows_problem(const std::string& dtype, std::int64_t rows, std::int64_t dim) {
+  return {dtype, {{"rows", rows}, {"dim", dim}}};
 }
-Problem rope_problem(std::int64_t tokens, std::int64_t seq, std::int64_t heads, std::int64_t head_dim) {
-  return {"f32", {{"head_dim", head_dim}, {"heads", heads}, {"seq", seq}, {"tokens", tokens}}};
+Problem embed_problem(const std::string& dtype, std::int64_t rows, std::int64_t dim, std::int64_t vocab) {
+  return {dtype, {{"rows", rows}, {"dim", dim}, {"vocab", vocab}}};
 }
-Problem gate_problem(std::int64_t n) { return {"f32", {{"n", n}}}; }
-Problem loss_problem(std::int64_t rows, std::int64_t vocab) { return {"f32", {{"rows", rows}, {"vocab", vocab}}}; }
-Problem scores_problem(const tr::attention::AttentionShape& s) { return attention_scores_problem(s, "f32"); }
-// Flash attention's problem (step_kernels.hpp); f32 multiplies in tf32.
-Problem flash_problem(const tr::attention::AttentionShape& s) {
-  return {"f32", {{"batch", s.batch}, {"heads", s.heads}, {"seq", s.seq}, {"head_dim", s.head_dim},
+Problem rope_problem(const std::string& dtype, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
+                     std::int64_t head_dim) {
+  return {dtype, {{"head_dim", head_dim}, {"heads", heads}, {"seq", seq}, {"tokens", tokens}}};
+}
+Problem gate_problem(const std::string& dtype, std::int64_t n) { return {dtype, {{"n", n}}}; }
+Problem loss_problem(const std::string& dtype, std::int64_t rows, std::int64_t vocab) {
+  return {dtype, {{"rows", rows}, {"vocab", vocab}}};
+}
+// Flash attention's problem; f32 multiplies in tf32.
+Problem flash_problem(const std::string& dtype, const tr::attention::AttentionShape& s) {
+  return {dtype, {{"batch", s.batch}, {"heads", s.heads}, {"seq", s.seq}, {"head_dim", s.head_dim},
                   {"causal", s.causal ? 1 : 0}}};
 }
-// AdamW as the step's list tunes it (step_kernels.hpp).
+// AdamW as the step's list tunes it; bf16 asks for the bf16 weight copy.
 Problem adam_problem(const StepLayout& L) {
   const auto tensors = static_cast<std::int64_t>(L.params.tensors.size());
-  return {"f32", {{"tensors", tensors}, {"numel", (L.params.total + tensors - 1) / tensors}}};
+  return {problem_dtype(L.precision), {{"tensors", tensors}, {"numel", (L.params.total + tensors - 1) / tensors}}};
 }
 
 class HostGemm final : public GemmEngine {
@@ -160,8 +166,6 @@ Mode parse_mode(const std::string& text) {
 }
 
 StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options) {
-  KTUNE_REQUIRE(options.precision != Precision::kBf16,
-                "--dtype bf16 (mixed precision) does not run on the device backends yet; accepted there: f32, tf32");
   return step_layout(config, shape, 1, train, options.precision,
                      attention_saved(options.precision, options.mode == Mode::kCompiled));
 }
@@ -176,7 +180,11 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
 }
 
 DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options)
-    : backend_(backend), L_(layout), options_(options), chain_plans_(std::make_unique<ChainPlans>()) {
+    : backend_(backend),
+      L_(layout),
+      options_(options),
+      dtype_(problem_dtype(layout.precision)),
+      chain_plans_(std::make_unique<ChainPlans>()) {
   KTUNE_REQUIRE(std::abs(L_.config.norm_eps - tr::rmsnorm::kEps) <= 1e-12,
                 fmt::format("the device backends' RMSNorm eps is {}; the model asks for {}", tr::rmsnorm::kEps,
                             L_.config.norm_eps));
@@ -193,18 +201,18 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   // The ops' scratch: one op at a time uses it, in stream order; attention's
   // backward keeps dS there while its softmax runs after it.
   const auto s = L_.attention_shape();
-  // dS: materialised attention's backward only (flash attention keeps none).
-  const std::size_t ds =
-      L_.attention == AttentionSaved::kProbabilities
-          ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * kValueBytes
-          : 0;
+  // dS: materialised attention's backward only (flash attention keeps none),
+  // of the activations' type.
+  const std::size_t ds = L_.attention == AttentionSaved::kProbabilities
+                             ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * unit_bytes(Region::kScratch)
+                             : 0;
   const auto kept = [&](const templates::Family* f) {
     return f == &tr::softmax::backward_family() ? align_up(ds) : 0;
   };
   std::size_t scratch = ds;
   std::int64_t largest = 0;
   for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
-  scratch = std::max(scratch, static_cast<std::size_t>(largest) * kValueBytes);  // eager AdamW's temporary
+  scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);  // eager AdamW's temporary
   for (const auto& r : requests)
     scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r));
   for (const auto& k : kernels_->kernels())
@@ -216,15 +224,14 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
     const bool optimizer = region == Region::kGrads || region == Region::kExpAvg || region == Region::kExpAvgSq;
     if (region == Region::kScratch || (optimizer && !L_.train)) continue;
     region_offset_[r] = at;
-    at = align_up(at + static_cast<std::size_t>(L_.region_elements(region)) * kValueBytes);
+    at = align_up(at + static_cast<std::size_t>(L_.region_elements(region)) * unit_bytes(region));
   }
   scratch_offset_ = at;
   region_offset_[static_cast<int>(Region::kScratch)] = scratch_offset_;
   scratch_bytes_ = scratch;
   one_offset_ = align_up(scratch_offset_ + scratch_bytes_);
   arena_ = backend_.allocate(one_offset_ + kRegionAlign, fmt::format("{} run memory", L_.config.name));
-  const float one = 1.0f;
-  backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
+  upload_one();
   if (backend_.native_stream() != 0) {
     gemm_workspace_ = backend_.allocate(kCublasLtWorkspace, "cuBLASLt workspace");
     gemm_ = make_cublaslt_gemm(backend_, *gemm_workspace_, options_.mode == Mode::kCompiled, options_.tuned,
@@ -242,7 +249,7 @@ std::size_t DeviceOps::allocated_bytes() const {
 
 std::uint64_t DeviceOps::address(Ref at) const {
   return arena_->address() + region_offset_[static_cast<int>(at.region)] +
-         static_cast<std::uint64_t>(at.offset) * kValueBytes;
+         static_cast<std::uint64_t>(at.offset) * unit_bytes(at.region);
 }
 
 void DeviceOps::upload(Ref at, const void* host, std::size_t bytes) {
@@ -255,9 +262,44 @@ void DeviceOps::download(void* host, Ref at, std::size_t bytes) {
 
 void DeviceOps::poison() {
   backend_.poison(*arena_);
-  const float one = 1.0f;
-  backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
+  upload_one();
 }
+
+// The residual add's [1], of the activations' type (add).
+void DeviceOps::upload_one() {
+  if (L_.precision == Precision::kBf16) {
+    const std::uint16_t one = templates::float_to_bf16_bits(1.0f);
+    backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
+  } else {
+    const float one = 1.0f;
+    backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
+  }
+}
+
+std::size_t DeviceOps::unit_bytes(Region r) const {
+  switch (r) {
+    case Region::kLayers:
+    case Region::kFinal:
+    case Region::kWork:
+    case Region::kScratch:  // Refs into the scratch name dS, an activation gradient
+      return static_cast<std::size_t>(layout_unit_bytes(L_.precision));
+    case Region::kWeightsBf16:
+      return 2;
+    default:
+      return kFloatBytes;
+  }
+}
+
+// A GEMM operand's type: in bf16 every operand but the fp32 gradients (dW,
+// the GEMMs' only fp32 output) is a bf16 activation or the weights' bf16
+// copy; the master weights are never a GEMM operand there.
+templates::DType DeviceOps::gemm_type(Ref at) const {
+  if (L_.precision != Precision::kBf16) return templates::DType::kF32;
+  KTUNE_REQUIRE(at.region != Region::kParams,
+                "bf16 GEMMs read the weights' bf16 copy (StepLayout::weight), not the fp32 master weights");
+  return at.region == Region::kGrads ? templates::DType::kF32 : templates::DType::kBF16;
+}
+
 
 std::uint64_t DeviceOps::scratch(std::size_t bytes, std::size_t kept) const {
   const std::size_t at = align_up(kept);
@@ -305,8 +347,8 @@ void DeviceOps::rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t hea
   const std::size_t n = static_cast<std::size_t>(seq * head_dim / 2);
   std::vector<float> c(n), s(n);
   tr::rope::rope_tables<float>(seq, head_dim, theta, c.data(), s.data());
-  upload(cos, c.data(), n * kValueBytes);
-  upload(sin, s.data(), n * kValueBytes);
+  upload(cos, c.data(), n * kFloatBytes);
+  upload(sin, s.data(), n * kFloatBytes);
 }
 
 void DeviceOps::gemm(const GemmOp& g) {
@@ -315,51 +357,54 @@ void DeviceOps::gemm(const GemmOp& g) {
                .b = address(g.b), .c = address(g.c), .lda = g.lda, .ldb = g.ldb, .ldc = g.ldc,
                .alpha = static_cast<float>(g.alpha), .beta = static_cast<float>(g.beta), .batch = g.batch,
                .stride_a = g.stride_a, .stride_b = g.stride_b, .stride_c = g.stride_c,
+               .a_type = gemm_type(g.a), .b_type = gemm_type(g.b), .c_type = gemm_type(g.c),
                .tf32 = L_.precision == Precision::kTf32});
 }
 
 void DeviceOps::add(Ref dst, Ref src, std::int64_t n) {
   // dst (n, 1) = src (n, 1) x [1] + dst: a GEMM epilogue's add, exact in
-  // fp32 (one rounding of src + dst). A fused residual + RMSNorm family is
-  // where this goes once it exists.
+  // fp32 (one rounding of src + dst, to bf16 in bf16). A fused residual +
+  // RMSNorm family is where this goes once it exists.
   ++launches_.gemms;
+  const templates::DType type = gemm_type(dst);
   gemm_->gemm({.m = n, .n = 1, .k = 1, .a = address(src), .b = arena_->address() + one_offset_, .c = address(dst),
-               .lda = 1, .ldb = 1, .ldc = 1, .alpha = 1.0f, .beta = 1.0f});
+               .lda = 1, .ldb = 1, .ldc = 1, .alpha = 1.0f, .beta = 1.0f, .a_type = gemm_type(src), .b_type = type,
+               .c_type = type});
 }
 
 void DeviceOps::embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
                                   std::int64_t vocab) {
-  run(tr::embedding::forward_family(), embed_problem(rows, dim, vocab),
+  run(tr::embedding::forward_family(), embed_problem(dtype_, rows, dim, vocab),
       {.tokens = address(tokens), .table = address(table), .out = address(out)});
 }
 
 void DeviceOps::embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_t rows, std::int64_t dim,
                                    std::int64_t vocab) {
-  run(tr::embedding::backward_family(), embed_problem(rows, dim, vocab),
+  run(tr::embedding::backward_family(), embed_problem(dtype_, rows, dim, vocab),
       {.tokens = address(tokens), .d_out = address(dout), .d_table = address(dtable)});
 }
 
 void DeviceOps::rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows, std::int64_t dim, double) {
-  run(tr::rmsnorm::forward_family(), rows_problem(rows, dim),
+  run(tr::rmsnorm::forward_family(), rows_problem(dtype_, rows, dim),
       {.x = address(x), .w = address(w), .y = address(y), .rstd = address(rstd)});
 }
 
 void DeviceOps::rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows,
                                  std::int64_t dim) {
-  run(tr::rmsnorm::backward_family(), rows_problem(rows, dim),
+  run(tr::rmsnorm::backward_family(), rows_problem(dtype_, rows, dim),
       {.x = address(x), .w = address(w), .rstd = address(rstd), .dy = address(dy), .dx = address(dx),
        .dw = address(dw)});
 }
 
 void DeviceOps::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
                              std::int64_t head_dim) {
-  run(tr::rope::forward_family(), rope_problem(tokens, seq, heads, head_dim),
+  run(tr::rope::forward_family(), rope_problem(dtype_, tokens, seq, heads, head_dim),
       {.x = address(x), .cos = address(cos), .sin = address(sin), .y = address(x)});
 }
 
 void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
                               std::int64_t head_dim) {
-  run(tr::rope::backward_family(), rope_problem(tokens, seq, heads, head_dim),
+  run(tr::rope::backward_family(), rope_problem(dtype_, tokens, seq, heads, head_dim),
       {.dy = address(dx), .cos = address(cos), .sin = address(sin), .dx = address(dx)});
 }
 
@@ -371,7 +416,7 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                                   const templates::attention::AttentionShape& s) {
   if (L_.attention == AttentionSaved::kLogSumExp) {
     const auto strides = tr::attention::bshd_strides(s);
-    run(tr::attention::forward_family(), flash_problem(s),
+    run(tr::attention::forward_family(), flash_problem(dtype_, s),
         {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
          .q_strides = strides, .k_strides = strides, .v_strides = strides, .o_strides = strides,
          .scale = tr::attention::default_scale(s.head_dim)});
@@ -383,7 +428,7 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
     gemm({.trans_a = false, .trans_b = true, .m = S, .n = S, .k = D, .a = q + x, .b = k + x, .c = saved + pb,
           .lda = row, .ldb = row, .ldc = S, .batch = H, .stride_a = D, .stride_b = D, .stride_c = S * S});
   }
-  run(tr::softmax::forward_family(), scores_problem(s),
+  run(tr::softmax::forward_family(), attention_scores_problem(s, dtype_),
       {.x = address(saved), .y = address(saved), .scale = tr::attention::default_scale(D)});
   for (std::int64_t b = 0; b < s.batch; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
@@ -399,7 +444,7 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
                                    const templates::attention::AttentionShape& s) {
   if (L_.attention == AttentionSaved::kLogSumExp) {
     const auto strides = tr::attention::bshd_strides(s);
-    run(tr::attention::backward_family(), flash_problem(s),  // its workspace in the scratch
+    run(tr::attention::backward_family(), flash_problem(dtype_, s),  // its workspace in the scratch
         {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
          .dout = address(dout), .dq = address(dq), .dk = address(dk), .dv = address(dv), .q_strides = strides,
          .k_strides = strides, .v_strides = strides, .o_strides = strides, .do_strides = strides,
@@ -408,7 +453,7 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
     return;
   }
   const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
-  const std::size_t ds_bytes = static_cast<std::size_t>(s.batch * H * S * S) * kValueBytes;
+  const std::size_t ds_bytes = static_cast<std::size_t>(s.batch * H * S * S) * unit_bytes(Region::kScratch);
   const std::uint64_t ds_address = scratch(ds_bytes);
   const Ref ds{Region::kScratch, 0};
   for (std::int64_t b = 0; b < s.batch; ++b) {
@@ -418,7 +463,7 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
     gemm({.trans_a = true, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = dout + x, .c = dv + x,
           .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
   }
-  run(tr::softmax::backward_family(), scores_problem(s),
+  run(tr::softmax::backward_family(), attention_scores_problem(s, dtype_),
       {.y = address(saved), .dy = ds_address, .dx = ds_address, .scale = tr::attention::default_scale(D)},
       ds_bytes);
   for (std::int64_t b = 0; b < s.batch; ++b) {
@@ -431,29 +476,29 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
 }
 
 void DeviceOps::swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) {
-  run(tr::swiglu::forward_family(), gate_problem(n), {.a = address(a), .b = address(b), .h = address(h)});
+  run(tr::swiglu::forward_family(), gate_problem(dtype_, n), {.a = address(a), .b = address(b), .h = address(h)});
 }
 
 void DeviceOps::swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) {
-  run(tr::swiglu::backward_family(), gate_problem(n),
+  run(tr::swiglu::backward_family(), gate_problem(dtype_, n),
       {.a = address(a), .b = address(b), .dh = address(dh), .da = address(da), .db = address(db)});
 }
 
 void DeviceOps::cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,
                                       std::int64_t vocab) {
-  run(tr::cross_entropy::forward_family(), loss_problem(rows, vocab),
+  run(tr::cross_entropy::forward_family(), loss_problem(dtype_, rows, vocab),
       {.logits = address(logits), .targets = address(targets), .losses = address(losses), .lse = address(lse)});
 }
 
 void DeviceOps::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
                                        std::int64_t vocab) {
-  run(tr::cross_entropy::backward_family(), loss_problem(rows, vocab),
+  run(tr::cross_entropy::backward_family(), loss_problem(dtype_, rows, vocab),
       {.logits = address(logits), .targets = address(targets), .lse = address(lse), .dlogits = address(dlogits)});
 }
 
 double DeviceOps::mean(Ref values, std::int64_t n) {
   std::vector<float> host(static_cast<std::size_t>(n));
-  download(host.data(), values, host.size() * kValueBytes);
+  download(host.data(), values, host.size() * kFloatBytes);  // the losses are fp32 in every precision
   double sum = 0;
   for (const float v : host) sum += static_cast<double>(v);
   return sum / static_cast<double>(n);
@@ -462,11 +507,15 @@ double DeviceOps::mean(Ref values, std::int64_t n) {
 void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) {
   const auto& f = adamw_family();
   const auto& k = kernel(f, adam_problem(L_));
+  // bf16: the step also writes the weights' bf16 copy that the GEMMs read.
+  const bool copy = L_.precision == Precision::kBf16;
   std::vector<tr::adamw::TensorAddresses> list;
   std::int64_t largest = 0;
   for (const auto& t : tensors) {
+    KTUNE_REQUIRE(t.param.region == Region::kParams, "AdamW steps the master weights (Region::kParams)");
     list.push_back({.param = address(t.param), .grad = address(t.grad), .exp_avg = address(t.exp_avg),
-                    .exp_avg_sq = address(t.exp_avg_sq), .param_bf16 = 0, .numel = t.numel});
+                    .exp_avg_sq = address(t.exp_avg_sq),
+                    .param_bf16 = copy ? address(L_.weight(t.param.offset)) : 0, .numel = t.numel});
     largest = std::max(largest, t.numel);
   }
   // Clip-by-norm: grad_norm writes (norm, clip factor) beside the constant
@@ -476,15 +525,15 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
   tr::adamw::Clip clip;
   if (hyper.max_grad_norm > 0) {
     const bool in_place = options_.mode == Mode::kEager;
-    const std::uint64_t out = arena_->address() + one_offset_ + kValueBytes;
+    const std::uint64_t out = arena_->address() + one_offset_ + kFloatBytes;
     std::vector<tr::grad_norm::Tensor> grads;
     for (const auto& t : list) grads.push_back({.grad = t.grad, .numel = t.numel});
     run(tr::grad_norm::family(), grad_norm_problem(L_.config),
         {.tensors = grads, .out = out, .max_norm = hyper.max_grad_norm, .clip = in_place});
     if (!in_place) clip = {.norm = out, .max_norm = hyper.max_grad_norm};
   }
-  const std::uint64_t ws = scratch(static_cast<std::size_t>(largest) * kValueBytes);
-  launch(k, f.plan_tensors(k.chosen.config, false, list, ws, hyper, backend_.device(), clip));
+  const std::uint64_t ws = scratch(static_cast<std::size_t>(largest) * kFloatBytes);
+  launch(k, f.plan_tensors(k.chosen.config, copy, list, ws, hyper, backend_.device(), clip));
 }
 
 }  // namespace ktune::model

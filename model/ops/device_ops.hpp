@@ -19,8 +19,13 @@
 //            the backend's copies on `emu`
 //   precision  f32; tf32 (GEMMs on the tf32 matrix units, and in compiled
 //            mode flash attention, keeping the log-sum-exp instead of the
-//            probabilities); bf16 mixed precision (the plan's per-buffer
-//            dtypes) is owed and refused
+//            probabilities); bf16 mixed precision: each buffer of the dtype
+//            the memory plan gives it (bf16 activations and their gradients;
+//            fp32 statistics, master weights, gradients and AdamW state),
+//            the families' bf16 problems, GEMMs on bf16 operands with fp32
+//            accumulation reading the weights' bf16 copy (kWeightsBf16),
+//            which AdamW rewrites each step (and DeviceTransformer writes
+//            with the master weights)
 #pragma once
 #include <array>
 #include <cstdint>
@@ -165,10 +170,16 @@ class DeviceOps final : public Ops {
   void run_chain(const templates::Family& family, const templates::Problem& problem, std::size_t kept,
                  const templates::eager::Bindings& args);
   const templates::adamw::AdamwFamily& adamw_family() const;
+  // Bytes of one unit of a Ref's offset into region r (layout_unit_bytes
+  // for the activation regions and the scratch).
+  std::size_t unit_bytes(Region r) const;
+  templates::DType gemm_type(Ref at) const;
+  void upload_one();
 
   tuner::exec::Backend& backend_;
   StepLayout L_;
   DeviceOptions options_;
+  std::string dtype_;  // the families' problem dtype (problem_dtype)
   std::unique_ptr<tuner::TunedKernels> kernels_;
   std::array<std::size_t, kRegionCount> region_offset_{};  // bytes from the arena's start
   std::size_t scratch_offset_ = 0, scratch_bytes_ = 0, one_offset_ = 0;
@@ -180,8 +191,8 @@ class DeviceOps final : public Ops {
 };
 
 /// The layout of a run on a device backend: the layout's precision, and the
-/// attention attention_saved(precision, mode) says (flash in compiled tf32).
-/// Throws kInvalidInput for bf16, which the device backends do not run yet.
+/// attention attention_saved(precision, mode) says (flash in compiled tf32
+/// and bf16).
 StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options);
 
 /// The families' problems of a step on a device backend in `mode`: the

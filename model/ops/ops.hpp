@@ -6,7 +6,9 @@
 //           and OpenBLAS, templated on T (float for runs, double for gradient checks)
 //   device  DeviceOps (model/ops/device_ops.hpp): the families' kernels on an
 //           execution backend (cuda | emu), GEMMs through a GemmEngine
-// Sizes are elements; every Ref names elements of its region's value type.
+// Sizes are elements; every Ref names elements of its region's value type,
+// except in a bf16 layout's activation regions (kLayers, kFinal, kWork),
+// whose offsets count 2-byte units (memory_plan.hpp, layout_unit_bytes).
 // All matrices are row-major; linear weights are (out, in) like torch.nn.Linear.
 #pragma once
 #include <cstdint>
@@ -29,9 +31,10 @@ enum class Region : int {
   kWork,      ///< WorkspaceLayout
   kTokens,    ///< (batch, context) int32
   kTargets,   ///< (batch, context) int32
+  kWeightsBf16,  ///< ParameterLayout: bf16 mixed precision's bf16 copy of the parameters (empty otherwise)
   kScratch,   ///< a backend's own scratch for its ops (not the plan's; never named by the walk)
 };
-inline constexpr int kRegionCount = 10;
+inline constexpr int kRegionCount = 11;
 std::string region_name(Region r);
 
 /// A place in a region: the first element of a buffer.

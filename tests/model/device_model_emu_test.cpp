@@ -1,6 +1,7 @@
 // The device backend's step under the host emulation against the cpu
 // backend: the same walk over two op implementations must give the same loss,
-// gradients and AdamW update (fp32 to 1e-5; tf32 within its tolerance below),
+// gradients and AdamW update (fp32 to 1e-5; tf32 and bf16 within their
+// tolerances below),
 // in compiled and in eager mode, where the decomposed ops run as their chains
 // of primitive kernels. The emulated run's memory starts poisoned (NaN), so an
 // op that reads what no op wrote fails here.
@@ -18,6 +19,7 @@
 #include "model/transformer.hpp"
 #include "templates/eager/eager.hpp"
 #include "templates/family.hpp"
+#include "templates/render.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 using namespace ktune;
@@ -45,6 +47,13 @@ double rel_l2(std::span<const float> got, std::span<const float> want, std::int6
   }
   if (std::isnan(num)) return INFINITY;
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// The bf16 bits of each value, rounded to nearest even.
+std::vector<std::uint16_t> bf16_bits(std::span<const float> values) {
+  std::vector<std::uint16_t> out(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) out[i] = templates::float_to_bf16_bits(values[i]);
+  return out;
 }
 
 // Parameters of the CS336 initialisation with the norm gains moved away from
@@ -99,6 +108,21 @@ struct Case {
 // its error averages down (1.0e-5 to 2.6e-5 measured), 1e-4.
 constexpr double kTf32LossTolerance = 1e-4;
 constexpr double kTf32GradientTolerance = 5e-3;
+// bf16 mixed precision: GEMM operands and every activation and activation
+// gradient are stored in bf16 (u = 2^-8, a relative error of RMS u/sqrt(3)
+// = 2.3e-3 per rounding), with fp32 math inside each op. A gradient tensor
+// meets, besides the two roundings of its own dW = dY^T X, those of every
+// activation on its paths from the loss: about 4 per sub-layer (norm output,
+// projection, attention or SwiGLU output, the residual stream) forward and
+// as many backward, some 40 for the tiny model's embedding, sqrt(40) x
+// 2.3e-3 = 1.4e-2 when independent. Measured (emulated), worst tensor:
+// 1.5e-2 (tiny, compiled), 1.3e-2 (tiny, eager), 1.0e-2 (odd shape, both
+// modes). 5e-2 leaves room for the spread of a relative L2 over a tensor and
+// for correlated roundings, and still fails a gradient computed from stale
+// weights (errors of order 1) or a 10% error in one op. The loss, a mean
+// over tokens, averages its errors down: 1.4e-5 to 2.3e-4 measured, 2e-3.
+constexpr double kBf16LossTolerance = 2e-3;
+constexpr double kBf16GradientTolerance = 5e-2;
 
 // Checks the device step against the cpu's; returns what its forward and
 // backward launched.
@@ -106,14 +130,15 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
   auto backend = tuner::exec::make_emu_backend();
   INFO(c.config.name << " ctx " << c.shape.context << " batch " << c.shape.batch << " " << to_string(mode) << " "
                      << to_string(precision));
-  const bool tf32 = precision == Precision::kTf32;
-  const double loss_tolerance = tf32 ? kTf32LossTolerance : 1e-5;
-  const double gradient_tolerance = tf32 ? kTf32GradientTolerance : 1e-5;
+  const bool tf32 = precision == Precision::kTf32, bf16 = precision == Precision::kBf16;
+  const double loss_tolerance = tf32 ? kTf32LossTolerance : bf16 ? kBf16LossTolerance : 1e-5;
+  const double gradient_tolerance = tf32 ? kTf32GradientTolerance : bf16 ? kBf16GradientTolerance : 1e-5;
   Transformer<float> cpu(c.config, c.shape, Allocation::kTrain, 2);
   DeviceTransformer emu(*backend, c.config, c.shape, Allocation::kTrain, {.mode = mode, .precision = precision});
   const auto params = start_parameters(cpu.layout(), 11);
   std::copy(params.begin(), params.end(), cpu.parameters().begin());
   emu.set_parameters(params);
+  if (bf16) CHECK(emu.weight_copy() == bf16_bits(params));  // what the GEMMs read
   std::vector<std::int32_t> tokens, targets;
   random_tokens(c.shape.tokens(), c.config.vocab, 17, tokens, targets);
 
@@ -132,12 +157,12 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
     CHECK(rel_l2(grads, cpu.gradients(), t.offset, t.numel) <= gradient_tolerance);
   }
 
-  // Flash attention in compiled tf32 (and nothing materialised: an op's
+  // Flash attention in compiled tf32 and bf16 (and nothing materialised: an op's
   // kernel not in the step's list would have been prepared on demand and
   // show here); materialised attention otherwise.
   std::set<std::string> families;
   for (const auto& k : emu.ops().kernels().kernels()) families.insert(k.family->name());
-  const bool flash = mode == Mode::kCompiled && tf32;
+  const bool flash = attention_saved(precision, mode == Mode::kCompiled) == AttentionSaved::kLogSumExp;
   CHECK(families.count("attention_fwd") == (flash ? 1 : 0));
   CHECK(families.count("attention_bwd") == (flash ? 1 : 0));
   CHECK(families.count("softmax_fwd") == (flash ? 0 : 1));
@@ -162,6 +187,8 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
     den += d_cpu * d_cpu;
   }
   CHECK(std::sqrt(num / den) <= 1e-4);
+  // bf16: the step rewrote the GEMMs' copy, the new master weights rounded.
+  if (bf16) CHECK(emu.weight_copy() == bf16_bits(stepped));
 
   // The scratch holds the largest chain's temporaries (after dS for attention's backward).
   for (const auto& r : device_step_kernels(emu.layout(), mode)) {
@@ -354,6 +381,19 @@ TEST_CASE("emu backend: flash attention's run holds no (B, H, S, S) buffers", "[
   const std::int64_t scores = shape.batch * config.heads * shape.context * shape.context;
   const std::int64_t lse = shape.batch * config.heads * shape.context;
   CHECK(f32.ops().allocated_bytes() > tf32.ops().allocated_bytes() + 4 * config.layers * (scores - lse));
+
+  // Each run holds its memory plan's buffers, in their dtypes (bf16: the
+  // activations halved, the weights' bf16 copy added), each region aligned
+  // to 256 bytes, and the ops' scratch besides.
+  DeviceTransformer bf16(*backend, config, shape, Allocation::kTrain, {.precision = Precision::kBf16});
+  for (DeviceTransformer* m : {&f32, &tf32, &bf16}) {
+    const StepLayout& L = m->layout();
+    INFO(to_string(L.precision));
+    const MemoryPlan plan = plan_memory(config, shape, 1, 4, L.attention, L.precision);
+    const auto regions = static_cast<std::int64_t>(m->ops().allocated_bytes() - m->ops().scratch_bytes());
+    CHECK(regions >= plan.peak_step());
+    CHECK(regions <= plan.peak_step() + (kRegionCount + 1) * 256);
+  }
 }
 
 TEST_CASE("emu backend: compiled mode takes configs from the tuned cache and counts them, eager ignores it",
@@ -396,4 +436,23 @@ TEST_CASE("emu backend: compiled mode takes configs from the tuned cache and cou
   DeviceTransformer eager(*backend, config, shape, Allocation::kForwardOnly, {.mode = Mode::kEager, .tuned = &cache});
   CHECK(eager.ops().kernels().count(cache::Match::kNone) == eager.ops().kernels().kernels().size());
   CHECK(eager.forward(tokens, targets) == Approx(want).epsilon(1e-5));
+}
+
+TEST_CASE("emu backend, compiled bf16: the tiny model runs flash attention in mixed precision and matches the cpu",
+          "[emu][model][device]") {
+  check_step_matches_cpu({model_config("tiny"), RunShape{2, 16}}, Mode::kCompiled, Precision::kBf16);
+}
+
+TEST_CASE("emu backend, compiled bf16: the odd shape (head_dim 80, context 13) matches the cpu backend",
+          "[emu][model][device]") {
+  check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kCompiled, Precision::kBf16);
+}
+
+TEST_CASE("emu backend, eager bf16: the tiny model's chains in bf16 match the cpu backend", "[emu][model][device]") {
+  check_step_matches_cpu({model_config("tiny"), RunShape{1, 12}}, Mode::kEager, Precision::kBf16);
+}
+
+TEST_CASE("emu backend, eager bf16: the odd shape (head_dim 80, context 13) matches the cpu backend",
+          "[emu][model][device]") {
+  check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kEager, Precision::kBf16);
 }

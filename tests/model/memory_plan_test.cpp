@@ -130,3 +130,34 @@ TEST_CASE("a bf16 plan: bf16 activations and weight copy, fp32 statistics, maste
   // The cpu backend's plans (element_bytes 8 for its fp64 checks) stay f32 only.
   CHECK_THROWS_AS(plan_memory(xl, shape, 1, 8, AttentionSaved::kProbabilities, Precision::kBf16), ktune::Error);
 }
+
+TEST_CASE("a bf16 layout's offsets are where its buffers lie: 2-byte units, two per fp32 element",
+          "[model][memory]") {
+  // An odd shape: every (N,) statistic is padded to 16 elements.
+  ModelConfig c = model_config("tiny");
+  const RunShape shape{1, 13};
+  const std::int64_t N = shape.tokens(), C = c.d_model, F = c.d_ff;
+  const auto padded = [](std::int64_t n) { return (n + 15) / 16 * 16; };
+  CHECK(layout_unit_bytes(Precision::kBf16) == 2);
+  CHECK(layout_unit_bytes(Precision::kTf32) == 4);
+  const LayerLayout f32 = layer_layout(c, shape, AttentionSaved::kLogSumExp);
+  const LayerLayout bf16 = layer_layout(c, shape, AttentionSaved::kLogSumExp, Precision::kBf16);
+  // The f32 layout counts elements; the bf16 one the bytes it holds, halved.
+  CHECK(f32.bf16_bytes == bf16.bf16_bytes);
+  CHECK(bf16.size * 2 == bf16.bf16_bytes);
+  CHECK(bf16.ln1 - bf16.x_in == padded(N * C));       // bf16 (N, C)
+  CHECK(bf16.q - bf16.rstd1 == 2 * padded(N));        // fp32 (N,)
+  CHECK(f32.q - f32.rstd1 == padded(N));
+  CHECK(bf16.h - bf16.b == padded(N * F));
+  const FinalLayout fin = final_layout(c, shape, Precision::kBf16);
+  CHECK(fin.size * 2 == fin.bf16_bytes);
+  CHECK(fin.lse - fin.losses == 2 * padded(N));
+  const WorkspaceLayout work = workspace_layout(c, shape, 1, true, Precision::kBf16);
+  CHECK(work.size * 2 == work.bf16_bytes);
+  CHECK(work.rope_sin - work.rope_cos == 2 * padded(shape.context * c.head_dim() / 2));  // fp32 tables
+  CHECK(work.dtmp - work.dx == padded(N * C));
+  // The plan's bytes are these layouts' bytes.
+  const MemoryPlan plan = plan_memory(c, shape, 1, 4, AttentionSaved::kLogSumExp, Precision::kBf16);
+  CHECK(plan.per_layer_activations == bf16.size * 2);
+  CHECK(plan.workspace_backward == work.size * 2);
+}
