@@ -93,7 +93,10 @@ void add_replay_command(CLI::App& app, Global& global) {
       nlohmann::json j = {{"strategy", name},
                           {"evals_to_target", quartiles_json(r.evals_to_target)},
                           {"runs_reaching_target", r.runs_reaching_target},
+                          {"seconds_to_target", quartiles_json(r.seconds_to_target)},
                           {"wall_s", r.wall_s},
+                          {"proposal_ms", {{"mean", r.proposal_ms_mean}, {"max", r.proposal_ms_max}}},
+                          {"setup_ms_max", r.setup_ms_max},
                           {"budgets", nlohmann::json::array()}};
       for (const auto& b : r.budgets)
         j["budgets"].push_back({{"budget", b.budget.label}, {"fraction_of_optimum", quartiles_json(b.fraction)}});
@@ -105,10 +108,18 @@ void add_replay_command(CLI::App& app, Global& global) {
       for (const auto& b : r.budgets)
         std::cout << fmt::format("  {:>8}  {:>8.3f}  {:>8.3f}  {:>8.3f}\n", b.budget.label, b.fraction.median,
                                  b.fraction.p25, b.fraction.p75);
-      std::cout << fmt::format("  evaluations to {:.0f}% of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n\n",
+      std::cout << fmt::format("  evaluations to {:.0f}% of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n",
                                args->target * 100, evals_text(r.evals_to_target.median, unreached),
                                evals_text(r.evals_to_target.p25, unreached),
                                evals_text(r.evals_to_target.p75, unreached), r.runs_reaching_target, r.runs);
+      const auto share = [&](double s) {
+        return std::isfinite(s) ? fmt::format("{:.1f}%", 100 * s / evaluator.brute_force_s()) : std::string("never");
+      };
+      std::cout << fmt::format("  recorded time to {:.0f}% of optimum (share of brute force): median {}, p25 {}, p75 {}\n",
+                               args->target * 100, share(r.seconds_to_target.median), share(r.seconds_to_target.p25),
+                               share(r.seconds_to_target.p75));
+      std::cout << fmt::format("  search overhead per proposal: mean {:.2f} ms, max {:.1f} ms; setup at most {:.0f} ms\n\n",
+                               r.proposal_ms_mean, r.proposal_ms_max, r.setup_ms_max);
     }
     if (global.json) std::cout << out.dump(2) << "\n";
   });

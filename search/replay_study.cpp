@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 
 #include "base/error.hpp"
 #include "search/search.hpp"
@@ -61,6 +62,42 @@ class UntilAll final : public StopCondition {
  private:
   double evals_, seconds_;
 };
+
+/// CPU time of the calling thread (ms): unlike a wall clock, not inflated
+/// while other work on the machine holds the core.
+double thread_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
+
+/// Forwards to a strategy and adds the CPU time of its next() and report() calls.
+class Timed final : public Strategy {
+ public:
+  explicit Timed(Strategy& inner) : inner_(inner) {}
+  std::optional<Config> next() override {
+    const double start = thread_cpu_ms();
+    auto c = inner_.next();
+    pending_ms_ = thread_cpu_ms() - start;
+    return c;
+  }
+  void report(const Config& config, const Outcome& outcome) override {
+    const double start = thread_cpu_ms();
+    inner_.report(config, outcome);
+    const double ms = pending_ms_ + thread_cpu_ms() - start;
+    pending_ms_ = 0;
+    total_ms += ms;
+    max_ms = std::max(max_ms, ms);
+    ++proposals;
+  }
+
+  double total_ms = 0, max_ms = 0;
+  std::uint64_t proposals = 0;
+
+ private:
+  Strategy& inner_;
+  double pending_ms_ = 0;
+};
 }  // namespace
 
 ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudyOptions& options) {
@@ -79,10 +116,15 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
   result.optimum_ms = evaluator.optimum_ms();
   result.runs = options.runs;
   std::vector<std::vector<double>> fractions(options.budgets.size());
-  std::vector<double> to_target;
+  std::vector<double> to_target, seconds_to_target;
+  double proposal_ms = 0;
+  std::uint64_t proposals = 0;
   for (int run = 0; run < options.runs; ++run) {
     StrategyContext context{&evaluator.space(), &evaluator, options.seed + static_cast<std::uint64_t>(run)};
+    const double setup_start = thread_cpu_ms();
     auto strategy = make_strategy(options.strategy, context);
+    result.setup_ms_max = std::max(result.setup_ms_max, thread_cpu_ms() - setup_start);
+    Timed timed(*strategy);
     // Best time after each evaluation, and the cost spent by then.
     std::vector<double> best_after, cost_after;
     double best = INFINITY, cost = 0;
@@ -94,7 +136,10 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
       cost_after.push_back(cost);
     };
     UntilAll stop(max_evals, max_seconds);
-    run_search(evaluator, *strategy, stop, callbacks);
+    run_search(evaluator, timed, stop, callbacks);
+    proposal_ms += timed.total_ms;
+    proposals += timed.proposals;
+    result.proposal_ms_max = std::max(result.proposal_ms_max, timed.max_ms);
 
     for (std::size_t b = 0; b < options.budgets.size(); ++b) {
       const ReplayBudget& budget = options.budgets[b];
@@ -106,18 +151,22 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
       }
       fractions[b].push_back(evaluator.fraction_of_optimum(found));
     }
-    double reached = INFINITY;
+    double reached = INFINITY, reached_s = INFINITY;
     for (std::size_t i = 0; i < best_after.size(); ++i)
       if (evaluator.fraction_of_optimum(best_after[i]) >= options.target) {
         reached = static_cast<double>(i + 1);
+        reached_s = cost_after[i];
         break;
       }
     if (std::isfinite(reached)) ++result.runs_reaching_target;
     to_target.push_back(reached);
+    seconds_to_target.push_back(reached_s);
   }
   for (std::size_t b = 0; b < options.budgets.size(); ++b)
     result.budgets.push_back({options.budgets[b], quartiles(fractions[b])});
   result.evals_to_target = quartiles(to_target);
+  result.seconds_to_target = quartiles(seconds_to_target);
+  result.proposal_ms_mean = proposals > 0 ? proposal_ms / static_cast<double>(proposals) : 0;
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

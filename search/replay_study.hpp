@@ -48,9 +48,16 @@ struct ReplayStudyResult {
   /// Evaluations until a run first reached the target (+inf when it never did
   /// within the largest budget).
   Quartiles evals_to_target;
+  /// Recorded evaluation time (s) until a run first reached the target (+inf
+  /// when it never did): what a real session would have paid to get there.
+  Quartiles seconds_to_target;
   int runs_reaching_target = 0;
   int runs = 0;
   double wall_s = 0;  ///< host time the study took
+  /// Search overhead: CPU time the strategy spent per proposal (next() and
+  /// report() of one evaluation; upcoming() is not called), mean and largest
+  /// over every run, and the largest setup (the constructor) of one run.
+  double proposal_ms_mean = 0, proposal_ms_max = 0, setup_ms_max = 0;
 };
 
 ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudyOptions& options);

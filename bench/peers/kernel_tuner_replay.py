@@ -165,7 +165,10 @@ def main():
         n_reached = sum(1 for v in to_target if math.isfinite(v))
         entry = {"strategy": strategy, "wall_s": elapsed, "runs_reaching_target": n_reached,
                  "evals_to_target": {k: (v if math.isfinite(v) else None) for k, v in q_target.items()},
-                 "budgets": [{"budget": b, "fraction_of_optimum": quartiles(fractions[b]), "short_runs": short[b]}
+                 # per run, so that runs over other seeds can be pooled with these
+                 "evals_to_target_runs": [v if math.isfinite(v) else None for v in to_target],
+                 "budgets": [{"budget": b, "fraction_of_optimum": quartiles(fractions[b]), "short_runs": short[b],
+                              "fraction_runs": fractions[b]}
                              for b in labels]}
         out["strategies"].append(entry)
         if args.json:

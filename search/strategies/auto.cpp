@@ -10,6 +10,7 @@ Auto::Auto(const StrategyContext& context, Options options) : context_(context),
   // algorithm that follows it.
   BayesOpt::Options model;
   model.stall = 0;
+  model.cost_weight = options_.cost_weight;
   if (options_.model_evals > 0) model_ = std::make_unique<BayesOpt>(context_, model);
   else start_genetic(false);
 }
@@ -17,6 +18,7 @@ Auto::Auto(const StrategyContext& context, Options options) : context_(context),
 void Auto::start_genetic(bool from_measured) {
   Genetic::Options g;
   if (from_measured) g.first_generation = 0;
+  g.cost_pool = options_.cost_pool;
   StrategyContext c = context_;
   c.seed = context_.seed ^ (0x9e3779b97f4a7c15ULL * ++starts_);
   genetic_ = std::make_unique<Genetic>(c, g);

@@ -29,6 +29,14 @@ class Auto final : public Strategy {
   struct Options {
     int model_evals = 40;  ///< evaluations the model proposes: more finds the region surer, later
     int patience = 100;    ///< evaluations without a new best before a fresh genetic algorithm (0: never)
+    /// Time-aware search (a config that costs more to compile and measure is
+    /// proposed later): the model's expected improvement per predicted
+    /// cost^this (BayesOpt::Options::cost_weight), and the genetic algorithm
+    /// keeps the cheapest of this many times its children (Genetic::Options::
+    /// cost_pool). Off: with 1 and 2 the recorded time to 95 % of the optimum
+    /// grew on the spaces measured (bench/results/replay.md).
+    double cost_weight = 0;
+    int cost_pool = 1;
   };
   explicit Auto(const StrategyContext& context) : Auto(context, Options{}) {}
   Auto(const StrategyContext& context, Options options);

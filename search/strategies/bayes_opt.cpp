@@ -25,7 +25,8 @@ double distance2(const std::vector<double>& a, const std::vector<double>& b) {
 }  // namespace
 
 BayesOpt::BayesOpt(const StrategyContext& context, Options options)
-    : context_(context), options_(options), rng_(context.seed ^ 0x3c6ef372fe94f82bULL), gp_(0) {
+    : context_(context), options_(options), rng_(context.seed ^ 0x3c6ef372fe94f82bULL), gp_(0),
+      cost_(*context.space) {
   const auto& params = context_.space->params();
   for (std::size_t i = 0; i < params.size(); ++i)
     if (params[i].values.size() > 1) dims_.push_back(static_cast<int>(i));
@@ -167,9 +168,7 @@ std::optional<Point> BayesOpt::propose() {
   double pick_ei = -INFINITY;
   for (std::size_t id = 0; id < pool_.size(); ++id) {
     if (!gp_.active(id)) continue;
-    double mean, sd;
-    gp_.predict(id, &mean, &sd);
-    const double ei = expected_improvement(mean, sd, best_log_ - options_.xi);
+    const double ei = acquisition(id);
     if (ei > pick_ei) {
       pick_ei = ei;
       pick = id;
@@ -177,6 +176,14 @@ std::optional<Point> BayesOpt::propose() {
   }
   if (!pick) return std::nullopt;
   return pool_[*pick];
+}
+
+double BayesOpt::acquisition(std::size_t id) const {
+  double mean, sd;
+  gp_.predict(id, &mean, &sd);
+  const double ei = expected_improvement(mean, sd, best_log_ - options_.xi);
+  if (options_.cost_weight <= 0) return ei;
+  return ei / std::pow(cost_.predict(pool_[id]), options_.cost_weight);
 }
 
 std::optional<Config> BayesOpt::next() {
@@ -201,12 +208,8 @@ std::vector<Config> BayesOpt::upcoming(std::size_t n) const {
     if (auto c = child(rng)) out.push_back(config_of(*context_.space, *c));
   }
   std::vector<std::pair<double, std::size_t>> ranked;
-  for (std::size_t id = 0; id < pool_.size(); ++id) {
-    if (!gp_.active(id)) continue;
-    double mean, sd;
-    gp_.predict(id, &mean, &sd);
-    ranked.emplace_back(-expected_improvement(mean, sd, best_log_ - options_.xi), id);
-  }
+  for (std::size_t id = 0; id < pool_.size(); ++id)
+    if (gp_.active(id)) ranked.emplace_back(-acquisition(id), id);
   const std::size_t k = std::min(n, ranked.size());
   std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k), ranked.end());
   for (std::size_t i = 0; i < k && out.size() < n; ++i) {
@@ -226,6 +229,7 @@ void BayesOpt::report(const Config& config, const Outcome& outcome) {
     --unmeasured_;
   }
   observations_.push_back({encode(p), t, p});
+  cost_.add(p, outcome.cost_s);
   const bool new_best = std::isfinite(t) && std::log(t) < best_log_;
   since_improvement_ = new_best ? 0 : since_improvement_ + 1;
   if (std::isfinite(t)) {

@@ -13,6 +13,7 @@
 #pragma once
 #include <unordered_map>
 
+#include "search/cost_model.hpp"
 #include "search/gaussian_process.hpp"
 #include "search/sampling.hpp"
 #include "search/strategy.hpp"
@@ -37,6 +38,9 @@ class BayesOpt final : public Strategy {
     /// region it knows, so it stalls there; recombination still reaches it.
     int stall = 30;
     int parents = 16;  ///< the children's parents come from this many best measured configs
+    /// Time-aware acquisition: expected improvement divided by the predicted
+    /// cost (cost_model.hpp) to this power; 0: cost is ignored.
+    double cost_weight = 0;
   };
   explicit BayesOpt(const StrategyContext& context) : BayesOpt(context, Options{}) {}
   BayesOpt(const StrategyContext& context, Options options);
@@ -59,6 +63,8 @@ class BayesOpt final : public Strategy {
   bool child_turn() const;  ///< the next proposal is a child (stalled, every other proposal)
   /// An unmeasured child of two of the best measured configs.
   std::optional<Point> child(Rng& rng) const;
+  /// The acquisition of an active candidate: expected improvement, per predicted cost when time-aware.
+  double acquisition(std::size_t id) const;
 
   StrategyContext context_;
   Options options_;
@@ -66,6 +72,7 @@ class BayesOpt final : public Strategy {
   std::vector<int> dims_;  ///< parameters with more than one value
   bool enumerated_ = false;
   GaussianProcess gp_;
+  CostModel cost_;
   std::vector<Point> pool_;                          ///< candidate id → point
   std::unordered_map<std::uint64_t, std::size_t> pool_id_;  ///< index → candidate id
   std::size_t unmeasured_ = 0;                       ///< active candidates

@@ -16,7 +16,7 @@
 namespace ktune::search {
 
 Genetic::Genetic(const StrategyContext& context, Options options)
-    : context_(context), options_(options), rng_(context.seed ^ 0x6a09e667f3bcc908ULL) {
+    : context_(context), options_(options), rng_(context.seed ^ 0x6a09e667f3bcc908ULL), cost_(*context.space) {
   for (int i = 0; i < options_.first_generation * 20 && static_cast<int>(queue_.size()) < options_.first_generation;
        ++i) {
     auto p = random_valid_point(context_, rng_, 50);
@@ -76,7 +76,9 @@ void Genetic::breed() {
     return;
   }
   int misses = 0;
-  while (static_cast<int>(queue_.size()) < options_.generation) {
+  const std::size_t before = queue_.size();
+  const int pool = options_.cost_pool > 1 && cost_.observations() > 0 ? options_.cost_pool : 1;
+  while (static_cast<int>(queue_.size()) < options_.generation * pool) {
     auto c = child();
     if (c && is_new(*c)) {
       enqueue(std::move(*c));
@@ -95,6 +97,15 @@ void Genetic::breed() {
       enqueue(std::move(*r));
     }
     misses = 0;
+  }
+  if (pool > 1) {
+    // Keep the cheapest children; the others go back to being unmeasured.
+    std::stable_sort(queue_.begin() + static_cast<std::ptrdiff_t>(before), queue_.end(),
+                     [&](const Point& a, const Point& b) { return cost_.predict(a) < cost_.predict(b); });
+    while (queue_.size() > before + static_cast<std::size_t>(options_.generation)) {
+      queued_.erase(index_of(*context_.space, queue_.back()));
+      queue_.pop_back();
+    }
   }
   if (queue_.empty()) exhausted_ = true;
 }
@@ -124,6 +135,7 @@ void Genetic::report(const Config& config, const Outcome& outcome) {
   const double t = outcome.ok ? outcome.time_ms : INFINITY;
   queued_.erase(idx);
   if (!seen_.emplace(idx, t).second) return;
+  cost_.add(p, outcome.cost_s);
   archive_.push_back({std::move(p), t});
 }
 

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "search/cost_model.hpp"
 #include "search/sampling.hpp"
 #include "search/strategy.hpp"
 
@@ -23,6 +24,10 @@ class Genetic final : public Strategy {
     double jump_chance = 0.1;        ///< per child: one parameter takes any other valid value
     double step_chance = 0.03;       ///< per parameter: a step to the next value (7 in 10) or any value
     int redraws = 50;                ///< measured children drawn again before a step from a parent instead
+    /// Time-aware breeding: each generation keeps the `generation` cheapest
+    /// (by a cost model of what was measured, cost_model.hpp) of this many
+    /// times as many new children. 1: every child bred is proposed.
+    int cost_pool = 1;
   };
   explicit Genetic(const StrategyContext& context) : Genetic(context, Options{}) {}
   Genetic(const StrategyContext& context, Options options);
@@ -49,6 +54,7 @@ class Genetic final : public Strategy {
   std::vector<Member> archive_;                     ///< everything measured; sorted and cut when breeding
   std::unordered_map<std::uint64_t, double> seen_;  ///< index → time
   std::unordered_set<std::uint64_t> queued_;
+  CostModel cost_;
   bool exhausted_ = false;
 };
 

@@ -1,0 +1,83 @@
+// The cost model ranks configs by what they cost to evaluate, and the
+// time-aware genetic algorithm spends less per evaluation for it.
+#include "search/cost_model.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <random>
+
+#include "search/search.hpp"
+#include "search/stop.hpp"
+#include "search/strategies/genetic.hpp"
+#include "search/support_search.hpp"
+
+using namespace ktune::search;
+
+TEST_CASE("the cost model ranks unseen configs by an additive cost", "[search][cost]") {
+  const ktune::Space space({{"a", {0, 1, 2, 3, 4, 5}, ""}, {"b", {0, 1, 2, 3}, ""}, {"c", {0, 1, 2, 3, 4}, ""}});
+  std::mt19937_64 gen(std::random_device{}());
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  // A random log cost per value of each parameter.
+  std::vector<std::vector<double>> term(3);
+  for (std::size_t i = 0; i < 3; ++i)
+    for (std::size_t v = 0; v < space.params()[i].values.size(); ++v) term[i].push_back(u(gen));
+  auto cost = [&](const Point& p) { return std::exp(term[0][p[0]] + term[1][p[1]] + term[2][p[2]]); };
+
+  CostModel model(space);
+  CHECK(model.predict({0, 0, 0}) == 1.0);  // nothing known yet
+  std::vector<Point> seen, unseen;
+  for (std::uint64_t i = 0; i < space.size(); ++i) (gen() % 2 == 0 ? seen : unseen).push_back(point_at(space, i));
+  for (const Point& p : seen) model.add(p, cost(p));
+  model.add({0, 0, 0}, 0.0);  // ignored: no cost recorded
+  CHECK(model.observations() == seen.size());
+  // Pairs of unseen configs whose true costs differ by more than 2x are mostly
+  // ordered right (the shrinkage towards the mean blurs close pairs).
+  int pairs = 0, right = 0;
+  for (std::size_t i = 0; i < unseen.size(); ++i)
+    for (std::size_t j = i + 1; j < unseen.size(); ++j) {
+      const double ci = cost(unseen[i]), cj = cost(unseen[j]);
+      if (std::max(ci, cj) < 2 * std::min(ci, cj)) continue;
+      ++pairs;
+      right += (ci < cj) == (model.predict(unseen[i]) < model.predict(unseen[j]));
+    }
+  REQUIRE(pairs > 100);
+  CHECK(right >= 0.9 * pairs);
+}
+
+namespace {
+/// The bowl, with an evaluation cost that grows tenfold along z.
+class CostlyBowl final : public Evaluator {
+ public:
+  const ktune::Space& space() const override { return bowl.space(); }
+  bool is_valid(const ktune::Config& c, std::string* why = nullptr) const override { return bowl.is_valid(c, why); }
+  Outcome evaluate(const ktune::Config& c) override {
+    Outcome o = bowl.evaluate(c);
+    o.cost_s = std::pow(10.0, c.at("z") / 3.0);
+    return o;
+  }
+  ktune::test::BowlEvaluator bowl;
+};
+
+/// Mean cost per evaluation of the genetic algorithm over seeds, 60 evaluations each.
+double mean_cost(int cost_pool) {
+  double cost = 0;
+  std::uint64_t evaluations = 0;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    CostlyBowl eval;
+    Genetic::Options options;
+    options.cost_pool = cost_pool;
+    Genetic g({&eval.space(), &eval, seed}, options);
+    const auto r = run_search(eval, g, EvaluationBudget(60));
+    cost += r.state.cost_s;
+    evaluations += r.state.evaluations;
+  }
+  return cost / static_cast<double>(evaluations);
+}
+}  // namespace
+
+TEST_CASE("the time-aware genetic algorithm proposes cheaper configs", "[search][cost][genetic]") {
+  const double plain = mean_cost(1), aware = mean_cost(2);
+  INFO("mean cost per evaluation: " << plain << " s plain, " << aware << " s time-aware");
+  CHECK(aware < 0.9 * plain);
+}
