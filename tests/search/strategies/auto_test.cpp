@@ -62,7 +62,7 @@ TEST_CASE("auto stops at an evaluation budget and at a time budget", "[search][a
 // evaluations to 95 % of the optimum among the strategies run there
 // (bench/results/replay.md has every one, their seeds, budgets and dates),
 // measured with
-//   bench/peers/kernel_tuner_replay.py --dataset ../shared/replay/<space>.json.gz \
+//   bench/peers/kernel_tuner_replay.py --dataset ../shared/replay/<space>.json.gz
 //     --strategy <strategy> --runs <runs> --seed 1 --budget <budgets> --max-fevals <400-1200>
 // over seeds 1-50 (dedispersion A100: 1-200; convolution A100, A4000: the
 // figures of the earlier 50-seed runs; gemm: seeds 1-20). A median of 0 means
