@@ -8,10 +8,9 @@
 
 #include <catch2/catch.hpp>
 
-#include <cmath>
 #include <map>
-#include <random>
 
+#include "model/device_check.hpp"
 #include "model/transformer.hpp"
 #include "support.hpp"
 #include "templates/render.hpp"
@@ -19,20 +18,8 @@
 using namespace ktune;
 using namespace ktune::model;
 
-namespace {
-
-double rel_l2(std::span<const float> got, std::span<const float> want, std::int64_t offset, std::int64_t n) {
-  double num = 0, den = 0;
-  for (std::int64_t i = offset; i < offset + n; ++i) {
-    const double d = static_cast<double>(got[i]) - want[i];
-    num += d * d;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  if (std::isnan(num)) return INFINITY;
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-}  // namespace
+using test::random_tokens;
+using test::rel_l2;
 
 TEST_CASE("cuda backend: the small model's loss and gradients match the cpu backend", "[gpu][model][device]") {
   test::skip_without_gpu();
@@ -44,11 +31,8 @@ TEST_CASE("cuda backend: the small model's loss and gradients match the cpu back
     INFO(to_string(mode));
     Transformer<float> cpu(config, shape, Allocation::kTrain, 8);
     DeviceTransformer gpu(*backend, config, shape, Allocation::kTrain, {.mode = mode});
-    std::vector<std::int32_t> tokens(shape.tokens()), targets(shape.tokens());
-    std::mt19937_64 rng(23);
-    std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(config.vocab - 1));
-    for (auto& t : tokens) t = pick(rng);
-    for (auto& t : targets) t = pick(rng);
+    std::vector<std::int32_t> tokens, targets;
+    random_tokens(shape.tokens(), config.vocab, 23, tokens, targets);
     const double want = cpu.forward(tokens, targets);
     const LaunchCount before = gpu.ops().launches();
     CHECK(gpu.forward(tokens, targets) == Approx(want).epsilon(1e-5));
@@ -97,11 +81,8 @@ TEST_CASE("cuda backend, bf16: the tiny model's loss, gradients and AdamW step m
     INFO(to_string(mode));
     Transformer<float> cpu(config, shape, Allocation::kTrain, 8);
     DeviceTransformer gpu(*backend, config, shape, Allocation::kTrain, {.mode = mode, .precision = Precision::kBf16});
-    std::vector<std::int32_t> tokens(shape.tokens()), targets(shape.tokens());
-    std::mt19937_64 rng(29);
-    std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(config.vocab - 1));
-    for (auto& t : tokens) t = pick(rng);
-    for (auto& t : targets) t = pick(rng);
+    std::vector<std::int32_t> tokens, targets;
+    random_tokens(shape.tokens(), config.vocab, 29, tokens, targets);
     // The tolerances of device_model_emu_test.cpp's bf16 cases, explained there.
     CHECK(gpu.forward(tokens, targets) == Approx(cpu.forward(tokens, targets)).epsilon(2e-3));
     cpu.backward();

@@ -5,10 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <random>
-#include <vector>
 
-#include "ktune/ktune.hpp"
+#include "spec/vector_add_run.hpp"
 #include "support.hpp"
 
 namespace fs = std::filesystem;
@@ -46,26 +44,14 @@ TEST_CASE("spec emu: the runtime example builds against the installed package an
 }
 
 TEST_CASE("spec emu: Kernel::launch on a caller's stream runs at once under the emulation", "[spec]") {
-  const std::string spec = (fs::path(KTUNE_SOURCE_DIR) / "examples/vector_add/vector_add.json").string();
-  const std::int64_t n = 1031;
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
   ktune::Runtime rt("emu");
   CHECK(rt.stream() == 0);
-  const ktune::Kernel k = rt.kernel(spec, {"f32", {{"n", n}}});
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(n), y(n), z(n);
-  for (auto& v : x) v = dist(rng);
-  for (auto& v : y) v = dist(rng);
-  const std::vector<unsigned char> poison(bytes, 0xFF);
-  const std::uint64_t dx = rt.allocate(bytes), dy = rt.allocate(bytes), dz = rt.allocate(bytes);
-  rt.upload(dx, x.data(), bytes);
-  rt.upload(dy, y.data(), bytes);
+  ktune::test::VectorAddRun run{rt, 1031};
   for (const std::uint64_t stream : {std::uint64_t{0}, std::uint64_t{0x1234}}) {
     INFO("stream " << stream);
-    rt.upload(dz, poison.data(), bytes);
-    k.launch({dx, dy, dz}, stream);
-    rt.download(z.data(), dz, bytes);
-    for (std::int64_t i = 0; i < n; ++i) REQUIRE(z[i] == x[i] + y[i]);
+    run.poison_z();
+    run.kernel.launch(run.buffers(), stream);
+    const auto z = run.z();
+    for (std::int64_t i = 0; i < run.n; ++i) REQUIRE(z[i] == run.x[i] + run.y[i]);
   }
 }

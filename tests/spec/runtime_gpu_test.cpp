@@ -6,11 +6,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
-#include <filesystem>
-#include <random>
-#include <vector>
 
-#include "ktune/ktune.hpp"
+#include "spec/vector_add_run.hpp"
 #include "support.hpp"
 #include "tuner/cuda/check.hpp"
 #include "tuner/cuda/device.hpp"
@@ -19,22 +16,9 @@
 TEST_CASE("spec gpu: Kernel::launch enqueues on the caller's stream", "[gpu][spec]") {
   ktune::test::skip_without_gpu();
   using ktune::tuner::Driver;
-  const std::string spec = (std::filesystem::path(KTUNE_SOURCE_DIR) / "examples/vector_add/vector_add.json").string();
-  const std::int64_t n = 10007;
-  const std::size_t bytes = static_cast<std::size_t>(n) * sizeof(float);
-
   ktune::Runtime rt("gpu");
-  const ktune::Kernel k = rt.kernel(spec, {"f32", {{"n", n}}});
-  std::mt19937 rng(std::random_device{}());
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> x(n), y(n), z(n);
-  for (auto& v : x) v = dist(rng);
-  for (auto& v : y) v = dist(rng);
-  const std::vector<unsigned char> poison(bytes, 0xFF);
-  const std::uint64_t dx = rt.allocate(bytes), dy = rt.allocate(bytes), dz = rt.allocate(bytes);
-  rt.upload(dx, x.data(), bytes);
-  rt.upload(dy, y.data(), bytes);
-  rt.upload(dz, poison.data(), bytes);
+  ktune::test::VectorAddRun run{rt, 10007};
+  run.poison_z();
 
   ktune::tuner::Stream mine;
   const auto handle = reinterpret_cast<std::uint64_t>(mine.get());
@@ -42,7 +26,7 @@ TEST_CASE("spec gpu: Kernel::launch enqueues on the caller's stream", "[gpu][spe
 
   const Driver& d = Driver::get();
   KT_CHECK_CU(d.cuStreamBeginCapture(mine.get(), CU_STREAM_CAPTURE_MODE_RELAXED));
-  k.launch({dx, dy, dz}, handle);
+  run.kernel.launch(run.buffers(), handle);
   CUgraph graph = nullptr;
   KT_CHECK_CU(d.cuStreamEndCapture(mine.get(), &graph));
   std::size_t nodes = 0;
@@ -50,15 +34,15 @@ TEST_CASE("spec gpu: Kernel::launch enqueues on the caller's stream", "[gpu][spe
   KT_CHECK_CU(d.cuGraphDestroy(graph));
   CHECK(nodes == 1);
   rt.synchronize();
-  rt.download(z.data(), dz, bytes);
+  auto z = run.z();
   CHECK(std::isnan(z.front()));
   CHECK(std::isnan(z.back()));
 
-  k.launch({dx, dy, dz}, handle);
+  run.kernel.launch(run.buffers(), handle);
   mine.synchronize();
-  rt.download(z.data(), dz, bytes);
-  for (std::int64_t i = 0; i < n; ++i) {
+  z = run.z();
+  for (std::int64_t i = 0; i < run.n; ++i) {
     INFO("element " << i);
-    REQUIRE(z[i] == x[i] + y[i]);
+    REQUIRE(z[i] == run.x[i] + run.y[i]);
   }
 }
