@@ -5,8 +5,10 @@
 
 #include "base/error.hpp"
 #include "gradcheck.hpp"
+#include "model/device_check.hpp"
 
 using namespace ktune::model;
+using ktune::test::random_tokens;
 
 namespace {
 
@@ -19,16 +21,6 @@ ModelConfig micro() {
   c.layers = 2;
   c.heads = 2;
   return c;
-}
-
-void random_tokens(std::int64_t n, std::int64_t vocab, std::uint64_t seed, std::vector<std::int32_t>& tokens,
-                   std::vector<std::int32_t>& targets) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::int32_t> pick(0, static_cast<std::int32_t>(vocab - 1));
-  tokens.resize(n);
-  targets.resize(n);
-  for (auto& t : tokens) t = pick(rng);
-  for (auto& t : targets) t = pick(rng);
 }
 
 // Norm gains away from 1, so their gradients are exercised in general position.
