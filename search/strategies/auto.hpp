@@ -33,8 +33,9 @@ class Auto final : public Strategy {
     /// proposed later): the model's expected improvement per predicted
     /// cost^this (BayesOpt::Options::cost_weight), and the genetic algorithm
     /// keeps the cheapest of this many times its children (Genetic::Options::
-    /// cost_pool). Off: with 1 and 2 the recorded time to 95 % of the optimum
-    /// grew on the spaces measured (bench/results/replay.md).
+    /// cost_pool). Off: with 1 and 2 (the strategy `auto_timed`) the recorded
+    /// time to 95 % of the optimum grew on the spaces measured
+    /// (bench/results/replay.md).
     double cost_weight = 0;
     int cost_pool = 1;
   };
