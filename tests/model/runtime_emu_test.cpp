@@ -11,6 +11,22 @@
 
 using namespace ktune::model;
 
+namespace {
+
+// An e2e run of the tiny model on emu: batch 1, ctx 8, no warm-up, one trial.
+E2eOptions tiny_e2e(E2ePasses passes) {
+  E2eOptions o;
+  o.backend = "emu";
+  o.model = model_config("tiny");
+  o.shape = RunShape{1, 8};
+  o.warmup = 0;
+  o.trials = 1;
+  o.passes = passes;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("emu backend: three training steps of the tiny model follow the cpu backend's losses",
           "[emu][model][runtime]") {
   TrainOptions o;
@@ -61,13 +77,7 @@ TEST_CASE("emu backend: evaluation gives the cpu backend's loss and gradient nor
 }
 
 TEST_CASE("emu backend: the e2e benchmark reports the launches of one step", "[emu][model][runtime]") {
-  E2eOptions o;
-  o.backend = "emu";
-  o.model = model_config("tiny");
-  o.shape = RunShape{1, 8};
-  o.warmup = 0;
-  o.trials = 1;
-  o.passes = E2ePasses::kForward;
+  E2eOptions o = tiny_e2e(E2ePasses::kForward);
   const E2eResult compiled = bench_e2e(o);
   o.mode = Mode::kEager;
   const E2eResult eager = bench_e2e(o);
@@ -114,13 +124,7 @@ TEST_CASE("emu backend, bf16: training steps follow the cpu backend's fp32 losse
 
 TEST_CASE("emu backend, bf16: the e2e benchmark runs a whole step and its memory is the bf16 plan's",
           "[emu][model][runtime]") {
-  E2eOptions o;
-  o.backend = "emu";
-  o.model = model_config("tiny");
-  o.shape = RunShape{1, 8};
-  o.warmup = 0;
-  o.trials = 1;
-  o.passes = E2ePasses::kStep;
+  E2eOptions o = tiny_e2e(E2ePasses::kStep);
   const E2eResult f32 = bench_e2e(o);
   o.precision = Precision::kBf16;
   const E2eResult bf16 = bench_e2e(o);
