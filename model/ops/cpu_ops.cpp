@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <span>
 #include <type_traits>
+#include <vector>
 
 #include "base/error.hpp"
 #include "model/gemm.hpp"
@@ -97,27 +98,76 @@ void CpuOps<T>::rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows
 }
 
 template <class T>
-void CpuOps<T>::rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows,
-                                 std::int64_t dim) {
+template <class Share>
+void CpuOps<T>::norm_backward_rows(Ref dw, std::int64_t rows, std::int64_t dim, Share share) {
   KTUNE_REQUIRE(work_.norm_dw + parallel_.threads() * dim <= work_.size,
                 "rmsnorm backward needs the workspace of a training run");
-  const T* px = at(x);
-  const T* pw = at(w);
-  const T* pr = at(rstd);
-  const T* pdy = at(dy);
-  T* pdx = at(dx);
   T* partial = at({Region::kWork, work_.norm_dw});  // (threads, dim) per-thread weight gradients
   std::fill(partial, partial + parallel_.threads() * dim, T(0));
-  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned c) {
-    tr::rmsnorm::rmsnorm_backward(px + b * dim, pw, pr + b, pdy + b * dim, pdx + b * dim, partial + c * dim, e - b,
-                                  dim);
-  });
+  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned c) { share(b, e, partial + c * dim); });
   T* pdw = at(dw);
   for (std::int64_t j = 0; j < dim; ++j) {
     T sum = 0;
     for (unsigned t = 0; t < parallel_.threads(); ++t) sum += partial[t * dim + j];
     pdw[j] = sum;
   }
+}
+
+template <class T>
+void CpuOps<T>::rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows,
+                                 std::int64_t dim) {
+  const T* px = at(x);
+  const T* pw = at(w);
+  const T* pr = at(rstd);
+  const T* pdy = at(dy);
+  T* pdx = at(dx);
+  norm_backward_rows(dw, rows, dim, [&](std::int64_t b, std::int64_t e, T* dw_partial) {
+    tr::rmsnorm::rmsnorm_backward(px + b * dim, pw, pr + b, pdy + b * dim, pdx + b * dim, dw_partial, e - b, dim);
+  });
+}
+
+// The residual reference, then the RMSNorm reference on h, each thread over
+// its rows: every element and row computed as by a separate residual add and
+// rmsnorm_forward, bit for bit (x + r and r + x are the same float).
+template <class T>
+void CpuOps<T>::residual_rmsnorm_forward(Ref x, Ref r, Ref w, Ref h, Ref y, Ref rstd, std::int64_t rows,
+                                         std::int64_t dim, double eps) {
+  const T* px = at(x);
+  const T* pr = at(r);
+  const T* pw = at(w);
+  T* ph = at(h);
+  T* py = at(y);
+  T* ps = at(rstd);
+  const T* added = ph == px ? pr : px;  // h = x: h += r; h = r or neither: h = r, h += x
+  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned) {
+    T* hb = ph + b * dim;
+    if (ph != px && ph != pr) std::copy(pr + b * dim, pr + e * dim, hb);
+    tr::residual::residual_add(hb, added + b * dim, (e - b) * dim);
+    tr::rmsnorm::rmsnorm_forward(hb, pw, py + b * dim, ps + b, e - b, dim, static_cast<T>(eps));
+  });
+}
+
+// The norm's dx row by row into a row of the thread's own, then the residual
+// backward adds it to the stream: each row's arithmetic and each dw
+// accumulation as rmsnorm_backward's followed by a separate residual add.
+template <class T>
+void CpuOps<T>::residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref dstream, Ref dh, Ref dw,
+                                          std::int64_t rows, std::int64_t dim) {
+  const T* ph = at(h);
+  const T* pw = at(w);
+  const T* pr = at(rstd);
+  const T* pdy = at(dy);
+  const T* pds = at(dstream);
+  T* pdh = at(dh);
+  norm_backward_rows(dw, rows, dim, [&](std::int64_t b, std::int64_t e, T* dw_partial) {
+    std::vector<T> dx(static_cast<std::size_t>(dim));
+    for (std::int64_t row = b; row < e; ++row) {
+      const std::int64_t o = row * dim;
+      tr::rmsnorm::rmsnorm_backward(ph + o, pw, pr + row, pdy + o, dx.data(), dw_partial, 1, dim);
+      if (pdh != pds) std::copy(pds + o, pds + o + dim, pdh + o);
+      tr::residual::residual_backward(pdh + o, dx.data(), dim);
+    }
+  });
 }
 
 template <class T>

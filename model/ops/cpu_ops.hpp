@@ -29,6 +29,10 @@ class CpuOps final : public Ops {
                           std::int64_t vocab) override;
   void rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows, std::int64_t dim, double eps) override;
   void rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows, std::int64_t dim) override;
+  void residual_rmsnorm_forward(Ref x, Ref r, Ref w, Ref h, Ref y, Ref rstd, std::int64_t rows, std::int64_t dim,
+                                double eps) override;
+  void residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref dstream, Ref dh, Ref dw, std::int64_t rows,
+                                 std::int64_t dim) override;
   void rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
                     std::int64_t head_dim) override;
   void rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
@@ -49,6 +53,11 @@ class CpuOps final : public Ops {
 
  private:
   T* at(Ref r) const;
+  // RMSNorm's backward over `rows` split over threads: share(b, e, dw_partial)
+  // runs rows [b, e) accumulating into its thread's own dw row of the
+  // workspace, and the rows are summed in thread order into dw.
+  template <class Share>
+  void norm_backward_rows(Ref dw, std::int64_t rows, std::int64_t dim, Share share);
   const std::int32_t* ints(Ref r) const;
 
   std::array<void*, kRegionCount> bases_;

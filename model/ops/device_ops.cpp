@@ -396,6 +396,22 @@ void DeviceOps::rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw,
        .dw = address(dw)});
 }
 
+// Compiled: the fused family, one pass; eager: its chain, the add as its
+// own kernel, then RMSNorm's chain (the backward: RMSNorm's, then the add).
+void DeviceOps::residual_rmsnorm_forward(Ref x, Ref r, Ref w, Ref h, Ref y, Ref rstd, std::int64_t rows,
+                                         std::int64_t dim, double) {
+  run(tr::rmsnorm::residual_forward_family(), rows_problem(dtype_, rows, dim),
+      {.x = address(x), .r = address(r), .w = address(w), .h = address(h), .y = address(y),
+       .rstd = address(rstd)});
+}
+
+void DeviceOps::residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref dstream, Ref dh, Ref dw,
+                                          std::int64_t rows, std::int64_t dim) {
+  run(tr::rmsnorm::residual_backward_family(), rows_problem(dtype_, rows, dim),
+      {.h = address(h), .w = address(w), .rstd = address(rstd), .dy = address(dy), .dstream = address(dstream),
+       .dh = address(dh), .dw = address(dw)});
+}
+
 void DeviceOps::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
                              std::int64_t head_dim) {
   run(tr::rope::forward_family(), rope_problem(dtype_, tokens, seq, heads, head_dim),

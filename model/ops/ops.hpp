@@ -89,6 +89,17 @@ class Ops {
   /// dx (rows, dim) and dw (dim,), both overwritten.
   virtual void rmsnorm_backward(Ref x, Ref w, Ref rstd, Ref dy, Ref dx, Ref dw, std::int64_t rows,
                                 std::int64_t dim) = 0;
+  /// The residual add that ends a sub-block and the norm that starts the
+  /// next, one op: h (rows, dim) = x + r, then y (rows, dim) = h * rstd * w
+  /// as rmsnorm_forward, rstd (rows,) kept. h may be x or r (the stream
+  /// updated in place); y and rstd alias nothing.
+  virtual void residual_rmsnorm_forward(Ref x, Ref r, Ref w, Ref h, Ref y, Ref rstd, std::int64_t rows,
+                                        std::int64_t dim, double eps) = 0;
+  /// Its backward: dh (rows, dim) = dstream + rmsnorm_backward's dx of h
+  /// from dy (the gradient of h, so of both x and r), dw (dim,) overwritten.
+  /// dh may be dstream (the stream's gradient updated in place), not h or dy.
+  virtual void residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref dstream, Ref dh, Ref dw,
+                                         std::int64_t rows, std::int64_t dim) = 0;
 
   /// In-place rotation of x (tokens, heads, head_dim), token t at position t % seq.
   virtual void rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
