@@ -59,7 +59,7 @@ struct WorkspaceLayout {
   std::int64_t attn_scratch = 0;  // (threads, attention scratch)
   std::int64_t dx = 0;            // (N, C) gradient of the residual stream
   std::int64_t dtmp = 0;          // (N, C) gradient at a norm output
-  std::int64_t dbranch = 0;       // (N, C) gradient at a block input, or of attn
+  std::int64_t dbranch = 0;       // (N, C) gradient of attn, the attention branch's output
   std::int64_t dq = 0, dk = 0, dv = 0;  // (N, C) each
   std::int64_t dh = 0;            // (N, F) gradient of h, then of a (in place)
   std::int64_t db = 0;            // (N, F)

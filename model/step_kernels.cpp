@@ -43,18 +43,20 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   std::vector<tuner::KernelRequest> out;
   const auto add = [&](const char* family, const Problem& p) { out.push_back({&templates::find_family(family), p}); };
   add("embedding_fwd", embed);
-  add("rmsnorm_fwd", norm);
+  add("rmsnorm_fwd", norm);  // the first block's ln1; every other norm follows a residual add
   add("rope_fwd", rope);
   if (is_flash) add("attention_fwd", flash);
   else add("softmax_fwd", scores);
+  add("residual_rmsnorm_fwd", norm);
   add("swiglu_fwd", gate);
   add("cross_entropy_fwd", loss);
   add("cross_entropy_bwd", loss);
+  add("rmsnorm_bwd", norm);  // the final norm's; the blocks' norms add the stream's gradient
   add("swiglu_bwd", gate);
+  add("residual_rmsnorm_bwd", norm);
   if (is_flash) add("attention_bwd", flash);
   else add("softmax_bwd", scores);
   add("rope_bwd", rope);
-  add("rmsnorm_bwd", norm);
   add("embedding_bwd", embed);
   out.push_back({&templates::find_family("grad_norm"), grad_norm_problem(config)});
   add("adamw", adam);

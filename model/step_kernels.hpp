@@ -19,9 +19,12 @@ namespace ktune::model {
 /// activations with fp32 weights, statistics and optimizer state).
 /// Attention is flash attention (attention_fwd, attention_bwd) when
 /// `attention` keeps the log-sum-exp, else materialised: the softmax pair
-/// over attention_scores_problem (its GEMMs are not families). GEMMs are not
-/// listed. grad_norm (the step's clip-by-norm, over grad_norm_problem) is
-/// listed whether or not a run clips. AdamW is tuned as `tensors` parameter tensors of equal size with
+/// over attention_scores_problem (its GEMMs are not families). The residual
+/// adds run fused with the RMSNorm beside them (residual_rmsnorm_fwd and
+/// _bwd); rmsnorm_fwd is left for the first block's norm, rmsnorm_bwd for
+/// the final norm's backward. GEMMs are not listed. grad_norm (the step's
+/// clip-by-norm, over grad_norm_problem) is listed whether or not a run
+/// clips. AdamW is tuned as `tensors` parameter tensors of equal size with
 /// the model's total parameter count (rounded up), which is the fused
 /// kernel's work.
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,

@@ -39,6 +39,11 @@ Ref G(std::int64_t offset) { return {Region::kGrads, offset}; }
 Ref F(std::int64_t offset) { return {Region::kFinal, offset}; }
 Ref W(std::int64_t offset) { return {Region::kWork, offset}; }
 
+// Block l from its ln1 (rstd1 kept), which the walk wrote before it: the
+// embedding's norm for block 0, else block l - 1's last op. Each residual
+// add runs with the norm that reads its sum, as one op: the attention
+// branch's with ln2, the feed-forward's with the next block's ln1 or the
+// final norm.
 void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   const auto& c = L.config;
   const auto& ll = L.layer;
@@ -47,8 +52,7 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   const BlockParams& bp = L.params.blocks[l];
   const Ref a = L.act(l);
 
-  // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1)
-  ops.rmsnorm_forward(a + ll.x_in, P(bp.ln1), a + ll.ln1, a + ll.rstd1, N, C, c.norm_eps);
+  // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1), then ln2 of it.
   linear(ops, a + ll.ln1, L.weight(bp.q), a + ll.q, N, C, C);  // (N, H, D)
   linear(ops, a + ll.ln1, L.weight(bp.k), a + ll.k, N, C, C);
   linear(ops, a + ll.ln1, L.weight(bp.v), a + ll.v, N, C, C);
@@ -56,18 +60,24 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
   ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape());
   linear(ops, a + ll.attn, L.weight(bp.o), a + ll.x_mid, N, C, C);
-  ops.add(a + ll.x_mid, a + ll.x_in, N * C);
+  ops.residual_rmsnorm_forward(a + ll.x_in, a + ll.x_mid, P(bp.ln2), a + ll.x_mid, a + ll.ln2, a + ll.rstd2, N, C,
+                               c.norm_eps);
 
-  // Feed-forward branch: x_out = x_mid + W2 (silu(W1 ln2) * W3 ln2)
-  ops.rmsnorm_forward(a + ll.x_mid, P(bp.ln2), a + ll.ln2, a + ll.rstd2, N, C, c.norm_eps);
+  // Feed-forward branch: x_out = x_mid + W2 (silu(W1 ln2) * W3 ln2), then
+  // the next block's ln1 of it, or the final norm.
   linear(ops, a + ll.ln2, L.weight(bp.w1), a + ll.a, N, C, FF);  // (N, F)
   linear(ops, a + ll.ln2, L.weight(bp.w3), a + ll.b, N, C, FF);
   ops.swiglu_forward(a + ll.a, a + ll.b, a + ll.h, N * FF);
-  // The next block's input (its own slot when training; this slot's x_in,
-  // no longer needed, when forward-only), or the final stream.
-  const Ref next = l + 1 < c.layers ? L.act(l + 1) + ll.x_in : F(L.final.x);
+  // x_out is the next block's input (its own slot when training; this
+  // slot's x_in, no longer needed, when forward-only), or the final stream;
+  // so is its norm (forward-only: over this block's ln1, no longer needed).
+  const bool last = l + 1 == c.layers;
+  const Ref next = last ? F(L.final.x) : L.act(l + 1) + ll.x_in;
   linear(ops, a + ll.h, L.weight(bp.w2), next, N, FF, C);
-  ops.add(next, a + ll.x_mid, N * C);
+  const Ref norm_w = last ? P(L.params.ln_final) : P(L.params.blocks[l + 1].ln1);
+  const Ref norm_y = last ? F(L.final.ln) : L.act(l + 1) + ll.ln1;
+  const Ref norm_rstd = last ? F(L.final.rstd) : L.act(l + 1) + ll.rstd1;
+  ops.residual_rmsnorm_forward(a + ll.x_mid, next, norm_w, next, norm_y, norm_rstd, N, C, c.norm_eps);
 }
 
 void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
@@ -90,8 +100,8 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   linear_dw(ops, db, a + ll.ln2, G(bp.w3), N, C, FF);
   linear_dx(ops, dh, L.weight(bp.w1), W(wl.dtmp), N, C, FF);
   linear_dx(ops, db, L.weight(bp.w3), W(wl.dtmp), N, C, FF, true);
-  ops.rmsnorm_backward(a + ll.x_mid, P(bp.ln2), a + ll.rstd2, W(wl.dtmp), W(wl.dbranch), G(bp.ln2), N, C);
-  ops.add(dx, W(wl.dbranch), N * C);
+  // x_mid's gradient: the stream's (dx) plus ln2's, in place.
+  ops.residual_rmsnorm_backward(a + ll.x_mid, P(bp.ln2), a + ll.rstd2, W(wl.dtmp), dx, dx, G(bp.ln2), N, C);
 
   // Attention branch.
   const Ref dattn = W(wl.dbranch);  // (N, C)
@@ -108,8 +118,9 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
   linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
   linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);
-  ops.rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), W(wl.dbranch), G(bp.ln1), N, C);
-  ops.add(dx, W(wl.dbranch), N * C);
+  // x_in's gradient: the stream's plus ln1's (block 0's ln1 had no add
+  // before it, but its input's gradient has the same two terms).
+  ops.residual_rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), dx, dx, G(bp.ln1), N, C);
 }
 
 }  // namespace
@@ -169,9 +180,12 @@ double walk_forward(Ops& ops, const StepLayout& L) {
   const auto& fl = L.final;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
   const Ref tokens{Region::kTokens, 0}, targets{Region::kTargets, 0};
-  ops.embedding_forward(tokens, L.weight(L.params.embedding), L.act(0) + L.layer.x_in, N, C, V);  // (N, C)
+  const Ref a0 = L.act(0);
+  ops.embedding_forward(tokens, L.weight(L.params.embedding), a0 + L.layer.x_in, N, C, V);  // (N, C)
+  // The one norm with no residual add before it; the last block ends with the final norm.
+  ops.rmsnorm_forward(a0 + L.layer.x_in, P(L.params.blocks[0].ln1), a0 + L.layer.ln1, a0 + L.layer.rstd1, N, C,
+                      c.norm_eps);
   for (std::int64_t l = 0; l < c.layers; ++l) forward_block(ops, L, l);
-  ops.rmsnorm_forward(F(fl.x), P(L.params.ln_final), F(fl.ln), F(fl.rstd), N, C, c.norm_eps);
   linear(ops, F(fl.ln), L.weight(L.params.lm_head), F(fl.logits), N, C, V);  // (N, V)
   ops.cross_entropy_forward(F(fl.logits), targets, F(fl.losses), F(fl.lse), N, V);
   return ops.mean(F(fl.losses), N);

@@ -59,11 +59,11 @@ TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", 
   const auto j = nlohmann::json::parse(in);
   std::set<std::string> families;
   for (const auto& e : j["entries"]) families.insert(e["key"]["family"].get<std::string>());
-  for (const char* f : {"rmsnorm_fwd", "rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "rope_fwd", "rope_bwd",
-                        "attention_fwd", "attention_bwd", "embedding_fwd", "embedding_bwd",
-                        "cross_entropy_fwd", "cross_entropy_bwd", "grad_norm", "adamw"})
+  for (const char* f : {"rmsnorm_fwd", "rmsnorm_bwd", "residual_rmsnorm_fwd", "residual_rmsnorm_bwd", "swiglu_fwd",
+                        "swiglu_bwd", "rope_fwd", "rope_bwd", "attention_fwd", "attention_bwd", "embedding_fwd",
+                        "embedding_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "grad_norm", "adamw"})
     CHECK(families.count(f) == 1);
-  CHECK_THAT(out, Catch::Contains("14 winners written to"));
+  CHECK_THAT(out, Catch::Contains("16 winners written to"));
 
   CHECK(run_command(ktune_exe().string() + " tune --backend emu --model tiny --family swiglu_fwd --cache " +
                         (dir / "none.json").string(),

@@ -4,7 +4,9 @@
 // tolerances below),
 // in compiled and in eager mode, where the decomposed ops run as their chains
 // of primitive kernels. The emulated run's memory starts poisoned (NaN), so an
-// op that reads what no op wrote fails here.
+// op that reads what no op wrote fails here. What a step launched is counted
+// too: its GEMMs are the linear layers' and attention's alone, and in
+// compiled mode every residual add runs inside the RMSNorm beside it.
 #include "model/device_model.hpp"
 
 #include <catch2/catch.hpp>
@@ -105,6 +107,59 @@ constexpr double kTf32GradientTolerance = 5e-3;
 constexpr double kBf16LossTolerance = 2e-3;
 constexpr double kBf16GradientTolerance = 5e-2;
 
+// Kernel launches of one op of `family` on `problem`, per family: its
+// default kernel's, or its eager chain's steps, planned over placeholder
+// addresses.
+std::map<std::string, std::int64_t> launches_per_op(const templates::Family& family,
+                                                    const templates::Problem& problem, bool chain) {
+  const auto device = DeviceLimits::for_arch(kDefaultArch);  // the emulation's
+  const auto buffers = family.make_workload(problem, 1).buffers;
+  if (!chain) {
+    const std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
+    return {{family.name(),
+             static_cast<std::int64_t>(family.plan(family.default_config(problem), problem, addresses, device).size())}};
+  }
+  std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
+  const auto bound = templates::eager::bind_workload(family.name(), problem, addresses);
+  std::map<std::string, std::int64_t> n;
+  for (const auto& step : templates::eager::plan(family.name(), problem, bound, 0x200000, device).steps)
+    n[step.family->name()] += static_cast<std::int64_t>(step.launches.size());
+  return n;
+}
+
+std::int64_t sum(const std::map<std::string, std::int64_t>& by_family) {
+  std::int64_t n = 0;
+  for (const auto& [name, k] : by_family) n += k;
+  return n;
+}
+
+bool is_primitive(const std::string& family) { return family.rfind("prim_", 0) == 0; }
+
+// GEMM calls of one forward and backward: the linear layers' (7 per block
+// forward and 14 backward, the LM head's 1 and 2) and materialised
+// attention's (per block and batch row: 2 forward, 4 backward; none with
+// flash attention). No residual add is among them: each ran as a GEMM of its
+// own (4 per block) until it was fused with the RMSNorm beside it.
+std::int64_t step_gemms(const ModelConfig& c, const RunShape& s, bool flash) {
+  return 21 * c.layers + 3 + (flash ? 0 : 6 * s.batch * c.layers);
+}
+
+// Compiled mode's norms: every residual add runs in the RMSNorm beside it,
+// forward (ln2; the next block's ln1 or the final norm) and backward (each
+// block's two norms add the stream's gradient), so the plain norms are left
+// the first block's ln1 and the final norm's backward.
+void check_fused_residuals(const LaunchCount& launched, const StepLayout& L) {
+  const templates::Problem norm{problem_dtype(L.precision), {{"rows", L.shape.tokens()}, {"dim", L.config.d_model}}};
+  const auto per_op = [&](const char* family) {
+    return sum(launches_per_op(templates::find_family(family), norm, false));
+  };
+  const std::int64_t layers = L.config.layers;
+  CHECK(launched.by_family.at("rmsnorm_fwd") == per_op("rmsnorm_fwd"));
+  CHECK(launched.by_family.at("residual_rmsnorm_fwd") == 2 * layers * per_op("residual_rmsnorm_fwd"));
+  CHECK(launched.by_family.at("rmsnorm_bwd") == per_op("rmsnorm_bwd"));
+  CHECK(launched.by_family.at("residual_rmsnorm_bwd") == 2 * layers * per_op("residual_rmsnorm_bwd"));
+}
+
 // Checks the device step against the cpu's; returns what its forward and
 // backward launched.
 LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision = Precision::kF32) {
@@ -132,6 +187,9 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
   cpu.backward();
   emu.backward();
   const LaunchCount launched = emu.ops().launches().since(before);
+  const bool flash = attention_saved(precision, mode == Mode::kCompiled) == AttentionSaved::kLogSumExp;
+  CHECK(launched.gemms == step_gemms(c.config, c.shape, flash));
+  if (mode == Mode::kCompiled) check_fused_residuals(launched, emu.layout());
   const auto grads = emu.gradients();
   for (const auto& t : cpu.layout().tensors) {
     INFO(t.name);
@@ -143,7 +201,6 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
   // show here); materialised attention otherwise.
   std::set<std::string> families;
   for (const auto& k : emu.ops().kernels().kernels()) families.insert(k.family->name());
-  const bool flash = attention_saved(precision, mode == Mode::kCompiled) == AttentionSaved::kLogSumExp;
   CHECK(families.count("attention_fwd") == (flash ? 1 : 0));
   CHECK(families.count("attention_bwd") == (flash ? 1 : 0));
   CHECK(families.count("softmax_fwd") == (flash ? 0 : 1));
@@ -178,34 +235,6 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
   }
   return launched;
 }
-
-// Kernel launches of one op of `family` on `problem`, per family: its
-// default kernel's, or its eager chain's steps, planned over placeholder
-// addresses.
-std::map<std::string, std::int64_t> launches_per_op(const templates::Family& family,
-                                                    const templates::Problem& problem, bool chain) {
-  const auto device = DeviceLimits::for_arch(kDefaultArch);  // the emulation's
-  const auto buffers = family.make_workload(problem, 1).buffers;
-  if (!chain) {
-    const std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
-    return {{family.name(),
-             static_cast<std::int64_t>(family.plan(family.default_config(problem), problem, addresses, device).size())}};
-  }
-  std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
-  const auto bound = templates::eager::bind_workload(family.name(), problem, addresses);
-  std::map<std::string, std::int64_t> n;
-  for (const auto& step : templates::eager::plan(family.name(), problem, bound, 0x200000, device).steps)
-    n[step.family->name()] += static_cast<std::int64_t>(step.launches.size());
-  return n;
-}
-
-std::int64_t sum(const std::map<std::string, std::int64_t>& by_family) {
-  std::int64_t n = 0;
-  for (const auto& [name, k] : by_family) n += k;
-  return n;
-}
-
-bool is_primitive(const std::string& family) { return family.rfind("prim_", 0) == 0; }
 
 }  // namespace
 
@@ -243,9 +272,9 @@ TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each
     if (want[name] == 0) want.erase(name);
     for (const auto& [step, n] : launches_per_op(*r.family, r.problem, true)) want[step] += ops * n;
   }
-  // rmsnorm, swiglu, cross-entropy, attention's softmax, rope and the
-  // embedding, forward and backward
-  CHECK(chained.size() == 12);
+  // rmsnorm (alone and after the residual add), swiglu, cross-entropy,
+  // attention's softmax, rope and the embedding, forward and backward
+  CHECK(chained.size() == 14);
   for (const auto& [name, n] : want) {
     INFO(name);
     CHECK(eager.by_family.count(name));
@@ -261,8 +290,9 @@ TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each
   for (const auto& [name, n] : compiled.by_family) CHECK_FALSE(is_primitive(name));
   // The fused kernels of the decomposed families do not run: softmax's chain
   // runs the softmax kernel unscaled and unmasked, after the scale and mask.
-  for (const char* fused : {"rmsnorm_fwd", "rmsnorm_bwd", "swiglu_fwd", "swiglu_bwd", "cross_entropy_fwd",
-                            "cross_entropy_bwd", "rope_fwd", "rope_bwd", "embedding_fwd", "embedding_bwd"}) {
+  for (const char* fused : {"rmsnorm_fwd", "rmsnorm_bwd", "residual_rmsnorm_fwd", "residual_rmsnorm_bwd",
+                            "swiglu_fwd", "swiglu_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "rope_fwd",
+                            "rope_bwd", "embedding_fwd", "embedding_bwd"}) {
     INFO(fused);
     CHECK_FALSE(eager.by_family.count(fused));
   }
