@@ -55,15 +55,6 @@ void CpuOps<T>::gemm(const GemmOp& g) {
 }
 
 template <class T>
-void CpuOps<T>::add(Ref dst, Ref src, std::int64_t n) {
-  T* d = at(dst);
-  const T* s = at(src);
-  parallel_.for_range(n, [&](std::int64_t b, std::int64_t e, unsigned) {
-    tr::residual::residual_add(d + b, s + b, e - b);
-  });
-}
-
-template <class T>
 void CpuOps<T>::embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
                                   std::int64_t vocab) {
   const std::int32_t* t = ints(tokens);

@@ -22,7 +22,6 @@ class CpuOps final : public Ops {
 
   void rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) override;
   void gemm(const GemmOp& g) override;
-  void add(Ref dst, Ref src, std::int64_t n) override;
   void embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
                          std::int64_t vocab) override;
   void embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_t rows, std::int64_t dim,

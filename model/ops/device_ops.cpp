@@ -229,9 +229,8 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   scratch_offset_ = at;
   region_offset_[static_cast<int>(Region::kScratch)] = scratch_offset_;
   scratch_bytes_ = scratch;
-  one_offset_ = align_up(scratch_offset_ + scratch_bytes_);
-  arena_ = backend_.allocate(one_offset_ + kRegionAlign, fmt::format("{} run memory", L_.config.name));
-  upload_one();
+  clip_offset_ = align_up(scratch_offset_ + scratch_bytes_);
+  arena_ = backend_.allocate(clip_offset_ + kRegionAlign, fmt::format("{} run memory", L_.config.name));
   if (backend_.native_stream() != 0) {
     gemm_workspace_ = backend_.allocate(kCublasLtWorkspace, "cuBLASLt workspace");
     gemm_ = make_cublaslt_gemm(backend_, *gemm_workspace_, options_.mode == Mode::kCompiled, options_.tuned,
@@ -260,21 +259,7 @@ void DeviceOps::download(void* host, Ref at, std::size_t bytes) {
   backend_.download_range(host, *arena_, address(at) - arena_->address(), bytes);
 }
 
-void DeviceOps::poison() {
-  backend_.poison(*arena_);
-  upload_one();
-}
-
-// The residual add's [1], of the activations' type (add).
-void DeviceOps::upload_one() {
-  if (L_.precision == Precision::kBf16) {
-    const std::uint16_t one = templates::float_to_bf16_bits(1.0f);
-    backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
-  } else {
-    const float one = 1.0f;
-    backend_.upload_range(*arena_, one_offset_, &one, sizeof(one));
-  }
-}
+void DeviceOps::poison() { backend_.poison(*arena_); }
 
 std::size_t DeviceOps::unit_bytes(Region r) const {
   switch (r) {
@@ -359,17 +344,6 @@ void DeviceOps::gemm(const GemmOp& g) {
                .stride_a = g.stride_a, .stride_b = g.stride_b, .stride_c = g.stride_c,
                .a_type = gemm_type(g.a), .b_type = gemm_type(g.b), .c_type = gemm_type(g.c),
                .tf32 = L_.precision == Precision::kTf32});
-}
-
-void DeviceOps::add(Ref dst, Ref src, std::int64_t n) {
-  // dst (n, 1) = src (n, 1) x [1] + dst: a GEMM epilogue's add, exact in
-  // fp32 (one rounding of src + dst, to bf16 in bf16). A fused residual +
-  // RMSNorm family is where this goes once it exists.
-  ++launches_.gemms;
-  const templates::DType type = gemm_type(dst);
-  gemm_->gemm({.m = n, .n = 1, .k = 1, .a = address(src), .b = arena_->address() + one_offset_, .c = address(dst),
-               .lda = 1, .ldb = 1, .ldc = 1, .alpha = 1.0f, .beta = 1.0f, .a_type = gemm_type(src), .b_type = type,
-               .c_type = type});
 }
 
 void DeviceOps::embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
@@ -534,14 +508,14 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
                     .param_bf16 = copy ? address(L_.weight(t.param.offset)) : 0, .numel = t.numel});
     largest = std::max(largest, t.numel);
   }
-  // Clip-by-norm: grad_norm writes (norm, clip factor) beside the constant
-  // one in the arena's tail, with no sync to the host. The fused AdamW reads
+  // Clip-by-norm: grad_norm writes (norm, clip factor) in the arena's tail,
+  // with no sync to the host. The fused AdamW reads
   // the norm there as it reads each gradient; eager AdamW does not clip, so
   // grad_norm scales the gradients in place first (its own launch).
   tr::adamw::Clip clip;
   if (hyper.max_grad_norm > 0) {
     const bool in_place = options_.mode == Mode::kEager;
-    const std::uint64_t out = arena_->address() + one_offset_ + kFloatBytes;
+    const std::uint64_t out = arena_->address() + clip_offset_;
     std::vector<tr::grad_norm::Tensor> grads;
     for (const auto& t : list) grads.push_back({.grad = t.grad, .numel = t.numel});
     run(tr::grad_norm::family(), grad_norm_problem(L_.config),

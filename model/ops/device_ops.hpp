@@ -126,7 +126,6 @@ class DeviceOps final : public Ops {
 
   void rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) override;
   void gemm(const GemmOp& g) override;
-  void add(Ref dst, Ref src, std::int64_t n) override;
   void embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
                          std::int64_t vocab) override;
   void embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_t rows, std::int64_t dim,
@@ -178,7 +177,6 @@ class DeviceOps final : public Ops {
   // for the activation regions and the scratch).
   std::size_t unit_bytes(Region r) const;
   templates::DType gemm_type(Ref at) const;
-  void upload_one();
 
   tuner::exec::Backend& backend_;
   StepLayout L_;
@@ -186,7 +184,8 @@ class DeviceOps final : public Ops {
   std::string dtype_;  // the families' problem dtype (problem_dtype)
   std::unique_ptr<tuner::TunedKernels> kernels_;
   std::array<std::size_t, kRegionCount> region_offset_{};  // bytes from the arena's start
-  std::size_t scratch_offset_ = 0, scratch_bytes_ = 0, one_offset_ = 0;
+  std::size_t scratch_offset_ = 0, scratch_bytes_ = 0;
+  std::size_t clip_offset_ = 0;  // grad_norm's (norm, clip factor), fp32, in the arena's tail
   std::unique_ptr<tuner::exec::Buffer> arena_;
   std::unique_ptr<tuner::exec::Buffer> gemm_workspace_;
   std::unique_ptr<GemmEngine> gemm_;

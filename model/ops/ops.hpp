@@ -74,8 +74,6 @@ class Ops {
   virtual void rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) = 0;
 
   virtual void gemm(const GemmOp& g) = 0;
-  /// dst += src over n elements (the residual stream's gradient).
-  virtual void add(Ref dst, Ref src, std::int64_t n) = 0;
 
   /// out (rows, dim) = table[tokens]; table (vocab, dim).
   virtual void embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
