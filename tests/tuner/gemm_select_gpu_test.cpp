@@ -11,6 +11,7 @@
 
 #include "cache/store.hpp"
 #include "support.hpp"
+#include "templates/render.hpp"
 #include "tuner/exec/backend.hpp"
 
 using namespace ktune;
@@ -67,4 +68,54 @@ TEST_CASE("cuBLASLt algorithms chosen by timing round-trip through the tuned cac
   tuner::GemmAlgo tampered = again;
   tampered.attributes["tile"] += 1;
   CHECK_FALSE(lt.refusal(g, tampered).empty());
+}
+
+TEST_CASE("cuBLASLt algorithms for bf16 operands are timed and checked too (bf16 C and fp32 C)",
+          "[gpu][cublaslt][gemm]") {
+  test::skip_without_gpu();
+  auto backend = tuner::exec::make_cuda_backend();
+  auto workspace = backend->allocate(std::size_t{32} << 20, "cuBLASLt workspace");
+  tuner::CublasLt lt(workspace->address(), workspace->bytes());
+  const std::int64_t m = 200, n = 320, k = 136;  // the mixed-precision step's (tokens, out) x (out, in) shapes, small
+  std::mt19937_64 rng(9);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<std::uint16_t> a(m * k), b(n * k);
+  std::vector<float> af(a.size()), bf(b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) af[i] = templates::bf16_bits_to_float(a[i] = templates::float_to_bf16_bits(u(rng)));
+  for (std::size_t i = 0; i < b.size(); ++i) bf[i] = templates::bf16_bits_to_float(b[i] = templates::float_to_bf16_bits(u(rng)));
+  auto da = backend->allocate(a.size() * 2, "a"), db = backend->allocate(b.size() * 2, "b"),
+       dc = backend->allocate(m * n * 4, "c");
+  backend->upload(*da, a.data(), a.size() * 2);
+  backend->upload(*db, b.data(), b.size() * 2);
+  auto trials = tuner::make_cublaslt_trials(*backend, lt, {.time = true, .warmup = 1, .min_repetitions = 3});
+  for (const auto c_type : {templates::DType::kBF16, templates::DType::kF32}) {
+    INFO("C " << templates::to_string(c_type));
+    const tuner::GemmDesc g{.trans_b = true, .m = m, .n = n, .k = k, .a = da->address(), .b = db->address(),
+                            .c = dc->address(), .lda = k, .ldb = k, .ldc = n, .a_type = templates::DType::kBF16,
+                            .b_type = templates::DType::kBF16, .c_type = c_type};
+    tuner::GemmSelector selector(*trials, backend->device(), nullptr, {});
+    const tuner::GemmAlgo chosen = selector.choose(g);
+    CHECK(selector.counts().timed == 1);
+
+    backend->poison(*dc);
+    lt.matmul(g, backend->native_stream(), chosen);
+    std::vector<float> got(m * n);
+    if (c_type == templates::DType::kF32) {
+      backend->download(got.data(), *dc, got.size() * 4);
+    } else {
+      std::vector<std::uint16_t> bits(m * n);
+      backend->download(bits.data(), *dc, bits.size() * 2);
+      for (std::size_t i = 0; i < bits.size(); ++i) got[i] = templates::bf16_bits_to_float(bits[i]);
+    }
+    double num = 0, den = 0;
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double want = 0;
+        for (std::int64_t p = 0; p < k; ++p) want += static_cast<double>(af[i * k + p]) * bf[j * k + p];
+        num += (got[i * n + j] - want) * (got[i * n + j] - want);
+        den += want * want;
+      }
+    // Exact bf16 products summed in fp32: a bf16 C adds one rounding (2^-9 relative).
+    CHECK(std::sqrt(num / den) < (c_type == templates::DType::kF32 ? 1e-5 : 5e-3));
+  }
 }

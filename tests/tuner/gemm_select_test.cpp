@@ -14,6 +14,7 @@
 #include "base/error.hpp"
 #include "cache/store.hpp"
 #include "support.hpp"
+#include "templates/problem.hpp"
 
 using namespace ktune;
 using tuner::GemmAlgo;
@@ -245,4 +246,28 @@ TEST_CASE("gemm entries go through a cache file's merge, prune and round trip", 
   CHECK(cache::prune_entries(golden, other_nvrtc) == kernels);
   REQUIRE(golden.size() == 1);
   CHECK(golden[0].key.family == "gemm");
+}
+
+TEST_CASE("gemm selection: mixed-precision GEMMs are timed and checked at bf16's tolerance", "[tuner][gemm]") {
+  GemmDesc bf16_f32 = qkv();
+  bf16_f32.a_type = bf16_f32.b_type = templates::DType::kBF16;  // bf16 operands, fp32 C (a weight gradient)
+  GemmDesc bf16 = bf16_f32;
+  bf16.c_type = templates::DType::kBF16;  // bf16 C (an activation)
+  CHECK(tuner::gemm_tolerance(bf16_f32) == templates::tolerance_for("bf16"));
+  CHECK(tuner::gemm_tolerance(bf16) == templates::tolerance_for("bf16"));
+  GemmDesc tf32 = qkv();
+  tf32.tf32 = true;
+  CHECK(tuner::gemm_tolerance(tf32) == templates::tolerance_for("tf32"));
+  CHECK(tuner::gemm_tolerance(qkv()) == templates::tolerance_for("f32"));
+
+  // An algorithm 3e-3 from the reference: within bf16's rounding, not fp32's.
+  for (const GemmDesc& g : {bf16_f32, bf16, qkv()}) {
+    INFO(tuner::gemm_dtype(g));
+    FakeTrials fake;
+    fake.wrong[2] = 3e-3;
+    tuner::GemmSelector s(fake, gpu(), nullptr, {});
+    const bool mixed = g.a_type == templates::DType::kBF16;
+    CHECK(s.choose(g) == (mixed ? algo(2) : algo(1)));
+    CHECK(s.counts().rejected == (mixed ? 0 : 1));
+  }
 }

@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "cache/store.hpp"
 #include "templates/problem.hpp"
+#include "templates/render.hpp"
 #include "tuner/exec/backend.hpp"
 
 namespace ktune::tuner {
@@ -23,6 +24,13 @@ std::string gemm_dtype(const GemmDesc& g) {
                     c = templates::to_string(g.c_type);
   const std::string ab = a == b ? a : a + "_" + b;
   return c == a && c == b ? ab : ab + "_" + c;
+}
+
+double gemm_tolerance(const GemmDesc& g) {
+  // A bf16 operand bounds the precision whatever C's type ("bf16_f32" has bf16's tolerance).
+  const bool bf16 = g.a_type == templates::DType::kBF16 || g.b_type == templates::DType::kBF16 ||
+                    g.c_type == templates::DType::kBF16;
+  return templates::tolerance_for(bf16 ? "bf16" : g.tf32 ? "tf32" : "f32");
 }
 
 namespace {
@@ -112,37 +120,72 @@ std::optional<GemmAlgo> gemm_algo_from_json(const nlohmann::json& config, std::s
 namespace {
 
 // Device operands of one trial, laid out as g's (same leading dimensions,
-// strides and address alignment), filled with fresh random values.
+// strides, address alignment and element types: fp32, or bf16 for the mixed
+// precision GEMMs), filled with fresh random values.
 struct Operands {
   std::unique_ptr<exec::Buffer> a, b, c;
   GemmDesc desc;
-  std::vector<float> host_c;  // C's initial values
+  std::vector<float> host_c;  // C's initial values (as stored: bf16-rounded for a bf16 C)
 
   Operands(exec::Backend& backend, const GemmDesc& g, std::uint64_t seed) : desc(g) {
-    KTUNE_REQUIRE(g.a_type == templates::DType::kF32 && g.b_type == templates::DType::kF32 &&
-                      g.c_type == templates::DType::kF32,
-                  fmt::format("timing GEMM algorithms takes fp32 operands (tf32 included), not {}", gemm_dtype(g)));
+    check_gemm_types(g);
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(-1, 1);
-    const auto make = [&](std::int64_t span, std::uint64_t address, const char* label, std::vector<float>* keep) {
+    const auto make = [&](std::int64_t span, std::uint64_t address, templates::DType type, const char* label,
+                          std::vector<float>* keep) {
+      const std::size_t bytes = element_bytes(type);
       // 256 bytes more, so the operand can start at address's offset in a 256-byte line.
-      auto buffer = backend.allocate(static_cast<std::size_t>(span) * sizeof(float) + 256, label);
+      auto buffer = backend.allocate(static_cast<std::size_t>(span) * bytes + 256, label);
       const std::size_t offset = address % 256;
       std::vector<float> values(static_cast<std::size_t>(span));
       for (auto& v : values) v = u(rng);
-      backend.upload_range(*buffer, offset, values.data(), values.size() * sizeof(float));
+      if (type == templates::DType::kBF16) {
+        std::vector<std::uint16_t> bits(values.size());
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          bits[i] = templates::float_to_bf16_bits(values[i]);
+          values[i] = templates::bf16_bits_to_float(bits[i]);
+        }
+        backend.upload_range(*buffer, offset, bits.data(), bits.size() * bytes);
+      } else {
+        backend.upload_range(*buffer, offset, values.data(), values.size() * bytes);
+      }
       if (keep) *keep = std::move(values);
       return std::pair{std::move(buffer), offset};
     };
-    auto [ba, oa] = make(g.span_a(), g.a, "GEMM trial A", nullptr);
-    auto [bb, ob] = make(g.span_b(), g.b, "GEMM trial B", nullptr);
-    auto [bc, oc] = make(g.span_c(), g.c, "GEMM trial C", &host_c);
+    auto [ba, oa] = make(g.span_a(), g.a, g.a_type, "GEMM trial A", nullptr);
+    auto [bb, ob] = make(g.span_b(), g.b, g.b_type, "GEMM trial B", nullptr);
+    auto [bc, oc] = make(g.span_c(), g.c, g.c_type, "GEMM trial C", &host_c);
     a = std::move(ba), b = std::move(bb), c = std::move(bc);
     desc.a = a->address() + oa;
     desc.b = b->address() + ob;
     desc.c = c->address() + oc;
   }
+  static std::size_t element_bytes(templates::DType type) {
+    return type == templates::DType::kBF16 ? sizeof(std::uint16_t) : sizeof(float);
+  }
   std::size_t c_offset() const { return static_cast<std::size_t>(desc.c - c->address()); }
+  /// Writes C's initial values back (an accumulating GEMM reads them).
+  void restore_c(exec::Backend& backend) const {
+    if (desc.c_type != templates::DType::kBF16) {
+      backend.upload_range(*c, c_offset(), host_c.data(), host_c.size() * sizeof(float));
+      return;
+    }
+    std::vector<std::uint16_t> bits(host_c.size());
+    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = templates::float_to_bf16_bits(host_c[i]);
+    backend.upload_range(*c, c_offset(), bits.data(), bits.size() * sizeof(std::uint16_t));
+  }
+  /// C as floats.
+  std::vector<float> read_c(exec::Backend& backend) const {
+    std::vector<float> out(host_c.size());
+    if (desc.c_type != templates::DType::kBF16) {
+      backend.download_range(out.data(), *c, c_offset(), out.size() * sizeof(float));
+      return out;
+    }
+    std::vector<std::uint16_t> bits(out.size());
+    backend.download_range(bits.data(), *c, c_offset(), bits.size() * sizeof(std::uint16_t));
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = templates::bf16_bits_to_float(bits[i]);
+    return out;
+  }
 };
 
 class CublasLtTrials final : public GemmTrials {
@@ -165,11 +208,9 @@ class CublasLtTrials final : public GemmTrials {
     const auto run = [&](const GemmAlgo& which) {
       // beta = 0 never reads C: poisoned, so an entry left unwritten is NaN.
       if (g.beta == 0) backend_.poison(*ops.c);
-      else backend_.upload_range(*ops.c, ops.c_offset(), ops.host_c.data(), ops.host_c.size() * sizeof(float));
+      else ops.restore_c(backend_);
       lt_.matmul(ops.desc, backend_.native_stream(), which);
-      std::vector<float> out(ops.host_c.size());
-      backend_.download_range(out.data(), *ops.c, ops.c_offset(), out.size() * sizeof(float));
-      return out;
+      return ops.read_c(backend_);
     };
     const std::vector<float> want = run(reference), got = run(algo);
     double num = 0, den = 0;
@@ -255,7 +296,7 @@ GemmAlgo GemmSelector::timed(const GemmDesc& g, const cache::Key& key) {
   }
   std::stable_sort(runs.begin(), runs.end(),
                    [](const Timed& x, const Timed& y) { return x.m.median_ms < y.m.median_ms; });
-  const double tolerance = templates::tolerance_for(key.dtype);
+  const double tolerance = gemm_tolerance(g);
   for (const Timed& t : runs) {
     if (t.rank != 0) {  // the heuristic's first is the reference itself
       double error = std::numeric_limits<double>::infinity();

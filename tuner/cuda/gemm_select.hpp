@@ -34,6 +34,10 @@ inline constexpr const char* kGemmFamily = "gemm";
 
 /// The dtype part of a GEMM's key: "f32" (fp32 operands, fp32 compute).
 std::string gemm_dtype(const GemmDesc& g);
+/// The relative L2 error a timed algorithm may differ from the heuristic's
+/// first by: the tolerance of the narrowest operand type (bf16 when any
+/// operand is bf16, else tf32 or f32).
+double gemm_tolerance(const GemmDesc& g);
 /// The cache key of `g` on `device` with the GEMM library `library` (e.g.
 /// "cublasLt 130100", stored as the source hash: an algorithm of another
 /// library version is stale). The problem key names m, n, k, the
