@@ -1,4 +1,5 @@
-// Model-guided early, evolutionary late, with restarts (see auto.hpp).
+// Model-guided early, evolutionary late, local walks when evolution has
+// converged (see auto.hpp).
 #include "search/strategies/auto.hpp"
 
 #include "search/sampling.hpp"
@@ -12,39 +13,71 @@ Auto::Auto(const StrategyContext& context, Options options) : context_(context),
   model.stall = 0;
   model.cost_weight = options_.cost_weight;
   if (options_.model_evals > 0) model_ = std::make_unique<BayesOpt>(context_, model);
-  else start_genetic(false);
+  else start_genetic();
 }
 
-void Auto::start_genetic(bool from_measured) {
+void Auto::start_genetic() {
   Genetic::Options g;
-  if (from_measured) g.first_generation = 0;
+  g.first_generation = measured_.empty() ? Genetic::Options{}.first_generation : 0;
   g.cost_pool = options_.cost_pool;
   StrategyContext c = context_;
-  c.seed = context_.seed ^ (0x9e3779b97f4a7c15ULL * ++starts_);
+  c.seed = context_.seed ^ 0x9e3779b97f4a7c15ULL;
   genetic_ = std::make_unique<Genetic>(c, g);
-  if (from_measured)
-    for (const auto& [config, outcome] : measured_) genetic_->report(config, outcome);
+  for (const auto& [config, outcome] : measured_) genetic_->report(config, outcome);
+  if (options_.walk_after > 0) {
+    // Restarts from random configs, and steps of one adjacent value: the
+    // region it explores is new, and a step there is cheap to take.
+    LocalSearch::Options w;
+    w.adjacent_only = true;
+    c.seed = context_.seed ^ 0x3c6ef372fe94f82bULL;
+    walk_ = std::make_unique<LocalSearch>(c, w);
+  }
   model_.reset();
-  since_improvement_ = 0;
 }
 
-std::optional<Config> Auto::next() { return model_ ? model_->next() : genetic_->next(); }
+std::optional<Config> Auto::next() {
+  walk_in_flight_ = false;
+  if (model_) return model_->next();
+  if (walk_ && !walking_ && genetic_->converged() && since_improvement_ >= options_.walk_after) {
+    walking_ = true;
+    walked_ = 0;
+  }
+  if (walking_ && walked_++ < options_.walk_length) {
+    if (auto c = walk_->next()) {
+      walk_in_flight_ = true;
+      return c;
+    }
+  }
+  if (walking_) {
+    // The walk is spent or found nothing: the genetic algorithm's turn, for
+    // another `walk_after` evaluations at least.
+    walking_ = false;
+    since_improvement_ = 0;
+  }
+  return genetic_->next();
+}
 
 void Auto::report(const Config& config, const Outcome& outcome) {
   if (model_) model_->report(config, outcome);
   else genetic_->report(config, outcome);
+  if (walk_in_flight_) walk_->report(config, outcome);
+  walk_in_flight_ = false;
   if (!seen_.insert(index_of(*context_.space, point_of(*context_.space, config))).second) return;
   measured_.emplace_back(config, outcome);
   if (outcome.ok && outcome.time_ms < best_ms_) {
     best_ms_ = outcome.time_ms;
     since_improvement_ = 0;
+    walking_ = false;  // a new best: the genetic algorithm breeds from it
   } else {
     ++since_improvement_;
   }
-  if (model_ && static_cast<int>(measured_.size()) >= options_.model_evals) start_genetic(true);
-  else if (!model_ && options_.patience > 0 && since_improvement_ >= options_.patience) start_genetic(false);
+  if (model_ && static_cast<int>(measured_.size()) >= options_.model_evals) start_genetic();
 }
 
-std::vector<Config> Auto::upcoming(std::size_t n) const { return model_ ? model_->upcoming(n) : genetic_->upcoming(n); }
+std::vector<Config> Auto::upcoming(std::size_t n) const {
+  if (model_) return model_->upcoming(n);
+  if (walking_ && walked_ < options_.walk_length) return walk_->upcoming(n);
+  return genetic_->upcoming(n);
+}
 
 }  // namespace ktune::search

@@ -1,14 +1,18 @@
-// The default strategy: model-guided early, evolutionary late, with
-// restarts. Bayesian optimisation (bayes_opt.hpp) proposes the first
-// configs, where a model of the space finds the fast region in few
-// evaluations; then a genetic algorithm (genetic.hpp), bred from every config
-// measured so far, takes over, since recombining good configs reaches optima
-// that a smooth model ranks below what it already knows (an isolated fast
-// config whose neighbours are all slow). When the genetic algorithm has gone
-// `patience` evaluations without a new best, it starts afresh from random
-// configs, as annealing restarts a walk: some spaces hold their optimum in a
-// narrow region away from the one the archive converged on. Needs no
-// settings per space; the settings below were chosen on all eight shared
+// The default strategy: model-guided early, evolutionary late, with local
+// walks when evolution has converged. Bayesian optimisation (bayes_opt.hpp)
+// proposes the first configs, where a model of the space finds the fast
+// region in few evaluations; then a genetic algorithm (genetic.hpp), bred from
+// every config measured so far, takes over, since recombining good configs
+// reaches optima that a smooth model ranks below what it already knows (an
+// isolated fast config whose neighbours are all slow). A genetic algorithm
+// keeps recombining through long stretches without a new best, and often
+// wins them; but once its archive has converged (its children are no longer
+// new) and it has gone `walk_after` evaluations without a new best, the
+// optimum may lie in a region the archive never held. Then an iterated local
+// search (local_search.hpp: hill climbing over adjacent values, perturbations,
+// random restarts) proposes instead, until it finds a new best (which the
+// genetic algorithm breeds from next) or `walk_length` proposals pass. Needs
+// no settings per space; the settings below were chosen on all eight shared
 // recorded spaces together (bench/results/replay.md).
 #pragma once
 #include <cmath>
@@ -20,6 +24,7 @@
 
 #include "search/strategies/bayes_opt.hpp"
 #include "search/strategies/genetic.hpp"
+#include "search/strategies/local_search.hpp"
 #include "search/strategy.hpp"
 
 namespace ktune::search {
@@ -28,7 +33,11 @@ class Auto final : public Strategy {
  public:
   struct Options {
     int model_evals = 40;  ///< evaluations the model proposes: more finds the region surer, later
-    int patience = 100;    ///< evaluations without a new best before a fresh genetic algorithm (0: never)
+    /// Evaluations without a new best, with the genetic algorithm converged,
+    /// before the local walk proposes (0: never): lower leaves the genetic
+    /// algorithm less time to recombine its way to an isolated optimum.
+    int walk_after = 60;
+    int walk_length = 200;  ///< walk proposals without a new best before the genetic algorithm goes on
     /// Time-aware search (a config that costs more to compile and measure is
     /// proposed later): the model's expected improvement per predicted
     /// cost^this (BayesOpt::Options::cost_weight), and the genetic algorithm
@@ -43,23 +52,26 @@ class Auto final : public Strategy {
   Auto(const StrategyContext& context, Options options);
   std::optional<Config> next() override;
   void report(const Config& config, const Outcome& outcome) override;
-  /// The proposing strategy's own hint: the model's best candidates, then the
-  /// genetic algorithm's generation in flight.
+  /// The proposing strategy's own hint: the model's best candidates, the
+  /// walk's next neighbours, or the genetic algorithm's generation in flight.
   std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
-  /// Starts a genetic algorithm: bred from everything measured, or from random configs.
-  void start_genetic(bool from_measured);
+  /// Hands over from the model to a genetic algorithm bred from everything measured.
+  void start_genetic();
 
   StrategyContext context_;
   Options options_;
-  std::unique_ptr<BayesOpt> model_;  ///< until the hand-over
-  std::unique_ptr<Genetic> genetic_;  ///< after it
+  std::unique_ptr<BayesOpt> model_;    ///< until the hand-over
+  std::unique_ptr<Genetic> genetic_;   ///< after it; told of every config measured
+  std::unique_ptr<LocalSearch> walk_;  ///< after it; told of its own proposals only
+  bool walking_ = false;               ///< the walk proposes
+  bool walk_in_flight_ = false;        ///< the config being measured is the walk's
+  int walked_ = 0;                     ///< walk proposals since walking_ was set
   std::vector<std::pair<Config, Outcome>> measured_;  ///< each config once, in order
   std::unordered_set<std::uint64_t> seen_;            ///< space indices of measured_
   double best_ms_ = INFINITY;
   int since_improvement_ = 0;
-  std::uint64_t starts_ = 0;  ///< genetic algorithms started, for their seeds
 };
 
 }  // namespace ktune::search

@@ -76,6 +76,7 @@ void Genetic::breed() {
     return;
   }
   int misses = 0;
+  converged_ = false;
   const std::size_t before = queue_.size();
   const int pool = options_.cost_pool > 1 && cost_.observations() > 0 ? options_.cost_pool : 1;
   while (static_cast<int>(queue_.size()) < options_.generation * pool) {
@@ -86,6 +87,7 @@ void Genetic::breed() {
     }
     if (++misses <= options_.redraws) continue;
     // The archive has converged: step one parameter of a parent, or sample.
+    converged_ = true;
     std::vector<Point> fresh;
     for (Point& q : valid_neighbours(context_, pick(), false))
       if (is_new(q)) fresh.push_back(std::move(q));

@@ -35,6 +35,9 @@ class Genetic final : public Strategy {
   void report(const Config& config, const Outcome& outcome) override;
   /// The rest of the current generation (bred first when it is spent).
   std::vector<Config> upcoming(std::size_t n) const override;
+  /// True when the last generation bred needed a one-parameter step or a
+  /// random draw: recombining the archive no longer gave new configs.
+  bool converged() const { return converged_; }
 
  private:
   struct Member {
@@ -56,6 +59,7 @@ class Genetic final : public Strategy {
   std::unordered_set<std::uint64_t> queued_;
   CostModel cost_;
   bool exhausted_ = false;
+  bool converged_ = false;
 };
 
 }  // namespace ktune::search
