@@ -90,18 +90,24 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
     bool timed_out = false;
     if (!receive_message(in, text, std::chrono::steady_clock::time_point::max(), timed_out)) ::_exit(0);
     nlohmann::json reply;
+    bool restart = false;
     try {
       const auto req = nlohmann::json::parse(text);
       const Family& family = resolve(req.at("family").get<std::string>(), extra);
       const RunResult r = runner->run(family, Config::from_json(req.at("config")),
                                       Problem::from_json(req.at("problem")), run_options_from_json(req.at("options")));
       reply = {{"result", to_json(r)}};
+      // A CUDA error may be sticky (an illegal address leaves the context
+      // unusable, and every later variant here would fail with it): after
+      // one, this worker ends and the parent starts a fresh one.
+      restart = r.failure.rfind("launch: ", 0) == 0;
+      if (restart) reply["restart"] = true;
     } catch (const Error& e) {
       reply = {{"error", e.what()}, {"kind", static_cast<int>(e.kind())}};
     } catch (const std::exception& e) {
       reply = {{"error", e.what()}, {"kind", static_cast<int>(ErrorKind::kInternal)}};
     }
-    if (!send_message(out, reply.dump())) ::_exit(0);
+    if (!send_message(out, reply.dump()) || restart) ::_exit(0);
   }
 }
 
@@ -142,7 +148,12 @@ class IsolatedRunner final : public Runner {
     if (reply.contains("error"))
       throw_error(static_cast<ErrorKind>(reply.value("kind", static_cast<int>(ErrorKind::kInternal))),
                   reply["error"].get<std::string>());
-    return run_result_from_json(reply.at("result"));
+    RunResult result = run_result_from_json(reply.at("result"));
+    if (reply.value("restart", false)) {  // the worker ends by itself; the next run starts a fresh one
+      stop(0);
+      result.failure += "; worker restarted";
+    }
+    return result;
   }
 
  private:

@@ -1,8 +1,10 @@
 // A runner whose work happens in a worker process, so that a variant which
-// crashes (a sticky CUDA error, a segfault, an abort) or hangs never ends the
-// session: the parent marks it failed with the reason, kills and restarts the
-// worker, and goes on. The inner runner (GPU or emulation) is created inside
-// the worker, after fork, so the parent never touches the device.
+// crashes (a segfault, an abort), hangs or ends in a CUDA error (which may be
+// sticky: an illegal address leaves the context unusable) never ends the
+// session nor fails the variants after it: the parent marks it failed with
+// the reason, the worker is ended and restarted, and the session goes on.
+// The inner runner (GPU or emulation) is created inside the worker, after
+// fork, so the parent never touches the device.
 #pragma once
 #include <functional>
 #include <memory>

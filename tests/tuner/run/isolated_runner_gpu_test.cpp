@@ -1,0 +1,91 @@
+// The isolated runner on a GPU: a variant whose kernel writes to an illegal
+// address leaves its context with a sticky error; it is a "launch:" failure,
+// its worker is restarted, and the variants after it run and validate in the
+// fresh one (the twin of isolated_runner_test.cpp's fake). Skipped without a
+// device.
+#include "tuner/run/isolated_runner.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "support.hpp"
+#include "templates/render.hpp"
+#include "tuner/run/gpu_runner.hpp"
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::tuner;
+
+namespace {
+
+/// y = 2x; mode 1 also writes through a null pointer.
+class FaultingFamily final : public Family {
+ public:
+  std::string name() const override { return "faulting"; }
+  std::string summary() const override { return "test family with a variant that writes to an illegal address"; }
+  std::vector<std::string> source_files() const override { return {}; }
+  const Space& space() const override { return space_; }
+  std::vector<Problem> problem_classes() const override { return {Problem{"f32", {{"n", 300}}}}; }
+  void check_problem(const Problem&) const override {}
+  Config default_config(const Problem&) const override { return Config({{"mode", 0}}); }
+  bool is_valid(const Config&, const Problem&, const DeviceLimits&, std::string*) const override { return true; }
+  Rendered render(const Config& c, const Problem&) const override {
+    Rendered r;
+    r.source = R"(
+template <int MODE>
+__global__ void faulting(const float* x, float* y, long long n) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (MODE == 1 && i == 0) *reinterpret_cast<volatile float*>(static_cast<unsigned long long>(n) << 40) = 1.0f;
+  if (i < n) y[i] = 2.0f * x[i];
+}
+)";
+    r.kernels = {"faulting<" + std::to_string(c.at("mode")) + ">"};
+    return r;
+  }
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    std::mt19937_64 rng(seed);
+    const auto x = random_floats(rng, static_cast<std::size_t>(p.dim("n")), -1, 1);
+    std::vector<float> y(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = 2 * x[i];
+    Workload w;
+    w.buffers.push_back(make_buffer("x", Role::kInput, DType::kF32, x));
+    w.buffers.push_back(make_buffer("y", Role::kOutput, DType::kF32, std::vector<float>(x.size())));
+    set_expected(w.buffers.back(), y);
+    return w;
+  }
+  std::vector<Launch> plan(const Config&, const Problem& p, const std::vector<std::uint64_t>& a,
+                           const DeviceLimits&) const override {
+    Launch l;
+    l.grid = {static_cast<unsigned>((p.dim("n") + 127) / 128), 1, 1};
+    l.block = {128, 1, 1};
+    l.args.add(a[0]).add(a[1]).add(static_cast<long long>(p.dim("n")));
+    return {std::move(l)};
+  }
+  double flops(const Problem& p) const override { return static_cast<double>(p.dim("n")); }
+  double bytes(const Problem& p) const override { return 8.0 * static_cast<double>(p.dim("n")); }
+
+ private:
+  Space space_{{{"mode", {0, 1}, "0: correct; 1: writes to an illegal address"}}};
+};
+
+const FaultingFamily kFaulting;
+
+}  // namespace
+
+TEST_CASE("isolated GPU runner: after an illegal address the next variant runs in a fresh worker",
+          "[gpu][session]") {
+  test::skip_without_gpu();
+  IsolationOptions isolation;
+  isolation.extra_families = {&kFaulting};
+  auto runner = make_isolated_runner([] { return make_gpu_runner(); }, isolation);
+  const Problem problem = kFaulting.problem_classes().front();
+  CHECK(runner->run(kFaulting, Config({{"mode", 0}}), problem, RunOptions{}).ok);
+  const RunResult fault = runner->run(kFaulting, Config({{"mode", 1}}), problem, RunOptions{});
+  INFO(fault.failure);
+  CHECK_FALSE(fault.ok);
+  CHECK_THAT(fault.failure, Catch::StartsWith("launch: ") && Catch::EndsWith("; worker restarted"));
+  for (int i = 0; i < 2; ++i) {
+    const RunResult after = runner->run(kFaulting, Config({{"mode", 0}}), problem, RunOptions{});
+    INFO(after.failure);
+    CHECK(after.ok);
+  }
+}

@@ -1,0 +1,65 @@
+// The isolated runner with a fake inner runner that behaves as a GPU worker
+// after a sticky CUDA error: once a variant ends in an illegal address,
+// everything that process runs afterwards fails with it. The worker must be
+// restarted after such a failure, so the variants after it run in a fresh
+// process (the GPU twin: a real fault needs a device).
+#include "tuner/run/isolated_runner.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "templates/family.hpp"
+
+using namespace ktune;
+using namespace ktune::tuner;
+
+namespace {
+
+/// Fails the run with seed kFaulting as a kernel with an illegal address
+/// does, and every run after it in the same process as the driver then does.
+class StickyRunner final : public Runner {
+ public:
+  static constexpr std::uint64_t kFaulting = 13;
+  std::string backend() const override { return "gpu"; }
+  const DeviceLimits& device() const override { return device_; }
+  RunResult run(const Family&, const Config&, const Problem&, const RunOptions& options) override {
+    RunResult r;
+    if (poisoned_) {
+      r.failure = "launch: cuMemAlloc failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered";
+    } else if (options.seed == kFaulting) {
+      poisoned_ = true;
+      r.failure = "launch: cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was "
+                  "encountered";
+    } else {
+      r.ok = true;
+    }
+    return r;
+  }
+
+ private:
+  DeviceLimits device_;
+  bool poisoned_ = false;
+};
+
+}  // namespace
+
+TEST_CASE("isolated runner: after a CUDA error the worker is restarted, so the next variant runs clean",
+          "[session]") {
+  auto runner = make_isolated_runner([] { return std::make_unique<StickyRunner>(); });
+  const auto& family = templates::find_family("adamw");
+  const Problem problem = family.problem_classes().front();
+  const Config config = family.default_config(problem);
+  RunOptions o;
+  o.validate = false;
+  CHECK(runner->run(family, config, problem, o).ok);
+  o.seed = StickyRunner::kFaulting;
+  const RunResult fault = runner->run(family, config, problem, o);
+  CHECK_FALSE(fault.ok);
+  CHECK_THAT(fault.failure, Catch::StartsWith("launch: cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS") &&
+                                Catch::EndsWith("; worker restarted"));
+  o.seed = 1;
+  for (int i = 0; i < 3; ++i) {
+    const RunResult after = runner->run(family, config, problem, o);
+    INFO(after.failure);
+    CHECK(after.ok);
+  }
+}
