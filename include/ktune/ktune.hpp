@@ -93,6 +93,8 @@ class Runtime {
   /// Device memory of this runtime's backend; freed by free() or with the runtime.
   std::uint64_t allocate(std::size_t bytes);
   void free(std::uint64_t address);
+  /// Copies in order with the runtime's stream: each waits for the kernels
+  /// launched there before it, and is complete on return.
   void upload(std::uint64_t address, const void* host, std::size_t bytes);
   void download(void* host, std::uint64_t address, std::size_t bytes);
 

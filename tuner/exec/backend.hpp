@@ -95,7 +95,8 @@ class Backend {
   virtual const DeviceLimits& device() const = 0;
 
   virtual std::unique_ptr<Buffer> allocate(std::size_t bytes, const std::string& label) = 0;
-  /// Host to device; complete on return, ordered before later launches.
+  /// Host to device, after everything launched before it on the backend's
+  /// stream; complete on return, ordered before later launches.
   virtual void upload(const Buffer& dst, const void* host, std::size_t bytes) = 0;
   /// Device to host, after everything launched before it.
   virtual void download(void* host, const Buffer& src, std::size_t bytes) = 0;

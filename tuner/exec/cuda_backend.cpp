@@ -98,6 +98,9 @@ class CudaBackend final : public Backend {
   void upload(const Buffer& dst, const void* host, std::size_t bytes) override {
     KTUNE_REQUIRE(bytes <= dst.bytes(), fmt::format("upload of {} bytes into '{}' of {}", bytes, dst.label(),
                                                     dst.bytes()));
+    // The copy runs on the legacy stream, which does not wait for our
+    // non-blocking one: a kernel launched before may still read `dst`.
+    stream_.synchronize();
     cuda_buffer(dst).device_buffer().upload(host, bytes);
   }
   void download(void* host, const Buffer& src, std::size_t bytes) override {

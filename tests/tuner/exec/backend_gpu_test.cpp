@@ -54,3 +54,37 @@ TEST_CASE("tuned kernels on the CUDA backend: defaults load and run", "[gpu][exe
   CHECK(kernels.count(cache::Match::kNone) == 3);
   for (const auto& k : kernels.kernels()) test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module);
 }
+
+TEST_CASE("exec: an upload waits for the kernels launched before it on the CUDA backend's stream", "[gpu][exec]") {
+  test::skip_without_gpu();
+  auto backend = exec::make_cuda_backend();
+  // y = x after spinning a few milliseconds: long enough for an upload that
+  // did not wait to overwrite x while the kernel still has to read it.
+  templates::Rendered source;
+  source.source = R"(
+__global__ void spin_copy(const float* x, float* y, int n, long long cycles) {
+  const long long start = clock64();
+  while (clock64() - start < cycles) {
+  }
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i];
+}
+)";
+  source.kernels = {"spin_copy"};
+  const auto module = backend->load(source);
+  const int n = 4096;
+  const std::vector<float> before(n, 1.0f), after(n, 2.0f);
+  auto x = backend->allocate(n * sizeof(float), "x"), y = backend->allocate(n * sizeof(float), "y");
+  backend->upload(*x, before.data(), n * sizeof(float));
+  templates::Launch l;
+  l.grid = {n / 256, 1, 1};
+  l.block = {256, 1, 1};
+  l.args.add(x->address()).add(y->address()).add(n).add(static_cast<long long>(50'000'000));  // ~25 ms
+  std::vector<templates::Launch> plan;
+  plan.push_back(l);
+  backend->launch(*module, plan);
+  backend->upload(*x, after.data(), n * sizeof(float));  // x's next contents, for a later launch
+  std::vector<float> got(n);
+  backend->download(got.data(), *y, n * sizeof(float));
+  CHECK(got == before);
+}
