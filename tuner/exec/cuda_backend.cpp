@@ -42,20 +42,27 @@ class CudaModule final : public Module {
     for (const auto& k : compiled.kernels) {
       names_.push_back(k.name_expression);
       functions_.push_back(module_.function(k.lowered_name));
+      // Without the opt-in a block gets 48 KB of shared memory, static and
+      // dynamic together: a kernel's dynamic limit is what its static leaves.
+      int most = 0;
+      KT_CHECK_CU(Driver::get().cuFuncGetAttribute(&most, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   functions_.back()));
+      max_dynamic_.push_back(static_cast<unsigned>(most));
     }
     resources_ = compiled.kernels;
-    optin_.assign(functions_.size(), 0);
   }
   const std::vector<std::string>& kernel_names() const override { return names_; }
   const std::vector<KernelResources>& resources() const override { return resources_; }
   double compile_ms() const override { return compile_ms_; }
 
-  /// The kernel, with dynamic shared memory above the default 48 KB opted in.
+  /// The kernel, its dynamic shared memory limit raised (the opt-in) when a
+  /// launch asks for more than it allows; the fit check has kept static plus
+  /// dynamic within the device's opt-in maximum.
   CUfunction function(std::size_t i, unsigned dynamic_smem) const {
-    if (dynamic_smem > 48 * 1024 && optin_[i] < dynamic_smem) {
+    if (dynamic_smem > max_dynamic_[i]) {
       KT_CHECK_CU(Driver::get().cuFuncSetAttribute(functions_[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                    static_cast<int>(dynamic_smem)));
-      optin_[i] = dynamic_smem;
+      max_dynamic_[i] = dynamic_smem;
     }
     return functions_[i];
   }
@@ -66,7 +73,7 @@ class CudaModule final : public Module {
   std::vector<std::string> names_;
   std::vector<CUfunction> functions_;
   std::vector<KernelResources> resources_;
-  mutable std::vector<unsigned> optin_;
+  mutable std::vector<unsigned> max_dynamic_;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, per kernel
 };
 
 const CudaBuffer& cuda_buffer(const Buffer& b) {
