@@ -16,6 +16,24 @@
 
 using namespace ktune;
 
+namespace {
+
+// Relative L2 error of got (m, n) against A (m, k) B (n, k)^T summed in fp64.
+double error_against_loop(const std::vector<float>& got, const std::vector<float>& a, const std::vector<float>& b,
+                          std::int64_t m, std::int64_t n, std::int64_t k) {
+  double num = 0, den = 0;
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (std::int64_t p = 0; p < k; ++p) want += static_cast<double>(a[i * k + p]) * b[j * k + p];
+      num += (got[i * n + j] - want) * (got[i * n + j] - want);
+      den += want * want;
+    }
+  return std::sqrt(num / den);
+}
+
+}  // namespace
+
 TEST_CASE("cuBLASLt algorithms chosen by timing round-trip through the tuned cache", "[gpu][cublaslt][gemm]") {
   test::skip_without_gpu();
   auto backend = tuner::exec::make_cuda_backend();
@@ -54,15 +72,7 @@ TEST_CASE("cuBLASLt algorithms chosen by timing round-trip through the tuned cac
   lt.matmul(g, backend->native_stream(), again);
   std::vector<float> got(m * n);
   backend->download(got.data(), *dc, got.size() * 4);
-  double num = 0, den = 0;
-  for (std::int64_t i = 0; i < m; ++i)
-    for (std::int64_t j = 0; j < n; ++j) {
-      double want = 0;
-      for (std::int64_t p = 0; p < k; ++p) want += static_cast<double>(a[i * k + p]) * b[j * k + p];
-      num += (got[i * n + j] - want) * (got[i * n + j] - want);
-      den += want * want;
-    }
-  CHECK(std::sqrt(num / den) < 1e-5);
+  CHECK(error_against_loop(got, a, b, m, n, k) < 1e-5);
 
   // Words that do not match their attributes are refused before they run.
   tuner::GemmAlgo tampered = again;
@@ -107,15 +117,7 @@ TEST_CASE("cuBLASLt algorithms for bf16 operands are timed and checked too (bf16
       backend->download(bits.data(), *dc, bits.size() * 2);
       for (std::size_t i = 0; i < bits.size(); ++i) got[i] = templates::bf16_bits_to_float(bits[i]);
     }
-    double num = 0, den = 0;
-    for (std::int64_t i = 0; i < m; ++i)
-      for (std::int64_t j = 0; j < n; ++j) {
-        double want = 0;
-        for (std::int64_t p = 0; p < k; ++p) want += static_cast<double>(af[i * k + p]) * bf[j * k + p];
-        num += (got[i * n + j] - want) * (got[i * n + j] - want);
-        den += want * want;
-      }
     // Exact bf16 products summed in fp32: a bf16 C adds one rounding (2^-9 relative).
-    CHECK(std::sqrt(num / den) < (c_type == templates::DType::kF32 ? 1e-5 : 5e-3));
+    CHECK(error_against_loop(got, af, bf, m, n, k) < (c_type == templates::DType::kF32 ? 1e-5 : 5e-3));
   }
 }
