@@ -1,14 +1,13 @@
 // scripts/gpu-check without a GPU: its dry run (KTUNE_CHECK_DRY=1) prints
 // every step's command line, and each ktune command among them, run here
 // with KTUNE_NO_DEVICE=1, must get as far as asking for the device: its
-// options and inputs are ones the CLI accepts. The PyTorch e2e peer's
-// command lines go through the peer's own argument parser. What a GPU
-// machine would otherwise find in its first minutes of a rare loan is
-// found here.
+// options and inputs (the tuned cache the script makes when no tuning ran)
+// are ones the CLI accepts. The PyTorch e2e peer's command lines go through
+// the peer's own argument parser. What a GPU machine would otherwise find in
+// its first minutes of a rare loan is found here.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,11 +23,15 @@ const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
 const char* kAllSteps = "tests tune families attention attention-bench bench bf16 peers ops e2e";
 
-/// The dry run's command lines ("+ cmd args...", shell-quoted), without the "+ ".
-std::vector<std::string> dry_run_commands(const std::filesystem::path& out) {
+/// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
+/// dry run of the script copied to `root`/scripts: it works in `root`, where
+/// its build folder (build-gpu) is made.
+std::vector<std::string> dry_run_commands(const std::filesystem::path& root) {
+  std::filesystem::create_directories(root / "scripts");
+  std::filesystem::copy_file(kSource + "/scripts/gpu-check", root / "scripts" / "gpu-check");
   std::string text;
-  const int rc = run_command("cd " + kSource + " && KTUNE_CHECK_DRY=1 KTUNE_CHECK_ONLY='" + kAllSteps +
-                                 "' bash scripts/gpu-check " + out.string(),
+  const int rc = run_command("KTUNE_CHECK_DRY=1 KTUNE_CHECK_ONLY='" + std::string(kAllSteps) + "' bash " +
+                                 (root / "scripts" / "gpu-check").string() + " " + (root / "out").string(),
                              &text);
   INFO(text);
   REQUIRE(rc == 0);
@@ -50,11 +53,9 @@ std::string replace_all(std::string text, const std::string& from, const std::st
 
 TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the device", "[cli][gpu-check]") {
   const auto dir = ktune::test::scratch_dir("gpu_check");
-  // The script's build folder, with the tuned cache its tuning steps (or its e2e step) would have made.
+  const auto commands = dry_run_commands(dir);
   const auto build = dir / "build-gpu";
-  std::filesystem::create_directories(build);
-  std::ofstream(build / "tuned.json") << R"({"entries": [], "format": "ktune-tuned-cache", "schema_version": 1})";
-  const auto commands = dry_run_commands(dir / "out");
+  CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   std::size_t ktune_commands = 0, peer_commands = 0;
   for (const auto& command : commands) {
     INFO(command);
