@@ -86,7 +86,7 @@ constexpr PeerFigure kKernelTunerBest[] = {
     {"convolution_RTX_3090", "simulated_annealing", 53, 1.0, 1.0},
     {"dedispersion_milo_A100", "genetic_algorithm", 2, 1.0, 1.0},
     {"dedispersion_milo_W6600", "dual_annealing", 42.5, 1.0, 1.0},
-    {"gemm_RTX_3090", "genetic_algorithm", 192, 1.0, 1.0},
+    {"gemm_RTX_3090", "dual_annealing", 157, 1.0, 1.0},
     {"pnpoly_RTX_2080_Ti", "dual_annealing", 23, 1.0, 1.0},
 };
 
