@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 
 #include "support.hpp"
+#include "tuner/run/doubling_workload.hpp"
 #include "templates/render.hpp"
 #include "tuner/run/gpu_runner.hpp"
 
@@ -42,15 +43,7 @@ __global__ void faulting(const float* x, float* y, long long n) {
     return r;
   }
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
-    std::mt19937_64 rng(seed);
-    const auto x = random_floats(rng, static_cast<std::size_t>(p.dim("n")), -1, 1);
-    std::vector<float> y(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = 2 * x[i];
-    Workload w;
-    w.buffers.push_back(make_buffer("x", Role::kInput, DType::kF32, x));
-    w.buffers.push_back(make_buffer("y", Role::kOutput, DType::kF32, std::vector<float>(x.size())));
-    set_expected(w.buffers.back(), y);
-    return w;
+    return test::doubling_workload(p, seed);
   }
   std::vector<Launch> plan(const Config&, const Problem& p, const std::vector<std::uint64_t>& a,
                            const DeviceLimits&) const override {
