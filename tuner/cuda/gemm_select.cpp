@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -12,6 +13,7 @@
 #include "cache/store.hpp"
 #include "templates/problem.hpp"
 #include "templates/render.hpp"
+#include "templates/workload.hpp"
 #include "tuner/exec/backend.hpp"
 
 namespace ktune::tuner {
@@ -119,71 +121,63 @@ std::optional<GemmAlgo> gemm_algo_from_json(const nlohmann::json& config, std::s
 
 namespace {
 
+// `values` as `type` stores them (bf16: rounded to nearest even).
+std::vector<std::byte> encode(const std::vector<float>& values, templates::DType type) {
+  std::vector<std::byte> out(values.size() * templates::size_of(type));
+  if (type == templates::DType::kBF16) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      const std::uint16_t bits = templates::float_to_bf16_bits(values[i]);
+      std::memcpy(out.data() + i * sizeof(bits), &bits, sizeof(bits));
+    }
+  } else if (!values.empty()) {
+    std::memcpy(out.data(), values.data(), out.size());
+  }
+  return out;
+}
+
 // Device operands of one trial, laid out as g's (same leading dimensions,
 // strides, address alignment and element types: fp32, or bf16 for the mixed
 // precision GEMMs), filled with fresh random values.
 struct Operands {
   std::unique_ptr<exec::Buffer> a, b, c;
   GemmDesc desc;
-  std::vector<float> host_c;  // C's initial values (as stored: bf16-rounded for a bf16 C)
+  std::vector<std::byte> c_initial;  // C's initial contents, in C's type
 
   Operands(exec::Backend& backend, const GemmDesc& g, std::uint64_t seed) : desc(g) {
     check_gemm_types(g);
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(-1, 1);
     const auto make = [&](std::int64_t span, std::uint64_t address, templates::DType type, const char* label,
-                          std::vector<float>* keep) {
-      const std::size_t bytes = element_bytes(type);
-      // 256 bytes more, so the operand can start at address's offset in a 256-byte line.
-      auto buffer = backend.allocate(static_cast<std::size_t>(span) * bytes + 256, label);
-      const std::size_t offset = address % 256;
+                          std::vector<std::byte>* keep) {
       std::vector<float> values(static_cast<std::size_t>(span));
       for (auto& v : values) v = u(rng);
-      if (type == templates::DType::kBF16) {
-        std::vector<std::uint16_t> bits(values.size());
-        for (std::size_t i = 0; i < values.size(); ++i) {
-          bits[i] = templates::float_to_bf16_bits(values[i]);
-          values[i] = templates::bf16_bits_to_float(bits[i]);
-        }
-        backend.upload_range(*buffer, offset, bits.data(), bits.size() * bytes);
-      } else {
-        backend.upload_range(*buffer, offset, values.data(), values.size() * bytes);
-      }
-      if (keep) *keep = std::move(values);
+      std::vector<std::byte> bytes = encode(values, type);
+      // 256 bytes more, so the operand can start at address's offset in a 256-byte line.
+      auto buffer = backend.allocate(bytes.size() + 256, label);
+      const std::size_t offset = address % 256;
+      backend.upload_range(*buffer, offset, bytes.data(), bytes.size());
+      if (keep) *keep = std::move(bytes);
       return std::pair{std::move(buffer), offset};
     };
     auto [ba, oa] = make(g.span_a(), g.a, g.a_type, "GEMM trial A", nullptr);
     auto [bb, ob] = make(g.span_b(), g.b, g.b_type, "GEMM trial B", nullptr);
-    auto [bc, oc] = make(g.span_c(), g.c, g.c_type, "GEMM trial C", &host_c);
+    auto [bc, oc] = make(g.span_c(), g.c, g.c_type, "GEMM trial C", &c_initial);
     a = std::move(ba), b = std::move(bb), c = std::move(bc);
     desc.a = a->address() + oa;
     desc.b = b->address() + ob;
     desc.c = c->address() + oc;
   }
-  static std::size_t element_bytes(templates::DType type) {
-    return type == templates::DType::kBF16 ? sizeof(std::uint16_t) : sizeof(float);
-  }
   std::size_t c_offset() const { return static_cast<std::size_t>(desc.c - c->address()); }
-  /// Writes C's initial values back (an accumulating GEMM reads them).
+  /// Writes C's initial contents back (an accumulating GEMM reads them).
   void restore_c(exec::Backend& backend) const {
-    if (desc.c_type != templates::DType::kBF16) {
-      backend.upload_range(*c, c_offset(), host_c.data(), host_c.size() * sizeof(float));
-      return;
-    }
-    std::vector<std::uint16_t> bits(host_c.size());
-    for (std::size_t i = 0; i < bits.size(); ++i) bits[i] = templates::float_to_bf16_bits(host_c[i]);
-    backend.upload_range(*c, c_offset(), bits.data(), bits.size() * sizeof(std::uint16_t));
+    backend.upload_range(*c, c_offset(), c_initial.data(), c_initial.size());
   }
-  /// C as floats.
-  std::vector<float> read_c(exec::Backend& backend) const {
-    std::vector<float> out(host_c.size());
-    if (desc.c_type != templates::DType::kBF16) {
-      backend.download_range(out.data(), *c, c_offset(), out.size() * sizeof(float));
-      return out;
-    }
-    std::vector<std::uint16_t> bits(out.size());
-    backend.download_range(bits.data(), *c, c_offset(), bits.size() * sizeof(std::uint16_t));
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = templates::bf16_bits_to_float(bits[i]);
+  /// C as doubles.
+  std::vector<double> read_c(exec::Backend& backend) const {
+    std::vector<std::byte> bytes(c_initial.size());
+    backend.download_range(bytes.data(), *c, c_offset(), bytes.size());
+    std::vector<double> out(bytes.size() / templates::size_of(desc.c_type));
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = templates::value_at(desc.c_type, bytes, i);
     return out;
   }
 };
@@ -212,15 +206,15 @@ class CublasLtTrials final : public GemmTrials {
       lt_.matmul(ops.desc, backend_.native_stream(), which);
       return ops.read_c(backend_);
     };
-    const std::vector<float> want = run(reference), got = run(algo);
+    const std::vector<double> want = run(reference), got = run(algo);
     double num = 0, den = 0;
     for (std::int64_t b = 0; b < g.batch; ++b)
       for (std::int64_t i = 0; i < g.m; ++i)
         for (std::int64_t j = 0; j < g.n; ++j) {
           const std::size_t at = static_cast<std::size_t>(b * g.stride_c + i * g.ldc + j);
-          const double d = static_cast<double>(got[at]) - want[at];
+          const double d = got[at] - want[at];
           num += d * d;
-          den += static_cast<double>(want[at]) * want[at];
+          den += want[at] * want[at];
         }
     const double e = std::sqrt(num / std::max(den, std::numeric_limits<double>::min()));
     return std::isfinite(e) ? e : std::numeric_limits<double>::infinity();
