@@ -18,6 +18,13 @@ templates::Problem grad_norm_problem(const ModelConfig& config) {
   return {"f32", {{"tensors", static_cast<std::int64_t>(params.tensors.size())}, {"numel", largest}}};
 }
 
+templates::Problem adamw_problem(const ModelConfig& config, Precision precision) {
+  const auto tensors = static_cast<std::int64_t>(parameter_layout(config).tensors.size());
+  const std::int64_t numel = (config.parameter_count() + tensors - 1) / tensors;
+  const std::int64_t tuned = std::clamp<std::int64_t>(kAdamwTunedElements / numel, 1, tensors);
+  return {problem_dtype(precision), {{"tensors", tuned}, {"numel", numel}}};
+}
+
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
                                                AttentionSaved attention) {
   config.validate();
@@ -37,9 +44,6 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   const bool is_flash = attention == AttentionSaved::kLogSumExp;
   const Problem gate{dtype, {{"n", tokens * config.d_ff}}};
   const Problem loss{dtype, {{"rows", tokens}, {"vocab", config.vocab}}};
-  const auto tensors = static_cast<std::int64_t>(parameter_layout(config).tensors.size());
-  const std::int64_t numel = (config.parameter_count() + tensors - 1) / tensors;
-  const Problem adam{dtype, {{"tensors", tensors}, {"numel", numel}}};
   std::vector<tuner::KernelRequest> out;
   const auto add = [&](const char* family, const Problem& p) { out.push_back({&templates::find_family(family), p}); };
   add("embedding_fwd", embed);
@@ -59,7 +63,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   add("rope_bwd", rope);
   add("embedding_bwd", embed);
   out.push_back({&templates::find_family("grad_norm"), grad_norm_problem(config)});
-  add("adamw", adam);
+  add("adamw", adamw_problem(config, precision));
   return out;
 }
 

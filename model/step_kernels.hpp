@@ -24,9 +24,7 @@ namespace ktune::model {
 /// _bwd); rmsnorm_fwd is left for the first block's norm, rmsnorm_bwd for
 /// the final norm's backward. GEMMs are not listed. grad_norm (the step's
 /// clip-by-norm, over grad_norm_problem) is listed whether or not a run
-/// clips. AdamW is tuned as `tensors` parameter tensors of equal size with
-/// the model's total parameter count (rounded up), which is the fused
-/// kernel's work.
+/// clips. AdamW's problem is adamw_problem's.
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
                                                AttentionSaved attention);
 /// The list compiled mode runs: attention as attention_saved(precision, compiled).
@@ -36,6 +34,18 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
 /// (gradients are fp32 in every precision), numel the largest tensor's, so
 /// that the family's workspace_bytes covers every tensor.
 templates::Problem grad_norm_problem(const ModelConfig& config);
+
+/// AdamW's problem, as the step tunes and launches it: parameter tensors of
+/// equal size (the model's total count over its tensor count, rounded up),
+/// at most kAdamwTunedElements elements in all (fewer tensors past it). The
+/// fused kernel streams its five arrays at the memory's bandwidth once they
+/// are far larger than the L2 cache, so its time is linear in the count past
+/// that size and the best config does not change; capped, a tuning
+/// workload at the 2.7B size needs 4 GiB of host memory and seconds to make
+/// instead of 100 GiB and minutes.
+templates::Problem adamw_problem(const ModelConfig& config, Precision precision);
+/// 2^27 elements: 512 MiB per fp32 array, ten times an H100's L2 cache.
+inline constexpr std::int64_t kAdamwTunedElements = std::int64_t{1} << 27;
 
 /// Materialised attention's softmax problem: the scores of every (batch,
 /// head) as stacked (S, S) blocks, causal when the shape is.

@@ -57,11 +57,6 @@ Problem flash_problem(const std::string& dtype, const tr::attention::AttentionSh
   return {dtype, {{"batch", s.batch}, {"heads", s.heads}, {"seq", s.seq}, {"head_dim", s.head_dim},
                   {"causal", s.causal ? 1 : 0}}};
 }
-// AdamW as the step's list tunes it; bf16 asks for the bf16 weight copy.
-Problem adam_problem(const StepLayout& L) {
-  const auto tensors = static_cast<std::int64_t>(L.params.tensors.size());
-  return {problem_dtype(L.precision), {{"tensors", tensors}, {"numel", (L.params.total + tensors - 1) / tensors}}};
-}
 
 class HostGemm final : public GemmEngine {
  public:
@@ -496,7 +491,7 @@ double DeviceOps::mean(Ref values, std::int64_t n) {
 
 void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) {
   const auto& f = adamw_family();
-  const auto& k = kernel(f, adam_problem(L_));
+  const auto& k = kernel(f, adamw_problem(L_.config, L_.precision));
   // bf16: the step also writes the weights' bf16 copy that the GEMMs read.
   const bool copy = L_.precision == Precision::kBf16;
   std::vector<tr::adamw::TensorAddresses> list;

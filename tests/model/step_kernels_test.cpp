@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "model/ops/device_ops.hpp"
+#include "model/parameters.hpp"
 
 using namespace ktune;
 using namespace ktune::model;
@@ -28,6 +29,31 @@ std::map<std::string, std::string> families_of(const std::vector<tuner::KernelRe
 }
 
 }  // namespace
+
+TEST_CASE("step kernels: AdamW's problem holds the model's tensor size, at most 2^27 elements in all", "[model]") {
+  for (const char* name : {"tiny", "small", "xl", "2.7B"}) {
+    INFO(name);
+    const auto config = model_config(name);
+    const auto layout = parameter_layout(config);
+    const auto tensors = static_cast<std::int64_t>(layout.tensors.size());
+    const auto p = adamw_problem(config, Precision::kBf16);
+    CHECK(p.dtype == "bf16");
+    CHECK(adamw_problem(config, Precision::kTf32).dtype == "f32");
+    // Each tensor as large as the model's mean tensor: the fused kernel's chunks per tensor.
+    CHECK(p.dim("numel") == (layout.total + tensors - 1) / tensors);
+    if (layout.total <= kAdamwTunedElements) {
+      CHECK(p.dim("tensors") == tensors);  // the whole model
+    } else {
+      // As many whole tensors as fit under the cap: far past the L2 cache, a fraction of the host memory.
+      CHECK(p.dim("tensors") < tensors);
+      CHECK(p.dim("tensors") * p.dim("numel") <= kAdamwTunedElements);
+      CHECK((p.dim("tensors") + 1) * p.dim("numel") > kAdamwTunedElements);
+    }
+    const auto list = step_kernels(config, RunShape{4, 256}, Precision::kBf16);
+    CHECK(list.back().family->name() == "adamw");
+    CHECK(list.back().problem == p);
+  }
+}
 
 TEST_CASE("step kernels: the families' problems of one training step, per precision", "[model]") {
   const auto config = model_config("tiny");
