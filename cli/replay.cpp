@@ -46,8 +46,9 @@ void add_replay_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("replay", "Score search strategies on a recorded tuning space (no GPU needed)");
   cmd->add_option("--dataset", args->dataset, "Kernel Tuner cache file (.json or .json.gz)")->required();
   cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated, each " + strategy_choices())->capture_default_str();
-  cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100), recorded time (600s) or a share of the "
-                                         "brute-force time (10%)")
+  cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100), recorded time (600s), a share of the "
+                                         "brute-force time (10%), or where a tuning session's stop condition ends it "
+                                         "(plateau:150, plateau:150+10%)")
       ->capture_default_str();
   cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")->capture_default_str();
@@ -66,11 +67,13 @@ void add_replay_command(CLI::App& app, Global& global) {
     double max_evals = 0, max_seconds = 0;
     std::string max_time_label;
     for (const auto& b : options.budgets) {
+      if (b.stop) continue;
       if (!b.is_time) max_evals = std::max(max_evals, b.amount);
       else if (b.amount >= max_seconds) max_seconds = b.amount, max_time_label = b.label;
     }
-    const std::string unreached =
-        max_evals > 0 ? fmt::format(">{:.0f}", max_evals) : "not within " + max_time_label;
+    const std::string unreached = max_evals > 0             ? fmt::format(">{:.0f}", max_evals)
+                                  : !max_time_label.empty() ? "not within " + max_time_label
+                                                            : "never";
 
     nlohmann::json out = {{"dataset", args->dataset},
                           {"device", evaluator.device_name()},
@@ -98,16 +101,31 @@ void add_replay_command(CLI::App& app, Global& global) {
                           {"proposal_ms", {{"mean", r.proposal_ms_mean}, {"max", r.proposal_ms_max}}},
                           {"setup_ms_max", r.setup_ms_max},
                           {"budgets", nlohmann::json::array()}};
-      for (const auto& b : r.budgets)
-        j["budgets"].push_back({{"budget", b.budget.label}, {"fraction_of_optimum", quartiles_json(b.fraction)}});
+      for (const auto& b : r.budgets) {
+        nlohmann::json jb = {{"budget", b.budget.label}, {"fraction_of_optimum", quartiles_json(b.fraction)}};
+        if (b.budget.stop) {
+          jb["stopped_after_evaluations"] = quartiles_json(b.stopped_evals);
+          jb["stopped_after_seconds"] = quartiles_json(b.stopped_s);
+        }
+        j["budgets"].push_back(jb);
+      }
       out["strategies"].push_back(j);
       if (global.json) continue;
       std::cout << fmt::format("strategy {}  ({:.1f} s)\n", name, r.wall_s);
-      std::cout << fmt::format("  {:>8}  {:>8}  {:>8}  {:>8}   (fraction of optimum)\n", "budget", "median", "p25",
+      std::size_t w = 8;
+      for (const auto& b : r.budgets) w = std::max(w, b.budget.label.size());
+      std::cout << fmt::format("  {:>{}}  {:>8}  {:>8}  {:>8}   (fraction of optimum)\n", "budget", w, "median", "p25",
                                "p75");
       for (const auto& b : r.budgets)
-        std::cout << fmt::format("  {:>8}  {:>8.3f}  {:>8.3f}  {:>8.3f}\n", b.budget.label, b.fraction.median,
+        std::cout << fmt::format("  {:>{}}  {:>8.3f}  {:>8.3f}  {:>8.3f}\n", b.budget.label, w, b.fraction.median,
                                  b.fraction.p25, b.fraction.p75);
+      const auto pct = [&](double s) { return 100 * s / evaluator.brute_force_s(); };
+      for (const auto& b : r.budgets)
+        if (b.budget.stop)
+          std::cout << fmt::format("  {} stopped the runs after {:.0f} evaluations (p25 {:.0f}, p75 {:.0f}), {:.1f}% of "
+                                   "the brute-force time (p25 {:.1f}%, p75 {:.1f}%)\n",
+                                   b.budget.label, b.stopped_evals.median, b.stopped_evals.p25, b.stopped_evals.p75,
+                                   pct(b.stopped_s.median), pct(b.stopped_s.p25), pct(b.stopped_s.p75));
       std::cout << fmt::format("  evaluations to {:.0f}% of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n",
                                args->target * 100, evals_text(r.evals_to_target.median, unreached),
                                evals_text(r.evals_to_target.p25, unreached),

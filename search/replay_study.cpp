@@ -15,7 +15,36 @@
 
 namespace ktune::search {
 
+namespace {
+/// "N%" as seconds of the brute-force time.
+double share_seconds(const std::string& word, double brute_force_s) {
+  char* end = nullptr;
+  const double v = std::strtod(word.c_str(), &end);
+  KTUNE_REQUIRE(end != word.c_str() && v > 0 && std::string(end) == "%",
+                fmt::format("bad budget '{}': give a share of the brute-force time as N%", word));
+  KTUNE_REQUIRE(brute_force_s > 0, fmt::format("budget '{}' needs the brute-force time", word));
+  return v / 100 * brute_force_s;
+}
+}  // namespace
+
 ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s) {
+  if (text.find("plateau:") != std::string::npos || text.find('+') != std::string::npos) {
+    // A tuning session's stop condition; shares of the brute-force time become seconds.
+    std::string words;
+    std::size_t start = 0;
+    while (true) {
+      const std::size_t plus = text.find('+', start);
+      std::string word = text.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+      if (!word.empty() && word.back() == '%') word = fmt::format("{}s", share_seconds(word, brute_force_s));
+      words += (words.empty() ? "" : "+") + word;
+      if (plus == std::string::npos) break;
+      start = plus + 1;
+    }
+    ReplayBudget b;
+    b.label = text;
+    b.stop = parse_budget(words);
+    return b;
+  }
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   const std::string unit(end);
@@ -27,7 +56,7 @@ ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s) 
   ReplayBudget b;
   b.label = text;
   b.is_time = !unit.empty();
-  b.amount = unit == "m" ? v * 60 : unit == "%" ? v / 100 * brute_force_s : v;
+  b.amount = unit == "m" ? v * 60 : unit == "%" ? share_seconds(text, brute_force_s) : v;
   return b;
 }
 
@@ -49,18 +78,22 @@ Quartiles quartiles(std::vector<double> values) {
 }
 
 namespace {
-/// Runs until every budget is spent: the largest evaluation count and the largest time.
+/// Runs until every budget is spent: the largest evaluation count, the
+/// largest time and every stop condition.
 class UntilAll final : public StopCondition {
  public:
-  UntilAll(double evals, double seconds) : evals_(evals), seconds_(seconds) {}
+  UntilAll(double evals, double seconds, std::vector<const StopCondition*> stops)
+      : evals_(evals), seconds_(seconds), stops_(std::move(stops)) {}
   bool done(const SearchState& s) const override {
-    return static_cast<double>(s.evaluations) >= evals_ && s.cost_s >= seconds_;
+    return static_cast<double>(s.evaluations) >= evals_ && s.cost_s >= seconds_ &&
+           std::all_of(stops_.begin(), stops_.end(), [&](const StopCondition* c) { return c->done(s); });
   }
   double progress(const SearchState&) const override { return 0; }
   std::string describe() const override { return "every budget of the study"; }
 
  private:
   double evals_, seconds_;
+  std::vector<const StopCondition*> stops_;
 };
 
 /// CPU time of the calling thread (ms): unlike a wall clock, not inflated
@@ -105,8 +138,10 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
   KTUNE_REQUIRE(options.runs > 0, "a replay study needs at least one run");
   const auto start = std::chrono::steady_clock::now();
   double max_evals = 0, max_seconds = 0;
+  std::vector<const StopCondition*> stops;
   for (const auto& b : options.budgets) {
-    if (b.is_time) max_seconds = std::max(max_seconds, b.amount);
+    if (b.stop) stops.push_back(b.stop.get());
+    else if (b.is_time) max_seconds = std::max(max_seconds, b.amount);
     else max_evals = std::max(max_evals, b.amount);
   }
 
@@ -115,7 +150,8 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
   result.device = evaluator.device_name();
   result.optimum_ms = evaluator.optimum_ms();
   result.runs = options.runs;
-  std::vector<std::vector<double>> fractions(options.budgets.size());
+  std::vector<std::vector<double>> fractions(options.budgets.size()), stopped_evals(options.budgets.size()),
+      stopped_s(options.budgets.size());
   std::vector<double> to_target, seconds_to_target;
   double proposal_ms = 0;
   std::uint64_t proposals = 0;
@@ -125,17 +161,16 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
     auto strategy = make_strategy(options.strategy, context);
     result.setup_ms_max = std::max(result.setup_ms_max, thread_cpu_ms() - setup_start);
     Timed timed(*strategy);
-    // Best time after each evaluation, and the cost spent by then.
+    // The search's state after each evaluation: the best time and the cost spent by then.
     std::vector<double> best_after, cost_after;
-    double best = INFINITY, cost = 0;
+    std::vector<SearchState> states;
     SearchCallbacks callbacks;
-    callbacks.on_record = [&](const Record& r) {
-      if (r.outcome.ok) best = std::min(best, r.outcome.time_ms);
-      cost += r.outcome.cost_s;
-      best_after.push_back(best);
-      cost_after.push_back(cost);
+    callbacks.on_progress = [&](const Progress& p) {
+      states.push_back(*p.state);
+      best_after.push_back(p.state->best_ms);
+      cost_after.push_back(p.state->cost_s);
     };
-    UntilAll stop(max_evals, max_seconds);
+    UntilAll stop(max_evals, max_seconds, stops);
     run_search(evaluator, timed, stop, callbacks);
     proposal_ms += timed.total_ms;
     proposals += timed.proposals;
@@ -143,6 +178,15 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
 
     for (std::size_t b = 0; b < options.budgets.size(); ++b) {
       const ReplayBudget& budget = options.budgets[b];
+      if (budget.stop) {
+        // Where a tuning session with this stop condition would have ended (the space's end at the latest).
+        std::size_t end = 0;
+        while (end + 1 < states.size() && !budget.stop->done(states[end])) ++end;
+        fractions[b].push_back(evaluator.fraction_of_optimum(states.empty() ? INFINITY : best_after[end]));
+        stopped_evals[b].push_back(static_cast<double>(states.empty() ? 0 : end + 1));
+        stopped_s[b].push_back(states.empty() ? 0 : cost_after[end]);
+        continue;
+      }
       double found = INFINITY;
       for (std::size_t i = 0; i < best_after.size(); ++i) {
         const bool within = budget.is_time ? cost_after[i] <= budget.amount : static_cast<double>(i + 1) <= budget.amount;
@@ -151,10 +195,13 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
       }
       fractions[b].push_back(evaluator.fraction_of_optimum(found));
     }
+    // The first evaluation at the target. Evaluations to it count within the
+    // largest evaluation budget, if there is one (a run may go on for a time
+    // or stop budget); its recorded time within the whole run.
     double reached = INFINITY, reached_s = INFINITY;
     for (std::size_t i = 0; i < best_after.size(); ++i)
       if (evaluator.fraction_of_optimum(best_after[i]) >= options.target) {
-        reached = static_cast<double>(i + 1);
+        if (max_evals <= 0 || static_cast<double>(i + 1) <= max_evals) reached = static_cast<double>(i + 1);
         reached_s = cost_after[i];
         break;
       }
@@ -163,7 +210,8 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
     seconds_to_target.push_back(reached_s);
   }
   for (std::size_t b = 0; b < options.budgets.size(); ++b)
-    result.budgets.push_back({options.budgets[b], quartiles(fractions[b])});
+    result.budgets.push_back(
+        {options.budgets[b], quartiles(fractions[b]), quartiles(stopped_evals[b]), quartiles(stopped_s[b])});
   result.evals_to_target = quartiles(to_target);
   result.seconds_to_target = quartiles(seconds_to_target);
   result.proposal_ms_mean = proposals > 0 ? proposal_ms / static_cast<double>(proposals) : 0;

@@ -4,22 +4,28 @@
 // to reach a target fraction. `ktune replay` prints this.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "search/replay.hpp"
+#include "search/stop.hpp"
 
 namespace ktune::search {
 
-/// A budget: evaluations, or seconds of recorded evaluation cost.
+/// A budget: evaluations, seconds of recorded evaluation cost, or a stop
+/// condition as `ktune tune --budget` takes it (a plateau, or several joined
+/// by '+'), which a run ends at as a tuning session would.
 struct ReplayBudget {
   bool is_time = false;
   double amount = 0;  ///< evaluations, or seconds
+  std::shared_ptr<const StopCondition> stop;  ///< set for a plateau or a '+' list (is_time and amount unused)
   std::string label;  ///< as the user wrote it
 };
-/// Parses "100" (evaluations), "600s" / "10m" (recorded time) or "10%" (a
-/// share of `brute_force_s`, the recorded time of the whole space); throws
-/// kInvalidInput.
+/// Parses "100" (evaluations), "600s" / "10m" (recorded time), "10%" (a
+/// share of `brute_force_s`, the recorded time of the whole space), or a
+/// stop condition with "plateau:N" or '+' in it (e.g. "plateau:150+10%",
+/// parse_budget's words, N% allowed); throws kInvalidInput.
 ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s = 0);
 
 struct ReplayStudyOptions {
@@ -38,6 +44,9 @@ struct Quartiles {
 struct ReplayBudgetResult {
   ReplayBudget budget;
   Quartiles fraction;  ///< fraction of the optimum reached within the budget
+  /// Where a stop condition ended the runs (budget.stop only): evaluations,
+  /// and recorded seconds spent.
+  Quartiles stopped_evals, stopped_s;
 };
 
 struct ReplayStudyResult {
@@ -46,10 +55,11 @@ struct ReplayStudyResult {
   double optimum_ms = 0;
   std::vector<ReplayBudgetResult> budgets;
   /// Evaluations until a run first reached the target (+inf when it never did
-  /// within the largest budget).
+  /// within the largest evaluation budget, or within the run when there is none).
   Quartiles evals_to_target;
   /// Recorded evaluation time (s) until a run first reached the target (+inf
-  /// when it never did): what a real session would have paid to get there.
+  /// when it never did within the run): what a real session would have paid
+  /// to get there.
   Quartiles seconds_to_target;
   int runs_reaching_target = 0;
   int runs = 0;

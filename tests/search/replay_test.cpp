@@ -7,6 +7,8 @@
 #include "base/files.hpp"
 #include "search/kernel_tuner_format.hpp"
 #include "search/replay_study.hpp"
+#include "search/search.hpp"
+#include "search/stop.hpp"
 #include "search/support_search.hpp"
 #include "support.hpp"
 
@@ -76,6 +78,39 @@ TEST_CASE("replay budgets as a share of the brute-force time", "[search][replay]
   options.runs = 1;
   options.budgets = {parse_replay_budget("100%", eval->brute_force_s())};
   CHECK(run_replay_study(*eval, options).budgets[0].fraction.median == 1.0);
+}
+
+TEST_CASE("replay budgets as a tuning session's stop condition: where a plateau ends each run", "[search][replay]") {
+  ReplayEvaluator* eval = ktune::test::replay_dataset("convolution_milo_A4000");
+  if (eval == nullptr) {
+    WARN("replay dataset convolution_milo_A4000 not found; skipping");
+    return;
+  }
+  const double brute = eval->brute_force_s();
+  for (const char* text : {"plateau:40", "plateau:40+2%"}) {
+    INFO(text);
+    // The same seeded run as a tuning session with this stop condition: its length and its best.
+    auto strategy = make_strategy("random", {&eval->space(), eval, 7});
+    const auto session = run_search(*eval, *strategy, *parse_budget(text == std::string("plateau:40") ? "plateau:40"
+                                                                      : "plateau:40+" + std::to_string(brute / 50) + "s"));
+    ReplayStudyOptions options;
+    options.strategy = "random";
+    options.runs = 1;
+    options.seed = 7;
+    // The study runs on past the plateau, to the longest budget.
+    options.budgets = {parse_replay_budget("600"), parse_replay_budget(text, brute)};
+    const auto r = run_replay_study(*eval, options);
+    REQUIRE(r.budgets.size() == 2);
+    CHECK(r.budgets[1].budget.stop != nullptr);
+    CHECK(r.budgets[1].stopped_evals.median == static_cast<double>(session.state.evaluations));
+    CHECK(r.budgets[1].stopped_s.median == Approx(session.state.cost_s));
+    CHECK(r.budgets[1].fraction.median == Approx(eval->fraction_of_optimum(session.state.best_ms)));
+    CHECK(session.state.evaluations > 40);
+    CHECK(session.state.since_improvement == 40);  // the plateau ended it, not the time
+  }
+  CHECK_THROWS_AS(parse_replay_budget("plateau:40+2%"), ktune::Error);  // no brute-force time given
+  CHECK_THROWS_AS(parse_replay_budget("plateau:x", brute), ktune::Error);
+  CHECK_THROWS_AS(parse_replay_budget("plateau:40+2q", brute), ktune::Error);
 }
 
 TEST_CASE("search records export to Kernel Tuner's cache format and replay back", "[search][replay]") {
