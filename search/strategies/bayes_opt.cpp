@@ -117,8 +117,27 @@ void BayesOpt::refit() {
   fitted_at_ = observations_.size();
 }
 
-bool BayesOpt::child_turn() const {
-  return options_.stall > 0 && since_improvement_ >= static_cast<std::size_t>(options_.stall) && stalled_steps_ % 2 == 0;
+BayesOpt::Turn BayesOpt::turn() const {
+  if (!stalled()) return Turn::kModel;
+  if (options_.neighbour_stall <= 0 || since_improvement_ < static_cast<std::size_t>(options_.neighbour_stall))
+    return stalled_steps_ % 2 == 0 ? Turn::kChild : Turn::kModel;
+  static constexpr Turn kTurns[] = {Turn::kChild, Turn::kNeighbour, Turn::kModel};
+  return kTurns[stalled_steps_ % std::size(kTurns)];
+}
+
+std::optional<Point> BayesOpt::neighbour(Rng& rng) const {
+  std::vector<const Observation*> ranked;
+  for (const Observation& o : observations_)
+    if (std::isfinite(o.time)) ranked.push_back(&o);
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Observation* a, const Observation* b) { return a->time < b->time; });
+  for (const Observation* o : ranked) {
+    std::vector<Point> around;
+    for (Point& q : valid_neighbours(context_, o->point, false))
+      if (!seen_.count(index_of(*context_.space, q))) around.push_back(std::move(q));
+    if (!around.empty()) return around[rng.uniform(around.size())];
+  }
+  return std::nullopt;
 }
 
 std::optional<Point> BayesOpt::child(Rng& rng) const {
@@ -146,12 +165,12 @@ std::optional<Point> BayesOpt::child(Rng& rng) const {
 
 std::optional<Point> BayesOpt::propose() {
   if (static_cast<int>(observations_.size()) < options_.initial || !std::isfinite(best_log_)) return design_point();
-  if (options_.stall > 0 && since_improvement_ >= static_cast<std::size_t>(options_.stall)) {
-    const bool turn = child_turn();
-    ++stalled_steps_;
-    if (turn)
-      if (auto c = child(rng_)) return c;
-  }
+  const Turn t = turn();
+  if (stalled()) ++stalled_steps_;
+  if (t == Turn::kChild)
+    if (auto c = child(rng_)) return c;
+  if (t == Turn::kNeighbour)
+    if (auto q = neighbour(rng_)) return q;
   if (fitted_at_ == 0 || static_cast<double>(observations_.size()) >= options_.refit_growth * static_cast<double>(fitted_at_) ||
       static_cast<int>(gp_.observations()) >= 2 * options_.max_model) {
     refit();
@@ -164,6 +183,19 @@ std::optional<Point> BayesOpt::propose() {
       if (mean - options_.dormant_sd * sd > best_log_) gp_.set_dormant(id);
     }
   }
+  std::optional<std::size_t> pick = best_candidate();
+  if (!pick && unmeasured_ > 0) {
+    // Every unmeasured candidate sleeps: the model has ruled the rest of the
+    // space out, and only the budget may end the search. Woken by a refit,
+    // they are ranked by the model again.
+    refit();
+    pick = best_candidate();
+  }
+  if (!pick) return std::nullopt;
+  return pool_[*pick];
+}
+
+std::optional<std::size_t> BayesOpt::best_candidate() const {
   std::optional<std::size_t> pick;
   double pick_ei = -INFINITY;
   for (std::size_t id = 0; id < pool_.size(); ++id) {
@@ -174,8 +206,7 @@ std::optional<Point> BayesOpt::propose() {
       pick = id;
     }
   }
-  if (!pick) return std::nullopt;
-  return pool_[*pick];
+  return pick;
 }
 
 double BayesOpt::acquisition(std::size_t id) const {
@@ -203,9 +234,9 @@ std::vector<Config> BayesOpt::upcoming(std::size_t n) const {
   if (n == 0) return out;
   if (fitted_at_ == 0 || static_cast<int>(observations_.size()) < options_.initial || !std::isfinite(best_log_))
     return out;  // the design points are random draws: nothing to foresee
-  if (child_turn()) {
+  if (const Turn t = turn(); t != Turn::kModel) {
     Rng rng = rng_;  // the same draws as the next proposal
-    if (auto c = child(rng)) out.push_back(config_of(*context_.space, *c));
+    if (auto q = t == Turn::kChild ? child(rng) : neighbour(rng)) out.push_back(config_of(*context_.space, *q));
   }
   std::vector<std::pair<double, std::size_t>> ranked;
   for (std::size_t id = 0; id < pool_.size(); ++id)

@@ -35,8 +35,15 @@ class BayesOpt final : public Strategy {
     /// After this many evaluations without a new best, every other proposal is
     /// a child of two of the best measured configs (uniform crossover, repaired
     /// within one step): a smooth model ranks an isolated optimum below the
-    /// region it knows, so it stalls there; recombination still reaches it.
+    /// region it knows, so it stalls there; recombination often reaches it.
     int stall = 30;
+    /// After this many, the proposals take turns: a child, an unmeasured
+    /// neighbour (one parameter changed) of the best measured config that
+    /// has one, the model's pick. Neighbours taken from the best config down
+    /// reach an isolated optimum while the budget lasts, where recombination
+    /// may not; sooner, they take turns from the model where it would still
+    /// find the way (0: never).
+    int neighbour_stall = 60;
     int parents = 16;  ///< the children's parents come from this many best measured configs
     /// Time-aware acquisition: expected improvement divided by the predicted
     /// cost (cost_model.hpp) to this power; 0: cost is ignored.
@@ -60,9 +67,17 @@ class BayesOpt final : public Strategy {
   std::optional<Point> design_point();
   void refit();
   std::optional<Point> propose();
-  bool child_turn() const;  ///< the next proposal is a child (stalled, every other proposal)
+  bool stalled() const {
+    return options_.stall > 0 && since_improvement_ >= static_cast<std::size_t>(options_.stall);
+  }
+  enum class Turn { kModel, kChild, kNeighbour };
+  Turn turn() const;  ///< who makes the next proposal
+  /// An unmeasured valid neighbour of the best measured config that has one.
+  std::optional<Point> neighbour(Rng& rng) const;
   /// An unmeasured child of two of the best measured configs.
   std::optional<Point> child(Rng& rng) const;
+  /// The active candidate of highest acquisition; none when every unmeasured candidate sleeps.
+  std::optional<std::size_t> best_candidate() const;
   /// The acquisition of an active candidate: expected improvement, per predicted cost when time-aware.
   double acquisition(std::size_t id) const;
 
