@@ -183,16 +183,13 @@ std::optional<Point> BayesOpt::propose() {
       if (mean - options_.dormant_sd * sd > best_log_) gp_.set_dormant(id);
     }
   }
-  std::optional<std::size_t> pick = best_candidate();
-  if (!pick && unmeasured_ > 0) {
-    // Every unmeasured candidate sleeps: the model has ruled the rest of the
-    // space out, and only the budget may end the search. Woken by a refit,
-    // they are ranked by the model again.
-    refit();
-    pick = best_candidate();
-  }
-  if (!pick) return std::nullopt;
-  return pool_[*pick];
+  if (const auto pick = best_candidate()) return pool_[*pick];
+  // Every unmeasured candidate sleeps until the next refit: the model has
+  // ruled the rest of the space out, but only the budget may end the search.
+  // A neighbour of the best configs, else the space-filling design; a refit
+  // now would cost seconds on a large space, every time it came to this.
+  if (auto q = neighbour(rng_)) return q;
+  return design_point();
 }
 
 std::optional<std::size_t> BayesOpt::best_candidate() const {

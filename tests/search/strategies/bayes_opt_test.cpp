@@ -36,7 +36,7 @@ TEST_CASE("bayes_opt beats random sampling in median at a small budget", "[searc
 // the model), and only 17 of 50 runs reached the optimum within 800
 // evaluations. Now each run spends its whole budget, and when stalled takes
 // turns of recombination, neighbours of the best configs and the model: all
-// 50 reach it, in a median of 256 evaluations (bench/results/replay.md).
+// 50 reach it, in a median of 232 evaluations (bench/results/replay.md).
 TEST_CASE("bayes_opt does not stall short of an isolated optimum while the budget lasts", "[search][replay]") {
   ReplayEvaluator* eval = ktune::test::replay_dataset("convolution_milo_A100");
   if (eval == nullptr) {
