@@ -80,7 +80,7 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--strategy", opts->tune.strategy, "Search strategy, " + strategy_choices())->capture_default_str();
   cmd->add_option("--budget", opts->tune.budget,
                   "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
-                  "(N evaluations without improvement), or a sum of these (\"200+15m\"); \"\" for none (exhaustive's default)")
+                  "(N evaluations without improvement), or several joined by + (\"200+15m\": whichever comes first); \"\" for none (exhaustive's default)")
       ->capture_default_str();
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
