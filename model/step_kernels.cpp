@@ -11,18 +11,24 @@ templates::Problem attention_scores_problem(const templates::attention::Attentio
   return {dtype, {{"rows", s.batch * s.heads * s.seq}, {"cols", s.seq}, {"causal", s.causal ? 1 : 0}}};
 }
 
-templates::Problem grad_norm_problem(const ModelConfig& config) {
-  const ParameterLayout params = parameter_layout(config);
-  std::int64_t largest = 0;
-  for (const auto& t : params.tensors) largest = std::max(largest, t.numel);
-  return {"f32", {{"tensors", static_cast<std::int64_t>(params.tensors.size())}, {"numel", largest}}};
-}
+namespace {
 
-templates::Problem adamw_problem(const ModelConfig& config, Precision precision) {
+// The dims of `dtype` equal tensors of the model's mean size (its total
+// count over its tensor count, rounded up), as many as fit in
+// kAdamwTunedElements (at least one, at most the model's).
+templates::Problem mean_tensors_problem(const ModelConfig& config, const std::string& dtype) {
   const auto tensors = static_cast<std::int64_t>(parameter_layout(config).tensors.size());
   const std::int64_t numel = (config.parameter_count() + tensors - 1) / tensors;
   const std::int64_t tuned = std::clamp<std::int64_t>(kAdamwTunedElements / numel, 1, tensors);
-  return {problem_dtype(precision), {{"tensors", tuned}, {"numel", numel}}};
+  return {dtype, {{"tensors", tuned}, {"numel", numel}}};
+}
+
+}  // namespace
+
+templates::Problem grad_norm_problem(const ModelConfig& config) { return mean_tensors_problem(config, "f32"); }
+
+templates::Problem adamw_problem(const ModelConfig& config, Precision precision) {
+  return mean_tensors_problem(config, problem_dtype(precision));
 }
 
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,

@@ -30,9 +30,15 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
 /// The list compiled mode runs: attention as attention_saved(precision, compiled).
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision);
 
-/// The global gradient norm over the model's parameter tensors: dtype f32
-/// (gradients are fp32 in every precision), numel the largest tensor's, so
-/// that the family's workspace_bytes covers every tensor.
+/// The global gradient norm as the step tunes and looks it up: dtype f32
+/// (gradients are fp32 in every precision), tensors of the model's mean
+/// size, at most kAdamwTunedElements elements in all, as adamw_problem's
+/// (the kernel streams the gradients at the memory's bandwidth just as
+/// AdamW does). The model's largest tensor times its tensor count would be
+/// a 26 GiB tuning workload at the xl size, over 100 GiB of host memory to
+/// make.
+/// It stands for the step's tensors, not their sizes: the runtime sizes the
+/// partials from the model's tensors (grad_norm::partial_floats).
 templates::Problem grad_norm_problem(const ModelConfig& config);
 
 /// AdamW's problem, as the step tunes and launches it: parameter tensors of

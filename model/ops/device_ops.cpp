@@ -212,6 +212,13 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
     scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r));
   for (const auto& k : kernels_->kernels())
     scratch = std::max(scratch, kept(k.family) + k.family->workspace_bytes(k.chosen.config, k.problem));
+  // grad_norm's partials are the model's tensors' (adamw_step), not its problem's.
+  std::vector<tr::grad_norm::Tensor> grads;
+  for (const auto& t : L_.params.tensors) grads.push_back({.numel = t.numel});
+  for (const auto& k : kernels_->kernels())
+    if (k.family == &tr::grad_norm::family())
+      scratch = std::max(scratch,
+                         static_cast<std::size_t>(tr::grad_norm::partial_floats(k.chosen.config, grads)) * kFloatBytes);
 
   std::size_t at = 0;
   for (int r = 0; r < kRegionCount; ++r) {
@@ -513,8 +520,15 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
     const std::uint64_t out = arena_->address() + clip_offset_;
     std::vector<tr::grad_norm::Tensor> grads;
     for (const auto& t : list) grads.push_back({.grad = t.grad, .numel = t.numel});
-    run(tr::grad_norm::family(), grad_norm_problem(L_.config),
-        {.tensors = grads, .out = out, .max_norm = hyper.max_grad_norm, .clip = in_place});
+    // The problem stands for the model's tensors in the tuned cache; the
+    // partials are those of the tensors themselves.
+    const auto& norm = tr::grad_norm::family();
+    const Problem p = grad_norm_problem(L_.config);
+    const auto& nk = kernel(norm, p);
+    tr::grad_norm::Args args{.tensors = grads, .out = out, .max_norm = hyper.max_grad_norm, .clip = in_place};
+    args.workspace = scratch(static_cast<std::size_t>(tr::grad_norm::partial_floats(nk.chosen.config, grads)) *
+                             kFloatBytes);
+    launch(nk, norm.plan(nk.chosen.config, p, args, backend_.device()));
     if (!in_place) clip = {.norm = out, .max_norm = hyper.max_grad_norm};
   }
   const std::uint64_t ws = scratch(static_cast<std::size_t>(largest) * kFloatBytes);

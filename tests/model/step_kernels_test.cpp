@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -52,6 +53,25 @@ TEST_CASE("step kernels: AdamW's problem holds the model's tensor size, at most 
     const auto list = step_kernels(config, RunShape{4, 256}, Precision::kBf16);
     CHECK(list.back().family->name() == "adamw");
     CHECK(list.back().problem == p);
+  }
+}
+
+TEST_CASE("step kernels: grad_norm's problem holds at most 2^27 elements, whatever the largest tensor", "[model]") {
+  for (const char* name : {"tiny", "small", "xl", "2.7B"}) {
+    INFO(name);
+    const auto config = model_config(name);
+    const auto layout = parameter_layout(config);
+    const auto p = grad_norm_problem(config);
+    CHECK(p.dtype == "f32");
+    // A tuning workload of whole mean-size tensors: the xl model's largest
+    // tensor times its 435 tensors would take over 100 GiB of host memory.
+    CHECK(p.dim("tensors") * p.dim("numel") <= std::max(kAdamwTunedElements, p.dim("numel")));
+    CHECK(p.dim("tensors") <= static_cast<std::int64_t>(layout.tensors.size()));
+    const auto list = step_kernels(config, RunShape{4, 256}, Precision::kBf16);
+    const auto in_list = std::find_if(list.begin(), list.end(),
+                                      [](const tuner::KernelRequest& r) { return r.family->name() == "grad_norm"; });
+    REQUIRE(in_list != list.end());
+    CHECK(in_list->problem == p);
   }
 }
 
