@@ -34,6 +34,8 @@ struct GemmDesc {
   templates::DType a_type = templates::DType::kF32, b_type = templates::DType::kF32, c_type = templates::DType::kF32;
   bool tf32 = false;
 
+  friend bool operator==(const GemmDesc&, const GemmDesc&) = default;
+
   /// Elements each operand spans from its address: its last batch's last
   /// row, whole (the padding between rows included).
   std::int64_t span_a() const;

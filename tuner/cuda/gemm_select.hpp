@@ -63,7 +63,8 @@ class GemmTrials {
   virtual std::vector<GemmAlgo> candidates(const GemmDesc& g, int count) = 0;
   /// Empty when `algo` (read back from a cache) runs `g` here, else why not.
   virtual std::string refusal(const GemmDesc& g, const GemmAlgo& algo) = 0;
-  /// Times `g` with `algo` on operands of the trials' own (never g's).
+  /// Times `g` with `algo` on operands of the trials' own (never g's), the
+  /// same for every algorithm timed for `g` in a row.
   /// Throws tuner Errors when the algorithm fails to run.
   virtual Measurement time(const GemmDesc& g, const GemmAlgo& algo) = 0;
   /// Relative L2 error of `g` run with `algo` against `reference`, on fresh
@@ -73,7 +74,7 @@ class GemmTrials {
 
 /// The trials on a GPU: cuBLASLt on `backend`'s stream, timed by the
 /// backend's harness (CUDA events, warm-up, L2 flushed, median), operands
-/// allocated per trial with g's alignment. `lt` and `backend` must outlive it.
+/// allocated per GEMM with g's alignment. `lt` and `backend` must outlive it.
 std::unique_ptr<GemmTrials> make_cublaslt_trials(exec::Backend& backend, CublasLt& lt, RunOptions timing);
 
 struct GemmSelectOptions {
