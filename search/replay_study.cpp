@@ -162,14 +162,9 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
     result.setup_ms_max = std::max(result.setup_ms_max, thread_cpu_ms() - setup_start);
     Timed timed(*strategy);
     // The search's state after each evaluation: the best time and the cost spent by then.
-    std::vector<double> best_after, cost_after;
     std::vector<SearchState> states;
     SearchCallbacks callbacks;
-    callbacks.on_progress = [&](const Progress& p) {
-      states.push_back(*p.state);
-      best_after.push_back(p.state->best_ms);
-      cost_after.push_back(p.state->cost_s);
-    };
+    callbacks.on_progress = [&](const Progress& p) { states.push_back(*p.state); };
     UntilAll stop(max_evals, max_seconds, stops);
     run_search(evaluator, timed, stop, callbacks);
     proposal_ms += timed.total_ms;
@@ -182,16 +177,17 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
         // Where a tuning session with this stop condition would have ended (the space's end at the latest).
         std::size_t end = 0;
         while (end + 1 < states.size() && !budget.stop->done(states[end])) ++end;
-        fractions[b].push_back(evaluator.fraction_of_optimum(states.empty() ? INFINITY : best_after[end]));
+        fractions[b].push_back(evaluator.fraction_of_optimum(states.empty() ? INFINITY : states[end].best_ms));
         stopped_evals[b].push_back(static_cast<double>(states.empty() ? 0 : end + 1));
-        stopped_s[b].push_back(states.empty() ? 0 : cost_after[end]);
+        stopped_s[b].push_back(states.empty() ? 0 : states[end].cost_s);
         continue;
       }
       double found = INFINITY;
-      for (std::size_t i = 0; i < best_after.size(); ++i) {
-        const bool within = budget.is_time ? cost_after[i] <= budget.amount : static_cast<double>(i + 1) <= budget.amount;
+      for (std::size_t i = 0; i < states.size(); ++i) {
+        const bool within =
+            budget.is_time ? states[i].cost_s <= budget.amount : static_cast<double>(i + 1) <= budget.amount;
         if (!within) break;
-        found = best_after[i];
+        found = states[i].best_ms;
       }
       fractions[b].push_back(evaluator.fraction_of_optimum(found));
     }
@@ -199,10 +195,10 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
     // largest evaluation budget, if there is one (a run may go on for a time
     // or stop budget); its recorded time within the whole run.
     double reached = INFINITY, reached_s = INFINITY;
-    for (std::size_t i = 0; i < best_after.size(); ++i)
-      if (evaluator.fraction_of_optimum(best_after[i]) >= options.target) {
+    for (std::size_t i = 0; i < states.size(); ++i)
+      if (evaluator.fraction_of_optimum(states[i].best_ms) >= options.target) {
         if (max_evals <= 0 || static_cast<double>(i + 1) <= max_evals) reached = static_cast<double>(i + 1);
-        reached_s = cost_after[i];
+        reached_s = states[i].cost_s;
         break;
       }
     if (std::isfinite(reached)) ++result.runs_reaching_target;
