@@ -231,13 +231,14 @@ std::vector<Config> BayesOpt::upcoming(std::size_t n) const {
   if (n == 0) return out;
   if (fitted_at_ == 0 || static_cast<int>(observations_.size()) < options_.initial || !std::isfinite(best_log_))
     return out;  // the design points are random draws: nothing to foresee
-  if (const Turn t = turn(); t != Turn::kModel) {
-    Rng rng = rng_;  // the same draws as the next proposal
+  Rng rng = rng_;  // the same draws as the next proposal
+  if (const Turn t = turn(); t != Turn::kModel)
     if (auto q = t == Turn::kChild ? child(rng) : neighbour(rng)) out.push_back(config_of(*context_.space, *q));
-  }
   std::vector<std::pair<double, std::size_t>> ranked;
   for (std::size_t id = 0; id < pool_.size(); ++id)
     if (gp_.active(id)) ranked.emplace_back(-acquisition(id), id);
+  if (out.empty() && ranked.empty())  // every candidate sleeps: propose() takes a neighbour of the best
+    if (auto q = neighbour(rng)) out.push_back(config_of(*context_.space, *q));
   const std::size_t k = std::min(n, ranked.size());
   std::partial_sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(k), ranked.end());
   for (std::size_t i = 0; i < k && out.size() < n; ++i) {

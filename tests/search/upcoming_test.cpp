@@ -5,6 +5,7 @@
 
 #include <set>
 #include <string>
+#include <utility>
 
 #include "search/strategy.hpp"
 #include "search/support_search.hpp"
@@ -71,4 +72,33 @@ TEST_CASE("auto foresees exactly what it proposes next once the genetic algorith
   const auto hint = s->upcoming(25);
   REQUIRE(!hint.empty());
   for (const auto& c : hint) CHECK(s->next() == c);
+}
+
+TEST_CASE("bayes_opt foresees its next proposal when stalled and when every candidate sleeps",
+          "[search][upcoming]") {
+  // On convolution A100: seed 5 finds no new best from its 145th evaluation
+  // to its 285th, so after 215 its proposals take the stalled turns in
+  // rotation (child, neighbour, model); seed 3 after 200 has the optimum and
+  // the model has put every unmeasured candidate to sleep, so a neighbour of
+  // the best configs comes next.
+  ReplayEvaluator* eval = test::replay_dataset("convolution_milo_A100");
+  for (const auto [seed, steps] : {std::pair{5, 215}, std::pair{3, 200}}) {
+    INFO("seed " << seed);
+    auto s = make_strategy("bayes_opt", {&eval->space(), eval, static_cast<std::uint64_t>(seed)});
+    auto measured = advance(*s, *eval, steps);
+    for (int step = 0; step < 9; ++step) {
+      INFO("step " << step);
+      const auto hint = s->upcoming(4);
+      REQUIRE(!hint.empty());
+      for (const auto& c : hint) {
+        CHECK(eval->is_valid(c));
+        CHECK(measured.count(c) == 0);
+      }
+      const auto c = s->next();
+      REQUIRE(c);
+      CHECK(*c == hint.front());
+      s->report(*c, eval->evaluate(*c));
+      measured.insert(*c);
+    }
+  }
 }
