@@ -30,7 +30,10 @@ class BayesOpt final : public Strategy {
     double refit_growth = 1.5;              ///< refit hyperparameters when observations grow by this factor
     int fit_max = 128;                      ///< observations the hyperparameters are fitted on
     int max_model = 1024;                   ///< observations in the model (the best and the most recent)
-    double dormant_sd = 4.0;                ///< candidates with mean - this × sd above the best sleep until the next refit
+    /// Candidates with mean - this × sd above the best sleep until the next
+    /// refit; while every one sleeps, a neighbour of the best configs (or a
+    /// design point) is proposed, so only the budget ends a search.
+    double dormant_sd = 4.0;
     double xi = 0.05;  ///< improvement sought beyond the best (log time, so 5 %): more exploration, less greed
     /// After this many evaluations without a new best, every other proposal is
     /// a child of two of the best measured configs (uniform crossover, repaired
