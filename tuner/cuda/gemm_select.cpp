@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 
 #include "base/error.hpp"
 #include "cache/store.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/problem.hpp"
 #include "templates/render.hpp"
 #include "templates/workload.hpp"
@@ -121,20 +121,6 @@ std::optional<GemmAlgo> gemm_algo_from_json(const nlohmann::json& config, std::s
 
 namespace {
 
-// `values` as `type` stores them (bf16: rounded to nearest even).
-std::vector<std::byte> encode(const std::vector<float>& values, templates::DType type) {
-  std::vector<std::byte> out(values.size() * templates::size_of(type));
-  if (type == templates::DType::kBF16) {
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const std::uint16_t bits = templates::float_to_bf16_bits(values[i]);
-      std::memcpy(out.data() + i * sizeof(bits), &bits, sizeof(bits));
-    }
-  } else if (!values.empty()) {
-    std::memcpy(out.data(), values.data(), out.size());
-  }
-  return out;
-}
-
 // Device operands of one trial, laid out as g's (same leading dimensions,
 // strides, address alignment and element types: fp32, or bf16 for the mixed
 // precision GEMMs), filled with fresh random values.
@@ -149,9 +135,9 @@ struct Operands {
     std::uniform_real_distribution<float> u(-1, 1);
     const auto make = [&](std::int64_t span, std::uint64_t address, templates::DType type, const char* label,
                           std::vector<std::byte>* keep) {
-      std::vector<float> values(static_cast<std::size_t>(span));
+      std::vector<double> values(static_cast<std::size_t>(span));
       for (auto& v : values) v = u(rng);
-      std::vector<std::byte> bytes = encode(values, type);
+      std::vector<std::byte> bytes = templates::input_buffer(label, type, values).bytes;
       // 256 bytes more, so the operand can start at address's offset in a 256-byte line.
       auto buffer = backend.allocate(bytes.size() + 256, label);
       const std::size_t offset = address % 256;
