@@ -2,14 +2,18 @@
 // table (batch 8, one head, head dim x sequence length: forward ms, backward
 // ms, memory after forward), the CS336 leaderboard's case (batch 1, 16
 // heads, head dim 64, seq 16384, bf16, causal, forward + backward) and the
-// causal forward at head dim 128, seq 16384; TFLOP/s with a causal mask
-// counting half the square and the backward 2.5 x the forward. Configs come
-// from the tuned cache (--cache) or the family defaults; every variant is
-// checked against the reference (a seeded sample of rows at these sizes)
-// before it is timed. Markdown, or JSON with device, driver, date and git
-// revision.
+// causal forward at head dim 128, seq 16384 (--tables picks among the
+// three); TFLOP/s with a causal mask counting half the square and the
+// backward 2.5 x the forward. Configs come from the tuned cache (--cache) or
+// the family defaults; every variant is checked against the reference (a
+// seeded sample of rows at these sizes) before it is timed. A variant that
+// fails leaves its cells empty with the reason beside the table, the other
+// rows are still measured, and the command exits 1. Markdown, or JSON with
+// device, driver, date and git revision.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -38,6 +42,7 @@ struct Row {
   std::string table;  ///< "seed003", "leaderboard" or "causal_fwd_d128"
   templates::Problem problem;
   std::optional<Timed> forward, backward;
+  std::vector<std::string> failures;  ///< "attention_fwd {config}: why", per pass that failed
   double forward_tflops = 0, backward_tflops = 0, total_ms = 0, total_tflops = 0;
   double memory_after_forward_mib = 0;  ///< q, k, v, o and lse, as the runtime keeps them for the backward
 };
@@ -71,10 +76,13 @@ nlohmann::json to_json(const Timed& t) {
           {"config_source", t.source}};
 }
 
+const std::vector<std::string> kTables = {"seed003", "leaderboard", "causal_fwd_d128"};
+
 }  // namespace
 
 void add_bench_attention_command(CLI::App& bench, Global& global) {
   struct Opts {
+    std::vector<std::string> tables = kTables;
     std::string dims = "16,32,64,128";
     std::string seqs = "256,1024,4096,8192,16384";
     std::string dtype = "f32";
@@ -85,6 +93,11 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
   auto* cmd = bench.add_subcommand(
       "attention", "Flash attention on the GPU: seed 003's table (batch 8, one head), the CS336 leaderboard case and "
                    "the causal forward at head dim 128, seq 16384, with TFLOP/s");
+  cmd->add_option("--tables", o->tables,
+                  "Which cases, comma-separated: seed003 (the table of --dims x --seqs), leaderboard, causal_fwd_d128")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kTables))
+      ->capture_default_str();
   cmd->add_option("--dims", o->dims, "Head dims of the seed 003 table")->capture_default_str();
   cmd->add_option("--seqs", o->seqs, "Sequence lengths of the seed 003 table")->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "dtype of the seed 003 table: f32 (tf32 matrix units), bf16 or f16")
@@ -95,11 +108,16 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
   cmd->callback([o, &global] {
     const auto dims = int_list_arg(o->dims, "--dims");
     const auto seqs = int_list_arg(o->seqs, "--seqs");
+    const auto wanted = [&](const char* table) {
+      return std::find(o->tables.begin(), o->tables.end(), table) != o->tables.end();
+    };
     std::vector<Row> rows;
-    for (const auto d : dims)
-      for (const auto s : seqs) rows.push_back(row("seed003", attention_problem(o->dtype, 8, 1, d, s, o->causal)));
-    rows.push_back(row("leaderboard", attention_problem("bf16", 1, 16, 64, 16384, true)));
-    rows.push_back(row("causal_fwd_d128", attention_problem("bf16", 1, 16, 128, 16384, true)));
+    if (wanted("seed003"))
+      for (const auto d : dims)
+        for (const auto s : seqs) rows.push_back(row("seed003", attention_problem(o->dtype, 8, 1, d, s, o->causal)));
+    if (wanted("leaderboard")) rows.push_back(row("leaderboard", attention_problem("bf16", 1, 16, 64, 16384, true)));
+    if (wanted("causal_fwd_d128"))
+      rows.push_back(row("causal_fwd_d128", attention_problem("bf16", 1, 16, 128, 16384, true)));
     for (const auto& r : rows) at::forward_family().check_problem(r.problem);  // bad input before the device
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");    // before the work, not after
     std::optional<cache::TunedCache> tuned;
@@ -111,26 +129,35 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
     tuner::RunOptions run;
     run.validate = true;
     run.time = true;
-    auto time = [&](const templates::Family& f, const templates::Problem& p) {
-      const auto chosen = tuner::choose_config(f, p, device, tuned ? &*tuned : nullptr, &warnings);
-      const auto r = runner->run(f, chosen.config, p, run);
-      if (!r.ok || !r.timing)
-        throw_error(ErrorKind::kCheckFailed,
-                    fmt::format("{} {} failed on {}: {}", f.name(), chosen.config.str(), p.key(), r.failure));
+    // A variant that fails (compile, launch, validation) is the row's
+    // failure, and the next row is measured.
+    auto time = [&](Row& row, const templates::Family& f) -> std::optional<Timed> {
+      const auto chosen = tuner::choose_config(f, row.problem, device, tuned ? &*tuned : nullptr, &warnings);
+      const auto r = runner->run(f, chosen.config, row.problem, run);
+      if (!r.ok || !r.timing) {
+        row.failures.push_back(fmt::format("{} {}: {}", f.name(), chosen.config.str(), r.failure));
+        return std::nullopt;
+      }
       if (method.empty()) method = r.timing->method;
       return Timed{r.timing->median_ms, r.timing->p20_ms, r.timing->p80_ms, chosen.config.str(), chosen.source};
     };
+    std::size_t failed = 0;
     for (auto& r : rows) {
-      r.forward = time(at::forward_family(), r.problem);
-      r.forward_tflops = at::forward_family().flops(r.problem) / (r.forward->ms * 1e-3) / 1e12;
       r.memory_after_forward_mib = memory_after_forward_mib(r.problem);
+      r.forward = time(r, at::forward_family());
+      if (r.forward) r.forward_tflops = at::forward_family().flops(r.problem) / (r.forward->ms * 1e-3) / 1e12;
       if (r.table != "causal_fwd_d128") {
-        r.backward = time(at::backward_family(), r.problem);
-        r.backward_tflops = at::backward_family().flops(r.problem) / (r.backward->ms * 1e-3) / 1e12;
-        r.total_ms = r.forward->ms + r.backward->ms;
-        r.total_tflops = (at::forward_family().flops(r.problem) + at::backward_family().flops(r.problem)) /
-                         (r.total_ms * 1e-3) / 1e12;
+        r.backward = time(r, at::backward_family());
+        if (r.backward)
+          r.backward_tflops = at::backward_family().flops(r.problem) / (r.backward->ms * 1e-3) / 1e12;
+        if (r.forward && r.backward) {
+          r.total_ms = r.forward->ms + r.backward->ms;
+          r.total_tflops = (at::forward_family().flops(r.problem) + at::backward_family().flops(r.problem)) /
+                           (r.total_ms * 1e-3) / 1e12;
+        }
       }
+      failed += r.failures.empty() ? 0 : 1;
+      for (const auto& f : r.failures) std::cerr << fmt::format("  {} {}: FAILED {}\n", r.table, r.problem.key(), f);
       std::cerr << fmt::format("  {} {}: forward {} ms, backward {} ms\n", r.table, r.problem.key(), ms(r.forward),
                                ms(r.backward));
     }
@@ -145,45 +172,73 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       nlohmann::json row = {{"table", r.table}, {"problem", r.problem.key()}, {"dtype", r.problem.dtype},
                             {"batch", r.problem.dim("batch")}, {"heads", r.problem.dim("heads")},
                             {"head_dim", r.problem.dim("head_dim")}, {"seq", r.problem.dim("seq")},
-                            {"causal", r.problem.dim("causal") != 0}, {"forward", to_json(*r.forward)},
-                            {"forward_tflops", r.forward_tflops},
+                            {"causal", r.problem.dim("causal") != 0},
                             {"memory_after_forward_mib", r.memory_after_forward_mib}};
+      if (r.forward) {
+        row["forward"] = to_json(*r.forward);
+        row["forward_tflops"] = r.forward_tflops;
+      }
       if (r.backward) {
         row["backward"] = to_json(*r.backward);
         row["backward_tflops"] = r.backward_tflops;
+      }
+      if (r.forward && r.backward) {
         row["forward_backward_ms"] = r.total_ms;
         row["forward_backward_tflops"] = r.total_tflops;
       }
+      if (!r.failures.empty()) row["failures"] = r.failures;
       j["rows"].push_back(row);
     }
     if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
+    // Exit 1 once the report is out: some variant failed.
+    const auto done = [&] {
+      if (failed > 0)
+        throw_error(ErrorKind::kCheckFailed, fmt::format("{} of {} attention cases failed", failed, rows.size()));
+    };
     if (global.json) {
       std::cout << j.dump(2) << "\n";
-      return;
+      return done();
     }
     std::string s = fmt::format("# Attention ({}; driver {}; {}; ktune {} (git {}); {})\n\n", j["device"].get<std::string>(),
                                 device.driver_version, j["date"].get<std::string>(), ktune_version(), git_revision(),
                                 j["configs"].get<std::string>());
-    s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median), TFLOP/s (causal counts half the "
-                     "square, backward 2.5 x forward); memory: q, k, v, o and lse kept for the backward.\n\n",
-                     o->dtype == "f32" ? "f32 on the tf32 matrix units" : o->dtype, o->causal ? ", causal" : "");
-    s += "| d_model | seq_len | forward time | forward TFLOP/s | memory after forward (MiB) | backward time | "
-         "backward TFLOP/s |\n|--:|--:|--:|--:|--:|--:|--:|\n";
-    for (const auto& r : rows)
-      if (r.table == "seed003")
-        s += fmt::format("| {} | {} | {} | {} | {:.2f} | {} | {} |\n", r.problem.dim("head_dim"), r.problem.dim("seq"),
-                         ms(r.forward), tflops(r.forward_tflops), r.memory_after_forward_mib, ms(r.backward),
-                         tflops(r.backward_tflops));
-    s += "\n| case | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | "
-         "configs |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n";
-    for (const auto& r : rows)
-      if (r.table != "seed003")
-        s += fmt::format("| {} ({}) | {} | {} | {} | {} | {} | {} | fwd {}{} |\n", r.table, r.problem.key(),
-                         ms(r.forward), tflops(r.forward_tflops), ms(r.backward), tflops(r.backward_tflops),
-                         r.backward ? fmt::format("{:.4f}", r.total_ms) : std::string("-"), tflops(r.total_tflops),
-                         r.forward->config, r.backward ? "; bwd " + r.backward->config : std::string());
-    s += "\nTiming: " + method + "\n";
+    if (wanted("seed003")) {
+      s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median), TFLOP/s (causal counts half the "
+                       "square, backward 2.5 x forward); memory: q, k, v, o and lse kept for the backward.\n\n",
+                       o->dtype == "f32" ? "f32 on the tf32 matrix units" : o->dtype, o->causal ? ", causal" : "");
+      s += "| d_model | seq_len | forward time | forward TFLOP/s | memory after forward (MiB) | backward time | "
+           "backward TFLOP/s |\n|--:|--:|--:|--:|--:|--:|--:|\n";
+      for (const auto& r : rows)
+        if (r.table == "seed003")
+          s += fmt::format("| {} | {} | {} | {} | {:.2f} | {} | {} |\n", r.problem.dim("head_dim"),
+                           r.problem.dim("seq"), ms(r.forward), tflops(r.forward_tflops), r.memory_after_forward_mib,
+                           ms(r.backward), tflops(r.backward_tflops));
+      s += "\n";
+    }
+    if (wanted("leaderboard") || wanted("causal_fwd_d128")) {
+      s += "| case | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | "
+           "configs |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n";
+      for (const auto& r : rows) {
+        if (r.table == "seed003") continue;
+        std::vector<std::string> configs;
+        if (r.forward) configs.push_back("fwd " + r.forward->config);
+        if (r.backward) configs.push_back("bwd " + r.backward->config);
+        s += fmt::format("| {} ({}) | {} | {} | {} | {} | {} | {} | {} |\n", r.table, r.problem.key(), ms(r.forward),
+                         tflops(r.forward_tflops), ms(r.backward), tflops(r.backward_tflops),
+                         r.forward && r.backward ? fmt::format("{:.4f}", r.total_ms) : std::string("-"),
+                         tflops(r.total_tflops), fmt::format("{}", fmt::join(configs, "; ")));
+      }
+      s += "\n";
+    }
+    if (failed > 0) {
+      s += "Failed (cells left empty):\n";
+      for (const auto& r : rows)
+        for (const auto& f : r.failures) s += fmt::format("- {} {}: {}\n", r.table, r.problem.key(), f);
+      s += "\n";
+    }
+    s += "Timing: " + method + "\n";
     std::cout << s;
+    done();
   });
 }
 

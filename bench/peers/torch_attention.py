@@ -4,7 +4,8 @@
 The same cases: seed 003's table (batch 8, one head, head dim x sequence
 length; forward ms, backward ms, memory after forward), the CS336 leaderboard
 case (batch 1, 16 heads, head dim 64, seq 16384, bf16, causal, forward +
-backward) and the causal forward at head dim 128, seq 16384, each with:
+backward) and the causal forward at head dim 128, seq 16384 (--tables picks
+among the three, as ktune's option does), each with:
   eager     attention written out, the (seq, seq) scores materialised
   compiled  torch.compile of the eager function
   flash     scaled_dot_product_attention, flash backend (FlashAttention-2)
@@ -20,41 +21,41 @@ import argparse
 import math
 import statistics
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+DTYPES = ("f32", "bf16", "f16")
+IMPL_NAMES = ("eager", "compiled", "flash", "cudnn", "efficient")
+TABLES = ("seed003", "leaderboard", "causal_fwd_d128")
 
 
-def eager_attention(q, k, v, causal):
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    s = torch.matmul(q, k.transpose(-2, -1)) * scale
-    if causal:
-        n = q.shape[-2]
-        mask = torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1)
-        s = s.masked_fill(mask, float("-inf"))
-    return torch.matmul(torch.softmax(s, dim=-1), v)
+def implementations():
+    """The implementations by name; torch is imported here alone, so the parser needs none."""
+    global torch
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    def eager_attention(q, k, v, causal):
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        s = torch.matmul(q, k.transpose(-2, -1)) * scale
+        if causal:
+            n = q.shape[-2]
+            mask = torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1)
+            s = s.masked_fill(mask, float("-inf"))
+        return torch.matmul(torch.softmax(s, dim=-1), v)
 
-_compiled = torch.compile(eager_attention)
+    def sdpa(backend):
+        def run(q, k, v, causal):
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+        return run
 
-def sdpa(backend):
-    def run(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    return run
-
-
-IMPLS = {
-    "eager": eager_attention,
-    "compiled": _compiled,
-    "flash": sdpa(SDPBackend.FLASH_ATTENTION),
-    "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
-    "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
-}
+    return {
+        "eager": eager_attention,
+        "compiled": torch.compile(eager_attention),
+        "flash": sdpa(SDPBackend.FLASH_ATTENTION),
+        "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
+        "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
+    }
 
 
 def median_ms(fn, reps, warmup):
@@ -110,39 +111,64 @@ def fmt(v, spec=".4f"):
     return "-" if v is None else format(v, spec)
 
 
-def main():
+def names(allowed, what):
+    """An argparse type: a comma-separated list of `allowed` names."""
+    def parse(text):
+        chosen = [t for t in text.split(",") if t]
+        for t in chosen:
+            if t not in allowed:
+                raise argparse.ArgumentTypeError(f"unknown {what} '{t}': one of {', '.join(allowed)}")
+        return chosen
+
+    return parse
+
+
+def parse(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tables", type=names(TABLES, "table"), default=list(TABLES),
+                    help="which cases, comma-separated: " + ", ".join(TABLES))
     ap.add_argument("--dims", default="16,32,64,128")
     ap.add_argument("--seqs", default="256,1024,4096,8192,16384")
     ap.add_argument("--dtype", default="f32", choices=sorted(DTYPES), help="dtype of the seed 003 table")
     ap.add_argument("--causal", action="store_true", help="causal mask in the seed 003 table")
-    ap.add_argument("--impls", default=",".join(IMPLS), help="which of " + ",".join(IMPLS))
+    ap.add_argument("--impls", type=names(IMPL_NAMES, "implementation"), default=list(IMPL_NAMES),
+                    help="which, comma-separated: " + ", ".join(IMPL_NAMES))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
-    args = ap.parse_args()
-    impls = [i for i in args.impls.split(",") if i]
+    return ap.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
+    IMPLS = implementations()
+    impls = args.impls
     torch.backends.cuda.matmul.allow_tf32 = True  # as ktune's f32, on the tf32 matrix units
     print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}; CUDA events, median of {args.reps}\n")
 
-    dtype = DTYPES[args.dtype]
-    print(f"Seed 003: batch 8, one head, {args.dtype}{', causal' if args.causal else ''}; "
-          "forward ms / backward ms / MiB allocated after the forward\n")
-    print("| d_model | seq_len | " + " | ".join(f"{i} fwd | {i} bwd | {i} MiB" for i in impls) + " |")
-    print("|--:|--:|" + "--:|--:|--:|" * len(impls))
-    for d in map(int, args.dims.split(",")):
-        for seq in map(int, args.seqs.split(",")):
-            cells = []
-            for name in impls:
-                r = measure(IMPLS[name], 8, 1, d, seq, dtype, args.causal, True, args.reps, args.warmup)
-                cells += ["-", "-", "-"] if r is None else [fmt(r[0]), fmt(r[1]), fmt(r[2], ".2f")]
-            print(f"| {d} | {seq} | " + " | ".join(cells) + " |", flush=True)
-
-    print("\n| case | impl | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | "
+    dtype = getattr(torch, {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[args.dtype])
+    if "seed003" in args.tables:
+        print(f"Seed 003: batch 8, one head, {args.dtype}{', causal' if args.causal else ''}; "
+              "forward ms / backward ms / MiB allocated after the forward\n")
+        print("| d_model | seq_len | " + " | ".join(f"{i} fwd | {i} bwd | {i} MiB" for i in impls) + " |")
+        print("|--:|--:|" + "--:|--:|--:|" * len(impls))
+        for d in map(int, args.dims.split(",")):
+            for seq in map(int, args.seqs.split(",")):
+                cells = []
+                for name in impls:
+                    r = measure(IMPLS[name], 8, 1, d, seq, dtype, args.causal, True, args.reps, args.warmup)
+                    cells += ["-", "-", "-"] if r is None else [fmt(r[0]), fmt(r[1]), fmt(r[2], ".2f")]
+                print(f"| {d} | {seq} | " + " | ".join(cells) + " |", flush=True)
+        print()
+    cases = [c for c in (("leaderboard", "bf16, 1 x 16 heads, d 64, seq 16384, causal", 1, 16, 64, 16384, True),
+                         ("causal_fwd_d128", "bf16, 1 x 16 heads, d 128, seq 16384", 1, 16, 128, 16384, False))
+             if c[0] in args.tables]
+    if not cases:
+        return
+    print("| case | impl | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | "
           "fwd+bwd TFLOP/s |")
     print("|:--|:--|--:|--:|--:|--:|--:|--:|")
-    cases = [("leaderboard (bf16, 1 x 16 heads, d 64, seq 16384, causal)", 1, 16, 64, 16384, True),
-             ("causal_fwd_d128 (bf16, 1 x 16 heads, d 128, seq 16384)", 1, 16, 128, 16384, False)]
-    for label, batch, heads, d, seq, backward in cases:
+    for table, what, batch, heads, d, seq, backward in cases:
+        label = f"{table} ({what})"
         for name in impls:
             r = measure(IMPLS[name], batch, heads, d, seq, torch.bfloat16, True, backward, args.reps, args.warmup)
             f = flops(batch, heads, d, seq, True)

@@ -2,11 +2,14 @@
 // every step's command line, and each ktune command among them, run here
 // with KTUNE_NO_DEVICE=1, must get as far as asking for the device: its
 // options and inputs (the tuned cache the script makes when no tuning ran)
-// are ones the CLI accepts. The PyTorch e2e peer's command lines go through
-// the peer's own argument parser. What a GPU machine would otherwise find in
-// its first minutes of a rare loan is found here.
+// are ones the CLI accepts. Each run of the gpu test binary must select
+// test cases (a filter that selects none would pass on the GPU machine)
+// and skip them for want of a device. The PyTorch peers' command lines go
+// through the peers' own argument parsers. What a GPU machine would
+// otherwise find in the first minutes of a short lease is found here.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -21,17 +24,19 @@ namespace {
 
 const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
-const char* kAllSteps = "tests tune families attention attention-bench bench bf16 peers ops e2e";
+const char* kAllSteps = "tests tune families attention attention-bench headline bench bf16 peers ops e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
-/// dry run of the script copied to `root`/scripts: it works in `root`, where
-/// its build folder (build-gpu) is made.
-std::vector<std::string> dry_run_commands(const std::filesystem::path& root) {
+/// dry run of the script copied to `root`/scripts, with the steps `only`
+/// (KTUNE_CHECK_ONLY; empty: the default): it works in `root`, where its
+/// build folder (build-gpu) is made and the tests folder is linked.
+std::vector<std::string> dry_run_commands(const std::filesystem::path& root, const std::string& only) {
   std::filesystem::create_directories(root / "scripts");
   std::filesystem::copy_file(kSource + "/scripts/gpu-check", root / "scripts" / "gpu-check");
+  std::filesystem::create_directory_symlink(kSource + "/tests", root / "tests");  // the test files it runs
   std::string text;
-  const int rc = run_command("KTUNE_CHECK_DRY=1 KTUNE_CHECK_ONLY='" + std::string(kAllSteps) + "' bash " +
-                                 (root / "scripts" / "gpu-check").string() + " " + (root / "out").string(),
+  const int rc = run_command("KTUNE_CHECK_DRY=1 " + (only.empty() ? "" : "KTUNE_CHECK_ONLY='" + only + "' ") +
+                                 "bash " + (root / "scripts" / "gpu-check").string() + " " + (root / "out").string(),
                              &text);
   INFO(text);
   REQUIRE(rc == 0);
@@ -49,40 +54,97 @@ std::string replace_all(std::string text, const std::string& from, const std::st
   return text;
 }
 
-}  // namespace
+/// How many commands of each kind a dry run printed, each run here as far as it goes without a device.
+struct DryRunCounts {
+  std::size_t ktune = 0, test_files = 0, e2e_peers = 0, attention_peers = 0;
+};
 
-TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the device", "[cli][gpu-check]") {
-  const auto dir = ktune::test::scratch_dir("gpu_check");
-  const auto commands = dry_run_commands(dir);
-  const auto build = dir / "build-gpu";
-  CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
-  std::size_t ktune_commands = 0, peer_commands = 0;
+DryRunCounts run_dry_commands(const std::vector<std::string>& commands, const std::filesystem::path& build) {
+  DryRunCounts n;
+  const std::string tests_exe = (ktune_exe().parent_path().parent_path() / "tests" / "ktune_tests_gpu").string();
   for (const auto& command : commands) {
     INFO(command);
+    const std::string here = replace_all(
+        replace_all(replace_all(command, "build-gpu/cli/ktune", ktune_exe().string()), "build-gpu/tests/ktune_tests_gpu",
+                    tests_exe),
+        "build-gpu/", build.string() + "/");
+    std::string peer;  // a peer script's module name
     if (command.rfind("build-gpu/cli/ktune ", 0) == 0) {
-      ++ktune_commands;
-      const std::string here = replace_all(replace_all(command, "build-gpu/cli/ktune", ktune_exe().string()),
-                                           "build-gpu/", build.string() + "/");
+      ++n.ktune;
       std::string out;
       const int rc = run_command("cd " + kSource + " && KTUNE_NO_DEVICE=1 " + here, &out);
       INFO(out);
       CHECK(rc == 2);
       CHECK_THAT(out, Catch::Contains("no CUDA device: KTUNE_NO_DEVICE is set"));
+    } else if (command.find("build-gpu/tests/ktune_tests_gpu ") != std::string::npos) {
+      ++n.test_files;
+      // 77: the file's test cases were selected and skipped for want of a
+      // device (a filter selecting none exits 0).
+      std::string out;
+      const int rc = run_command("cd " + kSource + " && KTUNE_NO_DEVICE=1 " + here, &out);
+      INFO(out);
+      CHECK(rc == ktune::test::kSkipCode);
     } else if (command.rfind("python3 bench/peers/torch_e2e.py ", 0) == 0) {
-      ++peer_commands;
-      // The peer's parser needs no torch: its arguments are checked as the peer would read them.
-      const std::string args = command.substr(std::string("python3 bench/peers/torch_e2e.py ").size());
+      ++n.e2e_peers;
+      peer = "torch_e2e";
+    } else if (command.rfind("python3 bench/peers/torch_attention.py", 0) == 0) {
+      ++n.attention_peers;
+      peer = "torch_attention";
+    }
+    if (!peer.empty()) {
+      // The peers' parsers need no torch: their arguments are checked as the peer would read them.
+      const std::string prefix = "python3 bench/peers/" + peer + ".py";
+      const std::string args = command.substr(prefix.size());
       std::string out;
       const int rc = run_command("cd " + kSource +
                                      " && python3 -c 'import sys; sys.path.insert(0, \"bench/peers\"); "
-                                     "import torch_e2e; torch_e2e.parse(sys.argv[1:])' " + args,
+                                     "import " + peer + "; " + peer + ".parse(sys.argv[1:])' " + args,
                                  &out);
       INFO(out);
       CHECK(rc == 0);
     }
   }
-  // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 4 benchmarks, and e2e's
-  // 5 sizes x 2 dtypes x 2 modes, each beside its peer.
-  CHECK(ktune_commands == 11 + 4 + 20);
-  CHECK(peer_commands == 20);
+  return n;
+}
+
+/// The gpu test files (tests/**/*_gpu_test.cpp).
+std::size_t gpu_test_files() {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(kSource + "/tests"))
+    n += e.path().filename().string().ends_with("_gpu_test.cpp") ? 1 : 0;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the device", "[cli][gpu-check]") {
+  const auto dir = ktune::test::scratch_dir("gpu_check");
+  const auto commands = dry_run_commands(dir, kAllSteps);
+  const auto build = dir / "build-gpu";
+  CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
+  const auto n = run_dry_commands(commands, build);
+  // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
+  // attention twice, ops), and e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer.
+  CHECK(n.ktune == 11 + 5 + 20);
+  CHECK(n.test_files == gpu_test_files());
+  CHECK(n.e2e_peers == 20);
+  CHECK(n.attention_peers == 2);
+}
+
+TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets and the small bf16 step",
+          "[cli][gpu-check]") {
+  const auto dir = ktune::test::scratch_dir("gpu_check_quick");
+  const auto commands = dry_run_commands(dir, "");
+  const auto n = run_dry_commands(commands, dir / "build-gpu");
+  CHECK(n.test_files == gpu_test_files());
+  CHECK(n.ktune == 2);  // bench attention on the two targets, bench e2e small bf16 compiled
+  CHECK(n.attention_peers == 1);
+  CHECK(n.e2e_peers == 1);
+  const auto has = [&](const std::string& text) {
+    return std::any_of(commands.begin(), commands.end(),
+                       [&](const std::string& c) { return c.find(text) != std::string::npos; });
+  };
+  CHECK(has("bench attention --tables leaderboard"));
+  CHECK(has("bench e2e --backend cuda --mode compiled"));
+  CHECK_FALSE(has(" tune "));  // no tuning session: it would not fit the lease
 }
