@@ -12,6 +12,7 @@
 #include "templates/sampled_configs.hpp"
 #include "tuner/bench/ops_bench.hpp"
 #include "tuner/exec/backend.hpp"
+#include "tuner/precompile.hpp"
 #include "tuner/run/gpu_runner.hpp"
 
 using namespace ktune;
@@ -19,16 +20,18 @@ using namespace ktune;
 TEST_CASE("every family matches its CPU reference on the GPU", "[gpu]") {
   test::skip_without_gpu();
   auto runner = tuner::make_gpu_runner();
-  for (const auto* family : templates::all_families()) {
-    for (const auto& problem : family->problem_classes()) {
-      for (const auto& config : test::sampled_configs(*family, problem, runner->device(), 8)) {
-        tuner::RunOptions options;
-        options.seed = 7;
-        const auto r = runner->run(*family, config, problem, options);
-        INFO(family->name() << " " << problem.key() << " " << config.str() << ": " << r.failure);
-        CHECK(r.ok);
-      }
-    }
+  std::vector<test::Variant> variants;
+  for (const auto* family : templates::all_families())
+    for (const auto& problem : family->problem_classes())
+      for (auto& config : test::sampled_configs(*family, problem, runner->device(), 8))
+        variants.push_back({family, std::move(config), problem});
+  test::precompile(variants, runner->device().arch);
+  for (const auto& v : variants) {
+    tuner::RunOptions options;
+    options.seed = 7;
+    const auto r = runner->run(*v.family, v.config, v.problem, options);
+    INFO(v.family->name() << " " << v.problem.key() << " " << v.config.str() << ": " << r.failure);
+    CHECK(r.ok);
   }
 }
 

@@ -10,6 +10,7 @@
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
 #include "templates/sampled_configs.hpp"
+#include "tuner/precompile.hpp"
 
 using namespace ktune;
 using namespace ktune::templates;
@@ -30,8 +31,11 @@ TEST_CASE("attention_bwd on the GPU: every problem class, default and a seeded s
   test::skip_without_gpu();
   auto backend = tuner::exec::make_cuda_backend();
   const auto& f = backward_family();
+  std::vector<test::Variant> variants;
   for (const auto& p : f.problem_classes())
-    for (const auto& c : test::sampled_configs(f, p, backend->device(), 6)) test::check_backward(*backend, c, p);
+    for (auto& c : test::sampled_configs(f, p, backend->device(), 6)) variants.push_back({&f, std::move(c), p});
+  test::precompile(variants, backend->device().arch);
+  for (const auto& v : variants) test::check_backward(*backend, v.config, v.problem);
 }
 
 TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 257, both dQ modes, both layouts, "
@@ -39,6 +43,7 @@ TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 25
           "[attention][gpu]") {
   test::skip_without_gpu();
   auto backend = tuner::exec::make_cuda_backend();
+  std::vector<test::Variant> variants;
   for (const char* dtype : {"bf16", "f16", "f32"})
     for (const std::int64_t d : {16, 32, 64, 80, 128})
       for (const std::int64_t seq : {1, 17, 100, 257})
@@ -54,9 +59,11 @@ TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 25
             Config resident = c;
             resident.set("resident_regs", 1);
             if (seq >= 100 && backward_family().is_valid(resident, p, backend->device())) c = resident;
-            test::check_backward(*backend, c, p, seq == 100);
+            variants.push_back({&backward_family(), c, p});
           }
         }
+  test::precompile(variants, backend->device().arch);
+  for (const auto& v : variants) test::check_backward(*backend, v.config, v.problem, v.problem.dim("seq") == 100);
   Problem gqa = problem("bf16", 300, 64, true, 2, 8);
   gqa.dims["kv_heads"] = 2;
   test::check_backward(*backend, backward_family().default_config(gqa), gqa, true);
