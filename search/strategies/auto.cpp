@@ -1,6 +1,8 @@
-// Model-guided early, evolutionary late, local walks when evolution has
-// converged (see auto.hpp).
+// Model-guided early, a sweep of the best configs' neighbourhoods,
+// evolutionary late, local walks when evolution has converged (see auto.hpp).
 #include "search/strategies/auto.hpp"
+
+#include <algorithm>
 
 #include "search/sampling.hpp"
 
@@ -33,11 +35,31 @@ void Auto::start_genetic() {
     walk_ = std::make_unique<LocalSearch>(c, w);
   }
   model_.reset();
+  // The sweep: the best configs' adjacent neighbours, best config first,
+  // each neighbourhood in a seeded random order.
+  std::vector<std::pair<double, std::size_t>> ranked;
+  for (std::size_t i = 0; i < measured_.size(); ++i)
+    if (measured_[i].second.ok) ranked.emplace_back(measured_[i].second.time_ms, i);
+  std::stable_sort(ranked.begin(), ranked.end());
+  Rng rng(context_.seed ^ 0x510e527fade682d1ULL);
+  for (std::size_t r = 0; r < ranked.size() && static_cast<int>(r) < options_.sweep; ++r) {
+    auto around = valid_neighbours(context_, point_of(*context_.space, measured_[ranked[r].second].first), true);
+    for (std::size_t i = around.size(); i > 1; --i) std::swap(around[i - 1], around[rng.uniform(i)]);
+    for (auto& q : around)
+      if (!measured(q) && std::find(sweep_.begin(), sweep_.end(), q) == sweep_.end()) sweep_.push_back(std::move(q));
+  }
 }
+
+bool Auto::measured(const Point& p) const { return seen_.count(index_of(*context_.space, p)) != 0; }
 
 std::optional<Config> Auto::next() {
   walk_in_flight_ = false;
   if (model_) return model_->next();
+  while (!sweep_.empty()) {
+    Point p = std::move(sweep_.front());
+    sweep_.pop_front();
+    if (!measured(p)) return config_of(*context_.space, p);
+  }
   if (walk_ && !walking_ && genetic_->converged() && since_improvement_ >= options_.walk_after) {
     walking_ = true;
     walked_ = 0;
@@ -76,6 +98,10 @@ void Auto::report(const Config& config, const Outcome& outcome) {
 
 std::vector<Config> Auto::upcoming(std::size_t n) const {
   if (model_) return model_->upcoming(n);
+  std::vector<Config> swept;
+  for (auto it = sweep_.begin(); it != sweep_.end() && swept.size() < n; ++it)
+    if (!measured(*it)) swept.push_back(config_of(*context_.space, *it));
+  if (!swept.empty()) return swept;
   if (walking_ && walked_ < options_.walk_length) return walk_->upcoming(n);
   return genetic_->upcoming(n);
 }

@@ -1,10 +1,15 @@
 // The default strategy: model-guided early, evolutionary late, with local
 // walks when evolution has converged. Bayesian optimisation (bayes_opt.hpp)
 // proposes the first configs, where a model of the space finds the fast
-// region in few evaluations; then a genetic algorithm (genetic.hpp), bred from
-// every config measured so far, takes over, since recombining good configs
-// reaches optima that a smooth model ranks below what it already knows (an
-// isolated fast config whose neighbours are all slow). A genetic algorithm
+// region in few evaluations; then the adjacent neighbours of the model's
+// best few configs are measured (a sweep), and a genetic algorithm
+// (genetic.hpp), bred from every config measured so far, takes over, since
+// recombining good configs reaches optima that a smooth model ranks below
+// what it already knows (an isolated fast config whose neighbours are all
+// slow). The sweep is there for what recombination rarely makes: a config
+// one step from a good one of another region (a switch that every good
+// config of the first region found shares), which the archive, soon full of
+// that first region, would not breed. A genetic algorithm
 // keeps recombining through long stretches without a new best, and often
 // wins them; but once its archive has converged (its children are no longer
 // new) and it has gone `walk_after` evaluations without a new best, the
@@ -17,6 +22,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <unordered_set>
 #include <utility>
@@ -33,6 +39,10 @@ class Auto final : public Strategy {
  public:
   struct Options {
     int model_evals = 40;  ///< evaluations the model proposes: more finds the region surer, later
+    /// The best configs of the model's whose unmeasured adjacent neighbours
+    /// (one parameter one step away) are measured at the hand-over: more
+    /// finds a neighbouring region surer, at a dozen or so evaluations each.
+    int sweep = 3;
     /// Evaluations without a new best, with the genetic algorithm converged,
     /// before the local walk proposes (0: never): lower leaves the genetic
     /// algorithm less time to recombine its way to an isolated optimum.
@@ -53,18 +63,22 @@ class Auto final : public Strategy {
   std::optional<Config> next() override;
   void report(const Config& config, const Outcome& outcome) override;
   /// The proposing strategy's own hint: the model's best candidates, the
-  /// walk's next neighbours, or the genetic algorithm's generation in flight.
+  /// sweep's rest, the walk's next neighbours, or the genetic algorithm's
+  /// generation in flight.
   std::vector<Config> upcoming(std::size_t n) const override;
 
  private:
-  /// Hands over from the model to a genetic algorithm bred from everything measured.
+  /// Hands over from the model to a genetic algorithm bred from everything
+  /// measured, after the sweep of the best configs' neighbourhoods.
   void start_genetic();
+  bool measured(const Point& p) const;
 
   StrategyContext context_;
   Options options_;
   std::unique_ptr<BayesOpt> model_;    ///< until the hand-over
   std::unique_ptr<Genetic> genetic_;   ///< after it; told of every config measured
   std::unique_ptr<LocalSearch> walk_;  ///< after it; told of its own proposals only
+  std::deque<Point> sweep_;            ///< proposed before the genetic algorithm's first, in order
   bool walking_ = false;               ///< the walk proposes
   bool walk_in_flight_ = false;        ///< the config being measured is the walk's
   int walked_ = 0;                     ///< walk proposals since walking_ was set

@@ -64,14 +64,19 @@ TEST_CASE("local search, bayes_opt, annealing and auto foresee their next propos
   }
 }
 
-TEST_CASE("auto foresees exactly what it proposes next once the genetic algorithm has taken over",
+TEST_CASE("auto foresees exactly what it proposes next in its sweep and once the genetic algorithm has taken over",
           "[search][upcoming]") {
   ReplayEvaluator* eval = test::replay_dataset("convolution_milo_A4000");
-  auto s = make_strategy("auto", {&eval->space(), eval, 7});
-  advance(*s, *eval, 50);  // the model proposes the first 40
-  const auto hint = s->upcoming(25);
-  REQUIRE(!hint.empty());
-  for (const auto& c : hint) CHECK(s->next() == c);
+  // The model proposes the first 40, the sweep of its best configs'
+  // neighbourhoods a few dozen more, then the genetic algorithm.
+  for (const int steps : {41, 120}) {
+    INFO(steps << " evaluations in");
+    auto s = make_strategy("auto", {&eval->space(), eval, 7});
+    advance(*s, *eval, steps);
+    const auto hint = s->upcoming(25);
+    REQUIRE(!hint.empty());
+    for (const auto& c : hint) CHECK(s->next() == c);
+  }
 }
 
 TEST_CASE("bayes_opt foresees its next proposal when stalled and when every candidate sleeps",

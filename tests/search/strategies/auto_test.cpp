@@ -5,10 +5,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "search/replay_study.hpp"
+#include "search/sampling.hpp"
 #include "search/search.hpp"
 #include "search/stop.hpp"
 #include "search/support_search.hpp"
@@ -41,6 +44,42 @@ TEST_CASE("auto proposes the same configs for the same seed", "[search][auto]") 
   CHECK(a != proposals(6, 80));
 }
 
+TEST_CASE("auto measures the adjacent neighbours of the model's three best configs right after the model",
+          "[search][auto]") {
+  ReplayEvaluator* eval = ktune::test::replay_dataset("convolution_milo_A4000");
+  if (eval == nullptr) {
+    WARN("replay dataset convolution_milo_A4000 not found; skipping");
+    return;
+  }
+  for (const std::uint64_t seed : {1, 2, 3}) {
+    INFO("seed " << seed);
+    const StrategyContext context{&eval->space(), eval, seed};
+    Auto s(context);
+    std::vector<Record> records;
+    EvaluationBudget stop(200);
+    SearchCallbacks callbacks;
+    callbacks.on_record = [&](const Record& r) { records.push_back(r); };
+    run_search(*eval, s, stop, callbacks);
+    const std::size_t model = Auto::Options{}.model_evals;
+    REQUIRE(records.size() > model);
+    // The model's three best, and their unmeasured one-step neighbours.
+    std::vector<Record> first(records.begin(), records.begin() + static_cast<std::ptrdiff_t>(model));
+    std::stable_sort(first.begin(), first.end(), [](const Record& a, const Record& b) {
+      return a.outcome.time_ms < b.outcome.time_ms;  // failures are +inf
+    });
+    std::set<ktune::Config> before, sweep;
+    for (std::size_t i = 0; i < model; ++i) before.insert(records[i].config);
+    for (std::size_t i = 0; i < 3; ++i)
+      for (const Point& q : valid_neighbours(context, point_of(eval->space(), first[i].config), true))
+        if (!before.count(config_of(eval->space(), q))) sweep.insert(config_of(eval->space(), q));
+    REQUIRE(!sweep.empty());
+    REQUIRE(records.size() >= model + sweep.size());
+    std::set<ktune::Config> next;
+    for (std::size_t i = model; i < model + sweep.size(); ++i) next.insert(records[i].config);
+    CHECK(next == sweep);
+  }
+}
+
 TEST_CASE("auto stops at an evaluation budget and at a time budget", "[search][auto]") {
   ktune::test::BowlEvaluator eval;  // every evaluation costs 0.5 s
   SECTION("evaluations") {
@@ -69,9 +108,15 @@ TEST_CASE("auto stops at an evaluation budget and at a time budget", "[search][a
 // (max: 400 pnpoly, 800 convolution, 1200 dedispersion and gemm).
 //
 // Not met, so not asserted: on convolution W6600 Kernel Tuner's pso reaches
-// 95 % in a median of 199.5 evaluations, auto in 261 (seeds 1-200) and 234.5
-// (seeds 1-50); auto holds more of the optimum than pso at 5 % of the
-// brute-force time there (0.994 against 0.990), which the second test asserts.
+// 95 % in a median of 199.5 evaluations, auto in 224 (seeds 1-200; 198 over
+// seeds 1-50, too near the figure to hold one change to the next); auto
+// holds more of the optimum than pso at 5 % of the brute-force time there
+// (0.994 against 0.990), which the second test asserts.
+//
+// Dedispersion A100 at 5 %: genetic_algorithm's median, 0.9996915 (its runs
+// end at 1200 evaluations, before 5 % of the brute-force time, and are scored
+// where they end), printed 1.000 in the tables; the next best, pso's, is
+// 0.9993831.
 struct PeerFigure {
   const char* space;
   const char* strategy;  ///< the best by evaluations to 95 %
@@ -84,7 +129,7 @@ constexpr PeerFigure kKernelTunerBest[] = {
     {"convolution_milo_A4000", "pso", 91.5, 0.996, 1.0},
     {"convolution_milo_W6600", "pso", 0, 0.990, 1.0},
     {"convolution_RTX_3090", "simulated_annealing", 53, 1.0, 1.0},
-    {"dedispersion_milo_A100", "genetic_algorithm", 2, 1.0, 1.0},
+    {"dedispersion_milo_A100", "genetic_algorithm", 2, 0.9996915, 1.0},
     {"dedispersion_milo_W6600", "dual_annealing", 42.5, 1.0, 1.0},
     {"gemm_RTX_3090", "dual_annealing", 157, 1.0, 1.0},
     {"pnpoly_RTX_2080_Ti", "dual_annealing", 23, 1.0, 1.0},
