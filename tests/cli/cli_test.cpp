@@ -154,6 +154,9 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
   CHECK_THAT(out, Catch::Contains("--runs"));
   CHECK(run_bad("train --beta2 5", &out) == 2);
   CHECK_THAT(out, Catch::Contains("[0, 1)"));
+  // A case the attention benchmark does not have, before the device is asked for.
+  CHECK(run_bad("bench attention --tables leaderboard,seed004", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("seed004") && Catch::Contains("causal_fwd_d128"));
 }
 
 TEST_CASE("CLI: JSON errors in --problem and --config carry no exception id and a short excerpt", "[cli]") {
