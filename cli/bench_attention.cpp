@@ -141,7 +141,6 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (method.empty()) method = r.timing->method;
       return Timed{r.timing->median_ms, r.timing->p20_ms, r.timing->p80_ms, chosen.config.str(), chosen.source};
     };
-    std::size_t failed = 0;
     for (auto& r : rows) {
       r.memory_after_forward_mib = memory_after_forward_mib(r.problem);
       r.forward = time(r, at::forward_family());
@@ -156,12 +155,12 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                            (r.total_ms * 1e-3) / 1e12;
         }
       }
-      failed += r.failures.empty() ? 0 : 1;
       for (const auto& f : r.failures) std::cerr << fmt::format("  {} {}: FAILED {}\n", r.table, r.problem.key(), f);
       std::cerr << fmt::format("  {} {}: forward {} ms, backward {} ms\n", r.table, r.problem.key(), ms(r.forward),
                                ms(r.backward));
     }
     for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
+    const auto failed = std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.failures.empty(); });
 
     nlohmann::json j = {{"benchmark", "attention"}, {"device", device.name + " (" + device.arch + ")"},
                         {"driver_version", device.driver_version}, {"date", utc_now()},
