@@ -15,13 +15,13 @@ namespace ktune::cli {
 
 namespace {
 
-struct Row {
+struct PlanRow {
   const char* name;  // markdown label
   const char* key;   // JSON key
   std::int64_t (*bytes)(const model::MemoryPlan&);
 };
 
-const Row kRows[] = {
+const PlanRow kRows[] = {
     {"parameters", "parameters", [](const model::MemoryPlan& p) { return p.parameters; }},
     {"bf16 weight copy", "weight_copy", [](const model::MemoryPlan& p) { return p.weight_copy; }},
     {"gradients", "gradients", [](const model::MemoryPlan& p) { return p.gradients; }},

@@ -14,6 +14,9 @@
 #include "templates/render.hpp"
 
 namespace ktune::templates::attention {
+// The forward's file has private helpers of the same names (a unity build
+// compiles both in one unit): this file's are in `bwd`.
+namespace bwd {
 namespace {
 
 constexpr const char* kTemplate = "attention/attention_bwd.cuh";
@@ -314,6 +317,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
 };
 
 }  // namespace
+}  // namespace bwd
 
 double backward_tolerance(const Problem& p) {
   // See attention.hpp: a bound from the roundings on the way, not a fit.
@@ -321,11 +325,11 @@ double backward_tolerance(const Problem& p) {
 }
 
 std::int64_t backward_shared_bytes(const Config& c, const Problem& p) {
-  return std::max(dkdv_shared(c, p), dq_atomic(c) ? std::int64_t{0} : dq_shared(c, p));
+  return std::max(bwd::dkdv_shared(c, p), bwd::dq_atomic(c) ? std::int64_t{0} : bwd::dq_shared(c, p));
 }
 
 const TypedFamily<BackwardArgs>& backward_family() {
-  static const Backward f;
+  static const bwd::Backward f;
   return f;
 }
 
