@@ -8,6 +8,8 @@
 #include "base/error.hpp"
 #include "support.hpp"
 
+namespace base_files_test {
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -57,3 +59,5 @@ TEST_CASE("write_file_atomic keeps the permission bits of the file it replaces",
   ktune::write_file_atomic(dir / "f", "two");
   CHECK((fs::status(dir / "f").permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
 }
+
+}  // namespace base_files_test

@@ -6,6 +6,8 @@
 
 #include <chrono>
 
+namespace base_json_input_test {
+
 using ktune::ErrorKind;
 using ktune::parse_json_input;
 
@@ -54,3 +56,5 @@ TEST_CASE("nesting deeper than the bound is refused at once, however deep", "[ba
   const std::string objects = error_of(nested);
   CHECK_THAT(objects, Catch::Contains("nested deeper than 64"));
 }
+
+}  // namespace base_json_input_test

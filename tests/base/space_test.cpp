@@ -5,6 +5,8 @@
 
 #include "base/error.hpp"
 
+namespace base_space_test {
+
 using ktune::Config;
 using ktune::Param;
 using ktune::Space;
@@ -50,3 +52,5 @@ TEST_CASE("config JSON round-trips and rejects non-integers", "[space]") {
   CHECK_THROWS_AS(Config::from_json(nlohmann::json::parse(R"({"threads":"a"})")), ktune::Error);
   CHECK_THROWS_AS(Config::from_json(nlohmann::json::parse("[1,2]")), ktune::Error);
 }
+
+}  // namespace base_space_test

@@ -16,6 +16,8 @@
 #include "base/env.hpp"
 #include "base/error.hpp"
 
+namespace base_thread_pool_test {
+
 namespace {
 
 // Address space this process maps now, in bytes.
@@ -79,3 +81,5 @@ TEST_CASE("a thread the system refuses: the started ones are joined and the erro
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
 }
+
+}  // namespace base_thread_pool_test

@@ -11,6 +11,8 @@
 #include "base/json_input.hpp"
 #include "cache/store.hpp"
 
+namespace cache_fuzz_test {
+
 using namespace ktune::cache;
 
 namespace {
@@ -91,3 +93,5 @@ TEST_CASE("cache fuzz: truncations, byte flips and nesting depth", "[cache][fuzz
   INFO(tally.parsed << " parsed, " << tally.refused << " refused");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
 }
+
+}  // namespace cache_fuzz_test

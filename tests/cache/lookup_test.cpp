@@ -4,6 +4,8 @@
 #include "cache/store.hpp"
 #include "support.hpp"
 
+namespace cache_lookup_test {
+
 using namespace ktune::cache;
 
 namespace {
@@ -115,3 +117,5 @@ TEST_CASE("merge keeps the faster entry, or the better measured within the noise
     CHECK(a.merge_from(b.load()) == 0);  // idempotent
   }
 }
+
+}  // namespace cache_lookup_test

@@ -14,6 +14,8 @@
 #include "base/files.hpp"
 #include "support.hpp"
 
+namespace cache_store_test {
+
 using namespace ktune::cache;
 namespace fs = std::filesystem;
 
@@ -352,3 +354,5 @@ TEST_CASE("one file policy for cache writers: directory, read-only, symlink, mis
     CHECK_FALSE(fs::exists(dir / "missing.json.lock"));
   }
 }
+
+}  // namespace cache_store_test

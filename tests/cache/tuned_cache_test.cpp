@@ -11,6 +11,8 @@
 #include "support.hpp"
 #include "templates/family.hpp"
 
+namespace cache_tuned_cache_test {
+
 using namespace ktune;
 using namespace ktune::cache;
 
@@ -97,3 +99,5 @@ TEST_CASE("tuned cache: the file is parsed once", "[cache]") {
   CHECK(cache.entries().size() == 1);
   CHECK_THROWS_AS(TunedCache::read(path), Error);
 }
+
+}  // namespace cache_tuned_cache_test

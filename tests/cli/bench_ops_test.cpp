@@ -5,6 +5,8 @@
 
 #include "support.hpp"
 
+namespace cli_bench_ops_test {
+
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
@@ -21,3 +23,5 @@ TEST_CASE("CLI: bench ops needs a GPU and says so in one line", "[cli]") {
   CHECK(run_command(ktune_exe().string() + " bench ops --dtype f16", &out) == 2);
   CHECK_THAT(out, Catch::Contains("f32 or bf16"));
 }
+
+}  // namespace cli_bench_ops_test

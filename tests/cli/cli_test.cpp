@@ -12,6 +12,8 @@
 #include "support.hpp"
 #include "templates/family.hpp"
 
+namespace cli_cli_test {
+
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
@@ -392,3 +394,5 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   CHECK_THAT(out, !Catch::Contains(">0"));
   CHECK_THAT(out, Catch::Contains("not within 3s"));
 }
+
+}  // namespace cli_cli_test

@@ -7,6 +7,8 @@
 
 #include "support.hpp"
 
+namespace cli_model_backend_test {
+
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
@@ -61,3 +63,5 @@ TEST_CASE("CLI: --dtype takes f32, tf32 or bf16, and the cpu backend runs f32 on
   CHECK(run_without_device("eval --model tiny --ctx 8 --batch 1 --backend emu --dtype bf16", &out) == 0);
   CHECK(out.empty());  // nothing on stderr
 }
+
+}  // namespace cli_model_backend_test

@@ -12,6 +12,8 @@
 #include "search/strategy.hpp"
 #include "support.hpp"
 
+namespace cli_tune_emu_test {
+
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
@@ -127,3 +129,5 @@ TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder,
   CHECK(run_command(env + "KTUNE_PRINT=loud " + tune, &out) == 2);
   CHECK_THAT(out, Catch::Contains("KTUNE_PRINT must be quiet, summary or all"));
 }
+
+}  // namespace cli_tune_emu_test

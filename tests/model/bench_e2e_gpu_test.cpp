@@ -10,6 +10,8 @@
 #include "cache/store.hpp"
 #include "support.hpp"
 
+namespace model_bench_e2e_gpu_test {
+
 using namespace ktune;
 using namespace ktune::model;
 
@@ -46,3 +48,5 @@ TEST_CASE("bench e2e on cuda: events, measured memory, GEMM choices cached", "[g
   o.cache.clear();
   CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("of device memory (the plan's peak)") && Catch::Contains("free"));
 }
+
+}  // namespace model_bench_e2e_gpu_test

@@ -8,6 +8,8 @@
 #include "model/safetensors.hpp"
 #include "support.hpp"
 
+namespace model_bench_e2e_test {
+
 using namespace ktune::model;
 
 TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][bench]") {
@@ -85,3 +87,5 @@ TEST_CASE("the e2e benchmark stamps its clock, memory and loss, and saves its ba
   o.weights = (dir / "scaled.safetensors").string();
   CHECK(std::abs(bench_e2e(o).loss - r.loss) > 1e-3);
 }
+
+}  // namespace model_bench_e2e_test

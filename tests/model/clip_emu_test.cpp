@@ -15,6 +15,8 @@
 #include "model/parameters.hpp"
 #include "model/transformer.hpp"
 
+namespace model_clip_emu_test {
+
 using namespace ktune;
 using namespace ktune::model;
 
@@ -107,3 +109,5 @@ TEST_CASE("emu backend: a step that clips the gradients by their global norm giv
     }
   }
 }
+
+}  // namespace model_clip_emu_test

@@ -25,6 +25,8 @@
 #include "templates/render.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
+namespace model_device_model_emu_test {
+
 using namespace ktune;
 using namespace ktune::model;
 using ktune::test::random_tokens;
@@ -467,3 +469,5 @@ TEST_CASE("emu backend, eager bf16: the odd shape (head_dim 80, context 13) matc
           "[emu][model][device]") {
   check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kEager, Precision::kBf16);
 }
+
+}  // namespace model_device_model_emu_test

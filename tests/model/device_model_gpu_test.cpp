@@ -15,6 +15,8 @@
 #include "support.hpp"
 #include "templates/render.hpp"
 
+namespace model_device_model_gpu_test {
+
 using namespace ktune;
 using namespace ktune::model;
 
@@ -109,3 +111,5 @@ TEST_CASE("cuda backend, bf16: the tiny model's loss, gradients and AdamW step m
     CHECK(differ == 0);
   }
 }
+
+}  // namespace model_device_model_gpu_test

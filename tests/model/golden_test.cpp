@@ -9,6 +9,8 @@
 #include "model/transformer.hpp"
 #include "model/weights.hpp"
 
+namespace model_golden_test {
+
 using namespace ktune::model;
 
 namespace {
@@ -47,3 +49,5 @@ TEST_CASE("fp32 loss and gradient norms match PyTorch's (rel. error < 1e-4)", "[
 TEST_CASE("fp64 loss and gradient norms match PyTorch's float64 (rel. error < 1e-9)", "[model][golden]") {
   check_against_golden<double>(1e-9);
 }
+
+}  // namespace model_golden_test

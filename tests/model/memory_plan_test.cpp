@@ -7,6 +7,8 @@
 #include "model/train.hpp"
 #include "model/transformer.hpp"
 
+namespace model_memory_plan_test {
+
 using namespace ktune::model;
 
 TEST_CASE("named configs match the seeds and bad ones are rejected", "[model][config]") {
@@ -161,3 +163,5 @@ TEST_CASE("a bf16 layout's offsets are where its buffers lie: 2-byte units, two 
   CHECK(plan.per_layer_activations == bf16.size * 2);
   CHECK(plan.workspace_backward == work.size * 2);
 }
+
+}  // namespace model_memory_plan_test

@@ -8,6 +8,8 @@
 #include "model/transformer.hpp"
 #include "templates/adamw/reference.hpp"
 
+namespace model_optimizer_test {
+
 using namespace ktune::model;
 
 TEST_CASE("threaded AdamW equals one call of the reference over the whole buffer", "[model][adamw]") {
@@ -58,3 +60,5 @@ TEST_CASE("the cpu model's AdamW step is the walk's, equal to AdamW over the fla
   Transformer<float> inference(model_config("tiny"), RunShape{2, 8}, Allocation::kForwardOnly, 1);
   CHECK_THROWS_WITH(inference.step(h), Catch::Contains("built for training"));
 }
+
+}  // namespace model_optimizer_test

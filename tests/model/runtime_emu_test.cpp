@@ -9,6 +9,8 @@
 #include "model/bench_e2e.hpp"
 #include "model/train.hpp"
 
+namespace model_runtime_emu_test {
+
 using namespace ktune::model;
 
 namespace {
@@ -137,3 +139,5 @@ TEST_CASE("emu backend, bf16: the e2e benchmark runs a whole step and its memory
   CHECK(bf16.launches->by_family.count("adamw"));  // the step's AdamW, writing the bf16 copy
   CHECK(to_json(bf16).at("launches_per_step").at("kernels") == bf16.launches->kernels);
 }
+
+}  // namespace model_runtime_emu_test

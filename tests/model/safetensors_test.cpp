@@ -8,6 +8,8 @@
 #include "model/weights.hpp"
 #include "support.hpp"
 
+namespace model_safetensors_test {
+
 using namespace ktune::model;
 
 namespace {
@@ -77,3 +79,5 @@ TEST_CASE("model weights save, load, and name what is missing or misshapen", "[m
   CHECK_THROWS_WITH(load_weights(b, retyped, "t.st"), Catch::Contains("is BF16; only F32 and F64"));
   CHECK_THROWS_AS(load_weights(b, dir / "absent.safetensors"), ktune::Error);
 }
+
+}  // namespace model_safetensors_test

@@ -13,6 +13,8 @@
 #include "model/ops/device_ops.hpp"
 #include "model/parameters.hpp"
 
+namespace model_step_kernels_test {
+
 using namespace ktune;
 using namespace ktune::model;
 
@@ -125,3 +127,5 @@ TEST_CASE("step kernels: a device run launches its precision's and mode's list",
     }
   }
 }
+
+}  // namespace model_step_kernels_test

@@ -6,6 +6,8 @@
 #include "model/weights.hpp"
 #include "support.hpp"
 
+namespace model_train_test {
+
 using namespace ktune::model;
 
 TEST_CASE("training tiny for 200 steps on the synthetic stream at least halves the loss", "[model][train]") {
@@ -51,3 +53,5 @@ TEST_CASE("the `ktune train` and `ktune eval` commands run end to end", "[model]
   CHECK(ktune::test::run_command(exe + " train --model nope --steps 1", &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown model 'nope'"));
 }
+
+}  // namespace model_train_test

@@ -7,6 +7,8 @@
 #include "gradcheck.hpp"
 #include "model/device_check.hpp"
 
+namespace model_transformer_test {
+
 using namespace ktune::model;
 using ktune::test::random_tokens;
 
@@ -113,3 +115,5 @@ TEST_CASE("the model rejects wrong input sizes, out-of-vocabulary tokens and bac
   tokens[2] = 128;
   CHECK_THROWS_WITH(m.forward(tokens, targets), Catch::Contains("outside the vocabulary"));
 }
+
+}  // namespace model_transformer_test

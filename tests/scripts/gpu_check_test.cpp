@@ -17,6 +17,8 @@
 
 #include "support.hpp"
 
+namespace scripts_gpu_check_test {
+
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
@@ -148,3 +150,5 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("bench e2e --backend cuda --mode compiled"));
   CHECK_FALSE(has(" tune "));  // no tuning session: it would not fit the lease
 }
+
+}  // namespace scripts_gpu_check_test

@@ -12,6 +12,8 @@
 #include "search/strategies/genetic.hpp"
 #include "search/support_search.hpp"
 
+namespace search_cost_model_test {
+
 using namespace ktune::search;
 
 TEST_CASE("the cost model ranks unseen configs by an additive cost", "[search][cost]") {
@@ -81,3 +83,5 @@ TEST_CASE("the time-aware genetic algorithm proposes cheaper configs", "[search]
   INFO("mean cost per evaluation: " << plain << " s plain, " << aware << " s time-aware");
   CHECK(aware < 0.9 * plain);
 }
+
+}  // namespace search_cost_model_test

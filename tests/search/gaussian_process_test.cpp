@@ -7,6 +7,8 @@
 
 #include "search/sampling.hpp"
 
+namespace search_gaussian_process_test {
+
 using namespace ktune::search;
 
 namespace {
@@ -65,3 +67,5 @@ TEST_CASE("gaussian process: the fit gives an irrelevant dimension a long length
   REQUIRE(h.length_scales.size() == 2);
   CHECK(h.length_scales[1] > 2 * h.length_scales[0]);
 }
+
+}  // namespace search_gaussian_process_test

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace search_pruning_test {
+
 using namespace ktune::search;
 
 TEST_CASE("pruning: limits give a verdict with a reason", "[search][pruning]") {
@@ -64,3 +66,5 @@ TEST_CASE("pruning: limits give a verdict with a reason", "[search][pruning]") {
     CHECK(r.limited_by == "shared memory");
   }
 }
+
+}  // namespace search_pruning_test

@@ -12,6 +12,8 @@
 #include "search/support_search.hpp"
 #include "support.hpp"
 
+namespace search_replay_test {
+
 using namespace ktune::search;
 using ktune::Config;
 
@@ -173,3 +175,5 @@ TEST_CASE("replay maps non-integer parameter values to indices", "[search][repla
   CHECK(e.evaluate(Config({{"f", 1}, {"n", 2}})).time_ms == 1.0);
   CHECK_FALSE(e.is_valid(Config({{"f", 0}, {"n", 2}})));
 }
+
+}  // namespace search_replay_test

@@ -8,6 +8,8 @@
 #include "search/strategy.hpp"
 #include "search/support_search.hpp"
 
+namespace search_search_test {
+
 using namespace ktune::search;
 using ktune::Config;
 
@@ -122,3 +124,5 @@ TEST_CASE("configs evaluated first are charged to the budget: a budget of 5 is 5
   CHECK(r.best == def);  // the first one counts for the best too
   for (const auto& [config, n] : eval.counts) CHECK(n == 1);
 }
+
+}  // namespace search_search_test

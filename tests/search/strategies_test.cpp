@@ -10,6 +10,8 @@
 #include "search/strategy.hpp"
 #include "search/support_search.hpp"
 
+namespace search_strategies_test {
+
 using namespace ktune::search;
 using ktune::Config;
 
@@ -98,3 +100,5 @@ TEST_CASE("random sampling is lazy on a 10^12-point space", "[search]") {
   CHECK(drawn.size() == 10);
   CHECK(*drawn.rbegin() == 9);
 }
+
+}  // namespace search_strategies_test

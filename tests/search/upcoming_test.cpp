@@ -10,6 +10,8 @@
 #include "search/strategy.hpp"
 #include "search/support_search.hpp"
 
+namespace search_upcoming_test {
+
 using namespace ktune;
 using namespace ktune::search;
 
@@ -107,3 +109,5 @@ TEST_CASE("bayes_opt foresees its next proposal when stalled and when every cand
     }
   }
 }
+
+}  // namespace search_upcoming_test

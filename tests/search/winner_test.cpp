@@ -5,6 +5,8 @@
 
 #include "search/sampling.hpp"
 
+namespace search_winner_test {
+
 using namespace ktune::search;
 using ktune::Config;
 
@@ -57,3 +59,5 @@ TEST_CASE("winner: failures are dropped and nothing finite means no winner", "[s
   const auto r2 = pick_winner({{5, Config(), {1.00, 1.00, 1.00}}, {2, Config(), {1.05, 1.05, 1.05}}}, wide);
   CHECK(r2.winner == 1);  // 5 % slower, inside a 10 % band: the smaller order wins
 }
+
+}  // namespace search_winner_test

@@ -9,6 +9,8 @@
 #include "spec/vector_add_run.hpp"
 #include "support.hpp"
 
+namespace spec_runtime_emu_test {
+
 namespace fs = std::filesystem;
 using ktune::test::run_command;
 
@@ -55,3 +57,5 @@ TEST_CASE("spec emu: Kernel::launch on a caller's stream runs at once under the 
     for (std::int64_t i = 0; i < run.n; ++i) REQUIRE(z[i] == run.x[i] + run.y[i]);
   }
 }
+
+}  // namespace spec_runtime_emu_test

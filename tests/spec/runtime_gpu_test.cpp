@@ -13,6 +13,8 @@
 #include "tuner/cuda/device.hpp"
 #include "tuner/cuda/driver.hpp"
 
+namespace spec_runtime_gpu_test {
+
 TEST_CASE("spec gpu: Kernel::launch enqueues on the caller's stream", "[gpu][spec]") {
   ktune::test::skip_without_gpu();
   using ktune::tuner::Driver;
@@ -46,3 +48,5 @@ TEST_CASE("spec gpu: Kernel::launch enqueues on the caller's stream", "[gpu][spe
     REQUIRE(z[i] == run.x[i] + run.y[i]);
   }
 }
+
+}  // namespace spec_runtime_gpu_test

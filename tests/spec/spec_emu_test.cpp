@@ -16,6 +16,8 @@
 #include "support.hpp"
 #include "tuner/run/emu_runner.hpp"
 
+namespace spec_spec_emu_test {
+
 namespace fs = std::filesystem;
 using ktune::Config;
 using ktune::test::ktune_exe;
@@ -191,3 +193,5 @@ TEST_CASE("spec emu: a kernel the emulation cannot run is refused with the const
   CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "reduction.json").string(), &out) == 2);
   CHECK_THAT(out, Catch::Contains("reduction.cu:3: extern __shared__"));
 }
+
+}  // namespace spec_spec_emu_test

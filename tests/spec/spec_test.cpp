@@ -11,6 +11,8 @@
 #include "spec/spec_family.hpp"
 #include "support.hpp"
 
+namespace spec_spec_test {
+
 namespace fs = std::filesystem;
 using ktune::Config;
 using ktune::DeviceLimits;
@@ -209,3 +211,5 @@ TEST_CASE("spec: sources include their headers and ktune's kt.cuh, each once", "
   write(dir / "reduction.cu", "#include \"missing.cuh\"\n");
   CHECK_THROWS_WITH(load_spec_family(path), Catch::Contains("reduction.cu:1: #include \"missing.cuh\" not found"));
 }
+
+}  // namespace spec_spec_test

@@ -13,6 +13,8 @@
 #include "templates/grad_norm/reference.hpp"
 #include "templates/render.hpp"
 
+namespace templates_adamw_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::adamw;
@@ -141,3 +143,5 @@ TEST_CASE("adamw_eager refuses the clip: eager clips with grad_norm's own launch
   CHECK_THROWS_WITH(f.plan(f.default_config(p), p, args, DeviceLimits::for_arch("sm_90")),
                     Catch::Contains("does not clip"));
 }
+
+}  // namespace templates_adamw_emu_test

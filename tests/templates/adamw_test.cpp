@@ -8,6 +8,8 @@
 
 #include "templates/render.hpp"
 
+namespace templates_adamw_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::adamw;
@@ -92,3 +94,5 @@ TEST_CASE("constraints reject chunks smaller than one block-wide step", "[adamw]
   CHECK_FALSE(f.is_valid(c, p, DeviceLimits::for_arch("sm_90"), &why));
   CHECK_THAT(why, Catch::Contains("idle"));
 }
+
+}  // namespace templates_adamw_test

@@ -6,6 +6,8 @@
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
+namespace templates_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -104,3 +106,5 @@ TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   CHECK(relative_l2(DType::kF32, bytes({1, 2, 3.3f}), bytes({1, 2, 3})) == Approx(0.3 / std::sqrt(14.0)).epsilon(1e-5));
   CHECK(std::isinf(relative_l2(DType::kF32, bytes({1, std::nanf(""), 3}), bytes({1, 2, 3}))));
 }
+
+}  // namespace templates_family_test

@@ -7,6 +7,8 @@
 #include "base/error.hpp"
 #include "templates/family.hpp"
 
+namespace templates_problem_test {
+
 using namespace ktune::templates;
 
 TEST_CASE("a problem key reads back into the same problem", "[templates]") {
@@ -35,3 +37,5 @@ TEST_CASE("a family's problem form: dims every class names are required, the oth
   for (const auto* f : all_families())
     for (const auto& p : f->problem_classes()) CHECK_NOTHROW(f->check(p));
 }
+
+}  // namespace templates_problem_test

@@ -18,6 +18,8 @@
 #include "templates/softmax/softmax.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
+namespace templates_typed_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -268,3 +270,5 @@ TEST_CASE("the typed plan keeps the alignment checks", "[rmsnorm][cross_entropy]
                                             kDevice),
       Catch::Contains("buffer 'targets'"));
 }
+
+}  // namespace templates_typed_family_test

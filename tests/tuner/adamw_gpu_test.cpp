@@ -9,6 +9,8 @@
 #include "tuner/session/session.hpp"
 #include "tuner/cuda/timing.hpp"
 
+namespace tuner_adamw_gpu_test {
+
 using namespace ktune;
 using namespace ktune::tuner;
 
@@ -76,3 +78,5 @@ TEST_CASE("the measured copy bandwidth is plausible", "[gpu][timing]") {
   CHECK(gbs > 0.1 * context.info().peak_bandwidth_gbs());
   CHECK(gbs < 1.5 * context.info().peak_bandwidth_gbs());
 }
+
+}  // namespace tuner_adamw_gpu_test

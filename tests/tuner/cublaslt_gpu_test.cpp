@@ -12,6 +12,8 @@
 #include "support.hpp"
 #include "tuner/exec/backend.hpp"
 
+namespace tuner_cublaslt_gpu_test {
+
 using namespace ktune;
 
 TEST_CASE("cuBLASLt: row-major fp32 GEMMs with transposes, strides and batches match a loop", "[gpu][cublaslt]") {
@@ -59,3 +61,5 @@ TEST_CASE("cuBLASLt: row-major fp32 GEMMs with transposes, strides and batches m
         CHECK(got[ldc - 1] == c[ldc - 1]);
       }
 }
+
+}  // namespace tuner_cublaslt_gpu_test

@@ -15,6 +15,8 @@
 #include "tuner/precompile.hpp"
 #include "tuner/run/gpu_runner.hpp"
 
+namespace tuner_families_gpu_test {
+
 using namespace ktune;
 
 TEST_CASE("every family matches its CPU reference on the GPU", "[gpu]") {
@@ -50,3 +52,5 @@ TEST_CASE("every eager decomposition matches its fused family's reference on the
   const auto report = tuner::run_ops_bench(*backend, cases, nullptr, 0.0, options);
   CHECK(report.rows.size() == cases.size());
 }
+
+}  // namespace tuner_families_gpu_test

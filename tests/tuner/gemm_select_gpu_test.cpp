@@ -14,6 +14,8 @@
 #include "templates/render.hpp"
 #include "tuner/exec/backend.hpp"
 
+namespace tuner_gemm_select_gpu_test {
+
 using namespace ktune;
 
 namespace {
@@ -121,3 +123,5 @@ TEST_CASE("cuBLASLt algorithms for bf16 operands are timed and checked too (bf16
     CHECK(error_against_loop(got, af, bf, m, n, k) < (c_type == templates::DType::kF32 ? 1e-5 : 5e-3));
   }
 }
+
+}  // namespace tuner_gemm_select_gpu_test

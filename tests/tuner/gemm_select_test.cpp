@@ -16,6 +16,8 @@
 #include "support.hpp"
 #include "templates/problem.hpp"
 
+namespace tuner_gemm_select_test {
+
 using namespace ktune;
 using tuner::GemmAlgo;
 using tuner::GemmDesc;
@@ -271,3 +273,5 @@ TEST_CASE("gemm selection: mixed-precision GEMMs are timed and checked at bf16's
     CHECK(s.counts().rejected == (mixed ? 0 : 1));
   }
 }
+
+}  // namespace tuner_gemm_select_test

@@ -12,6 +12,8 @@
 #include "tuner/gpu_probe.hpp"
 #include "tuner/matrix_probe.hpp"
 
+namespace tuner_matrix_gpu_test {
+
 namespace matrix = ktune::test::matrix;
 
 namespace {
@@ -64,3 +66,5 @@ TEST_CASE("cp.async on the GPU completes groups at the covering wait and zero-fi
   ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
   matrix::check_cp_async(gpu, false);
 }
+
+}  // namespace tuner_matrix_gpu_test

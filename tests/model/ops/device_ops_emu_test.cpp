@@ -12,6 +12,8 @@
 
 #include "templates/render.hpp"
 
+namespace model_ops_device_ops_emu_test {
+
 using namespace ktune;
 using templates::DType;
 
@@ -118,3 +120,5 @@ TEST_CASE("host GEMM: bf16 operands are read as bf16, accumulated in fp32, a bf1
   }
   CHECK_THROWS_WITH(run(g, DType::kBF16, DType::kF32, true), Catch::Contains("tf32"));
 }
+
+}  // namespace model_ops_device_ops_emu_test

@@ -8,6 +8,8 @@
 #include "search/sampling.hpp"
 #include "search/search.hpp"
 
+namespace search_strategies_annealing_test {
+
 using namespace ktune::search;
 
 namespace {
@@ -70,3 +72,5 @@ TEST_CASE("annealing starts about three walks in 400 evaluations", "[search]") {
     CHECK(walks_started(order) <= 4);
   }
 }
+
+}  // namespace search_strategies_annealing_test

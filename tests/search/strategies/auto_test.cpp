@@ -16,6 +16,8 @@
 #include "search/stop.hpp"
 #include "search/support_search.hpp"
 
+namespace search_strategies_auto_test {
+
 using namespace ktune::search;
 
 namespace {
@@ -178,3 +180,5 @@ TEST_CASE("auto holds at least Kernel Tuner's best fraction of the optimum at 5 
     CHECK(r.budgets[1].fraction.median >= peer.fraction_10pc);
   }
 }
+
+}  // namespace search_strategies_auto_test

@@ -9,6 +9,8 @@
 #include "search/stop.hpp"
 #include "search/support_search.hpp"
 
+namespace search_strategies_bayes_opt_test {
+
 using namespace ktune::search;
 
 TEST_CASE("bayes_opt beats random sampling in median at a small budget", "[search][replay]") {
@@ -58,3 +60,5 @@ TEST_CASE("bayes_opt does not stall short of an isolated optimum while the budge
   CHECK(study.runs_reaching_target == options.runs);
   CHECK(study.evals_to_target.median <= 400);
 }
+
+}  // namespace search_strategies_bayes_opt_test

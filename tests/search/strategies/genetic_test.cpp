@@ -11,6 +11,8 @@
 #include "search/sampling.hpp"
 #include "search/support_search.hpp"
 
+namespace search_strategies_genetic_test {
+
 using namespace ktune::search;
 
 TEST_CASE("repair: a uniformly random valid config within one step of every parameter", "[search][genetic]") {
@@ -78,3 +80,5 @@ TEST_CASE("genetic finds the isolated optimum of convolution A100 in most runs",
   CHECK(result.runs_reaching_target >= 45);
   CHECK(result.evals_to_target.median < 200);
 }
+
+}  // namespace search_strategies_genetic_test

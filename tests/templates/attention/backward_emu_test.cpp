@@ -13,6 +13,8 @@
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
 
+namespace templates_attention_backward_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
@@ -180,3 +182,5 @@ TEST_CASE("attention_bwd: tiles written unswizzled but read swizzled fail these 
     }
   }
 }
+
+}  // namespace templates_attention_backward_emu_test

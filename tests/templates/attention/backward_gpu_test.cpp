@@ -12,6 +12,8 @@
 #include "templates/sampled_configs.hpp"
 #include "tuner/precompile.hpp"
 
+namespace templates_attention_backward_gpu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
@@ -76,3 +78,5 @@ TEST_CASE("attention_bwd on the GPU: the CS336 leaderboard's problem, checked on
   const Problem p = problem("bf16", 16384, 64, true, 1, 16);
   test::check_backward(*backend, backward_family().default_config(p), p);
 }
+
+}  // namespace templates_attention_backward_gpu_test

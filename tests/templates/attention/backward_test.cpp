@@ -12,6 +12,8 @@
 #include "templates/render.hpp"
 #include "templates/sampled_configs.hpp"
 
+namespace templates_attention_backward_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
@@ -337,3 +339,5 @@ TEST_CASE("attention_backward_streaming: a K/V head's dK and dV sum over the que
       REQUIRE(dv1[i * 8 + d] == Approx(sv).margin(1e-12));
     }
 }
+
+}  // namespace templates_attention_backward_test

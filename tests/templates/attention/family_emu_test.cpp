@@ -18,6 +18,8 @@
 #include "templates/sampled_configs.hpp"
 #include "tuner/emu_launch.hpp"
 
+namespace templates_attention_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
@@ -258,3 +260,5 @@ TEST_CASE("attention_fwd: grouped-query attention, K and V heads shared by query
     check_layout(c, p, Layout::kBSHD);
   }
 }
+
+}  // namespace templates_attention_family_emu_test

@@ -10,6 +10,8 @@
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
+namespace templates_attention_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
@@ -286,3 +288,5 @@ TEST_CASE("fp32 to fp16 rounds to nearest even, keeps subnormals and overflows t
   CHECK(float_to_f16_bits(-1e9f) == 0xfc00);
   CHECK(std::isnan(f16_bits_to_float(float_to_f16_bits(std::nanf("")))));
 }
+
+}  // namespace templates_attention_family_test

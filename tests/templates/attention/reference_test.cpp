@@ -5,6 +5,8 @@
 
 #include "gradcheck.hpp"
 
+namespace templates_attention_reference_test {
+
 using namespace ktune::templates::attention;
 using ktune::test::max_rel_error;
 using ktune::test::numeric_gradient;
@@ -191,3 +193,5 @@ TEST_CASE("streaming attention forward with grouped-query heads reads K/V head h
   CHECK(out == expected);
   CHECK(lse == expected_lse);
 }
+
+}  // namespace templates_attention_reference_test

@@ -15,6 +15,8 @@
 #include "tuner/emu_launch.hpp"
 #include "tuner/run/emu_runner.hpp"
 
+namespace templates_cast_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -88,3 +90,5 @@ TEST_CASE("cast kernels: misaligned pointers and several tiles per block give th
     }
   }
 }
+
+}  // namespace templates_cast_family_emu_test

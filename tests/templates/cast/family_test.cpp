@@ -8,6 +8,8 @@
 #include "templates/cast/cast.hpp"
 #include "templates/render.hpp"
 
+namespace templates_cast_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -170,3 +172,5 @@ TEST_CASE("cast counts: no FLOPs, 6 bytes an element", "[cast][family]") {
     CHECK(f->bytes(kRagged) == 6.0 * 4999);
   }
 }
+
+}  // namespace templates_cast_family_test

@@ -20,6 +20,8 @@
 #include "tuner/emu/module.hpp"
 #include "tuner/run/emu_runner.hpp"
 
+namespace templates_cross_entropy_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::cross_entropy;
@@ -219,3 +221,5 @@ TEST_CASE("cross_entropy: a target outside the vocabulary reads nothing out of b
     }
   }
 }
+
+}  // namespace templates_cross_entropy_family_emu_test

@@ -10,6 +10,8 @@
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
+namespace templates_cross_entropy_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::cross_entropy;
@@ -250,3 +252,5 @@ TEST_CASE("cross_entropy counts: FLOPs and minimum traffic scale with the proble
   CHECK(forward_family().flops(f32) == 4.0 * 100 * 1000);
   CHECK(backward_family().flops(f32) == 3.0 * 100 * 1000);
 }
+
+}  // namespace templates_cross_entropy_family_test

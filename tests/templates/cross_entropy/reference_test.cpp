@@ -6,6 +6,8 @@
 #include "base/error.hpp"
 #include "gradcheck.hpp"
 
+namespace templates_cross_entropy_reference_test {
+
 using namespace ktune::templates::cross_entropy;
 using ktune::test::max_rel_error;
 using ktune::test::numeric_gradient;
@@ -36,3 +38,5 @@ TEST_CASE("cross-entropy backward (in place) matches finite differences (fp64)",
   cross_entropy_backward(grad.data(), targets.data(), lse.data(), 1.0 / rows, grad.data(), rows, vocab);
   CHECK(max_rel_error(grad, numeric_gradient(logits, loss)) < 1e-7);
 }
+
+}  // namespace templates_cross_entropy_reference_test

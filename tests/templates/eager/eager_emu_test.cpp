@@ -9,6 +9,8 @@
 #include "templates/eager/eager.hpp"
 #include "tuner/emu_launch.hpp"
 
+namespace templates_eager_eager_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -193,3 +195,5 @@ TEST_CASE("a broken eager chain fails the same check", "[eager][emu]") {
     CHECK(run_chain("softmax_bwd", scores, chain).at("dx") > 1e-2);
   }
 }
+
+}  // namespace templates_eager_eager_emu_test

@@ -7,6 +7,8 @@
 
 #include "base/error.hpp"
 
+namespace templates_eager_eager_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -96,3 +98,5 @@ TEST_CASE("eager plans say what is missing", "[eager]") {
   std::memcpy(&alpha, args.bytes().data() + args.offsets().back(), sizeof alpha);
   CHECK(alpha == 0.125f);
 }
+
+}  // namespace templates_eager_eager_test

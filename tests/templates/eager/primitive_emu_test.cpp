@@ -7,6 +7,8 @@
 #include "templates/eager/primitive.hpp"
 #include "templates/emulated_plan.hpp"
 
+namespace templates_eager_primitive_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -42,3 +44,5 @@ TEST_CASE("broken eager primitives fail their reference check", "[eager][emu]") 
   CHECK(broken_worst(eager::index_add_family(), "atomicAdd(y + id * cols + c, x[i])",
                      "atomicAdd(y + id * cols + c, 2.0f * x[i])") > 1e-2);
 }
+
+}  // namespace templates_eager_primitive_emu_test

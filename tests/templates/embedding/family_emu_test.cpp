@@ -16,6 +16,8 @@
 #include "tuner/emu_launch.hpp"
 #include "tuner/run/emu_runner.hpp"
 
+namespace templates_embedding_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::embedding;
@@ -153,3 +155,5 @@ TEST_CASE("embedding kernels: ids outside the vocabulary give NaN rows forward a
     }
   }
 }
+
+}  // namespace templates_embedding_family_emu_test

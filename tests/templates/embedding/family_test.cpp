@@ -8,6 +8,8 @@
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
+namespace templates_embedding_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::embedding;
@@ -148,3 +150,5 @@ TEST_CASE("embedding counts", "[embedding][family]") {
   CHECK(forward_family().flops(p) == 0.0);
   CHECK(backward_family().flops(p) == 100.0 * 64);
 }
+
+}  // namespace templates_embedding_family_test

@@ -5,6 +5,8 @@
 #include "base/error.hpp"
 #include "gradcheck.hpp"
 
+namespace templates_embedding_reference_test {
+
 using namespace ktune::templates::embedding;
 using ktune::test::max_rel_error;
 using ktune::test::numeric_gradient;
@@ -36,3 +38,5 @@ TEST_CASE("embedding backward (repeated tokens) matches finite differences (fp64
   embedding_backward(tokens.data(), r.data(), dtable.data(), n, dim, 2, dim);
   CHECK(max_rel_error(dtable, numeric_gradient(table, loss)) < 1e-7);
 }
+
+}  // namespace templates_embedding_reference_test

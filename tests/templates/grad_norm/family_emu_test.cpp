@@ -6,6 +6,8 @@
 #include "templates/emulated_plan.hpp"
 #include "templates/grad_norm/grad_norm.hpp"
 
+namespace templates_grad_norm_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -38,3 +40,5 @@ TEST_CASE("grad_norm: norm, clip factor and clipped gradients match the referenc
     CHECK(test::broken_error(f, c, p, "sum += v->v[k] * v->v[k];", "sum += v->v[k];") > 1e-2);
   }
 }
+
+}  // namespace templates_grad_norm_family_emu_test

@@ -5,6 +5,8 @@
 
 #include "base/error.hpp"
 
+namespace templates_grad_norm_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -52,3 +54,5 @@ TEST_CASE("grad_norm plans partials per launch of tensors, one final sum, then t
   CHECK_FALSE(f.is_valid(widest, p, small, &why));
   CHECK_THAT(why, Catch::Contains("the device allows 512"));
 }
+
+}  // namespace templates_grad_norm_family_test

@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <vector>
 
+namespace templates_residual_reference_test {
+
 using namespace ktune::templates::residual;
 
 TEST_CASE("residual add and its backward accumulate elementwise", "[residual]") {
@@ -15,3 +17,5 @@ TEST_CASE("residual add and its backward accumulate elementwise", "[residual]") 
   residual_backward(dstream.data(), y.data(), 3);
   CHECK(dstream == std::vector<double>{11, 21, 31});
 }
+
+}  // namespace templates_residual_reference_test

@@ -15,6 +15,8 @@
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/emu_launch.hpp"
 
+namespace templates_rmsnorm_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::rmsnorm;
@@ -107,3 +109,5 @@ TEST_CASE("rmsnorm_bwd: dx and dw repeat bit for bit whatever the block schedule
   CHECK(one.first == two.first);
   CHECK(one.second == two.second);
 }
+
+}  // namespace templates_rmsnorm_family_emu_test

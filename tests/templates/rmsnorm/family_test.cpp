@@ -10,6 +10,8 @@
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
+namespace templates_rmsnorm_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::rmsnorm;
@@ -217,3 +219,5 @@ TEST_CASE("rmsnorm counts: FLOPs and minimum traffic scale with the problem", "[
   CHECK(forward_family().flops(f32) > 0);
   CHECK(backward_family().flops(f32) > forward_family().flops(f32));
 }
+
+}  // namespace templates_rmsnorm_family_test

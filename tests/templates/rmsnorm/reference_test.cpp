@@ -5,6 +5,8 @@
 
 #include "gradcheck.hpp"
 
+namespace templates_rmsnorm_reference_test {
+
 using namespace ktune::templates::rmsnorm;
 using ktune::test::max_rel_error;
 using ktune::test::numeric_gradient;
@@ -38,3 +40,5 @@ TEST_CASE("rmsnorm backward matches finite differences (fp64)", "[rmsnorm][gradc
   CHECK(max_rel_error(dx, numeric_gradient(x, loss)) < 1e-7);
   CHECK(max_rel_error(dw, numeric_gradient(w, loss)) < 1e-7);
 }
+
+}  // namespace templates_rmsnorm_reference_test

@@ -7,6 +7,8 @@
 #include "templates/emulated_plan.hpp"
 #include "templates/rmsnorm/rmsnorm.hpp"
 
+namespace templates_rmsnorm_residual_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::rmsnorm;
@@ -68,3 +70,5 @@ TEST_CASE("residual_rmsnorm_bwd matches the reference on ragged shapes, in place
                              "g") > 1e-2);
   }
 }
+
+}  // namespace templates_rmsnorm_residual_emu_test

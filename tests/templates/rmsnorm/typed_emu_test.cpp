@@ -9,6 +9,8 @@
 #include "templates/rmsnorm/rmsnorm.hpp"
 #include "tuner/emu_launch.hpp"
 
+namespace templates_rmsnorm_typed_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::rmsnorm;
@@ -151,3 +153,5 @@ TEST_CASE("rmsnorm_bwd through the typed API fits its partial dw rows in workspa
     CHECK(arena.gaps_untouched());
   }
 }
+
+}  // namespace templates_rmsnorm_typed_emu_test

@@ -16,6 +16,8 @@
 #include "tuner/emu/module.hpp"
 #include "tuner/run/emu_runner.hpp"
 
+namespace templates_rope_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -152,3 +154,5 @@ TEST_CASE("rope backward, in place, undoes the forward in place", "[rope][emu]")
   CHECK(round_trip != w.buffers[0].bytes);  // rounded twice: close, not equal
   CHECK(relative_l2(DType::kF32, round_trip, w.buffers[0].bytes) < 1e-6);
 }
+
+}  // namespace templates_rope_family_emu_test

@@ -9,6 +9,8 @@
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
+namespace templates_rope_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -233,3 +235,5 @@ TEST_CASE("rope byte and FLOP counts", "[rope][family]") {
   CHECK(rope::forward_family().flops(p32) == 3 * n);
   CHECK(rope::backward_family().flops(p16) == 3 * n);
 }
+
+}  // namespace templates_rope_family_test

@@ -5,6 +5,8 @@
 
 #include "gradcheck.hpp"
 
+namespace templates_rope_reference_test {
+
 using namespace ktune::templates::rope;
 using ktune::test::max_rel_error;
 using ktune::test::numeric_gradient;
@@ -44,3 +46,5 @@ TEST_CASE("rope backward matches finite differences (fp64), positions wrap per s
   loss();
   for (std::int64_t i = 0; i < heads * dim; ++i) CHECK(y[3 * heads * dim + i] == Approx(x[3 * heads * dim + i]));
 }
+
+}  // namespace templates_rope_reference_test

@@ -15,6 +15,8 @@
 #include "tuner/emu_launch.hpp"
 #include "tuner/run/emu_runner.hpp"
 
+namespace templates_softmax_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::softmax;
@@ -103,3 +105,5 @@ TEST_CASE("softmax kernels run in place: y over x, dx over dy", "[softmax][emu]"
     }
   }
 }
+
+}  // namespace templates_softmax_family_emu_test

@@ -9,6 +9,8 @@
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
+namespace templates_softmax_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::softmax;
@@ -161,3 +163,5 @@ TEST_CASE("softmax counts: the causal mask halves the work", "[softmax][family]"
   CHECK(backward_family().bytes(problem("bf16", 10, 100, 0)) == 3.0 * 2 * 1000);
   CHECK(backward_family().flops(full) > 0);
 }
+
+}  // namespace templates_softmax_family_test

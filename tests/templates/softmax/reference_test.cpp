@@ -4,6 +4,8 @@
 
 #include "gradcheck.hpp"
 
+namespace templates_softmax_reference_test {
+
 using namespace ktune::templates::softmax;
 using ktune::test::max_rel_error;
 using ktune::test::numeric_gradient;
@@ -64,3 +66,5 @@ TEST_CASE("scaled causal softmax: masked entries are 0, backward matches finite 
   softmax_forward(x.data(), y2.data(), rows, seq, 1.0, false);
   CHECK(y1 == y2);
 }
+
+}  // namespace templates_softmax_reference_test

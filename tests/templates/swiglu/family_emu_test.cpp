@@ -15,6 +15,8 @@
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/emu_launch.hpp"
 
+namespace templates_swiglu_family_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -126,3 +128,5 @@ TEST_CASE("swiglu kernels: misaligned pointers, several tiles per block, gradien
     }
   }
 }
+
+}  // namespace templates_swiglu_family_emu_test

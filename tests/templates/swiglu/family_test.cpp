@@ -7,6 +7,8 @@
 #include "templates/render.hpp"
 #include "templates/swiglu/swiglu.hpp"
 
+namespace templates_swiglu_family_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 
@@ -201,3 +203,5 @@ TEST_CASE("swiglu byte and FLOP counts", "[swiglu][family]") {
   CHECK(swiglu::backward_family().bytes(p16) == 5 * 2 * 1000);
   CHECK(swiglu::backward_family().flops(p32) > swiglu::forward_family().flops(p32));
 }
+
+}  // namespace templates_swiglu_family_test

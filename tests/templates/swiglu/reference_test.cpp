@@ -5,6 +5,8 @@
 
 #include "gradcheck.hpp"
 
+namespace templates_swiglu_reference_test {
+
 using namespace ktune::templates::swiglu;
 using ktune::test::max_rel_error;
 using ktune::test::numeric_gradient;
@@ -34,3 +36,5 @@ TEST_CASE("swiglu backward matches finite differences (fp64)", "[swiglu][gradche
   CHECK(max_rel_error(da, numeric_gradient(a, loss)) < 1e-7);
   CHECK(max_rel_error(db, numeric_gradient(b, loss)) < 1e-7);
 }
+
+}  // namespace templates_swiglu_reference_test

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace tuner_bench_ops_bench_emu_test {
+
 using namespace ktune;
 
 TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emulation backend", "[bench][emu]") {
@@ -38,3 +40,5 @@ TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emul
   CHECK(j["benchmark"] == "ops");
   CHECK(j["rows"].size() == 2);
 }
+
+}  // namespace tuner_bench_ops_bench_emu_test

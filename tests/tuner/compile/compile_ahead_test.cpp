@@ -7,6 +7,8 @@
 #include "support.hpp"
 #include "tuner/compile/compiler.hpp"
 
+namespace tuner_compile_compile_ahead_test {
+
 using namespace ktune;
 using namespace ktune::tuner;
 
@@ -27,3 +29,5 @@ TEST_CASE("compiling ahead fills the binary cache the runner reads, each config 
   const Compiler compiler;  // the same cache directory
   for (const auto& c : configs) CHECK(compiler.compile(family.render(c, problem), "sm_80").cache_hit);
 }
+
+}  // namespace tuner_compile_compile_ahead_test

@@ -13,6 +13,8 @@
 #include "support.hpp"
 #include "tuner/compile/compile_check.hpp"
 
+namespace tuner_compile_compiler_test {
+
 using namespace ktune;
 using namespace ktune::tuner;
 namespace fs = std::filesystem;
@@ -176,3 +178,5 @@ TEST_CASE("compile_many compiles in parallel and keeps order", "[compile]") {
   CHECK_FALSE(results[1].ok);
   CHECK(results[2].ok);
 }
+
+}  // namespace tuner_compile_compiler_test

@@ -6,6 +6,8 @@
 
 #include "tuner/emu_probe.hpp"
 
+namespace tuner_emu_detectors_emu_test {
+
 namespace {
 
 const char* kProbe = R"(
@@ -106,3 +108,5 @@ TEST_CASE("__trap ends the launch with an error", "[emu]") {
   const auto error = p.launch_error(kTrap, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out));
   CHECK(error == "emulation: __trap() called (kernel k_trap, block (0,0,0), thread (3,0,0))");
 }
+
+}  // namespace tuner_emu_detectors_emu_test

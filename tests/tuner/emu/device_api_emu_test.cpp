@@ -8,6 +8,8 @@
 
 #include "tuner/emu_probe.hpp"
 
+namespace tuner_emu_device_api_emu_test {
+
 namespace {
 
 const char* kProbe = R"(
@@ -205,3 +207,5 @@ TEST_CASE("vector types, __ldg and fast-math intrinsics", "[emu]") {
     CHECK(out[4 * t + 3] == 8.25f);
   }
 }
+
+}  // namespace tuner_emu_device_api_emu_test

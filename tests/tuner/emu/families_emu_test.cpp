@@ -7,6 +7,8 @@
 #include "templates/sampled_configs.hpp"
 #include "tuner/run/emu_runner.hpp"
 
+namespace tuner_emu_families_emu_test {
+
 namespace {
 constexpr int kSampled = 2;  // sampled configs per family and problem class, besides the default
 }  // namespace
@@ -32,3 +34,5 @@ TEST_CASE("every family matches its CPU reference when emulated", "[emu]") {
     }
   }
 }
+
+}  // namespace tuner_emu_families_emu_test

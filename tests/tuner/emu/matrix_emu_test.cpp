@@ -6,6 +6,8 @@
 #include "tuner/emu_probe.hpp"
 #include "tuner/matrix_probe.hpp"
 
+namespace tuner_emu_matrix_emu_test {
+
 namespace matrix = ktune::test::matrix;
 
 namespace {
@@ -39,3 +41,5 @@ TEST_CASE("ldmatrix x1/x2/x4 and .trans follow the PTX layout and feed mma", "[e
 TEST_CASE("cp.async completes groups at the covering wait, zero-fills, defers the rest", "[emu]") {
   matrix::check_cp_async(probe(), true);
 }
+
+}  // namespace tuner_emu_matrix_emu_test

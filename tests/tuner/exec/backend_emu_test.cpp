@@ -15,6 +15,8 @@
 #include "tuner/exec/run_through.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
+namespace tuner_exec_backend_emu_test {
+
 using namespace ktune;
 using namespace ktune::tuner;
 
@@ -136,3 +138,5 @@ TEST_CASE("tuned kernels: configs from the cache service, compiled and loaded on
   for (const auto& k : kernels.kernels())
     CHECK(test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module) < 1e-5);
 }
+
+}  // namespace tuner_exec_backend_emu_test

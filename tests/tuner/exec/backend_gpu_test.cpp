@@ -10,6 +10,8 @@
 #include "tuner/exec/run_through.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
+namespace tuner_exec_backend_gpu_test {
+
 using namespace ktune;
 using namespace ktune::tuner;
 
@@ -130,3 +132,5 @@ __global__ void static_and_dynamic(const float* x, float* y) {
   CHECK(got[10240] == static_cast<float>(n));
   CHECK(got[n - 1] == 10241.0f);
 }
+
+}  // namespace tuner_exec_backend_gpu_test

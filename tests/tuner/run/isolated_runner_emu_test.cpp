@@ -15,6 +15,8 @@
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/session/session.hpp"
 
+namespace tuner_run_isolated_runner_emu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::tuner;
@@ -169,3 +171,5 @@ TEST_CASE("isolated runner: a worker that cannot start reports why", "[emu][sess
                     }),
                     Catch::Contains("no GPU in this worker"));
 }
+
+}  // namespace tuner_run_isolated_runner_emu_test

@@ -12,6 +12,8 @@
 #include "templates/render.hpp"
 #include "tuner/run/gpu_runner.hpp"
 
+namespace tuner_run_isolated_runner_gpu_test {
+
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::tuner;
@@ -82,3 +84,5 @@ TEST_CASE("isolated GPU runner: after an illegal address the next variant runs i
     CHECK(after.ok);
   }
 }
+
+}  // namespace tuner_run_isolated_runner_gpu_test

@@ -9,6 +9,8 @@
 
 #include "templates/family.hpp"
 
+namespace tuner_run_isolated_runner_test {
+
 using namespace ktune;
 using namespace ktune::tuner;
 
@@ -63,3 +65,5 @@ TEST_CASE("isolated runner: after a CUDA error the worker is restarted, so the n
     CHECK(after.ok);
   }
 }
+
+}  // namespace tuner_run_isolated_runner_test

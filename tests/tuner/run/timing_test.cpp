@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+namespace tuner_run_timing_test {
+
 using ktune::tuner::summarize;
 
 TEST_CASE("summaries: median and p20/p80 by linear interpolation", "[timing]") {
@@ -13,3 +15,5 @@ TEST_CASE("summaries: median and p20/p80 by linear interpolation", "[timing]") {
   CHECK(summarize({2}).median_ms == 2);
   CHECK(summarize({}).repetitions == 0);
 }
+
+}  // namespace tuner_run_timing_test

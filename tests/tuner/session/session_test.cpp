@@ -16,6 +16,8 @@
 #include "support.hpp"
 #include "tuner/compile/compiler.hpp"
 
+namespace tuner_session_session_test {
+
 using namespace ktune;
 using namespace ktune::tuner;
 namespace fs = std::filesystem;
@@ -215,3 +217,5 @@ TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", 
     CHECK(s.default_run->config == family.default_config(problem));
   }
 }
+
+}  // namespace tuner_session_session_test
