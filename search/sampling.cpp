@@ -170,4 +170,8 @@ std::vector<Point> valid_neighbours(const StrategyContext& context, const Point&
   return out;
 }
 
+void shuffle(std::vector<Point>& points, Rng& rng) {
+  for (std::size_t i = points.size(); i > 1; --i) std::swap(points[i - 1], points[rng.uniform(i)]);
+}
+
 }  // namespace ktune::search

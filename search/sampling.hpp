@@ -71,4 +71,7 @@ std::optional<Point> random_valid_within_one_step(const StrategyContext& context
 /// of its domain when `adjacent` is false, only the next/previous value when true).
 std::vector<Point> valid_neighbours(const StrategyContext& context, const Point& point, bool adjacent);
 
+/// Puts `points` in a random order (Fisher-Yates with the portable generator).
+void shuffle(std::vector<Point>& points, Rng& rng);
+
 }  // namespace ktune::search

@@ -44,7 +44,7 @@ void Auto::start_genetic() {
   Rng rng(context_.seed ^ 0x510e527fade682d1ULL);
   for (std::size_t r = 0; r < ranked.size() && static_cast<int>(r) < options_.sweep; ++r) {
     auto around = valid_neighbours(context_, point_of(*context_.space, measured_[ranked[r].second].first), true);
-    for (std::size_t i = around.size(); i > 1; --i) std::swap(around[i - 1], around[rng.uniform(i)]);
+    shuffle(around, rng);
     for (auto& q : around)
       if (!measured(q) && std::find(sweep_.begin(), sweep_.end(), q) == sweep_.end()) sweep_.push_back(std::move(q));
   }

@@ -12,8 +12,7 @@ void LocalSearch::load_neighbours() {
   pending_.clear();
   for (Point& q : valid_neighbours(context_, current_, options_.adjacent_only))
     if (unseen(q)) pending_.push_back(std::move(q));
-  // Shuffle (Fisher-Yates with the portable generator).
-  for (std::size_t i = pending_.size(); i > 1; --i) std::swap(pending_[i - 1], pending_[rng_.uniform(i)]);
+  shuffle(pending_, rng_);
 }
 
 std::optional<Point> LocalSearch::start_point() {
