@@ -89,7 +89,7 @@ TEST_CASE("bayes_opt foresees its next proposal when stalled and when every cand
   // the model has put every unmeasured candidate to sleep, so a neighbour of
   // the best configs comes next.
   ReplayEvaluator* eval = test::replay_dataset("convolution_milo_A100");
-  for (const auto [seed, steps] : {std::pair{5, 215}, std::pair{3, 200}}) {
+  for (const auto& [seed, steps] : {std::pair{5, 215}, std::pair{3, 200}}) {
     INFO("seed " << seed);
     auto s = make_strategy("bayes_opt", {&eval->space(), eval, static_cast<std::uint64_t>(seed)});
     auto measured = advance(*s, *eval, steps);
