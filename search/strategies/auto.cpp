@@ -86,13 +86,13 @@ void Auto::report(const Config& config, const Outcome& outcome) {
   walk_in_flight_ = false;
   if (!seen_.insert(index_of(*context_.space, point_of(*context_.space, config))).second) return;
   measured_.emplace_back(config, outcome);
-  if (outcome.ok && outcome.time_ms < best_ms_) {
-    best_ms_ = outcome.time_ms;
+  if (outcome.ok && outcome.time_ms < best_ms_ * (1 - options_.progress)) {
     since_improvement_ = 0;
     walking_ = false;  // a new best: the genetic algorithm breeds from it
   } else {
     ++since_improvement_;
   }
+  if (outcome.ok) best_ms_ = std::min(best_ms_, outcome.time_ms);
   if (model_ && static_cast<int>(measured_.size()) >= options_.model_evals) start_genetic();
 }
 
