@@ -12,8 +12,9 @@
 // that first region, would not breed. A genetic algorithm
 // keeps recombining through long stretches without a new best, and often
 // wins them; but once its archive has converged (its children are no longer
-// new) and it has gone `walk_after` evaluations without a new best, the
-// optimum may lie in a region the archive never held. Then an iterated local
+// new) and it has gone `walk_after` evaluations without a new best (one at
+// least `progress` faster than the last), the optimum may lie in a region
+// the archive never held. Then an iterated local
 // search (local_search.hpp: hill climbing over adjacent values, perturbations,
 // random restarts) proposes instead, until it finds a new best (which the
 // genetic algorithm breeds from next) or `walk_length` proposals pass. Needs
