@@ -14,10 +14,10 @@
 // wins them; but once its archive has converged (its children are no longer
 // new) and it has gone `walk_after` evaluations without a new best (one at
 // least `progress` faster than the last), the optimum may lie in a region
-// the archive never held. Then an iterated local
-// search (local_search.hpp: hill climbing over adjacent values, perturbations,
-// random restarts) proposes instead, until it finds a new best (which the
-// genetic algorithm breeds from next) or `walk_length` proposals pass. Needs
+// the archive never held. Then an iterated local search (local_search.hpp:
+// hill climbing over adjacent values, perturbations, random restarts)
+// proposes instead, until it finds a new best (which the genetic algorithm
+// breeds from next) or `walk_length` proposals pass. Needs
 // no settings per space; the settings below were chosen on all eight shared
 // recorded spaces together (bench/results/replay.md).
 #pragma once
