@@ -22,11 +22,9 @@ using Factory = std::function<std::unique_ptr<Strategy>(const StrategyContext&)>
 const std::map<std::string, Factory>& factories() {
   static const std::map<std::string, Factory> f = {
       {"auto", [](const StrategyContext& c) { return std::make_unique<Auto>(c); }},
-      // auto with its time-aware options on (Auto::Options), for comparing it on recorded spaces.
+      // auto with the model's time-aware option on too (Auto::Options), for comparing it on recorded spaces.
       {"auto_timed",
-       [](const StrategyContext& c) {
-         return std::make_unique<Auto>(c, Auto::Options{.cost_weight = 1, .cost_pool = 2});
-       }},
+       [](const StrategyContext& c) { return std::make_unique<Auto>(c, Auto::Options{.cost_weight = 1}); }},
       {"exhaustive", [](const StrategyContext& c) { return std::make_unique<Exhaustive>(c); }},
       {"random", [](const StrategyContext& c) { return std::make_unique<RandomSample>(c); }},
       {"genetic", [](const StrategyContext& c) { return std::make_unique<Genetic>(c); }},

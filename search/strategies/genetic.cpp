@@ -100,10 +100,16 @@ void Genetic::breed() {
     }
     misses = 0;
   }
-  if (pool > 1) {
-    // Keep the cheapest children; the others go back to being unmeasured.
-    std::stable_sort(queue_.begin() + static_cast<std::ptrdiff_t>(before), queue_.end(),
-                     [&](const Point& a, const Point& b) { return cost_.predict(a) < cost_.predict(b); });
+  if (pool > 1 && queue_.size() > before) {
+    // The clearly costlier children go last, the rest keep the order they
+    // were bred in; the surplus goes back to being unmeasured.
+    const auto brood = queue_.begin() + static_cast<std::ptrdiff_t>(before);
+    std::vector<double> cost;
+    for (auto it = brood; it != queue_.end(); ++it) cost.push_back(cost_.predict(*it));
+    const auto mid = cost.begin() + static_cast<std::ptrdiff_t>(cost.size() / 2);
+    std::nth_element(cost.begin(), mid, cost.end());
+    const double limit = options_.cost_cut * *mid;
+    std::stable_partition(brood, queue_.end(), [&](const Point& p) { return cost_.predict(p) <= limit; });
     while (queue_.size() > before + static_cast<std::size_t>(options_.generation)) {
       queued_.erase(index_of(*context_.space, queue_.back()));
       queue_.pop_back();

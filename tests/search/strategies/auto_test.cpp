@@ -169,7 +169,13 @@ TEST_CASE("auto holds at least Kernel Tuner's best fraction of the optimum at 5 
     }
     const auto r = study(*eval, {parse_replay_budget("5%", eval->brute_force_s()),
                                  parse_replay_budget("10%", eval->brute_force_s())});
-    CHECK(r.budgets[0].fraction.median >= peer.fraction_5pc);
+    // At 5 % a median 0.05 % short passes: on dedispersion A100 the two best
+    // configs are 0.062 % apart, and Kernel Tuner's figure there is the mean
+    // of the two (exactly half of its 200 runs had the best one by then).
+    // Whether the median of 50 runs has it is a coin toss; over seeds 1-200
+    // auto's median holds the second best, as it did before it became
+    // time-aware (bench/results/replay.md).
+    CHECK(r.budgets[0].fraction.median >= peer.fraction_5pc - 0.0005);
     CHECK(r.budgets[1].fraction.median >= peer.fraction_10pc);
   }
 }
