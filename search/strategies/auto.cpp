@@ -8,7 +8,8 @@
 
 namespace ktune::search {
 
-Auto::Auto(const StrategyContext& context, Options options) : context_(context), options_(options) {
+Auto::Auto(const StrategyContext& context, Options options)
+    : context_(context), options_(options), cost_(*context.space) {
   // The model's own recombination when stalled is left to the genetic
   // algorithm that follows it.
   BayesOpt::Options model;
@@ -28,9 +29,11 @@ void Auto::start_genetic() {
   for (const auto& [config, outcome] : measured_) genetic_->report(config, outcome);
   if (options_.walk_after > 0) {
     // Restarts from random configs, and steps of one adjacent value: the
-    // region it explores is new, and a step there is cheap to take.
+    // region it explores is new, and a step there is cheap to take. The
+    // neighbours predicted to cost more than the median are tried last.
     LocalSearch::Options w;
     w.adjacent_only = true;
+    w.cost = &cost_;
     c.seed = context_.seed ^ 0x3c6ef372fe94f82bULL;
     walk_ = std::make_unique<LocalSearch>(c, w);
   }
@@ -86,6 +89,7 @@ void Auto::report(const Config& config, const Outcome& outcome) {
   walk_in_flight_ = false;
   if (!seen_.insert(index_of(*context_.space, point_of(*context_.space, config))).second) return;
   measured_.emplace_back(config, outcome);
+  cost_.add(point_of(*context_.space, config), outcome.cost_s);
   if (outcome.ok && outcome.time_ms < best_ms_ * (1 - options_.progress)) {
     since_improvement_ = 0;
     walking_ = false;  // a new best: the genetic algorithm breeds from it

@@ -17,9 +17,11 @@
 // the archive never held. Then an iterated local search (local_search.hpp:
 // hill climbing over adjacent values, perturbations, random restarts)
 // proposes instead, until it finds a new best (which the genetic algorithm
-// breeds from next) or `walk_length` proposals pass. The genetic algorithm
-// is time-aware: a child predicted to cost well above the rest to compile
-// and measure waits for a later generation. Needs
+// breeds from next) or `walk_length` proposals pass. Both are time-aware
+// (a cost model of what was measured, cost_model.hpp): a child predicted to
+// cost well above the rest to compile and measure waits for a later
+// generation, and the walk tries the costlier half of its neighbours last.
+// Needs
 // no settings per space; the settings below were chosen on all eight shared
 // recorded spaces together (bench/results/replay.md).
 #pragma once
@@ -31,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "search/cost_model.hpp"
 #include "search/strategies/bayes_opt.hpp"
 #include "search/strategies/genetic.hpp"
 #include "search/strategies/local_search.hpp"
@@ -101,6 +104,7 @@ class Auto final : public Strategy {
   int walked_ = 0;                     ///< walk proposals since walking_ was set
   std::vector<std::pair<Config, Outcome>> measured_;  ///< each config once, in order
   std::unordered_set<std::uint64_t> seen_;            ///< space indices of measured_
+  CostModel cost_;                                    ///< of measured_: the walk tries the costlier neighbours last
   double best_ms_ = INFINITY;
   int since_improvement_ = 0;  ///< evaluations since the last new best that counted as progress
 };

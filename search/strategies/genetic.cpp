@@ -100,16 +100,10 @@ void Genetic::breed() {
     }
     misses = 0;
   }
-  if (pool > 1 && queue_.size() > before) {
-    // The clearly costlier children go last, the rest keep the order they
-    // were bred in; the surplus goes back to being unmeasured.
-    const auto brood = queue_.begin() + static_cast<std::ptrdiff_t>(before);
-    std::vector<double> cost;
-    for (auto it = brood; it != queue_.end(); ++it) cost.push_back(cost_.predict(*it));
-    const auto mid = cost.begin() + static_cast<std::ptrdiff_t>(cost.size() / 2);
-    std::nth_element(cost.begin(), mid, cost.end());
-    const double limit = options_.cost_cut * *mid;
-    std::stable_partition(brood, queue_.end(), [&](const Point& p) { return cost_.predict(p) <= limit; });
+  if (pool > 1) {
+    // The clearly costlier children go last; the surplus goes back to being unmeasured.
+    set_apart_costly(queue_.begin() + static_cast<std::ptrdiff_t>(before), queue_.end(), cost_, options_.cost_cut,
+                     true);
     while (queue_.size() > before + static_cast<std::size_t>(options_.generation)) {
       queued_.erase(index_of(*context_.space, queue_.back()));
       queue_.pop_back();

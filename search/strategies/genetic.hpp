@@ -27,12 +27,8 @@ class Genetic final : public Strategy {
     /// Time-aware breeding: each generation is bred this many times over,
     /// and a child whose predicted cost (a cost model of what was measured,
     /// cost_model.hpp) is above `cost_cut` times the brood's median is
-    /// proposed only when too few cheaper ones were bred. Cutting only the
-    /// clearly costlier children, not keeping the cheapest, leaves a space
-    /// whose configs cost much the same (pnpoly: 0.11-0.13 s) bred as
-    /// without the pool: there the cheapest half is a matter of noise, and
-    /// keeping it steered the search off the optimum. 1: every child bred
-    /// is proposed.
+    /// proposed only when too few cheaper ones were bred
+    /// (set_apart_costly). 1: every child bred is proposed.
     int cost_pool = 1;
     double cost_cut = 1.2;  ///< see cost_pool
   };

@@ -13,6 +13,8 @@ void LocalSearch::load_neighbours() {
   for (Point& q : valid_neighbours(context_, current_, options_.adjacent_only))
     if (unseen(q)) pending_.push_back(std::move(q));
   shuffle(pending_, rng_);
+  // pending_ is taken from the back: the costlier ones go to the front.
+  if (options_.cost) set_apart_costly(pending_.begin(), pending_.end(), *options_.cost, options_.cost_cut, false);
 }
 
 std::optional<Point> LocalSearch::start_point() {

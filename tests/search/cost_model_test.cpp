@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 
 #include "search/search.hpp"
 #include "search/stop.hpp"
 #include "search/strategies/genetic.hpp"
+#include "search/strategies/local_search.hpp"
 #include "search/support_search.hpp"
 
 namespace search_cost_model_test {
@@ -110,6 +112,47 @@ TEST_CASE("the time-aware genetic algorithm leaves alone a brood whose costs dif
     };
     CHECK(proposals(1.1) == proposals(1.0));
   }
+}
+
+TEST_CASE("the time-aware walk tries the neighbours predicted to cost over their median last",
+          "[search][cost][local_search]") {
+  CostlyBowl eval;
+  CostModel model(eval.space());
+  for (std::uint64_t i = 0; i < eval.space().size(); ++i) {
+    const Point p = point_at(eval.space(), i);
+    model.add(p, eval.evaluate(config_of(eval.space(), p)).cost_s);
+  }
+  int costly_seen = 0, climbs = 0;
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    INFO("seed " << seed);
+    auto hint = [&](const CostModel* cost) {
+      LocalSearch::Options options;
+      options.cost = cost;
+      LocalSearch s({&eval.space(), &eval, seed}, options);
+      const auto start = s.next();
+      REQUIRE(start);
+      s.report(*start, eval.evaluate(*start));
+      return s.upcoming(100);  // the start's neighbours, in the order they are tried
+    };
+    const auto plain = hint(nullptr), aware = hint(&model);
+    if (plain.empty()) continue;  // the start failed to compile (z = 3): no climb from it
+    ++climbs;
+    REQUIRE(std::set<ktune::Config>(plain.begin(), plain.end()) == std::set<ktune::Config>(aware.begin(), aware.end()));
+    std::vector<double> cost;
+    for (const auto& c : aware) cost.push_back(model.predict(point_of(eval.space(), c)));
+    std::vector<double> sorted = cost;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+    const double limit = LocalSearch::Options{}.cost_cut * sorted[sorted.size() / 2];
+    // The cheaper ones first, in the plain walk's order; then the costlier.
+    std::vector<ktune::Config> cheap;
+    for (const auto& c : plain)
+      if (model.predict(point_of(eval.space(), c)) <= limit) cheap.push_back(c);
+    CHECK(std::equal(cheap.begin(), cheap.end(), aware.begin()));
+    for (std::size_t i = cheap.size(); i < aware.size(); ++i) CHECK(cost[i] > limit);
+    costly_seen += static_cast<int>(aware.size() - cheap.size());
+  }
+  CHECK(climbs >= 5);
+  CHECK(costly_seen > 0);
 }
 
 }  // namespace search_cost_model_test
