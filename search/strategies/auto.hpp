@@ -21,9 +21,8 @@
 // (a cost model of what was measured, cost_model.hpp): a child predicted to
 // cost well above the rest to compile and measure waits for a later
 // generation, and the walk tries the costlier half of its neighbours last.
-// Needs
-// no settings per space; the settings below were chosen on all eight shared
-// recorded spaces together (bench/results/replay.md).
+// Needs no settings per space; the settings below were chosen on all eight
+// shared recorded spaces together (bench/results/replay.md).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -66,10 +65,10 @@ class Auto final : public Strategy {
     /// proposed later). The genetic algorithm breeds this many times its
     /// generation and proposes a child predicted to cost well above the rest
     /// only when too few cheaper ones were bred (Genetic::Options::cost_pool,
-    /// cost_cut): on the recorded spaces the median time
-    /// to 95 % of the optimum fell (convolution W6600 2.5 % -> 2.0 % of the
-    /// brute-force time, A100 3.3 % -> 2.7 %) and no median evaluation count
-    /// rose past Kernel Tuner's best (bench/results/replay.md).
+    /// cost_cut): on the recorded spaces the median time to 95 % of the
+    /// optimum fell (convolution W6600 2.5 % -> 2.0 % of the brute-force
+    /// time, A100 3.3 % -> 2.7 %) and no median evaluation count rose past
+    /// Kernel Tuner's best (bench/results/replay.md).
     int cost_pool = 2;
     /// The model's expected improvement per predicted cost^this
     /// (BayesOpt::Options::cost_weight). Off: at 1 and 0.5 (the strategy
