@@ -87,9 +87,10 @@ void Auto::report(const Config& config, const Outcome& outcome) {
   else genetic_->report(config, outcome);
   if (walk_in_flight_) walk_->report(config, outcome);
   walk_in_flight_ = false;
-  if (!seen_.insert(index_of(*context_.space, point_of(*context_.space, config))).second) return;
+  const Point p = point_of(*context_.space, config);
+  if (!seen_.insert(index_of(*context_.space, p)).second) return;
   measured_.emplace_back(config, outcome);
-  cost_.add(point_of(*context_.space, config), outcome.cost_s);
+  cost_.add(p, outcome.cost_s);
   if (outcome.ok && outcome.time_ms < best_ms_ * (1 - options_.progress)) {
     since_improvement_ = 0;
     walking_ = false;  // a new best: the genetic algorithm breeds from it
