@@ -78,4 +78,22 @@ bool no_device() {
   return !v.empty() && v != "0";
 }
 
+EmuSchedule emu_schedule() {
+  const auto v = get("KTUNE_EMU_SCHEDULE");
+  if (v.empty() || v == "in-order") return {};
+  if (v == "reverse") return {.order = EmuSchedule::Order::kReverse};
+  if (v == "shuffle") return {.order = EmuSchedule::Order::kShuffle, .seed = 1};
+  if (v.rfind("shuffle:", 0) == 0) {
+    const std::string digits = v.substr(8);
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long seed = std::strtoull(digits.c_str(), &end, 10);
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && *end == '\0' &&
+        errno == 0)
+      return {.order = EmuSchedule::Order::kShuffle, .seed = seed};
+  }
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("KTUNE_EMU_SCHEDULE must be in-order, reverse or shuffle[:SEED], got '{}'", v.substr(0, 40)));
+}
+
 }  // namespace ktune::env

@@ -37,6 +37,26 @@ std::string host_cxx();
 /// KTUNE_NO_DEVICE=1 hides every GPU, as if no driver were installed.
 bool no_device();
 
+/// The order in which the emulation resumes a block's ready threads (each
+/// runs until its next barrier or warp collective), and when their cp.async
+/// copies land. On a GPU the threads interleave in no fixed order and a copy
+/// lands at any time between its issue and its wait, so a kernel whose
+/// result depends on either (a missing __syncthreads or __syncwarp) fails its
+/// check under kReverse or kShuffle while it may pass in order.
+///   kInOrder  threads 0, 1, ...; copies land at their wait
+///   kReverse  the last thread first; copies land when issued
+///   kShuffle  a fresh permutation per block and sweep; each thread's copies
+///             land when issued or at their wait, drawn per thread
+struct EmuSchedule {
+  enum class Order { kInOrder, kReverse, kShuffle };
+  Order order = Order::kInOrder;
+  std::uint64_t seed = 0;  ///< kShuffle's draws, per block, from this seed
+};
+/// KTUNE_EMU_SCHEDULE: in-order (the default), reverse, or shuffle[:SEED]
+/// (SEED a non-negative integer, default 1); anything else throws
+/// kInvalidInput.
+EmuSchedule emu_schedule();
+
 /// How much a tuning session prints (KTUNE_PRINT, like Triton's
 /// TRITON_PRINT_AUTOTUNING): kQuiet, the result table only; kSummary (the
 /// default), progress and the top configs; kAll, every evaluation as well.

@@ -14,7 +14,7 @@
 namespace kt::emu {
 
 /// Bumped whenever a struct below changes; the runner refuses other modules.
-inline constexpr int kAbiVersion = 1;
+inline constexpr int kAbiVersion = 2;
 inline constexpr int kWarpSize = 32;
 /// Largest per-lane payload of one warp exchange (an mma operand set is 40 bytes).
 inline constexpr unsigned kMaxExchangeBytes = 64;
@@ -69,6 +69,9 @@ struct Thread {
   std::size_t dynamic_smem_bytes;
   unsigned async_group;  ///< id of the open (not yet committed) cp.async group
   unsigned async_count;
+  /// 1: this thread's cp.async copies land when issued; 0: at their covering
+  /// wait (a GPU lands them at any time in between).
+  unsigned char async_early;
   AsyncCopy async[kMaxAsyncCopies];
 };
 

@@ -9,8 +9,12 @@
 // and the lower-indexed element of a packed pair in the low 16 bits. A kernel
 // that places fragments any other way gets a wrong product, as on a GPU.
 // Products are exact in fp32; sums run in fp32 in k order starting from C.
-// cp.async copies are deferred until the wait that covers them, so a missing
-// wait reads stale shared memory here too.
+// A GPU lands a cp.async copy at any time between its issue and the wait
+// that covers it. Here a thread's copies land at one of the two ends
+// (Thread::async_early, set by the runner's schedule): at the wait, so a
+// missing wait reads stale shared memory, or when issued, so a refill that
+// a missing barrier lets overtake another warp's reads of the same stage
+// overwrites them.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -90,9 +94,15 @@ inline void async_complete(Thread* t, unsigned before_group) {
 }
 inline void async_issue(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
   Thread* t = self();
+  if (src_bytes > bytes) src_bytes = bytes;
+  if (t->async_early) {
+    std::memcpy(dst, src, src_bytes);
+    if (bytes > src_bytes) std::memset(static_cast<char*>(dst) + src_bytes, 0, bytes - src_bytes);
+    return;
+  }
   if (t->async_count == kMaxAsyncCopies) async_complete(t, t->async[0].group + 1);
   if (t->async_count == kMaxAsyncCopies) async_complete(t, t->async_group + 1);
-  t->async[t->async_count++] = AsyncCopy{dst, src, bytes, src_bytes > bytes ? bytes : src_bytes, t->async_group};
+  t->async[t->async_count++] = AsyncCopy{dst, src, bytes, src_bytes, t->async_group};
 }
 
 /// ldmatrix: lanes 8i..8i+7 give the row addresses of matrix i (8 rows of 8 b16).
@@ -166,7 +176,7 @@ inline void ldmatrix_x1_trans(unsigned d[1], const void* row) { emu::ldmatrix<1,
 inline void ldmatrix_x2_trans(unsigned d[2], const void* row) { emu::ldmatrix<2, true>(d, row); }
 inline void ldmatrix_x4_trans(unsigned d[4], const void* row) { emu::ldmatrix<4, true>(d, row); }
 
-/// cp.async.{ca,cg}.shared.global: copies complete at the covering cp_async_wait.
+/// cp.async.{ca,cg}.shared.global: copies complete by the covering cp_async_wait.
 inline void cp_async_4(void* smem, const void* gmem) { emu::async_issue(smem, gmem, 4, 4); }
 inline void cp_async_8(void* smem, const void* gmem) { emu::async_issue(smem, gmem, 8, 8); }
 inline void cp_async_16(void* smem, const void* gmem) { emu::async_issue(smem, gmem, 16, 16); }

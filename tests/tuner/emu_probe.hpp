@@ -17,7 +17,9 @@ namespace ktune::test {
 class EmuProbe {
  public:
   /// `body`: kernels written against kt.cuh; `kernels`: their name expressions.
-  EmuProbe(const std::string& body, std::vector<std::string> kernels, unsigned workers = 2) : executor_(workers) {
+  EmuProbe(const std::string& body, std::vector<std::string> kernels, unsigned workers = 2,
+           env::EmuSchedule schedule = env::emu_schedule())
+      : executor_(workers, schedule) {
     templates::Rendered r;
     r.source = "// probe\n" + templates::expand_includes("common/kt.cuh") + body;
     r.kernels = std::move(kernels);

@@ -64,7 +64,7 @@ TEST_CASE("ldmatrix on the GPU follows the layout the emulation implements", "[g
 TEST_CASE("cp.async on the GPU completes groups at the covering wait and zero-fills", "[gpu][matrix]") {
   ktune::test::skip_without_gpu();
   ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
-  matrix::check_cp_async(gpu, false);
+  matrix::check_cp_async(gpu, matrix::InFlight::kEither);
 }
 
 }  // namespace tuner_matrix_gpu_test

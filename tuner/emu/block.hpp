@@ -3,6 +3,7 @@
 // fiber stack pool, and the fault handler that turns a SIGSEGV inside kernel
 // code into an error for the running block.
 #pragma once
+#include <array>
 #include <csetjmp>
 #include <cstddef>
 #include <memory>
@@ -12,6 +13,7 @@
 #include <boost/context/fiber.hpp>
 #include <boost/context/stack_context.hpp>
 
+#include "base/env.hpp"
 #include "templates/common/kt_emu_abi.hpp"
 #include "tuner/emu/grid.hpp"
 
@@ -81,6 +83,9 @@ struct BlockRun {
   unsigned char* dynamic_smem_data = nullptr;
 
   unsigned n = 0;  // threads per block
+  env::EmuSchedule schedule;
+  std::vector<unsigned> warp_order;  // the order a sweep runs the warps in (not kInOrder)
+  std::array<unsigned, kt::emu::kWarpSize> lane_order{};  // and each warp's lanes
   std::vector<Slot> slots;
   std::vector<ctx::fiber> fibers;
   std::vector<WarpState> warps;

@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstring>
 #include <mutex>
+#include <numeric>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -183,9 +185,65 @@ void forget_fibers(BlockRun& b) {
   for (auto& s : b.slots) new (&s.scheduler) detail::ctx::fiber();
 }
 
+// The block's first warp and lane orders; kShuffle draws them, each later
+// sweep's and which threads' cp.async copies land early from the seed and
+// the block's linear index, whichever worker runs the block.
+void start_order(BlockRun& b, std::uint64_t block, std::mt19937_64& rng) {
+  b.warp_order.resize(b.warps.size());
+  std::iota(b.warp_order.begin(), b.warp_order.end(), 0u);
+  std::iota(b.lane_order.begin(), b.lane_order.end(), 0u);
+  switch (b.schedule.order) {
+    case env::EmuSchedule::Order::kInOrder:
+      break;
+    case env::EmuSchedule::Order::kReverse:
+      std::reverse(b.warp_order.begin(), b.warp_order.end());
+      std::reverse(b.lane_order.begin(), b.lane_order.end());
+      break;
+    case env::EmuSchedule::Order::kShuffle:
+      rng.seed(b.schedule.seed * 0x9E3779B97F4A7C15ull + block);
+      std::shuffle(b.warp_order.begin(), b.warp_order.end(), rng);
+      std::shuffle(b.lane_order.begin(), b.lane_order.end(), rng);
+      break;
+  }
+}
+
+// Resumes thread i once it is ready; whether it was.
+bool resume(BlockRun& b, unsigned i) {
+  if (b.slots[i].state != State::kReady) return false;
+  *b.current_slot = &b.slots[i].thread;
+  b.in_fiber = true;
+  b.fibers[i] = std::move(b.fibers[i]).resume();
+  b.in_fiber = false;
+  return true;
+}
+
+// One sweep; whether any thread ran. In order, every ready thread is resumed
+// once, thread 0 first, so the warps advance together, one warp collective
+// at a time. Otherwise warp by warp in the warp order, each warp's ready
+// lanes resumed (in the lane order) until none is: a warp runs on to its next
+// block barrier before the next warp starts, as far ahead of the others as
+// a GPU may let it drift.
+bool sweep(BlockRun& b) {
+  bool progressed = false;
+  if (b.schedule.order == env::EmuSchedule::Order::kInOrder) {
+    for (unsigned i = 0; i < b.n; ++i) progressed |= resume(b, i);
+    return progressed;
+  }
+  for (const unsigned w : b.warp_order)
+    for (bool again = true; again;) {
+      again = false;
+      for (const unsigned lane : b.lane_order)
+        if (const unsigned i = w * 32 + lane; i < b.n) again |= resume(b, i);
+      progressed |= again;
+    }
+  return progressed;
+}
+
 void run_block(BlockRun& b, kt::emu::U3 block_idx) {
   const GridLaunch& l = *b.launch;
   const auto entry = l.module->kernels.at(static_cast<std::size_t>(l.kernel));
+  std::mt19937_64 rng;
+  start_order(b, block_idx.x + std::uint64_t{l.grid[0]} * (block_idx.y + std::uint64_t{l.grid[1]} * block_idx.z), rng);
   for (unsigned i = 0; i < b.n; ++i) {
     Slot& s = b.slots[i];
     kt::emu::Thread& t = s.thread;
@@ -202,6 +260,8 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
     t.dynamic_smem_bytes = l.dynamic_smem;
     t.async_group = 0;
     t.async_count = 0;
+    t.async_early = b.schedule.order == env::EmuSchedule::Order::kReverse ||
+                    (b.schedule.order == env::EmuSchedule::Order::kShuffle && (rng() & 1));
     s.state = State::kReady;
     s.exchange = nullptr;
     b.fibers[i] = detail::ctx::fiber(std::allocator_arg, detail::PoolAllocator{b.stacks},
@@ -225,16 +285,12 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
   detail::current_block() = &b;
   if (sigsetjmp(b.env, 1) == 0) {
     for (;;) {
-      bool progressed = false;
-      for (unsigned i = 0; i < b.n; ++i) {
-        if (b.slots[i].state != State::kReady) continue;
-        *b.current_slot = &b.slots[i].thread;
-        b.in_fiber = true;
-        b.fibers[i] = std::move(b.fibers[i]).resume();
-        b.in_fiber = false;
-        progressed = true;
-      }
+      const bool progressed = sweep(b);
       if (b.done == b.n) break;
+      if (b.schedule.order == env::EmuSchedule::Order::kShuffle) {
+        std::shuffle(b.warp_order.begin(), b.warp_order.end(), rng);
+        std::shuffle(b.lane_order.begin(), b.lane_order.end(), rng);
+      }
       if (!progressed) {
         b.error = describe_deadlock(b);
         forget_fibers(b);
@@ -258,8 +314,9 @@ detail::StackPool& worker_stacks() {
 
 }  // namespace
 
-GridExecutor::GridExecutor(unsigned workers)
-    : pool_(std::make_unique<ThreadPool>(workers ? workers : std::max(1u, std::thread::hardware_concurrency()))) {}
+GridExecutor::GridExecutor(unsigned workers, env::EmuSchedule schedule)
+    : pool_(std::make_unique<ThreadPool>(workers ? workers : std::max(1u, std::thread::hardware_concurrency()))),
+      schedule_(schedule) {}
 
 GridExecutor::~GridExecutor() = default;
 
@@ -296,6 +353,7 @@ GridStats GridExecutor::run(const GridLaunch& launch) {
         b.dynamic_smem_data = reinterpret_cast<unsigned char*>(smem->data());
       }
       b.n = static_cast<unsigned>(threads);
+      b.schedule = schedule_;
       b.slots.resize(b.n);
       b.fibers.resize(b.n);
       b.warps.resize((b.n + 31) / 32);

@@ -4,12 +4,15 @@
 // collective that can never complete (a deadlock on a GPU), an access outside
 // the launch's buffers (guard pages, SIGSEGV), a fiber stack overflow, and
 // __trap() end the launch with an error naming the kernel, block and threads.
+// The order in which a block's threads run between barriers, and when their
+// cp.async copies land, follow an env::EmuSchedule (KTUNE_EMU_SCHEDULE).
 #pragma once
 #include <array>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "base/env.hpp"
 #include "base/thread_pool.hpp"
 #include "tuner/emu/memory.hpp"
 #include "tuner/emu/module.hpp"
@@ -37,8 +40,9 @@ struct GridStats {
 
 class GridExecutor {
  public:
-  /// `workers` OS threads run blocks in parallel; 0 means one per hardware thread.
-  explicit GridExecutor(unsigned workers = 0);
+  /// `workers` OS threads run blocks in parallel; 0 means one per hardware
+  /// thread. `schedule`: the order each block's ready threads are resumed in.
+  explicit GridExecutor(unsigned workers = 0, env::EmuSchedule schedule = env::emu_schedule());
   ~GridExecutor();
   GridExecutor(const GridExecutor&) = delete;
   GridExecutor& operator=(const GridExecutor&) = delete;
@@ -52,6 +56,7 @@ class GridExecutor {
 
  private:
   std::unique_ptr<ThreadPool> pool_;
+  env::EmuSchedule schedule_;
 };
 
 }  // namespace ktune::tuner::emu

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "base/device_limits.hpp"
+#include "base/env.hpp"
 #include "search/pruning.hpp"
 #include "templates/launch.hpp"
 #include "tuner/compile/compiler.hpp"
@@ -30,6 +31,7 @@ namespace ktune::tuner {
 struct EmuOptions {
   unsigned workers = 0;        ///< OS threads running blocks; 0: one per hardware thread
   std::string arch = kDefaultArch;  ///< whose limits the emulated device reports
+  env::EmuSchedule schedule = env::emu_schedule();  ///< the order a block's threads run in
 };
 
 }  // namespace ktune::tuner

@@ -73,7 +73,7 @@ EmuBuffer& emu_buffer(const Buffer& b) {
 class EmuBackend final : public Backend {
  public:
   explicit EmuBackend(EmuOptions options)
-      : device_(DeviceLimits::for_arch(options.arch)), executor_(options.workers),
+      : device_(DeviceLimits::for_arch(options.arch)), executor_(options.workers, options.schedule),
         live_(std::make_shared<LiveBuffers>()) {
     device_.name = "host emulation (" + options.arch + " limits)";
   }

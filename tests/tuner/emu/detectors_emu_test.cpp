@@ -41,8 +41,12 @@ __global__ void k_trap(int* out) {
 enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap };
 
 ktune::test::EmuProbe& probe() {
-  static ktune::test::EmuProbe p(kProbe, {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
-                                          "k_smem_overrun", "k_trap"});
+  // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
+  // thread to fault, thread 0 of the block when every thread does.
+  static ktune::test::EmuProbe p(kProbe,
+                                 {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
+                                  "k_smem_overrun", "k_trap"},
+                                 2, ktune::env::EmuSchedule{});
   return p;
 }
 

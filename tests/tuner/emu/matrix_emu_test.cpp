@@ -39,7 +39,15 @@ TEST_CASE("ldmatrix x1/x2/x4 and .trans follow the PTX layout and feed mma", "[e
 }
 
 TEST_CASE("cp.async completes groups at the covering wait, zero-fills, defers the rest", "[emu]") {
-  matrix::check_cp_async(probe(), true);
+  using Order = ktune::env::EmuSchedule::Order;
+  SECTION("in order: copies land at their wait") {
+    ktune::test::EmuProbe in_order(matrix::kSource, matrix::kKernels, 2, {.order = Order::kInOrder});
+    matrix::check_cp_async(in_order, matrix::InFlight::kNotLanded);
+  }
+  SECTION("reversed: copies land when issued") {
+    ktune::test::EmuProbe reversed(matrix::kSource, matrix::kKernels, 2, {.order = Order::kReverse});
+    matrix::check_cp_async(reversed, matrix::InFlight::kLanded);
+  }
 }
 
 }  // namespace tuner_emu_matrix_emu_test
