@@ -47,6 +47,8 @@ bool no_device();
 ///   kReverse  the last thread first; copies land when issued
 ///   kShuffle  a fresh permutation per block and sweep; each thread's copies
 ///             land when issued or at their wait, drawn per thread
+/// Blocks start in the same kind of order: 0, 1, ...; the last first; or
+/// shuffled.
 struct EmuSchedule {
   enum class Order { kInOrder, kReverse, kShuffle };
   Order order = Order::kInOrder;

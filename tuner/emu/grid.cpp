@@ -307,6 +307,36 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
   b.stacks->reset();
 }
 
+// The k-th block to start, as a linear block index: in order; reversed; or
+// shuffled, through k -> (a k + c) mod total with a coprime to total, a and
+// c drawn from the seed (the workers still run blocks side by side).
+class BlockOrder {
+ public:
+  BlockOrder(const env::EmuSchedule& schedule, long long total) : total_(total), order_(schedule.order) {
+    if (order_ != env::EmuSchedule::Order::kShuffle) return;
+    std::mt19937_64 rng(schedule.seed * 0xD1B54A32D192ED03ull + static_cast<std::uint64_t>(total));
+    std::uniform_int_distribution<long long> pick(0, total - 1);
+    do a_ = pick(rng) | 1;
+    while (std::gcd(a_, total_) != 1);
+    c_ = pick(rng);
+  }
+  long long operator()(long long k) const {
+    switch (order_) {
+      case env::EmuSchedule::Order::kInOrder: return k;
+      case env::EmuSchedule::Order::kReverse: return total_ - 1 - k;
+      case env::EmuSchedule::Order::kShuffle: break;
+    }
+    return static_cast<long long>((static_cast<unsigned __int128>(a_) * static_cast<unsigned __int128>(k) +
+                                   static_cast<unsigned __int128>(c_)) %
+                                  static_cast<unsigned __int128>(total_));
+  }
+
+ private:
+  long long total_;
+  env::EmuSchedule::Order order_;
+  long long a_ = 1, c_ = 0;
+};
+
 detail::StackPool& worker_stacks() {
   static thread_local detail::StackPool pool;
   return pool;
@@ -333,6 +363,7 @@ GridStats GridExecutor::run(const GridLaunch& launch) {
 
   detail::FaultHandlerScope handler;
   std::atomic<long long> next{0};
+  const BlockOrder block_at(schedule_, total);
   std::atomic<bool> abort{false};
   std::mutex mutex;
   std::string error;
@@ -362,8 +393,9 @@ GridStats GridExecutor::run(const GridLaunch& launch) {
         b.warps[w].valid_lanes = lanes == 32 ? ~0u : (1u << lanes) - 1;
       }
       for (;;) {
-        const long long i = next++;
-        if (i >= total || abort) break;
+        const long long k = next++;
+        if (k >= total || abort) break;
+        const long long i = block_at(k);
         const auto gx = static_cast<long long>(launch.grid[0]), gy = static_cast<long long>(launch.grid[1]);
         run_block(b, kt::emu::U3{static_cast<unsigned>(i % gx), static_cast<unsigned>(i / gx % gy),
                                  static_cast<unsigned>(i / (gx * gy))});

@@ -1,9 +1,10 @@
-// The emulation's thread order (KTUNE_EMU_SCHEDULE): a kernel that reads
+// The emulation's thread and block order (KTUNE_EMU_SCHEDULE): a kernel that reads
 // another thread's shared-memory write without a barrier between them passes
 // in one order and fails in another, as it would on a GPU now and then; with
 // its barrier it gives the same result in every order.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 
 #include "tuner/emu_probe.hpp"
@@ -34,13 +35,16 @@ __global__ void k_warp_neighbour(int* out, int salt, int barrier) {
   if (barrier) __syncwarp();
   out[blockIdx.x * blockDim.x + t] = s[lane > 0 ? t - 1 : t];
 }
+__global__ void k_block_sequence(int* out, unsigned* counter) {
+  if (threadIdx.x == 0) out[blockIdx.x + gridDim.x * blockIdx.y] = atomicAdd(counter, 1u);
+}
 )";
 
 constexpr unsigned kBlocks = 8, kThreads = 128;
 
 // Which outputs of a launch of `kernel` differ from what the barrier gives.
 std::vector<unsigned> wrong(const EmuSchedule& schedule, int kernel, int salt, bool barrier) {
-  ktune::test::EmuProbe p(kProbe, {"k_block_neighbour", "k_warp_neighbour"}, 2, schedule);
+  ktune::test::EmuProbe p(kProbe, {"k_block_neighbour", "k_warp_neighbour", "k_block_sequence"}, 2, schedule);
   int* out = p.buffer("out", std::vector<int>(kBlocks * kThreads, -1));
   p.launch(kernel, {kBlocks, 1, 1}, {kThreads, 1, 1}, ArgPack().add(out).add(salt).add(barrier ? 1 : 0));
   std::vector<unsigned> bad;
@@ -95,6 +99,28 @@ TEST_CASE("emulation order: a shuffle repeats with its seed and differs per bloc
     per_block.insert(mine);
   }
   CHECK(per_block.size() == kBlocks);
+}
+
+TEST_CASE("emulation order: blocks start in order, reversed, or in a shuffled order", "[emu]") {
+  // One worker, so the sequence each block draws is the order blocks start in.
+  const auto sequence = [](const EmuSchedule& schedule) {
+    ktune::test::EmuProbe p(kProbe, {"k_block_neighbour", "k_warp_neighbour", "k_block_sequence"}, 1, schedule);
+    int* out = p.buffer("out", std::vector<int>(60, -1));
+    unsigned* counter = p.buffer("counter", std::vector<unsigned>{0});
+    p.launch(2, {12, 5, 1}, {64, 1, 1}, ArgPack().add(out).add(counter));
+    return p.read(out, 60);
+  };
+  std::vector<int> in_order(60), reversed(60);
+  for (int i = 0; i < 60; ++i) in_order[i] = i, reversed[i] = 59 - i;
+  CHECK(sequence(kInOrder) == in_order);
+  CHECK(sequence(kReverse) == reversed);
+  const auto shuffled = sequence(kShuffle);
+  CHECK(std::set<int>(shuffled.begin(), shuffled.end()).size() == 60);  // every block ran once
+  CHECK(*std::min_element(shuffled.begin(), shuffled.end()) == 0);
+  CHECK(*std::max_element(shuffled.begin(), shuffled.end()) == 59);
+  CHECK(shuffled != in_order);
+  CHECK(shuffled != reversed);
+  CHECK(shuffled == sequence(kShuffle));
 }
 
 }  // namespace tuner_emu_schedule_emu_test
