@@ -86,6 +86,48 @@ inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   __builtin_unreachable();
 }
 inline void __nanosleep(unsigned) {}
+
+// ---- misaligned accesses -----------------------------------------------------------
+// The module is compiled with -fsanitize=alignment and no sanitizer runtime:
+// a load or store through a pointer not aligned to its type (a float4 read
+// from an address that is not a multiple of 16) calls the hook below, which
+// ends the block with an error, as a GPU ends the kernel with "misaligned
+// address". The structs mirror the compiler's (UBSan's) descriptors.
+namespace kt::emu::ubsan {
+struct SourceLocation {
+  const char* file;
+  unsigned line, column;
+};
+struct TypeDescriptor {
+  unsigned short kind, info;
+  char name[1];
+};
+struct TypeMismatch {
+  SourceLocation location;
+  const TypeDescriptor* type;
+  unsigned char log_alignment, check_kind;
+};
+[[noreturn]] inline void misaligned(const TypeMismatch* data, unsigned long address) {
+  static const char* const kKinds[] = {"load of", "store to", "reference to", "member access within"};
+  char message[512];
+  __builtin_snprintf(message, sizeof message,
+                     "misaligned %s %s at address 0x%lx, which needs %lu-byte alignment (%s:%u:%u); "
+                     "a GPU ends the kernel with 'misaligned address'",
+                     data->check_kind < 4 ? kKinds[data->check_kind] : "access to", data->type->name, address,
+                     1ul << data->log_alignment, data->location.file, data->location.line, data->location.column);
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->fail(t, message);
+  __builtin_unreachable();
+}
+}  // namespace kt::emu::ubsan
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismatch_v1(
+    ::kt::emu::ubsan::TypeMismatch* data, unsigned long address) {
+  ::kt::emu::ubsan::misaligned(data, address);
+}
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismatch_v1_abort(
+    ::kt::emu::ubsan::TypeMismatch* data, unsigned long address) {
+  ::kt::emu::ubsan::misaligned(data, address);
+}
 inline long long clock64() {
   static thread_local long long ticks = 0;
   return ticks += 1000;

@@ -24,7 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kFlags = "-x c++ -std=c++20 -O1 -fPIC -shared -fvisibility=hidden -w";
+// -fsanitize=alignment: a misaligned access reaches kt_emu.hpp's hook (no
+// sanitizer runtime is used) and fails the block, as a GPU would fault.
+constexpr const char* kFlags = "-x c++ -std=c++20 -O1 -fPIC -shared -fvisibility=hidden -w -fsanitize=alignment";
 
 /// Runs `command` through the shell; returns its exit status and output.
 int run_capture(const std::string& command, std::string& output) {

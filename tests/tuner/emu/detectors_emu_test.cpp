@@ -1,7 +1,7 @@
 // Errors a GPU would hide or crash on become clear emulation errors, and the
 // process goes on: a barrier not every thread reaches, a warp collective
 // whose lanes never all arrive, out-of-bounds accesses to argument buffers
-// and to dynamic shared memory, __trap().
+// and to dynamic shared memory, misaligned vector loads, __trap().
 #include <catch2/catch.hpp>
 
 #include "tuner/emu_probe.hpp"
@@ -36,16 +36,20 @@ __global__ void k_trap(int* out) {
   if (threadIdx.x == 3) __trap();
   out[threadIdx.x] = 1;
 }
+__global__ void k_misaligned(float* out, const float* in, int offset) {
+  const float4 v = reinterpret_cast<const float4*>(in + offset)[threadIdx.x];
+  out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
 )";
 
-enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap };
+enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
   // thread to fault, thread 0 of the block when every thread does.
   static ktune::test::EmuProbe p(kProbe,
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
-                                  "k_smem_overrun", "k_trap"},
+                                  "k_smem_overrun", "k_trap", "k_misaligned"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -111,6 +115,19 @@ TEST_CASE("__trap ends the launch with an error", "[emu]") {
   int* out = p.buffer("out", std::vector<int>(32));
   const auto error = p.launch_error(kTrap, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out));
   CHECK(error == "emulation: __trap() called (kernel k_trap, block (0,0,0), thread (3,0,0))");
+}
+
+TEST_CASE("a vector load from a misaligned address is reported, as a GPU faults on it", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("out", std::vector<float>(32));
+  const float* in = p.buffer("in", std::vector<float>(132, 1.0f));
+  REQUIRE(p.launch_error(kMisaligned, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out).add(in).add(4)).empty());
+  CHECK(p.read(out, 32) == std::vector<float>(32, 4.0f));
+  const auto error = p.launch_error(kMisaligned, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out).add(in).add(1));
+  INFO(error);
+  CHECK_THAT(error, Catch::StartsWith("emulation: misaligned ") && Catch::Contains(" float4' at address 0x"));
+  CHECK_THAT(error, Catch::Contains("which needs 16-byte alignment (rendered.cu:"));
+  CHECK_THAT(error, Catch::Contains("(kernel k_misaligned, block (0,0,0), thread (0,0,0))"));
 }
 
 }  // namespace tuner_emu_detectors_emu_test
