@@ -94,6 +94,14 @@ inline void async_complete(Thread* t, unsigned before_group) {
 }
 inline void async_issue(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
   Thread* t = self();
+  if ((reinterpret_cast<unsigned long>(dst) | reinterpret_cast<unsigned long>(src)) % bytes != 0) {
+    char message[256];
+    __builtin_snprintf(message, sizeof message,
+                       "cp.async of %u bytes from %p to %p: both addresses must be %u-byte aligned; "
+                       "a GPU ends the kernel with 'misaligned address'",
+                       bytes, src, dst, bytes);
+    t->host->fail(t, message);
+  }
   if (src_bytes > bytes) src_bytes = bytes;
   if (t->async_early) {
     std::memcpy(dst, src, src_bytes);

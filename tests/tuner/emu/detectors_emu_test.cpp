@@ -1,7 +1,8 @@
 // Errors a GPU would hide or crash on become clear emulation errors, and the
 // process goes on: a barrier not every thread reaches, a warp collective
 // whose lanes never all arrive, out-of-bounds accesses to argument buffers
-// and to dynamic shared memory, misaligned vector loads, __trap().
+// and to dynamic shared memory, misaligned vector loads and cp.async copies,
+// __trap().
 #include <catch2/catch.hpp>
 
 #include "tuner/emu_probe.hpp"
@@ -40,16 +41,23 @@ __global__ void k_misaligned(float* out, const float* in, int offset) {
   const float4 v = reinterpret_cast<const float4*>(in + offset)[threadIdx.x];
   out[threadIdx.x] = v.x + v.y + v.z + v.w;
 }
+__global__ void k_misaligned_copy(float* out, const float* in, int offset) {
+  __shared__ __align__(16) float s[128];
+  kt::cp_async_16(s + 4 * threadIdx.x, in + offset + 4 * threadIdx.x);
+  kt::cp_async_commit();
+  kt::cp_async_wait_all();
+  out[threadIdx.x] = s[4 * threadIdx.x];
+}
 )";
 
-enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned };
+enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
   // thread to fault, thread 0 of the block when every thread does.
   static ktune::test::EmuProbe p(kProbe,
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
-                                  "k_smem_overrun", "k_trap", "k_misaligned"},
+                                  "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -128,6 +136,21 @@ TEST_CASE("a vector load from a misaligned address is reported, as a GPU faults 
   CHECK_THAT(error, Catch::StartsWith("emulation: misaligned ") && Catch::Contains(" float4' at address 0x"));
   CHECK_THAT(error, Catch::Contains("which needs 16-byte alignment (rendered.cu:"));
   CHECK_THAT(error, Catch::Contains("(kernel k_misaligned, block (0,0,0), thread (0,0,0))"));
+}
+
+TEST_CASE("a cp.async from a misaligned address is reported", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("out", std::vector<float>(32));
+  std::vector<float> values(132);
+  for (int i = 0; i < 132; ++i) values[i] = static_cast<float>(i);
+  const float* in = p.buffer("in", values);
+  REQUIRE(p.launch_error(kMisalignedCopy, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out).add(in).add(4)).empty());
+  CHECK(p.read(out, 32)[31] == 128.0f);
+  const auto error = p.launch_error(kMisalignedCopy, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out).add(in).add(2));
+  INFO(error);
+  CHECK_THAT(error, Catch::StartsWith("emulation: cp.async of 16 bytes from 0x"));
+  CHECK_THAT(error, Catch::Contains("both addresses must be 16-byte aligned"));
+  CHECK_THAT(error, Catch::Contains("(kernel k_misaligned_copy, block (0,0,0), thread (0,0,0))"));
 }
 
 }  // namespace tuner_emu_detectors_emu_test
