@@ -81,6 +81,7 @@ struct BlockRun {
   kt::emu::Thread** current_slot = nullptr;
   const Region* dynamic_smem = nullptr;
   unsigned char* dynamic_smem_data = nullptr;
+  unsigned char* static_smem = nullptr;  // the module's thread-local block on this worker (Module::thread_block)
 
   unsigned n = 0;  // threads per block
   env::EmuSchedule schedule;

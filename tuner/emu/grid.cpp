@@ -280,7 +280,12 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
   b.arrived = 0;
   b.generation = 0;
   b.counts[0] = b.counts[1] = 0;
-  if (b.dynamic_smem_data) std::memset(b.dynamic_smem_data, 0xff, l.dynamic_smem);  // NaN: reads before writes show
+  // NaN bytes, as a GPU leaves no value behind: a read before a write shows,
+  // in dynamic shared memory and in the static __shared__ variables (the
+  // module's thread-local block on this worker; the running-thread slot in
+  // it is set again before each resume).
+  if (b.dynamic_smem_data) std::memset(b.dynamic_smem_data, 0xff, l.dynamic_smem);
+  if (b.static_smem) std::memset(b.static_smem, 0xff, l.module->tls_bytes);
 
   detail::current_block() = &b;
   if (sigsetjmp(b.env, 1) == 0) {
@@ -377,7 +382,8 @@ GridStats GridExecutor::run(const GridLaunch& launch) {
       BlockRun b;
       b.launch = &launch;
       b.stacks = &worker_stacks();
-      b.current_slot = launch.module->current_slot();
+      b.current_slot = launch.module->current_slot();  // which also gives this worker its thread-local block
+      b.static_smem = launch.module->thread_block();
       if (launch.dynamic_smem) {
         smem = std::make_unique<GuardedBuffer>("dynamic shared memory", launch.dynamic_smem);
         b.dynamic_smem = &smem->region();

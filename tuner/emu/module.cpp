@@ -1,6 +1,7 @@
 #include "tuner/emu/module.hpp"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -63,6 +64,25 @@ std::string log_head(const std::string& log, std::size_t max_lines = 12) {
   return pos == std::string::npos ? log : log.substr(0, pos) + "...";
 }
 
+// The size of the thread-local block (PT_TLS) of the object loaded at
+// `base`; 0 when it has none.
+std::size_t tls_size(std::uintptr_t base) {
+  struct Search {
+    std::uintptr_t base;
+    std::size_t bytes = 0;
+  } search{base};
+  ::dl_iterate_phdr(
+      [](dl_phdr_info* info, std::size_t, void* data) {
+        auto* s = static_cast<Search*>(data);
+        if (info->dlpi_addr != s->base) return 0;
+        for (int i = 0; i < info->dlpi_phnum; ++i)
+          if (info->dlpi_phdr[i].p_type == PT_TLS) s->bytes = info->dlpi_phdr[i].p_memsz;
+        return 1;
+      },
+      &search);
+  return search.bytes;
+}
+
 std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rendered& rendered, std::string* why) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
@@ -71,6 +91,9 @@ std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rende
   }
   auto module = std::make_shared<Module>();
   module->path = path.string();
+  module->handle = handle;
+  if (link_map* map = nullptr; ::dlinfo(handle, RTLD_DI_LINKMAP, &map) == 0 && map)
+    module->tls_bytes = tls_size(map->l_addr);
   module->kernel_names = rendered.kernels;
   auto version = reinterpret_cast<kt::emu::AbiVersionFn>(::dlsym(handle, "kt_emu_abi_version"));
   module->current_slot = reinterpret_cast<kt::emu::CurrentSlotFn>(::dlsym(handle, "kt_emu_current_slot"));
@@ -115,6 +138,12 @@ std::string emulation_source(const templates::Rendered& rendered) {
     s += fmt::format("KT_EMU_EXPORT void kt_emu_kernel_{}(void** args) {{ ::kt::emu::invoke(&{}, args); }}\n", i,
                      rendered.kernels[i]);
   return s;
+}
+
+unsigned char* Module::thread_block() const {
+  void* block = nullptr;
+  if (!handle || tls_bytes == 0 || ::dlinfo(handle, RTLD_DI_TLS_DATA, &block) != 0) return nullptr;
+  return static_cast<unsigned char*>(block);
 }
 
 std::string emulation_compile_options() { return env::host_cxx() + " " + kFlags; }

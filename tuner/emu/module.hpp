@@ -20,6 +20,13 @@ struct Module {
   std::vector<kt::emu::KernelEntryFn> kernels;        ///< trampolines
   kt::emu::CurrentSlotFn current_slot = nullptr;      ///< per-OS-thread "running thread" slot
   bool from_cache = false;                            ///< loaded without compiling
+  void* handle = nullptr;                             ///< dlopen's
+  std::size_t tls_bytes = 0;                          ///< its thread-local block: static __shared__ and the slot
+
+  /// The calling OS thread's copy of the module's thread-local block (its
+  /// static __shared__ variables and the running-thread slot), tls_bytes
+  /// long; null before the thread first touched it (current_slot() does).
+  unsigned char* thread_block() const;
 };
 
 /// The full host translation unit for `rendered`: what is hashed and compiled.

@@ -2,8 +2,10 @@
 // process goes on: a barrier not every thread reaches, a warp collective
 // whose lanes never all arrive, out-of-bounds accesses to argument buffers
 // and to dynamic shared memory, misaligned vector loads and cp.async copies,
-// __trap().
+// __trap(); and shared memory starts every block as NaN bytes.
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
 
 #include "tuner/emu_probe.hpp"
 
@@ -41,6 +43,12 @@ __global__ void k_misaligned(float* out, const float* in, int offset) {
   const float4 v = reinterpret_cast<const float4*>(in + offset)[threadIdx.x];
   out[threadIdx.x] = v.x + v.y + v.z + v.w;
 }
+__global__ void k_static_smem(float* out, int write) {
+  __shared__ float s[64];
+  if (write) s[threadIdx.x] = 1.0f + blockIdx.x;
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s[threadIdx.x];
+}
 __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
   __shared__ __align__(16) float s[128];
   kt::cp_async_16(s + 4 * threadIdx.x, in + offset + 4 * threadIdx.x);
@@ -50,14 +58,15 @@ __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
 }
 )";
 
-enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy };
+enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
   // thread to fault, thread 0 of the block when every thread does.
   static ktune::test::EmuProbe p(kProbe,
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
-                                  "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy"},
+                                  "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy",
+                                  "k_static_smem"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -116,6 +125,20 @@ TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu
   CHECK(error.find("out-of-bounds write in kernel k_smem_overrun") != std::string::npos);
   CHECK(error.find("of dynamic shared memory (128 bytes)") != std::string::npos);
   CHECK(p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 64 * sizeof(float)).empty());
+}
+
+TEST_CASE("static __shared__ variables start every block as NaN bytes, not as the last block left them", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("out", std::vector<float>(8 * 64, 0.0f));
+  REQUIRE(p.launch_error(kStaticSmem, {8, 1, 1}, {64, 1, 1}, ArgPack().add(out).add(1)).empty());
+  for (int b = 0; b < 8; ++b) CHECK(p.read(out, 8 * 64)[b * 64 + 5] == 1.0f + b);
+  // Blocks that read without writing see no earlier block's values.
+  REQUIRE(p.launch_error(kStaticSmem, {8, 1, 1}, {64, 1, 1}, ArgPack().add(out).add(0)).empty());
+  for (const float v : p.read(out, 8 * 64)) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    CHECK(bits == 0xffffffffu);
+  }
 }
 
 TEST_CASE("__trap ends the launch with an error", "[emu]") {
