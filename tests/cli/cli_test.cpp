@@ -54,6 +54,15 @@ TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]")
   CHECK(run_ktune("frobnicate", &out) == 2);
 }
 
+TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE stops an emulated run in one line, exit 2", "[cli]") {
+  std::string out;
+  CHECK(run_command("KTUNE_EMU_SCHEDULE=sideways " + ktune_exe().string() +
+                        " run --backend emu --family adamw --problem "
+                        "'{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,\"numel\":64}}'",
+                    &out) == 2);
+  CHECK(out == "ktune: KTUNE_EMU_SCHEDULE must be in-order, reverse or shuffle[:SEED], got 'sideways'\n");
+}
+
 TEST_CASE("CLI: without a device, GPU commands say so in one line and exit 2", "[cli]") {
   std::string out;
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " devices", &out) == 2);
