@@ -40,8 +40,8 @@ __global__ void k_trap(int* out) {
   out[threadIdx.x] = 1;
 }
 __global__ void k_misaligned(float* out, const float* in, int offset) {
-  const float4 v = reinterpret_cast<const float4*>(in + offset)[threadIdx.x];
-  out[threadIdx.x] = v.x + v.y + v.z + v.w;
+  const float4* v = reinterpret_cast<const float4*>(in + offset) + threadIdx.x;
+  out[threadIdx.x] = v->x + v->y + v->z + v->w;  // member accesses: g++ and clang++ check these
 }
 __global__ void k_static_smem(float* out, int write) {
   __shared__ float s[64];
