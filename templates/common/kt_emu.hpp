@@ -88,11 +88,13 @@ inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __nanosleep(unsigned) {}
 
 // ---- misaligned accesses -----------------------------------------------------------
-// The module is compiled with -fsanitize=alignment and no sanitizer runtime:
-// a load or store through a pointer not aligned to its type (a float4 read
-// from an address that is not a multiple of 16) calls the hook below, which
-// ends the block with an error, as a GPU ends the kernel with "misaligned
-// address". The structs mirror the compiler's (UBSan's) descriptors.
+// The module is compiled with -fsanitize=alignment: a load or store through
+// a pointer not aligned to its type (a float4 read from an address that is
+// not a multiple of 16) calls the hook below, defined here in place of the
+// sanitizer runtime's (g++ still links libubsan; its handler is never
+// called), which ends the block with an error, as a GPU ends the kernel with
+// "misaligned address". The structs mirror the compiler's (UBSan's)
+// descriptors.
 namespace kt::emu::ubsan {
 struct SourceLocation {
   const char* file;

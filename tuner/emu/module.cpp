@@ -25,8 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// -fsanitize=alignment: a misaligned access reaches kt_emu.hpp's hook (no
-// sanitizer runtime is used) and fails the block, as a GPU would fault.
+// -fsanitize=alignment: a misaligned access reaches kt_emu.hpp's own hook
+// (never the sanitizer runtime's) and fails the block, as a GPU would fault.
 constexpr const char* kFlags = "-x c++ -std=c++20 -O1 -fPIC -shared -fvisibility=hidden -w -fsanitize=alignment";
 
 /// Runs `command` through the shell; returns its exit status and output.
