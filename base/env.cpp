@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <thread>
 
@@ -84,12 +85,9 @@ EmuSchedule emu_schedule() {
   if (v == "reverse") return {.order = EmuSchedule::Order::kReverse};
   if (v == "shuffle") return {.order = EmuSchedule::Order::kShuffle, .seed = 1};
   if (v.rfind("shuffle:", 0) == 0) {
-    const std::string digits = v.substr(8);
-    char* end = nullptr;
-    errno = 0;
-    const unsigned long long seed = std::strtoull(digits.c_str(), &end, 10);
-    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos && *end == '\0' &&
-        errno == 0)
+    std::uint64_t seed = 0;
+    const char* last = v.data() + v.size();
+    if (const auto [end, ec] = std::from_chars(v.data() + 8, last, seed); ec == std::errc() && end == last)
       return {.order = EmuSchedule::Order::kShuffle, .seed = seed};
   }
   throw_error(ErrorKind::kInvalidInput,
