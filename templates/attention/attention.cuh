@@ -13,9 +13,11 @@
 // WARPS warps owns BLOCK_M / WARPS of them (one or two m16 tiles). The block
 // walks the keys in tiles of BLOCK_N: K and V tiles land in shared memory by
 // cp.async, STAGES tiles in flight, and each warp computes S = Q K^T for its
-// rows in registers, updates its running row max and sum (online softmax),
-// converts P = exp(S - max) to T (tf32) in registers and adds P V into its
-// O accumulator. The (seq, seq) score matrix never exists in memory.
+// rows in registers (Q's fragments held in registers for the whole walk, or
+// re-read from the Q tile for every key tile: Q_REGS), updates its running
+// row max and sum (online softmax), converts P = exp(S - max) to T (tf32)
+// in registers and adds P V into its O accumulator. The (seq, seq) score
+// matrix never exists in memory.
 //
 // Shared memory (dynamic, kt::dynamic_shared): the Q tile, then STAGES K
 // tiles, then STAGES V tiles, each row HEAD_DIM elements in 16-byte chunks
@@ -42,6 +44,7 @@ template <int HEAD_DIM,  // 16, 32, 64, 80 or 128: set by the problem
           int WARPS,     // warps per block, BLOCK_M / WARPS rows each: more warps vs more rows (registers) per warp
           int STAGES,    // K/V tiles in flight: load latency hidden vs shared memory
           int LAYOUT,    // K/V tile layout: 0 padded rows (more shared memory), 1 XOR-swizzled chunks (packed)
+          bool Q_REGS,   // Q's A fragments: loaded once into registers, or re-read from shared memory per key tile
           bool CAUSAL,   // key j > query i masked: set by the problem
           class T>       // __nv_bfloat16, __half, or float (tf32 matrix units)
 __global__ void __launch_bounds__(WARPS * 32, 1)
@@ -99,7 +102,24 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     kt::cp_async_commit();
   }
 
-  unsigned qf[MT][KSTEPS][4];  // A fragments of the warp's Q rows, loaded once
+  // A fragments of the warp's Q rows: every k step's, loaded once (Q_REGS),
+  // or one k step's at a time, re-read from the Q tile for every key tile.
+  constexpr int QF = Q_REGS ? KSTEPS : 1;
+  unsigned qf[MT][QF][4];
+  const auto load_q = [&](unsigned (&a)[4], int mt, int ks) {
+    if constexpr (TF32) {
+      // a0..a3: (row g, column t), (g + 8, t), (g, t + 4), (g + 8, t + 4) of the m16 x k8 tile.
+      const int row = warp_row0 + mt * 16 + g, col = ks * 8 + t;
+      a[0] = kt::float_to_tf32(sq[Layout::offset(row, col)]);
+      a[1] = kt::float_to_tf32(sq[Layout::offset(row + 8, col)]);
+      a[2] = kt::float_to_tf32(sq[Layout::offset(row, col + 4)]);
+      a[3] = kt::float_to_tf32(sq[Layout::offset(row + 8, col + 4)]);
+    } else {
+      // Matrices: rows 0-7 / 8-15 of the m16 tile, columns ks*16 + 0 / + 8.
+      const int row = warp_row0 + mt * 16 + lane % 8 + 8 * (lane / 8 % 2);
+      kt::ldmatrix_x4(a, sq + Layout::offset(row, ks * 16 + 8 * (lane / 16)));
+    }
+  };
   float acc[MT][DT][4];        // O accumulator: row g (elements 0, 1) and g + 8 (2, 3) of each m16 tile
   float row_max[MT][2];        // running max of the raw scores of rows g and g + 8
   float row_sum[MT][2];        // this lane's part of the running sum of exp(scale * (score - max))
@@ -127,24 +147,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     kt::cp_async_wait<STAGES - 1>();  // tile n (and, for n = 0, Q) has landed
     __syncthreads();
 
-    if (n == 0) {
+    if (Q_REGS && n == 0) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int ks = 0; ks < KSTEPS; ++ks) {
-          if constexpr (TF32) {
-            // a0..a3: (row g, column t), (g + 8, t), (g, t + 4), (g + 8, t + 4) of the m16 x k8 tile.
-            const int row = warp_row0 + mt * 16 + g, col = ks * 8 + t;
-            qf[mt][ks][0] = kt::float_to_tf32(sq[Layout::offset(row, col)]);
-            qf[mt][ks][1] = kt::float_to_tf32(sq[Layout::offset(row + 8, col)]);
-            qf[mt][ks][2] = kt::float_to_tf32(sq[Layout::offset(row, col + 4)]);
-            qf[mt][ks][3] = kt::float_to_tf32(sq[Layout::offset(row + 8, col + 4)]);
-          } else {
-            // Matrices: rows 0-7 / 8-15 of the m16 tile, columns ks*16 + 0 / + 8.
-            const int row = warp_row0 + mt * 16 + lane % 8 + 8 * (lane / 8 % 2);
-            kt::ldmatrix_x4(qf[mt][ks], sq + Layout::offset(row, ks * 16 + 8 * (lane / 16)));
-          }
-        }
+        for (int ks = 0; ks < QF; ++ks) load_q(qf[mt][ks], mt, ks);
     }
     const T* skt = sk + n % STAGES * TILE_KV;
     const T* svt = sv + n % STAGES * TILE_KV;
@@ -159,7 +166,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 #pragma unroll
         for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
 #pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks)
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      if constexpr (!Q_REGS) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) load_q(qf[mt][0], mt, ks);
+      }
+      const int qs = Q_REGS ? ks : 0;
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         unsigned kf[4];  // B fragments of key tiles 2 np (kf[0..1]) and 2 np + 1 (kf[2..3])
@@ -178,10 +190,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          Mma<T>::run(s[mt][2 * np], qf[mt][ks], kf);
-          Mma<T>::run(s[mt][2 * np + 1], qf[mt][ks], kf + 2);
+          Mma<T>::run(s[mt][2 * np], qf[mt][qs], kf);
+          Mma<T>::run(s[mt][2 * np + 1], qf[mt][qs], kf + 2);
         }
       }
+    }
 
     // Masks: keys past the sequence (the ragged last tile) and, under a
     // causal mask, keys after the query (tiles that reach past the block's first row).

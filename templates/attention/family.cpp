@@ -33,17 +33,20 @@ bool reject(std::string* why, std::string reason) {
 std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.at("warps")); }
 
 /// Registers per thread besides kBaseRegisters: per m16 tile of the warp,
-/// Q's A fragments, the score tile, the O accumulator and the row
-/// statistics; K's B fragments of a tile, of which ptxas keeps about 3/8
-/// live at once; the addresses of the 16-byte copies each thread starts per
-/// tile (unrolled); and 20 more in 2-warp blocks, whose long copy loops
-/// ptxas keeps more of. Fitted to NVRTC's counts (sm_80 and sm_90, every
-/// head dim and dtype): within about 30 of them, and over the whole space
-/// for the problem classes no config it admits spills.
+/// Q's A fragments (every k step's when kept in registers, else the one
+/// being used), the score tile, the O accumulator and the row statistics;
+/// K's B fragments of a tile, of which ptxas keeps about 3/8 live at once;
+/// the addresses of the 16-byte copies each thread starts per tile
+/// (unrolled); and 20 more in 2-warp blocks, whose long copy loops ptxas
+/// keeps more of. Fitted to NVRTC's counts (sm_80 and sm_90, every head dim
+/// and dtype, Q in registers or not): from about 40 under them to 80 over
+/// (over where registers are few), and over the whole space for the problem
+/// classes no config it admits spills.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n"), e = element_bytes(p), warps = c.at("warps");
   const std::int64_t copies = (c.at("block_m") + 2 * bn) * (d * e / 16) / (32 * warps);
-  return tiles_per_warp(c) * (d * e / 8 + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + 3 * copies / 2 +
+  const std::int64_t q_fragments = c.at("q_regs") ? d * e / 8 : 4;
+  return tiles_per_warp(c) * (q_fragments + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + 3 * copies / 2 +
          (warps == 2 ? 20 : 0);
 }
 
@@ -64,7 +67,10 @@ class Forward final : public TypedFamily<ForwardArgs> {
                 {"stages", {1, 2, 3}, "K/V tiles in flight: load latency hidden vs shared memory"},
                 {"kv_layout", {0, 1},
                  "shared-memory rows: 0 padded by 16 bytes (conflict-free, more memory), 1 XOR-swizzled (packed; "
-                 "conflict-free when head_dim is a multiple of 64)"}}) {}
+                 "conflict-free when head_dim is a multiple of 64)"},
+                {"q_regs", {0, 1},
+                 "Q's fragments: 1 loaded once into registers (no shared-memory reads for Q) vs 0 re-read from "
+                 "shared memory per key tile (registers left for two m16 tiles per warp or wider key tiles)"}}) {}
 
   std::string name() const override { return "attention_fwd"; }
   std::string summary() const override {
@@ -87,7 +93,8 @@ class Forward final : public TypedFamily<ForwardArgs> {
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
     for (const std::int64_t block_n : {64, 32, 16}) {
-      const Config c({{"block_m", 64}, {"block_n", block_n}, {"warps", 4}, {"stages", 2}, {"kv_layout", 0}});
+      const Config c({{"block_m", 64}, {"block_n", block_n}, {"warps", 4}, {"stages", 2}, {"kv_layout", 0},
+                      {"q_regs", 1}});
       if ((block_n < 64 || p.dim("head_dim") <= 64) && is_valid(c, p, any, nullptr)) return c;
     }
     throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
@@ -121,11 +128,12 @@ class Forward final : public TypedFamily<ForwardArgs> {
   }
 
   Rendered render(const Config& c, const Problem& p) const override {
-    return render_template(kTemplate,
-                           {fmt::format("attention::attention_fwd<{}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
-                                        c.at("block_m"), c.at("block_n"), c.at("warps"), c.at("stages"),
-                                        c.at("kv_layout"), p.dim("causal") ? "true" : "false", element_type(p))},
-                           name());
+    return render_template(
+        kTemplate,
+        {fmt::format("attention::attention_fwd<{}, {}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
+                     c.at("block_m"), c.at("block_n"), c.at("warps"), c.at("stages"), c.at("kv_layout"),
+                     c.at("q_regs") ? "true" : "false", p.dim("causal") ? "true" : "false", element_type(p))},
+        name());
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {

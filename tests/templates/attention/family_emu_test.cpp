@@ -5,7 +5,8 @@
 // head_dim) layout and rows strided as in a fused QKV buffer, with padding
 // the kernel must never read and never write; other scales; and the
 // pipeline and layout variants (one to three stages, padded and swizzled
-// tiles, one and two m16 tiles per warp, 16- to 128-key tiles); f32 inputs
+// tiles, one and two m16 tiles per warp, 16- to 128-key tiles, Q's fragments
+// kept in registers or re-read from shared memory); f32 inputs
 // on the tf32 path; grouped- and multi-query attention.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -32,9 +33,9 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool
                  {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
 }
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
-              std::int64_t kv_layout) {
+              std::int64_t kv_layout, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}});
 }
 
 /// How q, k, v and o lie in memory.
@@ -229,6 +230,11 @@ TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps p
       {config(32, 64, 2, 2, 1), problem("f16", 100, 80, true)},
       // head_dim 128, swizzled, two stages with 16-key tiles
       {config(64, 16, 4, 2, 1), problem("bf16", 45, 128, false)},
+      // Q re-read from shared memory per key tile: two m16 tiles per warp at head_dim 128, causal and ragged
+      {config(128, 16, 4, 2, 0, 0), problem("bf16", 200, 128, true)},
+      // ... swizzled, one stage, at head_dim 80 (five k steps) and 16
+      {config(64, 32, 2, 1, 1, 0), problem("f16", 77, 80, false)},
+      {config(32, 16, 2, 3, 1, 0), problem("bf16", 45, 16, true)},
   };
   for (const auto& [c, p] : cases) {
     check_layout(c, p, Layout::kBSHD);
@@ -247,6 +253,8 @@ TEST_CASE("attention_fwd: f32 inputs on the tf32 matrix units, ragged and stride
   check_layout(forward_family().default_config(problem("f32", 45, 128, false)), problem("f32", 45, 128, false),
                Layout::kBSHD);
   check_layout(config(64, 16, 2, 1, 1), problem("f32", 33, 16, true), Layout::kBSHD);
+  // Q's tf32 fragments re-read from shared memory per key tile
+  check_layout(config(64, 16, 2, 2, 0, 0), problem("f32", 70, 64, true), Layout::kBHSD);
 }
 
 TEST_CASE("attention_fwd: grouped-query attention, K and V heads shared by query heads", "[attention][emu]") {

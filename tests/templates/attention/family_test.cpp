@@ -23,9 +23,9 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std:
   return Problem{dtype, {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
 }
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
-              std::int64_t kv_layout = 0) {
+              std::int64_t kv_layout = 0, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -79,8 +79,8 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
 
 TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   const Family& f = forward_family();
-  CHECK(f.space().size() == 3 * 4 * 3 * 3 * 2);
-  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout"})
+  CHECK(f.space().size() == 3 * 4 * 3 * 3 * 2 * 2);
+  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   // One class per head dim, both dtypes, both masks, ragged lengths.
   std::set<std::int64_t> head_dims, causal;
@@ -109,6 +109,9 @@ TEST_CASE("attention_fwd constraints reject configs before compiling, saying why
   // Registers: 64-key tiles with two m16 tiles per warp at head_dim 128 would spill; one tile per warp fits.
   CHECK_THAT(why_invalid(config(128, 64, 4, 2), problem("bf16", 1024, 128)), Catch::Contains("it would spill"));
   CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 128), sm90));
+  // Q's fragments re-read from shared memory leave registers for two m16 tiles per warp at head_dim 128.
+  CHECK_THAT(why_invalid(config(128, 16, 4, 2, 0, 1), problem("bf16", 1024, 128)), Catch::Contains("it would spill"));
+  CHECK(f.is_valid(config(128, 16, 4, 2, 0, 0), problem("bf16", 1024, 128), sm90));
   CHECK_THAT(why_invalid(config(64, 128, 4, 1), problem("bf16", 1024, 128)), Catch::Contains("registers"));
   // Shared memory: (128 + 2 * 3 * 128) padded rows of 88 elements = 154 KB fit an A100's 163 KB, not an
   // RTX 4090's 99 KB; (64 + 2 * 3 * 64) * 136 * 2 = 119 KB likewise.
@@ -155,13 +158,13 @@ TEST_CASE("attention_fwd rendering: tunables, head dim, mask and dtype are templ
   const Family& f = forward_family();
   const Rendered r = f.render(config(128, 32, 4, 3, 1), problem("bf16", 70, 80, 1));
   REQUIRE(r.kernels.size() == 1);
-  CHECK(r.kernels[0] == "attention::attention_fwd<80, 128, 32, 4, 3, 1, true, __nv_bfloat16>");
-  CHECK(r.source.find("attention_fwd<80, 128, 32, 4, 3, 1, true, __nv_bfloat16>") != std::string::npos);
+  CHECK(r.kernels[0] == "attention::attention_fwd<80, 128, 32, 4, 3, 1, true, true, __nv_bfloat16>");
+  CHECK(r.source.find("attention_fwd<80, 128, 32, 4, 3, 1, true, true, __nv_bfloat16>") != std::string::npos);
   CHECK(r.source.find("namespace attention") != std::string::npos);
   CHECK(f.render(config(64, 64, 4, 2), problem("f16", 5, 64, 0)).kernels[0] ==
-        "attention::attention_fwd<64, 64, 64, 4, 2, 0, false, __half>");
-  CHECK(f.render(config(64, 32, 4, 2), problem("f32", 5, 64, 0)).kernels[0] ==
-        "attention::attention_fwd<64, 64, 32, 4, 2, 0, false, float>");
+        "attention::attention_fwd<64, 64, 64, 4, 2, 0, true, false, __half>");
+  CHECK(f.render(config(64, 32, 4, 2, 0, 0), problem("f32", 5, 64, 0)).kernels[0] ==
+        "attention::attention_fwd<64, 64, 32, 4, 2, 0, false, false, float>");
   // Batch, heads and seq are kernel arguments: one binary serves them all.
   CHECK(f.render(config(64, 64, 4, 2), problem("f16", 5, 64, 0, 1, 1)).source ==
         f.render(config(64, 64, 4, 2), problem("f16", 4099, 64, 0, 8, 12)).source);
