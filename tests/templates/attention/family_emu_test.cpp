@@ -230,7 +230,11 @@ TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps p
       {config(32, 64, 2, 2, 1), problem("f16", 100, 80, true)},
       // head_dim 128, swizzled, two stages with 16-key tiles
       {config(64, 16, 4, 2, 1), problem("bf16", 45, 128, false)},
-      // Q re-read from shared memory per key tile: two m16 tiles per warp at head_dim 128, causal and ragged
+      // the defaults of long 16-bit sequences up to head_dim 80: two m16 tiles per warp, Q re-read from
+      // shared memory per key tile
+      {config(128, 64, 4, 2, 0, 0), problem("bf16", 150, 64, true)},
+      {config(128, 32, 4, 2, 0, 0), problem("f16", 150, 80, false)},
+      // ... at head_dim 128, causal and ragged
       {config(128, 16, 4, 2, 0, 0), problem("bf16", 200, 128, true)},
       // ... swizzled, one stage, at head_dim 80 (five k steps) and 16
       {config(64, 32, 2, 1, 1, 0), problem("f16", 77, 80, false)},

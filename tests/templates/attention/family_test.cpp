@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "templates/render.hpp"
+#include "tuner/compile/compiler.hpp"
 
 namespace templates_attention_family_test {
 
@@ -138,12 +139,17 @@ TEST_CASE("attention_fwd defaults are valid for every head dim and dtype and fit
           "[attention][family]") {
   for (const char* dtype : {"bf16", "f16", "f32"})
     for (const std::int64_t d : kHeadDims)
-      for (const std::int64_t seq : {1, 37, 4096})
+      for (const std::int64_t seq : {1, 37, 4096, 16384})
         for (const std::int64_t causal : {0, 1}) {
           const Problem p = problem(dtype, seq, d, causal);
           INFO(p.key());
           const Config c = forward_family().default_config(p);
           CHECK_NOTHROW(forward_family().space().check_member(c));
+          // Two m16 tiles per warp, Q re-read from shared memory, for 16-bit types up to head_dim 80 on a
+          // grid of 264 blocks of 128 rows or more (16384 rows x 6 heads: 768); else one tile per warp.
+          const bool two_tiles = std::string(dtype) != "f32" && d <= 80 && seq == 16384;
+          CHECK(c.at("block_m") / (16 * c.at("warps")) == (two_tiles ? 2 : 1));
+          CHECK(c.at("q_regs") == (two_tiles ? 0 : 1));
           for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
             std::string why;
             CHECK(forward_family().is_valid(c, p, DeviceLimits::for_arch(arch), &why));
@@ -290,6 +296,25 @@ TEST_CASE("fp32 to fp16 rounds to nearest even, keeps subnormals and overflows t
   CHECK(float_to_f16_bits(65520.0f) == 0x7c00);
   CHECK(float_to_f16_bits(-1e9f) == 0xfc00);
   CHECK(std::isnan(f16_bits_to_float(float_to_f16_bits(std::nanf("")))));
+}
+
+TEST_CASE("attention_fwd defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling",
+          "[attention][family][compile]") {
+  // The CS336 leaderboard case, the causal forward at head_dim 128, the
+  // 2.7B model's head_dim 80, seed 003's head dims 16 and 32 at seq 16384.
+  const tuner::Compiler compiler;
+  const auto& f = forward_family();
+  for (const Problem& p : {problem("bf16", 16384, 64, 1, 1, 16), problem("bf16", 16384, 128, 1, 1, 16),
+                           problem("bf16", 16384, 80, 1, 1, 32), problem("f16", 16384, 32, 0, 8, 1),
+                           problem("bf16", 16384, 16, 0, 8, 1)})
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      const Config c = f.default_config(p);
+      INFO(p.key() << " " << c.str() << " " << arch);
+      const auto r = compiler.compile(f.render(c, p), arch);
+      INFO(r.log);
+      REQUIRE(r.ok);
+      for (const auto& k : r.kernels) CHECK(k.spill_bytes() == 0);
+    }
 }
 
 }  // namespace templates_attention_family_test
