@@ -26,7 +26,7 @@ namespace {
 
 const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
-const char* kAllSteps = "tests tune families attention attention-bench headline bench bf16 peers ops e2e";
+const char* kAllSteps = "tests tune families attention attention-bench headline headline-ab bench bf16 peers ops e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
 /// dry run of the script copied to `root`/scripts, with the steps `only`
@@ -126,20 +126,23 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), and e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer.
-  CHECK(n.ktune == 11 + 5 + 20);
+  // attention twice, ops), the leaderboard forward's two defaults, and e2e's 5 sizes x 2 dtypes x 2 modes,
+  // each beside its peer.
+  CHECK(n.ktune == 11 + 5 + 2 + 20);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20);
   CHECK(n.attention_peers == 2);
 }
 
-TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets and the small bf16 step",
+TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets, the small bf16 step and the "
+          "leaderboard forward's default beside the previous one",
           "[cli][gpu-check]") {
   const auto dir = ktune::test::scratch_dir("gpu_check_quick");
   const auto commands = dry_run_commands(dir, "");
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
-  CHECK(n.ktune == 2);  // bench attention on the two targets, bench e2e small bf16 compiled
+  // bench attention on the two targets, bench e2e small bf16 compiled, the leaderboard forward's two defaults
+  CHECK(n.ktune == 4);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 1);
   const auto has = [&](const std::string& text) {
@@ -148,6 +151,7 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   };
   CHECK(has("bench attention --tables leaderboard"));
   CHECK(has("bench e2e --backend cuda --mode compiled"));
+  CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK_FALSE(has(" tune "));  // no tuning session: it would not fit the lease
 }
 
