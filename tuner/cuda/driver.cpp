@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "base/env.hpp"
@@ -9,6 +10,8 @@
 
 namespace ktune::tuner {
 namespace {
+
+std::atomic<bool> g_initialised{false};
 
 using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
@@ -54,6 +57,7 @@ const Loaded& load() {
       l.failure = "cuInit failed: " + d.error_text(rc);
       return l;
     }
+    g_initialised = true;
     d.cuDriverGetVersion(&d.version);
     int count = 0;
     if (const CUresult rc = d.cuDeviceGetCount(&count); rc != CUDA_SUCCESS) {
@@ -75,6 +79,8 @@ const Driver& Driver::get() {
 }
 
 std::string Driver::unavailable_reason() { return load().failure; }
+
+bool Driver::initialised() { return g_initialised; }
 
 std::string Driver::error_text(CUresult rc) const {
   const char* name = nullptr;

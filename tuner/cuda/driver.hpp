@@ -21,6 +21,10 @@ struct Driver {
   static const Driver& get();
   /// Empty when a device is usable, else why not (never throws).
   static std::string unavailable_reason();
+  /// Whether this process has initialised the driver (cuInit succeeded);
+  /// never initialises it. A process forked after that cannot use the
+  /// device: CUDA does not carry over fork().
+  static bool initialised();
   /// "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered".
   std::string error_text(CUresult rc) const;
 };

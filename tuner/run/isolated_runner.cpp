@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "tuner/cuda/driver.hpp"
 
 namespace ktune::tuner {
 namespace {
@@ -73,7 +74,7 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
 /// The worker's loop: the first message out is the device (or the error that
 /// stopped the runner from starting), then one result per request.
 [[noreturn]] void worker_main(int in, int out, const std::function<std::unique_ptr<Runner>()>& make_inner,
-                              const std::vector<const Family*>& extra) {
+                              const std::vector<const Family*>& extra, bool cuda_before_fork) {
   // A crash here must end this process the default way, whatever handlers
   // the parent installed (a test framework's, say), so the parent sees it.
   for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTERM}) ::signal(sig, SIG_DFL);
@@ -82,7 +83,11 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
     runner = make_inner();
     send_message(out, nlohmann::json{{"device", runner->device().to_json()}, {"backend", runner->backend()}}.dump());
   } catch (const Error& e) {
-    send_message(out, nlohmann::json{{"error", e.what()}, {"kind", static_cast<int>(e.kind())}}.dump());
+    std::string why = e.what();
+    if (cuda_before_fork)
+      why += " (this process had initialised CUDA before it forked the worker, and CUDA does not carry over "
+             "fork(): create the isolated runner before the process's first GPU work)";
+    send_message(out, nlohmann::json{{"error", why}, {"kind", static_cast<int>(e.kind())}}.dump());
     ::_exit(0);
   }
   for (;;) {
@@ -162,12 +167,13 @@ class IsolatedRunner final : public Runner {
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, down) != 0 ||
         ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, up) != 0)
       throw_error(ErrorKind::kIo, "cannot create worker sockets");
+    const bool cuda_before_fork = Driver::initialised();
     const pid_t pid = ::fork();
     if (pid < 0) throw_error(ErrorKind::kIo, std::string("cannot fork a worker: ") + std::strerror(errno));
     if (pid == 0) {
       ::close(down[1]);
       ::close(up[0]);
-      worker_main(down[0], up[1], make_inner_, options_.extra_families);
+      worker_main(down[0], up[1], make_inner_, options_.extra_families, cuda_before_fork);
     }
     ::close(down[0]);
     ::close(up[1]);

@@ -4,7 +4,9 @@
 // session nor fails the variants after it: the parent marks it failed with
 // the reason, the worker is ended and restarted, and the session goes on.
 // The inner runner (GPU or emulation) is created inside the worker, after
-// fork, so the parent never touches the device.
+// fork, so the parent never touches the device. The parent must not have
+// touched it before either: a process forked after CUDA was initialised
+// cannot use the device, and the worker's start then fails saying so.
 #pragma once
 #include <functional>
 #include <memory>

@@ -1,8 +1,9 @@
 // The isolated runner on a GPU: a variant whose kernel writes to an illegal
 // address leaves its context with a sticky error; it is a "launch:" failure,
 // its worker is restarted, and the variants after it run and validate in the
-// fresh one (the twin of isolated_runner_test.cpp's fake). Skipped without a
-// device.
+// fresh one (the twin of isolated_runner_test.cpp's fake); a whole tuning
+// session through workers. No case here touches the device in this process
+// (its workers could not use it after). Skipped without a device.
 #include "tuner/run/isolated_runner.hpp"
 
 #include <catch2/catch.hpp>
@@ -11,6 +12,7 @@
 #include "tuner/run/doubling_workload.hpp"
 #include "templates/render.hpp"
 #include "tuner/run/gpu_runner.hpp"
+#include "tuner/session/session.hpp"
 
 namespace tuner_run_isolated_runner_gpu_test {
 
@@ -83,6 +85,23 @@ TEST_CASE("isolated GPU runner: after an illegal address the next variant runs i
     INFO(after.failure);
     CHECK(after.ok);
   }
+}
+
+TEST_CASE("a tuning session on the GPU, in a worker process, finds a config no slower than the default",
+          "[gpu][session]") {
+  test::skip_without_gpu();
+  auto runner = make_isolated_runner([] { return make_gpu_runner(); });
+  const auto& family = templates::find_family("adamw_single");
+  const Problem p{"f32", {{"tensors", 4}, {"numel", 1 << 20}}};
+  TuneOptions o;
+  o.run.time = true;
+  const auto s = tune(family, p, *runner, o);
+  REQUIRE(s.best);
+  CHECK(s.failures == 0);
+  CHECK(s.evaluations == family.space().size());
+  // The winner rule may prefer a tied, lower-index config, but never one
+  // clearly slower than the default.
+  CHECK(s.best->result.timing->median_ms <= s.default_run->result.timing->p80_ms * 1.05);
 }
 
 }  // namespace tuner_run_isolated_runner_gpu_test
