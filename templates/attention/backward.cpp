@@ -112,11 +112,22 @@ class Backward final : public TypedFamily<BackwardArgs> {
 
   Config default_config(const Problem& p) const override {
     // dQ by atomics, Q/dO tiles double-buffered in padded rows, K and V
-    // re-read from shared memory; 64 keys over 4 warps (one m16 tile each)
-    // and the widest query tile of 64, 32 or 16 within the register
-    // estimate (head_dim 128 takes 32), then narrower blocks.
+    // re-read from shared memory. On a grid of at least kBusyGrid blocks of
+    // 128 keys, 16-bit inputs up to head_dim 64 take 128 keys over 4 warps
+    // (two m16 tiles of keys per warp) and 16-query tiles, the only ones the
+    // register estimate allows there: the fastest of 29 configs tuned for
+    // the CS336 leaderboard's backward on an H200 (8.84 ms; the one below
+    // 11.93 ms, 128 keys over 8 warps 13.03 ms). Otherwise 64 keys over 4
+    // warps (one m16 tile each) and the widest query tile of 64, 32 or 16
+    // within the register estimate (head_dim 128 takes 32), then narrower
+    // blocks.
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
+    if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid) {
+      const Config c({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"stages", 2}, {"smem_layout", 0},
+                      {"resident_regs", 0}, {"dq_atomic", 1}});
+      if (is_valid(c, p, any, nullptr)) return c;
+    }
     for (const auto& [bn, warps] : {std::pair{64, 4}, std::pair{32, 2}, std::pair{16, 1}})
       for (const std::int64_t bm : {64, 32, 16}) {
         const Config c({{"block_m", bm}, {"block_n", bn}, {"warps", warps}, {"stages", 2}, {"smem_layout", 0},

@@ -16,9 +16,6 @@ namespace {
 
 constexpr const char* kTemplate = "attention/attention.cuh";
 constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of query rows one warp owns
-// Blocks of 128 query rows that keep a large GPU busy (two per SM of an
-// H100's 132): below, the defaults halve the rows per block for more blocks.
-constexpr std::int64_t kBusyGrid = 264;
 // Registers besides the fragments, accumulators and copy addresses:
 // indices, strides, loop state (fitted with fragment_registers).
 constexpr std::int64_t kBaseRegisters = 32;
@@ -87,25 +84,33 @@ class Forward final : public TypedFamily<ForwardArgs> {
   void check_problem(const Problem& p) const override { check_attention_problem(name(), p); }
 
   Config default_config(const Problem& p) const override {
-    // 16-bit inputs up to head_dim 80, on a grid of at least kBusyGrid
-    // 128-row blocks: 128 query rows over 4 warps, two m16 tiles per warp
-    // with Q re-read from shared memory (FlashAttention-2's shape on A100
-    // and H100: each K and V fragment read from shared memory feeds two
-    // mmas instead of one), 64-key tiles up to head_dim 64, else 32 (about
-    // 230 and 200 registers, NVRTC sm_80 and sm_90). Otherwise 64 query
-    // rows, one m16 tile per warp with Q in registers, and the widest key
-    // tile of 64 (up to head_dim 64), 32 or 16 within the register estimate:
-    // 150-200 registers for 16-bit types (64-key tiles take ~235 at
-    // head_dim 128), and 16-key tiles for tf32 at head_dim 128. Key tiles
-    // double-buffered in padded rows. Shared memory: 68 KB at most, so
-    // head_dim 128 runs with the opt-in.
+    // On a grid of at least kBusyGrid 128-row blocks, 16-bit inputs take
+    // 128 query rows per block:
+    // - up to head_dim 80, over 4 warps, two m16 tiles per warp with Q
+    //   re-read from shared memory (FlashAttention-2's shape on A100 and
+    //   H100: each K and V fragment read from shared memory feeds two mmas
+    //   instead of one), 64-key tiles up to head_dim 64, else 32 (about 230
+    //   and 200 registers, NVRTC sm_80 and sm_90). At the CS336
+    //   leaderboard's shape on an H200: 2.15 ms, the previous default (the
+    //   one below) 2.29 ms.
+    // - above, over 8 warps, one tile per warp with Q in registers, 64-key
+    //   tiles in swizzled rows: the fastest of 51 configs tuned for the
+    //   causal forward at head_dim 128, seq 16384 on an H200 (3.90 ms; the
+    //   one below 4.42 ms).
+    // Otherwise 64 query rows, one m16 tile per warp with Q in registers,
+    // and the widest key tile of 64 (up to head_dim 64), 32 or 16 within the
+    // register estimate: 150-200 registers for 16-bit types (64-key tiles
+    // take ~235 at head_dim 128), and 16-key tiles for tf32 at head_dim 128.
+    // Key tiles double-buffered, in padded rows unless said. Shared memory:
+    // 96 KB at most, so head_dim 128 runs with the opt-in.
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
     const std::int64_t d = p.dim("head_dim");
-    const std::int64_t blocks = ceil_div(p.dim("seq"), 128) * p.dim("heads") * p.dim("batch");
-    if (element_bytes(p) == 2 && d <= 80 && blocks >= kBusyGrid) {
-      const Config c({{"block_m", 128}, {"block_n", d <= 64 ? 64 : 32}, {"warps", 4}, {"stages", 2},
-                      {"kv_layout", 0}, {"q_regs", 0}});
+    if (element_bytes(p) == 2 && blocks_of_128(p) >= kBusyGrid) {
+      const Config c = d <= 80 ? Config({{"block_m", 128}, {"block_n", d <= 64 ? 64 : 32}, {"warps", 4},
+                                         {"stages", 2}, {"kv_layout", 0}, {"q_regs", 0}})
+                               : Config({{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"stages", 2},
+                                         {"kv_layout", 1}, {"q_regs", 1}});
       if (is_valid(c, p, any, nullptr)) return c;
     }
     for (const std::int64_t block_n : {64, 32, 16}) {

@@ -27,6 +27,15 @@ inline DType element_dtype(const Problem& p) {
 /// The dtype whose tolerance a result of the matrix units is checked with.
 inline std::string compute_dtype(const Problem& p) { return is_tf32(p) ? "tf32" : p.dtype; }
 
+/// Blocks of 128 rows (query rows in the forward, keys in the backward)
+/// that keep a large GPU busy: two per SM of an H100's 132. The defaults
+/// take their long-sequence shapes from this many blocks on.
+inline constexpr std::int64_t kBusyGrid = 264;
+/// Blocks of 128 rows of a sequence over every head and batch.
+inline std::int64_t blocks_of_128(const Problem& p) {
+  return (p.dim("seq") + 127) / 128 * p.dim("heads") * p.dim("batch");
+}
+
 /// Problems of every supported class (dtype, head dim, causal, grouped
 /// heads), small, with sequence lengths a multiple of no tile.
 std::vector<Problem> attention_problem_classes();

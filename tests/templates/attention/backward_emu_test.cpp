@@ -78,6 +78,10 @@ TEST_CASE("attention_bwd: dQ by the second pass and by atomics, tile shapes, sta
       {config(32, 64, 4, 2, 1, 1, 1), problem("bf16", 100, 64, true)},
       // K and V in registers, dS^T in a tile of its own (block_m 64 > head_dim 32); tf32
       {config(64, 32, 2, 2, 1, 0, 1), problem("f32", 70, 32, false)},
+      // the default of long 16-bit sequences up to head_dim 64: 128 keys over 4 warps (two m16 tiles each),
+      // 16-query tiles, atomics; ragged and causal, and more keys than one block
+      {config(16, 128, 4, 2, 1), problem("bf16", 150, 64, true)},
+      {config(16, 128, 4, 2, 1), problem("f16", 300, 32, false)},
   };
   for (const auto& [c, p] : cases) test::check_backward(*backend, c, p);
 }

@@ -236,6 +236,9 @@ TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps p
       {config(128, 32, 4, 2, 0, 0), problem("f16", 150, 80, false)},
       // ... at head_dim 128, causal and ragged
       {config(128, 16, 4, 2, 0, 0), problem("bf16", 200, 128, true)},
+      // the default of long 16-bit sequences at head_dim 128: eight warps of one tile, Q in registers,
+      // swizzled 64-key tiles; causal and ragged
+      {config(128, 64, 8, 2, 1, 1), problem("bf16", 200, 128, true)},
       // ... swizzled, one stage, at head_dim 80 (five k steps) and 16
       {config(64, 32, 2, 1, 1, 0), problem("f16", 77, 80, false)},
       {config(32, 16, 2, 3, 1, 0), problem("bf16", 45, 16, true)},

@@ -145,11 +145,15 @@ TEST_CASE("attention_fwd defaults are valid for every head dim and dtype and fit
           INFO(p.key());
           const Config c = forward_family().default_config(p);
           CHECK_NOTHROW(forward_family().space().check_member(c));
-          // Two m16 tiles per warp, Q re-read from shared memory, for 16-bit types up to head_dim 80 on a
-          // grid of 264 blocks of 128 rows or more (16384 rows x 6 heads: 768); else one tile per warp.
-          const bool two_tiles = std::string(dtype) != "f32" && d <= 80 && seq == 16384;
+          // On a grid of 264 blocks of 128 rows or more (16384 rows x 6 heads: 768), 16-bit types take
+          // 128-row blocks: up to head_dim 80 two m16 tiles per warp, Q re-read from shared memory; above,
+          // 8 warps of one tile, 64-key tiles in swizzled rows. Else 64 rows, one tile per warp.
+          const bool busy = std::string(dtype) != "f32" && seq == 16384;
+          const bool two_tiles = busy && d <= 80;
+          CHECK(c.at("block_m") == (busy ? 128 : 64));
           CHECK(c.at("block_m") / (16 * c.at("warps")) == (two_tiles ? 2 : 1));
           CHECK(c.at("q_regs") == (two_tiles ? 0 : 1));
+          CHECK(c.at("kv_layout") == (busy && d > 80 ? 1 : 0));
           for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
             std::string why;
             CHECK(forward_family().is_valid(c, p, DeviceLimits::for_arch(arch), &why));
