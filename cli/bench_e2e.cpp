@@ -57,6 +57,12 @@ std::string markdown(const model::E2eResult& r) {
     s += fmt::format(" {} | {} | {} | {} |", sec(r.optimizer, true), sec(r.optimizer, false), sec(r.step, true),
                      sec(r.step, false));
   s += " ok |\n\n";
+  // The medians, which one slow trial does not move as it moves a mean.
+  std::string medians;
+  for (const auto& [name, p] : {std::pair<const char*, const model::PhaseStats&>{"forward", r.forward},
+                                {"backward", r.backward}, {"optimizer", r.optimizer}, {"step", r.step}})
+    if (p.measured) medians += fmt::format("{}{} {:.3f}", medians.empty() ? "" : ", ", name, p.median_ms);
+  s += "medians of the trials (ms): " + medians + "\n\n";
   // Memory: the plan's peak for the passes run, what the run allocated, and
   // on a GPU the most device memory in use after a phase.
   s += "| plan peak | allocated | measured peak (device) |\n|--:|--:|--:|\n";

@@ -20,9 +20,7 @@
 
 namespace ktune::model {
 
-namespace {
-
-PhaseStats stats(const std::vector<double>& v) {
+PhaseStats phase_stats(std::vector<double> v) {
   PhaseStats s;
   if (v.empty()) return s;
   s.measured = true;
@@ -33,13 +31,18 @@ PhaseStats stats(const std::vector<double>& v) {
     for (double x : v) sq += (x - s.mean_ms) * (x - s.mean_ms);
     s.std_ms = std::sqrt(sq / static_cast<double>(v.size() - 1));
   }
+  std::sort(v.begin(), v.end());
+  const std::size_t h = v.size() / 2;
+  s.median_ms = v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
   return s;
 }
+
+namespace {
 
 
 nlohmann::json phase_json(const PhaseStats& p) {
   if (!p.measured) return nullptr;
-  return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}};
+  return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}, {"median_ms", p.median_ms}};
 }
 
 nlohmann::json launches_json(const std::optional<LaunchCount>& l) {
@@ -152,11 +155,11 @@ E2eResult bench_e2e(const E2eOptions& o) {
   }
   E2eResult r;
   r.options = o;
-  r.forward = stats(fwd);
-  r.backward = stats(bwd);
-  r.forward_backward = stats(fb);
-  r.optimizer = stats(optim);
-  r.step = stats(step);
+  r.forward = phase_stats(fwd);
+  r.backward = phase_stats(bwd);
+  r.forward_backward = phase_stats(fb);
+  r.optimizer = phase_stats(optim);
+  r.step = phase_stats(step);
   r.plan = plan;
   r.loss = first_loss;
   r.allocated_bytes = model->allocated_bytes();

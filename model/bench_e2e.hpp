@@ -45,12 +45,16 @@ struct E2eOptions {
                            ///< (batch, context)) written here as safetensors, for a peer to run the same step
 };
 
-/// Mean and sample standard deviation (n-1) of one phase, in milliseconds.
+/// Mean and sample standard deviation (n-1) of one phase, in milliseconds
+/// (the seeds' columns), and the median, which one slow trial does not move.
 struct PhaseStats {
   double mean_ms = 0;
   double std_ms = 0;
+  double median_ms = 0;
   bool measured = false;
 };
+/// The statistics of a phase's trial times (ms); not measured when empty.
+PhaseStats phase_stats(std::vector<double> trials_ms);
 
 struct E2eResult {
   E2eOptions options;

@@ -98,10 +98,19 @@ def model_config(metadata):
 
 
 def summary(samples):
-    """Mean and sample std (n-1) in milliseconds, or None when not measured."""
+    """Mean and sample std (n-1) in milliseconds, and the median, or None when not measured."""
     if not samples:
         return None
-    return {"mean_ms": statistics.mean(samples), "std_ms": statistics.stdev(samples) if len(samples) > 1 else 0.0}
+    return {"mean_ms": statistics.mean(samples), "std_ms": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+            "median_ms": statistics.median(samples)}
+
+
+def medians(r):
+    """A line of the row's phase medians (ms): one slow trial moves a mean, not these."""
+    cells = [f"{name} {r[p]['median_ms']:.3f}" for p, name in
+             (("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer"), ("step", "step"))
+             if r.get(p) and "median_ms" in r[p]]
+    return f"{r['backend']}: " + (", ".join(cells) if cells else "-")
 
 
 def loss_check(ktune_loss, torch_loss, dtype):
@@ -241,6 +250,9 @@ def main(argv=None):
     else:
         print(f"# End-to-end: ktune and PyTorch on {result['device']} ({result['date']})\n")
         print(table(ktune_rows + [result]))
+        print("\nmedians of the trials (ms):\n")
+        for r in ktune_rows + [result]:
+            print(f"- {medians(r)}")
         for c in checks:
             verdict = "ok" if c["ok"] else "MISMATCH"
             print(f"\nfirst loss ({c['file']}): ktune {c['ktune_loss']:.6f}, torch {c['torch_loss']:.6f}, "

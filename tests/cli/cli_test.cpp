@@ -404,4 +404,15 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   CHECK_THAT(out, Catch::Contains("not within 3s"));
 }
 
+TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean and std columns", "[cli]") {
+  std::string out;
+  REQUIRE(run_ktune("bench e2e --model tiny --ctx 8 --batch 1 --warmup 0 --trials 3 --with-optimizer", &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("| fwd avg (sec) | fwd std (sec) |"));
+  const auto medians = lines_starting(out, "medians of the trials (ms): ");
+  REQUIRE(medians.size() == 1);
+  CHECK_THAT(medians[0], Catch::Matches("medians of the trials \\(ms\\): forward [0-9.]+, backward [0-9.]+, "
+                                        "optimizer [0-9.]+, step [0-9.]+"));
+}
+
 }  // namespace cli_cli_test

@@ -29,6 +29,7 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   const auto j = to_json(r);
   CHECK(j.at("num_trials") == 2);
   CHECK(j.at("step").at("mean_ms").get<double>() > 0);
+  CHECK(j.at("step").at("median_ms").get<double>() == r.step.median_ms);
   CHECK_FALSE(r.launches);  // the cpu backend launches nothing
   CHECK(j.at("launches_per_step").is_null());
 
@@ -43,6 +44,19 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   o.backend = "cpu";
   o.cache = "tuned.json";
   CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("the cpu backend has none"));
+}
+
+TEST_CASE("a phase's statistics: mean and sample std as the seeds', and a median one slow trial does not move",
+          "[model][bench]") {
+  const PhaseStats odd = phase_stats({12.0, 11.0, 1000.0, 13.0, 12.5});
+  CHECK(odd.measured);
+  CHECK(odd.median_ms == 12.5);
+  CHECK(odd.mean_ms == Approx(209.7));
+  CHECK(odd.std_ms == Approx(441.8).epsilon(1e-3));
+  CHECK(phase_stats({4.0, 1.0, 3.0, 2.0}).median_ms == 2.5);
+  CHECK(phase_stats({7.0}).median_ms == 7.0);
+  CHECK(phase_stats({7.0}).std_ms == 0.0);
+  CHECK_FALSE(phase_stats({}).measured);
 }
 
 TEST_CASE("the e2e benchmark stamps its clock, memory and loss, and saves its batch for a peer", "[model][bench]") {

@@ -155,4 +155,20 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK_FALSE(has(" tune "));  // no tuning session: it would not fit the lease
 }
 
+TEST_CASE("the e2e peer's phase summaries carry the median of the trials, printed per row under the table",
+          "[cli][gpu-check]") {
+  // Its helpers need no torch. One slow trial of five moves the mean, not the median.
+  std::string out;
+  const int rc = run_command(
+      "cd " + kSource +
+          " && python3 -c 'import sys; sys.path.insert(0, \"bench/peers\"); import torch_e2e as t; "
+          "s = t.summary([12.0, 11.0, 1000.0, 13.0, 12.5]); "
+          "print(round(s[\"mean_ms\"], 3), s[\"median_ms\"]); "
+          "print(t.medians({\"backend\": \"torch\", \"forward\": s, \"step\": t.summary([3.0, 4.0])}))'",
+      &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  CHECK_THAT(out, Catch::StartsWith("209.7 12.5\ntorch: forward 12.500, step 3.500"));
+}
+
 }  // namespace scripts_gpu_check_test
