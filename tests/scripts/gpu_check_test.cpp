@@ -134,15 +134,16 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(n.attention_peers == 2);
 }
 
-TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets, the small bf16 step and the "
-          "leaderboard backward's default beside two other shapes",
+TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
+          "step and the leaderboard backward's default beside two other shapes",
           "[cli][gpu-check]") {
   const auto dir = ktune::test::scratch_dir("gpu_check_quick");
   const auto commands = dry_run_commands(dir, "");
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
-  // bench attention on the two targets, bench e2e small bf16 compiled, the leaderboard backward's three shapes
-  CHECK(n.ktune == 5);
+  // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 compiled, the
+  // leaderboard backward's three shapes.
+  CHECK(n.ktune == 3 + 1 + 1 + 3);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 1);
   const auto has = [&](const std::string& text) {
@@ -152,7 +153,8 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("bench attention --tables leaderboard"));
   CHECK(has("bench e2e --backend cuda --mode compiled"));
   CHECK(has("run --backend gpu --family attention_bwd"));
-  CHECK_FALSE(has(" tune "));  // no tuning session: it would not fit the lease
+  CHECK(has("tune --family attention_bwd"));
+  CHECK_FALSE(has("tune --family adamw"));  // the longer steps' sessions would not fit the lease
 }
 
 TEST_CASE("the e2e peer's phase summaries carry the median of the trials, printed per row under the table",
