@@ -4,7 +4,9 @@
 // backend (model/runtime.hpp). Each phase is timed between two marks of the
 // runtime: CUDA events on the backend's stream on a GPU, the host clock
 // after waiting on cpu and emu. On a GPU the device memory in use is
-// measured after each phase (cuMemGetInfo) beside the memory plan's peak.
+// measured after each phase (cuMemGetInfo) beside the memory plan's peak:
+// the whole device's, so it is this run's only while no other process
+// allocates or frees memory on the GPU meanwhile.
 #pragma once
 #include <cstdint>
 #include <optional>
