@@ -39,7 +39,6 @@ PhaseStats phase_stats(std::vector<double> v) {
 
 namespace {
 
-
 nlohmann::json phase_json(const PhaseStats& p) {
   if (!p.measured) return nullptr;
   return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}, {"median_ms", p.median_ms}};
