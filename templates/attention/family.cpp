@@ -22,13 +22,6 @@ constexpr std::int64_t kBaseRegisters = 32;
 // The device struct attention::Strides is three 64-bit fields in this order.
 static_assert(sizeof(TensorStrides) == 24 && offsetof(TensorStrides, head) == 8 && offsetof(TensorStrides, seq) == 16);
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-bool reject(std::string* why, std::string reason) {
-  if (why) *why = std::move(reason);
-  return false;
-}
-
 /// m16 tiles of query rows per warp.
 std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.at("warps")); }
 

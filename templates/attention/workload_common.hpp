@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "templates/attention/reference.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/problem.hpp"
 #include "templates/workload.hpp"
 
@@ -33,7 +34,7 @@ inline std::string compute_dtype(const Problem& p) { return is_tf32(p) ? "tf32" 
 inline constexpr std::int64_t kBusyGrid = 264;
 /// Blocks of 128 rows of a sequence over every head and batch.
 inline std::int64_t blocks_of_128(const Problem& p) {
-  return (p.dim("seq") + 127) / 128 * p.dim("heads") * p.dim("batch");
+  return ceil_div(p.dim("seq"), 128) * p.dim("heads") * p.dim("batch");
 }
 
 /// Problems of every supported class (dtype, head dim, causal, grouped
