@@ -23,11 +23,12 @@
 //
 // Shared memory (dynamic): tiles laid out by TileLayout<., LAYOUT> (0
 // padded rows, 1 XOR-swizzled chunks; attention_common.cuh), HEAD_DIM-wide
-// rows but for dS^T. attention_bwd_dkdv: the K and V tiles (BLOCK_N rows
-// each), STAGES x (Q, dO) tiles of BLOCK_M rows and, with DQ_ATOMIC, dS^T
-// (BLOCK_N rows of BLOCK_M; in V's tile when V stays in registers, below,
-// and BLOCK_M <= HEAD_DIM); attention_bwd_dq: the Q and dO tiles (BLOCK_N
-// rows) and STAGES x (K, V) tiles of BLOCK_M rows.
+// rows but for P^T and dS^T. attention_bwd_dkdv: the K and V tiles
+// (BLOCK_N rows each), STAGES x (Q, dO) tiles of BLOCK_M rows and, with
+// DQ_ATOMIC or WARP_SPLIT > 1, dS^T (BLOCK_N rows of BLOCK_M; in V's tile
+// when V stays in registers, below, BLOCK_M <= HEAD_DIM and WARP_SPLIT is
+// 1), with WARP_SPLIT > 1 P^T after it; attention_bwd_dq: the Q and dO
+// tiles (BLOCK_N rows) and STAGES x (K, V) tiles of BLOCK_M rows.
 //
 // The block's resident operand (K and V in attention_bwd_dkdv, Q and dO in
 // attention_bwd_dq) is read as A fragments of the warp's own rows at every
@@ -125,7 +126,7 @@ KT_DEVICE void acc_to_a(unsigned a[4], const float (&c)[N][4], int step) {
   }
 }
 
-/// Stores rows of an m16 x HEAD_DIM fp32 accumulator (n8 tiles c[.]) times
+/// Stores rows of an m16 x (8 DT) fp32 accumulator (n8 tiles c[.]) times
 /// `factor` as T, rows at or past `seq` left alone.
 template <int DT, class T>
 KT_DEVICE void store_rows(T* base, long long row_stride, int row0, int seq, const float (&c)[DT][4], float factor) {
@@ -189,21 +190,49 @@ __global__ void __launch_bounds__(256) attention_bwd_dq_convert(
   *reinterpret_cast<Pair<T>*>(dq + b * dq_strides.batch + h * dq_strides.head + row * dq_strides.seq + col) = out;
 }
 
-/// Grid: (ceil(seq / BLOCK_N), kv_heads, batch); block: WARPS * 32 threads,
-/// each warp owning BLOCK_N / WARPS keys (one or two m16 tiles), which are
-/// the rows of S^T = K Q^T, dP^T = V dO^T and of the dK, dV accumulators.
-/// The block walks (query head of its group) x (query tile of BLOCK_M), Q
-/// and dO tiles arriving by cp.async, STAGES in flight.
-template <int HEAD_DIM,  // 16, 32, 64, 80 or 128: set by the problem
-          int BLOCK_M,   // queries per tile walked: fewer barriers and atomics vs S^T/dP^T registers and shared memory
-          int BLOCK_N,   // keys per block: more reuse of each Q/dO tile vs dK/dV registers and fewer blocks
-          int WARPS,     // warps per block, BLOCK_N / WARPS keys each
-          int STAGES,    // Q/dO tiles in flight: load latency hidden vs shared memory
-          int LAYOUT,    // shared-memory tiles: 0 padded rows (more shared memory), 1 XOR-swizzled chunks (packed)
+/// Stores an m16 x (8 N) fp32 accumulator tile (n8 tiles c[.]) as T at rows
+/// [row0, row0 + 16), columns [col0, col0 + 8 N) of a shared-memory tile
+/// laid out by Layout, two neighbouring columns per store.
+template <class Layout, int N, class T>
+KT_DEVICE void stage_tile(T* tile, int row0, int col0, const float (&c)[N][4]) {
+  const int lane = static_cast<int>(kt::lane_id()), g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < N; ++nt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      Pair<T> out;
+      out.lo = kt::from_float<T>(c[nt][2 * r]);
+      out.hi = kt::from_float<T>(c[nt][2 * r + 1]);
+      *reinterpret_cast<Pair<T>*>(tile + Layout::offset(row0 + g + 8 * r, col0 + nt * 8 + 2 * t)) = out;
+    }
+}
+
+/// Grid: (ceil(seq / BLOCK_N), kv_heads, batch); block: WARPS * 32 threads
+/// in WARPS / WARP_SPLIT groups, each group owning BLOCK_N * WARP_SPLIT /
+/// WARPS keys (one or two m16 tiles): the rows of S^T = K Q^T, dP^T = V dO^T
+/// and of the dK, dV accumulators. The block walks (query head of its group)
+/// x (query tile of BLOCK_M), Q and dO tiles arriving by cp.async, STAGES in
+/// flight.
+///   WARP_SPLIT 1: a warp computes its keys' S^T and dP^T over the whole
+///     query tile and turns them, in registers, into the A fragments of
+///     dV += P^T dO and dK += dS^T Q over the whole head dim.
+///   WARP_SPLIT 2 or 4 (FlashAttention-2's partition of the backward): the
+///     warps of a group split the query tile's columns of S^T and dP^T,
+///     stage P^T and dS^T in shared memory, and split the head dim's columns
+///     of dK and dV, so each warp holds 1 / WARP_SPLIT of the accumulators
+///     and of S^T, dP^T: wider tiles in the same registers, for P^T's and
+///     dS^T's round trip through shared memory and a barrier per step.
+template <int HEAD_DIM,    // 16, 32, 64, 80 or 128: set by the problem
+          int BLOCK_M,     // queries per tile walked: fewer barriers and atomics vs S^T/dP^T registers and shared memory
+          int BLOCK_N,     // keys per block: more reuse of each Q/dO tile vs dK/dV registers and fewer blocks
+          int WARPS,       // warps per block
+          int WARP_SPLIT,  // warps sharing a group's keys (above): registers per warp vs staging P^T and dS^T
+          int STAGES,      // Q/dO tiles in flight: load latency hidden vs shared memory
+          int LAYOUT,      // shared-memory tiles: 0 padded rows (more shared memory), 1 XOR-swizzled chunks (packed)
           bool RESIDENT_REGS,  // K's and V's A fragments kept in registers (else re-read at every query tile)
           bool DQ_ATOMIC,  // dQ added here by fp32 atomics (else by attention_bwd_dq, a second pass)
-          bool CAUSAL,   // key j > query i masked: set by the problem
-          class T>       // __nv_bfloat16, __half, or float (tf32 matrix units)
+          bool CAUSAL,     // key j > query i masked: set by the problem
+          class T>         // __nv_bfloat16, __half, or float (tf32 matrix units)
 __global__ void __launch_bounds__(WARPS * 32, 1)
     attention_bwd_dkdv(const T* q,            // (batch, seq, heads, head_dim) through q_strides
                        const T* k,            // (batch, seq, heads / kv_group, head_dim) through k_strides
@@ -217,18 +246,23 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                        Strides dk_strides, Strides dv_strides, int seq, int heads, int kv_group, float scale) {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps and whole n16 pairs of every product");
-  static_assert(BLOCK_N % (16 * WARPS) == 0, "each warp owns whole m16 tiles of the block's keys");
-  static_assert(BLOCK_M % 16 == 0, "a query tile is whole n16 pairs of S^T and k16 steps of dV, dK");
+  static_assert(WARP_SPLIT == 1 || WARP_SPLIT == 2 || WARP_SPLIT == 4, "a group of keys is shared by 1, 2 or 4 warps");
+  static_assert(WARPS % WARP_SPLIT == 0, "the warps form whole groups");
+  static_assert(BLOCK_N % (16 * (WARPS / WARP_SPLIT)) == 0, "each group of warps owns whole m16 tiles of the keys");
+  static_assert(BLOCK_M % (16 * WARP_SPLIT) == 0, "a warp's share of a query tile is whole n16 pairs of S^T");
+  static_assert(HEAD_DIM % (16 * WARP_SPLIT) == 0, "a warp's share of the head dim is whole n16 pairs of dK, dV");
   static_assert(STAGES >= 1, "at least the tile being computed is in shared memory");
+  constexpr bool STAGED = WARP_SPLIT > 1;  // P^T and dS^T through shared memory
   constexpr int THREADS = WARPS * 32;
-  constexpr int KT = BLOCK_N / (16 * WARPS);  // m16 tiles of keys per warp
+  constexpr int KT = BLOCK_N / (16 * (WARPS / WARP_SPLIT));  // m16 tiles of keys per warp
   constexpr int KSTEPS = HEAD_DIM / Mma<T>::K;
-  constexpr int MN = BLOCK_M / 8;   // n8 tiles of queries in S^T
-  constexpr int DT = HEAD_DIM / 8;  // n8 tiles of dK, dV
+  constexpr int MN = BLOCK_M / WARP_SPLIT / 8;  // n8 tiles of the warp's queries in S^T
+  constexpr int DT = HEAD_DIM / WARP_SPLIT / 8;  // n8 tiles of the warp's columns of dK, dV
   constexpr int CHUNK = 16 / static_cast<int>(sizeof(T));
   using Layout = TileLayout<HEAD_DIM, LAYOUT, CHUNK>;
-  using DsLayout = TileLayout<BLOCK_M, LAYOUT, CHUNK>;  // dS^T: (BLOCK_N keys, BLOCK_M queries)
+  using DsLayout = TileLayout<BLOCK_M, LAYOUT, CHUNK>;  // P^T and dS^T: (BLOCK_N keys, BLOCK_M queries)
   using F = Frag<Layout, T>;
+  using FS = Frag<DsLayout, T>;
   constexpr int TILE_N = BLOCK_N * Layout::ROW, TILE_M = BLOCK_M * Layout::ROW;
   const float log2e = 1.4426950408889634f;
   const float scale_log2 = scale * log2e;
@@ -237,16 +271,20 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sv = sk + TILE_N;                   // (BLOCK_N, HEAD_DIM)
   T* sq = sv + TILE_N;                   // STAGES x (BLOCK_M, HEAD_DIM)
   T* sdo = sq + STAGES * TILE_M;         // STAGES x (BLOCK_M, HEAD_DIM)
-  // dS^T (BLOCK_N, BLOCK_M) when DQ_ATOMIC: in V's tile when V's fragments
-  // stay in registers and its rows are no wider than V's, else after dO's.
-  constexpr bool DS_IN_V = DQ_ATOMIC && RESIDENT_REGS && BLOCK_M <= HEAD_DIM;
+  // dS^T (BLOCK_N, BLOCK_M) when DQ_ATOMIC or STAGED: in V's tile when V's
+  // fragments stay in registers, its rows are no wider than V's and P^T is
+  // not staged, else after dO's; P^T (STAGED) after dS^T.
+  constexpr bool DS_IN_V = !STAGED && DQ_ATOMIC && RESIDENT_REGS && BLOCK_M <= HEAD_DIM;
   T* sds = DS_IN_V ? sv : sdo + STAGES * TILE_M;
+  T* sp = sds + BLOCK_N * DsLayout::ROW;
 
   const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
   const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
   const int g = lane / 4, t = lane % 4;
-  const int warp_key0 = warp * KT * 16;
+  const int warp_key0 = warp / WARP_SPLIT * KT * 16;
+  const int warp_query0 = warp % WARP_SPLIT * (BLOCK_M / WARP_SPLIT);  // the warp's columns of S^T
+  const int warp_col0 = warp % WARP_SPLIT * (HEAD_DIM / WARP_SPLIT);   // the warp's columns of dK, dV
   const T* kh = k + b * k_strides.batch + kvh * k_strides.head;
   const T* vh = v + b * v_strides.batch + kvh * v_strides.head;
   // Query tiles: under a causal mask none wholly before the block's first key.
@@ -304,7 +342,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     if constexpr (DS_IN_V)
       if (step == 0) __syncthreads();  // every warp holds V's fragments before dS^T overwrites its tile
 
-    // S^T = K Q^T and dP^T = V dO^T: rows are the warp's keys, columns the tile's queries.
+    // S^T = K Q^T and dP^T = V dO^T: rows are the warp's keys, columns its queries of the tile.
     float s[KT][MN][4], dp[KT][MN][4];
 #pragma unroll
     for (int kt_ = 0; kt_ < KT; ++kt_)
@@ -331,8 +369,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 #pragma unroll
       for (int np = 0; np < MN / 2; ++np) {
         unsigned qb[4], dob[4];
-        F::b_pair(qb, sqt, np * 16, ks * Mma<T>::K);
-        F::b_pair(dob, sdot, np * 16, ks * Mma<T>::K);
+        F::b_pair(qb, sqt, warp_query0 + np * 16, ks * Mma<T>::K);
+        F::b_pair(dob, sdot, warp_query0 + np * 16, ks * Mma<T>::K);
 #pragma unroll
         for (int kt_ = 0; kt_ < KT; ++kt_) {
           Mma<T>::run(s[kt_][2 * np], ka[kt_], qb);
@@ -351,7 +389,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     for (int nt = 0; nt < MN; ++nt)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int query = m0 + nt * 8 + 2 * t + e;
+        const int query = m0 + warp_query0 + nt * 8 + 2 * t + e;
         const float l2 = query < seq ? lse[row_base + query] * log2e : 0.0f;
         const float dd = query < seq ? delta[row_base + query] : 0.0f;
 #pragma unroll
@@ -368,21 +406,35 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
             dp[kt_][nt][i] = p * (dp[kt_][nt][i] - dd);
           }
       }
+    if constexpr (STAGED) {
+      // P^T and dS^T to shared memory as T: the group's warps read each other's columns.
+#pragma unroll
+      for (int kt_ = 0; kt_ < KT; ++kt_) {
+        stage_tile<DsLayout>(sp, warp_key0 + kt_ * 16, warp_query0, s[kt_]);
+        stage_tile<DsLayout>(sds, warp_key0 + kt_ * 16, warp_query0, dp[kt_]);
+      }
+      __syncthreads();
+    }
 
-    // dV += P^T dO and dK += dS^T Q (unscaled): k = the tile's queries.
+    // dV += P^T dO and dK += dS^T Q (unscaled) over the warp's columns: k = the tile's queries.
 #pragma unroll
     for (int kk = 0; kk < BLOCK_M / Mma<T>::K; ++kk) {
       unsigned pa[KT][4], dsa[KT][4];
 #pragma unroll
       for (int kt_ = 0; kt_ < KT; ++kt_) {
-        acc_to_a<T>(pa[kt_], s[kt_], kk);
-        acc_to_a<T>(dsa[kt_], dp[kt_], kk);
+        if constexpr (STAGED) {
+          FS::a(pa[kt_], sp, warp_key0 + kt_ * 16, kk * Mma<T>::K);
+          FS::a(dsa[kt_], sds, warp_key0 + kt_ * 16, kk * Mma<T>::K);
+        } else {
+          acc_to_a<T>(pa[kt_], s[kt_], kk);
+          acc_to_a<T>(dsa[kt_], dp[kt_], kk);
+        }
       }
 #pragma unroll
       for (int dp2 = 0; dp2 < DT / 2; ++dp2) {
         unsigned dob[4], qb[4];
-        F::template b_trans_pair<true>(dob, sdot, kk * Mma<T>::K, dp2 * 16);
-        F::template b_trans_pair<true>(qb, sqt, kk * Mma<T>::K, dp2 * 16);
+        F::template b_trans_pair<!STAGED>(dob, sdot, kk * Mma<T>::K, warp_col0 + dp2 * 16);
+        F::template b_trans_pair<!STAGED>(qb, sqt, kk * Mma<T>::K, warp_col0 + dp2 * 16);
 #pragma unroll
         for (int kt_ = 0; kt_ < KT; ++kt_) {
           Mma<T>::run(dv_acc[kt_][2 * dp2], pa[kt_], dob);
@@ -394,20 +446,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     }
 
     if constexpr (DQ_ATOMIC) {
-      // dS^T to shared memory as T, then dQ(tile) += dS K: each warp takes
-      // m16 x n16 pieces of the (BLOCK_M, HEAD_DIM) product, k = the block's keys.
+      // dS^T to shared memory as T (staged above already), then dQ(tile) +=
+      // dS K: each warp takes m16 x n16 pieces of the (BLOCK_M, HEAD_DIM)
+      // product, k = the block's keys.
+      if constexpr (!STAGED) {
 #pragma unroll
-      for (int kt_ = 0; kt_ < KT; ++kt_)
-#pragma unroll
-        for (int nt = 0; nt < MN; ++nt)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int key = warp_key0 + kt_ * 16 + g + 8 * r, col = nt * 8 + 2 * t;
-            sds[DsLayout::offset(key, col)] = kt::from_float<T>(dp[kt_][nt][2 * r]);
-            sds[DsLayout::offset(key, col + 1)] = kt::from_float<T>(dp[kt_][nt][2 * r + 1]);
-          }
-      __syncthreads();
-      using FS = Frag<DsLayout, T>;
+        for (int kt_ = 0; kt_ < KT; ++kt_) stage_tile<DsLayout>(sds, warp_key0 + kt_ * 16, 0, dp[kt_]);
+        __syncthreads();
+      }
       constexpr int PIECES = BLOCK_M / 16 * (HEAD_DIM / 16);
       float* dq_h = dq_accum + row_base * HEAD_DIM;
       for (int piece = warp; piece < PIECES; piece += WARPS) {
@@ -434,12 +480,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
       }
     }
-    __syncthreads();  // the next step refills the stage just read (and dS^T)
+    __syncthreads();  // the next step refills the stage just read (and P^T, dS^T)
   }
 
   // dK = scale * dS^T Q, dV = P^T dO, for the keys inside the sequence.
-  T* dkh = dk + b * dk_strides.batch + kvh * dk_strides.head;
-  T* dvh = dv + b * dv_strides.batch + kvh * dv_strides.head;
+  T* dkh = dk + b * dk_strides.batch + kvh * dk_strides.head + warp_col0;
+  T* dvh = dv + b * dv_strides.batch + kvh * dv_strides.head + warp_col0;
 #pragma unroll
   for (int kt_ = 0; kt_ < KT; ++kt_) {
     store_rows<DT>(dkh, dk_strides.seq, n0 + warp_key0 + kt_ * 16, seq, dk_acc[kt_], scale);

@@ -23,9 +23,22 @@ constexpr const char* kTemplate = "attention/attention_bwd.cuh";
 constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of keys (dK/dV) or query rows (dQ) one warp owns
 // Registers besides the tiles': indices, strides, pointers, loop state.
 constexpr std::int64_t kBaseRegisters = 40;
+// What ptxas saves on the sum below when P^T and dS^T are staged in shared
+// memory (warp_split > 1). Fitted to ptxas 13.0's reports (nvcc -cubin
+// --resource-usage) of 52 staged dK/dV kernels estimated at 200 to 420
+// registers (bf16 and fp32, head dims 32 to 128, causal, dQ by atomics): at
+// sm_90 none estimated up to 280 spilled, 3 of the 8 from 284 to 304
+// spilled 4 bytes and all from 316 on spilled 260 bytes or more; at sm_80
+// the first spill (20 bytes, fp32) was estimated at 280.
+constexpr std::int64_t kStagedRegisterRelief = 24;
 constexpr std::int64_t kPreprocessRows = 8;  // rows per block of the D pre-kernel (one per warp of 256 threads)
 
-std::int64_t tiles_per_warp(const Config& c) { return c.at("block_n") / (16 * c.at("warps")); }
+std::int64_t warp_split(const Config& c) { return c.at("warp_split"); }
+/// Groups of warps in a dK/dV block, each owning its own keys.
+std::int64_t key_groups(const Config& c) { return c.at("warps") / warp_split(c); }
+std::int64_t tiles_per_warp(const Config& c) { return c.at("block_n") / (16 * key_groups(c)); }
+/// Whether the dK/dV pass stages P^T and dS^T in shared memory (warps split a group's keys' work).
+bool staged(const Config& c) { return warp_split(c) > 1; }
 bool dq_atomic(const Config& c) { return c.at("dq_atomic") != 0; }
 bool resident_regs(const Config& c) { return c.at("resident_regs") != 0; }
 
@@ -38,17 +51,19 @@ std::int64_t tile_row(std::int64_t width, const Config& c, const Problem& p) {
 
 /// Registers per thread of attention_bwd_dkdv besides kBaseRegisters (its
 /// attention_bwd_dq twin holds less: half the accumulators): per m16 tile of
-/// keys the dK and dV accumulators (head_dim), S^T and dP^T (block_m) and
-/// the K and V A fragments (8 for one k step, or 8 per k step of the head
-/// dim when they stay in registers); the Q and dO B fragments (8); the
-/// addresses of the 16-byte copies of a Q/dO step, of which ptxas keeps
-/// about 3/2 each.
+/// keys the warp's share (1 / warp_split) of the dK and dV accumulators
+/// (head_dim) and of S^T and dP^T (block_m), and the K and V A fragments (8
+/// for one k step, or 8 per k step of the head dim when they stay in
+/// registers); the Q and dO B fragments (8); the addresses of the 16-byte
+/// copies of a Q/dO step, of which ptxas keeps about 3/2 each; less
+/// kStagedRegisterRelief when staged.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t d = p.dim("head_dim"), bm = c.at("block_m"), e = element_bytes(p);
   const std::int64_t copies = 2 * bm * (d * e / 16) / (32 * c.at("warps"));
   const std::int64_t k_steps = d / (e == 4 ? 8 : 16);  // of m16n8k8 (tf32) or m16n8k16
   const std::int64_t a_fragments = 8 * (resident_regs(c) ? k_steps : 1);
-  return tiles_per_warp(c) * (d + bm + a_fragments) + 8 + 3 * copies / 2;
+  return tiles_per_warp(c) * ((d + bm) / warp_split(c) + a_fragments) + 8 + 3 * copies / 2 -
+         (staged(c) ? kStagedRegisterRelief : 0);
 }
 
 /// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.
@@ -59,18 +74,20 @@ std::int64_t accumulator_bytes(const Problem& p) {
   return 4 * p.dim("batch") * p.dim("heads") * p.dim("seq") * p.dim("head_dim");
 }
 
-/// Whether the dK/dV pass keeps dS^T (dQ by atomics) in a tile of its own:
-/// not when V's fragments stay in registers and dS^T's rows (block_m) are
-/// no wider than V's (head_dim), when it takes V's tile.
-bool ds_own_tile(const Config& c, const Problem& p) {
-  return dq_atomic(c) && !(resident_regs(c) && c.at("block_m") <= p.dim("head_dim"));
+/// Tiles of (block_n keys, block_m queries) the dK/dV pass keeps in shared
+/// memory besides K, V, Q and dO: P^T and dS^T when staged; else dS^T (dQ
+/// by atomics) unless V's fragments stay in registers and dS^T's rows
+/// (block_m) are no wider than V's (head_dim), when it takes V's tile.
+std::int64_t key_query_tiles(const Config& c, const Problem& p) {
+  if (staged(c)) return 2;
+  return dq_atomic(c) && !(resident_regs(c) && c.at("block_m") <= p.dim("head_dim")) ? 1 : 0;
 }
 
-/// dK/dV pass: K, V, the Q and dO stages and dS^T in a tile of its own.
+/// dK/dV pass: K, V, the Q and dO stages and the key x query tiles.
 std::int64_t dkdv_shared(const Config& c, const Problem& p) {
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), e = element_bytes(p);
   const std::int64_t tiles = (2 * bn + 2 * c.at("stages") * bm) * tile_row(p.dim("head_dim"), c, p) * e;
-  return tiles + (ds_own_tile(c, p) ? bn * tile_row(bm, c, p) * e : 0);
+  return tiles + key_query_tiles(c, p) * bn * tile_row(bm, c, p) * e;
 }
 std::int64_t dq_shared(const Config& c, const Problem& p) {
   return (2 * c.at("block_n") + 2 * c.at("stages") * c.at("block_m")) * tile_row(p.dim("head_dim"), c, p) *
@@ -86,7 +103,14 @@ class Backward final : public TypedFamily<BackwardArgs> {
                 {"block_n", {16, 32, 64, 128},
                  "keys per dK/dV block (query rows per dQ block): more reuse of each Q/dO tile vs accumulator "
                  "registers and fewer blocks"},
-                {"warps", {1, 2, 4, 8}, "warps per block, block_n / warps rows each: more warps vs more rows per warp"},
+                {"warps", {1, 2, 4, 8},
+                 "warps per block, block_n * warp_split / warps keys each (block_n / warps query rows in the dQ "
+                 "pass): more warps vs more rows per warp"},
+                {"warp_split", {1, 2, 4},
+                 "warps sharing a group of keys in the dK/dV pass: 1 each warp turns its S^T and dP^T into dV and "
+                 "dK in registers; 2 or 4 they split the query tile's columns of S^T, dP^T and the head dim's of dK, "
+                 "dV (FlashAttention-2's partition), staging P^T and dS^T in shared memory: wider tiles in the same "
+                 "registers vs a round trip through shared memory"},
                 {"stages", {1, 2}, "Q/dO (K/V) tiles in flight: load latency hidden vs shared memory"},
                 {"smem_layout", {0, 1},
                  "shared-memory rows of the K, V, Q, dO and dS^T tiles: 0 padded by 16 bytes (conflict-free, more "
@@ -94,7 +118,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
                 {"resident_regs", {0, 1},
                  "the block's resident operand (K and V in the dK/dV pass, Q and dO in the dQ pass): 1 its A "
                  "fragments loaded once into registers (and dS^T, for dQ by atomics, in V's tile when block_m <= "
-                 "head_dim), 0 re-read from shared memory at every step: ldmatrix traffic and shared memory vs 8 "
+                 "head_dim and warp_split is 1), 0 re-read from shared memory at every step: ldmatrix traffic and shared memory vs 8 "
                  "registers per k step of the head dim and m16 tile"},
                 {"dq_atomic", {0, 1},
                  "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
@@ -124,14 +148,14 @@ class Backward final : public TypedFamily<BackwardArgs> {
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid) {
-      const Config c({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"stages", 2}, {"smem_layout", 0},
-                      {"resident_regs", 0}, {"dq_atomic", 1}});
+      const Config c({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
+                      {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
       if (is_valid(c, p, any, nullptr)) return c;
     }
     for (const auto& [bn, warps] : {std::pair{64, 4}, std::pair{32, 2}, std::pair{16, 1}})
       for (const std::int64_t bm : {64, 32, 16}) {
-        const Config c({{"block_m", bm}, {"block_n", bn}, {"warps", warps}, {"stages", 2}, {"smem_layout", 0},
-                        {"resident_regs", 0}, {"dq_atomic", 1}});
+        const Config c({{"block_m", bm}, {"block_n", bn}, {"warps", warps}, {"warp_split", 1}, {"stages", 2},
+                        {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
         if (is_valid(c, p, any, nullptr)) return c;
       }
     throw_error(ErrorKind::kInternal, "attention_bwd: no valid default config for " + p.key());
@@ -141,27 +165,41 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
-    if (bn % (16 * warps) != 0)
-      return reject(why, fmt::format("each warp owns whole 16-row tiles of the block's keys (query rows in the dQ "
-                                     "pass): block_n {} is not a multiple of 16 x {} warps",
+    const std::int64_t split = warp_split(c), d_head = p.dim("head_dim");
+    if (warps % split != 0)
+      return reject(why, fmt::format("warp_split {} does not divide the block's {} warps into whole groups", split,
+                                     warps));
+    if (bn % (16 * key_groups(c)) != 0)
+      return reject(why, fmt::format("each group of warp_split warps owns whole 16-row tiles of the block's keys: "
+                                     "block_n {} is not a multiple of 16 x {} groups",
+                                     bn, key_groups(c)));
+    if (!dq_atomic(c) && bn % (16 * warps) != 0)
+      return reject(why, fmt::format("each warp of the dQ pass owns whole 16-row tiles of its query rows: block_n {} "
+                                     "is not a multiple of 16 x {} warps",
                                      bn, warps));
+    if (bm % (16 * split) != 0 || d_head % (16 * split) != 0)
+      return reject(why, fmt::format("each of warp_split {} warps takes whole 16-column pieces of the query tile "
+                                     "(block_m {}) and of the head dim ({})",
+                                     split, bm, d_head));
     if (tiles_per_warp(c) > kMaxTilesPerWarp)
       return reject(why, fmt::format("each warp would own {} keys; at most {} (their dK and dV accumulators live in "
                                      "registers): add warps or lower block_n",
-                                     bn / warps, 16 * kMaxTilesPerWarp));
+                                     bn / key_groups(c), 16 * kMaxTilesPerWarp));
     const std::int64_t registers = kBaseRegisters + fragment_registers(c, p);
     const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
     if (registers > budget)
       return reject(why, fmt::format("each thread would need about {} registers for its dK and dV accumulators, "
                                      "S^T and dP^T tiles, fragments{} and copies (head_dim {}, {} keys per warp, "
-                                     "{}-query tiles), over the {} a block of {} threads allows: it would spill",
-                                     registers, resident_regs(c) ? " (K and V's kept for every k step)" : "",
-                                     p.dim("head_dim"), bn / warps, bm, budget, threads));
+                                     "{}-query tiles, split {} ways), over the {} a block of {} threads allows: it "
+                                     "would spill",
+                                     registers, resident_regs(c) ? " (K and V's kept for every k step)" : "", d_head,
+                                     bn / key_groups(c), bm, split, budget, threads));
     const std::int64_t smem = backward_shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
       return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles{}, "
                                      "in {} rows), over the {} bytes a block of {} may use",
-                                     smem, c.at("stages"), ds_own_tile(c, p) ? ", dS^T" : "",
+                                     smem, c.at("stages"),
+                                     staged(c) ? ", P^T and dS^T" : key_query_tiles(c, p) ? ", dS^T" : "",
                                      c.at("smem_layout") == 0 ? "padded" : "swizzled", d.max_smem_per_block,
                                      d.arch));
     return true;
@@ -175,9 +213,9 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const char* resident = resident_regs(c) ? "true" : "false";
     std::vector<std::string> kernels = {
         fmt::format("attention::attention_bwd_preprocess<{}, {}, {}>", d, atomic, t),
-        fmt::format("attention::attention_bwd_dkdv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
-                    c.at("block_n"), c.at("warps"), c.at("stages"), c.at("smem_layout"), resident, atomic, causal,
-                    t)};
+        fmt::format("attention::attention_bwd_dkdv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
+                    c.at("block_n"), c.at("warps"), warp_split(c), c.at("stages"), c.at("smem_layout"), resident,
+                    atomic, causal, t)};
     if (dq_atomic(c))
       kernels.push_back(fmt::format("attention::attention_bwd_dq_convert<{}, {}>", d, t));
     else

@@ -2,7 +2,8 @@
 // streaming fp64 reference: every head dim and dtype at sequence lengths 1
 // to 257 (ragged against every tile), causal and not; dQ by atomics and by
 // the second pass; swizzled and padded tiles, resident operands in
-// registers or re-read from shared memory (a seeded sample); grouped- and
+// registers or re-read from shared memory (a seeded sample); warps sharing
+// keys, with P^T and dS^T staged in shared memory; grouped- and
 // multi-query heads; the (batch, heads, seq, head_dim) layout; and kernels
 // broken on purpose (the diagonal tile's mask dropped, K read as V, tiles
 // written unswizzled but read swizzled) that these checks must catch.
@@ -27,9 +28,11 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool
                  {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
 }
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
-              std::int64_t dq_atomic, std::int64_t smem_layout = 0, std::int64_t resident_regs = 0) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"smem_layout", smem_layout}, {"resident_regs", resident_regs}, {"dq_atomic", dq_atomic}});
+              std::int64_t dq_atomic, std::int64_t smem_layout = 0, std::int64_t resident_regs = 0,
+              std::int64_t warp_split = 1) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
+                 {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
+                 {"dq_atomic", dq_atomic}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
@@ -82,6 +85,32 @@ TEST_CASE("attention_bwd: dQ by the second pass and by atomics, tile shapes, sta
       // 16-query tiles, atomics; ragged and causal, and more keys than one block
       {config(16, 128, 4, 2, 1), problem("bf16", 150, 64, true)},
       {config(16, 128, 4, 2, 1), problem("f16", 300, 32, false)},
+  };
+  for (const auto& [c, p] : cases) test::check_backward(*backend, c, p);
+}
+
+TEST_CASE("attention_bwd: warps sharing a group of keys, P^T and dS^T staged in shared memory", "[attention][emu]") {
+  // warp_split 2 and 4: the group's warps split the query tile's columns of
+  // S^T and the head dim's of dK, dV. Both dQ modes, both layouts, K and V
+  // in registers, tf32, one and two m16 tiles of keys per group, grouped
+  // query heads summing into their K/V head; ragged and causal.
+  auto backend = emu();
+  struct Case {
+    Config c;
+    Problem p;
+  };
+  Problem gqa = problem("f16", 45, 64, true, 1, 4);
+  gqa.dims["kv_heads"] = 2;
+  const Case cases[] = {
+      // FlashAttention-2's partition at head_dim 64: 128 keys over 4 groups of 2 warps, 64-query tiles
+      {config(64, 128, 8, 2, 1, 0, 0, 2), problem("bf16", 150, 64, true)},
+      // the same by the second pass, swizzled, K and V in registers
+      {config(32, 128, 8, 2, 0, 1, 1, 2), problem("bf16", 257, 64, false)},
+      // four warps to one m16 tile of keys, head_dim 128 in four 32-column shares; one stage
+      {config(64, 32, 8, 1, 1, 0, 0, 4), problem("f16", 100, 128, true)},
+      // two tiles of keys per group, tf32, dS^T in its own tile although K and V stay in registers
+      {config(32, 64, 4, 2, 1, 0, 1, 2), problem("f32", 70, 32, true)},
+      {config(32, 64, 4, 2, 1, 1, 0, 2), gqa},
   };
   for (const auto& [c, p] : cases) test::check_backward(*backend, c, p);
 }
@@ -157,6 +186,19 @@ TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[atte
   const auto wrong = test::run_backward(*backend, c, p, false, 3, &swapped);
   CHECK(wrong.dk > wrong.tolerance);
   CHECK(wrong.dv <= wrong.tolerance);
+  // Warps sharing keys (warp_split 2) each staging their P^T columns at the
+  // tile's first column instead of their own: dV = P^T dO goes wrong, dK
+  // (from dS^T, staged right) does not.
+  const Config split = config(32, 64, 4, 2, 1, 0, 0, 2);
+  Rendered overlapped = f.render(split, p);
+  const std::string stage_p = "stage_tile<DsLayout>(sp, warp_key0 + kt_ * 16, warp_query0, s[kt_]);";
+  const auto at_p = overlapped.source.find(stage_p);
+  REQUIRE(at_p != std::string::npos);
+  overlapped.source.replace(at_p, stage_p.size(), "stage_tile<DsLayout>(sp, warp_key0 + kt_ * 16, 0, s[kt_]);");
+  REQUIRE(test::run_backward(*backend, split, p, false, 3).worst() <= tolerance_for("bf16"));
+  const auto staged = test::run_backward(*backend, split, p, false, 3, &overlapped);
+  CHECK(staged.dv > staged.tolerance);
+  CHECK(staged.dk <= staged.tolerance);
 }
 
 TEST_CASE("attention_bwd: tiles written unswizzled but read swizzled fail these checks", "[attention][emu]") {

@@ -6,6 +6,8 @@
 // Skipped without a device.
 #include <catch2/catch.hpp>
 
+#include <array>
+
 #include "support.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
@@ -69,6 +71,34 @@ TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 25
   Problem gqa = problem("bf16", 300, 64, true, 2, 8);
   gqa.dims["kv_heads"] = 2;
   test::check_backward(*backend, backward_family().default_config(gqa), gqa, true);
+}
+
+TEST_CASE("attention_bwd on the GPU: warps sharing a group of keys, P^T and dS^T staged in shared memory",
+          "[attention][gpu]") {
+  test::skip_without_gpu();
+  auto backend = tuner::exec::make_cuda_backend();
+  const auto& f = backward_family();
+  std::vector<test::Variant> variants;
+  // FlashAttention-2's partition of 128 keys (4 groups of 2 warps) at 64- and 128-query tiles, both dQ modes,
+  // and 4 warps to a group at head_dim 128.
+  for (const char* dtype : {"bf16", "f32"})
+    for (const std::int64_t seq : {100, 257})
+      for (const std::int64_t atomic : {0, 1})
+        for (const auto& [d, bm, bn, split] : {std::array<std::int64_t, 4>{64, 64, 128, 2},
+                                               std::array<std::int64_t, 4>{64, 128, 128, 2},
+                                               std::array<std::int64_t, 4>{128, 64, 64, 4}}) {
+          const Problem p = problem(dtype, seq, d, seq == 257);
+          Config c = f.default_config(p);
+          c.set("block_m", bm);
+          c.set("block_n", bn);
+          c.set("warps", 8);
+          c.set("warp_split", split);
+          c.set("dq_atomic", atomic);
+          if (f.is_valid(c, p, backend->device())) variants.push_back({&f, c, p});
+        }
+  REQUIRE(variants.size() >= 8);
+  test::precompile(variants, backend->device().arch);
+  for (const auto& v : variants) test::check_backward(*backend, v.config, v.problem);
 }
 
 TEST_CASE("attention_bwd on the GPU: the CS336 leaderboard's problem, checked on a sample of rows",

@@ -1,6 +1,7 @@
 // Attention backward family, host side: registration and problem checks,
-// space and constraints with their reasons, defaults, rendering, the launch
-// plan and its workspace, workloads (the streaming reference, and the
+// space and constraints with their reasons, defaults, the register estimate
+// of staged configs against ptxas, rendering, the launch plan and its
+// workspace, workloads (the streaming reference, and the
 // seeded sample of rows at benchmark sizes, for the forward's workload too).
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -11,6 +12,7 @@
 #include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 #include "templates/sampled_configs.hpp"
+#include "tuner/compile/compiler.hpp"
 
 namespace templates_attention_backward_test {
 
@@ -25,9 +27,11 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std:
   return Problem{dtype, {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
 }
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
-              std::int64_t dq_atomic = 1, std::int64_t smem_layout = 0, std::int64_t resident_regs = 0) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"smem_layout", smem_layout}, {"resident_regs", resident_regs}, {"dq_atomic", dq_atomic}});
+              std::int64_t dq_atomic = 1, std::int64_t smem_layout = 0, std::int64_t resident_regs = 0,
+              std::int64_t warp_split = 1) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
+                 {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
+                 {"dq_atomic", dq_atomic}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -61,19 +65,38 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
-  CHECK(f.space().size() == 4 * 4 * 4 * 2 * 2 * 2 * 2);
-  for (const char* name : {"block_m", "block_n", "warps", "stages", "smem_layout", "resident_regs", "dq_atomic"})
+  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 2 * 2 * 2 * 2);
+  for (const char* name : {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
   CHECK(f.is_valid(config(32, 128, 4, 2, 0), problem("bf16", 1024, 32), sm90));  // two m16 tiles of keys per warp
   CHECK_THAT(why_invalid(config(64, 64, 8, 2), problem("bf16", 1024, 64)),
-             Catch::Contains("block_n 64 is not a multiple of 16 x 8 warps"));
+             Catch::Contains("block_n 64 is not a multiple of 16 x 8 groups"));
   CHECK_THAT(why_invalid(config(64, 128, 2, 2), problem("bf16", 1024, 64)),
              Catch::Contains("each warp would own 64 keys; at most 32"));
-  // Registers: the dK and dV accumulators of head_dim 128 leave room for 32-query tiles, not 64.
+  // Registers: the dK and dV accumulators of head_dim 128 leave room for 32-query tiles, not 64; two warps
+  // sharing each warp's keys halve the accumulators and S^T, dP^T: 64-query tiles fit.
   CHECK(f.is_valid(config(32, 64, 4, 2), problem("bf16", 1024, 128), sm90));
   CHECK_THAT(why_invalid(config(64, 64, 4, 2), problem("bf16", 1024, 128)), Catch::Contains("it would spill"));
+  CHECK(f.is_valid(config(64, 64, 8, 2, 1, 0, 0, 2), problem("bf16", 1024, 128), sm90));
+  // Warps sharing keys: whole groups, whole 16-column shares of the query tile and head dim, at most two m16
+  // tiles of keys per group, and the dQ pass's own rows per warp.
+  CHECK(f.is_valid(config(64, 128, 8, 2, 1, 0, 0, 2), problem("bf16", 1024, 64), sm90));
+  CHECK(f.is_valid(config(64, 64, 8, 2, 1, 0, 0, 4), problem("bf16", 1024, 128), sm90));
+  CHECK_THAT(why_invalid(config(64, 64, 2, 2, 1, 0, 0, 4), problem("bf16", 1024, 64)),
+             Catch::Contains("warp_split 4 does not divide the block's 2 warps into whole groups"));
+  CHECK_THAT(why_invalid(config(16, 64, 4, 2, 1, 0, 0, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("each of warp_split 2 warps takes whole 16-column pieces of the query tile (block_m 16) "
+                             "and of the head dim (64)"));
+  CHECK_THAT(why_invalid(config(64, 64, 4, 2, 1, 0, 0, 2), problem("bf16", 1024, 80)),
+             Catch::Contains("(block_m 64) and of the head dim (80)"));
+  CHECK_THAT(why_invalid(config(64, 128, 8, 2, 1, 0, 0, 4), problem("bf16", 1024, 64)),
+             Catch::Contains("each warp would own 64 keys; at most 32"));
+  CHECK(f.is_valid(config(64, 64, 8, 2, 1, 0, 0, 2), problem("bf16", 1024, 64), sm90));
+  CHECK_THAT(why_invalid(config(64, 64, 8, 2, 0, 0, 0, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("each warp of the dQ pass owns whole 16-row tiles of its query rows: block_n 64 is not a "
+                             "multiple of 16 x 8 warps"));
   // K and V kept in registers: 8 more per k step of the head dim, which head_dim 64 affords and 128 does not.
   CHECK(f.is_valid(config(64, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 64), sm90));
   CHECK_THAT(why_invalid(config(32, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 128)),
@@ -90,6 +113,10 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
         (2 * 64 + 2 * 2 * 32) * 136 * 2);
   CHECK(backward_shared_bytes(config(64, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 32)) ==
         (2 * 64 + 2 * 2 * 64) * 40 * 2 + 64 * 72 * 2);
+  // Staged: P^T and dS^T (128 x 72 each) beside K, V and the stages, whatever the dQ mode and residency.
+  for (const std::int64_t atomic : {0, 1})
+    CHECK(backward_shared_bytes(config(64, 128, 8, 2, atomic, 0, atomic, 2), problem("bf16", 1024, 64)) ==
+          (2 * 128 + 2 * 2 * 64) * 72 * 2 + 2 * 128 * 72 * 2);
   // The second pass's kernel: Q and dO (block_n rows), 2 stages of K and V (block_m rows), no dS^T.
   CHECK(backward_shared_bytes(config(64, 32, 2, 2, 0, 1), problem("f16", 1024, 64)) ==
         std::max((2 * 32 + 2 * 2 * 64) * 64 * 2, (2 * 64 + 2 * 2 * 32) * 64 * 2));
@@ -114,6 +141,7 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
         CHECK(c.at("dq_atomic") == 1);
         CHECK(c.at("smem_layout") == 0);
         CHECK(c.at("resident_regs") == 0);
+        CHECK(c.at("warp_split") == 1);
       }
   CHECK(f.default_config(problem("bf16", 100, 64)).at("block_m") == 64);
   CHECK(f.default_config(problem("bf16", 100, 128)).at("block_m") == 32);
@@ -133,6 +161,36 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
   CHECK(f.default_config(problem("bf16", 4096, 64, 1, 1, 8)).at("block_n") == 64);   // 256
 }
 
+TEST_CASE("attention_bwd: staged configs the register estimate admits at its edge compile without spilling",
+          "[attention][family][compile]") {
+  // P^T and dS^T staged (warp_split 2): FlashAttention-2's partition of the leaderboard's backward (estimated at
+  // 268 before the staged relief; its 176 KB of shared memory fit an H100's block, not an A100's) and an fp32
+  // config estimated at 278, both admitted; one estimated at 280, which spills 20 bytes at sm_80, rejected.
+  const auto& f = backward_family();
+  const tuner::Compiler compiler;
+  struct Case {
+    Config c;
+    Problem p;
+    std::vector<const char*> archs;
+  };
+  const Case admitted[] = {{config(128, 128, 8, 2, 1, 0, 0, 2), problem("bf16", 16384, 64, 1, 1, 16), {"sm_90"}},
+                           {config(32, 128, 8, 2, 1, 0, 1, 2), problem("f32", 1024, 64), {"sm_80", "sm_90"}}};
+  for (const auto& [c, p, archs] : admitted)
+    for (const char* arch : archs) {
+      INFO(p.key() << " " << c.str() << " " << arch);
+      REQUIRE(f.is_valid(c, p, DeviceLimits::for_arch(arch)));
+      const auto r = compiler.compile(f.render(c, p), arch);
+      INFO(r.log);
+      REQUIRE(r.ok);
+      for (const auto& k : r.kernels) {
+        INFO(k.name_expression << ": " << k.registers << " registers");
+        CHECK(k.spill_bytes() == 0);
+      }
+    }
+  CHECK_THAT(why_invalid(config(64, 128, 8, 2, 1, 0, 0, 2), problem("f32", 1024, 128), "sm_80"),
+             Catch::Contains("about 256 registers"));
+}
+
 TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a second pass, the workspace",
           "[attention][family]") {
   const auto& f = backward_family();
@@ -140,13 +198,17 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   const Rendered atomic = f.render(config(32, 64, 4, 2, 1), p);
   REQUIRE(atomic.kernels.size() == 3);
   CHECK(atomic.kernels[0] == "attention::attention_bwd_preprocess<80, true, __half>");
-  CHECK(atomic.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 2, 0, false, true, true, __half>");
+  CHECK(atomic.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 1, 2, 0, false, true, true, __half>");
   CHECK(atomic.kernels[2] == "attention::attention_bwd_dq_convert<80, __half>");
   const Rendered second = f.render(config(32, 64, 4, 2, 0), p);
   CHECK(second.kernels[2] == "attention::attention_bwd_dq<80, 32, 64, 4, 2, 0, false, true, __half>");
   const Rendered swizzled = f.render(config(32, 64, 4, 2, 0, 1, 1), p);
-  CHECK(swizzled.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 2, 1, true, false, true, __half>");
+  CHECK(swizzled.kernels[1] == "attention::attention_bwd_dkdv<80, 32, 64, 4, 1, 2, 1, true, false, true, __half>");
   CHECK(swizzled.kernels[2] == "attention::attention_bwd_dq<80, 32, 64, 4, 2, 1, true, true, __half>");
+  // Warps sharing keys: the dK/dV kernel's fifth argument; the second pass has no such parameter.
+  const Rendered split = f.render(config(32, 64, 4, 2, 0, 0, 0, 2), problem("f16", 1000, 64, 1, 2, 6));
+  CHECK(split.kernels[1] == "attention::attention_bwd_dkdv<64, 32, 64, 4, 2, 2, 0, false, false, true, __half>");
+  CHECK(split.kernels[2] == "attention::attention_bwd_dq<64, 32, 64, 4, 2, 0, false, true, __half>");
   // Shapes share a text.
   CHECK(f.render(config(32, 64, 4, 2), problem("f16", 5, 80, 1, 1, 1)).source == atomic.source);
 
