@@ -80,21 +80,42 @@ struct alignas(2 * sizeof(T)) Pair {
 /// whose rows are `row_stride` elements apart into the tile `dst`; rows at or
 /// past `seq` are zero-filled (a zero V row adds nothing even where P is 0,
 /// where a stray NaN would). Completes at the covering cp_async_wait.
+/// When the block's threads cover whole rows and the rows a thread copies
+/// are whole swizzle periods apart, every copy of a thread has the same
+/// column and the same swizzle: its source walks by one stride and its
+/// destination by a constant, instead of an address per copy that ptxas
+/// would compute once and hold in registers for the whole kernel.
 template <int ROWS, int HEAD_DIM, int LAYOUT, int THREADS, class T>
 KT_DEVICE void load_tile(T* dst, const T* src, long long row_stride, int row0, int seq) {
   constexpr int CHUNK = 16 / static_cast<int>(sizeof(T));
   constexpr int CHUNKS = HEAD_DIM / CHUNK;
   constexpr int ITERS = (ROWS * CHUNKS + THREADS - 1) / THREADS;
+  using Layout = TileLayout<HEAD_DIM, LAYOUT, CHUNK>;
+  constexpr int STEP = THREADS / CHUNKS;  // rows between a thread's copies, when whole rows
+  if constexpr (THREADS % CHUNKS == 0 && STEP % Layout::SWIZZLE == 0 && ROWS % STEP == 0) {
+    const int r = static_cast<int>(threadIdx.x) / CHUNKS, col = static_cast<int>(threadIdx.x) % CHUNKS * CHUNK;
+    T* to = dst + Layout::offset(r, col);
+    const T* from = src + (row0 + r) * row_stride + col;
 #pragma unroll
-  for (int it = 0; it < ITERS; ++it) {
-    const int c = it * THREADS + static_cast<int>(threadIdx.x);
-    if (ROWS * CHUNKS % THREADS == 0 || c < ROWS * CHUNKS) {
-      const int r = c / CHUNKS, col = c % CHUNKS * CHUNK;
-      T* to = dst + TileLayout<HEAD_DIM, LAYOUT, CHUNK>::offset(r, col);
-      if (row0 + r < seq)
-        kt::cp_async_16(to, src + (row0 + r) * row_stride + col);
+    for (int it = 0; it < ITERS; ++it) {
+      if (row0 + r + it * STEP < seq)
+        kt::cp_async_16(to + it * STEP * Layout::ROW, from);
       else
-        kt::cp_async_16_zfill(to, src, 0);  // reads nothing; row 0 exists (seq >= 1)
+        kt::cp_async_16_zfill(to + it * STEP * Layout::ROW, src, 0);  // reads nothing; row 0 exists (seq >= 1)
+      from += STEP * row_stride;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < ITERS; ++it) {
+      const int c = it * THREADS + static_cast<int>(threadIdx.x);
+      if (ROWS * CHUNKS % THREADS == 0 || c < ROWS * CHUNKS) {
+        const int r = c / CHUNKS, col = c % CHUNKS * CHUNK;
+        T* to = dst + Layout::offset(r, col);
+        if (row0 + r < seq)
+          kt::cp_async_16(to, src + (row0 + r) * row_stride + col);
+        else
+          kt::cp_async_16_zfill(to, src, 0);  // reads nothing; row 0 exists (seq >= 1)
+      }
     }
   }
 }

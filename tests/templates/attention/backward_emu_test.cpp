@@ -202,21 +202,24 @@ TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[atte
 }
 
 TEST_CASE("attention_bwd: tiles written unswizzled but read swizzled fail these checks", "[attention][emu]") {
-  // The tile copy places chunk c of row r at chunk c instead of c ^ (r % 8),
-  // while the fragment loads still undo the swizzle: every product reads
-  // scrambled Q, K, V and dO. Padded rows do not swizzle, so the same change
-  // leaves them right.
+  // The tile copy places chunk c of row r at chunk c instead of c ^ (r % 8)
+  // (in both of its paths: whole rows per block, and the rest), while the
+  // fragment loads still undo the swizzle: every product reads scrambled Q,
+  // K, V and dO. Padded rows do not swizzle, so the same change leaves them
+  // right.
   auto backend = emu();
   const auto& f = backward_family();
   const Problem p = problem("bf16", 70, 64, true);
-  const std::string swizzled_write = "T* to = dst + TileLayout<HEAD_DIM, LAYOUT, CHUNK>::offset(r, col);";
-  const std::string plain_write = "T* to = dst + r * TileLayout<HEAD_DIM, LAYOUT, CHUNK>::ROW + col;";
+  const std::string swizzled_write = "T* to = dst + Layout::offset(r, col);";
+  const std::string plain_write = "T* to = dst + r * Layout::ROW + col;";
   for (const std::int64_t layout : {0, 1}) {
     const Config c = config(32, 32, 2, 2, 1, layout);
     Rendered broken = f.render(c, p);
-    const auto at = broken.source.find(swizzled_write);
-    REQUIRE(at != std::string::npos);
-    broken.source.replace(at, swizzled_write.size(), plain_write);
+    int replaced = 0;
+    for (auto at = broken.source.find(swizzled_write); at != std::string::npos;
+         at = broken.source.find(swizzled_write, at + plain_write.size()), ++replaced)
+      broken.source.replace(at, swizzled_write.size(), plain_write);
+    REQUIRE(replaced == 2);
     const auto e = test::run_backward(*backend, c, p, false, 3, &broken);
     INFO("smem_layout " << layout << ": dq " << e.dq << " dk " << e.dk << " dv " << e.dv);
     if (layout == 0) {
