@@ -25,12 +25,14 @@ constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of keys (dK/dV) or qu
 constexpr std::int64_t kBaseRegisters = 40;
 // What ptxas saves on the sum below when P^T and dS^T are staged in shared
 // memory (warp_split > 1). Fitted to ptxas 13.0's reports (nvcc -cubin
-// --resource-usage) of 52 staged dK/dV kernels estimated at 200 to 420
-// registers (bf16 and fp32, head dims 32 to 128, causal, dQ by atomics): at
-// sm_90 none estimated up to 280 spilled, 3 of the 8 from 284 to 304
-// spilled 4 bytes and all from 316 on spilled 260 bytes or more; at sm_80
-// the first spill (20 bytes, fp32) was estimated at 280.
-constexpr std::int64_t kStagedRegisterRelief = 24;
+// --resource-usage) of 117 staged dK/dV kernels estimated at 240 to 520
+// registers (bf16 and fp32, head dims 32 to 128, both layouts, K and V in
+// registers or not; causal, dQ by atomics): at sm_90 none of the 30
+// estimated up to 271 spilled, the first (4 bytes, fp32) was estimated at
+// 272, and 5 of the 18 from 280 to 287 spilled up to 20 bytes. The unstaged
+// sum needs no relief: of 110 unstaged kernels from 232 to 447, none up to
+// 255 spilled and 4 of the 26 from 256 to 263 did.
+constexpr std::int64_t kStagedRegisterRelief = 16;
 constexpr std::int64_t kPreprocessRows = 8;  // rows per block of the D pre-kernel (one per warp of 256 threads)
 
 std::int64_t warp_split(const Config& c) { return c.at("warp_split"); }
@@ -54,8 +56,9 @@ std::int64_t tile_row(std::int64_t width, const Config& c, const Problem& p) {
 /// keys the warp's share (1 / warp_split) of the dK and dV accumulators
 /// (head_dim) and of S^T and dP^T (block_m), and the K and V A fragments (8
 /// for one k step, or 8 per k step of the head dim when they stay in
-/// registers); the Q and dO B fragments (8); the addresses of the 16-byte
-/// copies of a Q/dO step, of which ptxas keeps about 3/2 each; less
+/// registers); the Q and dO B fragments (8); about 3/2 per 16-byte copy
+/// of a Q/dO step (fitted: ptxas keeps as much for wide query tiles even
+/// where the copies walk one pointer, copy_registers); less
 /// kStagedRegisterRelief when staged.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t d = p.dim("head_dim"), bm = c.at("block_m"), e = element_bytes(p);

@@ -29,17 +29,22 @@ std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.
 /// Q's A fragments (every k step's when kept in registers, else the one
 /// being used), the score tile, the O accumulator and the row statistics;
 /// K's B fragments of a tile, of which ptxas keeps about 3/8 live at once;
-/// the addresses of the 16-byte copies each thread starts per tile
-/// (unrolled); and 20 more in 2-warp blocks, whose long copy loops ptxas
-/// keeps more of. Fitted to NVRTC's counts (sm_80 and sm_90, every head dim
-/// and dtype, Q in registers or not): from about 40 under them to 80 over
-/// (over where registers are few), and over the whole space for the problem
-/// classes no config it admits spills.
+/// the copies' addresses of the Q, K and V tiles (copy_registers); and 20
+/// more in 2-warp blocks, whose long copy loops ptxas keeps more of. Fitted
+/// to NVRTC's counts (sm_80 and sm_90, every head dim and dtype, Q in
+/// registers or not): from about 40 under them to 80 over (over where
+/// registers are few), and over the whole space for the problem classes no
+/// config it admits spills. Where the copies walk one pointer, checked
+/// again with ptxas 13.0 (nvcc -cubin --resource-usage) on the 49 configs
+/// estimated at 240 to 255 or admitted only so (bf16 and fp32, head dims 16
+/// to 128): none spills at sm_80 or sm_90.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n"), e = element_bytes(p), warps = c.at("warps");
-  const std::int64_t copies = (c.at("block_m") + 2 * bn) * (d * e / 16) / (32 * warps);
+  const bool swizzled = c.at("kv_layout") == 1;
+  const std::int64_t copies = copy_registers(c.at("block_m"), p, swizzled, 32 * warps) +
+                              2 * copy_registers(bn, p, swizzled, 32 * warps);
   const std::int64_t q_fragments = c.at("q_regs") ? d * e / 8 : 4;
-  return tiles_per_warp(c) * (q_fragments + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + 3 * copies / 2 +
+  return tiles_per_warp(c) * (q_fragments + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + copies +
          (warps == 2 ? 20 : 0);
 }
 

@@ -36,6 +36,18 @@ HostBuffer element_buffer(std::string name, Role role, const Problem& p, const s
   return make_buffer(std::move(name), role, element_dtype(p), bits);
 }
 
+std::int64_t copy_registers(std::int64_t rows, const Problem& p, bool swizzled, std::int64_t threads) {
+  const std::int64_t chunks = p.dim("head_dim") * element_bytes(p) / 16;  // 16-byte chunks of a row
+  const std::int64_t swizzle = !swizzled         ? 1
+                               : chunks % 8 == 0 ? 8
+                               : chunks % 4 == 0 ? 4
+                               : chunks % 2 == 0 ? 2
+                                                 : 1;
+  const std::int64_t step = threads / chunks;  // rows between a thread's copies
+  if (threads % chunks == 0 && step % swizzle == 0 && rows % step == 0) return 0;
+  return 3 * (rows * chunks / threads) / 2;
+}
+
 void require_aligned(const std::string& family, const char* buffer, std::uint64_t address, std::uint64_t align) {
   KTUNE_REQUIRE(address % align == 0, fmt::format("{}: buffer '{}' at {:#x} is not aligned to {} bytes", family,
                                                   buffer, address, align));

@@ -37,6 +37,15 @@ inline std::int64_t blocks_of_128(const Problem& p) {
   return ceil_div(p.dim("seq"), 128) * p.dim("heads") * p.dim("batch");
 }
 
+/// Registers ptxas holds for the 16-byte copies of a tile of `rows` rows of
+/// the problem's head_dim elements, started by `threads` threads (the
+/// templates' load_tile, attention_common.cuh): none when the threads cover
+/// whole rows a whole number of swizzle periods apart (`swizzled`: 1, 2, 4
+/// or 8 chunks, the largest dividing a row's) and the tile is whole steps
+/// of them, as each thread walks one pointer; else about 3/2 per copy, an
+/// address computed once and held.
+std::int64_t copy_registers(std::int64_t rows, const Problem& p, bool swizzled, std::int64_t threads);
+
 /// Problems of every supported class (dtype, head dim, causal, grouped
 /// heads), small, with sequence lengths a multiple of no tile.
 std::vector<Problem> attention_problem_classes();
