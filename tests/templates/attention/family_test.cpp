@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/error.hpp"
+#include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 #include "tuner/compile/compiler.hpp"
 
@@ -300,6 +301,35 @@ TEST_CASE("fp32 to fp16 rounds to nearest even, keeps subnormals and overflows t
   CHECK(float_to_f16_bits(65520.0f) == 0x7c00);
   CHECK(float_to_f16_bits(-1e9f) == 0xfc00);
   CHECK(std::isnan(f16_bits_to_float(float_to_f16_bits(std::nanf("")))));
+}
+
+TEST_CASE("attention_fwd: copies that walk one pointer hold no registers, which admits two m16 tiles per warp at "
+          "head_dim 128",
+          "[attention][family][compile]") {
+  // 128 threads over rows of 16 chunks (bf16, head_dim 128): 8 rows a step, a whole swizzle period; rows of 10
+  // chunks (head_dim 80) do not divide the threads, and 64 rows of them hold 3/2 of the 5 copies' addresses.
+  CHECK(copy_registers(128, problem("bf16", 1024, 128), true, 128) == 0);
+  CHECK(copy_registers(32, problem("bf16", 1024, 128), true, 128) == 0);
+  CHECK(copy_registers(64, problem("bf16", 1024, 80), false, 128) == 3 * 5 / 2);
+  CHECK(copy_registers(16, problem("f32", 1024, 128), true, 64) == 3 * 8 / 2);  // 2 rows a step, swizzle period 8
+  CHECK(copy_registers(16, problem("f32", 1024, 128), false, 64) == 0);         // padded: no period
+  // FlashAttention-2's forward shape at head_dim 128: 128 rows over 4 warps (two m16 tiles each), 32-key tiles,
+  // Q re-read from shared memory; admitted, and no spill.
+  const auto& f = forward_family();
+  const tuner::Compiler compiler;
+  const Problem p = problem("bf16", 16384, 128, 1, 1, 16);
+  const Config c = config(128, 32, 4, 2, 1, 0);
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    INFO(c.str() << " " << arch);
+    REQUIRE(f.is_valid(c, p, DeviceLimits::for_arch(arch)));
+    const auto r = compiler.compile(f.render(c, p), arch);
+    INFO(r.log);
+    REQUIRE(r.ok);
+    for (const auto& k : r.kernels) {
+      INFO(k.name_expression << ": " << k.registers << " registers");
+      CHECK(k.spill_bytes() == 0);
+    }
+  }
 }
 
 TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling",
