@@ -223,7 +223,7 @@ KT_DEVICE void stage_tile(T* tile, int row0, int col0, const float (&c)[N][4]) {
 ///     and of S^T, dP^T: wider tiles in the same registers, for P^T's and
 ///     dS^T's round trip through shared memory and a barrier per step.
 template <int HEAD_DIM,    // 16, 32, 64, 80 or 128: set by the problem
-          int BLOCK_M,     // queries per tile walked: fewer barriers and atomics vs S^T/dP^T registers and shared memory
+          int BLOCK_M,     // queries per tile walked: fewer barriers, atomics vs S^T/dP^T registers, shared memory
           int BLOCK_N,     // keys per block: more reuse of each Q/dO tile vs dK/dV registers and fewer blocks
           int WARPS,       // warps per block
           int WARP_SPLIT,  // warps sharing a group's keys (above): registers per warp vs staging P^T and dS^T

@@ -121,8 +121,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
                 {"resident_regs", {0, 1},
                  "the block's resident operand (K and V in the dK/dV pass, Q and dO in the dQ pass): 1 its A "
                  "fragments loaded once into registers (and dS^T, for dQ by atomics, in V's tile when block_m <= "
-                 "head_dim and warp_split is 1), 0 re-read from shared memory at every step: ldmatrix traffic and shared memory vs 8 "
-                 "registers per k step of the head dim and m16 tile"},
+                 "head_dim and warp_split is 1), 0 re-read from shared memory at every step: ldmatrix traffic and "
+                 "shared memory vs 8 registers per k step of the head dim and m16 tile"},
                 {"dq_atomic", {0, 1},
                  "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
                  "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"}}) {}

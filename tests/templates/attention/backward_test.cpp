@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "templates/attention/attention.hpp"
+#include "templates/attention/compile_check.hpp"
 #include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 #include "templates/sampled_configs.hpp"
@@ -66,7 +67,8 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
   CHECK(f.space().size() == 4 * 4 * 4 * 3 * 2 * 2 * 2 * 2);
-  for (const char* name : {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic"})
+  for (const char* name :
+       {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
@@ -180,13 +182,7 @@ TEST_CASE("attention_bwd: staged configs the register estimate admits at its edg
     for (const char* arch : archs) {
       INFO(p.key() << " " << c.str() << " " << arch);
       REQUIRE(f.is_valid(c, p, DeviceLimits::for_arch(arch)));
-      const auto r = compiler.compile(f.render(c, p), arch);
-      INFO(r.log);
-      REQUIRE(r.ok);
-      for (const auto& k : r.kernels) {
-        INFO(k.name_expression << ": " << k.registers << " registers");
-        CHECK(k.spill_bytes() == 0);
-      }
+      test::check_compiles_without_spill(compiler, f, c, p, arch);
     }
   CHECK_THAT(why_invalid(config(64, 16, 4, 2, 1, 1, 1, 4), problem("f32", 1024, 128)),
              Catch::Contains("about 256 registers"));

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "base/error.hpp"
+#include "templates/attention/compile_check.hpp"
 #include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 #include "tuner/compile/compiler.hpp"
@@ -322,13 +323,7 @@ TEST_CASE("attention_fwd: copies that walk one pointer hold no registers, which 
   for (const char* arch : {"sm_80", "sm_90"}) {
     INFO(c.str() << " " << arch);
     REQUIRE(f.is_valid(c, p, DeviceLimits::for_arch(arch)));
-    const auto r = compiler.compile(f.render(c, p), arch);
-    INFO(r.log);
-    REQUIRE(r.ok);
-    for (const auto& k : r.kernels) {
-      INFO(k.name_expression << ": " << k.registers << " registers");
-      CHECK(k.spill_bytes() == 0);
-    }
+    test::check_compiles_without_spill(compiler, f, c, p, arch);
   }
 }
 
@@ -346,17 +341,8 @@ TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm
   for (const auto& [f, problems] : {std::pair<const Family*, std::vector<Problem>>{&forward_family(), forward},
                                     {&backward_family(), both}})
     for (const Problem& p : problems)
-      for (const char* arch : {"sm_80", "sm_90"}) {
-        const Config c = f->default_config(p);
-        INFO(f->name() << " " << p.key() << " " << c.str() << " " << arch);
-        const auto r = compiler.compile(f->render(c, p), arch);
-        INFO(r.log);
-        REQUIRE(r.ok);
-        for (const auto& k : r.kernels) {
-          INFO(k.name_expression << ": " << k.registers << " registers");
-          CHECK(k.spill_bytes() == 0);
-        }
-      }
+      for (const char* arch : {"sm_80", "sm_90"})
+        test::check_compiles_without_spill(compiler, *f, f->default_config(p), p, arch);
 }
 
 }  // namespace templates_attention_family_test
