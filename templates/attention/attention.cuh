@@ -224,14 +224,14 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         // A row with every key masked so far keeps max -inf: subtract 0, so exp gives 0, never NaN.
         const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
-        const float rescale = exp2f(row_max[mt][r] * scale_log2 - base);
+        const float rescale = kt::exp2_approx(row_max[mt][r] * scale_log2 - base);
         row_max[mt][r] = mx;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float p = exp2f(s[mt][nt][2 * r + e] * scale_log2 - base);
+            const float p = kt::exp2_approx(s[mt][nt][2 * r + e] * scale_log2 - base);
             s[mt][nt][2 * r + e] = p;
             sum += p;
           }

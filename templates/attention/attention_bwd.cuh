@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
             const int i = 2 * r + e;
-            float p = exp2f(s[kt_][nt][i] * scale_log2 - l2);
+            float p = kt::exp2_approx(s[kt_][nt][i] * scale_log2 - l2);
             if (masked_tile) {
               const int key = n0 + warp_key0 + kt_ * 16 + g + 8 * r;
               if (query >= seq || (CAUSAL && query < key)) p = 0.0f;
@@ -642,7 +642,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          float p = exp2f(s[mt][nt][i] * scale_log2 - row_l2[mt][i / 2]);
+          float p = kt::exp2_approx(s[mt][nt][i] * scale_log2 - row_l2[mt][i / 2]);
           if (masked_tile) {
             const int row = m0 + warp_row0 + mt * 16 + g + 8 * (i / 2);
             const int key = n0 + nt * 8 + 2 * t + i % 2;

@@ -184,7 +184,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     out.tolerance = tolerance_for(compute_dtype(p));
     w.buffers.push_back(std::move(out));
     // With 16-bit inputs lse is computed in fp32 from exactly the inputs
-    // (exact products, fp32 sums of at most head_dim of them, exp2f within
+    // (exact products, fp32 sums of at most head_dim of them, ex2.approx within
     // 2 ulp, an fp32 sum of at most seq terms): nothing rounds to 16 bits on
     // its way, so fp32's tolerance applies, and a P rounded before summing
     // would not pass. With f32 inputs the scores come from q and k rounded to

@@ -88,6 +88,17 @@ KT_DEVICE unsigned float_to_tf32(float x) {
   return r;
 }
 
+/// ex2.approx.ftz.f32: 2^x by the special function unit alone, as exact as
+/// exp2f for normal results (exp2f without fast math wraps the same
+/// instruction in a compare and two multiplies to keep results down to
+/// 2^-149, which softmax probabilities never need). Subnormal inputs read as
+/// 0 and subnormal results flush to +0; 2^-inf = +0.
+KT_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 KT_DEVICE unsigned smem_address(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
 
 /// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16; `row` is this lane's row address.

@@ -372,13 +372,18 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   return r;
 }
 
-// ---- dynamic shared memory, matrix ops ----------------------------------------------
+// ---- dynamic shared memory, special functions, matrix ops ----------------------------
 
 namespace kt {
 /// The block's dynamic shared memory (Launch::dynamic_smem bytes), 16-byte aligned.
 template <class T>
 inline T* dynamic_shared() {
   return reinterpret_cast<T*>(emu::self()->dynamic_smem);
+}
+/// ex2.approx.ftz.f32 (kt.cuh): subnormal inputs read as 0, subnormal results flush to +0.
+inline float exp2_approx(float x) {
+  const float y = exp2f(std::fpclassify(x) == FP_SUBNORMAL ? 0.0f : x);
+  return std::fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
 }
 }  // namespace kt
 

@@ -1,7 +1,7 @@
-// The emulation's mma.sync, ldmatrix and cp.async against the hardware: the
-// probe kernels of tuner/matrix_probe.hpp run on the GPU with the same checks
-// as under emulation, and the products of both must agree. Skipped without a
-// device.
+// The emulation's mma.sync, ldmatrix, cp.async and ex2.approx against the
+// hardware: the probe kernels of tuner/matrix_probe.hpp run on the GPU with
+// the same checks as under emulation, and the products of both must agree.
+// Skipped without a device.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -65,6 +65,12 @@ TEST_CASE("cp.async on the GPU completes groups at the covering wait and zero-fi
   ktune::test::skip_without_gpu();
   ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
   matrix::check_cp_async(gpu, matrix::InFlight::kEither);
+}
+
+TEST_CASE("ex2.approx.ftz on the GPU keeps the bounds and flushes the emulation assumes", "[gpu][matrix]") {
+  ktune::test::skip_without_gpu();
+  ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
+  matrix::check_exp2(gpu);
 }
 
 }  // namespace tuner_matrix_gpu_test

@@ -1,8 +1,8 @@
-// Probe kernels for mma.sync, ldmatrix and cp.async, with checks written
-// once for any probe backend: the emulation (tuner/emu_probe.hpp) and a real
-// GPU (tuner/gpu_probe.hpp) run the same kernels on the same inputs. Fragments
-// are placed by the PTX ISA layouts; one kernel places A transposed and must
-// get a wrong product.
+// Probe kernels for mma.sync, ldmatrix, cp.async and ex2.approx, with checks
+// written once for any probe backend: the emulation (tuner/emu_probe.hpp) and
+// a real GPU (tuner/gpu_probe.hpp) run the same kernels on the same inputs.
+// Fragments are placed by the PTX ISA layouts; one kernel places A transposed
+// and must get a wrong product.
 //
 // A probe P provides: `T* buffer(name, std::vector<T>)` (a device pointer),
 // `std::vector<T> read(const T*, n)`, and `launch(kernel, grid, block, args)`.
@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,12 +108,17 @@ __global__ void k_cp_async(float* out, const float* in) {
   for (int i = 0; i < 4; ++i) out[32 + 4 * l + i] = s[128 + 4 * l + i];
   for (int i = 0; i < 4; ++i) out[160 + 4 * l + i] = s[256 + 4 * l + i];
 }
+
+// ex2.approx.ftz.f32 of n inputs; one block.
+__global__ void k_exp2(float* out, const float* in, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = kt::exp2_approx(in[i]);
+}
 )";
 
 inline const std::vector<std::string> kKernels = {
     "k_mma16<16, 0, false>", "k_mma16<16, 1, false>", "k_mma16<8, 0, false>", "k_mma16<8, 1, false>",
-    "k_mma16<16, 0, true>",  "k_mma_tf32",            "k_ldmatrix",           "k_cp_async"};
-enum { kBf16K16, kF16K16, kBf16K8, kF16K8, kBf16K16Wrong, kTf32, kLdmatrix, kCpAsync };
+    "k_mma16<16, 0, true>",  "k_mma_tf32",            "k_ldmatrix",           "k_cp_async", "k_exp2"};
+enum { kBf16K16, kF16K16, kBf16K8, kF16K8, kBf16K16Wrong, kTf32, kLdmatrix, kCpAsync, kExp2 };
 
 inline std::uint16_t half_bits(float f) {  // fp16 for values exact in fp16 after the bf16 step below
   std::uint32_t u;
@@ -260,6 +266,42 @@ void check_cp_async(P& p, InFlight in_flight) {
     for (int i = 0; i < 4; ++i) CHECK(out[32 + 4 * l + i] == in[128 + 4 * l + i]);
     CHECK(out[160 + 4 * l] == in[256 + 4 * l]);
     for (int i = 1; i < 4; ++i) CHECK(out[160 + 4 * l + i] == 0.0f);
+  }
+}
+
+/// kt::exp2_approx (ex2.approx.ftz.f32): within 2 ulp of 2^x where the
+/// result is normal, +0 where it would be subnormal, 1 for a subnormal x
+/// (read as 0), +0 at -inf, inf past 128, NaN for NaN; on seeded random x
+/// over the whole range and on each edge.
+template <class P>
+void check_exp2(P& p) {
+  std::vector<float> in = {-std::numeric_limits<float>::infinity(), std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(), 0.0f, -0.0f, 1e-40f, -1e-40f, -126.0f,
+                           -126.5f, -127.0f, -140.0f, -149.0f, -150.0f, 127.99f, 128.0f, 200.0f, 1.0f, -1.0f};
+  std::mt19937_64 rng(17);
+  std::uniform_real_distribution<float> dist(-160.0f, 130.0f);
+  for (int i = 0; i < 4096; ++i) in.push_back(dist(rng));
+  const int n = static_cast<int>(in.size());
+  float* out_dev = p.buffer("out", std::vector<float>(in.size(), 7.0f));
+  p.launch(kExp2, {1, 1, 1}, {256, 1, 1}, templates::ArgPack().add(out_dev).add(p.buffer("in", in)).add(n));
+  const std::vector<float> out = p.read(out_dev, in.size());
+  for (int i = 0; i < n; ++i) {
+    const float x = in[i], y = out[i];
+    INFO("2^" << x << " = " << y);
+    if (std::isnan(x)) {
+      CHECK(std::isnan(y));
+      continue;
+    }
+    const double exact = std::exp2(std::fpclassify(x) == FP_SUBNORMAL ? 0.0 : static_cast<double>(x));
+    if (exact < std::numeric_limits<float>::min()) {
+      CHECK((y == 0.0f && !std::signbit(y)));
+    } else if (exact > std::numeric_limits<float>::max()) {
+      CHECK(std::isinf(y));
+    } else {
+      const double ulp = std::nextafter(static_cast<float>(exact), std::numeric_limits<float>::infinity()) -
+                         static_cast<float>(exact);
+      CHECK(std::fabs(y - exact) <= 2 * ulp);
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 // mma.sync, ldmatrix and cp.async emulation against a naive matmul, for every
-// supported shape and dtype (probe kernels in tuner/matrix_probe.hpp; the gpu
-// test runs the same kernels on hardware).
+// supported shape and dtype, and ex2.approx against 2^x in double (probe
+// kernels in tuner/matrix_probe.hpp; the gpu test runs the same kernels on
+// hardware).
 #include <catch2/catch.hpp>
 
 #include "tuner/emu_probe.hpp"
@@ -36,6 +37,10 @@ TEST_CASE("mma.sync m16n8k8 tf32 matches a naive matmul of tf32-rounded inputs",
 
 TEST_CASE("ldmatrix x1/x2/x4 and .trans follow the PTX layout and feed mma", "[emu]") {
   matrix::check_ldmatrix(probe());
+}
+
+TEST_CASE("ex2.approx.ftz is within 2 ulp of 2^x, flushes subnormal inputs and results", "[emu]") {
+  matrix::check_exp2(probe());
 }
 
 TEST_CASE("cp.async completes groups at the covering wait, zero-fills, defers the rest", "[emu]") {
