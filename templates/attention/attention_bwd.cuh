@@ -473,9 +473,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
           if (query < seq)
 #pragma unroll
             for (int nt = 0; nt < 2; ++nt) {
-              float* dst = dq_h + static_cast<long long>(query) * HEAD_DIM + dc * 16 + nt * 8 + 2 * t;
-              atomicAdd(dst, c[nt][2 * r]);
-              atomicAdd(dst + 1, c[nt][2 * r + 1]);
+              kt::atomic_add2(dq_h + static_cast<long long>(query) * HEAD_DIM + dc * 16 + nt * 8 + 2 * t,
+                              c[nt][2 * r], c[nt][2 * r + 1]);
             }
         }
       }

@@ -230,6 +230,19 @@ KT_DEVICE T warp_min(T v) {
   return v;
 }
 
+/// p[0] += a and p[1] += b by fp32 atomics whose results are not read, p in
+/// global memory and 8-byte aligned: one vector reduction
+/// (red.global.add.v2.f32) from sm_90 on, two scalar ones before.
+KT_DEVICE void atomic_add2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(__cvta_generic_to_global(p)), "f"(a), "f"(b)
+               : "memory");
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 // ---- row reductions ------------------------------------------------------------------
 // A row of ROW_THREADS consecutive threads (a power of two) reduces one value
 // per thread with a merge operation: sums (RMSNorm's mean square, softmax's

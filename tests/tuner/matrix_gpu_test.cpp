@@ -1,7 +1,7 @@
-// The emulation's mma.sync, ldmatrix, cp.async and ex2.approx against the
-// hardware: the probe kernels of tuner/matrix_probe.hpp run on the GPU with
-// the same checks as under emulation, and the products of both must agree.
-// Skipped without a device.
+// The emulation's mma.sync, ldmatrix, cp.async, ex2.approx and atomic_add2
+// against the hardware: the probe kernels of tuner/matrix_probe.hpp run on the
+// GPU with the same checks as under emulation, and the products of both must
+// agree. Skipped without a device.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -71,6 +71,12 @@ TEST_CASE("ex2.approx.ftz on the GPU keeps the bounds and flushes the emulation 
   ktune::test::skip_without_gpu();
   ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
   matrix::check_exp2(gpu);
+}
+
+TEST_CASE("atomic_add2 on the GPU (red.global.add.v2.f32 from sm_90 on) adds both elements", "[gpu][matrix]") {
+  ktune::test::skip_without_gpu();
+  ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
+  matrix::check_atomic_add2(gpu);
 }
 
 }  // namespace tuner_matrix_gpu_test

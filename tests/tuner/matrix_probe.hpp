@@ -1,8 +1,8 @@
-// Probe kernels for mma.sync, ldmatrix, cp.async and ex2.approx, with checks
-// written once for any probe backend: the emulation (tuner/emu_probe.hpp) and
-// a real GPU (tuner/gpu_probe.hpp) run the same kernels on the same inputs.
-// Fragments are placed by the PTX ISA layouts; one kernel places A transposed
-// and must get a wrong product.
+// Probe kernels for mma.sync, ldmatrix, cp.async, ex2.approx and atomic_add2,
+// with checks written once for any probe backend: the emulation
+// (tuner/emu_probe.hpp) and a real GPU (tuner/gpu_probe.hpp) run the same
+// kernels on the same inputs. Fragments are placed by the PTX ISA layouts; one
+// kernel places A transposed and must get a wrong product.
 //
 // A probe P provides: `T* buffer(name, std::vector<T>)` (a device pointer),
 // `std::vector<T> read(const T*, n)`, and `launch(kernel, grid, block, args)`.
@@ -113,12 +113,19 @@ __global__ void k_cp_async(float* out, const float* in) {
 __global__ void k_exp2(float* out, const float* in, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = kt::exp2_approx(in[i]);
 }
+
+// kt::atomic_add2 from every thread of the grid into PAIRS pairs of sums:
+// thread i adds (in[2i], in[2i + 1]) to pair i % PAIRS.
+__global__ void k_atomic_add2(float* sums, const float* in, int pairs) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  kt::atomic_add2(sums + 2 * (i % pairs), in[2 * i], in[2 * i + 1]);
+}
 )";
 
 inline const std::vector<std::string> kKernels = {
     "k_mma16<16, 0, false>", "k_mma16<16, 1, false>", "k_mma16<8, 0, false>", "k_mma16<8, 1, false>",
-    "k_mma16<16, 0, true>",  "k_mma_tf32",            "k_ldmatrix",           "k_cp_async", "k_exp2"};
-enum { kBf16K16, kF16K16, kBf16K8, kF16K8, kBf16K16Wrong, kTf32, kLdmatrix, kCpAsync, kExp2 };
+    "k_mma16<16, 0, true>",  "k_mma_tf32",            "k_ldmatrix",           "k_cp_async", "k_exp2", "k_atomic_add2"};
+enum { kBf16K16, kF16K16, kBf16K8, kF16K8, kBf16K16Wrong, kTf32, kLdmatrix, kCpAsync, kExp2, kAtomicAdd2 };
 
 inline std::uint16_t half_bits(float f) {  // fp16 for values exact in fp16 after the bf16 step below
   std::uint32_t u;
@@ -302,6 +309,32 @@ void check_exp2(P& p) {
                          static_cast<float>(exact);
       CHECK(std::fabs(y - exact) <= 2 * ulp);
     }
+  }
+}
+
+/// kt::atomic_add2: 8 blocks of 256 threads add small integers (exact in
+/// fp32 in any order) into 96 pairs, starting from seeded values; every
+/// pair's two sums must be exact, the first and second elements apart.
+template <class P>
+void check_atomic_add2(P& p) {
+  constexpr int kBlocks = 8, kThreads = 256, kPairs = 96, kN = kBlocks * kThreads;
+  std::mt19937_64 rng(23);
+  std::uniform_int_distribution<int> value(-64, 64);
+  std::vector<float> in(2 * kN), start(2 * kPairs);
+  for (auto& x : in) x = static_cast<float>(value(rng));
+  for (auto& x : start) x = static_cast<float>(value(rng));
+  std::vector<double> expected(start.begin(), start.end());
+  for (int i = 0; i < kN; ++i) {
+    expected[2 * (i % kPairs)] += in[2 * i];
+    expected[2 * (i % kPairs) + 1] += in[2 * i + 1];
+  }
+  float* sums = p.buffer("sums", start);
+  p.launch(kAtomicAdd2, {kBlocks, 1, 1}, {kThreads, 1, 1},
+           templates::ArgPack().add(sums).add(p.buffer("in", in)).add(kPairs));
+  const std::vector<float> got = p.read(sums, 2 * kPairs);
+  for (int i = 0; i < 2 * kPairs; ++i) {
+    INFO("sum " << i);
+    CHECK(got[i] == expected[i]);
   }
 }
 

@@ -1,7 +1,7 @@
 // mma.sync, ldmatrix and cp.async emulation against a naive matmul, for every
-// supported shape and dtype, and ex2.approx against 2^x in double (probe
-// kernels in tuner/matrix_probe.hpp; the gpu test runs the same kernels on
-// hardware).
+// supported shape and dtype; ex2.approx against 2^x in double; atomic_add2's
+// sums (probe kernels in tuner/matrix_probe.hpp; the gpu test runs the same
+// kernels on hardware).
 #include <catch2/catch.hpp>
 
 #include "tuner/emu_probe.hpp"
@@ -41,6 +41,10 @@ TEST_CASE("ldmatrix x1/x2/x4 and .trans follow the PTX layout and feed mma", "[e
 
 TEST_CASE("ex2.approx.ftz is within 2 ulp of 2^x, flushes subnormal inputs and results", "[emu]") {
   matrix::check_exp2(probe());
+}
+
+TEST_CASE("atomic_add2 adds both elements of every pair from every thread", "[emu]") {
+  matrix::check_atomic_add2(probe());
 }
 
 TEST_CASE("cp.async completes groups at the covering wait, zero-fills, defers the rest", "[emu]") {
