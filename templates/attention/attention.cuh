@@ -32,6 +32,11 @@
 
 namespace attention {
 
+/// How far (log2 units) a row's max may pass the base its probabilities are
+/// taken against before the warp moves the base: P <= 2^8 keeps fp16's and
+/// bf16's relative precision, and sums of up to 2^20 keys stay far from fp32's range.
+constexpr float kBaseSlack = 8.0f;
+
 /// Grid: (ceil(seq / BLOCK_M), heads, batch); block x takes query block
 /// gridDim.x - 1 - x, so under a causal mask the longest blocks start first.
 /// Block: WARPS * 32 threads; dynamic shared memory as in the file header.
@@ -121,8 +126,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     }
   };
   float acc[MT][DT][4];        // O accumulator: row g (elements 0, 1) and g + 8 (2, 3) of each m16 tile
-  float row_max[MT][2];        // running max of the raw scores of rows g and g + 8
-  float row_sum[MT][2];        // this lane's part of the running sum of exp(scale * (score - max))
+  float row_max[MT][2];        // the raw score rows g and g + 8 take P against (see kBaseSlack)
+  float row_sum[MT][2];        // this lane's part of the running sum of exp(scale * (score - row_max))
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -211,8 +216,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
           }
     }
 
-    // Online softmax: new row max over the tile (a row's scores lie in the 4
-    // lanes of its group), rescale the sum and accumulator, P = exp(S - max).
+    // Online softmax: the row max over the tile (a row's scores lie in the 4
+    // lanes of its group), P = exp(S - base). A row's base is its running
+    // max when the warp last moved its bases: the warp moves them all, and
+    // rescales its sums and accumulators, only when a row's first key
+    // arrives or its max passes its base by more than kBaseSlack (log2
+    // units), so P stays at most 2^kBaseSlack and most tiles of a long row
+    // skip the rescale; O and lse are the same either way, as sum and
+    // accumulator share the base.
+    float tile_max[MT][2];
+    bool move = false;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -222,10 +235,33 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row with every key masked so far keeps max -inf: subtract 0, so exp gives 0, never NaN.
-        const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
-        const float rescale = kt::exp2_approx(row_max[mt][r] * scale_log2 - base);
-        row_max[mt][r] = mx;
+        tile_max[mt][r] = mx;
+        // A first key: -inf to finite is +inf; still -inf: NaN, which compares false.
+        move |= (mx - row_max[mt][r]) * scale_log2 > kBaseSlack;
+      }
+    if (__any_sync(0xffffffffu, move)) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float mx = tile_max[mt][r];
+          // A row with every key masked so far keeps max -inf: base 0, so exp gives 0, never NaN.
+          const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
+          const float rescale = kt::exp2_approx(row_max[mt][r] * scale_log2 - base);
+          row_max[mt][r] = mx;
+          row_sum[mt][r] *= rescale;
+#pragma unroll
+          for (int dt = 0; dt < DT; ++dt) {
+            acc[mt][dt][2 * r] *= rescale;
+            acc[mt][dt][2 * r + 1] *= rescale;
+          }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float base = row_max[mt][r] == neg_inf ? 0.0f : row_max[mt][r] * scale_log2;
         float sum = 0.0f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -235,12 +271,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
             s[mt][nt][2 * r + e] = p;
             sum += p;
           }
-        row_sum[mt][r] = row_sum[mt][r] * rescale + sum;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc[mt][dt][2 * r] *= rescale;
-          acc[mt][dt][2 * r + 1] *= rescale;
-        }
+        row_sum[mt][r] += sum;
       }
 
     // O += P V: P's accumulator fragments are the A fragments of the next

@@ -212,6 +212,12 @@ TEST_CASE("attention_fwd: other softmax scales", "[attention][emu]") {
     check_layout(c, problem("f16", 50, 32, true, 2, 2), Layout::kBSHD, scale);
     check_layout(c, problem("f16", 50, 32, false, 2, 2), Layout::kBHSD, scale);
   }
+  // At 4 a row's max passes its base by more than kBaseSlack at later key
+  // tiles too (of 16 keys here), so the warp rescales sums and accumulators
+  // that already hold keys.
+  const Config narrow = config(64, 16, 4, 2, 1);
+  check_layout(narrow, problem("f16", 200, 32, true), Layout::kBSHD, 4.0f);
+  check_layout(narrow, problem("bf16", 200, 64, false), Layout::kBHSD, 4.0f);
 }
 
 TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps per block", "[attention][emu]") {
