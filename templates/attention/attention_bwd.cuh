@@ -207,6 +207,18 @@ KT_DEVICE void stage_tile(T* tile, int row0, int col0, const float (&c)[N][4]) {
     }
 }
 
+/// n16 column pairs of dQ in one warp's piece of attention_bwd_dkdv's dQ by
+/// atomics: the widest of 4, 2 and 1 that divides the head dim's pairs,
+/// still gives every warp a piece, and whose accumulators (8 registers per
+/// pair) fit in those S^T and dP^T held (`st_registers`), so one dS
+/// fragment feeds that many products.
+KT_DEVICE constexpr int dq_piece_pairs(int row_blocks, int col_pairs, int warps, int st_registers) {
+  for (int pairs = 4; pairs > 1; pairs /= 2)
+    if (col_pairs % pairs == 0 && row_blocks * (col_pairs / pairs) >= warps && 8 * pairs <= st_registers)
+      return pairs;
+  return 1;
+}
+
 /// Grid: (ceil(seq / BLOCK_N), kv_heads, batch); block: WARPS * 32 threads
 /// in WARPS / WARP_SPLIT groups, each group owning BLOCK_N * WARP_SPLIT /
 /// WARPS keys (one or two m16 tiles): the rows of S^T = K Q^T, dP^T = V dO^T
@@ -447,32 +459,43 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 
     if constexpr (DQ_ATOMIC) {
       // dS^T to shared memory as T (staged above already), then dQ(tile) +=
-      // dS K: each warp takes m16 x n16 pieces of the (BLOCK_M, HEAD_DIM)
-      // product, k = the block's keys.
+      // dS K: each warp takes m16 x (16 PAIRS) pieces of the (BLOCK_M,
+      // HEAD_DIM) product, k = the block's keys, one dS fragment feeding
+      // PAIRS n16 pairs of K.
       if constexpr (!STAGED) {
 #pragma unroll
         for (int kt_ = 0; kt_ < KT; ++kt_) stage_tile<DsLayout>(sds, warp_key0 + kt_ * 16, 0, dp[kt_]);
         __syncthreads();
       }
-      constexpr int PIECES = BLOCK_M / 16 * (HEAD_DIM / 16);
+      constexpr int ROW_BLOCKS = BLOCK_M / 16;
+      constexpr int PAIRS = dq_piece_pairs(ROW_BLOCKS, HEAD_DIM / 16, WARPS, KT * BLOCK_M / WARP_SPLIT);
+      constexpr int PIECES = ROW_BLOCKS * (HEAD_DIM / 16 / PAIRS);
       float* dq_h = dq_accum + row_base * HEAD_DIM;
       for (int piece = warp; piece < PIECES; piece += WARPS) {
-        const int mq = piece % (BLOCK_M / 16), dc = piece / (BLOCK_M / 16);
-        float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        const int mq = piece % ROW_BLOCKS, dc = piece / ROW_BLOCKS * PAIRS;  // dc: the piece's first n16 pair
+        float c[2 * PAIRS][4];
+#pragma unroll
+        for (int nt = 0; nt < 2 * PAIRS; ++nt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i) c[nt][i] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < BLOCK_N / Mma<T>::K; ++kk) {
-          unsigned a[4], kb[4];
+          unsigned a[4];
           FS::a_trans(a, sds, mq * 16, kk * Mma<T>::K);
-          F::template b_trans_pair<false>(kb, sk, kk * Mma<T>::K, dc * 16);
-          Mma<T>::run(c[0], a, kb);
-          Mma<T>::run(c[1], a, kb + 2);
+#pragma unroll
+          for (int j = 0; j < PAIRS; ++j) {
+            unsigned kb[4];
+            F::template b_trans_pair<false>(kb, sk, kk * Mma<T>::K, (dc + j) * 16);
+            Mma<T>::run(c[2 * j], a, kb);
+            Mma<T>::run(c[2 * j + 1], a, kb + 2);
+          }
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int query = m0 + mq * 16 + g + 8 * r;
           if (query < seq)
 #pragma unroll
-            for (int nt = 0; nt < 2; ++nt) {
+            for (int nt = 0; nt < 2 * PAIRS; ++nt) {
               kt::atomic_add2(dq_h + static_cast<long long>(query) * HEAD_DIM + dc * 16 + nt * 8 + 2 * t,
                               c[nt][2 * r], c[nt][2 * r + 1]);
             }

@@ -93,7 +93,8 @@ TEST_CASE("attention_bwd: warps sharing a group of keys, P^T and dS^T staged in 
   // warp_split 2 and 4: the group's warps split the query tile's columns of
   // S^T and the head dim's of dK, dV. Both dQ modes, both layouts, K and V
   // in registers, tf32, one and two m16 tiles of keys per group, grouped
-  // query heads summing into their K/V head; ragged and causal.
+  // query heads summing into their K/V head, dQ pieces of one, two and four
+  // n16 pairs; ragged and causal.
   auto backend = emu();
   struct Case {
     Config c;
@@ -111,6 +112,8 @@ TEST_CASE("attention_bwd: warps sharing a group of keys, P^T and dS^T staged in 
       // two tiles of keys per group, tf32, dS^T in its own tile although K and V stay in registers
       {config(32, 64, 4, 2, 1, 0, 1, 2), problem("f32", 70, 32, true)},
       {config(32, 64, 4, 2, 1, 1, 0, 2), gqa},
+      // dQ by atomics in pieces of the whole head dim (four n16 pairs) per warp, swizzled
+      {config(64, 64, 4, 2, 1, 1, 0, 2), problem("bf16", 130, 64, true)},
   };
   for (const auto& [c, p] : cases) test::check_backward(*backend, c, p);
 }
