@@ -67,15 +67,10 @@ TEST_CASE("cp.async on the GPU completes groups at the covering wait and zero-fi
   matrix::check_cp_async(gpu, matrix::InFlight::kEither);
 }
 
-TEST_CASE("ex2.approx.ftz on the GPU keeps the bounds and flushes the emulation assumes", "[gpu][matrix]") {
+TEST_CASE("ex2.approx and atomic_add2 on the GPU give what the emulation assumes", "[gpu][matrix]") {
   ktune::test::skip_without_gpu();
   ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
   matrix::check_exp2(gpu);
-}
-
-TEST_CASE("atomic_add2 on the GPU (red.global.add.v2.f32 from sm_90 on) adds both elements", "[gpu][matrix]") {
-  ktune::test::skip_without_gpu();
-  ktune::test::GpuProbe gpu(matrix::kSource, matrix::kKernels);
   matrix::check_atomic_add2(gpu);
 }
 
