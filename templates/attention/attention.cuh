@@ -221,9 +221,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     // max when the warp last moved its bases: the warp moves them all, and
     // rescales its sums and accumulators, only when a row's first key
     // arrives or its max passes its base by more than kBaseSlack (log2
-    // units), so P stays at most 2^kBaseSlack and most tiles of a long row
-    // skip the rescale; O and lse are the same either way, as sum and
-    // accumulator share the base.
+    // units), so P stays at most 2^kBaseSlack and a tile whose rows' maxima
+    // stay near their bases skips the rescale; O and lse are the same either
+    // way, as sum and accumulator share the base.
     float tile_max[MT][2];
     bool move = false;
 #pragma unroll
