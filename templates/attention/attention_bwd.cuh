@@ -27,8 +27,9 @@
 // (BLOCK_N rows each), STAGES x (Q, dO) tiles of BLOCK_M rows and, with
 // DQ_ATOMIC or WARP_SPLIT > 1, dS^T (BLOCK_N rows of BLOCK_M; in V's tile
 // when V stays in registers, below, BLOCK_M <= HEAD_DIM and WARP_SPLIT is
-// 1), with WARP_SPLIT > 1 P^T after it; attention_bwd_dq: the Q and dO
-// tiles (BLOCK_N rows) and STAGES x (K, V) tiles of BLOCK_M rows.
+// 1), with WARP_SPLIT > 1 P^T after it, then STAGES x (lse, D) of BLOCK_M
+// queries (fp32, arriving with their Q and dO tiles); attention_bwd_dq: the
+// Q and dO tiles (BLOCK_N rows) and STAGES x (K, V) tiles of BLOCK_M rows.
 //
 // The block's resident operand (K and V in attention_bwd_dkdv, Q and dO in
 // attention_bwd_dq) is read as A fragments of the warp's own rows at every
@@ -289,6 +290,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   constexpr bool DS_IN_V = !STAGED && DQ_ATOMIC && RESIDENT_REGS && BLOCK_M <= HEAD_DIM;
   T* sds = DS_IN_V ? sv : sdo + STAGES * TILE_M;
   T* sp = sds + BLOCK_N * DsLayout::ROW;
+  // STAGES x (lse, D) of the step's BLOCK_M queries (fp32) after the last tile.
+  float* srows = reinterpret_cast<float*>(STAGED                  ? sp + BLOCK_N * DsLayout::ROW
+                                          : DQ_ATOMIC && !DS_IN_V ? sds + BLOCK_N * DsLayout::ROW
+                                                                  : sdo + STAGES * TILE_M);
 
   const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
   const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
@@ -311,6 +316,20 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                                              q_strides.seq, m0, seq);
     load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sdo + s * TILE_M, dout + b * do_strides.batch + h * do_strides.head,
                                              do_strides.seq, m0, seq);
+    // The queries' lse and D; zeros past the sequence, where P is masked and a stale NaN would reach dS.
+    const long long rows = (static_cast<long long>(b) * heads + h) * seq;
+#pragma unroll
+    for (int it = 0; it < (2 * BLOCK_M + THREADS - 1) / THREADS; ++it) {
+      const int i = it * THREADS + static_cast<int>(threadIdx.x);
+      if (2 * BLOCK_M % THREADS == 0 || i < 2 * BLOCK_M) {
+        const int query = m0 + i % BLOCK_M;
+        float* to = srows + s * 2 * BLOCK_M + i;
+        if (query < seq)
+          kt::cp_async_4(to, (i < BLOCK_M ? lse : delta) + rows + query);
+        else
+          *to = 0.0f;
+      }
+    }
   };
   // Prologue: K and V join step 0's group; steps 0 .. STAGES-2 in flight.
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sk, kh, k_strides.seq, n0, seq);
@@ -397,13 +416,16 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     // where the query is past the sequence or (causal) before the key; keys
     // past the sequence are zero rows of K and V and are never stored.
     const bool masked_tile = m0 + BLOCK_M > seq || (CAUSAL && m0 < n0 + BLOCK_N - 1);
+    const float* lse_s = srows + step % STAGES * 2 * BLOCK_M + warp_query0 + 2 * t;
 #pragma unroll
-    for (int nt = 0; nt < MN; ++nt)
+    for (int nt = 0; nt < MN; ++nt) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + nt * 8);
+      const float2 d2 = *reinterpret_cast<const float2*>(lse_s + BLOCK_M + nt * 8);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int query = m0 + warp_query0 + nt * 8 + 2 * t + e;
-        const float l2 = query < seq ? lse[row_base + query] * log2e : 0.0f;
-        const float dd = query < seq ? delta[row_base + query] : 0.0f;
+        const float l2 = (e == 0 ? lse2.x : lse2.y) * log2e;
+        const float dd = e == 0 ? d2.x : d2.y;
 #pragma unroll
         for (int kt_ = 0; kt_ < KT; ++kt_)
 #pragma unroll
@@ -418,6 +440,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
             dp[kt_][nt][i] = p * (dp[kt_][nt][i] - dd);
           }
       }
+    }
     if constexpr (STAGED) {
       // P^T and dS^T to shared memory as T: the group's warps read each other's columns.
 #pragma unroll

@@ -86,11 +86,12 @@ std::int64_t key_query_tiles(const Config& c, const Problem& p) {
   return dq_atomic(c) && !(resident_regs(c) && c.at("block_m") <= p.dim("head_dim")) ? 1 : 0;
 }
 
-/// dK/dV pass: K, V, the Q and dO stages and the key x query tiles.
+/// dK/dV pass: K, V, the Q and dO stages, the key x query tiles and the
+/// stages' fp32 lse and D of block_m queries.
 std::int64_t dkdv_shared(const Config& c, const Problem& p) {
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), e = element_bytes(p);
   const std::int64_t tiles = (2 * bn + 2 * c.at("stages") * bm) * tile_row(p.dim("head_dim"), c, p) * e;
-  return tiles + key_query_tiles(c, p) * bn * tile_row(bm, c, p) * e;
+  return tiles + key_query_tiles(c, p) * bn * tile_row(bm, c, p) * e + c.at("stages") * 2 * bm * 4;
 }
 std::int64_t dq_shared(const Config& c, const Problem& p) {
   return (2 * c.at("block_n") + 2 * c.at("stages") * c.at("block_m")) * tile_row(p.dim("head_dim"), c, p) *
@@ -199,8 +200,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
                                      bn / key_groups(c), bm, split, budget, threads));
     const std::int64_t smem = backward_shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
-      return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles{}, "
-                                     "in {} rows), over the {} bytes a block of {} may use",
+      return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles "
+                                     "with their lse and D{}, in {} rows), over the {} bytes a block of {} may use",
                                      smem, c.at("stages"),
                                      staged(c) ? ", P^T and dS^T" : key_query_tiles(c, p) ? ", dS^T" : "",
                                      c.at("smem_layout") == 0 ? "padded" : "swizzled", d.max_smem_per_block,

@@ -103,33 +103,37 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
   CHECK(f.is_valid(config(64, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 64), sm90));
   CHECK_THAT(why_invalid(config(32, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 128)),
              Catch::Contains("fragments (K and V's kept for every k step) and copies"));
-  // Shared memory: K, V, 2 x 2 stages of Q and dO tiles of 136-element rows, and dS^T (64 x 40).
+  // Shared memory: K, V, 2 x 2 stages of Q and dO tiles of 136-element rows, dS^T (64 x 40), and 2 stages
+  // of the queries' lse and D (fp32).
   CHECK(backward_shared_bytes(config(32, 64, 4, 2), problem("bf16", 1024, 128)) ==
-        (2 * 64 + 2 * 2 * 32) * 136 * 2 + 64 * 40 * 2);
+        (2 * 64 + 2 * 2 * 32) * 136 * 2 + 64 * 40 * 2 + 2 * 2 * 32 * 4);
   // Swizzled rows are packed: 128 and 32 elements.
   CHECK(backward_shared_bytes(config(32, 64, 4, 2, 1, 1), problem("bf16", 1024, 128)) ==
-        (2 * 64 + 2 * 2 * 32) * 128 * 2 + 64 * 32 * 2);
+        (2 * 64 + 2 * 2 * 32) * 128 * 2 + 64 * 32 * 2 + 2 * 2 * 32 * 4);
   // K and V in registers: dS^T (64 x 40) takes V's tile (64 x 136), as block_m 32 <= head_dim 128; not at
   // block_m 64 > head_dim 32, nor without atomics, where there is no dS^T.
   CHECK(backward_shared_bytes(config(32, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 128)) ==
-        (2 * 64 + 2 * 2 * 32) * 136 * 2);
+        (2 * 64 + 2 * 2 * 32) * 136 * 2 + 2 * 2 * 32 * 4);
   CHECK(backward_shared_bytes(config(64, 64, 4, 2, 1, 0, 1), problem("bf16", 1024, 32)) ==
-        (2 * 64 + 2 * 2 * 64) * 40 * 2 + 64 * 72 * 2);
+        (2 * 64 + 2 * 2 * 64) * 40 * 2 + 64 * 72 * 2 + 2 * 2 * 64 * 4);
   // Staged: P^T and dS^T (128 x 72 each) beside K, V and the stages, whatever the dQ mode and residency.
   for (const std::int64_t atomic : {0, 1})
     CHECK(backward_shared_bytes(config(64, 128, 8, 2, atomic, 0, atomic, 2), problem("bf16", 1024, 64)) ==
-          (2 * 128 + 2 * 2 * 64) * 72 * 2 + 2 * 128 * 72 * 2);
+          (2 * 128 + 2 * 2 * 64) * 72 * 2 + 2 * 128 * 72 * 2 + 2 * 2 * 64 * 4);
   // The second pass's kernel: Q and dO (block_n rows), 2 stages of K and V (block_m rows), no dS^T.
   CHECK(backward_shared_bytes(config(64, 32, 2, 2, 0, 1), problem("f16", 1024, 64)) ==
-        std::max((2 * 32 + 2 * 2 * 64) * 64 * 2, (2 * 64 + 2 * 2 * 32) * 64 * 2));
-  // (2 * 128 + 2 * 2 * 32) rows of 132 floats and dS^T (128 x 36 floats): 216 KB fit an H100's block, not an A100's.
+        std::max((2 * 32 + 2 * 2 * 64) * 64 * 2 + 2 * 2 * 64 * 4, (2 * 64 + 2 * 2 * 32) * 64 * 2));
+  // (2 * 128 + 2 * 2 * 32) rows of 132 floats, dS^T (128 x 36 floats) and 2 x 2 x 32 floats of lse and D:
+  // 216.5 KB fit an H100's block, not an A100's.
   CHECK(f.is_valid(config(32, 128, 8, 2), problem("f32", 1024, 128), sm90));
   CHECK_THAT(why_invalid(config(32, 128, 8, 2), problem("f32", 1024, 128), "sm_80"),
-             Catch::Contains("needs 221184 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles, dS^T, "
+             Catch::Contains("needs 221696 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles with "
+                             "their lse and D, dS^T, "
                              "in padded rows)"));
-  // Packed, the same tiles take 128 x 4 and 32 x 4 bytes a row: 212992 bytes, still over an A100's 166912.
+  // Packed, the same tiles take 128 x 4 and 32 x 4 bytes a row: 213504 bytes, still over an A100's 166912.
   CHECK_THAT(why_invalid(config(32, 128, 8, 2, 1, 1), problem("f32", 1024, 128), "sm_80"),
-             Catch::Contains("needs 212992 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles, dS^T, "
+             Catch::Contains("needs 213504 bytes of shared memory (K and V tiles, 2 stages of Q and dO tiles with "
+                             "their lse and D, dS^T, "
                              "in swizzled rows)"));
   // Defaults: valid for every problem class and head dim, and within an sm_80 block.
   const auto sm80 = DeviceLimits::for_arch("sm_80");
