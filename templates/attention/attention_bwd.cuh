@@ -308,9 +308,22 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   const int m_begin = CAUSAL ? n0 / BLOCK_M : 0;
   const int m_count = (seq + BLOCK_M - 1) / BLOCK_M - m_begin;
   const int total = kv_group * m_count;  // (query head, query tile) steps
+  // A step's query head and first query, walked a query tile at a time (no division per step).
+  struct Position {
+    int h, m0;
+  };
+  const int m_first = m_begin * BLOCK_M, m_end = m_first + m_count * BLOCK_M;
+  const auto next = [&](Position p) {
+    p.m0 += BLOCK_M;
+    if (p.m0 == m_end) {
+      p.m0 = m_first;
+      ++p.h;
+    }
+    return p;
+  };
 
-  auto load_step = [&](int step) {
-    const int h = kvh * kv_group + step / m_count, m0 = (m_begin + step % m_count) * BLOCK_M;
+  auto load_step = [&](int step, Position at) {
+    const int h = at.h, m0 = at.m0;
     const int s = step % STAGES;
     load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + h * q_strides.head,
                                              q_strides.seq, m0, seq);
@@ -334,9 +347,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   // Prologue: K and V join step 0's group; steps 0 .. STAGES-2 in flight.
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sk, kh, k_strides.seq, n0, seq);
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sv, vh, v_strides.seq, n0, seq);
+  Position at = {kvh * kv_group, m_first}, loading = at;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < total) load_step(s);
+    if (s < total) load_step(s, loading);
+    loading = next(loading);
     kt::cp_async_commit();
   }
 
@@ -352,12 +367,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   unsigned v_res[RESIDENT_REGS ? KT : 1][RESIDENT_REGS ? KSTEPS : 1][4];
 
   for (int step = 0; step < total; ++step) {
-    if (step + STAGES - 1 < total) load_step(step + STAGES - 1);
+    if (step + STAGES - 1 < total) load_step(step + STAGES - 1, loading);
+    loading = next(loading);
     kt::cp_async_commit();
     kt::cp_async_wait<STAGES - 1>();  // step's tiles (and, first, K and V) have landed
     __syncthreads();
 
-    const int h = kvh * kv_group + step / m_count, m0 = (m_begin + step % m_count) * BLOCK_M;
+    const int h = at.h, m0 = at.m0;
     const T* sqt = sq + step % STAGES * TILE_M;
     const T* sdot = sdo + step % STAGES * TILE_M;
     const long long row_base = (static_cast<long long>(b) * heads + h) * seq;
@@ -526,6 +542,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       }
     }
     __syncthreads();  // the next step refills the stage just read (and P^T, dS^T)
+    at = next(at);
   }
 
   // dK = scale * dS^T Q, dV = P^T dO, for the keys inside the sequence.
