@@ -142,15 +142,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   }
 
   for (int n = 0; n < n_tiles; ++n) {
-    const int next = n + STAGES - 1;
-    if (next < n_tiles) {
+    // Tile n (and, for n = 0, Q) has landed; the tile STAGES - 1 ahead refills tile n - 1's stage.
+    pipeline_head<STAGES>(n, n_tiles, [&](int next) {
       const int s = next % STAGES;
       load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sk + s * TILE_KV, kh, k_strides.seq, next * BLOCK_N, seq);
       load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sv + s * TILE_KV, vh, v_strides.seq, next * BLOCK_N, seq);
-    }
-    kt::cp_async_commit();
-    kt::cp_async_wait<STAGES - 1>();  // tile n (and, for n = 0, Q) has landed
-    __syncthreads();
+    });
 
     if (Q_REGS && n == 0) {
 #pragma unroll
@@ -326,7 +323,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
       }
     }
-    __syncthreads();  // the next iteration refills the stage just read
   }
 
   // O = acc / sum, and lse = scale * max + log(sum), for the rows inside the sequence.

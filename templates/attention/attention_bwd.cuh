@@ -367,11 +367,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   unsigned v_res[RESIDENT_REGS ? KT : 1][RESIDENT_REGS ? KSTEPS : 1][4];
 
   for (int step = 0; step < total; ++step) {
-    if (step + STAGES - 1 < total) load_step(step + STAGES - 1, loading);
+    // step's tiles (and, first, K and V) have landed; the step STAGES - 1 ahead refills step - 1's stage.
+    pipeline_head<STAGES>(step, total, [&](int ahead) { load_step(ahead, loading); });
     loading = next(loading);
-    kt::cp_async_commit();
-    kt::cp_async_wait<STAGES - 1>();  // step's tiles (and, first, K and V) have landed
-    __syncthreads();
 
     const int h = at.h, m0 = at.m0;
     const T* sqt = sq + step % STAGES * TILE_M;
@@ -541,8 +539,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
       }
     }
-    __syncthreads();  // the next step refills the stage just read (and P^T, dS^T)
-    at = next(at);
+    at = next(at);  // the next step's head barrier keeps its loads and P^T, dS^T off this step's
   }
 
   // dK = scale * dS^T Q, dV = P^T dO, for the keys inside the sequence.
@@ -634,15 +631,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   unsigned do_res[RESIDENT_REGS ? MT : 1][RESIDENT_REGS ? KSTEPS : 1][4];
 
   for (int n = 0; n < n_tiles; ++n) {
-    const int next = n + STAGES - 1;
-    if (next < n_tiles) {
+    pipeline_head<STAGES>(n, n_tiles, [&](int next) {
       const int s = next % STAGES;
       load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sk + s * TILE_K, kh, k_strides.seq, next * BLOCK_M, seq);
       load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sv + s * TILE_K, vh, v_strides.seq, next * BLOCK_M, seq);
-    }
-    kt::cp_async_commit();
-    kt::cp_async_wait<STAGES - 1>();
-    __syncthreads();
+    });
     const T* skt = sk + n % STAGES * TILE_K;
     const T* svt = sv + n % STAGES * TILE_K;
     const int n0 = n * BLOCK_M;
@@ -730,7 +723,6 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
       }
     }
-    __syncthreads();
   }
 
   T* dqh = dq + b * dq_strides.batch + h * dq_strides.head;

@@ -120,4 +120,28 @@ KT_DEVICE void load_tile(T* dst, const T* src, long long row_stride, int row0, i
   }
 }
 
+/// The head of iteration `it` (of `count`) of a walk whose tiles arrive by
+/// cp.async, STAGES iterations' tiles in flight, the first STAGES - 1
+/// committed (one group each) before the walk: waits for iteration it's
+/// group, then one barrier, after which every thread sees those tiles and
+/// every warp is done with iteration it - 1, whose stage `load(i)` then
+/// refills for iteration i = it + STAGES - 1 (one group, empty past the
+/// end). So the walk needs no barrier at its iterations' ends. With one
+/// stage the load waits for that barrier and a second one follows it.
+template <int STAGES, class Load>
+KT_DEVICE void pipeline_head(int it, int count, Load&& load) {
+  if constexpr (STAGES == 1) {
+    __syncthreads();
+    load(it);
+    kt::cp_async_commit();
+    kt::cp_async_wait<0>();
+    __syncthreads();
+  } else {
+    kt::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (it + STAGES - 1 < count) load(it + STAGES - 1);
+    kt::cp_async_commit();
+  }
+}
+
 }  // namespace attention
