@@ -40,7 +40,10 @@ struct TileLayout {
                                  : CHUNKS % 2 == 0 ? 2
                                                    : 1;
   KT_DEVICE static int offset(int row, int col) {
-    return row * ROW + ((col / CHUNK) ^ (row & (SWIZZLE - 1))) * CHUNK + col % CHUNK;
+    if constexpr (SWIZZLE == 1)
+      return row * ROW + col;  // spelled out: ptxas keeps the chunk arithmetic below for signed columns
+    else
+      return row * ROW + ((col / CHUNK) ^ (row & (SWIZZLE - 1))) * CHUNK + col % CHUNK;
   }
 };
 
@@ -98,10 +101,8 @@ KT_DEVICE void load_tile(T* dst, const T* src, long long row_stride, int row0, i
     const T* from = src + (row0 + r) * row_stride + col;
 #pragma unroll
     for (int it = 0; it < ITERS; ++it) {
-      if (row0 + r + it * STEP < seq)
-        kt::cp_async_16(to + it * STEP * Layout::ROW, from);
-      else
-        kt::cp_async_16_zfill(to + it * STEP * Layout::ROW, src, 0);  // reads nothing; row 0 exists (seq >= 1)
+      const bool inside = row0 + r + it * STEP < seq;  // else read nothing (from row 0, which exists: seq >= 1)
+      kt::cp_async_16_zfill(to + it * STEP * Layout::ROW, inside ? from : src, inside ? 16 : 0);
       from += STEP * row_stride;
     }
   } else {
@@ -111,10 +112,8 @@ KT_DEVICE void load_tile(T* dst, const T* src, long long row_stride, int row0, i
       if (ROWS * CHUNKS % THREADS == 0 || c < ROWS * CHUNKS) {
         const int r = c / CHUNKS, col = c % CHUNKS * CHUNK;
         T* to = dst + Layout::offset(r, col);
-        if (row0 + r < seq)
-          kt::cp_async_16(to, src + (row0 + r) * row_stride + col);
-        else
-          kt::cp_async_16_zfill(to, src, 0);  // reads nothing; row 0 exists (seq >= 1)
+        const bool inside = row0 + r < seq;  // else read nothing (from row 0, which exists: seq >= 1)
+        kt::cp_async_16_zfill(to, inside ? src + (row0 + r) * row_stride + col : src, inside ? 16 : 0);
       }
     }
   }
