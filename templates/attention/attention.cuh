@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       a[3] = kt::float_to_tf32(sq[Layout::offset(row + 8, col + 4)]);
     } else {
       // Matrices: rows 0-7 / 8-15 of the m16 tile, columns ks*16 + 0 / + 8.
-      const int row = warp_row0 + mt * 16 + lane % 8 + 8 * (lane / 8 % 2);
-      kt::ldmatrix_x4(a, sq + Layout::offset(row, ks * 16 + 8 * (lane / 16)));
+      kt::ldmatrix_x4(a, sq + Layout::offset(warp_row0 + mt * 16, lane % 8 + 8 * (lane / 8 % 2),
+                                             ks * 16 + 8 * (lane / 16)));
     }
   };
   float acc[MT][DT][4];        // O accumulator: row g (elements 0, 1) and g + 8 (2, 3) of each m16 tile
@@ -187,8 +187,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
           }
         } else {
           // Matrices: keys np*16 + 0-7 at columns ks*16 + 0 / + 8, then keys + 8-15.
-          const int key = np * 16 + lane % 8 + 8 * (lane / 16);
-          kt::ldmatrix_x4(kf, skt + Layout::offset(key, ks * 16 + 8 * (lane / 8 % 2)));
+          kt::ldmatrix_x4(kf, skt + Layout::offset(np * 16, lane % 8 + 8 * (lane / 16), ks * 16 + 8 * (lane / 8 % 2)));
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -313,8 +312,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         for (int dp = 0; dp < DT / 2; ++dp) {
           // Matrices: keys kk*16 + 0-7 / + 8-15 at columns dp*16, then the same at dp*16 + 8.
           unsigned vf[4];
-          const int key = kk * 16 + lane % 8 + 8 * (lane / 8 % 2);
-          kt::ldmatrix_x4_trans(vf, svt + Layout::offset(key, dp * 16 + 8 * (lane / 16)));
+          kt::ldmatrix_x4_trans(
+              vf, svt + Layout::offset(kk * 16, lane % 8 + 8 * (lane / 8 % 2), dp * 16 + 8 * (lane / 16)));
 #pragma unroll
           for (int mt = 0; mt < MT; ++mt) {
             Mma<T>::run(acc[mt][2 * dp], pa[mt], vf);

@@ -57,7 +57,7 @@ struct Frag {
       f[2] = kt::float_to_tf32(tile[Layout::offset(row0 + g, k0 + t + 4)]);
       f[3] = kt::float_to_tf32(tile[Layout::offset(row0 + g + 8, k0 + t + 4)]);
     } else {
-      kt::ldmatrix_x4(f, tile + Layout::offset(row0 + lane % 8 + 8 * (lane / 8 % 2), k0 + 8 * (lane / 16)));
+      kt::ldmatrix_x4(f, tile + Layout::offset(row0, lane % 8 + 8 * (lane / 8 % 2), k0 + 8 * (lane / 16)));
     }
   }
   /// A (m16 x k) of a tile stored transposed, (k, row): A[m][k] = tile[k0 + k][row0 + m].
@@ -70,7 +70,7 @@ struct Frag {
       f[2] = kt::float_to_tf32(tile[Layout::offset(k0 + t + 4, row0 + g)]);
       f[3] = kt::float_to_tf32(tile[Layout::offset(k0 + t + 4, row0 + g + 8)]);
     } else {
-      kt::ldmatrix_x4_trans(f, tile + Layout::offset(k0 + lane % 8 + 8 * (lane / 16), row0 + 8 * (lane / 8 % 2)));
+      kt::ldmatrix_x4_trans(f, tile + Layout::offset(k0, lane % 8 + 8 * (lane / 16), row0 + 8 * (lane / 8 % 2)));
     }
   }
   /// B of two n8 tiles (f[0..1]: n0 .. n0 + 7, f[2..3]: n0 + 8 .. n0 + 15) of a
@@ -85,7 +85,7 @@ struct Frag {
         f[2 * half + 1] = kt::float_to_tf32(tile[Layout::offset(n0 + half * 8 + g, k0 + t + 4)]);
       }
     } else {
-      kt::ldmatrix_x4(f, tile + Layout::offset(n0 + lane % 8 + 8 * (lane / 16), k0 + 8 * (lane / 8 % 2)));
+      kt::ldmatrix_x4(f, tile + Layout::offset(n0, lane % 8 + 8 * (lane / 16), k0 + 8 * (lane / 8 % 2)));
     }
   }
   /// B of two n8 tiles of a tile stored (k, n): B[k][n] = tile[k0 + k][n0 + n]
@@ -103,7 +103,7 @@ struct Frag {
         f[2 * half + 1] = kt::float_to_tf32(tile[Layout::offset(k0 + k_hi, n0 + half * 8 + g)]);
       }
     } else {
-      kt::ldmatrix_x4_trans(f, tile + Layout::offset(k0 + lane % 8 + 8 * (lane / 8 % 2), n0 + 8 * (lane / 16)));
+      kt::ldmatrix_x4_trans(f, tile + Layout::offset(k0, lane % 8 + 8 * (lane / 8 % 2), n0 + 8 * (lane / 16)));
     }
   }
 };
@@ -204,7 +204,7 @@ KT_DEVICE void stage_tile(T* tile, int row0, int col0, const float (&c)[N][4]) {
       Pair<T> out;
       out.lo = kt::from_float<T>(c[nt][2 * r]);
       out.hi = kt::from_float<T>(c[nt][2 * r + 1]);
-      *reinterpret_cast<Pair<T>*>(tile + Layout::offset(row0 + g + 8 * r, col0 + nt * 8 + 2 * t)) = out;
+      *reinterpret_cast<Pair<T>*>(tile + Layout::offset(row0 + 8 * r, g, col0 + nt * 8 + 2 * t)) = out;
     }
 }
 

@@ -45,6 +45,12 @@ struct TileLayout {
     else
       return row * ROW + ((col / CHUNK) ^ (row & (SWIZZLE - 1))) * CHUNK + col % CHUNK;
   }
+  /// offset(rows + row, col) for `rows` a multiple of 8 (of the swizzle's
+  /// period), whose part is added apart: the lane's part of a fragment's
+  /// address is then computed once and a loop's tiles are constant offsets
+  /// from it, where ptxas would otherwise fold the tile into the lane's row
+  /// (by an OR) and compute every tile's address anew.
+  KT_DEVICE static int offset(int rows, int row, int col) { return rows * ROW + offset(row, col); }
 };
 
 /// The warp's matrix product with fp32 accumulation for the element type T:
