@@ -118,8 +118,12 @@ KT_DEVICE void load_tile(T* dst, const T* src, long long row_stride, int row0, i
       if (ROWS * CHUNKS % THREADS == 0 || c < ROWS * CHUNKS) {
         const int r = c / CHUNKS, col = c % CHUNKS * CHUNK;
         T* to = dst + Layout::offset(r, col);
-        const bool inside = row0 + r < seq;  // else read nothing (from row 0, which exists: seq >= 1)
-        kt::cp_async_16_zfill(to, inside ? src + (row0 + r) * row_stride + col : src, inside ? 16 : 0);
+        // A copy and a zero-fill apart: one copy of a selected source had ptxas hold a 64-bit source per
+        // copy, and blocks of 1 or 2 warps, where a thread makes up to 64 copies, spilled.
+        if (row0 + r < seq)
+          kt::cp_async_16(to, src + (row0 + r) * row_stride + col);
+        else
+          kt::cp_async_16_zfill(to, src, 0);  // reads nothing; row 0 exists (seq >= 1)
       }
     }
   }
