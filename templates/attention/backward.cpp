@@ -33,6 +33,12 @@ constexpr std::int64_t kBaseRegisters = 40;
 // sum needs no relief: of 110 unstaged kernels from 232 to 447, none up to
 // 255 spilled and 4 of the 26 from 256 to 263 did.
 constexpr std::int64_t kStagedRegisterRelief = 16;
+// What a staged config with one stage holds more (its next step's loads are
+// issued between the products): of the 16 FlashAttention-2 partitions (128
+// keys, 128-query tiles, 8 warps, head_dim 64) estimated at 252 over the
+// problem classes, the 3 that spilled at sm_90 with ptxas 13.0 (NVRTC, 8 to
+// 56 bytes) had one stage, as 5 others did.
+constexpr std::int64_t kSingleStageStagedRegisters = 4;
 constexpr std::int64_t kPreprocessRows = 8;  // rows per block of the D pre-kernel (one per warp of 256 threads)
 
 std::int64_t warp_split(const Config& c) { return c.at("warp_split"); }
@@ -51,6 +57,12 @@ std::int64_t tile_row(std::int64_t width, const Config& c, const Problem& p) {
   return width + (c.at("smem_layout") == 0 ? 16 / element_bytes(p) : 0);
 }
 
+/// Whether a Q/dO (K/V in the dQ pass) tile's copies walk one pointer
+/// (copy_registers), rather than each with an address of its own.
+bool copies_walk(const Config& c, const Problem& p) {
+  return copy_registers(c.at("block_m"), p, c.at("smem_layout") == 1, 32 * c.at("warps")) == 0;
+}
+
 /// Registers per thread of attention_bwd_dkdv besides kBaseRegisters (its
 /// attention_bwd_dq twin holds less: half the accumulators): per m16 tile of
 /// keys the warp's share (1 / warp_split) of the dK and dV accumulators
@@ -58,15 +70,21 @@ std::int64_t tile_row(std::int64_t width, const Config& c, const Problem& p) {
 /// for one k step, or 8 per k step of the head dim when they stay in
 /// registers); the Q and dO B fragments (8); about 3/2 per 16-byte copy
 /// of a Q/dO step (fitted: ptxas keeps as much for wide query tiles even
-/// where the copies walk one pointer, copy_registers); less
-/// kStagedRegisterRelief when staged.
+/// where the copies walk one pointer), and one more per copy where they do
+/// not (copy_registers: each copy's address of its own); less
+/// kStagedRegisterRelief when staged, plus kSingleStageStagedRegisters when
+/// staged with one stage. With the last two terms, fitted to the spills of
+/// `ktune compile --all` (ptxas 13.0, sm_80 and sm_90), none of the configs
+/// admitted spills; the 58 they reject at sm_90 that did not spill took 241
+/// to 255 registers.
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t d = p.dim("head_dim"), bm = c.at("block_m"), e = element_bytes(p);
   const std::int64_t copies = 2 * bm * (d * e / 16) / (32 * c.at("warps"));
   const std::int64_t k_steps = d / (e == 4 ? 8 : 16);  // of m16n8k8 (tf32) or m16n8k16
   const std::int64_t a_fragments = 8 * (resident_regs(c) ? k_steps : 1);
-  return tiles_per_warp(c) * ((d + bm) / warp_split(c) + a_fragments) + 8 + 3 * copies / 2 -
-         (staged(c) ? kStagedRegisterRelief : 0);
+  return tiles_per_warp(c) * ((d + bm) / warp_split(c) + a_fragments) + 8 + 3 * copies / 2 +
+         (copies_walk(c, p) ? 0 : copies) - (staged(c) ? kStagedRegisterRelief : 0) +
+         (staged(c) && c.at("stages") == 1 ? kSingleStageStagedRegisters : 0);
 }
 
 /// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.
@@ -193,11 +211,13 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / threads);
     if (registers > budget)
       return reject(why, fmt::format("each thread would need about {} registers for its dK and dV accumulators, "
-                                     "S^T and dP^T tiles, fragments{} and copies (head_dim {}, {} keys per warp, "
-                                     "{}-query tiles, split {} ways), over the {} a block of {} threads allows: it "
-                                     "would spill",
-                                     registers, resident_regs(c) ? " (K and V's kept for every k step)" : "", d_head,
-                                     bn / key_groups(c), bm, split, budget, threads));
+                                     "S^T and dP^T tiles, fragments{} and copies{} (head_dim {}, {} keys per warp, "
+                                     "{}-query tiles, split {} ways{}), over the {} a block of {} threads allows: "
+                                     "it would spill",
+                                     registers, resident_regs(c) ? " (K and V's kept for every k step)" : "",
+                                     copies_walk(c, p) ? "" : " (each at an address of its own)", d_head,
+                                     bn / key_groups(c), bm, split,
+                                     staged(c) && c.at("stages") == 1 ? ", one stage" : "", budget, threads));
     const std::int64_t smem = backward_shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
       return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles "

@@ -189,7 +189,28 @@ TEST_CASE("attention_bwd: staged configs the register estimate admits at its edg
       test::check_compiles_without_spill(compiler, f, c, p, arch);
     }
   CHECK_THAT(why_invalid(config(64, 16, 4, 2, 1, 1, 1, 4), problem("f32", 1024, 128)),
-             Catch::Contains("about 256 registers"));
+             Catch::Contains("about 288 registers"));
+  // The same partition with one stage spilled 8 to 56 bytes at sm_90 (rejected); with two it does not (above).
+  CHECK_THAT(why_invalid(config(128, 128, 8, 1, 1, 0, 0, 2), problem("bf16", 16384, 64, 1, 1, 16)),
+             Catch::Contains("split 2 ways, one stage"));
+}
+
+TEST_CASE("attention_bwd: tiles whose copies cannot walk one pointer are estimated with an address per copy",
+          "[attention][family][compile]") {
+  // One warp copying 64-query tiles of head_dim 64 (bf16): in padded rows a thread's copies are 4 rows apart and
+  // walk one pointer (estimated at 232, admitted, no spill); in swizzled rows (a period of 8 rows) each copy has an
+  // address of its own, and the same config spilled 40 to 112 bytes at sm_80 and sm_90 (264, rejected).
+  const auto& f = backward_family();
+  const tuner::Compiler compiler;
+  const Problem p = problem("bf16", 1000, 64, 0);
+  const Config padded = config(64, 16, 1, 2, 0, 0), swizzled = config(64, 16, 1, 2, 0, 1);
+  for (const char* arch : {"sm_80", "sm_90"}) {
+    INFO(arch);
+    REQUIRE(f.is_valid(padded, p, DeviceLimits::for_arch(arch)));
+    test::check_compiles_without_spill(compiler, f, padded, p, arch);
+    CHECK_THAT(why_invalid(swizzled, p, arch),
+               Catch::Contains("about 264 registers") && Catch::Contains("copies (each at an address of its own)"));
+  }
 }
 
 TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a second pass, the workspace",
