@@ -24,11 +24,11 @@
 // Shared memory (dynamic): tiles laid out by TileLayout<., LAYOUT> (0
 // padded rows, 1 XOR-swizzled chunks; attention_common.cuh), HEAD_DIM-wide
 // rows but for P^T and dS^T. attention_bwd_dkdv: the K and V tiles
-// (BLOCK_N rows each), STAGES x (Q, dO) tiles of BLOCK_M rows and, with
-// DQ_ATOMIC or WARP_SPLIT > 1, dS^T (BLOCK_N rows of BLOCK_M; in V's tile
-// when V stays in registers, below, BLOCK_M <= HEAD_DIM and WARP_SPLIT is
-// 1), with WARP_SPLIT > 1 P^T after it, then STAGES x (lse, D) of BLOCK_M
-// queries (fp32, arriving with their Q and dO tiles); attention_bwd_dq: the
+// (BLOCK_N rows each), STAGES x (Q, dO) tiles of BLOCK_M rows, STAGES x
+// (lse, D) of BLOCK_M queries (fp32, arriving with their Q and dO tiles)
+// and, with DQ_ATOMIC or WARP_SPLIT > 1, dS^T (BLOCK_N rows of BLOCK_M; in
+// V's tile when V stays in registers, below, BLOCK_M <= HEAD_DIM and
+// WARP_SPLIT is 1), with WARP_SPLIT > 1 P^T after it; attention_bwd_dq: the
 // Q and dO tiles (BLOCK_N rows) and STAGES x (K, V) tiles of BLOCK_M rows.
 //
 // The block's resident operand (K and V in attention_bwd_dkdv, Q and dO in
@@ -284,16 +284,13 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sv = sk + TILE_N;                   // (BLOCK_N, HEAD_DIM)
   T* sq = sv + TILE_N;                   // STAGES x (BLOCK_M, HEAD_DIM)
   T* sdo = sq + STAGES * TILE_M;         // STAGES x (BLOCK_M, HEAD_DIM)
+  float* srows = reinterpret_cast<float*>(sdo + STAGES * TILE_M);  // STAGES x (lse, D) of BLOCK_M queries
   // dS^T (BLOCK_N, BLOCK_M) when DQ_ATOMIC or STAGED: in V's tile when V's
   // fragments stay in registers, its rows are no wider than V's and P^T is
-  // not staged, else after dO's; P^T (STAGED) after dS^T.
+  // not staged, else after the lse and D stages; P^T (STAGED) after dS^T.
   constexpr bool DS_IN_V = !STAGED && DQ_ATOMIC && RESIDENT_REGS && BLOCK_M <= HEAD_DIM;
-  T* sds = DS_IN_V ? sv : sdo + STAGES * TILE_M;
+  T* sds = DS_IN_V ? sv : reinterpret_cast<T*>(srows + STAGES * 2 * BLOCK_M);
   T* sp = sds + BLOCK_N * DsLayout::ROW;
-  // STAGES x (lse, D) of the step's BLOCK_M queries (fp32) after the last tile.
-  float* srows = reinterpret_cast<float*>(STAGED                  ? sp + BLOCK_N * DsLayout::ROW
-                                          : DQ_ATOMIC && !DS_IN_V ? sds + BLOCK_N * DsLayout::ROW
-                                                                  : sdo + STAGES * TILE_M);
 
   const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
   const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
@@ -308,37 +305,42 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   const int m_begin = CAUSAL ? n0 / BLOCK_M : 0;
   const int m_count = (seq + BLOCK_M - 1) / BLOCK_M - m_begin;
   const int total = kv_group * m_count;  // (query head, query tile) steps
-  // A step's query head and first query, walked a query tile at a time (no division per step).
+  // A step's first query, its row of lse and D (and of dQ's accumulator),
+  // and its Q and dO tiles' first rows, walked a query tile at a time: no
+  // division nor product of the query head per step.
   struct Position {
-    int h, m0;
+    int m0;
+    long long row;  // (b, query head, m0) of (batch, heads, seq)
+    const T* q;
+    const T* dout;
   };
   const int m_first = m_begin * BLOCK_M, m_end = m_first + m_count * BLOCK_M;
   const auto next = [&](Position p) {
     p.m0 += BLOCK_M;
-    if (p.m0 == m_end) {
+    p.row += BLOCK_M;
+    p.q += BLOCK_M * q_strides.seq;
+    p.dout += BLOCK_M * do_strides.seq;
+    if (p.m0 == m_end) {  // the next query head's first tile
       p.m0 = m_first;
-      ++p.h;
+      p.row += seq - (m_end - m_first);
+      p.q += q_strides.head - (m_end - m_first) * q_strides.seq;
+      p.dout += do_strides.head - (m_end - m_first) * do_strides.seq;
     }
     return p;
   };
 
-  auto load_step = [&](int step, Position at) {
-    const int h = at.h, m0 = at.m0;
-    const int s = step % STAGES;
-    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + h * q_strides.head,
-                                             q_strides.seq, m0, seq);
-    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sdo + s * TILE_M, dout + b * do_strides.batch + h * do_strides.head,
-                                             do_strides.seq, m0, seq);
+  auto load_step = [&](int step, const Position& at) {
+    const int s = step % STAGES, rows_left = seq - at.m0;  // rows of the tile inside the sequence
+    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sq + s * TILE_M, at.q, q_strides.seq, 0, rows_left);
+    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sdo + s * TILE_M, at.dout, do_strides.seq, 0, rows_left);
     // The queries' lse and D; zeros past the sequence, where P is masked and a stale NaN would reach dS.
-    const long long rows = (static_cast<long long>(b) * heads + h) * seq;
 #pragma unroll
     for (int it = 0; it < (2 * BLOCK_M + THREADS - 1) / THREADS; ++it) {
       const int i = it * THREADS + static_cast<int>(threadIdx.x);
       if (2 * BLOCK_M % THREADS == 0 || i < 2 * BLOCK_M) {
-        const int query = m0 + i % BLOCK_M;
         float* to = srows + s * 2 * BLOCK_M + i;
-        if (query < seq)
-          kt::cp_async_4(to, (i < BLOCK_M ? lse : delta) + rows + query);
+        if (i % BLOCK_M < rows_left)
+          kt::cp_async_4(to, (i < BLOCK_M ? lse : delta) + at.row + i % BLOCK_M);
         else
           *to = 0.0f;
       }
@@ -347,7 +349,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   // Prologue: K and V join step 0's group; steps 0 .. STAGES-2 in flight.
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sk, kh, k_strides.seq, n0, seq);
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sv, vh, v_strides.seq, n0, seq);
-  Position at = {kvh * kv_group, m_first}, loading = at;
+  const int h0 = kvh * kv_group;  // the group's first query head
+  Position at = {m_first, (static_cast<long long>(b) * heads + h0) * seq + m_first,
+                 q + b * q_strides.batch + h0 * q_strides.head + m_first * q_strides.seq,
+                 dout + b * do_strides.batch + h0 * do_strides.head + m_first * do_strides.seq};
+  Position loading = at;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < total) load_step(s, loading);
@@ -371,10 +377,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     pipeline_head<STAGES>(step, total, [&](int ahead) { load_step(ahead, loading); });
     loading = next(loading);
 
-    const int h = at.h, m0 = at.m0;
+    const int m0 = at.m0;
     const T* sqt = sq + step % STAGES * TILE_M;
     const T* sdot = sdo + step % STAGES * TILE_M;
-    const long long row_base = (static_cast<long long>(b) * heads + h) * seq;
     if constexpr (RESIDENT_REGS)
       if (step == 0)
 #pragma unroll
@@ -507,7 +512,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       constexpr int ROW_BLOCKS = BLOCK_M / 16;
       constexpr int PAIRS = dq_piece_pairs(ROW_BLOCKS, HEAD_DIM / 16, WARPS, KT * BLOCK_M / WARP_SPLIT);
       constexpr int PIECES = ROW_BLOCKS * (HEAD_DIM / 16 / PAIRS);
-      float* dq_h = dq_accum + row_base * HEAD_DIM;
+      float* dq_lane = dq_accum + (at.row + g) * HEAD_DIM + 2 * t;  // the lane's first row and column of the tile
       for (int piece = warp; piece < PIECES; piece += WARPS) {
         const int mq = piece % ROW_BLOCKS, dc = piece / ROW_BLOCKS * PAIRS;  // dc: the piece's first n16 pair
         float c[2 * PAIRS][4];
@@ -529,12 +534,12 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int query = m0 + mq * 16 + g + 8 * r;
-          if (query < seq)
+          const int query = mq * 16 + g + 8 * r;  // of the tile
+          if (m0 + query < seq)
 #pragma unroll
             for (int nt = 0; nt < 2 * PAIRS; ++nt) {
-              kt::atomic_add2(dq_h + static_cast<long long>(query) * HEAD_DIM + dc * 16 + nt * 8 + 2 * t,
-                              c[nt][2 * r], c[nt][2 * r + 1]);
+              kt::atomic_add2(dq_lane + (mq * 16 + 8 * r) * HEAD_DIM + dc * 16 + nt * 8, c[nt][2 * r],
+                              c[nt][2 * r + 1]);
             }
         }
       }
