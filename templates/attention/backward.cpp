@@ -133,7 +133,9 @@ class Backward final : public TypedFamily<BackwardArgs> {
                  "dK in registers; 2 or 4 they split the query tile's columns of S^T, dP^T and the head dim's of dK, "
                  "dV (FlashAttention-2's partition), staging P^T and dS^T in shared memory: wider tiles in the same "
                  "registers vs a round trip through shared memory"},
-                {"stages", {1, 2}, "Q/dO (K/V) tiles in flight: load latency hidden vs shared memory"},
+                {"stages", {1, 2, 4},
+                 "Q/dO (K/V) tiles in flight: load latency hidden (narrow query tiles make short steps) vs shared "
+                 "memory"},
                 {"smem_layout", {0, 1},
                  "shared-memory rows of the K, V, Q, dO and dS^T tiles: 0 padded by 16 bytes (conflict-free, more "
                  "memory), 1 XOR-swizzled (packed; conflict-free when a row is a multiple of 128 bytes)"},

@@ -85,6 +85,10 @@ TEST_CASE("attention_bwd: dQ by the second pass and by atomics, tile shapes, sta
       // 16-query tiles, atomics; ragged and causal, and more keys than one block
       {config(16, 128, 4, 2, 1), problem("bf16", 150, 64, true)},
       {config(16, 128, 4, 2, 1), problem("f16", 300, 32, false)},
+      // four stages in flight: more steps than stages, and (seq 40, causal) fewer
+      {config(16, 128, 4, 4, 1), problem("bf16", 150, 64, true)},
+      {config(16, 64, 4, 4, 0, 1), problem("f16", 200, 64, false)},
+      {config(32, 32, 2, 4, 0), problem("bf16", 40, 32, true)},
   };
   for (const auto& [c, p] : cases) test::check_backward(*backend, c, p);
 }

@@ -66,7 +66,7 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
-  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 2 * 2 * 2 * 2);
+  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 2);
   for (const char* name :
        {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
