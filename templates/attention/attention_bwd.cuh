@@ -305,34 +305,33 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   const int m_begin = CAUSAL ? n0 / BLOCK_M : 0;
   const int m_count = (seq + BLOCK_M - 1) / BLOCK_M - m_begin;
   const int total = kv_group * m_count;  // (query head, query tile) steps
-  // A step's first query, its row of lse and D (and of dQ's accumulator),
-  // and its Q and dO tiles' first rows, walked a query tile at a time: no
-  // division nor product of the query head per step.
+  // A step's first query, query head and its row of lse and D (and of dQ's
+  // accumulator), walked a query tile at a time: no division per step, and
+  // no product for the row. (Walking the Q and dO tiles' sources as well,
+  // two 64-bit pointers more across the loop, had ptxas spill 84 of the
+  // 3978 configs admitted at sm_90, against 1 this way.)
   struct Position {
-    int m0;
+    int m0, h;
     long long row;  // (b, query head, m0) of (batch, heads, seq)
-    const T* q;
-    const T* dout;
   };
   const int m_first = m_begin * BLOCK_M, m_end = m_first + m_count * BLOCK_M;
   const auto next = [&](Position p) {
     p.m0 += BLOCK_M;
     p.row += BLOCK_M;
-    p.q += BLOCK_M * q_strides.seq;
-    p.dout += BLOCK_M * do_strides.seq;
     if (p.m0 == m_end) {  // the next query head's first tile
       p.m0 = m_first;
       p.row += seq - (m_end - m_first);
-      p.q += q_strides.head - (m_end - m_first) * q_strides.seq;
-      p.dout += do_strides.head - (m_end - m_first) * do_strides.seq;
+      ++p.h;
     }
     return p;
   };
 
   auto load_step = [&](int step, const Position& at) {
     const int s = step % STAGES, rows_left = seq - at.m0;  // rows of the tile inside the sequence
-    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sq + s * TILE_M, at.q, q_strides.seq, 0, rows_left);
-    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sdo + s * TILE_M, at.dout, do_strides.seq, 0, rows_left);
+    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + at.h * q_strides.head,
+                                             q_strides.seq, at.m0, seq);
+    load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(
+        sdo + s * TILE_M, dout + b * do_strides.batch + at.h * do_strides.head, do_strides.seq, at.m0, seq);
     // The queries' lse and D; zeros past the sequence, where P is masked and a stale NaN would reach dS.
 #pragma unroll
     for (int it = 0; it < (2 * BLOCK_M + THREADS - 1) / THREADS; ++it) {
@@ -350,9 +349,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sk, kh, k_strides.seq, n0, seq);
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sv, vh, v_strides.seq, n0, seq);
   const int h0 = kvh * kv_group;  // the group's first query head
-  Position at = {m_first, (static_cast<long long>(b) * heads + h0) * seq + m_first,
-                 q + b * q_strides.batch + h0 * q_strides.head + m_first * q_strides.seq,
-                 dout + b * do_strides.batch + h0 * do_strides.head + m_first * do_strides.seq};
+  Position at = {m_first, h0, (static_cast<long long>(b) * heads + h0) * seq + m_first};
   Position loading = at;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
