@@ -227,7 +227,9 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
 
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate,
-                           {"rmsnorm::" + name() + "<" + this->template_args(c, p) + ">",
+                           {fmt::format("rmsnorm::{}<{}, {}, {}, {}, {}, {}>", name(), c.at("threads"),
+                                        c.at("row_threads"), c.at("vec"), items(c, p),
+                                        c.at("prefetch") ? "true" : "false", activation_type(p)),
                             fmt::format("rmsnorm::rmsnorm_dw_reduce<{}>", c.at("threads"))},
                            name());
   }
@@ -324,11 +326,13 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
   std::int64_t max_dim() const override { return kMaxBackwardDim; }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
     if (!Base::is_valid_more(c, p, d, why)) return false;
-    // Each thread keeps its share of x and dy (packed as T) and of the dw sums
-    // (fp32) in registers, beside ~24 for addresses and indices (fitted to
-    // ptxas's counts); beyond the block's register budget the share spills.
+    // Each thread keeps its share of x and dy (packed as T; with prefetch
+    // the next group's too, and dstream's) and of the dw sums (fp32) in
+    // registers, beside ~24 for addresses and indices (fitted to ptxas's
+    // counts); beyond the block's register budget the share spills.
     const std::int64_t held = c.at("vec") * items(c, p);
-    const std::int64_t registers = kBaseRegisters + held * (2 * activation_bytes(p) / 4 + 1);
+    const std::int64_t rows_held = c.at("prefetch") ? (kResidual ? 6 : 4) : 2;  // x and dy (and dstream) rows
+    const std::int64_t registers = kBaseRegisters + held * (rows_held * activation_bytes(p) / 4 + 1);
     const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / c.at("threads"));
     if (registers > budget)
       return reject(why, fmt::format("each thread would need about {} registers for its share of x, dy and dw, over "
@@ -341,6 +345,7 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
     return true;
   }
   Config default_more(Config c, const Problem& p) const override {
+    c.set("prefetch", 0);
     // About two blocks per SM, fewer when the rows run out.
     const std::int64_t groups = ceil_div(p.dim("rows"), rows_per_block(c));
     std::int64_t blocks = 256;
@@ -357,6 +362,9 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
   static std::vector<Param> with_blocks(std::vector<Param> params) {
     params.push_back({"blocks", {kMinBlocks, 128, 256, 512, kMaxBlocks},
                       "blocks (and dw partials) of the dx launch: more fill the GPU, fewer shorten the dw reduction"});
+    params.push_back({"prefetch", {0, 1},
+                      "1: a block's next row group's x and dy (and dstream) loaded before this group's reduction, "
+                      "in flight across its barrier and stores, for twice the registers holding them"});
     return params;
   }
   Space space_;

@@ -108,8 +108,12 @@ __global__ void __launch_bounds__(THREADS)
   forward_rows<THREADS, ROW_THREADS, VEC, ITEMS, true, T>(x, r, w, h, y, rstd, rows, dim, eps);
 }
 
-/// Both backward kernels: with RESIDUAL, dstream is added to dx.
-template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool RESIDUAL, class T>
+/// Both backward kernels: with RESIDUAL, dstream is added to dx. With
+/// PREFETCH a thread loads its row of the block's next group (x, dy, and
+/// dstream) before this group's reduction, so those loads are in flight
+/// across its barrier and stores, where a group's loads would otherwise wait
+/// for the previous group's end (and dstream's for the reduction).
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool PREFETCH, bool RESIDUAL, class T>
 KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, const T* dy, const T* dstream, T* dx,
                              float* dw_partial, long long rows, int dim) {
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
@@ -128,18 +132,44 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     for (int k = 0; k < VEC; ++k) dw_acc[i][k] = 0.0f;
 
   const long long groups = (rows + ROWS - 1) / ROWS;
+  // A group's row of this thread: x, dy and, with RESIDUAL and PREFETCH, dstream.
+  struct Held {
+    kt::Vec<T, VEC> x[ITEMS], dy[ITEMS], stream[RESIDUAL && PREFETCH ? ITEMS : 1];
+  };
+  const auto load = [&](Held& held, long long group) {
+    const long long row = group * ROWS + slot;
+    if (group >= groups || row >= rows) return;
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+      const int c = (i * ROW_THREADS + t) * VEC;
+      if (c < dim) {
+        held.x[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + row * dim + c);
+        held.dy[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + row * dim + c);
+        if constexpr (RESIDUAL && PREFETCH)
+          held.stream[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + row * dim + c);
+      }
+    }
+  };
+  Held next;
+  if constexpr (PREFETCH) load(next, blockIdx.x);
   for (long long group = blockIdx.x; group < groups; group += gridDim.x) {  // uniform over the block
     const long long row = group * ROWS + slot;
     const bool active = row < rows;
     const long long offset = (active ? row : 0) * dim;
-    kt::Vec<T, VEC> xv[ITEMS], dyv[ITEMS];
+    Held held;
+    if constexpr (PREFETCH) {
+      held = next;
+      load(next, group + gridDim.x);
+    } else {
+      load(held, group);
+    }
+    const auto& xv = held.x;
+    const auto& dyv = held.dy;
     float dot = 0.0f;  // this thread's part of sum(w * dy * x)
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = (i * ROW_THREADS + t) * VEC;
       if (active && c < dim) {
-        xv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + offset + c);
-        dyv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + offset + c);
         const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) dot += wv.v[k] * kt::to_float(dyv[i].v[k]) * kt::to_float(xv[i].v[k]);
@@ -155,7 +185,8 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
       if (c < dim) {
         const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
         kt::Vec<T, VEC> out, sv;
-        if constexpr (RESIDUAL) sv = *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
+        if constexpr (RESIDUAL)
+          sv = PREFETCH ? held.stream[i] : *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float xf = kt::to_float(xv[i].v[k]), dyf = kt::to_float(dyv[i].v[k]);
@@ -198,7 +229,9 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
 /// Grid: any number of blocks up to ceil(rows / (THREADS / ROW_THREADS));
 /// block b takes the row groups b, b + gridDim.x, ... (THREADS / ROW_THREADS
 /// rows each), so the split of rows, and the sums, depend only on the grid.
-template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS,
+          bool PREFETCH,  // the next row group's loads issued before this group's reduction: in flight vs registers
+          class T>
 __global__ void __launch_bounds__(THREADS)
     rmsnorm_bwd(const T* x,           // (rows, dim)
                 const float* w,       // (dim,)
@@ -207,7 +240,8 @@ __global__ void __launch_bounds__(THREADS)
                 T* dx,                // (rows, dim)
                 float* dw_partial,    // (gridDim.x, dim)
                 long long rows, int dim) {
-  backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, false, T>(x, w, rstd, dy, nullptr, dx, dw_partial, rows, dim);
+  backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, PREFETCH, false, T>(x, w, rstd, dy, nullptr, dx, dw_partial, rows,
+                                                                     dim);
 }
 
 /// Backward of residual_rmsnorm_fwd: dh = dstream + the norm's input
@@ -215,7 +249,7 @@ __global__ void __launch_bounds__(THREADS)
 /// and r; dw_partial as rmsnorm_bwd. dh may be dstream (the residual
 /// stream's gradient updated in place): each element is read, then written,
 /// by one thread. Grid: as rmsnorm_bwd.
-template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, class T>
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool PREFETCH, class T>
 __global__ void __launch_bounds__(THREADS)
     residual_rmsnorm_bwd(const T* h,         // (rows, dim) from residual_rmsnorm_fwd
                          const float* w,     // (dim,)
@@ -225,7 +259,8 @@ __global__ void __launch_bounds__(THREADS)
                          T* dh,              // (rows, dim) may be dstream
                          float* dw_partial,  // (gridDim.x, dim)
                          long long rows, int dim) {
-  backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, true, T>(h, w, rstd, dy, dstream, dh, dw_partial, rows, dim);
+  backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, PREFETCH, true, T>(h, w, rstd, dy, dstream, dh, dw_partial, rows,
+                                                                    dim);
 }
 
 /// dw[c] = sum over p < parts of dw_partial[p * dim + c], in order of p within

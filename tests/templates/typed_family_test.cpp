@@ -219,7 +219,7 @@ TEST_CASE("workspace_bytes covers what the launches touch", "[typed]") {
         CHECK(f.workspace_bytes(c, p) <= static_cast<std::size_t>(rmsnorm::scratch_floats(p)) * sizeof(float));
       }
     const Problem p{"f32", {{"rows", 30}, {"dim", 1000}}};
-    const Config c({{"threads", 128}, {"row_threads", 32}, {"vec", 4}, {"blocks", 1024}});
+    const Config c({{"threads", 128}, {"row_threads", 32}, {"vec", 4}, {"blocks", 1024}, {"prefetch", 0}});
     CHECK(f.workspace_bytes(c, p) == 8 * 1000 * sizeof(float));  // 30 rows, 4 per block: 8 blocks, not 1024
     CHECK_THROWS_WITH(f.plan(c, p, rmsnorm::BackwardArgs{.x = 0x1000, .w = 0x2000, .dy = 0x3000, .dx = 0x4000},
                              kDevice),

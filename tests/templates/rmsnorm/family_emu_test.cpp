@@ -26,8 +26,9 @@ namespace {
 Config layout(std::int64_t threads, std::int64_t row_threads, std::int64_t vec) {
   return Config({{"threads", threads}, {"row_threads", row_threads}, {"vec", vec}});
 }
-Config with_blocks(Config c, std::int64_t blocks) {
+Config with_blocks(Config c, std::int64_t blocks, std::int64_t prefetch = 0) {
   c.set("blocks", blocks);
+  c.set("prefetch", prefetch);
   return c;
 }
 
@@ -99,15 +100,21 @@ TEST_CASE("rmsnorm_bwd: non-default configs on ragged shapes match the reference
   SECTION("bf16, one row per block") {
     check_matches_reference(f, with_blocks(layout(256, 256, 4), 64), Problem{"bf16", {{"rows", 70}, {"dim", 1000}}});
   }
+  SECTION("the next group's rows loaded ahead: f32, a warp per row; bf16, rows across two warps") {
+    check_matches_reference(f, with_blocks(layout(128, 32, 4), 64, 1), Problem{"f32", {{"rows", 301}, {"dim", 1000}}});
+    check_matches_reference(f, with_blocks(layout(128, 64, 8), 64, 1), Problem{"bf16", {{"rows", 301}, {"dim", 1000}}});
+  }
 }
 
 TEST_CASE("rmsnorm_bwd: dx and dw repeat bit for bit whatever the block schedule", "[rmsnorm][emu]") {
   const Problem p{"f32", {{"rows", 301}, {"dim", 1000}}};
-  const Config c = with_blocks(layout(128, 32, 4), 64);
-  const auto one = run_backward(c, p, 1);
-  const auto two = run_backward(c, p, 2);
-  CHECK(one.first == two.first);
-  CHECK(one.second == two.second);
+  for (const std::int64_t prefetch : {0, 1}) {
+    const Config c = with_blocks(layout(128, 32, 4), 64, prefetch);
+    const auto one = run_backward(c, p, 1);
+    const auto two = run_backward(c, p, 2);
+    CHECK(one.first == two.first);
+    CHECK(one.second == two.second);
+  }
 }
 
 }  // namespace templates_rmsnorm_family_emu_test

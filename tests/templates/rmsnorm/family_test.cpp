@@ -24,6 +24,7 @@ Config row_config(std::int64_t threads, std::int64_t row_threads, std::int64_t v
 Config bwd_config(std::int64_t threads, std::int64_t row_threads, std::int64_t vec, std::int64_t blocks) {
   Config c = row_config(threads, row_threads, vec);
   c.set("blocks", blocks);
+  c.set("prefetch", 0);
   return c;
 }
 
@@ -125,7 +126,7 @@ TEST_CASE("rmsnorm rendering: the row's share per thread is a template argument,
         "rmsnorm::rmsnorm_fwd<256, 64, 8, 2, kt::bf16>");
   const Rendered b = backward_family().render(bwd_config(128, 32, 4, 64), p);
   REQUIRE(b.kernels.size() == 2);
-  CHECK(b.kernels[0] == "rmsnorm::rmsnorm_bwd<128, 32, 4, 8, float>");
+  CHECK(b.kernels[0] == "rmsnorm::rmsnorm_bwd<128, 32, 4, 8, false, float>");
   CHECK(b.kernels[1] == "rmsnorm::rmsnorm_dw_reduce<128>");
   CHECK(b.source == backward_family().render(bwd_config(128, 32, 4, 512), p).source);  // `blocks` is the grid only
 }

@@ -18,8 +18,9 @@ namespace {
 Config layout(std::int64_t threads, std::int64_t row_threads, std::int64_t vec) {
   return Config({{"threads", threads}, {"row_threads", row_threads}, {"vec", vec}});
 }
-Config with_blocks(Config c, std::int64_t blocks) {
+Config with_blocks(Config c, std::int64_t blocks, std::int64_t prefetch = 0) {
   c.set("blocks", blocks);
+  c.set("prefetch", prefetch);
   return c;
 }
 
@@ -64,6 +65,11 @@ TEST_CASE("residual_rmsnorm_bwd matches the reference on ragged shapes, in place
   SECTION("dh over the stream's gradient") {
     test::check_emulated_plan(f, with_blocks(layout(128, 32, 2), 64), f32, {{kDh, kDstream}});
     test::check_emulated_plan(f, with_blocks(layout(256, 256, 4), 64), bf16, {{kDh, kDstream}});
+  }
+  SECTION("the next group's rows loaded ahead, dh separate and over the stream's gradient") {
+    test::check_emulated_plan(f, with_blocks(layout(64, 16, 2), 64, 1), f32);
+    test::check_emulated_plan(f, with_blocks(layout(128, 32, 2), 64, 1), f32, {{kDh, kDstream}});
+    test::check_emulated_plan(f, with_blocks(layout(128, 64, 8), 64, 1), bf16, {{kDh, kDstream}});
   }
   SECTION("dropping the stream's gradient fails") {
     CHECK(test::broken_error(f, with_blocks(layout(128, 64, 8), 64), bf16, "RESIDUAL ? kt::to_float(sv.v[k]) + g : g",

@@ -124,7 +124,7 @@ TEST_CASE("rmsnorm_bwd through the typed API fits its partial dw rows in workspa
   const auto& f = backward_family();
   const Problem p{"bf16", {{"rows", 37}, {"dim", 1000}}};
   for (const Config& c : {f.default_config(p), Config({{"threads", 128}, {"row_threads", 32}, {"vec", 4},
-                                                        {"blocks", 64}})}) {
+                                                        {"blocks", 64}, {"prefetch", 1}})}) {
     INFO(c.str());
     const Workload w = f.make_workload(p, 23);
     Arena arena;
