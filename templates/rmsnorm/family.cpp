@@ -22,6 +22,7 @@ constexpr std::int64_t kMinBlocks = 64;     // the smallest `blocks` of rmsnorm_
 constexpr std::int64_t kDefaultElementsPerThread = 16;  // defaults stay well clear of spilling
 constexpr unsigned kReduceColumns = 32;     // columns per block of rmsnorm_dw_reduce (one per lane)
 constexpr std::int64_t kBaseRegisters = 24;  // rmsnorm_bwd's registers besides the row share
+constexpr std::int64_t kPrefetchBaseRegisters = 32;  // the same with prefetch (the next group's addresses)
 constexpr const char* kVectorAccesses = "the config's vector accesses";
 
 /// Vectors of its row each thread holds: the template's ITEMS.
@@ -326,13 +327,23 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
   std::int64_t max_dim() const override { return kMaxBackwardDim; }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
     if (!Base::is_valid_more(c, p, d, why)) return false;
-    // Each thread keeps its share of x and dy (packed as T; with prefetch
-    // the next group's too, and dstream's) and of the dw sums (fp32) in
-    // registers, beside ~24 for addresses and indices (fitted to ptxas's
-    // counts); beyond the block's register budget the share spills.
+    // Each thread keeps its share of x and dy (packed as T) and of the dw
+    // sums (fp32) in registers, beside ~24 for addresses and indices (fitted
+    // to ptxas's counts); beyond the block's register budget the share
+    // spills. With prefetch it holds the next group's x and dy (and
+    // dstream) too, a 16-bit element alone in its vector (vec 1) taking a
+    // register of its own, and ptxas keeps about 30 % more besides (fitted
+    // to `ktune compile --all` at sm_90: of the 387 prefetching configs the
+    // first estimate admitted, this admits 345, of which 1 spilled, by 4
+    // bytes; 14 of the 42 it rejects spilled, the 28 others took 55 to 255
+    // registers, 21 of them within 4 of their block's limit).
     const std::int64_t held = c.at("vec") * items(c, p);
-    const std::int64_t rows_held = c.at("prefetch") ? (kResidual ? 6 : 4) : 2;  // x and dy (and dstream) rows
-    const std::int64_t registers = kBaseRegisters + held * (rows_held * activation_bytes(p) / 4 + 1);
+    std::int64_t registers = kBaseRegisters + held * (2 * activation_bytes(p) / 4 + 1);
+    if (c.at("prefetch")) {
+      const std::int64_t rows_held = kResidual ? 6 : 4;  // x and dy (and dstream), this group's and the next's
+      const std::int64_t element_bytes = std::max<std::int64_t>(activation_bytes(p), 4 / c.at("vec"));
+      registers = kPrefetchBaseRegisters + ceil_div(13 * held * (rows_held * element_bytes + 4), 40);
+    }
     const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / c.at("threads"));
     if (registers > budget)
       return reject(why, fmt::format("each thread would need about {} registers for its share of x, dy and dw, over "

@@ -132,44 +132,48 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     for (int k = 0; k < VEC; ++k) dw_acc[i][k] = 0.0f;
 
   const long long groups = (rows + ROWS - 1) / ROWS;
-  // A group's row of this thread: x, dy and, with RESIDUAL and PREFETCH, dstream.
-  struct Held {
-    kt::Vec<T, VEC> x[ITEMS], dy[ITEMS], stream[RESIDUAL && PREFETCH ? ITEMS : 1];
+  // PREFETCH: this thread's row of the block's next group, x, dy and (RESIDUAL) dstream.
+  struct Ahead {
+    kt::Vec<T, VEC> x[ITEMS], dy[ITEMS], stream[RESIDUAL ? ITEMS : 1];
   };
-  const auto load = [&](Held& held, long long group) {
+  const auto load_ahead = [&](Ahead& ahead, long long group) {
     const long long row = group * ROWS + slot;
     if (group >= groups || row >= rows) return;
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = (i * ROW_THREADS + t) * VEC;
       if (c < dim) {
-        held.x[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + row * dim + c);
-        held.dy[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + row * dim + c);
-        if constexpr (RESIDUAL && PREFETCH)
-          held.stream[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + row * dim + c);
+        ahead.x[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + row * dim + c);
+        ahead.dy[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + row * dim + c);
+        if constexpr (RESIDUAL) ahead.stream[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + row * dim + c);
       }
     }
   };
-  Held next;
-  if constexpr (PREFETCH) load(next, blockIdx.x);
+  Ahead next;
+  if constexpr (PREFETCH) load_ahead(next, blockIdx.x);
   for (long long group = blockIdx.x; group < groups; group += gridDim.x) {  // uniform over the block
     const long long row = group * ROWS + slot;
     const bool active = row < rows;
     const long long offset = (active ? row : 0) * dim;
-    Held held;
+    kt::Vec<T, VEC> xv[ITEMS], dyv[ITEMS], svs[PREFETCH && RESIDUAL ? ITEMS : 1];
     if constexpr (PREFETCH) {
-      held = next;
-      load(next, group + gridDim.x);
-    } else {
-      load(held, group);
+#pragma unroll
+      for (int i = 0; i < ITEMS; ++i) {
+        xv[i] = next.x[i];
+        dyv[i] = next.dy[i];
+        if constexpr (RESIDUAL) svs[i] = next.stream[i];
+      }
+      load_ahead(next, group + gridDim.x);
     }
-    const auto& xv = held.x;
-    const auto& dyv = held.dy;
     float dot = 0.0f;  // this thread's part of sum(w * dy * x)
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = (i * ROW_THREADS + t) * VEC;
       if (active && c < dim) {
+        if constexpr (!PREFETCH) {
+          xv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + offset + c);
+          dyv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + offset + c);
+        }
         const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) dot += wv.v[k] * kt::to_float(dyv[i].v[k]) * kt::to_float(xv[i].v[k]);
@@ -186,7 +190,7 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
         const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
         kt::Vec<T, VEC> out, sv;
         if constexpr (RESIDUAL)
-          sv = PREFETCH ? held.stream[i] : *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
+          sv = PREFETCH ? svs[i] : *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float xf = kt::to_float(xv[i].v[k]), dyf = kt::to_float(dyv[i].v[k]);
