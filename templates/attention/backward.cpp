@@ -48,6 +48,8 @@ std::int64_t tiles_per_warp(const Config& c) { return c.at("block_n") / (16 * ke
 /// Whether the dK/dV pass stages P^T and dS^T in shared memory (warps split a group's keys' work).
 bool staged(const Config& c) { return warp_split(c) > 1; }
 bool dq_atomic(const Config& c) { return c.at("dq_atomic") != 0; }
+/// Staged with one stage: its next step's loads are issued between the products (kSingleStageStagedRegisters).
+bool staged_single_stage(const Config& c) { return staged(c) && c.at("stages") == 1; }
 bool resident_regs(const Config& c) { return c.at("resident_regs") != 0; }
 
 /// Elements between rows of a shared-memory tile of `width`-element rows
@@ -84,7 +86,7 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t a_fragments = 8 * (resident_regs(c) ? k_steps : 1);
   return tiles_per_warp(c) * ((d + bm) / warp_split(c) + a_fragments) + 8 + 3 * copies / 2 +
          (copies_walk(c, p) ? 0 : copies) - (staged(c) ? kStagedRegisterRelief : 0) +
-         (staged(c) && c.at("stages") == 1 ? kSingleStageStagedRegisters : 0);
+         (staged_single_stage(c) ? kSingleStageStagedRegisters : 0);
 }
 
 /// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.
@@ -219,7 +221,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
                                      registers, resident_regs(c) ? " (K and V's kept for every k step)" : "",
                                      copies_walk(c, p) ? "" : " (each at an address of its own)", d_head,
                                      bn / key_groups(c), bm, split,
-                                     staged(c) && c.at("stages") == 1 ? ", one stage" : "", budget, threads));
+                                     staged_single_stage(c) ? ", one stage" : "", budget, threads));
     const std::int64_t smem = backward_shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
       return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles "

@@ -116,10 +116,11 @@ class NormFamily : public RowFamily<ArgsT> {
     return held_row_valid(c, p, shape(), kMaxElementsPerThread, why);
   }
 
-  /// The kernel's template arguments: THREADS, ROW_THREADS, VEC, ITEMS, T.
-  static std::string template_args(const Config& c, const Problem& p) {
-    return fmt::format("{}, {}, {}, {}, {}", c.at("threads"), c.at("row_threads"), c.at("vec"), items(c, p),
-                       activation_type(p));
+  /// The kernel's template arguments: THREADS, ROW_THREADS, VEC, ITEMS,
+  /// then `more` (the backward's PREFETCH) if any, then T.
+  static std::string template_args(const Config& c, const Problem& p, const std::string& more = "") {
+    return fmt::format("{}, {}, {}, {}, {}{}", c.at("threads"), c.at("row_threads"), c.at("vec"), items(c, p),
+                       more.empty() ? "" : more + ", ", activation_type(p));
   }
 };
 
@@ -228,9 +229,8 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
 
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate,
-                           {fmt::format("rmsnorm::{}<{}, {}, {}, {}, {}, {}>", name(), c.at("threads"),
-                                        c.at("row_threads"), c.at("vec"), items(c, p),
-                                        c.at("prefetch") ? "true" : "false", activation_type(p)),
+                           {"rmsnorm::" + name() + "<" +
+                                this->template_args(c, p, c.at("prefetch") ? "true" : "false") + ">",
                             fmt::format("rmsnorm::rmsnorm_dw_reduce<{}>", c.at("threads"))},
                            name());
   }
