@@ -13,7 +13,7 @@
 // until variants spill): the multiply is free in a kernel bound by memory
 // bandwidth, and a factor of 1 leaves every gradient bit for bit as it was.
 #pragma once
-#include "common/kt.cuh"
+#include "common/elementwise.cuh"
 
 namespace adamw {
 
@@ -146,53 +146,93 @@ __global__ void __launch_bounds__(THREADS)
                                         clip_norm ? clip_factor(clip_norm, max_norm) : 1.0f);
 }
 
-// Eager primitives: one op each, one element per thread, grid ceil(n / THREADS).
-#define ADAMW_EW_INDEX                           \
-  const long long i = kt::global_thread_x();     \
-  if (i >= n) return
+// Eager primitives: one op each, in PyTorch eager's elementwise shape
+// (common/elementwise.cuh): 4 fp32 elements per thread, grid
+// ceil(n / (THREADS * 4)); a thread's elements move as vectors when every
+// operand is 16-byte aligned (ew_elements).
+constexpr int kEwWidth = 4;
+
+template <int THREADS, class... P>
+KT_DEVICE kt::ThreadElements ew_elements(long long n, const P*... operands) {
+  return kt::thread_elements<THREADS, kEwWidth>(n, (kt::aligned16(operands) && ...));
+}
 
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_scale(float* x, float a, long long n) {  // x *= a
-  ADAMW_EW_INDEX;
-  x[i] *= a;
+  const kt::ThreadElements e = ew_elements<THREADS>(n, x);
+  float xv[kEwWidth];
+  kt::load_elements(x, e, xv);
+#pragma unroll
+  for (int k = 0; k < kEwWidth; ++k) xv[k] *= a;
+  kt::store_elements(x, e, xv);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_lerp(float* x, const float* y, float w, long long n) {
-  ADAMW_EW_INDEX;  // x += w * (y - x)
-  x[i] = x[i] + w * (y[i] - x[i]);
+  const kt::ThreadElements e = ew_elements<THREADS>(n, x, y);  // x += w * (y - x)
+  float xv[kEwWidth], yv[kEwWidth];
+  kt::load_elements(x, e, xv);
+  kt::load_elements(y, e, yv);
+#pragma unroll
+  for (int k = 0; k < kEwWidth; ++k) xv[k] = xv[k] + w * (yv[k] - xv[k]);
+  kt::store_elements(x, e, xv);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     ew_addcmul(float* x, const float* y, const float* z, float a, long long n) {  // x += a*y*z
-  ADAMW_EW_INDEX;
-  x[i] += a * y[i] * z[i];
+  const kt::ThreadElements e = ew_elements<THREADS>(n, x, y, z);
+  float xv[kEwWidth], yv[kEwWidth], zv[kEwWidth];
+  kt::load_elements(x, e, xv);
+  kt::load_elements(y, e, yv);
+  kt::load_elements(z, e, zv);
+#pragma unroll
+  for (int k = 0; k < kEwWidth; ++k) xv[k] += a * yv[k] * zv[k];
+  kt::store_elements(x, e, xv);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_sqrt(float* out, const float* x, long long n) {
-  ADAMW_EW_INDEX;
-  out[i] = sqrtf(x[i]);
+  const kt::ThreadElements e = ew_elements<THREADS>(n, out, x);
+  float v[kEwWidth];
+  kt::load_elements(x, e, v);
+#pragma unroll
+  for (int k = 0; k < kEwWidth; ++k) v[k] = sqrtf(v[k]);
+  kt::store_elements(out, e, v);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_div_scalar(float* x, float a, long long n) {  // x /= a
-  ADAMW_EW_INDEX;
-  x[i] /= a;
+  const kt::ThreadElements e = ew_elements<THREADS>(n, x);
+  float xv[kEwWidth];
+  kt::load_elements(x, e, xv);
+#pragma unroll
+  for (int k = 0; k < kEwWidth; ++k) xv[k] /= a;
+  kt::store_elements(x, e, xv);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_add_scalar(float* x, float a, long long n) {  // x += a
-  ADAMW_EW_INDEX;
-  x[i] += a;
+  const kt::ThreadElements e = ew_elements<THREADS>(n, x);
+  float xv[kEwWidth];
+  kt::load_elements(x, e, xv);
+#pragma unroll
+  for (int k = 0; k < kEwWidth; ++k) xv[k] += a;
+  kt::store_elements(x, e, xv);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     ew_addcdiv(float* x, const float* y, const float* z, float a, long long n) {  // x += a*y/z
-  ADAMW_EW_INDEX;
-  x[i] += a * (y[i] / z[i]);
+  const kt::ThreadElements e = ew_elements<THREADS>(n, x, y, z);
+  float xv[kEwWidth], yv[kEwWidth], zv[kEwWidth];
+  kt::load_elements(x, e, xv);
+  kt::load_elements(y, e, yv);
+  kt::load_elements(z, e, zv);
+#pragma unroll
+  for (int k = 0; k < kEwWidth; ++k) xv[k] += a * (yv[k] / zv[k]);
+  kt::store_elements(x, e, xv);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_cast_bf16(kt::bf16* out, const float* x, long long n) {
-  ADAMW_EW_INDEX;
-  out[i] = kt::from_float<kt::bf16>(x[i]);
+  const kt::ThreadElements e = ew_elements<THREADS>(n, out, x);
+  float v[kEwWidth];
+  kt::load_elements(x, e, v);
+  kt::store_elements(out, e, v);
 }
-#undef ADAMW_EW_INDEX
 
 }  // namespace adamw

@@ -14,6 +14,7 @@ namespace ktune::templates::adamw {
 namespace {
 
 constexpr const char* kTemplate = "adamw/adamw.cuh";
+constexpr std::int64_t kEwWidth = 4;  // elements per thread of the eager ops (adamw.cuh's kEwWidth)
 
 /// Host mirror of adamw::Hyper in adamw.cuh (seven floats).
 struct HyperArgs {
@@ -308,7 +309,7 @@ class Eager final : public AdamwBase {
       auto launch = [&](Op op) -> ArgPack& {
         Launch l;
         l.kernel = static_cast<int>(op);
-        l.grid = {static_cast<unsigned>(ceil_div(t.numel, threads)), 1, 1};
+        l.grid = {static_cast<unsigned>(ceil_div(t.numel, threads * kEwWidth)), 1, 1};
         l.block = {threads, 1, 1};
         launches.push_back(std::move(l));
         return launches.back().args;

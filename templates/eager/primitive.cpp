@@ -313,10 +313,12 @@ class Primitive final : public PrimitiveFamily {
     Launch l;
     l.kernel = 0;
     l.block = {static_cast<unsigned>(t), 1, 1};
-    auto grid = [&](std::int64_t n) {
-      KTUNE_REQUIRE(ceil_div(n, t) <= 0x7fffffff, name() + ": too many elements for one launch");
-      return dim3_x(ceil_div(n, t));
+    auto grid = [&](std::int64_t n, std::int64_t per_thread = 1) {
+      KTUNE_REQUIRE(ceil_div(n, t * per_thread) <= 0x7fffffff, name() + ": too many elements for one launch");
+      return dim3_x(ceil_div(n, t * per_thread));
     };
+    // The elementwise kernels' elements per thread: 16 bytes (elementwise.cuh).
+    const std::int64_t width = 16 / activation_bytes(p);
     if (is_strided(kind_)) {
       const auto sizes = sizes_of(p);
       const std::int64_t size = activation_bytes(p);
@@ -334,14 +336,14 @@ class Primitive final : public PrimitiveFamily {
       if (kind_ == Kind::kStridedBinary) l.args.add(a.b + static_cast<std::uint64_t>(b_view.offset * size));
       l.args.add(a.y + static_cast<std::uint64_t>(y_view.offset * size)).add(views);
     } else if (kind_ == Kind::kFill) {
-      l.grid = grid(p.dim("n"));
+      l.grid = grid(p.dim("n"), width);
       l.args.add(a.y).add(static_cast<long long>(p.dim("n"))).add(a.alpha);
     } else if (is_table(kind_)) {
       const auto rows = static_cast<long long>(p.dim("rows")), cols = static_cast<long long>(p.dim("cols"));
       l.grid = grid(rows * cols);
       l.args.add(a.x).add(a.idx).add(a.y).add(rows).add(cols).add(static_cast<long long>(p.dim("table_rows")));
     } else if (kind_ == Kind::kUnary) {
-      l.grid = grid(p.dim("n"));
+      l.grid = grid(p.dim("n"), width);
       l.args.add(a.x).add(a.y).add(static_cast<long long>(p.dim("n"))).add(a.alpha);
     } else {
       const auto rows = static_cast<long long>(p.dim("rows"));
@@ -350,7 +352,7 @@ class Primitive final : public PrimitiveFamily {
         case Kind::kBinary: {
           const long long row_stride = p.dim("b_rows") == 1 ? 0 : p.dim("b_cols");
           const long long col_stride = p.dim("b_cols") == 1 ? 0 : 1;
-          l.grid = grid(rows * cols);
+          l.grid = grid(rows * cols, width);
           l.args.add(a.x).add(a.b).add(a.y).add(rows).add(static_cast<long long>(cols)).add(row_stride).add(col_stride);
           break;
         }
@@ -359,7 +361,7 @@ class Primitive final : public PrimitiveFamily {
           l.args.add(a.x).add(a.y).add(rows).add(static_cast<int>(cols));
           break;
         case Kind::kColSum:
-          l.grid = grid(cols);
+          l.grid = dim3_x(ceil_div(cols, 32));  // 32 columns a block
           l.args.add(a.x).add(a.y).add(rows).add(static_cast<int>(cols));
           break;
         case Kind::kGather:
@@ -371,7 +373,7 @@ class Primitive final : public PrimitiveFamily {
           l.args.add(a.y).add(a.idx).add(rows).add(static_cast<int>(cols)).add(a.alpha);
           break;
         case Kind::kCausalMask:
-          l.grid = grid(rows * cols);
+          l.grid = grid(rows * cols, width);
           l.args.add(a.y).add(rows).add(static_cast<int>(cols)).add(a.alpha);
           break;
         default: break;
@@ -394,9 +396,9 @@ class Primitive final : public PrimitiveFamily {
       case Kind::kFill: return e * s;
       case Kind::kGatherRows: return 2.0 * e * s + static_cast<double>(p.dim("rows")) * 4.0;  // rows read, written
       case Kind::kIndexAdd: return 3.0 * e * s + static_cast<double>(p.dim("rows")) * 4.0;    // x read, y read and written
-      case Kind::kCausalMask: {  // writes the strict upper triangle of each block
+      case Kind::kCausalMask: {  // reads and writes the strict upper triangle of each block (to a vector's edge)
         const double cols = static_cast<double>(p.dim("cols"));
-        return static_cast<double>(p.dim("rows")) / cols * cols * (cols - 1) / 2 * s;
+        return static_cast<double>(p.dim("rows")) / cols * cols * (cols - 1) * s;
       }
       default: return static_cast<double>(p.dim("rows")) * (2.0 * s + 4.0);  // gather, scatter: a value and an index per row
     }

@@ -2,7 +2,11 @@
 // (reference: templates/eager/reference.hpp). The eager decompositions
 // (templates/eager/eager.hpp) chain them into every fused family's op.
 // Tensors are of type T (float or __nv_bfloat16); math is fp32. One config:
-// THREADS threads per block, one element (or row) per thread; untuned.
+// THREADS threads per block; untuned. The elementwise kernels (unary,
+// binary, fill, causal_mask) take PyTorch's elementwise shape
+// (common/elementwise.cuh): N = kt::elementwise_width<T>() consecutive
+// elements per thread (4 fp32, 8 bf16), one 16-byte access per operand where
+// aligned. The others say their grids.
 //   unary        y = op(x, alpha)                              (n,)
 //   binary       y = op(a, b) with b broadcast over rows and/or columns
 //   row_reduce   y[r] = op over the columns of row r           (rows,)
@@ -17,7 +21,7 @@
 //                each operand: PyTorch's TensorIterator over views such as
 //                x[..., 0::2] or a table broadcast over some dims
 #pragma once
-#include "common/kt.cuh"
+#include "common/elementwise.cuh"
 
 namespace prim {
 
@@ -57,36 +61,71 @@ KT_DEVICE float binary_op(float a, float b) {
   return 0.0f;  // not reached: every op returned above
 }
 
-/// Grid: ceil(n / THREADS).
+/// Grid: ceil(n / (THREADS * N)).
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS) unary(const T* x, T* y, long long n, float alpha) {
-  const long long i = kt::global_thread_x();
-  if (i < n) y[i] = kt::from_float<T>(unary_op<OP>(kt::to_float(x[i]), alpha));
+  constexpr int N = kt::elementwise_width<T>();
+  const kt::ThreadElements e = kt::thread_elements<THREADS, N>(n, kt::aligned16(x) && kt::aligned16(y));
+  float v[N];
+  kt::load_elements(x, e, v);
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = unary_op<OP>(v[k], alpha);
+  kt::store_elements(y, e, v);
 }
 
 /// y (rows, cols) = op(a (rows, cols), b[r * b_row_stride + c * b_col_stride]):
 /// strides (cols, 1) for a full b, (0, 1) for a row vector (cols,) repeated
 /// over the rows, (1, 0) for a column (rows,) repeated across the columns.
-/// Grid: ceil(rows * cols / THREADS).
+/// A full b (strides (cols, 1)) is read as a is; a broadcast one element by
+/// element, the thread walking the row and column of its first element.
+/// Grid: ceil(rows * cols / (THREADS * N)).
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS)
     binary(const T* a, const T* b, T* y, long long rows, long long cols, long long b_row_stride,
            long long b_col_stride) {
-  const long long i = kt::global_thread_x();
-  if (i >= rows * cols) return;
-  const long long r = i / cols, c = i % cols;
-  y[i] = kt::from_float<T>(binary_op<OP>(kt::to_float(a[i]), kt::to_float(b[r * b_row_stride + c * b_col_stride])));
+  constexpr int N = kt::elementwise_width<T>();
+  const long long n = rows * cols;
+  const bool b_full = b_row_stride == cols && b_col_stride == 1;
+  const kt::ThreadElements e = kt::thread_elements<THREADS, N>(
+      n, kt::aligned16(a) && kt::aligned16(y) && (!b_full || kt::aligned16(b)));
+  float av[N], bv[N];
+  kt::load_elements(a, e, av);
+  if (b_full) {
+    kt::load_elements(b, e, bv);
+  } else {
+    long long r = e.first / cols, c = e.first - r * cols;
+#pragma unroll
+    for (int k = 0; k < N; ++k) {
+      bv[k] = e.first + k < n ? kt::to_float(b[r * b_row_stride + c * b_col_stride]) : 0.0f;
+      if (++c == cols) {
+        c = 0;
+        ++r;
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) av[k] = binary_op<OP>(av[k], bv[k]);
+  kt::store_elements(y, e, av);
 }
 
-/// Grid: rows blocks, a block per row (kt::row_reduce over the block).
+/// Grid: rows blocks, a block per row (kt::row_reduce over the block); a
+/// row whose start is 16-byte aligned and whose columns are a multiple of N
+/// is read in vectors of N.
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS) row_reduce(const T* x, T* y, long long rows, int cols) {
+  constexpr int N = kt::elementwise_width<T>();
   __shared__ float warp_partials[THREADS / 32];
   const T* row = x + static_cast<long long>(blockIdx.x) * cols;
   float v = OP == kMax ? kt::negative_infinity() : 0.0f;
-  for (int c = static_cast<int>(threadIdx.x); c < cols; c += THREADS) {
-    const float e = kt::to_float(row[c]);
-    v = OP == kMax ? (e > v ? e : v) : v + e;
+  auto take = [&v](float e) { v = OP == kMax ? (e > v ? e : v) : v + e; };
+  if (cols % N == 0 && kt::aligned16(row)) {
+    for (int c = static_cast<int>(threadIdx.x) * N; c < cols; c += THREADS * N) {
+      const kt::Vec<T, N> w = *reinterpret_cast<const kt::Vec<T, N>*>(row + c);
+#pragma unroll
+      for (int k = 0; k < N; ++k) take(kt::to_float(w.v[k]));
+    }
+  } else {
+    for (int c = static_cast<int>(threadIdx.x); c < cols; c += THREADS) take(kt::to_float(row[c]));
   }
   if constexpr (OP == kMax)
     v = kt::row_reduce<THREADS, THREADS>(v, warp_partials, kt::MaxOp{});
@@ -95,13 +134,23 @@ __global__ void __launch_bounds__(THREADS) row_reduce(const T* x, T* y, long lon
   if (threadIdx.x == 0) y[blockIdx.x] = kt::from_float<T>(OP == kMean ? v / static_cast<float>(cols) : v);
 }
 
-/// Grid: ceil(cols / THREADS); a thread per column adds its rows in order.
+/// Grid: ceil(cols / 32) blocks; block b sums the 32 columns from 32 b, lane
+/// l column 32 b + l, warp w the rows w, w + WARPS, ... in order, and the
+/// block adds the warps' sums in warp order: the same sums whatever the
+/// schedule.
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) col_sum(const T* x, T* y, long long rows, int cols) {
-  const long long c = kt::global_thread_x();
-  if (c >= cols) return;
+  constexpr int WARPS = THREADS / 32;
+  __shared__ float warp_sums[WARPS][32];
+  const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
+  const long long c = static_cast<long long>(blockIdx.x) * 32 + lane;
   float sum = 0.0f;
-  for (long long r = 0; r < rows; ++r) sum += kt::to_float(x[r * cols + c]);
+  if (c < cols)
+    for (long long r = warp; r < rows; r += WARPS) sum += kt::to_float(x[r * cols + c]);
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp != 0 || c >= cols) return;
+  for (int w = 1; w < WARPS; ++w) sum += warp_sums[w][lane];
   y[c] = kt::from_float<T>(sum);
 }
 
@@ -130,20 +179,42 @@ __global__ void __launch_bounds__(THREADS) scatter_add(T* y, const int* idx, lon
 /// y (rows, cols), stacked (cols, cols) blocks: y[r, c] = alpha above each
 /// block's diagonal (c > r % cols), the rest left as it is; in place
 /// (masked_fill with the causal mask: alpha -inf on the scores, 0 on their
-/// gradient). Grid: ceil(rows * cols / THREADS).
+/// gradient). A thread whose elements are all below the diagonals writes
+/// nothing. Grid: ceil(rows * cols / (THREADS * N)).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) causal_mask(T* y, long long rows, int cols, float alpha) {
-  const long long i = kt::global_thread_x();
-  if (i >= rows * cols) return;
-  const long long r = i / cols, c = i % cols;
-  if (c > r % cols) y[i] = kt::from_float<T>(alpha);
+  constexpr int N = kt::elementwise_width<T>();
+  const long long n = rows * cols;
+  const kt::ThreadElements e = kt::thread_elements<THREADS, N>(n, kt::aligned16(y));
+  if (e.first >= n) return;
+  const long long r = e.first / cols;
+  int c = static_cast<int>(e.first - r * cols), diagonal = static_cast<int>(r % cols);
+  bool masked[N], any = false;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    masked[k] = c > diagonal;
+    any = any || masked[k];
+    if (++c == cols) {
+      c = 0;
+      diagonal = diagonal + 1 == cols ? 0 : diagonal + 1;
+    }
+  }
+  if (!any) return;
+  float v[N];
+  kt::load_elements(y, e, v);
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = masked[k] ? alpha : v[k];
+  kt::store_elements(y, e, v);
 }
 
-/// y = alpha. Grid: ceil(n / THREADS).
+/// y = alpha. Grid: ceil(n / (THREADS * N)).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) fill(T* y, long long n, float alpha) {
-  const long long i = kt::global_thread_x();
-  if (i < n) y[i] = kt::from_float<T>(alpha);
+  constexpr int N = kt::elementwise_width<T>();
+  float v[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) v[k] = alpha;
+  kt::store_elements(y, kt::thread_elements<THREADS, N>(n, kt::aligned16(y)), v);
 }
 
 /// y (rows, cols) = the rows idx (rows,) of x (table_rows, cols); NaN rows
@@ -183,10 +254,22 @@ KT_DEVICE long long view_offset(const long long (&index)[4], const long long (&s
   return index[0] * stride[0] + index[1] * stride[1] + index[2] * stride[2] + index[3] * stride[3];
 }
 
-/// The thread's index in the 4-d space, or false past its end.
+/// The thread's index in the 4-d space, or false past its end; by 32-bit
+/// divisions where the space has fewer than 2^32 elements, as PyTorch's
+/// index arithmetic.
 KT_DEVICE bool view_index(const Views& v, long long (&index)[4]) {
+  const long long elements = v.size[0] * v.size[1] * v.size[2] * v.size[3];
   long long i = kt::global_thread_x();
-  if (i >= v.size[0] * v.size[1] * v.size[2] * v.size[3]) return false;
+  if (i >= elements) return false;
+  if (elements <= 0xffffffffLL) {
+    auto j = static_cast<unsigned>(i);
+    for (int k = 3; k >= 0; --k) {
+      const auto size = static_cast<unsigned>(v.size[k]);
+      index[k] = j % size;
+      j /= size;
+    }
+    return true;
+  }
   for (int k = 3; k >= 0; --k) {
     index[k] = i % v.size[k];
     i /= v.size[k];

@@ -1,4 +1,4 @@
-// Host side of the primitive families (templates/eager/primitive.cuh): plain
+// Host side of the primitive families (templates/eager/primitive.cuh):
 // untuned kernels, one op per launch, the building blocks of the eager
 // decompositions (eager.hpp). Each is still a family, so it goes through
 // render, NVRTC (or the emulation) and the launch plan like any other; its

@@ -24,20 +24,21 @@ namespace ktune::test {
 /// `rendered` on `workers` OS threads. `alias` maps a buffer's index to the
 /// index of the buffer whose address it is given (an output written in
 /// place of an input: its result is read from there). Outputs are poisoned
-/// (NaN) first.
+/// (NaN) first. Each buffer's data starts `shift` bytes past its (16-byte
+/// aligned) allocation: 4 leaves no operand aligned for 16-byte vectors.
 inline std::map<std::string, double> emulated_errors(const templates::Family& family, const templates::Rendered& rendered,
                                                      const Config& config, const templates::Problem& problem,
                                                      std::uint64_t seed,
                                                      const std::map<std::size_t, std::size_t>& alias = {},
-                                                     unsigned workers = 1) {
+                                                     unsigned workers = 1, std::size_t shift = 0) {
   const templates::Workload w = family.make_workload(problem, seed);
   std::vector<std::unique_ptr<tuner::emu::GuardedBuffer>> buffers;
   std::vector<std::uint64_t> addresses;
   for (const auto& hb : w.buffers) {
-    auto& b = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>(hb.name, hb.bytes.size()));
+    auto& b = buffers.emplace_back(std::make_unique<tuner::emu::GuardedBuffer>(hb.name, shift + hb.bytes.size()));
     b->fill(0xff);
-    if (hb.role != templates::Role::kOutput) std::memcpy(b->data(), hb.bytes.data(), hb.bytes.size());
-    addresses.push_back(reinterpret_cast<std::uint64_t>(b->data()));
+    if (hb.role != templates::Role::kOutput) std::memcpy(b->data() + shift, hb.bytes.data(), hb.bytes.size());
+    addresses.push_back(reinterpret_cast<std::uint64_t>(b->data() + shift));
   }
   for (const auto& [from, to] : alias) addresses.at(from) = addresses.at(to);
   const auto module = tuner::emu::load_module(rendered);
@@ -48,7 +49,7 @@ inline std::map<std::string, double> emulated_errors(const templates::Family& fa
     const auto& hb = w.buffers[i];
     if (hb.role != templates::Role::kOutput && hb.role != templates::Role::kInOut) continue;
     const auto& b = *buffers[alias.count(i) ? alias.at(i) : i];
-    errors[hb.name] = templates::relative_l2(hb.dtype, std::vector<std::byte>(b.data(), b.data() + b.size()),
+    errors[hb.name] = templates::relative_l2(hb.dtype, std::vector<std::byte>(b.data() + shift, b.data() + b.size()),
                                              hb.expected);
   }
   return errors;
@@ -56,11 +57,12 @@ inline std::map<std::string, double> emulated_errors(const templates::Family& fa
 
 /// Checks every output of emulated_errors against its dtype's tolerance.
 inline void check_emulated_plan(const templates::Family& family, const Config& config, const templates::Problem& problem,
-                                const std::map<std::size_t, std::size_t>& alias = {}, unsigned workers = 1) {
-  INFO(family.name() << " " << problem.key() << " " << config.str());
+                                const std::map<std::size_t, std::size_t>& alias = {}, unsigned workers = 1,
+                                std::size_t shift = 0) {
+  INFO(family.name() << " " << problem.key() << " " << config.str() << " shift " << shift);
   const templates::Workload w = family.make_workload(problem, 13);
   for (const auto& [name, error] : emulated_errors(family, family.render(config, problem), config, problem, 13, alias,
-                                                   workers)) {
+                                                   workers, shift)) {
     double tolerance = 0;
     for (const auto& b : w.buffers)
       if (b.name == name) tolerance = b.tolerance;
@@ -82,10 +84,10 @@ inline templates::Rendered broken(templates::Rendered rendered, const std::strin
 /// The largest output error of `family`'s plan run from the broken variant:
 /// a test of the kernel must see it over the tolerance.
 inline double broken_error(const templates::Family& family, const Config& config, const templates::Problem& problem,
-                           const std::string& from, const std::string& to) {
+                           const std::string& from, const std::string& to, std::size_t shift = 0) {
   double worst = 0;
   for (const auto& [name, error] :
-       emulated_errors(family, broken(family.render(config, problem), from, to), config, problem, 13))
+       emulated_errors(family, broken(family.render(config, problem), from, to), config, problem, 13, {}, 1, shift))
     worst = std::max(worst, error);  // relative_l2 is +inf for NaN
   return worst;
 }

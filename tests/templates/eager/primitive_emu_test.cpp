@@ -2,8 +2,11 @@
 // against their reference on their ragged problem classes (the every-family
 // run checks the same), and a broken edit of each kernel that must fail the
 // same comparison. (The chains' in-place tests run the strided ops in place.)
+// The elementwise kernels (and AdamW's eager ops) on operands aligned for
+// their 16-byte vectors and on operands that are not.
 #include <catch2/catch.hpp>
 
+#include "templates/adamw/adamw.hpp"
 #include "templates/eager/primitive.hpp"
 #include "templates/emulated_plan.hpp"
 
@@ -33,16 +36,73 @@ TEST_CASE("eager primitives of the softmax, rope and embedding chains match thei
 }
 
 TEST_CASE("broken eager primitives fail their reference check", "[eager][emu]") {
-  CHECK(broken_worst(eager::causal_mask_family(), "if (c > r % cols) y[i]", "if (c >= r % cols) y[i]") > 1e-2);
+  CHECK(broken_worst(eager::causal_mask_family(), "masked[k] = c > diagonal;", "masked[k] = c >= diagonal;") > 1e-2);
   CHECK(broken_worst(eager::strided_binary_family(eager::Binary::kMul), "index[0] * stride[0]",
                      "0 * stride[0]") > 1e-2);  // the first dim's stride lost
   CHECK(broken_worst(eager::strided_copy_family(), "y[view_offset(index, v.y)] = a[view_offset(index, v.a)];",
                      "y[view_offset(index, v.a)] = a[view_offset(index, v.a)];") > 1e-2);
-  CHECK(broken_worst(eager::fill_family(), "if (i < n) y[i] = kt::from_float<T>(alpha);",
-                     "if (i < n - 1) y[i] = kt::from_float<T>(alpha);") > 1e-2);
+  CHECK(broken_worst(eager::fill_family(), "v[k] = alpha;", "v[k] = k == 0 ? alpha : 0.0f;") > 1e-2);
   CHECK(broken_worst(eager::gather_rows_family(), "? x[id * cols + c]", "? x[c]") > 1e-2);
   CHECK(broken_worst(eager::index_add_family(), "atomicAdd(y + id * cols + c, x[i])",
                      "atomicAdd(y + id * cols + c, 2.0f * x[i])") > 1e-2);
+}
+
+namespace {
+
+const Problem kExpF32{"f32", {{"n", 4999}}};
+const Problem kFullB{"f32", {{"rows", 37}, {"cols", 104}, {"b_rows", 37}, {"b_cols", 104}}};
+const Problem kRowB{"bf16", {{"rows", 37}, {"cols", 101}, {"b_rows", 1}, {"b_cols", 101}}};
+const Problem kAlignedRows{"f32", {{"rows", 37}, {"cols", 1000}}};  // every row 16-byte aligned
+
+}  // namespace
+
+TEST_CASE("elementwise primitives match their references on aligned operands and on operands that are not",
+          "[eager][emu]") {
+  const std::vector<std::pair<const Family*, Problem>> cases = {
+      {&eager::unary_family(eager::Unary::kExp), kExpF32},
+      {&eager::unary_family(eager::Unary::kSilu), Problem{"bf16", {{"n", 1001}}}},
+      {&eager::binary_family(eager::Binary::kMul), kFullB},
+      {&eager::binary_family(eager::Binary::kSub), kRowB},
+      {&eager::binary_family(eager::Binary::kDiv), Problem{"f32", {{"rows", 37}, {"cols", 101}, {"b_rows", 37},
+                                                                   {"b_cols", 1}}}},
+      {&eager::row_reduce_family(eager::Reduce::kSum), kAlignedRows},
+      {&eager::row_reduce_family(eager::Reduce::kMax), Problem{"bf16", {{"rows", 19}, {"cols", 336}}}},
+      {&eager::row_reduce_family(eager::Reduce::kMean), Problem{"bf16", {{"rows", 19}, {"cols", 333}}}},
+      {&eager::col_sum_family(), Problem{"f32", {{"rows", 37}, {"cols", 1001}}}},
+      {&eager::col_sum_family(), Problem{"bf16", {{"rows", 300}, {"cols", 40}}}},
+      {&eager::causal_mask_family(), Problem{"bf16", {{"rows", 300}, {"cols", 100}}}},
+      {&eager::fill_family(), Problem{"bf16", {{"n", 1001}}}},
+      {&adamw::eager_family(), Problem{"f32", {{"tensors", 3}, {"numel", 4999}}}},
+      {&adamw::eager_family(), Problem{"bf16", {{"tensors", 2}, {"numel", 1001}}}},
+  };
+  for (const auto& [f, p] : cases)
+    for (const std::size_t shift : {0, 4}) test::check_emulated_plan(*f, f->default_config(p), p, {}, 1, shift);
+}
+
+TEST_CASE("broken vector and element paths of the elementwise primitives fail their reference check",
+          "[eager][emu]") {
+  auto worst = [](const Family& f, const Problem& p, const std::string& from, const std::string& to,
+                  std::size_t shift) { return test::broken_error(f, f.default_config(p), p, from, to, shift); };
+  const Family& exp = eager::unary_family(eager::Unary::kExp);
+  // The vector path (aligned operands) and the element path (shifted ones), loads and stores.
+  CHECK(worst(exp, kExpF32, "out[k] = to_float(v.v[k]);", "out[k] = to_float(v.v[0]);", 0) > 1e-2);
+  CHECK(worst(exp, kExpF32, "? to_float(p[e.first + k])", "? to_float(p[e.first])", 4) > 1e-2);
+  CHECK(worst(exp, kExpF32, "v.v[k] = from_float<T>(in[k]);", "v.v[k] = from_float<T>(in[0]);", 0) > 1e-2);
+  CHECK(worst(exp, kExpF32, "if (e.first + k < e.n) p[", "if (e.first + k < e.n - 1) p[", 4) > 1e-2);
+  // A broadcast b walked from column 0 instead of the thread's first column; a full b read as a.
+  const Family& sub = eager::binary_family(eager::Binary::kSub);
+  CHECK(worst(sub, kRowB, "c = e.first - r * cols;", "c = 0;", 0) > 1e-2);
+  const Family& mul = eager::binary_family(eager::Binary::kMul);
+  CHECK(worst(mul, kFullB, "kt::load_elements(b, e, bv);", "kt::load_elements(a, e, bv);", 0) > 1e-2);
+  // A row's vectors summed by their first element; a column sum without the second warp's rows.
+  CHECK(worst(eager::row_reduce_family(eager::Reduce::kSum), kAlignedRows, "take(kt::to_float(w.v[k]));",
+              "take(kt::to_float(w.v[0]));", 0) > 1e-2);
+  CHECK(worst(eager::col_sum_family(), Problem{"f32", {{"rows", 37}, {"cols", 1001}}}, "for (int w = 1; w < WARPS;",
+              "for (int w = 2; w < WARPS;", 0) > 1e-2);
+  // AdamW's eager ops: the second moment's update by the first vector element's gradient.
+  const Family& adam = adamw::eager_family();
+  CHECK(worst(adam, Problem{"f32", {{"tensors", 3}, {"numel", 4999}}}, "xv[k] += a * yv[k] * zv[k];",
+              "xv[k] += a * yv[0] * zv[k];", 0) > 1e-2);
 }
 
 }  // namespace templates_eager_primitive_emu_test
