@@ -126,24 +126,24 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), the leaderboard backward's four configs and the d 128 forward's two, and e2e's
-  // 5 sizes x 2 dtypes x 2 modes, each beside its peer.
-  CHECK(n.ktune == 11 + 5 + 6 + 20);
+  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's two and the eager
+  // AdamW row, and e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer.
+  CHECK(n.ktune == 11 + 5 + 7 + 20);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20);
   CHECK(n.attention_peers == 2);
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
-          "step, and the leaderboard backward's and the d 128 forward's defaults beside other shapes",
+          "step, the leaderboard backward's and the d 128 forward's defaults beside other shapes, and eager AdamW",
           "[cli][gpu-check]") {
   const auto dir = ktune::test::scratch_dir("gpu_check_quick");
   const auto commands = dry_run_commands(dir, "");
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 compiled, the
-  // leaderboard backward's four configs and the d 128 forward's two.
-  CHECK(n.ktune == 3 + 1 + 1 + 6);
+  // leaderboard backward's four configs, the d 128 forward's two and the eager AdamW row.
+  CHECK(n.ktune == 3 + 1 + 1 + 7);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 1);
   const auto has = [&](const std::string& text) {
@@ -156,6 +156,8 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK(has("--config \\{\\\"stages\\\":4\\} --time"));  // the default with 4 stages (shell-quoted)
   CHECK(has("tune --family attention_bwd"));
+  CHECK(has("bench adam --tensors 32 --numel 4194304"));
+  CHECK(has("torch_adam.py --tensors 32 --numel 4194304"));
   CHECK_FALSE(has("tune --family adamw"));  // the longer steps' sessions would not fit the lease
 }
 
