@@ -148,91 +148,45 @@ __global__ void __launch_bounds__(THREADS)
 
 // Eager primitives: one op each, in PyTorch eager's elementwise shape
 // (common/elementwise.cuh): 4 fp32 elements per thread, grid
-// ceil(n / (THREADS * 4)); a thread's elements move as vectors when every
-// operand is 16-byte aligned (ew_elements).
-constexpr int kEwWidth = 4;
-
-template <int THREADS, class... P>
-KT_DEVICE kt::ThreadElements ew_elements(long long n, const P*... operands) {
-  return kt::thread_elements<THREADS, kEwWidth>(n, (kt::aligned16(operands) && ...));
+// ceil(n / (THREADS * 4)).
+template <int THREADS, class T, class F, class... In>
+KT_DEVICE void ew_map(long long n, T* out, F f, const In*... in) {
+  kt::map<THREADS, kt::elementwise_width<T, In...>()>(n, out, f, in...);
 }
 
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS) ew_scale(float* x, float a, long long n) {  // x *= a
-  const kt::ThreadElements e = ew_elements<THREADS>(n, x);
-  float xv[kEwWidth];
-  kt::load_elements(x, e, xv);
-#pragma unroll
-  for (int k = 0; k < kEwWidth; ++k) xv[k] *= a;
-  kt::store_elements(x, e, xv);
+__global__ void __launch_bounds__(THREADS) ew_scale(float* x, float a, long long n) {
+  ew_map<THREADS>(n, x, [a](float xv) { return xv * a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_lerp(float* x, const float* y, float w, long long n) {
-  const kt::ThreadElements e = ew_elements<THREADS>(n, x, y);  // x += w * (y - x)
-  float xv[kEwWidth], yv[kEwWidth];
-  kt::load_elements(x, e, xv);
-  kt::load_elements(y, e, yv);
-#pragma unroll
-  for (int k = 0; k < kEwWidth; ++k) xv[k] = xv[k] + w * (yv[k] - xv[k]);
-  kt::store_elements(x, e, xv);
+  ew_map<THREADS>(n, x, [w](float xv, float yv) { return xv + w * (yv - xv); }, x, y);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
-    ew_addcmul(float* x, const float* y, const float* z, float a, long long n) {  // x += a*y*z
-  const kt::ThreadElements e = ew_elements<THREADS>(n, x, y, z);
-  float xv[kEwWidth], yv[kEwWidth], zv[kEwWidth];
-  kt::load_elements(x, e, xv);
-  kt::load_elements(y, e, yv);
-  kt::load_elements(z, e, zv);
-#pragma unroll
-  for (int k = 0; k < kEwWidth; ++k) xv[k] += a * yv[k] * zv[k];
-  kt::store_elements(x, e, xv);
+    ew_addcmul(float* x, const float* y, const float* z, float a, long long n) {
+  ew_map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * yv * zv; }, x, y, z);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_sqrt(float* out, const float* x, long long n) {
-  const kt::ThreadElements e = ew_elements<THREADS>(n, out, x);
-  float v[kEwWidth];
-  kt::load_elements(x, e, v);
-#pragma unroll
-  for (int k = 0; k < kEwWidth; ++k) v[k] = sqrtf(v[k]);
-  kt::store_elements(out, e, v);
+  ew_map<THREADS>(n, out, [](float xv) { return sqrtf(xv); }, x);
 }
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS) ew_div_scalar(float* x, float a, long long n) {  // x /= a
-  const kt::ThreadElements e = ew_elements<THREADS>(n, x);
-  float xv[kEwWidth];
-  kt::load_elements(x, e, xv);
-#pragma unroll
-  for (int k = 0; k < kEwWidth; ++k) xv[k] /= a;
-  kt::store_elements(x, e, xv);
+__global__ void __launch_bounds__(THREADS) ew_div_scalar(float* x, float a, long long n) {
+  ew_map<THREADS>(n, x, [a](float xv) { return xv / a; }, x);
 }
 template <int THREADS>
-__global__ void __launch_bounds__(THREADS) ew_add_scalar(float* x, float a, long long n) {  // x += a
-  const kt::ThreadElements e = ew_elements<THREADS>(n, x);
-  float xv[kEwWidth];
-  kt::load_elements(x, e, xv);
-#pragma unroll
-  for (int k = 0; k < kEwWidth; ++k) xv[k] += a;
-  kt::store_elements(x, e, xv);
+__global__ void __launch_bounds__(THREADS) ew_add_scalar(float* x, float a, long long n) {
+  ew_map<THREADS>(n, x, [a](float xv) { return xv + a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
-    ew_addcdiv(float* x, const float* y, const float* z, float a, long long n) {  // x += a*y/z
-  const kt::ThreadElements e = ew_elements<THREADS>(n, x, y, z);
-  float xv[kEwWidth], yv[kEwWidth], zv[kEwWidth];
-  kt::load_elements(x, e, xv);
-  kt::load_elements(y, e, yv);
-  kt::load_elements(z, e, zv);
-#pragma unroll
-  for (int k = 0; k < kEwWidth; ++k) xv[k] += a * (yv[k] / zv[k]);
-  kt::store_elements(x, e, xv);
+    ew_addcdiv(float* x, const float* y, const float* z, float a, long long n) {
+  ew_map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * (yv / zv); }, x, y, z);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_cast_bf16(kt::bf16* out, const float* x, long long n) {
-  const kt::ThreadElements e = ew_elements<THREADS>(n, out, x);
-  float v[kEwWidth];
-  kt::load_elements(x, e, v);
-  kt::store_elements(out, e, v);
+  ew_map<THREADS>(n, out, [](float xv) { return xv; }, x);
 }
 
 }  // namespace adamw

@@ -66,4 +66,32 @@ KT_DEVICE void store_elements(T* p, const ThreadElements& e, const float (&in)[N
   }
 }
 
+/// One thread's elements of an operand, as fp32 (map's inputs).
+template <int N>
+struct Lanes {
+  float v[N];
+};
+template <int N, class T>
+KT_DEVICE Lanes<N> load_lanes(const T* p, const ThreadElements& e) {
+  Lanes<N> l;
+  load_elements(p, e, l.v);
+  return l;
+}
+template <int N, class F, class... L>
+KT_DEVICE void combine_lanes(F f, float (&out)[N], const L&... in) {
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = f(in.v[k]...);
+}
+
+/// out[i] = f(in[i]...) (fp32 values; none for a fill) over this thread's
+/// elements of n, in a grid of THREADS-thread blocks of N each. out may be
+/// one of the inputs (in place).
+template <int THREADS, int N, class T, class F, class... In>
+KT_DEVICE void map(long long n, T* out, F f, const In*... in) {
+  const ThreadElements e = thread_elements<THREADS, N>(n, aligned16(out) && (aligned16(in) && ...));
+  float values[N];
+  combine_lanes(f, values, load_lanes<N>(in, e)...);
+  store_elements(out, e, values);
+}
+
 }  // namespace kt

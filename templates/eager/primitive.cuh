@@ -64,13 +64,7 @@ KT_DEVICE float binary_op(float a, float b) {
 /// Grid: ceil(n / (THREADS * N)).
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS) unary(const T* x, T* y, long long n, float alpha) {
-  constexpr int N = kt::elementwise_width<T>();
-  const kt::ThreadElements e = kt::thread_elements<THREADS, N>(n, kt::aligned16(x) && kt::aligned16(y));
-  float v[N];
-  kt::load_elements(x, e, v);
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = unary_op<OP>(v[k], alpha);
-  kt::store_elements(y, e, v);
+  kt::map<THREADS, kt::elementwise_width<T>()>(n, y, [alpha](float v) { return unary_op<OP>(v, alpha); }, x);
 }
 
 /// y (rows, cols) = op(a (rows, cols), b[r * b_row_stride + c * b_col_stride]):
@@ -210,11 +204,7 @@ __global__ void __launch_bounds__(THREADS) causal_mask(T* y, long long rows, int
 /// y = alpha. Grid: ceil(n / (THREADS * N)).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) fill(T* y, long long n, float alpha) {
-  constexpr int N = kt::elementwise_width<T>();
-  float v[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) v[k] = alpha;
-  kt::store_elements(y, kt::thread_elements<THREADS, N>(n, kt::aligned16(y)), v);
+  kt::map<THREADS, kt::elementwise_width<T>()>(n, y, [alpha] { return alpha; });
 }
 
 /// y (rows, cols) = the rows idx (rows,) of x (table_rows, cols); NaN rows
