@@ -340,7 +340,7 @@ class Primitive final : public PrimitiveFamily {
       l.args.add(a.y).add(static_cast<long long>(p.dim("n"))).add(a.alpha);
     } else if (is_table(kind_)) {
       const auto rows = static_cast<long long>(p.dim("rows")), cols = static_cast<long long>(p.dim("cols"));
-      l.grid = grid(rows * cols);
+      l.grid = grid(rows * cols, kind_ == Kind::kGatherRows ? width : 1);
       l.args.add(a.x).add(a.idx).add(a.y).add(rows).add(cols).add(static_cast<long long>(p.dim("table_rows")));
     } else if (kind_ == Kind::kUnary) {
       l.grid = grid(p.dim("n"), width);

@@ -3,7 +3,7 @@
 // (templates/eager/eager.hpp) chain them into every fused family's op.
 // Tensors are of type T (float or __nv_bfloat16); math is fp32. One config:
 // THREADS threads per block; untuned. The elementwise kernels (unary,
-// binary, fill, causal_mask) take PyTorch's elementwise shape
+// binary, fill, causal_mask, gather_rows) take PyTorch's elementwise shape
 // (common/elementwise.cuh): N = kt::elementwise_width<T>() consecutive
 // elements per thread (4 fp32, 8 bf16), one 16-byte access per operand where
 // aligned. The others say their grids.
@@ -79,22 +79,20 @@ __global__ void __launch_bounds__(THREADS)
            long long b_col_stride) {
   constexpr int N = kt::elementwise_width<T>();
   const long long n = rows * cols;
-  const bool b_full = b_row_stride == cols && b_col_stride == 1;
-  const kt::ThreadElements e = kt::thread_elements<THREADS, N>(
-      n, kt::aligned16(a) && kt::aligned16(y) && (!b_full || kt::aligned16(b)));
+  if (b_row_stride == cols && b_col_stride == 1) {
+    kt::map<THREADS, N>(n, y, [](float av, float bv) { return binary_op<OP>(av, bv); }, a, b);
+    return;
+  }
+  const kt::ThreadElements e = kt::thread_elements<THREADS, N>(n, kt::aligned16(a) && kt::aligned16(y));
   float av[N], bv[N];
   kt::load_elements(a, e, av);
-  if (b_full) {
-    kt::load_elements(b, e, bv);
-  } else {
-    long long r = e.first / cols, c = e.first - r * cols;
+  long long r = e.first / cols, c = e.first - r * cols;
 #pragma unroll
-    for (int k = 0; k < N; ++k) {
-      bv[k] = e.first + k < n ? kt::to_float(b[r * b_row_stride + c * b_col_stride]) : 0.0f;
-      if (++c == cols) {
-        c = 0;
-        ++r;
-      }
+  for (int k = 0; k < N; ++k) {
+    bv[k] = e.first + k < n ? kt::to_float(b[r * b_row_stride + c * b_col_stride]) : 0.0f;
+    if (++c == cols) {
+      c = 0;
+      ++r;
     }
   }
 #pragma unroll
@@ -208,15 +206,41 @@ __global__ void __launch_bounds__(THREADS) fill(T* y, long long n, float alpha) 
 }
 
 /// y (rows, cols) = the rows idx (rows,) of x (table_rows, cols); NaN rows
-/// for an index outside [0, table_rows). Grid: ceil(rows * cols / THREADS).
+/// for an index outside [0, table_rows). In the elementwise shape over y:
+/// with rows of a multiple of N columns and x, y aligned, a thread's N
+/// elements lie in one row and move as one vector; else element by element,
+/// the thread walking the row and column of its first. Grid: ceil(rows *
+/// cols / (THREADS * N)).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS)
     gather_rows(const T* x, const int* idx, T* y, long long rows, long long cols, long long table_rows) {
-  const long long i = kt::global_thread_x();
-  if (i >= rows * cols) return;
-  const long long r = i / cols, c = i % cols;
-  const int id = idx[r];
-  y[i] = id >= 0 && id < table_rows ? x[id * cols + c] : kt::from_float<T>(__uint_as_float(0x7fc00000u));
+  constexpr int N = kt::elementwise_width<T>();
+  const long long n = rows * cols;
+  const kt::ThreadElements e =
+      kt::thread_elements<THREADS, N>(n, cols % N == 0 && kt::aligned16(x) && kt::aligned16(y));
+  if (e.first >= n) return;
+  long long r = e.first / cols, c = e.first - r * cols;
+  const T nan = kt::from_float<T>(__uint_as_float(0x7fc00000u));
+  if (e.whole) {
+    const int id = idx[r];
+    kt::Vec<T, N> v;
+    if (id >= 0 && id < table_rows) {
+      v = *reinterpret_cast<const kt::Vec<T, N>*>(x + id * cols + c);
+    } else {
+#pragma unroll
+      for (int k = 0; k < N; ++k) v.v[k] = nan;
+    }
+    *reinterpret_cast<kt::Vec<T, N>*>(y + e.first) = v;
+    return;
+  }
+  for (int k = 0; k < N && e.first + k < n; ++k) {
+    const int id = idx[r];
+    y[e.first + k] = id >= 0 && id < table_rows ? x[id * cols + c] : nan;
+    if (++c == cols) {
+      c = 0;
+      ++r;
+    }
+  }
 }
 
 /// y (table_rows, cols) row idx[r] += x (rows, cols) row r, fp32 atomics (the

@@ -72,6 +72,9 @@ TEST_CASE("elementwise primitives match their references on aligned operands and
       {&eager::col_sum_family(), Problem{"bf16", {{"rows", 300}, {"cols", 40}}}},
       {&eager::causal_mask_family(), Problem{"bf16", {{"rows", 300}, {"cols", 100}}}},
       {&eager::fill_family(), Problem{"bf16", {{"n", 1001}}}},
+      {&eager::gather_rows_family(), Problem{"bf16", {{"rows", 45}, {"cols", 80}, {"table_rows", 7}}}},
+      {&eager::gather_rows_family(), Problem{"f32", {{"rows", 37}, {"cols", 100}, {"table_rows", 50}}}},
+      {&eager::gather_rows_family(), Problem{"bf16", {{"rows", 45}, {"cols", 77}, {"table_rows", 7}}}},
       {&adamw::eager_family(), Problem{"f32", {{"tensors", 3}, {"numel", 4999}}}},
       {&adamw::eager_family(), Problem{"bf16", {{"tensors", 2}, {"numel", 1001}}}},
   };
@@ -91,12 +94,15 @@ TEST_CASE("broken vector and element paths of the elementwise primitives fail th
   CHECK(worst(exp, kExpF32, "if (e.first + k < e.n) p[", "if (e.first + k < e.n - 1) p[", 4) > 1e-2);
   // A broadcast b walked from column 0 instead of the thread's first column; a full b read as a.
   const Family& sub = eager::binary_family(eager::Binary::kSub);
-  CHECK(worst(sub, kRowB, "c = e.first - r * cols;", "c = 0;", 0) > 1e-2);
+  CHECK(worst(sub, kRowB, "c = e.first - r * cols;\n#pragma unroll", "c = 0;\n#pragma unroll", 0) > 1e-2);
   const Family& mul = eager::binary_family(eager::Binary::kMul);
-  CHECK(worst(mul, kFullB, "kt::load_elements(b, e, bv);", "kt::load_elements(a, e, bv);", 0) > 1e-2);
+  CHECK(worst(mul, kFullB, "binary_op<OP>(av, bv); }, a, b);", "binary_op<OP>(av, bv); }, a, a);", 0) > 1e-2);
   // A row's vectors summed by their first element; a column sum without the second warp's rows.
   CHECK(worst(eager::row_reduce_family(eager::Reduce::kSum), kAlignedRows, "take(kt::to_float(w.v[k]));",
               "take(kt::to_float(w.v[0]));", 0) > 1e-2);
+  const Problem rows_of_80{"bf16", {{"rows", 45}, {"cols", 80}, {"table_rows", 7}}};  // vectors of 8
+  CHECK(worst(eager::gather_rows_family(), rows_of_80, "Vec<T, N>*>(x + id * cols + c);", "Vec<T, N>*>(x + c);", 0) >
+        1e-2);
   CHECK(worst(eager::col_sum_family(), Problem{"f32", {{"rows", 37}, {"cols", 1001}}}, "for (int w = 1; w < WARPS;",
               "for (int w = 2; w < WARPS;", 0) > 1e-2);
   // AdamW's eager ops: the second moment updated by the gradient, not its square.
