@@ -147,46 +147,42 @@ __global__ void __launch_bounds__(THREADS)
 }
 
 // Eager primitives: one op each, in PyTorch eager's elementwise shape
-// (common/elementwise.cuh): 4 fp32 elements per thread, grid
+// (common/elementwise.cuh, kt::map): 4 fp32 elements per thread, grid
 // ceil(n / (THREADS * 4)).
-template <int THREADS, class T, class F, class... In>
-KT_DEVICE void ew_map(long long n, T* out, F f, const In*... in) {
-  kt::map<THREADS, kt::elementwise_width<T, In...>()>(n, out, f, in...);
-}
 
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_scale(float* x, float a, long long n) {
-  ew_map<THREADS>(n, x, [a](float xv) { return xv * a; }, x);
+  kt::map<THREADS>(n, x, [a](float xv) { return xv * a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_lerp(float* x, const float* y, float w, long long n) {
-  ew_map<THREADS>(n, x, [w](float xv, float yv) { return xv + w * (yv - xv); }, x, y);
+  kt::map<THREADS>(n, x, [w](float xv, float yv) { return xv + w * (yv - xv); }, x, y);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     ew_addcmul(float* x, const float* y, const float* z, float a, long long n) {
-  ew_map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * yv * zv; }, x, y, z);
+  kt::map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * yv * zv; }, x, y, z);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_sqrt(float* out, const float* x, long long n) {
-  ew_map<THREADS>(n, out, [](float xv) { return sqrtf(xv); }, x);
+  kt::map<THREADS>(n, out, [](float xv) { return sqrtf(xv); }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_div_scalar(float* x, float a, long long n) {
-  ew_map<THREADS>(n, x, [a](float xv) { return xv / a; }, x);
+  kt::map<THREADS>(n, x, [a](float xv) { return xv / a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_add_scalar(float* x, float a, long long n) {
-  ew_map<THREADS>(n, x, [a](float xv) { return xv + a; }, x);
+  kt::map<THREADS>(n, x, [a](float xv) { return xv + a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     ew_addcdiv(float* x, const float* y, const float* z, float a, long long n) {
-  ew_map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * (yv / zv); }, x, y, z);
+  kt::map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * (yv / zv); }, x, y, z);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_cast_bf16(kt::bf16* out, const float* x, long long n) {
-  ew_map<THREADS>(n, out, [](float xv) { return xv; }, x);
+  kt::map<THREADS>(n, out, [](float xv) { return xv; }, x);
 }
 
 }  // namespace adamw

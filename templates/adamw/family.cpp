@@ -14,7 +14,7 @@ namespace ktune::templates::adamw {
 namespace {
 
 constexpr const char* kTemplate = "adamw/adamw.cuh";
-constexpr std::int64_t kEwWidth = 4;  // elements per thread of the eager ops: 16 bytes of fp32 (adamw.cuh's ew_map)
+constexpr std::int64_t kEwWidth = 4;  // elements per thread of the eager ops: 16 bytes of fp32 (kt::map over fp32 in adamw.cuh)
 
 /// Host mirror of adamw::Hyper in adamw.cuh (seven floats).
 struct HyperArgs {

@@ -84,10 +84,12 @@ KT_DEVICE void combine_lanes(F f, float (&out)[N], const L&... in) {
 }
 
 /// out[i] = f(in[i]...) (fp32 values; none for a fill) over this thread's
-/// elements of n, in a grid of THREADS-thread blocks of N each. out may be
-/// one of the inputs (in place).
-template <int THREADS, int N, class T, class F, class... In>
+/// elements of n, in a grid of THREADS-thread blocks of N =
+/// elementwise_width<T, In...>() each. out may be one of the inputs (in
+/// place).
+template <int THREADS, class T, class F, class... In>
 KT_DEVICE void map(long long n, T* out, F f, const In*... in) {
+  constexpr int N = elementwise_width<T, In...>();
   const ThreadElements e = thread_elements<THREADS, N>(n, aligned16(out) && (aligned16(in) && ...));
   float values[N];
   combine_lanes(f, values, load_lanes<N>(in, e)...);

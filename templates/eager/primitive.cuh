@@ -64,7 +64,7 @@ KT_DEVICE float binary_op(float a, float b) {
 /// Grid: ceil(n / (THREADS * N)).
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS) unary(const T* x, T* y, long long n, float alpha) {
-  kt::map<THREADS, kt::elementwise_width<T>()>(n, y, [alpha](float v) { return unary_op<OP>(v, alpha); }, x);
+  kt::map<THREADS>(n, y, [alpha](float v) { return unary_op<OP>(v, alpha); }, x);
 }
 
 /// y (rows, cols) = op(a (rows, cols), b[r * b_row_stride + c * b_col_stride]):
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int N = kt::elementwise_width<T>();
   const long long n = rows * cols;
   if (b_row_stride == cols && b_col_stride == 1) {
-    kt::map<THREADS, N>(n, y, [](float av, float bv) { return binary_op<OP>(av, bv); }, a, b);
+    kt::map<THREADS>(n, y, [](float av, float bv) { return binary_op<OP>(av, bv); }, a, b);
     return;
   }
   const kt::ThreadElements e = kt::thread_elements<THREADS, N>(n, kt::aligned16(a) && kt::aligned16(y));
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(THREADS) causal_mask(T* y, long long rows, int
 /// y = alpha. Grid: ceil(n / (THREADS * N)).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) fill(T* y, long long n, float alpha) {
-  kt::map<THREADS, kt::elementwise_width<T>()>(n, y, [alpha] { return alpha; });
+  kt::map<THREADS>(n, y, [alpha] { return alpha; });
 }
 
 /// y (rows, cols) = the rows idx (rows,) of x (table_rows, cols); NaN rows
