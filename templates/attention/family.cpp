@@ -38,14 +38,33 @@ std::int64_t tiles_per_warp(const Config& c) { return c.at("block_m") / (16 * c.
 /// again with ptxas 13.0 (nvcc -cubin --resource-usage) on the 49 configs
 /// estimated at 240 to 255 or admitted only so (bf16 and fp32, head dims 16
 /// to 128): none spills at sm_80 or sm_90.
+///
+/// Four terms were refitted with 48-key tiles, against ptxas (NVRTC, ktune's
+/// options) on every config admitted then and on the 16-bit configs of 32-,
+/// 48- and 64-key tiles at head dims 64, 80 and 128 estimated at 200 to 300:
+/// one stage takes about 12 more (sm_90: 10 to 25 more than two stages in
+/// two-tile configs, where the next tile's copies wait for the barrier after
+/// the products); two m16 tiles re-reading Q hold 6 fewer (each K fragment
+/// feeds both tiles as it is loaded); XOR swizzles of rows that are not a
+/// multiple of 8 chunks (16-bit head dims up to 80) 16 more, and padded rows
+/// of a multiple of 8 chunks 2 more (at head_dim 128, 48-key tiles in padded
+/// rows spill 4 to 20 bytes at sm_90 where swizzled ones take 252
+/// registers). Of about 1900 configs admitted at each of sm_80 and sm_90,
+/// the spilling ones went from 2 and 5 to none, and FlashAttention-2's shape
+/// at head_dim 128 with 48-key tiles is admitted (two m16 tiles per warp, Q
+/// re-read, swizzled, 2 or 3 stages).
 std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t d = p.dim("head_dim"), bn = c.at("block_n"), e = element_bytes(p), warps = c.at("warps");
   const bool swizzled = c.at("kv_layout") == 1;
   const std::int64_t copies = copy_registers(c.at("block_m"), p, swizzled, 32 * warps) +
                               2 * copy_registers(bn, p, swizzled, 32 * warps);
-  const std::int64_t q_fragments = c.at("q_regs") ? d * e / 8 : 4;
+  const bool q_regs = c.at("q_regs") != 0;
+  const std::int64_t q_fragments = q_regs ? d * e / 8 : 4;
+  const bool whole_swizzle = d * e / 16 % 8 == 0;  // rows of a multiple of 8 16-byte chunks
+  const std::int64_t layout = swizzled ? (whole_swizzle ? 0 : 16) : (whole_swizzle ? 2 : 0);
   return tiles_per_warp(c) * (q_fragments + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + copies +
-         (warps == 2 ? 20 : 0);
+         (warps == 2 ? 20 : 0) + (c.at("stages") == 1 ? 12 : 0) - (tiles_per_warp(c) == 2 && !q_regs ? 6 : 0) +
+         layout;
 }
 
 /// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
@@ -58,7 +77,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
   Forward()
       : space_({{"block_m", {32, 64, 128},
                  "query rows per block: more reuse of each K/V tile vs more blocks in flight"},
-                {"block_n", {16, 32, 64, 128},
+                {"block_n", {16, 32, 48, 64, 128},
                  "keys per tile: fewer rescales and barriers vs score registers and shared memory"},
                 {"warps", {2, 4, 8},
                  "warps per block (block_m / warps rows each): more warps vs more rows per warp (registers)"},

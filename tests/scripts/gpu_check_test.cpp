@@ -126,9 +126,9 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's two and the eager
+  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's three and the eager
   // AdamW row, and e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer.
-  CHECK(n.ktune == 11 + 5 + 7 + 20);
+  CHECK(n.ktune == 11 + 5 + 8 + 20);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20);
   CHECK(n.attention_peers == 2);
@@ -142,8 +142,8 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 compiled, the
-  // leaderboard backward's four configs, the d 128 forward's two and the eager AdamW row.
-  CHECK(n.ktune == 3 + 1 + 1 + 7);
+  // leaderboard backward's four configs, the d 128 forward's three and the eager AdamW row.
+  CHECK(n.ktune == 3 + 1 + 1 + 8);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 1);
   const auto has = [&](const std::string& text) {
@@ -154,6 +154,7 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("bench e2e --backend cuda --mode compiled"));
   CHECK(has("run --backend gpu --family attention_bwd"));
   CHECK(has("run --backend gpu --family attention_fwd"));
+  CHECK(has("\\\"block_n\\\":48"));  // two m16 tiles per warp with 48-key tiles (shell-quoted)
   CHECK(has("--config \\{\\\"stages\\\":4\\} --time"));  // the default with 4 stages (shell-quoted)
   CHECK(has("tune --family attention_bwd"));
   CHECK(has("bench adam --tensors 32 --numel 4194304"));

@@ -248,6 +248,12 @@ TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps p
       // ... swizzled, one stage, at head_dim 80 (five k steps) and 16
       {config(64, 32, 2, 1, 1, 0), problem("f16", 77, 80, false)},
       {config(32, 16, 2, 3, 1, 0), problem("bf16", 45, 16, true)},
+      // 48-key tiles (three k16 steps of P V, not a power of two): two m16 tiles per warp, Q re-read, swizzled,
+      // at head_dim 128, causal and ragged (200 = 4 x 48 + 8); block_m < block_n under a causal mask, padded, three
+      // stages; head_dim 80
+      {config(128, 48, 4, 2, 1, 0), problem("bf16", 200, 128, true)},
+      {config(32, 48, 2, 3, 0), problem("f16", 150, 64, true)},
+      {config(64, 48, 4, 2, 1), problem("bf16", 97, 80, false)},
   };
   for (const auto& [c, p] : cases) {
     check_layout(c, p, Layout::kBSHD);
@@ -268,6 +274,8 @@ TEST_CASE("attention_fwd: f32 inputs on the tf32 matrix units, ragged and stride
   check_layout(config(64, 16, 2, 1, 1), problem("f32", 33, 16, true), Layout::kBSHD);
   // Q's tf32 fragments re-read from shared memory per key tile
   check_layout(config(64, 16, 2, 2, 0, 0), problem("f32", 70, 64, true), Layout::kBHSD);
+  // 48-key tiles: six k8 steps of P V
+  check_layout(config(64, 48, 4, 2, 1), problem("f32", 100, 64, true), Layout::kBSHD);
 }
 
 TEST_CASE("attention_fwd: grouped-query attention, K and V heads shared by query heads", "[attention][emu]") {

@@ -82,7 +82,7 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
 
 TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   const Family& f = forward_family();
-  CHECK(f.space().size() == 3 * 4 * 3 * 3 * 2 * 2);
+  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2);
   for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   // One class per head dim, both dtypes, both masks, ragged lengths.
@@ -325,6 +325,30 @@ TEST_CASE("attention_fwd: copies that walk one pointer hold no registers, which 
     REQUIRE(f.is_valid(c, p, DeviceLimits::for_arch(arch)));
     test::check_compiles_without_spill(compiler, f, c, p, arch);
   }
+}
+
+TEST_CASE("attention_fwd: 48-key tiles with two m16 tiles per warp at head_dim 128 are admitted where ptxas fits "
+          "them, rejected where it spills",
+          "[attention][family][compile]") {
+  // Each K and V fragment read from shared memory feeds two mmas, as in FlashAttention-2's forward, with a third
+  // more keys per tile than 32-key tiles. ptxas fits them in 252 registers in swizzled rows at 2 or 3 stages;
+  // padded rows spill 4 to 20 bytes at sm_90, one stage 104, and at head_dim 80 with Q in registers swizzled rows
+  // (over pairs of chunks) 24.
+  const auto& f = forward_family();
+  const tuner::Compiler compiler;
+  const Problem p = problem("bf16", 16384, 128, 1, 1, 16);
+  for (const std::int64_t stages : {2, 3}) {
+    const Config c = config(128, 48, 4, stages, 1, 0);
+    for (const char* arch : {"sm_80", "sm_90"}) {
+      INFO(c.str() << " " << arch);
+      REQUIRE(f.is_valid(c, p, DeviceLimits::for_arch(arch)));
+      test::check_compiles_without_spill(compiler, f, c, p, arch);
+    }
+    CHECK_THAT(why_invalid(config(128, 48, 4, stages, 0, 0), p), Catch::Contains("it would spill"));
+    CHECK_THAT(why_invalid(config(128, 48, 4, stages, 1, 1), problem("bf16", 16384, 80, 1, 1, 32)),
+               Catch::Contains("it would spill"));
+  }
+  CHECK_THAT(why_invalid(config(128, 48, 4, 1, 1, 0), p), Catch::Contains("it would spill"));
 }
 
 TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling",
