@@ -59,6 +59,7 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     const std::uint64_t index = key_of(space, c, &in_space);
     if (!in_space || seen.count(index)) continue;
     evaluate(c, index);
+    strategy.report(c, seen.at(index));
     report_progress();
   }
 

@@ -54,9 +54,10 @@ struct SearchResult {
 /// failed evaluation (ok == false) counts as +inf and the search goes on.
 /// Ties for the best keep the earlier config.
 /// `first` (e.g. the family's default, the reference every speed-up is
-/// measured against) are evaluated before the strategy is asked for anything,
-/// as given (no is_valid check), within the budget; a strategy that proposes
-/// one later gets its outcome from memory.
+/// measured against, and its candidates) are evaluated before the strategy is
+/// asked for anything, as given (no is_valid check), within the budget, and
+/// reported to the strategy, which starts from what they measured; a strategy
+/// that proposes one later gets its outcome from memory.
 SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCondition& stop,
                         const SearchCallbacks& callbacks = {}, const std::vector<Config>& first = {});
 

@@ -42,6 +42,15 @@ class Family {
   void check(const Problem& problem) const;
 
   virtual Config default_config(const Problem& problem) const = 0;
+  /// Configs a tuning session measures right after the default, before its
+  /// strategy proposes any, and reports to the strategy: shapes that do well
+  /// elsewhere (FlashAttention-2's partitions, say) and that a short budget
+  /// might not reach in a large space. Points of the space, in order; a
+  /// session skips those that are the default or not valid on its device.
+  virtual std::vector<Config> candidates(const Problem& problem) const {
+    (void)problem;
+    return {};
+  }
   /// Whether `config` can run `problem` on `device`; if not and `why` is
   /// given, says which constraint failed.
   virtual bool is_valid(const Config& config, const Problem& problem, const DeviceLimits& device,

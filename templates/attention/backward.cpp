@@ -187,6 +187,17 @@ class Backward final : public TypedFamily<BackwardArgs> {
     throw_error(ErrorKind::kInternal, "attention_bwd: no valid default config for " + p.key());
   }
 
+  std::vector<Config> candidates(const Problem& p) const override {
+    // The default with 4 stages (3 steps' loads in flight), and
+    // FlashAttention-2's partition: 128 keys over 4 groups of 2 warps that
+    // split S^T and dK, dV (P^T and dS^T staged in shared memory), at 128-
+    // and 64-query tiles.
+    const Config def = default_config(p);
+    return {with(def, {{"stages", 4}}),
+            with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}}),
+            with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})};
+  }
+
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;

@@ -9,6 +9,7 @@
 #include "base/error.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/attention/workload_common.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 
 namespace ktune::templates::attention {
@@ -136,6 +137,21 @@ class Forward final : public TypedFamily<ForwardArgs> {
       if ((block_n < 64 || d <= 64) && is_valid(c, p, any, nullptr)) return c;
     }
     throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
+  }
+
+  std::vector<Config> candidates(const Problem& p) const override {
+    // For 16-bit inputs, FlashAttention-2's forward shape (128 query rows
+    // over 4 warps, two m16 tiles each, Q re-read from shared memory) with
+    // swizzled key tiles of 32, 48 and 64 keys, and 128 rows over 8 warps of
+    // one tile, Q in registers, 64-key swizzled tiles (the H200's fastest at
+    // head_dim 128); the default's stages.
+    if (element_bytes(p) != 2) return {};
+    const Config def = default_config(p);
+    std::vector<Config> out;
+    for (const std::int64_t bn : {32, 48, 64})
+      out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}));
+    out.push_back(with(def, {{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"q_regs", 1}, {"kv_layout", 1}}));
+    return out;
   }
 
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {

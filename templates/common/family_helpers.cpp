@@ -26,6 +26,11 @@ bool reject(std::string* why, std::string reason) {
   return false;
 }
 
+Config with(Config base, std::initializer_list<std::pair<const char*, std::int64_t>> changes) {
+  for (const auto& [name, value] : changes) base.set(name, value);
+  return base;
+}
+
 void require_aligned(const std::string& family, const char* buffer, std::uint64_t address, std::int64_t align,
                      const char* accesses) {
   KTUNE_REQUIRE(address % static_cast<std::uint64_t>(align) == 0,

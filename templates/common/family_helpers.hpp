@@ -1,13 +1,17 @@
 // Helpers every kernel family's host side shares: integer rounding, the
-// problem dtype's activation type, the reason a constraint gives, checks of
-// the buffer addresses a plan receives, and workload buffers made from the
-// values the CPU reference computes with.
+// problem dtype's activation type, the reason a constraint gives, configs
+// written as changes of another, checks of the buffer addresses a plan
+// receives, and workload buffers made from the values the CPU reference
+// computes with.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/device_limits.hpp"
+#include "base/space.hpp"
 #include "templates/problem.hpp"
 #include "templates/workload.hpp"
 
@@ -31,6 +35,10 @@ unsigned grid_stride_blocks(std::int64_t blocks, std::int64_t blocks_per_sm, con
 
 /// For `is_valid`: stores `reason` in `why` (when given) and returns false.
 bool reject(std::string* why, std::string reason);
+
+/// `base` with the parameters named in `changes` set: a candidate written as
+/// what it changes of the default.
+Config with(Config base, std::initializer_list<std::pair<const char*, std::int64_t>> changes);
 
 /// Throws kInvalidInput unless `address` is a multiple of `align` bytes;
 /// `accesses` says what needs it ("the config's vector accesses").

@@ -125,4 +125,19 @@ TEST_CASE("configs evaluated first are charged to the budget: a budget of 5 is 5
   for (const auto& [config, n] : eval.counts) CHECK(n == 1);
 }
 
+TEST_CASE("configs evaluated first are reported to the strategy before it proposes any", "[search]") {
+  ktune::test::BowlEvaluator eval;
+  Scripted strategy({cfg(1, 1, 0), cfg(5, 8, 1)});
+  // The default and a candidate; the strategy then proposes one new config and one of those.
+  const auto r = run_search(eval, strategy, Unbounded(), {}, {cfg(4, 8, 1), cfg(5, 8, 1)});
+  CHECK(eval.evaluations == 3);
+  REQUIRE(strategy.reports.size() == 4);
+  CHECK(strategy.reports[0].first == cfg(4, 8, 1));
+  CHECK(strategy.reports[1].first == cfg(5, 8, 1));
+  CHECK(strategy.reports[1].second.time_ms == 1.0);
+  CHECK(strategy.reports[2].first == cfg(1, 1, 0));
+  CHECK(strategy.reports[3].first == cfg(5, 8, 1));  // proposed again: its outcome from memory
+  CHECK(r.repeats == 1);
+}
+
 }  // namespace search_search_test

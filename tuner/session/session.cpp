@@ -187,17 +187,29 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
 
   TuneSummary summary;
   const Config def = family.default_config(problem);
+  // The default goes first, within the budget: every speed-up is measured
+  // against it; then the family's candidates that the device can run (in
+  // this session's shard).
+  std::vector<Config> first = {def};
+  for (const Config& c : family.candidates(problem))
+    if (std::find(first.begin(), first.end(), c) == first.end() && evaluator.is_valid(c, nullptr))
+      first.push_back(c);
 
   auto strategy = search::make_strategy(options.strategy, {&family.space(), &evaluator, options.seed});
-  // While the GPU measures a variant, a process of its own compiles what the
+  // While the GPU measures a variant, a process of its own compiles the
+  // candidates not yet measured, and from the last of them on what the
   // strategy expects to propose next.
   std::unique_ptr<CompileAhead> ahead;
   if (options.compile_ahead_threads > 0 && runner.backend() == "gpu")
     ahead = std::make_unique<CompileAhead>(family, problem, device.arch, options.compile_ahead_threads);
   const auto compile_ahead = [&] {
     if (!ahead) return;
-    std::vector<Config> hint = strategy->upcoming(2 * options.compile_ahead_threads + 1);
-    std::erase_if(hint, [&](const Config& c) { return evaluator.done().count(c) > 0; });
+    const auto measured = [&](const Config& c) { return evaluator.done().count(c) > 0; };
+    std::vector<Config> hint(first.begin() + 1, first.end());
+    std::erase_if(hint, measured);
+    if (hint.size() <= 1)
+      for (Config& c : strategy->upcoming(2 * options.compile_ahead_threads + 1))
+        if (!measured(c)) hint.push_back(std::move(c));
     ahead->add(hint);
   };
   compile_ahead();
@@ -211,8 +223,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     compile_ahead();
     if (progress && last) progress(*last, p);
   };
-  // The default goes first, within the budget: every speed-up is measured against it.
-  const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks, {def});
+  const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks, first);
   summary.stopped_by = found.stopped_by;
   summary.resumed = evaluator.resumed_count;
   summary.evaluations = found.state.evaluations;

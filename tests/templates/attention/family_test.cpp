@@ -351,6 +351,38 @@ TEST_CASE("attention_fwd: 48-key tiles with two m16 tiles per warp at head_dim 1
   CHECK_THAT(why_invalid(config(128, 48, 4, 1, 1, 0), p), Catch::Contains("it would spill"));
 }
 
+TEST_CASE("attention candidates are points of the space, other than the default, valid at the targets' shapes",
+          "[attention][family]") {
+  for (const Family* f : {static_cast<const Family*>(&forward_family()), static_cast<const Family*>(&backward_family())})
+    for (const Problem& p : f->problem_classes())
+      for (const Config& c : f->candidates(p)) {
+        INFO(f->name() << " " << p.key() << " " << c.str());
+        CHECK_NOTHROW(f->space().check_member(c));
+      }
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  // The causal forward at head_dim 128: two m16 tiles per warp with 32-, 48- and 64-key tiles (the last spills:
+  // not valid), and one tile over 8 warps (the default there).
+  const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
+  const auto fwd = forward_family().candidates(d128);
+  REQUIRE(fwd.size() == 4);
+  CHECK(fwd[1].at("block_n") == 48);
+  CHECK(forward_family().is_valid(fwd[0], d128, sm90));
+  CHECK(forward_family().is_valid(fwd[1], d128, sm90));
+  CHECK_FALSE(forward_family().is_valid(fwd[2], d128, sm90));
+  CHECK(fwd[3] == forward_family().default_config(d128));
+  CHECK(forward_family().candidates(problem("f32", 16384, 64, 1, 1, 16)).empty());
+  // The leaderboard backward: the default at 4 stages, FlashAttention-2's partition at 128- and 64-query tiles.
+  const Problem leaderboard = problem("bf16", 16384, 64, 1, 1, 16);
+  const auto bwd = backward_family().candidates(leaderboard);
+  REQUIRE(bwd.size() == 3);
+  for (const Config& c : bwd) {
+    INFO(c.str());
+    CHECK(backward_family().is_valid(c, leaderboard, sm90));
+    CHECK(c != backward_family().default_config(leaderboard));
+  }
+  CHECK(bwd[1].at("warp_split") == 2);
+}
+
 TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling",
           "[attention][family][compile]") {
   // The CS336 leaderboard case, head_dim 128 at seq 16384 (the causal

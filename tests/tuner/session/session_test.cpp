@@ -4,10 +4,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -23,7 +25,7 @@ using namespace ktune::tuner;
 namespace fs = std::filesystem;
 
 namespace {
-/// Times follow a formula of the config; threads == 1024 fails to "launch".
+/// Times follow a formula of the config (time_of); threads == 1024 fails to "launch".
 class ScriptedRunner final : public Runner {
  public:
   std::string backend() const override { return "scripted"; }
@@ -31,15 +33,16 @@ class ScriptedRunner final : public Runner {
   RunResult run(const Family&, const Config& c, const Problem&, const RunOptions& o) override {
     ++calls;
     seen.insert(c);
+    order.push_back(c);
     RunResult r;
-    if (c.at("threads") == 1024) {
+    if (c.has("threads") && c.at("threads") == 1024) {
       r.failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";
       return r;
     }
     r.ok = true;
     if (o.time) {
       Measurement m;
-      m.median_ms = 1.0 + std::abs(c.at("threads") - 256) / 256.0 + (4 - c.at("vec")) * 0.1;
+      m.median_ms = time_of(c);
       m.p20_ms = m.median_ms * 0.99;
       m.p80_ms = m.median_ms * 1.01;
       m.repetitions = 10;
@@ -47,8 +50,12 @@ class ScriptedRunner final : public Runner {
     }
     return r;
   }
+  std::function<double(const Config&)> time_of = [](const Config& c) {
+    return 1.0 + std::abs(c.at("threads") - 256) / 256.0 + (4 - c.at("vec")) * 0.1;
+  };
   int calls = 0;
   std::set<Config> seen;
+  std::vector<Config> order;
   DeviceLimits device_ = DeviceLimits::for_arch("sm_90");
 };
 }  // namespace
@@ -168,11 +175,14 @@ class WaitingRunner final : public Runner {
     RunResult r;
     r.ok = true;
     Measurement m;
-    m.median_ms = m.p20_ms = m.p80_ms = 1.0 + c.at("threads") / 1024.0 + c.at("vec") / 8.0;
+    m.median_ms = m.p20_ms = m.p80_ms = time_of(c);
     m.repetitions = 1;
     r.timing = m;
     return r;
   }
+  std::function<double(const Config&)> time_of = [](const Config& c) {
+    return 1.0 + c.at("threads") / 1024.0 + c.at("vec") / 8.0;
+  };
   int wait_s = 0;
   std::vector<Config> compiled_ahead, not_ahead;
   DeviceLimits device_ = DeviceLimits::for_arch("sm_80");
@@ -199,6 +209,27 @@ TEST_CASE("a session compiles ahead what the strategy proposes next", "[session]
   CHECK(runner.compiled_ahead.size() == 5);  // the budget of 6 counts the default
 }
 
+TEST_CASE("a session compiles the family's candidates ahead while the default runs", "[session][compile]") {
+  const auto dir = test::scratch_dir("ahead-candidates");
+  ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
+  const auto& family = templates::find_family("attention_fwd");
+  const Problem problem{"bf16", {{"batch", 1}, {"heads", 2}, {"seq", 70}, {"head_dim", 64}, {"causal", 1}}};
+  WaitingRunner runner;
+  runner.time_of = [&](const Config& c) { return 1.0 + static_cast<double>(family.space().index_of(c).value_or(0)); };
+  std::size_t candidates = 0;
+  for (const Config& c : family.candidates(problem))
+    candidates += c != family.default_config(problem) && family.is_valid(c, problem, runner.device()) ? 1 : 0;
+  REQUIRE(candidates >= 2);
+  TuneOptions o;
+  o.budget = std::to_string(1 + candidates);
+  o.finalists = 1;
+  o.run.time = true;
+  o.compile_ahead_threads = 1;
+  tune(family, problem, runner, o);
+  CHECK(runner.not_ahead.size() == 1);  // the default
+  CHECK(runner.compiled_ahead.size() == candidates);
+}
+
 TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", "[session]") {
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
@@ -216,6 +247,44 @@ TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", 
     REQUIRE(s.default_run);
     CHECK(s.default_run->config == family.default_config(problem));
   }
+}
+
+TEST_CASE("a session measures the family's candidates right after the default, then searches", "[session]") {
+  // The CS336 leaderboard's backward: the default, then the default at 4 stages and FlashAttention-2's partition
+  // at 128- and 64-query tiles, whatever the strategy.
+  const auto& family = templates::find_family("attention_bwd");
+  const Problem problem{"bf16", {{"batch", 1}, {"heads", 16}, {"seq", 16384}, {"head_dim", 64}, {"causal", 1}}};
+  const auto candidates = family.candidates(problem);
+  REQUIRE(candidates.size() == 3);
+  const auto time_of = [&](const Config& c) {
+    return 1.0 + static_cast<double>(family.space().index_of(c).value_or(0) % 7);
+  };
+  for (const char* strategy : {"annealing", "auto", "random"}) {
+    INFO(strategy);
+    ScriptedRunner runner;
+    runner.time_of = time_of;
+    TuneOptions o;
+    o.run.time = true;
+    o.finalists = 1;
+    o.strategy = strategy;
+    o.budget = "6";
+    tune(family, problem, runner, o);
+    REQUIRE(runner.order.size() == 6);
+    CHECK(runner.order[0] == family.default_config(problem));
+    for (std::size_t i = 0; i < candidates.size(); ++i) CHECK(runner.order[1 + i] == candidates[i]);
+    for (std::size_t i = 4; i < runner.order.size(); ++i)
+      CHECK(std::find(runner.order.begin(), runner.order.begin() + 4, runner.order[i]) == runner.order.begin() + 4);
+  }
+  // A candidate that is the default, or not valid on the device, is not measured twice or at all.
+  ScriptedRunner runner;
+  runner.time_of = time_of;
+  runner.device_ = DeviceLimits::for_arch("sm_89");  // 99 KB of shared memory a block
+  REQUIRE_FALSE(family.is_valid(candidates[1], problem, runner.device_));  // FlashAttention-2's, 128-query tiles
+  TuneOptions o;
+  o.finalists = 1;
+  o.budget = "4";
+  tune(family, problem, runner, o);
+  for (const Config& c : runner.order) CHECK(family.is_valid(c, problem, runner.device_));
 }
 
 }  // namespace tuner_session_session_test
