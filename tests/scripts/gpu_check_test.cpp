@@ -135,23 +135,24 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
-          "step, the leaderboard backward's and the d 128 forward's defaults beside other shapes, and eager AdamW",
+          "step eager and compiled, the leaderboard backward's and the d 128 forward's defaults beside other shapes, and eager AdamW",
           "[cli][gpu-check]") {
   const auto dir = ktune::test::scratch_dir("gpu_check_quick");
   const auto commands = dry_run_commands(dir, "");
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
-  // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 compiled, the
-  // leaderboard backward's four configs, the d 128 forward's three and the eager AdamW row.
-  CHECK(n.ktune == 3 + 1 + 1 + 8);
+  // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 eager and
+  // compiled, the leaderboard backward's four configs, the d 128 forward's three and the eager AdamW row.
+  CHECK(n.ktune == 3 + 1 + 2 + 8);
   CHECK(n.attention_peers == 1);
-  CHECK(n.e2e_peers == 1);
+  CHECK(n.e2e_peers == 2);
   const auto has = [&](const std::string& text) {
     return std::any_of(commands.begin(), commands.end(),
                        [&](const std::string& c) { return c.find(text) != std::string::npos; });
   };
   CHECK(has("bench attention --tables leaderboard"));
   CHECK(has("bench e2e --backend cuda --mode compiled"));
+  CHECK(has("bench e2e --backend cuda --mode eager"));
   CHECK(has("run --backend gpu --family attention_bwd"));
   CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK(has("\\\"block_n\\\":48"));  // two m16 tiles per warp with 48-key tiles (shell-quoted)
