@@ -127,7 +127,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   r.require(j.is_object(), "a kernel spec is a JSON object");
   r.known_fields(j, "spec",
                  {"name", "summary", "source", "sources", "include_dirs", "kernel", "defines", "dtypes", "problem",
-                  "problems", "tunables", "default", "restrictions", "grid", "block", "shared_bytes", "buffers",
+                  "problems", "tunables", "default", "candidates", "restrictions", "grid", "block", "shared_bytes", "buffers",
                   "args", "reference", "tolerance", "flops", "bytes"});
   const fs::path base = path.parent_path().empty() ? fs::path(".") : path.parent_path();
 
@@ -213,6 +213,11 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   }
   spec->space = Space(std::move(params));
   if (j.contains("default")) spec->default_config = r.config(j["default"], spec->space, "default");
+  if (j.contains("candidates")) {
+    r.require(j["candidates"].is_array(), "'candidates' must be a list of configs");
+    for (std::size_t i = 0; i < j["candidates"].size(); ++i)
+      spec->candidates.push_back(r.config(j["candidates"][i], spec->space, fmt::format("candidates[{}]", i)));
+  }
 
   std::vector<std::string> dims = spec->dims;
   std::vector<std::string> all = dims;

@@ -62,6 +62,7 @@ struct KernelSpec {
   std::vector<std::pair<std::string, std::unique_ptr<Expression>>> defines;  ///< -D NAME=value, in order
   Space space;
   std::optional<Config> default_config;
+  std::vector<Config> candidates;  ///< measured right after the default by a tuning session
   std::vector<std::string> dtypes;  ///< accepted problem dtypes
   std::vector<templates::Problem> problems;  ///< the problem classes (small problems for checks)
   std::vector<std::string> dims;             ///< the problem's dimension names

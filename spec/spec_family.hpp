@@ -37,6 +37,7 @@ class SpecFamily final : public templates::Family {
   std::vector<templates::Problem> problem_classes() const override { return spec_->problems; }
   void check_problem(const templates::Problem& problem) const override;
   Config default_config(const templates::Problem& problem) const override;
+  std::vector<Config> candidates(const templates::Problem&) const override { return spec_->candidates; }
   bool is_valid(const Config& config, const templates::Problem& problem, const DeviceLimits& device,
                 std::string* why = nullptr) const override;
   templates::Rendered render(const Config& config, const templates::Problem& problem) const override;

@@ -118,6 +118,25 @@ TEST_CASE("spec: expressions do integer geometry and name what they lack", "[spe
   CHECK_THROWS_WITH(Expression("block_x * (2 <= 1024", "restriction", {"block_x"}), Catch::Contains("restriction: "));
 }
 
+TEST_CASE("spec: candidates are read in order, unset tunables at their first value", "[spec]") {
+  const auto& family = load_spec_family(example("matmul/matmul.json"));
+  const Problem big{"f32", {{"m", 2048}, {"n", 2048}, {"k", 2048}}};
+  const auto candidates = family.candidates(big);
+  REQUIRE(candidates.size() == 2);
+  CHECK(candidates[0] == Config({{"tile", 32}, {"wpt", 4}}));
+  CHECK(candidates[1] == Config({{"tile", 16}, {"wpt", 4}}));
+  const auto dir = ktune::test::scratch_dir("spec-candidates");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"default\"", "\"candidates\": [{\"vec\": 2}],\n  \"default\"");
+  });
+  const auto& reduction = load_spec_family(path);
+  const auto& space = reduction.space();
+  REQUIRE(reduction.candidates(reduction.problem_classes().front()).size() == 1);
+  const Config c = reduction.candidates(reduction.problem_classes().front()).front();
+  CHECK(c.at("vec") == 2);
+  CHECK(c.at("threads") == space.param("threads").values.front());
+}
+
 TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-bad");
   SECTION("unknown tunable in a restriction") {
@@ -140,6 +159,12 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
   SECTION("a misspelt field") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"restrictions\"", "\"restriction\""); });
     CHECK_THAT(load_error(path), Catch::Contains("spec: unknown field 'restriction'; accepted: "));
+  }
+  SECTION("a candidate off the space") {
+    const auto path = reduction_copy(dir, [](std::string& t) {
+      replace(t, "\"default\"", "\"candidates\": [{\"threads\": 64}, {\"threads\": 96}],\n  \"default\"");
+    });
+    CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": candidates[1]: "));
   }
   SECTION("a missing source") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "reduction.cu", "reduce.cu"); });
