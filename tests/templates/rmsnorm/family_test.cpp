@@ -110,6 +110,22 @@ TEST_CASE("rmsnorm defaults are valid for every accepted dim and keep each threa
         }
 }
 
+TEST_CASE("rmsnorm backward candidates: the default with its next row group prefetched", "[rmsnorm][family]") {
+  for (const char* name : {"rmsnorm_bwd", "residual_rmsnorm_bwd"}) {
+    const Family& f = find_family(name);
+    const Problem xl{"bf16", {{"rows", 4096}, {"dim", 1600}}};
+    INFO(name);
+    const auto candidates = f.candidates(xl);
+    REQUIRE(candidates.size() == 1);
+    Config expected = f.default_config(xl);
+    CHECK(expected.at("prefetch") == 0);
+    expected.set("prefetch", 1);
+    CHECK(candidates[0] == expected);
+    CHECK(f.is_valid(candidates[0], xl, DeviceLimits::for_arch("sm_90")));
+  }
+  CHECK(forward_family().candidates(Problem{"bf16", {{"rows", 4096}, {"dim", 1600}}}).empty());
+}
+
 TEST_CASE("rmsnorm rendering: the row's share per thread is a template argument, shapes with the same share "
           "share a binary",
           "[rmsnorm][family]") {
