@@ -233,8 +233,9 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (const auto it = evaluator.done().find(def); it != evaluator.done().end()) summary.default_run = it->second;
 
   // The fastest few are timed again side by side; the winner rule ties what
-  // noise cannot separate and breaks ties by space index, so two sessions on
-  // one GPU pick the same config.
+  // noise cannot separate and gives a tie to the default (nothing measurably
+  // faster replaces it), else to the smallest space index, so two sessions
+  // on one GPU pick the same config.
   std::vector<Record> ranked;
   for (const auto& s : summary.records)
     if (const Record& r = evaluator.record(s.config); time_of(r) < std::numeric_limits<double>::infinity())
@@ -247,6 +248,12 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     return summary;
   }
   ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, options.finalists))));
+  // The default, when it ran, is timed again beside the finalists: the speed-up over it is measured side by side.
+  const bool default_timed =
+      summary.default_run && time_of(*summary.default_run) < std::numeric_limits<double>::infinity();
+  if (options.finalists > 1 && default_timed &&
+      std::none_of(ranked.begin(), ranked.end(), [&](const Record& r) { return r.config == def; }))
+    ranked.push_back(*summary.default_run);
   if (ranked.size() > 1 && options.run.time) {
     RunOptions again = run;
     again.validate = false;
@@ -263,7 +270,9 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   }
   std::vector<search::Candidate> candidates;
   for (const auto& r : ranked) {
-    candidates.push_back({family.space().index_of(r.config).value_or(0), r.config, samples_of(*r.result.timing)});
+    if (r.config == def) summary.default_run = r;  // its speed-up from the same samples as the winner's
+    const std::uint64_t order = r.config == def ? 0 : family.space().index_of(r.config).value_or(0) + 1;
+    candidates.push_back({order, r.config, samples_of(*r.result.timing)});
   }
   const search::WinnerResult winner = search::pick_winner(candidates);
   summary.best = ranked[winner.found ? winner.winner : 0];

@@ -23,7 +23,7 @@ struct TuneOptions {
   RunOptions run;           ///< validation and timing of each evaluation
   std::string log_path;     ///< JSON-lines session log; empty: none
   bool resume = false;      ///< take the log's results instead of re-running them
-  int finalists = 3;        ///< fastest configs timed again for the winner rule
+  int finalists = 3;        ///< fastest configs timed again for the winner rule (with the default when above 1)
   /// This session takes the configs whose space index is shard_index modulo
   /// shard_count (`--shard i/n`: one slice per Slurm array task or MPI rank;
   /// `ktune cache merge` joins the winners).
