@@ -68,6 +68,7 @@ std::string top_table(const SessionView& s, std::size_t k) {
   const Rates rates = rates_for(s);
   const auto def = default_ms(s);
   const Config def_config = s.family->default_config(s.problem);
+  const std::vector<Config> candidates = s.family->candidates(s.problem);
   const double bytes = s.family->bytes(s.problem), flops = s.family->flops(s.problem);
   std::vector<Table::Column> columns = {{"#", true},
                                         {"config"},
@@ -94,6 +95,7 @@ std::string top_table(const SessionView& s, std::size_t k) {
     std::vector<std::string> notes;
     if (!s.winner.empty() && e.config.str() == s.winner) notes.push_back("winner");
     if (e.config == def_config) notes.push_back("default");
+    if (std::find(candidates.begin(), candidates.end(), e.config) != candidates.end()) notes.push_back("candidate");
     std::string note;
     for (const auto& n : notes) note += (note.empty() ? "" : ", ") + n;
     cells.push_back(note);

@@ -47,6 +47,28 @@ TEST_CASE("CLI: ktune tune runs with every strategy and writes the winner", "[cl
   CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
 }
 
+TEST_CASE("CLI: tune measures a spec's candidates after its default and marks them in its table", "[cli]") {
+  // examples/matmul lists 32x32 tiles (not valid where n = 48: skipped) and 16x16 tiles with 4 outputs a thread.
+  const auto dir = ktune::test::scratch_dir("cli-tune-candidates");
+  const std::string log = (dir / "session.log").string();
+  std::string out;
+  REQUIRE(run_command(ktune_exe().string() + " tune --backend emu --spec " + KTUNE_SOURCE_DIR +
+                          "/examples/matmul/matmul.json --budget 3 --cache " + (dir / "tuned.json").string() +
+                          " --log " + log,
+                      &out) == 0);
+  INFO(out);
+  std::vector<std::string> measured;
+  std::ifstream in(log);
+  for (std::string line; std::getline(in, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("config")) measured.push_back(j["config"].dump());
+  }
+  REQUIRE(measured.size() == 3);
+  CHECK(measured[0] == "{\"tile\":16,\"wpt\":2}");
+  CHECK(measured[1] == "{\"tile\":16,\"wpt\":4}");
+  CHECK_THAT(out, Catch::Contains("| candidate") || Catch::Contains(", candidate"));
+}
+
 TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-model");
   const auto cache = dir / "tiny.json";
