@@ -26,7 +26,8 @@ void add_render_command(CLI::App& app, Global& global) {
   cmd->add_option("--arch", opts->arch, "Target whose limits the config is checked against")->capture_default_str();
   cmd->add_flag("--space", opts->space,
                 "Print the family's search space and problem classes instead; with --problem, also how many of its "
-                "points are valid for that problem on --arch");
+                "points are valid for that problem on --arch, its default and its candidates (what a tuning session "
+                "measures first)");
   cmd->callback([opts, &global] {
     const auto& family = family_arg(opts->family, opts->spec);
     if (opts->space) {
@@ -43,6 +44,18 @@ void add_render_command(CLI::App& app, Global& global) {
         j["valid"] = valid;
         valid_line = fmt::format("{} valid for {} on {} ({} invalid (constraints))\n", valid, problem.key(),
                                  opts->arch, family.space().size() - valid);
+        // The configs a tuning session measures first: the default, then the candidates valid on --arch.
+        const Config def = family.default_config(problem);
+        j["default"] = def.to_json();
+        valid_line += "default: " + def.str() + "\n";
+        j["candidates"] = nlohmann::json::array();
+        const auto candidates = family.candidates(problem);
+        if (!candidates.empty()) valid_line += "candidates (a tuning session measures them right after the default):\n";
+        for (const Config& c : candidates) {
+          const bool ok = family.is_valid(c, problem, limits);
+          j["candidates"].push_back({{"config", c.to_json()}, {"valid", ok}});
+          valid_line += "  " + c.str() + (ok ? "" : " (not valid on " + opts->arch + ": skipped)") + "\n";
+        }
       }
       for (const auto& p : family.space().params())
         j["params"].push_back({{"name", p.name}, {"values", p.values}, {"trades_off", p.trades_off}});

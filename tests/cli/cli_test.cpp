@@ -308,9 +308,21 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   REQUIRE(run_ktune("render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains(std::to_string(valid) + " valid for " + p.key() + " on sm_80"));
+  // Its default, then its candidates, which a tuning session measures first; the two-tile 64-key one does not fit.
+  CHECK_THAT(out, Catch::Contains("default: " + f.default_config(p).str() + "\n"));
+  const auto candidates = f.candidates(p);
+  REQUIRE(candidates.size() == 4);
+  CHECK_THAT(out, Catch::Contains("candidates (a tuning session measures them right after the default):\n  " +
+                                  candidates[0].str() + "\n  " + candidates[1].str() + "\n  " + candidates[2].str() +
+                                  " (not valid on sm_80: skipped)\n"));
   REQUIRE(run_ktune("--json render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
                     &out) == 0);
-  CHECK(nlohmann::json::parse(out)["valid"] == valid);
+  const auto j = nlohmann::json::parse(out);
+  CHECK(j["valid"] == valid);
+  CHECK(j["default"] == f.default_config(p).to_json());
+  REQUIRE(j["candidates"].size() == 4);
+  CHECK(j["candidates"][2]["valid"] == false);
+  CHECK(j["candidates"][1]["config"] == candidates[1].to_json());
 }
 
 TEST_CASE("CLI: --help shows every option's default", "[cli]") {
