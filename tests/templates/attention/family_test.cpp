@@ -353,24 +353,27 @@ TEST_CASE("attention_fwd: 48-key tiles with two m16 tiles per warp at head_dim 1
 
 TEST_CASE("attention candidates are points of the space, other than the default, valid at the targets' shapes",
           "[attention][family]") {
-  for (const Family* f : {static_cast<const Family*>(&forward_family()), static_cast<const Family*>(&backward_family())})
+  const Family& forward = forward_family();
+  const Family& backward = backward_family();
+  for (const Family* f : {&forward, &backward})
     for (const Problem& p : f->problem_classes())
       for (const Config& c : f->candidates(p)) {
         INFO(f->name() << " " << p.key() << " " << c.str());
         CHECK_NOTHROW(f->space().check_member(c));
       }
   const auto sm90 = DeviceLimits::for_arch("sm_90");
-  // The causal forward at head_dim 128: two m16 tiles per warp with 32-, 48- and 64-key tiles (the last spills:
-  // not valid), and one tile over 8 warps (the default there).
+  // The causal forward at head_dim 128: two m16 tiles per warp with 32- and 48-key tiles, and one tile over 8
+  // warps (the default there); none up to head_dim 64 or for f32.
   const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
   const auto fwd = forward_family().candidates(d128);
-  REQUIRE(fwd.size() == 4);
+  REQUIRE(fwd.size() == 3);
   CHECK(fwd[1].at("block_n") == 48);
   CHECK(forward_family().is_valid(fwd[0], d128, sm90));
   CHECK(forward_family().is_valid(fwd[1], d128, sm90));
-  CHECK_FALSE(forward_family().is_valid(fwd[2], d128, sm90));
-  CHECK(fwd[3] == forward_family().default_config(d128));
-  CHECK(forward_family().candidates(problem("f32", 16384, 64, 1, 1, 16)).empty());
+  CHECK(fwd[2] == forward_family().default_config(d128));
+  CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 3);
+  CHECK(forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16)).empty());
+  CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).empty());
   // The leaderboard backward: the default at 4 stages, FlashAttention-2's partition at 128- and 64-query tiles.
   const Problem leaderboard = problem("bf16", 16384, 64, 1, 1, 16);
   const auto bwd = backward_family().candidates(leaderboard);

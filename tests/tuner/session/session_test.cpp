@@ -237,7 +237,7 @@ TEST_CASE("a session compiles the family's candidates ahead while the default ru
   const auto dir = test::scratch_dir("ahead-candidates");
   ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
   const auto& family = templates::find_family("attention_fwd");
-  const Problem problem{"bf16", {{"batch", 1}, {"heads", 2}, {"seq", 70}, {"head_dim", 64}, {"causal", 1}}};
+  const Problem problem{"bf16", {{"batch", 1}, {"heads", 2}, {"seq", 70}, {"head_dim", 128}, {"causal", 1}}};
   WaitingRunner runner;
   runner.time_of = [&](const Config& c) { return 1.0 + static_cast<double>(family.space().index_of(c).value_or(0)); };
   std::size_t candidates = 0;
