@@ -24,7 +24,19 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
   std::unordered_map<std::uint64_t, Outcome> seen;
   std::uint64_t repeats_in_a_row = 0;
   const std::string budget = stop.describe();
-  // Evaluates one config the search has not seen and records its outcome.
+  const auto report_progress = [&] {
+    if (!callbacks.on_progress) return;
+    Progress p;
+    p.state = &state;
+    p.best = result.best ? &*result.best : nullptr;
+    p.budget = budget;
+    const double frac = stop.progress(state);
+    if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
+    if (frac >= 1) p.eta_s = 0;
+    callbacks.on_progress(p);
+  };
+  // Evaluates one config the search has not seen, records its outcome and
+  // reports it to the strategy and the progress callback.
   const auto evaluate = [&](const Config& config, std::uint64_t index) {
     Outcome outcome = evaluator.evaluate(config);
     if (!outcome.ok) outcome.time_ms = std::numeric_limits<double>::infinity();
@@ -41,17 +53,8 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
       ++state.since_improvement;
     }
     if (callbacks.on_record) callbacks.on_record(Record{state.evaluations - 1, config, outcome});
-  };
-  const auto report_progress = [&] {
-    if (!callbacks.on_progress) return;
-    Progress p;
-    p.state = &state;
-    p.best = result.best ? &*result.best : nullptr;
-    p.budget = budget;
-    const double frac = stop.progress(state);
-    if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
-    if (frac >= 1) p.eta_s = 0;
-    callbacks.on_progress(p);
+    strategy.report(config, outcome);
+    report_progress();
   };
   for (const Config& c : first) {
     if (stop.done(state)) break;
@@ -59,8 +62,6 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     const std::uint64_t index = key_of(space, c, &in_space);
     if (!in_space || seen.count(index)) continue;
     evaluate(c, index);
-    strategy.report(c, seen.at(index));
-    report_progress();
   }
 
   while (true) {
@@ -98,8 +99,6 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     }
     repeats_in_a_row = 0;
     evaluate(*next, index);
-    strategy.report(*next, seen.at(index));
-    report_progress();
   }
   return result;
 }

@@ -151,9 +151,11 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // default 2.13).
     if (element_bytes(p) != 2 || p.dim("head_dim") <= 64) return {};
     const Config def = default_config(p);
-    return {with(def, {{"block_m", 128}, {"block_n", 32}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}),
-            with(def, {{"block_m", 128}, {"block_n", 48}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}),
-            with(def, {{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"q_regs", 1}, {"kv_layout", 1}})};
+    std::vector<Config> out;
+    for (const std::int64_t bn : {32, 48})
+      out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}));
+    out.push_back(with(def, {{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"q_regs", 1}, {"kv_layout", 1}}));
+    return out;
   }
 
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {

@@ -236,10 +236,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // noise cannot separate and gives a tie to the default (nothing measurably
   // faster replaces it), else to the smallest space index, so two sessions
   // on one GPU pick the same config.
+  const auto timed = [](const Record& r) { return time_of(r) < std::numeric_limits<double>::infinity(); };
   std::vector<Record> ranked;
   for (const auto& s : summary.records)
-    if (const Record& r = evaluator.record(s.config); time_of(r) < std::numeric_limits<double>::infinity())
-      ranked.push_back(r);
+    if (const Record& r = evaluator.record(s.config); timed(r)) ranked.push_back(r);
   std::sort(ranked.begin(), ranked.end(), [](const Record& a, const Record& b) {
     return time_of(a) != time_of(b) ? time_of(a) < time_of(b) : a.config < b.config;
   });
@@ -249,9 +249,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   }
   ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, options.finalists))));
   // The default, when it ran, is timed again beside the finalists: the speed-up over it is measured side by side.
-  const bool default_timed =
-      summary.default_run && time_of(*summary.default_run) < std::numeric_limits<double>::infinity();
-  if (options.finalists > 1 && default_timed &&
+  if (options.finalists > 1 && summary.default_run && timed(*summary.default_run) &&
       std::none_of(ranked.begin(), ranked.end(), [&](const Record& r) { return r.config == def; }))
     ranked.push_back(*summary.default_run);
   if (ranked.size() > 1 && options.run.time) {
@@ -268,13 +266,13 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       }
     }
   }
-  std::vector<search::Candidate> candidates;
+  std::vector<search::Candidate> finalists;
   for (const auto& r : ranked) {
     if (r.config == def) summary.default_run = r;  // its speed-up from the same samples as the winner's
     const std::uint64_t order = r.config == def ? 0 : family.space().index_of(r.config).value_or(0) + 1;
-    candidates.push_back({order, r.config, samples_of(*r.result.timing)});
+    finalists.push_back({order, r.config, samples_of(*r.result.timing)});
   }
-  const search::WinnerResult winner = search::pick_winner(candidates);
+  const search::WinnerResult winner = search::pick_winner(finalists);
   summary.best = ranked[winner.found ? winner.winner : 0];
   summary.tied = winner.tied;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
