@@ -55,14 +55,16 @@ TEST_CASE("attention_bwd on the GPU: every head dim and dtype, sequences 1 to 25
           const Problem p = problem(dtype, seq, d, causal);
           Config c = backward_family().default_config(p);
           for (const std::int64_t atomic : {0, 1}) {
-            // Both dQ modes; swizzled rows on the two longer sequences, and
-            // there the resident operand in registers where it fits.
+            // Both dQ modes; on the two longer sequences swizzled rows and the
+            // resident operand in registers, each where it fits.
             c.set("dq_atomic", atomic);
-            c.set("smem_layout", seq >= 100 ? 1 : 0);
+            c.set("smem_layout", 0);
             c.set("resident_regs", 0);
-            Config resident = c;
-            resident.set("resident_regs", 1);
-            if (seq >= 100 && backward_family().is_valid(resident, p, backend->device())) c = resident;
+            for (const char* option : {"smem_layout", "resident_regs"}) {
+              Config wider = c;
+              wider.set(option, 1);
+              if (seq >= 100 && backward_family().is_valid(wider, p, backend->device())) c = wider;
+            }
             variants.push_back({&backward_family(), c, p});
           }
         }
