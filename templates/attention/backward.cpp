@@ -161,27 +161,33 @@ class Backward final : public TypedFamily<BackwardArgs> {
   void check_problem(const Problem& p) const override { check_attention_problem(name(), p); }
 
   Config default_config(const Problem& p) const override {
-    // dQ by atomics, Q/dO tiles double-buffered in padded rows, K and V
-    // re-read from shared memory. On a grid of at least kBusyGrid blocks of
-    // 128 keys, 16-bit inputs up to head_dim 64 take 128 keys over 4 warps
-    // (two m16 tiles of keys per warp) and 16-query tiles, the only ones the
-    // register estimate allows there: the fastest of 29 configs tuned for
-    // the CS336 leaderboard's backward on an H200 (8.84 ms; the one below
-    // 11.93 ms, 128 keys over 8 warps 13.03 ms). Otherwise 64 keys over 4
-    // warps (one m16 tile each) and the widest query tile of 64, 32 or 16
-    // within the register estimate (head_dim 128 takes 32), then narrower
-    // blocks.
+    // dQ by atomics. On a grid of at least kBusyGrid blocks of 128 keys,
+    // 16-bit inputs up to head_dim 64 take FlashAttention-2's partition: 128
+    // keys over 4 groups of 2 warps that split S^T and dK, dV (P^T and dS^T
+    // staged in shared memory), 64-query tiles, rows swizzled, K and V
+    // fragments resident in registers. The CS336 leaderboard's backward
+    // tuned on an H200 for 120 s (126 configs): this config 5.68 ms, with
+    // 4 stages (the session's winner, a candidate: 133 KB of shared memory,
+    // over the 99 KB of an sm_86 or sm_89 block) 5.64 ms, the previous
+    // default (128 keys over 4 warps, 16-query tiles, the second below)
+    // 5.89 ms.
+    // Otherwise Q/dO tiles double-buffered in padded rows, K and V re-read
+    // from shared memory, one group of keys per warp: 128 keys over 4 warps
+    // with 16-query tiles on that busy grid (the only query tile the
+    // register estimate allows there), else 64 keys over 4 warps (one m16
+    // tile each) and the widest query tile of 64, 32 or 16 within the
+    // register estimate (head_dim 128 takes 32), then narrower blocks.
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
-    if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid) {
-      const Config c({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
-                      {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
-      if (is_valid(c, p, any, nullptr)) return c;
-    }
+    const Config plain({{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
+    if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
+      for (const Config& c : {with(plain, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
+                                           {"smem_layout", 1}, {"resident_regs", 1}}),
+                              with(plain, {{"block_m", 16}, {"block_n", 128}, {"warps", 4}})})
+        if (is_valid(c, p, any, nullptr)) return c;
     for (const auto& [bn, warps] : {std::pair{64, 4}, std::pair{32, 2}, std::pair{16, 1}})
       for (const std::int64_t bm : {64, 32, 16}) {
-        const Config c({{"block_m", bm}, {"block_n", bn}, {"warps", warps}, {"warp_split", 1}, {"stages", 2},
-                        {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
+        const Config c = with(plain, {{"block_m", bm}, {"block_n", bn}, {"warps", warps}});
         if (is_valid(c, p, any, nullptr)) return c;
       }
     throw_error(ErrorKind::kInternal, "attention_bwd: no valid default config for " + p.key());
@@ -191,11 +197,21 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // The default with 4 stages (3 steps' loads in flight), and
     // FlashAttention-2's partition: 128 keys over 4 groups of 2 warps that
     // split S^T and dK, dV (P^T and dS^T staged in shared memory), at 128-
-    // and 64-query tiles.
+    // query tiles (2 stages, K and V re-read: their shared memory and
+    // registers fit no more) and 64-query tiles; on the busy grid of 16-bit
+    // inputs up to head_dim 64, also the previous default there (128 keys
+    // over 4 warps, 16-query tiles, padded rows). The default itself left
+    // out.
     const Config def = default_config(p);
-    return {with(def, {{"stages", 4}}),
-            with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}}),
-            with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})};
+    std::vector<Config> out = {with(def, {{"stages", 4}}),
+                               with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
+                                          {"stages", 2}, {"resident_regs", 0}}),
+                               with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})};
+    if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
+      out.push_back(Config({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
+                            {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}}));
+    std::erase(out, def);
+    return out;
   }
 
   bool is_valid(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) const override {

@@ -103,18 +103,18 @@ class Forward final : public TypedFamily<ForwardArgs> {
 
   Config default_config(const Problem& p) const override {
     // On a grid of at least kBusyGrid 128-row blocks, 16-bit inputs take
-    // 128 query rows per block:
-    // - up to head_dim 80, over 4 warps, two m16 tiles per warp with Q
-    //   re-read from shared memory (FlashAttention-2's shape on A100 and
-    //   H100: each K and V fragment read from shared memory feeds two mmas
-    //   instead of one), 64-key tiles up to head_dim 64, else 32 (about 230
-    //   and 200 registers, NVRTC sm_80 and sm_90). At the CS336
-    //   leaderboard's shape on an H200: 2.15 ms, the previous default (the
-    //   one below) 2.29 ms.
-    // - above, over 8 warps, one tile per warp with Q in registers, 64-key
-    //   tiles in swizzled rows: the fastest of 51 configs tuned for the
-    //   causal forward at head_dim 128, seq 16384 on an H200 (3.90 ms; the
-    //   one below 4.42 ms).
+    // FlashAttention-2's shape on A100 and H100: 128 query rows over 4
+    // warps, two m16 tiles per warp with Q re-read from shared memory (each
+    // K and V fragment read from shared memory feeds two mmas instead of
+    // one), two stages of key tiles:
+    // - up to head_dim 80, 64-key tiles up to head_dim 64, else 32, in
+    //   padded rows (about 230 and 200 registers, NVRTC sm_80 and sm_90). At
+    //   the CS336 leaderboard's shape on an H200: 2.15 ms, the previous
+    //   default (the one below) 2.29 ms.
+    // - above, 48-key tiles in swizzled rows (252 registers): the winner of
+    //   the causal forward at head_dim 128, seq 16384 tuned on an H200, and
+    //   beside it 3.24 ms, against 3.42 ms with 32-key tiles and 3.58 ms for
+    //   128 rows over 8 warps of one tile with Q in registers.
     // Otherwise 64 query rows, one m16 tile per warp with Q in registers,
     // and the widest key tile of 64 (up to head_dim 64), 32 or 16 within the
     // register estimate: 150-200 registers for 16-bit types (64-key tiles
@@ -125,10 +125,8 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
     const std::int64_t d = p.dim("head_dim");
     if (element_bytes(p) == 2 && blocks_of_128(p) >= kBusyGrid) {
-      const Config c = d <= 80 ? Config({{"block_m", 128}, {"block_n", d <= 64 ? 64 : 32}, {"warps", 4},
-                                         {"stages", 2}, {"kv_layout", 0}, {"q_regs", 0}})
-                               : Config({{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"stages", 2},
-                                         {"kv_layout", 1}, {"q_regs", 1}});
+      const Config c({{"block_m", 128}, {"block_n", d <= 64 ? 64 : d <= 80 ? 32 : 48}, {"warps", 4}, {"stages", 2},
+                      {"kv_layout", d <= 80 ? 0 : 1}, {"q_regs", 0}});
       if (is_valid(c, p, any, nullptr)) return c;
     }
     for (const std::int64_t block_n : {64, 32, 16}) {
@@ -141,20 +139,20 @@ class Forward final : public TypedFamily<ForwardArgs> {
 
   std::vector<Config> candidates(const Problem& p) const override {
     // For 16-bit inputs above head_dim 64, FlashAttention-2's forward shape
-    // at head_dim 128 (128 query rows over 4 warps, two m16 tiles each, Q
-    // re-read from shared memory) with swizzled tiles of 32 and 48 keys, and
-    // 128 rows over 8 warps of one tile, Q in registers, 64-key swizzled
-    // tiles (the H200's fastest at head_dim 128); the default's stages. Up to
-    // head_dim 64 the default is FlashAttention-2's shape with 64-key tiles,
-    // and the H200's session at the leaderboard's shape measured these
-    // others slower (32-key tiles 2.39 ms, 8 warps of one tile 2.49, the
-    // default 2.13).
+    // (128 query rows over 4 warps, two m16 tiles each, Q re-read from
+    // shared memory) with swizzled tiles of 32 and 48 keys, and 128 rows
+    // over 8 warps of one tile, Q in registers, 64-key swizzled tiles; the
+    // default's stages; the default itself left out. Up to head_dim 64 the
+    // default is FlashAttention-2's shape with 64-key tiles, and the H200's
+    // session at the leaderboard's shape measured these others slower
+    // (32-key tiles 2.39 ms, 8 warps of one tile 2.49, the default 2.13).
     if (element_bytes(p) != 2 || p.dim("head_dim") <= 64) return {};
     const Config def = default_config(p);
     std::vector<Config> out;
     for (const std::int64_t bn : {32, 48})
       out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}));
     out.push_back(with(def, {{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"q_regs", 1}, {"kv_layout", 1}}));
+    std::erase(out, def);
     return out;
   }
 

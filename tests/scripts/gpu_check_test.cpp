@@ -142,7 +142,9 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 eager and
-  // compiled, the leaderboard backward's four configs, the d 128 forward's three and the eager AdamW row.
+  // compiled, the leaderboard backward's four configs (the default, the previous one, 128-query tiles, 4
+  // stages), the d 128 forward's three (the default, the previous one, 32-key tiles) and the eager
+  // AdamW row.
   CHECK(n.ktune == 3 + 1 + 2 + 8);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 2);
@@ -155,7 +157,7 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("bench e2e --backend cuda --mode eager"));
   CHECK(has("run --backend gpu --family attention_bwd"));
   CHECK(has("run --backend gpu --family attention_fwd"));
-  CHECK(has("\\\"block_n\\\":48"));  // two m16 tiles per warp with 48-key tiles (shell-quoted)
+  CHECK(has("\\\"block_n\\\":32"));  // the d 128 forward with 32-key tiles (shell-quoted)
   CHECK(has("--config \\{\\\"stages\\\":4\\} --time"));  // the default with 4 stages (shell-quoted)
   CHECK(has("tune --family attention_bwd"));
   CHECK(has("bench adam --tensors 32 --numel 4194304"));

@@ -151,8 +151,14 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
       }
   CHECK(f.default_config(problem("bf16", 100, 64)).at("block_m") == 64);
   CHECK(f.default_config(problem("bf16", 100, 128)).at("block_m") == 32);
-  // On a grid of 264 blocks of 128 keys or more, 16-bit types up to head_dim 64 take 128 keys over 4 warps
-  // (two m16 tiles each) and 16-query tiles; head_dim 80 and fp32 keep one tile of keys per warp.
+  // On a grid of 264 blocks of 128 keys or more, 16-bit types up to head_dim 64 take FlashAttention-2's
+  // partition (128 keys over 4 groups of 2 warps, two m16 tiles of keys a group, 64-query tiles, swizzled rows,
+  // K and V in registers; at head_dim 16 too narrow for it, 128 keys over 4 warps and 16-query tiles); head_dim
+  // 80 and fp32 keep one tile of keys per warp. The 16-bit ones fit the 99 KB of shared memory of an sm_86 block.
+  const Config partition({{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}, {"stages", 2},
+                          {"smem_layout", 1}, {"resident_regs", 1}, {"dq_atomic", 1}});
+  const Config narrow({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
+                       {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
   for (const char* dtype : {"bf16", "f16", "f32"})
     for (const std::int64_t d : {16, 32, 64, 80, 128}) {
       const Problem p = problem(dtype, 16384, d, 1, 1, 16);
@@ -160,8 +166,9 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
       INFO(p.key() << " " << c.str());
       CHECK(f.is_valid(c, p, sm80));
       const bool two_tiles = std::string(dtype) != "f32" && d <= 64;
-      CHECK(c.at("block_n") / (16 * c.at("warps")) == (two_tiles ? 2 : 1));
-      if (two_tiles) CHECK((c.at("block_m") == 16 && c.at("block_n") == 128));
+      if (two_tiles) CHECK(f.is_valid(c, p, DeviceLimits::for_arch("sm_86")));
+      CHECK(c.at("block_n") / (16 * c.at("warps") / c.at("warp_split")) == (two_tiles ? 2 : 1));
+      if (two_tiles) CHECK(c == (d > 16 ? partition : narrow));
     }
   CHECK(f.default_config(problem("bf16", 4224, 64, 1, 1, 8)).at("block_n") == 128);  // 33 x 8 = 264 blocks
   CHECK(f.default_config(problem("bf16", 4096, 64, 1, 1, 8)).at("block_n") == 64);   // 256

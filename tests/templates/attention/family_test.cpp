@@ -148,14 +148,14 @@ TEST_CASE("attention_fwd defaults are valid for every head dim and dtype and fit
           const Config c = forward_family().default_config(p);
           CHECK_NOTHROW(forward_family().space().check_member(c));
           // On a grid of 264 blocks of 128 rows or more (16384 rows x 6 heads: 768), 16-bit types take
-          // 128-row blocks: up to head_dim 80 two m16 tiles per warp, Q re-read from shared memory; above,
-          // 8 warps of one tile, 64-key tiles in swizzled rows. Else 64 rows, one tile per warp.
+          // 128-row blocks over 4 warps, two m16 tiles per warp, Q re-read from shared memory; above head_dim
+          // 80, 48-key tiles in swizzled rows. Else 64 rows, one tile per warp.
           const bool busy = std::string(dtype) != "f32" && seq == 16384;
-          const bool two_tiles = busy && d <= 80;
           CHECK(c.at("block_m") == (busy ? 128 : 64));
-          CHECK(c.at("block_m") / (16 * c.at("warps")) == (two_tiles ? 2 : 1));
-          CHECK(c.at("q_regs") == (two_tiles ? 0 : 1));
+          CHECK(c.at("block_m") / (16 * c.at("warps")) == (busy ? 2 : 1));
+          CHECK(c.at("q_regs") == (busy ? 0 : 1));
           CHECK(c.at("kv_layout") == (busy && d > 80 ? 1 : 0));
+          if (busy && d > 80) CHECK(c.at("block_n") == 48);
           for (const char* arch : {"sm_80", "sm_86", "sm_90"}) {
             std::string why;
             CHECK(forward_family().is_valid(c, p, DeviceLimits::for_arch(arch), &why));
@@ -362,19 +362,24 @@ TEST_CASE("attention candidates are points of the space, other than the default,
         CHECK_NOTHROW(f->space().check_member(c));
       }
   const auto sm90 = DeviceLimits::for_arch("sm_90");
-  // The causal forward at head_dim 128: two m16 tiles per warp with 32- and 48-key tiles, and one tile over 8
-  // warps (the default there); none up to head_dim 64 or for f32.
+  // The causal forward at head_dim 128: two m16 tiles per warp with 32-key tiles, and one tile over 8 warps
+  // with 64-key tiles; the default (two tiles, 48 keys) not again; none up to head_dim 64 or for f32.
   const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
   const auto fwd = forward_family().candidates(d128);
-  REQUIRE(fwd.size() == 3);
-  CHECK(fwd[1].at("block_n") == 48);
-  CHECK(forward_family().is_valid(fwd[0], d128, sm90));
-  CHECK(forward_family().is_valid(fwd[1], d128, sm90));
-  CHECK(fwd[2] == forward_family().default_config(d128));
+  REQUIRE(fwd.size() == 2);
+  CHECK(fwd[0].at("block_n") == 32);
+  CHECK(fwd[1].at("warps") == 8);
+  for (const Config& c : fwd) {
+    INFO(c.str());
+    CHECK(forward_family().is_valid(c, d128, sm90));
+    CHECK(c != forward_family().default_config(d128));
+  }
   CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 3);
   CHECK(forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16)).empty());
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).empty());
-  // The leaderboard backward: the default at 4 stages, FlashAttention-2's partition at 128- and 64-query tiles.
+  // The leaderboard backward, whose default is FlashAttention-2's partition at 64-query tiles: the default at 4
+  // stages, the partition at 128-query tiles and the previous default (16-query tiles over 4 warps of two key
+  // tiles each).
   const Problem leaderboard = problem("bf16", 16384, 64, 1, 1, 16);
   const auto bwd = backward_family().candidates(leaderboard);
   REQUIRE(bwd.size() == 3);
@@ -383,7 +388,9 @@ TEST_CASE("attention candidates are points of the space, other than the default,
     CHECK(backward_family().is_valid(c, leaderboard, sm90));
     CHECK(c != backward_family().default_config(leaderboard));
   }
-  CHECK(bwd[1].at("warp_split") == 2);
+  CHECK(bwd[0].at("stages") == 4);
+  CHECK(bwd[1].at("block_m") == 128);
+  CHECK(bwd[2].at("block_m") == 16);
 }
 
 TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling",

@@ -274,8 +274,8 @@ TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", 
 }
 
 TEST_CASE("a session measures the family's candidates right after the default, then searches", "[session]") {
-  // The CS336 leaderboard's backward: the default, then the default at 4 stages and FlashAttention-2's partition
-  // at 128- and 64-query tiles, whatever the strategy.
+  // The CS336 leaderboard's backward: the default (FlashAttention-2's partition at 64-query tiles), then the
+  // default at 4 stages, the partition at 128-query tiles and the previous default, whatever the strategy.
   const auto& family = templates::find_family("attention_bwd");
   const Problem problem{"bf16", {{"batch", 1}, {"heads", 16}, {"seq", 16384}, {"head_dim", 64}, {"causal", 1}}};
   const auto candidates = family.candidates(problem);
