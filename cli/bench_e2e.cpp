@@ -4,6 +4,7 @@
 // device, driver, date and git revision, or as JSON.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 #include <limits>
 
@@ -18,6 +19,34 @@
 namespace ktune::cli {
 
 namespace {
+
+// Each op's median time a step over the profiled steps, the slowest first,
+// and what the ops add up to beside the timed step's median.
+std::string profile_markdown(const model::E2eResult& r) {
+  struct Row {
+    const model::OpTimes* op;
+    double device_ms, host_ms;
+  };
+  std::vector<Row> rows;
+  double total = 0;
+  for (const auto& t : r.profile) {
+    rows.push_back({&t, model::phase_stats(t.device_ms).median_ms, model::phase_stats(t.host_ms).median_ms});
+    total += rows.back().device_ms;
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.device_ms > b.device_ms; });
+  std::string s = fmt::format(
+      "\nper op over {} profiled steps after the trials, medians (ms a step): device between two marks ({}) around "
+      "each op's calls, host inside them (enqueuing)\n\n",
+      r.options.trials, r.clock);
+  s += "| phase | op | shape | calls | device ms | host ms | % of the ops |\n|:--|:--|:--|--:|--:|--:|--:|\n";
+  for (const auto& row : rows)
+    s += fmt::format("| {} | {} | {} | {} | {:.4f} | {:.4f} | {:.1f} |\n", row.op->phase, row.op->op, row.op->shape,
+                     row.op->calls, row.device_ms, row.host_ms, total > 0 ? 100 * row.device_ms / total : 0.0);
+  const auto& timed = r.step.measured ? r.step : r.backward.measured ? r.forward_backward : r.forward;
+  s += fmt::format("\nthe ops add up to {:.3f} ms a step; the timed trials' median: {:.3f} ms\n", total,
+                   timed.median_ms);
+  return s;
+}
 
 std::string markdown(const model::E2eResult& r) {
   const auto& o = r.options;
@@ -69,6 +98,7 @@ std::string markdown(const model::E2eResult& r) {
   s += fmt::format("| {} | {} | {} |\n", model::format_bytes(r.plan_peak_bytes), model::format_bytes(r.allocated_bytes),
                    r.device_peak_bytes ? model::format_bytes(*r.device_peak_bytes) : std::string("-"));
   s += fmt::format("\nloss of the first step: {:.6f}\n", r.loss);
+  if (o.profile) s += profile_markdown(r);
   return s;
 }
 
@@ -105,6 +135,9 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   cmd->add_option("--save-batch", o->e.save_batch,
                   "Write the starting weights and the batch (tokens, targets) to this safetensors file, for a peer "
                   "to run the same step (bench/peers/torch_e2e.py)");
+  cmd->add_flag("--profile", o->e.profile,
+                "After the timed trials, as many steps again with each op timed (its calls between two marks of "
+                "the clock, and the host's time enqueuing them): a table per phase, op and shape, slowest first");
   cmd->callback([o, &global] {
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     if (!o->e.save_batch.empty()) writable_target(o->e.save_batch, "--save-batch");

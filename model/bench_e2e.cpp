@@ -1,9 +1,6 @@
 // End-to-end benchmark (see bench_e2e.hpp).
 #include "model/bench_e2e.hpp"
 
-
-#include "base/stamp.hpp"
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +10,7 @@
 #include <random>
 
 #include "base/error.hpp"
+#include "base/stamp.hpp"
 #include "model/memory_plan.hpp"
 #include "model/runtime.hpp"
 #include "model/safetensors.hpp"
@@ -42,6 +40,18 @@ namespace {
 nlohmann::json phase_json(const PhaseStats& p) {
   if (!p.measured) return nullptr;
   return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}, {"median_ms", p.median_ms}};
+}
+
+nlohmann::json profile_json(const std::vector<OpTimes>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : rows)
+    out.push_back({{"phase", r.phase},
+                   {"op", r.op},
+                   {"shape", r.shape},
+                   {"calls", r.calls},
+                   {"device_ms", phase_json(phase_stats(r.device_ms))},
+                   {"host_ms", phase_json(phase_stats(r.host_ms))}});
+  return out;
 }
 
 nlohmann::json launches_json(const std::optional<LaunchCount>& l) {
@@ -153,6 +163,19 @@ E2eResult bench_e2e(const E2eOptions& o) {
     }
   }
   E2eResult r;
+  if (o.profile) {
+    OpProfile profile(model->op_clock());
+    model->set_profile(&profile);
+    for (std::int64_t i = 0; i < o.trials; ++i) {
+      profile.begin_step();
+      model->forward(tokens, targets);
+      if (backward) model->backward();
+      if (optimizer) model->step(hyper);
+      profile.end_step();
+    }
+    model->set_profile(nullptr);
+    r.profile = profile.rows();
+  }
   r.options = o;
   r.forward = phase_stats(fwd);
   r.backward = phase_stats(bwd);
@@ -209,7 +232,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"plan_peak_bytes", r.plan_peak_bytes},
           {"device_peak_bytes", r.device_peak_bytes ? nlohmann::json(*r.device_peak_bytes) : nlohmann::json()},
           {"warnings", r.warnings},
-          {"launches_per_step", launches_json(r.launches)}};
+          {"launches_per_step", launches_json(r.launches)},
+          {"profile", o.profile ? profile_json(r.profile) : nlohmann::json()}};
 }
 
 }  // namespace ktune::model

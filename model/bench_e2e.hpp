@@ -18,6 +18,7 @@
 #include "model/config.hpp"
 #include "model/memory_plan.hpp"
 #include "model/ops/device_ops.hpp"
+#include "model/ops/profiled_ops.hpp"
 
 namespace ktune::model {
 
@@ -45,6 +46,9 @@ struct E2eOptions {
   std::string weights;     ///< safetensors to start from (empty: the seed-0 initialisation)
   std::string save_batch;  ///< when set: the starting weights and the batch (I32 `tokens`, `targets`,
                            ///< (batch, context)) written here as safetensors, for a peer to run the same step
+  /// After the timed trials, as many steps again with every op timed
+  /// (model/ops/profiled_ops.hpp); the trials' times stay unprofiled.
+  bool profile = false;
 };
 
 /// Mean and sample standard deviation (n-1) of one phase, in milliseconds
@@ -73,6 +77,7 @@ struct E2eResult {
   std::string kernels; ///< where the device kernels' configs came from (empty on cpu)
   std::optional<LaunchCount> launches;  ///< what one timed step (its passes) launched; device backends
   std::string date;    ///< UTC, ISO 8601
+  std::vector<OpTimes> profile;  ///< with options.profile: each op's times over the profiled steps
 };
 
 /// Runs the benchmark; throws kInvalidInput for an unknown backend or

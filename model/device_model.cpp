@@ -87,7 +87,7 @@ double DeviceTransformer::forward(std::span<const std::int32_t> tokens, std::spa
   ops_->upload({Region::kTokens, 0}, tokens.data(), tokens.size_bytes());
   ops_->upload({Region::kTargets, 0}, targets.data(), targets.size_bytes());
   have_forward_ = false;
-  const double loss = walk_forward(*ops_, L_);
+  const double loss = walk_profiled(*ops_, profile_, "forward", [&](Ops& ops) { return walk_forward(ops, L_); });
   have_forward_ = true;
   return loss;
 }
@@ -96,14 +96,14 @@ void DeviceTransformer::backward() {
   KTUNE_REQUIRE(L_.train, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
-  walk_backward(*ops_, L_);
+  walk_profiled(*ops_, profile_, "backward", [&](Ops& ops) { walk_backward(ops, L_); });
 }
 
 void DeviceTransformer::step(const templates::adamw::AdamwHyper& hyper) {
   KTUNE_REQUIRE(L_.train, "an optimizer step needs a model built for training");
   templates::adamw::AdamwHyper h = hyper;
   h.step = ++steps_;
-  walk_adamw(*ops_, L_, h);
+  walk_profiled(*ops_, profile_, "optimizer", [&](Ops& ops) { walk_adamw(ops, L_, h); });
 }
 
 void DeviceTransformer::synchronize() { backend_.synchronize(); }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "model/ops/device_ops.hpp"
+#include "model/ops/profiled_ops.hpp"
 #include "model/transformer.hpp"
 
 namespace ktune::model {
@@ -43,6 +44,8 @@ class DeviceTransformer {
   /// One AdamW step from the gradients (state zero at construction).
   void step(const templates::adamw::AdamwHyper& hyper);
   std::int64_t steps_taken() const { return steps_; }
+  /// Times every op of the passes that follow into `profile` (nullptr: none).
+  void set_profile(OpProfile* profile) { profile_ = profile; }
   /// Waits for everything enqueued.
   void synchronize();
 
@@ -50,6 +53,7 @@ class DeviceTransformer {
   tuner::exec::Backend& backend_;
   StepLayout L_;
   std::unique_ptr<DeviceOps> ops_;
+  OpProfile* profile_ = nullptr;
   bool have_forward_ = false;
   std::int64_t steps_ = 0;
 };

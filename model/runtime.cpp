@@ -42,6 +42,7 @@ class CpuRuntime final : public Runtime {
   std::string kernel_summary() const override { return ""; }
   std::vector<std::string> warnings() const override { return {}; }
   std::optional<LaunchCount> launches() const override { return std::nullopt; }
+  void set_profile(OpProfile* profile) override { model_.set_profile(profile); }
 
  private:
   Transformer<float> model_;
@@ -120,6 +121,7 @@ class DeviceRuntime final : public Runtime {
     return w;
   }
   std::optional<LaunchCount> launches() const override { return model_->ops().launches(); }
+  void set_profile(OpProfile* profile) override { model_->set_profile(profile); }
 
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;

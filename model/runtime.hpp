@@ -76,6 +76,14 @@ class Runtime {
   /// Kernel launches and GEMM calls enqueued so far (take the difference of
   /// two readings for a step); nullopt on cpu, which launches nothing.
   virtual std::optional<LaunchCount> launches() const = 0;
+  /// Times every op of the passes that follow into `profile` (nullptr: none),
+  /// with this runtime's marks.
+  virtual void set_profile(OpProfile* profile) = 0;
+  /// The clock `mark` and `elapsed_ms` read, for an OpProfile of this runtime.
+  OpClock op_clock() {
+    return {[this] { return mark(); },
+            [this](const tuner::exec::Mark& from, const tuner::exec::Mark& to) { return elapsed_ms(from, to); }};
+  }
 };
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation

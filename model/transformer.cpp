@@ -70,7 +70,7 @@ double Transformer<T>::forward(std::span<const std::int32_t> tokens, std::span<c
   std::copy(tokens.begin(), tokens.end(), tokens_.begin());
   std::copy(targets.begin(), targets.end(), targets_.begin());
   have_forward_ = false;
-  const double loss = walk_forward(*ops_, L_);
+  const double loss = walk_profiled(*ops_, profile_, "forward", [&](Ops& ops) { return walk_forward(ops, L_); });
   have_forward_ = true;
   return loss;
 }
@@ -80,7 +80,7 @@ void Transformer<T>::backward() {
   KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
-  walk_backward(*ops_, L_);
+  walk_profiled(*ops_, profile_, "backward", [&](Ops& ops) { walk_backward(ops, L_); });
 }
 
 template <class T>
@@ -95,7 +95,7 @@ void Transformer<T>::step(const templates::adamw::AdamwHyper& hyper) {
   }
   templates::adamw::AdamwHyper h = hyper;
   h.step = ++steps_;
-  walk_adamw(*ops_, L_, h);
+  walk_profiled(*ops_, profile_, "optimizer", [&](Ops& ops) { walk_adamw(ops, L_, h); });
 }
 
 template <class T>

@@ -16,6 +16,7 @@
 #include "model/config.hpp"
 #include "model/memory_plan.hpp"
 #include "model/ops/cpu_ops.hpp"
+#include "model/ops/profiled_ops.hpp"
 #include "model/parallel.hpp"
 #include "model/parameters.hpp"
 #include "model/walk.hpp"
@@ -74,6 +75,9 @@ class Transformer {
   void step(const templates::adamw::AdamwHyper& hyper);
   std::int64_t steps_taken() const { return steps_; }
 
+  /// Times every op of the passes that follow into `profile` (nullptr: none).
+  void set_profile(OpProfile* profile) { profile_ = profile; }
+
   /// Bytes this instance allocated (parameters, gradients, activations,
   /// workspace, inputs, and the AdamW moments once a step allocated them):
   /// equals the plan's peak for its allocation (peak_step after a step).
@@ -94,6 +98,7 @@ class Transformer {
   std::vector<std::int32_t> tokens_, targets_;  // (batch, context) each
   std::array<void*, kRegionCount> bases_{};  // what ops_ reads each region at
   std::unique_ptr<CpuOps<T>> ops_;
+  OpProfile* profile_ = nullptr;
   bool have_forward_ = false;
   std::int64_t steps_ = 0;
 };

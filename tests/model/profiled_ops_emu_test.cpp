@@ -1,0 +1,46 @@
+// `bench e2e --profile` on the emu backend: the cuda path's ops, each timed,
+// in compiled mode (flash attention, fused kernels) and eager mode (attention
+// by GEMMs inside its op).
+#include <catch2/catch.hpp>
+
+#include "model/bench_e2e.hpp"
+
+namespace model_profiled_ops_emu_test {
+
+using namespace ktune::model;
+
+TEST_CASE("emu backend: bench e2e --profile times each op, and compiled mode's GEMM ops are its GEMM launches",
+          "[emu][model][profile]") {
+  E2eOptions o;
+  o.backend = "emu";
+  o.model = model_config("tiny");
+  o.shape = RunShape{1, 12};
+  o.warmup = 0;
+  o.trials = 1;
+  o.passes = E2ePasses::kStep;
+  o.precision = Precision::kBf16;
+  o.profile = true;
+  for (const Mode mode : {Mode::kCompiled, Mode::kEager}) {
+    INFO(to_string(mode));
+    o.mode = mode;
+    const E2eResult r = bench_e2e(o);
+    REQUIRE(r.launches);
+    std::int64_t gemm_ops = 0, attention_ops = 0;
+    double total_ms = 0;
+    for (const auto& row : r.profile) {
+      gemm_ops += row.op == "gemm" ? row.calls : 0;
+      attention_ops += row.op.starts_with("attention_") ? row.calls : 0;
+      REQUIRE(row.device_ms.size() == 1);
+      total_ms += row.device_ms[0];
+    }
+    CHECK(attention_ops == 2 * o.model.layers);
+    // Compiled mode's attention is flash attention, no GEMM; eager mode's launches its GEMMs inside its op.
+    if (mode == Mode::kCompiled)
+      CHECK(gemm_ops == r.launches->gemms);
+    else
+      CHECK(gemm_ops < r.launches->gemms);
+    CHECK(total_ms > 0);
+  }
+}
+
+}  // namespace model_profiled_ops_emu_test
