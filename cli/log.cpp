@@ -3,6 +3,7 @@
 // table of fastest configs tune prints at its end.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <iostream>
 
 #include "base/error.hpp"
@@ -44,6 +45,15 @@ void add_log_command(CLI::App& app, Global& global) {
     view.backend = h.value("backend", h.value("gpu", "").rfind("host emulation", 0) == 0 ? "emu" : "gpu");
     view.peak_bandwidth_gbs = h.value("peak_bandwidth_gbs", 0.0);
     for (const auto& r : log.records) view.evaluations.push_back(evaluation_of(r));
+    // The default the session measured on its arch (the limits of its kind, not of the very GPU).
+    const std::string arch = h.value("arch", "");
+    const auto archs = DeviceLimits::known_archs();
+    if (std::find(archs.begin(), archs.end(), arch) != archs.end()) {
+      try {
+        view.default_config = templates::default_on(family, view.problem, DeviceLimits::for_arch(arch));
+      } catch (const Error&) {  // nothing valid there: the family's default labels the table
+      }
+    }
     if (global.json) {
       std::cout << nlohmann::json{{"file", opts->file}, {"session", h}, {"evaluations", view.evaluations.size()},
                                   {"top", top_json(view, opts->top)}}

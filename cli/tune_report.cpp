@@ -22,7 +22,7 @@ std::vector<const Evaluation*> ranked(const SessionView& s) {
 }
 
 std::optional<double> default_ms(const SessionView& s) {
-  const Config def = s.family->default_config(s.problem);
+  const Config def = s.default_of();
   for (const auto& e : s.evaluations)
     if (e.config == def && e.ok && e.median_ms > 0) return e.median_ms;
   return std::nullopt;
@@ -67,7 +67,7 @@ std::string top_table(const SessionView& s, std::size_t k) {
   if (rows.empty()) return "";
   const Rates rates = rates_for(s);
   const auto def = default_ms(s);
-  const Config def_config = s.family->default_config(s.problem);
+  const Config def_config = s.default_of();
   const std::vector<Config> candidates = s.family->candidates(s.problem);
   const double bytes = s.family->bytes(s.problem), flops = s.family->flops(s.problem);
   std::vector<Table::Column> columns = {{"#", true},

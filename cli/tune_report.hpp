@@ -4,6 +4,7 @@
 // speed-up over the family default, labelled as host time when the session
 // ran on the emulation.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,8 +36,12 @@ struct SessionView {
   double peak_bandwidth_gbs = 0;   ///< 0: unknown
   std::vector<Evaluation> evaluations;  ///< in the order they ran
   std::string winner;              ///< the winner's config text, when the winner rule picked one
+  /// What the session measured as the default: the family's, or on a device
+  /// it does not fit the valid config nearest it (templates::default_on).
+  std::optional<Config> default_config;
 
   bool emulated() const { return backend == "emu"; }
+  Config default_of() const { return default_config.value_or(family->default_config(problem)); }
 };
 
 /// The `k` fastest working configs as a table (markdown pipes).

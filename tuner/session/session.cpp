@@ -186,10 +186,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   evaluator.set_shard(options.shard_index, options.shard_count);
 
   TuneSummary summary;
-  const Config def = family.default_config(problem);
-  // The default goes first, within the budget: every speed-up is measured
+  // The default (the valid config nearest it where it does not fit the
+  // device) goes first, within the budget: every speed-up is measured
   // against it; then the family's candidates that the device can run (in
   // this session's shard).
+  const Config def = templates::default_on(family, problem, device);
   std::vector<Config> first = {def};
   for (const Config& c : family.candidates(problem))
     if (std::find(first.begin(), first.end(), c) == first.end() && evaluator.is_valid(c, nullptr))

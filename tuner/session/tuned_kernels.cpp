@@ -17,7 +17,11 @@ cache::Key cache_key(const templates::Family& family, const templates::Problem& 
 ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
                            const DeviceLimits& device, const cache::TunedCache* tuned,
                            std::vector<std::string>* warnings) {
-  ChosenConfig out{family.default_config(problem), cache::Match::kNone, "default (no tuned cache)"};
+  const Config def = templates::default_on(family, problem, device);
+  const std::string default_source = def == family.default_config(problem)
+                                         ? "default"
+                                         : fmt::format("the valid config nearest the default on {}", device.arch);
+  ChosenConfig out{def, cache::Match::kNone, default_source + " (no tuned cache)"};
   if (!tuned) return out;
   auto usable = [&](const nlohmann::json& j) {
     try {
@@ -32,9 +36,12 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
       tuned->lookup(cache_key(family, problem, device), [&](const cache::Entry& e) { return usable(e.config); });
   if (warnings) warnings->insert(warnings->end(), a.result.warnings.begin(), a.result.warnings.end());
   out.source = a.reason;
-  if (a.result.match == cache::Match::kNone || !a.result.entry) return out;
+  if (a.result.match == cache::Match::kNone || !a.result.entry) {
+    if (def != family.default_config(problem)) out.source = default_source + " (no usable tuned entry)";
+    return out;
+  }
   if (!usable(a.result.entry->config)) {
-    out.source = "default (the exact entry's config is not valid here)";
+    out.source = default_source + " (the exact entry's config is not valid here)";
     return out;
   }
   out.config = Config::from_json(a.result.entry->config);

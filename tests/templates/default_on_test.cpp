@@ -1,0 +1,54 @@
+// What a run without a tuned entry takes on a device (templates::default_on):
+// the family's default where it fits, else the valid config nearest it.
+#include <catch2/catch.hpp>
+
+#include "base/error.hpp"
+#include "templates/family.hpp"
+#include "tuner/session/tuned_kernels.hpp"
+
+namespace templates_default_on_test {
+
+using namespace ktune;
+using namespace ktune::templates;
+
+TEST_CASE("every family's run-time default is valid on every known arch, and is the family's default where that "
+          "fits",
+          "[templates][default]") {
+  for (const Family* f : all_families())
+    for (const auto& p : f->problem_classes())
+      for (const auto& arch : DeviceLimits::known_archs()) {
+        INFO(f->name() << " " << p.key() << " " << arch);
+        const auto limits = DeviceLimits::for_arch(arch);
+        const Config c = default_on(*f, p, limits);
+        CHECK(f->is_valid(c, p, limits));
+        if (f->is_valid(f->default_config(p), p, limits)) CHECK(c == f->default_config(p));
+      }
+}
+
+TEST_CASE("the f32 attention backward's default, over an sm_89 block's shared memory, gives way to the config one "
+          "step from it that fits",
+          "[templates][default]") {
+  const Family& f = find_family("attention_bwd");
+  const Problem p{"f32", {{"batch", 1}, {"heads", 2}, {"seq", 37}, {"head_dim", 64}, {"causal", 1}}};
+  const auto sm89 = DeviceLimits::for_arch("sm_89");
+  const Config def = f.default_config(p);
+  REQUIRE(f.is_valid(def, p, DeviceLimits::for_arch("sm_80")));
+  REQUIRE_FALSE(f.is_valid(def, p, sm89));  // 120 KB of shared memory; an sm_89 block may use 99
+  const Config c = default_on(f, p, sm89);
+  CHECK(f.is_valid(c, p, sm89));
+  // One parameter changed, by one step of its domain: 64-query tiles become 32-query tiles.
+  Config expected = def;
+  expected.set("block_m", def.at("block_m") / 2);
+  CHECK(c == expected);
+  const auto chosen = tuner::choose_config(f, p, sm89, nullptr, nullptr);
+  CHECK(chosen.config == c);
+  CHECK(chosen.source == "the valid config nearest the default on sm_89 (no tuned cache)");
+  CHECK(tuner::choose_config(f, p, DeviceLimits::for_arch("sm_80"), nullptr, nullptr).source ==
+        "default (no tuned cache)");
+  // A problem no config fits says so.
+  DeviceLimits tiny = sm89;
+  tiny.max_smem_per_block = 1024;
+  CHECK_THROWS_WITH(default_on(f, p, tiny), Catch::Contains("no config of the space is valid for"));
+}
+
+}  // namespace templates_default_on_test
