@@ -3,10 +3,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "base/error.hpp"
+#include "model/parallel.hpp"
 
 namespace ktune::model {
 
@@ -47,27 +51,56 @@ ParameterLayout parameter_layout(const ModelConfig& m) {
   return p;
 }
 
+namespace {
+
+// Values a random stream draws: blocks of a tensor, each from a stream of its
+// own, so the blocks fill side by side and the values do not depend on the
+// threads.
+constexpr std::int64_t kInitBlock = std::int64_t{1} << 20;
+
+// SplitMix64's finaliser: well-spread stream seeds from (seed, tensor, block).
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
 template <class T>
 void init_parameters(const ParameterLayout& layout, T* data, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal(0.0, 1.0);
-  auto truncated = [&](double std) {
-    for (;;) {
-      const double z = normal(rng);
-      if (std::abs(z) <= 3.0) return static_cast<T>(z * std);
-    }
+  struct Block {
+    std::size_t tensor;
+    std::int64_t begin, end;
   };
-  for (const auto& t : layout.tensors) {
-    T* p = data + t.offset;
-    if (t.shape.size() == 1) {  // RMSNorm gains
-      for (std::int64_t i = 0; i < t.numel; ++i) p[i] = T(1);
-    } else if (t.name == "token_embeddings.weight") {
-      for (std::int64_t i = 0; i < t.numel; ++i) p[i] = truncated(1.0);
-    } else {
-      const double std = std::sqrt(2.0 / static_cast<double>(t.shape[0] + t.shape[1]));
-      for (std::int64_t i = 0; i < t.numel; ++i) p[i] = truncated(std);
+  std::vector<Block> blocks;
+  for (std::size_t t = 0; t < layout.tensors.size(); ++t)
+    for (std::int64_t b = 0; b < layout.tensors[t].numel; b += kInitBlock)
+      blocks.push_back({t, b, std::min(b + kInitBlock, layout.tensors[t].numel)});
+  Parallel parallel(std::max(1u, std::thread::hardware_concurrency()));
+  parallel.for_range(static_cast<std::int64_t>(blocks.size()), [&](std::int64_t first, std::int64_t last, unsigned) {
+    for (std::int64_t i = first; i < last; ++i) {
+      const Block& block = blocks[static_cast<std::size_t>(i)];
+      const ParamInfo& t = layout.tensors[block.tensor];
+      T* p = data + t.offset;
+      if (t.shape.size() == 1) {  // RMSNorm gains
+        std::fill(p + block.begin, p + block.end, T(1));
+        continue;
+      }
+      // Linear weights: std sqrt(2 / (in + out)); the embedding: 1.
+      const double std = t.name == "token_embeddings.weight"
+                             ? 1.0
+                             : std::sqrt(2.0 / static_cast<double>(t.shape[0] + t.shape[1]));
+      std::mt19937_64 rng(mix(mix(mix(seed) ^ block.tensor) ^ static_cast<std::uint64_t>(block.begin / kInitBlock)));
+      std::normal_distribution<double> normal(0.0, 1.0);
+      for (std::int64_t j = block.begin; j < block.end; ++j) {
+        double z = normal(rng);
+        while (std::abs(z) > 3.0) z = normal(rng);  // truncated at 3 std
+        p[j] = static_cast<T>(z * std);
+      }
     }
-  }
+  });
 }
 
 template void init_parameters<float>(const ParameterLayout&, float*, std::uint64_t);

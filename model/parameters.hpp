@@ -42,7 +42,10 @@ struct ParameterLayout {
 ParameterLayout parameter_layout(const ModelConfig& m);
 
 /// CS336 initialisation: Linear weights ~ N(0, 2/(in+out)) truncated at 3
-/// std, embeddings ~ N(0, 1) truncated at 3, RMSNorm weights 1. Seeded.
+/// std, embeddings ~ N(0, 1) truncated at 3, RMSNorm weights 1. Seeded: each
+/// block of 2^20 values of a tensor draws from a stream of its own (seed,
+/// tensor, block), filled on every core; the values do not depend on the
+/// core count.
 template <class T>
 void init_parameters(const ParameterLayout& layout, T* data, std::uint64_t seed);
 
