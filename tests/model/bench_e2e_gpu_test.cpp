@@ -1,7 +1,8 @@
 // The end-to-end benchmark on a GPU: CUDA-event phase times, the measured
 // peak device memory beside the plan's, compiled mode's GEMM choices written
-// to the cache and read back without timing, and a plan too large for the
-// GPU refused before anything is allocated. Skipped without a device.
+// to the cache and read back without timing, each op profiled with CUDA
+// events, and a plan too large for the GPU refused before anything is
+// allocated. Skipped without a device.
 #include "model/bench_e2e.hpp"
 
 #include <catch2/catch.hpp>
@@ -38,9 +39,22 @@ TEST_CASE("bench e2e on cuda: events, measured memory, GEMM choices cached", "[g
   for (const auto& e : cache::CacheFile(cache).load_input()) gemms += e.key.family == "gemm";
   CHECK(gemms > 0);
 
+  o.profile = true;  // the second run profiles its ops with CUDA events as well
   const E2eResult second = bench_e2e(o);
   CHECK_THAT(second.kernels, Catch::Contains(" 0 timed now"));
   CHECK(second.loss == Approx(first.loss).epsilon(1e-5));
+  REQUIRE(second.launches);
+  std::int64_t gemm_ops = 0;
+  double ops_ms = 0;
+  for (const auto& row : second.profile) {
+    gemm_ops += row.op == "gemm" ? row.calls : 0;
+    REQUIRE(row.device_ms.size() == 2);
+    CHECK(row.device_ms[0] >= 0);
+    ops_ms += row.device_ms[0];
+  }
+  CHECK(gemm_ops == second.launches->gemms);
+  // The ops fill the step between its marks: their sum is about the step (more: each mark costs a little).
+  CHECK(ops_ms > 0.5 * second.step.median_ms);
 
   // A plan beyond the GPU's memory: one line, before anything is allocated.
   o.model = model_config("2.7B");
