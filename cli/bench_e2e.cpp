@@ -36,12 +36,19 @@ std::string profile_markdown(const model::E2eResult& r) {
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.device_ms > b.device_ms; });
   std::string s = fmt::format(
       "\nper op over {} profiled steps after the trials, medians (ms a step): device between two marks ({}) around "
-      "each op's calls, host inside them (enqueuing)\n\n",
+      "each op's calls, host inside them (enqueuing); TFLOP/s of GEMMs (2 m n k) and attention (the causal half of "
+      "4 B H S^2 d forward, 2.5 times that backward, whatever the kernels compute)\n\n",
       r.options.trials, r.clock);
-  s += "| phase | op | shape | calls | device ms | host ms | % of the ops |\n|:--|:--|:--|--:|--:|--:|--:|\n";
-  for (const auto& row : rows)
-    s += fmt::format("| {} | {} | {} | {} | {:.4f} | {:.4f} | {:.1f} |\n", row.op->phase, row.op->op, row.op->shape,
-                     row.op->calls, row.device_ms, row.host_ms, total > 0 ? 100 * row.device_ms / total : 0.0);
+  s += "| phase | op | shape | calls | device ms | host ms | % of the ops | TFLOP/s |\n"
+       "|:--|:--|:--|--:|--:|--:|--:|--:|\n";
+  for (const auto& row : rows) {
+    // The host emulation's times say nothing of a GPU's rates.
+    const bool rate = row.op->flops > 0 && row.device_ms > 0 && r.options.backend != "emu";
+    s += fmt::format("| {} | {} | {} | {} | {:.4f} | {:.4f} | {:.1f} | {} |\n", row.op->phase, row.op->op,
+                     row.op->shape, row.op->calls, row.device_ms, row.host_ms,
+                     total > 0 ? 100 * row.device_ms / total : 0.0,
+                     rate ? fmt::format("{:.3g}", row.op->flops / (row.device_ms * 1e9)) : std::string("-"));
+  }
   const auto& timed = r.step.measured ? r.step : r.backward.measured ? r.forward_backward : r.forward;
   s += fmt::format("\nthe ops add up to {:.3f} ms a step; the timed trials' median: {:.3f} ms\n", total,
                    timed.median_ms);
@@ -137,7 +144,8 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                   "to run the same step (bench/peers/torch_e2e.py)");
   cmd->add_flag("--profile", o->e.profile,
                 "After the timed trials, as many steps again with each op timed (its calls between two marks of "
-                "the clock, and the host's time enqueuing them): a table per phase, op and shape, slowest first");
+                "the clock, and the host's time enqueuing them): a table per phase, op and shape, slowest first, with "
+                "GEMMs' and attention's TFLOP/s");
   cmd->callback([o, &global] {
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     if (!o->e.save_batch.empty()) writable_target(o->e.save_batch, "--save-batch");

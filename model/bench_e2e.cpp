@@ -49,6 +49,7 @@ nlohmann::json profile_json(const std::vector<OpTimes>& rows) {
                    {"op", r.op},
                    {"shape", r.shape},
                    {"calls", r.calls},
+                   {"flops", r.flops},
                    {"device_ms", phase_json(phase_stats(r.device_ms))},
                    {"host_ms", phase_json(phase_stats(r.host_ms))}});
   return out;

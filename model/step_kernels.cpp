@@ -11,6 +11,11 @@ templates::Problem attention_scores_problem(const templates::attention::Attentio
   return {dtype, {{"rows", s.batch * s.heads * s.seq}, {"cols", s.seq}, {"causal", s.causal ? 1 : 0}}};
 }
 
+templates::Problem flash_attention_problem(const templates::attention::AttentionShape& s, const std::string& dtype) {
+  return {dtype, {{"batch", s.batch}, {"heads", s.heads}, {"seq", s.seq}, {"head_dim", s.head_dim},
+                  {"causal", s.causal ? 1 : 0}}};
+}
+
 namespace {
 
 // The dims of `dtype` equal tensors of the model's mean size (its total
@@ -43,10 +48,10 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   const Problem rope{dtype, {{"head_dim", config.head_dim()}, {"heads", config.heads}, {"seq", shape.context},
                              {"tokens", tokens}}};
   // Flash attention reads q, k, v straight out of the projections; f32 runs on the tf32 matrix units.
-  const Problem flash{dtype, {{"batch", shape.batch}, {"heads", config.heads}, {"seq", shape.context},
-                              {"head_dim", config.head_dim()}, {"causal", 1}}};
-  const Problem scores =
-      attention_scores_problem({shape.batch, shape.context, config.heads, config.head_dim(), true}, dtype);
+  const templates::attention::AttentionShape attention_shape{shape.batch, shape.context, config.heads,
+                                                             config.head_dim(), true};
+  const Problem flash = flash_attention_problem(attention_shape, dtype);
+  const Problem scores = attention_scores_problem(attention_shape, dtype);
   const bool is_flash = attention == AttentionSaved::kLogSumExp;
   const Problem gate{dtype, {{"n", tokens * config.d_ff}}};
   const Problem loss{dtype, {{"rows", tokens}, {"vocab", config.vocab}}};

@@ -56,5 +56,8 @@ inline constexpr std::int64_t kAdamwTunedElements = std::int64_t{1} << 27;
 /// Materialised attention's softmax problem: the scores of every (batch,
 /// head) as stacked (S, S) blocks, causal when the shape is.
 templates::Problem attention_scores_problem(const templates::attention::AttentionShape& s, const std::string& dtype);
+/// Flash attention's problem (attention_fwd and attention_bwd); f32
+/// multiplies in tf32.
+templates::Problem flash_attention_problem(const templates::attention::AttentionShape& s, const std::string& dtype);
 
 }  // namespace ktune::model

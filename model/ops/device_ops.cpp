@@ -52,11 +52,6 @@ Problem gate_problem(const std::string& dtype, std::int64_t n) { return {dtype, 
 Problem loss_problem(const std::string& dtype, std::int64_t rows, std::int64_t vocab) {
   return {dtype, {{"rows", rows}, {"vocab", vocab}}};
 }
-// Flash attention's problem; f32 multiplies in tf32.
-Problem flash_problem(const std::string& dtype, const tr::attention::AttentionShape& s) {
-  return {dtype, {{"batch", s.batch}, {"heads", s.heads}, {"seq", s.seq}, {"head_dim", s.head_dim},
-                  {"causal", s.causal ? 1 : 0}}};
-}
 
 class HostGemm final : public GemmEngine {
  public:
@@ -408,7 +403,7 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                                   const templates::attention::AttentionShape& s) {
   if (L_.attention == AttentionSaved::kLogSumExp) {
     const auto strides = tr::attention::bshd_strides(s);
-    run(tr::attention::forward_family(), flash_problem(dtype_, s),
+    run(tr::attention::forward_family(), flash_attention_problem(s, dtype_),
         {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
          .q_strides = strides, .k_strides = strides, .v_strides = strides, .o_strides = strides,
          .scale = tr::attention::default_scale(s.head_dim)});
@@ -436,7 +431,7 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
                                    const templates::attention::AttentionShape& s) {
   if (L_.attention == AttentionSaved::kLogSumExp) {
     const auto strides = tr::attention::bshd_strides(s);
-    run(tr::attention::backward_family(), flash_problem(dtype_, s),  // its workspace in the scratch
+    run(tr::attention::backward_family(), flash_attention_problem(s, dtype_),  // its workspace in the scratch
         {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
          .dout = address(dout), .dq = address(dq), .dk = address(dk), .dv = address(dv), .q_strides = strides,
          .k_strides = strides, .v_strides = strides, .o_strides = strides, .do_strides = strides,

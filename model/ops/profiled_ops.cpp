@@ -6,6 +6,8 @@
 #include <chrono>
 
 #include "base/error.hpp"
+#include "model/step_kernels.hpp"
+#include "templates/attention/attention.hpp"
 
 namespace ktune::model {
 
@@ -24,15 +26,18 @@ void OpProfile::end_step() {
     rows_[p.row].device_ms.back() += clock_.elapsed_ms(*p.from, *p.to);
     rows_[p.row].host_ms.back() += p.host_ms;
   }
-  // Calls per step from the first step; every step of a walk issues the same.
+  // Calls and flops per step from the first step; every step of a walk issues the same.
   if (steps_ == 0)
-    for (const auto& p : pending_) ++rows_[p.row].calls;
+    for (const auto& p : pending_) {
+      ++rows_[p.row].calls;
+      rows_[p.row].flops += p.flops;
+    }
   pending_.clear();
   in_step_ = false;
   ++steps_;
 }
 
-void OpProfile::time(const std::string& phase, const std::string& op, const std::string& shape,
+void OpProfile::time(const std::string& phase, const std::string& op, const std::string& shape, double flops,
                      const std::function<void()>& call) {
   if (!in_step_) return call();  // outside a profiled step (the walk's set-up): untimed
   std::size_t row = 0;
@@ -42,9 +47,9 @@ void OpProfile::time(const std::string& phase, const std::string& op, const std:
     // A row first seen in a later step has no time in the earlier ones.
     KTUNE_REQUIRE(steps_ == 0, fmt::format("{} {} ({}) ran in profiled step {} but not in the first", phase, op,
                                            shape, steps_ + 1));
-    rows_.push_back({phase, op, shape, 0, {0}, {0}});
+    rows_.push_back({phase, op, shape, 0, 0, {0}, {0}});
   }
-  Pending p{row, clock_.mark(), nullptr, 0};
+  Pending p{row, clock_.mark(), nullptr, 0, flops};
   const auto start = std::chrono::steady_clock::now();
   call();
   p.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -70,7 +75,7 @@ void ProfiledOps::gemm(const GemmOp& g) {
   std::string shape = fmt::format("{}x{}x{} {}{}", g.m, g.n, g.k, g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N');
   if (g.batch > 1) shape += fmt::format(" x{}", g.batch);
   if (g.beta != 0) shape += " +C";
-  time("gemm", shape, [&] { inner_.gemm(g); });
+  time("gemm", shape, [&] { inner_.gemm(g); }, 2.0 * static_cast<double>(g.m * g.n * g.k * g.batch));
 }
 
 void ProfiledOps::embedding_forward(Ref tokens, Ref table, Ref out, std::int64_t rows, std::int64_t dim,
@@ -120,13 +125,15 @@ void ProfiledOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, s
 
 void ProfiledOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                                     const templates::attention::AttentionShape& s) {
-  time("attention_forward", attention(s), [&] { inner_.attention_forward(q, k, v, saved, out, s); });
+  time("attention_forward", attention(s), [&] { inner_.attention_forward(q, k, v, saved, out, s); },
+       templates::attention::forward_family().flops(flash_attention_problem(s, "f32")));
 }
 
 void ProfiledOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                                      const templates::attention::AttentionShape& s) {
   time("attention_backward", attention(s),
-       [&] { inner_.attention_backward(q, k, v, out, saved, dout, dq, dk, dv, s); });
+       [&] { inner_.attention_backward(q, k, v, out, saved, dout, dq, dk, dv, s); },
+       templates::attention::backward_family().flops(flash_attention_problem(s, "f32")));
 }
 
 void ProfiledOps::swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) {

@@ -30,6 +30,7 @@ struct OpTimes {
   std::string op;     ///< the Ops call: gemm, attention_forward, ...
   std::string shape;  ///< its sizes, as the calls of one shape share them ("256x2304x768 NT")
   std::int64_t calls = 0;         ///< per step
+  double flops = 0;               ///< per step, for GEMMs and attention (0: not counted)
   std::vector<double> device_ms;  ///< one per step: all its calls, between the clock's marks
   std::vector<double> host_ms;    ///< one per step: the host's time inside its calls
 };
@@ -47,8 +48,9 @@ class OpProfile {
   /// The rows, in the order their ops first ran.
   const std::vector<OpTimes>& rows() const { return rows_; }
 
-  /// For ProfiledOps: runs `call` between two marks, as `op` of `shape` in `phase`.
-  void time(const std::string& phase, const std::string& op, const std::string& shape,
+  /// For ProfiledOps: runs `call` between two marks, as `op` of `shape` in
+  /// `phase`, a call of `flops` floating-point operations (0: not counted).
+  void time(const std::string& phase, const std::string& op, const std::string& shape, double flops,
             const std::function<void()>& call);
 
  private:
@@ -56,6 +58,7 @@ class OpProfile {
     std::size_t row;
     std::unique_ptr<tuner::exec::Mark> from, to;
     double host_ms;
+    double flops;
   };
   OpClock clock_;
   std::vector<OpTimes> rows_;
@@ -101,8 +104,8 @@ class ProfiledOps final : public Ops {
   void adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) override;
 
  private:
-  void time(const char* op, const std::string& shape, const std::function<void()>& call) {
-    profile_.time(phase_, op, shape, call);
+  void time(const char* op, const std::string& shape, const std::function<void()>& call, double flops = 0) {
+    profile_.time(phase_, op, shape, flops, call);
   }
   Ops& inner_;
   OpProfile& profile_;

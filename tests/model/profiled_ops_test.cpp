@@ -3,6 +3,7 @@
 #include "model/ops/profiled_ops.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <map>
 #include <utility>
@@ -39,7 +40,7 @@ TEST_CASE("an op profile sums each op's calls of a step between the clock's mark
                        return static_cast<const Tick&>(to).t - static_cast<const Tick&>(from).t;
                      }});
   const auto op = [&](const char* phase, const char* name, const char* shape, double ms) {
-    profile.time(phase, name, shape, [&] { now += ms; });
+    profile.time(phase, name, shape, 100 * ms, [&] { now += ms; });
   };
   op("forward", "gemm", "8x8x8 NT", 5);  // outside a step: runs, untimed
   for (int step = 0; step < 3; ++step) {
@@ -55,6 +56,7 @@ TEST_CASE("an op profile sums each op's calls of a step between the clock's mark
   REQUIRE(rows.size() == 3);
   CHECK(profile.steps() == 3);
   CHECK((rows[0].phase == "forward" && rows[0].shape == "8x8x8 NT" && rows[0].calls == 2));
+  CHECK(rows[0].flops == 300);  // a step's calls: 100 + 200
   CHECK(rows[0].device_ms == std::vector<double>{3, 3, 3});
   CHECK(rows[1].device_ms == std::vector<double>{4, 5, 6});
   CHECK((rows[2].phase == "backward" && rows[2].calls == 1));
@@ -92,6 +94,24 @@ TEST_CASE("bench e2e --profile times every op of the walk in its phase, after th
   CHECK(n.at({"backward", "embedding_backward"}) == 1);
   CHECK(n.at({"optimizer", "adamw_step"}) == 1);
   CHECK(n.size() == 9 + 8 + 1);  // the forward's ops, the backward's, AdamW
+  // FLOPs a step: 2 m n k a GEMM (the LM head's: tokens x vocab x d_model), attention's causal half of
+  // 4 B H S^2 d forward and 2.5 times that backward, nothing for the other ops.
+  const double tokens = static_cast<double>(o.shape.tokens()), s = static_cast<double>(o.shape.context);
+  const double attention = 0.5 * 4 * static_cast<double>(o.shape.batch * o.model.heads) * s * s *
+                           static_cast<double>(o.model.head_dim()) * static_cast<double>(layers);
+  const std::string head = fmt::format("{}x{}x{} NT", o.shape.tokens(), o.model.vocab, o.model.d_model);
+  int checked = 0;
+  for (const auto& row : r.profile) {
+    INFO(row.phase << " " << row.op << " " << row.shape);
+    if (row.op == "attention_forward") CHECK(row.flops == Approx(attention));
+    if (row.op == "attention_backward") CHECK(row.flops == Approx(2.5 * attention));
+    if (row.op == "gemm" && row.phase == "forward" && row.shape == head) {
+      CHECK(row.flops == Approx(2 * tokens * static_cast<double>(o.model.vocab * o.model.d_model)));
+      ++checked;
+    }
+    if (row.op != "gemm" && !row.op.starts_with("attention_")) CHECK(row.flops == 0);
+  }
+  CHECK(checked == 1);
   for (const auto& row : r.profile) {
     INFO(row.phase << " " << row.op << " " << row.shape);
     REQUIRE(row.device_ms.size() == 2);
