@@ -43,6 +43,7 @@ void run_variant(const RunArgs& a, const Global& global) {
   tuner::RunOptions options;
   options.seed = a.seed;
   options.time = a.time && a.backend == "gpu";
+  options.per_launch = options.time;
   const auto r = runner->run(family, config, problem, options);
 
   if (global.json) {
@@ -51,6 +52,8 @@ void run_variant(const RunArgs& a, const Global& global) {
                         {"failure", r.failure},      {"max_error", r.max_error},   {"compile_ms", r.compile_ms}};
     for (const auto& [name, e] : r.errors) j["errors"][name] = e;
     if (r.timing) j["median_ms"] = r.timing->median_ms;
+    for (const auto& [kernel, m] : r.launch_timings)
+      j["launches"].push_back({{"kernel", kernel}, {"median_ms", m.median_ms}});
     std::cout << j.dump() << "\n";
   } else {
     std::cout << fmt::format("{} {} on {} ({}), config {}\n", family.name(), problem.key(), runner->backend(),
@@ -59,6 +62,10 @@ void run_variant(const RunArgs& a, const Global& global) {
     if (r.timing)
       std::cout << fmt::format("  time: median {:.4f} ms (p20 {:.4f}, p80 {:.4f}; {})\n", r.timing->median_ms,
                                r.timing->p20_ms, r.timing->p80_ms, r.timing->method);
+    // A plan of several launches: each alone, the same way.
+    for (const auto& [kernel, m] : r.launch_timings)
+      std::cout << fmt::format("    {}: median {:.4f} ms (p20 {:.4f}, p80 {:.4f})\n",
+                               kernel.substr(0, kernel.find('<')), m.median_ms, m.p20_ms, m.p80_ms);
     std::cout << (r.ok ? "PASS" : "FAIL: " + r.failure) << fmt::format(" (compile {:.0f} ms)\n", r.compile_ms);
   }
   if (!r.ok) throw Error(ErrorKind::kCheckFailed, family.name() + " failed: " + r.failure);
@@ -80,7 +87,9 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")->capture_default_str();
   cmd->add_option("--arch", args->arch, "Emulation: whose limits the emulated device has")->capture_default_str();
   cmd->add_option("--workers", args->workers, "Emulation: OS threads running blocks (0: all hardware threads)");
-  cmd->add_flag("--time", args->time, "GPU: also time the variant");
+  cmd->add_flag("--time", args->time,
+                "GPU: also time the variant, and each launch of a plan of several alone (attention_bwd: D, dK and "
+                "dV, dQ)");
   cmd->callback([args, &global] { run_variant(*args, global); });
 }
 

@@ -102,6 +102,11 @@ class BackendRunner final : public Runner {
     if (options.time) {
       result.timing = backend_->time([&] { backend_->launch(module, plan); }, options,
                                      fmt::format("{} launch{}", plan.size(), plan.size() == 1 ? "" : "es"));
+      if (options.per_launch && plan.size() > 1)
+        for (const auto& l : plan)
+          result.launch_timings.emplace_back(
+              module.kernel_names()[static_cast<std::size_t>(l.kernel)],
+              backend_->time([&] { backend_->launch(module, {l}); }, options, "1 launch alone"));
     }
   }
 

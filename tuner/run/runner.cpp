@@ -21,10 +21,31 @@ Measurement summarize(std::vector<double> samples) {
   return m;
 }
 
+namespace {
+
+nlohmann::json measurement_json(const Measurement& m) {
+  return {{"median_ms", m.median_ms}, {"p20_ms", m.p20_ms},         {"p80_ms", m.p80_ms},
+          {"repetitions", m.repetitions}, {"samples_ms", m.samples_ms}, {"method", m.method}};
+}
+
+Measurement measurement_from_json(const nlohmann::json& t) {
+  Measurement m;
+  m.median_ms = t.at("median_ms").get<double>();
+  m.p20_ms = t.at("p20_ms").get<double>();
+  m.p80_ms = t.at("p80_ms").get<double>();
+  m.repetitions = t.at("repetitions").get<int>();
+  // Absent in session logs written before the samples were kept.
+  if (t.contains("samples_ms")) m.samples_ms = t["samples_ms"].get<std::vector<double>>();
+  m.method = t.at("method").get<std::string>();
+  return m;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const RunOptions& o) {
   return {{"seed", o.seed}, {"validate", o.validate}, {"time", o.time}, {"warmup", o.warmup},
           {"min_repetitions", o.min_repetitions}, {"max_repetitions", o.max_repetitions},
-          {"min_seconds", o.min_seconds}};
+          {"min_seconds", o.min_seconds}, {"per_launch", o.per_launch}};
 }
 
 RunOptions run_options_from_json(const nlohmann::json& j) {
@@ -36,6 +57,7 @@ RunOptions run_options_from_json(const nlohmann::json& j) {
   o.min_repetitions = j.at("min_repetitions").get<int>();
   o.max_repetitions = j.at("max_repetitions").get<int>();
   o.min_seconds = j.at("min_seconds").get<double>();
+  o.per_launch = j.value("per_launch", false);
   return o;
 }
 
@@ -43,10 +65,9 @@ nlohmann::json to_json(const RunResult& r) {
   nlohmann::json j = {{"ok", r.ok}, {"failure", r.failure}, {"max_error", r.max_error},
                       {"compile_ms", r.compile_ms}, {"wall_ms", r.wall_ms}, {"errors", nlohmann::json::array()}};
   for (const auto& [name, e] : r.errors) j["errors"].push_back({{"buffer", name}, {"error", e}});
-  if (r.timing)
-    j["timing"] = {{"median_ms", r.timing->median_ms}, {"p20_ms", r.timing->p20_ms}, {"p80_ms", r.timing->p80_ms},
-                   {"repetitions", r.timing->repetitions}, {"samples_ms", r.timing->samples_ms},
-                   {"method", r.timing->method}};
+  if (r.timing) j["timing"] = measurement_json(*r.timing);
+  for (const auto& [kernel, m] : r.launch_timings)
+    j["launch_timings"].push_back({{"kernel", kernel}, {"timing", measurement_json(m)}});
   return j;
 }
 
@@ -61,18 +82,10 @@ RunResult run_result_from_json(const nlohmann::json& j) {
   for (const auto& e : j.at("errors"))
     r.errors.emplace_back(e.at("buffer").get<std::string>(),
                           e.at("error").is_number() ? e["error"].get<double>() : std::nan(""));
-  if (j.contains("timing")) {
-    const auto& t = j["timing"];
-    Measurement m;
-    m.median_ms = t.at("median_ms").get<double>();
-    m.p20_ms = t.at("p20_ms").get<double>();
-    m.p80_ms = t.at("p80_ms").get<double>();
-    m.repetitions = t.at("repetitions").get<int>();
-    // Absent in session logs written before the samples were kept.
-    if (t.contains("samples_ms")) m.samples_ms = t["samples_ms"].get<std::vector<double>>();
-    m.method = t.at("method").get<std::string>();
-    r.timing = m;
-  }
+  if (j.contains("timing")) r.timing = measurement_from_json(j["timing"]);
+  if (j.contains("launch_timings"))
+    for (const auto& l : j["launch_timings"])
+      r.launch_timings.emplace_back(l.at("kernel").get<std::string>(), measurement_from_json(l.at("timing")));
   return r;
 }
 

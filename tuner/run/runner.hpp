@@ -38,6 +38,9 @@ struct RunOptions {
   int min_repetitions = 10;
   int max_repetitions = 200;
   double min_seconds = 0.05;     ///< keep repeating until this much kernel time is measured
+  /// With time, a plan of several launches also has each launch timed
+  /// alone, the same way (its inputs as the whole plan left them).
+  bool per_launch = false;
 };
 
 /// The outcome of one run. A variant's failure is a result with a reason,
@@ -49,6 +52,8 @@ struct RunResult {
   double max_error = 0;  ///< worst relative L2 error over the checked buffers
   std::vector<std::pair<std::string, double>> errors;  ///< per checked buffer
   std::optional<Measurement> timing;
+  /// With RunOptions::per_launch: each launch's kernel name and its time alone.
+  std::vector<std::pair<std::string, Measurement>> launch_timings;
   double compile_ms = 0;
   double wall_ms = 0;  ///< the whole evaluation as the session saw it (compile, run, checks, process overhead)
 };
