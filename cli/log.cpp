@@ -3,7 +3,6 @@
 // table of fastest configs tune prints at its end.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <iostream>
 
 #include "base/error.hpp"
@@ -11,6 +10,7 @@
 #include "cli/options.hpp"
 #include "cli/tune_report.hpp"
 #include "tuner/session/session.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
 
@@ -45,14 +45,11 @@ void add_log_command(CLI::App& app, Global& global) {
     view.backend = h.value("backend", h.value("gpu", "").rfind("host emulation", 0) == 0 ? "emu" : "gpu");
     view.peak_bandwidth_gbs = h.value("peak_bandwidth_gbs", 0.0);
     for (const auto& r : log.records) view.evaluations.push_back(evaluation_of(r));
-    // The default the session measured on its arch (the limits of its kind, not of the very GPU).
-    const std::string arch = h.value("arch", "");
-    const auto archs = DeviceLimits::known_archs();
-    if (std::find(archs.begin(), archs.end(), arch) != archs.end()) {
-      try {
-        view.default_config = templates::default_on(family, view.problem, DeviceLimits::for_arch(arch));
-      } catch (const Error&) {  // nothing valid there: the family's default labels the table
-      }
+    // The default the session measured on its arch (the limits of its kind, not of the very GPU); an arch
+    // ktune does not know, or nothing valid there, leaves the family's default to label the table.
+    try {
+      view.default_config = tuner::default_on(family, view.problem, DeviceLimits::for_arch(h.value("arch", "")));
+    } catch (const Error&) {
     }
     if (global.json) {
       std::cout << nlohmann::json{{"file", opts->file}, {"session", h}, {"evaluations", view.evaluations.size()},

@@ -12,6 +12,7 @@
 #include "base/json_input.hpp"
 #include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
 
@@ -56,7 +57,7 @@ templates::Problem problem_arg(const templates::Family& family, const std::strin
 
 Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
                   const templates::DeviceLimits& limits) {
-  if (text.empty()) return templates::default_on(family, problem, limits);
+  if (text.empty()) return tuner::default_on(family, problem, limits);
   Config c = family.default_config(problem);
   const Config given = Config::from_json(parse_json_arg(text, "--config"));
   for (const auto& [k, v] : given.values()) {

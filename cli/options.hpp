@@ -25,7 +25,7 @@ templates::Problem problem_arg(const templates::Family& family, const std::strin
 /// The family's default config for `problem`, overridden by `--config` JSON;
 /// checked against the space and the family's constraints for `limits`.
 /// Without `--config`, what a run without a tuned entry takes on `limits`
-/// (templates::default_on: the valid config nearest a default that does not
+/// (tuner::default_on: the valid config nearest a default that does not
 /// fit).
 Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
                   const templates::DeviceLimits& limits);

@@ -30,6 +30,7 @@
 #include "tuner/run/gpu_runner.hpp"
 #include "tuner/run/isolated_runner.hpp"
 #include "tuner/session/session.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
 namespace {
@@ -186,7 +187,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       const auto summary = tuner::tune(family, problem, *runner, tune, progress);
       line.finish();
       SessionView view{&family, problem, opts->backend, runner->device().peak_bandwidth_gbs, {}, {},
-                       templates::default_on(family, problem, runner->device())};
+                       tuner::default_on(family, problem, runner->device())};
       for (const auto& r : summary.records) view.evaluations.push_back(evaluation_of(r));
       if (summary.best) view.winner = summary.best->config.str();
       if (print != env::PrintLevel::kQuiet && !global.json) {

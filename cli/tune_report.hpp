@@ -37,7 +37,7 @@ struct SessionView {
   std::vector<Evaluation> evaluations;  ///< in the order they ran
   std::string winner;              ///< the winner's config text, when the winner rule picked one
   /// What the session measured as the default: the family's, or on a device
-  /// it does not fit the valid config nearest it (templates::default_on).
+  /// it does not fit the valid config nearest it (tuner::default_on).
   std::optional<Config> default_config;
 
   bool emulated() const { return backend == "emu"; }

@@ -107,14 +107,6 @@ class TypedFamily : public Family {
   }
 };
 
-/// The config a run without a tuned entry takes on `device`: the family's
-/// default where it is valid there (defaults are chosen valid on sm_80);
-/// else the valid point of the space that differs from it in the fewest
-/// parameters, then by the fewest steps along their domains, then first in
-/// space order. Throws kInvalidInput when no point of the space is valid for
-/// the problem on the device.
-Config default_on(const Family& family, const Problem& problem, const DeviceLimits& device);
-
 /// Every registered family, by name.
 const std::vector<const Family*>& all_families();
 /// The family called `name`; throws kInvalidInput listing the known ones.

@@ -18,6 +18,7 @@
 #include "tuner/compile/compile_ahead.hpp"
 #include "tuner/compile/compiler.hpp"
 #include "tuner/cuda/timing.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::tuner {
 namespace {
@@ -190,7 +191,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // device) goes first, within the budget: every speed-up is measured
   // against it; then the family's candidates that the device can run (in
   // this session's shard).
-  const Config def = templates::default_on(family, problem, device);
+  const Config def = default_on(family, problem, device);
   std::vector<Config> first = {def};
   for (const Config& c : family.candidates(problem))
     if (std::find(first.begin(), first.end(), c) == first.end() && evaluator.is_valid(c, nullptr))

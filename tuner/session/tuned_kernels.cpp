@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <utility>
 
 #include "base/error.hpp"
 #include "cache/key.hpp"
+#include "search/sampling.hpp"
 #include "tuner/compile/compiler.hpp"
 
 namespace ktune::tuner {
@@ -14,13 +18,39 @@ cache::Key cache_key(const templates::Family& family, const templates::Problem& 
   return cache::make_key(family, problem, device, nvrtc_version());
 }
 
+Config default_on(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device) {
+  const Config def = family.default_config(problem);
+  if (family.is_valid(def, problem, device)) return def;
+  const Space& space = family.space();
+  const search::Point origin = search::point_of(space, def);
+  // Distance from the default: parameters changed, then steps along their domains.
+  std::optional<Config> best;
+  std::pair<int, int> best_distance;
+  for (std::uint64_t i = 0; i < space.size(); ++i) {
+    const search::Point point = search::point_at(space, i);
+    std::pair<int, int> distance{0, 0};
+    for (std::size_t k = 0; k < point.size(); ++k) {
+      distance.first += point[k] != origin[k] ? 1 : 0;
+      distance.second += std::abs(point[k] - origin[k]);
+    }
+    if (best && distance >= best_distance) continue;
+    Config c = search::config_of(space, point);
+    if (!family.is_valid(c, problem, device)) continue;
+    best = std::move(c);
+    best_distance = distance;
+  }
+  KTUNE_REQUIRE(best.has_value(), fmt::format("{}: no config of the space is valid for {} on {}", family.name(),
+                                              problem.key(), device.arch));
+  return *best;
+}
+
 ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
                            const DeviceLimits& device, const cache::TunedCache* tuned,
                            std::vector<std::string>* warnings) {
-  const Config def = templates::default_on(family, problem, device);
-  const std::string default_source = def == family.default_config(problem)
-                                         ? "default"
-                                         : fmt::format("the valid config nearest the default on {}", device.arch);
+  const Config def = default_on(family, problem, device);
+  const bool stand_in = def != family.default_config(problem);
+  const std::string default_source =
+      stand_in ? fmt::format("the valid config nearest the default on {}", device.arch) : "default";
   ChosenConfig out{def, cache::Match::kNone, default_source + " (no tuned cache)"};
   if (!tuned) return out;
   auto usable = [&](const nlohmann::json& j) {
@@ -37,7 +67,7 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
   if (warnings) warnings->insert(warnings->end(), a.result.warnings.begin(), a.result.warnings.end());
   out.source = a.reason;
   if (a.result.match == cache::Match::kNone || !a.result.entry) {
-    if (def != family.default_config(problem)) out.source = default_source + " (no usable tuned entry)";
+    if (stand_in) out.source = default_source + " (no usable tuned entry)";
     return out;
   }
   if (!usable(a.result.entry->config)) {

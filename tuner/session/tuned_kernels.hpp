@@ -18,6 +18,14 @@ namespace ktune::tuner {
 /// The cache key of `family` on `problem` for `device`, with this NVRTC.
 cache::Key cache_key(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device);
 
+/// The config a run without a tuned entry takes on `device`: the family's
+/// default where it is valid there (defaults are chosen valid on sm_80);
+/// else the valid point of the space that differs from it in the fewest
+/// parameters, then by the fewest steps along their domains, then first in
+/// space order. Throws kInvalidInput when no point of the space is valid for
+/// the problem on the device.
+Config default_on(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device);
+
 /// A config and where it came from.
 struct ChosenConfig {
   Config config;

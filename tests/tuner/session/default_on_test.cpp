@@ -1,4 +1,4 @@
-// What a run without a tuned entry takes on a device (templates::default_on):
+// What a run without a tuned entry takes on a device (tuner::default_on):
 // the family's default where it fits, else the valid config nearest it.
 #include <catch2/catch.hpp>
 
@@ -6,10 +6,11 @@
 #include "templates/family.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
-namespace templates_default_on_test {
+namespace tuner_session_default_on_test {
 
 using namespace ktune;
 using namespace ktune::templates;
+using ktune::tuner::default_on;
 
 TEST_CASE("every family's run-time default is valid on every known arch, and is the family's default where that "
           "fits",
@@ -51,4 +52,4 @@ TEST_CASE("the f32 attention backward's default, over an sm_89 block's shared me
   CHECK_THROWS_WITH(default_on(f, p, tiny), Catch::Contains("no config of the space is valid for"));
 }
 
-}  // namespace templates_default_on_test
+}  // namespace tuner_session_default_on_test
