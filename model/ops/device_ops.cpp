@@ -58,7 +58,13 @@ class HostGemm final : public GemmEngine {
   HostGemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& arena) : backend_(backend), arena_(arena) {}
   std::string name() const override { return "OpenBLAS on the host"; }
 
+  // Host work in the backend's order, so a capture records it (with g).
   void gemm(const tuner::GemmDesc& g) override {
+    backend_.enqueue_host([this, g] { multiply(g); });
+  }
+
+ private:
+  void multiply(const tuner::GemmDesc& g) {
     const std::int64_t na = g.span_a(), nb = g.span_b(), nc = g.span_c();
     tuner::check_gemm_types(g);
     a_.resize(na), b_.resize(nb), c_.resize(nc);
@@ -80,8 +86,6 @@ class HostGemm final : public GemmEngine {
       backend_.upload_range(arena_, offset(g.c), c_.data(), nc * sizeof(float));
     }
   }
-
- private:
   std::size_t offset(std::uint64_t address) const {
     KTUNE_REQUIRE(address >= arena_.address() && address < arena_.address() + arena_.bytes(),
                   "host GEMM: an operand outside the run's memory");

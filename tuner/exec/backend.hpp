@@ -10,6 +10,7 @@
 //   buffers = b.allocate(...); b.upload(...)
 //   b.launch(*module, family.plan(config, problem, args, b.device()))
 //   b.synchronize(); b.download(...)
+//   graph = b.capture([&] { ...launches... }); b.replay(*graph)  // recorded once, run as one unit
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -64,6 +65,17 @@ double host_elapsed_ms(const Mark& from, const Mark& to);
 struct MemoryInfo {
   std::size_t free_bytes = 0;
   std::size_t total_bytes = 0;
+};
+
+/// Work recorded once and replayed as one unit: a CUDA graph (instantiated
+/// from a capture of the backend's stream), or under emulation the recorded
+/// launches and host work, in order.
+class Graph {
+ public:
+  virtual ~Graph() = default;
+  /// Kernel launches, library calls and host work it holds (a CUDA graph's
+  /// nodes; a library call may add several there).
+  virtual std::size_t nodes() const = 0;
 };
 
 /// A rendered source compiled and loaded on a backend.
@@ -148,6 +160,26 @@ class Backend {
   /// Free and total device memory; zeros where there is no device memory of
   /// its own (the emulation's is the host's).
   virtual MemoryInfo memory() const { return {}; }
+
+  /// Records what `enqueue` enqueues on the backend's stream (launches,
+  /// libraries' kernels such as cuBLASLt's, enqueue_host work) into a graph
+  /// instead of running it. Kernel arguments, addresses included, are fixed
+  /// at capture: a replay reads and writes the memory the capture named, with
+  /// whatever it holds then. Nothing inside may wait for the device or copy
+  /// between host and device; the CUDA driver refuses that (Error(kCuda)), and
+  /// so does the emulation (Error(kInternal) naming the call). A failed
+  /// capture leaves the backend as before it. The modules launched must
+  /// outlive the graph.
+  virtual std::unique_ptr<Graph> capture(const std::function<void()>& enqueue) = 0;
+  /// Enqueues a graph this backend captured, on its stream.
+  virtual void replay(const Graph& graph) = 0;
+  /// Host work in stream order, after everything enqueued before it and
+  /// before what follows; under emulation a capture records it. The default
+  /// waits for the device, then runs it, so it cannot be captured on a GPU.
+  virtual void enqueue_host(const std::function<void()>& work) {
+    synchronize();
+    work();
+  }
 
   /// Times `enqueue` (which launches work through this backend) per the
   /// options: CUDA events with warm-up and L2 flush on a GPU; host wall time,

@@ -82,6 +82,29 @@ const CudaBuffer& cuda_buffer(const Buffer& b) {
   return *c;
 }
 
+// A graph captured from the backend's stream and instantiated once.
+class CudaGraph final : public Graph {
+ public:
+  CudaGraph(const void* owner, CUgraph graph, CUgraphExec exec, std::size_t nodes)
+      : owner_(owner), graph_(graph), exec_(exec), nodes_(nodes) {}
+  ~CudaGraph() override {
+    const Driver& d = Driver::get();
+    d.cuGraphExecDestroy(exec_);
+    d.cuGraphDestroy(graph_);
+  }
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+  std::size_t nodes() const override { return nodes_; }
+  const void* owner() const { return owner_; }
+  CUgraphExec exec() const { return exec_; }
+
+ private:
+  const void* owner_;
+  CUgraph graph_;
+  CUgraphExec exec_;
+  std::size_t nodes_;
+};
+
 struct EventMark final : Mark {
   Event event;
 };
@@ -164,6 +187,40 @@ class CudaBackend final : public Backend {
     }
   }
   void synchronize() override { stream_.synchronize(); }
+
+  // Thread-local capture: a call of this thread that would wait for the
+  // stream (a synchronize, a copy on the legacy stream) fails, and with it
+  // the capture, instead of running during it.
+  std::unique_ptr<Graph> capture(const std::function<void()>& enqueue) override {
+    const Driver& d = Driver::get();
+    KT_CHECK_CU(d.cuStreamBeginCapture(stream_.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CUgraph graph = nullptr;
+    try {
+      enqueue();
+    } catch (...) {
+      d.cuStreamEndCapture(stream_.get(), &graph);  // ends the capture, invalidated or not
+      if (graph) d.cuGraphDestroy(graph);
+      throw;
+    }
+    KT_CHECK_CU(d.cuStreamEndCapture(stream_.get(), &graph));
+    std::size_t nodes = 0;
+    CUgraphExec exec = nullptr;
+    if (const CUresult rc = d.cuGraphGetNodes(graph, nullptr, &nodes); rc == CUDA_SUCCESS) {
+      if (const CUresult made = d.cuGraphInstantiateWithFlags(&exec, graph, 0); made != CUDA_SUCCESS) {
+        d.cuGraphDestroy(graph);
+        throw_error(ErrorKind::kCuda, "cuGraphInstantiateWithFlags: " + d.error_text(made));
+      }
+    } else {
+      d.cuGraphDestroy(graph);
+      throw_error(ErrorKind::kCuda, "cuGraphGetNodes: " + d.error_text(rc));
+    }
+    return std::make_unique<CudaGraph>(this, graph, exec, nodes);
+  }
+  void replay(const Graph& g) override {
+    const auto* graph = dynamic_cast<const CudaGraph*>(&g);
+    KTUNE_REQUIRE(graph != nullptr && graph->owner() == this, "a graph captured by another backend");
+    KT_CHECK_CU(Driver::get().cuGraphLaunch(graph->exec(), stream_.get()));
+  }
 
   std::unique_ptr<Mark> mark() override {
     auto m = std::make_unique<EventMark>();

@@ -85,22 +85,29 @@ class EmuBackend final : public Backend {
     return std::make_unique<EmuBuffer>(live_, bytes, label);
   }
   void upload(const Buffer& dst, const void* host, std::size_t bytes) override {
+    refuse_in_capture("upload");
     KTUNE_REQUIRE(bytes <= dst.bytes(), fmt::format("upload of {} bytes into '{}' of {}", bytes, dst.label(),
                                                     dst.bytes()));
     if (bytes) std::memcpy(emu_buffer(dst).guarded().data(), host, bytes);
   }
   void download(void* host, const Buffer& src, std::size_t bytes) override {
+    refuse_in_capture("download");
     KTUNE_REQUIRE(bytes <= src.bytes(), fmt::format("download of {} bytes from '{}' of {}", bytes, src.label(),
                                                     src.bytes()));
     if (bytes) std::memcpy(host, emu_buffer(src).guarded().data(), bytes);
   }
-  void poison(const Buffer& dst) override { emu_buffer(dst).guarded().fill(0xff); }
+  void poison(const Buffer& dst) override {
+    refuse_in_capture("poison");
+    emu_buffer(dst).guarded().fill(0xff);
+  }
   void upload_range(const Buffer& dst, std::size_t offset, const void* host, std::size_t bytes) override {
+    refuse_in_capture("upload_range");
     KTUNE_REQUIRE(offset <= dst.bytes() && bytes <= dst.bytes() - offset,
                   fmt::format("upload of {} bytes at {} into '{}' of {}", bytes, offset, dst.label(), dst.bytes()));
     if (bytes) std::memcpy(emu_buffer(dst).guarded().data() + offset, host, bytes);
   }
   void download_range(void* host, const Buffer& src, std::size_t offset, std::size_t bytes) override {
+    refuse_in_capture("download_range");
     KTUNE_REQUIRE(offset <= src.bytes() && bytes <= src.bytes() - offset,
                   fmt::format("download of {} bytes at {} from '{}' of {}", bytes, offset, src.label(), src.bytes()));
     if (bytes) std::memcpy(host, emu_buffer(src).guarded().data() + offset, bytes);
@@ -130,7 +137,8 @@ class EmuBackend final : public Backend {
   }
 
   using Backend::launch;
-  // Launches run as they are enqueued: every stream is "now".
+  // Launches run as they are enqueued: every stream is "now". Under capture
+  // they are checked and recorded instead.
   void launch(const Module& m, const std::vector<templates::Launch>& plan, std::uint64_t /*stream*/) override {
     const auto* module = dynamic_cast<const EmuModule*>(&m);
     KTUNE_REQUIRE(module != nullptr, "the module was loaded by another backend");
@@ -138,29 +146,48 @@ class EmuBackend final : public Backend {
     if (!fit.fits())
       throw_error(ErrorKind::kCheckFailed,
                   fmt::format("does not fit: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason));
-    for (const auto& l : plan) {
-      auto args = l.args.pointers();
-      emu::GridLaunch g;
-      g.module = &module->module();
-      g.kernel = l.kernel;
-      g.grid = l.grid;
-      g.block = l.block;
-      g.dynamic_smem = l.dynamic_smem;
-      g.args = args.data();
-      std::lock_guard lock(live_->mutex);
-      for (const auto* b : live_->buffers) g.regions.push_back(&b->region());
-      executor_.run(g);
-      for (const auto* b : live_->buffers)
-        if (auto bad = b->check_canary(); !bad.empty())
-          throw_error(ErrorKind::kCheckFailed, fmt::format("emulation: {} by kernel {}", bad,
-                                                           m.kernel_names()[static_cast<std::size_t>(l.kernel)]));
+    if (capturing_) {
+      capturing_->steps.push_back({.module = module, .plan = plan, .host = {}});
+      return;
+    }
+    run(*module, plan);
+  }
+  void synchronize() override { refuse_in_capture("synchronize"); }
+
+  std::unique_ptr<Graph> capture(const std::function<void()>& enqueue) override {
+    KTUNE_REQUIRE(!capturing_, "a capture inside a capture");
+    auto graph = std::make_unique<EmuGraph>(this);
+    capturing_ = graph.get();
+    try {
+      enqueue();
+    } catch (...) {
+      capturing_ = nullptr;
+      throw;
+    }
+    capturing_ = nullptr;
+    return graph;
+  }
+  void replay(const Graph& g) override {
+    const auto* graph = dynamic_cast<const EmuGraph*>(&g);
+    KTUNE_REQUIRE(graph != nullptr && graph->owner == this, "a graph captured by another backend");
+    if (capturing_) {  // a graph replayed under capture becomes part of the new one, as on CUDA
+      capturing_->steps.insert(capturing_->steps.end(), graph->steps.begin(), graph->steps.end());
+      return;
+    }
+    for (const auto& step : graph->steps) {
+      if (step.host) step.host();
+      else run(*step.module, step.plan);
     }
   }
-  void synchronize() override {}
+  void enqueue_host(const std::function<void()>& work) override {
+    if (capturing_) capturing_->steps.push_back({.module = nullptr, .plan = {}, .host = work});
+    else work();
+  }
 
   Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) override {
     // Host wall time: it ranks nothing on a GPU, but lets a whole tuning
     // session, winner rule included, run end to end without one.
+    refuse_in_capture("time");
     std::vector<double> samples;
     double total_ms = 0;
     const int most = std::max(1, options.max_repetitions);
@@ -180,7 +207,51 @@ class EmuBackend final : public Backend {
   }
 
  private:
+  // What a capture recorded: launches of a plan, or host work, in order.
+  struct EmuGraph final : Graph {
+    struct Step {
+      const EmuModule* module;  // null for host work
+      std::vector<templates::Launch> plan;
+      std::function<void()> host;
+    };
+    explicit EmuGraph(const void* o) : owner(o) {}
+    std::size_t nodes() const override {
+      std::size_t n = 0;
+      for (const auto& s : steps) n += s.host ? 1 : s.plan.size();
+      return n;
+    }
+    const void* owner;
+    std::vector<Step> steps;
+  };
+
+  void run(const EmuModule& module, const std::vector<templates::Launch>& plan) {
+    for (const auto& l : plan) {
+      auto args = l.args.pointers();
+      emu::GridLaunch g;
+      g.module = &module.module();
+      g.kernel = l.kernel;
+      g.grid = l.grid;
+      g.block = l.block;
+      g.dynamic_smem = l.dynamic_smem;
+      g.args = args.data();
+      std::lock_guard lock(live_->mutex);
+      for (const auto* b : live_->buffers) g.regions.push_back(&b->region());
+      executor_.run(g);
+      for (const auto* b : live_->buffers)
+        if (auto bad = b->check_canary(); !bad.empty())
+          throw_error(ErrorKind::kCheckFailed, fmt::format("emulation: {} by kernel {}", bad,
+                                                           module.kernel_names()[static_cast<std::size_t>(l.kernel)]));
+    }
+  }
+  // What CUDA refuses on a stream under capture: anything that waits for it.
+  void refuse_in_capture(const char* call) const {
+    if (capturing_)
+      throw_error(ErrorKind::kInternal,
+                  fmt::format("emulation: {} while a graph is being captured (it would wait for the device)", call));
+  }
+
   DeviceLimits device_;
+  EmuGraph* capturing_ = nullptr;
   emu::GridExecutor executor_;
   std::shared_ptr<LiveBuffers> live_;
 };

@@ -1,7 +1,10 @@
 // The execution seam under the emulation: a family's plan launched through
 // the backend gives the family's CPU reference; a launch that cannot be
 // resident is refused by the one fit check, with its reason; tuned kernels
-// come from the cache service through the backend.
+// come from the cache service through the backend. A captured graph runs
+// nothing until replayed and then reads memory as it is; under capture the
+// emulation refuses what CUDA refuses (anything that waits for the device) and
+// records host work in order.
 #include "tuner/exec/backend.hpp"
 
 #include <catch2/catch.hpp>
@@ -137,6 +140,95 @@ TEST_CASE("tuned kernels: configs from the cache service, compiled and loaded on
   // The prepared modules launch and match the reference.
   for (const auto& k : kernels.kernels())
     CHECK(test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module) < 1e-5);
+}
+
+}  // namespace tuner_exec_backend_emu_test
+
+namespace tuner_exec_backend_emu_test {
+
+using namespace ktune;
+using namespace ktune::tuner;
+
+namespace {
+struct Captured {
+  std::unique_ptr<exec::Backend> backend = exec::make_emu_backend({2, "sm_80"});
+  const templates::Family& family = templates::find_family("swiglu_fwd");
+  templates::Problem problem = family.problem_classes().front();
+  Config config = family.default_config(problem);
+  std::shared_ptr<const exec::Module> module = backend->load(family.render(config, problem));
+};
+}  // namespace
+
+TEST_CASE("exec: a graph captured under the emulation runs nothing until replayed, then reads memory as it is",
+          "[emu][exec]") {
+  Captured c;
+  test::graph_through(*c.backend, c.family, c.config, c.problem, *c.module);
+}
+
+TEST_CASE("exec: under capture the emulation refuses what would wait for the device, and is usable after",
+          "[emu][exec]") {
+  Captured c;
+  auto b = c.backend->allocate(64, "x");
+  std::vector<float> host(16, 1.0f);
+  const auto refused = [&](const std::function<void()>& inside, const char* call) {
+    try {
+      c.backend->capture(inside);
+      FAIL("captured " << call);
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kInternal);
+      CHECK_THAT(e.what(), Catch::Contains(call) && Catch::Contains("while a graph is being captured"));
+    }
+  };
+  refused([&] { c.backend->upload(*b, host.data(), 64); }, "upload");
+  refused([&] { c.backend->download(host.data(), *b, 64); }, "download");
+  refused([&] { c.backend->upload_range(*b, 4, host.data(), 4); }, "upload_range");
+  refused([&] { c.backend->download_range(host.data(), *b, 4, 4); }, "download_range");
+  refused([&] { c.backend->poison(*b); }, "poison");
+  refused([&] { c.backend->synchronize(); }, "synchronize");
+  refused([&] { c.backend->mark(); }, "synchronize");
+  // The failed captures ended: copies run again.
+  c.backend->upload(*b, host.data(), 64);
+  std::vector<float> back(16, 0.0f);
+  c.backend->download(back.data(), *b, 64);
+  CHECK(back == host);
+}
+
+TEST_CASE("exec: host work enqueued under capture runs at replay, in order after the launches before it",
+          "[emu][exec]") {
+  Captured c;
+  const auto w = c.family.make_workload(c.problem, 3);
+  std::vector<std::unique_ptr<exec::Buffer>> buffers;
+  std::vector<std::uint64_t> addresses;
+  for (const auto& hb : w.buffers) {
+    buffers.push_back(c.backend->allocate(hb.bytes.size(), hb.name));
+    addresses.push_back(buffers.back()->address());
+    if (hb.role == templates::Role::kInput) c.backend->upload(*buffers.back(), hb.bytes.data(), hb.bytes.size());
+    else c.backend->poison(*buffers.back());
+  }
+  const auto& out = w.buffers.back();
+  REQUIRE(out.role == templates::Role::kOutput);
+  std::vector<std::byte> seen;
+  int runs = 0;
+  const auto plan = c.family.plan(c.config, c.problem, addresses, c.backend->device());
+  const auto graph = c.backend->capture([&] {
+    c.backend->launch(*c.module, plan);
+    c.backend->enqueue_host([&] {
+      ++runs;
+      seen.resize(out.bytes.size());
+      c.backend->download(seen.data(), *buffers.back(), seen.size());
+    });
+  });
+  CHECK(runs == 0);
+  CHECK(graph->nodes() == plan.size() + 1);
+  c.backend->replay(*graph);
+  CHECK(runs == 1);
+  CHECK(templates::relative_l2(out.dtype, seen, out.expected) <= out.tolerance);
+  // Replayed inside another capture, a graph joins it.
+  const auto outer = c.backend->capture([&] { c.backend->replay(*graph); });
+  CHECK(runs == 1);
+  CHECK(outer->nodes() == graph->nodes());
+  c.backend->replay(*outer);
+  CHECK(runs == 2);
 }
 
 }  // namespace tuner_exec_backend_emu_test

@@ -1,7 +1,9 @@
 // The execution seam on a GPU, the twin of backend_emu_test.cpp: a family's
 // plan through the CUDA backend gives the CPU reference; a launch that cannot
 // be resident is refused by the fit check before the driver sees it; tuned
-// kernels from the cache service load and run. Skipped without a device.
+// kernels from the cache service load and run; a CUDA graph replays what it
+// captured, and a capture the driver refuses leaves the stream usable.
+// Skipped without a device.
 #include "tuner/exec/backend.hpp"
 
 #include <catch2/catch.hpp>
@@ -131,6 +133,39 @@ __global__ void static_and_dynamic(const float* x, float* y) {
   CHECK(got[10239] == 1.0f);
   CHECK(got[10240] == static_cast<float>(n));
   CHECK(got[n - 1] == 10241.0f);
+}
+
+}  // namespace tuner_exec_backend_gpu_test
+
+namespace tuner_exec_backend_gpu_test {
+
+using namespace ktune;
+using namespace ktune::tuner;
+
+TEST_CASE("exec: a CUDA graph runs nothing until replayed, then reads memory as it is", "[gpu][exec]") {
+  test::skip_without_gpu();
+  auto backend = exec::make_cuda_backend();
+  const auto& family = templates::find_family("swiglu_fwd");
+  const auto problem = family.problem_classes().front();
+  const Config config = family.default_config(problem);
+  const auto module = backend->load(family.render(config, problem));
+  test::graph_through(*backend, family, config, problem, *module);
+}
+
+TEST_CASE("exec: a capture the driver refuses fails as kCuda and leaves the stream usable", "[gpu][exec]") {
+  test::skip_without_gpu();
+  auto backend = exec::make_cuda_backend();
+  try {
+    backend->capture([&] { backend->synchronize(); });
+    FAIL("a synchronize was captured");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kCuda);
+  }
+  const auto& family = templates::find_family("swiglu_fwd");
+  const auto problem = family.problem_classes().front();
+  const Config config = family.default_config(problem);
+  const auto module = backend->load(family.render(config, problem));
+  CHECK(test::run_through(*backend, family, config, problem, *module) < 1e-5);
 }
 
 }  // namespace tuner_exec_backend_gpu_test
