@@ -157,6 +157,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     e.backend = b.backend;
     e.mode = b.mode;
     e.cache = b.cache;
+    e.graphs = b.graphs;
     e.precision = b.precision;
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep

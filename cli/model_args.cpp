@@ -87,17 +87,24 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
       ->capture_default_str();
   cmd->add_option("--cache", a.cache, "Tuned cache file for compiled mode (default: the family defaults)")
       ->check(CLI::ExistingFile);
+  cmd->add_flag("--graph", a.graph,
+                "Compiled mode on a device backend: capture the forward's and the backward's launches as a graph "
+                "(a CUDA graph; recorded under emu) on their second run and replay it from then on");
 }
 
 model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
   KTUNE_REQUIRE(a.cache.empty() || (a.backend != "cpu" && a.mode == "compiled"),
                 "--cache feeds compiled mode's kernels on --backend cuda or emu; the cpu backend and eager mode take "
                 "no tuned cache");
+  KTUNE_REQUIRE(!a.graph || (a.backend != "cpu" && a.mode == "compiled"),
+                "--graph replays compiled mode's launches on --backend cuda or emu; the cpu backend and eager mode "
+                "launch one op at a time");
   return {.backend = a.backend,
           .mode = model::parse_mode(a.mode),
           .precision = model::parse_precision(a.dtype),
           .cache = a.cache,
-          .threads = threads};
+          .threads = threads,
+          .graphs = a.graph};
 }
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }

@@ -19,6 +19,7 @@ struct ModelArgs {
   unsigned threads = 0;                                                  // 0: all hardware threads
   std::string backend = "cpu", mode = "compiled", cache;                 // where and how it runs
   std::string dtype = "f32";                                             // the run's precision
+  bool graph = false;                                                    // compiled mode: passes as graphs
 };
 
 /// Adds --model, the size overrides (add_size_options), and, when `shape`,
@@ -39,11 +40,13 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx, std::int64_t default_batch);
 
 /// Adds --backend (cpu | cuda | emu), --mode (eager | compiled), --dtype
-/// (f32 | tf32 | bf16) and --cache (a tuned cache file for compiled mode).
+/// (f32 | tf32 | bf16), --cache (a tuned cache file for compiled mode) and
+/// --graph (compiled mode's passes replayed as graphs).
 void add_backend_options(CLI::App* cmd, ModelArgs& args);
 
 /// The backend options given, with `threads` for the cpu backend; throws
-/// kInvalidInput for --cache without compiled mode on a device backend.
+/// kInvalidInput for --cache or --graph without compiled mode on a device
+/// backend.
 model::BackendOptions backend_from_args(const ModelArgs& args, unsigned threads);
 
 /// --threads, or every hardware thread.

@@ -103,7 +103,8 @@ E2eResult bench_e2e(const E2eOptions& o) {
                              .mode = o.mode,
                              .precision = o.precision,
                              .cache = o.cache,
-                             .threads = o.threads});
+                             .threads = o.threads,
+                             .graphs = o.graphs});
   templates::adamw::AdamwHyper hyper{};
   hyper.max_grad_norm = o.clip_norm;
   if (!o.weights.empty()) {
@@ -204,6 +205,7 @@ nlohmann::json to_json(const E2eResult& r) {
           {"backend", o.backend},
           {"mode", o.backend == "cpu" ? "reference" : to_string(o.mode)},
           {"kernels", r.kernels},
+          {"graphs", o.graphs},
           {"device", r.device},
           {"driver", r.driver},
           {"clock", r.clock},

@@ -10,7 +10,11 @@ namespace ktune::model {
 
 DeviceTransformer::DeviceTransformer(tuner::exec::Backend& backend, const ModelConfig& config, const RunShape& shape,
                                      Allocation allocation, const DeviceOptions& options)
-    : backend_(backend), L_(device_layout(config, shape, allocation == Allocation::kTrain, options)) {
+    : backend_(backend),
+      L_(device_layout(config, shape, allocation == Allocation::kTrain, options)),
+      graphs_(options.graphs) {
+  KTUNE_REQUIRE(!graphs_ || options.mode == Mode::kCompiled,
+                "graphs capture compiled mode's step; eager mode launches kernel by kernel, as PyTorch eager does");
   ops_ = std::make_unique<DeviceOps>(backend_, L_, options);
   ops_->poison();
   walk_init(*ops_, L_);
@@ -87,7 +91,13 @@ double DeviceTransformer::forward(std::span<const std::int32_t> tokens, std::spa
   ops_->upload({Region::kTokens, 0}, tokens.data(), tokens.size_bytes());
   ops_->upload({Region::kTargets, 0}, targets.data(), targets.size_bytes());
   have_forward_ = false;
-  const double loss = walk_profiled(*ops_, profile_, "forward", [&](Ops& ops) { return walk_forward(ops, L_); });
+  double loss = 0;
+  if (profile_) {
+    loss = walk_profiled(*ops_, profile_, "forward", [&](Ops& ops) { return walk_forward(ops, L_); });
+  } else {
+    run_pass(forward_, "forward", [&](Ops& ops) { walk_forward_ops(ops, L_); });
+    loss = walk_loss(*ops_, L_);
+  }
   have_forward_ = true;
   return loss;
 }
@@ -96,7 +106,22 @@ void DeviceTransformer::backward() {
   KTUNE_REQUIRE(L_.train, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
-  walk_profiled(*ops_, profile_, "backward", [&](Ops& ops) { walk_backward(ops, L_); });
+  run_pass(backward_, "backward", [&](Ops& ops) { walk_backward(ops, L_); });
+}
+
+void DeviceTransformer::run_pass(Pass& pass, const char* phase, const std::function<void(Ops&)>& walk) {
+  if (profile_ || !graphs_ || (!pass.graph && pass.runs++ == 0)) {
+    walk_profiled(*ops_, profile_, phase, walk);
+    return;
+  }
+  if (!pass.graph) {
+    const LaunchCount before = ops_->launches();
+    pass.graph = backend_.capture([&] { walk(*ops_); });
+    pass.launches = ops_->launches().since(before);
+    ops_->set_launches(before);
+  }
+  backend_.replay(*pass.graph);
+  ops_->add_launches(pass.launches);
 }
 
 void DeviceTransformer::step(const templates::adamw::AdamwHyper& hyper) {

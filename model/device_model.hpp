@@ -4,8 +4,19 @@
 // CS336 initialisation (seed 0), computed on the host and uploaded; every
 // other byte starts poisoned (NaN), so an op that reads what nothing wrote
 // shows.
+//
+// With DeviceOptions::graphs (compiled mode), the forward's ops (up to the
+// per-token losses) and the backward's are each captured as a graph on their
+// second run — the first compiles, plans the eager chains and chooses the
+// GEMM algorithms — and replayed from then on: one launch a pass instead of
+// hundreds, with the same kernels, arguments and addresses. The tokens and
+// targets are uploaded before, the loss read after; AdamW's launches, whose
+// arguments change with the step, run as before. A profiled pass runs op by
+// op, uncaptured.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -48,12 +59,28 @@ class DeviceTransformer {
   void set_profile(OpProfile* profile) { profile_ = profile; }
   /// Waits for everything enqueued.
   void synchronize();
+  /// Nodes of the forward's and the backward's graphs; 0 before a capture
+  /// (or without DeviceOptions::graphs).
+  std::size_t forward_graph_nodes() const { return forward_.graph ? forward_.graph->nodes() : 0; }
+  std::size_t backward_graph_nodes() const { return backward_.graph ? backward_.graph->nodes() : 0; }
 
  private:
+  // One pass's graph, and the launches its capture enqueued.
+  struct Pass {
+    std::int64_t runs = 0;
+    std::unique_ptr<tuner::exec::Graph> graph;
+    LaunchCount launches;
+  };
+  // Runs `walk` as one pass: op by op (profiled, without graphs, or the
+  // first run), else as the pass's graph, captured on its second run.
+  void run_pass(Pass& pass, const char* phase, const std::function<void(Ops&)>& walk);
+
   tuner::exec::Backend& backend_;
   StepLayout L_;
   std::unique_ptr<DeviceOps> ops_;
   OpProfile* profile_ = nullptr;
+  bool graphs_ = false;
+  Pass forward_, backward_;
   bool have_forward_ = false;
   std::int64_t steps_ = 0;
 };

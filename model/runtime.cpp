@@ -53,7 +53,8 @@ class DeviceRuntime final : public Runtime {
   DeviceRuntime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                 const BackendOptions& options)
       : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()),
-        baseline_(backend_->memory()) {
+        baseline_(backend_->memory()),
+        graphs_(options.graphs) {
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
       const MemoryPlan plan = plan_memory(config, shape, options.threads, 4,
                                           attention_saved(options.precision, options.mode == Mode::kCompiled),
@@ -71,6 +72,7 @@ class DeviceRuntime final : public Runtime {
     device.mode = options.mode;
     device.precision = options.precision;
     device.tuned = tuned_.get();
+    device.graphs = options.graphs;
     // Compiled mode's GEMM algorithms, timed on this GPU, join the given cache.
     if (!options.cache.empty())
       device.gemm_store = [path = options.cache](const cache::Entry& e) { cache::CacheFile(path).put(e); };
@@ -97,10 +99,14 @@ class DeviceRuntime final : public Runtime {
   }
   std::string kernel_summary() const override {
     const auto& k = model_->ops().kernels();
-    return fmt::format("{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}",
-                       to_string(model_->ops().mode()), to_string(model_->layout().precision), k.kernels().size(),
-                       k.count(cache::Match::kExact), k.count(cache::Match::kNearest), k.count(cache::Match::kNone),
-                       model_->ops().gemm_engine().name());
+    std::string summary = fmt::format(
+        "{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}", to_string(model_->ops().mode()),
+        to_string(model_->layout().precision), k.kernels().size(), k.count(cache::Match::kExact),
+        k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
+    if (graphs_)
+      summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
+                             model_->backward_graph_nodes());
+    return summary;
   }
   std::unique_ptr<tuner::exec::Mark> mark() override { return backend_->mark(); }
   double elapsed_ms(const tuner::exec::Mark& from, const tuner::exec::Mark& to) override {
@@ -126,6 +132,7 @@ class DeviceRuntime final : public Runtime {
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;
   tuner::exec::MemoryInfo baseline_;  // before the run allocated anything
+  bool graphs_;
   std::unique_ptr<cache::TunedCache> tuned_;
   std::unique_ptr<DeviceTransformer> model_;
 };
@@ -137,6 +144,7 @@ std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape&
   check_backend_name(options.backend);
   if (options.backend == "cpu") {
     KTUNE_REQUIRE(options.cache.empty(), "--cache feeds the device backends' kernels; the cpu backend has none");
+    KTUNE_REQUIRE(!options.graphs, "--graph replays a device backend's launches; the cpu backend launches none");
     KTUNE_REQUIRE(options.precision == Precision::kF32,
                   fmt::format("the cpu backend runs f32 only, not {}; --dtype tf32 and bf16 need --backend cuda or emu",
                               to_string(options.precision)));

@@ -24,6 +24,7 @@ struct BackendOptions {
   Precision precision = Precision::kF32;  ///< f32 on cpu; f32, tf32 or bf16 on the device backends
   std::string cache;            ///< tuned cache file for compiled mode (empty: family defaults)
   unsigned threads = 1;         ///< cpu backend threads
+  bool graphs = false;          ///< compiled mode on a device backend: passes replayed as graphs (DeviceOptions)
 };
 
 /// "cpu", "cuda" or "emu"; throws kInvalidInput naming the accepted ones.
@@ -89,7 +90,8 @@ class Runtime {
 /// A model on `options.backend`, its parameters at the CS336 initialisation
 /// with seed 0. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
 /// for an unknown backend, a cache given to the cpu backend, a precision the
-/// backend does not run (the cpu backend runs f32 only), or (cuda, before
+/// backend does not run (the cpu backend runs f32 only), graphs outside
+/// compiled mode on a device backend, or (cuda, before
 /// anything is allocated) a memory plan whose peak does not fit in the GPU's
 /// free memory.
 std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,

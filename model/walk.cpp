@@ -176,6 +176,11 @@ void walk_init(Ops& ops, const StepLayout& L) {
 }
 
 double walk_forward(Ops& ops, const StepLayout& L) {
+  walk_forward_ops(ops, L);
+  return walk_loss(ops, L);
+}
+
+void walk_forward_ops(Ops& ops, const StepLayout& L) {
   const auto& c = L.config;
   const auto& fl = L.final;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
@@ -188,8 +193,9 @@ double walk_forward(Ops& ops, const StepLayout& L) {
   for (std::int64_t l = 0; l < c.layers; ++l) forward_block(ops, L, l);
   linear(ops, F(fl.ln), L.weight(L.params.lm_head), F(fl.logits), N, C, V);  // (N, V)
   ops.cross_entropy_forward(F(fl.logits), targets, F(fl.losses), F(fl.lse), N, V);
-  return ops.mean(F(fl.losses), N);
 }
+
+double walk_loss(Ops& ops, const StepLayout& L) { return ops.mean(F(L.final.losses), L.shape.tokens()); }
 
 void walk_backward(Ops& ops, const StepLayout& L) {
   KTUNE_REQUIRE(L.train, "backward needs a model built for training, not forward-only");

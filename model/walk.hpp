@@ -48,8 +48,13 @@ StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigne
 
 /// Fills the constant tables (RoPE) of the workspace; once per run.
 void walk_init(Ops& ops, const StepLayout& L);
-/// Forward over the tokens and targets already in their regions; returns the mean loss.
+/// Forward over the tokens and targets already in their regions; returns the
+/// mean loss: walk_forward_ops, then walk_loss.
 double walk_forward(Ops& ops, const StepLayout& L);
+/// The forward's ops, up to the per-token losses; nothing waits for them.
+void walk_forward_ops(Ops& ops, const StepLayout& L);
+/// The mean of the per-token losses the forward's ops wrote (reads them back).
+double walk_loss(Ops& ops, const StepLayout& L);
 /// Gradients of the last forward's mean loss (overwritten). Needs train.
 void walk_backward(Ops& ops, const StepLayout& L);
 /// The parameter tensors as AdamW operands, in state-dict order.

@@ -92,6 +92,10 @@ struct DeviceOptions {
   const cache::TunedCache* tuned = nullptr;  ///< compiled mode's configs; null: the family defaults
   GemmStore gemm_store = {};                 ///< compiled mode on cuda: where timed GEMM choices go
   unsigned compile_threads = 0;              ///< 0: the environment's default
+  /// Compiled mode: DeviceTransformer captures the forward's and the
+  /// backward's launches as graphs on their second run and replays them
+  /// from then on (model/device_model.hpp).
+  bool graphs = false;
 };
 
 class DeviceOps final : public Ops {
@@ -116,6 +120,11 @@ class DeviceOps final : public Ops {
   std::size_t allocated_bytes() const;
   /// Kernel launches and GEMM calls enqueued since construction.
   const LaunchCount& launches() const { return launches_; }
+  /// What a graph's capture enqueued is counted when a replay runs it:
+  /// set_launches takes the count back to before the capture, and each
+  /// replay adds the graph's launches.
+  void set_launches(const LaunchCount& count) { launches_ = count; }
+  void add_launches(const LaunchCount& more) { launches_ += more; }
   /// Eager chains planned so far: one per (family, problem, bound addresses
   /// and scalars); an op planned before reuses its plan, so the steps after
   /// the first build none.

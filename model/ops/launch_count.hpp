@@ -26,6 +26,12 @@ struct LaunchCount {
     }
     return d;
   }
+  LaunchCount& operator+=(const LaunchCount& more) {
+    kernels += more.kernels;
+    gemms += more.gemms;
+    for (const auto& [name, n] : more.by_family) by_family[name] += n;
+    return *this;
+  }
   std::int64_t total() const { return kernels + gemms; }
   /// "412 kernels + 96 GEMMs".
   std::string str() const { return fmt::format("{} kernels + {} GEMMs", kernels, gemms); }

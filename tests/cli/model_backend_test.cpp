@@ -1,5 +1,5 @@
 // `ktune train | eval | bench e2e --backend`: the device backends' refusals,
-// each one line and exit 2, before any work.
+// each one line and exit 2, before any work; --graph where it applies.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -43,6 +43,22 @@ TEST_CASE("CLI: model commands refuse unknown backends and modes, and a cache wi
   CHECK(run_without_device("eval --model tiny --cache " + cache, &out) == 2);
   CHECK_THAT(out, Catch::Contains("the cpu backend and eager mode take no tuned cache"));
   CHECK(run_without_device("eval --model tiny --backend emu --mode eager --cache " + cache, &out) == 2);
+}
+
+TEST_CASE("CLI: --graph takes compiled mode on a device backend, and a graphed run's summary names its graphs",
+          "[cli][model]") {
+  std::string out;
+  for (const char* args : {"bench e2e --model tiny --ctx 8 --trials 1 --graph",
+                           "train --model tiny --steps 1 --backend emu --mode eager --graph"}) {
+    INFO(args);
+    CHECK(run_without_device(args, &out) == 2);
+    CHECK(out.find('\n') + 1 == out.size());
+    CHECK_THAT(out, Catch::Contains("--graph replays compiled mode's launches"));
+  }
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
+                        " bench e2e --model tiny --ctx 8 --batch 1 --trials 2 --warmup 0 --backend emu --graph",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("graphs of") && Catch::Contains("(forward)"));
 }
 
 TEST_CASE("CLI: --dtype takes f32, tf32 or bf16, and the cpu backend runs f32 only", "[cli][model]") {

@@ -126,25 +126,27 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), the leaderboard backward's four configs and the d 128 forward's three, and e2e's 5
-  // sizes x 2 dtypes x 2 modes, each beside its peer.
-  CHECK(n.ktune == 11 + 5 + 7 + 20);
+  // attention twice, ops), the leaderboard backward's four configs and the d 128 forward's three, e2e's 5
+  // sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's 10 once more with CUDA graphs.
+  CHECK(n.ktune == 11 + 5 + 7 + 20 + 10);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20);
   CHECK(n.attention_peers == 2);
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
-          "step eager and compiled, the leaderboard backward's and the d 128 forward's defaults beside other shapes",
+          "step eager, compiled and with graphs, the leaderboard backward's and the d 128 forward's defaults beside "
+          "other shapes",
           "[cli][gpu-check]") {
   const auto dir = ktune::test::scratch_dir("gpu_check_quick");
   const auto commands = dry_run_commands(dir, "");
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 eager and
-  // compiled, the leaderboard backward's four configs (the default, the previous one, 128-query tiles, 4
-  // stages) and the d 128 forward's three (the default, the previous one, 32-key tiles).
-  CHECK(n.ktune == 3 + 1 + 2 + 7);
+  // compiled (and compiled with CUDA graphs), the leaderboard backward's four configs (the default, the
+  // previous one, 128-query tiles, 4 stages) and the d 128 forward's three (the default, the previous one,
+  // 32-key tiles).
+  CHECK(n.ktune == 3 + 1 + 3 + 7);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 2);
   const auto has = [&](const std::string& text) {
@@ -154,6 +156,7 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("bench attention --tables leaderboard"));
   CHECK(has("bench e2e --backend cuda --mode compiled"));
   CHECK(has("bench e2e --backend cuda --mode eager"));
+  CHECK(has("bench e2e --backend cuda --mode compiled --graph"));
   CHECK(has("run --backend gpu --family attention_bwd"));
   CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK(has("\\\"block_n\\\":32"));  // the d 128 forward with 32-key tiles (shell-quoted)
