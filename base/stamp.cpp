@@ -5,9 +5,7 @@
 #ifndef KTUNE_VERSION
 #define KTUNE_VERSION "unknown"
 #endif
-#ifndef KTUNE_GIT_REVISION
-#define KTUNE_GIT_REVISION "unknown"
-#endif
+#include "revision.inc"  // KTUNE_GIT_REVISION, written at each build (cmake/Revision.cmake)
 
 namespace ktune {
 
