@@ -34,6 +34,40 @@ void linear_dw(Ops& ops, Ref dy, Ref x, Ref dw, std::int64_t n, std::int64_t in,
             .ldb = in, .ldc = in});
 }
 
+// The distance between consecutive refs of one region, which must be the
+// same between each pair: the batch stride of a GEMM over them.
+std::int64_t spacing(const std::vector<Ref>& refs) {
+  const std::int64_t step = refs[1].offset - refs[0].offset;
+  for (std::size_t i = 1; i < refs.size(); ++i)
+    KTUNE_REQUIRE(refs[i].region == refs[0].region && refs[i].offset - refs[i - 1].offset == step,
+                  "a batched projection's operands must be evenly spaced in one region");
+  return step;
+}
+
+// y_i (n, out) = x (n, in) W_i^T for each weight W_i: one GEMM batched over
+// them (L.batched_projections), else one GEMM each.
+void linears(Ops& ops, const StepLayout& L, Ref x, const std::vector<Ref>& w, const std::vector<Ref>& y,
+             std::int64_t n, std::int64_t in, std::int64_t out) {
+  if (!L.batched_projections) {
+    for (std::size_t i = 0; i < w.size(); ++i) linear(ops, x, w[i], y[i], n, in, out);
+    return;
+  }
+  ops.gemm({.trans_a = false, .trans_b = true, .m = n, .n = out, .k = in, .a = x, .b = w[0], .c = y[0], .lda = in,
+            .ldb = in, .ldc = out, .batch = static_cast<std::int64_t>(w.size()), .stride_a = 0,
+            .stride_b = spacing(w), .stride_c = spacing(y)});
+}
+// dW_i (out, in) = dy_i^T x for each dy_i, batched like `linears`.
+void linear_dws(Ops& ops, const StepLayout& L, const std::vector<Ref>& dy, Ref x, const std::vector<Ref>& dw,
+                std::int64_t n, std::int64_t in, std::int64_t out) {
+  if (!L.batched_projections) {
+    for (std::size_t i = 0; i < dy.size(); ++i) linear_dw(ops, dy[i], x, dw[i], n, in, out);
+    return;
+  }
+  ops.gemm({.trans_a = true, .trans_b = false, .m = out, .n = in, .k = n, .a = dy[0], .b = x, .c = dw[0],
+            .lda = out, .ldb = in, .ldc = in, .batch = static_cast<std::int64_t>(dy.size()),
+            .stride_a = spacing(dy), .stride_b = 0, .stride_c = spacing(dw)});
+}
+
 Ref P(std::int64_t offset) { return {Region::kParams, offset}; }
 Ref G(std::int64_t offset) { return {Region::kGrads, offset}; }
 Ref F(std::int64_t offset) { return {Region::kFinal, offset}; }
@@ -53,9 +87,8 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   const Ref a = L.act(l);
 
   // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1), then ln2 of it.
-  linear(ops, a + ll.ln1, L.weight(bp.q), a + ll.q, N, C, C);  // (N, H, D)
-  linear(ops, a + ll.ln1, L.weight(bp.k), a + ll.k, N, C, C);
-  linear(ops, a + ll.ln1, L.weight(bp.v), a + ll.v, N, C, C);
+  linears(ops, L, a + ll.ln1, {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)}, {a + ll.q, a + ll.k, a + ll.v}, N,
+          C, C);  // (N, H, D) each
   ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
   ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
   ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape());
@@ -65,8 +98,7 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
 
   // Feed-forward branch: x_out = x_mid + W2 (silu(W1 ln2) * W3 ln2), then
   // the next block's ln1 of it, or the final norm.
-  linear(ops, a + ll.ln2, L.weight(bp.w1), a + ll.a, N, C, FF);  // (N, F)
-  linear(ops, a + ll.ln2, L.weight(bp.w3), a + ll.b, N, C, FF);
+  linears(ops, L, a + ll.ln2, {L.weight(bp.w1), L.weight(bp.w3)}, {a + ll.a, a + ll.b}, N, C, FF);  // (N, F) each
   ops.swiglu_forward(a + ll.a, a + ll.b, a + ll.h, N * FF);
   // x_out is the next block's input (its own slot when training; this
   // slot's x_in, no longer needed, when forward-only), or the final stream;
@@ -96,8 +128,7 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   linear_dw(ops, dx, a + ll.h, G(bp.w2), N, FF, C);
   linear_dx(ops, dx, L.weight(bp.w2), dh, N, FF, C);
   ops.swiglu_backward(a + ll.a, a + ll.b, dh, dh, db, N * FF);
-  linear_dw(ops, dh, a + ll.ln2, G(bp.w1), N, C, FF);
-  linear_dw(ops, db, a + ll.ln2, G(bp.w3), N, C, FF);
+  linear_dws(ops, L, {dh, db}, a + ll.ln2, {G(bp.w1), G(bp.w3)}, N, C, FF);
   linear_dx(ops, dh, L.weight(bp.w1), W(wl.dtmp), N, C, FF);
   linear_dx(ops, db, L.weight(bp.w3), W(wl.dtmp), N, C, FF, true);
   // x_mid's gradient: the stream's (dx) plus ln2's, in place.
@@ -112,9 +143,7 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
                          L.attention_shape());
   ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
   ops.rope_backward(dk, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
-  linear_dw(ops, dq, a + ll.ln1, G(bp.q), N, C, C);
-  linear_dw(ops, dk, a + ll.ln1, G(bp.k), N, C, C);
-  linear_dw(ops, dv, a + ll.ln1, G(bp.v), N, C, C);
+  linear_dws(ops, L, {dq, dk, dv}, a + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C);
   linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
   linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
   linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);

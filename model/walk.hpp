@@ -20,6 +20,11 @@ struct StepLayout {
   bool train = true;  ///< every block keeps its activations slot (else one slot, reused)
   Precision precision = Precision::kF32;                  ///< the run's numerics (device backends)
   AttentionSaved attention = AttentionSaved::kProbabilities;  ///< materialised or flash attention
+  /// The projections that read one input — q, k and v of ln1; W1 and W3 of
+  /// ln2 — and their weights' gradients as one GEMM batched over the weights
+  /// (the input's batch stride 0), not one GEMM each: fewer, fuller waves of
+  /// tiles on a GPU. Compiled mode on a device backend; the same math.
+  bool batched_projections = false;
   ParameterLayout params;
   LayerLayout layer;
   FinalLayout final;

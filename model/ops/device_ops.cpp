@@ -160,8 +160,10 @@ Mode parse_mode(const std::string& text) {
 }
 
 StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options) {
-  return step_layout(config, shape, 1, train, options.precision,
-                     attention_saved(options.precision, options.mode == Mode::kCompiled));
+  StepLayout L = step_layout(config, shape, 1, train, options.precision,
+                             attention_saved(options.precision, options.mode == Mode::kCompiled));
+  L.batched_projections = options.mode == Mode::kCompiled;  // eager: PyTorch eager's one GEMM per nn.Linear
+  return L;
 }
 
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode mode) {

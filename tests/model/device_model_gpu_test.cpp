@@ -63,7 +63,7 @@ TEST_CASE("cuda backend: the small model's loss and gradients match the cpu back
   const auto& eager = launched.at(Mode::kEager);
   INFO("compiled: " << compiled.str() << ", eager: " << eager.str());
   CHECK(eager.kernels > compiled.kernels);
-  CHECK(eager.gemms == compiled.gemms);
+  CHECK(eager.gemms == compiled.gemms + 6 * config.layers);  // compiled mode batches the projections
   CHECK(eager.by_family.count("prim_silu"));
   CHECK_FALSE(eager.by_family.count("rmsnorm_fwd"));
   CHECK(eager.by_family.count("prim_causal_mask"));  // attention's softmax chain
