@@ -103,7 +103,9 @@ class DeviceRuntime final : public Runtime {
         "{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}", to_string(model_->ops().mode()),
         to_string(model_->layout().precision), k.kernels().size(), k.count(cache::Match::kExact),
         k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
-    if (graphs_)
+    if (graphs_ && model_->forward_graph_nodes() == 0)
+      summary += "; forward and backward captured as graphs on their second run";
+    else if (graphs_)
       summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
                              model_->backward_graph_nodes());
     return summary;
