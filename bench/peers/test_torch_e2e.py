@@ -37,6 +37,11 @@ class TorchE2eTest(unittest.TestCase):
             t.parse(["--batch-file", "b", "--trials", "0"])
         with self.assertRaises(SystemExit):
             t.parse(["--batch-file", "b", "--forward-only", "--with-optimizer"])
+        self.assertEqual(t.parse(["--batch-file", "b", "--compile-mode", "reduce-overhead"]).compile_mode,
+                         "reduce-overhead")
+        self.assertEqual(t.parse(["--batch-file", "b"]).compile_mode, "default")
+        with self.assertRaises(SystemExit):  # torch.compile's mode, not eager's
+            t.parse(["--batch-file", "b", "--mode", "eager", "--compile-mode", "reduce-overhead"])
 
     def test_reads_the_batch_file_and_its_config(self):
         tokens = struct.pack("<6i", 1, 2, 3, 4, 5, 6)

@@ -7,6 +7,8 @@ under their state-dict names, `tokens` and `targets` I32 (batch, context),
 the model config in the metadata). Modes, as ktune's:
   eager     the attention scores materialised, per-tensor AdamW (foreach off)
   compiled  torch.compile, scaled_dot_product_attention, fused AdamW
+            (--compile-mode reduce-overhead: forward and backward replayed as
+            CUDA graphs, the peer of `ktune bench e2e --graph`)
 and precisions fp32 (TF32 off), tf32 (TF32 matmuls) and bf16 (autocast).
 Each phase (forward, which waits for the loss as ktune's does; backward;
 AdamW) is timed with CUDA events; mean and sample std over the trials after
@@ -43,6 +45,8 @@ def parse(argv=None):
                    help="safetensors from `ktune bench e2e --save-batch`: weights, tokens, targets, config")
     p.add_argument("--mode", default="compiled", choices=["eager", "compiled"],
                    help="eager: scores materialised, per-tensor AdamW; compiled: torch.compile, SDPA, fused AdamW")
+    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead"],
+                   help="torch.compile's mode in compiled mode; reduce-overhead replays CUDA graphs")
     p.add_argument("--dtype", default="f32", choices=list(TOLERANCE),
                    help="f32 (TF32 off), tf32 (TF32 matmuls) or bf16 (autocast)")
     p.add_argument("--warmup", type=int, default=1, help="warm-up steps, not timed")
@@ -57,6 +61,8 @@ def parse(argv=None):
     a = p.parse_args(argv)
     if a.warmup < 0 or a.trials < 1:
         p.error(f"--warmup must be >= 0 and --trials >= 1, got {a.warmup} and {a.trials}")
+    if a.compile_mode != "default" and a.mode != "compiled":
+        p.error("--compile-mode is torch.compile's: it needs --mode compiled")
     return a
 
 
@@ -169,7 +175,7 @@ def run(a):
     if a.mode == "compiled":
         for block in model.layers:
             block.attn.sdpa = True
-        step_loss = torch.compile(lambda t, y: loss_fn(model, t, y))
+        step_loss = torch.compile(lambda t, y: loss_fn(model, t, y), mode=a.compile_mode)
     else:
         step_loss = lambda t, y: loss_fn(model, t, y)  # noqa: E731
     opt = None
@@ -212,7 +218,8 @@ def run(a):
         if opt:
             samples["optimizer"].append(ev[2].elapsed_time(ev[3]))
             samples["step"].append(ev[0].elapsed_time(ev[3]))
-    result = {"benchmark": "e2e", "backend": f"torch {torch.__version__}", "mode": a.mode,
+    mode = a.mode if a.compile_mode == "default" else f"{a.mode} ({a.compile_mode})"
+    result = {"benchmark": "e2e", "backend": f"torch {torch.__version__}", "mode": mode,
               "dtype": DTYPE_NAME[a.dtype], "device": torch.cuda.get_device_name(dev),
               "cuda_runtime": torch.version.cuda, "clock": "CUDA events on the stream",
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
