@@ -37,8 +37,9 @@ namespace attention {
 /// bf16's relative precision, and sums of up to 2^20 keys stay far from fp32's range.
 constexpr float kBaseSlack = 8.0f;
 
-/// Grid: (ceil(seq / BLOCK_M), heads, batch); block x takes query block
-/// gridDim.x - 1 - x, so under a causal mask the longest blocks start first.
+/// Grid: (ceil(seq / BLOCK_M), heads, batch); the block of rank r
+/// (block_tile, by tile_order) takes query block gridDim.x - 1 - r, so under
+/// a causal mask the longest blocks start first.
 /// Block: WARPS * 32 threads; dynamic shared memory as in the file header.
 /// `scale` > 0, so the running max of the raw scores is that of the scaled
 /// ones. The launch bounds ask for one block per SM at least: ptxas may then
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                   T* o,             // through o_strides
                   float* lse,       // (batch, heads, seq)
                   Strides q_strides, Strides k_strides, Strides v_strides, Strides o_strides,
-                  int seq, int heads, int kv_group, float scale) {
+                  int seq, int heads, int kv_group, float scale, int tile_order) {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps of Q K^T and whole n16 pairs of P V");
   static_assert(WARPS >= 1 && WARPS * 32 <= 1024, "a block is 1 to 32 warps");
@@ -82,8 +83,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sk = sq + TILE_Q;              // STAGES x (BLOCK_N, HEAD_DIM)
   T* sv = sk + STAGES * TILE_KV;    // STAGES x (BLOCK_N, HEAD_DIM)
 
-  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);
-  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const BlockTile tile = block_tile<CAUSAL>(tile_order);
+  const int m_block = static_cast<int>(gridDim.x) - 1 - tile.rank;
+  const int h = tile.head, b = tile.batch;
   const int m0 = m_block * BLOCK_M;
   const T* qh = q + b * q_strides.batch + h * q_strides.head;
   const T* kh = k + b * k_strides.batch + h / kv_group * k_strides.head;

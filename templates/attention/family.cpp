@@ -88,7 +88,8 @@ class Forward final : public TypedFamily<ForwardArgs> {
                  "conflict-free when head_dim is a multiple of 64)"},
                 {"q_regs", {0, 1},
                  "Q's fragments: 1 loaded once into registers (no shared-memory reads for Q) vs 0 re-read from "
-                 "shared memory per key tile (registers left for two m16 tiles per warp or wider key tiles)"}}) {}
+                 "shared memory per key tile (registers left for two m16 tiles per warp or wider key tiles)"},
+                tile_order_param()}) {}
 
   std::string name() const override { return "attention_fwd"; }
   std::string summary() const override {
@@ -126,12 +127,12 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const std::int64_t d = p.dim("head_dim");
     if (element_bytes(p) == 2 && blocks_of_128(p) >= kBusyGrid) {
       const Config c({{"block_m", 128}, {"block_n", d <= 64 ? 64 : d <= 80 ? 32 : 48}, {"warps", 4}, {"stages", 2},
-                      {"kv_layout", d <= 80 ? 0 : 1}, {"q_regs", 0}});
+                      {"kv_layout", d <= 80 ? 0 : 1}, {"q_regs", 0}, {"tile_order", 0}});
       if (is_valid(c, p, any, nullptr)) return c;
     }
     for (const std::int64_t block_n : {64, 32, 16}) {
       const Config c({{"block_m", 64}, {"block_n", block_n}, {"warps", 4}, {"stages", 2}, {"kv_layout", 0},
-                      {"q_regs", 1}});
+                      {"q_regs", 1}, {"tile_order", 0}});
       if ((block_n < 64 || d <= 64) && is_valid(c, p, any, nullptr)) return c;
     }
     throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
@@ -146,9 +147,12 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // default is FlashAttention-2's shape with 64-key tiles, and the H200's
     // session at the leaderboard's shape measured these others slower
     // (32-key tiles 2.39 ms, 8 warps of one tile 2.49, the default 2.13).
-    if (element_bytes(p) != 2 || p.dim("head_dim") <= 64) return {};
+    // Under a causal mask, first the default with the longest tiles of every
+    // head first (tile_order 1).
     const Config def = default_config(p);
     std::vector<Config> out;
+    if (p.dim("causal")) out.push_back(with(def, {{"tile_order", 1}}));
+    if (element_bytes(p) != 2 || p.dim("head_dim") <= 64) return out;
     for (const std::int64_t bn : {32, 48})
       out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}));
     out.push_back(with(def, {{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"q_regs", 1}, {"kv_layout", 1}}));
@@ -160,6 +164,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (!tile_order_valid(c, p, why)) return false;
     if (bm % (16 * warps) != 0)
       return reject(why, fmt::format("each warp owns whole 16-row tiles of the queries: block_m {} is not a "
                                      "multiple of 16 x {} warps",
@@ -267,7 +272,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     l.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.o_strides);
     const AttentionShape s = shape_of(p);
     l.args.add(static_cast<int>(s.seq)).add(static_cast<int>(s.heads)).add(static_cast<int>(s.heads / s.kv_heads));
-    l.args.add(a.scale);
+    l.args.add(a.scale).add(static_cast<int>(c.at("tile_order")));
     std::vector<Launch> launches;
     launches.push_back(std::move(l));
     return launches;

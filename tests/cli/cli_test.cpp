@@ -311,7 +311,7 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   // Its default, then its candidates, which a tuning session measures first.
   CHECK_THAT(out, Catch::Contains("default: " + f.default_config(p).str() + "\n"));
   const auto candidates = f.candidates(p);
-  REQUIRE(candidates.size() == 3);
+  REQUIRE(candidates.size() == 4);
   CHECK_THAT(out, Catch::Contains("candidates (a tuning session measures them right after the default):\n  " +
                                   candidates[0].str() + "\n  " + candidates[1].str() + "\n"));
   REQUIRE(run_ktune("--json render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
@@ -319,7 +319,7 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   const auto j = nlohmann::json::parse(out);
   CHECK(j["valid"] == valid);
   CHECK(j["default"] == f.default_config(p).to_json());
-  REQUIRE(j["candidates"].size() == 3);
+  REQUIRE(j["candidates"].size() == 4);
   CHECK(j["candidates"][1]["config"] == candidates[1].to_json());
   // Those not valid on --arch are marked: FlashAttention-2's backward partition at 128-query tiles does not fit
   // the 99 KB of shared memory an sm_89 block may use.
@@ -328,7 +328,7 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   REQUIRE(run_ktune("render --family attention_bwd --space --arch sm_89 --problem '" + leaderboard.to_json().dump() +
                         "'",
                     &out) == 0);
-  CHECK_THAT(out, Catch::Contains("  " + bwd.candidates(leaderboard)[1].str() + " (not valid on sm_89: skipped)\n"));
+  CHECK_THAT(out, Catch::Contains("  " + bwd.candidates(leaderboard)[2].str() + " (not valid on sm_89: skipped)\n"));
 }
 
 TEST_CASE("CLI: --help shows every option's default", "[cli]") {

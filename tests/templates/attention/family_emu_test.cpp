@@ -15,6 +15,7 @@
 #include <random>
 
 #include "templates/attention/attention.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 #include "templates/sampled_configs.hpp"
 #include "tuner/emu_launch.hpp"
@@ -35,7 +36,7 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t kv_layout, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}, {"q_regs", q_regs}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}});
 }
 
 /// How q, k, v and o lie in memory.
@@ -204,6 +205,20 @@ TEST_CASE("attention_fwd: sequences of 1, 17, 64 and 129, causal and not, in thr
     for (const std::int64_t seq : {1, 17, 64, 129})
       for (const Layout layout : {Layout::kBSHD, Layout::kBHSD, Layout::kFusedQKV})
         check_layout(c, problem("bf16", seq, 64, causal), layout);
+}
+
+TEST_CASE("attention_fwd: the longest tiles of every head first, over several heads, batches and grouped heads",
+          "[attention][emu]") {
+  // tile_order 1 maps a block's linear index to (rank, head, batch) with the
+  // heads fastest: each block still takes one tile, every tile once.
+  Problem p = problem("bf16", 150, 64, true, 3, 4);
+  const Config c = with(config(32, 32, 2, 2, 0), {{"tile_order", 1}});
+  check_layout(c, p, Layout::kBSHD);
+  check_layout(c, p, Layout::kBHSD);
+  p.dims["kv_heads"] = 2;
+  check_layout(c, p, Layout::kFusedQKV);
+  check_layout(with(config(64, 16, 4, 2, 1), {{"tile_order", 1}}), problem("f32", 70, 32, true, 2, 3),
+               Layout::kBSHD);
 }
 
 TEST_CASE("attention_fwd: other softmax scales", "[attention][emu]") {

@@ -28,7 +28,7 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std:
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t kv_layout = 0, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}, {"q_regs", q_regs}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -82,8 +82,8 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
 
 TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   const Family& f = forward_family();
-  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2);
-  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs"})
+  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2);
+  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs", "tile_order"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   // One class per head dim, both dtypes, both masks, ragged lengths.
   std::set<std::int64_t> head_dims, causal;
@@ -198,7 +198,7 @@ TEST_CASE("attention_fwd plan: grid over query blocks, heads and batch, dynamic 
   CHECK(l.block == std::array<unsigned, 3>{128, 1, 1});
   CHECK(l.dynamic_smem == (64 + 2 * 2 * 64) * 136 * 2);
   CHECK(l.dynamic_smem > 48 * 1024);  // the runner opts in
-  CHECK(l.args.count() == 13);  // q, k, v, o, lse, four strides, seq, heads, kv_group, scale
+  CHECK(l.args.count() == 14);  // q, k, v, o, lse, four strides, seq, heads, kv_group, scale, tile order
 
   // The workload's buffers in the model's layout, at the default scale.
   const ForwardArgs a = f.args_of(p, addresses);
@@ -362,35 +362,48 @@ TEST_CASE("attention candidates are points of the space, other than the default,
         CHECK_NOTHROW(f->space().check_member(c));
       }
   const auto sm90 = DeviceLimits::for_arch("sm_90");
-  // The causal forward at head_dim 128: two m16 tiles per warp with 32-key tiles, and one tile over 8 warps
-  // with 64-key tiles; the default (two tiles, 48 keys) not again; none up to head_dim 64 or for f32.
+  // The causal forward at head_dim 128: the default with the longest tiles of every head first, two m16 tiles
+  // per warp with 32-key tiles, and one tile over 8 warps with 64-key tiles; the default (two tiles, 48 keys)
+  // not again; up to head_dim 64 or for f32 only the first.
   const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
   const auto fwd = forward_family().candidates(d128);
-  REQUIRE(fwd.size() == 2);
-  CHECK(fwd[0].at("block_n") == 32);
-  CHECK(fwd[1].at("warps") == 8);
+  REQUIRE(fwd.size() == 3);
+  CHECK(fwd[0] == with(forward_family().default_config(d128), {{"tile_order", 1}}));
+  CHECK(fwd[1].at("block_n") == 32);
+  CHECK(fwd[2].at("warps") == 8);
   for (const Config& c : fwd) {
     INFO(c.str());
     CHECK(forward_family().is_valid(c, d128, sm90));
     CHECK(c != forward_family().default_config(d128));
   }
-  CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 3);
-  CHECK(forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16)).empty());
-  CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).empty());
-  // The leaderboard backward, whose default is FlashAttention-2's partition at 64-query tiles: the default at 4
-  // stages, the partition at 128-query tiles and the previous default (16-query tiles over 4 warps of two key
-  // tiles each).
+  CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 4);
+  CHECK(forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16)).size() == 1);
+  CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).size() == 1);
+  CHECK(forward_family().candidates(problem("f32", 16384, 128, 0, 1, 16)).empty());
+  // The leaderboard backward, whose default is FlashAttention-2's partition at 64-query tiles: the default with
+  // the longest tiles of every head first, at 4 stages, the partition at 128-query tiles and the previous default
+  // (16-query tiles over 4 warps of two key tiles each).
   const Problem leaderboard = problem("bf16", 16384, 64, 1, 1, 16);
   const auto bwd = backward_family().candidates(leaderboard);
-  REQUIRE(bwd.size() == 3);
+  REQUIRE(bwd.size() == 4);
   for (const Config& c : bwd) {
     INFO(c.str());
     CHECK(backward_family().is_valid(c, leaderboard, sm90));
     CHECK(c != backward_family().default_config(leaderboard));
   }
-  CHECK(bwd[0].at("stages") == 4);
-  CHECK(bwd[1].at("block_m") == 128);
-  CHECK(bwd[2].at("block_m") == 16);
+  CHECK(bwd[0] == with(backward_family().default_config(leaderboard), {{"tile_order", 1}}));
+  CHECK(bwd[1].at("stages") == 4);
+  CHECK(bwd[2].at("block_m") == 128);
+  CHECK(bwd[3].at("block_m") == 16);
+  // Without a causal mask every tile has the same work: no tile order 1, and no such candidate.
+  const Problem full = problem("bf16", 16384, 64, 0, 1, 16);
+  for (const Family* f : {&forward, &backward}) {
+    INFO(f->name());
+    std::string why;
+    CHECK_FALSE(f->is_valid(with(f->default_config(full), {{"tile_order", 1}}), full, sm90, &why));
+    CHECK_THAT(why, Catch::Contains("without a causal mask every tile has the same"));
+    for (const Config& c : f->candidates(full)) CHECK(c.at("tile_order") == 0);
+  }
 }
 
 TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling",
