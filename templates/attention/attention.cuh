@@ -37,6 +37,32 @@ namespace attention {
 /// bf16's relative precision, and sums of up to 2^20 keys stay far from fp32's range.
 constexpr float kBaseSlack = 8.0f;
 
+/// The query tile a block works on, as its rank (0: the tile with the most
+/// keys under a causal mask), and its head and batch. The GPU starts a
+/// grid's blocks in the order of their linear index, x fastest.
+///   tile_order 0: the grid as launched, x the rank: each head's tiles start
+///     together, its longest first.
+///   tile_order 1: the linear index walks the (head, batch) pairs fastest and
+///     the ranks slowest: the longest tiles of every head start first and the
+///     shortest fill the end (longest processing time first), so under a
+///     causal mask the last head's longest tile does not start near the end
+///     of the grid and run on after the rest.
+/// Without a causal mask (CAUSAL false) every tile has the same work, the
+/// family admits tile_order 0 alone, and the kernel keeps no code for 1.
+struct BlockTile {
+  int rank, head, batch;
+};
+template <bool CAUSAL>
+KT_DEVICE BlockTile block_tile(int tile_order) {
+  if (!CAUSAL || tile_order == 0)
+    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+  // 32-bit: the family launches fewer than 2^32 blocks with tile_order 1.
+  const unsigned pairs = gridDim.y * gridDim.z;
+  const unsigned linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  const unsigned pair = linear % pairs;
+  return {static_cast<int>(linear / pairs), static_cast<int>(pair % gridDim.y), static_cast<int>(pair / gridDim.y)};
+}
+
 /// Grid: (ceil(seq / BLOCK_M), heads, batch); the block of rank r
 /// (block_tile, by tile_order) takes query block gridDim.x - 1 - r, so under
 /// a causal mask the longest blocks start first.

@@ -256,8 +256,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                        float* dq_accum,       // (batch, heads, seq, head_dim) fp32 when DQ_ATOMIC
                        T* dk, T* dv,          // as k, through dk_strides / dv_strides
                        Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
-                       Strides dk_strides, Strides dv_strides, int seq, int heads, int kv_group, float scale,
-                       int tile_order) {
+                       Strides dk_strides, Strides dv_strides, int seq, int heads, int kv_group, float scale) {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps and whole n16 pairs of every product");
   static_assert(WARP_SPLIT == 1 || WARP_SPLIT == 2 || WARP_SPLIT == 4, "a group of keys is shared by 1, 2 or 4 warps");
@@ -293,9 +292,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sds = DS_IN_V ? sv : reinterpret_cast<T*>(srows + STAGES * 2 * BLOCK_M);
   T* sp = sds + BLOCK_N * DsLayout::ROW;
 
-  const BlockTile tile = block_tile<CAUSAL>(tile_order);  // rank 0: key block 0, the most query tiles under a causal mask
-  const int n0 = tile.rank * BLOCK_N;
-  const int kvh = tile.head, b = tile.batch;
+  const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
+  const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
   const int g = lane / 4, t = lane % 4;
   const int warp_key0 = warp / WARP_SPLIT * KT * 16;
@@ -567,7 +565,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     attention_bwd_dq(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta,
                      T* dq,  // as q, through dq_strides
                      Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
-                     Strides dq_strides, int seq, int heads, int kv_group, float scale, int tile_order) {
+                     Strides dq_strides, int seq, int heads, int kv_group, float scale) {
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps and whole n16 pairs of every product");
   static_assert(BLOCK_N % (16 * WARPS) == 0, "each warp owns whole m16 tiles of the block's query rows");
@@ -589,9 +587,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sk = sdo + TILE_Q;             // STAGES x (BLOCK_M, HEAD_DIM)
   T* sv = sk + STAGES * TILE_K;     // STAGES x (BLOCK_M, HEAD_DIM)
 
-  const BlockTile tile = block_tile<CAUSAL>(tile_order);
-  const int m_block = static_cast<int>(gridDim.x) - 1 - tile.rank;  // longest blocks first under a causal mask
-  const int h = tile.head, b = tile.batch;
+  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest blocks first under a causal mask
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const int m0 = m_block * BLOCK_N;
   const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
   const int g = lane / 4, t = lane % 4;

@@ -148,8 +148,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
                  "shared memory vs 8 registers per k step of the head dim and m16 tile"},
                 {"dq_atomic", {0, 1},
                  "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
-                 "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"},
-                tile_order_param()}) {}
+                 "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"}}) {}
 
   std::string name() const override { return "attention_bwd"; }
   std::string summary() const override {
@@ -180,8 +179,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // register estimate (head_dim 128 takes 32), then narrower blocks.
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
-    const Config plain({{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1},
-                        {"tile_order", 0}});
+    const Config plain({{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       for (const Config& c : {with(plain, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
                                            {"smem_layout", 1}, {"resident_regs", 1}}),
@@ -202,20 +200,16 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // query tiles (2 stages, K and V re-read: their shared memory and
     // registers fit no more) and 64-query tiles; on the busy grid of 16-bit
     // inputs up to head_dim 64, also the previous default there (128 keys
-    // over 4 warps, 16-query tiles, padded rows). Under a causal mask, first
-    // the default with the longest tiles of every head first (tile_order 1).
-    // The default itself left out.
+    // over 4 warps, 16-query tiles, padded rows). The default itself left
+    // out.
     const Config def = default_config(p);
-    std::vector<Config> out;
-    if (p.dim("causal")) out.push_back(with(def, {{"tile_order", 1}}));
-    for (const Config& c : {with(def, {{"stages", 4}}),
-                            with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
-                                       {"stages", 2}, {"resident_regs", 0}}),
-                            with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})})
-      out.push_back(c);
+    std::vector<Config> out = {with(def, {{"stages", 4}}),
+                               with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
+                                          {"stages", 2}, {"resident_regs", 0}}),
+                               with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})};
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       out.push_back(Config({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
-                            {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"tile_order", 0}}));
+                            {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}}));
     std::erase(out, def);
     return out;
   }
@@ -224,7 +218,6 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
-    if (!tile_order_valid(c, p, why)) return false;
     const std::int64_t split = warp_split(c), d_head = p.dim("head_dim");
     if (warps % split != 0)
       return reject(why, fmt::format("warp_split {} does not divide the block's {} warps into whole groups", split,
@@ -393,8 +386,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     kv.dynamic_smem = static_cast<unsigned>(dkdv_shared(c, p));
     kv.args.add(a.q).add(a.k).add(a.v).add(a.dout).add(a.lse).add(delta).add(accum).add(a.dk).add(a.dv);
     kv.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.do_strides).add(a.dk_strides).add(a.dv_strides);
-    const int order = static_cast<int>(c.at("tile_order"));
-    kv.args.add(seq).add(heads).add(group).add(a.scale).add(order);
+    kv.args.add(seq).add(heads).add(group).add(a.scale);
     Launch& dq = launches[2];
     dq.kernel = 2;
     if (dq_atomic(c)) {
@@ -409,7 +401,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
       dq.dynamic_smem = static_cast<unsigned>(dq_shared(c, p));
       dq.args.add(a.q).add(a.k).add(a.v).add(a.dout).add(a.lse).add(delta).add(a.dq);
       dq.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.do_strides).add(a.dq_strides);
-      dq.args.add(seq).add(heads).add(group).add(a.scale).add(order);
+      dq.args.add(seq).add(heads).add(group).add(a.scale);
     }
     return launches;
   }

@@ -89,7 +89,11 @@ class Forward final : public TypedFamily<ForwardArgs> {
                 {"q_regs", {0, 1},
                  "Q's fragments: 1 loaded once into registers (no shared-memory reads for Q) vs 0 re-read from "
                  "shared memory per key tile (registers left for two m16 tiles per warp or wider key tiles)"},
-                tile_order_param()}) {}
+                // attention.cuh's block_tile; a kernel argument: the second order compiles nothing new
+                {"tile_order", {0, 1},
+                 "order of the query tiles over the grid under a causal mask: 0 each head's together, longest first "
+                 "(its K and V shared in L2), 1 the longest of every head first, the shortest last (no head's "
+                 "longest tile left to run alone at the end)"}}) {}
 
   std::string name() const override { return "attention_fwd"; }
   std::string summary() const override {
@@ -164,7 +168,8 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
-    if (!tile_order_valid(c, p, why)) return false;
+    if (c.at("tile_order") == 1 && p.dim("causal") == 0)
+      return reject(why, "tile_order 1 orders tiles of unequal work; without a causal mask every tile has the same");
     if (bm % (16 * warps) != 0)
       return reject(why, fmt::format("each warp owns whole 16-row tiles of the queries: block_m {} is not a "
                                      "multiple of 16 x {} warps",
@@ -266,6 +271,8 @@ class Forward final : public TypedFamily<ForwardArgs> {
     Launch l;
     l.grid = {static_cast<unsigned>(ceil_div(p.dim("seq"), c.at("block_m"))), static_cast<unsigned>(p.dim("heads")),
               static_cast<unsigned>(p.dim("batch"))};
+    KTUNE_REQUIRE(c.at("tile_order") == 0 || static_cast<double>(l.grid[0]) * l.grid[1] * l.grid[2] < 4294967296.0,
+                  "attention_fwd: tile_order 1 numbers the grid's blocks in 32 bits; this grid has more");
     l.block = {static_cast<unsigned>(32 * c.at("warps")), 1, 1};
     l.dynamic_smem = static_cast<unsigned>(shared_bytes(c, p));
     l.args.add(a.q).add(a.k).add(a.v).add(a.o).add(a.lse);

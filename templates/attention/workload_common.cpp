@@ -11,20 +11,6 @@
 
 namespace ktune::templates::attention {
 
-Param tile_order_param() {
-  return {"tile_order",
-          {0, 1},
-          "order of the tiles over the grid under a causal mask: 0 each head's together, longest first (its K and "
-          "V shared in L2), 1 the longest of every head first, the shortest last (no head's longest tile left to "
-          "run alone at the end)"};
-}
-
-bool tile_order_valid(const Config& c, const Problem& p, std::string* why) {
-  if (c.at("tile_order") == 1 && p.dim("causal") == 0)
-    return reject(why, "tile_order 1 orders tiles of unequal work; without a causal mask every tile has the same");
-  return true;
-}
-
 double stored(const Problem& p, double value) {
   const auto f = static_cast<float>(value);
   if (p.dtype == "bf16") return bf16_bits_to_float(float_to_bf16_bits(f));

@@ -46,13 +46,6 @@ inline std::int64_t blocks_of_128(const Problem& p) {
 /// address computed once and held.
 std::int64_t copy_registers(std::int64_t rows, const Problem& p, bool swizzled, std::int64_t threads);
 
-/// Both families' order of the tiles over the grid (attention_common.cuh's
-/// block_tile), a kernel argument: 0 each head's tiles together, 1 the
-/// longest tiles of every head first. The second compiles nothing new.
-Param tile_order_param();
-/// Tile order 1 balances tiles of unequal work: it needs a causal mask.
-bool tile_order_valid(const Config& c, const Problem& p, std::string* why);
-
 /// Problems of every supported class (dtype, head dim, causal, grouped
 /// heads), small, with sequence lengths a multiple of no tile.
 std::vector<Problem> attention_problem_classes();

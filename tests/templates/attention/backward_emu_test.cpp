@@ -13,7 +13,6 @@
 
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
-#include "templates/common/family_helpers.hpp"
 
 namespace templates_attention_backward_emu_test {
 
@@ -33,7 +32,7 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
-                 {"dq_atomic", dq_atomic}, {"tile_order", 0}});
+                 {"dq_atomic", dq_atomic}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
@@ -165,22 +164,6 @@ TEST_CASE("attention_bwd: grouped- and multi-query heads sum into their K/V head
     p.dims["kv_heads"] = 1;
     test::check_backward(*backend, c, p, true);
   }
-}
-
-TEST_CASE("attention_bwd: the longest tiles of every head first, both dQ modes, several batches, grouped heads",
-          "[attention][emu]") {
-  // tile_order 1 maps a block's linear index to (rank, head, batch) with the
-  // heads fastest, in the dK/dV pass (its K/V heads) and the dQ pass.
-  auto backend = emu();
-  for (const std::int64_t atomic : {0, 1}) {
-    Problem p = problem("bf16", 150, 32, true, 3, 4);
-    const Config c = with(config(32, 32, 2, 2, atomic), {{"tile_order", 1}});
-    test::check_backward(*backend, c, p);
-    p.dims["kv_heads"] = 2;
-    test::check_backward(*backend, c, p, /*bhsd=*/true);
-  }
-  test::check_backward(*backend, with(config(32, 64, 4, 2, 1, 1, 1, 2), {{"tile_order", 1}}),
-                       problem("f32", 70, 32, true, 2, 3));
 }
 
 TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[attention][emu]") {

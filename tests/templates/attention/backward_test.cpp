@@ -32,7 +32,7 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
-                 {"dq_atomic", dq_atomic}, {"tile_order", 0}});
+                 {"dq_atomic", dq_atomic}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -66,9 +66,9 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
-  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 2 * 2);
-  for (const char* name : {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs",
-                           "dq_atomic", "tile_order"})
+  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 2);
+  for (const char* name :
+       {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
@@ -156,9 +156,9 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
   // K and V in registers; at head_dim 16 too narrow for it, 128 keys over 4 warps and 16-query tiles); head_dim
   // 80 and fp32 keep one tile of keys per warp. The 16-bit ones fit the 99 KB of shared memory of an sm_86 block.
   const Config partition({{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}, {"stages", 2},
-                          {"smem_layout", 1}, {"resident_regs", 1}, {"dq_atomic", 1}, {"tile_order", 0}});
+                          {"smem_layout", 1}, {"resident_regs", 1}, {"dq_atomic", 1}});
   const Config narrow({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
-                       {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"tile_order", 0}});
+                       {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
   for (const char* dtype : {"bf16", "f16", "f32"})
     for (const std::int64_t d : {16, 32, 64, 80, 128}) {
       const Problem p = problem(dtype, 16384, d, 1, 1, 16);
