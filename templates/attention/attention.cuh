@@ -56,11 +56,11 @@ template <bool CAUSAL>
 KT_DEVICE BlockTile block_tile(int tile_order) {
   if (!CAUSAL || tile_order == 0)
     return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
-  // 32-bit: the family launches fewer than 2^32 blocks with tile_order 1.
-  const unsigned pairs = gridDim.y * gridDim.z;
-  const unsigned linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-  const unsigned pair = linear % pairs;
-  return {static_cast<int>(linear / pairs), static_cast<int>(pair % gridDim.y), static_cast<int>(pair / gridDim.y)};
+  const long long pairs = static_cast<long long>(gridDim.y) * gridDim.z;
+  const long long linear =
+      blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+  const int pair = static_cast<int>(linear % pairs);
+  return {static_cast<int>(linear / pairs), pair % static_cast<int>(gridDim.y), pair / static_cast<int>(gridDim.y)};
 }
 
 /// Grid: (ceil(seq / BLOCK_M), heads, batch); the block of rank r

@@ -271,8 +271,6 @@ class Forward final : public TypedFamily<ForwardArgs> {
     Launch l;
     l.grid = {static_cast<unsigned>(ceil_div(p.dim("seq"), c.at("block_m"))), static_cast<unsigned>(p.dim("heads")),
               static_cast<unsigned>(p.dim("batch"))};
-    KTUNE_REQUIRE(c.at("tile_order") == 0 || static_cast<double>(l.grid[0]) * l.grid[1] * l.grid[2] < 4294967296.0,
-                  "attention_fwd: tile_order 1 numbers the grid's blocks in 32 bits; this grid has more");
     l.block = {static_cast<unsigned>(32 * c.at("warps")), 1, 1};
     l.dynamic_smem = static_cast<unsigned>(shared_bytes(c, p));
     l.args.add(a.q).add(a.k).add(a.v).add(a.o).add(a.lse);
