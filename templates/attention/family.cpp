@@ -20,6 +20,11 @@ constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of query rows one war
 // Registers besides the fragments, accumulators and copy addresses:
 // indices, strides, loop state (fitted with fragment_registers).
 constexpr std::int64_t kBaseRegisters = 32;
+// Under a causal mask, the block's rank, head and batch (block_tile) are
+// held where blockIdx was read again. It tips the configs that hold the most
+// (Q in registers for two m16 tiles a warp) at the limit: two at head_dim 80
+// spilled 8 bytes at sm_80 without this term.
+constexpr std::int64_t kTileOrderRegisters = 4;
 // The device struct attention::Strides is three 64-bit fields in this order.
 static_assert(sizeof(TensorStrides) == 24 && offsetof(TensorStrides, head) == 8 && offsetof(TensorStrides, seq) == 16);
 
@@ -65,7 +70,7 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
   const std::int64_t layout = swizzled ? (whole_swizzle ? 0 : 16) : (whole_swizzle ? 2 : 0);
   return tiles_per_warp(c) * (q_fragments + d / 2 + bn / 2 + 4) + 3 * d * bn * e / 1024 + copies +
          (warps == 2 ? 20 : 0) + (c.at("stages") == 1 ? 12 : 0) - (tiles_per_warp(c) == 2 && !q_regs ? 6 : 0) +
-         layout;
+         layout + (p.dim("causal") && q_regs && tiles_per_warp(c) == 2 ? kTileOrderRegisters : 0);
 }
 
 /// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
