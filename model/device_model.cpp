@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "base/error.hpp"
 #include "templates/render.hpp"
 
@@ -91,13 +93,8 @@ double DeviceTransformer::forward(std::span<const std::int32_t> tokens, std::spa
   ops_->upload({Region::kTokens, 0}, tokens.data(), tokens.size_bytes());
   ops_->upload({Region::kTargets, 0}, targets.data(), targets.size_bytes());
   have_forward_ = false;
-  double loss = 0;
-  if (profile_) {
-    loss = walk_profiled(*ops_, profile_, "forward", [&](Ops& ops) { return walk_forward(ops, L_); });
-  } else {
-    run_pass(forward_, "forward", [&](Ops& ops) { walk_forward_ops(ops, L_); });
-    loss = walk_loss(*ops_, L_);
-  }
+  run_pass(forward_, "forward", [&](Ops& ops) { walk_forward_ops(ops, L_); });
+  const double loss = walk_profiled(*ops_, profile_, "forward", [&](Ops& ops) { return walk_loss(ops, L_); });
   have_forward_ = true;
   return loss;
 }
@@ -110,7 +107,7 @@ void DeviceTransformer::backward() {
 }
 
 void DeviceTransformer::run_pass(Pass& pass, const char* phase, const std::function<void(Ops&)>& walk) {
-  if (profile_ || !graphs_ || (!pass.graph && pass.runs++ == 0)) {
+  if (profile_ || !graphs_ || (!pass.graph && !std::exchange(pass.warmed, true))) {
     walk_profiled(*ops_, profile_, phase, walk);
     return;
   }

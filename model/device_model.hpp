@@ -59,6 +59,8 @@ class DeviceTransformer {
   void set_profile(OpProfile* profile) { profile_ = profile; }
   /// Waits for everything enqueued.
   void synchronize();
+  /// Whether the passes are replayed as graphs (DeviceOptions::graphs).
+  bool graphs() const { return graphs_; }
   /// Nodes of the forward's and the backward's graphs; 0 before a capture
   /// (or without DeviceOptions::graphs).
   std::size_t forward_graph_nodes() const { return forward_.graph ? forward_.graph->nodes() : 0; }
@@ -67,7 +69,7 @@ class DeviceTransformer {
  private:
   // One pass's graph, and the launches its capture enqueued.
   struct Pass {
-    std::int64_t runs = 0;
+    bool warmed = false;  // run op by op once
     std::unique_ptr<tuner::exec::Graph> graph;
     LaunchCount launches;
   };

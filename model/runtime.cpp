@@ -53,8 +53,7 @@ class DeviceRuntime final : public Runtime {
   DeviceRuntime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                 const BackendOptions& options)
       : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()),
-        baseline_(backend_->memory()),
-        graphs_(options.graphs) {
+        baseline_(backend_->memory()) {
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
       const MemoryPlan plan = plan_memory(config, shape, options.threads, 4,
                                           attention_saved(options.precision, options.mode == Mode::kCompiled),
@@ -103,9 +102,9 @@ class DeviceRuntime final : public Runtime {
         "{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}", to_string(model_->ops().mode()),
         to_string(model_->layout().precision), k.kernels().size(), k.count(cache::Match::kExact),
         k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
-    if (graphs_ && model_->forward_graph_nodes() == 0)
+    if (model_->graphs() && model_->forward_graph_nodes() == 0)
       summary += "; forward and backward captured as graphs on their second run";
-    else if (graphs_)
+    else if (model_->graphs())
       summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
                              model_->backward_graph_nodes());
     return summary;
@@ -134,7 +133,6 @@ class DeviceRuntime final : public Runtime {
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;
   tuner::exec::MemoryInfo baseline_;  // before the run allocated anything
-  bool graphs_;
   std::unique_ptr<cache::TunedCache> tuned_;
   std::unique_ptr<DeviceTransformer> model_;
 };

@@ -82,27 +82,32 @@ const CudaBuffer& cuda_buffer(const Buffer& b) {
   return *c;
 }
 
-// A graph captured from the backend's stream and instantiated once.
+// A graph captured from the backend's stream, owned from construction (so
+// a failed instantiation frees it) and instantiated once.
 class CudaGraph final : public Graph {
  public:
-  CudaGraph(const void* owner, CUgraph graph, CUgraphExec exec, std::size_t nodes)
-      : owner_(owner), graph_(graph), exec_(exec), nodes_(nodes) {}
-  ~CudaGraph() override {
+  CudaGraph(const void* owner, CUgraph graph) : owner_(owner), graph_(graph) {
     const Driver& d = Driver::get();
-    d.cuGraphExecDestroy(exec_);
-    d.cuGraphDestroy(graph_);
+    KT_CHECK_CU(d.cuGraphGetNodes(graph_.get(), nullptr, &nodes_));
+    CUgraphExec exec = nullptr;
+    KT_CHECK_CU(d.cuGraphInstantiateWithFlags(&exec, graph_.get(), 0));
+    exec_.reset(exec);
   }
-  CudaGraph(const CudaGraph&) = delete;
-  CudaGraph& operator=(const CudaGraph&) = delete;
   std::size_t nodes() const override { return nodes_; }
   const void* owner() const { return owner_; }
-  CUgraphExec exec() const { return exec_; }
+  CUgraphExec exec() const { return exec_.get(); }
 
  private:
+  struct DestroyGraph {
+    void operator()(CUgraph g) const { Driver::get().cuGraphDestroy(g); }
+  };
+  struct DestroyExec {
+    void operator()(CUgraphExec e) const { Driver::get().cuGraphExecDestroy(e); }
+  };
   const void* owner_;
-  CUgraph graph_;
-  CUgraphExec exec_;
-  std::size_t nodes_;
+  std::unique_ptr<CUgraph_st, DestroyGraph> graph_;  // destroyed after exec_
+  std::unique_ptr<CUgraphExec_st, DestroyExec> exec_;
+  std::size_t nodes_ = 0;
 };
 
 struct EventMark final : Mark {
@@ -203,18 +208,7 @@ class CudaBackend final : public Backend {
       throw;
     }
     KT_CHECK_CU(d.cuStreamEndCapture(stream_.get(), &graph));
-    std::size_t nodes = 0;
-    CUgraphExec exec = nullptr;
-    if (const CUresult rc = d.cuGraphGetNodes(graph, nullptr, &nodes); rc == CUDA_SUCCESS) {
-      if (const CUresult made = d.cuGraphInstantiateWithFlags(&exec, graph, 0); made != CUDA_SUCCESS) {
-        d.cuGraphDestroy(graph);
-        throw_error(ErrorKind::kCuda, "cuGraphInstantiateWithFlags: " + d.error_text(made));
-      }
-    } else {
-      d.cuGraphDestroy(graph);
-      throw_error(ErrorKind::kCuda, "cuGraphGetNodes: " + d.error_text(rc));
-    }
-    return std::make_unique<CudaGraph>(this, graph, exec, nodes);
+    return std::make_unique<CudaGraph>(this, graph);
   }
   void replay(const Graph& g) override {
     const auto* graph = dynamic_cast<const CudaGraph*>(&g);
