@@ -388,3 +388,5 @@ inline float exp2_approx(float x) {
 }  // namespace kt
 
 #include "common/kt_emu_mma.hpp"
+
+#include "common/kt_emu_wgmma.hpp"

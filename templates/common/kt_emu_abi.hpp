@@ -14,13 +14,16 @@
 namespace kt::emu {
 
 /// Bumped whenever a struct below changes; the runner refuses other modules.
-inline constexpr int kAbiVersion = 2;
+inline constexpr int kAbiVersion = 3;
 inline constexpr int kWarpSize = 32;
 /// Largest per-lane payload of one warp exchange (an mma operand set is 40 bytes).
 inline constexpr unsigned kMaxExchangeBytes = 64;
 /// Outstanding cp.async copies per thread before the oldest group is forced
 /// to complete (hardware may complete a copy at any time before the wait).
 inline constexpr unsigned kMaxAsyncCopies = 64;
+/// wgmma.mma_async instructions in flight per thread before the oldest
+/// group is forced to complete (as kMaxAsyncCopies).
+inline constexpr unsigned kMaxWgmma = 32;
 
 /// CUDA's uint3 (threadIdx, blockIdx) and the value of dim3 (blockDim, gridDim).
 struct U3 {
@@ -54,6 +57,19 @@ struct AsyncCopy {
   unsigned group;
 };
 
+/// One wgmma.mma_async in flight: D (n / 2 of this thread's registers) =
+/// A * B (+ D), A and B read through shared-memory descriptors when it
+/// completes, or A from the registers of this thread's quad (lanes 4g..4g+3
+/// of its warp, a[4 * i + r] lane 4g + i's register r) taken when issued.
+struct Wgmma {
+  float* d;
+  unsigned long long desc_a, desc_b;
+  unsigned a[16];
+  unsigned n;
+  unsigned group;
+  unsigned char bf16, accumulate, trans_a, trans_b, a_in_registers;
+};
+
 /// The state of one emulated CUDA thread.
 struct Thread {
   U3 thread_idx;
@@ -69,10 +85,14 @@ struct Thread {
   std::size_t dynamic_smem_bytes;
   unsigned async_group;  ///< id of the open (not yet committed) cp.async group
   unsigned async_count;
-  /// 1: this thread's cp.async copies land when issued; 0: at their covering
-  /// wait (a GPU lands them at any time in between).
+  /// 1: this thread's cp.async copies and wgmma instructions complete when
+  /// issued; 0: at their covering wait (a GPU completes them at any time in
+  /// between).
   unsigned char async_early;
   AsyncCopy async[kMaxAsyncCopies];
+  unsigned wgmma_group;  ///< id of the open (not yet committed) wgmma group
+  unsigned wgmma_count;
+  Wgmma wgmma[kMaxWgmma];
 };
 
 /// Signatures of the module's exported functions (extern "C").

@@ -16,12 +16,13 @@ namespace ktune::test {
 
 class EmuProbe {
  public:
-  /// `body`: kernels written against kt.cuh; `kernels`: their name expressions.
+  /// `body`: kernels written against `header` (kt.cuh, or a header that
+  /// includes it); `kernels`: their name expressions.
   EmuProbe(const std::string& body, std::vector<std::string> kernels, unsigned workers = 2,
-           env::EmuSchedule schedule = env::emu_schedule())
+           env::EmuSchedule schedule = env::emu_schedule(), const std::string& header = "common/kt.cuh")
       : executor_(workers, schedule) {
     templates::Rendered r;
-    r.source = "// probe\n" + templates::expand_includes("common/kt.cuh") + body;
+    r.source = "// probe\n" + templates::expand_includes(header) + body;
     r.kernels = std::move(kernels);
     module_ = tuner::emu::load_module(r);
   }

@@ -19,12 +19,15 @@ namespace ktune::test {
 
 class GpuProbe {
  public:
-  /// `body`: kernels written against kt.cuh; `kernels`: their name expressions.
-  GpuProbe(const std::string& body, std::vector<std::string> kernels) {
+  /// `body`: kernels written against `header` (kt.cuh, or a header that
+  /// includes it); `kernels`: their name expressions; `arch`: the NVRTC
+  /// target ("": the device's).
+  GpuProbe(const std::string& body, std::vector<std::string> kernels, const std::string& header = "common/kt.cuh",
+           const std::string& arch = "") {
     templates::Rendered r;
-    r.source = "// probe\n" + templates::expand_includes("common/kt.cuh") + body;
+    r.source = "// probe\n" + templates::expand_includes(header) + body;
     r.kernels = std::move(kernels);
-    const tuner::CompileResult c = tuner::Compiler(false).compile(r, context_.info().arch());
+    const tuner::CompileResult c = tuner::Compiler(false).compile(r, arch.empty() ? context_.info().arch() : arch);
     if (!c.ok) throw std::runtime_error("probe does not compile:\n" + c.log);
     module_ = std::make_unique<tuner::Module>(c.cubin);
     for (const auto& k : c.kernels) functions_.push_back(module_->function(k.lowered_name));

@@ -260,6 +260,8 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
     t.dynamic_smem_bytes = l.dynamic_smem;
     t.async_group = 0;
     t.async_count = 0;
+    t.wgmma_group = 0;
+    t.wgmma_count = 0;
     t.async_early = b.schedule.order == env::EmuSchedule::Order::kReverse ||
                     (b.schedule.order == env::EmuSchedule::Order::kShuffle && (rng() & 1));
     s.state = State::kReady;
@@ -268,6 +270,10 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
                                      [&b, &s, entry](detail::ctx::fiber&& scheduler) {
                                        s.scheduler = std::move(scheduler);
                                        entry(b.launch->args);
+                                       // A GPU's registers are gone with the thread: D never lands.
+                                       if (s.thread.wgmma_count != 0)
+                                         fail_block(b, &s.thread,
+                                                    "a thread ended with a wgmma in flight (no wgmma_wait covers it)");
                                        s.state = State::kDone;
                                        ++b.done;
                                        return std::move(s.scheduler);
