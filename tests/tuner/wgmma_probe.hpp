@@ -32,10 +32,13 @@ struct Operand {
 // written row-major to `out`. `image` (words) is copied into dynamic shared
 // memory first; A comes from it (RS 0) or from `a_rows` (RS 1: row-major
 // 16-bit bits of A) through mma.m16n8k16's A fragments.
+// `base` receives the address descriptors hold for the start of dynamic
+// shared memory (a swizzle pattern follows the address bits).
 template <int N, int RS, int TRANS_A, int TRANS_B, int KSTEPS, class T>
 __global__ void k_wgmma(float* out, const unsigned* image, int image_words, Operand a, Operand b,
-                        const unsigned short* a_rows) {
+                        const unsigned short* a_rows, unsigned* base) {
   unsigned char* smem = kt::dynamic_shared<unsigned char>();
+  if (threadIdx.x == 0) *base = kt::wgmma_address(smem);
   for (int i = threadIdx.x; i < image_words; i += blockDim.x) reinterpret_cast<unsigned*>(smem)[i] = image[i];
   __syncthreads();
   kt::fence_proxy_async();
@@ -261,12 +264,14 @@ inline Operands make_operands(const Case& c, unsigned seed) {
 struct Product {
   std::vector<float> d;
   double error = 0;
+  unsigned base = 0;  ///< the shared address of dynamic shared memory's start
 };
 
 template <class P>
 Product run(P& p, int kernel, const Case& c, unsigned seed = 1) {
   const Operands o = make_operands(c, seed);
   float* out = p.buffer("out", std::vector<float>(static_cast<std::size_t>(64 * c.n), -7.0f));
+  unsigned* base = p.buffer("base", std::vector<unsigned>{~0u});
   const auto words = static_cast<int>(o.image.size());
   p.launch(kernel, {1, 1, 1}, {128, 1, 1},
            templates::ArgPack()
@@ -275,9 +280,11 @@ Product run(P& p, int kernel, const Case& c, unsigned seed = 1) {
                .add(words)
                .add(operand(c.a))
                .add(operand(c.b))
-               .add(static_cast<const unsigned short*>(p.buffer("a_rows", o.a_bits))),
+               .add(static_cast<const unsigned short*>(p.buffer("a_rows", o.a_bits)))
+               .add(base),
            static_cast<unsigned>(o.image.size() * 4));
   Product r;
+  r.base = p.read(base, 1)[0];
   r.d = p.read(out, static_cast<std::size_t>(64 * c.n));
   double num = 0, den = 0;
   for (int m = 0; m < 64; ++m)
