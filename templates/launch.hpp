@@ -15,6 +15,10 @@ namespace ktune::templates {
 struct Rendered {
   std::string source;
   std::vector<std::string> kernels;
+  /// The source uses instructions only sm_90's arch-specific target has
+  /// (wgmma, templates/common/wgmma.cuh): compiled for sm_90a where the
+  /// device is sm_90, so a binary of it runs on sm_90 devices alone.
+  bool arch_specific = false;
 };
 
 /// Kernel arguments by value, laid out as cuLaunchKernel's `kernelParams`

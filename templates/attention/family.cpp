@@ -16,6 +16,7 @@ namespace ktune::templates::attention {
 namespace {
 
 constexpr const char* kTemplate = "attention/attention.cuh";
+constexpr const char* kWgmmaTemplate = "attention/attention_wgmma.cuh";
 constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of query rows one warp owns
 // Registers besides the fragments, accumulators and copy addresses:
 // indices, strides, loop state (fitted with fragment_registers).
@@ -73,6 +74,36 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
          layout + (p.dim("causal") && q_regs && tiles_per_warp(c) == 2 ? kTileOrderRegisters : 0);
 }
 
+/// The wgmma kernel's registers per thread: S's accumulator (block_n / 2),
+/// O's (head_dim / 2), P's A fragments (block_n / 8), and about 48 besides
+/// (indices, strides, row statistics, copy and descriptor addresses).
+std::int64_t wgmma_registers(const Config& c, const Problem& p) {
+  return 48 + c.at("block_n") / 2 + p.dim("head_dim") / 2 + c.at("block_n") / 8;
+}
+
+/// Why a config of the wgmma kernel (mma 1) cannot run on `d`, or "".
+std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
+  const std::int64_t head_dim = p.dim("head_dim"), bn = c.at("block_n"), warps = c.at("warps");
+  if (d.arch != "sm_90" && d.arch != "sm_90a")
+    return "mma 1 (wgmma) needs an sm_90 device, whose arch-specific target sm_90a has wgmma; this is " + d.arch;
+  if (element_bytes(p) != 2) return "mma 1 (wgmma) takes 16-bit inputs (bf16, f16)";
+  if (head_dim != 64 && head_dim != 128) return "mma 1 (wgmma) takes head dims 64 and 128 (whole 128-byte rows)";
+  if (warps % 4 != 0 || c.at("block_m") != 16 * warps)
+    return fmt::format("mma 1 (wgmma): each warpgroup (4 warps) owns 64 query rows, so block_m is 16 x warps "
+                       "(block_m {}, {} warps)",
+                       c.at("block_m"), warps);
+  if (bn != 16 && bn != 32 && bn != 64 && bn != 128) return "mma 1 (wgmma): block_n is 16, 32, 64 or 128";
+  if (c.at("kv_layout") != 1) return "mma 1 (wgmma) reads tiles in its 128-byte swizzle: kv_layout 1";
+  if (c.at("q_regs") != 0) return "mma 1 (wgmma) reads Q from shared memory: q_regs 0";
+  const std::int64_t registers = wgmma_registers(c, p);
+  const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / (32 * warps));
+  if (registers > budget)
+    return fmt::format("mma 1 (wgmma): each thread would need about {} registers (scores, O, P), over the {} a "
+                       "block of {} threads allows",
+                       registers, budget, 32 * warps);
+  return "";
+}
+
 /// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
 std::int64_t tile_row(const Config& c, const Problem& p) {
   return p.dim("head_dim") + (c.at("kv_layout") == 0 ? 16 / element_bytes(p) : 0);
@@ -98,13 +129,18 @@ class Forward final : public TypedFamily<ForwardArgs> {
                 {"tile_order", {0, 1},
                  "order of the query tiles over the grid under a causal mask: 0 each head's together, longest first "
                  "(its K and V shared in L2), 1 the longest of every head first, the shortest last (no head's "
-                 "longest tile left to run alone at the end)"}}) {}
+                 "longest tile left to run alone at the end)"},
+                {"mma", {0, 1},
+                 "matrix instructions: 0 mma.sync by each warp (sm_80 on), 1 wgmma by each warpgroup of 4 warps "
+                 "(sm_90's arch-specific target sm_90a: S from Q and K in shared memory, O += P V with P in "
+                 "registers; 16-bit inputs, head dims 64 and 128)"}}) {}
 
   std::string name() const override { return "attention_fwd"; }
   std::string summary() const override {
-    return "attention forward (FlashAttention-2 style, mma.sync): O and the row lse, causal or not, any strides";
+    return "attention forward (FlashAttention-2 style; mma.sync, or wgmma on sm_90): O and the row lse, causal or "
+           "not, any strides";
   }
-  std::vector<std::string> source_files() const override { return {kTemplate}; }
+  std::vector<std::string> source_files() const override { return {kTemplate, kWgmmaTemplate}; }
   const Space& space() const override { return space_; }
 
   std::vector<Problem> problem_classes() const override { return attention_problem_classes(); }
@@ -136,12 +172,12 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const std::int64_t d = p.dim("head_dim");
     if (element_bytes(p) == 2 && blocks_of_128(p) >= kBusyGrid) {
       const Config c({{"block_m", 128}, {"block_n", d <= 64 ? 64 : d <= 80 ? 32 : 48}, {"warps", 4}, {"stages", 2},
-                      {"kv_layout", d <= 80 ? 0 : 1}, {"q_regs", 0}, {"tile_order", 0}});
+                      {"kv_layout", d <= 80 ? 0 : 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 0}});
       if (is_valid(c, p, any, nullptr)) return c;
     }
     for (const std::int64_t block_n : {64, 32, 16}) {
       const Config c({{"block_m", 64}, {"block_n", block_n}, {"warps", 4}, {"stages", 2}, {"kv_layout", 0},
-                      {"q_regs", 1}, {"tile_order", 0}});
+                      {"q_regs", 1}, {"tile_order", 0}, {"mma", 0}});
       if ((block_n < 64 || d <= 64) && is_valid(c, p, any, nullptr)) return c;
     }
     throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
@@ -158,9 +194,15 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // (32-key tiles 2.39 ms, 8 warps of one tile 2.49, the default 2.13).
     // Under a causal mask, first the default with the longest tiles of every
     // head first (tile_order 1).
+    // For 16-bit inputs at head dims 64 and 128, the wgmma kernel (valid on
+    // sm_90 alone): 128 query rows over two warpgroups, 128- and 64-key tiles.
     const Config def = default_config(p);
     std::vector<Config> out;
     if (p.dim("causal")) out.push_back(with(def, {{"tile_order", 1}}));
+    if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128))
+      for (const std::int64_t bn : {128, 64})
+        out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 8}, {"stages", 2}, {"kv_layout", 1},
+                                 {"q_regs", 0}, {"mma", 1}}));
     if (element_bytes(p) != 2 || p.dim("head_dim") <= 64) return out;
     for (const std::int64_t bn : {32, 48})
       out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}));
@@ -175,6 +217,10 @@ class Forward final : public TypedFamily<ForwardArgs> {
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
     if (c.at("tile_order") == 1 && p.dim("causal") == 0)
       return reject(why, "tile_order 1 orders tiles of unequal work; without a causal mask every tile has the same");
+    if (c.at("mma") == 1) {
+      if (const std::string no = wgmma_invalid(c, p, d); !no.empty()) return reject(why, no);
+      return fits_shared(c, p, d, why);
+    }
     if (bm % (16 * warps) != 0)
       return reject(why, fmt::format("each warp owns whole 16-row tiles of the queries: block_m {} is not a "
                                      "multiple of 16 x {} warps",
@@ -190,6 +236,11 @@ class Forward final : public TypedFamily<ForwardArgs> {
                                      "O accumulator and copies (head_dim {}, {} rows per warp, {}-key tiles), over "
                                      "the {} a block of {} threads allows: it would spill",
                                      registers, p.dim("head_dim"), bm / warps, bn, budget, threads));
+    return fits_shared(c, p, d, why);
+  }
+
+  /// Whether the Q tile and the stages of K and V tiles fit a block's shared memory.
+  static bool fits_shared(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) {
     const std::int64_t smem = shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
       return reject(why, fmt::format("needs {} bytes of shared memory (the Q tile and {} stages of K and V tiles), "
@@ -199,6 +250,16 @@ class Forward final : public TypedFamily<ForwardArgs> {
   }
 
   Rendered render(const Config& c, const Problem& p) const override {
+    if (c.at("mma") == 1) {
+      Rendered r = render_template(
+          kWgmmaTemplate,
+          {fmt::format("attention::attention_fwd_wgmma<{}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
+                       c.at("block_m"), c.at("block_n"), c.at("warps") / 4, c.at("stages"),
+                       p.dim("causal") ? "true" : "false", element_type(p))},
+          name());
+      r.arch_specific = true;
+      return r;
+    }
     return render_template(
         kTemplate,
         {fmt::format("attention::attention_fwd<{}, {}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),

@@ -128,7 +128,8 @@ std::string program_log(nvrtcProgram prog) {
 namespace {
 
 /// A result with its arch, options and cache key filled in, nothing compiled.
-CompileResult prepared(const templates::Rendered& rendered, const std::string& arch) {
+CompileResult prepared(const templates::Rendered& rendered, const std::string& device_arch) {
+  const std::string arch = rendered.arch_specific && device_arch == "sm_90" ? "sm_90a" : device_arch;
   CompileResult r;
   r.arch = arch;
   r.options = options_for(arch);

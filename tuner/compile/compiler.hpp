@@ -47,7 +47,9 @@ class Compiler {
   explicit Compiler(bool use_cache = true);
   Compiler(std::string cache_dir, bool use_cache);
 
-  /// Compiles `rendered` for `arch` ("sm_80", "sm_90", "sm_90a", ...).
+  /// Compiles `rendered` for `arch` ("sm_80", "sm_90", "sm_90a", ...); an
+  /// arch-specific source (Rendered::arch_specific) for sm_90 is compiled for
+  /// sm_90a, and CompileResult::arch says so.
   CompileResult compile(const templates::Rendered& rendered, const std::string& arch) const;
   /// True when the binary cache already holds `rendered` for `arch`.
   bool cached(const templates::Rendered& rendered, const std::string& arch) const;

@@ -7,7 +7,8 @@
 // pipeline and layout variants (one to three stages, padded and swizzled
 // tiles, one and two m16 tiles per warp, 16- to 128-key tiles, Q's fragments
 // kept in registers or re-read from shared memory); f32 inputs
-// on the tf32 path; grouped- and multi-query attention.
+// on the tf32 path; grouped- and multi-query attention; the wgmma kernel
+// (mma 1) over its shapes, and broken on purpose.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -36,7 +37,12 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t kv_layout, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0}});
+}
+/// The wgmma kernel (mma 1): 64 query rows a warpgroup.
+Config wgmma(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
+                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 1}});
 }
 
 /// How q, k, v and o lie in memory.
@@ -80,8 +86,10 @@ struct Errors {
 /// Runs `c` emulated on fresh inputs laid out as `layout` (elements outside
 /// the tensors hold NaN: reading one poisons O), with softmax scale `scale`
 /// (the default when 0), and returns the relative L2 errors of O and lse
-/// against the streaming reference in fp64.
-Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale = 0, std::uint64_t seed = 5) {
+/// against the streaming reference in fp64. `source`, when given, replaces
+/// the family's rendering of `c`.
+Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale = 0, std::uint64_t seed = 5,
+                  const Rendered* source = nullptr) {
   const auto& f = forward_family();
   INFO(p.key() << " " << c.str() << " " << to_string(layout));
   std::string why;
@@ -131,7 +139,7 @@ Errors run_layout(const Config& c, const Problem& p, Layout layout, float scale 
   a.lse = reinterpret_cast<std::uint64_t>(lse_buffer->data());
   a.q_strides = st[0], a.k_strides = st[1], a.v_strides = st[2], a.o_strides = st[3];
   a.scale = scale > 0 ? scale : default_scale(s.head_dim);
-  const auto module = tuner::emu::load_module(f.render(c, p));
+  const auto module = tuner::emu::load_module(source ? *source : f.render(c, p));
   auto launches = f.plan(c, p, a, tuner::EmuRunner().device());
   test::run_emulated(*module, launches, buffers, 2);
   for (const auto& b : buffers) CHECK(b->check_canary().empty());
@@ -302,6 +310,74 @@ TEST_CASE("attention_fwd: grouped-query attention, K and V heads shared by query
     p.dims["kv_heads"] = 1;  // multi-query
     p.dims["causal"] = 0;
     check_layout(c, p, Layout::kBSHD);
+  }
+}
+
+TEST_CASE("attention_fwd on wgmma (mma 1): head dims 64 and 128, masks, ragged lengths, tile shapes, stages, "
+          "warpgroups, grouped heads and tile orders",
+          "[attention][emu]") {
+  struct Case {
+    Config c;
+    Problem p;
+  };
+  Problem grouped = problem("bf16", 150, 128, true, 2, 4);
+  grouped.dims["kv_heads"] = 2;
+  const Case cases[] = {
+      // the candidates' shape: two warpgroups, 128- and 64-key tiles, causal and ragged
+      {wgmma(128, 128, 2), problem("bf16", 257, 64, true)},
+      {wgmma(128, 64, 2), problem("f16", 200, 128, true)},
+      // one warpgroup, one stage, 128-key tiles past a short sequence; three stages of 16-key tiles
+      {wgmma(64, 128, 1), problem("bf16", 77, 128, false)},
+      {wgmma(64, 16, 3), problem("f16", 100, 64, true, 1, 1)},
+      // 32-key tiles, grouped heads, a sequence of 1
+      {wgmma(128, 32, 2), grouped},
+      {wgmma(64, 64, 2), problem("bf16", 1, 64, true)},
+  };
+  for (const auto& [c, p] : cases) {
+    check_layout(c, p, Layout::kBSHD);
+    check_layout(c, p, Layout::kFusedQKV);
+  }
+  check_layout(with(wgmma(128, 64, 2), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3), Layout::kBHSD);
+  // At scale 4 a row's max moves past its base at later key tiles: the rescale of O between products.
+  check_layout(wgmma(64, 16, 2), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
+}
+
+TEST_CASE("attention_fwd on wgmma: a kernel broken on purpose fails the reference", "[attention][emu]") {
+  const auto& f = forward_family();
+  const Problem p = problem("bf16", 200, 128, true);
+  const Config c = wgmma(128, 64, 2);
+  REQUIRE(run_layout(c, p, Layout::kBSHD).o < tolerance_for("bf16"));
+  // Each break is made in the wgmma kernel's text, after its name (attention.cuh's kernel precedes it).
+  const auto broken = [&](const std::string& from, const std::string& to) {
+    Rendered r = f.render(c, p);
+    const std::size_t kernel = r.source.find("attention_fwd_wgmma(");
+    REQUIRE(kernel != std::string::npos);
+    const std::size_t at = r.source.find(from, kernel);
+    REQUIRE(at != std::string::npos);
+    r.source.replace(at, from.size(), to);
+    return r;
+  };
+  struct Break {
+    const char* what;
+    Rendered r;
+  };
+  const Break breaks[] = {
+      {"the causal mask dropped", broken("(CAUSAL && key > row)", "false")},
+      {"V read K-major", broken("wgmma_rs<HEAD_DIM, T, 1>", "wgmma_rs<HEAD_DIM, T, 0>")},
+      {"every warpgroup's S from the first one's rows",
+       broken("QLayout::offset(group_row0, col)", "QLayout::offset(0, col)")},
+      {"P V's second panel not at LBO", broken("1, KVLayout::PANEL_BYTES, 1024", "1, 16, 1024")},
+  };
+  for (const auto& [what, r] : breaks) {
+    INFO(what);
+    // A wrong O, or an operand read past shared memory, which the emulation reports.
+    bool failed = true;
+    try {
+      failed = !(run_layout(c, p, Layout::kBSHD, 0, 5, &r).o < tolerance_for("bf16"));
+    } catch (const std::exception& e) {
+      UNSCOPED_INFO(e.what());
+    }
+    CHECK(failed);
   }
 }
 

@@ -28,7 +28,12 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std:
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t kv_layout = 0, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0}});
+}
+/// The wgmma kernel (mma 1): 64 query rows a warpgroup.
+Config wgmma(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
+                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 1}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -82,8 +87,8 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
 
 TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   const Family& f = forward_family();
-  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2);
-  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs", "tile_order"})
+  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2 * 2);
+  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs", "tile_order", "mma"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   // One class per head dim, both dtypes, both masks, ragged lengths.
   std::set<std::int64_t> head_dims, causal;
@@ -129,6 +134,21 @@ TEST_CASE("attention_fwd constraints reject configs before compiling, saying why
   CHECK(shared_bytes(config(64, 32, 4, 2), problem("f32", 64, 128)) == (64 + 2 * 2 * 32) * 132 * 4);
   // The swizzled layout packs rows: less shared memory than padded rows.
   CHECK(shared_bytes(config(64, 64, 4, 2, 1), problem("bf16", 64, 80)) == (64 + 2 * 2 * 64) * 80 * 2);
+  // The wgmma kernel (mma 1): an sm_90 device, 16-bit inputs at head dims 64 and 128, a warpgroup per 64 query
+  // rows, key tiles a wgmma's N, its own tile layout (kv_layout 1) and Q read from shared memory (q_regs 0).
+  CHECK(f.is_valid(wgmma(128, 128), problem("bf16", 1024, 128), sm90));
+  CHECK(f.is_valid(wgmma(64, 16, 3), problem("f16", 1024, 64), DeviceLimits::for_arch("sm_90a")));
+  CHECK_THAT(why_invalid(wgmma(128, 128), problem("bf16", 1024, 128), "sm_80"),
+             Catch::Contains("needs an sm_90 device"));
+  CHECK_THAT(why_invalid(wgmma(128, 64), problem("f32", 1024, 64)), Catch::Contains("16-bit inputs"));
+  CHECK_THAT(why_invalid(wgmma(128, 64), problem("bf16", 1024, 80)), Catch::Contains("head dims 64 and 128"));
+  CHECK_THAT(why_invalid(with(wgmma(128, 64), {{"warps", 4}}), problem("bf16", 1024, 64)),
+             Catch::Contains("block_m is 16 x warps"));
+  CHECK_THAT(why_invalid(wgmma(128, 48), problem("bf16", 1024, 64)), Catch::Contains("block_n is 16, 32, 64 or 128"));
+  CHECK_THAT(why_invalid(with(wgmma(128, 64), {{"kv_layout", 0}}), problem("bf16", 1024, 64)),
+             Catch::Contains("kv_layout 1"));
+  CHECK_THAT(why_invalid(with(wgmma(128, 64), {{"q_regs", 1}}), problem("bf16", 1024, 64)),
+             Catch::Contains("q_regs 0"));
   // A device with smaller blocks.
   DeviceLimits small = sm90;
   small.max_threads_per_block = 128;
@@ -180,6 +200,13 @@ TEST_CASE("attention_fwd rendering: tunables, head dim, mask and dtype are templ
   // Batch, heads and seq are kernel arguments: one binary serves them all.
   CHECK(f.render(config(64, 64, 4, 2), problem("f16", 5, 64, 0, 1, 1)).source ==
         f.render(config(64, 64, 4, 2), problem("f16", 4099, 64, 0, 8, 12)).source);
+  CHECK_FALSE(r.arch_specific);
+  // The wgmma kernel: warpgroups, not warps, are its argument; compiled for sm_90a where the device is sm_90.
+  const Rendered w = f.render(wgmma(128, 64, 3), problem("bf16", 70, 128, 1));
+  REQUIRE(w.kernels.size() == 1);
+  CHECK(w.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, true, __nv_bfloat16>");
+  CHECK(w.source.find("wgmma.mma_async") != std::string::npos);
+  CHECK(w.arch_specific);
 }
 
 TEST_CASE("attention_fwd plan: grid over query blocks, heads and batch, dynamic shared memory, checked arguments",
@@ -362,22 +389,29 @@ TEST_CASE("attention candidates are points of the space, other than the default,
         CHECK_NOTHROW(f->space().check_member(c));
       }
   const auto sm90 = DeviceLimits::for_arch("sm_90");
-  // The causal forward at head_dim 128: the default with the longest tiles of every head first, two m16 tiles
-  // per warp with 32-key tiles, and one tile over 8 warps with 64-key tiles; the default (two tiles, 48 keys)
-  // not again; up to head_dim 64 or for f32 only the first.
+  // The causal forward at head_dim 128: the default with the longest tiles of every head first, the wgmma
+  // kernel over two warpgroups with 128- and 64-key tiles (valid on sm_90 alone), two m16 tiles per warp with
+  // 32-key tiles, and one tile over 8 warps with 64-key tiles; the default (two tiles, 48 keys) not again; at
+  // head_dim 64 the first three; at head_dim 80 no wgmma; for f32 only the first.
   const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
   const auto fwd = forward_family().candidates(d128);
-  REQUIRE(fwd.size() == 3);
+  REQUIRE(fwd.size() == 5);
   CHECK(fwd[0] == with(forward_family().default_config(d128), {{"tile_order", 1}}));
-  CHECK(fwd[1].at("block_n") == 32);
-  CHECK(fwd[2].at("warps") == 8);
+  CHECK(fwd[1] == wgmma(128, 128));
+  CHECK(fwd[2] == wgmma(128, 64));
+  CHECK(fwd[3].at("block_n") == 32);
+  CHECK(fwd[4].at("warps") == 8);
   for (const Config& c : fwd) {
     INFO(c.str());
     CHECK(forward_family().is_valid(c, d128, sm90));
     CHECK(c != forward_family().default_config(d128));
   }
+  CHECK_FALSE(forward_family().is_valid(fwd[1], d128, DeviceLimits::for_arch("sm_80")));
   CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 4);
-  CHECK(forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16)).size() == 1);
+  const auto d64 = forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16));
+  REQUIRE(d64.size() == 3);
+  CHECK(d64[1] == wgmma(128, 128));
+  CHECK(d64[2] == wgmma(128, 64));
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).size() == 1);
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 0, 1, 16)).empty());
   // Without a causal mask every tile has the same work: no tile order 1, and no such candidate.
@@ -402,7 +436,8 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   CHECK(bwd[2].at("block_m") == 16);
 }
 
-TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling",
+TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling, and the "
+          "forward's wgmma candidates for sm_90a",
           "[attention][family][compile]") {
   // The CS336 leaderboard case, head_dim 128 at seq 16384 (the causal
   // forward target), the 2.7B model's head_dim 80; for the forward also
@@ -418,6 +453,18 @@ TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm
     for (const Problem& p : problems)
       for (const char* arch : {"sm_80", "sm_90"})
         test::check_compiles_without_spill(compiler, *f, f->default_config(p), p, arch);
+  // The forward's wgmma candidates (for sm_90a) at the leaderboard's shape and head_dim 128.
+  for (const Problem& p : {both[0], both[1]})
+    for (const Config& c : forward_family().candidates(p))
+      if (c.at("mma") == 1) {
+        test::check_compiles_without_spill(compiler, forward_family(), c, p, "sm_90");
+        const auto r = compiler.compile(forward_family().render(c, p), "sm_90");  // from the cache
+        CHECK(r.arch == "sm_90a");
+        // ptxas keeps the products asynchronous: no wait of its own (C7517), nothing serialised.
+        INFO(r.log);
+        CHECK(r.log.find("C7517") == std::string::npos);
+        CHECK(r.log.find("serialized") == std::string::npos);
+      }
 }
 
 }  // namespace templates_attention_family_test

@@ -1,0 +1,279 @@
+// Attention forward kernel on Hopper's warpgroup products (sm_90a; the
+// family's `mma` 1): the math of attention.cuh (online softmax with lazily
+// moved bases, O and the row log-sum-exp in fp32), with the two products
+// issued as wgmma by whole warpgroups instead of mma.sync by warps.
+//   S = Q K^T  wgmma_ss: Q and K both from shared memory (K-major)
+//   O += P V   wgmma_rs: P from registers (S's accumulator fragment is
+//              already the A fragment), V from shared memory (N-major)
+// 16-bit inputs (bf16, f16); head dims 64 and 128.
+//
+// Layout: a block owns BLOCK_M = 64 * WARPGROUPS query rows of one
+// (batch, head); warpgroup w takes rows 64 w .. 64 w + 63, each of its warps
+// 16 of them (the fragments of attention.cuh's one m16 tile a warp). The
+// block walks the keys in tiles of BLOCK_N, STAGES tiles in flight by
+// cp.async, as attention.cuh does.
+//
+// Shared memory (dynamic, 1024-byte aligned tiles): the Q tile, STAGES K
+// tiles, STAGES V tiles, each in PanelLayout: HEAD_DIM / 64 panels of 64
+// columns, a panel's rows 128 bytes apart with chunk c of row r at chunk
+// c ^ (r % 8), which is wgmma's 128-byte swizzle:
+//   (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * sizeof(T) bytes.
+#pragma once
+// attention.cuh: block_tile, kBaseSlack, and the pieces of attention_common.cuh.
+#include "attention/attention.cuh"
+#include "common/wgmma.cuh"
+
+namespace attention {
+
+/// Where element (row, col) of a ROWS-row tile lives: panels of 64 columns
+/// (128 bytes of a row), ROWS * 64 elements each, 16-byte chunks swizzled
+/// by the row within each 8-row, 1024-byte atom.
+template <int ROWS, int HEAD_DIM>
+struct PanelLayout {
+  static_assert(HEAD_DIM % 64 == 0, "rows are whole 128-byte panels");
+  static constexpr int PANEL = ROWS * 64;  // elements per panel
+  static constexpr unsigned PANEL_BYTES = PANEL * 2;
+  KT_DEVICE static int offset(int row, int col) {
+    return col / 64 * PANEL + row * 64 + ((col % 64 / 8) ^ (row % 8)) * 8 + col % 8;
+  }
+};
+
+/// Starts the copy of rows [row0, row0 + ROWS) of a (seq, HEAD_DIM) matrix
+/// into a PanelLayout tile; rows at or past `seq` are zero-filled. Completes
+/// at the covering cp_async_wait.
+template <int ROWS, int HEAD_DIM, int THREADS, class T>
+KT_DEVICE void load_panels(T* dst, const T* src, long long row_stride, int row0, int seq) {
+  constexpr int CHUNKS = HEAD_DIM / 8;
+  constexpr int ITERS = (ROWS * CHUNKS + THREADS - 1) / THREADS;
+#pragma unroll
+  for (int it = 0; it < ITERS; ++it) {
+    const int c = it * THREADS + static_cast<int>(threadIdx.x);
+    if (ROWS * CHUNKS % THREADS == 0 || c < ROWS * CHUNKS) {
+      const int r = c / CHUNKS, col = c % CHUNKS * 8;
+      T* to = dst + PanelLayout<ROWS, HEAD_DIM>::offset(r, col);
+      if (row0 + r < seq)
+        kt::cp_async_16(to, src + (row0 + r) * row_stride + col);
+      else
+        kt::cp_async_16_zfill(to, src, 0);  // reads nothing; row 0 exists (seq >= 1)
+    }
+  }
+}
+
+/// pipeline_head (attention_common.cuh) for tiles wgmma reads: between the
+/// wait for this thread's copies and the barrier, fence.proxy.async makes
+/// them visible to the warpgroups' products (which read shared memory
+/// through the async proxy, cp.async writes it through the generic one).
+template <int STAGES, class Load>
+KT_DEVICE void wgmma_pipeline_head(int it, int count, Load&& load) {
+  if constexpr (STAGES == 1) {
+    __syncthreads();
+    load(it);
+    kt::cp_async_commit();
+    kt::cp_async_wait<0>();
+    kt::fence_proxy_async();
+    __syncthreads();
+  } else {
+    kt::cp_async_wait<STAGES - 2>();
+    kt::fence_proxy_async();
+    __syncthreads();
+    if (it + STAGES - 1 < count) load(it + STAGES - 1);
+    kt::cp_async_commit();
+  }
+}
+
+/// Grid: (ceil(seq / BLOCK_M), heads, batch), the query blocks in the order
+/// of attention.cuh's (block_tile, tile_order). Block: WARPGROUPS * 128
+/// threads; dynamic shared memory as in the file header. Arguments as
+/// attention_fwd's.
+template <int HEAD_DIM,    // 64 or 128: set by the problem
+          int BLOCK_M,     // 64 * WARPGROUPS query rows per block
+          int BLOCK_N,     // keys per tile: 16, 32, 64 or 128 (the N of Q K^T)
+          int WARPGROUPS,  // 1 or 2
+          int STAGES,      // K/V tiles in flight
+          bool CAUSAL,     // key j > query i masked: set by the problem
+          class T>         // __nv_bfloat16 or __half
+__global__ void __launch_bounds__(WARPGROUPS * 128, 1)
+    attention_fwd_wgmma(const T* q, const T* k, const T* v, T* o, float* lse, Strides q_strides,
+                        Strides k_strides, Strides v_strides, Strides o_strides, int seq, int heads, int kv_group,
+                        float scale, int tile_order) {
+  static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head dims 64 and 128: whole 128-byte panels, wgmma's N");
+  static_assert(BLOCK_M == 64 * WARPGROUPS, "each warpgroup owns 64 query rows, a wgmma's M");
+  static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128, "a key tile is a wgmma's N");
+  static_assert(STAGES >= 1, "at least the tile being computed is in shared memory");
+  constexpr int THREADS = WARPGROUPS * 128;
+  constexpr int NT = BLOCK_N / 8;   // n8 blocks of S
+  constexpr int DT = HEAD_DIM / 8;  // n8 blocks of O
+  using QLayout = PanelLayout<BLOCK_M, HEAD_DIM>;
+  using KVLayout = PanelLayout<BLOCK_N, HEAD_DIM>;
+  constexpr int TILE_Q = BLOCK_M * HEAD_DIM;
+  constexpr int TILE_KV = BLOCK_N * HEAD_DIM;
+  const float neg_inf = __uint_as_float(0xff800000u);
+  const float scale_log2 = scale * 1.4426950408889634f;
+
+  T* sq = kt::dynamic_shared<T>();
+  T* sk = sq + TILE_Q;
+  T* sv = sk + STAGES * TILE_KV;
+
+  const BlockTile tile = block_tile<CAUSAL>(tile_order);
+  const int m_block = static_cast<int>(gridDim.x) - 1 - tile.rank;
+  const int h = tile.head, b = tile.batch;
+  const int m0 = m_block * BLOCK_M;
+  const T* qh = q + b * q_strides.batch + h * q_strides.head;
+  const T* kh = k + b * k_strides.batch + h / kv_group * k_strides.head;
+  const T* vh = v + b * v_strides.batch + h / kv_group * v_strides.head;
+  const int rows_end = min(m0 + BLOCK_M, seq);
+  const int n_tiles = ((CAUSAL ? rows_end : seq) + BLOCK_N - 1) / BLOCK_N;
+
+  const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
+  const int g = lane / 4, t = lane % 4;
+  const int group_row0 = warp / 4 * 64;  // the warpgroup's first row within the block
+  const int warp_row0 = warp * 16;       // the warp's
+
+  load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < n_tiles) {
+      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + s * TILE_KV, kh, k_strides.seq, s * BLOCK_N, seq);
+      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + s * TILE_KV, vh, v_strides.seq, s * BLOCK_N, seq);
+    }
+    kt::cp_async_commit();
+  }
+
+  float acc[DT * 4];  // O: d[4 dt + 0, 1] row g, columns 8 dt + 2t (+1); d[4 dt + 2, 3] row g + 8
+  float row_max[2], row_sum[2];
+#pragma unroll
+  for (int i = 0; i < DT * 4; ++i) acc[i] = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    row_max[r] = neg_inf;
+    row_sum[r] = 0.0f;
+  }
+
+  for (int n = 0; n < n_tiles; ++n) {
+    wgmma_pipeline_head<STAGES>(n, n_tiles, [&](int next) {
+      const int s = next % STAGES;
+      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + s * TILE_KV, kh, k_strides.seq, next * BLOCK_N, seq);
+      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + s * TILE_KV, vh, v_strides.seq, next * BLOCK_N, seq);
+    });
+    const T* skt = sk + n % STAGES * TILE_KV;
+    const T* svt = sv + n % STAGES * TILE_KV;
+    const int n0 = n * BLOCK_N;
+
+    // S = Q K^T over HEAD_DIM / 16 k steps: a step's 16 columns are 32
+    // bytes into a panel's rows, rows 8 apart by 1024 bytes (SBO).
+    float s[NT * 4];
+    kt::wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
+      const int col = ks * 16;
+      const unsigned long long dq = kt::wgmma_desc(sq + QLayout::offset(group_row0, col), 1, 16, 1024);
+      const unsigned long long dk = kt::wgmma_desc(skt + KVLayout::offset(0, col), 1, 16, 1024);
+      kt::wgmma_ss<BLOCK_N, T, 0, 0>(s, dq, dk, ks > 0);
+    }
+    kt::wgmma_commit();
+    kt::wgmma_wait<0>();
+    kt::wgmma_fence_operand(s);
+
+    if (n0 + BLOCK_N > seq || (CAUSAL && n0 + BLOCK_N - 1 > m0 + group_row0)) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int row = m0 + warp_row0 + g + 8 * (i / 2);
+          const int key = n0 + nt * 8 + 2 * t + i % 2;
+          if (key >= seq || (CAUSAL && key > row)) s[4 * nt + i] = neg_inf;
+        }
+    }
+
+    // Online softmax, as attention.cuh's.
+    float tile_max[2];
+    bool move = false;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      tile_max[r] = mx;
+      move |= (mx - row_max[r]) * scale_log2 > kBaseSlack;
+    }
+    if (__any_sync(0xffffffffu, move)) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float mx = tile_max[r];
+        const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
+        const float rescale = kt::exp2_approx(row_max[r] * scale_log2 - base);
+        row_max[r] = mx;
+        row_sum[r] *= rescale;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          acc[4 * dt + 2 * r] *= rescale;
+          acc[4 * dt + 2 * r + 1] *= rescale;
+        }
+      }
+    }
+    unsigned pa[BLOCK_N / 16][4];  // P as A fragments, one k16 step of P V each
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float base = row_max[r] == neg_inf ? 0.0f : row_max[r] * scale_log2;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = kt::exp2_approx(s[4 * nt + 2 * r + e] * scale_log2 - base);
+          s[4 * nt + 2 * r + e] = p;
+          sum += p;
+        }
+      row_sum[r] += sum;
+    }
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+      const float* lo = s + 8 * kk;  // keys kk*16 + 0..7 (n8 block 2 kk), then + 8..15 (2 kk + 1)
+      pa[kk][0] = kt::pack2(kt::from_float<T>(lo[0]), kt::from_float<T>(lo[1]));
+      pa[kk][1] = kt::pack2(kt::from_float<T>(lo[2]), kt::from_float<T>(lo[3]));
+      pa[kk][2] = kt::pack2(kt::from_float<T>(lo[4]), kt::from_float<T>(lo[5]));
+      pa[kk][3] = kt::pack2(kt::from_float<T>(lo[6]), kt::from_float<T>(lo[7]));
+    }
+
+    // O += P V over BLOCK_N / 16 k steps: a step's 16 keys are 16 rows of
+    // the V tile (2048 bytes into each panel), 8 rows apart by 1024 bytes
+    // (SBO); the head dim's second panel is a panel further (LBO).
+    kt::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+      const unsigned long long dv =
+          kt::wgmma_desc(svt + KVLayout::offset(kk * 16, 0), 1, KVLayout::PANEL_BYTES, 1024);
+      kt::wgmma_rs<HEAD_DIM, T, 1>(acc, pa[kk], dv, true);
+    }
+    kt::wgmma_commit();
+    kt::wgmma_wait<0>();
+    kt::wgmma_fence_operand(acc);
+  }
+
+  // O = acc / sum, and lse = scale * max + log(sum), for the rows inside the sequence.
+  T* oh = o + b * o_strides.batch + h * o_strides.head;
+  float* lse_h = lse + (static_cast<long long>(b) * heads + h) * seq;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const int row = m0 + warp_row0 + g + 8 * r;
+    if (row < seq) {
+      const float inv = 1.0f / sum;
+      T* orow = oh + row * o_strides.seq;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        Pair<T> out;
+        out.lo = kt::from_float<T>(acc[4 * dt + 2 * r] * inv);
+        out.hi = kt::from_float<T>(acc[4 * dt + 2 * r + 1] * inv);
+        *reinterpret_cast<Pair<T>*>(orow + dt * 8 + 2 * t) = out;
+      }
+      if (t == 0) lse_h[row] = row_max[r] * scale + logf(sum);
+    }
+  }
+}
+
+}  // namespace attention
