@@ -20,6 +20,7 @@ namespace bwd {
 namespace {
 
 constexpr const char* kTemplate = "attention/attention_bwd.cuh";
+constexpr const char* kWgmmaTemplate = "attention/attention_bwd_wgmma.cuh";
 constexpr std::int64_t kMaxTilesPerWarp = 2;  // m16 tiles of keys (dK/dV) or query rows (dQ) one warp owns
 // Registers besides the tiles': indices, strides, pointers, loop state.
 constexpr std::int64_t kBaseRegisters = 40;
@@ -89,6 +90,36 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
          (staged_single_stage(c) ? kSingleStageStagedRegisters : 0);
 }
 
+/// Why a config of the wgmma dK/dV pass (mma 1) cannot run on `d`, or "".
+/// Its registers per thread: S^T and dP^T (block_m / 2 each), the dK and dV
+/// accumulators (head_dim / 2 each), P^T's and dS^T's A fragments (block_m
+/// / 8 each) and 24 besides: with ptxas 13.0 (NVRTC, sm_90a) none of the
+/// configs this admits over the problem classes spills (176 to 255
+/// registers), and the ones it rejects need 272 or more by this count.
+std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
+  const std::int64_t head_dim = p.dim("head_dim"), bm = c.at("block_m"), bn = c.at("block_n");
+  const std::int64_t warps = c.at("warps");
+  if (d.arch != "sm_90" && d.arch != "sm_90a")
+    return "mma 1 (wgmma) needs an sm_90 device, whose arch-specific target sm_90a has wgmma; this is " + d.arch;
+  if (element_bytes(p) != 2) return "mma 1 (wgmma) takes 16-bit inputs (bf16, f16)";
+  if (head_dim != 64 && head_dim != 128) return "mma 1 (wgmma) takes head dims 64 and 128 (whole 128-byte rows)";
+  if ((bn != 64 && bn != 128) || warps != bn / 16)
+    return fmt::format("mma 1 (wgmma): each warpgroup (4 warps) owns 64 keys, so block_n is 64 or 128 and warps "
+                       "block_n / 16 (block_n {}, {} warps)",
+                       bn, warps);
+  if (bm != 64 && bm != 128) return "mma 1 (wgmma): block_m is 64 or 128 (whole 64-query panels of dS^T)";
+  if (warp_split(c) != 1 || c.at("smem_layout") != 1 || resident_regs(c) || !dq_atomic(c))
+    return "mma 1 (wgmma) keeps each warpgroup's keys whole, reads its tiles in its 128-byte swizzle from shared "
+           "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1";
+  const std::int64_t registers = 24 + bm + head_dim + bm / 4;
+  const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / (32 * warps));
+  if (registers > budget)
+    return fmt::format("mma 1 (wgmma): each thread would need about {} registers (S^T, dP^T, dK, dV), over the {} a "
+                       "block of {} threads allows",
+                       registers, budget, 32 * warps);
+  return "";
+}
+
 /// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.
 std::int64_t delta_bytes(const Problem& p) {
   return ceil_div(4 * p.dim("batch") * p.dim("heads") * p.dim("seq"), 16) * 16;
@@ -148,14 +179,19 @@ class Backward final : public TypedFamily<BackwardArgs> {
                  "shared memory vs 8 registers per k step of the head dim and m16 tile"},
                 {"dq_atomic", {0, 1},
                  "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
-                 "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"}}) {}
+                 "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"},
+                {"mma", {0, 1},
+                 "matrix instructions of the dK/dV pass: 0 mma.sync by each warp (sm_80 on), 1 wgmma by each "
+                 "warpgroup of 4 warps, 64 keys each (sm_90's arch-specific target sm_90a: S^T and dP^T from shared "
+                 "memory, dV and dK with P^T and dS^T in registers, dQ from dS^T staged; 16-bit inputs, head dims 64 "
+                 "and 128)"}}) {}
 
   std::string name() const override { return "attention_bwd"; }
   std::string summary() const override {
-    return "attention backward (FlashAttention-2 style, mma.sync): dQ, dK, dV from O, dO and the lse; dQ by atomics "
-           "or a second pass";
+    return "attention backward (FlashAttention-2 style; mma.sync, or wgmma on sm_90): dQ, dK, dV from O, dO and the "
+           "lse; dQ by atomics or a second pass";
   }
-  std::vector<std::string> source_files() const override { return {kTemplate}; }
+  std::vector<std::string> source_files() const override { return {kTemplate, kWgmmaTemplate}; }
   const Space& space() const override { return space_; }
   std::vector<Problem> problem_classes() const override { return attention_problem_classes(); }
   void check_problem(const Problem& p) const override { check_attention_problem(name(), p); }
@@ -179,7 +215,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // register estimate (head_dim 128 takes 32), then narrower blocks.
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
-    const Config plain({{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}});
+    const Config plain(
+        {{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0}});
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       for (const Config& c : {with(plain, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
                                            {"smem_layout", 1}, {"resident_regs", 1}}),
@@ -201,15 +238,24 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // registers fit no more) and 64-query tiles; on the busy grid of 16-bit
     // inputs up to head_dim 64, also the previous default there (128 keys
     // over 4 warps, 16-query tiles, padded rows). The default itself left
-    // out.
+    // out. First, for 16-bit inputs at head dims 64 and 128, the wgmma
+    // dK/dV pass (valid on sm_90 alone): 64-query tiles, 128 keys over two
+    // warpgroups and 64 over one.
     const Config def = default_config(p);
-    std::vector<Config> out = {with(def, {{"stages", 4}}),
-                               with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
-                                          {"stages", 2}, {"resident_regs", 0}}),
-                               with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})};
+    std::vector<Config> out;
+    if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128))
+      for (const std::int64_t bn : {128, 64})
+        out.push_back(Config({{"block_m", 64}, {"block_n", bn}, {"warps", bn / 16}, {"warp_split", 1},
+                              {"stages", 2}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1},
+                              {"mma", 1}}));
+    for (const Config& c : {with(def, {{"stages", 4}}),
+                            with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
+                                       {"stages", 2}, {"resident_regs", 0}}),
+                            with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})})
+      out.push_back(c);
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       out.push_back(Config({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
-                            {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}}));
+                            {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0}}));
     std::erase(out, def);
     return out;
   }
@@ -218,6 +264,10 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (c.at("mma") == 1) {
+      if (const std::string no = wgmma_invalid(c, p, d); !no.empty()) return reject(why, no);
+      return fits_shared(c, p, d, why);
+    }
     const std::int64_t split = warp_split(c), d_head = p.dim("head_dim");
     if (warps % split != 0)
       return reject(why, fmt::format("warp_split {} does not divide the block's {} warps into whole groups", split,
@@ -249,6 +299,11 @@ class Backward final : public TypedFamily<BackwardArgs> {
                                      copies_walk(c, p) ? "" : " (each at an address of its own)", d_head,
                                      bn / key_groups(c), bm, split,
                                      staged_single_stage(c) ? ", one stage" : "", budget, threads));
+    return fits_shared(c, p, d, why);
+  }
+
+  /// Whether the passes' tiles fit a block's shared memory.
+  static bool fits_shared(const Config& c, const Problem& p, const DeviceLimits& d, std::string* why) {
     const std::int64_t smem = backward_shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
       return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles "
@@ -266,6 +321,17 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const char* causal = p.dim("causal") ? "true" : "false";
     const char* atomic = dq_atomic(c) ? "true" : "false";
     const char* resident = resident_regs(c) ? "true" : "false";
+    if (c.at("mma") == 1) {  // dQ by atomics (is_valid): the pre-kernel, the wgmma dK/dV pass, the conversion
+      Rendered r = render_template(
+          kWgmmaTemplate,
+          {fmt::format("attention::attention_bwd_preprocess<{}, true, {}>", d, t),
+           fmt::format("attention::attention_bwd_dkdv_wgmma<{}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
+                       c.at("block_n"), c.at("warps") / 4, c.at("stages"), causal, t),
+           fmt::format("attention::attention_bwd_dq_convert<{}, {}>", d, t)},
+          name());
+      r.arch_specific = true;
+      return r;
+    }
     std::vector<std::string> kernels = {
         fmt::format("attention::attention_bwd_preprocess<{}, {}, {}>", d, atomic, t),
         fmt::format("attention::attention_bwd_dkdv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),

@@ -4,9 +4,11 @@
 // the second pass; swizzled and padded tiles, resident operands in
 // registers or re-read from shared memory (a seeded sample); warps sharing
 // keys, with P^T and dS^T staged in shared memory; grouped- and
-// multi-query heads; the (batch, heads, seq, head_dim) layout; and kernels
-// broken on purpose (the diagonal tile's mask dropped, K read as V, tiles
-// written unswizzled but read swizzled) that these checks must catch.
+// multi-query heads; the (batch, heads, seq, head_dim) layout; the wgmma
+// dK/dV pass (mma 1) over its shapes; and kernels broken on purpose (the
+// diagonal tile's mask dropped, K read as V, tiles written unswizzled but
+// read swizzled, the wgmma pass's dS^T staged at the wrong keys) that these
+// checks must catch.
 #include <catch2/catch.hpp>
 
 #include <random>
@@ -32,7 +34,12 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
-                 {"dq_atomic", dq_atomic}});
+                 {"dq_atomic", dq_atomic}, {"mma", 0}});
+}
+/// The wgmma dK/dV pass (mma 1): 64 keys a warpgroup, dQ by atomics.
+Config wgmma(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_n / 16}, {"warp_split", 1},
+                 {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
@@ -237,6 +244,64 @@ TEST_CASE("attention_bwd: tiles written unswizzled but read swizzled fail these 
       CHECK(e.dv > e.tolerance);
     }
   }
+}
+
+TEST_CASE("attention_bwd on wgmma (mma 1): head dims 64 and 128, masks, ragged lengths, key blocks, query tiles, "
+          "stages and grouped heads",
+          "[attention][emu]") {
+  auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
+  Problem grouped = problem("f16", 130, 128, true, 1, 3);
+  grouped.dims["kv_heads"] = 1;
+  struct Case {
+    Config c;
+    Problem p;
+    bool bhsd;
+  };
+  const Case cases[] = {
+      // the candidate: 128 keys over two warpgroups, 64-query tiles, dQ's head dim split between them
+      {wgmma(64, 128, 2), problem("bf16", 257, 64, true), false},
+      // one warpgroup, 128-query tiles (two 64-query blocks of dQ in turn), one stage
+      {wgmma(128, 64, 1), problem("f16", 100, 64, false, 2, 2), true},
+      // two warpgroups each taking a 64-query block of dQ, four stages
+      {wgmma(128, 128, 4), problem("bf16", 70, 64, true), false},
+      // head_dim 128 over one warpgroup: dQ in two pieces of 64 columns
+      {wgmma(64, 64, 2), problem("bf16", 150, 128, true), false},
+      // multi-query heads summed into one K/V head; a sequence of 1
+      {wgmma(64, 128, 1), grouped, true},
+      {wgmma(64, 128, 2), problem("bf16", 1, 128, false), false},
+  };
+  for (const auto& [c, p, bhsd] : cases) test::check_backward(*backend, c, p, bhsd);
+}
+
+TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks", "[attention][emu]") {
+  auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
+  const auto& f = backward_family();
+  const Problem p = problem("bf16", 150, 128, true);
+  const Config c = wgmma(64, 128, 2);
+  REQUIRE(test::run_backward(*backend, c, p, false, 3).worst() <= tolerance_for("bf16"));
+  const auto broken = [&](const std::string& from, const std::string& to) {
+    Rendered r = f.render(c, p);
+    const std::size_t at = r.source.find(from, r.source.find("attention_bwd_dkdv_wgmma("));
+    REQUIRE(at != std::string::npos);
+    r.source.replace(at, from.size(), to);
+    return test::run_backward(*backend, c, p, false, 3, &r);
+  };
+  // The causal mask dropped: keys after the query leak into every output.
+  const auto masked = broken("(CAUSAL && query < key)", "false");
+  CHECK(masked.dq > masked.tolerance);
+  CHECK(masked.dk > masked.tolerance);
+  CHECK(masked.dv > masked.tolerance);
+  // dS^T staged at every warp's first rows instead of its own keys: dQ goes wrong, while dK (from dS^T in
+  // registers) and dV do not.
+  const auto staged = broken("DsLayout::offset(warp_key0 + g + 8 * r,", "DsLayout::offset(g + 8 * r,");
+  CHECK(staged.dq > staged.tolerance);
+  CHECK(staged.dk <= staged.tolerance);
+  CHECK(staged.dv <= staged.tolerance);
+  // dV's dO read with the head dim's second panel at the first one's place: dV goes wrong, not dK.
+  const auto panel = broken("kt::wgmma_desc(sdot + QLayout::offset(kk * 16, 0), 1, QLayout::PANEL_BYTES, 1024)",
+                            "kt::wgmma_desc(sdot + QLayout::offset(kk * 16, 0), 1, 0, 1024)");
+  CHECK(panel.dv > panel.tolerance);
+  CHECK(panel.dk <= panel.tolerance);
 }
 
 }  // namespace templates_attention_backward_emu_test

@@ -420,24 +420,29 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   CHECK_FALSE(forward.is_valid(with(forward.default_config(full), {{"tile_order", 1}}), full, sm90, &why));
   CHECK_THAT(why, Catch::Contains("without a causal mask every tile has the same"));
   for (const Config& c : forward.candidates(full)) CHECK(c.at("tile_order") == 0);
-  // The leaderboard backward, whose default is FlashAttention-2's partition at 64-query tiles: the default at 4
-  // stages, the partition at 128-query tiles and the previous default (16-query tiles over 4 warps of two key
-  // tiles each).
+  // The leaderboard backward, whose default is FlashAttention-2's partition at 64-query tiles: the wgmma pass
+  // over 128 and 64 keys (valid on sm_90 alone), the default at 4 stages, the partition at 128-query tiles and
+  // the previous default (16-query tiles over 4 warps of two key tiles each).
   const Problem leaderboard = problem("bf16", 16384, 64, 1, 1, 16);
   const auto bwd = backward_family().candidates(leaderboard);
-  REQUIRE(bwd.size() == 3);
+  REQUIRE(bwd.size() == 5);
   for (const Config& c : bwd) {
     INFO(c.str());
     CHECK(backward_family().is_valid(c, leaderboard, sm90));
     CHECK(c != backward_family().default_config(leaderboard));
   }
-  CHECK(bwd[0].at("stages") == 4);
-  CHECK(bwd[1].at("block_m") == 128);
-  CHECK(bwd[2].at("block_m") == 16);
+  CHECK(bwd[0].at("mma") == 1);
+  CHECK(bwd[0].at("block_n") == 128);
+  CHECK(bwd[1].at("mma") == 1);
+  CHECK(bwd[1].at("block_n") == 64);
+  CHECK_FALSE(backward_family().is_valid(bwd[0], leaderboard, DeviceLimits::for_arch("sm_80")));
+  CHECK(bwd[2].at("stages") == 4);
+  CHECK(bwd[3].at("block_m") == 128);
+  CHECK(bwd[4].at("block_m") == 16);
 }
 
 TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm_90 without spilling, and the "
-          "forward's wgmma candidates for sm_90a",
+          "wgmma candidates for sm_90a",
           "[attention][family][compile]") {
   // The CS336 leaderboard case, head_dim 128 at seq 16384 (the causal
   // forward target), the 2.7B model's head_dim 80; for the forward also
@@ -453,12 +458,13 @@ TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm
     for (const Problem& p : problems)
       for (const char* arch : {"sm_80", "sm_90"})
         test::check_compiles_without_spill(compiler, *f, f->default_config(p), p, arch);
-  // The forward's wgmma candidates (for sm_90a) at the leaderboard's shape and head_dim 128.
-  for (const Problem& p : {both[0], both[1]})
-    for (const Config& c : forward_family().candidates(p))
-      if (c.at("mma") == 1) {
-        test::check_compiles_without_spill(compiler, forward_family(), c, p, "sm_90");
-        const auto r = compiler.compile(forward_family().render(c, p), "sm_90");  // from the cache
+  // Both families' wgmma candidates (for sm_90a) at the leaderboard's shape and head_dim 128.
+  for (const Family* f : std::initializer_list<const Family*>{&forward_family(), &backward_family()})
+    for (const Problem& p : {both[0], both[1]})
+      for (const Config& c : f->candidates(p)) {
+        if (c.at("mma") != 1) continue;
+        test::check_compiles_without_spill(compiler, *f, c, p, "sm_90");
+        const auto r = compiler.compile(f->render(c, p), "sm_90");  // from the cache
         CHECK(r.arch == "sm_90a");
         // ptxas keeps the products asynchronous: no wait of its own (C7517), nothing serialised.
         INFO(r.log);
