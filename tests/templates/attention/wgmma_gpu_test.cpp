@@ -1,0 +1,90 @@
+// GPU twin of the wgmma cases of family_emu_test.cpp and backward_emu_test.cpp:
+// the forward and the dK/dV pass on Hopper's warpgroup products (mma 1),
+// compiled for sm_90a, against the streaming fp64 reference, on the shapes
+// the emulation runs and on the CS336 leaderboard's problem (checked on a
+// seeded sample of rows). Skipped without a device, and on a device other
+// than sm_90.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <string>
+
+#include "support.hpp"
+#include "templates/attention/attention.hpp"
+#include "templates/attention/backward_check.hpp"
+#include "tuner/precompile.hpp"
+#include "tuner/run/gpu_runner.hpp"
+
+namespace templates_attention_wgmma_gpu_test {
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::templates::attention;
+
+namespace {
+
+Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool causal, std::int64_t batch = 1,
+                std::int64_t heads = 2) {
+  return Problem{dtype,
+                 {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
+}
+Config forward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
+                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 1}});
+}
+Config backward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
+  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_n / 16}, {"warp_split", 1},
+                 {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}});
+}
+
+/// Ends the test as skipped unless the device has wgmma (sm_90).
+void skip_without_wgmma(const DeviceLimits& device) {
+  if (device.arch == "sm_90") return;
+  WARN("wgmma needs an sm_90 device; this one is " << device.arch);
+  std::exit(test::kSkipCode);
+}
+
+}  // namespace
+
+TEST_CASE("attention on wgmma on the GPU: forward and backward against the reference", "[attention][gpu]") {
+  test::skip_without_gpu();
+  auto runner = tuner::make_gpu_runner();
+  skip_without_wgmma(runner->device());
+  Problem grouped = problem("bf16", 150, 128, true, 2, 4);
+  grouped.dims["kv_heads"] = 2;
+  Problem mqa = problem("f16", 130, 128, true, 1, 3);
+  mqa.dims["kv_heads"] = 1;
+  const Problem leaderboard = problem("bf16", 16384, 64, true, 1, 16);
+  const Problem d128 = problem("bf16", 16384, 128, true, 1, 16);
+  std::vector<test::Variant> variants = {
+      {&forward_family(), forward(128, 128, 2), problem("bf16", 257, 64, true)},
+      {&forward_family(), forward(128, 64, 2), problem("f16", 200, 128, true)},
+      {&forward_family(), forward(64, 128, 1), problem("bf16", 77, 128, false)},
+      {&forward_family(), forward(64, 16, 3), problem("f16", 100, 64, true, 1, 1)},
+      {&forward_family(), forward(128, 32, 2), grouped},
+      {&forward_family(), forward(128, 128, 2), leaderboard},
+      {&forward_family(), forward(128, 128, 2), d128},
+      {&backward_family(), backward(64, 128, 2), problem("bf16", 257, 64, true)},
+      {&backward_family(), backward(128, 64, 1), problem("f16", 100, 64, false, 2, 2)},
+      {&backward_family(), backward(128, 128, 4), problem("bf16", 70, 64, true)},
+      {&backward_family(), backward(64, 64, 2), problem("bf16", 150, 128, true)},
+      {&backward_family(), backward(64, 128, 1), mqa},
+      {&backward_family(), backward(64, 128, 2), leaderboard},
+  };
+  test::precompile(variants, runner->device().arch);
+  auto backend = tuner::exec::make_cuda_backend();
+  for (const auto& v : variants) {
+    INFO(v.family->name() << " " << v.problem.key() << " " << v.config.str());
+    if (v.family == &backward_family()) {
+      test::check_backward(*backend, v.config, v.problem);
+      continue;
+    }
+    tuner::RunOptions options;
+    options.seed = 7;
+    const auto r = runner->run(*v.family, v.config, v.problem, options);
+    INFO(r.failure);
+    CHECK(r.ok);
+  }
+}
+
+}  // namespace templates_attention_wgmma_gpu_test
