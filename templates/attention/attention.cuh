@@ -63,6 +63,101 @@ KT_DEVICE BlockTile block_tile(int tile_order) {
   return {static_cast<int>(linear / pairs), pair % static_cast<int>(gridDim.y), pair / static_cast<int>(gridDim.y)};
 }
 
+/// Masks the scores of a warp's MT m16 tiles of query rows (from row0) by
+/// NT n8 tiles of keys (from n0), S's accumulator fragments: keys past the
+/// sequence (a ragged last tile) and, under a causal mask, keys after the
+/// query become -inf.
+template <int MT, int NT, bool CAUSAL>
+KT_DEVICE void mask_scores(float (&s)[MT][NT][4], int row0, int n0, int seq) {
+  const int lane = static_cast<int>(kt::lane_id()), g = lane / 4, t = lane % 4;
+  const float neg_inf = __uint_as_float(0xff800000u);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = row0 + mt * 16 + g + 8 * (i / 2);
+        const int key = n0 + nt * 8 + 2 * t + i % 2;
+        if (key >= seq || (CAUSAL && key > row)) s[mt][nt][i] = neg_inf;
+      }
+}
+
+/// One key tile's online softmax for a warp's MT m16 tiles: the row max
+/// over the tile (a row's scores lie in the 4 lanes of its group), then S
+/// becomes P = exp(S - base) in place. A row's base is its running max when
+/// the warp last moved its bases: the warp moves them all, and rescales its
+/// sums and its O accumulators (DT n8 tiles), only when a row's first key
+/// arrives or its max passes its base by more than kBaseSlack (log2 units),
+/// so P stays at most 2^kBaseSlack and a tile whose rows' maxima stay near
+/// their bases skips the rescale; O and lse are the same either way, as sum
+/// and accumulator share the base. row_max holds the raw (unscaled) maxima,
+/// row_sum this lane's part of each row's running sum.
+template <int MT, int NT, int DT>
+KT_DEVICE void online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2], float (&row_sum)[MT][2],
+                              float (&acc)[MT][DT][4], float scale_log2) {
+  const float neg_inf = __uint_as_float(0xff800000u);
+  float tile_max[MT][2];
+  bool move = false;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[mt][r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      tile_max[mt][r] = mx;
+      // A first key: -inf to finite is +inf; still -inf: NaN, which compares false.
+      move |= (mx - row_max[mt][r]) * scale_log2 > kBaseSlack;
+    }
+  if (__any_sync(0xffffffffu, move)) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float mx = tile_max[mt][r];
+        // A row with every key masked so far keeps max -inf: base 0, so exp gives 0, never NaN.
+        const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
+        const float rescale = kt::exp2_approx(row_max[mt][r] * scale_log2 - base);
+        row_max[mt][r] = mx;
+        row_sum[mt][r] *= rescale;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          acc[mt][dt][2 * r] *= rescale;
+          acc[mt][dt][2 * r + 1] *= rescale;
+        }
+      }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float base = row_max[mt][r] == neg_inf ? 0.0f : row_max[mt][r] * scale_log2;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = kt::exp2_approx(s[mt][nt][2 * r + e] * scale_log2 - base);
+          s[mt][nt][2 * r + e] = p;
+          sum += p;
+        }
+      row_sum[mt][r] += sum;
+    }
+}
+
+/// The A fragment of k16 step `kk` of P V from P's accumulator fragments
+/// (n8 tiles 2 kk and 2 kk + 1 of one m16 tile), rounded to T (16-bit).
+template <class T, int NT>
+KT_DEVICE void p_fragment(unsigned (&a)[4], const float (&p)[NT][4], int kk) {
+  a[0] = kt::pack2(kt::from_float<T>(p[2 * kk][0]), kt::from_float<T>(p[2 * kk][1]));
+  a[1] = kt::pack2(kt::from_float<T>(p[2 * kk][2]), kt::from_float<T>(p[2 * kk][3]));
+  a[2] = kt::pack2(kt::from_float<T>(p[2 * kk + 1][0]), kt::from_float<T>(p[2 * kk + 1][1]));
+  a[3] = kt::pack2(kt::from_float<T>(p[2 * kk + 1][2]), kt::from_float<T>(p[2 * kk + 1][3]));
+}
+
 /// Grid: (ceil(seq / BLOCK_M), heads, batch); the block of rank r
 /// (block_tile, by tile_order) takes query block gridDim.x - 1 - r, so under
 /// a causal mask the longest blocks start first.
@@ -227,76 +322,10 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 
     // Masks: keys past the sequence (the ragged last tile) and, under a
     // causal mask, keys after the query (tiles that reach past the block's first row).
-    if (n0 + BLOCK_N > seq || (CAUSAL && n0 + BLOCK_N - 1 > m0)) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const int row = m0 + warp_row0 + mt * 16 + g + 8 * (i / 2);
-            const int key = n0 + nt * 8 + 2 * t + i % 2;
-            if (key >= seq || (CAUSAL && key > row)) s[mt][nt][i] = neg_inf;
-          }
-    }
+    if (n0 + BLOCK_N > seq || (CAUSAL && n0 + BLOCK_N - 1 > m0))
+      mask_scores<MT, NT, CAUSAL>(s, m0 + warp_row0, n0, seq);
 
-    // Online softmax: the row max over the tile (a row's scores lie in the 4
-    // lanes of its group), P = exp(S - base). A row's base is its running
-    // max when the warp last moved its bases: the warp moves them all, and
-    // rescales its sums and accumulators, only when a row's first key
-    // arrives or its max passes its base by more than kBaseSlack (log2
-    // units), so P stays at most 2^kBaseSlack and a tile whose rows' maxima
-    // stay near their bases skips the rescale; O and lse are the same either
-    // way, as sum and accumulator share the base.
-    float tile_max[MT][2];
-    bool move = false;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = row_max[mt][r];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        tile_max[mt][r] = mx;
-        // A first key: -inf to finite is +inf; still -inf: NaN, which compares false.
-        move |= (mx - row_max[mt][r]) * scale_log2 > kBaseSlack;
-      }
-    if (__any_sync(0xffffffffu, move)) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const float mx = tile_max[mt][r];
-          // A row with every key masked so far keeps max -inf: base 0, so exp gives 0, never NaN.
-          const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
-          const float rescale = kt::exp2_approx(row_max[mt][r] * scale_log2 - base);
-          row_max[mt][r] = mx;
-          row_sum[mt][r] *= rescale;
-#pragma unroll
-          for (int dt = 0; dt < DT; ++dt) {
-            acc[mt][dt][2 * r] *= rescale;
-            acc[mt][dt][2 * r + 1] *= rescale;
-          }
-        }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float base = row_max[mt][r] == neg_inf ? 0.0f : row_max[mt][r] * scale_log2;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const float p = kt::exp2_approx(s[mt][nt][2 * r + e] * scale_log2 - base);
-            s[mt][nt][2 * r + e] = p;
-            sum += p;
-          }
-        row_sum[mt][r] += sum;
-      }
+    online_softmax<MT, NT, DT>(s, row_max, row_sum, acc, scale_log2);
 
     // O += P V: P's accumulator fragments are the A fragments of the next
     // mma (keys = k); V's B fragments by transposed loads of its rows.
@@ -330,12 +359,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
         unsigned pa[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          pa[mt][0] = kt::pack2(kt::from_float<T>(s[mt][2 * kk][0]), kt::from_float<T>(s[mt][2 * kk][1]));
-          pa[mt][1] = kt::pack2(kt::from_float<T>(s[mt][2 * kk][2]), kt::from_float<T>(s[mt][2 * kk][3]));
-          pa[mt][2] = kt::pack2(kt::from_float<T>(s[mt][2 * kk + 1][0]), kt::from_float<T>(s[mt][2 * kk + 1][1]));
-          pa[mt][3] = kt::pack2(kt::from_float<T>(s[mt][2 * kk + 1][2]), kt::from_float<T>(s[mt][2 * kk + 1][3]));
-        }
+        for (int mt = 0; mt < MT; ++mt) p_fragment<T>(pa[mt], s[mt], kk);
 #pragma unroll
         for (int dp = 0; dp < DT / 2; ++dp) {
           // Matrices: keys kk*16 + 0-7 / + 8-15 at columns dp*16, then the same at dp*16 + 8.

@@ -184,16 +184,13 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
         }
       }
     }
-    unsigned pa[BLOCK_M / 16][4], dsa[BLOCK_M / 16][4];  // A fragments of P^T and dS^T, one k16 step each
+    // A fragments of P^T and dS^T, one k16 step each: wgmma's D fragment is mma.sync's accumulator.
+    unsigned pa[BLOCK_M / 16][4], dsa[BLOCK_M / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        // Registers 0-3: (row g, keys 2t..) of n8 block 2 kk, (row g + 8, ..), then of block 2 kk + 1.
-        const int at_ = 8 * kk + 2 * i;
-        pa[kk][i] = kt::pack2(kt::from_float<T>(s[at_]), kt::from_float<T>(s[at_ + 1]));
-        dsa[kk][i] = kt::pack2(kt::from_float<T>(dp[at_]), kt::from_float<T>(dp[at_ + 1]));
-      }
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
+      acc_to_a<T>(pa[kk], *reinterpret_cast<const float(*)[MN][4]>(s), kk);
+      acc_to_a<T>(dsa[kk], *reinterpret_cast<const float(*)[MN][4]>(dp), kk);
+    }
 
     // dV += P^T dO and dK += dS^T Q (unscaled): k = the tile's queries, 16
     // rows of the Q and dO tiles a step; the head dim's second panel at LBO.

@@ -19,7 +19,8 @@
 // c ^ (r % 8), which is wgmma's 128-byte swizzle:
 //   (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * sizeof(T) bytes.
 #pragma once
-// attention.cuh: block_tile, kBaseSlack, and the pieces of attention_common.cuh.
+// attention.cuh: block_tile, mask_scores, online_softmax, p_fragment, and the
+// pieces of attention_common.cuh.
 #include "attention/attention.cuh"
 #include "common/wgmma.cuh"
 
@@ -140,13 +141,13 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   }
 
   float acc[DT * 4];  // O: d[4 dt + 0, 1] row g, columns 8 dt + 2t (+1); d[4 dt + 2, 3] row g + 8
-  float row_max[2], row_sum[2];
+  float row_max[1][2], row_sum[1][2];  // as attention.cuh's, of the warp's one m16 tile
 #pragma unroll
   for (int i = 0; i < DT * 4; ++i) acc[i] = 0.0f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_max[r] = neg_inf;
-    row_sum[r] = 0.0f;
+    row_max[0][r] = neg_inf;
+    row_sum[0][r] = 0.0f;
   }
 
   for (int n = 0; n < n_tiles; ++n) {
@@ -174,68 +175,15 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::wgmma_wait<0>();
     kt::wgmma_fence_operand(s);
 
-    if (n0 + BLOCK_N > seq || (CAUSAL && n0 + BLOCK_N - 1 > m0 + group_row0)) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const int row = m0 + warp_row0 + g + 8 * (i / 2);
-          const int key = n0 + nt * 8 + 2 * t + i % 2;
-          if (key >= seq || (CAUSAL && key > row)) s[4 * nt + i] = neg_inf;
-        }
-    }
-
-    // Online softmax, as attention.cuh's.
-    float tile_max[2];
-    bool move = false;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = row_max[r];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      tile_max[r] = mx;
-      move |= (mx - row_max[r]) * scale_log2 > kBaseSlack;
-    }
-    if (__any_sync(0xffffffffu, move)) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float mx = tile_max[r];
-        const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
-        const float rescale = kt::exp2_approx(row_max[r] * scale_log2 - base);
-        row_max[r] = mx;
-        row_sum[r] *= rescale;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc[4 * dt + 2 * r] *= rescale;
-          acc[4 * dt + 2 * r + 1] *= rescale;
-        }
-      }
-    }
+    // Masks and the online softmax of attention.cuh, on the warp's one m16
+    // tile: wgmma's D fragment is mma.sync's accumulator, n8 block by block.
+    auto& s_tile = *reinterpret_cast<float(*)[1][NT][4]>(s);
+    if (n0 + BLOCK_N > seq || (CAUSAL && n0 + BLOCK_N - 1 > m0 + group_row0))
+      mask_scores<1, NT, CAUSAL>(s_tile, m0 + warp_row0, n0, seq);
+    online_softmax<1, NT, DT>(s_tile, row_max, row_sum, *reinterpret_cast<float(*)[1][DT][4]>(acc), scale_log2);
     unsigned pa[BLOCK_N / 16][4];  // P as A fragments, one k16 step of P V each
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float base = row_max[r] == neg_inf ? 0.0f : row_max[r] * scale_log2;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = kt::exp2_approx(s[4 * nt + 2 * r + e] * scale_log2 - base);
-          s[4 * nt + 2 * r + e] = p;
-          sum += p;
-        }
-      row_sum[r] += sum;
-    }
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-      const float* lo = s + 8 * kk;  // keys kk*16 + 0..7 (n8 block 2 kk), then + 8..15 (2 kk + 1)
-      pa[kk][0] = kt::pack2(kt::from_float<T>(lo[0]), kt::from_float<T>(lo[1]));
-      pa[kk][1] = kt::pack2(kt::from_float<T>(lo[2]), kt::from_float<T>(lo[3]));
-      pa[kk][2] = kt::pack2(kt::from_float<T>(lo[4]), kt::from_float<T>(lo[5]));
-      pa[kk][3] = kt::pack2(kt::from_float<T>(lo[6]), kt::from_float<T>(lo[7]));
-    }
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) p_fragment<T>(pa[kk], s_tile[0], kk);
 
     // O += P V over BLOCK_N / 16 k steps: a step's 16 keys are 16 rows of
     // the V tile (2048 bytes into each panel), 8 rows apart by 1024 bytes
@@ -257,7 +205,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   float* lse_h = lse + (static_cast<long long>(b) * heads + h) * seq;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
+    float sum = row_sum[0][r];
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     const int row = m0 + warp_row0 + g + 8 * r;
@@ -271,7 +219,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
         out.hi = kt::from_float<T>(acc[4 * dt + 2 * r + 1] * inv);
         *reinterpret_cast<Pair<T>*>(orow + dt * 8 + 2 * t) = out;
       }
-      if (t == 0) lse_h[row] = row_max[r] * scale + logf(sum);
+      if (t == 0) lse_h[row] = row_max[0][r] * scale + logf(sum);
     }
   }
 }

@@ -99,10 +99,7 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
 std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
   const std::int64_t head_dim = p.dim("head_dim"), bm = c.at("block_m"), bn = c.at("block_n");
   const std::int64_t warps = c.at("warps");
-  if (d.arch != "sm_90" && d.arch != "sm_90a")
-    return "mma 1 (wgmma) needs an sm_90 device, whose arch-specific target sm_90a has wgmma; this is " + d.arch;
-  if (element_bytes(p) != 2) return "mma 1 (wgmma) takes 16-bit inputs (bf16, f16)";
-  if (head_dim != 64 && head_dim != 128) return "mma 1 (wgmma) takes head dims 64 and 128 (whole 128-byte rows)";
+  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return no;
   if ((bn != 64 && bn != 128) || warps != bn / 16)
     return fmt::format("mma 1 (wgmma): each warpgroup (4 warps) owns 64 keys, so block_n is 64 or 128 and warps "
                        "block_n / 16 (block_n {}, {} warps)",
@@ -111,13 +108,7 @@ std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits&
   if (warp_split(c) != 1 || c.at("smem_layout") != 1 || resident_regs(c) || !dq_atomic(c))
     return "mma 1 (wgmma) keeps each warpgroup's keys whole, reads its tiles in its 128-byte swizzle from shared "
            "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1";
-  const std::int64_t registers = 24 + bm + head_dim + bm / 4;
-  const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / (32 * warps));
-  if (registers > budget)
-    return fmt::format("mma 1 (wgmma): each thread would need about {} registers (S^T, dP^T, dK, dV), over the {} a "
-                       "block of {} threads allows",
-                       registers, budget, 32 * warps);
-  return "";
+  return wgmma_over_registers(24 + bm + head_dim + bm / 4, warps, d, "S^T, dP^T, dK, dV");
 }
 
 /// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.

@@ -83,11 +83,8 @@ std::int64_t wgmma_registers(const Config& c, const Problem& p) {
 
 /// Why a config of the wgmma kernel (mma 1) cannot run on `d`, or "".
 std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
-  const std::int64_t head_dim = p.dim("head_dim"), bn = c.at("block_n"), warps = c.at("warps");
-  if (d.arch != "sm_90" && d.arch != "sm_90a")
-    return "mma 1 (wgmma) needs an sm_90 device, whose arch-specific target sm_90a has wgmma; this is " + d.arch;
-  if (element_bytes(p) != 2) return "mma 1 (wgmma) takes 16-bit inputs (bf16, f16)";
-  if (head_dim != 64 && head_dim != 128) return "mma 1 (wgmma) takes head dims 64 and 128 (whole 128-byte rows)";
+  const std::int64_t bn = c.at("block_n"), warps = c.at("warps");
+  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return no;
   if (warps % 4 != 0 || c.at("block_m") != 16 * warps)
     return fmt::format("mma 1 (wgmma): each warpgroup (4 warps) owns 64 query rows, so block_m is 16 x warps "
                        "(block_m {}, {} warps)",
@@ -95,13 +92,7 @@ std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits&
   if (bn != 16 && bn != 32 && bn != 64 && bn != 128) return "mma 1 (wgmma): block_n is 16, 32, 64 or 128";
   if (c.at("kv_layout") != 1) return "mma 1 (wgmma) reads tiles in its 128-byte swizzle: kv_layout 1";
   if (c.at("q_regs") != 0) return "mma 1 (wgmma) reads Q from shared memory: q_regs 0";
-  const std::int64_t registers = wgmma_registers(c, p);
-  const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / (32 * warps));
-  if (registers > budget)
-    return fmt::format("mma 1 (wgmma): each thread would need about {} registers (scores, O, P), over the {} a "
-                       "block of {} threads allows",
-                       registers, budget, 32 * warps);
-  return "";
+  return wgmma_over_registers(wgmma_registers(c, p), warps, d, "scores, O, P");
 }
 
 /// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).

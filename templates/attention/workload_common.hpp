@@ -52,6 +52,15 @@ std::vector<Problem> attention_problem_classes();
 /// Checks an attention problem; throws kInvalidInput naming `family` and what is accepted.
 void check_attention_problem(const std::string& family, const Problem& p);
 
+/// Why the attention kernels on wgmma (the families' `mma` 1) cannot run
+/// problem `p` on device `d`, or "": an sm_90 device (its arch-specific
+/// target sm_90a has wgmma), 16-bit inputs, head dims 64 and 128.
+std::string wgmma_unsupported(const Problem& p, const DeviceLimits& d);
+/// Why a wgmma kernel of `warps` warps whose threads need about `registers`
+/// (for `what`) would spill on `d`, or "".
+std::string wgmma_over_registers(std::int64_t registers, std::int64_t warps, const DeviceLimits& d,
+                                 const char* what);
+
 /// `value` as an element of the problem's dtype holds it.
 double stored(const Problem& p, double value);
 /// `count` values uniform in [lo, hi), as elements of the problem's dtype hold them.
