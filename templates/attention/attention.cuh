@@ -158,6 +158,38 @@ KT_DEVICE void p_fragment(unsigned (&a)[4], const float (&p)[NT][4], int kk) {
   a[3] = kt::pack2(kt::from_float<T>(p[2 * kk + 1][2]), kt::from_float<T>(p[2 * kk + 1][3]));
 }
 
+/// O = acc / sum and lse = scale * max + log(sum) of a warp's MT m16 tiles
+/// of query rows (from row0) inside the sequence, each row's sum gathered
+/// from the 4 lanes of its group: O's rows `o_row_stride` elements apart
+/// from `oh`, lse's from `lse_h`.
+template <int MT, int DT, class T>
+KT_DEVICE void store_output(T* oh, long long o_row_stride, float* lse_h, int row0, int seq,
+                            const float (&acc)[MT][DT][4], const float (&row_max)[MT][2],
+                            const float (&row_sum)[MT][2], float scale) {
+  const int lane = static_cast<int>(kt::lane_id()), g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[mt][r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int row = row0 + mt * 16 + g + 8 * r;
+      if (row < seq) {
+        const float inv = 1.0f / sum;
+        T* orow = oh + row * o_row_stride;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt) {
+          Pair<T> out;
+          out.lo = kt::from_float<T>(acc[mt][dt][2 * r] * inv);
+          out.hi = kt::from_float<T>(acc[mt][dt][2 * r + 1] * inv);
+          *reinterpret_cast<Pair<T>*>(orow + dt * 8 + 2 * t) = out;
+        }
+        if (t == 0) lse_h[row] = row_max[mt][r] * scale + logf(sum);
+      }
+    }
+}
+
 /// Grid: (ceil(seq / BLOCK_M), heads, batch); the block of rank r
 /// (block_tile, by tile_order) takes query block gridDim.x - 1 - r, so under
 /// a causal mask the longest blocks start first.
@@ -376,30 +408,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     }
   }
 
-  // O = acc / sum, and lse = scale * max + log(sum), for the rows inside the sequence.
-  T* oh = o + b * o_strides.batch + h * o_strides.head;
-  float* lse_h = lse + (static_cast<long long>(b) * heads + h) * seq;
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[mt][r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const int row = m0 + warp_row0 + mt * 16 + g + 8 * r;
-      if (row < seq) {
-        const float inv = 1.0f / sum;
-        T* orow = oh + row * o_strides.seq;
-#pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          Pair<T> out;
-          out.lo = kt::from_float<T>(acc[mt][dt][2 * r] * inv);
-          out.hi = kt::from_float<T>(acc[mt][dt][2 * r + 1] * inv);
-          *reinterpret_cast<Pair<T>*>(orow + dt * 8 + 2 * t) = out;
-        }
-        if (t == 0) lse_h[row] = row_max[mt][r] * scale + logf(sum);
-      }
-    }
+  store_output<MT, DT>(o + b * o_strides.batch + h * o_strides.head, o_strides.seq,
+                       lse + (static_cast<long long>(b) * heads + h) * seq, m0 + warp_row0, seq, acc, row_max,
+                       row_sum, scale);
 }
 
 }  // namespace attention

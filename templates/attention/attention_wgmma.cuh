@@ -19,8 +19,8 @@
 // c ^ (r % 8), which is wgmma's 128-byte swizzle:
 //   (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * sizeof(T) bytes.
 #pragma once
-// attention.cuh: block_tile, mask_scores, online_softmax, p_fragment, and the
-// pieces of attention_common.cuh.
+// attention.cuh: block_tile, mask_scores, online_softmax, p_fragment,
+// store_output, and the pieces of attention_common.cuh.
 #include "attention/attention.cuh"
 #include "common/wgmma.cuh"
 
@@ -125,8 +125,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   const int rows_end = min(m0 + BLOCK_M, seq);
   const int n_tiles = ((CAUSAL ? rows_end : seq) + BLOCK_N - 1) / BLOCK_N;
 
-  const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
-  const int g = lane / 4, t = lane % 4;
+  const int warp = static_cast<int>(kt::warp_id());
   const int group_row0 = warp / 4 * 64;  // the warpgroup's first row within the block
   const int warp_row0 = warp * 16;       // the warp's
 
@@ -200,28 +199,9 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::wgmma_fence_operand(acc);
   }
 
-  // O = acc / sum, and lse = scale * max + log(sum), for the rows inside the sequence.
-  T* oh = o + b * o_strides.batch + h * o_strides.head;
-  float* lse_h = lse + (static_cast<long long>(b) * heads + h) * seq;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[0][r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int row = m0 + warp_row0 + g + 8 * r;
-    if (row < seq) {
-      const float inv = 1.0f / sum;
-      T* orow = oh + row * o_strides.seq;
-#pragma unroll
-      for (int dt = 0; dt < DT; ++dt) {
-        Pair<T> out;
-        out.lo = kt::from_float<T>(acc[4 * dt + 2 * r] * inv);
-        out.hi = kt::from_float<T>(acc[4 * dt + 2 * r + 1] * inv);
-        *reinterpret_cast<Pair<T>*>(orow + dt * 8 + 2 * t) = out;
-      }
-      if (t == 0) lse_h[row] = row_max[0][r] * scale + logf(sum);
-    }
-  }
+  store_output<1, DT>(o + b * o_strides.batch + h * o_strides.head, o_strides.seq,
+                      lse + (static_cast<long long>(b) * heads + h) * seq, m0 + warp_row0, seq,
+                      *reinterpret_cast<const float(*)[1][DT][4]>(acc), row_max, row_sum, scale);
 }
 
 }  // namespace attention
