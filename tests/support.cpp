@@ -65,4 +65,10 @@ void skip_without_gpu() {
   std::exit(kSkipCode);
 }
 
+void skip_unless_arch(const std::string& device_arch, const std::string& wanted, const std::string& what) {
+  if (device_arch == wanted) return;
+  std::printf("skipped: %s needs an %s device; this one is %s\n", what.c_str(), wanted.c_str(), device_arch.c_str());
+  std::exit(kSkipCode);
+}
+
 }  // namespace ktune::test

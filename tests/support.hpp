@@ -22,4 +22,8 @@ int run_command(const std::string& command, std::string* output);
 /// can be used: a gpu test is then reported as skipped, never as passed.
 void skip_without_gpu();
 
+/// Ends the process with kSkipCode unless `device_arch` is `wanted`, saying
+/// that `what` needs it: a test of an arch-specific instruction.
+void skip_unless_arch(const std::string& device_arch, const std::string& wanted, const std::string& what);
+
 }  // namespace ktune::test

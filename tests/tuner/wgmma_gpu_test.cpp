@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
 #include "support.hpp"
 #include "tuner/emu_probe.hpp"
@@ -20,10 +18,7 @@ namespace wgmma = ktune::test::wgmma;
 
 TEST_CASE("wgmma on a Hopper GPU reads every shared-memory layout as the emulation does", "[gpu][matrix]") {
   ktune::test::skip_without_gpu();
-  if (const std::string arch = ktune::tuner::Context().info().arch(); arch != "sm_90") {
-    WARN("wgmma needs an sm_90 device; this one is " << arch);
-    std::exit(ktune::test::kSkipCode);
-  }
+  ktune::test::skip_unless_arch(ktune::tuner::Context().info().arch(), "sm_90", "wgmma");
   ktune::test::GpuProbe gpu(wgmma::kSource, wgmma::kernels(), "common/wgmma.cuh", "sm_90a");
   ktune::test::EmuProbe emu(wgmma::kSource, wgmma::kernels(), 2, ktune::env::emu_schedule(), "common/wgmma.cuh");
   const auto cases = wgmma::cases();

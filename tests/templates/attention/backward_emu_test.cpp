@@ -15,31 +15,24 @@
 
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
+#include "templates/attention/shapes.hpp"
 
 namespace templates_attention_backward_emu_test {
 
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
+using test::attention::problem;
+using test::attention::wgmma_backward;
 
 namespace {
 
-Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool causal, std::int64_t batch = 1,
-                std::int64_t heads = 2) {
-  return Problem{dtype,
-                 {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
-}
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t dq_atomic, std::int64_t smem_layout = 0, std::int64_t resident_regs = 0,
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
                  {"dq_atomic", dq_atomic}, {"mma", 0}});
-}
-/// The wgmma dK/dV pass (mma 1): 64 keys a warpgroup, dQ by atomics.
-Config wgmma(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_n / 16}, {"warp_split", 1},
-                 {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
@@ -259,16 +252,16 @@ TEST_CASE("attention_bwd on wgmma (mma 1): head dims 64 and 128, masks, ragged l
   };
   const Case cases[] = {
       // the candidate: 128 keys over two warpgroups, 64-query tiles, dQ's head dim split between them
-      {wgmma(64, 128, 2), problem("bf16", 257, 64, true), false},
+      {wgmma_backward(64, 128, 2), problem("bf16", 257, 64, true), false},
       // one warpgroup, 128-query tiles (two 64-query blocks of dQ in turn), one stage
-      {wgmma(128, 64, 1), problem("f16", 100, 64, false, 2, 2), true},
+      {wgmma_backward(128, 64, 1), problem("f16", 100, 64, false, 2, 2), true},
       // two warpgroups each taking a 64-query block of dQ, four stages
-      {wgmma(128, 128, 4), problem("bf16", 70, 64, true), false},
+      {wgmma_backward(128, 128, 4), problem("bf16", 70, 64, true), false},
       // head_dim 128 over one warpgroup: dQ in two pieces of 64 columns
-      {wgmma(64, 64, 2), problem("bf16", 150, 128, true), false},
+      {wgmma_backward(64, 64, 2), problem("bf16", 150, 128, true), false},
       // multi-query heads summed into one K/V head; a sequence of 1
-      {wgmma(64, 128, 1), grouped, true},
-      {wgmma(64, 128, 2), problem("bf16", 1, 128, false), false},
+      {wgmma_backward(64, 128, 1), grouped, true},
+      {wgmma_backward(64, 128, 2), problem("bf16", 1, 128, false), false},
   };
   for (const auto& [c, p, bhsd] : cases) test::check_backward(*backend, c, p, bhsd);
 }
@@ -277,7 +270,7 @@ TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks
   auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
   const auto& f = backward_family();
   const Problem p = problem("bf16", 150, 128, true);
-  const Config c = wgmma(64, 128, 2);
+  const Config c = wgmma_backward(64, 128, 2);
   REQUIRE(test::run_backward(*backend, c, p, false, 3).worst() <= tolerance_for("bf16"));
   const auto broken = [&](const std::string& from, const std::string& to) {
     Rendered r = f.render(c, p);

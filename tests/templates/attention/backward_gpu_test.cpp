@@ -11,6 +11,7 @@
 #include "support.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
+#include "templates/attention/shapes.hpp"
 #include "templates/sampled_configs.hpp"
 #include "tuner/precompile.hpp"
 
@@ -19,16 +20,7 @@ namespace templates_attention_backward_gpu_test {
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
-
-namespace {
-
-Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool causal, std::int64_t batch = 1,
-                std::int64_t heads = 2) {
-  return Problem{dtype,
-                 {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
-}
-
-}  // namespace
+using test::attention::problem;
 
 TEST_CASE("attention_bwd on the GPU: every problem class, default and a seeded sample of configs",
           "[attention][gpu]") {

@@ -10,6 +10,7 @@
 #include "base/error.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/attention/compile_check.hpp"
+#include "templates/attention/shapes.hpp"
 #include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 #include "templates/sampled_configs.hpp"
@@ -20,6 +21,7 @@ namespace templates_attention_backward_test {
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
+using test::attention::wgmma_backward;
 
 namespace {
 
@@ -33,11 +35,6 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
                  {"dq_atomic", dq_atomic}, {"mma", 0}});
-}
-/// The wgmma dK/dV pass (mma 1): 64 keys a warpgroup, dQ by atomics.
-Config wgmma(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_n / 16}, {"warp_split", 1},
-                 {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -284,7 +281,7 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   // The wgmma dK/dV pass between the same pre-kernel and conversion, compiled for sm_90a on sm_90; the plan's
   // second launch is its: 64 keys a warpgroup, the shared memory of K, V, the Q and dO stages, dS^T and the rows.
   const Problem w = problem("bf16", 1000, 128, 1, 2, 6);
-  const Rendered hopper = f.render(wgmma(64, 128, 2), w);
+  const Rendered hopper = f.render(wgmma_backward(64, 128, 2), w);
   REQUIRE(hopper.kernels.size() == 3);
   CHECK(hopper.kernels[0] == "attention::attention_bwd_preprocess<128, true, __nv_bfloat16>");
   CHECK(hopper.kernels[1] == "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, true, __nv_bfloat16>");
@@ -293,7 +290,7 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   CHECK_FALSE(atomic.arch_specific);
   a.q_strides = a.o_strides = a.do_strides = a.dq_strides = bshd_strides(shape_of(w));
   a.k_strides = a.v_strides = a.dk_strides = a.dv_strides = kv_strides(shape_of(w));
-  const auto launches = f.plan(wgmma(64, 128, 2), w, a, DeviceLimits::for_arch("sm_90"));
+  const auto launches = f.plan(wgmma_backward(64, 128, 2), w, a, DeviceLimits::for_arch("sm_90"));
   CHECK(launches[1].grid == std::array<unsigned, 3>{8, 6, 2});
   CHECK(launches[1].block[0] == 256);
   CHECK(launches[1].dynamic_smem == (2 * 128 + 2 * 2 * 64) * 128 * 2 + 128 * 64 * 2 + 2 * 2 * 64 * 4);
@@ -309,21 +306,21 @@ TEST_CASE("attention_bwd's wgmma pass (mma 1) is valid on sm_90 alone, for its s
     CHECK_FALSE(f.is_valid(c, p, DeviceLimits::for_arch(arch), &why));
     return why;
   };
-  CHECK(f.is_valid(wgmma(64, 128), problem("bf16", 1024, 64), sm90));
-  CHECK(f.is_valid(wgmma(128, 128, 4), problem("f16", 1024, 64), sm90));
-  CHECK(f.is_valid(wgmma(64, 64, 1), problem("bf16", 1024, 128), DeviceLimits::for_arch("sm_90a")));
-  CHECK_THAT(invalid(wgmma(64, 128), problem("bf16", 1024, 64), "sm_80"), Catch::Contains("needs an sm_90 device"));
-  CHECK_THAT(invalid(wgmma(64, 128), problem("f32", 1024, 64)), Catch::Contains("16-bit inputs"));
-  CHECK_THAT(invalid(wgmma(64, 128), problem("bf16", 1024, 80)), Catch::Contains("head dims 64 and 128"));
-  CHECK_THAT(invalid(with(wgmma(64, 128), {{"warps", 4}}), problem("bf16", 1024, 64)),
+  CHECK(f.is_valid(wgmma_backward(64, 128), problem("bf16", 1024, 64), sm90));
+  CHECK(f.is_valid(wgmma_backward(128, 128, 4), problem("f16", 1024, 64), sm90));
+  CHECK(f.is_valid(wgmma_backward(64, 64, 1), problem("bf16", 1024, 128), DeviceLimits::for_arch("sm_90a")));
+  CHECK_THAT(invalid(wgmma_backward(64, 128), problem("bf16", 1024, 64), "sm_80"), Catch::Contains("needs an sm_90 device"));
+  CHECK_THAT(invalid(wgmma_backward(64, 128), problem("f32", 1024, 64)), Catch::Contains("16-bit inputs"));
+  CHECK_THAT(invalid(wgmma_backward(64, 128), problem("bf16", 1024, 80)), Catch::Contains("head dims 64 and 128"));
+  CHECK_THAT(invalid(with(wgmma_backward(64, 128), {{"warps", 4}}), problem("bf16", 1024, 64)),
              Catch::Contains("warps block_n / 16"));
-  CHECK_THAT(invalid(wgmma(32, 128), problem("bf16", 1024, 64)), Catch::Contains("block_m is 64 or 128"));
-  CHECK_THAT(invalid(with(wgmma(64, 128), {{"dq_atomic", 0}}), problem("bf16", 1024, 64)),
+  CHECK_THAT(invalid(wgmma_backward(32, 128), problem("bf16", 1024, 64)), Catch::Contains("block_m is 64 or 128"));
+  CHECK_THAT(invalid(with(wgmma_backward(64, 128), {{"dq_atomic", 0}}), problem("bf16", 1024, 64)),
              Catch::Contains("dq_atomic 1"));
-  CHECK_THAT(invalid(with(wgmma(64, 128), {{"smem_layout", 0}}), problem("bf16", 1024, 64)),
+  CHECK_THAT(invalid(with(wgmma_backward(64, 128), {{"smem_layout", 0}}), problem("bf16", 1024, 64)),
              Catch::Contains("smem_layout 1"));
   // Registers: 128-query tiles at head_dim 128 hold S^T, dP^T, dK and dV of 128 columns each.
-  CHECK_THAT(invalid(wgmma(128, 128), problem("bf16", 1024, 128)), Catch::Contains("registers"));
+  CHECK_THAT(invalid(wgmma_backward(128, 128), problem("bf16", 1024, 128)), Catch::Contains("registers"));
 }
 
 TEST_CASE("attention_bwd workloads: fresh inputs per seed, the streaming reference, every row checked when cheap",

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "templates/attention/attention.hpp"
+#include "templates/attention/shapes.hpp"
 #include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 #include "templates/sampled_configs.hpp"
@@ -26,23 +27,15 @@ namespace templates_attention_family_emu_test {
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
+using test::attention::problem;
+using test::attention::wgmma_forward;
 
 namespace {
 
-Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool causal, std::int64_t batch = 1,
-                std::int64_t heads = 2) {
-  return Problem{dtype,
-                 {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
-}
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t kv_layout, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
                  {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0}});
-}
-/// The wgmma kernel (mma 1): 64 query rows a warpgroup.
-Config wgmma(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
-                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 1}});
 }
 
 /// How q, k, v and o lie in memory.
@@ -324,28 +317,28 @@ TEST_CASE("attention_fwd on wgmma (mma 1): head dims 64 and 128, masks, ragged l
   grouped.dims["kv_heads"] = 2;
   const Case cases[] = {
       // the candidates' shape: two warpgroups, 128- and 64-key tiles, causal and ragged
-      {wgmma(128, 128, 2), problem("bf16", 257, 64, true)},
-      {wgmma(128, 64, 2), problem("f16", 200, 128, true)},
+      {wgmma_forward(128, 128, 2), problem("bf16", 257, 64, true)},
+      {wgmma_forward(128, 64, 2), problem("f16", 200, 128, true)},
       // one warpgroup, one stage, 128-key tiles past a short sequence; three stages of 16-key tiles
-      {wgmma(64, 128, 1), problem("bf16", 77, 128, false)},
-      {wgmma(64, 16, 3), problem("f16", 100, 64, true, 1, 1)},
+      {wgmma_forward(64, 128, 1), problem("bf16", 77, 128, false)},
+      {wgmma_forward(64, 16, 3), problem("f16", 100, 64, true, 1, 1)},
       // 32-key tiles, grouped heads, a sequence of 1
-      {wgmma(128, 32, 2), grouped},
-      {wgmma(64, 64, 2), problem("bf16", 1, 64, true)},
+      {wgmma_forward(128, 32, 2), grouped},
+      {wgmma_forward(64, 64, 2), problem("bf16", 1, 64, true)},
   };
   for (const auto& [c, p] : cases) {
     check_layout(c, p, Layout::kBSHD);
     check_layout(c, p, Layout::kFusedQKV);
   }
-  check_layout(with(wgmma(128, 64, 2), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3), Layout::kBHSD);
+  check_layout(with(wgmma_forward(128, 64, 2), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3), Layout::kBHSD);
   // At scale 4 a row's max moves past its base at later key tiles: the rescale of O between products.
-  check_layout(wgmma(64, 16, 2), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
+  check_layout(wgmma_forward(64, 16, 2), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
 }
 
 TEST_CASE("attention_fwd on wgmma: a kernel broken on purpose fails the reference", "[attention][emu]") {
   const auto& f = forward_family();
   const Problem p = problem("bf16", 200, 128, true);
-  const Config c = wgmma(128, 64, 2);
+  const Config c = wgmma_forward(128, 64, 2);
   REQUIRE(run_layout(c, p, Layout::kBSHD).o < tolerance_for("bf16"));
   // Each break is made in the wgmma kernel's text, after its name (attention.cuh's kernel precedes it).
   const auto broken = [&](const std::string& from, const std::string& to) {

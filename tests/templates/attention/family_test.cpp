@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "templates/attention/compile_check.hpp"
+#include "templates/attention/shapes.hpp"
 #include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 #include "tuner/compile/compiler.hpp"
@@ -18,6 +19,7 @@ namespace templates_attention_family_test {
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
+using test::attention::wgmma_forward;
 
 namespace {
 
@@ -29,11 +31,6 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t kv_layout = 0, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
                  {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0}});
-}
-/// The wgmma kernel (mma 1): 64 query rows a warpgroup.
-Config wgmma(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
-                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 1}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -136,18 +133,18 @@ TEST_CASE("attention_fwd constraints reject configs before compiling, saying why
   CHECK(shared_bytes(config(64, 64, 4, 2, 1), problem("bf16", 64, 80)) == (64 + 2 * 2 * 64) * 80 * 2);
   // The wgmma kernel (mma 1): an sm_90 device, 16-bit inputs at head dims 64 and 128, a warpgroup per 64 query
   // rows, key tiles a wgmma's N, its own tile layout (kv_layout 1) and Q read from shared memory (q_regs 0).
-  CHECK(f.is_valid(wgmma(128, 128), problem("bf16", 1024, 128), sm90));
-  CHECK(f.is_valid(wgmma(64, 16, 3), problem("f16", 1024, 64), DeviceLimits::for_arch("sm_90a")));
-  CHECK_THAT(why_invalid(wgmma(128, 128), problem("bf16", 1024, 128), "sm_80"),
+  CHECK(f.is_valid(wgmma_forward(128, 128), problem("bf16", 1024, 128), sm90));
+  CHECK(f.is_valid(wgmma_forward(64, 16, 3), problem("f16", 1024, 64), DeviceLimits::for_arch("sm_90a")));
+  CHECK_THAT(why_invalid(wgmma_forward(128, 128), problem("bf16", 1024, 128), "sm_80"),
              Catch::Contains("needs an sm_90 device"));
-  CHECK_THAT(why_invalid(wgmma(128, 64), problem("f32", 1024, 64)), Catch::Contains("16-bit inputs"));
-  CHECK_THAT(why_invalid(wgmma(128, 64), problem("bf16", 1024, 80)), Catch::Contains("head dims 64 and 128"));
-  CHECK_THAT(why_invalid(with(wgmma(128, 64), {{"warps", 4}}), problem("bf16", 1024, 64)),
+  CHECK_THAT(why_invalid(wgmma_forward(128, 64), problem("f32", 1024, 64)), Catch::Contains("16-bit inputs"));
+  CHECK_THAT(why_invalid(wgmma_forward(128, 64), problem("bf16", 1024, 80)), Catch::Contains("head dims 64 and 128"));
+  CHECK_THAT(why_invalid(with(wgmma_forward(128, 64), {{"warps", 4}}), problem("bf16", 1024, 64)),
              Catch::Contains("block_m is 16 x warps"));
-  CHECK_THAT(why_invalid(wgmma(128, 48), problem("bf16", 1024, 64)), Catch::Contains("block_n is 16, 32, 64 or 128"));
-  CHECK_THAT(why_invalid(with(wgmma(128, 64), {{"kv_layout", 0}}), problem("bf16", 1024, 64)),
+  CHECK_THAT(why_invalid(wgmma_forward(128, 48), problem("bf16", 1024, 64)), Catch::Contains("block_n is 16, 32, 64 or 128"));
+  CHECK_THAT(why_invalid(with(wgmma_forward(128, 64), {{"kv_layout", 0}}), problem("bf16", 1024, 64)),
              Catch::Contains("kv_layout 1"));
-  CHECK_THAT(why_invalid(with(wgmma(128, 64), {{"q_regs", 1}}), problem("bf16", 1024, 64)),
+  CHECK_THAT(why_invalid(with(wgmma_forward(128, 64), {{"q_regs", 1}}), problem("bf16", 1024, 64)),
              Catch::Contains("q_regs 0"));
   // A device with smaller blocks.
   DeviceLimits small = sm90;
@@ -202,7 +199,7 @@ TEST_CASE("attention_fwd rendering: tunables, head dim, mask and dtype are templ
         f.render(config(64, 64, 4, 2), problem("f16", 4099, 64, 0, 8, 12)).source);
   CHECK_FALSE(r.arch_specific);
   // The wgmma kernel: warpgroups, not warps, are its argument; compiled for sm_90a where the device is sm_90.
-  const Rendered w = f.render(wgmma(128, 64, 3), problem("bf16", 70, 128, 1));
+  const Rendered w = f.render(wgmma_forward(128, 64, 3), problem("bf16", 70, 128, 1));
   REQUIRE(w.kernels.size() == 1);
   CHECK(w.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, true, __nv_bfloat16>");
   CHECK(w.source.find("wgmma.mma_async") != std::string::npos);
@@ -397,8 +394,8 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   const auto fwd = forward_family().candidates(d128);
   REQUIRE(fwd.size() == 5);
   CHECK(fwd[0] == with(forward_family().default_config(d128), {{"tile_order", 1}}));
-  CHECK(fwd[1] == wgmma(128, 128));
-  CHECK(fwd[2] == wgmma(128, 64));
+  CHECK(fwd[1] == wgmma_forward(128, 128));
+  CHECK(fwd[2] == wgmma_forward(128, 64));
   CHECK(fwd[3].at("block_n") == 32);
   CHECK(fwd[4].at("warps") == 8);
   for (const Config& c : fwd) {
@@ -410,8 +407,8 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 4);
   const auto d64 = forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16));
   REQUIRE(d64.size() == 3);
-  CHECK(d64[1] == wgmma(128, 128));
-  CHECK(d64[2] == wgmma(128, 64));
+  CHECK(d64[1] == wgmma_forward(128, 128));
+  CHECK(d64[2] == wgmma_forward(128, 64));
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).size() == 1);
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 0, 1, 16)).empty());
   // Without a causal mask every tile has the same work: no tile order 1, and no such candidate.

@@ -6,12 +6,10 @@
 // than sm_90.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
-#include <string>
-
 #include "support.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
+#include "templates/attention/shapes.hpp"
 #include "tuner/precompile.hpp"
 #include "tuner/run/gpu_runner.hpp"
 
@@ -20,36 +18,14 @@ namespace templates_attention_wgmma_gpu_test {
 using namespace ktune;
 using namespace ktune::templates;
 using namespace ktune::templates::attention;
-
-namespace {
-
-Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, bool causal, std::int64_t batch = 1,
-                std::int64_t heads = 2) {
-  return Problem{dtype,
-                 {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
-}
-Config forward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
-                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 1}});
-}
-Config backward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages) {
-  return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_n / 16}, {"warp_split", 1},
-                 {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}});
-}
-
-/// Ends the test as skipped unless the device has wgmma (sm_90).
-void skip_without_wgmma(const DeviceLimits& device) {
-  if (device.arch == "sm_90") return;
-  WARN("wgmma needs an sm_90 device; this one is " << device.arch);
-  std::exit(test::kSkipCode);
-}
-
-}  // namespace
+using test::attention::problem;
+using test::attention::wgmma_forward;
+using test::attention::wgmma_backward;
 
 TEST_CASE("attention on wgmma on the GPU: forward and backward against the reference", "[attention][gpu]") {
   test::skip_without_gpu();
   auto runner = tuner::make_gpu_runner();
-  skip_without_wgmma(runner->device());
+  test::skip_unless_arch(runner->device().arch, "sm_90", "wgmma");
   Problem grouped = problem("bf16", 150, 128, true, 2, 4);
   grouped.dims["kv_heads"] = 2;
   Problem mqa = problem("f16", 130, 128, true, 1, 3);
@@ -57,19 +33,19 @@ TEST_CASE("attention on wgmma on the GPU: forward and backward against the refer
   const Problem leaderboard = problem("bf16", 16384, 64, true, 1, 16);
   const Problem d128 = problem("bf16", 16384, 128, true, 1, 16);
   std::vector<test::Variant> variants = {
-      {&forward_family(), forward(128, 128, 2), problem("bf16", 257, 64, true)},
-      {&forward_family(), forward(128, 64, 2), problem("f16", 200, 128, true)},
-      {&forward_family(), forward(64, 128, 1), problem("bf16", 77, 128, false)},
-      {&forward_family(), forward(64, 16, 3), problem("f16", 100, 64, true, 1, 1)},
-      {&forward_family(), forward(128, 32, 2), grouped},
-      {&forward_family(), forward(128, 128, 2), leaderboard},
-      {&forward_family(), forward(128, 128, 2), d128},
-      {&backward_family(), backward(64, 128, 2), problem("bf16", 257, 64, true)},
-      {&backward_family(), backward(128, 64, 1), problem("f16", 100, 64, false, 2, 2)},
-      {&backward_family(), backward(128, 128, 4), problem("bf16", 70, 64, true)},
-      {&backward_family(), backward(64, 64, 2), problem("bf16", 150, 128, true)},
-      {&backward_family(), backward(64, 128, 1), mqa},
-      {&backward_family(), backward(64, 128, 2), leaderboard},
+      {&forward_family(), wgmma_forward(128, 128, 2), problem("bf16", 257, 64, true)},
+      {&forward_family(), wgmma_forward(128, 64, 2), problem("f16", 200, 128, true)},
+      {&forward_family(), wgmma_forward(64, 128, 1), problem("bf16", 77, 128, false)},
+      {&forward_family(), wgmma_forward(64, 16, 3), problem("f16", 100, 64, true, 1, 1)},
+      {&forward_family(), wgmma_forward(128, 32, 2), grouped},
+      {&forward_family(), wgmma_forward(128, 128, 2), leaderboard},
+      {&forward_family(), wgmma_forward(128, 128, 2), d128},
+      {&backward_family(), wgmma_backward(64, 128, 2), problem("bf16", 257, 64, true)},
+      {&backward_family(), wgmma_backward(128, 64, 1), problem("f16", 100, 64, false, 2, 2)},
+      {&backward_family(), wgmma_backward(128, 128, 4), problem("bf16", 70, 64, true)},
+      {&backward_family(), wgmma_backward(64, 64, 2), problem("bf16", 150, 128, true)},
+      {&backward_family(), wgmma_backward(64, 128, 1), mqa},
+      {&backward_family(), wgmma_backward(64, 128, 2), leaderboard},
   };
   test::precompile(variants, runner->device().arch);
   auto backend = tuner::exec::make_cuda_backend();
