@@ -83,19 +83,24 @@ KT_DEVICE void mask_scores(float (&s)[MT][NT][4], int row0, int n0, int seq) {
       }
 }
 
-/// One key tile's online softmax for a warp's MT m16 tiles: the row max
-/// over the tile (a row's scores lie in the 4 lanes of its group), then S
-/// becomes P = exp(S - base) in place. A row's base is its running max when
-/// the warp last moved its bases: the warp moves them all, and rescales its
-/// sums and its O accumulators (DT n8 tiles), only when a row's first key
+/// One key tile's online softmax for a warp's MT m16 tiles, in three
+/// steps (online_softmax below takes them in turn). A row's base is its
+/// running max when the warp last moved its bases: the warp moves them all,
+/// and rescales its sums and its O accumulators, only when a row's first key
 /// arrives or its max passes its base by more than kBaseSlack (log2 units),
 /// so P stays at most 2^kBaseSlack and a tile whose rows' maxima stay near
 /// their bases skips the rescale; O and lse are the same either way, as sum
 /// and accumulator share the base. row_max holds the raw (unscaled) maxima,
 /// row_sum this lane's part of each row's running sum.
-template <int MT, int NT, int DT>
-KT_DEVICE void online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2], float (&row_sum)[MT][2],
-                              float (&acc)[MT][DT][4], float scale_log2) {
+///
+/// Step 1: the row max over the tile (a row's scores lie in the 4 lanes of
+/// its group). Returns whether the warp moves its bases; if so, row_max
+/// takes the new bases, row_sum is rescaled, and `rescale(mt, r, factor)`
+/// is called with each row's factor for its O accumulators (rescale_rows
+/// applies it there and then, or later from factors kept).
+template <int MT, int NT, class Rescale>
+KT_DEVICE bool move_bases(const float (&s)[MT][NT][4], float (&row_max)[MT][2], float (&row_sum)[MT][2],
+                          float scale_log2, Rescale&& rescale) {
   const float neg_inf = __uint_as_float(0xff800000u);
   float tile_max[MT][2];
   bool move = false;
@@ -112,24 +117,38 @@ KT_DEVICE void online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2], fl
       // A first key: -inf to finite is +inf; still -inf: NaN, which compares false.
       move |= (mx - row_max[mt][r]) * scale_log2 > kBaseSlack;
     }
-  if (__any_sync(0xffffffffu, move)) {
+  if (!__any_sync(0xffffffffu, move)) return false;
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const float mx = tile_max[mt][r];
-        // A row with every key masked so far keeps max -inf: base 0, so exp gives 0, never NaN.
-        const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
-        const float rescale = kt::exp2_approx(row_max[mt][r] * scale_log2 - base);
-        row_max[mt][r] = mx;
-        row_sum[mt][r] *= rescale;
+    for (int r = 0; r < 2; ++r) {
+      const float mx = tile_max[mt][r];
+      // A row with every key masked so far keeps max -inf: base 0, so exp gives 0, never NaN.
+      const float base = mx == neg_inf ? 0.0f : mx * scale_log2;
+      const float factor = kt::exp2_approx(row_max[mt][r] * scale_log2 - base);
+      row_max[mt][r] = mx;
+      row_sum[mt][r] *= factor;
+      rescale(mt, r, factor);
+    }
+  return true;
+}
+
+/// Step 2, after a move of the bases: row r of m16 tile mt of O's
+/// accumulators (DT n8 tiles) by its factor.
+template <int MT, int DT>
+KT_DEVICE void rescale_rows(float (&acc)[MT][DT][4], int mt, int r, float factor) {
 #pragma unroll
-        for (int dt = 0; dt < DT; ++dt) {
-          acc[mt][dt][2 * r] *= rescale;
-          acc[mt][dt][2 * r + 1] *= rescale;
-        }
-      }
+  for (int dt = 0; dt < DT; ++dt) {
+    acc[mt][dt][2 * r] *= factor;
+    acc[mt][dt][2 * r + 1] *= factor;
   }
+}
+
+/// Step 3: S becomes P = exp(S - base) in place, added to the row sums.
+template <int MT, int NT>
+KT_DEVICE void exp_scores(float (&s)[MT][NT][4], const float (&row_max)[MT][2], float (&row_sum)[MT][2],
+                          float scale_log2) {
+  const float neg_inf = __uint_as_float(0xff800000u);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -146,6 +165,15 @@ KT_DEVICE void online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2], fl
         }
       row_sum[mt][r] += sum;
     }
+}
+
+/// The three steps in turn, O's accumulators in registers the warp owns now.
+template <int MT, int NT, int DT>
+KT_DEVICE void online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2], float (&row_sum)[MT][2],
+                              float (&acc)[MT][DT][4], float scale_log2) {
+  move_bases<MT, NT>(s, row_max, row_sum, scale_log2,
+                     [&](int mt, int r, float factor) { rescale_rows<MT, DT>(acc, mt, r, factor); });
+  exp_scores<MT, NT>(s, row_max, row_sum, scale_log2);
 }
 
 /// The A fragment of k16 step `kk` of P V from P's accumulator fragments

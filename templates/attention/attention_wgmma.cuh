@@ -7,6 +7,15 @@
 //              already the A fragment), V from shared memory (N-major)
 // 16-bit inputs (bf16, f16); head dims 64 and 128.
 //
+// Two schedules of a warpgroup's products (the family's `mma` 1 and 2):
+// - in turn: S of a key tile, its softmax, then P V, each product waited
+//   for before the next step;
+// - overlapped (OVERLAP, FlashAttention-3's intra-warpgroup pipelining): S
+//   of the next key tile and this tile's P V are issued together, and the
+//   next tile's softmax runs while P V is still in flight; O's rescale, when
+//   the bases move, waits for P V. A second score tile in registers, and
+//   STAGES >= 2: the K tiles run a tile ahead of the V tiles.
+//
 // Layout: a block owns BLOCK_M = 64 * WARPGROUPS query rows of one
 // (batch, head); warpgroup w takes rows 64 w .. 64 w + 63, each of its warps
 // 16 of them (the fragments of attention.cuh's one m16 tile a warp). The
@@ -19,8 +28,8 @@
 // c ^ (r % 8), which is wgmma's 128-byte swizzle:
 //   (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * sizeof(T) bytes.
 #pragma once
-// attention.cuh: block_tile, mask_scores, online_softmax, p_fragment,
-// store_output, and the pieces of attention_common.cuh.
+// attention.cuh: block_tile, mask_scores, the online softmax's steps,
+// p_fragment, store_output, and the pieces of attention_common.cuh.
 #include "attention/attention.cuh"
 #include "common/wgmma.cuh"
 
@@ -86,11 +95,18 @@ KT_DEVICE void wgmma_pipeline_head(int it, int count, Load&& load) {
 /// of attention.cuh's (block_tile, tile_order). Block: WARPGROUPS * 128
 /// threads; dynamic shared memory as in the file header. Arguments as
 /// attention_fwd's.
+///
+/// Overlapped, the cp.async groups are {Q, K 0}, then one per step n from
+/// 1 - STAGES on: {K n + STAGES, V n + STAGES - 1}, each into the slot of the
+/// K or V tile that the previous step finished with. Step n (n >= 0) issues
+/// S of tile n + 1 and P V of tile n, so it needs group n + 1 - STAGES
+/// complete: all but the STAGES - 2 newest.
 template <int HEAD_DIM,    // 64 or 128: set by the problem
           int BLOCK_M,     // 64 * WARPGROUPS query rows per block
           int BLOCK_N,     // keys per tile: 16, 32, 64 or 128 (the N of Q K^T)
           int WARPGROUPS,  // 1 or 2
           int STAGES,      // K/V tiles in flight
+          bool OVERLAP,    // the next tile's S and softmax beside this tile's P V
           bool CAUSAL,     // key j > query i masked: set by the problem
           class T>         // __nv_bfloat16 or __half
 __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
@@ -101,6 +117,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   static_assert(BLOCK_M == 64 * WARPGROUPS, "each warpgroup owns 64 query rows, a wgmma's M");
   static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128, "a key tile is a wgmma's N");
   static_assert(STAGES >= 1, "at least the tile being computed is in shared memory");
+  static_assert(!OVERLAP || STAGES >= 2, "overlapped, a step reads two K tiles");
   constexpr int THREADS = WARPGROUPS * 128;
   constexpr int NT = BLOCK_N / 8;   // n8 blocks of S
   constexpr int DT = HEAD_DIM / 8;  // n8 blocks of O
@@ -129,18 +146,9 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   const int group_row0 = warp / 4 * 64;  // the warpgroup's first row within the block
   const int warp_row0 = warp * 16;       // the warp's
 
-  load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
-    if (s < n_tiles) {
-      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + s * TILE_KV, kh, k_strides.seq, s * BLOCK_N, seq);
-      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + s * TILE_KV, vh, v_strides.seq, s * BLOCK_N, seq);
-    }
-    kt::cp_async_commit();
-  }
-
   float acc[DT * 4];  // O: d[4 dt + 0, 1] row g, columns 8 dt + 2t (+1); d[4 dt + 2, 3] row g + 8
   float row_max[1][2], row_sum[1][2];  // as attention.cuh's, of the warp's one m16 tile
+  float rescale[2];                    // O's row factors when a softmax moves the bases
 #pragma unroll
   for (int i = 0; i < DT * 4; ++i) acc[i] = 0.0f;
 #pragma unroll
@@ -148,21 +156,14 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     row_max[0][r] = neg_inf;
     row_sum[0][r] = 0.0f;
   }
+  float s[NT * 4];               // S, then P, of one key tile: wgmma's D fragment is mma.sync's accumulator
+  unsigned pa[BLOCK_N / 16][4];  // P as A fragments, one k16 step of P V each
+  auto& s_tile = *reinterpret_cast<float(*)[1][NT][4]>(s);
+  auto& acc_tile = *reinterpret_cast<float(*)[1][DT][4]>(acc);
 
-  for (int n = 0; n < n_tiles; ++n) {
-    wgmma_pipeline_head<STAGES>(n, n_tiles, [&](int next) {
-      const int s = next % STAGES;
-      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + s * TILE_KV, kh, k_strides.seq, next * BLOCK_N, seq);
-      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + s * TILE_KV, vh, v_strides.seq, next * BLOCK_N, seq);
-    });
-    const T* skt = sk + n % STAGES * TILE_KV;
-    const T* svt = sv + n % STAGES * TILE_KV;
-    const int n0 = n * BLOCK_N;
-
-    // S = Q K^T over HEAD_DIM / 16 k steps: a step's 16 columns are 32
-    // bytes into a panel's rows, rows 8 apart by 1024 bytes (SBO).
-    float s[NT * 4];
-    kt::wgmma_fence();
+  // S = Q K^T over HEAD_DIM / 16 k steps, issued and committed: a step's 16
+  // columns are 32 bytes into a panel's rows, rows 8 apart by 1024 bytes (SBO).
+  const auto issue_scores = [&](const T* skt) {
 #pragma unroll
     for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
       const int col = ks * 16;
@@ -171,23 +172,12 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
       kt::wgmma_ss<BLOCK_N, T, 0, 0>(s, dq, dk, ks > 0);
     }
     kt::wgmma_commit();
-    kt::wgmma_wait<0>();
-    kt::wgmma_fence_operand(s);
-
-    // Masks and the online softmax of attention.cuh, on the warp's one m16
-    // tile: wgmma's D fragment is mma.sync's accumulator, n8 block by block.
-    auto& s_tile = *reinterpret_cast<float(*)[1][NT][4]>(s);
-    if (n0 + BLOCK_N > seq || (CAUSAL && n0 + BLOCK_N - 1 > m0 + group_row0))
-      mask_scores<1, NT, CAUSAL>(s_tile, m0 + warp_row0, n0, seq);
-    online_softmax<1, NT, DT>(s_tile, row_max, row_sum, *reinterpret_cast<float(*)[1][DT][4]>(acc), scale_log2);
-    unsigned pa[BLOCK_N / 16][4];  // P as A fragments, one k16 step of P V each
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) p_fragment<T>(pa[kk], s_tile[0], kk);
-
-    // O += P V over BLOCK_N / 16 k steps: a step's 16 keys are 16 rows of
-    // the V tile (2048 bytes into each panel), 8 rows apart by 1024 bytes
-    // (SBO); the head dim's second panel is a panel further (LBO).
-    kt::wgmma_fence();
+  };
+  // O += P V over BLOCK_N / 16 k steps, issued and committed: a step's 16
+  // keys are 16 rows of the V tile (2048 bytes into each panel), 8 rows
+  // apart by 1024 bytes (SBO); the head dim's second panel is a panel
+  // further (LBO).
+  const auto issue_pv = [&](const T* svt) {
 #pragma unroll
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
       const unsigned long long dv =
@@ -195,13 +185,116 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
       kt::wgmma_rs<HEAD_DIM, T, 1>(acc, pa[kk], dv, true);
     }
     kt::wgmma_commit();
+  };
+  // The masks and attention.cuh's online softmax of key tile n's scores, on
+  // the warp's one m16 tile; whether O needs `rescale`.
+  const auto softmax = [&](int n) {
+    const int n0 = n * BLOCK_N;
+    if (n0 + BLOCK_N > seq || (CAUSAL && n0 + BLOCK_N - 1 > m0 + group_row0))
+      mask_scores<1, NT, CAUSAL>(s_tile, m0 + warp_row0, n0, seq);
+    const bool moved = move_bases<1, NT>(s_tile, row_max, row_sum, scale_log2,
+                                         [&](int, int r, float factor) { rescale[r] = factor; });
+    exp_scores<1, NT>(s_tile, row_max, row_sum, scale_log2);
+    return moved;
+  };
+  const auto rescale_o = [&] {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) rescale_rows<1, DT>(acc_tile, 0, r, rescale[r]);
+  };
+  const auto p_to_a = [&] {
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) p_fragment<T>(pa[kk], s_tile[0], kk);
+  };
+
+  if constexpr (!OVERLAP) {
+    load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < n_tiles) {
+        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + st * TILE_KV, kh, k_strides.seq, st * BLOCK_N, seq);
+        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + st * TILE_KV, vh, v_strides.seq, st * BLOCK_N, seq);
+      }
+      kt::cp_async_commit();
+    }
+    for (int n = 0; n < n_tiles; ++n) {
+      wgmma_pipeline_head<STAGES>(n, n_tiles, [&](int next) {
+        const int st = next % STAGES;
+        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + st * TILE_KV, kh, k_strides.seq, next * BLOCK_N, seq);
+        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + st * TILE_KV, vh, v_strides.seq, next * BLOCK_N, seq);
+      });
+      kt::wgmma_fence();
+      issue_scores(sk + n % STAGES * TILE_KV);
+      kt::wgmma_wait<0>();
+      kt::wgmma_fence_operand(s);
+      if (softmax(n)) rescale_o();
+      p_to_a();
+      kt::wgmma_fence();
+      issue_pv(sv + n % STAGES * TILE_KV);
+      kt::wgmma_wait<0>();
+      kt::wgmma_fence_operand(acc);
+    }
+  } else {
+    const auto load_k = [&](int t) {
+      if (t < n_tiles)
+        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + t % STAGES * TILE_KV, kh, k_strides.seq, t * BLOCK_N, seq);
+    };
+    const auto load_v = [&](int t) {
+      if (t < n_tiles)
+        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + t % STAGES * TILE_KV, vh, v_strides.seq, t * BLOCK_N, seq);
+    };
+    load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
+    load_k(0);
+    kt::cp_async_commit();
+#pragma unroll
+    for (int st = 1; st < STAGES; ++st) {
+      load_k(st);
+      load_v(st - 1);
+      kt::cp_async_commit();
+    }
+    // Key tile 0's scores and softmax (O is still 0: no rescale).
+    kt::cp_async_wait<STAGES - 1>();
+    kt::fence_proxy_async();
+    __syncthreads();
+    kt::wgmma_fence();
+    issue_scores(sk);
+    kt::wgmma_wait<0>();
+    kt::wgmma_fence_operand(s);
+    softmax(0);
+    // Step n: its tiles, and the refill of the slots step n - 1 finished with.
+    const auto head = [&](int n) {
+      kt::cp_async_wait<STAGES - 2>();
+      kt::fence_proxy_async();
+      __syncthreads();
+      load_k(n + STAGES);
+      load_v(n + STAGES - 1);
+      kt::cp_async_commit();
+    };
+    // The last step alone issues no next S: every step of the loop issues
+    // both products, so no path defines S's registers but its wgmma.
+    for (int n = 0; n + 1 < n_tiles; ++n) {
+      head(n);
+      p_to_a();
+      kt::wgmma_fence();
+      issue_scores(sk + (n + 1) % STAGES * TILE_KV);
+      issue_pv(sv + n % STAGES * TILE_KV);
+      kt::wgmma_wait<1>();  // S of tile n + 1; P V of tile n in flight
+      kt::wgmma_fence_operand(s);
+      const bool moved = softmax(n + 1);
+      kt::wgmma_wait<0>();
+      kt::wgmma_fence_operand(acc);
+      if (moved) rescale_o();
+    }
+    head(n_tiles - 1);
+    p_to_a();
+    kt::wgmma_fence();
+    issue_pv(sv + (n_tiles - 1) % STAGES * TILE_KV);
     kt::wgmma_wait<0>();
     kt::wgmma_fence_operand(acc);
   }
 
   store_output<1, DT>(o + b * o_strides.batch + h * o_strides.head, o_strides.seq,
-                      lse + (static_cast<long long>(b) * heads + h) * seq, m0 + warp_row0, seq,
-                      *reinterpret_cast<const float(*)[1][DT][4]>(acc), row_max, row_sum, scale);
+                      lse + (static_cast<long long>(b) * heads + h) * seq, m0 + warp_row0, seq, acc_tile, row_max,
+                      row_sum, scale);
 }
 
 }  // namespace attention

@@ -99,7 +99,7 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
 std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
   const std::int64_t head_dim = p.dim("head_dim"), bm = c.at("block_m"), bn = c.at("block_n");
   const std::int64_t warps = c.at("warps");
-  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return no;
+  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return "mma 1: " + no;
   if ((bn != 64 && bn != 128) || warps != bn / 16)
     return fmt::format("mma 1 (wgmma): each warpgroup (4 warps) owns 64 keys, so block_n is 64 or 128 and warps "
                        "block_n / 16 (block_n {}, {} warps)",
@@ -108,7 +108,10 @@ std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits&
   if (warp_split(c) != 1 || c.at("smem_layout") != 1 || resident_regs(c) || !dq_atomic(c))
     return "mma 1 (wgmma) keeps each warpgroup's keys whole, reads its tiles in its 128-byte swizzle from shared "
            "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1";
-  return wgmma_over_registers(24 + bm + head_dim + bm / 4, warps, d, "S^T, dP^T, dK, dV");
+  if (std::string no = wgmma_over_registers(24 + bm + head_dim + bm / 4, warps, d, "S^T, dP^T, dK, dV");
+      !no.empty())
+    return "mma 1: " + no;
+  return "";
 }
 
 /// Bytes of the fp32 D rows at the head of the workspace, rounded to 16.

@@ -77,22 +77,38 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
 /// The wgmma kernel's registers per thread: S's accumulator (block_n / 2),
 /// O's (head_dim / 2), P's A fragments (block_n / 8), and about 48 besides
 /// (indices, strides, row statistics, copy and descriptor addresses).
+/// Overlapped (mma 2), P's A fragments stay live beside the next tile's S
+/// (block_n / 4 in all), and ptxas keeps 2 more per 16-byte chunk a thread
+/// copies of a K and a V tile. Fitted to ptxas (NVRTC, sm_90a) over the
+/// problem classes: mma 2 at head_dim 128 over one warpgroup with 128-key
+/// tiles (32 chunks a thread) spills 304 to 384 bytes and is estimated at
+/// 272; every config admitted takes 87 to 255 registers without spilling
+/// (255 for 128-key tiles at head_dim 128 over two warpgroups, estimated at
+/// 240).
 std::int64_t wgmma_registers(const Config& c, const Problem& p) {
-  return 48 + c.at("block_n") / 2 + p.dim("head_dim") / 2 + c.at("block_n") / 8;
+  const std::int64_t bn = c.at("block_n"), d = p.dim("head_dim");
+  if (c.at("mma") == 2) return 48 + bn / 2 + d / 2 + bn / 4 + 2 * (2 * bn * d / 8) / (32 * c.at("warps"));
+  return 48 + bn / 2 + d / 2 + bn / 8;
 }
 
-/// Why a config of the wgmma kernel (mma 1) cannot run on `d`, or "".
+/// Why a config of the wgmma kernel (mma 1 or 2) cannot run on `d`, or "".
 std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
-  const std::int64_t bn = c.at("block_n"), warps = c.at("warps");
-  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return no;
+  const std::int64_t bn = c.at("block_n"), warps = c.at("warps"), mma = c.at("mma");
+  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return fmt::format("mma {}: {}", mma, no);
   if (warps % 4 != 0 || c.at("block_m") != 16 * warps)
-    return fmt::format("mma 1 (wgmma): each warpgroup (4 warps) owns 64 query rows, so block_m is 16 x warps "
+    return fmt::format("mma {} (wgmma): each warpgroup (4 warps) owns 64 query rows, so block_m is 16 x warps "
                        "(block_m {}, {} warps)",
-                       c.at("block_m"), warps);
-  if (bn != 16 && bn != 32 && bn != 64 && bn != 128) return "mma 1 (wgmma): block_n is 16, 32, 64 or 128";
-  if (c.at("kv_layout") != 1) return "mma 1 (wgmma) reads tiles in its 128-byte swizzle: kv_layout 1";
-  if (c.at("q_regs") != 0) return "mma 1 (wgmma) reads Q from shared memory: q_regs 0";
-  return wgmma_over_registers(wgmma_registers(c, p), warps, d, "scores, O, P");
+                       mma, c.at("block_m"), warps);
+  if (bn != 16 && bn != 32 && bn != 64 && bn != 128)
+    return fmt::format("mma {} (wgmma): block_n is 16, 32, 64 or 128", mma);
+  if (c.at("kv_layout") != 1)
+    return fmt::format("mma {} (wgmma) reads tiles in its 128-byte swizzle: kv_layout 1", mma);
+  if (c.at("q_regs") != 0) return fmt::format("mma {} (wgmma) reads Q from shared memory: q_regs 0", mma);
+  if (mma == 2 && c.at("stages") < 2)
+    return "mma 2 (wgmma, overlapped) reads the next key tile beside this one's values: stages 2 or more";
+  if (std::string no = wgmma_over_registers(wgmma_registers(c, p), warps, d, "scores, O, P"); !no.empty())
+    return fmt::format("mma {}: {}", mma, no);
+  return "";
 }
 
 /// Elements between rows of a shared-memory tile (templates' TileLayout::ROW).
@@ -121,10 +137,11 @@ class Forward final : public TypedFamily<ForwardArgs> {
                  "order of the query tiles over the grid under a causal mask: 0 each head's together, longest first "
                  "(its K and V shared in L2), 1 the longest of every head first, the shortest last (no head's "
                  "longest tile left to run alone at the end)"},
-                {"mma", {0, 1},
+                {"mma", {0, 1, 2},
                  "matrix instructions: 0 mma.sync by each warp (sm_80 on), 1 wgmma by each warpgroup of 4 warps "
                  "(sm_90's arch-specific target sm_90a: S from Q and K in shared memory, O += P V with P in "
-                 "registers; 16-bit inputs, head dims 64 and 128)"}}) {}
+                 "registers; 16-bit inputs, head dims 64 and 128), 2 wgmma as 1 with the next key tile's S and "
+                 "softmax beside this tile's P V (a second score tile in registers, 2 stages or more)"}}) {}
 
   std::string name() const override { return "attention_fwd"; }
   std::string summary() const override {
@@ -186,14 +203,16 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // Under a causal mask, first the default with the longest tiles of every
     // head first (tile_order 1).
     // For 16-bit inputs at head dims 64 and 128, the wgmma kernel (valid on
-    // sm_90 alone): 128 query rows over two warpgroups, 128- and 64-key tiles.
+    // sm_90 alone): 128 query rows over two warpgroups, 128- and 64-key
+    // tiles, each in turn (mma 1) and overlapped (mma 2).
     const Config def = default_config(p);
     std::vector<Config> out;
     if (p.dim("causal")) out.push_back(with(def, {{"tile_order", 1}}));
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128))
       for (const std::int64_t bn : {128, 64})
-        out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 8}, {"stages", 2}, {"kv_layout", 1},
-                                 {"q_regs", 0}, {"mma", 1}}));
+        for (const std::int64_t mma : {1, 2})
+          out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 8}, {"stages", 2},
+                                   {"kv_layout", 1}, {"q_regs", 0}, {"mma", mma}}));
     if (element_bytes(p) != 2 || p.dim("head_dim") <= 64) return out;
     for (const std::int64_t bn : {32, 48})
       out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}));
@@ -208,7 +227,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
     if (c.at("tile_order") == 1 && p.dim("causal") == 0)
       return reject(why, "tile_order 1 orders tiles of unequal work; without a causal mask every tile has the same");
-    if (c.at("mma") == 1) {
+    if (c.at("mma") != 0) {
       if (const std::string no = wgmma_invalid(c, p, d); !no.empty()) return reject(why, no);
       return fits_shared(c, p, d, why);
     }
@@ -241,12 +260,12 @@ class Forward final : public TypedFamily<ForwardArgs> {
   }
 
   Rendered render(const Config& c, const Problem& p) const override {
-    if (c.at("mma") == 1) {
+    if (c.at("mma") != 0) {
       Rendered r = render_template(
           kWgmmaTemplate,
-          {fmt::format("attention::attention_fwd_wgmma<{}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
+          {fmt::format("attention::attention_fwd_wgmma<{}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
                        c.at("block_m"), c.at("block_n"), c.at("warps") / 4, c.at("stages"),
-                       p.dim("causal") ? "true" : "false", element_type(p))},
+                       c.at("mma") == 2 ? "true" : "false", p.dim("causal") ? "true" : "false", element_type(p))},
           name());
       r.arch_specific = true;
       return r;

@@ -141,10 +141,10 @@ void zero_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& ch
 
 std::string wgmma_unsupported(const Problem& p, const DeviceLimits& d) {
   if (d.arch != "sm_90" && d.arch != "sm_90a")
-    return "mma 1 (wgmma) needs an sm_90 device, whose arch-specific target sm_90a has wgmma; this is " + d.arch;
-  if (element_bytes(p) != 2) return "mma 1 (wgmma) takes 16-bit inputs (bf16, f16)";
+    return "wgmma needs an sm_90 device, whose arch-specific target sm_90a has wgmma; this is " + d.arch;
+  if (element_bytes(p) != 2) return "wgmma takes 16-bit inputs (bf16, f16)";
   if (p.dim("head_dim") != 64 && p.dim("head_dim") != 128)
-    return "mma 1 (wgmma) takes head dims 64 and 128 (whole 128-byte rows)";
+    return "wgmma takes head dims 64 and 128 (whole 128-byte rows)";
   return "";
 }
 
@@ -152,7 +152,7 @@ std::string wgmma_over_registers(std::int64_t registers, std::int64_t warps, con
                                  const char* what) {
   const std::int64_t budget = std::min<std::int64_t>(d.max_regs_per_thread, d.regs_per_sm / (32 * warps));
   if (registers <= budget) return "";
-  return fmt::format("mma 1 (wgmma): each thread would need about {} registers ({}), over the {} a block of {} "
+  return fmt::format("wgmma: each thread would need about {} registers ({}), over the {} a block of {} "
                      "threads allows",
                      registers, what, budget, 32 * warps);
 }

@@ -52,9 +52,10 @@ std::vector<Problem> attention_problem_classes();
 /// Checks an attention problem; throws kInvalidInput naming `family` and what is accepted.
 void check_attention_problem(const std::string& family, const Problem& p);
 
-/// Why the attention kernels on wgmma (the families' `mma` 1) cannot run
-/// problem `p` on device `d`, or "": an sm_90 device (its arch-specific
-/// target sm_90a has wgmma), 16-bit inputs, head dims 64 and 128.
+/// Why the attention kernels on wgmma (the families' `mma` 1, and 2 of the
+/// forward) cannot run problem `p` on device `d`, or "": an sm_90 device
+/// (its arch-specific target sm_90a has wgmma), 16-bit inputs, head dims 64
+/// and 128.
 std::string wgmma_unsupported(const Problem& p, const DeviceLimits& d);
 /// Why a wgmma kernel of `warps` warps whose threads need about `registers`
 /// (for `what`) would spill on `d`, or "".

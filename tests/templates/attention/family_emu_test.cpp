@@ -8,7 +8,8 @@
 // tiles, one and two m16 tiles per warp, 16- to 128-key tiles, Q's fragments
 // kept in registers or re-read from shared memory); f32 inputs
 // on the tf32 path; grouped- and multi-query attention; the wgmma kernel
-// (mma 1) over its shapes, and broken on purpose.
+// in turn (mma 1) and overlapped (mma 2) over its shapes, and broken on
+// purpose.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -335,43 +336,89 @@ TEST_CASE("attention_fwd on wgmma (mma 1): head dims 64 and 128, masks, ragged l
   check_layout(wgmma_forward(64, 16, 2), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
 }
 
-TEST_CASE("attention_fwd on wgmma: a kernel broken on purpose fails the reference", "[attention][emu]") {
+/// A break of the wgmma kernel: `from` becomes `to` in its text, after its
+/// name (attention.cuh's kernel precedes it).
+struct Break {
+  const char* what;
+  const char* from;
+  const char* to;
+};
+
+/// Checks that config `c` matches the reference on `p` (at `scale`, 0 the
+/// default), and that each break fails it: a wrong O, or an operand read
+/// past shared memory, which the emulation reports.
+void check_breaks(const Config& c, const Problem& p, float scale, std::initializer_list<Break> breaks) {
   const auto& f = forward_family();
-  const Problem p = problem("bf16", 200, 128, true);
-  const Config c = wgmma_forward(128, 64, 2);
-  REQUIRE(run_layout(c, p, Layout::kBSHD).o < tolerance_for("bf16"));
-  // Each break is made in the wgmma kernel's text, after its name (attention.cuh's kernel precedes it).
-  const auto broken = [&](const std::string& from, const std::string& to) {
+  REQUIRE(run_layout(c, p, Layout::kBSHD, scale).o < tolerance_for(p.dtype));
+  for (const Break& b : breaks) {
+    INFO(b.what);
     Rendered r = f.render(c, p);
     const std::size_t kernel = r.source.find("attention_fwd_wgmma(");
     REQUIRE(kernel != std::string::npos);
-    const std::size_t at = r.source.find(from, kernel);
+    const std::size_t at = r.source.find(b.from, kernel);
     REQUIRE(at != std::string::npos);
-    r.source.replace(at, from.size(), to);
-    return r;
-  };
-  struct Break {
-    const char* what;
-    Rendered r;
-  };
-  const Break breaks[] = {
-      {"the causal mask dropped", broken("mask_scores<1, NT, CAUSAL>", "mask_scores<1, NT, false>")},
-      {"V read K-major", broken("wgmma_rs<HEAD_DIM, T, 1>", "wgmma_rs<HEAD_DIM, T, 0>")},
-      {"every warpgroup's S from the first one's rows",
-       broken("QLayout::offset(group_row0, col)", "QLayout::offset(0, col)")},
-      {"P V's second panel not at LBO", broken("1, KVLayout::PANEL_BYTES, 1024", "1, 16, 1024")},
-  };
-  for (const auto& [what, r] : breaks) {
-    INFO(what);
-    // A wrong O, or an operand read past shared memory, which the emulation reports.
+    r.source.replace(at, std::strlen(b.from), b.to);
     bool failed = true;
     try {
-      failed = !(run_layout(c, p, Layout::kBSHD, 0, 5, &r).o < tolerance_for("bf16"));
+      failed = !(run_layout(c, p, Layout::kBSHD, scale, 5, &r).o < tolerance_for(p.dtype));
     } catch (const std::exception& e) {
       UNSCOPED_INFO(e.what());
     }
     CHECK(failed);
   }
+}
+
+TEST_CASE("attention_fwd on wgmma: a kernel broken on purpose fails the reference", "[attention][emu]") {
+  check_breaks(wgmma_forward(128, 64, 2), problem("bf16", 200, 128, true), 0,
+               {{"the causal mask dropped", "mask_scores<1, NT, CAUSAL>", "mask_scores<1, NT, false>"},
+                {"V read K-major", "wgmma_rs<HEAD_DIM, T, 1>", "wgmma_rs<HEAD_DIM, T, 0>"},
+                {"every warpgroup's S from the first one's rows", "QLayout::offset(group_row0, col)",
+                 "QLayout::offset(0, col)"},
+                {"P V's second panel not at LBO", "1, KVLayout::PANEL_BYTES, 1024", "1, 16, 1024"}});
+}
+
+TEST_CASE("attention_fwd on wgmma overlapped (mma 2): head dims 64 and 128, masks, ragged lengths, tile shapes, "
+          "stages, warpgroups, grouped heads, tile orders, and the rescale after P V",
+          "[attention][emu]") {
+  struct Case {
+    Config c;
+    Problem p;
+  };
+  Problem grouped = problem("bf16", 150, 128, true, 2, 4);
+  grouped.dims["kv_heads"] = 2;
+  const Case cases[] = {
+      // the candidates' shape: two warpgroups, 128- and 64-key tiles, causal and ragged
+      {wgmma_forward(128, 128, 2, 2), problem("bf16", 257, 64, true)},
+      {wgmma_forward(128, 64, 2, 2), problem("f16", 200, 128, true)},
+      // one warpgroup, one key tile (no next tile's S); three stages of 16-key tiles
+      {wgmma_forward(64, 128, 2, 2), problem("bf16", 77, 64, false)},
+      {wgmma_forward(64, 16, 3, 2), problem("f16", 100, 64, true, 1, 1)},
+      // 32-key tiles, grouped heads, a sequence of 1
+      {wgmma_forward(128, 32, 3, 2), grouped},
+      {wgmma_forward(64, 64, 2, 2), problem("bf16", 1, 64, true)},
+  };
+  for (const auto& [c, p] : cases) {
+    check_layout(c, p, Layout::kBSHD);
+    check_layout(c, p, Layout::kFusedQKV);
+  }
+  check_layout(with(wgmma_forward(128, 64, 2, 2), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3),
+               Layout::kBHSD);
+  // At scale 4 a row's max moves past its base at later key tiles: O's rescale once P V completes.
+  check_layout(wgmma_forward(64, 16, 2, 2), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
+}
+
+TEST_CASE("attention_fwd on wgmma overlapped: a kernel broken on purpose fails the reference", "[attention][emu]") {
+  // At scale 4 the bases move after the first key tile, so O's rescale matters.
+  check_breaks(wgmma_forward(64, 16, 2, 2), problem("bf16", 120, 64, true), 4.0f,
+               {{"O's rescale dropped", "if (moved) rescale_o();", ""},
+                {"O rescaled before P V completes",
+                 "kt::wgmma_wait<0>();\n      kt::wgmma_fence_operand(acc);\n      if (moved) rescale_o();",
+                 "if (moved) rescale_o();\n      kt::wgmma_wait<0>();\n      kt::wgmma_fence_operand(acc);"},
+                {"the next tile's S read before its wait", "kt::wgmma_wait<1>();", "kt::wgmma_wait<2>();"},
+                {"the next tile's S from this tile's K", "issue_scores(sk + (n + 1) % STAGES * TILE_KV)",
+                 "issue_scores(sk + n % STAGES * TILE_KV)"},
+                {"a step's tiles not waited for", "kt::cp_async_wait<STAGES - 2>();",
+                 "kt::cp_async_wait<STAGES - 1>();"}});
 }
 
 }  // namespace templates_attention_family_emu_test

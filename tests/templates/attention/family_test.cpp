@@ -84,7 +84,7 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
 
 TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   const Family& f = forward_family();
-  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2 * 2);
+  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2 * 3);
   for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs", "tile_order", "mma"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   // One class per head dim, both dtypes, both masks, ragged lengths.
@@ -146,6 +146,18 @@ TEST_CASE("attention_fwd constraints reject configs before compiling, saying why
              Catch::Contains("kv_layout 1"));
   CHECK_THAT(why_invalid(with(wgmma_forward(128, 64), {{"q_regs", 1}}), problem("bf16", 1024, 64)),
              Catch::Contains("q_regs 0"));
+  // Overlapped (mma 2): the next key tile's S beside this tile's P V, so two stages at least.
+  CHECK(f.is_valid(wgmma_forward(128, 128, 2, 2), problem("bf16", 1024, 128), sm90));
+  CHECK(f.is_valid(wgmma_forward(64, 16, 3, 2), problem("f16", 1024, 64), sm90));
+  CHECK_THAT(why_invalid(wgmma_forward(64, 64, 1, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("mma 2 (wgmma, overlapped) reads the next key tile beside this one's values: stages 2"));
+  CHECK_THAT(why_invalid(wgmma_forward(128, 128, 2, 2), problem("bf16", 1024, 128), "sm_80"),
+             Catch::Contains("mma 2: wgmma needs an sm_90 device"));
+  // One warpgroup copying 128-key tiles at head_dim 128 (32 chunks a thread) would spill overlapped (ptxas: 304
+  // to 384 bytes), not in turn.
+  CHECK_THAT(why_invalid(wgmma_forward(64, 128, 2, 2), problem("bf16", 1024, 128)),
+             Catch::Contains("mma 2: wgmma: each thread would need about 272 registers"));
+  CHECK(f.is_valid(wgmma_forward(64, 128, 2, 1), problem("bf16", 1024, 128), sm90));
   // A device with smaller blocks.
   DeviceLimits small = sm90;
   small.max_threads_per_block = 128;
@@ -201,9 +213,13 @@ TEST_CASE("attention_fwd rendering: tunables, head dim, mask and dtype are templ
   // The wgmma kernel: warpgroups, not warps, are its argument; compiled for sm_90a where the device is sm_90.
   const Rendered w = f.render(wgmma_forward(128, 64, 3), problem("bf16", 70, 128, 1));
   REQUIRE(w.kernels.size() == 1);
-  CHECK(w.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, true, __nv_bfloat16>");
+  CHECK(w.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, false, true, __nv_bfloat16>");
   CHECK(w.source.find("wgmma.mma_async") != std::string::npos);
   CHECK(w.arch_specific);
+  // Overlapped: the same kernel, its schedule a template argument.
+  const Rendered o = f.render(wgmma_forward(128, 64, 3, 2), problem("bf16", 70, 128, 1));
+  CHECK(o.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, true, true, __nv_bfloat16>");
+  CHECK(o.arch_specific);
 }
 
 TEST_CASE("attention_fwd plan: grid over query blocks, heads and batch, dynamic shared memory, checked arguments",
@@ -387,17 +403,19 @@ TEST_CASE("attention candidates are points of the space, other than the default,
       }
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   // The causal forward at head_dim 128: the default with the longest tiles of every head first, the wgmma
-  // kernel over two warpgroups with 128- and 64-key tiles (valid on sm_90 alone), two m16 tiles per warp with
-  // 32-key tiles, and one tile over 8 warps with 64-key tiles; the default (two tiles, 48 keys) not again; at
-  // head_dim 64 the first three; at head_dim 80 no wgmma; for f32 only the first.
+  // kernel over two warpgroups with 128- and 64-key tiles, in turn and overlapped (valid on sm_90 alone), two
+  // m16 tiles per warp with 32-key tiles, and one tile over 8 warps with 64-key tiles; the default (two tiles,
+  // 48 keys) not again; at head_dim 64 the first five; at head_dim 80 no wgmma; for f32 only the first.
   const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
   const auto fwd = forward_family().candidates(d128);
-  REQUIRE(fwd.size() == 5);
+  REQUIRE(fwd.size() == 7);
   CHECK(fwd[0] == with(forward_family().default_config(d128), {{"tile_order", 1}}));
   CHECK(fwd[1] == wgmma_forward(128, 128));
-  CHECK(fwd[2] == wgmma_forward(128, 64));
-  CHECK(fwd[3].at("block_n") == 32);
-  CHECK(fwd[4].at("warps") == 8);
+  CHECK(fwd[2] == wgmma_forward(128, 128, 2, 2));
+  CHECK(fwd[3] == wgmma_forward(128, 64));
+  CHECK(fwd[4] == wgmma_forward(128, 64, 2, 2));
+  CHECK(fwd[5].at("block_n") == 32);
+  CHECK(fwd[6].at("warps") == 8);
   for (const Config& c : fwd) {
     INFO(c.str());
     CHECK(forward_family().is_valid(c, d128, sm90));
@@ -406,9 +424,11 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   CHECK_FALSE(forward_family().is_valid(fwd[1], d128, DeviceLimits::for_arch("sm_80")));
   CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 4);
   const auto d64 = forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16));
-  REQUIRE(d64.size() == 3);
+  REQUIRE(d64.size() == 5);
   CHECK(d64[1] == wgmma_forward(128, 128));
-  CHECK(d64[2] == wgmma_forward(128, 64));
+  CHECK(d64[2] == wgmma_forward(128, 128, 2, 2));
+  CHECK(d64[3] == wgmma_forward(128, 64));
+  CHECK(d64[4] == wgmma_forward(128, 64, 2, 2));
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).size() == 1);
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 0, 1, 16)).empty());
   // Without a causal mask every tile has the same work: no tile order 1, and no such candidate.
@@ -459,7 +479,7 @@ TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm
   for (const Family* f : std::initializer_list<const Family*>{&forward_family(), &backward_family()})
     for (const Problem& p : {both[0], both[1]})
       for (const Config& c : f->candidates(p)) {
-        if (c.at("mma") != 1) continue;
+        if (c.at("mma") == 0) continue;
         test::check_compiles_without_spill(compiler, *f, c, p, "sm_90");
         const auto r = compiler.compile(f->render(c, p), "sm_90");  // from the cache
         CHECK(r.arch == "sm_90a");

@@ -1,6 +1,6 @@
 // Problems and configs the attention tests share: a problem of the
 // attention families by its dims, and the configs of the kernels on wgmma
-// (the families' `mma` 1).
+// (the families' `mma` 1, and the forward's 2).
 #pragma once
 #include <cstdint>
 
@@ -15,10 +15,12 @@ inline templates::Problem problem(const char* dtype, std::int64_t seq, std::int6
       dtype, {{"batch", batch}, {"heads", heads}, {"seq", seq}, {"head_dim", head_dim}, {"causal", causal}}};
 }
 
-/// attention_fwd on wgmma: 64 query rows a warpgroup.
-inline Config wgmma_forward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2) {
+/// attention_fwd on wgmma: 64 query rows a warpgroup; `mma` 1 each step in
+/// turn, 2 overlapped.
+inline Config wgmma_forward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2,
+                            std::int64_t mma = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
-                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 1}});
+                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", mma}});
 }
 
 /// attention_bwd's dK/dV pass on wgmma: 64 keys a warpgroup, dQ by atomics.

@@ -1,5 +1,6 @@
 // GPU twin of the wgmma cases of family_emu_test.cpp and backward_emu_test.cpp:
-// the forward and the dK/dV pass on Hopper's warpgroup products (mma 1),
+// the forward (mma 1, and 2 overlapped) and the dK/dV pass (mma 1) on
+// Hopper's warpgroup products,
 // compiled for sm_90a, against the streaming fp64 reference, on the shapes
 // the emulation runs and on the CS336 leaderboard's problem (checked on a
 // seeded sample of rows). Skipped without a device, and on a device other
@@ -40,6 +41,13 @@ TEST_CASE("attention on wgmma on the GPU: forward and backward against the refer
       {&forward_family(), wgmma_forward(128, 32, 2), grouped},
       {&forward_family(), wgmma_forward(128, 128, 2), leaderboard},
       {&forward_family(), wgmma_forward(128, 128, 2), d128},
+      // overlapped (mma 2)
+      {&forward_family(), wgmma_forward(128, 128, 2, 2), problem("bf16", 257, 64, true)},
+      {&forward_family(), wgmma_forward(128, 64, 2, 2), problem("f16", 200, 128, true)},
+      {&forward_family(), wgmma_forward(64, 16, 3, 2), problem("f16", 100, 64, true, 1, 1)},
+      {&forward_family(), wgmma_forward(128, 32, 3, 2), grouped},
+      {&forward_family(), wgmma_forward(128, 128, 2, 2), leaderboard},
+      {&forward_family(), wgmma_forward(128, 128, 2, 2), d128},
       {&backward_family(), wgmma_backward(64, 128, 2), problem("bf16", 257, 64, true)},
       {&backward_family(), wgmma_backward(128, 64, 1), problem("f16", 100, 64, false, 2, 2)},
       {&backward_family(), wgmma_backward(128, 128, 4), problem("bf16", 70, 64, true)},
