@@ -307,35 +307,6 @@ TEST_CASE("attention_fwd: grouped-query attention, K and V heads shared by query
   }
 }
 
-TEST_CASE("attention_fwd on wgmma (mma 1): head dims 64 and 128, masks, ragged lengths, tile shapes, stages, "
-          "warpgroups, grouped heads and tile orders",
-          "[attention][emu]") {
-  struct Case {
-    Config c;
-    Problem p;
-  };
-  Problem grouped = problem("bf16", 150, 128, true, 2, 4);
-  grouped.dims["kv_heads"] = 2;
-  const Case cases[] = {
-      // the candidates' shape: two warpgroups, 128- and 64-key tiles, causal and ragged
-      {wgmma_forward(128, 128, 2), problem("bf16", 257, 64, true)},
-      {wgmma_forward(128, 64, 2), problem("f16", 200, 128, true)},
-      // one warpgroup, one stage, 128-key tiles past a short sequence; three stages of 16-key tiles
-      {wgmma_forward(64, 128, 1), problem("bf16", 77, 128, false)},
-      {wgmma_forward(64, 16, 3), problem("f16", 100, 64, true, 1, 1)},
-      // 32-key tiles, grouped heads, a sequence of 1
-      {wgmma_forward(128, 32, 2), grouped},
-      {wgmma_forward(64, 64, 2), problem("bf16", 1, 64, true)},
-  };
-  for (const auto& [c, p] : cases) {
-    check_layout(c, p, Layout::kBSHD);
-    check_layout(c, p, Layout::kFusedQKV);
-  }
-  check_layout(with(wgmma_forward(128, 64, 2), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3), Layout::kBHSD);
-  // At scale 4 a row's max moves past its base at later key tiles: the rescale of O between products.
-  check_layout(wgmma_forward(64, 16, 2), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
-}
-
 /// A break of the wgmma kernel: `from` becomes `to` in its text, after its
 /// name (attention.cuh's kernel precedes it).
 struct Break {
@@ -377,8 +348,8 @@ TEST_CASE("attention_fwd on wgmma: a kernel broken on purpose fails the referenc
                 {"P V's second panel not at LBO", "1, KVLayout::PANEL_BYTES, 1024", "1, 16, 1024"}});
 }
 
-TEST_CASE("attention_fwd on wgmma overlapped (mma 2): head dims 64 and 128, masks, ragged lengths, tile shapes, "
-          "stages, warpgroups, grouped heads, tile orders, and the rescale after P V",
+TEST_CASE("attention_fwd on wgmma, in turn (mma 1) and overlapped (mma 2): head dims 64 and 128, masks, ragged "
+          "lengths, tile shapes, stages, warpgroups, grouped heads, tile orders, and O's rescale",
           "[attention][emu]") {
   struct Case {
     Config c;
@@ -386,25 +357,30 @@ TEST_CASE("attention_fwd on wgmma overlapped (mma 2): head dims 64 and 128, mask
   };
   Problem grouped = problem("bf16", 150, 128, true, 2, 4);
   grouped.dims["kv_heads"] = 2;
-  const Case cases[] = {
-      // the candidates' shape: two warpgroups, 128- and 64-key tiles, causal and ragged
-      {wgmma_forward(128, 128, 2, 2), problem("bf16", 257, 64, true)},
-      {wgmma_forward(128, 64, 2, 2), problem("f16", 200, 128, true)},
-      // one warpgroup, one key tile (no next tile's S); three stages of 16-key tiles
-      {wgmma_forward(64, 128, 2, 2), problem("bf16", 77, 64, false)},
-      {wgmma_forward(64, 16, 3, 2), problem("f16", 100, 64, true, 1, 1)},
-      // 32-key tiles, grouped heads, a sequence of 1
-      {wgmma_forward(128, 32, 3, 2), grouped},
-      {wgmma_forward(64, 64, 2, 2), problem("bf16", 1, 64, true)},
-  };
-  for (const auto& [c, p] : cases) {
-    check_layout(c, p, Layout::kBSHD);
-    check_layout(c, p, Layout::kFusedQKV);
+  for (const std::int64_t mma : {1, 2}) {
+    INFO("mma " << mma);
+    const Case cases[] = {
+        // the candidates' shape: two warpgroups, 128- and 64-key tiles, causal and ragged
+        {wgmma_forward(128, 128, 2, mma), problem("bf16", 257, 64, true)},
+        {wgmma_forward(128, 64, 2, mma), problem("f16", 200, 128, true)},
+        // one warpgroup, the fewest stages, one 128-key tile past a short sequence (overlapped: no next tile's
+        // S; at head_dim 64, where its registers fit); three stages of 16-key tiles
+        {wgmma_forward(64, 128, mma, mma), problem("bf16", 77, mma == 1 ? 128 : 64, false)},
+        {wgmma_forward(64, 16, 3, mma), problem("f16", 100, 64, true, 1, 1)},
+        // 32-key tiles, grouped heads, a sequence of 1
+        {wgmma_forward(128, 32, 1 + mma, mma), grouped},
+        {wgmma_forward(64, 64, 2, mma), problem("bf16", 1, 64, true)},
+    };
+    for (const auto& [c, p] : cases) {
+      check_layout(c, p, Layout::kBSHD);
+      check_layout(c, p, Layout::kFusedQKV);
+    }
+    check_layout(with(wgmma_forward(128, 64, 2, mma), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3),
+                 Layout::kBHSD);
+    // At scale 4 a row's max moves past its base at later key tiles: O's rescale between products (in turn),
+    // once P V completes (overlapped).
+    check_layout(wgmma_forward(64, 16, 2, mma), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
   }
-  check_layout(with(wgmma_forward(128, 64, 2, 2), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3),
-               Layout::kBHSD);
-  // At scale 4 a row's max moves past its base at later key tiles: O's rescale once P V completes.
-  check_layout(wgmma_forward(64, 16, 2, 2), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
 }
 
 TEST_CASE("attention_fwd on wgmma overlapped: a kernel broken on purpose fails the reference", "[attention][emu]") {
