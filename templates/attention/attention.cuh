@@ -176,16 +176,6 @@ KT_DEVICE void online_softmax(float (&s)[MT][NT][4], float (&row_max)[MT][2], fl
   exp_scores<MT, NT>(s, row_max, row_sum, scale_log2);
 }
 
-/// The A fragment of k16 step `kk` of P V from P's accumulator fragments
-/// (n8 tiles 2 kk and 2 kk + 1 of one m16 tile), rounded to T (16-bit).
-template <class T, int NT>
-KT_DEVICE void p_fragment(unsigned (&a)[4], const float (&p)[NT][4], int kk) {
-  a[0] = kt::pack2(kt::from_float<T>(p[2 * kk][0]), kt::from_float<T>(p[2 * kk][1]));
-  a[1] = kt::pack2(kt::from_float<T>(p[2 * kk][2]), kt::from_float<T>(p[2 * kk][3]));
-  a[2] = kt::pack2(kt::from_float<T>(p[2 * kk + 1][0]), kt::from_float<T>(p[2 * kk + 1][1]));
-  a[3] = kt::pack2(kt::from_float<T>(p[2 * kk + 1][2]), kt::from_float<T>(p[2 * kk + 1][3]));
-}
-
 /// O = acc / sum and lse = scale * max + log(sum) of a warp's MT m16 tiles
 /// of query rows (from row0) inside the sequence, each row's sum gathered
 /// from the 4 lanes of its group: O's rows `o_row_stride` elements apart
@@ -398,12 +388,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       for (int nt = 0; nt < NT; ++nt) {
         unsigned pa[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          pa[mt][0] = kt::float_to_tf32(s[mt][nt][0]);
-          pa[mt][1] = kt::float_to_tf32(s[mt][nt][2]);
-          pa[mt][2] = kt::float_to_tf32(s[mt][nt][1]);
-          pa[mt][3] = kt::float_to_tf32(s[mt][nt][3]);
-        }
+        for (int mt = 0; mt < MT; ++mt) acc_to_a<T>(pa[mt], s[mt], nt);
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt) {
           // b0, b1: (k t, n g), (k t + 4, n g) = V[key 2t][column g], V[key 2t + 1][column g].
@@ -419,7 +404,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
       for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
         unsigned pa[MT][4];
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) p_fragment<T>(pa[mt], s[mt], kk);
+        for (int mt = 0; mt < MT; ++mt) acc_to_a<T>(pa[mt], s[mt], kk);
 #pragma unroll
         for (int dp = 0; dp < DT / 2; ++dp) {
           // Matrices: keys kk*16 + 0-7 / + 8-15 at columns dp*16, then the same at dp*16 + 8.

@@ -108,25 +108,6 @@ struct Frag {
   }
 };
 
-/// The A fragment of k step `step` made from an m16 x n accumulator tile
-/// (n8 tiles c[.]): its columns become the k of the next product. 16-bit:
-/// n8 tiles 2 step and 2 step + 1 rounded to T; tf32: n8 tile `step`, k = t
-/// and t + 4 taking columns 2t and 2t + 1 (the B side loads PERMUTED).
-template <class T, int N>
-KT_DEVICE void acc_to_a(unsigned a[4], const float (&c)[N][4], int step) {
-  if constexpr (sizeof(T) == 4) {
-    a[0] = kt::float_to_tf32(c[step][0]);
-    a[1] = kt::float_to_tf32(c[step][2]);
-    a[2] = kt::float_to_tf32(c[step][1]);
-    a[3] = kt::float_to_tf32(c[step][3]);
-  } else {
-    a[0] = kt::pack2(kt::from_float<T>(c[2 * step][0]), kt::from_float<T>(c[2 * step][1]));
-    a[1] = kt::pack2(kt::from_float<T>(c[2 * step][2]), kt::from_float<T>(c[2 * step][3]));
-    a[2] = kt::pack2(kt::from_float<T>(c[2 * step + 1][0]), kt::from_float<T>(c[2 * step + 1][1]));
-    a[3] = kt::pack2(kt::from_float<T>(c[2 * step + 1][2]), kt::from_float<T>(c[2 * step + 1][3]));
-  }
-}
-
 /// Stores rows of an m16 x (8 DT) fp32 accumulator (n8 tiles c[.]) times
 /// `factor` as T, rows at or past `seq` left alone.
 template <int DT, class T>
@@ -220,6 +201,63 @@ KT_DEVICE constexpr int dq_piece_pairs(int row_blocks, int col_pairs, int warps,
   return 1;
 }
 
+/// The (query head, query tile) steps of a dK/dV block whose keys start at
+/// n0: the group's query heads from h0 in turn, each one's query tiles of
+/// BLOCK_M in order, under a causal mask none wholly before the block's
+/// first key. A step's Position is its first query, its query head and its
+/// row of lse and D (and of dQ's accumulator), walked a query tile at a
+/// time: no division per step, and no product for the row. (Walking the Q
+/// and dO tiles' sources as well, two 64-bit pointers more across the loop,
+/// had ptxas spill 84 of the 3978 configs admitted at sm_90, against 1 this
+/// way.)
+template <int BLOCK_M, bool CAUSAL>
+struct QuerySteps {
+  struct Position {
+    int m0, h;
+    long long row;  // (b, query head, m0) of (batch, heads, seq)
+  };
+  int seq, m_first, m_end;
+  int total;  // steps
+  Position first;
+
+  KT_DEVICE QuerySteps(int n0, int seq_, int b, int heads, int h0, int kv_group) : seq(seq_) {
+    const int m_begin = CAUSAL ? n0 / BLOCK_M : 0;
+    const int m_count = (seq + BLOCK_M - 1) / BLOCK_M - m_begin;
+    total = kv_group * m_count;
+    m_first = m_begin * BLOCK_M;
+    m_end = m_first + m_count * BLOCK_M;
+    first = {m_first, h0, (static_cast<long long>(b) * heads + h0) * seq + m_first};
+  }
+  KT_DEVICE Position next(Position p) const {
+    p.m0 += BLOCK_M;
+    p.row += BLOCK_M;
+    if (p.m0 == m_end) {  // the next query head's first tile
+      p.m0 = m_first;
+      p.row += seq - (m_end - m_first);
+      ++p.h;
+    }
+    return p;
+  }
+};
+
+/// Starts the copy of the lse and D of a step's BLOCK_M queries (from row
+/// `row` of (batch, heads, seq), `rows_left` of them inside the sequence)
+/// to `to`: lse, then D. Zeros past the sequence, where P is masked and a
+/// stale NaN would reach dS.
+template <int BLOCK_M, int THREADS>
+KT_DEVICE void load_rows(float* to, const float* lse, const float* delta, long long row, int rows_left) {
+#pragma unroll
+  for (int it = 0; it < (2 * BLOCK_M + THREADS - 1) / THREADS; ++it) {
+    const int i = it * THREADS + static_cast<int>(threadIdx.x);
+    if (2 * BLOCK_M % THREADS == 0 || i < 2 * BLOCK_M) {
+      if (i % BLOCK_M < rows_left)
+        kt::cp_async_4(to + i, (i < BLOCK_M ? lse : delta) + row + i % BLOCK_M);
+      else
+        to[i] = 0.0f;
+    }
+  }
+}
+
 /// Grid: (ceil(seq / BLOCK_N), kv_heads, batch); block: WARPS * 32 threads
 /// in WARPS / WARP_SPLIT groups, each group owning BLOCK_N * WARP_SPLIT /
 /// WARPS keys (one or two m16 tiles): the rows of S^T = K Q^T, dP^T = V dO^T
@@ -301,60 +339,25 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   const int warp_col0 = warp % WARP_SPLIT * (HEAD_DIM / WARP_SPLIT);   // the warp's columns of dK, dV
   const T* kh = k + b * k_strides.batch + kvh * k_strides.head;
   const T* vh = v + b * v_strides.batch + kvh * v_strides.head;
-  // Query tiles: under a causal mask none wholly before the block's first key.
-  const int m_begin = CAUSAL ? n0 / BLOCK_M : 0;
-  const int m_count = (seq + BLOCK_M - 1) / BLOCK_M - m_begin;
-  const int total = kv_group * m_count;  // (query head, query tile) steps
-  // A step's first query, query head and its row of lse and D (and of dQ's
-  // accumulator), walked a query tile at a time: no division per step, and
-  // no product for the row. (Walking the Q and dO tiles' sources as well,
-  // two 64-bit pointers more across the loop, had ptxas spill 84 of the
-  // 3978 configs admitted at sm_90, against 1 this way.)
-  struct Position {
-    int m0, h;
-    long long row;  // (b, query head, m0) of (batch, heads, seq)
-  };
-  const int m_first = m_begin * BLOCK_M, m_end = m_first + m_count * BLOCK_M;
-  const auto next = [&](Position p) {
-    p.m0 += BLOCK_M;
-    p.row += BLOCK_M;
-    if (p.m0 == m_end) {  // the next query head's first tile
-      p.m0 = m_first;
-      p.row += seq - (m_end - m_first);
-      ++p.h;
-    }
-    return p;
-  };
-
-  auto load_step = [&](int step, const Position& at) {
-    const int s = step % STAGES, rows_left = seq - at.m0;  // rows of the tile inside the sequence
+  const QuerySteps<BLOCK_M, CAUSAL> steps(n0, seq, b, heads, kvh * kv_group, kv_group);
+  const int total = steps.total;  // (query head, query tile) steps
+  auto load_step = [&](int step, const auto& at) {
+    const int s = step % STAGES;
     load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + at.h * q_strides.head,
                                              q_strides.seq, at.m0, seq);
     load_tile<BLOCK_M, HEAD_DIM, LAYOUT, THREADS>(
         sdo + s * TILE_M, dout + b * do_strides.batch + at.h * do_strides.head, do_strides.seq, at.m0, seq);
-    // The queries' lse and D; zeros past the sequence, where P is masked and a stale NaN would reach dS.
-#pragma unroll
-    for (int it = 0; it < (2 * BLOCK_M + THREADS - 1) / THREADS; ++it) {
-      const int i = it * THREADS + static_cast<int>(threadIdx.x);
-      if (2 * BLOCK_M % THREADS == 0 || i < 2 * BLOCK_M) {
-        float* to = srows + s * 2 * BLOCK_M + i;
-        if (i % BLOCK_M < rows_left)
-          kt::cp_async_4(to, (i < BLOCK_M ? lse : delta) + at.row + i % BLOCK_M);
-        else
-          *to = 0.0f;
-      }
-    }
+    load_rows<BLOCK_M, THREADS>(srows + s * 2 * BLOCK_M, lse, delta, at.row, seq - at.m0);
   };
   // Prologue: K and V join step 0's group; steps 0 .. STAGES-2 in flight.
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sk, kh, k_strides.seq, n0, seq);
   load_tile<BLOCK_N, HEAD_DIM, LAYOUT, THREADS>(sv, vh, v_strides.seq, n0, seq);
-  const int h0 = kvh * kv_group;  // the group's first query head
-  Position at = {m_first, h0, (static_cast<long long>(b) * heads + h0) * seq + m_first};
-  Position loading = at;
+  auto at = steps.first;
+  auto loading = at;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < total) load_step(s, loading);
-    loading = next(loading);
+    loading = steps.next(loading);
     kt::cp_async_commit();
   }
 
@@ -372,7 +375,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   for (int step = 0; step < total; ++step) {
     // step's tiles (and, first, K and V) have landed; the step STAGES - 1 ahead refills step - 1's stage.
     pipeline_head<STAGES>(step, total, [&](int ahead) { load_step(ahead, loading); });
-    loading = next(loading);
+    loading = steps.next(loading);
 
     const int m0 = at.m0;
     const T* sqt = sq + step % STAGES * TILE_M;
@@ -541,7 +544,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
         }
       }
     }
-    at = next(at);  // the next step's head barrier keeps its loads and P^T, dS^T off this step's
+    at = steps.next(at);  // the next step's head barrier keeps its loads and P^T, dS^T off this step's
   }
 
   // dK = scale * dS^T Q, dV = P^T dO, for the keys inside the sequence.

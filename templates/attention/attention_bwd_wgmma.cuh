@@ -25,6 +25,8 @@
 //   (2 BLOCK_N + 2 STAGES BLOCK_M) HEAD_DIM sizeof(T) + BLOCK_N BLOCK_M
 //   sizeof(T) + STAGES 2 BLOCK_M 4 bytes.
 #pragma once
+// attention_bwd.cuh: the step walk (QuerySteps, load_rows), store_rows;
+// attention_wgmma.cuh: PanelLayout, load_panels, wgmma_pipeline_head.
 #include "attention/attention_bwd.cuh"
 #include "attention/attention_wgmma.cuh"
 
@@ -82,52 +84,24 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   const int group_warp_row = warp % 4 * 16;  // the warp's first row within a wgmma's 64
   const T* kh = k + b * k_strides.batch + kvh * k_strides.head;
   const T* vh = v + b * v_strides.batch + kvh * v_strides.head;
-  const int m_begin = CAUSAL ? n0 / BLOCK_M : 0;
-  const int m_count = (seq + BLOCK_M - 1) / BLOCK_M - m_begin;
-  const int total = kv_group * m_count;
-  struct Position {
-    int m0, h;
-    long long row;  // (b, query head, m0) of (batch, heads, seq)
-  };
-  const int m_first = m_begin * BLOCK_M, m_end = m_first + m_count * BLOCK_M;
-  const auto next = [&](Position p) {
-    p.m0 += BLOCK_M;
-    p.row += BLOCK_M;
-    if (p.m0 == m_end) {
-      p.m0 = m_first;
-      p.row += seq - (m_end - m_first);
-      ++p.h;
-    }
-    return p;
-  };
-  auto load_step = [&](int step, const Position& at) {
-    const int s = step % STAGES, rows_left = seq - at.m0;
+  const QuerySteps<BLOCK_M, CAUSAL> steps(n0, seq, b, heads, kvh * kv_group, kv_group);
+  const int total = steps.total;
+  auto load_step = [&](int step, const auto& at) {
+    const int s = step % STAGES;
     load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq + s * TILE_M, q + b * q_strides.batch + at.h * q_strides.head,
                                             q_strides.seq, at.m0, seq);
     load_panels<BLOCK_M, HEAD_DIM, THREADS>(sdo + s * TILE_M, dout + b * do_strides.batch + at.h * do_strides.head,
                                             do_strides.seq, at.m0, seq);
-    // The queries' lse and D; zeros past the sequence, where P is masked and a stale NaN would reach dS.
-#pragma unroll
-    for (int it = 0; it < (2 * BLOCK_M + THREADS - 1) / THREADS; ++it) {
-      const int i = it * THREADS + static_cast<int>(threadIdx.x);
-      if (2 * BLOCK_M % THREADS == 0 || i < 2 * BLOCK_M) {
-        float* to = srows + s * 2 * BLOCK_M + i;
-        if (i % BLOCK_M < rows_left)
-          kt::cp_async_4(to, (i < BLOCK_M ? lse : delta) + at.row + i % BLOCK_M);
-        else
-          *to = 0.0f;
-      }
-    }
+    load_rows<BLOCK_M, THREADS>(srows + s * 2 * BLOCK_M, lse, delta, at.row, seq - at.m0);
   };
   load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk, kh, k_strides.seq, n0, seq);
   load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv, vh, v_strides.seq, n0, seq);
-  const int h0 = kvh * kv_group;
-  Position at = {m_first, h0, (static_cast<long long>(b) * heads + h0) * seq + m_first};
-  Position loading = at;
+  auto at = steps.first;
+  auto loading = at;
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) {
     if (s < total) load_step(s, loading);
-    loading = next(loading);
+    loading = steps.next(loading);
     kt::cp_async_commit();
   }
 
@@ -137,7 +111,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
 
   for (int step = 0; step < total; ++step) {
     wgmma_pipeline_head<STAGES>(step, total, [&](int ahead) { load_step(ahead, loading); });
-    loading = next(loading);
+    loading = steps.next(loading);
     const int m0 = at.m0;
     const T* sqt = sq + step % STAGES * TILE_M;
     const T* sdot = sdo + step % STAGES * TILE_M;
@@ -247,7 +221,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::wgmma_wait<0>();  // dV and dK's products of the step (and the tiles they read) are done
     kt::wgmma_fence_operand(dk_acc);
     kt::wgmma_fence_operand(dv_acc);
-    at = next(at);
+    at = steps.next(at);
   }
 
   // dK = scale * dS^T Q, dV = P^T dO, for the keys inside the sequence.

@@ -1,7 +1,8 @@
 // Pieces the attention kernels share (attention.cuh, the forward;
 // attention_bwd.cuh, the backward): tensor strides, the shared-memory tile
 // layouts (padded rows or XOR-swizzled chunks), the warp's matrix product per
-// element type, and the cp.async tile copy that lays rows out by a layout.
+// element type, the cp.async tile copy that lays rows out by a layout, its
+// pipeline's head, and an accumulator tile made the A fragment of a product.
 #pragma once
 #include "common/kt.cuh"
 
@@ -150,6 +151,25 @@ KT_DEVICE void pipeline_head(int it, int count, Load&& load) {
     __syncthreads();
     if (it + STAGES - 1 < count) load(it + STAGES - 1);
     kt::cp_async_commit();
+  }
+}
+
+/// The A fragment of k step `step` made from an m16 x n accumulator tile
+/// (n8 tiles c[.]): its columns become the k of the next product. 16-bit:
+/// n8 tiles 2 step and 2 step + 1 rounded to T; tf32: n8 tile `step`, k = t
+/// and t + 4 taking columns 2t and 2t + 1 (the B side loads PERMUTED).
+template <class T, int N>
+KT_DEVICE void acc_to_a(unsigned a[4], const float (&c)[N][4], int step) {
+  if constexpr (sizeof(T) == 4) {
+    a[0] = kt::float_to_tf32(c[step][0]);
+    a[1] = kt::float_to_tf32(c[step][2]);
+    a[2] = kt::float_to_tf32(c[step][1]);
+    a[3] = kt::float_to_tf32(c[step][3]);
+  } else {
+    a[0] = kt::pack2(kt::from_float<T>(c[2 * step][0]), kt::from_float<T>(c[2 * step][1]));
+    a[1] = kt::pack2(kt::from_float<T>(c[2 * step][2]), kt::from_float<T>(c[2 * step][3]));
+    a[2] = kt::pack2(kt::from_float<T>(c[2 * step + 1][0]), kt::from_float<T>(c[2 * step + 1][1]));
+    a[3] = kt::pack2(kt::from_float<T>(c[2 * step + 1][2]), kt::from_float<T>(c[2 * step + 1][3]));
   }
 }
 

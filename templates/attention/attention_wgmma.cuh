@@ -29,7 +29,7 @@
 //   (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * sizeof(T) bytes.
 #pragma once
 // attention.cuh: block_tile, mask_scores, the online softmax's steps,
-// p_fragment, store_output, and the pieces of attention_common.cuh.
+// store_output, and the pieces of attention_common.cuh (acc_to_a).
 #include "attention/attention.cuh"
 #include "common/wgmma.cuh"
 
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   };
   const auto p_to_a = [&] {
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) p_fragment<T>(pa[kk], s_tile[0], kk);
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) acc_to_a<T>(pa[kk], s_tile[0], kk);
   };
 
   if constexpr (!OVERLAP) {
