@@ -1,7 +1,7 @@
 // Attention forward kernel on Hopper's warpgroup products (sm_90a; the
-// family's `mma` 1): the math of attention.cuh (online softmax with lazily
-// moved bases, O and the row log-sum-exp in fp32), with the two products
-// issued as wgmma by whole warpgroups instead of mma.sync by warps.
+// family's `mma` 1 and 2): the math of attention.cuh (online softmax with
+// lazily moved bases, O and the row log-sum-exp in fp32), with the two
+// products issued as wgmma by whole warpgroups instead of mma.sync by warps.
 //   S = Q K^T  wgmma_ss: Q and K both from shared memory (K-major)
 //   O += P V   wgmma_rs: P from registers (S's accumulator fragment is
 //              already the A fragment), V from shared memory (N-major)
