@@ -206,21 +206,28 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     for (int kk = 0; kk < BLOCK_N / 16; ++kk) acc_to_a<T>(pa[kk], s_tile[0], kk);
   };
 
+  // Start the copy of key tile t's K (V) into its slot; nothing past the last tile.
+  const auto load_k = [&](int t) {
+    if (t < n_tiles)
+      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + t % STAGES * TILE_KV, kh, k_strides.seq, t * BLOCK_N, seq);
+  };
+  const auto load_v = [&](int t) {
+    if (t < n_tiles)
+      load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + t % STAGES * TILE_KV, vh, v_strides.seq, t * BLOCK_N, seq);
+  };
+  load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
+
   if constexpr (!OVERLAP) {
-    load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
-      if (st < n_tiles) {
-        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + st * TILE_KV, kh, k_strides.seq, st * BLOCK_N, seq);
-        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + st * TILE_KV, vh, v_strides.seq, st * BLOCK_N, seq);
-      }
+      load_k(st);
+      load_v(st);
       kt::cp_async_commit();
     }
     for (int n = 0; n < n_tiles; ++n) {
       wgmma_pipeline_head<STAGES>(n, n_tiles, [&](int next) {
-        const int st = next % STAGES;
-        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + st * TILE_KV, kh, k_strides.seq, next * BLOCK_N, seq);
-        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + st * TILE_KV, vh, v_strides.seq, next * BLOCK_N, seq);
+        load_k(next);
+        load_v(next);
       });
       kt::wgmma_fence();
       issue_scores(sk + n % STAGES * TILE_KV);
@@ -234,15 +241,6 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
       kt::wgmma_fence_operand(acc);
     }
   } else {
-    const auto load_k = [&](int t) {
-      if (t < n_tiles)
-        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sk + t % STAGES * TILE_KV, kh, k_strides.seq, t * BLOCK_N, seq);
-    };
-    const auto load_v = [&](int t) {
-      if (t < n_tiles)
-        load_panels<BLOCK_N, HEAD_DIM, THREADS>(sv + t % STAGES * TILE_KV, vh, v_strides.seq, t * BLOCK_N, seq);
-    };
-    load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
     load_k(0);
     kt::cp_async_commit();
 #pragma unroll
