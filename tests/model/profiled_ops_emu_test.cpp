@@ -1,6 +1,6 @@
 // `bench e2e --profile` on the emu backend: the cuda path's ops, each timed,
 // in compiled mode (flash attention, fused kernels) and eager mode (attention
-// by GEMMs inside its op).
+// by GEMMs inside its op), and compiled fp32 (attention by GEMMs too).
 #include <catch2/catch.hpp>
 
 #include "model/bench_e2e.hpp"
@@ -41,6 +41,17 @@ TEST_CASE("emu backend: bench e2e --profile times each op, and compiled mode's G
       CHECK(gemm_ops < r.launches->gemms);
     CHECK(total_ms > 0);
   }
+
+  // fp32 compiled mode materialises attention: per layer and batch row, the forward's 2 GEMMs and the backward's 4
+  // run inside the attention ops, and every other GEMM launch is a profiled gemm op.
+  o.mode = Mode::kCompiled;
+  o.precision = Precision::kF32;
+  o.shape = RunShape{2, 12};
+  const E2eResult r = bench_e2e(o);
+  REQUIRE(r.launches);
+  std::int64_t gemm_ops = 0;
+  for (const auto& row : r.profile) gemm_ops += row.op == "gemm" ? row.calls : 0;
+  CHECK(gemm_ops + 6 * o.shape.batch * o.model.layers == r.launches->gemms);
 }
 
 }  // namespace model_profiled_ops_emu_test
