@@ -22,11 +22,10 @@ inline constexpr const char* kSpecHelp =
 /// The problem from `--problem` JSON, or the family's first problem class.
 templates::Problem problem_arg(const templates::Family& family, const std::string& text);
 
-/// The family's default config for `problem`, overridden by `--config` JSON;
-/// checked against the space and the family's constraints for `limits`.
-/// Without `--config`, what a run without a tuned entry takes on `limits`
-/// (tuner::default_on: the valid config nearest a default that does not
-/// fit).
+/// What a run without a tuned entry takes for `problem` on `limits`
+/// (tuner::default_on: the arch's default, the family's, or the valid
+/// config nearest it), overridden by `--config` JSON and checked against the
+/// space and the family's constraints for `limits`.
 Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
                   const templates::DeviceLimits& limits);
 

@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
 
@@ -20,7 +21,7 @@ void add_render_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("render", "Print the source ktune compiles for a variant, or a family's space");
   cmd->add_option("--family", opts->family, "Kernel family, " + family_choices());
   cmd->add_option("--spec", opts->spec, kSpecHelp);
-  cmd->add_option("--config", opts->config, "Config as JSON; unset parameters take the family default");
+  cmd->add_option("--config", opts->config, "Config as JSON; unset parameters take the default on --arch");
   cmd->add_option("--problem", opts->problem,
                   "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class");
   cmd->add_option("--arch", opts->arch, "Target whose limits the config is checked against")->capture_default_str();
@@ -44,10 +45,10 @@ void add_render_command(CLI::App& app, Global& global) {
         j["valid"] = valid;
         valid_line = fmt::format("{} valid for {} on {} ({} invalid (constraints))\n", valid, problem.key(),
                                  opts->arch, family.space().size() - valid);
-        // The configs a tuning session measures first: the default, then the candidates valid on --arch.
-        const Config def = family.default_config(problem);
+        // The configs a tuning session measures first: the default on --arch, then the candidates valid there.
+        const Config def = tuner::default_on(family, problem, limits);
         j["default"] = def.to_json();
-        valid_line += "default: " + def.str() + "\n";
+        valid_line += "default on " + opts->arch + ": " + def.str() + "\n";
         j["candidates"] = nlohmann::json::array();
         const auto candidates = family.candidates(problem);
         if (!candidates.empty()) valid_line += "candidates (a tuning session measures them right after the default):\n";

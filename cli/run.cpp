@@ -82,7 +82,7 @@ void add_run_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--family", args->family, "Kernel family, " + family_choices());
   cmd->add_option("--spec", args->spec, kSpecHelp);
-  cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the family's defaults");
+  cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the default on the device");
   cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}')");
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")->capture_default_str();
   cmd->add_option("--arch", args->arch, "Emulation: whose limits the emulated device has")->capture_default_str();

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,16 @@ class Family {
   /// dims (require_dims), then check_problem checks the values.
   void check(const Problem& problem) const;
 
+  /// The default on every architecture the project targets (valid on sm_80).
   virtual Config default_config(const Problem& problem) const = 0;
+  /// A better default than default_config on `device`'s architecture, where
+  /// the family knows one: a shape valid there alone (sm_90's wgmma kernels,
+  /// say) that beat default_config where it was measured. tuner::default_on
+  /// takes it first where it is valid.
+  virtual std::optional<Config> arch_default(const Problem& problem, const DeviceLimits& device) const {
+    (void)problem, (void)device;
+    return std::nullopt;
+  }
   /// Configs a tuning session measures right after the default, before its
   /// strategy proposes any, and reports to the strategy: shapes that do well
   /// elsewhere (FlashAttention-2's partitions, say) and that a short budget

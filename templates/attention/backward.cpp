@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "base/error.hpp"
@@ -222,6 +223,21 @@ class Backward final : public TypedFamily<BackwardArgs> {
         if (is_valid(c, p, any, nullptr)) return c;
       }
     throw_error(ErrorKind::kInternal, "attention_bwd: no valid default config for " + p.key());
+  }
+
+  std::optional<Config> arch_default(const Problem& p, const DeviceLimits& device) const override {
+    // Where the wgmma dK/dV pass runs (sm_90), 16-bit inputs at head_dim 64
+    // on a grid of at least kBusyGrid blocks of 128 keys take it: 128 keys
+    // over two warpgroups, 128-query tiles, rows swizzled, dQ by atomics.
+    // The CS336 leaderboard's backward on an H200
+    // (bench/results/h200-2026-11-27-wgmma.md): 4.395 ms, the winner of an
+    // 80 s tuning session (63 configs), against 4.802 ms at 64-query tiles
+    // and 5.690 ms for default_config.
+    if (element_bytes(p) != 2 || p.dim("head_dim") != 64 || blocks_of_128(p) < kBusyGrid) return std::nullopt;
+    const Config c({{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 1}, {"stages", 2},
+                    {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}});
+    if (!is_valid(c, p, device, nullptr)) return std::nullopt;
+    return c;
   }
 
   std::vector<Config> candidates(const Problem& p) const override {

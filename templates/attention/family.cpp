@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "base/error.hpp"
@@ -189,6 +190,25 @@ class Forward final : public TypedFamily<ForwardArgs> {
       if ((block_n < 64 || d <= 64) && is_valid(c, p, any, nullptr)) return c;
     }
     throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
+  }
+
+  std::optional<Config> arch_default(const Problem& p, const DeviceLimits& device) const override {
+    // Where the wgmma kernel runs (sm_90), 16-bit inputs at head dims 64 and
+    // 128 on a grid of at least kBusyGrid 128-row blocks take it: 128 query
+    // rows over two warpgroups, key tiles in swizzled rows, two stages.
+    // Measured on an H200 (bench/results/h200-2026-11-27-wgmma.md), causal,
+    // batch 1, 16 heads, seq 16384:
+    // - head_dim 64 (the CS336 leaderboard): 64-key tiles in turn (mma 1),
+    //   the longest tiles of every head first: 1.475 ms, the winner of a
+    //   20 s tuning session, against 1.897 ms for default_config;
+    // - head_dim 128: 128-key tiles overlapped (mma 2): 2.519 ms, in turn
+    //   2.713 ms, default_config 3.278 ms.
+    const std::int64_t d = p.dim("head_dim");
+    if (element_bytes(p) != 2 || (d != 64 && d != 128) || blocks_of_128(p) < kBusyGrid) return std::nullopt;
+    const Config c({{"block_m", 128}, {"block_n", d}, {"warps", 8}, {"stages", 2}, {"kv_layout", 1}, {"q_regs", 0},
+                    {"tile_order", d == 64 ? p.dim("causal") : 0}, {"mma", d == 64 ? 1 : 2}});
+    if (!is_valid(c, p, device, nullptr)) return std::nullopt;
+    return c;
   }
 
   std::vector<Config> candidates(const Problem& p) const override {

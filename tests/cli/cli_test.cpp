@@ -310,7 +310,7 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   CHECK_THAT(out, Catch::Contains(std::to_string(valid) + " valid for " + p.key() + " on sm_80"));
   // Its default, then its candidates, which a tuning session measures first; the wgmma kernel's (the second to
   // the fifth: two key tiles, each in turn and overlapped) are marked as not valid on sm_80.
-  CHECK_THAT(out, Catch::Contains("default: " + f.default_config(p).str() + "\n"));
+  CHECK_THAT(out, Catch::Contains("default on sm_80: " + f.default_config(p).str() + "\n"));
   const auto candidates = f.candidates(p);
   REQUIRE(candidates.size() == 8);
   CHECK_THAT(out, Catch::Contains("candidates (a tuning session measures them right after the default):\n  " +

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
@@ -21,16 +22,27 @@ std::string CompileCheckSummary::line() const {
 
 namespace {
 
-/// Configs to check for one family and problem: the default first, then all
+/// The defaults of one family and problem on the arch: default_config, and
+/// arch_default where the family has one valid there.
+std::vector<Config> defaults_for(const templates::Family& f, const templates::Problem& p,
+                                 const templates::DeviceLimits& limits) {
+  std::vector<Config> out{f.default_config(p)};
+  if (auto arch = f.arch_default(p, limits); arch && *arch != out[0] && f.is_valid(*arch, p, limits))
+    out.push_back(*arch);
+  return out;
+}
+
+/// Configs to check for one family and problem: the defaults first, then all
 /// valid points or a seeded sample of them.
 std::vector<Config> configs_for(const templates::Family& f, const templates::Problem& p,
                                 const templates::DeviceLimits& limits, const CompileCheckOptions& o,
                                 std::size_t& invalid) {
-  const Config def = f.default_config(p);
-  std::vector<Config> out{def};
+  const std::vector<Config> defaults = defaults_for(f, p, limits);
+  std::vector<Config> out = defaults;
   const std::uint64_t n = f.space().size();
+  auto is_default = [&](const Config& c) { return std::find(defaults.begin(), defaults.end(), c) != defaults.end(); };
   auto consider = [&](const Config& c) {
-    if (c == def) return;
+    if (is_default(c)) return;
     if (f.is_valid(c, p, limits)) out.push_back(c);
     else ++invalid;
   };
@@ -44,7 +56,7 @@ std::vector<Config> configs_for(const templates::Family& f, const templates::Pro
       if (!picked.insert(i).second) continue;
       const Config c = f.space().at(i);
       const bool valid = f.is_valid(c, p, limits);
-      if (c == def || !valid) {
+      if (is_default(c) || !valid) {
         picked.erase(i);
         invalid += valid ? 0 : 1;
         continue;
@@ -69,7 +81,7 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
   std::vector<const templates::Family*> row_family;
   for (const auto* f : families) {
     for (const auto& p : f->problem_classes()) {
-      const Config def = f->default_config(p);
+      const std::vector<Config> defaults = defaults_for(*f, p, limits);
       std::size_t invalid = 0;
       const auto configs = configs_for(*f, p, limits, o, invalid);
       s.invalid += invalid;
@@ -82,7 +94,7 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
         const auto [it, fresh] = source_index.emplace(h.hex(), sources.size());
         if (fresh) sources.push_back(std::move(r));
         row_source.push_back(it->second);
-        s.rows.push_back({f->name(), p, c, c == def, {}, {}});
+        s.rows.push_back({f->name(), p, c, std::find(defaults.begin(), defaults.end(), c) != defaults.end(), {}, {}});
         row_family.push_back(f);
       }
     }

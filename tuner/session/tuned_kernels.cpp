@@ -19,6 +19,8 @@ cache::Key cache_key(const templates::Family& family, const templates::Problem& 
 }
 
 Config default_on(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device) {
+  if (auto arch = family.arch_default(problem, device); arch && family.is_valid(*arch, problem, device))
+    return *arch;
   const Config def = family.default_config(problem);
   if (family.is_valid(def, problem, device)) return def;
   const Space& space = family.space();
@@ -48,7 +50,7 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
                            const DeviceLimits& device, const cache::TunedCache* tuned,
                            std::vector<std::string>* warnings) {
   const Config def = default_on(family, problem, device);
-  const bool stand_in = def != family.default_config(problem);
+  const bool stand_in = def != family.default_config(problem) && family.arch_default(problem, device) != def;
   const std::string default_source =
       stand_in ? fmt::format("the valid config nearest the default on {}", device.arch) : "default";
   ChosenConfig out{def, cache::Match::kNone, default_source + " (no tuned cache)"};

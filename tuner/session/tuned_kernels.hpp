@@ -19,8 +19,9 @@ namespace ktune::tuner {
 cache::Key cache_key(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device);
 
 /// The config a run without a tuned entry takes on `device`: the family's
-/// default where it is valid there (defaults are chosen valid on sm_80);
-/// else the valid point of the space that differs from it in the fewest
+/// default for the device's architecture (arch_default) where it has one
+/// valid there, else its default where that is valid (defaults are chosen
+/// valid on sm_80); else the valid point of the space that differs from it in the fewest
 /// parameters, then by the fewest steps along their domains, then first in
 /// space order. Throws kInvalidInput when no point of the space is valid for
 /// the problem on the device.

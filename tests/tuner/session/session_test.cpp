@@ -17,6 +17,7 @@
 #include "cache/tuned_cache.hpp"
 #include "support.hpp"
 #include "tuner/compile/compiler.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace tuner_session_session_test {
 
@@ -274,9 +275,9 @@ TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", 
 }
 
 TEST_CASE("a session measures the family's candidates right after the default, then searches", "[session]") {
-  // The CS336 leaderboard's backward: the default (FlashAttention-2's partition at 64-query tiles), then the
-  // wgmma pass over 128 and 64 keys, the default at 4 stages, the partition at 128-query tiles and the previous
-  // default, whatever the strategy.
+  // The CS336 leaderboard's backward: the default on the runner's device (sm_90's: the wgmma pass at 128-query
+  // tiles), then the wgmma pass at 64-query tiles over 128 and 64 keys, FlashAttention-2's partition (the
+  // family's default) at 4 stages, at 128-query tiles and the previous default, whatever the strategy.
   const auto& family = templates::find_family("attention_bwd");
   const Problem problem{"bf16", {{"batch", 1}, {"heads", 16}, {"seq", 16384}, {"head_dim", 64}, {"causal", 1}}};
   const auto candidates = family.candidates(problem);
@@ -295,7 +296,9 @@ TEST_CASE("a session measures the family's candidates right after the default, t
     o.budget = "8";
     tune(family, problem, runner, o);
     REQUIRE(runner.order.size() == 8);
-    CHECK(runner.order[0] == family.default_config(problem));
+    REQUIRE(runner.device().arch == "sm_90");
+    CHECK(runner.order[0] == default_on(family, problem, runner.device()));
+    CHECK(runner.order[0] == *family.arch_default(problem, runner.device()));
     for (std::size_t i = 0; i < candidates.size(); ++i) CHECK(runner.order[1 + i] == candidates[i]);
     for (std::size_t i = 6; i < runner.order.size(); ++i)
       CHECK(std::find(runner.order.begin(), runner.order.begin() + 6, runner.order[i]) == runner.order.begin() + 6);
