@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -110,10 +111,17 @@ DryRunCounts run_dry_commands(const std::vector<std::string>& commands, const st
 }
 
 /// The gpu test files (tests/**/*_gpu_test.cpp).
+/// The gpu test files; each name once, since gpu-check runs a file by its name's Catch tag ("[#NAME]") into a
+/// log of that name.
 std::size_t gpu_test_files() {
+  std::set<std::string> names;
   std::size_t n = 0;
-  for (const auto& e : std::filesystem::recursive_directory_iterator(kSource + "/tests"))
-    n += e.path().filename().string().ends_with("_gpu_test.cpp") ? 1 : 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(kSource + "/tests")) {
+    const std::string name = e.path().filename().string();
+    if (!name.ends_with("_gpu_test.cpp")) continue;
+    ++n;
+    CHECK(names.insert(name).second);
+  }
   return n;
 }
 

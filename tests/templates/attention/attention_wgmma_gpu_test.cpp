@@ -14,7 +14,7 @@
 #include "tuner/precompile.hpp"
 #include "tuner/run/gpu_runner.hpp"
 
-namespace templates_attention_wgmma_gpu_test {
+namespace templates_attention_attention_wgmma_gpu_test {
 
 using namespace ktune;
 using namespace ktune::templates;
@@ -71,4 +71,4 @@ TEST_CASE("attention on wgmma on the GPU: forward and backward against the refer
   }
 }
 
-}  // namespace templates_attention_wgmma_gpu_test
+}  // namespace templates_attention_attention_wgmma_gpu_test
