@@ -134,17 +134,17 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's four and the
-  // leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's
+  // attention twice, ops), the leaderboard backward's three configs, the d 128 forward's three and the
+  // leaderboard forward's three, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's
   // 10 once more with CUDA graphs.
-  CHECK(n.ktune == 11 + 5 + 12 + 20 + 10);
+  CHECK(n.ktune == 11 + 5 + 9 + 20 + 10);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
-          "step eager, compiled and with graphs, the leaderboard backward's and the d 128 forward's defaults beside "
+          "step compiled, with graphs and eager, the leaderboard backward's and the d 128 forward's defaults beside "
           "other shapes",
           "[cli][gpu-check]") {
   const auto dir = ktune::test::scratch_dir("gpu_check_quick");
@@ -152,11 +152,10 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 eager and
-  // compiled (and compiled with CUDA graphs), the leaderboard backward's four configs (the default, 64-query
-  // tiles, 4 stages, FlashAttention-2's partition), the d 128 forward's four (the default, in turn, the longest
-  // tiles of every head first, FlashAttention-2's shape) and the leaderboard forward's four (the default,
-  // overlapped, 128-key tiles, FlashAttention-2's shape).
-  CHECK(n.ktune == 3 + 1 + 3 + 12);
+  // compiled (and compiled with CUDA graphs), the leaderboard backward's three configs (the default, 64-query
+  // tiles, FlashAttention-2's partition), the d 128 forward's three (the default, in turn, FlashAttention-2's
+  // shape) and the leaderboard forward's three (the default, overlapped, FlashAttention-2's shape).
+  CHECK(n.ktune == 3 + 1 + 3 + 9);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 3);
   const auto has = [&](const std::string& text) {
@@ -170,8 +169,8 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("run --backend gpu --family attention_bwd"));
   CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK(has("\\\"mma\\\":0\\}"));  // FlashAttention-2's shapes on mma.sync (shell-quoted)
-  CHECK(has("--config \\{\\\"stages\\\":4\\} --time"));  // the default with 4 stages (shell-quoted)
-  CHECK(has("--config \\{\\\"tile_order\\\":1\\} --time"));  // the longest tiles of every head first
+  CHECK(has("--config \\{\\\"block_m\\\":64\\} --time"));  // the backward at 64-query tiles (shell-quoted)
+  CHECK(has("--config \\{\\\"mma\\\":2\\} --time"));  // the leaderboard forward overlapped
   CHECK(has("--config \\{\\\"mma\\\":1\\} --time"));  // the d 128 forward in turn (shell-quoted)
   CHECK(has("tune --family attention_bwd"));
   // The longer steps' sessions and AdamW's benchmarks would not fit the lease.
