@@ -13,6 +13,7 @@
 #include "templates/attention/workload_common.hpp"
 #include "templates/render.hpp"
 #include "tuner/compile/compiler.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace templates_attention_family_test {
 
@@ -470,24 +471,36 @@ TEST_CASE("attention defaults at the benchmarks' shapes compile for sm_80 and sm
   std::vector<Problem> forward = both;
   forward.push_back(problem("f16", 16384, 32, 0, 8, 1));
   forward.push_back(problem("bf16", 16384, 16, 0, 8, 1));
+  // A wgmma config for sm_90a: no spill, and ptxas keeps the products asynchronous (no wait of its own, C7517;
+  // nothing serialised).
+  auto check_wgmma = [&](const Family& f, const Config& c, const Problem& p) {
+    test::check_compiles_without_spill(compiler, f, c, p, "sm_90");
+    const auto r = compiler.compile(f.render(c, p), "sm_90");  // from the cache
+    CHECK(r.arch == "sm_90a");
+    INFO(r.log);
+    CHECK(r.log.find("C7517") == std::string::npos);
+    CHECK(r.log.find("serialized") == std::string::npos);
+  };
+  // The default on each arch: on sm_90 the wgmma kernels where the families have them as arch_default.
+  std::size_t wgmma_defaults = 0;
   for (const auto& [f, problems] : {std::pair<const Family*, std::vector<Problem>>{&forward_family(), forward},
                                     {&backward_family(), both}})
     for (const Problem& p : problems)
-      for (const char* arch : {"sm_80", "sm_90"})
-        test::check_compiles_without_spill(compiler, *f, f->default_config(p), p, arch);
+      for (const char* arch : {"sm_80", "sm_90"}) {
+        const Config c = tuner::default_on(*f, p, DeviceLimits::for_arch(arch));
+        if (c.at("mma") == 0) {
+          test::check_compiles_without_spill(compiler, *f, c, p, arch);
+        } else {
+          ++wgmma_defaults;
+          check_wgmma(*f, c, p);
+        }
+      }
+  CHECK(wgmma_defaults == 3);  // the forward at head dims 64 and 128, the backward at 64
   // Both families' wgmma candidates (for sm_90a) at the leaderboard's shape and head_dim 128.
   for (const Family* f : std::initializer_list<const Family*>{&forward_family(), &backward_family()})
     for (const Problem& p : {both[0], both[1]})
-      for (const Config& c : f->candidates(p)) {
-        if (c.at("mma") == 0) continue;
-        test::check_compiles_without_spill(compiler, *f, c, p, "sm_90");
-        const auto r = compiler.compile(f->render(c, p), "sm_90");  // from the cache
-        CHECK(r.arch == "sm_90a");
-        // ptxas keeps the products asynchronous: no wait of its own (C7517), nothing serialised.
-        INFO(r.log);
-        CHECK(r.log.find("C7517") == std::string::npos);
-        CHECK(r.log.find("serialized") == std::string::npos);
-      }
+      for (const Config& c : f->candidates(p))
+        if (c.at("mma") != 0) check_wgmma(*f, c, p);
 }
 
 }  // namespace templates_attention_family_test
