@@ -57,8 +57,8 @@ templates::Problem problem_arg(const templates::Family& family, const std::strin
 
 Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
                   const templates::DeviceLimits& limits) {
-  if (text.empty()) return tuner::default_on(family, problem, limits);
   Config c = tuner::default_on(family, problem, limits);
+  if (text.empty()) return c;
   const Config given = Config::from_json(parse_json_arg(text, "--config"));
   for (const auto& [k, v] : given.values()) {
     family.space().param(k);  // throws for an unknown name, listing the known ones

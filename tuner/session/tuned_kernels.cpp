@@ -18,11 +18,21 @@ cache::Key cache_key(const templates::Family& family, const templates::Problem& 
   return cache::make_key(family, problem, device, nvrtc_version());
 }
 
-Config default_on(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device) {
+namespace {
+
+/// default_on's config, and whether it stands in for a default (the arch's or the family's) that is not valid on
+/// the device.
+struct DeviceDefault {
+  Config config;
+  bool stand_in = false;
+};
+
+DeviceDefault device_default(const templates::Family& family, const templates::Problem& problem,
+                             const DeviceLimits& device) {
   if (auto arch = family.arch_default(problem, device); arch && family.is_valid(*arch, problem, device))
-    return *arch;
+    return {*arch};
   const Config def = family.default_config(problem);
-  if (family.is_valid(def, problem, device)) return def;
+  if (family.is_valid(def, problem, device)) return {def};
   const Space& space = family.space();
   const search::Point origin = search::point_of(space, def);
   // Distance from the default: parameters changed, then steps along their domains.
@@ -43,14 +53,19 @@ Config default_on(const templates::Family& family, const templates::Problem& pro
   }
   KTUNE_REQUIRE(best.has_value(), fmt::format("{}: no config of the space is valid for {} on {}", family.name(),
                                               problem.key(), device.arch));
-  return *best;
+  return {*best, true};
+}
+
+}  // namespace
+
+Config default_on(const templates::Family& family, const templates::Problem& problem, const DeviceLimits& device) {
+  return device_default(family, problem, device).config;
 }
 
 ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
                            const DeviceLimits& device, const cache::TunedCache* tuned,
                            std::vector<std::string>* warnings) {
-  const Config def = default_on(family, problem, device);
-  const bool stand_in = def != family.default_config(problem) && family.arch_default(problem, device) != def;
+  const auto [def, stand_in] = device_default(family, problem, device);
   const std::string default_source =
       stand_in ? fmt::format("the valid config nearest the default on {}", device.arch) : "default";
   ChosenConfig out{def, cache::Match::kNone, default_source + " (no tuned cache)"};
