@@ -9,6 +9,15 @@
 //                           embedding_rows writes each d_table row as the sum
 //                           of its tokens' d_out rows in that order. No float
 //                           atomics: bit-identical across runs.
+//   embedding_bwd, scan     deterministic, one launch: a warp per d_table
+//                           row; each block walks the tokens once, THREADS
+//                           at a time, marking those of its rows, and each
+//                           warp gathers its row's positions in position
+//                           order (a ballot per 32 tokens) and sums their
+//                           d_out rows in that order: the sorted variant's
+//                           sums, bit for bit, with no sort and no workspace.
+//                           Every block reads all tokens: made for
+//                           vocabularies and batches whose product is modest.
 //   embedding_bwd, atomic   embedding_zero clears d_table, then
 //                           embedding_scatter adds each d_out row with fp32
 //                           atomicAdd (the order, and so the last bits, vary
@@ -175,6 +184,93 @@ __global__ void __launch_bounds__(THREADS)
     for (int k = 0; k < VEC; ++k) sum.v[k] = acc[k];
     dst[c] = sum;
   }
+}
+
+/// The scan's batch: a warp adds the d_out rows at positions list[0 .. held),
+/// in that order, to its row dst of d_table (to what an earlier batch stored
+/// there when `prior`, else to 0).
+template <int VEC, class T>
+KT_DEVICE void add_rows(const T* __restrict__ d_out, const int* list, int held, bool prior,
+                        kt::Vec<float, VEC>* __restrict__ dst, int dim, int lane) {
+  __syncwarp();  // the warp's positions are in list
+  for (int c = lane; c < dim / VEC; c += 32) {
+    float acc[VEC];
+    if (prior) {
+      const kt::Vec<float, VEC> before = dst[c];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] = before.v[e];
+    } else {
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
+    }
+    const kt::Vec<T, VEC>* column = reinterpret_cast<const kt::Vec<T, VEC>*>(d_out) + c;
+#pragma unroll 4
+    for (int j = 0; j < held; ++j) {
+      const kt::Vec<T, VEC> g = column[static_cast<long long>(list[j]) * (dim / VEC)];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) acc[e] += kt::to_float(g.v[e]);
+    }
+    kt::Vec<float, VEC> sum;
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sum.v[e] = acc[e];
+    dst[c] = sum;
+  }
+  __syncwarp();  // every lane has read list before the warp refills it
+}
+
+/// Scan backward (one launch). Grid: ceil(vocab / (THREADS / 32)) blocks; warp
+/// w of block b owns d_table row b * THREADS / 32 + w (ROW_THREADS is 32).
+/// Token tiles of THREADS are marked with the warp (row of the block) they
+/// belong to; a tile with no token of the block's rows costs one load and one
+/// barrier. A warp collects its positions (in order) until BATCH - 32 are
+/// held, then adds their d_out rows to its row of d_table, in that order (the
+/// first batch starts from 0, later ones from what the earlier ones stored).
+template <int THREADS, int ROW_THREADS, int VEC, class T>
+// At least one block an SM: without it ptxas holds the kernel to about 32 registers and spills.
+__global__ void __launch_bounds__(THREADS, 1)
+    embedding_scan(const int* __restrict__ tokens,  // (rows,)
+                   const T* __restrict__ d_out,     // (rows, dim)
+                   float* __restrict__ d_table,     // (vocab, dim)
+                   int rows, int dim, int vocab) {
+  check_layout<THREADS, ROW_THREADS, VEC, T>();
+  static_assert(ROW_THREADS == 32, "the scan gives each d_table row one warp");
+  constexpr int WARPS = THREADS / 32;
+  constexpr int BATCH = 64;  // positions a warp holds before it sums them
+  __shared__ int owner[THREADS];        // the block's row of each token of the tile, or -1
+  __shared__ int found[WARPS][BATCH];   // each warp's positions, in order
+  const int k = static_cast<int>(threadIdx.x), lane = k % 32, warp = k / 32;
+  const int first_row = static_cast<int>(blockIdx.x) * WARPS;
+  const long long v = static_cast<long long>(first_row) + warp;  // may be >= vocab: no token marks it
+  const unsigned below = (1u << lane) - 1u;
+  int* list = found[warp];
+  int held = 0;
+  bool stored = false;  // a batch of this row has been written to d_table
+  kt::Vec<float, VEC>* dst = reinterpret_cast<kt::Vec<float, VEC>*>(d_table + v * dim);
+  int next = k < rows ? tokens[k] : -1;
+  for (long long base = 0; base < rows; base += THREADS) {
+    const int id = next;
+    const long long ahead = base + THREADS + k;
+    next = ahead < rows ? tokens[ahead] : -1;  // in flight during this tile
+    const int row = id >= first_row && id - first_row < WARPS && id < vocab ? id - first_row : -1;
+    owner[k] = row;
+    if (__syncthreads_or(row >= 0)) {
+#pragma unroll 1  // one copy of add_rows, not one a warp of the tile
+      for (int s = 0; s < WARPS; ++s) {
+        const bool mine = owner[s * 32 + lane] == warp;
+        const unsigned hits = __ballot_sync(0xffffffffu, mine);
+        if (mine) list[held + __popc(hits & below)] = static_cast<int>(base) + s * 32 + lane;
+        held += __popc(hits);
+        if (held > BATCH - 32) {
+          add_rows<VEC>(d_out, list, held, stored, dst, dim, lane);
+          stored = true;
+          held = 0;
+        }
+      }
+    }
+    __syncthreads();  // owner[] is rewritten by the next tile
+  }
+  if (v >= vocab) return;
+  if (held > 0 || !stored) add_rows<VEC>(d_out, list, held, stored, dst, dim, lane);  // or zeros: no token
 }
 
 /// Atomic backward, first launch: d_table = 0. Grid: any size (grid-stride).

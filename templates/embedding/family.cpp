@@ -1,5 +1,5 @@
 // The token embedding families, forward (gather) and backward (deterministic
-// sorted or atomic scatter-add): spaces, constraints, rendering, launch
+// sorted or scanned, or atomic scatter-add): spaces, constraints, rendering, launch
 // plans, workloads with their CPU reference, FLOP/byte counts.
 #include <fmt/format.h>
 
@@ -163,12 +163,15 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
 
   std::string name() const override { return "embedding_bwd"; }
   std::string summary() const override {
-    return "token embedding backward: d_table rows summed from d_out, sorted (deterministic) or fp32 atomics";
+    return "token embedding backward: d_table rows summed from d_out in token order (sorted, or a warp per row "
+           "scanning the tokens) or with fp32 atomics";
   }
   const Space& space() const override { return space_; }
 
   Rendered render(const Config& c, const Problem& p) const override {
-    if (deterministic(c))
+    if (method(c) == kScan)
+      return render_template(kTemplate, {"embedding::embedding_scan<" + template_args(c, p) + ">"}, name());
+    if (method(c) == kSorted)
       return render_template(kTemplate,
                              {fmt::format("embedding::embedding_index<{}>", c.at("threads")),
                               "embedding::embedding_rows<" + template_args(c, p) + ">"},
@@ -204,7 +207,7 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
 
   /// The sorted variant's starts, cursors and token index; the atomic one needs none.
   std::size_t workspace_bytes(const Config& c, const Problem& p) const override {
-    return deterministic(c) ? static_cast<std::size_t>(scratch_ints(p)) * sizeof(std::int32_t) : 0;
+    return method(c) == kSorted ? static_cast<std::size_t>(scratch_ints(p)) * sizeof(std::int32_t) : 0;
   }
 
   std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
@@ -215,8 +218,16 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
     require_aligned(name(), "d_out", a.d_out, vec * activation_bytes(p), kVectorAccesses);
     require_aligned(name(), "d_table", a.d_table, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
     const auto threads = static_cast<unsigned>(c.at("threads"));
+    if (method(c) == kScan) {
+      std::vector<Launch> launches(1);
+      launches[0].grid = {row_blocks(c, vocab), 1, 1};
+      launches[0].block = {threads, 1, 1};
+      launches[0].args.add(a.tokens).add(a.d_out).add(a.d_table);
+      launches[0].args.add(static_cast<int>(rows)).add(static_cast<int>(dim)).add(static_cast<int>(vocab));
+      return launches;
+    }
     std::vector<Launch> launches(2);
-    if (deterministic(c)) {
+    if (method(c) == kSorted) {
       KTUNE_REQUIRE(a.workspace != 0,
                     fmt::format("{}: no workspace given; the config needs {} bytes (workspace_bytes)", name(),
                                 workspace_bytes(c, p)));
@@ -258,17 +269,31 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
 
  protected:
   Config default_more(Config c) const override {
-    c.set("deterministic", 1);  // reproducible unless tuning finds the atomics faster
+    // Reproducible unless tuning finds the atomics faster: the scan where a
+    // warp per row fits the layout (one launch, no one-block sort), else the sort.
+    c.set("deterministic", c.at("row_threads") == 32 ? kScan : kSorted);
     return c;
+  }
+  bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& device,
+                     std::string* why) const override {
+    if (method(c) == kScan && c.at("row_threads") != 32)
+      return reject(why, fmt::format("deterministic 2 (the scan) gives each d_table row one warp: row_threads "
+                                     "must be 32, not {}",
+                                     c.at("row_threads")));
+    return EmbeddingFamily::is_valid_more(c, p, device, why);
   }
 
  private:
-  static bool deterministic(const Config& c) { return c.at("deterministic") == 1; }
+  // How d_table's rows are summed (the "deterministic" parameter).
+  static constexpr std::int64_t kAtomic = 0, kSorted = 1, kScan = 2;
+  static std::int64_t method(const Config& c) { return c.at("deterministic"); }
   static std::vector<Param> with_deterministic(std::vector<Param> params) {
-    params.push_back({"deterministic", {0, 1},
-                      "1: a stable sort of the tokens, then one pass per vocabulary row (bit-identical across "
-                      "runs, a workspace, a one-block sort); 0: fp32 atomicAdd per element (no workspace, contention "
-                      "on repeated ids, last bits vary)"});
+    params.push_back({"deterministic", {kAtomic, kSorted, kScan},
+                      "how d_table's rows are summed. 0: fp32 atomicAdd per element (no workspace, contention on "
+                      "repeated ids, last bits vary); 1: a stable sort of the tokens in one block, then one pass per "
+                      "vocabulary row (a workspace); 2: a warp per vocabulary row gathers its tokens' positions "
+                      "from one walk of the tokens per block (one launch, no workspace; every block reads all "
+                      "tokens). 1 and 2 sum in token order: bit-identical across runs and to each other"});
     return params;
   }
   Space space_;

@@ -65,7 +65,14 @@ TEST_CASE("embedding constraints and defaults", "[embedding][family]") {
       const Config c = f->default_config(q);
       CHECK(f->is_valid(c, q, DeviceLimits::for_arch("sm_80")));
     }
-  CHECK(backward_family().default_config(p).at("deterministic") == 1);  // reproducible by default
+  CHECK_FALSE(backward_family().is_valid(bwd(256, 16, 4, 2), p, kDevice, &why));
+  CHECK_THAT(why, Catch::Contains("row_threads must be 32, not 16"));
+  // Reproducible by default: the scan (one launch) where a warp per row fits, else the sort.
+  CHECK(backward_family().default_config(p).at("deterministic") == 2);
+  CHECK(backward_family().default_config(problem("bf16", 4096, 768, 10000)).at("deterministic") == 2);
+  const Config short_rows = backward_family().default_config(problem("f32", 300, 36, 7));
+  CHECK(short_rows.at("row_threads") != 32);
+  CHECK(short_rows.at("deterministic") == 1);
   CHECK(forward_family().default_config(problem("bf16", 9, 768, 50)).at("vec") == 8);
 }
 
@@ -75,6 +82,8 @@ TEST_CASE("embedding rendering names each variant's kernels", "[embedding][famil
         std::vector<std::string>{"embedding::embedding_fwd<128, 32, 8, kt::bf16>"});
   CHECK(backward_family().render(bwd(128, 32, 8, 1), p).kernels ==
         std::vector<std::string>{"embedding::embedding_index<128>", "embedding::embedding_rows<128, 32, 8, kt::bf16>"});
+  CHECK(backward_family().render(bwd(128, 32, 8, 2), p).kernels ==
+        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, kt::bf16>"});
   CHECK(backward_family().render(bwd(256, 16, 4, 0), problem("f32", 4, 100, 9)).kernels ==
         std::vector<std::string>{"embedding::embedding_zero<256>",
                                  "embedding::embedding_scatter<256, 16, 4, float>"});
