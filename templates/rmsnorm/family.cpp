@@ -21,6 +21,9 @@ constexpr const char* kTemplate = "rmsnorm/rmsnorm.cuh";
 constexpr std::int64_t kMinBlocks = 64;     // the smallest `blocks` of rmsnorm_bwd
 constexpr std::int64_t kDefaultElementsPerThread = 16;  // defaults stay well clear of spilling
 constexpr unsigned kReduceColumns = 32;     // columns per block of rmsnorm_dw_reduce (one per lane)
+// Threads of rmsnorm_dw_reduce: 32 warps share a block's 32 columns, so each
+// warp's share of the partials (a chain of loads and adds) is short.
+constexpr unsigned kReduceThreads = 1024;
 constexpr std::int64_t kBaseRegisters = 24;  // rmsnorm_bwd's registers besides the row share
 constexpr std::int64_t kPrefetchBaseRegisters = 32;  // the same with prefetch (the next group's addresses)
 constexpr const char* kVectorAccesses = "the config's vector accesses";
@@ -231,7 +234,7 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
     return render_template(kTemplate,
                            {"rmsnorm::" + name() + "<" +
                                 this->template_args(c, p, c.at("prefetch") ? "true" : "false") + ">",
-                            fmt::format("rmsnorm::rmsnorm_dw_reduce<{}>", c.at("threads"))},
+                            fmt::format("rmsnorm::rmsnorm_dw_reduce<{}>", kReduceThreads)},
                            name());
   }
 
@@ -310,7 +313,7 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
     launches[0].args.add(static_cast<long long>(p.dim("rows"))).add(static_cast<int>(dim));
     launches[1].kernel = 1;
     launches[1].grid = {static_cast<unsigned>(ceil_div(dim, kReduceColumns)), 1, 1};
-    launches[1].block = {threads, 1, 1};
+    launches[1].block = {kReduceThreads, 1, 1};
     launches[1].args.add(a.workspace).add(a.dw).add(static_cast<int>(grid)).add(static_cast<int>(dim));
     return launches;
   }

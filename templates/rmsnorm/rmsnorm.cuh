@@ -284,6 +284,7 @@ __global__ void __launch_bounds__(THREADS)
   const int c = static_cast<int>(blockIdx.x) * 32 + lane;
   float sum = 0.0f;
   if (c < dim)
+#pragma unroll 8  // eight loads in flight; the adds keep their order
     for (int p = warp; p < parts; p += WARPS) sum += dw_partial[static_cast<long long>(p) * dim + c];
   warp_sums[warp][lane] = sum;
   __syncthreads();

@@ -143,7 +143,7 @@ TEST_CASE("rmsnorm rendering: the row's share per thread is a template argument,
   const Rendered b = backward_family().render(bwd_config(128, 32, 4, 64), p);
   REQUIRE(b.kernels.size() == 2);
   CHECK(b.kernels[0] == "rmsnorm::rmsnorm_bwd<128, 32, 4, 8, false, float>");
-  CHECK(b.kernels[1] == "rmsnorm::rmsnorm_dw_reduce<128>");
+  CHECK(b.kernels[1] == "rmsnorm::rmsnorm_dw_reduce<1024>");
   CHECK(b.source == backward_family().render(bwd_config(128, 32, 4, 512), p).source);  // `blocks` is the grid only
 }
 
