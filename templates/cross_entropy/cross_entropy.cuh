@@ -4,7 +4,9 @@
 // losses, lse and all math are fp32.
 //   cross_entropy_fwd  loss = lse - logits[target] per row, lse = logsumexp(row)
 //                      kept for the backward; one pass over the row, the max
-//                      and the sum of exponentials found together ("online")
+//                      and the sum of exponentials found together ("online");
+//                      the exponentials by kt::exp_approx (one special function
+//                      instruction each), the rescales of the sum by expf
 //   cross_entropy_bwd  dlogits = scale * (softmax - onehot(target)) per row,
 //                      from the forward's lse; dlogits may be logits
 //
@@ -40,7 +42,7 @@ KT_DEVICE void absorb(MaxSum& acc, float x) {
     acc.sum = acc.sum * expf(acc.max - x) + 1.0f;  // expf(-inf) = 0 for the first one
     acc.max = x;
   } else if (acc.max != negative_infinity()) {
-    acc.sum += expf(x - acc.max);
+    acc.sum += kt::exp_approx(x - acc.max);
   }
 }
 
@@ -102,7 +104,7 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
       const int j = step + u * ROW_THREADS + t;
       if (j < vectors)
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) acc.sum += expf(kt::to_float(x[u].v[k]) - acc.max);
+        for (int k = 0; k < VEC; ++k) acc.sum += kt::exp_approx(kt::to_float(x[u].v[k]) - acc.max);
     }
   }
   return acc;
@@ -153,7 +155,7 @@ template <int ROW_THREADS, int V, int UNROLL, class T>
 KT_DEVICE void row_gradient(const T* x, T* d, int vocab, int target, float row_lse, float scale, int t) {
   auto gradient = [&](float logit, int column) {
     const float z = logit - row_lse;
-    return kt::from_float<T>(column == target ? scale * expm1f(z) : scale * expf(z));
+    return kt::from_float<T>(column == target ? scale * expm1f(z) : scale * kt::exp_approx(z));
   };
   const RowSplit split = split_row<V>(x, vocab);
   const int head = split.head, vectors = split.vectors;

@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       // A masked column's exp is never taken: an inactive slot's max is -inf.
-      z[i][k] = kt::held_column<ROW_THREADS, VEC>(i, s.t) + k < visible ? expf(z[i][k] - max) : 0.0f;
+      z[i][k] = kt::held_column<ROW_THREADS, VEC>(i, s.t) + k < visible ? kt::exp_approx(z[i][k] - max) : 0.0f;
       sum += z[i][k];
     }
   sum = kt::row_reduce<THREADS, ROW_THREADS>(sum, warp_partials, kt::SumOp{});
