@@ -18,6 +18,9 @@
 //                           sums, bit for bit, with no sort and no workspace.
 //                           Every block reads all tokens: made for
 //                           vocabularies and batches whose product is modest.
+//                           One warp sums all of a row's tokens (as one slot
+//                           does in the sorted variant): an id that is a large
+//                           share of the batch makes that warp the tail.
 //   embedding_bwd, atomic   embedding_zero clears d_table, then
 //                           embedding_scatter adds each d_out row with fp32
 //                           atomicAdd (the order, and so the last bits, vary
