@@ -154,6 +154,20 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+/// sum += vector c (VEC elements) of the d_out rows at positions[0 .. n), in
+/// that order: both deterministic variants' sums.
+template <int VEC, class T>
+KT_DEVICE void add_column(kt::Vec<float, VEC>& sum, const T* __restrict__ d_out, const int* positions, int n, int c,
+                          int dim) {
+  const kt::Vec<T, VEC>* column = reinterpret_cast<const kt::Vec<T, VEC>*>(d_out) + c;
+#pragma unroll 4  // four rows' loads in flight; left to itself, ptxas unrolls further and spills at VEC 1
+  for (int j = 0; j < n; ++j) {
+    const kt::Vec<T, VEC> g = column[static_cast<long long>(positions[j]) * (dim / VEC)];
+#pragma unroll
+    for (int e = 0; e < VEC; ++e) sum.v[e] += kt::to_float(g.v[e]);
+  }
+}
+
 /// Sorted backward, second launch. Grid: ceil(vocab / (THREADS / ROW_THREADS))
 /// blocks, a row of d_table per slot: the sum of the d_out rows at
 /// index[starts[v]], ..., index[starts[v + 1] - 1], in that order (0 when none).
@@ -172,19 +186,10 @@ __global__ void __launch_bounds__(THREADS)
   const int first = starts[v], last = starts[v + 1];
   kt::Vec<float, VEC>* dst = reinterpret_cast<kt::Vec<float, VEC>*>(d_table + v * dim);
   for (int c = t; c < dim / VEC; c += ROW_THREADS) {
-    float acc[VEC];
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) acc[k] = 0.0f;
-    const kt::Vec<T, VEC>* column = reinterpret_cast<const kt::Vec<T, VEC>*>(d_out) + c;
-#pragma unroll 4  // four tokens' loads in flight; left to itself, ptxas unrolls further and spills at VEC 1
-    for (int i = first; i < last; ++i) {
-      const kt::Vec<T, VEC> g = column[static_cast<long long>(index[i]) * (dim / VEC)];
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) acc[k] += kt::to_float(g.v[k]);
-    }
     kt::Vec<float, VEC> sum;
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) sum.v[k] = acc[k];
+    for (int k = 0; k < VEC; ++k) sum.v[k] = 0.0f;
+    add_column(sum, d_out, index + first, last - first, c, dim);
     dst[c] = sum;
   }
 }
@@ -197,25 +202,14 @@ KT_DEVICE void add_rows(const T* __restrict__ d_out, const int* list, int held, 
                         kt::Vec<float, VEC>* __restrict__ dst, int dim, int lane) {
   __syncwarp();  // the warp's positions are in list
   for (int c = lane; c < dim / VEC; c += 32) {
-    float acc[VEC];
+    kt::Vec<float, VEC> sum;
     if (prior) {
-      const kt::Vec<float, VEC> before = dst[c];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[e] = before.v[e];
+      sum = dst[c];
     } else {
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[e] = 0.0f;
+      for (int e = 0; e < VEC; ++e) sum.v[e] = 0.0f;
     }
-    const kt::Vec<T, VEC>* column = reinterpret_cast<const kt::Vec<T, VEC>*>(d_out) + c;
-#pragma unroll 4
-    for (int j = 0; j < held; ++j) {
-      const kt::Vec<T, VEC> g = column[static_cast<long long>(list[j]) * (dim / VEC)];
-#pragma unroll
-      for (int e = 0; e < VEC; ++e) acc[e] += kt::to_float(g.v[e]);
-    }
-    kt::Vec<float, VEC> sum;
-#pragma unroll
-    for (int e = 0; e < VEC; ++e) sum.v[e] = acc[e];
+    add_column(sum, d_out, list, held, c, dim);
     dst[c] = sum;
   }
   __syncwarp();  // every lane has read list before the warp refills it
