@@ -360,8 +360,15 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
   }
   std::vector<Config> candidates(const Problem& p) const override {
     // The default with the next row group prefetched: the xl step's
-    // rmsnorm_bwd took 47 % of an H100's copy bandwidth without.
-    return {with(this->default_config(p), {{"prefetch", 1}})};
+    // rmsnorm_bwd took 47 % of an H100's copy bandwidth without. Then more
+    // blocks, four and eight an SM of an H100 or H200, with and without:
+    // at the default's two, a block's next loads wait for its row group's
+    // barrier and stores, and at the defaults an H200 took 2.1-2.6x the
+    // floor at every model size. The session skips those the rows leave
+    // no group for.
+    const Config def = this->default_config(p);
+    return {with(def, {{"prefetch", 1}}), with(def, {{"prefetch", 1}, {"blocks", 512}}),
+            with(def, {{"blocks", 512}}), with(def, {{"prefetch", 1}, {"blocks", kMaxBlocks}})};
   }
   Config default_more(Config c, const Problem& p) const override {
     c.set("prefetch", 0);

@@ -110,18 +110,26 @@ TEST_CASE("rmsnorm defaults are valid for every accepted dim and keep each threa
         }
 }
 
-TEST_CASE("rmsnorm backward candidates: the default with its next row group prefetched", "[rmsnorm][family]") {
+TEST_CASE("rmsnorm backward candidates: the default with its next row group prefetched, then with more blocks",
+          "[rmsnorm][family]") {
   for (const char* name : {"rmsnorm_bwd", "residual_rmsnorm_bwd"}) {
     const Family& f = find_family(name);
     const Problem xl{"bf16", {{"rows", 4096}, {"dim", 1600}}};
     INFO(name);
     const auto candidates = f.candidates(xl);
-    REQUIRE(candidates.size() == 1);
-    Config expected = f.default_config(xl);
-    CHECK(expected.at("prefetch") == 0);
-    expected.set("prefetch", 1);
-    CHECK(candidates[0] == expected);
-    CHECK(f.is_valid(candidates[0], xl, DeviceLimits::for_arch("sm_90")));
+    REQUIRE(candidates.size() == 4);
+    const Config def = f.default_config(xl);
+    CHECK(def.at("prefetch") == 0);
+    CHECK(def.at("blocks") == 256);
+    const std::vector<std::pair<std::int64_t, std::int64_t>> prefetch_blocks = {{1, 256}, {1, 512}, {0, 512},
+                                                                                {1, 1024}};
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      Config expected = def;
+      expected.set("prefetch", prefetch_blocks[i].first);
+      expected.set("blocks", prefetch_blocks[i].second);
+      CHECK(candidates[i] == expected);
+      CHECK(f.is_valid(candidates[i], xl, DeviceLimits::for_arch("sm_90")));
+    }
   }
   CHECK(forward_family().candidates(Problem{"bf16", {{"rows", 4096}, {"dim", 1600}}}).empty());
 }
