@@ -47,7 +47,8 @@ class Family {
   /// A better default than default_config on `device`'s architecture, where
   /// the family knows one: a shape valid there alone (sm_90's wgmma kernels,
   /// say) that beat default_config where it was measured. tuner::default_on
-  /// takes it first where it is valid.
+  /// takes it first where it is valid on the device (callers check, so a
+  /// family returns its shape without).
   virtual std::optional<Config> arch_default(const Problem& problem, const DeviceLimits& device) const {
     (void)problem, (void)device;
     return std::nullopt;

@@ -32,12 +32,11 @@ std::vector<Config> defaults_for(const templates::Family& f, const templates::Pr
   return out;
 }
 
-/// Configs to check for one family and problem: the defaults first, then all
+/// Configs to check for one family and problem: `defaults` (defaults_for) first, then all
 /// valid points or a seeded sample of them.
 std::vector<Config> configs_for(const templates::Family& f, const templates::Problem& p,
-                                const templates::DeviceLimits& limits, const CompileCheckOptions& o,
-                                std::size_t& invalid) {
-  const std::vector<Config> defaults = defaults_for(f, p, limits);
+                                const templates::DeviceLimits& limits, const std::vector<Config>& defaults,
+                                const CompileCheckOptions& o, std::size_t& invalid) {
   std::vector<Config> out = defaults;
   const std::uint64_t n = f.space().size();
   auto is_default = [&](const Config& c) { return std::find(defaults.begin(), defaults.end(), c) != defaults.end(); };
@@ -83,7 +82,7 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
     for (const auto& p : f->problem_classes()) {
       const std::vector<Config> defaults = defaults_for(*f, p, limits);
       std::size_t invalid = 0;
-      const auto configs = configs_for(*f, p, limits, o, invalid);
+      const auto configs = configs_for(*f, p, limits, defaults, o, invalid);
       s.invalid += invalid;
       s.invalid_by_family[f->name()] += invalid;
       for (const auto& c : configs) {
