@@ -13,8 +13,9 @@
 //
 // Layout: the row layout of common/rows.cuh, rows held in registers: thread
 // t of a row owns the vectors of VEC elements starting at columns (i *
-// ROW_THREADS + t) * VEC, i < ITEMS, so each row is read from memory once. The host sets ITEMS = ceil(dim / (ROW_THREADS * VEC)) and requires
-// dim % VEC == 0 and VEC-aligned buffers.
+// ROW_THREADS + t) * VEC, i < ITEMS, so each row is read from memory once.
+// The host sets ITEMS = ceil(dim / (ROW_THREADS * VEC)) and requires dim %
+// VEC == 0 and VEC-aligned buffers.
 #pragma once
 #include "common/rows.cuh"
 
@@ -108,11 +109,13 @@ __global__ void __launch_bounds__(THREADS)
   forward_rows<THREADS, ROW_THREADS, VEC, ITEMS, true, T>(x, r, w, h, y, rstd, rows, dim, eps);
 }
 
-/// Both backward kernels: with RESIDUAL, dstream is added to dx. With
-/// PREFETCH a thread loads its row of the block's next group (x, dy, and
-/// dstream) before this group's reduction, so those loads are in flight
-/// across its barrier and stores, where a group's loads would otherwise wait
-/// for the previous group's end (and dstream's for the reduction).
+/// Both backward kernels: with RESIDUAL, dstream is added to dx. A row's
+/// rstd is loaded with its x and dy, so it is in flight with them rather
+/// than after the reduction. With PREFETCH a thread loads its row of the
+/// block's next group (x, dy, rstd and dstream) before this group's
+/// reduction, so those loads are in flight across its barrier and stores,
+/// where a group's loads would otherwise wait for the previous group's end
+/// (and dstream's for the reduction).
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool PREFETCH, bool RESIDUAL, class T>
 KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, const T* dy, const T* dstream, T* dx,
                              float* dw_partial, long long rows, int dim) {
@@ -132,13 +135,15 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     for (int k = 0; k < VEC; ++k) dw_acc[i][k] = 0.0f;
 
   const long long groups = (rows + ROWS - 1) / ROWS;
-  // PREFETCH: this thread's row of the block's next group, x, dy and (RESIDUAL) dstream.
+  // PREFETCH: this thread's row of the block's next group, x, dy, rstd and (RESIDUAL) dstream.
   struct Ahead {
     kt::Vec<T, VEC> x[ITEMS], dy[ITEMS], stream[RESIDUAL ? ITEMS : 1];
+    float rstd;
   };
   const auto load_ahead = [&](Ahead& ahead, long long group) {
     const long long row = group * ROWS + slot;
     if (group >= groups || row >= rows) return;
+    ahead.rstd = rstd[row];
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
       const int c = (i * ROW_THREADS + t) * VEC;
@@ -156,7 +161,9 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     const bool active = row < rows;
     const long long offset = (active ? row : 0) * dim;
     kt::Vec<T, VEC> xv[ITEMS], dyv[ITEMS], svs[PREFETCH && RESIDUAL ? ITEMS : 1];
+    float s = 0.0f;
     if constexpr (PREFETCH) {
+      s = next.rstd;
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
         xv[i] = next.x[i];
@@ -164,6 +171,8 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
         if constexpr (RESIDUAL) svs[i] = next.stream[i];
       }
       load_ahead(next, group + gridDim.x);
+    } else if (active) {
+      s = rstd[row];
     }
     float dot = 0.0f;  // this thread's part of sum(w * dy * x)
 #pragma unroll
@@ -181,7 +190,6 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     }
     dot = kt::row_reduce<THREADS, ROW_THREADS>(dot, warp_sums, kt::SumOp{});
     if (!active) continue;  // spare slots still join the next group's row_reduce
-    const float s = rstd[row];
     const float k_row = s * s * dot / static_cast<float>(dim);
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) {
