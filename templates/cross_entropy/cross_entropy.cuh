@@ -14,7 +14,8 @@
 // logits is far more than registers hold, so threads stream it: in
 // each step thread t of a row takes UNROLL vectors of VEC elements, vectors
 // u * ROW_THREADS + t of the step (coalesced across the row's threads), and
-// issues the step's loads before its exponentials. Vectors start at
+// issues the step's loads before its exponentials (the forward with
+// PREFETCH: the next step's too). Vectors start at
 // VEC-aligned addresses: the elements of a row before its first aligned
 // address (the "head") and after its last whole vector (the "tail"), fewer
 // than VEC each, go one per thread. So any vocabulary, and any
@@ -73,8 +74,11 @@ KT_DEVICE RowSplit split_row(const T* row, int vocab) {
 }
 
 /// This thread's part of the logsumexp of `row` (vocab,): one pass, and per
-/// step of UNROLL vectors one rescale of the running sum.
-template <int ROW_THREADS, int VEC, int UNROLL, class T>
+/// step of UNROLL vectors one rescale of the running sum. With PREFETCH the
+/// next step's vectors are loaded before this step's exponentials, so the
+/// loads are in flight while the special function unit works, where a step's
+/// loads would otherwise wait for the previous step's sum.
+template <int ROW_THREADS, int VEC, int UNROLL, bool PREFETCH, class T>
 KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
   MaxSum acc = {negative_infinity(), 0.0f};
   const RowSplit split = split_row<VEC>(row, vocab);
@@ -82,17 +86,33 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
   for (int i = t; i < split.edges; i += ROW_THREADS) absorb(acc, kt::to_float(row[split.edge_column(i)]));
 
   const kt::Vec<T, VEC>* body = reinterpret_cast<const kt::Vec<T, VEC>*>(row + split.head);
-  for (int step = 0; step < vectors; step += ROW_THREADS * UNROLL) {
-    kt::Vec<T, VEC> x[UNROLL];
-    float step_max = negative_infinity();
+  struct Step {
+    kt::Vec<T, VEC> v[UNROLL];
+  };
+  constexpr int STRIDE = ROW_THREADS * UNROLL;  // vectors of the row per step
+  const auto load = [&](Step& x, int step) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
       const int j = step + u * ROW_THREADS + t;
-      if (j < vectors) {
-        x[u] = body[j];
+      if (j < vectors) x.v[u] = body[j];
+    }
+  };
+  Step ahead;
+  if constexpr (PREFETCH) load(ahead, 0);
+  for (int step = 0; step < vectors; step += STRIDE) {
+    Step x;
+    if constexpr (PREFETCH) {
+      x = ahead;
+      load(ahead, step + STRIDE);
+    } else {
+      load(x, step);
+    }
+    float step_max = negative_infinity();
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) step_max = fmaxf(step_max, kt::to_float(x[u].v[k]));
-      }
+    for (int u = 0; u < UNROLL; ++u) {
+      if (step + u * ROW_THREADS + t < vectors)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) step_max = fmaxf(step_max, kt::to_float(x.v[u].v[k]));
     }
     if (step_max == negative_infinity()) continue;  // nothing loaded, or only -inf: adds 0
     if (step_max > acc.max) {
@@ -101,10 +121,9 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
     }
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      const int j = step + u * ROW_THREADS + t;
-      if (j < vectors)
+      if (step + u * ROW_THREADS + t < vectors)
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) acc.sum += kt::exp_approx(kt::to_float(x[u].v[k]) - acc.max);
+        for (int k = 0; k < VEC; ++k) acc.sum += kt::exp_approx(kt::to_float(x.v[u].v[k]) - acc.max);
     }
   }
   return acc;
@@ -124,6 +143,7 @@ template <int THREADS,      // threads per block: more rows per block vs more bl
           int ROW_THREADS,  // threads per row: few keep the merge in shuffles, many shorten each thread's stream
           int VEC,          // elements per access (up to 16 bytes): wider loads, fewer instructions
           int UNROLL,       // vectors per thread per step: more loads in flight, fewer rescales, more registers
+          bool PREFETCH,    // the next step's loads issued before this step's exponentials: overlap vs registers
           class T>          // float or __nv_bfloat16
 __global__ void __launch_bounds__(THREADS)
     cross_entropy_fwd(const T* logits,    // (rows, vocab)
@@ -138,7 +158,7 @@ __global__ void __launch_bounds__(THREADS)
   const T* x = logits + (s.active ? s.row : 0) * vocab;
 
   MaxSum acc = {negative_infinity(), 0.0f};
-  if (s.active) acc = row_part<ROW_THREADS, VEC, UNROLL>(x, vocab, s.t);
+  if (s.active) acc = row_part<ROW_THREADS, VEC, UNROLL, PREFETCH>(x, vocab, s.t);
   acc = kt::row_reduce<THREADS, ROW_THREADS>(acc, warp_parts, kt::MaxSumExpOp{});
   if (!s.active || s.t != 0) return;
   const int target = targets[s.row];

@@ -18,10 +18,16 @@ using namespace ktune::templates::cross_entropy;
 
 namespace {
 
-const std::vector<const Family*> kFamilies = {&forward_family(), &backward_family()};
+const Family& fwd = forward_family();
+const Family& bwd = backward_family();
+const std::vector<const Family*> kFamilies = {&fwd, &bwd};
 
-Config layout(std::int64_t threads, std::int64_t row_threads, std::int64_t vec, std::int64_t unroll) {
-  return Config({{"threads", threads}, {"row_threads", row_threads}, {"vec", vec}, {"unroll", unroll}});
+/// A config of `f`'s space: the forward's also has `prefetch`.
+Config layout(const Family& f, std::int64_t threads, std::int64_t row_threads, std::int64_t vec, std::int64_t unroll,
+              std::int64_t prefetch = 0) {
+  Config c({{"threads", threads}, {"row_threads", row_threads}, {"vec", vec}, {"unroll", unroll}});
+  if (&f == &fwd) c.set("prefetch", prefetch);
+  return c;
 }
 
 std::string why_invalid(const Family& f, const Config& c, const Problem& p) {
@@ -75,25 +81,25 @@ TEST_CASE("cross_entropy constraints reject configs before compiling, saying why
   const Problem ragged{"f32", {{"rows", 64}, {"vocab", 1001}}};
   for (const Family* f : kFamilies) {
     INFO(f->name());
-    CHECK(f->is_valid(layout(256, 256, 4, 2), f32, sm90));
-    CHECK_THAT(why_invalid(*f, layout(256, 256, 8, 2), f32), Catch::Contains("at most 16 bytes: vec <= 4 for f32"));
-    CHECK(f->is_valid(layout(256, 256, 8, 2), bf16, sm90));
-    CHECK_THAT(why_invalid(*f, layout(64, 128, 4, 1), f32), Catch::Contains("fit in one block"));
+    CHECK(f->is_valid(layout(*f, 256, 256, 4, 2), f32, sm90));
+    CHECK_THAT(why_invalid(*f, layout(*f, 256, 256, 8, 2), f32), Catch::Contains("at most 16 bytes: vec <= 4 for f32"));
+    CHECK(f->is_valid(layout(*f, 256, 256, 8, 2), bf16, sm90));
+    CHECK_THAT(why_invalid(*f, layout(*f, 64, 128, 4, 1), f32), Catch::Contains("fit in one block"));
     // 1001 logits: 512 threads x 4 would leave most threads without a vector.
-    CHECK_THAT(why_invalid(*f, layout(1024, 1024, 4, 1), ragged), Catch::Contains("no vector of the 1001 logits"));
-    CHECK(f->is_valid(layout(256, 128, 4, 1), ragged, sm90));
+    CHECK_THAT(why_invalid(*f, layout(*f, 1024, 1024, 4, 1), ragged), Catch::Contains("no vector of the 1001 logits"));
+    CHECK(f->is_valid(layout(*f, 256, 128, 4, 1), ragged, sm90));
     // 256 threads x 4 cover the row in their first vectors: a second vector per step only idles.
-    CHECK_THAT(why_invalid(*f, layout(256, 256, 4, 2), ragged), Catch::Contains("lower unroll"));
-    CHECK_THAT(why_invalid(*f, layout(256, 128, 4, 4), ragged), Catch::Contains("lower unroll"));
-    CHECK(f->is_valid(layout(256, 128, 4, 2), ragged, sm90));
+    CHECK_THAT(why_invalid(*f, layout(*f, 256, 256, 4, 2), ragged), Catch::Contains("lower unroll"));
+    CHECK_THAT(why_invalid(*f, layout(*f, 256, 128, 4, 4), ragged), Catch::Contains("lower unroll"));
+    CHECK(f->is_valid(layout(*f, 256, 128, 4, 2), ragged, sm90));
     // The smallest row_threads and unroll 1 are always allowed, however short the row.
-    CHECK(f->is_valid(layout(64, 8, 4, 1), Problem{"f32", {{"rows", 1}, {"vocab", 1}}}, sm90));
+    CHECK(f->is_valid(layout(*f, 64, 8, 4, 1), Problem{"f32", {{"rows", 1}, {"vocab", 1}}}, sm90));
     // A device limit: a block of 1024 threads on a device that allows fewer.
     DeviceLimits small = sm90;
     small.max_threads_per_block = 512;
     std::string why;
-    CHECK(f->is_valid(layout(1024, 1024, 4, 1), f32, sm90));
-    CHECK_FALSE(f->is_valid(layout(1024, 1024, 4, 1), f32, small, &why));
+    CHECK(f->is_valid(layout(*f, 1024, 1024, 4, 1), f32, sm90));
+    CHECK_FALSE(f->is_valid(layout(*f, 1024, 1024, 4, 1), f32, small, &why));
     CHECK_THAT(why, Catch::Contains("block limit"));
   }
 }
@@ -117,21 +123,47 @@ TEST_CASE("cross_entropy defaults are valid for every accepted vocabulary and st
         }
   // The model's vocabulary: 16-byte accesses, a few vectors per thread, one row per block.
   CHECK(forward_family().default_config(Problem{"f32", {{"rows", 4096}, {"vocab", 10000}}}) ==
-        layout(512, 512, 4, 2));
+        layout(fwd, 512, 512, 4, 2));
   CHECK(forward_family().default_config(Problem{"bf16", {{"rows", 512}, {"vocab", 10000}}}) ==
-        layout(256, 256, 8, 2));
+        layout(fwd, 256, 256, 8, 2));
   // A short vocabulary: many rows per block.
   CHECK(backward_family().default_config(Problem{"bf16", {{"rows", 45}, {"vocab", 77}}}).at("row_threads") == 8);
 }
 
+TEST_CASE("cross_entropy_fwd candidates: the default with its next step prefetched, with whole rows in fewer "
+          "steps, and both",
+          "[cross_entropy][family]") {
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  for (const char* dtype : {"bf16", "f32"}) {
+    const Problem p{dtype, {{"rows", 4096}, {"vocab", 10000}}};
+    INFO(dtype);
+    const Config def = fwd.default_config(p);
+    CHECK(def.at("prefetch") == 0);
+    const auto candidates = fwd.candidates(p);
+    const std::vector<std::pair<std::int64_t, std::int64_t>> unroll_prefetch = {{2, 1}, {4, 0}, {4, 1}};
+    REQUIRE(candidates.size() == unroll_prefetch.size());
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      Config expected = def;
+      expected.set("unroll", unroll_prefetch[i].first);
+      expected.set("prefetch", unroll_prefetch[i].second);
+      CHECK(candidates[i] == expected);
+      CHECK(fwd.is_valid(candidates[i], p, sm90));
+    }
+  }
+  CHECK(bwd.candidates(Problem{"bf16", {{"rows", 4096}, {"vocab", 10000}}}).empty());
+}
+
 TEST_CASE("cross_entropy rendering: tunables are template arguments, the shape is not", "[cross_entropy][family]") {
   const Problem p{"f32", {{"rows", 8}, {"vocab", 10000}}};
-  const Config c = layout(256, 64, 4, 2);
+  const Config c = layout(fwd, 256, 64, 4, 2);
   const Rendered r = forward_family().render(c, p);
   REQUIRE(r.kernels.size() == 1);
-  CHECK(r.kernels[0] == "cross_entropy::cross_entropy_fwd<256, 64, 4, 2, float>");
+  CHECK(r.kernels[0] == "cross_entropy::cross_entropy_fwd<256, 64, 4, 2, false, float>");
   CHECK(forward_family().render(c, Problem{"f32", {{"rows", 999}, {"vocab", 1001}}}).source == r.source);
-  CHECK(backward_family().render(layout(128, 32, 8, 1), Problem{"bf16", {{"rows", 8}, {"vocab", 77}}}).kernels[0] ==
+  CHECK(fwd.render(layout(fwd, 256, 64, 4, 2, 1), p).kernels[0] ==
+        "cross_entropy::cross_entropy_fwd<256, 64, 4, 2, true, float>");
+  const Problem short_rows{"bf16", {{"rows", 8}, {"vocab", 77}}};
+  CHECK(bwd.render(layout(bwd, 128, 32, 8, 1), short_rows).kernels[0] ==
         "cross_entropy::cross_entropy_bwd<128, 32, 8, 1, kt::bf16>");
   CHECK_THAT(r.source, Catch::Contains("cross_entropy_fwd"));
 }
@@ -216,12 +248,12 @@ TEST_CASE("cross_entropy plans: one row group per block, element-aligned buffers
   const auto device = DeviceLimits::for_arch("sm_90");
   const Problem p{"bf16", {{"rows", 301}, {"vocab", 10000}}};
   const std::vector<std::uint64_t> a = {0x1000, 0x2000, 0x3000, 0x4000};
-  const auto fplan = forward_family().plan(layout(128, 32, 8, 2), p, a, device);
+  const auto fplan = forward_family().plan(layout(fwd, 128, 32, 8, 2), p, a, device);
   REQUIRE(fplan.size() == 1);
   CHECK(fplan[0].grid[0] == 76);  // ceil(301 / 4 rows per block)
   CHECK(fplan[0].block[0] == 128);
   CHECK(fplan[0].args.count() == 6);
-  const auto bplan = backward_family().plan(layout(512, 512, 8, 1), p, a, device);
+  const auto bplan = backward_family().plan(layout(bwd, 512, 512, 8, 1), p, a, device);
   REQUIRE(bplan.size() == 1);
   CHECK(bplan[0].grid[0] == 301);
   CHECK(bplan[0].args.count() == 7);
@@ -229,17 +261,17 @@ TEST_CASE("cross_entropy plans: one row group per block, element-aligned buffers
   // Vectors need no alignment (heads go one element at a time), elements do.
   auto shifted = a;
   shifted[0] += 2;
-  CHECK_NOTHROW(forward_family().plan(layout(128, 32, 8, 2), p, shifted, device));
+  CHECK_NOTHROW(forward_family().plan(layout(fwd, 128, 32, 8, 2), p, shifted, device));
   shifted[0] += 1;
-  CHECK_THROWS_WITH(forward_family().plan(layout(128, 32, 8, 2), p, shifted, device),
+  CHECK_THROWS_WITH(forward_family().plan(layout(fwd, 128, 32, 8, 2), p, shifted, device),
                     Catch::Contains("buffer 'logits'") && Catch::Contains("2 bytes of its elements"));
   shifted = a;
   shifted[2] += 2;
-  CHECK_THROWS_WITH(backward_family().plan(layout(128, 32, 8, 2), p, shifted, device),
+  CHECK_THROWS_WITH(backward_family().plan(layout(bwd, 128, 32, 8, 2), p, shifted, device),
                     Catch::Contains("buffer 'lse'"));
-  CHECK_THROWS_WITH(forward_family().plan(layout(128, 32, 8, 2), p, std::vector<std::uint64_t>{0x1000}, device),
+  CHECK_THROWS_WITH(forward_family().plan(layout(fwd, 128, 32, 8, 2), p, std::vector<std::uint64_t>{0x1000}, device),
                     Catch::Contains("logits, targets, losses, lse"));
-  CHECK_THROWS_WITH(backward_family().plan(layout(128, 32, 8, 2), p, std::vector<std::uint64_t>{0x1000}, device),
+  CHECK_THROWS_WITH(backward_family().plan(layout(bwd, 128, 32, 8, 2), p, std::vector<std::uint64_t>{0x1000}, device),
                     Catch::Contains("logits, targets, lse, dlogits"));
 }
 
