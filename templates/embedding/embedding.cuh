@@ -21,6 +21,10 @@
 //                           One warp sums all of a row's tokens (as one slot
 //                           does in the sorted variant): an id that is a large
 //                           share of the batch makes that warp the tail.
+//                           With ZERO_FIRST each warp stores zeros over its
+//                           row before the walk, so the rows no token hits
+//                           (most of them) are written while the tokens are
+//                           read, and a row with tokens is written twice.
 //   embedding_bwd, atomic   embedding_zero clears d_table, then
 //                           embedding_scatter adds each d_out row with fp32
 //                           atomicAdd (the order, and so the last bits, vary
@@ -222,7 +226,11 @@ KT_DEVICE void add_rows(const T* __restrict__ d_out, const int* list, int held, 
 /// barrier. A warp collects its positions (in order) until BATCH - 32 are
 /// held, then adds their d_out rows to its row of d_table, in that order (the
 /// first batch starts from 0, later ones from what the earlier ones stored).
-template <int THREADS, int ROW_THREADS, int VEC, class T>
+/// With ZERO_FIRST the row's zeros are stored first, by the lanes that later
+/// store its sums (each lane's stores to a column stay in program order).
+template <int THREADS, int ROW_THREADS, int VEC,
+          bool ZERO_FIRST,  // zeros stored before the walk: its reads overlap them vs rows with tokens written twice
+          class T>
 // At least one block an SM: without it ptxas holds the kernel to about 32 registers and spills.
 __global__ void __launch_bounds__(THREADS, 1)
     embedding_scan(const int* __restrict__ tokens,  // (rows,)
@@ -244,6 +252,14 @@ __global__ void __launch_bounds__(THREADS, 1)
   bool stored = false;  // a batch of this row has been written to d_table
   kt::Vec<float, VEC>* dst = reinterpret_cast<kt::Vec<float, VEC>*>(d_table + v * dim);
   int next = k < rows ? tokens[k] : -1;
+  if constexpr (ZERO_FIRST) {
+    if (v < vocab) {
+      kt::Vec<float, VEC> zero;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) zero.v[e] = 0.0f;
+      for (int c = lane; c < dim / VEC; c += 32) dst[c] = zero;  // add_rows's columns of each lane
+    }
+  }
   for (long long base = 0; base < rows; base += THREADS) {
     const int id = next;
     const long long ahead = base + THREADS + k;
@@ -267,7 +283,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();  // owner[] is rewritten by the next tile
   }
   if (v >= vocab) return;
-  if (held > 0 || !stored) add_rows<VEC>(d_out, list, held, stored, dst, dim, lane);  // or zeros: no token
+  if (held > 0 || (!stored && !ZERO_FIRST)) add_rows<VEC>(d_out, list, held, stored, dst, dim, lane);  // or zeros
 }
 
 /// Atomic backward, first launch: d_table = 0. Grid: any size (grid-stride).

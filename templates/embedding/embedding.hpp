@@ -5,8 +5,9 @@
 //                  picks fp32 atomicAdd (0: no workspace, last bits vary), a
 //                  stable sort of the tokens and a pass per vocabulary row
 //                  (1: needs a workspace) or a warp per vocabulary row
-//                  gathering its tokens in one launch (2); 1 and 2 sum in
-//                  token order, bit-identical across runs and to each other
+//                  gathering its tokens in one launch (2; 3: its rows zeroed
+//                  before the walk); 1, 2 and 3 sum in token order,
+//                  bit-identical across runs and to each other
 // Problems: dtype f32 (everything fp32) or bf16 (bf16 table and out for the
 // forward, the bf16 copy of the weights; bf16 d_out with an fp32 d_table, the
 // master weights' gradient, for the backward); dims `rows` (tokens), `dim`

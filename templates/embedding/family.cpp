@@ -169,8 +169,12 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
   const Space& space() const override { return space_; }
 
   Rendered render(const Config& c, const Problem& p) const override {
-    if (method(c) == kScan)
-      return render_template(kTemplate, {"embedding::embedding_scan<" + template_args(c, p) + ">"}, name());
+    if (scan(c))
+      return render_template(kTemplate,
+                             {fmt::format("embedding::embedding_scan<{}, {}, {}, {}, {}>", c.at("threads"),
+                                          c.at("row_threads"), c.at("vec"),
+                                          method(c) == kScanZeroFirst ? "true" : "false", activation_type(p))},
+                             name());
     if (method(c) == kSorted)
       return render_template(kTemplate,
                              {fmt::format("embedding::embedding_index<{}>", c.at("threads")),
@@ -218,7 +222,7 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
     require_aligned(name(), "d_out", a.d_out, vec * activation_bytes(p), kVectorAccesses);
     require_aligned(name(), "d_table", a.d_table, std::min<std::int64_t>(16, 4 * vec), kVectorAccesses);
     const auto threads = static_cast<unsigned>(c.at("threads"));
-    if (method(c) == kScan) {
+    if (scan(c)) {
       std::vector<Launch> launches(1);
       launches[0].grid = {row_blocks(c, vocab), 1, 1};
       launches[0].block = {threads, 1, 1};
@@ -258,6 +262,16 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
     return launches;
   }
 
+  std::vector<Config> candidates(const Problem& p) const override {
+    // At the scan default an H200 took 1.9-2.7x the floor, slower than the
+    // eager chain (zero, atomic scatter) at ctx 256: a block stores its rows,
+    // most of them zeros, only after its walk. The rows zeroed first.
+    Config c = default_config(p);
+    if (method(c) != kScan) return {};
+    c.set("deterministic", kScanZeroFirst);
+    return {c};
+  }
+
   double flops(const Problem& p) const override {  // one add per element of d_out
     return static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("dim"));
   }
@@ -276,24 +290,27 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
   }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& device,
                      std::string* why) const override {
-    if (method(c) == kScan && c.at("row_threads") != 32)
-      return reject(why, fmt::format("deterministic 2 (the scan) gives each d_table row one warp: row_threads "
+    if (scan(c) && c.at("row_threads") != 32)
+      return reject(why, fmt::format("deterministic {} (the scan) gives each d_table row one warp: row_threads "
                                      "must be 32, not {}",
-                                     c.at("row_threads")));
+                                     method(c), c.at("row_threads")));
     return EmbeddingFamily::is_valid_more(c, p, device, why);
   }
 
  private:
   // How d_table's rows are summed (the "deterministic" parameter).
-  static constexpr std::int64_t kAtomic = 0, kSorted = 1, kScan = 2;
+  static constexpr std::int64_t kAtomic = 0, kSorted = 1, kScan = 2, kScanZeroFirst = 3;
   static std::int64_t method(const Config& c) { return c.at("deterministic"); }
+  static bool scan(const Config& c) { return method(c) == kScan || method(c) == kScanZeroFirst; }
   static std::vector<Param> with_deterministic(std::vector<Param> params) {
-    params.push_back({"deterministic", {kAtomic, kSorted, kScan},
+    params.push_back({"deterministic", {kAtomic, kSorted, kScan, kScanZeroFirst},
                       "how d_table's rows are summed. 0: fp32 atomicAdd per element (no workspace, contention on "
                       "repeated ids, last bits vary); 1: a stable sort of the tokens in one block, then one pass per "
                       "vocabulary row (a workspace); 2: a warp per vocabulary row gathers its tokens' positions "
                       "from one walk of the tokens per block (one launch, no workspace; every block reads all "
-                      "tokens). 1 and 2 sum in token order: bit-identical across runs and to each other"});
+                      "tokens); 3: 2 with each warp's row zeroed before the walk (the stores of rows without "
+                      "tokens overlap it; rows with tokens are written twice). 1, 2 and 3 sum in token order: "
+                      "bit-identical across runs and to each other"});
     return params;
   }
   Space space_;

@@ -13,8 +13,8 @@ void embedding_forward(const std::int32_t* tokens, const T* table, T* out, std::
   for (std::int64_t t = 0; t < n; ++t) {
     const std::int64_t id = tokens[t];
     KTUNE_REQUIRE(id >= 0 && id < vocab,
-                  "token " + std::to_string(id) + " at position " + std::to_string(t) + " is outside the vocabulary [0, " +
-                      std::to_string(vocab) + ")");
+                  "token " + std::to_string(id) + " at position " + std::to_string(t) +
+                      " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     const T* row = table + id * dim;
     T* dst = out + t * dim;
     for (std::int64_t c = 0; c < dim; ++c) dst[c] = row[c];

@@ -95,14 +95,18 @@ TEST_CASE("embedding kernels: non-default configs on ragged shapes match the ref
                                              problem("bf16", 45, 100, 1000), 1);
     }
   }
-  SECTION("backward, scan, f32, 7 ids over 300 tokens") {
-    // Tiles of 64 tokens, the last one short; about 43 tokens an id: each
-    // row is summed in two batches or more; the last block's second warp has
-    // no row.
-    test::check_emulated_matches_reference(backward_family(), bwd(64, 32, 2, 2), problem("f32", 300, 36, 7), 1);
-  }
-  SECTION("backward, scan, bf16 d_out, vocabulary rows without tokens") {
-    test::check_emulated_matches_reference(backward_family(), bwd(128, 32, 4, 2), problem("bf16", 45, 100, 1000), 1);
+  // 2: the scan; 3: the scan with its rows zeroed before the walk.
+  for (const std::int64_t scan : {2, 3}) {
+    DYNAMIC_SECTION("backward, scan " << scan << ", f32, 7 ids over 300 tokens") {
+      // Tiles of 64 tokens, the last one short; about 43 tokens an id: each
+      // row is summed in two batches or more; the last block's second warp
+      // has no row.
+      test::check_emulated_matches_reference(backward_family(), bwd(64, 32, 2, scan), problem("f32", 300, 36, 7), 1);
+    }
+    DYNAMIC_SECTION("backward, scan " << scan << ", bf16 d_out, vocabulary rows without tokens") {
+      test::check_emulated_matches_reference(backward_family(), bwd(128, 32, 4, scan), problem("bf16", 45, 100, 1000),
+                                             1);
+    }
   }
 }
 
@@ -112,7 +116,7 @@ TEST_CASE("embedding_bwd sorted and scan: d_table repeats bit for bit whatever t
   const Problem p = problem("f32", 1000, 64, 13);
   const Workload w = backward_family().make_workload(p, 4);
   std::vector<std::vector<float>> results;
-  for (const Config& c : {bwd(128, 16, 4, 1), bwd(128, 32, 2, 2)})
+  for (const Config& c : {bwd(128, 16, 4, 1), bwd(128, 32, 2, 2), bwd(128, 32, 2, 3)})
     for (const unsigned workers : {1u, 2u, 2u}) {
       Buffers b;
       for (const auto& hb : w.buffers) b.add(hb.bytes, hb.role != Role::kInput);

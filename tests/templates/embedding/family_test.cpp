@@ -67,6 +67,8 @@ TEST_CASE("embedding constraints and defaults", "[embedding][family]") {
     }
   CHECK_FALSE(backward_family().is_valid(bwd(256, 16, 4, 2), p, kDevice, &why));
   CHECK_THAT(why, Catch::Contains("row_threads must be 32, not 16"));
+  CHECK_FALSE(backward_family().is_valid(bwd(256, 16, 4, 3), p, kDevice, &why));
+  CHECK_THAT(why, Catch::Contains("deterministic 3 (the scan) gives each d_table row one warp"));
   // Reproducible by default: the scan (one launch) where a warp per row fits, else the sort.
   CHECK(backward_family().default_config(p).at("deterministic") == 2);
   CHECK(backward_family().default_config(problem("bf16", 4096, 768, 10000)).at("deterministic") == 2);
@@ -76,6 +78,18 @@ TEST_CASE("embedding constraints and defaults", "[embedding][family]") {
   CHECK(forward_family().default_config(problem("bf16", 9, 768, 50)).at("vec") == 8);
 }
 
+TEST_CASE("embedding_bwd candidates: the scan default with its rows zeroed before the walk", "[embedding][family]") {
+  const Problem xl = problem("bf16", 4096, 1600, 10000);
+  const Config def = backward_family().default_config(xl);
+  REQUIRE(def.at("deterministic") == 2);
+  Config zero_first = def;
+  zero_first.set("deterministic", 3);
+  CHECK(backward_family().candidates(xl) == std::vector<Config>{zero_first});
+  CHECK(backward_family().is_valid(zero_first, xl, DeviceLimits::for_arch("sm_90")));
+  // A sorting default has no scan to change.
+  CHECK(backward_family().candidates(problem("f32", 300, 36, 7)).empty());
+}
+
 TEST_CASE("embedding rendering names each variant's kernels", "[embedding][family]") {
   const Problem p = problem("bf16", 67, 768, 97);
   CHECK(forward_family().render(layout(128, 32, 8), p).kernels ==
@@ -83,7 +97,9 @@ TEST_CASE("embedding rendering names each variant's kernels", "[embedding][famil
   CHECK(backward_family().render(bwd(128, 32, 8, 1), p).kernels ==
         std::vector<std::string>{"embedding::embedding_index<128>", "embedding::embedding_rows<128, 32, 8, kt::bf16>"});
   CHECK(backward_family().render(bwd(128, 32, 8, 2), p).kernels ==
-        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, kt::bf16>"});
+        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, false, kt::bf16>"});
+  CHECK(backward_family().render(bwd(128, 32, 8, 3), p).kernels ==
+        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, true, kt::bf16>"});
   CHECK(backward_family().render(bwd(256, 16, 4, 0), problem("f32", 4, 100, 9)).kernels ==
         std::vector<std::string>{"embedding::embedding_zero<256>",
                                  "embedding::embedding_scatter<256, 16, 4, float>"});
