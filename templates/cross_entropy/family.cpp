@@ -132,9 +132,10 @@ class CrossEntropyFamily : public RowFamily<ArgsT> {
   static Space params(bool prefetch) {
     auto params = row_params("threads per row: up to a warp merges with shuffles alone, more shorten each thread's "
                              "stream");
-    // unroll stops at 4: a step's logits (at most 32) then fit in registers (ptxas: at most 74 over the
-    // space). The only spills, 8 to 32 bytes, are sm_90's with 1024-thread blocks, where ptxas keeps
-    // kernels at 32 registers for full occupancy; the defaults never spill.
+    // unroll stops at 4: a step's logits (at most 32), twice with the forward's prefetch, then fit in
+    // registers (ptxas: at most 74 over the spaces; the forward's, prefetch included, 67). The only
+    // spills, 8 to 32 bytes, are in 1024-thread blocks, where ptxas keeps kernels at 32 registers for
+    // full occupancy (of the forward's, four configs without prefetch on sm_80); the defaults never spill.
     params.push_back({"unroll", {1, 2, 4},
                       "vectors per thread per step: more loads in flight and fewer rescales of the running sum, more "
                       "registers"});
