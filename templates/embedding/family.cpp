@@ -81,9 +81,10 @@ class EmbeddingFamily : public RowFamily<ArgsT> {
   /// The default of the parameters a family adds.
   virtual Config default_more(Config c) const { return c; }
 
-  /// THREADS, ROW_THREADS, VEC, T of the row kernels.
-  static std::string template_args(const Config& c, const Problem& p) {
-    return fmt::format("{}, {}, {}, {}", c.at("threads"), c.at("row_threads"), c.at("vec"), activation_type(p));
+  /// THREADS, ROW_THREADS, VEC, (`more`,) T of the row kernels.
+  static std::string template_args(const Config& c, const Problem& p, const std::string& more = "") {
+    return fmt::format("{}, {}, {}, {}{}", c.at("threads"), c.at("row_threads"), c.at("vec"),
+                       more.empty() ? "" : more + ", ", activation_type(p));
   }
   /// Blocks over `rows` rows of the config's layout.
   static unsigned row_blocks(const Config& c, std::int64_t rows) {
@@ -170,11 +171,10 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
 
   Rendered render(const Config& c, const Problem& p) const override {
     if (scan(c))
-      return render_template(kTemplate,
-                             {fmt::format("embedding::embedding_scan<{}, {}, {}, {}, {}>", c.at("threads"),
-                                          c.at("row_threads"), c.at("vec"),
-                                          method(c) == kScanZeroFirst ? "true" : "false", activation_type(p))},
-                             name());
+      return render_template(
+          kTemplate,
+          {"embedding::embedding_scan<" + template_args(c, p, method(c) == kScanZeroFirst ? "true" : "false") + ">"},
+          name());
     if (method(c) == kSorted)
       return render_template(kTemplate,
                              {fmt::format("embedding::embedding_index<{}>", c.at("threads")),
@@ -266,10 +266,9 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
     // At the scan default an H200 took 1.9-2.7x the floor, slower than the
     // eager chain (zero, atomic scatter) at ctx 256: a block stores its rows,
     // most of them zeros, only after its walk. The rows zeroed first.
-    Config c = default_config(p);
-    if (method(c) != kScan) return {};
-    c.set("deterministic", kScanZeroFirst);
-    return {c};
+    const Config def = default_config(p);
+    if (method(def) != kScan) return {};
+    return {with(def, {{"deterministic", kScanZeroFirst}})};
   }
 
   double flops(const Problem& p) const override {  // one add per element of d_out
