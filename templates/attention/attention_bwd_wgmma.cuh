@@ -1,5 +1,5 @@
 // Attention backward's dK/dV pass on Hopper's warpgroup products (sm_90a;
-// the family's `mma` 1), with dQ by fp32 atomics: the math of
+// the family's `mma` 1 and 2), with dQ by fp32 atomics: the math of
 // attention_bwd.cuh's attention_bwd_dkdv (same arguments, same pre-kernel and
 // dQ conversion around it), its five products issued as wgmma by whole
 // warpgroups. Per (query head, query tile) step, warpgroup w's 64 keys:
@@ -11,6 +11,13 @@
 //                                  read M-major, K N-major; added to the
 //                                  fp32 accumulator by atomics
 // 16-bit inputs (bf16, f16); head dims 64 and 128.
+//
+// In turn (the family's `mma` 1) a step's S^T and dP^T products are one
+// group, waited for before any of P^T's exponentials. Overlapped (`mma` 2,
+// FlashAttention-3's intra-warpgroup pipelining within a step): S^T and
+// dP^T are two groups, P^T's exponentials run while dP^T's product does,
+// and dV's product (which needs P^T alone) while dS^T's arithmetic does,
+// so the special function unit and the tensor cores work side by side.
 //
 // Layout: a block owns BLOCK_N = 64 * WARPGROUPS keys of one K/V head;
 // warpgroup w's warps own 16 of its keys each (the rows of S^T, dP^T and the
@@ -39,6 +46,7 @@ template <int HEAD_DIM,    // 64 or 128: set by the problem
           int BLOCK_N,     // keys per block: 64 * WARPGROUPS
           int WARPGROUPS,  // 1 or 2
           int STAGES,      // Q/dO tiles in flight
+          bool OVERLAP,    // P^T's exponentials beside dP^T's product, dS^T's arithmetic beside dV's
           bool CAUSAL,     // key j > query i masked: set by the problem
           class T>         // __nv_bfloat16 or __half
 __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
@@ -116,35 +124,34 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     const T* sqt = sq + step % STAGES * TILE_M;
     const T* sdot = sdo + step % STAGES * TILE_M;
 
-    // S^T = K Q^T and dP^T = V dO^T over the head dim's k steps.
+    // S^T = K Q^T and dP^T = V dO^T over the head dim's k steps: one group
+    // in turn, overlapped two (S^T's first).
     float s[MN * 4], dp[MN * 4];
-    kt::wgmma_fence();
+    const auto issue_scores = [&](float(&d)[MN * 4], const T* rows, const T* cols) {
 #pragma unroll
-    for (int ks = 0; ks < HEAD_DIM / 16; ++ks) {
-      const int col = ks * 16;
-      kt::wgmma_ss<BLOCK_M, T, 0, 0>(s, kt::wgmma_desc(sk + KVLayout::offset(group * 64, col), 1, 16, 1024),
-                                     kt::wgmma_desc(sqt + QLayout::offset(0, col), 1, 16, 1024), ks > 0);
-      kt::wgmma_ss<BLOCK_M, T, 0, 0>(dp, kt::wgmma_desc(sv + KVLayout::offset(group * 64, col), 1, 16, 1024),
-                                     kt::wgmma_desc(sdot + QLayout::offset(0, col), 1, 16, 1024), ks > 0);
-    }
+      for (int ks = 0; ks < HEAD_DIM / 16; ++ks)
+        kt::wgmma_ss<BLOCK_M, T, 0, 0>(d, kt::wgmma_desc(rows + KVLayout::offset(group * 64, ks * 16), 1, 16, 1024),
+                                       kt::wgmma_desc(cols + QLayout::offset(0, ks * 16), 1, 16, 1024), ks > 0);
+    };
+    kt::wgmma_fence();
+    issue_scores(s, sk, sqt);
+    if constexpr (OVERLAP) kt::wgmma_commit();
+    issue_scores(dp, sv, sdot);
     kt::wgmma_commit();
-    kt::wgmma_wait<0>();
+    kt::wgmma_wait<OVERLAP ? 1 : 0>();
     kt::wgmma_fence_operand(s);
-    kt::wgmma_fence_operand(dp);
 
-    // P^T = exp(scale * S^T - lse) and dS^T = P^T * (dP^T - D), masked where
-    // the query is past the sequence or (causal) before the key.
+    // P^T = exp(scale * S^T - lse), zero where the query is past the
+    // sequence or (causal) before the key.
     const bool masked_tile = m0 + BLOCK_M > seq || (CAUSAL && m0 < n0 + BLOCK_N - 1);
     const float* lse_s = srows + step % STAGES * 2 * BLOCK_M + 2 * t;
 #pragma unroll
     for (int nt = 0; nt < MN; ++nt) {
       const float2 lse2 = *reinterpret_cast<const float2*>(lse_s + nt * 8);
-      const float2 d2 = *reinterpret_cast<const float2*>(lse_s + BLOCK_M + nt * 8);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int query = m0 + nt * 8 + 2 * t + e;
         const float l2 = (e == 0 ? lse2.x : lse2.y) * log2e;
-        const float dd = e == 0 ? d2.x : d2.y;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int i = 4 * nt + 2 * r + e;
@@ -154,30 +161,49 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
             if (query >= seq || (CAUSAL && query < key)) p = 0.0f;
           }
           s[i] = p;
-          dp[i] = p * (dp[i] - dd);
         }
       }
     }
     // A fragments of P^T and dS^T, one k16 step each: wgmma's D fragment is mma.sync's accumulator.
     unsigned pa[BLOCK_M / 16][4], dsa[BLOCK_M / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-      acc_to_a<T>(pa[kk], *reinterpret_cast<const float(*)[MN][4]>(s), kk);
-      acc_to_a<T>(dsa[kk], *reinterpret_cast<const float(*)[MN][4]>(dp), kk);
-    }
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) acc_to_a<T>(pa[kk], *reinterpret_cast<const float(*)[MN][4]>(s), kk);
 
     // dV += P^T dO and dK += dS^T Q (unscaled): k = the tile's queries, 16
     // rows of the Q and dO tiles a step; the head dim's second panel at LBO.
-    kt::wgmma_fence();
+    const auto issue_dv = [&] {
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_M / 16; ++kk) {
-      kt::wgmma_rs<HEAD_DIM, T, 1>(dv_acc, pa[kk],
-                                   kt::wgmma_desc(sdot + QLayout::offset(kk * 16, 0), 1, QLayout::PANEL_BYTES, 1024),
-                                   true);
-      kt::wgmma_rs<HEAD_DIM, T, 1>(dk_acc, dsa[kk],
-                                   kt::wgmma_desc(sqt + QLayout::offset(kk * 16, 0), 1, QLayout::PANEL_BYTES, 1024),
-                                   true);
+      for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+        kt::wgmma_rs<HEAD_DIM, T, 1>(
+            dv_acc, pa[kk], kt::wgmma_desc(sdot + QLayout::offset(kk * 16, 0), 1, QLayout::PANEL_BYTES, 1024), true);
+    };
+    if constexpr (OVERLAP) {
+      kt::wgmma_fence();
+      issue_dv();
+      kt::wgmma_commit();
+      kt::wgmma_wait<1>();  // dP^T's product; dV's may still run
     }
+    kt::wgmma_fence_operand(dp);
+
+    // dS^T = P^T * (dP^T - D) (zero where P^T is).
+#pragma unroll
+    for (int nt = 0; nt < MN; ++nt) {
+      const float2 d2 = *reinterpret_cast<const float2*>(lse_s + BLOCK_M + nt * 8);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 4 * nt + 2 * r;
+        dp[i] = s[i] * (dp[i] - d2.x);
+        dp[i + 1] = s[i + 1] * (dp[i + 1] - d2.y);
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk) acc_to_a<T>(dsa[kk], *reinterpret_cast<const float(*)[MN][4]>(dp), kk);
+    kt::wgmma_fence();
+    if constexpr (!OVERLAP) issue_dv();
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_M / 16; ++kk)
+      kt::wgmma_rs<HEAD_DIM, T, 1>(
+          dk_acc, dsa[kk], kt::wgmma_desc(sqt + QLayout::offset(kk * 16, 0), 1, QLayout::PANEL_BYTES, 1024), true);
     kt::wgmma_commit();
 
     // dS^T to shared memory as T (the previous step's dQ products are done:

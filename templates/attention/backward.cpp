@@ -91,27 +91,34 @@ std::int64_t fragment_registers(const Config& c, const Problem& p) {
          (staged_single_stage(c) ? kSingleStageStagedRegisters : 0);
 }
 
-/// Why a config of the wgmma dK/dV pass (mma 1) cannot run on `d`, or "".
-/// Its registers per thread: S^T and dP^T (block_m / 2 each), the dK and dV
-/// accumulators (head_dim / 2 each), P^T's and dS^T's A fragments (block_m
-/// / 8 each) and 24 besides: with ptxas 13.0 (NVRTC, sm_90a) none of the
-/// configs this admits over the problem classes spills (176 to 255
-/// registers), and the ones it rejects need 272 or more by this count.
+/// Why a config of the wgmma dK/dV pass (mma 1, or 2 overlapped) cannot run
+/// on `d`, or "". Its registers per thread: S^T and dP^T (block_m / 2 each),
+/// the dK and dV accumulators (head_dim / 2 each), P^T's and dS^T's A
+/// fragments (block_m / 8 each) and 24 besides; overlapped with one
+/// warpgroup, 24 more. With ptxas 13.0 (NVRTC, sm_90a) none of the configs
+/// this admits over the problem classes spills (198 to 255 registers), and
+/// the ones it rejects need 256 or more by this count (overlapped with one
+/// warpgroup, 64-query tiles at head_dim 128 spill 4 bytes and 128-query
+/// tiles 20 to 64).
 std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
   const std::int64_t head_dim = p.dim("head_dim"), bm = c.at("block_m"), bn = c.at("block_n");
   const std::int64_t warps = c.at("warps");
-  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return "mma 1: " + no;
+  const std::string mma = fmt::format("mma {}", c.at("mma"));
+  if (std::string no = wgmma_unsupported(p, d); !no.empty()) return mma + ": " + no;
   if ((bn != 64 && bn != 128) || warps != bn / 16)
-    return fmt::format("mma 1 (wgmma): each warpgroup (4 warps) owns 64 keys, so block_n is 64 or 128 and warps "
+    return fmt::format("{} (wgmma): each warpgroup (4 warps) owns 64 keys, so block_n is 64 or 128 and warps "
                        "block_n / 16 (block_n {}, {} warps)",
-                       bn, warps);
-  if (bm != 64 && bm != 128) return "mma 1 (wgmma): block_m is 64 or 128 (whole 64-query panels of dS^T)";
+                       mma, bn, warps);
+  if (bm != 64 && bm != 128) return mma + " (wgmma): block_m is 64 or 128 (whole 64-query panels of dS^T)";
   if (warp_split(c) != 1 || c.at("smem_layout") != 1 || resident_regs(c) || !dq_atomic(c))
-    return "mma 1 (wgmma) keeps each warpgroup's keys whole, reads its tiles in its 128-byte swizzle from shared "
-           "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1";
-  if (std::string no = wgmma_over_registers(24 + bm + head_dim + bm / 4, warps, d, "S^T, dP^T, dK, dV");
+    return mma + " (wgmma) keeps each warpgroup's keys whole, reads its tiles in its 128-byte swizzle from shared "
+                 "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1";
+  const bool overlap_one_group = c.at("mma") == 2 && warps == 4;
+  if (std::string no = wgmma_over_registers(24 + bm + head_dim + bm / 4 + (overlap_one_group ? 24 : 0), warps, d,
+                                            overlap_one_group ? "S^T, dP^T, dK, dV, overlapped in one warpgroup"
+                                                              : "S^T, dP^T, dK, dV");
       !no.empty())
-    return "mma 1: " + no;
+    return mma + ": " + no;
   return "";
 }
 
@@ -175,11 +182,12 @@ class Backward final : public TypedFamily<BackwardArgs> {
                 {"dq_atomic", {0, 1},
                  "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
                  "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"},
-                {"mma", {0, 1},
+                {"mma", {0, 1, 2},
                  "matrix instructions of the dK/dV pass: 0 mma.sync by each warp (sm_80 on), 1 wgmma by each "
                  "warpgroup of 4 warps, 64 keys each (sm_90's arch-specific target sm_90a: S^T and dP^T from shared "
                  "memory, dV and dK with P^T and dS^T in registers, dQ from dS^T staged; 16-bit inputs, head dims 64 "
-                 "and 128)"}}) {}
+                 "and 128), 2 wgmma as 1 with P^T's exponentials beside dP^T's product and dS^T's arithmetic beside "
+                 "dV's"}}) {}
 
   std::string name() const override { return "attention_bwd"; }
   std::string summary() const override {
@@ -247,15 +255,22 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // inputs up to head_dim 64, also the previous default there (128 keys
     // over 4 warps, 16-query tiles, padded rows). The default itself left
     // out. First, for 16-bit inputs at head dims 64 and 128, the wgmma
-    // dK/dV pass (valid on sm_90 alone): 64-query tiles, 128 keys over two
-    // warpgroups and 64 over one.
+    // dK/dV pass (valid on sm_90 alone): overlapped (mma 2), 128 keys over
+    // two warpgroups at 128-query tiles (head_dim 64: sm_90's default
+    // shape there) and 64-query tiles; then in turn (mma 1), 64-query
+    // tiles, 128 keys over two warpgroups and 64 over one.
     const Config def = default_config(p);
     std::vector<Config> out;
-    if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128))
-      for (const std::int64_t bn : {128, 64})
-        out.push_back(Config({{"block_m", 64}, {"block_n", bn}, {"warps", bn / 16}, {"warp_split", 1},
-                              {"stages", 2}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1},
-                              {"mma", 1}}));
+    if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128)) {
+      const auto wgmma = [](std::int64_t bm, std::int64_t bn, std::int64_t mma) {
+        return Config({{"block_m", bm}, {"block_n", bn}, {"warps", bn / 16}, {"warp_split", 1}, {"stages", 2},
+                       {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", mma}});
+      };
+      if (p.dim("head_dim") == 64) out.push_back(wgmma(128, 128, 2));
+      out.push_back(wgmma(64, 128, 2));
+      out.push_back(wgmma(64, 128, 1));
+      out.push_back(wgmma(64, 64, 1));
+    }
     for (const Config& c : {with(def, {{"stages", 4}}),
                             with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
                                        {"stages", 2}, {"resident_regs", 0}}),
@@ -272,7 +287,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
-    if (c.at("mma") == 1) {
+    if (c.at("mma") != 0) {
       if (const std::string no = wgmma_invalid(c, p, d); !no.empty()) return reject(why, no);
       return fits_shared(c, p, d, why);
     }
@@ -329,12 +344,13 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const char* causal = p.dim("causal") ? "true" : "false";
     const char* atomic = dq_atomic(c) ? "true" : "false";
     const char* resident = resident_regs(c) ? "true" : "false";
-    if (c.at("mma") == 1) {  // dQ by atomics (is_valid): the pre-kernel, the wgmma dK/dV pass, the conversion
+    if (c.at("mma") != 0) {  // dQ by atomics (is_valid): the pre-kernel, the wgmma dK/dV pass, the conversion
       Rendered r = render_template(
           kWgmmaTemplate,
           {fmt::format("attention::attention_bwd_preprocess<{}, true, {}>", d, t),
-           fmt::format("attention::attention_bwd_dkdv_wgmma<{}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
-                       c.at("block_n"), c.at("warps") / 4, c.at("stages"), causal, t),
+           fmt::format("attention::attention_bwd_dkdv_wgmma<{}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
+                       c.at("block_n"), c.at("warps") / 4, c.at("stages"), c.at("mma") == 2 ? "true" : "false",
+                       causal, t),
            fmt::format("attention::attention_bwd_dq_convert<{}, {}>", d, t)},
           name());
       r.arch_specific = true;

@@ -5,7 +5,8 @@
 // registers or re-read from shared memory (a seeded sample); warps sharing
 // keys, with P^T and dS^T staged in shared memory; grouped- and
 // multi-query heads; the (batch, heads, seq, head_dim) layout; the wgmma
-// dK/dV pass (mma 1) over its shapes; and kernels broken on purpose (the
+// dK/dV pass in turn and overlapped (mma 1, 2) over their shapes; and
+// kernels broken on purpose (the
 // diagonal tile's mask dropped, K read as V, tiles written unswizzled but
 // read swizzled, the wgmma pass's dS^T staged at the wrong keys) that these
 // checks must catch.
@@ -239,8 +240,8 @@ TEST_CASE("attention_bwd: tiles written unswizzled but read swizzled fail these 
   }
 }
 
-TEST_CASE("attention_bwd on wgmma (mma 1): head dims 64 and 128, masks, ragged lengths, key blocks, query tiles, "
-          "stages and grouped heads",
+TEST_CASE("attention_bwd on wgmma (mma 1, 2): head dims 64 and 128, masks, ragged lengths, key blocks, query "
+          "tiles, stages and grouped heads",
           "[attention][emu]") {
   auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
   Problem grouped = problem("f16", 130, 128, true, 1, 3);
@@ -262,6 +263,10 @@ TEST_CASE("attention_bwd on wgmma (mma 1): head dims 64 and 128, masks, ragged l
       // multi-query heads summed into one K/V head; a sequence of 1
       {wgmma_backward(64, 128, 1), grouped, true},
       {wgmma_backward(64, 128, 2), problem("bf16", 1, 128, false), false},
+      // overlapped: 128-query tiles over two warpgroups; head_dim 128 at four stages; one warpgroup, one stage
+      {wgmma_backward(128, 128, 2, 2), problem("bf16", 257, 64, true), false},
+      {wgmma_backward(64, 128, 4, 2), problem("f16", 100, 128, false, 2, 2), true},
+      {wgmma_backward(64, 64, 1, 2), problem("bf16", 70, 64, true), false},
   };
   for (const auto& [c, p, bhsd] : cases) test::check_backward(*backend, c, p, bhsd);
 }
@@ -270,7 +275,9 @@ TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks
   auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
   const auto& f = backward_family();
   const Problem p = problem("bf16", 150, 128, true);
-  const Config c = wgmma_backward(64, 128, 2);
+  const std::int64_t mma = GENERATE(1, 2);  // in turn and overlapped
+  const Config c = wgmma_backward(64, 128, 2, mma);
+  INFO("mma " << mma);
   REQUIRE(test::run_backward(*backend, c, p, false, 3).worst() <= tolerance_for("bf16"));
   const auto broken = [&](const std::string& from, const std::string& to) {
     Rendered r = f.render(c, p);
@@ -295,6 +302,18 @@ TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks
                             "kt::wgmma_desc(sdot + QLayout::offset(kk * 16, 0), 1, 0, 1024)");
   CHECK(panel.dv > panel.tolerance);
   CHECK(panel.dk <= panel.tolerance);
+  // dS^T's odd queries minus the even ones' D: dK and dQ go wrong, not dV.
+  const auto delta = broken("dp[i + 1] = s[i + 1] * (dp[i + 1] - d2.y)", "dp[i + 1] = s[i + 1] * (dp[i + 1] - d2.x)");
+  CHECK(delta.dk > delta.tolerance);
+  CHECK(delta.dq > delta.tolerance);
+  CHECK(delta.dv <= delta.tolerance);
+  if (mma == 2) {
+    // Overlapped, dP^T read before the wait that covers its product: dK and dQ go wrong, not dV.
+    const auto early = broken("kt::wgmma_wait<1>();  // dP^T's product", "// dP^T's product");
+    CHECK(early.dk > early.tolerance);
+    CHECK(early.dq > early.tolerance);
+    CHECK(early.dv <= early.tolerance);
+  }
 }
 
 }  // namespace templates_attention_backward_emu_test

@@ -284,7 +284,9 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   const Rendered hopper = f.render(wgmma_backward(64, 128, 2), w);
   REQUIRE(hopper.kernels.size() == 3);
   CHECK(hopper.kernels[0] == "attention::attention_bwd_preprocess<128, true, __nv_bfloat16>");
-  CHECK(hopper.kernels[1] == "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, true, __nv_bfloat16>");
+  CHECK(hopper.kernels[1] == "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, true, __nv_bfloat16>");
+  CHECK(f.render(wgmma_backward(64, 128, 2, 2), w).kernels[1] ==
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, true, true, __nv_bfloat16>");
   CHECK(hopper.kernels[2] == "attention::attention_bwd_dq_convert<128, __nv_bfloat16>");
   CHECK(hopper.arch_specific);
   CHECK_FALSE(atomic.arch_specific);
@@ -296,7 +298,7 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   CHECK(launches[1].dynamic_smem == (2 * 128 + 2 * 2 * 64) * 128 * 2 + 128 * 64 * 2 + 2 * 2 * 64 * 4);
 }
 
-TEST_CASE("attention_bwd's wgmma pass (mma 1) is valid on sm_90 alone, for its shapes, saying why not",
+TEST_CASE("attention_bwd's wgmma pass (mma 1 and 2) is valid on sm_90 alone, for its shapes, saying why not",
           "[attention][family]") {
   const auto& f = backward_family();
   const auto sm90 = DeviceLimits::for_arch("sm_90");
@@ -321,6 +323,17 @@ TEST_CASE("attention_bwd's wgmma pass (mma 1) is valid on sm_90 alone, for its s
              Catch::Contains("smem_layout 1"));
   // Registers: 128-query tiles at head_dim 128 hold S^T, dP^T, dK and dV of 128 columns each.
   CHECK_THAT(invalid(wgmma_backward(128, 128), problem("bf16", 1024, 128)), Catch::Contains("registers"));
+  // Overlapped: as in turn over two warpgroups; over one, 128-query tiles (and at head_dim 128 64-query
+  // tiles) spill, 64-query tiles at head_dim 64 do not.
+  CHECK(f.is_valid(wgmma_backward(128, 128, 2, 2), problem("bf16", 1024, 64), sm90));
+  CHECK(f.is_valid(wgmma_backward(64, 128, 4, 2), problem("f16", 1024, 128), sm90));
+  CHECK(f.is_valid(wgmma_backward(64, 64, 1, 2), problem("bf16", 1024, 64), sm90));
+  CHECK(f.is_valid(wgmma_backward(128, 64, 2, 1), problem("bf16", 1024, 64), sm90));
+  CHECK_THAT(invalid(wgmma_backward(128, 64, 2, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("overlapped in one warpgroup"));
+  CHECK_THAT(invalid(wgmma_backward(64, 64, 2, 2), problem("bf16", 1024, 128)), Catch::Contains("mma 2: wgmma"));
+  CHECK_THAT(invalid(wgmma_backward(64, 128, 2, 2), problem("bf16", 1024, 64), "sm_80"),
+             Catch::Contains("mma 2: wgmma needs an sm_90 device"));
 }
 
 TEST_CASE("attention_bwd workloads: fresh inputs per seed, the streaming reference, every row checked when cheap",
