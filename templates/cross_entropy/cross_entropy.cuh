@@ -156,16 +156,21 @@ __global__ void __launch_bounds__(THREADS)
   // An inactive slot (the last block's spare) still joins the merge, with nothing.
   const kt::RowSlot s = kt::row_slot<THREADS, ROW_THREADS>(rows);
   const T* x = logits + (s.active ? s.row : 0) * vocab;
+  // The row's first thread loads its target before the stream and the
+  // target's logit before the merge, so neither load waits at the end.
+  const bool first = s.active && s.t == 0;
+  const int target = first ? targets[s.row] : -1;
 
   MaxSum acc = {negative_infinity(), 0.0f};
   if (s.active) acc = row_part<ROW_THREADS, VEC, UNROLL, PREFETCH>(x, vocab, s.t);
+  const bool valid = target >= 0 && target < vocab;
+  const float target_logit = valid ? kt::to_float(x[target]) : 0.0f;
   acc = kt::row_reduce<THREADS, ROW_THREADS>(acc, warp_parts, kt::MaxSumExpOp{});
-  if (!s.active || s.t != 0) return;
-  const int target = targets[s.row];
+  if (!first) return;
   const float log_sum = logf(acc.sum);
   lse[s.row] = acc.max + log_sum;
   // max - x[target] first: the two large terms cancel exactly, then the small log.
-  losses[s.row] = target >= 0 && target < vocab ? (acc.max - kt::to_float(x[target])) + log_sum : quiet_nan();
+  losses[s.row] = valid ? (acc.max - target_logit) + log_sum : quiet_nan();
 }
 
 /// dlogits for columns of one row: scale * exp(x - lse), and at the target
@@ -221,9 +226,11 @@ __global__ void __launch_bounds__(THREADS)
   check_layout<THREADS, ROW_THREADS, VEC, UNROLL, T>();
   const kt::RowSlot s = kt::row_slot<THREADS, ROW_THREADS>(rows);
   if (!s.active) return;  // no barriers below
+  // Both loads issued before either is used: an out-of-range target matches
+  // no column, and a NaN lse makes the row NaN.
   const int target = targets[s.row];
-  // An out-of-range target matches no column, and a NaN lse makes the row NaN.
-  const float row_lse = target >= 0 && target < vocab ? lse[s.row] : quiet_nan();
+  const float loaded_lse = lse[s.row];
+  const float row_lse = target >= 0 && target < vocab ? loaded_lse : quiet_nan();
   const T* x = logits + s.row * vocab;
   T* d = dlogits + s.row * vocab;
   const auto apart = reinterpret_cast<unsigned long long>(dlogits) - reinterpret_cast<unsigned long long>(logits);
