@@ -364,11 +364,16 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
     // blocks, four and eight an SM of an H100 or H200, with and without:
     // at the default's two, a block's next loads wait for its row group's
     // barrier and stores, and at the defaults an H200 took 2.1-2.6x the
-    // floor at every model size. The session skips those the rows leave
-    // no group for.
+    // floor at every model size. Then four and two times the default's rows
+    // a block at a time, as many blocks and dw partials: more bytes in
+    // flight per block, no more partials to reduce. The session skips those
+    // the rows leave no group for, or the registers do not fit.
     const Config def = this->default_config(p);
-    return {with(def, {{"prefetch", 1}}), with(def, {{"prefetch", 1}, {"blocks", 512}}),
-            with(def, {{"blocks", 512}}), with(def, {{"prefetch", 1}, {"blocks", kMaxBlocks}})};
+    std::vector<Config> out = {with(def, {{"prefetch", 1}}), with(def, {{"prefetch", 1}, {"blocks", 512}}),
+                               with(def, {{"blocks", 512}}), with(def, {{"prefetch", 1}, {"blocks", kMaxBlocks}})};
+    for (const std::int64_t times : {4, 2})
+      if (times * def.at("threads") <= 1024) out.push_back(with(def, {{"threads", times * def.at("threads")}}));
+    return out;
   }
   Config default_more(Config c, const Problem& p) const override {
     c.set("prefetch", 0);

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 
 namespace templates_rmsnorm_family_test {
@@ -110,26 +111,31 @@ TEST_CASE("rmsnorm defaults are valid for every accepted dim and keep each threa
         }
 }
 
-TEST_CASE("rmsnorm backward candidates: the default with its next row group prefetched, then with more blocks",
+TEST_CASE("rmsnorm backward candidates: the default with its next row group prefetched, then with more blocks, "
+          "then with more rows a block",
           "[rmsnorm][family]") {
   for (const char* name : {"rmsnorm_bwd", "residual_rmsnorm_bwd"}) {
     const Family& f = find_family(name);
     const Problem xl{"bf16", {{"rows", 4096}, {"dim", 1600}}};
     INFO(name);
     const auto candidates = f.candidates(xl);
-    REQUIRE(candidates.size() == 4);
+    REQUIRE(candidates.size() == 6);
     const Config def = f.default_config(xl);
     CHECK(def.at("prefetch") == 0);
     CHECK(def.at("blocks") == 256);
     const std::vector<std::pair<std::int64_t, std::int64_t>> prefetch_blocks = {{1, 256}, {1, 512}, {0, 512},
                                                                                 {1, 1024}};
-    for (std::size_t i = 0; i < candidates.size(); ++i) {
+    for (std::size_t i = 0; i < 4; ++i) {
       Config expected = def;
       expected.set("prefetch", prefetch_blocks[i].first);
       expected.set("blocks", prefetch_blocks[i].second);
       CHECK(candidates[i] == expected);
       CHECK(f.is_valid(candidates[i], xl, DeviceLimits::for_arch("sm_90")));
     }
+    // Four and two times the default's rows a block (256 threads, 2 rows), the blocks unchanged.
+    CHECK(candidates[4] == with(def, {{"threads", 1024}}));
+    CHECK(candidates[5] == with(def, {{"threads", 512}}));
+    for (std::size_t i = 4; i < 6; ++i) CHECK(f.is_valid(candidates[i], xl, DeviceLimits::for_arch("sm_90")));
   }
   CHECK(forward_family().candidates(Problem{"bf16", {{"rows", 4096}, {"dim", 1600}}}).empty());
 }
