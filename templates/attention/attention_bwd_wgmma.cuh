@@ -9,7 +9,13 @@
 //                                  and Q N-major
 //   dQ(tile) += dS K               wgmma_ss: dS^T staged in shared memory,
 //                                  read M-major, K N-major; added to the
-//                                  fp32 accumulator by atomics
+//                                  fp32 accumulator by atomics, each thread
+//                                  its fragment's pairs (red.v2), or with
+//                                  DQ_BULK the tile's rows staged in shared
+//                                  memory and added one bulk reduction a row
+//                                  (cp.reduce.async.bulk: whole lines, issued
+//                                  by one thread a row, whose reads of the
+//                                  stage are waited for a step later)
 // 16-bit inputs (bf16, f16); head dims 64 and 128.
 //
 // In turn (the family's `mma` 1) a step's S^T and dP^T products are one
@@ -28,9 +34,10 @@
 // Shared memory (dynamic; attention_wgmma.cuh's PanelLayout, 1024-byte
 // aligned tiles): K, V (BLOCK_N rows), STAGES x (Q, dO) (BLOCK_M rows), dS^T
 // (BLOCK_N rows of BLOCK_M queries), then STAGES x (lse, D) of BLOCK_M
-// queries (fp32):
+// queries (fp32), then with DQ_BULK the dQ stage (BLOCK_M rows of HEAD_DIM
+// + 8 fp32: the pad puts the rows of a warp's pairs on distinct banks):
 //   (2 BLOCK_N + 2 STAGES BLOCK_M) HEAD_DIM sizeof(T) + BLOCK_N BLOCK_M
-//   sizeof(T) + STAGES 2 BLOCK_M 4 bytes.
+//   sizeof(T) + STAGES 2 BLOCK_M 4 [+ BLOCK_M (HEAD_DIM + 8) 4] bytes.
 #pragma once
 // attention_bwd.cuh: the step walk (QuerySteps, load_rows), store_rows;
 // attention_wgmma.cuh: PanelLayout, load_panels, wgmma_pipeline_head.
@@ -47,6 +54,7 @@ template <int HEAD_DIM,    // 64 or 128: set by the problem
           int WARPGROUPS,  // 1 or 2
           int STAGES,      // Q/dO tiles in flight
           bool OVERLAP,    // P^T's exponentials beside dP^T's product, dS^T's arithmetic beside dV's
+          bool DQ_BULK,    // dQ's rows staged and added by bulk reductions (else each thread's pairs by red.v2)
           bool CAUSAL,     // key j > query i masked: set by the problem
           class T>         // __nv_bfloat16 or __half
 __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
@@ -82,6 +90,8 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   T* sdo = sq + STAGES * TILE_M;    // STAGES x (BLOCK_M, HEAD_DIM)
   T* sds = sdo + STAGES * TILE_M;   // (BLOCK_N, BLOCK_M)
   float* srows = reinterpret_cast<float*>(sds + BLOCK_N * BLOCK_M);  // STAGES x (lse, D)
+  constexpr int DQ_STRIDE = HEAD_DIM + 8;                             // floats a row of the dQ stage
+  float* sdq = srows + STAGES * 2 * BLOCK_M;                          // DQ_BULK: (BLOCK_M, DQ_STRIDE)
 
   const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
   const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
@@ -218,6 +228,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
         *reinterpret_cast<Pair<T>*>(sds + DsLayout::offset(warp_key0 + g + 8 * r, nt * 8 + 2 * t)) = out;
       }
     kt::fence_proxy_async();
+    if constexpr (DQ_BULK) kt::bulk_wait_read<0>();  // the previous step's reductions have read the dQ stage
     __syncthreads();
 
     // dQ(tile) += dS K: A = dS^T's rows read M-major (64 queries of a panel),
@@ -237,12 +248,26 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int query = qb * 64 + group_warp_row + g + 8 * r;  // of the tile
-        if (m0 + query < seq) {
+        if constexpr (DQ_BULK) {
+          float* row = sdq + query * DQ_STRIDE + col0 + 2 * t;
+#pragma unroll
+          for (int j = 0; j < DQ_N / 8; ++j)
+            *reinterpret_cast<float2*>(row + 8 * j) = float2{c[4 * j + 2 * r], c[4 * j + 2 * r + 1]};
+        } else if (m0 + query < seq) {
           float* row = dq_accum + (at.row + query) * HEAD_DIM + col0 + 2 * t;
 #pragma unroll
           for (int j = 0; j < DQ_N / 8; ++j) kt::atomic_add2(row + 8 * j, c[4 * j + 2 * r], c[4 * j + 2 * r + 1]);
         }
       }
+    }
+    if constexpr (DQ_BULK) {
+      // Every piece staged, then one bulk reduction a row inside the sequence.
+      kt::fence_proxy_async();
+      __syncthreads();
+      const int rows = seq - m0 < BLOCK_M ? seq - m0 : BLOCK_M;
+      for (int query = static_cast<int>(threadIdx.x); query < rows; query += THREADS)
+        kt::bulk_reduce_add(dq_accum + (at.row + query) * HEAD_DIM, sdq + query * DQ_STRIDE, HEAD_DIM * 4);
+      kt::bulk_commit();
     }
     kt::wgmma_wait<0>();  // dV and dK's products of the step (and the tiles they read) are done
     kt::wgmma_fence_operand(dk_acc);
@@ -255,6 +280,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   T* dvh = dv + b * dv_strides.batch + kvh * dv_strides.head;
   store_rows<DT>(dkh, dk_strides.seq, n0 + warp_key0, seq, *reinterpret_cast<const float(*)[DT][4]>(dk_acc), scale);
   store_rows<DT>(dvh, dv_strides.seq, n0 + warp_key0, seq, *reinterpret_cast<const float(*)[DT][4]>(dv_acc), 1.0f);
+  if constexpr (DQ_BULK) kt::bulk_wait_read<0>();  // the block's shared memory outlives the reductions' reads
 }
 
 }  // namespace attention

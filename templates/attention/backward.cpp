@@ -112,7 +112,7 @@ std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits&
   if (bm != 64 && bm != 128) return mma + " (wgmma): block_m is 64 or 128 (whole 64-query panels of dS^T)";
   if (warp_split(c) != 1 || c.at("smem_layout") != 1 || resident_regs(c) || !dq_atomic(c))
     return mma + " (wgmma) keeps each warpgroup's keys whole, reads its tiles in its 128-byte swizzle from shared "
-                 "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1";
+                 "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1 or 2";
   const bool overlap_one_group = c.at("mma") == 2 && warps == 4;
   if (std::string no = wgmma_over_registers(24 + bm + head_dim + bm / 4 + (overlap_one_group ? 24 : 0), warps, d,
                                             overlap_one_group ? "S^T, dP^T, dK, dV, overlapped in one warpgroup"
@@ -140,11 +140,13 @@ std::int64_t key_query_tiles(const Config& c, const Problem& p) {
 }
 
 /// dK/dV pass: K, V, the Q and dO stages, the key x query tiles and the
-/// stages' fp32 lse and D of block_m queries.
+/// stages' fp32 lse and D of block_m queries; for dQ by bulk reductions
+/// (dq_atomic 2) the dQ stage, block_m fp32 rows of head_dim + 8.
 std::int64_t dkdv_shared(const Config& c, const Problem& p) {
   const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), e = element_bytes(p);
   const std::int64_t tiles = (2 * bn + 2 * c.at("stages") * bm) * tile_row(p.dim("head_dim"), c, p) * e;
-  return tiles + key_query_tiles(c, p) * bn * tile_row(bm, c, p) * e + c.at("stages") * 2 * bm * 4;
+  const std::int64_t dq_stage = c.at("dq_atomic") == 2 ? bm * (p.dim("head_dim") + 8) * 4 : 0;
+  return tiles + key_query_tiles(c, p) * bn * tile_row(bm, c, p) * e + c.at("stages") * 2 * bm * 4 + dq_stage;
 }
 std::int64_t dq_shared(const Config& c, const Problem& p) {
   return (2 * c.at("block_n") + 2 * c.at("stages") * c.at("block_m")) * tile_row(p.dim("head_dim"), c, p) *
@@ -179,9 +181,11 @@ class Backward final : public TypedFamily<BackwardArgs> {
                  "fragments loaded once into registers (and dS^T, for dQ by atomics, in V's tile when block_m <= "
                  "head_dim and warp_split is 1), 0 re-read from shared memory at every step: ldmatrix traffic and "
                  "shared memory vs 8 registers per k step of the head dim and m16 tile"},
-                {"dq_atomic", {0, 1},
-                 "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary) or by a second "
-                 "pass that recomputes P and dP (no atomics, twice the Q K^T and dO V^T products)"},
+                {"dq_atomic", {0, 1, 2},
+                 "dQ by fp32 atomics from the dK/dV pass (a workspace accumulator, last bits vary: 1 each thread "
+                 "its fragment's pairs, 2 the wgmma pass's tile staged in shared memory and added a row at a time "
+                 "by bulk reductions, whole lines, sm_90) or by a second pass that recomputes P and dP (0: no "
+                 "atomics, twice the Q K^T and dO V^T products)"},
                 {"mma", {0, 1, 2},
                  "matrix instructions of the dK/dV pass: 0 mma.sync by each warp (sm_80 on), 1 wgmma by each "
                  "warpgroup of 4 warps, 64 keys each (sm_90's arch-specific target sm_90a: S^T and dP^T from shared "
@@ -255,21 +259,23 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // inputs up to head_dim 64, also the previous default there (128 keys
     // over 4 warps, 16-query tiles, padded rows). The default itself left
     // out. First, for 16-bit inputs at head dims 64 and 128, the wgmma
-    // dK/dV pass (valid on sm_90 alone): overlapped (mma 2), 128 keys over
-    // two warpgroups at 128-query tiles (head_dim 64: sm_90's default
-    // shape there) and 64-query tiles; then in turn (mma 1), 64-query
-    // tiles, 128 keys over two warpgroups and 64 over one.
+    // dK/dV pass (valid on sm_90 alone), 128 keys over two warpgroups: at
+    // head_dim 64 with 128-query tiles (sm_90's default shape there)
+    // overlapped (mma 2), and with dQ by bulk reductions (dq_atomic 2)
+    // overlapped and in turn; at 64-query tiles overlapped, with and without
+    // bulk reductions; then in turn (mma 1), 64-query tiles, 128 keys over
+    // two warpgroups and 64 over one.
     const Config def = default_config(p);
     std::vector<Config> out;
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128)) {
-      const auto wgmma = [](std::int64_t bm, std::int64_t bn, std::int64_t mma) {
+      const auto wgmma = [](std::int64_t bm, std::int64_t bn, std::int64_t mma, std::int64_t dq = 1) {
         return Config({{"block_m", bm}, {"block_n", bn}, {"warps", bn / 16}, {"warp_split", 1}, {"stages", 2},
-                       {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", mma}});
+                       {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", dq}, {"mma", mma}});
       };
-      if (p.dim("head_dim") == 64) out.push_back(wgmma(128, 128, 2));
-      out.push_back(wgmma(64, 128, 2));
-      out.push_back(wgmma(64, 128, 1));
-      out.push_back(wgmma(64, 64, 1));
+      if (p.dim("head_dim") == 64)
+        for (const Config& c : {wgmma(128, 128, 2), wgmma(128, 128, 2, 2), wgmma(128, 128, 1, 2)}) out.push_back(c);
+      for (const Config& c : {wgmma(64, 128, 2), wgmma(64, 128, 2, 2), wgmma(64, 128, 1), wgmma(64, 64, 1)})
+        out.push_back(c);
     }
     for (const Config& c : {with(def, {{"stages", 4}}),
                             with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
@@ -291,6 +297,9 @@ class Backward final : public TypedFamily<BackwardArgs> {
       if (const std::string no = wgmma_invalid(c, p, d); !no.empty()) return reject(why, no);
       return fits_shared(c, p, d, why);
     }
+    if (c.at("dq_atomic") == 2)
+      return reject(why, "dq_atomic 2 (dQ's rows by bulk reductions) is the wgmma pass's (mma 1 or 2): with mma.sync "
+                         "dQ is added by atomics (1) or a second pass (0)");
     const std::int64_t split = warp_split(c), d_head = p.dim("head_dim");
     if (warps % split != 0)
       return reject(why, fmt::format("warp_split {} does not divide the block's {} warps into whole groups", split,
@@ -330,9 +339,10 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t smem = backward_shared_bytes(c, p);
     if (smem > d.max_smem_per_block)
       return reject(why, fmt::format("needs {} bytes of shared memory (K and V tiles, {} stages of Q and dO tiles "
-                                     "with their lse and D{}, in {} rows), over the {} bytes a block of {} may use",
+                                     "with their lse and D{}{}, in {} rows), over the {} bytes a block of {} may use",
                                      smem, c.at("stages"),
                                      staged(c) ? ", P^T and dS^T" : key_query_tiles(c, p) ? ", dS^T" : "",
+                                     c.at("dq_atomic") == 2 ? ", the dQ stage" : "",
                                      c.at("smem_layout") == 0 ? "padded" : "swizzled", d.max_smem_per_block,
                                      d.arch));
     return true;
@@ -348,9 +358,9 @@ class Backward final : public TypedFamily<BackwardArgs> {
       Rendered r = render_template(
           kWgmmaTemplate,
           {fmt::format("attention::attention_bwd_preprocess<{}, true, {}>", d, t),
-           fmt::format("attention::attention_bwd_dkdv_wgmma<{}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
+           fmt::format("attention::attention_bwd_dkdv_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
                        c.at("block_n"), c.at("warps") / 4, c.at("stages"), c.at("mma") == 2 ? "true" : "false",
-                       causal, t),
+                       c.at("dq_atomic") == 2 ? "true" : "false", causal, t),
            fmt::format("attention::attention_bwd_dq_convert<{}, {}>", d, t)},
           name());
       r.arch_specific = true;

@@ -154,6 +154,29 @@ KT_DEVICE void cp_async_wait() {
 /// cp.async.wait_all: every copy, committed or not, is complete.
 KT_DEVICE void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
 
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+// ---- bulk reductions (sm_90+) ---------------------------------------------------
+/// cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32: gmem[i] +=
+/// smem[i] for bytes / 4 floats, one instruction of one thread; both 16-byte
+/// aligned, bytes a multiple of 16. Shared memory written by ordinary stores
+/// is read after fence.proxy.async (wgmma.cuh's fence_proxy_async) and the
+/// barrier that orders the writers before the issuing thread.
+KT_DEVICE void bulk_reduce_add(float* gmem, const float* smem, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   __cvta_generic_to_global(gmem)),
+               "r"(smem_address(smem)), "r"(bytes)
+               : "memory");
+}
+/// cp.async.bulk.commit_group: this thread's bulk reductions since the last commit become one group.
+KT_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/// cp.async.bulk.wait_group.read N: all but this thread's N most recent
+/// groups have read their shared memory, which may then be written again.
+template <int N>
+KT_DEVICE void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
 }  // namespace kt
 #endif  // KT_EMULATION
 

@@ -14,7 +14,7 @@
 namespace kt::emu {
 
 /// Bumped whenever a struct below changes; the runner refuses other modules.
-inline constexpr int kAbiVersion = 3;
+inline constexpr int kAbiVersion = 4;
 inline constexpr int kWarpSize = 32;
 /// Largest per-lane payload of one warp exchange (an mma operand set is 40 bytes).
 inline constexpr unsigned kMaxExchangeBytes = 64;
@@ -24,6 +24,9 @@ inline constexpr unsigned kMaxAsyncCopies = 64;
 /// wgmma.mma_async instructions in flight per thread before the oldest
 /// group is forced to complete (as kMaxAsyncCopies).
 inline constexpr unsigned kMaxWgmma = 32;
+/// Bulk reductions in flight per thread before the oldest group is forced
+/// to complete (as kMaxAsyncCopies).
+inline constexpr unsigned kMaxBulk = 16;
 
 /// CUDA's uint3 (threadIdx, blockIdx) and the value of dim3 (blockDim, gridDim).
 struct U3 {
@@ -70,6 +73,15 @@ struct Wgmma {
   unsigned char bf16, accumulate, trans_a, trans_b, a_in_registers;
 };
 
+/// One cp.reduce.async.bulk .add.f32 in flight: `count` floats of shared
+/// memory at `src` added to global memory at `dst` when it completes.
+struct BulkReduce {
+  float* dst;
+  const float* src;
+  unsigned count;
+  unsigned group;
+};
+
 /// The state of one emulated CUDA thread.
 struct Thread {
   U3 thread_idx;
@@ -85,14 +97,17 @@ struct Thread {
   std::size_t dynamic_smem_bytes;
   unsigned async_group;  ///< id of the open (not yet committed) cp.async group
   unsigned async_count;
-  /// 1: this thread's cp.async copies and wgmma instructions complete when
-  /// issued; 0: at their covering wait (a GPU completes them at any time in
-  /// between).
+  /// 1: this thread's cp.async copies, wgmma instructions and bulk
+  /// reductions complete when issued; 0: at their covering wait (a GPU
+  /// completes them at any time in between).
   unsigned char async_early;
   AsyncCopy async[kMaxAsyncCopies];
   unsigned wgmma_group;  ///< id of the open (not yet committed) wgmma group
   unsigned wgmma_count;
   Wgmma wgmma[kMaxWgmma];
+  unsigned bulk_group;  ///< id of the open (not yet committed) bulk group
+  unsigned bulk_count;
+  BulkReduce bulk[kMaxBulk];
 };
 
 /// Signatures of the module's exported functions (extern "C").

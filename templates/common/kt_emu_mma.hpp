@@ -1,6 +1,7 @@
 // Host emulation of the warp-level matrix instructions kt.cuh exposes:
 // mma.sync (m16n8k16 bf16/f16, m16n8k8 bf16/f16 and tf32, fp32 accumulate),
-// ldmatrix (x1/x2/x4, .trans) and cp.async with commit/wait groups.
+// ldmatrix (x1/x2/x4, .trans), cp.async with commit/wait groups, and the
+// bulk reductions of cp.reduce.async.bulk (.add.f32) with theirs.
 //
 // Each emulation gathers the warp's registers with one warp exchange and then
 // places elements exactly by the fragment layouts of the PTX ISA ("Matrix
@@ -14,7 +15,9 @@
 // (Thread::async_early, set by the runner's schedule): at the wait, so a
 // missing wait reads stale shared memory, or when issued, so a refill that
 // a missing barrier lets overtake another warp's reads of the same stage
-// overwrites them.
+// overwrites them. A bulk reduction reads its shared memory, and adds it to
+// global memory, at the same ends: at the wait that covers it, so shared
+// memory written again before that wait is what it adds.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -113,6 +116,38 @@ inline void async_issue(void* dst, const void* src, unsigned bytes, unsigned src
   t->async[t->async_count++] = AsyncCopy{dst, src, bytes, src_bytes, t->async_group};
 }
 
+/// Adds one bulk reduction's floats, element by element (a GPU's L2 adds them atomically).
+inline void bulk_run(const BulkReduce& op) {
+  for (unsigned i = 0; i < op.count; ++i) atomicAdd(op.dst + i, op.src[i]);
+}
+/// Completes this thread's bulk reductions of groups before `before_group`, oldest first.
+inline void bulk_complete(Thread* t, unsigned before_group) {
+  unsigned kept = 0;
+  for (unsigned i = 0; i < t->bulk_count; ++i) {
+    if (t->bulk[i].group < before_group)
+      bulk_run(t->bulk[i]);
+    else
+      t->bulk[kept++] = t->bulk[i];
+  }
+  t->bulk_count = kept;
+}
+inline void bulk_issue(float* dst, const float* src, unsigned bytes) {
+  Thread* t = self();
+  if ((reinterpret_cast<unsigned long>(dst) | reinterpret_cast<unsigned long>(src)) % 16 != 0 || bytes % 16 != 0) {
+    char message[256];
+    __builtin_snprintf(message, sizeof message,
+                       "cp.reduce.async.bulk of %u bytes from %p to %p: both addresses 16-byte aligned and the size "
+                       "a multiple of 16",
+                       bytes, static_cast<const void*>(src), static_cast<void*>(dst));
+    t->host->fail(t, message);
+  }
+  const BulkReduce op{dst, src, bytes / 4, t->bulk_group};
+  if (t->async_early) return bulk_run(op);
+  if (t->bulk_count == kMaxBulk) bulk_complete(t, t->bulk[0].group + 1);
+  if (t->bulk_count == kMaxBulk) bulk_complete(t, t->bulk_group + 1);
+  t->bulk[t->bulk_count++] = op;
+}
+
 /// ldmatrix: lanes 8i..8i+7 give the row addresses of matrix i (8 rows of 8 b16).
 template <int N, bool TRANS>
 inline void ldmatrix(unsigned* d, const void* row) {
@@ -205,6 +240,17 @@ inline void cp_async_wait_all() {
   emu::Thread* t = emu::self();
   ++t->async_group;
   emu::async_complete(t, ~0u);
+}
+
+/// cp.reduce.async.bulk .add.f32 (kt.cuh): gmem[i] += smem[i], bytes / 4 floats.
+inline void bulk_reduce_add(float* gmem, const float* smem, unsigned bytes) { emu::bulk_issue(gmem, smem, bytes); }
+/// cp.async.bulk.commit_group.
+inline void bulk_commit() { ++emu::self()->bulk_group; }
+/// cp.async.bulk.wait_group.read N: all but the N most recent committed groups are complete.
+template <int N>
+inline void bulk_wait_read() {
+  emu::Thread* t = emu::self();
+  if (t->bulk_group >= static_cast<unsigned>(N)) emu::bulk_complete(t, t->bulk_group - N);
 }
 
 }  // namespace kt

@@ -134,10 +134,10 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), the leaderboard backward's three configs, the d 128 forward's three and the
+  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's three and the
   // leaderboard forward's three, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's
   // 10 once more with CUDA graphs.
-  CHECK(n.ktune == 11 + 5 + 9 + 20 + 10);
+  CHECK(n.ktune == 11 + 5 + 10 + 20 + 10);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);

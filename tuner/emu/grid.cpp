@@ -262,6 +262,8 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
     t.async_count = 0;
     t.wgmma_group = 0;
     t.wgmma_count = 0;
+    t.bulk_group = 0;
+    t.bulk_count = 0;
     t.async_early = b.schedule.order == env::EmuSchedule::Order::kReverse ||
                     (b.schedule.order == env::EmuSchedule::Order::kShuffle && (rng() & 1));
     s.state = State::kReady;
@@ -274,6 +276,11 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
                                        if (s.thread.wgmma_count != 0)
                                          fail_block(b, &s.thread,
                                                     "a thread ended with a wgmma in flight (no wgmma_wait covers it)");
+                                       // Its shared memory is gone with the block: wait for the reads first.
+                                       if (s.thread.bulk_count != 0)
+                                         fail_block(b, &s.thread,
+                                                    "a thread ended with a bulk reduction in flight (no "
+                                                    "bulk_wait_read covers it)");
                                        s.state = State::kDone;
                                        ++b.done;
                                        return std::move(s.scheduler);

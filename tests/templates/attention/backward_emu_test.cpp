@@ -5,7 +5,8 @@
 // registers or re-read from shared memory (a seeded sample); warps sharing
 // keys, with P^T and dS^T staged in shared memory; grouped- and
 // multi-query heads; the (batch, heads, seq, head_dim) layout; the wgmma
-// dK/dV pass in turn and overlapped (mma 1, 2) over their shapes; and
+// dK/dV pass in turn and overlapped (mma 1, 2), dQ by each thread's atomics
+// and by bulk reductions (dq_atomic 1, 2), over their shapes; and
 // kernels broken on purpose (the
 // diagonal tile's mask dropped, K read as V, tiles written unswizzled but
 // read swizzled, the wgmma pass's dS^T staged at the wrong keys) that these
@@ -267,6 +268,13 @@ TEST_CASE("attention_bwd on wgmma (mma 1, 2): head dims 64 and 128, masks, ragge
       {wgmma_backward(128, 128, 2, 2), problem("bf16", 257, 64, true), false},
       {wgmma_backward(64, 128, 4, 2), problem("f16", 100, 128, false, 2, 2), true},
       {wgmma_backward(64, 64, 1, 2), problem("bf16", 70, 64, true), false},
+      // dQ by bulk reductions: overlapped at 128-query tiles; head_dim 128; one warpgroup taking two pieces; the
+      // grouped heads adding into the same rows; ragged tails of 1 and 27 rows
+      {wgmma_backward(128, 128, 2, 2, 2), problem("bf16", 257, 64, true), false},
+      {wgmma_backward(64, 128, 2, 1, 2), problem("f16", 100, 128, false, 2, 2), true},
+      {wgmma_backward(128, 64, 1, 1, 2), problem("bf16", 155, 64, true), false},
+      {wgmma_backward(64, 128, 2, 2, 2), grouped, true},
+      {wgmma_backward(64, 128, 2, 1, 2), problem("bf16", 1, 128, false), false},
   };
   for (const auto& [c, p, bhsd] : cases) test::check_backward(*backend, c, p, bhsd);
 }
@@ -314,6 +322,31 @@ TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks
     CHECK(early.dq > early.tolerance);
     CHECK(early.dv <= early.tolerance);
   }
+}
+
+TEST_CASE("attention_bwd's dQ by bulk reductions: a kernel broken on purpose fails these checks", "[attention][emu]") {
+  // In order, each bulk reduction reads its stage at the wait that covers it, as late as a GPU may.
+  auto backend = tuner::exec::make_emu_backend({2, "sm_90", env::EmuSchedule{}});
+  const auto& f = backward_family();
+  const Problem p = problem("bf16", 150, 64, true);
+  const Config c = wgmma_backward(64, 128, 2, 2, 2);
+  REQUIRE(test::run_backward(*backend, c, p, false, 3).worst() <= tolerance_for("bf16"));
+  const auto broken = [&](const std::string& from, const std::string& to) {
+    Rendered r = f.render(c, p);
+    const std::size_t at = r.source.find(from, r.source.find("attention_bwd_dkdv_wgmma("));
+    REQUIRE(at != std::string::npos);
+    r.source.replace(at, from.size(), to);
+    return test::run_backward(*backend, c, p, false, 3, &r);
+  };
+  // The stage written again before the previous step's reductions have read it: they add the wrong rows of dQ.
+  const auto unwaited = broken("kt::bulk_wait_read<0>();  // the previous step's", "// the previous step's");
+  CHECK(unwaited.dq > unwaited.tolerance);
+  CHECK(unwaited.dk <= unwaited.tolerance);
+  CHECK(unwaited.dv <= unwaited.tolerance);
+  // Each row's reduction reads the stage without its pad: every row but the first is read shifted.
+  const auto unpadded = broken("sdq + query * DQ_STRIDE, HEAD_DIM * 4", "sdq + query * HEAD_DIM, HEAD_DIM * 4");
+  CHECK(unpadded.dq > unpadded.tolerance);
+  CHECK(unpadded.dk <= unpadded.tolerance);
 }
 
 }  // namespace templates_attention_backward_emu_test

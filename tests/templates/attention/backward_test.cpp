@@ -68,7 +68,7 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
-  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 2 * 2);
+  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 3 * 3);
   for (const char* name :
        {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic", "mma"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
@@ -284,9 +284,12 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   const Rendered hopper = f.render(wgmma_backward(64, 128, 2), w);
   REQUIRE(hopper.kernels.size() == 3);
   CHECK(hopper.kernels[0] == "attention::attention_bwd_preprocess<128, true, __nv_bfloat16>");
-  CHECK(hopper.kernels[1] == "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, true, __nv_bfloat16>");
+  CHECK(hopper.kernels[1] ==
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, false, true, __nv_bfloat16>");
   CHECK(f.render(wgmma_backward(64, 128, 2, 2), w).kernels[1] ==
-        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, true, true, __nv_bfloat16>");
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, true, false, true, __nv_bfloat16>");
+  CHECK(f.render(wgmma_backward(64, 128, 2, 1, 2), w).kernels[1] ==
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, true, true, __nv_bfloat16>");
   CHECK(hopper.kernels[2] == "attention::attention_bwd_dq_convert<128, __nv_bfloat16>");
   CHECK(hopper.arch_specific);
   CHECK_FALSE(atomic.arch_specific);
@@ -296,6 +299,10 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   CHECK(launches[1].grid == std::array<unsigned, 3>{8, 6, 2});
   CHECK(launches[1].block[0] == 256);
   CHECK(launches[1].dynamic_smem == (2 * 128 + 2 * 2 * 64) * 128 * 2 + 128 * 64 * 2 + 2 * 2 * 64 * 4);
+  // With dQ by bulk reductions, the dQ stage besides: 64 fp32 rows of 128 + 8.
+  const auto bulk = f.plan(wgmma_backward(64, 128, 2, 1, 2), w, a, DeviceLimits::for_arch("sm_90"));
+  CHECK(bulk[1].dynamic_smem == launches[1].dynamic_smem + 64 * (128 + 8) * 4);
+  CHECK(bulk.size() == launches.size());
 }
 
 TEST_CASE("attention_bwd's wgmma pass (mma 1 and 2) is valid on sm_90 alone, for its shapes, saying why not",
@@ -334,6 +341,13 @@ TEST_CASE("attention_bwd's wgmma pass (mma 1 and 2) is valid on sm_90 alone, for
   CHECK_THAT(invalid(wgmma_backward(64, 64, 2, 2), problem("bf16", 1024, 128)), Catch::Contains("mma 2: wgmma"));
   CHECK_THAT(invalid(wgmma_backward(64, 128, 2, 2), problem("bf16", 1024, 64), "sm_80"),
              Catch::Contains("mma 2: wgmma needs an sm_90 device"));
+  // dQ by bulk reductions: the wgmma pass's, its dQ stage in the shared memory count.
+  CHECK(f.is_valid(wgmma_backward(128, 128, 2, 2, 2), problem("bf16", 1024, 64), sm90));
+  CHECK(f.is_valid(wgmma_backward(128, 128, 4, 1, 1), problem("bf16", 1024, 64), sm90));
+  CHECK_THAT(invalid(wgmma_backward(128, 128, 4, 1, 2), problem("bf16", 1024, 64)),
+             Catch::Contains("the dQ stage"));
+  CHECK_THAT(invalid(with(config(32, 64, 4, 2), {{"dq_atomic", 2}}), problem("bf16", 1024, 64)),
+             Catch::Contains("dq_atomic 2"));
 }
 
 TEST_CASE("attention_bwd workloads: fresh inputs per seed, the streaming reference, every row checked when cheap",

@@ -23,12 +23,14 @@ inline Config wgmma_forward(std::int64_t block_m, std::int64_t block_n, std::int
                  {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", mma}});
 }
 
-/// attention_bwd's dK/dV pass on wgmma: 64 keys a warpgroup, dQ by atomics;
+/// attention_bwd's dK/dV pass on wgmma: 64 keys a warpgroup, dQ by atomics
+/// (dq_atomic 1 each thread's pairs, 2 bulk reductions of staged rows);
 /// mma 1 in turn, 2 overlapped.
 inline Config wgmma_backward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2,
-                             std::int64_t mma = 1) {
+                             std::int64_t mma = 1, std::int64_t dq_atomic = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_n / 16}, {"warp_split", 1},
-                 {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", mma}});
+                 {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", dq_atomic},
+                 {"mma", mma}});
 }
 
 }  // namespace ktune::test::attention
