@@ -37,32 +37,6 @@ namespace attention {
 /// bf16's relative precision, and sums of up to 2^20 keys stay far from fp32's range.
 constexpr float kBaseSlack = 8.0f;
 
-/// The query tile a block works on, as its rank (0: the tile with the most
-/// keys under a causal mask), and its head and batch. The GPU starts a
-/// grid's blocks in the order of their linear index, x fastest.
-///   tile_order 0: the grid as launched, x the rank: each head's tiles start
-///     together, its longest first.
-///   tile_order 1: the linear index walks the (head, batch) pairs fastest and
-///     the ranks slowest: the longest tiles of every head start first and the
-///     shortest fill the end (longest processing time first), so under a
-///     causal mask the last head's longest tile does not start near the end
-///     of the grid and run on after the rest.
-/// Without a causal mask (CAUSAL false) every tile has the same work, the
-/// family admits tile_order 0 alone, and the kernel keeps no code for 1.
-struct BlockTile {
-  int rank, head, batch;
-};
-template <bool CAUSAL>
-KT_DEVICE BlockTile block_tile(int tile_order) {
-  if (!CAUSAL || tile_order == 0)
-    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
-  const long long pairs = static_cast<long long>(gridDim.y) * gridDim.z;
-  const long long linear =
-      blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
-  const int pair = static_cast<int>(linear % pairs);
-  return {static_cast<int>(linear / pairs), pair % static_cast<int>(gridDim.y), pair / static_cast<int>(gridDim.y)};
-}
-
 /// Masks the scores of a warp's MT m16 tiles of query rows (from row0) by
 /// NT n8 tiles of keys (from n0), S's accumulator fragments: keys past the
 /// sequence (a ragged last tile) and, under a causal mask, keys after the
@@ -209,8 +183,8 @@ KT_DEVICE void store_output(T* oh, long long o_row_stride, float* lse_h, int row
 }
 
 /// Grid: (ceil(seq / BLOCK_M), heads, batch); the block of rank r
-/// (block_tile, by tile_order) takes query block gridDim.x - 1 - r, so under
-/// a causal mask the longest blocks start first.
+/// (attention_common.cuh's block_tile, by tile_order) takes query block
+/// gridDim.x - 1 - r, so under a causal mask the longest blocks start first.
 /// Block: WARPS * 32 threads; dynamic shared memory as in the file header.
 /// `scale` > 0, so the running max of the raw scores is that of the scaled
 /// ones. The launch bounds ask for one block per SM at least: ptxas may then

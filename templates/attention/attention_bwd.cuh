@@ -258,7 +258,9 @@ KT_DEVICE void load_rows(float* to, const float* lse, const float* delta, long l
   }
 }
 
-/// Grid: (ceil(seq / BLOCK_N), kv_heads, batch); block: WARPS * 32 threads
+/// Grid: (ceil(seq / BLOCK_N), kv_heads, batch), the block of rank r
+/// (attention_common.cuh's block_tile, by tile_order) taking key block r, so
+/// under a causal mask the longest blocks start first; block: WARPS * 32 threads
 /// in WARPS / WARP_SPLIT groups, each group owning BLOCK_N * WARP_SPLIT /
 /// WARPS keys (one or two m16 tiles): the rows of S^T = K Q^T, dP^T = V dO^T
 /// and of the dK, dV accumulators. The block walks (query head of its group)
@@ -294,7 +296,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                        float* dq_accum,       // (batch, heads, seq, head_dim) fp32 when DQ_ATOMIC
                        T* dk, T* dv,          // as k, through dk_strides / dv_strides
                        Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
-                       Strides dk_strides, Strides dv_strides, int seq, int heads, int kv_group, float scale) {
+                       Strides dk_strides, Strides dv_strides, int seq, int heads, int kv_group, float scale,
+                       int tile_order) {  // of the key blocks, as block_tile's
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps and whole n16 pairs of every product");
   static_assert(WARP_SPLIT == 1 || WARP_SPLIT == 2 || WARP_SPLIT == 4, "a group of keys is shared by 1, 2 or 4 warps");
@@ -330,8 +333,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sds = DS_IN_V ? sv : reinterpret_cast<T*>(srows + STAGES * 2 * BLOCK_M);
   T* sp = sds + BLOCK_N * DsLayout::ROW;
 
-  const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
-  const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const BlockTile tile = block_tile<CAUSAL>(tile_order);  // rank 0: the first keys, which most queries see
+  const int n0 = tile.rank * BLOCK_N;
+  const int kvh = tile.head, b = tile.batch;
   const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
   const int g = lane / 4, t = lane % 4;
   const int warp_key0 = warp / WARP_SPLIT * KT * 16;
@@ -558,7 +562,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
 }
 
 /// dQ without atomics, a second pass. Grid: (ceil(seq / BLOCK_N), heads,
-/// batch); block: WARPS * 32 threads, each warp owning BLOCK_N / WARPS
+/// batch), the block of rank r (block_tile, by tile_order) taking query
+/// block gridDim.x - 1 - r, the longest first; block: WARPS * 32 threads, each warp owning BLOCK_N / WARPS
 /// query rows (the rows of S, dP, dS and the dQ accumulator); the block
 /// walks the key tiles of BLOCK_M keys (to the diagonal under a causal
 /// mask), K and V tiles arriving by cp.async, STAGES in flight.
@@ -568,7 +573,8 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     attention_bwd_dq(const T* q, const T* k, const T* v, const T* dout, const float* lse, const float* delta,
                      T* dq,  // as q, through dq_strides
                      Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
-                     Strides dq_strides, int seq, int heads, int kv_group, float scale) {
+                     Strides dq_strides, int seq, int heads, int kv_group, float scale,
+                     int tile_order) {  // of the query blocks, as block_tile's
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps and whole n16 pairs of every product");
   static_assert(BLOCK_N % (16 * WARPS) == 0, "each warp owns whole m16 tiles of the block's query rows");
@@ -590,8 +596,9 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
   T* sk = sdo + TILE_Q;             // STAGES x (BLOCK_M, HEAD_DIM)
   T* sv = sk + STAGES * TILE_K;     // STAGES x (BLOCK_M, HEAD_DIM)
 
-  const int m_block = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // longest blocks first under a causal mask
-  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const BlockTile tile = block_tile<CAUSAL>(tile_order);
+  const int m_block = static_cast<int>(gridDim.x) - 1 - tile.rank;  // rank 0: the last queries, which see most keys
+  const int h = tile.head, b = tile.batch;
   const int m0 = m_block * BLOCK_N;
   const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
   const int g = lane / 4, t = lane % 4;

@@ -46,7 +46,8 @@
 
 namespace attention {
 
-/// Grid: (ceil(seq / BLOCK_N), kv_heads, batch); block: WARPGROUPS * 128
+/// Grid: (ceil(seq / BLOCK_N), kv_heads, batch), the key blocks in the order
+/// of block_tile(tile_order) as attention_bwd_dkdv's; block: WARPGROUPS * 128
 /// threads. Arguments as attention_bwd_dkdv's with DQ_ATOMIC.
 template <int HEAD_DIM,    // 64 or 128: set by the problem
           int BLOCK_M,     // queries per tile walked (the N of S^T): 64 or 128
@@ -61,7 +62,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     attention_bwd_dkdv_wgmma(const T* q, const T* k, const T* v, const T* dout, const float* lse,
                              const float* delta, float* dq_accum, T* dk, T* dv, Strides q_strides,
                              Strides k_strides, Strides v_strides, Strides do_strides, Strides dk_strides,
-                             Strides dv_strides, int seq, int heads, int kv_group, float scale) {
+                             Strides dv_strides, int seq, int heads, int kv_group, float scale, int tile_order) {
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head dims 64 and 128: whole 128-byte panels");
   static_assert(BLOCK_N == 64 * WARPGROUPS, "each warpgroup owns 64 keys, a wgmma's M");
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "a query tile is whole 64-query panels of dS^T");
@@ -93,8 +94,9 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   constexpr int DQ_STRIDE = HEAD_DIM + 8;                             // floats a row of the dQ stage
   float* sdq = srows + STAGES * 2 * BLOCK_M;                          // DQ_BULK: (BLOCK_M, DQ_STRIDE)
 
-  const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;
-  const int kvh = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const BlockTile tile = block_tile<CAUSAL>(tile_order);  // rank 0: the first keys, which most queries see
+  const int n0 = tile.rank * BLOCK_N;
+  const int kvh = tile.head, b = tile.batch;
   const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
   const int g = lane / 4, t = lane % 4;
   const int group = warp / 4;           // the warpgroup

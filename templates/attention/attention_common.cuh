@@ -173,4 +173,31 @@ KT_DEVICE void acc_to_a(unsigned a[4], const float (&c)[N][4], int step) {
   }
 }
 
+/// The tile a block works on, as its rank (0: the tile with the most work
+/// under a causal mask: the forward's and the dQ pass's last query block,
+/// the dK/dV pass's first key block), and its head and batch. The GPU starts
+/// a grid's blocks in the order of their linear index, x fastest.
+///   tile_order 0: the grid as launched, x the rank: each head's tiles start
+///     together, its longest first.
+///   tile_order 1: the linear index walks the (head, batch) pairs fastest and
+///     the ranks slowest: the longest tiles of every head start first and the
+///     shortest fill the end (longest processing time first), so under a
+///     causal mask the last head's longest tile does not start near the end
+///     of the grid and run on after the rest.
+/// Without a causal mask (CAUSAL false) every tile has the same work, the
+/// families admit tile_order 0 alone, and the kernels keep no code for 1.
+struct BlockTile {
+  int rank, head, batch;
+};
+template <bool CAUSAL>
+KT_DEVICE BlockTile block_tile(int tile_order) {
+  if (!CAUSAL || tile_order == 0)
+    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+  const long long pairs = static_cast<long long>(gridDim.y) * gridDim.z;
+  const long long linear =
+      blockIdx.x + static_cast<long long>(gridDim.x) * (blockIdx.y + static_cast<long long>(gridDim.y) * blockIdx.z);
+  const int pair = static_cast<int>(linear % pairs);
+  return {static_cast<int>(linear / pairs), pair % static_cast<int>(gridDim.y), pair / static_cast<int>(gridDim.y)};
+}
+
 }  // namespace attention

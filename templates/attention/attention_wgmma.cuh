@@ -28,8 +28,8 @@
 // c ^ (r % 8), which is wgmma's 128-byte swizzle:
 //   (BLOCK_M + 2 * STAGES * BLOCK_N) * HEAD_DIM * sizeof(T) bytes.
 #pragma once
-// attention.cuh: block_tile, mask_scores, the online softmax's steps,
-// store_output, and the pieces of attention_common.cuh (acc_to_a).
+// attention.cuh: mask_scores, the online softmax's steps, store_output,
+// and the pieces of attention_common.cuh (block_tile, acc_to_a).
 #include "attention/attention.cuh"
 #include "common/wgmma.cuh"
 
@@ -92,7 +92,7 @@ KT_DEVICE void wgmma_pipeline_head(int it, int count, Load&& load) {
 }
 
 /// Grid: (ceil(seq / BLOCK_M), heads, batch), the query blocks in the order
-/// of attention.cuh's (block_tile, tile_order). Block: WARPGROUPS * 128
+/// of attention_common.cuh's (block_tile, tile_order). Block: WARPGROUPS * 128
 /// threads; dynamic shared memory as in the file header. Arguments as
 /// attention_fwd's.
 ///

@@ -191,7 +191,11 @@ class Backward final : public TypedFamily<BackwardArgs> {
                  "warpgroup of 4 warps, 64 keys each (sm_90's arch-specific target sm_90a: S^T and dP^T from shared "
                  "memory, dV and dK with P^T and dS^T in registers, dQ from dS^T staged; 16-bit inputs, head dims 64 "
                  "and 128), 2 wgmma as 1 with P^T's exponentials beside dP^T's product and dS^T's arithmetic beside "
-                 "dV's"}}) {}
+                 "dV's"},
+                {"tile_order", {0, 1},
+                 "the order blocks start in, a kernel argument: 0 each head's key blocks (query blocks of the dQ "
+                 "pass) together, its longest first; 1 the longest of every head first, the shortest at the end "
+                 "(causal masks only)"}}) {}
 
   std::string name() const override { return "attention_bwd"; }
   std::string summary() const override {
@@ -222,8 +226,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // register estimate (head_dim 128 takes 32), then narrower blocks.
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
-    const Config plain(
-        {{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0}});
+    const Config plain({{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1},
+                        {"mma", 0}, {"tile_order", 0}});
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       for (const Config& c : {with(plain, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
                                            {"smem_layout", 1}, {"resident_regs", 1}}),
@@ -247,7 +251,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // and 5.690 ms for default_config.
     if (element_bytes(p) != 2 || p.dim("head_dim") != 64 || blocks_of_128(p) < kBusyGrid) return std::nullopt;
     return Config({{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 1}, {"stages", 2},
-                   {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}});
+                   {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}, {"tile_order", 0}});
   }
 
   std::vector<Config> candidates(const Problem& p) const override {
@@ -259,24 +263,30 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // inputs up to head_dim 64, also the previous default there (128 keys
     // over 4 warps, 16-query tiles, padded rows). The default itself left
     // out. First, for 16-bit inputs at head dims 64 and 128, the wgmma
-    // dK/dV pass (valid on sm_90 alone), 128 keys over two warpgroups: at
-    // head_dim 64 with 128-query tiles (sm_90's default shape there)
-    // overlapped (mma 2), and with dQ by bulk reductions (dq_atomic 2)
-    // overlapped and in turn; at 64-query tiles overlapped, with and without
-    // bulk reductions; then in turn (mma 1), 64-query tiles, 128 keys over
-    // two warpgroups and 64 over one.
+    // dK/dV pass (valid on sm_90 alone), under a causal mask with the
+    // longest blocks of every head first (tile_order 1), 128 keys over two
+    // warpgroups: at head_dim 64 with 128-query tiles (sm_90's default shape
+    // there) in turn, overlapped (mma 2), and with dQ by bulk reductions
+    // (dq_atomic 2) overlapped and in turn; at 64-query tiles overlapped,
+    // with and without bulk reductions; then in turn (mma 1), 64-query
+    // tiles, 128 keys over two warpgroups and 64 over one. Then, under a
+    // causal mask, the default with the longest blocks first.
     const Config def = default_config(p);
+    const std::int64_t order = p.dim("causal");
     std::vector<Config> out;
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128)) {
-      const auto wgmma = [](std::int64_t bm, std::int64_t bn, std::int64_t mma, std::int64_t dq = 1) {
+      const auto wgmma = [&](std::int64_t bm, std::int64_t bn, std::int64_t mma, std::int64_t dq = 1) {
         return Config({{"block_m", bm}, {"block_n", bn}, {"warps", bn / 16}, {"warp_split", 1}, {"stages", 2},
-                       {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", dq}, {"mma", mma}});
+                       {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", dq}, {"mma", mma},
+                       {"tile_order", order}});
       };
       if (p.dim("head_dim") == 64)
-        for (const Config& c : {wgmma(128, 128, 2), wgmma(128, 128, 2, 2), wgmma(128, 128, 1, 2)}) out.push_back(c);
+        for (const Config& c : {wgmma(128, 128, 1), wgmma(128, 128, 2), wgmma(128, 128, 2, 2), wgmma(128, 128, 1, 2)})
+          out.push_back(c);
       for (const Config& c : {wgmma(64, 128, 2), wgmma(64, 128, 2, 2), wgmma(64, 128, 1), wgmma(64, 64, 1)})
         out.push_back(c);
     }
+    if (order == 1) out.push_back(with(def, {{"tile_order", 1}}));
     for (const Config& c : {with(def, {{"stages", 4}}),
                             with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
                                        {"stages", 2}, {"resident_regs", 0}}),
@@ -284,7 +294,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
       out.push_back(c);
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       out.push_back(Config({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
-                            {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0}}));
+                            {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0},
+                            {"tile_order", 0}}));
     std::erase(out, def);
     return out;
   }
@@ -293,6 +304,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::int64_t bm = c.at("block_m"), bn = c.at("block_n"), warps = c.at("warps");
     const std::int64_t threads = 32 * warps;
     if (threads > d.max_threads_per_block) return reject(why, "threads exceed the device's block limit");
+    if (c.at("tile_order") == 1 && p.dim("causal") == 0)
+      return reject(why, "tile_order 1 orders blocks of unequal work; without a causal mask every block has the same");
     if (c.at("mma") != 0) {
       if (const std::string no = wgmma_invalid(c, p, d); !no.empty()) return reject(why, no);
       return fits_shared(c, p, d, why);
@@ -486,7 +499,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     kv.dynamic_smem = static_cast<unsigned>(dkdv_shared(c, p));
     kv.args.add(a.q).add(a.k).add(a.v).add(a.dout).add(a.lse).add(delta).add(accum).add(a.dk).add(a.dv);
     kv.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.do_strides).add(a.dk_strides).add(a.dv_strides);
-    kv.args.add(seq).add(heads).add(group).add(a.scale);
+    kv.args.add(seq).add(heads).add(group).add(a.scale).add(static_cast<int>(c.at("tile_order")));
     Launch& dq = launches[2];
     dq.kernel = 2;
     if (dq_atomic(c)) {
@@ -501,7 +514,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
       dq.dynamic_smem = static_cast<unsigned>(dq_shared(c, p));
       dq.args.add(a.q).add(a.k).add(a.v).add(a.dout).add(a.lse).add(delta).add(a.dq);
       dq.args.add(a.q_strides).add(a.k_strides).add(a.v_strides).add(a.do_strides).add(a.dq_strides);
-      dq.args.add(seq).add(heads).add(group).add(a.scale);
+      dq.args.add(seq).add(heads).add(group).add(a.scale).add(static_cast<int>(c.at("tile_order")));
     }
     return launches;
   }

@@ -34,7 +34,7 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
-                 {"dq_atomic", dq_atomic}, {"mma", 0}});
+                 {"dq_atomic", dq_atomic}, {"mma", 0}, {"tile_order", 0}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
@@ -166,6 +166,36 @@ TEST_CASE("attention_bwd: grouped- and multi-query heads sum into their K/V head
     p.dims["kv_heads"] = 1;
     test::check_backward(*backend, c, p, true);
   }
+}
+
+TEST_CASE("attention_bwd: the longest blocks of every head first (tile_order 1), both passes and wgmma, over "
+          "batches and grouped heads",
+          "[attention][emu]") {
+  auto backend = emu();
+  const auto order = [](Config c) {
+    c.set("tile_order", 1);
+    return c;
+  };
+  Problem gqa = problem("f16", 45, 64, true, 2, 4);
+  gqa.dims["kv_heads"] = 2;
+  // dQ by atomics over batch 2 x 3 heads; by the second pass (whose query blocks are ordered too); grouped heads
+  test::check_backward(*backend, order(config(64, 64, 4, 2, 1)), problem("bf16", 200, 64, true, 2, 3));
+  test::check_backward(*backend, order(config(32, 64, 4, 2, 0)), problem("f16", 130, 32, true, 2, 2), true);
+  test::check_backward(*backend, order(config(32, 64, 4, 2, 1, 1, 0, 2)), gqa);
+  auto hopper = tuner::exec::make_emu_backend({2, "sm_90"});
+  test::check_backward(*hopper, wgmma_backward(64, 128, 2, 2, 2, 1), problem("bf16", 257, 64, true, 2, 2));
+  // Broken on purpose: the key block taken from the grid's x while the head and batch follow the order, so
+  // some blocks of keys are done twice and others never.
+  const Config c = order(config(64, 64, 4, 2, 1));
+  const Problem p = problem("bf16", 200, 64, true, 2, 3);
+  Rendered r = backward_family().render(c, p);
+  const std::string rank = "const int n0 = tile.rank * BLOCK_N;";
+  const auto at = r.source.find(rank);
+  REQUIRE(at != std::string::npos);
+  r.source.replace(at, rank.size(), "const int n0 = static_cast<int>(blockIdx.x) * BLOCK_N;");
+  const auto wrong = test::run_backward(*backend, c, p, false, 3, &r);
+  CHECK(wrong.dk > wrong.tolerance);
+  CHECK(wrong.dv > wrong.tolerance);
 }
 
 TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[attention][emu]") {

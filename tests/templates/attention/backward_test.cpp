@@ -34,7 +34,7 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
-                 {"dq_atomic", dq_atomic}, {"mma", 0}});
+                 {"dq_atomic", dq_atomic}, {"mma", 0}, {"tile_order", 0}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -68,13 +68,18 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
-  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 3 * 3);
+  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 3 * 3 * 2);
   for (const char* name :
-       {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic", "mma"})
+       {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic", "mma",
+        "tile_order"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
   CHECK(f.is_valid(config(32, 128, 4, 2, 0), problem("bf16", 1024, 32), sm90));  // two m16 tiles of keys per warp
+  // The longest blocks first: orders blocks of unequal work, under a causal mask alone.
+  CHECK(f.is_valid(with(config(64, 64, 4, 2), {{"tile_order", 1}}), problem("bf16", 1024, 64), sm90));
+  CHECK_THAT(why_invalid(with(config(64, 64, 4, 2), {{"tile_order", 1}}), problem("bf16", 1024, 64, 0)),
+             Catch::Contains("without a causal mask"));
   CHECK_THAT(why_invalid(config(64, 64, 8, 2), problem("bf16", 1024, 64)),
              Catch::Contains("block_n 64 is not a multiple of 16 x 8 groups"));
   CHECK_THAT(why_invalid(config(64, 128, 2, 2), problem("bf16", 1024, 64)),
@@ -158,9 +163,11 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
   // K and V in registers; at head_dim 16 too narrow for it, 128 keys over 4 warps and 16-query tiles); head_dim
   // 80 and fp32 keep one tile of keys per warp. The 16-bit ones fit the 99 KB of shared memory of an sm_86 block.
   const Config partition({{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}, {"stages", 2},
-                          {"smem_layout", 1}, {"resident_regs", 1}, {"dq_atomic", 1}, {"mma", 0}});
+                          {"smem_layout", 1}, {"resident_regs", 1}, {"dq_atomic", 1}, {"mma", 0},
+                          {"tile_order", 0}});
   const Config narrow({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
-                       {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0}});
+                       {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0},
+                       {"tile_order", 0}});
   for (const char* dtype : {"bf16", "f16", "f32"})
     for (const std::int64_t d : {16, 32, 64, 80, 128}) {
       const Problem p = problem(dtype, 16384, d, 1, 1, 16);
@@ -303,6 +310,8 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   const auto bulk = f.plan(wgmma_backward(64, 128, 2, 1, 2), w, a, DeviceLimits::for_arch("sm_90"));
   CHECK(bulk[1].dynamic_smem == launches[1].dynamic_smem + 64 * (128 + 8) * 4);
   CHECK(bulk.size() == launches.size());
+  // The dK/dV pass's arguments: 9 buffers, 6 strides, seq, heads, kv_group, scale and the tile order.
+  CHECK(launches[1].args.count() == 20);
 }
 
 TEST_CASE("attention_bwd's wgmma pass (mma 1 and 2) is valid on sm_90 alone, for its shapes, saying why not",
