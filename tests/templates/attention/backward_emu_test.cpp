@@ -38,6 +38,16 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
+/// run_backward on `c`'s kernels with `from` replaced by `to` in the wgmma dK/dV pass's source.
+test::BackwardErrors run_wgmma_broken(tuner::exec::Backend& backend, const Config& c, const Problem& p,
+                                      const std::string& from, const std::string& to) {
+  Rendered r = backward_family().render(c, p);
+  const std::size_t at = r.source.find(from, r.source.find("attention_bwd_dkdv_wgmma("));
+  REQUIRE(at != std::string::npos);
+  r.source.replace(at, from.size(), to);
+  return test::run_backward(backend, c, p, false, 3, &r);
+}
+
 }  // namespace
 
 // The default and a seeded sample of configs of every problem class run in
@@ -311,18 +321,13 @@ TEST_CASE("attention_bwd on wgmma (mma 1, 2): head dims 64 and 128, masks, ragge
 
 TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks", "[attention][emu]") {
   auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
-  const auto& f = backward_family();
   const Problem p = problem("bf16", 150, 128, true);
   const std::int64_t mma = GENERATE(1, 2);  // in turn and overlapped
   const Config c = wgmma_backward(64, 128, 2, mma);
   INFO("mma " << mma);
   REQUIRE(test::run_backward(*backend, c, p, false, 3).worst() <= tolerance_for("bf16"));
   const auto broken = [&](const std::string& from, const std::string& to) {
-    Rendered r = f.render(c, p);
-    const std::size_t at = r.source.find(from, r.source.find("attention_bwd_dkdv_wgmma("));
-    REQUIRE(at != std::string::npos);
-    r.source.replace(at, from.size(), to);
-    return test::run_backward(*backend, c, p, false, 3, &r);
+    return run_wgmma_broken(*backend, c, p, from, to);
   };
   // The causal mask dropped: keys after the query leak into every output.
   const auto masked = broken("(CAUSAL && query < key)", "false");
@@ -357,16 +362,11 @@ TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks
 TEST_CASE("attention_bwd's dQ by bulk reductions: a kernel broken on purpose fails these checks", "[attention][emu]") {
   // In order, each bulk reduction reads its stage at the wait that covers it, as late as a GPU may.
   auto backend = tuner::exec::make_emu_backend({2, "sm_90", env::EmuSchedule{}});
-  const auto& f = backward_family();
   const Problem p = problem("bf16", 150, 64, true);
   const Config c = wgmma_backward(64, 128, 2, 2, 2);
   REQUIRE(test::run_backward(*backend, c, p, false, 3).worst() <= tolerance_for("bf16"));
   const auto broken = [&](const std::string& from, const std::string& to) {
-    Rendered r = f.render(c, p);
-    const std::size_t at = r.source.find(from, r.source.find("attention_bwd_dkdv_wgmma("));
-    REQUIRE(at != std::string::npos);
-    r.source.replace(at, from.size(), to);
-    return test::run_backward(*backend, c, p, false, 3, &r);
+    return run_wgmma_broken(*backend, c, p, from, to);
   };
   // The stage written again before the previous step's reductions have read it: they add the wrong rows of dQ.
   const auto unwaited = broken("kt::bulk_wait_read<0>();  // the previous step's", "// the previous step's");
