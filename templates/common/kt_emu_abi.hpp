@@ -1,7 +1,7 @@
 // The contract between an emulated kernel module (a shared object built from
 // rendered source + kt_emu.hpp) and the emulation runner (tuner/emu_*.cpp).
-// Both sides include this header; it holds plain structs and function
-// pointers only, so the module needs no symbol from the runner.
+// Both sides include this header; it holds plain structs, one inline queue
+// template and function pointers, so the module needs no symbol from the runner.
 //
 // Per emulated CUDA thread the runner owns one kt::emu::Thread and tells the
 // module which one is running through the slot returned by the module's
@@ -14,7 +14,7 @@
 namespace kt::emu {
 
 /// Bumped whenever a struct below changes; the runner refuses other modules.
-inline constexpr int kAbiVersion = 4;
+inline constexpr int kAbiVersion = 5;
 inline constexpr int kWarpSize = 32;
 /// Largest per-lane payload of one warp exchange (an mma operand set is 40 bytes).
 inline constexpr unsigned kMaxExchangeBytes = 64;
@@ -82,6 +82,49 @@ struct BulkReduce {
   unsigned group;
 };
 
+/// The operations of one kind in flight on one thread, oldest first, in
+/// the groups of PTX's commit_group / wait_group (Op has a `group` member).
+/// The runner resets it when a thread starts and reads `count` when it ends;
+/// the module issues, commits and waits. `run` completes one operation.
+template <class Op, unsigned N>
+struct InFlight {
+  unsigned group;  ///< id of the open (not yet committed) group
+  unsigned count;
+  Op ops[N];
+
+  void reset() { group = count = 0; }
+  /// Completes the operations of the groups before `before`, oldest first.
+  template <class Run>
+  void complete(unsigned before, Run&& run) {
+    unsigned kept = 0;
+    for (unsigned i = 0; i < count; ++i) {
+      if (ops[i].group < before)
+        run(ops[i]);
+      else
+        ops[kept++] = ops[i];
+    }
+    count = kept;
+  }
+  /// Adds `op` to the open group, or completes it at once when `early`. A
+  /// full queue first completes its oldest group (a GPU may complete any
+  /// operation before its wait), then, if that group is the open one, all.
+  template <class Run>
+  void issue(Op op, bool early, Run&& run) {
+    op.group = group;
+    if (early) return run(op);
+    if (count == N) complete(ops[0].group + 1, run);
+    if (count == N) complete(group + 1, run);
+    ops[count++] = op;
+  }
+  /// commit_group: closes the open group.
+  void commit() { ++group; }
+  /// wait_group `pending`: all but the `pending` most recent committed groups are complete.
+  template <class Run>
+  void wait(unsigned pending, Run&& run) {
+    if (group >= pending) complete(group - pending, run);
+  }
+};
+
 /// The state of one emulated CUDA thread.
 struct Thread {
   U3 thread_idx;
@@ -95,19 +138,13 @@ struct Thread {
   void* runner;  ///< the runner's block state; opaque to the module
   unsigned char* dynamic_smem;
   std::size_t dynamic_smem_bytes;
-  unsigned async_group;  ///< id of the open (not yet committed) cp.async group
-  unsigned async_count;
   /// 1: this thread's cp.async copies, wgmma instructions and bulk
   /// reductions complete when issued; 0: at their covering wait (a GPU
   /// completes them at any time in between).
   unsigned char async_early;
-  AsyncCopy async[kMaxAsyncCopies];
-  unsigned wgmma_group;  ///< id of the open (not yet committed) wgmma group
-  unsigned wgmma_count;
-  Wgmma wgmma[kMaxWgmma];
-  unsigned bulk_group;  ///< id of the open (not yet committed) bulk group
-  unsigned bulk_count;
-  BulkReduce bulk[kMaxBulk];
+  InFlight<AsyncCopy, kMaxAsyncCopies> async;
+  InFlight<Wgmma, kMaxWgmma> wgmma;
+  InFlight<BulkReduce, kMaxBulk> bulk;
 };
 
 /// Signatures of the module's exported functions (extern "C").

@@ -81,19 +81,10 @@ inline void mma_16bit(float d[4], const unsigned* a, const unsigned* b, const fl
   }
 }
 
-/// Deferred cp.async bookkeeping on the running thread.
-inline void async_complete(Thread* t, unsigned before_group) {
-  unsigned kept = 0;
-  for (unsigned i = 0; i < t->async_count; ++i) {
-    AsyncCopy& c = t->async[i];
-    if (c.group < before_group) {
-      std::memcpy(c.dst, c.src, c.src_bytes);
-      if (c.bytes > c.src_bytes) std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
-    } else {
-      t->async[kept++] = c;
-    }
-  }
-  t->async_count = kept;
+/// Lands one cp.async copy: `src_bytes` read, the rest of `bytes` zero-filled.
+inline void async_run(const AsyncCopy& c) {
+  std::memcpy(c.dst, c.src, c.src_bytes);
+  if (c.bytes > c.src_bytes) std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
 }
 inline void async_issue(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
   Thread* t = self();
@@ -106,30 +97,12 @@ inline void async_issue(void* dst, const void* src, unsigned bytes, unsigned src
     t->host->fail(t, message);
   }
   if (src_bytes > bytes) src_bytes = bytes;
-  if (t->async_early) {
-    std::memcpy(dst, src, src_bytes);
-    if (bytes > src_bytes) std::memset(static_cast<char*>(dst) + src_bytes, 0, bytes - src_bytes);
-    return;
-  }
-  if (t->async_count == kMaxAsyncCopies) async_complete(t, t->async[0].group + 1);
-  if (t->async_count == kMaxAsyncCopies) async_complete(t, t->async_group + 1);
-  t->async[t->async_count++] = AsyncCopy{dst, src, bytes, src_bytes, t->async_group};
+  t->async.issue(AsyncCopy{dst, src, bytes, src_bytes, 0}, t->async_early, async_run);
 }
 
 /// Adds one bulk reduction's floats, element by element (a GPU's L2 adds them atomically).
 inline void bulk_run(const BulkReduce& op) {
   for (unsigned i = 0; i < op.count; ++i) atomicAdd(op.dst + i, op.src[i]);
-}
-/// Completes this thread's bulk reductions of groups before `before_group`, oldest first.
-inline void bulk_complete(Thread* t, unsigned before_group) {
-  unsigned kept = 0;
-  for (unsigned i = 0; i < t->bulk_count; ++i) {
-    if (t->bulk[i].group < before_group)
-      bulk_run(t->bulk[i]);
-    else
-      t->bulk[kept++] = t->bulk[i];
-  }
-  t->bulk_count = kept;
 }
 inline void bulk_issue(float* dst, const float* src, unsigned bytes) {
   Thread* t = self();
@@ -141,11 +114,7 @@ inline void bulk_issue(float* dst, const float* src, unsigned bytes) {
                        bytes, static_cast<const void*>(src), static_cast<void*>(dst));
     t->host->fail(t, message);
   }
-  const BulkReduce op{dst, src, bytes / 4, t->bulk_group};
-  if (t->async_early) return bulk_run(op);
-  if (t->bulk_count == kMaxBulk) bulk_complete(t, t->bulk[0].group + 1);
-  if (t->bulk_count == kMaxBulk) bulk_complete(t, t->bulk_group + 1);
-  t->bulk[t->bulk_count++] = op;
+  t->bulk.issue(BulkReduce{dst, src, bytes / 4, 0}, t->async_early, bulk_run);
 }
 
 /// ldmatrix: lanes 8i..8i+7 give the row addresses of matrix i (8 rows of 8 b16).
@@ -228,29 +197,27 @@ inline void cp_async_16_zfill(void* smem, const void* gmem, unsigned src_bytes) 
   emu::async_issue(smem, gmem, 16, src_bytes);
 }
 /// cp.async.commit_group.
-inline void cp_async_commit() { ++emu::self()->async_group; }
+inline void cp_async_commit() { emu::self()->async.commit(); }
 /// cp.async.wait_group N: all but the N most recent committed groups are complete.
 template <int N>
 inline void cp_async_wait() {
-  emu::Thread* t = emu::self();
-  if (t->async_group >= static_cast<unsigned>(N)) emu::async_complete(t, t->async_group - N);
+  emu::self()->async.wait(N, emu::async_run);
 }
 /// cp.async.wait_all: every copy, committed or not, is complete.
 inline void cp_async_wait_all() {
   emu::Thread* t = emu::self();
-  ++t->async_group;
-  emu::async_complete(t, ~0u);
+  t->async.commit();
+  t->async.complete(~0u, emu::async_run);
 }
 
 /// cp.reduce.async.bulk .add.f32 (kt.cuh): gmem[i] += smem[i], bytes / 4 floats.
 inline void bulk_reduce_add(float* gmem, const float* smem, unsigned bytes) { emu::bulk_issue(gmem, smem, bytes); }
 /// cp.async.bulk.commit_group.
-inline void bulk_commit() { ++emu::self()->bulk_group; }
+inline void bulk_commit() { emu::self()->bulk.commit(); }
 /// cp.async.bulk.wait_group.read N: all but the N most recent committed groups are complete.
 template <int N>
 inline void bulk_wait_read() {
-  emu::Thread* t = emu::self();
-  if (t->bulk_group >= static_cast<unsigned>(N)) emu::bulk_complete(t, t->bulk_group - N);
+  emu::self()->bulk.wait(N, emu::bulk_run);
 }
 
 }  // namespace kt

@@ -86,27 +86,11 @@ inline void wgmma_run(Thread* t, const Wgmma& op) {
     }
 }
 
-/// Completes this thread's wgmmas of groups before `before_group`, oldest first.
-inline void wgmma_complete(Thread* t, unsigned before_group) {
-  unsigned kept = 0;
-  for (unsigned i = 0; i < t->wgmma_count; ++i) {
-    if (t->wgmma[i].group < before_group)
-      wgmma_run(t, t->wgmma[i]);
-    else
-      t->wgmma[kept++] = t->wgmma[i];
-  }
-  t->wgmma_count = kept;
-}
-
 inline void wgmma_issue(Wgmma op) {
   Thread* t = self();
   if (t->block_dim.x * t->block_dim.y * t->block_dim.z % 128 != 0)
     t->host->fail(t, "wgmma needs whole warpgroups: a block of a multiple of 128 threads");
-  op.group = t->wgmma_group;
-  if (t->async_early) return wgmma_run(t, op);
-  if (t->wgmma_count == kMaxWgmma) wgmma_complete(t, t->wgmma[0].group + 1);
-  if (t->wgmma_count == kMaxWgmma) wgmma_complete(t, t->wgmma_group + 1);
-  t->wgmma[t->wgmma_count++] = op;
+  t->wgmma.issue(op, t->async_early, [t](const Wgmma& w) { wgmma_run(t, w); });
 }
 
 }  // namespace emu
@@ -128,12 +112,12 @@ inline void fence_proxy_async() {}
 template <int R>
 inline void wgmma_fence_operand(float (&)[R]) {}
 /// wgmma.commit_group.
-inline void wgmma_commit() { ++emu::self()->wgmma_group; }
+inline void wgmma_commit() { emu::self()->wgmma.commit(); }
 /// wgmma.wait_group N: all but the N most recent committed groups are complete.
 template <int N>
 inline void wgmma_wait() {
   emu::Thread* t = emu::self();
-  if (t->wgmma_group >= static_cast<unsigned>(N)) emu::wgmma_complete(t, t->wgmma_group - N);
+  t->wgmma.wait(N, [t](const emu::Wgmma& w) { emu::wgmma_run(t, w); });
 }
 
 template <class T>

@@ -258,12 +258,9 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
     t.runner = &b;
     t.dynamic_smem = b.dynamic_smem_data;
     t.dynamic_smem_bytes = l.dynamic_smem;
-    t.async_group = 0;
-    t.async_count = 0;
-    t.wgmma_group = 0;
-    t.wgmma_count = 0;
-    t.bulk_group = 0;
-    t.bulk_count = 0;
+    t.async.reset();
+    t.wgmma.reset();
+    t.bulk.reset();
     t.async_early = b.schedule.order == env::EmuSchedule::Order::kReverse ||
                     (b.schedule.order == env::EmuSchedule::Order::kShuffle && (rng() & 1));
     s.state = State::kReady;
@@ -273,11 +270,11 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
                                        s.scheduler = std::move(scheduler);
                                        entry(b.launch->args);
                                        // A GPU's registers are gone with the thread: D never lands.
-                                       if (s.thread.wgmma_count != 0)
+                                       if (s.thread.wgmma.count != 0)
                                          fail_block(b, &s.thread,
                                                     "a thread ended with a wgmma in flight (no wgmma_wait covers it)");
                                        // Its shared memory is gone with the block: wait for the reads first.
-                                       if (s.thread.bulk_count != 0)
+                                       if (s.thread.bulk.count != 0)
                                          fail_block(b, &s.thread,
                                                     "a thread ended with a bulk reduction in flight (no "
                                                     "bulk_wait_read covers it)");
