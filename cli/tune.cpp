@@ -109,13 +109,13 @@ void add_tune_command(CLI::App& app, Global& global) {
     const bool by_family = !opts->family.empty() || !opts->spec.empty();
     KTUNE_REQUIRE(by_model != by_family,
                   "give either --family with --problem, or --model (with --ctx, --batch, --dtype), or --spec (a kernel spec)");
-    KTUNE_REQUIRE(by_model || !opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");
     std::vector<tuner::KernelRequest> requests;
     if (by_model) {
       requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4),
                                      model::parse_precision(opts->dtype));
     } else {
-      const auto& family = family_arg(opts->family, opts->spec);
+      const auto& family = family_arg(opts->family, opts->spec);  // an unknown family is named first
+      KTUNE_REQUIRE(!opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");
       requests.push_back({&family, problem_arg(family, opts->problem)});
       const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family);
       if (spec_family && opts->backend == "emu") spec_family->require_emulation();

@@ -52,6 +52,11 @@ TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]")
   CHECK_THAT(out, Catch::Contains("accepted: f32"));
   CHECK(run_ktune("bench adam --tensors 1,x", &out) == 2);
   CHECK(run_ktune("frobnicate", &out) == 2);
+  // A mistyped family is named before anything else is asked for.
+  CHECK(run_ktune("tune --family nope", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown family 'nope'"));
+  CHECK(run_ktune("tune --family adamw", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--family needs --problem"));
 }
 
 TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE stops an emulated run in one line, exit 2", "[cli]") {
