@@ -125,9 +125,9 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
   cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(integer_at_least(0))
       ->capture_default_str();
-  cmd->add_option("--trials", o->e.trials, "Timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--trials", o->e.trials, "Timed steps")->check(integer_at_least(1))->capture_default_str();
   auto* fo = cmd->add_flag("--forward-only", o->forward_only, "Time the forward pass only");
   cmd->add_flag("--with-optimizer", o->with_optimizer, "Also time the AdamW step")->excludes(fo);
   cmd->add_option("--clip-norm", o->e.clip_norm,

@@ -52,7 +52,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   add_size_options(cmd, o->m);
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
-  cmd->add_option("--batch", o->m.batch, "Batch size")->check(CLI::PositiveNumber)->default_str("4");
+  cmd->add_option("--batch", o->m.batch, "Batch size")->check(integer_at_least(1))->default_str("4");
   add_threads_option(cmd, o->m);
   cmd->add_option("--dtype", o->dtype,
                   "The run's precision: f32; tf32 (with --mode compiled, flash attention: each block keeps the "

@@ -26,7 +26,7 @@ void add_log_command(CLI::App& app, Global& global) {
   show->add_option("file", opts->file, "Session log (`ktune tune --log F`, or under $KTUNE_CACHE_DIR/sessions)")
       ->required();
   show->add_option("--spec", opts->spec, "The kernel spec of a session tuned with --spec");
-  show->add_option("--top", opts->top, "Configs in the table")->check(CLI::PositiveNumber);
+  show->add_option("--top", opts->top, "Configs in the table")->check(integer_at_least(1));
   show->callback([opts, &global] {
     const auto log = tuner::read_session_log(opts->file);
     const auto& h = log.header;

@@ -11,19 +11,19 @@ namespace ktune::cli {
 
 void add_size_options(CLI::App* cmd, ModelArgs& a) {
   cmd->add_option("--d-model", a.d_model, "Override d_model")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->default_str("the model's");
   cmd->add_option("--d-ff", a.d_ff, "Override d_ff")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->default_str("the model's");
   cmd->add_option("--layers", a.layers, "Override the number of blocks")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->default_str("the model's");
   cmd->add_option("--heads", a.heads, "Override the number of heads")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->default_str("the model's");
   cmd->add_option("--vocab", a.vocab, "Override the vocabulary size")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->default_str("the model's");
 }
 
@@ -36,8 +36,8 @@ void add_model_options(CLI::App* cmd, ModelArgs& a, bool shape) {
                   fmt::format("Model size: {}", fmt::join(model::model_names(), ", ")))->capture_default_str();
   add_size_options(cmd, a);
   if (shape) {
-    cmd->add_option("--ctx", a.ctx, "Context length")->check(CLI::PositiveNumber)->default_str("the command's");
-    cmd->add_option("--batch", a.batch, "Batch size")->check(CLI::PositiveNumber)->default_str("the command's");
+    cmd->add_option("--ctx", a.ctx, "Context length")->check(integer_at_least(1))->default_str("the command's");
+    cmd->add_option("--batch", a.batch, "Batch size")->check(integer_at_least(1))->default_str("the command's");
   }
   add_threads_option(cmd, a);
 }

@@ -31,6 +31,17 @@ CLI::Validator thread_count() {
       fmt::format("INT in 1..{}", env::kMaxThreads));
 }
 
+CLI::Validator integer_at_least(long long least) {
+  return CLI::Validator(
+      [least](std::string& text) -> std::string {
+        long long n = 0;
+        if (!CLI::detail::lexical_cast(text, n) || n < least)
+          return fmt::format("must be an integer >= {}, got '{}'", least, excerpt(text));
+        return {};
+      },
+      fmt::format("INT >= {}", least));
+}
+
 CLI::Validator finite_in(double lo, double hi, bool lo_open, bool hi_open) {
   const std::string interval = fmt::format("{}{:g}, {:g}{}", lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]");
   return CLI::Validator(

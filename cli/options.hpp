@@ -33,6 +33,10 @@ Config config_arg(const templates::Family& family, const templates::Problem& pro
 /// every pool and knob shares.
 CLI::Validator thread_count();
 
+/// Check of a count option: an integer of at least `least` (the message
+/// names the bound; CLI11's own number checks print theirs as a float).
+CLI::Validator integer_at_least(long long least);
+
 /// "one of: adamw, adamw_single, ..." (every registered family), for --family's help.
 std::string family_choices();
 /// "one of: exhaustive, random, ..." (every strategy), for --strategy's help.

@@ -23,7 +23,7 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
-  cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
   cmd->add_option("--tokens", o->t.tokens_file, "Raw uint16 token file (default: a synthetic learnable stream)");

@@ -68,10 +68,10 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}");
   add_model_options(cmd, opts->model, /*shape=*/false);
   cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->default_str("256");
   cmd->add_option("--batch", opts->model.batch, "With --model: batch size")
-      ->check(CLI::PositiveNumber)
+      ->check(integer_at_least(1))
       ->default_str("4");
   cmd->add_option("--dtype", opts->dtype,
                   "With --model: the run's --dtype: f32, tf32 (f32 problems, flash attention), or bf16 (bf16 "

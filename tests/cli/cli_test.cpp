@@ -57,6 +57,11 @@ TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]")
   CHECK_THAT(out, Catch::Contains("unknown family 'nope'"));
   CHECK(run_ktune("tune --family adamw", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--family needs --problem"));
+  // Counts name their bound as an integer.
+  CHECK(run_ktune("eval --backend cpu --model tiny --ctx 0", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--ctx: must be an integer >= 1, got '0'"));
+  CHECK(run_ktune("bench e2e --backend cpu --model tiny --warmup -1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--warmup: must be an integer >= 0, got '-1'"));
 }
 
 TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE stops an emulated run in one line, exit 2", "[cli]") {
