@@ -144,6 +144,17 @@ KT_DEVICE void cp_async_16_zfill(void* smem, const void* gmem, unsigned src_byte
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+/// bar.sync id, count: waits until `count` threads of the block (whole
+/// warps) have arrived at named barrier `id` (1..15; 0 is __syncthreads'),
+/// this warp included: warpgroups taking turns, without the rest of the block.
+KT_DEVICE void named_barrier_sync(unsigned id, unsigned count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+/// bar.arrive id, count: counts this warp at named barrier `id` without waiting.
+KT_DEVICE void named_barrier_arrive(unsigned id, unsigned count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 /// cp.async.commit_group.
 KT_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 /// cp.async.wait_group N: all but the N most recent committed groups are complete.

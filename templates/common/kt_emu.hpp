@@ -77,6 +77,19 @@ inline int __syncthreads_and(int predicate) {
   return __syncthreads_count(predicate) == n;
 }
 inline int __syncthreads_or(int predicate) { return __syncthreads_count(predicate) != 0; }
+namespace kt {
+/// bar.sync id, count: waits until `count` threads of the block (whole
+/// warps) have arrived at named barrier `id` (1..15), this one included.
+inline void named_barrier_sync(unsigned id, unsigned count) {
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->named_barrier(t, id, count, 1);
+}
+/// bar.arrive id, count: counts this thread at named barrier `id` without waiting.
+inline void named_barrier_arrive(unsigned id, unsigned count) {
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->named_barrier(t, id, count, 0);
+}
+}  // namespace kt
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

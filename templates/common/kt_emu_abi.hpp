@@ -14,10 +14,12 @@
 namespace kt::emu {
 
 /// Bumped whenever a struct below changes; the runner refuses other modules.
-inline constexpr int kAbiVersion = 5;
+inline constexpr int kAbiVersion = 6;
 inline constexpr int kWarpSize = 32;
 /// Largest per-lane payload of one warp exchange (an mma operand set is 40 bytes).
 inline constexpr unsigned kMaxExchangeBytes = 64;
+/// Named barriers a block has besides __syncthreads' (bar.sync 0): ids 1..kNamedBarriers.
+inline constexpr unsigned kNamedBarriers = 15;
 /// Outstanding cp.async copies per thread before the oldest group is forced
 /// to complete (hardware may complete a copy at any time before the wait).
 inline constexpr unsigned kMaxAsyncCopies = 64;
@@ -46,6 +48,11 @@ struct Host {
   /// (<= kMaxExchangeBytes) from `mine` and receives every lane's contribution
   /// in `all` (32 * bytes; lanes outside the mask read as 0xff bytes).
   void (*warp_exchange)(Thread* self, unsigned mask, const void* mine, unsigned bytes, void* all);
+  /// bar.sync (wait 1) or bar.arrive (wait 0) on named barrier `id`
+  /// (1..kNamedBarriers) of `count` threads (a multiple of 32, at most the
+  /// block's): returns once `count` threads have arrived since it last
+  /// completed, or at once for an arrive.
+  void (*named_barrier)(Thread* self, unsigned id, unsigned count, int wait);
   /// Ends the block with an error (`__trap`, misuse of an intrinsic); never returns.
   void (*fail)(Thread* self, const char* message);
 };

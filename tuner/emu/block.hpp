@@ -51,7 +51,7 @@ struct PoolAllocator {
   void deallocate(ctx::stack_context& sc) { pool->deallocate(sc); }
 };
 
-enum class State : unsigned char { kReady, kBarrier, kWarp, kDone };
+enum class State : unsigned char { kReady, kBarrier, kNamed, kWarp, kDone };
 
 /// One warp collective in progress: lanes of `mask` deposit, then read.
 struct Exchange {
@@ -66,7 +66,14 @@ struct Slot {
   kt::emu::Thread thread;
   State state = State::kReady;
   Exchange* exchange = nullptr;  // while kWarp
+  unsigned named = 0;            // while kNamed: the barrier's id
   ctx::fiber scheduler;          // continuation back to the block's scheduler
+};
+
+/// One named barrier (bar.sync / bar.arrive id, count): arrivals since it last completed.
+struct NamedBarrier {
+  unsigned arrived = 0;
+  unsigned count = 0;  // of the arrivals so far
 };
 
 struct WarpState {
@@ -97,6 +104,7 @@ struct BlockRun {
   unsigned arrived = 0;
   unsigned generation = 0;
   int counts[2] = {0, 0};
+  std::array<NamedBarrier, kt::emu::kNamedBarriers + 1> named{};  // by id; 0 unused (__syncthreads)
   GridStats stats;
 
   sigjmp_buf env;

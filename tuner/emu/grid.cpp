@@ -63,6 +63,32 @@ int host_sync_threads_count(kt::emu::Thread* t, int predicate) {
   return b.counts[generation & 1];
 }
 
+void host_named_barrier(kt::emu::Thread* t, unsigned id, unsigned count, int wait) {
+  BlockRun& b = block_of(t);
+  if (id < 1 || id > kt::emu::kNamedBarriers)
+    fail_block(b, t, fmt::format("named barrier {}: ids are 1..{} (0 is __syncthreads')", id, kt::emu::kNamedBarriers));
+  if (count == 0 || count % 32 != 0 || count > (b.n + 31) / 32 * 32)
+    fail_block(b, t,
+               fmt::format("named barrier {} of {} threads: the count is whole warps, at most the block's {} "
+                           "threads",
+                           id, count, b.n));
+  detail::NamedBarrier& bar = b.named[id];
+  if (bar.arrived != 0 && bar.count != count)
+    fail_block(b, t, fmt::format("threads arrive at named barrier {} with counts {} and {}", id, bar.count, count));
+  bar.count = count;
+  if (++bar.arrived == count) {
+    bar.arrived = 0;
+    for (auto& s : b.slots)
+      if (s.state == State::kNamed && s.named == id) s.state = State::kReady;
+    return;
+  }
+  if (!wait) return;
+  Slot& s = slot_of(t);
+  s.state = State::kNamed;
+  s.named = id;
+  yield(s);
+}
+
 Exchange* new_exchange(BlockRun& b) {
   if (b.free_exchanges.empty()) {
     b.exchanges.push_back(std::make_unique<Exchange>());
@@ -131,7 +157,8 @@ void host_warp_exchange(kt::emu::Thread* t, unsigned mask, const void* mine, uns
 
 void host_fail(kt::emu::Thread* t, const char* message) { fail_block(block_of(t), t, message); }
 
-constexpr kt::emu::Host kHost{host_sync_threads, host_sync_threads_count, host_warp_exchange, host_fail};
+constexpr kt::emu::Host kHost{host_sync_threads, host_sync_threads_count, host_warp_exchange, host_named_barrier,
+                              host_fail};
 
 /// "0-31, 64, 96-127" for the sorted thread ids in `ids`.
 std::string ranges(const std::vector<unsigned>& ids) {
@@ -148,12 +175,13 @@ std::string ranges(const std::vector<unsigned>& ids) {
 
 /// Why no fiber of the block can continue.
 std::string describe_deadlock(const BlockRun& b) {
-  std::vector<unsigned> at_barrier, done, at_warp;
+  std::vector<unsigned> at_barrier, done, at_warp, at_named;
   std::string warp_detail;
   for (unsigned i = 0; i < b.n; ++i) {
     const Slot& s = b.slots[i];
     if (s.state == State::kBarrier) at_barrier.push_back(i);
     if (s.state == State::kDone) done.push_back(i);
+    if (s.state == State::kNamed) at_named.push_back(i);
     if (s.state == State::kWarp) {
       at_warp.push_back(i);
       if (warp_detail.empty()) {
@@ -171,11 +199,31 @@ std::string describe_deadlock(const BlockRun& b) {
                               t0.block_idx.x, t0.block_idx.y, t0.block_idx.z);
   std::vector<std::string> parts;
   if (!at_barrier.empty()) parts.push_back(fmt::format("threads {} wait at __syncthreads", ranges(at_barrier)));
+  if (!at_named.empty()) {
+    const unsigned id = b.slots[at_named.front()].named;
+    parts.push_back(fmt::format("threads {} wait at named barriers (the first at {}, {} of its {} threads arrived)",
+                                ranges(at_named), id, b.named[id].arrived, b.named[id].count));
+  }
   if (!at_warp.empty()) parts.push_back(fmt::format("threads {} wait in a warp collective{}", ranges(at_warp), warp_detail));
   if (!done.empty()) parts.push_back(fmt::format("threads {} have exited", ranges(done)));
   for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
   s += b.slots[0].thread.block_dim.y * b.slots[0].thread.block_dim.z > 1 ? " (linear thread indices)" : "";
-  return s + "; a barrier must be reached by every thread of the block, a collective by every lane of its mask";
+  return s + "; a barrier must be reached by every thread of the block (a named barrier by its count), a collective "
+             "by every lane of its mask";
+}
+
+/// Why the block, all its threads done, still has arrivals at a named
+/// barrier (an arrive no sync completed), or "".
+std::string unfinished_named_barrier(const BlockRun& b) {
+  for (unsigned id = 1; id <= kt::emu::kNamedBarriers; ++id)
+    if (const detail::NamedBarrier& bar = b.named[id]; bar.arrived != 0) {
+      const kt::emu::Thread& t0 = b.slots[0].thread;
+      return fmt::format("kernel {}, block ({},{},{}) ended with {} of the {} threads of named barrier {} arrived: "
+                         "every bar.arrive needs the bar.sync of the threads it counts with",
+                         b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)),
+                         t0.block_idx.x, t0.block_idx.y, t0.block_idx.z, bar.arrived, bar.count, id);
+    }
+  return {};
 }
 
 /// Drops every fiber of an abandoned block without running it again; their
@@ -290,6 +338,7 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
   b.arrived = 0;
   b.generation = 0;
   b.counts[0] = b.counts[1] = 0;
+  b.named.fill({});
   // NaN bytes, as a GPU leaves no value behind: a read before a write shows,
   // in dynamic shared memory and in the static __shared__ variables (the
   // module's thread-local block on this worker; the running-thread slot in
@@ -301,7 +350,10 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
   if (sigsetjmp(b.env, 1) == 0) {
     for (;;) {
       const bool progressed = sweep(b);
-      if (b.done == b.n) break;
+      if (b.done == b.n) {
+        b.error = unfinished_named_barrier(b);
+        break;
+      }
       if (b.schedule.order == env::EmuSchedule::Order::kShuffle) {
         std::shuffle(b.warp_order.begin(), b.warp_order.end(), rng);
         std::shuffle(b.lane_order.begin(), b.lane_order.end(), rng);
