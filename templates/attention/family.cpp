@@ -92,7 +92,7 @@ std::int64_t wgmma_registers(const Config& c, const Problem& p) {
   return 48 + bn / 2 + d / 2 + bn / 8;
 }
 
-/// Why a config of the wgmma kernel (mma 1 or 2) cannot run on `d`, or "".
+/// Why a config of the wgmma kernel (mma 1, 2 or 3) cannot run on `d`, or "".
 std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
   const std::int64_t bn = c.at("block_n"), warps = c.at("warps"), mma = c.at("mma");
   if (std::string no = wgmma_unsupported(p, d); !no.empty()) return fmt::format("mma {}: {}", mma, no);
@@ -107,6 +107,7 @@ std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits&
   if (c.at("q_regs") != 0) return fmt::format("mma {} (wgmma) reads Q from shared memory: q_regs 0", mma);
   if (mma == 2 && c.at("stages") < 2)
     return "mma 2 (wgmma, overlapped) reads the next key tile beside this one's values: stages 2 or more";
+  if (mma == 3 && warps != 8) return "mma 3 (wgmma) has two warpgroups take turns: 8 warps, block_m 128";
   if (std::string no = wgmma_over_registers(wgmma_registers(c, p), warps, d, "scores, O, P"); !no.empty())
     return fmt::format("mma {}: {}", mma, no);
   return "";
@@ -138,11 +139,13 @@ class Forward final : public TypedFamily<ForwardArgs> {
                  "order of the query tiles over the grid under a causal mask: 0 each head's together, longest first "
                  "(its K and V shared in L2), 1 the longest of every head first, the shortest last (no head's "
                  "longest tile left to run alone at the end)"},
-                {"mma", {0, 1, 2},
+                {"mma", {0, 1, 2, 3},
                  "matrix instructions: 0 mma.sync by each warp (sm_80 on), 1 wgmma by each warpgroup of 4 warps "
                  "(sm_90's arch-specific target sm_90a: S from Q and K in shared memory, O += P V with P in "
                  "registers; 16-bit inputs, head dims 64 and 128), 2 wgmma as 1 with the next key tile's S and "
-                 "softmax beside this tile's P V (a second score tile in registers, 2 stages or more)"}}) {}
+                 "softmax beside this tile's P V (a second score tile in registers, 2 stages or more), 3 wgmma as 1 "
+                 "with the two warpgroups' products taking turns, one's softmax beside the other's products (8 "
+                 "warps)"}}) {}
 
   std::string name() const override { return "attention_fwd"; }
   std::string summary() const override {
@@ -222,15 +225,16 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // head first (tile_order 1).
     // For 16-bit inputs at head dims 64 and 128, the wgmma kernel (valid on
     // sm_90 alone): 128 query rows over two warpgroups, 128- and 64-key
-    // tiles, each in turn (mma 1) and overlapped (mma 2), under a causal
-    // mask with the longest tiles first (as the sm_90 default at head_dim
-    // 64), so the four compare like with like.
+    // tiles, each in turn (mma 1), overlapped (mma 2) and with the
+    // warpgroups taking turns (mma 3), under a causal mask with the longest
+    // tiles first (as the sm_90 default at head_dim 64), so the six compare
+    // like with like.
     const Config def = default_config(p);
     std::vector<Config> out;
     if (p.dim("causal")) out.push_back(with(def, {{"tile_order", 1}}));
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128))
       for (const std::int64_t bn : {128, 64})
-        for (const std::int64_t mma : {1, 2})
+        for (const std::int64_t mma : {1, 2, 3})
           out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 8}, {"stages", 2},
                                    {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", p.dim("causal")},
                                    {"mma", mma}}));
@@ -286,7 +290,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
           kWgmmaTemplate,
           {fmt::format("attention::attention_fwd_wgmma<{}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
                        c.at("block_m"), c.at("block_n"), c.at("warps") / 4, c.at("stages"),
-                       c.at("mma") == 2 ? "true" : "false", p.dim("causal") ? "true" : "false", element_type(p))},
+                       c.at("mma"), p.dim("causal") ? "true" : "false", element_type(p))},
           name());
       r.arch_specific = true;
       return r;

@@ -144,15 +144,20 @@ KT_DEVICE void cp_async_16_zfill(void* smem, const void* gmem, unsigned src_byte
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
                "r"(src_bytes));
 }
-/// bar.sync id, count: waits until `count` threads of the block (whole
-/// warps) have arrived at named barrier `id` (1..15; 0 is __syncthreads'),
-/// this warp included: warpgroups taking turns, without the rest of the block.
-KT_DEVICE void named_barrier_sync(unsigned id, unsigned count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+/// bar.sync ID, COUNT: waits until COUNT threads of the block (whole warps)
+/// have arrived at named barrier ID (1..15; 0 is __syncthreads'), this warp
+/// included: warpgroups taking turns, without the rest of the block. The
+/// id is an immediate, so ptxas reserves only the barriers a kernel names.
+template <unsigned ID, unsigned COUNT>
+KT_DEVICE void named_barrier_sync() {
+  static_assert(ID >= 1 && ID <= 15 && COUNT % 32 == 0, "ids 1..15, whole warps");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
 }
-/// bar.arrive id, count: counts this warp at named barrier `id` without waiting.
-KT_DEVICE void named_barrier_arrive(unsigned id, unsigned count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+/// bar.arrive ID, COUNT: counts this warp at named barrier ID without waiting.
+template <unsigned ID, unsigned COUNT>
+KT_DEVICE void named_barrier_arrive() {
+  static_assert(ID >= 1 && ID <= 15 && COUNT % 32 == 0, "ids 1..15, whole warps");
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "n"(COUNT) : "memory");
 }
 
 /// cp.async.commit_group.

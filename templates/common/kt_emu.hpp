@@ -78,16 +78,18 @@ inline int __syncthreads_and(int predicate) {
 }
 inline int __syncthreads_or(int predicate) { return __syncthreads_count(predicate) != 0; }
 namespace kt {
-/// bar.sync id, count: waits until `count` threads of the block (whole
-/// warps) have arrived at named barrier `id` (1..15), this one included.
-inline void named_barrier_sync(unsigned id, unsigned count) {
+/// bar.sync ID, COUNT: waits until COUNT threads of the block (whole
+/// warps) have arrived at named barrier ID (1..15), this one included.
+template <unsigned ID, unsigned COUNT>
+inline void named_barrier_sync() {
   ::kt::emu::Thread* t = ::kt::emu::self();
-  t->host->named_barrier(t, id, count, 1);
+  t->host->named_barrier(t, ID, COUNT, 1);
 }
-/// bar.arrive id, count: counts this thread at named barrier `id` without waiting.
-inline void named_barrier_arrive(unsigned id, unsigned count) {
+/// bar.arrive ID, COUNT: counts this thread at named barrier ID without waiting.
+template <unsigned ID, unsigned COUNT>
+inline void named_barrier_arrive() {
   ::kt::emu::Thread* t = ::kt::emu::self();
-  t->host->named_barrier(t, id, count, 0);
+  t->host->named_barrier(t, ID, COUNT, 0);
 }
 }  // namespace kt
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

@@ -405,21 +405,23 @@ TEST_CASE("attention candidates are points of the space, other than the default,
       }
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   // The causal forward at head_dim 128: the default with the longest tiles of every head first, the wgmma
-  // kernel over two warpgroups with 128- and 64-key tiles, in turn and overlapped, the longest tiles first too
-  // (valid on sm_90 alone), two
+  // kernel over two warpgroups with 128- and 64-key tiles, in turn, overlapped and taking turns, the longest
+  // tiles first too (valid on sm_90 alone), two
   // m16 tiles per warp with 32-key tiles, and one tile over 8 warps with 64-key tiles; the default (two tiles,
-  // 48 keys) not again; at head_dim 64 the first five; at head_dim 80 no wgmma; for f32 only the first.
+  // 48 keys) not again; at head_dim 64 the first seven; at head_dim 80 no wgmma; for f32 only the first.
   const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
   const auto first = [](const Config& c) { return with(c, {{"tile_order", 1}}); };
   const auto fwd = forward_family().candidates(d128);
-  REQUIRE(fwd.size() == 7);
+  REQUIRE(fwd.size() == 9);
   CHECK(fwd[0] == with(forward_family().default_config(d128), {{"tile_order", 1}}));
   CHECK(fwd[1] == first(wgmma_forward(128, 128)));
   CHECK(fwd[2] == first(wgmma_forward(128, 128, 2, 2)));
-  CHECK(fwd[3] == first(wgmma_forward(128, 64)));
-  CHECK(fwd[4] == first(wgmma_forward(128, 64, 2, 2)));
-  CHECK(fwd[5].at("block_n") == 32);
-  CHECK(fwd[6].at("warps") == 8);
+  CHECK(fwd[3] == first(wgmma_forward(128, 128, 2, 3)));
+  CHECK(fwd[4] == first(wgmma_forward(128, 64)));
+  CHECK(fwd[5] == first(wgmma_forward(128, 64, 2, 2)));
+  CHECK(fwd[6] == first(wgmma_forward(128, 64, 2, 3)));
+  CHECK(fwd[7].at("block_n") == 32);
+  CHECK(fwd[8].at("warps") == 8);
   for (const Config& c : fwd) {
     INFO(c.str());
     CHECK(forward_family().is_valid(c, d128, sm90));
@@ -428,11 +430,13 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   CHECK_FALSE(forward_family().is_valid(fwd[1], d128, DeviceLimits::for_arch("sm_80")));
   CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 4);
   const auto d64 = forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16));
-  REQUIRE(d64.size() == 5);
+  REQUIRE(d64.size() == 7);
   CHECK(d64[1] == first(wgmma_forward(128, 128)));
   CHECK(d64[2] == first(wgmma_forward(128, 128, 2, 2)));
-  CHECK(d64[3] == first(wgmma_forward(128, 64)));
-  CHECK(d64[4] == first(wgmma_forward(128, 64, 2, 2)));
+  CHECK(d64[3] == first(wgmma_forward(128, 128, 2, 3)));
+  CHECK(d64[4] == first(wgmma_forward(128, 64)));
+  CHECK(d64[5] == first(wgmma_forward(128, 64, 2, 2)));
+  CHECK(d64[6] == first(wgmma_forward(128, 64, 2, 3)));
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).size() == 1);
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 0, 1, 16)).empty());
   // Without a causal mask every tile has the same work: no tile order 1, and no such candidate.

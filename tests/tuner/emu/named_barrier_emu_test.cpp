@@ -22,16 +22,27 @@ namespace {
 constexpr const char* kSource = R"(
 template <int MODE>
 __global__ void turns(int* out, int rounds) {
+  constexpr unsigned COUNT = MODE == 5 ? 100 : 256;
   __shared__ int log[64];
   __shared__ int length;
   const unsigned g = threadIdx.x / 128;
   if (threadIdx.x == 0) length = 0;
   __syncthreads();
-  if ((MODE == 0 || MODE == 3) && g == 1) kt::named_barrier_arrive(1, 256);
+  if ((MODE == 0 || MODE == 3) && g == 1) kt::named_barrier_arrive<1, 256>();
   for (int r = 0; r < rounds; ++r) {
-    if (MODE != 1) kt::named_barrier_sync(MODE == 4 ? 16 : 1 + g, MODE == 5 ? 100 : 256);
+    if (MODE != 1) {
+      if (g == 0)
+        kt::named_barrier_sync<MODE == 4 ? 16 : 1, COUNT>();
+      else
+        kt::named_barrier_sync<2, COUNT>();
+    }
     if (threadIdx.x % 128 == 0) log[length++] = static_cast<int>(g);
-    if (MODE != 1 && MODE != 2 && (MODE == 3 || g == 0 || r + 1 < rounds)) kt::named_barrier_arrive(2 - g, 256);
+    if (MODE != 1 && MODE != 2) {
+      if (g == 0)
+        kt::named_barrier_arrive<2, 256>();
+      else if (MODE == 3 || r + 1 < rounds)
+        kt::named_barrier_arrive<1, 256>();
+    }
   }
   __syncthreads();
   if (threadIdx.x < 2 * rounds) out[threadIdx.x] = log[threadIdx.x];
