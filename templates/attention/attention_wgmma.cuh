@@ -7,19 +7,19 @@
 //              already the A fragment), V from shared memory (N-major)
 // 16-bit inputs (bf16, f16); head dims 64 and 128.
 //
-// Three schedules of a warpgroup's products (the family's `mma` 1, 2, 3):
+// Two schedules of a warpgroup's products (the family's `mma` 1 and 2):
 // - in turn: S of a key tile, its softmax, then P V, each product waited
 //   for before the next step;
-// - in turn, the two warpgroups taking turns (PINGPONG, FlashAttention-3's
-//   ping-pong): each issues its products only after the other has issued
-//   its last (named barriers 1 and 2), so the products of one run beside the
-//   softmax of the other instead of both warpgroups' products together,
-//   then both softmaxes with the tensor cores idle;
 // - overlapped (OVERLAP, FlashAttention-3's intra-warpgroup pipelining): S
 //   of the next key tile and this tile's P V are issued together, and the
 //   next tile's softmax runs while P V is still in flight; O's rescale, when
 //   the bases move, waits for P V. A second score tile in registers, and
 //   STAGES >= 2: the K tiles run a tile ahead of the V tiles.
+// With PINGPONG (the family's `pingpong`, FlashAttention-3's ping-pong) the
+// two warpgroups issue their products in turns: each waits at named barrier
+// 1 + w until the other has issued its last ones, so the products of one run
+// beside the softmax of the other, instead of both warpgroups' products
+// together, then both softmaxes with the tensor cores idle.
 //
 // Layout: a block owns BLOCK_M = 64 * WARPGROUPS query rows of one
 // (batch, head); warpgroup w takes rows 64 w .. 64 w + 63, each of its warps
@@ -111,8 +111,8 @@ template <int HEAD_DIM,    // 64 or 128: set by the problem
           int BLOCK_N,     // keys per tile: 16, 32, 64 or 128 (the N of Q K^T)
           int WARPGROUPS,  // 1 or 2
           int STAGES,      // K/V tiles in flight
-          int SCHEDULE,    // 1 in turn, 2 overlapped (the next tile's S and softmax beside this tile's P V),
-                           // 3 in turn with the warpgroups' products taking turns
+          bool OVERLAP,    // the next tile's S and softmax beside this tile's P V
+          bool PINGPONG,   // the two warpgroups' products in turns, one's softmax beside the other's products
           bool CAUSAL,     // key j > query i masked: set by the problem
           class T>         // __nv_bfloat16 or __half
 __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
@@ -123,8 +123,6 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   static_assert(BLOCK_M == 64 * WARPGROUPS, "each warpgroup owns 64 query rows, a wgmma's M");
   static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128, "a key tile is a wgmma's N");
   static_assert(STAGES >= 1, "at least the tile being computed is in shared memory");
-  static_assert(SCHEDULE >= 1 && SCHEDULE <= 3, "in turn, overlapped, or warpgroups taking turns");
-  constexpr bool OVERLAP = SCHEDULE == 2, PINGPONG = SCHEDULE == 3;
   static_assert(!OVERLAP || STAGES >= 2, "overlapped, a step reads two K tiles");
   static_assert(!PINGPONG || WARPGROUPS == 2, "two warpgroups take turns");
   constexpr int THREADS = WARPGROUPS * 128;
@@ -226,6 +224,30 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   };
   load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
 
+  // PINGPONG: warpgroup w issues after waiting at barrier 1 + w, then lets
+  // the other go at its barrier (256 threads each: 128 waiting, 128
+  // arriving). Warpgroup 1 lets warpgroup 0 start, and after its last
+  // products lets no one go, so every arrival meets its wait.
+  const int group = warp / 4;
+  const auto my_turn = [&] {
+    if constexpr (PINGPONG) {
+      if (group == 0)
+        kt::named_barrier_sync<1, 256>();
+      else
+        kt::named_barrier_sync<2, 256>();
+    }
+  };
+  const auto your_turn = [&](bool last) {
+    if constexpr (PINGPONG) {
+      if (group == 0)
+        kt::named_barrier_arrive<2, 256>();
+      else if (!last)
+        kt::named_barrier_arrive<1, 256>();
+    }
+  };
+  if constexpr (PINGPONG)
+    if (group == 1) kt::named_barrier_arrive<1, 256>();
+
   if constexpr (!OVERLAP) {
 #pragma unroll
     for (int st = 0; st < STAGES - 1; ++st) {
@@ -233,29 +255,6 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
       load_v(st);
       kt::cp_async_commit();
     }
-    // PINGPONG: warpgroup w issues after waiting at barrier 1 + w, then lets
-    // the other go at its barrier (256 threads each: 128 waiting, 128
-    // arriving). Warpgroup 1 lets warpgroup 0 start, and after its last
-    // product lets no one go, so every arrival meets its wait.
-    const int group = warp / 4;
-    const auto my_turn = [&] {
-      if constexpr (PINGPONG) {
-        if (group == 0)
-          kt::named_barrier_sync<1, 256>();
-        else
-          kt::named_barrier_sync<2, 256>();
-      }
-    };
-    const auto your_turn = [&](bool last) {
-      if constexpr (PINGPONG) {
-        if (group == 0)
-          kt::named_barrier_arrive<2, 256>();
-        else if (!last)
-          kt::named_barrier_arrive<1, 256>();
-      }
-    };
-    if constexpr (PINGPONG)
-      if (group == 1) kt::named_barrier_arrive<1, 256>();
     for (int n = 0; n < n_tiles; ++n) {
       wgmma_pipeline_head<STAGES>(n, n_tiles, [&](int next) {
         load_k(next);
@@ -290,7 +289,9 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::fence_proxy_async();
     __syncthreads();
     kt::wgmma_fence();
+    my_turn();
     issue_scores(sk);
+    your_turn(false);
     kt::wgmma_wait<0>();
     kt::wgmma_fence_operand(s);
     softmax(0);
@@ -309,8 +310,10 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
       head(n);
       p_to_a();
       kt::wgmma_fence();
+      my_turn();
       issue_scores(sk + (n + 1) % STAGES * TILE_KV);
       issue_pv(sv + n % STAGES * TILE_KV);
+      your_turn(false);
       kt::wgmma_wait<1>();  // S of tile n + 1; P V of tile n in flight
       kt::wgmma_fence_operand(s);
       const bool moved = softmax(n + 1);
@@ -321,7 +324,9 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     head(n_tiles - 1);
     p_to_a();
     kt::wgmma_fence();
+    my_turn();
     issue_pv(sv + (n_tiles - 1) % STAGES * TILE_KV);
+    your_turn(true);
     kt::wgmma_wait<0>();
     kt::wgmma_fence_operand(acc);
   }

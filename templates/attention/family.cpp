@@ -92,7 +92,7 @@ std::int64_t wgmma_registers(const Config& c, const Problem& p) {
   return 48 + bn / 2 + d / 2 + bn / 8;
 }
 
-/// Why a config of the wgmma kernel (mma 1, 2 or 3) cannot run on `d`, or "".
+/// Why a config of the wgmma kernel (mma 1 or 2) cannot run on `d`, or "".
 std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits& d) {
   const std::int64_t bn = c.at("block_n"), warps = c.at("warps"), mma = c.at("mma");
   if (std::string no = wgmma_unsupported(p, d); !no.empty()) return fmt::format("mma {}: {}", mma, no);
@@ -107,7 +107,7 @@ std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits&
   if (c.at("q_regs") != 0) return fmt::format("mma {} (wgmma) reads Q from shared memory: q_regs 0", mma);
   if (mma == 2 && c.at("stages") < 2)
     return "mma 2 (wgmma, overlapped) reads the next key tile beside this one's values: stages 2 or more";
-  if (mma == 3 && warps != 8) return "mma 3 (wgmma) has two warpgroups take turns: 8 warps, block_m 128";
+  if (c.at("pingpong") && warps != 8) return "pingpong 1 has two warpgroups take turns: 8 warps, block_m 128";
   if (std::string no = wgmma_over_registers(wgmma_registers(c, p), warps, d, "scores, O, P"); !no.empty())
     return fmt::format("mma {}: {}", mma, no);
   return "";
@@ -139,13 +139,15 @@ class Forward final : public TypedFamily<ForwardArgs> {
                  "order of the query tiles over the grid under a causal mask: 0 each head's together, longest first "
                  "(its K and V shared in L2), 1 the longest of every head first, the shortest last (no head's "
                  "longest tile left to run alone at the end)"},
-                {"mma", {0, 1, 2, 3},
+                {"mma", {0, 1, 2},
                  "matrix instructions: 0 mma.sync by each warp (sm_80 on), 1 wgmma by each warpgroup of 4 warps "
                  "(sm_90's arch-specific target sm_90a: S from Q and K in shared memory, O += P V with P in "
                  "registers; 16-bit inputs, head dims 64 and 128), 2 wgmma as 1 with the next key tile's S and "
-                 "softmax beside this tile's P V (a second score tile in registers, 2 stages or more), 3 wgmma as 1 "
-                 "with the two warpgroups' products taking turns, one's softmax beside the other's products (8 "
-                 "warps)"}}) {}
+                 "softmax beside this tile's P V (a second score tile in registers, 2 stages or more)"},
+                {"pingpong", {0, 1},
+                 "with wgmma (mma 1 or 2) over two warpgroups: 1 they issue their products in turns (named "
+                 "barriers), one's softmax beside the other's products, where 0 issues both together and leaves "
+                 "the tensor cores idle while both softmaxes run"}}) {}
 
   std::string name() const override { return "attention_fwd"; }
   std::string summary() const override {
@@ -184,12 +186,13 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const std::int64_t d = p.dim("head_dim");
     if (element_bytes(p) == 2 && blocks_of_128(p) >= kBusyGrid) {
       const Config c({{"block_m", 128}, {"block_n", d <= 64 ? 64 : d <= 80 ? 32 : 48}, {"warps", 4}, {"stages", 2},
-                      {"kv_layout", d <= 80 ? 0 : 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 0}});
+                      {"kv_layout", d <= 80 ? 0 : 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", 0},
+                      {"pingpong", 0}});
       if (is_valid(c, p, any, nullptr)) return c;
     }
     for (const std::int64_t block_n : {64, 32, 16}) {
       const Config c({{"block_m", 64}, {"block_n", block_n}, {"warps", 4}, {"stages", 2}, {"kv_layout", 0},
-                      {"q_regs", 1}, {"tile_order", 0}, {"mma", 0}});
+                      {"q_regs", 1}, {"tile_order", 0}, {"mma", 0}, {"pingpong", 0}});
       if ((block_n < 64 || d <= 64) && is_valid(c, p, any, nullptr)) return c;
     }
     throw_error(ErrorKind::kInternal, "attention_fwd: no valid default config for " + p.key());
@@ -209,7 +212,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     const std::int64_t d = p.dim("head_dim");
     if (element_bytes(p) != 2 || (d != 64 && d != 128) || blocks_of_128(p) < kBusyGrid) return std::nullopt;
     return Config({{"block_m", 128}, {"block_n", d}, {"warps", 8}, {"stages", 2}, {"kv_layout", 1}, {"q_regs", 0},
-                   {"tile_order", d == 64 ? p.dim("causal") : 0}, {"mma", d == 64 ? 1 : 2}});
+                   {"tile_order", d == 64 ? p.dim("causal") : 0}, {"mma", d == 64 ? 1 : 2}, {"pingpong", 0}});
   }
 
   std::vector<Config> candidates(const Problem& p) const override {
@@ -225,19 +228,20 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // head first (tile_order 1).
     // For 16-bit inputs at head dims 64 and 128, the wgmma kernel (valid on
     // sm_90 alone): 128 query rows over two warpgroups, 128- and 64-key
-    // tiles, each in turn (mma 1), overlapped (mma 2) and with the
-    // warpgroups taking turns (mma 3), under a causal mask with the longest
-    // tiles first (as the sm_90 default at head_dim 64), so the six compare
-    // like with like.
+    // tiles, each in turn (mma 1) and overlapped (mma 2), each with the two
+    // warpgroups' products together and in turns (pingpong), under a causal
+    // mask with the longest tiles first (as the sm_90 default at head_dim
+    // 64), so the eight compare like with like.
     const Config def = default_config(p);
     std::vector<Config> out;
     if (p.dim("causal")) out.push_back(with(def, {{"tile_order", 1}}));
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128))
       for (const std::int64_t bn : {128, 64})
-        for (const std::int64_t mma : {1, 2, 3})
-          out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 8}, {"stages", 2},
-                                   {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", p.dim("causal")},
-                                   {"mma", mma}}));
+        for (const std::int64_t mma : {1, 2})
+          for (const std::int64_t pingpong : {0, 1})
+            out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 8}, {"stages", 2},
+                                     {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", p.dim("causal")},
+                                     {"mma", mma}, {"pingpong", pingpong}}));
     if (element_bytes(p) != 2 || p.dim("head_dim") <= 64) return out;
     for (const std::int64_t bn : {32, 48})
       out.push_back(with(def, {{"block_m", 128}, {"block_n", bn}, {"warps", 4}, {"q_regs", 0}, {"kv_layout", 1}}));
@@ -256,6 +260,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
       if (const std::string no = wgmma_invalid(c, p, d); !no.empty()) return reject(why, no);
       return fits_shared(c, p, d, why);
     }
+    if (c.at("pingpong")) return reject(why, "pingpong 1 has wgmma's warpgroups take turns (mma 1 or 2)");
     if (bm % (16 * warps) != 0)
       return reject(why, fmt::format("each warp owns whole 16-row tiles of the queries: block_m {} is not a "
                                      "multiple of 16 x {} warps",
@@ -288,9 +293,10 @@ class Forward final : public TypedFamily<ForwardArgs> {
     if (c.at("mma") != 0) {
       Rendered r = render_template(
           kWgmmaTemplate,
-          {fmt::format("attention::attention_fwd_wgmma<{}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
+          {fmt::format("attention::attention_fwd_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}>", p.dim("head_dim"),
                        c.at("block_m"), c.at("block_n"), c.at("warps") / 4, c.at("stages"),
-                       c.at("mma"), p.dim("causal") ? "true" : "false", element_type(p))},
+                       c.at("mma") == 2 ? "true" : "false", c.at("pingpong") ? "true" : "false",
+                       p.dim("causal") ? "true" : "false", element_type(p))},
           name());
       r.arch_specific = true;
       return r;

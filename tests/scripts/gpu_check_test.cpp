@@ -134,10 +134,10 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's three and the
-  // leaderboard forward's three, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's
+  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's four and the
+  // leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's
   // 10 once more with CUDA graphs.
-  CHECK(n.ktune == 11 + 5 + 10 + 20 + 10);
+  CHECK(n.ktune == 11 + 5 + 12 + 20 + 10);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);
@@ -153,10 +153,10 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 eager and
   // compiled (and compiled with CUDA graphs), the leaderboard backward's four configs (the default,
-  // overlapped, 64-query tiles, FlashAttention-2's partition), the d 128 forward's three (the default, in turn,
-  // FlashAttention-2's shape) and the leaderboard forward's three (the default, overlapped, FlashAttention-2's
-  // shape).
-  CHECK(n.ktune == 3 + 1 + 3 + 10);
+  // overlapped, 64-query tiles, FlashAttention-2's partition), the d 128 forward's four (the default, in turn,
+  // with ping-pong, FlashAttention-2's shape) and the leaderboard forward's four (the default, overlapped, with
+  // ping-pong, FlashAttention-2's shape).
+  CHECK(n.ktune == 3 + 1 + 3 + 12);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 3);
   const auto has = [&](const std::string& text) {
@@ -171,6 +171,7 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK(has("\\\"mma\\\":0\\}"));  // FlashAttention-2's shapes on mma.sync (shell-quoted)
   CHECK(has("--config \\{\\\"block_m\\\":64\\} --time"));  // the backward at 64-query tiles (shell-quoted)
+  CHECK(has("--config \\{\\\"pingpong\\\":1\\} --time"));  // the forwards with ping-pong (shell-quoted)
   const std::string overlapped = "--config \\{\\\"mma\\\":2\\} --time";  // shell-quoted
   CHECK(std::any_of(commands.begin(), commands.end(), [&](const std::string& c) {
     return c.find("--family attention_bwd") != std::string::npos && c.find(overlapped) != std::string::npos;

@@ -1,5 +1,5 @@
 // GPU twin of the wgmma cases of family_emu_test.cpp and backward_emu_test.cpp:
-// the forward (mma 1, 2 overlapped, 3 the warpgroups taking turns) and the
+// the forward (mma 1, and 2 overlapped; each with pingpong) and the
 // dK/dV pass (mma 1, and 2 overlapped; dQ by atomics and by bulk reductions;
 // tile orders 0 and 1) on Hopper's warpgroup products,
 // compiled for sm_90a, against the streaming fp64 reference, on the shapes
@@ -49,12 +49,12 @@ TEST_CASE("attention on wgmma on the GPU: forward and backward against the refer
       {&forward_family(), wgmma_forward(128, 32, 3, 2), grouped},
       {&forward_family(), wgmma_forward(128, 128, 2, 2), leaderboard},
       {&forward_family(), wgmma_forward(128, 128, 2, 2), d128},
-      // the warpgroups taking turns (mma 3)
-      {&forward_family(), wgmma_forward(128, 128, 2, 3), problem("bf16", 257, 64, true)},
-      {&forward_family(), wgmma_forward(128, 64, 2, 3), problem("f16", 200, 128, true)},
-      {&forward_family(), wgmma_forward(128, 32, 1, 3), grouped},
-      {&forward_family(), wgmma_forward(128, 64, 2, 3), leaderboard},
-      {&forward_family(), wgmma_forward(128, 128, 2, 3), d128},
+      // the warpgroups taking turns (pingpong), in turn and overlapped
+      {&forward_family(), wgmma_forward(128, 128, 2, 1, 1), problem("bf16", 257, 64, true)},
+      {&forward_family(), wgmma_forward(128, 64, 2, 2, 1), problem("f16", 200, 128, true)},
+      {&forward_family(), wgmma_forward(128, 32, 1, 1, 1), grouped},
+      {&forward_family(), wgmma_forward(128, 64, 2, 1, 1), leaderboard},
+      {&forward_family(), wgmma_forward(128, 128, 2, 2, 1), d128},
       {&backward_family(), wgmma_backward(64, 128, 2), problem("bf16", 257, 64, true)},
       {&backward_family(), wgmma_backward(128, 64, 1), problem("f16", 100, 64, false, 2, 2)},
       {&backward_family(), wgmma_backward(128, 128, 4), problem("bf16", 70, 64, true)},

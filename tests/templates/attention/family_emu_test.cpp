@@ -36,7 +36,8 @@ namespace {
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t kv_layout, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0},
+                 {"pingpong", 0}});
 }
 
 /// How q, k, v and o lie in memory.
@@ -397,35 +398,39 @@ TEST_CASE("attention_fwd on wgmma overlapped: a kernel broken on purpose fails t
                  "kt::cp_async_wait<STAGES - 1>();"}});
 }
 
-TEST_CASE("attention_fwd on wgmma with the warpgroups taking turns (mma 3): head dims 64 and 128, masks, ragged "
-          "lengths, tile shapes, stages, grouped heads, tile orders, and O's rescale",
+TEST_CASE("attention_fwd on wgmma with the warpgroups taking turns (pingpong), in turn and overlapped: head dims 64 "
+          "and 128, masks, ragged lengths, tile shapes, stages, grouped heads, tile orders, and O's rescale",
           "[attention][emu]") {
   Problem grouped = problem("bf16", 150, 128, true, 2, 4);
   grouped.dims["kv_heads"] = 2;
-  const std::pair<Config, Problem> cases[] = {
-      // the candidates' shape: 128- and 64-key tiles, causal and ragged
-      {wgmma_forward(128, 128, 2, 3), problem("bf16", 257, 64, true)},
-      {wgmma_forward(128, 64, 2, 3), problem("f16", 200, 128, true)},
-      // one stage, 32-key tiles, grouped heads; three stages of 16-key tiles, no mask; a sequence of 1
-      {wgmma_forward(128, 32, 1, 3), grouped},
-      {wgmma_forward(128, 16, 3, 3), problem("f16", 100, 64, false, 1, 1)},
-      {wgmma_forward(128, 64, 2, 3), problem("bf16", 1, 64, true)},
-  };
-  for (const auto& [c, p] : cases) {
-    check_layout(c, p, Layout::kBSHD);
-    check_layout(c, p, Layout::kFusedQKV);
+  for (const std::int64_t mma : {1, 2}) {
+    INFO("mma " << mma);
+    const std::pair<Config, Problem> cases[] = {
+        // the candidates' shape: 128- and 64-key tiles, causal and ragged
+        {wgmma_forward(128, 128, 2, mma, 1), problem("bf16", 257, 64, true)},
+        {wgmma_forward(128, 64, 2, mma, 1), problem("f16", 200, 128, true)},
+        // the fewest stages, 32-key tiles, grouped heads; three stages of 16-key tiles, no mask; a sequence of 1
+        {wgmma_forward(128, 32, mma, mma, 1), grouped},
+        {wgmma_forward(128, 16, 3, mma, 1), problem("f16", 100, 64, false, 1, 1)},
+        {wgmma_forward(128, 64, 2, mma, 1), problem("bf16", 1, 64, true)},
+    };
+    for (const auto& [c, p] : cases) {
+      check_layout(c, p, Layout::kBSHD);
+      check_layout(c, p, Layout::kFusedQKV);
+    }
+    check_layout(with(wgmma_forward(128, 64, 2, mma, 1), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3),
+                 Layout::kBHSD);
+    check_layout(wgmma_forward(128, 16, 2, mma, 1), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
   }
-  check_layout(with(wgmma_forward(128, 64, 2, 3), {{"tile_order", 1}}), problem("bf16", 300, 64, true, 2, 3),
-               Layout::kBHSD);
-  check_layout(wgmma_forward(128, 16, 2, 3), problem("bf16", 120, 64, true), Layout::kBSHD, 4.0f);
 }
 
 TEST_CASE("attention_fwd on wgmma taking turns: a kernel broken on purpose fails", "[attention][emu]") {
-  check_breaks(wgmma_forward(128, 32, 2, 3), problem("bf16", 150, 64, true), 0,
-               {{"warpgroup 0 never let start", "if (group == 1) kt::named_barrier_arrive<1, 256>();", ""},
-                {"warpgroup 0 let go after warpgroup 1's last product", "else if (!last)", "else"},
-                {"both warpgroups waiting at one barrier", "kt::named_barrier_sync<2, 256>()",
-                 "kt::named_barrier_sync<1, 256>()"}});
+  for (const std::int64_t mma : {1, 2})
+    check_breaks(wgmma_forward(128, 32, 2, mma, 1), problem("bf16", 150, 64, true), 0,
+                 {{"warpgroup 0 never let start", "if (group == 1) kt::named_barrier_arrive<1, 256>();", ""},
+                  {"warpgroup 0 let go after warpgroup 1's last products", "else if (!last)", "else"},
+                  {"both warpgroups waiting at one barrier", "kt::named_barrier_sync<2, 256>()",
+                   "kt::named_barrier_sync<1, 256>()"}});
 }
 
 }  // namespace templates_attention_family_emu_test

@@ -32,7 +32,8 @@ Problem problem(const char* dtype, std::int64_t seq, std::int64_t head_dim, std:
 Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, std::int64_t stages,
               std::int64_t kv_layout = 0, std::int64_t q_regs = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"stages", stages},
-                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0}});
+                 {"kv_layout", kv_layout}, {"q_regs", q_regs}, {"tile_order", 0}, {"mma", 0},
+                 {"pingpong", 0}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -86,8 +87,9 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
 
 TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   const Family& f = forward_family();
-  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2 * 3);
-  for (const char* name : {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs", "tile_order", "mma"})
+  CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2 * 3 * 2);
+  for (const char* name :
+       {"block_m", "block_n", "warps", "stages", "kv_layout", "q_regs", "tile_order", "mma", "pingpong"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   // One class per head dim, both dtypes, both masks, ragged lengths.
   std::set<std::int64_t> head_dims, causal;
@@ -215,12 +217,14 @@ TEST_CASE("attention_fwd rendering: tunables, head dim, mask and dtype are templ
   // The wgmma kernel: warpgroups, not warps, are its argument; compiled for sm_90a where the device is sm_90.
   const Rendered w = f.render(wgmma_forward(128, 64, 3), problem("bf16", 70, 128, 1));
   REQUIRE(w.kernels.size() == 1);
-  CHECK(w.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, false, true, __nv_bfloat16>");
+  CHECK(w.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, false, false, true, __nv_bfloat16>");
   CHECK(w.source.find("wgmma.mma_async") != std::string::npos);
   CHECK(w.arch_specific);
-  // Overlapped: the same kernel, its schedule a template argument.
+  // Overlapped, and the warpgroups taking turns: the same kernel, its schedule template arguments.
   const Rendered o = f.render(wgmma_forward(128, 64, 3, 2), problem("bf16", 70, 128, 1));
-  CHECK(o.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, true, true, __nv_bfloat16>");
+  CHECK(o.kernels[0] == "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, true, false, true, __nv_bfloat16>");
+  CHECK(f.render(wgmma_forward(128, 64, 3, 1, 1), problem("bf16", 70, 128, 1)).kernels[0] ==
+        "attention::attention_fwd_wgmma<128, 128, 64, 2, 3, false, true, true, __nv_bfloat16>");
   CHECK(o.arch_specific);
 }
 
@@ -405,23 +409,23 @@ TEST_CASE("attention candidates are points of the space, other than the default,
       }
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   // The causal forward at head_dim 128: the default with the longest tiles of every head first, the wgmma
-  // kernel over two warpgroups with 128- and 64-key tiles, in turn, overlapped and taking turns, the longest
-  // tiles first too (valid on sm_90 alone), two
+  // kernel over two warpgroups with 128- and 64-key tiles, in turn and overlapped, each with and without
+  // ping-pong, the longest tiles first too (valid on sm_90 alone), two
   // m16 tiles per warp with 32-key tiles, and one tile over 8 warps with 64-key tiles; the default (two tiles,
-  // 48 keys) not again; at head_dim 64 the first seven; at head_dim 80 no wgmma; for f32 only the first.
+  // 48 keys) not again; at head_dim 64 the first nine; at head_dim 80 no wgmma; for f32 only the first.
   const Problem d128 = problem("bf16", 16384, 128, 1, 1, 16);
   const auto first = [](const Config& c) { return with(c, {{"tile_order", 1}}); };
   const auto fwd = forward_family().candidates(d128);
-  REQUIRE(fwd.size() == 9);
+  REQUIRE(fwd.size() == 11);
   CHECK(fwd[0] == with(forward_family().default_config(d128), {{"tile_order", 1}}));
   CHECK(fwd[1] == first(wgmma_forward(128, 128)));
-  CHECK(fwd[2] == first(wgmma_forward(128, 128, 2, 2)));
-  CHECK(fwd[3] == first(wgmma_forward(128, 128, 2, 3)));
-  CHECK(fwd[4] == first(wgmma_forward(128, 64)));
-  CHECK(fwd[5] == first(wgmma_forward(128, 64, 2, 2)));
-  CHECK(fwd[6] == first(wgmma_forward(128, 64, 2, 3)));
-  CHECK(fwd[7].at("block_n") == 32);
-  CHECK(fwd[8].at("warps") == 8);
+  CHECK(fwd[2] == first(wgmma_forward(128, 128, 2, 1, 1)));
+  CHECK(fwd[3] == first(wgmma_forward(128, 128, 2, 2)));
+  CHECK(fwd[4] == first(wgmma_forward(128, 128, 2, 2, 1)));
+  CHECK(fwd[5] == first(wgmma_forward(128, 64)));
+  CHECK(fwd[8] == first(wgmma_forward(128, 64, 2, 2, 1)));
+  CHECK(fwd[9].at("block_n") == 32);
+  CHECK(fwd[10].at("warps") == 8);
   for (const Config& c : fwd) {
     INFO(c.str());
     CHECK(forward_family().is_valid(c, d128, sm90));
@@ -430,13 +434,9 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   CHECK_FALSE(forward_family().is_valid(fwd[1], d128, DeviceLimits::for_arch("sm_80")));
   CHECK(forward_family().candidates(problem("bf16", 16384, 80, 1, 1, 16)).size() == 4);
   const auto d64 = forward_family().candidates(problem("bf16", 16384, 64, 1, 1, 16));
-  REQUIRE(d64.size() == 7);
-  CHECK(d64[1] == first(wgmma_forward(128, 128)));
-  CHECK(d64[2] == first(wgmma_forward(128, 128, 2, 2)));
-  CHECK(d64[3] == first(wgmma_forward(128, 128, 2, 3)));
-  CHECK(d64[4] == first(wgmma_forward(128, 64)));
-  CHECK(d64[5] == first(wgmma_forward(128, 64, 2, 2)));
-  CHECK(d64[6] == first(wgmma_forward(128, 64, 2, 3)));
+  REQUIRE(d64.size() == 9);
+  for (std::size_t i = 1; i < 9; ++i)
+    CHECK(d64[i] == first(wgmma_forward(128, i < 5 ? 128 : 64, 2, 1 + (i - 1) % 4 / 2, (i - 1) % 2)));
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 1, 1, 16)).size() == 1);
   CHECK(forward_family().candidates(problem("f32", 16384, 128, 0, 1, 16)).empty());
   // Without a causal mask every tile has the same work: no tile order 1, and no such candidate.

@@ -16,11 +16,11 @@ inline templates::Problem problem(const char* dtype, std::int64_t seq, std::int6
 }
 
 /// attention_fwd on wgmma: 64 query rows a warpgroup; `mma` 1 each step in
-/// turn, 2 overlapped.
+/// turn, 2 overlapped; `pingpong` 1 the two warpgroups' products in turns.
 inline Config wgmma_forward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2,
-                            std::int64_t mma = 1) {
+                            std::int64_t mma = 1, std::int64_t pingpong = 0) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_m / 16}, {"stages", stages},
-                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", mma}});
+                 {"kv_layout", 1}, {"q_regs", 0}, {"tile_order", 0}, {"mma", mma}, {"pingpong", pingpong}});
 }
 
 /// attention_bwd's dK/dV pass on wgmma: 64 keys a warpgroup, dQ by atomics
