@@ -24,6 +24,11 @@
 // dP^T are two groups, P^T's exponentials run while dP^T's product does,
 // and dV's product (which needs P^T alone) while dS^T's arithmetic does,
 // so the special function unit and the tensor cores work side by side.
+// With PINGPONG (the family's `pingpong`, two warpgroups) the warpgroups
+// issue their products in turns, S^T and dP^T as one turn, dV and dK as
+// the next (named barriers 1 and 2, as attention_wgmma.cuh's forward), so
+// one's exponentials and dS^T arithmetic run beside the other's products;
+// the dQ products, after the block's barrier, are issued together.
 //
 // Layout: a block owns BLOCK_N = 64 * WARPGROUPS keys of one K/V head;
 // warpgroup w's warps own 16 of its keys each (the rows of S^T, dP^T and the
@@ -56,6 +61,7 @@ template <int HEAD_DIM,    // 64 or 128: set by the problem
           int STAGES,      // Q/dO tiles in flight
           bool OVERLAP,    // P^T's exponentials beside dP^T's product, dS^T's arithmetic beside dV's
           bool DQ_BULK,    // dQ's rows staged and added by bulk reductions (else each thread's pairs by red.v2)
+          bool PINGPONG,   // the two warpgroups' products in turns, one's exponentials beside the other's products
           bool CAUSAL,     // key j > query i masked: set by the problem
           class T>         // __nv_bfloat16 or __half
 __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
@@ -67,6 +73,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   static_assert(BLOCK_N == 64 * WARPGROUPS, "each warpgroup owns 64 keys, a wgmma's M");
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "a query tile is whole 64-query panels of dS^T");
   static_assert(STAGES >= 1, "at least the tile being computed is in shared memory");
+  static_assert(!PINGPONG || WARPGROUPS == 2, "two warpgroups take turns");
   constexpr int THREADS = WARPGROUPS * 128;
   constexpr int MN = BLOCK_M / 8;   // n8 blocks of S^T, dP^T
   constexpr int DT = HEAD_DIM / 8;  // n8 blocks of dK, dV
@@ -125,6 +132,29 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::cp_async_commit();
   }
 
+  // PINGPONG: warpgroup w issues after waiting at barrier 1 + w, then lets
+  // the other go at its barrier (256 threads each: 128 waiting, 128
+  // arriving). Warpgroup 1 lets warpgroup 0 start, and after its last
+  // products lets no one go, so every arrival meets its wait.
+  const auto my_turn = [&] {
+    if constexpr (PINGPONG) {
+      if (group == 0)
+        kt::named_barrier_sync<1, 256>();
+      else
+        kt::named_barrier_sync<2, 256>();
+    }
+  };
+  const auto your_turn = [&](bool last) {
+    if constexpr (PINGPONG) {
+      if (group == 0)
+        kt::named_barrier_arrive<2, 256>();
+      else if (!last)
+        kt::named_barrier_arrive<1, 256>();
+    }
+  };
+  if constexpr (PINGPONG)
+    if (group == 1) kt::named_barrier_arrive<1, 256>();
+
   float dk_acc[DT * 4], dv_acc[DT * 4];  // rows: the warp's 16 keys; as wgmma's D fragment
 #pragma unroll
   for (int i = 0; i < DT * 4; ++i) dk_acc[i] = dv_acc[i] = 0.0f;
@@ -146,10 +176,12 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
                                        kt::wgmma_desc(cols + QLayout::offset(0, ks * 16), 1, 16, 1024), ks > 0);
     };
     kt::wgmma_fence();
+    my_turn();
     issue_scores(s, sk, sqt);
     if constexpr (OVERLAP) kt::wgmma_commit();
     issue_scores(dp, sv, sdot);
     kt::wgmma_commit();
+    your_turn(false);
     kt::wgmma_wait<OVERLAP ? 1 : 0>();
     kt::wgmma_fence_operand(s);
 
@@ -191,6 +223,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     };
     if constexpr (OVERLAP) {
       kt::wgmma_fence();
+      my_turn();  // held through dS^T's arithmetic, until dK's product is issued too
       issue_dv();
       kt::wgmma_commit();
       kt::wgmma_wait<1>();  // dP^T's product; dV's may still run
@@ -211,12 +244,16 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
 #pragma unroll
     for (int kk = 0; kk < BLOCK_M / 16; ++kk) acc_to_a<T>(dsa[kk], *reinterpret_cast<const float(*)[MN][4]>(dp), kk);
     kt::wgmma_fence();
-    if constexpr (!OVERLAP) issue_dv();
+    if constexpr (!OVERLAP) {
+      my_turn();
+      issue_dv();
+    }
 #pragma unroll
     for (int kk = 0; kk < BLOCK_M / 16; ++kk)
       kt::wgmma_rs<HEAD_DIM, T, 1>(
           dk_acc, dsa[kk], kt::wgmma_desc(sqt + QLayout::offset(kk * 16, 0), 1, QLayout::PANEL_BYTES, 1024), true);
     kt::wgmma_commit();
+    your_turn(step + 1 == total);
 
     // dS^T to shared memory as T (the previous step's dQ products are done:
     // each waited for them before this step's head barrier).

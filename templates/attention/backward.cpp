@@ -113,6 +113,8 @@ std::string wgmma_invalid(const Config& c, const Problem& p, const DeviceLimits&
   if (warp_split(c) != 1 || c.at("smem_layout") != 1 || resident_regs(c) || !dq_atomic(c))
     return mma + " (wgmma) keeps each warpgroup's keys whole, reads its tiles in its 128-byte swizzle from shared "
                  "memory and adds dQ by atomics: warp_split 1, smem_layout 1, resident_regs 0, dq_atomic 1 or 2";
+  if (c.at("pingpong") && warps != 8)
+    return mma + " with pingpong 1 has two warpgroups take turns: block_n 128, 8 warps";
   const bool overlap_one_group = c.at("mma") == 2 && warps == 4;
   if (std::string no = wgmma_over_registers(24 + bm + head_dim + bm / 4 + (overlap_one_group ? 24 : 0), warps, d,
                                             overlap_one_group ? "S^T, dP^T, dK, dV, overlapped in one warpgroup"
@@ -195,7 +197,11 @@ class Backward final : public TypedFamily<BackwardArgs> {
                 {"tile_order", {0, 1},
                  "the order blocks start in, a kernel argument: 0 each head's key blocks (query blocks of the dQ "
                  "pass) together, its longest first; 1 the longest of every head first, the shortest at the end "
-                 "(causal masks only)"}}) {}
+                 "(causal masks only)"},
+                {"pingpong", {0, 1},
+                 "with the wgmma dK/dV pass (mma 1 or 2) over two warpgroups: 1 they issue their products in "
+                 "turns (named barriers), one's exponentials and dS^T arithmetic beside the other's products, "
+                 "where 0 issues both together and leaves the tensor cores idle while both compute"}}) {}
 
   std::string name() const override { return "attention_bwd"; }
   std::string summary() const override {
@@ -227,7 +233,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     check_problem(p);
     const DeviceLimits any = DeviceLimits::for_arch("sm_80");
     const Config plain({{"warp_split", 1}, {"stages", 2}, {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1},
-                        {"mma", 0}, {"tile_order", 0}});
+                        {"mma", 0}, {"tile_order", 0}, {"pingpong", 0}});
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       for (const Config& c : {with(plain, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
                                            {"smem_layout", 1}, {"resident_regs", 1}}),
@@ -251,7 +257,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // and 5.690 ms for default_config.
     if (element_bytes(p) != 2 || p.dim("head_dim") != 64 || blocks_of_128(p) < kBusyGrid) return std::nullopt;
     return Config({{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 1}, {"stages", 2},
-                   {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}, {"tile_order", 0}});
+                   {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 1}, {"tile_order", 0},
+                   {"pingpong", 0}});
   }
 
   std::vector<Config> candidates(const Problem& p) const override {
@@ -266,24 +273,28 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // dK/dV pass (valid on sm_90 alone), under a causal mask with the
     // longest blocks of every head first (tile_order 1), 128 keys over two
     // warpgroups: at head_dim 64 with 128-query tiles (sm_90's default shape
-    // there) in turn, overlapped (mma 2), and with dQ by bulk reductions
-    // (dq_atomic 2) overlapped and in turn; at 64-query tiles overlapped,
-    // with and without bulk reductions; then in turn (mma 1), 64-query
-    // tiles, 128 keys over two warpgroups and 64 over one. Then, under a
-    // causal mask, the default with the longest blocks first.
+    // there) in turn and overlapped (mma 2), each also with the warpgroups
+    // taking turns (pingpong), then with dQ by bulk reductions (dq_atomic 2)
+    // overlapped and in turn; at 64-query tiles overlapped, with ping-pong,
+    // with bulk reductions; then in turn (mma 1), 64-query tiles, 128 keys
+    // over two warpgroups and 64 over one. Then, under a causal mask, the
+    // default with the longest blocks first.
     const Config def = default_config(p);
     const std::int64_t order = p.dim("causal");
     std::vector<Config> out;
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128)) {
-      const auto wgmma = [&](std::int64_t bm, std::int64_t bn, std::int64_t mma, std::int64_t dq = 1) {
+      const auto wgmma = [&](std::int64_t bm, std::int64_t bn, std::int64_t mma, std::int64_t dq = 1,
+                             std::int64_t pingpong = 0) {
         return Config({{"block_m", bm}, {"block_n", bn}, {"warps", bn / 16}, {"warp_split", 1}, {"stages", 2},
                        {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", dq}, {"mma", mma},
-                       {"tile_order", order}});
+                       {"tile_order", order}, {"pingpong", pingpong}});
       };
       if (p.dim("head_dim") == 64)
-        for (const Config& c : {wgmma(128, 128, 1), wgmma(128, 128, 2), wgmma(128, 128, 2, 2), wgmma(128, 128, 1, 2)})
+        for (const Config& c : {wgmma(128, 128, 1), wgmma(128, 128, 1, 1, 1), wgmma(128, 128, 2),
+                                wgmma(128, 128, 2, 1, 1), wgmma(128, 128, 2, 2), wgmma(128, 128, 1, 2)})
           out.push_back(c);
-      for (const Config& c : {wgmma(64, 128, 2), wgmma(64, 128, 2, 2), wgmma(64, 128, 1), wgmma(64, 64, 1)})
+      for (const Config& c : {wgmma(64, 128, 2), wgmma(64, 128, 2, 1, 1), wgmma(64, 128, 2, 2), wgmma(64, 128, 1),
+                              wgmma(64, 64, 1)})
         out.push_back(c);
     }
     if (order == 1) out.push_back(with(def, {{"tile_order", 1}}));
@@ -295,7 +306,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     if (element_bytes(p) == 2 && p.dim("head_dim") <= 64 && blocks_of_128(p) >= kBusyGrid)
       out.push_back(Config({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
                             {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0},
-                            {"tile_order", 0}}));
+                            {"tile_order", 0}, {"pingpong", 0}}));
     std::erase(out, def);
     return out;
   }
@@ -313,6 +324,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     if (c.at("dq_atomic") == 2)
       return reject(why, "dq_atomic 2 (dQ's rows by bulk reductions) is the wgmma pass's (mma 1 or 2): with mma.sync "
                          "dQ is added by atomics (1) or a second pass (0)");
+    if (c.at("pingpong")) return reject(why, "pingpong 1 has the wgmma pass's warpgroups take turns (mma 1 or 2)");
     const std::int64_t split = warp_split(c), d_head = p.dim("head_dim");
     if (warps % split != 0)
       return reject(why, fmt::format("warp_split {} does not divide the block's {} warps into whole groups", split,
@@ -371,9 +383,10 @@ class Backward final : public TypedFamily<BackwardArgs> {
       Rendered r = render_template(
           kWgmmaTemplate,
           {fmt::format("attention::attention_bwd_preprocess<{}, true, {}>", d, t),
-           fmt::format("attention::attention_bwd_dkdv_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}>", d, c.at("block_m"),
-                       c.at("block_n"), c.at("warps") / 4, c.at("stages"), c.at("mma") == 2 ? "true" : "false",
-                       c.at("dq_atomic") == 2 ? "true" : "false", causal, t),
+           fmt::format("attention::attention_bwd_dkdv_wgmma<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", d,
+                       c.at("block_m"), c.at("block_n"), c.at("warps") / 4, c.at("stages"),
+                       c.at("mma") == 2 ? "true" : "false", c.at("dq_atomic") == 2 ? "true" : "false",
+                       c.at("pingpong") ? "true" : "false", causal, t),
            fmt::format("attention::attention_bwd_dq_convert<{}, {}>", d, t)},
           name());
       r.arch_specific = true;

@@ -134,10 +134,10 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
-  // attention twice, ops), the leaderboard backward's four configs, the d 128 forward's four and the
+  // attention twice, ops), the leaderboard backward's five configs, the d 128 forward's four and the
   // leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's
   // 10 once more with CUDA graphs.
-  CHECK(n.ktune == 11 + 5 + 12 + 20 + 10);
+  CHECK(n.ktune == 11 + 5 + 13 + 20 + 10);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);
@@ -152,11 +152,11 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 eager and
-  // compiled (and compiled with CUDA graphs), the leaderboard backward's four configs (the default,
-  // overlapped, 64-query tiles, FlashAttention-2's partition), the d 128 forward's four (the default, in turn,
-  // with ping-pong, FlashAttention-2's shape) and the leaderboard forward's four (the default, overlapped, with
-  // ping-pong, FlashAttention-2's shape).
-  CHECK(n.ktune == 3 + 1 + 3 + 12);
+  // compiled (and compiled with CUDA graphs), the leaderboard backward's five configs (the default,
+  // overlapped, with ping-pong, 64-query tiles, FlashAttention-2's partition), the d 128 forward's four (the
+  // default, in turn, with ping-pong, FlashAttention-2's shape) and the leaderboard forward's four (the
+  // default, overlapped, with ping-pong, FlashAttention-2's shape).
+  CHECK(n.ktune == 3 + 1 + 3 + 13);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 3);
   const auto has = [&](const std::string& text) {

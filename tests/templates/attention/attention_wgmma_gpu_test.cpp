@@ -1,7 +1,7 @@
 // GPU twin of the wgmma cases of family_emu_test.cpp and backward_emu_test.cpp:
 // the forward (mma 1, and 2 overlapped; each with pingpong) and the
 // dK/dV pass (mma 1, and 2 overlapped; dQ by atomics and by bulk reductions;
-// tile orders 0 and 1) on Hopper's warpgroup products,
+// tile orders 0 and 1; pingpong) on Hopper's warpgroup products,
 // compiled for sm_90a, against the streaming fp64 reference, on the shapes
 // the emulation runs and on the CS336 leaderboard's problem (checked on a
 // seeded sample of rows). Skipped without a device, and on a device other
@@ -64,6 +64,11 @@ TEST_CASE("attention on wgmma on the GPU: forward and backward against the refer
       // overlapped (mma 2)
       {&backward_family(), wgmma_backward(128, 128, 2, 2), problem("bf16", 257, 64, true)},
       {&backward_family(), wgmma_backward(64, 128, 4, 2), problem("f16", 100, 128, false, 2, 2)},
+      // the warpgroups taking turns (pingpong), in turn and overlapped
+      {&backward_family(), wgmma_backward(128, 128, 2, 1, 1, 0, 1), problem("bf16", 257, 64, true)},
+      {&backward_family(), wgmma_backward(64, 128, 4, 2, 1, 0, 1), problem("f16", 100, 128, false, 2, 2)},
+      {&backward_family(), wgmma_backward(128, 128, 2, 1, 1, 1, 1), leaderboard},
+      {&backward_family(), wgmma_backward(128, 128, 2, 2, 1, 1, 1), leaderboard},
       {&backward_family(), wgmma_backward(64, 64, 1, 2), problem("bf16", 70, 64, true)},
       {&backward_family(), wgmma_backward(64, 128, 2, 2), mqa},
       {&backward_family(), wgmma_backward(128, 128, 2, 2), leaderboard},

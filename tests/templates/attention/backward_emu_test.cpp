@@ -34,7 +34,7 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
-                 {"dq_atomic", dq_atomic}, {"mma", 0}, {"tile_order", 0}});
+                 {"dq_atomic", dq_atomic}, {"mma", 0}, {"tile_order", 0}, {"pingpong", 0}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
 
@@ -317,6 +317,41 @@ TEST_CASE("attention_bwd on wgmma (mma 1, 2): head dims 64 and 128, masks, ragge
       {wgmma_backward(64, 128, 2, 1, 2), problem("bf16", 1, 128, false), false},
   };
   for (const auto& [c, p, bhsd] : cases) test::check_backward(*backend, c, p, bhsd);
+}
+
+TEST_CASE("attention_bwd on wgmma with the warpgroups taking turns (pingpong), in turn and overlapped: head dims 64 "
+          "and 128, masks, ragged lengths, query tiles, stages, dQ by bulk reductions, grouped heads, tile orders",
+          "[attention][emu]") {
+  auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
+  Problem grouped = problem("f16", 130, 128, true, 1, 3);
+  grouped.dims["kv_heads"] = 1;
+  for (const std::int64_t mma : {1, 2}) {
+    INFO("mma " << mma);
+    test::check_backward(*backend, wgmma_backward(128, 128, 2, mma, 1, 0, 1), problem("bf16", 257, 64, true), false);
+    test::check_backward(*backend, wgmma_backward(64, 128, 4, mma, 1, 0, 1), problem("f16", 100, 128, false, 2, 2),
+                         true);
+    test::check_backward(*backend, wgmma_backward(64, 128, 1, mma, 2, 0, 1), grouped, true);
+    test::check_backward(*backend, wgmma_backward(128, 128, 2, mma, 1, 1, 1), problem("bf16", 300, 64, true, 2, 2),
+                         false);
+    test::check_backward(*backend, wgmma_backward(64, 128, 2, mma, 1, 0, 1), problem("bf16", 1, 128, false), false);
+  }
+}
+
+TEST_CASE("attention_bwd on wgmma taking turns: a kernel broken on purpose fails", "[attention][emu]") {
+  auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
+  const Problem p = problem("bf16", 150, 64, true);
+  for (const std::int64_t mma : {1, 2}) {
+    INFO("mma " << mma);
+    const Config c = wgmma_backward(128, 128, 2, mma, 1, 0, 1);
+    REQUIRE(test::run_backward(*backend, c, p, false, 3).worst() <= tolerance_for("bf16"));
+    // Warpgroup 0 never let start; let go after warpgroup 1's last products; never letting warpgroup 1 go.
+    for (const auto& [from, to] : {std::pair{"if (group == 1) kt::named_barrier_arrive<1, 256>();", ";"},
+                                   std::pair{"else if (!last)", "else"},
+                                   std::pair{"kt::named_barrier_arrive<2, 256>();", ";"}}) {
+      INFO(from);
+      CHECK_THROWS_WITH(run_wgmma_broken(*backend, c, p, from, to), Catch::Contains("named barrier"));
+    }
+  }
 }
 
 TEST_CASE("attention_bwd on wgmma: a kernel broken on purpose fails these checks", "[attention][emu]") {

@@ -34,7 +34,7 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
               std::int64_t warp_split = 1) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", warps}, {"warp_split", warp_split},
                  {"stages", stages}, {"smem_layout", smem_layout}, {"resident_regs", resident_regs},
-                 {"dq_atomic", dq_atomic}, {"mma", 0}, {"tile_order", 0}});
+                 {"dq_atomic", dq_atomic}, {"mma", 0}, {"tile_order", 0}, {"pingpong", 0}});
 }
 std::string why_invalid(const Config& c, const Problem& p, const char* arch = "sm_90") {
   std::string why;
@@ -68,10 +68,10 @@ TEST_CASE("attention_bwd is registered, in the training step's kernels, and reje
 
 TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]") {
   const Family& f = backward_family();
-  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 3 * 3 * 2);
+  CHECK(f.space().size() == 4 * 4 * 4 * 3 * 3 * 2 * 2 * 3 * 3 * 2 * 2);
   for (const char* name :
        {"block_m", "block_n", "warps", "warp_split", "stages", "smem_layout", "resident_regs", "dq_atomic", "mma",
-        "tile_order"})
+        "tile_order", "pingpong"})
     CHECK_FALSE(f.space().param(name).trades_off.empty());
   const auto sm90 = DeviceLimits::for_arch("sm_90");
   CHECK(f.is_valid(config(64, 64, 4, 2), problem("bf16", 1024, 64), sm90));
@@ -164,10 +164,10 @@ TEST_CASE("attention_bwd space, constraints and defaults", "[attention][family]"
   // 80 and fp32 keep one tile of keys per warp. The 16-bit ones fit the 99 KB of shared memory of an sm_86 block.
   const Config partition({{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}, {"stages", 2},
                           {"smem_layout", 1}, {"resident_regs", 1}, {"dq_atomic", 1}, {"mma", 0},
-                          {"tile_order", 0}});
+                          {"tile_order", 0}, {"pingpong", 0}});
   const Config narrow({{"block_m", 16}, {"block_n", 128}, {"warps", 4}, {"warp_split", 1}, {"stages", 2},
                        {"smem_layout", 0}, {"resident_regs", 0}, {"dq_atomic", 1}, {"mma", 0},
-                       {"tile_order", 0}});
+                       {"tile_order", 0}, {"pingpong", 0}});
   for (const char* dtype : {"bf16", "f16", "f32"})
     for (const std::int64_t d : {16, 32, 64, 80, 128}) {
       const Problem p = problem(dtype, 16384, d, 1, 1, 16);
@@ -292,11 +292,13 @@ TEST_CASE("attention_bwd rendering and plan: three kernels, dQ by atomics or a s
   REQUIRE(hopper.kernels.size() == 3);
   CHECK(hopper.kernels[0] == "attention::attention_bwd_preprocess<128, true, __nv_bfloat16>");
   CHECK(hopper.kernels[1] ==
-        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, false, true, __nv_bfloat16>");
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, false, false, true, __nv_bfloat16>");
   CHECK(f.render(wgmma_backward(64, 128, 2, 2), w).kernels[1] ==
-        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, true, false, true, __nv_bfloat16>");
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, true, false, false, true, __nv_bfloat16>");
   CHECK(f.render(wgmma_backward(64, 128, 2, 1, 2), w).kernels[1] ==
-        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, true, true, __nv_bfloat16>");
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, true, false, true, __nv_bfloat16>");
+  CHECK(f.render(wgmma_backward(64, 128, 2, 1, 1, 0, 1), w).kernels[1] ==
+        "attention::attention_bwd_dkdv_wgmma<128, 64, 128, 2, 2, false, false, true, true, __nv_bfloat16>");
   CHECK(hopper.kernels[2] == "attention::attention_bwd_dq_convert<128, __nv_bfloat16>");
   CHECK(hopper.arch_specific);
   CHECK_FALSE(atomic.arch_specific);

@@ -447,37 +447,42 @@ TEST_CASE("attention candidates are points of the space, other than the default,
   for (const Config& c : forward.candidates(full)) CHECK(c.at("tile_order") == 0);
   // The leaderboard backward, whose default is FlashAttention-2's partition at 64-query tiles: the wgmma pass
   // (valid on sm_90 alone) with the longest blocks of every head first, over 128 keys at 128-query tiles in
-  // turn (sm_90's default shape), overlapped, overlapped with dQ by bulk reductions and in turn with them; at
-  // 64-query tiles overlapped with and without them, in turn; in turn over 64 keys; the default with the
-  // longest blocks first, at 4 stages, the partition at 128-query tiles and the previous default (16-query
-  // tiles over 4 warps of two key tiles each); at head_dim 128 no 128-query tiles.
+  // turn (sm_90's default shape) and overlapped, each with and without ping-pong, overlapped with dQ by bulk
+  // reductions and in turn with them; at 64-query tiles overlapped with and without ping-pong, with bulk
+  // reductions, in turn; in turn over 64 keys; the default with the longest blocks first, at 4 stages, the
+  // partition at 128-query tiles and the previous default (16-query tiles over 4 warps of two key tiles each);
+  // at head_dim 128 no 128-query tiles.
   const Problem leaderboard = problem("bf16", 16384, 64, 1, 1, 16);
   const auto bwd = backward_family().candidates(leaderboard);
-  REQUIRE(bwd.size() == 12);
+  REQUIRE(bwd.size() == 15);
   for (const Config& c : bwd) {
     INFO(c.str());
     CHECK(backward_family().is_valid(c, leaderboard, sm90));
     CHECK(c != backward_family().default_config(leaderboard));
   }
   CHECK(bwd[0] == wgmma_backward(128, 128, 2, 1, 1, 1));
-  CHECK(bwd[1] == wgmma_backward(128, 128, 2, 2, 1, 1));
-  CHECK(bwd[2] == wgmma_backward(128, 128, 2, 2, 2, 1));
-  CHECK(bwd[3] == wgmma_backward(128, 128, 2, 1, 2, 1));
-  CHECK(bwd[4] == wgmma_backward(64, 128, 2, 2, 1, 1));
-  CHECK(bwd[5] == wgmma_backward(64, 128, 2, 2, 2, 1));
-  CHECK(bwd[6] == wgmma_backward(64, 128, 2, 1, 1, 1));
-  CHECK(bwd[7] == wgmma_backward(64, 64, 2, 1, 1, 1));
+  CHECK(bwd[1] == wgmma_backward(128, 128, 2, 1, 1, 1, 1));
+  CHECK(bwd[2] == wgmma_backward(128, 128, 2, 2, 1, 1));
+  CHECK(bwd[3] == wgmma_backward(128, 128, 2, 2, 1, 1, 1));
+  CHECK(bwd[4] == wgmma_backward(128, 128, 2, 2, 2, 1));
+  CHECK(bwd[5] == wgmma_backward(128, 128, 2, 1, 2, 1));
+  CHECK(bwd[6] == wgmma_backward(64, 128, 2, 2, 1, 1));
+  CHECK(bwd[7] == wgmma_backward(64, 128, 2, 2, 1, 1, 1));
+  CHECK(bwd[8] == wgmma_backward(64, 128, 2, 2, 2, 1));
+  CHECK(bwd[9] == wgmma_backward(64, 128, 2, 1, 1, 1));
+  CHECK(bwd[10] == wgmma_backward(64, 64, 2, 1, 1, 1));
   CHECK_FALSE(backward_family().is_valid(bwd[0], leaderboard, DeviceLimits::for_arch("sm_80")));
-  CHECK(bwd[8] == with(backward_family().default_config(leaderboard), {{"tile_order", 1}}));
-  CHECK(bwd[9].at("stages") == 4);
-  CHECK(bwd[10].at("block_m") == 128);
-  CHECK(bwd[11].at("block_m") == 16);
+  CHECK(bwd[11] == with(backward_family().default_config(leaderboard), {{"tile_order", 1}}));
+  CHECK(bwd[12].at("stages") == 4);
+  CHECK(bwd[13].at("block_m") == 128);
+  CHECK(bwd[14].at("block_m") == 16);
   const auto bwd128 = backward_family().candidates(d128);
-  REQUIRE(bwd128.size() >= 4);  // the four wgmma ones at 64-query tiles
+  REQUIRE(bwd128.size() >= 5);  // the five wgmma ones at 64-query tiles
   CHECK(bwd128[0] == wgmma_backward(64, 128, 2, 2, 1, 1));
-  CHECK(bwd128[1] == wgmma_backward(64, 128, 2, 2, 2, 1));
-  CHECK(bwd128[2] == wgmma_backward(64, 128, 2, 1, 1, 1));
-  CHECK(bwd128[3] == wgmma_backward(64, 64, 2, 1, 1, 1));
+  CHECK(bwd128[1] == wgmma_backward(64, 128, 2, 2, 1, 1, 1));
+  CHECK(bwd128[2] == wgmma_backward(64, 128, 2, 2, 2, 1));
+  CHECK(bwd128[3] == wgmma_backward(64, 128, 2, 1, 1, 1));
+  CHECK(bwd128[4] == wgmma_backward(64, 64, 2, 1, 1, 1));
   // Without a causal mask, no candidate orders the blocks.
   for (const Config& c : backward_family().candidates(problem("bf16", 16384, 64, 0, 1, 16)))
     CHECK(c.at("tile_order") == 0);

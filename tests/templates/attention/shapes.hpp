@@ -25,12 +25,14 @@ inline Config wgmma_forward(std::int64_t block_m, std::int64_t block_n, std::int
 
 /// attention_bwd's dK/dV pass on wgmma: 64 keys a warpgroup, dQ by atomics
 /// (dq_atomic 1 each thread's pairs, 2 bulk reductions of staged rows);
-/// mma 1 in turn, 2 overlapped; tile_order 1 the longest blocks first.
+/// mma 1 in turn, 2 overlapped; tile_order 1 the longest blocks first;
+/// pingpong 1 the two warpgroups' products in turns.
 inline Config wgmma_backward(std::int64_t block_m, std::int64_t block_n, std::int64_t stages = 2,
-                             std::int64_t mma = 1, std::int64_t dq_atomic = 1, std::int64_t tile_order = 0) {
+                             std::int64_t mma = 1, std::int64_t dq_atomic = 1, std::int64_t tile_order = 0,
+                             std::int64_t pingpong = 0) {
   return Config({{"block_m", block_m}, {"block_n", block_n}, {"warps", block_n / 16}, {"warp_split", 1},
                  {"stages", stages}, {"smem_layout", 1}, {"resident_regs", 0}, {"dq_atomic", dq_atomic},
-                 {"mma", mma}, {"tile_order", tile_order}});
+                 {"mma", mma}, {"tile_order", tile_order}, {"pingpong", pingpong}});
 }
 
 }  // namespace ktune::test::attention

@@ -276,13 +276,14 @@ TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", 
 
 TEST_CASE("a session measures the family's candidates right after the default, then searches", "[session]") {
   // The CS336 leaderboard's backward: the default on the runner's device (sm_90's: the wgmma pass at 128-query
-  // tiles), then its twelve candidates (the wgmma pass with the longest blocks first, overlapped, with dQ by
-  // bulk reductions, at 64-query tiles, over 64 keys; FlashAttention-2's partition, the family's default, with
+  // tiles), then its fifteen candidates (the wgmma pass with the longest blocks first, overlapped, with
+  // ping-pong, with dQ by bulk reductions, at 64-query tiles, over 64 keys; FlashAttention-2's partition, the
+  // family's default, with
   // the longest blocks first, at 4 stages, at 128-query tiles, and the previous default), whatever the strategy.
   const auto& family = templates::find_family("attention_bwd");
   const Problem problem{"bf16", {{"batch", 1}, {"heads", 16}, {"seq", 16384}, {"head_dim", 64}, {"causal", 1}}};
   const auto candidates = family.candidates(problem);
-  REQUIRE(candidates.size() == 12);
+  REQUIRE(candidates.size() == 15);
   const auto time_of = [&](const Config& c) {
     return 1.0 + static_cast<double>(family.space().index_of(c).value_or(0) % 7);
   };
@@ -294,15 +295,15 @@ TEST_CASE("a session measures the family's candidates right after the default, t
     o.run.time = true;
     o.finalists = 1;
     o.strategy = strategy;
-    o.budget = "16";
+    o.budget = "19";
     tune(family, problem, runner, o);
-    REQUIRE(runner.order.size() == 16);
+    REQUIRE(runner.order.size() == 19);
     REQUIRE(runner.device().arch == "sm_90");
     CHECK(runner.order[0] == default_on(family, problem, runner.device()));
     CHECK(runner.order[0] == *family.arch_default(problem, runner.device()));
     for (std::size_t i = 0; i < candidates.size(); ++i) CHECK(runner.order[1 + i] == candidates[i]);
-    const auto measured = runner.order.begin() + 13;  // the default and the candidates
-    for (std::size_t i = 13; i < runner.order.size(); ++i)
+    const auto measured = runner.order.begin() + 16;  // the default and the candidates
+    for (std::size_t i = 16; i < runner.order.size(); ++i)
       CHECK(std::find(runner.order.begin(), measured, runner.order[i]) == measured);
   }
   // A candidate that is the default, or not valid on the device, is not measured twice or at all.
@@ -310,7 +311,7 @@ TEST_CASE("a session measures the family's candidates right after the default, t
   runner.time_of = time_of;
   runner.device_ = DeviceLimits::for_arch("sm_89");  // 99 KB of shared memory a block
   REQUIRE_FALSE(family.is_valid(candidates[0], problem, runner.device_));  // wgmma: sm_90 alone
-  REQUIRE_FALSE(family.is_valid(candidates[10], problem, runner.device_));  // FlashAttention-2's, 128-query tiles
+  REQUIRE_FALSE(family.is_valid(candidates[13], problem, runner.device_));  // FlashAttention-2's, 128-query tiles
   TuneOptions o;
   o.finalists = 1;
   o.budget = "4";
