@@ -26,7 +26,7 @@
 // so the special function unit and the tensor cores work side by side.
 // With PINGPONG (the family's `pingpong`, two warpgroups) the warpgroups
 // issue their products in turns, S^T and dP^T as one turn, dV and dK as
-// the next (named barriers 1 and 2, as attention_wgmma.cuh's forward), so
+// the next (attention_common.cuh's Turns, as the forward's), so
 // one's exponentials and dS^T arithmetic run beside the other's products;
 // the dQ products, after the block's barrier, are issued together.
 //
@@ -132,28 +132,8 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::cp_async_commit();
   }
 
-  // PINGPONG: warpgroup w issues after waiting at barrier 1 + w, then lets
-  // the other go at its barrier (256 threads each: 128 waiting, 128
-  // arriving). Warpgroup 1 lets warpgroup 0 start, and after its last
-  // products lets no one go, so every arrival meets its wait.
-  const auto my_turn = [&] {
-    if constexpr (PINGPONG) {
-      if (group == 0)
-        kt::named_barrier_sync<1, 256>();
-      else
-        kt::named_barrier_sync<2, 256>();
-    }
-  };
-  const auto your_turn = [&](bool last) {
-    if constexpr (PINGPONG) {
-      if (group == 0)
-        kt::named_barrier_arrive<2, 256>();
-      else if (!last)
-        kt::named_barrier_arrive<1, 256>();
-    }
-  };
-  if constexpr (PINGPONG)
-    if (group == 1) kt::named_barrier_arrive<1, 256>();
+  const Turns<PINGPONG> turns{group};
+  turns.start();
 
   float dk_acc[DT * 4], dv_acc[DT * 4];  // rows: the warp's 16 keys; as wgmma's D fragment
 #pragma unroll
@@ -176,12 +156,12 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
                                        kt::wgmma_desc(cols + QLayout::offset(0, ks * 16), 1, 16, 1024), ks > 0);
     };
     kt::wgmma_fence();
-    my_turn();
+    turns.mine();
     issue_scores(s, sk, sqt);
     if constexpr (OVERLAP) kt::wgmma_commit();
     issue_scores(dp, sv, sdot);
     kt::wgmma_commit();
-    your_turn(false);
+    turns.yours(false);
     kt::wgmma_wait<OVERLAP ? 1 : 0>();
     kt::wgmma_fence_operand(s);
 
@@ -223,7 +203,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     };
     if constexpr (OVERLAP) {
       kt::wgmma_fence();
-      my_turn();  // held through dS^T's arithmetic, until dK's product is issued too
+      turns.mine();  // held through dS^T's arithmetic, until dK's product is issued too
       issue_dv();
       kt::wgmma_commit();
       kt::wgmma_wait<1>();  // dP^T's product; dV's may still run
@@ -245,7 +225,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     for (int kk = 0; kk < BLOCK_M / 16; ++kk) acc_to_a<T>(dsa[kk], *reinterpret_cast<const float(*)[MN][4]>(dp), kk);
     kt::wgmma_fence();
     if constexpr (!OVERLAP) {
-      my_turn();
+      turns.mine();
       issue_dv();
     }
 #pragma unroll
@@ -253,7 +233,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
       kt::wgmma_rs<HEAD_DIM, T, 1>(
           dk_acc, dsa[kk], kt::wgmma_desc(sqt + QLayout::offset(kk * 16, 0), 1, QLayout::PANEL_BYTES, 1024), true);
     kt::wgmma_commit();
-    your_turn(step + 1 == total);
+    turns.yours(step + 1 == total);
 
     // dS^T to shared memory as T (the previous step's dQ products are done:
     // each waited for them before this step's head barrier).

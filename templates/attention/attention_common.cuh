@@ -200,4 +200,38 @@ KT_DEVICE BlockTile block_tile(int tile_order) {
   return {static_cast<int>(linear / pairs), pair % static_cast<int>(gridDim.y), pair / static_cast<int>(gridDim.y)};
 }
 
+/// Two warpgroups of a block issuing their products in turns (ON; the
+/// families' `pingpong`, FlashAttention-3's ping-pong), so the products of
+/// one run beside the other's softmax instead of both warpgroups' products
+/// together: warpgroup w waits at named barrier 1 + w for its turn (mine),
+/// and once its products are issued lets the other go at that one's barrier
+/// (yours; 256 threads a barrier: 128 waiting, 128 arriving). start() lets
+/// warpgroup 0 go first; after its last products warpgroup 1 lets no one go,
+/// so every arrival meets its wait. Off, every call is nothing.
+template <bool ON>
+struct Turns {
+  int group;  // the calling thread's warpgroup, 0 or 1
+
+  KT_DEVICE void start() const {
+    if constexpr (ON)
+      if (group == 1) kt::named_barrier_arrive<1, 256>();
+  }
+  KT_DEVICE void mine() const {
+    if constexpr (ON) {
+      if (group == 0)
+        kt::named_barrier_sync<1, 256>();
+      else
+        kt::named_barrier_sync<2, 256>();
+    }
+  }
+  KT_DEVICE void yours(bool last) const {
+    if constexpr (ON) {
+      if (group == 0)
+        kt::named_barrier_arrive<2, 256>();
+      else if (!last)
+        kt::named_barrier_arrive<1, 256>();
+    }
+  }
+};
+
 }  // namespace attention

@@ -16,10 +16,11 @@
 //   the bases move, waits for P V. A second score tile in registers, and
 //   STAGES >= 2: the K tiles run a tile ahead of the V tiles.
 // With PINGPONG (the family's `pingpong`, FlashAttention-3's ping-pong) the
-// two warpgroups issue their products in turns: each waits at named barrier
-// 1 + w until the other has issued its last ones, so the products of one run
-// beside the softmax of the other, instead of both warpgroups' products
-// together, then both softmaxes with the tensor cores idle.
+// two warpgroups issue their products in turns (attention_common.cuh's
+// Turns): each waits until the other has issued its last ones, so the
+// products of one run beside the softmax of the other, instead of both
+// warpgroups' products together, then both softmaxes with the tensor cores
+// idle.
 //
 // Layout: a block owns BLOCK_M = 64 * WARPGROUPS query rows of one
 // (batch, head); warpgroup w takes rows 64 w .. 64 w + 63, each of its warps
@@ -224,29 +225,8 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
   };
   load_panels<BLOCK_M, HEAD_DIM, THREADS>(sq, qh, q_strides.seq, m0, seq);
 
-  // PINGPONG: warpgroup w issues after waiting at barrier 1 + w, then lets
-  // the other go at its barrier (256 threads each: 128 waiting, 128
-  // arriving). Warpgroup 1 lets warpgroup 0 start, and after its last
-  // products lets no one go, so every arrival meets its wait.
-  const int group = warp / 4;
-  const auto my_turn = [&] {
-    if constexpr (PINGPONG) {
-      if (group == 0)
-        kt::named_barrier_sync<1, 256>();
-      else
-        kt::named_barrier_sync<2, 256>();
-    }
-  };
-  const auto your_turn = [&](bool last) {
-    if constexpr (PINGPONG) {
-      if (group == 0)
-        kt::named_barrier_arrive<2, 256>();
-      else if (!last)
-        kt::named_barrier_arrive<1, 256>();
-    }
-  };
-  if constexpr (PINGPONG)
-    if (group == 1) kt::named_barrier_arrive<1, 256>();
+  const Turns<PINGPONG> turns{warp / 4};
+  turns.start();
 
   if constexpr (!OVERLAP) {
 #pragma unroll
@@ -261,17 +241,17 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
         load_v(next);
       });
       kt::wgmma_fence();
-      my_turn();
+      turns.mine();
       issue_scores(sk + n % STAGES * TILE_KV);
-      your_turn(false);
+      turns.yours(false);
       kt::wgmma_wait<0>();
       kt::wgmma_fence_operand(s);
       if (softmax(n)) rescale_o();
       p_to_a();
       kt::wgmma_fence();
-      my_turn();
+      turns.mine();
       issue_pv(sv + n % STAGES * TILE_KV);
-      your_turn(n + 1 == n_tiles);
+      turns.yours(n + 1 == n_tiles);
       kt::wgmma_wait<0>();
       kt::wgmma_fence_operand(acc);
     }
@@ -289,9 +269,9 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::fence_proxy_async();
     __syncthreads();
     kt::wgmma_fence();
-    my_turn();
+    turns.mine();
     issue_scores(sk);
-    your_turn(false);
+    turns.yours(false);
     kt::wgmma_wait<0>();
     kt::wgmma_fence_operand(s);
     softmax(0);
@@ -310,10 +290,10 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
       head(n);
       p_to_a();
       kt::wgmma_fence();
-      my_turn();
+      turns.mine();
       issue_scores(sk + (n + 1) % STAGES * TILE_KV);
       issue_pv(sv + n % STAGES * TILE_KV);
-      your_turn(false);
+      turns.yours(false);
       kt::wgmma_wait<1>();  // S of tile n + 1; P V of tile n in flight
       kt::wgmma_fence_operand(s);
       const bool moved = softmax(n + 1);
@@ -324,9 +304,9 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     head(n_tiles - 1);
     p_to_a();
     kt::wgmma_fence();
-    my_turn();
+    turns.mine();
     issue_pv(sv + (n_tiles - 1) % STAGES * TILE_KV);
-    your_turn(true);
+    turns.yours(true);
     kt::wgmma_wait<0>();
     kt::wgmma_fence_operand(acc);
   }
