@@ -319,10 +319,11 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains(std::to_string(valid) + " valid for " + p.key() + " on sm_80"));
   // Its default, then its candidates, which a tuning session measures first; the wgmma kernel's (the second to
-  // the fifth: two key tiles, each in turn and overlapped) are marked as not valid on sm_80.
+  // the ninth: two key tiles, each in turn and overlapped, each with and without ping-pong) are marked as not
+  // valid on sm_80.
   CHECK_THAT(out, Catch::Contains("default on sm_80: " + f.default_config(p).str() + "\n"));
   const auto candidates = f.candidates(p);
-  REQUIRE(candidates.size() == 8);
+  REQUIRE(candidates.size() == 12);
   CHECK_THAT(out, Catch::Contains("candidates (a tuning session measures them right after the default):\n  " +
                                   candidates[0].str() + "\n  " + candidates[1].str() +
                                   " (not valid on sm_80: skipped)\n"));
@@ -331,7 +332,7 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   const auto j = nlohmann::json::parse(out);
   CHECK(j["valid"] == valid);
   CHECK(j["default"] == f.default_config(p).to_json());
-  REQUIRE(j["candidates"].size() == 8);
+  REQUIRE(j["candidates"].size() == 12);
   CHECK(j["candidates"][1]["config"] == candidates[1].to_json());
   // Those not valid on --arch are marked: FlashAttention-2's backward partition at 128-query tiles does not fit
   // the 99 KB of shared memory an sm_89 block may use.
