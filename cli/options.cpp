@@ -20,26 +20,28 @@ nlohmann::json parse_json_arg(const std::string& text, const std::string& what) 
   return parse_json_input(text, what, ErrorKind::kInvalidInput);
 }
 
-CLI::Validator thread_count() {
+namespace {
+
+/// Check of an integer option within [lo, hi]; `range` names it ("in 1..64", ">= 1").
+CLI::Validator integer_within(long long lo, long long hi, const std::string& range) {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
+      [=](std::string& text) -> std::string {
         long long n = 0;
-        if (!CLI::detail::lexical_cast(text, n) || n < 1 || n > env::kMaxThreads)
-          return fmt::format("must be an integer in 1..{}, got '{}'", env::kMaxThreads, excerpt(text));
+        if (!CLI::detail::lexical_cast(text, n) || n < lo || n > hi)
+          return fmt::format("must be an integer {}, got '{}'", range, excerpt(text));
         return {};
       },
-      fmt::format("INT in 1..{}", env::kMaxThreads));
+      "INT " + range);
+}
+
+}  // namespace
+
+CLI::Validator thread_count() {
+  return integer_within(1, env::kMaxThreads, fmt::format("in 1..{}", env::kMaxThreads));
 }
 
 CLI::Validator integer_at_least(long long least) {
-  return CLI::Validator(
-      [least](std::string& text) -> std::string {
-        long long n = 0;
-        if (!CLI::detail::lexical_cast(text, n) || n < least)
-          return fmt::format("must be an integer >= {}, got '{}'", least, excerpt(text));
-        return {};
-      },
-      fmt::format("INT >= {}", least));
+  return integer_within(least, std::numeric_limits<long long>::max(), fmt::format(">= {}", least));
 }
 
 CLI::Validator finite_in(double lo, double hi, bool lo_open, bool hi_open) {

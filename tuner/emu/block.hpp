@@ -128,6 +128,8 @@ class FaultHandlerScope {
 /// Gives the calling worker thread an alternate signal stack (once).
 void ensure_signal_stack();
 
+/// "kernel K, block (x,y,z)" for the block `b` runs.
+std::string block_where(const BlockRun& b);
 /// "kernel K, block (x,y,z), thread (x,y,z)" for the running thread of `b`.
 std::string where(const BlockRun& b, const kt::emu::Thread* t);
 

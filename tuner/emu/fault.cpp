@@ -167,10 +167,15 @@ FaultHandlerScope::~FaultHandlerScope() {
   for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
 }
 
+std::string block_where(const BlockRun& b) {
+  const kt::emu::Thread& t0 = b.slots[0].thread;
+  return fmt::format("kernel {}, block ({},{},{})",
+                     b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)), t0.block_idx.x,
+                     t0.block_idx.y, t0.block_idx.z);
+}
+
 std::string where(const BlockRun& b, const kt::emu::Thread* t) {
-  return fmt::format("kernel {}, block ({},{},{}), thread ({},{},{})",
-                     b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)), t->block_idx.x,
-                     t->block_idx.y, t->block_idx.z, t->thread_idx.x, t->thread_idx.y, t->thread_idx.z);
+  return fmt::format("{}, thread ({},{},{})", block_where(b), t->thread_idx.x, t->thread_idx.y, t->thread_idx.z);
 }
 
 }  // namespace ktune::tuner::emu::detail

@@ -193,10 +193,7 @@ std::string describe_deadlock(const BlockRun& b) {
       }
     }
   }
-  const kt::emu::Thread& t0 = b.slots[0].thread;
-  std::string s = fmt::format("deadlock in kernel {}, block ({},{},{}): ",
-                              b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)),
-                              t0.block_idx.x, t0.block_idx.y, t0.block_idx.z);
+  std::string s = "deadlock in " + detail::block_where(b) + ": ";
   std::vector<std::string> parts;
   if (!at_barrier.empty()) parts.push_back(fmt::format("threads {} wait at __syncthreads", ranges(at_barrier)));
   if (!at_named.empty()) {
@@ -216,13 +213,10 @@ std::string describe_deadlock(const BlockRun& b) {
 /// barrier (an arrive no sync completed), or "".
 std::string unfinished_named_barrier(const BlockRun& b) {
   for (unsigned id = 1; id <= kt::emu::kNamedBarriers; ++id)
-    if (const detail::NamedBarrier& bar = b.named[id]; bar.arrived != 0) {
-      const kt::emu::Thread& t0 = b.slots[0].thread;
-      return fmt::format("kernel {}, block ({},{},{}) ended with {} of the {} threads of named barrier {} arrived: "
-                         "every bar.arrive needs the bar.sync of the threads it counts with",
-                         b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)),
-                         t0.block_idx.x, t0.block_idx.y, t0.block_idx.z, bar.arrived, bar.count, id);
-    }
+    if (const detail::NamedBarrier& bar = b.named[id]; bar.arrived != 0)
+      return fmt::format("{} ended with {} of the {} threads of named barrier {} arrived: every bar.arrive needs "
+                         "the bar.sync of the threads it counts with",
+                         detail::block_where(b), bar.arrived, bar.count, id);
   return {};
 }
 
