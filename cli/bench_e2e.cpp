@@ -158,6 +158,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     e.mode = b.mode;
     e.cache = b.cache;
     e.graphs = b.graphs;
+    e.programmatic = b.programmatic;
     e.precision = b.precision;
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep

@@ -54,6 +54,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
     std::string dtype = "bf16";
     std::string families;
     std::string cache, json_out;
+    bool pdl = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("ops", "Per op and model size: the eager chain of primitive kernels vs the tuned "
@@ -65,6 +66,9 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
   cmd->add_option("--families", o->families, "Ops to run (default: every family with an eager decomposition)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)");
   cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  cmd->add_flag("--pdl", o->pdl,
+                "Launch every kernel (eager and fused) with programmatic dependent launch: it may start while the "
+                "previous kernel finishes (sm_90 and newer)");
   cmd->callback([o, &global] {
     KTUNE_REQUIRE(o->dtype == "f32" || o->dtype == "bf16", "--dtype must be f32 or bf16");
     const auto contexts = int_list_arg(o->ctx, "--ctx");
@@ -88,6 +92,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
     auto backend = tuner::exec::make_cuda_backend();  // no device: one line, exit 2
+    backend->set_programmatic(o->pdl);
     std::cerr << "measuring copy bandwidth...\n";
     const double copy = tuner::measure_copy_bandwidth_gbs();
     tuner::RunOptions options;

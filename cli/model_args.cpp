@@ -90,6 +90,10 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
   cmd->add_flag("--graph", a.graph,
                 "Compiled mode on a device backend: capture the forward's and the backward's launches as a graph "
                 "(a CUDA graph; recorded under emu) on their second run and replay it from then on");
+  cmd->add_flag("--pdl", a.pdl,
+                "Device backends: programmatic dependent launch. Each kernel of a family may start while the "
+                "previous kernel finishes and waits for it inside (griddepcontrol), hiding the launch between "
+                "them; sm_90 and newer (elsewhere, and under emu, launches are as without it)");
 }
 
 model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
@@ -104,7 +108,8 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
           .precision = model::parse_precision(a.dtype),
           .cache = a.cache,
           .threads = threads,
-          .graphs = a.graph};
+          .graphs = a.graph,
+          .programmatic = a.pdl};
 }
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }

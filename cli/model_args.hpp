@@ -20,6 +20,7 @@ struct ModelArgs {
   std::string backend = "cpu", mode = "compiled", cache;                 // where and how it runs
   std::string dtype = "f32";                                             // the run's precision
   bool graph = false;                                                    // compiled mode: passes as graphs
+  bool pdl = false;                                                      // programmatic dependent launch
 };
 
 /// Adds --model, the size overrides (add_size_options), and, when `shape`,
@@ -40,8 +41,9 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx, std::int64_t default_batch);
 
 /// Adds --backend (cpu | cuda | emu), --mode (eager | compiled), --dtype
-/// (f32 | tf32 | bf16), --cache (a tuned cache file for compiled mode) and
-/// --graph (compiled mode's passes replayed as graphs).
+/// (f32 | tf32 | bf16), --cache (a tuned cache file for compiled mode),
+/// --graph (compiled mode's passes replayed as graphs) and --pdl
+/// (programmatic dependent launch).
 void add_backend_options(CLI::App* cmd, ModelArgs& args);
 
 /// The backend options given, with `threads` for the cpu backend; throws

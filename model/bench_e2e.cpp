@@ -104,7 +104,8 @@ E2eResult bench_e2e(const E2eOptions& o) {
                              .precision = o.precision,
                              .cache = o.cache,
                              .threads = o.threads,
-                             .graphs = o.graphs});
+                             .graphs = o.graphs,
+                             .programmatic = o.programmatic});
   templates::adamw::AdamwHyper hyper{};
   hyper.max_grad_norm = o.clip_norm;
   if (!o.weights.empty()) {
@@ -206,6 +207,7 @@ nlohmann::json to_json(const E2eResult& r) {
           {"mode", o.backend == "cpu" ? "reference" : to_string(o.mode)},
           {"kernels", r.kernels},
           {"graphs", o.graphs},
+          {"programmatic_launch", o.programmatic},
           {"device", r.device},
           {"driver", r.driver},
           {"clock", r.clock},

@@ -35,6 +35,7 @@ struct E2eOptions {
   Precision precision = Precision::kF32;  ///< f32 on cpu; f32, tf32 or bf16 on the device backends
   std::string cache;            ///< compiled mode's tuned cache (empty: family defaults)
   bool graphs = false;          ///< compiled mode: forward and backward replayed as graphs (BackendOptions)
+  bool programmatic = false;    ///< device backends: programmatic dependent launch (BackendOptions)
   ModelConfig model;
   RunShape shape{4, 128};
   std::int64_t warmup = 1;

@@ -54,6 +54,7 @@ class DeviceRuntime final : public Runtime {
                 const BackendOptions& options)
       : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()),
         baseline_(backend_->memory()) {
+    backend_->set_programmatic(options.programmatic);
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
       const MemoryPlan plan = plan_memory(config, shape, options.threads, 4,
                                           attention_saved(options.precision, options.mode == Mode::kCompiled),
@@ -107,6 +108,10 @@ class DeviceRuntime final : public Runtime {
     else if (model_->graphs())
       summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
                              model_->backward_graph_nodes());
+    if (backend_->programmatic())
+      summary += backend_->name() == "gpu" && backend_->device().sm >= 90
+                     ? "; programmatic dependent launch"
+                     : "; programmatic dependent launch asked for (no effect here: it needs sm_90 and a GPU)";
     return summary;
   }
   std::unique_ptr<tuner::exec::Mark> mark() override { return backend_->mark(); }
@@ -145,6 +150,8 @@ std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape&
   if (options.backend == "cpu") {
     KTUNE_REQUIRE(options.cache.empty(), "--cache feeds the device backends' kernels; the cpu backend has none");
     KTUNE_REQUIRE(!options.graphs, "--graph replays a device backend's launches; the cpu backend launches none");
+    KTUNE_REQUIRE(!options.programmatic,
+                  "--pdl launches a device backend's kernels (--backend cuda or emu); the cpu backend launches none");
     KTUNE_REQUIRE(options.precision == Precision::kF32,
                   fmt::format("the cpu backend runs f32 only, not {}; --dtype tf32 and bf16 need --backend cuda or emu",
                               to_string(options.precision)));

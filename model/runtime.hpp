@@ -25,6 +25,7 @@ struct BackendOptions {
   std::string cache;            ///< tuned cache file for compiled mode (empty: family defaults)
   unsigned threads = 1;         ///< cpu backend threads
   bool graphs = false;          ///< compiled mode on a device backend: passes replayed as graphs (DeviceOptions)
+  bool programmatic = false;    ///< device backends: programmatic dependent launch (Backend::set_programmatic)
 };
 
 /// "cpu", "cuda" or "emu"; throws kInvalidInput naming the accepted ones.
@@ -91,7 +92,8 @@ class Runtime {
 /// with seed 0. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
 /// for an unknown backend, a cache given to the cpu backend, a precision the
 /// backend does not run (the cpu backend runs f32 only), graphs outside
-/// compiled mode on a device backend, or (cuda, before
+/// compiled mode on a device backend, programmatic launch on the cpu
+/// backend, or (cuda, before
 /// anything is allocated) a memory plan whose peak does not fit in the GPU's
 /// free memory.
 std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,

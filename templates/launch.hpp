@@ -19,6 +19,11 @@ struct Rendered {
   /// (wgmma, templates/common/wgmma.cuh): compiled for sm_90a where the
   /// device is sm_90, so a binary of it runs on sm_90 devices alone.
   bool arch_specific = false;
+  /// Every kernel of the source calls kt::wait_previous_kernel() before it
+  /// touches memory (every template's kernels do; render_template sets it),
+  /// so a backend may launch them before the previous kernel of the stream
+  /// has finished (programmatic dependent launch, Backend::set_programmatic).
+  bool waits_previous_kernel = false;
 };
 
 /// Kernel arguments by value, laid out as cuLaunchKernel's `kernelParams`

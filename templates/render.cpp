@@ -9,7 +9,10 @@ namespace ktune::templates {
 
 Rendered render_template(const std::string& template_file, std::vector<std::string> kernels,
                          const std::string& family_name) {
-  return render_text(expand_includes(template_file), std::move(kernels), family_name, "templates/" + template_file);
+  Rendered r =
+      render_text(expand_includes(template_file), std::move(kernels), family_name, "templates/" + template_file);
+  r.waits_previous_kernel = true;  // every template's kernel starts with kt::wait_previous_kernel() (tested)
+  return r;
 }
 
 Rendered render_text(const std::string& text, std::vector<std::string> kernels, const std::string& family_name,

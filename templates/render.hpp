@@ -13,11 +13,14 @@ namespace ktune::templates {
 /// expressions). NVRTC instantiates through the name expressions; nvcc and the
 /// emulation backend through the block at the end of the text. The text
 /// depends only on the template and the kernels, so configs that differ in
-/// run-time parameters alone share one compiled binary.
+/// run-time parameters alone share one compiled binary. Every template's
+/// kernels start with kt::wait_previous_kernel(), so the result says so
+/// (Rendered::waits_previous_kernel).
 Rendered render_template(const std::string& template_file, std::vector<std::string> kernels,
                          const std::string& family_name);
 /// The same for source text from elsewhere (a kernel spec's files): `origin`
-/// says where it came from in the first line.
+/// says where it came from in the first line. Its kernels are not known to
+/// wait for the previous kernel: they are always launched after it ends.
 Rendered render_text(const std::string& text, std::vector<std::string> kernels, const std::string& family_name,
                      const std::string& origin);
 

@@ -120,6 +120,7 @@ template <int THREADS,      // threads per block: more hides latency, fewer free
 __global__ void __launch_bounds__(THREADS)
     adamw_multi_tensor(TensorList<MAX_TENSORS> list, long long chunk, Hyper h, const float* clip_norm,
                        float max_norm) {
+  kt::wait_previous_kernel();
   static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
   const int total = list.chunk_begin[list.count];
   const float clip = clip_norm ? clip_factor(clip_norm, max_norm) : 1.0f;
@@ -139,6 +140,7 @@ template <int THREADS, int VEC, bool BF16_COPY>
 __global__ void __launch_bounds__(THREADS)
     adamw_single_tensor(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                         kt::bf16* param_bf16, long long numel, Hyper h, const float* clip_norm, float max_norm) {
+  kt::wait_previous_kernel();
   static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
   const long long begin = static_cast<long long>(blockIdx.x) * THREADS * VEC;
   const long long end = begin + THREADS * VEC < numel ? begin + THREADS * VEC : numel;
@@ -152,36 +154,44 @@ __global__ void __launch_bounds__(THREADS)
 
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_scale(float* x, float a, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, x, [a](float xv) { return xv * a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_lerp(float* x, const float* y, float w, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, x, [w](float xv, float yv) { return xv + w * (yv - xv); }, x, y);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     ew_addcmul(float* x, const float* y, const float* z, float a, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * yv * zv; }, x, y, z);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_sqrt(float* out, const float* x, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, out, [](float xv) { return sqrtf(xv); }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_div_scalar(float* x, float a, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, x, [a](float xv) { return xv / a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_add_scalar(float* x, float a, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, x, [a](float xv) { return xv + a; }, x);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     ew_addcdiv(float* x, const float* y, const float* z, float a, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, x, [a](float xv, float yv, float zv) { return xv + a * (yv / zv); }, x, y, z);
 }
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) ew_cast_bf16(kt::bf16* out, const float* x, long long n) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, out, [](float xv) { return xv; }, x);
 }
 

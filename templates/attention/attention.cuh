@@ -206,6 +206,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                   float* lse,       // (batch, heads, seq)
                   Strides q_strides, Strides k_strides, Strides v_strides, Strides o_strides,
                   int seq, int heads, int kv_group, float scale, int tile_order) {
+  kt::wait_previous_kernel();
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps of Q K^T and whole n16 pairs of P V");
   static_assert(WARPS >= 1 && WARPS * 32 <= 1024, "a block is 1 to 32 warps");

@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(256) attention_bwd_preprocess(
     float* delta,       // (batch, heads, seq)
     float* dq_accum,    // (batch, heads, seq, head_dim) fp32 when DQ_ATOMIC
     Strides o_strides, Strides do_strides, int seq, int heads) {
+  kt::wait_previous_kernel();
   const int row = static_cast<int>(blockIdx.x) * 8 + static_cast<int>(kt::warp_id());
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   if (row >= seq) return;  // the whole warp leaves together
@@ -161,6 +162,7 @@ __global__ void __launch_bounds__(256) attention_bwd_dq_convert(
     const float* dq_accum,  // (batch, heads, seq, head_dim) fp32
     T* dq,                  // (batch, seq, heads, head_dim) through dq_strides
     Strides dq_strides, int seq, int heads, float scale) {
+  kt::wait_previous_kernel();
   const long long pair = static_cast<long long>(blockIdx.x) * 256 + threadIdx.x;
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   if (pair * 2 >= static_cast<long long>(seq) * HEAD_DIM) return;
@@ -298,6 +300,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                        Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
                        Strides dk_strides, Strides dv_strides, int seq, int heads, int kv_group, float scale,
                        int tile_order) {  // of the key blocks, as block_tile's
+  kt::wait_previous_kernel();
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps and whole n16 pairs of every product");
   static_assert(WARP_SPLIT == 1 || WARP_SPLIT == 2 || WARP_SPLIT == 4, "a group of keys is shared by 1, 2 or 4 warps");
@@ -575,6 +578,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
                      Strides q_strides, Strides k_strides, Strides v_strides, Strides do_strides,
                      Strides dq_strides, int seq, int heads, int kv_group, float scale,
                      int tile_order) {  // of the query blocks, as block_tile's
+  kt::wait_previous_kernel();
   static_assert(HEAD_DIM % 16 == 0 && HEAD_DIM >= 16 && HEAD_DIM <= 256,
                 "the head dim is whole k steps and whole n16 pairs of every product");
   static_assert(BLOCK_N % (16 * WARPS) == 0, "each warp owns whole m16 tiles of the block's query rows");

@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
                              const float* delta, float* dq_accum, T* dk, T* dv, Strides q_strides,
                              Strides k_strides, Strides v_strides, Strides do_strides, Strides dk_strides,
                              Strides dv_strides, int seq, int heads, int kv_group, float scale, int tile_order) {
+  kt::wait_previous_kernel();
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head dims 64 and 128: whole 128-byte panels");
   static_assert(BLOCK_N == 64 * WARPGROUPS, "each warpgroup owns 64 keys, a wgmma's M");
   static_assert(BLOCK_M == 64 || BLOCK_M == 128, "a query tile is whole 64-query panels of dS^T");

@@ -120,6 +120,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     attention_fwd_wgmma(const T* q, const T* k, const T* v, T* o, float* lse, Strides q_strides,
                         Strides k_strides, Strides v_strides, Strides o_strides, int seq, int heads, int kv_group,
                         float scale, int tile_order) {
+  kt::wait_previous_kernel();
   static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "head dims 64 and 128: whole 128-byte panels, wgmma's N");
   static_assert(BLOCK_M == 64 * WARPGROUPS, "each warpgroup owns 64 query rows, a wgmma's M");
   static_assert(BLOCK_N == 16 || BLOCK_N == 32 || BLOCK_N == 64 || BLOCK_N == 128, "a key tile is a wgmma's N");

@@ -39,6 +39,7 @@ __global__ void __launch_bounds__(THREADS)
     convert(const S* __restrict__ x,  // (n,)
             D* __restrict__ y,        // (n,)
             long long n) {
+  kt::wait_previous_kernel();
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
   static_assert(VEC == 1 || VEC == 2 || VEC == 4 || VEC == 8, "vector width is 1, 2, 4 or 8 elements");
   static_assert(UNROLL >= 1 && UNROLL <= 8, "a thread moves 1 to 8 vectors per step");

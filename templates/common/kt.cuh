@@ -32,6 +32,22 @@
 
 namespace kt {
 
+/// The first statement of every kernel template. A backend may launch a
+/// kernel whose source opts in (Rendered::waits_previous_kernel) before the
+/// previous kernel of its stream has finished (programmatic dependent launch,
+/// sm_90): its blocks become resident while that kernel's last blocks run.
+/// This waits until the previous kernel has finished and its writes are
+/// visible (griddepcontrol.wait), so nothing before it may touch global
+/// memory; then it lets the next kernel launch early in turn (every block of
+/// this one is running by then). Without such a launch, or below sm_90, it
+/// returns at once.
+KT_DEVICE void wait_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
 /// The block's dynamic shared memory (Launch::dynamic_smem bytes), 16-byte aligned.
 template <class T>
 KT_DEVICE T* dynamic_shared() {

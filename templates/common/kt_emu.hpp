@@ -91,6 +91,9 @@ inline void named_barrier_arrive() {
   ::kt::emu::Thread* t = ::kt::emu::self();
   t->host->named_barrier(t, ID, COUNT, 0);
 }
+/// The emulation runs each launch to its end before the next: the previous
+/// kernel has always finished.
+inline void wait_previous_kernel() {}
 }  // namespace kt
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

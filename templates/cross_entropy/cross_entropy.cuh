@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(THREADS)
                       float* losses,       // (rows,)
                       float* lse,          // (rows,) logsumexp, for the backward
                       long long rows, int vocab) {
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, UNROLL, T>();
   __shared__ MaxSum warp_parts[THREADS / 32];
   // An inactive slot (the last block's spare) still joins the merge, with nothing.
@@ -223,6 +224,7 @@ __global__ void __launch_bounds__(THREADS)
                       T* dlogits,          // (rows, vocab), may be logits
                       long long rows, int vocab,
                       float scale) {       // d total loss / d row loss (1 / rows for the mean)
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, UNROLL, T>();
   const kt::RowSlot s = kt::row_slot<THREADS, ROW_THREADS>(rows);
   if (!s.active) return;  // no barriers below

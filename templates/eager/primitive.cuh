@@ -64,6 +64,7 @@ KT_DEVICE float binary_op(float a, float b) {
 /// Grid: ceil(n / (THREADS * N)).
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS) unary(const T* x, T* y, long long n, float alpha) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, y, [alpha](float v) { return unary_op<OP>(v, alpha); }, x);
 }
 
@@ -77,6 +78,7 @@ template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS)
     binary(const T* a, const T* b, T* y, long long rows, long long cols, long long b_row_stride,
            long long b_col_stride) {
+  kt::wait_previous_kernel();
   constexpr int N = kt::elementwise_width<T>();
   const long long n = rows * cols;
   if (b_row_stride == cols && b_col_stride == 1) {
@@ -105,6 +107,7 @@ __global__ void __launch_bounds__(THREADS)
 /// is read in vectors of N.
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS) row_reduce(const T* x, T* y, long long rows, int cols) {
+  kt::wait_previous_kernel();
   constexpr int N = kt::elementwise_width<T>();
   __shared__ float warp_partials[THREADS / 32];
   const T* row = x + static_cast<long long>(blockIdx.x) * cols;
@@ -132,6 +135,7 @@ __global__ void __launch_bounds__(THREADS) row_reduce(const T* x, T* y, long lon
 /// schedule.
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) col_sum(const T* x, T* y, long long rows, int cols) {
+  kt::wait_previous_kernel();
   constexpr int WARPS = THREADS / 32;
   __shared__ float warp_sums[WARPS][32];
   const int lane = static_cast<int>(kt::lane_id()), warp = static_cast<int>(kt::warp_id());
@@ -149,6 +153,7 @@ __global__ void __launch_bounds__(THREADS) col_sum(const T* x, T* y, long long r
 /// y[r] = x[r, idx[r]]; NaN for an index outside [0, cols). Grid: ceil(rows / THREADS).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) gather(const T* x, const int* idx, T* y, long long rows, int cols) {
+  kt::wait_previous_kernel();
   const long long r = kt::global_thread_x();
   if (r >= rows) return;
   const int c = idx[r];
@@ -159,6 +164,7 @@ __global__ void __launch_bounds__(THREADS) gather(const T* x, const int* idx, T*
 /// Grid: ceil(rows / THREADS).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) scatter_add(T* y, const int* idx, long long rows, int cols, float alpha) {
+  kt::wait_previous_kernel();
   const long long r = kt::global_thread_x();
   if (r >= rows) return;
   const int c = idx[r];
@@ -175,6 +181,7 @@ __global__ void __launch_bounds__(THREADS) scatter_add(T* y, const int* idx, lon
 /// nothing. Grid: ceil(rows * cols / (THREADS * N)).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) causal_mask(T* y, long long rows, int cols, float alpha) {
+  kt::wait_previous_kernel();
   constexpr int N = kt::elementwise_width<T>();
   const long long n = rows * cols;
   const kt::ThreadElements e = kt::thread_elements<THREADS, N>(n, kt::aligned16(y));
@@ -202,6 +209,7 @@ __global__ void __launch_bounds__(THREADS) causal_mask(T* y, long long rows, int
 /// y = alpha. Grid: ceil(n / (THREADS * N)).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) fill(T* y, long long n, float alpha) {
+  kt::wait_previous_kernel();
   kt::map<THREADS>(n, y, [alpha] { return alpha; });
 }
 
@@ -214,6 +222,7 @@ __global__ void __launch_bounds__(THREADS) fill(T* y, long long n, float alpha) 
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS)
     gather_rows(const T* x, const int* idx, T* y, long long rows, long long cols, long long table_rows) {
+  kt::wait_previous_kernel();
   constexpr int N = kt::elementwise_width<T>();
   const long long n = rows * cols;
   const kt::ThreadElements e =
@@ -249,6 +258,7 @@ __global__ void __launch_bounds__(THREADS)
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
     index_add(const float* x, const int* idx, float* y, long long rows, long long cols, long long table_rows) {
+  kt::wait_previous_kernel();
   const long long i = kt::global_thread_x();
   if (i >= rows * cols) return;
   const long long r = i / cols, c = i % cols;
@@ -294,6 +304,7 @@ KT_DEVICE bool view_index(const Views& v, long long (&index)[4]) {
 /// y = op(a, b) over the views (BinaryOp). Grid: ceil(elements / THREADS).
 template <int THREADS, int OP, class T>
 __global__ void __launch_bounds__(THREADS) strided_binary(const T* a, const T* b, T* y, Views v) {
+  kt::wait_previous_kernel();
   long long index[4];
   if (!view_index(v, index)) return;
   y[view_offset(index, v.y)] = kt::from_float<T>(
@@ -303,6 +314,7 @@ __global__ void __launch_bounds__(THREADS) strided_binary(const T* a, const T* b
 /// y = a over the views: a strided copy (contiguous(), stack, cat). Grid: ceil(elements / THREADS).
 template <int THREADS, class T>
 __global__ void __launch_bounds__(THREADS) strided_copy(const T* a, T* y, Views v) {
+  kt::wait_previous_kernel();
   long long index[4];
   if (!view_index(v, index)) return;
   y[view_offset(index, v.y)] = a[view_offset(index, v.a)];

@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(THREADS)
                   const T* __restrict__ table,     // (vocab, dim)
                   T* __restrict__ out,             // (rows, dim)
                   long long rows, int dim, int vocab) {
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, T>();
   constexpr int ROWS = THREADS / ROW_THREADS;
   const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(THREADS)
                     int* __restrict__ cursor,        // (vocab,) scratch
                     int* __restrict__ index,         // (rows,)
                     int rows, int vocab) {
+  kt::wait_previous_kernel();
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
   __shared__ int chunk[THREADS];
   __shared__ int partial[THREADS];
@@ -182,6 +184,7 @@ __global__ void __launch_bounds__(THREADS)
                    const int* __restrict__ index,    // (rows,)
                    float* __restrict__ d_table,      // (vocab, dim)
                    int dim, int vocab) {
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, T>();
   constexpr int ROWS = THREADS / ROW_THREADS;
   const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;
@@ -237,6 +240,7 @@ __global__ void __launch_bounds__(THREADS, 1)
                    const T* __restrict__ d_out,     // (rows, dim)
                    float* __restrict__ d_table,     // (vocab, dim)
                    int rows, int dim, int vocab) {
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, T>();
   static_assert(ROW_THREADS == 32, "the scan gives each d_table row one warp");
   constexpr int WARPS = THREADS / 32;
@@ -290,6 +294,7 @@ __global__ void __launch_bounds__(THREADS, 1)
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS) embedding_zero(float* __restrict__ d_table,  // (n,)
                                                           long long n) {
+  kt::wait_previous_kernel();
   const long long stride = static_cast<long long>(gridDim.x) * THREADS;
   for (long long i = kt::global_thread_x(); i < n; i += stride) d_table[i] = 0.0f;
 }
@@ -303,6 +308,7 @@ __global__ void __launch_bounds__(THREADS)
                       const T* __restrict__ d_out,     // (rows, dim)
                       float* __restrict__ d_table,     // (vocab, dim)
                       long long rows, int dim, int vocab) {
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, T>();
   constexpr int ROWS = THREADS / ROW_THREADS;
   const int t = static_cast<int>(threadIdx.x) % ROW_THREADS;

@@ -45,6 +45,7 @@ template <int THREADS,      // threads per block: more loads in flight per chunk
           int MAX_TENSORS>  // tensors per launch: fewer launches vs a larger parameter block
 __global__ void __launch_bounds__(THREADS)
     grad_norm_partials(GradList<MAX_TENSORS> list, long long chunk, float* partials, int first_chunk) {
+  kt::wait_previous_kernel();
   static_assert(VEC == 1 || VEC == 2 || VEC == 4, "vector width is 1, 2 or 4 floats (up to 16-byte loads)");
   static_assert((THREADS & (THREADS - 1)) == 0 && THREADS >= 32 && THREADS <= 1024,
                 "a block is a power-of-two number of whole warps: it reduces as one row");
@@ -72,6 +73,7 @@ __global__ void __launch_bounds__(THREADS)
     grad_norm_finish(const float* partials,  // (count,)
                      int count, float max_norm,
                      float* out) {           // (2,) norm, clip factor
+  kt::wait_previous_kernel();
   static_assert((THREADS & (THREADS - 1)) == 0 && THREADS >= 32 && THREADS <= 1024,
                 "a block is a power-of-two number of whole warps: it reduces as one row");
   __shared__ float warp_partials[THREADS / 32];
@@ -90,6 +92,7 @@ __global__ void __launch_bounds__(THREADS)
 template <int THREADS, int VEC, int MAX_TENSORS>
 __global__ void __launch_bounds__(THREADS)
     grad_norm_scale(GradList<MAX_TENSORS> list, long long chunk, const float* factor) {
+  kt::wait_previous_kernel();
   const float s = *factor;
   if (s == 1.0f) return;  // uniform: no clipping needed
   const int total = list.chunk_begin[list.count];

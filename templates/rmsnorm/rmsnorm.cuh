@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(THREADS)
                 T* y,            // (rows, dim)
                 float* rstd,     // (rows,)
                 long long rows, int dim, float eps) {
+  kt::wait_previous_kernel();
   forward_rows<THREADS, ROW_THREADS, VEC, ITEMS, false, T>(x, nullptr, w, nullptr, y, rstd, rows, dim, eps);
 }
 
@@ -106,6 +107,7 @@ __global__ void __launch_bounds__(THREADS)
                          T* y,            // (rows, dim)
                          float* rstd,     // (rows,)
                          long long rows, int dim, float eps) {
+  kt::wait_previous_kernel();
   forward_rows<THREADS, ROW_THREADS, VEC, ITEMS, true, T>(x, r, w, h, y, rstd, rows, dim, eps);
 }
 
@@ -252,6 +254,7 @@ __global__ void __launch_bounds__(THREADS)
                 T* dx,                // (rows, dim)
                 float* dw_partial,    // (gridDim.x, dim)
                 long long rows, int dim) {
+  kt::wait_previous_kernel();
   backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, PREFETCH, false, T>(x, w, rstd, dy, nullptr, dx, dw_partial, rows,
                                                                      dim);
 }
@@ -271,6 +274,7 @@ __global__ void __launch_bounds__(THREADS)
                          T* dh,              // (rows, dim) may be dstream
                          float* dw_partial,  // (gridDim.x, dim)
                          long long rows, int dim) {
+  kt::wait_previous_kernel();
   backward_rows<THREADS, ROW_THREADS, VEC, ITEMS, PREFETCH, true, T>(h, w, rstd, dy, dstream, dh, dw_partial, rows,
                                                                     dim);
 }
@@ -284,6 +288,7 @@ __global__ void __launch_bounds__(THREADS)
     rmsnorm_dw_reduce(const float* dw_partial,  // (parts, dim)
                       float* dw,                // (dim,)
                       int parts, int dim) {
+  kt::wait_previous_kernel();
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "a block is whole warps, at most 1024 threads");
   constexpr int WARPS = THREADS / 32;
   __shared__ float warp_sums[WARPS][32];

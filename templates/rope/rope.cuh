@@ -142,6 +142,7 @@ __global__ void __launch_bounds__(THREADS)
                  const float* __restrict__ sin_table,  // (seq, HEAD_DIM / 2)
                  T* y,                                 // (tokens, heads, HEAD_DIM), may be x
                  int tokens, int heads, int seq) {
+  kt::wait_previous_kernel();
   if (vectors_aligned<VEC>(x, cos_table, sin_table, y))
     rotate_items<false, true, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq);
   else
@@ -156,6 +157,7 @@ __global__ void __launch_bounds__(THREADS)
                   const float* __restrict__ sin_table,  // (seq, HEAD_DIM / 2)
                   T* dx,                                // (tokens, heads, HEAD_DIM), may be dy
                   int tokens, int heads, int seq) {
+  kt::wait_previous_kernel();
   if (vectors_aligned<VEC>(dy, cos_table, sin_table, dx))
     rotate_items<true, true, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq);
   else

@@ -54,6 +54,7 @@ __global__ void __launch_bounds__(THREADS)
     softmax_fwd(const T* x,  // (rows, cols)
                 T* y,        // (rows, cols), may be x
                 long long rows, int cols, float scale) {
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
   __shared__ float warp_partials[THREADS / 32];
   const auto [s, offset, visible] = this_row<THREADS, ROW_THREADS, CAUSAL>(rows, cols);
@@ -89,6 +90,7 @@ __global__ void __launch_bounds__(THREADS)
                 const T* dy,  // (rows, cols)
                 T* dx,        // (rows, cols), may be dy
                 long long rows, int cols, float scale) {
+  kt::wait_previous_kernel();
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
   __shared__ float warp_partials[THREADS / 32];
   const auto [s, offset, visible] = this_row<THREADS, ROW_THREADS, CAUSAL>(rows, cols);

@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(THREADS)
                    const T* __restrict__ b,  // (n,)
                    T* __restrict__ h,        // (n,)
                    long long n) {
+  kt::wait_previous_kernel();
   using K = Tunables<THREADS, VEC, UNROLL, T>;
   const bool vectors = aligned<VEC>(a) && aligned<VEC>(b) && aligned<VEC>(h);
   const long long n_vec = vectors ? n / VEC : 0;
@@ -115,6 +116,7 @@ __global__ void __launch_bounds__(THREADS)
                     T* da,                    // (n,), may be dh
                     T* __restrict__ db,       // (n,)
                     long long n) {
+  kt::wait_previous_kernel();
   using K = Tunables<THREADS, VEC, UNROLL, T>;
   const bool vectors =
       aligned<VEC>(a) && aligned<VEC>(b) && aligned<VEC>(dh) && aligned<VEC>(da) && aligned<VEC>(db);

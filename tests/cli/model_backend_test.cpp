@@ -1,5 +1,5 @@
 // `ktune train | eval | bench e2e --backend`: the device backends' refusals,
-// each one line and exit 2, before any work; --graph where it applies.
+// each one line and exit 2, before any work; --graph and --pdl where they apply.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -59,6 +59,22 @@ TEST_CASE("CLI: --graph takes compiled mode on a device backend, and a graphed r
                         " bench e2e --model tiny --ctx 8 --batch 1 --trials 2 --warmup 0 --backend emu --graph",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("graphs of") && Catch::Contains("(forward)"));
+}
+
+TEST_CASE("CLI: --pdl takes a device backend, and the summary says where it has no effect", "[cli][model]") {
+  std::string out;
+  for (const char* args : {"bench e2e --model tiny --ctx 8 --trials 1 --pdl", "eval --model tiny --pdl"}) {
+    INFO(args);
+    CHECK(run_without_device(args, &out) == 2);
+    CHECK(out.find('\n') + 1 == out.size());
+    CHECK_THAT(out, Catch::Contains("--pdl launches a device backend's kernels"));
+  }
+  // The emulation runs each launch to its end: the run is the same, and its summary says so.
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
+                        " --json bench e2e --model tiny --ctx 8 --batch 1 --trials 1 --warmup 0 --backend emu --pdl",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("\"programmatic_launch\": true") &&
+                      Catch::Contains("programmatic dependent launch asked for (no effect here"));
 }
 
 TEST_CASE("CLI: --dtype takes f32, tf32 or bf16, and the cpu backend runs f32 only", "[cli][model]") {

@@ -3,8 +3,9 @@
 // GEMMs through cuBLASLt (fp32 compute), in compiled mode and in eager mode
 // (the decomposed ops as chains of primitive kernels), and in bf16 mixed
 // precision (bf16 GEMMs on cuBLASLt, the families' bf16 problems) at the
-// tiny model's size; its passes replayed as CUDA graphs give the run op by
-// op's. Skipped without a device.
+// tiny model's size; its passes replayed as CUDA graphs, or launched with
+// programmatic dependent launch, give the run op by op's. Skipped without a
+// device.
 #include "model/device_model.hpp"
 
 #include <catch2/catch.hpp>
@@ -110,6 +111,57 @@ TEST_CASE("cuda backend, bf16: the tiny model's loss, gradients and AdamW step m
     std::int64_t differ = 0;
     for (std::size_t i = 0; i < stepped.size(); ++i) differ += copy[i] != templates::float_to_bf16_bits(stepped[i]);
     CHECK(differ == 0);
+  }
+}
+
+}  // namespace model_device_model_gpu_test
+
+namespace model_device_model_gpu_test {
+
+using namespace ktune;
+using namespace ktune::model;
+
+TEST_CASE("cuda backend: the small model's passes replayed as CUDA graphs, or launched programmatically, give the "
+          "run op by op's",
+          "[gpu][model][device]") {
+  test::skip_without_gpu();
+  const ModelConfig config = model_config("small");
+  const RunShape shape{2, 100};
+  for (const Precision precision : {Precision::kF32, Precision::kBf16}) {
+    // fp32: the same kernels on the same data, up to the order of atomic
+    // adds; bf16 rounds each activation, which such an order can flip.
+    const double tolerance = precision == Precision::kBf16 ? 1e-2 : 1e-4;
+    struct Variant {
+      bool graphs, programmatic;
+    };
+    for (const Variant variant : {Variant{true, false}, Variant{false, true}, Variant{true, true}}) {
+      INFO(to_string(precision) << (variant.graphs ? ", graphs" : "")
+                                << (variant.programmatic ? ", programmatic dependent launch" : ""));
+      auto backend_direct = tuner::exec::make_cuda_backend(), backend_other = tuner::exec::make_cuda_backend();
+      backend_other->set_programmatic(variant.programmatic);
+      DeviceTransformer direct(*backend_direct, config, shape, Allocation::kTrain,
+                               {.mode = Mode::kCompiled, .precision = precision});
+      DeviceTransformer other(*backend_other, config, shape, Allocation::kTrain,
+                              {.mode = Mode::kCompiled, .precision = precision, .graphs = variant.graphs});
+      templates::adamw::AdamwHyper hyper;
+      for (int step = 0; step < 3; ++step) {
+        INFO("step " << step);
+        std::vector<std::int32_t> tokens, targets;
+        test::random_tokens(shape.tokens(), config.vocab, 40 + step, tokens, targets);
+        const double want = direct.forward(tokens, targets);
+        CHECK(other.forward(tokens, targets) == Approx(want).epsilon(tolerance / 10));
+        direct.backward();
+        other.backward();
+        CHECK(test::rel_l2(other.gradients(), direct.gradients(), 0, direct.layout().params.total) <= tolerance);
+        direct.step(hyper);
+        other.step(hyper);
+      }
+      if (variant.graphs) {
+        CHECK(other.forward_graph_nodes() > 0);
+        CHECK(other.backward_graph_nodes() > 0);
+      }
+      CHECK(test::rel_l2(other.parameters(), direct.parameters(), 0, direct.layout().params.total) <= tolerance);
+    }
   }
 }
 

@@ -27,7 +27,8 @@ namespace {
 
 const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
-const char* kAllSteps = "tests tune families attention attention-bench headline headline-ab bench bf16 peers ops e2e";
+const char* kAllSteps =
+    "tests tune families attention attention-bench headline headline-ab bench bf16 peers ops pdl e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
 /// dry run of the script copied to `root`/scripts, with the steps `only`
@@ -136,11 +137,18 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, 3 attention), 5 benchmarks (adam twice,
   // attention twice, ops), the leaderboard backward's five configs, the d 128 forward's four and the
   // leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and compiled mode's
-  // 10 once more with CUDA graphs.
-  CHECK(n.ktune == 11 + 5 + 13 + 20 + 10);
+  // 10 once more with CUDA graphs; programmatic dependent launch beside ordinary launches (two bench ops, the
+  // small step op by op and as graphs).
+  CHECK(n.ktune == 11 + 5 + 13 + 20 + 10 + 6);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);
+  const auto has = [&](const std::string& text) {
+    return std::any_of(commands.begin(), commands.end(),
+                       [&](const std::string& c) { return c.find(text) != std::string::npos; });
+  };
+  CHECK(has("--families rmsnorm_bwd\\,residual_rmsnorm_bwd\\,embedding_bwd\\,cross_entropy_fwd --pdl"));
+  CHECK(has("--dtype bf16 --graph --pdl"));
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "

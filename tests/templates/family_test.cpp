@@ -2,8 +2,11 @@
 #include "templates/family.hpp"
 
 #include <catch2/catch.hpp>
+#include <cctype>
+#include <set>
 
 #include "base/error.hpp"
+#include "templates/embedded.hpp"
 #include "templates/render.hpp"
 
 namespace templates_family_test {
@@ -43,6 +46,49 @@ TEST_CASE("rendering is deterministic and names its kernels", "[family]") {
       CHECK(a.source.find("kt_instantiate") != std::string::npos);
     }
   }
+}
+
+TEST_CASE("every kernel a family launches waits for the previous kernel before anything else", "[family]") {
+  // Programmatic dependent launch starts a kernel while the previous one
+  // finishes: a kernel that read or wrote memory before
+  // kt::wait_previous_kernel() would race with it.
+  std::set<std::string> checked;
+  for (const auto& [path, text] : embedded_files()) {
+    if (!path.ends_with(".cuh")) continue;
+    const std::string t(text);
+    for (std::size_t at = t.find("\n__global__"); at != std::string::npos; at = t.find("\n__global__", at + 1)) {
+      const std::size_t body = t.find('{', at);
+      REQUIRE(body != std::string::npos);
+      std::string head = t.substr(at, body - at);
+      if (const auto lb = head.find("__launch_bounds__("); lb != std::string::npos)
+        head.erase(lb, head.find(')', lb) + 1 - lb);
+      const std::size_t paren = head.find('(');
+      REQUIRE(paren != std::string::npos);
+      std::size_t start = paren;
+      while (start > 0 && (std::isalnum(static_cast<unsigned char>(head[start - 1])) || head[start - 1] == '_'))
+        --start;
+      const std::string name = head.substr(start, paren - start);
+      INFO(path << ": kernel " << name);
+      std::size_t first = t.find_first_not_of(" ", body + 1);
+      if (t.compare(first, 2, "//") == 0) first = t.find('\n', first);  // a comment after the brace
+      first = t.find_first_not_of(" \n", first);
+      const std::string wait = "kt::wait_previous_kernel();";
+      CHECK(t.compare(first, wait.size(), wait) == 0);
+      checked.insert(name);
+    }
+  }
+  for (const Family* f : all_families())
+    for (const auto& p : f->problem_classes()) {
+      const Rendered r = f->render(f->default_config(p), p);
+      CHECK(r.waits_previous_kernel);
+      for (const auto& k : r.kernels) {
+        const std::string name = k.substr(0, k.find('<')).substr(k.substr(0, k.find('<')).rfind(':') + 1);
+        INFO(f->name() << " launches " << k);
+        CHECK(checked.count(name) == 1);
+      }
+    }
+  // Text from elsewhere (a kernel spec's files) is not known to wait.
+  CHECK_FALSE(render_text("__global__ void k() {}", {"k"}, "user", "a spec").waits_previous_kernel);
 }
 
 TEST_CASE("compile-time parameters change the source while run-time ones and shapes share it", "[family]") {

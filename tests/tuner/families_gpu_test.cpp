@@ -3,7 +3,8 @@
 // (fresh random inputs, outputs poisoned first). The GPU twin of
 // emu_families_emu_test.cpp; skipped without a device. And every eager
 // decomposition, through the CUDA backend, matches its fused family's
-// reference on ragged shapes, as the fused kernel does.
+// reference on ragged shapes, as the fused kernel does; both again with
+// programmatic dependent launch.
 #include <catch2/catch.hpp>
 
 #include "support.hpp"
@@ -14,6 +15,7 @@
 #include "tuner/exec/backend.hpp"
 #include "tuner/precompile.hpp"
 #include "tuner/run/gpu_runner.hpp"
+#include "tuner/run/runner.hpp"
 
 namespace tuner_families_gpu_test {
 
@@ -37,9 +39,27 @@ TEST_CASE("every family matches its CPU reference on the GPU", "[gpu]") {
   }
 }
 
-TEST_CASE("every eager decomposition matches its fused family's reference on the GPU", "[gpu][eager]") {
+TEST_CASE("every family's default matches its CPU reference with programmatic dependent launch", "[gpu]") {
+  // Each launch of a plan (and of the next repetition's) may start while the
+  // previous one finishes: a kernel that touched memory before
+  // kt::wait_previous_kernel() would race with it.
   test::skip_without_gpu();
   auto backend = tuner::exec::make_cuda_backend();
+  backend->set_programmatic(true);
+  auto runner = tuner::make_backend_runner(std::move(backend));
+  for (const auto* family : templates::all_families())
+    for (const auto& problem : family->problem_classes()) {
+      const auto config = family->default_config(problem);
+      tuner::RunOptions options;
+      options.seed = 11;
+      const auto r = runner->run(*family, config, problem, options);
+      INFO(family->name() << " " << problem.key() << " " << config.str() << ": " << r.failure);
+      CHECK(r.ok);
+    }
+}
+
+TEST_CASE("every eager decomposition matches its fused family's reference on the GPU", "[gpu][eager]") {
+  test::skip_without_gpu();
   std::vector<tuner::OpsBenchCase> cases;
   for (const char* dtype : {"f32", "bf16"})
     for (const auto& family : templates::eager::decomposed_families())
@@ -48,9 +68,14 @@ TEST_CASE("every eager decomposition matches its fused family's reference on the
   tuner::RunOptions options;
   options.min_repetitions = 1;
   options.min_seconds = 0;
-  // Throws Error(kCheckFailed) naming the op and the output when either path misses its reference.
-  const auto report = tuner::run_ops_bench(*backend, cases, nullptr, 0.0, options);
-  CHECK(report.rows.size() == cases.size());
+  for (const bool programmatic : {false, true}) {
+    INFO("programmatic dependent launch: " << programmatic);
+    auto backend = tuner::exec::make_cuda_backend();
+    backend->set_programmatic(programmatic);
+    // Throws Error(kCheckFailed) naming the op and the output when either path misses its reference.
+    const auto report = tuner::run_ops_bench(*backend, cases, nullptr, 0.0, options);
+    CHECK(report.rows.size() == cases.size());
+  }
 }
 
 }  // namespace tuner_families_gpu_test

@@ -58,9 +58,12 @@ class GpuProbe {
               unsigned dynamic_smem = 0) {
     auto pointers = args.pointers();
     const tuner::Driver& d = tuner::Driver::get();
-    KT_CHECK_CU(d.cuLaunchKernel(functions_.at(static_cast<std::size_t>(kernel)), grid[0], grid[1], grid[2],
-                                 block[0], block[1], block[2], dynamic_smem, stream_.get(), pointers.data(),
-                                 nullptr));
+    CUlaunchConfig config{};
+    config.gridDimX = grid[0], config.gridDimY = grid[1], config.gridDimZ = grid[2];
+    config.blockDimX = block[0], config.blockDimY = block[1], config.blockDimZ = block[2];
+    config.sharedMemBytes = dynamic_smem;
+    config.hStream = stream_.get();
+    KT_CHECK_CU(d.cuLaunchKernelEx(&config, functions_.at(static_cast<std::size_t>(kernel)), pointers.data(), nullptr));
     stream_.synchronize();
   }
 

@@ -54,6 +54,7 @@ std::string OpsBenchReport::markdown() const {
   std::string s = fmt::format(
       "Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s; empty launch {:.4f} ms\n\n",
       device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs, empty_launch_ms);
+  if (programmatic) s += "Kernels (eager and fused) launched with programmatic dependent launch.\n\n";
   s += "| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (ktune) | fused GB/s "
        "| fused % copy | floor | fused / floor | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
@@ -77,6 +78,7 @@ nlohmann::json OpsBenchReport::to_json() const {
                       {"ktune_version", ktune_version()},
                       {"copy_bandwidth_gbs", copy_bandwidth_gbs},
                       {"empty_launch_ms", empty_launch_ms},
+                      {"programmatic_launch", programmatic},
                       {"method", method},
                       {"rows", nlohmann::json::array()}};
   for (const auto& r : rows)
@@ -108,6 +110,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
   report.device = device.name + " (" + device.arch + ")";
   report.driver_version = device.driver_version;
   report.date = utc_now();
+  report.programmatic = backend.programmatic() && device.sm >= 90;
   report.copy_bandwidth_gbs = copy_bandwidth_gbs;
 
   {  // The empty launch: one thread of a primitive, the cost every launch pays.

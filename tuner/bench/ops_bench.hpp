@@ -43,6 +43,7 @@ struct OpsBenchReport {
   std::string date;
   double copy_bandwidth_gbs = 0;
   double empty_launch_ms = 0;
+  bool programmatic = false;  ///< both forms' kernels launched with programmatic dependent launch
   std::string method;
   std::vector<OpsBenchRow> rows;
   std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped

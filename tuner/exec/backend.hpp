@@ -147,6 +147,14 @@ class Backend {
     launch(module, plan, native_stream());
   }
   virtual void synchronize() = 0;
+  /// Programmatic dependent launch: from now on, kernels whose source waits
+  /// for the previous kernel itself (Rendered::waits_previous_kernel) are
+  /// launched so that their blocks may start while the previous kernel of the
+  /// stream finishes, hiding the launch between them (the CUDA backend on sm_90
+  /// and newer; elsewhere, and for other kernels, launches are as before). The
+  /// emulation runs each launch to its end, so there it changes nothing.
+  void set_programmatic(bool on) { programmatic_ = on; }
+  bool programmatic() const { return programmatic_; }
 
   /// A mark after everything enqueued so far (default: waits, then the host clock).
   virtual std::unique_ptr<Mark> mark() {
@@ -186,6 +194,9 @@ class Backend {
   /// labelled as such, under emulation. Never includes compiling or loading.
   virtual Measurement time(const std::function<void()>& enqueue, const RunOptions& options,
                            const std::string& what) = 0;
+
+ private:
+  bool programmatic_ = false;
 };
 
 /// The backend on GPU `ordinal`; throws Error(kNoDevice) when there is none.

@@ -38,7 +38,8 @@ class CudaBuffer final : public Buffer {
 
 class CudaModule final : public Module {
  public:
-  explicit CudaModule(const CompileResult& compiled) : module_(compiled.cubin), compile_ms_(compiled.compile_ms) {
+  CudaModule(const CompileResult& compiled, bool waits_previous_kernel)
+      : module_(compiled.cubin), compile_ms_(compiled.compile_ms), waits_previous_kernel_(waits_previous_kernel) {
     for (const auto& k : compiled.kernels) {
       names_.push_back(k.name_expression);
       functions_.push_back(module_.function(k.lowered_name));
@@ -54,6 +55,8 @@ class CudaModule final : public Module {
   const std::vector<std::string>& kernel_names() const override { return names_; }
   const std::vector<KernelResources>& resources() const override { return resources_; }
   double compile_ms() const override { return compile_ms_; }
+  /// Rendered::waits_previous_kernel of its source.
+  bool waits_previous_kernel() const { return waits_previous_kernel_; }
 
   /// The kernel, its dynamic shared memory limit raised (the opt-in) when a
   /// launch asks for more than it allows; the fit check has kept static plus
@@ -70,6 +73,7 @@ class CudaModule final : public Module {
  private:
   tuner::Module module_;
   double compile_ms_;
+  bool waits_previous_kernel_;
   std::vector<std::string> names_;
   std::vector<CUfunction> functions_;
   std::vector<KernelResources> resources_;
@@ -168,7 +172,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<const Module> load(const templates::Rendered& rendered) override {
     const CompileResult compiled = compiler_.compile(rendered, device_.arch);
     if (!compiled.ok) throw_error(ErrorKind::kCompile, first_lines(compiled.log, 8));
-    return std::make_shared<CudaModule>(compiled);
+    return std::make_shared<CudaModule>(compiled, rendered.waits_previous_kernel);
   }
 
   void precompile(const std::vector<templates::Rendered>& sources, unsigned threads) override {
@@ -184,11 +188,23 @@ class CudaBackend final : public Backend {
       throw_error(ErrorKind::kCheckFailed,
                   fmt::format("does not fit: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason));
     const Driver& d = Driver::get();
+    // Programmatic dependent launch (sm_90+): the kernel may start while the
+    // stream's previous kernel finishes; its kt::wait_previous_kernel() waits.
+    CUlaunchAttribute overlap{};
+    overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    overlap.value.programmaticStreamSerializationAllowed = 1;
+    const bool programmatic = this->programmatic() && module->waits_previous_kernel() && device_.sm >= 90;
     for (const auto& l : plan) {
       auto args = l.args.pointers();
-      KT_CHECK_CU(d.cuLaunchKernel(module->function(static_cast<std::size_t>(l.kernel), l.dynamic_smem), l.grid[0],
-                                   l.grid[1], l.grid[2], l.block[0], l.block[1], l.block[2], l.dynamic_smem,
-                                   reinterpret_cast<CUstream>(stream), args.data(), nullptr));
+      CUlaunchConfig config{};
+      config.gridDimX = l.grid[0], config.gridDimY = l.grid[1], config.gridDimZ = l.grid[2];
+      config.blockDimX = l.block[0], config.blockDimY = l.block[1], config.blockDimZ = l.block[2];
+      config.sharedMemBytes = l.dynamic_smem;
+      config.hStream = reinterpret_cast<CUstream>(stream);
+      config.attrs = programmatic ? &overlap : nullptr;
+      config.numAttrs = programmatic ? 1 : 0;
+      KT_CHECK_CU(d.cuLaunchKernelEx(&config, module->function(static_cast<std::size_t>(l.kernel), l.dynamic_smem),
+                                     args.data(), nullptr));
     }
   }
   void synchronize() override { stream_.synchronize(); }
