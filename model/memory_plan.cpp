@@ -68,6 +68,13 @@ LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved
   return l;
 }
 
+bool rope_pairs_adjacent(const ModelConfig& m, const RunShape& r, Precision precision, AttentionSaved attention) {
+  const std::int64_t elements = r.tokens() * m.d_model;
+  const LayerLayout l = layer_layout(m, r, attention, precision);
+  const WorkspaceLayout w = workspace_layout(m, r, 1, true, precision);
+  return l.k - l.q == elements && w.dk - w.dq == elements;
+}
+
 FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision) {
   const std::int64_t N = r.tokens(), C = m.d_model;
   Cursor c{.bf16 = precision == Precision::kBf16};

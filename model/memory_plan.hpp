@@ -82,6 +82,12 @@ LayerLayout layer_layout(const ModelConfig& m, const RunShape& r,
 FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision = Precision::kF32);
 WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward,
                                  Precision precision = Precision::kF32);
+/// Whether these layouts put k right after q's (tokens, d_model) elements,
+/// and dk right after dq's, with no padding between (every buffer starts
+/// aligned, so only where tokens * d_model is a multiple of the alignment):
+/// then one RoPE launch over 2 * tokens rotates both, token t of the pair
+/// at position t % context as each alone.
+bool rope_pairs_adjacent(const ModelConfig& m, const RunShape& r, Precision precision, AttentionSaved attention);
 
 /// Bytes per phase and the peaks: `element_bytes`-sized values (4: fp32)
 /// in f32 and tf32, each buffer's dtype in bf16.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/error.hpp"
+#include "model/memory_plan.hpp"
 #include "model/parameters.hpp"
 
 namespace ktune::model {
@@ -37,7 +38,7 @@ templates::Problem adamw_problem(const ModelConfig& config, Precision precision)
 }
 
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
-                                               AttentionSaved attention) {
+                                               AttentionSaved attention, bool paired_rope) {
   config.validate();
   shape.validate();
   using templates::Problem;
@@ -46,7 +47,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   const Problem embed{dtype, {{"rows", tokens}, {"dim", config.d_model}, {"vocab", config.vocab}}};
   const Problem norm{dtype, {{"rows", tokens}, {"dim", config.d_model}}};
   const Problem rope{dtype, {{"head_dim", config.head_dim()}, {"heads", config.heads}, {"seq", shape.context},
-                             {"tokens", tokens}}};
+                             {"tokens", paired_rope ? 2 * tokens : tokens}}};
   // Flash attention reads q, k, v straight out of the projections; f32 runs on the tf32 matrix units.
   const templates::attention::AttentionShape attention_shape{shape.batch, shape.context, config.heads,
                                                              config.head_dim(), true};
@@ -80,7 +81,8 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
 
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape,
                                                Precision precision) {
-  return step_kernels(config, shape, precision, attention_saved(precision, true));
+  const AttentionSaved attention = attention_saved(precision, true);
+  return step_kernels(config, shape, precision, attention, rope_pairs_adjacent(config, shape, precision, attention));
 }
 
 }  // namespace ktune::model

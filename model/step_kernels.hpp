@@ -24,10 +24,13 @@ namespace ktune::model {
 /// _bwd); rmsnorm_fwd is left for the first block's norm, rmsnorm_bwd for
 /// the final norm's backward. GEMMs are not listed. grad_norm (the step's
 /// clip-by-norm, over grad_norm_problem) is listed whether or not a run
-/// clips. AdamW's problem is adamw_problem's.
+/// clips. AdamW's problem is adamw_problem's. RoPE's problem has the
+/// step's tokens, or twice as many with `paired_rope` (q and k in one
+/// launch, StepLayout::paired_rope).
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
-                                               AttentionSaved attention);
-/// The list compiled mode runs: attention as attention_saved(precision, compiled).
+                                               AttentionSaved attention, bool paired_rope);
+/// The list compiled mode runs: attention as attention_saved(precision,
+/// compiled), RoPE paired where the layout allows (rope_pairs_adjacent).
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision);
 
 /// The global gradient norm as the step tunes and looks it up: dtype f32

@@ -89,8 +89,12 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1), then ln2 of it.
   linears(ops, L, a + ll.ln1, {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)}, {a + ll.q, a + ll.k, a + ll.v}, N,
           C, C);  // (N, H, D) each
-  ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
-  ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
+  if (L.paired_rope) {  // k follows q: token N + t is k's token t, at position t % S
+    ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), 2 * N, S, H, D);
+  } else {
+    ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
+    ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
+  }
   ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape());
   linear(ops, a + ll.attn, L.weight(bp.o), a + ll.x_mid, N, C, C);
   ops.residual_rmsnorm_forward(a + ll.x_in, a + ll.x_mid, P(bp.ln2), a + ll.x_mid, a + ll.ln2, a + ll.rstd2, N, C,
@@ -141,8 +145,12 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
   ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn, a + ll.attn_saved, dattn, dq, dk, dv,
                          L.attention_shape());
-  ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
-  ops.rope_backward(dk, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
+  if (L.paired_rope) {  // dk follows dq
+    ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), 2 * N, S, H, D);
+  } else {
+    ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
+    ops.rope_backward(dk, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
+  }
   linear_dws(ops, L, {dq, dk, dv}, a + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C);
   linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
   linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);

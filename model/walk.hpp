@@ -25,6 +25,10 @@ struct StepLayout {
   /// (the input's batch stride 0), not one GEMM each: fewer, fuller waves of
   /// tiles on a GPU. Compiled mode on a device backend; the same math.
   bool batched_projections = false;
+  /// RoPE of q and k (and of dq and dk) as one launch over 2N tokens, where
+  /// the layout has them back to back (rope_pairs_adjacent), not one each.
+  /// Compiled mode on a device backend; the same math.
+  bool paired_rope = false;
   ParameterLayout params;
   LayerLayout layer;
   FinalLayout final;

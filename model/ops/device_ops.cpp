@@ -163,12 +163,13 @@ StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool 
   StepLayout L = step_layout(config, shape, 1, train, options.precision,
                              attention_saved(options.precision, options.mode == Mode::kCompiled));
   L.batched_projections = options.mode == Mode::kCompiled;  // eager: PyTorch eager's one GEMM per nn.Linear
+  L.paired_rope = options.mode == Mode::kCompiled && rope_pairs_adjacent(config, shape, L.precision, L.attention);
   return L;
 }
 
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode mode) {
   std::vector<tuner::KernelRequest> out;
-  for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention)) {
+  for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention, L.paired_rope)) {
     if (r.family->name() == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
     out.push_back(r);
   }

@@ -252,6 +252,20 @@ TEST_CASE("emu backend: an odd shape (head_dim 80, 3 heads, context 13) matches 
   check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kCompiled);
 }
 
+TEST_CASE("emu backend: a shape whose k the layout pads away from q (d_model 60, 13 tokens) matches the cpu "
+          "backend, q and k rotated one launch each",
+          "[emu][model][device]") {
+  ModelConfig c = model_config("tiny");
+  c.d_model = 60;
+  c.heads = 3;
+  const RunShape shape{1, 13};
+  REQUIRE_FALSE(device_layout(c, shape, true, {.mode = Mode::kCompiled}).paired_rope);
+  const LaunchCount launched = check_step_matches_cpu({c, shape}, Mode::kCompiled);
+  CHECK(launched.by_family.at("rope_fwd") == 2 * c.layers);
+  CHECK(check_step_matches_cpu({model_config("tiny"), shape}, Mode::kCompiled).by_family.at("rope_fwd") ==
+        c.layers);  // paired
+}
+
 TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each decomposed op run as its chain",
           "[emu][model][device]") {
   const Case c{model_config("tiny"), RunShape{1, 12}};
@@ -260,10 +274,12 @@ TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each
   INFO("compiled: " << compiled.str() << ", eager: " << eager.str());
 
   // Eager launches what compiled does, with each decomposed op's kernel
-  // replaced by its chain's launches, family by family.
+  // replaced by its chain's launches, family by family; compiled mode
+  // rotates q and k in one launch, eager (as PyTorch eager) one each.
   std::map<std::string, std::int64_t> want = compiled.by_family;
   std::vector<std::string> chained;
-  const StepLayout L = step_layout(c.config, c.shape, 1, true);
+  const StepLayout L = device_layout(c.config, c.shape, true, {.mode = Mode::kCompiled});
+  REQUIRE(L.paired_rope);
   for (const auto& r : device_step_kernels(L, Mode::kCompiled)) {
     const std::string name = r.family->name();
     if (!runs_as_chain(Mode::kEager, *r.family) || !compiled.by_family.count(name)) continue;
@@ -274,7 +290,11 @@ TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each
     const std::int64_t ops = compiled.by_family.at(name) / fused;
     want[name] -= ops * fused;
     if (want[name] == 0) want.erase(name);
-    for (const auto& [step, n] : launches_per_op(*r.family, r.problem, true)) want[step] += ops * n;
+    const bool pair = name.starts_with("rope");
+    templates::Problem eager_problem = r.problem;
+    if (pair) eager_problem.dims["tokens"] /= 2;
+    for (const auto& [step, n] : launches_per_op(*r.family, eager_problem, true))
+      want[step] += (pair ? 2 : 1) * ops * n;
   }
   // rmsnorm (alone and after the residual add), swiglu, cross-entropy,
   // attention's softmax, rope and the embedding, forward and backward

@@ -164,4 +164,19 @@ TEST_CASE("a bf16 layout's offsets are where its buffers lie: 2-byte units, two 
   CHECK(plan.workspace_backward == work.size * 2);
 }
 
+TEST_CASE("q and k, and dq and dk, lie back to back where tokens * d_model keeps the alignment", "[model][memory]") {
+  ModelConfig c = model_config("tiny");  // d_model 64: every buffer's size a multiple of the alignment
+  for (const Precision p : {Precision::kF32, Precision::kBf16}) {
+    INFO(to_string(p));
+    const RunShape shape{1, 13};
+    CHECK(rope_pairs_adjacent(c, shape, p, AttentionSaved::kLogSumExp));
+    const LayerLayout l = layer_layout(c, shape, AttentionSaved::kLogSumExp, p);
+    CHECK(l.k - l.q == shape.tokens() * c.d_model);
+  }
+  c.d_model = 60;  // 3 heads of 20: 13 tokens of 60 leave k padded away from q
+  c.heads = 3;
+  CHECK_FALSE(rope_pairs_adjacent(c, RunShape{1, 13}, Precision::kF32, AttentionSaved::kProbabilities));
+  CHECK(rope_pairs_adjacent(c, RunShape{4, 16}, Precision::kF32, AttentionSaved::kProbabilities));
+}
+
 }  // namespace model_memory_plan_test

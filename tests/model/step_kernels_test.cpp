@@ -128,4 +128,30 @@ TEST_CASE("step kernels: a device run launches its precision's and mode's list",
   }
 }
 
+TEST_CASE("step kernels: compiled mode rotates q and k in one launch where they lie back to back", "[model]") {
+  const auto rope_tokens = [](const std::vector<tuner::KernelRequest>& list, const char* family) {
+    for (const auto& r : list)
+      if (r.family->name() == family) return r.problem.dim("tokens");
+    return std::int64_t{0};
+  };
+  ModelConfig config = model_config("tiny");
+  const RunShape shape{1, 13};
+  const std::int64_t n = shape.tokens();
+  const StepLayout compiled = device_layout(config, shape, true, {.mode = Mode::kCompiled});
+  const StepLayout eager = device_layout(config, shape, true, {.mode = Mode::kEager});
+  CHECK(compiled.paired_rope);
+  CHECK_FALSE(eager.paired_rope);  // PyTorch eager rotates each
+  CHECK_FALSE(step_layout(config, shape, 1, true).paired_rope);  // the cpu backend's
+  for (const char* family : {"rope_fwd", "rope_bwd"}) {
+    INFO(family);
+    CHECK(rope_tokens(device_step_kernels(compiled, Mode::kCompiled), family) == 2 * n);
+    CHECK(rope_tokens(step_kernels(config, shape, Precision::kF32), family) == 2 * n);  // what `tune --model` tunes
+    CHECK(rope_tokens(device_step_kernels(eager, Mode::kEager), family) == n);
+  }
+  config.d_model = 60;  // k padded away from q: one launch each
+  config.heads = 3;
+  CHECK_FALSE(device_layout(config, shape, true, {.mode = Mode::kCompiled}).paired_rope);
+  CHECK(rope_tokens(step_kernels(config, shape, Precision::kF32), "rope_fwd") == n);
+}
+
 }  // namespace model_step_kernels_test
