@@ -55,10 +55,9 @@ std::string profile_markdown(const model::E2eResult& r) {
   return s;
 }
 
-std::string markdown(const model::E2eResult& r) {
+// The title, stamp, kernels and launches of a run (the first of a sweep).
+std::string heading(const model::E2eResult& r) {
   const auto& o = r.options;
-  const bool fwd_only = o.passes == model::E2ePasses::kForward;
-  const auto& m = o.model;
   std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, {}, {})\n\n", o.backend,
                               o.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(o.mode)), r.device,
                               model::to_string(o.precision), r.date);
@@ -67,14 +66,29 @@ std::string markdown(const model::E2eResult& r) {
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
   if (r.launches)
     s += fmt::format("launches/step: {} ({} mode, counted)\n\n", r.launches->str(), model::to_string(o.mode));
-  // Seed 002's layout.
-  s += "| model_size | d_model | context_length | num_layers | num_heads | batch_size | num_warmups | num_trials | "
-       "forward_only | mean_time_ms | std_time_ms |\n";
-  s += "|:--|--:|--:|--:|--:|--:|--:|--:|:--|--:|--:|\n";
+  return s;
+}
+
+// Seed 002's table: its header, then a row per run.
+std::string seed002_header() {
+  return "| model_size | d_model | context_length | num_layers | num_heads | batch_size | num_warmups | num_trials | "
+         "forward_only | mean_time_ms | std_time_ms |\n"
+         "|:--|--:|--:|--:|--:|--:|--:|--:|:--|--:|--:|\n";
+}
+std::string seed002_row(const model::E2eResult& r) {
+  const auto& o = r.options;
+  const auto& m = o.model;
+  const bool fwd_only = o.passes == model::E2ePasses::kForward;
   const auto& main = fwd_only ? r.forward : r.forward_backward;
-  s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n\n", m.name, m.d_model,
-                   o.shape.context, m.layers, m.heads, o.shape.batch, o.warmup, o.trials, fwd_only ? "True" : "False",
-                   main.mean_ms, main.std_ms);
+  return fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n", m.name, m.d_model,
+                     o.shape.context, m.layers, m.heads, o.shape.batch, o.warmup, o.trials,
+                     fwd_only ? "True" : "False", main.mean_ms, main.std_ms);
+}
+
+std::string markdown(const model::E2eResult& r) {
+  const auto& o = r.options;
+  const auto& m = o.model;
+  std::string s = heading(r) + seed002_header() + seed002_row(r) + "\n";
   // Seed 004's layout (seconds), with the optimizer and full step when measured.
   auto sec = [](const model::PhaseStats& p, bool mean) {
     return p.measured ? fmt::format("{:.6f}", (mean ? p.mean_ms : p.std_ms) / 1e3) : std::string("-");
@@ -109,13 +123,42 @@ std::string markdown(const model::E2eResult& r) {
   return s;
 }
 
+// Seed 002's grid (context x warm-ups x passes, batch 4, 10 trials) for one
+// model, a run per row in the seed's order, then its table.
+void run_sweep(model::E2eOptions e, const std::string& json_out, bool json) {
+  std::vector<model::E2eResult> results;
+  nlohmann::json rows = nlohmann::json::array();
+  e.trials = 10;
+  for (const std::int64_t ctx : {128, 256})
+    for (const std::int64_t warmup : {0, 1, 5})
+      for (const bool forward_only : {false, true}) {
+        e.shape = {4, ctx};
+        e.warmup = warmup;
+        e.passes = forward_only ? model::E2ePasses::kForward : model::E2ePasses::kForwardBackward;
+        std::cerr << fmt::format("[{}/12] {} ctx {}, {} warm-up steps, {}\n", results.size() + 1, e.model.name, ctx,
+                                 warmup, forward_only ? "forward only" : "forward + backward");
+        results.push_back(model::bench_e2e(e));
+        rows.push_back(model::to_json(results.back()));
+      }
+  if (!json_out.empty()) write_file_atomic(json_out, rows.dump(2) + "\n");
+  if (json) {
+    std::cout << rows.dump(2) << "\n";
+    return;
+  }
+  std::string s = heading(results.front()) + seed002_header();
+  for (const auto& r : results) s += seed002_row(r);
+  s += "\neach row a run of its own: a fresh model on the same weights and batch, its warm-up steps, then its "
+       "trials (mean and sample std, ms)\n";
+  std::cout << s;
+}
+
 }  // namespace
 
 void add_bench_e2e_command(CLI::App& bench, Global& global) {
   struct Opts {
     ModelArgs m;
     model::E2eOptions e;
-    bool forward_only = false, with_optimizer = false;
+    bool forward_only = false, with_optimizer = false, sweep = false;
     std::string json_out;
   };
   auto o = std::make_shared<Opts>();
@@ -146,6 +189,13 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                 "After the timed trials, as many steps again with each op timed (its calls between two marks of "
                 "the clock, and the host's time enqueuing them): a table per phase, op and shape, slowest first, with "
                 "GEMMs' and attention's TFLOP/s");
+  auto* sweep = cmd->add_flag(
+      "--sweep", o->sweep,
+      "Seed 002's grid for --model in one table: context 128 and 256, 0, 1 and 5 warm-up steps, forward only and "
+      "forward + backward; batch 4, 10 trials; each row a run of its own (a fresh model, its first trial cold)");
+  for (const char* name : {"--ctx", "--batch", "--warmup", "--trials", "--forward-only", "--with-optimizer",
+                           "--save-batch", "--profile"})
+    sweep->excludes(cmd->get_option(name));
   cmd->callback([o, &global] {
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     if (!o->e.save_batch.empty()) writable_target(o->e.save_batch, "--save-batch");
@@ -163,6 +213,10 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep
                                    : model::E2ePasses::kForwardBackward;
+    if (o->sweep) {
+      run_sweep(e, o->json_out, global.json);
+      return;
+    }
     const auto result = model::bench_e2e(e);
     const auto j = model::to_json(result);
     if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");

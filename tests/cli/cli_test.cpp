@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "support.hpp"
@@ -444,6 +445,36 @@ TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean
   REQUIRE(medians.size() == 1);
   CHECK_THAT(medians[0], Catch::Matches("medians of the trials \\(ms\\): forward [0-9.]+, backward [0-9.]+, "
                                         "optimizer [0-9.]+, step [0-9.]+"));
+}
+
+TEST_CASE("CLI: bench e2e --sweep prints seed 002's grid for the model, a run per row, and sets the shape itself",
+          "[cli]") {
+  const auto json = ktune::test::scratch_dir("bench_e2e_sweep") / "sweep.json";
+  std::string out;
+  REQUIRE(run_ktune("bench e2e --model tiny --threads 2 --sweep --json-out " + json.string(), &out) == 0);
+  INFO(out);
+  const auto rows = lines_starting(out, "| tiny |");
+  REQUIRE(rows.size() == 12);
+  std::size_t i = 0;
+  const nlohmann::json runs = nlohmann::json::parse(std::ifstream(json));
+  REQUIRE(runs.size() == 12);
+  for (const int ctx : {128, 256})
+    for (const int warmup : {0, 1, 5})
+      for (const char* forward_only : {"False", "True"}) {
+        INFO(rows[i]);
+        CHECK_THAT(rows[i], Catch::StartsWith(fmt::format("| tiny | 64 | {} | 2 | 4 | 4 | {} | 10 | {} | ", ctx, warmup,
+                                                          forward_only)));
+        CHECK(runs[i].at("context_length") == ctx);
+        CHECK(runs[i].at("num_warmups") == warmup);
+        CHECK(runs[i].at("passes") == (forward_only[0] == 'T' ? "forward" : "forward_backward"));
+        ++i;
+      }
+  // The grid sets the context, batch, warm-ups, trials and passes.
+  for (const char* clash : {"--ctx 64", "--warmup 2", "--forward-only", "--trials 3"}) {
+    INFO(clash);
+    CHECK(run_ktune(std::string("bench e2e --model tiny --sweep ") + clash, &out) == 2);
+    CHECK_THAT(out, Catch::Contains("--sweep") && Catch::Contains("excludes"));
+  }
 }
 
 }  // namespace cli_cli_test

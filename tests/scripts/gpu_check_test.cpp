@@ -28,7 +28,8 @@ namespace {
 const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
 const char* kAllSteps =
-    "tests tune families tune-step-small attention attention-bench headline headline-ab bench bf16 peers ops pdl e2e";
+    "tests tune families tune-step-small attention attention-bench headline headline-ab bench bf16 peers ops pdl "
+    "seed-002 e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
 /// dry run of the script copied to `root`/scripts, with the steps `only`
@@ -138,8 +139,8 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   // benchmarks (adam twice, attention twice, ops), the leaderboard backward's five configs, the d 128 forward's
   // four and the leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and
   // compiled mode's 10 once more with CUDA graphs; programmatic dependent launch beside ordinary launches (two
-  // bench ops, the small step op by op and as graphs).
-  CHECK(n.ktune == 12 + 5 + 13 + 20 + 10 + 6);
+  // bench ops, the small step op by op and as graphs); seed 002's table, 5 sizes eager fp32 and compiled bf16.
+  CHECK(n.ktune == 12 + 5 + 13 + 20 + 10 + 6 + 10);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);
@@ -150,6 +151,7 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(has("--families rmsnorm_bwd\\,residual_rmsnorm_bwd\\,embedding_bwd\\,cross_entropy_fwd --pdl"));
   CHECK(has("--dtype bf16 --graph --pdl"));
   CHECK(has("tune --model small --ctx 256 --batch 4 --dtype bf16"));
+  CHECK(has("bench e2e --backend cuda --mode eager --dtype f32 --model 2.7B --sweep"));
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
