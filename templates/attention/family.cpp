@@ -232,8 +232,16 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // warpgroups' products together and in turns (pingpong), under a causal
     // mask with the longest tiles first (as the sm_90 default at head_dim
     // 64), so the eight compare like with like.
+    // Before all these, for a short sequence (at most four of the default's
+    // key tiles, as the model's contexts of 256, where each block walks a
+    // few tiles and waits on each one's loads) the default with every key
+    // tile of a head in flight at once: 128-key tiles, and its own tiles
+    // three stages deep.
     const Config def = default_config(p);
     std::vector<Config> out;
+    if (p.dim("seq") <= 4 * def.at("block_n"))
+      for (const Config& c : {with(def, {{"block_n", 128}}), with(def, {{"stages", 3}})})
+        if (c != def && is_valid(c, p, DeviceLimits::for_arch("sm_80"), nullptr)) out.push_back(c);
     if (p.dim("causal")) out.push_back(with(def, {{"tile_order", 1}}));
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128))
       for (const std::int64_t bn : {128, 64})

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/family.hpp"
 
 namespace cli_cli_test {
@@ -319,21 +320,28 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   REQUIRE(run_ktune("render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains(std::to_string(valid) + " valid for " + p.key() + " on sm_80"));
-  // Its default, then its candidates, which a tuning session measures first; the wgmma kernel's (the second to
-  // the ninth: two key tiles, each in turn and overlapped, each with and without ping-pong) are marked as not
-  // valid on sm_80.
+  // Its default, then its candidates, which a tuning session measures first: a short sequence's (the default
+  // three stages deep), the longest tiles first, the wgmma kernel's eight (two key tiles, each in turn and
+  // overlapped, each with and without ping-pong), marked as not valid on sm_80, and FlashAttention-2's three.
   CHECK_THAT(out, Catch::Contains("default on sm_80: " + f.default_config(p).str() + "\n"));
   const auto candidates = f.candidates(p);
-  REQUIRE(candidates.size() == 12);
-  CHECK_THAT(out, Catch::Contains("candidates (a tuning session measures them right after the default):\n  " +
-                                  candidates[0].str() + "\n  " + candidates[1].str() +
-                                  " (not valid on sm_80: skipped)\n"));
+  REQUIRE(candidates.size() == 13);
+  std::string listed = "candidates (a tuning session measures them right after the default):\n";
+  int skipped = 0;
+  for (const auto& c : candidates) {
+    const bool valid = f.is_valid(c, p, limits);
+    skipped += valid ? 0 : 1;
+    listed += "  " + c.str() + (valid ? "" : " (not valid on sm_80: skipped)") + "\n";
+  }
+  CHECK(skipped == 8);
+  CHECK(candidates[0] == with(f.default_config(p), {{"stages", 3}}));
+  CHECK_THAT(out, Catch::Contains(listed));
   REQUIRE(run_ktune("--json render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
                     &out) == 0);
   const auto j = nlohmann::json::parse(out);
   CHECK(j["valid"] == valid);
   CHECK(j["default"] == f.default_config(p).to_json());
-  REQUIRE(j["candidates"].size() == 12);
+  REQUIRE(j["candidates"].size() == candidates.size());
   CHECK(j["candidates"][1]["config"] == candidates[1].to_json());
   // Those not valid on --arch are marked: FlashAttention-2's backward partition at 128-query tiles does not fit
   // the 99 KB of shared memory an sm_89 block may use.
