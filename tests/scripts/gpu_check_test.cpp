@@ -127,6 +127,12 @@ std::size_t gpu_test_files() {
   return n;
 }
 
+/// Whether one of `commands` contains `text`.
+bool any_contains(const std::vector<std::string>& commands, const std::string& text) {
+  return std::any_of(commands.begin(), commands.end(),
+                     [&](const std::string& c) { return c.find(text) != std::string::npos; });
+}
+
 }  // namespace
 
 TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the device", "[cli][gpu-check]") {
@@ -144,10 +150,7 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);
-  const auto has = [&](const std::string& text) {
-    return std::any_of(commands.begin(), commands.end(),
-                       [&](const std::string& c) { return c.find(text) != std::string::npos; });
-  };
+  const auto has = [&](const std::string& text) { return any_contains(commands, text); };
   CHECK(has("--families rmsnorm_bwd\\,residual_rmsnorm_bwd\\,embedding_bwd\\,cross_entropy_fwd --pdl"));
   CHECK(has("--dtype bf16 --graph --pdl"));
   CHECK(has("tune --model small --ctx 256 --batch 4 --dtype bf16"));
@@ -170,10 +173,7 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(n.ktune == 3 + 1 + 3 + 13);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 3);
-  const auto has = [&](const std::string& text) {
-    return std::any_of(commands.begin(), commands.end(),
-                       [&](const std::string& c) { return c.find(text) != std::string::npos; });
-  };
+  const auto has = [&](const std::string& text) { return any_contains(commands, text); };
   CHECK(has("bench attention --tables leaderboard"));
   CHECK(has("bench e2e --backend cuda --mode compiled"));
   CHECK(has("bench e2e --backend cuda --mode eager"));
