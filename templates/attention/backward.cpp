@@ -278,10 +278,16 @@ class Backward final : public TypedFamily<BackwardArgs> {
     // overlapped and in turn; at 64-query tiles overlapped, with ping-pong,
     // with bulk reductions; then in turn (mma 1), 64-query tiles, 128 keys
     // over two warpgroups and 64 over one. Then, under a causal mask, the
-    // default with the longest blocks first.
+    // default with the longest blocks first. For a short sequence (at most
+    // four of the default's query tiles, as the model's contexts of 256,
+    // where a block walks a few tiles and waits on each one's loads) the
+    // default with 4 stages, every query tile of a head in flight, comes
+    // before all these.
     const Config def = default_config(p);
     const std::int64_t order = p.dim("causal");
+    const bool short_seq = p.dim("seq") <= 4 * def.at("block_m");
     std::vector<Config> out;
+    if (short_seq) out.push_back(with(def, {{"stages", 4}}));
     if (element_bytes(p) == 2 && (p.dim("head_dim") == 64 || p.dim("head_dim") == 128)) {
       const auto wgmma = [&](std::int64_t bm, std::int64_t bn, std::int64_t mma, std::int64_t dq = 1,
                              std::int64_t pingpong = 0) {
@@ -298,8 +304,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
         out.push_back(c);
     }
     if (order == 1) out.push_back(with(def, {{"tile_order", 1}}));
-    for (const Config& c : {with(def, {{"stages", 4}}),
-                            with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
+    if (!short_seq) out.push_back(with(def, {{"stages", 4}}));
+    for (const Config& c : {with(def, {{"block_m", 128}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2},
                                        {"stages", 2}, {"resident_regs", 0}}),
                             with(def, {{"block_m", 64}, {"block_n", 128}, {"warps", 8}, {"warp_split", 2}})})
       out.push_back(c);
