@@ -127,40 +127,57 @@ TEST_CASE("cuda backend: the small model's passes replayed as CUDA graphs, or la
   test::skip_without_gpu();
   const ModelConfig config = model_config("small");
   const RunShape shape{2, 100};
+  constexpr int kSteps = 3;
   for (const Precision precision : {Precision::kF32, Precision::kBf16}) {
     // fp32: the same kernels on the same data, up to the order of atomic
     // adds; bf16 rounds each activation, which such an order can flip.
     const double tolerance = precision == Precision::kBf16 ? 1e-2 : 1e-4;
+    templates::adamw::AdamwHyper hyper;
+    const auto batch = [&](int step, std::vector<std::int32_t>& tokens, std::vector<std::int32_t>& targets) {
+      test::random_tokens(shape.tokens(), config.vocab, 40 + step, tokens, targets);
+    };
+    // The run op by op, each step's loss and gradients, and the parameters after the last.
+    std::vector<double> losses;
+    std::vector<std::vector<float>> gradients;
+    std::vector<float> parameters;
+    {
+      auto backend = tuner::exec::make_cuda_backend();
+      DeviceTransformer direct(*backend, config, shape, Allocation::kTrain,
+                               {.mode = Mode::kCompiled, .precision = precision});
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<std::int32_t> tokens, targets;
+        batch(step, tokens, targets);
+        losses.push_back(direct.forward(tokens, targets));
+        direct.backward();
+        gradients.push_back(direct.gradients());
+        direct.step(hyper);
+      }
+      parameters = direct.parameters();
+    }
     struct Variant {
       bool graphs, programmatic;
     };
     for (const Variant variant : {Variant{true, false}, Variant{false, true}, Variant{true, true}}) {
       INFO(to_string(precision) << (variant.graphs ? ", graphs" : "")
                                 << (variant.programmatic ? ", programmatic dependent launch" : ""));
-      auto backend_direct = tuner::exec::make_cuda_backend(), backend_other = tuner::exec::make_cuda_backend();
-      backend_other->set_programmatic(variant.programmatic);
-      DeviceTransformer direct(*backend_direct, config, shape, Allocation::kTrain,
-                               {.mode = Mode::kCompiled, .precision = precision});
-      DeviceTransformer other(*backend_other, config, shape, Allocation::kTrain,
+      auto backend = tuner::exec::make_cuda_backend();
+      backend->set_programmatic(variant.programmatic);
+      DeviceTransformer other(*backend, config, shape, Allocation::kTrain,
                               {.mode = Mode::kCompiled, .precision = precision, .graphs = variant.graphs});
-      templates::adamw::AdamwHyper hyper;
-      for (int step = 0; step < 3; ++step) {
+      for (int step = 0; step < kSteps; ++step) {
         INFO("step " << step);
         std::vector<std::int32_t> tokens, targets;
-        test::random_tokens(shape.tokens(), config.vocab, 40 + step, tokens, targets);
-        const double want = direct.forward(tokens, targets);
-        CHECK(other.forward(tokens, targets) == Approx(want).epsilon(tolerance / 10));
-        direct.backward();
+        batch(step, tokens, targets);
+        CHECK(other.forward(tokens, targets) == Approx(losses[step]).epsilon(tolerance / 10));
         other.backward();
-        CHECK(test::rel_l2(other.gradients(), direct.gradients(), 0, direct.layout().params.total) <= tolerance);
-        direct.step(hyper);
+        CHECK(test::rel_l2(other.gradients(), gradients[step], 0, other.layout().params.total) <= tolerance);
         other.step(hyper);
       }
       if (variant.graphs) {
         CHECK(other.forward_graph_nodes() > 0);
         CHECK(other.backward_graph_nodes() > 0);
       }
-      CHECK(test::rel_l2(other.parameters(), direct.parameters(), 0, direct.layout().params.total) <= tolerance);
+      CHECK(test::rel_l2(other.parameters(), parameters, 0, other.layout().params.total) <= tolerance);
     }
   }
 }
