@@ -55,14 +55,15 @@ std::string OpsBenchReport::markdown() const {
       "Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s; empty launch {:.4f} ms\n\n",
       device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs, empty_launch_ms);
   if (programmatic) s += "Kernels (eager and fused) launched with programmatic dependent launch.\n\n";
-  s += "| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (ktune) | fused GB/s "
+  s += "| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | fused GB/s "
        "| fused % copy | floor | fused / floor | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
-    s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {:.0f} | {:.1f}% | {:.4f} ms | {:.0f} | {:.1f}% "
-                     "| {:.4f} ms | {:.2f}x | {} ({}) |\n",
+    s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {:.0f} | {:.1f}% | {:.4f} ms ({}) | {:.0f} | "
+                     "{:.1f}% | {:.4f} ms | {:.2f}x | {} ({}) |\n",
                      r.op.model, r.op.context, r.op.family, r.op.problem.key(), r.bytes / 1e6, r.eager_ms,
-                     r.eager_launches, r.eager_gbs, 100 * r.eager_fraction_of_copy, r.fused_ms, r.fused_gbs,
+                     r.eager_launches, r.eager_gbs, 100 * r.eager_fraction_of_copy, r.fused_ms, r.fused_launches,
+                     r.fused_gbs,
                      100 * r.fused_fraction_of_copy, r.floor_ms, r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0,
                      r.fused_config, r.fused_source);
   s += "\n" + method + "\n";
@@ -92,6 +93,7 @@ nlohmann::json OpsBenchReport::to_json() const {
                          {"eager_gbs", r.eager_gbs},
                          {"eager_fraction_of_copy", r.eager_fraction_of_copy},
                          {"fused_ms", r.fused_ms},
+                         {"fused_launches", r.fused_launches},
                          {"fused_p20_ms", r.fused_p20_ms},
                          {"fused_p80_ms", r.fused_p80_ms},
                          {"fused_gbs", r.fused_gbs},
@@ -152,6 +154,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     row.fused_ms = fused.median_ms;
     row.fused_p20_ms = fused.p20_ms;
     row.fused_p80_ms = fused.p80_ms;
+    row.fused_launches = static_cast<int>(fused_plan.size());
 
     // Eager: the chain over the same buffers and its temporaries.
     w.reset(backend);

@@ -29,6 +29,7 @@ struct OpsBenchRow {
   OpsBenchCase op;
   double bytes = 0;  ///< the fused family's minimum DRAM traffic
   double fused_ms = 0, fused_p20_ms = 0, fused_p80_ms = 0;
+  int fused_launches = 0;  ///< the fused family's launches (the floor counts one)
   double eager_ms = 0;
   int eager_launches = 0;
   double floor_ms = 0;  ///< bytes / copy bandwidth + one empty launch

@@ -1,9 +1,11 @@
 // The ops benchmark through the emulation backend on small shapes: both
 // paths validated against the reference, the report's columns filled, the
-// floor made of the copy bandwidth and the empty launch.
+// floor made of the copy bandwidth and the empty launch, the fused launches
+// counted.
 #include "tuner/bench/ops_bench.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 namespace tuner_bench_ops_bench_emu_test {
 
@@ -14,6 +16,7 @@ TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emul
   const std::vector<tuner::OpsBenchCase> cases = {
       {"tiny", 8, "rmsnorm_fwd", templates::Problem{"bf16", {{"rows", 19}, {"dim", 64}}}},
       {"tiny", 8, "cross_entropy_bwd", templates::Problem{"f32", {{"rows", 7}, {"vocab", 129}}}},
+      {"tiny", 8, "rmsnorm_bwd", templates::Problem{"f32", {{"rows", 19}, {"dim", 64}}}},
   };
   tuner::RunOptions options;
   options.warmup = 0;
@@ -22,7 +25,7 @@ TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emul
   options.min_seconds = 0;
   const double copy_gbs = 100.0;  // a stand-in: the emulation has no bandwidth of its own
   const auto report = tuner::run_ops_bench(*backend, cases, nullptr, copy_gbs, options);
-  REQUIRE(report.rows.size() == 2);
+  REQUIRE(report.rows.size() == 3);
   CHECK(report.empty_launch_ms > 0);
   for (const auto& r : report.rows) {
     INFO(r.op.family);
@@ -34,11 +37,17 @@ TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emul
     CHECK(r.fused_source.find("default") != std::string::npos);
   }
   CHECK(report.rows[0].eager_launches == 8);  // cast, square, mean, add eps, rsqrt, mul, mul, cast
+  // The fused forms' launches: one each, the RMSNorm backward's dx and its dw reduction two.
+  CHECK(report.rows[0].fused_launches == 1);
+  CHECK(report.rows[1].fused_launches == 1);
+  CHECK(report.rows[2].fused_launches == 2);
   const std::string md = report.markdown();
   CHECK(md.find("| tiny | 8 | rmsnorm_fwd |") != std::string::npos);
+  CHECK(md.find(fmt::format("| {:.4f} ms (2) |", report.rows[2].fused_ms)) != std::string::npos);
   const auto j = report.to_json();
   CHECK(j["benchmark"] == "ops");
-  CHECK(j["rows"].size() == 2);
+  CHECK(j["rows"].size() == 3);
+  CHECK(j["rows"][2]["fused_launches"] == 2);
 }
 
 }  // namespace tuner_bench_ops_bench_emu_test
