@@ -109,7 +109,7 @@ class DeviceRuntime final : public Runtime {
       summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
                              model_->backward_graph_nodes());
     if (backend_->programmatic())
-      summary += backend_->name() == "gpu" && backend_->device().sm >= 90
+      summary += backend_->launches_programmatically()
                      ? "; programmatic dependent launch"
                      : "; programmatic dependent launch asked for (no effect here: it needs sm_90 and a GPU)";
     return summary;

@@ -112,7 +112,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
   report.device = device.name + " (" + device.arch + ")";
   report.driver_version = device.driver_version;
   report.date = utc_now();
-  report.programmatic = backend.programmatic() && device.sm >= 90;
+  report.programmatic = backend.launches_programmatically();
   report.copy_bandwidth_gbs = copy_bandwidth_gbs;
 
   {  // The empty launch: one thread of a primitive, the cost every launch pays.

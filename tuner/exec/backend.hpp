@@ -154,7 +154,11 @@ class Backend {
   /// and newer; elsewhere, and for other kernels, launches are as before). The
   /// emulation runs each launch to its end, so there it changes nothing.
   void set_programmatic(bool on) { programmatic_ = on; }
+  /// Whether it was asked for (set_programmatic).
   bool programmatic() const { return programmatic_; }
+  /// Whether the opting-in kernels are launched so here: asked for, and a
+  /// backend and device that can (the CUDA backend on sm_90 and newer).
+  virtual bool launches_programmatically() const { return false; }
 
   /// A mark after everything enqueued so far (default: waits, then the host clock).
   virtual std::unique_ptr<Mark> mark() {

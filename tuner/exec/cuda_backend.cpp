@@ -193,7 +193,7 @@ class CudaBackend final : public Backend {
     CUlaunchAttribute overlap{};
     overlap.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
     overlap.value.programmaticStreamSerializationAllowed = 1;
-    const bool programmatic = this->programmatic() && module->waits_previous_kernel() && device_.sm >= 90;
+    const bool programmatic = launches_programmatically() && module->waits_previous_kernel();
     for (const auto& l : plan) {
       auto args = l.args.pointers();
       CUlaunchConfig config{};
@@ -208,6 +208,7 @@ class CudaBackend final : public Backend {
     }
   }
   void synchronize() override { stream_.synchronize(); }
+  bool launches_programmatically() const override { return programmatic() && device_.sm >= 90; }
 
   // Thread-local capture: a call of this thread that would wait for the
   // stream (a synchronize, a copy on the legacy stream) fails, and with it

@@ -37,6 +37,12 @@ Config config(std::int64_t block_m, std::int64_t block_n, std::int64_t warps, st
                  {"dq_atomic", dq_atomic}, {"mma", 0}, {"tile_order", 0}, {"pingpong", 0}});
 }
 std::unique_ptr<tuner::exec::Backend> emu() { return tuner::exec::make_emu_backend({2, "sm_80"}); }
+/// The wgmma cases' multi-query heads: 3 query heads of head_dim 128 summed into one K/V head, 130 keys, causal.
+Problem multi_query() {
+  Problem p = problem("f16", 130, 128, true, 1, 3);
+  p.dims["kv_heads"] = 1;
+  return p;
+}
 
 /// run_backward on `c`'s kernels with `from` replaced by `to` in the wgmma dK/dV pass's source (`anywhere`:
 /// its first place in the source, for the helpers of attention_common.cuh).
@@ -286,8 +292,7 @@ TEST_CASE("attention_bwd on wgmma (mma 1, 2): head dims 64 and 128, masks, ragge
           "tiles, stages and grouped heads",
           "[attention][emu]") {
   auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
-  Problem grouped = problem("f16", 130, 128, true, 1, 3);
-  grouped.dims["kv_heads"] = 1;
+  const Problem grouped = multi_query();
   struct Case {
     Config c;
     Problem p;
@@ -324,8 +329,7 @@ TEST_CASE("attention_bwd on wgmma with the warpgroups taking turns (pingpong), i
           "and 128, masks, ragged lengths, query tiles, stages, dQ by bulk reductions, grouped heads, tile orders",
           "[attention][emu]") {
   auto backend = tuner::exec::make_emu_backend({2, "sm_90"});
-  Problem grouped = problem("f16", 130, 128, true, 1, 3);
-  grouped.dims["kv_heads"] = 1;
+  const Problem grouped = multi_query();
   for (const std::int64_t mma : {1, 2}) {
     INFO("mma " << mma);
     test::check_backward(*backend, wgmma_backward(128, 128, 2, mma, 1, 0, 1), problem("bf16", 257, 64, true), false);
