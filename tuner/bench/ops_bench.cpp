@@ -48,14 +48,65 @@ struct DeviceWorkload {
   }
 };
 
+/// "a" or "a-b" with `digits` decimals and `unit`, a range over a summary's shapes.
+std::string range(double lo, double hi, const char* unit, int digits) {
+  const std::string a = fmt::format("{:.{}f}", lo, digits), b = fmt::format("{:.{}f}", hi, digits);
+  return a == b ? a + unit : a + "-" + b + unit;
+}
+
 }  // namespace
+
+bool OpsBenchSummary::meets(const OpsBenchRow& r) {
+  if (r.bytes >= kLargeBytes) return r.fused_fraction_of_copy >= kLargeTarget;
+  return r.floor_ms > 0 && r.fused_ms <= kFloorTarget * r.floor_ms;
+}
+
+std::vector<OpsBenchSummary> OpsBenchReport::summary() const {
+  std::vector<OpsBenchSummary> out;
+  for (const auto& r : rows) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& s) { return s.family == r.op.family; });
+    const bool first = it == out.end();
+    if (first) it = out.insert(out.end(), OpsBenchSummary{r.op.family});
+    OpsBenchSummary& s = *it;
+    const double ratio = r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0;
+    const double speedup = r.fused_ms > 0 ? r.eager_ms / r.fused_ms : 0.0;
+    s.floor_ratio_min = first ? ratio : std::min(s.floor_ratio_min, ratio);
+    s.floor_ratio_max = first ? ratio : std::max(s.floor_ratio_max, ratio);
+    s.speedup_min = first ? speedup : std::min(s.speedup_min, speedup);
+    s.speedup_max = first ? speedup : std::max(s.speedup_max, speedup);
+    if (r.bytes >= OpsBenchSummary::kLargeBytes) {
+      const double f = r.fused_fraction_of_copy;
+      s.large_copy_min = s.large_shapes == 0 ? f : std::min(s.large_copy_min, f);
+      s.large_copy_max = s.large_shapes == 0 ? f : std::max(s.large_copy_max, f);
+      ++s.large_shapes;
+    }
+    ++s.shapes;
+    if (OpsBenchSummary::meets(r)) ++s.met;
+  }
+  return out;
+}
 
 std::string OpsBenchReport::markdown() const {
   std::string s = fmt::format(
       "Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s; empty launch {:.4f} ms\n\n",
       device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs, empty_launch_ms);
   if (programmatic) s += "Kernels (eager and fused) launched with programmatic dependent launch.\n\n";
-  s += "| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | fused GB/s "
+  s += fmt::format("Per op over its shapes; target: at least {:.0f}% of copy where the fused kernel moves {:.0f} MB or "
+                   "more, within {:.1f}x of the floor below that.\n\n",
+                   100 * OpsBenchSummary::kLargeTarget, OpsBenchSummary::kLargeBytes / 1e6,
+                   OpsBenchSummary::kFloorTarget);
+  s += fmt::format("| op | shapes at target | fused / floor | fused % copy at >= {:.0f} MB | eager / fused |\n",
+                   OpsBenchSummary::kLargeBytes / 1e6);
+  s += "|---|---|---|---|---|\n";
+  for (const auto& o : summary())
+    s += fmt::format("| {} | {} of {} | {} | {} | {} |\n", o.family, o.met, o.shapes,
+                     range(o.floor_ratio_min, o.floor_ratio_max, "x", 2),
+                     o.large_shapes == 0 ? std::string("-")
+                                         : fmt::format("{} ({} shape{})", range(100 * o.large_copy_min,
+                                                                                 100 * o.large_copy_max, "%", 0),
+                                                       o.large_shapes, o.large_shapes == 1 ? "" : "s"),
+                     range(o.speedup_min, o.speedup_max, "x", 1));
+  s += "\n| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | fused GB/s "
        "| fused % copy | floor | fused / floor | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
@@ -81,7 +132,16 @@ nlohmann::json OpsBenchReport::to_json() const {
                       {"empty_launch_ms", empty_launch_ms},
                       {"programmatic_launch", programmatic},
                       {"method", method},
+                      {"summary", nlohmann::json::array()},
                       {"rows", nlohmann::json::array()}};
+  for (const auto& o : summary())
+    j["summary"].push_back({{"family", o.family},
+                            {"shapes", o.shapes},
+                            {"shapes_at_target", o.met},
+                            {"fused_over_floor", {o.floor_ratio_min, o.floor_ratio_max}},
+                            {"large_shapes", o.large_shapes},
+                            {"large_fused_fraction_of_copy", {o.large_copy_min, o.large_copy_max}},
+                            {"eager_over_fused", {o.speedup_min, o.speedup_max}}});
   for (const auto& r : rows)
     j["rows"].push_back({{"model", r.op.model},
                          {"context", r.op.context},

@@ -38,6 +38,24 @@ struct OpsBenchRow {
   std::string fused_config, fused_source;
 };
 
+/// One op over every shape it was measured at, against the families' targets: at
+/// least kLargeTarget of the copy bandwidth where the fused kernel moves
+/// kLargeBytes or more, within kFloorTarget of its floor below that.
+struct OpsBenchSummary {
+  static constexpr double kLargeBytes = 64e6;  ///< 64 MB, as the table's MB column (10^6 bytes)
+  static constexpr double kLargeTarget = 0.85;
+  static constexpr double kFloorTarget = 1.5;
+  std::string family;
+  int shapes = 0;
+  int met = 0;  ///< shapes at their target
+  double floor_ratio_min = 0, floor_ratio_max = 0;  ///< fused / floor
+  int large_shapes = 0;  ///< shapes of kLargeBytes or more
+  double large_copy_min = 0, large_copy_max = 0;  ///< fused fraction of copy over them
+  double speedup_min = 0, speedup_max = 0;  ///< eager / fused
+  /// Whether `r` is at its target.
+  static bool meets(const OpsBenchRow& r);
+};
+
 struct OpsBenchReport {
   std::string device;
   int driver_version = 0;
@@ -48,6 +66,8 @@ struct OpsBenchReport {
   std::string method;
   std::vector<OpsBenchRow> rows;
   std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
+  /// One entry per op, in the order of their first rows.
+  std::vector<OpsBenchSummary> summary() const;
   std::string markdown() const;
   nlohmann::json to_json() const;
 };
