@@ -1,0 +1,214 @@
+#!/usr/bin/python3
+"""Draws the JSON that ktune's benchmarks write (--json-out) as a figure.
+
+    bench/plot.py OUT.{png,svg,pdf} FILE.json [FILE.json ...]
+
+The files are of one benchmark, which picks the figure:
+  adam       `ktune bench adam`: ms per step against elements per tensor, a
+             panel per tensor count, a line per implementation (eager single
+             tensor, compiled single tensor, fused multi-tensor)
+  attention  `ktune bench attention`: seed 003's table as forward and
+             backward ms against the sequence length, a line per head dim;
+             the leaderboard and d 128 cases as bars
+  e2e        `ktune bench e2e` (one run, or --sweep's twelve) and
+             bench/peers/torch_e2e.py: a bar per run and phase, median ms
+             with the trials' std; files side by side
+  ops        `ktune bench ops`: a panel per op, fused and eager over the
+             floor for each model shape, the families' 1.5x target drawn
+The title names the device, date and git revision of the first file. Bad
+input gets one line and exit 2, and nothing is written. Needs matplotlib
+(Debian: python3-matplotlib); ktune itself does not.
+"""
+import json
+import math
+import os
+import sys
+import tempfile
+
+KINDS = ("adam", "attention", "e2e", "ops")
+
+
+class BadInput(Exception):
+    pass
+
+
+def load(paths):
+    """(kind, [record, ...]) of the files; a --sweep file is a list of e2e runs."""
+    records = []
+    for path in paths:
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError) as e:
+            raise BadInput(f"{path}: not a readable JSON file ({str(e).splitlines()[0]})")
+        for r in data if isinstance(data, list) else [data]:
+            if not isinstance(r, dict) or r.get("benchmark") not in KINDS:
+                raise BadInput(f"{path}: not the JSON of a ktune benchmark (one of {', '.join(KINDS)}, "
+                               "from --json-out)")
+            records.append(r)
+    if not records:
+        raise BadInput("no benchmark results in the files given")
+    kinds = sorted({r["benchmark"] for r in records})
+    if len(kinds) > 1:
+        raise BadInput(f"the files hold different benchmarks ({', '.join(kinds)}); plot one at a time")
+    return kinds[0], records
+
+
+def stamp(r):
+    device = r.get("device", "unknown device")
+    date = r.get("date", "")[:10]
+    revision = r.get("git_revision")
+    return f"{device}, {date}" + (f", git {revision}" if revision else "")
+
+
+def grid(plt, n, width=4.2, height=3.2):
+    cols = min(n, 3)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def plot_adam(plt, records):
+    rows = [row for r in records for row in r["rows"]]
+    counts = sorted({row["tensors"] for row in rows})
+    fig, axes = grid(plt, len(counts))
+    impls = [("single_tensor_eager_ms", "eager, single tensor"), ("compiled_single_tensor_ms", "compiled, single tensor"),
+             ("fused_ms", "ktune fused multi-tensor")]
+    for ax, count in zip(axes, counts):
+        for dtype in sorted({row["dtype"] for row in rows}):
+            mine = sorted((row for row in rows if row["tensors"] == count and row["dtype"] == dtype),
+                          key=lambda row: row["numel"])
+            for key, label in impls:
+                points = [(row["numel"], row[key]) for row in mine if row.get(key)]
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=f"{label} ({dtype})")
+        ax.set(xscale="log", yscale="log", title=f"{count} tensor{'s' if count != 1 else ''}",
+               xlabel="elements per tensor", ylabel="ms per step")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    return fig, "AdamW step"
+
+
+def plot_attention(plt, records):
+    rows = [row for r in records for row in r["rows"]]
+    seed = [row for row in rows if row["table"] == "seed003"]
+    cases = [row for row in rows if row["table"] != "seed003"]
+    fig, axes = grid(plt, (2 if seed else 0) + (1 if cases else 0))
+    if seed:
+        for ax, phase in zip(axes, ("forward", "backward")):
+            for d in sorted({row["head_dim"] for row in seed}):
+                points = sorted((row["seq"], row[phase]["median_ms"]) for row in seed
+                                if row["head_dim"] == d and row.get(phase))
+                if points:
+                    ax.plot(*zip(*points), marker="o", label=f"head dim {d}")
+            ax.set(xscale="log", yscale="log", title=f"seed 003: {phase}", xlabel="sequence length", ylabel="ms")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+    if cases:
+        ax = axes[-1]
+        labels = [row["table"] for row in cases]
+        x = range(len(cases))
+        for i, phase in enumerate(("forward", "backward")):
+            ms = [row[phase]["median_ms"] if row.get(phase) else 0 for row in cases]
+            ax.bar([v + (i - 0.5) * 0.4 for v in x], ms, 0.4, label=phase)
+        ax.set_xticks(list(x), labels, fontsize=8)
+        ax.set(title="targets", ylabel="ms")
+        ax.legend(fontsize=7)
+    return fig, "Attention"
+
+
+def e2e_label(r):
+    backend = r.get("backend", "?")
+    who = backend if backend.startswith("torch") else f"ktune {backend}"
+    extra = ", graphs" if r.get("graphs") else ""
+    return (f"{who} {r.get('mode', '')} {r.get('dtype', '')}{extra}\n{r.get('model', '')} ctx {r['context_length']}, "
+            f"warm-up {r.get('num_warmups', '?')}")
+
+
+def plot_e2e(plt, records):
+    phases = [p for p in ("forward", "backward", "optimizer", "step") if any(r.get(p) for r in records)]
+    fig, axes = grid(plt, 1, width=max(6.0, 1.1 * len(records) * len(phases) ** 0.5), height=4.5)
+    ax = axes[0]
+    width = 0.8 / len(phases)
+    for i, phase in enumerate(phases):
+        ms = [r[phase]["median_ms"] if r.get(phase) else 0 for r in records]
+        std = [r[phase]["std_ms"] if r.get(phase) else 0 for r in records]
+        ax.bar([j + (i - (len(phases) - 1) / 2) * width for j in range(len(records))], ms, width, yerr=std,
+               capsize=2, label=phase)
+    ax.set_xticks(range(len(records)), [e2e_label(r) for r in records], fontsize=7, rotation=30, ha="right")
+    values = [r[p]["median_ms"] for r in records for p in phases if r.get(p) and r[p]["median_ms"] > 0]
+    if values and max(values) > 20 * min(values):
+        ax.set_yscale("log")  # compiled steps beside eager ones, each readable
+    ax.set(ylabel="median ms (std over trials)", title="training step by phase")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig, "End to end"
+
+
+def plot_ops(plt, records):
+    from matplotlib import ticker
+    rows = [row for r in records for row in r["rows"]]
+    ops = list(dict.fromkeys(row["family"] for row in rows))
+    fig, axes = grid(plt, len(ops))
+    for ax, op in zip(axes, ops):
+        mine = [row for row in rows if row["family"] == op]
+        x = range(len(mine))
+        for i, (key, label) in enumerate((("fused_ms", "ktune fused"), ("eager_ms", "eager chain"))):
+            ax.bar([v + (i - 0.5) * 0.4 for v in x], [row[key] / row["floor_ms"] for row in mine], 0.4, label=label)
+        ax.axhline(1.5, color="k", linestyle="--", linewidth=0.8, label="1.5x the floor")
+        ax.set_xticks(list(x), [f"{row['model']} {row['context']}" for row in mine], fontsize=6, rotation=45,
+                      ha="right")
+        ax.set(yscale="log", title=op, ylabel="time / floor")
+        ax.set_ylim(bottom=0.8)  # the floor is 1: every bar starts below it
+        ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%gx"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.tick_params(axis="y", which="both", labelsize=7)
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    return fig, "Ops, eager and fused, over the floor (bytes / copy bandwidth + an empty launch)"
+
+
+def main(argv):
+    if len(argv) < 2 or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    out, paths = argv[0], argv[1:]
+    try:
+        extension = os.path.splitext(out)[1].lower()
+        if extension not in (".png", ".svg", ".pdf"):
+            raise BadInput(f"{out}: the figure's name must end in .png, .svg or .pdf")
+        kind, records = load(paths)
+        try:
+            import matplotlib
+        except ImportError:
+            raise BadInput("matplotlib is not installed (Debian: apt-get install python3-matplotlib)")
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        try:
+            fig, title = globals()["plot_" + kind](plt, records)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            raise BadInput(f"{paths[0]}: a {kind} result without the fields this figure needs ({e!r})")
+    except BadInput as e:
+        print(f"plot: {e}", file=sys.stderr)
+        return 2
+    fig.suptitle(f"{title}\n{stamp(records[0])}", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    folder = os.path.dirname(os.path.abspath(out))
+    fd, tmp = tempfile.mkstemp(dir=folder, suffix=extension)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"{out}: {kind}, {len(records)} result{'s' if len(records) != 1 else ''} from {len(paths)} "
+          f"file{'s' if len(paths) != 1 else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,139 @@
+// bench/plot.py on what ktune's benchmarks write: the Adam and ops
+// benchmarks run on the emulation here, the e2e benchmark through the CLI
+// (one run, and a list of runs as --sweep writes), and the attention benchmark's JSON (a GPU's only)
+// as cli/bench_attention.cpp writes it. Each becomes a figure; bad input
+// gets one line, exit 2, and no figure.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "support.hpp"
+#include "tuner/bench/adam_bench.hpp"
+#include "tuner/bench/ops_bench.hpp"
+#include "tuner/exec/backend.hpp"
+#include "tuner/run/emu_runner.hpp"
+
+namespace bench_plot_emu_test {
+
+using namespace ktune;
+using ktune::test::run_command;
+namespace fs = std::filesystem;
+
+const std::string kPlot = std::string(KTUNE_SOURCE_DIR) + "/bench/plot.py";
+
+void write(const fs::path& path, const nlohmann::json& j) { std::ofstream(path) << j.dump(2); }
+
+std::string head(const fs::path& path, std::size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  std::string s(n, '\0');
+  in.read(s.data(), static_cast<std::streamsize>(n));
+  s.resize(static_cast<std::size_t>(in.gcount()));
+  return s;
+}
+
+/// Runs the script; its exit code, its output in `text`.
+int plot(const fs::path& out, const std::vector<fs::path>& files, std::string* text) {
+  std::string command = kPlot + " " + out.string();
+  for (const auto& f : files) command += " " + f.string();
+  return run_command(command, text);
+}
+
+/// A figure from `files`: exit 0, a PNG (or SVG) where asked, one line naming it.
+void check_figure(const fs::path& out, const std::vector<fs::path>& files, const std::string& kind) {
+  std::string text;
+  const int rc = plot(out, files, &text);
+  INFO(text);
+  REQUIRE(rc == 0);
+  CHECK(text.find(out.string() + ": " + kind) != std::string::npos);
+  REQUIRE(fs::exists(out));
+  if (out.extension() == ".png") CHECK(head(out, 8) == "\x89PNG\r\n\x1a\n");
+  else CHECK(head(out, 200).find("<svg") != std::string::npos);
+}
+
+tuner::RunOptions quick() {
+  tuner::RunOptions o;
+  o.warmup = 0;
+  o.min_repetitions = 1;
+  o.max_repetitions = 1;
+  o.min_seconds = 0;
+  return o;
+}
+
+TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in one line", "[bench][emu]") {
+  const fs::path dir = test::scratch_dir("plot");
+
+  SECTION("adam and ops, run on the emulation") {
+    auto runner = tuner::make_emu_runner({1, "sm_80"});
+    const auto adam = tuner::run_adam_bench(*runner, {1, 2}, {1000, 3000}, "f32", nullptr, 100.0);
+    write(dir / "adam.json", adam.to_json());
+    check_figure(dir / "adam.png", {dir / "adam.json"}, "adam, 1 result from 1 file");
+
+    auto backend = tuner::exec::make_emu_backend({1, "sm_80"});
+    const std::vector<tuner::OpsBenchCase> cases = {
+        {"tiny", 8, "rmsnorm_fwd", templates::Problem{"f32", {{"rows", 9}, {"dim", 64}}}},
+        {"tiny", 8, "swiglu_fwd", templates::Problem{"bf16", {{"n", 301}}}},
+    };
+    write(dir / "ops.json", tuner::run_ops_bench(*backend, cases, nullptr, 100.0, quick()).to_json());
+    check_figure(dir / "ops.svg", {dir / "ops.json"}, "ops, 1 result from 1 file");
+
+    // Two benchmarks in one figure: refused, nothing written.
+    std::string text;
+    CHECK(plot(dir / "mixed.png", {dir / "adam.json", dir / "ops.json"}, &text) == 2);
+    CHECK(text == "plot: the files hold different benchmarks (adam, ops); plot one at a time\n");
+    CHECK_FALSE(fs::exists(dir / "mixed.png"));
+  }
+
+  SECTION("e2e: one run and seed 002's sweep, from the CLI") {
+    const std::string e2e = test::ktune_exe().string() + " bench e2e --backend cpu --model tiny ";
+    std::string text;
+    REQUIRE(run_command(e2e + "--batch 1 --ctx 16 --warmup 0 --trials 2 --with-optimizer --json-out " +
+                            (dir / "run.json").string(), &text) == 0);
+    REQUIRE(run_command(e2e + "--batch 2 --ctx 9 --warmup 1 --trials 2 --forward-only --json-out " +
+                            (dir / "forward.json").string(), &text) == 0);
+    // --sweep writes its runs as a list of what one run writes.
+    std::ifstream run(dir / "run.json"), forward(dir / "forward.json");
+    write(dir / "sweep.json", nlohmann::json::array({nlohmann::json::parse(run), nlohmann::json::parse(forward)}));
+    check_figure(dir / "e2e.png", {dir / "run.json", dir / "sweep.json"}, "e2e, 3 results from 2 files");
+  }
+
+  SECTION("attention, as bench attention writes it") {
+    const auto timed = [](double ms) {
+      return nlohmann::json{{"median_ms", ms}, {"p20_ms", ms}, {"p80_ms", ms}, {"config", "{}"},
+                            {"config_source", "default"}};
+    };
+    nlohmann::json rows = nlohmann::json::array();
+    for (const int d : {16, 64})
+      for (const int seq : {256, 1024})
+        rows.push_back({{"table", "seed003"}, {"head_dim", d}, {"seq", seq}, {"forward", timed(0.01 * seq)},
+                        {"backward", timed(0.03 * seq)}});
+    rows.push_back({{"table", "causal_fwd_d128"}, {"head_dim", 128}, {"seq", 16384}, {"forward", timed(2.5)}});
+    write(dir / "attention.json", {{"benchmark", "attention"}, {"device", "emulated"}, {"rows", rows}});
+    check_figure(dir / "attention.png", {dir / "attention.json"}, "attention, 1 result from 1 file");
+  }
+
+  SECTION("bad input") {
+    std::string text;
+    write(dir / "other.json", {{"benchmark", "nope"}});
+    CHECK(plot(dir / "f.png", {dir / "other.json"}, &text) == 2);
+    CHECK(text.rfind("plot: ", 0) == 0);
+    CHECK(text.find("not the JSON of a ktune benchmark") != std::string::npos);
+    CHECK(std::count(text.begin(), text.end(), '\n') == 1);
+
+    write(dir / "short.json", {{"benchmark", "ops"}, {"rows", {{{"family", "x"}}}}});
+    CHECK(plot(dir / "f.png", {dir / "short.json"}, &text) == 2);
+    CHECK(text.find("without the fields this figure needs") != std::string::npos);
+
+    CHECK(plot(dir / "f.jpg", {dir / "short.json"}, &text) == 2);
+    CHECK(text.find("must end in .png, .svg or .pdf") != std::string::npos);
+    CHECK(plot(dir / "f.png", {dir / "missing.json"}, &text) == 2);
+    CHECK(text.find("not a readable JSON file") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "f.png"));
+    CHECK(fs::directory_iterator(dir) != fs::directory_iterator());  // only the inputs
+    for (const auto& e : fs::directory_iterator(dir)) CHECK(e.path().extension() == ".json");
+  }
+}
+
+}  // namespace bench_plot_emu_test
