@@ -5,6 +5,8 @@
 // gets one line, exit 2, and no figure.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -63,6 +65,11 @@ tuner::RunOptions quick() {
 }
 
 TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in one line", "[bench][emu]") {
+  std::string text;
+  if (run_command("/usr/bin/python3 -c 'import matplotlib'", &text) != 0) {  // the script's interpreter
+    std::printf("skipped: /usr/bin/python3 has no matplotlib (scripts/setup installs python3-matplotlib)\n");
+    std::exit(test::kSkipCode);
+  }
   const fs::path dir = test::scratch_dir("plot");
 
   SECTION("adam and ops, run on the emulation") {
@@ -80,7 +87,6 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
     check_figure(dir / "ops.svg", {dir / "ops.json"}, "ops, 1 result from 1 file");
 
     // Two benchmarks in one figure: refused, nothing written.
-    std::string text;
     CHECK(plot(dir / "mixed.png", {dir / "adam.json", dir / "ops.json"}, &text) == 2);
     CHECK(text == "plot: the files hold different benchmarks (adam, ops); plot one at a time\n");
     CHECK_FALSE(fs::exists(dir / "mixed.png"));
@@ -88,7 +94,6 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
 
   SECTION("e2e: one run and seed 002's sweep, from the CLI") {
     const std::string e2e = test::ktune_exe().string() + " bench e2e --backend cpu --model tiny ";
-    std::string text;
     REQUIRE(run_command(e2e + "--batch 1 --ctx 16 --warmup 0 --trials 2 --with-optimizer --json-out " +
                             (dir / "run.json").string(), &text) == 0);
     REQUIRE(run_command(e2e + "--batch 2 --ctx 9 --warmup 1 --trials 2 --forward-only --json-out " +
@@ -115,7 +120,6 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
   }
 
   SECTION("bad input") {
-    std::string text;
     write(dir / "other.json", {{"benchmark", "nope"}});
     CHECK(plot(dir / "f.png", {dir / "other.json"}, &text) == 2);
     CHECK(text.rfind("plot: ", 0) == 0);
