@@ -8,8 +8,9 @@ The files are of one benchmark, which picks the figure:
              panel per tensor count, a line per implementation (eager single
              tensor, compiled single tensor, fused multi-tensor)
   attention  `ktune bench attention`: seed 003's table as forward and
-             backward ms against the sequence length, a line per head dim;
-             the leaderboard and d 128 cases as bars
+             backward ms against the sequence length, a line per head dim
+             (flash solid, eager dashed); the leaderboard and d 128 cases
+             as bars
   e2e        `ktune bench e2e` (one run, or --sweep's twelve) and
              bench/peers/torch_e2e.py: a bar per run and phase, median ms
              with the trials' std; files side by side
@@ -98,11 +99,12 @@ def plot_attention(plt, records):
     fig, axes = grid(plt, (2 if seed else 0) + (1 if cases else 0))
     if seed:
         for ax, phase in zip(axes, ("forward", "backward")):
-            for d in sorted({row["head_dim"] for row in seed}):
-                points = sorted((row["seq"], row[phase]["median_ms"]) for row in seed
-                                if row["head_dim"] == d and row.get(phase))
-                if points:
-                    ax.plot(*zip(*points), marker="o", label=f"head dim {d}")
+            for i, d in enumerate(sorted({row["head_dim"] for row in seed})):
+                for key, style, label in ((phase, "-", "flash"), ("eager_" + phase, "--", "eager")):
+                    points = sorted((row["seq"], row[key]["median_ms"]) for row in seed
+                                    if row["head_dim"] == d and row.get(key))
+                    if points:
+                        ax.plot(*zip(*points), style, marker="o", color=f"C{i}", label=f"{label}, head dim {d}")
             ax.set(xscale="log", yscale="log", title=f"seed 003: {phase}", xlabel="sequence length", ylabel="ms")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)

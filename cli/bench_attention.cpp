@@ -6,7 +6,9 @@
 // three); TFLOP/s with a causal mask counting half the square and the
 // backward 2.5 x the forward. Configs come from the tuned cache (--cache) or
 // the family defaults; every variant is checked against the reference (a
-// seeded sample of rows at these sizes) before it is timed. A variant that
+// seeded sample of rows at these sizes) before it is timed. Seed 003's table
+// also has eager attention's columns, its baseline: the runtime's eager mode's
+// materialised attention (model/attention_bench.hpp), unless --no-eager. A variant that
 // fails leaves its cells empty with the reason beside the table, the other
 // rows are still measured, and the command exits 1. Markdown, or JSON with
 // device, driver, date and git revision.
@@ -23,7 +25,10 @@
 #include "cache/tuned_cache.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "model/attention_bench.hpp"
 #include "templates/attention/attention.hpp"
+#include "tuner/exec/backend.hpp"
+#include "tuner/run/emu_runner.hpp"
 #include "tuner/run/gpu_runner.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -42,9 +47,11 @@ struct Row {
   std::string table;  ///< "seed003", "leaderboard" or "causal_fwd_d128"
   templates::Problem problem;
   std::optional<Timed> forward, backward;
+  std::optional<Timed> eager_forward, eager_backward;  ///< seed 003's baseline, materialised attention
   std::vector<std::string> failures;  ///< "attention_fwd {config}: why", per pass that failed
   double forward_tflops = 0, backward_tflops = 0, total_ms = 0, total_tflops = 0;
   double memory_after_forward_mib = 0;  ///< q, k, v, o and lse, as the runtime keeps them for the backward
+  double eager_memory_after_forward_mib = 0;  ///< q, k, v, o and the probabilities
 };
 
 templates::Problem attention_problem(const std::string& dtype, std::int64_t batch, std::int64_t heads,
@@ -86,13 +93,14 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
     std::string dims = "16,32,64,128";
     std::string seqs = "256,1024,4096,8192,16384";
     std::string dtype = "f32";
-    bool causal = false;
-    std::string cache, json_out;
+    bool causal = false, no_eager = false;
+    std::string cache, json_out, backend = "gpu";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand(
-      "attention", "Flash attention on the GPU: seed 003's table (batch 8, one head), the CS336 leaderboard case and "
-                   "the causal forward at head dim 128, seq 16384, with TFLOP/s");
+      "attention", "Attention on the GPU: seed 003's table (batch 8, one head; flash beside eager mode's materialised "
+                   "attention), the CS336 leaderboard case and the causal forward at head dim 128, seq 16384, with "
+                   "TFLOP/s");
   cmd->add_option("--tables", o->tables,
                   "Which cases, comma-separated: seed003 (the table of --dims x --seqs), leaderboard, causal_fwd_d128")
       ->delimiter(',')
@@ -100,11 +108,21 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       ->capture_default_str();
   cmd->add_option("--dims", o->dims, "Head dims of the seed 003 table")->capture_default_str();
   cmd->add_option("--seqs", o->seqs, "Sequence lengths of the seed 003 table")->capture_default_str();
-  cmd->add_option("--dtype", o->dtype, "dtype of the seed 003 table: f32 (tf32 matrix units), bf16 or f16")
+  cmd->add_option("--dtype", o->dtype,
+                  "dtype of the seed 003 table: f32 (flash on the tf32 matrix units, eager in f32), bf16 or f16 "
+                  "(flash only)")
       ->capture_default_str();
   cmd->add_flag("--causal", o->causal, "Causal mask in the seed 003 table (the two other cases always use one)");
+  cmd->add_flag("--no-eager", o->no_eager,
+                "Leave out the seed 003 table's eager columns (eager mode's materialised attention: GEMMs, softmax, "
+                "GEMMs; f32 and bf16)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take configs from (default: family defaults)");
   cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  cmd->add_option("--backend", o->backend,
+                  "gpu, or emu (the host emulation, for small cases: checks the whole benchmark; its times are "
+                  "host wall times, not GPU times)")
+      ->check(CLI::IsMember({"gpu", "emu"}))
+      ->capture_default_str();
   cmd->callback([o, &global] {
     const auto dims = int_list_arg(o->dims, "--dims");
     const auto seqs = int_list_arg(o->seqs, "--seqs");
@@ -122,8 +140,10 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");    // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
-    auto runner = tuner::make_gpu_runner();  // throws "no CUDA device: ..." (exit 2) without one
-    const auto& device = runner->device();
+    const bool emulated = o->backend == "emu";
+    // Throws "no CUDA device: ..." (exit 2) without one.
+    auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+    const DeviceLimits device = runner->device();
     std::vector<std::string> warnings;
     std::string method;
     tuner::RunOptions run;
@@ -159,6 +179,28 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       std::cerr << fmt::format("  {} {}: forward {} ms, backward {} ms\n", r.table, r.problem.key(), ms(r.forward),
                                ms(r.backward));
     }
+    // Eager attention after every flash row, on a backend of its own (the runner's work is done).
+    const auto eager = [&](const Row& r) {
+      return !o->no_eager && r.table == "seed003" && model::eager_attention_supports(r.problem);
+    };
+    if (std::any_of(rows.begin(), rows.end(), eager)) {
+      runner.reset();
+      auto backend = emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
+      for (auto& r : rows) {
+        if (!eager(r)) continue;
+        try {
+          const auto e = model::bench_eager_attention(*backend, r.problem, run);
+          r.eager_forward = Timed{e.forward.median_ms, e.forward.p20_ms, e.forward.p80_ms, "", e.gemms};
+          r.eager_backward = Timed{e.backward.median_ms, e.backward.p20_ms, e.backward.p80_ms, "", e.gemms};
+          r.eager_memory_after_forward_mib = e.memory_after_forward_bytes / (1024.0 * 1024.0);
+        } catch (const Error& e) {
+          if (e.kind() == ErrorKind::kNoDevice) throw;
+          r.failures.push_back(fmt::format("eager attention: {}", e.what()));
+        }
+        std::cerr << fmt::format("  {} {}: eager forward {} ms, backward {} ms\n", r.table, r.problem.key(),
+                                 ms(r.eager_forward), ms(r.eager_backward));
+      }
+    }
     for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
     const auto failed = std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.failures.empty(); });
 
@@ -180,6 +222,11 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (r.backward) {
         row["backward"] = to_json(*r.backward);
         row["backward_tflops"] = r.backward_tflops;
+      }
+      if (r.eager_forward) {
+        row["eager_forward"] = to_json(*r.eager_forward);
+        row["eager_backward"] = to_json(*r.eager_backward);
+        row["eager_memory_after_forward_mib"] = r.eager_memory_after_forward_mib;
       }
       if (r.forward && r.backward) {
         row["forward_backward_ms"] = r.total_ms;
@@ -203,15 +250,22 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                                 j["configs"].get<std::string>());
     if (wanted("seed003")) {
       s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median), TFLOP/s (causal counts half the "
-                       "square, backward 2.5 x forward); memory: q, k, v, o and lse kept for the backward.\n\n",
-                       o->dtype == "f32" ? "f32 on the tf32 matrix units" : o->dtype, o->causal ? ", causal" : "");
-      s += "| d_model | seq_len | forward time | forward TFLOP/s | memory after forward (MiB) | backward time | "
-           "backward TFLOP/s |\n|--:|--:|--:|--:|--:|--:|--:|\n";
+                       "square, backward 2.5 x forward). Eager: eager mode's materialised attention (GEMMs, "
+                       "softmax, GEMMs{}), keeping q, k, v, o and the probabilities; flash: attention_fwd and "
+                       "attention_bwd{}, keeping q, k, v, o and lse.\n\n",
+                       o->dtype == "f32" ? "f32" : o->dtype, o->causal ? ", causal" : "",
+                       o->dtype == "f32" ? "; f32 GEMMs, as PyTorch's default" : "",
+                       o->dtype == "f32" ? " on the tf32 matrix units" : "");
+      s += "| d_model | seq_len | eager forward | flash forward | flash forward TFLOP/s | eager backward | flash "
+           "backward | flash backward TFLOP/s | memory after forward, eager (MiB) | flash (MiB) |\n"
+           "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
       for (const auto& r : rows)
         if (r.table == "seed003")
-          s += fmt::format("| {} | {} | {} | {} | {:.2f} | {} | {} |\n", r.problem.dim("head_dim"),
-                           r.problem.dim("seq"), ms(r.forward), tflops(r.forward_tflops), r.memory_after_forward_mib,
-                           ms(r.backward), tflops(r.backward_tflops));
+          s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |\n", r.problem.dim("head_dim"),
+                           r.problem.dim("seq"), ms(r.eager_forward), ms(r.forward), tflops(r.forward_tflops),
+                           ms(r.eager_backward), ms(r.backward), tflops(r.backward_tflops),
+                           r.eager_forward ? fmt::format("{:.2f}", r.eager_memory_after_forward_mib) : "-",
+                           r.memory_after_forward_mib);
       s += "\n";
     }
     if (wanted("leaderboard") || wanted("causal_fwd_d128")) {

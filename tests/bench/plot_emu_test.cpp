@@ -1,8 +1,8 @@
 // bench/plot.py on what ktune's benchmarks write: the Adam and ops
-// benchmarks run on the emulation here, the e2e benchmark through the CLI
-// (one run, and a list of runs as --sweep writes), and the attention benchmark's JSON (a GPU's only)
-// as cli/bench_attention.cpp writes it. Each becomes a figure; bad input
-// gets one line, exit 2, and no figure.
+// benchmarks run on the emulation here, the e2e benchmark (one run, and a
+// list of runs as --sweep writes) and the attention benchmark through the
+// CLI (its GPU-sized targets' rows added as it writes them). Each becomes a
+// figure; bad input gets one line, exit 2, and no figure.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -104,18 +104,18 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
     check_figure(dir / "e2e.png", {dir / "run.json", dir / "sweep.json"}, "e2e, 3 results from 2 files");
   }
 
-  SECTION("attention, as bench attention writes it") {
-    const auto timed = [](double ms) {
-      return nlohmann::json{{"median_ms", ms}, {"p20_ms", ms}, {"p80_ms", ms}, {"config", "{}"},
-                            {"config_source", "default"}};
-    };
-    nlohmann::json rows = nlohmann::json::array();
-    for (const int d : {16, 64})
-      for (const int seq : {256, 1024})
-        rows.push_back({{"table", "seed003"}, {"head_dim", d}, {"seq", seq}, {"forward", timed(0.01 * seq)},
-                        {"backward", timed(0.03 * seq)}});
-    rows.push_back({{"table", "causal_fwd_d128"}, {"head_dim", 128}, {"seq", 16384}, {"forward", timed(2.5)}});
-    write(dir / "attention.json", {{"benchmark", "attention"}, {"device", "emulated"}, {"rows", rows}});
+  SECTION("attention: seed 003's table from the CLI, with a target's row as on a GPU") {
+    std::string text;
+    REQUIRE(run_command(test::ktune_exe().string() + " bench attention --backend emu --tables seed003 --dims 16,32 "
+                            "--seqs 9,20 --json-out " + (dir / "attention.json").string(),
+                        &text) == 0);
+    std::ifstream in(dir / "attention.json");
+    auto j = nlohmann::json::parse(in);
+    auto target = j["rows"][0];  // the d 128 case: a forward only
+    target["table"] = "causal_fwd_d128";
+    target.erase("backward");
+    j["rows"].push_back(target);
+    write(dir / "attention.json", j);
     check_figure(dir / "attention.png", {dir / "attention.json"}, "attention, 1 result from 1 file");
   }
 

@@ -1,0 +1,49 @@
+// `ktune bench attention --backend emu`: seed 003's table on the emulation,
+// flash beside eager mode's materialised attention, as on a GPU.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support.hpp"
+
+namespace cli_bench_attention_emu_test {
+
+using ktune::test::ktune_exe;
+using ktune::test::run_command;
+
+TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash beside eager", "[cli][emu]") {
+  const auto dir = ktune::test::scratch_dir("bench_attention");
+  const std::string json = (dir / "attention.json").string();
+  std::string out;
+  const std::string bench = ktune_exe().string() + " bench attention --backend emu --tables seed003 --dims 16 ";
+  REQUIRE(run_command(bench + "--seqs 9,20 --causal --dtype bf16 --json-out " + json, &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("| d_model | seq_len | eager forward | flash forward |"));
+  CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  REQUIRE(j["rows"].size() == 2);
+  for (const auto& row : j["rows"]) {
+    CHECK(row["table"] == "seed003");
+    CHECK(row["causal"] == true);
+    CHECK(row["forward"]["median_ms"].get<double>() > 0);
+    CHECK(row["eager_forward"]["median_ms"].get<double>() > 0);
+    CHECK(row["eager_backward"]["median_ms"].get<double>() > 0);
+    // Eager keeps the (seq, seq) probabilities beside q, k, v and o; flash the lse.
+    const double s = row["seq"].get<double>(), elements = 8 * s * 16;
+    CHECK(row["eager_memory_after_forward_mib"].get<double>() ==
+          Approx((4 * elements + 8 * s * s) * 2 / (1024.0 * 1024.0)));
+    CHECK(row["memory_after_forward_mib"].get<double>() ==
+          Approx((4 * elements * 2 + 8 * s * 4) / (1024.0 * 1024.0)));
+  }
+
+  // --no-eager leaves the eager cells empty; f16 has no eager attention (the runtime has no f16 precision).
+  for (const std::string args : {"--seqs 9 --no-eager", "--seqs 9 --dtype f16"}) {
+    REQUIRE(run_command(bench + args, &out) == 0);
+    INFO(out);
+    CHECK_THAT(out, Catch::Contains("| 16 | 9 | - | "));
+  }
+}
+
+}  // namespace cli_bench_attention_emu_test
