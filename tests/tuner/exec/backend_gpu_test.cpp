@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "base/error.hpp"
 #include "support.hpp"
 #include "tuner/exec/run_through.hpp"
 #include "tuner/session/tuned_kernels.hpp"
