@@ -402,6 +402,22 @@ void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std
       {.dy = address(dx), .cos = address(cos), .sin = address(sin), .dx = address(dx)});
 }
 
+namespace {
+
+// Materialised attention's GEMMs over the (batch, head) pairs: a call per
+// batch b, batched over its heads (a head's rows start D apart in (B, S, H, D),
+// P_bh S x S apart), or with one head, one call batched over the batch (S x D
+// apart), as PyTorch's matmul over (B, S, D).
+struct HeadBatches {
+  std::int64_t calls, batch, stride;  // GEMM calls, entries per call, an entry's stride in (B, S, H, D)
+};
+HeadBatches head_batches(const templates::attention::AttentionShape& s) {
+  if (s.heads == 1) return {1, s.batch, s.seq * s.head_dim};
+  return {s.batch, s.heads, s.head_dim};
+}
+
+}  // namespace
+
 // Flash attention (the layout keeps the log-sum-exp): attention_fwd on q, k,
 // v, out in their (B, S, H, D) layout, `saved` its (B, H, S) fp32 lse.
 // Otherwise materialised attention, per batch b and head h (P: (B, H, S, S)):
@@ -417,17 +433,20 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
     return;
   }
   const std::int64_t S = s.seq, H = s.heads, D = s.head_dim, row = H * D;
-  for (std::int64_t b = 0; b < s.batch; ++b) {
+  const HeadBatches hb = head_batches(s);
+  for (std::int64_t b = 0; b < hb.calls; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
     gemm({.trans_a = false, .trans_b = true, .m = S, .n = S, .k = D, .a = q + x, .b = k + x, .c = saved + pb,
-          .lda = row, .ldb = row, .ldc = S, .batch = H, .stride_a = D, .stride_b = D, .stride_c = S * S});
+          .lda = row, .ldb = row, .ldc = S, .batch = hb.batch, .stride_a = hb.stride, .stride_b = hb.stride,
+          .stride_c = S * S});
   }
   run(tr::softmax::forward_family(), attention_scores_problem(s, dtype_),
       {.x = address(saved), .y = address(saved), .scale = tr::attention::default_scale(D)});
-  for (std::int64_t b = 0; b < s.batch; ++b) {
+  for (std::int64_t b = 0; b < hb.calls; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
     gemm({.trans_a = false, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = v + x, .c = out + x,
-          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+          .lda = S, .ldb = row, .ldc = row, .batch = hb.batch, .stride_a = S * S, .stride_b = hb.stride,
+          .stride_c = hb.stride});
   }
 }
 
@@ -450,22 +469,27 @@ void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref 
   const std::size_t ds_bytes = static_cast<std::size_t>(s.batch * H * S * S) * unit_bytes(Region::kScratch);
   const std::uint64_t ds_address = scratch(ds_bytes);
   const Ref ds{Region::kScratch, 0};
-  for (std::int64_t b = 0; b < s.batch; ++b) {
+  const HeadBatches hb = head_batches(s);
+  for (std::int64_t b = 0; b < hb.calls; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
     gemm({.trans_a = false, .trans_b = true, .m = S, .n = S, .k = D, .a = dout + x, .b = v + x, .c = ds + pb,
-          .lda = row, .ldb = row, .ldc = S, .batch = H, .stride_a = D, .stride_b = D, .stride_c = S * S});
+          .lda = row, .ldb = row, .ldc = S, .batch = hb.batch, .stride_a = hb.stride, .stride_b = hb.stride,
+          .stride_c = S * S});
     gemm({.trans_a = true, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = dout + x, .c = dv + x,
-          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+          .lda = S, .ldb = row, .ldc = row, .batch = hb.batch, .stride_a = S * S, .stride_b = hb.stride,
+          .stride_c = hb.stride});
   }
   run(tr::softmax::backward_family(), attention_scores_problem(s, dtype_),
       {.y = address(saved), .dy = ds_address, .dx = ds_address, .scale = tr::attention::default_scale(D)},
       ds_bytes);
-  for (std::int64_t b = 0; b < s.batch; ++b) {
+  for (std::int64_t b = 0; b < hb.calls; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
     gemm({.trans_a = false, .trans_b = false, .m = S, .n = D, .k = S, .a = ds + pb, .b = k + x, .c = dq + x,
-          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+          .lda = S, .ldb = row, .ldc = row, .batch = hb.batch, .stride_a = S * S, .stride_b = hb.stride,
+          .stride_c = hb.stride});
     gemm({.trans_a = true, .trans_b = false, .m = S, .n = D, .k = S, .a = ds + pb, .b = q + x, .c = dk + x,
-          .lda = S, .ldb = row, .ldc = row, .batch = H, .stride_a = S * S, .stride_b = D, .stride_c = D});
+          .lda = S, .ldb = row, .ldc = row, .batch = hb.batch, .stride_a = S * S, .stride_b = hb.stride,
+          .stride_c = hb.stride});
   }
 }
 
