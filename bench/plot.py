@@ -75,8 +75,8 @@ def plot_adam(plt, records):
     rows = [row for r in records for row in r["rows"]]
     counts = sorted({row["tensors"] for row in rows})
     fig, axes = grid(plt, len(counts))
-    impls = [("single_tensor_eager_ms", "eager, single tensor"), ("compiled_single_tensor_ms", "compiled, single tensor"),
-             ("fused_ms", "ktune fused multi-tensor")]
+    impls = [("single_tensor_eager_ms", "eager, single tensor"),
+             ("compiled_single_tensor_ms", "compiled, single tensor"), ("fused_ms", "ktune fused multi-tensor")]
     for ax, count in zip(axes, counts):
         for dtype in sorted({row["dtype"] for row in rows}):
             mine = sorted((row for row in rows if row["tensors"] == count and row["dtype"] == dtype),

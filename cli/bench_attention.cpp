@@ -98,9 +98,9 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand(
-      "attention", "Attention on the GPU: seed 003's table (batch 8, one head; flash beside eager mode's materialised "
-                   "attention), the CS336 leaderboard case and the causal forward at head dim 128, seq 16384, with "
-                   "TFLOP/s");
+      "attention", "Attention on the GPU: seed 003's table (batch 8, one head; flash beside eager mode's "
+                   "materialised attention), the CS336 leaderboard case and the causal forward at head dim 128, seq "
+                   "16384, with TFLOP/s");
   cmd->add_option("--tables", o->tables,
                   "Which cases, comma-separated: seed003 (the table of --dims x --seqs), leaderboard, causal_fwd_d128")
       ->delimiter(',')

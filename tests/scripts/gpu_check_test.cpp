@@ -28,7 +28,8 @@ namespace {
 const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
 const char* kAllSteps =
-    "tests tune families tune-step-small attention attention-bench headline headline-ab bench bf16 peers ops pdl "
+    "tests tune families tune-step-small attention attention-bench attention-bench-torch headline headline-ab "
+    "bench bf16 peers ops pdl "
     "seed-002 e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a

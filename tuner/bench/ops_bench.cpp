@@ -106,8 +106,8 @@ std::string OpsBenchReport::markdown() const {
                                                                                  100 * o.large_copy_max, "%", 0),
                                                        o.large_shapes, o.large_shapes == 1 ? "" : "s"),
                      range(o.speedup_min, o.speedup_max, "x", 1));
-  s += "\n| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | fused GB/s "
-       "| fused % copy | floor | fused / floor | fused config (source) |\n";
+  s += "\n| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | "
+       "fused GB/s | fused % copy | floor | fused / floor | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
     s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {:.0f} | {:.1f}% | {:.4f} ms ({}) | {:.0f} | "
