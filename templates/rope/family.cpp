@@ -183,10 +183,17 @@ class RopeBase : public TypedFamily<ArgsT> {
   }
 
  protected:
-  /// The launch rotating `in` into `out` with the tables `cos` and `sin`.
+  /// The launch rotating `in` into `out` with the tables `cos` and `sin`,
+  /// tokens' rows `row_stride` elements apart (0: contiguous).
   std::vector<Launch> rotation_plan(const Config& c, const Problem& p, std::uint64_t in, std::uint64_t cos,
-                                    std::uint64_t sin, std::uint64_t out, const DeviceLimits& device) const {
+                                    std::uint64_t sin, std::uint64_t out, std::int64_t row_stride,
+                                    const DeviceLimits& device) const {
     this->check_problem(p);
+    const std::int64_t row = p.dim("heads") * p.dim("head_dim");
+    if (row_stride == 0) row_stride = row;
+    KTUNE_REQUIRE(row_stride >= row,
+                  fmt::format("{}: row_stride {} is shorter than a token's heads x head_dim = {}: rows would overlap",
+                              this->name(), row_stride, row));
     const std::int64_t slots = c.at("threads") / lanes(c, p);
     KTUNE_REQUIRE(slots >= 1, this->name() + ": invalid config " + c.str() + " for " + p.key());
     Launch l;
@@ -196,6 +203,7 @@ class RopeBase : public TypedFamily<ArgsT> {
     l.args.add(in).add(cos).add(sin).add(out);
     l.args.add(static_cast<int>(p.dim("tokens"))).add(static_cast<int>(p.dim("heads"))).add(
         static_cast<int>(p.dim("seq")));
+    l.args.add(static_cast<long long>(row_stride));
     return {std::move(l)};
   }
   /// The kernel's name in the template.
@@ -225,7 +233,7 @@ class Forward final : public RopeBase<ForwardArgs> {
   }
   std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
                            const DeviceLimits& device) const override {
-    return rotation_plan(c, p, a.x, a.cos, a.sin, a.y, device);
+    return rotation_plan(c, p, a.x, a.cos, a.sin, a.y, a.row_stride, device);
   }
 
  protected:
@@ -252,7 +260,7 @@ class Backward final : public RopeBase<BackwardArgs> {
   }
   std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
                            const DeviceLimits& device) const override {
-    return rotation_plan(c, p, a.dy, a.cos, a.sin, a.dx, device);
+    return rotation_plan(c, p, a.dy, a.cos, a.sin, a.dx, a.row_stride, device);
   }
 
  protected:

@@ -12,7 +12,10 @@
 // load their share of the token's cos/sin row once and rotate the same pairs
 // in each head of the group. A block holds THREADS / LANES slots (the
 // remaining THREADS % LANES threads idle); items are grid-strided, so any grid
-// size is correct.
+// size is correct. A token's heads are contiguous; its row starts row_stride
+// elements after the previous token's (heads * HEAD_DIM when the tensor is
+// (tokens, heads, HEAD_DIM), more for q and k inside a fused (tokens, 3,
+// heads, HEAD_DIM) projection).
 #pragma once
 #include "common/kt.cuh"
 
@@ -78,11 +81,11 @@ KT_DEVICE void store_vec(T* p, const kt::Vec<T, VEC>& x) {
 /// element is read, then written, by one thread, all of a thread's loads of an
 /// item before its stores, so `y` may be `x`: neither is __restrict__.
 template <bool BACKWARD, bool VECTORS, int THREADS, int VEC, int HEADS, int HEAD_DIM, class T>
-KT_DEVICE void rotate_items(const T* x,                           // (tokens, heads, HEAD_DIM)
+KT_DEVICE void rotate_items(const T* x,                           // (tokens, heads, HEAD_DIM), rows row_stride apart
                             const float* __restrict__ cos_table,  // (seq, HEAD_DIM / 2)
                             const float* __restrict__ sin_table,  // (seq, HEAD_DIM / 2)
-                            T* y,                                 // (tokens, heads, HEAD_DIM), may be x
-                            int tokens, int heads, int seq) {
+                            T* y,                                 // as x, may be x
+                            int tokens, int heads, int seq, long long row_stride) {
   using L = Layout<THREADS, VEC, HEADS, HEAD_DIM, T>;
   const int lane = static_cast<int>(threadIdx.x) % L::kLanes;
   const int slot = static_cast<int>(threadIdx.x) / L::kLanes;
@@ -97,7 +100,7 @@ KT_DEVICE void rotate_items(const T* x,                           // (tokens, he
     const int table_offset = token % seq * L::kHalf + lane * L::kPairs;
     const kt::Vec<float, L::kPairs> c = load_table<VECTORS, L::kPairs>(cos_table + table_offset);
     const kt::Vec<float, L::kPairs> s = load_table<VECTORS, L::kPairs>(sin_table + table_offset);
-    const long long base = (static_cast<long long>(token) * heads + head0) * HEAD_DIM + lane * VEC;
+    const long long base = token * row_stride + head0 * HEAD_DIM + lane * VEC;
     kt::Vec<T, VEC> v[HEADS];
 #pragma unroll
     for (int h = 0; h < HEADS; ++h)
@@ -120,13 +123,14 @@ KT_DEVICE void rotate_items(const T* x,                           // (tokens, he
   }
 }
 
-/// Whether every pointer allows the vector accesses; otherwise the kernels
-/// take the same items element by element.
+/// Whether every pointer, and every row, allows the vector accesses;
+/// otherwise the kernels take the same items element by element.
 template <int VEC, class T>
-KT_DEVICE bool vectors_aligned(const T* x, const float* cos_table, const float* sin_table, const T* y) {
+KT_DEVICE bool vectors_aligned(const T* x, const float* cos_table, const float* sin_table, const T* y,
+                               long long row_stride) {
   constexpr int kTableBytes = 4 * (VEC / 2);
   return aligned<sizeof(T) * VEC>(x) && aligned<sizeof(T) * VEC>(y) && aligned<kTableBytes>(cos_table) &&
-         aligned<kTableBytes>(sin_table);
+         aligned<kTableBytes>(sin_table) && row_stride % VEC == 0;
 }
 
 /// Grid: any size; ceil(tokens * ceil(heads / HEADS) / (THREADS / (HEAD_DIM / VEC)))
@@ -137,31 +141,37 @@ template <int THREADS,   // threads per block: more hides latency, fewer frees r
           int HEAD_DIM,  // the shape's head dimension: fixes the lanes of a head at compile time
           class T>       // float or kt::bf16
 __global__ void __launch_bounds__(THREADS)
-    rope_forward(const T* x,                           // (tokens, heads, HEAD_DIM)
+    rope_forward(const T* x,                           // (tokens, heads, HEAD_DIM), rows row_stride apart
                  const float* __restrict__ cos_table,  // (seq, HEAD_DIM / 2)
                  const float* __restrict__ sin_table,  // (seq, HEAD_DIM / 2)
-                 T* y,                                 // (tokens, heads, HEAD_DIM), may be x
-                 int tokens, int heads, int seq) {
+                 T* y,                                 // as x, may be x
+                 int tokens, int heads, int seq,
+                 long long row_stride) {               // elements between tokens' rows, >= heads * HEAD_DIM
   kt::wait_previous_kernel();
-  if (vectors_aligned<VEC>(x, cos_table, sin_table, y))
-    rotate_items<false, true, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq);
+  if (vectors_aligned<VEC>(x, cos_table, sin_table, y, row_stride))
+    rotate_items<false, true, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq,
+                                                             row_stride);
   else
-    rotate_items<false, false, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq);
+    rotate_items<false, false, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq,
+                                                              row_stride);
 }
 
 /// Gradient of rope_forward: dx from dy, same grid. dx may be dy.
 template <int THREADS, int VEC, int HEADS, int HEAD_DIM, class T>
 __global__ void __launch_bounds__(THREADS)
-    rope_backward(const T* dy,                          // (tokens, heads, HEAD_DIM)
+    rope_backward(const T* dy,                          // (tokens, heads, HEAD_DIM), rows row_stride apart
                   const float* __restrict__ cos_table,  // (seq, HEAD_DIM / 2)
                   const float* __restrict__ sin_table,  // (seq, HEAD_DIM / 2)
-                  T* dx,                                // (tokens, heads, HEAD_DIM), may be dy
-                  int tokens, int heads, int seq) {
+                  T* dx,                                // as dy, may be dy
+                  int tokens, int heads, int seq,
+                  long long row_stride) {               // elements between tokens' rows, >= heads * HEAD_DIM
   kt::wait_previous_kernel();
-  if (vectors_aligned<VEC>(dy, cos_table, sin_table, dx))
-    rotate_items<true, true, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq);
+  if (vectors_aligned<VEC>(dy, cos_table, sin_table, dx, row_stride))
+    rotate_items<true, true, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq,
+                                                            row_stride);
   else
-    rotate_items<true, false, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq);
+    rotate_items<true, false, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq,
+                                                             row_stride);
 }
 
 }  // namespace rope

@@ -30,6 +30,9 @@ struct ForwardArgs {
   std::uint64_t cos = 0;  // (seq, head_dim / 2) f32
   std::uint64_t sin = 0;  // (seq, head_dim / 2) f32
   std::uint64_t y = 0;    // (tokens, heads, head_dim) f32 or bf16; may be x (in place)
+  /// Elements from one token's row of x and y to the next's: 0 for heads *
+  /// head_dim (contiguous), more for q and k inside a fused projection's rows.
+  std::int64_t row_stride = 0;
 };
 /// Device addresses of rope_bwd's buffers.
 struct BackwardArgs {
@@ -37,6 +40,7 @@ struct BackwardArgs {
   std::uint64_t cos = 0;  // (seq, head_dim / 2) f32
   std::uint64_t sin = 0;  // (seq, head_dim / 2) f32
   std::uint64_t dx = 0;   // (tokens, heads, head_dim) f32 or bf16; may be dy (in place)
+  std::int64_t row_stride = 0;  // as ForwardArgs::row_stride
 };
 
 using ForwardFamily = TypedFamily<ForwardArgs>;

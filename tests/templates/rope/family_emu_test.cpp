@@ -2,12 +2,13 @@
 // non-default layouts (idle threads in a block, a short last head group, one
 // slot per block), and the paths the runner's workloads never take: the
 // rotation in place (y == x), misaligned activations or tables (the scalar
-// path), a grid-stride loop over several items per slot, and the backward
-// undoing the forward.
+// path), a grid-stride loop over several items per slot, the backward
+// undoing the forward, and tokens' rows further apart than their heads.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <memory>
 
+#include "base/error.hpp"
 #include "templates/render.hpp"
 #include "templates/rope/rope.hpp"
 #include "tuner/emu/grid.hpp"
@@ -153,6 +154,62 @@ TEST_CASE("rope backward, in place, undoes the forward in place", "[rope][emu]")
   const std::vector<std::byte> round_trip(x, x + w.buffers[0].bytes.size());
   CHECK(round_trip != w.buffers[0].bytes);  // rounded twice: close, not equal
   CHECK(relative_l2(DType::kF32, round_trip, w.buffers[0].bytes) < 1e-6);
+}
+
+TEST_CASE("rope kernels with rows further apart than a token's heads (q and k in a fused projection)",
+          "[rope][emu]") {
+  const auto device = tuner::EmuRunner().device();
+  for (const auto* f : {static_cast<const Family*>(&rope::forward_family()),
+                        static_cast<const Family*>(&rope::backward_family())})
+    for (const char* dtype : {"f32", "bf16"}) {
+      const Problem p = problem(dtype, 32, 6, 8, 19);  // a (19, 3, 2, 32) projection's q and k: 6 heads of 32
+      const std::int64_t row = 6 * 32;
+      const Config c = config(128, std::string(dtype) == "bf16" ? 8 : 4, 2);
+      const Workload w = f->make_workload(p, 5);
+      const std::size_t e = size_of(w.buffers[0].dtype);
+      // 96 elements more a row: v's heads, which must come back as they went; 97 takes the scalar path.
+      for (const std::int64_t stride : {row + 96, row + 97})
+        for (const bool in_place : {false, true}) {
+          DYNAMIC_SECTION(f->name() << " " << dtype << ", row stride " << stride << (in_place ? ", in place" : "")) {
+            const std::size_t bytes = static_cast<std::size_t>(19 * stride) * e;
+            std::vector<std::unique_ptr<tuner::emu::GuardedBuffer>> owned;
+            for (const char* name : {"x", "cos", "sin", "y"}) {
+              const bool table = name[0] == 'c' || name[0] == 's';
+              const std::size_t n = table ? w.buffers[name[0] == 'c' ? 1 : 2].bytes.size() : bytes;
+              owned.push_back(std::make_unique<tuner::emu::GuardedBuffer>(name, n));
+              owned.back()->fill(0x5a);  // the gaps' sentinel, and y's poison
+            }
+            for (std::size_t t = 0; t < 19; ++t)
+              std::memcpy(owned[0]->data() + t * stride * e, w.buffers[0].bytes.data() + t * row * e, row * e);
+            for (int i : {1, 2}) std::memcpy(owned[i]->data(), w.buffers[i].bytes.data(), w.buffers[i].bytes.size());
+            const std::vector<std::byte> before(owned[0]->data(), owned[0]->data() + bytes);
+            auto* out = in_place ? owned[0].get() : owned[3].get();
+            const auto address = [&](int i) { return reinterpret_cast<std::uint64_t>(owned[i]->data()); };
+            const std::uint64_t x = address(0), y = in_place ? x : address(3);
+            auto launches = f == &rope::forward_family()
+                                ? rope::forward_family().plan(c, p, {.x = x, .cos = address(1), .sin = address(2),
+                                                                     .y = y, .row_stride = stride}, device)
+                                : rope::backward_family().plan(c, p, {.dy = x, .cos = address(1), .sin = address(2),
+                                                                      .dx = y, .row_stride = stride}, device);
+            const auto module = tuner::emu::load_module(f->render(c, p));
+            test::run_emulated(*module, launches, owned, 2);
+            std::vector<std::byte> rows;
+            for (std::size_t t = 0; t < 19; ++t) {
+              const std::byte* r = out->data() + t * stride * e;
+              rows.insert(rows.end(), r, r + row * e);
+              // Past each token's heads: untouched (the sentinel, or in place x's own gap).
+              for (std::size_t i = row * e; i < static_cast<std::size_t>(stride) * e; ++i)
+                REQUIRE(r[i] == (in_place ? before[t * stride * e + i] : std::byte{0x5a}));
+            }
+            CHECK(relative_l2(w.buffers[3].dtype, rows, w.buffers[3].expected) < tolerance_for(dtype));
+          }
+        }
+    }
+  // A stride shorter than a token's heads would overlap its rows: refused.
+  CHECK_THROWS_AS(rope::forward_family().plan(config(128, 4, 2), problem("f32", 32, 6, 8, 19),
+                                              {.x = 256, .cos = 256, .sin = 256, .y = 256, .row_stride = 100},
+                                              device),
+                  Error);
 }
 
 }  // namespace templates_rope_family_emu_test

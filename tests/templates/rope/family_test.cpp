@@ -214,7 +214,8 @@ TEST_CASE("rope plans: one launch, a slot per work item unless capped per SM", "
     CHECK(plan[0].kernel == 0);
     CHECK(plan[0].grid[0] == 10);  // ceil(111 / 12)
     CHECK(plan[0].block[0] == 128);
-    CHECK(plan[0].args.count() == 7);  // x, cos, sin, y, tokens, heads, seq
+    REQUIRE(plan[0].args.count() == 8);  // x, cos, sin, y, tokens, heads, seq, row_stride
+    CHECK(*static_cast<const long long*>(plan[0].args.pointers()[7]) == 5 * 80);  // contiguous rows by default
 
     const Problem big = problem("bf16", 64, 32, 1024, 1 << 20);
     CHECK(f->plan(config(256, 8, 4, 2), big, four, device)[0].grid[0] == static_cast<unsigned>(2 * device.sm_count));
