@@ -54,6 +54,7 @@ EagerAttentionResult bench_eager_attention(tuner::exec::Backend& backend, const 
   const Ref saved = a + L.layer.attn_saved;
   const Ref dout{Region::kWork, L.work.dbranch};
   const Ref dq{Region::kWork, L.work.dq}, dk{Region::kWork, L.work.dk}, dv{Region::kWork, L.work.dv};
+  const std::int64_t row = s.heads * s.head_dim;  // q, k, v apart, as eager mode keeps them
   const auto upload = [&](Ref at_ref, const templates::HostBuffer& b) {
     ops.upload(at_ref, b.bytes.data(), b.bytes.size());
   };
@@ -74,10 +75,10 @@ EagerAttentionResult bench_eager_attention(tuner::exec::Backend& backend, const 
     upload(q, buffer(w, "q"));
     upload(k, buffer(w, "k"));
     upload(v, buffer(w, "v"));
-    ops.attention_forward(q, k, v, saved, o, s);
+    ops.attention_forward(q, k, v, saved, o, s, row);
     backend.synchronize();
     r.o_error = check(o, buffer(w, "o"));
-    r.forward = backend.time([&] { ops.attention_forward(q, k, v, saved, o, s); }, options,
+    r.forward = backend.time([&] { ops.attention_forward(q, k, v, saved, o, s, row); }, options,
                              "eager attention forward " + problem.key());
   }
   {  // Backward: the probabilities of its own forward, then dQ, dK, dV against the backward family's workload.
@@ -86,13 +87,13 @@ EagerAttentionResult bench_eager_attention(tuner::exec::Backend& backend, const 
     upload(k, buffer(w, "k"));
     upload(v, buffer(w, "v"));
     upload(dout, buffer(w, "do"));
-    ops.attention_forward(q, k, v, saved, o, s);
-    ops.attention_backward(q, k, v, o, saved, dout, dq, dk, dv, s);
+    ops.attention_forward(q, k, v, saved, o, s, row);
+    ops.attention_backward(q, k, v, o, saved, dout, dq, dk, dv, s, row);
     backend.synchronize();
     r.dq_error = check(dq, buffer(w, "dq"));
     r.dk_error = check(dk, buffer(w, "dk"));
     r.dv_error = check(dv, buffer(w, "dv"));
-    r.backward = backend.time([&] { ops.attention_backward(q, k, v, o, saved, dout, dq, dk, dv, s); }, options,
+    r.backward = backend.time([&] { ops.attention_backward(q, k, v, o, saved, dout, dq, dk, dv, s, row); }, options,
                               "eager attention backward " + problem.key());
   }
   const double element_bytes = problem.dtype == "bf16" ? 2 : 4;

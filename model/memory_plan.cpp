@@ -75,6 +75,15 @@ bool rope_pairs_adjacent(const ModelConfig& m, const RunShape& r, Precision prec
   return l.k - l.q == elements && w.dk - w.dq == elements;
 }
 
+bool qkv_fusable(const ModelConfig& m, const RunShape& r, Precision precision, AttentionSaved attention) {
+  const std::int64_t elements = r.tokens() * m.d_model;
+  const std::int64_t element_bytes = precision == Precision::kBf16 ? 2 : 4;
+  const LayerLayout l = layer_layout(m, r, attention, precision);
+  const WorkspaceLayout w = workspace_layout(m, r, 1, true, precision);
+  return attention == AttentionSaved::kLogSumExp && m.d_model * element_bytes % 16 == 0 &&
+         l.k - l.q == elements && l.v - l.k == elements && w.dk - w.dq == elements && w.dv - w.dk == elements;
+}
+
 FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision) {
   const std::int64_t N = r.tokens(), C = m.d_model;
   Cursor c{.bf16 = precision == Precision::kBf16};

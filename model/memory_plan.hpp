@@ -88,6 +88,12 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
 /// then one RoPE launch over 2 * tokens rotates both, token t of the pair
 /// at position t % context as each alone.
 bool rope_pairs_adjacent(const ModelConfig& m, const RunShape& r, Precision precision, AttentionSaved attention);
+/// Whether these layouts hold q, k, v (and dq, dk, dv) back to back with no
+/// padding, so their 3 N C elements can be read as one fused projection's
+/// (N, 3 C) rows, [q | k | v] per token, with every view 16-byte aligned
+/// (d_model x element bytes a multiple of 16), and attention is flash
+/// attention, which reads q, k, v and writes dq, dk, dv with any row stride.
+bool qkv_fusable(const ModelConfig& m, const RunShape& r, Precision precision, AttentionSaved attention);
 
 /// Bytes per phase and the peaks: `element_bytes`-sized values (4: fp32)
 /// in f32 and tf32, each buffer's dtype in bf16.

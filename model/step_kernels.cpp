@@ -38,7 +38,7 @@ templates::Problem adamw_problem(const ModelConfig& config, Precision precision)
 }
 
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
-                                               AttentionSaved attention, bool paired_rope) {
+                                               AttentionSaved attention, RopeLaunch rope_launch) {
   config.validate();
   shape.validate();
   using templates::Problem;
@@ -46,8 +46,11 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   const std::int64_t tokens = shape.tokens();
   const Problem embed{dtype, {{"rows", tokens}, {"dim", config.d_model}, {"vocab", config.vocab}}};
   const Problem norm{dtype, {{"rows", tokens}, {"dim", config.d_model}}};
-  const Problem rope{dtype, {{"head_dim", config.head_dim()}, {"heads", config.heads}, {"seq", shape.context},
-                             {"tokens", paired_rope ? 2 * tokens : tokens}}};
+  const Problem rope{dtype,
+                     {{"head_dim", config.head_dim()},
+                      {"heads", rope_launch == RopeLaunch::kFused ? 2 * config.heads : config.heads},
+                      {"seq", shape.context},
+                      {"tokens", rope_launch == RopeLaunch::kPaired ? 2 * tokens : tokens}}};
   // Flash attention reads q, k, v straight out of the projections; f32 runs on the tf32 matrix units.
   const templates::attention::AttentionShape attention_shape{shape.batch, shape.context, config.heads,
                                                              config.head_dim(), true};
@@ -82,7 +85,10 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape,
                                                Precision precision) {
   const AttentionSaved attention = attention_saved(precision, true);
-  return step_kernels(config, shape, precision, attention, rope_pairs_adjacent(config, shape, precision, attention));
+  const RopeLaunch rope = qkv_fusable(config, shape, precision, attention)          ? RopeLaunch::kFused
+                          : rope_pairs_adjacent(config, shape, precision, attention) ? RopeLaunch::kPaired
+                                                                                     : RopeLaunch::kEach;
+  return step_kernels(config, shape, precision, attention, rope);
 }
 
 }  // namespace ktune::model

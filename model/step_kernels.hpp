@@ -13,6 +13,13 @@
 
 namespace ktune::model {
 
+/// How a step launches RoPE on q and k (and on dq and dk).
+enum class RopeLaunch {
+  kEach,    ///< one launch each: N tokens of H heads
+  kPaired,  ///< one over 2 N tokens, k's right after q's (StepLayout::paired_rope)
+  kFused,   ///< one over N tokens of 2 H heads, a fused projection's rows (StepLayout::fused_qkv)
+};
+
 /// The families' problems of one forward + backward + AdamW step, each once,
 /// in the order the step first uses them, with the dtypes the step launches:
 /// problem_dtype(precision) ("f32" for f32 and tf32; "bf16": bf16
@@ -24,13 +31,12 @@ namespace ktune::model {
 /// _bwd); rmsnorm_fwd is left for the first block's norm, rmsnorm_bwd for
 /// the final norm's backward. GEMMs are not listed. grad_norm (the step's
 /// clip-by-norm, over grad_norm_problem) is listed whether or not a run
-/// clips. AdamW's problem is adamw_problem's. RoPE's problem has the
-/// step's tokens, or twice as many with `paired_rope` (q and k in one
-/// launch, StepLayout::paired_rope).
+/// clips. AdamW's problem is adamw_problem's. RoPE's problem is as `rope` launches it.
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
-                                               AttentionSaved attention, bool paired_rope);
+                                               AttentionSaved attention, RopeLaunch rope);
 /// The list compiled mode runs: attention as attention_saved(precision,
-/// compiled), RoPE paired where the layout allows (rope_pairs_adjacent).
+/// compiled), RoPE over a fused projection's rows where the layout allows
+/// (qkv_fusable), else paired where it allows (rope_pairs_adjacent).
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision);
 
 /// The global gradient norm as the step tunes and looks it up: dtype f32

@@ -87,15 +87,23 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   const Ref a = L.act(l);
 
   // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1), then ln2 of it.
-  linears(ops, L, a + ll.ln1, {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)}, {a + ll.q, a + ll.k, a + ll.v}, N,
-          C, C);  // (N, H, D) each
-  if (L.paired_rope) {  // k follows q: token N + t is k's token t, at position t % S
-    ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), 2 * N, S, H, D);
+  const Ref cos = W(L.work.rope_cos), sin = W(L.work.rope_sin);
+  if (L.fused_qkv) {  // (N, 3C) rows [q | k | v]: W_q, W_k, W_v stacked are one (3C, C) weight
+    const Ref qkv = a + ll.q;
+    linear(ops, a + ll.ln1, L.weight(bp.q), qkv, N, C, 3 * C);
+    ops.rope_forward(qkv, cos, sin, N, S, 2 * H, D, 3 * C);  // q and k of a token: 2H heads side by side
+    ops.attention_forward(qkv, qkv + C, qkv + 2 * C, a + ll.attn_saved, a + ll.attn, L.attention_shape(), 3 * C);
   } else {
-    ops.rope_forward(a + ll.q, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
-    ops.rope_forward(a + ll.k, W(L.work.rope_cos), W(L.work.rope_sin), N, S, H, D);
+    linears(ops, L, a + ll.ln1, {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)}, {a + ll.q, a + ll.k, a + ll.v},
+            N, C, C);  // (N, H, D) each
+    if (L.paired_rope) {  // k follows q: token N + t is k's token t, at position t % S
+      ops.rope_forward(a + ll.q, cos, sin, 2 * N, S, H, D, C);
+    } else {
+      ops.rope_forward(a + ll.q, cos, sin, N, S, H, D, C);
+      ops.rope_forward(a + ll.k, cos, sin, N, S, H, D, C);
+    }
+    ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape(), C);
   }
-  ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape());
   linear(ops, a + ll.attn, L.weight(bp.o), a + ll.x_mid, N, C, C);
   ops.residual_rmsnorm_forward(a + ll.x_in, a + ll.x_mid, P(bp.ln2), a + ll.x_mid, a + ll.ln2, a + ll.rstd2, N, C,
                                c.norm_eps);
@@ -142,19 +150,29 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   const Ref dattn = W(wl.dbranch);  // (N, C)
   linear_dw(ops, dx, a + ll.attn, G(bp.o), N, C, C);
   linear_dx(ops, dx, L.weight(bp.o), dattn, N, C, C);
-  const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
-  ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn, a + ll.attn_saved, dattn, dq, dk, dv,
-                         L.attention_shape());
-  if (L.paired_rope) {  // dk follows dq
-    ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), 2 * N, S, H, D);
+  const Ref cos = W(wl.rope_cos), sin = W(wl.rope_sin);
+  if (L.fused_qkv) {  // dq, dk, dv as (N, 3C) rows, as the forward's q, k, v
+    const Ref qkv = a + ll.q, dqkv = W(wl.dq);
+    ops.attention_backward(qkv, qkv + C, qkv + 2 * C, a + ll.attn, a + ll.attn_saved, dattn, dqkv, dqkv + C,
+                           dqkv + 2 * C, L.attention_shape(), 3 * C);
+    ops.rope_backward(dqkv, cos, sin, N, S, 2 * H, D, 3 * C);
+    linear_dw(ops, dqkv, a + ll.ln1, G(bp.q), N, C, 3 * C);         // the stacked (3C, C) gradient
+    linear_dx(ops, dqkv, L.weight(bp.q), W(wl.dtmp), N, C, 3 * C);  // one GEMM with K = 3C
   } else {
-    ops.rope_backward(dq, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
-    ops.rope_backward(dk, W(wl.rope_cos), W(wl.rope_sin), N, S, H, D);
+    const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
+    ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn, a + ll.attn_saved, dattn, dq, dk, dv,
+                           L.attention_shape(), C);
+    if (L.paired_rope) {  // dk follows dq
+      ops.rope_backward(dq, cos, sin, 2 * N, S, H, D, C);
+    } else {
+      ops.rope_backward(dq, cos, sin, N, S, H, D, C);
+      ops.rope_backward(dk, cos, sin, N, S, H, D, C);
+    }
+    linear_dws(ops, L, {dq, dk, dv}, a + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C);
+    linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
+    linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
+    linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);
   }
-  linear_dws(ops, L, {dq, dk, dv}, a + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C);
-  linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
-  linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
-  linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);
   // x_in's gradient: the stream's plus ln1's (block 0's ln1 had no add
   // before it, but its input's gradient has the same two terms).
   ops.residual_rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), dx, dx, G(bp.ln1), N, C);

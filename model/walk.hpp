@@ -29,6 +29,14 @@ struct StepLayout {
   /// the layout has them back to back (rope_pairs_adjacent), not one each.
   /// Compiled mode on a device backend; the same math.
   bool paired_rope = false;
+  /// q, k and v as one projection's (N, 3 C) rows, [q | k | v] per token,
+  /// where the layout allows (qkv_fusable): one GEMM of the three weights
+  /// (stacked, 3 C x C), one RoPE launch over q and k side by side in each
+  /// row (2 H heads, rows 3 C apart), flash attention on the strided views;
+  /// and backward, dq, dk, dv written into such rows, so dX is one GEMM with
+  /// K = 3 C, not three accumulating ones. Compiled mode on a device backend
+  /// with flash attention; the same math.
+  bool fused_qkv = false;
   ParameterLayout params;
   LayerLayout layer;
   FinalLayout final;

@@ -163,7 +163,8 @@ void CpuOps<T>::residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref ds
 
 template <class T>
 void CpuOps<T>::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                             std::int64_t head_dim) {
+                             std::int64_t head_dim, std::int64_t row_stride) {
+  if (row_stride != heads * head_dim) throw_error(ErrorKind::kInternal, "the cpu backend rotates contiguous rows");
   T* px = at(x);
   const T* c = at(cos);
   const T* s = at(sin);
@@ -174,7 +175,8 @@ void CpuOps<T>::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::
 
 template <class T>
 void CpuOps<T>::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                              std::int64_t head_dim) {
+                              std::int64_t head_dim, std::int64_t row_stride) {
+  if (row_stride != heads * head_dim) throw_error(ErrorKind::kInternal, "the cpu backend rotates contiguous rows");
   T* p = at(dx);
   const T* c = at(cos);
   const T* s = at(sin);
@@ -185,7 +187,9 @@ void CpuOps<T>::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std
 
 template <class T>
 void CpuOps<T>::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
-                                  const templates::attention::AttentionShape& s) {
+                                  const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
+  if (qkv_row != s.heads * s.head_dim)
+    throw_error(ErrorKind::kInternal, "the cpu backend's attention reads separate q, k and v");
   const std::int64_t scratch = tr::attention::scratch_elements(s);
   T* w = at({Region::kWork, work_.attn_scratch});  // (threads, scratch)
   const T *pq = at(q), *pk = at(k), *pv = at(v);
@@ -197,7 +201,9 @@ void CpuOps<T>::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
 
 template <class T>
 void CpuOps<T>::attention_backward(Ref q, Ref k, Ref v, Ref /*out*/, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
-                                   const templates::attention::AttentionShape& s) {
+                                   const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
+  if (qkv_row != s.heads * s.head_dim)
+    throw_error(ErrorKind::kInternal, "the cpu backend's attention reads separate q, k and v");
   const std::int64_t scratch = tr::attention::scratch_elements(s);
   T* w = at({Region::kWork, work_.attn_scratch});
   const T *pq = at(q), *pk = at(k), *pv = at(v), *probs = at(saved), *pdo = at(dout);

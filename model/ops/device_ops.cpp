@@ -163,13 +163,18 @@ StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool 
   StepLayout L = step_layout(config, shape, 1, train, options.precision,
                              attention_saved(options.precision, options.mode == Mode::kCompiled));
   L.batched_projections = options.mode == Mode::kCompiled;  // eager: PyTorch eager's one GEMM per nn.Linear
-  L.paired_rope = options.mode == Mode::kCompiled && rope_pairs_adjacent(config, shape, L.precision, L.attention);
+  L.fused_qkv = options.mode == Mode::kCompiled && qkv_fusable(config, shape, L.precision, L.attention);
+  L.paired_rope = options.mode == Mode::kCompiled && !L.fused_qkv &&
+                  rope_pairs_adjacent(config, shape, L.precision, L.attention);
   return L;
 }
 
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode mode) {
   std::vector<tuner::KernelRequest> out;
-  for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention, L.paired_rope)) {
+  const RopeLaunch rope = L.fused_qkv     ? RopeLaunch::kFused
+                          : L.paired_rope ? RopeLaunch::kPaired
+                                          : RopeLaunch::kEach;
+  for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention, rope)) {
     if (r.family->name() == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
     out.push_back(r);
   }
@@ -390,16 +395,30 @@ void DeviceOps::residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref ds
        .dh = address(dh), .dw = address(dw)});
 }
 
+namespace {
+
+// Eager mode's chains (PyTorch eager's ops on q and k) and materialised
+// attention read separate q, k and v: only compiled mode's fused kernels take
+// rows further apart (StepLayout::fused_qkv).
+void require_rows(bool fused_kernels, std::int64_t rows, std::int64_t contiguous, const char* op) {
+  if (rows != contiguous && !fused_kernels)
+    throw_error(ErrorKind::kInternal, fmt::format("DeviceOps::{}: rows {} apart need the fused kernels", op, rows));
+}
+
+}  // namespace
+
 void DeviceOps::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                             std::int64_t head_dim) {
+                             std::int64_t head_dim, std::int64_t row_stride) {
+  require_rows(options_.mode == Mode::kCompiled, row_stride, heads * head_dim, "rope_forward");
   run(tr::rope::forward_family(), rope_problem(dtype_, tokens, seq, heads, head_dim),
-      {.x = address(x), .cos = address(cos), .sin = address(sin), .y = address(x)});
+      {.x = address(x), .cos = address(cos), .sin = address(sin), .y = address(x), .row_stride = row_stride});
 }
 
 void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                              std::int64_t head_dim) {
+                              std::int64_t head_dim, std::int64_t row_stride) {
+  require_rows(options_.mode == Mode::kCompiled, row_stride, heads * head_dim, "rope_backward");
   run(tr::rope::backward_family(), rope_problem(dtype_, tokens, seq, heads, head_dim),
-      {.dy = address(dx), .cos = address(cos), .sin = address(sin), .dx = address(dx)});
+      {.dy = address(dx), .cos = address(cos), .sin = address(sin), .dx = address(dx), .row_stride = row_stride});
 }
 
 namespace {
@@ -408,6 +427,11 @@ namespace {
 // batch b, batched over its heads (a head's rows start D apart in (B, S, H, D),
 // P_bh S x S apart), or with one head, one call batched over the batch (S x D
 // apart), as PyTorch's matmul over (B, S, D).
+/// Strides of q, k or v (B, S, H, D) whose tokens' rows are `row` elements apart.
+templates::attention::TensorStrides qkv_strides(const templates::attention::AttentionShape& s, std::int64_t row) {
+  return {.batch = s.seq * row, .head = s.head_dim, .seq = row};
+}
+
 struct HeadBatches {
   std::int64_t calls, batch, stride;  // GEMM calls, entries per call, an entry's stride in (B, S, H, D)
 };
@@ -423,12 +447,15 @@ HeadBatches head_batches(const templates::attention::AttentionShape& s) {
 // Otherwise materialised attention, per batch b and head h (P: (B, H, S, S)):
 //   P_bh = softmax(scale Q_bh K_bh^T, causal),  O_bh = P_bh V_bh.
 void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
-                                  const templates::attention::AttentionShape& s) {
-  if (L_.attention == AttentionSaved::kLogSumExp) {
+                                  const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
+  const bool flash = L_.attention == AttentionSaved::kLogSumExp;
+  require_rows(flash, qkv_row, s.heads * s.head_dim, "attention_forward");
+  if (flash) {
     const auto strides = tr::attention::bshd_strides(s);
+    const auto rows = qkv_strides(s, qkv_row);
     run(tr::attention::forward_family(), flash_attention_problem(s, dtype_),
         {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
-         .q_strides = strides, .k_strides = strides, .v_strides = strides, .o_strides = strides,
+         .q_strides = rows, .k_strides = rows, .v_strides = rows, .o_strides = strides,
          .scale = tr::attention::default_scale(s.head_dim)});
     return;
   }
@@ -454,14 +481,17 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
 // the scratch); materialised, with dS (B, H, S, S) in the scratch:
 //   dP = dO V^T,  dV = P^T dO,  dS = scale P (dP - rowsum(dP P)),  dQ = dS K,  dK = dS^T Q.
 void DeviceOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
-                                   const templates::attention::AttentionShape& s) {
-  if (L_.attention == AttentionSaved::kLogSumExp) {
+                                   const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
+  const bool flash = L_.attention == AttentionSaved::kLogSumExp;
+  require_rows(flash, qkv_row, s.heads * s.head_dim, "attention_backward");
+  if (flash) {
     const auto strides = tr::attention::bshd_strides(s);
+    const auto rows = qkv_strides(s, qkv_row);
     run(tr::attention::backward_family(), flash_attention_problem(s, dtype_),  // its workspace in the scratch
         {.q = address(q), .k = address(k), .v = address(v), .o = address(out), .lse = address(saved),
-         .dout = address(dout), .dq = address(dq), .dk = address(dk), .dv = address(dv), .q_strides = strides,
-         .k_strides = strides, .v_strides = strides, .o_strides = strides, .do_strides = strides,
-         .dq_strides = strides, .dk_strides = strides, .dv_strides = strides,
+         .dout = address(dout), .dq = address(dq), .dk = address(dk), .dv = address(dv), .q_strides = rows,
+         .k_strides = rows, .v_strides = rows, .o_strides = strides, .do_strides = strides,
+         .dq_strides = rows, .dk_strides = rows, .dv_strides = rows,
          .scale = tr::attention::default_scale(s.head_dim)});
     return;
   }

@@ -146,13 +146,13 @@ class DeviceOps final : public Ops {
   void residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref dstream, Ref dh, Ref dw, std::int64_t rows,
                                  std::int64_t dim) override;
   void rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                    std::int64_t head_dim) override;
+                    std::int64_t head_dim, std::int64_t row_stride) override;
   void rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                     std::int64_t head_dim) override;
-  void attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
-                         const templates::attention::AttentionShape& s) override;
+                     std::int64_t head_dim, std::int64_t row_stride) override;
+  void attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out, const templates::attention::AttentionShape& s,
+                         std::int64_t qkv_row) override;
   void attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
-                          const templates::attention::AttentionShape& s) override;
+                          const templates::attention::AttentionShape& s, std::int64_t qkv_row) override;
   void swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) override;
   void swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) override;
   void cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,

@@ -99,23 +99,28 @@ class Ops {
   virtual void residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref dstream, Ref dh, Ref dw,
                                          std::int64_t rows, std::int64_t dim) = 0;
 
-  /// In-place rotation of x (tokens, heads, head_dim), token t at position t % seq.
+  /// In-place rotation of x (tokens, heads, head_dim), token t at position
+  /// t % seq, tokens' rows `row_stride` elements apart (heads * head_dim when
+  /// x is contiguous; a fused projection's q and k rows are further apart).
   virtual void rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                            std::int64_t head_dim) = 0;
+                            std::int64_t head_dim, std::int64_t row_stride) = 0;
   virtual void rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                             std::int64_t head_dim) = 0;
+                             std::int64_t head_dim, std::int64_t row_stride) = 0;
 
   /// out = softmax(Q K^T / sqrt(head_dim), causal) V; q, k, v, out (batch,
-  /// seq, heads, head_dim). `saved` is what the backward needs, as the
-  /// layout's AttentionSaved says: the (batch, heads, seq, seq) probabilities
-  /// (materialising attention), or the (batch, heads, seq) fp32 row
-  /// log-sum-exp (flash attention).
+  /// seq, heads, head_dim), a token's row of q, k and v `qkv_row` elements
+  /// after the previous one's (heads * head_dim, or 3 * heads * head_dim in
+  /// a fused projection: flash attention only). `saved` is what the
+  /// backward needs, as the layout's AttentionSaved says: the (batch, heads,
+  /// seq, seq) probabilities (materialising attention), or the (batch,
+  /// heads, seq) fp32 row log-sum-exp (flash attention).
   virtual void attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
-                                 const templates::attention::AttentionShape& s) = 0;
-  /// dq, dk, dv (overwritten) from dout, the forward's `out` and `saved`
-  /// (flash attention's backward reads O; the materialised one does not).
+                                 const templates::attention::AttentionShape& s, std::int64_t qkv_row) = 0;
+  /// dq, dk, dv (overwritten; rows as q, k, v's) from dout, the forward's
+  /// `out` and `saved` (flash attention's backward reads O; the materialised
+  /// one does not).
   virtual void attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
-                                  const templates::attention::AttentionShape& s) = 0;
+                                  const templates::attention::AttentionShape& s, std::int64_t qkv_row) = 0;
 
   /// h = silu(a) * b over n elements.
   virtual void swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) = 0;

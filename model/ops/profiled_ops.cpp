@@ -112,27 +112,27 @@ void ProfiledOps::residual_rmsnorm_backward(Ref h, Ref w, Ref rstd, Ref dy, Ref 
 }
 
 void ProfiledOps::rope_forward(Ref x, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                               std::int64_t head_dim) {
+                               std::int64_t head_dim, std::int64_t row_stride) {
   time("rope_forward", fmt::format("{}x{}x{}", tokens, heads, head_dim),
-       [&] { inner_.rope_forward(x, cos, sin, tokens, seq, heads, head_dim); });
+       [&] { inner_.rope_forward(x, cos, sin, tokens, seq, heads, head_dim, row_stride); });
 }
 
 void ProfiledOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std::int64_t seq, std::int64_t heads,
-                                std::int64_t head_dim) {
+                                std::int64_t head_dim, std::int64_t row_stride) {
   time("rope_backward", fmt::format("{}x{}x{}", tokens, heads, head_dim),
-       [&] { inner_.rope_backward(dx, cos, sin, tokens, seq, heads, head_dim); });
+       [&] { inner_.rope_backward(dx, cos, sin, tokens, seq, heads, head_dim, row_stride); });
 }
 
 void ProfiledOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
-                                    const templates::attention::AttentionShape& s) {
-  time("attention_forward", attention(s), [&] { inner_.attention_forward(q, k, v, saved, out, s); },
+                                    const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
+  time("attention_forward", attention(s), [&] { inner_.attention_forward(q, k, v, saved, out, s, qkv_row); },
        templates::attention::forward_family().flops(flash_attention_problem(s, "f32")));
 }
 
 void ProfiledOps::attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
-                                     const templates::attention::AttentionShape& s) {
+                                     const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
   time("attention_backward", attention(s),
-       [&] { inner_.attention_backward(q, k, v, out, saved, dout, dq, dk, dv, s); },
+       [&] { inner_.attention_backward(q, k, v, out, saved, dout, dq, dk, dv, s, qkv_row); },
        templates::attention::backward_family().flops(flash_attention_problem(s, "f32")));
 }
 

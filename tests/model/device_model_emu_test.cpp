@@ -144,8 +144,10 @@ bool is_primitive(const std::string& family) { return family.rfind("prim_", 0) =
 // own (4 per block) until it was fused with the RMSNorm beside it. Batched
 // projections make q, k and v one GEMM and W1 and W3 one, forward and for
 // the weights' gradients: 3 fewer per block each way.
-std::int64_t step_gemms(const ModelConfig& c, const RunShape& s, bool flash, bool batched) {
-  return (batched ? 15 : 21) * c.layers + 3 + (flash ? 0 : 6 * s.batch * c.layers);
+// With q, k and v one fused projection (StepLayout::fused_qkv), the
+// backward's dX of the three is one GEMM, not three.
+std::int64_t step_gemms(const ModelConfig& c, const RunShape& s, bool flash, bool batched, bool fused_qkv) {
+  return (batched ? 15 : 21) * c.layers + 3 + (flash ? 0 : 6 * s.batch * c.layers) - (fused_qkv ? 2 * c.layers : 0);
 }
 
 // Compiled mode's norms: every residual add runs in the RMSNorm beside it,
@@ -192,7 +194,7 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
   emu.backward();
   const LaunchCount launched = emu.ops().launches().since(before);
   const bool flash = attention_saved(precision, mode == Mode::kCompiled) == AttentionSaved::kLogSumExp;
-  CHECK(launched.gemms == step_gemms(c.config, c.shape, flash, mode == Mode::kCompiled));
+  CHECK(launched.gemms == step_gemms(c.config, c.shape, flash, mode == Mode::kCompiled, emu.layout().fused_qkv));
   if (mode == Mode::kCompiled) check_fused_residuals(launched, emu.layout());
   const auto grads = emu.gradients();
   for (const auto& t : cpu.layout().tensors) {
@@ -392,12 +394,21 @@ TEST_CASE("emu backend, eager mode: a second step reuses the chains' plans, laun
 
 TEST_CASE("emu backend, compiled tf32: the tiny model runs flash attention and matches the cpu backend",
           "[emu][model][device]") {
-  check_step_matches_cpu({model_config("tiny"), RunShape{2, 16}}, Mode::kCompiled, Precision::kTf32);
+  // q, k and v as one fused projection (StepLayout::fused_qkv): its RoPE one
+  // launch a layer (q and k of a token as 2H heads), forward and backward.
+  const Case c{model_config("tiny"), RunShape{2, 16}};
+  REQUIRE(device_layout(c.config, c.shape, true, {.mode = Mode::kCompiled, .precision = Precision::kTf32}).fused_qkv);
+  const LaunchCount launched = check_step_matches_cpu(c, Mode::kCompiled, Precision::kTf32);
+  CHECK(launched.by_family.at("rope_fwd") == c.config.layers);
+  CHECK(launched.by_family.at("rope_bwd") == c.config.layers);
 }
 
 TEST_CASE("emu backend, compiled tf32: the odd shape (head_dim 80, context 13) matches the cpu backend",
           "[emu][model][device]") {
-  check_step_matches_cpu({odd_model(), RunShape{2, 13}}, Mode::kCompiled, Precision::kTf32);
+  // Fused too (flash attention's head dims keep q, k and v back to back): rows of 720, heads of 80.
+  const Case c{odd_model(), RunShape{2, 13}};
+  REQUIRE(device_layout(c.config, c.shape, true, {.mode = Mode::kCompiled, .precision = Precision::kTf32}).fused_qkv);
+  check_step_matches_cpu(c, Mode::kCompiled, Precision::kTf32);
 }
 
 TEST_CASE("emu backend, eager tf32: tf32 GEMMs with materialised attention match the cpu backend",

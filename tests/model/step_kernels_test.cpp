@@ -148,6 +148,23 @@ TEST_CASE("step kernels: compiled mode rotates q and k in one launch where they 
     CHECK(rope_tokens(step_kernels(config, shape, Precision::kF32), family) == 2 * n);  // what `tune --model` tunes
     CHECK(rope_tokens(device_step_kernels(eager, Mode::kEager), family) == n);
   }
+  // With flash attention (tf32, bf16), q, k and v are one fused projection's rows: RoPE over q and k of a
+  // token, 2H heads of N tokens.
+  for (const Precision p : {Precision::kTf32, Precision::kBf16}) {
+    INFO(to_string(p));
+    const StepLayout fused = device_layout(config, shape, true, {.mode = Mode::kCompiled, .precision = p});
+    CHECK(fused.fused_qkv);
+    CHECK_FALSE(fused.paired_rope);
+    CHECK_FALSE(device_layout(config, shape, true, {.mode = Mode::kEager, .precision = p}).fused_qkv);
+    for (const auto& list : {device_step_kernels(fused, Mode::kCompiled), step_kernels(config, shape, p)})
+      for (const auto& r : list)
+        if (r.family->name().starts_with("rope")) {
+          CHECK(r.problem.dim("tokens") == n);
+          CHECK(r.problem.dim("heads") == 2 * config.heads);
+        }
+  }
+  CHECK_FALSE(device_layout(config, shape, true, {.mode = Mode::kCompiled}).fused_qkv);  // f32: materialised
+
   config.d_model = 60;  // k padded away from q: one launch each
   config.heads = 3;
   CHECK_FALSE(device_layout(config, shape, true, {.mode = Mode::kCompiled}).paired_rope);
