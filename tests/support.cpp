@@ -16,6 +16,15 @@
 
 namespace ktune::test {
 
+tuner::RunOptions time_once() {
+  tuner::RunOptions o;
+  o.warmup = 0;
+  o.min_repetitions = 1;
+  o.max_repetitions = 1;
+  o.min_seconds = 0;
+  return o;
+}
+
 std::filesystem::path scratch_dir(const std::string& name) {
   static std::atomic<int> counter{0};
   const auto dir = std::filesystem::path(KTUNE_BINARY_DIR) / "test-scratch" /

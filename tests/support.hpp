@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <string>
 
+#include "tuner/run/runner.hpp"
+
 namespace ktune::test {
 
 /// Exit code ctest reads as "skipped" (SKIP_RETURN_CODE in tests/CMakeLists.txt).
@@ -17,6 +19,10 @@ std::filesystem::path ktune_exe();
 
 /// Runs a shell command, capturing stdout+stderr; returns the exit code.
 int run_command(const std::string& command, std::string* output);
+
+/// Timing that measures once (no warm-up, one repetition): for checks that a
+/// time comes back, as on the emulation, whose times are host wall times.
+tuner::RunOptions time_once();
 
 /// Ends the process with kSkipCode, printing `reason`, when no CUDA device
 /// can be used: a gpu test is then reported as skipped, never as passed.

@@ -55,15 +55,6 @@ void check_figure(const fs::path& out, const std::vector<fs::path>& files, const
   else CHECK(head(out, 200).find("<svg") != std::string::npos);
 }
 
-tuner::RunOptions quick() {
-  tuner::RunOptions o;
-  o.warmup = 0;
-  o.min_repetitions = 1;
-  o.max_repetitions = 1;
-  o.min_seconds = 0;
-  return o;
-}
-
 TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in one line", "[bench][emu]") {
   std::string text;
   if (run_command("/usr/bin/python3 -c 'import matplotlib'", &text) != 0) {  // the script's interpreter
@@ -83,7 +74,7 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
         {"tiny", 8, "rmsnorm_fwd", templates::Problem{"f32", {{"rows", 9}, {"dim", 64}}}},
         {"tiny", 8, "swiglu_fwd", templates::Problem{"bf16", {{"n", 301}}}},
     };
-    write(dir / "ops.json", tuner::run_ops_bench(*backend, cases, nullptr, 100.0, quick()).to_json());
+    write(dir / "ops.json", tuner::run_ops_bench(*backend, cases, nullptr, 100.0, test::time_once()).to_json());
     check_figure(dir / "ops.svg", {dir / "ops.json"}, "ops, 1 result from 1 file");
 
     // Two benchmarks in one figure: refused, nothing written.

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "support.hpp"
+
 namespace tuner_bench_ops_bench_emu_test {
 
 using namespace ktune;
@@ -18,11 +20,7 @@ TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emul
       {"tiny", 8, "cross_entropy_bwd", templates::Problem{"f32", {{"rows", 7}, {"vocab", 129}}}},
       {"tiny", 8, "rmsnorm_bwd", templates::Problem{"f32", {{"rows", 19}, {"dim", 64}}}},
   };
-  tuner::RunOptions options;
-  options.warmup = 0;
-  options.min_repetitions = 1;
-  options.max_repetitions = 1;
-  options.min_seconds = 0;
+  const tuner::RunOptions options = test::time_once();
   const double copy_gbs = 100.0;  // a stand-in: the emulation has no bandwidth of its own
   const auto report = tuner::run_ops_bench(*backend, cases, nullptr, copy_gbs, options);
   REQUIRE(report.rows.size() == 3);

@@ -3,6 +3,7 @@
 // process's JSON as well; a one-launch plan has none.
 #include <catch2/catch.hpp>
 
+#include "support.hpp"
 #include "templates/attention/attention.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/run/runner.hpp"
@@ -17,12 +18,9 @@ TEST_CASE("a plan of several launches is timed whole and launch by launch, each 
   const auto& bwd = templates::attention::backward_family();
   const templates::Problem p{"bf16", {{"batch", 1}, {"heads", 2}, {"seq", 40}, {"head_dim", 16}, {"causal", 1}}};
   auto runner = make_emu_runner({1, "sm_90"});
-  RunOptions o;
+  RunOptions o = test::time_once();
   o.time = true;
   o.per_launch = true;
-  o.warmup = 0;
-  o.min_repetitions = 1;
-  o.max_repetitions = 1;
   Config c = bwd.default_config(p);
   for (const std::int64_t atomic : {1, 0}) {
     INFO("dq_atomic " << atomic);
