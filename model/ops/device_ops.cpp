@@ -423,15 +423,15 @@ void DeviceOps::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std
 
 namespace {
 
-// Materialised attention's GEMMs over the (batch, head) pairs: a call per
-// batch b, batched over its heads (a head's rows start D apart in (B, S, H, D),
-// P_bh S x S apart), or with one head, one call batched over the batch (S x D
-// apart), as PyTorch's matmul over (B, S, D).
-/// Strides of q, k or v (B, S, H, D) whose tokens' rows are `row` elements apart.
+// Strides of q, k or v (B, S, H, D) whose tokens' rows are `row` elements apart.
 templates::attention::TensorStrides qkv_strides(const templates::attention::AttentionShape& s, std::int64_t row) {
   return {.batch = s.seq * row, .head = s.head_dim, .seq = row};
 }
 
+// Materialised attention's GEMMs over the (batch, head) pairs: a call per
+// batch b, batched over its heads (a head's rows start D apart in (B, S, H, D),
+// P_bh S x S apart), or with one head, one call batched over the batch (S x D
+// apart), as PyTorch's matmul over (B, S, D).
 struct HeadBatches {
   std::int64_t calls, batch, stride;  // GEMM calls, entries per call, an entry's stride in (B, S, H, D)
 };
@@ -443,7 +443,8 @@ HeadBatches head_batches(const templates::attention::AttentionShape& s) {
 }  // namespace
 
 // Flash attention (the layout keeps the log-sum-exp): attention_fwd on q, k,
-// v, out in their (B, S, H, D) layout, `saved` its (B, H, S) fp32 lse.
+// v, out in their (B, S, H, D) layout (q, k and v rows qkv_row apart, o's
+// contiguous), `saved` its (B, H, S) fp32 lse.
 // Otherwise materialised attention, per batch b and head h (P: (B, H, S, S)):
 //   P_bh = softmax(scale Q_bh K_bh^T, causal),  O_bh = P_bh V_bh.
 void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
