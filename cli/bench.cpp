@@ -9,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "tuner/bench/adam_bench.hpp"
+#include "tuner/run/emu_runner.hpp"
 #include "tuner/run/gpu_runner.hpp"
 #include "tuner/cuda/timing.hpp"
 
@@ -22,7 +23,7 @@ void add_bench_command(CLI::App& app, Global& global) {
     std::string tensors = "1,2,4,8,16,32";
     std::string numel = "16384,65536,262144,1048576,4194304";
     std::string dtype = "f32";
-    std::string cache, json_out;
+    std::string cache, json_out, backend = "gpu";
   };
   auto opts = std::make_shared<AdamOpts>();
   auto* adam = bench->add_subcommand("adam", "AdamW step: eager single-tensor vs fused single-tensor vs tuned "
@@ -33,6 +34,7 @@ void add_bench_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   adam->add_option("--cache", opts->cache, "Tuned cache to take configs from (default: family defaults)");
   adam->add_option("--json-out", opts->json_out, "Also write the report as JSON to this file");
+  add_kernel_backend_option(adam, opts->backend, "for small sizes; no copy bandwidth, so no % of copy");
   adam->callback([opts, &global] {
     const auto tensors = int_list_arg(opts->tensors, "--tensors");
     const auto numels = int_list_arg(opts->numel, "--numel");
@@ -40,9 +42,13 @@ void add_bench_command(CLI::App& app, Global& global) {
     if (!opts->json_out.empty()) writable_target(opts->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);
-    auto runner = tuner::make_gpu_runner();
-    std::cerr << "measuring copy bandwidth...\n";
-    const double copy = tuner::measure_copy_bandwidth_gbs();
+    const bool emulated = opts->backend == "emu";
+    auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+    double copy = 0;  // the emulation has no bandwidth of its own
+    if (!emulated) {
+      std::cerr << "measuring copy bandwidth...\n";
+      copy = tuner::measure_copy_bandwidth_gbs();
+    }
     const auto report = tuner::run_adam_bench(
         *runner, tensors, numels, opts->dtype, tuned ? &*tuned : nullptr, copy,
         [](const tuner::AdamBenchRow& r) {

@@ -118,11 +118,7 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                 "GEMMs; f32 and bf16)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take configs from (default: family defaults)");
   cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
-  cmd->add_option("--backend", o->backend,
-                  "gpu, or emu (the host emulation, for small cases: checks the whole benchmark; its times are "
-                  "host wall times, not GPU times)")
-      ->check(CLI::IsMember({"gpu", "emu"}))
-      ->capture_default_str();
+  add_kernel_backend_option(cmd, o->backend, "for small cases, the whole benchmark checked");
   cmd->callback([o, &global] {
     const auto dims = int_list_arg(o->dims, "--dims");
     const auto seqs = int_list_arg(o->seqs, "--seqs");

@@ -1,7 +1,7 @@
 // `ktune bench ops`: per op of the training step and per model size, the
 // eager chain of primitive launches against the tuned fused kernel (ms,
 // GB/s, % of the measured copy bandwidth, the floor), as a markdown table or
-// JSON. Needs a GPU.
+// JSON. On a GPU, or (--backend emu) on the host emulation for small models.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -53,7 +53,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
     std::int64_t batch = 4;
     std::string dtype = "bf16";
     std::string families;
-    std::string cache, json_out;
+    std::string cache, json_out, backend = "gpu";
     bool pdl = false;
   };
   auto o = std::make_shared<Opts>();
@@ -66,6 +66,8 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
   cmd->add_option("--families", o->families, "Ops to run (default: every family with an eager decomposition)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)");
   cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  add_kernel_backend_option(cmd, o->backend, "for small models, --models tiny; no copy bandwidth, so no floor's "
+                                             "traffic and no % of copy");
   cmd->add_flag("--pdl", o->pdl,
                 "Launch every kernel (eager and fused) with programmatic dependent launch: it may start while the "
                 "previous kernel finishes (sm_90 and newer)");
@@ -91,10 +93,15 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
-    auto backend = tuner::exec::make_cuda_backend();  // no device: one line, exit 2
+    const bool emulated = o->backend == "emu";
+    // No device: one line, exit 2.
+    auto backend = emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
     backend->set_programmatic(o->pdl);
-    std::cerr << "measuring copy bandwidth...\n";
-    const double copy = tuner::measure_copy_bandwidth_gbs();
+    double copy = 0;  // the emulation has no bandwidth of its own
+    if (!emulated) {
+      std::cerr << "measuring copy bandwidth...\n";
+      copy = tuner::measure_copy_bandwidth_gbs();
+    }
     tuner::RunOptions options;
     options.seed = 7;
     const auto report = tuner::run_ops_bench(*backend, cases, tuned ? &*tuned : nullptr, copy, options,

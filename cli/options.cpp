@@ -36,6 +36,16 @@ CLI::Validator integer_within(long long lo, long long hi, const std::string& ran
 
 }  // namespace
 
+CLI::Option* add_kernel_backend_option(CLI::App* cmd, std::string& backend, const std::string& emu_use) {
+  return cmd
+      ->add_option("--backend", backend,
+                   fmt::format("gpu (the CUDA device), or emu (the host emulation, no GPU needed: {}; its times are "
+                               "host wall times, not GPU times)",
+                               emu_use))
+      ->check(CLI::IsMember({"gpu", "emu"}))
+      ->capture_default_str();
+}
+
 CLI::Validator thread_count() {
   return integer_within(1, env::kMaxThreads, fmt::format("in 1..{}", env::kMaxThreads));
 }

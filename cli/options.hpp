@@ -37,6 +37,11 @@ CLI::Validator thread_count();
 /// names the bound; CLI11's own number checks print theirs as a float).
 CLI::Validator integer_at_least(long long least);
 
+/// --backend of the commands that run kernels: gpu (the CUDA device) or emu
+/// (the host emulation, no GPU needed; `emu_use` says what it is for here;
+/// its times are host wall times, not GPU times).
+CLI::Option* add_kernel_backend_option(CLI::App* cmd, std::string& backend, const std::string& emu_use);
+
 /// "one of: adamw, adamw_single, ..." (every registered family), for --family's help.
 std::string family_choices();
 /// "one of: exhaustive, random, ..." (every strategy), for --strategy's help.

@@ -77,9 +77,7 @@ void add_run_command(CLI::App& app, Global& global) {
   auto args = std::make_shared<RunArgs>();
   auto* cmd = app.add_subcommand("run", "Run one variant on one problem (on the GPU, or emulated on the CPU) and "
                                         "compare it with the CPU reference");
-  cmd->add_option("--backend", args->backend, "emu: host emulation (no GPU needed); gpu: the CUDA device")
-      ->check(CLI::IsMember({"emu", "gpu"}))
-      ->capture_default_str();
+  add_kernel_backend_option(cmd, args->backend, "runs any family's kernels");
   cmd->add_option("--family", args->family, "Kernel family, " + family_choices());
   cmd->add_option("--spec", args->spec, kSpecHelp);
   cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the default on the device");

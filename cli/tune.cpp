@@ -88,10 +88,7 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
-  cmd->add_option("--backend", opts->backend, "gpu, or emu (the host emulation: checks the whole loop; its times "
-                                              "are host wall times, not GPU times)")
-      ->check(CLI::IsMember({"gpu", "emu"}))
-      ->capture_default_str();
+  add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
                                                 "worker process is killed and the variant marked failed")
       ->capture_default_str();

@@ -5,20 +5,21 @@
 #include "base/error.hpp"
 #include "base/stamp.hpp"
 #include "templates/adamw/adamw.hpp"
+#include "tuner/bench/copy_text.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::tuner {
 
 std::string AdamBenchReport::markdown() const {
-  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s\n\n",
-                              device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs);
+  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {}); {}\n\n", device, driver_version, date,
+                              ktune_version(), git_revision(), copy_bandwidth_text(copy_bandwidth_gbs));
   s += "| Num Params | Param Size | compiled_single_tensor_adam | _single_tensor_adam | _fused_adam (ktune, tuned) "
        "| fused GB/s | % of copy BW | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
-    s += fmt::format("| {} | {} | {:.4f} ms/iter | {:.4f} ms/iter | {:.4f} ms/iter | {:.0f} | {:.1f}% | {} ({}) |\n",
+    s += fmt::format("| {} | {} | {:.4f} ms/iter | {:.4f} ms/iter | {:.4f} ms/iter | {:.0f} | {} | {} ({}) |\n",
                      r.tensors, r.numel, r.single_ms, r.eager_ms, r.fused_ms, r.fused_gbs,
-                     100 * r.fused_fraction_of_copy, r.fused_config, r.fused_source);
+                     percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs), r.fused_config, r.fused_source);
   s += "\n" + method + "\n";
   return s;
 }

@@ -7,6 +7,7 @@
 #include "base/error.hpp"
 #include "base/stamp.hpp"
 #include "templates/eager/eager.hpp"
+#include "tuner/bench/copy_text.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::tuner {
@@ -87,14 +88,31 @@ std::vector<OpsBenchSummary> OpsBenchReport::summary() const {
 }
 
 std::string OpsBenchReport::markdown() const {
-  std::string s = fmt::format(
-      "Device: {}; driver {}; {}; ktune {} (git {}); measured copy bandwidth {:.0f} GB/s; empty launch {:.4f} ms\n\n",
-      device, driver_version, date, ktune_version(), git_revision(), copy_bandwidth_gbs, empty_launch_ms);
+  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {}); {}; empty launch {:.4f} ms\n\n", device,
+                              driver_version, date, ktune_version(), git_revision(),
+                              copy_bandwidth_text(copy_bandwidth_gbs), empty_launch_ms);
   if (programmatic) s += "Kernels (eager and fused) launched with programmatic dependent launch.\n\n";
-  s += fmt::format("Per op over its shapes; target: at least {:.0f}% of copy where the fused kernel moves {:.0f} MB or "
-                   "more, within {:.1f}x of the floor below that.\n\n",
-                   100 * OpsBenchSummary::kLargeTarget, OpsBenchSummary::kLargeBytes / 1e6,
-                   OpsBenchSummary::kFloorTarget);
+  if (copy_bandwidth_gbs > 0) s += summary_markdown();
+  s += "| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | "
+       "fused GB/s | fused % copy | floor | fused / floor | fused config (source) |\n";
+  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : rows)
+    s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {:.0f} | {} | {:.4f} ms ({}) | {:.0f} | {} | "
+                     "{:.4f} ms | {:.2f}x | {} ({}) |\n",
+                     r.op.model, r.op.context, r.op.family, r.op.problem.key(), r.bytes / 1e6, r.eager_ms,
+                     r.eager_launches, r.eager_gbs, percent_of_copy(r.eager_fraction_of_copy, copy_bandwidth_gbs),
+                     r.fused_ms, r.fused_launches, r.fused_gbs,
+                     percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs), r.floor_ms,
+                     r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0, r.fused_config, r.fused_source);
+  s += "\n" + method + "\n";
+  return s;
+}
+
+std::string OpsBenchReport::summary_markdown() const {
+  std::string s = fmt::format(
+      "Per op over its shapes; target: at least {:.0f}% of copy where the fused kernel moves {:.0f} MB or more, "
+      "within {:.1f}x of the floor below that.\n\n",
+      100 * OpsBenchSummary::kLargeTarget, OpsBenchSummary::kLargeBytes / 1e6, OpsBenchSummary::kFloorTarget);
   s += fmt::format("| op | shapes at target | fused / floor | fused % copy at >= {:.0f} MB | eager / fused |\n",
                    OpsBenchSummary::kLargeBytes / 1e6);
   s += "|---|---|---|---|---|\n";
@@ -106,18 +124,7 @@ std::string OpsBenchReport::markdown() const {
                                                                                  100 * o.large_copy_max, "%", 0),
                                                        o.large_shapes, o.large_shapes == 1 ? "" : "s"),
                      range(o.speedup_min, o.speedup_max, "x", 1));
-  s += "\n| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | "
-       "fused GB/s | fused % copy | floor | fused / floor | fused config (source) |\n";
-  s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& r : rows)
-    s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {:.0f} | {:.1f}% | {:.4f} ms ({}) | {:.0f} | "
-                     "{:.1f}% | {:.4f} ms | {:.2f}x | {} ({}) |\n",
-                     r.op.model, r.op.context, r.op.family, r.op.problem.key(), r.bytes / 1e6, r.eager_ms,
-                     r.eager_launches, r.eager_gbs, 100 * r.eager_fraction_of_copy, r.fused_ms, r.fused_launches,
-                     r.fused_gbs,
-                     100 * r.fused_fraction_of_copy, r.floor_ms, r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0,
-                     r.fused_config, r.fused_source);
-  s += "\n" + method + "\n";
+  s += "\n";
   return s;
 }
 

@@ -68,6 +68,9 @@ struct OpsBenchReport {
   std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
   /// One entry per op, in the order of their first rows.
   std::vector<OpsBenchSummary> summary() const;
+  /// The summary as a markdown table with its target (left out of markdown()
+  /// without a copy bandwidth, as on the emulation).
+  std::string summary_markdown() const;
   std::string markdown() const;
   nlohmann::json to_json() const;
 };

@@ -20,6 +20,7 @@ tuner::OpsBenchRow row(const std::string& family, double bytes, double fused_ms,
 
 TEST_CASE("bench ops sums up each op over its shapes against the families' targets", "[bench]") {
   tuner::OpsBenchReport report;
+  report.copy_bandwidth_gbs = 4000;
   report.rows = {
       row("swiglu_fwd", 20e6, 0.0140, 0.0100, 0.0300, 0.40),   // 1.4x its floor: at target
       row("rmsnorm_bwd", 5e6, 0.0230, 0.0100, 0.1150, 0.10),   // 2.3x: not
@@ -54,6 +55,16 @@ TEST_CASE("bench ops sums up each op over its shapes against the families' targe
   CHECK(md.find("| rmsnorm_bwd | 1 of 2 | 1.50-2.30x | - | 5.0x |") != std::string::npos);
   CHECK(md.find("at least 85% of copy where the fused kernel moves 64 MB or more, within 1.5x of the floor") !=
         std::string::npos);
+  CHECK(md.find("| small | 256 | swiglu_fwd | bf16;n=1 | 20.0 | 0.0300 ms (0) | 0 | 0.0% |") != std::string::npos);
+
+  // Without a copy bandwidth (the emulation's), no target to hold the ops to and no % of copy.
+  tuner::OpsBenchReport emulated = report;
+  emulated.copy_bandwidth_gbs = 0;
+  const std::string emu_md = emulated.markdown();
+  CHECK(emu_md.find("shapes at target") == std::string::npos);
+  CHECK(emu_md.find("no copy bandwidth") != std::string::npos);
+  CHECK(emu_md.find("| small | 256 | swiglu_fwd | bf16;n=1 | 20.0 | 0.0300 ms (0) | 0 | - |") != std::string::npos);
+
   const auto j = report.to_json();
   REQUIRE(j["summary"].size() == 2);
   CHECK(j["summary"][0]["family"] == "swiglu_fwd");

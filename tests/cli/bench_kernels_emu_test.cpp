@@ -1,0 +1,62 @@
+// `ktune bench ops` and `bench adam` with --backend emu: the kernel
+// benchmarks run end to end without a GPU, every output checked against the
+// reference, times labelled as the emulation's, nothing divided by a copy
+// bandwidth the emulation does not have.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "support.hpp"
+
+namespace cli_bench_kernels_emu_test {
+
+using ktune::test::ktune_exe;
+using ktune::test::run_command;
+
+nlohmann::json read_json(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny model, eager beside fused",
+          "[cli][emu]") {
+  const auto dir = ktune::test::scratch_dir("bench_ops_emu");
+  std::string out;
+  REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --models tiny --ctx 9 --batch 2 --json-out " +
+                          (dir / "ops.json").string(),
+                      &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("no copy bandwidth"));
+  CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
+  CHECK_THAT(out, Catch::Contains("| tiny | 9 | rmsnorm_bwd | bf16;dim=64;rows=18 |"));
+  CHECK_THAT(out, !Catch::Contains("shapes at target"));  // no bandwidth, no target
+  const auto j = read_json(dir / "ops.json");
+  CHECK(j["copy_bandwidth_gbs"] == 0);
+  CHECK(j["rows"].size() == 14);  // every op with an eager decomposition
+  for (const auto& row : j["rows"]) {
+    CHECK(row["fused_ms"].get<double>() > 0);
+    CHECK(row["eager_launches"].get<int>() >= 1);
+  }
+}
+
+TEST_CASE("CLI: bench adam --backend emu times the three AdamW forms on small sizes", "[cli][emu]") {
+  const auto dir = ktune::test::scratch_dir("bench_adam_emu");
+  std::string out;
+  REQUIRE(run_command(ktune_exe().string() + " bench adam --backend emu --tensors 1,3 --numel 1000 --dtype bf16 "
+                                             "--json-out " + (dir / "adam.json").string(),
+                      &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("no copy bandwidth"));
+  CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
+  const auto j = read_json(dir / "adam.json");
+  REQUIRE(j["rows"].size() == 2);
+  for (const auto& row : j["rows"]) {
+    CHECK(row["dtype"] == "bf16");
+    CHECK(row["fused_ms"].get<double>() > 0);
+    CHECK(row["single_tensor_eager_ms"].get<double>() > 0);
+    CHECK(row["compiled_single_tensor_ms"].get<double>() > 0);
+  }
+}
+
+}  // namespace cli_bench_kernels_emu_test

@@ -1,0 +1,21 @@
+// How the benchmarks' reports print the copy bandwidth they measure against:
+// on the emulation there is none (0), and the cells that divide by it say so.
+#pragma once
+#include <fmt/format.h>
+
+#include <string>
+
+namespace ktune::tuner {
+
+/// "measured copy bandwidth 4207 GB/s", or that there is none.
+inline std::string copy_bandwidth_text(double gbs) {
+  return gbs > 0 ? fmt::format("measured copy bandwidth {:.0f} GB/s", gbs)
+                 : std::string("no copy bandwidth (emulated: % of copy and the floor's traffic left out)");
+}
+
+/// A fraction of the copy bandwidth as a cell: "85.1%", or "-" without one.
+inline std::string percent_of_copy(double fraction, double gbs) {
+  return gbs > 0 ? fmt::format("{:.1f}%", 100 * fraction) : std::string("-");
+}
+
+}  // namespace ktune::tuner
