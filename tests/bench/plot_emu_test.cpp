@@ -1,8 +1,8 @@
-// bench/plot.py on what ktune's benchmarks write: the Adam and ops
-// benchmarks run on the emulation here, the e2e benchmark (one run, and a
-// list of runs as --sweep writes) and the attention benchmark through the
-// CLI (its GPU-sized targets' rows added as it writes them). Each becomes a
-// figure; bad input gets one line, exit 2, and no figure.
+// bench/plot.py on what ktune's benchmarks write, each run through the CLI
+// on the emulation or the cpu backend: Adam, ops, e2e (one run, and a list of
+// runs as --sweep writes) and attention (its GPU-sized targets' rows added
+// as it writes them). Each becomes a figure; bad input gets one line, exit
+// 2, and no figure.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -13,10 +13,6 @@
 #include <string>
 
 #include "support.hpp"
-#include "tuner/bench/adam_bench.hpp"
-#include "tuner/bench/ops_bench.hpp"
-#include "tuner/exec/backend.hpp"
-#include "tuner/run/emu_runner.hpp"
 
 namespace bench_plot_emu_test {
 
@@ -63,18 +59,13 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
   }
   const fs::path dir = test::scratch_dir("plot");
 
-  SECTION("adam and ops, run on the emulation") {
-    auto runner = tuner::make_emu_runner({1, "sm_80"});
-    const auto adam = tuner::run_adam_bench(*runner, {1, 2}, {1000, 3000}, "f32", nullptr, 100.0);
-    write(dir / "adam.json", adam.to_json());
+  SECTION("adam and ops, from the CLI on the emulation") {
+    const std::string bench = test::ktune_exe().string() + " bench ";
+    REQUIRE(run_command(bench + "adam --backend emu --tensors 1,2 --numel 1000,3000 --json-out " +
+                            (dir / "adam.json").string(), &text) == 0);
     check_figure(dir / "adam.png", {dir / "adam.json"}, "adam, 1 result from 1 file");
-
-    auto backend = tuner::exec::make_emu_backend({1, "sm_80"});
-    const std::vector<tuner::OpsBenchCase> cases = {
-        {"tiny", 8, "rmsnorm_fwd", templates::Problem{"f32", {{"rows", 9}, {"dim", 64}}}},
-        {"tiny", 8, "swiglu_fwd", templates::Problem{"bf16", {{"n", 301}}}},
-    };
-    write(dir / "ops.json", tuner::run_ops_bench(*backend, cases, nullptr, 100.0, test::time_once()).to_json());
+    REQUIRE(run_command(bench + "ops --backend emu --models tiny --ctx 8,13 --batch 1 --families rmsnorm_fwd,"
+                                "swiglu_fwd --json-out " + (dir / "ops.json").string(), &text) == 0);
     check_figure(dir / "ops.svg", {dir / "ops.json"}, "ops, 1 result from 1 file");
 
     // Two benchmarks in one figure: refused, nothing written.
