@@ -118,8 +118,16 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                 "GEMMs; f32 and bf16)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take configs from (default: family defaults)");
   cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
-  add_kernel_backend_option(cmd, o->backend, "for small cases, the whole benchmark checked");
-  cmd->callback([o, &global] {
+  add_kernel_backend_option(cmd, o->backend,
+                            "for small cases, the whole benchmark checked; unless given, --tables seed003 --dims "
+                            "16,64 --seqs 37,128");
+  cmd->callback([o, &global, cmd] {
+    // The targets' and the seed's sequences of thousands would take the emulation hours.
+    if (o->backend == "emu") {
+      if (cmd->count("--tables") == 0) o->tables = {"seed003"};
+      if (cmd->count("--dims") == 0) o->dims = "16,64";
+      if (cmd->count("--seqs") == 0) o->seqs = "37,128";
+    }
     const auto dims = int_list_arg(o->dims, "--dims");
     const auto seqs = int_list_arg(o->seqs, "--seqs");
     const auto wanted = [&](const char* table) {

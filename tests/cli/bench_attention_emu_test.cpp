@@ -38,6 +38,11 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
           Approx((4 * elements * 2 + 8 * s * 4) / (1024.0 * 1024.0)));
   }
 
+  // Without --tables, --dims, --seqs the emulation takes small cases, not the GPU's sizes.
+  REQUIRE(run_command(ktune_exe().string() + " bench attention --backend emu --no-eager", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("| 64 | 128 | - |"));
+  CHECK_THAT(out, !Catch::Contains("leaderboard"));
+
   // --no-eager leaves the eager cells empty; f16 has no eager attention (the runtime has no f16 precision).
   for (const std::string args : {"--seqs 9 --no-eager", "--seqs 9 --dtype f16"}) {
     REQUIRE(run_command(bench + args, &out) == 0);
