@@ -114,6 +114,38 @@ TEST_CASE("cuda backend, bf16: the tiny model's loss, gradients and AdamW step m
   }
 }
 
+TEST_CASE("cuda backend, bf16 compiled: q, k and v one fused projection, read on strided rows by the device's "
+          "default flash attention (sm_90: wgmma), match the cpu backend",
+          "[gpu][model][device]") {
+  test::skip_without_gpu();
+  auto backend = tuner::exec::make_cuda_backend();
+  // The small model's widths, two layers, at a shape whose grid (1024 / 128 query blocks x 12 heads x 4) is busy
+  // enough for sm_90's wgmma forward.
+  ModelConfig config = model_config("small");
+  config.layers = 2;
+  const RunShape shape{4, 1024};
+  Transformer<float> cpu(config, shape, Allocation::kTrain, 16);
+  DeviceTransformer gpu(*backend, config, shape, Allocation::kTrain,
+                        {.mode = Mode::kCompiled, .precision = Precision::kBf16});
+  REQUIRE(gpu.layout().fused_qkv);
+  std::vector<std::int32_t> tokens, targets;
+  random_tokens(shape.tokens(), config.vocab, 31, tokens, targets);
+  // The tolerances of the tiny model's bf16 case above.
+  CHECK(gpu.forward(tokens, targets) == Approx(cpu.forward(tokens, targets)).epsilon(2e-3));
+  cpu.backward();
+  gpu.backward();
+  const auto grads = gpu.gradients();
+  for (const auto& t : cpu.layout().tensors) {
+    INFO(t.name);
+    CHECK(rel_l2(grads, cpu.gradients(), t.offset, t.numel) <= 5e-2);
+  }
+  for (const auto& k : gpu.ops().kernels().kernels())
+    if (k.family->name() == "attention_fwd" && backend->device().arch == "sm_90") {
+      INFO(k.chosen.config.str());
+      CHECK(k.chosen.config.at("mma") != 0);
+    }
+}
+
 }  // namespace model_device_model_gpu_test
 
 namespace model_device_model_gpu_test {
