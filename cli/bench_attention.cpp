@@ -84,6 +84,9 @@ nlohmann::json to_json(const Timed& t) {
 }
 
 const std::vector<std::string> kTables = {"seed003", "leaderboard", "causal_fwd_d128"};
+/// The most multiply-adds of one attention pass `--backend emu` takes on
+/// (about a minute of the emulation for the table's four passes).
+constexpr double kEmulatedMacs = double(std::int64_t{1} << 28);
 
 }  // namespace
 
@@ -123,7 +126,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                             "16,64 --seqs 37,128");
   cmd->callback([o, &global, cmd] {
     // The targets' and the seed's sequences of thousands would take the emulation hours.
-    if (o->backend == "emu") {
+    const bool emulated = o->backend == "emu";
+    if (emulated) {
       if (cmd->count("--tables") == 0) o->tables = {"seed003"};
       if (cmd->count("--dims") == 0) o->dims = "16,64";
       if (cmd->count("--seqs") == 0) o->seqs = "37,128";
@@ -140,11 +144,19 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
     if (wanted("leaderboard")) rows.push_back(row("leaderboard", attention_problem("bf16", 1, 16, 64, 16384, true)));
     if (wanted("causal_fwd_d128"))
       rows.push_back(row("causal_fwd_d128", attention_problem("bf16", 1, 16, 128, 16384, true)));
-    for (const auto& r : rows) at::forward_family().check_problem(r.problem);  // bad input before the device
+    for (const auto& r : rows) {  // bad input before the device
+      at::forward_family().check_problem(r.problem);
+      const auto& p = r.problem;
+      const double macs = static_cast<double>(p.dim("batch") * p.dim("heads") * p.dim("head_dim")) *
+                          static_cast<double>(p.dim("seq")) * static_cast<double>(p.dim("seq"));
+      KTUNE_REQUIRE(!emulated || macs <= kEmulatedMacs,
+                    fmt::format("--backend emu: {} {} is {:.2g} multiply-adds a pass, hours for the emulation (at "
+                                "most {:.2g}); give smaller --seqs or --dims, or run on a GPU",
+                                r.table, p.key(), macs, kEmulatedMacs));
+    }
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");    // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
-    const bool emulated = o->backend == "emu";
     // Throws "no CUDA device: ..." (exit 2) without one.
     auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
     const DeviceLimits device = runner->device();

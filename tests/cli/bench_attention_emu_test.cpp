@@ -2,6 +2,7 @@
 // flash beside eager mode's materialised attention, as on a GPU.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -42,6 +43,11 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
   REQUIRE(run_command(ktune_exe().string() + " bench attention --backend emu --no-eager", &out) == 0);
   CHECK_THAT(out, Catch::Contains("| 64 | 128 | - |"));
   CHECK_THAT(out, !Catch::Contains("leaderboard"));
+
+  // The GPU's sizes asked for on the emulation: refused in one line before any work.
+  REQUIRE(run_command(ktune_exe().string() + " bench attention --backend emu --tables leaderboard", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("hours for the emulation"));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
 
   // --no-eager leaves the eager cells empty; f16 has no eager attention (the runtime has no f16 precision).
   for (const std::string args : {"--seqs 9 --no-eager", "--seqs 9 --dtype f16"}) {
