@@ -15,6 +15,13 @@
 
 namespace ktune::cli {
 
+namespace {
+
+/// The most parameter elements, all tensors together, `bench adam --backend emu` takes.
+constexpr std::int64_t kEmulatedElements = std::int64_t{1} << 18;
+
+}  // namespace
+
 void add_bench_command(CLI::App& app, Global& global) {
   auto* bench = app.add_subcommand("bench", "Benchmarks of the seed reports: markdown tables and JSON");
   bench->require_subcommand(1);
@@ -34,15 +41,27 @@ void add_bench_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   adam->add_option("--cache", opts->cache, "Tuned cache to take configs from (default: family defaults)");
   adam->add_option("--json-out", opts->json_out, "Also write the report as JSON to this file");
-  add_kernel_backend_option(adam, opts->backend, "for small sizes; no copy bandwidth, so no % of copy");
-  adam->callback([opts, &global] {
+  add_kernel_backend_option(adam, opts->backend,
+                            "for small sizes, unless given --tensors 1,2 --numel 1000,4096; no copy bandwidth, so no "
+                            "% of copy");
+  adam->callback([opts, &global, adam] {
+    const bool emulated = opts->backend == "emu";
+    if (emulated) {  // the seeds' sizes would take the emulation hours
+      if (adam->count("--tensors") == 0) opts->tensors = "1,2";
+      if (adam->count("--numel") == 0) opts->numel = "1000,4096";
+    }
     const auto tensors = int_list_arg(opts->tensors, "--tensors");
     const auto numels = int_list_arg(opts->numel, "--numel");
+    for (const auto t : tensors)
+      for (const auto n : numels)
+        KTUNE_REQUIRE(!emulated || t * n <= kEmulatedElements,
+                      fmt::format("--backend emu: {} x {} elements (--tensors x --numel) are minutes for the emulation "
+                                  "(at most {} in all); give smaller --tensors or --numel, or run on a GPU",
+                                  t, n, kEmulatedElements));
     KTUNE_REQUIRE(opts->dtype == "f32" || opts->dtype == "bf16", "--dtype must be f32 or bf16");
     if (!opts->json_out.empty()) writable_target(opts->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);
-    const bool emulated = opts->backend == "emu";
     auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
     double copy = 0;  // the emulation has no bandwidth of its own
     if (!emulated) {

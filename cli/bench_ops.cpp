@@ -22,6 +22,9 @@ namespace ktune::cli {
 
 namespace {
 
+/// The most bytes an op's fused kernel may move under `--backend emu`.
+constexpr double kEmulatedBytes = double(std::int64_t{1} << 24);
+
 std::vector<std::string> name_list(const std::string& text) {
   std::vector<std::string> out;
   std::stringstream in(text);
@@ -66,13 +69,19 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
   cmd->add_option("--families", o->families, "Ops to run (default: every family with an eager decomposition)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)");
   cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
-  add_kernel_backend_option(cmd, o->backend, "for small models, --models tiny; no copy bandwidth, so no floor's "
-                                             "traffic and no % of copy");
+  add_kernel_backend_option(cmd, o->backend,
+                            "for small cases, unless given --models tiny --ctx 16; no copy bandwidth, so no floor's "
+                            "traffic and no % of copy");
   cmd->add_flag("--pdl", o->pdl,
                 "Launch every kernel (eager and fused) with programmatic dependent launch: it may start while the "
                 "previous kernel finishes (sm_90 and newer)");
-  cmd->callback([o, &global] {
+  cmd->callback([o, &global, cmd] {
     KTUNE_REQUIRE(o->dtype == "f32" || o->dtype == "bf16", "--dtype must be f32 or bf16");
+    const bool emulated = o->backend == "emu";
+    if (emulated) {  // the GPU's model sizes would take the emulation hours
+      if (cmd->count("--models") == 0) o->models = "tiny";
+      if (cmd->count("--ctx") == 0) o->ctx = "16";
+    }
     const auto contexts = int_list_arg(o->ctx, "--ctx");
     const auto families = o->families.empty() ? templates::eager::decomposed_families() : name_list(o->families);
     const auto known = templates::eager::decomposed_families();
@@ -86,14 +95,18 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
       for (const auto ctx : contexts)
         for (const auto& f : families) {
           const templates::Problem p = step_problem(f, m, o->batch, ctx, o->dtype);
-          templates::find_family(f).check_problem(p);
+          const templates::Family& family = templates::find_family(f);
+          family.check_problem(p);
+          KTUNE_REQUIRE(!emulated || family.bytes(p) <= kEmulatedBytes,
+                        fmt::format("--backend emu: {} {} moves {:.3g} MB, minutes for the emulation (at most {:.3g}); "
+                                    "give smaller --models or --ctx, or run on a GPU",
+                                    f, p.key(), family.bytes(p) / 1e6, kEmulatedBytes / 1e6));
           cases.push_back({name, ctx, f, p});
         }
     }
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
-    const bool emulated = o->backend == "emu";
     // No device: one line, exit 2.
     auto backend = emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
     backend->set_programmatic(o->pdl);

@@ -38,6 +38,12 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
     CHECK(row["fused_ms"].get<double>() > 0);
     CHECK(row["eager_launches"].get<int>() >= 1);
   }
+  // Without --models and --ctx the emulation takes the tiny model at 16 tokens, not the GPU's sizes; those
+  // asked for are refused in one line.
+  REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --families swiglu_fwd", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("| tiny | 16 | swiglu_fwd |"));
+  REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --models small", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("minutes for the emulation"));
 }
 
 TEST_CASE("CLI: bench adam --backend emu times the three AdamW forms on small sizes", "[cli][emu]") {
@@ -57,6 +63,8 @@ TEST_CASE("CLI: bench adam --backend emu times the three AdamW forms on small si
     CHECK(row["single_tensor_eager_ms"].get<double>() > 0);
     CHECK(row["compiled_single_tensor_ms"].get<double>() > 0);
   }
+  REQUIRE(run_command(ktune_exe().string() + " bench adam --backend emu --numel 4194304", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("minutes for the emulation"));
 }
 
 }  // namespace cli_bench_kernels_emu_test
