@@ -203,6 +203,9 @@ def main(argv):
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=120)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
         os.replace(tmp, out)
     finally:
         if os.path.exists(tmp):

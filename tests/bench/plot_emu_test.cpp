@@ -47,6 +47,11 @@ void check_figure(const fs::path& out, const std::vector<fs::path>& files, const
   REQUIRE(rc == 0);
   CHECK(text.find(out.string() + ": " + kind) != std::string::npos);
   REQUIRE(fs::exists(out));
+  // Made as any file the user writes: the permissions of one made here now (not a temporary file's 0600).
+  const fs::path probe = out.parent_path() / "probe.txt";
+  std::ofstream(probe) << "x";
+  CHECK(fs::status(out).permissions() == fs::status(probe).permissions());
+  fs::remove(probe);
   if (out.extension() == ".png") CHECK(head(out, 8) == "\x89PNG\r\n\x1a\n");
   else CHECK(head(out, 200).find("<svg") != std::string::npos);
 }
