@@ -103,6 +103,7 @@ class DeviceRuntime final : public Runtime {
         "{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}", to_string(model_->ops().mode()),
         to_string(model_->layout().precision), k.kernels().size(), k.count(cache::Match::kExact),
         k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
+    if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
     if (model_->graphs() && model_->forward_graph_nodes() == 0)
       summary += "; forward and backward captured as graphs on their second run";
     else if (model_->graphs())

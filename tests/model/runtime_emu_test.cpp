@@ -120,6 +120,8 @@ TEST_CASE("emu backend, bf16: training steps follow the cpu backend's fp32 losse
     // (a stale copy is 1.6e-2 off at the second step).
     for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(emu[i].loss == Approx(cpu[i].loss).epsilon(2e-3));
     CHECK_THAT(summary, Catch::StartsWith(fmt::format("{} mode, bf16", to_string(mode))));
+    // Compiled mode's flash attention reads q, k and v out of one fused projection; eager's three, as PyTorch's.
+    CHECK((summary.find("q, k and v one fused projection") != std::string::npos) == (mode == Mode::kCompiled));
     REQUIRE(emu.front().launches);
     CHECK(emu.front().launches->total() == emu.back().launches->total());
   }
