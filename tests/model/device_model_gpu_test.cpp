@@ -75,6 +75,22 @@ TEST_CASE("cuda backend: the small model's loss and gradients match the cpu back
   CHECK(compiled.by_family.count("rmsnorm_fwd"));
 }
 
+// A bf16 device model's forward and backward on a random batch against the
+// cpu backend's, with the tolerances of device_model_emu_test.cpp's bf16
+// cases, explained there.
+void check_bf16_pass(Transformer<float>& cpu, DeviceTransformer& gpu, std::uint64_t seed) {
+  std::vector<std::int32_t> tokens, targets;
+  random_tokens(gpu.layout().shape.tokens(), gpu.layout().config.vocab, seed, tokens, targets);
+  CHECK(gpu.forward(tokens, targets) == Approx(cpu.forward(tokens, targets)).epsilon(2e-3));
+  cpu.backward();
+  gpu.backward();
+  const auto grads = gpu.gradients();
+  for (const auto& t : cpu.layout().tensors) {
+    INFO(t.name);
+    CHECK(rel_l2(grads, cpu.gradients(), t.offset, t.numel) <= 5e-2);
+  }
+}
+
 TEST_CASE("cuda backend, bf16: the tiny model's loss, gradients and AdamW step match the cpu backend",
           "[gpu][model][device]") {
   test::skip_without_gpu();
@@ -85,17 +101,7 @@ TEST_CASE("cuda backend, bf16: the tiny model's loss, gradients and AdamW step m
     INFO(to_string(mode));
     Transformer<float> cpu(config, shape, Allocation::kTrain, 8);
     DeviceTransformer gpu(*backend, config, shape, Allocation::kTrain, {.mode = mode, .precision = Precision::kBf16});
-    std::vector<std::int32_t> tokens, targets;
-    random_tokens(shape.tokens(), config.vocab, 29, tokens, targets);
-    // The tolerances of device_model_emu_test.cpp's bf16 cases, explained there.
-    CHECK(gpu.forward(tokens, targets) == Approx(cpu.forward(tokens, targets)).epsilon(2e-3));
-    cpu.backward();
-    gpu.backward();
-    const auto grads = gpu.gradients();
-    for (const auto& t : cpu.layout().tensors) {
-      INFO(t.name);
-      CHECK(rel_l2(grads, cpu.gradients(), t.offset, t.numel) <= 5e-2);
-    }
+    check_bf16_pass(cpu, gpu, 29);
     // AdamW from the same gradients on the fp32 master weights, and their bf16 copy.
     templates::adamw::AdamwHyper hyper;
     std::vector<float> params(cpu.parameters().begin(), cpu.parameters().end());
@@ -128,17 +134,7 @@ TEST_CASE("cuda backend, bf16 compiled: q, k and v one fused projection, read on
   DeviceTransformer gpu(*backend, config, shape, Allocation::kTrain,
                         {.mode = Mode::kCompiled, .precision = Precision::kBf16});
   REQUIRE(gpu.layout().fused_qkv);
-  std::vector<std::int32_t> tokens, targets;
-  random_tokens(shape.tokens(), config.vocab, 31, tokens, targets);
-  // The tolerances of the tiny model's bf16 case above.
-  CHECK(gpu.forward(tokens, targets) == Approx(cpu.forward(tokens, targets)).epsilon(2e-3));
-  cpu.backward();
-  gpu.backward();
-  const auto grads = gpu.gradients();
-  for (const auto& t : cpu.layout().tensors) {
-    INFO(t.name);
-    CHECK(rel_l2(grads, cpu.gradients(), t.offset, t.numel) <= 5e-2);
-  }
+  check_bf16_pass(cpu, gpu, 31);
   for (const auto& k : gpu.ops().kernels().kernels())
     if (k.family->name() == "attention_fwd" && backend->device().arch == "sm_90") {
       INFO(k.chosen.config.str());
