@@ -61,11 +61,7 @@ EagerAttentionResult bench_eager_attention(tuner::exec::Backend& backend, const 
   const auto check = [&](Ref at_ref, const templates::HostBuffer& b) {
     std::vector<std::byte> got(b.expected.size());
     ops.download(got.data(), at_ref, got.size());
-    const double e = templates::relative_l2(b.dtype, got, b.expected);
-    if (!(e <= b.tolerance))  // NaN fails
-      throw_error(ErrorKind::kCheckFailed, fmt::format("eager attention {}: {} relative L2 error {:.3g} > {:.1g}",
-                                                       problem.key(), b.name, e, b.tolerance));
-    return e;
+    return templates::require_match(b, got, "eager attention " + problem.key());
   };
 
   EagerAttentionResult r;

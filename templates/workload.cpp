@@ -1,9 +1,12 @@
 #include "templates/workload.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
 
+#include "base/error.hpp"
 #include "templates/render.hpp"
 
 namespace ktune::templates {
@@ -49,6 +52,14 @@ double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector
   return rel_l2(got.size() / size_of(t), [&](std::size_t i) {
     return std::pair<double, double>(value_at(t, got, i), value_at(t, expected, i));
   });
+}
+
+double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what) {
+  const double e = relative_l2(b.dtype, got, b.expected);
+  if (!(e <= b.tolerance))  // NaN fails
+    throw_error(ErrorKind::kCheckFailed,
+                fmt::format("{}: {} relative L2 error {:.3g} > {:.1g}", what, b.name, e, b.tolerance));
+  return e;
 }
 
 }  // namespace ktune::templates

@@ -31,6 +31,10 @@ struct Workload {
 /// Relative L2 error of `got` against `expected` (both of dtype `t`);
 /// +inf when either holds a NaN or Inf.
 double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
+/// `got`'s relative L2 error against `b`'s expected result; throws
+/// Error(kCheckFailed) "WHAT: NAME relative L2 error E > TOLERANCE" past b's
+/// tolerance (a NaN included).
+double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what);
 /// Element `i` of `bytes` holding values of type `t`, as a double.
 double value_at(DType t, const std::vector<std::byte>& bytes, std::size_t i);
 

@@ -41,10 +41,7 @@ struct DeviceWorkload {
       if (hb.role != templates::Role::kOutput && hb.role != templates::Role::kInOut) continue;
       std::vector<std::byte> got(hb.bytes.size());
       b.download(got.data(), *buffers[i], got.size());
-      const double e = templates::relative_l2(hb.dtype, got, hb.expected);
-      if (!(e <= hb.tolerance))  // NaN fails
-        throw_error(ErrorKind::kCheckFailed,
-                    fmt::format("{}: {} relative L2 error {:.3g} > {:.1g}", what, hb.name, e, hb.tolerance));
+      templates::require_match(hb, got, what);
     }
   }
 };
