@@ -82,13 +82,17 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   return out;
 }
 
+RopeLaunch compiled_rope_launch(const ModelConfig& config, const RunShape& shape, Precision precision,
+                                AttentionSaved attention) {
+  if (qkv_fusable(config, shape, precision, attention)) return RopeLaunch::kFused;
+  if (rope_pairs_adjacent(config, shape, precision, attention)) return RopeLaunch::kPaired;
+  return RopeLaunch::kEach;
+}
+
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape,
                                                Precision precision) {
   const AttentionSaved attention = attention_saved(precision, true);
-  const RopeLaunch rope = qkv_fusable(config, shape, precision, attention)          ? RopeLaunch::kFused
-                          : rope_pairs_adjacent(config, shape, precision, attention) ? RopeLaunch::kPaired
-                                                                                     : RopeLaunch::kEach;
-  return step_kernels(config, shape, precision, attention, rope);
+  return step_kernels(config, shape, precision, attention, compiled_rope_launch(config, shape, precision, attention));
 }
 
 }  // namespace ktune::model

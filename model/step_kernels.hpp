@@ -34,9 +34,13 @@ enum class RopeLaunch {
 /// clips. AdamW's problem is adamw_problem's. RoPE's problem is as `rope` launches it.
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
                                                AttentionSaved attention, RopeLaunch rope);
+/// How compiled mode launches RoPE: over a fused projection's rows where the
+/// layout allows (qkv_fusable), else paired where it allows
+/// (rope_pairs_adjacent), else one launch each.
+RopeLaunch compiled_rope_launch(const ModelConfig& config, const RunShape& shape, Precision precision,
+                                AttentionSaved attention);
 /// The list compiled mode runs: attention as attention_saved(precision,
-/// compiled), RoPE over a fused projection's rows where the layout allows
-/// (qkv_fusable), else paired where it allows (rope_pairs_adjacent).
+/// compiled), RoPE as compiled_rope_launch says.
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision);
 
 /// The global gradient norm as the step tunes and looks it up: dtype f32

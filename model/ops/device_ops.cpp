@@ -163,9 +163,11 @@ StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool 
   StepLayout L = step_layout(config, shape, 1, train, options.precision,
                              attention_saved(options.precision, options.mode == Mode::kCompiled));
   L.batched_projections = options.mode == Mode::kCompiled;  // eager: PyTorch eager's one GEMM per nn.Linear
-  L.fused_qkv = options.mode == Mode::kCompiled && qkv_fusable(config, shape, L.precision, L.attention);
-  L.paired_rope = options.mode == Mode::kCompiled && !L.fused_qkv &&
-                  rope_pairs_adjacent(config, shape, L.precision, L.attention);
+  const RopeLaunch rope = options.mode == Mode::kCompiled
+                              ? compiled_rope_launch(config, shape, L.precision, L.attention)
+                              : RopeLaunch::kEach;  // eager: PyTorch eager's one launch each
+  L.fused_qkv = rope == RopeLaunch::kFused;
+  L.paired_rope = rope == RopeLaunch::kPaired;
   return L;
 }
 
