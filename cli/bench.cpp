@@ -11,7 +11,6 @@
 #include "tuner/bench/adam_bench.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/run/gpu_runner.hpp"
-#include "tuner/cuda/timing.hpp"
 
 namespace ktune::cli {
 
@@ -63,11 +62,7 @@ void add_bench_command(CLI::App& app, Global& global) {
     std::optional<cache::TunedCache> tuned;
     if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);
     auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
-    double copy = 0;  // the emulation has no bandwidth of its own
-    if (!emulated) {
-      std::cerr << "measuring copy bandwidth...\n";
-      copy = tuner::measure_copy_bandwidth_gbs();
-    }
+    const double copy = copy_bandwidth_gbs(emulated);
     const auto report = tuner::run_adam_bench(
         *runner, tensors, numels, opts->dtype, tuned ? &*tuned : nullptr, copy,
         [](const tuner::AdamBenchRow& r) {

@@ -16,7 +16,6 @@
 #include "model/config.hpp"
 #include "templates/eager/eager.hpp"
 #include "tuner/bench/ops_bench.hpp"
-#include "tuner/cuda/timing.hpp"
 
 namespace ktune::cli {
 
@@ -110,11 +109,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
     // No device: one line, exit 2.
     auto backend = emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
     backend->set_programmatic(o->pdl);
-    double copy = 0;  // the emulation has no bandwidth of its own
-    if (!emulated) {
-      std::cerr << "measuring copy bandwidth...\n";
-      copy = tuner::measure_copy_bandwidth_gbs();
-    }
+    const double copy = copy_bandwidth_gbs(emulated);
     tuner::RunOptions options;
     options.seed = 7;
     const auto report = tuner::run_ops_bench(*backend, cases, tuned ? &*tuned : nullptr, copy, options,

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <iostream>
 #include <limits>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "base/json_input.hpp"
 #include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
+#include "tuner/cuda/timing.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
@@ -44,6 +46,12 @@ CLI::Option* add_kernel_backend_option(CLI::App* cmd, std::string& backend, cons
                                emu_use))
       ->check(CLI::IsMember({"gpu", "emu"}))
       ->capture_default_str();
+}
+
+double copy_bandwidth_gbs(bool emulated) {
+  if (emulated) return 0;
+  std::cerr << "measuring copy bandwidth...\n";
+  return tuner::measure_copy_bandwidth_gbs();
 }
 
 CLI::Validator thread_count() {

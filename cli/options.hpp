@@ -41,6 +41,9 @@ CLI::Validator integer_at_least(long long least);
 /// (the host emulation, no GPU needed; `emu_use` says what it is for here;
 /// its times are host wall times, not GPU times).
 CLI::Option* add_kernel_backend_option(CLI::App* cmd, std::string& backend, const std::string& emu_use);
+/// The copy bandwidth a kernel benchmark measures against: the device's,
+/// measured now (said on stderr), or 0 on the emulation, which has none.
+double copy_bandwidth_gbs(bool emulated);
 
 /// "one of: adamw, adamw_single, ..." (every registered family), for --family's help.
 std::string family_choices();
