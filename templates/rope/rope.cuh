@@ -133,6 +133,18 @@ KT_DEVICE bool vectors_aligned(const T* x, const float* cos_table, const float* 
          aligned<kTableBytes>(sin_table) && row_stride % VEC == 0;
 }
 
+/// Both kernels' body: the vector path where everything allows it, else element by element.
+template <bool BACKWARD, int THREADS, int VEC, int HEADS, int HEAD_DIM, class T>
+KT_DEVICE void rotate(const T* x, const float* __restrict__ cos_table, const float* __restrict__ sin_table, T* y,
+                      int tokens, int heads, int seq, long long row_stride) {
+  if (vectors_aligned<VEC>(x, cos_table, sin_table, y, row_stride))
+    rotate_items<BACKWARD, true, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq,
+                                                                row_stride);
+  else
+    rotate_items<BACKWARD, false, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq,
+                                                                 row_stride);
+}
+
 /// Grid: any size; ceil(tokens * ceil(heads / HEADS) / (THREADS / (HEAD_DIM / VEC)))
 /// blocks give every item its own slot. Launch plan: templates/rope/family.cpp.
 template <int THREADS,   // threads per block: more hides latency, fewer frees registers
@@ -148,12 +160,7 @@ __global__ void __launch_bounds__(THREADS)
                  int tokens, int heads, int seq,
                  long long row_stride) {               // elements between tokens' rows, >= heads * HEAD_DIM
   kt::wait_previous_kernel();
-  if (vectors_aligned<VEC>(x, cos_table, sin_table, y, row_stride))
-    rotate_items<false, true, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq,
-                                                             row_stride);
-  else
-    rotate_items<false, false, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq,
-                                                              row_stride);
+  rotate<false, THREADS, VEC, HEADS, HEAD_DIM>(x, cos_table, sin_table, y, tokens, heads, seq, row_stride);
 }
 
 /// Gradient of rope_forward: dx from dy, same grid. dx may be dy.
@@ -166,12 +173,7 @@ __global__ void __launch_bounds__(THREADS)
                   int tokens, int heads, int seq,
                   long long row_stride) {               // elements between tokens' rows, >= heads * HEAD_DIM
   kt::wait_previous_kernel();
-  if (vectors_aligned<VEC>(dy, cos_table, sin_table, dx, row_stride))
-    rotate_items<true, true, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq,
-                                                            row_stride);
-  else
-    rotate_items<true, false, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq,
-                                                             row_stride);
+  rotate<true, THREADS, VEC, HEADS, HEAD_DIM>(dy, cos_table, sin_table, dx, tokens, heads, seq, row_stride);
 }
 
 }  // namespace rope
