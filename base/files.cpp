@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "base/error.hpp"
 
@@ -63,45 +64,65 @@ fs::path writable_target(const fs::path& path, std::string_view what) {
   return target;
 }
 
-void write_file_atomic(const fs::path& path, std::string_view bytes) {
+AtomicFile::AtomicFile(const fs::path& path) : target_(writable_target(path, "file")) {
   static std::atomic<unsigned> counter{0};
-  const fs::path target = writable_target(path, "file");
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  const fs::path tmp = dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                              std::to_string(counter++));
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_error("cannot create", tmp);
-  if (struct stat old; ::stat(target.c_str(), &old) == 0) {
-    ::fchmod(fd, old.st_mode & 07777);
-    if (::fchown(fd, old.st_uid, old.st_gid) != 0) {
+  const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
+  tmp_ = dir / ("." + target_.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
+                std::to_string(counter++));
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) io_error("cannot create", tmp_);
+  if (struct stat old; ::stat(target_.c_str(), &old) == 0) {
+    ::fchmod(fd_, old.st_mode & 07777);
+    if (::fchown(fd_, old.st_uid, old.st_gid) != 0) {
       // Only the owner's group or root may keep another owner; the bits above still hold.
     }
   }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ < 0) return;  // committed
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFile::append(std::string_view bytes) {
+  KTUNE_REQUIRE(fd_ >= 0, fmt::format("{} was already committed", target_.string()));
   const char* p = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
+    const ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      io_error("cannot write", tmp);
+      io_error("cannot write", tmp_);
     }
     p += n;
     left -= static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    io_error("cannot flush", tmp);
+}
+
+void AtomicFile::commit() {
+  KTUNE_REQUIRE(fd_ >= 0, fmt::format("{} was already committed", target_.string()));
+  const int fd = std::exchange(fd_, -1);
+  const bool synced = ::fsync(fd) == 0;
+  if (::close(fd) != 0 || !synced) {
+    ::unlink(tmp_.c_str());
+    io_error("cannot flush", tmp_);
   }
-  if (::rename(tmp.c_str(), target.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    io_error("cannot rename onto", target);
+  if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
+    ::unlink(tmp_.c_str());
+    io_error("cannot rename onto", target_);
   }
+  const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   if (const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  AtomicFile file(path);
+  file.append(bytes);
+  file.commit();
 }
 
 FileLock::FileLock(const fs::path& path) : path_(path) {

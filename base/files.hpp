@@ -25,6 +25,26 @@ std::filesystem::path writable_target(const std::filesystem::path& path, std::st
 /// file keeps its permission bits (and owner, where allowed).
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
+/// write_file_atomic in pieces, for a file too large to hold in memory at
+/// once: the temp file is made at construction, `append` writes to it, and
+/// `commit` fsyncs it and renames it over the target. Destroyed without a
+/// commit (an exception on the way), it removes the temp file and the
+/// target is untouched. Throws kIo naming the path when a write fails.
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::filesystem::path& path);
+  ~AtomicFile();
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  void append(std::string_view bytes);
+  void commit();
+
+ private:
+  std::filesystem::path target_, tmp_;
+  int fd_ = -1;
+};
+
 /// Exclusive advisory lock (flock) on `path` (created if missing), held for the
 /// object's lifetime. Blocks until acquired. The lock file is removed when
 /// the lock is released, so none is left beside the file it guards: the

@@ -13,7 +13,7 @@
 #include "base/stamp.hpp"
 #include "model/memory_plan.hpp"
 #include "model/runtime.hpp"
-#include "model/safetensors.hpp"
+#include "base/safetensors.hpp"
 #include "model/weights.hpp"
 
 namespace ktune::model {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <span>
 
-#include "model/safetensors.hpp"
+#include "base/safetensors.hpp"
 #include "model/transformer.hpp"
 
 namespace ktune::model {

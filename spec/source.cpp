@@ -11,7 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
-#include "base/json_input.hpp"
+#include "base/safetensors.hpp"
 #include "spec/spec.hpp"
 #include "templates/embedded.hpp"
 
@@ -144,36 +144,19 @@ ArrayFile read_npy(const fs::path& path, const std::string& bytes) {
   return a;
 }
 
-ArrayFile read_safetensors(const fs::path& path, const std::string& bytes, const std::string& name) {
-  KTUNE_REQUIRE(bytes.size() >= 8, path.string() + ": truncated safetensors file");
-  std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])) << (8 * i);
-  KTUNE_REQUIRE(n <= bytes.size() - 8, path.string() + ": truncated safetensors header");
-  const auto header = parse_json_input(std::string_view(bytes).substr(8, n), path.string(), ErrorKind::kInvalidInput);
-  KTUNE_REQUIRE(header.is_object(), path.string() + ": safetensors header is not an object");
-  nlohmann::json tensor;
-  std::vector<std::string> names;
-  for (const auto& [k, v] : header.items()) {
-    if (k == "__metadata__") continue;
-    names.push_back(k);
-    if (k == name) tensor = v;
-  }
-  if (tensor.is_null() && names.size() == 1) tensor = header[names.front()];
-  KTUNE_REQUIRE(tensor.is_object(), fmt::format("{}: no tensor '{}' (and not exactly one tensor)", path.string(), name));
+ArrayFile read_safetensors(const fs::path& path, const std::string& name) {
+  const SafetensorsReader file(path);
+  const std::string chosen = !file.contains(name) && file.order().size() == 1 ? file.order().front() : name;
+  KTUNE_REQUIRE(file.contains(chosen),
+                fmt::format("{}: no tensor '{}' (and not exactly one tensor)", path.string(), name));
   static const std::map<std::string, templates::DType> types = {
     {"F32", templates::DType::kF32}, {"BF16", templates::DType::kBF16}, {"F16", templates::DType::kF16},
     {"I32", templates::DType::kI32}, {"I64", templates::DType::kI64},   {"U8", templates::DType::kU8}};
-  const std::string dtype = tensor.value("dtype", "");
-  KTUNE_REQUIRE(types.count(dtype), fmt::format("{}: dtype '{}' is not one of F32, BF16, F16, I32, I64, U8",
-                                                path.string(), dtype));
-  const auto offsets = tensor.value("data_offsets", nlohmann::json::array());
-  KTUNE_REQUIRE(offsets.is_array() && offsets.size() == 2 && offsets[0].is_number_unsigned() &&
-                    offsets[1].is_number_unsigned(),
-                path.string() + ": tensor without data_offsets");
-  const std::uint64_t begin = offsets[0].get<std::uint64_t>(), end = offsets[1].get<std::uint64_t>();
-  KTUNE_REQUIRE(begin <= end && end <= bytes.size() - 8 - n, path.string() + ": tensor data outside the file");
-  ArrayFile a{types.at(dtype), std::vector<std::byte>(end - begin)};
-  std::memcpy(a.bytes.data(), bytes.data() + 8 + n + begin, a.bytes.size());
+  const SafeTensor t = file.read(chosen);
+  KTUNE_REQUIRE(types.count(t.dtype), fmt::format("{}: dtype '{}' is not one of F32, BF16, F16, I32, I64, U8",
+                                                  path.string(), t.dtype));
+  ArrayFile a{types.at(t.dtype), std::vector<std::byte>(t.bytes.size())};
+  std::memcpy(a.bytes.data(), t.bytes.data(), a.bytes.size());
   return a;
 }
 
@@ -203,9 +186,8 @@ std::string substitute(const std::string& text, const std::vector<std::unique_pt
 ArrayFile read_array_file(const fs::path& path, const std::string& name) {
   std::error_code ec;
   KTUNE_REQUIRE(fs::is_regular_file(path, ec), path.string() + ": no such file");
-  const std::string bytes = read_file(path);
-  if (path.extension() == ".npy") return read_npy(path, bytes);
-  if (path.extension() == ".safetensors") return read_safetensors(path, bytes, name);
+  if (path.extension() == ".npy") return read_npy(path, read_file(path));
+  if (path.extension() == ".safetensors") return read_safetensors(path, name);
   throw_error(ErrorKind::kInvalidInput, path.string() + ": an array file is .npy or .safetensors");
 }
 

@@ -5,11 +5,12 @@
 #include <cmath>
 
 #include "base/error.hpp"
-#include "model/safetensors.hpp"
+#include "base/safetensors.hpp"
 #include "support.hpp"
 
 namespace model_bench_e2e_test {
 
+using namespace ktune;
 using namespace ktune::model;
 
 TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][bench]") {
