@@ -9,6 +9,9 @@ namespace ktune::cli {
 /// Options every subcommand shares.
 struct Global {
   bool json = false;  ///< machine-readable output on stdout
+  /// The exit status of a command that ends without an error but not as
+  /// asked: a run stopped by a signal, 128 + its number.
+  int exit_code = 0;
 };
 
 void add_devices_command(CLI::App& app, Global& global);

@@ -1,5 +1,6 @@
 // ktune: the command-line entry point. Decides exit codes; nothing else does.
-//   0 success, 1 a run that failed (a variant, a check), 2 bad input or no device.
+//   0 success, 1 a run that failed (a variant, a check), 2 bad input or no device,
+//   128 + N a run stopped by signal N after saving its work (train --checkpoint).
 #include <fmt/format.h>
 
 #include <iostream>
@@ -55,5 +56,5 @@ int main(int argc, char** argv) {
     std::cerr << "ktune: internal error: " << e.what() << "\n";
     return 1;
   }
-  return 0;
+  return global.exit_code;
 }

@@ -2,22 +2,70 @@
 // prints the loss per step (synthetic learnable tokens unless --tokens is given).
 #include <fmt/format.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "base/error.hpp"
 #include "base/files.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
+#include "model/checkpoint.hpp"
 #include "model/train.hpp"
 
 namespace ktune::cli {
+
+namespace {
+
+volatile std::sig_atomic_t caught_signal = 0;
+
+extern "C" void on_stop_signal(int signal) {
+  caught_signal = signal;
+  constexpr char kSay[] = "\nktune: stopping after this step, once its checkpoint is written (again: stop at once)\n";
+  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, kSay, sizeof(kSay) - 1);
+}
+
+// While alive (and `active`), SIGINT and SIGTERM ask the training to stop
+// after its step; a second one takes its default action (SA_RESETHAND).
+class StopSignals {
+ public:
+  explicit StopSignals(bool active) : active_(active) {
+    if (!active_) return;
+    caught_signal = 0;
+    struct sigaction action{};
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &old_int_);
+    ::sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignals() {
+    if (!active_) return;
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  int caught() const { return active_ ? static_cast<int>(caught_signal) : 0; }
+
+ private:
+  bool active_;
+  struct sigaction old_int_{}, old_term_{};
+};
+
+}  // namespace
 
 void add_train_command(CLI::App& app, Global& global) {
   struct Opts {
     ModelArgs m;
     model::TrainOptions t;
+    std::string schedule = "constant";
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
@@ -44,21 +92,60 @@ void add_train_command(CLI::App& app, Global& global) {
                   "clipping")
       ->check(finite_in(0, kInf, false, true))
       ->capture_default_str();
+  cmd->add_option("--lr-schedule", o->schedule,
+                  "Learning rate per step: constant (--lr after the warmup), or cosine (CS336's cosine schedule: from "
+                  "--lr down to --min-lr over --cosine-steps)")
+      ->check(CLI::IsMember({"constant", "cosine"}))
+      ->capture_default_str();
+  cmd->add_option("--warmup-steps", o->t.schedule.warmup,
+                  "Steps of linear warmup from 0 to --lr (step s runs at lr * (s - 1) / warmup, as CS336's schedule "
+                  "at iteration s - 1)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
+  auto* min_lr = cmd->add_option("--min-lr", o->t.schedule.min_lr, "Cosine schedule: the learning rate it decays to")
+                     ->check(finite_in(0, kInf, false, true))
+                     ->capture_default_str();
+  auto* cosine_steps = cmd->add_option("--cosine-steps", o->t.schedule.cycle,
+                                       "Cosine schedule: it reaches --min-lr at iteration N (step N + 1) and stays there")
+                           ->check(integer_at_least(1))
+                           ->default_str("--steps");
   cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
+  auto* checkpoint = cmd->add_option("--checkpoint", o->t.checkpoint,
+                                     "Checkpoint file (safetensors: the weights, AdamW's state, the step and the batch "
+                                     "sampler), written atomically every --checkpoint-every steps, after the last "
+                                     "step, and after the step running when SIGINT or SIGTERM arrives, which then "
+                                     "ends the run (exit status 128 + the signal)");
+  cmd->add_option("--checkpoint-every", o->t.checkpoint_every, "Steps between checkpoints; 0: after the last step only")
+      ->check(integer_at_least(0))
+      ->capture_default_str()
+      ->needs(checkpoint);
+  cmd->add_flag("--resume", o->t.resume,
+                "Go on from --checkpoint where the file exists (same model and seed; steps up to --steps), else "
+                "start at step 1")
+      ->needs(checkpoint);
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
-  cmd->callback([o, &global] {
+  cmd->callback([o, &global, min_lr, cosine_steps] {
+    o->t.schedule.cosine = o->schedule == "cosine";
+    KTUNE_REQUIRE(o->t.schedule.cosine || (min_lr->count() == 0 && cosine_steps->count() == 0),
+                  "--min-lr and --cosine-steps shape the cosine schedule; add --lr-schedule cosine");
     if (!o->t.save.empty()) writable_target(o->t.save, "--save");  // before the training, not after
+    if (!o->t.checkpoint.empty()) writable_target(o->t.checkpoint, "--checkpoint");
+    StopSignals stop_signals(!o->t.checkpoint.empty());
     model::TrainOptions t = o->t;
+    t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
     t.model = model_from_args(o->m);
     t.shape = shape_from_args(o->m, 32, 4);
     t.threads = threads_from_args(o->m);
     t.backend = backend_from_args(o->m, t.threads);
+    const bool scheduled = t.schedule.cosine || t.schedule.warmup > 0;
     const auto records = model::train(
         t,
-        [&global](const model::StepRecord& r) {
-          if (!global.json)
-            std::cout << fmt::format("step {:>5}  loss {:.4f}  ({:.1f} ms)\n", r.step, r.loss, r.seconds * 1e3)
-                      << std::flush;
+        [&global, &t, scheduled](const model::StepRecord& r) {
+          if (global.json) return;
+          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}({:.1f} ms){}\n", r.step, r.loss,
+                                   scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3,
+                                   r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "")
+                    << std::flush;
         },
         [&global, &t](const model::Runtime& rt) {  // once the backend is up: a missing GPU says only that
           if (global.json) return;
@@ -67,12 +154,18 @@ void add_train_command(CLI::App& app, Global& global) {
                                    t.backend.backend, t.shape.context, t.shape.batch,
                                    t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "");
           for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
+          if (t.resume && std::filesystem::exists(t.checkpoint))  // train() has checked it by now
+            std::cout << fmt::format("resuming from {} after step {}\n", t.checkpoint,
+                                     model::read_checkpoint_info(t.checkpoint, t.model).step);
+          else if (t.resume)
+            std::cout << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
           if (!rt.kernel_summary().empty()) std::cout << rt.device() << ": " << rt.kernel_summary() << "\n";
         });
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : records) {
-        j.push_back({{"step", r.step}, {"loss", r.loss}, {"seconds", r.seconds}});
+        j.push_back({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"seconds", r.seconds},
+                     {"checkpointed", r.checkpointed}});
         if (r.launches) j.back()["launches"] = {{"kernels", r.launches->kernels}, {"gemms", r.launches->gemms}};
       }
       std::cout << nlohmann::json{{"model", t.model.name}, {"steps", j}}.dump(2) << "\n";
@@ -82,8 +175,17 @@ void add_train_command(CLI::App& app, Global& global) {
       if (records.back().launches)
         std::cout << fmt::format("launches/step: {} ({} mode)\n", records.back().launches->str(),
                                  model::to_string(t.backend.mode));
+    } else {
+      std::cout << fmt::format("nothing to train: the checkpoint is at step --steps ({}) or later\n", t.steps);
     }
     if (!t.save.empty() && !global.json) std::cout << "saved weights to " << t.save << "\n";
+    if (const int signal = stop_signals.caught()) {
+      std::cerr << fmt::format("stopped by {} after step {}; the checkpoint {} holds it: run again with --resume to "
+                               "go on\n",
+                               signal == SIGINT ? "SIGINT" : "SIGTERM", records.empty() ? 0 : records.back().step,
+                               t.checkpoint);
+      global.exit_code = 128 + signal;
+    }
   });
 }
 

@@ -66,13 +66,24 @@ std::vector<float> DeviceTransformer::gradients() {
   return out;
 }
 
-std::vector<float> DeviceTransformer::optimizer_state() {
+OptimizerState DeviceTransformer::optimizer_state() {
   KTUNE_REQUIRE(L_.train, "a forward-only model has no optimizer state");
   const auto n = static_cast<std::size_t>(L_.params.total);
-  std::vector<float> out(2 * n);
-  ops_->download(out.data(), {Region::kExpAvg, 0}, n * sizeof(float));
-  ops_->download(out.data() + n, {Region::kExpAvgSq, 0}, n * sizeof(float));
-  return out;
+  OptimizerState state{std::vector<float>(n), std::vector<float>(n), steps_};
+  ops_->download(state.exp_avg.data(), {Region::kExpAvg, 0}, n * sizeof(float));
+  ops_->download(state.exp_avg_sq.data(), {Region::kExpAvgSq, 0}, n * sizeof(float));
+  return state;
+}
+
+void DeviceTransformer::set_optimizer_state(const OptimizerState& state) {
+  KTUNE_REQUIRE(L_.train, "a forward-only model has no optimizer state");
+  KTUNE_REQUIRE(static_cast<std::int64_t>(state.exp_avg.size()) == L_.params.total &&
+                    static_cast<std::int64_t>(state.exp_avg_sq.size()) == L_.params.total && state.steps >= 0,
+                fmt::format("optimizer state for {} and {} values after {} steps; the model has {} parameters",
+                            state.exp_avg.size(), state.exp_avg_sq.size(), state.steps, L_.params.total));
+  ops_->upload({Region::kExpAvg, 0}, state.exp_avg.data(), state.exp_avg.size() * sizeof(float));
+  ops_->upload({Region::kExpAvgSq, 0}, state.exp_avg_sq.data(), state.exp_avg_sq.size() * sizeof(float));
+  steps_ = state.steps;
 }
 
 void DeviceTransformer::init_parameters(std::uint64_t seed) {

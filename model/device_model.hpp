@@ -44,8 +44,11 @@ class DeviceTransformer {
   std::vector<std::uint16_t> weight_copy();
   void set_gradients(std::span<const float> values);
   std::vector<float> gradients();
-  /// AdamW's exp_avg and exp_avg_sq, back to back.
-  std::vector<float> optimizer_state();
+  /// AdamW's moments and steps taken (OptimizerState; the moments are zero
+  /// at construction); setting them is what a resumed run does. Needs
+  /// Allocation::kTrain.
+  OptimizerState optimizer_state();
+  void set_optimizer_state(const OptimizerState& state);
   void init_parameters(std::uint64_t seed);
 
   /// Mean cross-entropy of tokens against targets, both (batch, context) int32.

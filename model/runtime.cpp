@@ -35,6 +35,8 @@ class CpuRuntime final : public Runtime {
     std::copy(values.begin(), values.end(), model_.parameters().begin());
   }
   std::vector<float> gradients() override { return {model_.gradients().begin(), model_.gradients().end()}; }
+  OptimizerState optimizer_state() override { return model_.optimizer_state(); }
+  void set_optimizer_state(const OptimizerState& state) override { model_.set_optimizer_state(state); }
   const ModelConfig& config() const override { return model_.config(); }
   const ParameterLayout& layout() const override { return model_.layout(); }
   std::int64_t allocated_bytes() const override { return model_.allocated_bytes(); }
@@ -88,6 +90,8 @@ class DeviceRuntime final : public Runtime {
   std::vector<float> parameters() override { return model_->parameters(); }
   void set_parameters(std::span<const float> values) override { model_->set_parameters(values); }
   std::vector<float> gradients() override { return model_->gradients(); }
+  OptimizerState optimizer_state() override { return model_->optimizer_state(); }
+  void set_optimizer_state(const OptimizerState& state) override { model_->set_optimizer_state(state); }
   const ModelConfig& config() const override { return model_->layout().config; }
   const ParameterLayout& layout() const override { return model_->layout().params; }
   std::int64_t allocated_bytes() const override {

@@ -44,6 +44,10 @@ class Runtime {
   virtual std::vector<float> parameters() = 0;
   virtual void set_parameters(std::span<const float> values) = 0;
   virtual std::vector<float> gradients() = 0;
+  /// AdamW's moments and steps taken, as a checkpoint keeps them; a run
+  /// built for training only.
+  virtual OptimizerState optimizer_state() = 0;
+  virtual void set_optimizer_state(const OptimizerState& state) = 0;
   virtual const ModelConfig& config() const = 0;
   virtual const ParameterLayout& layout() const = 0;
 

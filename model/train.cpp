@@ -1,9 +1,15 @@
 // Training and evaluation loops (see train.hpp).
 #include "model/train.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
+#include <filesystem>
+#include <numbers>
 
+#include "base/error.hpp"
+#include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/memory_plan.hpp"
 #include "model/weights.hpp"
@@ -37,31 +43,66 @@ void require_memory(const RunOptions& o, const MemoryPlan& plan, std::int64_t pe
 
 }  // namespace
 
+float LrSchedule::at(std::int64_t step, float lr) const {
+  const std::int64_t it = step - 1;
+  if (it < warmup) return lr * static_cast<float>(static_cast<double>(it) / static_cast<double>(warmup));
+  if (!cosine) return lr;
+  if (it > cycle) return min_lr;
+  const double progress = static_cast<double>(it - warmup) / static_cast<double>(cycle - warmup);
+  return static_cast<float>(min_lr + 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) * (lr - min_lr));
+}
+
 std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(const StepRecord&)>& on_step,
                               const std::function<void(const Runtime&)>& on_start) {
   check_backend_name(o.backend.backend);
+  LrSchedule schedule = o.schedule;
+  if (schedule.cosine && schedule.cycle == 0) schedule.cycle = o.steps;
+  KTUNE_REQUIRE(schedule.warmup >= 0, fmt::format("warmup of {} steps; give 0 or more", schedule.warmup));
+  KTUNE_REQUIRE(!schedule.cosine || schedule.cycle > schedule.warmup,
+                fmt::format("a cosine schedule over {} steps with {} of warmup; the cosine needs more steps than the "
+                            "warmup",
+                            schedule.cycle, schedule.warmup));
+  KTUNE_REQUIRE(!schedule.cosine || schedule.min_lr <= o.hyper.lr,
+                fmt::format("minimum learning rate {} above the peak {}", schedule.min_lr, o.hyper.lr));
+  const bool resuming = o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint);
+  if (resuming) {  // before anything is allocated: a checkpoint of another model or seed is refused at once
+    const CheckpointInfo info = read_checkpoint_info(o.checkpoint, o.model);
+    KTUNE_REQUIRE(info.seed == o.seed, fmt::format("{} was trained with seed {}; resume it with --seed {}",
+                                                   o.checkpoint, info.seed, info.seed));
+  }
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
   require_memory(o, plan, plan.peak_step(), "training");
   auto model = start(o, Allocation::kTrain);
   if (on_start) on_start(*model);
   const TokenStream stream = stream_for(o);
-  std::mt19937_64 rng(o.seed);
-  std::vector<std::int32_t> tokens, targets;
+  CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed)};
+  if (resuming) at = load_checkpoint(o.checkpoint, *model);
+  std::vector<int32_t> tokens, targets;
   std::vector<StepRecord> records;
-  for (std::int64_t s = 1; s <= o.steps; ++s) {
-    stream.sample(o.shape, rng, tokens, targets);
+  for (std::int64_t s = at.step + 1; s <= o.steps; ++s) {
+    stream.sample(o.shape, at.sampler, tokens, targets);
     const auto t0 = std::chrono::steady_clock::now();
     const auto before = model->launches();
     StepRecord r;
     r.step = s;
+    templates::adamw::AdamwHyper hyper = o.hyper;
+    hyper.lr = schedule.at(s, o.hyper.lr);
+    r.lr = hyper.lr;
     r.loss = model->forward(tokens, targets);
     model->backward();
-    model->step(o.hyper);
+    model->step(hyper);
     model->synchronize();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (before) r.launches = model->launches()->since(*before);
+    at.step = s;
+    const bool stop = s == o.steps || (o.should_stop && o.should_stop());
+    if (!o.checkpoint.empty() && (stop || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0))) {
+      write_checkpoint(o.checkpoint, *model, at);
+      r.checkpointed = true;
+    }
     records.push_back(r);
     if (on_step) on_step(r);
+    if (stop) break;
   }
   if (!o.save.empty())
     write_safetensors(o.save, parameters_file<float>(o.model, model->layout(), model->parameters()));

@@ -25,23 +25,56 @@ struct RunOptions {
   std::string tokens_file;          ///< uint16 tokens (empty: synthetic)
 };
 
+/// The learning rate of each optimizer step, as CS336's
+/// get_lr_cosine_schedule at iteration it = step - 1 (steps count from 1):
+/// lr * it / warmup while it < warmup; then lr (constant), or (cosine)
+/// min_lr + (lr - min_lr) * (1 + cos(pi * (it - warmup) / (cycle - warmup))) / 2
+/// up to it = cycle, and min_lr after.
+struct LrSchedule {
+  bool cosine = false;
+  std::int64_t warmup = 0;  ///< steps of linear warmup from 0
+  float min_lr = 0.0f;      ///< cosine: the rate it decays to
+  std::int64_t cycle = 0;   ///< cosine: the iteration it reaches min_lr at (0: the run's steps)
+
+  /// The rate of step `step` for the peak rate `lr`, with cycle resolved.
+  float at(std::int64_t step, float lr) const;
+};
+
 struct TrainOptions : RunOptions {
   std::int64_t steps = 100;
   /// AdamW, after clipping the gradients by global L2 norm 1.0 (the CS336
   /// training loop's gradient clipping; max_grad_norm 0 turns it off).
+  /// hyper.lr is the schedule's peak.
   templates::adamw::AdamwHyper hyper{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1.0f};
+  LrSchedule schedule;
   std::string save;                 ///< safetensors written after the last step (empty: none)
+  /// Checkpoint file (model/checkpoint.hpp), written every checkpoint_every
+  /// steps and after the last one (or a stop); empty: none.
+  std::string checkpoint;
+  std::int64_t checkpoint_every = 0;  ///< 0: only after the last step
+  /// Start from `checkpoint` where the file exists (its weights, optimizer
+  /// state, step and batch sampler), else from the beginning.
+  bool resume = false;
+  /// Asked after each step; true stops the run there (a checkpoint, if one is
+  /// kept, is written first). Empty: never.
+  std::function<bool()> should_stop;
 };
 
 struct StepRecord {
   std::int64_t step = 0;  ///< from 1
   double loss = 0;        ///< loss of the batch before this step's update
+  double lr = 0;          ///< the learning rate of this step's update
   double seconds = 0;     ///< forward + backward + AdamW
+  bool checkpointed = false;  ///< a checkpoint was written after this step
   std::optional<LaunchCount> launches;  ///< what this step launched (device backends)
 };
 
-/// Trains for options.steps steps; calls on_step after each. `on_start`
-/// sees the runtime once it is built (its kernel summary, say).
+/// Trains up to step options.steps (from step 1, or after a resumed
+/// checkpoint's); calls on_step after each. `on_start` sees the runtime once
+/// it is built (its kernel summary, say). Throws kInvalidInput for a
+/// schedule that cannot run (cosine with cycle <= warmup, min_lr > lr), a
+/// checkpoint to resume from that is not one of this model's or was trained
+/// under another seed.
 std::vector<StepRecord> train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {},
                               const std::function<void(const Runtime&)>& on_start = {});
 

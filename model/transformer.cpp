@@ -86,16 +86,45 @@ void Transformer<T>::backward() {
 template <class T>
 void Transformer<T>::step(const templates::adamw::AdamwHyper& hyper) {
   KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "an optimizer step needs a model built for training");
-  if (exp_avg_.empty()) {  // the moments exist from the first step on, as the plan's peak_step counts them
-    exp_avg_.assign(L_.params.total, T(0));
-    exp_avg_sq_.assign(L_.params.total, T(0));
-    bases_[static_cast<int>(Region::kExpAvg)] = exp_avg_.data();
-    bases_[static_cast<int>(Region::kExpAvgSq)] = exp_avg_sq_.data();
-    ops_ = std::make_unique<CpuOps<T>>(bases_, L_.work, parallel_);  // holds no state but the bases
-  }
+  allocate_moments();
   templates::adamw::AdamwHyper h = hyper;
   h.step = ++steps_;
   walk_profiled(*ops_, profile_, "optimizer", [&](Ops& ops) { walk_adamw(ops, L_, h); });
+}
+
+template <class T>
+void Transformer<T>::allocate_moments() {
+  if (!exp_avg_.empty()) return;  // the moments exist from the first step on, as the plan's peak_step counts them
+  exp_avg_.assign(L_.params.total, T(0));
+  exp_avg_sq_.assign(L_.params.total, T(0));
+  bases_[static_cast<int>(Region::kExpAvg)] = exp_avg_.data();
+  bases_[static_cast<int>(Region::kExpAvgSq)] = exp_avg_sq_.data();
+  ops_ = std::make_unique<CpuOps<T>>(bases_, L_.work, parallel_);  // holds no state but the bases
+}
+
+template <class T>
+OptimizerState Transformer<T>::optimizer_state() const {
+  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no optimizer state");
+  OptimizerState state;
+  state.steps = steps_;
+  state.exp_avg.assign(exp_avg_.begin(), exp_avg_.end());
+  state.exp_avg_sq.assign(exp_avg_sq_.begin(), exp_avg_sq_.end());
+  state.exp_avg.resize(L_.params.total, 0.0f);  // zeros before the first step
+  state.exp_avg_sq.resize(L_.params.total, 0.0f);
+  return state;
+}
+
+template <class T>
+void Transformer<T>::set_optimizer_state(const OptimizerState& state) {
+  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no optimizer state");
+  KTUNE_REQUIRE(static_cast<std::int64_t>(state.exp_avg.size()) == L_.params.total &&
+                    static_cast<std::int64_t>(state.exp_avg_sq.size()) == L_.params.total && state.steps >= 0,
+                fmt::format("optimizer state for {} and {} values after {} steps; the model has {} parameters",
+                            state.exp_avg.size(), state.exp_avg_sq.size(), state.steps, L_.params.total));
+  allocate_moments();
+  std::copy(state.exp_avg.begin(), state.exp_avg.end(), exp_avg_.begin());
+  std::copy(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), exp_avg_sq_.begin());
+  steps_ = state.steps;
 }
 
 template <class T>

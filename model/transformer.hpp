@@ -29,6 +29,14 @@ enum class Allocation {
   kTrain,        ///< every block's activations kept, gradients and backward workspace
 };
 
+/// AdamW's state, what training needs besides the parameters to go on where
+/// it stopped: the moments, one value a parameter each in state-dict layout
+/// (fp32 on every backend), and the steps taken (bias correction's t).
+struct OptimizerState {
+  std::vector<float> exp_avg, exp_avg_sq;
+  std::int64_t steps = 0;
+};
+
 template <class T>
 class Transformer {
  public:
@@ -74,6 +82,10 @@ class Transformer {
   /// allocates the moments (zeros). Needs Allocation::kTrain.
   void step(const templates::adamw::AdamwHyper& hyper);
   std::int64_t steps_taken() const { return steps_; }
+  /// The moments (zeros before the first step) and the steps taken; setting
+  /// them allocates the moments, as a step does. Needs Allocation::kTrain.
+  OptimizerState optimizer_state() const;
+  void set_optimizer_state(const OptimizerState& state);
 
   /// Times every op of the passes that follow into `profile` (nullptr: none).
   void set_profile(OpProfile* profile) { profile_ = profile; }
@@ -101,6 +113,8 @@ class Transformer {
   OpProfile* profile_ = nullptr;
   bool have_forward_ = false;
   std::int64_t steps_ = 0;
+
+  void allocate_moments();
 };
 
 extern template class Transformer<float>;

@@ -57,17 +57,21 @@ void load_weights(Transformer<T>& model, const std::filesystem::path& path) {
   load_weights(model, read_safetensors(path), path.string());
 }
 
+std::map<std::string, std::string> weights_metadata(const ModelConfig& c) {
+  return {{"format", "pt"},
+          {"model", c.name},
+          {"vocab_size", std::to_string(c.vocab)},
+          {"d_model", std::to_string(c.d_model)},
+          {"d_ff", std::to_string(c.d_ff)},
+          {"num_layers", std::to_string(c.layers)},
+          {"num_heads", std::to_string(c.heads)},
+          {"rope_theta", fmt::format("{}", c.rope_theta)}};
+}
+
 template <class T>
 TensorFile parameters_file(const ModelConfig& c, const ParameterLayout& layout, std::span<const T> params) {
   TensorFile file;
-  file.metadata = {{"format", "pt"},
-                   {"model", c.name},
-                   {"vocab_size", std::to_string(c.vocab)},
-                   {"d_model", std::to_string(c.d_model)},
-                   {"d_ff", std::to_string(c.d_ff)},
-                   {"num_layers", std::to_string(c.layers)},
-                   {"num_heads", std::to_string(c.heads)},
-                   {"rope_theta", fmt::format("{}", c.rope_theta)}};
+  file.metadata = weights_metadata(c);
   for (const auto& info : layout.tensors) {
     SafeTensor t;
     t.dtype = "F32";

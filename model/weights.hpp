@@ -3,6 +3,7 @@
 // layers.{i}.attn.q_proj.weight, ..., lm_head.weight).
 #pragma once
 #include <filesystem>
+#include <map>
 #include <span>
 
 #include "base/safetensors.hpp"
@@ -17,8 +18,11 @@ namespace ktune::model {
 template <class T>
 void load_parameters(const ModelConfig& config, const ParameterLayout& layout, std::span<T> params,
                      const TensorFile& file, const std::string& source);
-/// The flat buffer `params` as F32 tensors, in state-dict order, with the
-/// config in the metadata.
+/// The metadata of a weights file: the config (model name, vocab_size,
+/// d_model, d_ff, num_layers, num_heads, rope_theta) and format "pt".
+std::map<std::string, std::string> weights_metadata(const ModelConfig& config);
+/// The flat buffer `params` as F32 tensors, in state-dict order, with
+/// weights_metadata.
 template <class T>
 TensorFile parameters_file(const ModelConfig& config, const ParameterLayout& layout, std::span<const T> params);
 

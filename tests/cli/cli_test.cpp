@@ -167,6 +167,9 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
        {"train --ctx 0", "train --batch 0", "train --heads 0", "train --d-model 0", "train --layers 0",
         "train --vocab 0", "train --d-ff -4", "train --steps -3", "train --steps 0", "train --lr nan",
         "train --lr -1", "train --beta2 5", "train --beta1 1", "train --eps 0", "train --weight-decay inf",
+        "train --resume", "train --checkpoint-every 5", "train --warmup-steps -1", "train --lr-schedule linear",
+        "train --min-lr 1e-4", "train --lr-schedule cosine --cosine-steps 0",
+        "train --lr-schedule cosine --steps 3 --warmup-steps 3",
         "eval --ctx 0", "bench e2e --batch 0", "bench e2e --trials 0", "bench memory --heads 0",
         "compile --sample 0", "replay --dataset x.json --target 2", "replay --dataset x.json --target nan",
         "replay --dataset x.json --runs 0"}) {
@@ -202,6 +205,8 @@ TEST_CASE("CLI: output files are checked before the work: unwritable is exit 2, 
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " bench adam --json-out " + bad, &out) == 2);
   CHECK_THAT(out, Catch::Contains("--json-out") && !Catch::Contains("no CUDA device"));
   CHECK(run_bad("train --model tiny --steps 1 --save " + bad, &out) == 2);
+  CHECK(run_bad("train --model tiny --steps 1 --checkpoint " + bad, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--checkpoint"));
   CHECK(run_bad("eval --model tiny --dump " + bad, &out) == 2);
   // tune checks its cache before the search, so a winner is never lost to it.
   CHECK(run_bad("tune --backend emu --family adamw --problem '{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,"

@@ -1,7 +1,10 @@
 #include "model/train.hpp"
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include "base/files.hpp"
+#include "model/checkpoint.hpp"
 #include "model/transformer.hpp"
 #include "model/weights.hpp"
 #include "support.hpp"
@@ -52,6 +55,41 @@ TEST_CASE("the `ktune train` and `ktune eval` commands run end to end", "[model]
   CHECK(std::filesystem::exists(dir / "g.json"));
   CHECK(ktune::test::run_command(exe + " train --model nope --steps 1", &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown model 'nope'"));
+}
+
+TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with the checkpoint written, and "
+          "--resume goes on",
+          "[model][cli][checkpoint]") {
+  if (!std::filesystem::exists(ktune::test::ktune_exe())) {
+    WARN("ktune executable not built; skipping the command test");
+    return;
+  }
+  const auto dir = ktune::test::scratch_dir("train-signal");
+  const std::string train = ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 8 --batch 1 " +
+                            "--checkpoint " + (dir / "run.ckpt").string();
+  std::string out;
+  // A run longer than the test (a minute or so, were the signal not heeded), stopped once it has taken a few
+  // steps: it ends at the step running then, not at its last.
+  const int code = ktune::test::run_command(
+      "(" + train + " --steps 5000 > " + (dir / "out").string() + " & pid=$!; " +
+          "for i in $(seq 600); do grep -q 'step     3' " + (dir / "out").string() +
+          " 2>/dev/null && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+      &out);
+  CHECK(code == 128 + 15);
+  CHECK_THAT(out, Catch::Contains("stopped by SIGTERM after step") && Catch::Contains("--resume"));
+  const std::int64_t stopped = read_checkpoint_info(dir / "run.ckpt", model_config("tiny")).step;
+  CHECK(stopped >= 3);
+  CHECK(stopped < 5000);
+  const std::string printed = ktune::read_file(dir / "out");
+  CHECK_THAT(printed, Catch::Contains(fmt::format("step {:>5}  loss", stopped)) &&
+                          !Catch::Contains(fmt::format("step {:>5}  loss", stopped + 1)));
+
+  REQUIRE(ktune::test::run_command(train + " --resume --steps " + std::to_string(stopped + 2), &out) == 0);
+  CHECK_THAT(out, Catch::Contains(fmt::format("resuming from {} after step {}", (dir / "run.ckpt").string(),
+                                              stopped)));
+  CHECK_THAT(out, Catch::Contains(fmt::format("step {:>5}  loss", stopped + 2)) &&
+                      !Catch::Contains(fmt::format("step {:>5}  loss", stopped)));
+  CHECK(read_checkpoint_info(dir / "run.ckpt", model_config("tiny")).step == stopped + 2);
 }
 
 }  // namespace model_train_test

@@ -1,0 +1,142 @@
+// Training checkpoints (see checkpoint.hpp).
+#include "model/checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cstring>
+#include <sstream>
+#include <string_view>
+
+#include "base/error.hpp"
+#include "base/safetensors.hpp"
+#include "model/weights.hpp"
+
+namespace ktune::model {
+
+namespace {
+
+constexpr const char* kFormatKey = "ktune_checkpoint";
+constexpr const char* kFormatVersion = "1";
+// The flat buffers in file order: parameters, exp_avg, exp_avg_sq.
+constexpr const char* kPrefixes[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+
+std::string shape_str(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config) {
+  const std::string name = file.path().string();
+  const auto& meta = file.metadata();
+  const auto format = meta.find(kFormatKey);
+  KTUNE_REQUIRE(format != meta.end(),
+                fmt::format("{} is not a ktune checkpoint (it holds no optimizer state); to start from its weights, "
+                            "give it to --weights",
+                            name));
+  KTUNE_REQUIRE(format->second == kFormatVersion,
+                fmt::format("{} is a ktune checkpoint of format {}; this ktune reads format {}", name, format->second,
+                            kFormatVersion));
+  const auto wanted = weights_metadata(config);
+  const auto describe = [](const std::map<std::string, std::string>& m) {
+    const auto get = [&](const char* key) {
+      const auto it = m.find(key);
+      return it == m.end() ? std::string("?") : it->second;
+    };
+    return fmt::format("{} (d_model {}, d_ff {}, {} layers, {} heads, vocab {}, rope theta {})", get("model"),
+                       get("d_model"), get("d_ff"), get("num_layers"), get("num_heads"), get("vocab_size"),
+                       get("rope_theta"));
+  };
+  for (const auto& [key, value] : wanted) {
+    const auto it = meta.find(key);
+    KTUNE_REQUIRE(key == "model" || (it != meta.end() && it->second == value),
+                  fmt::format("{} is a checkpoint of model {}; this run trains {}", name, describe(meta),
+                              describe(wanted)));
+  }
+  CheckpointInfo info;
+  const auto field = [&](const char* key) {
+    const auto it = meta.find(key);
+    KTUNE_REQUIRE(it != meta.end(), fmt::format("{} has no '{}' in its metadata", name, key));
+    return it->second;
+  };
+  const std::string step = field("step"), seed = field("seed");
+  const auto whole_number = [&](const std::string& text, const char* key) {
+    std::size_t used = 0;
+    unsigned long long value = 0;
+    try {
+      value = std::stoull(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KTUNE_REQUIRE(used > 0 && used == text.size() && std::isdigit(static_cast<unsigned char>(text.front())),
+                  fmt::format("{} has a malformed {} '{}' in its metadata", name, key, text));
+    return value;
+  };
+  info.step = static_cast<std::int64_t>(whole_number(step, "step"));
+  info.seed = whole_number(seed, "seed");
+  std::istringstream sampler(field("sampler"));
+  sampler >> info.sampler;
+  KTUNE_REQUIRE(!sampler.fail(), fmt::format("{} has a malformed sampler state in its metadata", name));
+  return info;
+}
+
+// One flat buffer of the layout, read from the tensors named prefix + state-dict name.
+std::vector<float> read_flat(const SafetensorsReader& file, const ParameterLayout& layout, const std::string& prefix) {
+  std::vector<float> flat(static_cast<std::size_t>(layout.total));
+  for (const auto& info : layout.tensors) {
+    const std::string name = prefix + info.name;
+    const SafeTensor t = file.read(name);
+    KTUNE_REQUIRE(t.dtype == "F32" && t.shape == info.shape,
+                  fmt::format("tensor '{}' in {} is {} {}; the model's is F32 {}", name, file.path().string(), t.dtype,
+                              shape_str(t.shape), shape_str(info.shape)));
+    std::memcpy(flat.data() + info.offset, t.bytes.data(), t.bytes.size());
+  }
+  return flat;
+}
+
+}  // namespace
+
+void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const CheckpointInfo& info) {
+  const ParameterLayout& layout = runtime.layout();
+  std::vector<TensorEntry> entries;
+  for (const char* prefix : kPrefixes)
+    for (const auto& t : layout.tensors) entries.push_back({prefix + t.name, "F32", t.shape});
+  std::map<std::string, std::string> metadata = weights_metadata(runtime.config());
+  std::ostringstream sampler;
+  sampler << info.sampler;
+  metadata[kFormatKey] = kFormatVersion;
+  metadata["step"] = std::to_string(info.step);
+  metadata["seed"] = std::to_string(info.seed);
+  metadata["sampler"] = sampler.str();
+  SafetensorsWriter writer(path, std::move(entries), metadata);
+  const auto write_flat = [&](const std::vector<float>& flat) {
+    for (const auto& t : layout.tensors)
+      writer.write(std::string_view(reinterpret_cast<const char*>(flat.data() + t.offset),
+                                    static_cast<std::size_t>(t.numel) * sizeof(float)));
+  };
+  write_flat(runtime.parameters());
+  {
+    const OptimizerState state = runtime.optimizer_state();
+    if (state.steps != info.step)
+      throw_error(ErrorKind::kInternal, fmt::format("a checkpoint after step {} of a runtime that took {} steps",
+                                                    info.step, state.steps));
+    write_flat(state.exp_avg);
+    write_flat(state.exp_avg_sq);
+  }
+  writer.commit();
+}
+
+CheckpointInfo read_checkpoint_info(const std::filesystem::path& path, const ModelConfig& config) {
+  return info_of(SafetensorsReader(path), config);
+}
+
+CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runtime) {
+  const SafetensorsReader file(path);
+  CheckpointInfo info = info_of(file, runtime.config());
+  runtime.set_parameters(read_flat(file, runtime.layout(), kPrefixes[0]));
+  OptimizerState state;
+  state.exp_avg = read_flat(file, runtime.layout(), kPrefixes[1]);
+  state.exp_avg_sq = read_flat(file, runtime.layout(), kPrefixes[2]);
+  state.steps = info.step;
+  runtime.set_optimizer_state(state);
+  return info;
+}
+
+}  // namespace ktune::model

@@ -1,0 +1,41 @@
+// Training checkpoints: what `ktune train` needs to go on where a run
+// stopped, in one safetensors file, written atomically a tensor at a time:
+//   - the fp32 master weights under the state-dict names, as --save writes
+//     them (so a checkpoint is also a --weights file, and safetensors'
+//     load_file reads it in PyTorch);
+//   - AdamW's moments under optimizer.exp_avg.<name> and
+//     optimizer.exp_avg_sq.<name>;
+//   - in the metadata, besides the weights' (the model's config): the
+//     optimizer steps taken, the seed, and the batch sampler's state, so the
+//     resumed run draws the batches the uninterrupted one would have.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <random>
+
+#include "model/runtime.hpp"
+
+namespace ktune::model {
+
+/// What a checkpoint holds besides the tensors.
+struct CheckpointInfo {
+  std::int64_t step = 0;  ///< optimizer steps taken
+  std::uint64_t seed = 0;
+  std::mt19937_64 sampler;  ///< the batch sampler, after `step` batches
+};
+
+/// Writes the runtime's parameters and optimizer state with `info`; holds
+/// one flat buffer of the model's in host memory at a time.
+void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const CheckpointInfo& info);
+
+/// The checkpoint's metadata, read from its header alone. Throws kInvalidInput
+/// naming the file when it is not a ktune checkpoint (a weights file, say)
+/// or was written for another model than `config`.
+CheckpointInfo read_checkpoint_info(const std::filesystem::path& path, const ModelConfig& config);
+
+/// Sets the runtime's parameters and optimizer state from the checkpoint and
+/// returns its info. Throws as read_checkpoint_info, and for a missing or
+/// misshapen tensor.
+CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runtime);
+
+}  // namespace ktune::model

@@ -1,0 +1,184 @@
+// Checkpoints and the learning-rate schedule of the training loop on the cpu
+// backend: a run stopped and resumed from its checkpoint is the run that was
+// never stopped, to the bit.
+#include "model/checkpoint.hpp"
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "base/error.hpp"
+#include "base/safetensors.hpp"
+#include "model/train.hpp"
+#include "model/weights.hpp"
+#include "support.hpp"
+
+namespace model_checkpoint_test {
+
+using namespace ktune;
+using namespace ktune::model;
+
+namespace {
+
+TrainOptions tiny(std::int64_t steps) {
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{2, 16};
+  o.threads = 2;
+  o.seed = 7;
+  o.steps = steps;
+  return o;
+}
+
+std::vector<float> saved_weights(const TrainOptions& o, const std::filesystem::path& path) {
+  const ParameterLayout layout = parameter_layout(o.model);
+  std::vector<float> params(static_cast<std::size_t>(layout.total));
+  load_parameters<float>(o.model, layout, std::span<float>(params), read_safetensors(path), path.string());
+  return params;
+}
+
+}  // namespace
+
+TEST_CASE("a run resumed from its checkpoint takes the steps the uninterrupted run takes, to the bit",
+          "[model][checkpoint]") {
+  const auto dir = test::scratch_dir("checkpoint-resume");
+  const bool cosine = GENERATE(false, true);
+  INFO((cosine ? "cosine schedule, warmup 2" : "constant rate"));
+  TrainOptions whole = tiny(6);
+  if (cosine) whole.schedule = LrSchedule{true, 2, 3e-4f, 0};
+  whole.save = (dir / "whole.safetensors").string();
+  const auto straight = train(whole);
+
+  TrainOptions first = whole;
+  first.steps = 3;
+  first.save = "";
+  first.checkpoint = (dir / "run.ckpt").string();
+  first.schedule.cycle = whole.steps;  // the schedule of the 6-step run: its cycle would default to 3 here
+  const auto head = train(first);
+  REQUIRE(head.size() == 3);
+  CHECK(head.back().checkpointed);
+  CHECK(read_checkpoint_info(first.checkpoint, whole.model).step == 3);
+
+  TrainOptions rest = first;
+  rest.steps = 6;
+  rest.resume = true;
+  rest.save = (dir / "resumed.safetensors").string();
+  const auto tail = train(rest);
+  REQUIRE(tail.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(head[i].loss == straight[i].loss);
+    CHECK(tail[i].step == straight[i + 3].step);
+    CHECK(tail[i].lr == straight[i + 3].lr);
+    CHECK(tail[i].loss == straight[i + 3].loss);
+  }
+  CHECK(saved_weights(whole, rest.save) == saved_weights(whole, whole.save));
+  // The checkpoint holds the weights under their state-dict names: it is a weights file too.
+  CHECK(saved_weights(whole, rest.checkpoint) == saved_weights(whole, whole.save));
+  const SafetensorsReader file(rest.checkpoint);
+  CHECK(file.contains("optimizer.exp_avg.lm_head.weight"));
+  CHECK(file.contains("optimizer.exp_avg_sq.layers.1.ffn.w2.weight"));
+  CHECK(file.metadata().at("step") == "6");
+
+  // Resumed at its last step, the run has nothing left to take.
+  CHECK(train(rest).empty());
+}
+
+TEST_CASE("checkpoints are written every so many steps, after the last, and where the run is asked to stop",
+          "[model][checkpoint]") {
+  const auto dir = test::scratch_dir("checkpoint-every");
+  TrainOptions o = tiny(5);
+  o.checkpoint = (dir / "c.ckpt").string();
+  o.checkpoint_every = 2;
+  std::vector<std::int64_t> written;
+  train(o, [&](const StepRecord& r) {
+    if (r.checkpointed) written.push_back(r.step);
+  });
+  CHECK(written == std::vector<std::int64_t>{2, 4, 5});
+
+  o.checkpoint_every = 0;
+  o.steps = 100;
+  int asked = 0;
+  o.should_stop = [&] { return ++asked == 3; };
+  const auto records = train(o);
+  REQUIRE(records.size() == 3);
+  CHECK(records.back().checkpointed);
+  CHECK(read_checkpoint_info(o.checkpoint, o.model).step == 3);
+}
+
+TEST_CASE("a checkpoint of another model or seed, or a weights file, is refused with one line",
+          "[model][checkpoint]") {
+  const auto dir = test::scratch_dir("checkpoint-refused");
+  TrainOptions o = tiny(2);
+  o.checkpoint = (dir / "c.ckpt").string();
+  o.save = (dir / "w.safetensors").string();
+  train(o);
+
+  TrainOptions other = o;
+  other.resume = true;
+  other.steps = 3;
+  other.save = "";
+  other.model.d_ff = 256;
+  CHECK_THROWS_WITH(train(other), Catch::Contains("is a checkpoint of model tiny (d_model 64, d_ff 192") &&
+                                      Catch::Contains("this run trains tiny (d_model 64, d_ff 256"));
+  other = o;
+  other.resume = true;
+  other.steps = 3;
+  other.seed = 8;
+  CHECK_THROWS_WITH(train(other), Catch::Contains("was trained with seed 7; resume it with --seed 7"));
+  other = o;
+  other.resume = true;
+  other.checkpoint = o.save;
+  CHECK_THROWS_WITH(train(other), Catch::Contains("is not a ktune checkpoint"));
+
+  // Metadata edited by hand: each malformed field is named.
+  TensorFile file = read_safetensors(o.checkpoint);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"step", "-1"}, {"step", "3x"}, {"seed", ""}, {"sampler", "not a state"}, {"ktune_checkpoint", "9"}}) {
+    TensorFile edited = file;
+    edited.metadata[key] = value;
+    write_safetensors(dir / "edited.ckpt", edited);
+    INFO(key << " = '" << value << "'");
+    CHECK_THROWS_AS(read_checkpoint_info(dir / "edited.ckpt", o.model), Error);
+  }
+  TensorFile missing = file;
+  missing.tensors.erase("optimizer.exp_avg.ln_final.weight");
+  std::erase(missing.order, "optimizer.exp_avg.ln_final.weight");
+  write_safetensors(dir / "missing.ckpt", missing);
+  other = o;
+  other.resume = true;
+  other.steps = 3;
+  other.checkpoint = (dir / "missing.ckpt").string();
+  CHECK_THROWS_WITH(train(other), Catch::Contains("has no tensor 'optimizer.exp_avg.ln_final.weight'"));
+}
+
+TEST_CASE("the learning-rate schedule warms up linearly and follows CS336's cosine", "[model][checkpoint]") {
+  const LrSchedule warm{false, 4, 0.0f, 0};
+  CHECK(warm.at(1, 2.0f) == 0.0f);  // iteration 0
+  CHECK(warm.at(3, 2.0f) == Approx(1.0));
+  CHECK(warm.at(5, 2.0f) == 2.0f);
+  CHECK(warm.at(500, 2.0f) == 2.0f);
+  CHECK(LrSchedule{}.at(1, 2.0f) == 2.0f);
+
+  const LrSchedule cosine{true, 7, 0.1f, 21};  // CS336's test: max 1, min 0.1, warmup 7, cycle 21
+  CHECK(cosine.at(1, 1.0f) == 0.0f);
+  CHECK(cosine.at(8, 1.0f) == Approx(1.0));                      // iteration 7: the peak
+  CHECK(cosine.at(15, 1.0f) == Approx(0.55));                    // half way: the mean of peak and floor
+  CHECK(cosine.at(22, 1.0f) == Approx(0.1));                     // iteration 21: the floor
+  CHECK(cosine.at(30, 1.0f) == Approx(0.1));                     // and after
+  for (std::int64_t step = 9; step <= 22; ++step) {               // falling all the way
+    INFO("step " << step);
+    CHECK(cosine.at(step, 1.0f) < cosine.at(step - 1, 1.0f));
+    const double it = static_cast<double>(step - 1);
+    CHECK(cosine.at(step, 1.0f) ==
+          Approx(0.1 + 0.45 * (1 + std::cos(std::numbers::pi * (it - 7) / 14))).epsilon(1e-6));
+  }
+  TrainOptions o = tiny(3);
+  o.schedule = LrSchedule{true, 3, 0.0f, 0};  // the cycle defaults to the run's 3 steps: no room after warmup
+  CHECK_THROWS_WITH(train(o), Catch::Contains("the cosine needs more steps than the warmup"));
+  o.schedule = LrSchedule{true, 0, 1.0f, 0};
+  CHECK_THROWS_WITH(train(o), Catch::Contains("minimum learning rate 1 above the peak 0.003"));
+}
+
+}  // namespace model_checkpoint_test
