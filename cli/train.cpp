@@ -75,6 +75,17 @@ void add_train_command(CLI::App& app, Global& global) {
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
   cmd->add_option("--tokens", o->t.tokens_file, "Raw uint16 token file (default: a synthetic learnable stream)");
+  auto* eval_every = cmd->add_option("--eval-every", o->t.eval_every,
+                                     "Validation loss every this many steps and after the last; 0: none")
+                         ->check(integer_at_least(0))
+                         ->capture_default_str();
+  cmd->add_option("--eval-batches", o->t.eval_batches,
+                  "Batches (of --batch windows each) a validation averages, the same ones every time")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--val-tokens", o->t.val_tokens_file,
+                  "Raw uint16 token file to validate on (default: the training stream)")
+      ->needs(eval_every);
   constexpr double kInf = std::numeric_limits<double>::infinity();
   cmd->add_option("--lr", o->t.hyper.lr, "AdamW learning rate")->check(finite_in(0, kInf, false, true))
       ->capture_default_str();
@@ -142,8 +153,10 @@ void add_train_command(CLI::App& app, Global& global) {
         t,
         [&global, &t, scheduled](const model::StepRecord& r) {
           if (global.json) return;
-          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}({:.1f} ms){}\n", r.step, r.loss,
+          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}({:.1f} ms, {:.0f} tokens/s){}{}\n", r.step, r.loss,
                                    scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3,
+                                   static_cast<double>(t.shape.tokens()) / r.seconds,
+                                   r.val_loss ? fmt::format("  val loss {:.4f}", *r.val_loss) : "",
                                    r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "")
                     << std::flush;
         },
@@ -166,6 +179,7 @@ void add_train_command(CLI::App& app, Global& global) {
       for (const auto& r : records) {
         j.push_back({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"seconds", r.seconds},
                      {"checkpointed", r.checkpointed}});
+        if (r.val_loss) j.back()["val_loss"] = *r.val_loss;
         if (r.launches) j.back()["launches"] = {{"kernels", r.launches->kernels}, {"gemms", r.launches->gemms}};
       }
       std::cout << nlohmann::json{{"model", t.model.name}, {"steps", j}}.dump(2) << "\n";

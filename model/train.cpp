@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <optional>
 
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
@@ -62,6 +63,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
                 fmt::format("a cosine schedule over {} steps with {} of warmup; the cosine needs more steps than the "
                             "warmup",
                             schedule.cycle, schedule.warmup));
+  KTUNE_REQUIRE(o.eval_batches >= 1, fmt::format("{} validation batches; give 1 or more", o.eval_batches));
   KTUNE_REQUIRE(!schedule.cosine || schedule.min_lr <= o.hyper.lr,
                 fmt::format("minimum learning rate {} above the peak {}", schedule.min_lr, o.hyper.lr));
   const bool resuming = o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint);
@@ -75,9 +77,24 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   auto model = start(o, Allocation::kTrain);
   if (on_start) on_start(*model);
   const TokenStream stream = stream_for(o);
+  const std::optional<TokenStream> val_file =
+      o.eval_every > 0 && !o.val_tokens_file.empty()
+          ? std::optional<TokenStream>(TokenStream::from_file(o.val_tokens_file, o.model.vocab))
+          : std::nullopt;
+  const TokenStream& val_stream = val_file ? *val_file : stream;
+  const auto validate = [&] {
+    std::mt19937_64 rng(o.seed + 2);
+    std::vector<std::int32_t> val_tokens, val_targets;
+    double sum = 0;
+    for (std::int64_t b = 0; b < o.eval_batches; ++b) {
+      val_stream.sample(o.shape, rng, val_tokens, val_targets);
+      sum += model->forward(val_tokens, val_targets);
+    }
+    return sum / static_cast<double>(o.eval_batches);
+  };
   CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed)};
   if (resuming) at = load_checkpoint(o.checkpoint, *model);
-  std::vector<int32_t> tokens, targets;
+  std::vector<std::int32_t> tokens, targets;
   std::vector<StepRecord> records;
   for (std::int64_t s = at.step + 1; s <= o.steps; ++s) {
     stream.sample(o.shape, at.sampler, tokens, targets);
@@ -95,6 +112,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (before) r.launches = model->launches()->since(*before);
     at.step = s;
+    if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) r.val_loss = validate();
     const bool stop = s == o.steps || (o.should_stop && o.should_stop());
     if (!o.checkpoint.empty() && (stop || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0))) {
       write_checkpoint(o.checkpoint, *model, at);

@@ -55,6 +55,13 @@ struct TrainOptions : RunOptions {
   /// Start from `checkpoint` where the file exists (its weights, optimizer
   /// state, step and batch sampler), else from the beginning.
   bool resume = false;
+  /// Validation every eval_every steps (0: none) and after the last step:
+  /// the mean loss of eval_batches batches of val_tokens_file (empty: of
+  /// the training stream), drawn by a sampler of their own seeded alike each
+  /// time, so every evaluation reads the same batches.
+  std::string val_tokens_file;
+  std::int64_t eval_every = 0;
+  std::int64_t eval_batches = 4;
   /// Asked after each step; true stops the run there (a checkpoint, if one is
   /// kept, is written first). Empty: never.
   std::function<bool()> should_stop;
@@ -66,6 +73,7 @@ struct StepRecord {
   double lr = 0;          ///< the learning rate of this step's update
   double seconds = 0;     ///< forward + backward + AdamW
   bool checkpointed = false;  ///< a checkpoint was written after this step
+  std::optional<double> val_loss;  ///< the validation loss after this step, where one was measured
   std::optional<LaunchCount> launches;  ///< what this step launched (device backends)
 };
 

@@ -38,6 +38,42 @@ TEST_CASE("training tiny for 200 steps on the synthetic stream at least halves t
   CHECK(trained < 0.5 * random_init);
 }
 
+TEST_CASE("validation measures the same batches each time and leaves the training as it was", "[model][train]") {
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{2, 16};
+  o.threads = 2;
+  o.steps = 5;
+  const auto plain = train(o);
+  o.eval_every = 2;
+  o.eval_batches = 3;
+  const auto validated = train(o);
+  REQUIRE(validated.size() == plain.size());
+  std::vector<std::int64_t> at;
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    CHECK(validated[i].loss == plain[i].loss);  // evaluation forwards change nothing the training reads
+    if (validated[i].val_loss) at.push_back(validated[i].step);
+  }
+  CHECK(at == std::vector<std::int64_t>{2, 4, 5});
+  CHECK(*validated.back().val_loss < *validated[1].val_loss);
+
+  // With a rate of 0 the weights stay: every validation reads the same batches, so gives the same loss.
+  o.hyper.lr = 0;
+  const auto frozen = train(o);
+  CHECK(*frozen[1].val_loss == *frozen[3].val_loss);
+  CHECK(*frozen[3].val_loss == *frozen[4].val_loss);
+  // Another stream: another loss.
+  const auto dir = ktune::test::scratch_dir("train-val");
+  std::vector<std::uint16_t> tokens(4096);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>((i * 37 + 11) % 128);
+  ktune::write_file_atomic(dir / "val.u16", std::string_view(reinterpret_cast<const char*>(tokens.data()),
+                                                             tokens.size() * sizeof(std::uint16_t)));
+  o.val_tokens_file = (dir / "val.u16").string();
+  CHECK(*train(o)[1].val_loss != *frozen[1].val_loss);
+  o.eval_batches = 0;
+  CHECK_THROWS_WITH(train(o), Catch::Contains("0 validation batches"));
+}
+
 TEST_CASE("the `ktune train` and `ktune eval` commands run end to end", "[model][cli]") {
   if (!std::filesystem::exists(ktune::test::ktune_exe())) {
     WARN("ktune executable not built; skipping the command test");
