@@ -7,6 +7,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -59,6 +60,16 @@ class StopSignals {
   struct sigaction old_int_{}, old_term_{};
 };
 
+// A step's record for --json and --metrics.
+nlohmann::json step_json(const model::StepRecord& r) {
+  nlohmann::json j = {{"step", r.step},       {"loss", r.loss},
+                      {"lr", r.lr},           {"seconds", r.seconds},
+                      {"checkpointed", r.checkpointed}};
+  if (r.val_loss) j["val_loss"] = *r.val_loss;
+  if (r.launches) j["launches"] = {{"kernels", r.launches->kernels}, {"gemms", r.launches->gemms}};
+  return j;
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, Global& global) {
@@ -66,6 +77,7 @@ void add_train_command(CLI::App& app, Global& global) {
     ModelArgs m;
     model::TrainOptions t;
     std::string schedule = "constant";
+    std::string metrics;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
@@ -134,6 +146,9 @@ void add_train_command(CLI::App& app, Global& global) {
                 "Go on from --checkpoint where the file exists (same model and seed; steps up to --steps), else "
                 "start at step 1")
       ->needs(checkpoint);
+  cmd->add_option("--metrics", o->metrics,
+                  "JSON Lines file: each step's record (as in --json) written and flushed as the step ends; "
+                  "appended to when the run resumes from a checkpoint, else started anew");
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global, min_lr, cosine_steps] {
     o->t.schedule.cosine = o->schedule == "cosine";
@@ -141,6 +156,12 @@ void add_train_command(CLI::App& app, Global& global) {
                   "--min-lr and --cosine-steps shape the cosine schedule; add --lr-schedule cosine");
     if (!o->t.save.empty()) writable_target(o->t.save, "--save");  // before the training, not after
     if (!o->t.checkpoint.empty()) writable_target(o->t.checkpoint, "--checkpoint");
+    std::ofstream metrics;
+    if (!o->metrics.empty()) {
+      const bool resumes = o->t.resume && std::filesystem::exists(o->t.checkpoint);
+      metrics.open(writable_target(o->metrics, "--metrics"), resumes ? std::ios::app : std::ios::trunc);
+      KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", o->metrics));
+    }
     StopSignals stop_signals(!o->t.checkpoint.empty());
     model::TrainOptions t = o->t;
     t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
@@ -151,7 +172,8 @@ void add_train_command(CLI::App& app, Global& global) {
     const bool scheduled = t.schedule.cosine || t.schedule.warmup > 0;
     const auto records = model::train(
         t,
-        [&global, &t, scheduled](const model::StepRecord& r) {
+        [&global, &t, scheduled, &metrics](const model::StepRecord& r) {
+          if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;
           if (global.json) return;
           std::cout << fmt::format("step {:>5}  loss {:.4f}  {}({:.1f} ms, {:.0f} tokens/s){}{}\n", r.step, r.loss,
                                    scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3,
@@ -176,12 +198,7 @@ void add_train_command(CLI::App& app, Global& global) {
         });
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();
-      for (const auto& r : records) {
-        j.push_back({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"seconds", r.seconds},
-                     {"checkpointed", r.checkpointed}});
-        if (r.val_loss) j.back()["val_loss"] = *r.val_loss;
-        if (r.launches) j.back()["launches"] = {{"kernels", r.launches->kernels}, {"gemms", r.launches->gemms}};
-      }
+      for (const auto& r : records) j.push_back(step_json(r));
       std::cout << nlohmann::json{{"model", t.model.name}, {"steps", j}}.dump(2) << "\n";
     } else if (!records.empty()) {
       std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps\n", records.front().loss, records.back().loss,

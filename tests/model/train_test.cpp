@@ -3,6 +3,10 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
 #include "base/files.hpp"
 #include "model/checkpoint.hpp"
 #include "model/transformer.hpp"
@@ -102,7 +106,20 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
   }
   const auto dir = ktune::test::scratch_dir("train-signal");
   const std::string train = ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 8 --batch 1 " +
-                            "--checkpoint " + (dir / "run.ckpt").string();
+                            "--checkpoint " + (dir / "run.ckpt").string() + " --metrics " +
+                            (dir / "metrics.jsonl").string();
+  // The metrics file holds a line per step taken, in order, over both runs.
+  const auto metric_steps = [&] {
+    std::vector<std::int64_t> steps;
+    std::istringstream lines(ktune::read_file(dir / "metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) steps.push_back(nlohmann::json::parse(line).at("step"));
+    return steps;
+  };
+  const auto one_to = [](std::int64_t n) {
+    std::vector<std::int64_t> steps(static_cast<std::size_t>(n));
+    std::iota(steps.begin(), steps.end(), 1);
+    return steps;
+  };
   std::string out;
   // A run longer than the test (a minute or so, were the signal not heeded), stopped once it has taken a few
   // steps: it ends at the step running then, not at its last.
@@ -120,7 +137,10 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
   CHECK_THAT(printed, Catch::Contains(fmt::format("step {:>5}  loss", stopped)) &&
                           !Catch::Contains(fmt::format("step {:>5}  loss", stopped + 1)));
 
+  CHECK(metric_steps() == one_to(stopped));
+
   REQUIRE(ktune::test::run_command(train + " --resume --steps " + std::to_string(stopped + 2), &out) == 0);
+  CHECK(metric_steps() == one_to(stopped + 2));
   CHECK_THAT(out, Catch::Contains(fmt::format("resuming from {} after step {}", (dir / "run.ckpt").string(),
                                               stopped)));
   CHECK_THAT(out, Catch::Contains(fmt::format("step {:>5}  loss", stopped + 2)) &&
