@@ -129,7 +129,8 @@ void add_train_command(CLI::App& app, Global& global) {
                      ->check(finite_in(0, kInf, false, true))
                      ->capture_default_str();
   auto* cosine_steps = cmd->add_option("--cosine-steps", o->t.schedule.cycle,
-                                       "Cosine schedule: it reaches --min-lr at iteration N (step N + 1) and stays there")
+                                       "Cosine schedule: it reaches --min-lr at iteration N (step N + 1) and stays "
+                                       "there")
                            ->check(integer_at_least(1))
                            ->default_str("--steps");
   cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
@@ -184,7 +185,8 @@ void add_train_command(CLI::App& app, Global& global) {
         },
         [&global, &t](const model::Runtime& rt) {  // once the backend is up: a missing GPU says only that
           if (global.json) return;
-          std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch {}{}\n",
+          std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch "
+                                   "{}{}\n",
                                    t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
                                    t.backend.backend, t.shape.context, t.shape.batch,
                                    t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "");
