@@ -8,6 +8,7 @@
 #include "base/files.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
+#include "cli/options.hpp"
 #include "model/train.hpp"
 
 namespace ktune::cli {
@@ -17,15 +18,22 @@ void add_eval_command(CLI::App& app, Global& global) {
     ModelArgs m;
     model::RunOptions r;
     std::string dump;
+    std::int64_t batches = 1;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch");
+  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, or the mean of several");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)");
   cmd->add_option("--tokens", o->r.tokens_file, "Raw uint16 token file (default: the synthetic stream)");
   cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
-  cmd->add_option("--dump", o->dump, "Write the loss and per-parameter gradient norms to this JSON file");
+  auto* batches = cmd->add_option("--batches", o->batches,
+                                  "Batches to average the loss over: the first N the sampler draws for --seed")
+                      ->check(integer_at_least(1))
+                      ->capture_default_str();
+  cmd->add_option("--dump", o->dump,
+                  "Write the loss and per-parameter gradient norms (of one batch) to this JSON file")
+      ->excludes(batches);
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
@@ -34,10 +42,11 @@ void add_eval_command(CLI::App& app, Global& global) {
     r.shape = shape_from_args(o->m, 32, 4);
     r.threads = threads_from_args(o->m);
     r.backend = backend_from_args(o->m, r.threads);
-    const auto result = model::evaluate(r, !o->dump.empty());
+    const auto result = model::evaluate(r, !o->dump.empty(), o->batches);
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
                         {"batch_size", r.shape.batch}, {"backend", r.backend.backend},
-                        {"dtype", model::to_string(r.backend.precision)}, {"loss", result.loss}};
+                        {"dtype", model::to_string(r.backend.precision)}, {"batches", o->batches},
+                        {"loss", result.loss}};
     if (result.launches)
       j["launches"] = {{"kernels", result.launches->kernels}, {"gemms", result.launches->gemms}};
     if (!o->dump.empty()) {
@@ -50,7 +59,9 @@ void add_eval_command(CLI::App& app, Global& global) {
     if (global.json)
       std::cout << j.dump(2) << "\n";
     else
-      std::cout << fmt::format("loss {:.6f} ({} x {} tokens)\n", result.loss, r.shape.batch, r.shape.context)
+      std::cout << fmt::format("loss {:.6f} ({}{} x {} tokens)\n", result.loss,
+                               o->batches > 1 ? fmt::format("mean of {} batches of ", o->batches) : "", r.shape.batch,
+                               r.shape.context)
                 << (result.launches ? fmt::format("launches: {} ({} mode, forward{})\n", result.launches->str(),
                                                   model::to_string(r.backend.mode),
                                                   o->dump.empty() ? "" : " + backward")

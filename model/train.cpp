@@ -127,18 +127,22 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   return records;
 }
 
-EvalResult evaluate(const RunOptions& o, bool gradients) {
+EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
   check_backend_name(o.backend.backend);
+  KTUNE_REQUIRE(batches >= 1, fmt::format("{} batches to evaluate; give 1 or more", batches));
+  KTUNE_REQUIRE(!gradients || batches == 1, "gradients are of one batch; evaluate more batches without them");
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
   require_memory(o, plan, gradients ? plan.peak_forward_backward() : plan.peak_forward(), "evaluating");
   auto model = start(o, gradients ? Allocation::kTrain : Allocation::kForwardOnly);
   const TokenStream stream = stream_for(o);
   std::mt19937_64 rng(o.seed);
   std::vector<std::int32_t> tokens, targets;
-  stream.sample(o.shape, rng, tokens, targets);
   EvalResult r;
   const auto before = model->launches();
-  r.loss = model->forward(tokens, targets);
+  for (std::int64_t b = 0; b < batches; ++b) {
+    stream.sample(o.shape, rng, tokens, targets);
+    r.loss += model->forward(tokens, targets) / static_cast<double>(batches);
+  }
   if (gradients) model->backward();
   if (before) r.launches = model->launches()->since(*before);
   if (gradients) {

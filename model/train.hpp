@@ -93,8 +93,10 @@ struct EvalResult {
   std::optional<LaunchCount> launches;                     ///< what the forward (+ backward) launched (device backends)
 };
 
-/// Loss on one batch (the first the sampler draws for options.seed); with
-/// `gradients`, also the per-parameter gradient norms.
-EvalResult evaluate(const RunOptions& options, bool gradients);
+/// Mean loss of the first `batches` batches the sampler draws for
+/// options.seed; with `gradients` (one batch only), also the per-parameter
+/// gradient norms. Throws kInvalidInput for batches < 1, or gradients of more
+/// than one batch.
+EvalResult evaluate(const RunOptions& options, bool gradients, std::int64_t batches = 1);
 
 }  // namespace ktune::model

@@ -78,6 +78,22 @@ TEST_CASE("validation measures the same batches each time and leaves the trainin
   CHECK_THROWS_WITH(train(o), Catch::Contains("0 validation batches"));
 }
 
+TEST_CASE("evaluating several batches gives the mean loss of the batches training draws first", "[model][train]") {
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{2, 16};
+  o.threads = 2;
+  o.steps = 3;
+  o.hyper.lr = 0;  // the weights stay: each step's loss is its batch's at the starting weights
+  const auto steps = train(o);
+  const double mean = (steps[0].loss + steps[1].loss + steps[2].loss) / 3;
+  CHECK(evaluate(o, false, 3).loss == Approx(mean).epsilon(1e-12));
+  CHECK(evaluate(o, false).loss == steps[0].loss);
+  CHECK(steps[1].loss != steps[0].loss);
+  CHECK_THROWS_WITH(evaluate(o, true, 2), Catch::Contains("gradients are of one batch"));
+  CHECK_THROWS_WITH(evaluate(o, false, 0), Catch::Contains("0 batches to evaluate"));
+}
+
 TEST_CASE("the `ktune train` and `ktune eval` commands run end to end", "[model][cli]") {
   if (!std::filesystem::exists(ktune::test::ktune_exe())) {
     WARN("ktune executable not built; skipping the command test");
