@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -123,6 +124,30 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
   AtomicFile file(path);
   file.append(bytes);
   file.commit();
+}
+
+MappedFile::MappedFile(const fs::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_error("cannot read", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    io_error("cannot read", path);
+  }
+  size_ = static_cast<std::size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      io_error("cannot map", path);
+    }
+    data_ = static_cast<const char*>(p);
+  }
+  ::close(fd);  // the mapping holds the file
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<char*>(data_), size_);
 }
 
 FileLock::FileLock(const fs::path& path) : path_(path) {

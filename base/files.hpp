@@ -45,6 +45,23 @@ class AtomicFile {
   int fd_ = -1;
 };
 
+/// A file mapped read-only into memory: its pages are read as they are
+/// touched, so a file larger than memory costs none up front. Throws kIo
+/// naming the path when it cannot be opened or mapped.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  std::string_view bytes() const { return {data_, size_}; }
+
+ private:
+  const char* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
 /// Exclusive advisory lock (flock) on `path` (created if missing), held for the
 /// object's lifetime. Blocks until acquired. The lock file is removed when
 /// the lock is released, so none is left beside the file it guards: the

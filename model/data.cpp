@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <bit>
+
 #include "base/error.hpp"
 #include "base/files.hpp"
 
@@ -15,22 +17,23 @@ TokenStream TokenStream::synthetic(std::int64_t vocab, std::uint64_t seed, std::
   TokenStream s;
   s.tokens_.resize(period);
   for (auto& t : s.tokens_) t = pick(rng);
+  s.size_ = period;
   return s;
 }
 
 TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64_t vocab) {
-  const std::string bytes = read_file(path);
+  static_assert(std::endian::native == std::endian::little, "token files are little-endian uint16, read in place");
+  TokenStream s;
+  s.file_ = std::make_shared<const MappedFile>(path);
+  const std::string_view bytes = s.file_->bytes();
   KTUNE_REQUIRE(bytes.size() % 2 == 0 && bytes.size() >= 4,
                 fmt::format("{}: a token file holds raw uint16 values (at least two); got {} bytes", path.string(),
                             bytes.size()));
-  TokenStream s;
-  s.tokens_.resize(bytes.size() / 2);
-  for (std::size_t i = 0; i < s.tokens_.size(); ++i) {
-    const auto lo = static_cast<unsigned char>(bytes[2 * i]), hi = static_cast<unsigned char>(bytes[2 * i + 1]);
-    s.tokens_[i] = static_cast<std::int32_t>(lo | (hi << 8));
-    KTUNE_REQUIRE(s.tokens_[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
-                                                    path.string(), s.tokens_[i], i, vocab));
-  }
+  s.file_tokens_ = reinterpret_cast<const std::uint16_t*>(bytes.data());  // mmap's pages are aligned
+  s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
+  for (std::int64_t i = 0; i < s.size_; ++i)
+    KTUNE_REQUIRE(s.file_tokens_[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
+                                                         path.string(), s.file_tokens_[i], i, vocab));
   return s;
 }
 
@@ -43,8 +46,8 @@ void TokenStream::sample(const RunShape& shape, std::mt19937_64& rng, std::vecto
   for (std::int64_t b = 0; b < shape.batch; ++b) {
     const std::int64_t o = start(rng);
     for (std::int64_t t = 0; t < shape.context; ++t) {
-      tokens[b * shape.context + t] = tokens_[(o + t) % n];
-      targets[b * shape.context + t] = tokens_[(o + t + 1) % n];
+      tokens[b * shape.context + t] = token((o + t) % n);
+      targets[b * shape.context + t] = token((o + t + 1) % n);
     }
   }
 }

@@ -4,9 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <vector>
 
+#include "base/files.hpp"
 #include "model/config.hpp"
 
 namespace ktune::model {
@@ -16,8 +18,10 @@ class TokenStream {
   /// One random sequence of `period` tokens in [0, vocab), repeated forever:
   /// once seen, every next token is predictable from the context.
   static TokenStream synthetic(std::int64_t vocab, std::uint64_t seed, std::int64_t period = 64);
-  /// Raw uint16 tokens; throws kIo when unreadable, kInvalidInput when it
-  /// holds fewer than two tokens or a token outside [0, vocab).
+  /// Raw uint16 tokens, read where they lie (the file is mapped, not
+  /// loaded: as CS336's np.memmap, a corpus larger than memory trains);
+  /// throws kIo when unreadable, kInvalidInput when it holds fewer than two
+  /// tokens or a token outside [0, vocab) (every token is checked here).
   static TokenStream from_file(const std::filesystem::path& path, std::int64_t vocab);
 
   /// A batch of `shape.batch` windows at random offsets: tokens and the
@@ -26,10 +30,15 @@ class TokenStream {
   void sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
               std::vector<std::int32_t>& targets) const;
 
-  std::int64_t size() const { return static_cast<std::int64_t>(tokens_.size()); }
+  std::int64_t size() const { return size_; }
 
  private:
-  std::vector<std::int32_t> tokens_;
+  std::int32_t token(std::int64_t i) const { return file_ ? file_tokens_[i] : tokens_[i]; }
+
+  std::vector<std::int32_t> tokens_;                // the synthetic stream's
+  std::shared_ptr<const MappedFile> file_;          // a token file's, mapped
+  const std::uint16_t* file_tokens_ = nullptr;      // into file_
+  std::int64_t size_ = 0;
 };
 
 }  // namespace ktune::model
