@@ -157,12 +157,10 @@ void add_train_command(CLI::App& app, Global& global) {
                   "--min-lr and --cosine-steps shape the cosine schedule; add --lr-schedule cosine");
     if (!o->t.save.empty()) writable_target(o->t.save, "--save");  // before the training, not after
     if (!o->t.checkpoint.empty()) writable_target(o->t.checkpoint, "--checkpoint");
+    // Checked now, opened at the first step's end: a run refused on the way leaves the file as it was.
+    const std::filesystem::path metrics_path = o->metrics.empty() ? "" : writable_target(o->metrics, "--metrics");
+    const auto metrics_mode = o->t.resume && std::filesystem::exists(o->t.checkpoint) ? std::ios::app : std::ios::trunc;
     std::ofstream metrics;
-    if (!o->metrics.empty()) {
-      const bool resumes = o->t.resume && std::filesystem::exists(o->t.checkpoint);
-      metrics.open(writable_target(o->metrics, "--metrics"), resumes ? std::ios::app : std::ios::trunc);
-      KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", o->metrics));
-    }
     StopSignals stop_signals(!o->t.checkpoint.empty());
     model::TrainOptions t = o->t;
     t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
@@ -173,7 +171,11 @@ void add_train_command(CLI::App& app, Global& global) {
     const bool scheduled = t.schedule.cosine || t.schedule.warmup > 0;
     const auto records = model::train(
         t,
-        [&global, &t, scheduled, &metrics](const model::StepRecord& r) {
+        [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode](const model::StepRecord& r) {
+          if (!metrics_path.empty() && !metrics.is_open()) {
+            metrics.open(metrics_path, metrics_mode);
+            KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", metrics_path.string()));
+          }
           if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;
           if (global.json) return;
           std::cout << fmt::format("step {:>5}  loss {:.4f}  {}({:.1f} ms, {:.0f} tokens/s){}{}\n", r.step, r.loss,

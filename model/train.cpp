@@ -72,16 +72,17 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     KTUNE_REQUIRE(info.seed == o.seed, fmt::format("{} was trained with seed {}; resume it with --seed {}",
                                                    o.checkpoint, info.seed, info.seed));
   }
-  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
-  require_memory(o, plan, plan.peak_step(), "training");
-  auto model = start(o, Allocation::kTrain);
-  if (on_start) on_start(*model);
+  // The token files before the model, so a bad one costs no allocation.
   const TokenStream stream = stream_for(o);
   const std::optional<TokenStream> val_file =
       o.eval_every > 0 && !o.val_tokens_file.empty()
           ? std::optional<TokenStream>(TokenStream::from_file(o.val_tokens_file, o.model.vocab))
           : std::nullopt;
   const TokenStream& val_stream = val_file ? *val_file : stream;
+  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  require_memory(o, plan, plan.peak_step(), "training");
+  auto model = start(o, Allocation::kTrain);
+  if (on_start) on_start(*model);
   const auto validate = [&] {
     std::mt19937_64 rng(o.seed + 2);
     std::vector<std::int32_t> val_tokens, val_targets;
@@ -133,8 +134,8 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
   KTUNE_REQUIRE(!gradients || batches == 1, "gradients are of one batch; evaluate more batches without them");
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
   require_memory(o, plan, gradients ? plan.peak_forward_backward() : plan.peak_forward(), "evaluating");
-  auto model = start(o, gradients ? Allocation::kTrain : Allocation::kForwardOnly);
   const TokenStream stream = stream_for(o);
+  auto model = start(o, gradients ? Allocation::kTrain : Allocation::kForwardOnly);
   std::mt19937_64 rng(o.seed);
   std::vector<std::int32_t> tokens, targets;
   EvalResult r;
@@ -150,7 +151,10 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
     double total = 0;
     for (const auto& info : model->layout().tensors) {
       double sq = 0;
-      for (std::int64_t i = 0; i < info.numel; ++i) sq += static_cast<double>(grads[info.offset + i]) * grads[info.offset + i];
+      for (std::int64_t i = 0; i < info.numel; ++i) {
+        const double g = grads[info.offset + i];
+        sq += g * g;
+      }
       r.grad_norms.emplace_back(info.name, std::sqrt(sq));
       total += sq;
     }
