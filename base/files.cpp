@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -65,9 +66,35 @@ fs::path writable_target(const fs::path& path, std::string_view what) {
   return target;
 }
 
+namespace {
+
+// Removes `dir`/.NAME.tmp.PID.N files whose process PID no longer exists.
+void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
+  const std::string prefix = "." + name + ".tmp.";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string file = it->path().filename().string();
+    if (file.rfind(prefix, 0) != 0) continue;
+    const std::string rest = file.substr(prefix.size());
+    const auto dot = rest.find('.');
+    constexpr const char* kDigits = "0123456789";
+    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of(kDigits) != dot ||
+        rest.find_first_not_of(kDigits, dot + 1) != std::string::npos)
+      continue;
+    const pid_t pid = static_cast<pid_t>(std::stoll(rest.substr(0, dot)));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
+}
+
+}  // namespace
+
 AtomicFile::AtomicFile(const fs::path& path) : target_(writable_target(path, "file")) {
   static std::atomic<unsigned> counter{0};
   const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
+  remove_orphaned_temps(dir, target_.filename().string());
   tmp_ = dir / ("." + target_.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
                 std::to_string(counter++));
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

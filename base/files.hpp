@@ -30,6 +30,9 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view bytes
 /// `commit` fsyncs it and renames it over the target. Destroyed without a
 /// commit (an exception on the way), it removes the temp file and the
 /// target is untouched. Throws kIo naming the path when a write fails.
+/// Temp files beside the target that a writer killed outright left (their
+/// process is gone) are removed at construction, so a large file written
+/// over and over (a checkpoint) never leaves a second copy behind for long.
 class AtomicFile {
  public:
   explicit AtomicFile(const std::filesystem::path& path);

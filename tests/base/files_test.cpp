@@ -1,9 +1,13 @@
 // The one policy for files ktune writes: links written through, directories
-// and read-only files refused, missing folders created, modes kept.
+// and read-only files refused, missing folders created, modes kept, a killed
+// writer's temp file removed by the next.
 #include "base/files.hpp"
 
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "base/error.hpp"
 #include "support.hpp"
@@ -58,6 +62,24 @@ TEST_CASE("write_file_atomic keeps the permission bits of the file it replaces",
   fs::permissions(dir / "f", fs::perms::owner_read | fs::perms::owner_write);
   ktune::write_file_atomic(dir / "f", "two");
   CHECK((fs::status(dir / "f").permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+}
+
+TEST_CASE("a temp file a killed writer left beside its target is removed by the next writer, a live one's kept",
+          "[base][files]") {
+  const auto dir = ktune::test::scratch_dir("files-orphans");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  REQUIRE(child > 0);
+  ::waitpid(child, nullptr, 0);  // gone: the PID of a writer killed outright
+  const fs::path orphan = dir / (".run.ckpt.tmp." + std::to_string(child) + ".0");
+  const fs::path live = dir / (".run.ckpt.tmp." + std::to_string(::getpid()) + ".999");
+  const fs::path other = dir / (".other.ckpt.tmp." + std::to_string(child) + ".0");
+  for (const auto& p : {orphan, live, other}) std::ofstream(p) << "partial";
+  ktune::write_file_atomic(dir / "run.ckpt", "whole");
+  CHECK_FALSE(fs::exists(orphan));
+  CHECK(fs::exists(live));   // a writer still running (this one)
+  CHECK(fs::exists(other));  // another target's
+  CHECK(ktune::read_file(dir / "run.ckpt") == "whole");
 }
 
 }  // namespace base_files_test
