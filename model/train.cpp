@@ -24,10 +24,14 @@ TokenStream stream_for(const RunOptions& o) {
                                : TokenStream::from_file(o.tokens_file, o.model.vocab);
 }
 
-std::unique_ptr<Runtime> start(const RunOptions& o, Allocation allocation) {
+// A runtime with its starting weights (--weights, else the CS336
+// initialisation for the seed); without `weights`, those its construction
+// gave it, for a caller that sets them itself (a resumed run).
+std::unique_ptr<Runtime> start(const RunOptions& o, Allocation allocation, bool weights = true) {
   BackendOptions b = o.backend;
   b.threads = o.threads;
   auto rt = make_runtime(o.model, o.shape, allocation, b);
+  if (!weights) return rt;
   std::vector<float> params(static_cast<std::size_t>(rt->layout().total));
   if (o.weights.empty())
     init_parameters<float>(rt->layout(), params.data(), o.seed);
@@ -81,7 +85,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   const TokenStream& val_stream = val_file ? *val_file : stream;
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
   require_memory(o, plan, plan.peak_step(), "training");
-  auto model = start(o, Allocation::kTrain);
+  auto model = start(o, Allocation::kTrain, !resuming);
   if (on_start) on_start(*model);
   const auto validate = [&] {
     std::mt19937_64 rng(o.seed + 2);

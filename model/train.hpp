@@ -53,7 +53,8 @@ struct TrainOptions : RunOptions {
   std::string checkpoint;
   std::int64_t checkpoint_every = 0;  ///< 0: only after the last step
   /// Start from `checkpoint` where the file exists (its weights, optimizer
-  /// state, step and batch sampler), else from the beginning.
+  /// state, step and batch sampler; `weights` is then not read), else from
+  /// the beginning.
   bool resume = false;
   /// Validation every eval_every steps (0: none) and after the last step:
   /// the mean loss of eval_batches batches of val_tokens_file (empty: of
