@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <iostream>
+
 #include "base/env.hpp"
 #include "base/error.hpp"
 #include "cli/options.hpp"
@@ -103,6 +106,10 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
   KTUNE_REQUIRE(!a.graph || (a.backend != "cpu" && a.mode == "compiled"),
                 "--graph replays compiled mode's launches on --backend cuda or emu; the cpu backend and eager mode "
                 "launch one op at a time");
+  // `ktune tune` writes its winners to tuned.json by default; a run that would read them only with --cache says so.
+  if (a.cache.empty() && a.backend != "cpu" && a.mode == "compiled" && std::filesystem::exists("tuned.json"))
+    std::cerr << "note: compiled mode runs the family defaults; the tuned cache tuned.json here is read with "
+                 "--cache tuned.json\n";
   return {.backend = a.backend,
           .mode = model::parse_mode(a.mode),
           .precision = model::parse_precision(a.dtype),

@@ -48,7 +48,9 @@ void add_backend_options(CLI::App* cmd, ModelArgs& args);
 
 /// The backend options given, with `threads` for the cpu backend; throws
 /// kInvalidInput for --cache or --graph without compiled mode on a device
-/// backend.
+/// backend. Compiled mode on a device backend without --cache notes on
+/// stderr a tuned.json in the working folder (`ktune tune`'s default cache),
+/// which it does not read.
 model::BackendOptions backend_from_args(const ModelArgs& args, unsigned threads);
 
 /// --threads, or every hardware thread.

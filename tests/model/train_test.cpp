@@ -113,6 +113,25 @@ TEST_CASE("the `ktune train` and `ktune eval` commands run end to end", "[model]
   CHECK_THAT(out, Catch::Contains("unknown model 'nope'"));
 }
 
+TEST_CASE("`ktune train` in compiled mode notes a tuned.json it was not given", "[model][cli]") {
+  if (!std::filesystem::exists(ktune::test::ktune_exe())) {
+    WARN("ktune executable not built; skipping the command test");
+    return;
+  }
+  const auto dir = ktune::test::scratch_dir("train-note");
+  const std::string train = "cd " + dir.string() + " && " + ktune::test::ktune_exe().string() +
+                            " train --backend emu --model tiny --ctx 8 --batch 1 --steps 1";
+  std::string out;
+  REQUIRE(ktune::test::run_command(train, &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("tuned.json"));
+  ktune::write_file_atomic(dir / "tuned.json", "{\"schema\": 1, \"entries\": []}");
+  REQUIRE(ktune::test::run_command(train, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: compiled mode runs the family defaults; the tuned cache tuned.json here is "
+                                  "read with --cache tuned.json"));
+  REQUIRE(ktune::test::run_command(train + " --mode eager", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("tuned.json"));
+}
+
 TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with the checkpoint written, and "
           "--resume goes on",
           "[model][cli][checkpoint]") {
