@@ -41,7 +41,7 @@ class StopSignals {
     caught_signal = 0;
     struct sigaction action{};
     action.sa_handler = on_stop_signal;
-    action.sa_flags = SA_RESETHAND;
+    action.sa_flags = SA_RESETHAND | SA_RESTART;  // system calls under way go on
     sigemptyset(&action.sa_mask);
     ::sigaction(SIGINT, &action, &old_int_);
     ::sigaction(SIGTERM, &action, &old_term_);

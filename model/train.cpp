@@ -101,6 +101,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   if (resuming) at = load_checkpoint(o.checkpoint, *model);
   std::vector<std::int32_t> tokens, targets;
   std::vector<StepRecord> records;
+  std::int64_t last_checkpoint = at.step;  // the step the checkpoint file holds (0: none yet)
   for (std::int64_t s = at.step + 1; s <= o.steps; ++s) {
     stream.sample(o.shape, at.sampler, tokens, targets);
     const auto t0 = std::chrono::steady_clock::now();
@@ -111,6 +112,12 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     hyper.lr = schedule.at(s, o.hyper.lr);
     r.lr = hyper.lr;
     r.loss = model->forward(tokens, targets);
+    if (!std::isfinite(r.loss))  // before the step: the weights, and any checkpoint, stay those of the last good step
+      throw_error(ErrorKind::kCheckFailed,
+                  fmt::format("the loss is {} at step {}: training diverged{}", r.loss, s,
+                              o.checkpoint.empty() || last_checkpoint == 0
+                                  ? ""
+                                  : fmt::format("; {} holds step {}", o.checkpoint, last_checkpoint)));
     model->backward();
     model->step(hyper);
     model->synchronize();
@@ -122,6 +129,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     if (!o.checkpoint.empty() && (stop || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0))) {
       write_checkpoint(o.checkpoint, *model, at);
       r.checkpointed = true;
+      last_checkpoint = s;
     }
     records.push_back(r);
     if (on_step) on_step(r);

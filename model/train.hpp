@@ -83,7 +83,9 @@ struct StepRecord {
 /// it is built (its kernel summary, say). Throws kInvalidInput for a
 /// schedule that cannot run (cosine with cycle <= warmup, min_lr > lr), a
 /// checkpoint to resume from that is not one of this model's or was trained
-/// under another seed.
+/// under another seed; kCheckFailed when a step's loss is not finite (before
+/// that step's update: the checkpoint keeps the last one written, and the
+/// training stops rather than overwrite it with diverged weights).
 std::vector<StepRecord> train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {},
                               const std::function<void(const Runtime&)>& on_start = {});
 

@@ -107,6 +107,27 @@ TEST_CASE("checkpoints are written every so many steps, after the last, and wher
   CHECK(read_checkpoint_info(o.checkpoint, o.model).step == 3);
 }
 
+TEST_CASE("a diverged run stops at the first loss that is not finite and keeps its last checkpoint",
+          "[model][checkpoint]") {
+  const auto dir = test::scratch_dir("checkpoint-diverged");
+  TrainOptions o = tiny(50);
+  o.hyper.lr = 1e6f;  // the weights blow up within a few steps
+  o.checkpoint = (dir / "c.ckpt").string();
+  o.checkpoint_every = 1;
+  std::vector<StepRecord> seen;
+  try {
+    train(o, [&](const StepRecord& r) { seen.push_back(r); });
+    FAIL("a run at a rate of 1e6 took its 50 steps");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::kCheckFailed);
+    REQUIRE_FALSE(seen.empty());
+    CHECK_THAT(e.what(), Catch::Contains(fmt::format("at step {}: training diverged", seen.back().step + 1)) &&
+                             Catch::Contains(fmt::format("holds step {}", seen.back().step)));
+  }
+  for (const auto& r : seen) CHECK(std::isfinite(r.loss));
+  CHECK(read_checkpoint_info(o.checkpoint, o.model).step == seen.back().step);
+}
+
 TEST_CASE("a checkpoint of another model or seed, or a weights file, is refused with one line",
           "[model][checkpoint]") {
   const auto dir = test::scratch_dir("checkpoint-refused");
