@@ -18,7 +18,7 @@
 
 #include "model/device_check.hpp"
 #include "model/ops/eager_chains.hpp"
-#include "model/optimizer.hpp"
+#include "model/flat_adamw.hpp"
 #include "model/transformer.hpp"
 #include "templates/eager/eager.hpp"
 #include "templates/family.hpp"
@@ -215,7 +215,7 @@ LaunchCount check_step_matches_cpu(const Case& c, Mode mode, Precision precision
   // One AdamW step from the same gradients (the cpu's, uploaded).
   templates::adamw::AdamwHyper hyper;
   hyper.lr = 1e-2f;
-  AdamW opt(cpu.layout().total, hyper);
+  ktune::test::FlatAdamW opt(cpu.layout().total, hyper);
   emu.set_gradients(cpu.gradients());
   Parallel parallel(2);
   opt.step(cpu.parameters(), cpu.gradients(), parallel);

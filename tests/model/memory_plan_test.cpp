@@ -3,7 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/error.hpp"
-#include "model/optimizer.hpp"
+#include "model/flat_adamw.hpp"
 #include "model/train.hpp"
 #include "model/transformer.hpp"
 
@@ -34,7 +34,7 @@ TEST_CASE("the memory plan is what the cpu backend allocates", "[model][memory]"
   const MemoryPlan p = plan_memory(c, shape, 2);
   CHECK(train.allocated_bytes() == p.peak_forward_backward());
   CHECK(infer.allocated_bytes() == p.peak_forward());
-  AdamW opt(train.layout().total, {});
+  ktune::test::FlatAdamW opt(train.layout().total, {});
   CHECK(train.allocated_bytes() + opt.state_bytes() == p.peak_step());
   CHECK(p.parameters == c.parameter_count() * 4);
   CHECK(p.optimizer_state == 2 * p.parameters);

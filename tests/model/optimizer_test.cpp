@@ -1,4 +1,4 @@
-#include "model/optimizer.hpp"
+#include "model/flat_adamw.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,7 +22,7 @@ TEST_CASE("threaded AdamW equals one call of the reference over the whole buffer
   std::vector<float> p_ref = p, m(n, 0), v(n, 0);
   ktune::templates::adamw::AdamwHyper h;
   h.lr = 1e-2f;
-  AdamW opt(n, h);
+  ktune::test::FlatAdamW opt(n, h);
   Parallel par(3);
   for (int s = 1; s <= 3; ++s) {
     opt.step(p, g, par);
@@ -44,7 +44,7 @@ TEST_CASE("the cpu model's AdamW step is the walk's, equal to AdamW over the fla
   ktune::templates::adamw::AdamwHyper h;
   h.lr = 1e-2f;
   h.step = 99;  // ignored: each side counts its own steps
-  AdamW opt(model.layout().total, h);
+  ktune::test::FlatAdamW opt(model.layout().total, h);
   Parallel par(3);
   for (int s = 1; s <= 3; ++s) {
     model.step(h);
