@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 
@@ -59,6 +60,22 @@ class StopSignals {
   bool active_;
   struct sigaction old_int_{}, old_term_{};
 };
+
+// A resumed run's --metrics file before it appends from `first_step` on: the
+// lines of steps at or past it (taken after the checkpoint by a run killed
+// since) and a line cut short by the kill are dropped, so each step is in it once.
+void trim_metrics(const std::filesystem::path& path, std::int64_t first_step) {
+  if (!std::filesystem::exists(path)) return;
+  std::istringstream lines(read_file(path));
+  std::string kept;
+  for (std::string line; std::getline(lines, line);) {
+    const auto record = nlohmann::json::parse(line, nullptr, false);
+    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+        record["step"].get<std::int64_t>() < first_step)
+      kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
 
 // A step's record for --json and --metrics.
 nlohmann::json step_json(const model::StepRecord& r) {
@@ -149,7 +166,8 @@ void add_train_command(CLI::App& app, Global& global) {
       ->needs(checkpoint);
   cmd->add_option("--metrics", o->metrics,
                   "JSON Lines file: each step's record (as in --json) written and flushed as the step ends; "
-                  "appended to when the run resumes from a checkpoint, else started anew");
+                  "appended to when the run resumes from a checkpoint (after dropping the lines of steps past it), "
+                  "else started anew");
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global, min_lr, cosine_steps] {
     o->t.schedule.cosine = o->schedule == "cosine";
@@ -173,6 +191,7 @@ void add_train_command(CLI::App& app, Global& global) {
         t,
         [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode](const model::StepRecord& r) {
           if (!metrics_path.empty() && !metrics.is_open()) {
+            if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
             metrics.open(metrics_path, metrics_mode);
             KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", metrics_path.string()));
           }

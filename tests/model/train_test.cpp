@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -173,6 +174,11 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
                           !Catch::Contains(fmt::format("step {:>5}  loss", stopped + 1)));
 
   CHECK(metric_steps() == one_to(stopped));
+  // As a run killed outright would leave it: steps past the checkpoint, and a line cut short.
+  {
+    std::ofstream append(dir / "metrics.jsonl", std::ios::app);
+    append << "{\"step\": " << stopped + 1 << ", \"loss\": 1}\n{\"step\": " << stopped + 2 << ", \"lo";
+  }
 
   REQUIRE(ktune::test::run_command(train + " --resume --steps " + std::to_string(stopped + 2), &out) == 0);
   CHECK(metric_steps() == one_to(stopped + 2));
