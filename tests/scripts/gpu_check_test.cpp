@@ -29,7 +29,7 @@ const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
 const char* kAllSteps =
     "tests tune families tune-step-small attention attention-bench attention-bench-torch headline headline-ab "
-    "bench bf16 peers ops pdl "
+    "bench bf16 peers ops pdl train "
     "seed-002 e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
@@ -146,8 +146,9 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   // benchmarks (adam twice, attention twice, ops), the leaderboard backward's five configs, the d 128 forward's
   // four and the leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and
   // compiled mode's 10 once more with CUDA graphs; programmatic dependent launch beside ordinary launches (two
-  // bench ops, the small step op by op and as graphs); seed 002's table, 5 sizes eager fp32 and compiled bf16.
-  CHECK(n.ktune == 12 + 5 + 13 + 20 + 10 + 6 + 10);
+  // bench ops, the small step op by op and as graphs); `ktune train` checkpointed, then resumed; seed 002's
+  // table, 5 sizes eager fp32 and compiled bf16.
+  CHECK(n.ktune == 12 + 5 + 13 + 20 + 10 + 6 + 2 + 10);
   CHECK(n.test_files == gpu_test_files());
   CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
   CHECK(n.attention_peers == 2);
@@ -156,6 +157,7 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(has("--dtype bf16 --graph --pdl"));
   CHECK(has("tune --model small --ctx 256 --batch 4 --dtype bf16"));
   CHECK(has("bench e2e --backend cuda --mode eager --dtype f32 --model 2.7B --sweep"));
+  CHECK(has("--checkpoint-every 10 --resume"));
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
