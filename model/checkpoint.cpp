@@ -71,6 +71,10 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
   };
   info.step = static_cast<std::int64_t>(whole_number(step, "step"));
   info.seed = whole_number(seed, "seed");
+  if (meta.count("tokens_count")) {
+    info.tokens = field("tokens");
+    info.tokens_count = static_cast<std::int64_t>(whole_number(meta.at("tokens_count"), "tokens_count"));
+  }
   std::istringstream sampler(field("sampler"));
   sampler >> info.sampler;
   KTUNE_REQUIRE(!sampler.fail(), fmt::format("{} has a malformed sampler state in its metadata", name));
@@ -105,6 +109,8 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   metadata["step"] = std::to_string(info.step);
   metadata["seed"] = std::to_string(info.seed);
   metadata["sampler"] = sampler.str();
+  metadata["tokens"] = info.tokens;
+  metadata["tokens_count"] = std::to_string(info.tokens_count);
   SafetensorsWriter writer(path, std::move(entries), metadata);
   const auto write_flat = [&](const std::vector<float>& flat) {
     for (const auto& t : layout.tensors)

@@ -6,12 +6,14 @@
 //   - AdamW's moments under optimizer.exp_avg.<name> and
 //     optimizer.exp_avg_sq.<name>;
 //   - in the metadata, besides the weights' (the model's config): the
-//     optimizer steps taken, the seed, and the batch sampler's state, so the
-//     resumed run draws the batches the uninterrupted one would have.
+//     optimizer steps taken, the seed, the batch sampler's state and the
+//     token stream it draws from, so the resumed run draws the batches the
+//     uninterrupted one would have.
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <random>
+#include <string>
 
 #include "model/runtime.hpp"
 
@@ -22,6 +24,11 @@ struct CheckpointInfo {
   std::int64_t step = 0;  ///< optimizer steps taken
   std::uint64_t seed = 0;
   std::mt19937_64 sampler;  ///< the batch sampler, after `step` batches
+  /// What the batches were drawn from: the token file ("" for the synthetic
+  /// stream) and its length in tokens (0: not recorded), so a resumed run on
+  /// another stream is caught.
+  std::string tokens;
+  std::int64_t tokens_count = 0;
 };
 
 /// Writes the runtime's parameters and optimizer state with `info`; holds

@@ -70,14 +70,21 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   KTUNE_REQUIRE(o.eval_batches >= 1, fmt::format("{} validation batches; give 1 or more", o.eval_batches));
   KTUNE_REQUIRE(!schedule.cosine || schedule.min_lr <= o.hyper.lr,
                 fmt::format("minimum learning rate {} above the peak {}", schedule.min_lr, o.hyper.lr));
+  // The token files before the model, so a bad one costs no allocation.
+  const TokenStream stream = stream_for(o);
   const bool resuming = o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint);
-  if (resuming) {  // before anything is allocated: a checkpoint of another model or seed is refused at once
+  if (resuming) {  // before anything is allocated: a checkpoint of another model, seed or stream is refused at once
     const CheckpointInfo info = read_checkpoint_info(o.checkpoint, o.model);
     KTUNE_REQUIRE(info.seed == o.seed, fmt::format("{} was trained with seed {}; resume it with --seed {}",
                                                    o.checkpoint, info.seed, info.seed));
+    const auto source = [](const std::string& file, std::int64_t count) {
+      return file.empty() ? std::string("the synthetic stream") : fmt::format("{} ({} tokens)", file, count);
+    };
+    KTUNE_REQUIRE(info.tokens_count == 0 ||
+                      (info.tokens.empty() == o.tokens_file.empty() && info.tokens_count == stream.size()),
+                  fmt::format("{} was trained on {}; this run reads {}: resume it on the same tokens", o.checkpoint,
+                              source(info.tokens, info.tokens_count), source(o.tokens_file, stream.size())));
   }
-  // The token files before the model, so a bad one costs no allocation.
-  const TokenStream stream = stream_for(o);
   const std::optional<TokenStream> val_file =
       o.eval_every > 0 && !o.val_tokens_file.empty()
           ? std::optional<TokenStream>(TokenStream::from_file(o.val_tokens_file, o.model.vocab))
@@ -97,8 +104,12 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     }
     return sum / static_cast<double>(o.eval_batches);
   };
-  CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed)};
-  if (resuming) at = load_checkpoint(o.checkpoint, *model);
+  CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size()};
+  if (resuming) {
+    at = load_checkpoint(o.checkpoint, *model);
+    at.tokens = o.tokens_file;  // where a moved file is read from now
+    at.tokens_count = stream.size();
+  }
   std::vector<std::int32_t> tokens, targets;
   std::vector<StepRecord> records;
   std::int64_t last_checkpoint = at.step;  // the step the checkpoint file holds (0: none yet)

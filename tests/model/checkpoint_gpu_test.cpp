@@ -43,7 +43,7 @@ TEST_CASE("cuda backend: a checkpoint restores parameters, AdamW's moments and s
     first->backward();
     first->step(hyper);
   }
-  write_checkpoint(path, *first, {2, 3, sampler});
+  write_checkpoint(path, *first, {2, 3, sampler, "", stream.size()});
 
   auto second = make_runtime(config, shape, Allocation::kTrain, b);
   const CheckpointInfo info = load_checkpoint(path, *second);

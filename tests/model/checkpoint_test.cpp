@@ -128,7 +128,7 @@ TEST_CASE("a diverged run stops at the first loss that is not finite and keeps i
   CHECK(read_checkpoint_info(o.checkpoint, o.model).step == seen.back().step);
 }
 
-TEST_CASE("a checkpoint of another model or seed, or a weights file, is refused with one line",
+TEST_CASE("a checkpoint of another model, seed or token stream, or a weights file, is refused with one line",
           "[model][checkpoint]") {
   const auto dir = test::scratch_dir("checkpoint-refused");
   TrainOptions o = tiny(2);
@@ -152,6 +152,34 @@ TEST_CASE("a checkpoint of another model or seed, or a weights file, is refused 
   other.resume = true;
   other.checkpoint = o.save;
   CHECK_THROWS_WITH(train(other), Catch::Contains("is not a ktune checkpoint"));
+
+  // Another token stream: a restart that forgot --tokens, or another corpus. The same tokens moved are fine.
+  const auto token_file = [&](const std::string& name, std::size_t n) {
+    std::vector<std::uint16_t> tokens(n);
+    for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::uint16_t>((i * 31 + 5) % 128);
+    write_file_atomic(dir / name, std::string_view(reinterpret_cast<const char*>(tokens.data()), 2 * n));
+    return (dir / name).string();
+  };
+  other = o;
+  other.resume = true;
+  other.steps = 3;
+  other.tokens_file = token_file("a.u16", 500);
+  CHECK_THROWS_WITH(train(other), Catch::Contains("was trained on the synthetic stream; this run reads ") &&
+                                      Catch::Contains("a.u16 (500 tokens)"));
+  TrainOptions on_file = o;
+  on_file.checkpoint = (dir / "f.ckpt").string();
+  on_file.save = "";
+  on_file.tokens_file = other.tokens_file;
+  train(on_file);
+  on_file.resume = true;
+  on_file.steps = 3;
+  on_file.tokens_file = "";
+  CHECK_THROWS_WITH(train(on_file), Catch::Contains("a.u16 (500 tokens); this run reads the synthetic stream"));
+  on_file.tokens_file = token_file("b.u16", 400);
+  CHECK_THROWS_WITH(train(on_file), Catch::Contains("this run reads ") && Catch::Contains("b.u16 (400 tokens)"));
+  std::filesystem::copy_file(dir / "a.u16", dir / "moved.u16");
+  on_file.tokens_file = (dir / "moved.u16").string();
+  CHECK(train(on_file).size() == 1);
 
   // Metadata edited by hand: each malformed field is named.
   TensorFile file = read_safetensors(o.checkpoint);
