@@ -161,8 +161,8 @@ void add_train_command(CLI::App& app, Global& global) {
       ->capture_default_str()
       ->needs(checkpoint);
   cmd->add_flag("--resume", o->t.resume,
-                "Go on from --checkpoint where the file exists (same model and seed; steps up to --steps; --weights "
-                "is not read then), else start at step 1")
+                "Go on from --checkpoint where the file exists (same model, seed and tokens; steps up to --steps; "
+                "--weights is not read then), else start at step 1")
       ->needs(checkpoint);
   cmd->add_option("--metrics", o->metrics,
                   "JSON Lines file: each step's record (as in --json) written and flushed as the step ends; "
