@@ -32,7 +32,8 @@ struct CheckpointInfo {
 };
 
 /// Writes the runtime's parameters and optimizer state with `info`; holds
-/// one flat buffer of the model's in host memory at a time.
+/// in host memory the parameters, then the two moments (8 bytes a
+/// parameter at most), never the whole file.
 void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const CheckpointInfo& info);
 
 /// The checkpoint's metadata, read from its header alone. Throws kInvalidInput
