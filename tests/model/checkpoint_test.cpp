@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/safetensors.hpp"
+#include "model/tiny_run.hpp"
 #include "model/train.hpp"
 #include "model/weights.hpp"
 #include "support.hpp"
@@ -22,15 +23,7 @@ using namespace ktune::model;
 
 namespace {
 
-TrainOptions tiny(std::int64_t steps) {
-  TrainOptions o;
-  o.model = model_config("tiny");
-  o.shape = RunShape{2, 16};
-  o.threads = 2;
-  o.seed = 7;
-  o.steps = steps;
-  return o;
-}
+TrainOptions tiny(std::int64_t steps) { return test::tiny_run(steps, 7); }
 
 std::vector<float> saved_weights(const TrainOptions& o, const std::filesystem::path& path) {
   const ParameterLayout layout = parameter_layout(o.model);

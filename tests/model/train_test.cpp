@@ -11,6 +11,7 @@
 #include "base/files.hpp"
 #include "model/checkpoint.hpp"
 #include "model/transformer.hpp"
+#include "model/tiny_run.hpp"
 #include "model/weights.hpp"
 #include "support.hpp"
 
@@ -44,11 +45,7 @@ TEST_CASE("training tiny for 200 steps on the synthetic stream at least halves t
 }
 
 TEST_CASE("validation measures the same batches each time and leaves the training as it was", "[model][train]") {
-  TrainOptions o;
-  o.model = model_config("tiny");
-  o.shape = RunShape{2, 16};
-  o.threads = 2;
-  o.steps = 5;
+  TrainOptions o = ktune::test::tiny_run(5);
   const auto plain = train(o);
   o.eval_every = 2;
   o.eval_batches = 3;
@@ -80,11 +77,7 @@ TEST_CASE("validation measures the same batches each time and leaves the trainin
 }
 
 TEST_CASE("evaluating several batches gives the mean loss of the batches training draws first", "[model][train]") {
-  TrainOptions o;
-  o.model = model_config("tiny");
-  o.shape = RunShape{2, 16};
-  o.threads = 2;
-  o.steps = 3;
+  TrainOptions o = ktune::test::tiny_run(3);
   o.hyper.lr = 0;  // the weights stay: each step's loss is its batch's at the starting weights
   const auto steps = train(o);
   const double mean = (steps[0].loss + steps[1].loss + steps[2].loss) / 3;
