@@ -77,10 +77,7 @@ OptimizerState DeviceTransformer::optimizer_state() {
 
 void DeviceTransformer::set_optimizer_state(const OptimizerState& state) {
   KTUNE_REQUIRE(L_.train, "a forward-only model has no optimizer state");
-  KTUNE_REQUIRE(static_cast<std::int64_t>(state.exp_avg.size()) == L_.params.total &&
-                    static_cast<std::int64_t>(state.exp_avg_sq.size()) == L_.params.total && state.steps >= 0,
-                fmt::format("optimizer state for {} and {} values after {} steps; the model has {} parameters",
-                            state.exp_avg.size(), state.exp_avg_sq.size(), state.steps, L_.params.total));
+  state.require_fits(L_.params.total);
   ops_->upload({Region::kExpAvg, 0}, state.exp_avg.data(), state.exp_avg.size() * sizeof(float));
   ops_->upload({Region::kExpAvgSq, 0}, state.exp_avg_sq.data(), state.exp_avg_sq.size() * sizeof(float));
   steps_ = state.steps;

@@ -92,6 +92,13 @@ void Transformer<T>::step(const templates::adamw::AdamwHyper& hyper) {
   walk_profiled(*ops_, profile_, "optimizer", [&](Ops& ops) { walk_adamw(ops, L_, h); });
 }
 
+void OptimizerState::require_fits(std::int64_t parameters) const {
+  KTUNE_REQUIRE(static_cast<std::int64_t>(exp_avg.size()) == parameters &&
+                    static_cast<std::int64_t>(exp_avg_sq.size()) == parameters && steps >= 0,
+                fmt::format("optimizer state for {} and {} values after {} steps; the model has {} parameters",
+                            exp_avg.size(), exp_avg_sq.size(), steps, parameters));
+}
+
 template <class T>
 void Transformer<T>::allocate_moments() {
   if (!exp_avg_.empty()) return;  // the moments exist from the first step on, as the plan's peak_step counts them
@@ -117,10 +124,7 @@ OptimizerState Transformer<T>::optimizer_state() const {
 template <class T>
 void Transformer<T>::set_optimizer_state(const OptimizerState& state) {
   KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no optimizer state");
-  KTUNE_REQUIRE(static_cast<std::int64_t>(state.exp_avg.size()) == L_.params.total &&
-                    static_cast<std::int64_t>(state.exp_avg_sq.size()) == L_.params.total && state.steps >= 0,
-                fmt::format("optimizer state for {} and {} values after {} steps; the model has {} parameters",
-                            state.exp_avg.size(), state.exp_avg_sq.size(), state.steps, L_.params.total));
+  state.require_fits(L_.params.total);
   allocate_moments();
   std::copy(state.exp_avg.begin(), state.exp_avg.end(), exp_avg_.begin());
   std::copy(state.exp_avg_sq.begin(), state.exp_avg_sq.end(), exp_avg_sq_.begin());

@@ -35,6 +35,9 @@ enum class Allocation {
 struct OptimizerState {
   std::vector<float> exp_avg, exp_avg_sq;
   std::int64_t steps = 0;
+
+  /// Throws kInvalidInput unless it is the state of `parameters` values.
+  void require_fits(std::int64_t parameters) const;
 };
 
 template <class T>
