@@ -17,7 +17,6 @@ TokenStream TokenStream::synthetic(std::int64_t vocab, std::uint64_t seed, std::
   TokenStream s;
   s.tokens_.resize(period);
   for (auto& t : s.tokens_) t = pick(rng);
-  s.size_ = period;
   return s;
 }
 
@@ -29,11 +28,10 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
   KTUNE_REQUIRE(bytes.size() % 2 == 0 && bytes.size() >= 4,
                 fmt::format("{}: a token file holds raw uint16 values (at least two); got {} bytes", path.string(),
                             bytes.size()));
-  s.file_tokens_ = reinterpret_cast<const std::uint16_t*>(bytes.data());  // mmap's pages are aligned
-  s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
-  for (std::int64_t i = 0; i < s.size_; ++i)
-    KTUNE_REQUIRE(s.file_tokens_[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
-                                                         path.string(), s.file_tokens_[i], i, vocab));
+  const std::uint16_t* tokens = s.file_tokens();
+  for (std::int64_t i = 0; i < s.size(); ++i)
+    KTUNE_REQUIRE(tokens[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
+                                                 path.string(), tokens[i], i, vocab));
   return s;
 }
 

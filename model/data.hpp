@@ -30,15 +30,17 @@ class TokenStream {
   void sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
               std::vector<std::int32_t>& targets) const;
 
-  std::int64_t size() const { return size_; }
+  std::int64_t size() const {
+    return file_ ? static_cast<std::int64_t>(file_->bytes().size() / 2) : static_cast<std::int64_t>(tokens_.size());
+  }
 
  private:
-  std::int32_t token(std::int64_t i) const { return file_ ? file_tokens_[i] : tokens_[i]; }
+  // A token file's tokens, little-endian uint16 where the file is mapped (its pages are aligned).
+  const std::uint16_t* file_tokens() const { return reinterpret_cast<const std::uint16_t*>(file_->bytes().data()); }
+  std::int32_t token(std::int64_t i) const { return file_ ? file_tokens()[i] : tokens_[i]; }
 
-  std::vector<std::int32_t> tokens_;                // the synthetic stream's
-  std::shared_ptr<const MappedFile> file_;          // a token file's, mapped
-  const std::uint16_t* file_tokens_ = nullptr;      // into file_
-  std::int64_t size_ = 0;
+  std::vector<std::int32_t> tokens_;        // the synthetic stream's
+  std::shared_ptr<const MappedFile> file_;  // a token file's, mapped
 };
 
 }  // namespace ktune::model
