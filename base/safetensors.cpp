@@ -47,17 +47,11 @@ void require_internal(bool cond, const std::string& message) {
   if (!cond) throw_error(ErrorKind::kInternal, message);
 }
 
-struct Located {
-  std::string name;
-  SafeTensor tensor;  // dtype and shape; no bytes
-  std::uint64_t begin = 0, end = 0;  // from the data's start
-};
-
 struct Header {
   bool complete = false;  // false: `head` ended before the header did
   std::uint64_t data_start = 0;
   std::map<std::string, std::string> metadata;
-  std::vector<Located> tensors;  // in the order of their data
+  std::vector<TensorSpan> tensors;  // in the order of their data
 };
 
 // `head` starts with the file's first bytes and holds at least the header;
@@ -89,15 +83,15 @@ Header parse_header(std::string_view head, std::uint64_t file_size, const std::s
     const auto& t = *it;
     if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
       bad(fmt::format("tensor '{}' lacks dtype, shape or data_offsets", it.key()));
-    Located l;
-    l.name = it.key();
+    TensorSpan l;
+    l.entry.name = it.key();
     try {
-      l.tensor.dtype = t.at("dtype").get<std::string>();
-      l.tensor.shape = t.at("shape").get<std::vector<std::int64_t>>();
+      l.entry.dtype = t.at("dtype").get<std::string>();
+      l.entry.shape = t.at("shape").get<std::vector<std::int64_t>>();
       const auto offsets = t.at("data_offsets").get<std::vector<std::uint64_t>>();
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size)
         bad(fmt::format("tensor '{}' has data offsets outside the data", it.key()));
-      const std::int64_t expected = l.tensor.numel() * dtype_size(l.tensor.dtype);
+      const std::int64_t expected = l.entry.bytes();
       if (static_cast<std::int64_t>(offsets[1] - offsets[0]) != expected)
         bad(fmt::format("tensor '{}' spans {} bytes, its dtype and shape need {}", it.key(), offsets[1] - offsets[0],
                         expected));
@@ -110,7 +104,7 @@ Header parse_header(std::string_view head, std::uint64_t file_size, const std::s
   }
   // Keep the file's order of data offsets, so a round trip is byte-stable.
   std::stable_sort(out.tensors.begin(), out.tensors.end(),
-                   [](const Located& a, const Located& b) { return a.begin < b.begin; });
+                   [](const TensorSpan& a, const TensorSpan& b) { return a.begin < b.begin; });
   return out;
 }
 
@@ -137,10 +131,10 @@ std::vector<TensorEntry> entries_of(const TensorFile& file) {
   std::vector<TensorEntry> entries;
   for (const auto& name : file.order) {
     const auto& t = file.tensors.at(name);
-    require_internal(static_cast<std::int64_t>(t.bytes.size()) == t.numel() * dtype_size(t.dtype),
-                fmt::format("tensor '{}' holds {} bytes, its dtype and shape need {}", name, t.bytes.size(),
-                            t.numel() * dtype_size(t.dtype)));
     entries.push_back({name, t.dtype, t.shape});
+    require_internal(static_cast<std::int64_t>(t.bytes.size()) == entries.back().bytes(),
+                     fmt::format("tensor '{}' holds {} bytes, its dtype and shape need {}", name, t.bytes.size(),
+                                 entries.back().bytes()));
   }
   return entries;
 }
@@ -151,11 +145,8 @@ TensorFile parse_safetensors(const std::string& bytes, const std::string& name) 
   const Header header = parse_header(bytes, bytes.size(), name);
   TensorFile file;
   file.metadata = header.metadata;
-  for (const auto& l : header.tensors) {
-    SafeTensor t = l.tensor;
-    t.bytes = bytes.substr(header.data_start + l.begin, l.end - l.begin);
-    file.add(l.name, std::move(t));
-  }
+  for (const auto& l : header.tensors)
+    file.add(l.entry.name, {l.entry.dtype, l.entry.shape, bytes.substr(header.data_start + l.begin, l.end - l.begin)});
   return file;
 }
 
@@ -191,7 +182,7 @@ void SafetensorsWriter::write(std::string_view bytes) {
   require_internal(next_ < entries_.size(), "every tensor of the file is already written");
   const TensorEntry& e = entries_[next_];
   require_internal(static_cast<std::int64_t>(bytes.size()) == e.bytes(),
-              fmt::format("tensor '{}' needs {} bytes, got {}", e.name, e.bytes(), bytes.size()));
+                   fmt::format("tensor '{}' needs {} bytes, got {}", e.name, e.bytes(), bytes.size()));
   file_.append(bytes);
   ++next_;
 }
@@ -230,18 +221,18 @@ SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(
   metadata_ = std::move(header.metadata);
   data_start_ = header.data_start;
   for (auto& l : header.tensors) {
-    order_.push_back(l.name);
-    ranges_[l.name] = {std::move(l.tensor.dtype), std::move(l.tensor.shape), l.begin, l.end};
+    order_.push_back(l.entry.name);
+    spans_[l.entry.name] = std::move(l);
   }
 }
 
 SafeTensor SafetensorsReader::read(const std::string& name) const {
-  const auto it = ranges_.find(name);
-  KTUNE_REQUIRE(it != ranges_.end(), fmt::format("{} has no tensor '{}'", path_.string(), name));
+  const auto it = spans_.find(name);
+  KTUNE_REQUIRE(it != spans_.end(), fmt::format("{} has no tensor '{}'", path_.string(), name));
   std::ifstream in(path_, std::ios::binary);
   if (!in) throw_error(ErrorKind::kIo, fmt::format("cannot read {}: {}", path_.string(), std::strerror(errno)));
-  const Range& r = it->second;
-  return {r.dtype, r.shape, read_at(in, path_, data_start_ + r.begin, r.end - r.begin)};
+  const TensorSpan& span = it->second;
+  return {span.entry.dtype, span.entry.shape, read_at(in, path_, data_start_ + span.begin, span.end - span.begin)};
 }
 
 }  // namespace ktune

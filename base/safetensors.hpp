@@ -57,6 +57,13 @@ struct TensorEntry {
   std::int64_t bytes() const;
 };
 
+/// Where a tensor lies in a file: its entry and its bytes [begin, end),
+/// counted from the start of the data (after the header).
+struct TensorSpan {
+  TensorEntry entry;
+  std::uint64_t begin = 0, end = 0;
+};
+
 /// Writes a safetensors file a tensor at a time, for files larger than what
 /// should be held in memory at once: the header (every entry and the
 /// metadata) at construction, then each tensor's bytes by `write`, in the
@@ -87,20 +94,15 @@ class SafetensorsReader {
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   /// Tensor names in the order of their data.
   const std::vector<std::string>& order() const { return order_; }
-  bool contains(const std::string& name) const { return ranges_.count(name) > 0; }
+  bool contains(const std::string& name) const { return spans_.count(name) > 0; }
   /// Throws kInvalidInput naming the file and the tensor when it is absent.
   SafeTensor read(const std::string& name) const;
 
  private:
-  struct Range {
-    std::string dtype;
-    std::vector<std::int64_t> shape;
-    std::uint64_t begin = 0, end = 0;  // from the data's start
-  };
   std::filesystem::path path_;
   std::map<std::string, std::string> metadata_;
   std::vector<std::string> order_;
-  std::map<std::string, Range> ranges_;
+  std::map<std::string, TensorSpan> spans_;
   std::uint64_t data_start_ = 0;
 };
 
