@@ -95,12 +95,20 @@ void add_train_command(CLI::App& app, Global& global) {
     model::TrainOptions t;
     std::string schedule = "constant";
     std::string metrics;
+    std::int64_t accumulate = 1;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
   cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(integer_at_least(1))->capture_default_str();
+  cmd->add_option("--accumulate", o->accumulate,
+                  "Micro-batches per optimizer step (gradient accumulation): each step runs this many forwards and "
+                  "backwards of --batch windows each and sums their gradients into one AdamW update, so a step "
+                  "learns from N x --batch windows (the gradient of their mean loss) in the activation memory of "
+                  "--batch")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
   cmd->add_option("--tokens", o->t.tokens_file, "Raw uint16 token file (default: a synthetic learnable stream)");
@@ -184,6 +192,7 @@ void add_train_command(CLI::App& app, Global& global) {
     t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
     t.model = model_from_args(o->m);
     t.shape = shape_from_args(o->m, 32, 4);
+    t.shape.micro_batches = o->accumulate;
     t.threads = threads_from_args(o->m);
     t.backend = backend_from_args(o->m, t.threads);
     const bool scheduled = t.schedule.cosine || t.schedule.warmup > 0;
@@ -199,7 +208,7 @@ void add_train_command(CLI::App& app, Global& global) {
           if (global.json) return;
           std::cout << fmt::format("step {:>5}  loss {:.4f}  {}({:.1f} ms, {:.0f} tokens/s){}{}\n", r.step, r.loss,
                                    scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3,
-                                   static_cast<double>(t.shape.tokens()) / r.seconds,
+                                   static_cast<double>(t.shape.step_tokens()) / r.seconds,
                                    r.val_loss ? fmt::format("  val loss {:.4f}", *r.val_loss) : "",
                                    r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "")
                     << std::flush;
@@ -207,9 +216,13 @@ void add_train_command(CLI::App& app, Global& global) {
         [&global, &t](const model::Runtime& rt) {  // once the backend is up: a missing GPU says only that
           if (global.json) return;
           std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch "
-                                   "{}{}\n",
+                                   "{}{}{}\n",
                                    t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
                                    t.backend.backend, t.shape.context, t.shape.batch,
+                                   t.shape.micro_batches > 1
+                                       ? fmt::format(" x {} micro-batches a step ({} windows)", t.shape.micro_batches,
+                                                     t.shape.micro_batches * t.shape.batch)
+                                       : "",
                                    t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "");
           for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
           if (t.resume && std::filesystem::exists(t.checkpoint))  // train() has checked it by now
@@ -222,7 +235,13 @@ void add_train_command(CLI::App& app, Global& global) {
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : records) j.push_back(step_json(r));
-      std::cout << nlohmann::json{{"model", t.model.name}, {"steps", j}}.dump(2) << "\n";
+      std::cout << nlohmann::json{{"model", t.model.name},
+                                  {"context", t.shape.context},
+                                  {"batch", t.shape.batch},
+                                  {"micro_batches", t.shape.micro_batches},
+                                  {"steps", j}}
+                       .dump(2)
+                << "\n";
     } else if (!records.empty()) {
       std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps\n", records.front().loss, records.back().loss,
                                records.size());

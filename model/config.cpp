@@ -66,6 +66,7 @@ ModelConfig model_config(const std::string& name) {
 void RunShape::validate() const {
   KTUNE_REQUIRE(batch > 0, fmt::format("batch must be positive, got {}", batch));
   KTUNE_REQUIRE(context > 0, fmt::format("context length must be positive, got {}", context));
+  KTUNE_REQUIRE(micro_batches > 0, fmt::format("micro-batches per step must be positive, got {}", micro_batches));
 }
 
 }  // namespace ktune::model

@@ -33,13 +33,21 @@ std::vector<std::string> model_names();
 /// Configuration by name; throws kInvalidInput listing the names for anything else.
 ModelConfig model_config(const std::string& name);
 
-/// Shape of one run: batch of sequences, each `context` tokens.
+/// Shape of one run: batch of sequences, each `context` tokens, a forward's
+/// (and a backward's) worth; an optimizer step takes `micro_batches` of them
+/// (gradient accumulation): the loss each backward differentiates is its
+/// batch's mean over micro_batches, so the gradients summed over a step's
+/// micro-batches are those of their mean loss, as one batch of
+/// micro_batches x batch sequences would give, at one batch's activations.
 struct RunShape {
   std::int64_t batch = 4;
   std::int64_t context = 128;
+  std::int64_t micro_batches = 1;
 
   std::int64_t tokens() const { return batch * context; }
-  void validate() const;  ///< throws kInvalidInput unless both are positive
+  /// The tokens of one optimizer step: every micro-batch's.
+  std::int64_t step_tokens() const { return micro_batches * tokens(); }
+  void validate() const;  ///< throws kInvalidInput unless all three are positive
 };
 
 }  // namespace ktune::model

@@ -107,11 +107,11 @@ double DeviceTransformer::forward(std::span<const std::int32_t> tokens, std::spa
   return loss;
 }
 
-void DeviceTransformer::backward() {
+void DeviceTransformer::backward(bool accumulate) {
   KTUNE_REQUIRE(L_.train, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
-  run_pass(backward_, "backward", [&](Ops& ops) { walk_backward(ops, L_); });
+  run_pass(backward_[accumulate ? 1 : 0], "backward", [&](Ops& ops) { walk_backward(ops, L_, accumulate); });
 }
 
 void DeviceTransformer::run_pass(Pass& pass, const char* phase, const std::function<void(Ops&)>& walk) {

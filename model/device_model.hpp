@@ -14,6 +14,7 @@
 // arguments change with the step, run as before. A profiled pass runs op by
 // op, uncaptured.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,8 +54,9 @@ class DeviceTransformer {
 
   /// Mean cross-entropy of tokens against targets, both (batch, context) int32.
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
-  /// Gradients of the last forward's loss; needs Allocation::kTrain and a forward.
-  void backward();
+  /// Gradients of the last forward's loss, written or with `accumulate`
+  /// added (walk_backward); needs Allocation::kTrain and a forward.
+  void backward(bool accumulate = false);
   /// One AdamW step from the gradients (state zero at construction).
   void step(const templates::adamw::AdamwHyper& hyper);
   std::int64_t steps_taken() const { return steps_; }
@@ -67,7 +69,7 @@ class DeviceTransformer {
   /// Nodes of the forward's and the backward's graphs; 0 before a capture
   /// (or without DeviceOptions::graphs).
   std::size_t forward_graph_nodes() const { return forward_.graph ? forward_.graph->nodes() : 0; }
-  std::size_t backward_graph_nodes() const { return backward_.graph ? backward_.graph->nodes() : 0; }
+  std::size_t backward_graph_nodes() const { return backward_[0].graph ? backward_[0].graph->nodes() : 0; }
 
  private:
   // One pass's graph, and the launches its capture enqueued.
@@ -85,7 +87,8 @@ class DeviceTransformer {
   std::unique_ptr<DeviceOps> ops_;
   OpProfile* profile_ = nullptr;
   bool graphs_ = false;
-  Pass forward_, backward_;
+  Pass forward_;
+  std::array<Pass, 2> backward_;  // writing the gradients, adding to them (another pass: other betas, targets)
   bool have_forward_ = false;
   std::int64_t steps_ = 0;
 };

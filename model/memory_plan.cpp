@@ -118,6 +118,7 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
     w.dh = c.take(N * F);
     w.db = c.take(N * F);
     w.norm_dw = c.take(threads * C, Held::kFp32);
+    if (r.micro_batches > 1) w.dparam = c.take(m.vocab * C, Held::kFp32);
   }
   w.size = c.next;
   w.bf16_bytes = c.bf16_bytes;
@@ -134,7 +135,7 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
     using F = long double;
     const F N = F(r.batch) * r.context, C = m.d_model, FF = m.d_ff, S = r.context;
     const F per_layer = N * (16 * C + 4 * FF + 4) + F(r.batch) * m.heads * S * S + 4 * C * C + 3 * C * FF;
-    const F elements = F(m.layers) * per_layer + N * (F(m.vocab) + 8 * C + 8) + 2 * F(m.vocab) * C +
+    const F elements = F(m.layers) * per_layer + N * (F(m.vocab) + 8 * C + 8) + 3 * F(m.vocab) * C +
                        F(threads) * (4 * S * (S + C) + C) + S * C;
     KTUNE_REQUIRE(elements * element_bytes * 8 < F(std::numeric_limits<std::int64_t>::max()),
                   fmt::format("model {} at context {}, batch {} would need more than 2^60 bytes; use a smaller "

@@ -64,6 +64,9 @@ struct WorkspaceLayout {
   std::int64_t dh = 0;            // (N, F) gradient of h, then of a (in place)
   std::int64_t db = 0;            // (N, F)
   std::int64_t norm_dw = 0;       // (threads, C) per-thread RMSNorm weight grads
+  std::int64_t dparam = 0;        // (V, C) fp32, when a step accumulates micro-batches: a gradient that no GEMM
+                                  // writes (the embedding's, a norm's), before it is added to the step's; last,
+                                  // so the buffers before it lie where they would without it
   std::int64_t size = 0;
   std::int64_t bf16_bytes = 0;    // with bf16 activation gradients (tables, scratch, norm_dw fp32)
 };

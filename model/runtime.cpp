@@ -26,7 +26,7 @@ class CpuRuntime final : public Runtime {
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
     return model_.forward(tokens, targets);
   }
-  void backward() override { model_.backward(); }
+  void backward(bool accumulate) override { model_.backward(accumulate); }
   void step(const templates::adamw::AdamwHyper& hyper) override { model_.step(hyper); }
   void synchronize() override {}
   std::vector<float> parameters() override { return {model_.parameters().begin(), model_.parameters().end()}; }
@@ -84,7 +84,7 @@ class DeviceRuntime final : public Runtime {
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
     return model_->forward(tokens, targets);
   }
-  void backward() override { model_->backward(); }
+  void backward(bool accumulate) override { model_->backward(accumulate); }
   void step(const templates::adamw::AdamwHyper& hyper) override { model_->step(hyper); }
   void synchronize() override { model_->synchronize(); }
   std::vector<float> parameters() override { return model_->parameters(); }

@@ -35,7 +35,10 @@ class Runtime {
  public:
   virtual ~Runtime() = default;
   virtual double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) = 0;
-  virtual void backward() = 0;
+  /// Gradients of the last forward's loss, its mean over the step's tokens
+  /// (RunShape::micro_batches): written over the gradients, or with
+  /// `accumulate` added to them (each micro-batch after a step's first).
+  virtual void backward(bool accumulate = false) = 0;
   /// One AdamW step (the step counter is the runtime's).
   virtual void step(const templates::adamw::AdamwHyper& hyper) = 0;
   /// Waits for enqueued work (what a timer must do before reading the clock).

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <numbers>
 #include <optional>
+#include <span>
 
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
@@ -113,8 +114,15 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   std::vector<std::int32_t> tokens, targets;
   std::vector<StepRecord> records;
   std::int64_t last_checkpoint = at.step;  // the step the checkpoint file holds (0: none yet)
+  // A step's windows, drawn at once: its micro-batches are the batches of
+  // one draw of micro_batches x batch windows, each batch's tokens in turn.
+  const RunShape step_shape{o.shape.micro_batches * o.shape.batch, o.shape.context};
+  const auto micro = [&](const std::vector<std::int32_t>& all, std::int64_t k) {
+    return std::span<const std::int32_t>(all).subspan(static_cast<std::size_t>(k * o.shape.tokens()),
+                                                      static_cast<std::size_t>(o.shape.tokens()));
+  };
   for (std::int64_t s = at.step + 1; s <= o.steps; ++s) {
-    stream.sample(o.shape, at.sampler, tokens, targets);
+    stream.sample(step_shape, at.sampler, tokens, targets);
     const auto t0 = std::chrono::steady_clock::now();
     const auto before = model->launches();
     StepRecord r;
@@ -122,14 +130,17 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     templates::adamw::AdamwHyper hyper = o.hyper;
     hyper.lr = schedule.at(s, o.hyper.lr);
     r.lr = hyper.lr;
-    r.loss = model->forward(tokens, targets);
-    if (!std::isfinite(r.loss))  // before the step: the weights, and any checkpoint, stay those of the last good step
-      throw_error(ErrorKind::kCheckFailed,
-                  fmt::format("the loss is {} at step {}: training diverged{}", r.loss, s,
-                              o.checkpoint.empty() || last_checkpoint == 0
-                                  ? ""
-                                  : fmt::format("; {} holds step {}", o.checkpoint, last_checkpoint)));
-    model->backward();
+    for (std::int64_t k = 0; k < o.shape.micro_batches; ++k) {
+      const double loss = model->forward(micro(tokens, k), micro(targets, k));
+      if (!std::isfinite(loss))  // before the update: the weights, and any checkpoint, stay the last good step's
+        throw_error(ErrorKind::kCheckFailed,
+                    fmt::format("the loss is {} at step {}: training diverged{}", loss, s,
+                                o.checkpoint.empty() || last_checkpoint == 0
+                                    ? ""
+                                    : fmt::format("; {} holds step {}", o.checkpoint, last_checkpoint)));
+      r.loss += loss / static_cast<double>(o.shape.micro_batches);
+      model->backward(k > 0);
+    }
     model->step(hyper);
     model->synchronize();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

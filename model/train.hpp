@@ -70,7 +70,7 @@ struct TrainOptions : RunOptions {
 
 struct StepRecord {
   std::int64_t step = 0;  ///< from 1
-  double loss = 0;        ///< loss of the batch before this step's update
+  double loss = 0;        ///< loss of the step's batches before its update (their micro-batches' mean)
   double lr = 0;          ///< the learning rate of this step's update
   double seconds = 0;     ///< forward + backward + AdamW
   bool checkpointed = false;  ///< a checkpoint was written after this step

@@ -76,11 +76,11 @@ double Transformer<T>::forward(std::span<const std::int32_t> tokens, std::span<c
 }
 
 template <class T>
-void Transformer<T>::backward() {
+void Transformer<T>::backward(bool accumulate) {
   KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
-  walk_profiled(*ops_, profile_, "backward", [&](Ops& ops) { walk_backward(ops, L_); });
+  walk_profiled(*ops_, profile_, "backward", [&](Ops& ops) { walk_backward(ops, L_, accumulate); });
 }
 
 template <class T>

@@ -76,9 +76,11 @@ class Transformer {
   /// context) int32 in [0, vocab), and returns the mean cross-entropy.
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
 
-  /// Writes the gradients of the last forward's mean loss (overwriting, not
-  /// accumulating). Needs Allocation::kTrain and a forward first.
-  void backward();
+  /// Writes the gradients of the last forward's mean loss (over the step's
+  /// micro-batches, RunShape::micro_batches), over the gradients there, or
+  /// with `accumulate` added to them (walk_backward). Needs
+  /// Allocation::kTrain and a forward first.
+  void backward(bool accumulate = false);
 
   /// One AdamW step of the walk (walk_adamw) from the gradients, with the
   /// model's own step counter (hyper.step is ignored). The first step

@@ -28,10 +28,11 @@ void linear_dx(Ops& ops, Ref dy, Ref w, Ref dx, std::int64_t n, std::int64_t in,
   ops.gemm({.trans_a = false, .trans_b = false, .m = n, .n = in, .k = out, .a = dy, .b = w, .c = dx, .lda = out,
             .ldb = in, .ldc = in, .beta = accumulate ? 1.0 : 0.0});
 }
-// dW (out, in) = dy^T (out, n) x (n, in).
-void linear_dw(Ops& ops, Ref dy, Ref x, Ref dw, std::int64_t n, std::int64_t in, std::int64_t out) {
+// dW (out, in) = dy^T (out, n) x (n, in) (+ dW when accumulate).
+void linear_dw(Ops& ops, Ref dy, Ref x, Ref dw, std::int64_t n, std::int64_t in, std::int64_t out,
+               bool accumulate) {
   ops.gemm({.trans_a = true, .trans_b = false, .m = out, .n = in, .k = n, .a = dy, .b = x, .c = dw, .lda = out,
-            .ldb = in, .ldc = in});
+            .ldb = in, .ldc = in, .beta = accumulate ? 1.0 : 0.0});
 }
 
 // The distance between consecutive refs of one region, which must be the
@@ -56,22 +57,36 @@ void linears(Ops& ops, const StepLayout& L, Ref x, const std::vector<Ref>& w, co
             .ldb = in, .ldc = out, .batch = static_cast<std::int64_t>(w.size()), .stride_a = 0,
             .stride_b = spacing(w), .stride_c = spacing(y)});
 }
-// dW_i (out, in) = dy_i^T x for each dy_i, batched like `linears`.
+// dW_i (out, in) = dy_i^T x for each dy_i (+ dW_i when accumulate), batched like `linears`.
 void linear_dws(Ops& ops, const StepLayout& L, const std::vector<Ref>& dy, Ref x, const std::vector<Ref>& dw,
-                std::int64_t n, std::int64_t in, std::int64_t out) {
+                std::int64_t n, std::int64_t in, std::int64_t out, bool accumulate) {
   if (!L.batched_projections) {
-    for (std::size_t i = 0; i < dy.size(); ++i) linear_dw(ops, dy[i], x, dw[i], n, in, out);
+    for (std::size_t i = 0; i < dy.size(); ++i) linear_dw(ops, dy[i], x, dw[i], n, in, out, accumulate);
     return;
   }
   ops.gemm({.trans_a = true, .trans_b = false, .m = out, .n = in, .k = n, .a = dy[0], .b = x, .c = dw[0],
-            .lda = out, .ldb = in, .ldc = in, .batch = static_cast<std::int64_t>(dy.size()),
-            .stride_a = spacing(dy), .stride_b = 0, .stride_c = spacing(dw)});
+            .lda = out, .ldb = in, .ldc = in, .beta = accumulate ? 1.0 : 0.0,
+            .batch = static_cast<std::int64_t>(dy.size()), .stride_a = spacing(dy), .stride_b = 0,
+            .stride_c = spacing(dw)});
 }
 
 Ref P(std::int64_t offset) { return {Region::kParams, offset}; }
 Ref G(std::int64_t offset) { return {Region::kGrads, offset}; }
 Ref F(std::int64_t offset) { return {Region::kFinal, offset}; }
 Ref W(std::int64_t offset) { return {Region::kWork, offset}; }
+
+// Where a backward writes the gradients no GEMM writes (the embedding's,
+// the norms'), which their ops overwrite: the parameter's gradient itself,
+// or, when the backward accumulates, the workspace's dparam, added to it
+// by the backward's accumulate(). The GEMMs accumulate with beta = 1.
+struct GradTarget {
+  bool accumulate = false;
+  Ref dparam;
+  Ref at(std::int64_t offset) const { return accumulate ? dparam : G(offset); }
+  void done(Ops& ops, std::int64_t offset, std::int64_t n) const {
+    if (accumulate) ops.accumulate(dparam, G(offset), n);
+  }
+};
 
 // Block l from its ln1 (rstd1 kept), which the walk wrote before it: the
 // embedding's norm for block 0, else block l - 1's last op. Each residual
@@ -124,7 +139,7 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   ops.residual_rmsnorm_forward(a + ll.x_mid, next, norm_w, next, norm_y, norm_rstd, N, C, c.norm_eps);
 }
 
-void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
+void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTarget& g) {
   const auto& c = L.config;
   const auto& ll = L.layer;
   const auto& wl = L.work;
@@ -137,18 +152,19 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
   // Feed-forward branch.
   const Ref dh = W(wl.dh);  // (N, F): dh, then da in place
   const Ref db = W(wl.db);  // (N, F)
-  linear_dw(ops, dx, a + ll.h, G(bp.w2), N, FF, C);
+  linear_dw(ops, dx, a + ll.h, G(bp.w2), N, FF, C, g.accumulate);
   linear_dx(ops, dx, L.weight(bp.w2), dh, N, FF, C);
   ops.swiglu_backward(a + ll.a, a + ll.b, dh, dh, db, N * FF);
-  linear_dws(ops, L, {dh, db}, a + ll.ln2, {G(bp.w1), G(bp.w3)}, N, C, FF);
+  linear_dws(ops, L, {dh, db}, a + ll.ln2, {G(bp.w1), G(bp.w3)}, N, C, FF, g.accumulate);
   linear_dx(ops, dh, L.weight(bp.w1), W(wl.dtmp), N, C, FF);
   linear_dx(ops, db, L.weight(bp.w3), W(wl.dtmp), N, C, FF, true);
   // x_mid's gradient: the stream's (dx) plus ln2's, in place.
-  ops.residual_rmsnorm_backward(a + ll.x_mid, P(bp.ln2), a + ll.rstd2, W(wl.dtmp), dx, dx, G(bp.ln2), N, C);
+  ops.residual_rmsnorm_backward(a + ll.x_mid, P(bp.ln2), a + ll.rstd2, W(wl.dtmp), dx, dx, g.at(bp.ln2), N, C);
+  g.done(ops, bp.ln2, C);
 
   // Attention branch.
   const Ref dattn = W(wl.dbranch);  // (N, C)
-  linear_dw(ops, dx, a + ll.attn, G(bp.o), N, C, C);
+  linear_dw(ops, dx, a + ll.attn, G(bp.o), N, C, C, g.accumulate);
   linear_dx(ops, dx, L.weight(bp.o), dattn, N, C, C);
   const Ref cos = W(wl.rope_cos), sin = W(wl.rope_sin);
   if (L.fused_qkv) {  // dq, dk, dv as (N, 3C) rows, as the forward's q, k, v
@@ -156,7 +172,7 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
     ops.attention_backward(qkv, qkv + C, qkv + 2 * C, a + ll.attn, a + ll.attn_saved, dattn, dqkv, dqkv + C,
                            dqkv + 2 * C, L.attention_shape(), 3 * C);
     ops.rope_backward(dqkv, cos, sin, N, S, 2 * H, D, 3 * C);
-    linear_dw(ops, dqkv, a + ll.ln1, G(bp.q), N, C, 3 * C);         // the stacked (3C, C) gradient
+    linear_dw(ops, dqkv, a + ll.ln1, G(bp.q), N, C, 3 * C, g.accumulate);  // the stacked (3C, C) gradient
     linear_dx(ops, dqkv, L.weight(bp.q), W(wl.dtmp), N, C, 3 * C);  // one GEMM with K = 3C
   } else {
     const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
@@ -168,14 +184,15 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
       ops.rope_backward(dq, cos, sin, N, S, H, D, C);
       ops.rope_backward(dk, cos, sin, N, S, H, D, C);
     }
-    linear_dws(ops, L, {dq, dk, dv}, a + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C);
+    linear_dws(ops, L, {dq, dk, dv}, a + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C, g.accumulate);
     linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
     linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
     linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);
   }
   // x_in's gradient: the stream's plus ln1's (block 0's ln1 had no add
   // before it, but its input's gradient has the same two terms).
-  ops.residual_rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), dx, dx, G(bp.ln1), N, C);
+  ops.residual_rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), dx, dx, g.at(bp.ln1), N, C);
+  g.done(ops, bp.ln1, C);
 }
 
 }  // namespace
@@ -252,20 +269,26 @@ void walk_forward_ops(Ops& ops, const StepLayout& L) {
 
 double walk_loss(Ops& ops, const StepLayout& L) { return ops.mean(F(L.final.losses), L.shape.tokens()); }
 
-void walk_backward(Ops& ops, const StepLayout& L) {
+void walk_backward(Ops& ops, const StepLayout& L, bool accumulate) {
   KTUNE_REQUIRE(L.train, "backward needs a model built for training, not forward-only");
+  KTUNE_REQUIRE(!accumulate || L.shape.micro_batches > 1,
+                "a backward accumulates in a run of several micro-batches a step (RunShape::micro_batches)");
   const auto& c = L.config;
   const auto& fl = L.final;
   const auto& wl = L.work;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
+  const GradTarget g{accumulate, W(wl.dparam)};
   const Ref tokens{Region::kTokens, 0}, targets{Region::kTargets, 0};
   const Ref dlogits = F(fl.logits);  // (N, V), in place over the logits
-  ops.cross_entropy_backward(F(fl.logits), targets, F(fl.lse), dlogits, N, V);
-  linear_dw(ops, dlogits, F(fl.ln), G(L.params.lm_head), N, C, V);
+  ops.cross_entropy_backward(F(fl.logits), targets, F(fl.lse), dlogits, N, V, L.shape.step_tokens());
+  linear_dw(ops, dlogits, F(fl.ln), G(L.params.lm_head), N, C, V, accumulate);
   linear_dx(ops, dlogits, L.weight(L.params.lm_head), W(wl.dtmp), N, C, V);
-  ops.rmsnorm_backward(F(fl.x), P(L.params.ln_final), F(fl.rstd), W(wl.dtmp), W(wl.dx), G(L.params.ln_final), N, C);
-  for (std::int64_t l = c.layers - 1; l >= 0; --l) backward_block(ops, L, l);
-  ops.embedding_backward(tokens, W(wl.dx), G(L.params.embedding), N, C, V);  // (V, C)
+  ops.rmsnorm_backward(F(fl.x), P(L.params.ln_final), F(fl.rstd), W(wl.dtmp), W(wl.dx), g.at(L.params.ln_final), N,
+                       C);
+  g.done(ops, L.params.ln_final, C);
+  for (std::int64_t l = c.layers - 1; l >= 0; --l) backward_block(ops, L, l, g);
+  ops.embedding_backward(tokens, W(wl.dx), g.at(L.params.embedding), N, C, V);  // (V, C)
+  g.done(ops, L.params.embedding, V * C);
 }
 
 std::vector<AdamwTensor> adamw_tensors(const StepLayout& L) {

@@ -72,8 +72,11 @@ double walk_forward(Ops& ops, const StepLayout& L);
 void walk_forward_ops(Ops& ops, const StepLayout& L);
 /// The mean of the per-token losses the forward's ops wrote (reads them back).
 double walk_loss(Ops& ops, const StepLayout& L);
-/// Gradients of the last forward's mean loss (overwritten). Needs train.
-void walk_backward(Ops& ops, const StepLayout& L);
+/// Gradients of the last forward's loss, its mean over the step's tokens
+/// (its batch's mean over L.shape.micro_batches): written over the
+/// gradients, or added to them with `accumulate` (a step's micro-batches
+/// after its first; needs micro_batches > 1). Needs train.
+void walk_backward(Ops& ops, const StepLayout& L, bool accumulate = false);
 /// The parameter tensors as AdamW operands, in state-dict order.
 std::vector<AdamwTensor> adamw_tensors(const StepLayout& L);
 /// One AdamW step over every parameter tensor.

@@ -244,14 +244,23 @@ void CpuOps<T>::cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref l
 
 template <class T>
 void CpuOps<T>::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
-                                       std::int64_t vocab) {
+                                       std::int64_t vocab, std::int64_t mean_over) {
   const T* pl = at(logits);
   const std::int32_t* t = ints(targets);
   const T* plse = at(lse);
   T* pd = at(dlogits);
-  const T scale = T(1) / static_cast<T>(rows);  // d mean / d row loss
+  const T scale = T(1) / static_cast<T>(mean_over);  // d mean / d row loss
   parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned) {
     tr::cross_entropy::cross_entropy_backward(pl + b * vocab, t + b, plse + b, scale, pd + b * vocab, e - b, vocab);
+  });
+}
+
+template <class T>
+void CpuOps<T>::accumulate(Ref x, Ref y, std::int64_t n) {
+  const T* px = at(x);
+  T* py = at(y);
+  parallel_.for_range(n, [&](std::int64_t b, std::int64_t e, unsigned) {
+    for (std::int64_t i = b; i < e; ++i) py[i] += px[i];
   });
 }
 

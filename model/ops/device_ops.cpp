@@ -15,6 +15,7 @@
 #include "templates/adamw/adamw.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/eager/primitive.hpp"
 #include "templates/embedding/embedding.hpp"
 #include "templates/grad_norm/grad_norm.hpp"
 #include "templates/render.hpp"
@@ -542,9 +543,17 @@ void DeviceOps::cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref l
 }
 
 void DeviceOps::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
-                                       std::int64_t vocab) {
+                                       std::int64_t vocab, std::int64_t mean_over) {
   run(tr::cross_entropy::backward_family(), loss_problem(dtype_, rows, vocab),
-      {.logits = address(logits), .targets = address(targets), .lse = address(lse), .dlogits = address(dlogits)});
+      {.logits = address(logits), .targets = address(targets), .lse = address(lse), .dlogits = address(dlogits),
+       .scale = 1.0f / static_cast<float>(mean_over)});
+}
+
+void DeviceOps::accumulate(Ref x, Ref y, std::int64_t n) {
+  // The primitive add (as torch's grad += in a backward that accumulates), in place.
+  run(tr::eager::binary_family(tr::eager::Binary::kAdd),
+      Problem{"f32", {{"rows", 1}, {"cols", n}, {"b_rows", 1}, {"b_cols", n}}},
+      tr::eager::PrimArgs{.x = address(y), .b = address(x), .y = address(y)});
 }
 
 double DeviceOps::mean(Ref values, std::int64_t n) {

@@ -130,9 +130,14 @@ class Ops {
   /// losses, lse (rows,) of logits (rows, vocab) against targets (rows,) int32.
   virtual void cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,
                                      std::int64_t vocab) = 0;
-  /// dlogits (may be logits) = (softmax - onehot) / rows: the mean loss's gradient.
+  /// dlogits (may be logits) = (softmax - onehot) / mean_over: the gradient
+  /// of the mean of mean_over row losses (rows; a step's tokens when it
+  /// accumulates micro-batches).
   virtual void cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
-                                      std::int64_t vocab) = 0;
+                                      std::int64_t vocab, std::int64_t mean_over) = 0;
+
+  /// y (n,) += x (n,), fp32: a micro-batch's gradient added to its step's.
+  virtual void accumulate(Ref x, Ref y, std::int64_t n) = 0;
 
   /// The mean of n values, summed in double in index order, on the host.
   virtual double mean(Ref values, std::int64_t n) = 0;

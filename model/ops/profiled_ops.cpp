@@ -151,9 +151,13 @@ void ProfiledOps::cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref
 }
 
 void ProfiledOps::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
-                                         std::int64_t vocab) {
+                                         std::int64_t vocab, std::int64_t mean_over) {
   time("cross_entropy_backward", rows_by(rows, vocab),
-       [&] { inner_.cross_entropy_backward(logits, targets, lse, dlogits, rows, vocab); });
+       [&] { inner_.cross_entropy_backward(logits, targets, lse, dlogits, rows, vocab, mean_over); });
+}
+
+void ProfiledOps::accumulate(Ref x, Ref y, std::int64_t n) {
+  time("accumulate", std::to_string(n), [&] { inner_.accumulate(x, y, n); });
 }
 
 double ProfiledOps::mean(Ref values, std::int64_t n) {

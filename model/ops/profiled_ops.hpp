@@ -98,8 +98,9 @@ class ProfiledOps final : public Ops {
   void swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) override;
   void cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,
                              std::int64_t vocab) override;
-  void cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows,
-                              std::int64_t vocab) override;
+  void cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlogits, std::int64_t rows, std::int64_t vocab,
+                              std::int64_t mean_over) override;
+  void accumulate(Ref x, Ref y, std::int64_t n) override;
   double mean(Ref values, std::int64_t n) override;
   void adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) override;
 

@@ -2,7 +2,9 @@
 //   cross_entropy_fwd  loss = logsumexp(row) - row[target] per row, lse kept
 //                      for the backward (one streaming pass over each row)
 //   cross_entropy_bwd  dlogits = scale * (softmax(row) - onehot(target)),
-//                      scale = 1 / rows (the model's mean loss)
+//                      scale a run-time argument: 1 / rows for the mean
+//                      loss (mean_scale; the workload's), 1 / (rows x
+//                      micro-batches) in a step that accumulates them
 // Problems: dtype f32 (everything fp32) or bf16 (bf16 logits and dlogits, as
 // in bf16 mixed precision; targets int32; losses, lse and all math fp32);
 // dims `rows` (tokens: batch x context) and `vocab`. The model's vocabulary is
@@ -45,6 +47,7 @@ struct BackwardArgs {
   std::uint64_t targets = 0;  // (rows,) int32
   std::uint64_t lse = 0;      // (rows,) f32, as the forward left it
   std::uint64_t dlogits = 0;  // (rows, vocab) f32 or bf16; may be logits (in place)
+  float scale = 0.0f;         // d total loss / d row loss: finite and positive (mean_scale for the mean)
 };
 
 using ForwardFamily = TypedFamily<ForwardArgs>;

@@ -242,14 +242,16 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
     return w;
   }
 
-  BackwardArgs args_of(const Problem&, const std::vector<std::uint64_t>& a) const override {
+  BackwardArgs args_of(const Problem& p, const std::vector<std::uint64_t>& a) const override {
     require_addresses(name(), a, {"logits", "targets", "lse", "dlogits"});
-    return {.logits = a[0], .targets = a[1], .lse = a[2], .dlogits = a[3]};
+    return {.logits = a[0], .targets = a[1], .lse = a[2], .dlogits = a[3], .scale = mean_scale(p)};
   }
 
   std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
                            const DeviceLimits&) const override {
     check_problem(p);
+    KTUNE_REQUIRE(std::isfinite(a.scale) && a.scale > 0.0f,
+                  fmt::format("{}: scale {} (d loss / d row loss) must be finite and positive", name(), a.scale));
     std::vector<Launch> launches;
     launches.push_back(row_kernel_launch(name(), c, p, shape(),
                                          {{"logits", a.logits, activation_bytes(p)},
@@ -257,7 +259,7 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
                                           {"lse", a.lse, 4},
                                           {"dlogits", a.dlogits, activation_bytes(p)}},
                                          kElements));
-    launches.back().args.add(mean_scale(p));
+    launches.back().args.add(a.scale);
     return launches;
   }
 

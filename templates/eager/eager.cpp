@@ -268,8 +268,8 @@ Decomposition cross_entropy_fwd(const Problem& p) {
   return c.done();
 }
 
-/// dlogits = (softmax - onehot(target)) / rows: exp(x - lse), the one-hot
-/// subtracted by a scatter, the mean's scale.
+/// dlogits = (softmax - onehot(target)) * scale (1 / rows for the mean):
+/// exp(x - lse), the one-hot subtracted by a scatter, then the scale.
 Decomposition cross_entropy_bwd(const Problem& p) {
   Chain c;
   const std::int64_t rows = p.dim("rows"), vocab = p.dim("vocab"), n = rows * vocab;
@@ -280,11 +280,11 @@ Decomposition cross_entropy_bwd(const Problem& p) {
   c.unary(Unary::kExp, "f32", n, z, prob);
   c.scatter_add("f32", rows, vocab, prob, "targets", -1.0f);
   if (!is_bf16(p)) {
-    c.unary(Unary::kScale, "f32", n, prob, "dlogits", cross_entropy::mean_scale(p));
+    c.scale_by("scale", "f32", n, prob, "dlogits");
     return c.done();
   }
   const std::string d = c.temp("dlogits_f32", DType::kF32, n);
-  c.unary(Unary::kScale, "f32", n, prob, d, cross_entropy::mean_scale(p));
+  c.scale_by("scale", "f32", n, prob, d);
   c.to_bf16(d, "dlogits", n);
   return c.done();
 }
@@ -544,7 +544,9 @@ Bindings bind(const cross_entropy::ForwardArgs& a) {
   return {{"logits", a.logits}, {"targets", a.targets}, {"losses", a.losses}, {"lse", a.lse}};
 }
 Bindings bind(const cross_entropy::BackwardArgs& a) {
-  return {{"logits", a.logits}, {"targets", a.targets}, {"lse", a.lse}, {"dlogits", a.dlogits}};
+  Bindings b{{"logits", a.logits}, {"targets", a.targets}, {"lse", a.lse}, {"dlogits", a.dlogits}};
+  b.scalars["scale"] = a.scale;
+  return b;
 }
 Bindings bind(const softmax::ForwardArgs& a) {
   Bindings b{{"x", a.x}, {"y", a.y}};

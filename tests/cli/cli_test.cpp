@@ -170,7 +170,7 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
         "train --resume", "train --checkpoint-every 5", "train --warmup-steps -1", "train --lr-schedule linear",
         "train --min-lr 1e-4", "train --lr-schedule cosine --cosine-steps 0",
         "train --lr-schedule cosine --steps 3 --warmup-steps 3", "train --eval-every -1", "train --eval-batches 0",
-        "train --val-tokens v.u16", "eval --batches 0", "eval --batches 2 --dump g.json",
+        "train --val-tokens v.u16", "train --accumulate 0", "eval --batches 0", "eval --batches 2 --dump g.json",
         "eval --ctx 0", "bench e2e --batch 0", "bench e2e --trials 0", "bench memory --heads 0",
         "compile --sample 0", "replay --dataset x.json --target 2", "replay --dataset x.json --target nan",
         "replay --dataset x.json --runs 0"}) {
@@ -448,6 +448,19 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   INFO(out);
   CHECK_THAT(out, !Catch::Contains(">0"));
   CHECK_THAT(out, Catch::Contains("not within 3s"));
+}
+
+TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and its JSON says them too", "[cli]") {
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --accumulate 3 --steps 2 --threads 2", &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("ctx 8, batch 2 x 3 micro-batches a step (6 windows)"));
+  CHECK(lines_starting(out, "step ").size() == 2);
+  REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --accumulate 3 --steps 1 --threads 2 --json", &out) == 0);
+  const auto j = nlohmann::json::parse(out);
+  CHECK(j.at("batch") == 2);
+  CHECK(j.at("micro_batches") == 3);
+  CHECK(j.at("steps").size() == 1);
 }
 
 TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean and std columns", "[cli]") {

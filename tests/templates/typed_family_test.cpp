@@ -139,8 +139,9 @@ TEST_CASE("cross_entropy: the typed plan with named args is the workload adapter
   check_typed_plan(cross_entropy::forward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
     return cross_entropy::ForwardArgs{.logits = a[0], .targets = a[1], .losses = a[2], .lse = a[3]};
   });
-  check_typed_plan(cross_entropy::backward_family(), [](const Problem&, const std::vector<std::uint64_t>& a) {
-    return cross_entropy::BackwardArgs{.logits = a[0], .targets = a[1], .lse = a[2], .dlogits = a[3]};
+  check_typed_plan(cross_entropy::backward_family(), [](const Problem& p, const std::vector<std::uint64_t>& a) {
+    return cross_entropy::BackwardArgs{
+        .logits = a[0], .targets = a[1], .lse = a[2], .dlogits = a[3], .scale = cross_entropy::mean_scale(p)};
   });
 }
 
@@ -266,7 +267,8 @@ TEST_CASE("the typed plan keeps the alignment checks", "[rmsnorm][cross_entropy]
   const Problem ce{"bf16", {{"rows", 8}, {"vocab", 77}}};
   CHECK_THROWS_WITH(
       cross_entropy::backward_family().plan(cross_entropy::backward_family().default_config(ce), ce,
-                                            {.logits = 0x1000, .targets = 0x2002, .lse = 0x3000, .dlogits = 0x1000},
+                                            {.logits = 0x1000, .targets = 0x2002, .lse = 0x3000, .dlogits = 0x1000,
+                                             .scale = cross_entropy::mean_scale(ce)},
                                             kDevice),
       Catch::Contains("buffer 'targets'"));
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/error.hpp"
 #include "templates/render.hpp"
@@ -273,6 +274,13 @@ TEST_CASE("cross_entropy plans: one row group per block, element-aligned buffers
                     Catch::Contains("logits, targets, losses, lse"));
   CHECK_THROWS_WITH(backward_family().plan(layout(bwd, 128, 32, 8, 2), p, std::vector<std::uint64_t>{0x1000}, device),
                     Catch::Contains("logits, targets, lse, dlogits"));
+
+  // The backward's scale is its Args' (a step over micro-batches takes 1 / its tokens), never left unset.
+  for (const float bad : {0.0f, -1.0f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    const BackwardArgs args{.logits = 0x1000, .targets = 0x2000, .lse = 0x3000, .dlogits = 0x4000, .scale = bad};
+    CHECK_THROWS_WITH(backward_family().plan(layout(bwd, 128, 32, 8, 2), p, args, device),
+                      Catch::Contains("must be finite and positive"));
+  }
 }
 
 TEST_CASE("cross_entropy counts: FLOPs and minimum traffic scale with the problem", "[cross_entropy][family]") {
