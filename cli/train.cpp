@@ -82,6 +82,7 @@ nlohmann::json step_json(const model::StepRecord& r) {
   nlohmann::json j = {{"step", r.step},       {"loss", r.loss},
                       {"lr", r.lr},           {"seconds", r.seconds},
                       {"checkpointed", r.checkpointed}};
+  if (r.grad_norm) j["grad_norm"] = *r.grad_norm;
   if (r.val_loss) j["val_loss"] = *r.val_loss;
   if (r.launches) j["launches"] = {{"kernels", r.launches->kernels}, {"gemms", r.launches->gemms}};
   return j;
@@ -136,8 +137,8 @@ void add_train_command(CLI::App& app, Global& global) {
       ->check(finite_in(0, kInf, false, true))
       ->capture_default_str();
   cmd->add_option("--clip-norm", o->t.hyper.max_grad_norm,
-                  "Clip the gradients by their global L2 norm to at most this before each AdamW step; 0: no "
-                  "clipping")
+                  "Clip the gradients by their global L2 norm to at most this before each AdamW step (each step's "
+                  "line shows the norm before clipping); 0: no clipping")
       ->check(finite_in(0, kInf, false, true))
       ->capture_default_str();
   cmd->add_option("--lr-schedule", o->schedule,
@@ -206,7 +207,8 @@ void add_train_command(CLI::App& app, Global& global) {
           }
           if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;
           if (global.json) return;
-          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}({:.1f} ms, {:.0f} tokens/s){}{}\n", r.step, r.loss,
+          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s){}{}\n", r.step, r.loss,
+                                   r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
                                    scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3,
                                    static_cast<double>(t.shape.step_tokens()) / r.seconds,
                                    r.val_loss ? fmt::format("  val loss {:.4f}", *r.val_loss) : "",

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -50,6 +51,9 @@ class DeviceTransformer {
   /// Allocation::kTrain.
   OptimizerState optimizer_state();
   void set_optimizer_state(const OptimizerState& state);
+  /// The global L2 norm of the gradients the last step clipped by, before
+  /// clipping (DeviceOps::clipped_norm).
+  std::optional<double> grad_norm() { return ops_->clipped_norm(); }
   void init_parameters(std::uint64_t seed);
 
   /// Mean cross-entropy of tokens against targets, both (batch, context) int32.

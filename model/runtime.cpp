@@ -37,6 +37,7 @@ class CpuRuntime final : public Runtime {
   std::vector<float> gradients() override { return {model_.gradients().begin(), model_.gradients().end()}; }
   OptimizerState optimizer_state() override { return model_.optimizer_state(); }
   void set_optimizer_state(const OptimizerState& state) override { model_.set_optimizer_state(state); }
+  std::optional<double> grad_norm() override { return model_.grad_norm(); }
   const ModelConfig& config() const override { return model_.config(); }
   const ParameterLayout& layout() const override { return model_.layout(); }
   std::int64_t allocated_bytes() const override { return model_.allocated_bytes(); }
@@ -92,6 +93,7 @@ class DeviceRuntime final : public Runtime {
   std::vector<float> gradients() override { return model_->gradients(); }
   OptimizerState optimizer_state() override { return model_->optimizer_state(); }
   void set_optimizer_state(const OptimizerState& state) override { model_->set_optimizer_state(state); }
+  std::optional<double> grad_norm() override { return model_->grad_norm(); }
   const ModelConfig& config() const override { return model_->layout().config; }
   const ParameterLayout& layout() const override { return model_->layout().params; }
   std::int64_t allocated_bytes() const override {

@@ -51,6 +51,10 @@ class Runtime {
   /// built for training only.
   virtual OptimizerState optimizer_state() = 0;
   virtual void set_optimizer_state(const OptimizerState& state) = 0;
+  /// The global L2 norm of the gradients the last step clipped by
+  /// (AdamwHyper::max_grad_norm > 0), before clipping; nullopt before a
+  /// step or after one that did not clip. On a device, a wait for the step.
+  virtual std::optional<double> grad_norm() = 0;
   virtual const ModelConfig& config() const = 0;
   virtual const ParameterLayout& layout() const = 0;
 

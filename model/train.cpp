@@ -144,6 +144,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     model->step(hyper);
     model->synchronize();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    r.grad_norm = model->grad_norm();
     if (before) r.launches = model->launches()->since(*before);
     at.step = s;
     if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) r.val_loss = validate();

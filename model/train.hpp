@@ -72,6 +72,8 @@ struct StepRecord {
   std::int64_t step = 0;  ///< from 1
   double loss = 0;        ///< loss of the step's batches before its update (their micro-batches' mean)
   double lr = 0;          ///< the learning rate of this step's update
+  /// The global L2 norm of the step's gradients before clipping (where the step clipped).
+  std::optional<double> grad_norm;
   double seconds = 0;     ///< forward + backward + AdamW
   bool checkpointed = false;  ///< a checkpoint was written after this step
   std::optional<double> val_loss;  ///< the validation loss after this step, where one was measured

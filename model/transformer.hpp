@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -91,6 +92,9 @@ class Transformer {
   /// them allocates the moments, as a step does. Needs Allocation::kTrain.
   OptimizerState optimizer_state() const;
   void set_optimizer_state(const OptimizerState& state);
+  /// The global L2 norm of the gradients the last step clipped by, before
+  /// clipping; nullopt before a step or after one that did not clip.
+  std::optional<double> grad_norm() const { return ops_->clipped_norm(); }
 
   /// Times every op of the passes that follow into `profile` (nullptr: none).
   void set_profile(OpProfile* profile) { profile_ = profile; }

@@ -278,11 +278,12 @@ void CpuOps<T>::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
     // Clip-by-norm first: the global norm of every gradient in fp64, and
     // AdamW reads each gradient scaled by its clip factor.
     float clip = 1.0f;
+    clipped_norm_.reset();
     if (hyper.max_grad_norm > 0) {
       std::vector<std::span<const float>> grads;
       for (const auto& t : tensors) grads.emplace_back(at(t.grad), static_cast<std::size_t>(t.numel));
-      clip = static_cast<float>(templates::grad_norm::clip_factor(templates::grad_norm::global_norm(grads),
-                                                                  hyper.max_grad_norm));
+      clipped_norm_ = templates::grad_norm::global_norm(grads);
+      clip = static_cast<float>(templates::grad_norm::clip_factor(*clipped_norm_, hyper.max_grad_norm));
     }
     for (const auto& t : tensors) {
       float *p = at(t.param), *m = at(t.exp_avg), *v = at(t.exp_avg_sq);

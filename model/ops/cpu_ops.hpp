@@ -5,6 +5,7 @@
 // regions' base pointers (Region::kTokens and kTargets hold int32).
 #pragma once
 #include <array>
+#include <optional>
 #include <cstdint>
 
 #include "model/memory_plan.hpp"
@@ -50,6 +51,9 @@ class CpuOps final : public Ops {
   double mean(Ref values, std::int64_t n) override;
   /// fp32 only (the reference's type); throws kInvalidInput for double.
   void adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) override;
+  /// The global L2 norm of the gradients the last AdamW step clipped by,
+  /// before clipping; nullopt before a step or after one that did not clip.
+  std::optional<double> clipped_norm() const { return clipped_norm_; }
 
  private:
   T* at(Ref r) const;
@@ -63,6 +67,7 @@ class CpuOps final : public Ops {
   std::array<void*, kRegionCount> bases_;
   WorkspaceLayout work_;
   Parallel& parallel_;
+  std::optional<double> clipped_norm_;
 };
 
 extern template class CpuOps<float>;

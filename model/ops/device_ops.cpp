@@ -583,7 +583,8 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
   // the norm there as it reads each gradient; eager AdamW does not clip, so
   // grad_norm scales the gradients in place first (its own launch).
   tr::adamw::Clip clip;
-  if (hyper.max_grad_norm > 0) {
+  clipped_ = hyper.max_grad_norm > 0;
+  if (clipped_) {
     const bool in_place = options_.mode == Mode::kEager;
     const std::uint64_t out = arena_->address() + clip_offset_;
     std::vector<tr::grad_norm::Tensor> grads;
@@ -601,6 +602,13 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
   }
   const std::uint64_t ws = scratch(static_cast<std::size_t>(largest) * kFloatBytes);
   launch(k, f.plan_tensors(k.chosen.config, copy, list, ws, hyper, backend_.device(), clip));
+}
+
+std::optional<double> DeviceOps::clipped_norm() {
+  if (!clipped_) return std::nullopt;
+  float norm = 0;  // grad_norm's out[0]
+  backend_.download_range(&norm, *arena_, clip_offset_, sizeof norm);
+  return norm;
 }
 
 }  // namespace ktune::model

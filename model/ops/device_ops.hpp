@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -162,6 +163,10 @@ class DeviceOps final : public Ops {
   void accumulate(Ref x, Ref y, std::int64_t n) override;
   double mean(Ref values, std::int64_t n) override;
   void adamw_step(const std::vector<AdamwTensor>& tensors, const templates::adamw::AdamwHyper& hyper) override;
+  /// The global L2 norm of the gradients the last AdamW step clipped by,
+  /// before clipping, as grad_norm wrote it on the device (read back, a
+  /// wait for the step); nullopt before a step or after one that did not clip.
+  std::optional<double> clipped_norm();
 
  private:
   // The prepared kernel of (family, problem), compiled now if it was not in
@@ -196,6 +201,7 @@ class DeviceOps final : public Ops {
   std::array<std::size_t, kRegionCount> region_offset_{};  // bytes from the arena's start
   std::size_t scratch_offset_ = 0, scratch_bytes_ = 0;
   std::size_t clip_offset_ = 0;  // grad_norm's (norm, clip factor), fp32, in the arena's tail
+  bool clipped_ = false;         // the last AdamW step clipped: the norm at clip_offset_ is its
   std::unique_ptr<tuner::exec::Buffer> arena_;
   std::unique_ptr<tuner::exec::Buffer> gemm_workspace_;
   std::unique_ptr<GemmEngine> gemm_;

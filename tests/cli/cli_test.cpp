@@ -450,17 +450,22 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   CHECK_THAT(out, Catch::Contains("not within 3s"));
 }
 
-TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and its JSON says them too", "[cli]") {
+TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and its JSON says them too, with each "
+          "step's gradient norm",
+          "[cli]") {
   std::string out;
   REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --accumulate 3 --steps 2 --threads 2", &out) == 0);
   INFO(out);
   CHECK_THAT(out, Catch::Contains("ctx 8, batch 2 x 3 micro-batches a step (6 windows)"));
-  CHECK(lines_starting(out, "step ").size() == 2);
+  const auto steps = lines_starting(out, "step ");
+  REQUIRE(steps.size() == 2);
+  CHECK_THAT(steps[0], Catch::Matches("step +1  loss [0-9.]+  norm [0-9.]+  \\(.*"));
   REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --accumulate 3 --steps 1 --threads 2 --json", &out) == 0);
   const auto j = nlohmann::json::parse(out);
   CHECK(j.at("batch") == 2);
   CHECK(j.at("micro_batches") == 3);
-  CHECK(j.at("steps").size() == 1);
+  REQUIRE(j.at("steps").size() == 1);
+  CHECK(j.at("steps")[0].at("grad_norm").get<double>() > 0);
 }
 
 TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean and std columns", "[cli]") {

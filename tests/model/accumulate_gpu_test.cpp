@@ -3,8 +3,10 @@
 // gradients of one batch of all their windows, in compiled and eager mode
 // (fp32, cuBLASLt's GEMMs adding with beta = 1), and with CUDA graphs (both
 // backward passes, writing and adding, captured) the steps of the run op by
-// op. Skipped without a device.
+// op, each step reporting the norm it clipped by. Skipped without a device.
 #include <catch2/catch.hpp>
+
+#include <cmath>
 
 #include "model/accumulate_check.hpp"
 #include "model/device_check.hpp"
@@ -75,6 +77,11 @@ TEST_CASE("cuda backend, compiled bf16 with CUDA graphs: steps of micro-batches 
     CHECK(test::rel_l2(c.grads, a.grads, 0, plain->layout().total) <= 1e-2);
     plain->step(hyper);
     graphed->step(hyper);
+    // The norm each step clipped by: the accumulated gradients' (fp32 partials on the device, fp64 here).
+    double sq = 0;
+    for (const float g : a.grads) sq += static_cast<double>(g) * g;
+    REQUIRE(plain->grad_norm());
+    CHECK(*plain->grad_norm() == Approx(std::sqrt(sq)).epsilon(1e-4));
   }
   CHECK(test::rel_l2(graphed->parameters(), plain->parameters(), 0, plain->layout().total) <= 1e-2);
   CHECK(graphed->kernel_summary().find("graphs of") != std::string::npos);

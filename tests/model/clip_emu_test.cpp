@@ -2,7 +2,8 @@
 // by min(1, max_norm / global L2 norm), then AdamW) on the emu backend, in
 // compiled mode (grad_norm, then the fused AdamW reading the norm on the
 // device) and eager mode (grad_norm scaling the gradients in place, then the
-// eager AdamW), against the cpu backend (the norm in fp64 on the host).
+// eager AdamW), against the cpu backend (the norm in fp64 on the host); the
+// norm a step clipped by is what each backend reports for it.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -93,6 +94,16 @@ TEST_CASE("emu backend: a step that clips the gradients by their global norm giv
   templates::adamw::AdamwHyper loose = hyper;
   loose.max_grad_norm = static_cast<float>(2 * norm);
   CHECK(cpu_step(params, grads, loose) == cpu_off);
+  {  // the norm the step clipped by, before clipping; none from a step that did not clip
+    Transformer<float> cpu(kConfig, kShape, Allocation::kTrain, 2);
+    std::copy(grads.begin(), grads.end(), cpu.gradients().begin());
+    CHECK_FALSE(cpu.grad_norm());
+    cpu.step(clipped);
+    REQUIRE(cpu.grad_norm());
+    CHECK(*cpu.grad_norm() == Approx(norm).epsilon(1e-12));
+    cpu.step(off);
+    CHECK_FALSE(cpu.grad_norm());
+  }
 
   auto backend = tuner::exec::make_emu_backend();
   for (const Mode mode : {Mode::kCompiled, Mode::kEager}) {
@@ -106,6 +117,9 @@ TEST_CASE("emu backend: a step that clips the gradients by their global norm giv
       const LaunchCount launched = emu.ops().launches().since(before);
       CHECK(launched.by_family.count("grad_norm") == (clip ? 1 : 0));
       CHECK(update_error(emu.parameters(), clip ? cpu_clipped : cpu_off, params) <= 1e-5);
+      const auto reported = emu.grad_norm();
+      CHECK(reported.has_value() == clip);
+      if (clip) CHECK(*reported == Approx(norm).epsilon(1e-5));  // fp32 partials summed in order
     }
   }
 }

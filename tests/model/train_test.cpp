@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -180,6 +181,24 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
   CHECK_THAT(out, Catch::Contains(fmt::format("step {:>5}  loss", stopped + 2)) &&
                       !Catch::Contains(fmt::format("step {:>5}  loss", stopped)));
   CHECK(read_checkpoint_info(dir / "run.ckpt", model_config("tiny")).step == stopped + 2);
+}
+
+TEST_CASE("training reports each step's gradient norm before clipping, the norm of that batch's gradients",
+          "[model][train]") {
+  TrainOptions o = ktune::test::tiny_run(3);
+  o.hyper.max_grad_norm = 0.25f;
+  const auto records = train(o);
+  REQUIRE(records.size() == 3);
+  for (const auto& r : records) {
+    INFO("step " << r.step);
+    REQUIRE(r.grad_norm);
+    CHECK(std::isfinite(*r.grad_norm));
+  }
+  // Step 1's batch is the first the sampler draws for the seed: evaluate's.
+  CHECK(*records[0].grad_norm == Approx(evaluate(o, true).grad_norm_total).epsilon(1e-9));
+  CHECK(*records[0].grad_norm > 0.25);  // so the clip bit
+  o.hyper.max_grad_norm = 0.0f;
+  for (const auto& r : train(o)) CHECK_FALSE(r.grad_norm);
 }
 
 }  // namespace model_train_test
