@@ -25,7 +25,11 @@ void add_eval_command(CLI::App& app, Global& global) {
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)");
-  cmd->add_option("--tokens", o->r.tokens_file, "Raw uint16 token file (default: the synthetic stream)");
+  auto* tokens = cmd->add_option("--tokens", o->r.tokens_file, "Raw uint16 token file (default: the synthetic stream)");
+  cmd->add_option("--val-split", o->r.val_split,
+                  "Evaluate the last fraction of --tokens, the part `train --val-split` holds out")
+      ->check(finite_in(0, 1, true, true))
+      ->needs(tokens);
   cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
   auto* batches = cmd->add_option("--batches", o->batches,
                                   "Batches to average the loss over: the first N the sampler draws for --seed")

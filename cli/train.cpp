@@ -112,7 +112,8 @@ void add_train_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
-  cmd->add_option("--tokens", o->t.tokens_file, "Raw uint16 token file (default: a synthetic learnable stream)");
+  auto* tokens = cmd->add_option("--tokens", o->t.tokens_file,
+                                 "Raw uint16 token file (default: a synthetic learnable stream)");
   auto* eval_every = cmd->add_option("--eval-every", o->t.eval_every,
                                      "Validation loss every this many steps and after the last; 0: none")
                          ->check(integer_at_least(0))
@@ -121,9 +122,17 @@ void add_train_command(CLI::App& app, Global& global) {
                   "Batches (of --batch windows each) a validation averages, the same ones every time")
       ->check(integer_at_least(1))
       ->capture_default_str();
-  cmd->add_option("--val-tokens", o->t.val_tokens_file,
-                  "Raw uint16 token file to validate on (default: the training stream)")
-      ->needs(eval_every);
+  auto* val_tokens = cmd->add_option("--val-tokens", o->t.val_tokens_file,
+                                     "Raw uint16 token file to validate on (default: the part --val-split holds out, "
+                                     "else the training stream)")
+                         ->needs(eval_every);
+  cmd->add_option("--val-split", o->t.val_split,
+                  "Hold out the last fraction of --tokens (whole tokens, rounded): training draws its windows from "
+                  "the rest and validates on it")
+      ->check(finite_in(0, 1, true, true))
+      ->needs(tokens)
+      ->needs(eval_every)
+      ->excludes(val_tokens);
   constexpr double kInf = std::numeric_limits<double>::infinity();
   cmd->add_option("--lr", o->t.hyper.lr, "AdamW learning rate")->check(finite_in(0, kInf, false, true))
       ->capture_default_str();

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -17,6 +19,7 @@ TokenStream TokenStream::synthetic(std::int64_t vocab, std::uint64_t seed, std::
   TokenStream s;
   s.tokens_.resize(period);
   for (auto& t : s.tokens_) t = pick(rng);
+  s.size_ = period;
   return s;
 }
 
@@ -28,6 +31,7 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
   KTUNE_REQUIRE(bytes.size() % 2 == 0 && bytes.size() >= 4,
                 fmt::format("{}: a token file holds raw uint16 values (at least two); got {} bytes", path.string(),
                             bytes.size()));
+  s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
   const std::uint16_t* tokens = s.file_tokens();
   for (std::int64_t i = 0; i < s.size(); ++i)
     KTUNE_REQUIRE(tokens[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
@@ -48,6 +52,26 @@ void TokenStream::sample(const RunShape& shape, std::mt19937_64& rng, std::vecto
       targets[b * shape.context + t] = token((o + t + 1) % n);
     }
   }
+}
+
+TokenStream TokenStream::slice(std::int64_t begin, std::int64_t end) const {
+  KTUNE_REQUIRE(begin >= 0 && begin + 2 <= end && end <= size_,
+                fmt::format("tokens [{}, {}) of a stream of {}: a slice holds two or more of its tokens", begin, end,
+                            size_));
+  TokenStream s = *this;
+  s.begin_ = begin_ + begin;
+  s.size_ = end - begin;
+  return s;
+}
+
+Split split_tokens(std::int64_t size, double fraction, std::int64_t context, const std::string& file) {
+  const auto held_out = static_cast<std::int64_t>(std::llround(static_cast<double>(size) * fraction));
+  const Split s{size - held_out, held_out};
+  KTUNE_REQUIRE(std::min(s.train, s.held_out) >= context + 1,
+                fmt::format("--val-split {} of {}'s {} tokens holds out {} and trains on {}: each part needs a "
+                            "window of --ctx + 1 = {} tokens",
+                            fraction, file, size, s.held_out, s.train, context + 1));
+  return s;
 }
 
 }  // namespace ktune::model

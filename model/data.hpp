@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "base/files.hpp"
@@ -30,17 +31,30 @@ class TokenStream {
   void sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
               std::vector<std::int32_t>& targets) const;
 
-  std::int64_t size() const {
-    return file_ ? static_cast<std::int64_t>(file_->bytes().size() / 2) : static_cast<std::int64_t>(tokens_.size());
-  }
+  /// Tokens [begin, end) as a stream of their own (a file's share its
+  /// mapping): a split of a corpus. Throws kInvalidInput unless
+  /// 0 <= begin and begin + 2 <= end <= size().
+  TokenStream slice(std::int64_t begin, std::int64_t end) const;
+
+  std::int64_t size() const { return size_; }
 
  private:
   // A token file's tokens, little-endian uint16 where the file is mapped (its pages are aligned).
   const std::uint16_t* file_tokens() const { return reinterpret_cast<const std::uint16_t*>(file_->bytes().data()); }
-  std::int32_t token(std::int64_t i) const { return file_ ? file_tokens()[i] : tokens_[i]; }
+  std::int32_t token(std::int64_t i) const { return file_ ? file_tokens()[begin_ + i] : tokens_[begin_ + i]; }
 
   std::vector<std::int32_t> tokens_;        // the synthetic stream's
   std::shared_ptr<const MappedFile> file_;  // a token file's, mapped
+  std::int64_t begin_ = 0, size_ = 0;       // the stream's tokens, from the sequence's or the file's begin_-th
 };
+
+/// The split `--val-split` makes of a corpus of `size` tokens: the last
+/// round(size x fraction) held out for validation, the rest for training.
+/// Throws kInvalidInput, naming `file`, when either part is shorter than
+/// one window of `context` tokens and its next-token targets.
+struct Split {
+  std::int64_t train = 0, held_out = 0;  ///< tokens of each part
+};
+Split split_tokens(std::int64_t size, double fraction, std::int64_t context, const std::string& file);
 
 }  // namespace ktune::model

@@ -20,9 +20,21 @@ namespace ktune::model {
 
 namespace {
 
-TokenStream stream_for(const RunOptions& o) {
-  return o.tokens_file.empty() ? TokenStream::synthetic(o.model.vocab, o.seed + 1)
-                               : TokenStream::from_file(o.tokens_file, o.model.vocab);
+// The run's corpus (--tokens, else the synthetic stream), whole; or with
+// val_split, its training part and the part held out after it.
+struct Streams {
+  TokenStream train;
+  std::optional<TokenStream> held_out;
+};
+Streams streams_for(const RunOptions& o) {
+  KTUNE_REQUIRE(o.val_split >= 0 && o.val_split < 1,
+                fmt::format("--val-split {}; give a fraction in [0, 1)", o.val_split));
+  TokenStream corpus = o.tokens_file.empty() ? TokenStream::synthetic(o.model.vocab, o.seed + 1)
+                                             : TokenStream::from_file(o.tokens_file, o.model.vocab);
+  if (o.val_split == 0) return {std::move(corpus), std::nullopt};
+  KTUNE_REQUIRE(!o.tokens_file.empty(), "--val-split holds out the end of a --tokens file; give one");
+  const Split s = split_tokens(corpus.size(), o.val_split, o.shape.context, o.tokens_file);
+  return {corpus.slice(0, s.train), corpus.slice(s.train, corpus.size())};
 }
 
 // A runtime with its starting weights (--weights, else the CS336
@@ -71,8 +83,11 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   KTUNE_REQUIRE(o.eval_batches >= 1, fmt::format("{} validation batches; give 1 or more", o.eval_batches));
   KTUNE_REQUIRE(!schedule.cosine || schedule.min_lr <= o.hyper.lr,
                 fmt::format("minimum learning rate {} above the peak {}", schedule.min_lr, o.hyper.lr));
+  KTUNE_REQUIRE(o.val_split == 0 || o.val_tokens_file.empty(),
+                "--val-split holds out validation tokens of --tokens; --val-tokens gives a file of them: give one");
   // The token files before the model, so a bad one costs no allocation.
-  const TokenStream stream = stream_for(o);
+  const Streams streams = streams_for(o);
+  const TokenStream& stream = streams.train;
   const bool resuming = o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint);
   if (resuming) {  // before anything is allocated: a checkpoint of another model, seed or stream is refused at once
     const CheckpointInfo info = read_checkpoint_info(o.checkpoint, o.model);
@@ -83,14 +98,17 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     };
     KTUNE_REQUIRE(info.tokens_count == 0 ||
                       (info.tokens.empty() == o.tokens_file.empty() && info.tokens_count == stream.size()),
-                  fmt::format("{} was trained on {}; this run reads {}: resume it on the same tokens", o.checkpoint,
-                              source(info.tokens, info.tokens_count), source(o.tokens_file, stream.size())));
+                  fmt::format("{} was trained on {}; this run reads {}{}: resume it on the same tokens", o.checkpoint,
+                              source(info.tokens, info.tokens_count), source(o.tokens_file, stream.size()),
+                              streams.held_out ? fmt::format(", {} more held out by --val-split {}",
+                                                             streams.held_out->size(), o.val_split)
+                                               : ""));
   }
   const std::optional<TokenStream> val_file =
       o.eval_every > 0 && !o.val_tokens_file.empty()
           ? std::optional<TokenStream>(TokenStream::from_file(o.val_tokens_file, o.model.vocab))
           : std::nullopt;
-  const TokenStream& val_stream = val_file ? *val_file : stream;
+  const TokenStream& val_stream = val_file ? *val_file : streams.held_out ? *streams.held_out : stream;
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
   require_memory(o, plan, plan.peak_step(), "training");
   auto model = start(o, Allocation::kTrain, !resuming);
@@ -169,7 +187,8 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
   KTUNE_REQUIRE(!gradients || batches == 1, "gradients are of one batch; evaluate more batches without them");
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
   require_memory(o, plan, gradients ? plan.peak_forward_backward() : plan.peak_forward(), "evaluating");
-  const TokenStream stream = stream_for(o);
+  const Streams streams = streams_for(o);
+  const TokenStream& stream = streams.held_out ? *streams.held_out : streams.train;
   auto model = start(o, gradients ? Allocation::kTrain : Allocation::kForwardOnly);
   std::mt19937_64 rng(o.seed);
   std::vector<std::int32_t> tokens, targets;

@@ -23,6 +23,10 @@ struct RunOptions {
   std::uint64_t seed = 0;           ///< parameter init and batch sampling
   std::string weights;              ///< safetensors to start from (empty: init)
   std::string tokens_file;          ///< uint16 tokens (empty: synthetic)
+  /// The last fraction of tokens_file held out (split_tokens; 0: none):
+  /// train draws its batches from the rest and validates on it; evaluate
+  /// evaluates it.
+  double val_split = 0;
 };
 
 /// The learning rate of each optimizer step, as CS336's
@@ -58,7 +62,8 @@ struct TrainOptions : RunOptions {
   bool resume = false;
   /// Validation every eval_every steps (0: none) and after the last step:
   /// the mean loss of eval_batches batches of val_tokens_file (empty: of
-  /// the training stream), drawn by a sampler of their own seeded alike each
+  /// the part val_split holds out, else of the training stream), drawn by
+  /// a sampler of their own seeded alike each
   /// time, so every evaluation reads the same batches.
   std::string val_tokens_file;
   std::int64_t eval_every = 0;

@@ -170,7 +170,8 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
         "train --resume", "train --checkpoint-every 5", "train --warmup-steps -1", "train --lr-schedule linear",
         "train --min-lr 1e-4", "train --lr-schedule cosine --cosine-steps 0",
         "train --lr-schedule cosine --steps 3 --warmup-steps 3", "train --eval-every -1", "train --eval-batches 0",
-        "train --val-tokens v.u16", "train --accumulate 0", "eval --batches 0", "eval --batches 2 --dump g.json",
+        "train --val-tokens v.u16", "train --accumulate 0", "train --val-split 0.1",
+        "train --tokens t.u16 --eval-every 5 --val-split 0", "eval --tokens t.u16 --val-split 1.5", "eval --batches 0", "eval --batches 2 --dump g.json",
         "eval --ctx 0", "bench e2e --batch 0", "bench e2e --trials 0", "bench memory --heads 0",
         "compile --sample 0", "replay --dataset x.json --target 2", "replay --dataset x.json --target nan",
         "replay --dataset x.json --runs 0"}) {

@@ -76,4 +76,43 @@ TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   }
 }
 
+TEST_CASE("a slice of a token stream is a stream of those tokens alone, windows wrapping inside it",
+          "[model][data]") {
+  const auto dir = test::scratch_dir("token-stream-slice");
+  std::vector<std::uint16_t> file(1000);
+  for (std::size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::uint16_t>(i);
+  const TokenStream whole = TokenStream::from_file(token_file(dir, "t.u16", file), 1000);
+  const TokenStream part = whole.slice(900, 1000);
+  CHECK(part.size() == 100);
+  std::mt19937_64 rng(4);
+  std::vector<std::int32_t> tokens, targets;
+  const RunShape shape{8, 30};
+  for (int draw = 0; draw < 20; ++draw) {
+    part.sample(shape, rng, tokens, targets);
+    for (std::int64_t b = 0; b < shape.batch; ++b) {
+      const std::int32_t first = tokens[b * shape.context];
+      for (std::int64_t t = 0; t < shape.context; ++t) {
+        INFO("draw " << draw << ", window " << b << ", token " << t);
+        CHECK(tokens[b * shape.context + t] == 900 + (first - 900 + t) % 100);
+        CHECK(targets[b * shape.context + t] == 900 + (first - 900 + t + 1) % 100);
+      }
+    }
+  }
+  CHECK(whole.slice(10, 20).slice(5, 10).size() == 5);
+  CHECK_THROWS_WITH(whole.slice(0, 1), Catch::Contains("two or more"));
+  CHECK_THROWS_WITH(whole.slice(990, 1001), Catch::Contains("a stream of 1000"));
+  CHECK_THROWS_WITH(whole.slice(-1, 10), Catch::Contains("two or more"));
+}
+
+TEST_CASE("--val-split holds out the corpus's last fraction, each part at least a window", "[model][data]") {
+  const Split s = split_tokens(6400, 0.1, 32, "t.u16");
+  CHECK(s.train == 5760);
+  CHECK(s.held_out == 640);
+  CHECK(split_tokens(1001, 0.5, 8, "t.u16").held_out == 501);  // rounded to nearest
+  CHECK_THROWS_WITH(split_tokens(6400, 0.005, 32, "t.u16"),
+                    Catch::Contains("--val-split 0.005 of t.u16's 6400 tokens holds out 32 and trains on 6368") &&
+                        Catch::Contains("--ctx + 1 = 33"));
+  CHECK_THROWS_WITH(split_tokens(100, 0.9, 32, "t.u16"), Catch::Contains("trains on 10"));
+}
+
 }  // namespace model_data_test

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
+#include <random>
 #include <sstream>
 
 #include "base/files.hpp"
@@ -75,6 +76,49 @@ TEST_CASE("validation measures the same batches each time and leaves the trainin
   CHECK(*train(o)[1].val_loss != *frozen[1].val_loss);
   o.eval_batches = 0;
   CHECK_THROWS_WITH(train(o), Catch::Contains("0 validation batches"));
+}
+
+TEST_CASE("--val-split trains on the corpus's head and validates and evaluates on its tail, as files of each would",
+          "[model][train]") {
+  const auto dir = ktune::test::scratch_dir("train-val-split");
+  std::vector<std::uint16_t> corpus(3000);
+  std::mt19937_64 fill(9);
+  for (auto& t : corpus) t = static_cast<std::uint16_t>(fill() % 128);
+  const auto write = [&](const char* name, std::size_t begin, std::size_t end) {
+    ktune::write_file_atomic(dir / name, std::string_view(reinterpret_cast<const char*>(corpus.data() + begin),
+                                                          (end - begin) * sizeof(std::uint16_t)));
+    return (dir / name).string();
+  };
+  const std::string all = write("all.u16", 0, 3000), head = write("head.u16", 0, 2700),
+                    tail = write("tail.u16", 2700, 3000);
+  TrainOptions split = ktune::test::tiny_run(4);
+  split.tokens_file = all;
+  split.val_split = 0.1;
+  split.eval_every = 2;
+  TrainOptions files = split;
+  files.tokens_file = head;
+  files.val_split = 0;
+  files.val_tokens_file = tail;
+  const auto a = train(split), b = train(files);
+  REQUIRE(a.size() == 4);
+  for (std::size_t s = 0; s < a.size(); ++s) {
+    INFO("step " << a[s].step);
+    CHECK(a[s].loss == b[s].loss);  // the same windows: the head's
+    CHECK(a[s].val_loss == b[s].val_loss);  // the tail's
+  }
+  REQUIRE(a[1].val_loss);
+  RunOptions e = split;
+  RunOptions e_tail = split;
+  e_tail.tokens_file = tail;
+  e_tail.val_split = 0;
+  CHECK(evaluate(e, false, 2).loss == evaluate(e_tail, false, 2).loss);
+
+  TrainOptions both = split;
+  both.val_tokens_file = tail;
+  CHECK_THROWS_WITH(train(both), Catch::Contains("give one"));
+  TrainOptions synthetic = split;
+  synthetic.tokens_file.clear();
+  CHECK_THROWS_WITH(train(synthetic), Catch::Contains("--val-split holds out the end of a --tokens file"));
 }
 
 TEST_CASE("evaluating several batches gives the mean loss of the batches training draws first", "[model][train]") {
