@@ -21,6 +21,7 @@ void add_tune_command(CLI::App& app, Global& global);
 void add_bench_command(CLI::App& app, Global& global);
 void add_train_command(CLI::App& app, Global& global);
 void add_eval_command(CLI::App& app, Global& global);
+void add_generate_command(CLI::App& app, Global& global);
 /// `bench e2e` and `bench memory`, registered on the `bench` subcommand.
 void add_bench_e2e_command(CLI::App& bench, Global& global);
 void add_bench_memory_command(CLI::App& bench, Global& global);

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   ktune::cli::add_bench_command(app, global);
   ktune::cli::add_train_command(app, global);
   ktune::cli::add_eval_command(app, global);
+  ktune::cli::add_generate_command(app, global);
   ktune::cli::add_replay_command(app, global);
   ktune::cli::add_cache_command(app, global);
   ktune::cli::add_run_command(app, global);

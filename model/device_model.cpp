@@ -107,6 +107,23 @@ double DeviceTransformer::forward(std::span<const std::int32_t> tokens, std::spa
   return loss;
 }
 
+std::vector<float> DeviceTransformer::logits(std::int64_t row) {
+  KTUNE_REQUIRE(have_forward_, "logits are a forward's, and no forward ran since the last backward");
+  KTUNE_REQUIRE(row >= 0 && row < L_.shape.tokens(),
+                fmt::format("token {} of a batch of {} tokens", row, L_.shape.tokens()));
+  const auto V = static_cast<std::size_t>(L_.config.vocab);
+  const Ref at{Region::kFinal, L_.final.logits + row * L_.config.vocab};  // in the layout's units: bf16 ones in bf16
+  std::vector<float> out(V);
+  if (L_.precision != Precision::kBf16) {
+    ops_->download(out.data(), at, V * sizeof(float));
+    return out;
+  }
+  std::vector<std::uint16_t> bits(V);
+  ops_->download(bits.data(), at, V * sizeof(std::uint16_t));
+  for (std::size_t i = 0; i < V; ++i) out[i] = templates::bf16_bits_to_float(bits[i]);
+  return out;
+}
+
 void DeviceTransformer::backward(bool accumulate) {
   KTUNE_REQUIRE(L_.train, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");

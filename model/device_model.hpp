@@ -58,6 +58,9 @@ class DeviceTransformer {
 
   /// Mean cross-entropy of tokens against targets, both (batch, context) int32.
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
+  /// The logits (vocab values) the last forward computed for token `row`
+  /// of its batch, as fp32 (bf16 runs keep them in bf16: exact widened).
+  std::vector<float> logits(std::int64_t row);
   /// Gradients of the last forward's loss, written or with `accumulate`
   /// added (walk_backward); needs Allocation::kTrain and a forward.
   void backward(bool accumulate = false);

@@ -26,6 +26,7 @@ class CpuRuntime final : public Runtime {
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
     return model_.forward(tokens, targets);
   }
+  std::vector<float> logits(std::int64_t row) override { return model_.logits(row); }
   void backward(bool accumulate) override { model_.backward(accumulate); }
   void step(const templates::adamw::AdamwHyper& hyper) override { model_.step(hyper); }
   void synchronize() override {}
@@ -85,6 +86,7 @@ class DeviceRuntime final : public Runtime {
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) override {
     return model_->forward(tokens, targets);
   }
+  std::vector<float> logits(std::int64_t row) override { return model_->logits(row); }
   void backward(bool accumulate) override { model_->backward(accumulate); }
   void step(const templates::adamw::AdamwHyper& hyper) override { model_->step(hyper); }
   void synchronize() override { model_->synchronize(); }

@@ -35,6 +35,9 @@ class Runtime {
  public:
   virtual ~Runtime() = default;
   virtual double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets) = 0;
+  /// The logits (vocab values, fp32) the last forward computed for token
+  /// `row` of its batch; a backward overwrites them.
+  virtual std::vector<float> logits(std::int64_t row) = 0;
   /// Gradients of the last forward's loss, its mean over the step's tokens
   /// (RunShape::micro_batches): written over the gradients, or with
   /// `accumulate` added to them (each micro-batch after a step's first).

@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <numbers>
+#include <numeric>
 #include <optional>
 #include <span>
 
@@ -215,6 +217,72 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
     r.grad_norm_total = std::sqrt(total);
   }
   return r;
+}
+
+std::int32_t sample_token(std::span<const float> logits, double temperature, double top_p, std::mt19937_64& rng) {
+  KTUNE_REQUIRE(std::isfinite(temperature) && temperature >= 0,
+                fmt::format("temperature {}; give 0 (greedy) or more", temperature));
+  KTUNE_REQUIRE(top_p > 0 && top_p <= 1, fmt::format("top-p {}; give a probability in (0, 1]", top_p));
+  KTUNE_REQUIRE(!logits.empty(), "no logits to draw a token from");
+  for (const float l : logits)
+    if (std::isnan(l)) throw_error(ErrorKind::kCheckFailed, "the model's logits hold NaN");
+  const auto best = std::max_element(logits.begin(), logits.end());
+  if (temperature == 0) return static_cast<std::int32_t>(best - logits.begin());
+  // Probabilities in double, from the largest logit down, so no exponential overflows.
+  std::vector<double> p(logits.size());
+  double total = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp((logits[i] - *best) / temperature);
+  std::vector<std::int32_t> order(p.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });
+  // The nucleus: the likeliest tokens until their mass reaches top_p (at least one).
+  std::size_t kept = 0;
+  double mass = 0;
+  // Tokens whose probability underflowed to 0 are never in it.
+  while (kept < order.size() && p[order[kept]] > 0 && (kept == 0 || mass < top_p * total)) mass += p[order[kept++]];
+  double draw = std::uniform_real_distribution<double>(0, mass)(rng);
+  for (std::size_t i = 0; i + 1 < kept; ++i) {
+    draw -= p[order[i]];
+    if (draw < 0) return order[i];
+  }
+  return order[kept - 1];
+}
+
+std::vector<std::int32_t> generate(const GenerateOptions& o, const std::function<void(std::int32_t)>& on_token) {
+  check_backend_name(o.backend.backend);
+  KTUNE_REQUIRE(!o.prompt.empty(), "an empty prompt; give at least one token");
+  KTUNE_REQUIRE(o.max_tokens >= 1, fmt::format("{} tokens to generate; give 1 or more", o.max_tokens));
+  for (const std::int32_t t : o.prompt)
+    KTUNE_REQUIRE(t >= 0 && t < o.model.vocab,
+                  fmt::format("prompt token {} is outside the vocabulary [0, {})", t, o.model.vocab));
+  KTUNE_REQUIRE(!o.eos || (*o.eos >= 0 && *o.eos < o.model.vocab),
+                fmt::format("end-of-sequence token {} is outside the vocabulary [0, {})", o.eos.value_or(0),
+                            o.model.vocab));
+  std::mt19937_64 probe(0);  // the sampling settings, checked before the model is built
+  sample_token(std::vector<float>{0.0f}, o.temperature, o.top_p, probe);
+  RunOptions r = o;
+  r.shape = RunShape{1, o.shape.context};
+  const MemoryPlan plan = plan_memory(r.model, r.shape, r.threads);
+  require_memory(r, plan, plan.peak_forward(), "generating with");
+  auto model = start(r, Allocation::kForwardOnly);
+  const auto S = static_cast<std::size_t>(r.shape.context);
+  std::vector<std::int32_t> sequence = o.prompt, drawn, window(S), targets(S, 0);
+  std::mt19937_64 rng(o.seed);
+  while (static_cast<std::int64_t>(drawn.size()) < o.max_tokens) {
+    // The last S tokens from position 0; a shorter sequence is padded after
+    // its end, which causal attention keeps its last token from seeing.
+    const std::size_t used = std::min(sequence.size(), S);
+    std::fill(window.begin(), window.end(), 0);
+    std::copy(sequence.end() - static_cast<std::ptrdiff_t>(used), sequence.end(), window.begin());
+    model->forward(window, targets);
+    const std::int32_t token =
+        sample_token(model->logits(static_cast<std::int64_t>(used) - 1), o.temperature, o.top_p, rng);
+    sequence.push_back(token);
+    drawn.push_back(token);
+    if (on_token) on_token(token);
+    if (o.eos && token == *o.eos) break;
+  }
+  return drawn;
 }
 
 }  // namespace ktune::model

@@ -1,9 +1,12 @@
-// Training and evaluation loops on any backend (model/runtime.hpp), for
-// `ktune train` and `ktune eval` (which only parse arguments and print).
+// Training, evaluation and generation loops on any backend
+// (model/runtime.hpp), for `ktune train`, `ktune eval` and `ktune generate`
+// (which only parse arguments and print).
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -108,5 +111,34 @@ struct EvalResult {
 /// gradient norms. Throws kInvalidInput for batches < 1, or gradients of more
 /// than one batch.
 EvalResult evaluate(const RunOptions& options, bool gradients, std::int64_t batches = 1);
+
+/// What `generate` continues and how: CS336's decoding. The model runs
+/// forward-only on one sequence of shape.context tokens (shape.batch is
+/// not read).
+struct GenerateOptions : RunOptions {
+  std::vector<std::int32_t> prompt;  ///< token ids, at least one
+  std::int64_t max_tokens = 32;      ///< tokens to draw at most
+  double temperature = 1.0;          ///< softmax(logits / temperature); 0: the most likely token (greedy)
+  double top_p = 1.0;                ///< nucleus sampling: draw among the fewest likeliest tokens holding top_p
+  std::optional<std::int32_t> eos;   ///< stop after drawing this token (it is kept)
+};
+
+/// One token drawn from `logits` (vocab values): the argmax (the first of
+/// equal ones) when temperature is 0, else from softmax(logits /
+/// temperature) restricted to the smallest set of likeliest tokens whose
+/// probability reaches top_p (ties broken by the lower id), renormalised.
+/// Throws kInvalidInput for a temperature below 0 or top_p outside (0, 1],
+/// kCheckFailed for logits holding NaN.
+std::int32_t sample_token(std::span<const float> logits, double temperature, double top_p, std::mt19937_64& rng);
+
+/// Continues options.prompt by up to max_tokens tokens, each from one
+/// forward over the sequence's last shape.context tokens (the window slides
+/// once the sequence is longer), drawn by sample_token with a generator
+/// seeded by options.seed; `on_token` sees each token as it is drawn.
+/// Returns the drawn tokens. Throws kInvalidInput, before the model is
+/// built, for an empty prompt, a token or eos outside the vocabulary, or
+/// max_tokens < 1.
+std::vector<std::int32_t> generate(const GenerateOptions& options,
+                                   const std::function<void(std::int32_t)>& on_token = {});
 
 }  // namespace ktune::model

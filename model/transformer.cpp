@@ -76,6 +76,15 @@ double Transformer<T>::forward(std::span<const std::int32_t> tokens, std::span<c
 }
 
 template <class T>
+std::vector<float> Transformer<T>::logits(std::int64_t row) const {
+  KTUNE_REQUIRE(have_forward_, "logits are a forward's, and no forward ran since the last backward");
+  KTUNE_REQUIRE(row >= 0 && row < shape_.tokens(),
+                fmt::format("token {} of a batch of {} tokens", row, shape_.tokens()));
+  const T* first = final_acts_.data() + L_.final.logits + row * config_.vocab;
+  return std::vector<float>(first, first + config_.vocab);
+}
+
+template <class T>
 void Transformer<T>::backward(bool accumulate) {
   KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");

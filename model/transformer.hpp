@@ -77,6 +77,11 @@ class Transformer {
   /// context) int32 in [0, vocab), and returns the mean cross-entropy.
   double forward(std::span<const std::int32_t> tokens, std::span<const std::int32_t> targets);
 
+  /// The logits (vocab values) the last forward computed for token `row`
+  /// of its batch (row-major over (batch, context)); a backward overwrites
+  /// them. Throws kInvalidInput without a forward since, or for a row outside it.
+  std::vector<float> logits(std::int64_t row) const;
+
   /// Writes the gradients of the last forward's mean loss (over the step's
   /// micro-batches, RunShape::micro_batches), over the gradients there, or
   /// with `accumulate` added to them (walk_backward). Needs

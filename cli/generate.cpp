@@ -1,0 +1,104 @@
+// `ktune generate`: continues a prompt of token ids with the Transformer LM
+// (CS336's decoding: temperature, top-p, an end-of-sequence token), printing
+// each token id as it is drawn.
+#include <fmt/format.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/error.hpp"
+#include "cli/commands.hpp"
+#include "cli/model_args.hpp"
+#include "cli/options.hpp"
+#include "model/train.hpp"
+
+namespace ktune::cli {
+
+namespace {
+
+// Token ids separated by spaces or commas ("1 2 3", "1,2,3").
+std::vector<std::int32_t> parse_ids(const std::string& text) {
+  std::string spaced = text;
+  for (char& c : spaced)
+    if (c == ',') c = ' ';
+  std::istringstream in(spaced);
+  std::vector<std::int32_t> ids;
+  for (std::string word; in >> word;) {
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KTUNE_REQUIRE(used == word.size() && v >= 0 && v <= std::numeric_limits<std::int32_t>::max(),
+                  fmt::format("--prompt: '{}' is not a token id (a whole number, 0 or more)", word));
+    ids.push_back(static_cast<std::int32_t>(v));
+  }
+  return ids;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, Global& global) {
+  struct Opts {
+    ModelArgs m;
+    model::GenerateOptions g;
+    std::string prompt;
+    std::int64_t eos = -1;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("generate",
+                                 "Continue a prompt of token ids with the Transformer LM, printing each drawn id");
+  add_model_options(cmd, o->m, false);
+  cmd->add_option("--ctx", o->m.ctx, "Context length: the window of the sequence each token is drawn from")
+      ->check(integer_at_least(1))
+      ->default_str("256");
+  add_backend_options(cmd, o->m);
+  cmd->add_option("--weights", o->g.weights, "Safetensors weights (a --save or --checkpoint file; default: random init)");
+  cmd->add_option("--prompt", o->prompt, "Token ids to continue, separated by spaces or commas")->required();
+  cmd->add_option("--max-tokens", o->g.max_tokens, "Tokens to draw at most")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
+  cmd->add_option("--temperature", o->g.temperature,
+                  "Softmax temperature of the logits; 0 draws the most likely token (greedy)")
+      ->check(finite_in(0, std::numeric_limits<double>::infinity(), false, true))
+      ->capture_default_str();
+  cmd->add_option("--top-p", o->g.top_p,
+                  "Nucleus sampling: draw among the fewest likeliest tokens whose probability reaches this")
+      ->check(finite_in(0, 1, true, false))
+      ->capture_default_str();
+  cmd->add_option("--eos", o->eos, "End-of-sequence token id: stop once it is drawn (default: none)")
+      ->check(integer_at_least(0));
+  cmd->add_option("--seed", o->g.seed, "Seed of the sampler (and of the initialisation without --weights)")
+      ->capture_default_str();
+  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
+  cmd->callback([o, &global] {
+    model::GenerateOptions g = o->g;
+    g.prompt = parse_ids(o->prompt);
+    if (o->eos >= 0) g.eos = static_cast<std::int32_t>(o->eos);
+    g.model = model_from_args(o->m);
+    g.shape = shape_from_args(o->m, 256, 1);
+    g.threads = threads_from_args(o->m);
+    g.backend = backend_from_args(o->m, g.threads);
+    bool first = true;
+    const auto drawn = model::generate(g, [&](std::int32_t token) {
+      if (global.json) return;
+      std::cout << (first ? "" : " ") << token << std::flush;  // each id as it is drawn
+      first = false;
+    });
+    if (global.json) {
+      std::cout << nlohmann::json{{"model", g.model.name},        {"context", g.shape.context},
+                                  {"temperature", g.temperature}, {"top_p", g.top_p},
+                                  {"seed", g.seed},               {"prompt", g.prompt},
+                                  {"tokens", drawn}}
+                       .dump(2)
+                << "\n";
+      return;
+    }
+    std::cout << "\n";
+  });
+}
+
+}  // namespace ktune::cli
