@@ -5,9 +5,7 @@
 
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
-#include "base/error.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
@@ -15,37 +13,10 @@
 
 namespace ktune::cli {
 
-namespace {
-
-// Token ids separated by spaces or commas ("1 2 3", "1,2,3").
-std::vector<std::int32_t> parse_ids(const std::string& text) {
-  std::string spaced = text;
-  for (char& c : spaced)
-    if (c == ',') c = ' ';
-  std::istringstream in(spaced);
-  std::vector<std::int32_t> ids;
-  for (std::string word; in >> word;) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    KTUNE_REQUIRE(used == word.size() && v >= 0 && v <= std::numeric_limits<std::int32_t>::max(),
-                  fmt::format("--prompt: '{}' is not a token id (a whole number, 0 or more)", word));
-    ids.push_back(static_cast<std::int32_t>(v));
-  }
-  return ids;
-}
-
-}  // namespace
-
 void add_generate_command(CLI::App& app, Global& global) {
   struct Opts {
     ModelArgs m;
     model::GenerateOptions g;
-    std::string prompt;
     std::int64_t eos = -1;
   };
   auto o = std::make_shared<Opts>();
@@ -57,7 +28,10 @@ void add_generate_command(CLI::App& app, Global& global) {
       ->default_str("256");
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->g.weights, "Safetensors weights (a --save or --checkpoint file; default: random init)");
-  cmd->add_option("--prompt", o->prompt, "Token ids to continue, separated by spaces or commas")->required();
+  cmd->add_option("--prompt", o->g.prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")
+      ->required()
+      ->delimiter(',')
+      ->check(integer_at_least(0));
   cmd->add_option("--max-tokens", o->g.max_tokens, "Tokens to draw at most")
       ->check(integer_at_least(1))
       ->capture_default_str();
@@ -76,7 +50,6 @@ void add_generate_command(CLI::App& app, Global& global) {
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     model::GenerateOptions g = o->g;
-    g.prompt = parse_ids(o->prompt);
     if (o->eos >= 0) g.eos = static_cast<std::int32_t>(o->eos);
     g.model = model_from_args(o->m);
     g.shape = shape_from_args(o->m, 256, 1);

@@ -172,7 +172,7 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
         "train --lr-schedule cosine --steps 3 --warmup-steps 3", "train --eval-every -1", "train --eval-batches 0",
         "train --val-tokens v.u16", "train --accumulate 0", "train --val-split 0.1",
         "train --tokens t.u16 --eval-every 5 --val-split 0", "eval --tokens t.u16 --val-split 1.5", "generate", "generate --prompt x",
-        "generate --prompt '1 2' --top-p 0", "generate --prompt 1 --max-tokens 0", "generate --prompt 1 --eos -1",
+        "generate --prompt 1 2 --top-p 0", "generate --prompt 1 -2", "generate --prompt 1 --max-tokens 0", "generate --prompt 1 --eos -1",
         "generate --prompt 1 --temperature -0.5", "eval --batches 0", "eval --batches 2 --dump g.json",
         "eval --ctx 0", "bench e2e --batch 0", "bench e2e --trials 0", "bench memory --heads 0",
         "compile --sample 0", "replay --dataset x.json --target 2", "replay --dataset x.json --target nan",
@@ -473,14 +473,14 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
 
 TEST_CASE("CLI: generate prints the drawn token ids on one line, or them and the prompt as JSON", "[cli]") {
   std::string out;
-  REQUIRE(run_ktune("generate --model tiny --ctx 8 --prompt '3, 4 5' --max-tokens 6 --threads 2", &out) == 0);
+  REQUIRE(run_ktune("generate --model tiny --ctx 8 --prompt 3 4 5 --max-tokens 6 --threads 2", &out) == 0);
   INFO(out);
   CHECK_THAT(out, Catch::Matches("([0-9]+ ){5}[0-9]+\n"));
   REQUIRE(run_ktune("generate --model tiny --ctx 8 --prompt 3,4,5 --max-tokens 6 --threads 2 --json", &out) == 0);
   const auto j = nlohmann::json::parse(out);
   CHECK(j.at("prompt") == nlohmann::json::array({3, 4, 5}));
   CHECK(j.at("tokens").size() == 6);
-  CHECK(run_bad("generate --model tiny --prompt '1 500'", &out) == 2);
+  CHECK(run_bad("generate --model tiny --prompt 1,500", &out) == 2);
   CHECK_THAT(out, Catch::Contains("prompt token 500 is outside the vocabulary [0, 128)"));
 }
 
