@@ -33,6 +33,10 @@ templates::Problem mean_tensors_problem(const ModelConfig& config, const std::st
 
 templates::Problem grad_norm_problem(const ModelConfig& config) { return mean_tensors_problem(config, "f32"); }
 
+templates::Problem accumulate_problem(std::int64_t n) {
+  return {"f32", {{"rows", 1}, {"cols", n}, {"b_rows", 1}, {"b_cols", n}}};
+}
+
 templates::Problem adamw_problem(const ModelConfig& config, Precision precision) {
   return mean_tensors_problem(config, problem_dtype(precision));
 }
@@ -73,10 +77,12 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   add("rmsnorm_bwd", norm);  // the final norm's; the blocks' norms add the stream's gradient
   add("swiglu_bwd", gate);
   add("residual_rmsnorm_bwd", norm);
+  if (shape.micro_batches > 1) add("prim_add", accumulate_problem(config.d_model));  // a norm's gradient
   if (is_flash) add("attention_bwd", flash);
   else add("softmax_bwd", scores);
   add("rope_bwd", rope);
   add("embedding_bwd", embed);
+  if (shape.micro_batches > 1) add("prim_add", accumulate_problem(config.vocab * config.d_model));  // the embedding's
   out.push_back({&templates::find_family("grad_norm"), grad_norm_problem(config)});
   add("adamw", adamw_problem(config, precision));
   return out;

@@ -32,6 +32,8 @@ enum class RopeLaunch {
 /// the final norm's backward. GEMMs are not listed. grad_norm (the step's
 /// clip-by-norm, over grad_norm_problem) is listed whether or not a run
 /// clips. AdamW's problem is adamw_problem's. RoPE's problem is as `rope` launches it.
+/// A shape of several micro-batches a step adds the primitive add
+/// (prim_add) over a norm's and the embedding's gradients (accumulate_problem).
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
                                                AttentionSaved attention, RopeLaunch rope);
 /// How compiled mode launches RoPE: over a fused projection's rows where the
@@ -53,6 +55,10 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
 /// It stands for the step's tensors, not their sizes: the runtime sizes the
 /// partials from the model's tensors (grad_norm::partial_floats).
 templates::Problem grad_norm_problem(const ModelConfig& config);
+
+/// A gradient accumulation's add of n fp32 values (Ops::accumulate): y += x
+/// as prim_add over one row of n, the addend of the same shape.
+templates::Problem accumulate_problem(std::int64_t n);
 
 /// AdamW's problem, as the step tunes and launches it: parameter tensors of
 /// equal size (the model's total count over its tensor count, rounded up),

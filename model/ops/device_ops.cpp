@@ -551,8 +551,7 @@ void DeviceOps::cross_entropy_backward(Ref logits, Ref targets, Ref lse, Ref dlo
 
 void DeviceOps::accumulate(Ref x, Ref y, std::int64_t n) {
   // The primitive add (as torch's grad += in a backward that accumulates), in place.
-  run(tr::eager::binary_family(tr::eager::Binary::kAdd),
-      Problem{"f32", {{"rows", 1}, {"cols", n}, {"b_rows", 1}, {"b_cols", n}}},
+  run(tr::eager::binary_family(tr::eager::Binary::kAdd), accumulate_problem(n),
       tr::eager::PrimArgs{.x = address(y), .b = address(x), .y = address(y)});
 }
 

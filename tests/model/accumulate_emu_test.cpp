@@ -41,11 +41,13 @@ void check_matches_whole_batch(const RunShape& shape, Mode mode, Precision preci
   std::vector<std::int32_t> tokens, targets;
   test::random_tokens(shape.step_tokens(), config.vocab, 9, tokens, targets);
   auto rt = emu_runtime(config, shape, mode, precision);
+  const std::string prepared = rt->kernel_summary();  // the kernels compiled before the first step
   std::vector<float> params(static_cast<std::size_t>(rt->layout().total));
   init_parameters<float>(rt->layout(), params.data(), 4);
   rt->set_parameters(params);
   const auto before = *rt->launches();
   const auto got = test::accumulate_step(*rt, shape, tokens, targets);
+  CHECK(rt->kernel_summary() == prepared);  // the adds' kernels among them: none compiled on demand
   const auto want = test::whole_batch_step(config, shape, params, tokens, targets);
   CHECK(got.loss == Approx(want.loss).epsilon(bf16 ? kBf16LossTolerance : 1e-5));
   for (const auto& t : rt->layout().tensors) {
