@@ -19,6 +19,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/checkpoint.hpp"
+#include "model/data.hpp"
 #include "model/train.hpp"
 
 namespace ktune::cli {
@@ -235,6 +236,20 @@ void add_train_command(CLI::App& app, Global& global) {
                                                      t.shape.micro_batches * t.shape.batch)
                                        : "",
                                    t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "");
+          if (!t.tokens_file.empty()) {  // train() has read it by now
+            const auto size = static_cast<std::int64_t>(std::filesystem::file_size(t.tokens_file) / 2);
+            if (t.val_split > 0) {
+              const model::Split s = model::split_tokens(size, t.val_split, t.shape.context, t.tokens_file);
+              std::cout << fmt::format("tokens: {}, the first {} of {} (the last {} held out for validation)\n",
+                                       t.tokens_file, s.train, size, s.held_out);
+            } else {
+              std::cout << fmt::format("tokens: {} ({}){}\n", t.tokens_file, size,
+                                       t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
+                                                                                            ? "the same tokens"
+                                                                                            : t.val_tokens_file)
+                                                        : "");
+            }
+          }
           for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
           if (t.resume && std::filesystem::exists(t.checkpoint))  // train() has checked it by now
             std::cout << fmt::format("resuming from {} after step {}\n", t.checkpoint,

@@ -471,6 +471,24 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
   CHECK(j.at("steps")[0].at("grad_norm").get<double>() > 0);
 }
 
+TEST_CASE("CLI: train says which tokens it trains and validates on, and what --val-split holds out", "[cli]") {
+  const auto file = ktune::test::scratch_dir("train_tokens") / "t.u16";
+  std::vector<std::uint16_t> tokens(6400);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i * 7 % 128);
+  std::ofstream(file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --steps 1 --threads 2 --tokens " + file.string() +
+                        " --val-split 0.1 --eval-every 1",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("tokens: " + file.string() +
+                                  ", the first 5760 of 6400 (the last 640 held out for validation)"));
+  CHECK_THAT(out, Catch::Contains("val loss"));
+  REQUIRE(run_ktune("train --model tiny --steps 1 --threads 2 --tokens " + file.string() + " --eval-every 1", &out) ==
+          0);
+  CHECK_THAT(out, Catch::Contains("tokens: " + file.string() + " (6400), validated on the same tokens"));
+}
+
 TEST_CASE("CLI: generate prints the drawn token ids on one line, or them and the prompt as JSON", "[cli]") {
   std::string out;
   REQUIRE(run_ktune("generate --model tiny --ctx 8 --prompt 3 4 5 --max-tokens 6 --threads 2", &out) == 0);
