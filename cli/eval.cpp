@@ -19,6 +19,7 @@ void add_eval_command(CLI::App& app, Global& global) {
     model::RunOptions r;
     std::string dump;
     std::int64_t batches = 1;
+    bool all = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, or the mean of several");
@@ -35,9 +36,15 @@ void add_eval_command(CLI::App& app, Global& global) {
                                   "Batches to average the loss over: the first N the sampler draws for --seed")
                       ->check(integer_at_least(1))
                       ->capture_default_str();
-  cmd->add_option("--dump", o->dump,
-                  "Write the loss and per-parameter gradient norms (of one batch) to this JSON file")
-      ->excludes(batches);
+  auto* dump = cmd->add_option("--dump", o->dump,
+                               "Write the loss and per-parameter gradient norms (of one batch) to this JSON file")
+                   ->excludes(batches);
+  cmd->add_flag("--all", o->all,
+                "The loss over the whole of --tokens (or the part --val-split holds out): every window of --ctx "
+                "tokens back to back from its start, each token once, --batch windows a forward")
+      ->needs(tokens)
+      ->excludes(batches)
+      ->excludes(dump);
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
@@ -46,6 +53,21 @@ void add_eval_command(CLI::App& app, Global& global) {
     r.shape = shape_from_args(o->m, 32, 4);
     r.threads = threads_from_args(o->m);
     r.backend = backend_from_args(o->m, r.threads);
+    if (o->all) {
+      const model::FullEvalResult full = model::evaluate_all(r);
+      if (global.json)
+        std::cout << nlohmann::ordered_json{{"model", r.model.name},   {"context_length", r.shape.context},
+                                            {"tokens_file", r.tokens_file}, {"val_split", r.val_split},
+                                            {"windows", full.windows}, {"tokens", full.tokens},
+                                            {"loss", full.loss}}
+                         .dump(2)
+                  << "\n";
+      else
+        std::cout << fmt::format("loss {:.6f} over all of {}{}: {} windows of {} tokens\n", full.loss,
+                                 r.tokens_file, r.val_split > 0 ? " held out by --val-split" : "", full.windows,
+                                 r.shape.context);
+      return;
+    }
     const auto result = model::evaluate(r, !o->dump.empty(), o->batches);
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
                         {"batch_size", r.shape.batch}, {"backend", r.backend.backend},

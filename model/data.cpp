@@ -41,16 +41,25 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
 
 void TokenStream::sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
                          std::vector<std::int32_t>& targets) const {
-  const std::int64_t n = size();
   tokens.resize(shape.tokens());
   targets.resize(shape.tokens());
-  std::uniform_int_distribution<std::int64_t> start(0, n - 1);
-  for (std::int64_t b = 0; b < shape.batch; ++b) {
-    const std::int64_t o = start(rng);
-    for (std::int64_t t = 0; t < shape.context; ++t) {
-      tokens[b * shape.context + t] = token((o + t) % n);
-      targets[b * shape.context + t] = token((o + t + 1) % n);
-    }
+  std::uniform_int_distribution<std::int64_t> start(0, size() - 1);
+  for (std::int64_t b = 0; b < shape.batch; ++b)
+    fill(start(rng), shape.context, tokens.data() + b * shape.context, targets.data() + b * shape.context);
+}
+
+void TokenStream::window(std::int64_t start, std::int64_t count, std::vector<std::int32_t>& tokens,
+                         std::vector<std::int32_t>& targets) const {
+  tokens.resize(static_cast<std::size_t>(count));
+  targets.resize(static_cast<std::size_t>(count));
+  fill(start, count, tokens.data(), targets.data());
+}
+
+void TokenStream::fill(std::int64_t start, std::int64_t count, std::int32_t* tokens, std::int32_t* targets) const {
+  const std::int64_t n = size();
+  for (std::int64_t t = 0; t < count; ++t) {
+    tokens[t] = token((start + t) % n);
+    targets[t] = token((start + t + 1) % n);
   }
 }
 

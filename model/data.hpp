@@ -31,6 +31,10 @@ class TokenStream {
   void sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
               std::vector<std::int32_t>& targets) const;
 
+  /// The `count` tokens from `start` and their next tokens (wrapping past the end, as sample's windows).
+  void window(std::int64_t start, std::int64_t count, std::vector<std::int32_t>& tokens,
+              std::vector<std::int32_t>& targets) const;
+
   /// Tokens [begin, end) as a stream of their own (a file's share its
   /// mapping): a split of a corpus. Throws kInvalidInput unless
   /// 0 <= begin and begin + 2 <= end <= size().
@@ -42,6 +46,8 @@ class TokenStream {
   // A token file's tokens, little-endian uint16 where the file is mapped (its pages are aligned).
   const std::uint16_t* file_tokens() const { return reinterpret_cast<const std::uint16_t*>(file_->bytes().data()); }
   std::int32_t token(std::int64_t i) const { return file_ ? file_tokens()[begin_ + i] : tokens_[begin_ + i]; }
+  // Tokens start, start + 1, ... (count of them, wrapping) and their next ones.
+  void fill(std::int64_t start, std::int64_t count, std::int32_t* tokens, std::int32_t* targets) const;
 
   std::vector<std::int32_t> tokens_;        // the synthetic stream's
   std::shared_ptr<const MappedFile> file_;  // a token file's, mapped

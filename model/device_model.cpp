@@ -124,6 +124,13 @@ std::vector<float> DeviceTransformer::logits(std::int64_t row) {
   return out;
 }
 
+std::vector<float> DeviceTransformer::token_losses() {
+  KTUNE_REQUIRE(have_forward_, "losses are a forward's, and no forward ran since the last backward");
+  std::vector<float> out(static_cast<std::size_t>(L_.shape.tokens()));
+  ops_->download(out.data(), {Region::kFinal, L_.final.losses}, out.size() * sizeof(float));
+  return out;
+}
+
 void DeviceTransformer::backward(bool accumulate) {
   KTUNE_REQUIRE(L_.train, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");

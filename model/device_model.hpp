@@ -61,6 +61,8 @@ class DeviceTransformer {
   /// The logits (vocab values) the last forward computed for token `row`
   /// of its batch, as fp32 (bf16 runs keep them in bf16: exact widened).
   std::vector<float> logits(std::int64_t row);
+  /// The per-token losses of the last forward (fp32 in every precision).
+  std::vector<float> token_losses();
   /// Gradients of the last forward's loss, written or with `accumulate`
   /// added (walk_backward); needs Allocation::kTrain and a forward.
   void backward(bool accumulate = false);

@@ -27,6 +27,7 @@ class CpuRuntime final : public Runtime {
     return model_.forward(tokens, targets);
   }
   std::vector<float> logits(std::int64_t row) override { return model_.logits(row); }
+  std::vector<float> token_losses() override { return model_.token_losses(); }
   void backward(bool accumulate) override { model_.backward(accumulate); }
   void step(const templates::adamw::AdamwHyper& hyper) override { model_.step(hyper); }
   void synchronize() override {}
@@ -87,6 +88,7 @@ class DeviceRuntime final : public Runtime {
     return model_->forward(tokens, targets);
   }
   std::vector<float> logits(std::int64_t row) override { return model_->logits(row); }
+  std::vector<float> token_losses() override { return model_->token_losses(); }
   void backward(bool accumulate) override { model_->backward(accumulate); }
   void step(const templates::adamw::AdamwHyper& hyper) override { model_->step(hyper); }
   void synchronize() override { model_->synchronize(); }

@@ -38,6 +38,8 @@ class Runtime {
   /// The logits (vocab values, fp32) the last forward computed for token
   /// `row` of its batch; a backward overwrites them.
   virtual std::vector<float> logits(std::int64_t row) = 0;
+  /// The per-token losses of the last forward, (batch, context), whose mean it returned.
+  virtual std::vector<float> token_losses() = 0;
   /// Gradients of the last forward's loss, its mean over the step's tokens
   /// (RunShape::micro_batches): written over the gradients, or with
   /// `accumulate` added to them (each micro-batch after a step's first).

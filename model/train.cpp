@@ -219,6 +219,38 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
   return r;
 }
 
+FullEvalResult evaluate_all(const RunOptions& o) {
+  check_backend_name(o.backend.backend);
+  KTUNE_REQUIRE(!o.tokens_file.empty(),
+                "a whole-stream evaluation reads a --tokens file (the synthetic stream never ends)");
+  const Streams streams = streams_for(o);
+  const TokenStream& stream = streams.held_out ? *streams.held_out : streams.train;
+  const std::int64_t C = o.shape.context, B = o.shape.batch;
+  FullEvalResult r;
+  r.windows = (stream.size() - 1) / C;
+  KTUNE_REQUIRE(r.windows >= 1,
+                fmt::format("{} tokens hold no window of --ctx {} and its next token", stream.size(), C));
+  r.tokens = r.windows * C;
+  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  require_memory(o, plan, plan.peak_forward(), "evaluating");
+  auto model = start(o, Allocation::kForwardOnly);
+  std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * C)), targets(tokens.size()), window, next;
+  double sum = 0;
+  for (std::int64_t first = 0; first < r.windows; first += B) {
+    const std::int64_t count = std::min(B, r.windows - first);
+    for (std::int64_t b = 0; b < B; ++b) {
+      stream.window((first + (b < count ? b : 0)) * C, C, window, next);
+      std::copy(window.begin(), window.end(), tokens.begin() + b * C);
+      std::copy(next.begin(), next.end(), targets.begin() + b * C);
+    }
+    model->forward(tokens, targets);
+    const std::vector<float> losses = model->token_losses();
+    for (std::int64_t i = 0; i < count * C; ++i) sum += losses[static_cast<std::size_t>(i)];
+  }
+  r.loss = sum / static_cast<double>(r.tokens);
+  return r;
+}
+
 std::int32_t sample_token(std::span<const float> logits, double temperature, double top_p, std::mt19937_64& rng) {
   KTUNE_REQUIRE(std::isfinite(temperature) && temperature >= 0,
                 fmt::format("temperature {}; give 0 (greedy) or more", temperature));

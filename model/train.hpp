@@ -112,6 +112,20 @@ struct EvalResult {
 /// than one batch.
 EvalResult evaluate(const RunOptions& options, bool gradients, std::int64_t batches = 1);
 
+struct FullEvalResult {
+  double loss = 0;           ///< the mean loss over every token of every window
+  std::int64_t windows = 0;  ///< windows of context tokens, back to back from the stream's start
+  std::int64_t tokens = 0;   ///< windows x context
+};
+
+/// The loss over the whole stream (the tokens file, or the part val_split
+/// holds out): every window [i C, (i + 1) C) with its next-token targets, C
+/// = shape.context, for i < (size - 1) / C, each token once; shape.batch
+/// windows a forward, the last batch filled up with copies of its first
+/// window, whose losses are not counted. Throws kInvalidInput for the
+/// synthetic stream (it repeats forever) or a stream shorter than a window.
+FullEvalResult evaluate_all(const RunOptions& options);
+
 /// What `generate` continues and how: CS336's decoding. The model runs
 /// forward-only on one sequence of shape.context tokens (shape.batch is
 /// not read).

@@ -85,6 +85,13 @@ std::vector<float> Transformer<T>::logits(std::int64_t row) const {
 }
 
 template <class T>
+std::vector<float> Transformer<T>::token_losses() const {
+  KTUNE_REQUIRE(have_forward_, "losses are a forward's, and no forward ran since the last backward");
+  const T* first = final_acts_.data() + L_.final.losses;
+  return std::vector<float>(first, first + shape_.tokens());
+}
+
+template <class T>
 void Transformer<T>::backward(bool accumulate) {
   KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "backward needs a model built for training, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");

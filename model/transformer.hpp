@@ -81,6 +81,8 @@ class Transformer {
   /// of its batch (row-major over (batch, context)); a backward overwrites
   /// them. Throws kInvalidInput without a forward since, or for a row outside it.
   std::vector<float> logits(std::int64_t row) const;
+  /// The per-token losses of the last forward, (batch, context), whose mean it returned.
+  std::vector<float> token_losses() const;
 
   /// Writes the gradients of the last forward's mean loss (over the step's
   /// micro-batches, RunShape::micro_batches), over the gradients there, or

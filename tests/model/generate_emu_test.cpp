@@ -13,7 +13,8 @@ namespace model_generate_emu_test {
 using namespace ktune;
 using namespace ktune::model;
 
-TEST_CASE("emu backend: a forward's logits are the cpu backend's, row by row", "[emu][model][generate]") {
+TEST_CASE("emu backend: a forward's logits and per-token losses are the cpu backend's, row by row",
+          "[emu][model][generate]") {
   const ModelConfig config = model_config("tiny");
   const RunShape shape{2, 13};
   std::vector<std::int32_t> tokens, targets;
@@ -38,6 +39,9 @@ TEST_CASE("emu backend: a forward's logits are the cpu backend's, row by row", "
       CHECK(test::rel_l2(a, b, 0, config.vocab) <= tolerance);
     }
     CHECK_THROWS_WITH(got->logits(shape.tokens()), Catch::Contains("token 26 of a batch of 26"));
+    // The per-token losses whose mean the forward returned.
+    CHECK(test::rel_l2(got->token_losses(), want->token_losses(), 0, shape.tokens()) <=
+          (precision == Precision::kBf16 ? 2e-3 : 1e-5));
   }
 }
 

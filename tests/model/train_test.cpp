@@ -12,6 +12,7 @@
 
 #include "base/files.hpp"
 #include "model/checkpoint.hpp"
+#include "model/parameters.hpp"
 #include "model/transformer.hpp"
 #include "model/tiny_run.hpp"
 #include "model/weights.hpp"
@@ -119,6 +120,54 @@ TEST_CASE("training with --val-split trains on the corpus's head and validates a
   TrainOptions synthetic = split;
   synthetic.tokens_file.clear();
   CHECK_THROWS_WITH(train(synthetic), Catch::Contains("--val-split holds out the end of a --tokens file"));
+}
+
+TEST_CASE("evaluating a whole token file counts each window's tokens once, the last batch's fill not at all",
+          "[model][train]") {
+  const auto dir = ktune::test::scratch_dir("eval-all");
+  std::vector<std::uint16_t> corpus(1000);
+  std::mt19937_64 fill(12);
+  for (auto& t : corpus) t = static_cast<std::uint16_t>(fill() % 128);
+  ktune::write_file_atomic(dir / "t.u16", std::string_view(reinterpret_cast<const char*>(corpus.data()),
+                                                           corpus.size() * sizeof(std::uint16_t)));
+  RunOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{5, 16};  // 999 / 16 = 62 windows: 12 full batches and one of 2, filled up with 3 copies
+  o.threads = 2;
+  o.seed = 3;
+  o.tokens_file = (dir / "t.u16").string();
+  const FullEvalResult got = evaluate_all(o);
+  CHECK(got.windows == 62);
+  CHECK(got.tokens == 62 * 16);
+  // The same windows as one batch, on a runtime of 62 windows.
+  std::vector<std::int32_t> tokens, targets;
+  for (std::int64_t i = 0; i < 62 * 16; ++i) {
+    tokens.push_back(corpus[static_cast<std::size_t>(i)]);
+    targets.push_back(corpus[static_cast<std::size_t>(i + 1)]);
+  }
+  BackendOptions cpu;
+  cpu.threads = 2;
+  auto rt = make_runtime(o.model, RunShape{62, 16}, Allocation::kForwardOnly, cpu);
+  std::vector<float> params(static_cast<std::size_t>(rt->layout().total));
+  init_parameters<float>(rt->layout(), params.data(), 3);
+  rt->set_parameters(params);
+  CHECK(got.loss == Approx(rt->forward(tokens, targets)).epsilon(1e-6));
+
+  o.val_split = 0.5;  // the held-out half, as a file of its own
+  RunOptions tail = o;
+  ktune::write_file_atomic(dir / "tail.u16", std::string_view(reinterpret_cast<const char*>(corpus.data() + 500),
+                                                              500 * sizeof(std::uint16_t)));
+  tail.tokens_file = (dir / "tail.u16").string();
+  tail.val_split = 0;
+  CHECK(evaluate_all(o).windows == 31);
+  CHECK(evaluate_all(o).loss == evaluate_all(tail).loss);
+  RunOptions synthetic = o;
+  synthetic.tokens_file.clear();
+  synthetic.val_split = 0;
+  CHECK_THROWS_WITH(evaluate_all(synthetic), Catch::Contains("the synthetic stream never ends"));
+  RunOptions wide = tail;
+  wide.shape = RunShape{1, 500};
+  CHECK_THROWS_WITH(evaluate_all(wide), Catch::Contains("500 tokens hold no window of --ctx 500"));
 }
 
 TEST_CASE("evaluating several batches gives the mean loss of the batches training draws first", "[model][train]") {
