@@ -79,6 +79,7 @@ TEST_CASE("emu backend, compiled bf16: K micro-batches' gradients are the cpu's 
 TEST_CASE("emu backend, eager mode: K micro-batches' gradients are the cpu's of one batch of their windows",
           "[emu][model][accumulate]") {
   check_matches_whole_batch(RunShape{1, 12, 2}, Mode::kEager, Precision::kF32);
+  check_matches_whole_batch(RunShape{1, 12, 2}, Mode::kEager, Precision::kBf16);
 }
 
 TEST_CASE("emu backend, compiled with graphs: steps of micro-batches replay both backward passes to the bit",
