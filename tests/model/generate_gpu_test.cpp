@@ -1,5 +1,5 @@
 // Generation on a GPU, the twin of generate_emu_test.cpp at the small
-// model's size: a forward's logits are the cpu backend's, and a greedy
+// model's size: a forward's logits and per-token losses are the cpu backend's, and a greedy
 // continuation draws the cpu's tokens. Skipped without a device.
 #include <catch2/catch.hpp>
 
@@ -13,7 +13,7 @@ namespace model_generate_gpu_test {
 using namespace ktune;
 using namespace ktune::model;
 
-TEST_CASE("cuda backend: the small model's logits and greedy continuation are the cpu backend's",
+TEST_CASE("cuda backend: the small model's logits, per-token losses and greedy continuation are the cpu backend's",
           "[gpu][model][generate]") {
   test::skip_without_gpu();
   const ModelConfig config = model_config("small");
@@ -29,6 +29,7 @@ TEST_CASE("cuda backend: the small model's logits and greedy continuation are th
   got->forward(tokens, targets);
   for (const std::int64_t row : {std::int64_t{0}, shape.tokens() - 1})
     CHECK(test::rel_l2(got->logits(row), want->logits(row), 0, config.vocab) <= 1e-4);
+  CHECK(test::rel_l2(got->token_losses(), want->token_losses(), 0, shape.tokens()) <= 1e-4);
 
   GenerateOptions g;
   g.model = config;
