@@ -27,7 +27,8 @@ void add_generate_command(CLI::App& app, Global& global) {
       ->check(integer_at_least(1))
       ->default_str("256");
   add_backend_options(cmd, o->m);
-  cmd->add_option("--weights", o->g.weights, "Safetensors weights (a --save or --checkpoint file; default: random init)");
+  cmd->add_option("--weights", o->g.weights,
+                  "Safetensors weights (a --save or --checkpoint file; default: random init)");
   cmd->add_option("--prompt", o->g.prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")
       ->required()
       ->delimiter(',')

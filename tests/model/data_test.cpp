@@ -104,7 +104,8 @@ TEST_CASE("a slice of a token stream is a stream of those tokens alone, windows 
   CHECK_THROWS_WITH(whole.slice(-1, 10), Catch::Contains("two or more"));
 }
 
-TEST_CASE("split_tokens: --val-split holds out the corpus's last fraction, each part at least a window", "[model][data]") {
+TEST_CASE("split_tokens: --val-split holds out the corpus's last fraction, each part at least a window",
+          "[model][data]") {
   const Split s = split_tokens(6400, 0.1, 32, "t.u16");
   CHECK(s.train == 5760);
   CHECK(s.held_out == 640);

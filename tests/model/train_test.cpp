@@ -79,7 +79,8 @@ TEST_CASE("validation measures the same batches each time and leaves the trainin
   CHECK_THROWS_WITH(train(o), Catch::Contains("0 validation batches"));
 }
 
-TEST_CASE("training with --val-split trains on the corpus's head and validates and evaluates on its tail, as files of each would",
+TEST_CASE("training with --val-split trains on the corpus's head and validates and evaluates on its tail, as files "
+          "of each would",
           "[model][train]") {
   const auto dir = ktune::test::scratch_dir("train-val-split");
   std::vector<std::uint16_t> corpus(3000);
