@@ -1,5 +1,6 @@
-// `ktune eval`: the loss of given weights on one batch of tokens, and with
-// --dump the per-parameter gradient norms as JSON.
+// `ktune eval`: the loss of given weights on one batch of tokens (or the
+// mean of several, or with --all over a whole token file), and with --dump
+// the per-parameter gradient norms as JSON.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -22,7 +23,7 @@ void add_eval_command(CLI::App& app, Global& global) {
     bool all = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, or the mean of several");
+  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, the mean of several, or over a whole token file");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)");

@@ -44,8 +44,9 @@ void add_generate_command(CLI::App& app, Global& global) {
                   "Nucleus sampling: draw among the fewest likeliest tokens whose probability reaches this")
       ->check(finite_in(0, 1, true, false))
       ->capture_default_str();
-  cmd->add_option("--eos", o->eos, "End-of-sequence token id: stop once it is drawn (default: none)")
-      ->check(integer_at_least(0));
+  cmd->add_option("--eos", o->eos, "End-of-sequence token id: stop once it is drawn")
+      ->check(integer_at_least(0))
+      ->default_str("none");
   cmd->add_option("--seed", o->g.seed, "Seed of the sampler (and of the initialisation without --weights)")
       ->capture_default_str();
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
