@@ -27,7 +27,8 @@ void add_eval_command(CLI::App& app, Global& global) {
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)");
-  auto* tokens = cmd->add_option("--tokens", o->r.tokens_file, "Raw uint16 token file (default: the synthetic stream)");
+  auto* tokens = cmd->add_option("--tokens", o->r.tokens_file,
+                                 "Token file: raw uint16, or a .npy uint16 array (default: the synthetic stream)");
   cmd->add_option("--val-split", o->r.val_split,
                   "Evaluate the last fraction of --tokens, the part `train --val-split` holds out")
       ->check(finite_in(0, 1, true, true))

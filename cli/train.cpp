@@ -114,7 +114,8 @@ void add_train_command(CLI::App& app, Global& global) {
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
   auto* tokens = cmd->add_option("--tokens", o->t.tokens_file,
-                                 "Raw uint16 token file (default: a synthetic learnable stream)");
+                                 "Token file: raw uint16, or a .npy uint16 array (default: a synthetic learnable "
+                                 "stream)");
   auto* eval_every = cmd->add_option("--eval-every", o->t.eval_every,
                                      "Validation loss every this many steps and after the last; 0: none")
                          ->check(integer_at_least(0))
@@ -124,7 +125,7 @@ void add_train_command(CLI::App& app, Global& global) {
       ->check(integer_at_least(1))
       ->capture_default_str();
   auto* val_tokens = cmd->add_option("--val-tokens", o->t.val_tokens_file,
-                                     "Raw uint16 token file to validate on (default: the part --val-split holds out, "
+                                     "Token file to validate on, as --tokens (default: the part --val-split holds out, "
                                      "else the training stream)")
                          ->needs(eval_every);
   cmd->add_option("--val-split", o->t.val_split,

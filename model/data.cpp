@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <bit>
+#include <optional>
+#include <regex>
+#include <string_view>
 #include <cmath>
 
 #include "base/error.hpp"
@@ -23,16 +26,73 @@ TokenStream TokenStream::synthetic(std::int64_t vocab, std::uint64_t seed, std::
   return s;
 }
 
+namespace {
+
+// A NumPy .npy file's data: where it starts and how many uint16 values it
+// holds, from its header (format versions 1 to 3: the magic, the version,
+// the header's length, then a Python dict literal); nullopt for a file
+// without the magic. Throws kInvalidInput for an array that is not a 1-D
+// little-endian uint16 one in C order, or a file shorter than it says.
+struct NpyData {
+  std::size_t offset = 0;
+  std::int64_t count = 0;
+};
+std::optional<NpyData> npy_data(std::string_view bytes, const std::filesystem::path& path) {
+  constexpr std::string_view kMagic = "\x93NUMPY";
+  if (bytes.substr(0, kMagic.size()) != kMagic) return std::nullopt;
+  const auto fail = [&](const std::string& what) {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", path.string(), what));
+  };
+  if (bytes.size() < 10) fail("a .npy file cut short in its header");
+  const auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>(bytes[i]); };
+  const int major = byte(6);
+  if (major < 1 || major > 3) fail(fmt::format(".npy format version {} (ktune reads 1 to 3)", major));
+  const std::size_t length_bytes = major == 1 ? 2 : 4, start = 8 + length_bytes;
+  if (bytes.size() < start) fail("a .npy file cut short in its header");
+  std::size_t header_length = 0;
+  for (std::size_t i = 0; i < length_bytes; ++i) header_length |= std::size_t{byte(8 + i)} << (8 * i);
+  if (bytes.size() < start + header_length) fail("a .npy file cut short in its header");
+  const std::string header(bytes.substr(start, header_length));
+  std::smatch m;
+  const auto field = [&](const char* pattern) {
+    return std::regex_search(header, m, std::regex(pattern)) ? m[1].str() : std::string();
+  };
+  const std::string descr = field(R"('descr'\s*:\s*'([^']*)')");
+  const std::string fortran = field(R"('fortran_order'\s*:\s*(True|False))");
+  const std::string shape = field(R"('shape'\s*:\s*\(([^)]*)\))");
+  if (descr != "<u2")
+    fail(fmt::format("a .npy array of dtype '{}'; token files hold uint16 ('<u2': save arr.astype(np.uint16))", descr));
+  if (fortran != "False") fail("a .npy array in Fortran order; save a C-ordered one");
+  if (!std::regex_match(shape, m, std::regex(R"(\s*(\d+)\s*,\s*)")))
+    fail(fmt::format("a .npy array of shape ({}); token files are 1-D (save arr.reshape(-1))", shape));
+  const NpyData d{start + header_length, std::stoll(m[1].str())};
+  if (d.offset % 2 != 0) fail("a .npy file whose data starts at an odd offset; save it with NumPy");
+  if (bytes.size() - d.offset < static_cast<std::size_t>(d.count) * 2)
+    fail(fmt::format("a .npy array of {} tokens in {} bytes of data: the file is cut short", d.count,
+                     bytes.size() - d.offset));
+  return d;
+}
+
+}  // namespace
+
 TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64_t vocab) {
   static_assert(std::endian::native == std::endian::little, "token files are little-endian uint16, read in place");
   TokenStream s;
   s.file_ = std::make_shared<const MappedFile>(path);
   const std::string_view bytes = s.file_->bytes();
-  KTUNE_REQUIRE(bytes.size() % 2 == 0 && bytes.size() >= 4,
-                fmt::format("{}: a token file holds raw uint16 values (at least two); got {} bytes", path.string(),
-                            bytes.size()));
-  s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
-  const std::uint16_t* tokens = s.file_tokens();
+  if (const auto npy = npy_data(bytes, path)) {  // its data 64-byte aligned after the header: a slice of the mapping
+    KTUNE_REQUIRE(npy->count >= 2, fmt::format("{}: a .npy array of {} tokens; give at least two", path.string(),
+                                               npy->count));
+    s.begin_ = static_cast<std::int64_t>(npy->offset / 2);
+    s.size_ = npy->count;
+  } else {
+    KTUNE_REQUIRE(bytes.size() % 2 == 0 && bytes.size() >= 4,
+                  fmt::format("{}: a token file holds raw uint16 values (at least two), or is a .npy array of "
+                              "them; got {} bytes",
+                              path.string(), bytes.size()));
+    s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
+  }
+  const std::uint16_t* tokens = s.file_tokens() + s.begin_;
   for (std::int64_t i = 0; i < s.size(); ++i)
     KTUNE_REQUIRE(tokens[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
                                                  path.string(), tokens[i], i, vocab));

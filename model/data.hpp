@@ -1,6 +1,7 @@
 // Token streams for training and evaluation: a learnable synthetic stream
-// (one random sequence repeated), or a file of uint16 tokens (the CS336
-// memmap format: raw little-endian uint16, no header).
+// (one random sequence repeated), or a file of uint16 tokens: the CS336
+// memmap format (raw little-endian uint16, no header, as arr.tofile
+// writes), or a NumPy .npy file of a 1-D uint16 array (as np.save writes).
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -19,10 +20,12 @@ class TokenStream {
   /// One random sequence of `period` tokens in [0, vocab), repeated forever:
   /// once seen, every next token is predictable from the context.
   static TokenStream synthetic(std::int64_t vocab, std::uint64_t seed, std::int64_t period = 64);
-  /// Raw uint16 tokens, read where they lie (the file is mapped, not
-  /// loaded: as CS336's np.memmap, a corpus larger than memory trains);
-  /// throws kIo when unreadable, kInvalidInput when it holds fewer than two
-  /// tokens or a token outside [0, vocab) (every token is checked here).
+  /// Raw uint16 tokens, or a .npy array of them (told by its magic, not its
+  /// name), read where they lie (the file is mapped, not loaded: as CS336's
+  /// np.memmap or np.load(mmap_mode='r'), a corpus larger than memory
+  /// trains); throws kIo when unreadable, kInvalidInput when it holds fewer
+  /// than two tokens or a token outside [0, vocab) (every token is checked
+  /// here), or for a .npy array that is not 1-D uint16 in C order.
   static TokenStream from_file(const std::filesystem::path& path, std::int64_t vocab);
 
   /// A batch of `shape.batch` windows at random offsets: tokens and the

@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string_view>
 
 #include "base/error.hpp"
@@ -26,7 +27,60 @@ std::filesystem::path token_file(const std::filesystem::path& dir, const std::st
   return path;
 }
 
+// A .npy file as NumPy writes one: the magic, format version `major`, the
+// header's length (2 bytes in version 1, 4 after), the header dict padded
+// with spaces and a newline so the data start at a multiple of 64, then the
+// data; `data_bytes` of them (default: all of `tokens`').
+std::filesystem::path npy_file(const std::filesystem::path& dir, const std::string& name,
+                               const std::vector<std::uint16_t>& tokens, const std::string& dict, int major = 1,
+                               std::size_t data_bytes = std::string::npos) {
+  const std::size_t prefix = major == 1 ? 10 : 12;
+  std::string header = dict;
+  while ((prefix + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY") + static_cast<char>(major) + '\0';
+  for (std::size_t i = 0; i < prefix - 8; ++i) bytes += static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(tokens.data()), std::min(data_bytes, tokens.size() * 2));
+  write_file_atomic(dir / name, bytes);
+  return dir / name;
+}
+
 }  // namespace
+
+TEST_CASE("a .npy array of uint16 (np.save's) is read as the raw file of its tokens is", "[model][data]") {
+  const auto dir = test::scratch_dir("token-stream-npy");
+  std::vector<std::uint16_t> file(300);
+  for (std::size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::uint16_t>(i * 13 % 1000);
+  const TokenStream raw = TokenStream::from_file(token_file(dir, "t.u16", file), 1000);
+  const std::string dict = "{'descr': '<u2', 'fortran_order': False, 'shape': (300,), }";
+  for (const int major : {1, 2}) {
+    INFO("format version " << major);
+    const TokenStream npy = TokenStream::from_file(npy_file(dir, "t.npy", file, dict, major), 1000);
+    CHECK(npy.size() == 300);
+    std::vector<std::int32_t> a, at, b, bt;
+    for (const std::int64_t start : {0, 17, 299}) {
+      raw.window(start, 40, a, at);
+      npy.window(start, 40, b, bt);
+      CHECK(a == b);
+      CHECK(at == bt);
+    }
+  }
+  const auto refused = [&](const std::string& name, const std::string& d, const char* what, int major = 1,
+                           std::size_t data_bytes = std::string::npos) {
+    INFO(name);
+    CHECK_THROWS_WITH(TokenStream::from_file(npy_file(dir, name, file, d, major, data_bytes), 1000),
+                      Catch::Contains(name) && Catch::Contains(what));
+  };
+  refused("i4.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (150,), }", "dtype '<i4'");
+  refused("f.npy", "{'descr': '<u2', 'fortran_order': True, 'shape': (300,), }", "Fortran order");
+  refused("2d.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (10, 30), }", "shape (10, 30)");
+  refused("short.npy", dict, "cut short", 1, 400);
+  refused("v9.npy", dict, "format version 9", 9);
+  CHECK_THROWS_WITH(TokenStream::from_file(npy_file(dir, "big.npy", {1, 2, 3000}, "{'descr': '<u2', "
+                                                    "'fortran_order': False, 'shape': (3,), }"), 1000),
+                    Catch::Contains("token 3000 at index 2"));
+}
 
 TEST_CASE("a token file's windows are runs of its tokens, targets one token on", "[model][data]") {
   const auto dir = test::scratch_dir("token-stream");
