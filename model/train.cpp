@@ -293,7 +293,10 @@ std::vector<std::int32_t> generate(const GenerateOptions& o, const std::function
   std::mt19937_64 probe(0);  // the sampling settings, checked before the model is built
   sample_token(std::vector<float>{0.0f}, o.temperature, o.top_p, probe);
   RunOptions r = o;
-  r.shape = RunShape{1, o.shape.context};
+  // A window no longer than the longest sequence a forward reads (the last
+  // token drawn is not read back): a short generation runs no padding.
+  r.shape = RunShape{1, std::min<std::int64_t>(o.shape.context,
+                                               static_cast<std::int64_t>(o.prompt.size()) + o.max_tokens - 1)};
   const MemoryPlan plan = plan_memory(r.model, r.shape, r.threads);
   require_memory(r, plan, plan.peak_forward(), "generating with");
   auto model = start(r, Allocation::kForwardOnly);

@@ -147,7 +147,8 @@ std::int32_t sample_token(std::span<const float> logits, double temperature, dou
 
 /// Continues options.prompt by up to max_tokens tokens, each from one
 /// forward over the sequence's last shape.context tokens (the window slides
-/// once the sequence is longer), drawn by sample_token with a generator
+/// once the sequence is longer; a window of the prompt's and the tokens'
+/// length when that is shorter), drawn by sample_token with a generator
 /// seeded by options.seed; `on_token` sees each token as it is drawn.
 /// Returns the drawn tokens. Throws kInvalidInput, before the model is
 /// built, for an empty prompt, a token or eos outside the vocabulary, or
