@@ -252,11 +252,22 @@ void add_train_command(CLI::App& app, Global& global) {
             }
           }
           for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
-          if (t.resume && std::filesystem::exists(t.checkpoint))  // train() has checked it by now
-            std::cout << fmt::format("resuming from {} after step {}\n", t.checkpoint,
-                                     model::read_checkpoint_info(t.checkpoint, t.model).step);
-          else if (t.resume)
+          if (t.resume && std::filesystem::exists(t.checkpoint)) {  // train() has checked it by now
+            const model::CheckpointInfo info = model::read_checkpoint_info(t.checkpoint, t.model);
+            std::cout << fmt::format("resuming from {} after step {}\n", t.checkpoint, info.step);
+            const auto shape = [](const model::RunShape& s) {
+              return fmt::format("ctx {}, batch {}{}", s.context, s.batch,
+                                 s.micro_batches > 1 ? fmt::format(" x {} micro-batches", s.micro_batches) : "");
+            };
+            const auto& was = info.shape;
+            if (was.batch > 0 && (was.batch != t.shape.batch || was.context != t.shape.context ||
+                                  was.micro_batches != t.shape.micro_batches))
+              std::cerr << fmt::format("note: {} was trained at {}; this run goes on at {}, so its batches are not "
+                                       "those the run would have drawn\n",
+                                       t.checkpoint, shape(was), shape(t.shape));
+          } else if (t.resume) {
             std::cout << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
+          }
           if (!rt.kernel_summary().empty()) std::cout << rt.device() << ": " << rt.kernel_summary() << "\n";
         });
     if (global.json) {

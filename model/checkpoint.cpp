@@ -75,6 +75,10 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
     info.tokens = field("tokens");
     info.tokens_count = static_cast<std::int64_t>(whole_number(meta.at("tokens_count"), "tokens_count"));
   }
+  if (meta.count("micro_batches"))
+    info.shape = {static_cast<std::int64_t>(whole_number(field("batch"), "batch")),
+                  static_cast<std::int64_t>(whole_number(field("context"), "context")),
+                  static_cast<std::int64_t>(whole_number(meta.at("micro_batches"), "micro_batches"))};
   std::istringstream sampler(field("sampler"));
   sampler >> info.sampler;
   KTUNE_REQUIRE(!sampler.fail(), fmt::format("{} has a malformed sampler state in its metadata", name));
@@ -111,6 +115,9 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   metadata["sampler"] = sampler.str();
   metadata["tokens"] = info.tokens;
   metadata["tokens_count"] = std::to_string(info.tokens_count);
+  metadata["batch"] = std::to_string(info.shape.batch);
+  metadata["context"] = std::to_string(info.shape.context);
+  metadata["micro_batches"] = std::to_string(info.shape.micro_batches);
   SafetensorsWriter writer(path, std::move(entries), metadata);
   const auto write_flat = [&](const std::vector<float>& flat) {
     for (const auto& t : layout.tensors)

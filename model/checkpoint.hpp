@@ -29,6 +29,9 @@ struct CheckpointInfo {
   /// another stream is caught.
   std::string tokens;
   std::int64_t tokens_count = 0;
+  /// The shape the batches were drawn at (its fields 0: not recorded): a
+  /// resumed run at another draws other batches than the run would have.
+  RunShape shape{0, 0, 0};
 };
 
 /// Writes the runtime's parameters and optimizer state with `info`; holds

@@ -473,6 +473,20 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
   CHECK(j.at("steps")[0].at("grad_norm").get<double>() > 0);
 }
 
+TEST_CASE("CLI: train --resume at another batch shape notes that its batches differ from the run's", "[cli]") {
+  const auto ckpt = ktune::test::scratch_dir("train_resume_shape") / "run.ckpt";
+  std::filesystem::remove(ckpt);
+  const std::string run = "train --model tiny --threads 2 --checkpoint " + ckpt.string() + " --resume";
+  std::string out;
+  REQUIRE(run_ktune(run + " --steps 1 --batch 2 --accumulate 2", &out) == 0);
+  REQUIRE(run_ktune(run + " --steps 2 --batch 2 --accumulate 2", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("note:"));
+  REQUIRE(run_ktune(run + " --steps 3 --batch 4", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: " + ckpt.string() + " was trained at ctx 32, batch 2 x 2 micro-batches; "
+                                  "this run goes on at ctx 32, batch 4, so its batches are not those the run would "
+                                  "have drawn"));
+}
+
 TEST_CASE("CLI: train says which tokens it trains and validates on, and what --val-split holds out", "[cli]") {
   const auto file = ktune::test::scratch_dir("train_tokens") / "t.u16";
   std::vector<std::uint16_t> tokens(6400);

@@ -78,6 +78,30 @@ TEST_CASE("a run resumed from its checkpoint takes the steps the uninterrupted r
   CHECK(train(rest).empty());
 }
 
+TEST_CASE("a run over micro-batches resumed from its checkpoint takes the uninterrupted run's steps, and the "
+          "checkpoint records the shape its batches were drawn at",
+          "[model][checkpoint][accumulate]") {
+  const auto dir = test::scratch_dir("checkpoint-accumulate");
+  TrainOptions whole = tiny(4);
+  whole.shape = RunShape{2, 16, 2};
+  const auto straight = train(whole);
+  TrainOptions first = whole;
+  first.steps = 2;
+  first.checkpoint = (dir / "run.ckpt").string();
+  train(first);
+  const CheckpointInfo info = read_checkpoint_info(first.checkpoint, whole.model);
+  CHECK(info.shape.batch == 2);
+  CHECK(info.shape.context == 16);
+  CHECK(info.shape.micro_batches == 2);
+  TrainOptions rest = first;
+  rest.steps = 4;
+  rest.resume = true;
+  const auto tail = train(rest);
+  REQUIRE(tail.size() == 2);
+  CHECK(tail[0].loss == straight[2].loss);
+  CHECK(tail[1].loss == straight[3].loss);
+}
+
 TEST_CASE("checkpoints are written every so many steps, after the last, and where the run is asked to stop",
           "[model][checkpoint]") {
   const auto dir = test::scratch_dir("checkpoint-every");
