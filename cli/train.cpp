@@ -85,6 +85,7 @@ nlohmann::json step_json(const model::StepRecord& r) {
                       {"checkpointed", r.checkpointed}};
   if (r.grad_norm) j["grad_norm"] = *r.grad_norm;
   if (r.val_loss) j["val_loss"] = *r.val_loss;
+  if (r.saved_best) j["saved_best"] = true;
   if (r.launches) j["launches"] = {{"kernels", r.launches->kernels}, {"gemms", r.launches->gemms}};
   return j;
 }
@@ -113,6 +114,9 @@ void add_train_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
+  auto* save_best = cmd->add_option("--save-best", o->t.save_best,
+                                    "Write the weights here (safetensors) after each validation whose loss is the "
+                                    "lowest so far (with --resume, the checkpoint's best counts)");
   auto* tokens = cmd->add_option("--tokens", o->t.tokens_file,
                                  "Token file: raw uint16, or a .npy uint16 array (default: a synthetic learnable "
                                  "stream)");
@@ -128,6 +132,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                      "Token file to validate on, as --tokens (default: the part --val-split holds out, "
                                      "else the training stream)")
                          ->needs(eval_every);
+  save_best->needs(eval_every);
   cmd->add_option("--val-split", o->t.val_split,
                   "Hold out the last fraction of --tokens (whole tokens, rounded): training draws its windows from "
                   "the rest and validates on it")
@@ -194,6 +199,7 @@ void add_train_command(CLI::App& app, Global& global) {
     KTUNE_REQUIRE(o->t.schedule.cosine || (min_lr->count() == 0 && cosine_steps->count() == 0),
                   "--min-lr and --cosine-steps shape the cosine schedule; add --lr-schedule cosine");
     if (!o->t.save.empty()) writable_target(o->t.save, "--save");  // before the training, not after
+    if (!o->t.save_best.empty()) writable_target(o->t.save_best, "--save-best");
     if (!o->t.checkpoint.empty()) writable_target(o->t.checkpoint, "--checkpoint");
     // Checked now, opened at the first step's end: a run refused on the way leaves the file as it was.
     const std::filesystem::path metrics_path = o->metrics.empty() ? "" : writable_target(o->metrics, "--metrics");
@@ -222,7 +228,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                    r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
                                    scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3,
                                    static_cast<double>(t.shape.step_tokens()) / r.seconds,
-                                   r.val_loss ? fmt::format("  val loss {:.4f}", *r.val_loss) : "",
+                                   r.val_loss ? fmt::format("  val loss {:.4f}{}", *r.val_loss,
+                                                            r.saved_best ? " (best: saved)" : "")
+                                              : "",
                                    r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "")
                     << std::flush;
         },

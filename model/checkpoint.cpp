@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string_view>
@@ -79,6 +81,14 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
     info.shape = {static_cast<std::int64_t>(whole_number(field("batch"), "batch")),
                   static_cast<std::int64_t>(whole_number(field("context"), "context")),
                   static_cast<std::int64_t>(whole_number(meta.at("micro_batches"), "micro_batches"))};
+  if (meta.count("best_val_loss")) {
+    const std::string text = meta.at("best_val_loss");
+    char* end = nullptr;
+    const double best = std::strtod(text.c_str(), &end);
+    KTUNE_REQUIRE(!text.empty() && end == text.c_str() + text.size() && std::isfinite(best),
+                  fmt::format("{} has a malformed best_val_loss '{}' in its metadata", name, text));
+    info.best_val_loss = best;
+  }
   std::istringstream sampler(field("sampler"));
   sampler >> info.sampler;
   KTUNE_REQUIRE(!sampler.fail(), fmt::format("{} has a malformed sampler state in its metadata", name));
@@ -118,6 +128,7 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   metadata["batch"] = std::to_string(info.shape.batch);
   metadata["context"] = std::to_string(info.shape.context);
   metadata["micro_batches"] = std::to_string(info.shape.micro_batches);
+  if (info.best_val_loss) metadata["best_val_loss"] = fmt::format("{:.17g}", *info.best_val_loss);
   SafetensorsWriter writer(path, std::move(entries), metadata);
   const auto write_flat = [&](const std::vector<float>& flat) {
     for (const auto& t : layout.tensors)

@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -32,6 +33,8 @@ struct CheckpointInfo {
   /// The shape the batches were drawn at (its fields 0: not recorded): a
   /// resumed run at another draws other batches than the run would have.
   RunShape shape{0, 0, 0};
+  /// The lowest validation loss the run has measured (save_best's), if any.
+  std::optional<double> best_val_loss;
 };
 
 /// Writes the runtime's parameters and optimizer state with `info`; holds

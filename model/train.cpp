@@ -85,6 +85,8 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   KTUNE_REQUIRE(o.eval_batches >= 1, fmt::format("{} validation batches; give 1 or more", o.eval_batches));
   KTUNE_REQUIRE(!schedule.cosine || schedule.min_lr <= o.hyper.lr,
                 fmt::format("minimum learning rate {} above the peak {}", schedule.min_lr, o.hyper.lr));
+  KTUNE_REQUIRE(o.save_best.empty() || o.eval_every > 0,
+                "--save-best keeps the weights of the lowest validation loss; give --eval-every");
   KTUNE_REQUIRE(o.val_split == 0 || o.val_tokens_file.empty(),
                 "--val-split holds out validation tokens of --tokens; --val-tokens gives a file of them: give one");
   // The token files before the model, so a bad one costs no allocation.
@@ -168,7 +170,14 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     r.grad_norm = model->grad_norm();
     if (before) r.launches = model->launches()->since(*before);
     at.step = s;
-    if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) r.val_loss = validate();
+    if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) {
+      r.val_loss = validate();
+      if (!o.save_best.empty() && (!at.best_val_loss || *r.val_loss < *at.best_val_loss)) {
+        write_safetensors(o.save_best, parameters_file<float>(o.model, model->layout(), model->parameters()));
+        at.best_val_loss = r.val_loss;
+        r.saved_best = true;
+      }
+    }
     const bool stop = s == o.steps || (o.should_stop && o.should_stop());
     if (!o.checkpoint.empty() && (stop || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0))) {
       write_checkpoint(o.checkpoint, *model, at);

@@ -55,6 +55,10 @@ struct TrainOptions : RunOptions {
   templates::adamw::AdamwHyper hyper{3e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1.0f};
   LrSchedule schedule;
   std::string save;                 ///< safetensors written after the last step (empty: none)
+  /// Safetensors of the weights after each validation whose loss is the
+  /// lowest of the run so far (a resumed run's best is its checkpoint's);
+  /// empty: none. Needs eval_every.
+  std::string save_best;
   /// Checkpoint file (model/checkpoint.hpp), written every checkpoint_every
   /// steps and after the last one (or a stop); empty: none.
   std::string checkpoint;
@@ -85,6 +89,7 @@ struct StepRecord {
   double seconds = 0;     ///< forward + backward + AdamW
   bool checkpointed = false;  ///< a checkpoint was written after this step
   std::optional<double> val_loss;  ///< the validation loss after this step, where one was measured
+  bool saved_best = false;         ///< the validation loss was the lowest so far: save_best written
   std::optional<LaunchCount> launches;  ///< what this step launched (device backends)
 };
 

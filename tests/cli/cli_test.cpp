@@ -170,7 +170,7 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
         "train --resume", "train --checkpoint-every 5", "train --warmup-steps -1", "train --lr-schedule linear",
         "train --min-lr 1e-4", "train --lr-schedule cosine --cosine-steps 0",
         "train --lr-schedule cosine --steps 3 --warmup-steps 3", "train --eval-every -1", "train --eval-batches 0",
-        "train --val-tokens v.u16", "train --accumulate 0", "train --val-split 0.1",
+        "train --val-tokens v.u16", "train --accumulate 0", "train --val-split 0.1", "train --save-best b.st",
         "train --tokens t.u16 --eval-every 5 --val-split 0", "eval --tokens t.u16 --val-split 1.5", "generate",
         "generate --prompt x", "eval --all", "eval --tokens t.u16 --all --batches 2",
         "generate --prompt 1 2 --top-p 0", "generate --prompt 1 -2", "generate --prompt 1 --max-tokens 0",

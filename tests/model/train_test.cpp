@@ -171,6 +171,49 @@ TEST_CASE("evaluating a whole token file counts each window's tokens once, the l
   CHECK_THROWS_WITH(evaluate_all(wide), Catch::Contains("500 tokens hold no window of --ctx 500"));
 }
 
+TEST_CASE("training with --save-best writes the weights at each validation lower than every one before, across a resume",
+          "[model][train][checkpoint]") {
+  const auto dir = ktune::test::scratch_dir("train-save-best");
+  TrainOptions o = ktune::test::tiny_run(6);
+  o.eval_every = 2;
+  o.save_best = (dir / "best.safetensors").string();
+  o.save = (dir / "last.safetensors").string();
+  std::filesystem::remove(o.save_best);
+  const auto learning = train(o);
+  double best = INFINITY;
+  for (const auto& r : learning) {
+    INFO("step " << r.step);
+    CHECK(r.saved_best == (r.val_loss && *r.val_loss < best));
+    if (r.val_loss) best = std::min(best, *r.val_loss);
+  }
+  REQUIRE(learning.back().saved_best);  // the loss falls: the last validation is the best
+  CHECK(ktune::read_file(o.save_best) == ktune::read_file(o.save));
+
+  // Frozen weights: every validation measures the same loss, and only the first is saved; a resumed run
+  // starts from the checkpoint's best, so an equal loss is not saved again.
+  std::filesystem::remove(o.save_best);
+  o.hyper.lr = 0;
+  o.save = "";
+  o.steps = 4;
+  o.checkpoint = (dir / "run.ckpt").string();
+  std::filesystem::remove(o.checkpoint);
+  const auto frozen = train(o);
+  CHECK(frozen[1].saved_best);
+  CHECK_FALSE(frozen[3].saved_best);
+  REQUIRE(read_checkpoint_info(o.checkpoint, o.model).best_val_loss);
+  CHECK(*read_checkpoint_info(o.checkpoint, o.model).best_val_loss == *frozen[1].val_loss);
+  o.resume = true;
+  o.steps = 6;
+  const auto resumed = train(o);
+  REQUIRE(resumed.back().val_loss);
+  CHECK(*resumed.back().val_loss == *frozen[1].val_loss);
+  CHECK_FALSE(resumed.back().saved_best);
+
+  TrainOptions bad = ktune::test::tiny_run(1);
+  bad.save_best = o.save_best;
+  CHECK_THROWS_WITH(train(bad), Catch::Contains("give --eval-every"));
+}
+
 TEST_CASE("evaluating several batches gives the mean loss of the batches training draws first", "[model][train]") {
   TrainOptions o = ktune::test::tiny_run(3);
   o.hyper.lr = 0;  // the weights stay: each step's loss is its batch's at the starting weights
