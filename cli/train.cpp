@@ -224,10 +224,11 @@ void add_train_command(CLI::App& app, Global& global) {
           }
           if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;
           if (global.json) return;
-          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s){}{}\n", r.step, r.loss,
-                                   r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
-                                   scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3,
-                                   static_cast<double>(t.shape.step_tokens()) / r.seconds,
+          const double tokens_per_s = static_cast<double>(t.shape.step_tokens()) / r.seconds;
+          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s){}{}\n",
+                                   r.step, r.loss, r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
+                                   scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3, tokens_per_s,
+                                   tokens_per_s * t.model.train_flops_per_token(t.shape.context) / 1e12,
                                    r.val_loss ? fmt::format("  val loss {:.4f}{}", *r.val_loss,
                                                             r.saved_best ? " (best: saved)" : "")
                                               : "",

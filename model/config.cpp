@@ -40,6 +40,12 @@ std::int64_t ModelConfig::parameter_count() const {
   return 2 * vocab * d_model + layers * per_layer + d_model;
 }
 
+double ModelConfig::train_flops_per_token(std::int64_t context) const {
+  const double matmul_weights = static_cast<double>(layers) * (4.0 * d_model * d_model + 3.0 * d_model * d_ff) +
+                                static_cast<double>(vocab) * d_model;
+  return 6.0 * matmul_weights + 12.0 * static_cast<double>(layers) * d_model * static_cast<double>(context);
+}
+
 std::vector<std::string> model_names() {
   std::vector<std::string> names;
   for (const auto& m : kModels) names.emplace_back(m.name);

@@ -25,6 +25,12 @@ struct ModelConfig {
   void validate() const;
   /// Number of parameters (all tensors, untied embedding and LM head).
   std::int64_t parameter_count() const;
+  /// Floating-point operations of one training step (forward and backward)
+  /// per token at `context`, as PaLM's appendix B counts them: 6 per weight
+  /// of every matrix multiply (the blocks' projections and the LM head; not
+  /// the embedding's lookup), plus 12 x layers x d_model x context for
+  /// attention's two products (the causal mask's skipped half counted).
+  double train_flops_per_token(std::int64_t context) const;
 };
 
 /// The named configurations, in the seeds' order, then `tiny`.

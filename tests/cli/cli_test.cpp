@@ -464,7 +464,8 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
   CHECK_THAT(out, Catch::Contains("ctx 8, batch 2 x 3 micro-batches a step (6 windows)"));
   const auto steps = lines_starting(out, "step ");
   REQUIRE(steps.size() == 2);
-  CHECK_THAT(steps[0], Catch::Matches("step +1  loss [0-9.]+  norm [0-9.]+  \\(.*"));
+  CHECK_THAT(steps[0], Catch::Matches("step +1  loss [0-9.]+  norm [0-9.]+  \\([0-9.]+ ms, [0-9]+ tokens/s, "
+                                      "[0-9.e+-]+ TFLOP/s\\)"));
   REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --accumulate 3 --steps 1 --threads 2 --json", &out) == 0);
   const auto j = nlohmann::json::parse(out);
   CHECK(j.at("batch") == 2);

@@ -26,6 +26,18 @@ TEST_CASE("named configs match the seeds and bad ones are rejected", "[model][co
   CHECK_THROWS_WITH(c.validate(), Catch::Contains("even"));
 }
 
+TEST_CASE("a training step's FLOPs per token: 6 per matmul weight and attention's 12 L C S, as PaLM counts",
+          "[model][config]") {
+  // small: 12 blocks of 4 C^2 + 3 C F weights, the LM head's V C; attention at context 128.
+  const double weights = 12.0 * (4.0 * 768 * 768 + 3.0 * 768 * 3072) + 10000.0 * 768;
+  CHECK(model_config("small").train_flops_per_token(128) == 6 * weights + 12.0 * 12 * 768 * 128);
+  // The matmul weights are the parameters less the embedding and the norms' gains.
+  const ModelConfig xl = model_config("xl");
+  const double xl_weights = static_cast<double>(xl.parameter_count()) - static_cast<double>(xl.vocab * xl.d_model) -
+                            static_cast<double>((2 * xl.layers + 1) * xl.d_model);
+  CHECK(xl.train_flops_per_token(1) == Approx(6 * xl_weights + 12.0 * xl.layers * xl.d_model).epsilon(1e-12));
+}
+
 TEST_CASE("the memory plan is what the cpu backend allocates", "[model][memory]") {
   const ModelConfig c = model_config("tiny");
   const RunShape shape{3, 16};
