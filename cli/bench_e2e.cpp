@@ -85,6 +85,11 @@ std::string seed002_row(const model::E2eResult& r) {
                      fwd_only ? "True" : "False", main.mean_ms, main.std_ms);
 }
 
+// FLOPs of one forward and backward over the run's batch, as ModelConfig::train_flops_per_token counts them.
+double train_flops(const model::E2eResult& r) {
+  return static_cast<double>(r.options.shape.tokens()) * r.options.model.train_flops_per_token(r.options.shape.context);
+}
+
 std::string markdown(const model::E2eResult& r) {
   const auto& o = r.options;
   const auto& m = o.model;
@@ -112,7 +117,14 @@ std::string markdown(const model::E2eResult& r) {
   for (const auto& [name, p] : {std::pair<const char*, const model::PhaseStats&>{"forward", r.forward},
                                 {"backward", r.backward}, {"optimizer", r.optimizer}, {"step", r.step}})
     if (p.measured) medians += fmt::format("{}{} {:.3f}", medians.empty() ? "" : ", ", name, p.median_ms);
-  s += "medians of the trials (ms): " + medians + "\n\n";
+  s += "medians of the trials (ms): " + medians + "\n";
+  // The model's FLOP rate over forward and backward (and the update, where timed), PaLM's count: an MFU's numerator.
+  const model::PhaseStats& whole = optim ? r.step : r.forward_backward;
+  if (whole.measured)
+    s += fmt::format("model TFLOP/s at the {} median (PaLM's count, {:.3g} GFLOP a step): {:.3g}\n",
+                     optim ? "step" : "forward + backward", train_flops(r) / 1e9,
+                     train_flops(r) / (whole.median_ms * 1e-3) / 1e12);
+  s += "\n";
   // Memory: the plan's peak for the passes run, what the run allocated, and
   // on a GPU the most device memory in use after a phase.
   s += "| plan peak | allocated | measured peak (device) |\n|--:|--:|--:|\n";

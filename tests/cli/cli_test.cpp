@@ -528,6 +528,9 @@ TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean
   REQUIRE(medians.size() == 1);
   CHECK_THAT(medians[0], Catch::Matches("medians of the trials \\(ms\\): forward [0-9.]+, backward [0-9.]+, "
                                         "optimizer [0-9.]+, step [0-9.]+"));
+  // tiny at ctx 8, batch 1: 8 tokens of 6 x (2 x (4 x 64^2 + 3 x 64 x 192) + 128 x 64) + 12 x 2 x 64 x 8 FLOPs,
+  // 5.603 million.
+  CHECK(lines_starting(out, "model TFLOP/s at the step median (PaLM's count, 0.0056 GFLOP a step): ").size() == 1);
 }
 
 TEST_CASE("CLI: bench e2e --sweep prints seed 002's grid for the model, a run per row, and sets the shape itself",
