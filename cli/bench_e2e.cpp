@@ -85,11 +85,6 @@ std::string seed002_row(const model::E2eResult& r) {
                      fwd_only ? "True" : "False", main.mean_ms, main.std_ms);
 }
 
-// FLOPs of one forward and backward over the run's batch, as ModelConfig::train_flops_per_token counts them.
-double train_flops(const model::E2eResult& r) {
-  return static_cast<double>(r.options.shape.tokens()) * r.options.model.train_flops_per_token(r.options.shape.context);
-}
-
 std::string markdown(const model::E2eResult& r) {
   const auto& o = r.options;
   const auto& m = o.model;
@@ -122,8 +117,8 @@ std::string markdown(const model::E2eResult& r) {
   const model::PhaseStats& whole = optim ? r.step : r.forward_backward;
   if (whole.measured)
     s += fmt::format("model TFLOP/s at the {} median (PaLM's count, {:.3g} GFLOP a step): {:.3g}\n",
-                     optim ? "step" : "forward + backward", train_flops(r) / 1e9,
-                     train_flops(r) / (whole.median_ms * 1e-3) / 1e12);
+                     optim ? "step" : "forward + backward", model::train_flops(r) / 1e9,
+                     model::train_flops(r) / (whole.median_ms * 1e-3) / 1e12);
   s += "\n";
   // Memory: the plan's peak for the passes run, what the run allocated, and
   // on a GPU the most device memory in use after a phase.

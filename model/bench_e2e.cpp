@@ -200,6 +200,10 @@ E2eResult bench_e2e(const E2eOptions& o) {
   return r;
 }
 
+double train_flops(const E2eResult& r) {
+  return static_cast<double>(r.options.shape.tokens()) * r.options.model.train_flops_per_token(r.options.shape.context);
+}
+
 nlohmann::json to_json(const E2eResult& r) {
   const auto& o = r.options;
   return {{"benchmark", "e2e"},
@@ -226,6 +230,7 @@ nlohmann::json to_json(const E2eResult& r) {
           {"num_trials", o.trials},
           {"passes", passes_name(o.passes)},
           {"loss", r.loss},
+          {"train_flops", train_flops(r)},
           {"dtype", to_string(o.precision)},
           {"threads", o.threads},
           {"forward", phase_json(r.forward)},

@@ -88,6 +88,10 @@ E2eResult bench_e2e(const E2eOptions& options);
 
 nlohmann::json to_json(const E2eResult& r);
 
+/// FLOPs of one forward and backward over the run's batch, as
+/// ModelConfig::train_flops_per_token counts them (PaLM's count).
+double train_flops(const E2eResult& r);
+
 /// "AMD EPYC ..." from /proc/cpuinfo, "unknown CPU" elsewhere.
 std::string cpu_name();
 
