@@ -16,7 +16,12 @@ The files are of one benchmark, which picks the figure:
              with the trials' std; files side by side
   ops        `ktune bench ops`: a panel per op, fused and eager over the
              floor for each model shape, the families' 1.5x target drawn
-The title names the device, date and git revision of the first file. Bad
+  train      `ktune train --metrics` (JSON Lines, a record a step) or
+             `ktune train --json`: the loss and validation loss against the
+             step, and the learning rate and gradient norm where recorded;
+             a line per file (runs side by side)
+The title names the device, date and git revision of the first file (for
+`train`, the files). Bad
 input gets one line and exit 2, and nothing is written. Needs matplotlib
 (Debian: python3-matplotlib); ktune itself does not.
 """
@@ -26,11 +31,21 @@ import os
 import sys
 import tempfile
 
-KINDS = ("adam", "attention", "e2e", "ops")
+KINDS = ("adam", "attention", "e2e", "ops", "train")
 
 
 class BadInput(Exception):
     pass
+
+
+def training_run(path, data):
+    """A `train` record of a training run's steps: `ktune train --json`'s object, or --metrics' lines."""
+    steps = data.get("steps") if isinstance(data, dict) and "benchmark" not in data else data
+    if not isinstance(steps, list) or not steps or not all(
+            isinstance(s, dict) and "benchmark" not in s and isinstance(s.get("step"), int) and "loss" in s
+            for s in steps):
+        return None
+    return {"benchmark": "train", "file": os.path.basename(path), "steps": steps}
 
 
 def load(paths):
@@ -39,9 +54,17 @@ def load(paths):
     for path in paths:
         try:
             with open(path) as f:
-                data = json.load(f)
+                text = f.read()
+            try:
+                data = json.loads(text)
+            except ValueError:  # JSON Lines, as `train --metrics` writes: a record a line
+                data = [json.loads(line) for line in text.splitlines() if line.strip()]
         except (OSError, ValueError) as e:
             raise BadInput(f"{path}: not a readable JSON file ({str(e).splitlines()[0]})")
+        run = training_run(path, data)
+        if run:
+            records.append(run)
+            continue
         for r in data if isinstance(data, list) else [data]:
             if not isinstance(r, dict) or r.get("benchmark") not in KINDS:
                 raise BadInput(f"{path}: not the JSON of a ktune benchmark (one of {', '.join(KINDS)}, "
@@ -56,6 +79,8 @@ def load(paths):
 
 
 def stamp(r):
+    if r.get("benchmark") == "train":
+        return r["file"]
     device = r.get("device", "unknown device")
     date = r.get("date", "")[:10]
     revision = r.get("git_revision")
@@ -173,6 +198,32 @@ def plot_ops(plt, records):
     return fig, "Ops, eager and fused, over the floor (bytes / copy bandwidth + an empty launch)"
 
 
+def plot_train(plt, records):
+    def series(r, key):
+        points = [(s["step"], s[key]) for s in r["steps"] if s.get(key) is not None]
+        return [p[0] for p in points], [p[1] for p in points]
+
+    panels = [("loss", "loss")] + [(key, label) for key, label in (("lr", "learning rate"), ("grad_norm",
+                                   "gradient norm (before clipping)"))
+                                   if any(s.get(key) is not None for r in records for s in r["steps"])]
+    fig, axes = grid(plt, len(panels))
+    for ax, (key, label) in zip(axes, panels):
+        for r in records:
+            name = r["file"] if len(records) > 1 else ""
+            line, = ax.plot(*series(r, key), label=f"{name} train".strip() if key == "loss" else name or None)
+            if key == "loss":
+                x, y = series(r, "val_loss")
+                if x:
+                    ax.plot(x, y, "o--", color=line.get_color(), label=f"{name} validation".strip())
+        ax.set(xlabel="step", ylabel=label, title=label)
+        if key in ("loss", "grad_norm"):
+            ax.set_yscale("log")
+        ax.grid(True, alpha=0.3)
+        if key == "loss" or len(records) > 1:
+            ax.legend(fontsize=7)
+    return fig, "Training: the loss against the step"
+
+
 def main(argv):
     if len(argv) < 2 or argv[0] in ("-h", "--help"):
         print(__doc__.strip())
@@ -196,7 +247,8 @@ def main(argv):
     except BadInput as e:
         print(f"plot: {e}", file=sys.stderr)
         return 2
-    fig.suptitle(f"{title}\n{stamp(records[0])}", fontsize=9)
+    names = ", ".join(stamp(r) for r in records) if kind == "train" else stamp(records[0])
+    fig.suptitle(f"{title}\n{names}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     folder = os.path.dirname(os.path.abspath(out))
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=extension)

@@ -1,8 +1,8 @@
 // bench/plot.py on what ktune's benchmarks write, each run through the CLI
 // on the emulation or the cpu backend: Adam, ops, e2e (one run, and a list of
-// runs as --sweep writes) and attention (its GPU-sized targets' rows added
-// as it writes them). Each becomes a figure; bad input gets one line, exit
-// 2, and no figure.
+// runs as --sweep writes), attention (its GPU-sized targets' rows added as
+// it writes them) and training runs (--metrics' lines, --json). Each becomes
+// a figure; bad input gets one line, exit 2, and no figure.
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -104,6 +104,18 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
     j["rows"].push_back(target);
     write(dir / "attention.json", j);
     check_figure(dir / "attention.png", {dir / "attention.json"}, "attention, 1 result from 1 file");
+  }
+
+  SECTION("train: a run's --metrics lines and another's --json, from the CLI, side by side") {
+    const std::string train = test::ktune_exe().string() + " train --model tiny --ctx 8 --batch 2 --threads 2 ";
+    fs::remove(dir / "steps.jsonl");
+    REQUIRE(run_command(train + "--steps 6 --eval-every 3 --lr-schedule cosine --warmup-steps 2 --metrics " +
+                            (dir / "steps.jsonl").string(), &text) == 0);
+    REQUIRE(run_command(train + "--steps 4 --clip-norm 0 --json > " + (dir / "train.json").string(), &text) == 0);
+    check_figure(dir / "train.png", {dir / "steps.jsonl", dir / "train.json"}, "train, 2 results from 2 files");
+    std::ofstream(dir / "cut.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"lo";
+    CHECK(plot(dir / "cut.png", {dir / "cut.jsonl"}, &text) == 2);
+    CHECK(text.find("not a readable JSON file") != std::string::npos);
   }
 
   SECTION("bad input") {
