@@ -19,7 +19,6 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/checkpoint.hpp"
-#include "model/data.hpp"
 #include "model/train.hpp"
 
 namespace ktune::cli {
@@ -235,8 +234,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                    r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "")
                     << std::flush;
         },
-        [&global, &t](const model::Runtime& rt) {  // once the backend is up: a missing GPU says only that
+        [&global, &t](const model::TrainStart& start) {  // once the backend is up: a missing GPU says only that
           if (global.json) return;
+          const model::Runtime& rt = start.runtime;
           std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch "
                                    "{}{}{}\n",
                                    t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
@@ -246,14 +246,13 @@ void add_train_command(CLI::App& app, Global& global) {
                                                      t.shape.micro_batches * t.shape.batch)
                                        : "",
                                    t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "");
-          if (!t.tokens_file.empty()) {  // train() has read it by now
-            const auto size = static_cast<std::int64_t>(std::filesystem::file_size(t.tokens_file) / 2);
-            if (t.val_split > 0) {
-              const model::Split s = model::split_tokens(size, t.val_split, t.shape.context, t.tokens_file);
+          if (!t.tokens_file.empty()) {
+            if (start.held_out_tokens > 0) {
               std::cout << fmt::format("tokens: {}, the first {} of {} (the last {} held out for validation)\n",
-                                       t.tokens_file, s.train, size, s.held_out);
+                                       t.tokens_file, start.train_tokens, start.train_tokens + start.held_out_tokens,
+                                       start.held_out_tokens);
             } else {
-              std::cout << fmt::format("tokens: {} ({}){}\n", t.tokens_file, size,
+              std::cout << fmt::format("tokens: {} ({}){}\n", t.tokens_file, start.train_tokens,
                                        t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
                                                                                             ? "the same tokens"
                                                                                             : t.val_tokens_file)
@@ -261,8 +260,8 @@ void add_train_command(CLI::App& app, Global& global) {
             }
           }
           for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
-          if (t.resume && std::filesystem::exists(t.checkpoint)) {  // train() has checked it by now
-            const model::CheckpointInfo info = model::read_checkpoint_info(t.checkpoint, t.model);
+          if (start.resumed) {
+            const model::CheckpointInfo& info = *start.resumed;
             std::cout << fmt::format("resuming from {} after step {}\n", t.checkpoint, info.step);
             const auto shape = [](const model::RunShape& s) {
               return fmt::format("ctx {}, batch {}{}", s.context, s.batch,

@@ -73,7 +73,7 @@ float LrSchedule::at(std::int64_t step, float lr) const {
 }
 
 std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(const StepRecord&)>& on_step,
-                              const std::function<void(const Runtime&)>& on_start) {
+                              const std::function<void(const TrainStart&)>& on_start) {
   check_backend_name(o.backend.backend);
   LrSchedule schedule = o.schedule;
   if (schedule.cosine && schedule.cycle == 0) schedule.cycle = o.steps;
@@ -93,8 +93,9 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   const Streams streams = streams_for(o);
   const TokenStream& stream = streams.train;
   const bool resuming = o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint);
+  std::optional<CheckpointInfo> resumed;
   if (resuming) {  // before anything is allocated: a checkpoint of another model, seed or stream is refused at once
-    const CheckpointInfo info = read_checkpoint_info(o.checkpoint, o.model);
+    const CheckpointInfo& info = resumed.emplace(read_checkpoint_info(o.checkpoint, o.model));
     KTUNE_REQUIRE(info.seed == o.seed, fmt::format("{} was trained with seed {}; resume it with --seed {}",
                                                    o.checkpoint, info.seed, info.seed));
     const auto source = [](const std::string& file, std::int64_t count) {
@@ -116,7 +117,10 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
   require_memory(o, plan, plan.peak_step(), "training");
   auto model = start(o, Allocation::kTrain, !resuming);
-  if (on_start) on_start(*model);
+  if (on_start) on_start({*model, stream.size(), streams.held_out ? streams.held_out->size() : 0, resumed});
+  const auto save_weights = [&](const std::string& path) {
+    write_safetensors(path, parameters_file<float>(o.model, model->layout(), model->parameters()));
+  };
   const auto validate = [&] {
     std::mt19937_64 rng(o.seed + 2);
     std::vector<std::int32_t> val_tokens, val_targets;
@@ -173,7 +177,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) {
       r.val_loss = validate();
       if (!o.save_best.empty() && (!at.best_val_loss || *r.val_loss < *at.best_val_loss)) {
-        write_safetensors(o.save_best, parameters_file<float>(o.model, model->layout(), model->parameters()));
+        save_weights(o.save_best);
         at.best_val_loss = r.val_loss;
         r.saved_best = true;
       }
@@ -188,8 +192,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     if (on_step) on_step(r);
     if (stop) break;
   }
-  if (!o.save.empty())
-    write_safetensors(o.save, parameters_file<float>(o.model, model->layout(), model->parameters()));
+  if (!o.save.empty()) save_weights(o.save);
   return records;
 }
 
@@ -261,10 +264,18 @@ FullEvalResult evaluate_all(const RunOptions& o) {
   return r;
 }
 
-std::int32_t sample_token(std::span<const float> logits, double temperature, double top_p, std::mt19937_64& rng) {
+namespace {
+
+void require_sampling(double temperature, double top_p) {
   KTUNE_REQUIRE(std::isfinite(temperature) && temperature >= 0,
                 fmt::format("temperature {}; give 0 (greedy) or more", temperature));
   KTUNE_REQUIRE(top_p > 0 && top_p <= 1, fmt::format("top-p {}; give a probability in (0, 1]", top_p));
+}
+
+}  // namespace
+
+std::int32_t sample_token(std::span<const float> logits, double temperature, double top_p, std::mt19937_64& rng) {
+  require_sampling(temperature, top_p);
   KTUNE_REQUIRE(!logits.empty(), "no logits to draw a token from");
   for (const float l : logits)
     if (std::isnan(l)) throw_error(ErrorKind::kCheckFailed, "the model's logits hold NaN");
@@ -300,8 +311,7 @@ std::vector<std::int32_t> generate(const GenerateOptions& o, const std::function
   KTUNE_REQUIRE(!o.eos || (*o.eos >= 0 && *o.eos < o.model.vocab),
                 fmt::format("end-of-sequence token {} is outside the vocabulary [0, {})", o.eos.value_or(0),
                             o.model.vocab));
-  std::mt19937_64 probe(0);  // the sampling settings, checked before the model is built
-  sample_token(std::vector<float>{0.0f}, o.temperature, o.top_p, probe);
+  require_sampling(o.temperature, o.top_p);  // before the model is built
   RunOptions r = o;
   // A window no longer than the longest sequence a forward reads (the last
   // token drawn is not read back): a short generation runs no padding.

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "model/checkpoint.hpp"
 #include "model/config.hpp"
 #include "model/runtime.hpp"
 #include "templates/adamw/reference.hpp"
@@ -93,16 +94,26 @@ struct StepRecord {
   std::optional<LaunchCount> launches;  ///< what this step launched (device backends)
 };
 
+/// What a training run starts from, as `train` has read it: the runtime,
+/// the tokens of its training stream and of the part val_split holds out
+/// (0: none), and the checkpoint it resumes, if it does.
+struct TrainStart {
+  const Runtime& runtime;
+  std::int64_t train_tokens = 0;
+  std::int64_t held_out_tokens = 0;
+  std::optional<CheckpointInfo> resumed;
+};
+
 /// Trains up to step options.steps (from step 1, or after a resumed
-/// checkpoint's); calls on_step after each. `on_start` sees the runtime once
-/// it is built (its kernel summary, say). Throws kInvalidInput for a
+/// checkpoint's); calls on_step after each. `on_start` sees the run once
+/// its runtime is built (its kernel summary, say). Throws kInvalidInput for a
 /// schedule that cannot run (cosine with cycle <= warmup, min_lr > lr), a
 /// checkpoint to resume from that is not one of this model's or was trained
 /// under another seed; kCheckFailed when a step's loss is not finite (before
 /// that step's update: the checkpoint keeps the last one written, and the
 /// training stops rather than overwrite it with diverged weights).
 std::vector<StepRecord> train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {},
-                              const std::function<void(const Runtime&)>& on_start = {});
+                              const std::function<void(const TrainStart&)>& on_start = {});
 
 struct EvalResult {
   double loss = 0;

@@ -39,7 +39,7 @@ TEST_CASE("emu backend: three training steps of the tiny model follow the cpu ba
   const auto cpu = train(o);
   o.backend.backend = "emu";
   std::string summary;
-  const auto emu = train(o, {}, [&](const Runtime& rt) { summary = rt.kernel_summary(); });
+  const auto emu = train(o, {}, [&](const TrainStart& start) { summary = start.runtime.kernel_summary(); });
   REQUIRE(emu.size() == cpu.size());
   for (std::size_t i = 0; i < cpu.size(); ++i) CHECK(emu[i].loss == Approx(cpu[i].loss).epsilon(1e-5));
   CHECK(cpu.back().loss < cpu.front().loss);
@@ -112,7 +112,7 @@ TEST_CASE("emu backend, bf16: training steps follow the cpu backend's fp32 losse
     INFO(to_string(mode));
     o.backend.mode = mode;
     std::string summary;
-    const auto emu = train(o, {}, [&](const Runtime& rt) { summary = rt.kernel_summary(); });
+    const auto emu = train(o, {}, [&](const TrainStart& start) { summary = start.runtime.kernel_summary(); });
     REQUIRE(emu.size() == cpu.size());
     // bf16 activations: the loss within the tolerance device_model_emu_test
     // explains (2e-3; 2e-4 to 6.5e-4 measured here), after the AdamW step too,
