@@ -45,10 +45,17 @@ ModelConfig model_config(const std::string& name);
 /// batch's mean over micro_batches, so the gradients summed over a step's
 /// micro-batches are those of their mean loss, as one batch of
 /// micro_batches x batch sequences would give, at one batch's activations.
+/// With `recompute` (activation checkpointing) a training run keeps of each
+/// block only its input and first norm (the stream, ln1 and its rstd); the
+/// backward runs each block's forward again from them, up to the SwiGLU,
+/// before that block's backward, into one slot all blocks share: about one
+/// more forward of the blocks for the activations of one block. The math is
+/// the same, so are the gradients.
 struct RunShape {
   std::int64_t batch = 4;
   std::int64_t context = 128;
   std::int64_t micro_batches = 1;
+  bool recompute = false;
 
   std::int64_t tokens() const { return batch * context; }
   /// The tokens of one optimizer step: every micro-batch's.

@@ -48,6 +48,7 @@ LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved
   l.x_in = c.take(N * C);
   l.ln1 = c.take(N * C);
   l.rstd1 = c.take(N, Held::kFp32);
+  l.kept = c.next;
   l.q = c.take(N * C);
   l.k = c.take(N * C);
   l.v = c.take(N * C);
@@ -162,8 +163,11 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
   const std::int64_t layer = bytes(layer_layout(m, r, attention));
   const std::int64_t final = bytes(final_layout(m, r));
   p.per_layer_activations = layer;
+  // A bf16 layout's units are 2 bytes; an f32 one's count element_bytes values.
+  p.per_layer_kept = layer_layout(m, r, attention, precision).kept * (bf16 ? 2 : element_bytes);
   p.activations_forward = layer + final;
-  p.activations_backward = m.layers * layer + final;
+  p.activations_backward =
+      (r.recompute ? m.layers * p.per_layer_kept + (layer - p.per_layer_kept) : m.layers * layer) + final;
   p.workspace_forward = bytes(workspace_layout(m, r, threads, false));
   p.workspace_backward = bytes(workspace_layout(m, r, threads, true));
   return p;

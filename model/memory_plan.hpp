@@ -37,6 +37,9 @@ struct LayerLayout {
   std::int64_t h = 0;      // (N, F) silu(a) * b, input of w2
   std::int64_t size = 0;   // elements of one slot
   std::int64_t bf16_bytes = 0;  // bytes of one slot with bf16 activations (statistics fp32)
+  /// Units of the slot's first buffers, x_in, ln1 and rstd1: what a block
+  /// keeps for the backward when it recomputes the rest (RunShape::recompute).
+  std::int64_t kept = 0;
 };
 
 /// Offsets of the activations after the last block.
@@ -114,8 +117,10 @@ struct MemoryPlan {
   std::int64_t optimizer_state = 0;       ///< AdamW exp_avg + exp_avg_sq
   std::int64_t inputs = 0;                ///< tokens and targets (int32)
   std::int64_t activations_forward = 0;   ///< forward-only: one block slot + final
-  std::int64_t activations_backward = 0;  ///< kept for backward: every block + final
+  std::int64_t activations_backward = 0;  ///< kept for backward: every block + final (recompute: every
+                                          ///< block's input and first norm, one shared slot + final)
   std::int64_t per_layer_activations = 0; ///< one block's slot
+  std::int64_t per_layer_kept = 0;        ///< of it, what each block keeps when the run recomputes the rest
   std::int64_t workspace_forward = 0;     ///< forward scratch
   std::int64_t workspace_backward = 0;    ///< forward scratch + activation gradients
 

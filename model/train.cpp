@@ -131,7 +131,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     }
     return sum / static_cast<double>(o.eval_batches);
   };
-  CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size(), o.shape};
+  CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size(), o.shape, std::nullopt};
   if (resuming) {
     at = load_checkpoint(o.checkpoint, *model);
     at.tokens = o.tokens_file;  // where a moved file is read from now

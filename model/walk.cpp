@@ -89,28 +89,28 @@ struct GradTarget {
 };
 
 // Block l from its ln1 (rstd1 kept), which the walk wrote before it: the
-// embedding's norm for block 0, else block l - 1's last op. Each residual
-// add runs with the norm that reads its sum, as one op: the attention
-// branch's with ln2, the feed-forward's with the next block's ln1 or the
-// final norm.
-void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
+// embedding's norm for block 0, else block l - 1's last op; up to the
+// SwiGLU, every activation its backward reads (what a recomputing backward
+// runs again). The attention branch's residual add runs with ln2, which
+// reads its sum, as one op.
+void forward_body(Ops& ops, const StepLayout& L, std::int64_t l) {
   const auto& c = L.config;
   const auto& ll = L.layer;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
   const std::int64_t H = c.heads, D = c.head_dim(), S = L.shape.context;
   const BlockParams& bp = L.params.blocks[l];
-  const Ref a = L.act(l);
+  const Ref a = L.act(l), kept = L.keep(l);
 
   // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1), then ln2 of it.
   const Ref cos = W(L.work.rope_cos), sin = W(L.work.rope_sin);
   if (L.fused_qkv) {  // (N, 3C) rows [q | k | v]: W_q, W_k, W_v stacked are one (3C, C) weight
     const Ref qkv = a + ll.q;
-    linear(ops, a + ll.ln1, L.weight(bp.q), qkv, N, C, 3 * C);
+    linear(ops, kept + ll.ln1, L.weight(bp.q), qkv, N, C, 3 * C);
     ops.rope_forward(qkv, cos, sin, N, S, 2 * H, D, 3 * C);  // q and k of a token: 2H heads side by side
     ops.attention_forward(qkv, qkv + C, qkv + 2 * C, a + ll.attn_saved, a + ll.attn, L.attention_shape(), 3 * C);
   } else {
-    linears(ops, L, a + ll.ln1, {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)}, {a + ll.q, a + ll.k, a + ll.v},
-            N, C, C);  // (N, H, D) each
+    linears(ops, L, kept + ll.ln1, {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)},
+            {a + ll.q, a + ll.k, a + ll.v}, N, C, C);  // (N, H, D) each
     if (L.paired_rope) {  // k follows q: token N + t is k's token t, at position t % S
       ops.rope_forward(a + ll.q, cos, sin, 2 * N, S, H, D, C);
     } else {
@@ -120,22 +120,31 @@ void forward_block(Ops& ops, const StepLayout& L, std::int64_t l) {
     ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape(), C);
   }
   linear(ops, a + ll.attn, L.weight(bp.o), a + ll.x_mid, N, C, C);
-  ops.residual_rmsnorm_forward(a + ll.x_in, a + ll.x_mid, P(bp.ln2), a + ll.x_mid, a + ll.ln2, a + ll.rstd2, N, C,
-                               c.norm_eps);
+  ops.residual_rmsnorm_forward(kept + ll.x_in, a + ll.x_mid, P(bp.ln2), a + ll.x_mid, a + ll.ln2, a + ll.rstd2, N,
+                               C, c.norm_eps);
 
-  // Feed-forward branch: x_out = x_mid + W2 (silu(W1 ln2) * W3 ln2), then
-  // the next block's ln1 of it, or the final norm.
+  // Feed-forward branch, up to h = silu(W1 ln2) * W3 ln2.
   linears(ops, L, a + ll.ln2, {L.weight(bp.w1), L.weight(bp.w3)}, {a + ll.a, a + ll.b}, N, C, FF);  // (N, F) each
   ops.swiglu_forward(a + ll.a, a + ll.b, a + ll.h, N * FF);
-  // x_out is the next block's input (its own slot when training; this
-  // slot's x_in, no longer needed, when forward-only), or the final stream;
-  // so is its norm (forward-only: over this block's ln1, no longer needed).
+}
+
+// The rest of block l after forward_body: x_out = x_mid + W2 h, then the
+// next block's ln1 of it, or the final norm, as one op.
+void forward_tail(Ops& ops, const StepLayout& L, std::int64_t l) {
+  const auto& c = L.config;
+  const auto& ll = L.layer;
+  const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
+  const BlockParams& bp = L.params.blocks[l];
+  const Ref a = L.act(l);
+  // x_out is the next block's input (its own kept buffers when training;
+  // this slot's x_in, no longer needed, when forward-only), or the final
+  // stream; so is its norm (forward-only: over this block's ln1).
   const bool last = l + 1 == c.layers;
-  const Ref next = last ? F(L.final.x) : L.act(l + 1) + ll.x_in;
+  const Ref next = last ? F(L.final.x) : L.keep(l + 1) + ll.x_in;
   linear(ops, a + ll.h, L.weight(bp.w2), next, N, FF, C);
   const Ref norm_w = last ? P(L.params.ln_final) : P(L.params.blocks[l + 1].ln1);
-  const Ref norm_y = last ? F(L.final.ln) : L.act(l + 1) + ll.ln1;
-  const Ref norm_rstd = last ? F(L.final.rstd) : L.act(l + 1) + ll.rstd1;
+  const Ref norm_y = last ? F(L.final.ln) : L.keep(l + 1) + ll.ln1;
+  const Ref norm_rstd = last ? F(L.final.rstd) : L.keep(l + 1) + ll.rstd1;
   ops.residual_rmsnorm_forward(a + ll.x_mid, next, norm_w, next, norm_y, norm_rstd, N, C, c.norm_eps);
 }
 
@@ -146,7 +155,7 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTar
   const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
   const std::int64_t H = c.heads, D = c.head_dim(), S = L.shape.context;
   const BlockParams& bp = L.params.blocks[l];
-  const Ref a = L.act(l);
+  const Ref a = L.act(l), kept = L.keep(l);
   const Ref dx = W(wl.dx);  // (N, C) gradient of the block's output, then of its input
 
   // Feed-forward branch.
@@ -172,7 +181,7 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTar
     ops.attention_backward(qkv, qkv + C, qkv + 2 * C, a + ll.attn, a + ll.attn_saved, dattn, dqkv, dqkv + C,
                            dqkv + 2 * C, L.attention_shape(), 3 * C);
     ops.rope_backward(dqkv, cos, sin, N, S, 2 * H, D, 3 * C);
-    linear_dw(ops, dqkv, a + ll.ln1, G(bp.q), N, C, 3 * C, g.accumulate);  // the stacked (3C, C) gradient
+    linear_dw(ops, dqkv, kept + ll.ln1, G(bp.q), N, C, 3 * C, g.accumulate);  // the stacked (3C, C) gradient
     linear_dx(ops, dqkv, L.weight(bp.q), W(wl.dtmp), N, C, 3 * C);  // one GEMM with K = 3C
   } else {
     const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
@@ -184,14 +193,14 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTar
       ops.rope_backward(dq, cos, sin, N, S, H, D, C);
       ops.rope_backward(dk, cos, sin, N, S, H, D, C);
     }
-    linear_dws(ops, L, {dq, dk, dv}, a + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C, g.accumulate);
+    linear_dws(ops, L, {dq, dk, dv}, kept + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C, g.accumulate);
     linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
     linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
     linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);
   }
   // x_in's gradient: the stream's plus ln1's (block 0's ln1 had no add
   // before it, but its input's gradient has the same two terms).
-  ops.residual_rmsnorm_backward(a + ll.x_in, P(bp.ln1), a + ll.rstd1, W(wl.dtmp), dx, dx, g.at(bp.ln1), N, C);
+  ops.residual_rmsnorm_backward(kept + ll.x_in, P(bp.ln1), kept + ll.rstd1, W(wl.dtmp), dx, dx, g.at(bp.ln1), N, C);
   g.done(ops, bp.ln1, C);
 }
 
@@ -205,7 +214,8 @@ std::int64_t StepLayout::region_elements(Region r) const {
     case Region::kExpAvgSq:
       return params.total;
     case Region::kLayers:
-      return (train ? config.layers : 1) * layer.size;
+      if (!train) return layer.size;
+      return shape.recompute ? (config.layers - 1) * layer.kept + layer.size : config.layers * layer.size;
     case Region::kFinal:
       return final.size;
     case Region::kWork:
@@ -257,12 +267,15 @@ void walk_forward_ops(Ops& ops, const StepLayout& L) {
   const auto& fl = L.final;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
   const Ref tokens{Region::kTokens, 0}, targets{Region::kTargets, 0};
-  const Ref a0 = L.act(0);
-  ops.embedding_forward(tokens, L.weight(L.params.embedding), a0 + L.layer.x_in, N, C, V);  // (N, C)
+  const Ref k0 = L.keep(0);
+  ops.embedding_forward(tokens, L.weight(L.params.embedding), k0 + L.layer.x_in, N, C, V);  // (N, C)
   // The one norm with no residual add before it; the last block ends with the final norm.
-  ops.rmsnorm_forward(a0 + L.layer.x_in, P(L.params.blocks[0].ln1), a0 + L.layer.ln1, a0 + L.layer.rstd1, N, C,
+  ops.rmsnorm_forward(k0 + L.layer.x_in, P(L.params.blocks[0].ln1), k0 + L.layer.ln1, k0 + L.layer.rstd1, N, C,
                       c.norm_eps);
-  for (std::int64_t l = 0; l < c.layers; ++l) forward_block(ops, L, l);
+  for (std::int64_t l = 0; l < c.layers; ++l) {
+    forward_body(ops, L, l);
+    forward_tail(ops, L, l);
+  }
   linear(ops, F(fl.ln), L.weight(L.params.lm_head), F(fl.logits), N, C, V);  // (N, V)
   ops.cross_entropy_forward(F(fl.logits), targets, F(fl.losses), F(fl.lse), N, V);
 }
@@ -286,7 +299,12 @@ void walk_backward(Ops& ops, const StepLayout& L, bool accumulate) {
   ops.rmsnorm_backward(F(fl.x), P(L.params.ln_final), F(fl.rstd), W(wl.dtmp), W(wl.dx), g.at(L.params.ln_final), N,
                        C);
   g.done(ops, L.params.ln_final, C);
-  for (std::int64_t l = c.layers - 1; l >= 0; --l) backward_block(ops, L, l, g);
+  for (std::int64_t l = c.layers - 1; l >= 0; --l) {
+    // Recomputing, block l's activations are run again into the shared
+    // slot, where the forward left the last block's.
+    if (L.shape.recompute && l + 1 < c.layers) forward_body(ops, L, l);
+    backward_block(ops, L, l, g);
+  }
   ops.embedding_backward(tokens, W(wl.dx), g.at(L.params.embedding), N, C, V);  // (V, C)
   g.done(ops, L.params.embedding, V * C);
 }
