@@ -63,6 +63,7 @@ std::string heading(const model::E2eResult& r) {
                               model::to_string(o.precision), r.date);
   s += fmt::format("{}git revision {}, ktune {}; phases timed with {}\n\n",
                    r.driver.empty() ? "" : "driver " + r.driver + ", ", git_revision(), ktune_version(), r.clock);
+  if (o.shape.recompute) s += "activations recomputed: each block's forward runs again before its backward\n\n";
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
   if (r.launches)
     s += fmt::format("launches/step: {} ({} mode, counted)\n\n", r.launches->str(), model::to_string(o.mode));
@@ -139,7 +140,8 @@ void run_sweep(model::E2eOptions e, const std::string& json_out, bool json) {
   for (const std::int64_t ctx : {128, 256})
     for (const std::int64_t warmup : {0, 1, 5})
       for (const bool forward_only : {false, true}) {
-        e.shape = {4, ctx};
+        e.shape.batch = 4;
+        e.shape.context = ctx;
         e.warmup = warmup;
         e.passes = forward_only ? model::E2ePasses::kForward : model::E2ePasses::kForwardBackward;
         std::cerr << fmt::format("[{}/12] {} ctx {}, {} warm-up steps, {}\n", results.size() + 1, e.model.name, ctx,
@@ -173,6 +175,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   auto* cmd = bench.add_subcommand("e2e", "End-to-end training step (seeds 002/004): forward, backward, optimizer "
                                           "mean and std over trials");
   add_model_options(cmd, o->m);
+  add_recompute_option(cmd, o->m);
   add_backend_options(cmd, o->m);
   cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")
       ->check(integer_at_least(0))

@@ -30,6 +30,7 @@ const PlanRow kRows[] = {
     {"activations, forward-only (1 block + head)", "activations_forward", [](const model::MemoryPlan& p) { return p.activations_forward; }},
     {"activations kept for backward", "activations_backward", [](const model::MemoryPlan& p) { return p.activations_backward; }},
     {"  of which per block", "activations_per_block", [](const model::MemoryPlan& p) { return p.per_layer_activations; }},
+    {"  of which each block keeps, recomputing", "activations_kept_per_block", [](const model::MemoryPlan& p) { return p.per_layer_kept; }},
     {"workspace, forward", "workspace_forward", [](const model::MemoryPlan& p) { return p.workspace_forward; }},
     {"workspace, forward+backward", "workspace_backward", [](const model::MemoryPlan& p) { return p.workspace_backward; }},
     {"**peak, forward-only**", "peak_forward", [](const model::MemoryPlan& p) { return p.peak_forward(); }},
@@ -54,6 +55,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
   cmd->add_option("--batch", o->m.batch, "Batch size")->check(integer_at_least(1))->default_str("4");
   add_threads_option(cmd, o->m);
+  add_recompute_option(cmd, o->m);
   cmd->add_option("--dtype", o->dtype,
                   "The run's precision: f32; tf32 (with --mode compiled, flash attention: each block keeps the "
                   "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities); bf16 (mixed precision: bf16 "
@@ -86,9 +88,10 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
             model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a), 4, attention, precision));
       }
       text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, {}, {} "
-                          "attention\n\n",
+                          "attention{}\n\n",
                           config.name, config.d_model, config.layers, config.heads, config.vocab,
-                          plans.front().shape.batch, o->dtype, attention_name);
+                          plans.front().shape.batch, o->dtype, attention_name,
+                          o->m.recompute ? ", activations recomputed" : "");
       text += "| phase |";
       for (auto c : ctxs) text += fmt::format(" ctx {} |", c);
       text += "\n|:--|";
@@ -96,6 +99,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       text += "\n";
       for (const auto& row : kRows) {
         if (row.key == std::string("weight_copy") && precision != model::Precision::kBf16) continue;
+        if (row.key == std::string("activations_kept_per_block") && !o->m.recompute) continue;
         text += fmt::format("| {} |", row.name);
         for (const auto& p : plans) text += fmt::format(" {} |", model::format_bytes(row.bytes(p)));
         text += "\n";
@@ -104,7 +108,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       for (const auto& p : plans) {
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
                                     {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", o->dtype},
-                                    {"attention", attention_name}};
+                                    {"attention", attention_name}, {"recompute", o->m.recompute}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);
         all.push_back(j);
       }

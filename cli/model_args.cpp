@@ -66,8 +66,16 @@ model::ModelConfig model_from_args(const ModelArgs& a) {
 
 model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, std::int64_t default_batch) {
   model::RunShape s{a.batch ? a.batch : default_batch, a.ctx ? a.ctx : default_ctx};
+  s.recompute = a.recompute;
   s.validate();
   return s;
+}
+
+void add_recompute_option(CLI::App* cmd, ModelArgs& a) {
+  cmd->add_flag("--recompute", a.recompute,
+                "Activation recomputation (checkpointing): keep of each block only its input and first norm, and "
+                "run each block's forward again (up to the SwiGLU) before its backward: about a third more compute "
+                "for a step, the activations of one block instead of every block's; the same math and gradients");
 }
 
 void add_backend_options(CLI::App* cmd, ModelArgs& a) {

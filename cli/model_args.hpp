@@ -21,6 +21,7 @@ struct ModelArgs {
   std::string dtype = "f32";                                             // the run's precision
   bool graph = false;                                                    // compiled mode: passes as graphs
   bool pdl = false;                                                      // programmatic dependent launch
+  bool recompute = false;                                                // activation recomputation
 };
 
 /// Adds --model, the size overrides (add_size_options), and, when `shape`,
@@ -37,7 +38,11 @@ void add_threads_option(CLI::App* cmd, ModelArgs& args);
 /// changed it); throws kInvalidInput for an unknown name or a bad size.
 model::ModelConfig model_from_args(const ModelArgs& args);
 
-/// --ctx/--batch, or the defaults given.
+/// Adds --recompute (RunShape::recompute) to a command that trains or
+/// plans a training run.
+void add_recompute_option(CLI::App* cmd, ModelArgs& args);
+
+/// --ctx/--batch, or the defaults given, and --recompute.
 model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx, std::int64_t default_batch);
 
 /// Adds --backend (cpu | cuda | emu), --mode (eager | compiled), --dtype

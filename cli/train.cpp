@@ -103,6 +103,7 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
+  add_recompute_option(cmd, o->m);
   cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--accumulate", o->accumulate,
                   "Micro-batches per optimizer step (gradient accumulation): each step runs this many forwards and "
@@ -238,14 +239,15 @@ void add_train_command(CLI::App& app, Global& global) {
           if (global.json) return;
           const model::Runtime& rt = start.runtime;
           std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch "
-                                   "{}{}{}\n",
+                                   "{}{}{}{}\n",
                                    t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
                                    t.backend.backend, t.shape.context, t.shape.batch,
                                    t.shape.micro_batches > 1
                                        ? fmt::format(" x {} micro-batches a step ({} windows)", t.shape.micro_batches,
                                                      t.shape.micro_batches * t.shape.batch)
                                        : "",
-                                   t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "");
+                                   t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "",
+                                   t.shape.recompute ? ", activations recomputed" : "");
           if (!t.tokens_file.empty()) {
             if (start.held_out_tokens > 0) {
               std::cout << fmt::format("tokens: {}, the first {} of {} (the last {} held out for validation)\n",
@@ -285,6 +287,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                   {"context", t.shape.context},
                                   {"batch", t.shape.batch},
                                   {"micro_batches", t.shape.micro_batches},
+                                  {"recompute", t.shape.recompute},
                                   {"steps", j}}
                        .dump(2)
                 << "\n";
