@@ -12,6 +12,7 @@ import struct
 
 import torch
 import torch.nn as nn
+import torch.utils.checkpoint
 
 SIZES = {  # name: (vocab, d_model, d_ff, layers, heads), seeds/README.md plus tiny
     "small": (10000, 768, 3072, 12, 12),
@@ -103,11 +104,15 @@ class TransformerLM(nn.Module):
         self.layers = nn.ModuleList(Block(d_model, d_ff, heads, theta) for _ in range(layers))
         self.ln_final = RMSNorm(d_model)
         self.lm_head = Linear(d_model, vocab)
+        self.recompute = False  # each block under torch.utils.checkpoint when training
 
     def forward(self, tokens):
         x = self.token_embeddings(tokens)
         for block in self.layers:
-            x = block(x)
+            if self.recompute and torch.is_grad_enabled():
+                x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+            else:
+                x = block(x)
         return self.lm_head(self.ln_final(x))
 
 

@@ -40,6 +40,8 @@ class TorchE2eTest(unittest.TestCase):
         self.assertEqual(t.parse(["--batch-file", "b", "--compile-mode", "reduce-overhead"]).compile_mode,
                          "reduce-overhead")
         self.assertEqual(t.parse(["--batch-file", "b"]).compile_mode, "default")
+        self.assertFalse(t.parse(["--batch-file", "b"]).recompute)
+        self.assertTrue(t.parse(["--batch-file", "b", "--recompute"]).recompute)
         with self.assertRaises(SystemExit):  # torch.compile's mode, not eager's
             t.parse(["--batch-file", "b", "--mode", "eager", "--compile-mode", "reduce-overhead"])
 
@@ -84,6 +86,9 @@ class TorchE2eTest(unittest.TestCase):
         self.assertEqual(lines[0].count("|"), lines[2].count("|"))
         self.assertIn("| 0.012000 | 0.000500 | - |", lines[2])
         self.assertIn("2.00 GiB | 9.250000 |", lines[2])
+        self.assertIn("| compiled | float32 |", lines[2])
+        r["recompute"] = True  # ktune's JSON and the peer's own say so
+        self.assertIn("| compiled, recomputed | float32 |", t.table([r]).splitlines()[2])
 
 
 if __name__ == "__main__":

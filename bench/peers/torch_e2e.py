@@ -10,6 +10,9 @@ the model config in the metadata). Modes, as ktune's:
             (--compile-mode reduce-overhead: forward and backward replayed as
             CUDA graphs, the peer of `ktune bench e2e --graph`)
 and precisions fp32 (TF32 off), tf32 (TF32 matmuls) and bf16 (autocast).
+With --recompute each block runs under torch.utils.checkpoint (non-reentrant):
+its activations recomputed in the backward, the peer of `ktune bench e2e
+--recompute`.
 Each phase (forward, which waits for the loss as ktune's does; backward;
 AdamW) is timed with CUDA events; mean and sample std over the trials after
 the warm-ups, in the seeds' columns (markdown, or --json), the peak memory
@@ -54,6 +57,8 @@ def parse(argv=None):
     passes = p.add_mutually_exclusive_group()
     passes.add_argument("--forward-only", action="store_true", help="time the forward pass only")
     passes.add_argument("--with-optimizer", action="store_true", help="also time the AdamW step")
+    p.add_argument("--recompute", action="store_true",
+                   help="each block under torch.utils.checkpoint: activations recomputed in the backward")
     p.add_argument("--json", action="store_true", help="JSON on stdout")
     p.add_argument("--json-out", help="also write the result as JSON to this file")
     p.add_argument("--ktune-json", nargs="+", default=[],
@@ -131,7 +136,8 @@ def row(r):
         p = r.get(phase)
         return f"{p[key] / 1e3:.6f}" if p else "-"
     peak = r.get("device_peak_bytes")
-    cells = [r["backend"], r.get("mode", "-"), r.get("dtype", "-"), str(r["batch_size"]), r["model"],
+    mode = r.get("mode", "-") + (", recomputed" if r.get("recompute") else "")
+    cells = [r["backend"], mode, r.get("dtype", "-"), str(r["batch_size"]), r["model"],
              str(r["context_length"])]
     for phase in ("forward", "backward", "forward_backward", "optimizer", "step"):
         cells += [sec(phase, "mean_ms"), sec(phase, "std_ms")]
@@ -166,6 +172,7 @@ def run(a):
         return torch.frombuffer(raw, dtype=t).reshape(shape)  # a view of the file's buffer
 
     model = TransformerLM(vocab, d_model, d_ff, layers, heads, theta)
+    model.recompute = a.recompute
     state = {name: tensor(name) for name in model.state_dict()}
     model.load_state_dict(state)
     model.to(dev)
@@ -227,6 +234,7 @@ def run(a):
               "num_heads": heads, "vocab_size": vocab, "context_length": ctx, "batch_size": batch,
               "num_warmups": a.warmup, "num_trials": a.trials,
               "passes": "forward" if a.forward_only else "step" if opt else "forward_backward",
+              "recompute": a.recompute,
               "loss": first_loss, "device_peak_bytes": torch.cuda.max_memory_allocated(dev)}
     for p in PHASES:
         result[p] = summary(samples[p])

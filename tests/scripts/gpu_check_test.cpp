@@ -151,7 +151,8 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   // fp32 and compiled bf16.
   CHECK(n.ktune == 12 + 5 + 13 + 20 + 10 + 6 + 3 + 2 + 10);
   CHECK(n.test_files == gpu_test_files());
-  CHECK(n.e2e_peers == 20 + 10);  // and torch.compile's CUDA graphs beside compiled mode's
+  // and torch.compile's CUDA graphs beside compiled mode's, and the recompute step's two
+  CHECK(n.e2e_peers == 20 + 10 + 2);
   CHECK(n.attention_peers == 2);
   const auto has = [&](const std::string& text) { return any_contains(commands, text); };
   CHECK(has("--families rmsnorm_bwd\\,residual_rmsnorm_bwd\\,embedding_bwd\\,cross_entropy_fwd --pdl"));
@@ -159,7 +160,8 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(has("tune --model small --ctx 256 --batch 4 --dtype bf16"));
   CHECK(has("bench e2e --backend cuda --mode eager --dtype f32 --model 2.7B --sweep"));
   CHECK(has("--checkpoint-every 10 --resume"));
-  CHECK(has("--dtype bf16 --recompute --json-out"));
+  CHECK(has("--dtype bf16 --recompute --save-batch"));
+  CHECK(has("--with-optimizer --recompute --json-out"));  // the peer's
 }
 
 TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
