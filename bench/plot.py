@@ -149,7 +149,7 @@ def plot_attention(plt, records):
 def e2e_label(r):
     backend = r.get("backend", "?")
     who = backend if backend.startswith("torch") else f"ktune {backend}"
-    extra = ", graphs" if r.get("graphs") else ""
+    extra = (", graphs" if r.get("graphs") else "") + (", recomputed" if r.get("recompute") else "")
     return (f"{who} {r.get('mode', '')} {r.get('dtype', '')}{extra}\n{r.get('model', '')} ctx {r['context_length']}, "
             f"warm-up {r.get('num_warmups', '?')}")
 
