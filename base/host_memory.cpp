@@ -23,13 +23,13 @@ std::int64_t available_host_memory() {
   return pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
 }
 
-void require_host_memory(std::int64_t bytes, std::string_view what) {
+void require_host_memory(std::int64_t bytes, std::string_view what, std::string_view remedy) {
   const std::int64_t available = available_host_memory();
   auto gib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024 * 1024); };
   KTUNE_REQUIRE(available == 0 || bytes <= available,
                 fmt::format("{} needs {} bytes ({:.2f} GiB) of host memory, more than the {} bytes ({:.2f} GiB) "
-                            "available; use a smaller model, context or batch",
-                            what, bytes, gib(bytes), available, gib(available)));
+                            "available; {}",
+                            what, bytes, gib(bytes), available, gib(available), remedy));
 }
 
 }  // namespace ktune

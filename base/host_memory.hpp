@@ -11,8 +11,10 @@ namespace ktune {
 std::int64_t available_host_memory();
 
 /// Throws kInvalidInput, one line naming `what` (e.g. "training model xl at
-/// context 256"), the bytes needed and the bytes available, when `bytes`
-/// exceed available_host_memory(). Does nothing when that is unknown.
-void require_host_memory(std::int64_t bytes, std::string_view what);
+/// context 256"), the bytes needed and the bytes available, then `remedy`,
+/// when `bytes` exceed available_host_memory(). Does nothing when that is
+/// unknown.
+void require_host_memory(std::int64_t bytes, std::string_view what,
+                         std::string_view remedy = "use a smaller model, context or batch");
 
 }  // namespace ktune

@@ -184,8 +184,24 @@ std::int64_t MemoryPlan::peak_forward_backward() const {
 std::int64_t MemoryPlan::peak_step() const { return peak_forward_backward() + optimizer_state; }
 
 void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::string& run) {
-  ktune::require_host_memory(peak, fmt::format("{} model {} at context {}, batch {}", run, plan.model.name,
-                                               plan.shape.context, plan.shape.batch));
+  ktune::require_host_memory(peak,
+                             fmt::format("{} model {} at context {}, batch {}", run, plan.model.name,
+                                         plan.shape.context, plan.shape.batch),
+                             memory_remedy(plan, peak, available_host_memory()));
+}
+
+std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_t available) {
+  const std::string smaller = "a smaller model, context or batch";
+  // Recomputing changes only the activations a backward keeps: a forward-only peak stays.
+  if (plan.shape.recompute || peak == plan.peak_forward()) return "use " + smaller;
+  RunShape recomputing = plan.shape;
+  recomputing.recompute = true;
+  const MemoryPlan r =
+      plan_memory(plan.model, recomputing, plan.threads, plan.element_bytes, plan.attention, plan.precision);
+  const std::int64_t needed = peak - (plan.activations_backward - r.activations_backward);
+  if (needed > available) return "use " + smaller;
+  return fmt::format("use --recompute (activations recomputed in the backward: {} at this peak), or {}",
+                     format_bytes(needed), smaller);
 }
 
 std::string format_bytes(std::int64_t bytes) {

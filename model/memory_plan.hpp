@@ -140,9 +140,15 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
 
 /// Refuses, before anything is allocated, a run whose planned `peak` (one of
 /// the plan's peaks) exceeds the host memory available: kInvalidInput, one
-/// line with `run` ("training", "evaluating", ...), the model and shape, and
-/// the bytes needed vs available.
+/// line with `run` ("training", "evaluating", ...), the model and shape, the
+/// bytes needed vs available, and memory_remedy's advice.
 void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::string& run);
+
+/// What a run whose `peak` (one of the plan's peaks) exceeds `available`
+/// bytes can do: "use --recompute (...), or a smaller model, context or
+/// batch" where recomputing activations (RunShape::recompute) would bring
+/// that peak within `available`, else "use a smaller model, context or batch".
+std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_t available);
 
 /// Human-readable size: "1.23 GiB", "456.0 MiB", "12.0 KiB", "7 B".
 std::string format_bytes(std::int64_t bytes);

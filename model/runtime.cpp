@@ -65,12 +65,13 @@ class DeviceRuntime final : public Runtime {
                                           attention_saved(options.precision, options.mode == Mode::kCompiled),
                                           options.precision);
       const std::int64_t peak = allocation == Allocation::kTrain ? plan.peak_step() : plan.peak_forward();
-      KTUNE_REQUIRE(peak <= static_cast<std::int64_t>(baseline_.free_bytes),
+      const auto free = static_cast<std::int64_t>(baseline_.free_bytes);
+      KTUNE_REQUIRE(peak <= free,
                     fmt::format("model {} at context {}, batch {} needs {} of device memory (the plan's peak); "
-                                "{} has {} free of {}",
+                                "{} has {} free of {}; {}",
                                 config.name, shape.context, shape.batch, format_bytes(peak), backend_->device().name,
-                                format_bytes(static_cast<std::int64_t>(baseline_.free_bytes)),
-                                format_bytes(static_cast<std::int64_t>(baseline_.total_bytes))));
+                                format_bytes(free), format_bytes(static_cast<std::int64_t>(baseline_.total_bytes)),
+                                memory_remedy(plan, peak, free)));
     }
     if (!options.cache.empty()) tuned_ = std::make_unique<cache::TunedCache>(cache::TunedCache::read(options.cache));
     DeviceOptions device;
