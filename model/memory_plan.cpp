@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "base/error.hpp"
@@ -38,6 +39,10 @@ struct Cursor {
 };
 
 }  // namespace
+
+std::int64_t attention_scratch_elements(const templates::attention::AttentionShape& s) {
+  return std::min(kAttentionRowBlock, s.seq) * s.seq;
+}
 
 std::int64_t layout_unit_bytes(Precision precision) { return precision == Precision::kBf16 ? 2 : 4; }
 
@@ -108,8 +113,8 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
   WorkspaceLayout w;
   w.rope_cos = c.take(r.context * m.head_dim() / 2, Held::kFp32);
   w.rope_sin = c.take(r.context * m.head_dim() / 2, Held::kFp32);
-  w.attn_scratch = c.take(threads * templates::attention::scratch_elements(as), Held::kFp32);
   if (backward) {
+    w.attn_scratch = c.take(threads * attention_scratch_elements(as), Held::kFp32);
     w.dx = c.take(N * C);
     w.dtmp = c.take(N * C);
     w.dbranch = c.take(N * C);

@@ -13,6 +13,7 @@
 
 #include "model/config.hpp"
 #include "model/precision.hpp"
+#include "templates/attention/reference.hpp"
 
 namespace ktune::model {
 
@@ -59,7 +60,7 @@ struct FinalLayout {
 struct WorkspaceLayout {
   std::int64_t rope_cos = 0;      // (S, C/H/2) RoPE tables
   std::int64_t rope_sin = 0;      // (S, C/H/2)
-  std::int64_t attn_scratch = 0;  // (threads, attention scratch)
+  std::int64_t attn_scratch = 0;  // (threads, attention_scratch_elements) the cpu backend's attention backward
   std::int64_t dx = 0;            // (N, C) gradient of the residual stream
   std::int64_t dtmp = 0;          // (N, C) gradient at a norm output
   std::int64_t dbranch = 0;       // (N, C) gradient of attn, the attention branch's output
@@ -73,6 +74,12 @@ struct WorkspaceLayout {
   std::int64_t size = 0;
   std::int64_t bf16_bytes = 0;    // with bf16 activation gradients (tables, scratch, norm_dw fp32)
 };
+
+/// Query rows the cpu backend's attention takes at a time (its GEMMs' rows).
+constexpr std::int64_t kAttentionRowBlock = 64;
+/// Values of the cpu backend's attention scratch per thread, what its
+/// backward needs: one block of query rows' dP (then dS) over the keys.
+std::int64_t attention_scratch_elements(const templates::attention::AttentionShape& s);
 
 /// The bytes of one unit of a layout's offsets and sizes: 4 (one fp32
 /// element) in f32 and tf32; 2 in bf16, where a bf16 buffer's offsets count

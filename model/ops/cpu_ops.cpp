@@ -1,10 +1,12 @@
 // The cpu backend's ops (see cpu_ops.hpp): row-wise ops split rows over
-// threads, attention splits (batch, head) pairs, GEMMs run on OpenBLAS's threads.
+// threads, attention splits (batch, head) pairs (each pair's GEMMs on one
+// OpenBLAS thread), other GEMMs run on OpenBLAS's threads.
 #include "model/ops/cpu_ops.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "templates/residual/reference.hpp"
 #include "templates/rmsnorm/reference.hpp"
 #include "templates/rope/reference.hpp"
+#include "templates/softmax/reference.hpp"
 #include "templates/swiglu/reference.hpp"
 
 namespace ktune::model {
@@ -185,17 +188,103 @@ void CpuOps<T>::rope_backward(Ref dx, Ref cos, Ref sin, std::int64_t tokens, std
   });
 }
 
+namespace {
+
+// Attention of heads [bh_begin, bh_end) on OpenBLAS, (batch, seq, heads,
+// head_dim) q, k, v, out: the reference's math (tr::attention), its row
+// loops as GEMMs over blocks of kAttentionRowBlock query rows, each block's
+// GEMMs only over the keys its rows see under the causal mask. The caller
+// runs the GEMMs single-threaded, a thread per range of heads.
+constexpr std::int64_t kRowBlock = kAttentionRowBlock;
+
+template <class T>
+void attention_forward_heads(const T* q, const T* k, const T* v, T* probs, T* out,
+                             const tr::attention::AttentionShape& s, std::int64_t bh_begin, std::int64_t bh_end) {
+  const std::int64_t S = s.seq, D = s.head_dim, ld = s.heads * D;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  for (std::int64_t bh = bh_begin; bh < bh_end; ++bh) {
+    const std::int64_t b = bh / s.heads, h = bh % s.heads;
+    const std::int64_t head = b * S * ld + h * D;  // row 0 of the head in q, k, v and out
+    T* p = probs + bh * S * S;                      // (S, S)
+    for (std::int64_t i0 = 0; i0 < S; i0 += kRowBlock) {
+      const std::int64_t rows = std::min(kRowBlock, S - i0);
+      const std::int64_t keys = s.causal ? i0 + rows : S;  // keys the block's last row sees
+      T* pb = p + i0 * S;
+      // Scores of the block's rows, scale q . k_j, then each row's softmax over the keys it sees; zeros after.
+      gemm_rowmajor(false, true, rows, keys, D, scale, q + head + i0 * ld, ld, k + head, ld, T(0), pb, S);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t n = s.causal ? i0 + r + 1 : S;
+        T* pr = pb + r * S;
+        tr::softmax::softmax_forward(pr, pr, 1, n);
+        std::fill(pr + n, pr + S, T(0));
+      }
+      gemm_rowmajor(false, false, rows, D, keys, T(1), pb, S, v + head, ld, T(0), out + head + i0 * ld, ld);
+    }
+  }
+}
+
+// `scratch` holds attention_scratch_elements values: a block's dP, then its dS.
+template <class T>
+void attention_backward_heads(const T* q, const T* k, const T* v, const T* probs, const T* dout, T* dq, T* dk, T* dv,
+                              T* scratch, const tr::attention::AttentionShape& s, std::int64_t bh_begin,
+                              std::int64_t bh_end) {
+  const std::int64_t S = s.seq, D = s.head_dim, ld = s.heads * D;
+  const T scale = T(1) / std::sqrt(static_cast<T>(D));
+  for (std::int64_t bh = bh_begin; bh < bh_end; ++bh) {
+    const std::int64_t b = bh / s.heads, h = bh % s.heads;
+    const std::int64_t head = b * S * ld + h * D;
+    const T* p = probs + bh * S * S;
+    for (std::int64_t j = 0; j < S; ++j) {  // dK and dV sum over the blocks
+      std::fill_n(dk + head + j * ld, D, T(0));
+      std::fill_n(dv + head + j * ld, D, T(0));
+    }
+    for (std::int64_t i0 = 0; i0 < S; i0 += kRowBlock) {
+      const std::int64_t rows = std::min(kRowBlock, S - i0);
+      const std::int64_t keys = s.causal ? i0 + rows : S;
+      const T* pb = p + i0 * S;
+      const T* dob = dout + head + i0 * ld;
+      // dV_j += sum_i P[i, j] dO_i; dP = dO V^T (row stride `keys`).
+      gemm_rowmajor(true, false, keys, D, rows, T(1), pb, S, dob, ld, T(1), dv + head, ld);
+      gemm_rowmajor(false, true, rows, keys, D, T(1), dob, ld, v + head, ld, T(0), scratch, keys);
+      // dS = P * (dP - sum(dP * P)), folded with the score scale, zero where the mask hid the key.
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t n = s.causal ? i0 + r + 1 : S;
+        T* dsr = scratch + r * keys;
+        tr::softmax::softmax_backward(pb + r * S, dsr, dsr, 1, n, scale, false);
+        std::fill(dsr + n, dsr + keys, T(0));
+      }
+      // dQ_i = sum_j dS[i, j] k_j; dK_j += sum_i dS[i, j] q_i.
+      gemm_rowmajor(false, false, rows, D, keys, T(1), scratch, keys, k + head, ld, T(0), dq + head + i0 * ld, ld);
+      gemm_rowmajor(true, false, keys, D, rows, T(1), scratch, keys, q + head + i0 * ld, ld, T(1), dk + head, ld);
+    }
+  }
+}
+
+// Runs fn over the (batch, head) pairs on the run's threads, each one's
+// GEMMs on one OpenBLAS thread, then gives OpenBLAS the run's threads back.
+template <class Fn>
+void per_head(Parallel& parallel, std::int64_t heads, Fn&& fn) {
+  set_gemm_threads(1);
+  try {
+    parallel.for_range(heads, fn);
+  } catch (...) {
+    set_gemm_threads(parallel.threads());
+    throw;
+  }
+  set_gemm_threads(parallel.threads());
+}
+
+}  // namespace
+
 template <class T>
 void CpuOps<T>::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
                                   const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
   if (qkv_row != s.heads * s.head_dim)
     throw_error(ErrorKind::kInternal, "the cpu backend's attention reads separate q, k and v");
-  const std::int64_t scratch = tr::attention::scratch_elements(s);
-  T* w = at({Region::kWork, work_.attn_scratch});  // (threads, scratch)
   const T *pq = at(q), *pk = at(k), *pv = at(v);
   T *probs = at(saved), *po = at(out);
-  parallel_.for_range(s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned c) {
-    tr::attention::attention_forward(pq, pk, pv, probs, po, w + c * scratch, s, b, e);
+  per_head(parallel_, s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned) {
+    attention_forward_heads(pq, pk, pv, probs, po, s, b, e);
   });
 }
 
@@ -204,12 +293,12 @@ void CpuOps<T>::attention_backward(Ref q, Ref k, Ref v, Ref /*out*/, Ref saved, 
                                    const templates::attention::AttentionShape& s, std::int64_t qkv_row) {
   if (qkv_row != s.heads * s.head_dim)
     throw_error(ErrorKind::kInternal, "the cpu backend's attention reads separate q, k and v");
-  const std::int64_t scratch = tr::attention::scratch_elements(s);
+  const std::int64_t scratch = attention_scratch_elements(s);
   T* w = at({Region::kWork, work_.attn_scratch});
   const T *pq = at(q), *pk = at(k), *pv = at(v), *probs = at(saved), *pdo = at(dout);
   T *pdq = at(dq), *pdk = at(dk), *pdv = at(dv);
-  parallel_.for_range(s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned c) {
-    tr::attention::attention_backward(pq, pk, pv, probs, pdo, pdq, pdk, pdv, w + c * scratch, s, b, e);
+  per_head(parallel_, s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned c) {
+    attention_backward_heads(pq, pk, pv, probs, pdo, pdq, pdk, pdv, w + c * scratch, s, b, e);
   });
 }
 
