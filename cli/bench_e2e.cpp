@@ -63,7 +63,10 @@ std::string heading(const model::E2eResult& r) {
                               model::to_string(o.precision), r.date);
   s += fmt::format("{}git revision {}, ktune {}; phases timed with {}\n\n",
                    r.driver.empty() ? "" : "driver " + r.driver + ", ", git_revision(), ktune_version(), r.clock);
-  if (o.shape.recompute) s += "activations recomputed: each block's forward runs again before its backward\n\n";
+  if (o.shape.recompute == model::Recompute::kBlocks)
+    s += "activations recomputed: each block's forward runs again before its backward (--recompute)\n\n";
+  if (o.shape.recompute == model::Recompute::kSwiglu)
+    s += "activations recomputed: each block's SwiGLU runs again before its backward (--recompute swiglu)\n\n";
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
   if (r.launches)
     s += fmt::format("launches/step: {} ({} mode, counted)\n\n", r.launches->str(), model::to_string(o.mode));

@@ -30,7 +30,7 @@ const PlanRow kRows[] = {
     {"activations, forward-only (1 block + head)", "activations_forward", [](const model::MemoryPlan& p) { return p.activations_forward; }},
     {"activations kept for backward", "activations_backward", [](const model::MemoryPlan& p) { return p.activations_backward; }},
     {"  of which per block", "activations_per_block", [](const model::MemoryPlan& p) { return p.per_layer_activations; }},
-    {"  of which each block keeps, recomputing", "activations_kept_per_block", [](const model::MemoryPlan& p) { return p.per_layer_kept; }},
+    {"  of which each block keeps (the rest recomputed)", "activations_kept_per_block", [](const model::MemoryPlan& p) { return p.per_layer_kept; }},
     {"workspace, forward", "workspace_forward", [](const model::MemoryPlan& p) { return p.workspace_forward; }},
     {"workspace, forward+backward", "workspace_backward", [](const model::MemoryPlan& p) { return p.workspace_backward; }},
     {"**peak, forward-only**", "peak_forward", [](const model::MemoryPlan& p) { return p.peak_forward(); }},
@@ -72,6 +72,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     const auto precision = model::parse_precision(o->dtype);
     const auto attention = model::attention_saved(precision, model::parse_mode(o->mode) == model::Mode::kCompiled);
     const char* attention_name = attention == model::AttentionSaved::kLogSumExp ? "flash" : "materialised";
+    const model::Recompute recompute = shape_from_args(o->m, 128, 4).recompute;
+    const bool recomputing = recompute != model::Recompute::kNone;
     nlohmann::ordered_json all = nlohmann::ordered_json::array();
     std::string text;
     std::string rest = o->models;
@@ -91,7 +93,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
                           "attention{}\n\n",
                           config.name, config.d_model, config.layers, config.heads, config.vocab,
                           plans.front().shape.batch, o->dtype, attention_name,
-                          o->m.recompute ? ", activations recomputed" : "");
+                          recomputing ? fmt::format(", recompute {}", model::to_string(recompute)) : "");
       text += "| phase |";
       for (auto c : ctxs) text += fmt::format(" ctx {} |", c);
       text += "\n|:--|";
@@ -99,7 +101,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       text += "\n";
       for (const auto& row : kRows) {
         if (row.key == std::string("weight_copy") && precision != model::Precision::kBf16) continue;
-        if (row.key == std::string("activations_kept_per_block") && !o->m.recompute) continue;
+        if (row.key == std::string("activations_kept_per_block") && !recomputing) continue;
         text += fmt::format("| {} |", row.name);
         for (const auto& p : plans) text += fmt::format(" {} |", model::format_bytes(row.bytes(p)));
         text += "\n";
@@ -108,7 +110,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       for (const auto& p : plans) {
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
                                     {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", o->dtype},
-                                    {"attention", attention_name}, {"recompute", o->m.recompute}};
+                                    {"attention", attention_name}, {"recompute", model::to_string(recompute)}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);
         all.push_back(j);
       }

@@ -66,16 +66,23 @@ model::ModelConfig model_from_args(const ModelArgs& a) {
 
 model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, std::int64_t default_batch) {
   model::RunShape s{a.batch ? a.batch : default_batch, a.ctx ? a.ctx : default_ctx};
-  s.recompute = a.recompute;
+  s.recompute = a.recompute.empty() ? model::Recompute::kBlocks : model::parse_recompute(a.recompute);
   s.validate();
   return s;
 }
 
 void add_recompute_option(CLI::App* cmd, ModelArgs& a) {
-  cmd->add_flag("--recompute", a.recompute,
-                "Activation recomputation (checkpointing): keep of each block only its input and first norm, and "
-                "run each block's forward again (up to the SwiGLU) before its backward: about a third more compute "
-                "for a step, the activations of one block instead of every block's; the same math and gradients");
+  cmd->add_option("--recompute", a.recompute,
+                "Activation recomputation, the same math and gradients for less memory. --recompute (or "
+                "--recompute blocks, activation checkpointing): each block keeps only its input and first norm, "
+                "and its forward runs again (up to the SwiGLU) before its backward: about a third more compute a "
+                "step, one block's activations instead of every block's. --recompute swiglu: each block keeps all "
+                "but the SwiGLU's output (tokens x d_ff), computed again before its backward: one elementwise op a "
+                "block")
+      ->expected(0, 1)
+      ->default_str("")  // alone, not the captured "none": "" stands for blocks
+      ->type_name("[swiglu|blocks]")
+      ->check(CLI::IsMember({"", "none", "swiglu", "blocks"}));
 }
 
 void add_backend_options(CLI::App* cmd, ModelArgs& a) {

@@ -21,7 +21,7 @@ struct ModelArgs {
   std::string dtype = "f32";                                             // the run's precision
   bool graph = false;                                                    // compiled mode: passes as graphs
   bool pdl = false;                                                      // programmatic dependent launch
-  bool recompute = false;                                                // activation recomputation
+  std::string recompute = "none";                                        // activation recomputation ("": blocks)
 };
 
 /// Adds --model, the size overrides (add_size_options), and, when `shape`,
@@ -38,8 +38,8 @@ void add_threads_option(CLI::App* cmd, ModelArgs& args);
 /// changed it); throws kInvalidInput for an unknown name or a bad size.
 model::ModelConfig model_from_args(const ModelArgs& args);
 
-/// Adds --recompute (RunShape::recompute) to a command that trains or
-/// plans a training run.
+/// Adds --recompute [swiglu|blocks] (RunShape::recompute; alone: blocks) to
+/// a command that trains or plans a training run.
 void add_recompute_option(CLI::App* cmd, ModelArgs& args);
 
 /// --ctx/--batch, or the defaults given, and --recompute.

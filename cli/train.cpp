@@ -247,7 +247,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                                      t.shape.micro_batches * t.shape.batch)
                                        : "",
                                    t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "",
-                                   t.shape.recompute ? ", activations recomputed" : "");
+                                   t.shape.recompute == model::Recompute::kNone
+                                       ? ""
+                                       : fmt::format(", recompute {}", model::to_string(t.shape.recompute)));
           if (!t.tokens_file.empty()) {
             if (start.held_out_tokens > 0) {
               std::cout << fmt::format("tokens: {}, the first {} of {} (the last {} held out for validation)\n",
@@ -287,7 +289,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                   {"context", t.shape.context},
                                   {"batch", t.shape.batch},
                                   {"micro_batches", t.shape.micro_batches},
-                                  {"recompute", t.shape.recompute},
+                                  {"recompute", model::to_string(t.shape.recompute)},
                                   {"steps", j}}
                        .dump(2)
                 << "\n";

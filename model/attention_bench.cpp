@@ -49,9 +49,8 @@ EagerAttentionResult bench_eager_attention(tuner::exec::Backend& backend, const 
   DeviceOps ops(backend, L, device_options);
   ops.poison();
 
-  const Ref a = L.act(0);
-  const Ref q = a + L.layer.q, k = a + L.layer.k, v = a + L.layer.v, o = a + L.layer.attn;
-  const Ref saved = a + L.layer.attn_saved;
+  const Ref q = L.act(0, L.layer.q), k = L.act(0, L.layer.k), v = L.act(0, L.layer.v), o = L.act(0, L.layer.attn);
+  const Ref saved = L.act(0, L.layer.attn_saved);
   const Ref dout{Region::kWork, L.work.dbranch};
   const Ref dq{Region::kWork, L.work.dq}, dk{Region::kWork, L.work.dk}, dv{Region::kWork, L.work.dv};
   const std::int64_t row = s.heads * s.head_dim;  // q, k, v apart, as eager mode keeps them

@@ -226,7 +226,7 @@ nlohmann::json to_json(const E2eResult& r) {
           {"vocab_size", o.model.vocab},
           {"context_length", o.shape.context},
           {"batch_size", o.shape.batch},
-          {"recompute", o.shape.recompute},
+          {"recompute", to_string(o.shape.recompute)},
           {"num_warmups", o.warmup},
           {"num_trials", o.trials},
           {"passes", passes_name(o.passes)},

@@ -69,6 +69,25 @@ ModelConfig model_config(const std::string& name) {
               fmt::format("unknown model '{}'; known: {}", name, fmt::join(model_names(), ", ")));
 }
 
+const char* to_string(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSwiglu:
+      return "swiglu";
+    case Recompute::kBlocks:
+      return "blocks";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& text) {
+  for (const Recompute r : {Recompute::kNone, Recompute::kSwiglu, Recompute::kBlocks})
+    if (text == to_string(r)) return r;
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("recompute '{}'; accepted: none, swiglu, blocks", text));
+}
+
 void RunShape::validate() const {
   KTUNE_REQUIRE(batch > 0, fmt::format("batch must be positive, got {}", batch));
   KTUNE_REQUIRE(context > 0, fmt::format("context length must be positive, got {}", context));

@@ -39,23 +39,33 @@ std::vector<std::string> model_names();
 /// Configuration by name; throws kInvalidInput listing the names for anything else.
 ModelConfig model_config(const std::string& name);
 
+/// What a training run's backward computes again rather than keep
+/// (activation recomputation, RunShape::recompute).
+enum class Recompute {
+  kNone,    ///< every block keeps every activation its backward reads
+  kSwiglu,  ///< each block keeps all but the SwiGLU's output (tokens x d_ff), computed again from its two
+            ///< inputs right before the block's backward: one elementwise op a block
+  kBlocks,  ///< each block keeps only its input and first norm (the stream, ln1, rstd); the backward runs the
+            ///< block's forward again from them, up to the SwiGLU, before its backward: about one more forward
+            ///< of the blocks for one block's activations (activation checkpointing)
+};
+const char* to_string(Recompute recompute);  ///< "none", "swiglu", "blocks"
+/// "none", "swiglu" or "blocks"; throws kInvalidInput naming them for anything else.
+Recompute parse_recompute(const std::string& text);
+
 /// Shape of one run: batch of sequences, each `context` tokens, a forward's
 /// (and a backward's) worth; an optimizer step takes `micro_batches` of them
 /// (gradient accumulation): the loss each backward differentiates is its
 /// batch's mean over micro_batches, so the gradients summed over a step's
 /// micro-batches are those of their mean loss, as one batch of
 /// micro_batches x batch sequences would give, at one batch's activations.
-/// With `recompute` (activation checkpointing) a training run keeps of each
-/// block only its input and first norm (the stream, ln1 and its rstd); the
-/// backward runs each block's forward again from them, up to the SwiGLU,
-/// before that block's backward, into one slot all blocks share: about one
-/// more forward of the blocks for the activations of one block. The math is
-/// the same, so are the gradients.
+/// `recompute` says what a training run's backward computes again rather
+/// than keep; the math is the same, so are the gradients.
 struct RunShape {
   std::int64_t batch = 4;
   std::int64_t context = 128;
   std::int64_t micro_batches = 1;
-  bool recompute = false;
+  Recompute recompute = Recompute::kNone;
 
   std::int64_t tokens() const { return batch * context; }
   /// The tokens of one optimizer step: every micro-batch's.

@@ -40,6 +40,18 @@ struct Cursor {
 
 }  // namespace
 
+std::int64_t LayerLayout::kept(Recompute recompute) const {
+  switch (recompute) {
+    case Recompute::kSwiglu:
+      return h;
+    case Recompute::kBlocks:
+      return q;
+    case Recompute::kNone:
+      break;
+  }
+  return size;
+}
+
 std::int64_t attention_scratch_elements(const templates::attention::AttentionShape& s) {
   return std::min(kAttentionRowBlock, s.seq) * s.seq;
 }
@@ -53,7 +65,6 @@ LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved
   l.x_in = c.take(N * C);
   l.ln1 = c.take(N * C);
   l.rstd1 = c.take(N, Held::kFp32);
-  l.kept = c.next;
   l.q = c.take(N * C);
   l.k = c.take(N * C);
   l.v = c.take(N * C);
@@ -68,7 +79,7 @@ LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved
   l.rstd2 = c.take(N, Held::kFp32);
   l.a = c.take(N * F);
   l.b = c.take(N * F);
-  l.h = c.take(N * F);
+  l.h = c.take(N * F);  // last: what Recompute::kSwiglu does not keep
   l.size = c.next;
   l.bf16_bytes = c.bf16_bytes;
   return l;
@@ -169,10 +180,9 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
   const std::int64_t final = bytes(final_layout(m, r));
   p.per_layer_activations = layer;
   // A bf16 layout's units are 2 bytes; an f32 one's count element_bytes values.
-  p.per_layer_kept = layer_layout(m, r, attention, precision).kept * (bf16 ? 2 : element_bytes);
+  p.per_layer_kept = layer_layout(m, r, attention, precision).kept(r.recompute) * (bf16 ? 2 : element_bytes);
   p.activations_forward = layer + final;
-  p.activations_backward =
-      (r.recompute ? m.layers * p.per_layer_kept + (layer - p.per_layer_kept) : m.layers * layer) + final;
+  p.activations_backward = m.layers * p.per_layer_kept + (layer - p.per_layer_kept) + final;
   p.workspace_forward = bytes(workspace_layout(m, r, threads, false));
   p.workspace_backward = bytes(workspace_layout(m, r, threads, true));
   return p;
@@ -198,15 +208,20 @@ void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::s
 std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_t available) {
   const std::string smaller = "a smaller model, context or batch";
   // Recomputing changes only the activations a backward keeps: a forward-only peak stays.
-  if (plan.shape.recompute || peak == plan.peak_forward()) return "use " + smaller;
-  RunShape recomputing = plan.shape;
-  recomputing.recompute = true;
-  const MemoryPlan r =
-      plan_memory(plan.model, recomputing, plan.threads, plan.element_bytes, plan.attention, plan.precision);
-  const std::int64_t needed = peak - (plan.activations_backward - r.activations_backward);
-  if (needed > available) return "use " + smaller;
-  return fmt::format("use --recompute (activations recomputed in the backward: {} at this peak), or {}",
-                     format_bytes(needed), smaller);
+  if (peak == plan.peak_forward()) return "use " + smaller;
+  for (const Recompute level : {Recompute::kSwiglu, Recompute::kBlocks}) {
+    if (level <= plan.shape.recompute) continue;
+    RunShape recomputing = plan.shape;
+    recomputing.recompute = level;
+    const MemoryPlan r =
+        plan_memory(plan.model, recomputing, plan.threads, plan.element_bytes, plan.attention, plan.precision);
+    const std::int64_t needed = peak - (plan.activations_backward - r.activations_backward);
+    if (needed <= available)
+      return fmt::format("use {} (activations recomputed in the backward: {} at this peak), or {}",
+                         level == Recompute::kBlocks ? "--recompute" : "--recompute swiglu", format_bytes(needed),
+                         smaller);
+  }
+  return "use " + smaller;
 }
 
 std::string format_bytes(std::int64_t bytes) {

@@ -38,9 +38,11 @@ struct LayerLayout {
   std::int64_t h = 0;      // (N, F) silu(a) * b, input of w2
   std::int64_t size = 0;   // elements of one slot
   std::int64_t bf16_bytes = 0;  // bytes of one slot with bf16 activations (statistics fp32)
-  /// Units of the slot's first buffers, x_in, ln1 and rstd1: what a block
-  /// keeps for the backward when it recomputes the rest (RunShape::recompute).
-  std::int64_t kept = 0;
+  /// Units of the slot's first buffers that each block keeps when a run
+  /// recomputes the rest (the buffers are in the order the backward can
+  /// recompute them from the ones before): all but h (Recompute::kSwiglu),
+  /// x_in, ln1 and rstd1 (kBlocks), the whole slot (kNone).
+  std::int64_t kept(Recompute recompute) const;
 };
 
 /// Offsets of the activations after the last block.
@@ -124,10 +126,10 @@ struct MemoryPlan {
   std::int64_t optimizer_state = 0;       ///< AdamW exp_avg + exp_avg_sq
   std::int64_t inputs = 0;                ///< tokens and targets (int32)
   std::int64_t activations_forward = 0;   ///< forward-only: one block slot + final
-  std::int64_t activations_backward = 0;  ///< kept for backward: every block + final (recompute: every
-                                          ///< block's input and first norm, one shared slot + final)
+  std::int64_t activations_backward = 0;  ///< kept for backward: every block's kept part, the rest of one
+                                          ///< slot (shared, recomputed), final
   std::int64_t per_layer_activations = 0; ///< one block's slot
-  std::int64_t per_layer_kept = 0;        ///< of it, what each block keeps when the run recomputes the rest
+  std::int64_t per_layer_kept = 0;        ///< of it, what each block keeps (shape.recompute; kNone: all)
   std::int64_t workspace_forward = 0;     ///< forward scratch
   std::int64_t workspace_backward = 0;    ///< forward scratch + activation gradients
 
@@ -152,9 +154,10 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
 void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::string& run);
 
 /// What a run whose `peak` (one of the plan's peaks) exceeds `available`
-/// bytes can do: "use --recompute (...), or a smaller model, context or
-/// batch" where recomputing activations (RunShape::recompute) would bring
-/// that peak within `available`, else "use a smaller model, context or batch".
+/// bytes can do: "use --recompute swiglu (...)" or "use --recompute (...)",
+/// the first level of RunShape::recompute past the run's that would bring
+/// that peak within `available`, "or a smaller model, context or batch";
+/// else "use a smaller model, context or batch".
 std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_t available);
 
 /// Human-readable size: "1.23 GiB", "456.0 MiB", "12.0 KiB", "7 B".

@@ -99,33 +99,33 @@ void forward_body(Ops& ops, const StepLayout& L, std::int64_t l) {
   const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
   const std::int64_t H = c.heads, D = c.head_dim(), S = L.shape.context;
   const BlockParams& bp = L.params.blocks[l];
-  const Ref a = L.act(l), kept = L.keep(l);
+  const auto a = [&](std::int64_t offset) { return L.act(l, offset); };
 
   // Attention branch: x_mid = x_in + W_o attn(rope(W_q ln1), rope(W_k ln1), W_v ln1), then ln2 of it.
   const Ref cos = W(L.work.rope_cos), sin = W(L.work.rope_sin);
   if (L.fused_qkv) {  // (N, 3C) rows [q | k | v]: W_q, W_k, W_v stacked are one (3C, C) weight
-    const Ref qkv = a + ll.q;
-    linear(ops, kept + ll.ln1, L.weight(bp.q), qkv, N, C, 3 * C);
+    const Ref qkv = a(ll.q);
+    linear(ops, a(ll.ln1), L.weight(bp.q), qkv, N, C, 3 * C);
     ops.rope_forward(qkv, cos, sin, N, S, 2 * H, D, 3 * C);  // q and k of a token: 2H heads side by side
-    ops.attention_forward(qkv, qkv + C, qkv + 2 * C, a + ll.attn_saved, a + ll.attn, L.attention_shape(), 3 * C);
+    ops.attention_forward(qkv, qkv + C, qkv + 2 * C, a(ll.attn_saved), a(ll.attn), L.attention_shape(), 3 * C);
   } else {
-    linears(ops, L, kept + ll.ln1, {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)},
-            {a + ll.q, a + ll.k, a + ll.v}, N, C, C);  // (N, H, D) each
+    linears(ops, L, a(ll.ln1), {L.weight(bp.q), L.weight(bp.k), L.weight(bp.v)},
+            {a(ll.q), a(ll.k), a(ll.v)}, N, C, C);  // (N, H, D) each
     if (L.paired_rope) {  // k follows q: token N + t is k's token t, at position t % S
-      ops.rope_forward(a + ll.q, cos, sin, 2 * N, S, H, D, C);
+      ops.rope_forward(a(ll.q), cos, sin, 2 * N, S, H, D, C);
     } else {
-      ops.rope_forward(a + ll.q, cos, sin, N, S, H, D, C);
-      ops.rope_forward(a + ll.k, cos, sin, N, S, H, D, C);
+      ops.rope_forward(a(ll.q), cos, sin, N, S, H, D, C);
+      ops.rope_forward(a(ll.k), cos, sin, N, S, H, D, C);
     }
-    ops.attention_forward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn_saved, a + ll.attn, L.attention_shape(), C);
+    ops.attention_forward(a(ll.q), a(ll.k), a(ll.v), a(ll.attn_saved), a(ll.attn), L.attention_shape(), C);
   }
-  linear(ops, a + ll.attn, L.weight(bp.o), a + ll.x_mid, N, C, C);
-  ops.residual_rmsnorm_forward(kept + ll.x_in, a + ll.x_mid, P(bp.ln2), a + ll.x_mid, a + ll.ln2, a + ll.rstd2, N,
+  linear(ops, a(ll.attn), L.weight(bp.o), a(ll.x_mid), N, C, C);
+  ops.residual_rmsnorm_forward(a(ll.x_in), a(ll.x_mid), P(bp.ln2), a(ll.x_mid), a(ll.ln2), a(ll.rstd2), N,
                                C, c.norm_eps);
 
   // Feed-forward branch, up to h = silu(W1 ln2) * W3 ln2.
-  linears(ops, L, a + ll.ln2, {L.weight(bp.w1), L.weight(bp.w3)}, {a + ll.a, a + ll.b}, N, C, FF);  // (N, F) each
-  ops.swiglu_forward(a + ll.a, a + ll.b, a + ll.h, N * FF);
+  linears(ops, L, a(ll.ln2), {L.weight(bp.w1), L.weight(bp.w3)}, {a(ll.a), a(ll.b)}, N, C, FF);  // (N, F) each
+  ops.swiglu_forward(a(ll.a), a(ll.b), a(ll.h), N * FF);
 }
 
 // The rest of block l after forward_body: x_out = x_mid + W2 h, then the
@@ -135,17 +135,33 @@ void forward_tail(Ops& ops, const StepLayout& L, std::int64_t l) {
   const auto& ll = L.layer;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
   const BlockParams& bp = L.params.blocks[l];
-  const Ref a = L.act(l);
+  const auto a = [&](std::int64_t offset) { return L.act(l, offset); };
   // x_out is the next block's input (its own kept buffers when training;
   // this slot's x_in, no longer needed, when forward-only), or the final
   // stream; so is its norm (forward-only: over this block's ln1).
   const bool last = l + 1 == c.layers;
-  const Ref next = last ? F(L.final.x) : L.keep(l + 1) + ll.x_in;
-  linear(ops, a + ll.h, L.weight(bp.w2), next, N, FF, C);
+  const Ref next = last ? F(L.final.x) : L.act(l + 1, ll.x_in);
+  linear(ops, a(ll.h), L.weight(bp.w2), next, N, FF, C);
   const Ref norm_w = last ? P(L.params.ln_final) : P(L.params.blocks[l + 1].ln1);
-  const Ref norm_y = last ? F(L.final.ln) : L.keep(l + 1) + ll.ln1;
-  const Ref norm_rstd = last ? F(L.final.rstd) : L.keep(l + 1) + ll.rstd1;
-  ops.residual_rmsnorm_forward(a + ll.x_mid, next, norm_w, next, norm_y, norm_rstd, N, C, c.norm_eps);
+  const Ref norm_y = last ? F(L.final.ln) : L.act(l + 1, ll.ln1);
+  const Ref norm_rstd = last ? F(L.final.rstd) : L.act(l + 1, ll.rstd1);
+  ops.residual_rmsnorm_forward(a(ll.x_mid), next, norm_w, next, norm_y, norm_rstd, N, C, c.norm_eps);
+}
+
+// What block l did not keep (L.shape.recompute) from what it kept: h from
+// W1 x and W3 x, or the block's forward up to h from its input and ln1.
+void recompute_block(Ops& ops, const StepLayout& L, std::int64_t l) {
+  const auto& ll = L.layer;
+  switch (L.shape.recompute) {
+    case Recompute::kNone:
+      return;
+    case Recompute::kSwiglu:
+      ops.swiglu_forward(L.act(l, ll.a), L.act(l, ll.b), L.act(l, ll.h), L.shape.tokens() * L.config.d_ff);
+      return;
+    case Recompute::kBlocks:
+      forward_body(ops, L, l);
+      return;
+  }
 }
 
 void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTarget& g) {
@@ -155,37 +171,37 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTar
   const std::int64_t N = L.shape.tokens(), C = c.d_model, FF = c.d_ff;
   const std::int64_t H = c.heads, D = c.head_dim(), S = L.shape.context;
   const BlockParams& bp = L.params.blocks[l];
-  const Ref a = L.act(l), kept = L.keep(l);
+  const auto a = [&](std::int64_t offset) { return L.act(l, offset); };
   const Ref dx = W(wl.dx);  // (N, C) gradient of the block's output, then of its input
 
   // Feed-forward branch.
   const Ref dh = W(wl.dh);  // (N, F): dh, then da in place
   const Ref db = W(wl.db);  // (N, F)
-  linear_dw(ops, dx, a + ll.h, G(bp.w2), N, FF, C, g.accumulate);
+  linear_dw(ops, dx, a(ll.h), G(bp.w2), N, FF, C, g.accumulate);
   linear_dx(ops, dx, L.weight(bp.w2), dh, N, FF, C);
-  ops.swiglu_backward(a + ll.a, a + ll.b, dh, dh, db, N * FF);
-  linear_dws(ops, L, {dh, db}, a + ll.ln2, {G(bp.w1), G(bp.w3)}, N, C, FF, g.accumulate);
+  ops.swiglu_backward(a(ll.a), a(ll.b), dh, dh, db, N * FF);
+  linear_dws(ops, L, {dh, db}, a(ll.ln2), {G(bp.w1), G(bp.w3)}, N, C, FF, g.accumulate);
   linear_dx(ops, dh, L.weight(bp.w1), W(wl.dtmp), N, C, FF);
   linear_dx(ops, db, L.weight(bp.w3), W(wl.dtmp), N, C, FF, true);
   // x_mid's gradient: the stream's (dx) plus ln2's, in place.
-  ops.residual_rmsnorm_backward(a + ll.x_mid, P(bp.ln2), a + ll.rstd2, W(wl.dtmp), dx, dx, g.at(bp.ln2), N, C);
+  ops.residual_rmsnorm_backward(a(ll.x_mid), P(bp.ln2), a(ll.rstd2), W(wl.dtmp), dx, dx, g.at(bp.ln2), N, C);
   g.done(ops, bp.ln2, C);
 
   // Attention branch.
   const Ref dattn = W(wl.dbranch);  // (N, C)
-  linear_dw(ops, dx, a + ll.attn, G(bp.o), N, C, C, g.accumulate);
+  linear_dw(ops, dx, a(ll.attn), G(bp.o), N, C, C, g.accumulate);
   linear_dx(ops, dx, L.weight(bp.o), dattn, N, C, C);
   const Ref cos = W(wl.rope_cos), sin = W(wl.rope_sin);
   if (L.fused_qkv) {  // dq, dk, dv as (N, 3C) rows, as the forward's q, k, v
-    const Ref qkv = a + ll.q, dqkv = W(wl.dq);
-    ops.attention_backward(qkv, qkv + C, qkv + 2 * C, a + ll.attn, a + ll.attn_saved, dattn, dqkv, dqkv + C,
+    const Ref qkv = a(ll.q), dqkv = W(wl.dq);
+    ops.attention_backward(qkv, qkv + C, qkv + 2 * C, a(ll.attn), a(ll.attn_saved), dattn, dqkv, dqkv + C,
                            dqkv + 2 * C, L.attention_shape(), 3 * C);
     ops.rope_backward(dqkv, cos, sin, N, S, 2 * H, D, 3 * C);
-    linear_dw(ops, dqkv, kept + ll.ln1, G(bp.q), N, C, 3 * C, g.accumulate);  // the stacked (3C, C) gradient
+    linear_dw(ops, dqkv, a(ll.ln1), G(bp.q), N, C, 3 * C, g.accumulate);  // the stacked (3C, C) gradient
     linear_dx(ops, dqkv, L.weight(bp.q), W(wl.dtmp), N, C, 3 * C);  // one GEMM with K = 3C
   } else {
     const Ref dq = W(wl.dq), dk = W(wl.dk), dv = W(wl.dv);
-    ops.attention_backward(a + ll.q, a + ll.k, a + ll.v, a + ll.attn, a + ll.attn_saved, dattn, dq, dk, dv,
+    ops.attention_backward(a(ll.q), a(ll.k), a(ll.v), a(ll.attn), a(ll.attn_saved), dattn, dq, dk, dv,
                            L.attention_shape(), C);
     if (L.paired_rope) {  // dk follows dq
       ops.rope_backward(dq, cos, sin, 2 * N, S, H, D, C);
@@ -193,14 +209,14 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTar
       ops.rope_backward(dq, cos, sin, N, S, H, D, C);
       ops.rope_backward(dk, cos, sin, N, S, H, D, C);
     }
-    linear_dws(ops, L, {dq, dk, dv}, kept + ll.ln1, {G(bp.q), G(bp.k), G(bp.v)}, N, C, C, g.accumulate);
+    linear_dws(ops, L, {dq, dk, dv}, a(ll.ln1), {G(bp.q), G(bp.k), G(bp.v)}, N, C, C, g.accumulate);
     linear_dx(ops, dq, L.weight(bp.q), W(wl.dtmp), N, C, C);
     linear_dx(ops, dk, L.weight(bp.k), W(wl.dtmp), N, C, C, true);
     linear_dx(ops, dv, L.weight(bp.v), W(wl.dtmp), N, C, C, true);
   }
   // x_in's gradient: the stream's plus ln1's (block 0's ln1 had no add
   // before it, but its input's gradient has the same two terms).
-  ops.residual_rmsnorm_backward(kept + ll.x_in, P(bp.ln1), kept + ll.rstd1, W(wl.dtmp), dx, dx, g.at(bp.ln1), N, C);
+  ops.residual_rmsnorm_backward(a(ll.x_in), P(bp.ln1), a(ll.rstd1), W(wl.dtmp), dx, dx, g.at(bp.ln1), N, C);
   g.done(ops, bp.ln1, C);
 }
 
@@ -214,8 +230,7 @@ std::int64_t StepLayout::region_elements(Region r) const {
     case Region::kExpAvgSq:
       return params.total;
     case Region::kLayers:
-      if (!train) return layer.size;
-      return shape.recompute ? (config.layers - 1) * layer.kept + layer.size : config.layers * layer.size;
+      return train ? (config.layers - 1) * layer.kept(shape.recompute) + layer.size : layer.size;
     case Region::kFinal:
       return final.size;
     case Region::kWork:
@@ -267,10 +282,10 @@ void walk_forward_ops(Ops& ops, const StepLayout& L) {
   const auto& fl = L.final;
   const std::int64_t N = L.shape.tokens(), C = c.d_model, V = c.vocab;
   const Ref tokens{Region::kTokens, 0}, targets{Region::kTargets, 0};
-  const Ref k0 = L.keep(0);
-  ops.embedding_forward(tokens, L.weight(L.params.embedding), k0 + L.layer.x_in, N, C, V);  // (N, C)
+  const auto& ll = L.layer;
+  ops.embedding_forward(tokens, L.weight(L.params.embedding), L.act(0, ll.x_in), N, C, V);  // (N, C)
   // The one norm with no residual add before it; the last block ends with the final norm.
-  ops.rmsnorm_forward(k0 + L.layer.x_in, P(L.params.blocks[0].ln1), k0 + L.layer.ln1, k0 + L.layer.rstd1, N, C,
+  ops.rmsnorm_forward(L.act(0, ll.x_in), P(L.params.blocks[0].ln1), L.act(0, ll.ln1), L.act(0, ll.rstd1), N, C,
                       c.norm_eps);
   for (std::int64_t l = 0; l < c.layers; ++l) {
     forward_body(ops, L, l);
@@ -300,9 +315,9 @@ void walk_backward(Ops& ops, const StepLayout& L, bool accumulate) {
                        C);
   g.done(ops, L.params.ln_final, C);
   for (std::int64_t l = c.layers - 1; l >= 0; --l) {
-    // Recomputing, block l's activations are run again into the shared
-    // slot, where the forward left the last block's.
-    if (L.shape.recompute && l + 1 < c.layers) forward_body(ops, L, l);
+    // Recomputing, what block l did not keep is computed again into the
+    // shared part of the slots, where the forward left the last block's.
+    if (l + 1 < c.layers) recompute_block(ops, L, l);
     backward_block(ops, L, l, g);
   }
   ops.embedding_backward(tokens, W(wl.dx), g.at(L.params.embedding), N, C, V);  // (V, C)

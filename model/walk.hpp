@@ -47,22 +47,15 @@ struct StepLayout {
   Ref weight(std::int64_t offset) const {
     return {precision == Precision::kBf16 ? Region::kWeightsBf16 : Region::kParams, offset};
   }
-  /// Where block l's activations lie: the slot that `layer`'s offsets are
-  /// from. Its kept buffers (x_in, ln1, rstd1) are read through keep(l),
-  /// the rest through act(l). Training keeps a slot per block; forward-only
-  /// runs reuse one; with shape.recompute each block keeps its first
-  /// `layer.kept` units, back to back, and the rest of every block lies in
-  /// one slot after them, which act(l) reaches for each l (its kept part
-  /// would overlap the last block's, so nothing reads it through act).
-  Ref act(std::int64_t l) const {
-    if (!train) return {Region::kLayers, 0};
-    if (shape.recompute) return {Region::kLayers, (config.layers - 1) * layer.kept};
-    return {Region::kLayers, l * layer.size};
-  }
-  /// Where block l's kept buffers lie (keep(l) + layer.x_in, .ln1, .rstd1).
-  Ref keep(std::int64_t l) const {
-    if (train && shape.recompute) return {Region::kLayers, l * layer.kept};
-    return act(l);
+  /// Where buffer `offset` (one of `layer`'s) of block l lies. Training
+  /// keeps a slot per block; recomputing (shape.recompute), each block's
+  /// first layer.kept(shape.recompute) units lie back to back, and the rest
+  /// of a slot after them, one for all blocks, written again before each
+  /// block's backward. Forward-only runs reuse one slot.
+  Ref act(std::int64_t l, std::int64_t offset) const {
+    if (!train) return {Region::kLayers, offset};
+    const std::int64_t kept = layer.kept(shape.recompute);
+    return {Region::kLayers, (offset < kept ? l : config.layers - 1) * kept + offset};
   }
   /// Elements of each region (tokens and targets count int32 values; the
   /// activation regions of a bf16 layout count its 2-byte units).

@@ -474,36 +474,51 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
   CHECK(j.at("steps")[0].at("grad_norm").get<double>() > 0);
 }
 
-TEST_CASE("CLI: --recompute trains to the same losses, says so, and bench memory and e2e plan less for it",
+TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, and bench memory and e2e plan less",
           "[cli]") {
   std::string out, recomputed;
   const std::string run = "train --model tiny --ctx 8 --batch 2 --steps 3 --threads 2";
   REQUIRE(run_ktune(run + " --recompute", &recomputed) == 0);
-  CHECK_THAT(recomputed, Catch::Contains("ctx 8, batch 2, 2 threads, activations recomputed"));
+  CHECK_THAT(recomputed, Catch::Contains("ctx 8, batch 2, 2 threads, recompute blocks"));
   REQUIRE(run_ktune(run + " --json", &out) == 0);
-  REQUIRE(run_ktune(run + " --json --recompute", &recomputed) == 0);
-  const auto a = nlohmann::json::parse(out), b = nlohmann::json::parse(recomputed);
-  CHECK(a.at("recompute") == false);
-  CHECK(b.at("recompute") == true);
-  REQUIRE(b.at("steps").size() == 3);
-  for (std::size_t s = 0; s < 3; ++s) CHECK(b.at("steps")[s].at("loss") == a.at("steps")[s].at("loss"));
+  const auto a = nlohmann::json::parse(out);
+  CHECK(a.at("recompute") == "none");
+  for (const std::string level : {"swiglu", "blocks"}) {
+    INFO(level);
+    REQUIRE(run_ktune(run + " --json --recompute " + level, &recomputed) == 0);
+    const auto b = nlohmann::json::parse(recomputed);
+    CHECK(b.at("recompute") == level);
+    REQUIRE(b.at("steps").size() == 3);
+    for (std::size_t s = 0; s < 3; ++s) CHECK(b.at("steps")[s].at("loss") == a.at("steps")[s].at("loss"));
+  }
+  CHECK(run_bad(run + " --recompute all", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--recompute"));
 
-  // xl at context 512: seed 003's case that did not fit an A100's 40 GB for a full step.
+  // xl at context 512: seed 003's case, which the report's A100 (40 GB) profiled up to ctx 256 only.
   REQUIRE(run_ktune("bench memory --model xl --ctx 512 --json", &out) == 0);
-  REQUIRE(run_ktune("bench memory --model xl --ctx 512 --json --recompute", &recomputed) == 0);
-  const auto keep = nlohmann::json::parse(out).at(0), plan = nlohmann::json::parse(recomputed).at(0);
-  CHECK(plan.at("recompute") == true);
-  const std::int64_t layers = 48, slot = keep.at("activations_per_block"), kept = plan.at("activations_kept_per_block");
-  CHECK(keep.at("activations_backward").get<std::int64_t>() - plan.at("activations_backward").get<std::int64_t>() ==
-        (layers - 1) * (slot - kept));
-  CHECK(plan.at("peak_step").get<std::int64_t>() < std::int64_t{40} << 30);
+  const auto keep = nlohmann::json::parse(out).at(0);
+  const std::int64_t layers = 48, slot = keep.at("activations_per_block");
   CHECK(keep.at("peak_step").get<std::int64_t>() > std::int64_t{40} << 30);
+  for (const std::string level : {"swiglu", "blocks"}) {
+    INFO(level);
+    REQUIRE(run_ktune("bench memory --model xl --ctx 512 --json --recompute " + level, &recomputed) == 0);
+    const auto plan = nlohmann::json::parse(recomputed).at(0);
+    CHECK(plan.at("recompute") == level);
+    const std::int64_t kept = plan.at("activations_kept_per_block");
+    CHECK(kept < slot);
+    CHECK(keep.at("activations_backward").get<std::int64_t>() - plan.at("activations_backward").get<std::int64_t>() ==
+          (layers - 1) * (slot - kept));
+    CHECK((plan.at("peak_step").get<std::int64_t>() < std::int64_t{40} << 30) == (level == "blocks"));
+  }
   REQUIRE(run_ktune("bench memory --model xl --ctx 512 --recompute", &out) == 0);
-  CHECK_THAT(out, Catch::Contains("activations recomputed") && Catch::Contains("each block keeps, recomputing"));
+  CHECK_THAT(out, Catch::Contains(", recompute blocks") && Catch::Contains("each block keeps (the rest recomputed)"));
 
   REQUIRE(run_ktune("bench e2e --model tiny --ctx 8 --batch 2 --warmup 0 --trials 1 --threads 2 --recompute",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("activations recomputed: each block's forward runs again before its backward"));
+  REQUIRE(run_ktune("bench e2e --model tiny --ctx 8 --batch 2 --warmup 0 --trials 1 --threads 2 --recompute=swiglu",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("activations recomputed: each block's SwiGLU runs again before its backward"));
 }
 
 TEST_CASE("CLI: train --resume at another batch shape notes that its batches differ from the run's", "[cli]") {

@@ -84,20 +84,27 @@ TEST_CASE("a run that does not fit in host memory is refused before allocating",
   CHECK_THROWS_WITH(evaluate(t, false), Catch::Contains("evaluating model xl"));
   const MemoryPlan tiny = plan_memory(model_config("tiny"), RunShape{4, 32}, 1);
   CHECK_NOTHROW(require_host_memory(tiny, tiny.peak_step(), "training"));
-  // The advice: --recompute where it brings the peak within what is there.
+  // The advice: the first level of --recompute that brings the peak within what is there.
   const MemoryPlan keep = plan_memory(xl, RunShape{4, 512}, 1);
-  const MemoryPlan recompute = plan_memory(xl, RunShape{4, 512, 1, true}, 1);
+  const MemoryPlan swiglu = plan_memory(xl, RunShape{4, 512, 1, Recompute::kSwiglu}, 1);
+  const MemoryPlan blocks = plan_memory(xl, RunShape{4, 512, 1, Recompute::kBlocks}, 1);
   const std::int64_t forty_gib = std::int64_t{40} << 30;
   REQUIRE(keep.peak_step() > forty_gib);
-  REQUIRE(recompute.peak_step() <= forty_gib);
+  REQUIRE(swiglu.peak_step() > forty_gib);
+  REQUIRE(blocks.peak_step() <= forty_gib);
   CHECK(memory_remedy(keep, keep.peak_step(), forty_gib) ==
-        "use --recompute (activations recomputed in the backward: " + format_bytes(recompute.peak_step()) +
+        "use --recompute (activations recomputed in the backward: " + format_bytes(blocks.peak_step()) +
             " at this peak), or a smaller model, context or batch");
+  CHECK_THAT(memory_remedy(keep, keep.peak_step(), swiglu.peak_step()),
+             Catch::StartsWith("use --recompute swiglu (") && Catch::Contains(format_bytes(swiglu.peak_step())));
+  CHECK_THAT(memory_remedy(swiglu, swiglu.peak_step(), forty_gib), Catch::StartsWith("use --recompute ("));
+  // Forward and backward without AdamW's state: the SwiGLU's share is enough.
   CHECK_THAT(memory_remedy(keep, keep.peak_forward_backward(), forty_gib),
-             Catch::Contains(format_bytes(recompute.peak_forward_backward())));
-  CHECK(memory_remedy(keep, keep.peak_step(), recompute.peak_step() - 1) == "use a smaller model, context or batch");
+             Catch::StartsWith("use --recompute swiglu (") &&
+                 Catch::Contains(format_bytes(swiglu.peak_forward_backward())));
+  CHECK(memory_remedy(keep, keep.peak_step(), blocks.peak_step() - 1) == "use a smaller model, context or batch");
   CHECK(memory_remedy(keep, keep.peak_forward(), forty_gib) == "use a smaller model, context or batch");
-  CHECK(memory_remedy(recompute, recompute.peak_step(), forty_gib / 2) == "use a smaller model, context or batch");
+  CHECK(memory_remedy(blocks, blocks.peak_step(), forty_gib / 2) == "use a smaller model, context or batch");
   // Sizes whose byte counts would wrap std::int64_t are refused, not planned.
   ModelConfig huge = xl;
   huge.d_model = huge.heads = 1 << 30;

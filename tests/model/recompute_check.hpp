@@ -1,5 +1,5 @@
 // Activation recomputation's check on any backend: two runtimes of one
-// model, one keeping every block's activations and one recomputing them
+// model, one keeping every block's activations and one recomputing some
 // (RunShape::recompute), given the same parameters and batches, steps of
 // forward, backward (micro-batches included) and AdamW; what each saw.
 #pragma once
@@ -45,14 +45,14 @@ inline RecomputeRun recompute_run(const model::ModelConfig& config, const model:
   return out;
 }
 
-/// The same run keeping every activation and recomputing them.
+/// The same run keeping every activation and recomputing at `level`.
 inline std::pair<RecomputeRun, RecomputeRun> recompute_pair(const model::ModelConfig& config,
                                                             model::RunShape shape,
                                                             const model::BackendOptions& options, int steps,
-                                                            std::uint64_t seed) {
-  shape.recompute = false;
+                                                            std::uint64_t seed, model::Recompute level) {
+  shape.recompute = model::Recompute::kNone;
   RecomputeRun kept = recompute_run(config, shape, options, steps, seed);
-  shape.recompute = true;
+  shape.recompute = level;
   RecomputeRun recomputed = recompute_run(config, shape, options, steps, seed);
   return {std::move(kept), std::move(recomputed)};
 }

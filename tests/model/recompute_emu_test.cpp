@@ -1,7 +1,8 @@
 // Activation recomputation on the emulated device backend: compiled and
 // eager mode, fp32 and bf16 mixed precision, with graphs and micro-batches,
-// a recomputing run's losses, gradients and AdamW steps are a keeping run's
-// to the bit; its backward launches the forward of every block but the last
+// a run recomputing the SwiGLU or whole blocks takes a keeping run's
+// losses, gradients and AdamW steps to the bit; its backward launches what
+// it recomputes (the SwiGLU, or the forward of every block but the last)
 // again, and compiles nothing the forward did not.
 #include <catch2/catch.hpp>
 
@@ -24,16 +25,18 @@ BackendOptions emu(Mode mode, Precision precision, bool graphs = false) {
 }
 
 void check_same_steps(const ModelConfig& config, const RunShape& shape, const BackendOptions& options, int steps) {
-  INFO(to_string(options.mode) << " " << to_string(options.precision) << (options.graphs ? ", graphs" : "")
-                               << ", batch " << shape.batch << " x " << shape.micro_batches << ", ctx "
-                               << shape.context);
-  const auto [kept, recomputed] = test::recompute_pair(config, shape, options, steps, 21);
-  for (std::size_t s = 0; s < kept.losses.size(); ++s) {
-    INFO("step " << s + 1);
-    CHECK(recomputed.losses[s] == kept.losses[s]);
-    CHECK(test::differing(recomputed.gradients[s], kept.gradients[s]) == 0);
+  for (const Recompute level : {Recompute::kSwiglu, Recompute::kBlocks}) {
+    INFO("recompute " << to_string(level) << ", " << to_string(options.mode) << " " << to_string(options.precision)
+                      << (options.graphs ? ", graphs" : "") << ", batch " << shape.batch << " x "
+                      << shape.micro_batches << ", ctx " << shape.context);
+    const auto [kept, recomputed] = test::recompute_pair(config, shape, options, steps, 21, level);
+    for (std::size_t s = 0; s < kept.losses.size(); ++s) {
+      INFO("step " << s + 1);
+      CHECK(recomputed.losses[s] == kept.losses[s]);
+      CHECK(test::differing(recomputed.gradients[s], kept.gradients[s]) == 0);
+    }
+    CHECK(test::differing(recomputed.parameters, kept.parameters) == 0);
   }
-  CHECK(test::differing(recomputed.parameters, kept.parameters) == 0);
 }
 
 // head_dim 80 and three heads, as the 2.7B model's head, at context 13, in
@@ -69,14 +72,14 @@ TEST_CASE("emu backend, recompute: graphs over micro-batches take a keeping run'
   check_same_steps(model_config("tiny"), RunShape{1, 16, 2}, emu(Mode::kCompiled, Precision::kBf16, true), 3);
 }
 
-TEST_CASE("emu backend, recompute: the backward runs every block's forward but the last one's again",
+TEST_CASE("emu backend, recompute: the backward runs again what the blocks but the last did not keep",
           "[emu][model][recompute]") {
   const ModelConfig config = odd_model();
-  std::int64_t attention_backward[2] = {0, 0};
-  for (const bool recompute : {false, true}) {
-    INFO("recompute " << recompute);
+  std::int64_t attention_backward[3] = {0, 0, 0};
+  for (const Recompute level : {Recompute::kNone, Recompute::kSwiglu, Recompute::kBlocks}) {
+    INFO("recompute " << to_string(level));
     RunShape shape{1, 13};
-    shape.recompute = recompute;
+    shape.recompute = level;
     auto rt = make_runtime(config, shape, Allocation::kTrain, emu(Mode::kCompiled, Precision::kBf16));
     const std::string prepared = rt->kernel_summary();
     std::vector<std::int32_t> tokens, targets;
@@ -91,15 +94,16 @@ TEST_CASE("emu backend, recompute: the backward runs every block's forward but t
       const auto it = c.by_family.find(family);
       return it == c.by_family.end() ? std::int64_t{0} : it->second;
     };
-    const std::int64_t again = recompute ? config.layers - 1 : 0;
+    const std::int64_t again = level == Recompute::kNone ? 0 : config.layers - 1;
     CHECK(count(forward, "attention_fwd") == config.layers);
-    CHECK(count(backward, "attention_fwd") == again);
+    CHECK(count(backward, "attention_fwd") == (level == Recompute::kBlocks ? again : 0));
     CHECK(count(backward, "swiglu_fwd") == again);
-    attention_backward[recompute] = count(backward, "attention_bwd");
+    attention_backward[static_cast<int>(level)] = count(backward, "attention_bwd");
     CHECK(rt->kernel_summary() == prepared);  // nothing compiled on demand
   }
-  CHECK(attention_backward[1] == attention_backward[0]);
   CHECK(attention_backward[0] >= config.layers);
+  CHECK(attention_backward[1] == attention_backward[0]);
+  CHECK(attention_backward[2] == attention_backward[0]);
 }
 
 }  // namespace model_recompute_emu_test

@@ -24,7 +24,7 @@ void check_close_steps(const RunShape& shape, Mode mode, Precision precision, bo
   b.mode = mode;
   b.precision = precision;
   b.graphs = graphs;
-  const auto [kept, recomputed] = test::recompute_pair(config, shape, b, steps, 41);
+  const auto [kept, recomputed] = test::recompute_pair(config, shape, b, steps, 41, Recompute::kBlocks);
   const auto layout = parameter_layout(config);
   for (std::size_t s = 0; s < kept.losses.size(); ++s) {
     INFO("step " << s + 1);

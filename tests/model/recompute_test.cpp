@@ -48,65 +48,88 @@ TEST_CASE("recompute: the cpu backend's losses, gradients and AdamW steps are a 
           "[model][recompute]") {
   BackendOptions cpu;
   cpu.threads = 2;
-  SECTION("tiny, batch 2, context 16") {
-    const auto [kept, recomputed] = test::recompute_pair(model_config("tiny"), RunShape{2, 16}, cpu, 3, 11);
-    check_same_steps(kept, recomputed);
-  }
-  SECTION("head_dim 80, three blocks, context 13") {
-    const auto [kept, recomputed] = test::recompute_pair(odd_model(), RunShape{2, 13}, cpu, 2, 12);
-    check_same_steps(kept, recomputed);
-  }
-  SECTION("two micro-batches a step") {
-    const auto [kept, recomputed] = test::recompute_pair(model_config("tiny"), RunShape{1, 16, 2}, cpu, 2, 13);
-    check_same_steps(kept, recomputed);
+  for (const Recompute level : {Recompute::kSwiglu, Recompute::kBlocks}) {
+    INFO("recompute " << to_string(level));
+    {
+      INFO("tiny, batch 2, context 16");
+      const auto [kept, recomputed] = test::recompute_pair(model_config("tiny"), RunShape{2, 16}, cpu, 3, 11, level);
+      check_same_steps(kept, recomputed);
+    }
+    {
+      INFO("head_dim 80, three blocks, context 13");
+      const auto [kept, recomputed] = test::recompute_pair(odd_model(), RunShape{2, 13}, cpu, 2, 12, level);
+      check_same_steps(kept, recomputed);
+    }
+    {
+      INFO("two micro-batches a step");
+      const auto [kept, recomputed] = test::recompute_pair(model_config("tiny"), RunShape{1, 16, 2}, cpu, 2, 13, level);
+      check_same_steps(kept, recomputed);
+    }
   }
 }
 
 TEST_CASE("recompute: training with it takes the losses of training without", "[model][recompute][train]") {
   TrainOptions plain = test::tiny_run(4);
-  TrainOptions recomputing = plain;
-  recomputing.shape.recompute = true;
-  const auto a = train(plain), b = train(recomputing);
+  const auto a = train(plain);
   REQUIRE(a.size() == 4);
-  REQUIRE(b.size() == 4);
-  for (std::size_t s = 0; s < a.size(); ++s) {
-    INFO("step " << a[s].step);
-    CHECK(b[s].loss == a[s].loss);
+  for (const Recompute level : {Recompute::kSwiglu, Recompute::kBlocks}) {
+    INFO("recompute " << to_string(level));
+    TrainOptions recomputing = plain;
+    recomputing.shape.recompute = level;
+    const auto b = train(recomputing);
+    REQUIRE(b.size() == 4);
+    for (std::size_t s = 0; s < a.size(); ++s) {
+      INFO("step " << a[s].step);
+      CHECK(b[s].loss == a[s].loss);
+    }
   }
 }
 
-TEST_CASE("recompute: the plan keeps every block's input and first norm and one shared slot, as allocated",
+TEST_CASE("recompute: the plan keeps each block's kept part and one shared rest of a slot, as allocated",
           "[model][recompute][memory]") {
   for (const Precision precision : {Precision::kF32, Precision::kBf16}) {
     INFO(to_string(precision));
     const ModelConfig xl = model_config("xl");
-    const RunShape keep{4, 512}, recompute{4, 512, 1, true};
+    const RunShape keep{4, 512};
     const MemoryPlan a = plan_memory(xl, keep, 1, 4, AttentionSaved::kProbabilities, precision);
-    const MemoryPlan b = plan_memory(xl, recompute, 1, 4, AttentionSaved::kProbabilities, precision);
-    // x_in and ln1 in the activations' dtype, rstd1 fp32, each start aligned to 64 bytes.
-    const std::int64_t N = 4 * 512, C = xl.d_model, act = precision == Precision::kBf16 ? 2 : 4;
-    CHECK(b.per_layer_kept == 2 * N * C * act + N * 4);
-    CHECK(b.per_layer_activations == a.per_layer_activations);
-    CHECK(a.activations_backward - b.activations_backward ==
-          (xl.layers - 1) * (a.per_layer_activations - a.per_layer_kept));
-    CHECK(b.activations_forward == a.activations_forward);
-    CHECK(b.workspace_backward == a.workspace_backward);
-    CHECK(b.peak_step() < a.peak_step());
+    const std::int64_t N = 4 * 512, C = xl.d_model, FF = xl.d_ff, act = precision == Precision::kBf16 ? 2 : 4;
+    CHECK(a.per_layer_kept == a.per_layer_activations);
+    for (const Recompute level : {Recompute::kSwiglu, Recompute::kBlocks}) {
+      INFO("recompute " << to_string(level));
+      const MemoryPlan b = plan_memory(xl, RunShape{4, 512, 1, level}, 1, 4, AttentionSaved::kProbabilities,
+                                       precision);
+      // kBlocks: x_in and ln1 in the activations' dtype, rstd1 fp32; kSwiglu: all but h. Each start aligned.
+      CHECK(b.per_layer_kept == (level == Recompute::kBlocks ? 2 * N * C * act + N * 4
+                                                             : a.per_layer_activations - N * FF * act));
+      CHECK(b.per_layer_activations == a.per_layer_activations);
+      CHECK(a.activations_backward - b.activations_backward ==
+            (xl.layers - 1) * (a.per_layer_activations - b.per_layer_kept));
+      CHECK(b.activations_forward == a.activations_forward);
+      CHECK(b.workspace_backward == a.workspace_backward);
+      CHECK(b.peak_step() < a.peak_step());
+    }
   }
-  // The cpu backend allocates the plan.
-  for (const RunShape shape : {RunShape{2, 13, 1, true}, RunShape{3, 16, 2, true}}) {
-    INFO("ctx " << shape.context);
-    const ModelConfig tiny = model_config("tiny");
-    Transformer<float> model(tiny, shape, Allocation::kTrain, 2);
-    const MemoryPlan p = plan_memory(tiny, shape, 2);
-    CHECK(model.allocated_bytes() == p.peak_forward_backward());
-    const StepLayout L = step_layout(tiny, shape, 2, true);
-    CHECK(L.region_elements(Region::kLayers) == (tiny.layers - 1) * L.layer.kept + L.layer.size);
-    // Block l's kept buffers lie back to back; the shared slot's buffers after the last block's.
-    CHECK(L.keep(1).offset == L.layer.kept);
-    CHECK(L.act(0).offset + L.layer.q == tiny.layers * L.layer.kept);
-    CHECK(L.act(1).offset == L.act(0).offset);
+  // The cpu backend allocates the plan; the kept parts lie back to back, the shared rest after the last one.
+  const ModelConfig tiny = model_config("tiny");
+  for (const Recompute level : {Recompute::kSwiglu, Recompute::kBlocks}) {
+    for (const RunShape shape : {RunShape{2, 13, 1, level}, RunShape{3, 16, 2, level}}) {
+      INFO("recompute " << to_string(level) << ", ctx " << shape.context);
+      Transformer<float> model(tiny, shape, Allocation::kTrain, 2);
+      const MemoryPlan p = plan_memory(tiny, shape, 2);
+      CHECK(model.allocated_bytes() == p.peak_forward_backward());
+      const StepLayout L = step_layout(tiny, shape, 2, true);
+      const std::int64_t kept = L.layer.kept(level);
+      CHECK(L.region_elements(Region::kLayers) == (tiny.layers - 1) * kept + L.layer.size);
+      CHECK(L.act(1, L.layer.x_in).offset == kept + L.layer.x_in);
+      CHECK(L.act(1, L.layer.rstd1).offset == kept + L.layer.rstd1);
+      CHECK(L.act(0, L.layer.h).offset == (tiny.layers - 1) * kept + L.layer.h);
+      CHECK(L.act(1, L.layer.h).offset == L.act(0, L.layer.h).offset);
+      const std::int64_t a1 = L.act(1, L.layer.a).offset;
+      CHECK(a1 == (level == Recompute::kSwiglu ? kept + L.layer.a : L.act(0, L.layer.a).offset));
+    }
   }
+  CHECK(parse_recompute("swiglu") == Recompute::kSwiglu);
+  CHECK_THROWS_WITH(parse_recompute("all"), Catch::Contains("accepted: none, swiglu, blocks"));
 }
 
 }  // namespace model_recompute_test
