@@ -19,6 +19,7 @@
 #include "model/device_check.hpp"
 #include "model/ops/eager_chains.hpp"
 #include "model/flat_adamw.hpp"
+#include "model/odd_model.hpp"
 #include "model/transformer.hpp"
 #include "templates/eager/eager.hpp"
 #include "templates/family.hpp"
@@ -54,17 +55,7 @@ std::vector<float> start_parameters(const ParameterLayout& layout, std::uint64_t
   return p;
 }
 
-// The head_dim-80 model of the 2.7B size, cut down: 3 heads (odd), context 13.
-ModelConfig odd_model() {
-  ModelConfig c;
-  c.name = "odd";
-  c.vocab = 97;
-  c.d_model = 240;
-  c.d_ff = 320;
-  c.layers = 1;
-  c.heads = 3;
-  return c;
-}
+using test::odd_model;
 
 struct Case {
   ModelConfig config;

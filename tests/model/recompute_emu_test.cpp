@@ -6,6 +6,7 @@
 // again, and compiles nothing the forward did not.
 #include <catch2/catch.hpp>
 
+#include "model/odd_model.hpp"
 #include "model/recompute_check.hpp"
 
 namespace model_recompute_emu_test {
@@ -39,18 +40,8 @@ void check_same_steps(const ModelConfig& config, const RunShape& shape, const Ba
   }
 }
 
-// head_dim 80 and three heads, as the 2.7B model's head, at context 13, in
-// three blocks: two recomputed.
-ModelConfig odd_model() {
-  ModelConfig c;
-  c.name = "odd";
-  c.vocab = 97;
-  c.d_model = 240;
-  c.d_ff = 320;
-  c.layers = 3;
-  c.heads = 3;
-  return c;
-}
+// The odd shape (head_dim 80, 3 heads) in three blocks: two recomputed.
+ModelConfig odd_model() { return test::odd_model(3); }
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "model/memory_plan.hpp"
+#include "model/odd_model.hpp"
 #include "model/recompute_check.hpp"
 #include "model/tiny_run.hpp"
 #include "model/train.hpp"
@@ -18,19 +19,9 @@ using namespace ktune::model;
 
 namespace {
 
-// The head_dim-80 model of the 2.7B size, cut down: 3 heads, context 13, and
-// three blocks, so two are recomputed (the last block's activations are the
-// forward's own).
-ModelConfig odd_model() {
-  ModelConfig c;
-  c.name = "odd";
-  c.vocab = 97;
-  c.d_model = 240;
-  c.d_ff = 320;
-  c.layers = 3;
-  c.heads = 3;
-  return c;
-}
+// The odd shape in three blocks, so two are recomputed (the last block's
+// activations are the forward's own).
+ModelConfig odd_model() { return test::odd_model(3); }
 
 void check_same_steps(const test::RecomputeRun& kept, const test::RecomputeRun& recomputed) {
   REQUIRE(kept.losses.size() == recomputed.losses.size());
