@@ -19,6 +19,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/checkpoint.hpp"
+#include "model/memory_plan.hpp"
 #include "model/train.hpp"
 
 namespace ktune::cli {
@@ -75,6 +76,15 @@ void trim_metrics(const std::filesystem::path& path, std::int64_t first_step) {
       kept += line + "\n";
   }
   write_file_atomic(path, kept);
+}
+
+// The plan's peak for a step of the run: weights, gradients, AdamW state,
+// activations (as the run keeps them) and workspace, each in its dtype.
+std::int64_t plan_peak(const model::TrainOptions& t) {
+  const model::Precision precision = t.backend.precision;
+  return model::plan_memory(t.model, t.shape, t.threads, 4,
+                            model::attention_saved(precision, t.backend.mode == model::Mode::kCompiled), precision)
+      .peak_step();
 }
 
 // A step's record for --json and --metrics.
@@ -280,6 +290,9 @@ void add_train_command(CLI::App& app, Global& global) {
           } else if (t.resume) {
             std::cout << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
           }
+          std::cout << fmt::format("memory: {} planned for a step (weights, gradients, AdamW state, activations, "
+                                   "workspace)\n",
+                                   model::format_bytes(plan_peak(t)));
           if (!rt.kernel_summary().empty()) std::cout << rt.device() << ": " << rt.kernel_summary() << "\n";
         });
     if (global.json) {
@@ -290,6 +303,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                   {"batch", t.shape.batch},
                                   {"micro_batches", t.shape.micro_batches},
                                   {"recompute", model::to_string(t.shape.recompute)},
+                                  {"plan_peak_bytes", plan_peak(t)},
                                   {"steps", j}}
                        .dump(2)
                 << "\n";

@@ -480,6 +480,7 @@ TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, 
   const std::string run = "train --model tiny --ctx 8 --batch 2 --steps 3 --threads 2";
   REQUIRE(run_ktune(run + " --recompute", &recomputed) == 0);
   CHECK_THAT(recomputed, Catch::Contains("ctx 8, batch 2, 2 threads, recompute blocks"));
+  CHECK_THAT(recomputed, Catch::Contains("planned for a step (weights, gradients, AdamW state, activations"));
   REQUIRE(run_ktune(run + " --json", &out) == 0);
   const auto a = nlohmann::json::parse(out);
   CHECK(a.at("recompute") == "none");
@@ -488,6 +489,7 @@ TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, 
     REQUIRE(run_ktune(run + " --json --recompute " + level, &recomputed) == 0);
     const auto b = nlohmann::json::parse(recomputed);
     CHECK(b.at("recompute") == level);
+    CHECK(b.at("plan_peak_bytes").get<std::int64_t>() < a.at("plan_peak_bytes").get<std::int64_t>());
     REQUIRE(b.at("steps").size() == 3);
     for (std::size_t s = 0; s < 3; ++s) CHECK(b.at("steps")[s].at("loss") == a.at("steps")[s].at("loss"));
   }
