@@ -147,9 +147,9 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   // four and the leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and
   // compiled mode's 10 once more with CUDA graphs; programmatic dependent launch beside ordinary launches (two
   // bench ops, the small step op by op and as graphs); `ktune train` checkpointed, then resumed, then over 2
-  // micro-batches a step; the small step keeping and recomputing activations; seed 002's table, 5 sizes eager
-  // fp32 and compiled bf16.
-  CHECK(n.ktune == 12 + 5 + 13 + 20 + 10 + 6 + 3 + 2 + 10);
+  // micro-batches a step; the small step keeping activations and recomputing at two levels; seed 002's table, 5
+  // sizes eager fp32 and compiled bf16.
+  CHECK(n.ktune == 12 + 5 + 13 + 20 + 10 + 6 + 3 + 3 + 10);
   CHECK(n.test_files == gpu_test_files());
   // and torch.compile's CUDA graphs beside compiled mode's, and the recompute step's two
   CHECK(n.e2e_peers == 20 + 10 + 2);
@@ -160,7 +160,8 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(has("tune --model small --ctx 256 --batch 4 --dtype bf16"));
   CHECK(has("bench e2e --backend cuda --mode eager --dtype f32 --model 2.7B --sweep"));
   CHECK(has("--checkpoint-every 10 --resume"));
-  CHECK(has("--dtype bf16 --recompute --save-batch"));
+  CHECK(has("--dtype bf16 --recompute swiglu --save-batch"));
+  CHECK(has("--dtype bf16 --recompute blocks --save-batch"));
   CHECK(has("--with-optimizer --recompute --json-out"));  // the peer's
 }
 
