@@ -46,6 +46,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     std::string models = "xl";
     std::string ctx = "128,256,512";
     std::string dtype = "f32", mode = "compiled";
+    std::int64_t accumulate = 1;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), each "
@@ -56,6 +57,11 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_option("--batch", o->m.batch, "Batch size")->check(integer_at_least(1))->default_str("4");
   add_threads_option(cmd, o->m);
   add_recompute_option(cmd, o->m);
+  cmd->add_option("--accumulate", o->accumulate,
+                  "Micro-batches a step (train --accumulate): the plan keeps one (vocab, d_model) fp32 buffer more, "
+                  "where the embedding's and norms' gradients wait to be added")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
   cmd->add_option("--dtype", o->dtype,
                   "The run's precision: f32; tf32 (with --mode compiled, flash attention: each block keeps the "
                   "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities); bf16 (mixed precision: bf16 "
@@ -86,13 +92,15 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       std::vector<model::MemoryPlan> plans;
       for (auto c : ctxs) {
         a.ctx = c;
-        plans.push_back(
-            model::plan_memory(config, shape_from_args(a, 128, 4), threads_from_args(a), 4, attention, precision));
+        model::RunShape shape = shape_from_args(a, 128, 4);
+        shape.micro_batches = o->accumulate;
+        plans.push_back(model::plan_memory(config, shape, threads_from_args(a), 4, attention, precision));
       }
       text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, {}, {} "
-                          "attention{}\n\n",
+                          "attention{}{}\n\n",
                           config.name, config.d_model, config.layers, config.heads, config.vocab,
                           plans.front().shape.batch, o->dtype, attention_name,
+                          o->accumulate > 1 ? fmt::format(", {} micro-batches a step", o->accumulate) : "",
                           recomputing ? fmt::format(", recompute {}", model::to_string(recompute)) : "");
       text += "| phase |";
       for (auto c : ctxs) text += fmt::format(" ctx {} |", c);
@@ -110,7 +118,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       for (const auto& p : plans) {
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
                                     {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", o->dtype},
-                                    {"attention", attention_name}, {"recompute", model::to_string(recompute)}};
+                                    {"attention", attention_name}, {"recompute", model::to_string(recompute)},
+                                    {"micro_batches", p.shape.micro_batches}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);
         all.push_back(j);
       }

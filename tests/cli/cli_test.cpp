@@ -523,6 +523,21 @@ TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, 
   CHECK_THAT(out, Catch::Contains("activations recomputed: each block's SwiGLU runs again before its backward"));
 }
 
+TEST_CASE("CLI: bench memory --accumulate plans the buffer where a step's micro-batches add their gradients",
+          "[cli]") {
+  std::string one, four;
+  REQUIRE(run_ktune("bench memory --model small --ctx 256 --json", &one) == 0);
+  REQUIRE(run_ktune("bench memory --model small --ctx 256 --json --accumulate 4", &four) == 0);
+  const auto a = nlohmann::json::parse(one).at(0), b = nlohmann::json::parse(four).at(0);
+  CHECK(a.at("micro_batches") == 1);
+  CHECK(b.at("micro_batches") == 4);
+  CHECK(b.at("workspace_backward").get<std::int64_t>() - a.at("workspace_backward").get<std::int64_t>() ==
+        10000 * 768 * 4);  // (vocab, d_model) fp32
+  CHECK(b.at("activations_backward") == a.at("activations_backward"));
+  REQUIRE(run_ktune("bench memory --model small --ctx 256 --accumulate 4", &four) == 0);
+  CHECK_THAT(four, Catch::Contains("materialised attention, 4 micro-batches a step"));
+}
+
 TEST_CASE("CLI: train --resume at another batch shape notes that its batches differ from the run's", "[cli]") {
   const auto ckpt = ktune::test::scratch_dir("train_resume_shape") / "run.ckpt";
   std::filesystem::remove(ckpt);
