@@ -82,8 +82,9 @@ void trim_metrics(const std::filesystem::path& path, std::int64_t first_step) {
 // activations (as the run keeps them) and workspace, each in its dtype.
 std::int64_t plan_peak(const model::TrainOptions& t) {
   const model::Precision precision = t.backend.precision;
-  return model::plan_memory(t.model, t.shape, t.threads, 4,
-                            model::attention_saved(precision, t.backend.mode == model::Mode::kCompiled), precision)
+  const bool compiled = t.backend.backend != "cpu" && t.backend.mode == model::Mode::kCompiled;
+  return model::plan_memory(t.model, t.shape, model::plan_threads(t.backend.backend, t.threads), 4,
+                            model::attention_saved(precision, compiled), precision)
       .peak_step();
 }
 

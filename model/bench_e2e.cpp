@@ -89,7 +89,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   KTUNE_REQUIRE(o.warmup >= 0, fmt::format("warm-up steps must be >= 0, got {}", o.warmup));
   const bool backward = o.passes != E2ePasses::kForward;
   const bool optimizer = o.passes == E2ePasses::kStep;
-  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads, 4,
+  const MemoryPlan plan = plan_memory(o.model, o.shape, plan_threads(o.backend, o.threads), 4,
                                       attention_saved(o.precision, o.backend != "cpu" && o.mode == Mode::kCompiled),
                                       o.precision);
   if (o.backend != "cuda")

@@ -147,6 +147,12 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
                        AttentionSaved attention = AttentionSaved::kProbabilities,
                        Precision precision = Precision::kF32);
 
+/// The threads the memory plan of a run on `backend` counts: the cpu
+/// backend's `threads`, whose ops keep scratch per thread (the attention
+/// backward's, the norms' weight gradients); 0 on a device backend, whose
+/// ops keep their own.
+inline unsigned plan_threads(const std::string& backend, unsigned threads) { return backend == "cpu" ? threads : 0; }
+
 /// Refuses, before anything is allocated, a run whose planned `peak` (one of
 /// the plan's peaks) exceeds the host memory available: kInvalidInput, one
 /// line with `run` ("training", "evaluating", ...), the model and shape, the

@@ -61,7 +61,7 @@ class DeviceRuntime final : public Runtime {
         baseline_(backend_->memory()) {
     backend_->set_programmatic(options.programmatic);
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
-      const MemoryPlan plan = plan_memory(config, shape, options.threads, 4,
+      const MemoryPlan plan = plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
                                           attention_saved(options.precision, options.mode == Mode::kCompiled),
                                           options.precision);
       const std::int64_t peak = allocation == Allocation::kTrain ? plan.peak_step() : plan.peak_forward();

@@ -31,6 +31,7 @@ struct BackendOptions {
 /// "cpu", "cuda" or "emu"; throws kInvalidInput naming the accepted ones.
 void check_backend_name(const std::string& backend);
 
+
 class Runtime {
  public:
   virtual ~Runtime() = default;

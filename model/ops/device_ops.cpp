@@ -161,7 +161,8 @@ Mode parse_mode(const std::string& text) {
 }
 
 StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options) {
-  StepLayout L = step_layout(config, shape, 1, train, options.precision,
+  // No cpu threads' scratch (the attention's, the norms' weight gradients): the device ops keep their own.
+  StepLayout L = step_layout(config, shape, plan_threads("cuda", 1), train, options.precision,
                              attention_saved(options.precision, options.mode == Mode::kCompiled));
   L.batched_projections = options.mode == Mode::kCompiled;  // eager: PyTorch eager's one GEMM per nn.Linear
   const RopeLaunch rope = options.mode == Mode::kCompiled
