@@ -81,11 +81,7 @@ void trim_metrics(const std::filesystem::path& path, std::int64_t first_step) {
 // The plan's peak for a step of the run: weights, gradients, AdamW state,
 // activations (as the run keeps them) and workspace, each in its dtype.
 std::int64_t plan_peak(const model::TrainOptions& t) {
-  const model::Precision precision = t.backend.precision;
-  const bool compiled = t.backend.backend != "cpu" && t.backend.mode == model::Mode::kCompiled;
-  return model::plan_memory(t.model, t.shape, model::plan_threads(t.backend.backend, t.threads), 4,
-                            model::attention_saved(precision, compiled), precision)
-      .peak_step();
+  return model::plan_run(t.model, t.shape, model::run_backend(t)).peak_step();
 }
 
 // A step's record for --json and --metrics.

@@ -89,23 +89,21 @@ E2eResult bench_e2e(const E2eOptions& o) {
   KTUNE_REQUIRE(o.warmup >= 0, fmt::format("warm-up steps must be >= 0, got {}", o.warmup));
   const bool backward = o.passes != E2ePasses::kForward;
   const bool optimizer = o.passes == E2ePasses::kStep;
-  const MemoryPlan plan = plan_memory(o.model, o.shape, plan_threads(o.backend, o.threads), 4,
-                                      attention_saved(o.precision, o.backend != "cpu" && o.mode == Mode::kCompiled),
-                                      o.precision);
+  const BackendOptions backend{.backend = o.backend,
+                               .mode = o.mode,
+                               .precision = o.precision,
+                               .cache = o.cache,
+                               .threads = o.threads,
+                               .graphs = o.graphs,
+                               .programmatic = o.programmatic};
+  const MemoryPlan plan = plan_run(o.model, o.shape, backend);
   if (o.backend != "cuda")
     require_host_memory(plan,
                         optimizer  ? plan.peak_step()
                         : backward ? plan.peak_forward_backward()
                                    : plan.peak_forward(),
                         "benchmarking");
-  auto model = make_runtime(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly,
-                            {.backend = o.backend,
-                             .mode = o.mode,
-                             .precision = o.precision,
-                             .cache = o.cache,
-                             .threads = o.threads,
-                             .graphs = o.graphs,
-                             .programmatic = o.programmatic});
+  auto model = make_runtime(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly, backend);
   templates::adamw::AdamwHyper hyper{};
   hyper.max_grad_norm = o.clip_norm;
   if (!o.weights.empty()) {

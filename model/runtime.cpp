@@ -16,6 +16,12 @@ void check_backend_name(const std::string& backend) {
                 fmt::format("backend '{}'; accepted: cpu, cuda, emu", backend));
 }
 
+MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const BackendOptions& options) {
+  const bool compiled = options.backend != "cpu" && options.mode == Mode::kCompiled;
+  return plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
+                     attention_saved(options.precision, compiled), options.precision);
+}
+
 namespace {
 
 class CpuRuntime final : public Runtime {
@@ -61,9 +67,7 @@ class DeviceRuntime final : public Runtime {
         baseline_(backend_->memory()) {
     backend_->set_programmatic(options.programmatic);
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
-      const MemoryPlan plan = plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
-                                          attention_saved(options.precision, options.mode == Mode::kCompiled),
-                                          options.precision);
+      const MemoryPlan plan = plan_run(config, shape, options);
       const std::int64_t peak = allocation == Allocation::kTrain ? plan.peak_step() : plan.peak_forward();
       const auto free = static_cast<std::int64_t>(baseline_.free_bytes);
       KTUNE_REQUIRE(peak <= free,

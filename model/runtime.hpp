@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "model/memory_plan.hpp"
 #include "model/ops/device_ops.hpp"
 #include "model/transformer.hpp"
 
@@ -30,6 +31,12 @@ struct BackendOptions {
 
 /// "cpu", "cuda" or "emu"; throws kInvalidInput naming the accepted ones.
 void check_backend_name(const std::string& backend);
+
+/// The memory plan of a run of `config` at `shape` on `options`' backend, as
+/// it allocates: its threads' scratch (plan_threads), what each block keeps
+/// for the attention backward (attention_saved: flash in compiled mode on a
+/// device backend), each buffer in the precision's dtype.
+MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const BackendOptions& options);
 
 
 class Runtime {

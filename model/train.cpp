@@ -39,13 +39,21 @@ Streams streams_for(const RunOptions& o) {
   return {corpus.slice(0, s.train), corpus.slice(s.train, corpus.size())};
 }
 
+}  // namespace
+
+BackendOptions run_backend(const RunOptions& o) {
+  BackendOptions b = o.backend;
+  b.threads = o.threads;
+  return b;
+}
+
+namespace {
+
 // A runtime with its starting weights (--weights, else the CS336
 // initialisation for the seed); without `weights`, those its construction
 // gave it, for a caller that sets them itself (a resumed run).
 std::unique_ptr<Runtime> start(const RunOptions& o, Allocation allocation, bool weights = true) {
-  BackendOptions b = o.backend;
-  b.threads = o.threads;
-  auto rt = make_runtime(o.model, o.shape, allocation, b);
+  auto rt = make_runtime(o.model, o.shape, allocation, run_backend(o));
   if (!weights) return rt;
   std::vector<float> params(static_cast<std::size_t>(rt->layout().total));
   if (o.weights.empty())
@@ -114,7 +122,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
           ? std::optional<TokenStream>(TokenStream::from_file(o.val_tokens_file, o.model.vocab))
           : std::nullopt;
   const TokenStream& val_stream = val_file ? *val_file : streams.held_out ? *streams.held_out : stream;
-  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));
   require_memory(o, plan, plan.peak_step(), "training");
   auto model = start(o, Allocation::kTrain, !resuming);
   if (on_start) on_start({*model, stream.size(), streams.held_out ? streams.held_out->size() : 0, resumed});
@@ -200,7 +208,7 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
   check_backend_name(o.backend.backend);
   KTUNE_REQUIRE(batches >= 1, fmt::format("{} batches to evaluate; give 1 or more", batches));
   KTUNE_REQUIRE(!gradients || batches == 1, "gradients are of one batch; evaluate more batches without them");
-  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));
   require_memory(o, plan, gradients ? plan.peak_forward_backward() : plan.peak_forward(), "evaluating");
   const Streams streams = streams_for(o);
   const TokenStream& stream = streams.held_out ? *streams.held_out : streams.train;
@@ -244,7 +252,7 @@ FullEvalResult evaluate_all(const RunOptions& o) {
   KTUNE_REQUIRE(r.windows >= 1,
                 fmt::format("{} tokens hold no window of --ctx {} and its next token", stream.size(), C));
   r.tokens = r.windows * C;
-  const MemoryPlan plan = plan_memory(o.model, o.shape, o.threads);
+  const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));
   require_memory(o, plan, plan.peak_forward(), "evaluating");
   auto model = start(o, Allocation::kForwardOnly);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * C)), targets(tokens.size()), window, next;
@@ -317,7 +325,7 @@ std::vector<std::int32_t> generate(const GenerateOptions& o, const std::function
   // token drawn is not read back): a short generation runs no padding.
   r.shape = RunShape{1, std::min<std::int64_t>(o.shape.context,
                                                static_cast<std::int64_t>(o.prompt.size()) + o.max_tokens - 1)};
-  const MemoryPlan plan = plan_memory(r.model, r.shape, r.threads);
+  const MemoryPlan plan = plan_run(r.model, r.shape, run_backend(r));
   require_memory(r, plan, plan.peak_forward(), "generating with");
   auto model = start(r, Allocation::kForwardOnly);
   const auto S = static_cast<std::size_t>(r.shape.context);

@@ -33,6 +33,9 @@ struct RunOptions {
   double val_split = 0;
 };
 
+/// options.backend with its threads: the run's backend (make_runtime, plan_run).
+BackendOptions run_backend(const RunOptions& options);
+
 /// The learning rate of each optimizer step, as CS336's
 /// get_lr_cosine_schedule at iteration it = step - 1 (steps count from 1):
 /// lr * it / warmup while it < warmup; then lr (constant), or (cosine)
