@@ -61,8 +61,14 @@ fs::path writable_target(const fs::path& path, std::string_view what) {
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   fs::create_directories(dir, ec);
   if (ec) refuse(target, fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
-  if (::access(dir.c_str(), W_OK | X_OK) != 0)
-    refuse(target, fmt::format("folder {}: {}", dir.string(), std::strerror(errno)));
+  // A file made and removed there: access(W_OK) answers yes to root in any
+  // folder, even one where nothing can be made (/proc, a read-only mount).
+  static std::atomic<unsigned> probes{0};
+  const fs::path probe = dir / fmt::format(".ktune-probe.{}.{}", ::getpid(), probes++);
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) refuse(target, fmt::format("cannot make a file in folder {}: {}", dir.string(), std::strerror(errno)));
+  ::close(fd);
+  ::unlink(probe.c_str());
   return target;
 }
 

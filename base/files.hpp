@@ -16,7 +16,8 @@ std::string read_file(const std::filesystem::path& path);
 /// and a missing parent folder is created. Throws kInvalidInput, one line
 /// naming `what` (e.g. "cache file", "--json-out") and the path, when the
 /// target is a directory or another non-regular file, is read-only, or its
-/// folder cannot be created or written. Writes nothing else.
+/// folder cannot be created or written (a file is made there and removed at
+/// once to ask). Writes nothing else.
 std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what);
 
 /// Writes `bytes` to a temp file beside writable_target(path), fsyncs it,

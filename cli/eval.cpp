@@ -26,9 +26,10 @@ void add_eval_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, the mean of several, or over a whole token file");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
-  cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)");
+  cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)")->check(CLI::ExistingFile);
   auto* tokens = cmd->add_option("--tokens", o->r.tokens_file,
-                                 "Token file: raw uint16, or a .npy uint16 array (default: the synthetic stream)");
+                                 "Token file: raw uint16, or a .npy uint16 array (default: the synthetic stream)")
+                    ->check(CLI::ExistingFile);
   cmd->add_option("--val-split", o->r.val_split,
                   "Evaluate the last fraction of --tokens, the part `train --val-split` holds out")
       ->check(finite_in(0, 1, true, true))

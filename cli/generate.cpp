@@ -28,7 +28,8 @@ void add_generate_command(CLI::App& app, Global& global) {
       ->default_str("256");
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->g.weights,
-                  "Safetensors weights (a --save or --checkpoint file; default: random init)");
+                  "Safetensors weights (a --save or --checkpoint file; default: random init)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--prompt", o->g.prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")
       ->required()
       ->delimiter(',')

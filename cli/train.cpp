@@ -119,14 +119,16 @@ void add_train_command(CLI::App& app, Global& global) {
                   "--batch")
       ->check(integer_at_least(1))
       ->capture_default_str();
-  cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)");
+  cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
   auto* save_best = cmd->add_option("--save-best", o->t.save_best,
                                     "Write the weights here (safetensors) after each validation whose loss is the "
                                     "lowest so far (with --resume, the checkpoint's best counts)");
   auto* tokens = cmd->add_option("--tokens", o->t.tokens_file,
                                  "Token file: raw uint16, or a .npy uint16 array (default: a synthetic learnable "
-                                 "stream)");
+                                 "stream)")
+                    ->check(CLI::ExistingFile);
   auto* eval_every = cmd->add_option("--eval-every", o->t.eval_every,
                                      "Validation loss every this many steps and after the last; 0: none")
                          ->check(integer_at_least(0))
@@ -138,6 +140,7 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* val_tokens = cmd->add_option("--val-tokens", o->t.val_tokens_file,
                                      "Token file to validate on, as --tokens (default: the part --val-split holds out, "
                                      "else the training stream)")
+                         ->check(CLI::ExistingFile)
                          ->needs(eval_every);
   save_best->needs(eval_every);
   cmd->add_option("--val-split", o->t.val_split,

@@ -222,6 +222,29 @@ TEST_CASE("CLI: output files are checked before the work: unwritable is exit 2, 
                 "\"numel\":64}}' --cache " + dir.string(), &out) == 2);
   CHECK_THAT(out, Catch::Contains("is a directory"));
   CHECK_FALSE(std::filesystem::exists(dir.string() + ".lock"));
+  // A folder where no file can be made, though access() lets root write anywhere.
+  if (std::filesystem::is_directory("/proc/self")) {
+    CHECK(run_bad("train --model tiny --steps 1 --save /proc/ktune-weights.safetensors", &out) == 2);
+    CHECK_THAT(out, Catch::Contains("cannot write --save /proc/ktune-weights.safetensors: cannot make a file in "
+                                    "folder /proc"));
+  }
+}
+
+TEST_CASE("CLI: input files are checked before the work: a missing one is exit 2 naming its option", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-in");
+  const std::string missing = (dir / "missing").string();
+  std::string out;
+  for (const std::string args :
+       {"train --model tiny --steps 1 --weights ", "train --model tiny --steps 1 --tokens ",
+        "train --model tiny --steps 1 --eval-every 1 --val-tokens ", "eval --model tiny --weights ",
+        "eval --model tiny --tokens ", "generate --model tiny --prompt 1 --weights "}) {
+    INFO(args);
+    CHECK(run_bad(args + missing, &out) == 2);
+    const std::string option = args.substr(args.rfind(" --") + 1, args.size() - args.rfind(" --") - 2);
+    CHECK_THAT(out, Catch::Contains(option + ": File does not exist: " + missing));
+    CHECK(run_bad(args + dir.string(), &out) == 2);  // a folder is not a file
+    CHECK_THAT(out, Catch::Contains("directory"));
+  }
 }
 
 TEST_CASE("CLI: a model that does not fit in host memory is refused before allocating", "[cli]") {
