@@ -108,7 +108,9 @@ void add_compile_command(CLI::App& app, Global& global) {
   cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
   cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
       ->check(integer_at_least(1));
-  cmd->add_option("--seed", opts->check.seed, "Seed of --sample")->capture_default_str();
+  cmd->add_option("--seed", opts->check.seed, "Seed of --sample")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->add_option("--threads", opts->check.threads, "Parallel compilations")
       ->check(thread_count())
       ->default_str("KTUNE_COMPILE_THREADS, else cores");

@@ -34,7 +34,9 @@ void add_eval_command(CLI::App& app, Global& global) {
                   "Evaluate the last fraction of --tokens, the part `train --val-split` holds out")
       ->check(finite_in(0, 1, true, true))
       ->needs(tokens);
-  cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
+  cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   auto* batches = cmd->add_option("--batches", o->batches,
                                   "Batches to average the loss over: the first N the sampler draws for --seed")
                       ->check(integer_at_least(1))

@@ -49,6 +49,7 @@ void add_generate_command(CLI::App& app, Global& global) {
       ->check(integer_at_least(0))
       ->default_str("none");
   cmd->add_option("--seed", o->g.seed, "Seed of the sampler (and of the initialisation without --weights)")
+      ->check(integer_at_least(0))
       ->capture_default_str();
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {

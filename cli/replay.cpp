@@ -51,7 +51,9 @@ void add_replay_command(CLI::App& app, Global& global) {
                                          "(plateau:150, plateau:150+10%)")
       ->capture_default_str();
   cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->check(integer_at_least(1))->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->add_option("--target", args->target, "Fraction of the optimum for the evaluations-to-target column")
       ->check(finite_in(0, 1, true, false))
       ->capture_default_str();

@@ -82,7 +82,9 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_option("--spec", args->spec, kSpecHelp);
   cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the default on the device");
   cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}')");
-  cmd->add_option("--seed", args->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the random inputs")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->add_option("--arch", args->arch, "Emulation: whose limits the emulated device has")->capture_default_str();
   cmd->add_option("--workers", args->workers, "Emulation: OS threads running blocks (0: all hardware threads)");
   cmd->add_flag("--time", args->time,

@@ -185,7 +185,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                        "there")
                            ->check(integer_at_least(1))
                            ->default_str("--steps");
-  cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")->capture_default_str();
+  cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   auto* checkpoint = cmd->add_option("--checkpoint", o->t.checkpoint,
                                      "Checkpoint file (safetensors: the weights, AdamW's state, the step and the batch "
                                      "sampler), written atomically every --checkpoint-every steps, after the last "

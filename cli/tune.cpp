@@ -83,7 +83,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
                   "(N evaluations without improvement), or several joined by + (\"200+15m\": whichever comes first); \"\" for none (exhaustive's default)")
       ->capture_default_str();
-  cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")->capture_default_str();
+  cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")
+      ->check(integer_at_least(0))
+      ->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
   cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");

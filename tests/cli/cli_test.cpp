@@ -178,11 +178,14 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
         "eval --batches 2 --dump g.json",
         "eval --ctx 0", "bench e2e --batch 0", "bench e2e --trials 0", "bench memory --heads 0",
         "compile --sample 0", "replay --dataset x.json --target 2", "replay --dataset x.json --target nan",
-        "replay --dataset x.json --runs 0"}) {
+        "replay --dataset x.json --runs 0", "train --seed -1", "eval --seed -2", "generate --prompt 1 --seed -1",
+        "tune --seed -1", "compile --seed -1"}) {
     INFO(args);
     CHECK(run_bad(args, &out) == 2);
     CHECK_THAT(out, !Catch::Contains("json.exception"));
   }
+  CHECK_THAT(out, Catch::Contains("--seed: must be an integer >= 0, got '-1'"));
+  CHECK(run_bad("replay --dataset x.json --runs 0", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--runs"));
   CHECK(run_bad("train --beta2 5", &out) == 2);
   CHECK_THAT(out, Catch::Contains("[0, 1)"));
