@@ -14,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "model/config.hpp"
+#include "model/step_kernels.hpp"
 #include "templates/eager/eager.hpp"
 #include "tuner/bench/ops_bench.hpp"
 
@@ -32,18 +33,15 @@ std::vector<std::string> name_list(const std::string& text) {
   return out;
 }
 
-/// The problem of `family` in one training step of `m` on `batch` sequences of `ctx` tokens.
+/// The problem of `family` in one training step of `m` on `batch` sequences of
+/// `ctx` tokens, as eager mode launches it (model/step_kernels.hpp: the
+/// attention scores materialised, RoPE on q and k one launch each).
 templates::Problem step_problem(const std::string& family, const model::ModelConfig& m, std::int64_t batch,
                                 std::int64_t ctx, const std::string& dtype) {
-  const std::int64_t tokens = batch * ctx;
-  if (family.rfind("swiglu", 0) == 0) return {dtype, {{"n", tokens * m.d_ff}}};
-  if (family.rfind("cross_entropy", 0) == 0) return {dtype, {{"rows", tokens}, {"vocab", m.vocab}}};
-  if (family.rfind("softmax", 0) == 0)  // materialised causal attention scores
-    return {dtype, {{"rows", tokens * m.heads}, {"cols", ctx}, {"causal", 1}}};
-  if (family.rfind("rope", 0) == 0)
-    return {dtype, {{"tokens", tokens}, {"heads", m.heads}, {"head_dim", m.head_dim()}, {"seq", ctx}}};
-  if (family.rfind("embedding", 0) == 0) return {dtype, {{"rows", tokens}, {"dim", m.d_model}, {"vocab", m.vocab}}};
-  return {dtype, {{"rows", tokens}, {"dim", m.d_model}}};  // the norms
+  for (const auto& k : model::step_kernels(m, model::RunShape{batch, ctx}, model::parse_precision(dtype),
+                                           model::AttentionSaved::kProbabilities, model::RopeLaunch::kEach))
+    if (k.family->name() == family) return k.problem;
+  throw_error(ErrorKind::kInvalidInput, fmt::format("{} is not one of a training step's kernels", family));
 }
 
 }  // namespace
