@@ -1,7 +1,10 @@
 #include "cli/progress.hpp"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <iostream>
 
 namespace ktune::cli {
@@ -31,6 +34,14 @@ void ProgressLine::finish() {
   std::cerr << std::flush;
   shown_ = false;
   last_.clear();
+}
+
+std::string format_duration(double seconds) {
+  const auto s = static_cast<long long>(std::llround(std::max(seconds, 0.0)));
+  if (s < 60) return fmt::format("{} s", s);
+  if (s < 3600) return fmt::format("{} min {:02} s", s / 60, s % 60);
+  const long long minutes = (s + 30) / 60;
+  return fmt::format("{} h {:02} min", minutes / 60, minutes % 60);
 }
 
 }  // namespace ktune::cli

@@ -25,4 +25,8 @@ class ProgressLine {
   std::chrono::steady_clock::time_point last_time_{};
 };
 
+/// A time left or taken, to the second below an hour, to the minute above:
+/// "42 s", "3 min 12 s", "2 h 05 min".
+std::string format_duration(double seconds);
+
 }  // namespace ktune::cli

@@ -5,12 +5,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <limits>
+#include <optional>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
@@ -18,6 +21,7 @@
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
+#include "cli/progress.hpp"
 #include "model/checkpoint.hpp"
 #include "model/memory_plan.hpp"
 #include "model/train.hpp"
@@ -226,9 +230,22 @@ void add_train_command(CLI::App& app, Global& global) {
     t.threads = threads_from_args(o->m);
     t.backend = backend_from_args(o->m, t.threads);
     const bool scheduled = t.schedule.cosine || t.schedule.warmup > 0;
+    const int step_width = static_cast<int>(std::to_string(t.steps).size());
+    // The time left, at the pace since the end of this run's first step
+    // (which compiles and warms up): validations and checkpoints included.
+    using Clock = std::chrono::steady_clock;
+    std::optional<std::pair<std::int64_t, Clock::time_point>> first_end;
+    const auto eta = [&t, &first_end](std::int64_t step) -> std::string {
+      const auto now = Clock::now();
+      if (!first_end) first_end.emplace(step, now);
+      if (step == first_end->first || step >= t.steps) return "";
+      const double per_step =
+          std::chrono::duration<double>(now - first_end->second).count() / static_cast<double>(step - first_end->first);
+      return "  eta " + format_duration(per_step * static_cast<double>(t.steps - step));
+    };
     const auto records = model::train(
         t,
-        [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode](const model::StepRecord& r) {
+        [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, step_width, &eta](const model::StepRecord& r) {
           if (!metrics_path.empty() && !metrics.is_open()) {
             if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
             metrics.open(metrics_path, metrics_mode);
@@ -237,14 +254,16 @@ void add_train_command(CLI::App& app, Global& global) {
           if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;
           if (global.json) return;
           const double tokens_per_s = static_cast<double>(t.shape.step_tokens()) / r.seconds;
-          std::cout << fmt::format("step {:>5}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s){}{}\n",
-                                   r.step, r.loss, r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
+          std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s)"
+                                   "{}{}{}\n",
+                                   r.step, step_width, t.steps, r.loss,
+                                   r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
                                    scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3, tokens_per_s,
                                    tokens_per_s * t.model.train_flops_per_token(t.shape.context) / 1e12,
                                    r.val_loss ? fmt::format("  val loss {:.4f}{}", *r.val_loss,
                                                             r.saved_best ? " (best: saved)" : "")
                                               : "",
-                                   r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "")
+                                   r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "", eta(r.step))
                     << std::flush;
         },
         [&global, &t](const model::TrainStart& start) {  // once the backend is up: a missing GPU says only that

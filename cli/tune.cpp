@@ -178,7 +178,7 @@ void add_tune_command(CLI::App& app, Global& global) {
           std::cerr << evaluation_line(evaluated, evaluation_of(r), emulated) << "\n";
           return;
         }
-        const std::string eta = p.eta_s >= 0 ? fmt::format("ETA {:.0f} s", p.eta_s) : "ETA ?";
+        const std::string eta = p.eta_s >= 0 ? "ETA " + format_duration(p.eta_s) : "ETA ?";
         line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {:.4f} ms, {}  {:.60}",
                                 p.state->evaluations, family.space().size(), p.state->failures, p.state->best_ms, eta,
                                 r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure)));

@@ -481,6 +481,21 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   CHECK_THAT(out, Catch::Contains("not within 3s"));
 }
 
+TEST_CASE("CLI: train counts its steps against --steps and says the time left after each but the first and last",
+          "[cli]") {
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --steps 12 --threads 1", &out) == 0);
+  INFO(out);
+  const auto steps = lines_starting(out, "step ");
+  REQUIRE(steps.size() == 12);
+  CHECK_THAT(steps[0], Catch::StartsWith("step  1/12  loss ") && Catch::EndsWith("TFLOP/s)"));
+  for (std::size_t i = 1; i + 1 < steps.size(); ++i) {
+    INFO(steps[i]);
+    CHECK_THAT(steps[i], Catch::Matches(fmt::format("step {:>2}/12  loss .*TFLOP/s\\)  eta [0-9]+ s", i + 1)));
+  }
+  CHECK_THAT(steps.back(), Catch::StartsWith("step 12/12  loss ") && Catch::EndsWith("TFLOP/s)"));
+}
+
 TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and its JSON says them too, with each "
           "step's gradient norm",
           "[cli]") {
@@ -490,7 +505,7 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
   CHECK_THAT(out, Catch::Contains("ctx 8, batch 2 x 3 micro-batches a step (6 windows)"));
   const auto steps = lines_starting(out, "step ");
   REQUIRE(steps.size() == 2);
-  CHECK_THAT(steps[0], Catch::Matches("step +1  loss [0-9.]+  norm [0-9.]+  \\([0-9.]+ ms, [0-9]+ tokens/s, "
+  CHECK_THAT(steps[0], Catch::Matches("step 1/2  loss [0-9.]+  norm [0-9.]+  \\([0-9.]+ ms, [0-9]+ tokens/s, "
                                       "[0-9.e+-]+ TFLOP/s\\)"));
   REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --accumulate 3 --steps 1 --threads 2 --json", &out) == 0);
   const auto j = nlohmann::json::parse(out);
