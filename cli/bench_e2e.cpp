@@ -178,7 +178,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   auto* cmd = bench.add_subcommand("e2e", "End-to-end training step (seeds 002/004): forward, backward, optimizer "
                                           "mean and std over trials");
   add_model_options(cmd, o->m);
-  add_recompute_option(cmd, o->m);
+  add_recompute_option(cmd, o->m, true);
   add_backend_options(cmd, o->m);
   cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")
       ->check(integer_at_least(0))
@@ -226,6 +226,10 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep
                                    : model::E2ePasses::kForwardBackward;
+    KTUNE_REQUIRE(!o->sweep || o->m.recompute != "auto",
+                  "--recompute auto fits one run's shape, and --sweep runs several: give --recompute swiglu or blocks");
+    if (e.passes != model::E2ePasses::kForward)  // a forward alone keeps no activations for a backward
+      resolve_recompute(o->m, e.model, e.shape, b, global.json, e.passes == model::E2ePasses::kForwardBackward);
     if (o->sweep) {
       run_sweep(e, o->json_out, global.json);
       return;

@@ -56,7 +56,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
   cmd->add_option("--batch", o->m.batch, "Batch size")->check(integer_at_least(1))->default_str("4");
   add_threads_option(cmd, o->m);
-  add_recompute_option(cmd, o->m);
+  add_recompute_option(cmd, o->m, false);
   cmd->add_option("--accumulate", o->accumulate,
                   "Micro-batches a step (train --accumulate): the plan keeps one (vocab, d_model) fp32 buffer more, "
                   "where the embedding's and norms' gradients wait to be added")

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <vector>
 
 #include "base/env.hpp"
 #include "base/error.hpp"
@@ -66,23 +67,56 @@ model::ModelConfig model_from_args(const ModelArgs& a) {
 
 model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, std::int64_t default_batch) {
   model::RunShape s{a.batch ? a.batch : default_batch, a.ctx ? a.ctx : default_ctx};
-  s.recompute = a.recompute.empty() ? model::Recompute::kBlocks : model::parse_recompute(a.recompute);
+  s.recompute = a.recompute.empty()     ? model::Recompute::kBlocks
+                : a.recompute == "auto" ? model::Recompute::kNone
+                                        : model::parse_recompute(a.recompute);
   s.validate();
   return s;
 }
 
-void add_recompute_option(CLI::App* cmd, ModelArgs& a) {
+void add_recompute_option(CLI::App* cmd, ModelArgs& a, bool with_auto) {
+  std::vector<std::string> levels = {"", "none", "swiglu", "blocks"};
+  if (with_auto) levels.push_back("auto");
   cmd->add_option("--recompute", a.recompute,
-                "Activation recomputation, the same math and gradients for less memory. --recompute (or "
-                "--recompute blocks, activation checkpointing): each block keeps only its input and first norm, "
-                "and its forward runs again (up to the SwiGLU) before its backward: about a third more compute a "
-                "step, one block's activations instead of every block's. --recompute swiglu: each block keeps all "
-                "but the SwiGLU's output (tokens x d_ff), computed again before its backward: one elementwise op a "
-                "block")
+                  std::string("Activation recomputation, the same math and gradients for less memory. --recompute (or "
+                              "--recompute blocks, activation checkpointing): each block keeps only its input and "
+                              "first norm, and its forward runs again (up to the SwiGLU) before its backward: about a "
+                              "third more compute a step, one block's activations instead of every block's. "
+                              "--recompute swiglu: each block keeps all but the SwiGLU's output (tokens x d_ff), "
+                              "computed again before its backward: one elementwise op a block") +
+                      (with_auto ? ". --recompute auto: the least of none, swiglu and blocks at which the run's "
+                                   "memory plan fits in the memory free on its device (the host's for cpu and emu)"
+                                 : ""))
       ->expected(0, 1)
       ->default_str("")  // alone, not the captured "none": "" stands for blocks
-      ->type_name("[swiglu|blocks]")
-      ->check(CLI::IsMember({"", "none", "swiglu", "blocks"}));
+      ->type_name(with_auto ? "[swiglu|blocks|auto]" : "[swiglu|blocks]")
+      ->check(CLI::IsMember(levels));
+}
+
+void resolve_recompute(const ModelArgs& a, const model::ModelConfig& config, model::RunShape& shape,
+                       const model::BackendOptions& backend, bool quiet, bool forward_backward) {
+  if (a.recompute != "auto") return;
+  const std::int64_t available = model::available_memory(backend);
+  shape.recompute = model::least_recompute(config, shape, backend, available, forward_backward);
+  if (quiet) return;
+  const auto peak = [&](model::Recompute level) {
+    model::RunShape s = shape;
+    s.recompute = level;
+    const model::MemoryPlan plan = model::plan_run(config, s, backend);
+    return forward_backward ? plan.peak_forward_backward() : plan.peak_step();
+  };
+  const std::string where = backend.backend == "cuda" ? "free on the GPU" : "available on the host";
+  const std::int64_t bytes = peak(shape.recompute);
+  std::cout << fmt::format("recompute auto: {} ", model::to_string(shape.recompute));
+  if (available <= 0)
+    std::cout << fmt::format("(the memory {} is not known)\n", where);
+  else
+    std::cout << fmt::format("({} planned, {} the {} {}{})\n", model::format_bytes(bytes),
+                             bytes <= available ? "within" : "more than", model::format_bytes(available), where,
+                             shape.recompute == model::Recompute::kNone
+                                 ? ""
+                                 : fmt::format("; keeping every activation, {}",
+                                               model::format_bytes(peak(model::Recompute::kNone))));
 }
 
 void add_backend_options(CLI::App* cmd, ModelArgs& a) {

@@ -39,11 +39,21 @@ void add_threads_option(CLI::App* cmd, ModelArgs& args);
 model::ModelConfig model_from_args(const ModelArgs& args);
 
 /// Adds --recompute [swiglu|blocks] (RunShape::recompute; alone: blocks) to
-/// a command that trains or plans a training run.
-void add_recompute_option(CLI::App* cmd, ModelArgs& args);
+/// a command that trains or plans a training run; with `with_auto` (a
+/// command that runs one) also --recompute auto (resolve_recompute).
+void add_recompute_option(CLI::App* cmd, ModelArgs& args, bool with_auto);
 
-/// --ctx/--batch, or the defaults given, and --recompute.
+/// --ctx/--batch, or the defaults given, and --recompute (auto: none, until
+/// resolve_recompute).
 model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx, std::int64_t default_batch);
+
+/// With --recompute auto, sets shape.recompute to the least recomputation
+/// at which the run fits in the memory its backend has now
+/// (model::least_recompute; with `forward_backward`, a forward and backward
+/// without the optimizer's state) and, unless `quiet`, says on stdout which
+/// and why. Without auto, does nothing.
+void resolve_recompute(const ModelArgs& args, const model::ModelConfig& config, model::RunShape& shape,
+                       const model::BackendOptions& backend, bool quiet, bool forward_backward = false);
 
 /// Adds --backend (cpu | cuda | emu), --mode (eager | compiled), --dtype
 /// (f32 | tf32 | bf16), --cache (a tuned cache file for compiled mode),

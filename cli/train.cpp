@@ -114,7 +114,7 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
-  add_recompute_option(cmd, o->m);
+  add_recompute_option(cmd, o->m, true);
   cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--accumulate", o->accumulate,
                   "Micro-batches per optimizer step (gradient accumulation): each step runs this many forwards and "
@@ -229,6 +229,7 @@ void add_train_command(CLI::App& app, Global& global) {
     t.shape.micro_batches = o->accumulate;
     t.threads = threads_from_args(o->m);
     t.backend = backend_from_args(o->m, t.threads);
+    resolve_recompute(o->m, t.model, t.shape, t.backend, global.json);
     const bool scheduled = t.schedule.cosine || t.schedule.warmup > 0;
     const int step_width = static_cast<int>(std::to_string(t.steps).size());
     // The time left, at the pace since the end of this run's first step

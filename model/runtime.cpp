@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "base/host_memory.hpp"
 #include "cache/store.hpp"
 #include "model/bench_e2e.hpp"
 #include "model/device_model.hpp"
@@ -20,6 +21,23 @@ MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const Back
   const bool compiled = options.backend != "cpu" && options.mode == Mode::kCompiled;
   return plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
                      attention_saved(options.precision, compiled), options.precision);
+}
+
+std::int64_t available_memory(const BackendOptions& options) {
+  if (options.backend == "cuda")
+    return static_cast<std::int64_t>(tuner::exec::make_cuda_backend()->memory().free_bytes);
+  return available_host_memory();
+}
+
+Recompute least_recompute(const ModelConfig& config, RunShape shape, const BackendOptions& options,
+                          std::int64_t available, bool forward_backward) {
+  if (available <= 0) return Recompute::kNone;
+  for (const Recompute level : {Recompute::kNone, Recompute::kSwiglu}) {
+    shape.recompute = level;
+    const MemoryPlan plan = plan_run(config, shape, options);
+    if ((forward_backward ? plan.peak_forward_backward() : plan.peak_step()) <= available) return level;
+  }
+  return Recompute::kBlocks;
 }
 
 namespace {

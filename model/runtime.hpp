@@ -38,6 +38,18 @@ void check_backend_name(const std::string& backend);
 /// device backend), each buffer in the precision's dtype.
 MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const BackendOptions& options);
 
+/// Bytes a run on `options`' backend may take now: the GPU's free memory on
+/// cuda (throws kNoDevice without one), else the host's available memory (0:
+/// unknown).
+std::int64_t available_memory(const BackendOptions& options);
+
+/// The least activation recomputation (none, then swiglu, then blocks) at
+/// which a training step's plan on `options`' backend (plan_run, peak_step;
+/// with `forward_backward`, peak_forward_backward) fits in `available`
+/// bytes; blocks when none fits (the run's memory check then says what
+/// would), none when `available` is 0 (unknown). shape.recompute is not read.
+Recompute least_recompute(const ModelConfig& config, RunShape shape, const BackendOptions& options,
+                          std::int64_t available, bool forward_backward = false);
 
 class Runtime {
  public:

@@ -536,6 +536,18 @@ TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, 
   }
   CHECK(run_bad(run + " --recompute all", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--recompute"));
+  // auto: the tiny model fits anywhere, so nothing is recomputed, and the run says why.
+  REQUIRE(run_ktune(run + " --recompute auto", &recomputed) == 0);
+  CHECK_THAT(recomputed, Catch::Matches("recompute auto: none \\([0-9.]+ [KM]iB planned, within the [0-9.]+ [GM]iB "
+                                        "available on the host\\)\n(.|\n)*"));
+  REQUIRE(run_ktune(run + " --json --recompute auto", &recomputed) == 0);
+  CHECK(nlohmann::json::parse(recomputed).at("recompute") == "none");
+  CHECK(run_bad("bench memory --model tiny --recompute auto", &out) == 2);  // plans without a device to fit
+  CHECK(run_bad("bench e2e --model tiny --sweep --recompute auto", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--recompute auto fits one run's shape"));
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + run + " --backend cuda --recompute auto",
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("no CUDA device"));
 
   // xl at context 512: seed 003's case, which the report's A100 (40 GB) profiled up to ctx 256 only.
   REQUIRE(run_ktune("bench memory --model xl --ctx 512 --json", &out) == 0);

@@ -8,6 +8,7 @@
 #include "model/memory_plan.hpp"
 #include "model/odd_model.hpp"
 #include "model/recompute_check.hpp"
+#include "model/runtime.hpp"
 #include "model/tiny_run.hpp"
 #include "model/train.hpp"
 #include "model/walk.hpp"
@@ -121,6 +122,41 @@ TEST_CASE("recompute: the plan keeps each block's kept part and one shared rest 
   }
   CHECK(parse_recompute("swiglu") == Recompute::kSwiglu);
   CHECK_THROWS_WITH(parse_recompute("all"), Catch::Contains("accepted: none, swiglu, blocks"));
+}
+
+}  // namespace model_recompute_test
+
+namespace model_recompute_test {
+
+TEST_CASE("recompute auto: the least level whose plan fits the memory there is", "[model][recompute]") {
+  const ModelConfig config = odd_model();
+  BackendOptions cpu;
+  cpu.threads = 2;
+  RunShape shape{2, 13};
+  const auto peak = [&](Recompute level, bool forward_backward) {
+    RunShape s = shape;
+    s.recompute = level;
+    const MemoryPlan plan = plan_run(config, s, cpu);
+    return forward_backward ? plan.peak_forward_backward() : plan.peak_step();
+  };
+  for (const bool fb : {false, true}) {
+    INFO("forward and backward only: " << fb);
+    const std::int64_t none = peak(Recompute::kNone, fb), swiglu = peak(Recompute::kSwiglu, fb),
+                       blocks = peak(Recompute::kBlocks, fb);
+    REQUIRE(none > swiglu);
+    REQUIRE(swiglu > blocks);
+    shape.recompute = Recompute::kBlocks;  // not read
+    CHECK(least_recompute(config, shape, cpu, none, fb) == Recompute::kNone);
+    CHECK(least_recompute(config, shape, cpu, none - 1, fb) == Recompute::kSwiglu);
+    CHECK(least_recompute(config, shape, cpu, swiglu, fb) == Recompute::kSwiglu);
+    CHECK(least_recompute(config, shape, cpu, swiglu - 1, fb) == Recompute::kBlocks);
+    CHECK(least_recompute(config, shape, cpu, blocks - 1, fb) == Recompute::kBlocks);  // the least there is
+    CHECK(least_recompute(config, shape, cpu, 0, fb) == Recompute::kNone);              // not known
+    shape.recompute = Recompute::kNone;
+  }
+  // The optimizer's state counts in a step's plan, not in a forward and backward's.
+  CHECK(least_recompute(config, shape, cpu, peak(Recompute::kNone, true), true) == Recompute::kNone);
+  CHECK(least_recompute(config, shape, cpu, peak(Recompute::kNone, true), false) != Recompute::kNone);
 }
 
 }  // namespace model_recompute_test
