@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include "model/recompute_check.hpp"
+#include "model/runtime.hpp"
+#include "tuner/exec/backend.hpp"
 #include "support.hpp"
 
 namespace model_recompute_gpu_test {
@@ -46,6 +48,22 @@ TEST_CASE("cuda backend, recompute: the small model's steps are a keeping run's"
   check_close_steps(RunShape{2, 100}, Mode::kCompiled, Precision::kBf16, false, 2);
   // Each backward graph captured on its second run, replayed on its third.
   check_close_steps(RunShape{2, 128, 2}, Mode::kCompiled, Precision::kBf16, true, 3);
+}
+
+TEST_CASE("cuda backend, recompute auto: the GPU's free memory, and the level a run fits at there",
+          "[gpu][model][recompute]") {
+  test::skip_without_gpu();
+  BackendOptions b;
+  b.backend = "cuda";
+  b.precision = Precision::kBf16;
+  const std::int64_t free = available_memory(b);
+  const auto total = static_cast<std::int64_t>(tuner::exec::make_cuda_backend()->memory().total_bytes);
+  CHECK(free > 0);
+  CHECK(free <= total);
+  const ModelConfig small = model_config("small");
+  CHECK(least_recompute(small, RunShape{4, 256}, b, free) == Recompute::kNone);  // a few GiB
+  // A context whose kept activations pass any GPU's memory: the least level is the last.
+  CHECK(least_recompute(model_config("2.7B"), RunShape{64, 4096}, b, free) == Recompute::kBlocks);
 }
 
 }  // namespace model_recompute_gpu_test
