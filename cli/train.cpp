@@ -34,7 +34,7 @@ volatile std::sig_atomic_t caught_signal = 0;
 
 extern "C" void on_stop_signal(int signal) {
   caught_signal = signal;
-  constexpr char kSay[] = "\nktune: stopping after this step, once its checkpoint is written (again: stop at once)\n";
+  constexpr char kSay[] = "\nktune: stopping after this step, once it is written (again: stop at once)\n";
   [[maybe_unused]] const auto written = ::write(STDERR_FILENO, kSay, sizeof(kSay) - 1);
 }
 
@@ -125,7 +125,9 @@ void add_train_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)")
       ->check(CLI::ExistingFile);
-  cmd->add_option("--save", o->t.save, "Write the trained weights here (safetensors)");
+  cmd->add_option("--save", o->t.save,
+                  "Write the trained weights here (safetensors) after the last step, or after the step running "
+                  "when SIGINT or SIGTERM arrives, which then ends the run (exit status 128 + the signal)");
   auto* save_best = cmd->add_option("--save-best", o->t.save_best,
                                     "Write the weights here (safetensors) after each validation whose loss is the "
                                     "lowest so far (with --resume, the checkpoint's best counts)");
@@ -221,7 +223,8 @@ void add_train_command(CLI::App& app, Global& global) {
     const std::filesystem::path metrics_path = o->metrics.empty() ? "" : writable_target(o->metrics, "--metrics");
     const auto metrics_mode = o->t.resume && std::filesystem::exists(o->t.checkpoint) ? std::ios::app : std::ios::trunc;
     std::ofstream metrics;
-    StopSignals stop_signals(!o->t.checkpoint.empty());
+    // With somewhere to write the run to, a signal ends it after its step, written there.
+    StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty());
     model::TrainOptions t = o->t;
     t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
     t.model = model_from_args(o->m);
@@ -340,10 +343,14 @@ void add_train_command(CLI::App& app, Global& global) {
     }
     if (!t.save.empty() && !global.json) std::cout << "saved weights to " << t.save << "\n";
     if (const int signal = stop_signals.caught()) {
-      std::cerr << fmt::format("stopped by {} after step {}; the checkpoint {} holds it: run again with --resume to "
-                               "go on\n",
-                               signal == SIGINT ? "SIGINT" : "SIGTERM", records.empty() ? 0 : records.back().step,
-                               t.checkpoint);
+      const std::string name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+      const std::int64_t step = records.empty() ? 0 : records.back().step;
+      if (!t.checkpoint.empty())
+        std::cerr << fmt::format("stopped by {} after step {}; the checkpoint {} holds it: run again with --resume "
+                                 "to go on\n",
+                                 name, step, t.checkpoint);
+      else
+        std::cerr << fmt::format("stopped by {} after step {}; {} holds its weights\n", name, step, t.save);
       global.exit_code = 128 + signal;
     }
   });

@@ -287,12 +287,16 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
     std::iota(steps.begin(), steps.end(), 1);
     return steps;
   };
+  // A step's line, `step N/STEPS  loss ...`, N as wide as STEPS.
+  const auto step_line = [](std::int64_t step, std::int64_t steps) {
+    return fmt::format("step {:>{}}/{}  loss", step, std::to_string(steps).size(), steps);
+  };
   std::string out;
   // A run longer than the test (a minute or so, were the signal not heeded), stopped once it has taken a few
   // steps: it ends at the step running then, not at its last.
   const int code = ktune::test::run_command(
       "(" + train + " --steps 5000 > " + (dir / "out").string() + " & pid=$!; " +
-          "for i in $(seq 600); do grep -q 'step     3' " + (dir / "out").string() +
+          "for i in $(seq 600); do grep -q '" + step_line(3, 5000) + "' " + (dir / "out").string() +
           " 2>/dev/null && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
       &out);
   CHECK(code == 128 + 15);
@@ -301,8 +305,7 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
   CHECK(stopped >= 3);
   CHECK(stopped < 5000);
   const std::string printed = ktune::read_file(dir / "out");
-  CHECK_THAT(printed, Catch::Contains(fmt::format("step {:>5}  loss", stopped)) &&
-                          !Catch::Contains(fmt::format("step {:>5}  loss", stopped + 1)));
+  CHECK_THAT(printed, Catch::Contains(step_line(stopped, 5000)) && !Catch::Contains(step_line(stopped + 1, 5000)));
 
   CHECK(metric_steps() == one_to(stopped));
   // As a run killed outright would leave it: steps past the checkpoint, and a line cut short.
@@ -315,9 +318,30 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
   CHECK(metric_steps() == one_to(stopped + 2));
   CHECK_THAT(out, Catch::Contains(fmt::format("resuming from {} after step {}", (dir / "run.ckpt").string(),
                                               stopped)));
-  CHECK_THAT(out, Catch::Contains(fmt::format("step {:>5}  loss", stopped + 2)) &&
-                      !Catch::Contains(fmt::format("step {:>5}  loss", stopped)));
+  CHECK_THAT(out, Catch::Contains(step_line(stopped + 2, stopped + 2)) &&
+                      !Catch::Contains(step_line(stopped, stopped + 2)));
   CHECK(read_checkpoint_info(dir / "run.ckpt", model_config("tiny")).step == stopped + 2);
+}
+
+TEST_CASE("`ktune train --save` without a checkpoint: SIGINT ends the run after its step with the weights saved",
+          "[model][cli]") {
+  if (!std::filesystem::exists(ktune::test::ktune_exe())) {
+    WARN("ktune executable not built; skipping the command test");
+    return;
+  }
+  const auto dir = ktune::test::scratch_dir("train-save-signal");
+  const std::string weights = (dir / "w.safetensors").string();
+  std::string out;
+  const int code = ktune::test::run_command(
+      "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 8 --batch 1 --steps 5000 " +
+          "--save " + weights + " > " + (dir / "out").string() + " & pid=$!; " +
+          "for i in $(seq 600); do grep -q 'step    3/5000' " + (dir / "out").string() +
+          " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; wait $pid)",
+      &out);
+  CHECK(code == 128 + 2);
+  CHECK_THAT(out, Catch::Contains("stopped by SIGINT after step") && Catch::Contains(weights + " holds its weights"));
+  const auto file = ktune::read_safetensors(weights);
+  CHECK(file.tensors.size() == parameter_layout(model_config("tiny")).tensors.size());
 }
 
 TEST_CASE("training reports each step's gradient norm before clipping, the norm of that batch's gradients",
