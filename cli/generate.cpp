@@ -3,6 +3,8 @@
 // each token id as it is drawn.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -59,22 +61,37 @@ void add_generate_command(CLI::App& app, Global& global) {
     g.shape = shape_from_args(o->m, 256, 1);
     g.threads = threads_from_args(o->m);
     g.backend = backend_from_args(o->m, g.threads);
+    // Wall time from the start: to the first token (the model's start, its
+    // kernels compiled or loaded, and a forward), then the rest.
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    const auto since_start = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+    double first_s = 0;
     bool first = true;
     const auto drawn = model::generate(g, [&](std::int32_t token) {
-      if (global.json) return;
-      std::cout << (first ? "" : " ") << token << std::flush;  // each id as it is drawn
+      if (first) first_s = since_start();
+      if (!global.json) std::cout << (first ? "" : " ") << token << std::flush;  // each id as it is drawn
       first = false;
     });
+    const double total_s = since_start();
     if (global.json) {
       std::cout << nlohmann::json{{"model", g.model.name},        {"context", g.shape.context},
                                   {"temperature", g.temperature}, {"top_p", g.top_p},
                                   {"seed", g.seed},               {"prompt", g.prompt},
-                                  {"tokens", drawn}}
+                                  {"tokens", drawn},              {"seconds", total_s},
+                                  {"first_token_seconds", first_s}}
                        .dump(2)
                 << "\n";
       return;
     }
-    std::cout << "\n";
+    std::cout << "\n" << std::flush;
+    const std::string first_said =
+        fmt::format("{:.2f} s to the first (the model's start and a forward)", first_s);
+    if (drawn.size() == 1)
+      std::cerr << fmt::format("1 token in {:.2f} s: {}\n", total_s, first_said);
+    else
+      std::cerr << fmt::format("{} tokens in {:.2f} s: {}, then {:.1f} tokens/s\n", drawn.size(), total_s, first_said,
+                               static_cast<double>(drawn.size() - 1) / std::max(total_s - first_s, 1e-9));
   });
 }
 

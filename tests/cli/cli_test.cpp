@@ -627,11 +627,14 @@ TEST_CASE("CLI: generate prints the drawn token ids on one line, or them and the
   std::string out;
   REQUIRE(run_ktune("generate --model tiny --ctx 8 --prompt 3 4 5 --max-tokens 6 --threads 2", &out) == 0);
   INFO(out);
-  CHECK_THAT(out, Catch::Matches("([0-9]+ ){5}[0-9]+\n"));
+  CHECK_THAT(out, Catch::Matches("([0-9]+ ){5}[0-9]+\n6 tokens in [0-9.]+ s: [0-9.]+ s to the first \\(the model's "
+                                 "start and a forward\\), then [0-9.]+ tokens/s\n"));
   REQUIRE(run_ktune("generate --model tiny --ctx 8 --prompt 3,4,5 --max-tokens 6 --threads 2 --json", &out) == 0);
   const auto j = nlohmann::json::parse(out);
   CHECK(j.at("prompt") == nlohmann::json::array({3, 4, 5}));
   CHECK(j.at("tokens").size() == 6);
+  CHECK(j.at("first_token_seconds").get<double>() > 0);
+  CHECK(j.at("seconds").get<double>() >= j.at("first_token_seconds").get<double>());
   CHECK(run_bad("generate --model tiny --prompt 1,500", &out) == 2);
   CHECK_THAT(out, Catch::Contains("prompt token 500 is outside the vocabulary [0, 128)"));
 }
