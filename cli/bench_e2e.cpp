@@ -52,6 +52,15 @@ std::string profile_markdown(const model::E2eResult& r) {
   const auto& timed = r.step.measured ? r.step : r.backward.measured ? r.forward_backward : r.forward;
   s += fmt::format("\nthe ops add up to {:.3f} ms a step; the timed trials' median: {:.3f} ms\n", total,
                    timed.median_ms);
+  s += "\nper phase, the ops' medians (ms a step) by kind: GEMMs, attention, and the rest (norms, RoPE, SwiGLU, "
+       "loss, embedding, AdamW)\n\n| phase | ms | GEMMs | attention | the rest |\n|:--|--:|--:|--:|--:|\n";
+  for (const auto& k : model::phase_kinds(r.profile)) {
+    const auto part = [&](double ms) {
+      return fmt::format("{:.3f} ({:.1f} %)", ms, k.total_ms() > 0 ? 100 * ms / k.total_ms() : 0.0);
+    };
+    s += fmt::format("| {} | {:.3f} | {} | {} | {} |\n", k.phase, k.total_ms(), part(k.gemm_ms),
+                     part(k.attention_ms), part(k.rest_ms));
+  }
   return s;
 }
 

@@ -55,6 +55,17 @@ nlohmann::json profile_json(const std::vector<OpTimes>& rows) {
   return out;
 }
 
+nlohmann::json phase_kinds_json(const std::vector<OpTimes>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& k : phase_kinds(rows))
+    out.push_back({{"phase", k.phase},
+                   {"ms", k.total_ms()},
+                   {"gemm_ms", k.gemm_ms},
+                   {"attention_ms", k.attention_ms},
+                   {"rest_ms", k.rest_ms}});
+  return out;
+}
+
 nlohmann::json launches_json(const std::optional<LaunchCount>& l) {
   if (!l) return nullptr;
   return {{"kernels", l->kernels}, {"gemms", l->gemms}, {"by_family", l->by_family}};
@@ -242,7 +253,31 @@ nlohmann::json to_json(const E2eResult& r) {
           {"device_peak_bytes", r.device_peak_bytes ? nlohmann::json(*r.device_peak_bytes) : nlohmann::json()},
           {"warnings", r.warnings},
           {"launches_per_step", launches_json(r.launches)},
-          {"profile", o.profile ? profile_json(r.profile) : nlohmann::json()}};
+          {"profile", o.profile ? profile_json(r.profile) : nlohmann::json()},
+          {"profile_phases", o.profile ? phase_kinds_json(r.profile) : nlohmann::json()}};
+}
+
+std::vector<PhaseKinds> phase_kinds(const std::vector<OpTimes>& profile) {
+  std::vector<PhaseKinds> out;
+  PhaseKinds all{"all"};
+  for (const char* phase : {"forward", "backward", "optimizer"}) {
+    PhaseKinds k{phase};
+    bool present = false;
+    for (const auto& row : profile) {
+      if (row.phase != phase) continue;
+      present = true;
+      const double ms = phase_stats(row.device_ms).median_ms;
+      double& kind = row.op == "gemm" ? k.gemm_ms : row.op.starts_with("attention") ? k.attention_ms : k.rest_ms;
+      kind += ms;
+    }
+    if (!present) continue;
+    all.gemm_ms += k.gemm_ms;
+    all.attention_ms += k.attention_ms;
+    all.rest_ms += k.rest_ms;
+    out.push_back(k);
+  }
+  out.push_back(all);
+  return out;
 }
 
 }  // namespace ktune::model

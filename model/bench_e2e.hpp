@@ -82,6 +82,19 @@ struct E2eResult {
   std::vector<OpTimes> profile;  ///< with options.profile: each op's times over the profiled steps
 };
 
+/// A phase's profiled time by kind of op, the sums of its ops' medians (ms a
+/// step): GEMMs; attention (flash attention's products and softmax in one
+/// kernel, or the materialised GEMMs and softmax); and the rest (norms, RoPE,
+/// SwiGLU, loss, embedding, AdamW). Seed 003's reading of its profile.
+struct PhaseKinds {
+  std::string phase;  ///< forward | backward | optimizer | all
+  double gemm_ms = 0, attention_ms = 0, rest_ms = 0;
+  double total_ms() const { return gemm_ms + attention_ms + rest_ms; }
+};
+/// The phases of `profile` present, in the order forward, backward,
+/// optimizer, then "all": their sums.
+std::vector<PhaseKinds> phase_kinds(const std::vector<OpTimes>& profile);
+
 /// Runs the benchmark; throws kInvalidInput for an unknown backend or
 /// non-positive trials.
 E2eResult bench_e2e(const E2eOptions& options);

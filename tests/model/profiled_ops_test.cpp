@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -122,6 +123,40 @@ TEST_CASE("bench e2e --profile times every op of the walk in its phase, after th
   REQUIRE(j.size() == r.profile.size());
   CHECK(j[0].at("device_ms").at("median_ms").get<double>() >= 0);
   CHECK(j[0].at("calls").get<std::int64_t>() == r.profile[0].calls);
+
+  // Each phase's time by kind: the sums of its ops' medians, GEMMs, attention and the rest; then all three.
+  const auto kinds = phase_kinds(r.profile);
+  REQUIRE(kinds.size() == 4);
+  double sums[3][3] = {};  // phase x kind
+  const std::vector<std::string> phases = {"forward", "backward", "optimizer"};
+  for (const auto& row : r.profile) {
+    const auto p = std::find(phases.begin(), phases.end(), row.phase) - phases.begin();
+    REQUIRE(p < 3);
+    const int kind = row.op == "gemm" ? 0 : row.op.starts_with("attention_") ? 1 : 2;
+    sums[p][kind] += phase_stats(row.device_ms).median_ms;
+  }
+  for (std::size_t p = 0; p < 3; ++p) {
+    INFO(phases[p]);
+    CHECK(kinds[p].phase == phases[p]);
+    CHECK(kinds[p].gemm_ms == Approx(sums[p][0]));
+    CHECK(kinds[p].attention_ms == Approx(sums[p][1]));
+    CHECK(kinds[p].rest_ms == Approx(sums[p][2]));
+  }
+  CHECK(kinds[0].gemm_ms > 0);
+  CHECK(kinds[1].attention_ms > 0);
+  CHECK(kinds[2].gemm_ms == 0);  // AdamW is no product
+  CHECK(kinds[3].phase == "all");
+  CHECK(kinds[3].total_ms() == Approx(kinds[0].total_ms() + kinds[1].total_ms() + kinds[2].total_ms()));
+  CHECK(kinds[3].gemm_ms == Approx(kinds[0].gemm_ms + kinds[1].gemm_ms));
+  const auto jp = to_json(r).at("profile_phases");
+  REQUIRE(jp.size() == 4);
+  CHECK(jp[1].at("phase") == "backward");
+  CHECK(jp[1].at("attention_ms").get<double>() == Approx(kinds[1].attention_ms));
+  // Forward and backward only: no optimizer row.
+  o.passes = E2ePasses::kForwardBackward;
+  const auto two = phase_kinds(bench_e2e(o).profile);
+  REQUIRE(two.size() == 3);
+  CHECK((two[0].phase == "forward" && two[1].phase == "backward" && two[2].phase == "all"));
 }
 
 }  // namespace model_profiled_ops_test
