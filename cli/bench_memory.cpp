@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
@@ -47,6 +48,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     std::string ctx = "128,256,512";
     std::string dtype = "f32", mode = "compiled";
     std::int64_t accumulate = 1;
+    std::string fit;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), each "
@@ -72,6 +74,10 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_option("--mode", o->mode, "The device backends' mode the run would use: eager or compiled")
       ->check(CLI::IsMember({"eager", "compiled"}))
       ->capture_default_str();
+  cmd->add_option("--fit", o->fit,
+                  "Device memory to fit a training step in (e.g. 40GiB, 80GB): a row more says, per context, the "
+                  "least --recompute at which the step's peak fits (train --recompute auto's choice on such a GPU)")
+      ->check(byte_size());
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     const auto ctxs = int_list_arg(o->ctx, "--ctx");
@@ -80,6 +86,10 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     const char* attention_name = attention == model::AttentionSaved::kLogSumExp ? "flash" : "materialised";
     const model::Recompute recompute = shape_from_args(o->m, 128, 4).recompute;
     const bool recomputing = recompute != model::Recompute::kNone;
+    const std::int64_t fit = o->fit.empty() ? 0 : parse_bytes(o->fit).value_or(0);  // 0: no --fit
+    const auto fit_name = [](const std::optional<model::Recompute>& level) {
+      return level ? model::to_string(*level) : std::string("does not fit");
+    };
     nlohmann::ordered_json all = nlohmann::ordered_json::array();
     std::string text;
     std::string rest = o->models;
@@ -90,11 +100,20 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
       const auto config = model_from_args(a);
       std::vector<model::MemoryPlan> plans;
+      std::vector<std::optional<model::Recompute>> fits;  // with --fit: the least level that fits, if any
       for (auto c : ctxs) {
         a.ctx = c;
         model::RunShape shape = shape_from_args(a, 128, 4);
         shape.micro_batches = o->accumulate;
-        plans.push_back(model::plan_memory(config, shape, threads_from_args(a), 4, attention, precision));
+        const auto plan_at = [&](model::Recompute level) {
+          model::RunShape s = shape;
+          s.recompute = level;
+          return model::plan_memory(config, s, threads_from_args(a), 4, attention, precision);
+        };
+        plans.push_back(plan_at(shape.recompute));
+        if (fit == 0) continue;
+        const model::Recompute least = model::least_recompute(plan_at, fit);
+        fits.push_back(plan_at(least).peak_step() <= fit ? std::optional(least) : std::nullopt);
       }
       text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, {}, {} "
                           "attention{}{}\n\n",
@@ -114,13 +133,23 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
         for (const auto& p : plans) text += fmt::format(" {} |", model::format_bytes(row.bytes(p)));
         text += "\n";
       }
+      if (fit > 0) {
+        text += fmt::format("| **least --recompute for a step in {}** |", model::format_bytes(fit));
+        for (const auto& level : fits) text += fmt::format(" {} |", fit_name(level));
+        text += "\n";
+      }
       text += "\n";
-      for (const auto& p : plans) {
+      for (std::size_t i = 0; i < plans.size(); ++i) {
+        const model::MemoryPlan& p = plans[i];
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
                                     {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", o->dtype},
                                     {"attention", attention_name}, {"recompute", model::to_string(recompute)},
                                     {"micro_batches", p.shape.micro_batches}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);
+        if (fit > 0) {
+          j["fit_bytes"] = fit;
+          j["fit_recompute"] = fits[i] ? nlohmann::ordered_json(model::to_string(*fits[i])) : nullptr;
+        }
         all.push_back(j);
       }
     }

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <limits>
 #include <sstream>
+#include <utility>
 
 #include "base/env.hpp"
 #include "base/error.hpp"
@@ -60,6 +61,37 @@ CLI::Validator thread_count() {
 
 CLI::Validator integer_at_least(long long least) {
   return integer_within(least, std::numeric_limits<long long>::max(), fmt::format(">= {}", least));
+}
+
+std::optional<std::int64_t> parse_bytes(const std::string& text) {
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},       {"B", 1},       {"kB", 1e3},           {"KB", 1e3},           {"MB", 1e6},
+      {"GB", 1e9},   {"TB", 1e12},   {"KiB", 1024.0},       {"MiB", 1048576.0},    {"GiB", 1073741824.0},
+      {"TiB", 1099511627776.0}};
+  std::size_t end = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &end);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  const std::string unit = text.substr(end);
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = number * scale;
+    if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.2e18) return std::nullopt;
+    return static_cast<std::int64_t>(bytes);
+  }
+  return std::nullopt;
+}
+
+CLI::Validator byte_size() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return parse_bytes(text) ? std::string()
+                                 : fmt::format("must be a size such as 40GiB, 80GB or 512MiB, got '{}'", excerpt(text));
+      },
+      "SIZE");
 }
 
 CLI::Validator finite_in(double lo, double hi, bool lo_open, bool hi_open) {

@@ -2,6 +2,8 @@
 // from the command line, with the family's defaults filled in.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "templates/family.hpp"
@@ -53,6 +55,13 @@ std::string strategy_choices();
 /// Check of a real-valued option: a finite number (never nan or inf) within
 /// [lo, hi], either end open when asked; the message names the interval.
 CLI::Validator finite_in(double lo, double hi, bool lo_open = false, bool hi_open = false);
+
+/// Bytes of a size such as "40GiB", "80GB", "512MiB" or "1e9" (a positive
+/// number, then B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB
+/// (of 1024), or no unit: bytes); nullopt for anything else.
+std::optional<std::int64_t> parse_bytes(const std::string& text);
+/// Check of a size option: parse_bytes accepts it.
+CLI::Validator byte_size();
 
 /// Comma-separated integers ("1,2,4"); throws kInvalidInput naming `what`.
 std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what);

@@ -224,6 +224,16 @@ std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_
   return "use " + smaller;
 }
 
+Recompute least_recompute(const std::function<MemoryPlan(Recompute)>& plan_at, std::int64_t available,
+                          bool forward_backward) {
+  if (available <= 0) return Recompute::kNone;
+  for (const Recompute level : {Recompute::kNone, Recompute::kSwiglu}) {
+    const MemoryPlan plan = plan_at(level);
+    if ((forward_backward ? plan.peak_forward_backward() : plan.peak_step()) <= available) return level;
+  }
+  return Recompute::kBlocks;
+}
+
 std::string format_bytes(std::int64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (b >= 1024.0 * 1024 * 1024) return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));

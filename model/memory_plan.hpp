@@ -8,6 +8,7 @@
 // master weights, gradients and AdamW state fp32, plus a bf16 weight copy.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,13 @@ void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::s
 /// that peak within `available`, "or a smaller model, context or batch";
 /// else "use a smaller model, context or batch".
 std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_t available);
+
+/// The least activation recomputation (none, then swiglu, then blocks) at
+/// which the plan `plan_at(level)` gives fits in `available` bytes, its
+/// peak_step (with `forward_backward`, its peak_forward_backward); blocks
+/// when none fits, none when `available` is 0 (unknown).
+Recompute least_recompute(const std::function<MemoryPlan(Recompute)>& plan_at, std::int64_t available,
+                          bool forward_backward = false);
 
 /// Human-readable size: "1.23 GiB", "456.0 MiB", "12.0 KiB", "7 B".
 std::string format_bytes(std::int64_t bytes);

@@ -31,13 +31,12 @@ std::int64_t available_memory(const BackendOptions& options) {
 
 Recompute least_recompute(const ModelConfig& config, RunShape shape, const BackendOptions& options,
                           std::int64_t available, bool forward_backward) {
-  if (available <= 0) return Recompute::kNone;
-  for (const Recompute level : {Recompute::kNone, Recompute::kSwiglu}) {
-    shape.recompute = level;
-    const MemoryPlan plan = plan_run(config, shape, options);
-    if ((forward_backward ? plan.peak_forward_backward() : plan.peak_step()) <= available) return level;
-  }
-  return Recompute::kBlocks;
+  return least_recompute(
+      [&](Recompute level) {
+        shape.recompute = level;
+        return plan_run(config, shape, options);
+      },
+      available, forward_backward);
 }
 
 namespace {

@@ -43,11 +43,9 @@ MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const Back
 /// unknown).
 std::int64_t available_memory(const BackendOptions& options);
 
-/// The least activation recomputation (none, then swiglu, then blocks) at
-/// which a training step's plan on `options`' backend (plan_run, peak_step;
-/// with `forward_backward`, peak_forward_backward) fits in `available`
-/// bytes; blocks when none fits (the run's memory check then says what
-/// would), none when `available` is 0 (unknown). shape.recompute is not read.
+/// least_recompute (memory_plan.hpp) over the plans of a run on `options`'
+/// backend (plan_run) at `shape` with each level; shape.recompute is not
+/// read. Blocks when none fits: the run's memory check then says what would.
 Recompute least_recompute(const ModelConfig& config, RunShape shape, const BackendOptions& options,
                           std::int64_t available, bool forward_backward = false);
 

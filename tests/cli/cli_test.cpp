@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -574,6 +575,42 @@ TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, 
   REQUIRE(run_ktune("bench e2e --model tiny --ctx 8 --batch 2 --warmup 0 --trials 1 --threads 2 --recompute=swiglu",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("activations recomputed: each block's SwiGLU runs again before its backward"));
+}
+
+TEST_CASE("CLI: bench memory --fit says the least --recompute at which a step fits in that memory, per context",
+          "[cli]") {
+  std::string out;
+  const std::string plan = "bench memory --model xl --ctx 512 --threads 2 --json";
+  std::map<std::string, std::int64_t> peak;
+  for (const std::string level : {"none", "swiglu", "blocks"}) {
+    REQUIRE(run_ktune(plan + " --recompute " + level, &out) == 0);
+    peak[level] = nlohmann::json::parse(out).at(0).at("peak_step");
+  }
+  REQUIRE(peak["none"] > peak["swiglu"]);
+  REQUIRE(peak["swiglu"] > peak["blocks"]);
+  const auto fit_at = [&](std::int64_t bytes) {
+    REQUIRE(run_ktune(plan + " --fit " + std::to_string(bytes), &out) == 0);
+    const auto j = nlohmann::json::parse(out).at(0);
+    CHECK(j.at("fit_bytes") == bytes);
+    CHECK(j.at("recompute") == "none");  // the plan itself is as asked
+    return j.at("fit_recompute");
+  };
+  CHECK(fit_at(peak["none"]) == "none");
+  CHECK(fit_at(peak["none"] - 1) == "swiglu");
+  CHECK(fit_at(peak["swiglu"]) == "swiglu");
+  CHECK(fit_at(peak["swiglu"] - 1) == "blocks");
+  CHECK(fit_at(peak["blocks"]) == "blocks");
+  CHECK(fit_at(peak["blocks"] - 1).is_null());
+  // Units, and the row of the table.
+  REQUIRE(run_ktune("bench memory --model xl --ctx 128,512 --threads 2 --fit 40GiB", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("| **least --recompute for a step in 40.00 GiB** |"));
+  REQUIRE(run_ktune("bench memory --model xl --ctx 512 --threads 2 --fit 1e3GB --json", &out) == 0);
+  CHECK(nlohmann::json::parse(out).at(0).at("fit_bytes") == 1000000000000);
+  for (const char* bad : {"40GiBs", "lots", "-5GB", "0", "nanGB", "40 GiB"}) {
+    INFO(bad);
+    CHECK(run_bad(std::string("bench memory --fit '") + bad + "'", &out) == 2);
+    CHECK_THAT(out, Catch::Contains("--fit: must be a size such as 40GiB"));
+  }
 }
 
 TEST_CASE("CLI: bench memory --accumulate plans the buffer where a step's micro-batches add their gradients",
