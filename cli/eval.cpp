@@ -3,6 +3,7 @@
 // the per-parameter gradient norms as JSON.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -64,20 +65,20 @@ void add_eval_command(CLI::App& app, Global& global) {
         std::cout << nlohmann::ordered_json{{"model", r.model.name},   {"context_length", r.shape.context},
                                             {"tokens_file", r.tokens_file}, {"val_split", r.val_split},
                                             {"windows", full.windows}, {"tokens", full.tokens},
-                                            {"loss", full.loss}}
+                                            {"loss", full.loss}, {"perplexity", std::exp(full.loss)}}
                          .dump(2)
                   << "\n";
       else
-        std::cout << fmt::format("loss {:.6f} over all of {}{}: {} windows of {} tokens\n", full.loss,
-                                 r.tokens_file, r.val_split > 0 ? " held out by --val-split" : "", full.windows,
-                                 r.shape.context);
+        std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}) over all of {}{}: {} windows of {} tokens\n",
+                                 full.loss, std::exp(full.loss), r.tokens_file,
+                                 r.val_split > 0 ? " held out by --val-split" : "", full.windows, r.shape.context);
       return;
     }
     const auto result = model::evaluate(r, !o->dump.empty(), o->batches);
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
                         {"batch_size", r.shape.batch}, {"backend", r.backend.backend},
                         {"dtype", model::to_string(r.backend.precision)}, {"batches", o->batches},
-                        {"loss", result.loss}};
+                        {"loss", result.loss}, {"perplexity", std::exp(result.loss)}};
     if (result.launches)
       j["launches"] = {{"kernels", result.launches->kernels}, {"gemms", result.launches->gemms}};
     if (!o->dump.empty()) {
@@ -90,7 +91,8 @@ void add_eval_command(CLI::App& app, Global& global) {
     if (global.json)
       std::cout << j.dump(2) << "\n";
     else
-      std::cout << fmt::format("loss {:.6f} ({}{} x {} tokens)\n", result.loss,
+      std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}; {}{} x {} tokens)\n", result.loss,
+                               std::exp(result.loss),
                                o->batches > 1 ? fmt::format("mean of {} batches of ", o->batches) : "", r.shape.batch,
                                r.shape.context)
                 << (result.launches ? fmt::format("launches: {} ({} mode, forward{})\n", result.launches->str(),

@@ -1,6 +1,7 @@
 // The ktune executable: bad input gets one clear line and a non-zero exit,
 // nothing is written; render prints text that nvcc compiles alone.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -658,6 +659,30 @@ TEST_CASE("CLI: train says which tokens it trains and validates on, and what --v
   REQUIRE(run_ktune("train --model tiny --steps 1 --threads 2 --tokens " + file.string() + " --eval-every 1", &out) ==
           0);
   CHECK_THAT(out, Catch::Contains("tokens: " + file.string() + " (6400), validated on the same tokens"));
+}
+
+TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole token file", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-eval");
+  {
+    std::ofstream tokens(dir / "t.u16", std::ios::binary);
+    for (std::uint16_t i = 0; i < 400; ++i) {
+      const std::uint16_t id = static_cast<std::uint16_t>((i * 37) % 128);
+      tokens.write(reinterpret_cast<const char*>(&id), sizeof id);
+    }
+  }
+  std::string out;
+  for (const std::string& args : {std::string("eval --model tiny --ctx 8 --batch 2 --threads 2"),
+                                 "eval --model tiny --ctx 8 --batch 2 --threads 2 --all --tokens " +
+                                     (dir / "t.u16").string()}) {
+    INFO(args);
+    REQUIRE(run_ktune(args + " --json", &out) == 0);
+    const auto j = nlohmann::json::parse(out);
+    CHECK(j.at("perplexity").get<double>() == Approx(std::exp(j.at("loss").get<double>())));
+    CHECK(j.at("perplexity").get<double>() > 1);
+    REQUIRE(run_ktune(args, &out) == 0);
+    CHECK_THAT(out, Catch::Matches(fmt::format("loss [0-9.]+ \\(perplexity {:.4g}[;)](.|\n)*",
+                                               j.at("perplexity").get<double>())));
+  }
 }
 
 TEST_CASE("CLI: generate prints the drawn token ids on one line, or them and the prompt as JSON", "[cli]") {
