@@ -204,7 +204,7 @@ def plot_train(plt, records):
         return [p[0] for p in points], [p[1] for p in points]
 
     panels = [("loss", "loss")] + [(key, label) for key, label in (("lr", "learning rate"), ("grad_norm",
-                                   "gradient norm (before clipping)"))
+                                   "gradient norm (before clipping)"), ("tokens_per_s", "tokens per second"))
                                    if any(s.get(key) is not None for r in records for s in r["steps"])]
     fig, axes = grid(plt, len(panels))
     for ax, (key, label) in zip(axes, panels):

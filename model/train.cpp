@@ -162,6 +162,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     const auto before = model->launches();
     StepRecord r;
     r.step = s;
+    r.tokens = o.shape.step_tokens();
     templates::adamw::AdamwHyper hyper = o.hyper;
     hyper.lr = schedule.at(s, o.hyper.lr);
     r.lr = hyper.lr;

@@ -514,7 +514,11 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
   CHECK(j.at("batch") == 2);
   CHECK(j.at("micro_batches") == 3);
   REQUIRE(j.at("steps").size() == 1);
-  CHECK(j.at("steps")[0].at("grad_norm").get<double>() > 0);
+  const auto& step = j.at("steps")[0];
+  CHECK(step.at("grad_norm").get<double>() > 0);
+  CHECK(step.at("tokens") == 3 * 2 * 8);  // a step's micro-batches of 2 windows of 8 tokens
+  CHECK(step.at("tokens_per_s").get<double>() ==
+        Approx(step.at("tokens").get<double>() / step.at("seconds").get<double>()));
 }
 
 TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, and bench memory and e2e plan less",
