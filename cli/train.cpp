@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <limits>
 #include <optional>
 #include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
@@ -334,8 +336,15 @@ void add_train_command(CLI::App& app, Global& global) {
                        .dump(2)
                 << "\n";
     } else if (!records.empty()) {
-      std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps\n", records.front().loss, records.back().loss,
-                               records.size());
+      // The median step: the first compiles and warms up, validations and checkpoints are not steps.
+      std::vector<double> seconds;
+      for (const auto& r : records) seconds.push_back(r.seconds);
+      std::sort(seconds.begin(), seconds.end());
+      const std::size_t half = seconds.size() / 2;
+      const double median_s = seconds.size() % 2 ? seconds[half] : (seconds[half - 1] + seconds[half]) / 2;
+      std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps; the median step {:.1f} ms, {:.0f} tokens/s\n",
+                               records.front().loss, records.back().loss, records.size(), median_s * 1e3,
+                               static_cast<double>(records.back().tokens) / median_s);
       if (records.back().launches)
         std::cout << fmt::format("launches/step: {} ({} mode)\n", records.back().launches->str(),
                                  model::to_string(t.backend.mode));

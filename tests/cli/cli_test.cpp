@@ -1,6 +1,7 @@
 // The ktune executable: bad input gets one clear line and a non-zero exit,
 // nothing is written; render prints text that nvcc compiles alone.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -496,6 +497,20 @@ TEST_CASE("CLI: train counts its steps against --steps and says the time left af
     CHECK_THAT(steps[i], Catch::Matches(fmt::format("step {:>2}/12  loss .*TFLOP/s\\)  eta [0-9]+ s", i + 1)));
   }
   CHECK_THAT(steps.back(), Catch::StartsWith("step 12/12  loss ") && Catch::EndsWith("TFLOP/s)"));
+  // The run's summary: the median step, between the fastest and the slowest printed.
+  const auto summary = lines_starting(out, "loss ");
+  REQUIRE(summary.size() == 1);
+  CHECK_THAT(summary[0], Catch::Matches("loss [0-9.]+ -> [0-9.]+ over 12 steps; the median step [0-9.]+ ms, [0-9]+ "
+                                        "tokens/s"));
+  const auto ms_of = [](const std::string& line, const std::string& before) {
+    const auto at = line.find(before) + before.size();
+    return std::stod(line.substr(at));
+  };
+  std::vector<double> step_ms;
+  for (const auto& line : steps) step_ms.push_back(ms_of(line, "("));
+  const double median = ms_of(summary[0], "the median step ");
+  CHECK(median >= *std::min_element(step_ms.begin(), step_ms.end()) - 0.05);
+  CHECK(median <= *std::max_element(step_ms.begin(), step_ms.end()) + 0.05);
 }
 
 TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and its JSON says them too, with each "
