@@ -34,7 +34,12 @@ std::string read_file(const fs::path& path) {
   return ss.str();
 }
 
-fs::path writable_target(const fs::path& path, std::string_view what) {
+namespace {
+
+// writable_target; with `probe_folder` false the folder is asked with access()
+// only, for a writer that makes its own file there next (AtomicFile's temp
+// file), which fails as a probe would.
+fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_folder) {
   auto refuse = [&](const fs::path& p, const std::string& why) {
     throw_error(ErrorKind::kInvalidInput,
                 fmt::format("cannot write {} {}: {}; give a writable file path", what, p.string(), why));
@@ -61,6 +66,11 @@ fs::path writable_target(const fs::path& path, std::string_view what) {
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   fs::create_directories(dir, ec);
   if (ec) refuse(target, fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
+  if (!probe_folder) {
+    if (::access(dir.c_str(), W_OK | X_OK) != 0)
+      refuse(target, fmt::format("folder {}: {}", dir.string(), std::strerror(errno)));
+    return target;
+  }
   // A file made and removed there: access(W_OK) answers yes to root in any
   // folder, even one where nothing can be made (/proc, a read-only mount).
   static std::atomic<unsigned> probes{0};
@@ -71,6 +81,10 @@ fs::path writable_target(const fs::path& path, std::string_view what) {
   ::unlink(probe.c_str());
   return target;
 }
+
+}  // namespace
+
+fs::path writable_target(const fs::path& path, std::string_view what) { return resolve_target(path, what, true); }
 
 namespace {
 
@@ -97,7 +111,7 @@ void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
 
 }  // namespace
 
-AtomicFile::AtomicFile(const fs::path& path) : target_(writable_target(path, "file")) {
+AtomicFile::AtomicFile(const fs::path& path) : target_(resolve_target(path, "file", false)) {
   static std::atomic<unsigned> counter{0};
   const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
   remove_orphaned_temps(dir, target_.filename().string());

@@ -20,7 +20,8 @@ std::string read_file(const std::filesystem::path& path);
 /// once to ask). Writes nothing else.
 std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what);
 
-/// Writes `bytes` to a temp file beside writable_target(path), fsyncs it,
+/// Writes `bytes` to a temp file beside writable_target(path) (its folder
+/// asked by the temp file itself, not by a probe first), fsyncs it,
 /// renames it over the target and fsyncs the directory: readers see the old
 /// or the new file, never a mix, even if the writer is killed. A replaced
 /// file keeps its permission bits (and owner, where allowed).
