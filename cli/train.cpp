@@ -94,7 +94,7 @@ std::int64_t plan_peak(const model::TrainOptions& t) {
 nlohmann::json step_json(const model::StepRecord& r) {
   nlohmann::json j = {{"step", r.step},       {"loss", r.loss},
                       {"lr", r.lr},           {"seconds", r.seconds},
-                      {"tokens", r.tokens},   {"tokens_per_s", static_cast<double>(r.tokens) / r.seconds},
+                      {"tokens", r.tokens},   {"tokens_per_s", r.tokens_per_s()},
                       {"checkpointed", r.checkpointed}};
   if (r.grad_norm) j["grad_norm"] = *r.grad_norm;
   if (r.val_loss) j["val_loss"] = *r.val_loss;
@@ -260,7 +260,7 @@ void add_train_command(CLI::App& app, Global& global) {
           }
           if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;
           if (global.json) return;
-          const double tokens_per_s = static_cast<double>(r.tokens) / r.seconds;
+          const double tokens_per_s = r.tokens_per_s();
           std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s)"
                                    "{}{}{}\n",
                                    r.step, step_width, t.steps, r.loss,

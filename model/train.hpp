@@ -92,6 +92,7 @@ struct StepRecord {
   std::optional<double> grad_norm;
   double seconds = 0;     ///< forward + backward + AdamW
   std::int64_t tokens = 0;  ///< the tokens the step learned from: every micro-batch's
+  double tokens_per_s() const { return static_cast<double>(tokens) / seconds; }
   bool checkpointed = false;  ///< a checkpoint was written after this step
   std::optional<double> val_loss;  ///< the validation loss after this step, where one was measured
   bool saved_best = false;         ///< the validation loss was the lowest so far: save_best written
