@@ -48,6 +48,7 @@ struct Row {
   templates::Problem problem;
   std::optional<Timed> forward, backward;
   std::optional<Timed> eager_forward, eager_backward;  ///< seed 003's baseline, materialised attention
+  std::optional<Timed> eager_softmax;  ///< the eager forward's softmax launch alone
   std::vector<std::string> failures;  ///< "attention_fwd {config}: why", per pass that failed
   double forward_tflops = 0, backward_tflops = 0, total_ms = 0, total_tflops = 0;
   double memory_after_forward_mib = 0;  ///< q, k, v, o and lse, as the runtime keeps them for the backward
@@ -76,6 +77,11 @@ double memory_after_forward_mib(const templates::Problem& p) {
 }
 
 std::string ms(const std::optional<Timed>& t) { return t ? fmt::format("{:.4f}", t->ms) : std::string("-"); }
+/// The eager forward's softmax over the whole eager forward (both medians).
+double softmax_share(const Row& r) { return r.eager_softmax->ms / r.eager_forward->ms; }
+std::string softmax_cell(const Row& r) {
+  return r.eager_softmax ? fmt::format("{:.4f} ({:.1f} %)", r.eager_softmax->ms, 100 * softmax_share(r)) : "-";
+}
 std::string tflops(double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::string("-"); }
 
 nlohmann::json to_json(const Timed& t) {
@@ -208,13 +214,14 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
           const auto e = model::bench_eager_attention(*backend, r.problem, run);
           r.eager_forward = Timed{e.forward.median_ms, e.forward.p20_ms, e.forward.p80_ms, "", e.gemms};
           r.eager_backward = Timed{e.backward.median_ms, e.backward.p20_ms, e.backward.p80_ms, "", e.gemms};
+          r.eager_softmax = Timed{e.softmax.median_ms, e.softmax.p20_ms, e.softmax.p80_ms, "", ""};
           r.eager_memory_after_forward_mib = e.memory_after_forward_bytes / (1024.0 * 1024.0);
         } catch (const Error& e) {
           if (e.kind() == ErrorKind::kNoDevice) throw;
           r.failures.push_back(fmt::format("eager attention: {}", e.what()));
         }
-        std::cerr << fmt::format("  {} {}: eager forward {} ms, backward {} ms\n", r.table, r.problem.key(),
-                                 ms(r.eager_forward), ms(r.eager_backward));
+        std::cerr << fmt::format("  {} {}: eager forward {} ms (softmax {}), backward {} ms\n", r.table,
+                                 r.problem.key(), ms(r.eager_forward), ms(r.eager_softmax), ms(r.eager_backward));
       }
     }
     for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
@@ -242,6 +249,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (r.eager_forward) {
         row["eager_forward"] = to_json(*r.eager_forward);
         row["eager_backward"] = to_json(*r.eager_backward);
+        row["eager_softmax"] = to_json(*r.eager_softmax);
+        row["eager_softmax_share"] = softmax_share(r);
         row["eager_memory_after_forward_mib"] = r.eager_memory_after_forward_mib;
       }
       if (r.forward && r.backward) {
@@ -261,24 +270,26 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       std::cout << j.dump(2) << "\n";
       return done();
     }
-    std::string s = fmt::format("# Attention ({}; driver {}; {}; ktune {} (git {}); {})\n\n", j["device"].get<std::string>(),
-                                device.driver_version, j["date"].get<std::string>(), ktune_version(), git_revision(),
+    std::string s = fmt::format("# Attention ({}; driver {}; {}; ktune {} (git {}); {})\n\n",
+                                j["device"].get<std::string>(), device.driver_version, j["date"].get<std::string>(), ktune_version(), git_revision(),
                                 j["configs"].get<std::string>());
     if (wanted("seed003")) {
       s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median), TFLOP/s (causal counts half the "
                        "square, backward 2.5 x forward). Eager: eager mode's materialised attention (GEMMs, "
-                       "softmax, GEMMs{}), keeping q, k, v, o and the probabilities; flash: attention_fwd and "
+                       "softmax, GEMMs{}), keeping q, k, v, o and the probabilities, and its softmax launch "
+                       "alone with its share of the eager forward; flash: attention_fwd and "
                        "attention_bwd{}, keeping q, k, v, o and lse.\n\n",
                        o->dtype == "f32" ? "f32" : o->dtype, o->causal ? ", causal" : "",
                        o->dtype == "f32" ? "; f32 GEMMs, as PyTorch's default" : "",
                        o->dtype == "f32" ? " on the tf32 matrix units" : "");
-      s += "| d_model | seq_len | eager forward | flash forward | flash forward TFLOP/s | eager backward | flash "
-           "backward | flash backward TFLOP/s | memory after forward, eager (MiB) | flash (MiB) |\n"
-           "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+      s += "| d_model | seq_len | eager forward | of it softmax | flash forward | flash forward TFLOP/s | eager "
+           "backward | flash backward | flash backward TFLOP/s | memory after forward, eager (MiB) | flash (MiB) |\n"
+           "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
       for (const auto& r : rows)
         if (r.table == "seed003")
-          s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |\n", r.problem.dim("head_dim"),
-                           r.problem.dim("seq"), ms(r.eager_forward), ms(r.forward), tflops(r.forward_tflops),
+          s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |\n", r.problem.dim("head_dim"),
+                           r.problem.dim("seq"), ms(r.eager_forward), softmax_cell(r), ms(r.forward),
+                           tflops(r.forward_tflops),
                            ms(r.eager_backward), ms(r.backward), tflops(r.backward_tflops),
                            r.eager_forward ? fmt::format("{:.2f}", r.eager_memory_after_forward_mib) : "-",
                            r.memory_after_forward_mib);

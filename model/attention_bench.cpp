@@ -75,6 +75,9 @@ EagerAttentionResult bench_eager_attention(tuner::exec::Backend& backend, const 
     r.o_error = check(o, buffer(w, "o"));
     r.forward = backend.time([&] { ops.attention_forward(q, k, v, saved, o, s, row); }, options,
                              "eager attention forward " + problem.key());
+    // In place, over the probabilities the forward left: the same launch, the same work.
+    r.softmax = backend.time([&] { ops.attention_softmax(saved, s); }, options,
+                             "eager attention softmax " + problem.key());
   }
   {  // Backward: the probabilities of its own forward, then dQ, dK, dV against the backward family's workload.
     const auto w = at::backward_family().make_workload(problem, seed);

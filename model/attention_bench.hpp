@@ -4,7 +4,8 @@
 // problem's shape (d_model = heads x head_dim, the sequence its context, the
 // problem's batch), so the GEMMs (cuBLASLt's first algorithm on cuda), the
 // softmax's chain of primitive kernels and the (batch, heads, seq, seq)
-// probabilities are the e2e benchmark's own. Both passes are checked against
+// probabilities are the e2e benchmark's own; the forward's softmax is also
+// timed alone. Both passes are checked against
 // the attention families' fp64 reference first: the same workloads (at
 // benchmark sizes, the same sampled rows), O after the forward, dQ, dK and
 // dV after the backward.
@@ -19,6 +20,9 @@ namespace ktune::model {
 
 struct EagerAttentionResult {
   tuner::Measurement forward, backward;
+  /// The forward's softmax launch alone (scale, mask, softmax over the
+  /// scores, in place): its share of the forward is seed 003's softmax share.
+  tuner::Measurement softmax;
   /// Relative L2 errors of the checks: O; dQ, dK, dV.
   double o_error = 0, dq_error = 0, dk_error = 0, dv_error = 0;
   /// q, k, v, O and the probabilities, what the backward reads.

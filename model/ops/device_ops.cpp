@@ -472,14 +472,18 @@ void DeviceOps::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
           .lda = row, .ldb = row, .ldc = S, .batch = hb.batch, .stride_a = hb.stride, .stride_b = hb.stride,
           .stride_c = S * S});
   }
-  run(tr::softmax::forward_family(), attention_scores_problem(s, dtype_),
-      {.x = address(saved), .y = address(saved), .scale = tr::attention::default_scale(D)});
+  attention_softmax(saved, s);
   for (std::int64_t b = 0; b < hb.calls; ++b) {
     const std::int64_t x = b * S * row, pb = b * H * S * S;
     gemm({.trans_a = false, .trans_b = false, .m = S, .n = D, .k = S, .a = saved + pb, .b = v + x, .c = out + x,
           .lda = S, .ldb = row, .ldc = row, .batch = hb.batch, .stride_a = S * S, .stride_b = hb.stride,
           .stride_c = hb.stride});
   }
+}
+
+void DeviceOps::attention_softmax(Ref scores, const templates::attention::AttentionShape& s) {
+  run(tr::softmax::forward_family(), attention_scores_problem(s, dtype_),
+      {.x = address(scores), .y = address(scores), .scale = tr::attention::default_scale(s.head_dim)});
 }
 
 // Backward of the above: attention_bwd from O and the lse (its workspace in

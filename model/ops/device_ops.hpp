@@ -154,6 +154,11 @@ class DeviceOps final : public Ops {
                          std::int64_t qkv_row) override;
   void attention_backward(Ref q, Ref k, Ref v, Ref out, Ref saved, Ref dout, Ref dq, Ref dk, Ref dv,
                           const templates::attention::AttentionShape& s, std::int64_t qkv_row) override;
+  /// Materialised attention's softmax, in place: the (B, H, S, S) scores at
+  /// `scores` scaled, masked and turned into probabilities, the one launch
+  /// attention_forward makes between its GEMMs in eager mode (timed alone by
+  /// `ktune bench attention`, seed 003's softmax share).
+  void attention_softmax(Ref scores, const templates::attention::AttentionShape& s);
   void swiglu_forward(Ref a, Ref b, Ref h, std::int64_t n) override;
   void swiglu_backward(Ref a, Ref b, Ref dh, Ref da, Ref db, std::int64_t n) override;
   void cross_entropy_forward(Ref logits, Ref targets, Ref losses, Ref lse, std::int64_t rows,

@@ -20,7 +20,7 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
   const std::string bench = ktune_exe().string() + " bench attention --backend emu --tables seed003 --dims 16 ";
   REQUIRE(run_command(bench + "--seqs 9,20 --causal --dtype bf16 --json-out " + json, &out) == 0);
   INFO(out);
-  CHECK_THAT(out, Catch::Contains("| d_model | seq_len | eager forward | flash forward |"));
+  CHECK_THAT(out, Catch::Contains("| d_model | seq_len | eager forward | of it softmax | flash forward |"));
   CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
@@ -31,6 +31,10 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
     CHECK(row["forward"]["median_ms"].get<double>() > 0);
     CHECK(row["eager_forward"]["median_ms"].get<double>() > 0);
     CHECK(row["eager_backward"]["median_ms"].get<double>() > 0);
+    // Seed 003's softmax share: the forward's softmax launch alone, over the whole forward.
+    CHECK(row["eager_softmax"]["median_ms"].get<double>() > 0);
+    CHECK(row["eager_softmax_share"].get<double>() ==
+          Approx(row["eager_softmax"]["median_ms"].get<double>() / row["eager_forward"]["median_ms"].get<double>()));
     // Eager keeps the (seq, seq) probabilities beside q, k, v and o; flash the lse.
     const double s = row["seq"].get<double>(), elements = 8 * s * 16;
     CHECK(row["eager_memory_after_forward_mib"].get<double>() ==
@@ -53,7 +57,7 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
   for (const std::string args : {"--seqs 9 --no-eager", "--seqs 9 --dtype f16"}) {
     REQUIRE(run_command(bench + args, &out) == 0);
     INFO(out);
-    CHECK_THAT(out, Catch::Contains("| 16 | 9 | - | "));
+    CHECK_THAT(out, Catch::Contains("| 16 | 9 | - | - | "));
   }
 }
 

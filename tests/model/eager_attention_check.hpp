@@ -14,7 +14,7 @@ inline templates::Problem attention_problem(const std::string& dtype, std::int64
 }
 
 /// Eager attention on `backend` for `p`: every check within the dtype's
-/// tolerance, both passes timed, its GEMMs run by an engine whose name holds `gemms`.
+/// tolerance, both passes and the forward's softmax timed, its GEMMs run by an engine whose name holds `gemms`.
 inline model::EagerAttentionResult check_eager_attention(tuner::exec::Backend& backend, const templates::Problem& p,
                                                          const tuner::RunOptions& options, const std::string& gemms) {
   INFO(p.key());
@@ -26,6 +26,7 @@ inline model::EagerAttentionResult check_eager_attention(tuner::exec::Backend& b
   CHECK(r.dv_error <= tolerance);
   CHECK(r.forward.median_ms > 0);
   CHECK(r.backward.median_ms > 0);
+  CHECK(r.softmax.median_ms > 0);
   CHECK(r.gemms.find(gemms) != std::string::npos);
   return r;
 }
