@@ -78,6 +78,7 @@ void add_bench_command(CLI::App& app, Global& global) {
   add_bench_attention_command(*bench, global);
   add_bench_emu_command(*bench, global);
   add_bench_ops_command(*bench, global);
+  add_bench_precision_command(*bench, global);
 }
 
 }  // namespace ktune::cli

@@ -35,5 +35,6 @@ void add_log_command(CLI::App& app, Global& global);
 /// `bench emu`, registered on the `bench` subcommand.
 void add_bench_emu_command(CLI::App& bench, Global& global);
 void add_bench_ops_command(CLI::App& bench, Global& global);  ///< `bench ops`, on the `bench` subcommand
+void add_bench_precision_command(CLI::App& bench, Global& global);  ///< `bench precision`
 
 }  // namespace ktune::cli

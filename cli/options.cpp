@@ -23,9 +23,6 @@ nlohmann::json parse_json_arg(const std::string& text, const std::string& what) 
   return parse_json_input(text, what, ErrorKind::kInvalidInput);
 }
 
-namespace {
-
-/// Check of an integer option within [lo, hi]; `range` names it ("in 1..64", ">= 1").
 CLI::Validator integer_within(long long lo, long long hi, const std::string& range) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
@@ -36,8 +33,6 @@ CLI::Validator integer_within(long long lo, long long hi, const std::string& ran
       },
       "INT " + range);
 }
-
-}  // namespace
 
 CLI::Option* add_kernel_backend_option(CLI::App* cmd, std::string& backend, const std::string& emu_use) {
   return cmd

@@ -35,6 +35,8 @@ Config config_arg(const templates::Family& family, const templates::Problem& pro
 /// every pool and knob shares.
 CLI::Validator thread_count();
 
+/// Check of an integer option within [lo, hi]; `range` names it ("in 1..64", ">= 1").
+CLI::Validator integer_within(long long lo, long long hi, const std::string& range);
 /// Check of a count option: an integer of at least `least` (the message
 /// names the bound; CLI11's own number checks print theirs as a float).
 CLI::Validator integer_at_least(long long least);

@@ -142,14 +142,14 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   const auto build = dir / "build-gpu";
   CHECK(std::filesystem::exists(build / "tuned.json"));  // for the benchmarks, though no tuning ran
   const auto n = run_dry_commands(commands, build);
-  // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, the small step at ctx 256, 3 attention), 6
-  // benchmarks (adam twice, attention twice, ops, the small model's ops), the leaderboard backward's five configs, the d 128 forward's
-  // four and the leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2 modes, each beside its peer, and
-  // compiled mode's 10 once more with CUDA graphs; programmatic dependent launch beside ordinary launches (two
-  // bench ops, the small step op by op and as graphs); `ktune train` checkpointed, then resumed, then over 2
-  // micro-batches a step; the small step keeping activations and recomputing at two levels; seed 002's table, 5
-  // sizes eager fp32 and compiled bf16.
-  CHECK(n.ktune == 12 + 6 + 13 + 20 + 10 + 6 + 3 + 3 + 10);
+  // Tuning (5 AdamW, the kernel spec, bf16 AdamW, the xl step, the small step at ctx 256, 3 attention), 7
+  // benchmarks (adam twice, attention twice, precision, ops, the small model's ops), the leaderboard backward's
+  // five configs, the d 128 forward's four and the leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2
+  // modes, each beside its peer, and compiled mode's 10 once more with CUDA graphs; programmatic dependent launch
+  // beside ordinary launches (two bench ops, the small step op by op and as graphs); `ktune train` checkpointed,
+  // then resumed, then over 2 micro-batches a step; the small step keeping activations and recomputing at two
+  // levels; seed 002's table, 5 sizes eager fp32 and compiled bf16.
+  CHECK(n.ktune == 12 + 7 + 13 + 20 + 10 + 6 + 3 + 3 + 10);
   CHECK(n.test_files == gpu_test_files());
   // and torch.compile's CUDA graphs beside compiled mode's, and the recompute step's two
   CHECK(n.e2e_peers == 20 + 10 + 2);
@@ -159,6 +159,7 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(has("--dtype bf16 --graph --pdl"));
   CHECK(has("tune --model small --ctx 256 --batch 4 --dtype bf16"));
   CHECK(has("bench ops --models small --cache"));
+  CHECK(has("bench precision --json-out"));
   CHECK(has("bench e2e --backend cuda --mode eager --dtype f32 --model 2.7B --sweep"));
   CHECK(has("--checkpoint-every 10 --resume"));
   CHECK(has("--dtype bf16 --recompute swiglu --save-batch"));
