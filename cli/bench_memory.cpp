@@ -1,8 +1,11 @@
 // `ktune bench memory`: the static memory plan by phase (seed 003's memory
 // section) for model sizes and context lengths, computed without allocating.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -39,6 +42,38 @@ const PlanRow kRows[] = {
     {"**peak, full step**", "peak_step", [](const model::MemoryPlan& p) { return p.peak_step(); }},
 };
 
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  return shape.size() == 1 ? fmt::format("({},)", shape[0]) : fmt::format("({})", fmt::join(shape, ", "));
+}
+
+/// `--buffers`' table for one plan: every buffer of a full step, the largest
+/// and the largest activation in bold.
+std::string buffers_markdown(const model::MemoryPlan& p) {
+  const auto rows = model::plan_buffers(p);
+  const auto by_size = [](const model::BufferRow& a, const model::BufferRow& b) { return a.each < b.each; };
+  const auto largest = std::max_element(rows.begin(), rows.end(), by_size);
+  std::vector<model::BufferRow> activations;
+  std::copy_if(rows.begin(), rows.end(), std::back_inserter(activations),
+               [](const model::BufferRow& b) { return b.phase.rfind("activations", 0) == 0; });
+  const auto activation = *std::max_element(activations.begin(), activations.end(), by_size);
+  const auto named = [](const model::BufferRow& b) {
+    return fmt::format("{} {} {}, {}", b.name, shape_text(b.shape), b.dtype, model::format_bytes(b.each));
+  };
+  std::int64_t total = 0;
+  for (const auto& b : rows) total += b.bytes();
+  std::string s = fmt::format("### Buffers of a full step at ctx {} ({} in all, the full step's peak)\n\nThe "
+                              "largest: {}; the largest activation: {}.\n\n| phase | buffer | holds | shape | dtype "
+                              "| each | count | bytes |\n|:--|:--|:--|:--|:--|--:|--:|--:|\n",
+                              p.shape.context, model::format_bytes(total), named(*largest), named(activation));
+  for (const auto& b : rows) {
+    const bool bold = &b == &*largest || (b.phase == activation.phase && b.name == activation.name);
+    s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", b.phase, bold ? "**" + b.name + "**" : b.name,
+                     b.what, shape_text(b.shape), b.dtype, model::format_bytes(b.each), b.count,
+                     model::format_bytes(b.bytes()));
+  }
+  return s + "\n";
+}
+
 }  // namespace
 
 void add_bench_memory_command(CLI::App& bench, Global& global) {
@@ -49,6 +84,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     std::string dtype = "f32", mode = "compiled";
     std::int64_t accumulate = 1;
     std::string fit;
+    bool buffers = false;
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("memory", "Static memory plan by phase and context length (seed 003), each "
@@ -78,6 +114,9 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
                   "Device memory to fit a training step in (e.g. 40GiB, 80GB): a row more says, per context, the "
                   "least --recompute at which the step's peak fits (train --recompute auto's choice on such a GPU)")
       ->check(byte_size());
+  cmd->add_flag("--buffers", o->buffers,
+                "Also list, per context, every buffer of a full step: its shape, dtype and bytes, the largest "
+                "marked (seed 003's dtypes under mixed precision and its largest allocation)");
   cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     const auto ctxs = int_list_arg(o->ctx, "--ctx");
@@ -139,6 +178,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
         text += "\n";
       }
       text += "\n";
+      if (o->buffers)
+        for (const auto& p : plans) text += buffers_markdown(p);
       for (std::size_t i = 0; i < plans.size(); ++i) {
         const model::MemoryPlan& p = plans[i];
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
@@ -146,6 +187,13 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
                                     {"attention", attention_name}, {"recompute", model::to_string(recompute)},
                                     {"micro_batches", p.shape.micro_batches}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);
+        if (o->buffers) {
+          j["buffers"] = nlohmann::ordered_json::array();
+          for (const auto& b : model::plan_buffers(p))
+            j["buffers"].push_back({{"phase", b.phase}, {"name", b.name}, {"what", b.what}, {"shape", b.shape},
+                                    {"dtype", b.dtype}, {"each_bytes", b.each}, {"count", b.count},
+                                    {"bytes", b.bytes()}});
+        }
         if (fit > 0) {
           j["fit_bytes"] = fit;
           j["fit_recompute"] = fits[i] ? nlohmann::ordered_json(model::to_string(*fits[i])) : nullptr;

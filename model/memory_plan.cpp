@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "base/host_memory.hpp"
+#include "model/parameters.hpp"
 #include "templates/attention/reference.hpp"
 
 namespace ktune::model {
@@ -26,14 +27,19 @@ constexpr std::int64_t kAlignElements = 16;
 enum class Held { kActivation, kFp32 };
 struct Cursor {
   bool bf16 = false;
+  LayoutListing* listing = nullptr;  // where each buffer is recorded, when asked
   std::int64_t next = 0;
   std::int64_t bf16_bytes = 0;
-  std::int64_t take(std::int64_t n, Held held = Held::kActivation) {
+  std::int64_t take(const char* name, const char* what, std::vector<std::int64_t> shape,
+                    Held held = Held::kActivation) {
+    std::int64_t n = 1;
+    for (const auto d : shape) n *= d;
     const std::int64_t at = next;
     const std::int64_t aligned = (n + kAlignElements - 1) / kAlignElements * kAlignElements;
     const std::int64_t bytes = aligned * (held == Held::kActivation ? 2 : 4);
     next += bf16 ? bytes / 2 : aligned;
     bf16_bytes += bytes;
+    if (listing) listing->push_back({name, what, std::move(shape), held == Held::kFp32, aligned, at});
     return at;
   }
 };
@@ -58,28 +64,29 @@ std::int64_t attention_scratch_elements(const templates::attention::AttentionSha
 
 std::int64_t layout_unit_bytes(Precision precision) { return precision == Precision::kBf16 ? 2 : 4; }
 
-LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved attention, Precision precision) {
-  const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff, S = r.context;
-  Cursor c{.bf16 = precision == Precision::kBf16};
+LayerLayout layer_layout(const ModelConfig& m, const RunShape& r, AttentionSaved attention, Precision precision,
+                         LayoutListing* listing) {
+  const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff, S = r.context, H = m.heads, D = m.head_dim();
+  Cursor c{.bf16 = precision == Precision::kBf16, .listing = listing};
   LayerLayout l;
-  l.x_in = c.take(N * C);
-  l.ln1 = c.take(N * C);
-  l.rstd1 = c.take(N, Held::kFp32);
-  l.q = c.take(N * C);
-  l.k = c.take(N * C);
-  l.v = c.take(N * C);
+  l.x_in = c.take("x_in", "residual stream into the block", {N, C});
+  l.ln1 = c.take("ln1", "RMSNorm 1 output, q/k/v projections' input", {N, C});
+  l.rstd1 = c.take("rstd1", "RMSNorm 1 reciprocal RMS", {N}, Held::kFp32);
+  l.q = c.take("q", "queries after RoPE", {N, H, D});
+  l.k = c.take("k", "keys after RoPE", {N, H, D});
+  l.v = c.take("v", "values", {N, H, D});
   // bf16 probabilities (the softmax's output), or the fp32 log-sum-exp.
   if (attention == AttentionSaved::kLogSumExp)
-    l.attn_saved = c.take(r.batch * m.heads * S, Held::kFp32);
+    l.attn_saved = c.take("attn_saved", "attention's log-sum-exp, for its backward", {r.batch, H, S}, Held::kFp32);
   else
-    l.attn_saved = c.take(r.batch * m.heads * S * S);
-  l.attn = c.take(N * C);
-  l.x_mid = c.take(N * C);
-  l.ln2 = c.take(N * C);
-  l.rstd2 = c.take(N, Held::kFp32);
-  l.a = c.take(N * F);
-  l.b = c.take(N * F);
-  l.h = c.take(N * F);  // last: what Recompute::kSwiglu does not keep
+    l.attn_saved = c.take("attn_saved", "attention's probabilities, for its backward", {r.batch, H, S, S});
+  l.attn = c.take("attn", "attention output, output projection's input", {N, C});
+  l.x_mid = c.take("x_mid", "residual stream after attention", {N, C});
+  l.ln2 = c.take("ln2", "RMSNorm 2 output, W1/W3's input", {N, C});
+  l.rstd2 = c.take("rstd2", "RMSNorm 2 reciprocal RMS", {N}, Held::kFp32);
+  l.a = c.take("a", "W1 x", {N, F});
+  l.b = c.take("b", "W3 x", {N, F});
+  l.h = c.take("h", "SwiGLU output silu(a) b, W2's input", {N, F});  // last: what Recompute::kSwiglu does not keep
   l.size = c.next;
   l.bf16_bytes = c.bf16_bytes;
   return l;
@@ -101,41 +108,44 @@ bool qkv_fusable(const ModelConfig& m, const RunShape& r, Precision precision, A
          l.k - l.q == elements && l.v - l.k == elements && w.dk - w.dq == elements && w.dv - w.dk == elements;
 }
 
-FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision) {
+FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision, LayoutListing* listing) {
   const std::int64_t N = r.tokens(), C = m.d_model;
-  Cursor c{.bf16 = precision == Precision::kBf16};
+  Cursor c{.bf16 = precision == Precision::kBf16, .listing = listing};
   FinalLayout f;
-  f.x = c.take(N * C);
-  f.ln = c.take(N * C);
-  f.rstd = c.take(N, Held::kFp32);
-  f.logits = c.take(N * m.vocab);
-  f.losses = c.take(N, Held::kFp32);
-  f.lse = c.take(N, Held::kFp32);
+  f.x = c.take("x", "residual stream after the last block", {N, C});
+  f.ln = c.take("ln", "final RMSNorm output, the LM head's input", {N, C});
+  f.rstd = c.take("rstd", "final RMSNorm reciprocal RMS", {N}, Held::kFp32);
+  f.logits = c.take("logits", "logits, then their gradient", {N, m.vocab});
+  f.losses = c.take("losses", "loss per token", {N}, Held::kFp32);
+  f.lse = c.take("lse", "log-sum-exp per token, for the loss's backward", {N}, Held::kFp32);
   f.size = c.next;
   f.bf16_bytes = c.bf16_bytes;
   return f;
 }
 
 WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward,
-                                 Precision precision) {
-  const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff;
+                                 Precision precision, LayoutListing* listing) {
+  const std::int64_t N = r.tokens(), C = m.d_model, F = m.d_ff, S = r.context, T = threads;
   templates::attention::AttentionShape as{r.batch, r.context, m.heads, m.head_dim(), true};
-  Cursor c{.bf16 = precision == Precision::kBf16};
+  Cursor c{.bf16 = precision == Precision::kBf16, .listing = listing};
   WorkspaceLayout w;
-  w.rope_cos = c.take(r.context * m.head_dim() / 2, Held::kFp32);
-  w.rope_sin = c.take(r.context * m.head_dim() / 2, Held::kFp32);
+  w.rope_cos = c.take("rope_cos", "RoPE cosine table", {S, m.head_dim() / 2}, Held::kFp32);
+  w.rope_sin = c.take("rope_sin", "RoPE sine table", {S, m.head_dim() / 2}, Held::kFp32);
   if (backward) {
-    w.attn_scratch = c.take(threads * attention_scratch_elements(as), Held::kFp32);
-    w.dx = c.take(N * C);
-    w.dtmp = c.take(N * C);
-    w.dbranch = c.take(N * C);
-    w.dq = c.take(N * C);
-    w.dk = c.take(N * C);
-    w.dv = c.take(N * C);
-    w.dh = c.take(N * F);
-    w.db = c.take(N * F);
-    w.norm_dw = c.take(threads * C, Held::kFp32);
-    if (r.micro_batches > 1) w.dparam = c.take(m.vocab * C, Held::kFp32);
+    w.attn_scratch = c.take("attn_scratch", "cpu attention backward's dP block, per thread",
+                            {T, attention_scratch_elements(as)}, Held::kFp32);
+    w.dx = c.take("dx", "gradient of the residual stream", {N, C});
+    w.dtmp = c.take("dtmp", "gradient at a norm's output", {N, C});
+    w.dbranch = c.take("dbranch", "gradient of the attention output", {N, C});
+    w.dq = c.take("dq", "gradient of q", {N, C});
+    w.dk = c.take("dk", "gradient of k", {N, C});
+    w.dv = c.take("dv", "gradient of v", {N, C});
+    w.dh = c.take("dh", "gradient of h, then of a", {N, F});
+    w.db = c.take("db", "gradient of b", {N, F});
+    w.norm_dw = c.take("norm_dw", "cpu RMSNorm weight gradients, per thread", {T, C}, Held::kFp32);
+    if (r.micro_batches > 1)
+      w.dparam = c.take("dparam", "a micro-batch's embedding or norm gradient, before it is added", {m.vocab, C},
+                        Held::kFp32);
   }
   w.size = c.next;
   w.bf16_bytes = c.bf16_bytes;
@@ -186,6 +196,48 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
   p.workspace_forward = bytes(workspace_layout(m, r, threads, false));
   p.workspace_backward = bytes(workspace_layout(m, r, threads, true));
   return p;
+}
+
+std::vector<BufferRow> plan_buffers(const MemoryPlan& plan) {
+  const ModelConfig& m = plan.model;
+  const RunShape& r = plan.shape;
+  const bool bf16 = plan.precision == Precision::kBf16;
+  const std::string wide = plan.element_bytes == 8 ? "f64" : "f32";  // the plan's fp32 values
+  std::vector<BufferRow> rows;
+  // The parameter tensors, a block's named once with a count of the blocks.
+  const ParameterLayout params = parameter_layout(m);
+  for (const auto& t : params.tensors) {
+    std::string name = t.name;
+    if (name.rfind("layers.", 0) == 0) name = "layers.*" + name.substr(name.find('.', 7));
+    const auto same = std::find_if(rows.begin(), rows.end(), [&](const BufferRow& b) { return b.name == name; });
+    if (same != rows.end()) {
+      ++same->count;
+      continue;
+    }
+    rows.push_back({"parameters", name, bf16 ? "fp32 master weights" : "weights", t.shape, wide,
+                    t.numel * plan.element_bytes, 1});
+  }
+  const std::int64_t P = params.total, N = r.tokens();
+  if (bf16) rows.push_back({"bf16 weight copy", "param_bf16", "the weights the GEMMs read", {P}, "bf16", 2 * P, 1});
+  rows.push_back({"gradients", "grad", "every parameter's gradient", {P}, wide, P * plan.element_bytes, 1});
+  rows.push_back({"optimizer state", "exp_avg, exp_avg_sq", "AdamW's m and v", {P}, wide, P * plan.element_bytes, 2});
+  rows.push_back({"inputs", "tokens, targets", "token ids, next-token targets", {N}, "int32", 4 * N, 2});
+  const auto add = [&](const char* phase, const LayoutListing& listing,
+                       const std::function<std::int64_t(const LaidOut&)>& count) {
+    for (const auto& b : listing)
+      rows.push_back({phase, b.name, b.what, b.shape, bf16 && !b.fp32 ? "bf16" : wide,
+                      b.aligned_elements * (bf16 ? (b.fp32 ? 4 : 2) : plan.element_bytes), count(b)});
+  };
+  LayoutListing layer, final, workspace;
+  const std::int64_t kept = layer_layout(m, r, plan.attention, plan.precision, &layer).kept(r.recompute);
+  // What each block keeps, one per block; the rest of the slot, recomputed in the backward, once.
+  add("activations, per block", layer, [&](const LaidOut& b) { return b.offset < kept ? m.layers : 1; });
+  const auto once = [](const LaidOut&) -> std::int64_t { return 1; };
+  final_layout(m, r, plan.precision, &final);
+  add("activations after the blocks", final, once);
+  workspace_layout(m, r, plan.threads, true, plan.precision, &workspace);
+  add("workspace", workspace, once);
+  return rows;
 }
 
 std::int64_t MemoryPlan::peak_forward() const {

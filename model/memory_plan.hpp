@@ -78,6 +78,20 @@ struct WorkspaceLayout {
   std::int64_t bf16_bytes = 0;    // with bf16 activation gradients (tables, scratch, norm_dw fp32)
 };
 
+/// One buffer a layout hands out, in its order: the layout's field, what it
+/// holds, its shape, whether it stays fp32 in bf16 mixed precision
+/// (statistics, tables, per-thread scratch), its elements rounded up to the
+/// layout's alignment, and its offset (in the layout's units).
+struct LaidOut {
+  const char* name;
+  const char* what;
+  std::vector<std::int64_t> shape;
+  bool fp32 = false;
+  std::int64_t aligned_elements = 0;
+  std::int64_t offset = 0;
+};
+using LayoutListing = std::vector<LaidOut>;
+
 /// Query rows the cpu backend's attention takes at a time (its GEMMs' rows).
 constexpr std::int64_t kAttentionRowBlock = 64;
 /// Values of the cpu backend's attention scratch per thread, what its
@@ -91,13 +105,14 @@ std::int64_t layout_unit_bytes(Precision precision);
 
 /// The layouts of a run in `precision`, offsets and size in its units
 /// (layout_unit_bytes); bf16_bytes is the bf16 plan's bytes whatever the
-/// precision.
+/// precision. With `listing`, each buffer is also appended to it.
 LayerLayout layer_layout(const ModelConfig& m, const RunShape& r,
                          AttentionSaved attention = AttentionSaved::kProbabilities,
-                         Precision precision = Precision::kF32);
-FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision = Precision::kF32);
+                         Precision precision = Precision::kF32, LayoutListing* listing = nullptr);
+FinalLayout final_layout(const ModelConfig& m, const RunShape& r, Precision precision = Precision::kF32,
+                         LayoutListing* listing = nullptr);
 WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsigned threads, bool backward,
-                                 Precision precision = Precision::kF32);
+                                 Precision precision = Precision::kF32, LayoutListing* listing = nullptr);
 /// Whether these layouts put k right after q's (tokens, d_model) elements,
 /// and dk right after dq's, with no padding between (every buffer starts
 /// aligned, so only where tokens * d_model is a multiple of the alignment):
@@ -147,6 +162,24 @@ struct MemoryPlan {
 MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes = 4,
                        AttentionSaved attention = AttentionSaved::kProbabilities,
                        Precision precision = Precision::kF32);
+
+/// A buffer of a full training step as `bench memory --buffers` lists it:
+/// each buffer of the layouts, the parameter tensors grouped by name across
+/// blocks, the weight copy, gradients and AdamW state over all parameters.
+struct BufferRow {
+  std::string phase;  ///< "parameters", "bf16 weight copy", "gradients", "optimizer state", "inputs",
+                      ///< "activations, per block", "activations after the blocks", "workspace"
+  std::string name, what;
+  std::vector<std::int64_t> shape;
+  std::string dtype;        ///< "f32", "bf16", "int32" (or "f64" in a plan of 8-byte values)
+  std::int64_t each = 0;    ///< bytes of one, as laid out (aligned)
+  std::int64_t count = 1;   ///< how many the step holds: one per block where each block keeps its own
+  std::int64_t bytes() const { return each * count; }
+};
+
+/// Every buffer of `plan`'s full step (forward, backward and AdamW), in
+/// plan order; their bytes add up to plan.peak_step().
+std::vector<BufferRow> plan_buffers(const MemoryPlan& plan);
 
 /// The threads the memory plan of a run on `backend` counts: the cpu
 /// backend's `threads`, whose ops keep scratch per thread (the attention

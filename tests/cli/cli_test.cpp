@@ -633,6 +633,39 @@ TEST_CASE("CLI: bench memory --fit says the least --recompute at which a step fi
   }
 }
 
+TEST_CASE("CLI: bench memory --buffers lists every buffer of a step in its dtype, the largest named", "[cli]") {
+  std::string out;
+  REQUIRE(run_ktune("bench memory --model small --ctx 128,256 --dtype bf16 --threads 2 --buffers --json", &out) == 0);
+  const auto plans = nlohmann::json::parse(out);
+  REQUIRE(plans.size() == 2);
+  for (const auto& plan : plans) {
+    std::int64_t total = 0;
+    std::map<std::string, std::string> dtype;
+    for (const auto& b : plan.at("buffers")) {
+      total += b.at("bytes").get<std::int64_t>();
+      dtype[b.at("name")] = b.at("dtype");
+    }
+    CHECK(total == plan.at("peak_step").get<std::int64_t>());
+    // Seed 003's question under mixed precision: the weights fp32 (and their bf16 copy), activations and
+    // logits bf16, the norms' statistics and the loss fp32, the gradients fp32.
+    CHECK(dtype["lm_head.weight"] == "f32");
+    CHECK(dtype["param_bf16"] == "bf16");
+    CHECK(dtype["h"] == "bf16");
+    CHECK(dtype["logits"] == "bf16");
+    CHECK(dtype["rstd1"] == "f32");
+    CHECK(dtype["losses"] == "f32");
+    CHECK(dtype["grad"] == "f32");
+  }
+  REQUIRE(run_ktune("bench memory --model small --ctx 256 --dtype bf16 --threads 2 --buffers", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("### Buffers of a full step at ctx 256 (2.55 GiB in all, the full step's peak)"));
+  CHECK_THAT(out, Catch::Contains("the largest activation: logits (1024, 10000) bf16, 19.5 MiB"));
+  CHECK_THAT(out, Catch::Contains("| activations, per block | h | SwiGLU output silu(a) b, W2's input | (1024, 3072) | "
+                                  "bf16 | 6.0 MiB | 12 | 72.0 MiB |"));
+  // Without --buffers, no listing.
+  REQUIRE(run_ktune("bench memory --model small --ctx 256 --json", &out) == 0);
+  CHECK_FALSE(nlohmann::json::parse(out).at(0).contains("buffers"));
+}
+
 TEST_CASE("CLI: bench memory --accumulate plans the buffer where a step's micro-batches add their gradients",
           "[cli]") {
   std::string one, four;

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "base/error.hpp"
 #include "model/flat_adamw.hpp"
 #include "model/train.hpp"
@@ -210,6 +212,65 @@ TEST_CASE("q and k, and dq and dk, lie back to back where tokens * d_model keeps
   c.heads = 3;
   CHECK_FALSE(rope_pairs_adjacent(c, RunShape{1, 13}, Precision::kF32, AttentionSaved::kProbabilities));
   CHECK(rope_pairs_adjacent(c, RunShape{4, 16}, Precision::kF32, AttentionSaved::kProbabilities));
+}
+
+}  // namespace model_memory_plan_test
+
+namespace model_memory_plan_test {
+
+TEST_CASE("the plan's buffers, listed one by one, add up to the full step's peak, each in its dtype",
+          "[model][memory]") {
+  // An odd shape (tokens not a multiple of the alignment), recomputation at every level, micro-batches,
+  // f32 with 4- and 8-byte values, bf16 with flash attention's log-sum-exp and with the probabilities.
+  ModelConfig m = model_config("tiny");
+  m.layers = 3;
+  for (const Recompute recompute : {Recompute::kNone, Recompute::kSwiglu, Recompute::kBlocks}) {
+    for (const std::int64_t micro_batches : {1, 3}) {
+      const RunShape shape{3, 13, micro_batches, recompute};
+      struct Variant {
+        std::int64_t element_bytes;
+        AttentionSaved attention;
+        Precision precision;
+      };
+      for (const Variant v : {Variant{4, AttentionSaved::kProbabilities, Precision::kF32},
+                              Variant{8, AttentionSaved::kProbabilities, Precision::kF32},
+                              Variant{4, AttentionSaved::kLogSumExp, Precision::kBf16},
+                              Variant{4, AttentionSaved::kProbabilities, Precision::kBf16}}) {
+        const MemoryPlan plan = plan_memory(m, shape, 2, v.element_bytes, v.attention, v.precision);
+        INFO("recompute " << to_string(recompute) << ", " << micro_batches << " micro-batches, "
+                          << v.element_bytes << "-byte values, " << to_string(v.precision));
+        const auto rows = plan_buffers(plan);
+        std::int64_t total = 0, kept_per_block = 0;
+        for (const auto& b : rows) {
+          total += b.bytes();
+          if (b.phase == "activations, per block" && b.count == m.layers) kept_per_block += b.each;
+        }
+        CHECK(total == plan.peak_step());
+        CHECK(kept_per_block == plan.per_layer_kept);
+        for (const auto& b : rows) {
+          INFO(b.phase << " " << b.name);
+          std::int64_t elements = 1;
+          for (const auto d : b.shape) elements *= d;
+          const std::int64_t value_bytes = b.dtype == "bf16" ? 2 : b.dtype == "f64" ? 8 : 4;
+          CHECK(b.each >= elements * value_bytes);        // laid out whole,
+          CHECK(b.each < (elements + 16) * value_bytes);  // padded to at most the alignment
+          if (b.phase == "parameters") CHECK(b.count == (b.name.rfind("layers.*.", 0) == 0 ? m.layers : 1));
+          const bool statistic = b.name.rfind("rstd", 0) == 0 || b.name == "lse" || b.name == "losses" ||
+                                 b.name.rfind("rope", 0) == 0 || b.name == "attn_scratch" || b.name == "norm_dw" ||
+                                 b.name == "dparam" ||
+                                 (b.name == "attn_saved" && v.attention == AttentionSaved::kLogSumExp);
+          const bool activation = b.phase.rfind("activations", 0) == 0 || b.phase == "workspace";
+          if (v.precision == Precision::kBf16 && activation) CHECK(b.dtype == (statistic ? "f32" : "bf16"));
+          if (v.precision == Precision::kF32 && b.phase != "inputs")
+            CHECK(b.dtype == (v.element_bytes == 8 ? "f64" : "f32"));
+        }
+        const bool bf16 = v.precision == Precision::kBf16;
+        const auto rows_where = [&](auto&& pred) { return std::count_if(rows.begin(), rows.end(), pred); };
+        CHECK(rows_where([](const BufferRow& b) { return b.phase == "bf16 weight copy"; }) == (bf16 ? 1 : 0));
+        CHECK(rows_where([](const BufferRow& b) { return b.name == "dparam"; }) == (micro_batches > 1 ? 1 : 0));
+      }
+    }
+  }
 }
 
 }  // namespace model_memory_plan_test
