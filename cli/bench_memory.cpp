@@ -104,7 +104,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
                   "The run's precision: f32; tf32 (with --mode compiled, flash attention: each block keeps the "
                   "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities); bf16 (mixed precision: bf16 "
                   "activations and weight copy, fp32 statistics, master weights, gradients and AdamW state; flash "
-                  "attention in compiled mode)")
+                  "attention in compiled mode). tf32 and bf16 run on a GPU, whose plan keeps no per-thread scratch "
+                  "(--threads counts in f32 only)")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--mode", o->mode, "The device backends' mode the run would use: eager or compiled")
@@ -126,6 +127,10 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     const model::Recompute recompute = shape_from_args(o->m, 128, 4).recompute;
     const bool recomputing = recompute != model::Recompute::kNone;
     const std::int64_t fit = o->fit.empty() ? 0 : parse_bytes(o->fit).value_or(0);  // 0: no --fit
+    // tf32 and bf16 run on a device backend only, whose ops keep no per-thread scratch; f32 plans the cpu
+    // backend's, with --threads.
+    const unsigned threads =
+        model::plan_threads(precision == model::Precision::kF32 ? "cpu" : "cuda", threads_from_args(o->m));
     const auto fit_name = [](const std::optional<model::Recompute>& level) {
       return level ? model::to_string(*level) : std::string("does not fit");
     };
@@ -147,7 +152,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
         const auto plan_at = [&](model::Recompute level) {
           model::RunShape s = shape;
           s.recompute = level;
-          return model::plan_memory(config, s, threads_from_args(a), 4, attention, precision);
+          return model::plan_memory(config, s, threads, 4, attention, precision);
         };
         plans.push_back(plan_at(shape.recompute));
         if (fit == 0) continue;
