@@ -200,7 +200,6 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                   "0: no clipping, as the PyTorch peer")
       ->check(finite_in(0, std::numeric_limits<double>::infinity(), false, true))
       ->capture_default_str();
-  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file");
   cmd->add_option("--weights", o->e.weights, "Start from these safetensors weights (default: the seed-0 init)")
       ->check(CLI::ExistingFile);

@@ -118,7 +118,6 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_flag("--buffers", o->buffers,
                 "Also list, per context, every buffer of a full step: its shape, dtype and bytes, the largest "
                 "marked (seed 003's dtypes under mixed precision and its largest allocation)");
-  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     const auto ctxs = int_list_arg(o->ctx, "--ctx");
     const auto precision = model::parse_precision(o->dtype);

@@ -51,7 +51,6 @@ void add_eval_command(CLI::App& app, Global& global) {
       ->needs(tokens)
       ->excludes(batches)
       ->excludes(dump);
-  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
     model::RunOptions r = o->r;

@@ -53,7 +53,6 @@ void add_generate_command(CLI::App& app, Global& global) {
   cmd->add_option("--seed", o->g.seed, "Seed of the sampler (and of the initialisation without --weights)")
       ->check(integer_at_least(0))
       ->capture_default_str();
-  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global] {
     model::GenerateOptions g = o->g;
     if (o->eos >= 0) g.eos = static_cast<std::int32_t>(o->eos);

@@ -16,7 +16,11 @@ int main(int argc, char** argv) {
   app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", "ktune 0.1.0");
   ktune::cli::Global global;
-  app.add_flag("--json", global.json, "Machine-readable JSON on stdout");
+  app.add_flag("--json", global.json, "Machine-readable JSON on stdout (before or after the subcommand)");
+  // A subcommand hands the options it does not know to its parent, so --json
+  // is taken anywhere on the line (subcommands inherit this).
+  app.fallthrough();
+  app.footer("--json, before or after the subcommand: machine-readable JSON on stdout");
   ktune::cli::add_devices_command(app, global);
   ktune::cli::add_render_command(app, global);
   ktune::cli::add_compile_command(app, global);

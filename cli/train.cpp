@@ -214,7 +214,6 @@ void add_train_command(CLI::App& app, Global& global) {
                   "JSON Lines file: each step's record (as in --json) written and flushed as the step ends; "
                   "appended to when the run resumes from a checkpoint (after dropping the lines of steps past it), "
                   "else started anew");
-  cmd->add_flag("--json", global.json, "Machine-readable JSON on stdout");
   cmd->callback([o, &global, min_lr, cosine_steps] {
     o->t.schedule.cosine = o->schedule == "cosine";
     KTUNE_REQUIRE(o->t.schedule.cosine || (min_lr->count() == 0 && cosine_steps->count() == 0),

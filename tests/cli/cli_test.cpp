@@ -95,6 +95,22 @@ TEST_CASE("CLI: without a device, GPU commands say so in one line and exit 2", "
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " bench adam", &out) == 2);
 }
 
+TEST_CASE("CLI: --json is taken before or after the subcommand, giving the same JSON", "[cli]") {
+  for (const std::string args : {"families", "bench memory --model tiny --ctx 8,16", "render --family adamw --space"}) {
+    INFO(args);
+    std::string before, after;
+    REQUIRE(run_ktune("--json " + args, &before) == 0);
+    REQUIRE(run_ktune(args + " --json", &after) == 0);
+    CHECK(nlohmann::json::parse(before) == nlohmann::json::parse(after));
+  }
+  std::string out;
+  REQUIRE(run_ktune("bench precision --help", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("--json, before or after the subcommand"));
+  // An option no command knows is still refused, in one line.
+  CHECK(run_ktune("families --frobnicate", &out) == 2);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+}
+
 TEST_CASE("CLI: --help tells every subcommand", "[cli]") {
   std::string out;
   CHECK(run_ktune("--help", &out) == 0);
