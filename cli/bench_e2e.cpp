@@ -43,7 +43,7 @@ std::string profile_markdown(const model::E2eResult& r) {
        "|:--|:--|:--|--:|--:|--:|--:|--:|\n";
   for (const auto& row : rows) {
     // The host emulation's times say nothing of a GPU's rates.
-    const bool rate = row.op->flops > 0 && row.device_ms > 0 && r.options.backend != "emu";
+    const bool rate = row.op->flops > 0 && row.device_ms > 0 && r.options.backend.backend != "emu";
     s += fmt::format("| {} | {} | {} | {} | {:.4f} | {:.4f} | {:.1f} | {} |\n", row.op->phase, row.op->op,
                      row.op->shape, row.op->calls, row.device_ms, row.host_ms,
                      total > 0 ? 100 * row.device_ms / total : 0.0,
@@ -67,9 +67,10 @@ std::string profile_markdown(const model::E2eResult& r) {
 // The title, stamp, kernels and launches of a run (the first of a sweep).
 std::string heading(const model::E2eResult& r) {
   const auto& o = r.options;
-  std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, {}, {})\n\n", o.backend,
-                              o.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(o.mode)), r.device,
-                              model::to_string(o.precision), r.date);
+  const auto& b = o.backend;
+  std::string s = fmt::format("# End-to-end benchmark ({} backend{}, {}, {}, {})\n\n", b.backend,
+                              b.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(b.mode)), r.device,
+                              model::to_string(b.precision), r.date);
   s += fmt::format("{}git revision {}, ktune {}; phases timed with {}\n\n",
                    r.driver.empty() ? "" : "driver " + r.driver + ", ", git_revision(), ktune_version(), r.clock);
   if (o.shape.recompute == model::Recompute::kBlocks)
@@ -78,7 +79,7 @@ std::string heading(const model::E2eResult& r) {
     s += "activations recomputed: each block's SwiGLU runs again before its backward (--recompute swiglu)\n\n";
   if (!r.kernels.empty()) s += r.kernels + "\n\n";
   if (r.launches)
-    s += fmt::format("launches/step: {} ({} mode, counted)\n\n", r.launches->str(), model::to_string(o.mode));
+    s += fmt::format("launches/step: {} ({} mode, counted)\n\n", r.launches->str(), model::to_string(b.mode));
   return s;
 }
 
@@ -113,7 +114,7 @@ std::string markdown(const model::E2eResult& r) {
   s += " status |\n|:--|--:|:--|--:|--:|--:|--:|--:|--:|--:|";
   s += optim ? "--:|--:|--:|--:|" : "";
   s += ":--|\n";
-  s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |", o.backend, o.shape.batch, m.name,
+  s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |", o.backend.backend, o.shape.batch, m.name,
                    o.shape.context, sec(r.forward, true), sec(r.forward, false), sec(r.backward, true),
                    sec(r.backward, false), sec(r.forward_backward, true), sec(r.forward_backward, false));
   if (optim)
@@ -223,14 +224,8 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     model::E2eOptions e = o->e;
     e.model = model_from_args(o->m);
     e.shape = shape_from_args(o->m, 128, 4);
-    e.threads = threads_from_args(o->m);
-    const auto b = backend_from_args(o->m, e.threads);
-    e.backend = b.backend;
-    e.mode = b.mode;
-    e.cache = b.cache;
-    e.graphs = b.graphs;
-    e.programmatic = b.programmatic;
-    e.precision = b.precision;
+    e.backend = backend_from_args(o->m, threads_from_args(o->m));
+    const auto& b = e.backend;
     e.passes = o->forward_only     ? model::E2ePasses::kForward
                : o->with_optimizer ? model::E2ePasses::kStep
                                    : model::E2ePasses::kForwardBackward;

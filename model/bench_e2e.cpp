@@ -95,20 +95,14 @@ std::string cpu_name() {
 }
 
 E2eResult bench_e2e(const E2eOptions& o) {
-  check_backend_name(o.backend);
+  check_backend_name(o.backend.backend);
   KTUNE_REQUIRE(o.trials > 0, fmt::format("trials must be positive, got {}", o.trials));
   KTUNE_REQUIRE(o.warmup >= 0, fmt::format("warm-up steps must be >= 0, got {}", o.warmup));
   const bool backward = o.passes != E2ePasses::kForward;
   const bool optimizer = o.passes == E2ePasses::kStep;
-  const BackendOptions backend{.backend = o.backend,
-                               .mode = o.mode,
-                               .precision = o.precision,
-                               .cache = o.cache,
-                               .threads = o.threads,
-                               .graphs = o.graphs,
-                               .programmatic = o.programmatic};
+  const BackendOptions& backend = o.backend;
   const MemoryPlan plan = plan_run(o.model, o.shape, backend);
-  if (o.backend != "cuda")
+  if (backend.backend != "cuda")
     require_host_memory(plan,
                         optimizer  ? plan.peak_step()
                         : backward ? plan.peak_forward_backward()
@@ -216,11 +210,11 @@ double train_flops(const E2eResult& r) {
 nlohmann::json to_json(const E2eResult& r) {
   const auto& o = r.options;
   return {{"benchmark", "e2e"},
-          {"backend", o.backend},
-          {"mode", o.backend == "cpu" ? "reference" : to_string(o.mode)},
+          {"backend", o.backend.backend},
+          {"mode", o.backend.backend == "cpu" ? "reference" : to_string(o.backend.mode)},
           {"kernels", r.kernels},
-          {"graphs", o.graphs},
-          {"programmatic_launch", o.programmatic},
+          {"graphs", o.backend.graphs},
+          {"programmatic_launch", o.backend.programmatic},
           {"device", r.device},
           {"driver", r.driver},
           {"clock", r.clock},
@@ -241,8 +235,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"passes", passes_name(o.passes)},
           {"loss", r.loss},
           {"train_flops", train_flops(r)},
-          {"dtype", to_string(o.precision)},
-          {"threads", o.threads},
+          {"dtype", to_string(o.backend.precision)},
+          {"threads", o.backend.threads},
           {"forward", phase_json(r.forward)},
           {"backward", phase_json(r.backward)},
           {"forward_backward", phase_json(r.forward_backward)},

@@ -19,6 +19,7 @@
 #include "model/memory_plan.hpp"
 #include "model/ops/device_ops.hpp"
 #include "model/ops/profiled_ops.hpp"
+#include "model/runtime.hpp"
 
 namespace ktune::model {
 
@@ -30,18 +31,12 @@ enum class E2ePasses {
 };
 
 struct E2eOptions {
-  std::string backend = "cpu";  ///< cpu | cuda | emu
-  Mode mode = Mode::kCompiled;  ///< device backends: eager | compiled
-  Precision precision = Precision::kF32;  ///< f32 on cpu; f32, tf32 or bf16 on the device backends
-  std::string cache;            ///< compiled mode's tuned cache (empty: family defaults)
-  bool graphs = false;          ///< compiled mode: forward and backward replayed as graphs (BackendOptions)
-  bool programmatic = false;    ///< device backends: programmatic dependent launch (BackendOptions)
+  BackendOptions backend;  ///< where and how the model runs
   ModelConfig model;
   RunShape shape{4, 128};
   std::int64_t warmup = 1;
   std::int64_t trials = 10;
   E2ePasses passes = E2ePasses::kForwardBackward;
-  unsigned threads = 1;
   /// The optimizer step's clip-by-norm threshold; 0 (off) by default, as the
   /// PyTorch peer's optimizer step (bench/peers/torch_e2e.py) does not clip.
   float clip_norm = 0.0f;

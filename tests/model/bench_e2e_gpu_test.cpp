@@ -21,10 +21,10 @@ TEST_CASE("bench e2e on cuda: events, measured memory, GEMM choices cached", "[g
   const auto cache = test::scratch_dir("bench_e2e_gpu") / "tuned.json";
   cache::CacheFile(cache).update([](std::vector<cache::Entry>&) { return true; });  // an empty cache file
   E2eOptions o;
-  o.backend = "cuda";
-  o.mode = Mode::kCompiled;
-  o.precision = Precision::kF32;  // compiled fp32: attention materialised (below)
-  o.cache = cache.string();
+  o.backend.backend = "cuda";
+  o.backend.mode = Mode::kCompiled;
+  o.backend.precision = Precision::kF32;  // compiled fp32: attention materialised (below)
+  o.backend.cache = cache.string();
   o.model = model_config("tiny");
   o.shape = RunShape{2, 32};
   o.warmup = 1;
@@ -62,7 +62,7 @@ TEST_CASE("bench e2e on cuda: events, measured memory, GEMM choices cached", "[g
   // A plan beyond the GPU's memory: one line, before anything is allocated.
   o.model = model_config("2.7B");
   o.shape = RunShape{512, 1024};
-  o.cache.clear();
+  o.backend.cache.clear();
   CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("of device memory (the plan's peak)") && Catch::Contains("free"));
 }
 

@@ -19,7 +19,7 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   o.shape = RunShape{2, 16};
   o.warmup = 1;
   o.trials = 2;
-  o.threads = 2;
+  o.backend.threads = 2;
   o.passes = E2ePasses::kStep;
   const E2eResult r = bench_e2e(o);
   CHECK(r.forward.measured);
@@ -40,10 +40,10 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   CHECK(f.allocated_bytes == f.plan.peak_forward());
   CHECK(to_json(f).at("backward").is_null());
 
-  o.backend = "tpu";
+  o.backend.backend = "tpu";
   CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("backend 'tpu'; accepted: cpu, cuda, emu"));
-  o.backend = "cpu";
-  o.cache = "tuned.json";
+  o.backend.backend = "cpu";
+  o.backend.cache = "tuned.json";
   CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("the cpu backend has none"));
 }
 
@@ -66,7 +66,7 @@ TEST_CASE("the e2e benchmark stamps its clock, memory and loss, and saves its ba
   o.shape = RunShape{2, 16};
   o.warmup = 0;
   o.trials = 1;
-  o.threads = 1;
+  o.backend.threads = 1;
   o.passes = E2ePasses::kStep;
   const auto dir = ktune::test::scratch_dir("bench_e2e");
   o.save_batch = (dir / "batch.safetensors").string();

@@ -12,17 +12,17 @@ using namespace ktune::model;
 TEST_CASE("emu backend: bench e2e --profile times each op, and compiled mode's GEMM ops are its GEMM launches",
           "[emu][model][profile]") {
   E2eOptions o;
-  o.backend = "emu";
+  o.backend.backend = "emu";
   o.model = model_config("tiny");
   o.shape = RunShape{1, 12};
   o.warmup = 0;
   o.trials = 1;
   o.passes = E2ePasses::kStep;
-  o.precision = Precision::kBf16;
+  o.backend.precision = Precision::kBf16;
   o.profile = true;
   for (const Mode mode : {Mode::kCompiled, Mode::kEager}) {
     INFO(to_string(mode));
-    o.mode = mode;
+    o.backend.mode = mode;
     const E2eResult r = bench_e2e(o);
     REQUIRE(r.launches);
     std::int64_t gemm_ops = 0, attention_ops = 0;
@@ -44,8 +44,8 @@ TEST_CASE("emu backend: bench e2e --profile times each op, and compiled mode's G
 
   // fp32 compiled mode materialises attention: per layer and batch row, the forward's 2 GEMMs and the backward's 4
   // run inside the attention ops, and every other GEMM launch is a profiled gemm op.
-  o.mode = Mode::kCompiled;
-  o.precision = Precision::kF32;
+  o.backend.mode = Mode::kCompiled;
+  o.backend.precision = Precision::kF32;
   o.shape = RunShape{2, 12};
   const E2eResult r = bench_e2e(o);
   REQUIRE(r.launches);

@@ -75,7 +75,7 @@ TEST_CASE("bench e2e --profile times every op of the walk in its phase, after th
   o.shape = RunShape{2, 12};
   o.warmup = 0;
   o.trials = 2;
-  o.threads = 2;
+  o.backend.threads = 2;
   o.passes = E2ePasses::kStep;
   CHECK(to_json(bench_e2e(o)).at("profile").is_null());
   o.profile = true;

@@ -18,7 +18,7 @@ namespace {
 // An e2e run of the tiny model on emu: batch 1, ctx 8, no warm-up, one trial.
 E2eOptions tiny_e2e(E2ePasses passes) {
   E2eOptions o;
-  o.backend = "emu";
+  o.backend.backend = "emu";
   o.model = model_config("tiny");
   o.shape = RunShape{1, 8};
   o.warmup = 0;
@@ -81,7 +81,7 @@ TEST_CASE("emu backend: evaluation gives the cpu backend's loss and gradient nor
 TEST_CASE("emu backend: the e2e benchmark reports the launches of one step", "[emu][model][runtime]") {
   E2eOptions o = tiny_e2e(E2ePasses::kForward);
   const E2eResult compiled = bench_e2e(o);
-  o.mode = Mode::kEager;
+  o.backend.mode = Mode::kEager;
   const E2eResult eager = bench_e2e(o);
   REQUIRE(compiled.launches);
   REQUIRE(eager.launches);
@@ -131,7 +131,7 @@ TEST_CASE("emu backend, bf16: the e2e benchmark runs a whole step and its memory
           "[emu][model][runtime]") {
   E2eOptions o = tiny_e2e(E2ePasses::kStep);
   const E2eResult f32 = bench_e2e(o);
-  o.precision = Precision::kBf16;
+  o.backend.precision = Precision::kBf16;
   const E2eResult bf16 = bench_e2e(o);
   CHECK(bf16.loss == Approx(f32.loss).epsilon(2e-3));
   CHECK(bf16.plan.precision == Precision::kBf16);
