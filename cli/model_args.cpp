@@ -146,6 +146,9 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
                 "Device backends: programmatic dependent launch. Each kernel of a family may start while the "
                 "previous kernel finishes and waits for it inside (griddepcontrol), hiding the launch between "
                 "them; sm_90 and newer (elsewhere, and under emu, launches are as without it)");
+  cmd->add_flag("--nvtx", a.nvtx,
+                "NVTX ranges around each phase of a step (forward, backward, optimizer), each block's part and "
+                "each op, for Nsight Systems: nsys profile ktune ... --nvtx (every backend; off, they cost nothing)");
 }
 
 model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
@@ -165,7 +168,8 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
           .cache = a.cache,
           .threads = threads,
           .graphs = a.graph,
-          .programmatic = a.pdl};
+          .programmatic = a.pdl,
+          .nvtx = a.nvtx};
 }
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }

@@ -21,6 +21,7 @@ struct ModelArgs {
   std::string dtype = "f32";                                             // the run's precision
   bool graph = false;                                                    // compiled mode: passes as graphs
   bool pdl = false;                                                      // programmatic dependent launch
+  bool nvtx = false;                                                     // NVTX ranges, for nsys
   std::string recompute = "none";                                        // activation recomputation ("": blocks)
 };
 

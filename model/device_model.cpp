@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "model/nvtx.hpp"
 #include "templates/render.hpp"
 
 namespace ktune::model {
@@ -149,6 +150,7 @@ void DeviceTransformer::run_pass(Pass& pass, const char* phase, const std::funct
     pass.launches = ops_->launches().since(before);
     ops_->set_launches(before);
   }
+  const NvtxRange range([&] { return std::string(phase) + " (graph)"; });
   backend_.replay(*pass.graph);
   ops_->add_launches(pass.launches);
 }

@@ -9,6 +9,7 @@
 #include "model/bench_e2e.hpp"
 #include "model/device_model.hpp"
 #include "model/memory_plan.hpp"
+#include "model/nvtx.hpp"
 
 namespace ktune::model {
 
@@ -180,6 +181,7 @@ class DeviceRuntime final : public Runtime {
 std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                                       const BackendOptions& options) {
   check_backend_name(options.backend);
+  enable_nvtx_ranges(options.nvtx);
   if (options.backend == "cpu") {
     KTUNE_REQUIRE(options.cache.empty(), "--cache feeds the device backends' kernels; the cpu backend has none");
     KTUNE_REQUIRE(!options.graphs, "--graph replays a device backend's launches; the cpu backend launches none");

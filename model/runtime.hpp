@@ -27,6 +27,7 @@ struct BackendOptions {
   unsigned threads = 1;         ///< cpu backend threads
   bool graphs = false;          ///< compiled mode on a device backend: passes replayed as graphs (DeviceOptions)
   bool programmatic = false;    ///< device backends: programmatic dependent launch (Backend::set_programmatic)
+  bool nvtx = false;            ///< NVTX ranges around each phase, block and op (model/nvtx.hpp), for nsys
 };
 
 /// "cpu", "cuda" or "emu"; throws kInvalidInput naming the accepted ones.
@@ -123,7 +124,7 @@ class Runtime {
 };
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation
-/// with seed 0. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
+/// with seed 0; NVTX ranges on for the process as options.nvtx says. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
 /// for an unknown backend, a cache given to the cpu backend, a precision the
 /// backend does not run (the cpu backend runs f32 only), graphs outside
 /// compiled mode on a device backend, programmatic launch on the cpu

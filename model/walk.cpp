@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "model/nvtx.hpp"
 
 namespace ktune::model {
 
@@ -288,6 +289,7 @@ void walk_forward_ops(Ops& ops, const StepLayout& L) {
   ops.rmsnorm_forward(L.act(0, ll.x_in), P(L.params.blocks[0].ln1), L.act(0, ll.ln1), L.act(0, ll.rstd1), N, C,
                       c.norm_eps);
   for (std::int64_t l = 0; l < c.layers; ++l) {
+    const NvtxRange range([&] { return fmt::format("block {} forward", l); });
     forward_body(ops, L, l);
     forward_tail(ops, L, l);
   }
@@ -315,6 +317,7 @@ void walk_backward(Ops& ops, const StepLayout& L, bool accumulate) {
                        C);
   g.done(ops, L.params.ln_final, C);
   for (std::int64_t l = c.layers - 1; l >= 0; --l) {
+    const NvtxRange range([&] { return fmt::format("block {} backward", l); });
     // Recomputing, what block l did not keep is computed again into the
     // shared part of the slots, where the forward left the last block's.
     if (l + 1 < c.layers) recompute_block(ops, L, l);

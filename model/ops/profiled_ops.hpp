@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "model/nvtx.hpp"
 #include "model/ops/ops.hpp"
 #include "tuner/exec/backend.hpp"
 
@@ -67,10 +70,12 @@ class OpProfile {
   bool in_step_ = false;
 };
 
-/// `inner`'s ops, each timed into `profile` as part of `phase`.
+/// `inner`'s ops, each timed into `profile` as part of `phase` (when one is
+/// given), and each an NVTX range named by its op and shape (when ranges are
+/// on, model/nvtx.hpp).
 class ProfiledOps final : public Ops {
  public:
-  ProfiledOps(Ops& inner, OpProfile& profile, std::string phase)
+  ProfiledOps(Ops& inner, OpProfile* profile, std::string phase)
       : inner_(inner), profile_(profile), phase_(std::move(phase)) {}
 
   void rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t head_dim, double theta) override;
@@ -106,19 +111,23 @@ class ProfiledOps final : public Ops {
 
  private:
   void time(const char* op, const std::string& shape, const std::function<void()>& call, double flops = 0) {
-    profile_.time(phase_, op, shape, flops, call);
+    const NvtxRange range([&] { return fmt::format("{} {}", op, shape); });
+    if (profile_) return profile_->time(phase_, op, shape, flops, call);
+    call();
   }
   Ops& inner_;
-  OpProfile& profile_;
+  OpProfile* profile_;
   std::string phase_;
 };
 
-/// Runs `walk` over `ops`, or over `ops` timed into `profile` as `phase` when
-/// a profile is given.
+/// Runs `walk` over `ops` as `phase`: in an NVTX range of that name, its ops
+/// timed into `profile` when one is given and each in a range of its own when
+/// ranges are on.
 template <class Walk>
 auto walk_profiled(Ops& ops, OpProfile* profile, const char* phase, Walk&& walk) {
-  if (!profile) return walk(ops);
-  ProfiledOps timed(ops, *profile, phase);
+  const NvtxRange range(phase);
+  if (!profile && !nvtx_ranges_enabled()) return walk(ops);
+  ProfiledOps timed(ops, profile, phase);
   return walk(static_cast<Ops&>(timed));
 }
 
