@@ -135,12 +135,9 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     };
     nlohmann::ordered_json all = nlohmann::ordered_json::array();
     std::string text;
-    std::string rest = o->models;
-    while (!rest.empty()) {
-      const auto comma = rest.find(',');
+    for (const auto& name : name_list_arg(o->models, "--model")) {
       ModelArgs a = o->m;
-      a.model = rest.substr(0, comma);
-      rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+      a.model = name;
       const auto config = model_from_args(a);
       std::vector<model::MemoryPlan> plans;
       std::vector<std::optional<model::Recompute>> fits;  // with --fit: the least level that fits, if any

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <iostream>
 #include <optional>
-#include <sstream>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -24,14 +23,6 @@ namespace {
 
 /// The most bytes an op's fused kernel may move under `--backend emu`.
 constexpr double kEmulatedBytes = double(std::int64_t{1} << 24);
-
-std::vector<std::string> name_list(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 /// The problem of `family` in one training step of `m` on `batch` sequences of
 /// `ctx` tokens, as eager mode launches it (model/step_kernels.hpp: the
@@ -80,14 +71,14 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
       if (cmd->count("--ctx") == 0) o->ctx = "16";
     }
     const auto contexts = int_list_arg(o->ctx, "--ctx");
-    const auto families = o->families.empty() ? templates::eager::decomposed_families() : name_list(o->families);
+    const auto families = o->families.empty() ? templates::eager::decomposed_families() : name_list_arg(o->families, "--families");
     const auto known = templates::eager::decomposed_families();
     for (const auto& f : families)
       KTUNE_REQUIRE(std::find(known.begin(), known.end(), f) != known.end(),
                     fmt::format("--families: '{}' has no eager decomposition; accepted: {}", f,
                                 fmt::join(known, ", ")));
     std::vector<tuner::OpsBenchCase> cases;
-    for (const auto& name : name_list(o->models)) {
+    for (const auto& name : name_list_arg(o->models, "--models")) {
       const model::ModelConfig m = model::model_config(name);
       for (const auto ctx : contexts)
         for (const auto& f : families) {

@@ -146,6 +146,15 @@ std::vector<std::int64_t> int_list_arg(const std::string& text, const std::strin
   return out;
 }
 
+std::vector<std::string> name_list_arg(const std::string& text, const std::string& what) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  KTUNE_REQUIRE(!out.empty(), what + " must name at least one, got '" + text + "'");
+  return out;
+}
+
 std::string family_choices() {
   std::vector<std::string> names;
   for (const auto* f : templates::all_families()) names.push_back(f->name());

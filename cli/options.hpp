@@ -67,5 +67,8 @@ CLI::Validator byte_size();
 
 /// Comma-separated integers ("1,2,4"); throws kInvalidInput naming `what`.
 std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what);
+/// Comma-separated names ("small,xl"), empty items skipped; throws
+/// kInvalidInput naming `what` when none is left.
+std::vector<std::string> name_list_arg(const std::string& text, const std::string& what);
 
 }  // namespace ktune::cli
