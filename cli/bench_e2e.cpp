@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <limits>
+#include <numeric>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -144,24 +146,97 @@ std::string markdown(const model::E2eResult& r) {
   return s;
 }
 
-// Seed 002's grid (context x warm-ups x passes, batch 4, 10 trials) for one
-// model, a run per row in the seed's order, then its table.
-void run_sweep(model::E2eOptions e, const std::string& json_out, bool json) {
+// The mean_time_ms of a seed 002 row.
+double row_mean_ms(const model::E2eResult& r) {
+  return (r.options.passes == model::E2ePasses::kForward ? r.forward : r.forward_backward).mean_ms;
+}
+double row_std_ms(const model::E2eResult& r) {
+  return (r.options.passes == model::E2ePasses::kForward ? r.forward : r.forward_backward).std_ms;
+}
+
+// Seed 002's "Mean Time by Warmup Count": per model (`per_model` consecutive
+// results each), the mean of its rows' mean_time_ms at each warm-up count.
+std::string warmup_table(const std::vector<model::E2eResult>& results, std::size_t per_model,
+                         const std::vector<std::int64_t>& warmups) {
+  std::string s = "| model_size |", rule = "|:--|";
+  for (const auto w : warmups) {
+    s += fmt::format(" {} |", w);
+    rule += "--:|";
+  }
+  s += "\n" + rule + "\n";
+  for (std::size_t first = 0; first < results.size(); first += per_model) {
+    s += fmt::format("| {} |", results[first].options.model.name);
+    for (const auto w : warmups) {
+      double sum = 0;
+      int n = 0;
+      for (std::size_t i = first; i < first + per_model; ++i)
+        if (results[i].options.warmup == w) {
+          sum += row_mean_ms(results[i]);
+          ++n;
+        }
+      s += fmt::format(" {:.2f} |", sum / n);
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+// Seed 002's "Summary Statistics" (pandas' describe()): count, mean, sample
+// std, min, quartiles (linear interpolation) and max of the rows'
+// mean_time_ms and std_time_ms.
+std::string summary_table(const std::vector<model::E2eResult>& results) {
+  std::vector<double> means, stds;
+  for (const auto& r : results) {
+    means.push_back(row_mean_ms(r));
+    stds.push_back(row_std_ms(r));
+  }
+  const auto stats = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const double n = static_cast<double>(v.size());
+    const double mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
+    double ss = 0;
+    for (const double x : v) ss += (x - mean) * (x - mean);
+    const auto quantile = [&](double q) {
+      const double at = q * (n - 1);
+      const auto lo = static_cast<std::size_t>(std::floor(at));
+      const std::size_t hi = std::min(lo + 1, v.size() - 1);
+      return v[lo] + (v[hi] - v[lo]) * (at - static_cast<double>(lo));
+    };
+    const double std_dev = v.size() > 1 ? std::sqrt(ss / (n - 1)) : 0.0;
+    return std::vector<double>{n, mean, std_dev, v.front(), quantile(0.25), quantile(0.5), quantile(0.75), v.back()};
+  };
+  const auto m = stats(means), d = stats(stds);
+  const char* names[] = {"count", "mean", "std", "min", "25%", "50%", "75%", "max"};
+  std::string s = "|       | mean_time_ms | std_time_ms |\n|:--|--:|--:|\n";
+  s += fmt::format("| count | {} | {} |\n", results.size(), results.size());
+  for (std::size_t i = 1; i < 8; ++i) s += fmt::format("| {} | {:.2f} | {:.2f} |\n", names[i], m[i], d[i]);
+  return s;
+}
+
+// Seed 002's grid (context x warm-ups x passes, batch 4, 10 trials) for each
+// model, a run per row in the seed's order, then its tables: every row, the
+// mean time by warm-up count per model, and the summary statistics.
+void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& models, const std::string& json_out,
+               bool json) {
+  const std::vector<std::int64_t> warmups = {0, 1, 5};
+  const std::size_t runs = models.size() * 2 * warmups.size() * 2;
   std::vector<model::E2eResult> results;
   nlohmann::json rows = nlohmann::json::array();
   e.trials = 10;
-  for (const std::int64_t ctx : {128, 256})
-    for (const std::int64_t warmup : {0, 1, 5})
-      for (const bool forward_only : {false, true}) {
-        e.shape.batch = 4;
-        e.shape.context = ctx;
-        e.warmup = warmup;
-        e.passes = forward_only ? model::E2ePasses::kForward : model::E2ePasses::kForwardBackward;
-        std::cerr << fmt::format("[{}/12] {} ctx {}, {} warm-up steps, {}\n", results.size() + 1, e.model.name, ctx,
-                                 warmup, forward_only ? "forward only" : "forward + backward");
-        results.push_back(model::bench_e2e(e));
-        rows.push_back(model::to_json(results.back()));
-      }
+  for (const auto& m : models)
+    for (const std::int64_t ctx : {128, 256})
+      for (const std::int64_t warmup : warmups)
+        for (const bool forward_only : {false, true}) {
+          e.model = m;
+          e.shape.batch = 4;
+          e.shape.context = ctx;
+          e.warmup = warmup;
+          e.passes = forward_only ? model::E2ePasses::kForward : model::E2ePasses::kForwardBackward;
+          std::cerr << fmt::format("[{}/{}] {} ctx {}, {} warm-up steps, {}\n", results.size() + 1, runs, m.name,
+                                   ctx, warmup, forward_only ? "forward only" : "forward + backward");
+          results.push_back(model::bench_e2e(e));
+          rows.push_back(model::to_json(results.back()));
+        }
   if (!json_out.empty()) write_file_atomic(json_out, rows.dump(2) + "\n");
   if (json) {
     std::cout << rows.dump(2) << "\n";
@@ -170,7 +245,8 @@ void run_sweep(model::E2eOptions e, const std::string& json_out, bool json) {
   std::string s = heading(results.front()) + seed002_header();
   for (const auto& r : results) s += seed002_row(r);
   s += "\neach row a run of its own: a fresh model on the same weights and batch, its warm-up steps, then its "
-       "trials (mean and sample std, ms)\n";
+       "trials (mean and sample std, ms)\n\n### Mean time by warm-up count (ms: each model's rows at that count)\n\n";
+  s += warmup_table(results, runs / models.size(), warmups) + "\n### Summary statistics (of the rows above)\n\n" + summary_table(results);
   std::cout << s;
 }
 
@@ -213,8 +289,10 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                 "GEMMs' and attention's TFLOP/s");
   auto* sweep = cmd->add_flag(
       "--sweep", o->sweep,
-      "Seed 002's grid for --model in one table: context 128 and 256, 0, 1 and 5 warm-up steps, forward only and "
-      "forward + backward; batch 4, 10 trials; each row a run of its own (a fresh model, its first trial cold)");
+      "Seed 002's grid for --model (several, comma-separated: --model small,medium) in one table: context 128 and "
+      "256, 0, 1 and 5 warm-up steps, forward only and forward + backward; batch 4, 10 trials; each row a run of "
+      "its own (a fresh model, its first trial cold); then the seed's mean time by warm-up count per model and its "
+      "summary statistics");
   for (const char* name : {"--ctx", "--batch", "--warmup", "--trials", "--forward-only", "--with-optimizer",
                            "--save-batch", "--profile"})
     sweep->excludes(cmd->get_option(name));
@@ -222,7 +300,14 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     if (!o->e.save_batch.empty()) writable_target(o->e.save_batch, "--save-batch");
     model::E2eOptions e = o->e;
-    e.model = model_from_args(o->m);
+    // --sweep takes several models, comma-separated; every run one.
+    std::vector<model::ModelConfig> models;
+    for (const auto& name : o->sweep ? name_list_arg(o->m.model, "--model") : std::vector<std::string>{o->m.model}) {
+      ModelArgs a = o->m;
+      a.model = name;
+      models.push_back(model_from_args(a));
+    }
+    e.model = models.front();
     e.shape = shape_from_args(o->m, 128, 4);
     e.backend = backend_from_args(o->m, threads_from_args(o->m));
     const auto& b = e.backend;
@@ -234,7 +319,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     if (e.passes != model::E2ePasses::kForward)  // a forward alone keeps no activations for a backward
       resolve_recompute(o->m, e.model, e.shape, b, global.json, e.passes == model::E2ePasses::kForwardBackward);
     if (o->sweep) {
-      run_sweep(e, o->json_out, global.json);
+      run_sweep(e, models, o->json_out, global.json);
       return;
     }
     const auto result = model::bench_e2e(e);

@@ -783,13 +783,14 @@ TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean
   CHECK(lines_starting(out, "model TFLOP/s at the step median (PaLM's count, 0.0056 GFLOP a step): ").size() == 1);
 }
 
-TEST_CASE("CLI: bench e2e --sweep prints seed 002's grid for the model, a run per row, and sets the shape itself",
+TEST_CASE("CLI: bench e2e --sweep prints seed 002's grid for each model, a run per row, its derived tables, and sets "
+          "the shape itself",
           "[cli]") {
   const auto json = ktune::test::scratch_dir("bench_e2e_sweep") / "sweep.json";
   std::string out;
   REQUIRE(run_ktune("bench e2e --model tiny --threads 2 --sweep --json-out " + json.string(), &out) == 0);
   INFO(out);
-  const auto rows = lines_starting(out, "| tiny |");
+  const auto rows = lines_starting(out, "| tiny | 64 |");
   REQUIRE(rows.size() == 12);
   std::size_t i = 0;
   const nlohmann::json runs = nlohmann::json::parse(std::ifstream(json));
@@ -805,6 +806,31 @@ TEST_CASE("CLI: bench e2e --sweep prints seed 002's grid for the model, a run pe
         CHECK(runs[i].at("passes") == (forward_only[0] == 'T' ? "forward" : "forward_backward"));
         ++i;
       }
+  // Seed 002's mean time by warm-up count and summary statistics, of the rows' mean_time_ms (and std_time_ms).
+  std::vector<double> means;
+  double at_warmup[3] = {0, 0, 0};
+  for (const auto& run : runs) {
+    const auto& timed = run.at(run.at("passes") == "forward" ? "forward" : "forward_backward");
+    means.push_back(timed.at("mean_ms"));
+    const int w = run.at("num_warmups");
+    at_warmup[w == 0 ? 0 : w == 1 ? 1 : 2] += means.back() / 4;  // 4 rows each: 2 contexts x 2 passes
+  }
+  CHECK_THAT(out, Catch::Contains(fmt::format("| tiny | {:.2f} | {:.2f} | {:.2f} |", at_warmup[0], at_warmup[1],
+                                              at_warmup[2])));
+  std::sort(means.begin(), means.end());
+  const double median = (means[5] + means[6]) / 2, q1 = means[2] + 0.75 * (means[3] - means[2]);
+  CHECK_THAT(out, Catch::Contains("| count | 12 | 12 |"));
+  CHECK_THAT(out, Catch::Contains(fmt::format("| 50% | {:.2f} |", median)));
+  CHECK_THAT(out, Catch::Contains(fmt::format("| 25% | {:.2f} |", q1)));
+  CHECK_THAT(out, Catch::Contains(fmt::format("| max | {:.2f} |", means.back())));
+
+  // Several models: the grid for each, a row each in the warm-up table.
+  REQUIRE(run_ktune("bench e2e --model tiny,tiny --d-model 32 --d-ff 64 --layers 1 --heads 2 --threads 1 --sweep",
+                    &out) == 0);
+  CHECK(lines_starting(out, "| custom | 32 |").size() == 24);
+  CHECK(lines_starting(out, "| custom | ").size() == 24 + 2);
+  CHECK_THAT(out, Catch::Contains("| count | 24 | 24 |"));
+
   // The grid sets the context, batch, warm-ups, trials and passes.
   for (const char* clash : {"--ctx 64", "--warmup 2", "--forward-only", "--trials 3"}) {
     INFO(clash);
