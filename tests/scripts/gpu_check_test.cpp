@@ -175,16 +175,17 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   const auto commands = dry_run_commands(dir, "");
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
-  // Three attention tuning sessions, bench attention on the two targets, bench e2e small bf16 eager and
-  // compiled (and compiled with CUDA graphs), the leaderboard backward's five configs (the default,
-  // overlapped, with ping-pong, 64-query tiles, FlashAttention-2's partition), the d 128 forward's four (the
-  // default, in turn, with ping-pong, FlashAttention-2's shape) and the leaderboard forward's four (the
-  // default, overlapped, with ping-pong, FlashAttention-2's shape).
-  CHECK(n.ktune == 3 + 1 + 3 + 13);
+  // Three attention tuning sessions, bench attention on the two targets and bench precision, bench e2e small
+  // bf16 eager and compiled (and compiled with CUDA graphs), the leaderboard backward's five configs (the
+  // default, overlapped, with ping-pong, 64-query tiles, FlashAttention-2's partition), the d 128 forward's
+  // four (the default, in turn, with ping-pong, FlashAttention-2's shape) and the leaderboard forward's four
+  // (the default, overlapped, with ping-pong, FlashAttention-2's shape).
+  CHECK(n.ktune == 3 + 2 + 3 + 13);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 3);
   const auto has = [&](const std::string& text) { return any_contains(commands, text); };
   CHECK(has("bench attention --tables leaderboard"));
+  CHECK(has("bench precision --json-out"));
   CHECK(has("bench e2e --backend cuda --mode compiled"));
   CHECK(has("bench e2e --backend cuda --mode eager"));
   CHECK(has("bench e2e --backend cuda --mode compiled --graph"));
