@@ -45,17 +45,21 @@ const std::vector<std::pair<std::string, std::string>>& precision_cases() {
   return cases;
 }
 
+templates::Rendered precision_source() {
+  templates::Rendered r;
+  r.source = "// mixed-precision accumulation\n" + templates::expand_includes("common/kt.cuh") + kKernel;
+  for (const auto& [sum, addend] : precision_cases())
+    r.kernels.push_back(fmt::format("accumulate<{}, {}>", cuda_type(sum), cuda_type(addend)));
+  return r;
+}
+
 PrecisionReport run_precision_bench(exec::Backend& backend, std::int64_t count, double value) {
   KTUNE_REQUIRE(count >= 1 && count <= kMostAdditions,
                 fmt::format("precision: the count of additions must be in 1..{}, not {}", kMostAdditions, count));
   const auto value32 = static_cast<float>(value);
   KTUNE_REQUIRE(std::isfinite(value32), fmt::format("precision: the value {} is not finite in fp32", value));
 
-  templates::Rendered r;
-  r.source = "// mixed-precision accumulation\n" + templates::expand_includes("common/kt.cuh") + kKernel;
-  for (const auto& [sum, addend] : precision_cases())
-    r.kernels.push_back(fmt::format("accumulate<{}, {}>", cuda_type(sum), cuda_type(addend)));
-  const auto module = backend.load(r);
+  const auto module = backend.load(precision_source());
   const auto out = backend.allocate(2 * sizeof(float) * precision_cases().size(), "precision sums");
   backend.poison(*out);  // a sum never written reads NaN
   for (std::size_t i = 0; i < precision_cases().size(); ++i) {

@@ -42,6 +42,10 @@ struct PrecisionReport {
 /// (f32 + f32, f16 + f16, f32 + f16), then bf16's two.
 const std::vector<std::pair<std::string, std::string>>& precision_cases();
 
+/// The kernels of precision_cases(), in order: one source, compiled by NVRTC
+/// for a GPU and by the host compiler for the emulation.
+templates::Rendered precision_source();
+
 /// Runs every case of precision_cases() on `backend`. Throws kInvalidInput
 /// for a count outside 1..1e9 or a value that is not finite in fp32.
 PrecisionReport run_precision_bench(exec::Backend& backend, std::int64_t count, double value);
