@@ -5,10 +5,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <iostream>
 #include <limits>
-#include <numeric>
+#include <utility>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -17,6 +16,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/bench_e2e.hpp"
+#include "search/winner.hpp"
 
 namespace ktune::cli {
 
@@ -91,11 +91,15 @@ std::string seed002_header() {
          "forward_only | mean_time_ms | std_time_ms |\n"
          "|:--|--:|--:|--:|--:|--:|--:|--:|:--|--:|--:|\n";
 }
+// The phase a seed 002 row times: the forward, or forward + backward.
+const model::PhaseStats& seed002_timed(const model::E2eResult& r) {
+  return r.options.passes == model::E2ePasses::kForward ? r.forward : r.forward_backward;
+}
 std::string seed002_row(const model::E2eResult& r) {
   const auto& o = r.options;
   const auto& m = o.model;
   const bool fwd_only = o.passes == model::E2ePasses::kForward;
-  const auto& main = fwd_only ? r.forward : r.forward_backward;
+  const auto& main = seed002_timed(r);
   return fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n", m.name, m.d_model,
                      o.shape.context, m.layers, m.heads, o.shape.batch, o.warmup, o.trials,
                      fwd_only ? "True" : "False", main.mean_ms, main.std_ms);
@@ -146,14 +150,6 @@ std::string markdown(const model::E2eResult& r) {
   return s;
 }
 
-// The mean_time_ms of a seed 002 row.
-double row_mean_ms(const model::E2eResult& r) {
-  return (r.options.passes == model::E2ePasses::kForward ? r.forward : r.forward_backward).mean_ms;
-}
-double row_std_ms(const model::E2eResult& r) {
-  return (r.options.passes == model::E2ePasses::kForward ? r.forward : r.forward_backward).std_ms;
-}
-
 // Seed 002's "Mean Time by Warmup Count": per model (`per_model` consecutive
 // results each), the mean of its rows' mean_time_ms at each warm-up count.
 std::string warmup_table(const std::vector<model::E2eResult>& results, std::size_t per_model,
@@ -171,7 +167,7 @@ std::string warmup_table(const std::vector<model::E2eResult>& results, std::size
       int n = 0;
       for (std::size_t i = first; i < first + per_model; ++i)
         if (results[i].options.warmup == w) {
-          sum += row_mean_ms(results[i]);
+          sum += seed002_timed(results[i]).mean_ms;
           ++n;
         }
       s += fmt::format(" {:.2f} |", sum / n);
@@ -187,29 +183,18 @@ std::string warmup_table(const std::vector<model::E2eResult>& results, std::size
 std::string summary_table(const std::vector<model::E2eResult>& results) {
   std::vector<double> means, stds;
   for (const auto& r : results) {
-    means.push_back(row_mean_ms(r));
-    stds.push_back(row_std_ms(r));
+    means.push_back(seed002_timed(r).mean_ms);
+    stds.push_back(seed002_timed(r).std_ms);
   }
-  const auto stats = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const double n = static_cast<double>(v.size());
-    const double mean = std::accumulate(v.begin(), v.end(), 0.0) / n;
-    double ss = 0;
-    for (const double x : v) ss += (x - mean) * (x - mean);
-    const auto quantile = [&](double q) {
-      const double at = q * (n - 1);
-      const auto lo = static_cast<std::size_t>(std::floor(at));
-      const std::size_t hi = std::min(lo + 1, v.size() - 1);
-      return v[lo] + (v[hi] - v[lo]) * (at - static_cast<double>(lo));
-    };
-    const double std_dev = v.size() > 1 ? std::sqrt(ss / (n - 1)) : 0.0;
-    return std::vector<double>{n, mean, std_dev, v.front(), quantile(0.25), quantile(0.5), quantile(0.75), v.back()};
-  };
-  const auto m = stats(means), d = stats(stds);
-  const char* names[] = {"count", "mean", "std", "min", "25%", "50%", "75%", "max"};
+  std::sort(means.begin(), means.end());
+  std::sort(stds.begin(), stds.end());
+  const auto m = model::phase_stats(means), d = model::phase_stats(stds);
   std::string s = "|       | mean_time_ms | std_time_ms |\n|:--|--:|--:|\n";
   s += fmt::format("| count | {} | {} |\n", results.size(), results.size());
-  for (std::size_t i = 1; i < 8; ++i) s += fmt::format("| {} | {:.2f} | {:.2f} |\n", names[i], m[i], d[i]);
+  s += fmt::format("| mean | {:.2f} | {:.2f} |\n| std | {:.2f} | {:.2f} |\n", m.mean_ms, d.mean_ms, m.std_ms, d.std_ms);
+  for (const auto& [name, q] : {std::pair<const char*, double>{"min", 0}, {"25%", 0.25}, {"50%", 0.5},
+                                {"75%", 0.75}, {"max", 1}})
+    s += fmt::format("| {} | {:.2f} | {:.2f} |\n", name, search::percentile(means, q), search::percentile(stds, q));
   return s;
 }
 
@@ -246,7 +231,8 @@ void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& model
   for (const auto& r : results) s += seed002_row(r);
   s += "\neach row a run of its own: a fresh model on the same weights and batch, its warm-up steps, then its "
        "trials (mean and sample std, ms)\n\n### Mean time by warm-up count (ms: each model's rows at that count)\n\n";
-  s += warmup_table(results, runs / models.size(), warmups) + "\n### Summary statistics (of the rows above)\n\n" + summary_table(results);
+  s += warmup_table(results, runs / models.size(), warmups);
+  s += "\n### Summary statistics (of the rows above)\n\n" + summary_table(results);
   std::cout << s;
 }
 
