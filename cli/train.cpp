@@ -27,6 +27,7 @@
 #include "model/checkpoint.hpp"
 #include "model/memory_plan.hpp"
 #include "model/train.hpp"
+#include "search/winner.hpp"
 
 namespace ktune::cli {
 
@@ -339,8 +340,7 @@ void add_train_command(CLI::App& app, Global& global) {
       std::vector<double> seconds;
       for (const auto& r : records) seconds.push_back(r.seconds);
       std::sort(seconds.begin(), seconds.end());
-      const std::size_t half = seconds.size() / 2;
-      const double median_s = seconds.size() % 2 ? seconds[half] : (seconds[half - 1] + seconds[half]) / 2;
+      const double median_s = search::percentile(seconds, 0.5);
       std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps; the median step {:.1f} ms, {:.0f} tokens/s\n",
                                records.front().loss, records.back().loss, records.size(), median_s * 1e3,
                                static_cast<double>(records.back().tokens) / median_s);
