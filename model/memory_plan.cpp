@@ -222,21 +222,21 @@ std::vector<BufferRow> plan_buffers(const MemoryPlan& plan) {
   rows.push_back({"gradients", "grad", "every parameter's gradient", {P}, wide, P * plan.element_bytes, 1});
   rows.push_back({"optimizer state", "exp_avg, exp_avg_sq", "AdamW's m and v", {P}, wide, P * plan.element_bytes, 2});
   rows.push_back({"inputs", "tokens, targets", "token ids, next-token targets", {N}, "int32", 4 * N, 2});
-  const auto add = [&](const char* phase, const LayoutListing& listing,
-                       const std::function<std::int64_t(const LaidOut&)>& count) {
+  // A listing's buffers below offset `kept` (in its units) one per block, the rest once.
+  const auto add = [&](const char* phase, const LayoutListing& listing, std::int64_t kept) {
     for (const auto& b : listing)
       rows.push_back({phase, b.name, b.what, b.shape, bf16 && !b.fp32 ? "bf16" : wide,
-                      b.aligned_elements * (bf16 ? (b.fp32 ? 4 : 2) : plan.element_bytes), count(b)});
+                      b.aligned_elements * (bf16 ? (b.fp32 ? 4 : 2) : plan.element_bytes),
+                      b.offset < kept ? m.layers : 1});
   };
   LayoutListing layer, final, workspace;
+  // What each block keeps; the rest of the slot, recomputed in the backward, is shared.
   const std::int64_t kept = layer_layout(m, r, plan.attention, plan.precision, &layer).kept(r.recompute);
-  // What each block keeps, one per block; the rest of the slot, recomputed in the backward, once.
-  add("activations, per block", layer, [&](const LaidOut& b) { return b.offset < kept ? m.layers : 1; });
-  const auto once = [](const LaidOut&) -> std::int64_t { return 1; };
+  add("activations, per block", layer, kept);
   final_layout(m, r, plan.precision, &final);
-  add("activations after the blocks", final, once);
+  add("activations after the blocks", final, 0);
   workspace_layout(m, r, plan.threads, true, plan.precision, &workspace);
-  add("workspace", workspace, once);
+  add("workspace", workspace, 0);
   return rows;
 }
 
