@@ -271,8 +271,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       return done();
     }
     std::string s = fmt::format("# Attention ({}; driver {}; {}; ktune {} (git {}); {})\n\n",
-                                j["device"].get<std::string>(), device.driver_version, j["date"].get<std::string>(), ktune_version(), git_revision(),
-                                j["configs"].get<std::string>());
+                                j["device"].get<std::string>(), device.driver_version, j["date"].get<std::string>(),
+                                ktune_version(), git_revision(), j["configs"].get<std::string>());
     if (wanted("seed003")) {
       s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median), TFLOP/s (causal counts half the "
                        "square, backward 2.5 x forward). Eager: eager mode's materialised attention (GEMMs, "

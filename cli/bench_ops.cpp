@@ -71,7 +71,8 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
       if (cmd->count("--ctx") == 0) o->ctx = "16";
     }
     const auto contexts = int_list_arg(o->ctx, "--ctx");
-    const auto families = o->families.empty() ? templates::eager::decomposed_families() : name_list_arg(o->families, "--families");
+    const auto families = o->families.empty() ? templates::eager::decomposed_families()
+                                              : name_list_arg(o->families, "--families");
     const auto known = templates::eager::decomposed_families();
     for (const auto& f : families)
       KTUNE_REQUIRE(std::find(known.begin(), known.end(), f) != known.end(),

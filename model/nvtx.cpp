@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <utility>
 
 namespace ktune::model {
 
@@ -28,10 +29,10 @@ void set_nvtx_observer(std::function<void(const std::string& name, bool open)> o
   g_observer = std::move(observer);
 }
 
-void NvtxRange::open(const std::string& name) {
-  nvtxRangePushA(name.c_str());
+void NvtxRange::open(std::string name) {
+  name_ = std::move(name);
+  nvtxRangePushA(name_.c_str());
   open_ = true;
-  name_ = name;
   observe(name_, true);
 }
 

@@ -29,9 +29,9 @@ class NvtxRange {
   explicit NvtxRange(Name&& name) {
     if (!nvtx_ranges_enabled()) return;
     if constexpr (std::is_invocable_v<Name>)
-      open(std::string(name()));
+      open(name());
     else
-      open(std::string(std::forward<Name>(name)));
+      open(std::forward<Name>(name));
   }
   ~NvtxRange() {
     if (open_) close();
@@ -40,7 +40,7 @@ class NvtxRange {
   NvtxRange& operator=(const NvtxRange&) = delete;
 
  private:
-  void open(const std::string& name);
+  void open(std::string name);
   void close();
   bool open_ = false;
   std::string name_;

@@ -124,11 +124,11 @@ class Runtime {
 };
 
 /// A model on `options.backend`, its parameters at the CS336 initialisation
-/// with seed 0; NVTX ranges on for the process as options.nvtx says. Throws kNoDevice for cuda without a usable GPU, kInvalidInput
-/// for an unknown backend, a cache given to the cpu backend, a precision the
-/// backend does not run (the cpu backend runs f32 only), graphs outside
-/// compiled mode on a device backend, programmatic launch on the cpu
-/// backend, or (cuda, before
+/// with seed 0; NVTX ranges on for the process as options.nvtx says. Throws
+/// kNoDevice for cuda without a usable GPU, kInvalidInput for an unknown
+/// backend, a cache given to the cpu backend, a precision the backend does
+/// not run (the cpu backend runs f32 only), graphs outside compiled mode on a
+/// device backend, programmatic launch on the cpu backend, or (cuda, before
 /// anything is allocated) a memory plan whose peak does not fit in the GPU's
 /// free memory.
 std::unique_ptr<Runtime> make_runtime(const ModelConfig& config, const RunShape& shape, Allocation allocation,

@@ -12,7 +12,8 @@ namespace model_nvtx_emu_test {
 using namespace ktune;
 using namespace ktune::model;
 
-TEST_CASE("NVTX ranges (--nvtx) on emu with graphs: walked passes in ranges by phase, block and op, replays in one range each",
+TEST_CASE("NVTX ranges (--nvtx) on emu with graphs: walked passes in ranges by phase, block and op, replays in one "
+          "range each",
           "[model][emu]") {
   const ModelConfig config = model_config("tiny");
   const RunShape shape{2, 8};

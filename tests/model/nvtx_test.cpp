@@ -12,7 +12,8 @@ namespace model_nvtx_test {
 using namespace ktune;
 using namespace ktune::model;
 
-TEST_CASE("NVTX ranges (--nvtx): a step's phases, blocks and ops are ranges, nested and closed in turn, and none without it",
+TEST_CASE("NVTX ranges (--nvtx): a step's phases, blocks and ops are ranges, nested and closed in turn, and none "
+          "without it",
           "[model]") {
   const ModelConfig config = model_config("tiny");
   const RunShape shape{2, 8};

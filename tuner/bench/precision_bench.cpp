@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <cstring>
-#include <limits>
 
 #include "base/error.hpp"
 #include "base/stamp.hpp"
