@@ -47,12 +47,6 @@ class NvtxRecorder {
       if (r.depth == 0) out.push_back(r.name);
     return out;
   }
-  /// Ranges opened with this name.
-  std::size_t count(const std::string& name) const {
-    std::size_t n = 0;
-    for (const auto& r : opened) n += r.name == name;
-    return n;
-  }
   /// Ranges whose name starts with `prefix`, at `depth`.
   std::size_t count_at(const std::string& prefix, std::size_t depth) const {
     std::size_t n = 0;
