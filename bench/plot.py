@@ -18,7 +18,8 @@ The files are of one benchmark, which picks the figure:
              floor for each model shape, the families' 1.5x target drawn
   train      `ktune train --metrics` (JSON Lines, a record a step) or
              `ktune train --json`: the loss and validation loss against the
-             step, and the learning rate and gradient norm where recorded;
+             step, and the learning rate, gradient norm and tokens per second
+             where recorded;
              a line per file (runs side by side)
 The title names the device, date and git revision of the first file (for
 `train`, the files). Bad

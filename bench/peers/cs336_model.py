@@ -1,4 +1,4 @@
-"""The CS336 Transformer LM in plain PyTorch, as DESIGN.md "The model" states it:
+"""The CS336 Transformer LM in plain PyTorch, as ktune's model/ runs it (docs/model.md):
 token embedding; pre-norm blocks [RMSNorm -> causal MHA with RoPE (theta
 10000, interleaved pairs) -> residual; RMSNorm -> SwiGLU -> residual]; final
 RMSNorm; untied LM head; no biases; mean cross-entropy. Parameter names are
@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 import torch.utils.checkpoint
 
-SIZES = {  # name: (vocab, d_model, d_ff, layers, heads), seeds/README.md plus tiny
+SIZES = {  # name: (vocab, d_model, d_ff, layers, heads), the seed reports' sizes plus tiny
     "small": (10000, 768, 3072, 12, 12),
     "medium": (10000, 1024, 4096, 24, 16),
     "large": (10000, 1280, 5120, 36, 20),

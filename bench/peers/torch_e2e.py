@@ -35,7 +35,7 @@ import struct
 import sys
 
 PHASES = ("forward", "backward", "forward_backward", "optimizer", "step")
-# Relative tolerance of the first loss against ktune's (DESIGN.md's table).
+# Relative tolerance of the first loss against ktune's (the dtype's, as the families' checks).
 TOLERANCE = {"f32": 1e-5, "tf32": 5e-4, "bf16": 1e-2}
 DTYPE_NAME = {"f32": "float32", "tf32": "tf32", "bf16": "bfloat16"}
 
