@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <string_view>
 
@@ -77,10 +78,17 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
     info.tokens = field("tokens");
     info.tokens_count = static_cast<std::int64_t>(whole_number(meta.at("tokens_count"), "tokens_count"));
   }
-  if (meta.count("micro_batches"))
-    info.shape = {static_cast<std::int64_t>(whole_number(field("batch"), "batch")),
-                  static_cast<std::int64_t>(whole_number(field("context"), "context")),
-                  static_cast<std::int64_t>(whole_number(meta.at("micro_batches"), "micro_batches"))};
+  if (meta.count("micro_batches")) {
+    // A run's shape counts from 1: a 0 is a file no run wrote.
+    const auto count = [&](const std::string& text, const char* key) {
+      const unsigned long long value = whole_number(text, key);
+      KTUNE_REQUIRE(value >= 1 && value <= static_cast<unsigned long long>(std::numeric_limits<std::int32_t>::max()),
+                    fmt::format("{} has a malformed {} '{}' in its metadata", name, key, text));
+      return static_cast<std::int64_t>(value);
+    };
+    info.shape = {count(field("batch"), "batch"), count(field("context"), "context"),
+                  count(meta.at("micro_batches"), "micro_batches")};
+  }
   if (meta.count("best_val_loss")) {
     const std::string text = meta.at("best_val_loss");
     char* end = nullptr;

@@ -201,7 +201,8 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   // Metadata edited by hand: each malformed field is named.
   TensorFile file = read_safetensors(o.checkpoint);
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
-           {"step", "-1"}, {"step", "3x"}, {"seed", ""}, {"sampler", "not a state"}, {"ktune_checkpoint", "9"}}) {
+           {"step", "-1"}, {"step", "3x"}, {"seed", ""}, {"sampler", "not a state"}, {"ktune_checkpoint", "9"},
+           {"context", "0"}, {"batch", "0"}, {"micro_batches", "0"}, {"context", "99999999999"}}) {
     TensorFile edited = file;
     edited.metadata[key] = value;
     write_safetensors(dir / "edited.ckpt", edited);

@@ -60,20 +60,29 @@ class SessionLog {
   std::ofstream out_;
 };
 
+/// `header` tells whether the log holds its session's header (a missing or
+/// empty file does not); a file whose first line is not one is refused, as
+/// no session's log, before anything is appended to it.
 std::map<Config, Record> read_log(const std::string& path, const templates::Family& family,
-                                  const templates::Problem& problem) {
+                                  const templates::Problem& problem, bool& header) {
   std::map<Config, Record> out;
+  header = false;
   std::ifstream in(path);
   if (!in) return out;
-  int line_no = 0;
   for (std::string line; std::getline(in, line);) {
-    ++line_no;
     if (line.empty()) continue;
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error&) {
-      continue;  // a line cut short by a crash: that evaluation runs again
+      if (header) continue;  // a line cut short by a crash: that evaluation runs again
+    }
+    if (!header) {
+      KTUNE_REQUIRE(j.is_object() && j.contains("session"),
+                    fmt::format("{} is not a ktune session log (its first line is no session header); give the log "
+                                "of the session to resume, or leave out --resume",
+                                path));
+      header = true;
     }
     if (j.contains("session")) {
       KTUNE_REQUIRE(j["session"].value("family", "") == family.name() &&
@@ -173,10 +182,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const auto start = std::chrono::steady_clock::now();
   const auto& device = runner.device();
   auto stop = options.budget.empty() ? std::make_unique<search::Unbounded>() : search::parse_budget(options.budget);
-  std::map<Config, Record> done = options.resume ? read_log(options.log_path, family, problem)
-                                                 : std::map<Config, Record>{};
+  bool header = false;
+  std::map<Config, Record> done =
+      options.resume ? read_log(options.log_path, family, problem, header) : std::map<Config, Record>{};
   SessionLog log(options.log_path, !options.resume);
-  if (!options.resume)
+  if (!header)
     log.append({{"session", {{"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch},
                              {"gpu", device.name}, {"backend", runner.backend()}, {"strategy", options.strategy},
                              {"seed", options.seed}, {"problem_json", problem.to_json()},

@@ -13,6 +13,8 @@
 #include <set>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "cache/store.hpp"
 #include "cache/tuned_cache.hpp"
 #include "support.hpp"
@@ -140,6 +142,34 @@ TEST_CASE("a log from another family or problem is refused on resume", "[session
   o.resume = true;
   CHECK_THROWS_WITH(tune(family, Problem{"f32", {{"tensors", 3}, {"numel", 1000}}}, runner, o),
                     Catch::Contains("is for adamw_single on f32;numel=1000;tensors=2"));
+}
+
+TEST_CASE("resuming a log that is not there starts it with its header and a file that is no log is refused", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.resume = true;
+  o.budget = "2";
+  o.log_path = (test::scratch_dir("session-resume") / "new.jsonl").string();
+  ScriptedRunner runner;
+  tune(family, problem, runner, o);
+  std::ifstream in(o.log_path);
+  std::string first;
+  std::getline(in, first);
+  CHECK(nlohmann::json::parse(first).at("session").at("family") == "adamw_single");
+  // Resumed again, the log reads back: both evaluations from it, no second header.
+  ScriptedRunner again;
+  CHECK(tune(family, problem, again, o).resumed == 2);
+  std::ifstream lines(o.log_path);
+  int headers = 0;
+  for (std::string line; std::getline(lines, line);) headers += nlohmann::json::parse(line).contains("session");
+  CHECK(headers == 1);
+  // Notes (or any file not a session log) are neither read as one nor appended to.
+  o.log_path = (test::scratch_dir("session-resume") / "notes.txt").string();
+  std::ofstream(o.log_path) << "notes\n{\"config\": {}}\n";
+  CHECK_THROWS_WITH(tune(family, problem, runner, o), Catch::Contains("is not a ktune session log"));
+  CHECK(fs::file_size(o.log_path) == 21);
 }
 
 TEST_CASE("the winner goes into the tuned cache and is found again", "[session]") {
