@@ -38,8 +38,9 @@ void add_bench_command(CLI::App& app, Global& global) {
   adam->add_option("--numel", opts->numel, "Elements per tensor")->capture_default_str();
   adam->add_option("--dtype", opts->dtype, "f32, or bf16 (fp32 master weights plus a bf16 copy)")
       ->capture_default_str();
-  adam->add_option("--cache", opts->cache, "Tuned cache to take configs from (default: family defaults)");
-  adam->add_option("--json-out", opts->json_out, "Also write the report as JSON to this file");
+  adam->add_option("--cache", opts->cache, "Tuned cache to take configs from (default: family defaults)")
+      ->check(input_file());
+  adam->add_option("--json-out", opts->json_out, "Also write the report as JSON to this file")->check(output_file());
   add_kernel_backend_option(adam, opts->backend,
                             "for small sizes, unless given --tensors 1,2 --numel 1000,4096; no copy bandwidth, so no "
                             "% of copy");

@@ -125,8 +125,9 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
   cmd->add_flag("--no-eager", o->no_eager,
                 "Leave out the seed 003 table's eager columns (eager mode's materialised attention: GEMMs, softmax, "
                 "GEMMs; f32 and bf16)");
-  cmd->add_option("--cache", o->cache, "Tuned cache to take configs from (default: family defaults)");
-  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  cmd->add_option("--cache", o->cache, "Tuned cache to take configs from (default: family defaults)")
+      ->check(input_file());
+  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file")->check(output_file());
   add_kernel_backend_option(cmd, o->backend,
                             "for small cases, the whole benchmark checked; unless given, --tables seed003 --dims "
                             "16,64 --seqs 37,128");

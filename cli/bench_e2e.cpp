@@ -263,12 +263,12 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                   "0: no clipping, as the PyTorch peer")
       ->check(finite_in(0, std::numeric_limits<double>::infinity(), false, true))
       ->capture_default_str();
-  cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file");
+  cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file")->check(output_file());
   cmd->add_option("--weights", o->e.weights, "Start from these safetensors weights (default: the seed-0 init)")
-      ->check(CLI::ExistingFile);
+      ->check(input_file());
   cmd->add_option("--save-batch", o->e.save_batch,
                   "Write the starting weights and the batch (tokens, targets) to this safetensors file, for a peer "
-                  "to run the same step (bench/peers/torch_e2e.py)");
+                  "to run the same step (bench/peers/torch_e2e.py)")->check(output_file());
   cmd->add_flag("--profile", o->e.profile,
                 "After the timed trials, as many steps again with each op timed (its calls between two marks of "
                 "the clock, and the host's time enqueuing them): a table per phase, op and shape, slowest first, with "
@@ -283,6 +283,8 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                            "--save-batch", "--profile"})
     sweep->excludes(cmd->get_option(name));
   cmd->callback([o, &global] {
+    require_distinct_files({{"--weights", o->e.weights}, {"--cache", o->m.cache}},
+                           {{"--json-out", o->json_out}, {"--save-batch", o->e.save_batch}});
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     if (!o->e.save_batch.empty()) writable_target(o->e.save_batch, "--save-batch");
     model::E2eOptions e = o->e;

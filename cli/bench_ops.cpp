@@ -55,8 +55,9 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
   cmd->add_option("--batch", o->batch, "Sequences per batch")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "f32, or bf16 (mixed precision)")->capture_default_str();
   cmd->add_option("--families", o->families, "Ops to run (default: every family with an eager decomposition)");
-  cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)");
-  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)")
+      ->check(input_file());
+  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file")->check(output_file());
   add_kernel_backend_option(cmd, o->backend,
                             "for small cases, unless given --models tiny --ctx 16; no copy bandwidth, so no floor's "
                             "traffic and no % of copy");
@@ -71,7 +72,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
       if (cmd->count("--ctx") == 0) o->ctx = "16";
     }
     const auto contexts = int_list_arg(o->ctx, "--ctx");
-    const auto families = o->families.empty() ? templates::eager::decomposed_families()
+    const auto families = cmd->count("--families") == 0 ? templates::eager::decomposed_families()
                                               : name_list_arg(o->families, "--families");
     const auto known = templates::eager::decomposed_families();
     for (const auto& f : families)

@@ -26,7 +26,7 @@ void add_bench_precision_command(CLI::App& bench, Global& global) {
   cmd->add_option("--value", o->value, "The addend, before it is rounded to fp32 and then to its dtype")
       ->check(finite_in(-3.0e38, 3.0e38))
       ->capture_default_str();
-  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file");
+  cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file")->check(output_file());
   cmd->add_option("--backend", o->backend,
                   "gpu (the CUDA device's conversions and adds), or emu (the host emulation's, no GPU needed)")
       ->check(CLI::IsMember({"gpu", "emu"}))

@@ -2,9 +2,12 @@
 // caches (cache/SCHEMA.md); `ktune cache size | clean`: what KTUNE_CACHE_DIR
 // holds, and emptying it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <set>
 
 #include "base/env.hpp"
 #include "base/error.hpp"
@@ -22,6 +25,24 @@ struct Filter {
            (gpu.empty() || e.key.gpu_name == gpu) && (dtype.empty() || e.key.dtype == dtype);
   }
 };
+
+/// Refuses a filter's value that no entry of the file holds (a typo would
+/// otherwise select nothing, or, pruning, drop everything): one line naming
+/// the option and the values the file holds.
+void require_held(const std::vector<cache::Entry>& entries, const std::string& option, const std::string& value,
+                  const std::function<std::string(const cache::Entry&)>& field) {
+  if (value.empty()) return;
+  std::set<std::string> held;
+  for (const auto& e : entries) held.insert(field(e));
+  KTUNE_REQUIRE(held.count(value), fmt::format("{} {}: no entry of the cache has it; it holds {}", option, value,
+                                               held.empty() ? "no entries" : fmt::format("{}", fmt::join(held, ", "))));
+}
+void require_held(const std::vector<cache::Entry>& entries, const Filter& f) {
+  require_held(entries, "--family", f.family, [](const cache::Entry& e) { return e.key.family; });
+  require_held(entries, "--arch", f.arch, [](const cache::Entry& e) { return e.key.arch; });
+  require_held(entries, "--gpu", f.gpu, [](const cache::Entry& e) { return e.key.gpu_name; });
+  require_held(entries, "--dtype", f.dtype, [](const cache::Entry& e) { return e.key.dtype; });
+}
 
 void add_filter_options(CLI::App* cmd, Filter& f) {
   cmd->add_option("--family", f.family, "Only this kernel family");
@@ -107,6 +128,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   add_filter_options(show, args->filter);
   show->callback([args, &global] {
     const auto entries = cache::CacheFile(args->file).load_input();
+    require_held(entries, args->filter);
     nlohmann::json j = nlohmann::json::array();
     Table table({{"family"}, {"problem"}, {"arch"}, {"gpu"}, {"time ms", true}, {"spread", true}, {"evals", true},
                  {"config"}});
@@ -163,7 +185,9 @@ void add_cache_command(CLI::App& app, Global& global) {
   });
 
   auto* merge = cmd->add_subcommand("merge", "Merge cache files into one (better-measured entry wins per key)");
-  merge->add_option("--into", args->file, "Cache file to merge into (created if missing)")->required();
+  merge->add_option("--into", args->file, "Cache file to merge into (created if missing)")
+      ->check(output_file())
+      ->required();
   merge->add_option("inputs", args->inputs, "Cache files to merge in")->required();
   merge->callback([args, &global] {
     // All or nothing: every input is read and checked before the one write.
@@ -198,7 +222,16 @@ void add_cache_command(CLI::App& app, Global& global) {
     args->prune.superseded = !args->keep_superseded;
     std::size_t dropped = 0;
     cache::CacheFile file(args->file);
-    file.load_input();  // a missing file is an error, not an empty cache
+    const auto held = file.load_input();  // a missing file is an error, not an empty cache
+    const auto& p = args->prune;
+    require_held(held, "--family", p.family, [](const cache::Entry& e) { return e.key.family; });
+    // A version no entry (of --family) has would drop every one of them.
+    std::vector<cache::Entry> selected;
+    for (const auto& e : held)
+      if (p.family.empty() || e.key.family == p.family) selected.push_back(e);
+    require_held(selected, "--source-hash", p.source_hash, [](const cache::Entry& e) { return e.key.source_hash; });
+    require_held(selected, "--nvrtc", p.nvrtc_version, [](const cache::Entry& e) { return e.key.nvrtc_version; });
+    require_held(selected, "--driver", p.driver_version, [](const cache::Entry& e) { return e.key.driver_version; });
     file.update([&](std::vector<cache::Entry>& entries) {
       dropped = cache::prune_entries(entries, args->prune);
       return dropped > 0;
@@ -211,12 +244,16 @@ void add_cache_command(CLI::App& app, Global& global) {
 
   auto* exp = cmd->add_subcommand("export", "Write a filtered copy of a cache (for another host or the runtime)");
   exp->add_option("file", args->file, "Cache file")->required();
-  exp->add_option("--out", args->out, "Destination cache file (default: stdout)");
+  exp->add_option("--out", args->out, "Destination cache file (default: stdout)")->check(output_file());
   add_filter_options(exp, args->filter);
   exp->callback([args] {
     std::vector<cache::Entry> selected;
-    for (const auto& e : cache::CacheFile(args->file).load_input())
+    const auto entries = cache::CacheFile(args->file).load_input();
+    require_held(entries, args->filter);
+    for (const auto& e : entries)
       if (args->filter.matches(e)) selected.push_back(e);
+    KTUNE_REQUIRE(!selected.empty(), fmt::format("no entry of {} matches all the filters given; nothing written",
+                                                 args->file));
     const std::string text = cache::serialise_cache(selected);
     if (args->out.empty()) {
       std::cout << text;

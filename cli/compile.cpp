@@ -103,11 +103,12 @@ void add_compile_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand(
       "compile", "Compile variants with NVRTC and report registers, spills, shared memory (no GPU needed)");
   cmd->add_option("--family", opts->families, "Families to compile (repeatable; default: every family), " + family_choices());
-  cmd->add_option("--spec", opts->specs, std::string(kSpecHelp) + " (repeatable)");
+  cmd->add_option("--spec", opts->specs, std::string(kSpecHelp) + " (repeatable)")->check(input_file());
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
   cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
   cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
-      ->check(integer_at_least(1));
+      ->check(integer_at_least(1))
+      ->default_str("none");
   cmd->add_option("--seed", opts->check.seed, "Seed of --sample")
       ->check(integer_at_least(0))
       ->capture_default_str();

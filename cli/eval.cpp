@@ -27,10 +27,10 @@ void add_eval_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, the mean of several, or over a whole token file");
   add_model_options(cmd, o->m);
   add_backend_options(cmd, o->m);
-  cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)")->check(CLI::ExistingFile);
+  cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)")->check(input_file());
   auto* tokens = cmd->add_option("--tokens", o->r.tokens_file,
                                  "Token file: raw uint16, or a .npy uint16 array (default: the synthetic stream)")
-                    ->check(CLI::ExistingFile);
+                    ->check(input_file());
   cmd->add_option("--val-split", o->r.val_split,
                   "Evaluate the last fraction of --tokens, the part `train --val-split` holds out")
       ->check(finite_in(0, 1, true, true))
@@ -44,6 +44,7 @@ void add_eval_command(CLI::App& app, Global& global) {
                       ->capture_default_str();
   auto* dump = cmd->add_option("--dump", o->dump,
                                "Write the loss and per-parameter gradient norms (of one batch) to this JSON file")
+                   ->check(output_file())
                    ->excludes(batches);
   cmd->add_flag("--all", o->all,
                 "The loss over the whole of --tokens (or the part --val-split holds out): every window of --ctx "
@@ -52,6 +53,8 @@ void add_eval_command(CLI::App& app, Global& global) {
       ->excludes(batches)
       ->excludes(dump);
   cmd->callback([o, &global] {
+    require_distinct_files({{"--weights", o->r.weights}, {"--tokens", o->r.tokens_file}, {"--cache", o->m.cache}},
+                           {{"--dump", o->dump}});
     if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
     model::RunOptions r = o->r;
     r.model = model_from_args(o->m);

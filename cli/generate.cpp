@@ -31,7 +31,7 @@ void add_generate_command(CLI::App& app, Global& global) {
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->g.weights,
                   "Safetensors weights (a --save or --checkpoint file; default: random init)")
-      ->check(CLI::ExistingFile);
+      ->check(input_file());
   cmd->add_option("--prompt", o->g.prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")
       ->required()
       ->delimiter(',')

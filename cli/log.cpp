@@ -25,7 +25,7 @@ void add_log_command(CLI::App& app, Global& global) {
   auto* show = cmd->add_subcommand("show", "Summary of a session log: the fastest configs, failures, speed-up");
   show->add_option("file", opts->file, "Session log (`ktune tune --log F`, or under $KTUNE_CACHE_DIR/sessions)")
       ->required();
-  show->add_option("--spec", opts->spec, "The kernel spec of a session tuned with --spec");
+  show->add_option("--spec", opts->spec, "The kernel spec of a session tuned with --spec")->check(input_file());
   show->add_option("--top", opts->top, "Configs in the table")->check(integer_at_least(1));
   show->callback([opts, &global] {
     const auto log = tuner::read_session_log(opts->file);

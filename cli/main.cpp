@@ -1,13 +1,38 @@
 // ktune: the command-line entry point. Decides exit codes; nothing else does.
-//   0 success, 1 a run that failed (a variant, a check), 2 bad input or no device,
+//   0 success, 1 a run that failed (a variant, a check), 2 bad input (a corrupt
+//   cache file among it) or no device,
 //   128 + N a run stopped by signal N after saving its work (train --checkpoint).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "base/error.hpp"
 #include "base/json_input.hpp"
 #include "cli/commands.hpp"
+
+namespace {
+
+/// "unknown subcommand 'x' of bench; one of: ..." when the word after the
+/// deepest command parsed names none of its subcommands (CLI11 says only
+/// that one is required).
+std::optional<std::string> unknown_subcommand(const CLI::App& app) {
+  const CLI::App* level = &app;
+  while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
+  auto rest = level->remaining();
+  if (rest.empty()) rest = app.remaining();  // a word a subcommand does not know falls through to the top
+  const auto subcommands = level->get_subcommands({});
+  if (rest.empty() || subcommands.empty() || rest.front().rfind('-', 0) == 0) return std::nullopt;
+  std::vector<std::string> names;
+  for (const CLI::App* s : subcommands) names.push_back(s->get_name());
+  return fmt::format("unknown subcommand '{}' of {}; one of: {}", rest.front(),
+                     level == &app ? std::string("ktune") : level->get_name(), fmt::join(names, ", "));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"ktune: JIT-compiling CUDA kernel autotuner and transformer training runtime"};
@@ -43,7 +68,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "ktune: " << e.what() << " (see --help)\n";
+    std::cerr << "ktune: " << unknown_subcommand(app).value_or(e.what()) << " (see --help)\n";
     return 2;
   } catch (const ktune::Error& e) {
     if (e.kind() == ktune::ErrorKind::kNoDevice) {
@@ -51,7 +76,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::cerr << "ktune: " << e.what() << "\n";
-    return e.kind() == ktune::ErrorKind::kInvalidInput ? 2 : 1;
+    const bool bad_input = e.kind() == ktune::ErrorKind::kInvalidInput || e.kind() == ktune::ErrorKind::kCache;
+    return bad_input ? 2 : 1;
   } catch (const nlohmann::json::exception& e) {
     // A JSON value of the wrong type that escaped a check: an internal error,
     // said without nlohmann's exception id.

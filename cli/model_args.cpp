@@ -126,8 +126,8 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
       ->check(CLI::IsMember({"cpu", "cuda", "emu"}))
       ->capture_default_str();
   cmd->add_option("--mode", a.mode,
-                  "Device backends: eager (untuned family defaults, per-tensor AdamW) or compiled (tuned kernels "
-                  "from --cache, fused AdamW)")
+                  "Device backends: eager (one kernel per primitive op at the family defaults, as PyTorch eager; "
+                  "training: per-tensor AdamW) or compiled (fused kernels, tuned from --cache; training: fused AdamW)")
       ->check(CLI::IsMember({"eager", "compiled"}))
       ->capture_default_str();
   cmd->add_option("--dtype", a.dtype,
@@ -138,7 +138,7 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
   cmd->add_option("--cache", a.cache, "Tuned cache file for compiled mode (default: the family defaults)")
-      ->check(CLI::ExistingFile);
+      ->check(input_file());
   cmd->add_flag("--graph", a.graph,
                 "Compiled mode on a device backend: capture the forward's and the backward's launches as a graph "
                 "(a CUDA graph; recorded under emu) on their second run and replay it from then on");

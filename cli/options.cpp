@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -129,10 +130,31 @@ Config config_arg(const templates::Family& family, const templates::Problem& pro
   return c;
 }
 
+namespace {
+
+/// The items of a comma-separated list, empty ones (",," or a comma at
+/// either end) refused.
+std::vector<std::string> list_items(const std::string& text, const std::string& what) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  for (;;) {
+    const std::size_t comma = text.find(',', start);
+    items.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    KTUNE_REQUIRE(!items.back().empty() || text.empty(),
+                  fmt::format("{} has an empty item in '{}'; give comma-separated items with none left out", what,
+                              excerpt(text)));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (text.empty()) items.clear();
+  return items;
+}
+
+}  // namespace
+
 std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what) {
   std::vector<std::int64_t> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');) {
+  for (const std::string& item : list_items(text, what)) {
     try {
       std::size_t used = 0;
       const long long v = std::stoll(item, &used);
@@ -147,12 +169,55 @@ std::vector<std::int64_t> int_list_arg(const std::string& text, const std::strin
 }
 
 std::vector<std::string> name_list_arg(const std::string& text, const std::string& what) {
-  std::vector<std::string> out;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
+  std::vector<std::string> out = list_items(text, what);
   KTUNE_REQUIRE(!out.empty(), what + " must name at least one, got '" + text + "'");
   return out;
+}
+
+CLI::Validator input_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        std::error_code ec;
+        const auto status = std::filesystem::status(path, ec);
+        if (!std::filesystem::exists(status)) return "File does not exist: " + path;
+        if (std::filesystem::is_directory(status)) return "a directory, not a file: " + path;
+        if (!std::filesystem::is_regular_file(status))
+          return "not a regular file (a device, pipe or socket): " + path + "; give a file";
+        return {};
+      },
+      "FILE");
+}
+
+CLI::Validator output_file() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string { return path.empty() ? "an empty path; give a file path" : ""; },
+      "PATH");
+}
+
+CLI::Validator json_text() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "an empty text; give a JSON object" : ""; },
+      "JSON");
+}
+
+void require_distinct_files(const std::vector<FileArg>& inputs, const std::vector<FileArg>& outputs) {
+  const auto same = [](const std::string& a, const std::string& b) {
+    std::error_code ec, ea, eb;
+    if (std::filesystem::equivalent(a, b, ec)) return true;  // false, with ec set, unless both exist
+    const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ea);
+    const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), eb);
+    return !ea && !eb && ca == cb;
+  };
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].path.empty()) continue;
+    const auto clash = [&](const FileArg& other, const char* kind) {
+      KTUNE_REQUIRE(other.path.empty() || !same(outputs[i].path, other.path),
+                    fmt::format("{} and {} name the same file ({}): it would overwrite {}; give another path",
+                                outputs[i].option, other.option, outputs[i].path, kind));
+    };
+    for (const FileArg& in : inputs) clash(in, "what the run reads");
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) clash(outputs[j], "the other's output");
+  }
 }
 
 std::string family_choices() {

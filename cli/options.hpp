@@ -65,10 +65,34 @@ std::optional<std::int64_t> parse_bytes(const std::string& text);
 /// Check of a size option: parse_bytes accepts it.
 CLI::Validator byte_size();
 
-/// Comma-separated integers ("1,2,4"); throws kInvalidInput naming `what`.
+/// Comma-separated integers ("1,2,4"); throws kInvalidInput naming `what`
+/// on anything else, an empty item ("1,,2", "16,") among it.
 std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what);
-/// Comma-separated names ("small,xl"), empty items skipped; throws
-/// kInvalidInput naming `what` when none is left.
+/// Comma-separated names ("small,xl"); throws kInvalidInput naming `what`
+/// when there is none or an item is empty.
 std::vector<std::string> name_list_arg(const std::string& text, const std::string& what);
+
+/// Check of a file an option reads: it exists and is a regular file (not a
+/// folder, device, pipe or socket, which ktune cannot map or would read
+/// without end).
+CLI::Validator input_file();
+/// Check of a file an option writes: a path, not an empty string (which
+/// would otherwise read as the option left out). Where and whether it can be
+/// written is writable_target's question (base/files.hpp), asked before the work.
+CLI::Validator output_file();
+
+/// Check of a JSON option (--config, --problem): not an empty string, which
+/// would otherwise read as the option left out.
+CLI::Validator json_text();
+
+/// A file option's name and the path given to it (empty: not given).
+struct FileArg {
+  std::string option, path;
+};
+/// Throws kInvalidInput, one line naming both options, when an output is
+/// the same file as another output or as an input (the same path, or two
+/// paths to one existing file): a run would overwrite what it reads, or
+/// one of its results with another.
+void require_distinct_files(const std::vector<FileArg>& inputs, const std::vector<FileArg>& outputs);
 
 }  // namespace ktune::cli

@@ -20,24 +20,28 @@ void add_render_command(CLI::App& app, Global& global) {
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("render", "Print the source ktune compiles for a variant, or a family's space");
   cmd->add_option("--family", opts->family, "Kernel family, " + family_choices());
-  cmd->add_option("--spec", opts->spec, kSpecHelp);
-  cmd->add_option("--config", opts->config, "Config as JSON; unset parameters take the default on --arch");
+  cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
+  auto* config = cmd->add_option("--config", opts->config,
+                                 "Config as JSON; unset parameters take the default on --arch")
+                     ->check(json_text());
   cmd->add_option("--problem", opts->problem,
-                  "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class");
+                  "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class")
+      ->check(json_text());
   cmd->add_option("--arch", opts->arch, "Target whose limits the config is checked against")->capture_default_str();
   cmd->add_flag("--space", opts->space,
                 "Print the family's search space and problem classes instead; with --problem, also how many of its "
                 "points are valid for that problem on --arch, its default and its candidates (what a tuning session "
-                "measures first)");
+                "measures first)")
+      ->excludes(config);
   cmd->callback([opts, &global] {
     const auto& family = family_arg(opts->family, opts->spec);
+    const auto limits = templates::DeviceLimits::for_arch(opts->arch);  // an unknown one refused, --space or not
     if (opts->space) {
       nlohmann::json j = {{"family", family.name()}, {"summary", family.summary()}, {"size", family.space().size()}};
       // With --problem: how many points the constraints admit for it on --arch.
       std::string valid_line;
       if (!opts->problem.empty()) {
         const auto problem = problem_arg(family, opts->problem);
-        const auto limits = templates::DeviceLimits::for_arch(opts->arch);
         std::uint64_t valid = 0;
         for (std::uint64_t i = 0; i < family.space().size(); ++i)
           valid += family.is_valid(family.space().at(i), problem, limits) ? 1 : 0;
@@ -74,7 +78,6 @@ void add_render_command(CLI::App& app, Global& global) {
       return;
     }
     const auto problem = problem_arg(family, opts->problem);
-    const auto limits = templates::DeviceLimits::for_arch(opts->arch);
     const auto config = config_arg(family, problem, opts->config, limits);
     const auto rendered = family.render(config, problem);
     if (global.json) {

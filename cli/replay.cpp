@@ -9,17 +9,10 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "search/replay_study.hpp"
+#include "search/strategy.hpp"
 
 namespace ktune::cli {
 namespace {
-
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  for (std::string part; std::getline(ss, part, ',');)
-    if (!part.empty()) out.push_back(part);
-  return out;
-}
 
 /// Evaluations to the target, or `unreached` when a run never got there.
 std::string evals_text(double v, const std::string& unreached) {
@@ -44,11 +37,14 @@ void add_replay_command(CLI::App& app, Global& global) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("replay", "Score search strategies on a recorded tuning space (no GPU needed)");
-  cmd->add_option("--dataset", args->dataset, "Kernel Tuner cache file (.json or .json.gz)")->required();
-  cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated, each " + strategy_choices())->capture_default_str();
-  cmd->add_option("--budget", args->budgets, "Budgets, comma-separated: evaluations (100), recorded time (600s), a share of the "
-                                         "brute-force time (10%), or where a tuning session's stop condition ends it "
-                                         "(plateau:150, plateau:150+10%)")
+  cmd->add_option("--dataset", args->dataset, "Kernel Tuner cache file (.json or .json.gz)")
+      ->check(input_file())
+      ->required();
+  cmd->add_option("--strategy", args->strategies, "Strategy name(s), comma-separated, each " + strategy_choices())
+      ->capture_default_str();
+  cmd->add_option("--budget", args->budgets,
+                  "Budgets, comma-separated: evaluations (100), recorded time (600s), a share of the brute-force time "
+                  "(10%), or where a tuning session's stop condition ends it (plateau:150, plateau:150+10%)")
       ->capture_default_str();
   cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")
@@ -58,9 +54,13 @@ void add_replay_command(CLI::App& app, Global& global) {
       ->check(finite_in(0, 1, true, false))
       ->capture_default_str();
   cmd->callback([args, &global] {
+    // Every strategy and budget checked before anything is printed.
+    const auto strategies = name_list_arg(args->strategies, "--strategy");
+    for (const auto& name : strategies) search::require_strategy(name);
+    const auto budgets = name_list_arg(args->budgets, "--budget");
     search::ReplayEvaluator evaluator(args->dataset);
     search::ReplayStudyOptions options;
-    for (const auto& b : split_commas(args->budgets)) options.budgets.push_back(search::parse_replay_budget(b, evaluator.brute_force_s()));
+    for (const auto& b : budgets) options.budgets.push_back(search::parse_replay_budget(b, evaluator.brute_force_s()));
     options.runs = args->runs;
     options.seed = args->seed;
     options.target = args->target;
@@ -92,7 +92,7 @@ void add_replay_command(CLI::App& app, Global& global) {
                                args->dataset, evaluator.kernel_name(), evaluator.device_name(),
                                evaluator.space().size(), evaluator.recorded(), evaluator.recorded_failures(),
                                evaluator.optimum_ms(), evaluator.brute_force_s(), args->runs);
-    for (const auto& name : split_commas(args->strategies)) {
+    for (const auto& name : strategies) {
       options.strategy = name;
       const auto r = search::run_replay_study(evaluator, options);
       nlohmann::json j = {{"strategy", name},

@@ -79,9 +79,11 @@ void add_run_command(CLI::App& app, Global& global) {
                                         "compare it with the CPU reference");
   add_kernel_backend_option(cmd, args->backend, "runs any family's kernels");
   cmd->add_option("--family", args->family, "Kernel family, " + family_choices());
-  cmd->add_option("--spec", args->spec, kSpecHelp);
-  cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the default on the device");
-  cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}')");
+  cmd->add_option("--spec", args->spec, kSpecHelp)->check(input_file());
+  cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the default on the device")
+      ->check(json_text());
+  cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}')")
+      ->check(json_text());
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")
       ->check(integer_at_least(0))
       ->capture_default_str();

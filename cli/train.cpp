@@ -128,17 +128,19 @@ void add_train_command(CLI::App& app, Global& global) {
       ->check(integer_at_least(1))
       ->capture_default_str();
   cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)")
-      ->check(CLI::ExistingFile);
+      ->check(input_file());
   cmd->add_option("--save", o->t.save,
                   "Write the trained weights here (safetensors) after the last step, or after the step running "
-                  "when SIGINT or SIGTERM arrives, which then ends the run (exit status 128 + the signal)");
+                  "when SIGINT or SIGTERM arrives, which then ends the run (exit status 128 + the signal)")
+      ->check(output_file());
   auto* save_best = cmd->add_option("--save-best", o->t.save_best,
                                     "Write the weights here (safetensors) after each validation whose loss is the "
-                                    "lowest so far (with --resume, the checkpoint's best counts)");
+                                    "lowest so far (with --resume, the checkpoint's best counts)")
+                        ->check(output_file());
   auto* tokens = cmd->add_option("--tokens", o->t.tokens_file,
                                  "Token file: raw uint16, or a .npy uint16 array (default: a synthetic learnable "
                                  "stream)")
-                    ->check(CLI::ExistingFile);
+                    ->check(input_file());
   auto* eval_every = cmd->add_option("--eval-every", o->t.eval_every,
                                      "Validation loss every this many steps and after the last; 0: none")
                          ->check(integer_at_least(0))
@@ -150,7 +152,7 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* val_tokens = cmd->add_option("--val-tokens", o->t.val_tokens_file,
                                      "Token file to validate on, as --tokens (default: the part --val-split holds out, "
                                      "else the training stream)")
-                         ->check(CLI::ExistingFile)
+                         ->check(input_file())
                          ->needs(eval_every);
   save_best->needs(eval_every);
   cmd->add_option("--val-split", o->t.val_split,
@@ -202,7 +204,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                      "Checkpoint file (safetensors: the weights, AdamW's state, the step and the batch "
                                      "sampler), written atomically every --checkpoint-every steps, after the last "
                                      "step, and after the step running when SIGINT or SIGTERM arrives, which then "
-                                     "ends the run (exit status 128 + the signal)");
+                                     "ends the run (exit status 128 + the signal)")->check(output_file());
   cmd->add_option("--checkpoint-every", o->t.checkpoint_every, "Steps between checkpoints; 0: after the last step only")
       ->check(integer_at_least(0))
       ->capture_default_str()
@@ -214,11 +216,16 @@ void add_train_command(CLI::App& app, Global& global) {
   cmd->add_option("--metrics", o->metrics,
                   "JSON Lines file: each step's record (as in --json) written and flushed as the step ends; "
                   "appended to when the run resumes from a checkpoint (after dropping the lines of steps past it), "
-                  "else started anew");
+                  "else started anew")
+      ->check(output_file());
   cmd->callback([o, &global, min_lr, cosine_steps] {
     o->t.schedule.cosine = o->schedule == "cosine";
     KTUNE_REQUIRE(o->t.schedule.cosine || (min_lr->count() == 0 && cosine_steps->count() == 0),
                   "--min-lr and --cosine-steps shape the cosine schedule; add --lr-schedule cosine");
+    require_distinct_files({{"--weights", o->t.weights}, {"--tokens", o->t.tokens_file},
+                            {"--val-tokens", o->t.val_tokens_file}, {"--cache", o->m.cache}},
+                           {{"--save", o->t.save}, {"--save-best", o->t.save_best}, {"--checkpoint", o->t.checkpoint},
+                            {"--metrics", o->metrics}});
     if (!o->t.save.empty()) writable_target(o->t.save, "--save");  // before the training, not after
     if (!o->t.save_best.empty()) writable_target(o->t.save_best, "--save-best");
     if (!o->t.checkpoint.empty()) writable_target(o->t.checkpoint, "--checkpoint");

@@ -64,9 +64,10 @@ void add_tune_command(CLI::App& app, Global& global) {
                                          "one training step of a model needs (--model, --ctx, --dtype), on the GPU, "
                                          "and cache the winners");
   cmd->add_option("--family", opts->family, "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
-  cmd->add_option("--spec", opts->spec, kSpecHelp);
-  cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}");
+  cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
+  cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}")->check(json_text());
   add_model_options(cmd, opts->model, /*shape=*/false);
+  cmd->get_option("--model")->default_str("none: give it, or --family or --spec");
   cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")
       ->check(integer_at_least(1))
       ->default_str("256");
@@ -88,16 +89,19 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
   cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
+      ->check(output_file())
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
                                                 "worker process is killed and the variant marked failed")
+      ->check(finite_in(0, 7 * 24 * 3600, true))
       ->capture_default_str();
   cmd->add_option("--shard", opts->shard, "i/n: tune only the configs whose space index is i modulo n (for a "
                                           "Slurm array or MPI ranks; merge the caches with `ktune cache merge`)");
   cmd->add_option("--export-kt", opts->export_kt,
-                  "Also write this session's evaluations as a Kernel Tuner cache file (.json or .json.gz)");
+                  "Also write this session's evaluations as a Kernel Tuner cache file (.json or .json.gz)")
+      ->check(output_file());
   cmd->add_flag("--no-isolate", opts->no_isolate,
                 "Run variants in this process (faster start; a crashing variant then ends the session)");
   cmd->footer("Environment: KTUNE_PRINT=quiet (the result table only) | summary (progress and the fastest configs; "
@@ -107,7 +111,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     const bool by_model = cmd->get_option("--model")->count() > 0;
     const bool by_family = !opts->family.empty() || !opts->spec.empty();
     KTUNE_REQUIRE(by_model != by_family,
-                  "give either --family with --problem, or --model (with --ctx, --batch, --dtype), or --spec (a kernel spec)");
+                  "give either --family with --problem, or --model (with --ctx, --batch, --dtype), or --spec (a kernel "
+                  "spec)");
     std::vector<tuner::KernelRequest> requests;
     if (by_model) {
       requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4),
@@ -131,6 +136,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       opts->tune.shard_count = n;
     }
     KTUNE_REQUIRE(requests.size() == 1 || opts->export_kt.empty(), "--export-kt takes one --family, not --model");
+    // With --model, --log is a prefix of the sessions' logs, not a file.
+    require_distinct_files({{"--spec", opts->spec}}, {{"--cache", opts->cache},
+                                                      {"--log", requests.size() == 1 ? opts->log : std::string()},
+                                                      {"--export-kt", opts->export_kt}});
     cache::CacheFile cache_file(opts->cache);
     cache_file.load();  // a corrupt cache file stops us before the search, not after
     cache_file.check_writable();  // so does one the winner could not be written to

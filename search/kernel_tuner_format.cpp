@@ -29,7 +29,7 @@ std::string read_maybe_gzip(const std::filesystem::path& file) {
   const bool bad = n < 0 || (err != Z_OK && err != Z_STREAM_END);
   const std::string why = bad ? msg : "";
   gzclose(in);
-  if (bad) throw_error(ErrorKind::kIo, fmt::format("cannot decompress {}: {}", file.string(), why));
+  if (bad) throw_error(ErrorKind::kInvalidInput, fmt::format("cannot decompress {}: {}", file.string(), why));
   return text;
 }
 

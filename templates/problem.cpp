@@ -60,6 +60,10 @@ Problem Problem::from_json(const nlohmann::json& j) {
   KTUNE_REQUIRE(j.is_object() && j.contains("dtype") && j["dtype"].is_string(),
                 "a problem is {\"dtype\": \"f32\", \"dims\": {\"name\": integer, ...}}, got " + j.dump());
   Problem p;
+  for (const auto& [key, v] : j.items())
+    KTUNE_REQUIRE(key == "dtype" || key == "dims",
+                  "a problem is {\"dtype\": \"f32\", \"dims\": {\"name\": integer, ...}}; unknown key '" + key +
+                      "' in " + j.dump());
   p.dtype = j["dtype"].get<std::string>();
   if (j.contains("dims")) {
     KTUNE_REQUIRE(j["dims"].is_object(), "problem dims must be an object of integers, got " + j["dims"].dump());

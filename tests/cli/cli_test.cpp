@@ -204,7 +204,7 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
     CHECK_THAT(out, !Catch::Contains("json.exception"));
   }
   CHECK_THAT(out, Catch::Contains("--seed: must be an integer >= 0, got '-1'"));
-  CHECK(run_bad("replay --dataset x.json --runs 0", &out) == 2);
+  CHECK(run_bad("replay --dataset " + std::string(KTUNE_SOURCE_DIR) + "/README.md --runs 0", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--runs"));
   CHECK(run_bad("train --beta2 5", &out) == 2);
   CHECK_THAT(out, Catch::Contains("[0, 1)"));
@@ -296,7 +296,7 @@ TEST_CASE("CLI: cache commands on missing or bad inputs: exit 2 or 1, one line, 
   // All or nothing: a bad second input leaves the target as it was (here: absent).
   std::ofstream(dir / "bad.json") << "{\"format\": 5}";
   CHECK(run_ktune("cache merge " + golden.string() + " " + (dir / "bad.json").string() + " --into " + into, &out) ==
-        1);
+        2);
   CHECK_THAT(out, Catch::Contains("not a ktune tuned cache") && !Catch::Contains("json.exception"));
   CHECK_FALSE(std::filesystem::exists(into));
   // Merging a file into its own copy adds nothing.

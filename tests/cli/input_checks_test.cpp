@@ -1,0 +1,176 @@
+// The ktune executable on input that would have cost the user a file or a
+// run: outputs naming an input or each other, empty paths, files that are no
+// files, empty list items, a non-log to resume, cache filters no entry has,
+// corrupt caches, options that do not go together. Each is one line on
+// stderr, exit 2, before anything is written.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "support.hpp"
+
+namespace cli_input_checks_test {
+
+using ktune::test::ktune_exe;
+using ktune::test::run_command;
+
+namespace {
+
+/// Runs ktune with stdout discarded; `err` gets stderr. A refusal (exit 2)
+/// must be one line.
+int run_bad(const std::string& args, std::string* err) {
+  const int code = run_command("{ " + ktune_exe().string() + " " + args + " >/dev/null; }", err);
+  if (code == 2) CHECK(err->find('\n') + 1 == err->size());
+  return code;
+}
+
+std::string read_all(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+}  // namespace
+
+TEST_CASE("CLI: an output naming an input or another output is refused before the run", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-distinct");
+  const auto tokens = dir / "tokens.u16";
+  std::ofstream(tokens, std::ios::binary) << std::string(4096, '\0');  // token 0, 2048 times
+  const std::string before = read_all(tokens);
+  const std::string train = "train --model tiny --ctx 8 --batch 2 --steps 1 ";
+  std::string err;
+  CHECK(run_bad(train + "--tokens " + tokens.string() + " --save " + tokens.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--save and --tokens name the same file"));
+  CHECK(read_all(tokens) == before);
+  // Two spellings of one path that does not exist yet.
+  const auto w = dir / "w.safetensors";
+  CHECK(run_bad(train + "--save " + w.string() + " --checkpoint " + (dir / "sub" / ".." / "w.safetensors").string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--save and --checkpoint name the same file"));
+  CHECK(run_bad(train + "--metrics " + w.string() + " --checkpoint " + w.string(), &err) == 2);
+  CHECK_FALSE(std::filesystem::exists(w));
+  CHECK(run_bad("eval --model tiny --ctx 8 --tokens " + tokens.string() + " --dump " + tokens.string(), &err) == 2);
+  CHECK(read_all(tokens) == before);
+  // Distinct files still run.
+  CHECK(run_command(ktune_exe().string() + " " + train + "--tokens " + tokens.string() + " --save " + w.string(),
+                    &err) == 0);
+  CHECK(std::filesystem::exists(w));
+}
+
+TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[cli]") {
+  std::string err;
+  for (const char* args : {"train --model tiny --steps 1 --save ''", "train --model tiny --steps 1 --metrics ''",
+                           "eval --model tiny --dump ''", "bench adam --backend emu --json-out ''",
+                           "tune --family prim_neg --backend emu --log ''", "render --family adamw --problem ''",
+                           "run --family adamw --config ''"}) {
+    INFO(args);
+    CHECK(run_bad(args, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("empty"));
+  }
+  for (const char* args : {"eval --model tiny --weights /dev/zero", "train --model tiny --steps 1 --tokens /dev/zero",
+                           "replay --dataset /dev/zero", "render --spec /dev/zero"}) {
+    INFO(args);
+    CHECK(run_bad(args, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("not a regular file"));
+  }
+}
+
+TEST_CASE("CLI: a list with an empty item is refused and not read short", "[cli]") {
+  std::string err;
+  for (const char* args : {"bench memory --model tiny --ctx 16,", "bench memory --model tiny, --ctx 16",
+                           "bench memory --model tiny --ctx 16,,32", "bench adam --backend emu --tensors 1,",
+                           "bench ops --backend emu --families rmsnorm_fwd,"}) {
+    INFO(args);
+    CHECK(run_bad(args, &err) == 2);
+  }
+  CHECK(run_bad("bench memory --model tiny --ctx 16,", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--ctx has an empty item in '16,'"));
+}
+
+TEST_CASE("CLI: tune --resume refuses a file that is no session log and --timeout a time that is none", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-resume");
+  const auto notes = dir / "notes.txt";
+  std::ofstream(notes) << "my notes\n";
+  const auto cache = dir / "tuned.json";
+  const std::string tune = "tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
+                           "--cache " + cache.string() + " ";
+  std::string err;
+  CHECK(run_bad(tune + "--resume --log " + notes.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("is not a ktune session log"));
+  CHECK(read_all(notes) == "my notes\n");
+  CHECK_FALSE(std::filesystem::exists(cache));
+  for (const char* timeout : {"0", "-1", "nan", "inf", "1e300"}) {
+    INFO(timeout);
+    CHECK(run_bad(tune + "--log " + (dir / "t.log").string() + " --timeout " + timeout, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("--timeout"));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "t.log"));
+}
+
+TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it was", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-cache-filter");
+  const auto file = dir / "mine.json";
+  std::filesystem::copy_file(std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json", file);
+  const std::string before = read_all(file);
+  std::string err;
+  for (const std::string args :
+       {"prune " + file.string() + " --driver 13000x", "prune " + file.string() + " --nvrtc bogus",
+        "prune " + file.string() + " --source-hash xyz", "prune " + file.string() + " --family bogus",
+        "export " + file.string() + " --family rmsnorm_fwdd --out " + file.string(),
+        "export " + file.string() + " --dtype f64 --out " + (dir / "out.json").string(),
+        "show " + file.string() + " --arch sm_12"}) {
+    INFO(args);
+    CHECK(run_bad("cache " + args, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("no entry of the cache has it") && Catch::Contains("it holds"));
+    CHECK(read_all(file) == before);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "out.json"));
+  // Filters each held, but by no entry together: nothing to export, nothing written.
+  auto two = nlohmann::json::parse(before);
+  two["entries"][0]["key"]["arch"] = "sm_80";
+  two["entries"][1]["key"]["gpu_name"] = "another GPU";
+  std::ofstream(dir / "two.json") << two.dump();
+  CHECK(run_bad("cache export " + (dir / "two.json").string() + " --arch sm_80 --gpu 'another GPU' --out " +
+                    (dir / "out.json").string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("matches all the filters"));
+  // A corrupt cache is bad input (exit 2), as a missing one is.
+  std::ofstream(dir / "bad.json") << "{bad";
+  CHECK(run_bad("cache show " + (dir / "bad.json").string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("CLI: render refuses options it would ignore and an unknown subcommand is named", "[cli]") {
+  std::string err;
+  CHECK(run_bad("render --family rmsnorm_fwd --space --config '{\"threads\":7}'", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--config"));
+  CHECK(run_bad("render --family rmsnorm_fwd --space --arch bogus", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("unknown architecture 'bogus'"));
+  CHECK(run_bad("render --family rmsnorm_fwd --problem '{\"dtype\":\"f32\",\"dims\":{\"rows\":4,\"dim\":64},\"x\":1}'",
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("unknown key 'x'"));
+  CHECK(run_bad("bench bogus", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("unknown subcommand 'bogus' of bench") && Catch::Contains("e2e"));
+  CHECK(run_bad("cache nope", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("unknown subcommand 'nope' of cache") && Catch::Contains("prune"));
+  // replay checks its strategies and budgets before it prints anything.
+  nlohmann::json kt = {
+      {"tune_params_keys", {"a"}}, {"tune_params", {{"a", {1, 2, 3}}}}, {"cache", nlohmann::json::object()}};
+  for (int a = 1; a <= 3; ++a) kt["cache"][std::to_string(a)] = {{"a", a}, {"time", 1.0 + a}, {"benchmark_time", 9.0}};
+  const auto dataset = ktune::test::scratch_dir("cli-replay-checks") / "kt.json";
+  std::ofstream(dataset) << kt.dump();
+  const std::string replay = ktune_exe().string() + " replay --dataset " + dataset.string();
+  std::string out;
+  for (const char* args : {" --strategy bogus", " --strategy random,", " --budget 5,,6"}) {
+    INFO(args);
+    CHECK(run_command("{ " + replay + args + " 2>/dev/null; }", &out) == 2);
+    CHECK(out.empty());
+  }
+  REQUIRE(run_command("{ " + replay + " --strategy random --runs 2 2>/dev/null; }", &out) == 0);
+  CHECK_FALSE(out.empty());
+}
+
+}  // namespace cli_input_checks_test
