@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
@@ -91,7 +92,13 @@ Header parse_header(std::string_view head, std::uint64_t file_size, const std::s
       const auto offsets = t.at("data_offsets").get<std::vector<std::uint64_t>>();
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size)
         bad(fmt::format("tensor '{}' has data offsets outside the data", it.key()));
-      const std::int64_t expected = l.entry.bytes();
+      // The shape's bytes, refused before they overflow (or a negative dimension makes them look right).
+      std::int64_t expected = dtype_size(l.entry.dtype);
+      for (const std::int64_t d : l.entry.shape) {
+        if (d < 0 || (d > 0 && expected > std::numeric_limits<std::int64_t>::max() / d))
+          bad(fmt::format("tensor '{}' has shape {}, which no file holds", it.key(), t.at("shape").dump()));
+        expected *= d;
+      }
       if (static_cast<std::int64_t>(offsets[1] - offsets[0]) != expected)
         bad(fmt::format("tensor '{}' spans {} bytes, its dtype and shape need {}", it.key(), offsets[1] - offsets[0],
                         expected));

@@ -257,12 +257,13 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
       ->capture_default_str();
   cmd->add_option("--trials", o->e.trials, "Timed steps")->check(integer_at_least(1))->capture_default_str();
   auto* fo = cmd->add_flag("--forward-only", o->forward_only, "Time the forward pass only");
-  cmd->add_flag("--with-optimizer", o->with_optimizer, "Also time the AdamW step")->excludes(fo);
+  auto* with_optimizer = cmd->add_flag("--with-optimizer", o->with_optimizer, "Also time the AdamW step")->excludes(fo);
   cmd->add_option("--clip-norm", o->e.clip_norm,
                   "With --with-optimizer: clip the gradients by their global L2 norm to at most this in the step; "
                   "0: no clipping, as the PyTorch peer")
       ->check(finite_in(0, std::numeric_limits<double>::infinity(), false, true))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(with_optimizer);
   cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file")->check(output_file());
   cmd->add_option("--weights", o->e.weights, "Start from these safetensors weights (default: the seed-0 init)")
       ->check(input_file());

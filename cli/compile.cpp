@@ -115,8 +115,8 @@ void add_compile_command(CLI::App& app, Global& global) {
   cmd->add_option("--threads", opts->check.threads, "Parallel compilations")
       ->check(thread_count())
       ->default_str("KTUNE_COMPILE_THREADS, else cores");
-  cmd->add_flag("--quiet", opts->quiet, "Print only failures and the summary line");
-  cmd->add_flag("--verbose,-v", opts->verbose, "One row per variant instead of one per family");
+  auto* quiet = cmd->add_flag("--quiet", opts->quiet, "Print only failures and the summary line");
+  cmd->add_flag("--verbose,-v", opts->verbose, "One row per variant instead of one per family")->excludes(quiet);
   cmd->add_flag("--no-cache", opts->no_cache, "Ignore the on-disk binary cache");
   cmd->callback([opts, &global] {
     KTUNE_REQUIRE(!(opts->all && opts->sample), "--all and --sample exclude each other");

@@ -1,6 +1,6 @@
 // ktune: the command-line entry point. Decides exit codes; nothing else does.
 //   0 success, 1 a run that failed (a variant, a check), 2 bad input (a corrupt
-//   cache file among it) or no device,
+//   cache file among it, or a problem larger than host memory) or no device,
 //   128 + N a run stopped by signal N after saving its work (train --checkpoint).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
     // said without nlohmann's exception id.
     std::cerr << "ktune: internal error: " << ktune::json_error_reason(e) << "\n";
     return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "ktune: out of host memory: what was asked for needs more than this machine gives; ask for less\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "ktune: internal error: " << e.what() << "\n";
     return 1;

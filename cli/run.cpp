@@ -31,6 +31,8 @@ struct RunArgs {
 
 void run_variant(const RunArgs& a, const Global& global) {
   const auto& family = family_arg(a.family, a.spec);
+  KTUNE_REQUIRE(!a.time || a.backend == "gpu",
+                "--time times the variant on the GPU (--backend gpu); the emulation's times would be host wall times");
   std::unique_ptr<tuner::Runner> runner;
   if (a.backend == "emu") {
     if (const auto* s = dynamic_cast<const spec::SpecFamily*>(&family)) s->require_emulation();
@@ -42,7 +44,7 @@ void run_variant(const RunArgs& a, const Global& global) {
   const auto config = config_arg(family, problem, a.config, runner->device());
   tuner::RunOptions options;
   options.seed = a.seed;
-  options.time = a.time && a.backend == "gpu";
+  options.time = a.time;
   options.per_launch = options.time;
   const auto r = runner->run(family, config, problem, options);
 

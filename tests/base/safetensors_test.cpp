@@ -50,6 +50,19 @@ TEST_CASE("malformed safetensors files give one clear error", "[base][safetensor
   }());
   CHECK_THROWS_WITH(parse_safetensors(bytes.substr(0, bytes.size() - 1), "cut.st"),
                     Catch::Contains("outside the data"));
+  // Shapes whose byte count overflows to the span given, or comes out right through negative dimensions.
+  const auto file = [](const std::string& shape, int data_bytes) {
+    const std::string header = R"({"w":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,)" +
+                               std::to_string(data_bytes) + "]}}";
+    std::string out(8, '\0');
+    const std::uint64_t n = header.size();
+    std::memcpy(out.data(), &n, 8);  // little-endian host
+    return out + header + std::string(static_cast<std::size_t>(data_bytes), '\0');
+  };
+  REQUIRE(parse_safetensors(file("[1,2]", 8), "ok.st").at("w").shape == std::vector<std::int64_t>{1, 2});
+  CHECK_THROWS_WITH(parse_safetensors(file("[4294967296,4294967296]", 0), "big.st"),
+                    Catch::Contains("which no file holds"));
+  CHECK_THROWS_WITH(parse_safetensors(file("[-1,-2]", 8), "negative.st"), Catch::Contains("which no file holds"));
 }
 
 TEST_CASE("a file written a tensor at a time is the file serialised whole, and reads back a tensor at a time",

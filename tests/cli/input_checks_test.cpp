@@ -147,6 +147,11 @@ TEST_CASE("CLI: render refuses options it would ignore and an unknown subcommand
   std::string err;
   CHECK(run_bad("render --family rmsnorm_fwd --space --config '{\"threads\":7}'", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--config"));
+  CHECK(run_bad("compile --family adamw --quiet --verbose", &err) == 2);
+  CHECK(run_bad("bench e2e --model tiny --ctx 8 --trials 1 --clip-norm 1", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--with-optimizer"));
+  CHECK(run_bad("run --backend emu --family adamw --time", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--time times the variant on the GPU"));
   CHECK(run_bad("render --family rmsnorm_fwd --space --arch bogus", &err) == 2);
   CHECK_THAT(err, Catch::Contains("unknown architecture 'bogus'"));
   CHECK(run_bad("render --family rmsnorm_fwd --problem '{\"dtype\":\"f32\",\"dims\":{\"rows\":4,\"dim\":64},\"x\":1}'",
