@@ -63,7 +63,8 @@ void add_tune_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem (--family, --problem), or every kernel "
                                          "one training step of a model needs (--model, --ctx, --dtype), on the GPU, "
                                          "and cache the winners");
-  cmd->add_option("--family", opts->family, "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
+  cmd->add_option("--family", opts->family,
+                  "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
   cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
   cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}")->check(json_text());
   add_model_options(cmd, opts->model, /*shape=*/false);
@@ -82,7 +83,8 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--strategy", opts->tune.strategy, "Search strategy, " + strategy_choices())->capture_default_str();
   cmd->add_option("--budget", opts->tune.budget,
                   "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
-                  "(N evaluations without improvement), or several joined by + (\"200+15m\": whichever comes first); \"\" for none (exhaustive's default)")
+                  "(N evaluations without improvement), or several joined by + (\"200+15m\": whichever comes first); "
+                  "\"\" for none (exhaustive's default)")
       ->capture_default_str();
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")
       ->check(integer_at_least(0))
@@ -193,6 +195,13 @@ void add_tune_command(CLI::App& app, Global& global) {
                                 r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure)));
       };
       const auto summary = tuner::tune(family, problem, *runner, tune, progress);
+      if (evaluated > 0 && print == env::PrintLevel::kSummary) {  // the last line says it ended, not an ETA
+        const auto* best = summary.best && summary.best->result.timing ? &*summary.best->result.timing : nullptr;
+        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {}, done in {} ({})",
+                                summary.evaluations, family.space().size(), summary.failures,
+                                best ? fmt::format("{:.4f} ms", best->median_ms) : "none",
+                                format_duration(summary.seconds), summary.stopped_by));
+      }
       line.finish();
       SessionView view{&family, problem, opts->backend, runner->device().peak_bandwidth_gbs, {}, {},
                        tuner::default_on(family, problem, runner->device())};

@@ -1,6 +1,7 @@
 // The search driver loop: next → is_valid → evaluate → report.
 #include "search/search.hpp"
 
+#include <algorithm>
 #include <unordered_map>
 
 namespace ktune::search {
@@ -30,7 +31,11 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     p.state = &state;
     p.best = result.best ? &*result.best : nullptr;
     p.budget = budget;
-    const double frac = stop.progress(state);
+    // The budget's share spent, or the space's share proposed (evaluated or
+    // refused) where that is more: a small space ends the search before its budget does.
+    const double proposed = static_cast<double>(state.evaluations + result.rejected);
+    const double frac = std::max(stop.progress(state),
+                                 std::min(1.0, proposed / static_cast<double>(std::max<std::uint64_t>(space.size(), 1))));
     if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
     if (frac >= 1) p.eta_s = 0;
     callbacks.on_progress(p);

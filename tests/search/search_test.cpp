@@ -105,6 +105,16 @@ TEST_CASE("ETA comes from the budget's progress", "[search]") {
   REQUIRE(etas.size() == 4);
   CHECK(etas[0] == Approx(1.5));  // 1 of 4 done at 0.5 s each
   CHECK(etas[3] == 0);
+  // A budget the space runs out before: the ETA is the space's (what is
+  // left of it, at most), not the budget's.
+  etas.clear();
+  Exhaustive all(ctx);
+  const auto r = run_search(eval, all, EvaluationBudget(1000000), cb);
+  const auto n = static_cast<double>(eval.space().size());
+  REQUIRE(r.state.evaluations > 1);
+  REQUIRE(etas.size() == r.state.evaluations);
+  CHECK(etas[0] <= 0.5 * n);
+  CHECK(etas.back() <= 0.5 * (n - static_cast<double>(r.state.evaluations)) + 1e-9);
 }
 
 TEST_CASE("configs evaluated first are charged to the budget: a budget of 5 is 5 evaluations in all", "[search]") {
