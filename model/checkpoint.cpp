@@ -104,7 +104,11 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
 }
 
 // One flat buffer of the layout, read from the tensors named prefix + state-dict name.
-std::vector<float> read_flat(const SafetensorsReader& file, const ParameterLayout& layout, const std::string& prefix) {
+/// The tensors `prefix` + each parameter's name, flat in the layout's order;
+/// a value that is not finite (or, `nonnegative`, below 0: a second moment)
+/// is refused as corrupt, not left to show as a diverged run.
+std::vector<float> read_flat(const SafetensorsReader& file, const ParameterLayout& layout, const std::string& prefix,
+                             bool nonnegative = false) {
   std::vector<float> flat(static_cast<std::size_t>(layout.total));
   for (const auto& info : layout.tensors) {
     const std::string name = prefix + info.name;
@@ -113,6 +117,12 @@ std::vector<float> read_flat(const SafetensorsReader& file, const ParameterLayou
                   fmt::format("tensor '{}' in {} is {} {}; the model's is F32 {}", name, file.path().string(), t.dtype,
                               shape_str(t.shape), shape_str(info.shape)));
     std::memcpy(flat.data() + info.offset, t.bytes.data(), t.bytes.size());
+    for (std::int64_t i = 0; i < info.numel; ++i) {
+      const float v = flat[static_cast<std::size_t>(info.offset + i)];
+      KTUNE_REQUIRE(std::isfinite(v) && (!nonnegative || v >= 0),
+                    fmt::format("tensor '{}' in {} holds {} at index {}: a corrupt checkpoint", name,
+                                file.path().string(), v, i));
+    }
   }
   return flat;
 }
@@ -165,7 +175,7 @@ CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runti
   runtime.set_parameters(read_flat(file, runtime.layout(), kPrefixes[0]));
   OptimizerState state;
   state.exp_avg = read_flat(file, runtime.layout(), kPrefixes[1]);
-  state.exp_avg_sq = read_flat(file, runtime.layout(), kPrefixes[2]);
+  state.exp_avg_sq = read_flat(file, runtime.layout(), kPrefixes[2], /*nonnegative=*/true);
   state.steps = info.step;
   runtime.set_optimizer_state(state);
   return info;

@@ -1,7 +1,10 @@
-// Named model sizes (seeds/README.md) and their checks.
+// Named model sizes (the seed reports') and their checks.
 #include "model/config.hpp"
 
 #include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
 
 #include "base/error.hpp"
 
@@ -92,6 +95,14 @@ void RunShape::validate() const {
   KTUNE_REQUIRE(batch > 0, fmt::format("batch must be positive, got {}", batch));
   KTUNE_REQUIRE(context > 0, fmt::format("context length must be positive, got {}", context));
   KTUNE_REQUIRE(micro_batches > 0, fmt::format("micro-batches per step must be positive, got {}", micro_batches));
+  // Counts a step's tokens fit in without overflow, far beyond any memory.
+  constexpr std::int64_t kMax = std::numeric_limits<std::int32_t>::max();
+  KTUNE_REQUIRE(batch <= kMax && context <= kMax && micro_batches <= kMax,
+                fmt::format("batch {}, context {} and micro-batches {}: each must be at most {}", batch, context,
+                            micro_batches, kMax));
+  KTUNE_REQUIRE(batch * context <= kMax / micro_batches,
+                fmt::format("a step of {} micro-batches of {} windows of {} tokens: more than {} tokens", micro_batches,
+                            batch, context, kMax));
 }
 
 }  // namespace ktune::model

@@ -39,10 +39,14 @@ struct NpyData {
 };
 std::optional<NpyData> npy_data(std::string_view bytes, const std::filesystem::path& path) {
   constexpr std::string_view kMagic = "\x93NUMPY";
-  if (bytes.substr(0, kMagic.size()) != kMagic) return std::nullopt;
   const auto fail = [&](const std::string& what) {
     throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", path.string(), what));
   };
+  if (bytes.substr(0, kMagic.size()) != kMagic) {
+    // Raw uint16 unless it says it is a .npy: its header is no tokens.
+    if (path.extension() == ".npy") fail("named .npy but not one (no NumPy magic at its start); save it with np.save");
+    return std::nullopt;
+  }
   if (bytes.size() < 10) fail("a .npy file cut short in its header");
   const auto byte = [&](std::size_t i) { return static_cast<std::uint8_t>(bytes[i]); };
   const int major = byte(6);
@@ -65,11 +69,12 @@ std::optional<NpyData> npy_data(std::string_view bytes, const std::filesystem::p
   if (fortran != "False") fail("a .npy array in Fortran order; save a C-ordered one");
   if (!std::regex_match(shape, m, std::regex(R"(\s*(\d+)\s*,\s*)")))
     fail(fmt::format("a .npy array of shape ({}); token files are 1-D (save arr.reshape(-1))", shape));
-  const NpyData d{start + header_length, std::stoll(m[1].str())};
+  const std::size_t offset = start + header_length, data_bytes = bytes.size() - offset;
+  const std::string count = m[1].str();  // digits, any number of them
+  if (count.size() > 18 || std::stoull(count) > data_bytes / 2)
+    fail(fmt::format("a .npy array of {} tokens in {} bytes of data: the file is cut short", count, data_bytes));
+  const NpyData d{offset, static_cast<std::int64_t>(std::stoull(count))};
   if (d.offset % 2 != 0) fail("a .npy file whose data starts at an odd offset; save it with NumPy");
-  if (bytes.size() - d.offset < static_cast<std::size_t>(d.count) * 2)
-    fail(fmt::format("a .npy array of {} tokens in {} bytes of data: the file is cut short", d.count,
-                     bytes.size() - d.offset));
   return d;
 }
 

@@ -28,11 +28,20 @@ struct Streams {
   TokenStream train;
   std::optional<TokenStream> held_out;
 };
+/// A token file's stream, refused unless it holds a window of the run's
+/// context and its next token (a shorter one would be repeated to fill it).
+TokenStream token_file(const std::string& path, const RunOptions& o) {
+  TokenStream s = TokenStream::from_file(path, o.model.vocab);
+  KTUNE_REQUIRE(s.size() > o.shape.context, fmt::format("{}: {} tokens hold no window of --ctx {} and its next token",
+                                                         path, s.size(), o.shape.context));
+  return s;
+}
+
 Streams streams_for(const RunOptions& o) {
   KTUNE_REQUIRE(o.val_split >= 0 && o.val_split < 1,
                 fmt::format("--val-split {}; give a fraction in [0, 1)", o.val_split));
   TokenStream corpus = o.tokens_file.empty() ? TokenStream::synthetic(o.model.vocab, o.seed + 1)
-                                             : TokenStream::from_file(o.tokens_file, o.model.vocab);
+                                             : token_file(o.tokens_file, o);
   if (o.val_split == 0) return {std::move(corpus), std::nullopt};
   KTUNE_REQUIRE(!o.tokens_file.empty(), "--val-split holds out the end of a --tokens file; give one");
   const Split s = split_tokens(corpus.size(), o.val_split, o.shape.context, o.tokens_file);
@@ -119,7 +128,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   }
   const std::optional<TokenStream> val_file =
       o.eval_every > 0 && !o.val_tokens_file.empty()
-          ? std::optional<TokenStream>(TokenStream::from_file(o.val_tokens_file, o.model.vocab))
+          ? std::optional<TokenStream>(token_file(o.val_tokens_file, o))
           : std::nullopt;
   const TokenStream& val_stream = val_file ? *val_file : streams.held_out ? *streams.held_out : stream;
   const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
+#include <set>
 
 #include "base/error.hpp"
 
@@ -32,6 +34,21 @@ std::vector<double> tensor_values(const SafeTensor& t, const std::string& name) 
 template <class T>
 void load_parameters(const ModelConfig& config, const ParameterLayout& layout, std::span<T> params,
                      const TensorFile& file, const std::string& source) {
+  // A file of another model's shape is refused, not read in part: its
+  // metadata's sizes (where it states them) and blocks beyond the model's.
+  for (const auto& [key, value] : weights_metadata(config)) {
+    const auto it = file.metadata.find(key);
+    KTUNE_REQUIRE(key == "format" || key == "model" || it == file.metadata.end() || it->second == value,
+                  fmt::format("{} holds weights of a model with {} {}; this run's model {} has {} (give the "
+                              "sizes the weights were trained at)",
+                              source, key, it == file.metadata.end() ? "" : it->second, config.name, value));
+  }
+  std::set<std::string> names;
+  for (const auto& info : layout.tensors) names.insert(info.name);
+  for (const auto& name : file.order)  // (a checkpoint's optimizer state and a saved batch's tokens are not blocks)
+    KTUNE_REQUIRE(names.count(name) || name.rfind("layers.", 0) != 0,
+                  fmt::format("{} holds tensor '{}', which model {} has not: weights of a model of another shape",
+                              source, name, config.name));
   for (const auto& info : layout.tensors) {
     auto it = file.tensors.find(info.name);
     KTUNE_REQUIRE(it != file.tensors.end(), fmt::format("{} has no tensor '{}' (model {} needs {} tensors)", source,
@@ -43,7 +60,11 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
     KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64",
                   fmt::format("tensor '{}' in {} is {}; only F32 and F64 are read", info.name, source, t.dtype));
     const auto values = tensor_values(t, info.name);
-    for (std::size_t i = 0; i < values.size(); ++i) params[info.offset + i] = static_cast<T>(values[i]);
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      KTUNE_REQUIRE(std::isfinite(values[i]), fmt::format("tensor '{}' in {} holds {} at index {}: corrupt weights",
+                                                          info.name, source, values[i], i));
+      params[info.offset + i] = static_cast<T>(values[i]);
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include "model/checkpoint.hpp"
 
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <fmt/format.h>
 
 #include <cmath>
@@ -218,6 +219,14 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   other.steps = 3;
   other.checkpoint = (dir / "missing.ckpt").string();
   CHECK_THROWS_WITH(train(other), Catch::Contains("has no tensor 'optimizer.exp_avg.ln_final.weight'"));
+  // A second moment below 0 (or any value not finite) is a corrupt file, not a run that diverges on it.
+  TensorFile negative = file;
+  const float below = -1.0f;
+  std::memcpy(negative.tensors.at("optimizer.exp_avg_sq.ln_final.weight").bytes.data() + 4, &below, sizeof below);
+  write_safetensors(dir / "negative.ckpt", negative);
+  other.checkpoint = (dir / "negative.ckpt").string();
+  CHECK_THROWS_WITH(train(other), Catch::Contains("'optimizer.exp_avg_sq.ln_final.weight'") &&
+                                      Catch::Contains("holds -1 at index 1: a corrupt checkpoint"));
 }
 
 TEST_CASE("the learning-rate schedule warms up linearly and follows CS336's cosine", "[model][checkpoint]") {

@@ -77,6 +77,11 @@ TEST_CASE("a .npy array of uint16 (np.save's) is read as the raw file of its tok
   refused("2d.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (10, 30), }", "shape (10, 30)");
   refused("short.npy", dict, "cut short", 1, 400);
   refused("v9.npy", dict, "format version 9", 9);
+  // Counts past int64 (or past the data) are a file cut short, not an overflow.
+  refused("huge.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (99999999999999999999,), }", "cut short");
+  refused("max.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (9223372036854775808,), }", "cut short");
+  // A .npy without NumPy's magic is not read as raw tokens (its header would be trained on).
+  CHECK_THROWS_WITH(TokenStream::from_file(token_file(dir, "raw.npy", file), 1000), Catch::Contains("no NumPy magic"));
   CHECK_THROWS_WITH(TokenStream::from_file(npy_file(dir, "big.npy", {1, 2, 3000}, "{'descr': '<u2', "
                                                     "'fortran_order': False, 'shape': (3,), }"), 1000),
                     Catch::Contains("token 3000 at index 2"));

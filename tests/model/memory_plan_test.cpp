@@ -111,7 +111,12 @@ TEST_CASE("a run that does not fit in host memory is refused before allocating",
   ModelConfig huge = xl;
   huge.d_model = huge.heads = 1 << 30;
   huge.d_model *= 2;
-  CHECK_THROWS_WITH(plan_memory(huge, RunShape{1 << 20, 1 << 20}, 1), Catch::Contains("2^60 bytes"));
+  CHECK_THROWS_WITH(plan_memory(huge, RunShape{1 << 10, 1 << 20}, 1), Catch::Contains("2^60 bytes"));
+  // Token counts that would wrap are refused before any byte is counted.
+  CHECK_THROWS_WITH(plan_memory(xl, RunShape{1 << 20, 1 << 20}, 1), Catch::Contains("more than 2147483647 tokens"));
+  RunShape many{1, 8};
+  many.micro_batches = std::int64_t{1} << 61;
+  CHECK_THROWS_WITH(many.validate(), Catch::Contains("each must be at most 2147483647"));
 }
 
 TEST_CASE("flash attention's plan keeps the (B, H, S) log-sum-exp instead of the probabilities", "[model][memory]") {

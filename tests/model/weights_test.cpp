@@ -1,6 +1,8 @@
 #include "model/weights.hpp"
 
 #include <catch2/catch.hpp>
+#include <cstring>
+#include <limits>
 
 #include "base/error.hpp"
 #include "support.hpp"
@@ -35,6 +37,42 @@ TEST_CASE("model weights save, load, and name what is missing or misshapen", "[m
   retyped.tensors["ln_final.weight"].dtype = "BF16";
   CHECK_THROWS_WITH(load_weights(b, retyped, "t.st"), Catch::Contains("is BF16; only F32 and F64"));
   CHECK_THROWS_AS(load_weights(b, dir / "absent.safetensors"), ktune::Error);
+}
+
+TEST_CASE("weights of a model of another shape, or that are not finite, are refused, not read in part",
+          "[model][weights]") {
+  const RunShape shape{1, 4};
+  ModelConfig three = model_config("tiny");
+  three.layers = 3;
+  Transformer<float> deeper(three, shape, Allocation::kForwardOnly, 1);
+  deeper.init_parameters(1);
+  Transformer<float> b(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
+  // A block the model has not: 3 blocks' weights into a 2-block model.
+  TensorFile file = weights_file(deeper);
+  CHECK_THROWS_WITH(load_weights(b, file, "w3.st"),
+                    Catch::Contains("w3.st") && Catch::Contains("num_layers 3") && Catch::Contains("has 2"));
+  file.metadata.clear();  // as a file another tool wrote, stating no sizes
+  CHECK_THROWS_WITH(load_weights(b, file, "w3.st"), Catch::Contains("holds tensor 'layers.2."));
+  // The same tensors, another head count: only the metadata tells.
+  ModelConfig two_heads = model_config("tiny");
+  two_heads.heads = 2;
+  Transformer<float> other(two_heads, shape, Allocation::kForwardOnly, 1);
+  other.init_parameters(1);
+  CHECK_THROWS_WITH(load_weights(b, weights_file(other), "h2.st"), Catch::Contains("num_heads 2"));
+  // NaN or Inf anywhere.
+  Transformer<float> tiny(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
+  tiny.init_parameters(1);
+  TensorFile bad = weights_file(tiny);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(bad.tensors.at("lm_head.weight").bytes.data() + 8, &nan, sizeof nan);
+  CHECK_THROWS_WITH(load_weights(b, bad, "nan.st"),
+                    Catch::Contains("'lm_head.weight' in nan.st holds nan at index 2"));
+  // What a saved batch or a checkpoint carries beside the weights is no block: read as before.
+  TensorFile extra = weights_file(tiny);
+  extra.add("tokens", extra.at("ln_final.weight"));
+  extra.add("optimizer.exp_avg.ln_final.weight", extra.at("ln_final.weight"));
+  load_weights(b, extra, "extra.st");
+  CHECK(std::equal(tiny.parameters().begin(), tiny.parameters().end(), b.parameters().begin()));
 }
 
 }  // namespace model_weights_test
