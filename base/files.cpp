@@ -36,9 +36,10 @@ std::string read_file(const fs::path& path) {
 
 namespace {
 
-// writable_target; with `probe_folder` false the folder is asked with access()
-// only, for a writer that makes its own file there next (AtomicFile's temp
-// file), which fails as a probe would.
+// writable_target; with `probe_folder` false (open_target) the missing
+// folders are made and the folder is asked with access() only, for a writer
+// that makes its own file there next (AtomicFile's temp file, a log), which
+// fails as a probe would.
 fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_folder) {
   auto refuse = [&](const fs::path& p, const std::string& why) {
     throw_error(ErrorKind::kInvalidInput,
@@ -63,14 +64,23 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
     if (::access(target.c_str(), W_OK) != 0 || (status.permissions() & kAnyWrite) == fs::perms::none)
       refuse(target, "the file is read-only");
   }
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  fs::create_directories(dir, ec);
-  if (ec) refuse(target, fmt::format("cannot create folder {}: {}", dir.string(), ec.message()));
+  const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!probe_folder) {
-    if (::access(dir.c_str(), W_OK | X_OK) != 0)
-      refuse(target, fmt::format("folder {}: {}", dir.string(), std::strerror(errno)));
+    fs::create_directories(folder, ec);
+    if (ec) refuse(target, fmt::format("cannot create folder {}: {}", folder.string(), ec.message()));
+    if (::access(folder.c_str(), W_OK | X_OK) != 0)
+      refuse(target, fmt::format("folder {}: {}", folder.string(), std::strerror(errno)));
     return target;
   }
+  // Asked before the work: the missing folders are made when the file is
+  // written, so a run refused later leaves none behind; the nearest one
+  // that exists is asked instead (folders can be made there).
+  fs::path dir = folder;
+  while (!fs::exists(fs::symlink_status(dir, ec)) && dir.has_parent_path() && dir.parent_path() != dir)
+    dir = dir.parent_path();
+  if (!fs::exists(fs::symlink_status(dir, ec))) dir = ".";
+  if (!fs::is_directory(dir, ec))
+    refuse(target, fmt::format("cannot create folder {}: {} is not a folder", folder.string(), dir.string()));
   // A file made and removed there: access(W_OK) answers yes to root in any
   // folder, even one where nothing can be made (/proc, a read-only mount).
   static std::atomic<unsigned> probes{0};
@@ -85,6 +95,8 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
 }  // namespace
 
 fs::path writable_target(const fs::path& path, std::string_view what) { return resolve_target(path, what, true); }
+
+fs::path open_target(const fs::path& path, std::string_view what) { return resolve_target(path, what, false); }
 
 namespace {
 

@@ -13,12 +13,18 @@ std::string read_file(const std::filesystem::path& path);
 /// The file a write to `path` replaces, after the one policy every command
 /// that writes a file follows: symlinks are resolved to their final target
 /// (so the target is written and its lock taken, never the link replaced),
-/// and a missing parent folder is created. Throws kInvalidInput, one line
-/// naming `what` (e.g. "cache file", "--json-out") and the path, when the
-/// target is a directory or another non-regular file, is read-only, or its
-/// folder cannot be created or written (a file is made there and removed at
-/// once to ask). Writes nothing else.
+/// and a missing parent folder is created when the file is written, not
+/// now (a run refused after this check leaves no folder behind). Throws
+/// kInvalidInput, one line naming `what` (e.g. "cache file", "--json-out")
+/// and the path, when the target is a directory or another non-regular
+/// file, is read-only, or its folder (or the nearest one that exists)
+/// cannot be written (a file is made there and removed at once to ask).
+/// Writes nothing else.
 std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what);
+
+/// writable_target's target with its missing folders made: for a writer that
+/// opens the file itself next (a log appended to line by line).
+std::filesystem::path open_target(const std::filesystem::path& path, std::string_view what);
 
 /// Writes `bytes` to a temp file beside writable_target(path) (its folder
 /// asked by the temp file itself, not by a probe first), fsyncs it,

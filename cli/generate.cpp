@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
@@ -48,7 +49,7 @@ void add_generate_command(CLI::App& app, Global& global) {
       ->check(finite_in(0, 1, true, false))
       ->capture_default_str();
   cmd->add_option("--eos", o->eos, "End-of-sequence token id: stop once it is drawn")
-      ->check(integer_at_least(0))
+      ->check(integer_within(0, std::numeric_limits<std::int32_t>::max(), "in 0..2147483647"))  // then: < vocab
       ->default_str("none");
   cmd->add_option("--seed", o->g.seed, "Seed of the sampler (and of the initialisation without --weights)")
       ->check(integer_at_least(0))

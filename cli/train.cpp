@@ -218,10 +218,22 @@ void add_train_command(CLI::App& app, Global& global) {
                   "appended to when the run resumes from a checkpoint (after dropping the lines of steps past it), "
                   "else started anew")
       ->check(output_file());
-  cmd->callback([o, &global, min_lr, cosine_steps] {
+  cmd->callback([o, cmd, &global, min_lr, cosine_steps] {
     o->t.schedule.cosine = o->schedule == "cosine";
     KTUNE_REQUIRE(o->t.schedule.cosine || (min_lr->count() == 0 && cosine_steps->count() == 0),
                   "--min-lr and --cosine-steps shape the cosine schedule; add --lr-schedule cosine");
+    // AdamW runs in fp32: a beta that rounds to 1 or an eps that rounds to 0 there divides by zero.
+    KTUNE_REQUIRE(static_cast<float>(o->t.hyper.beta1) < 1.0f && static_cast<float>(o->t.hyper.beta2) < 1.0f,
+                  fmt::format("--beta1 and --beta2 must round to below 1 in fp32, where AdamW runs (at most "
+                              "0.99999994); they round to {} and {}",
+                              static_cast<float>(o->t.hyper.beta1), static_cast<float>(o->t.hyper.beta2)));
+    KTUNE_REQUIRE(static_cast<float>(o->t.hyper.eps) >= std::numeric_limits<float>::min(),
+                  fmt::format("--eps rounds to {:g} in fp32, where AdamW runs: 0 or subnormal; give at least {:g}",
+                              static_cast<float>(o->t.hyper.eps), std::numeric_limits<float>::min()));
+    // Validation's options mean nothing without validations.
+    for (const char* name : {"--val-tokens", "--val-split", "--eval-batches"})
+      KTUNE_REQUIRE(o->t.eval_every > 0 || cmd->get_option(name)->count() == 0,
+                    fmt::format("{} shapes the validations of --eval-every N, which is 0 (none); give N > 0", name));
     require_distinct_files({{"--weights", o->t.weights}, {"--tokens", o->t.tokens_file},
                             {"--val-tokens", o->t.val_tokens_file}, {"--cache", o->m.cache}},
                            {{"--save", o->t.save}, {"--save-best", o->t.save_best}, {"--checkpoint", o->t.checkpoint},
@@ -240,6 +252,7 @@ void add_train_command(CLI::App& app, Global& global) {
     t.model = model_from_args(o->m);
     t.shape = shape_from_args(o->m, 32, 4);
     t.shape.micro_batches = o->accumulate;
+    t.shape.validate();  // a step of batch x micro-batches windows, refused before it overflows
     t.threads = threads_from_args(o->m);
     t.backend = backend_from_args(o->m, t.threads);
     resolve_recompute(o->m, t.model, t.shape, t.backend, global.json);
@@ -262,7 +275,7 @@ void add_train_command(CLI::App& app, Global& global) {
         [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, step_width, &eta](const model::StepRecord& r) {
           if (!metrics_path.empty() && !metrics.is_open()) {
             if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
-            metrics.open(metrics_path, metrics_mode);
+            metrics.open(open_target(metrics_path, "--metrics"), metrics_mode);
             KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", metrics_path.string()));
           }
           if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;

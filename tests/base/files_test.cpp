@@ -42,11 +42,16 @@ TEST_CASE("writable_target: directories, read-only files and unmakeable folders 
   CHECK(fs::is_empty(dir / "ro.json") == false);
 }
 
-TEST_CASE("writable_target: a missing folder is created, links are written through", "[base][files]") {
+TEST_CASE("writable_target: a missing folder is made when the file is written, links are written through",
+          "[base][files]") {
   const auto dir = ktune::test::scratch_dir("files-links");
   const auto deep = dir / "a" / "b" / "out.json";
   CHECK(ktune::writable_target(deep, "--json-out") == deep);
-  CHECK(fs::is_directory(dir / "a" / "b"));
+  CHECK_FALSE(fs::exists(dir / "a"));  // asked, not made: a run refused after the check leaves nothing
+  ktune::write_file_atomic(deep, "x");
+  CHECK(ktune::read_file(deep) == "x");
+  CHECK(ktune::open_target(dir / "c" / "log.jsonl", "--log") == dir / "c" / "log.jsonl");
+  CHECK(fs::is_directory(dir / "c"));  // made for a writer that opens the file itself
 
   ktune::write_file_atomic(dir / "real.json", "one");
   fs::create_symlink("real.json", dir / "link.json");

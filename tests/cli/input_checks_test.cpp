@@ -54,6 +54,13 @@ TEST_CASE("CLI: an output naming an input or another output is refused before th
   CHECK_FALSE(std::filesystem::exists(w));
   CHECK(run_bad("eval --model tiny --ctx 8 --tokens " + tokens.string() + " --dump " + tokens.string(), &err) == 2);
   CHECK(read_all(tokens) == before);
+  // A run refused after its outputs were checked leaves no folder behind.
+  CHECK(run_bad(train + "--heads 3 --save " + (dir / "nd" / "sub" / "x.st").string() + " --metrics " +
+                    (dir / "nm" / "m.jsonl").string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("heads (3) must divide d_model"));
+  CHECK_FALSE(std::filesystem::exists(dir / "nd"));
+  CHECK_FALSE(std::filesystem::exists(dir / "nm"));
   // Distinct files still run.
   CHECK(run_command(ktune_exe().string() + " " + train + "--tokens " + tokens.string() + " --save " + w.string(),
                     &err) == 0);
@@ -76,6 +83,28 @@ TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[c
     CHECK(run_bad(args, &err) == 2);
     CHECK_THAT(err, Catch::Contains("not a regular file"));
   }
+}
+
+TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation options without validations", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-train-checks");
+  const std::string train = "train --model tiny --ctx 8 --batch 2 --steps 1 ";
+  std::string err;
+  CHECK(run_bad(train + "--beta2 0.9999999999", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("round to below 1 in fp32"));
+  CHECK(run_bad(train + "--eps 1e-50", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--eps rounds to 0"));
+  CHECK(run_bad(train + "--eval-batches 3", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--eval-batches shapes the validations of --eval-every N"));
+  // A token file shorter than a window and its next token.
+  const auto two = dir / "two.u16";
+  std::ofstream(two, std::ios::binary) << std::string(4, '\0');
+  CHECK(run_bad(train + "--tokens " + two.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("2 tokens hold no window of --ctx 8"));
+  CHECK(run_bad("eval --model tiny --ctx 8 --tokens " + two.string(), &err) == 2);
+  // A huge --accumulate is refused before anything is sized by it.
+  CHECK(run_bad(train + "--accumulate 2305843009213693952", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("each must be at most 2147483647"));
+  CHECK(run_bad("generate --model tiny --prompt 1 --eos 4294967301", &err) == 2);
 }
 
 TEST_CASE("CLI: a list with an empty item is refused and not read short", "[cli]") {

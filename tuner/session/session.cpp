@@ -45,8 +45,7 @@ class SessionLog {
  public:
   explicit SessionLog(const std::string& path, bool truncate) : path_(path) {
     if (path.empty()) return;
-    writable_target(path, "session log");  // its folder is made, or one line says why not
-    out_.open(path, truncate ? std::ios::trunc : std::ios::app);
+    out_.open(open_target(path, "session log"), truncate ? std::ios::trunc : std::ios::app);  // its folder made
     KTUNE_REQUIRE(out_.good(), "cannot open session log " + path);
   }
   void append(const nlohmann::json& j) {
