@@ -152,6 +152,9 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
 }
 
 model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
+  KTUNE_REQUIRE(a.backend != "cpu" || a.mode == "compiled",
+                "--mode eager chooses the kernels of --backend cuda or emu; the cpu backend has one path (its "
+                "references and OpenBLAS)");
   KTUNE_REQUIRE(a.cache.empty() || (a.backend != "cpu" && a.mode == "compiled"),
                 "--cache feeds compiled mode's kernels on --backend cuda or emu; the cpu backend and eager mode take "
                 "no tuned cache");

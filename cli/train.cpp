@@ -72,6 +72,23 @@ class StopSignals {
 // A resumed run's --metrics file before it appends from `first_step` on: the
 // lines of steps at or past it (taken after the checkpoint by a run killed
 // since) and a line cut short by the kill are dropped, so each step is in it once.
+/// Refuses a --metrics file a resumed run would append to that is not a
+/// run's records (JSON objects with a step, one a line; the last may be cut
+/// short by a kill): it would be rewritten, its lines dropped.
+void check_metrics(const std::filesystem::path& path) {
+  if (!std::filesystem::exists(path)) return;
+  std::istringstream lines(read_file(path));
+  std::vector<std::string> all;
+  for (std::string line; std::getline(lines, line);) all.push_back(line);
+  for (std::size_t i = 0; i + 1 < all.size(); ++i) {
+    const auto record = nlohmann::json::parse(all[i], nullptr, false);
+    KTUNE_REQUIRE(record.is_object() && record.contains("step") && record["step"].is_number_integer(),
+                  fmt::format("--metrics {}: line {} is no step record of a ktune run; give the run's metrics file, "
+                              "or another path",
+                              path.string(), i + 1));
+  }
+}
+
 void trim_metrics(const std::filesystem::path& path, std::int64_t first_step) {
   if (!std::filesystem::exists(path)) return;
   std::istringstream lines(read_file(path));
@@ -244,6 +261,7 @@ void add_train_command(CLI::App& app, Global& global) {
     // Checked now, opened at the first step's end: a run refused on the way leaves the file as it was.
     const std::filesystem::path metrics_path = o->metrics.empty() ? "" : writable_target(o->metrics, "--metrics");
     const auto metrics_mode = o->t.resume && std::filesystem::exists(o->t.checkpoint) ? std::ios::app : std::ios::trunc;
+    if (metrics_mode == std::ios::app && !metrics_path.empty()) check_metrics(metrics_path);
     std::ofstream metrics;
     // With somewhere to write the run to, a signal ends it after its step, written there.
     StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty());

@@ -105,6 +105,18 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
   CHECK(run_bad(train + "--accumulate 2305843009213693952", &err) == 2);
   CHECK_THAT(err, Catch::Contains("each must be at most 2147483647"));
   CHECK(run_bad("generate --model tiny --prompt 1 --eos 4294967301", &err) == 2);
+  // A resumed run's --metrics that is no run's records is refused, not rewritten.
+  const auto ckpt = dir / "r.ckpt";
+  REQUIRE(run_command(ktune_exe().string() + " " + train + "--checkpoint " + ckpt.string(), &err) == 0);
+  const auto notes = dir / "notes.txt";
+  std::ofstream(notes) << "my notes\nmore notes\n";
+  CHECK(run_bad("train --model tiny --ctx 8 --batch 2 --steps 2 --checkpoint " + ckpt.string() + " --resume --metrics " +
+                    notes.string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("line 1 is no step record"));
+  CHECK(read_all(notes) == "my notes\nmore notes\n");
+  CHECK(run_bad(train + "--mode eager", &err) == 2);  // the cpu backend's one path
+  CHECK_THAT(err, Catch::Contains("--mode eager chooses the kernels of --backend cuda or emu"));
 }
 
 TEST_CASE("CLI: a list with an empty item is refused and not read short", "[cli]") {
