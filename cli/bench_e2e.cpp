@@ -16,6 +16,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/bench_e2e.hpp"
+#include "model/runtime.hpp"
 #include "search/winner.hpp"
 
 namespace ktune::cli {
@@ -205,6 +206,7 @@ void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& model
                bool json) {
   const std::vector<std::int64_t> warmups = {0, 1, 5};
   const std::size_t runs = models.size() * 2 * warmups.size() * 2;
+  if (e.backend.backend == "cuda") model::available_memory(e.backend);  // no device: its one line, before any row's
   std::vector<model::E2eResult> results;
   nlohmann::json rows = nlohmann::json::array();
   e.trials = 10;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -27,8 +28,13 @@ nlohmann::json parse_json_arg(const std::string& text, const std::string& what) 
 CLI::Validator integer_within(long long lo, long long hi, const std::string& range) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
+        // from_chars, not CLI11's cast, which clamps a number past the type's range to its end.
         long long n = 0;
-        if (!CLI::detail::lexical_cast(text, n) || n < lo || n > hi)
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), n);
+        if (error == std::errc::result_out_of_range)
+          return fmt::format("must be an integer {}, got '{}', past the largest, {}", range, excerpt(text),
+                             std::numeric_limits<long long>::max());
+        if (text.empty() || error != std::errc() || end != text.data() + text.size() || n < lo || n > hi)
           return fmt::format("must be an integer {}, got '{}'", range, excerpt(text));
         return {};
       },

@@ -105,6 +105,10 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
   CHECK(run_bad(train + "--accumulate 2305843009213693952", &err) == 2);
   CHECK_THAT(err, Catch::Contains("each must be at most 2147483647"));
   CHECK(run_bad("generate --model tiny --prompt 1 --eos 4294967301", &err) == 2);
+  // Numbers past the type's range are refused, not clamped to its end.
+  CHECK(run_bad(train + "--seed 99999999999999999999", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("past the largest"));
+  CHECK(run_bad(train + "--steps 99999999999999999999", &err) == 2);
   // A resumed run's --metrics that is no run's records is refused, not rewritten.
   const auto ckpt = dir / "r.ckpt";
   REQUIRE(run_command(ktune_exe().string() + " " + train + "--checkpoint " + ckpt.string(), &err) == 0);

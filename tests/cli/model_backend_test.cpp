@@ -24,7 +24,8 @@ int run_without_device(const std::string& args, std::string* err) {
 TEST_CASE("CLI: model commands with --backend cuda and no GPU say so in one line and exit 2", "[cli][model]") {
   for (const char* args : {"train --model tiny --steps 1 --backend cuda", "eval --model tiny --backend cuda",
                            "generate --model tiny --prompt 1 2 --backend cuda",
-                           "bench e2e --model tiny --ctx 8 --trials 1 --backend cuda --mode eager"}) {
+                           "bench e2e --model tiny --ctx 8 --trials 1 --backend cuda --mode eager",
+                           "bench e2e --model tiny --sweep --backend cuda"}) {
     INFO(args);
     std::string out;
     CHECK(run_without_device(args, &out) == 2);
