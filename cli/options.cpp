@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "base/env.hpp"

@@ -4,7 +4,6 @@
 
 #include <cmath>
 #include <iostream>
-#include <sstream>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
