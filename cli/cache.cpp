@@ -224,7 +224,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     cache::CacheFile file(args->file);
     const auto held = file.load_input();  // a missing file is an error, not an empty cache
     const auto& p = args->prune;
-    require_held(held, "--family", p.family, [](const cache::Entry& e) { return e.key.family; });
+    require_held(held, Filter{.family = p.family});
     // A version no entry (of --family) has would drop every one of them.
     std::vector<cache::Entry> selected;
     for (const auto& e : held)

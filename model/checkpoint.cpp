@@ -47,12 +47,9 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
                        get("d_model"), get("d_ff"), get("num_layers"), get("num_heads"), get("vocab_size"),
                        get("rope_theta"));
   };
-  for (const auto& [key, value] : wanted) {
-    const auto it = meta.find(key);
-    KTUNE_REQUIRE(key == "model" || (it != meta.end() && it->second == value),
-                  fmt::format("{} is a checkpoint of model {}; this run trains {}", name, describe(meta),
-                              describe(wanted)));
-  }
+  KTUNE_REQUIRE(!differing_size(meta, config, /*absent_differs=*/true),
+                fmt::format("{} is a checkpoint of model {}; this run trains {}", name, describe(meta),
+                            describe(wanted)));
   CheckpointInfo info;
   const auto field = [&](const char* key) {
     const auto it = meta.find(key);

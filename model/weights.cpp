@@ -36,13 +36,11 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
                      const TensorFile& file, const std::string& source) {
   // A file of another model's shape is refused, not read in part: its
   // metadata's sizes (where it states them) and blocks beyond the model's.
-  for (const auto& [key, value] : weights_metadata(config)) {
-    const auto it = file.metadata.find(key);
-    KTUNE_REQUIRE(key == "format" || key == "model" || it == file.metadata.end() || it->second == value,
-                  fmt::format("{} holds weights of a model with {} {}; this run's model {} has {} (give the "
-                              "sizes the weights were trained at)",
-                              source, key, it == file.metadata.end() ? "" : it->second, config.name, value));
-  }
+  if (const auto key = differing_size(file.metadata, config, /*absent_differs=*/false))
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("{} holds weights of a model with {} {}; this run's model {} has {} (give the sizes the "
+                            "weights were trained at)",
+                            source, *key, file.metadata.at(*key), config.name, weights_metadata(config).at(*key)));
   std::set<std::string> names;
   for (const auto& info : layout.tensors) names.insert(info.name);
   for (const auto& name : file.order)  // (a checkpoint's optimizer state and a saved batch's tokens are not blocks)
@@ -87,6 +85,16 @@ std::map<std::string, std::string> weights_metadata(const ModelConfig& c) {
           {"num_layers", std::to_string(c.layers)},
           {"num_heads", std::to_string(c.heads)},
           {"rope_theta", fmt::format("{}", c.rope_theta)}};
+}
+
+std::optional<std::string> differing_size(const std::map<std::string, std::string>& metadata,
+                                          const ModelConfig& config, bool absent_differs) {
+  for (const auto& [key, value] : weights_metadata(config)) {
+    if (key == "format" || key == "model") continue;
+    const auto it = metadata.find(key);
+    if (it == metadata.end() ? absent_differs : it->second != value) return key;
+  }
+  return std::nullopt;
 }
 
 template <class T>

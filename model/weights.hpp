@@ -4,6 +4,7 @@
 #pragma once
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 
 #include "base/safetensors.hpp"
@@ -21,6 +22,11 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
 /// The metadata of a weights file: the config (model name, vocab_size,
 /// d_model, d_ff, num_layers, num_heads, rope_theta) and format "pt".
 std::map<std::string, std::string> weights_metadata(const ModelConfig& config);
+/// The first of weights_metadata(config)'s sizes (its "format" and model
+/// name aside) that `metadata` states otherwise; one it does not state
+/// differs only when `absent_differs`.
+std::optional<std::string> differing_size(const std::map<std::string, std::string>& metadata,
+                                          const ModelConfig& config, bool absent_differs);
 /// The flat buffer `params` as F32 tensors, in state-dict order, with
 /// weights_metadata.
 template <class T>
