@@ -75,14 +75,20 @@ class StopSignals {
 /// Refuses a --metrics file a resumed run would append to that is not a
 /// run's records (JSON objects with a step, one a line; the last may be cut
 /// short by a kill): it would be rewritten, its lines dropped.
+/// The step of a --metrics line, or nullopt for a line that is no step record.
+std::optional<std::int64_t> record_step(const std::string& line) {
+  const auto record = nlohmann::json::parse(line, nullptr, false);
+  if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) return std::nullopt;
+  return record["step"].get<std::int64_t>();
+}
+
 void check_metrics(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) return;
   std::istringstream lines(read_file(path));
   std::vector<std::string> all;
   for (std::string line; std::getline(lines, line);) all.push_back(line);
   for (std::size_t i = 0; i + 1 < all.size(); ++i) {
-    const auto record = nlohmann::json::parse(all[i], nullptr, false);
-    KTUNE_REQUIRE(record.is_object() && record.contains("step") && record["step"].is_number_integer(),
+    KTUNE_REQUIRE(record_step(all[i]).has_value(),
                   fmt::format("--metrics {}: line {} is no step record of a ktune run; give the run's metrics file, "
                               "or another path",
                               path.string(), i + 1));
@@ -94,10 +100,8 @@ void trim_metrics(const std::filesystem::path& path, std::int64_t first_step) {
   std::istringstream lines(read_file(path));
   std::string kept;
   for (std::string line; std::getline(lines, line);) {
-    const auto record = nlohmann::json::parse(line, nullptr, false);
-    if (record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
-        record["step"].get<std::int64_t>() < first_step)
-      kept += line + "\n";
+    const auto step = record_step(line);
+    if (step && *step < first_step) kept += line + "\n";
   }
   write_file_atomic(path, kept);
 }
