@@ -19,7 +19,7 @@ namespace ktune::cli {
 namespace {
 
 struct Filter {
-  std::string family, arch, gpu, dtype;
+  std::string family = {}, arch = {}, gpu = {}, dtype = {};
   bool matches(const cache::Entry& e) const {
     return (family.empty() || e.key.family == family) && (arch.empty() || e.key.arch == arch) &&
            (gpu.empty() || e.key.gpu_name == gpu) && (dtype.empty() || e.key.dtype == dtype);

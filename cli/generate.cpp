@@ -21,6 +21,7 @@ void add_generate_command(CLI::App& app, Global& global) {
     ModelArgs m;
     model::GenerateOptions g;
     std::int64_t eos = -1;
+    std::vector<std::string> prompt;  // as given: "1 2 3" or "1,2,3"
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("generate",
@@ -33,10 +34,7 @@ void add_generate_command(CLI::App& app, Global& global) {
   cmd->add_option("--weights", o->g.weights,
                   "Safetensors weights (a --save or --checkpoint file; default: random init)")
       ->check(input_file());
-  cmd->add_option("--prompt", o->g.prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")
-      ->required()
-      ->delimiter(',')
-      ->check(integer_at_least(0));
+  cmd->add_option("--prompt", o->prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")->required();
   cmd->add_option("--max-tokens", o->g.max_tokens, "Tokens to draw at most")
       ->check(integer_at_least(1))
       ->capture_default_str();
@@ -57,6 +55,11 @@ void add_generate_command(CLI::App& app, Global& global) {
   cmd->callback([o, &global] {
     model::GenerateOptions g = o->g;
     if (o->eos >= 0) g.eos = static_cast<std::int32_t>(o->eos);
+    for (const std::int64_t id : int_list_arg(fmt::format("{}", fmt::join(o->prompt, ",")), "--prompt", 0)) {
+      KTUNE_REQUIRE(id <= std::numeric_limits<std::int32_t>::max(),
+                    fmt::format("--prompt: token id {} is past the largest, 2147483647", id));
+      g.prompt.push_back(static_cast<std::int32_t>(id));
+    }
     g.model = model_from_args(o->m);
     g.shape = shape_from_args(o->m, 256, 1);
     g.threads = threads_from_args(o->m);

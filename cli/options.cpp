@@ -157,16 +157,18 @@ std::vector<std::string> list_items(const std::string& text, const std::string& 
 
 }  // namespace
 
-std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what) {
+std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what, std::int64_t least) {
   std::vector<std::int64_t> out;
   for (const std::string& item : list_items(text, what)) {
     try {
       std::size_t used = 0;
       const long long v = std::stoll(item, &used);
-      KTUNE_REQUIRE(used == item.size() && v > 0, "");
+      KTUNE_REQUIRE(used == item.size() && v >= least, "");
       out.push_back(v);
     } catch (const std::exception&) {
-      throw_error(ErrorKind::kInvalidInput, what + " must be comma-separated positive integers, got '" + text + "'");
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{} must be comma-separated {}, got '{}'", what,
+                              least == 1 ? "positive integers" : fmt::format("integers >= {}", least), excerpt(text)));
     }
   }
   KTUNE_REQUIRE(!out.empty(), what + " must not be empty");

@@ -65,9 +65,10 @@ std::optional<std::int64_t> parse_bytes(const std::string& text);
 /// Check of a size option: parse_bytes accepts it.
 CLI::Validator byte_size();
 
-/// Comma-separated integers ("1,2,4"); throws kInvalidInput naming `what`
-/// on anything else, an empty item ("1,,2", "16,") among it.
-std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what);
+/// Comma-separated integers ("1,2,4"), each at least `least`; throws
+/// kInvalidInput naming `what` on anything else, an empty item ("1,,2",
+/// "16,") among it.
+std::vector<std::int64_t> int_list_arg(const std::string& text, const std::string& what, std::int64_t least = 1);
 /// Comma-separated names ("small,xl"); throws kInvalidInput naming `what`
 /// when there is none or an item is empty.
 std::vector<std::string> name_list_arg(const std::string& text, const std::string& what);

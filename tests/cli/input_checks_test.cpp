@@ -127,12 +127,16 @@ TEST_CASE("CLI: a list with an empty item is refused and not read short", "[cli]
   std::string err;
   for (const char* args : {"bench memory --model tiny --ctx 16,", "bench memory --model tiny, --ctx 16",
                            "bench memory --model tiny --ctx 16,,32", "bench adam --backend emu --tensors 1,",
-                           "bench ops --backend emu --families rmsnorm_fwd,"}) {
+                           "bench ops --backend emu --families rmsnorm_fwd,", "generate --model tiny --prompt 1,,2",
+                           "generate --model tiny --prompt ,", "generate --model tiny --prompt 1 2,",
+                           "generate --model tiny --prompt 4294967296"}) {
     INFO(args);
     CHECK(run_bad(args, &err) == 2);
   }
   CHECK(run_bad("bench memory --model tiny --ctx 16,", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--ctx has an empty item in '16,'"));
+  CHECK(run_bad("generate --model tiny --prompt 1,,2", &err) == 2);  // was read as 1 2
+  CHECK_THAT(err, Catch::Contains("--prompt has an empty item in '1,,2'"));
 }
 
 TEST_CASE("CLI: tune --resume refuses a file that is no session log and --timeout a time that is none", "[cli]") {
@@ -161,7 +165,7 @@ TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it w
   std::filesystem::copy_file(std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json", file);
   const std::string before = read_all(file);
   std::string err;
-  for (const std::string args :
+  for (const std::string& args :
        {"prune " + file.string() + " --driver 13000x", "prune " + file.string() + " --nvrtc bogus",
         "prune " + file.string() + " --source-hash xyz", "prune " + file.string() + " --family bogus",
         "export " + file.string() + " --family rmsnorm_fwdd --out " + file.string(),
