@@ -63,6 +63,25 @@ TEST_CASE("malformed safetensors files give one clear error", "[base][safetensor
   CHECK_THROWS_WITH(parse_safetensors(file("[4294967296,4294967296]", 0), "big.st"),
                     Catch::Contains("which no file holds"));
   CHECK_THROWS_WITH(parse_safetensors(file("[-1,-2]", 8), "negative.st"), Catch::Contains("which no file holds"));
+  // Bytes two tensors share, bytes no tensor holds, and a name given twice (the JSON keeps the last one).
+  const auto tensors = [](const std::string& entries, int data_bytes) {
+    const std::string header = "{" + entries + "}";
+    std::string out(8, '\0');
+    const std::uint64_t n = header.size();
+    std::memcpy(out.data(), &n, 8);
+    return out + header + std::string(static_cast<std::size_t>(data_bytes), '\0');
+  };
+  const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":)";
+  const std::string b = R"("b":{"dtype":"F32","shape":[2],"data_offsets":)";
+  REQUIRE(parse_safetensors(tensors(a + "[8,16]}," + b + "[0,8]}", 16), "tiled.st").order.size() == 2);
+  CHECK_THROWS_WITH(parse_safetensors(tensors(a + "[0,8]}," + b + "[4,12]}", 12), "overlap.st"),
+                    Catch::Contains("overlaps the bytes of another"));
+  CHECK_THROWS_WITH(parse_safetensors(tensors(a + "[0,8]}," + b + "[12,20]}", 20), "gap.st"),
+                    Catch::Contains("bytes 8..12 of the data belong to no tensor"));
+  CHECK_THROWS_WITH(parse_safetensors(tensors(a + "[0,8]}", 12), "tail.st"),
+                    Catch::Contains("bytes 8..12 of the data belong to no tensor"));
+  CHECK_THROWS_WITH(parse_safetensors(tensors(a + "[0,8]}," + a + "[8,16]}", 16), "twice.st"),
+                    Catch::Contains("bytes 0..8 of the data belong to no tensor"));
 }
 
 TEST_CASE("a file written a tensor at a time is the file serialised whole, and reads back a tensor at a time",
