@@ -74,6 +74,7 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
   if (meta.count("tokens_count")) {
     info.tokens = field("tokens");
     info.tokens_count = static_cast<std::int64_t>(whole_number(meta.at("tokens_count"), "tokens_count"));
+    if (meta.count("tokens_hash")) info.tokens_hash = field("tokens_hash");
   }
   if (meta.count("micro_batches")) {
     // A run's shape counts from 1: a 0 is a file no run wrote.
@@ -140,6 +141,7 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   metadata["sampler"] = sampler.str();
   metadata["tokens"] = info.tokens;
   metadata["tokens_count"] = std::to_string(info.tokens_count);
+  if (!info.tokens_hash.empty()) metadata["tokens_hash"] = info.tokens_hash;
   metadata["batch"] = std::to_string(info.shape.batch);
   metadata["context"] = std::to_string(info.shape.context);
   metadata["micro_batches"] = std::to_string(info.shape.micro_batches);

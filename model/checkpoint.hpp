@@ -35,6 +35,8 @@ struct CheckpointInfo {
   RunShape shape{0, 0, 0};
   /// The lowest validation loss the run has measured (save_best's), if any.
   std::optional<double> best_val_loss;
+  /// The token stream's TokenStream::fingerprint ("": not recorded).
+  std::string tokens_hash;
 };
 
 /// Writes the runtime's parameters and optimizer state with `info`; holds

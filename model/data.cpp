@@ -12,6 +12,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/hash.hpp"
 
 namespace ktune::model {
 
@@ -126,6 +127,13 @@ void TokenStream::fill(std::int64_t start, std::int64_t count, std::int32_t* tok
     tokens[t] = token((start + t) % n);
     targets[t] = token((start + t + 1) % n);
   }
+}
+
+std::string TokenStream::fingerprint() const {
+  const auto bytes = [](const auto* first, std::int64_t count) {
+    return std::string_view(reinterpret_cast<const char*>(first), static_cast<std::size_t>(count) * sizeof(*first));
+  };
+  return hash_hex(file_ ? bytes(file_tokens() + begin_, size_) : bytes(tokens_.data() + begin_, size_));
 }
 
 TokenStream TokenStream::slice(std::int64_t begin, std::int64_t end) const {

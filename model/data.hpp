@@ -44,6 +44,9 @@ class TokenStream {
   TokenStream slice(std::int64_t begin, std::int64_t end) const;
 
   std::int64_t size() const { return size_; }
+  /// A content hash of the stream's tokens (hex): a resumed run checks it
+  /// is drawing from what the checkpoint's run drew from.
+  std::string fingerprint() const;
 
  private:
   // A token file's tokens, little-endian uint16 where the file is mapped (its pages are aligned).

@@ -109,6 +109,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   // The token files before the model, so a bad one costs no allocation.
   const Streams streams = streams_for(o);
   const TokenStream& stream = streams.train;
+  const std::string stream_hash = stream.fingerprint();
   const bool resuming = o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint);
   std::optional<CheckpointInfo> resumed;
   if (resuming) {  // before anything is allocated: a checkpoint of another model, seed or stream is refused at once
@@ -125,6 +126,11 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
                               streams.held_out ? fmt::format(", {} more held out by --val-split {}",
                                                              streams.held_out->size(), o.val_split)
                                                : ""));
+    KTUNE_REQUIRE(info.tokens_hash.empty() || info.tokens_hash == stream_hash,
+                  fmt::format("{} was trained on as many tokens as {} holds{}, but other ones: resume it on the same "
+                              "tokens",
+                              o.checkpoint, source(o.tokens_file, stream.size()),
+                              streams.held_out ? " before --val-split's share" : ""));
   }
   const std::optional<TokenStream> val_file =
       o.eval_every > 0 && !o.val_tokens_file.empty()
@@ -148,11 +154,13 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     }
     return sum / static_cast<double>(o.eval_batches);
   };
-  CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size(), o.shape, std::nullopt};
+  CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size(), o.shape, std::nullopt,
+                    stream_hash};
   if (resuming) {
     at = load_checkpoint(o.checkpoint, *model);
     at.tokens = o.tokens_file;  // where a moved file is read from now
     at.tokens_count = stream.size();
+    at.tokens_hash = stream_hash;
     at.shape = o.shape;  // the batches from here on
   }
   std::vector<std::int32_t> tokens, targets;

@@ -172,9 +172,9 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   CHECK_THROWS_WITH(train(other), Catch::Contains("is not a ktune checkpoint"));
 
   // Another token stream: a restart that forgot --tokens, or another corpus. The same tokens moved are fine.
-  const auto token_file = [&](const std::string& name, std::size_t n) {
+  const auto token_file = [&](const std::string& name, std::size_t n, std::size_t shift = 5) {
     std::vector<std::uint16_t> tokens(n);
-    for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::uint16_t>((i * 31 + 5) % 128);
+    for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::uint16_t>((i * 31 + shift) % 128);
     write_file_atomic(dir / name, std::string_view(reinterpret_cast<const char*>(tokens.data()), 2 * n));
     return (dir / name).string();
   };
@@ -195,6 +195,9 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   CHECK_THROWS_WITH(train(on_file), Catch::Contains("a.u16 (500 tokens); this run reads the synthetic stream"));
   on_file.tokens_file = token_file("b.u16", 400);
   CHECK_THROWS_WITH(train(on_file), Catch::Contains("this run reads ") && Catch::Contains("b.u16 (400 tokens)"));
+  on_file.tokens_file = token_file("c.u16", 500, 6);  // as many tokens, other ones
+  CHECK_THROWS_WITH(train(on_file), Catch::Contains("was trained on as many tokens as ") &&
+                                        Catch::Contains("c.u16 (500 tokens) holds, but other ones"));
   std::filesystem::copy_file(dir / "a.u16", dir / "moved.u16");
   on_file.tokens_file = (dir / "moved.u16").string();
   CHECK(train(on_file).size() == 1);
