@@ -109,7 +109,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   // The token files before the model, so a bad one costs no allocation.
   const Streams streams = streams_for(o);
   const TokenStream& stream = streams.train;
-  const std::string stream_hash = stream.fingerprint();
+  const std::string stream_hash = o.checkpoint.empty() ? "" : stream.fingerprint();  // one pass over the tokens
   const bool resuming = o.resume && !o.checkpoint.empty() && std::filesystem::exists(o.checkpoint);
   std::optional<CheckpointInfo> resumed;
   if (resuming) {  // before anything is allocated: a checkpoint of another model, seed or stream is refused at once
