@@ -6,8 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -34,15 +37,32 @@ namespace ktune::cli {
 namespace {
 
 volatile std::sig_atomic_t caught_signal = 0;
+std::atomic<std::int64_t> first_signal_ns{0};  // lock-free: safe in a handler
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+// Signals this soon after the first are the same stop request delivered
+// again: GNU timeout, for one, signals its child and then its process group.
+constexpr std::int64_t kSameRequestNs = 1'000'000'000;
 
 extern "C" void on_stop_signal(int signal) {
-  caught_signal = signal;
-  constexpr char kSay[] = "\nktune: stopping after this step, once it is written (again: stop at once)\n";
-  [[maybe_unused]] const auto written = ::write(STDERR_FILENO, kSay, sizeof(kSay) - 1);
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  const std::int64_t ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  if (caught_signal == 0) {
+    caught_signal = signal;
+    first_signal_ns = ns;
+    constexpr char kSay[] = "\nktune: stopping after this step, once it is written (again: stop at once)\n";
+    [[maybe_unused]] const auto written = ::write(STDERR_FILENO, kSay, sizeof(kSay) - 1);
+    return;
+  }
+  if (ns - first_signal_ns < kSameRequestNs) return;
+  // A second request: the signal's default action, once this handler returns.
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
 }
 
 // While alive (and `active`), SIGINT and SIGTERM ask the training to stop
-// after its step; a second one takes its default action (SA_RESETHAND).
+// after its step; a second one, a second or more after the first, takes its
+// default action.
 class StopSignals {
  public:
   explicit StopSignals(bool active) : active_(active) {
@@ -50,7 +70,7 @@ class StopSignals {
     caught_signal = 0;
     struct sigaction action{};
     action.sa_handler = on_stop_signal;
-    action.sa_flags = SA_RESETHAND | SA_RESTART;  // system calls under way go on
+    action.sa_flags = SA_RESTART;  // system calls under way go on
     sigemptyset(&action.sa_mask);
     ::sigaction(SIGINT, &action, &old_int_);
     ::sigaction(SIGTERM, &action, &old_term_);
@@ -69,12 +89,6 @@ class StopSignals {
   struct sigaction old_int_{}, old_term_{};
 };
 
-// A resumed run's --metrics file before it appends from `first_step` on: the
-// lines of steps at or past it (taken after the checkpoint by a run killed
-// since) and a line cut short by the kill are dropped, so each step is in it once.
-/// Refuses a --metrics file a resumed run would append to that is not a
-/// run's records (JSON objects with a step, one a line; the last may be cut
-/// short by a kill): it would be rewritten, its lines dropped.
 /// The step of a --metrics line, or nullopt for a line that is no step record.
 std::optional<std::int64_t> record_step(const std::string& line) {
   const auto record = nlohmann::json::parse(line, nullptr, false);
@@ -82,6 +96,9 @@ std::optional<std::int64_t> record_step(const std::string& line) {
   return record["step"].get<std::int64_t>();
 }
 
+/// Refuses a --metrics file a resumed run would append to that is not a
+/// run's records (JSON objects with a step, one a line; the last may be cut
+/// short by a kill): it would be rewritten, its lines dropped.
 void check_metrics(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) return;
   std::istringstream lines(read_file(path));
@@ -95,6 +112,9 @@ void check_metrics(const std::filesystem::path& path) {
   }
 }
 
+// A resumed run's --metrics file before it appends from `first_step` on: the
+// lines of steps at or past it (taken after the checkpoint by a run killed
+// since) and a line cut short by the kill are dropped, so each step is in it once.
 void trim_metrics(const std::filesystem::path& path, std::int64_t first_step) {
   if (!std::filesystem::exists(path)) return;
   std::istringstream lines(read_file(path));
