@@ -50,16 +50,23 @@ void add_render_command(CLI::App& app, Global& global) {
         valid_line = fmt::format("{} valid for {} on {} ({} invalid (constraints))\n", valid, problem.key(),
                                  opts->arch, family.space().size() - valid);
         // The configs a tuning session measures first: the default on --arch, then the candidates valid there.
-        const Config def = tuner::default_on(family, problem, limits);
-        j["default"] = def.to_json();
-        valid_line += "default on " + opts->arch + ": " + def.str() + "\n";
+        if (valid > 0) {
+          const Config def = tuner::default_on(family, problem, limits);
+          j["default"] = def.to_json();
+          valid_line += "default on " + opts->arch + ": " + def.str() + "\n";
+        } else {
+          j["default"] = nullptr;
+          valid_line += "no config runs it on " + opts->arch + " (`ktune run` says why the default does not)\n";
+        }
         j["candidates"] = nlohmann::json::array();
         const auto candidates = family.candidates(problem);
         if (!candidates.empty()) valid_line += "candidates (a tuning session measures them right after the default):\n";
         for (const Config& c : candidates) {
-          const bool ok = family.is_valid(c, problem, limits);
+          std::string why;
+          const bool ok = family.is_valid(c, problem, limits, &why);
           j["candidates"].push_back({{"config", c.to_json()}, {"valid", ok}});
-          valid_line += "  " + c.str() + (ok ? "" : " (not valid on " + opts->arch + ": skipped)") + "\n";
+          if (!ok) j["candidates"].back()["why"] = why;
+          valid_line += "  " + c.str() + (ok ? "" : fmt::format(" (skipped on {}: {})", opts->arch, why)) + "\n";
         }
       }
       for (const auto& p : family.space().params())

@@ -66,7 +66,10 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--family", opts->family,
                   "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
   cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
-  cmd->add_option("--problem", opts->problem, "Problem JSON {\"dtype\":..., \"dims\":{...}}")->check(json_text());
+  cmd->add_option("--problem", opts->problem,
+                  "Problem JSON {\"dtype\":..., \"dims\":{...}}; required with --family; with --spec, default: the "
+                  "spec's first problem")
+      ->check(json_text());
   add_model_options(cmd, opts->model, /*shape=*/false);
   cmd->get_option("--model")->default_str("none: give it, or --family or --spec");
   cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")

@@ -385,9 +385,10 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   std::string listed = "candidates (a tuning session measures them right after the default):\n";
   int skipped = 0;
   for (const auto& c : candidates) {
-    const bool valid = f.is_valid(c, p, limits);
+    std::string why;
+    const bool valid = f.is_valid(c, p, limits, &why);
     skipped += valid ? 0 : 1;
-    listed += "  " + c.str() + (valid ? "" : " (not valid on sm_80: skipped)") + "\n";
+    listed += "  " + c.str() + (valid ? "" : " (skipped on sm_80: " + why + ")") + "\n";
   }
   CHECK(skipped == 8);
   CHECK(candidates[0] == with(f.default_config(p), {{"stages", 3}}));
@@ -406,7 +407,8 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   REQUIRE(run_ktune("render --family attention_bwd --space --arch sm_89 --problem '" + leaderboard.to_json().dump() +
                         "'",
                     &out) == 0);
-  CHECK_THAT(out, Catch::Contains("  " + bwd.candidates(leaderboard)[1].str() + " (not valid on sm_89: skipped)\n"));
+  CHECK_THAT(out, Catch::Contains("  " + bwd.candidates(leaderboard)[1].str() + " (skipped on sm_89: ") &&
+                      Catch::Contains("shared memory"));
 }
 
 TEST_CASE("CLI: --help shows every option's default", "[cli]") {

@@ -227,4 +227,26 @@ TEST_CASE("CLI: render refuses options it would ignore and an unknown subcommand
   CHECK_FALSE(out.empty());
 }
 
+TEST_CASE("CLI: a problem no config of the space fits is said so with the default's reason", "[cli]") {
+  // vector_add with a grid that is no whole number of blocks at n = 100000, whatever the config.
+  const auto dir = ktune::test::scratch_dir("cli-no-valid-config");
+  const auto example = std::filesystem::path(KTUNE_SOURCE_DIR) / "examples/vector_add";
+  std::filesystem::copy_file(example / "vector_add.cu", dir / "vector_add.cu",
+                             std::filesystem::copy_options::overwrite_existing);
+  nlohmann::json spec = nlohmann::json::parse(read_all(example / "vector_add.json"));
+  spec["grid"] = "n / (block * vec)";
+  std::ofstream(dir / "frac.json") << spec.dump();
+  const std::string with_spec = " --spec " + (dir / "frac.json").string();
+  std::string out;
+  REQUIRE(run_command("{ " + ktune_exe().string() + " render --space" + with_spec + " --problem "
+                          "'{\"dtype\":\"f32\",\"dims\":{\"n\":100000}}' 2>/dev/null; }",
+                      &out) == 0);
+  CHECK_THAT(out, Catch::Contains("0 valid for f32;n=100000 on sm_90") && Catch::Contains("no config runs it on sm_90") &&
+                      Catch::Contains("vec                  {1, 2, 4}"));
+  std::string err;
+  CHECK(run_bad("run --backend emu" + with_spec, &err) == 2);
+  CHECK_THAT(err, Catch::Contains("no config of the space is valid for f32;n=100000 on sm_90 (the default ") &&
+                      Catch::Contains("is not a whole number"));
+}
+
 }  // namespace cli_input_checks_test

@@ -32,7 +32,8 @@ DeviceDefault device_default(const templates::Family& family, const templates::P
   if (auto arch = family.arch_default(problem, device); arch && family.is_valid(*arch, problem, device))
     return {*arch};
   const Config def = family.default_config(problem);
-  if (family.is_valid(def, problem, device)) return {def};
+  std::string why_not_default;
+  if (family.is_valid(def, problem, device, &why_not_default)) return {def};
   const Space& space = family.space();
   const search::Point origin = search::point_of(space, def);
   // Distance from the default: parameters changed, then steps along their domains.
@@ -51,8 +52,8 @@ DeviceDefault device_default(const templates::Family& family, const templates::P
     best = std::move(c);
     best_distance = distance;
   }
-  KTUNE_REQUIRE(best.has_value(), fmt::format("{}: no config of the space is valid for {} on {}", family.name(),
-                                              problem.key(), device.arch));
+  KTUNE_REQUIRE(best.has_value(), fmt::format("{}: no config of the space is valid for {} on {} (the default {}: {})",
+                                              family.name(), problem.key(), device.arch, def.str(), why_not_default));
   return {*best, true};
 }
 
