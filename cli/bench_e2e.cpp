@@ -219,8 +219,9 @@ void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& model
           e.shape.context = ctx;
           e.warmup = warmup;
           e.passes = forward_only ? model::E2ePasses::kForward : model::E2ePasses::kForwardBackward;
-          std::cerr << fmt::format("[{}/{}] {} ctx {}, {} warm-up steps, {}\n", results.size() + 1, runs, m.name,
-                                   ctx, warmup, forward_only ? "forward only" : "forward + backward");
+          std::cerr << fmt::format("[{}/{}] {} ctx {}, {} warm-up step{}, {}\n", results.size() + 1, runs, m.name,
+                                   ctx, warmup, warmup == 1 ? "" : "s",
+                                   forward_only ? "forward only" : "forward + backward");
           results.push_back(model::bench_e2e(e));
           rows.push_back(model::to_json(results.back()));
         }

@@ -213,8 +213,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       if (print != env::PrintLevel::kQuiet && !global.json) {
         const auto working = std::count_if(view.evaluations.begin(), view.evaluations.end(),
                                            [](const Evaluation& e) { return e.ok; });
-        tops += fmt::format("{} on {}, fastest {} of {} evaluated:\n", family.name(), problem.key(),
-                            std::min<std::size_t>(kTop, working), summary.records.size());
+        tops += fmt::format("{} on {}, fastest {} of {} evaluated, as timed in the search:\n", family.name(),
+                            problem.key(), std::min<std::size_t>(kTop, working), summary.records.size());
         tops += top_table(view, kTop);
       }
       if (!summary.best) {

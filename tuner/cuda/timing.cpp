@@ -34,8 +34,8 @@ Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOp
   }
   Measurement m = summarize(samples);
   m.method = fmt::format("CUDA events around {}; {} warm-up; L2 flushed ({} MiB written) before each of {} "
-                         "repetitions; median, p20, p80",
-                         what, options.warmup, flush_bytes >> 20, m.repetitions);
+                         "repetition{}; median, p20, p80",
+                         what, options.warmup, flush_bytes >> 20, m.repetitions, m.repetitions == 1 ? "" : "s");
   return m;
 }
 

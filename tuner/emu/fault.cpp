@@ -55,9 +55,13 @@ void describe_fault(BlockRun& b, int sig, const void* address, bool write) {
       std::snprintf(b.fault_text, sizeof b.fault_text,
                     "out-of-bounds %s %s: %lld bytes before the start of %s (%lld bytes)", access, at, -offset,
                     r.name.c_str(), size);
+    else if (offset == size)
+      std::snprintf(b.fault_text, sizeof b.fault_text,
+                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), the first byte past its end", access,
+                    at, offset, r.name.c_str(), size);
     else
       std::snprintf(b.fault_text, sizeof b.fault_text,
-                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), %lld bytes past its end", access, at,
+                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), %lld bytes after its last", access, at,
                     offset, r.name.c_str(), size, offset - size + 1);
   };
   for (const Region* r : b.launch->regions)

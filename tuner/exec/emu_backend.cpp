@@ -201,8 +201,8 @@ class EmuBackend final : public Backend {
       total_ms += ms;
     }
     Measurement m = summarize(samples);
-    m.method = fmt::format("host emulation wall time of {} ({} repetitions; not a GPU measurement)", what,
-                           m.repetitions);
+    m.method = fmt::format("host emulation wall time of {} ({} repetition{}; not a GPU measurement)", what,
+                           m.repetitions, m.repetitions == 1 ? "" : "s");
     return m;
   }
 

@@ -101,7 +101,7 @@ TEST_CASE("an out-of-bounds write past a buffer names kernel, thread and offset"
   const auto error = p.launch_error(kOverrun, {2, 1, 1}, {256, 1, 1}, ArgPack().add(out).add(256));
   INFO(error);
   CHECK(error.find("out-of-bounds write in kernel k_overrun, block (1,0,0), thread (0,0,0)") != std::string::npos);
-  CHECK(error.find("byte offset 1024 of buffer 'out' (1024 bytes), 1 bytes past its end") != std::string::npos);
+  CHECK(error.find("byte offset 1024 of buffer 'out' (1024 bytes), the first byte past its end") != std::string::npos);
   // The process survives and the executor keeps working.
   CHECK(p.launch_error(kOverrun, {1, 1, 1}, {255, 1, 1}, ArgPack().add(out).add(255)).empty());
 }
