@@ -265,10 +265,16 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
   std::vector<Config> candidates(const Problem& p) const override {
     // At the scan default an H200 took 1.9-2.7x the floor, slower than the
     // eager chain (zero, atomic scatter) at ctx 256: a block stores its rows,
-    // most of them zeros, only after its walk. The rows zeroed first.
+    // most of them zeros, only after its walk. The rows zeroed first; and
+    // wider blocks, which own more rows each: fewer blocks walk the tokens
+    // (vocab / 32 of 1024 threads, not vocab / 8), each in fewer tiles of
+    // THREADS tokens (one tile at 1024 tokens a step), so the walk, a chain
+    // of latencies repeated by every block, is paid fewer times.
     const Config def = default_config(p);
     if (method(def) != kScan) return {};
-    return {with(def, {{"deterministic", kScanZeroFirst}})};
+    return {with(def, {{"deterministic", kScanZeroFirst}}),
+            with(def, {{"deterministic", kScanZeroFirst}, {"threads", 1024}}),
+            with(def, {{"deterministic", kScanZeroFirst}, {"threads", 512}}), with(def, {{"threads", 1024}})};
   }
 
   double flops(const Problem& p) const override {  // one add per element of d_out

@@ -116,7 +116,7 @@ TEST_CASE("embedding_bwd sorted and scan: d_table repeats bit for bit whatever t
   const Problem p = problem("f32", 1000, 64, 13);
   const Workload w = backward_family().make_workload(p, 4);
   std::vector<std::vector<float>> results;
-  for (const Config& c : {bwd(128, 16, 4, 1), bwd(128, 32, 2, 2), bwd(128, 32, 2, 3)})
+  for (const Config& c : {bwd(128, 16, 4, 1), bwd(128, 32, 2, 2), bwd(128, 32, 2, 3), bwd(1024, 32, 2, 3)})
     for (const unsigned workers : {1u, 2u, 2u}) {
       Buffers b;
       for (const auto& hb : w.buffers) b.add(hb.bytes, hb.role != Role::kInput);

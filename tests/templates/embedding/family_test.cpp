@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "base/error.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/render.hpp"
 
 namespace templates_embedding_family_test {
@@ -78,14 +79,22 @@ TEST_CASE("embedding constraints and defaults", "[embedding][family]") {
   CHECK(forward_family().default_config(problem("bf16", 9, 768, 50)).at("vec") == 8);
 }
 
-TEST_CASE("embedding_bwd candidates: the scan default with its rows zeroed before the walk", "[embedding][family]") {
+TEST_CASE("embedding_bwd candidates: the scan default with its rows zeroed before the walk, and in wider blocks",
+          "[embedding][family]") {
   const Problem xl = problem("bf16", 4096, 1600, 10000);
   const Config def = backward_family().default_config(xl);
   REQUIRE(def.at("deterministic") == 2);
-  Config zero_first = def;
-  zero_first.set("deterministic", 3);
-  CHECK(backward_family().candidates(xl) == std::vector<Config>{zero_first});
-  CHECK(backward_family().is_valid(zero_first, xl, DeviceLimits::for_arch("sm_90")));
+  REQUIRE(def.at("threads") == 256);
+  const auto candidates = backward_family().candidates(xl);
+  REQUIRE(candidates.size() == 4);
+  CHECK(candidates[0] == with(def, {{"deterministic", 3}}));
+  CHECK(candidates[1] == with(def, {{"deterministic", 3}, {"threads", 1024}}));
+  for (const Config& c : candidates) {
+    INFO(c.str());
+    CHECK(c.at("deterministic") >= 2);  // a scan: one launch, reproducible
+    CHECK(backward_family().is_valid(c, xl, DeviceLimits::for_arch("sm_90")));
+    CHECK(backward_family().is_valid(c, xl, DeviceLimits::for_arch("sm_80")));
+  }
   // A sorting default has no scan to change.
   CHECK(backward_family().candidates(problem("f32", 300, 36, 7)).empty());
 }
