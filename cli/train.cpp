@@ -72,6 +72,9 @@ class StopSignals {
     action.sa_handler = on_stop_signal;
     action.sa_flags = SA_RESTART;  // system calls under way go on
     sigemptyset(&action.sa_mask);
+    // One handler at a time: the first signal's time is set before a second one reads it.
+    sigaddset(&action.sa_mask, SIGINT);
+    sigaddset(&action.sa_mask, SIGTERM);
     ::sigaction(SIGINT, &action, &old_int_);
     ::sigaction(SIGTERM, &action, &old_term_);
   }
