@@ -130,7 +130,7 @@ AtomicFile::AtomicFile(const fs::path& path) : target_(resolve_target(path, "fil
   tmp_ = dir / ("." + target_.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
                 std::to_string(counter++));
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) io_error("cannot create", tmp_);
+  if (fd_ < 0) io_error("cannot create", target_);
   if (struct stat old; ::stat(target_.c_str(), &old) == 0) {
     ::fchmod(fd_, old.st_mode & 07777);
     if (::fchown(fd_, old.st_uid, old.st_gid) != 0) {
@@ -153,7 +153,7 @@ void AtomicFile::append(std::string_view bytes) {
     const ssize_t n = ::write(fd_, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      io_error("cannot write", tmp_);
+      io_error("cannot write", target_);
     }
     p += n;
     left -= static_cast<size_t>(n);
@@ -166,7 +166,7 @@ void AtomicFile::commit() {
   const bool synced = ::fsync(fd) == 0;
   if (::close(fd) != 0 || !synced) {
     ::unlink(tmp_.c_str());
-    io_error("cannot flush", tmp_);
+    io_error("cannot write", target_);
   }
   if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
     ::unlink(tmp_.c_str());
@@ -209,17 +209,25 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<char*>(data_), size_);
 }
 
-FileLock::FileLock(const fs::path& path) : path_(path) {
+FileLock::FileLock(const fs::path& path, std::string_view busy) : path_(path) {
   std::error_code ec;
+  if (!busy.empty() && path.has_parent_path() && !fs::is_directory(path.parent_path(), ec)) return;
   if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
   for (;;) {
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) io_error("cannot open lock file", path);
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) {
-        ::close(fd_);
-        io_error("cannot lock", path);
-      }
+    while (::flock(fd_, busy.empty() ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      ::close(fd_);
+      fd_ = -1;
+      if (error == EWOULDBLOCK && !busy.empty())
+        throw_error(ErrorKind::kInvalidInput,
+                    fmt::format("{} is being written by another ktune process (it holds {}); wait for it, or give "
+                                "another path",
+                                busy, path.string()));
+      errno = error;
+      io_error("cannot lock", path);
     }
     // The previous holder unlinks the file before it lets go: a lock on a
     // file no longer at `path` serialises nothing, so open the path again.

@@ -74,7 +74,12 @@ class MappedFile {
 };
 
 /// Exclusive advisory lock (flock) on `path` (created if missing), held for the
-/// object's lifetime. Blocks until acquired. The lock file is removed when
+/// object's lifetime. Blocks until acquired; or, given `busy` (what holds
+/// the file, for the message), throws kInvalidInput at once when another
+/// process holds it: a file one run writes for its whole length (a session
+/// log, a training run's metrics) is not written by two; and where the folder
+/// is not there yet, takes none and makes none (no process writes there yet,
+/// and a run refused later leaves no folder behind). The lock file is removed when
 /// the lock is released, so none is left beside the file it guards: the
 /// holder unlinks it while still holding it, and a locker re-checks, once
 /// it holds its lock, that the file it opened is still the one at `path`
@@ -82,7 +87,7 @@ class MappedFile {
 /// killed while holding it leaves the file, which the next one removes.
 class FileLock {
  public:
-  explicit FileLock(const std::filesystem::path& path);
+  explicit FileLock(const std::filesystem::path& path, std::string_view busy = {});
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -88,6 +91,12 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "ktune: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  // What did not reach stdout (a full disk under a redirect) is a failed run, not a quiet one.
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::cerr << "ktune: cannot write standard output: " << std::strerror(errno) << "\n";
     return 1;
   }
   return global.exit_code;

@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -287,6 +289,11 @@ void add_train_command(CLI::App& app, Global& global) {
     if (!o->t.checkpoint.empty()) writable_target(o->t.checkpoint, "--checkpoint");
     // Checked now, opened at the first step's end: a run refused on the way leaves the file as it was.
     const std::filesystem::path metrics_path = o->metrics.empty() ? "" : writable_target(o->metrics, "--metrics");
+    // One run writes a checkpoint and a metrics file at a time.
+    std::optional<FileLock> checkpoint_held, metrics_held;
+    if (!o->t.checkpoint.empty())
+      checkpoint_held.emplace(o->t.checkpoint + ".lock", "--checkpoint " + o->t.checkpoint);
+    if (!metrics_path.empty()) metrics_held.emplace(metrics_path.string() + ".lock", "--metrics " + o->metrics);
     const auto metrics_mode = o->t.resume && std::filesystem::exists(o->t.checkpoint) ? std::ios::app : std::ios::trunc;
     if (metrics_mode == std::ios::app && !metrics_path.empty()) check_metrics(metrics_path);
     std::ofstream metrics;
@@ -323,7 +330,12 @@ void add_train_command(CLI::App& app, Global& global) {
             metrics.open(open_target(metrics_path, "--metrics"), metrics_mode);
             KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", metrics_path.string()));
           }
-          if (metrics.is_open()) metrics << step_json(r).dump() << "\n" << std::flush;
+          if (metrics.is_open()) {
+            metrics << step_json(r).dump() << "\n" << std::flush;
+            if (!metrics)
+              throw_error(ErrorKind::kIo,
+                          fmt::format("cannot write --metrics {}: {}", metrics_path.string(), std::strerror(errno)));
+          }
           if (global.json) return;
           const double tokens_per_s = r.tokens_per_s();
           std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s)"

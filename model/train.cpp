@@ -209,13 +209,16 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
       }
     }
     const bool stop = s == o.steps || (o.should_stop && o.should_stop());
-    if (!o.checkpoint.empty() && (stop || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0))) {
+    r.checkpointed = !o.checkpoint.empty() && (stop || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0));
+    records.push_back(r);
+    // The step's record goes out before its checkpoint: a run killed between
+    // the two resumes from the checkpoint before, whose run drops the records
+    // past it; the other way round, a checkpointed step would have none.
+    if (on_step) on_step(r);
+    if (r.checkpointed) {
       write_checkpoint(o.checkpoint, *model, at);
-      r.checkpointed = true;
       last_checkpoint = s;
     }
-    records.push_back(r);
-    if (on_step) on_step(r);
     if (stop) break;
   }
   if (!o.save.empty()) save_weights(o.save);

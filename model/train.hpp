@@ -110,7 +110,8 @@ struct TrainStart {
 };
 
 /// Trains up to step options.steps (from step 1, or after a resumed
-/// checkpoint's); calls on_step after each. `on_start` sees the run once
+/// checkpoint's); calls on_step after each (before the step's checkpoint,
+/// when it has one, is written). `on_start` sees the run once
 /// its runtime is built (its kernel summary, say). Throws kInvalidInput for a
 /// schedule that cannot run (cosine with cycle <= warmup, min_lr > lr), a
 /// checkpoint to resume from that is not one of this model's or was trained

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/files.hpp"
 #include "support.hpp"
 
 namespace cli_input_checks_test {
@@ -114,8 +115,8 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
   REQUIRE(run_command(ktune_exe().string() + " " + train + "--checkpoint " + ckpt.string(), &err) == 0);
   const auto notes = dir / "notes.txt";
   std::ofstream(notes) << "my notes\nmore notes\n";
-  CHECK(run_bad("train --model tiny --ctx 8 --batch 2 --steps 2 --checkpoint " + ckpt.string() + " --resume --metrics " +
-                    notes.string(),
+  CHECK(run_bad("train --model tiny --ctx 8 --batch 2 --steps 2 --checkpoint " + ckpt.string() +
+                    " --resume --metrics " + notes.string(),
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("line 1 is no step record"));
   CHECK(read_all(notes) == "my notes\nmore notes\n");
@@ -139,7 +140,9 @@ TEST_CASE("CLI: a list with an empty item is refused and not read short", "[cli]
   CHECK_THAT(err, Catch::Contains("--prompt has an empty item in '1,,2'"));
 }
 
-TEST_CASE("CLI: tune --resume refuses a file that is no session log and --timeout a time that is none", "[cli]") {
+TEST_CASE("CLI: tune --resume refuses a file that is no session log, a new session too, and --timeout a time that is "
+          "none",
+          "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-resume");
   const auto notes = dir / "notes.txt";
   std::ofstream(notes) << "my notes\n";
@@ -149,6 +152,8 @@ TEST_CASE("CLI: tune --resume refuses a file that is no session log and --timeou
   std::string err;
   CHECK(run_bad(tune + "--resume --log " + notes.string(), &err) == 2);
   CHECK_THAT(err, Catch::Contains("is not a ktune session log"));
+  CHECK(run_bad(tune + "--log " + notes.string(), &err) == 2);  // a new session would truncate it
+  CHECK_THAT(err, Catch::Contains("is not a ktune session log") && Catch::Contains("give another path"));
   CHECK(read_all(notes) == "my notes\n");
   CHECK_FALSE(std::filesystem::exists(cache));
   for (const char* timeout : {"0", "-1", "nan", "inf", "1e300"}) {
@@ -241,12 +246,59 @@ TEST_CASE("CLI: a problem no config of the space fits is said so with the defaul
   REQUIRE(run_command("{ " + ktune_exe().string() + " render --space" + with_spec + " --problem "
                           "'{\"dtype\":\"f32\",\"dims\":{\"n\":100000}}' 2>/dev/null; }",
                       &out) == 0);
-  CHECK_THAT(out, Catch::Contains("0 valid for f32;n=100000 on sm_90") && Catch::Contains("no config runs it on sm_90") &&
+  CHECK_THAT(out, Catch::Contains("0 valid for f32;n=100000 on sm_90") &&
+                      Catch::Contains("no config runs it on sm_90") &&
                       Catch::Contains("vec                  {1, 2, 4}"));
   std::string err;
   CHECK(run_bad("run --backend emu" + with_spec, &err) == 2);
   CHECK_THAT(err, Catch::Contains("no config of the space is valid for f32;n=100000 on sm_90 (the default ") &&
                       Catch::Contains("is not a whole number"));
+}
+
+TEST_CASE("CLI: a session log or a run's checkpoint and metrics that another process writes are refused", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-busy");
+  const auto log = dir / "t.log", metrics = dir / "m.jsonl", checkpoint = dir / "c.ckpt";
+  std::string err;
+  {
+    const ktune::FileLock other(log.string() + ".lock");  // as a running session holds it
+    CHECK(run_bad("tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' --log " +
+                      log.string() + " --cache " + (dir / "tuned.json").string(),
+                  &err) == 2);
+    CHECK_THAT(err, Catch::Contains("session log " + log.string() + " is being written by another ktune process"));
+  }
+  const std::string train = "train --model tiny --ctx 8 --batch 2 --steps 2 --checkpoint " + checkpoint.string() +
+                            " --metrics " + metrics.string();
+  {
+    const ktune::FileLock other(metrics.string() + ".lock");
+    CHECK(run_bad(train, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("--metrics " + metrics.string() + " is being written by another ktune process"));
+  }
+  {
+    const ktune::FileLock other(checkpoint.string() + ".lock");
+    CHECK(run_bad(train, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("--checkpoint " + checkpoint.string() + " is being written"));
+  }
+  CHECK_FALSE(std::filesystem::exists(log));
+  CHECK_FALSE(std::filesystem::exists(metrics));
+  CHECK_FALSE(std::filesystem::exists(checkpoint));
+  // Once let go, the run goes on, and leaves no lock file behind.
+  REQUIRE(run_command("{ " + ktune_exe().string() + " " + train + " >/dev/null 2>&1; }", &err) == 0);
+  CHECK(std::filesystem::exists(checkpoint));
+  CHECK_FALSE(std::filesystem::exists(checkpoint.string() + ".lock"));
+  CHECK_FALSE(std::filesystem::exists(metrics.string() + ".lock"));
+}
+
+TEST_CASE("CLI: output that does not reach stdout fails the command with one line", "[cli]") {
+  if (!std::filesystem::exists("/dev/full")) {
+    WARN("no /dev/full here; skipping");
+    return;
+  }
+  std::string err;
+  for (const char* args : {"families", "render --family rmsnorm_fwd", "--json families"}) {
+    INFO(args);
+    CHECK(run_command("{ " + ktune_exe().string() + " " + args + " >/dev/full; }", &err) == 1);
+    CHECK(err == "ktune: cannot write standard output: No space left on device\n");
+  }
 }
 
 }  // namespace cli_input_checks_test

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <cerrno>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "base/env.hpp"
@@ -52,6 +55,7 @@ class SessionLog {
     if (path_.empty()) return;
     out_ << j.dump() << "\n";
     out_.flush();
+    if (!out_) throw_error(ErrorKind::kIo, fmt::format("cannot write session log {}: {}", path_, std::strerror(errno)));
   }
 
  private:
@@ -94,6 +98,20 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
     out[r.config] = r;
   }
   return out;
+}
+
+/// Refuses to start a log over a file that is no session's log (a
+/// checkpoint, notes): a new session truncates the file it logs to.
+void refuse_foreign_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (in && line.empty()) std::getline(in, line);
+  if (line.empty()) return;  // none, or empty
+  const auto j = nlohmann::json::parse(line, nullptr, false);
+  KTUNE_REQUIRE(j.is_object() && j.contains("session"),
+                fmt::format("{} is not a ktune session log (its first line is no session header), and a new "
+                            "session's log would replace it; give another path for the log",
+                            path));
 }
 
 /// The search's view of a runner: each evaluation a validated, timed run,
@@ -181,6 +199,9 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const auto start = std::chrono::steady_clock::now();
   const auto& device = runner.device();
   auto stop = options.budget.empty() ? std::make_unique<search::Unbounded>() : search::parse_budget(options.budget);
+  std::optional<FileLock> held;  // one session writes a log at a time
+  if (!options.log_path.empty()) held.emplace(options.log_path + ".lock", "session log " + options.log_path);
+  if (!options.resume) refuse_foreign_file(options.log_path);
   bool header = false;
   std::map<Config, Record> done =
       options.resume ? read_log(options.log_path, family, problem, header) : std::map<Config, Record>{};
