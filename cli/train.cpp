@@ -2,17 +2,11 @@
 // prints the loss per step (synthetic learnable tokens unless --tokens is given).
 #include <fmt/format.h>
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cerrno>
-#include <csignal>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -29,6 +23,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
+#include "cli/stop_signals.hpp"
 #include "model/checkpoint.hpp"
 #include "model/memory_plan.hpp"
 #include "model/train.hpp"
@@ -38,61 +33,6 @@ namespace ktune::cli {
 
 namespace {
 
-volatile std::sig_atomic_t caught_signal = 0;
-std::atomic<std::int64_t> first_signal_ns{0};  // lock-free: safe in a handler
-static_assert(std::atomic<std::int64_t>::is_always_lock_free);
-// Signals this soon after the first are the same stop request delivered
-// again: GNU timeout, for one, signals its child and then its process group.
-constexpr std::int64_t kSameRequestNs = 1'000'000'000;
-
-extern "C" void on_stop_signal(int signal) {
-  timespec now{};
-  ::clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
-  const std::int64_t ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
-  if (caught_signal == 0) {
-    caught_signal = signal;
-    first_signal_ns = ns;
-    constexpr char kSay[] = "\nktune: stopping after this step, once it is written (again: stop at once)\n";
-    [[maybe_unused]] const auto written = ::write(STDERR_FILENO, kSay, sizeof(kSay) - 1);
-    return;
-  }
-  if (ns - first_signal_ns < kSameRequestNs) return;
-  // A second request: the signal's default action, once this handler returns.
-  ::signal(signal, SIG_DFL);
-  ::raise(signal);
-}
-
-// While alive (and `active`), SIGINT and SIGTERM ask the training to stop
-// after its step; a second one, a second or more after the first, takes its
-// default action.
-class StopSignals {
- public:
-  explicit StopSignals(bool active) : active_(active) {
-    if (!active_) return;
-    caught_signal = 0;
-    struct sigaction action{};
-    action.sa_handler = on_stop_signal;
-    action.sa_flags = SA_RESTART;  // system calls under way go on
-    sigemptyset(&action.sa_mask);
-    // One handler at a time: the first signal's time is set before a second one reads it.
-    sigaddset(&action.sa_mask, SIGINT);
-    sigaddset(&action.sa_mask, SIGTERM);
-    ::sigaction(SIGINT, &action, &old_int_);
-    ::sigaction(SIGTERM, &action, &old_term_);
-  }
-  ~StopSignals() {
-    if (!active_) return;
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  int caught() const { return active_ ? static_cast<int>(caught_signal) : 0; }
-
- private:
-  bool active_;
-  struct sigaction old_int_{}, old_term_{};
-};
 
 /// The step of a --metrics line, or nullopt for a line that is no step record.
 std::optional<std::int64_t> record_step(const std::string& line) {
@@ -298,7 +238,8 @@ void add_train_command(CLI::App& app, Global& global) {
     if (metrics_mode == std::ios::app && !metrics_path.empty()) check_metrics(metrics_path);
     std::ofstream metrics;
     // With somewhere to write the run to, a signal ends it after its step, written there.
-    StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty());
+    StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty(),
+                             "\nktune: stopping after this step, once it is written (again: stop at once)\n");
     model::TrainOptions t = o->t;
     t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
     t.model = model_from_args(o->m);
@@ -429,7 +370,7 @@ void add_train_command(CLI::App& app, Global& global) {
     }
     if (!t.save.empty() && !global.json) std::cout << "saved weights to " << t.save << "\n";
     if (const int signal = stop_signals.caught()) {
-      const std::string name = signal == SIGINT ? "SIGINT" : "SIGTERM";
+      const std::string name = StopSignals::name(signal);
       const std::int64_t step = records.empty() ? 0 : records.back().step;
       if (!t.checkpoint.empty())
         std::cerr << fmt::format("stopped by {} after step {}; the checkpoint {} holds it: run again with --resume "

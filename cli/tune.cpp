@@ -19,6 +19,7 @@
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
+#include "cli/stop_signals.hpp"
 #include "cli/table.hpp"
 #include "cli/tune_report.hpp"
 #include "model/step_kernels.hpp"
@@ -96,7 +97,9 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
       ->check(output_file())
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
-  cmd->add_flag("--resume", opts->tune.resume, "Continue the session in --log instead of starting anew");
+  cmd->add_flag("--resume", opts->tune.resume,
+                "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM, which end "
+                "a session after its evaluation, its best so far in the cache)");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
                                                 "worker process is killed and the variant marked failed")
@@ -170,12 +173,18 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::string tops;
     std::string method;
     std::vector<std::string> logs, failed;
-    for (std::size_t i = 0; i < requests.size(); ++i) {
+    // A stop signal ends the session after its evaluation under way: its best so far goes into the cache, the
+    // kernels after it are left for --resume.
+    StopSignals stop_signals(true,
+                             "\nktune: stopping after this evaluation; the best so far goes into the cache (again: "
+                             "stop at once)\n");
+    for (std::size_t i = 0; i < requests.size() && !stop_signals.caught(); ++i) {
       const auto& family = *requests[i].family;
       const auto& problem = requests[i].problem;
       // Logs go under the cache folder unless --log says where (a prefix with --model).
       const std::string default_log = tuner::default_log_path(family, problem);
       tuner::TuneOptions tune = opts->tune;
+      tune.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
       const std::string log_name = std::filesystem::path(default_log).filename().string();
       tune.log_path = opts->log.empty()      ? default_log
                       : requests.size() == 1 ? opts->log
@@ -251,12 +260,26 @@ void add_tune_command(CLI::App& app, Global& global) {
       if (!method.empty()) std::cout << "measured: " << method << "\n";
       if (emulated)
         std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";
-      std::cout << fmt::format("{} winner{} written to {}; session log{} {}\n", results.size(),
-                               results.size() == 1 ? "" : "s", opts->cache, logs.size() == 1 ? "" : "s",
-                               logs.size() == 1 ? logs[0] : std::filesystem::path(logs[0]).parent_path().string());
+      // One log, or several: the --log prefix's, else the cache folder's sessions/.
+      const std::string where = logs.size() == 1  ? logs[0]
+                                : opts->log.empty() ? std::filesystem::path(logs[0]).parent_path().string() + "/"
+                                                    : opts->log + ".*";
+      std::cout << (results.empty() ? fmt::format("no winner: {} is left as it was; session log{} {}\n", opts->cache,
+                                                  logs.size() == 1 ? "" : "s", where)
+                                    : fmt::format("{} winner{} written to {}; session log{} {}\n", results.size(),
+                                                  results.size() == 1 ? "" : "s", opts->cache,
+                                                  logs.size() == 1 ? "" : "s", where));
       if (logs.size() == 1)
         std::cout << "read it again with: ktune log show " << logs[0]
                   << (opts->spec.empty() ? "" : " --spec " + opts->spec) << "\n";
+    }
+    if (const int signal = stop_signals.caught()) {
+      const auto& last = requests[logs.size() - 1];
+      std::cerr << fmt::format("stopped by {} in the session of {} on {} ({} of {}): {} holds the best found so "
+                               "far; run again with --resume to go on\n",
+                               StopSignals::name(signal), last.family->name(), last.problem.key(), logs.size(),
+                               requests.size(), opts->cache);
+      global.exit_code = 128 + signal;
     }
     if (!failed.empty())
       throw_error(ErrorKind::kCheckFailed, fmt::format("no config passed validation for {}", fmt::join(failed, ", ")));

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/files.hpp"
 #include "search/strategy.hpp"
 #include "support.hpp"
 
@@ -150,6 +151,50 @@ TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder,
   CHECK_THAT(out, Catch::Contains("#1 {") && Catch::Contains("#4 {") && Catch::Contains("fastest"));
   CHECK(run_command(env + "KTUNE_PRINT=loud " + tune, &out) == 2);
   CHECK_THAT(out, Catch::Contains("KTUNE_PRINT must be quiet, summary or all"));
+}
+
+TEST_CASE("CLI: a stop signal ends a tuning session after its evaluation, the best so far in the cache, and "
+          "--resume goes on",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-signal");
+  const auto log = dir / "t.log", cache = dir / "tuned.json";
+  const std::string tune = ktune_exe().string() +
+                           " tune --backend emu --strategy exhaustive --family rmsnorm_fwd --problem "
+                           "'{\"dtype\":\"f32\",\"dims\":{\"rows\":64,\"dim\":768}}' --cache " +
+                           cache.string() + " --log " + log.string();
+  // The whole space (56 valid points of 160) were the signal not heeded; SIGINT to the process group, as
+  // Ctrl-C sends it, twice (a wrapper's), once a few evaluations are logged: the workers go on with theirs.
+  std::string out;
+  const int code = run_command(
+      "(setsid " + tune + " > " + (dir / "out").string() + " 2> " + (dir / "err").string() + " & pid=$!; " +
+          "for i in $(seq 600); do [ \"$(wc -l < " + log.string() +
+          " 2>/dev/null || echo 0)\" -ge 4 ] && break; sleep 0.1; done; kill -INT -$pid; sleep 0.005; "
+          "kill -INT -$pid; wait $pid)",
+      &out);
+  CHECK(code == 128 + 2);
+  const std::string err = ktune::read_file(dir / "err");
+  CHECK_THAT(err, Catch::Contains("stopped by SIGINT in the session of rmsnorm_fwd") &&
+                      Catch::Contains("run again with --resume to go on"));
+  std::vector<nlohmann::json> lines;
+  {
+    std::istringstream in(ktune::read_file(log));
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  }
+  REQUIRE(lines.size() >= 4);
+  const std::size_t logged = lines.size() - 1;
+  CHECK(logged < 56);  // the valid points of the space
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    INFO(lines[i].dump());
+    CHECK(lines[i].dump().find("crashed") == std::string::npos);  // no worker died of the signal
+  }
+  const auto entries = nlohmann::json::parse(ktune::read_file(cache));
+  CHECK(entries.dump().find("rmsnorm_fwd") != std::string::npos);
+  // Resumed with a budget a few evaluations past the logged ones: those come from the log, not run again.
+  REQUIRE(run_command(tune + " --resume --budget " + std::to_string(logged + 2) + " 2>/dev/null", &out) == 0);
+  std::istringstream again(ktune::read_file(log));
+  std::size_t now = 0;
+  for (std::string line; std::getline(again, line);) ++now;
+  CHECK(now == logged + 1 + 2);
 }
 
 }  // namespace cli_tune_emu_test

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <new>
 #include <cstring>
 
 #include "base/error.hpp"
@@ -77,7 +78,11 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
                               const std::vector<const Family*>& extra, bool cuda_before_fork) {
   // A crash here must end this process the default way, whatever handlers
   // the parent installed (a test framework's, say), so the parent sees it.
-  for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS, SIGTERM}) ::signal(sig, SIG_DFL);
+  for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS}) ::signal(sig, SIG_DFL);
+  // A stop request is the parent's to heed (after this evaluation); Ctrl-C
+  // reaches the whole process group. The parent ends a worker by closing
+  // its pipe, or with SIGKILL.
+  for (int sig : {SIGINT, SIGTERM}) ::signal(sig, SIG_IGN);
   std::unique_ptr<Runner> runner;
   try {
     runner = make_inner();
@@ -109,6 +114,9 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
       if (restart) reply["restart"] = true;
     } catch (const Error& e) {
       reply = {{"error", e.what()}, {"kind", static_cast<int>(e.kind())}};
+    } catch (const std::bad_alloc&) {  // the problem's buffers, most likely: as the command says it without workers
+      reply = {{"error", "out of host memory: what was asked for needs more than this machine gives; ask for less"},
+               {"kind", static_cast<int>(ErrorKind::kInvalidInput)}};
     } catch (const std::exception& e) {
       reply = {{"error", e.what()}, {"kind", static_cast<int>(ErrorKind::kInternal)}};
     }

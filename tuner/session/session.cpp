@@ -114,6 +114,22 @@ void refuse_foreign_file(const std::string& path) {
                             path));
 }
 
+/// The budget, or sooner where `should_stop` says so (a stop signal): the
+/// search ends before its next evaluation.
+class Interruptible final : public search::StopCondition {
+ public:
+  Interruptible(const search::StopCondition& budget, std::function<bool()> should_stop)
+      : budget_(budget), should_stop_(std::move(should_stop)) {}
+  bool done(const search::SearchState& s) const override { return budget_.done(s) || interrupted(); }
+  double progress(const search::SearchState& s) const override { return budget_.progress(s); }
+  std::string describe() const override { return budget_.describe(); }
+  bool interrupted() const { return should_stop_ && should_stop_(); }
+
+ private:
+  const search::StopCondition& budget_;
+  std::function<bool()> should_stop_;
+};
+
 /// The search's view of a runner: each evaluation a validated, timed run,
 /// logged as it arrives, answered from the resumed log when it is there.
 class SessionEvaluator final : public search::Evaluator {
@@ -255,8 +271,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     compile_ahead();
     if (progress && last) progress(*last, p);
   };
-  const search::SearchResult found = search::run_search(evaluator, *strategy, *stop, callbacks, first);
-  summary.stopped_by = found.stopped_by;
+  const Interruptible until(*stop, options.should_stop);
+  const search::SearchResult found = search::run_search(evaluator, *strategy, until, callbacks, first);
+  const bool interrupted = until.interrupted();
+  summary.stopped_by = interrupted ? "a stop signal" : found.stopped_by;
   summary.resumed = evaluator.resumed_count;
   summary.evaluations = found.state.evaluations;
   summary.failures = found.state.failures;
@@ -284,7 +302,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (options.finalists > 1 && summary.default_run && timed(*summary.default_run) &&
       std::none_of(ranked.begin(), ranked.end(), [&](const Record& r) { return r.config == def; }))
     ranked.push_back(*summary.default_run);
-  if (ranked.size() > 1 && options.run.time) {
+  if (ranked.size() > 1 && options.run.time && !interrupted) {
     RunOptions again = run;
     again.validate = false;
     for (auto& r : ranked) {

@@ -32,6 +32,10 @@ struct TuneOptions {
   /// Threads compiling ahead of the benchmark what the strategy expects to
   /// propose next (GPU runner; search::Strategy::upcoming); 0 turns it off.
   unsigned compile_ahead_threads = 0;
+  /// Asked before each evaluation: true ends the search there, before the
+  /// budget (a stop signal); the best so far is the winner, from the
+  /// search's timings (no finalists timed again).
+  std::function<bool()> should_stop;
 };
 
 /// One evaluation as the session log records it.

@@ -1,0 +1,68 @@
+#include "cli/stop_signals.hpp"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdint>
+#include <cstring>
+#include <ctime>
+
+namespace ktune::cli {
+
+namespace {
+
+volatile std::sig_atomic_t caught_signal = 0;
+std::atomic<std::int64_t> first_signal_ns{0};  // lock-free: safe in a handler
+static_assert(std::atomic<std::int64_t>::is_always_lock_free);
+std::atomic<const char*> saying_text{nullptr};
+// Signals this soon after the first are the same stop request delivered
+// again: GNU timeout, for one, signals its child and then its process group.
+constexpr std::int64_t kSameRequestNs = 1'000'000'000;
+
+extern "C" void on_stop_signal(int signal) {
+  timespec now{};
+  ::clock_gettime(CLOCK_MONOTONIC, &now);  // async-signal-safe
+  const std::int64_t ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec;
+  if (caught_signal == 0) {
+    caught_signal = signal;
+    first_signal_ns = ns;
+    if (const char* say = saying_text.load()) {
+      [[maybe_unused]] const auto written = ::write(STDERR_FILENO, say, std::strlen(say));
+    }
+    return;
+  }
+  if (ns - first_signal_ns < kSameRequestNs) return;
+  // A second request: the signal's default action, once this handler returns.
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+}  // namespace
+
+StopSignals::StopSignals(bool active, const char* saying) : active_(active) {
+  if (!active_) return;
+  caught_signal = 0;
+  saying_text = saying;
+  struct sigaction action{};
+  action.sa_handler = on_stop_signal;
+  action.sa_flags = SA_RESTART;  // system calls under way go on
+  sigemptyset(&action.sa_mask);
+  // One handler at a time: the first signal's time is set before a second one reads it.
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
+  ::sigaction(SIGINT, &action, &old_int_);
+  ::sigaction(SIGTERM, &action, &old_term_);
+}
+
+StopSignals::~StopSignals() {
+  if (!active_) return;
+  ::sigaction(SIGINT, &old_int_, nullptr);
+  ::sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+int StopSignals::caught() const { return active_ ? static_cast<int>(caught_signal) : 0; }
+
+std::string StopSignals::name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+
+}  // namespace ktune::cli

@@ -1,0 +1,32 @@
+// SIGINT and SIGTERM as a request to stop once the work under way is done
+// and written (a training step, a tuning evaluation), not at once.
+#pragma once
+#include <signal.h>
+
+#include <string>
+
+namespace ktune::cli {
+
+/// While alive (and `active`), SIGINT and SIGTERM ask the command to stop
+/// after the work under way: `caught` says which came, and `saying` (a
+/// string literal: the handler writes it as it is) goes to stderr when the
+/// first one does. A second one, a second or more after the first, takes
+/// its default action; one within a second is the same request delivered
+/// twice (GNU timeout signals its child, then its process group).
+class StopSignals {
+ public:
+  StopSignals(bool active, const char* saying);
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  /// The signal that came (SIGINT or SIGTERM), else 0.
+  int caught() const;
+  /// "SIGINT" or "SIGTERM".
+  static std::string name(int signal);
+
+ private:
+  bool active_;
+  struct sigaction old_int_{}, old_term_{};
+};
+
+}  // namespace ktune::cli
