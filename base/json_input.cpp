@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 namespace ktune {
 using nlohmann::json;
@@ -43,6 +46,10 @@ namespace {
 
 // Thrown out of the parser callback at the first value nested too deep.
 struct TooDeep {};
+// Thrown out of it at a key given twice in one object (the parser would keep the last value, quietly).
+struct Repeated {
+  std::string key;
+};
 
 // 1-based line and column of byte offset `at` in `text`.
 std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size_t at) {
@@ -69,14 +76,22 @@ json parse_json_input(std::string_view text, const std::string& what, ErrorKind 
   // depth of every container as it opens, before anything below it is read.
   const char* begin = text.data();
   const char* end = text.data() + text.size();
-  auto depth_check = [](int depth, json::parse_event_t event, json&) {
+  std::vector<std::unordered_set<std::string>> keys;  // of each object open
+  auto check = [&keys](int depth, json::parse_event_t event, json& parsed) {
     if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
         depth >= kMaxJsonDepth)
       throw TooDeep{};
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    if (event == json::parse_event_t::object_end) keys.pop_back();
+    if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
+      throw Repeated{parsed.get<std::string>()};
     return true;
   };
   try {
-    return json::parse(begin, end, depth_check);
+    return json::parse(begin, end, check);
+  } catch (const Repeated& r) {
+    throw_error(kind, fmt::format("{} is not valid input: key '{}' is given twice in one object", what,
+                                  excerpt(r.key)));
   } catch (const TooDeep&) {
     // The callback cannot see the position; the first bracket past the limit is where it stopped.
     int depth = 0;

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "base/error.hpp"
 
@@ -26,6 +27,8 @@ Config Config::from_json(const nlohmann::json& j) {
   Config c;
   for (const auto& [k, v] : j.items()) {
     KTUNE_REQUIRE(v.is_number_integer(), "config parameter '" + k + "' must be an integer, got " + v.dump());
+    KTUNE_REQUIRE(!v.is_number_unsigned() || v.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max(),
+                  "config parameter '" + k + "' is past the largest integer, 2^63 - 1: got " + v.dump());
     c.values_[k] = v.get<std::int64_t>();
   }
   return c;

@@ -209,10 +209,12 @@ void add_tune_command(CLI::App& app, Global& global) {
       const auto summary = tuner::tune(family, problem, *runner, tune, progress);
       if (evaluated > 0 && print == env::PrintLevel::kSummary) {  // the last line says it ended, not an ETA
         const auto* best = summary.best && summary.best->result.timing ? &*summary.best->result.timing : nullptr;
-        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {}, done in {} ({})",
+        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {}, done in {} ({}){}",
                                 summary.evaluations, family.space().size(), summary.failures,
                                 best ? fmt::format("{:.4f} ms", best->median_ms) : "none",
-                                format_duration(summary.seconds), summary.stopped_by));
+                                format_duration(summary.seconds), summary.stopped_by,
+                                summary.resumed > 0 ? fmt::format("; {} of them read from the log", summary.resumed)
+                                                    : ""));
       }
       line.finish();
       SessionView view{&family, problem, opts->backend, runner->device().peak_bandwidth_gbs, {}, {},

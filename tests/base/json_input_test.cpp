@@ -43,6 +43,16 @@ TEST_CASE("parse errors: one line naming the input, position and reason, no exce
   CHECK(huge.find('\n') == std::string::npos);
 }
 
+TEST_CASE("a key given twice in one object is refused, not read as its last value", "[base][json]") {
+  CHECK(error_of(R"({"dtype": "f32", "dims": {"rows": 64, "dim": 8, "rows": 5}})") ==
+        "--problem is not valid input: key 'rows' is given twice in one object");
+  // The same key in two objects, or in an object and one nested in it, is no repeat.
+  CHECK(parse_json_input(R"({"a": {"a": 1}, "b": {"a": 2}, "c": [{"a": 3}, {"a": 4}]})", "x", ErrorKind::kInvalidInput)
+            .at("c")
+            .at(1)
+            .at("a") == 4);
+}
+
 TEST_CASE("nesting deeper than the bound is refused at once, however deep", "[base][json]") {
   const std::string ok = std::string(ktune::kMaxJsonDepth, '[') + std::string(ktune::kMaxJsonDepth, ']');
   CHECK(parse_json_input(ok, "x", ErrorKind::kInvalidInput).is_array());

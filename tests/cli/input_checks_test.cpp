@@ -288,6 +288,24 @@ TEST_CASE("CLI: a session log or a run's checkpoint and metrics that another pro
   CHECK_FALSE(std::filesystem::exists(metrics.string() + ".lock"));
 }
 
+TEST_CASE("CLI: numbers past their type's range and a file that is no session log are named as such", "[cli]") {
+  std::string err;
+  CHECK(run_bad("run --backend emu --family rmsnorm_fwd --config '{\"threads\":9223372036854775808}'", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("'threads' is past the largest integer"));  // was wrapped to -2^63
+  CHECK(run_bad("render --family rmsnorm_fwd --problem '{\"dtype\":\"f32\",\"dims\":{\"rows\":"
+                "18446744073709551615,\"dim\":8}}'",
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("'rows' is past the largest integer"));
+  CHECK(run_bad("tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
+                "--budget 99999999999999999999",
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("past the largest count of evaluations"));
+  const auto dir = ktune::test::scratch_dir("cli-not-a-log");
+  std::ofstream(dir / "notes.txt") << "7\n{\"config\": 1}\n";
+  CHECK(run_bad("log show " + (dir / "notes.txt").string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("is not a ktune session log (its first line is no session header)"));
+}
+
 TEST_CASE("CLI: output that does not reach stdout fails the command with one line", "[cli]") {
   if (!std::filesystem::exists("/dev/full")) {
     WARN("no /dev/full here; skipping");

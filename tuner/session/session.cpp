@@ -15,6 +15,7 @@
 #include "base/env.hpp"
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_input.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "search/winner.hpp"
@@ -342,18 +343,19 @@ SessionLogContents read_session_log(const std::string& path) {
                 "session log " + path + " does not exist or cannot be read");
   SessionLogContents out;
   for (std::string line; std::getline(in, line);) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error&) {
-      continue;  // a line cut short by a crash
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!out.header.is_object()) {  // the first line: a session's header, or the file is no session's log
+      KTUNE_REQUIRE(j.is_object() && j.contains("session"),
+                    fmt::format("{} is not a ktune session log (its first line is no session header)", path));
     }
+    if (j.is_discarded()) continue;  // a line cut short by a crash
     try {
       if (j.contains("session")) out.header = j["session"];
       else out.records.push_back(record_from_json(j));
     } catch (const nlohmann::json::exception&) {
-      throw_error(ErrorKind::kInvalidInput, "session log " + path + " has a line that is not an evaluation: " +
-                                                line.substr(0, 80));
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("session log {} has a line that is not an evaluation: {}", path, excerpt(line)));
     }
   }
   KTUNE_REQUIRE(out.header.is_object(), "session log " + path + " has no session header (not a ktune tune log?)");
