@@ -114,7 +114,7 @@ Header parse_header(std::string_view head, std::uint64_t file_size, const std::s
                    [](const TensorSpan& a, const TensorSpan& b) { return a.begin < b.begin; });
   // As the format requires: the tensors' bytes tile the data, none shared by
   // two tensors (a write to one would change the other) and none held by no
-  // tensor (what a repeated name hides: the JSON keeps its last entry).
+  // tensor.
   std::uint64_t end = 0;
   for (const TensorSpan& l : out.tensors) {
     if (l.begin < end) bad(fmt::format("tensor '{}' overlaps the bytes of another", l.entry.name));
