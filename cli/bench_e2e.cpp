@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
+#include "cli/progress.hpp"
 #include "model/bench_e2e.hpp"
 #include "model/runtime.hpp"
 #include "search/winner.hpp"
@@ -314,7 +315,17 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
       run_sweep(e, models, o->json_out, global.json);
       return;
     }
+    ProgressLine progress;
+    if (!global.json) {
+      progress.update(fmt::format("{} ctx {}: starting the model (its kernels compiled or loaded)", e.model.name,
+                                  e.shape.context));
+      e.on_step = [&](std::int64_t done, std::int64_t steps) {
+        progress.update(fmt::format("{} ctx {}: step {} of {} ({} warm-up)", e.model.name, e.shape.context, done,
+                                    steps, e.warmup));
+      };
+    }
     const auto result = model::bench_e2e(e);
+    progress.finish();
     const auto j = model::to_json(result);
     if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
     for (const auto& w : result.warnings) std::cerr << "warning: " << w << "\n";

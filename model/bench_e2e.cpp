@@ -143,6 +143,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   const auto sample_memory = [&] {
     if (const auto now = model->device_bytes_in_use()) peak_in_use = std::max(peak_in_use.value_or(0), *now);
   };
+  const std::int64_t steps = o.warmup + o.trials * (o.profile ? 2 : 1);
   for (std::int64_t i = 0; i < o.warmup + o.trials; ++i) {
     model->synchronize();
     before = model->launches();
@@ -157,6 +158,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
     model->synchronize();
     sample_memory();
     if (before) launches = model->launches()->since(*before);  // every step launches the same
+    if (o.on_step) o.on_step(i + 1, steps);
     if (i < o.warmup) continue;
     fwd.push_back(model->elapsed_ms(*t0, *t1));
     if (backward) {
@@ -178,6 +180,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
       if (backward) model->backward();
       if (optimizer) model->step(hyper);
       profile.end_step();
+      if (o.on_step) o.on_step(o.warmup + o.trials + i + 1, steps);
     }
     model->set_profile(nullptr);
     r.profile = profile.rows();

@@ -9,6 +9,7 @@
 // allocates or frees memory on the GPU meanwhile.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +47,9 @@ struct E2eOptions {
   /// After the timed trials, as many steps again with every op timed
   /// (model/ops/profiled_ops.hpp); the trials' times stay unprofiled.
   bool profile = false;
+  /// Called after each step run (warm-up, trial, profiled), with how many of
+  /// how many: progress for a caller (outside the timed spans).
+  std::function<void(std::int64_t done, std::int64_t steps)> on_step;
 };
 
 /// Mean and sample standard deviation (n-1) of one phase, in milliseconds

@@ -610,6 +610,7 @@ TEST_CASE("CLI: --recompute [swiglu|blocks] trains to the same losses, says so, 
   REQUIRE(run_ktune("bench e2e --model tiny --ctx 8 --batch 2 --warmup 0 --trials 1 --threads 2 --recompute",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("activations recomputed: each block's forward runs again before its backward"));
+  CHECK_THAT(out, Catch::Contains("tiny ctx 8: step 1 of 1 (0 warm-up)"));  // progress, on stderr
   REQUIRE(run_ktune("bench e2e --model tiny --ctx 8 --batch 2 --warmup 0 --trials 1 --threads 2 --recompute=swiglu",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("activations recomputed: each block's SwiGLU runs again before its backward"));
