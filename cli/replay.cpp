@@ -7,6 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "cli/progress.hpp"
 #include "search/replay_study.hpp"
 #include "search/strategy.hpp"
 
@@ -93,7 +94,12 @@ void add_replay_command(CLI::App& app, Global& global) {
                                evaluator.optimum_ms(), evaluator.brute_force_s(), args->runs);
     for (const auto& name : strategies) {
       options.strategy = name;
+      ProgressLine progress;
+      options.on_run = [&](int done) {
+        progress.update(fmt::format("{}: run {} of {}", name, done, args->runs));
+      };
       const auto r = search::run_replay_study(evaluator, options);
+      progress.finish();
       nlohmann::json j = {{"strategy", name},
                           {"evals_to_target", quartiles_json(r.evals_to_target)},
                           {"runs_reaching_target", r.runs_reaching_target},

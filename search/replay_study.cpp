@@ -204,6 +204,7 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
     if (std::isfinite(reached)) ++result.runs_reaching_target;
     to_target.push_back(reached);
     seconds_to_target.push_back(reached_s);
+    if (options.on_run) options.on_run(run + 1);
   }
   for (std::size_t b = 0; b < options.budgets.size(); ++b)
     result.budgets.push_back(

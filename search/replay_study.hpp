@@ -4,6 +4,7 @@
 // to reach a target fraction. `ktune replay` prints this.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct ReplayStudyOptions {
   int runs = 50;
   std::uint64_t seed = 1;  ///< run r uses seed + r
   double target = 0.95;    ///< fraction of the optimum for evaluations-to-target
+  std::function<void(int done)> on_run;  ///< after each run, with how many are done: progress for a caller
 };
 
 /// Quartiles over runs.
