@@ -317,8 +317,6 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     }
     ProgressLine progress;
     if (!global.json) {
-      progress.update(fmt::format("{} ctx {}: starting the model (its kernels compiled or loaded)", e.model.name,
-                                  e.shape.context));
       e.on_step = [&](std::int64_t done, std::int64_t steps) {
         progress.update(fmt::format("{} ctx {}: step {} of {} ({} warm-up)", e.model.name, e.shape.context, done,
                                     steps, e.warmup));

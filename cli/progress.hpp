@@ -16,6 +16,8 @@ class ProgressLine {
   void update(const std::string& text);
   /// Ends the progress: the last text stays (on a terminal, the line is closed).
   void finish();
+  /// Whether stderr is a terminal (where the line is rewritten in place).
+  bool terminal() const { return terminal_; }
 
  private:
   bool terminal_;

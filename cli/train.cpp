@@ -263,9 +263,11 @@ void add_train_command(CLI::App& app, Global& global) {
           std::chrono::duration<double>(now - first_end->second).count() / static_cast<double>(step - first_end->first);
       return "  eta " + format_duration(per_step * static_cast<double>(t.steps - step));
     };
+    ProgressLine json_progress;
     const auto records = model::train(
         t,
-        [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, step_width, &eta](const model::StepRecord& r) {
+        [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, step_width, &eta,
+         &json_progress](const model::StepRecord& r) {
           if (!metrics_path.empty() && !metrics.is_open()) {
             if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
             metrics.open(open_target(metrics_path, "--metrics"), metrics_mode);
@@ -277,7 +279,11 @@ void add_train_command(CLI::App& app, Global& global) {
               throw_error(ErrorKind::kIo,
                           fmt::format("cannot write --metrics {}: {}", metrics_path.string(), std::strerror(errno)));
           }
-          if (global.json) return;
+          if (global.json) {  // stdout holds the JSON at the end; on a terminal, the steps go by on stderr
+            if (json_progress.terminal())
+              json_progress.update(fmt::format("step {}/{}  loss {:.4f}{}", r.step, t.steps, r.loss, eta(r.step)));
+            return;
+          }
           const double tokens_per_s = r.tokens_per_s();
           std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s)"
                                    "{}{}{}\n",
