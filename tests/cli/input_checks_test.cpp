@@ -1,8 +1,11 @@
 // The ktune executable on input that would have cost the user a file or a
 // run: outputs naming an input or each other, empty paths, files that are no
 // files, empty list items, a non-log to resume, cache filters no entry has,
-// corrupt caches, options that do not go together. Each is one line on
-// stderr, exit 2, before anything is written.
+// corrupt caches, options that do not go together, files another ktune
+// writes. Each is one line on stderr, exit 2, before anything is written.
+// And what a run leaves when its output cannot be written, or after a kill.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -304,6 +307,22 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
   std::ofstream(dir / "notes.txt") << "7\n{\"config\": 1}\n";
   CHECK(run_bad("log show " + (dir / "notes.txt").string(), &err) == 2);
   CHECK_THAT(err, Catch::Contains("is not a ktune session log (its first line is no session header)"));
+}
+
+TEST_CASE("CLI: an emulation compile killed before it cleaned up leaves nothing once ktune runs again", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-emu-orphans");
+  std::filesystem::create_directories(dir / "emu");
+  // A process id no process has (past the kernel's pid_max), and this test's own, which is alive.
+  const auto orphan = dir / "emu" / "tmp-0123abcd-99999999-0.cpp";
+  const auto live = dir / "emu" / ("tmp-0123abcd-" + std::to_string(::getpid()) + "-0.cpp");
+  std::ofstream(orphan) << "// cut short";
+  std::ofstream(live) << "// being written";
+  std::string out;
+  REQUIRE(run_command("{ KTUNE_CACHE_DIR=" + dir.string() + " " + ktune_exe().string() +
+                          " run --backend emu --family prim_neg >/dev/null 2>&1; }",
+                      &out) == 0);
+  CHECK_FALSE(std::filesystem::exists(orphan));
+  CHECK(std::filesystem::exists(live));
 }
 
 TEST_CASE("CLI: output that does not reach stdout fails the command with one line", "[cli]") {

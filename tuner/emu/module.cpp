@@ -7,6 +7,9 @@
 
 #include <array>
 #include <atomic>
+#include <cerrno>
+#include <charconv>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -112,6 +115,22 @@ std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rende
   return module;
 }
 
+/// Removes the tmp-<key>-<pid>-<n> sources and objects of compiles whose
+/// process is gone (killed before it removed them); a live one's are left.
+void remove_orphans(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("tmp-", 0) != 0) continue;
+    const std::size_t after_key = name.find('-', 4);
+    if (after_key == std::string::npos) continue;
+    long pid = 0;
+    const auto [end, error] = std::from_chars(name.data() + after_key + 1, name.data() + name.size(), pid);
+    if (error != std::errc() || *end != '-' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
+  }
+}
+
 }  // namespace
 
 std::string emulation_source(const templates::Rendered& rendered) {
@@ -172,6 +191,8 @@ std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
     static std::atomic<int> counter{0};
     std::error_code ec;
     fs::create_directories(dir, ec);
+    static std::once_flag swept;
+    std::call_once(swept, remove_orphans, dir);
     const std::string stem = fmt::format("tmp-{}-{}-{}", key.substr(0, 8), ::getpid(), counter++);
     const fs::path src = dir / (stem + ".cpp"), obj = dir / (stem + ".so");
     write_file_atomic(src, source);
