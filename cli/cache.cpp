@@ -190,7 +190,8 @@ void add_cache_command(CLI::App& app, Global& global) {
       ->required();
   merge->add_option("inputs", args->inputs, "Cache files to merge in")->required();
   merge->callback([args, &global] {
-    // All or nothing: every input is read and checked before the one write.
+    // All or nothing: every input is read and checked before the one write, and where it goes first of all.
+    cache::CacheFile(args->file).check_writable();
     std::vector<std::vector<cache::Entry>> incoming;
     for (const auto& input : args->inputs) incoming.push_back(cache::CacheFile(input).load_input());
     std::vector<std::size_t> changed(incoming.size(), 0);
@@ -247,6 +248,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   exp->add_option("--out", args->out, "Destination cache file (default: stdout)")->check(output_file());
   add_filter_options(exp, args->filter);
   exp->callback([args] {
+    if (!args->out.empty()) cache::CacheFile(args->out).check_writable();  // before the input is read
     std::vector<cache::Entry> selected;
     const auto entries = cache::CacheFile(args->file).load_input();
     require_held(entries, args->filter);
