@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cerrno>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -358,7 +358,7 @@ SessionLogContents read_session_log(const std::string& path) {
                   fmt::format("session log {} has a line that is not an evaluation: {}", path, excerpt(line)));
     }
   }
-  KTUNE_REQUIRE(out.header.is_object(), "session log " + path + " has no session header (not a ktune tune log?)");
+  KTUNE_REQUIRE(out.header.is_object(), "session log " + path + " is empty: no session header, no evaluation");
   return out;
 }
 
