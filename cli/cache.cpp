@@ -198,7 +198,8 @@ void add_cache_command(CLI::App& app, Global& global) {
     cache::CacheFile(args->file).update([&](std::vector<cache::Entry>& entries) {
       const std::size_t collapsed = cache::collapse_duplicates(entries);
       std::size_t total = 0;
-      for (std::size_t i = 0; i < incoming.size(); ++i) total += changed[i] = cache::merge_entries(entries, incoming[i]);
+      for (std::size_t i = 0; i < incoming.size(); ++i)
+        total += changed[i] = cache::merge_entries(entries, incoming[i]);
       return total > 0 || collapsed > 0;
     });
     nlohmann::json j = {{"into", args->file}, {"inputs", nlohmann::json::array()}};

@@ -84,7 +84,9 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_option("--spec", args->spec, kSpecHelp)->check(input_file());
   cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the default on the device")
       ->check(json_text());
-  cmd->add_option("--problem", args->problem, R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}'; default: the family's first problem class)")
+  cmd->add_option("--problem", args->problem,
+                  R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}'; default: the family's first )"
+                  "problem class")
       ->check(json_text());
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")
       ->check(integer_at_least(0))

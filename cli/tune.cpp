@@ -189,7 +189,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       tune.log_path = opts->log.empty()      ? default_log
                       : requests.size() == 1 ? opts->log
                                              : opts->log + "." + log_name;
-      logs.push_back(tune.log_path);
+      tune.default_log = opts->log.empty();
       if (requests.size() > 1 && print != env::PrintLevel::kQuiet)
         std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
       ProgressLine line;
@@ -207,6 +207,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                 r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure)));
       };
       const auto summary = tuner::tune(family, problem, *runner, tune, progress);
+      logs.push_back(summary.log_path);
       if (evaluated > 0 && print == env::PrintLevel::kSummary) {  // the last line says it ended, not an ETA
         const auto* best = summary.best && summary.best->result.timing ? &*summary.best->result.timing : nullptr;
         line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {}, done in {} ({}){}",
@@ -248,7 +249,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                          {"speedup_over_default", summary.speedup_over_default()}, {"emulated", emulated},
                          {"top", top_json(view, kTop)},
                          {"evaluations", summary.evaluations}, {"failures", summary.failures},
-                         {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", tune.log_path}});
+                         {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", summary.log_path}});
       table.add({family.name(), problem.key(), summary.best->config.str(), fmt::format("{:.4f}", t.median_ms),
                  fmt::format("{:.4f}-{:.4f}", t.p20_ms, t.p80_ms),
                  fmt::format("{:.2f}x", summary.speedup_over_default()),

@@ -46,6 +46,7 @@ class SpecFamily final : public templates::Family {
                                       const std::vector<std::uint64_t>& addresses,
                                       const DeviceLimits& device) const override;
   bool runs_emulated(const Config&, const templates::Problem&) const override { return emulation_gaps().empty(); }
+  bool compiled_with_nvrtc_under_emulation() const override { return true; }
   double flops(const templates::Problem& problem) const override;
   double bytes(const templates::Problem& problem) const override;
 

@@ -87,6 +87,12 @@ class Family {
     (void)config, (void)problem;
     return true;
   }
+  /// Whether a run under the emulation compiles the variant with NVRTC too,
+  /// and takes its resources for the fit check: for kernels written outside
+  /// the project (kernel specs), which the host compiler may take where NVRTC
+  /// does not (host headers' names) and whose shared memory or registers may
+  /// not fit a GPU. The project's own are compiled by their tests.
+  virtual bool compiled_with_nvrtc_under_emulation() const { return false; }
 
   virtual double flops(const Problem& problem) const = 0;
   virtual double bytes(const Problem& problem) const = 0;  ///< minimum DRAM traffic

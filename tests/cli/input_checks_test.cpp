@@ -269,6 +269,22 @@ TEST_CASE("CLI: a session log or a run's checkpoint and metrics that another pro
                   &err) == 2);
     CHECK_THAT(err, Catch::Contains("session log " + log.string() + " is being written by another ktune process"));
   }
+  {
+    // The default log another session holds: this one logs beside it (a --resume would need that one: refused).
+    const auto sessions = dir / "cache-dir" / "sessions";
+    std::filesystem::create_directories(sessions);
+    const ktune::FileLock other((sessions / "prim_neg.f32-n64.log").string() + ".lock");
+    const std::string tune = "KTUNE_CACHE_DIR=" + (dir / "cache-dir").string() + " " + ktune_exe().string() +
+                             " tune --backend emu --family prim_neg --problem "
+                             "'{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' --budget 2 --cache " +
+                             (dir / "tuned.json").string();
+    std::string out;
+    REQUIRE(run_command("{ " + tune + " 2>/dev/null; }", &out) == 0);
+    CHECK_THAT(out, Catch::Contains("session log " + (sessions / "prim_neg.f32-n64.").string()));
+    CHECK_FALSE(std::filesystem::exists(sessions / "prim_neg.f32-n64.log"));
+    CHECK(run_command("{ " + tune + " --resume >/dev/null; }", &err) == 2);
+    CHECK_THAT(err, Catch::Contains("is being written by another ktune process"));
+  }
   const std::string train = "train --model tiny --ctx 8 --batch 2 --steps 2 --checkpoint " + checkpoint.string() +
                             " --metrics " + metrics.string();
   {

@@ -210,7 +210,8 @@ std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
     fs::remove(src, ec);
     fs::remove(obj, ec);
     module = open_module(path, rendered, &why);
-    if (!module) throw_error(ErrorKind::kCompile, fmt::format("cannot load emulation module {}: {}", path.string(), why));
+    if (!module)
+      throw_error(ErrorKind::kCompile, fmt::format("cannot load emulation module {}: {}", path.string(), why));
   }
   std::lock_guard lock(mutex);
   return loaded.emplace(key, std::move(module)).first->second;

@@ -3,7 +3,12 @@
 // written once for the GPU and the emulation.
 #include <fmt/format.h>
 
+#include <optional>
+#include <sstream>
+#include <string>
+
 #include "base/error.hpp"
+#include "tuner/compile/compiler.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/exec/backend.hpp"
 #include "tuner/run/gpu_runner.hpp"
@@ -16,6 +21,19 @@ RunResult failed(std::string failure, double compile_ms = 0) {
   r.failure = std::move(failure);
   r.compile_ms = compile_ms;
   return r;
+}
+
+/// A compiler log's first error line (else its first line), without NUL bytes.
+std::string first_error(const std::string& log) {
+  std::istringstream lines(log);
+  std::string first, line;
+  while (std::getline(lines, line)) {
+    std::erase(line, '\0');
+    if (line.empty()) continue;
+    if (first.empty()) first = line;
+    if (line.find("error") != std::string::npos) return line;
+  }
+  return first.empty() ? "(no log)" : first;
 }
 
 /// The failure text of an error raised while running a variant.
@@ -41,9 +59,20 @@ class BackendRunner final : public Runner {
     if (!family.is_valid(config, problem, device(), &why)) return failed("invalid: " + why);
     if (backend_->name() == "emu" && !family.runs_emulated(config, problem))
       return failed("invalid: this config runs only on a GPU, not under the emulation");
+    const templates::Rendered rendered = family.render(config, problem);
+    // Under the emulation, a user's kernel is also compiled as a GPU would
+    // take it: what NVRTC refuses, or what does not fit, fails here too.
+    std::optional<CompileResult> nvrtc;
+    if (backend_->name() == "emu" && family.compiled_with_nvrtc_under_emulation()) {
+      nvrtc = Compiler().compile(rendered, device().arch);
+      if (!nvrtc->ok)
+        return failed(fmt::format("compile: NVRTC for {} (a GPU's compiler; the emulation's host compiler took it): {}",
+                                  device().arch, first_error(nvrtc->log)),
+                      nvrtc->compile_ms);
+    }
     std::shared_ptr<const exec::Module> module;
     try {
-      module = backend_->load(family.render(config, problem));
+      module = backend_->load(rendered);
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::kCompile) throw;
       return failed(std::string("compile: ") + e.what());
@@ -51,7 +80,7 @@ class BackendRunner final : public Runner {
     RunResult result;
     result.compile_ms = module->compile_ms();
     try {
-      run_loaded(family, config, problem, options, *module, result);
+      run_loaded(family, config, problem, options, *module, nvrtc ? &nvrtc->kernels : nullptr, result);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInvalidInput) throw;  // a bad problem or config is the caller's error
       result.ok = false;
@@ -61,8 +90,9 @@ class BackendRunner final : public Runner {
   }
 
  private:
+  // `nvrtc`: the resources NVRTC reported, for a module whose own report has none (the emulation's).
   void run_loaded(const Family& family, const Config& config, const Problem& problem, const RunOptions& options,
-                  const exec::Module& module, RunResult& result) {
+                  const exec::Module& module, const std::vector<KernelResources>* nvrtc, RunResult& result) {
     const templates::Workload& workload = workload_for(family, problem, options.seed);
     std::vector<std::unique_ptr<exec::Buffer>> buffers;
     std::vector<std::uint64_t> addresses;
@@ -72,7 +102,8 @@ class BackendRunner final : public Runner {
     }
     const std::vector<templates::Launch> plan = family.plan(config, problem, addresses, device());
     // A variant that cannot be resident on this device is a result, not a launch error.
-    const exec::FitResult fit = exec::check_fit(module.kernel_names(), module.resources(), plan, device());
+    const exec::FitResult fit =
+        exec::check_fit(module.kernel_names(), nvrtc ? *nvrtc : module.resources(), plan, device());
     if (!fit.fits()) {
       result.failure = fmt::format("pruned: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason);
       return;

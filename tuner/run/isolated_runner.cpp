@@ -41,7 +41,8 @@ bool send_message(int fd, const std::string& text) {
 bool read_all(int fd, void* data, std::size_t n, std::chrono::steady_clock::time_point deadline, bool& timed_out) {
   char* p = static_cast<char*>(data);
   while (n > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       return false;

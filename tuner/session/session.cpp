@@ -1,6 +1,7 @@
 #include "tuner/session/session.hpp"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -216,13 +217,24 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const auto start = std::chrono::steady_clock::now();
   const auto& device = runner.device();
   auto stop = options.budget.empty() ? std::make_unique<search::Unbounded>() : search::parse_budget(options.budget);
-  std::optional<FileLock> held;  // one session writes a log at a time
-  if (!options.log_path.empty()) held.emplace(options.log_path + ".lock", "session log " + options.log_path);
-  if (!options.resume) refuse_foreign_file(options.log_path);
+  // One session writes a log at a time. A default log another session
+  // holds is left to it: this one logs beside it, under its process's id.
+  std::string log_path = options.log_path;
+  std::optional<FileLock> held;
+  if (!log_path.empty()) {
+    try {
+      held.emplace(log_path + ".lock", "session log " + log_path);
+    } catch (const Error& e) {
+      if (!options.default_log || options.resume || e.kind() != ErrorKind::kInvalidInput) throw;
+      log_path = fmt::format("{}.{}.log", log_path.substr(0, log_path.rfind(".log")), ::getpid());
+      held.emplace(log_path + ".lock", "session log " + log_path);
+    }
+  }
+  if (!options.resume) refuse_foreign_file(log_path);
   bool header = false;
   std::map<Config, Record> done =
-      options.resume ? read_log(options.log_path, family, problem, header) : std::map<Config, Record>{};
-  SessionLog log(options.log_path, !options.resume);
+      options.resume ? read_log(log_path, family, problem, header) : std::map<Config, Record>{};
+  SessionLog log(log_path, !options.resume);
   if (!header)
     log.append({{"session", {{"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch},
                              {"gpu", device.name}, {"backend", runner.backend()}, {"strategy", options.strategy},
@@ -234,6 +246,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   evaluator.set_shard(options.shard_index, options.shard_count);
 
   TuneSummary summary;
+  summary.log_path = log_path;
   // The default (the valid config nearest it where it does not fit the
   // device) goes first, within the budget: every speed-up is measured
   // against it; then the family's candidates that the device can run (in

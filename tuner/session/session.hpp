@@ -22,6 +22,9 @@ struct TuneOptions {
   std::uint64_t seed = 1;
   RunOptions run;           ///< validation and timing of each evaluation
   std::string log_path;     ///< JSON-lines session log; empty: none
+  /// log_path is the default one (not the user's --log): another session
+  /// holding it does not stop this one (unless resuming), which logs beside it.
+  bool default_log = false;
   bool resume = false;      ///< take the log's results instead of re-running them
   int finalists = 3;        ///< fastest configs timed again for the winner rule (with the default when above 1)
   /// This session takes the configs whose space index is shard_index modulo
@@ -54,6 +57,7 @@ struct TuneSummary {
   std::uint64_t tied = 0;         ///< finalists the winner rule could not tell apart
   std::string stopped_by;
   std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
+  std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
   double seconds = 0;
   double speedup_over_default() const;
 };
