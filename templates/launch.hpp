@@ -38,6 +38,7 @@ class ArgPack {
     storage_.resize(offset + sizeof(T));
     std::memcpy(storage_.data() + offset, &value, sizeof(T));
     offsets_.push_back(offset);
+    sizes_.push_back(sizeof(T));
     return *this;
   }
   /// Appends `size` raw bytes aligned to `align`: a struct whose layout is
@@ -47,6 +48,7 @@ class ArgPack {
     storage_.resize(offset + size);
     std::memcpy(storage_.data() + offset, data, size);
     offsets_.push_back(offset);
+    sizes_.push_back(size);
     return *this;
   }
   /// Pointers into this pack's storage; valid while the pack lives unchanged.
@@ -61,10 +63,13 @@ class ArgPack {
   /// with equal bytes and offsets pass the kernel the same values.
   const std::vector<std::byte>& bytes() const { return storage_; }
   const std::vector<std::size_t>& offsets() const { return offsets_; }
+  /// Bytes of each argument.
+  const std::vector<std::size_t>& sizes() const { return sizes_; }
 
  private:
   std::vector<std::byte> storage_;  // malloc alignment (16) covers every argument type
   std::vector<std::size_t> offsets_;
+  std::vector<std::size_t> sizes_;
 };
 
 /// One kernel launch of a plan.

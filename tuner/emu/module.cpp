@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
@@ -111,6 +112,16 @@ std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rende
       return nullptr;
     }
     module->kernels.push_back(entry);
+    using ParametersFn = int (*)(unsigned*, int);
+    auto parameters =
+        reinterpret_cast<ParametersFn>(::dlsym(handle, fmt::format("kt_emu_kernel_{}_parameters", i).c_str()));
+    if (!parameters) {
+      *why = fmt::format("kernel parameters {} missing", i);
+      return nullptr;
+    }
+    std::vector<unsigned> sizes(256);
+    sizes.resize(static_cast<std::size_t>(std::min(parameters(sizes.data(), 256), 256)));
+    module->parameter_sizes.push_back(std::move(sizes));
   }
   return module;
 }
@@ -149,13 +160,23 @@ std::string emulation_source(const templates::Rendered& rendered) {
        "inline void invoke(void (*kernel)(P...), void** args) {\n"
        "  invoke_with(kernel, args, std::index_sequence_for<P...>{});\n"
        "}\n"
+       "template <class... P>\n"
+       "inline int parameters(void (*)(P...), unsigned* sizes, int max) {\n"
+       "  const unsigned all[] = {0u, static_cast<unsigned>(sizeof(std::remove_cv_t<std::remove_reference_t<P>>))...};\n"
+       "  for (int i = 0; i < static_cast<int>(sizeof...(P)) && i < max; ++i) sizes[i] = all[i + 1];\n"
+       "  return static_cast<int>(sizeof...(P));\n"
+       "}\n"
        "}  // namespace kt::emu\n";
   s += "#define KT_EMU_EXPORT extern \"C\" __attribute__((visibility(\"default\")))\n";
   s += "KT_EMU_EXPORT int kt_emu_abi_version() { return ::kt::emu::kAbiVersion; }\n";
   s += "KT_EMU_EXPORT ::kt::emu::Thread** kt_emu_current_slot() { return &::kt::emu::detail::current; }\n";
-  for (std::size_t i = 0; i < rendered.kernels.size(); ++i)
+  for (std::size_t i = 0; i < rendered.kernels.size(); ++i) {
     s += fmt::format("KT_EMU_EXPORT void kt_emu_kernel_{}(void** args) {{ ::kt::emu::invoke(&{}, args); }}\n", i,
                      rendered.kernels[i]);
+    s += fmt::format("KT_EMU_EXPORT int kt_emu_kernel_{}_parameters(unsigned* sizes, int max) {{ "
+                     "return ::kt::emu::parameters(&{}, sizes, max); }}\n",
+                     i, rendered.kernels[i]);
+  }
   return s;
 }
 

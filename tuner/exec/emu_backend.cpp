@@ -4,6 +4,7 @@
 // (tuner/emu_grid.hpp). Launches run as they are enqueued; every launch is
 // followed by a check of every live buffer's canary.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <cstring>
@@ -226,6 +227,7 @@ class EmuBackend final : public Backend {
 
   void run(const EmuModule& module, const std::vector<templates::Launch>& plan) {
     for (const auto& l : plan) {
+      check_arguments(module, l);
       auto args = l.args.pointers();
       emu::GridLaunch g;
       g.module = &module.module();
@@ -243,6 +245,23 @@ class EmuBackend final : public Backend {
                                                            module.kernel_names()[static_cast<std::size_t>(l.kernel)]));
     }
   }
+  // A launch whose arguments are not the kernel's parameters (a kernel
+  // spec's `args` against its signature): said here, where the kernel would
+  // otherwise read its parameters from the wrong bytes.
+  static void check_arguments(const EmuModule& module, const templates::Launch& l) {
+    const auto k = static_cast<std::size_t>(l.kernel);
+    const std::vector<unsigned>& want = module.module().parameter_sizes.at(k);
+    const std::vector<std::size_t>& given = l.args.sizes();
+    bool same = want.size() == given.size();
+    for (std::size_t i = 0; same && i < want.size(); ++i) same = want[i] == given[i];
+    if (!same)
+      throw_error(ErrorKind::kCheckFailed,
+                  fmt::format("emulation: kernel {} takes {} parameters of {} bytes; the launch passes {} arguments "
+                              "of {} bytes (a kernel spec's args must match the kernel's parameters, in order)",
+                              module.kernel_names().at(k), want.size(), fmt::join(want, ", "), given.size(),
+                              fmt::join(given, ", ")));
+  }
+
   // What CUDA refuses on a stream under capture: anything that waits for it.
   void refuse_in_capture(const char* call) const {
     if (capturing_)
