@@ -38,9 +38,9 @@ void add_render_command(CLI::App& app, Global& global) {
     const auto limits = templates::DeviceLimits::for_arch(opts->arch);  // an unknown one refused, --space or not
     if (opts->space) {
       nlohmann::json j = {{"family", family.name()}, {"summary", family.summary()}, {"size", family.space().size()}};
-      // With --problem: how many points the constraints admit for it on --arch.
+      // With --problem (a spec's own problem without): how many points the constraints admit for it on --arch.
       std::string valid_line;
-      if (!opts->problem.empty()) {
+      if (!opts->problem.empty() || !opts->spec.empty()) {
         const auto problem = problem_arg(family, opts->problem);
         std::uint64_t valid = 0;
         for (std::uint64_t i = 0; i < family.space().size(); ++i)

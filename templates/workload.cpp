@@ -54,11 +54,34 @@ double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector
   });
 }
 
+std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
+  if (got.size() != expected.size() || (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16)) return "";
+  const std::size_t n = got.size() / size_of(t);
+  std::size_t unwritten = 0, first = 0, furthest = 0;
+  double worst = -1;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = value_at(t, got, i), x = value_at(t, expected, i);
+    if (!std::isfinite(g) && std::isfinite(x)) {
+      if (unwritten++ == 0) first = i;
+    } else if (std::abs(g - x) > worst) {
+      worst = std::abs(g - x);
+      furthest = i;
+    }
+  }
+  if (unwritten > 0)
+    return fmt::format("{} of {} elements not finite (never written?), the first at index {}", unwritten, n, first);
+  if (worst <= 0) return "";
+  return fmt::format("furthest off at index {}: {:.6g}, expected {:.6g}", furthest, value_at(t, got, furthest),
+                     value_at(t, expected, furthest));
+}
+
 double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what) {
   const double e = relative_l2(b.dtype, got, b.expected);
-  if (!(e <= b.tolerance))  // NaN fails
-    throw_error(ErrorKind::kCheckFailed,
-                fmt::format("{}: {} relative L2 error {:.3g} > {:.1g}", what, b.name, e, b.tolerance));
+  if (!(e <= b.tolerance)) {  // NaN fails
+    const std::string detail = mismatch_detail(b.dtype, got, b.expected);
+    throw_error(ErrorKind::kCheckFailed, fmt::format("{}: {} relative L2 error {:.3g} > {:.1g}{}", what, b.name, e,
+                                                     b.tolerance, detail.empty() ? "" : " (" + detail + ")"));
+  }
   return e;
 }
 

@@ -31,6 +31,11 @@ struct Workload {
 /// Relative L2 error of `got` against `expected` (both of dtype `t`);
 /// +inf when either holds a NaN or Inf.
 double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
+/// Where `got` departs from `expected`, for a failed check's message: how
+/// many elements are not finite where the answer is (never written: outputs
+/// are poisoned with NaN) and the first of them, else the element furthest
+/// off, with both values. Empty where there is nothing to say.
+std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
 /// `got`'s relative L2 error against `b`'s expected result; throws
 /// Error(kCheckFailed) "WHAT: NAME relative L2 error E > TOLERANCE" past b's
 /// tolerance (a NaN included).

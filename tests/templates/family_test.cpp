@@ -151,6 +151,13 @@ TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   CHECK(relative_l2(DType::kF32, bytes({1, 2, 3}), bytes({1, 2, 3})) == 0.0);
   CHECK(relative_l2(DType::kF32, bytes({1, 2, 3.3f}), bytes({1, 2, 3})) == Approx(0.3 / std::sqrt(14.0)).epsilon(1e-5));
   CHECK(std::isinf(relative_l2(DType::kF32, bytes({1, std::nanf(""), 3}), bytes({1, 2, 3}))));
+  // What a failed check says besides: the elements never written, else the one furthest off.
+  const float nan = std::nanf("");
+  CHECK(mismatch_detail(DType::kF32, bytes({1, nan, 3, nan}), bytes({1, 2, 3, 4})) ==
+        "2 of 4 elements not finite (never written?), the first at index 1");
+  CHECK(mismatch_detail(DType::kF32, bytes({1, 2.5f, 3, 4.25f}), bytes({1, 2, 3, 4})) ==
+        "furthest off at index 1: 2.5, expected 2");
+  CHECK(mismatch_detail(DType::kF32, bytes({1, 2}), bytes({1, 2})).empty());
 }
 
 }  // namespace templates_family_test
