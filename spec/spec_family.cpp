@@ -111,7 +111,7 @@ Config SpecFamily::default_config(const Problem& problem) const {
   if (spec_->default_config && is_valid(*spec_->default_config, problem, device)) return *spec_->default_config;
   for (std::uint64_t i = 0; i < spec_->space.size(); ++i)
     if (is_valid(spec_->space.at(i), problem, device)) return spec_->space.at(i);
-  return spec_->space.at(0);
+  return spec_->default_config.value_or(spec_->space.at(0));  // none is valid: the one to say why of
 }
 
 bool SpecFamily::is_valid(const Config& config, const Problem& problem, const DeviceLimits& device,
