@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,7 +83,7 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
   for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS}) ::signal(sig, SIG_DFL);
   // A stop request is the parent's to heed (after this evaluation); Ctrl-C
   // reaches the whole process group. The parent ends a worker by closing
-  // its pipe, or with SIGKILL.
+  // its pipe, or with SIGKILL; and a parent that dies takes it along (start()).
   for (int sig : {SIGINT, SIGTERM}) ::signal(sig, SIG_IGN);
   std::unique_ptr<Runner> runner;
   try {
@@ -177,9 +178,13 @@ class IsolatedRunner final : public Runner {
         ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, up) != 0)
       throw_error(ErrorKind::kIo, "cannot create worker sockets");
     const bool cuda_before_fork = Driver::initialised();
+    const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) throw_error(ErrorKind::kIo, std::string("cannot fork a worker: ") + std::strerror(errno));
     if (pid == 0) {
+      // The worker dies with this process (it ignores stop signals, and a hung variant would outlive it).
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(0);  // it died before the line above
       ::close(down[1]);
       ::close(up[0]);
       worker_main(down[0], up[1], make_inner_, options_.extra_families, cuda_before_fork);
