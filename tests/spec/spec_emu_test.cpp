@@ -200,25 +200,23 @@ TEST_CASE("spec emu: a kernel NVRTC refuses, or whose shared memory no GPU block
   const auto dir = ktune::test::scratch_dir("spec-nvrtc-under-emu");
   fs::copy_file(example("vector_add/vector_add.json"), dir / "vector_add.json");
   const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "vector_add.json").string();
+  // vector_add with `body` inside its loop over the thread's elements, after the lines `before` it.
+  const auto write_kernel = [&](const std::string& before, const std::string& body) {
+    std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
+                                            "__global__ void vector_add(const float* x, const float* y, float* z, "
+                                            "int n) {\n"
+                                            "  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n"
+                                         << before << "  for (int v = 0; v < VEC; ++v)\n    if (i + v < n) " << body
+                                         << "\n}\n";
+  };
   std::string out;
   // The host compiler knows std::min (its headers are there); NVRTC does not.
-  std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
-                                          "__global__ void vector_add(const float* x, const float* y, float* z, "
-                                          "int n) {\n"
-                                          "  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n"
-                                          "  for (int v = 0; v < VEC; ++v)\n"
-                                          "    if (i + v < n) z[i + v] = std::min(x[i + v] + y[i + v], 1e30f);\n}\n";
+  write_kernel("", "z[i + v] = std::min(x[i + v] + y[i + v], 1e30f);");
   CHECK(run_command(run + " 2>&1", &out) == 1);
   CHECK_THAT(out, Catch::Contains("FAIL: compile: NVRTC for sm_90") && Catch::Contains("\"std\" has no member"));
   // 64 KB of static shared memory: the emulation has room, a GPU block 48 KB.
-  std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
-                                          "__global__ void vector_add(const float* x, const float* y, float* z, "
-                                          "int n) {\n"
-                                          "  __shared__ float big[16384];\n"
-                                          "  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n"
-                                          "  big[threadIdx.x] = 0.0f;\n"
-                                          "  for (int v = 0; v < VEC; ++v)\n"
-                                          "    if (i + v < n) z[i + v] = x[i + v] + y[i + v] + big[threadIdx.x];\n}\n";
+  write_kernel("  __shared__ float big[16384];\n  big[threadIdx.x] = 0.0f;\n",
+               "z[i + v] = x[i + v] + y[i + v] + big[threadIdx.x];");
   CHECK(run_command(run + " 2>&1", &out) == 1);
   CHECK_THAT(out, Catch::Contains("FAIL: compile: NVRTC for sm_90") && Catch::Contains("too much shared data"));
 }
