@@ -99,7 +99,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume,
                 "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM, which end "
-                "a session after its evaluation, its best so far in the cache)");
+                "a session after its evaluation, its best so far in the cache); a log of another backend, device or "
+                "kernel source is refused");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
                                                 "worker process is killed and the variant marked failed")

@@ -159,6 +159,19 @@ TEST_CASE("CLI: tune --resume refuses a file that is no session log, a new sessi
   CHECK_THAT(err, Catch::Contains("is not a ktune session log") && Catch::Contains("give another path"));
   CHECK(read_all(notes) == "my notes\n");
   CHECK_FALSE(std::filesystem::exists(cache));
+  // A log whose results another kernel source gave (the kernel was edited since) is not resumed.
+  const auto log = dir / "edited.log";
+  REQUIRE(run_command("{ " + ktune_exe().string() + " " + tune + "--budget 2 --log " + log.string() + " 2>&1; }",
+                      &err) == 0);
+  std::string lines = read_all(log);
+  const auto header = nlohmann::json::parse(lines.substr(0, lines.find('\n')));
+  REQUIRE(header.at("session").contains("source_hash"));
+  nlohmann::json edited = header;
+  edited["session"]["source_hash"] = "0123";
+  std::ofstream(log) << edited.dump() << lines.substr(lines.find('\n'));
+  CHECK(run_bad(tune + "--budget 3 --resume --log " + log.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("holds results of kernel source \"0123\"") &&
+                      Catch::Contains("leave out --resume to start anew"));
   for (const char* timeout : {"0", "-1", "nan", "inf", "1e300"}) {
     INFO(timeout);
     CHECK(run_bad(tune + "--log " + (dir / "t.log").string() + " --timeout " + timeout, &err) == 2);

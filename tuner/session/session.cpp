@@ -67,9 +67,11 @@ class SessionLog {
 
 /// `header` tells whether the log holds its session's header (a missing or
 /// empty file does not); a file whose first line is not one is refused, as
-/// no session's log, before anything is appended to it.
+/// no session's log, before anything is appended to it; and so is a log of
+/// another family or problem, or whose results another backend, device or
+/// kernel source gave than `session` (this session's header) says.
 std::map<Config, Record> read_log(const std::string& path, const templates::Family& family,
-                                  const templates::Problem& problem, bool& header) {
+                                  const templates::Problem& problem, const nlohmann::json& session, bool& header) {
   std::map<Config, Record> out;
   header = false;
   std::ifstream in(path);
@@ -94,6 +96,15 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
                         j["session"].value("problem", "") == problem.key(),
                     fmt::format("session log {} is for {} on {}, not {} on {}", path, j["session"].value("family", ""),
                                 j["session"].value("problem", ""), family.name(), problem.key()));
+      for (const char* key : {"backend", "gpu", "arch", "source_hash"}) {
+        const nlohmann::json& logged = j["session"].contains(key) ? j["session"][key] : session.at(key);
+        KTUNE_REQUIRE(logged == session.at(key),
+                      fmt::format("session log {} holds results of {} {}, this session's {} is {}: they are not "
+                                  "its results; leave out --resume to start anew, or give another --log",
+                                  path, key == std::string("source_hash") ? "kernel source" : key, logged.dump(),
+                                  key == std::string("source_hash") ? "kernel source" : key,
+                                  session.at(key).dump()));
+      }
       continue;
     }
     Record r = record_from_json(j);
@@ -231,15 +242,15 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     }
   }
   if (!options.resume) refuse_foreign_file(log_path);
+  const nlohmann::json session = {
+      {"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch}, {"gpu", device.name},
+      {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"strategy", options.strategy},
+      {"seed", options.seed}, {"problem_json", problem.to_json()}, {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}};
   bool header = false;
   std::map<Config, Record> done =
-      options.resume ? read_log(log_path, family, problem, header) : std::map<Config, Record>{};
+      options.resume ? read_log(log_path, family, problem, session, header) : std::map<Config, Record>{};
   SessionLog log(log_path, !options.resume);
-  if (!header)
-    log.append({{"session", {{"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch},
-                             {"gpu", device.name}, {"backend", runner.backend()}, {"strategy", options.strategy},
-                             {"seed", options.seed}, {"problem_json", problem.to_json()},
-                             {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}}}});
+  if (!header) log.append({{"session", session}});
   RunOptions run = options.run;
   run.seed = options.seed;
   SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
