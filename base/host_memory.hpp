@@ -17,4 +17,8 @@ std::int64_t available_host_memory();
 void require_host_memory(std::int64_t bytes, std::string_view what,
                          std::string_view remedy = "use a smaller model, context or batch");
 
+/// What a command says, in one line, when an allocation fails anyway (std::bad_alloc).
+inline constexpr std::string_view kOutOfHostMemory =
+    "out of host memory: what was asked for needs more than this machine gives; ask for less";
+
 }  // namespace ktune

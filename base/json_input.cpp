@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -70,6 +71,13 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
 }
 
 }  // namespace
+
+std::int64_t int64_of(const json& value, const std::string& what) {
+  KTUNE_REQUIRE(value.is_number_integer(), what + " must be an integer, got " + value.dump());
+  KTUNE_REQUIRE(!value.is_number_unsigned() || value.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max(),
+                what + " is past the largest integer, 2^63 - 1: got " + value.dump());
+  return value.get<std::int64_t>();
+}
 
 json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind) {
   // The parser reads the text through an iterator pair; the callback sees the

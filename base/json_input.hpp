@@ -3,6 +3,7 @@
 // short excerpt of the text and never nlohmann's exception ids.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -33,5 +34,10 @@ std::string json_error_reason(const nlohmann::json::exception& e);
 /// reason, and an excerpt near the error; nesting deeper than kMaxJsonDepth
 /// is refused the same way as soon as it is read.
 nlohmann::json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind);
+
+/// `value` as a signed 64-bit integer; throws kInvalidInput naming `what`
+/// (e.g. "config parameter 'threads'") for anything else: not an integer,
+/// or an unsigned one past 2^63 - 1 (which would wrap).
+std::int64_t int64_of(const nlohmann::json& value, const std::string& what);
 
 }  // namespace ktune

@@ -4,9 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <limits>
 
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 
 namespace ktune {
 
@@ -26,10 +26,7 @@ Config Config::from_json(const nlohmann::json& j) {
   KTUNE_REQUIRE(j.is_object(), "a config must be a JSON object of integer parameters, got " + j.dump());
   Config c;
   for (const auto& [k, v] : j.items()) {
-    KTUNE_REQUIRE(v.is_number_integer(), "config parameter '" + k + "' must be an integer, got " + v.dump());
-    KTUNE_REQUIRE(!v.is_number_unsigned() || v.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max(),
-                  "config parameter '" + k + "' is past the largest integer, 2^63 - 1: got " + v.dump());
-    c.values_[k] = v.get<std::int64_t>();
+    c.values_[k] = int64_of(v, "config parameter '" + k + "'");
   }
   return c;
 }

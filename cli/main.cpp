@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/host_memory.hpp"
 #include "base/json_input.hpp"
 #include "cli/commands.hpp"
 
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
     std::cerr << "ktune: internal error: " << ktune::json_error_reason(e) << "\n";
     return 1;
   } catch (const std::bad_alloc&) {
-    std::cerr << "ktune: out of host memory: what was asked for needs more than this machine gives; ask for less\n";
+    std::cerr << "ktune: " << ktune::kOutOfHostMemory << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "ktune: internal error: " << e.what() << "\n";

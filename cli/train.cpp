@@ -33,7 +33,6 @@ namespace ktune::cli {
 
 namespace {
 
-
 /// The step of a --metrics line, or nullopt for a line that is no step record.
 std::optional<std::int64_t> record_step(const std::string& line) {
   const auto record = nlohmann::json::parse(line, nullptr, false);

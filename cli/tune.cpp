@@ -268,11 +268,11 @@ void add_tune_command(CLI::App& app, Global& global) {
       const std::string where = logs.size() == 1  ? logs[0]
                                 : opts->log.empty() ? std::filesystem::path(logs[0]).parent_path().string() + "/"
                                                     : opts->log + ".*";
-      std::cout << (results.empty() ? fmt::format("no winner: {} is left as it was; session log{} {}\n", opts->cache,
-                                                  logs.size() == 1 ? "" : "s", where)
-                                    : fmt::format("{} winner{} written to {}; session log{} {}\n", results.size(),
-                                                  results.size() == 1 ? "" : "s", opts->cache,
-                                                  logs.size() == 1 ? "" : "s", where));
+      const std::string written =
+          results.empty() ? fmt::format("no winner: {} is left as it was", opts->cache)
+                          : fmt::format("{} winner{} written to {}", results.size(), results.size() == 1 ? "" : "s",
+                                        opts->cache);
+      std::cout << fmt::format("{}; session log{} {}\n", written, logs.size() == 1 ? "" : "s", where);
       if (logs.size() == 1)
         std::cout << "read it again with: ktune log show " << logs[0]
                   << (opts->spec.empty() ? "" : " --spec " + opts->spec) << "\n";

@@ -4,10 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <limits>
 #include <set>
 
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 
 namespace ktune::templates {
 
@@ -69,10 +69,7 @@ Problem Problem::from_json(const nlohmann::json& j) {
   if (j.contains("dims")) {
     KTUNE_REQUIRE(j["dims"].is_object(), "problem dims must be an object of integers, got " + j["dims"].dump());
     for (const auto& [name, v] : j["dims"].items()) {
-      KTUNE_REQUIRE(v.is_number_integer(), "problem dimension '" + name + "' must be an integer, got " + v.dump());
-      KTUNE_REQUIRE(!v.is_number_unsigned() || v.get<std::uint64_t>() <= std::numeric_limits<std::int64_t>::max(),
-                    "problem dimension '" + name + "' is past the largest integer, 2^63 - 1: got " + v.dump());
-      p.dims[name] = v.get<std::int64_t>();
+      p.dims[name] = int64_of(v, "problem dimension '" + name + "'");
     }
   }
   return p;

@@ -75,13 +75,15 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
                      value_at(t, expected, furthest));
 }
 
+std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, double error) {
+  const std::string detail = mismatch_detail(b.dtype, got, b.expected);
+  return fmt::format("{} relative L2 error {:.3g} > {:.1g}{}", b.name, error, b.tolerance,
+                     detail.empty() ? "" : " (" + detail + ")");
+}
+
 double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what) {
   const double e = relative_l2(b.dtype, got, b.expected);
-  if (!(e <= b.tolerance)) {  // NaN fails
-    const std::string detail = mismatch_detail(b.dtype, got, b.expected);
-    throw_error(ErrorKind::kCheckFailed, fmt::format("{}: {} relative L2 error {:.3g} > {:.1g}{}", what, b.name, e,
-                                                     b.tolerance, detail.empty() ? "" : " (" + detail + ")"));
-  }
+  if (!(e <= b.tolerance)) throw_error(ErrorKind::kCheckFailed, what + ": " + mismatch(b, got, e));  // NaN fails
   return e;
 }
 

@@ -40,6 +40,8 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
 /// Error(kCheckFailed) "WHAT: NAME relative L2 error E > TOLERANCE" past b's
 /// tolerance (a NaN included).
 double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what);
+/// A failed check's words: "NAME relative L2 error E > TOLERANCE (mismatch_detail)".
+std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, double error);
 /// Element `i` of `bytes` holding values of type `t`, as a double.
 double value_at(DType t, const std::vector<std::byte>& bytes, std::size_t i);
 

@@ -10,10 +10,11 @@
 
 #include <cerrno>
 #include <chrono>
-#include <new>
 #include <cstring>
+#include <new>
 
 #include "base/error.hpp"
+#include "base/host_memory.hpp"
 #include "tuner/cuda/driver.hpp"
 
 namespace ktune::tuner {
@@ -117,8 +118,7 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
     } catch (const Error& e) {
       reply = {{"error", e.what()}, {"kind", static_cast<int>(e.kind())}};
     } catch (const std::bad_alloc&) {  // the problem's buffers, most likely: as the command says it without workers
-      reply = {{"error", "out of host memory: what was asked for needs more than this machine gives; ask for less"},
-               {"kind", static_cast<int>(ErrorKind::kInvalidInput)}};
+      reply = {{"error", kOutOfHostMemory}, {"kind", static_cast<int>(ErrorKind::kInvalidInput)}};
     } catch (const std::exception& e) {
       reply = {{"error", e.what()}, {"kind", static_cast<int>(ErrorKind::kInternal)}};
     }

@@ -100,11 +100,7 @@ void check_results(const templates::Workload& workload, const std::vector<std::v
     const double e = templates::relative_l2(b.dtype, results.at(i), b.expected);
     result.errors.emplace_back(b.name, e);
     const bool pass = e <= b.tolerance;  // NaN/Inf compare false
-    if (!pass && worst.empty()) {
-      const std::string detail = templates::mismatch_detail(b.dtype, results.at(i), b.expected);
-      worst = fmt::format("validation: {} relative L2 error {:.3g} > {:.1g}{}", b.name, e, b.tolerance,
-                          detail.empty() ? "" : " (" + detail + ")");
-    }
+    if (!pass && worst.empty()) worst = "validation: " + templates::mismatch(b, results.at(i), e);
     if (!(e <= result.max_error)) result.max_error = e;
   }
   result.ok = worst.empty();

@@ -96,14 +96,13 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
                         j["session"].value("problem", "") == problem.key(),
                     fmt::format("session log {} is for {} on {}, not {} on {}", path, j["session"].value("family", ""),
                                 j["session"].value("problem", ""), family.name(), problem.key()));
-      for (const char* key : {"backend", "gpu", "arch", "source_hash"}) {
+      for (const std::string key : {"backend", "gpu", "arch", "source_hash"}) {
         const nlohmann::json& logged = j["session"].contains(key) ? j["session"][key] : session.at(key);
+        const std::string named = key == "source_hash" ? "kernel source" : key;
         KTUNE_REQUIRE(logged == session.at(key),
                       fmt::format("session log {} holds results of {} {}, this session's {} is {}: they are not "
                                   "its results; leave out --resume to start anew, or give another --log",
-                                  path, key == std::string("source_hash") ? "kernel source" : key, logged.dump(),
-                                  key == std::string("source_hash") ? "kernel source" : key,
-                                  session.at(key).dump()));
+                                  path, named, logged.dump(), named, session.at(key).dump()));
       }
       continue;
     }
