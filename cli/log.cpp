@@ -52,14 +52,21 @@ void add_log_command(CLI::App& app, Global& global) {
     } catch (const Error&) {
     }
     if (global.json) {
-      std::cout << nlohmann::json{{"file", opts->file}, {"session", h}, {"evaluations", view.evaluations.size()},
+      std::cout << nlohmann::json{{"file", opts->file},
+                                  {"session", h},
+                                  {"sessions", log.sessions},
+                                  {"evaluations", view.evaluations.size()},
                                   {"top", top_json(view, opts->top)}}
                        .dump(2)
                 << "\n";
       return;
     }
-    std::cout << fmt::format("{} ({}, {}, strategy {}, seed {})\n", opts->file, h.value("gpu", "?"),
-                             h.value("arch", "?"), h.value("strategy", "?"), h.value("seed", 0));
+    // The first session's search, then each resumed one that searched otherwise.
+    std::string searches;
+    for (const auto& s : log.sessions)
+      searches += fmt::format("{}strategy {}, seed {}", searches.empty() ? "" : ", resumed with ",
+                              s.value("strategy", "?"), s.value("seed", 0));
+    std::cout << fmt::format("{} ({}, {}, {})\n", opts->file, h.value("gpu", "?"), h.value("arch", "?"), searches);
     std::cout << summary_line(view) << "\n" << top_table(view, opts->top);
     if (view.emulated())
       std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";

@@ -100,7 +100,8 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_flag("--resume", opts->tune.resume,
                 "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM, which end "
                 "a session after its evaluation, its best so far in the cache); a log of another backend, device or "
-                "kernel source is refused");
+                "kernel source is refused; another --strategy or --seed goes on from the logged results, and the "
+                "log notes it");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
                                                 "worker process is killed and the variant marked failed")

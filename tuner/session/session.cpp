@@ -65,15 +65,16 @@ class SessionLog {
   std::ofstream out_;
 };
 
-/// `header` tells whether the log holds its session's header (a missing or
-/// empty file does not); a file whose first line is not one is refused, as
+/// `header` is the log's last session header (null where a missing or
+/// empty file holds none); a file whose first line is not one is refused, as
 /// no session's log, before anything is appended to it; and so is a log of
 /// another family or problem, or whose results another backend, device or
 /// kernel source gave than `session` (this session's header) says.
 std::map<Config, Record> read_log(const std::string& path, const templates::Family& family,
-                                  const templates::Problem& problem, const nlohmann::json& session, bool& header) {
+                                  const templates::Problem& problem, const nlohmann::json& session,
+                                  nlohmann::json& header) {
   std::map<Config, Record> out;
-  header = false;
+  header = nullptr;
   std::ifstream in(path);
   if (!in) return out;
   for (std::string line; std::getline(in, line);) {
@@ -82,16 +83,16 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error&) {
-      if (header) continue;  // a line cut short by a crash: that evaluation runs again
+      if (!header.is_null()) continue;  // a line cut short by a crash: that evaluation runs again
     }
-    if (!header) {
+    if (header.is_null()) {
       KTUNE_REQUIRE(j.is_object() && j.contains("session"),
                     fmt::format("{} is not a ktune session log (its first line is no session header); give the log "
                                 "of the session to resume, or leave out --resume",
                                 path));
-      header = true;
     }
     if (j.contains("session")) {
+      header = j["session"];
       KTUNE_REQUIRE(j["session"].value("family", "") == family.name() &&
                         j["session"].value("problem", "") == problem.key(),
                     fmt::format("session log {} is for {} on {}, not {} on {}", path, j["session"].value("family", ""),
@@ -245,11 +246,15 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       {"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch}, {"gpu", device.name},
       {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"strategy", options.strategy},
       {"seed", options.seed}, {"problem_json", problem.to_json()}, {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}};
-  bool header = false;
+  nlohmann::json header;
   std::map<Config, Record> done =
       options.resume ? read_log(log_path, family, problem, session, header) : std::map<Config, Record>{};
   SessionLog log(log_path, !options.resume);
-  if (!header) log.append({{"session", session}});
+  // A resumed session that searches otherwise (another strategy or seed)
+  // logs its own header after the results it takes over.
+  if (header.is_null() || header.value("strategy", "") != options.strategy ||
+      header.value("seed", std::uint64_t{0}) != options.seed)
+    log.append({{"session", session}});
   RunOptions run = options.run;
   run.seed = options.seed;
   SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
@@ -374,8 +379,12 @@ SessionLogContents read_session_log(const std::string& path) {
     }
     if (j.is_discarded()) continue;  // a line cut short by a crash
     try {
-      if (j.contains("session")) out.header = j["session"];
-      else out.records.push_back(record_from_json(j));
+      if (j.contains("session")) {
+        out.header = j["session"];
+        out.sessions.push_back(j["session"]);
+      } else {
+        out.records.push_back(record_from_json(j));
+      }
     } catch (const nlohmann::json::exception&) {
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("session log {} has a line that is not an evaluation: {}", path, excerpt(line)));

@@ -73,11 +73,13 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
 /// the working folder stays clean and --resume finds it again.
 std::string default_log_path(const templates::Family& family, const templates::Problem& problem);
 
-/// A session log read back: its header line ("session": family, problem,
-/// arch, gpu, backend, strategy, seed, peak_bandwidth_gbs) and its
-/// evaluations in the order they ran.
+/// A session log read back: its header lines ("session": family, problem,
+/// arch, gpu, backend, source_hash, strategy, seed, peak_bandwidth_gbs), one
+/// per session that searched it (a resumed one with another strategy or seed
+/// adds its own), and its evaluations in the order they ran.
 struct SessionLogContents {
-  nlohmann::json header;
+  nlohmann::json header;                 ///< the last of `sessions`
+  std::vector<nlohmann::json> sessions;  ///< in the order they ran
   std::vector<Record> records;
 };
 /// Throws kInvalidInput when the file is missing or has no session header;

@@ -172,6 +172,33 @@ TEST_CASE("resuming a log that is not there starts it with its header and a file
   CHECK(fs::file_size(o.log_path) == 21);
 }
 
+TEST_CASE("a session resumed with another strategy or seed logs its own header after the results it takes over",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.budget = "3";
+  o.strategy = "random";
+  o.log_path = (test::scratch_dir("session-restrategy") / "log.jsonl").string();
+  ScriptedRunner runner;
+  tune(family, problem, runner, o);
+  o.resume = true;
+  o.budget = "5";
+  o.strategy = "genetic";
+  o.seed = 7;
+  ScriptedRunner again;
+  CHECK(tune(family, problem, again, o).resumed == 3);
+  const auto log = read_session_log(o.log_path);
+  REQUIRE(log.sessions.size() == 2);
+  CHECK(log.sessions[0].at("strategy") == "random");
+  CHECK(log.sessions[0].at("seed") == 1);
+  CHECK(log.sessions[1].at("strategy") == "genetic");
+  CHECK(log.sessions[1].at("seed") == 7);
+  CHECK(log.header == log.sessions[1]);
+  CHECK(log.records.size() == 5);  // the second header sits among the evaluations, which read back whole
+}
+
 TEST_CASE("the winner goes into the tuned cache and is found again", "[session]") {
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
