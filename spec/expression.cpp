@@ -63,13 +63,16 @@ double Expression::eval(const Values& values) const {
   }
 }
 
-long long Expression::eval_integer(const Values& values, long long lo, long long hi) const {
+long long Expression::eval_integer(const Values& values, long long lo, long long hi, const std::string& range) const {
   const double v = eval(values);
   KTUNE_REQUIRE(std::isfinite(v) && v == std::floor(v),
                 fmt::format("{} = {:g} is not a whole number (use ceil_div(a, b) or div(a, b) for integer division)",
                             what_, v));
-  KTUNE_REQUIRE(v >= static_cast<double>(lo) && v <= static_cast<double>(hi),
-                fmt::format("{} = {:g} is outside {}..{}", what_, v, lo, hi));
+  // Whole numbers print in full (4294967301, not 4.29497e+09) up to 2^53, where doubles stop holding every one.
+  const std::string shown = std::abs(v) <= 0x1p53 ? fmt::format("{:.0f}", v) : fmt::format("{:g}", v);
+  // (double)hi rounds 2^63 - 1 up to 2^63, which no long long holds.
+  KTUNE_REQUIRE(v >= static_cast<double>(lo) && v <= static_cast<double>(hi) && v < 0x1p63,
+                fmt::format("{} = {} is outside {}{}..{}", what_, shown, range.empty() ? "" : range + ", ", lo, hi));
   return static_cast<long long>(v);
 }
 

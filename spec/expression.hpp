@@ -33,8 +33,9 @@ class Expression {
   /// The value for `values` (which must hold every name given at construction).
   double eval(const Values& values) const;
   /// eval() as a whole number; throws kInvalidInput when the value is not one
-  /// (a grid of 12.5 blocks) or lies outside [lo, hi].
-  long long eval_integer(const Values& values, long long lo, long long hi) const;
+  /// (a grid of 12.5 blocks) or lies outside [lo, hi] (`range` names that
+  /// range in the message, e.g. "the range of i32").
+  long long eval_integer(const Values& values, long long lo, long long hi, const std::string& range = "") const;
 
  private:
   struct Parser;

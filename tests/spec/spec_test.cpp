@@ -118,6 +118,18 @@ TEST_CASE("spec: expressions do integer geometry and name what they lack", "[spe
   CHECK_THROWS_WITH(Expression("block_x * (2 <= 1024", "restriction", {"block_x"}), Catch::Contains("restriction: "));
 }
 
+TEST_CASE("spec: a scalar argument outside its type's range refuses the launch", "[spec]") {
+  const auto& family = load_spec_family(example("reduction/reduction.json"));  // cols goes as an i32
+  const auto device = DeviceLimits::for_arch("sm_90");
+  const Config c({{"threads", 128}, {"vec", 4}});
+  const std::vector<std::uint64_t> addresses = {0x10000, 0x20000};
+  CHECK(family.plan(c, Problem{"f32", {{"rows", 2}, {"cols", 2147483644}}}, addresses, device).size() == 1);
+  // 2^32 + 4 columns reached the kernel as the int 4.
+  CHECK_THROWS_WITH(family.plan(c, Problem{"f32", {{"rows", 2}, {"cols", 4294967300}}}, addresses, device),
+                    Catch::Contains("args[2] value 'cols' = 4294967300 is outside the range of i32, "
+                                    "-2147483648..2147483647"));
+}
+
 TEST_CASE("spec: candidates are read in order, unset tunables at their first value", "[spec]") {
   const auto& family = load_spec_family(example("matmul/matmul.json"));
   const Problem big{"f32", {{"m", 2048}, {"n", 2048}, {"k", 2048}}};
