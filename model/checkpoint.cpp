@@ -146,13 +146,15 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   metadata["context"] = std::to_string(info.shape.context);
   metadata["micro_batches"] = std::to_string(info.shape.micro_batches);
   if (info.best_val_loss) metadata["best_val_loss"] = fmt::format("{:.17g}", *info.best_val_loss);
+  const std::vector<float> parameters = runtime.parameters();
+  require_finite_parameters<float>(layout, parameters);
   SafetensorsWriter writer(path, std::move(entries), metadata);
   const auto write_flat = [&](const std::vector<float>& flat) {
     for (const auto& t : layout.tensors)
       writer.write(std::string_view(reinterpret_cast<const char*>(flat.data() + t.offset),
                                     static_cast<std::size_t>(t.numel) * sizeof(float)));
   };
-  write_flat(runtime.parameters());
+  write_flat(parameters);
   {
     const OptimizerState state = runtime.optimizer_state();
     if (state.steps != info.step)

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numbers>
 #include <numeric>
 #include <optional>
@@ -173,6 +174,23 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     return std::span<const std::int32_t>(all).subspan(static_cast<std::size_t>(k * o.shape.tokens()),
                                                       static_cast<std::size_t>(o.shape.tokens()));
   };
+  // Where a diverged run stops, before anything of its step is written: the
+  // checkpoint keeps the last good step.
+  const auto held = [&] {
+    return o.checkpoint.empty() || last_checkpoint == 0
+               ? std::string()
+               : fmt::format("; {} holds step {}", o.checkpoint, last_checkpoint);
+  };
+  // Weights files and checkpoints refuse weights that are not finite (a loss
+  // can stay finite while an update writes NaN): the run stops there.
+  const auto unless_diverged = [&](std::int64_t step, const std::function<void()>& write) {
+    try {
+      write();
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::kCheckFailed) throw;
+      throw_error(ErrorKind::kCheckFailed, fmt::format("{} at step {}{}", e.what(), step, held()));
+    }
+  };
   for (std::int64_t s = at.step + 1; s <= o.steps; ++s) {
     stream.sample(step_shape, at.sampler, tokens, targets);
     const auto t0 = std::chrono::steady_clock::now();
@@ -186,11 +204,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     for (std::int64_t k = 0; k < o.shape.micro_batches; ++k) {
       const double loss = model->forward(micro(tokens, k), micro(targets, k));
       if (!std::isfinite(loss))  // before the update: the weights, and any checkpoint, stay the last good step's
-        throw_error(ErrorKind::kCheckFailed,
-                    fmt::format("the loss is {} at step {}: training diverged{}", loss, s,
-                                o.checkpoint.empty() || last_checkpoint == 0
-                                    ? ""
-                                    : fmt::format("; {} holds step {}", o.checkpoint, last_checkpoint)));
+        throw_error(ErrorKind::kCheckFailed, fmt::format("the loss is {} at step {}: training diverged{}", loss, s, held()));
       r.loss += loss / static_cast<double>(o.shape.micro_batches);
       model->backward(k > 0);
     }
@@ -198,12 +212,15 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     model->synchronize();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.grad_norm = model->grad_norm();
+    if (r.grad_norm && !std::isfinite(*r.grad_norm))  // the update wrote it into the weights
+      throw_error(ErrorKind::kCheckFailed,
+                  fmt::format("the gradient norm is {} at step {}: training diverged{}", *r.grad_norm, s, held()));
     if (before) r.launches = model->launches()->since(*before);
     at.step = s;
     if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) {
       r.val_loss = validate();
       if (!o.save_best.empty() && (!at.best_val_loss || *r.val_loss < *at.best_val_loss)) {
-        save_weights(o.save_best);
+        unless_diverged(s, [&] { save_weights(o.save_best); });
         at.best_val_loss = r.val_loss;
         r.saved_best = true;
       }
@@ -216,12 +233,12 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     // past it; the other way round, a checkpointed step would have none.
     if (on_step) on_step(r);
     if (r.checkpointed) {
-      write_checkpoint(o.checkpoint, *model, at);
+      unless_diverged(s, [&] { write_checkpoint(o.checkpoint, *model, at); });
       last_checkpoint = s;
     }
     if (stop) break;
   }
-  if (!o.save.empty()) save_weights(o.save);
+  if (!o.save.empty()) unless_diverged(at.step, [&] { save_weights(o.save); });
   return records;
 }
 

@@ -98,7 +98,18 @@ std::optional<std::string> differing_size(const std::map<std::string, std::strin
 }
 
 template <class T>
+void require_finite_parameters(const ParameterLayout& layout, std::span<const T> params) {
+  for (const auto& info : layout.tensors)
+    for (std::int64_t i = 0; i < info.numel; ++i)
+      if (!std::isfinite(params[info.offset + i]))
+        throw_error(ErrorKind::kCheckFailed,
+                    fmt::format("the weights are not finite (tensor '{}' holds {} at index {}): training diverged",
+                                info.name, params[info.offset + i], i));
+}
+
+template <class T>
 TensorFile parameters_file(const ModelConfig& c, const ParameterLayout& layout, std::span<const T> params) {
+  require_finite_parameters(layout, params);
   TensorFile file;
   file.metadata = weights_metadata(c);
   for (const auto& info : layout.tensors) {
@@ -125,6 +136,7 @@ void save_weights(const Transformer<T>& model, const std::filesystem::path& path
 
 template void load_parameters<float>(const ModelConfig&, const ParameterLayout&, std::span<float>,
                                      const TensorFile&, const std::string&);
+template void require_finite_parameters<float>(const ParameterLayout&, std::span<const float>);
 template TensorFile parameters_file<float>(const ModelConfig&, const ParameterLayout&, std::span<const float>);
 template void load_weights<float>(Transformer<float>&, const TensorFile&, const std::string&);
 template void load_weights<double>(Transformer<double>&, const TensorFile&, const std::string&);

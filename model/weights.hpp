@@ -27,8 +27,13 @@ std::map<std::string, std::string> weights_metadata(const ModelConfig& config);
 /// differs only when `absent_differs`.
 std::optional<std::string> differing_size(const std::map<std::string, std::string>& metadata,
                                           const ModelConfig& config, bool absent_differs);
+/// Throws kCheckFailed naming the first parameter that is not finite
+/// ("the weights are not finite (tensor 'x' holds nan at index 3): training
+/// diverged"): no weights file or checkpoint keeps such weights.
+template <class T>
+void require_finite_parameters(const ParameterLayout& layout, std::span<const T> params);
 /// The flat buffer `params` as F32 tensors, in state-dict order, with
-/// weights_metadata.
+/// weights_metadata; require_finite_parameters first.
 template <class T>
 TensorFile parameters_file(const ModelConfig& config, const ParameterLayout& layout, std::span<const T> params);
 

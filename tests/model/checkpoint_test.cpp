@@ -146,6 +146,39 @@ TEST_CASE("a diverged run stops at the first loss that is not finite and keeps i
   CHECK(read_checkpoint_info(o.checkpoint, o.model).step == seen.back().step);
 }
 
+TEST_CASE("a run whose update makes the weights not finite while its loss stays finite keeps its last good checkpoint",
+          "[model][checkpoint]") {
+  // At a rate of 1e4 the output goes uniform (the loss ln 128, finite) as the
+  // gradients overflow: with clipping the norm says so; without, only the
+  // weights do, and a checkpoint or weights file must not keep them.
+  for (const float clip : {1.0f, 0.0f}) {
+    INFO("clip-norm " << clip);
+    const auto dir = test::scratch_dir(fmt::format("checkpoint-nan-weights-{}", clip));
+    TrainOptions o = tiny(30);
+    o.hyper.lr = 1e4f;
+    o.hyper.max_grad_norm = clip;
+    o.checkpoint = (dir / "c.ckpt").string();
+    o.checkpoint_every = 1;
+    o.save = (dir / "w.safetensors").string();
+    std::vector<StepRecord> seen;
+    try {
+      train(o, [&](const StepRecord& r) { seen.push_back(r); });
+      FAIL("a run at a rate of 1e4 took its 30 steps");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kCheckFailed);
+      const auto kept = read_checkpoint_info(o.checkpoint, o.model).step;
+      CHECK_THAT(e.what(), Catch::Contains(fmt::format("training diverged at step {}; {} holds step {}", kept + 1,
+                                                       o.checkpoint, kept)) ||
+                               Catch::Contains(fmt::format("at step {}: training diverged; {} holds step {}",
+                                                           kept + 1, o.checkpoint, kept)));
+      CHECK_THAT(e.what(), Catch::Contains(clip > 0 ? "the gradient norm is" : "the weights are not finite"));
+    }
+    for (const auto& r : seen) CHECK(std::isfinite(r.loss));
+    CHECK_NOTHROW(saved_weights(o, o.checkpoint));  // reading refuses weights that are not finite
+    CHECK_FALSE(std::filesystem::exists(o.save));
+  }
+}
+
 TEST_CASE("a checkpoint of another model, seed or token stream, or a weights file, is refused with one line",
           "[model][checkpoint]") {
   const auto dir = test::scratch_dir("checkpoint-refused");
