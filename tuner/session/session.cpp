@@ -316,9 +316,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // faster replaces it), else to the smallest space index, so two sessions
   // on one GPU pick the same config.
   const auto timed = [](const Record& r) { return time_of(r) < std::numeric_limits<double>::infinity(); };
+  // Every result the session holds competes: this run's, and a resumed log's
+  // that its strategy did not propose again.
   std::vector<Record> ranked;
-  for (const auto& s : summary.records)
-    if (const Record& r = evaluator.record(s.config); timed(r)) ranked.push_back(r);
+  for (const auto& [config, r] : evaluator.done())
+    if (timed(r)) ranked.push_back(r);
   std::sort(ranked.begin(), ranked.end(), [](const Record& a, const Record& b) {
     return time_of(a) != time_of(b) ? time_of(a) < time_of(b) : a.config < b.config;
   });

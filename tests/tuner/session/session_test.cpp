@@ -131,6 +131,32 @@ TEST_CASE("a resumed session reuses logged results and re-runs only the rest", "
   CHECK(s.best->config == Config({{"threads", 256}, {"vec", 4}}));
 }
 
+TEST_CASE("a resumed session's winner is the fastest of every logged result, not only of those it proposed again",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const Config def = family.default_config(problem);
+  const auto fastest_at_128 = [](const Config& c) { return c.at("threads") == 128 && c.at("vec") == 2 ? 0.5 : 1.0; };
+  TuneOptions o;
+  o.run.time = true;
+  o.strategy = "exhaustive";
+  o.log_path = (test::scratch_dir("session-resume-best") / "log.jsonl").string();
+  ScriptedRunner first;
+  first.time_of = fastest_at_128;
+  REQUIRE(tune(family, problem, first, o).best->config == Config({{"threads", 128}, {"vec", 2}}));
+  // Resumed with a budget of one evaluation: the default alone is proposed, read from the log.
+  o.resume = true;
+  o.strategy = "random";
+  o.budget = "1";
+  ScriptedRunner again;
+  again.time_of = fastest_at_128;
+  const auto s = tune(family, problem, again, o);
+  CHECK(s.evaluations == 1);
+  REQUIRE(s.best);
+  CHECK(s.best->config != def);
+  CHECK(s.best->config == Config({{"threads", 128}, {"vec", 2}}));
+}
+
 TEST_CASE("a log from another family or problem is refused on resume", "[session]") {
   const auto& family = templates::find_family("adamw_single");
   TuneOptions o;
