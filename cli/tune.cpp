@@ -93,7 +93,9 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")
       ->check(integer_at_least(0))
       ->capture_default_str();
-  cmd->add_option("--cache", opts->cache, "Tuned cache file the winner goes into")->capture_default_str();
+  cmd->add_option("--cache", opts->cache,
+                  "Tuned cache file the winner goes into; a config it holds for the problem is measured in the "
+                  "session too, so only a faster one replaces it")->capture_default_str();
   cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
       ->check(output_file())
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
@@ -151,7 +153,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                       {"--log", requests.size() == 1 ? opts->log : std::string()},
                                                       {"--export-kt", opts->export_kt}});
     cache::CacheFile cache_file(opts->cache);
-    cache_file.load();  // a corrupt cache file stops us before the search, not after
+    const std::vector<cache::Entry> cached = cache_file.load();  // a corrupt cache file stops us before the search
     cache_file.check_writable();  // so does one the winner could not be written to
     if (!opts->export_kt.empty()) writable_target(opts->export_kt, "--export-kt");
     opts->tune.run.time = true;
@@ -192,6 +194,15 @@ void add_tune_command(CLI::App& app, Global& global) {
                       : requests.size() == 1 ? opts->log
                                              : opts->log + "." + log_name;
       tune.default_log = opts->log.empty();
+      // What the cache holds for this problem competes with the session's configs.
+      const std::string where = tuner::cache_key(family, problem, runner->device()).where();
+      for (const auto& e : cached) {
+        if (e.key.where() != where) continue;
+        try {
+          tune.incumbent = Config::from_json(e.config);
+        } catch (const Error&) {  // not a config: the session's own configs decide
+        }
+      }
       if (requests.size() > 1 && print != env::PrintLevel::kQuiet)
         std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
       ProgressLine line;

@@ -268,6 +268,9 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // this session's shard).
   const Config def = default_on(family, problem, device);
   std::vector<Config> first = {def};
+  const bool incumbent = options.incumbent && *options.incumbent != def &&
+                         family.space().index_of(*options.incumbent) && evaluator.is_valid(*options.incumbent, nullptr);
+  if (incumbent) first.push_back(*options.incumbent);
   for (const Config& c : family.candidates(problem))
     if (std::find(first.begin(), first.end(), c) == first.end() && evaluator.is_valid(c, nullptr))
       first.push_back(c);
@@ -303,6 +306,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const Interruptible until(*stop, options.should_stop);
   const search::SearchResult found = search::run_search(evaluator, *strategy, until, callbacks, first);
   const bool interrupted = until.interrupted();
+  if (incumbent && !interrupted && !evaluator.done().count(*options.incumbent)) evaluator.record(*options.incumbent);
   summary.stopped_by = interrupted ? "a stop signal" : found.stopped_by;
   summary.resumed = evaluator.resumed_count;
   summary.evaluations = found.state.evaluations;

@@ -39,6 +39,11 @@ struct TuneOptions {
   /// budget (a stop signal); the best so far is the winner, from the
   /// search's timings (no finalists timed again).
   std::function<bool()> should_stop;
+  /// The config the tuned cache holds for this problem (tune --cache): it is
+  /// measured right after the default (after the budget, when that ran out
+  /// first), so a session replaces it only with a config faster in the same
+  /// session.
+  std::optional<Config> incumbent;
 };
 
 /// One evaluation as the session log records it.

@@ -157,6 +157,31 @@ TEST_CASE("a resumed session's winner is the fastest of every logged result, not
   CHECK(s.best->config == Config({{"threads", 128}, {"vec", 2}}));
 }
 
+TEST_CASE("the cache's config for the problem is measured in the session, so only a faster one replaces it",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const Config cached({{"threads", 128}, {"vec", 2}});
+  const auto fastest_at_128 = [&](const Config& c) { return c == cached ? 0.5 : 1.0; };
+  TuneOptions o;
+  o.run.time = true;
+  o.budget = "1";  // the default alone, within the budget
+  ScriptedRunner without;
+  without.time_of = fastest_at_128;
+  CHECK(tune(family, problem, without, o).best->config == family.default_config(problem));
+  o.incumbent = cached;
+  ScriptedRunner with;
+  with.time_of = fastest_at_128;
+  const auto s = tune(family, problem, with, o);
+  CHECK(with.seen.count(cached));
+  CHECK(s.best->config == cached);
+  // Measured slower than what the session found, it is replaced.
+  ScriptedRunner slower;
+  slower.time_of = [&](const Config& c) { return c == cached ? 2.0 : 1.0; };
+  o.budget = "";
+  CHECK(tune(family, problem, slower, o).best->config != cached);
+}
+
 TEST_CASE("a log from another family or problem is refused on resume", "[session]") {
   const auto& family = templates::find_family("adamw_single");
   TuneOptions o;
