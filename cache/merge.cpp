@@ -10,6 +10,9 @@ namespace ktune::cache {
 bool better_than(const Entry& a, const Entry& b) {
   const bool disjoint = a.p80_ms < b.p20_ms || b.p80_ms < a.p20_ms;
   if (disjoint) return a.time_ms < b.time_ms;
+  // Below kSpreadRepetitions a spread measures nothing (one sample's is 0).
+  const bool a_spread = a.repetitions >= kSpreadRepetitions, b_spread = b.repetitions >= kSpreadRepetitions;
+  if (a_spread != b_spread) return a_spread;
   if (a.spread != b.spread) return a.spread < b.spread;
   if (a.repetitions != b.repetitions) return a.repetitions > b.repetitions;
   if (a.evaluations != b.evaluations) return a.evaluations > b.evaluations;
@@ -51,13 +54,9 @@ std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& in
 }
 
 std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& options) {
-  std::map<std::string, std::string> newest;  // where() → newest date
-  for (const Entry& e : entries) {
-    std::string& d = newest[e.key.where()];
-    d = std::max(d, e.date);
-  }
-  std::map<std::string, bool> kept_newest;  // one survivor per where(), even on equal dates
   const std::size_t before = entries.size();
+  // First the version filters, then, among the entries they keep, the newest
+  // of each where(): an entry the filters drop supersedes nothing.
   std::vector<Entry> kept;
   for (const Entry& e : entries) {
     const bool of_family = options.family.empty() || e.key.family == options.family;
@@ -67,11 +66,20 @@ std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& optio
                       (!e.key.nvrtc_version.empty() && differs(options.nvrtc_version, e.key.nvrtc_version)) ||
                       differs(options.driver_version, e.key.driver_version)))
       continue;
-    if (options.superseded) {
-      if (e.date != newest[e.key.where()] || kept_newest[e.key.where()]) continue;
-      kept_newest[e.key.where()] = true;
-    }
     kept.push_back(e);
+  }
+  if (options.superseded) {
+    std::map<std::string, std::string> newest;  // where() → newest date
+    for (const Entry& e : kept) {
+      std::string& d = newest[e.key.where()];
+      d = std::max(d, e.date);
+    }
+    std::map<std::string, bool> kept_newest;  // one survivor per where(), even on equal dates
+    std::erase_if(kept, [&](const Entry& e) {
+      if (e.date != newest[e.key.where()] || kept_newest[e.key.where()]) return true;
+      kept_newest[e.key.where()] = true;
+      return false;
+    });
   }
   entries = std::move(kept);
   return before - entries.size();

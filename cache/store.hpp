@@ -56,9 +56,12 @@ std::optional<double> shape_distance(const std::map<std::string, std::int64_t>& 
 
 /// True when `a` should be kept over `b` for the same key (the merge rule in
 /// cache/SCHEMA.md): if their [p20, p80] intervals do not overlap, the faster
-/// one; otherwise the better measured (lower spread, then more repetitions,
+/// one; otherwise the better measured (one of kSpreadRepetitions or more
+/// repetitions over one of fewer, then lower spread, then more repetitions,
 /// then more evaluations, then the newer date, then the smaller config text).
 bool better_than(const Entry& a, const Entry& b);
+/// Repetitions from which an entry's spread measures its noise.
+constexpr std::int64_t kSpreadRepetitions = 3;
 
 /// Keeps one entry per full key (the better_than one, where the first of
 /// them stood); returns how many went.

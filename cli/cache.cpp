@@ -13,6 +13,7 @@
 #include "base/error.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
+#include "cli/options.hpp"
 #include "cli/table.hpp"
 
 namespace ktune::cli {
@@ -227,6 +228,14 @@ void add_cache_command(CLI::App& app, Global& global) {
     const auto held = file.load_input();  // a missing file is an error, not an empty cache
     const auto& p = args->prune;
     require_held(held, Filter{.family = p.family});
+    if (!p.source_hash.empty() && p.family.empty()) {  // each family's source has its own hash
+      std::set<std::string> families;
+      for (const auto& e : held) families.insert(e.key.family);
+      KTUNE_REQUIRE(families.size() <= 1,
+                    fmt::format("--source-hash is one family's: give --family too ({} holds entries of {}, whose "
+                                "sources hash apart, so every other family's entries would go)",
+                                args->file, fmt::join(families, ", ")));
+    }
     // A version no entry (of --family) has would drop every one of them.
     std::vector<cache::Entry> selected;
     for (const auto& e : held)
@@ -249,6 +258,8 @@ void add_cache_command(CLI::App& app, Global& global) {
   exp->add_option("--out", args->out, "Destination cache file (default: stdout)")->check(output_file());
   add_filter_options(exp, args->filter);
   exp->callback([args] {
+    // A copy filtered onto its own input would drop every entry the filters leave out.
+    require_distinct_files({{"file", args->file}}, {{"--out", args->out}});
     if (!args->out.empty()) cache::CacheFile(args->out).check_writable();  // before the input is read
     std::vector<cache::Entry> selected;
     const auto entries = cache::CacheFile(args->file).load_input();

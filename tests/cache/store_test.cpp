@@ -276,6 +276,42 @@ TEST_CASE("duplicate entries collapse on merge: a file merged into its own copy 
   CHECK(into.size() == 2);
 }
 
+TEST_CASE("merge: a one-sample entry, whose spread is 0, does not win over a measured one it overlaps", "[cache]") {
+  Entry measured = make_entry("f32;numel=8;tensors=4", 8, 280.0);
+  measured.p20_ms = 270;
+  measured.p80_ms = 300;
+  measured.spread = 30.0 / 280.0;
+  measured.repetitions = 20;
+  Entry once = make_entry("f32;numel=8;tensors=4", 8, 290.0);
+  once.p20_ms = once.p80_ms = 290;
+  once.spread = 0;
+  once.repetitions = 1;
+  CHECK_FALSE(better_than(once, measured));
+  CHECK(better_than(measured, once));
+  std::vector<Entry> into{measured};
+  CHECK(merge_entries(into, {once}) == 0);
+  CHECK(into.front().time_ms == 280.0);
+  // Faster beyond the measured one's interval, it wins: a better config was found.
+  once.time_ms = once.p20_ms = once.p80_ms = 200;
+  CHECK(better_than(once, measured));
+}
+
+TEST_CASE("prune: the version filters go first, and what they drop supersedes nothing", "[cache]") {
+  Entry current = make_entry("f32;numel=8;tensors=4", 8);
+  current.date = "2026-11-29T00:00:00Z";
+  Entry stale = current;  // the same problem on the same GPU, another source, dated later
+  stale.key.source_hash = "h0";
+  stale.config = {{"block", 128}, {"vec", 2}};
+  stale.date = "2027-01-01T00:00:00Z";
+  std::vector<Entry> entries{current, stale};
+  PruneOptions keep_h1;
+  keep_h1.family = "adamw";
+  keep_h1.source_hash = "h1";
+  CHECK(prune_entries(entries, keep_h1) == 1);
+  REQUIRE(entries.size() == 1);
+  CHECK(entries.front().key.source_hash == "h1");
+}
+
 TEST_CASE("hostile cache files: too big or too deep is one kCache error, quickly", "[cache]") {
   const auto dir = ktune::test::scratch_dir("cache-hostile");
   {

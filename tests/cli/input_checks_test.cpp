@@ -189,7 +189,7 @@ TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it w
   for (const std::string& args :
        {"prune " + file.string() + " --driver 13000x", "prune " + file.string() + " --nvrtc bogus",
         "prune " + file.string() + " --source-hash xyz", "prune " + file.string() + " --family bogus",
-        "export " + file.string() + " --family rmsnorm_fwdd --out " + file.string(),
+        "export " + file.string() + " --family rmsnorm_fwdd --out " + (dir / "out.json").string(),
         "export " + file.string() + " --dtype f64 --out " + (dir / "out.json").string(),
         "show " + file.string() + " --arch sm_12"}) {
     INFO(args);
@@ -207,6 +207,20 @@ TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it w
                     (dir / "out.json").string(),
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("matches all the filters"));
+  // A source hash is one family's: without --family it would drop every other family's entries.
+  auto families = nlohmann::json::parse(before);
+  families["entries"][1]["key"]["family"] = "swiglu_fwd";
+  std::ofstream(dir / "families.json") << families.dump();
+  const std::string families_before = read_all(dir / "families.json");
+  const std::string hash = families["entries"][0]["key"]["source_hash"];
+  CHECK(run_bad("cache prune " + (dir / "families.json").string() + " --source-hash " + hash, &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--source-hash is one family's: give --family too"));
+  // A filtered copy onto its own input would drop what the filters leave out.
+  CHECK(run_bad("cache export " + (dir / "families.json").string() + " --family adamw --out " +
+                    (dir / "families.json").string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--out") && Catch::Contains("file"));
+  CHECK(read_all(dir / "families.json") == families_before);
   // A corrupt cache is bad input (exit 2), as a missing one is.
   std::ofstream(dir / "bad.json") << "{bad";
   CHECK(run_bad("cache show " + (dir / "bad.json").string(), &err) == 2);
