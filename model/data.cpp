@@ -24,6 +24,7 @@ TokenStream TokenStream::synthetic(std::int64_t vocab, std::uint64_t seed, std::
   s.tokens_.resize(period);
   for (auto& t : s.tokens_) t = pick(rng);
   s.size_ = period;
+  s.periodic_ = true;
   return s;
 }
 
@@ -109,7 +110,13 @@ void TokenStream::sample(const RunShape& shape, std::mt19937_64& rng, std::vecto
                          std::vector<std::int32_t>& targets) const {
   tokens.resize(shape.tokens());
   targets.resize(shape.tokens());
-  std::uniform_int_distribution<std::int64_t> start(0, size() - 1);
+  // A window and its next token lie within the stream, as CS336's get_batch
+  // draws them: one running past a file's end and on from its start would
+  // teach a transition the corpus does not hold. The synthetic stream repeats
+  // with no seam, so any start serves there.
+  KTUNE_REQUIRE(periodic_ || size() > shape.context,
+                fmt::format("a stream of {} tokens holds no window of {} and its next token", size(), shape.context));
+  std::uniform_int_distribution<std::int64_t> start(0, periodic_ ? size() - 1 : size() - shape.context - 1);
   for (std::int64_t b = 0; b < shape.batch; ++b)
     fill(start(rng), shape.context, tokens.data() + b * shape.context, targets.data() + b * shape.context);
 }
@@ -141,6 +148,7 @@ TokenStream TokenStream::slice(std::int64_t begin, std::int64_t end) const {
                 fmt::format("tokens [{}, {}) of a stream of {}: a slice holds two or more of its tokens", begin, end,
                             size_));
   TokenStream s = *this;
+  s.periodic_ = false;  // a part of one period has a seam where it would wrap
   s.begin_ = begin_ + begin;
   s.size_ = end - begin;
   return s;

@@ -29,8 +29,10 @@ class TokenStream {
   static TokenStream from_file(const std::filesystem::path& path, std::int64_t vocab);
 
   /// A batch of `shape.batch` windows at random offsets: tokens and the
-  /// next-token targets, (batch, context) each. The stream repeats when a
-  /// window runs past its end.
+  /// next-token targets, (batch, context) each. A window and its next token
+  /// lie within the stream (throws kInvalidInput when it holds no window of
+  /// shape.context + 1 tokens), except in the synthetic stream, which
+  /// repeats with no seam and whose windows start anywhere.
   void sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
               std::vector<std::int32_t>& targets) const;
 
@@ -55,6 +57,7 @@ class TokenStream {
   // Tokens start, start + 1, ... (count of them, wrapping) and their next ones.
   void fill(std::int64_t start, std::int64_t count, std::int32_t* tokens, std::int32_t* targets) const;
 
+  bool periodic_ = false;                   // the whole synthetic stream: it wraps with no seam
   std::vector<std::int32_t> tokens_;        // the synthetic stream's
   std::shared_ptr<const MappedFile> file_;  // a token file's, mapped
   std::int64_t begin_ = 0, size_ = 0;       // the stream's tokens, from the sequence's or the file's begin_-th

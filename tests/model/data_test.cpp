@@ -135,7 +135,7 @@ TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   }
 }
 
-TEST_CASE("a slice of a token stream is a stream of those tokens alone, windows wrapping inside it",
+TEST_CASE("a slice of a token stream is a stream of those tokens alone, every window and its next token inside it",
           "[model][data]") {
   const auto dir = test::scratch_dir("token-stream-slice");
   std::vector<std::uint16_t> file(1000);
@@ -146,17 +146,25 @@ TEST_CASE("a slice of a token stream is a stream of those tokens alone, windows 
   std::mt19937_64 rng(4);
   std::vector<std::int32_t> tokens, targets;
   const RunShape shape{8, 30};
+  std::int32_t last_first = 0;
   for (int draw = 0; draw < 20; ++draw) {
     part.sample(shape, rng, tokens, targets);
     for (std::int64_t b = 0; b < shape.batch; ++b) {
+      // No window runs past the end and on from the start: 999 is never followed by 900.
       const std::int32_t first = tokens[b * shape.context];
+      CHECK(first >= 900);
+      CHECK(first + shape.context <= 999);
+      last_first = std::max(last_first, first);
       for (std::int64_t t = 0; t < shape.context; ++t) {
         INFO("draw " << draw << ", window " << b << ", token " << t);
-        CHECK(tokens[b * shape.context + t] == 900 + (first - 900 + t) % 100);
-        CHECK(targets[b * shape.context + t] == 900 + (first - 900 + t + 1) % 100);
+        CHECK(tokens[b * shape.context + t] == first + t);
+        CHECK(targets[b * shape.context + t] == first + t + 1);
       }
     }
   }
+  CHECK(last_first >= 960);  // 160 windows over 70 starts: the last ones are drawn too
+  CHECK_THROWS_WITH(part.sample(RunShape{1, 100}, rng, tokens, targets),
+                    Catch::Contains("a stream of 100 tokens holds no window of 100 and its next token"));
   CHECK(whole.slice(10, 20).slice(5, 10).size() == 5);
   CHECK_THROWS_WITH(whole.slice(0, 1), Catch::Contains("two or more"));
   CHECK_THROWS_WITH(whole.slice(990, 1001), Catch::Contains("a stream of 1000"));
