@@ -39,7 +39,8 @@ void add_eval_command(CLI::App& app, Global& global) {
       ->check(integer_at_least(0))
       ->capture_default_str();
   auto* batches = cmd->add_option("--batches", o->batches,
-                                  "Batches to average the loss over: the first N the sampler draws for --seed")
+                                  "Batches to average the loss over: the first N the sampler draws for --seed (with "
+                                  "--val-split, those `train --eval-every` validates on)")
                       ->check(integer_at_least(1))
                       ->capture_default_str();
   auto* dump = cmd->add_option("--dump", o->dump,

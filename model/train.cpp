@@ -23,6 +23,10 @@ namespace ktune::model {
 
 namespace {
 
+// The seed of validation's batch sampler, its own so that validating leaves
+// training's batches as they were; eval reads a held-out part with it too.
+std::uint64_t validation_seed(std::uint64_t seed) { return seed + 2; }
+
 // The run's corpus (--tokens, else the synthetic stream), whole; or with
 // val_split, its training part and the part held out after it.
 struct Streams {
@@ -146,7 +150,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     write_safetensors(path, parameters_file<float>(o.model, model->layout(), model->parameters()));
   };
   const auto validate = [&] {
-    std::mt19937_64 rng(o.seed + 2);
+    std::mt19937_64 rng(validation_seed(o.seed));
     std::vector<std::int32_t> val_tokens, val_targets;
     double sum = 0;
     for (std::int64_t b = 0; b < o.eval_batches; ++b) {
@@ -251,7 +255,8 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
   const Streams streams = streams_for(o);
   const TokenStream& stream = streams.held_out ? *streams.held_out : streams.train;
   auto model = start(o, gradients ? Allocation::kTrain : Allocation::kForwardOnly);
-  std::mt19937_64 rng(o.seed);
+  // A held-out part is read as training's validation reads it; else training's first batches.
+  std::mt19937_64 rng(streams.held_out ? validation_seed(o.seed) : o.seed);
   std::vector<std::int32_t> tokens, targets;
   EvalResult r;
   const auto before = model->launches();

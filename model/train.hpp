@@ -129,7 +129,9 @@ struct EvalResult {
 };
 
 /// Mean loss of the first `batches` batches the sampler draws for
-/// options.seed; with `gradients` (one batch only), also the per-parameter
+/// options.seed (of a part val_split holds out: those training's validation
+/// reads, so batches = eval_batches gives its validation loss); with
+/// `gradients` (one batch only), also the per-parameter
 /// gradient norms. Throws kInvalidInput for batches < 1, or gradients of more
 /// than one batch.
 EvalResult evaluate(const RunOptions& options, bool gradients, std::int64_t batches = 1);
