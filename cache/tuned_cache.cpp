@@ -22,11 +22,16 @@ Answer TunedCache::lookup(const Key& query, const std::function<bool(const Entry
   switch (a.result.match) {
     case Match::kExact: a.reason = "exact"; break;
     case Match::kNearest:
-      a.reason =
-          fmt::format("nearest (distance {:.2f}, tuned for {})", a.result.distance, a.result.entry->key.problem_key);
+      // Tuned on another GPU of the arch, it says which.
+      a.reason = fmt::format("nearest (distance {:.2f}, tuned for {}{})", a.result.distance,
+                             a.result.entry->key.problem_key,
+                             a.result.entry->key.gpu_name == query.gpu_name ? "" : " on " + a.result.entry->key.gpu_name);
       break;
     case Match::kNone:
-      a.reason = entries_.empty() ? "default (no tuned cache)" : "default (no usable tuned entry)";
+      // An entry stale for the query (another kernel source, NVRTC or driver) says why it went unused.
+      if (entries_.empty()) a.reason = "default (no tuned cache)";
+      else if (a.result.warnings.empty()) a.reason = "default (no usable tuned entry)";
+      else a.reason = fmt::format("default (no usable tuned entry: {})", a.result.warnings.front());
       break;
   }
   return a;

@@ -5,7 +5,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <mutex>
+#include <set>
+#include <utility>
 
 #include "base/error.hpp"
 #include "cache/tuned_cache.hpp"
@@ -21,6 +26,9 @@ struct Runtime::State {
   std::unique_ptr<tuner::TunedKernels> kernels;
   std::map<std::string, const templates::Family*> specs;  // spec path -> family
   std::map<std::uint64_t, std::unique_ptr<tuner::exec::Buffer>> buffers;
+  // Every module a Kernel was handed: they outlive a reloaded cache, not the
+  // runtime (destroyed before the backend they were loaded into).
+  std::set<std::shared_ptr<const tuner::exec::Module>> modules;
   std::mutex mutex;
 
   const tuner::exec::Buffer& buffer(std::uint64_t address) const {
@@ -31,9 +39,19 @@ struct Runtime::State {
 };
 
 struct Kernel::State {
-  std::shared_ptr<Runtime::State> runtime;
-  tuner::TunedKernel kernel;
+  // A kernel keeps neither its runtime (memory, device) nor its module alive.
+  std::weak_ptr<Runtime::State> runtime;
+  std::weak_ptr<const tuner::exec::Module> module;
+  tuner::TunedKernel kernel;  // its module null: `module` is the runtime's
   std::string name;
+
+  std::shared_ptr<Runtime::State> live_runtime() const {
+    auto rt = runtime.lock();
+    KTUNE_REQUIRE(rt != nullptr, fmt::format("kernel {}: the Runtime it came from is destroyed, and its memory and "
+                                             "modules with it; keep the Runtime while its kernels launch",
+                                             name));
+    return rt;
+  }
 };
 
 Kernel::Kernel(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -54,14 +72,16 @@ Match Kernel::match() const {
 }
 
 void Kernel::launch(const std::vector<std::uint64_t>& buffers) const {
-  launch(buffers, state_->runtime->backend->native_stream());
+  launch(buffers, state_->live_runtime()->backend->native_stream());
 }
 
 void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const {
-  auto& rt = *state_->runtime;
+  const auto runtime = state_->live_runtime();
+  auto& rt = *runtime;
   const auto& k = state_->kernel;
   std::lock_guard lock(rt.mutex);
-  rt.backend->launch(*k.module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()), stream);
+  const auto module = state_->module.lock();  // alive while its runtime is
+  rt.backend->launch(*module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()), stream);
 }
 
 Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {
@@ -83,10 +103,19 @@ void Runtime::load_cache(const std::string& path) {
 Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
   std::lock_guard lock(state_->mutex);
   const templates::Family* family = nullptr;
-  if (what.size() > 5 && what.compare(what.size() - 5, 5, ".json") == 0) {
+  // A spec is a path: a .json name (in any case), a name with a folder, or a file that is there.
+  std::string suffix = what.size() > 5 ? what.substr(what.size() - 5) : "";
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::error_code ec;
+  if (suffix == ".json" || what.find('/') != std::string::npos || std::filesystem::exists(what, ec)) {
+    KTUNE_REQUIRE(!std::filesystem::is_directory(what, ec),
+                  fmt::format("{} is a folder; give the kernel spec file (the .json beside your .cu)", what));
     auto& known = state_->specs[what];
     if (!known) known = &spec::load_spec_family(what);
     family = known;
+    // What the emulation cannot run is named in one line, before the host compiler tries it.
+    if (state_->backend->name() == "emu")
+      if (const auto* s = dynamic_cast<const spec::SpecFamily*>(family)) s->require_emulation();
   } else {
     family = &templates::find_family(what);
   }
@@ -96,6 +125,8 @@ Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
   auto k = std::make_shared<Kernel::State>();
   k->runtime = state_;
   k->kernel = state_->kernels->get(*family, problem);
+  state_->modules.insert(k->kernel.module);
+  k->module = std::exchange(k->kernel.module, nullptr);
   k->name = family->name();
   return Kernel(std::move(k));
 }
@@ -115,11 +146,13 @@ void Runtime::free(std::uint64_t address) {
 }
 
 void Runtime::upload(std::uint64_t address, const void* host, std::size_t bytes) {
+  KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("upload of {} bytes from a null host pointer", bytes));
   std::lock_guard lock(state_->mutex);
   state_->backend->upload(state_->buffer(address), host, bytes);
 }
 
 void Runtime::download(void* host, std::uint64_t address, std::size_t bytes) {
+  KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("download of {} bytes to a null host pointer", bytes));
   std::lock_guard lock(state_->mutex);
   state_->backend->download(host, state_->buffer(address), bytes);
 }

@@ -16,7 +16,9 @@
 //   rt.synchronize();
 //
 // Errors are thrown as std::runtime_error (ktune's own error type derives
-// from it) whose what() is one line.
+// from it) whose what() is one line; a failed compile's goes on with the
+// compiler's log. A Kernel is valid while its Runtime lives: launching it
+// after throws, and the Runtime's memory and modules go with it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,7 +53,9 @@ class Kernel {
 
   const std::string& name() const;  ///< the spec's or family's name
   Match match() const;
-  /// "exact", "nearest (distance 1.00, tuned for f32;k=32;m=64;n=48)", "default (no tuned entry)"
+  /// "exact", "nearest (distance 1.00, tuned for f32;k=32;m=64;n=48)" (+ " on GPU" when another GPU
+  /// of the arch tuned it), "default (no tuned cache)", "default (no usable tuned entry)" (+ why, where
+  /// an entry for the problem is stale: another kernel source, NVRTC or driver)
   const std::string& reason() const;
   std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
 
@@ -85,8 +89,8 @@ class Runtime {
   /// Reads a tuned cache (`ktune tune --cache`); later kernel() calls use it.
   void load_cache(const std::string& path);
 
-  /// The kernel for `problem`: `what` is a kernel spec file (ends in .json)
-  /// or a built-in family's name. Compiled on first use (binary cache on
+  /// The kernel for `problem`: `what` is a kernel spec file (a path: it ends
+  /// in .json, names a folder, or is there) or a built-in family's name. Compiled on first use (binary cache on
   /// disk); the same (kernel, problem) again returns the loaded one.
   Kernel kernel(const std::string& what, const ProblemSize& problem);
 

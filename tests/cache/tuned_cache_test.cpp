@@ -87,6 +87,19 @@ TEST_CASE("tuned cache: stale entries come back as warnings", "[cache]") {
   CHECK(a.result.match == Match::kNone);
   REQUIRE(a.result.warnings.size() == 1);
   CHECK_THAT(a.result.warnings[0], Catch::Contains("ignoring stale cache entry for rmsnorm_fwd"));
+  // The run-time API's reason says why the entry went unused.
+  CHECK_THAT(a.reason, Catch::StartsWith("default (no usable tuned entry: ignoring stale cache entry") &&
+                           Catch::Contains("source hash an older template"));
+}
+
+TEST_CASE("tuned cache: a nearest entry another GPU of the arch tuned names that GPU", "[cache]") {
+  Entry other_gpu = entry_for(key_for(2048), 256);
+  other_gpu.key.gpu_name = "another GPU";
+  const Answer a = TunedCache({other_gpu}).lookup(key_for(4096));
+  REQUIRE(a.result.match == Match::kNearest);
+  CHECK_THAT(a.reason, Catch::EndsWith(" on another GPU)"));
+  CHECK_THAT(TunedCache({entry_for(key_for(2048), 256)}).lookup(key_for(4096)).reason,
+             !Catch::Contains(" on "));
 }
 
 TEST_CASE("tuned cache: the file is parsed once", "[cache]") {

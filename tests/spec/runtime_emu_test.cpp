@@ -4,7 +4,10 @@
 // the exact entry once `ktune tune` has filled one.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 
 #include "spec/vector_add_run.hpp"
 #include "support.hpp"
@@ -56,6 +59,35 @@ TEST_CASE("spec emu: Kernel::launch on a caller's stream runs at once under the 
     const auto z = run.z();
     for (std::int64_t i = 0; i < run.n; ++i) REQUIRE(z[i] == run.x[i] + run.y[i]);
   }
+}
+
+TEST_CASE("spec emu: misuse of the run-time API is one runtime_error, never a crash", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-runtime-misuse");
+  std::optional<ktune::Kernel> kept;
+  {
+    ktune::Runtime rt("emu");
+    // A size past the address space (it wrapped to one page, then an upload wrote past it).
+    CHECK_THROWS_WITH(rt.allocate(SIZE_MAX), Catch::Contains("cannot map 18446744073709551615 bytes"));
+    const std::uint64_t a = rt.allocate(64);
+    CHECK_THROWS_WITH(rt.upload(a, nullptr, 64), Catch::Contains("upload of 64 bytes from a null host pointer"));
+    CHECK_THROWS_WITH(rt.download(nullptr, a, 64), Catch::Contains("download of 64 bytes to a null host pointer"));
+    // A spec path in any case is a spec, a folder is named as one, not as an unknown family.
+    const fs::path example = fs::path(KTUNE_SOURCE_DIR) / "examples/vector_add";
+    fs::copy_file(example / "vector_add.cu", dir / "vector_add.cu");
+    fs::copy_file(example / "vector_add.json", dir / "VA.JSON");
+    CHECK(rt.kernel((dir / "VA.JSON").string(), {"f32", {{"n", 100}}}).name() == "vector_add");
+    CHECK_THROWS_WITH(rt.kernel(dir.string(), {"f32", {{"n", 100}}}), Catch::Contains("is a folder"));
+    // What the emulation cannot run is named in one line before the host compiler sees it.
+    std::ofstream(dir / "k.cu") << "__global__ void k(float* y) {\n  extern __shared__ float s[];\n  y[0] = s[0];\n}\n";
+    std::ofstream(dir / "k.json") << R"({"name": "ext_shared", "source": "k.cu", "kernel": "k", "problem": {"n": 1},
+      "tunables": {"t": [32]}, "grid": "1", "block": "t", "buffers": [{"name": "y", "count": "n", "role": "output"}],
+      "args": ["y"], "reference": {"config": {"t": 32}}})";
+    CHECK_THROWS_WITH(rt.kernel((dir / "k.json").string(), {"f32", {{"n", 1}}}),
+                      Catch::Contains("the emulation cannot run this kernel: k.cu:2: extern __shared__"));
+    kept = rt.kernel((dir / "VA.JSON").string(), {"f32", {{"n", 100}}});
+  }
+  // Its runtime gone, a kernel launches nothing: the memory and the module went with it.
+  CHECK_THROWS_WITH(kept->launch({0x1000, 0x2000, 0x3000}), Catch::Contains("the Runtime it came from is destroyed"));
 }
 
 }  // namespace spec_runtime_emu_test

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include <fmt/format.h>
@@ -32,6 +33,9 @@ std::string describe_offset(const Region& region, const void* address) {
 
 GuardedBuffer::GuardedBuffer(std::string name, std::size_t size) : size_(size) {
   const std::size_t page = page_size();
+  // The area rounded up to pages, and a guard page each side, must not wrap past the address space.
+  if (size > std::numeric_limits<std::size_t>::max() / 2)
+    throw_error(ErrorKind::kIo, fmt::format("emulation: cannot map {} bytes for {}", size, name));
   area_size_ = std::max<std::size_t>(page, (size + 15 + page - 1) / page * page);
   map_size_ = area_size_ + 2 * page;
   void* m = ::mmap(nullptr, map_size_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
