@@ -6,7 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 #include <filesystem>
 #include <iostream>
 #include <thread>
@@ -140,9 +140,14 @@ void add_tune_command(CLI::App& app, Global& global) {
     search::require_strategy(opts->tune.strategy);  // reject an unknown strategy or budget before any GPU work
     if (!opts->tune.budget.empty()) search::parse_budget(opts->tune.budget);
     if (!opts->shard.empty()) {
-      unsigned long long i = 0, n = 0;
-      char tail = 0;
-      KTUNE_REQUIRE(std::sscanf(opts->shard.c_str(), "%llu/%llu%c", &i, &n, &tail) == 2 && n >= 1 && i < n,
+      // Digits only (sscanf's %llu took "-2" as 2^64 - 2).
+      std::uint64_t i = 0, n = 0;
+      const std::string& text = opts->shard;
+      const char* const last = text.data() + text.size();
+      const auto first = std::from_chars(text.data(), last, i);
+      const bool slash = first.ec == std::errc() && first.ptr != last && *first.ptr == '/';
+      const auto second = slash ? std::from_chars(first.ptr + 1, last, n) : first;
+      KTUNE_REQUIRE(slash && second.ec == std::errc() && second.ptr == last && n >= 1 && i < n,
                     "--shard must be i/n with 0 <= i < n, got '" + opts->shard + "'");
       opts->tune.shard_index = i;
       opts->tune.shard_count = n;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 
@@ -43,10 +44,12 @@ const char* kBudgetHelp = "a budget is N or Nevals (evaluations), Ns/Nm/Nh (time
 std::unique_ptr<StopCondition> parse_one(const std::string& word) {
   KTUNE_REQUIRE(!word.empty(), fmt::format("empty budget; {}", kBudgetHelp));
   if (word.rfind("plateau:", 0) == 0) {
+    // Digits only: strtoull took "-5" as 2^64 - 5.
     const std::string n = word.substr(8);
-    char* end = nullptr;
-    const unsigned long long v = std::strtoull(n.c_str(), &end, 10);
-    KTUNE_REQUIRE(!n.empty() && *end == '\0' && v > 0, fmt::format("bad budget '{}'; {}", word, kBudgetHelp));
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), v);
+    KTUNE_REQUIRE(!n.empty() && ec == std::errc() && end == n.data() + n.size() && v > 0,
+                  fmt::format("bad budget '{}'; {} (N a whole number from 1 to 2^64 - 1)", word, kBudgetHelp));
     return std::make_unique<Plateau>(v);
   }
   char* end = nullptr;

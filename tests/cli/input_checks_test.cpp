@@ -346,6 +346,14 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
                 "--budget 99999999999999999999",
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("past the largest count of evaluations"));
+  // A minus sign is no count (it was read as 2^64 - 5, a shard count of 2^64 - 2).
+  for (const std::string bad : {"--budget plateau:-5+3", "--shard 1/-2", "--shard 0/-1", "--shard /2"}) {
+    INFO(bad);
+    CHECK(run_bad("tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' " + bad,
+                  &err) == 2);
+    CHECK_THAT(err, Catch::Contains(bad.find("budget") != std::string::npos ? "bad budget 'plateau:-5'"
+                                                                           : "--shard must be i/n with 0 <= i < n"));
+  }
   const auto dir = ktune::test::scratch_dir("cli-not-a-log");
   std::ofstream(dir / "notes.txt") << "7\n{\"config\": 1}\n";
   CHECK(run_bad("log show " + (dir / "notes.txt").string(), &err) == 2);
