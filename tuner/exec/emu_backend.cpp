@@ -22,6 +22,9 @@
 namespace ktune::tuner::exec {
 namespace {
 
+/// Timed repetitions an emulated measurement takes at least (min_repetitions permitting).
+constexpr int kEmuSamples = 3;
+
 /// The buffers alive on one backend: the regions a kernel may touch.
 struct LiveBuffers {
   std::mutex mutex;
@@ -189,11 +192,17 @@ class EmuBackend final : public Backend {
     // Host wall time: it ranks nothing on a GPU, but lets a whole tuning
     // session, winner rule included, run end to end without one.
     refuse_in_capture("time");
+    // One warm-up at most (the first launch pays for cold pages and caches,
+    // 5-50x the rest), then kEmuSamples at least, so a slow variant still
+    // has a spread; then on to min_repetitions within min_seconds.
+    const int warmup = std::min(options.warmup, 1);
+    for (int i = 0; i < warmup; ++i) enqueue();
     std::vector<double> samples;
     double total_ms = 0;
     const int most = std::max(1, options.max_repetitions);
+    const int least = std::min(most, std::max(1, std::min(kEmuSamples, options.min_repetitions)));
     while (static_cast<int>(samples.size()) < most &&
-           (samples.empty() ||
+           (static_cast<int>(samples.size()) < least ||
             (static_cast<int>(samples.size()) < options.min_repetitions && total_ms < options.min_seconds * 1e3))) {
       const auto t0 = std::chrono::steady_clock::now();
       enqueue();
@@ -202,8 +211,8 @@ class EmuBackend final : public Backend {
       total_ms += ms;
     }
     Measurement m = summarize(samples);
-    m.method = fmt::format("host emulation wall time of {} ({} repetition{}; not a GPU measurement)", what,
-                           m.repetitions, m.repetitions == 1 ? "" : "s");
+    m.method = fmt::format("host emulation wall time of {} ({} warm-up, {} repetition{}; not a GPU measurement)",
+                           what, warmup, m.repetitions, m.repetitions == 1 ? "" : "s");
     return m;
   }
 

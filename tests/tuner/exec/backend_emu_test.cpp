@@ -9,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "base/error.hpp"
 #include "cache/key.hpp"
@@ -23,6 +25,26 @@ namespace tuner_exec_backend_emu_test {
 using namespace ktune;
 using namespace ktune::tuner;
 
+
+TEST_CASE("exec: an emulated measurement warms up once and keeps a spread of a slow variant", "[emu][exec]") {
+  auto backend = exec::make_emu_backend({1, "sm_80"});
+  RunOptions o;  // 3 warm-ups, 10 to 200 repetitions, 50 ms
+  o.min_seconds = 0.05;
+  int calls = 0;
+  // A launch of 30 ms: the first of them cold, 10x slower.
+  const auto slow = [&] { std::this_thread::sleep_for(std::chrono::milliseconds(calls++ == 0 ? 300 : 30)); };
+  const Measurement m = backend->time(slow, o, "1 launch");
+  CHECK(calls == 1 + 3);  // one warm-up, then three samples (one reached 50 ms)
+  CHECK(m.repetitions == 3);
+  CHECK(m.median_ms < 100);  // the cold launch is not among them
+  CHECK_THAT(m.method, Catch::Contains("1 warm-up, 3 repetitions"));
+  // One that asks for a single repetition gets it.
+  calls = 0;
+  o.warmup = 0;
+  o.min_repetitions = o.max_repetitions = 1;
+  CHECK(backend->time(slow, o, "1 launch").repetitions == 1);
+  CHECK(calls == 1);
+}
 
 TEST_CASE("exec: a family's plan through the emulation backend gives its reference", "[emu][exec]") {
   auto backend = exec::make_emu_backend({2, "sm_80"});
