@@ -253,7 +253,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   o->m.model = "small";
   auto* cmd = bench.add_subcommand("e2e", "End-to-end training step (seeds 002/004): forward, backward, optimizer "
                                           "mean and std over trials");
-  add_model_options(cmd, o->m);
+  add_model_options(cmd, o->m, {.ctx = 128, .batch = 4});
   add_recompute_option(cmd, o->m, true);
   add_backend_options(cmd, o->m);
   cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")
@@ -301,7 +301,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
       models.push_back(model_from_args(a));
     }
     e.model = models.front();
-    e.shape = shape_from_args(o->m, 128, 4);
+    e.shape = shape_from_args(o->m);
     e.backend = backend_from_args(o->m, threads_from_args(o->m));
     const auto& b = e.backend;
     e.passes = o->forward_only     ? model::E2ePasses::kForward

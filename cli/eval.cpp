@@ -25,7 +25,7 @@ void add_eval_command(CLI::App& app, Global& global) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, the mean of several, or over a whole token file");
-  add_model_options(cmd, o->m);
+  add_model_options(cmd, o->m, {.ctx = 32, .batch = 4});
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->r.weights, "Safetensors weights (default: random init)")->check(input_file());
   auto* tokens = cmd->add_option("--tokens", o->r.tokens_file,
@@ -34,6 +34,7 @@ void add_eval_command(CLI::App& app, Global& global) {
   cmd->add_option("--val-split", o->r.val_split,
                   "Evaluate the last fraction of --tokens, the part `train --val-split` holds out")
       ->check(finite_in(0, 1, true, true))
+      ->default_str("none")
       ->needs(tokens);
   cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")
       ->check(integer_at_least(0))
@@ -59,7 +60,7 @@ void add_eval_command(CLI::App& app, Global& global) {
     if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
     model::RunOptions r = o->r;
     r.model = model_from_args(o->m);
-    r.shape = shape_from_args(o->m, 32, 4);
+    r.shape = shape_from_args(o->m);
     r.threads = threads_from_args(o->m);
     r.backend = backend_from_args(o->m, r.threads);
     if (o->all) {

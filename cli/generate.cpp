@@ -26,7 +26,7 @@ void add_generate_command(CLI::App& app, Global& global) {
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("generate",
                                  "Continue a prompt of token ids with the Transformer LM, printing each drawn id");
-  add_model_options(cmd, o->m, false);
+  add_model_options(cmd, o->m);
   cmd->add_option("--ctx", o->m.ctx, "Context length: the window of the sequence each token is drawn from")
       ->check(integer_at_least(1))
       ->default_str("256");

@@ -35,13 +35,19 @@ void add_threads_option(CLI::App* cmd, ModelArgs& a) {
   cmd->add_option("--threads", a.threads, "CPU threads")->check(thread_count())->default_str("all");
 }
 
-void add_model_options(CLI::App* cmd, ModelArgs& a, bool shape) {
+void add_model_options(CLI::App* cmd, ModelArgs& a, ShapeDefaults shape) {
   cmd->add_option("--model", a.model,
                   fmt::format("Model size: {}", fmt::join(model::model_names(), ", ")))->capture_default_str();
   add_size_options(cmd, a);
-  if (shape) {
-    cmd->add_option("--ctx", a.ctx, "Context length")->check(integer_at_least(1))->default_str("the command's");
-    cmd->add_option("--batch", a.batch, "Batch size")->check(integer_at_least(1))->default_str("the command's");
+  if (shape.ctx > 0) {
+    a.default_ctx = shape.ctx;
+    a.default_batch = shape.batch;
+    cmd->add_option("--ctx", a.ctx, "Context length")
+        ->check(integer_at_least(1))
+        ->default_str(std::to_string(shape.ctx));
+    cmd->add_option("--batch", a.batch, "Batch size")
+        ->check(integer_at_least(1))
+        ->default_str(std::to_string(shape.batch));
   }
   add_threads_option(cmd, a);
 }
@@ -66,6 +72,8 @@ model::ModelConfig model_from_args(const ModelArgs& a) {
 }
 
 model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, std::int64_t default_batch) {
+  if (default_ctx == 0) default_ctx = a.default_ctx;
+  if (default_batch == 0) default_batch = a.default_batch;
   model::RunShape s{a.batch ? a.batch : default_batch, a.ctx ? a.ctx : default_ctx};
   s.recompute = a.recompute.empty()     ? model::Recompute::kBlocks
                 : a.recompute == "auto" ? model::Recompute::kNone
@@ -137,8 +145,10 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
                   "runs f32 only")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
-  cmd->add_option("--cache", a.cache, "Tuned cache file for compiled mode (default: the family defaults)")
-      ->check(input_file());
+  cmd->add_option("--cache", a.cache,
+                  "Tuned cache file for compiled mode (default: the family defaults); on cuda its GEMM choices are "
+                  "written into it (a file not there yet starts empty)")
+      ->check(output_file());
   cmd->add_flag("--graph", a.graph,
                 "Compiled mode on a device backend: capture the forward's and the backward's launches as a graph "
                 "(a CUDA graph; recorded under emu) on their second run and replay it from then on");

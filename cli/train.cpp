@@ -101,7 +101,7 @@ void add_train_command(CLI::App& app, Global& global) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
-  add_model_options(cmd, o->m);
+  add_model_options(cmd, o->m, {.ctx = 32, .batch = 4});
   add_backend_options(cmd, o->m);
   add_recompute_option(cmd, o->m, true);
   cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(integer_at_least(1))->capture_default_str();
@@ -144,6 +144,7 @@ void add_train_command(CLI::App& app, Global& global) {
                   "Hold out the last fraction of --tokens (whole tokens, rounded): training draws its windows from "
                   "the rest and validates on it")
       ->check(finite_in(0, 1, true, true))
+      ->default_str("none")
       ->needs(tokens)
       ->needs(eval_every)
       ->excludes(val_tokens);
@@ -242,7 +243,7 @@ void add_train_command(CLI::App& app, Global& global) {
     model::TrainOptions t = o->t;
     t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
     t.model = model_from_args(o->m);
-    t.shape = shape_from_args(o->m, 32, 4);
+    t.shape = shape_from_args(o->m);
     t.shape.micro_batches = o->accumulate;
     t.shape.validate();  // a step of batch x micro-batches windows, refused before it overflows
     t.threads = threads_from_args(o->m);

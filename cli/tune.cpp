@@ -71,7 +71,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "Problem JSON {\"dtype\":..., \"dims\":{...}}; required with --family; with --spec, default: the "
                   "spec's first problem")
       ->check(json_text());
-  add_model_options(cmd, opts->model, /*shape=*/false);
+  add_model_options(cmd, opts->model);
   cmd->get_option("--model")->default_str("none: give it, or --family or --spec");
   cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")
       ->check(integer_at_least(1))

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
 #include "base/error.hpp"
 #include "base/host_memory.hpp"
 #include "cache/store.hpp"
@@ -95,7 +97,12 @@ class DeviceRuntime final : public Runtime {
                                 format_bytes(free), format_bytes(static_cast<std::int64_t>(baseline_.total_bytes)),
                                 memory_remedy(plan, peak, free)));
     }
-    if (!options.cache.empty()) tuned_ = std::make_unique<cache::TunedCache>(cache::TunedCache::read(options.cache));
+    // A cache not there yet is an empty one, which compiled mode's GEMM choices start.
+    std::error_code ec;
+    if (!options.cache.empty())
+      tuned_ = std::make_unique<cache::TunedCache>(std::filesystem::exists(options.cache, ec)
+                                                       ? cache::TunedCache::read(options.cache)
+                                                       : cache::TunedCache({}, options.cache));
     DeviceOptions device;
     device.mode = options.mode;
     device.precision = options.precision;
