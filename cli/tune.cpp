@@ -9,7 +9,6 @@
 #include <charconv>
 #include <filesystem>
 #include <iostream>
-#include <thread>
 
 #include "base/env.hpp"
 #include "base/error.hpp"
@@ -73,6 +72,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->check(json_text());
   add_model_options(cmd, opts->model);
   cmd->get_option("--model")->default_str("none: give it, or --family or --spec");
+  cmd->get_option("--threads")->description("CPU threads: on a GPU, one runs the search and the rest compile ahead "
+                                            "of it");
   cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")
       ->check(integer_at_least(1))
       ->default_str("256");
@@ -105,17 +106,20 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "kernel source is refused; another --strategy or --seed goes on from the logged results, and the "
                 "log notes it");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
-  cmd->add_option("--timeout", opts->timeout_s, "Seconds one evaluation may take (compile included) before its "
-                                                "worker process is killed and the variant marked failed")
-      ->check(finite_in(0, 7 * 24 * 3600, true))
-      ->capture_default_str();
+  auto* timeout = cmd->add_option("--timeout", opts->timeout_s,
+                                  "Seconds one evaluation may take (compile included) before its worker process is "
+                                  "killed and the variant marked failed")
+                      ->check(finite_in(0, 7 * 24 * 3600, true))
+                      ->capture_default_str();
   cmd->add_option("--shard", opts->shard, "i/n: tune only the configs whose space index is i modulo n (for a "
                                           "Slurm array or MPI ranks; merge the caches with `ktune cache merge`)");
   cmd->add_option("--export-kt", opts->export_kt,
                   "Also write this session's evaluations as a Kernel Tuner cache file (.json or .json.gz)")
       ->check(output_file());
   cmd->add_flag("--no-isolate", opts->no_isolate,
-                "Run variants in this process (faster start; a crashing variant then ends the session)");
+                "Run variants in this process (faster start; a crashing variant then ends the session, and no "
+                "--timeout can stop a hanging one)")
+      ->excludes(timeout);
   cmd->footer("Environment: KTUNE_PRINT=quiet (the result table only) | summary (progress and the fastest configs; "
               "the default) | all (every evaluation as it finishes, too).");
   cmd->callback([opts, cmd, &global] {
@@ -130,6 +134,12 @@ void add_tune_command(CLI::App& app, Global& global) {
       requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4),
                                      model::parse_precision(opts->dtype));
     } else {
+      // What shapes a model's kernels says nothing about one family's problem: given, it was ignored.
+      for (const char* name : {"--ctx", "--batch", "--dtype", "--d-model", "--d-ff", "--layers", "--heads", "--vocab"})
+        KTUNE_REQUIRE(cmd->get_option(name)->count() == 0,
+                      fmt::format("{} shapes the kernels of --model; with --family or --spec, --problem gives the "
+                                  "shape (its \"dtype\" the precision)",
+                                  name));
       const auto& family = family_arg(opts->family, opts->spec);  // an unknown family is named first
       KTUNE_REQUIRE(!opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");
       requests.push_back({&family, problem_arg(family, opts->problem)});
@@ -163,7 +173,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     if (!opts->export_kt.empty()) writable_target(opts->export_kt, "--export-kt");
     opts->tune.run.time = true;
     // One core stays with the runner, the rest compile ahead of it.
-    opts->tune.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
+    opts->tune.compile_ahead_threads = std::max(1u, threads_from_args(opts->model)) - 1;
     std::function<std::unique_ptr<tuner::Runner>()> make_inner = [backend = opts->backend] {
       return backend == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
     };

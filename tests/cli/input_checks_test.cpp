@@ -346,6 +346,15 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
                 "--budget 99999999999999999999",
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("past the largest count of evaluations"));
+  // Options that shape nothing here are refused, not ignored: a model's shape with --family, a timeout no worker
+  // enforces.
+  const std::string neg = "tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' ";
+  CHECK(run_bad(neg + "--ctx 999", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--ctx shapes the kernels of --model"));
+  CHECK(run_bad(neg + "--dtype bf16", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--dtype shapes the kernels of --model"));
+  CHECK(run_bad(neg + "--timeout 1 --no-isolate", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--timeout excludes --no-isolate"));
   // A minus sign is no count (it was read as 2^64 - 5, a shard count of 2^64 - 2).
   for (const std::string bad : {"--budget plateau:-5+3", "--shard 1/-2", "--shard 0/-1", "--shard /2"}) {
     INFO(bad);
