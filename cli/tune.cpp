@@ -258,7 +258,8 @@ void add_tune_command(CLI::App& app, Global& global) {
         tops += top_table(view, kTop);
       }
       if (!summary.best) {
-        failed.push_back(family.name() + " on " + problem.key());
+        failed.push_back(fmt::format("{} on {} ({})", family.name(), problem.key(),
+                                     view.evaluations.empty() ? "nothing measured" : failure_digest(view.evaluations)));
         continue;
       }
       cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
@@ -313,7 +314,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       global.exit_code = 128 + signal;
     }
     if (!failed.empty())
-      throw_error(ErrorKind::kCheckFailed, fmt::format("no config passed validation for {}", fmt::join(failed, ", ")));
+      throw_error(ErrorKind::kCheckFailed, fmt::format("no config ran to the end for {}", fmt::join(failed, "; ")));
   });
 }
 

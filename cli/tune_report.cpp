@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <optional>
 
 #include "cli/table.hpp"
@@ -123,13 +124,30 @@ nlohmann::json top_json(const SessionView& s, std::size_t k) {
   return out;
 }
 
+std::string failure_digest(const std::vector<Evaluation>& evaluations) {
+  std::map<std::string, std::size_t> kinds;
+  const Evaluation* first = nullptr;
+  for (const auto& e : evaluations) {
+    if (e.ok) continue;
+    if (!first) first = &e;
+    ++kinds[e.failure.substr(0, e.failure.find(':'))];
+  }
+  if (!first) return "";
+  std::vector<std::pair<std::string, std::size_t>> order(kinds.begin(), kinds.end());
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (const auto& [kind, count] : order) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", count, kind);
+  return fmt::format("{} ({:.120})", out, first->failure);
+}
+
 std::string summary_line(const SessionView& s) {
   std::size_t failed = 0;
   for (const auto& e : s.evaluations) failed += e.ok ? 0 : 1;
   const auto rows = ranked(s);
   std::string line = fmt::format("{} on {} ({}): {} evaluations, {} failed", s.family->name(), s.problem.key(),
                                  s.emulated() ? "host emulation" : s.backend, s.evaluations.size(), failed);
-  if (rows.empty()) return line + "; no config passed validation";
+  if (rows.empty())
+    return line + (failed == 0 ? "; no config was measured" : "; none ran to the end: " + failure_digest(s.evaluations));
   line += fmt::format("; fastest {} at {:.4f} ms", rows.front()->config.str(), rows.front()->median_ms);
   if (const auto def = default_ms(s))
     line += fmt::format(", {:.2f}x the default{}", *def / rows.front()->median_ms,

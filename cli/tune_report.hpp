@@ -50,6 +50,10 @@ std::string top_table(const SessionView& session, std::size_t k);
 nlohmann::json top_json(const SessionView& session, std::size_t k);
 /// "N evaluations, F failed; best B ms (X.XXx vs default, host emulation)": one line.
 std::string summary_line(const SessionView& session);
+/// What the failed evaluations failed of, by kind (the failure's word before
+/// its first ':'), most first, with the first failure's words:
+/// "3 timeout (timeout: no result within 0.001 s)"; empty when none failed.
+std::string failure_digest(const std::vector<Evaluation>& evaluations);
 /// One evaluation on one line (KTUNE_PRINT=all).
 std::string evaluation_line(std::size_t index, const Evaluation& e, bool emulated);
 

@@ -355,6 +355,13 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
   CHECK_THAT(err, Catch::Contains("--dtype shapes the kernels of --model"));
   CHECK(run_bad(neg + "--timeout 1 --no-isolate", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--timeout excludes --no-isolate"));
+  // A session none of whose configs ran says what stopped them (it said none "passed validation").
+  const auto scratch = ktune::test::scratch_dir("cli-all-failed");
+  CHECK(run_bad(neg + "--budget 2 --timeout 0.001 --cache " + (scratch / "c.json").string() + " --log " +
+                    (scratch / "s.log").string(),
+                &err) == 1);
+  CHECK_THAT(err, Catch::Contains("ktune: no config ran to the end for prim_neg on f32;n=64 (") &&
+                      Catch::Contains("timeout (timeout: no result within 0.001 s"));
   // A minus sign is no count (it was read as 2^64 - 5, a shard count of 2^64 - 2).
   for (const std::string bad : {"--budget plateau:-5+3", "--shard 1/-2", "--shard 0/-1", "--shard /2"}) {
     INFO(bad);
