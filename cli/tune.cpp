@@ -257,19 +257,19 @@ void add_tune_command(CLI::App& app, Global& global) {
                             problem.key(), std::min<std::size_t>(kTop, working), summary.records.size());
         tops += top_table(view, kTop);
       }
-      if (!summary.best) {
-        failed.push_back(fmt::format("{} on {} ({})", family.name(), problem.key(),
-                                     view.evaluations.empty() ? "nothing measured" : failure_digest(view.evaluations)));
-        continue;
-      }
-      cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
-      if (!opts->export_kt.empty()) {
+      if (!opts->export_kt.empty()) {  // failures too: Kernel Tuner's caches keep them
         search::KernelTunerHeader header;
         header.device_name = runner->device().name;
         header.kernel_name = family.name();
         header.problem_size = problem.to_json()["dims"];
         search::write_kernel_tuner_cache(opts->export_kt, family.space(), summary.records, header);
       }
+      if (!summary.best) {
+        failed.push_back(fmt::format("{} on {} ({})", family.name(), problem.key(),
+                                     view.evaluations.empty() ? "nothing measured" : failure_digest(view.evaluations)));
+        continue;
+      }
+      cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
       const auto& t = *summary.best->result.timing;
       method = t.method;
       results.push_back({{"family", family.name()}, {"problem", problem.to_json()},

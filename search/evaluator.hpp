@@ -20,6 +20,7 @@ struct Outcome {
   std::vector<double> samples_ms;  ///< every timed repetition, in order; empty when the evaluator kept none
   std::string failure;  ///< why it failed: "compile: ...", "validation: ...", "timeout", ...
   double cost_s = 0;    ///< seconds the evaluation cost (compile + benchmark), for time budgets
+  double compile_s = 0;  ///< of cost_s, seconds compiling (0 from the binary cache)
 };
 
 class Evaluator {

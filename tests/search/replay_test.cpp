@@ -121,6 +121,7 @@ TEST_CASE("search records export to Kernel Tuner's cache format and replay back"
   for (std::uint64_t i = 0; i < space.size(); ++i) {
     Outcome o;
     o.cost_s = 0.25;
+    o.compile_s = 0.125;  // half of it compiling
     if (i == 4) {
       o.failure = "compile: too many registers";
     } else {
@@ -142,6 +143,9 @@ TEST_CASE("search records export to Kernel Tuner's cache format and replay back"
     // "times" holds the measured samples, never [p20, median, p80] made up from the summary.
     CHECK(doc["cache"]["256,4"]["times"] == nlohmann::json({9.2, 8.9, 9.0}));
     CHECK_FALSE(doc["cache"]["64,1"].contains("times"));
+    // The compile apart from the rest of the evaluation, in milliseconds (the whole was "benchmark_time").
+    CHECK(doc["cache"]["64,1"]["compile_time"] == 125.0);
+    CHECK(doc["cache"]["64,1"]["benchmark_time"] == 125.0);
     ReplayEvaluator back(dir / name);
     CHECK(back.recorded() == 9);
     CHECK(back.recorded_failures() == 1);

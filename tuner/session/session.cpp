@@ -188,6 +188,7 @@ class SessionEvaluator final : public search::Evaluator {
     search::Outcome o;
     o.ok = r.result.ok && r.result.timing.has_value();
     o.failure = r.result.failure;
+    o.compile_s = r.result.compile_ms * 1e-3;
     if (r.result.timing) {
       o.time_ms = r.result.timing->median_ms;
       o.p20_ms = r.result.timing->p20_ms;
