@@ -234,6 +234,20 @@ void add_train_command(CLI::App& app, Global& global) {
     if (!o->t.checkpoint.empty())
       checkpoint_held.emplace(o->t.checkpoint + ".lock", "--checkpoint " + o->t.checkpoint);
     if (!metrics_path.empty()) metrics_held.emplace(metrics_path.string() + ".lock", "--metrics " + o->metrics);
+    // A run without --resume would write over a checkpoint there: a forgotten --resume lost a run's progress.
+    std::error_code ec;
+    if (!o->t.checkpoint.empty() && !o->t.resume && std::filesystem::file_size(o->t.checkpoint, ec) > 0 && !ec) {
+      std::string holds = "a file";
+      try {
+        holds = fmt::format("the checkpoint of step {}",
+                            model::read_checkpoint_info(o->t.checkpoint, model_from_args(o->m)).step);
+      } catch (const Error&) {  // another model's, or no checkpoint: named as a file
+      }
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("--checkpoint {} holds {}: give --resume to go on from it, or remove it (or give "
+                              "another path) to start anew",
+                              o->t.checkpoint, holds));
+    }
     const auto metrics_mode = o->t.resume && std::filesystem::exists(o->t.checkpoint) ? std::ios::app : std::ios::trunc;
     if (metrics_mode == std::ios::app && !metrics_path.empty()) check_metrics(metrics_path);
     std::ofstream metrics;

@@ -123,6 +123,11 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("line 1 is no step record"));
   CHECK(read_all(notes) == "my notes\nmore notes\n");
+  // Without --resume, a run would write over the checkpoint: a forgotten --resume lost the run's progress.
+  const std::string checkpointed = read_all(ckpt);
+  CHECK(run_bad(train + "--checkpoint " + ckpt.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("holds the checkpoint of step 1: give --resume to go on from it"));
+  CHECK(read_all(ckpt) == checkpointed);
   CHECK(run_bad(train + "--mode eager", &err) == 2);  // the cpu backend's one path
   CHECK_THAT(err, Catch::Contains("--mode eager chooses the kernels of --backend cuda or emu"));
 }
