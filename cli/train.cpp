@@ -353,6 +353,15 @@ void add_train_command(CLI::App& app, Global& global) {
               std::cerr << fmt::format("note: {} was trained at {}; this run goes on at {}, so its batches are not "
                                        "those the run would have drawn\n",
                                        t.checkpoint, shape(was), shape(t.shape));
+            // Settings the resumed steps take otherwise than the run's (a checkpoint that records them).
+            std::vector<std::string> changed;
+            for (const auto& [option, value] : model::train_settings(t))
+              if (const auto it = info.settings.find(option); it != info.settings.end() && it->second != value)
+                changed.push_back(fmt::format("{} {} (was {})", option, value, it->second));
+            if (!changed.empty())
+              std::cerr << fmt::format("note: this run goes on with {}: its steps are not those the run would have "
+                                       "taken\n",
+                                       fmt::join(changed, ", "));
           } else if (t.resume) {
             std::cout << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
           }

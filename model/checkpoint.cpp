@@ -23,6 +23,7 @@ constexpr const char* kFormatKey = "ktune_checkpoint";
 constexpr const char* kFormatVersion = "1";
 // The flat buffers in file order: parameters, exp_avg, exp_avg_sq.
 constexpr const char* kPrefixes[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+constexpr const char* kSettingPrefix = "setting ";  // metadata "setting --lr": the run's --lr
 
 std::string shape_str(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
@@ -87,6 +88,8 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
     info.shape = {count(field("batch"), "batch"), count(field("context"), "context"),
                   count(meta.at("micro_batches"), "micro_batches")};
   }
+  for (const auto& [key, value] : meta)
+    if (key.rfind(kSettingPrefix, 0) == 0) info.settings[key.substr(std::string_view(kSettingPrefix).size())] = value;
   if (meta.count("best_val_loss")) {
     const std::string text = meta.at("best_val_loss");
     char* end = nullptr;
@@ -146,6 +149,7 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   metadata["context"] = std::to_string(info.shape.context);
   metadata["micro_batches"] = std::to_string(info.shape.micro_batches);
   if (info.best_val_loss) metadata["best_val_loss"] = fmt::format("{:.17g}", *info.best_val_loss);
+  for (const auto& [option, value] : info.settings) metadata[kSettingPrefix + option] = value;
   const std::vector<float> parameters = runtime.parameters();
   require_finite_parameters<float>(layout, parameters);
   SafetensorsWriter writer(path, std::move(entries), metadata);

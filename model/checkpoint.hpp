@@ -12,6 +12,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
@@ -37,6 +38,10 @@ struct CheckpointInfo {
   std::optional<double> best_val_loss;
   /// The token stream's TokenStream::fingerprint ("": not recorded).
   std::string tokens_hash;
+  /// The optimizer's and the schedule's settings the run took, option →
+  /// value (train_settings; empty: not recorded), so a resume that changes
+  /// them is told.
+  std::map<std::string, std::string> settings;
 };
 
 /// Writes the runtime's parameters and optimizer state with `info`; holds

@@ -160,7 +160,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     return sum / static_cast<double>(o.eval_batches);
   };
   CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size(), o.shape, std::nullopt,
-                    stream_hash};
+                    stream_hash, {}};
   if (resuming) {
     at = load_checkpoint(o.checkpoint, *model);
     at.tokens = o.tokens_file;  // where a moved file is read from now
@@ -168,6 +168,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     at.tokens_hash = stream_hash;
     at.shape = o.shape;  // the batches from here on
   }
+  at.settings = train_settings(o);  // the steps from here on
   std::vector<std::int32_t> tokens, targets;
   std::vector<StepRecord> records;
   std::int64_t last_checkpoint = at.step;  // the step the checkpoint file holds (0: none yet)
@@ -244,6 +245,22 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   }
   if (!o.save.empty()) unless_diverged(at.step, [&] { save_weights(o.save); });
   return records;
+}
+
+std::map<std::string, std::string> train_settings(const TrainOptions& o) {
+  const auto number = [](double v) { return fmt::format("{:g}", v); };
+  std::map<std::string, std::string> s = {
+      {"--lr", number(o.hyper.lr)},           {"--weight-decay", number(o.hyper.weight_decay)},
+      {"--beta1", number(o.hyper.beta1)},     {"--beta2", number(o.hyper.beta2)},
+      {"--eps", number(o.hyper.eps)},         {"--clip-norm", number(o.hyper.max_grad_norm)},
+      {"--warmup-steps", std::to_string(o.schedule.warmup)},
+      {"--lr-schedule", o.schedule.cosine ? "cosine" : "constant"}};
+  if (o.schedule.cosine) {
+    s["--min-lr"] = number(o.schedule.min_lr);
+    // The iteration the cosine ends at: --cosine-steps, else the run's --steps.
+    s["--cosine-steps"] = std::to_string(o.schedule.cycle > 0 ? o.schedule.cycle : o.steps);
+  }
+  return s;
 }
 
 EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {

@@ -121,6 +121,11 @@ struct TrainStart {
 std::vector<StepRecord> train(const TrainOptions& options, const std::function<void(const StepRecord&)>& on_step = {},
                               const std::function<void(const TrainStart&)>& on_start = {});
 
+/// The optimizer's and the learning-rate schedule's settings of a run, as
+/// the options that give them ("--lr" → "0.003", ...; the cosine's end
+/// resolved): what a checkpoint records, so a resume that changes them is told.
+std::map<std::string, std::string> train_settings(const TrainOptions& options);
+
 struct EvalResult {
   double loss = 0;
   std::vector<std::pair<std::string, double>> grad_norms;  ///< L2 norm per parameter, state-dict order

@@ -714,6 +714,21 @@ TEST_CASE("CLI: train --resume at another batch shape notes that its batches dif
                                   "have drawn"));
 }
 
+TEST_CASE("CLI: train --resume with other optimizer or schedule settings notes which, against the checkpoint's",
+          "[cli]") {
+  const auto ckpt = ktune::test::scratch_dir("train_resume_settings") / "run.ckpt";
+  std::filesystem::remove(ckpt);
+  const std::string run = "train --model tiny --threads 2 --lr-schedule cosine --cosine-steps 20 --checkpoint " +
+                          ckpt.string() + " --resume";
+  std::string out;
+  REQUIRE(run_ktune(run + " --steps 1", &out) == 0);
+  REQUIRE(run_ktune(run + " --steps 2", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("note:"));
+  REQUIRE(run_ktune(run + " --steps 3 --lr 0.01 --clip-norm 0", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: this run goes on with --clip-norm 0 (was 1), --lr 0.01 (was 0.003): its "
+                                  "steps are not those the run would have taken"));
+}
+
 TEST_CASE("CLI: train says which tokens it trains and validates on, and what --val-split holds out", "[cli]") {
   const auto file = ktune::test::scratch_dir("train_tokens") / "t.u16";
   std::vector<std::uint16_t> tokens(6400);
