@@ -51,10 +51,12 @@ void add_log_command(CLI::App& app, Global& global) {
       view.default_config = tuner::default_on(family, view.problem, DeviceLimits::for_arch(h.value("arch", "")));
     } catch (const Error&) {
     }
+    if (log.winner.is_object()) view.winner = Config::from_json(log.winner.at("config")).str();
     if (global.json) {
       std::cout << nlohmann::json{{"file", opts->file},
                                   {"session", h},
                                   {"sessions", log.sessions},
+                                  {"winner", log.winner},
                                   {"evaluations", view.evaluations.size()},
                                   {"top", top_json(view, opts->top)}}
                        .dump(2)
@@ -67,7 +69,15 @@ void add_log_command(CLI::App& app, Global& global) {
       searches += fmt::format("{}strategy {}, seed {}", searches.empty() ? "" : ", resumed with ",
                               s.value("strategy", "?"), s.value("seed", 0));
     std::cout << fmt::format("{} ({}, {}, {})\n", opts->file, h.value("gpu", "?"), h.value("arch", "?"), searches);
-    std::cout << summary_line(view) << "\n" << top_table(view, opts->top);
+    std::cout << summary_line(view) << "\n";
+    if (log.winner.is_object()) {
+      const auto& w = log.winner;
+      std::cout << fmt::format("winner {} at {:.4f} ms (p20-p80 {:.4f}-{:.4f}, timed again beside the finalists; tied "
+                               "finalists {}; stopped by {})\n",
+                               view.winner, w.value("time_ms", 0.0), w.value("p20_ms", 0.0), w.value("p80_ms", 0.0),
+                               w.value("tied", 0), w.value("stopped_by", std::string("?")));
+    }
+    std::cout << top_table(view, opts->top);
     if (view.emulated())
       std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";
   });

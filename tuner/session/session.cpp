@@ -107,6 +107,7 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
       }
       continue;
     }
+    if (j.contains("winner")) continue;  // a finished session's pick: the results are the evaluations
     Record r = record_from_json(j);
     out[r.config] = r;
   }
@@ -361,6 +362,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const search::WinnerResult winner = search::pick_winner(finalists);
   summary.best = ranked[winner.found ? winner.winner : 0];
   summary.tied = winner.tied;
+  // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
+  const auto& picked = *summary.best->result.timing;
+  log.append({{"winner",
+               {{"config", summary.best->config.to_json()}, {"time_ms", picked.median_ms}, {"p20_ms", picked.p20_ms},
+                {"p80_ms", picked.p80_ms}, {"tied", summary.tied}, {"stopped_by", summary.stopped_by}}}});
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }
@@ -389,6 +395,8 @@ SessionLogContents read_session_log(const std::string& path) {
       if (j.contains("session")) {
         out.header = j["session"];
         out.sessions.push_back(j["session"]);
+      } else if (j.contains("winner")) {
+        out.winner = j["winner"];
       } else {
         out.records.push_back(record_from_json(j));
       }

@@ -85,6 +85,10 @@ std::string default_log_path(const templates::Family& family, const templates::P
 struct SessionLogContents {
   nlohmann::json header;                 ///< the last of `sessions`
   std::vector<nlohmann::json> sessions;  ///< in the order they ran
+  /// The last finished session's winner ("config", "time_ms", "p20_ms",
+  /// "p80_ms" timed beside the finalists, "tied", "stopped_by"); null when
+  /// none finished (a stopped or killed session).
+  nlohmann::json winner;
   std::vector<Record> records;
 };
 /// Throws kInvalidInput when the file is missing or has no session header;

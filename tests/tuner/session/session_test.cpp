@@ -79,7 +79,13 @@ TEST_CASE("an exhaustive session finds the fastest config and survives failing v
   std::ifstream log(o.log_path);
   int lines = 0;
   for (std::string l; std::getline(log, l);) ++lines;
-  CHECK(lines == 1 + static_cast<int>(family.space().size()));  // header + one line per evaluation
+  CHECK(lines == 2 + static_cast<int>(family.space().size()));  // header, one line per evaluation, the winner
+  // The winner rule's pick reads back from the log, for `ktune log show`.
+  const auto read = read_session_log(o.log_path);
+  CHECK(read.records.size() == family.space().size());
+  REQUIRE(read.winner.is_object());
+  CHECK(Config::from_json(read.winner.at("config")) == s.best->config);
+  CHECK(read.winner.at("time_ms") == s.best->result.timing->median_ms);
 }
 
 TEST_CASE("a tie with the default goes to the default, judged on the same samples", "[session]") {
