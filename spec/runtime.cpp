@@ -29,7 +29,18 @@ struct Runtime::State {
   // Every module a Kernel was handed: they outlive a reloaded cache, not the
   // runtime (destroyed before the backend they were loaded into).
   std::set<std::shared_ptr<const tuner::exec::Module>> modules;
+  // `kernels_mutex` guards choosing and compiling kernels (tuned, kernels,
+  // specs, modules); `mutex` the device work (buffers, launches, copies), so
+  // a first use compiling in one thread does not hold up another's launches.
+  std::mutex kernels_mutex;
   std::mutex mutex;
+
+  /// The device work lock, with the calling thread readied for the backend.
+  std::unique_lock<std::mutex> device_lock() {
+    std::unique_lock lock(mutex);
+    backend->bind_thread();
+    return lock;
+  }
 
   const tuner::exec::Buffer& buffer(std::uint64_t address) const {
     const auto it = buffers.find(address);
@@ -79,7 +90,7 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t str
   const auto runtime = state_->live_runtime();
   auto& rt = *runtime;
   const auto& k = state_->kernel;
-  std::lock_guard lock(rt.mutex);
+  const auto lock = rt.device_lock();
   const auto module = state_->module.lock();  // alive while its runtime is
   rt.backend->launch(*module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()), stream);
 }
@@ -93,7 +104,7 @@ Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>())
 Runtime::~Runtime() = default;
 
 void Runtime::load_cache(const std::string& path) {
-  std::lock_guard lock(state_->mutex);
+  std::lock_guard lock(state_->kernels_mutex);
   auto tuned = std::make_unique<cache::TunedCache>(cache::TunedCache::read(path));
   // Kernels handed out keep their modules; new requests choose from this cache.
   state_->kernels = std::make_unique<tuner::TunedKernels>(*state_->backend, tuned.get());
@@ -101,7 +112,8 @@ void Runtime::load_cache(const std::string& path) {
 }
 
 Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
-  std::lock_guard lock(state_->mutex);
+  std::lock_guard lock(state_->kernels_mutex);
+  state_->backend->bind_thread();  // a GPU module loads into the context current on this thread
   const templates::Family* family = nullptr;
   // A spec is a path: a .json name (in any case), a name with a folder, or a file that is there.
   std::string suffix = what.size() > 5 ? what.substr(what.size() - 5) : "";
@@ -132,7 +144,7 @@ Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
 }
 
 std::uint64_t Runtime::allocate(std::size_t bytes) {
-  std::lock_guard lock(state_->mutex);
+  const auto lock = state_->device_lock();
   auto buffer = state_->backend->allocate(bytes, "runtime buffer");
   const std::uint64_t address = buffer->address();
   state_->buffers[address] = std::move(buffer);
@@ -140,26 +152,26 @@ std::uint64_t Runtime::allocate(std::size_t bytes) {
 }
 
 void Runtime::free(std::uint64_t address) {
-  std::lock_guard lock(state_->mutex);
+  const auto lock = state_->device_lock();
   state_->buffer(address);
   state_->buffers.erase(address);
 }
 
 void Runtime::upload(std::uint64_t address, const void* host, std::size_t bytes) {
   KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("upload of {} bytes from a null host pointer", bytes));
-  std::lock_guard lock(state_->mutex);
+  const auto lock = state_->device_lock();
   state_->backend->upload(state_->buffer(address), host, bytes);
 }
 
 void Runtime::download(void* host, std::uint64_t address, std::size_t bytes) {
   KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("download of {} bytes to a null host pointer", bytes));
-  std::lock_guard lock(state_->mutex);
+  const auto lock = state_->device_lock();
   state_->backend->download(host, state_->buffer(address), bytes);
 }
 
 std::uint64_t Runtime::stream() const { return state_->backend->native_stream(); }
 void Runtime::synchronize() {
-  std::lock_guard lock(state_->mutex);
+  const auto lock = state_->device_lock();
   state_->backend->synchronize();
 }
 std::string Runtime::backend() const { return state_->backend->name(); }

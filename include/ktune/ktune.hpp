@@ -18,7 +18,10 @@
 // Errors are thrown as std::runtime_error (ktune's own error type derives
 // from it) whose what() is one line; a failed compile's goes on with the
 // compiler's log. A Kernel is valid while its Runtime lives: launching it
-// after throws, and the Runtime's memory and modules go with it.
+// after throws, and the Runtime's memory and modules go with it. A Runtime
+// and its Kernels may be used from several threads (each call readies its
+// thread, a GPU's context made current there); a kernel compiling on first
+// use holds up no other thread's launches or copies.
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -93,6 +93,8 @@ Context::Context(int ordinal) {
   info_ = query(d, ordinal);
 }
 
+void Context::make_current() const { KT_CHECK_CU(Driver::get().cuCtxSetCurrent(context_)); }
+
 Context::~Context() {
   const Driver& d = Driver::get();
   d.cuCtxSetCurrent(nullptr);

@@ -44,6 +44,9 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   const DeviceInfo& info() const { return info_; }
+  /// Makes the context current on the calling thread (a thread other than
+  /// the constructing one that launches, allocates or loads through it).
+  void make_current() const;
 
  private:
   CUdevice device_{};

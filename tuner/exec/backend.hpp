@@ -124,6 +124,9 @@ class Backend {
   /// The CUstream launches are enqueued on, for libraries that launch their
   /// own kernels in order with ours (cuBLASLt); 0 under emulation.
   virtual std::uint64_t native_stream() const { return 0; }
+  /// Readies the calling thread to use this backend (a GPU's context made
+  /// current on it); a program calling from several threads calls it first.
+  virtual void bind_thread() const {}
 
   /// Compiles `rendered` (binary cache first) and loads it. Throws
   /// Error(kCompile) carrying the compiler's log.

@@ -169,6 +169,8 @@ class CudaBackend final : public Backend {
                                               stream_.get()));
   }
 
+  void bind_thread() const override { context_.make_current(); }
+
   std::shared_ptr<const Module> load(const templates::Rendered& rendered) override {
     const CompileResult compiled = compiler_.compile(rendered, device_.arch);
     if (!compiled.ok) throw_error(ErrorKind::kCompile, first_lines(compiled.log, 8));
