@@ -2,10 +2,15 @@
 // enqueued there and nowhere else. A stream under graph capture records the
 // launch instead of running it, so the captured graph holds one node and the
 // output stays poisoned; launched again on the same stream, it runs there and
-// gives x + y. Skipped without a device.
+// gives x + y. A thread other than the Runtime's compiles, launches and
+// copies through it. Skipped without a device.
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include "spec/vector_add_run.hpp"
 #include "support.hpp"
@@ -43,6 +48,35 @@ TEST_CASE("spec gpu: Kernel::launch enqueues on the caller's stream", "[gpu][spe
   run.kernel.launch(run.buffers(), handle);
   mine.synchronize();
   z = run.z();
+  for (std::int64_t i = 0; i < run.n; ++i) {
+    INFO("element " << i);
+    REQUIRE(z[i] == run.x[i] + run.y[i]);
+  }
+}
+
+TEST_CASE("spec gpu: a Runtime's kernels, memory and copies serve a thread other than the one that made it",
+          "[gpu][spec]") {
+  ktune::test::skip_without_gpu();
+  ktune::Runtime rt("gpu");
+  ktune::test::VectorAddRun run{rt, 4099};
+  run.poison_z();
+  std::vector<float> z;
+  std::string error;
+  std::thread other([&] {
+    try {  // a first use compiling, a launch and the copies, all from this thread
+      const ktune::Kernel k = rt.kernel(
+          (std::filesystem::path(KTUNE_SOURCE_DIR) / "examples/vector_add/vector_add.json").string(),
+          {"f32", {{"n", run.n}}});
+      k.launch(run.buffers());
+      rt.synchronize();
+      z = run.z();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  other.join();
+  REQUIRE(error.empty());
+  REQUIRE(z.size() == run.x.size());
   for (std::int64_t i = 0; i < run.n; ++i) {
     INFO("element " << i);
     REQUIRE(z[i] == run.x[i] + run.y[i]);
