@@ -102,9 +102,11 @@ std::string seed002_row(const model::E2eResult& r) {
   const auto& m = o.model;
   const bool fwd_only = o.passes == model::E2ePasses::kForward;
   const auto& main = seed002_timed(r);
-  return fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {:.2f} |\n", m.name, m.d_model,
+  // One trial has no spread to show: "-", not 0.
+  return fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} | {} |\n", m.name, m.d_model,
                      o.shape.context, m.layers, m.heads, o.shape.batch, o.warmup, o.trials,
-                     fwd_only ? "True" : "False", main.mean_ms, main.std_ms);
+                     fwd_only ? "True" : "False", main.mean_ms,
+                     o.trials > 1 ? fmt::format("{:.2f}", main.std_ms) : std::string("-"));
 }
 
 std::string markdown(const model::E2eResult& r) {
@@ -112,8 +114,9 @@ std::string markdown(const model::E2eResult& r) {
   const auto& m = o.model;
   std::string s = heading(r) + seed002_header() + seed002_row(r) + "\n";
   // Seed 004's layout (seconds), with the optimizer and full step when measured.
-  auto sec = [](const model::PhaseStats& p, bool mean) {
-    return p.measured ? fmt::format("{:.6f}", (mean ? p.mean_ms : p.std_ms) / 1e3) : std::string("-");
+  auto sec = [&o](const model::PhaseStats& p, bool mean) {
+    return p.measured && (mean || o.trials > 1) ? fmt::format("{:.6f}", (mean ? p.mean_ms : p.std_ms) / 1e3)
+                                                : std::string("-");
   };
   const bool optim = r.optimizer.measured;
   s += "| device | batch_size | model | context_length | fwd avg (sec) | fwd std (sec) | back avg (sec) | "

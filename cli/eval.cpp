@@ -99,8 +99,9 @@ void add_eval_command(CLI::App& app, Global& global) {
                                std::exp(result.loss),
                                o->batches > 1 ? fmt::format("mean of {} batches of ", o->batches) : "", r.shape.batch,
                                r.shape.context)
-                << (result.launches ? fmt::format("launches: {} ({} mode, forward{})\n", result.launches->str(),
+                << (result.launches ? fmt::format("launches: {} ({} mode, {}{})\n", result.launches->str(),
                                                   model::to_string(r.backend.mode),
+                                                  o->batches > 1 ? fmt::format("{} forwards", o->batches) : "forward",
                                                   o->dump.empty() ? "" : " + backward")
                                     : "")
                 << (o->dump.empty() ? "" : fmt::format("gradient norms written to {}\n", o->dump));

@@ -388,8 +388,9 @@ void add_train_command(CLI::App& app, Global& global) {
       for (const auto& r : records) seconds.push_back(r.seconds);
       std::sort(seconds.begin(), seconds.end());
       const double median_s = search::percentile(seconds, 0.5);
-      std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} steps; the median step {:.1f} ms, {:.0f} tokens/s\n",
-                               records.front().loss, records.back().loss, records.size(), median_s * 1e3,
+      std::cout << fmt::format("loss {:.4f} -> {:.4f} over {} step{}; the median step {:.1f} ms, {:.0f} tokens/s\n",
+                               records.front().loss, records.back().loss, records.size(),
+                               records.size() == 1 ? "" : "s", median_s * 1e3,
                                static_cast<double>(records.back().tokens) / median_s);
       if (records.back().launches)
         std::cout << fmt::format("launches/step: {} ({} mode)\n", records.back().launches->str(),
