@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "cli/table.hpp"
+#include "templates/family.hpp"
 
 namespace ktune::cli {
 namespace {
@@ -26,6 +27,15 @@ struct Filter {
            (gpu.empty() || e.key.gpu_name == gpu) && (dtype.empty() || e.key.dtype == dtype);
   }
 };
+
+/// Whether an entry's kernel source is this build's: "current" or "stale"
+/// for a built-in family, "-" for what this build cannot tell (a kernel
+/// spec's entry, a GEMM's).
+std::string source_state(const cache::Entry& e) {
+  for (const auto* f : templates::all_families())
+    if (f->name() == e.key.family) return f->source_hash() == e.key.source_hash ? "current" : "stale";
+  return "-";
+}
 
 /// Refuses a filter's value that no entry of the file holds (a typo would
 /// otherwise select nothing, or, pruning, drop everything): one line naming
@@ -120,6 +130,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     Filter filter;
     cache::PruneOptions prune;
     bool keep_superseded = false;
+    bool stale = false;
     bool clean_logs = false;
   };
   auto args = std::make_shared<Args>();
@@ -132,12 +143,14 @@ void add_cache_command(CLI::App& app, Global& global) {
     require_held(entries, args->filter);
     nlohmann::json j = nlohmann::json::array();
     Table table({{"family"}, {"problem"}, {"arch"}, {"gpu"}, {"time ms", true}, {"spread", true}, {"evals", true},
-                 {"config"}});
+                 {"source"}, {"config"}});
     for (const auto& e : entries) {
       if (!args->filter.matches(e)) continue;
+      const std::string source = source_state(e);
       j.push_back(cache::to_json(e));
+      j.back()["source"] = source;
       table.add({e.key.family, e.key.problem_key, e.key.arch, e.key.gpu_name, fmt::format("{:.4f}", e.time_ms),
-                 fmt::format("{:.1f}%", e.spread * 100), std::to_string(e.evaluations), e.config.dump()});
+                 fmt::format("{:.1f}%", e.spread * 100), std::to_string(e.evaluations), source, e.config.dump()});
     }
     if (global.json) {
       std::cout << j.dump(2) << "\n";
@@ -217,6 +230,9 @@ void add_cache_command(CLI::App& app, Global& global) {
   prune->add_option("file", args->file, "Cache file")->required();
   prune->add_flag("--keep-superseded", args->keep_superseded,
                   "Keep older entries of the same family/problem/dtype/arch/GPU");
+  prune->add_flag("--stale", args->stale,
+                  "Drop the entries of built-in families whose kernel source is not this build's (`cache show` "
+                  "marks them stale: the run-time lookup ignores them)");
   prune->add_option("--family", args->prune.family, "Apply the version filters to this family only");
   prune->add_option("--source-hash", args->prune.source_hash, "Drop entries with another source hash");
   prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version");
@@ -244,7 +260,11 @@ void add_cache_command(CLI::App& app, Global& global) {
     require_held(selected, "--nvrtc", p.nvrtc_version, [](const cache::Entry& e) { return e.key.nvrtc_version; });
     require_held(selected, "--driver", p.driver_version, [](const cache::Entry& e) { return e.key.driver_version; });
     file.update([&](std::vector<cache::Entry>& entries) {
-      dropped = cache::prune_entries(entries, args->prune);
+      if (args->stale)
+        dropped = std::erase_if(entries, [&](const cache::Entry& e) {
+          return (p.family.empty() || e.key.family == p.family) && source_state(e) == "stale";
+        });
+      dropped += cache::prune_entries(entries, args->prune);
       return dropped > 0;
     });
     if (global.json)

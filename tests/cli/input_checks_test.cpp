@@ -16,6 +16,7 @@
 
 #include "base/files.hpp"
 #include "support.hpp"
+#include "templates/family.hpp"
 
 namespace cli_input_checks_test {
 
@@ -183,6 +184,28 @@ TEST_CASE("CLI: tune --resume refuses a file that is no session log, a new sessi
     CHECK_THAT(err, Catch::Contains("--timeout"));
   }
   CHECK_FALSE(std::filesystem::exists(dir / "t.log"));
+}
+
+TEST_CASE("CLI: cache show marks entries of another kernel source stale, and prune --stale drops them", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-cache-stale");
+  auto cache = nlohmann::json::parse(read_all(std::filesystem::path(KTUNE_SOURCE_DIR) /
+                                              "tests/cache/golden/tuned_v1.json"));  // two adamw entries, stale
+  auto current = cache["entries"][0];
+  current["key"]["source_hash"] = ktune::templates::find_family("adamw").source_hash();
+  current["key"]["problem_key"] = "f32;numel=8;tensors=4";
+  current["key"]["dims"] = {{"numel", 8}, {"tensors", 4}};
+  cache["entries"].push_back(current);
+  std::ofstream(dir / "c.json") << cache.dump();
+  std::string out;
+  REQUIRE(run_command(ktune_exe().string() + " --json cache show " + (dir / "c.json").string(), &out) == 0);
+  std::vector<std::string> states;
+  for (const auto& e : nlohmann::json::parse(out)) states.push_back(e.at("source"));
+  CHECK(states == std::vector<std::string>{"stale", "stale", "current"});
+  REQUIRE(run_command(ktune_exe().string() + " cache prune --stale " + (dir / "c.json").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("2 entries dropped"));
+  const auto kept = nlohmann::json::parse(read_all(dir / "c.json"))["entries"];
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0]["key"]["problem_key"] == "f32;numel=8;tensors=4");
 }
 
 TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it was", "[cli]") {
