@@ -54,11 +54,14 @@ void add_eval_command(CLI::App& app, Global& global) {
       ->needs(tokens)
       ->excludes(batches)
       ->excludes(dump);
-  cmd->callback([o, &global] {
+  cmd->callback([o, cmd, &global] {
     require_distinct_files({{"--weights", o->r.weights}, {"--tokens", o->r.tokens_file}, {"--cache", o->m.cache}},
                            {{"--dump", o->dump}});
     if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
     model::RunOptions r = o->r;
+    // The model (and context) the weights say, where the command line does not.
+    if (const std::string took = take_from_weights(cmd, o->m, o->r.weights); !took.empty())
+      std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->r.weights);
     r.model = model_from_args(o->m);
     r.shape = shape_from_args(o->m);
     r.threads = threads_from_args(o->m);

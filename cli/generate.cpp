@@ -52,7 +52,7 @@ void add_generate_command(CLI::App& app, Global& global) {
   cmd->add_option("--seed", o->g.seed, "Seed of the sampler (and of the initialisation without --weights)")
       ->check(integer_at_least(0))
       ->capture_default_str();
-  cmd->callback([o, &global] {
+  cmd->callback([o, cmd, &global] {
     model::GenerateOptions g = o->g;
     if (o->eos >= 0) g.eos = static_cast<std::int32_t>(o->eos);
     for (const std::int64_t id : int_list_arg(fmt::format("{}", fmt::join(o->prompt, ",")), "--prompt", 0)) {
@@ -60,6 +60,9 @@ void add_generate_command(CLI::App& app, Global& global) {
                     fmt::format("--prompt: token id {} is past the largest, 2147483647", id));
       g.prompt.push_back(static_cast<std::int32_t>(id));
     }
+    // The model (and context) the weights say, where the command line does not.
+    if (const std::string took = take_from_weights(cmd, o->m, o->g.weights); !took.empty())
+      std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->g.weights);
     g.model = model_from_args(o->m);
     g.shape = shape_from_args(o->m, 256, 1);
     g.threads = threads_from_args(o->m);

@@ -3,12 +3,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <charconv>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <vector>
 
 #include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/safetensors.hpp"
 #include "cli/options.hpp"
 
 namespace ktune::cli {
@@ -69,6 +73,49 @@ model::ModelConfig model_from_args(const ModelArgs& a) {
   if (changed) c.name = "custom";
   c.validate();
   return c;
+}
+
+std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::string& weights) {
+  if (weights.empty()) return "";
+  const SafetensorsReader file(weights);
+  const auto& meta = file.metadata();
+  const auto given = [&](const char* name) {
+    const CLI::Option* o = cmd->get_option_no_throw(name);
+    return o != nullptr && o->count() > 0;
+  };
+  const auto whole = [&](const char* key) -> std::optional<std::int64_t> {
+    const auto it = meta.find(key);
+    std::int64_t v = 0;
+    if (it == meta.end()) return std::nullopt;
+    const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
+    if (ec != std::errc() || end != it->second.data() + it->second.size() || v < 1) return std::nullopt;
+    return v;
+  };
+  std::vector<std::string> took;
+  bool sized = false;
+  for (const char* name : {"--model", "--d-model", "--d-ff", "--layers", "--heads", "--vocab"}) sized |= given(name);
+  const auto d_model = whole("d_model"), d_ff = whole("d_ff"), layers = whole("num_layers"),
+             heads = whole("num_heads"), vocab = whole("vocab_size");
+  if (!sized && meta.count("model") && d_model && d_ff && layers && heads && vocab) {
+    const auto names = model::model_names();
+    const std::string name = meta.at("model");
+    const model::ModelConfig before = model_from_args(a);
+    // A named size as it is; another ("custom") as its sizes over the smallest.
+    a.model = std::find(names.begin(), names.end(), name) != names.end() ? name : "tiny";
+    a.d_model = *d_model, a.d_ff = *d_ff, a.layers = *layers, a.heads = *heads, a.vocab = *vocab;
+    const model::ModelConfig after = model_from_args(a);
+    if (after.d_model != before.d_model || after.d_ff != before.d_ff || after.layers != before.layers ||
+        after.heads != before.heads || after.vocab != before.vocab)  // told only where it is not the default
+      took.push_back(a.model == name ? "--model " + name
+                                     : fmt::format("--d-model {} --d-ff {} --layers {} --heads {} --vocab {}",
+                                                   *d_model, *d_ff, *layers, *heads, *vocab));
+  }
+  if (cmd->get_option_no_throw("--ctx") != nullptr && !given("--ctx"))
+    if (const auto ctx = whole("context")) {
+      a.ctx = *ctx;
+      if (*ctx != a.default_ctx) took.push_back(fmt::format("--ctx {}", *ctx));
+    }
+  return fmt::format("{}", fmt::join(took, " "));
 }
 
 model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, std::int64_t default_batch) {

@@ -44,6 +44,14 @@ void add_threads_option(CLI::App* cmd, ModelArgs& args);
 /// changed it); throws kInvalidInput for an unknown name or a bad size.
 model::ModelConfig model_from_args(const ModelArgs& args);
 
+/// A weights file (`--weights`: a train --save, --save-best or --checkpoint
+/// file) says which model it holds, and a checkpoint, or train's weights,
+/// the context it was trained at: where `cmd` was given no --model or size
+/// override, its model and sizes are taken from there, and where it has a
+/// --ctx not given, its context. Returns what was taken, as options
+/// ("--model small --ctx 256"; "" for nothing).
+std::string take_from_weights(const CLI::App* cmd, ModelArgs& args, const std::string& weights);
+
 /// Adds --recompute [swiglu|blocks] (RunShape::recompute; alone: blocks) to
 /// a command that trains or plans a training run; with `with_auto` (a
 /// command that runs one) also --recompute auto (resolve_recompute).

@@ -147,7 +147,9 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   auto model = start(o, Allocation::kTrain, !resuming);
   if (on_start) on_start({*model, stream.size(), streams.held_out ? streams.held_out->size() : 0, resumed});
   const auto save_weights = [&](const std::string& path) {
-    write_safetensors(path, parameters_file<float>(o.model, model->layout(), model->parameters()));
+    TensorFile file = parameters_file<float>(o.model, model->layout(), model->parameters());
+    file.metadata["context"] = std::to_string(o.shape.context);  // what `generate` and `eval` default --ctx to
+    write_safetensors(path, file);
   };
   const auto validate = [&] {
     std::mt19937_64 rng(validation_seed(o.seed));

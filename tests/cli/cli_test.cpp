@@ -729,6 +729,24 @@ TEST_CASE("CLI: train --resume with other optimizer or schedule settings notes w
                                   "steps are not those the run would have taken"));
 }
 
+TEST_CASE("CLI: eval and generate take the model and context a weights file was trained at, where not given",
+          "[cli]") {
+  const auto w = ktune::test::scratch_dir("weights_metadata") / "w.safetensors";
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --d-model 32 --heads 2 --ctx 16 --steps 1 --threads 2 --save " + w.string(),
+                    &out) == 0);
+  // Without --d-model 32 --heads 2 the weights' shape was refused as another model's.
+  REQUIRE(run_ktune("eval --threads 2 --weights " + w.string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: --d-model 32 --d-ff 192 --layers 2 --heads 2 --vocab 128 --ctx 16 from the "
+                                  "metadata of " + w.string()));
+  CHECK_THAT(out, Catch::Contains("4 x 16 tokens"));
+  REQUIRE(run_ktune("generate --threads 2 --weights " + w.string() + " --prompt 1 2 --max-tokens 2", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("--ctx 16 from the metadata"));
+  // What the command line gives stands.
+  REQUIRE(run_ktune("eval --threads 2 --d-model 32 --heads 2 --ctx 8 --weights " + w.string(), &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("note:") && Catch::Contains("4 x 8 tokens"));
+}
+
 TEST_CASE("CLI: train says which tokens it trains and validates on, and what --val-split holds out", "[cli]") {
   const auto file = ktune::test::scratch_dir("train_tokens") / "t.u16";
   std::vector<std::uint16_t> tokens(6400);
