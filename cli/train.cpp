@@ -338,6 +338,13 @@ void add_train_command(CLI::App& app, Global& global) {
                                                                                             : t.val_tokens_file)
                                                         : "");
             }
+          } else {
+            std::cout << fmt::format("tokens: the synthetic stream (one random sequence of 64 tokens, repeated; "
+                                     "--tokens F reads a corpus){}\n",
+                                     t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
+                                                                                          ? "the same stream"
+                                                                                          : t.val_tokens_file)
+                                                      : "");
           }
           for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
           if (start.resumed) {
