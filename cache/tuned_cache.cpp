@@ -25,7 +25,9 @@ Answer TunedCache::lookup(const Key& query, const std::function<bool(const Entry
       // Tuned on another GPU of the arch, it says which.
       a.reason = fmt::format("nearest (distance {:.2f}, tuned for {}{})", a.result.distance,
                              a.result.entry->key.problem_key,
-                             a.result.entry->key.gpu_name == query.gpu_name ? "" : " on " + a.result.entry->key.gpu_name);
+                             a.result.entry->key.gpu_name == query.gpu_name
+                                 ? ""
+                                 : " on " + a.result.entry->key.gpu_name);
       break;
     case Match::kNone:
       // An entry stale for the query (another kernel source, NVRTC or driver) says why it went unused.

@@ -147,7 +147,8 @@ std::string summary_line(const SessionView& s) {
   std::string line = fmt::format("{} on {} ({}): {} evaluations, {} failed", s.family->name(), s.problem.key(),
                                  s.emulated() ? "host emulation" : s.backend, s.evaluations.size(), failed);
   if (rows.empty())
-    return line + (failed == 0 ? "; no config was measured" : "; none ran to the end: " + failure_digest(s.evaluations));
+    return line +
+           (failed == 0 ? "; no config was measured" : "; none ran to the end: " + failure_digest(s.evaluations));
   line += fmt::format("; fastest {} at {:.4f} ms", rows.front()->config.str(), rows.front()->median_ms);
   if (const auto def = default_ms(s))
     line += fmt::format(", {:.2f}x the default{}", *def / rows.front()->median_ms,

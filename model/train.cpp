@@ -211,7 +211,8 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     for (std::int64_t k = 0; k < o.shape.micro_batches; ++k) {
       const double loss = model->forward(micro(tokens, k), micro(targets, k));
       if (!std::isfinite(loss))  // before the update: the weights, and any checkpoint, stay the last good step's
-        throw_error(ErrorKind::kCheckFailed, fmt::format("the loss is {} at step {}: training diverged{}", loss, s, held()));
+        throw_error(ErrorKind::kCheckFailed,
+                    fmt::format("the loss is {} at step {}: training diverged{}", loss, s, held()));
       r.loss += loss / static_cast<double>(o.shape.micro_batches);
       model->backward(k > 0);
     }
