@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    // `ktune verfy --help`: the word names no command, which the top-level help would not say.
+    if (const auto unknown = unknown_subcommand(app)) {
+      std::cerr << "ktune: " << *unknown << " (see --help)\n";
+      return 2;
+    }
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);

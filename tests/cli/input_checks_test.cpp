@@ -273,6 +273,11 @@ TEST_CASE("CLI: render refuses options it would ignore and an unknown subcommand
   CHECK_THAT(err, Catch::Contains("unknown subcommand 'bogus' of bench") && Catch::Contains("e2e"));
   CHECK(run_bad("cache nope", &err) == 2);
   CHECK_THAT(err, Catch::Contains("unknown subcommand 'nope' of cache") && Catch::Contains("prune"));
+  // With --help too: the top-level help with exit 0 did not say the word names no command.
+  CHECK(run_bad("verify --help", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("unknown subcommand 'verify' of ktune") && Catch::Contains("tune"));
+  CHECK(run_bad("cache nope --help", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("unknown subcommand 'nope' of cache"));
   // replay checks its strategies and budgets before it prints anything.
   nlohmann::json kt = {
       {"tune_params_keys", {"a"}}, {"tune_params", {{"a", {1, 2, 3}}}}, {"cache", nlohmann::json::object()}};
