@@ -120,8 +120,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "Run variants in this process (faster start; a crashing variant then ends the session, and no "
                 "--timeout can stop a hanging one)")
       ->excludes(timeout);
-  cmd->footer("Environment: KTUNE_PRINT=quiet (the result table only) | summary (progress and the fastest configs; "
-              "the default) | all (every evaluation as it finishes, too).");
+  cmd->footer("Environment: KTUNE_PRINT=quiet (the result table, how it was measured and where it went: no "
+              "progress) | summary (progress and the fastest configs; the default) | all (every evaluation as it "
+              "finishes, too).");
   cmd->callback([opts, cmd, &global] {
     const env::PrintLevel print = env::print_level();  // a bad KTUNE_PRINT stops us before any work
     const bool by_model = cmd->get_option("--model")->count() > 0;
