@@ -92,7 +92,11 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   add_size_options(cmd, o->m);
   cmd->add_option("--ctx", o->ctx, "Context lengths, comma-separated")->capture_default_str();
-  cmd->add_option("--batch", o->m.batch, "Batch size")->check(integer_at_least(1))->default_str("4");
+  o->m.default_ctx = 128;  // --ctx is a list here; each of its lengths is the shape's
+  o->m.default_batch = 4;
+  cmd->add_option("--batch", o->m.batch, "Batch size")
+      ->check(integer_at_least(1))
+      ->default_str(std::to_string(o->m.default_batch));
   add_threads_option(cmd, o->m);
   add_recompute_option(cmd, o->m, false);
   cmd->add_option("--accumulate", o->accumulate,
@@ -123,7 +127,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     const auto precision = model::parse_precision(o->dtype);
     const auto attention = model::attention_saved(precision, model::parse_mode(o->mode) == model::Mode::kCompiled);
     const char* attention_name = attention == model::AttentionSaved::kLogSumExp ? "flash" : "materialised";
-    const model::Recompute recompute = shape_from_args(o->m, 128, 4).recompute;
+    const model::Recompute recompute = shape_from_args(o->m).recompute;
     const bool recomputing = recompute != model::Recompute::kNone;
     const std::int64_t fit = o->fit.empty() ? 0 : parse_bytes(o->fit).value_or(0);  // 0: no --fit
     // tf32 and bf16 run on a device backend only, whose ops keep no per-thread scratch; f32 plans the cpu
@@ -143,7 +147,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       std::vector<std::optional<model::Recompute>> fits;  // with --fit: the least level that fits, if any
       for (auto c : ctxs) {
         a.ctx = c;
-        model::RunShape shape = shape_from_args(a, 128, 4);
+        model::RunShape shape = shape_from_args(a);
         shape.micro_batches = o->accumulate;
         const auto plan_at = [&](model::Recompute level) {
           model::RunShape s = shape;

@@ -27,9 +27,11 @@ void add_generate_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("generate",
                                  "Continue a prompt of token ids with the Transformer LM, printing each drawn id");
   add_model_options(cmd, o->m);
+  o->m.default_ctx = 256;  // one sequence, no --batch
+  o->m.default_batch = 1;
   cmd->add_option("--ctx", o->m.ctx, "Context length: the window of the sequence each token is drawn from")
       ->check(integer_at_least(1))
-      ->default_str("256");
+      ->default_str(std::to_string(o->m.default_ctx));
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->g.weights,
                   "Safetensors weights (a --save or --checkpoint file; default: random init)")
@@ -64,7 +66,7 @@ void add_generate_command(CLI::App& app, Global& global) {
     if (const std::string took = take_from_weights(cmd, o->m, o->g.weights); !took.empty())
       std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->g.weights);
     g.model = model_from_args(o->m);
-    g.shape = shape_from_args(o->m, 256, 1);
+    g.shape = shape_from_args(o->m);
     g.threads = threads_from_args(o->m);
     g.backend = backend_from_args(o->m, g.threads);
     // Wall time from the start: to the first token (the model's start, its

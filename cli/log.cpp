@@ -29,7 +29,7 @@ void add_log_command(CLI::App& app, Global& global) {
   show->add_option("--top", opts->top, "Configs in the table")->check(integer_at_least(1));
   show->callback([opts, &global] {
     const auto log = tuner::read_session_log(opts->file);
-    const auto& h = log.header;
+    const auto& h = log.header();
     const std::string name = h.value("family", "");
     bool built_in = false;
     for (const auto* f : templates::all_families()) built_in = built_in || f->name() == name;

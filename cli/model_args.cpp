@@ -14,6 +14,7 @@
 #include "base/error.hpp"
 #include "base/safetensors.hpp"
 #include "cli/options.hpp"
+#include "model/weights.hpp"
 
 namespace ktune::cli {
 
@@ -92,20 +93,18 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
     return v;
   };
   std::vector<std::string> took;
-  bool sized = false;
-  for (const char* name : {"--model", "--d-model", "--d-ff", "--layers", "--heads", "--vocab"}) sized |= given(name);
+  bool sized = given("--model");
+  for (const char* name : kSizeOptions) sized |= given(name);
   const auto d_model = whole("d_model"), d_ff = whole("d_ff"), layers = whole("num_layers"),
              heads = whole("num_heads"), vocab = whole("vocab_size");
   if (!sized && meta.count("model") && d_model && d_ff && layers && heads && vocab) {
     const auto names = model::model_names();
     const std::string name = meta.at("model");
-    const model::ModelConfig before = model_from_args(a);
+    const bool differs = model::differing_size(meta, model_from_args(a), /*absent_differs=*/false).has_value();
     // A named size as it is; another ("custom") as its sizes over the smallest.
     a.model = std::find(names.begin(), names.end(), name) != names.end() ? name : "tiny";
     a.d_model = *d_model, a.d_ff = *d_ff, a.layers = *layers, a.heads = *heads, a.vocab = *vocab;
-    const model::ModelConfig after = model_from_args(a);
-    if (after.d_model != before.d_model || after.d_ff != before.d_ff || after.layers != before.layers ||
-        after.heads != before.heads || after.vocab != before.vocab)  // told only where it is not the default
+    if (differs)  // told only where it is not the default
       took.push_back(a.model == name ? "--model " + name
                                      : fmt::format("--d-model {} --d-ff {} --layers {} --heads {} --vocab {}",
                                                    *d_model, *d_ff, *layers, *heads, *vocab));
@@ -118,10 +117,8 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
   return fmt::format("{}", fmt::join(took, " "));
 }
 
-model::RunShape shape_from_args(const ModelArgs& a, std::int64_t default_ctx, std::int64_t default_batch) {
-  if (default_ctx == 0) default_ctx = a.default_ctx;
-  if (default_batch == 0) default_batch = a.default_batch;
-  model::RunShape s{a.batch ? a.batch : default_batch, a.ctx ? a.ctx : default_ctx};
+model::RunShape shape_from_args(const ModelArgs& a) {
+  model::RunShape s{a.batch ? a.batch : a.default_batch, a.ctx ? a.ctx : a.default_ctx};
   s.recompute = a.recompute.empty()     ? model::Recompute::kBlocks
                 : a.recompute == "auto" ? model::Recompute::kNone
                                         : model::parse_recompute(a.recompute);

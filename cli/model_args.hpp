@@ -16,7 +16,7 @@ struct ModelArgs {
   std::string model = "tiny";
   std::int64_t d_model = 0, d_ff = 0, layers = 0, heads = 0, vocab = 0;  // 0: the named model's
   std::int64_t ctx = 0, batch = 0;                                       // 0: the command's default
-  std::int64_t default_ctx = 0, default_batch = 0;                       // the command's defaults
+  std::int64_t default_ctx = 0, default_batch = 0;                       // the command's (add_model_options)
   unsigned threads = 0;                                                  // 0: all hardware threads
   std::string backend = "cpu", mode = "compiled", cache;                 // where and how it runs
   std::string dtype = "f32";                                             // the run's precision
@@ -27,12 +27,15 @@ struct ModelArgs {
 };
 
 /// Adds --model, the size overrides (add_size_options), --threads
-/// (cli/options.hpp's thread_count()), and, when `shape` (> 0: the
-/// command's defaults, which --help shows), --ctx and --batch to `cmd`.
+/// (cli/options.hpp's thread_count()), and, when `shape` has a context (the
+/// command's defaults, kept in args and shown by --help), --ctx and --batch
+/// to `cmd`.
 struct ShapeDefaults {
   std::int64_t ctx = 0, batch = 0;
 };
 void add_model_options(CLI::App* cmd, ModelArgs& args, ShapeDefaults shape = {});
+/// The size overrides add_size_options adds.
+inline constexpr const char* kSizeOptions[] = {"--d-model", "--d-ff", "--layers", "--heads", "--vocab"};
 
 /// Adds --d-model, --d-ff, --layers, --heads, --vocab: positive integers.
 void add_size_options(CLI::App* cmd, ModelArgs& args);
@@ -57,9 +60,9 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& args, const std::s
 /// command that runs one) also --recompute auto (resolve_recompute).
 void add_recompute_option(CLI::App* cmd, ModelArgs& args, bool with_auto);
 
-/// --ctx/--batch, or the defaults given (0: add_model_options's), and
-/// --recompute (auto: none, until resolve_recompute).
-model::RunShape shape_from_args(const ModelArgs& args, std::int64_t default_ctx = 0, std::int64_t default_batch = 0);
+/// --ctx/--batch, or the command's defaults (ModelArgs::default_ctx,
+/// default_batch), and --recompute (auto: none, until resolve_recompute).
+model::RunShape shape_from_args(const ModelArgs& args);
 
 /// With --recompute auto, sets shape.recompute to the least recomputation
 /// at which the run fits in the memory its backend has now

@@ -25,6 +25,7 @@
 #include "cli/progress.hpp"
 #include "cli/stop_signals.hpp"
 #include "model/checkpoint.hpp"
+#include "model/data.hpp"
 #include "model/memory_plan.hpp"
 #include "model/train.hpp"
 #include "search/winner.hpp"
@@ -339,8 +340,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                                         : "");
             }
           } else {
-            std::cout << fmt::format("tokens: the synthetic stream (one random sequence of 64 tokens, repeated; "
+            std::cout << fmt::format("tokens: the synthetic stream (one random sequence of {} tokens, repeated; "
                                      "--tokens F reads a corpus){}\n",
+                                     model::TokenStream::kSyntheticPeriod,
                                      t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
                                                                                           ? "the same stream"
                                                                                           : t.val_tokens_file)

@@ -70,16 +70,12 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "Problem JSON {\"dtype\":..., \"dims\":{...}}; required with --family; with --spec, default: the "
                   "spec's first problem")
       ->check(json_text());
-  add_model_options(cmd, opts->model);
+  add_model_options(cmd, opts->model, {.ctx = 256, .batch = 4});
   cmd->get_option("--model")->default_str("none: give it, or --family or --spec");
+  cmd->get_option("--ctx")->description("With --model: context length");
+  cmd->get_option("--batch")->description("With --model: batch size");
   cmd->get_option("--threads")->description("CPU threads: on a GPU, one runs the search and the rest compile ahead "
                                             "of it");
-  cmd->add_option("--ctx", opts->model.ctx, "With --model: context length")
-      ->check(integer_at_least(1))
-      ->default_str("256");
-  cmd->add_option("--batch", opts->model.batch, "With --model: batch size")
-      ->check(integer_at_least(1))
-      ->default_str("4");
   cmd->add_option("--dtype", opts->dtype,
                   "With --model: the run's --dtype: f32, tf32 (f32 problems, flash attention), or bf16 (bf16 "
                   "activations, fp32 weights and state); the kernels compiled mode launches at that precision")
@@ -132,15 +128,18 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "spec)");
     std::vector<tuner::KernelRequest> requests;
     if (by_model) {
-      requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model, 256, 4),
+      requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model),
                                      model::parse_precision(opts->dtype));
     } else {
       // What shapes a model's kernels says nothing about one family's problem: given, it was ignored.
-      for (const char* name : {"--ctx", "--batch", "--dtype", "--d-model", "--d-ff", "--layers", "--heads", "--vocab"})
+      const auto refuse = [&](const char* name) {
         KTUNE_REQUIRE(cmd->get_option(name)->count() == 0,
                       fmt::format("{} shapes the kernels of --model; with --family or --spec, --problem gives the "
                                   "shape (its \"dtype\" the precision)",
                                   name));
+      };
+      for (const char* name : {"--ctx", "--batch", "--dtype"}) refuse(name);
+      for (const char* name : kSizeOptions) refuse(name);
       const auto& family = family_arg(opts->family, opts->spec);  // an unknown family is named first
       KTUNE_REQUIRE(!opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");
       requests.push_back({&family, problem_arg(family, opts->problem)});

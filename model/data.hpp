@@ -19,7 +19,8 @@ class TokenStream {
  public:
   /// One random sequence of `period` tokens in [0, vocab), repeated forever:
   /// once seen, every next token is predictable from the context.
-  static TokenStream synthetic(std::int64_t vocab, std::uint64_t seed, std::int64_t period = 64);
+  static constexpr std::int64_t kSyntheticPeriod = 64;
+  static TokenStream synthetic(std::int64_t vocab, std::uint64_t seed, std::int64_t period = kSyntheticPeriod);
   /// Raw uint16 tokens, or a .npy array of them (told by its magic, not its
   /// name), read where they lie (the file is mapped, not loaded: as CS336's
   /// np.memmap or np.load(mmap_mode='r'), a corpus larger than memory

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <limits>
-#include <map>
 #include <random>
 
 #include "base/error.hpp"
@@ -51,22 +50,17 @@ std::vector<std::byte> random_bytes(DType t, std::size_t n, std::mt19937_64& rng
 /// Appends scalar argument `a` at `v`; an integer type takes a whole number in its range, or the launch is
 /// refused (a dimension past 2^31 cast to an `i32` reached the kernel as a negative count).
 void add_scalar(templates::ArgPack& pack, const ArgSpec& a, const Values& v) {
-  if (a.type == "f32" || a.type == "f64") {
-    a.type == "f32" ? pack.add(static_cast<float>(a.value->eval(v))) : pack.add(a.value->eval(v));
-    return;
-  }
+  using Limits32 = std::numeric_limits<std::int32_t>;
   constexpr long long kMax = std::numeric_limits<long long>::max();
-  static const std::map<std::string, std::pair<long long, long long>> ranges = {
-      {"i32", {std::numeric_limits<std::int32_t>::min(), std::numeric_limits<std::int32_t>::max()}},
-      {"u32", {0, std::numeric_limits<std::uint32_t>::max()}},
-      {"i64", {std::numeric_limits<long long>::min(), kMax}},
-      {"u64", {0, kMax}}};
-  const auto [lo, hi] = ranges.at(a.type);
-  const long long x = a.value->eval_integer(v, lo, hi, "the range of " + a.type);
-  if (a.type == "i32") pack.add(static_cast<std::int32_t>(x));
-  else if (a.type == "u32") pack.add(static_cast<std::uint32_t>(x));
-  else if (a.type == "i64") pack.add(static_cast<std::int64_t>(x));
-  else pack.add(static_cast<std::uint64_t>(x));
+  const auto whole = [&](long long lo, long long hi) {
+    return a.value->eval_integer(v, lo, hi, "the range of " + a.type);
+  };
+  if (a.type == "f32") pack.add(static_cast<float>(a.value->eval(v)));
+  else if (a.type == "f64") pack.add(a.value->eval(v));
+  else if (a.type == "i32") pack.add(static_cast<std::int32_t>(whole(Limits32::min(), Limits32::max())));
+  else if (a.type == "u32") pack.add(static_cast<std::uint32_t>(whole(0, std::numeric_limits<std::uint32_t>::max())));
+  else if (a.type == "i64") pack.add(static_cast<std::int64_t>(whole(std::numeric_limits<long long>::min(), kMax)));
+  else pack.add(static_cast<std::uint64_t>(whole(0, kMax)));
 }
 
 }  // namespace

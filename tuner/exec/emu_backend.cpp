@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -200,7 +201,7 @@ class EmuBackend final : public Backend {
     std::vector<double> samples;
     double total_ms = 0;
     const int most = std::max(1, options.max_repetitions);
-    const int least = std::min(most, std::max(1, std::min(kEmuSamples, options.min_repetitions)));
+    const int least = std::min(most, std::clamp(options.min_repetitions, 1, kEmuSamples));
     while (static_cast<int>(samples.size()) < most &&
            (static_cast<int>(samples.size()) < least ||
             (static_cast<int>(samples.size()) < options.min_repetitions && total_ms < options.min_seconds * 1e3))) {

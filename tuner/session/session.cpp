@@ -386,14 +386,13 @@ SessionLogContents read_session_log(const std::string& path) {
   for (std::string line; std::getline(in, line);) {
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!out.header.is_object()) {  // the first line: a session's header, or the file is no session's log
+    if (out.sessions.empty()) {  // the first line: a session's header, or the file is no session's log
       KTUNE_REQUIRE(j.is_object() && j.contains("session"),
                     fmt::format("{} is not a ktune session log (its first line is no session header)", path));
     }
     if (j.is_discarded()) continue;  // a line cut short by a crash
     try {
       if (j.contains("session")) {
-        out.header = j["session"];
         out.sessions.push_back(j["session"]);
       } else if (j.contains("winner")) {
         out.winner = j["winner"];
@@ -405,7 +404,7 @@ SessionLogContents read_session_log(const std::string& path) {
                   fmt::format("session log {} has a line that is not an evaluation: {}", path, excerpt(line)));
     }
   }
-  KTUNE_REQUIRE(out.header.is_object(), "session log " + path + " is empty: no session header, no evaluation");
+  KTUNE_REQUIRE(!out.sessions.empty(), "session log " + path + " is empty: no session header, no evaluation");
   return out;
 }
 

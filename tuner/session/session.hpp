@@ -83,8 +83,8 @@ std::string default_log_path(const templates::Family& family, const templates::P
 /// per session that searched it (a resumed one with another strategy or seed
 /// adds its own), and its evaluations in the order they ran.
 struct SessionLogContents {
-  nlohmann::json header;                 ///< the last of `sessions`
-  std::vector<nlohmann::json> sessions;  ///< in the order they ran
+  std::vector<nlohmann::json> sessions;  ///< in the order they ran; never empty once read
+  const nlohmann::json& header() const { return sessions.back(); }  ///< the last session's
   /// The last finished session's winner ("config", "time_ms", "p20_ms",
   /// "p80_ms" timed beside the finalists, "tied", "stopped_by"); null when
   /// none finished (a stopped or killed session).

@@ -252,7 +252,7 @@ TEST_CASE("a session resumed with another strategy or seed logs its own header a
   CHECK(log.sessions[0].at("seed") == 1);
   CHECK(log.sessions[1].at("strategy") == "genetic");
   CHECK(log.sessions[1].at("seed") == 7);
-  CHECK(log.header == log.sessions[1]);
+  CHECK(log.header() == log.sessions[1]);
   CHECK(log.records.size() == 5);  // the second header sits among the evaluations, which read back whole
 }
 
