@@ -148,6 +148,48 @@ extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_type_mismat
     ::kt::emu::ubsan::TypeMismatch* data, unsigned long address) {
   ::kt::emu::ubsan::misaligned(data, address);
 }
+
+// ---- array indices out of bounds ---------------------------------------------------
+// And with -fsanitize=bounds (g++; clang++'s -fsanitize=array-bounds): an
+// index outside an array of known size (a static __shared__ tile, a register
+// array) calls the hook below and ends the block. A GPU reads or writes
+// whatever lies past the array; here a static __shared__ array is part of the
+// module's thread-local block, where an overrun would corrupt the process.
+namespace kt::emu::ubsan {
+struct OutOfBounds {
+  SourceLocation location;
+  const TypeDescriptor* array_type;
+  const TypeDescriptor* index_type;
+};
+[[noreturn]] inline void out_of_bounds(const OutOfBounds* data, unsigned long value) {
+  // An integer's descriptor: kind 0, info = log2(bit width) << 1 | signed.
+  const TypeDescriptor* index = data->index_type;
+  const unsigned bits = index->kind == 0 ? 1u << (index->info >> 1) : 128u;
+  char number[32];
+  if (bits > 64)
+    __builtin_snprintf(number, sizeof number, "(wider than 64 bits)");
+  else if (index->info & 1)
+    __builtin_snprintf(number, sizeof number, "%lld",
+                       bits == 64 ? static_cast<long long>(value)
+                                  : static_cast<long long>(value << (64 - bits)) >> (64 - bits));
+  else
+    __builtin_snprintf(number, sizeof number, "%lu", value);
+  char message[512];
+  __builtin_snprintf(message, sizeof message, "index %s out of bounds of %s (%s:%u:%u)", number,
+                     data->array_type->name, data->location.file, data->location.line, data->location.column);
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->fail(t, message);
+  __builtin_unreachable();
+}
+}  // namespace kt::emu::ubsan
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_out_of_bounds(void* data, void* index) {
+  ::kt::emu::ubsan::out_of_bounds(static_cast<const ::kt::emu::ubsan::OutOfBounds*>(data),
+                                  reinterpret_cast<unsigned long>(index));
+}
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_out_of_bounds_abort(void* data, void* index) {
+  ::kt::emu::ubsan::out_of_bounds(static_cast<const ::kt::emu::ubsan::OutOfBounds*>(data),
+                                  reinterpret_cast<unsigned long>(index));
+}
 inline long long clock64() {
   static thread_local long long ticks = 0;
   return ticks += 1000;

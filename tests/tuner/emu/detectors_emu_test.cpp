@@ -1,8 +1,9 @@
 // Errors a GPU would hide or crash on become clear emulation errors, and the
 // process goes on: a barrier not every thread reaches, a warp collective
 // whose lanes never all arrive, out-of-bounds accesses to argument buffers
-// and to dynamic shared memory, misaligned vector loads and cp.async copies,
-// __trap(); and shared memory starts every block as NaN bytes.
+// and to dynamic shared memory, indices outside a static __shared__ or
+// register array, misaligned vector loads and cp.async copies, __trap(); and
+// shared memory starts every block as NaN bytes.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -49,6 +50,14 @@ __global__ void k_static_smem(float* out, int write) {
   __syncthreads();
   out[blockIdx.x * blockDim.x + threadIdx.x] = s[threadIdx.x];
 }
+__global__ void k_static_smem_overrun(float* out, int extra) {
+  __shared__ float tile[4][32];
+  tile[threadIdx.x / 32][threadIdx.x % 32] = 1.0f;  // threads 128.. write rows past the tile
+  __syncthreads();
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  acc[(threadIdx.x + extra) % 8] += tile[0][threadIdx.x % 32];  // index 4.. past the register array
+  out[threadIdx.x] = acc[0];
+}
 __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
   __shared__ __align__(16) float s[128];
   kt::cp_async_16(s + 4 * threadIdx.x, in + offset + 4 * threadIdx.x);
@@ -58,7 +67,7 @@ __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
 }
 )";
 
-enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem };
+enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem, kStaticOverrun };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
@@ -66,7 +75,7 @@ ktune::test::EmuProbe& probe() {
   static ktune::test::EmuProbe p(kProbe,
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
                                   "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy",
-                                  "k_static_smem"},
+                                  "k_static_smem", "k_static_smem_overrun"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -139,6 +148,23 @@ TEST_CASE("static __shared__ variables start every block as NaN bytes, not as th
     std::memcpy(&bits, &v, sizeof bits);
     CHECK(bits == 0xffffffffu);
   }
+}
+
+TEST_CASE("an index past a static __shared__ or register array is reported with its line", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("out", std::vector<float>(160));
+  // 128 threads: within the tile; extra 0 keeps acc's index below 4 for threads 0-3 only.
+  std::string error = p.launch_error(kStaticOverrun, {1, 1, 1}, {128, 1, 1}, ArgPack().add(out).add(4));
+  INFO(error);
+  CHECK_THAT(error, Catch::StartsWith("emulation: index 4 out of bounds of 'float [4]' (rendered.cu:"));
+  CHECK_THAT(error, Catch::Contains("(kernel k_static_smem_overrun, block (0,0,0), thread (0,0,0))"));
+  error = p.launch_error(kStaticOverrun, {1, 1, 1}, {160, 1, 1}, ArgPack().add(out).add(0));
+  INFO(error);
+  CHECK_THAT(error, Catch::StartsWith("emulation: index 4 out of bounds of 'float [4][32]' (rendered.cu:"));
+  CHECK_THAT(error, Catch::Contains("thread (128,0,0))"));
+  // The process survives, and a launch within bounds runs.
+  REQUIRE(p.launch_error(kStaticOverrun, {1, 1, 1}, {4, 1, 1}, ArgPack().add(out).add(0)).empty());
+  CHECK(p.read(out, 4) == std::vector<float>{1.0f, 0.0f, 0.0f, 0.0f});
 }
 
 TEST_CASE("__trap ends the launch with an error", "[emu]") {
