@@ -274,6 +274,13 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       buf.role = Role::kInOut;
     else
       r.fail(fmt::format("{}: role '{}' is not one of input, output, inout", what, role));
+    // An output's start is not the kernel's to read: it is poisoned (all bits
+    // set) before every checked run, so an init would be a promise not kept.
+    r.require(buf.role != Role::kOutput || !b.contains("init"),
+              fmt::format("{}: an output starts poisoned (all bits set) before every checked run, so it takes no "
+                          "init; a kernel that reads it first (accumulates into it: +=, atomicAdd) needs role inout "
+                          "(with init zeros to start from 0)",
+                          what));
     const std::string init = b.value("init", buf.role == Role::kOutput ? "zeros" : "random");
     if (init == "random")
       buf.init = Init::kRandom;

@@ -178,6 +178,15 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     });
     CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": candidates[1]: "));
   }
+  SECTION("an output given an init (a kernel that accumulates into it needs role inout)") {
+    const auto path = reduction_copy(dir, [](std::string& t) {
+      replace(t, "\"role\": \"output\"", "\"role\": \"output\", \"init\": \"zeros\"");
+    });
+    CHECK(load_error(path) == path.string() +
+                                  ": buffer 'y': an output starts poisoned (all bits set) before every checked run, so "
+                                  "it takes no init; a kernel that reads it first (accumulates into it: +=, atomicAdd) "
+                                  "needs role inout (with init zeros to start from 0)");
+  }
   SECTION("a missing source") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "reduction.cu", "reduce.cu"); });
     CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' not found"));
