@@ -69,7 +69,9 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
     }
   }
   if (unwritten > 0)
-    return fmt::format("{} of {} elements not finite (never written?), the first at index {}", unwritten, n, first);
+    return fmt::format("{} of {} elements not finite (never written, or computed from memory read before it was "
+                       "written?), the first at index {}",
+                       unwritten, n, first);
   if (worst <= 0) return "";
   return fmt::format("furthest off at index {}: {:.6g}, expected {:.6g}", furthest, value_at(t, got, furthest),
                      value_at(t, expected, furthest));

@@ -154,7 +154,8 @@ TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   // What a failed check says besides: the elements never written, else the one furthest off.
   const float nan = std::nanf("");
   CHECK(mismatch_detail(DType::kF32, bytes({1, nan, 3, nan}), bytes({1, 2, 3, 4})) ==
-        "2 of 4 elements not finite (never written?), the first at index 1");
+        "2 of 4 elements not finite (never written, or computed from memory read before it was written?), the first "
+        "at index 1");
   CHECK(mismatch_detail(DType::kF32, bytes({1, 2.5f, 3, 4.25f}), bytes({1, 2, 3, 4})) ==
         "furthest off at index 1: 2.5, expected 2");
   CHECK(mismatch_detail(DType::kF32, bytes({1, 2}), bytes({1, 2})).empty());

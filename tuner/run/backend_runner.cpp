@@ -66,7 +66,8 @@ class BackendRunner final : public Runner {
     if (backend_->name() == "emu" && family.compiled_with_nvrtc_under_emulation()) {
       nvrtc = Compiler().compile(rendered, device().arch);
       if (!nvrtc->ok)
-        return failed(fmt::format("compile: NVRTC for {} (a GPU's compiler; the emulation's host compiler took it): {}",
+        return failed(fmt::format("compile: NVRTC for {}, as a GPU would compile it (`ktune compile` prints its whole "
+                                  "log): {}",
                                   device().arch, first_error(nvrtc->log)),
                       nvrtc->compile_ms);
     }
