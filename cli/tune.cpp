@@ -93,7 +93,9 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--cache", opts->cache,
                   "Tuned cache file the winner goes into; a config it holds for the problem is measured in the "
                   "session too, so only a faster one replaces it")->capture_default_str();
-  cmd->add_option("--log", opts->log, "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it")
+  cmd->add_option("--log", opts->log,
+                  "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it. A new session keeps "
+                  "the default log it replaces as <family>.<problem>.previous.log")
       ->check(output_file())
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume,
@@ -191,7 +193,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                  {"stopped by"}});
     std::string tops;
     std::string method;
-    std::vector<std::string> logs, failed;
+    std::vector<std::string> logs, previous_logs, failed;
     // A stop signal ends the session after its evaluation under way: its best so far goes into the cache, the
     // kernels after it are left for --resume.
     StopSignals stop_signals(true,
@@ -236,6 +238,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       };
       const auto summary = tuner::tune(family, problem, *runner, tune, progress);
       logs.push_back(summary.log_path);
+      if (!summary.previous_log.empty()) previous_logs.push_back(summary.previous_log);
       if (evaluated > 0 && print == env::PrintLevel::kSummary) {  // the last line says it ended, not an ETA
         const auto* best = summary.best && summary.best->result.timing ? &*summary.best->result.timing : nullptr;
         line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {}, done in {} ({}){}",
@@ -278,7 +281,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                          {"speedup_over_default", summary.speedup_over_default()}, {"emulated", emulated},
                          {"top", top_json(view, kTop)},
                          {"evaluations", summary.evaluations}, {"failures", summary.failures},
-                         {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", summary.log_path}});
+                         {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", summary.log_path},
+                         {"previous_log",
+                          summary.previous_log.empty() ? nlohmann::json() : nlohmann::json(summary.previous_log)}});
       table.add({family.name(), problem.key(), summary.best->config.str(), fmt::format("{:.4f}", t.median_ms),
                  fmt::format("{:.4f}-{:.4f}", t.p20_ms, t.p80_ms),
                  fmt::format("{:.2f}x", summary.speedup_over_default()),
@@ -301,6 +306,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                           : fmt::format("{} winner{} written to {}", results.size(), results.size() == 1 ? "" : "s",
                                         opts->cache);
       std::cout << fmt::format("{}; session log{} {}\n", written, logs.size() == 1 ? "" : "s", where);
+      if (!previous_logs.empty())
+        std::cout << fmt::format("the previous session's log{} kept as {}\n", previous_logs.size() == 1 ? "" : "s",
+                                 fmt::join(previous_logs, ", "));
       if (logs.size() == 1)
         std::cout << "read it again with: ktune log show " << logs[0]
                   << (opts->spec.empty() ? "" : " --spec " + opts->spec) << "\n";

@@ -128,6 +128,27 @@ void refuse_foreign_file(const std::string& path) {
                             path));
 }
 
+/// A fresh session on a default log keeps the log it replaces, where that
+/// holds results (more than its header), as `<name>.previous.log`: one
+/// generation, so a run without --resume loses no earlier session's
+/// measurements. Returns where it went ("" if nothing was kept).
+std::string keep_previous_log(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int lines = 0;
+  while (lines < 2 && std::getline(in, line))
+    if (!line.empty()) ++lines;
+  if (lines < 2) return "";
+  in.close();
+  const std::string previous = path.substr(0, path.rfind(".log")) + ".previous.log";
+  std::error_code ec;
+  std::filesystem::rename(path, previous, ec);
+  if (ec)
+    throw_error(ErrorKind::kIo, fmt::format("cannot keep the previous session log {} as {}: {}", path, previous,
+                                            ec.message()));
+  return previous;
+}
+
 /// The budget, or sooner where `should_stop` says so (a stop signal): the
 /// search ends before its next evaluation.
 class Interruptible final : public search::StopCondition {
@@ -244,6 +265,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     }
   }
   if (!options.resume) refuse_foreign_file(log_path);
+  // The default (the valid config nearest it where it does not fit the
+  // device) goes first, within the budget: every speed-up is measured
+  // against it. A space with no valid config is refused here, before the
+  // log is touched.
+  const Config def = default_on(family, problem, device);
   const nlohmann::json session = {
       {"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch}, {"gpu", device.name},
       {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"strategy", options.strategy},
@@ -251,6 +277,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   nlohmann::json header;
   std::map<Config, Record> done =
       options.resume ? read_log(log_path, family, problem, session, header) : std::map<Config, Record>{};
+  const std::string previous_log = options.resume || !options.default_log ? "" : keep_previous_log(log_path);
   SessionLog log(log_path, !options.resume);
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.
@@ -264,11 +291,9 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
 
   TuneSummary summary;
   summary.log_path = log_path;
-  // The default (the valid config nearest it where it does not fit the
-  // device) goes first, within the budget: every speed-up is measured
-  // against it; then the family's candidates that the device can run (in
+  summary.previous_log = previous_log;
+  // After the default, the family's candidates that the device can run (in
   // this session's shard).
-  const Config def = default_on(family, problem, device);
   std::vector<Config> first = {def};
   const bool incumbent = options.incumbent && *options.incumbent != def &&
                          family.space().index_of(*options.incumbent) && evaluator.is_valid(*options.incumbent, nullptr);

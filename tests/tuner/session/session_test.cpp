@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <set>
 #include <thread>
 
@@ -227,6 +228,43 @@ TEST_CASE("resuming a log that is not there starts it with its header and a file
   std::ofstream(o.log_path) << "notes\n{\"config\": {}}\n";
   CHECK_THROWS_WITH(tune(family, problem, runner, o), Catch::Contains("is not a ktune session log"));
   CHECK(fs::file_size(o.log_path) == 21);
+}
+
+TEST_CASE("a new session keeps the default log it replaces and one with no valid config leaves it untouched",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const auto dir = test::scratch_dir("session-previous");
+  const auto text = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;
+  o.budget = "3";
+  o.default_log = true;
+  o.log_path = (dir / "adamw_single.f32.log").string();
+  ScriptedRunner first;
+  CHECK(tune(family, problem, first, o).previous_log.empty());  // nothing to keep
+  const std::string first_log = text(o.log_path);
+  o.budget = "2";
+  ScriptedRunner second;
+  CHECK(tune(family, problem, second, o).previous_log == (dir / "adamw_single.f32.previous.log").string());
+  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  const std::string second_log = text(o.log_path);
+  CHECK(std::count(second_log.begin(), second_log.end(), '\n') == 4);  // its header, two results and the winner
+  // A space with no valid config on the device is refused before the log is touched.
+  ScriptedRunner none;
+  none.device_.max_threads_per_block = 16;
+  CHECK_THROWS_WITH(tune(family, problem, none, o), Catch::Contains("no config of the space is valid"));
+  CHECK(text(o.log_path) == second_log);
+  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  // The user's own --log is replaced, as given.
+  o.default_log = false;
+  ScriptedRunner third;
+  CHECK(tune(family, problem, third, o).previous_log.empty());
+  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
 }
 
 TEST_CASE("a session resumed with another strategy or seed logs its own header after the results it takes over",
