@@ -279,118 +279,137 @@ void add_train_command(CLI::App& app, Global& global) {
       return "  eta " + format_duration(per_step * static_cast<double>(t.steps - step));
     };
     ProgressLine json_progress;
-    const auto records = model::train(
-        t,
-        [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, step_width, &eta,
-         &json_progress](const model::StepRecord& r) {
-          if (!metrics_path.empty() && !metrics.is_open()) {
-            if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
-            metrics.open(open_target(metrics_path, "--metrics"), metrics_mode);
-            KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", metrics_path.string()));
-          }
-          if (metrics.is_open()) {
-            metrics << step_json(r).dump() << "\n" << std::flush;
-            if (!metrics)
-              throw_error(ErrorKind::kIo,
-                          fmt::format("cannot write --metrics {}: {}", metrics_path.string(), std::strerror(errno)));
-          }
-          if (global.json) {  // stdout holds the JSON at the end; on a terminal, the steps go by on stderr
-            if (json_progress.terminal())
-              json_progress.update(fmt::format("step {}/{}  loss {:.4f}{}", r.step, t.steps, r.loss, eta(r.step)));
-            return;
-          }
-          const double tokens_per_s = r.tokens_per_s();
-          std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s)"
-                                   "{}{}{}\n",
-                                   r.step, step_width, t.steps, r.loss,
-                                   r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
-                                   scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3, tokens_per_s,
-                                   tokens_per_s * t.model.train_flops_per_token(t.shape.context) / 1e12,
-                                   r.val_loss ? fmt::format("  val loss {:.4f}{}", *r.val_loss,
-                                                            r.saved_best ? " (best: saved)" : "")
-                                              : "",
-                                   r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "", eta(r.step))
-                    << std::flush;
-        },
-        [&global, &t](const model::TrainStart& start) {  // once the backend is up: a missing GPU says only that
-          if (global.json) return;
-          const model::Runtime& rt = start.runtime;
-          std::cout << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch "
-                                   "{}{}{}{}\n",
-                                   t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
-                                   t.backend.backend, t.shape.context, t.shape.batch,
-                                   t.shape.micro_batches > 1
-                                       ? fmt::format(" x {} micro-batches a step ({} windows)", t.shape.micro_batches,
-                                                     t.shape.micro_batches * t.shape.batch)
-                                       : "",
-                                   t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "",
-                                   t.shape.recompute == model::Recompute::kNone
-                                       ? ""
-                                       : fmt::format(", recompute {}", model::to_string(t.shape.recompute)));
-          if (!t.tokens_file.empty()) {
-            if (start.held_out_tokens > 0) {
-              std::cout << fmt::format("tokens: {}, the first {} of {} (the last {} held out for validation)\n",
-                                       t.tokens_file, start.train_tokens, start.train_tokens + start.held_out_tokens,
-                                       start.held_out_tokens);
+    // Under --json, the run's JSON: the steps done, and the error that ended it early if one did.
+    std::optional<std::int64_t> resumed_after;
+    const auto print_json = [&](const std::vector<model::StepRecord>& steps, const std::string& error) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const auto& r : steps) j.push_back(step_json(r));
+      nlohmann::json out = {{"model", t.model.name},
+                            {"backend", t.backend.backend},
+                            {"mode", t.backend.backend == "cpu" ? "reference" : model::to_string(t.backend.mode)},
+                            {"dtype", model::to_string(t.backend.precision)},
+                            {"context", t.shape.context},
+                            {"batch", t.shape.batch},
+                            {"micro_batches", t.shape.micro_batches},
+                            {"recompute", model::to_string(t.shape.recompute)},
+                            {"plan_peak_bytes", plan_peak(t)},
+                            {"resumed_after_step", resumed_after ? nlohmann::json(*resumed_after) : nlohmann::json()},
+                            {"steps", j}};
+      if (!error.empty()) out["error"] = error;
+      std::cout << out.dump(2) << "\n";
+    };
+    std::vector<model::StepRecord> records, done;
+    try {
+      records = model::train(
+          t,
+          [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, step_width, &eta,
+           &json_progress, &done](const model::StepRecord& r) {
+            done.push_back(r);
+            if (!metrics_path.empty() && !metrics.is_open()) {
+              if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
+              metrics.open(open_target(metrics_path, "--metrics"), metrics_mode);
+              KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", metrics_path.string()));
+            }
+            if (metrics.is_open()) {
+              metrics << step_json(r).dump() << "\n" << std::flush;
+              if (!metrics)
+                throw_error(ErrorKind::kIo,
+                            fmt::format("cannot write --metrics {}: {}", metrics_path.string(), std::strerror(errno)));
+            }
+            if (global.json) {  // stdout holds the JSON at the end; on a terminal, the steps go by on stderr
+              if (json_progress.terminal())
+                json_progress.update(fmt::format("step {}/{}  loss {:.4f}{}", r.step, t.steps, r.loss, eta(r.step)));
+              return;
+            }
+            const double tokens_per_s = r.tokens_per_s();
+            std::cout << fmt::format("step {:>{}}/{}  loss {:.4f}  {}{}({:.1f} ms, {:.0f} tokens/s, {:.3g} TFLOP/s)"
+                                     "{}{}{}\n",
+                                     r.step, step_width, t.steps, r.loss,
+                                     r.grad_norm ? fmt::format("norm {:.4f}  ", *r.grad_norm) : "",
+                                     scheduled ? fmt::format("lr {:.3e}  ", r.lr) : "", r.seconds * 1e3, tokens_per_s,
+                                     tokens_per_s * t.model.train_flops_per_token(t.shape.context) / 1e12,
+                                     r.val_loss ? fmt::format("  val loss {:.4f}{}", *r.val_loss,
+                                                              r.saved_best ? " (best: saved)" : "")
+                                                : "",
+                                     r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "", eta(r.step))
+                      << std::flush;
+          },
+          [&global, &t, &resumed_after](const model::TrainStart& start) {  // once the backend is up
+            // What the run is goes to stdout, but for --json's; warnings and notes go to stderr either way.
+            std::ostringstream discarded;
+            std::ostream& out = global.json ? discarded : std::cout;
+            if (start.resumed) resumed_after = start.resumed->step;
+            const model::Runtime& rt = start.runtime;
+            out << fmt::format("training {} (d_model {}, {} layers, {} heads, vocab {}) on {}, ctx {}, batch "
+                                     "{}{}{}{}\n",
+                                     t.model.name, t.model.d_model, t.model.layers, t.model.heads, t.model.vocab,
+                                     t.backend.backend, t.shape.context, t.shape.batch,
+                                     t.shape.micro_batches > 1
+                                         ? fmt::format(" x {} micro-batches a step ({} windows)", t.shape.micro_batches,
+                                                       t.shape.micro_batches * t.shape.batch)
+                                         : "",
+                                     t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "",
+                                     t.shape.recompute == model::Recompute::kNone
+                                         ? ""
+                                         : fmt::format(", recompute {}", model::to_string(t.shape.recompute)));
+            if (!t.tokens_file.empty()) {
+              if (start.held_out_tokens > 0) {
+                out << fmt::format("tokens: {}, the first {} of {} (the last {} held out for validation)\n",
+                                         t.tokens_file, start.train_tokens, start.train_tokens + start.held_out_tokens,
+                                         start.held_out_tokens);
+              } else {
+                out << fmt::format("tokens: {} ({}){}\n", t.tokens_file, start.train_tokens,
+                                         t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
+                                                                                              ? "the same tokens"
+                                                                                              : t.val_tokens_file)
+                                                          : "");
+              }
             } else {
-              std::cout << fmt::format("tokens: {} ({}){}\n", t.tokens_file, start.train_tokens,
+              out << fmt::format("tokens: the synthetic stream (one random sequence of {} tokens, repeated; "
+                                       "--tokens F reads a corpus){}\n",
+                                       model::TokenStream::kSyntheticPeriod,
                                        t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
-                                                                                            ? "the same tokens"
+                                                                                            ? "the same stream"
                                                                                             : t.val_tokens_file)
                                                         : "");
             }
-          } else {
-            std::cout << fmt::format("tokens: the synthetic stream (one random sequence of {} tokens, repeated; "
-                                     "--tokens F reads a corpus){}\n",
-                                     model::TokenStream::kSyntheticPeriod,
-                                     t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
-                                                                                          ? "the same stream"
-                                                                                          : t.val_tokens_file)
-                                                      : "");
-          }
-          for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
-          if (start.resumed) {
-            const model::CheckpointInfo& info = *start.resumed;
-            std::cout << fmt::format("resuming from {} after step {}\n", t.checkpoint, info.step);
-            const auto shape = [](const model::RunShape& s) {
-              return fmt::format("ctx {}, batch {}{}", s.context, s.batch,
-                                 s.micro_batches > 1 ? fmt::format(" x {} micro-batches", s.micro_batches) : "");
-            };
-            const auto& was = info.shape;
-            if (was.batch > 0 && (was.batch != t.shape.batch || was.context != t.shape.context ||
-                                  was.micro_batches != t.shape.micro_batches))
-              std::cerr << fmt::format("note: {} was trained at {}; this run goes on at {}, so its batches are not "
-                                       "those the run would have drawn\n",
-                                       t.checkpoint, shape(was), shape(t.shape));
-            // Settings the resumed steps take otherwise than the run's (a checkpoint that records them).
-            std::vector<std::string> changed;
-            for (const auto& [option, value] : model::train_settings(t))
-              if (const auto it = info.settings.find(option); it != info.settings.end() && it->second != value)
-                changed.push_back(fmt::format("{} {} (was {})", option, value, it->second));
-            if (!changed.empty())
-              std::cerr << fmt::format("note: this run goes on with {}: its steps are not those the run would have "
-                                       "taken\n",
-                                       fmt::join(changed, ", "));
-          } else if (t.resume) {
-            std::cout << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
-          }
-          std::cout << fmt::format("memory: {} planned for a step (weights, gradients, AdamW state, activations, "
-                                   "workspace)\n",
-                                   model::format_bytes(plan_peak(t)));
-          if (!rt.kernel_summary().empty()) std::cout << rt.device() << ": " << rt.kernel_summary() << "\n";
-        });
+            for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
+            if (start.resumed) {
+              const model::CheckpointInfo& info = *start.resumed;
+              out << fmt::format("resuming from {} after step {}\n", t.checkpoint, info.step);
+              const auto shape = [](const model::RunShape& s) {
+                return fmt::format("ctx {}, batch {}{}", s.context, s.batch,
+                                   s.micro_batches > 1 ? fmt::format(" x {} micro-batches", s.micro_batches) : "");
+              };
+              const auto& was = info.shape;
+              if (was.batch > 0 && (was.batch != t.shape.batch || was.context != t.shape.context ||
+                                    was.micro_batches != t.shape.micro_batches))
+                std::cerr << fmt::format("note: {} was trained at {}; this run goes on at {}, so its batches are not "
+                                         "those the run would have drawn\n",
+                                         t.checkpoint, shape(was), shape(t.shape));
+              // Settings the resumed steps take otherwise than the run's (a checkpoint that records them).
+              std::vector<std::string> changed;
+              for (const auto& [option, value] : model::train_settings(t))
+                if (const auto it = info.settings.find(option); it != info.settings.end() && it->second != value)
+                  changed.push_back(fmt::format("{} {} (was {})", option, value, it->second));
+              if (!changed.empty())
+                std::cerr << fmt::format("note: this run goes on with {}: its steps are not those the run would have "
+                                         "taken\n",
+                                         fmt::join(changed, ", "));
+            } else if (t.resume) {
+              out << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
+            }
+            out << fmt::format("memory: {} planned for a step (weights, gradients, AdamW state, activations, "
+                                     "workspace)\n",
+                                     model::format_bytes(plan_peak(t)));
+            if (!rt.kernel_summary().empty()) out << rt.device() << ": " << rt.kernel_summary() << "\n";
+          });
+    } catch (const Error& e) {
+      if (global.json) print_json(done, e.what());  // a diverged run keeps the steps it took
+      throw;
+    }
     if (global.json) {
-      nlohmann::json j = nlohmann::json::array();
-      for (const auto& r : records) j.push_back(step_json(r));
-      std::cout << nlohmann::json{{"model", t.model.name},
-                                  {"context", t.shape.context},
-                                  {"batch", t.shape.batch},
-                                  {"micro_batches", t.shape.micro_batches},
-                                  {"recompute", model::to_string(t.shape.recompute)},
-                                  {"plan_peak_bytes", plan_peak(t)},
-                                  {"steps", j}}
-                       .dump(2)
-                << "\n";
+      print_json(records, "");
     } else if (!records.empty()) {
       // The median step: the first compiles and warms up, validations and checkpoints are not steps.
       std::vector<double> seconds;

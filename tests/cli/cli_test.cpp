@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/files.hpp"
 #include "support.hpp"
 #include "templates/common/family_helpers.hpp"
 #include "templates/family.hpp"
@@ -727,6 +728,40 @@ TEST_CASE("CLI: train --resume with other optimizer or schedule settings notes w
   REQUIRE(run_ktune(run + " --steps 3 --lr 0.01 --clip-norm 0", &out) == 0);
   CHECK_THAT(out, Catch::Contains("note: this run goes on with --clip-norm 0 (was 1), --lr 0.01 (was 0.003): its "
                                   "steps are not those the run would have taken"));
+}
+
+TEST_CASE("CLI: train --json keeps its notes on stderr, says what ran, and keeps the steps of a run that diverged",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("train_json");
+  const auto ckpt = dir / "run.ckpt";
+  const auto err = dir / "stderr.txt";
+  std::filesystem::remove(ckpt);
+  const std::string run = "train --model tiny --threads 2 --checkpoint " + ckpt.string() + " --resume";
+  std::string out;
+  REQUIRE(run_ktune(run + " --steps 1", &out) == 0);
+  const auto ktune_json = [&](const std::string& args, std::string* stdout_text) {  // stderr to err
+    return ktune::test::run_command("{ " + ktune::test::ktune_exe().string() + " --json " + args + " 2>" +
+                                        err.string() + "; }",
+                                    stdout_text);
+  };
+  REQUIRE(ktune_json(run + " --steps 2 --lr 0.01", &out) == 0);
+  const std::string notes = ktune::read_file(err);
+  CHECK_THAT(notes, Catch::StartsWith("note: this run goes on with --lr 0.01 (was 0.003)"));
+  auto j = nlohmann::json::parse(out);  // stdout: the JSON alone
+  CHECK(j.at("backend") == "cpu");
+  CHECK(j.at("dtype") == "f32");
+  CHECK(j.at("resumed_after_step") == 1);
+  REQUIRE(j.at("steps").size() == 1);
+  CHECK(j.at("steps")[0].at("step") == 2);
+  CHECK_FALSE(j.contains("error"));
+  // A run that diverges fails, and its JSON holds the steps it took before.
+  CHECK(ktune_json("train --model tiny --threads 2 --steps 5 --lr 1e38 --clip-norm 0", &out) == 1);
+  j = nlohmann::json::parse(out);
+  CHECK_THAT(j.at("error").get<std::string>(), Catch::Contains("training diverged"));
+  CHECK(j.at("resumed_after_step").is_null());
+  REQUIRE_FALSE(j.at("steps").empty());
+  CHECK(j.at("steps")[0].at("step") == 1);
+  CHECK_THAT(ktune::read_file(err), Catch::StartsWith("ktune: ") && Catch::Contains("training diverged"));
 }
 
 TEST_CASE("CLI: eval and generate take the model and context a weights file was trained at, where not given",
