@@ -83,7 +83,9 @@ TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[c
     CHECK_THAT(err, Catch::Contains("empty"));
   }
   for (const char* args : {"eval --model tiny --weights /dev/zero", "train --model tiny --steps 1 --tokens /dev/zero",
-                           "replay --dataset /dev/zero", "render --spec /dev/zero"}) {
+                           "replay --dataset /dev/zero", "render --spec /dev/zero",
+                           "tune --family prim_neg --backend emu --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
+                           "--budget 1 --log /dev/zero"}) {
     INFO(args);
     CHECK(run_bad(args, &err) == 2);
     CHECK_THAT(err, Catch::Contains("not a regular file"));

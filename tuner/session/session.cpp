@@ -256,6 +256,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   std::string log_path = options.log_path;
   std::optional<FileLock> held;
   if (!log_path.empty()) {
+    writable_target(log_path, "session log");  // a device, folder or read-only file: refused before any lock or read
     try {
       held.emplace(log_path + ".lock", "session log " + log_path);
     } catch (const Error& e) {
