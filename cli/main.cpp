@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -39,6 +40,9 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) fails with EFBIG, said as
+  // any failed write is, instead of ending the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"ktune: JIT-compiling CUDA kernel autotuner and transformer training runtime"};
   app.require_subcommand(1);
   // Every option's --help shows its default; subcommands inherit this.

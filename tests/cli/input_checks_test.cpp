@@ -427,6 +427,18 @@ TEST_CASE("CLI: an emulation compile killed before it cleaned up leaves nothing 
   CHECK(std::filesystem::exists(live));
 }
 
+TEST_CASE("CLI: a write past the file-size limit fails with one line and leaves no file", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-file-size");
+  const auto weights = dir / "big.st";
+  std::string err;
+  // ulimit -f counts 1024-byte blocks: the tiny model's weights are larger than 64 KiB.
+  CHECK(run_command("{ ulimit -f 64; " + ktune_exe().string() + " train --model tiny --steps 1 --save " +
+                        weights.string() + " >/dev/null; }",
+                    &err) == 1);
+  CHECK(err == "ktune: cannot write " + weights.string() + ": File too large\n");
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 0);
+}
+
 TEST_CASE("CLI: output that does not reach stdout fails the command with one line", "[cli]") {
   if (!std::filesystem::exists("/dev/full")) {
     WARN("no /dev/full here; skipping");
