@@ -49,6 +49,25 @@ def training_run(path, data):
     return {"benchmark": "train", "file": os.path.basename(path), "steps": steps}
 
 
+def json_lines(path, text):
+    """The records of a JSON Lines file. A last line cut short (no newline:
+    a run still writing, or killed mid-line) is left out with a warning."""
+    lines = text.split("\n")
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except ValueError as e:
+            if number == len(lines):
+                print(f"plot: {path}: line {number} is cut short (a run still writing, or killed); left out",
+                      file=sys.stderr)
+                continue
+            raise ValueError(f"line {number}: {str(e).splitlines()[0]}")
+    return records
+
+
 def load(paths):
     """(kind, [record, ...]) of the files; a --sweep file is a list of e2e runs."""
     records = []
@@ -59,7 +78,7 @@ def load(paths):
             try:
                 data = json.loads(text)
             except ValueError:  # JSON Lines, as `train --metrics` writes: a record a line
-                data = [json.loads(line) for line in text.splitlines() if line.strip()]
+                data = json_lines(path, text)
         except (OSError, ValueError) as e:
             raise BadInput(f"{path}: not a readable JSON file ({str(e).splitlines()[0]})")
         run = training_run(path, data)

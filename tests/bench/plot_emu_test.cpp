@@ -113,9 +113,15 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
                             (dir / "steps.jsonl").string(), &text) == 0);
     REQUIRE(run_command(train + "--steps 4 --clip-norm 0 --json > " + (dir / "train.json").string(), &text) == 0);
     check_figure(dir / "train.png", {dir / "steps.jsonl", dir / "train.json"}, "train, 2 results from 2 files");
+    // A last line cut short (a run still writing, or killed mid-line) is left out, with a warning...
     std::ofstream(dir / "cut.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"lo";
-    CHECK(plot(dir / "cut.png", {dir / "cut.jsonl"}, &text) == 2);
-    CHECK(text.find("not a readable JSON file") != std::string::npos);
+    CHECK(plot(dir / "cut.png", {dir / "cut.jsonl"}, &text) == 0);
+    CHECK(text.find("cut.jsonl: line 2 is cut short (a run still writing, or killed); left out") != std::string::npos);
+    // ... a broken line before the last is not, and is named.
+    std::ofstream(dir / "broken.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"lo\n"
+                                           "{\"step\": 3, \"loss\": 1.0}\n";
+    CHECK(plot(dir / "broken.png", {dir / "broken.jsonl"}, &text) == 2);
+    CHECK(text.find("broken.jsonl: not a readable JSON file (line 2: ") != std::string::npos);
   }
 
   SECTION("bad input") {
