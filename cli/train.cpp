@@ -41,15 +41,15 @@ std::optional<std::int64_t> record_step(const std::string& line) {
   return record["step"].get<std::int64_t>();
 }
 
-/// Refuses a --metrics file a resumed run would append to that is not a
-/// run's records (JSON objects with a step, one a line; the last may be cut
-/// short by a kill): it would be rewritten, its lines dropped.
+/// Refuses a --metrics file that is not a run's records (JSON objects with a
+/// step, one a line; the last, past the first, may be cut short by a kill):
+/// a resumed run would rewrite it, a new one replace it.
 void check_metrics(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) return;
   std::istringstream lines(read_file(path));
   std::vector<std::string> all;
   for (std::string line; std::getline(lines, line);) all.push_back(line);
-  for (std::size_t i = 0; i + 1 < all.size(); ++i) {
+  for (std::size_t i = 0; i < all.size() && (i + 1 < all.size() || i == 0); ++i) {
     KTUNE_REQUIRE(record_step(all[i]).has_value(),
                   fmt::format("--metrics {}: line {} is no step record of a ktune run; give the run's metrics file, "
                               "or another path",
@@ -250,13 +250,17 @@ void add_train_command(CLI::App& app, Global& global) {
                               o->t.checkpoint, holds));
     }
     const auto metrics_mode = o->t.resume && std::filesystem::exists(o->t.checkpoint) ? std::ios::app : std::ios::trunc;
-    if (metrics_mode == std::ios::app && !metrics_path.empty()) check_metrics(metrics_path);
+    if (!metrics_path.empty()) check_metrics(metrics_path);
     std::ofstream metrics;
     // With somewhere to write the run to, a signal ends it after its step, written there.
     StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty(),
                              "\nktune: stopping after this step, once it is written (again: stop at once)\n");
     model::TrainOptions t = o->t;
-    t.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
+    // A --metrics line that cannot be written (a full disk) stops the run as a signal does: its step written.
+    std::string metrics_failure;
+    t.should_stop = [&stop_signals, &metrics_failure] {
+      return stop_signals.caught() != 0 || !metrics_failure.empty();
+    };
     t.model = model_from_args(o->m);
     t.shape = shape_from_args(o->m);
     t.shape.micro_batches = o->accumulate;
@@ -302,19 +306,21 @@ void add_train_command(CLI::App& app, Global& global) {
     try {
       records = model::train(
           t,
-          [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, step_width, &eta,
+          [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, &metrics_failure, step_width, &eta,
            &json_progress, &done](const model::StepRecord& r) {
             done.push_back(r);
-            if (!metrics_path.empty() && !metrics.is_open()) {
+            if (!metrics_path.empty() && !metrics.is_open() && metrics_failure.empty()) {
               if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
               metrics.open(open_target(metrics_path, "--metrics"), metrics_mode);
               KTUNE_REQUIRE(metrics.good(), fmt::format("cannot open --metrics {}", metrics_path.string()));
             }
             if (metrics.is_open()) {
               metrics << step_json(r).dump() << "\n" << std::flush;
-              if (!metrics)
-                throw_error(ErrorKind::kIo,
-                            fmt::format("cannot write --metrics {}: {}", metrics_path.string(), std::strerror(errno)));
+              if (!metrics) {
+                metrics_failure =
+                    fmt::format("cannot write --metrics {}: {}", metrics_path.string(), std::strerror(errno));
+                metrics.close();
+              }
             }
             if (global.json) {  // stdout holds the JSON at the end; on a terminal, the steps go by on stderr
               if (json_progress.terminal())
@@ -409,7 +415,7 @@ void add_train_command(CLI::App& app, Global& global) {
       throw;
     }
     if (global.json) {
-      print_json(records, "");
+      print_json(records, metrics_failure);
     } else if (!records.empty()) {
       // The median step: the first compiles and warms up, validations and checkpoints are not steps.
       std::vector<double> seconds;
@@ -427,7 +433,17 @@ void add_train_command(CLI::App& app, Global& global) {
       std::cout << fmt::format("nothing to train: the checkpoint is at step --steps ({}) or later\n", t.steps);
     }
     if (!t.save.empty() && !global.json) std::cout << "saved weights to " << t.save << "\n";
-    if (const int signal = stop_signals.caught()) {
+    if (!metrics_failure.empty()) {
+      const std::int64_t step = records.empty() ? 0 : records.back().step;
+      const std::string kept = !t.checkpoint.empty()
+                                   ? fmt::format("the checkpoint {} holds it: run again with --resume, once the "
+                                                 "metrics can be written, to go on",
+                                                 t.checkpoint)
+                               : !t.save.empty() ? fmt::format("{} holds its weights", t.save)
+                                                 : "nothing was kept (no --checkpoint or --save)";
+      std::cerr << fmt::format("ktune: {}; the run stopped after step {}; {}\n", metrics_failure, step, kept);
+      global.exit_code = 1;
+    } else if (const int signal = stop_signals.caught()) {
       const std::string name = StopSignals::name(signal);
       const std::int64_t step = records.empty() ? 0 : records.back().step;
       if (!t.checkpoint.empty())

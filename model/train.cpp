@@ -233,13 +233,19 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
         r.saved_best = true;
       }
     }
-    const bool stop = s == o.steps || (o.should_stop && o.should_stop());
+    bool stop = s == o.steps || (o.should_stop && o.should_stop());
     r.checkpointed = !o.checkpoint.empty() && (stop || (o.checkpoint_every > 0 && s % o.checkpoint_every == 0));
     records.push_back(r);
     // The step's record goes out before its checkpoint: a run killed between
     // the two resumes from the checkpoint before, whose run drops the records
     // past it; the other way round, a checkpointed step would have none.
     if (on_step) on_step(r);
+    // A stop asked while the record went out (its --metrics line could not
+    // be written, or a signal came) ends the run at this step, written.
+    if (!stop && o.should_stop && o.should_stop()) {
+      stop = true;
+      r.checkpointed = records.back().checkpointed = !o.checkpoint.empty();
+    }
     if (r.checkpointed) {
       unless_diverged(s, [&] { write_checkpoint(o.checkpoint, *model, at); });
       last_checkpoint = s;

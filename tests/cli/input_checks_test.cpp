@@ -7,10 +7,13 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -126,6 +129,11 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("line 1 is no step record"));
   CHECK(read_all(notes) == "my notes\nmore notes\n");
+  // And so is it for a new run, which would replace it: a file of one line too.
+  std::ofstream(notes) << "my notes\n";
+  CHECK(run_bad(train + "--metrics " + notes.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("line 1 is no step record"));
+  CHECK(read_all(notes) == "my notes\n");
   // Without --resume, a run would write over the checkpoint: a forgotten --resume lost the run's progress.
   const std::string checkpointed = read_all(ckpt);
   CHECK(run_bad(train + "--checkpoint " + ckpt.string(), &err) == 2);
@@ -431,12 +439,44 @@ TEST_CASE("CLI: a write past the file-size limit fails with one line and leaves 
   const auto dir = ktune::test::scratch_dir("cli-file-size");
   const auto weights = dir / "big.st";
   std::string err;
-  // ulimit -f counts 1024-byte blocks: the tiny model's weights are larger than 64 KiB.
+  // ulimit -f counts blocks of 512 bytes (dash) or 1024 (bash): the tiny model's weights are larger than 64 KiB.
   CHECK(run_command("{ ulimit -f 64; " + ktune_exe().string() + " train --model tiny --steps 1 --save " +
                         weights.string() + " >/dev/null; }",
                     &err) == 1);
   CHECK(err == "ktune: cannot write " + weights.string() + ": File too large\n");
   CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 0);
+}
+
+TEST_CASE("CLI: train whose --metrics cannot be written stops at that step with its checkpoint and says so", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-metrics-full");
+  const auto ckpt = dir / "c.ckpt", metrics = dir / "m.jsonl";
+  // A model whose checkpoint (about 75 KB) fits under the file-size limit that its metrics outgrow: 200 blocks,
+  // 100 KiB in dash's 512-byte blocks, 200 KiB in bash's.
+  const std::string train = ktune_exe().string() +
+                            " train --d-model 8 --heads 1 --layers 1 --vocab 32 --ctx 4 --batch 1 --threads 1 "
+                            "--checkpoint " +
+                            ckpt.string() + " --metrics " + metrics.string() + " --resume ";
+  std::string err;
+  CHECK(run_command("{ ulimit -f 200; " + train + "--steps 5000 >/dev/null; }", &err) == 1);
+  INFO(err);
+  const auto words = err.find("; the run stopped after step ");
+  REQUIRE(words != std::string::npos);
+  CHECK_THAT(err, Catch::StartsWith("ktune: cannot write --metrics " + metrics.string() + ": File too large"));
+  CHECK_THAT(err, Catch::EndsWith("; the checkpoint " + ckpt.string() +
+                                  " holds it: run again with --resume, once the metrics can be written, to go on\n"));
+  const std::int64_t stopped = std::stoll(err.substr(words + std::string("; the run stopped after step ").size()));
+  CHECK(stopped > 100);
+  CHECK(stopped < 5000);
+  // The run goes on from there, its metrics' cut line dropped: every line a record, the steps in order, none
+  // missing but the one whose line could not be written.
+  REQUIRE(run_command(train + "--steps " + std::to_string(stopped + 2) + " >/dev/null", &err) == 0);
+  std::ifstream in(metrics);
+  std::vector<std::int64_t> steps;
+  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line).at("step"));
+  REQUIRE(steps.size() >= static_cast<std::size_t>(stopped + 1));
+  CHECK(std::adjacent_find(steps.begin(), steps.end(), std::greater_equal<>()) == steps.end());
+  CHECK(steps.front() == 1);
+  CHECK(steps.back() == stopped + 2);
 }
 
 TEST_CASE("CLI: output that does not reach stdout fails the command with one line", "[cli]") {
