@@ -128,18 +128,30 @@ void refuse_foreign_file(const std::string& path) {
                             path));
 }
 
-/// A fresh session on a default log keeps the log it replaces, where that
-/// holds results (more than its header), as `<name>.previous.log`: one
-/// generation, so a run without --resume loses no earlier session's
-/// measurements. Returns where it went ("" if nothing was kept).
-std::string keep_previous_log(const std::string& path) {
+/// A fresh session's log over one that holds results (more than its
+/// header): the user's own --log is refused, as a checkpoint is without
+/// --resume, and a default log is kept as `<name>.previous.log` (one
+/// generation), so a run without --resume loses no earlier session's
+/// measurements. Returns where a kept log went ("" if none was).
+std::string keep_previous_log(const std::string& path, bool default_log) {
   std::ifstream in(path);
-  std::string line;
+  std::string line, header;
   int lines = 0;
   while (lines < 2 && std::getline(in, line))
-    if (!line.empty()) ++lines;
+    if (!line.empty() && ++lines == 1) header = line;
   if (lines < 2) return "";
   in.close();
+  if (!default_log) {
+    const auto j = nlohmann::json::parse(header, nullptr, false);
+    const std::string what = j.is_object() && j.contains("session") && j["session"].is_object()
+                                 ? fmt::format(" of {} on {}", j["session"].value("family", "?"),
+                                               j["session"].value("problem", "?"))
+                                 : "";
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("--log {} holds the results of a session{}: give --resume to go on from it, or remove "
+                            "it (or give another --log) to start anew",
+                            path, what));
+  }
   const std::string previous = path.substr(0, path.rfind(".log")) + ".previous.log";
   std::error_code ec;
   std::filesystem::rename(path, previous, ec);
@@ -278,7 +290,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   nlohmann::json header;
   std::map<Config, Record> done =
       options.resume ? read_log(log_path, family, problem, session, header) : std::map<Config, Record>{};
-  const std::string previous_log = options.resume || !options.default_log ? "" : keep_previous_log(log_path);
+  const std::string previous_log = options.resume ? "" : keep_previous_log(log_path, options.default_log);
   SessionLog log(log_path, !options.resume);
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.

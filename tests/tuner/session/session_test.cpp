@@ -230,7 +230,8 @@ TEST_CASE("resuming a log that is not there starts it with its header and a file
   CHECK(fs::file_size(o.log_path) == 21);
 }
 
-TEST_CASE("a new session keeps the default log it replaces and one with no valid config leaves it untouched",
+TEST_CASE("a new session keeps the default log it replaces or refuses the user's own and one with no valid config "
+          "touches neither",
           "[session]") {
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
@@ -260,11 +261,14 @@ TEST_CASE("a new session keeps the default log it replaces and one with no valid
   CHECK_THROWS_WITH(tune(family, problem, none, o), Catch::Contains("no config of the space is valid"));
   CHECK(text(o.log_path) == second_log);
   CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
-  // The user's own --log is replaced, as given.
+  // The user's own --log that holds results is refused without --resume, as a checkpoint is.
   o.default_log = false;
   ScriptedRunner third;
-  CHECK(tune(family, problem, third, o).previous_log.empty());
-  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  CHECK_THROWS_WITH(tune(family, problem, third, o),
+                    "--log " + o.log_path + " holds the results of a session of adamw_single on " + problem.key() +
+                        ": give --resume to go on from it, or remove it (or give another --log) to start anew");
+  CHECK(third.calls == 0);
+  CHECK(text(o.log_path) == second_log);
 }
 
 TEST_CASE("a session resumed with another strategy or seed logs its own header after the results it takes over",
