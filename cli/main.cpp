@@ -37,6 +37,16 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app) {
                      level == &app ? std::string("ktune") : level->get_name(), fmt::join(names, ", "));
 }
 
+/// What a command that found no device could do instead: the emulation,
+/// where the command takes --backend.
+std::string no_device_hint(const CLI::App& app) {
+  const CLI::App* level = &app;
+  while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
+  return level != &app && level->get_option_no_throw("--backend")
+             ? "; --backend emu runs it without one, on the CPU under the host emulation"
+             : "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,7 +95,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const ktune::Error& e) {
     if (e.kind() == ktune::ErrorKind::kNoDevice) {
-      std::cerr << "no CUDA device: " << e.what() << "\n";
+      std::cerr << "ktune: no CUDA device: " << e.what() << no_device_hint(app) << "\n";
       return 2;
     }
     std::cerr << "ktune: " << e.what() << "\n";
