@@ -22,6 +22,7 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
   INFO(out);
   CHECK_THAT(out, Catch::Contains("| d_model | seq_len | eager forward | of it softmax | flash forward |"));
   CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
+  CHECK_THAT(out, Catch::Contains("| 16 | 9 | ") && !Catch::Contains(" | 0.0 | "));  // TFLOP/s cells: "-"
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
   REQUIRE(j["rows"].size() == 2);
@@ -29,6 +30,7 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
     CHECK(row["table"] == "seed003");
     CHECK(row["causal"] == true);
     CHECK(row["forward"]["median_ms"].get<double>() > 0);
+    CHECK(row["forward_tflops"].is_null());  // a host's time is no GPU's TFLOP/s
     CHECK(row["eager_forward"]["median_ms"].get<double>() > 0);
     CHECK(row["eager_backward"]["median_ms"].get<double>() > 0);
     // Seed 003's softmax share: the forward's softmax launch alone, over the whole forward.
@@ -50,8 +52,12 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
 
   // The GPU's sizes asked for on the emulation: refused in one line before any work.
   REQUIRE(run_command(ktune_exe().string() + " bench attention --backend emu --tables leaderboard", &out) == 2);
-  CHECK_THAT(out, Catch::Contains("hours for the emulation"));
+  CHECK_THAT(out, Catch::Contains("hours for the emulation") &&
+                      Catch::EndsWith("its shape is fixed: run it on a GPU, or give --tables seed003 (whose --seqs "
+                                      "and --dims fit the emulation)\n"));
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  REQUIRE(run_command(ktune_exe().string() + " bench attention --backend emu --seqs 16384", &out) == 2);
+  CHECK_THAT(out, Catch::EndsWith("give smaller --seqs or --dims, or run on a GPU\n"));
 
   // --no-eager leaves the eager cells empty; f16 has no eager attention (the runtime has no f16 precision).
   for (const std::string args : {"--seqs 9 --no-eager", "--seqs 9 --dtype f16"}) {
