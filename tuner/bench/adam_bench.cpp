@@ -26,14 +26,16 @@ std::string AdamBenchReport::markdown() const {
 
 nlohmann::json AdamBenchReport::to_json() const {
   nlohmann::json j = {{"benchmark", "adam"},        {"device", device},
-                      {"driver_version", driver_version}, {"date", date},
+                      {"driver_version", measured_or_null(driver_version)}, {"date", date},
                       {"git_revision", git_revision()},   {"ktune_version", ktune_version()},
-                      {"copy_bandwidth_gbs", copy_bandwidth_gbs}, {"method", method}};
+                      {"copy_bandwidth_gbs", measured_or_null(copy_bandwidth_gbs)}, {"method", method}};
   for (const auto& r : rows)
     j["rows"].push_back({{"tensors", r.tensors}, {"numel", r.numel}, {"dtype", r.dtype},
                          {"compiled_single_tensor_ms", r.single_ms}, {"single_tensor_eager_ms", r.eager_ms},
                          {"fused_ms", r.fused_ms}, {"fused_p20_ms", r.fused_p20_ms}, {"fused_p80_ms", r.fused_p80_ms},
-                         {"fused_gbs", r.fused_gbs}, {"fused_fraction_of_copy", r.fused_fraction_of_copy},
+                         {"fused_gbs", r.fused_gbs},
+                         {"fused_fraction_of_copy", measured_or_null(copy_bandwidth_gbs > 0 ? r.fused_fraction_of_copy
+                                                                                           : 0.0)},
                          {"fused_config", r.fused_config}, {"fused_config_source", r.fused_source}});
   return j;
 }

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace ktune::tuner {
 
 /// "measured copy bandwidth 4207 GB/s", or that there is none.
@@ -17,5 +19,11 @@ inline std::string copy_bandwidth_text(double gbs) {
 inline std::string percent_of_copy(double fraction, double gbs) {
   return gbs > 0 ? fmt::format("{:.1f}%", 100 * fraction) : std::string("-");
 }
+
+/// A quantity a report has only where it measured one (a copy bandwidth, a
+/// fraction of it, a driver version; 0 on the emulation): null in JSON
+/// otherwise, as the tables print "-".
+inline nlohmann::json measured_or_null(double value) { return value > 0 ? nlohmann::json(value) : nlohmann::json(); }
+inline nlohmann::json measured_or_null(int value) { return value > 0 ? nlohmann::json(value) : nlohmann::json(); }
 
 }  // namespace ktune::tuner

@@ -128,11 +128,11 @@ std::string OpsBenchReport::summary_markdown() const {
 nlohmann::json OpsBenchReport::to_json() const {
   nlohmann::json j = {{"benchmark", "ops"},
                       {"device", device},
-                      {"driver_version", driver_version},
+                      {"driver_version", measured_or_null(driver_version)},
                       {"date", date},
                       {"git_revision", git_revision()},
                       {"ktune_version", ktune_version()},
-                      {"copy_bandwidth_gbs", copy_bandwidth_gbs},
+                      {"copy_bandwidth_gbs", measured_or_null(copy_bandwidth_gbs)},
                       {"empty_launch_ms", empty_launch_ms},
                       {"programmatic_launch", programmatic},
                       {"method", method},
@@ -146,6 +146,8 @@ nlohmann::json OpsBenchReport::to_json() const {
                             {"large_shapes", o.large_shapes},
                             {"large_fused_fraction_of_copy", {o.large_copy_min, o.large_copy_max}},
                             {"eager_over_fused", {o.speedup_min, o.speedup_max}}});
+  // Fractions of a copy bandwidth there is none of (the emulation's) are null.
+  const auto of_copy = [&](double fraction) { return measured_or_null(copy_bandwidth_gbs > 0 ? fraction : 0.0); };
   for (const auto& r : rows)
     j["rows"].push_back({{"model", r.op.model},
                          {"context", r.op.context},
@@ -155,13 +157,13 @@ nlohmann::json OpsBenchReport::to_json() const {
                          {"eager_ms", r.eager_ms},
                          {"eager_launches", r.eager_launches},
                          {"eager_gbs", r.eager_gbs},
-                         {"eager_fraction_of_copy", r.eager_fraction_of_copy},
+                         {"eager_fraction_of_copy", of_copy(r.eager_fraction_of_copy)},
                          {"fused_ms", r.fused_ms},
                          {"fused_launches", r.fused_launches},
                          {"fused_p20_ms", r.fused_p20_ms},
                          {"fused_p80_ms", r.fused_p80_ms},
                          {"fused_gbs", r.fused_gbs},
-                         {"fused_fraction_of_copy", r.fused_fraction_of_copy},
+                         {"fused_fraction_of_copy", of_copy(r.fused_fraction_of_copy)},
                          {"floor_ms", r.floor_ms},
                          {"fused_config", r.fused_config},
                          {"fused_config_source", r.fused_source}});

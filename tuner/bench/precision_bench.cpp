@@ -7,6 +7,7 @@
 #include "base/error.hpp"
 #include "base/stamp.hpp"
 #include "templates/embedded.hpp"
+#include "tuner/bench/copy_text.hpp"
 
 namespace ktune::tuner {
 
@@ -106,7 +107,7 @@ std::string PrecisionReport::markdown() const {
 
 nlohmann::json PrecisionReport::to_json() const {
   nlohmann::json j = {{"benchmark", "precision"},         {"device", device},
-                      {"driver_version", driver_version}, {"date", date},
+                      {"driver_version", measured_or_null(driver_version)}, {"date", date},
                       {"git_revision", git_revision()},   {"ktune_version", ktune_version()},
                       {"count", count},                   {"value", value},
                       {"exact", static_cast<double>(count) * value},
