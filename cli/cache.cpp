@@ -277,7 +277,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   exp->add_option("file", args->file, "Cache file")->required();
   exp->add_option("--out", args->out, "Destination cache file (default: stdout)")->check(output_file());
   add_filter_options(exp, args->filter);
-  exp->callback([args] {
+  exp->callback([args, &global] {
     // A copy filtered onto its own input would drop every entry the filters leave out.
     require_distinct_files({{"file", args->file}}, {{"--out", args->out}});
     if (!args->out.empty()) cache::CacheFile(args->out).check_writable();  // before the input is read
@@ -298,7 +298,12 @@ void add_cache_command(CLI::App& app, Global& global) {
       entries = selected;
       return true;
     });
-    std::cerr << fmt::format("{} entries written to {}\n", selected.size(), args->out);
+    if (global.json)
+      std::cout << nlohmann::json{{"file", args->file}, {"out", args->out}, {"entries", selected.size()}}.dump(2)
+                << "\n";
+    else
+      std::cout << fmt::format("{} {} of {} written to {}\n", selected.size(),
+                               selected.size() == 1 ? "entry" : "entries", args->file, args->out);
   });
 }
 
