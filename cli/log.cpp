@@ -58,7 +58,8 @@ void add_log_command(CLI::App& app, Global& global) {
                                   {"sessions", log.sessions},
                                   {"winner", log.winner},
                                   {"evaluations", view.evaluations.size()},
-                                  {"top", top_json(view, opts->top)}}
+                                  {"top", top_json(view, opts->top)},
+                                  {"failure_kinds", failure_json(view.evaluations)}}
                        .dump(2)
                 << "\n";
       return;
@@ -78,6 +79,8 @@ void add_log_command(CLI::App& app, Global& global) {
                                w.value("tied", 0), w.value("stopped_by", std::string("?")));
     }
     std::cout << top_table(view, opts->top);
+    if (const std::string failures = failure_table(view.evaluations); !failures.empty())
+      std::cout << "the configs that failed, by kind:\n" << failures;
     if (view.emulated())
       std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";
   });

@@ -94,8 +94,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "Tuned cache file the winner goes into; a config it holds for the problem is measured in the "
                   "session too, so only a faster one replaces it")->capture_default_str();
   cmd->add_option("--log", opts->log,
-                  "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it. A new session keeps "
-                  "the default log it replaces as <family>.<problem>.previous.log")
+                  "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it. Without --resume, one "
+                  "that holds results is refused, and the default log replaced is kept as "
+                  "<family>.<problem>.previous.log")
       ->check(output_file())
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume,
@@ -120,7 +121,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->excludes(timeout);
   cmd->footer("Environment: KTUNE_PRINT=quiet (the result table, how it was measured and where it went: no "
               "progress) | summary (progress and the fastest configs; the default) | all (every evaluation as it "
-              "finishes, too).");
+              "finishes, too).\n\n--json, before or after the subcommand: machine-readable JSON on stdout");
   cmd->callback([opts, cmd, &global] {
     const env::PrintLevel print = env::print_level();  // a bad KTUNE_PRINT stops us before any work
     const bool by_model = cmd->get_option("--model")->count() > 0;
@@ -259,6 +260,9 @@ void add_tune_command(CLI::App& app, Global& global) {
         tops += fmt::format("{} on {}, fastest {} of {} evaluated, as timed in the search:\n", family.name(),
                             problem.key(), std::min<std::size_t>(kTop, working), summary.records.size());
         tops += top_table(view, kTop);
+        if (const std::string failures = failure_table(view.evaluations); !failures.empty())
+          tops += fmt::format("{} on {}, the configs that failed, by kind:\n{}", family.name(), problem.key(),
+                              failures);
       }
       if (!opts->export_kt.empty()) {  // failures too: Kernel Tuner's caches keep them
         search::KernelTunerHeader header;
@@ -272,7 +276,16 @@ void add_tune_command(CLI::App& app, Global& global) {
                                      view.evaluations.empty() ? "nothing measured" : failure_digest(view.evaluations)));
         continue;
       }
-      cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
+      try {
+        cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
+      } catch (const Error& e) {  // a full disk: the winner and where the measurements are kept
+        if (e.kind() != ErrorKind::kIo) throw;
+        throw_error(ErrorKind::kIo,
+                    fmt::format("{}; the winner of {} on {} is {} at {:.4f} ms, and {} holds every evaluation: the "
+                                "same command with --resume writes it without measuring again",
+                                e.what(), family.name(), problem.key(), summary.best->config.str(),
+                                summary.best->result.timing->median_ms, summary.log_path));
+      }
       const auto& t = *summary.best->result.timing;
       method = t.method;
       results.push_back({{"family", family.name()}, {"problem", problem.to_json()},
@@ -281,6 +294,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                          {"speedup_over_default", summary.speedup_over_default()}, {"emulated", emulated},
                          {"top", top_json(view, kTop)},
                          {"evaluations", summary.evaluations}, {"failures", summary.failures},
+                         {"failure_kinds", failure_json(view.evaluations)},
                          {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", summary.log_path},
                          {"previous_log",
                           summary.previous_log.empty() ? nlohmann::json() : nlohmann::json(summary.previous_log)}});

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <map>
 #include <optional>
 
 #include "cli/table.hpp"
@@ -124,28 +123,55 @@ nlohmann::json top_json(const SessionView& s, std::size_t k) {
   return out;
 }
 
-std::string failure_digest(const std::vector<Evaluation>& evaluations) {
-  std::map<std::string, std::size_t> kinds;
-  const Evaluation* first = nullptr;
+std::vector<FailureKind> failure_kinds(const std::vector<Evaluation>& evaluations) {
+  std::vector<FailureKind> kinds;
   for (const auto& e : evaluations) {
     if (e.ok) continue;
-    if (!first) first = &e;
-    ++kinds[e.failure.substr(0, e.failure.find(':'))];
+    const std::string kind = e.failure.substr(0, e.failure.find(':'));
+    auto it = std::find_if(kinds.begin(), kinds.end(), [&](const FailureKind& k) { return k.kind == kind; });
+    if (it == kinds.end()) it = kinds.insert(kinds.end(), {kind, 0, &e});
+    ++it->count;
   }
-  if (!first) return "";
-  std::vector<std::pair<std::string, std::size_t>> order(kinds.begin(), kinds.end());
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::stable_sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) { return a.count > b.count; });
+  return kinds;
+}
+
+std::string failure_digest(const std::vector<Evaluation>& evaluations) {
+  const auto kinds = failure_kinds(evaluations);
+  if (kinds.empty()) return "";
+  const Evaluation* first = nullptr;
+  for (const auto& e : evaluations)
+    if (!e.ok && !first) first = &e;
   std::string out;
-  for (const auto& [kind, count] : order) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", count, kind);
-  return fmt::format("{} ({:.120})", out, first->failure);
+  for (const auto& k : kinds) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k.count, k.kind);
+  const std::string& why = first->failure;
+  return fmt::format("{} ({})", out, why.size() <= 160 ? why : why.substr(0, 157) + "...");
+}
+
+std::string failure_table(const std::vector<Evaluation>& evaluations) {
+  const auto kinds = failure_kinds(evaluations);
+  if (kinds.empty()) return "";
+  Table table({{"failed", true}, {"first config", false}, {"its reason (KTUNE_PRINT=all: every one)", false}});
+  for (const auto& k : kinds)
+    table.add({std::to_string(k.count), k.first->config.str(), fmt::format("{:.200}", k.first->failure)});
+  return table.str();
+}
+
+nlohmann::json failure_json(const std::vector<Evaluation>& evaluations) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& k : failure_kinds(evaluations))
+    out.push_back({{"kind", k.kind}, {"count", k.count}, {"first_config", k.first->config.to_json()},
+                   {"first_reason", k.first->failure}});
+  return out;
 }
 
 std::string summary_line(const SessionView& s) {
   std::size_t failed = 0;
   for (const auto& e : s.evaluations) failed += e.ok ? 0 : 1;
   const auto rows = ranked(s);
-  std::string line = fmt::format("{} on {} ({}): {} evaluations, {} failed", s.family->name(), s.problem.key(),
-                                 s.emulated() ? "host emulation" : s.backend, s.evaluations.size(), failed);
+  std::string line = fmt::format("{} on {} ({}): {} evaluation{}, {} failed", s.family->name(), s.problem.key(),
+                                 s.emulated() ? "host emulation" : s.backend, s.evaluations.size(),
+                                 s.evaluations.size() == 1 ? "" : "s", failed);
   if (rows.empty())
     return line +
            (failed == 0 ? "; no config was measured" : "; none ran to the end: " + failure_digest(s.evaluations));

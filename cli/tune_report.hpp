@@ -50,10 +50,24 @@ std::string top_table(const SessionView& session, std::size_t k);
 nlohmann::json top_json(const SessionView& session, std::size_t k);
 /// "N evaluations, F failed; best B ms (X.XXx vs default, host emulation)": one line.
 std::string summary_line(const SessionView& session);
-/// What the failed evaluations failed of, by kind (the failure's word before
-/// its first ':'), most first, with the first failure's words:
-/// "3 timeout (timeout: no result within 0.001 s)"; empty when none failed.
+/// The failed evaluations of one kind (the failure's word before its first
+/// ':': validation, crashed, timeout, compile, invalid, ...).
+struct FailureKind {
+  std::string kind;
+  std::size_t count = 0;
+  const Evaluation* first = nullptr;  ///< the first of them to run
+};
+/// The kinds of the failed evaluations, most first.
+std::vector<FailureKind> failure_kinds(const std::vector<Evaluation>& evaluations);
+/// What the failed evaluations failed of, by kind, most first, with the
+/// first failure's words: "3 timeout (timeout: no result within 0.001 s)";
+/// empty when none failed.
 std::string failure_digest(const std::vector<Evaluation>& evaluations);
+/// One row a kind: how many, the first config and its reason (a table;
+/// empty when none failed).
+std::string failure_table(const std::vector<Evaluation>& evaluations);
+/// The same rows as JSON: [{"kind", "count", "first_config", "first_reason"}].
+nlohmann::json failure_json(const std::vector<Evaluation>& evaluations);
 /// One evaluation on one line (KTUNE_PRINT=all).
 std::string evaluation_line(std::size_t index, const Evaluation& e, bool emulated);
 

@@ -15,7 +15,9 @@ namespace ktune::search {
 double EvaluationBudget::progress(const SearchState& s) const {
   return max_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(s.evaluations) / static_cast<double>(max_));
 }
-std::string EvaluationBudget::describe() const { return fmt::format("{} evaluations", max_); }
+std::string EvaluationBudget::describe() const {
+  return fmt::format("{} evaluation{}", max_, max_ == 1 ? "" : "s");
+}
 
 double TimeBudget::progress(const SearchState& s) const {
   return seconds_ <= 0 ? 1.0 : std::min(1.0, s.cost_s / seconds_);

@@ -259,6 +259,19 @@ TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it w
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("--out") && Catch::Contains("file"));
   CHECK(read_all(dir / "families.json") == families_before);
+  // A filtered copy says what it wrote, on stdout, as merge and prune do; as JSON under --json.
+  std::string out;
+  REQUIRE(run_command("{ " + ktune_exe().string() + " cache export " + (dir / "families.json").string() +
+                          " --family adamw --out " + (dir / "adamw.json").string() + " 2>/dev/null; }",
+                      &out) == 0);
+  CHECK(out == "1 entry of " + (dir / "families.json").string() + " written to " + (dir / "adamw.json").string() +
+                   "\n");
+  REQUIRE(run_command("{ " + ktune_exe().string() + " --json cache export " + (dir / "families.json").string() +
+                          " --family adamw --out " + (dir / "adamw.json").string() + " 2>/dev/null; }",
+                      &out) == 0);
+  CHECK(nlohmann::json::parse(out) == nlohmann::json{{"file", (dir / "families.json").string()},
+                                                     {"out", (dir / "adamw.json").string()},
+                                                     {"entries", 1}});
   // A corrupt cache is bad input (exit 2), as a missing one is.
   std::ofstream(dir / "bad.json") << "{bad";
   CHECK(run_bad("cache show " + (dir / "bad.json").string(), &err) == 2);
@@ -405,6 +418,17 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
                 &err) == 1);
   CHECK_THAT(err, Catch::Contains("ktune: no config ran to the end for prim_neg on f32;n=64 (") &&
                       Catch::Contains("timeout (timeout: no result within 0.001 s"));
+  // Its log lists the configs that failed, by kind: how many, the first and why.
+  std::string shown;
+  REQUIRE(run_command(ktune_exe().string() + " log show " + (scratch / "s.log").string(), &shown) == 0);
+  CHECK_THAT(shown, Catch::Contains("the configs that failed, by kind:\n| failed | first config "));
+  CHECK_THAT(shown, Catch::Contains("| timeout: no result within 0.001 s"));
+  REQUIRE(run_command(ktune_exe().string() + " --json log show " + (scratch / "s.log").string(), &shown) == 0);
+  const auto kinds = nlohmann::json::parse(shown).at("failure_kinds");
+  REQUIRE(kinds.size() == 1);
+  CHECK(kinds[0].at("kind") == "timeout");
+  CHECK(kinds[0].at("count") == nlohmann::json::parse(shown).at("evaluations"));  // every one timed out
+  CHECK_THAT(kinds[0].at("first_reason").get<std::string>(), Catch::StartsWith("timeout: no result within 0.001 s"));
   // A minus sign is no count (it was read as 2^64 - 5, a shard count of 2^64 - 2).
   for (const std::string bad : {"--budget plateau:-5+3", "--shard 1/-2", "--shard 0/-1", "--shard /2"}) {
     INFO(bad);
@@ -443,7 +467,9 @@ TEST_CASE("CLI: a write past the file-size limit fails with one line and leaves 
   CHECK(run_command("{ ulimit -f 64; " + ktune_exe().string() + " train --model tiny --steps 1 --save " +
                         weights.string() + " >/dev/null; }",
                     &err) == 1);
-  CHECK(err == "ktune: cannot write " + weights.string() + ": File too large\n");
+  CHECK(err == "ktune: cannot write " + weights.string() +
+                   ": File too large: the run stopped after step 1 (a file is replaced whole, so it needs room for a "
+                   "second copy)\n");
   CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 0);
 }
 
