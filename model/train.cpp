@@ -189,11 +189,16 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
                : fmt::format("; {} holds step {}", o.checkpoint, last_checkpoint);
   };
   // Weights files and checkpoints refuse weights that are not finite (a loss
-  // can stay finite while an update writes NaN): the run stops there.
+  // can stay finite while an update writes NaN): the run stops there. A
+  // write that fails (a full disk) says what still holds the run.
   const auto unless_diverged = [&](std::int64_t step, const std::function<void()>& write) {
     try {
       write();
     } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kIo)
+        throw_error(ErrorKind::kIo, fmt::format("{}: the run stopped after step {}{} (a file is replaced whole, so "
+                                                "it needs room for a second copy)",
+                                                e.what(), step, held()));
       if (e.kind() != ErrorKind::kCheckFailed) throw;
       throw_error(ErrorKind::kCheckFailed, fmt::format("{} at step {}{}", e.what(), step, held()));
     }
