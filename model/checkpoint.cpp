@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 #include "base/safetensors.hpp"
 #include "model/weights.hpp"
 
@@ -23,6 +24,7 @@ constexpr const char* kFormatKey = "ktune_checkpoint";
 constexpr const char* kFormatVersion = "1";
 // The flat buffers in file order: parameters, exp_avg, exp_avg_sq.
 constexpr const char* kPrefixes[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+constexpr const char* kDataHashKey = "data_hash";   // metadata: data_hash of the tensors
 constexpr const char* kSettingPrefix = "setting ";  // metadata "setting --lr": the run's --lr
 
 std::string shape_str(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -128,6 +130,19 @@ std::vector<float> read_flat(const SafetensorsReader& file, const ParameterLayou
   return flat;
 }
 
+/// The tensors' bytes hashed in the order a checkpoint holds them (the
+/// parameters, then AdamW's two moments, tensor by tensor): written into its
+/// metadata, checked when it is loaded, so a bit a disk or a copy flipped is
+/// refused instead of trained on and written into the next checkpoint.
+std::string data_hash(const ParameterLayout& layout, std::initializer_list<const std::vector<float>*> flats) {
+  Hasher h;
+  for (const auto* flat : flats)
+    for (const auto& t : layout.tensors)
+      h.add(std::string_view(reinterpret_cast<const char*>(flat->data() + t.offset),
+                             static_cast<std::size_t>(t.numel) * sizeof(float)));
+  return h.hex();
+}
+
 }  // namespace
 
 void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const CheckpointInfo& info) {
@@ -152,6 +167,11 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   for (const auto& [option, value] : info.settings) metadata[kSettingPrefix + option] = value;
   const std::vector<float> parameters = runtime.parameters();
   require_finite_parameters<float>(layout, parameters);
+  const OptimizerState state = runtime.optimizer_state();
+  if (state.steps != info.step)
+    throw_error(ErrorKind::kInternal, fmt::format("a checkpoint after step {} of a runtime that took {} steps",
+                                                  info.step, state.steps));
+  metadata[kDataHashKey] = data_hash(layout, {&parameters, &state.exp_avg, &state.exp_avg_sq});
   SafetensorsWriter writer(path, std::move(entries), metadata);
   const auto write_flat = [&](const std::vector<float>& flat) {
     for (const auto& t : layout.tensors)
@@ -159,14 +179,8 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
                                     static_cast<std::size_t>(t.numel) * sizeof(float)));
   };
   write_flat(parameters);
-  {
-    const OptimizerState state = runtime.optimizer_state();
-    if (state.steps != info.step)
-      throw_error(ErrorKind::kInternal, fmt::format("a checkpoint after step {} of a runtime that took {} steps",
-                                                    info.step, state.steps));
-    write_flat(state.exp_avg);
-    write_flat(state.exp_avg_sq);
-  }
+  write_flat(state.exp_avg);
+  write_flat(state.exp_avg_sq);
   writer.commit();
 }
 
@@ -177,11 +191,18 @@ CheckpointInfo read_checkpoint_info(const std::filesystem::path& path, const Mod
 CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runtime) {
   const SafetensorsReader file(path);
   CheckpointInfo info = info_of(file, runtime.config());
-  runtime.set_parameters(read_flat(file, runtime.layout(), kPrefixes[0]));
+  const std::vector<float> parameters = read_flat(file, runtime.layout(), kPrefixes[0]);
   OptimizerState state;
   state.exp_avg = read_flat(file, runtime.layout(), kPrefixes[1]);
   state.exp_avg_sq = read_flat(file, runtime.layout(), kPrefixes[2], /*nonnegative=*/true);
   state.steps = info.step;
+  // Checkpoints written before the hash was have none to check.
+  if (const auto it = file.metadata().find(kDataHashKey); it != file.metadata().end())
+    KTUNE_REQUIRE(it->second == data_hash(runtime.layout(), {&parameters, &state.exp_avg, &state.exp_avg_sq}),
+                  fmt::format("{} is damaged: its tensors are not the bytes it was written with (a disk or a copy "
+                              "changed them); resume from an earlier checkpoint, or start anew",
+                              path.string()));
+  runtime.set_parameters(parameters);
   runtime.set_optimizer_state(state);
   return info;
 }

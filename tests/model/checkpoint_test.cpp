@@ -117,9 +117,10 @@ TEST_CASE("checkpoints are written every so many steps, after the last, and wher
 
   o.checkpoint_every = 0;
   o.steps = 100;
-  int asked = 0;
-  o.should_stop = [&] { return ++asked == 3; };
-  const auto records = train(o);
+  // Asked before a step's record goes out and after (a --metrics line that could not be written stops there).
+  std::int64_t sent = 0;
+  o.should_stop = [&] { return sent == 3; };
+  const auto records = train(o, [&](const StepRecord& r) { sent = r.step; });
   REQUIRE(records.size() == 3);
   CHECK(records.back().checkpointed);
   CHECK(read_checkpoint_info(o.checkpoint, o.model).step == 3);
@@ -263,6 +264,18 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   other.checkpoint = (dir / "negative.ckpt").string();
   CHECK_THROWS_WITH(train(other), Catch::Contains("'optimizer.exp_avg_sq.ln_final.weight'") &&
                                       Catch::Contains("holds -1 at index 1: a corrupt checkpoint"));
+  // A value a disk or a copy changed that is still a plausible weight: the data's hash refuses it.
+  TensorFile flipped = file;
+  flipped.tensors.at("lm_head.weight").bytes[4001] ^= 0x21;
+  write_safetensors(dir / "flipped.ckpt", flipped);
+  other.checkpoint = (dir / "flipped.ckpt").string();
+  CHECK_THROWS_WITH(train(other), (dir / "flipped.ckpt").string() +
+                                      " is damaged: its tensors are not the bytes it was written with (a disk or a "
+                                      "copy changed them); resume from an earlier checkpoint, or start anew");
+  // The same file as written loads.
+  write_safetensors(dir / "copied.ckpt", file);
+  other.checkpoint = (dir / "copied.ckpt").string();
+  CHECK_NOTHROW(train(other));
 }
 
 TEST_CASE("the learning-rate schedule warms up linearly and follows CS336's cosine", "[model][checkpoint]") {
