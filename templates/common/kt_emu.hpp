@@ -104,6 +104,18 @@ inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
   __builtin_unreachable();
 }
 inline void __nanosleep(unsigned) {}
+// Device assert, which NVRTC declares without a header: a failed one ends the
+// block with the expression and its line, as a GPU ends the kernel with
+// "device-side assert triggered" (the host's <cassert> would end the process).
+namespace kt::emu {
+[[noreturn]] inline void assert_failed(const char* expression, const char* file, unsigned line) {
+  char message[512];
+  __builtin_snprintf(message, sizeof message, "assertion '%s' failed (%s:%u)", expression, file, line);
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->fail(t, message);
+  __builtin_unreachable();
+}
+}  // namespace kt::emu
 
 // ---- misaligned accesses -----------------------------------------------------------
 // The module is compiled with -fsanitize=alignment: a load or store through
@@ -450,3 +462,7 @@ inline float exp2_approx(float x) {
 #include "common/kt_emu_mma.hpp"
 
 #include "common/kt_emu_wgmma.hpp"
+
+// Last, so that no standard header included above brings <cassert>'s back.
+#undef assert
+#define assert(e) ((e) ? static_cast<void>(0) : ::kt::emu::assert_failed(#e, __FILE__, __LINE__))

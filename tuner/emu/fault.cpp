@@ -7,6 +7,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -70,6 +71,15 @@ void describe_fault(BlockRun& b, int sig, const void* address, bool write) {
   if (b.stacks->in_guard(address)) {
     std::snprintf(b.fault_text, sizeof b.fault_text,
                   "stack overflow %s: an emulated thread may use at most %zu KiB of stack", at, kStackSize / 1024);
+    return;
+  }
+  if (reinterpret_cast<std::uintptr_t>(address) < 65536) {  // through a null pointer, at a small offset
+    std::snprintf(b.fault_text, sizeof b.fault_text, "invalid %s of address %p %s: a null pointer%s", access, address,
+                  at,
+                  b.launch->dynamic_smem == 0
+                      ? " (the launch has no dynamic shared memory, so kt::dynamic_shared() is null; a kernel "
+                        "spec's shared_bytes sizes it)"
+                      : "");
     return;
   }
   std::snprintf(b.fault_text, sizeof b.fault_text, "invalid %s of address %p %s (outside every buffer of the launch)",

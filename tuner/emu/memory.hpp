@@ -65,7 +65,11 @@ class GuardedBuffer {
   Region region_;
 };
 
-/// The canary byte kept around buffers.
-inline constexpr unsigned char kCanary = 0xa5;
+/// The canary byte kept around buffers: all bits set, as outputs are
+/// poisoned, so a read a little before a buffer's start (the page's slack
+/// in front of it; past its end is the guard page) finds NaN in any float
+/// type and spoils what it computes, where it would otherwise pass on
+/// plausible values; a write there is found by check_canary.
+inline constexpr unsigned char kCanary = 0xff;
 
 }  // namespace ktune::tuner::emu

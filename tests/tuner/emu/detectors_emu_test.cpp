@@ -2,9 +2,11 @@
 // process goes on: a barrier not every thread reaches, a warp collective
 // whose lanes never all arrive, out-of-bounds accesses to argument buffers
 // and to dynamic shared memory, indices outside a static __shared__ or
-// register array, misaligned vector loads and cp.async copies, __trap(); and
-// shared memory starts every block as NaN bytes.
+// register array, misaligned vector loads and cp.async copies, __trap(), a
+// failed device assert; and shared memory starts every block as NaN bytes.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -58,6 +60,13 @@ __global__ void k_static_smem_overrun(float* out, int extra) {
   acc[(threadIdx.x + extra) % 8] += tile[0][threadIdx.x % 32];  // index 4.. past the register array
   out[threadIdx.x] = acc[0];
 }
+__global__ void k_before_read(float* out, const float* in) {
+  out[threadIdx.x] = in[static_cast<int>(threadIdx.x) - 1];  // thread 0 reads the element before the buffer
+}
+__global__ void k_assert(int* out) {
+  assert(threadIdx.x < 16);  // as NVRTC takes it: no header
+  out[threadIdx.x] = 1;
+}
 __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
   __shared__ __align__(16) float s[128];
   kt::cp_async_16(s + 4 * threadIdx.x, in + offset + 4 * threadIdx.x);
@@ -67,7 +76,8 @@ __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
 }
 )";
 
-enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem, kStaticOverrun };
+enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem, kStaticOverrun,
+       kAssert, kBeforeRead };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
@@ -75,7 +85,8 @@ ktune::test::EmuProbe& probe() {
   static ktune::test::EmuProbe p(kProbe,
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
                                   "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy",
-                                  "k_static_smem", "k_static_smem_overrun"},
+                                  "k_static_smem", "k_static_smem_overrun", "k_assert",
+                                  "k_before_read"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -126,6 +137,16 @@ TEST_CASE("an out-of-bounds read far from a buffer is reported", "[emu]") {
   CHECK(error.find("byte offset 4096 of in (128 bytes)") != std::string::npos);
 }
 
+TEST_CASE("a read just before a buffer finds NaN, not a plausible value", "[emu]") {
+  auto& p = probe();
+  float* out = p.buffer("out", std::vector<float>(32, 0.0f));
+  const float* in = p.buffer("in", std::vector<float>(32, 2.0f));
+  REQUIRE(p.launch_error(kBeforeRead, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out).add(in)).empty());
+  const auto got = p.read(out, 32);
+  CHECK(std::isnan(got[0]));
+  CHECK(std::count(got.begin() + 1, got.end(), 2.0f) == 31);
+}
+
 TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu]") {
   auto& p = probe();
   float* out = p.buffer("out", std::vector<float>(64));
@@ -134,6 +155,12 @@ TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu
   CHECK(error.find("out-of-bounds write in kernel k_smem_overrun") != std::string::npos);
   CHECK(error.find("of dynamic shared memory (128 bytes)") != std::string::npos);
   CHECK(p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 64 * sizeof(float)).empty());
+  // None at all: kt::dynamic_shared() is null, and the message says why.
+  const auto none = p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 0);
+  INFO(none);
+  CHECK_THAT(none, Catch::Contains("invalid write of address ") &&
+                       Catch::Contains(": a null pointer (the launch has no dynamic shared memory, so "
+                                       "kt::dynamic_shared() is null; a kernel spec's shared_bytes sizes it)"));
 }
 
 TEST_CASE("static __shared__ variables start every block as NaN bytes, not as the last block left them", "[emu]") {
@@ -165,6 +192,16 @@ TEST_CASE("an index past a static __shared__ or register array is reported with 
   // The process survives, and a launch within bounds runs.
   REQUIRE(p.launch_error(kStaticOverrun, {1, 1, 1}, {4, 1, 1}, ArgPack().add(out).add(0)).empty());
   CHECK(p.read(out, 4) == std::vector<float>{1.0f, 0.0f, 0.0f, 0.0f});
+}
+
+TEST_CASE("a device assert that fails ends the launch with its expression and line", "[emu]") {
+  auto& p = probe();
+  int* out = p.buffer("out", std::vector<int>(32));
+  REQUIRE(p.launch_error(kAssert, {1, 1, 1}, {16, 1, 1}, ArgPack().add(out)).empty());
+  const auto error = p.launch_error(kAssert, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out));
+  INFO(error);
+  CHECK_THAT(error, Catch::StartsWith("emulation: assertion 'threadIdx.x < 16' failed (rendered.cu:") &&
+                        Catch::EndsWith("(kernel k_assert, block (0,0,0), thread (16,0,0))"));
 }
 
 TEST_CASE("__trap ends the launch with an error", "[emu]") {
