@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "spec/spec_family.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
@@ -53,7 +54,20 @@ void add_render_command(CLI::App& app, Global& global) {
         if (valid > 0) {
           const Config def = tuner::default_on(family, problem, limits);
           j["default"] = def.to_json();
-          valid_line += "default on " + opts->arch + ": " + def.str() + "\n";
+          valid_line += "default on " + opts->arch + ": " + def.str();
+          // A default that is not valid here (a spec's that breaks its own restriction) is said, not swapped silently.
+          const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family);
+          const std::optional<Config> declared =
+              spec_family ? spec_family->declared_default() : std::optional<Config>(family.default_config(problem));
+          const auto arch = family.arch_default(problem, limits);
+          std::string why;
+          if (declared && def != *declared && !(arch && family.is_valid(*arch, problem, limits)) &&
+              !family.is_valid(*declared, problem, limits, &why)) {
+            valid_line += fmt::format(" (stands in for the default {}, which is not valid here: {})",
+                                      declared->str(), why);
+            j["default_invalid"] = {{"config", declared->to_json()}, {"why", why}};
+          }
+          valid_line += "\n";
         } else {
           j["default"] = nullptr;
           valid_line += "no config runs it on " + opts->arch + " (`ktune run` says why the default does not)\n";

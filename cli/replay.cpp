@@ -143,7 +143,8 @@ void add_replay_command(CLI::App& app, Global& global) {
       std::cout << fmt::format("  recorded time to {:.0f}% of optimum (share of brute force): median {}, p25 {}, p75 {}\n",
                                args->target * 100, share(r.seconds_to_target.median), share(r.seconds_to_target.p25),
                                share(r.seconds_to_target.p75));
-      std::cout << fmt::format("  search overhead per proposal: mean {:.2f} ms, max {:.1f} ms; setup at most {:.0f} ms\n\n",
+      std::cout << fmt::format("  search overhead per proposal: mean {:.2f} ms, max {:.2f} ms; setup at most {:.0f} "
+                               "ms\n\n",
                                r.proposal_ms_mean, r.proposal_ms_max, r.setup_ms_max);
     }
     if (global.json) std::cout << out.dump(2) << "\n";

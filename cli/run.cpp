@@ -3,6 +3,7 @@
 // emulation backend's speed.
 #include <fmt/format.h>
 
+#include <functional>
 #include <iostream>
 #include <memory>
 
@@ -13,6 +14,7 @@
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/emu/speed.hpp"
 #include "tuner/run/gpu_runner.hpp"
+#include "tuner/run/isolated_runner.hpp"
 
 namespace ktune::cli {
 namespace {
@@ -27,18 +29,26 @@ struct RunArgs {
   std::string arch = kDefaultArch;
   unsigned workers = 0;
   bool time = false;
+  double timeout_s = 0;  ///< > 0: the variant runs in a worker process, killed past it
 };
 
 void run_variant(const RunArgs& a, const Global& global) {
   const auto& family = family_arg(a.family, a.spec);
   KTUNE_REQUIRE(!a.time || a.backend == "gpu",
                 "--time times the variant on the GPU (--backend gpu); the emulation's times would be host wall times");
-  std::unique_ptr<tuner::Runner> runner;
-  if (a.backend == "emu") {
+  if (a.backend == "emu")
     if (const auto* s = dynamic_cast<const spec::SpecFamily*>(&family)) s->require_emulation();
-    runner = tuner::make_emu_runner({a.workers, a.arch});
+  std::function<std::unique_ptr<tuner::Runner>()> make_runner = [&a] {
+    return a.backend == "emu" ? tuner::make_emu_runner({a.workers, a.arch}) : tuner::make_gpu_runner();
+  };
+  std::unique_ptr<tuner::Runner> runner;
+  if (a.timeout_s > 0) {
+    tuner::IsolationOptions isolation;
+    isolation.timeout_s = a.timeout_s;
+    if (dynamic_cast<const spec::SpecFamily*>(&family)) isolation.extra_families.push_back(&family);
+    runner = tuner::make_isolated_runner(make_runner, isolation);
   } else {
-    runner = tuner::make_gpu_runner();
+    runner = make_runner();
   }
   const auto problem = problem_arg(family, a.problem);
   const auto config = config_arg(family, problem, a.config, runner->device());
@@ -46,6 +56,11 @@ void run_variant(const RunArgs& a, const Global& global) {
   options.seed = a.seed;
   options.time = a.time;
   options.per_launch = options.time;
+  // What runs goes out first: a variant that hangs (without --timeout) has said what it is.
+  if (!global.json)
+    std::cout << fmt::format("{} {} on {} ({}), config {}\n", family.name(), problem.key(), runner->backend(),
+                             runner->device().name, config.str())
+              << std::flush;
   const auto r = runner->run(family, config, problem, options);
 
   if (global.json) {
@@ -58,8 +73,6 @@ void run_variant(const RunArgs& a, const Global& global) {
       j["launches"].push_back({{"kernel", kernel}, {"median_ms", m.median_ms}});
     std::cout << j.dump() << "\n";
   } else {
-    std::cout << fmt::format("{} {} on {} ({}), config {}\n", family.name(), problem.key(), runner->backend(),
-                             runner->device().name, config.str());
     for (const auto& [name, e] : r.errors) std::cout << fmt::format("  {:<24} relative L2 error {:.3g}\n", name, e);
     if (r.timing)
       std::cout << fmt::format("  time: median {:.4f} ms (p20 {:.4f}, p80 {:.4f}; {})\n", r.timing->median_ms,
@@ -96,6 +109,10 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_flag("--time", args->time,
                 "GPU: also time the variant, and each launch of a plan of several alone (attention_bwd: D, dK and "
                 "dV, dQ)");
+  cmd->add_option("--timeout", args->timeout_s,
+                  "Seconds the variant may take (compile included): it then runs in a worker process, killed past "
+                  "them, and a crash or a hang is a FAIL (default: in this process, no limit)")
+      ->check(finite_in(0, 7 * 24 * 3600, true));
   cmd->callback([args, &global] { run_variant(*args, global); });
 }
 

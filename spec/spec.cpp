@@ -188,8 +188,11 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     spec->problems.push_back({spec->dtypes[i], spec->problems.front().dims});
 
   // ---- tunables
-  r.require(j.contains("tunables") && j["tunables"].is_object() && !j["tunables"].empty(),
+  r.require(j.contains("tunables") && j["tunables"].is_object(),
             "'tunables' must be an object: name -> list of integer values");
+  r.require(!j["tunables"].empty(),
+            "'tunables' is empty: a spec tunes at least one parameter (for a kernel with none, give one of a "
+            "single value, e.g. \"tunables\": {\"unused\": [0]})");
   std::vector<Param> params;
   std::set<std::string> dim_set(spec->dims.begin(), spec->dims.end());
   for (const auto& [name, v] : j["tunables"].items()) {

@@ -122,6 +122,8 @@ Config SpecFamily::default_config(const Problem& problem) const {
   return spec_->default_config.value_or(spec_->space.at(0));  // none is valid: the one to say why of
 }
 
+const std::optional<Config>& SpecFamily::declared_default() const { return spec_->default_config; }
+
 bool SpecFamily::is_valid(const Config& config, const Problem& problem, const DeviceLimits& device,
                           std::string* why) const {
   auto reject = [&](const std::string& reason) {
@@ -262,8 +264,10 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w) c
     backend->launch(*backend->load(rendered), plan);
     backend->synchronize();
   } catch (const Error& e) {
-    throw_error(ErrorKind::kCheckFailed, fmt::format("{}: the reference {} at {} failed: {}", name(), kernel,
-                                                     ref.config.str(), e.what()));
+    // The spec's own reference: with it failing, no variant can be checked, and a session would fail every one.
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("{}: the reference {} at {} failed, so no variant can be checked against it: {}", name(),
+                            kernel, ref.config.str(), e.what()));
   }
   for (std::size_t i = 0; i < w.buffers.size(); ++i) {
     auto& b = w.buffers[i];

@@ -37,6 +37,8 @@ class SpecFamily final : public templates::Family {
   std::vector<templates::Problem> problem_classes() const override { return spec_->problems; }
   void check_problem(const templates::Problem& problem) const override;
   Config default_config(const templates::Problem& problem) const override;
+  /// The spec's own `default`, valid or not (default_config passes over an invalid one).
+  const std::optional<Config>& declared_default() const;
   std::vector<Config> candidates(const templates::Problem&) const override { return spec_->candidates; }
   bool is_valid(const Config& config, const templates::Problem& problem, const DeviceLimits& device,
                 std::string* why = nullptr) const override;

@@ -26,6 +26,11 @@ struct Rendered {
   bool waits_previous_kernel = false;
 };
 
+/// What a kernel argument or parameter is, as far as a launch can tell: a
+/// float passed where the kernel takes an int of the same size is read as
+/// other bytes.
+enum class ArgKind : unsigned char { kOther, kFloat, kInteger };
+
 /// Kernel arguments by value, laid out as cuLaunchKernel's `kernelParams`
 /// expects (one pointer per argument).
 class ArgPack {
@@ -39,6 +44,7 @@ class ArgPack {
     std::memcpy(storage_.data() + offset, &value, sizeof(T));
     offsets_.push_back(offset);
     sizes_.push_back(sizeof(T));
+    kinds_.push_back(kind_of<T>());
     return *this;
   }
   /// Appends `size` raw bytes aligned to `align`: a struct whose layout is
@@ -49,6 +55,7 @@ class ArgPack {
     std::memcpy(storage_.data() + offset, data, size);
     offsets_.push_back(offset);
     sizes_.push_back(size);
+    kinds_.push_back(ArgKind::kOther);
     return *this;
   }
   /// Pointers into this pack's storage; valid while the pack lives unchanged.
@@ -65,11 +72,22 @@ class ArgPack {
   const std::vector<std::size_t>& offsets() const { return offsets_; }
   /// Bytes of each argument.
   const std::vector<std::size_t>& sizes() const { return sizes_; }
+  /// What each argument is: a floating-point number, an integer (an address
+  /// too), or other bytes.
+  const std::vector<ArgKind>& kinds() const { return kinds_; }
+
+  template <class T>
+  static constexpr ArgKind kind_of() {
+    if constexpr (std::is_floating_point_v<T>) return ArgKind::kFloat;
+    if constexpr (std::is_integral_v<T> || std::is_pointer_v<T> || std::is_enum_v<T>) return ArgKind::kInteger;
+    return ArgKind::kOther;
+  }
 
  private:
   std::vector<std::byte> storage_;  // malloc alignment (16) covers every argument type
   std::vector<std::size_t> offsets_;
   std::vector<std::size_t> sizes_;
+  std::vector<ArgKind> kinds_;
 };
 
 /// One kernel launch of a plan.

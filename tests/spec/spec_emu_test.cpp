@@ -221,6 +221,53 @@ TEST_CASE("spec emu: a kernel NVRTC refuses, or whose shared memory no GPU block
   CHECK_THAT(out, Catch::Contains("FAIL: compile: NVRTC for sm_90") && Catch::Contains("too much shared data"));
 }
 
+TEST_CASE("spec emu: run --timeout ends a variant that hangs as a FAIL after the line naming it", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-run-timeout");
+  fs::copy_file(example("vector_add/vector_add.json"), dir / "vector_add.json");
+  std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
+                                          "__global__ void vector_add(const float* x, const float* y, float* z, "
+                                          "int n) {\n"
+                                          "  volatile int spin = 1;\n"
+                                          "  while (spin) {}\n"
+                                          "}\n";
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --timeout 3 --spec " +
+                        (dir / "vector_add.json").string() + " 2>&1",
+                    &out) == 1);
+  INFO(out);
+  CHECK_THAT(out, Catch::StartsWith("vector_add ") && Catch::Contains("\nFAIL: timeout: no result within 3 s"));
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --timeout 0 --spec " +
+                        (dir / "vector_add.json").string(),
+                    &out) == 2);
+}
+
+TEST_CASE("spec emu: a reference that fails ends the run or the session at once: nothing can be checked", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-reference-fails");
+  fs::copy_file(example("vector_add/vector_add.json"), dir / "vector_add.json");
+  // The reference's config (vec 1) traps; every other config would run.
+  std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
+                                          "__global__ void vector_add(const float* x, const float* y, float* z, "
+                                          "int n) {\n"
+                                          "  if (VEC == 1) __trap();\n"
+                                          "  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n"
+                                          "  for (int v = 0; v < VEC; ++v)\n"
+                                          "    if (i + v < n) z[i + v] = x[i + v] + y[i + v];\n"
+                                          "}\n";
+  const std::string spec = (dir / "vector_add.json").string();
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + spec + " --config '{\"vec\":2}' 2>&1",
+                    &out) == 2);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("vector_add: the reference vector_add<1> at {\"block\":256,\"vec\":1} failed, so "
+                                  "no variant can be checked against it: emulation: __trap() called"));
+  const auto cache = dir / "tuned.json";
+  CHECK(run_command("KTUNE_PRINT=quiet " + ktune_exe().string() + " tune --backend emu --strategy exhaustive --spec " +
+                        spec + " --cache " + cache.string() + " --log " + (dir / "s.log").string() + " 2>&1",
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("no variant can be checked against it"));
+  CHECK_FALSE(fs::exists(cache));
+}
+
 TEST_CASE("spec emu: args that are not the kernel's parameters are named, not read as other bytes", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-args-mismatch");
   fs::copy_file(example("vector_add/vector_add.cu"), dir / "vector_add.cu");
@@ -235,6 +282,10 @@ TEST_CASE("spec emu: args that are not the kernel's parameters are named, not re
   std::ofstream(dir / "vector_add.json") << spec.dump();
   CHECK(run_command(run + " 2>&1", &out) != 0);
   CHECK_THAT(out, Catch::Contains("the launch passes 4 arguments of 8, 8, 8, 8 bytes"));
+  spec["args"] = {"x", "y", "z", {{"type", "f32"}, {"value", "n"}}};  // n as a float: the same 4 bytes, other bits
+  std::ofstream(dir / "vector_add.json") << spec.dump();
+  CHECK(run_command(run + " 2>&1", &out) != 0);
+  CHECK_THAT(out, Catch::Contains("takes an integer as parameter 4; the launch passes a floating-point number"));
 }
 
 }  // namespace spec_spec_emu_test

@@ -187,6 +187,14 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
                                   "it takes no init; a kernel that reads it first (accumulates into it: +=, atomicAdd) "
                                   "needs role inout (with init zeros to start from 0)");
   }
+  SECTION("no tunable") {
+    const auto path = reduction_copy(dir, [](std::string& t) {
+      replace(t, "\"threads\": {\"values\": [32, 64, 128, 256, 512, 1024], \"about\": \"threads per row\"},\n"
+                 "    \"vec\": {\"values\": [1, 2, 4, 8], \"about\": \"consecutive values per step\"}",
+              "");
+    });
+    CHECK_THAT(load_error(path), Catch::Contains("'tunables' is empty: a spec tunes at least one parameter"));
+  }
   SECTION("a missing source") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "reduction.cu", "reduce.cu"); });
     CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' not found"));
@@ -202,6 +210,26 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
                      ": restriction 'thread * vec <= cols': unknown name 'thread'; known: cols, rows, threads, vec\n");
     CHECK_FALSE(fs::exists(dir / "tuned.json"));
   }
+}
+
+TEST_CASE("spec: a default that breaks a restriction is said when render shows the one measured instead", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-bad-default");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"default\": {\"threads\": 128, \"vec\": 4}", "\"default\": {\"threads\": 1024, \"vec\": 4}");
+  });
+  std::string out;
+  REQUIRE(ktune::test::run_command(ktune::test::ktune_exe().string() + " render --space --spec " + path.string(),
+                                   &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("default on sm_90: {") &&
+                      Catch::Contains(" (stands in for the default {\"threads\":1024,\"vec\":4}, which is not "
+                                      "valid here: ") &&
+                      Catch::Contains("threads * vec <= cols"));
+  // The spec's own default, valid: no note.
+  const auto valid = reduction_copy(ktune::test::scratch_dir("spec-good-default"), [](std::string&) {});
+  REQUIRE(ktune::test::run_command(ktune::test::ktune_exe().string() + " render --space --spec " + valid.string(),
+                                   &out) == 0);
+  CHECK_THAT(out, Catch::Contains("default on sm_90: {\"threads\":128,\"vec\":4}\n"));
 }
 
 TEST_CASE("spec: rendering carries the tunables, the hash follows the files", "[spec]") {
@@ -229,10 +257,11 @@ TEST_CASE("spec: constructs the emulation lacks are named with their line", "[sp
                               "template <int THREADS, int VEC>\n"
                               "__global__ void row_sum(const float* x, float* y, int cols) {\n"
                               "  extern __shared__ float partial[];\n"
-                              "  y[blockIdx.x] = partial[0];\n}\n");
+                              "  if (__activemask() == 0xffffffffu) y[blockIdx.x] = partial[0];\n}\n");
   const auto& family = load_spec_family(path);
-  REQUIRE(family.emulation_gaps().size() == 1);
+  REQUIRE(family.emulation_gaps().size() == 2);
   CHECK_THAT(family.emulation_gaps()[0], Catch::StartsWith("reduction.cu:6: extern __shared__"));
+  CHECK_THAT(family.emulation_gaps()[1], Catch::StartsWith("reduction.cu:7: __activemask()"));
   CHECK_THROWS_WITH(family.require_emulation(), Catch::Contains("the emulation cannot run this kernel: reduction.cu:6"));
 }
 

@@ -131,7 +131,16 @@ std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rende
     }
     std::vector<unsigned> sizes(256);
     sizes.resize(static_cast<std::size_t>(std::min(parameters(sizes.data(), 256), 256)));
+    // The trampoline's bits 28 and 29 say floating point and integer (or pointer).
+    std::vector<templates::ArgKind> kinds;
+    for (unsigned& size : sizes) {
+      kinds.push_back(size & (1u << 28)   ? templates::ArgKind::kFloat
+                      : size & (1u << 29) ? templates::ArgKind::kInteger
+                                          : templates::ArgKind::kOther);
+      size &= (1u << 28) - 1;
+    }
     module->parameter_sizes.push_back(std::move(sizes));
+    module->parameter_kinds.push_back(std::move(kinds));
   }
   return module;
 }
@@ -170,9 +179,14 @@ std::string emulation_source(const templates::Rendered& rendered) {
        "inline void invoke(void (*kernel)(P...), void** args) {\n"
        "  invoke_with(kernel, args, std::index_sequence_for<P...>{});\n"
        "}\n"
+       "template <class P, class T = std::remove_cv_t<std::remove_reference_t<P>>>\n"
+       "constexpr unsigned size_and_kind() {\n"
+       "  return static_cast<unsigned>(sizeof(T)) | (std::is_floating_point_v<T> ? 1u << 28 : 0u) |\n"
+       "         (std::is_integral_v<T> || std::is_pointer_v<T> || std::is_enum_v<T> ? 1u << 29 : 0u);\n"
+       "}\n"
        "template <class... P>\n"
        "inline int parameters(void (*)(P...), unsigned* sizes, int max) {\n"
-       "  const unsigned all[] = {0u, static_cast<unsigned>(sizeof(std::remove_cv_t<std::remove_reference_t<P>>))...};\n"
+       "  const unsigned all[] = {0u, size_and_kind<P>()...};\n"
        "  for (int i = 0; i < static_cast<int>(sizeof...(P)) && i < max; ++i) sizes[i] = all[i + 1];\n"
        "  return static_cast<int>(sizeof...(P));\n"
        "}\n"

@@ -270,6 +270,17 @@ class EmuBackend final : public Backend {
                               "of {} bytes (a kernel spec's args must match the kernel's parameters, in order)",
                               module.kernel_names().at(k), want.size(), fmt::join(want, ", "), given.size(),
                               fmt::join(given, ", ")));
+    // Of the same sizes, a float where the kernel takes an integer (or the other way) is read as other bytes.
+    using templates::ArgKind;
+    const auto& kinds = module.module().parameter_kinds.at(k);
+    const auto& passed = l.args.kinds();
+    const auto name = [](ArgKind a) { return a == ArgKind::kFloat ? "a floating-point number" : "an integer"; };
+    for (std::size_t i = 0; i < kinds.size() && i < passed.size(); ++i)
+      if (kinds[i] != ArgKind::kOther && passed[i] != ArgKind::kOther && kinds[i] != passed[i])
+        throw_error(ErrorKind::kCheckFailed,
+                    fmt::format("emulation: kernel {} takes {} as parameter {}; the launch passes {} (a kernel "
+                                "spec's args must match the kernel's parameters, in order)",
+                                module.kernel_names().at(k), name(kinds[i]), i + 1, name(passed[i])));
   }
 
   // What CUDA refuses on a stream under capture: anything that waits for it.
