@@ -6,8 +6,10 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "base/error.hpp"
+#include "cache/tuned_cache.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "spec/spec_family.hpp"
@@ -15,6 +17,7 @@
 #include "tuner/emu/speed.hpp"
 #include "tuner/run/gpu_runner.hpp"
 #include "tuner/run/isolated_runner.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
 namespace {
@@ -30,6 +33,7 @@ struct RunArgs {
   unsigned workers = 0;
   bool time = false;
   double timeout_s = 0;  ///< > 0: the variant runs in a worker process, killed past it
+  std::string cache;     ///< a tuned cache: its config for the problem on the device
 };
 
 void run_variant(const RunArgs& a, const Global& global) {
@@ -51,15 +55,25 @@ void run_variant(const RunArgs& a, const Global& global) {
     runner = make_runner();
   }
   const auto problem = problem_arg(family, a.problem);
-  const auto config = config_arg(family, problem, a.config, runner->device());
+  // The config a tuned cache holds for the problem on this device (exact, else nearest, else the default), as
+  // the runtime would choose it; or --config's.
+  std::optional<tuner::ChosenConfig> chosen;
+  if (!a.cache.empty()) {
+    const auto tuned = cache::TunedCache::read(a.cache);
+    std::vector<std::string> warnings;
+    chosen = tuner::choose_config(family, problem, runner->device(), &tuned, &warnings);
+    for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
+  }
+  const auto config = chosen ? chosen->config : config_arg(family, problem, a.config, runner->device());
   tuner::RunOptions options;
   options.seed = a.seed;
   options.time = a.time;
   options.per_launch = options.time;
   // What runs goes out first: a variant that hangs (without --timeout) has said what it is.
   if (!global.json)
-    std::cout << fmt::format("{} {} on {} ({}), config {}\n", family.name(), problem.key(), runner->backend(),
-                             runner->device().name, config.str())
+    std::cout << fmt::format("{} {} on {} ({}), config {}{}\n", family.name(), problem.key(), runner->backend(),
+                             runner->device().name, config.str(),
+                             chosen ? fmt::format(" ({}: {})", a.cache, chosen->source) : "")
               << std::flush;
   const auto r = runner->run(family, config, problem, options);
 
@@ -68,6 +82,7 @@ void run_variant(const RunArgs& a, const Global& global) {
                         {"backend", runner->backend()}, {"device", runner->device().name}, {"ok", r.ok},
                         {"failure", r.failure},      {"max_error", r.max_error},   {"compile_ms", r.compile_ms}};
     for (const auto& [name, e] : r.errors) j["errors"][name] = e;
+    if (chosen) j["config_source"] = chosen->source;
     if (r.timing) j["median_ms"] = r.timing->median_ms;
     for (const auto& [kernel, m] : r.launch_timings)
       j["launches"].push_back({{"kernel", kernel}, {"median_ms", m.median_ms}});
@@ -109,6 +124,11 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_flag("--time", args->time,
                 "GPU: also time the variant, and each launch of a plan of several alone (attention_bwd: D, dK and "
                 "dV, dQ)");
+  cmd->add_option("--cache", args->cache,
+                  "Tuned cache: run the config it holds for the problem on this device (exact, else nearest, else "
+                  "the default), as the runtime chooses it")
+      ->check(input_file())
+      ->excludes("--config");
   cmd->add_option("--timeout", args->timeout_s,
                   "Seconds the variant may take (compile included): it then runs in a worker process, killed past "
                   "them, and a crash or a hang is a FAIL (default: in this process, no limit)")

@@ -143,6 +143,16 @@ TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder,
   CHECK(first_row(shown) == first_row(out));
   CHECK_THAT(shown, Catch::Contains("4 evaluations, 0 failed") && Catch::Contains("emulated host time"));
   CHECK(run_command(ktune_exe().string() + " log show " + (dir / "missing.log").string(), &shown) == 2);
+  // run --cache runs the winner, as the runtime would choose it, and says where it came from.
+  const std::string winner = nlohmann::json::parse(std::ifstream(dir / "work" / "tuned.json"))
+                                 .at("entries")[0]
+                                 .at("config")
+                                 .dump();
+  REQUIRE(run_command(env + ktune_exe().string() + " run --backend emu --family swiglu_fwd --problem "
+                                                    "'{\"dtype\":\"f32\",\"dims\":{\"n\":1000}}' --cache tuned.json",
+                      &shown) == 0);
+  CHECK_THAT(shown, Catch::StartsWith("swiglu_fwd f32;n=1000 on emu (") &&
+                        Catch::Contains("config " + winner + " (tuned.json: exact)\n") && Catch::Contains("PASS"));
 
   // KTUNE_PRINT: quiet drops progress and the table; all prints every evaluation; a typo is refused.
   REQUIRE(run_command(env + "KTUNE_PRINT=quiet " + tune, &out) == 0);
