@@ -28,12 +28,22 @@ struct Filter {
   }
 };
 
-/// Whether an entry's kernel source is this build's: "current" or "stale"
-/// for a built-in family, "-" for what this build cannot tell (a kernel
-/// spec's entry, a GEMM's).
+/// Whether a built-in family's entry is usable by this build: "current";
+/// "stale" (another kernel source) or "off the space" (a config the
+/// family's space does not hold: a parameter's name or value changed, or a
+/// file damaged by hand), both of which the run-time lookup passes over; "-"
+/// for what this build cannot tell (a kernel spec's entry, a GEMM's).
 std::string source_state(const cache::Entry& e) {
-  for (const auto* f : templates::all_families())
-    if (f->name() == e.key.family) return f->source_hash() == e.key.source_hash ? "current" : "stale";
+  for (const auto* f : templates::all_families()) {
+    if (f->name() != e.key.family) continue;
+    if (f->source_hash() != e.key.source_hash) return "stale";
+    try {
+      f->space().check_member(Config::from_json(e.config));
+    } catch (const Error&) {
+      return "off the space";
+    }
+    return "current";
+  }
   return "-";
 }
 
@@ -231,8 +241,9 @@ void add_cache_command(CLI::App& app, Global& global) {
   prune->add_flag("--keep-superseded", args->keep_superseded,
                   "Keep older entries of the same family/problem/dtype/arch/GPU");
   prune->add_flag("--stale", args->stale,
-                  "Drop the entries of built-in families whose kernel source is not this build's (`cache show` "
-                  "marks them stale: the run-time lookup ignores them)");
+                  "Drop the entries of built-in families whose kernel source is not this build's, or whose config "
+                  "its space does not hold (`cache show` marks them stale or off the space: the run-time lookup "
+                  "passes over them)");
   prune->add_option("--family", args->prune.family, "Apply the version filters to this family only");
   prune->add_option("--source-hash", args->prune.source_hash, "Drop entries with another source hash");
   prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version");
@@ -262,7 +273,8 @@ void add_cache_command(CLI::App& app, Global& global) {
     file.update([&](std::vector<cache::Entry>& entries) {
       if (args->stale)
         dropped = std::erase_if(entries, [&](const cache::Entry& e) {
-          return (p.family.empty() || e.key.family == p.family) && source_state(e) == "stale";
+          const std::string state = source_state(e);
+          return (p.family.empty() || e.key.family == p.family) && (state == "stale" || state == "off the space");
         });
       dropped += cache::prune_entries(entries, args->prune);
       return dropped > 0;

@@ -196,7 +196,9 @@ TEST_CASE("CLI: tune --resume refuses a file that is no session log, a new sessi
   CHECK_FALSE(std::filesystem::exists(dir / "t.log"));
 }
 
-TEST_CASE("CLI: cache show marks entries of another kernel source stale, and prune --stale drops them", "[cli]") {
+TEST_CASE("CLI: cache show marks entries of another kernel source stale or a config off the space and prune --stale "
+          "drops them",
+          "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-cache-stale");
   auto cache = nlohmann::json::parse(read_all(std::filesystem::path(KTUNE_SOURCE_DIR) /
                                               "tests/cache/golden/tuned_v1.json"));  // two adamw entries, stale
@@ -204,15 +206,26 @@ TEST_CASE("CLI: cache show marks entries of another kernel source stale, and pru
   current["key"]["source_hash"] = ktune::templates::find_family("adamw").source_hash();
   current["key"]["problem_key"] = "f32;numel=8;tensors=4";
   current["key"]["dims"] = {{"numel", 8}, {"tensors", 4}};
+  current["config"] = ktune::templates::find_family("adamw")
+                          .default_config(ktune::templates::Problem{"f32", {{"tensors", 4}, {"numel", 8}}})
+                          .to_json();
   cache["entries"].push_back(current);
+  // A config whose parameter's name a damaged file (or another build) changed: off the space, as the lookup sees it.
+  auto garbled = current;
+  garbled["key"]["problem_key"] = "f32;numel=16;tensors=4";
+  garbled["key"]["dims"] = {{"numel", 16}, {"tensors", 4}};
+  const std::string name = garbled["config"].begin().key();
+  garbled["config"]["x" + name] = garbled["config"][name];
+  garbled["config"].erase(name);
+  cache["entries"].push_back(garbled);
   std::ofstream(dir / "c.json") << cache.dump();
   std::string out;
   REQUIRE(run_command(ktune_exe().string() + " --json cache show " + (dir / "c.json").string(), &out) == 0);
   std::vector<std::string> states;
   for (const auto& e : nlohmann::json::parse(out)) states.push_back(e.at("source"));
-  CHECK(states == std::vector<std::string>{"stale", "stale", "current"});
+  CHECK(states == std::vector<std::string>{"stale", "stale", "current", "off the space"});
   REQUIRE(run_command(ktune_exe().string() + " cache prune --stale " + (dir / "c.json").string(), &out) == 0);
-  CHECK_THAT(out, Catch::Contains("2 entries dropped"));
+  CHECK_THAT(out, Catch::Contains("3 entries dropped"));
   const auto kept = nlohmann::json::parse(read_all(dir / "c.json"))["entries"];
   REQUIRE(kept.size() == 1);
   CHECK(kept[0]["key"]["problem_key"] == "f32;numel=8;tensors=4");
