@@ -205,8 +205,9 @@ def plot_ops(plt, records):
         for i, (key, label) in enumerate((("fused_ms", "ktune fused"), ("eager_ms", "eager chain"))):
             ax.bar([v + (i - 0.5) * 0.4 for v in x], [row[key] / row["floor_ms"] for row in mine], 0.4, label=label)
         ax.axhline(1.5, color="k", linestyle="--", linewidth=0.8, label="1.5x the floor")
-        ax.set_xticks(list(x), [f"{row['model']} {row['context']}" for row in mine], fontsize=6, rotation=45,
-                      ha="right")
+        # context_length; results written before it was named so hold context
+        ticks = [f"{row['model']} {row.get('context_length', row.get('context'))}" for row in mine]
+        ax.set_xticks(list(x), ticks, fontsize=6, rotation=45, ha="right")
         ax.set(yscale="log", title=op, ylabel="time / floor")
         ax.set_ylim(bottom=0.8)  # the floor is 1: every bar starts below it
         ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0)))

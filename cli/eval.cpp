@@ -69,10 +69,18 @@ void add_eval_command(CLI::App& app, Global& global) {
     if (o->all) {
       const model::FullEvalResult full = model::evaluate_all(r);
       if (global.json)
-        std::cout << nlohmann::ordered_json{{"model", r.model.name},   {"context_length", r.shape.context},
-                                            {"tokens_file", r.tokens_file}, {"val_split", r.val_split},
-                                            {"windows", full.windows}, {"tokens", full.tokens},
-                                            {"loss", full.loss}, {"perplexity", std::exp(full.loss)}}
+        std::cout << nlohmann::ordered_json{{"model", r.model.name},
+                                            {"context_length", r.shape.context},
+                                            {"batch_size", r.shape.batch},
+                                            {"backend", r.backend.backend},
+                                            {"dtype", model::to_string(r.backend.precision)},
+                                            {"tokens_file", r.tokens_file},
+                                            {"val_split", r.val_split > 0 ? nlohmann::ordered_json(r.val_split)
+                                                                          : nlohmann::ordered_json()},
+                                            {"windows", full.windows},
+                                            {"tokens", full.tokens},
+                                            {"loss", full.loss},
+                                            {"perplexity", std::exp(full.loss)}}
                          .dump(2)
                   << "\n";
       else

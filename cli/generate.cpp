@@ -83,7 +83,7 @@ void add_generate_command(CLI::App& app, Global& global) {
     });
     const double total_s = since_start();
     if (global.json) {
-      std::cout << nlohmann::json{{"model", g.model.name},        {"context", g.shape.context},
+      std::cout << nlohmann::json{{"model", g.model.name},        {"context_length", g.shape.context},
                                   {"temperature", g.temperature}, {"top_p", g.top_p},
                                   {"seed", g.seed},               {"prompt", g.prompt},
                                   {"tokens", drawn},              {"seconds", total_s},

@@ -547,7 +547,7 @@ TEST_CASE("CLI: train --accumulate says a step's micro-batches and windows, and 
                                       "[0-9.e+-]+ TFLOP/s\\)"));
   REQUIRE(run_ktune("train --model tiny --ctx 8 --batch 2 --accumulate 3 --steps 1 --threads 2 --json", &out) == 0);
   const auto j = nlohmann::json::parse(out);
-  CHECK(j.at("batch") == 2);
+  CHECK(j.at("batch_size") == 2);  // named as eval, bench e2e and bench memory name it
   CHECK(j.at("micro_batches") == 3);
   REQUIRE(j.at("steps").size() == 1);
   const auto& step = j.at("steps")[0];
@@ -820,6 +820,11 @@ TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole 
     const auto j = nlohmann::json::parse(out);
     CHECK(j.at("perplexity").get<double>() == Approx(std::exp(j.at("loss").get<double>())));
     CHECK(j.at("perplexity").get<double>() > 1);
+    // The same run's description either way: named as train, bench e2e and bench memory name it.
+    CHECK(j.at("context_length") == 8);
+    CHECK(j.at("batch_size") == 2);
+    CHECK(j.at("backend") == "cpu");
+    if (j.contains("val_split")) CHECK(j.at("val_split").is_null());  // not given
     REQUIRE(run_ktune(args, &out) == 0);
     CHECK_THAT(out, Catch::Matches(fmt::format("loss [0-9.]+ \\(perplexity {:.4g}[;)](.|\n)*",
                                                j.at("perplexity").get<double>())));

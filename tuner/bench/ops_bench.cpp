@@ -150,7 +150,7 @@ nlohmann::json OpsBenchReport::to_json() const {
   const auto of_copy = [&](double fraction) { return measured_or_null(copy_bandwidth_gbs > 0 ? fraction : 0.0); };
   for (const auto& r : rows)
     j["rows"].push_back({{"model", r.op.model},
-                         {"context", r.op.context},
+                         {"context_length", r.op.context},
                          {"family", r.op.family},
                          {"problem", r.op.problem.to_json()},
                          {"bytes", r.bytes},
