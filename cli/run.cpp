@@ -142,10 +142,12 @@ void add_bench_emu_command(CLI::App& bench, Global& global) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = bench.add_subcommand("emu", "Speed of the host emulation: thread-barriers and warp shuffles per second");
-  cmd->add_option("--threads", args->threads, "Threads per block")->capture_default_str();
+  cmd->add_option("--block-threads", args->threads, "CUDA threads per block (a multiple of 32 in 32..1024)")
+      ->capture_default_str();
   cmd->add_option("--blocks", args->blocks, "Blocks")->capture_default_str();
   cmd->add_option("--barriers", args->barriers, "__syncthreads (and shuffles) per thread")->capture_default_str();
-  cmd->add_option("--workers", args->workers, "OS threads running blocks (0: all hardware threads)");
+  cmd->add_option("--workers", args->workers, "OS threads running blocks (0: all hardware threads)")
+      ->check(CLI::Range(0u, 1024u));
   cmd->callback([args, &global] {
     const auto s = tuner::measure_emu_speed(args->threads, args->blocks, args->barriers, args->workers);
     if (global.json) {
