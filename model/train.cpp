@@ -4,14 +4,17 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <numbers>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <string_view>
 
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
@@ -195,10 +198,13 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     try {
       write();
     } catch (const Error& e) {
-      if (e.kind() == ErrorKind::kIo)
-        throw_error(ErrorKind::kIo, fmt::format("{}: the run stopped after step {}{} (a file is replaced whole, so "
-                                                "it needs room for a second copy)",
-                                                e.what(), step, held()));
+      if (e.kind() == ErrorKind::kIo) {
+        const bool full = std::string_view(e.what()).find(std::strerror(ENOSPC)) != std::string_view::npos;
+        throw_error(ErrorKind::kIo, fmt::format("{}: the run stopped after step {}{}{}", e.what(), step, held(),
+                                                full ? " (a file is replaced whole, so the disk needs room for a "
+                                                       "second copy)"
+                                                     : ""));
+      }
       if (e.kind() != ErrorKind::kCheckFailed) throw;
       throw_error(ErrorKind::kCheckFailed, fmt::format("{} at step {}{}", e.what(), step, held()));
     }

@@ -69,7 +69,8 @@ class GuardedBuffer {
 /// poisoned, so a read a little before a buffer's start (the page's slack
 /// in front of it; past its end is the guard page) finds NaN in any float
 /// type and spoils what it computes, where it would otherwise pass on
-/// plausible values; a write there is found by check_canary.
+/// plausible values (in an integer type it reads -1, which an index may
+/// take as valid); a write there is found by check_canary.
 inline constexpr unsigned char kCanary = 0xff;
 
 }  // namespace ktune::tuner::emu

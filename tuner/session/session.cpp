@@ -133,7 +133,7 @@ void refuse_foreign_file(const std::string& path) {
 /// --resume, and a default log is kept as `<name>.previous.log` (one
 /// generation), so a run without --resume loses no earlier session's
 /// measurements. Returns where a kept log went ("" if none was).
-std::string keep_previous_log(const std::string& path, bool default_log) {
+std::string keep_previous_log(const std::string& path, bool default_log, const nlohmann::json& session) {
   std::ifstream in(path);
   std::string line, header;
   int lines = 0;
@@ -143,14 +143,19 @@ std::string keep_previous_log(const std::string& path, bool default_log) {
   in.close();
   if (!default_log) {
     const auto j = nlohmann::json::parse(header, nullptr, false);
-    const std::string what = j.is_object() && j.contains("session") && j["session"].is_object()
-                                 ? fmt::format(" of {} on {}", j["session"].value("family", "?"),
-                                               j["session"].value("problem", "?"))
-                                 : "";
+    const bool named = j.is_object() && j.contains("session") && j["session"].is_object();
+    const std::string family = named ? j["session"].value("family", "?") : "?";
+    const std::string problem = named ? j["session"].value("problem", "?") : "?";
+    const std::string what = named ? fmt::format(" of {} on {}", family, problem) : "";
+    // Another kernel's or problem's log cannot be resumed here: say only what can be done.
+    const bool this_one = family == session.value("family", "") && problem == session.value("problem", "");
     throw_error(ErrorKind::kInvalidInput,
-                fmt::format("--log {} holds the results of a session{}: give --resume to go on from it, or remove "
-                            "it (or give another --log) to start anew",
-                            path, what));
+                this_one ? fmt::format("--log {} holds the results of a session{}: give --resume to go on from it, "
+                                       "or remove it (or give another --log) to start anew",
+                                       path, what)
+                         : fmt::format("--log {} holds the results of a session{}, not this one's: give another --log, "
+                                       "or remove it",
+                                       path, what));
   }
   const std::string previous = path.substr(0, path.rfind(".log")) + ".previous.log";
   std::error_code ec;
@@ -290,7 +295,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   nlohmann::json header;
   std::map<Config, Record> done =
       options.resume ? read_log(log_path, family, problem, session, header) : std::map<Config, Record>{};
-  const std::string previous_log = options.resume ? "" : keep_previous_log(log_path, options.default_log);
+  const std::string previous_log = options.resume ? "" : keep_previous_log(log_path, options.default_log, session);
   SessionLog log(log_path, !options.resume);
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.

@@ -269,6 +269,12 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
                         ": give --resume to go on from it, or remove it (or give another --log) to start anew");
   CHECK(third.calls == 0);
   CHECK(text(o.log_path) == second_log);
+  // Another problem's: --resume would be refused too, so the message does not offer it.
+  const Problem other{"f32", {{"tensors", 2}, {"numel", 2000}}};
+  CHECK_THROWS_WITH(tune(family, other, third, o),
+                    "--log " + o.log_path + " holds the results of a session of adamw_single on " + problem.key() +
+                        ", not this one's: give another --log, or remove it");
+  CHECK(text(o.log_path) == second_log);
 }
 
 TEST_CASE("a session resumed with another strategy or seed logs its own header after the results it takes over",
