@@ -55,8 +55,29 @@ double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector
 }
 
 std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
-  if (got.size() != expected.size() || (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16)) return "";
+  if (got.size() != expected.size()) return "";
   const std::size_t n = got.size() / size_of(t);
+  if (t == DType::kI32 || t == DType::kI64) {
+    // Every element off by -1, the all-ones an output starts as: a kernel that adds to its output.
+    bool all_off_by_poison = n > 0;
+    std::size_t furthest = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double d = value_at(t, got, i) - value_at(t, expected, i);
+      all_off_by_poison = all_off_by_poison && d == -1;
+      if (std::abs(d) > worst) {
+        worst = std::abs(d);
+        furthest = i;
+      }
+    }
+    if (all_off_by_poison)
+      return "every element is 1 below the reference's: an output starts as all ones (-1), so a kernel that adds "
+             "to it needs role inout, with init zeros";
+    if (worst == 0) return "";
+    return fmt::format("furthest off at index {}: {}, expected {}", furthest, value_at(t, got, furthest),
+                       value_at(t, expected, furthest));
+  }
+  if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16) return "";
   std::size_t unwritten = 0, first = 0, furthest = 0;
   double worst = -1;
   for (std::size_t i = 0; i < n; ++i) {

@@ -159,6 +159,15 @@ TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   CHECK(mismatch_detail(DType::kF32, bytes({1, 2.5f, 3, 4.25f}), bytes({1, 2, 3, 4})) ==
         "furthest off at index 1: 2.5, expected 2");
   CHECK(mismatch_detail(DType::kF32, bytes({1, 2}), bytes({1, 2})).empty());
+  // Integers: the one furthest off, or, every one 1 below, the poison an output starts as that a kernel added to.
+  const auto ints = [](std::vector<std::int32_t> v) {
+    std::vector<std::byte> b(v.size() * sizeof(std::int32_t));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  CHECK(mismatch_detail(DType::kI32, ints({3, 9, 4}), ints({3, 2, 4})) == "furthest off at index 1: 9, expected 2");
+  CHECK_THAT(mismatch_detail(DType::kI32, ints({-1, 2, 0}), ints({0, 3, 1})),
+             Catch::StartsWith("every element is 1 below the reference's: an output starts as all ones (-1)"));
 }
 
 }  // namespace templates_family_test
