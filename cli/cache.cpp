@@ -28,13 +28,16 @@ struct Filter {
   }
 };
 
-/// Whether a built-in family's entry is usable by this build: "current";
+/// Whether a built-in family's entry (or one of `specs`, kernel specs the
+/// user named) is usable by this build: "current";
 /// "stale" (another kernel source) or "off the space" (a config the
 /// family's space does not hold: a parameter's name or value changed, or a
 /// file damaged by hand), both of which the run-time lookup passes over; "-"
 /// for what this build cannot tell (a kernel spec's entry, a GEMM's).
-std::string source_state(const cache::Entry& e) {
-  for (const auto* f : templates::all_families()) {
+std::string source_state(const cache::Entry& e, const std::vector<const templates::Family*>& specs = {}) {
+  std::vector<const templates::Family*> families = templates::all_families();
+  families.insert(families.end(), specs.begin(), specs.end());
+  for (const auto* f : families) {
     if (f->name() != e.key.family) continue;
     if (f->source_hash() != e.key.source_hash) return "stale";
     try {
@@ -142,13 +145,27 @@ void add_cache_command(CLI::App& app, Global& global) {
     bool keep_superseded = false;
     bool stale = false;
     bool clean_logs = false;
+    std::vector<std::string> specs;
+    /// The kernel specs named by --spec, loaded: their entries can be told current or stale too.
+    std::vector<const templates::Family*> spec_families() const {
+      std::vector<const templates::Family*> out;
+      for (const auto& s : specs) out.push_back(&family_arg("", s));
+      return out;
+    }
   };
   auto args = std::make_shared<Args>();
+  const auto add_spec_option = [&args](CLI::App* sub) {
+    sub->add_option("--spec", args->specs,
+                    "Kernel spec whose entries to tell current or stale against its source now (repeatable)")
+        ->check(input_file());
+  };
 
   auto* show = cmd->add_subcommand("show", "List the entries of a cache file");
   show->add_option("file", args->file, "Cache file")->required();
   add_filter_options(show, args->filter);
+  add_spec_option(show);
   show->callback([args, &global] {
+    const auto specs = args->spec_families();
     const auto entries = cache::CacheFile(args->file).load_input();
     require_held(entries, args->filter);
     nlohmann::json j = nlohmann::json::array();
@@ -156,7 +173,7 @@ void add_cache_command(CLI::App& app, Global& global) {
                  {"source"}, {"config"}});
     for (const auto& e : entries) {
       if (!args->filter.matches(e)) continue;
-      const std::string source = source_state(e);
+      const std::string source = source_state(e, specs);
       j.push_back(cache::to_json(e));
       j.back()["source"] = source;
       table.add({e.key.family, e.key.problem_key, e.key.arch, e.key.gpu_name, fmt::format("{:.4f}", e.time_ms),
@@ -240,15 +257,18 @@ void add_cache_command(CLI::App& app, Global& global) {
   prune->add_option("file", args->file, "Cache file")->required();
   prune->add_flag("--keep-superseded", args->keep_superseded,
                   "Keep older entries of the same family/problem/dtype/arch/GPU");
+  add_spec_option(prune);
   prune->add_flag("--stale", args->stale,
-                  "Drop the entries of built-in families whose kernel source is not this build's, or whose config "
-                  "its space does not hold (`cache show` marks them stale or off the space: the run-time lookup "
-                  "passes over them)");
+                  "Drop the entries of built-in families (and of --spec's kernels) whose kernel source is not this "
+                  "build's, or whose config its space does not hold (`cache show` marks them stale or off the "
+                  "space: the run-time lookup passes over them)");
   prune->add_option("--family", args->prune.family, "Apply the version filters to this family only");
   prune->add_option("--source-hash", args->prune.source_hash, "Drop entries with another source hash");
   prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version");
   prune->add_option("--driver", args->prune.driver_version, "Drop entries measured under another driver version");
   prune->callback([args, &global] {
+    const auto specs = args->spec_families();
+    KTUNE_REQUIRE(specs.empty() || args->stale, "--spec tells a kernel spec's entries stale: it goes with --stale");
     args->prune.superseded = !args->keep_superseded;
     std::size_t dropped = 0;
     cache::CacheFile file(args->file);
@@ -273,7 +293,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     file.update([&](std::vector<cache::Entry>& entries) {
       if (args->stale)
         dropped = std::erase_if(entries, [&](const cache::Entry& e) {
-          const std::string state = source_state(e);
+          const std::string state = source_state(e, specs);
           return (p.family.empty() || e.key.family == p.family) && (state == "stale" || state == "off the space");
         });
       dropped += cache::prune_entries(entries, args->prune);
@@ -282,7 +302,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     if (global.json)
       std::cout << nlohmann::json{{"file", args->file}, {"dropped", dropped}}.dump(2) << "\n";
     else
-      std::cout << fmt::format("{}: {} entries dropped\n", args->file, dropped);
+      std::cout << fmt::format("{}: {} {} dropped\n", args->file, dropped, dropped == 1 ? "entry" : "entries");
   });
 
   auto* exp = cmd->add_subcommand("export", "Write a filtered copy of a cache (for another host or the runtime)");

@@ -117,6 +117,25 @@ TEST_CASE("spec emu: the row-sum reduction tunes end to end and lands in the cac
   REQUIRE(cache["entries"].size() == 1);
   CHECK(cache["entries"][0]["key"]["family"] == "row_sum");
   CHECK(cache["entries"][0]["key"]["source_hash"] == family.source_hash());
+  // cache show --spec tells the entry current against the spec's source now, and stale once the source changed;
+  // prune --stale --spec drops it then.
+  fs::copy_file(example("reduction/reduction.json"), dir / "reduction.json");
+  fs::copy_file(example("reduction/reduction.cu"), dir / "reduction.cu");
+  const std::string show = ktune_exe().string() + " --json cache show " + (dir / "tuned.json").string();
+  const auto source = [&](const std::string& args) {
+    std::string out;
+    REQUIRE(run_command(show + args, &out) == 0);
+    return nlohmann::json::parse(out).at(0).at("source").get<std::string>();
+  };
+  CHECK(source("") == "-");
+  CHECK(source(" --spec " + (dir / "reduction.json").string()) == "current");
+  std::ofstream(dir / "reduction.cu", std::ios::app) << "// edited\n";
+  CHECK(source(" --spec " + (dir / "reduction.json").string()) == "stale");
+  std::string out;
+  REQUIRE(run_command(ktune_exe().string() + " cache prune --stale --spec " + (dir / "reduction.json").string() + " " +
+                          (dir / "tuned.json").string(),
+                      &out) == 0);
+  CHECK_THAT(out, Catch::Contains(": 1 entry dropped"));
 }
 
 TEST_CASE("spec emu: reference answers match an fp64 CPU computation, variants match them", "[spec]") {
