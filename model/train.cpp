@@ -258,7 +258,18 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
       r.checkpointed = records.back().checkpointed = !o.checkpoint.empty();
     }
     if (r.checkpointed) {
-      unless_diverged(s, [&] { write_checkpoint(o.checkpoint, *model, at); });
+      try {
+        unless_diverged(s, [&] { write_checkpoint(o.checkpoint, *model, at); });
+      } catch (const Error& e) {
+        // A checkpoint that cannot be written (a full disk) leaves --save, which may still fit, to keep the step.
+        if (e.kind() != ErrorKind::kIo || o.save.empty()) throw;
+        try {
+          save_weights(o.save);
+        } catch (const Error&) {
+          throw e;
+        }
+        throw_error(ErrorKind::kIo, fmt::format("{}; {} holds the weights of step {}", e.what(), o.save, s));
+      }
       last_checkpoint = s;
     }
     if (stop) break;

@@ -472,7 +472,7 @@ TEST_CASE("CLI: an emulation compile killed before it cleaned up leaves nothing 
   CHECK(std::filesystem::exists(live));
 }
 
-TEST_CASE("CLI: a write past the file-size limit fails with one line and leaves no file", "[cli]") {
+TEST_CASE("CLI: a write past the file-size limit fails with one line naming what still holds the run", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-file-size");
   const auto weights = dir / "big.st";
   std::string err;
@@ -482,6 +482,17 @@ TEST_CASE("CLI: a write past the file-size limit fails with one line and leaves 
                     &err) == 1);
   CHECK(err == "ktune: cannot write " + weights.string() + ": File too large: the run stopped after step 1\n");
   CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 0);
+  // A checkpoint (its weights and AdamW's two moments, about 1.5 MB) past the limit, the weights alone (about
+  // 0.5 MB) within it: --save keeps the step. 1200 blocks: 600 KiB in dash's, 1200 KiB in bash's.
+  const auto ckpt = dir / "c.ckpt";
+  CHECK(run_command("{ ulimit -f 1200; " + ktune_exe().string() + " train --model tiny --steps 2 --checkpoint " +
+                        ckpt.string() + " --save " + weights.string() + " >/dev/null; }",
+                    &err) == 1);
+  CHECK(err == "ktune: cannot write " + ckpt.string() + ": File too large: the run stopped after step 2; " +
+                   weights.string() + " holds the weights of step 2\n");
+  CHECK_FALSE(std::filesystem::exists(ckpt));
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " eval --model tiny --weights " + weights.string(), &out) == 0);
 }
 
 TEST_CASE("CLI: train whose --metrics cannot be written stops at that step with its checkpoint and says so", "[cli]") {
