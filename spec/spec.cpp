@@ -253,7 +253,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   std::set<std::string> buffer_names;
   for (const auto& b : j["buffers"]) {
     r.require(b.is_object(), "a buffer is an object {\"name\", \"count\", \"role\", ...}");
-    r.known_fields(b, "buffer", {"name", "dtype", "count", "init", "file", "role"});
+    r.known_fields(b, "buffer", {"name", "dtype", "count", "init", "file", "role", "tolerance"});
     BufferSpec buf;
     buf.name = r.string_at(b, "name", "buffer");
     const std::string what = "buffer '" + buf.name + "'";
@@ -293,6 +293,12 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       buf.init = Init::kFile;
     else
       r.fail(fmt::format("{}: init '{}' is not one of random, zeros, file", what, init));
+    if (b.contains("tolerance")) {
+      r.require(buf.role != Role::kInput, what + ": an input is not checked, so it takes no tolerance");
+      r.require(b["tolerance"].is_number() && b["tolerance"].get<double>() >= 0,
+                what + ": 'tolerance' must be a non-negative number (max relative L2 error)");
+      buf.tolerance = b["tolerance"].get<double>();
+    }
     if (buf.init == Init::kFile) {
       buf.file = resolve(base, r.string_at(b, "file", what));
       r.require(fs::is_regular_file(buf.file, ec), fmt::format("{}: file {} not found", what, buf.file.string()));

@@ -29,6 +29,7 @@ struct BufferSpec {
   Init init = Init::kRandom;
   std::filesystem::path file;  ///< Init::kFile: a .npy or .safetensors file
   templates::Role role = templates::Role::kInput;
+  std::optional<double> tolerance;  ///< this output's max relative L2 error; empty: the spec's
 };
 
 /// One kernel argument: a buffer's address, or a scalar of `type` ("i32",

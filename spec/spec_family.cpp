@@ -208,7 +208,7 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
     h.name = b.name;
     h.role = b.role;
     h.dtype = b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype;
-    h.tolerance = spec_->tolerance.value_or(templates::tolerance_for(problem.dtype));
+    h.tolerance = b.tolerance.value_or(spec_->tolerance.value_or(templates::tolerance_for(problem.dtype)));
     const auto n = static_cast<std::size_t>(b.count->eval_integer(dims, 1, kMaxElements));
     if (b.role == Role::kOutput || b.init == Init::kZeros) {
       h.bytes.assign(n * templates::size_of(h.dtype), std::byte{0});

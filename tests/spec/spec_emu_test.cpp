@@ -199,6 +199,15 @@ TEST_CASE("spec emu: answer files are checked, and a wrong answer is rejected", 
   CHECK_THAT(out, Catch::Contains("FAIL: validation"));
   tune(wrong_spec, dir / "tuned.json", 1);
   CHECK_FALSE(fs::exists(dir / "tuned.json"));
+  // An output's own tolerance, in place of the spec's: one row off by 0.5 in four is within 1 of relative L2.
+  auto loose = nlohmann::json::parse(std::ifstream(wrong_spec));
+  loose["buffers"][1]["tolerance"] = 1.0;
+  std::ofstream(dir / "loose.json") << loose.dump(2);
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "loose.json").string(), &out) == 0);
+  loose["buffers"][0]["tolerance"] = 1.0;  // an input's is refused: it is not checked
+  std::ofstream(dir / "loose.json") << loose.dump(2);
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "loose.json").string(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("buffer 'x': an input is not checked, so it takes no tolerance"));
 }
 
 TEST_CASE("spec emu: a kernel the emulation cannot run is refused with the construct named", "[spec]") {
