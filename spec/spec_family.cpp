@@ -209,7 +209,14 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
     h.role = b.role;
     h.dtype = b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype;
     h.tolerance = b.tolerance.value_or(spec_->tolerance.value_or(templates::tolerance_for(problem.dtype)));
-    const auto n = static_cast<std::size_t>(b.count->eval_integer(dims, 1, kMaxElements));
+    std::size_t n = 0;
+    try {
+      n = static_cast<std::size_t>(b.count->eval_integer(dims, 1, kMaxElements));
+    } catch (const Error& e) {  // named as the spec's load-time errors are: by its file
+      if (e.kind() != ErrorKind::kInvalidInput) throw;
+      throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {} (for {})", spec_->path.string(), e.what(),
+                                                        problem.key()));
+    }
     if (b.role == Role::kOutput || b.init == Init::kZeros) {
       h.bytes.assign(n * templates::size_of(h.dtype), std::byte{0});
     } else if (b.init == Init::kRandom) {

@@ -187,6 +187,16 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
                                   "it takes no init; a kernel that reads it first (accumulates into it: +=, atomicAdd) "
                                   "needs role inout (with init zeros to start from 0)");
   }
+  SECTION("a buffer count out of range for the problem, found when its inputs are made") {
+    const auto path = reduction_copy(dir, [](std::string& t) {
+      replace(t, "\"count\": \"rows * cols\"", "\"count\": \"rows * cols - 100000\"");
+    });
+    const auto& family = load_spec_family(path);
+    CHECK_THROWS_WITH(family.make_workload(family.problem_classes().front(), 1),
+                      Catch::StartsWith(path.string() + ": buffer 'x' count 'rows * cols - 100000' = -83680 is "
+                                                        "outside ") &&
+                          Catch::EndsWith(" (for f32;cols=1020;rows=16)"));
+  }
   SECTION("no tunable") {
     const auto path = reduction_copy(dir, [](std::string& t) {
       replace(t, "\"threads\": {\"values\": [32, 64, 128, 256, 512, 1024], \"about\": \"threads per row\"},\n"
