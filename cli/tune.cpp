@@ -242,7 +242,9 @@ void add_tune_command(CLI::App& app, Global& global) {
       if (!summary.previous_log.empty()) previous_logs.push_back(summary.previous_log);
       if (evaluated > 0 && print == env::PrintLevel::kSummary) {  // the last line says it ended, not an ETA
         const auto* best = summary.best && summary.best->result.timing ? &*summary.best->result.timing : nullptr;
-        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {}, done in {} ({}){}",
+        // The winner as timed again beside the finalists: on a noisy host it may be slower than the best the
+        // search saw, which the winner rule did not trust.
+        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] winner {}, done in {} ({}){}",
                                 summary.evaluations, family.space().size(), summary.failures,
                                 best ? fmt::format("{:.4f} ms", best->median_ms) : "none",
                                 format_duration(summary.seconds), summary.stopped_by,
