@@ -263,8 +263,8 @@ void add_tune_command(CLI::App& app, Global& global) {
                             problem.key(), std::min<std::size_t>(kTop, working), summary.records.size());
         tops += top_table(view, kTop);
         if (const std::string failures = failure_table(view.evaluations); !failures.empty())
-          tops += fmt::format("{} on {}, the configs that failed, by kind:\n{}", family.name(), problem.key(),
-                              failures);
+          tops += fmt::format("{} on {}, the configs that failed, by kind (KTUNE_PRINT=all prints each):\n{}",
+                              family.name(), problem.key(), failures);
       }
       if (!opts->export_kt.empty()) {  // failures too: Kernel Tuner's caches keep them
         search::KernelTunerHeader header;
@@ -284,7 +284,8 @@ void add_tune_command(CLI::App& app, Global& global) {
         if (e.kind() != ErrorKind::kIo) throw;
         throw_error(ErrorKind::kIo,
                     fmt::format("{}; the winner of {} on {} is {} at {:.4f} ms, and {} holds every evaluation: the "
-                                "same command with --resume writes it without measuring again",
+                                "same command with --resume takes them from it (timing only the finalists again) and "
+                                "writes the winner",
                                 e.what(), family.name(), problem.key(), summary.best->config.str(),
                                 summary.best->result.timing->median_ms, summary.log_path));
       }

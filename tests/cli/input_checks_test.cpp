@@ -187,7 +187,10 @@ TEST_CASE("CLI: tune --resume refuses a file that is no session log, a new sessi
   std::ofstream(log) << edited.dump() << lines.substr(lines.find('\n'));
   CHECK(run_bad(tune + "--budget 3 --resume --log " + log.string(), &err) == 2);
   CHECK_THAT(err, Catch::Contains("holds results of kernel source \"0123\"") &&
-                      Catch::Contains("leave out --resume to start anew"));
+                      Catch::Contains("give another --log (or remove it) to start anew"));
+  // Without --resume too: the message offers no --resume that would be refused.
+  CHECK(run_bad(tune + "--budget 3 --log " + log.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("holds results of kernel source \"0123\"") && !Catch::Contains("give --resume"));
   for (const char* timeout : {"0", "-1", "nan", "inf", "1e300"}) {
     INFO(timeout);
     CHECK(run_bad(tune + "--log " + (dir / "t.log").string() + " --timeout " + timeout, &err) == 2);
@@ -476,17 +479,18 @@ TEST_CASE("CLI: a write past the file-size limit fails with one line naming what
   const auto dir = ktune::test::scratch_dir("cli-file-size");
   const auto weights = dir / "big.st";
   std::string err;
-  // ulimit -f counts blocks of 512 bytes (dash) or 1024 (bash): the tiny model's weights are larger than 64 KiB.
-  CHECK(run_command("{ ulimit -f 64; " + ktune_exe().string() + " train --model tiny --steps 1 --save " +
+  // prlimit: a file-size limit in bytes; the tiny model's weights are about 0.5 MB.
+  CHECK(run_command("{ prlimit --fsize=65536 " + ktune_exe().string() + " train --model tiny --steps 1 --save " +
                         weights.string() + " >/dev/null; }",
                     &err) == 1);
   CHECK(err == "ktune: cannot write " + weights.string() + ": File too large: the run stopped after step 1\n");
   CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 0);
   // A checkpoint (its weights and AdamW's two moments, about 1.5 MB) past the limit, the weights alone (about
-  // 0.5 MB) within it: --save keeps the step. 1200 blocks: 600 KiB in dash's, 1200 KiB in bash's.
+  // 0.5 MB) within it: --save keeps the step.
   const auto ckpt = dir / "c.ckpt";
-  CHECK(run_command("{ ulimit -f 1200; " + ktune_exe().string() + " train --model tiny --steps 2 --checkpoint " +
-                        ckpt.string() + " --save " + weights.string() + " >/dev/null; }",
+  CHECK(run_command("{ prlimit --fsize=1000000 " + ktune_exe().string() +
+                        " train --model tiny --steps 2 --checkpoint " + ckpt.string() + " --save " + weights.string() +
+                        " >/dev/null; }",
                     &err) == 1);
   CHECK(err == "ktune: cannot write " + ckpt.string() + ": File too large: the run stopped after step 2; " +
                    weights.string() + " holds the weights of step 2\n");
@@ -498,14 +502,13 @@ TEST_CASE("CLI: a write past the file-size limit fails with one line naming what
 TEST_CASE("CLI: train whose --metrics cannot be written stops at that step with its checkpoint and says so", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-metrics-full");
   const auto ckpt = dir / "c.ckpt", metrics = dir / "m.jsonl";
-  // A model whose checkpoint (about 75 KB) fits under the file-size limit that its metrics outgrow: 200 blocks,
-  // 100 KiB in dash's 512-byte blocks, 200 KiB in bash's.
+  // A model whose checkpoint (about 75 KB) fits under the file-size limit (100 KB) that its metrics outgrow.
   const std::string train = ktune_exe().string() +
                             " train --d-model 8 --heads 1 --layers 1 --vocab 32 --ctx 4 --batch 1 --threads 1 "
                             "--checkpoint " +
                             ckpt.string() + " --metrics " + metrics.string() + " --resume ";
   std::string err;
-  CHECK(run_command("{ ulimit -f 200; " + train + "--steps 5000 >/dev/null; }", &err) == 1);
+  CHECK(run_command("{ prlimit --fsize=100000 " + train + "--steps 5000 >/dev/null; }", &err) == 1);
   INFO(err);
   const auto words = err.find("; the run stopped after step ");
   REQUIRE(words != std::string::npos);

@@ -65,6 +65,26 @@ class SessionLog {
   std::ofstream out_;
 };
 
+/// Why a log whose session header is `logged` holds no results this session
+/// (whose header is `session`) can take over: another family or problem,
+/// or results another backend, device or kernel source gave; nullopt if it
+/// can be resumed.
+std::optional<std::string> not_resumable(const std::string& path, const nlohmann::json& logged,
+                                         const nlohmann::json& session) {
+  if (logged.value("family", "") != session.value("family", "") ||
+      logged.value("problem", "") != session.value("problem", ""))
+    return fmt::format("session log {} is for {} on {}, not {} on {}", path, logged.value("family", ""),
+                       logged.value("problem", ""), session.value("family", ""), session.value("problem", ""));
+  for (const std::string key : {"backend", "gpu", "arch", "source_hash"}) {
+    const nlohmann::json& value = logged.contains(key) ? logged[key] : session.at(key);
+    const std::string named = key == "source_hash" ? "kernel source" : key;
+    if (value != session.at(key))
+      return fmt::format("session log {} holds results of {} {}, this session's {} is {}: they are not its results",
+                         path, named, value.dump(), named, session.at(key).dump());
+  }
+  return std::nullopt;
+}
+
 /// `header` is the log's last session header (null where a missing or
 /// empty file holds none); a file whose first line is not one is refused, as
 /// no session's log, before anything is appended to it; and so is a log of
@@ -93,18 +113,8 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
     }
     if (j.contains("session")) {
       header = j["session"];
-      KTUNE_REQUIRE(j["session"].value("family", "") == family.name() &&
-                        j["session"].value("problem", "") == problem.key(),
-                    fmt::format("session log {} is for {} on {}, not {} on {}", path, j["session"].value("family", ""),
-                                j["session"].value("problem", ""), family.name(), problem.key()));
-      for (const std::string key : {"backend", "gpu", "arch", "source_hash"}) {
-        const nlohmann::json& logged = j["session"].contains(key) ? j["session"][key] : session.at(key);
-        const std::string named = key == "source_hash" ? "kernel source" : key;
-        KTUNE_REQUIRE(logged == session.at(key),
-                      fmt::format("session log {} holds results of {} {}, this session's {} is {}: they are not "
-                                  "its results; leave out --resume to start anew, or give another --log",
-                                  path, named, logged.dump(), named, session.at(key).dump()));
-      }
+      if (const auto why = not_resumable(path, header, session))
+        throw_error(ErrorKind::kInvalidInput, *why + "; give another --log (or remove it) to start anew");
       continue;
     }
     if (j.contains("winner")) continue;  // a finished session's pick: the results are the evaluations
@@ -144,18 +154,16 @@ std::string keep_previous_log(const std::string& path, bool default_log, const n
   if (!default_log) {
     const auto j = nlohmann::json::parse(header, nullptr, false);
     const bool named = j.is_object() && j.contains("session") && j["session"].is_object();
-    const std::string family = named ? j["session"].value("family", "?") : "?";
-    const std::string problem = named ? j["session"].value("problem", "?") : "?";
-    const std::string what = named ? fmt::format(" of {} on {}", family, problem) : "";
-    // Another kernel's or problem's log cannot be resumed here: say only what can be done.
-    const bool this_one = family == session.value("family", "") && problem == session.value("problem", "");
+    // One --resume could not take over (another kernel, problem, source, device): say only what can be done.
+    if (const auto why = named ? not_resumable(path, j["session"], session) : std::nullopt)
+      throw_error(ErrorKind::kInvalidInput, *why + "; give another --log (or remove it) to start anew");
     throw_error(ErrorKind::kInvalidInput,
-                this_one ? fmt::format("--log {} holds the results of a session{}: give --resume to go on from it, "
-                                       "or remove it (or give another --log) to start anew",
-                                       path, what)
-                         : fmt::format("--log {} holds the results of a session{}, not this one's: give another --log, "
-                                       "or remove it",
-                                       path, what));
+                fmt::format("--log {} holds the results of a session{}: give --resume to go on from it, or remove "
+                            "it (or give another --log) to start anew",
+                            path,
+                            named ? fmt::format(" of {} on {}", j["session"].value("family", "?"),
+                                                j["session"].value("problem", "?"))
+                                  : ""));
   }
   const std::string previous = path.substr(0, path.rfind(".log")) + ".previous.log";
   std::error_code ec;

@@ -272,8 +272,18 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   // Another problem's: --resume would be refused too, so the message does not offer it.
   const Problem other{"f32", {{"tensors", 2}, {"numel", 2000}}};
   CHECK_THROWS_WITH(tune(family, other, third, o),
-                    "--log " + o.log_path + " holds the results of a session of adamw_single on " + problem.key() +
-                        ", not this one's: give another --log, or remove it");
+                    "session log " + o.log_path + " is for adamw_single on " + problem.key() + ", not adamw_single on " +
+                        other.key() + "; give another --log (or remove it) to start anew");
+  // And so is the one of another device (or backend, or kernel source): --resume would not take it over either.
+  ScriptedRunner elsewhere;
+  elsewhere.device_ = DeviceLimits::for_arch("sm_80");
+  CHECK_THROWS_WITH(tune(family, problem, elsewhere, o),
+                    Catch::StartsWith("session log " + o.log_path + " holds results of arch \"sm_90\", this "
+                                      "session's arch is \"sm_80\": they are not its results; give another --log"));
+  o.resume = true;
+  CHECK_THROWS_WITH(tune(family, problem, elsewhere, o), Catch::EndsWith("; give another --log (or remove it) to start "
+                                                                         "anew"));
+  o.resume = false;
   CHECK(text(o.log_path) == second_log);
 }
 
