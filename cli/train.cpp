@@ -42,14 +42,17 @@ std::optional<std::int64_t> record_step(const std::string& line) {
 }
 
 /// Refuses a --metrics file that is not a run's records (JSON objects with a
-/// step, one a line; the last, past the first, may be cut short by a kill):
-/// a resumed run would rewrite it, a new one replace it.
+/// step, one a line; the last may be one cut short by a kill: no newline
+/// after it, and a JSON object's start): a resumed run would rewrite it, a
+/// new one replace it.
 void check_metrics(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) return;
-  std::istringstream lines(read_file(path));
+  const std::string text = read_file(path);
+  std::istringstream lines(text);
   std::vector<std::string> all;
   for (std::string line; std::getline(lines, line);) all.push_back(line);
-  for (std::size_t i = 0; i < all.size() && (i + 1 < all.size() || i == 0); ++i) {
+  const bool cut = !text.empty() && text.back() != '\n' && all.back().rfind("{\"", 0) == 0;
+  for (std::size_t i = 0; i < all.size() && (i + 1 < all.size() || !cut); ++i) {
     KTUNE_REQUIRE(record_step(all[i]).has_value(),
                   fmt::format("--metrics {}: line {} is no step record of a ktune run; give the run's metrics file, "
                               "or another path",
@@ -285,6 +288,7 @@ void add_train_command(CLI::App& app, Global& global) {
     ProgressLine json_progress;
     // Under --json, the run's JSON: the steps done, and the error that ended it early if one did.
     std::optional<std::int64_t> resumed_after;
+    bool started = false;  // the backend up and the run under way: an error then ends a run, not bad input
     const auto print_json = [&](const std::vector<model::StepRecord>& steps, const std::string& error) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : steps) j.push_back(step_json(r));
@@ -340,7 +344,8 @@ void add_train_command(CLI::App& app, Global& global) {
                                      r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "", eta(r.step))
                       << std::flush;
           },
-          [&global, &t, &resumed_after](const model::TrainStart& start) {  // once the backend is up
+          [&global, &t, &resumed_after, &started](const model::TrainStart& start) {  // once the backend is up
+            started = true;
             // What the run is goes to stdout, but for --json's; warnings and notes go to stderr either way.
             std::ostringstream discarded;
             std::ostream& out = global.json ? discarded : std::cout;
@@ -411,7 +416,7 @@ void add_train_command(CLI::App& app, Global& global) {
             if (!rt.kernel_summary().empty()) out << rt.device() << ": " << rt.kernel_summary() << "\n";
           });
     } catch (const Error& e) {
-      if (global.json) print_json(done, e.what());  // a diverged run keeps the steps it took
+      if (global.json && started) print_json(done, e.what());  // a diverged run keeps the steps it took
       throw;
     }
     if (global.json) {
@@ -441,7 +446,11 @@ void add_train_command(CLI::App& app, Global& global) {
                                                  t.checkpoint)
                                : !t.save.empty() ? fmt::format("{} holds its weights", t.save)
                                                  : "nothing was kept (no --checkpoint or --save)";
-      std::cerr << fmt::format("ktune: {}; the run stopped after step {}; {}\n", metrics_failure, step, kept);
+      if (step >= t.steps)  // the last step's line: the run is done, its record alone is missing
+        std::cerr << fmt::format("ktune: {}; the run finished (step {}) without that step's line\n", metrics_failure,
+                                 step);
+      else
+        std::cerr << fmt::format("ktune: {}; the run stopped after step {}; {}\n", metrics_failure, step, kept);
       global.exit_code = 1;
     } else if (const int signal = stop_signals.caught()) {
       const std::string name = StopSignals::name(signal);

@@ -4,17 +4,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <numbers>
 #include <numeric>
 #include <optional>
 #include <span>
-#include <string_view>
 
 #include "base/error.hpp"
 #include "model/checkpoint.hpp"
@@ -198,13 +195,8 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     try {
       write();
     } catch (const Error& e) {
-      if (e.kind() == ErrorKind::kIo) {
-        const bool full = std::string_view(e.what()).find(std::strerror(ENOSPC)) != std::string_view::npos;
-        throw_error(ErrorKind::kIo, fmt::format("{}: the run stopped after step {}{}{}", e.what(), step, held(),
-                                                full ? " (a file is replaced whole, so the disk needs room for a "
-                                                       "second copy)"
-                                                     : ""));
-      }
+      if (e.kind() == ErrorKind::kIo)
+        throw_error(ErrorKind::kIo, fmt::format("{}: the run stopped after step {}{}", e.what(), step, held()));
       if (e.kind() != ErrorKind::kCheckFailed) throw;
       throw_error(ErrorKind::kCheckFailed, fmt::format("{} at step {}{}", e.what(), step, held()));
     }
@@ -263,12 +255,14 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
       } catch (const Error& e) {
         // A checkpoint that cannot be written (a full disk) leaves --save, which may still fit, to keep the step.
         if (e.kind() != ErrorKind::kIo || o.save.empty()) throw;
+        std::string saved;
         try {
           save_weights(o.save);
-        } catch (const Error&) {
-          throw e;
+          saved = fmt::format("{} holds the weights of step {}", o.save, s);
+        } catch (const Error& also) {
+          saved = fmt::format("--save {} could not be written either: {}", o.save, also.what());
         }
-        throw_error(ErrorKind::kIo, fmt::format("{}; {} holds the weights of step {}", e.what(), o.save, s));
+        throw_error(ErrorKind::kIo, fmt::format("{}; {}", e.what(), saved));
       }
       last_checkpoint = s;
     }
