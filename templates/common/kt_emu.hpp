@@ -463,6 +463,18 @@ inline float exp2_approx(float x) {
 
 #include "common/kt_emu_wgmma.hpp"
 
-// Last, so that no standard header included above brings <cassert>'s back.
+// glibc's assert (a source that includes <cassert> after this) calls this
+// hook, defined in the module in place of glibc's, so it too ends the block.
+extern "C" __attribute__((visibility("hidden"), noreturn)) void __assert_fail(const char* expression,
+                                                                           const char* file, unsigned line,
+                                                                           const char*) noexcept {
+  ::kt::emu::assert_failed(expression, file, line);
+}
+// Last, so that no standard header included above brings <cassert>'s back;
+// NDEBUG drops it, as CUDA's.
 #undef assert
-#define assert(e) ((e) ? static_cast<void>(0) : ::kt::emu::assert_failed(#e, __FILE__, __LINE__))
+#ifdef NDEBUG
+#define assert(e) static_cast<void>(0)
+#else
+#define assert(e) ((e) ? static_cast<void>(0) : __assert_fail(#e, __FILE__, __LINE__, __func__))
+#endif

@@ -77,8 +77,8 @@ void describe_fault(BlockRun& b, int sig, const void* address, bool write) {
     std::snprintf(b.fault_text, sizeof b.fault_text, "invalid %s of address %p %s: a null pointer%s", access, address,
                   at,
                   b.launch->dynamic_smem == 0
-                      ? " (the launch has no dynamic shared memory, so kt::dynamic_shared() is null; a kernel "
-                        "spec's shared_bytes sizes it)"
+                      ? " (if it came from kt::dynamic_shared(): the launch has no dynamic shared memory, so that "
+                        "is null; a kernel spec's shared_bytes sizes it)"
                       : "");
     return;
   }

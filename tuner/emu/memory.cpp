@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -49,7 +50,8 @@ GuardedBuffer::GuardedBuffer(std::string name, std::size_t size) : size_(size) {
   // Right-aligned against the trailing guard page, start rounded down to 16.
   const auto end = reinterpret_cast<std::uintptr_t>(area_ + area_size_);
   data_ = reinterpret_cast<std::byte*>((end - size) & ~std::uintptr_t{15});
-  std::memset(area_, kCanary, area_size_);
+  // area_ is page-aligned: little-endian halfwords 0xffc1 are canary_byte's bytes.
+  std::fill_n(reinterpret_cast<std::uint16_t*>(area_), area_size_ / 2, std::uint16_t{0xffc1});
   region_ = Region{std::move(name), map_, map_ + map_size_, data_, size_};
 }
 
@@ -89,10 +91,10 @@ void GuardedBuffer::fill(unsigned char byte) {
 
 std::string GuardedBuffer::check_canary() const {
   for (const std::byte* p = area_; p < data_; ++p)
-    if (*p != std::byte{kCanary})
+    if (*p != std::byte{canary_byte(p)})
       return fmt::format("out-of-bounds write: {} was overwritten", describe_offset(region_, p));
   for (const std::byte* p = data_ + size_; p < area_ + area_size_; ++p)
-    if (*p != std::byte{kCanary})
+    if (*p != std::byte{canary_byte(p)})
       return fmt::format("out-of-bounds write: {} was overwritten", describe_offset(region_, p));
   return {};
 }

@@ -65,12 +65,15 @@ class GuardedBuffer {
   Region region_;
 };
 
-/// The canary byte kept around buffers: all bits set, as outputs are
-/// poisoned, so a read a little before a buffer's start (the page's slack
-/// in front of it; past its end is the guard page) finds NaN in any float
-/// type and spoils what it computes, where it would otherwise pass on
-/// plausible values (in an integer type it reads -1, which an index may
-/// take as valid); a write there is found by check_canary.
-inline constexpr unsigned char kCanary = 0xff;
+/// The canary kept around buffers, by address: 0xc1 at even addresses,
+/// 0xff at odd ones (little-endian halfwords 0xffc1). A read a little before
+/// a buffer's start (the page's slack in front of it) or in the bytes past
+/// its end that alignment leaves finds NaN in bf16, f16, f32 and f64, which
+/// spoils what it computes where it would otherwise pass on plausible values,
+/// and a large negative number in a signed integer; a write there is found
+/// by check_canary, -1 or a poisoned (all-ones) NaN included.
+inline unsigned char canary_byte(const void* address) {
+  return (reinterpret_cast<std::uintptr_t>(address) & 1) ? 0xff : 0xc1;
+}
 
 }  // namespace ktune::tuner::emu

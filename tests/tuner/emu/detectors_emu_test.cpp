@@ -67,6 +67,11 @@ __global__ void k_assert(int* out) {
   assert(threadIdx.x < 16);  // as NVRTC takes it: no header
   out[threadIdx.x] = 1;
 }
+#include <cassert>  // a host header's assert (glibc's) ends the block too, through the same hook
+__global__ void k_assert_glibc(int* out) {
+  assert(threadIdx.x < 8);
+  out[threadIdx.x] = 1;
+}
 __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
   __shared__ __align__(16) float s[128];
   kt::cp_async_16(s + 4 * threadIdx.x, in + offset + 4 * threadIdx.x);
@@ -77,7 +82,7 @@ __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
 )";
 
 enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem, kStaticOverrun,
-       kAssert, kBeforeRead };
+       kAssert, kBeforeRead, kAssertGlibc };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
@@ -86,7 +91,7 @@ ktune::test::EmuProbe& probe() {
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
                                   "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy",
                                   "k_static_smem", "k_static_smem_overrun", "k_assert",
-                                  "k_before_read"},
+                                  "k_before_read", "k_assert_glibc"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -137,7 +142,7 @@ TEST_CASE("an out-of-bounds read far from a buffer is reported", "[emu]") {
   CHECK(error.find("byte offset 4096 of in (128 bytes)") != std::string::npos);
 }
 
-TEST_CASE("a read just before a buffer finds NaN, not a plausible value", "[emu]") {
+TEST_CASE("a read just before a buffer finds NaN, not a plausible value, and a write there is found", "[emu]") {
   auto& p = probe();
   float* out = p.buffer("out", std::vector<float>(32, 0.0f));
   const float* in = p.buffer("in", std::vector<float>(32, 2.0f));
@@ -145,6 +150,12 @@ TEST_CASE("a read just before a buffer finds NaN, not a plausible value", "[emu]
   const auto got = p.read(out, 32);
   CHECK(std::isnan(got[0]));
   CHECK(std::count(got.begin() + 1, got.end(), 2.0f) == 31);
+  // And a write there is found, even of -1 (all ones, the poison's bits).
+  ktune::tuner::emu::GuardedBuffer b("b", 40);
+  CHECK(b.check_canary().empty());
+  const std::int32_t minus_one = -1;
+  std::memcpy(b.data() - 4, &minus_one, sizeof minus_one);
+  CHECK_THAT(b.check_canary(), Catch::StartsWith("out-of-bounds write: 4 bytes before the start of b"));
 }
 
 TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu]") {
@@ -159,8 +170,9 @@ TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu
   const auto none = p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 0);
   INFO(none);
   CHECK_THAT(none, Catch::Contains("invalid write of address ") &&
-                       Catch::Contains(": a null pointer (the launch has no dynamic shared memory, so "
-                                       "kt::dynamic_shared() is null; a kernel spec's shared_bytes sizes it)"));
+                       Catch::Contains(": a null pointer (if it came from kt::dynamic_shared(): the launch has "
+                                       "no dynamic shared memory, so that is null; a kernel spec's shared_bytes "
+                                       "sizes it)"));
 }
 
 TEST_CASE("static __shared__ variables start every block as NaN bytes, not as the last block left them", "[emu]") {
@@ -180,7 +192,7 @@ TEST_CASE("static __shared__ variables start every block as NaN bytes, not as th
 TEST_CASE("an index past a static __shared__ or register array is reported with its line", "[emu]") {
   auto& p = probe();
   float* out = p.buffer("out", std::vector<float>(160));
-  // 128 threads: within the tile; extra 0 keeps acc's index below 4 for threads 0-3 only.
+  // 128 threads, all within the tile; extra 4 puts thread 0's index into acc at 4, past its end.
   std::string error = p.launch_error(kStaticOverrun, {1, 1, 1}, {128, 1, 1}, ArgPack().add(out).add(4));
   INFO(error);
   CHECK_THAT(error, Catch::StartsWith("emulation: index 4 out of bounds of 'float [4]' (rendered.cu:"));
@@ -202,6 +214,11 @@ TEST_CASE("a device assert that fails ends the launch with its expression and li
   INFO(error);
   CHECK_THAT(error, Catch::StartsWith("emulation: assertion 'threadIdx.x < 16' failed (rendered.cu:") &&
                         Catch::EndsWith("(kernel k_assert, block (0,0,0), thread (16,0,0))"));
+  // After a source includes <cassert>, its assert ends the block the same way, not the process.
+  const auto glibc = p.launch_error(kAssertGlibc, {1, 1, 1}, {32, 1, 1}, ArgPack().add(out));
+  INFO(glibc);
+  CHECK_THAT(glibc, Catch::StartsWith("emulation: assertion 'threadIdx.x < 8' failed (rendered.cu:") &&
+                        Catch::EndsWith("(kernel k_assert_glibc, block (0,0,0), thread (8,0,0))"));
 }
 
 TEST_CASE("__trap ends the launch with an error", "[emu]") {
