@@ -192,22 +192,21 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (method.empty()) method = r.timing->method;
       return Timed{r.timing->median_ms, r.timing->p20_ms, r.timing->p80_ms, chosen.config.str(), chosen.source};
     };
-    // TFLOP/s of the emulation's host time would read as a GPU's (0.0): on a GPU only, "-" and null otherwise.
-    const double flop_rate = emulated ? 0.0 : 1.0;
     for (auto& r : rows) {
       r.memory_after_forward_mib = memory_after_forward_mib(r.problem);
       r.forward = time(r, at::forward_family());
-      if (r.forward)
-        r.forward_tflops = flop_rate * at::forward_family().flops(r.problem) / (r.forward->ms * 1e-3) / 1e12;
+      // TFLOP/s of a GPU's times only: the emulation's host time would read as one; they stay 0 ("-", null).
+      if (r.forward && !emulated)
+        r.forward_tflops = at::forward_family().flops(r.problem) / (r.forward->ms * 1e-3) / 1e12;
       if (r.table != "causal_fwd_d128") {
         r.backward = time(r, at::backward_family());
-        if (r.backward)
-          r.backward_tflops = flop_rate * at::backward_family().flops(r.problem) / (r.backward->ms * 1e-3) / 1e12;
+        if (r.backward && !emulated)
+          r.backward_tflops = at::backward_family().flops(r.problem) / (r.backward->ms * 1e-3) / 1e12;
         if (r.forward && r.backward) {
           r.total_ms = r.forward->ms + r.backward->ms;
-          r.total_tflops = flop_rate *
-                           (at::forward_family().flops(r.problem) + at::backward_family().flops(r.problem)) /
-                           (r.total_ms * 1e-3) / 1e12;
+          if (!emulated)
+            r.total_tflops = (at::forward_family().flops(r.problem) + at::backward_family().flops(r.problem)) /
+                             (r.total_ms * 1e-3) / 1e12;
         }
       }
       for (const auto& f : r.failures) std::cerr << fmt::format("  {} {}: FAILED {}\n", r.table, r.problem.key(), f);
@@ -263,7 +262,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
         row["eager_forward"] = to_json(*r.eager_forward);
         row["eager_backward"] = to_json(*r.eager_backward);
         row["eager_softmax"] = to_json(*r.eager_softmax);
-        row["eager_softmax_share"] = softmax_share(r);
+        // A share above the whole (separate timings on a noisy host) is no share: null, as the table says.
+        row["eager_softmax_share"] = softmax_share(r) <= 1 ? nlohmann::json(softmax_share(r)) : nlohmann::json();
         row["eager_memory_after_forward_mib"] = r.eager_memory_after_forward_mib;
       }
       if (r.forward && r.backward) {

@@ -33,7 +33,8 @@ struct Filter {
 /// "stale" (another kernel source) or "off the space" (a config the
 /// family's space does not hold: a parameter's name or value changed, or a
 /// file damaged by hand), both of which the run-time lookup passes over; "-"
-/// for what this build cannot tell (a kernel spec's entry, a GEMM's).
+/// for what this build cannot tell (a kernel spec's entry without --spec, a
+/// GEMM's).
 std::string source_state(const cache::Entry& e, const std::vector<const templates::Family*>& specs = {}) {
   std::vector<const templates::Family*> families = templates::all_families();
   families.insert(families.end(), specs.begin(), specs.end());
@@ -156,7 +157,8 @@ void add_cache_command(CLI::App& app, Global& global) {
   auto args = std::make_shared<Args>();
   const auto add_spec_option = [&args](CLI::App* sub) {
     sub->add_option("--spec", args->specs,
-                    "Kernel spec whose entries to tell current or stale against its source now (repeatable)")
+                    "Kernel spec whose entries to tell current, stale (against its source now) or off the space "
+                    "(repeatable)")
         ->check(input_file());
   };
 
@@ -267,8 +269,9 @@ void add_cache_command(CLI::App& app, Global& global) {
   prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version");
   prune->add_option("--driver", args->prune.driver_version, "Drop entries measured under another driver version");
   prune->callback([args, &global] {
+    KTUNE_REQUIRE(args->specs.empty() || args->stale,
+                  "--spec tells a kernel spec's entries stale: it goes with --stale");
     const auto specs = args->spec_families();
-    KTUNE_REQUIRE(specs.empty() || args->stale, "--spec tells a kernel spec's entries stale: it goes with --stale");
     args->prune.superseded = !args->keep_superseded;
     std::size_t dropped = 0;
     cache::CacheFile file(args->file);

@@ -59,10 +59,8 @@ void add_render_command(CLI::App& app, Global& global) {
           const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family);
           const std::optional<Config> declared =
               spec_family ? spec_family->declared_default() : std::optional<Config>(family.default_config(problem));
-          const auto arch = family.arch_default(problem, limits);
           std::string why;
-          if (declared && def != *declared && !(arch && family.is_valid(*arch, problem, limits)) &&
-              !family.is_valid(*declared, problem, limits, &why)) {
+          if (declared && def != *declared && !family.is_valid(*declared, problem, limits, &why)) {
             valid_line += fmt::format(" (stands in for the default {}, which is not valid here: {})",
                                       declared->str(), why);
             j["default_invalid"] = {{"config", declared->to_json()}, {"why", why}};

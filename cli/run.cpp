@@ -120,7 +120,8 @@ void add_run_command(CLI::App& app, Global& global) {
       ->check(integer_at_least(0))
       ->capture_default_str();
   cmd->add_option("--arch", args->arch, "Emulation: whose limits the emulated device has")->capture_default_str();
-  cmd->add_option("--workers", args->workers, "Emulation: OS threads running blocks (0: all hardware threads)");
+  cmd->add_option("--workers", args->workers, "Emulation: OS threads running blocks (0: all hardware threads)")
+      ->check(CLI::Range(0u, 1024u));
   cmd->add_flag("--time", args->time,
                 "GPU: also time the variant, and each launch of a plan of several alone (attention_bwd: D, dK and "
                 "dV, dQ)");

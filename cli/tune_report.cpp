@@ -136,6 +136,13 @@ std::vector<FailureKind> failure_kinds(const std::vector<Evaluation>& evaluation
   return kinds;
 }
 
+namespace {
+/// `text` cut to at most `max` bytes, ending in "..." where it was cut.
+std::string shortened(const std::string& text, std::size_t max) {
+  return text.size() <= max ? text : text.substr(0, max - 3) + "...";
+}
+}  // namespace
+
 std::string failure_digest(const std::vector<Evaluation>& evaluations) {
   const auto kinds = failure_kinds(evaluations);
   if (kinds.empty()) return "";
@@ -144,16 +151,15 @@ std::string failure_digest(const std::vector<Evaluation>& evaluations) {
     if (!e.ok && !first) first = &e;
   std::string out;
   for (const auto& k : kinds) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", k.count, k.kind);
-  const std::string& why = first->failure;
-  return fmt::format("{} ({})", out, why.size() <= 160 ? why : why.substr(0, 157) + "...");
+  return fmt::format("{} ({})", out, shortened(first->failure, 160));
 }
 
 std::string failure_table(const std::vector<Evaluation>& evaluations) {
   const auto kinds = failure_kinds(evaluations);
   if (kinds.empty()) return "";
-  Table table({{"failed", true}, {"first config", false}, {"its reason (KTUNE_PRINT=all: every one)", false}});
+  Table table({{"failed", true}, {"first config", false}, {"its reason", false}});
   for (const auto& k : kinds)
-    table.add({std::to_string(k.count), k.first->config.str(), fmt::format("{:.200}", k.first->failure)});
+    table.add({std::to_string(k.count), k.first->config.str(), shortened(k.first->failure, 200)});
   return table.str();
 }
 

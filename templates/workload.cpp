@@ -57,25 +57,40 @@ double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector
 std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
   if (got.size() != expected.size()) return "";
   const std::size_t n = got.size() / size_of(t);
-  if (t == DType::kI32 || t == DType::kI64) {
-    // Every element off by -1, the all-ones an output starts as: a kernel that adds to its output.
+  if (t == DType::kI32 || t == DType::kI64 || t == DType::kU8) {
+    // Exact, in the type's own arithmetic (an i64 past 2^53 is no double). Every element 1 below, modulo the
+    // type (the all-ones an output starts as, plus what was added): a kernel that adds to its output.
+    const auto at = [&](const std::vector<std::byte>& v, std::size_t i) -> std::int64_t {
+      return t == DType::kI64 ? load<std::int64_t>(v, i)
+             : t == DType::kI32 ? load<std::int32_t>(v, i)
+                                : load<std::uint8_t>(v, i);
+    };
+    const auto wrapped = [&](std::int64_t d) {  // d modulo the type's range, in its signed form
+      return t == DType::kI32 ? static_cast<std::int64_t>(static_cast<std::int32_t>(d))
+             : t == DType::kU8 ? static_cast<std::int64_t>(static_cast<std::int8_t>(d))
+                               : d;
+    };
     bool all_off_by_poison = n > 0;
     std::size_t furthest = 0;
-    double worst = 0;
+    std::uint64_t worst = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const double d = value_at(t, got, i) - value_at(t, expected, i);
+      const std::int64_t g = at(got, i), x = at(expected, i);
+      const auto difference = static_cast<std::uint64_t>(g) - static_cast<std::uint64_t>(x);
+      const std::int64_t d = wrapped(static_cast<std::int64_t>(difference));
       all_off_by_poison = all_off_by_poison && d == -1;
-      if (std::abs(d) > worst) {
-        worst = std::abs(d);
+      const std::uint64_t off = g >= x ? static_cast<std::uint64_t>(g) - static_cast<std::uint64_t>(x)
+                                       : static_cast<std::uint64_t>(x) - static_cast<std::uint64_t>(g);
+      if (off > worst) {
+        worst = off;
         furthest = i;
       }
     }
     if (all_off_by_poison)
-      return "every element is 1 below the reference's: an output starts as all ones (-1), so a kernel that adds "
-             "to it needs role inout, with init zeros";
+      return "every element is 1 below the reference's: an output starts as all ones, so a kernel that adds to it "
+             "needs role inout, with init zeros";
     if (worst == 0) return "";
-    return fmt::format("furthest off at index {}: {}, expected {}", furthest, value_at(t, got, furthest),
-                       value_at(t, expected, furthest));
+    return fmt::format("furthest off at index {}: {}, expected {}", furthest, at(got, furthest),
+                       at(expected, furthest));
   }
   if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16) return "";
   std::size_t unwritten = 0, first = 0, furthest = 0;

@@ -35,8 +35,12 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
     CHECK(row["eager_backward"]["median_ms"].get<double>() > 0);
     // Seed 003's softmax share: the forward's softmax launch alone, over the whole forward.
     CHECK(row["eager_softmax"]["median_ms"].get<double>() > 0);
-    CHECK(row["eager_softmax_share"].get<double>() ==
-          Approx(row["eager_softmax"]["median_ms"].get<double>() / row["eager_forward"]["median_ms"].get<double>()));
+    const double share =
+        row["eager_softmax"]["median_ms"].get<double>() / row["eager_forward"]["median_ms"].get<double>();
+    if (share <= 1)  // timed apart: on a noisy host the part may time above the whole, and has no share then
+      CHECK(row["eager_softmax_share"].get<double>() == Approx(share));
+    else
+      CHECK(row["eager_softmax_share"].is_null());
     // Eager keeps the (seq, seq) probabilities beside q, k, v and o; flash the lse.
     const double s = row["seq"].get<double>(), elements = 8 * s * 16;
     CHECK(row["eager_memory_after_forward_mib"].get<double>() ==

@@ -167,7 +167,18 @@ TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   };
   CHECK(mismatch_detail(DType::kI32, ints({3, 9, 4}), ints({3, 2, 4})) == "furthest off at index 1: 9, expected 2");
   CHECK_THAT(mismatch_detail(DType::kI32, ints({-1, 2, 0}), ints({0, 3, 1})),
-             Catch::StartsWith("every element is 1 below the reference's: an output starts as all ones (-1)"));
+             Catch::StartsWith("every element is 1 below the reference's: an output starts as all ones"));
+  // u8 wraps (255 is 0's all-ones start), i64 is exact past 2^53.
+  const std::vector<std::byte> u8_got{std::byte{255}, std::byte{4}}, u8_expected{std::byte{0}, std::byte{5}};
+  CHECK_THAT(mismatch_detail(DType::kU8, u8_got, u8_expected), Catch::StartsWith("every element is 1 below"));
+  const auto i64 = [](std::vector<std::int64_t> v) {
+    std::vector<std::byte> b(v.size() * sizeof(std::int64_t));
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  const std::int64_t big = (std::int64_t{1} << 60) + 1;
+  CHECK(mismatch_detail(DType::kI64, i64({big, 7}), i64({big - 1, 7})) ==
+        "furthest off at index 0: " + std::to_string(big) + ", expected " + std::to_string(big - 1));
 }
 
 }  // namespace templates_family_test
