@@ -272,8 +272,8 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   // Another problem's: --resume would be refused too, so the message does not offer it.
   const Problem other{"f32", {{"tensors", 2}, {"numel", 2000}}};
   CHECK_THROWS_WITH(tune(family, other, third, o),
-                    "session log " + o.log_path + " is for adamw_single on " + problem.key() + ", not adamw_single on " +
-                        other.key() + "; give another --log (or remove it) to start anew");
+                    "session log " + o.log_path + " is for adamw_single on " + problem.key() +
+                        ", not adamw_single on " + other.key() + "; give another --log (or remove it) to start anew");
   // And so is the one of another device (or backend, or kernel source): --resume would not take it over either.
   ScriptedRunner elsewhere;
   elsewhere.device_ = DeviceLimits::for_arch("sm_80");
