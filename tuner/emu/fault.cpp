@@ -54,16 +54,16 @@ void describe_fault(BlockRun& b, int sig, const void* address, bool write) {
     const auto size = static_cast<long long>(r.size);
     if (offset < 0)
       std::snprintf(b.fault_text, sizeof b.fault_text,
-                    "out-of-bounds %s %s: %lld bytes before the start of %s (%lld bytes)", access, at, -offset,
-                    r.name.c_str(), size);
+                    "out-of-bounds %s %s: %lld byte%s before the start of %s (%lld bytes)", access, at, -offset,
+                    -offset == 1 ? "" : "s", r.name.c_str(), size);
     else if (offset == size)
       std::snprintf(b.fault_text, sizeof b.fault_text,
                     "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), the first byte past its end", access,
                     at, offset, r.name.c_str(), size);
     else
       std::snprintf(b.fault_text, sizeof b.fault_text,
-                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), %lld bytes after its last", access, at,
-                    offset, r.name.c_str(), size, offset - size + 1);
+                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), %lld byte%s after its last", access,
+                    at, offset, r.name.c_str(), size, offset - size + 1, offset - size + 1 == 1 ? "" : "s");
   };
   for (const Region* r : b.launch->regions)
     if (r->contains(address)) return describe_region(*r);

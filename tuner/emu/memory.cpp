@@ -25,11 +25,14 @@ std::size_t page_size() {
 std::string describe_offset(const Region& region, const void* address) {
   const long long offset = region.offset_of(address);
   const auto size = static_cast<long long>(region.size);
-  if (offset < 0) return fmt::format("{} bytes before the start of {} ({} bytes)", -offset, region.name, size);
-  if (offset >= size)
-    return fmt::format("offset {}, {} bytes past the end of {} ({} bytes)", offset, offset - size + 1, region.name,
-                       size);
-  return fmt::format("offset {} of {} ({} bytes)", offset, region.name, size);
+  const auto bytes = [](long long n) { return fmt::format("{} byte{}", n, n == 1 ? "" : "s"); };
+  if (offset < 0) return fmt::format("{} before the start of {} ({} bytes)", bytes(-offset), region.name, size);
+  if (offset == size)
+    return fmt::format("byte offset {} of {} ({} bytes), the first byte past its end", offset, region.name, size);
+  if (offset > size)
+    return fmt::format("byte offset {} of {} ({} bytes), {} after its last", offset, region.name, size,
+                       bytes(offset - size + 1));
+  return fmt::format("byte offset {} of {} ({} bytes)", offset, region.name, size);
 }
 
 GuardedBuffer::GuardedBuffer(std::string name, std::size_t size) : size_(size) {

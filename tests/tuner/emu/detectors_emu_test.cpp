@@ -155,7 +155,12 @@ TEST_CASE("a read just before a buffer finds NaN, not a plausible value, and a w
   CHECK(b.check_canary().empty());
   const std::int32_t minus_one = -1;
   std::memcpy(b.data() - 4, &minus_one, sizeof minus_one);
-  CHECK_THAT(b.check_canary(), Catch::StartsWith("out-of-bounds write: 4 bytes before the start of b"));
+  CHECK(b.check_canary() == "out-of-bounds write: 4 bytes before the start of b (40 bytes) was overwritten");
+  // Past its end, in the bytes its 16-byte aligned start leaves before the guard page.
+  ktune::tuner::emu::GuardedBuffer c("c", 40);
+  c.data()[40] = std::byte{0};
+  CHECK(c.check_canary() == "out-of-bounds write: byte offset 40 of c (40 bytes), the first byte past its end was "
+                            "overwritten");
 }
 
 TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu]") {
