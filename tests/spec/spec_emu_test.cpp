@@ -80,6 +80,17 @@ void write_safetensors(const fs::path& path, const std::string& name, const std:
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
 }
 
+/// The vector_add example's spec in a scratch folder `name`, its kernel's body `body`; returns the spec's path.
+std::string vector_add_with(const std::string& name, const std::string& body) {
+  const auto dir = ktune::test::scratch_dir(name);
+  fs::copy_file(example("vector_add/vector_add.json"), dir / "vector_add.json");
+  std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
+                                          "__global__ void vector_add(const float* x, const float* y, float* z, "
+                                          "int n) {\n"
+                                       << body << "}\n";
+  return (dir / "vector_add.json").string();
+}
+
 }  // namespace
 
 TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", "[spec]") {
@@ -250,38 +261,22 @@ TEST_CASE("spec emu: a kernel NVRTC refuses, or whose shared memory no GPU block
 }
 
 TEST_CASE("spec emu: run --timeout ends a variant that hangs as a FAIL after the line naming it", "[spec]") {
-  const auto dir = ktune::test::scratch_dir("spec-run-timeout");
-  fs::copy_file(example("vector_add/vector_add.json"), dir / "vector_add.json");
-  std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
-                                          "__global__ void vector_add(const float* x, const float* y, float* z, "
-                                          "int n) {\n"
-                                          "  volatile int spin = 1;\n"
-                                          "  while (spin) {}\n"
-                                          "}\n";
+  const std::string spec = vector_add_with("spec-run-timeout", "  volatile int spin = 1;\n  while (spin) {}\n");
   std::string out;
-  CHECK(run_command(ktune_exe().string() + " run --backend emu --timeout 3 --spec " +
-                        (dir / "vector_add.json").string() + " 2>&1",
-                    &out) == 1);
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --timeout 3 --spec " + spec + " 2>&1", &out) == 1);
   INFO(out);
   CHECK_THAT(out, Catch::StartsWith("vector_add ") && Catch::Contains("\nFAIL: timeout: no result within 3 s"));
-  CHECK(run_command(ktune_exe().string() + " run --backend emu --timeout 0 --spec " +
-                        (dir / "vector_add.json").string(),
-                    &out) == 2);
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --timeout 0 --spec " + spec, &out) == 2);
 }
 
 TEST_CASE("spec emu: a reference that fails ends the run or the session at once: nothing can be checked", "[spec]") {
-  const auto dir = ktune::test::scratch_dir("spec-reference-fails");
-  fs::copy_file(example("vector_add/vector_add.json"), dir / "vector_add.json");
   // The reference's config (vec 1) traps; every other config would run.
-  std::ofstream(dir / "vector_add.cu") << "template <int VEC>\n"
-                                          "__global__ void vector_add(const float* x, const float* y, float* z, "
-                                          "int n) {\n"
-                                          "  if (VEC == 1) __trap();\n"
-                                          "  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n"
-                                          "  for (int v = 0; v < VEC; ++v)\n"
-                                          "    if (i + v < n) z[i + v] = x[i + v] + y[i + v];\n"
-                                          "}\n";
-  const std::string spec = (dir / "vector_add.json").string();
+  const std::string spec = vector_add_with("spec-reference-fails",
+                                           "  if (VEC == 1) __trap();\n"
+                                           "  const int i = (blockIdx.x * blockDim.x + threadIdx.x) * VEC;\n"
+                                           "  for (int v = 0; v < VEC; ++v)\n"
+                                           "    if (i + v < n) z[i + v] = x[i + v] + y[i + v];\n");
+  const auto dir = fs::path(spec).parent_path();
   std::string out;
   CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + spec + " --config '{\"vec\":2}' 2>&1",
                     &out) == 2);
