@@ -38,14 +38,24 @@ extern "C" void on_stop_signal(int signal) {
   ::raise(signal);
 }
 
+// Nothing to stop after: the line, then the signal's default action.
+extern "C" void on_signal_at_once(int signal) {
+  if (const char* say = saying_text.load()) {
+    [[maybe_unused]] const auto written = ::write(STDERR_FILENO, say, std::strlen(say));
+  }
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
 }  // namespace
 
-StopSignals::StopSignals(bool active, const char* saying) : active_(active) {
-  if (!active_) return;
+StopSignals::StopSignals(bool active, const char* saying, const char* at_once) : active_(active) {
+  if (!active_ && !at_once) return;
+  installed_ = true;
   caught_signal = 0;
-  saying_text = saying;
+  saying_text = active_ ? saying : at_once;
   struct sigaction action{};
-  action.sa_handler = on_stop_signal;
+  action.sa_handler = active_ ? on_stop_signal : on_signal_at_once;
   action.sa_flags = SA_RESTART;  // system calls under way go on
   sigemptyset(&action.sa_mask);
   // One handler at a time: the first signal's time is set before a second one reads it.
@@ -53,10 +63,15 @@ StopSignals::StopSignals(bool active, const char* saying) : active_(active) {
   sigaddset(&action.sa_mask, SIGTERM);
   ::sigaction(SIGINT, &action, &old_int_);
   ::sigaction(SIGTERM, &action, &old_term_);
+  // Only to say what a signal's default action ends: one the process ignores (a background job's SIGINT) stays so.
+  if (!active_) {
+    if (old_int_.sa_handler == SIG_IGN) ::sigaction(SIGINT, &old_int_, nullptr);
+    if (old_term_.sa_handler == SIG_IGN) ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
 }
 
 StopSignals::~StopSignals() {
-  if (!active_) return;
+  if (!installed_) return;
   ::sigaction(SIGINT, &old_int_, nullptr);
   ::sigaction(SIGTERM, &old_term_, nullptr);
 }

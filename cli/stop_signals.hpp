@@ -15,7 +15,10 @@ namespace ktune::cli {
 /// twice (GNU timeout signals its child, then its process group).
 class StopSignals {
  public:
-  StopSignals(bool active, const char* saying);
+  /// Not `active`, `at_once` (a string literal, or null) goes to stderr as
+  /// the first signal ends the process by its default action: a run with
+  /// nothing to write says that nothing was kept.
+  StopSignals(bool active, const char* saying, const char* at_once = nullptr);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -25,7 +28,7 @@ class StopSignals {
   static std::string name(int signal);
 
  private:
-  bool active_;
+  bool active_, installed_ = false;
   struct sigaction old_int_{}, old_term_{};
 };
 

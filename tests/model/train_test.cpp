@@ -350,6 +350,19 @@ TEST_CASE("`ktune train --save` without a checkpoint: SIGINT ends the run after 
   CHECK(file.tensors.size() == parameter_layout(model_config("tiny")).tensors.size());
 }
 
+TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once and says nothing is kept",
+          "[model][cli]") {
+  const auto dir = ktune::test::scratch_dir("train-nothing-kept");
+  std::string out;
+  const int code = ktune::test::run_command(
+      "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 8 --steps 5000 > " +
+          (dir / "out").string() + " & pid=$!; " + "for i in $(seq 600); do grep -q 'step    3/5000' " +
+          (dir / "out").string() + " 2>/dev/null && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+      &out);
+  CHECK(code == 128 + 15);
+  CHECK_THAT(out, Catch::Contains("ktune: stopped at once: nothing is kept (no --checkpoint or --save)"));
+}
+
 TEST_CASE("training reports each step's gradient norm before clipping, the norm of that batch's gradients",
           "[model][train]") {
   TrainOptions o = ktune::test::tiny_run(3);
