@@ -249,8 +249,8 @@ void add_cache_command(CLI::App& app, Global& global) {
     for (std::size_t i = 0; i < incoming.size(); ++i) {
       j["inputs"].push_back({{"file", args->inputs[i]}, {"entries", incoming[i].size()}, {"changed", changed[i]}});
       if (!global.json)
-        std::cout << fmt::format("{}: {} entries, {} added or replaced in {}\n", args->inputs[i],
-                                 incoming[i].size(), changed[i], args->file);
+        std::cout << fmt::format("{}: {} {}, {} added or replaced in {}\n", args->inputs[i], incoming[i].size(),
+                                 incoming[i].size() == 1 ? "entry" : "entries", changed[i], args->file);
     }
     if (global.json) std::cout << j.dump(2) << "\n";
   });

@@ -436,7 +436,8 @@ void add_train_command(CLI::App& app, Global& global) {
         std::cout << fmt::format("launches/step: {} ({} mode)\n", records.back().launches->str(),
                                  model::to_string(t.backend.mode));
     } else {
-      std::cout << fmt::format("nothing to train: the checkpoint is at step --steps ({}) or later\n", t.steps);
+      std::cout << fmt::format("nothing to train: the checkpoint holds step {}, at or past --steps {}\n",
+                               resumed_after.value_or(0), t.steps);
     }
     if (!t.save.empty() && !global.json) std::cout << "saved weights to " << t.save << "\n";
     if (!metrics_failure.empty()) {
