@@ -283,8 +283,9 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       std::cout << j.dump(2) << "\n";
       return done();
     }
-    std::string s = fmt::format("# Attention ({}; driver {}; {}; ktune {} (git {}); {})\n\n",
-                                j["device"].get<std::string>(), device.driver_version, j["date"].get<std::string>(),
+    std::string s = fmt::format("# Attention ({}; {}; {}; ktune {} (git {}); {})\n\n",
+                                j["device"].get<std::string>(), tuner::driver_text(device.driver_version),
+                                j["date"].get<std::string>(),
                                 ktune_version(), git_revision(), j["configs"].get<std::string>());
     if (wanted("seed003")) {
       s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median), TFLOP/s (causal counts half the "

@@ -34,6 +34,7 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
   const auto j = read_json(dir / "ops.json");
   CHECK(j["copy_bandwidth_gbs"].is_null());  // not measured, as the table's "-" says
   CHECK(j["driver_version"].is_null());
+  CHECK_THAT(out, Catch::Contains("; no driver (emulated); "));  // not "driver 0"
   CHECK(j["rows"].size() == 14);  // every op with an eager decomposition
   for (const auto& row : j["rows"]) {
     CHECK(row["fused_ms"].get<double>() > 0);

@@ -11,8 +11,8 @@
 namespace ktune::tuner {
 
 std::string AdamBenchReport::markdown() const {
-  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {}); {}\n\n", device, driver_version, date,
-                              ktune_version(), git_revision(), copy_bandwidth_text(copy_bandwidth_gbs));
+  std::string s = fmt::format("Device: {}; {}; {}; ktune {} (git {}); {}\n\n", device, driver_text(driver_version),
+                              date, ktune_version(), git_revision(), copy_bandwidth_text(copy_bandwidth_gbs));
   s += "| Num Params | Param Size | compiled_single_tensor_adam | _single_tensor_adam | _fused_adam (ktune, tuned) "
        "| fused GB/s | % of copy BW | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|\n";

@@ -20,6 +20,11 @@ inline std::string percent_of_copy(double fraction, double gbs) {
   return gbs > 0 ? fmt::format("{:.1f}%", 100 * fraction) : std::string("-");
 }
 
+/// "driver 12080", or that there is none (the emulation's 0).
+inline std::string driver_text(int version) {
+  return version > 0 ? fmt::format("driver {}", version) : std::string("no driver (emulated)");
+}
+
 /// A quantity a report has only where it measured one (a copy bandwidth, a
 /// fraction of it, a driver version; 0 on the emulation): null in JSON
 /// otherwise, as the tables print "-".

@@ -85,8 +85,8 @@ std::vector<OpsBenchSummary> OpsBenchReport::summary() const {
 }
 
 std::string OpsBenchReport::markdown() const {
-  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {}); {}; empty launch {:.4f} ms\n\n", device,
-                              driver_version, date, ktune_version(), git_revision(),
+  std::string s = fmt::format("Device: {}; {}; {}; ktune {} (git {}); {}; empty launch {:.4f} ms\n\n", device,
+                              driver_text(driver_version), date, ktune_version(), git_revision(),
                               copy_bandwidth_text(copy_bandwidth_gbs), empty_launch_ms);
   if (programmatic) s += "Kernels (eager and fused) launched with programmatic dependent launch.\n\n";
   if (copy_bandwidth_gbs > 0) s += summary_markdown();
@@ -138,16 +138,18 @@ nlohmann::json OpsBenchReport::to_json() const {
                       {"method", method},
                       {"summary", nlohmann::json::array()},
                       {"rows", nlohmann::json::array()}};
+  // Fractions of a copy bandwidth there is none of (the emulation's) are null.
+  const auto of_copy = [&](double fraction) { return measured_or_null(copy_bandwidth_gbs > 0 ? fraction : 0.0); };
   for (const auto& o : summary())
     j["summary"].push_back({{"family", o.family},
                             {"shapes", o.shapes},
                             {"shapes_at_target", o.met},
                             {"fused_over_floor", {o.floor_ratio_min, o.floor_ratio_max}},
                             {"large_shapes", o.large_shapes},
-                            {"large_fused_fraction_of_copy", {o.large_copy_min, o.large_copy_max}},
+                            {"large_fused_fraction_of_copy",
+                             o.large_shapes > 0 ? nlohmann::json{of_copy(o.large_copy_min), of_copy(o.large_copy_max)}
+                                                : nlohmann::json()},
                             {"eager_over_fused", {o.speedup_min, o.speedup_max}}});
-  // Fractions of a copy bandwidth there is none of (the emulation's) are null.
-  const auto of_copy = [&](double fraction) { return measured_or_null(copy_bandwidth_gbs > 0 ? fraction : 0.0); };
   for (const auto& r : rows)
     j["rows"].push_back({{"model", r.op.model},
                          {"context_length", r.op.context},

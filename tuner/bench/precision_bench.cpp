@@ -86,7 +86,7 @@ PrecisionReport run_precision_bench(exec::Backend& backend, std::int64_t count, 
 
 std::string PrecisionReport::markdown() const {
   const double exact = static_cast<double>(count) * value;
-  std::string s = fmt::format("Device: {}; driver {}; {}; ktune {} (git {})\n\n", device, driver_version, date,
+  std::string s = fmt::format("Device: {}; {}; {}; ktune {} (git {})\n\n", device, driver_text(driver_version), date,
                               ktune_version(), git_revision());
   s += fmt::format(
       "Seeds 003 and 004: {} additions of {} to a sum starting at 0 (exactly {}), the addend rounded to its dtype "
