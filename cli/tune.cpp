@@ -237,7 +237,17 @@ void add_tune_command(CLI::App& app, Global& global) {
                                 p.state->evaluations, family.space().size(), p.state->failures, p.state->best_ms, eta,
                                 r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure)));
       };
-      const auto summary = tuner::tune(family, problem, *runner, tune, progress);
+      // A write that fails mid-session (a full disk: the log, a compiled binary) ends it; the log keeps what ran.
+      const auto summary = [&] {
+        try {
+          return tuner::tune(family, problem, *runner, tune, progress);
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::kIo || tune.log_path.empty() || !std::filesystem::exists(tune.log_path)) throw;
+          throw_error(ErrorKind::kIo, fmt::format("{}; {} holds the evaluations before it: the same command with "
+                                                  "--resume goes on from them",
+                                                  e.what(), tune.log_path));
+        }
+      }();
       logs.push_back(summary.log_path);
       if (!summary.previous_log.empty()) previous_logs.push_back(summary.previous_log);
       if (evaluated > 0 && print == env::PrintLevel::kSummary) {  // the last line says it ended, not an ETA

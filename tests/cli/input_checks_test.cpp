@@ -497,6 +497,15 @@ TEST_CASE("CLI: a write past the file-size limit fails with one line naming what
   CHECK_FALSE(std::filesystem::exists(ckpt));
   std::string out;
   CHECK(run_command(ktune_exe().string() + " eval --model tiny --weights " + weights.string(), &out) == 0);
+  // A tuning session's log past the limit: the line says what --resume goes on from.
+  const auto log = dir / "s.log";
+  CHECK(run_command("{ prlimit --fsize=200 " + ktune_exe().string() +
+                        " tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
+                        "--budget 2 --cache " + (dir / "c.json").string() + " --log " + log.string() + " >/dev/null; }",
+                    &err) == 1);
+  CHECK_THAT(err, Catch::StartsWith("ktune: cannot write session log " + log.string() + ": File too large; ") &&
+                      Catch::EndsWith(log.string() + " holds the evaluations before it: the same command with --resume "
+                                                     "goes on from them\n"));
 }
 
 TEST_CASE("CLI: train whose --metrics cannot be written stops at that step with its checkpoint and says so", "[cli]") {
