@@ -119,6 +119,16 @@ templates::Problem problem_arg(const templates::Family& family, const std::strin
   return p;
 }
 
+std::optional<InvalidDefault> invalid_default(const templates::Family& family, const templates::Problem& problem,
+                                              const templates::DeviceLimits& limits, const Config& def) {
+  const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family);
+  const std::optional<Config> declared =
+      spec_family ? spec_family->declared_default() : std::optional<Config>(family.default_config(problem));
+  std::string why;
+  if (!declared || def == *declared || family.is_valid(*declared, problem, limits, &why)) return std::nullopt;
+  return InvalidDefault{*declared, why};
+}
+
 Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
                   const templates::DeviceLimits& limits) {
   Config c = tuner::default_on(family, problem, limits);

@@ -28,6 +28,16 @@ templates::Problem problem_arg(const templates::Family& family, const std::strin
 /// (tuner::default_on: the arch's default, the family's, or the valid
 /// config nearest it), overridden by `--config` JSON and checked against the
 /// space and the family's constraints for `limits`.
+/// The declared default (a kernel spec's own, else the family's) where `def`,
+/// the default measured on `limits`, stands in for it because it is not
+/// valid there, with why; nullopt where `def` is the declared default.
+struct InvalidDefault {
+  Config declared;
+  std::string why;
+};
+std::optional<InvalidDefault> invalid_default(const templates::Family& family, const templates::Problem& problem,
+                                              const templates::DeviceLimits& limits, const Config& def);
+
 Config config_arg(const templates::Family& family, const templates::Problem& problem, const std::string& text,
                   const templates::DeviceLimits& limits);
 

@@ -8,7 +8,6 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "spec/spec_family.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
@@ -56,14 +55,10 @@ void add_render_command(CLI::App& app, Global& global) {
           j["default"] = def.to_json();
           valid_line += "default on " + opts->arch + ": " + def.str();
           // A default that is not valid here (a spec's that breaks its own restriction) is said, not swapped silently.
-          const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family);
-          const std::optional<Config> declared =
-              spec_family ? spec_family->declared_default() : std::optional<Config>(family.default_config(problem));
-          std::string why;
-          if (declared && def != *declared && !family.is_valid(*declared, problem, limits, &why)) {
+          if (const auto invalid = invalid_default(family, problem, limits, def)) {
             valid_line += fmt::format(" (stands in for the default {}, which is not valid here: {})",
-                                      declared->str(), why);
-            j["default_invalid"] = {{"config", declared->to_json()}, {"why", why}};
+                                      invalid->declared.str(), invalid->why);
+            j["default_invalid"] = {{"config", invalid->declared.to_json()}, {"why", invalid->why}};
           }
           valid_line += "\n";
         } else {

@@ -223,6 +223,16 @@ void add_tune_command(CLI::App& app, Global& global) {
       }
       if (requests.size() > 1 && print != env::PrintLevel::kQuiet)
         std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
+      // The speed-ups are over the config measured as the default: say when it stands in for an invalid one.
+      try {
+        const Config def = tuner::default_on(family, problem, runner->device());
+        if (const auto invalid = invalid_default(family, problem, runner->device(), def))
+          std::cerr << fmt::format("note: {} on {}: the default {} is not valid on {} ({}); {} stands in for it, and "
+                                   "the speed-ups are over it\n",
+                                   family.name(), problem.key(), invalid->declared.str(), runner->device().arch,
+                                   invalid->why, def.str());
+      } catch (const Error&) {  // no valid config: the session says so
+      }
       ProgressLine line;
       std::size_t evaluated = 0;
       auto progress = [&](const tuner::Record& r, const search::Progress& p) {

@@ -235,6 +235,13 @@ TEST_CASE("spec: a default that breaks a restriction is said when render shows t
                       Catch::Contains(" (stands in for the default {\"threads\":1024,\"vec\":4}, which is not "
                                       "valid here: ") &&
                       Catch::Contains("threads * vec <= cols"));
+  // And tune, whose speed-ups are over the config that stands in.
+  REQUIRE(ktune::test::run_command(ktune::test::ktune_exe().string() + " tune --backend emu --budget 2 --spec " +
+                                       path.string() + " --cache " + (dir / "c.json").string() + " --log " +
+                                       (dir / "s.log").string(),
+                                   &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: row_sum on f32;cols=1020;rows=16: the default {\"threads\":1024,\"vec\":4} "
+                                  "is not valid on sm_90 (restriction 'threads * vec <= cols' does not hold); {"));
   // The spec's own default, valid: no note.
   const auto valid = reduction_copy(ktune::test::scratch_dir("spec-good-default"), [](std::string&) {});
   REQUIRE(ktune::test::run_command(ktune::test::ktune_exe().string() + " render --space --spec " + valid.string(),
