@@ -50,7 +50,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
   auto o = std::make_shared<Opts>();
   auto* cmd = bench.add_subcommand("ops", "Per op and model size: the eager chain of primitive kernels vs the tuned "
                                           "fused kernel, ms, GB/s, % of copy bandwidth and the floor");
-  cmd->add_option("--models", o->models, "Model sizes")->capture_default_str();
+  cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "Context lengths")->capture_default_str();
   cmd->add_option("--batch", o->batch, "Sequences per batch")->check(CLI::Range(1, 1024))->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "f32, or bf16 (mixed precision)")->capture_default_str();
@@ -59,7 +59,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
       ->check(input_file());
   cmd->add_option("--json-out", o->json_out, "Also write the report as JSON to this file")->check(output_file());
   add_kernel_backend_option(cmd, o->backend,
-                            "for small cases, unless given --models tiny --ctx 16; no copy bandwidth, so no floor's "
+                            "for small cases, unless given --model tiny --ctx 16; no copy bandwidth, so no floor's "
                             "traffic and no % of copy");
   cmd->add_flag("--pdl", o->pdl,
                 "Launch every kernel (eager and fused) with programmatic dependent launch: it may start while the "
@@ -68,7 +68,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
     KTUNE_REQUIRE(o->dtype == "f32" || o->dtype == "bf16", "--dtype must be f32 or bf16");
     const bool emulated = o->backend == "emu";
     if (emulated) {  // the GPU's model sizes would take the emulation hours
-      if (cmd->count("--models") == 0) o->models = "tiny";
+      if (cmd->count("--model") == 0) o->models = "tiny";
       if (cmd->count("--ctx") == 0) o->ctx = "16";
     }
     const auto contexts = int_list_arg(o->ctx, "--ctx");
@@ -80,7 +80,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
                     fmt::format("--families: '{}' has no eager decomposition; accepted: {}", f,
                                 fmt::join(known, ", ")));
     std::vector<tuner::OpsBenchCase> cases;
-    for (const auto& name : name_list_arg(o->models, "--models")) {
+    for (const auto& name : name_list_arg(o->models, "--model")) {
       const model::ModelConfig m = model::model_config(name);
       for (const auto ctx : contexts)
         for (const auto& f : families) {
@@ -89,7 +89,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
           family.check_problem(p);
           KTUNE_REQUIRE(!emulated || family.bytes(p) <= kEmulatedBytes,
                         fmt::format("--backend emu: {} {} moves {:.3g} MB, minutes for the emulation (at most {:.3g}); "
-                                    "give smaller --models or --ctx, or run on a GPU",
+                                    "give smaller --model or --ctx, or run on a GPU",
                                     f, p.key(), family.bytes(p) / 1e6, kEmulatedBytes / 1e6));
           cases.push_back({name, ctx, f, p});
         }

@@ -69,7 +69,7 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
     REQUIRE(run_command(bench + "adam --backend emu --tensors 1,2 --numel 1000,3000 --json-out " +
                             (dir / "adam.json").string(), &text) == 0);
     check_figure(dir / "adam.png", {dir / "adam.json"}, "adam, 1 result from 1 file");
-    REQUIRE(run_command(bench + "ops --backend emu --models tiny --ctx 8,13 --batch 1 --families rmsnorm_fwd,"
+    REQUIRE(run_command(bench + "ops --backend emu --model tiny --ctx 8,13 --batch 1 --families rmsnorm_fwd,"
                                 "swiglu_fwd --json-out " + (dir / "ops.json").string(), &text) == 0);
     check_figure(dir / "ops.svg", {dir / "ops.json"}, "ops, 1 result from 1 file");
 

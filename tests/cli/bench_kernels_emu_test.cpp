@@ -23,7 +23,7 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
           "[cli][emu]") {
   const auto dir = ktune::test::scratch_dir("bench_ops_emu");
   std::string out;
-  REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --models tiny --ctx 9 --batch 2 --json-out " +
+  REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --model tiny --ctx 9 --batch 2 --json-out " +
                           (dir / "ops.json").string(),
                       &out) == 0);
   INFO(out);
@@ -41,11 +41,11 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
     CHECK(row["eager_launches"].get<int>() >= 1);
     CHECK(row["fused_fraction_of_copy"].is_null());
   }
-  // Without --models and --ctx the emulation takes the tiny model at 16 tokens, not the GPU's sizes; those
+  // Without --model and --ctx the emulation takes the tiny model at 16 tokens, not the GPU's sizes; those
   // asked for are refused in one line.
   REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --families swiglu_fwd", &out) == 0);
   CHECK_THAT(out, Catch::Contains("| tiny | 16 | swiglu_fwd |"));
-  REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --models small", &out) == 2);
+  REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --model small", &out) == 2);
   CHECK_THAT(out, Catch::Contains("minutes for the emulation"));
 }
 

@@ -19,7 +19,7 @@ TEST_CASE("CLI: bench ops needs a GPU and says so in one line", "[cli]") {
   CHECK_FALSE(std::filesystem::exists(json));
   CHECK(run_command(ktune_exe().string() + " bench ops --families attention_fwd", &out) == 2);
   CHECK_THAT(out, Catch::Contains("no eager decomposition") && Catch::Contains("rmsnorm_fwd"));
-  CHECK(run_command(ktune_exe().string() + " bench ops --models huge", &out) == 2);
+  CHECK(run_command(ktune_exe().string() + " bench ops --model huge", &out) == 2);
   CHECK(run_command(ktune_exe().string() + " bench ops --dtype f16", &out) == 2);
   CHECK_THAT(out, Catch::Contains("f32 or bf16"));
 }

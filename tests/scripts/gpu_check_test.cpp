@@ -158,7 +158,7 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(has("--families rmsnorm_bwd\\,residual_rmsnorm_bwd\\,embedding_bwd\\,cross_entropy_fwd --pdl"));
   CHECK(has("--dtype bf16 --graph --pdl"));
   CHECK(has("tune --model small --ctx 256 --batch 4 --dtype bf16"));
-  CHECK(has("bench ops --models small --cache"));
+  CHECK(has("bench ops --model small --cache"));
   CHECK(has("bench precision --json-out"));
   CHECK(has("bench e2e --backend cuda --mode eager --dtype f32 --model 2.7B --sweep"));
   CHECK(has("--checkpoint-every 10 --resume"));
