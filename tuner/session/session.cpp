@@ -124,46 +124,35 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
   return out;
 }
 
-/// Refuses to start a log over a file that is no session's log (a
-/// checkpoint, notes): a new session truncates the file it logs to.
-void refuse_foreign_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string line;
-  while (in && line.empty()) std::getline(in, line);
-  if (line.empty()) return;  // none, or empty
-  const auto j = nlohmann::json::parse(line, nullptr, false);
-  KTUNE_REQUIRE(j.is_object() && j.contains("session"),
-                fmt::format("{} is not a ktune session log (its first line is no session header), and a new "
-                            "session's log would replace it; give another path for the log",
-                            path));
-}
-
-/// A fresh session's log over one that holds results (more than its
-/// header): the user's own --log is refused, as a checkpoint is without
-/// --resume, and a default log is kept as `<name>.previous.log` (one
-/// generation), so a run without --resume loses no earlier session's
-/// measurements. Returns where a kept log went ("" if none was).
-std::string keep_previous_log(const std::string& path, bool default_log, const nlohmann::json& session) {
+/// Where a fresh session logs (without --resume): a file that is no
+/// session's log (a checkpoint, notes) is refused, as the new log would
+/// replace it; one that holds results (more than its header) is refused
+/// when it is the user's own --log, as a checkpoint is without --resume, and
+/// kept as `<name>.previous.log` when it is a default log (one generation),
+/// so a run without --resume loses no earlier session's measurements.
+/// Returns where a kept log went ("" if none was).
+std::string prepare_fresh_log(const std::string& path, bool default_log, const nlohmann::json& session) {
   std::ifstream in(path);
   std::string line, header;
   int lines = 0;
   while (lines < 2 && std::getline(in, line))
     if (!line.empty() && ++lines == 1) header = line;
-  if (lines < 2) return "";
+  if (lines == 0) return "";  // none, or empty
   in.close();
+  const auto j = nlohmann::json::parse(header, nullptr, false);
+  KTUNE_REQUIRE(j.is_object() && j.contains("session") && j["session"].is_object(),
+                fmt::format("{} is not a ktune session log (its first line is no session header), and a new "
+                            "session's log would replace it; give another path for the log",
+                            path));
+  if (lines < 2) return "";  // a header alone: nothing to keep
   if (!default_log) {
-    const auto j = nlohmann::json::parse(header, nullptr, false);
-    const bool named = j.is_object() && j.contains("session") && j["session"].is_object();
     // One --resume could not take over (another kernel, problem, source, device): say only what can be done.
-    if (const auto why = named ? not_resumable(path, j["session"], session) : std::nullopt)
+    if (const auto why = not_resumable(path, j["session"], session))
       throw_error(ErrorKind::kInvalidInput, *why + "; give another --log (or remove it) to start anew");
     throw_error(ErrorKind::kInvalidInput,
-                fmt::format("--log {} holds the results of a session{}: give --resume to go on from it, or remove "
-                            "it (or give another --log) to start anew",
-                            path,
-                            named ? fmt::format(" of {} on {}", j["session"].value("family", "?"),
-                                                j["session"].value("problem", "?"))
-                                  : ""));
+                fmt::format("--log {} holds the results of a session of {} on {}: give --resume to go on from it, or "
+                            "remove it (or give another --log) to start anew",
+                            path, j["session"].value("family", "?"), j["session"].value("problem", "?")));
   }
   const std::string previous = path.substr(0, path.rfind(".log")) + ".previous.log";
   std::error_code ec;
@@ -290,7 +279,6 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       held.emplace(log_path + ".lock", "session log " + log_path);
     }
   }
-  if (!options.resume) refuse_foreign_file(log_path);
   // The default (the valid config nearest it where it does not fit the
   // device) goes first, within the budget: every speed-up is measured
   // against it. A space with no valid config is refused here, before the
@@ -303,7 +291,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   nlohmann::json header;
   std::map<Config, Record> done =
       options.resume ? read_log(log_path, family, problem, session, header) : std::map<Config, Record>{};
-  const std::string previous_log = options.resume ? "" : keep_previous_log(log_path, options.default_log, session);
+  const std::string previous_log = options.resume ? "" : prepare_fresh_log(log_path, options.default_log, session);
   SessionLog log(log_path, !options.resume);
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.

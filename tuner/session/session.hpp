@@ -63,7 +63,7 @@ struct TuneSummary {
   std::string stopped_by;
   std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
   std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
-  std::string previous_log;             ///< where the default log it replaced went (keep_previous_log), or ""
+  std::string previous_log;             ///< where the default log it replaced went (prepare_fresh_log), or ""
   double seconds = 0;
   double speedup_over_default() const;
 };
