@@ -28,16 +28,14 @@ struct Filter {
   }
 };
 
-/// Whether a built-in family's entry (or one of `specs`, kernel specs the
-/// user named) is usable by this build: "current";
+/// Whether an entry of one of `families` (the built-in ones and the kernel
+/// specs the user named: known_families) is usable by this build: "current";
 /// "stale" (another kernel source) or "off the space" (a config the
 /// family's space does not hold: a parameter's name or value changed, or a
 /// file damaged by hand), both of which the run-time lookup passes over; "-"
 /// for what this build cannot tell (a kernel spec's entry without --spec, a
 /// GEMM's).
-std::string source_state(const cache::Entry& e, const std::vector<const templates::Family*>& specs = {}) {
-  std::vector<const templates::Family*> families = templates::all_families();
-  families.insert(families.end(), specs.begin(), specs.end());
+std::string source_state(const cache::Entry& e, const std::vector<const templates::Family*>& families) {
   for (const auto* f : families) {
     if (f->name() != e.key.family) continue;
     if (f->source_hash() != e.key.source_hash) return "stale";
@@ -147,9 +145,9 @@ void add_cache_command(CLI::App& app, Global& global) {
     bool stale = false;
     bool clean_logs = false;
     std::vector<std::string> specs;
-    /// The kernel specs named by --spec, loaded: their entries can be told current or stale too.
-    std::vector<const templates::Family*> spec_families() const {
-      std::vector<const templates::Family*> out;
+    /// The built-in families and the kernel specs named by --spec, loaded: source_state's families.
+    std::vector<const templates::Family*> known_families() const {
+      std::vector<const templates::Family*> out = templates::all_families();
       for (const auto& s : specs) out.push_back(&family_arg("", s));
       return out;
     }
@@ -167,7 +165,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   add_filter_options(show, args->filter);
   add_spec_option(show);
   show->callback([args, &global] {
-    const auto specs = args->spec_families();
+    const auto families = args->known_families();
     const auto entries = cache::CacheFile(args->file).load_input();
     require_held(entries, args->filter);
     nlohmann::json j = nlohmann::json::array();
@@ -175,7 +173,7 @@ void add_cache_command(CLI::App& app, Global& global) {
                  {"source"}, {"config"}});
     for (const auto& e : entries) {
       if (!args->filter.matches(e)) continue;
-      const std::string source = source_state(e, specs);
+      const std::string source = source_state(e, families);
       j.push_back(cache::to_json(e));
       j.back()["source"] = source;
       table.add({e.key.family, e.key.problem_key, e.key.arch, e.key.gpu_name, fmt::format("{:.4f}", e.time_ms),
@@ -271,7 +269,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   prune->callback([args, &global] {
     KTUNE_REQUIRE(args->specs.empty() || args->stale,
                   "--spec tells a kernel spec's entries stale: it goes with --stale");
-    const auto specs = args->spec_families();
+    const auto families = args->known_families();
     args->prune.superseded = !args->keep_superseded;
     std::size_t dropped = 0;
     cache::CacheFile file(args->file);
@@ -296,7 +294,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     file.update([&](std::vector<cache::Entry>& entries) {
       if (args->stale)
         dropped = std::erase_if(entries, [&](const cache::Entry& e) {
-          const std::string state = source_state(e, specs);
+          const std::string state = source_state(e, families);
           return (p.family.empty() || e.key.family == p.family) && (state == "stale" || state == "off the space");
         });
       dropped += cache::prune_entries(entries, args->prune);
