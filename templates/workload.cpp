@@ -78,8 +78,7 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
       const auto difference = static_cast<std::uint64_t>(g) - static_cast<std::uint64_t>(x);
       const std::int64_t d = wrapped(static_cast<std::int64_t>(difference));
       all_off_by_poison = all_off_by_poison && d == -1;
-      const std::uint64_t off = g >= x ? static_cast<std::uint64_t>(g) - static_cast<std::uint64_t>(x)
-                                       : static_cast<std::uint64_t>(x) - static_cast<std::uint64_t>(g);
+      const std::uint64_t off = g >= x ? difference : 0 - difference;
       if (off > worst) {
         worst = off;
         furthest = i;
