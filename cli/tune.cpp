@@ -39,13 +39,6 @@ constexpr std::size_t kTop = 5;  // configs in the table at the end of a session
 
 }  // namespace
 
-/// What `ktune tune` stops at unless told otherwise: 200 evaluations without
-/// a new best, or an hour of compiles and benchmarks, whichever comes first.
-/// The shortest plateau at which auto's median run ends within 99 % of the
-/// optimum on all eight recorded spaces (plateau:150 ends half the runs of
-/// one at 0.836; bench/results/replay.md).
-constexpr const char* kDefaultBudget = "plateau:200+1h";
-
 void add_tune_command(CLI::App& app, Global& global) {
   struct Opts {
     std::string family, spec, problem, cache = "tuned.json", log, backend = "gpu", dtype = "f32";
@@ -56,10 +49,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     bool no_isolate = false;
   };
   auto opts = std::make_shared<Opts>();
-  // The default search stops by itself (kDefaultBudget); `--strategy
-  // exhaustive` without a --budget measures the whole space.
-  opts->tune.strategy = "auto";
-  opts->tune.budget = kDefaultBudget;
+  opts->tune.strategy = tuner::kDefaultStrategy;
+  opts->tune.budget = tuner::kDefaultBudget;
   auto* cmd = app.add_subcommand("tune", "Tune a kernel family for one problem (--family, --problem), or every kernel "
                                          "one training step of a model needs (--model, --ctx, --dtype), on the GPU, "
                                          "and cache the winners");

@@ -10,12 +10,18 @@
 #include <filesystem>
 #include <mutex>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "base/error.hpp"
 #include "cache/tuned_cache.hpp"
+#include "search/stop.hpp"
+#include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
 #include "tuner/exec/backend.hpp"
+#include "tuner/run/emu_runner.hpp"
+#include "tuner/run/gpu_runner.hpp"
+#include "tuner/session/session.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune {
@@ -24,6 +30,7 @@ struct Runtime::State {
   std::unique_ptr<tuner::exec::Backend> backend;
   std::unique_ptr<cache::TunedCache> tuned;
   std::unique_ptr<tuner::TunedKernels> kernels;
+  std::unique_ptr<tuner::Runner> runner;  // Runtime::tune's, made on its first call
   std::map<std::string, const templates::Family*> specs;  // spec path -> family
   std::map<std::uint64_t, std::unique_ptr<tuner::exec::Buffer>> buffers;
   // Every module a Kernel was handed: they outlive a reloaded cache, not the
@@ -41,6 +48,18 @@ struct Runtime::State {
     backend->bind_thread();
     return lock;
   }
+
+  /// `tuned` as the cache kernel() chooses from; kernels handed out keep their modules.
+  void use_cache(std::unique_ptr<cache::TunedCache> cache) {
+    kernels = std::make_unique<tuner::TunedKernels>(*backend, cache.get());
+    tuned = std::move(cache);
+  }
+
+  /// The family `what` names: a kernel spec's path, or a built-in family's name.
+  const templates::Family& family_of(const std::string& what);
+  /// `family`'s kernel for `problem` from the cache in use, compiled and loaded on first use.
+  std::shared_ptr<Kernel::State> kernel_of(const std::shared_ptr<State>& self, const templates::Family& family,
+                                           const templates::Problem& problem);
 
   const tuner::exec::Buffer& buffer(std::uint64_t address) const {
     const auto it = buffers.find(address);
@@ -105,41 +124,91 @@ Runtime::~Runtime() = default;
 
 void Runtime::load_cache(const std::string& path) {
   std::lock_guard lock(state_->kernels_mutex);
-  auto tuned = std::make_unique<cache::TunedCache>(cache::TunedCache::read(path));
-  // Kernels handed out keep their modules; new requests choose from this cache.
-  state_->kernels = std::make_unique<tuner::TunedKernels>(*state_->backend, tuned.get());
-  state_->tuned = std::move(tuned);
+  state_->use_cache(std::make_unique<cache::TunedCache>(cache::TunedCache::read(path)));
+}
+
+const templates::Family& Runtime::State::family_of(const std::string& what) {
+  // A spec is a path: a .json name (in any case), a name with a folder, or a file that is there.
+  std::string suffix = what.size() > 5 ? what.substr(what.size() - 5) : "";
+  std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::error_code ec;
+  if (suffix != ".json" && what.find('/') == std::string::npos && !std::filesystem::exists(what, ec))
+    return templates::find_family(what);
+  KTUNE_REQUIRE(!std::filesystem::is_directory(what, ec),
+                fmt::format("{} is a folder; give the kernel spec file (the .json beside your .cu)", what));
+  auto& known = specs[what];
+  if (!known) known = &spec::load_spec_family(what);
+  // What the emulation cannot run is named in one line, before the host compiler tries it.
+  if (backend->name() == "emu")
+    if (const auto* s = dynamic_cast<const spec::SpecFamily*>(known)) s->require_emulation();
+  return *known;
+}
+
+std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<State>& self,
+                                                         const templates::Family& family,
+                                                         const templates::Problem& problem) {
+  kernels->prepare({{&family, problem}});
+  auto k = std::make_shared<Kernel::State>();
+  k->runtime = self;
+  k->kernel = kernels->get(family, problem);
+  modules.insert(k->kernel.module);
+  k->module = std::exchange(k->kernel.module, nullptr);
+  k->name = family.name();
+  return k;
 }
 
 Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
   std::lock_guard lock(state_->kernels_mutex);
   state_->backend->bind_thread();  // a GPU module loads into the context current on this thread
-  const templates::Family* family = nullptr;
-  // A spec is a path: a .json name (in any case), a name with a folder, or a file that is there.
-  std::string suffix = what.size() > 5 ? what.substr(what.size() - 5) : "";
-  std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
-  std::error_code ec;
-  if (suffix == ".json" || what.find('/') != std::string::npos || std::filesystem::exists(what, ec)) {
-    KTUNE_REQUIRE(!std::filesystem::is_directory(what, ec),
-                  fmt::format("{} is a folder; give the kernel spec file (the .json beside your .cu)", what));
-    auto& known = state_->specs[what];
-    if (!known) known = &spec::load_spec_family(what);
-    family = known;
-    // What the emulation cannot run is named in one line, before the host compiler tries it.
-    if (state_->backend->name() == "emu")
-      if (const auto* s = dynamic_cast<const spec::SpecFamily*>(family)) s->require_emulation();
-  } else {
-    family = &templates::find_family(what);
-  }
+  const templates::Family& family = state_->family_of(what);
   const templates::Problem problem{size.dtype, size.dims};
-  family->check(problem);
-  state_->kernels->prepare({{family, problem}});
-  auto k = std::make_shared<Kernel::State>();
-  k->runtime = state_;
-  k->kernel = state_->kernels->get(*family, problem);
-  state_->modules.insert(k->kernel.module);
-  k->module = std::exchange(k->kernel.module, nullptr);
-  k->name = family->name();
+  family.check(problem);
+  return Kernel(state_->kernel_of(state_, family, problem));
+}
+
+Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const TuneSettings& settings) {
+  std::lock_guard lock(state_->kernels_mutex);
+  auto& st = *state_;
+  st.backend->bind_thread();
+  const templates::Family& family = st.family_of(what);
+  const templates::Problem problem{size.dtype, size.dims};
+  family.check(problem);
+  tuner::TuneOptions options;
+  options.strategy = settings.strategy.empty() ? tuner::kDefaultStrategy : settings.strategy;
+  options.budget = settings.budget.empty() ? tuner::kDefaultBudget : settings.budget;
+  options.seed = settings.seed;
+  options.run.seed = settings.seed;
+  options.run.time = true;
+  search::require_strategy(options.strategy);  // bad settings before any work
+  search::parse_budget(options.budget);
+  std::optional<cache::CacheFile> file;
+  if (!settings.cache_file.empty()) {
+    file.emplace(settings.cache_file);
+    file->load();  // a corrupt file, or one that cannot be written, stops us before the search
+    file->check_writable();
+  }
+  if (!st.runner) st.runner = st.backend->name() == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+  const auto& device = st.runner->device();
+  options.log_path = tuner::default_log_path(family, problem);
+  options.default_log = true;
+  options.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
+  // What the cache holds for the problem competes with the session's configs.
+  const tuner::ChosenConfig held = tuner::choose_config(family, problem, device, st.tuned.get());
+  if (held.match == cache::Match::kExact) options.incumbent = held.config;
+  const tuner::TuneSummary summary = tuner::tune(family, problem, *st.runner, options);
+  KTUNE_REQUIRE(summary.best.has_value(),
+                fmt::format("tuning {} on {}: none of the {} configs measured ran correctly (session log {})",
+                            family.name(), problem.key(), summary.evaluations, summary.log_path));
+  const cache::Entry entry = tuner::cache_entry(family, problem, device, summary);
+  if (file) file->put(entry);
+  std::vector<cache::Entry> entries = st.tuned ? st.tuned->entries() : std::vector<cache::Entry>{};
+  std::erase_if(entries, [&](const cache::Entry& e) { return e.key.where() == entry.key.where(); });
+  entries.push_back(entry);
+  st.use_cache(std::make_unique<cache::TunedCache>(std::move(entries), st.tuned ? st.tuned->origin() : ""));
+  auto k = st.kernel_of(state_, family, problem);
+  k->kernel.chosen.source =
+      fmt::format("exact (tuned now: {} configs measured in {:.1f} s, {:.2f}x over the default; session log {})",
+                  summary.evaluations, summary.seconds, summary.speedup_over_default(), summary.log_path);
   return Kernel(std::move(k));
 }
 

@@ -15,6 +15,13 @@
 //   k.launch({a, b, c}, reinterpret_cast<std::uint64_t>(my_stream));  // or on your CUstream / cudaStream_t
 //   rt.synchronize();
 //
+// A problem the cache has no entry for can be tuned from the program, as
+// Triton's autotuner does on a new key, and kept for the next run:
+//
+//   ktune::TuneSettings how;
+//   how.cache_file = "tuned.json";                      // the winner is written here too
+//   if (k.match() != ktune::Match::kExact) k = rt.tune("matmul.json", problem, how);
+//
 // Errors are thrown as std::runtime_error (ktune's own error type derives
 // from it) whose what() is one line; a failed compile's goes on with the
 // compiler's log. A Kernel is valid while its Runtime lives: launching it
@@ -46,6 +53,18 @@ enum class Match {
 };
 
 class Runtime;
+
+/// How Runtime::tune searches: `ktune tune`'s options of the same names.
+struct TuneSettings {
+  std::string strategy;  ///< empty: ktune tune's default ("auto")
+  /// When the search stops: evaluations ("200"), time ("15m", "90s"), "plateau:N" (N evaluations found nothing
+  /// faster), joined by '+' for whichever comes first. Empty: ktune tune's default ("plateau:200+1h").
+  std::string budget;
+  std::uint64_t seed = 1;  ///< of the strategy and of the inputs each variant is checked on
+  /// A tuned cache file the winner is written into as well (created if missing, locked while written), for
+  /// the next run's load_cache; empty: the winner serves this Runtime only.
+  std::string cache_file;
+};
 
 /// A kernel compiled for one problem, ready to launch.
 class Kernel {
@@ -96,6 +115,16 @@ class Runtime {
   /// in .json, names a folder, or is there) or a built-in family's name. Compiled on first use (binary cache on
   /// disk); the same (kernel, problem) again returns the loaded one.
   Kernel kernel(const std::string& what, const ProblemSize& problem);
+
+  /// Tunes `what` for `problem` now and returns the winner's kernel (match() kExact; reason() says how many
+  /// configs were measured and the speed-up over the default). It searches as `ktune tune` does (every variant
+  /// validated against the reference before it is timed; the session logged under the cache folder, so
+  /// `ktune log show` reads it), on this runtime's device, but in this process: a variant that faults the GPU
+  /// ends the program, where `ktune tune` runs each in a worker process. A config the cache holds for the
+  /// problem competes in the session. The winner goes into this runtime's cache (later kernel() calls get it)
+  /// and into `settings.cache_file`. Other threads' kernel() and tune() calls wait for it; their launches do
+  /// not. Throws when no config runs correctly, naming why.
+  Kernel tune(const std::string& what, const ProblemSize& problem, const TuneSettings& settings = {});
 
   /// Device memory of this runtime's backend; freed by free() or with the runtime.
   std::uint64_t allocate(std::size_t bytes);

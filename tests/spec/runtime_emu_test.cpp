@@ -90,4 +90,48 @@ TEST_CASE("spec emu: misuse of the run-time API is one runtime_error, never a cr
   CHECK_THROWS_WITH(kept->launch({0x1000, 0x2000, 0x3000}), Catch::Contains("the Runtime it came from is destroyed"));
 }
 
+TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the winner for the next run",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-runtime-tune");
+  const std::string spec = (fs::path(KTUNE_SOURCE_DIR) / "examples/vector_add/vector_add.json").string();
+  const std::string cache = (dir / "tuned.json").string();
+  const ktune::ProblemSize problem{"f32", {{"n", 1031}}};
+  ktune::TuneSettings how;
+  how.cache_file = cache;
+  {
+    ktune::Runtime rt("emu");
+    // Bad settings are refused before any work: nothing written.
+    ktune::TuneSettings bad = how;
+    bad.strategy = "annealing-ish";
+    CHECK_THROWS_WITH(rt.tune(spec, problem, bad), Catch::Contains("annealing-ish"));
+    bad = how;
+    bad.budget = "soon";
+    CHECK_THROWS_WITH(rt.tune(spec, problem, bad), Catch::Contains("soon"));
+    CHECK_FALSE(fs::exists(cache));
+
+    CHECK(rt.kernel(spec, problem).match() == ktune::Match::kDefault);
+    how.budget = "3";
+    const ktune::Kernel tuned = rt.tune(spec, problem, how);
+    CHECK(tuned.match() == ktune::Match::kExact);
+    CHECK_THAT(tuned.reason(), Catch::StartsWith("exact (tuned now: ") && Catch::Contains(" configs measured in "));
+    // This runtime's later requests get the winner, and it computes x + y.
+    const ktune::Kernel again = rt.kernel(spec, problem);
+    CHECK(again.match() == ktune::Match::kExact);
+    CHECK(again.config() == tuned.config());
+    ktune::test::VectorAddRun run{rt, 1031};
+    run.poison_z();
+    tuned.launch(run.buffers());
+    const auto z = run.z();
+    for (std::int64_t i = 0; i < run.n; ++i) REQUIRE(z[i] == run.x[i] + run.y[i]);
+  }
+  // The next run finds it in the file.
+  ktune::Runtime next("emu");
+  next.load_cache(cache);
+  const ktune::Kernel k = next.kernel(spec, problem);
+  CHECK(k.match() == ktune::Match::kExact);
+  CHECK(k.reason() == "exact");
+  // A problem nobody tuned is still the default there.
+  CHECK(next.kernel(spec, {"f32", {{"n", 4000}}}).match() != ktune::Match::kExact);
+}
+
 }  // namespace spec_runtime_emu_test

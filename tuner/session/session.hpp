@@ -16,6 +16,15 @@
 
 namespace ktune::tuner {
 
+/// What `ktune tune` and Runtime::tune search with unless told: auto, until
+/// 200 evaluations in a row found nothing faster or an hour of compiles and
+/// benchmarks passed, whichever comes first. The shortest plateau at which
+/// auto's median run ends within 99 % of the optimum on all eight recorded
+/// spaces (plateau:150 ends half the runs of one at 0.836;
+/// bench/results/replay.md).
+inline constexpr const char* kDefaultStrategy = "auto";
+inline constexpr const char* kDefaultBudget = "plateau:200+1h";
+
 struct TuneOptions {
   std::string strategy = "exhaustive";
   std::string budget;       ///< search::parse_budget syntax ("200", "15m", "plateau:50", "200+15m"); empty: none
