@@ -73,10 +73,17 @@ void add_log_command(CLI::App& app, Global& global) {
     std::cout << summary_line(view) << "\n";
     if (log.winner.is_object()) {
       const auto& w = log.winner;
-      std::cout << fmt::format("winner {} at {:.4f} ms (p20-p80 {:.4f}-{:.4f}, timed again beside the finalists; tied "
-                               "finalists {}; stopped by {})\n",
+      const std::string stopped_by = w.value("stopped_by", std::string("?"));
+      // A session stopped by a signal takes its best as the search timed it; older logs name no finalists.
+      const bool again = w.contains("finalists") ? !w.at("finalists").empty() : stopped_by != "a stop signal";
+      std::cout << fmt::format("winner {} at {:.4f} ms (p20-p80 {:.4f}-{:.4f}, {}; tied finalists {}; stopped by {})\n",
                                view.winner, w.value("time_ms", 0.0), w.value("p20_ms", 0.0), w.value("p80_ms", 0.0),
-                               w.value("tied", 0), w.value("stopped_by", std::string("?")));
+                               again ? "timed again beside the finalists" : "as timed in the search",
+                               w.value("tied", 0), stopped_by);
+    } else {
+      std::cout << "no winner yet: the session was stopped or killed before it picked one; `ktune tune` with the same "
+                   "arguments, --resume and --log "
+                << opts->file << " goes on from these results\n";
     }
     std::cout << top_table(view, opts->top);
     if (const std::string failures = failure_table(view.evaluations); !failures.empty())

@@ -12,6 +12,12 @@ std::string Family::source_hash() const {
   return h.hex();
 }
 
+std::vector<BufferShape> Family::buffer_shapes(const Problem& problem) const {
+  std::vector<BufferShape> shapes;
+  for (const auto& b : make_workload(problem, 1).buffers) shapes.push_back({b.name, b.role, b.dtype, b.bytes.size()});
+  return shapes;
+}
+
 ProblemForm Family::problem_form() const { return ProblemForm::of(problem_classes()); }
 
 void Family::check(const Problem& problem) const {

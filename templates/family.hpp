@@ -69,6 +69,12 @@ class Family {
 
   virtual Rendered render(const Config& config, const Problem& problem) const = 0;
   virtual Workload make_workload(const Problem& problem, std::uint64_t seed) const = 0;
+  /// The buffers a launch takes for `problem`, in the order of
+  /// Workload::buffers and of `plan`'s addresses (a scratch buffer sized for
+  /// every config), without making them: what a program allocates. The
+  /// default makes the workload, CPU reference included; families override
+  /// it with the sizes alone.
+  virtual std::vector<BufferShape> buffer_shapes(const Problem& problem) const;
   /// Launches that run `config` on the workload whose buffers live at
   /// `addresses` (same order as Workload::buffers).
   virtual std::vector<Launch> plan(const Config& config, const Problem& problem,

@@ -11,6 +11,16 @@
 
 namespace ktune::templates {
 
+const char* to_string(Role role) {
+  switch (role) {
+    case Role::kInput: return "input";
+    case Role::kOutput: return "output";
+    case Role::kInOut: return "inout";
+    case Role::kScratch: return "scratch";
+  }
+  return "?";
+}
+
 namespace {
 template <class Convert>
 double rel_l2(std::size_t n, Convert at_pair) {

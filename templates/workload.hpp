@@ -23,6 +23,18 @@ struct HostBuffer {
   std::size_t elements() const { return bytes.size() / size_of(dtype); }
 };
 
+/// A buffer as a launch takes it: a workload buffer's name, role, dtype and
+/// size, without its contents.
+struct BufferShape {
+  std::string name;
+  Role role = Role::kInput;
+  DType dtype = DType::kF32;
+  std::size_t bytes = 0;
+  bool operator==(const BufferShape&) const = default;
+};
+/// "input" | "output" | "inout" | "scratch"
+const char* to_string(Role role);
+
 /// Inputs made from a seed, and the CPU reference's results for them.
 struct Workload {
   std::vector<HostBuffer> buffers;

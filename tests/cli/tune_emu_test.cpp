@@ -205,6 +205,25 @@ TEST_CASE("CLI: a stop signal ends a tuning session after its evaluation, the be
   }
   const auto entries = nlohmann::json::parse(ktune::read_file(cache));
   CHECK(entries.dump().find("rmsnorm_fwd") != std::string::npos);
+  // log show says the stopped session's best is as the search timed it; a log a kill cut before its winner line
+  // says how to go on from it.
+  REQUIRE(run_command(ktune_exe().string() + " log show " + log.string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("as timed in the search; ") && !Catch::Contains("timed again"));
+  {
+    std::ofstream killed(dir / "killed.log");
+    for (const auto& line : lines)
+      if (!line.contains("winner")) killed << line.dump() << "\n";
+  }
+  REQUIRE(run_command(ktune_exe().string() + " log show " + (dir / "killed.log").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("no winner yet: the session was stopped or killed before it picked one") &&
+                      Catch::Contains("--resume and --log " + (dir / "killed.log").string()));
+  // --resume of a log that is not there says a new session starts.
+  REQUIRE(run_command(ktune_exe().string() + " tune --backend emu --family swiglu_fwd --problem "
+                          "'{\"dtype\":\"f32\",\"dims\":{\"n\":1000}}' --budget 1 --resume --cache " +
+                          (dir / "other.json").string() + " --log " + (dir / "typo.log").string(),
+                      &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: nothing to resume: " + (dir / "typo.log").string() +
+                                  " does not exist; a new session starts there"));
   // Resumed with a budget a few evaluations past the logged ones: those come from the log, not run again.
   REQUIRE(run_command(tune + " --resume --budget " + std::to_string(logged + 2) + " 2>/dev/null", &out) == 0);
   std::istringstream again(ktune::read_file(log));

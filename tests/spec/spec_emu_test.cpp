@@ -4,6 +4,7 @@
 // fp64 CPU computation, and a wrong answer is rejected.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -100,6 +101,16 @@ TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", 
   CHECK(result["family"] == "tiled_matmul");
   CHECK(result["evaluations"] == 11);  // every valid point (spec_test counts them), no more
   CHECK(result["failures"] == 0);
+  // What the text row shows is in the JSON too: how the session ended, and what the winner rule judged.
+  CHECK(result["stopped_by"] == "strategy exhausted");
+  CHECK(result["pruned"] == 0);
+  CHECK(result["tied"].get<int>() >= 1);
+  CHECK(result["default_config"] == nlohmann::json({{"tile", 16}, {"wpt", 2}}));
+  CHECK(result["default_time_ms"].get<double>() > 0);
+  REQUIRE(result["finalists"].size() >= 2);  // the three fastest and the default, timed again side by side
+  CHECK(std::any_of(result["finalists"].begin(), result["finalists"].end(),
+                    [&](const nlohmann::json& f) { return f["config"] == result["best_config"]; }));
+  CHECK_THAT(result["method"].get<std::string>(), Catch::Contains("timed again beside the other finalists"));
   std::ifstream in(dir / "tuned.json");
   const auto cache = nlohmann::json::parse(in);
   REQUIRE(cache["entries"].size() == 1);

@@ -356,10 +356,13 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     summary.pruned += r.outcome.failure.rfind("pruned:", 0) == 0 ? 1 : 0;
   if (const auto it = evaluator.done().find(def); it != evaluator.done().end()) summary.default_run = it->second;
 
-  // The fastest few are timed again side by side; the winner rule ties what
-  // noise cannot separate and gives a tie to the default (nothing measurably
-  // faster replaces it), else to the smallest space index, so two sessions
-  // on one GPU pick the same config.
+  // The fastest few are timed again side by side, with the default and the
+  // cache's config for the problem, and the winner rule judges those samples
+  // alone (the search's were taken at other times, the default's first of
+  // all): it ties what noise cannot separate and gives a tie to the cache's
+  // config (only a measurably faster one replaces it), then to the default
+  // (nothing measurably faster replaces it), else to the smallest space
+  // index, so two sessions on one GPU pick the same config.
   const auto timed = [](const Record& r) { return time_of(r) < std::numeric_limits<double>::infinity(); };
   // Every result the session holds competes: this run's, and a resumed log's
   // that its strategy did not propose again.
@@ -374,28 +377,31 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     return summary;
   }
   ranked.resize(std::min<std::size_t>(ranked.size(), static_cast<std::size_t>(std::max(1, options.finalists))));
-  // The default, when it ran, is timed again beside the finalists: the speed-up over it is measured side by side.
-  if (options.finalists > 1 && summary.default_run && timed(*summary.default_run) &&
-      std::none_of(ranked.begin(), ranked.end(), [&](const Record& r) { return r.config == def; }))
-    ranked.push_back(*summary.default_run);
+  const auto join = [&](const Config& c) {
+    const auto it = evaluator.done().find(c);
+    if (options.finalists > 1 && it != evaluator.done().end() && timed(it->second) &&
+        std::none_of(ranked.begin(), ranked.end(), [&](const Record& r) { return r.config == c; }))
+      ranked.push_back(it->second);
+  };
+  join(def);
+  if (incumbent) join(*options.incumbent);
   if (ranked.size() > 1 && options.run.time && !interrupted) {
     RunOptions again = run;
     again.validate = false;
     for (auto& r : ranked) {
       const RunResult t = runner.run(family, r.config, problem, again);
-      if (t.ok && t.timing) {
-        auto samples = samples_of(*r.result.timing);
-        const auto more = samples_of(*t.timing);
-        samples.insert(samples.end(), more.begin(), more.end());
-        r.result.timing = summarize(samples);
-        r.result.timing->method = t.timing->method + ", once in the search and once beside the other finalists";
-      }
+      if (!t.ok || !t.timing) continue;  // judged on its search samples
+      r.result.timing = t.timing;
+      r.result.timing->method = t.timing->method + ", timed again beside the other finalists";
+      summary.finalists.push_back(r);
     }
   }
   std::vector<search::Candidate> finalists;
   for (const auto& r : ranked) {
     if (r.config == def) summary.default_run = r;  // its speed-up from the same samples as the winner's
-    const std::uint64_t order = r.config == def ? 0 : family.space().index_of(r.config).value_or(0) + 1;
+    const std::uint64_t order = incumbent && r.config == *options.incumbent ? 0
+                                : r.config == def                           ? 1
+                                : family.space().index_of(r.config).value_or(0) + 2;
     finalists.push_back({order, r.config, samples_of(*r.result.timing)});
   }
   const search::WinnerResult winner = search::pick_winner(finalists);
@@ -403,9 +409,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.tied = winner.tied;
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
   const auto& picked = *summary.best->result.timing;
+  nlohmann::json timed_again = nlohmann::json::array();
+  for (const auto& r : summary.finalists)
+    timed_again.push_back({{"config", r.config.to_json()}, {"time_ms", r.result.timing->median_ms},
+                           {"p20_ms", r.result.timing->p20_ms}, {"p80_ms", r.result.timing->p80_ms}});
   log.append({{"winner",
                {{"config", summary.best->config.to_json()}, {"time_ms", picked.median_ms}, {"p20_ms", picked.p20_ms},
-                {"p80_ms", picked.p80_ms}, {"tied", summary.tied}, {"stopped_by", summary.stopped_by}}}});
+                {"p80_ms", picked.p80_ms}, {"tied", summary.tied}, {"stopped_by", summary.stopped_by},
+                {"finalists", timed_again}}}});
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

@@ -71,6 +71,8 @@ struct TuneSummary {
   std::uint64_t tied = 0;         ///< finalists the winner rule could not tell apart
   std::string stopped_by;
   std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
+  /// The finalists as timed again side by side (what the winner rule judged), fastest in the search first.
+  std::vector<Record> finalists;
   std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
   std::string previous_log;             ///< where the default log it replaced went (prepare_fresh_log), or ""
   double seconds = 0;

@@ -50,6 +50,8 @@ class ScriptedRunner final : public Runner {
       m.p20_ms = m.median_ms * 0.99;
       m.p80_ms = m.median_ms * 1.01;
       m.repetitions = 10;
+      if (noisy)  // ten repetitions within 2 % of the median
+        for (int i = 0; i < m.repetitions; ++i) m.samples_ms.push_back(m.median_ms * (0.98 + 0.04 * i / 9));
       r.timing = m;
     }
     return r;
@@ -57,6 +59,7 @@ class ScriptedRunner final : public Runner {
   std::function<double(const Config&)> time_of = [](const Config& c) {
     return 1.0 + std::abs(c.at("threads") - 256) / 256.0 + (4 - c.at("vec")) * 0.1;
   };
+  bool noisy = false;
   int calls = 0;
   std::set<Config> seen;
   std::vector<Config> order;
@@ -187,6 +190,56 @@ TEST_CASE("the cache's config for the problem is measured in the session, so onl
   slower.time_of = [&](const Config& c) { return c == cached ? 2.0 : 1.0; };
   o.budget = "";
   CHECK(tune(family, problem, slower, o).best->config != cached);
+}
+
+TEST_CASE("the finalists are judged on their side-by-side times and a tie keeps the cache's config", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const Config def = family.default_config(problem);
+  const Config cached({{"threads", 128}, {"vec", 2}});
+  const Config quick({{"threads", 512}, {"vec", 1}});
+  TuneOptions o;
+  o.run.time = true;
+  o.log_path = (test::scratch_dir("session-finalists") / "log.jsonl").string();
+  // Each config's first measurement is the search's; the later ones are side by side.
+  const auto scripted = [](std::function<double(const Config&, bool again)> time) {
+    auto runner = std::make_unique<ScriptedRunner>();
+    runner->time_of = [time, calls = std::make_shared<std::map<Config, int>>()](const Config& c) {
+      return time(c, ++(*calls)[c] > 1);
+    };
+    return runner;
+  };
+  SECTION("the default, measured cold first of all, is slower in the search than side by side") {
+    auto runner = scripted([&](const Config& c, bool again) {
+      return c == def ? (again ? 1.0 : 4.0) : c == quick ? 0.5 : 2.0;
+    });
+    const auto s = tune(family, problem, *runner, o);
+    REQUIRE(s.best);
+    CHECK(s.best->config == quick);
+    CHECK(s.speedup_over_default() == Approx(2.0));  // not the search's 8
+    CHECK(std::any_of(s.finalists.begin(), s.finalists.end(), [&](const Record& r) { return r.config == def; }));
+    const auto read = read_session_log(o.log_path);
+    CHECK(read.winner.at("finalists").size() == s.finalists.size());
+  }
+  SECTION("a config fast once in the search but not side by side does not win") {
+    auto runner = scripted([&](const Config& c, bool again) {
+      return c == def ? 1.0 : c == quick ? (again ? 1.0 : 0.5) : 2.0;
+    });
+    const auto s = tune(family, problem, *runner, o);
+    REQUIRE(s.best);
+    CHECK(s.best->config == def);
+  }
+  SECTION("the cache's config, as fast as the default side by side, stays") {
+    o.incumbent = cached;
+    o.budget = "2";
+    auto runner = scripted([&](const Config& c, bool again) {
+      return c == cached ? (again ? 1.0 : 0.5) : c == def ? 0.999 : 2.0;
+    });
+    runner->noisy = true;
+    const auto s = tune(family, problem, *runner, o);
+    REQUIRE(s.best);
+    CHECK(s.best->config == cached);
+  }
 }
 
 TEST_CASE("a log from another family or problem is refused on resume", "[session]") {
