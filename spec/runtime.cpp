@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <filesystem>
 #include <mutex>
@@ -74,6 +75,18 @@ struct Kernel::State {
   std::weak_ptr<const tuner::exec::Module> module;
   tuner::TunedKernel kernel;  // its module null: `module` is the runtime's
   std::string name;
+  // Its buffers: a spec's from the start, a family's made by the first buffers() call.
+  mutable std::once_flag shapes_made;
+  mutable std::vector<templates::BufferShape> shapes;
+  mutable std::atomic<bool> shapes_known = false;
+
+  const std::vector<templates::BufferShape>& buffer_shapes() const {
+    std::call_once(shapes_made, [&] {
+      shapes = kernel.family->buffer_shapes(kernel.problem);
+      shapes_known = true;
+    });
+    return shapes;
+  }
 
   std::shared_ptr<Runtime::State> live_runtime() const {
     auto rt = runtime.lock();
@@ -105,11 +118,33 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers) const {
   launch(buffers, state_->live_runtime()->backend->native_stream());
 }
 
+std::vector<BufferInfo> Kernel::buffers() const {
+  std::vector<BufferInfo> out;
+  for (const auto& s : state_->buffer_shapes())
+    out.push_back({s.name, templates::to_string(s.role), templates::to_string(s.dtype), s.bytes});
+  return out;
+}
+
 void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const {
   const auto runtime = state_->live_runtime();
   auto& rt = *runtime;
   const auto& k = state_->kernel;
   const auto lock = rt.device_lock();
+  if (state_->shapes_known) {  // an allocation of the runtime's too small for its buffer, before the kernel writes past it
+    const auto& shapes = state_->shapes;
+    for (std::size_t i = 0; i < std::min(buffers.size(), shapes.size()); ++i) {
+      auto it = rt.buffers.upper_bound(buffers[i]);
+      if (it == rt.buffers.begin()) continue;
+      const auto& held = *std::prev(it)->second;
+      const std::uint64_t from = buffers[i] - held.address();
+      if (from >= held.bytes() || held.bytes() - from >= shapes[i].bytes) continue;
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: buffer {} ('{}', {} {}) needs {} bytes, but the allocation at {:#x} holds {}{}",
+                              state_->name, i + 1, shapes[i].name, templates::to_string(shapes[i].dtype),
+                              templates::to_string(shapes[i].role), shapes[i].bytes, held.address(), held.bytes(),
+                              from ? fmt::format(" ({} past the address given)", held.bytes() - from) : ""));
+    }
+  }
   const auto module = state_->module.lock();  // alive while its runtime is
   rt.backend->launch(*module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()), stream);
 }
@@ -132,8 +167,19 @@ const templates::Family& Runtime::State::family_of(const std::string& what) {
   std::string suffix = what.size() > 5 ? what.substr(what.size() - 5) : "";
   std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
   std::error_code ec;
-  if (suffix != ".json" && what.find('/') == std::string::npos && !std::filesystem::exists(what, ec))
-    return templates::find_family(what);
+  // A family's name is the family, whatever the working folder holds.
+  if (suffix != ".json" && what.find('/') == std::string::npos) {
+    const auto& families = templates::all_families();
+    const auto it = std::find_if(families.begin(), families.end(), [&](const auto* f) { return f->name() == what; });
+    if (it != families.end()) {
+      KTUNE_REQUIRE((*it)->fixed_scalars().empty(),
+                    fmt::format("{} takes {} at each launch, which the run-time API cannot pass yet: its launches "
+                                "would use the tuner's values",
+                                what, (*it)->fixed_scalars()));
+      return **it;
+    }
+    if (!std::filesystem::exists(what, ec)) return templates::find_family(what);  // throws, naming the families
+  }
   KTUNE_REQUIRE(!std::filesystem::is_directory(what, ec),
                 fmt::format("{} is a folder; give the kernel spec file (the .json beside your .cu)", what));
   auto& known = specs[what];
@@ -154,6 +200,7 @@ std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<S
   modules.insert(k->kernel.module);
   k->module = std::exchange(k->kernel.module, nullptr);
   k->name = family.name();
+  if (dynamic_cast<const spec::SpecFamily*>(&family)) k->buffer_shapes();  // from the spec's counts: cheap
   return k;
 }
 

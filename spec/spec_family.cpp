@@ -175,9 +175,11 @@ Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
   for (std::size_t i = 0; i < grid.size(); ++i) l.grid[i] = static_cast<unsigned>(grid[i]->eval_integer(v, 1, kMaxGrid));
   for (std::size_t i = 0; i < block.size(); ++i) l.block[i] = static_cast<unsigned>(block[i]->eval_integer(v, 1, 1024));
   if (spec_->shared_bytes) l.dynamic_smem = static_cast<unsigned>(spec_->shared_bytes->eval_integer(v, 0, 1 << 30));
+  std::vector<std::string> names;
+  for (const auto& b : spec_->buffers) names.push_back(b.name);
   KTUNE_REQUIRE(addresses.size() == spec_->buffers.size(),
-                fmt::format("{}: {} buffer addresses given, the spec has {} buffers", name(), addresses.size(),
-                            spec_->buffers.size()));
+                fmt::format("{}: {} buffer addresses given, the spec has {} ({})", name(), addresses.size(),
+                            spec_->buffers.size(), fmt::join(names, ", ")));
   for (const auto& a : spec_->args) {
     if (!a.buffer.empty()) {
       for (std::size_t i = 0; i < spec_->buffers.size(); ++i)
@@ -197,26 +199,38 @@ std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& proble
   return launches;
 }
 
-templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint64_t seed) const {
+std::vector<templates::BufferShape> SpecFamily::buffer_shapes(const Problem& problem) const {
   check_problem(problem);
   Values dims;
   for (const auto& [k, x] : problem.dims) dims[k] = static_cast<double>(x);
-  std::mt19937_64 rng(seed);
-  templates::Workload w;
+  std::vector<templates::BufferShape> shapes;
   for (const auto& b : spec_->buffers) {
-    HostBuffer h;
-    h.name = b.name;
-    h.role = b.role;
-    h.dtype = b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype;
-    h.tolerance = b.tolerance.value_or(spec_->tolerance.value_or(templates::tolerance_for(problem.dtype)));
-    std::size_t n = 0;
+    templates::BufferShape shape{b.name, b.role, b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype};
     try {
-      n = static_cast<std::size_t>(b.count->eval_integer(dims, 1, kMaxElements));
+      shape.bytes = static_cast<std::size_t>(b.count->eval_integer(dims, 1, kMaxElements)) *
+                    templates::size_of(shape.dtype);
     } catch (const Error& e) {  // named as the spec's load-time errors are: by its file
       if (e.kind() != ErrorKind::kInvalidInput) throw;
       throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {} (for {})", spec_->path.string(), e.what(),
                                                         problem.key()));
     }
+    shapes.push_back(std::move(shape));
+  }
+  return shapes;
+}
+
+templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint64_t seed) const {
+  const std::vector<templates::BufferShape> shapes = buffer_shapes(problem);
+  std::mt19937_64 rng(seed);
+  templates::Workload w;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto& b = spec_->buffers[i];
+    HostBuffer h;
+    h.name = b.name;
+    h.role = b.role;
+    h.dtype = shapes[i].dtype;
+    h.tolerance = b.tolerance.value_or(spec_->tolerance.value_or(templates::tolerance_for(problem.dtype)));
+    const std::size_t n = shapes[i].bytes / templates::size_of(h.dtype);
     if (b.role == Role::kOutput || b.init == Init::kZeros) {
       h.bytes.assign(n * templates::size_of(h.dtype), std::byte{0});
     } else if (b.init == Init::kRandom) {

@@ -44,6 +44,7 @@ class SpecFamily final : public templates::Family {
                 std::string* why = nullptr) const override;
   templates::Rendered render(const Config& config, const templates::Problem& problem) const override;
   templates::Workload make_workload(const templates::Problem& problem, std::uint64_t seed) const override;
+  std::vector<templates::BufferShape> buffer_shapes(const templates::Problem& problem) const override;
   std::vector<templates::Launch> plan(const Config& config, const templates::Problem& problem,
                                       const std::vector<std::uint64_t>& addresses,
                                       const DeviceLimits& device) const override;

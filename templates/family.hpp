@@ -75,6 +75,12 @@ class Family {
   /// default makes the workload, CPU reference included; families override
   /// it with the sizes alone.
   virtual std::vector<BufferShape> buffer_shapes(const Problem& problem) const;
+  /// Scalars a launch from buffer addresses alone (the workload-driven
+  /// `plan` below) fixes at the workload's values where a program would set
+  /// its own at each launch, in words ("alpha (0.75)"); empty where there
+  /// are none or they are the op's convention (RMSNorm's eps, attention's
+  /// 1/sqrt(head_dim)). The run-time API refuses such a family.
+  virtual std::string fixed_scalars() const { return {}; }
   /// Launches that run `config` on the workload whose buffers live at
   /// `addresses` (same order as Workload::buffers).
   virtual std::vector<Launch> plan(const Config& config, const Problem& problem,

@@ -54,6 +54,14 @@ enum class Match {
 
 class Runtime;
 
+/// A buffer a kernel takes, in launch() order.
+struct BufferInfo {
+  std::string name;
+  std::string role;   ///< "input", "output", "inout", or "scratch" (a workspace: any contents)
+  std::string dtype;  ///< "f32", "bf16", "f16", "i32", "i64", "u8"
+  std::size_t bytes = 0;  ///< what the problem needs (a scratch buffer: enough for every config)
+};
+
 /// How Runtime::tune searches: `ktune tune`'s options of the same names.
 struct TuneSettings {
   std::string strategy;  ///< empty: ktune tune's default ("auto")
@@ -80,11 +88,18 @@ class Kernel {
   /// an entry for the problem is stale: another kernel source, NVRTC or driver)
   const std::string& reason() const;
   std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
+  /// The buffers launch() takes, in its order: name, role, dtype and bytes. A kernel spec's come from its
+  /// counts at once; a built-in family's from its workload for the problem, made on the first call (as long as
+  /// building the CPU reference's inputs takes at that size).
+  std::vector<BufferInfo> buffers() const;
 
   /// Enqueues the kernel on the runtime's stream with `buffers` (device
-  /// addresses from Runtime::allocate or your own, in the order of the
-  /// spec's buffers; scalars come from the problem). Returns at once on a
-  /// GPU; the emulation runs it before returning.
+  /// addresses from Runtime::allocate or your own, in the order of buffers();
+  /// scalars come from the problem). An address from Runtime::allocate (or
+  /// inside one) with fewer bytes from there than buffers() says is refused
+  /// before the launch, for a kernel spec, and for a family once buffers()
+  /// was called. Returns at once on a GPU; the emulation runs it before
+  /// returning.
   void launch(const std::vector<std::uint64_t>& buffers) const;
   /// The same on your own `stream` (a CUstream as an integer, created in the
   /// device's primary context, as the CUDA runtime's streams are), ordered
@@ -111,9 +126,10 @@ class Runtime {
   /// Reads a tuned cache (`ktune tune --cache`); later kernel() calls use it.
   void load_cache(const std::string& path);
 
-  /// The kernel for `problem`: `what` is a kernel spec file (a path: it ends
-  /// in .json, names a folder, or is there) or a built-in family's name. Compiled on first use (binary cache on
-  /// disk); the same (kernel, problem) again returns the loaded one.
+  /// The kernel for `problem`: `what` is a built-in family's name (`ktune families`) or a kernel spec file (a
+  /// path: it ends in .json, has a folder, or is a file there that is no family's name). Compiled on first use
+  /// (binary cache on disk); the same (kernel, problem) again returns the loaded one. A family whose launch
+  /// would fix scalars a program sets itself (AdamW's learning rate and step, a scale) is refused.
   Kernel kernel(const std::string& what, const ProblemSize& problem);
 
   /// Tunes `what` for `problem` now and returns the winner's kernel (match() kExact; reason() says how many

@@ -36,6 +36,11 @@ HyperArgs hyper_args(const AdamwHyper& h) {
 /// What every AdamW family shares: problems, workloads, counts.
 class AdamwBase : public AdamwFamily {
  public:
+  std::string fixed_scalars() const override {
+    const AdamwHyper h = workload_hyper();
+    return fmt::format("the learning rate ({:g}), betas ({:g}, {:g}), eps ({:g}), weight decay ({:g}) and step ({})",
+                       h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step);
+  }
   std::vector<std::string> source_files() const override { return {kTemplate}; }
 
   std::vector<Problem> problem_classes() const override {

@@ -72,6 +72,13 @@ constexpr float kScatterAlpha = -1.0f;
 
 class Primitive final : public PrimitiveFamily {
  public:
+  std::string fixed_scalars() const override {
+    const std::string n = name();
+    if (n == "prim_scatter_add") return fmt::format("alpha ({:g})", kScatterAlpha);
+    if (n == "prim_scale" || n == "prim_add_scalar" || n == "prim_fill" || n == "prim_causal_mask")
+      return fmt::format("alpha ({:g})", kWorkloadAlpha);
+    return {};
+  }
   Primitive(Kind kind, int op) : kind_(kind), op_(op), space_({{"threads", {kThreads}, "one config: untuned"}}) {}
 
   std::string name() const override {

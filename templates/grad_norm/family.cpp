@@ -49,6 +49,7 @@ std::vector<std::byte> grad_list(const std::vector<Tensor>& tensors, std::size_t
 
 class GradNorm final : public GradNormFamily {
  public:
+  std::string fixed_scalars() const override { return fmt::format("the clip norm ({:g})", kWorkloadMaxNorm); }
   GradNorm()
       : space_({{"threads", {128, 256, 512, 1024}, "threads per block: more loads in flight per chunk vs more blocks"},
                 {"vec", {1, 2, 4}, "floats per access: wider loads, fewer instructions"},

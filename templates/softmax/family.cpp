@@ -39,6 +39,7 @@ std::vector<double> scores(const Problem& p, std::mt19937_64& rng) {
 template <class ArgsT>
 class SoftmaxFamily : public RowFamily<ArgsT> {
  public:
+  std::string fixed_scalars() const override { return fmt::format("the softmax scale ({:g})", kWorkloadScale); }
   SoftmaxFamily()
       : space_(row_params("threads per row: up to a warp reduces with shuffles alone, more cut the registers each "
                           "thread holds")) {}

@@ -90,6 +90,64 @@ TEST_CASE("spec emu: misuse of the run-time API is one runtime_error, never a cr
   CHECK_THROWS_WITH(kept->launch({0x1000, 0x2000, 0x3000}), Catch::Contains("the Runtime it came from is destroyed"));
 }
 
+TEST_CASE("spec emu: a kernel lists its buffers and a launch into an allocation too small is refused", "[spec]") {
+  ktune::Runtime rt("emu");
+  ktune::test::VectorAddRun run{rt, 1031};
+  const auto shapes = run.kernel.buffers();
+  REQUIRE(shapes.size() == 3);
+  CHECK(shapes[0].name == "x");
+  CHECK(shapes[2].name == "z");
+  CHECK(shapes[2].role == "output");
+  CHECK(shapes[2].dtype == "f32");
+  CHECK(shapes[2].bytes == 1031 * 4);
+  // A launch never writes past a buffer it was given too small; nothing runs.
+  const std::uint64_t small = rt.allocate(1030 * 4);
+  CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy, small}),
+                    Catch::Contains("vector_add: buffer 3 ('z', f32 output) needs 4124 bytes, but the allocation at") &&
+                        Catch::Contains("holds 4120"));
+  CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy + 4, run.dz}), Catch::Contains("(4120 past the address given)"));
+  CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy}), Catch::Contains("the spec has 3 (x, y, z)"));
+  run.poison_z();
+  run.kernel.launch(run.buffers());
+  CHECK(run.z()[1030] == run.x[1030] + run.y[1030]);
+
+  // A built-in family's buffers: bf16 activations, fp32 weight and statistics; checked once listed.
+  const ktune::Kernel norm = rt.kernel("rmsnorm_fwd", {"bf16", {{"rows", 37}, {"dim", 96}}});
+  const auto b = norm.buffers();
+  REQUIRE(b.size() == 4);
+  CHECK((b[0].name == "x" && b[0].dtype == "bf16" && b[0].bytes == 37 * 96 * 2 && b[0].role == "input"));
+  CHECK((b[1].name == "w" && b[1].dtype == "f32" && b[1].bytes == 96 * 4));
+  CHECK((b[3].name == "rstd" && b[3].dtype == "f32" && b[3].bytes == 37 * 4 && b[3].role == "output"));
+  std::vector<std::uint64_t> addresses;
+  for (const auto& buffer : b) addresses.push_back(rt.allocate(buffer.name == "w" ? 64 : buffer.bytes));
+  CHECK_THROWS_WITH(norm.launch(addresses), Catch::Contains("buffer 2 ('w', f32 input) needs 384 bytes"));
+
+  // Families whose launch would fix a program's own scalars are refused, by name.
+  CHECK_THROWS_WITH(rt.kernel("adamw", {"f32", {{"tensors", 1}, {"numel", 256}}}),
+                    Catch::Contains("adamw takes the learning rate (0.01)") && Catch::Contains("step (3)"));
+  CHECK_THROWS_WITH(rt.kernel("prim_scale", {"f32", {{"n", 256}}}), Catch::Contains("alpha (0.75)"));
+}
+
+TEST_CASE("spec emu: a family's name means the family whatever the working folder holds", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-runtime-names");
+  const fs::path before = fs::current_path();
+  fs::create_directories(dir / "swiglu_fwd");  // a folder, and a file, named as families
+  std::ofstream(dir / "rmsnorm_fwd") << "\x7f" "ELF";
+  fs::current_path(dir);
+  ktune::Runtime rt("emu");
+  std::string swiglu, norm;
+  try {
+    swiglu = rt.kernel("swiglu_fwd", {"f32", {{"n", 100}}}).name();
+    norm = rt.kernel("rmsnorm_fwd", {"f32", {{"rows", 3}, {"dim", 8}}}).name();
+  } catch (...) {
+    fs::current_path(before);
+    throw;
+  }
+  fs::current_path(before);
+  CHECK(swiglu == "swiglu_fwd");
+  CHECK(norm == "rmsnorm_fwd");
+}
+
 TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the winner for the next run",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-runtime-tune");
