@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <filesystem>
 #include <mutex>
@@ -42,6 +41,10 @@ struct Runtime::State {
   // a first use compiling in one thread does not hold up another's launches.
   std::mutex kernels_mutex;
   std::mutex mutex;
+  // Kernels handed out, by request (what, problem key): the same request
+  // again is a look-up, which waits for no other thread's compile.
+  std::map<std::pair<std::string, std::string>, std::shared_ptr<Kernel::State>> handed;
+  std::mutex handed_mutex;
 
   /// The device work lock, with the calling thread readied for the backend.
   std::unique_lock<std::mutex> device_lock() {
@@ -54,6 +57,8 @@ struct Runtime::State {
   void use_cache(std::unique_ptr<cache::TunedCache> cache) {
     kernels = std::make_unique<tuner::TunedKernels>(*backend, cache.get());
     tuned = std::move(cache);
+    std::lock_guard lock(handed_mutex);
+    handed.clear();
   }
 
   /// The family `what` names: a kernel spec's path, or a built-in family's name.
@@ -61,6 +66,25 @@ struct Runtime::State {
   /// `family`'s kernel for `problem` from the cache in use, compiled and loaded on first use.
   std::shared_ptr<Kernel::State> kernel_of(const std::shared_ptr<State>& self, const templates::Family& family,
                                            const templates::Problem& problem);
+
+  /// The allocation `address` lies in (its start, or a byte inside it), or null.
+  const tuner::exec::Buffer* holding(std::uint64_t address) const {
+    const auto it = buffers.upper_bound(address);
+    if (it == buffers.begin()) return nullptr;
+    const auto& held = *std::prev(it)->second;
+    return address == held.address() || address - held.address() < held.bytes() ? &held : nullptr;
+  }
+  /// `bytes` at `address` in an allocation, for a copy: the allocation and the offset there.
+  std::pair<const tuner::exec::Buffer*, std::size_t> range(std::uint64_t address, std::size_t bytes,
+                                                           const char* what) const {
+    const auto* held = holding(address);
+    KTUNE_REQUIRE(held != nullptr, fmt::format("{:#x} is not inside an allocation of Runtime::allocate", address));
+    const std::size_t offset = address - held->address();
+    KTUNE_REQUIRE(bytes <= held->bytes() - offset,
+                  fmt::format("{} of {} bytes at {:#x} runs past the end of its allocation ({} bytes at {:#x})", what,
+                              bytes, address, held->bytes(), held->address()));
+    return {held, offset};
+  }
 
   const tuner::exec::Buffer& buffer(std::uint64_t address) const {
     const auto it = buffers.find(address);
@@ -75,18 +99,7 @@ struct Kernel::State {
   std::weak_ptr<const tuner::exec::Module> module;
   tuner::TunedKernel kernel;  // its module null: `module` is the runtime's
   std::string name;
-  // Its buffers: a spec's from the start, a family's made by the first buffers() call.
-  mutable std::once_flag shapes_made;
-  mutable std::vector<templates::BufferShape> shapes;
-  mutable std::atomic<bool> shapes_known = false;
-
-  const std::vector<templates::BufferShape>& buffer_shapes() const {
-    std::call_once(shapes_made, [&] {
-      shapes = kernel.family->buffer_shapes(kernel.problem);
-      shapes_known = true;
-    });
-    return shapes;
-  }
+  std::vector<templates::BufferShape> shapes;  // its buffers, in launch order
 
   std::shared_ptr<Runtime::State> live_runtime() const {
     auto rt = runtime.lock();
@@ -120,7 +133,7 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers) const {
 
 std::vector<BufferInfo> Kernel::buffers() const {
   std::vector<BufferInfo> out;
-  for (const auto& s : state_->buffer_shapes())
+  for (const auto& s : state_->shapes)
     out.push_back({s.name, templates::to_string(s.role), templates::to_string(s.dtype), s.bytes});
   return out;
 }
@@ -130,14 +143,14 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t str
   auto& rt = *runtime;
   const auto& k = state_->kernel;
   const auto lock = rt.device_lock();
-  if (state_->shapes_known) {  // an allocation of the runtime's too small for its buffer, before the kernel writes past it
+  {  // an allocation of the runtime's too small for its buffer, before the kernel writes past it
     const auto& shapes = state_->shapes;
     for (std::size_t i = 0; i < std::min(buffers.size(), shapes.size()); ++i) {
-      auto it = rt.buffers.upper_bound(buffers[i]);
-      if (it == rt.buffers.begin()) continue;
-      const auto& held = *std::prev(it)->second;
+      const auto* found = rt.holding(buffers[i]);  // null: the program's own memory
+      if (!found) continue;
+      const auto& held = *found;
       const std::uint64_t from = buffers[i] - held.address();
-      if (from >= held.bytes() || held.bytes() - from >= shapes[i].bytes) continue;
+      if (held.bytes() - from >= shapes[i].bytes) continue;
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("{}: buffer {} ('{}', {} {}) needs {} bytes, but the allocation at {:#x} holds {}{}",
                               state_->name, i + 1, shapes[i].name, templates::to_string(shapes[i].dtype),
@@ -200,17 +213,35 @@ std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<S
   modules.insert(k->kernel.module);
   k->module = std::exchange(k->kernel.module, nullptr);
   k->name = family.name();
-  if (dynamic_cast<const spec::SpecFamily*>(&family)) k->buffer_shapes();  // from the spec's counts: cheap
+  k->shapes = family.buffer_shapes(problem);
+  if (const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family)) {
+    // A default that is not the spec's says why.
+    const auto declared = spec_family->declared_default();
+    std::string why;
+    if (k->kernel.chosen.match == cache::Match::kNone && declared && *declared != k->kernel.chosen.config &&
+        !family.is_valid(*declared, problem, backend->device(), &why))
+      k->kernel.chosen.source += fmt::format("; the spec's default {} is not valid for this problem ({}), so the "
+                                             "first valid point",
+                                             declared->str(), why);
+  }
   return k;
 }
 
 Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
+  const templates::Problem problem{size.dtype, size.dims};
+  const auto request = std::pair{what, problem.key()};
+  {
+    std::lock_guard lock(state_->handed_mutex);
+    if (const auto it = state_->handed.find(request); it != state_->handed.end()) return Kernel(it->second);
+  }
   std::lock_guard lock(state_->kernels_mutex);
   state_->backend->bind_thread();  // a GPU module loads into the context current on this thread
   const templates::Family& family = state_->family_of(what);
-  const templates::Problem problem{size.dtype, size.dims};
   family.check(problem);
-  return Kernel(state_->kernel_of(state_, family, problem));
+  auto k = state_->kernel_of(state_, family, problem);
+  std::lock_guard handed(state_->handed_mutex);
+  state_->handed[request] = k;
+  return Kernel(std::move(k));
 }
 
 Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const TuneSettings& settings) {
@@ -276,13 +307,15 @@ void Runtime::free(std::uint64_t address) {
 void Runtime::upload(std::uint64_t address, const void* host, std::size_t bytes) {
   KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("upload of {} bytes from a null host pointer", bytes));
   const auto lock = state_->device_lock();
-  state_->backend->upload(state_->buffer(address), host, bytes);
+  const auto [held, offset] = state_->range(address, bytes, "an upload");
+  state_->backend->upload_range(*held, offset, host, bytes);
 }
 
 void Runtime::download(void* host, std::uint64_t address, std::size_t bytes) {
   KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("download of {} bytes to a null host pointer", bytes));
   const auto lock = state_->device_lock();
-  state_->backend->download(host, state_->buffer(address), bytes);
+  const auto [held, offset] = state_->range(address, bytes, "a download");
+  state_->backend->download_range(host, *held, offset, bytes);
 }
 
 std::uint64_t Runtime::stream() const { return state_->backend->native_stream(); }

@@ -2,6 +2,7 @@
 // results beside them, and the relative L2 error they are checked with.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ struct BufferShape {
 };
 /// "input" | "output" | "inout" | "scratch"
 const char* to_string(Role role);
+/// A buffer of `count` elements of `dtype`.
+inline BufferShape buffer_shape(std::string name, Role role, DType dtype, std::int64_t count) {
+  return {std::move(name), role, dtype, static_cast<std::size_t>(count) * size_of(dtype)};
+}
 
 /// Inputs made from a seed, and the CPU reference's results for them.
 struct Workload {

@@ -88,18 +88,15 @@ class Kernel {
   /// an entry for the problem is stale: another kernel source, NVRTC or driver)
   const std::string& reason() const;
   std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
-  /// The buffers launch() takes, in its order: name, role, dtype and bytes. A kernel spec's come from its
-  /// counts at once; a built-in family's from its workload for the problem, made on the first call (as long as
-  /// building the CPU reference's inputs takes at that size).
+  /// The buffers launch() takes, in its order: name, role, dtype and bytes.
   std::vector<BufferInfo> buffers() const;
 
   /// Enqueues the kernel on the runtime's stream with `buffers` (device
   /// addresses from Runtime::allocate or your own, in the order of buffers();
   /// scalars come from the problem). An address from Runtime::allocate (or
   /// inside one) with fewer bytes from there than buffers() says is refused
-  /// before the launch, for a kernel spec, and for a family once buffers()
-  /// was called. Returns at once on a GPU; the emulation runs it before
-  /// returning.
+  /// before the launch. Returns at once on a GPU; the emulation runs it
+  /// before returning.
   void launch(const std::vector<std::uint64_t>& buffers) const;
   /// The same on your own `stream` (a CUstream as an integer, created in the
   /// device's primary context, as the CUDA runtime's streams are), ordered
@@ -146,7 +143,9 @@ class Runtime {
   std::uint64_t allocate(std::size_t bytes);
   void free(std::uint64_t address);
   /// Copies in order with the runtime's stream: each waits for the kernels
-  /// launched there before it, and is complete on return.
+  /// launched there before it, and is complete on return. `address` is an
+  /// allocation's or a byte inside one (a tensor laid out in a larger
+  /// allocation); the copy must end inside it.
   void upload(std::uint64_t address, const void* host, std::size_t bytes);
   void download(void* host, std::uint64_t address, std::size_t bytes);
 

@@ -412,6 +412,23 @@ class Backward final : public TypedFamily<BackwardArgs> {
     return render_template(kTemplate, std::move(kernels), name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const AttentionShape s = shape_of(p);
+    const std::int64_t n = s.batch * s.seq * s.heads * s.head_dim, kv_n = n / (s.heads / s.kv_heads);
+    const DType e = element_dtype(p);
+    return {buffer_shape("q", Role::kInput, e, n),
+            buffer_shape("k", Role::kInput, e, kv_n),
+            buffer_shape("v", Role::kInput, e, kv_n),
+            buffer_shape("o", Role::kInput, e, n),
+            buffer_shape("lse", Role::kInput, DType::kF32, s.batch * s.heads * s.seq),
+            buffer_shape("do", Role::kInput, e, n),
+            buffer_shape("dq", Role::kOutput, e, n),
+            buffer_shape("dk", Role::kOutput, e, kv_n),
+            buffer_shape("dv", Role::kOutput, e, kv_n),
+            buffer_shape("scratch", Role::kScratch, DType::kF32, (delta_bytes(p) + accumulator_bytes(p)) / 4)};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const AttentionShape s = shape_of(p);

@@ -317,6 +317,16 @@ class Forward final : public TypedFamily<ForwardArgs> {
         name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const AttentionShape s = shape_of(p);
+    const std::int64_t n = s.batch * s.seq * s.heads * s.head_dim, kv_n = n / (s.heads / s.kv_heads);
+    const DType e = element_dtype(p);
+    return {buffer_shape("q", Role::kInput, e, n), buffer_shape("k", Role::kInput, e, kv_n),
+            buffer_shape("v", Role::kInput, e, kv_n), buffer_shape("o", Role::kOutput, e, n),
+            buffer_shape("lse", Role::kOutput, DType::kF32, s.batch * s.heads * s.seq)};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const AttentionShape s = shape_of(p);

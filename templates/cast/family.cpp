@@ -154,6 +154,12 @@ class ToBf16 final : public CastBase {
   std::string name() const override { return "cast_to_bf16"; }
   std::string summary() const override { return "fp32 -> bf16 copy, round to nearest even (elementwise)"; }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    return {buffer_shape("x", Role::kInput, DType::kF32, p.dim("n")),
+            buffer_shape("y", Role::kOutput, DType::kBF16, p.dim("n"))};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const auto n = static_cast<std::size_t>(p.dim("n"));
@@ -177,6 +183,12 @@ class ToF32 final : public CastBase {
  public:
   std::string name() const override { return "cast_to_f32"; }
   std::string summary() const override { return "bf16 -> fp32 copy, exact (elementwise)"; }
+
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    return {buffer_shape("x", Role::kInput, DType::kBF16, p.dim("n")),
+            buffer_shape("y", Role::kOutput, DType::kF32, p.dim("n"))};
+  }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);

@@ -163,6 +163,15 @@ class Forward final : public CrossEntropyFamily<ForwardArgs> {
     return render_template(kTemplate, {kernel("cross_entropy_fwd", c, p)}, name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const std::int64_t rows = p.dim("rows");
+    return {buffer_shape("logits", Role::kInput, activation_dtype(p), rows * p.dim("vocab")),
+            buffer_shape("targets", Role::kInput, DType::kI32, rows),
+            buffer_shape("losses", Role::kOutput, DType::kF32, rows),
+            buffer_shape("lse", Role::kOutput, DType::kF32, rows)};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const ForwardPass f = forward_pass(p, seed);
@@ -223,6 +232,15 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
 
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate, {kernel("cross_entropy_bwd", c, p)}, name());
+  }
+
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const std::int64_t rows = p.dim("rows"), n = rows * p.dim("vocab");
+    return {buffer_shape("logits", Role::kInput, activation_dtype(p), n),
+            buffer_shape("targets", Role::kInput, DType::kI32, rows),
+            buffer_shape("lse", Role::kInput, DType::kF32, rows),
+            buffer_shape("dlogits", Role::kOutput, activation_dtype(p), n)};
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {

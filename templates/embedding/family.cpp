@@ -108,6 +108,14 @@ class Forward final : public EmbeddingFamily<ForwardArgs> {
     return render_template(kTemplate, {"embedding::embedding_fwd<" + template_args(c, p) + ">"}, name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
+    return {buffer_shape("tokens", Role::kInput, DType::kI32, rows),
+            buffer_shape("table", Role::kInput, activation_dtype(p), p.dim("vocab") * dim),
+            buffer_shape("out", Role::kOutput, activation_dtype(p), rows * dim)};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const std::int64_t rows = p.dim("rows"), dim = p.dim("dim"), vocab = p.dim("vocab");
@@ -184,6 +192,15 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
                            {fmt::format("embedding::embedding_zero<{}>", c.at("threads")),
                             "embedding::embedding_scatter<" + template_args(c, p) + ">"},
                            name());
+  }
+
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim");
+    return {buffer_shape("tokens", Role::kInput, DType::kI32, rows),
+            buffer_shape("d_out", Role::kInput, activation_dtype(p), rows * dim),
+            buffer_shape("d_table", Role::kOutput, DType::kF32, p.dim("vocab") * dim),
+            buffer_shape("scratch", Role::kScratch, DType::kI32, scratch_ints(p))};
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {

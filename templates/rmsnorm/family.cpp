@@ -147,6 +147,19 @@ class Forward final : public NormFamily<std::conditional_t<kResidual, ResidualFo
     return render_template(kTemplate, {"rmsnorm::" + name() + "<" + this->template_args(c, p) + ">"}, name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    this->check_problem(p);
+    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim"), n = rows * dim;
+    const DType a = activation_dtype(p);
+    std::vector<BufferShape> b{buffer_shape("x", Role::kInput, a, n)};
+    if constexpr (kResidual) b.push_back(buffer_shape("r", Role::kInput, a, n));
+    b.push_back(buffer_shape("w", Role::kInput, DType::kF32, dim));
+    if constexpr (kResidual) b.push_back(buffer_shape("h", Role::kOutput, a, n));
+    b.push_back(buffer_shape("y", Role::kOutput, a, n));
+    b.push_back(buffer_shape("rstd", Role::kOutput, DType::kF32, rows));
+    return b;
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     this->check_problem(p);
     std::mt19937_64 rng(seed);
@@ -236,6 +249,25 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
                                 this->template_args(c, p, c.at("prefetch") ? "true" : "false") + ">",
                             fmt::format("rmsnorm::rmsnorm_dw_reduce<{}>", kReduceThreads)},
                            name());
+  }
+
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    this->check_problem(p);
+    const std::int64_t rows = p.dim("rows"), dim = p.dim("dim"), n = rows * dim;
+    const DType a = activation_dtype(p);
+    std::vector<BufferShape> b{buffer_shape(kResidual ? "h" : "x", Role::kInput, a, n),
+                               buffer_shape("w", Role::kInput, DType::kF32, dim),
+                               buffer_shape("rstd", Role::kInput, DType::kF32, rows),
+                               buffer_shape("dy", Role::kInput, a, n)};
+    if constexpr (kResidual) {
+      b.push_back(buffer_shape("dstream", Role::kInput, a, n));
+      b.push_back(buffer_shape("dh", Role::kOutput, a, n));
+    } else {
+      b.push_back(buffer_shape("dx", Role::kOutput, a, n));
+    }
+    b.push_back(buffer_shape("dw", Role::kOutput, DType::kF32, dim));
+    b.push_back(buffer_shape("scratch", Role::kScratch, DType::kF32, scratch_floats(p)));
+    return b;
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {

@@ -146,6 +146,17 @@ class RopeBase : public TypedFamily<ArgsT> {
                            this->name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const std::int64_t n = p.dim("tokens") * p.dim("heads") * p.dim("head_dim");
+    const std::int64_t table = p.dim("seq") * p.dim("head_dim") / 2;
+    const auto names = buffer_name_list();
+    return {buffer_shape(names[0], Role::kInput, activation_dtype(p), n),
+            buffer_shape(names[1], Role::kInput, DType::kF32, table),
+            buffer_shape(names[2], Role::kInput, DType::kF32, table),
+            buffer_shape(names[3], Role::kOutput, activation_dtype(p), n)};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const std::int64_t tokens = p.dim("tokens"), heads = p.dim("heads"), head_dim = p.dim("head_dim");

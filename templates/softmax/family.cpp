@@ -135,6 +135,13 @@ class Forward final : public SoftmaxFamily<ForwardArgs> {
     return render_template(kTemplate, {kernel("softmax_fwd", c, p)}, name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const DType t = activation_dtype(p);
+    const std::int64_t n = p.dim("rows") * p.dim("cols");
+    return {buffer_shape("x", Role::kInput, t, n), buffer_shape("y", Role::kOutput, t, n)};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     std::mt19937_64 rng(seed);
@@ -181,6 +188,14 @@ class Backward final : public SoftmaxFamily<BackwardArgs> {
 
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate, {kernel("softmax_bwd", c, p)}, name());
+  }
+
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const DType t = activation_dtype(p);
+    const std::int64_t n = p.dim("rows") * p.dim("cols");
+    return {buffer_shape("y", Role::kInput, t, n), buffer_shape("dy", Role::kInput, t, n),
+            buffer_shape("dx", Role::kOutput, t, n)};
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {

@@ -130,6 +130,14 @@ class Forward final : public SwigluBase<ForwardArgs> {
     return render_template(kTemplate, {kernel("swiglu_forward", c, p)}, name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const DType t = activation_dtype(p);
+    const std::int64_t n = p.dim("n");
+    return {buffer_shape("a", Role::kInput, t, n), buffer_shape("b", Role::kInput, t, n),
+            buffer_shape("h", Role::kOutput, t, n)};
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);
     const auto n = static_cast<std::size_t>(p.dim("n"));
@@ -174,6 +182,15 @@ class Backward final : public SwigluBase<BackwardArgs> {
 
   Rendered render(const Config& c, const Problem& p) const override {
     return render_template(kTemplate, {kernel("swiglu_backward", c, p)}, name());
+  }
+
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const DType t = activation_dtype(p);
+    const std::int64_t n = p.dim("n");
+    return {buffer_shape("a", Role::kInput, t, n), buffer_shape("b", Role::kInput, t, n),
+            buffer_shape("dh", Role::kInput, t, n), buffer_shape("da", Role::kOutput, t, n),
+            buffer_shape("db", Role::kOutput, t, n)};
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {

@@ -4,6 +4,7 @@
 // the exact entry once `ktune tune` has filled one.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -110,8 +111,19 @@ TEST_CASE("spec emu: a kernel lists its buffers and a launch into an allocation 
   run.poison_z();
   run.kernel.launch(run.buffers());
   CHECK(run.z()[1030] == run.x[1030] + run.y[1030]);
+  // Copies of a part of an allocation: a tensor laid out in a larger one.
+  std::vector<float> tail(31, NAN);
+  rt.download(tail.data(), run.dz + 1000 * 4, tail.size() * 4);
+  for (std::size_t i = 0; i < tail.size(); ++i) REQUIRE(tail[i] == run.x[1000 + i] + run.y[1000 + i]);
+  const float one = 1.0f;
+  rt.upload(run.dx + 7 * 4, &one, 4);
+  rt.download(tail.data(), run.dx + 7 * 4, 4);
+  CHECK(tail[0] == 1.0f);
+  CHECK_THROWS_WITH(rt.download(tail.data(), run.dz + 1001 * 4, tail.size() * 4),
+                    Catch::Contains("a download of 124 bytes at") && Catch::Contains("runs past the end"));
+  CHECK_THROWS_WITH(rt.upload(0x10, &one, 4), Catch::Contains("0x10 is not inside an allocation"));
 
-  // A built-in family's buffers: bf16 activations, fp32 weight and statistics; checked once listed.
+  // A built-in family's buffers: bf16 activations, fp32 weight and statistics; checked as a spec's are.
   const ktune::Kernel norm = rt.kernel("rmsnorm_fwd", {"bf16", {{"rows", 37}, {"dim", 96}}});
   const auto b = norm.buffers();
   REQUIRE(b.size() == 4);
@@ -126,6 +138,17 @@ TEST_CASE("spec emu: a kernel lists its buffers and a launch into an allocation 
   CHECK_THROWS_WITH(rt.kernel("adamw", {"f32", {{"tensors", 1}, {"numel", 256}}}),
                     Catch::Contains("adamw takes the learning rate (0.01)") && Catch::Contains("step (3)"));
   CHECK_THROWS_WITH(rt.kernel("prim_scale", {"f32", {{"n", 256}}}), Catch::Contains("alpha (0.75)"));
+}
+
+TEST_CASE("spec emu: a kernel at a config other than the spec's default says why", "[spec]") {
+  ktune::Runtime rt("emu");
+  const std::string spec = (fs::path(KTUNE_SOURCE_DIR) / "examples/matmul/matmul.json").string();
+  const ktune::Kernel k = rt.kernel(spec, {"f32", {{"m", 8}, {"n", 8}, {"k", 8}}});  // a 16-wide tile fits no 8
+  CHECK(k.match() == ktune::Match::kDefault);
+  CHECK_THAT(k.reason(), Catch::StartsWith("default (no tuned cache); the spec's default {\"tile\":16,\"wpt\":2} is "
+                                           "not valid for this problem (") &&
+                             Catch::EndsWith("), so the first valid point"));
+  CHECK(rt.kernel(spec, {"f32", {{"m", 64}, {"n", 48}, {"k", 32}}}).reason() == "default (no tuned cache)");
 }
 
 TEST_CASE("spec emu: a family's name means the family whatever the working folder holds", "[spec]") {
