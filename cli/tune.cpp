@@ -190,7 +190,10 @@ void add_tune_command(CLI::App& app, Global& global) {
     // kernels after it are left for --resume.
     StopSignals stop_signals(true,
                              "\nktune: stopping after this evaluation; the best so far goes into the cache (again: "
-                             "stop at once)\n");
+                             "stop at once)\n",
+                             nullptr,
+                             "\nktune: stopped at once: the cache is left as it was; the session log holds every "
+                             "evaluation that ended, and the same command with --resume goes on from them\n");
     for (std::size_t i = 0; i < requests.size() && !stop_signals.caught(); ++i) {
       const auto& family = *requests[i].family;
       const auto& problem = requests[i].problem;
@@ -229,6 +232,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       }
       ProgressLine line;
       std::size_t evaluated = 0;
+      // "69 valid configs (160 points)": what a search can measure, of the whole space.
+      const auto of_points = [&](std::uint64_t valid) {
+        return fmt::format("{} valid config{} ({} points)", valid, valid == 1 ? "" : "s", family.space().size());
+      };
       auto progress = [&](const tuner::Record& r, const search::Progress& p) {
         ++evaluated;
         if (print == env::PrintLevel::kQuiet) return;
@@ -237,8 +244,9 @@ void add_tune_command(CLI::App& app, Global& global) {
           return;
         }
         const std::string eta = p.eta_s >= 0 ? "ETA " + format_duration(p.eta_s) : "ETA ?";
-        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] best {:.4f} ms, {}  {:.60}",
-                                p.state->evaluations, family.space().size(), p.state->failures, p.state->best_ms, eta,
+        line.update(fmt::format("[{:>5} evaluated of {}, {} failed] best {:.4f} ms, {}  {:.60}",
+                                p.state->evaluations, of_points(p.valid_points), p.state->failures, p.state->best_ms,
+                                eta,
                                 r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure)));
       };
       // A write that fails mid-session (a full disk: the log, a compiled binary) ends it; the log keeps what ran.
@@ -258,10 +266,14 @@ void add_tune_command(CLI::App& app, Global& global) {
         const auto* best = summary.best && summary.best->result.timing ? &*summary.best->result.timing : nullptr;
         // The winner as timed again beside the finalists: on a noisy host it may be slower than the best the
         // search saw, which the winner rule did not trust.
-        line.update(fmt::format("[{:>5} evaluated of {} points, {} failed] winner {}, done in {} ({}){}",
-                                summary.evaluations, family.space().size(), summary.failures,
+        line.update(fmt::format("[{:>5} evaluated of {}, {} failed] winner {}, done in {} ({}){}",
+                                summary.evaluations, of_points(summary.valid_points), summary.failures,
                                 best ? fmt::format("{:.4f} ms", best->median_ms) : "none",
-                                format_duration(summary.seconds), summary.stopped_by,
+                                format_duration(summary.seconds) +
+                                    (summary.compile_seconds >= 0.05 * summary.seconds && summary.seconds >= 1
+                                         ? ", " + format_duration(summary.compile_seconds) + " of it compiling"
+                                         : ""),
+                                summary.stopped_by,
                                 summary.resumed > 0 ? fmt::format("; {} of them read from the log", summary.resumed)
                                                     : ""));
       }
@@ -339,7 +351,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                          {"top", top_json(view, kTop)},
                          {"evaluations", summary.evaluations}, {"failures", summary.failures},
                          {"failure_kinds", failure_json(view.evaluations)},
-                         {"seconds", summary.seconds}, {"cache", opts->cache}, {"log", summary.log_path},
+                         {"seconds", summary.seconds}, {"compile_seconds", summary.compile_seconds}, {"cache", opts->cache}, {"log", summary.log_path},
                          {"previous_log",
                           summary.previous_log.empty() ? nlohmann::json() : nlohmann::json(summary.previous_log)}});
       table.add({family.name(), problem.key(), summary.best->config.str(), fmt::format("{:.4f}", t.median_ms),

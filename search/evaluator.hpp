@@ -2,6 +2,7 @@
 // space (a GPU, the emulation backend, or a recorded space being replayed).
 // The search never names a kernel.
 #pragma once
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -30,6 +31,9 @@ class Evaluator {
   /// Static constraints: a config for which this is false is never evaluated.
   virtual bool is_valid(const Config& config, std::string* why = nullptr) const = 0;
   virtual Outcome evaluate(const Config& config) = 0;
+  /// How many points of the space are valid, where known (0: not known): the
+  /// share of the space a search has covered, for its estimate of the time left.
+  virtual std::uint64_t valid_points() const { return 0; }
 };
 
 }  // namespace ktune::search

@@ -31,11 +31,15 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     p.state = &state;
     p.best = result.best ? &*result.best : nullptr;
     p.budget = budget;
-    // The budget's share spent, or the space's share proposed (evaluated or
-    // refused) where that is more: a small space ends the search before its budget does.
-    const double proposed = static_cast<double>(state.evaluations + result.rejected);
-    const double frac = std::max(stop.progress(state),
-                                 std::min(1.0, proposed / static_cast<double>(std::max<std::uint64_t>(space.size(), 1))));
+    p.valid_points = evaluator.valid_points();
+    // The budget's share spent, or the space's share covered where that is
+    // more (a small space ends the search before its budget does): of its
+    // valid points where they are known, else of all, refused ones counted.
+    const double covered =
+        p.valid_points > 0 ? static_cast<double>(state.evaluations) / static_cast<double>(p.valid_points)
+                           : static_cast<double>(state.evaluations + result.rejected) /
+                                 static_cast<double>(std::max<std::uint64_t>(space.size(), 1));
+    const double frac = std::max(stop.progress(state), std::min(1.0, covered));
     if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
     if (frac >= 1) p.eta_s = 0;
     callbacks.on_progress(p);

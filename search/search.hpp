@@ -29,6 +29,7 @@ struct Progress {
   const Config* best = nullptr;  ///< null until the first success
   double eta_s = -1;             ///< estimated cost still to spend; < 0 when unknown
   std::string budget;            ///< the stop condition, described
+  std::uint64_t valid_points = 0;  ///< the space's valid points, where the evaluator knows them (else 0)
 };
 
 struct SearchCallbacks {

@@ -13,6 +13,7 @@
 #include "base/files.hpp"
 #include "search/strategy.hpp"
 #include "support.hpp"
+#include "templates/family.hpp"
 
 namespace cli_tune_emu_test {
 
@@ -36,6 +37,9 @@ TEST_CASE("CLI: ktune tune runs with every strategy and writes the winner", "[cl
     // Not a terminal: whole progress lines, never carriage-return updates.
     CHECK(out.find('\r') == std::string::npos);
     CHECK_THAT(out, Catch::Contains(" evaluated of "));
+    // Counted against what a search can measure, beside the whole space.
+    const std::uint64_t points = ktune::templates::find_family("swiglu_fwd").space().size();
+    CHECK_THAT(out, Catch::Contains(" valid configs (" + std::to_string(points) + " points), "));
     std::ifstream in(cache);
     const auto j = nlohmann::json::parse(in);
     CHECK(j.dump().find("swiglu_fwd") != std::string::npos);

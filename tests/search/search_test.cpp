@@ -117,6 +117,22 @@ TEST_CASE("ETA comes from the budget's progress", "[search]") {
   CHECK(etas.back() <= 0.5 * (n - static_cast<double>(r.state.evaluations)) + 1e-9);
 }
 
+TEST_CASE("an evaluator that knows its valid points has the ETA count what is left of them", "[search]") {
+  // 192 points, 176 valid: a strategy that proposes valid points only covers the space at 176, not 192.
+  ktune::test::BowlEvaluator eval;
+  eval.known_valid = 176;
+  StrategyContext ctx{&eval.space(), &eval, 0};
+  auto random = make_strategy("random", ctx);
+  std::vector<Progress> seen;
+  SearchCallbacks cb;
+  cb.on_progress = [&](const Progress& p) { seen.push_back(p); };
+  run_search(eval, *random, EvaluationBudget(1000000), cb);
+  REQUIRE(seen.size() >= 2);
+  CHECK(seen[0].valid_points == 176);
+  CHECK(seen[0].eta_s == Approx(0.5 * 175));  // 175 valid points left at 0.5 s each
+  CHECK(seen[1].eta_s == Approx(0.5 * 174));
+}
+
 TEST_CASE("configs evaluated first are charged to the budget: a budget of 5 is 5 evaluations in all", "[search]") {
   ktune::test::BowlEvaluator eval;
   StrategyContext ctx{&eval.space(), &eval, 0};

@@ -40,6 +40,8 @@ class BowlEvaluator final : public search::Evaluator {
     o.p20_ms = o.p80_ms = o.time_ms;
     return o;
   }
+  std::uint64_t valid_points() const override { return known_valid; }
+  std::uint64_t known_valid = 0;  ///< what valid_points says (176 are)
   int evaluations = 0;
   bool invalid_evaluated = false;
   std::map<Config, int> counts;

@@ -111,6 +111,8 @@ TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", 
   CHECK(std::any_of(result["finalists"].begin(), result["finalists"].end(),
                     [&](const nlohmann::json& f) { return f["config"] == result["best_config"]; }));
   CHECK_THAT(result["method"].get<std::string>(), Catch::Contains("timed again beside the other finalists"));
+  CHECK(result["compile_seconds"].get<double>() >= 0);
+  CHECK(result["compile_seconds"].get<double>() <= result["seconds"].get<double>());
   std::ifstream in(dir / "tuned.json");
   const auto cache = nlohmann::json::parse(in);
   REQUIRE(cache["entries"].size() == 1);

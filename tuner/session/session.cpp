@@ -190,6 +190,14 @@ class SessionEvaluator final : public search::Evaluator {
   }
 
   const Space& space() const override { return family_.space(); }
+  std::uint64_t valid_points() const override {
+    if (!valid_points_) {  // a fraction of a second for the largest space, once
+      std::uint64_t n = 0;
+      for (std::uint64_t i = 0; i < family_.space().size(); ++i) n += is_valid(family_.space().at(i), nullptr) ? 1 : 0;
+      valid_points_ = n;
+    }
+    return *valid_points_;
+  }
   bool is_valid(const Config& c, std::string* why) const override {
     if (shard_count_ > 1 && family_.space().index_of(c).value_or(0) % shard_count_ != shard_index_) {
       if (why) *why = "in another shard";
@@ -213,11 +221,13 @@ class SessionEvaluator final : public search::Evaluator {
     const auto start = std::chrono::steady_clock::now();
     Record r{c, runner_.run(family_, c, problem_, run_)};
     r.result.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    compile_ms += r.result.compile_ms;
     log_.append(record_json(r));
     return done_.emplace(c, std::move(r)).first->second;
   }
   const std::map<Config, Record>& done() const { return done_; }
   std::uint64_t resumed_count = 0;
+  double compile_ms = 0;  ///< of the evaluations this session ran: the compiles they waited for
 
  private:
   static search::Outcome outcome_of(const Record& r) {
@@ -248,6 +258,7 @@ class SessionEvaluator final : public search::Evaluator {
   RunOptions run_;
   std::map<Config, Record> done_;
   std::set<Config> from_log_;  // logged results not yet asked for
+  mutable std::optional<std::uint64_t> valid_points_;
   std::uint64_t shard_index_ = 0, shard_count_ = 1;
   SessionLog& log_;
 };
@@ -350,6 +361,8 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (incumbent && !interrupted && !evaluator.done().count(*options.incumbent)) evaluator.record(*options.incumbent);
   summary.stopped_by = interrupted ? "a stop signal" : found.stopped_by;
   summary.resumed = evaluator.resumed_count;
+  summary.valid_points = evaluator.valid_points();
+  summary.compile_seconds = evaluator.compile_ms / 1e3;
   summary.evaluations = found.state.evaluations;
   summary.failures = found.state.failures;
   for (const auto& r : summary.records)

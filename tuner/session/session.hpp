@@ -69,6 +69,7 @@ struct TuneSummary {
   std::uint64_t pruned = 0;       ///< rejected from the resource report before any launch
   std::uint64_t resumed = 0;      ///< results taken from the log
   std::uint64_t tied = 0;         ///< finalists the winner rule could not tell apart
+  std::uint64_t valid_points = 0;  ///< the space's points valid for the problem on the device (this shard's)
   std::string stopped_by;
   std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
   /// The finalists as timed again side by side (what the winner rule judged), fastest in the search first.
@@ -76,6 +77,8 @@ struct TuneSummary {
   std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
   std::string previous_log;             ///< where the default log it replaced went (prepare_fresh_log), or ""
   double seconds = 0;
+  /// Of `seconds`, what evaluations waited for their compiles (those compiled ahead waited for none).
+  double compile_seconds = 0;
   double speedup_over_default() const;
 };
 
