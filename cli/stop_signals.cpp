@@ -16,6 +16,7 @@ volatile std::sig_atomic_t caught_signal = 0;
 std::atomic<std::int64_t> first_signal_ns{0};  // lock-free: safe in a handler
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 std::atomic<const char*> saying_text{nullptr};
+std::atomic<const char*> again_text{nullptr};
 // Signals this soon after the first are the same stop request delivered
 // again: GNU timeout, for one, signals its child and then its process group.
 constexpr std::int64_t kSameRequestNs = 1'000'000'000;
@@ -34,6 +35,9 @@ extern "C" void on_stop_signal(int signal) {
   }
   if (ns - first_signal_ns < kSameRequestNs) return;
   // A second request: the signal's default action, once this handler returns.
+  if (const char* say = again_text.load()) {
+    [[maybe_unused]] const auto written = ::write(STDERR_FILENO, say, std::strlen(say));
+  }
   ::signal(signal, SIG_DFL);
   ::raise(signal);
 }
@@ -49,11 +53,13 @@ extern "C" void on_signal_at_once(int signal) {
 
 }  // namespace
 
-StopSignals::StopSignals(bool active, const char* saying, const char* at_once) : active_(active) {
+StopSignals::StopSignals(bool active, const char* saying, const char* at_once, const char* again)
+    : active_(active) {
   if (!active_ && !at_once) return;
   installed_ = true;
   caught_signal = 0;
   saying_text = active_ ? saying : at_once;
+  again_text = active_ ? again : nullptr;
   struct sigaction action{};
   action.sa_handler = active_ ? on_stop_signal : on_signal_at_once;
   action.sa_flags = SA_RESTART;  // system calls under way go on

@@ -17,8 +17,10 @@ class StopSignals {
  public:
   /// Not `active`, `at_once` (a string literal, or null) goes to stderr as
   /// the first signal ends the process by its default action: a run with
-  /// nothing to write says that nothing was kept.
-  StopSignals(bool active, const char* saying, const char* at_once = nullptr);
+  /// nothing to write says that nothing was kept. `again` (a string literal,
+  /// or null) goes to stderr as a second request ends an `active` one at
+  /// once: what is kept then.
+  StopSignals(bool active, const char* saying, const char* at_once = nullptr, const char* again = nullptr);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

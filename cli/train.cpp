@@ -258,7 +258,11 @@ void add_train_command(CLI::App& app, Global& global) {
     // With somewhere to write the run to, a signal ends it after its step, written there.
     StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty(),
                              "\nktune: stopping after this step, once it is written (again: stop at once)\n",
-                             "\nktune: stopped at once: nothing is kept (no --checkpoint or --save)\n");
+                             "\nktune: stopped at once: nothing is kept (no --checkpoint or --save)\n",
+                             o->t.checkpoint.empty()
+                                 ? "\nktune: stopped at once: --save is not written\n"
+                                 : "\nktune: stopped at once: the checkpoint holds the run as of its last write, and "
+                                   "--resume goes on from it\n");
     model::TrainOptions t = o->t;
     // A --metrics line that cannot be written (a full disk) stops the run as a signal does: its step written.
     std::string metrics_failure;

@@ -350,6 +350,26 @@ TEST_CASE("`ktune train --save` without a checkpoint: SIGINT ends the run after 
   CHECK(file.tensors.size() == parameter_layout(model_config("tiny")).tensors.size());
 }
 
+TEST_CASE("`ktune train --checkpoint`: a second SIGINT a while after the first ends it at once, saying what is kept",
+          "[model][cli]") {
+  const auto dir = ktune::test::scratch_dir("train-second-signal");
+  std::string out;
+  // Steps of some 400 ms: the run is stopped (SIGSTOP) 0.1 s after the first request (handled by then), inside
+  // its step, and the second comes 1.2 s later, when it goes on: a second request, not the first delivered twice.
+  const int code = ktune::test::run_command(
+      "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 64 --steps 5000 " +
+          "--checkpoint " + (dir / "run.ckpt").string() + " > " + (dir / "out").string() + " & pid=$!; " +
+          "for i in $(seq 600); do grep -q 'step    2/5000' " + (dir / "out").string() +
+          " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; sleep 0.1; kill -STOP $pid; sleep 1.2; "
+          "kill -INT $pid; "
+          "kill -CONT $pid; wait $pid)",
+      &out);
+  CHECK(code == 128 + 2);
+  CHECK_THAT(out, Catch::Contains("stopping after this step") &&
+                      Catch::Contains("ktune: stopped at once: the checkpoint holds the run as of its last write, "
+                                      "and --resume goes on from it"));
+}
+
 TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once and says nothing is kept",
           "[model][cli]") {
   const auto dir = ktune::test::scratch_dir("train-nothing-kept");
