@@ -127,8 +127,19 @@ Match Kernel::match() const {
   return Match::kDefault;
 }
 
-void Kernel::launch(const std::vector<std::uint64_t>& buffers) const {
-  launch(buffers, state_->live_runtime()->backend->native_stream());
+void Kernel::launch(const std::vector<std::uint64_t>& buffers) const { launch(buffers, Parameters{}); }
+
+void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const {
+  launch(buffers, Parameters{}, stream);
+}
+
+void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters) const {
+  launch(buffers, parameters, state_->live_runtime()->backend->native_stream());
+}
+
+Parameters Kernel::parameters() const {
+  const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(state_->kernel.family);
+  return spec_family ? spec_family->spec().parameters : Parameters{};
 }
 
 std::vector<BufferInfo> Kernel::buffers() const {
@@ -138,7 +149,8 @@ std::vector<BufferInfo> Kernel::buffers() const {
   return out;
 }
 
-void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const {
+void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters,
+                    std::uint64_t stream) const {
   const auto runtime = state_->live_runtime();
   auto& rt = *runtime;
   const auto& k = state_->kernel;
@@ -159,7 +171,13 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t str
     }
   }
   const auto module = state_->module.lock();  // alive while its runtime is
-  rt.backend->launch(*module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()), stream);
+  const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(k.family);
+  KTUNE_REQUIRE(spec_family || parameters.empty(),
+                fmt::format("{} takes no parameters; they are a kernel spec's ('parameters')", state_->name));
+  rt.backend->launch(*module,
+                     spec_family ? spec_family->plan(k.chosen.config, k.problem, buffers, parameters)
+                                 : k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()),
+                     stream);
 }
 
 Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <regex>
 #include <set>
@@ -128,7 +130,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   r.known_fields(j, "spec",
                  {"name", "summary", "source", "sources", "include_dirs", "kernel", "defines", "dtypes", "problem",
                   "problems", "tunables", "default", "candidates", "restrictions", "grid", "block", "shared_bytes",
-                  "buffers", "args", "reference", "tolerance", "flops", "bytes"});
+                  "buffers", "args", "parameters", "reference", "tolerance", "flops", "bytes"});
   const fs::path base = path.parent_path().empty() ? fs::path(".") : path.parent_path();
 
   spec->name = r.string_at(j, "name", "spec");
@@ -305,6 +307,22 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     }
     spec->buffers.push_back(std::move(buf));
   }
+  // ---- run-time parameters: names scalar arguments may use, with their values in checks and tuning
+  std::vector<std::string> with_parameters = all;
+  if (j.contains("parameters")) {
+    r.require(j["parameters"].is_object(), "'parameters' must be an object: name -> number (its value in checks)");
+    for (const auto& [name, v] : j["parameters"].items()) {
+      r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+                fmt::format("parameter '{}' must be an identifier", name));
+      r.require(std::find(all.begin(), all.end(), name) == all.end(),
+                fmt::format("'{}' is both a parameter and a problem dimension or tunable", name));
+      r.require(v.is_number() && std::isfinite(v.get<double>()),
+                fmt::format("parameter '{}': its value in checks and tuning must be a finite number, not {}", name,
+                            excerpt(v.dump())));
+      spec->parameters[name] = v.get<double>();
+      with_parameters.push_back(name);
+    }
+  }
   r.require(j.contains("args") && j["args"].is_array(), "'args' (the kernel's arguments in order) is required");
   for (std::size_t i = 0; i < j["args"].size(); ++i) {
     const json& a = j["args"][i];
@@ -323,7 +341,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       r.require(types.count(arg.type),
                 fmt::format("{}: type '{}' is not one of i32, i64, u32, u64, f32, f64", what, arg.type));
       r.require(a.contains("value"), what + ": 'value' (an expression) is required");
-      arg.value = r.expression(a["value"], what + " value", all);
+      arg.value = r.expression(a["value"], what + " value", with_parameters);
     }
     spec->args.push_back(std::move(arg));
   }

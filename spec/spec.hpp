@@ -72,6 +72,10 @@ struct KernelSpec {
   std::unique_ptr<Expression> shared_bytes;              ///< dynamic shared memory; null: none
   std::vector<BufferSpec> buffers;
   std::vector<ArgSpec> args;
+  /// Run-time parameters (alpha, eps, ...) and their values in checks and
+  /// tuning: scalar arguments' expressions may name them, a launch through
+  /// the run-time API may give others; no part of the problem or the cache key.
+  std::map<std::string, double> parameters;
   ReferenceSpec reference;
   std::optional<double> tolerance;  ///< empty: DESIGN.md's for the problem dtype
   std::unique_ptr<Expression> flops, bytes;  ///< null: 0 flops / the buffers' bytes

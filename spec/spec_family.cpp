@@ -110,6 +110,7 @@ Values SpecFamily::values(const Config& config, const Problem& problem) const {
   Values v;
   for (const auto& [k, x] : problem.dims) v[k] = static_cast<double>(x);
   for (const auto& p : spec_->space.params()) v[p.name] = static_cast<double>(config.at(p.name));
+  for (const auto& [name, value] : spec_->parameters) v[name] = value;
   return v;
 }
 
@@ -193,9 +194,27 @@ Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
 
 std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& problem,
                                      const std::vector<std::uint64_t>& addresses, const DeviceLimits&) const {
+  return plan(config, problem, addresses, std::map<std::string, double>{});
+}
+
+std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& problem,
+                                     const std::vector<std::uint64_t>& addresses,
+                                     const std::map<std::string, double>& parameters) const {
   check_problem(problem);
+  Values v = values(config, problem);
+  for (const auto& [given, value] : parameters) {
+    std::vector<std::string> known;
+    for (const auto& [p, x] : spec_->parameters) known.push_back(p);
+    KTUNE_REQUIRE(spec_->parameters.count(given),
+                  known.empty() ? fmt::format("{}: no parameter '{}': the spec declares none ('parameters')", name(),
+                                              given)
+                                : fmt::format("{}: no parameter '{}'; its parameters: {}", name(), given,
+                                              fmt::join(known, ", ")));
+    KTUNE_REQUIRE(std::isfinite(value), fmt::format("{}: parameter '{}' is {}", name(), given, value));
+    v[given] = value;
+  }
   std::vector<Launch> launches;
-  launches.push_back(launch(spec_->grid, spec_->block, values(config, problem), addresses));
+  launches.push_back(launch(spec_->grid, spec_->block, v, addresses));
   return launches;
 }
 

@@ -45,6 +45,9 @@ struct ProblemSize {
   std::map<std::string, std::int64_t> dims;
 };
 
+/// A kernel spec's run-time parameters by name (its `parameters`: alpha, eps, ...).
+using Parameters = std::map<std::string, double>;
+
 /// Where a kernel's config came from.
 enum class Match {
   kExact,    ///< the tuned cache's entry for this problem
@@ -90,6 +93,8 @@ class Kernel {
   std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
   /// The buffers launch() takes, in its order: name, role, dtype and bytes.
   std::vector<BufferInfo> buffers() const;
+  /// A kernel spec's run-time parameters with the values its checks and tuning use (empty for a family).
+  Parameters parameters() const;
 
   /// Enqueues the kernel on the runtime's stream with `buffers` (device
   /// addresses from Runtime::allocate or your own, in the order of buffers();
@@ -103,6 +108,10 @@ class Kernel {
   /// with your work on it and not with the runtime's stream: synchronize it
   /// before Runtime::download. The emulation runs the kernel at once.
   void launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const;
+  /// Either, with run-time parameters of a kernel spec given values (those not given keep the spec's): e.g.
+  /// `k.launch({x, y}, {{"alpha", 0.5}})`. A name the spec does not declare is refused.
+  void launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters) const;
+  void launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters, std::uint64_t stream) const;
 
  private:
   friend class Runtime;

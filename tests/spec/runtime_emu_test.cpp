@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
 
 #include "spec/vector_add_run.hpp"
 #include "support.hpp"
@@ -149,6 +150,53 @@ TEST_CASE("spec emu: a kernel at a config other than the spec's default says why
                                            "not valid for this problem (") &&
                              Catch::EndsWith("), so the first valid point"));
   CHECK(rt.kernel(spec, {"f32", {{"m", 64}, {"n", 48}, {"k", 32}}}).reason() == "default (no tuned cache)");
+}
+
+TEST_CASE("spec emu: a spec's run-time parameters take their values at each launch", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-runtime-parameters");
+  std::ofstream(dir / "scale.cu") << "__global__ void scale(const float* x, float* y, float alpha, float beta, int n) "
+                                     "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = alpha * "
+                                     "x[i] + beta;\n}\n";
+  const auto write_spec = [&](const std::string& file, const std::string& parameters) {
+    std::ofstream(dir / file) << R"json({"name": "scale_by", "source": "scale.cu", "kernel": "scale",
+      "problem": {"n": 1000}, "tunables": {"block": [64, 128]}, "grid": "ceil_div(n, block)", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
+      "args": ["x", "y", {"type": "f32", "value": "alpha"}, {"type": "f32", "value": "beta"},
+               {"type": "i32", "value": "n"}],
+      "parameters": )json" << parameters
+                                      << R"json(, "reference": {"config": {"block": 64}}})json";
+    return (dir / file).string();
+  };
+  ktune::Runtime rt("emu");
+  const ktune::Kernel k = rt.kernel(write_spec("scale.json", R"({"alpha": 2, "beta": 0})"), {"f32", {{"n", 1000}}});
+  CHECK(k.parameters() == ktune::Parameters{{"alpha", 2.0}, {"beta", 0.0}});
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  std::vector<float> x(1000), y(1000);
+  for (auto& v : x) v = dist(rng);
+  const std::uint64_t dx = rt.allocate(4000), dy = rt.allocate(4000);
+  rt.upload(dx, x.data(), 4000);
+  const auto run = [&](const ktune::Parameters& p) {
+    const std::vector<unsigned char> poison(4000, 0xFF);
+    rt.upload(dy, poison.data(), 4000);
+    k.launch({dx, dy}, p);
+    rt.download(y.data(), dy, 4000);
+  };
+  run({});
+  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == 2.0f * x[i]);
+  run({{"alpha", 0.25}});  // beta keeps the spec's 0
+  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == 0.25f * x[i]);
+  run({{"alpha", -3}, {"beta", 0.5}});
+  for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == -3.0f * x[i] + 0.5f);
+  CHECK_THROWS_WITH(k.launch({dx, dy}, {{"gamma", 1}}),
+                    Catch::Contains("scale_by: no parameter 'gamma'; its parameters: alpha, beta"));
+  CHECK_THROWS_WITH(rt.kernel("swiglu_fwd", {"f32", {{"n", 8}}}).launch({dx, dx, dy}, {{"alpha", 1}}),
+                    Catch::Contains("swiglu_fwd takes no parameters"));
+  // A parameter is no dimension or tunable, and has a value for checks.
+  CHECK_THROWS_WITH(rt.kernel(write_spec("clash.json", R"({"n": 2})"), {"f32", {{"n", 1000}}}),
+                    Catch::Contains("'n' is both a parameter and a problem dimension or tunable"));
+  CHECK_THROWS_WITH(rt.kernel(write_spec("text.json", R"({"alpha": "two", "beta": 0})"), {"f32", {{"n", 1000}}}),
+                    Catch::Contains("parameter 'alpha': its value in checks and tuning must be a finite number"));
 }
 
 TEST_CASE("spec emu: a family's name means the family whatever the working folder holds", "[spec]") {
