@@ -11,7 +11,7 @@
 //   rt.load_cache("tuned.json");
 //   ktune::Kernel k = rt.kernel("matmul.json", {"f32", {{"m", 4096}, {"n", 4096}, {"k", 4096}}});
 //   std::printf("%s: %s\n", k.config().c_str(), k.reason().c_str());
-//   k.launch({a, b, c});                                // device addresses, in the spec's buffer order
+//   k.launch({a, b, c});                                // device addresses, in the order of k.buffers()
 //   k.launch({a, b, c}, reinterpret_cast<std::uint64_t>(my_stream));  // or on your CUstream / cudaStream_t
 //   rt.synchronize();
 //
@@ -28,7 +28,8 @@
 // after throws, and the Runtime's memory and modules go with it. A Runtime
 // and its Kernels may be used from several threads (each call readies its
 // thread, a GPU's context made current there); a kernel compiling on first
-// use holds up no other thread's launches or copies.
+// use holds up no other thread's launches, copies or requests for a kernel
+// it was handed before.
 #pragma once
 #include <cstddef>
 #include <cstdint>
