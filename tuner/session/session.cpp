@@ -362,6 +362,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.stopped_by = interrupted ? "a stop signal" : found.stopped_by;
   summary.resumed = evaluator.resumed_count;
   summary.valid_points = evaluator.valid_points();
+  // A strategy that stops proposing before the space is covered has converged, not exhausted it.
+  if (summary.stopped_by == "strategy exhausted" && found.state.evaluations < summary.valid_points)
+    summary.stopped_by = fmt::format("strategy converged ({} of {} valid configs measured)",
+                                     found.state.evaluations, summary.valid_points);
   summary.compile_seconds = evaluator.compile_ms / 1e3;
   summary.evaluations = found.state.evaluations;
   summary.failures = found.state.failures;

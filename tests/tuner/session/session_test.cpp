@@ -14,6 +14,7 @@
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cache/store.hpp"
@@ -237,6 +238,23 @@ TEST_CASE("the finalists are judged on their side-by-side times and a tie keeps 
     REQUIRE(s.best);
     CHECK(s.best->config == cached);
   }
+}
+
+TEST_CASE("a strategy that stops proposing before the space is covered has converged and says how far it got",
+          "[session]") {
+  const auto& family = templates::find_family("rmsnorm_fwd");
+  const Problem problem{"bf16", {{"rows", 37}, {"dim", 96}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.strategy = "genetic";  // breeds from a smooth bowl until a draw repeats what it measured
+  ScriptedRunner runner;
+  const auto s = tune(family, problem, runner, o);
+  CHECK(s.valid_points == 69);
+  REQUIRE(s.evaluations < 69);
+  CHECK(s.stopped_by == fmt::format("strategy converged ({} of 69 valid configs measured)", s.evaluations));
+  o.strategy = "exhaustive";
+  ScriptedRunner all;
+  CHECK(tune(family, problem, all, o).stopped_by == "strategy exhausted");
 }
 
 TEST_CASE("a log from another family or problem is refused on resume", "[session]") {
