@@ -188,10 +188,14 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::vector<std::string> logs, previous_logs, failed;
     // A stop signal ends the session after its evaluation under way: its best so far goes into the cache, the
     // kernels after it are left for --resume.
-    StopSignals stop_signals(true,
-                             "\nktune: stopping after this evaluation; the best so far goes into the cache (again: "
-                             "stop at once)\n",
-                             nullptr,
+    // The handler writes it as it is: made before it is installed, alive while it is.
+    const std::string stopping =
+        opts->no_isolate
+            ? "\nktune: stopping after this evaluation; the best so far goes into the cache (again: stop at once)\n"
+            : fmt::format("\nktune: stopping after this evaluation (within --timeout, {:g} s); the best so far goes "
+                          "into the cache (again: stop at once)\n",
+                          opts->timeout_s);
+    StopSignals stop_signals(true, stopping.c_str(), nullptr,
                              "\nktune: stopped at once: the cache is left as it was; the session log holds every "
                              "evaluation that ended, and the same command with --resume goes on from them\n");
     for (std::size_t i = 0; i < requests.size() && !stop_signals.caught(); ++i) {

@@ -190,6 +190,8 @@ TEST_CASE("CLI: a stop signal ends a tuning session after its evaluation, the be
   const std::string err = ktune::read_file(dir / "err");
   CHECK_THAT(err, Catch::Contains("stopped by SIGINT in the session of rmsnorm_fwd") &&
                       Catch::Contains("run again with --resume to go on"));
+  // How long the evaluation under way may still take.
+  CHECK_THAT(err, Catch::Contains("stopping after this evaluation (within --timeout, 120 s)"));
   std::vector<nlohmann::json> lines;
   {
     std::istringstream in(ktune::read_file(log));
