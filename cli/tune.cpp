@@ -45,6 +45,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     ModelArgs model;
     tuner::TuneOptions tune;
     double timeout_s = 120;
+    int repetitions = 0;  // 0: adaptive
     std::string shard, export_kt;
     bool no_isolate = false;
   };
@@ -101,6 +102,14 @@ void add_tune_command(CLI::App& app, Global& global) {
                                   "killed and the variant marked failed")
                       ->check(finite_in(0, 7 * 24 * 3600, true))
                       ->capture_default_str();
+  cmd->add_option("--warmup", opts->tune.run.warmup,
+                  "Untimed launches before an evaluation's timed ones (the emulation makes at most 1)")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  cmd->add_option("--repetitions", opts->repetitions,
+                  "Timed launches per evaluation, exactly (the emulation makes at most 3); without it, 10, then more "
+                  "until 50 ms of kernel time is measured, at most 200")
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--shard", opts->shard, "i/n: tune only the configs whose space index is i modulo n (for a "
                                           "Slurm array or MPI ranks; merge the caches with `ktune cache merge`)");
   cmd->add_option("--export-kt", opts->export_kt,
@@ -166,6 +175,10 @@ void add_tune_command(CLI::App& app, Global& global) {
     cache_file.check_writable();  // so does one the winner could not be written to
     if (!opts->export_kt.empty()) writable_target(opts->export_kt, "--export-kt");
     opts->tune.run.time = true;
+    if (opts->repetitions > 0) {
+      opts->tune.run.min_repetitions = opts->tune.run.max_repetitions = opts->repetitions;
+      opts->tune.run.min_seconds = 0;
+    }
     // One core stays with the runner, the rest compile ahead of it.
     opts->tune.compile_ahead_threads = std::max(1u, threads_from_args(opts->model)) - 1;
     std::function<std::unique_ptr<tuner::Runner>()> make_inner = [backend = opts->backend] {

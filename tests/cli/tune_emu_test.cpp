@@ -53,6 +53,20 @@ TEST_CASE("CLI: ktune tune runs with every strategy and writes the winner", "[cl
   CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
 }
 
+TEST_CASE("CLI: tune takes the warm-up and repetition counts of its measurements", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-repetitions");
+  std::string out;
+  const std::string tune = "{ " + ktune_exe().string() +
+                           " --json tune --backend emu --family swiglu_fwd --problem "
+                           "'{\"dtype\":\"f32\",\"dims\":{\"n\":1000}}' --budget 2 --cache " +
+                           (dir / "c.json").string() + " --log " + (dir / "s.log").string();
+  REQUIRE(run_command(tune + " --warmup 0 --repetitions 2 2>/dev/null; }", &out) == 0);
+  const auto j = nlohmann::json::parse(out);
+  CHECK_THAT(j.at("method").get<std::string>(), Catch::Contains("(0 warm-up, 2 repetitions;"));
+  CHECK(run_command(tune + " --repetitions 0 2>&1; }", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--repetitions: Value 0 not in range 1 to 100000"));
+}
+
 TEST_CASE("CLI: tune measures a spec's candidates after its default and marks them in its table", "[cli]") {
   // examples/matmul lists 32x32 tiles (not valid where n = 48: skipped) and 16x16 tiles with 4 outputs a thread.
   const auto dir = ktune::test::scratch_dir("cli-tune-candidates");
