@@ -3,7 +3,9 @@
 // launch instead of running it, so the captured graph holds one node and the
 // output stays poisoned; launched again on the same stream, it runs there and
 // gives x + y. A thread other than the Runtime's compiles, launches and
-// copies through it. Skipped without a device.
+// copies through it. Runtime::tune measures on the device and its winner
+// computes x + y; an allocation too small is refused before a launch, and a
+// part of one is copied. Skipped without a device.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -81,6 +83,34 @@ TEST_CASE("spec gpu: a Runtime's kernels, memory and copies serve a thread other
     INFO("element " << i);
     REQUIRE(z[i] == run.x[i] + run.y[i]);
   }
+}
+
+TEST_CASE("spec gpu: Runtime::tune measures on the device and its winner runs", "[gpu][spec]") {
+  ktune::test::skip_without_gpu();
+  const auto dir = ktune::test::scratch_dir("spec-gpu-tune");
+  const std::string spec =
+      (std::filesystem::path(KTUNE_SOURCE_DIR) / "examples/vector_add/vector_add.json").string();
+  ktune::Runtime rt("gpu");
+  ktune::TuneSettings how;
+  how.budget = "4";
+  how.cache_file = (dir / "tuned.json").string();
+  const ktune::Kernel k = rt.tune(spec, {"f32", {{"n", 10007}}}, how);
+  CHECK(k.match() == ktune::Match::kExact);
+  CHECK_THAT(k.reason(), Catch::StartsWith("exact (tuned now: 4 configs measured"));
+  CHECK(std::filesystem::exists(how.cache_file));
+  ktune::test::VectorAddRun run{rt, 10007};  // the same request: the tuned kernel
+  CHECK(run.kernel.config() == k.config());
+  run.poison_z();
+  run.kernel.launch(run.buffers());
+  rt.synchronize();
+  const auto z = run.z();
+  for (std::int64_t i = 0; i < run.n; ++i) REQUIRE(z[i] == run.x[i] + run.y[i]);
+  // Too small for z: refused before the kernel could write past it.
+  const std::uint64_t small = rt.allocate(100);
+  CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy, small}), Catch::Contains("needs 40028 bytes"));
+  std::vector<float> part(7);
+  rt.download(part.data(), run.dz + 10000 * 4, part.size() * 4);
+  for (std::size_t i = 0; i < part.size(); ++i) REQUIRE(part[i] == run.x[10000 + i] + run.y[10000 + i]);
 }
 
 }  // namespace spec_runtime_gpu_test
