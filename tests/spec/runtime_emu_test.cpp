@@ -199,6 +199,28 @@ TEST_CASE("spec emu: a spec's run-time parameters take their values at each laun
                     Catch::Contains("parameter 'alpha': its value in checks and tuning must be a finite number"));
 }
 
+TEST_CASE("spec emu: a launch that wrote past a buffer is reported once and the runtime goes on", "[spec]") {
+  // 1001 floats end 12 bytes short of their page: the write one past the last lands in the padding, which a
+  // canary fills. The next launches, correct ones, are judged by what they write themselves.
+  const auto dir = ktune::test::scratch_dir("spec-runtime-overrun");
+  std::ofstream(dir / "oob.cu") << "__global__ void oob(float* y, int n) {\n  int i = blockIdx.x * blockDim.x + "
+                                   "threadIdx.x;\n  if (i <= n) y[i] = 1.0f;\n}\n";
+  std::ofstream(dir / "oob.json") << R"json({"name": "past_the_end", "source": "oob.cu", "kernel": "oob",
+    "problem": {"n": 1001}, "tunables": {"block": [64]}, "grid": "ceil_div(n + 1, block)", "block": "block",
+    "buffers": [{"name": "y", "count": "n", "role": "output"}], "args": ["y", {"type": "i32", "value": "n"}],
+    "reference": {"config": {"block": 64}}})json";
+  ktune::Runtime rt("emu");
+  const ktune::Kernel bad = rt.kernel((dir / "oob.json").string(), {"f32", {{"n", 1001}}});
+  const std::uint64_t y = rt.allocate(1001 * 4);
+  CHECK_THROWS_WITH(bad.launch({y}), Catch::Contains("out-of-bounds write") && Catch::Contains("oob"));
+  ktune::test::VectorAddRun run{rt, 1031};
+  for (int again = 0; again < 2; ++again) {
+    run.poison_z();
+    CHECK_NOTHROW(run.kernel.launch(run.buffers()));
+    CHECK(run.z()[1030] == run.x[1030] + run.y[1030]);
+  }
+}
+
 TEST_CASE("spec emu: a family's name means the family whatever the working folder holds", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-runtime-names");
   const fs::path before = fs::current_path();

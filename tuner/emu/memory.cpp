@@ -53,7 +53,8 @@ GuardedBuffer::GuardedBuffer(std::string name, std::size_t size) : size_(size) {
   // Right-aligned against the trailing guard page, start rounded down to 16.
   const auto end = reinterpret_cast<std::uintptr_t>(area_ + area_size_);
   data_ = reinterpret_cast<std::byte*>((end - size) & ~std::uintptr_t{15});
-  // area_ is page-aligned: little-endian halfwords 0xffc1 are canary_byte's bytes.
+  // area_ is page-aligned: little-endian halfwords 0xffc1 are canary_byte's bytes. The buffer's own bytes start
+  // so too: a read of one never written is a NaN.
   std::fill_n(reinterpret_cast<std::uint16_t*>(area_), area_size_ / 2, std::uint16_t{0xffc1});
   region_ = Region{std::move(name), map_, map_ + map_size_, data_, size_};
 }
@@ -90,6 +91,11 @@ void GuardedBuffer::release() {
 
 void GuardedBuffer::fill(unsigned char byte) {
   if (size_) std::memset(data_, byte, size_);
+}
+
+void GuardedBuffer::rearm_canary() const {
+  for (std::byte* p = area_; p < data_; ++p) *p = std::byte{canary_byte(p)};
+  for (std::byte* p = data_ + size_; p < area_ + area_size_; ++p) *p = std::byte{canary_byte(p)};
 }
 
 std::string GuardedBuffer::check_canary() const {

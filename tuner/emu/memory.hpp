@@ -52,6 +52,9 @@ class GuardedBuffer {
   void fill(unsigned char byte);
   /// Empty when the canary around the buffer is intact; else says where it was overwritten.
   std::string check_canary() const;
+  /// Writes the canary around the buffer again (after a launch that overwrote it was reported), so a
+  /// later launch is judged by what it writes itself.
+  void rearm_canary() const;
 
  private:
   void release();

@@ -248,11 +248,22 @@ class EmuBackend final : public Backend {
       g.args = args.data();
       std::lock_guard lock(live_->mutex);
       for (const auto* b : live_->buffers) g.regions.push_back(&b->region());
-      executor_.run(g);
+      // A launch that fails leaves the canaries as they were before it, for the next to be judged by its own.
+      const auto rearm = [&] {
+        for (const auto* b : live_->buffers) b->rearm_canary();
+      };
+      try {
+        executor_.run(g);
+      } catch (...) {
+        rearm();
+        throw;
+      }
       for (const auto* b : live_->buffers)
-        if (auto bad = b->check_canary(); !bad.empty())
+        if (auto bad = b->check_canary(); !bad.empty()) {
+          rearm();
           throw_error(ErrorKind::kCheckFailed, fmt::format("emulation: {} by kernel {}", bad,
                                                            module.kernel_names()[static_cast<std::size_t>(l.kernel)]));
+        }
     }
   }
   // A launch whose arguments are not the kernel's parameters (a kernel
