@@ -157,8 +157,14 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
   const auto lock = rt.device_lock();
   {  // an allocation of the runtime's too small for its buffer, before the kernel writes past it
     const auto& shapes = state_->shapes;
+    const bool emulated = rt.backend->name() == "emu";
     for (std::size_t i = 0; i < std::min(buffers.size(), shapes.size()); ++i) {
       const auto* found = rt.holding(buffers[i]);  // null: the program's own memory
+      // The emulation's device memory is the runtime's allocations: any other address is host memory.
+      KTUNE_REQUIRE(found || !emulated || buffers[i] == 0,
+                    fmt::format("{}: buffer {} ('{}') at {:#x} is not inside an allocation of Runtime::allocate; "
+                                "under the emulation that is the only device memory",
+                                state_->name, i + 1, shapes[i].name, buffers[i]));
       if (!found) continue;
       const auto& held = *found;
       const std::uint64_t from = buffers[i] - held.address();

@@ -101,8 +101,9 @@ class Kernel {
   /// addresses from Runtime::allocate or your own, in the order of buffers();
   /// scalars come from the problem). An address from Runtime::allocate (or
   /// inside one) with fewer bytes from there than buffers() says is refused
-  /// before the launch. Returns at once on a GPU; the emulation runs it
-  /// before returning.
+  /// before the launch; your own are not checked (under the emulation, whose
+  /// device memory is the runtime's allocations, they are refused). Returns
+  /// at once on a GPU; the emulation runs it before returning.
   void launch(const std::vector<std::uint64_t>& buffers) const;
   /// The same on your own `stream` (a CUstream as an integer, created in the
   /// device's primary context, as the CUDA runtime's streams are), ordered

@@ -109,6 +109,10 @@ TEST_CASE("spec emu: a kernel lists its buffers and a launch into an allocation 
                         Catch::Contains("holds 4120"));
   CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy + 4, run.dz}), Catch::Contains("(4120 past the address given)"));
   CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy}), Catch::Contains("the spec has 3 (x, y, z)"));
+  // Host memory is no device memory, under the emulation either.
+  std::vector<float> host(1031);
+  CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy, reinterpret_cast<std::uint64_t>(host.data())}),
+                    Catch::Contains("buffer 3 ('z') at") && Catch::Contains("is not inside an allocation"));
   run.poison_z();
   run.kernel.launch(run.buffers());
   CHECK(run.z()[1030] == run.x[1030] + run.y[1030]);
