@@ -298,9 +298,20 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   const tuner::ChosenConfig held = tuner::choose_config(family, problem, device, st.tuned.get());
   if (held.match == cache::Match::kExact) options.incumbent = held.config;
   const tuner::TuneSummary summary = tuner::tune(family, problem, *st.runner, options);
-  KTUNE_REQUIRE(summary.best.has_value(),
-                fmt::format("tuning {} on {}: none of the {} configs measured ran correctly (session log {})",
-                            family.name(), problem.key(), summary.evaluations, summary.log_path));
+  if (!summary.best) {
+    const auto failed = std::find_if(summary.records.begin(), summary.records.end(),
+                                     [](const search::Record& r) { return !r.outcome.ok; });
+    throw_error(ErrorKind::kCheckFailed,
+                fmt::format("tuning {} on {}: none of the {} configs measured ran correctly{}; `ktune log show {}{}` "
+                            "lists why each failed",
+                            family.name(), problem.key(), summary.evaluations,
+                            failed == summary.records.end()
+                                ? ""
+                                : fmt::format(" (the first, {}: {})", failed->config.str(),
+                                              failed->outcome.failure.substr(0, failed->outcome.failure.find('\n'))),
+                            summary.log_path,
+                            dynamic_cast<const spec::SpecFamily*>(&family) ? " --spec " + what : std::string()));
+  }
   const cache::Entry entry = tuner::cache_entry(family, problem, device, summary);
   if (file) file->put(entry);
   std::vector<cache::Entry> entries = st.tuned ? st.tuned->entries() : std::vector<cache::Entry>{};

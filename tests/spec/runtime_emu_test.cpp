@@ -279,6 +279,26 @@ TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the
     const auto z = run.z();
     for (std::int64_t i = 0; i < run.n; ++i) REQUIRE(z[i] == run.x[i] + run.y[i]);
   }
+  // A kernel no config of which computes the reference's answer: the error says the first failure and where
+  // the rest are.
+  std::ofstream(dir / "two.cu") << "__global__ void right(float* y, int n) {\n  int i = blockIdx.x * blockDim.x + "
+                                   "threadIdx.x;\n  if (i < n) y[i] = 1.0f;\n}\n__global__ void wrong(float* y, int n) "
+                                   "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = 2.0f;\n}\n";
+  std::ofstream(dir / "wrong.json") << R"json({"name": "always_wrong", "source": "two.cu", "kernel": "wrong",
+    "problem": {"n": 100}, "tunables": {"block": [32, 64]}, "grid": "ceil_div(n, block)", "block": "block",
+    "buffers": [{"name": "y", "count": "n", "role": "output"}], "args": ["y", {"type": "i32", "value": "n"}],
+    "reference": {"kernel": "right", "config": {"block": 32}}})json";
+  {
+    ktune::Runtime rt("emu");
+    ktune::TuneSettings all;
+    all.strategy = "exhaustive";
+    all.budget = "10";
+    CHECK_THROWS_WITH(rt.tune((dir / "wrong.json").string(), {"f32", {{"n", 100}}}, all),
+                      Catch::Contains("tuning always_wrong on f32;n=100: none of the 2 configs measured ran correctly "
+                                      "(the first, {\"block\":32}: validation: y relative L2 error") &&
+                          Catch::Contains("`ktune log show ") && Catch::Contains(" --spec ") &&
+                          Catch::Contains("` lists why each failed"));
+  }
   // The next run finds it in the file.
   ktune::Runtime next("emu");
   next.load_cache(cache);
