@@ -338,23 +338,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       for (const auto& r : summary.finalists)
         finalists.push_back({{"config", r.config.to_json()}, {"time_ms", r.result.timing->median_ms},
                              {"p20_ms", r.result.timing->p20_ms}, {"p80_ms", r.result.timing->p80_ms}});
-      // The search's fastest, timed again side by side, may tie with the cache's config or the default, which win
-      // ties: say so, or the top table reads as a contradiction.
-      if (!summary.finalists.empty() && summary.finalists.front().config != summary.best->config &&
-          print != env::PrintLevel::kQuiet && !global.json) {
-        const auto& first = summary.finalists.front();
-        const bool is_default = summary.default_run && summary.best->config == summary.default_run->config;
-        const auto& again = *first.result.timing;
-        tops += fmt::format("{} on {}: {}, the fastest in the search, timed again beside the finalists at {:.4f} ms "
-                            "(p20-p80 {:.4f}-{:.4f}), is not measurably faster than {} {} ({:.4f} ms, p20-p80 "
-                            "{:.4f}-{:.4f}): within the noise of its repetitions, that one stays\n",
-                            family.name(), problem.key(), first.config.str(), again.median_ms, again.p20_ms,
-                            again.p80_ms,
-                            is_default                                                 ? "the default"
-                            : tune.incumbent && *tune.incumbent == summary.best->config ? "the cache's config"
-                                                                                         : "the winner",
-                            summary.best->config.str(), t.median_ms, t.p20_ms, t.p80_ms);
-      }
+      if (!summary.kept_note.empty() && print != env::PrintLevel::kQuiet && !global.json)
+        tops += fmt::format("{} on {}: {}\n", family.name(), problem.key(), summary.kept_note);
       results.push_back({{"family", family.name()}, {"problem", problem.to_json()},
                          {"best_config", summary.best->config.to_json()}, {"time_ms", t.median_ms},
                          {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms},
@@ -365,6 +350,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                  : nlohmann::json()},
                          {"finalists", finalists}, {"tied", summary.tied}, {"pruned", summary.pruned},
                          {"stopped_by", summary.stopped_by}, {"method", t.method},
+                         {"kept_note", summary.kept_note.empty() ? nlohmann::json() : nlohmann::json(summary.kept_note)},
                          {"top", top_json(view, kTop)},
                          {"evaluations", summary.evaluations}, {"failures", summary.failures},
                          {"failure_kinds", failure_json(view.evaluations)},

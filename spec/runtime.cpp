@@ -320,8 +320,9 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   st.use_cache(std::make_unique<cache::TunedCache>(std::move(entries), st.tuned ? st.tuned->origin() : ""));
   auto k = st.kernel_of(state_, family, problem);
   k->kernel.chosen.source =
-      fmt::format("exact (tuned now: {} configs measured in {:.1f} s, {:.2f}x over the default; session log {})",
-                  summary.evaluations, summary.seconds, summary.speedup_over_default(), summary.log_path);
+      fmt::format("exact (tuned now: {} configs measured in {:.1f} s, {:.2f}x over the default{}; session log {})",
+                  summary.evaluations, summary.seconds, summary.speedup_over_default(),
+                  summary.kept_note.empty() ? "" : "; " + summary.kept_note, summary.log_path);
   return Kernel(std::move(k));
 }
 

@@ -424,6 +424,23 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const search::WinnerResult winner = search::pick_winner(finalists);
   summary.best = ranked[winner.found ? winner.winner : 0];
   summary.tied = winner.tied;
+  // The search's fastest (ranked first) may tie with the cache's config or the default, which win ties: said,
+  // or a table of the search's times reads as a contradiction.
+  if (const Record& first = ranked.front(); first.config != summary.best->config) {
+    const Measurement& a = *first.result.timing;
+    const Measurement& b = *summary.best->result.timing;
+    const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config"
+                            : summary.best->config == def                          ? "the default"
+                                                                                   : "the winner";
+    const bool again = std::any_of(summary.finalists.begin(), summary.finalists.end(),
+                                   [&](const Record& r) { return r.config == first.config; });
+    summary.kept_note = fmt::format(
+        "{}, the fastest in the search, {} {:.4f} ms (p20-p80 {:.4f}-{:.4f}), is not measurably faster than {} {} "
+        "({:.4f} ms, p20-p80 {:.4f}-{:.4f}){}: within the noise of their repetitions, that one stays",
+        first.config.str(), again ? "timed again beside the finalists at" : "at", a.median_ms, a.p20_ms, a.p80_ms,
+        who, summary.best->config.str(), b.median_ms, b.p20_ms, b.p80_ms,
+        again ? "" : " as the search timed them (stopped before the finalists were timed again)");
+  }
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
   const auto& picked = *summary.best->result.timing;
   nlohmann::json timed_again = nlohmann::json::array();

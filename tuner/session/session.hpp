@@ -74,6 +74,9 @@ struct TuneSummary {
   std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
   /// The finalists as timed again side by side (what the winner rule judged), fastest in the search first.
   std::vector<Record> finalists;
+  /// Where the winner is not the search's fastest (the winner rule found them within noise, and the cache's
+  /// config or the default wins a tie): both, with their times; else empty.
+  std::string kept_note;
   std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
   std::string previous_log;             ///< where the default log it replaced went (prepare_fresh_log), or ""
   double seconds = 0;
