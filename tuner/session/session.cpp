@@ -431,15 +431,16 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     const Measurement& b = *summary.best->result.timing;
     const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config"
                             : summary.best->config == def                          ? "the default"
-                                                                                   : "the winner";
+                                                                                   : "";
     const bool again = std::any_of(summary.finalists.begin(), summary.finalists.end(),
                                    [&](const Record& r) { return r.config == first.config; });
     summary.kept_note = fmt::format(
-        "{}, the fastest in the search, {} {:.4f} ms (p20-p80 {:.4f}-{:.4f}), is not measurably faster than {} {} "
-        "({:.4f} ms, p20-p80 {:.4f}-{:.4f}){}: within the noise of their repetitions, that one stays",
+        "{}, the fastest in the search, {} {:.4f} ms (p20-p80 {:.4f}-{:.4f}), is not measurably faster than {}{} "
+        "({:.4f} ms, p20-p80 {:.4f}-{:.4f}){}: within the noise of their repetitions, {}",
         first.config.str(), again ? "timed again beside the finalists at" : "at", a.median_ms, a.p20_ms, a.p80_ms,
-        who, summary.best->config.str(), b.median_ms, b.p20_ms, b.p80_ms,
-        again ? "" : " as the search timed them (stopped before the finalists were timed again)");
+        who.empty() ? "" : who + " ", summary.best->config.str(), b.median_ms, b.p20_ms, b.p80_ms,
+        again ? "" : " as the search timed them (stopped before the finalists were timed again)",
+        who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
   }
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
   const auto& picked = *summary.best->result.timing;
