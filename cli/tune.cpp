@@ -232,6 +232,7 @@ void add_tune_command(CLI::App& app, Global& global) {
         if (e.key.where() != where) continue;
         try {
           tune.incumbent = Config::from_json(e.config);
+          tune.incumbent_evaluations = e.evaluations;
         } catch (const Error&) {  // not a config: the session's own configs decide
         }
       }

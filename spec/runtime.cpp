@@ -296,7 +296,12 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   options.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
   // What the cache holds for the problem competes with the session's configs.
   const tuner::ChosenConfig held = tuner::choose_config(family, problem, device, st.tuned.get());
-  if (held.match == cache::Match::kExact) options.incumbent = held.config;
+  if (held.match == cache::Match::kExact) {
+    options.incumbent = held.config;
+    const std::string where = tuner::cache_key(family, problem, device).where();
+    for (const auto& e : st.tuned->entries())
+      if (e.key.where() == where) options.incumbent_evaluations = e.evaluations;
+  }
   const tuner::TuneSummary summary = tuner::tune(family, problem, *st.runner, options);
   if (!summary.best) {
     const auto failed = std::find_if(summary.records.begin(), summary.records.end(),

@@ -424,6 +424,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const search::WinnerResult winner = search::pick_winner(finalists);
   summary.best = ranked[winner.found ? winner.winner : 0];
   summary.tied = winner.tied;
+  summary.evaluations_behind = summary.evaluations;
+  if (incumbent && summary.best->config == *options.incumbent)
+    summary.evaluations_behind =
+        std::max<std::uint64_t>(summary.evaluations, static_cast<std::uint64_t>(options.incumbent_evaluations));
   // The search's fastest (ranked first) may tie with the cache's config or the default, which win ties: said,
   // or a table of the search's times reads as a contradiction.
   if (const Record& first = ranked.front(); first.config != summary.best->config) {
@@ -504,7 +508,7 @@ cache::Entry cache_entry(const templates::Family& family, const templates::Probl
   e.p20_ms = t.p20_ms;
   e.p80_ms = t.p80_ms;
   e.spread = t.median_ms > 0 ? (t.p80_ms - t.p20_ms) / t.median_ms : 0;
-  e.evaluations = static_cast<std::int64_t>(summary.evaluations);
+  e.evaluations = static_cast<std::int64_t>(std::max(summary.evaluations_behind, summary.evaluations));
   e.repetitions = t.repetitions;
   return e;
 }

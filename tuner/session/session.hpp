@@ -53,6 +53,9 @@ struct TuneOptions {
   /// first), so a session replaces it only with a config faster in the same
   /// session.
   std::optional<Config> incumbent;
+  /// The configs measured by the search that found the incumbent (its cache entry's `evaluations`): an entry
+  /// that keeps it keeps that count, where larger than this session's.
+  std::int64_t incumbent_evaluations = 0;
 };
 
 /// One evaluation as the session log records it.
@@ -77,6 +80,9 @@ struct TuneSummary {
   /// Where the winner is not the search's fastest (the winner rule found them within noise, and the cache's
   /// config or the default wins a tie): both, with their times; else empty.
   std::string kept_note;
+  /// The configs measured by the searches behind the winner: this session's, or the incumbent's search's where
+  /// it stays and measured more.
+  std::uint64_t evaluations_behind = 0;
   std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
   std::string previous_log;             ///< where the default log it replaced went (prepare_fresh_log), or ""
   double seconds = 0;

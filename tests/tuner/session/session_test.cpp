@@ -239,9 +239,13 @@ TEST_CASE("the finalists are judged on their side-by-side times and a tie keeps 
       return c == cached ? (again ? 1.0 : 0.5) : c == def ? 0.999 : 2.0;
     });
     runner->noisy = true;
+    o.incumbent_evaluations = 87;  // what its entry says found it
     const auto s = tune(family, problem, *runner, o);
     REQUIRE(s.best);
     CHECK(s.best->config == cached);
+    // The entry that keeps it says the search that found it, not this short one.
+    CHECK(s.evaluations == 2);
+    CHECK(cache_entry(family, problem, runner->device(), s).evaluations == 87);
   }
 }
 
