@@ -70,7 +70,8 @@ struct BufferInfo {
 struct TuneSettings {
   std::string strategy;  ///< empty: ktune tune's default ("auto")
   /// When the search stops: evaluations ("200"), time ("15m", "90s"), "plateau:N" (N evaluations found nothing
-  /// faster), joined by '+' for whichever comes first. Empty: ktune tune's default ("plateau:200+1h").
+  /// faster), joined by '+' for whichever comes first. Empty: ktune tune's default ("plateau:200+1h"), which
+  /// may take the hour: give a program's tune a budget it can wait for.
   std::string budget;
   std::uint64_t seed = 1;  ///< of the strategy and of the inputs each variant is checked on
   /// A tuned cache file the winner is written into as well (created if missing, locked while written), for
@@ -144,10 +145,12 @@ class Runtime {
   /// configs were measured and the speed-up over the default). It searches as `ktune tune` does (every variant
   /// validated against the reference before it is timed; the session logged under the cache folder, so
   /// `ktune log show` reads it), on this runtime's device, but in this process: a variant that faults the GPU
-  /// ends the program, where `ktune tune` runs each in a worker process. A config the cache holds for the
-  /// problem competes in the session. The winner goes into this runtime's cache (later kernel() calls get it)
-  /// and into `settings.cache_file`. Other threads' kernel() and tune() calls wait for it; their launches do
-  /// not. Throws when no config runs correctly, naming why.
+  /// ends the program and one that never ends hangs it, where `ktune tune` runs each in a worker process,
+  /// killed past its --timeout (tune kernels you do not trust that way). The times are taken while the
+  /// program's other threads run. A config the cache holds for the problem competes in the session. The winner
+  /// goes into this runtime's cache (later kernel() calls get it) and into `settings.cache_file`. Other
+  /// threads' tune() calls and requests for kernels not handed out before wait for it; their launches do not.
+  /// Throws when no config runs correctly, naming the first failure.
   Kernel tune(const std::string& what, const ProblemSize& problem, const TuneSettings& settings = {});
 
   /// Device memory of this runtime's backend; freed by free() or with the runtime.
