@@ -27,6 +27,9 @@ TEST_CASE("spec emu: the runtime example builds against the installed package an
   REQUIRE(run_command("cmake --install " + binary.string() + " --prefix " + (dir / "prefix").string(), &out) == 0);
   CHECK(fs::exists(dir / "prefix/include/ktune/ktune.hpp"));
   INFO(out);
+  // The command that makes tuned caches comes with it, and runs from there.
+  REQUIRE(run_command((dir / "prefix/bin/ktune").string() + " families", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("rmsnorm_fwd"));
   REQUIRE(run_command("cmake -S " + (source / "examples/runtime").string() + " -B " + (dir / "build").string() +
                           " -DCMAKE_PREFIX_PATH=" + (dir / "prefix").string() + " && cmake --build " +
                           (dir / "build").string(),
