@@ -224,7 +224,8 @@ std::vector<templates::BufferShape> SpecFamily::buffer_shapes(const Problem& pro
   for (const auto& [k, x] : problem.dims) dims[k] = static_cast<double>(x);
   std::vector<templates::BufferShape> shapes;
   for (const auto& b : spec_->buffers) {
-    templates::BufferShape shape{b.name, b.role, b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype};
+    const templates::DType dtype = b.dtype_from_problem ? templates::parse_dtype(problem.dtype) : b.dtype;
+    templates::BufferShape shape{b.name, b.role, dtype};
     try {
       shape.bytes = static_cast<std::size_t>(b.count->eval_integer(dims, 1, kMaxElements)) *
                     templates::size_of(shape.dtype);

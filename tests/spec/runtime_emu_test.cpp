@@ -284,9 +284,10 @@ TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the
   }
   // A kernel no config of which computes the reference's answer: the error says the first failure and where
   // the rest are.
-  std::ofstream(dir / "two.cu") << "__global__ void right(float* y, int n) {\n  int i = blockIdx.x * blockDim.x + "
-                                   "threadIdx.x;\n  if (i < n) y[i] = 1.0f;\n}\n__global__ void wrong(float* y, int n) "
-                                   "{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = 2.0f;\n}\n";
+  std::ofstream(dir / "two.cu") << "__global__ void right(float* y, int n) {\n"
+                                   "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = 1.0f;\n}\n"
+                                   "__global__ void wrong(float* y, int n) {\n"
+                                   "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = 2.0f;\n}\n";
   std::ofstream(dir / "wrong.json") << R"json({"name": "always_wrong", "source": "two.cu", "kernel": "wrong",
     "problem": {"n": 100}, "tunables": {"block": [32, 64]}, "grid": "ceil_div(n, block)", "block": "block",
     "buffers": [{"name": "y", "count": "n", "role": "output"}], "args": ["y", {"type": "i32", "value": "n"}],
