@@ -197,7 +197,12 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
             "single value, e.g. \"tunables\": {\"unused\": [0]})");
   std::vector<Param> params;
   std::set<std::string> dim_set(spec->dims.begin(), spec->dims.end());
-  for (const auto& [name, v] : j["tunables"].items()) {
+  // In the file's order, as Kernel Tuner's tune_params are: the space's parameters, its walk and its listing.
+  std::vector<std::string> tunable_names;
+  const auto in_order = nlohmann::ordered_json::parse(spec->text);
+  for (const auto& [name, v] : in_order.at("tunables").items()) tunable_names.push_back(name);
+  for (const auto& name : tunable_names) {
+    const json& v = j["tunables"][name];
     r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
               fmt::format("tunable '{}' must be an identifier", name));
     r.require(!dim_set.count(name), fmt::format("'{}' is both a tunable and a problem dimension", name));

@@ -149,6 +149,19 @@ TEST_CASE("spec: candidates are read in order, unset tunables at their first val
   CHECK(c.at("threads") == space.param("threads").values.front());
 }
 
+TEST_CASE("spec: the tunables keep the file's order", "[spec]") {
+  // Kernel Tuner's tune_params are ordered: the space lists and walks them as written, not alphabetically.
+  const auto dir = ktune::test::scratch_dir("spec-order");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"tunables\": {", "\"tunables\": {\"zeta\": [1, 2], ");
+  });
+  const auto& params = load_spec_family(path).space().params();
+  REQUIRE(params.size() == 3);
+  CHECK(params[0].name == "zeta");
+  CHECK(params[1].name == "threads");
+  CHECK(params[2].name == "vec");
+}
+
 TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-bad");
   SECTION("unknown tunable in a restriction") {
