@@ -110,16 +110,23 @@ struct Kernel::State {
   }
 };
 
+Kernel::Kernel() = default;
 Kernel::Kernel(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+const Kernel::State& Kernel::state() const {
+  KTUNE_REQUIRE(state_ != nullptr, "an empty Kernel (made by its default constructor): assign it one from "
+                                   "Runtime::kernel or Runtime::tune first");
+  return *state_;
+}
 Kernel::Kernel(const Kernel&) = default;
 Kernel& Kernel::operator=(const Kernel&) = default;
 Kernel::~Kernel() = default;
 
-const std::string& Kernel::name() const { return state_->name; }
-const std::string& Kernel::reason() const { return state_->kernel.chosen.source; }
-std::string Kernel::config() const { return state_->kernel.chosen.config.str(); }
+const std::string& Kernel::name() const { return state().name; }
+const std::string& Kernel::reason() const { return state().kernel.chosen.source; }
+std::string Kernel::config() const { return state().kernel.chosen.config.str(); }
 Match Kernel::match() const {
-  switch (state_->kernel.chosen.match) {
+  switch (state().kernel.chosen.match) {
     case cache::Match::kExact: return Match::kExact;
     case cache::Match::kNearest: return Match::kNearest;
     case cache::Match::kNone: break;
@@ -134,29 +141,29 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, std::uint64_t str
 }
 
 void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters) const {
-  launch(buffers, parameters, state_->live_runtime()->backend->native_stream());
+  launch(buffers, parameters, state().live_runtime()->backend->native_stream());
 }
 
 Parameters Kernel::parameters() const {
-  const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(state_->kernel.family);
+  const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(state().kernel.family);
   return spec_family ? spec_family->spec().parameters : Parameters{};
 }
 
 std::vector<BufferInfo> Kernel::buffers() const {
   std::vector<BufferInfo> out;
-  for (const auto& s : state_->shapes)
+  for (const auto& s : state().shapes)
     out.push_back({s.name, templates::to_string(s.role), templates::to_string(s.dtype), s.bytes});
   return out;
 }
 
 void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters,
                     std::uint64_t stream) const {
-  const auto runtime = state_->live_runtime();
+  const auto runtime = state().live_runtime();
   auto& rt = *runtime;
-  const auto& k = state_->kernel;
+  const auto& k = state().kernel;
   const auto lock = rt.device_lock();
   {  // an allocation of the runtime's too small for its buffer, before the kernel writes past it
-    const auto& shapes = state_->shapes;
+    const auto& shapes = state().shapes;
     const bool emulated = rt.backend->name() == "emu";
     for (std::size_t i = 0; i < std::min(buffers.size(), shapes.size()); ++i) {
       const auto* found = rt.holding(buffers[i]);  // null: the program's own memory
@@ -164,22 +171,22 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
       KTUNE_REQUIRE(found || !emulated || buffers[i] == 0,
                     fmt::format("{}: buffer {} ('{}') at {:#x} is not inside an allocation of Runtime::allocate; "
                                 "under the emulation that is the only device memory",
-                                state_->name, i + 1, shapes[i].name, buffers[i]));
+                                state().name, i + 1, shapes[i].name, buffers[i]));
       if (!found) continue;
       const auto& held = *found;
       const std::uint64_t from = buffers[i] - held.address();
       if (held.bytes() - from >= shapes[i].bytes) continue;
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("{}: buffer {} ('{}', {} {}) needs {} bytes, but the allocation at {:#x} holds {}{}",
-                              state_->name, i + 1, shapes[i].name, templates::to_string(shapes[i].dtype),
+                              state().name, i + 1, shapes[i].name, templates::to_string(shapes[i].dtype),
                               templates::to_string(shapes[i].role), shapes[i].bytes, held.address(), held.bytes(),
                               from ? fmt::format(" ({} past the address given)", held.bytes() - from) : ""));
     }
   }
-  const auto module = state_->module.lock();  // alive while its runtime is
+  const auto module = state().module.lock();  // alive while its runtime is
   const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(k.family);
   KTUNE_REQUIRE(spec_family || parameters.empty(),
-                fmt::format("{} takes no parameters; they are a kernel spec's ('parameters')", state_->name));
+                fmt::format("{} takes no parameters; they are a kernel spec's ('parameters')", state().name));
   rt.backend->launch(*module,
                      spec_family ? spec_family->plan(k.chosen.config, k.problem, buffers, parameters)
                                  : k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()),

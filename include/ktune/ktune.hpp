@@ -82,6 +82,8 @@ struct TuneSettings {
 /// A kernel compiled for one problem, ready to launch.
 class Kernel {
  public:
+  /// An empty kernel, to be assigned one (a class member, say); its other calls throw until then.
+  Kernel();
   Kernel(const Kernel&);
   Kernel& operator=(const Kernel&);
   ~Kernel();
@@ -120,6 +122,7 @@ class Kernel {
   friend class Runtime;
   struct State;
   explicit Kernel(std::shared_ptr<State> state);
+  const State& state() const;
   std::shared_ptr<State> state_;
 };
 

@@ -90,6 +90,12 @@ TEST_CASE("spec emu: misuse of the run-time API is one runtime_error, never a cr
     CHECK_THROWS_WITH(rt.kernel((dir / "k.json").string(), {"f32", {{"n", 1}}}),
                       Catch::Contains("the emulation cannot run this kernel: k.cu:2: extern __shared__"));
     kept = rt.kernel((dir / "VA.JSON").string(), {"f32", {{"n", 100}}});
+    // A member kernel starts empty, says so when used, and takes one assigned.
+    ktune::Kernel member;
+    CHECK_THROWS_WITH(member.name(), Catch::Contains("an empty Kernel (made by its default constructor)"));
+    CHECK_THROWS_WITH(member.launch({a}), Catch::Contains("an empty Kernel"));
+    member = *kept;
+    CHECK(member.name() == "vector_add");
   }
   // Its runtime gone, a kernel launches nothing: the memory and the module went with it.
   CHECK_THROWS_WITH(kept->launch({0x1000, 0x2000, 0x3000}), Catch::Contains("the Runtime it came from is destroyed"));
