@@ -291,9 +291,10 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   search::require_strategy(options.strategy);  // bad settings before any work
   search::parse_budget(options.budget);
   std::optional<cache::CacheFile> file;
+  std::vector<cache::Entry> in_file;
   if (!settings.cache_file.empty()) {
     file.emplace(settings.cache_file);
-    file->load();  // a corrupt file, or one that cannot be written, stops us before the search
+    in_file = file->load();  // a corrupt file, or one that cannot be written, stops us before the search
     file->check_writable();
   }
   if (!st.runner) st.runner = st.backend->name() == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
@@ -302,13 +303,22 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   options.default_log = true;
   options.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
   // What the cache holds for the problem competes with the session's configs.
-  const tuner::ChosenConfig held = tuner::choose_config(family, problem, device, st.tuned.get());
-  if (held.match == cache::Match::kExact) {
-    options.incumbent = held.config;
-    const std::string where = tuner::cache_key(family, problem, device).where();
-    for (const auto& e : st.tuned->entries())
-      if (e.key.where() == where) options.incumbent_evaluations = e.evaluations;
-  }
+  // What the runtime's cache holds for the problem competes, else what the file the winner goes to holds (as
+  // `ktune tune --cache` defends its file's entry).
+  const std::string where = tuner::cache_key(family, problem, device).where();
+  const auto held_in = [&](const std::vector<cache::Entry>& entries) {
+    for (const auto& e : entries) {
+      if (e.key.where() != where) continue;
+      try {
+        options.incumbent = Config::from_json(e.config);
+        options.incumbent_evaluations = e.evaluations;
+      } catch (const Error&) {  // not a config: the session's own configs decide
+      }
+    }
+  };
+  if (tuner::choose_config(family, problem, device, st.tuned.get()).match == cache::Match::kExact)
+    held_in(st.tuned->entries());
+  if (!options.incumbent) held_in(in_file);
   const tuner::TuneSummary summary = tuner::tune(family, problem, *st.runner, options);
   if (!summary.best) {
     const auto failed = std::find_if(summary.records.begin(), summary.records.end(),

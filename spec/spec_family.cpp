@@ -55,7 +55,12 @@ void add_scalar(templates::ArgPack& pack, const ArgSpec& a, const Values& v) {
   const auto whole = [&](long long lo, long long hi) {
     return a.value->eval_integer(v, lo, hi, "the range of " + a.type);
   };
-  if (a.type == "f32") pack.add(static_cast<float>(a.value->eval(v)));
+  if (a.type == "f32") {
+    const double x = a.value->eval(v);
+    KTUNE_REQUIRE(!std::isfinite(x) || std::abs(x) <= std::numeric_limits<float>::max(),
+                  fmt::format("a scalar argument's value {:g} is past the range of f32 (it would be inf)", x));
+    pack.add(static_cast<float>(x));
+  }
   else if (a.type == "f64") pack.add(a.value->eval(v));
   else if (a.type == "i32") pack.add(static_cast<std::int32_t>(whole(Limits32::min(), Limits32::max())));
   else if (a.type == "u32") pack.add(static_cast<std::uint32_t>(whole(0, std::numeric_limits<std::uint32_t>::max())));

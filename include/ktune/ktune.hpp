@@ -102,7 +102,7 @@ class Kernel {
 
   /// Enqueues the kernel on the runtime's stream with `buffers` (device
   /// addresses from Runtime::allocate or your own, in the order of buffers();
-  /// scalars come from the problem). An address from Runtime::allocate (or
+  /// scalars come from the problem and a spec's parameters). An address from Runtime::allocate (or
   /// inside one) with fewer bytes from there than buffers() says is refused
   /// before the launch; your own are not checked (under the emulation, whose
   /// device memory is the runtime's allocations, they are refused). Returns
@@ -114,7 +114,8 @@ class Kernel {
   /// before Runtime::download. The emulation runs the kernel at once.
   void launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const;
   /// Either, with run-time parameters of a kernel spec given values (those not given keep the spec's): e.g.
-  /// `k.launch({x, y}, {{"alpha", 0.5}})`. A name the spec does not declare is refused.
+  /// `k.launch({x, y}, {{"alpha", 0.5}})`. A name the spec does not declare is refused. (`k.launch(b, {})`
+  /// is the stream overload, stream 0: write `k.launch(b)` for the runtime's stream.)
   void launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters) const;
   void launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters, std::uint64_t stream) const;
 

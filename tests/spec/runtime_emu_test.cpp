@@ -11,6 +11,9 @@
 #include <optional>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "base/files.hpp"
 #include "spec/vector_add_run.hpp"
 #include "support.hpp"
 
@@ -201,6 +204,7 @@ TEST_CASE("spec emu: a spec's run-time parameters take their values at each laun
   for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == 0.25f * x[i]);
   run({{"alpha", -3}, {"beta", 0.5}});
   for (std::size_t i = 0; i < x.size(); ++i) REQUIRE(y[i] == -3.0f * x[i] + 0.5f);
+  CHECK_THROWS_WITH(k.launch({dx, dy}, {{"alpha", 1e300}}), Catch::Contains("past the range of f32"));
   CHECK_THROWS_WITH(k.launch({dx, dy}, {{"gamma", 1}}),
                     Catch::Contains("scale_by: no parameter 'gamma'; its parameters: alpha, beta"));
   CHECK_THROWS_WITH(rt.kernel("swiglu_fwd", {"f32", {{"n", 8}}}).launch({dx, dx, dy}, {{"alpha", 1}}),
@@ -317,6 +321,19 @@ TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the
   CHECK(k.reason() == "exact");
   // A problem nobody tuned is still the default there.
   CHECK(next.kernel(spec, {"f32", {{"n", 4000}}}).match() != ktune::Match::kExact);
+  // The file's entry competes in a later tune into it, its cache never loaded: measured beside the default.
+  auto doc = nlohmann::json::parse(ktune::read_file(cache));
+  REQUIRE(doc.at("entries").size() == 1);
+  doc["entries"][0]["config"] = {{"block", 1024}, {"vec", 1}};
+  std::ofstream(cache) << doc.dump();
+  ktune::Runtime later("emu");
+  ktune::TuneSettings one = how;
+  one.budget = "1";  // the default alone, then what the file holds
+  const std::string reason = later.tune(spec, problem, one).reason();
+  const auto at = reason.find("session log ");
+  REQUIRE(at != std::string::npos);
+  const std::string log = ktune::read_file(reason.substr(at + 12, reason.size() - at - 13));
+  CHECK_THAT(log, Catch::Contains(R"("config":{"block":1024,"vec":1})"));
 }
 
 }  // namespace spec_runtime_emu_test

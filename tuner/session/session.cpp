@@ -402,6 +402,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   };
   join(def);
   if (incumbent) join(*options.incumbent);
+  const double search_ms = time_of(ranked.front());  // the search's fastest, before it is timed again
   if (ranked.size() > 1 && options.run.time && !interrupted) {
     RunOptions again = run;
     again.validate = false;
@@ -428,23 +429,34 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (incumbent && summary.best->config == *options.incumbent)
     summary.evaluations_behind =
         std::max<std::uint64_t>(summary.evaluations, static_cast<std::uint64_t>(options.incumbent_evaluations));
-  // The search's fastest (ranked first) may tie with the cache's config or the default, which win ties: said,
-  // or a table of the search's times reads as a contradiction.
+  // The search's fastest (ranked first) may be slower timed again, or tie with the cache's config or the
+  // default, which win ties: said, or a table of the search's times reads as a contradiction.
   if (const Record& first = ranked.front(); first.config != summary.best->config) {
     const Measurement& a = *first.result.timing;
     const Measurement& b = *summary.best->result.timing;
-    const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config"
-                            : summary.best->config == def                          ? "the default"
+    const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config "
+                            : summary.best->config == def                          ? "the default "
                                                                                    : "";
     const bool again = std::any_of(summary.finalists.begin(), summary.finalists.end(),
                                    [&](const Record& r) { return r.config == first.config; });
-    summary.kept_note = fmt::format(
-        "{}, the fastest in the search, {} {:.4f} ms (p20-p80 {:.4f}-{:.4f}), is not measurably faster than {}{} "
-        "({:.4f} ms, p20-p80 {:.4f}-{:.4f}){}: within the noise of their repetitions, {}",
-        first.config.str(), again ? "timed again beside the finalists at" : "at", a.median_ms, a.p20_ms, a.p80_ms,
-        who.empty() ? "" : who + " ", summary.best->config.str(), b.median_ms, b.p20_ms, b.p80_ms,
-        again ? "" : " as the search timed them (stopped before the finalists were timed again)",
-        who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
+    const auto stats = std::find_if(winner.ranked.begin(), winner.ranked.end(), [&](const search::CandidateStats& c) {
+      return ranked[c.candidate].config == first.config;
+    });
+    const bool tied = stats != winner.ranked.end() && stats->tied;
+    const std::string times = fmt::format("{:.4f} ms (p20-p80 {:.4f}-{:.4f})", a.median_ms, a.p20_ms, a.p80_ms);
+    const std::string other = fmt::format("{}{} ({:.4f} ms, p20-p80 {:.4f}-{:.4f})", who, summary.best->config.str(),
+                                          b.median_ms, b.p20_ms, b.p80_ms);
+    if (!tied)
+      summary.kept_note = fmt::format("{}, the fastest in the search at {:.4f} ms, timed again beside the finalists "
+                                      "at {}, is slower than {}, which wins",
+                                      first.config.str(), search_ms, times, other);
+    else
+      summary.kept_note = fmt::format(
+          "{}, the fastest in the search, {} {}, is not measurably faster than {}{}: within the noise of their "
+          "repetitions, {}",
+          first.config.str(), again ? "timed again beside the finalists at" : "at", times, other,
+          again ? "" : " as the search timed them (stopped before the finalists were timed again)",
+          who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
   }
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
   const auto& picked = *summary.best->result.timing;

@@ -232,6 +232,18 @@ TEST_CASE("the finalists are judged on their side-by-side times and a tie keeps 
                                                             "finalists at 1.0000 ms") &&
                                 Catch::Contains("is not measurably faster than the default " + def.str()));
   }
+  SECTION("a config fast in the search and slower side by side is said to be slower, not tied") {
+    auto runner = scripted([&](const Config& c, bool again) {
+      return c == def ? 1.0 : c == quick ? (again ? 1.5 : 0.5) : 2.0;
+    });
+    const auto s = tune(family, problem, *runner, o);
+    REQUIRE(s.best);
+    CHECK(s.best->config == def);
+    CHECK_THAT(s.kept_note, Catch::StartsWith(quick.str() + ", the fastest in the search at 0.5000 ms, timed again "
+                                                            "beside the finalists at 1.5000 ms") &&
+                                Catch::EndsWith("is slower than the default " + def.str() +
+                                                " (1.0000 ms, p20-p80 0.9900-1.0100), which wins"));
+  }
   SECTION("the cache's config, as fast as the default side by side, stays") {
     o.incumbent = cached;
     o.budget = "2";
