@@ -227,15 +227,7 @@ void add_tune_command(CLI::App& app, Global& global) {
         std::cerr << fmt::format("note: nothing to resume: {} does not exist; a new session starts there\n",
                                  tune.log_path);
       // What the cache holds for this problem competes with the session's configs.
-      const std::string where = tuner::cache_key(family, problem, runner->device()).where();
-      for (const auto& e : cached) {
-        if (e.key.where() != where) continue;
-        try {
-          tune.incumbent = Config::from_json(e.config);
-          tune.incumbent_evaluations = e.evaluations;
-        } catch (const Error&) {  // not a config: the session's own configs decide
-        }
-      }
+      tuner::take_incumbent(tune, cached, family, problem, runner->device());
       if (requests.size() > 1 && print != env::PrintLevel::kQuiet)
         std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
       // The speed-ups are over the config measured as the default: say when it stands in for an invalid one.

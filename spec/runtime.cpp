@@ -305,20 +305,9 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   // What the cache holds for the problem competes with the session's configs.
   // What the runtime's cache holds for the problem competes, else what the file the winner goes to holds (as
   // `ktune tune --cache` defends its file's entry).
-  const std::string where = tuner::cache_key(family, problem, device).where();
-  const auto held_in = [&](const std::vector<cache::Entry>& entries) {
-    for (const auto& e : entries) {
-      if (e.key.where() != where) continue;
-      try {
-        options.incumbent = Config::from_json(e.config);
-        options.incumbent_evaluations = e.evaluations;
-      } catch (const Error&) {  // not a config: the session's own configs decide
-      }
-    }
-  };
-  if (tuner::choose_config(family, problem, device, st.tuned.get()).match == cache::Match::kExact)
-    held_in(st.tuned->entries());
-  if (!options.incumbent) held_in(in_file);
+  const bool held = tuner::choose_config(family, problem, device, st.tuned.get()).match == cache::Match::kExact &&
+                    tuner::take_incumbent(options, st.tuned->entries(), family, problem, device);
+  if (!held) tuner::take_incumbent(options, in_file, family, problem, device);
   const tuner::TuneSummary summary = tuner::tune(family, problem, *st.runner, options);
   if (!summary.best) {
     const auto failed = std::find_if(summary.records.begin(), summary.records.end(),

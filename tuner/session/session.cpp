@@ -472,6 +472,22 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   return summary;
 }
 
+bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
+                    const templates::Problem& problem, const templates::DeviceLimits& device) {
+  const std::string where = cache_key(family, problem, device).where();
+  bool found = false;
+  for (const auto& e : entries) {
+    if (e.key.where() != where) continue;
+    try {
+      options.incumbent = Config::from_json(e.config);
+      options.incumbent_evaluations = e.evaluations;
+      found = true;
+    } catch (const Error&) {  // not a config: the session's own configs decide
+    }
+  }
+  return found;
+}
+
 std::string default_log_path(const templates::Family& family, const templates::Problem& problem) {
   std::string tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
   std::replace(tag.begin(), tag.end(), ';', '-');

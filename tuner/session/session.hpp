@@ -97,6 +97,11 @@ using Progress = std::function<void(const Record&, const search::Progress&)>;
 TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
                  const TuneOptions& options, const Progress& progress = {});
 
+/// Sets `options`' incumbent (and its count of configs measured) from the entry of `entries` for `family` on
+/// `problem` and `device`, where there is one whose config reads; returns whether it found one.
+bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
+                    const templates::Problem& problem, const templates::DeviceLimits& device);
+
 /// Where `ktune tune` logs a session when no --log is given: under the cache
 /// folder (env::session_log_dir()), `<family>.<dtype>-<dim><value>....log`, so
 /// the working folder stays clean and --resume finds it again.
