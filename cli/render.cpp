@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "spec/spec_family.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
@@ -79,6 +80,11 @@ void add_render_command(CLI::App& app, Global& global) {
       for (const auto& p : family.space().params())
         j["params"].push_back({{"name", p.name}, {"values", p.values}, {"trades_off", p.trades_off}});
       for (const auto& p : family.problem_classes()) j["problem_classes"].push_back(p.to_json());
+      // A spec's run-time parameters, with the values checks and tuning use (a program gives its own at launch).
+      const auto* spec_family = dynamic_cast<const ktune::spec::SpecFamily*>(&family);
+      const std::map<std::string, double> parameters =
+          spec_family ? spec_family->spec().parameters : std::map<std::string, double>{};
+      if (spec_family) j["parameters"] = parameters;
       if (global.json) {
         std::cout << j.dump(2) << "\n";
         return;
@@ -89,6 +95,10 @@ void add_render_command(CLI::App& app, Global& global) {
         std::cout << fmt::format("  {:<20} {{{}}}  {}\n", p.name, fmt::join(p.values, ", "), p.trades_off);
       std::cout << "problem classes:\n";
       for (const auto& p : family.problem_classes()) std::cout << "  " << p.to_json().dump() << "\n";
+      if (!parameters.empty()) {
+        std::cout << "run-time parameters (their values in checks and tuning; a program gives its own at launch):\n";
+        for (const auto& [name, value] : parameters) std::cout << fmt::format("  {} = {:g}\n", name, value);
+      }
       return;
     }
     const auto problem = problem_arg(family, opts->problem);

@@ -28,6 +28,8 @@ class Reader {
  public:
   explicit Reader(const fs::path& path) : where_(path.string()) {}
 
+  std::vector<std::string> parameters;  ///< the spec's run-time parameters, once read
+
   [[noreturn]] void fail(const std::string& message) const {
     throw_error(ErrorKind::kInvalidInput, where_ + ": " + message);
   }
@@ -63,6 +65,12 @@ class Reader {
     try {
       return std::make_unique<Expression>(text, fmt::format("{} '{}'", what, text), names);
     } catch (const Error& e) {
+      for (const auto& p : parameters)  // named where only a scalar argument's value may name it
+        if (std::find(names.begin(), names.end(), p) == names.end() &&
+            std::string(e.what()).find("unknown name '" + p + "'") != std::string::npos)
+          fail(fmt::format("{} '{}': '{}' is a run-time parameter; only a scalar argument's value may name it (the "
+                           "grid, block, defines and restrictions are the config's and the problem's)",
+                           what, text, p));
       fail(e.what());
     }
   }
@@ -233,6 +241,24 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   std::vector<std::string> all = dims;
   for (const auto& p : spec->space.params()) all.push_back(p.name);
 
+  // ---- run-time parameters: names scalar arguments may use, with their values in checks and tuning
+  std::vector<std::string> with_parameters = all;
+  if (j.contains("parameters")) {
+    r.require(j["parameters"].is_object(), "'parameters' must be an object: name -> number (its value in checks)");
+    for (const auto& [name, v] : j["parameters"].items()) {
+      r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+                fmt::format("parameter '{}' must be an identifier", name));
+      r.require(std::find(all.begin(), all.end(), name) == all.end(),
+                fmt::format("'{}' is both a parameter and a problem dimension or tunable", name));
+      r.require(v.is_number() && std::isfinite(v.get<double>()),
+                fmt::format("parameter '{}': its value in checks and tuning must be a finite number, not {}", name,
+                            excerpt(v.dump())));
+      spec->parameters[name] = v.get<double>();
+      with_parameters.push_back(name);
+      r.parameters.push_back(name);
+    }
+  }
+
   // ---- kernel and defines
   spec->kernel = r.string_at(j, "kernel", "spec");
   for (const auto& part : braced_parts(spec->kernel, r))
@@ -311,22 +337,6 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       r.require(fs::is_regular_file(buf.file, ec), fmt::format("{}: file {} not found", what, buf.file.string()));
     }
     spec->buffers.push_back(std::move(buf));
-  }
-  // ---- run-time parameters: names scalar arguments may use, with their values in checks and tuning
-  std::vector<std::string> with_parameters = all;
-  if (j.contains("parameters")) {
-    r.require(j["parameters"].is_object(), "'parameters' must be an object: name -> number (its value in checks)");
-    for (const auto& [name, v] : j["parameters"].items()) {
-      r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
-                fmt::format("parameter '{}' must be an identifier", name));
-      r.require(std::find(all.begin(), all.end(), name) == all.end(),
-                fmt::format("'{}' is both a parameter and a problem dimension or tunable", name));
-      r.require(v.is_number() && std::isfinite(v.get<double>()),
-                fmt::format("parameter '{}': its value in checks and tuning must be a finite number, not {}", name,
-                            excerpt(v.dump())));
-      spec->parameters[name] = v.get<double>();
-      with_parameters.push_back(name);
-    }
   }
   r.require(j.contains("args") && j["args"].is_array(), "'args' (the kernel's arguments in order) is required");
   for (std::size_t i = 0; i < j["args"].size(); ++i) {

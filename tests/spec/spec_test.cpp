@@ -162,6 +162,30 @@ TEST_CASE("spec: the tunables keep the file's order", "[spec]") {
   CHECK(params[2].name == "vec");
 }
 
+TEST_CASE("spec: run-time parameters are a scalar argument's alone and render lists them", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-parameters");
+  write(dir / "sc.cu", "__global__ void scale(const float* x, float* y, float a, int n) {\n"
+                       "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < n) y[i] = a * x[i];\n}\n");
+  const auto spec = [&](const std::string& file, const std::string& grid) {
+    write(dir / file, R"json({"name": "scale_p", "source": "sc.cu", "kernel": "scale", "problem": {"n": 100},
+      "tunables": {"block": [64]}, "grid": ")json" + grid + R"json(", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
+      "args": ["x", "y", {"type": "f32", "value": "alpha"}, {"type": "i32", "value": "n"}],
+      "parameters": {"alpha": 2.5}, "reference": {"config": {"block": 64}}})json");
+    return dir / file;
+  };
+  // The geometry is the config's and the problem's: a parameter there is said to be one, not an unknown name.
+  CHECK_THAT(load_error(spec("grid.json", "ceil_div(n, block * alpha)")),
+             Catch::Contains("grid 'ceil_div(n, block * alpha)': 'alpha' is a run-time parameter; only a scalar "
+                             "argument's value may name it"));
+  std::string out;
+  REQUIRE(ktune::test::run_command(ktune::test::ktune_exe().string() + " render --space --spec " +
+                                       spec("ok.json", "ceil_div(n, block)").string(),
+                                   &out) == 0);
+  CHECK_THAT(out, Catch::Contains("run-time parameters (their values in checks and tuning; a program gives its own "
+                                  "at launch):\n  alpha = 2.5\n"));
+}
+
 TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-bad");
   SECTION("unknown tunable in a restriction") {
