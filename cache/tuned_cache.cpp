@@ -18,6 +18,7 @@ TunedCache TunedCache::read(const std::filesystem::path& path) {
 Answer TunedCache::lookup(const Key& query, const std::function<bool(const Entry&)>& accept) const {
   LookupOptions options;
   options.accept = accept;
+  options.allow_nearest = nearest_;
   Answer a{cache::lookup(entries_, query, options), ""};
   switch (a.result.match) {
     case Match::kExact: a.reason = "exact"; break;
@@ -32,7 +33,8 @@ Answer TunedCache::lookup(const Key& query, const std::function<bool(const Entry
     case Match::kNone:
       // An entry stale for the query (another kernel source, NVRTC or driver) says why it went unused.
       if (entries_.empty()) a.reason = "default (no tuned cache)";
-      else if (a.result.warnings.empty()) a.reason = "default (no usable tuned entry)";
+      else if (a.result.warnings.empty())
+        a.reason = nearest_ ? "default (no usable tuned entry)" : "default (no exact entry; nearest shapes not taken)";
       else a.reason = fmt::format("default (no usable tuned entry: {})", a.result.warnings.front());
       break;
   }

@@ -32,12 +32,17 @@ class TunedCache {
   /// (cache::lookup's rules).
   Answer lookup(const Key& query, const std::function<bool(const Entry&)>& accept = {}) const;
 
+  /// Whether a problem without an exact entry takes the nearest tuned shape (the default) or the default.
+  void set_nearest(bool allowed) { nearest_ = allowed; }
+  bool nearest() const { return nearest_; }
+
   const std::vector<Entry>& entries() const { return entries_; }
   const std::string& origin() const { return origin_; }  ///< the file, or empty
 
  private:
   std::vector<Entry> entries_;
   std::string origin_;
+  bool nearest_ = true;
 };
 
 }  // namespace ktune::cache

@@ -201,9 +201,11 @@ Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>())
 
 Runtime::~Runtime() = default;
 
-void Runtime::load_cache(const std::string& path) {
+void Runtime::load_cache(const std::string& path, bool nearest) {
   std::lock_guard lock(state_->kernels_mutex);
-  state_->use_cache(std::make_unique<cache::TunedCache>(cache::TunedCache::read(path)));
+  auto cache = std::make_unique<cache::TunedCache>(cache::TunedCache::read(path));
+  cache->set_nearest(nearest);
+  state_->use_cache(std::move(cache));
 }
 
 const templates::Family& Runtime::State::family_of(const std::string& what) {
@@ -328,7 +330,9 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   std::vector<cache::Entry> entries = st.tuned ? st.tuned->entries() : std::vector<cache::Entry>{};
   std::erase_if(entries, [&](const cache::Entry& e) { return e.key.where() == entry.key.where(); });
   entries.push_back(entry);
-  st.use_cache(std::make_unique<cache::TunedCache>(std::move(entries), st.tuned ? st.tuned->origin() : ""));
+  auto cache = std::make_unique<cache::TunedCache>(std::move(entries), st.tuned ? st.tuned->origin() : "");
+  cache->set_nearest(!st.tuned || st.tuned->nearest());
+  st.use_cache(std::move(cache));
   auto k = st.kernel_of(state_, family, problem);
   k->kernel.chosen.source =
       fmt::format("exact (tuned now: {} configs measured in {:.1f} s, {:.2f}x over the default{}; session log {})",

@@ -136,8 +136,9 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  /// Reads a tuned cache (`ktune tune --cache`); later kernel() calls use it.
-  void load_cache(const std::string& path);
+  /// Reads a tuned cache (`ktune tune --cache`); later kernel() calls use it. `nearest` false: a problem
+  /// without an exact entry gets the default config, not the nearest tuned shape's.
+  void load_cache(const std::string& path, bool nearest = true);
 
   /// The kernel for `problem`: `what` is a built-in family's name (`ktune families`) or a kernel spec file (a
   /// path: it ends in .json, has a folder, or is a file there that is no family's name). Compiled on first use

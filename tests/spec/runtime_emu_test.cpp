@@ -319,8 +319,13 @@ TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the
   const ktune::Kernel k = next.kernel(spec, problem);
   CHECK(k.match() == ktune::Match::kExact);
   CHECK(k.reason() == "exact");
-  // A problem nobody tuned is still the default there.
-  CHECK(next.kernel(spec, {"f32", {{"n", 4000}}}).match() != ktune::Match::kExact);
+  // A problem nobody tuned takes the nearest tuned shape, or, asked, the default.
+  CHECK(next.kernel(spec, {"f32", {{"n", 4000}}}).match() == ktune::Match::kNearest);
+  next.load_cache(cache, /*nearest=*/false);
+  const ktune::Kernel other = next.kernel(spec, {"f32", {{"n", 4000}}});
+  CHECK(other.match() == ktune::Match::kDefault);
+  CHECK(other.reason() == "default (no exact entry; nearest shapes not taken)");
+  CHECK(next.kernel(spec, problem).match() == ktune::Match::kExact);
   // The file's entry competes in a later tune into it, its cache never loaded: measured beside the default.
   auto doc = nlohmann::json::parse(ktune::read_file(cache));
   REQUIRE(doc.at("entries").size() == 1);
