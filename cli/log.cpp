@@ -31,9 +31,7 @@ void add_log_command(CLI::App& app, Global& global) {
     const auto log = tuner::read_session_log(opts->file);
     const auto& h = log.header();
     const std::string name = h.value("family", "");
-    bool built_in = false;
-    for (const auto* f : templates::all_families()) built_in = built_in || f->name() == name;
-    KTUNE_REQUIRE(built_in || !opts->spec.empty(),
+    KTUNE_REQUIRE(templates::family_named(name) != nullptr || !opts->spec.empty(),
                   "the session tuned '" + name + "', which is not a built-in family: give its kernel spec with --spec");
     const auto& family = opts->spec.empty() ? templates::find_family(name) : family_arg("", opts->spec);
     KTUNE_REQUIRE(family.name() == name, "the session tuned '" + name + "', but --spec is '" + family.name() + "'");

@@ -327,10 +327,6 @@ void add_tune_command(CLI::App& app, Global& global) {
       }
       const auto& t = *summary.best->result.timing;
       method = t.method;
-      nlohmann::json finalists = nlohmann::json::array();
-      for (const auto& r : summary.finalists)
-        finalists.push_back({{"config", r.config.to_json()}, {"time_ms", r.result.timing->median_ms},
-                             {"p20_ms", r.result.timing->p20_ms}, {"p80_ms", r.result.timing->p80_ms}});
       if (!summary.kept_note.empty() && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: {}\n", family.name(), problem.key(), summary.kept_note);
       results.push_back({{"family", family.name()}, {"problem", problem.to_json()},
@@ -341,7 +337,8 @@ void add_tune_command(CLI::App& app, Global& global) {
                          {"default_time_ms", summary.default_run && summary.default_run->result.timing
                                                  ? nlohmann::json(summary.default_run->result.timing->median_ms)
                                                  : nlohmann::json()},
-                         {"finalists", finalists}, {"tied", summary.tied}, {"pruned", summary.pruned},
+                         {"finalists", tuner::finalists_json(summary)}, {"tied", summary.tied},
+                         {"pruned", summary.pruned},
                          {"stopped_by", summary.stopped_by}, {"method", t.method},
                          {"kept_note",
                           summary.kept_note.empty() ? nlohmann::json() : nlohmann::json(summary.kept_note)},

@@ -1,6 +1,8 @@
 // The search driver loop: next → is_valid → evaluate → report.
 #include "search/search.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <unordered_map>
 
@@ -80,7 +82,12 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     }
     std::optional<Config> next = strategy.next();
     if (!next) {
-      result.stopped_by = "strategy exhausted";
+      // A strategy that stops proposing before the valid points are covered has converged, not exhausted them.
+      const std::uint64_t valid = evaluator.valid_points();
+      result.stopped_by = valid > state.evaluations ? fmt::format("strategy converged ({} of {} valid configs "
+                                                                  "measured)",
+                                                                  state.evaluations, valid)
+                                                    : "strategy exhausted";
       break;
     }
     bool in_space = false;

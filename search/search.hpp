@@ -45,7 +45,9 @@ struct SearchResult {
   SearchState state;
   std::uint64_t repeats = 0;   ///< configs the strategy proposed again (answered from memory)
   std::uint64_t rejected = 0;  ///< configs the strategy proposed that is_valid refused
-  std::string stopped_by;      ///< "budget: ...", "strategy exhausted", "no progress"
+  /// "budget: ...", "strategy exhausted", "strategy converged (N of V valid configs measured)" (where the
+  /// evaluator knows V), "no progress"
+  std::string stopped_by;
 };
 
 /// Runs `strategy` against `evaluator` until `stop` holds or the strategy

@@ -28,10 +28,11 @@ namespace ktune {
 
 struct Runtime::State {
   std::unique_ptr<tuner::exec::Backend> backend;
+  bool emulated = false;  // the backend is the host emulation
   std::unique_ptr<cache::TunedCache> tuned;
   std::unique_ptr<tuner::TunedKernels> kernels;
   std::unique_ptr<tuner::Runner> runner;  // Runtime::tune's, made on its first call
-  std::map<std::string, const templates::Family*> specs;  // spec path -> family
+  std::map<std::string, const spec::SpecFamily*> specs;  // spec path -> family
   std::map<std::uint64_t, std::unique_ptr<tuner::exec::Buffer>> buffers;
   // Every module a Kernel was handed: they outlive a reloaded cache, not the
   // runtime (destroyed before the backend they were loaded into).
@@ -100,6 +101,7 @@ struct Kernel::State {
   tuner::TunedKernel kernel;  // its module null: `module` is the runtime's
   std::string name;
   std::vector<templates::BufferShape> shapes;  // its buffers, in launch order
+  const spec::SpecFamily* spec = nullptr;      // its family, where that is a kernel spec
 
   std::shared_ptr<Runtime::State> live_runtime() const {
     auto rt = runtime.lock();
@@ -144,10 +146,7 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
   launch(buffers, parameters, state().live_runtime()->backend->native_stream());
 }
 
-Parameters Kernel::parameters() const {
-  const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(state().kernel.family);
-  return spec_family ? spec_family->spec().parameters : Parameters{};
-}
+Parameters Kernel::parameters() const { return state().spec ? state().spec->spec().parameters : Parameters{}; }
 
 std::vector<BufferInfo> Kernel::buffers() const {
   std::vector<BufferInfo> out;
@@ -164,11 +163,10 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
   const auto lock = rt.device_lock();
   {  // an allocation of the runtime's too small for its buffer, before the kernel writes past it
     const auto& shapes = state().shapes;
-    const bool emulated = rt.backend->name() == "emu";
     for (std::size_t i = 0; i < std::min(buffers.size(), shapes.size()); ++i) {
       const auto* found = rt.holding(buffers[i]);  // null: the program's own memory
       // The emulation's device memory is the runtime's allocations: any other address is host memory.
-      KTUNE_REQUIRE(found || !emulated || buffers[i] == 0,
+      KTUNE_REQUIRE(found || !rt.emulated || buffers[i] == 0,
                     fmt::format("{}: buffer {} ('{}') at {:#x} is not inside an allocation of Runtime::allocate; "
                                 "under the emulation that is the only device memory",
                                 state().name, i + 1, shapes[i].name, buffers[i]));
@@ -184,18 +182,19 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
     }
   }
   const auto module = state().module.lock();  // alive while its runtime is
-  const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(k.family);
-  KTUNE_REQUIRE(spec_family || parameters.empty(),
+  const auto* spec = state().spec;
+  KTUNE_REQUIRE(spec || parameters.empty(),
                 fmt::format("{} takes no parameters; they are a kernel spec's ('parameters')", state().name));
   rt.backend->launch(*module,
-                     spec_family ? spec_family->plan(k.chosen.config, k.problem, buffers, parameters)
-                                 : k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()),
+                     spec ? spec->plan(k.chosen.config, k.problem, buffers, parameters)
+                          : k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()),
                      stream);
 }
 
 Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {
   KTUNE_REQUIRE(backend == "gpu" || backend == "emu", "backend '" + backend + "' is not one of gpu, emu");
-  state_->backend = backend == "gpu" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend();
+  state_->emulated = backend == "emu";
+  state_->backend = state_->emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
   state_->kernels = std::make_unique<tuner::TunedKernels>(*state_->backend, nullptr);
 }
 
@@ -215,14 +214,12 @@ const templates::Family& Runtime::State::family_of(const std::string& what) {
   std::error_code ec;
   // A family's name is the family, whatever the working folder holds.
   if (suffix != ".json" && what.find('/') == std::string::npos) {
-    const auto& families = templates::all_families();
-    const auto it = std::find_if(families.begin(), families.end(), [&](const auto* f) { return f->name() == what; });
-    if (it != families.end()) {
-      KTUNE_REQUIRE((*it)->fixed_scalars().empty(),
+    if (const templates::Family* f = templates::family_named(what)) {
+      KTUNE_REQUIRE(f->fixed_scalars().empty(),
                     fmt::format("{} takes {} at each launch, which the run-time API cannot pass yet: its launches "
                                 "would use the tuner's values",
-                                what, (*it)->fixed_scalars()));
-      return **it;
+                                what, f->fixed_scalars()));
+      return *f;
     }
     if (!std::filesystem::exists(what, ec)) return templates::find_family(what);  // throws, naming the families
   }
@@ -231,8 +228,7 @@ const templates::Family& Runtime::State::family_of(const std::string& what) {
   auto& known = specs[what];
   if (!known) known = &spec::load_spec_family(what);
   // What the emulation cannot run is named in one line, before the host compiler tries it.
-  if (backend->name() == "emu")
-    if (const auto* s = dynamic_cast<const spec::SpecFamily*>(known)) s->require_emulation();
+  if (emulated) known->require_emulation();
   return *known;
 }
 
@@ -247,9 +243,10 @@ std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<S
   k->module = std::exchange(k->kernel.module, nullptr);
   k->name = family.name();
   k->shapes = family.buffer_shapes(problem);
-  if (const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family)) {
+  k->spec = dynamic_cast<const spec::SpecFamily*>(&family);
+  if (k->spec) {
     // A default that is not the spec's says why.
-    const auto declared = spec_family->declared_default();
+    const auto declared = k->spec->declared_default();
     std::string why;
     if (k->kernel.chosen.match == cache::Match::kNone && declared && *declared != k->kernel.chosen.config &&
         !family.is_valid(*declared, problem, backend->device(), &why))
@@ -299,12 +296,11 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
     in_file = file->load();  // a corrupt file, or one that cannot be written, stops us before the search
     file->check_writable();
   }
-  if (!st.runner) st.runner = st.backend->name() == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+  if (!st.runner) st.runner = st.emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
   const auto& device = st.runner->device();
   options.log_path = tuner::default_log_path(family, problem);
   options.default_log = true;
   options.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
-  // What the cache holds for the problem competes with the session's configs.
   // What the runtime's cache holds for the problem competes, else what the file the winner goes to holds (as
   // `ktune tune --cache` defends its file's entry).
   const bool held = tuner::choose_config(family, problem, device, st.tuned.get()).match == cache::Match::kExact &&

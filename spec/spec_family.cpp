@@ -71,9 +71,8 @@ void add_scalar(templates::ArgPack& pack, const ArgSpec& a, const Values& v) {
 }  // namespace
 
 SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move(spec)) {
-  for (const Family* f : templates::all_families())
-    KTUNE_REQUIRE(f->name() != spec_->name, fmt::format("{}: name '{}' is a built-in family's; choose another",
-                                                        spec_->path.string(), spec_->name));
+  KTUNE_REQUIRE(templates::family_named(spec_->name) == nullptr,
+                fmt::format("{}: name '{}' is a built-in family's; choose another", spec_->path.string(), spec_->name));
   source_ = expand_source(*spec_);
   Hasher h;
   h.add("kernel spec").add(spec_->text).add(source_.text);
@@ -181,11 +180,13 @@ Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
   for (std::size_t i = 0; i < grid.size(); ++i) l.grid[i] = static_cast<unsigned>(grid[i]->eval_integer(v, 1, kMaxGrid));
   for (std::size_t i = 0; i < block.size(); ++i) l.block[i] = static_cast<unsigned>(block[i]->eval_integer(v, 1, 1024));
   if (spec_->shared_bytes) l.dynamic_smem = static_cast<unsigned>(spec_->shared_bytes->eval_integer(v, 0, 1 << 30));
-  std::vector<std::string> names;
-  for (const auto& b : spec_->buffers) names.push_back(b.name);
-  KTUNE_REQUIRE(addresses.size() == spec_->buffers.size(),
-                fmt::format("{}: {} buffer addresses given, the spec has {} ({})", name(), addresses.size(),
-                            spec_->buffers.size(), fmt::join(names, ", ")));
+  if (addresses.size() != spec_->buffers.size()) {
+    std::vector<std::string> names;
+    for (const auto& b : spec_->buffers) names.push_back(b.name);
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {} buffer addresses given, the spec has {} ({})", name(),
+                                                      addresses.size(), spec_->buffers.size(),
+                                                      fmt::join(names, ", ")));
+  }
   for (const auto& a : spec_->args) {
     if (!a.buffer.empty()) {
       for (std::size_t i = 0; i < spec_->buffers.size(); ++i)
@@ -208,13 +209,15 @@ std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& proble
   check_problem(problem);
   Values v = values(config, problem);
   for (const auto& [given, value] : parameters) {
-    std::vector<std::string> known;
-    for (const auto& [p, x] : spec_->parameters) known.push_back(p);
-    KTUNE_REQUIRE(spec_->parameters.count(given),
+    if (!spec_->parameters.count(given)) {
+      std::vector<std::string> known;
+      for (const auto& [p, x] : spec_->parameters) known.push_back(p);
+      throw_error(ErrorKind::kInvalidInput,
                   known.empty() ? fmt::format("{}: no parameter '{}': the spec declares none ('parameters')", name(),
                                               given)
                                 : fmt::format("{}: no parameter '{}'; its parameters: {}", name(), given,
                                               fmt::join(known, ", ")));
+    }
     KTUNE_REQUIRE(std::isfinite(value), fmt::format("{}: parameter '{}' is {}", name(), given, value));
     v[given] = value;
   }

@@ -140,5 +140,7 @@ class TypedFamily : public Family {
 const std::vector<const Family*>& all_families();
 /// The family called `name`; throws kInvalidInput listing the known ones.
 const Family& find_family(const std::string& name);
+/// The family called `name`, or null.
+const Family* family_named(const std::string& name);
 
 }  // namespace ktune::templates

@@ -51,12 +51,16 @@ const std::vector<const Family*>& all_families() {
   return families;
 }
 
+const Family* family_named(const std::string& name) {
+  for (const Family* f : all_families())
+    if (f->name() == name) return f;
+  return nullptr;
+}
+
 const Family& find_family(const std::string& name) {
+  if (const Family* f = family_named(name)) return *f;
   std::string known;
-  for (const Family* f : all_families()) {
-    if (f->name() == name) return *f;
-    known += (known.empty() ? "" : ", ") + f->name();
-  }
+  for (const Family* f : all_families()) known += (known.empty() ? "" : ", ") + f->name();
   throw_error(ErrorKind::kInvalidInput, fmt::format("unknown family '{}'; known families: {}", name, known));
 }
 

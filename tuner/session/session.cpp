@@ -45,6 +45,27 @@ std::vector<double> samples_of(const Measurement& m) {
   return m.samples_ms.empty() ? std::vector<double>{m.median_ms} : m.samples_ms;
 }
 
+/// Why `best` won over `first`, the search's fastest (timed at `search_ms` there): slower timed again beside
+/// the finalists, or within the noise of `who` ("the default ", "the cache's config ", or "" for a tie won by
+/// space order), timed again or (`again` false) as the search timed them.
+std::string kept_note(const Record& first, const Record& best, const std::string& who, bool tied, bool again,
+                      double search_ms) {
+  const Measurement& a = *first.result.timing;
+  const Measurement& b = *best.result.timing;
+  const std::string times = fmt::format("{:.4f} ms (p20-p80 {:.4f}-{:.4f})", a.median_ms, a.p20_ms, a.p80_ms);
+  const std::string other = fmt::format("{}{} ({:.4f} ms, p20-p80 {:.4f}-{:.4f})", who, best.config.str(),
+                                        b.median_ms, b.p20_ms, b.p80_ms);
+  if (!tied)
+    return fmt::format("{}, the fastest in the search at {:.4f} ms, timed again beside the finalists at {}, is slower "
+                       "than {}, which wins",
+                       first.config.str(), search_ms, times, other);
+  return fmt::format("{}, the fastest in the search, {} {}, is not measurably faster than {}{}: within the noise of "
+                     "their repetitions, {}",
+                     first.config.str(), again ? "timed again beside the finalists at" : "at", times, other,
+                     again ? "" : " as the search timed them (stopped before the finalists were timed again)",
+                     who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
+}
+
 /// Appends one line and flushes it to disk before the session goes on.
 class SessionLog {
  public:
@@ -362,10 +383,6 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   summary.stopped_by = interrupted ? "a stop signal" : found.stopped_by;
   summary.resumed = evaluator.resumed_count;
   summary.valid_points = evaluator.valid_points();
-  // A strategy that stops proposing before the space is covered has converged, not exhausted it.
-  if (summary.stopped_by == "strategy exhausted" && found.state.evaluations < summary.valid_points)
-    summary.stopped_by = fmt::format("strategy converged ({} of {} valid configs measured)",
-                                     found.state.evaluations, summary.valid_points);
   summary.compile_seconds = evaluator.compile_ms / 1e3;
   summary.evaluations = found.state.evaluations;
   summary.failures = found.state.failures;
@@ -432,44 +449,33 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // The search's fastest (ranked first) may be slower timed again, or tie with the cache's config or the
   // default, which win ties: said, or a table of the search's times reads as a contradiction.
   if (const Record& first = ranked.front(); first.config != summary.best->config) {
-    const Measurement& a = *first.result.timing;
-    const Measurement& b = *summary.best->result.timing;
-    const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config "
-                            : summary.best->config == def                          ? "the default "
-                                                                                   : "";
-    const bool again = std::any_of(summary.finalists.begin(), summary.finalists.end(),
-                                   [&](const Record& r) { return r.config == first.config; });
     const auto stats = std::find_if(winner.ranked.begin(), winner.ranked.end(), [&](const search::CandidateStats& c) {
       return ranked[c.candidate].config == first.config;
     });
-    const bool tied = stats != winner.ranked.end() && stats->tied;
-    const std::string times = fmt::format("{:.4f} ms (p20-p80 {:.4f}-{:.4f})", a.median_ms, a.p20_ms, a.p80_ms);
-    const std::string other = fmt::format("{}{} ({:.4f} ms, p20-p80 {:.4f}-{:.4f})", who, summary.best->config.str(),
-                                          b.median_ms, b.p20_ms, b.p80_ms);
-    if (!tied)
-      summary.kept_note = fmt::format("{}, the fastest in the search at {:.4f} ms, timed again beside the finalists "
-                                      "at {}, is slower than {}, which wins",
-                                      first.config.str(), search_ms, times, other);
-    else
-      summary.kept_note = fmt::format(
-          "{}, the fastest in the search, {} {}, is not measurably faster than {}{}: within the noise of their "
-          "repetitions, {}",
-          first.config.str(), again ? "timed again beside the finalists at" : "at", times, other,
-          again ? "" : " as the search timed them (stopped before the finalists were timed again)",
-          who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
+    const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config "
+                            : summary.best->config == def                          ? "the default "
+                                                                                   : "";
+    summary.kept_note = kept_note(first, *summary.best, who, stats != winner.ranked.end() && stats->tied,
+                                  std::any_of(summary.finalists.begin(), summary.finalists.end(),
+                                              [&](const Record& r) { return r.config == first.config; }),
+                                  search_ms);
   }
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
   const auto& picked = *summary.best->result.timing;
-  nlohmann::json timed_again = nlohmann::json::array();
-  for (const auto& r : summary.finalists)
-    timed_again.push_back({{"config", r.config.to_json()}, {"time_ms", r.result.timing->median_ms},
-                           {"p20_ms", r.result.timing->p20_ms}, {"p80_ms", r.result.timing->p80_ms}});
   log.append({{"winner",
                {{"config", summary.best->config.to_json()}, {"time_ms", picked.median_ms}, {"p20_ms", picked.p20_ms},
                 {"p80_ms", picked.p80_ms}, {"tied", summary.tied}, {"stopped_by", summary.stopped_by},
-                {"finalists", timed_again}}}});
+                {"finalists", finalists_json(summary)}}}});
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+nlohmann::json finalists_json(const TuneSummary& summary) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : summary.finalists)
+    out.push_back({{"config", r.config.to_json()}, {"time_ms", r.result.timing->median_ms},
+                   {"p20_ms", r.result.timing->p20_ms}, {"p80_ms", r.result.timing->p80_ms}});
+  return out;
 }
 
 bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
@@ -536,7 +542,7 @@ cache::Entry cache_entry(const templates::Family& family, const templates::Probl
   e.p20_ms = t.p20_ms;
   e.p80_ms = t.p80_ms;
   e.spread = t.median_ms > 0 ? (t.p80_ms - t.p20_ms) / t.median_ms : 0;
-  e.evaluations = static_cast<std::int64_t>(std::max(summary.evaluations_behind, summary.evaluations));
+  e.evaluations = static_cast<std::int64_t>(summary.evaluations_behind);
   e.repetitions = t.repetitions;
   return e;
 }

@@ -97,6 +97,10 @@ using Progress = std::function<void(const Record&, const search::Progress&)>;
 TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
                  const TuneOptions& options, const Progress& progress = {});
 
+/// The finalists as timed again side by side: config, time_ms, p20_ms, p80_ms each (the log's winner line and
+/// tune's --json).
+nlohmann::json finalists_json(const TuneSummary& summary);
+
 /// Sets `options`' incumbent (and its count of configs measured) from the entry of `entries` for `family` on
 /// `problem` and `device`, where there is one whose config reads; returns whether it found one.
 bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
