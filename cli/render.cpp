@@ -8,7 +8,6 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "spec/spec_family.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
@@ -41,8 +40,11 @@ void add_render_command(CLI::App& app, Global& global) {
       nlohmann::json j = {{"family", family.name()}, {"summary", family.summary()}, {"size", family.space().size()}};
       // With --problem (a spec's own problem without): how many points the constraints admit for it on --arch.
       std::string valid_line;
+      // The problem the run-time parameters' values are for (attention's scale is its head dim's).
+      auto scalars_problem = family.problem_classes().front();
       if (!opts->problem.empty() || !opts->spec.empty()) {
         const auto problem = problem_arg(family, opts->problem);
+        scalars_problem = problem;
         std::uint64_t valid = 0;
         for (std::uint64_t i = 0; i < family.space().size(); ++i)
           valid += family.is_valid(family.space().at(i), problem, limits) ? 1 : 0;
@@ -80,11 +82,9 @@ void add_render_command(CLI::App& app, Global& global) {
       for (const auto& p : family.space().params())
         j["params"].push_back({{"name", p.name}, {"values", p.values}, {"trades_off", p.trades_off}});
       for (const auto& p : family.problem_classes()) j["problem_classes"].push_back(p.to_json());
-      // A spec's run-time parameters, with the values checks and tuning use (a program gives its own at launch).
-      const auto* spec_family = dynamic_cast<const ktune::spec::SpecFamily*>(&family);
-      const std::map<std::string, double> parameters =
-          spec_family ? spec_family->spec().parameters : std::map<std::string, double>{};
-      if (spec_family) j["parameters"] = parameters;
+      // The run-time parameters, with the values checks and tuning use (a program gives its own at launch).
+      const auto parameters = family.scalars(scalars_problem);
+      j["parameters"] = parameters;
       if (global.json) {
         std::cout << j.dump(2) << "\n";
         return;

@@ -101,7 +101,6 @@ struct Kernel::State {
   tuner::TunedKernel kernel;  // its module null: `module` is the runtime's
   std::string name;
   std::vector<templates::BufferShape> shapes;  // its buffers, in launch order
-  const spec::SpecFamily* spec = nullptr;      // its family, where that is a kernel spec
 
   std::shared_ptr<Runtime::State> live_runtime() const {
     auto rt = runtime.lock();
@@ -146,7 +145,7 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
   launch(buffers, parameters, state().live_runtime()->backend->native_stream());
 }
 
-Parameters Kernel::parameters() const { return state().spec ? state().spec->spec().parameters : Parameters{}; }
+Parameters Kernel::parameters() const { return state().kernel.family->scalars(state().kernel.problem); }
 
 std::vector<BufferInfo> Kernel::buffers() const {
   std::vector<BufferInfo> out;
@@ -182,12 +181,7 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
     }
   }
   const auto module = state().module.lock();  // alive while its runtime is
-  const auto* spec = state().spec;
-  KTUNE_REQUIRE(spec || parameters.empty(),
-                fmt::format("{} takes no parameters; they are a kernel spec's ('parameters')", state().name));
-  rt.backend->launch(*module,
-                     spec ? spec->plan(k.chosen.config, k.problem, buffers, parameters)
-                          : k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device()),
+  rt.backend->launch(*module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device(), parameters),
                      stream);
 }
 
@@ -214,13 +208,7 @@ const templates::Family& Runtime::State::family_of(const std::string& what) {
   std::error_code ec;
   // A family's name is the family, whatever the working folder holds.
   if (suffix != ".json" && what.find('/') == std::string::npos) {
-    if (const templates::Family* f = templates::family_named(what)) {
-      KTUNE_REQUIRE(f->fixed_scalars().empty(),
-                    fmt::format("{} takes {} at each launch, which the run-time API cannot pass yet: its launches "
-                                "would use the tuner's values",
-                                what, f->fixed_scalars()));
-      return *f;
-    }
+    if (const templates::Family* f = templates::family_named(what)) return *f;
     if (!std::filesystem::exists(what, ec)) return templates::find_family(what);  // throws, naming the families
   }
   KTUNE_REQUIRE(!std::filesystem::is_directory(what, ec),
@@ -243,10 +231,9 @@ std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<S
   k->module = std::exchange(k->kernel.module, nullptr);
   k->name = family.name();
   k->shapes = family.buffer_shapes(problem);
-  k->spec = dynamic_cast<const spec::SpecFamily*>(&family);
-  if (k->spec) {
+  if (const auto* spec = dynamic_cast<const spec::SpecFamily*>(&family)) {
     // A default that is not the spec's says why.
-    const auto declared = k->spec->declared_default();
+    const auto declared = spec->declared_default();
     std::string why;
     if (k->kernel.chosen.match == cache::Match::kNone && declared && *declared != k->kernel.chosen.config &&
         !family.is_valid(*declared, problem, backend->device(), &why))

@@ -199,28 +199,16 @@ Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
 }
 
 std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& problem,
-                                     const std::vector<std::uint64_t>& addresses, const DeviceLimits&) const {
-  return plan(config, problem, addresses, std::map<std::string, double>{});
+                                     const std::vector<std::uint64_t>& addresses, const DeviceLimits& device) const {
+  return plan(config, problem, addresses, device, {});
 }
 
 std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& problem,
-                                     const std::vector<std::uint64_t>& addresses,
-                                     const std::map<std::string, double>& parameters) const {
+                                     const std::vector<std::uint64_t>& addresses, const DeviceLimits&,
+                                     const templates::Scalars& parameters) const {
   check_problem(problem);
   Values v = values(config, problem);
-  for (const auto& [given, value] : parameters) {
-    if (!spec_->parameters.count(given)) {
-      std::vector<std::string> known;
-      for (const auto& [p, x] : spec_->parameters) known.push_back(p);
-      throw_error(ErrorKind::kInvalidInput,
-                  known.empty() ? fmt::format("{}: no parameter '{}': the spec declares none ('parameters')", name(),
-                                              given)
-                                : fmt::format("{}: no parameter '{}'; its parameters: {}", name(), given,
-                                              fmt::join(known, ", ")));
-    }
-    KTUNE_REQUIRE(std::isfinite(value), fmt::format("{}: parameter '{}' is {}", name(), given, value));
-    v[given] = value;
-  }
+  for (const auto& [given, value] : resolve_scalars(problem, parameters)) v[given] = value;
   std::vector<Launch> launches;
   launches.push_back(launch(spec_->grid, spec_->block, v, addresses));
   return launches;

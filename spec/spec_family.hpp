@@ -49,11 +49,11 @@ class SpecFamily final : public templates::Family {
   std::vector<templates::Launch> plan(const Config& config, const templates::Problem& problem,
                                       const std::vector<std::uint64_t>& addresses,
                                       const DeviceLimits& device) const override;
-  /// The same with the spec's run-time parameters given their values (the rest keep the spec's); throws
-  /// kInvalidInput naming one the spec does not declare.
+  /// The spec's run-time parameters, with its values.
+  templates::Scalars scalars(const templates::Problem&) const override { return spec_->parameters; }
   std::vector<templates::Launch> plan(const Config& config, const templates::Problem& problem,
-                                      const std::vector<std::uint64_t>& addresses,
-                                      const std::map<std::string, double>& parameters) const;
+                                      const std::vector<std::uint64_t>& addresses, const DeviceLimits& device,
+                                      const templates::Scalars& parameters) const override;
   bool runs_emulated(const Config&, const templates::Problem&) const override { return emulation_gaps().empty(); }
   bool compiled_with_nvrtc_under_emulation() const override { return true; }
   double flops(const templates::Problem& problem) const override;

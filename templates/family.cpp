@@ -1,5 +1,12 @@
 #include "templates/family.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <limits>
+
+#include "base/error.hpp"
 #include "base/hash.hpp"
 #include "templates/embedded.hpp"
 
@@ -16,6 +23,38 @@ std::vector<BufferShape> Family::buffer_shapes(const Problem& problem) const {
   std::vector<BufferShape> shapes;
   for (const auto& b : make_workload(problem, 1).buffers) shapes.push_back({b.name, b.role, b.dtype, b.bytes.size()});
   return shapes;
+}
+
+float f32_scalar(const std::string& family, const std::string& name, double value) {
+  KTUNE_REQUIRE(std::abs(value) <= std::numeric_limits<float>::max(),
+                fmt::format("{}: '{}' = {:g} is past the range of f32 (the kernel would take inf)", family, name,
+                            value));
+  return static_cast<float>(value);
+}
+
+Scalars Family::resolve_scalars(const Problem& problem, const Scalars& given) const {
+  Scalars all = scalars(problem);
+  for (const auto& [key, value] : given) {
+    const auto it = all.find(key);
+    if (it == all.end()) {
+      std::vector<std::string> known;
+      for (const auto& [k, v] : all) known.push_back(k);
+      throw_error(ErrorKind::kInvalidInput,
+                  known.empty() ? fmt::format("{} takes no parameters ('{}' given)", name(), key)
+                                : fmt::format("{}: no parameter '{}'; its parameters: {}", name(), key,
+                                              fmt::join(known, ", ")));
+    }
+    KTUNE_REQUIRE(std::isfinite(value), fmt::format("{}: parameter '{}' is {}", name(), key, value));
+    it->second = value;
+  }
+  return all;
+}
+
+std::vector<Launch> Family::plan(const Config& config, const Problem& problem,
+                                 const std::vector<std::uint64_t>& addresses, const DeviceLimits& device,
+                                 const Scalars& scalars) const {
+  resolve_scalars(problem, scalars);  // a family without scalars refuses any
+  return plan(config, problem, addresses, device);
 }
 
 ProblemForm Family::problem_form() const { return ProblemForm::of(problem_classes()); }

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +20,13 @@
 namespace ktune::templates {
 
 using ktune::DeviceLimits;
+
+/// Run-time scalars by name: the values a launch takes beside its buffers.
+using Scalars = std::map<std::string, double>;
+
+/// `value` as the f32 a kernel argument holds; throws kInvalidInput (naming
+/// `family` and `name`) where it is past f32's range.
+float f32_scalar(const std::string& family, const std::string& name, double value);
 
 class Family {
  public:
@@ -75,17 +83,30 @@ class Family {
   /// default makes the workload, CPU reference included; families override
   /// it with the sizes alone.
   virtual std::vector<BufferShape> buffer_shapes(const Problem& problem) const;
-  /// Scalars a launch from buffer addresses alone (the workload-driven
-  /// `plan` below) fixes at the workload's values where a program would set
-  /// its own at each launch, in words ("alpha (0.75)"); empty where there
-  /// are none or they are the op's convention (RMSNorm's eps, attention's
-  /// 1/sqrt(head_dim)). The run-time API refuses such a family.
-  virtual std::string fixed_scalars() const { return {}; }
+  /// Scalars a launch takes beside its buffers, by name, with the values the
+  /// workload's reference, checks and tuning use: what a program sets at each
+  /// launch (AdamW's learning rate and step, a softmax scale, a primitive's
+  /// alpha, a kernel spec's parameters). Empty where there are none; those
+  /// compiled into the kernel (RMSNorm's eps) are none.
+  virtual Scalars scalars(const Problem& problem) const {
+    (void)problem;
+    return {};
+  }
+  /// scalars(problem) with `given` in their place: the full set a launch
+  /// takes. Throws kInvalidInput naming a scalar the family does not take
+  /// (and those it does) or a value that is not finite.
+  Scalars resolve_scalars(const Problem& problem, const Scalars& given) const;
   /// Launches that run `config` on the workload whose buffers live at
-  /// `addresses` (same order as Workload::buffers).
+  /// `addresses` (same order as Workload::buffers), with its scalars.
   virtual std::vector<Launch> plan(const Config& config, const Problem& problem,
                                    const std::vector<std::uint64_t>& addresses,
                                    const DeviceLimits& device) const = 0;
+  /// The same with `scalars` given values (those not given keep the
+  /// workload's); a scalar the family does not take, or a value its kernel
+  /// cannot, is refused (kInvalidInput).
+  virtual std::vector<Launch> plan(const Config& config, const Problem& problem,
+                                   const std::vector<std::uint64_t>& addresses, const DeviceLimits& device,
+                                   const Scalars& scalars) const;
 
   /// Device scratch bytes a run of `config` needs besides its named buffers
   /// (partial sums, say); the caller allocates them and passes the address.
@@ -129,10 +150,21 @@ class TypedFamily : public Family {
   /// The workload's buffer addresses as Args; throws kInvalidInput when their
   /// count is not the workload's.
   virtual Args args_of(const Problem& problem, const std::vector<std::uint64_t>& addresses) const = 0;
+  /// `args` with the scalars' values: `scalars` names every one of
+  /// scalars(problem) (resolve_scalars). Families with scalars override it.
+  virtual void set_scalars(Args& args, const Problem& problem, const Scalars& scalars) const {
+    (void)args, (void)problem, (void)scalars;
+  }
 
   std::vector<Launch> plan(const Config& config, const Problem& problem, const std::vector<std::uint64_t>& addresses,
                            const DeviceLimits& device) const final {
     return plan(config, problem, args_of(problem, addresses), device);
+  }
+  std::vector<Launch> plan(const Config& config, const Problem& problem, const std::vector<std::uint64_t>& addresses,
+                           const DeviceLimits& device, const Scalars& scalars) const final {
+    Args args = args_of(problem, addresses);
+    if (!scalars.empty()) set_scalars(args, problem, resolve_scalars(problem, scalars));
+    return plan(config, problem, args, device);
   }
 };
 

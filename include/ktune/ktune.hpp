@@ -46,7 +46,8 @@ struct ProblemSize {
   std::map<std::string, std::int64_t> dims;
 };
 
-/// A kernel spec's run-time parameters by name (its `parameters`: alpha, eps, ...).
+/// A kernel's run-time parameters by name: the scalars it takes beside its buffers (a kernel spec's
+/// `parameters`; a family's, as AdamW's lr, beta1, beta2, eps, weight_decay and step, or a softmax's scale).
 using Parameters = std::map<std::string, double>;
 
 /// Where a kernel's config came from.
@@ -97,12 +98,14 @@ class Kernel {
   std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
   /// The buffers launch() takes, in its order: name, role, dtype and bytes.
   std::vector<BufferInfo> buffers() const;
-  /// A kernel spec's run-time parameters with the values its checks and tuning use (empty for a family).
+  /// The run-time parameters launch() takes, with the values its checks and tuning use (and a launch without
+  /// them): a spec's `parameters`; AdamW's hyper-parameters and step, the softmax and attention scales,
+  /// cross_entropy_bwd's scale (1 / rows: the mean loss), grad_norm's max_norm, a primitive's alpha. Empty: none.
   Parameters parameters() const;
 
   /// Enqueues the kernel on the runtime's stream with `buffers` (device
   /// addresses from Runtime::allocate or your own, in the order of buffers();
-  /// scalars come from the problem and a spec's parameters). An address from Runtime::allocate (or
+  /// scalars come from the problem and parameters()). An address from Runtime::allocate (or
   /// inside one) with fewer bytes from there than buffers() says is refused
   /// before the launch; your own are not checked (under the emulation, whose
   /// device memory is the runtime's allocations, they are refused). Returns
@@ -113,8 +116,9 @@ class Kernel {
   /// with your work on it and not with the runtime's stream: synchronize it
   /// before Runtime::download. The emulation runs the kernel at once.
   void launch(const std::vector<std::uint64_t>& buffers, std::uint64_t stream) const;
-  /// Either, with run-time parameters of a kernel spec given values (those not given keep the spec's): e.g.
-  /// `k.launch({x, y}, {{"alpha", 0.5}})`. A name the spec does not declare is refused. (`k.launch(b, {})`
+  /// Either, with run-time parameters given values (those not given keep parameters()' values): e.g.
+  /// `k.launch({x, y}, {{"alpha", 0.5}})`, `adamw.launch(buffers, {{"lr", 3e-4}, {"step", 12}})`. A name the
+  /// kernel does not take, or a value it cannot (a step 0), is refused before the launch. (`k.launch(b, {})`
   /// is the stream overload, stream 0: write `k.launch(b)` for the runtime's stream.)
   void launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters) const;
   void launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters, std::uint64_t stream) const;
@@ -142,8 +146,7 @@ class Runtime {
 
   /// The kernel for `problem`: `what` is a built-in family's name (`ktune families`) or a kernel spec file (a
   /// path: it ends in .json, has a folder, or is a file there that is no family's name). Compiled on first use
-  /// (binary cache on disk); the same (kernel, problem) again returns the loaded one. A family whose launch
-  /// would fix scalars a program sets itself (AdamW's learning rate and step, a scale) is refused.
+  /// (binary cache on disk); the same (kernel, problem) again returns the loaded one.
   Kernel kernel(const std::string& what, const ProblemSize& problem);
 
   /// Tunes `what` for `problem` now and returns the winner's kernel (match() kExact; reason() says how many

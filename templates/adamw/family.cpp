@@ -36,10 +36,29 @@ HyperArgs hyper_args(const AdamwHyper& h) {
 /// What every AdamW family shares: problems, workloads, counts.
 class AdamwBase : public AdamwFamily {
  public:
-  std::string fixed_scalars() const override {
+  /// The hyper-parameters and the step (from 1), as torch.optim.AdamW's.
+  Scalars scalars(const Problem&) const override {
     const AdamwHyper h = workload_hyper();
-    return fmt::format("the learning rate ({:g}), betas ({:g}, {:g}), eps ({:g}), weight decay ({:g}) and step ({})",
-                       h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.step);
+    return {{"lr", h.lr},   {"beta1", h.beta1},          {"beta2", h.beta2},
+            {"eps", h.eps}, {"weight_decay", h.weight_decay}, {"step", static_cast<double>(h.step)}};
+  }
+  void set_scalars(Args& args, const Problem&, const Scalars& s) const override {
+    // torch.optim.AdamW's checks, and a step whose bias corrections are not zero.
+    for (const char* key : {"lr", "eps", "weight_decay"})
+      KTUNE_REQUIRE(s.at(key) >= 0, fmt::format("{}: {} must be >= 0, got {:g}", name(), key, s.at(key)));
+    for (const char* key : {"beta1", "beta2"})
+      KTUNE_REQUIRE(s.at(key) >= 0 && static_cast<float>(s.at(key)) < 1.0f,  // below 1 as the kernel's f32
+                    fmt::format("{}: {} must be in [0, 1), got {:.9g}", name(), key, s.at(key)));
+    const double step = s.at("step");
+    KTUNE_REQUIRE(step >= 1 && step <= 0x1p53 && step == std::floor(step),
+                  fmt::format("{}: step must be a whole number from 1 (the first step), got {:g}", name(), step));
+    AdamwHyper& h = args.hyper;
+    h.lr = f32_scalar(name(), "lr", s.at("lr"));
+    h.beta1 = static_cast<float>(s.at("beta1"));
+    h.beta2 = static_cast<float>(s.at("beta2"));
+    h.eps = f32_scalar(name(), "eps", s.at("eps"));
+    h.weight_decay = f32_scalar(name(), "weight_decay", s.at("weight_decay"));
+    h.step = static_cast<std::int64_t>(step);
   }
   std::vector<std::string> source_files() const override { return {kTemplate}; }
 

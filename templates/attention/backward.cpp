@@ -494,6 +494,12 @@ class Backward final : public TypedFamily<BackwardArgs> {
     return static_cast<std::size_t>(delta_bytes(p) + (dq_atomic(c) ? accumulator_bytes(p) : 0));
   }
 
+  /// The forward's softmax scale: 1/sqrt(head_dim), the usual one.
+  Scalars scalars(const Problem& p) const override { return {{"scale", default_scale(p.dim("head_dim"))}}; }
+  void set_scalars(BackwardArgs& args, const Problem&, const Scalars& s) const override {
+    args.scale = f32_scalar(name(), "scale", s.at("scale"));
+  }
+
   using TypedFamily<BackwardArgs>::plan;
   std::vector<Launch> plan(const Config& c, const Problem& p, const BackwardArgs& a,
                            const DeviceLimits&) const override {

@@ -378,6 +378,12 @@ class Forward final : public TypedFamily<ForwardArgs> {
                        .scale = default_scale(p.dim("head_dim"))};
   }
 
+  /// The softmax scale: 1/sqrt(head_dim), the usual one.
+  Scalars scalars(const Problem& p) const override { return {{"scale", default_scale(p.dim("head_dim"))}}; }
+  void set_scalars(ForwardArgs& args, const Problem&, const Scalars& s) const override {
+    args.scale = f32_scalar(name(), "scale", s.at("scale"));
+  }
+
   using TypedFamily<ForwardArgs>::plan;
   std::vector<Launch> plan(const Config& c, const Problem& p, const ForwardArgs& a,
                            const DeviceLimits&) const override {

@@ -260,6 +260,12 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
     return w;
   }
 
+  /// d total loss / d row loss: 1 / rows for the mean loss (mean_scale), 1 / (rows x K) for K accumulated batches.
+  Scalars scalars(const Problem& p) const override { return {{"scale", mean_scale(p)}}; }
+  void set_scalars(BackwardArgs& args, const Problem&, const Scalars& s) const override {
+    args.scale = f32_scalar(name(), "scale", s.at("scale"));
+  }
+
   BackwardArgs args_of(const Problem& p, const std::vector<std::uint64_t>& a) const override {
     require_addresses(name(), a, {"logits", "targets", "lse", "dlogits"});
     return {.logits = a[0], .targets = a[1], .lse = a[2], .dlogits = a[3], .scale = mean_scale(p)};

@@ -72,12 +72,17 @@ constexpr float kScatterAlpha = -1.0f;
 
 class Primitive final : public PrimitiveFamily {
  public:
-  std::string fixed_scalars() const override {
+  /// alpha, where the kernel takes one: scale's factor, add_scalar's addend, scatter_add's, the value fill and
+  /// causal_mask write.
+  Scalars scalars(const Problem&) const override {
     const std::string n = name();
-    if (n == "prim_scatter_add") return fmt::format("alpha ({:g})", kScatterAlpha);
+    if (n == "prim_scatter_add") return {{"alpha", kScatterAlpha}};
     if (n == "prim_scale" || n == "prim_add_scalar" || n == "prim_fill" || n == "prim_causal_mask")
-      return fmt::format("alpha ({:g})", kWorkloadAlpha);
+      return {{"alpha", kWorkloadAlpha}};
     return {};
+  }
+  void set_scalars(PrimArgs& args, const Problem&, const Scalars& s) const override {
+    args.alpha = f32_scalar(name(), "alpha", s.at("alpha"));
   }
   Primitive(Kind kind, int op) : kind_(kind), op_(op), space_({{"threads", {kThreads}, "one config: untuned"}}) {}
 

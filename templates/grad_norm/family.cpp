@@ -49,7 +49,13 @@ std::vector<std::byte> grad_list(const std::vector<Tensor>& tensors, std::size_t
 
 class GradNorm final : public GradNormFamily {
  public:
-  std::string fixed_scalars() const override { return fmt::format("the clip norm ({:g})", kWorkloadMaxNorm); }
+  /// The clip threshold: gradients are scaled by min(1, max_norm / (norm + 1e-6)); <= 0 computes the norm only
+  /// (the factor 1) and leaves them.
+  Scalars scalars(const Problem&) const override { return {{"max_norm", kWorkloadMaxNorm}}; }
+  void set_scalars(Args& args, const Problem&, const Scalars& s) const override {
+    args.max_norm = f32_scalar(name(), "max_norm", s.at("max_norm"));
+    args.clip = args.max_norm > 0;
+  }
   GradNorm()
       : space_({{"threads", {128, 256, 512, 1024}, "threads per block: more loads in flight per chunk vs more blocks"},
                 {"vec", {1, 2, 4}, "floats per access: wider loads, fewer instructions"},

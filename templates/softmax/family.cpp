@@ -39,7 +39,11 @@ std::vector<double> scores(const Problem& p, std::mt19937_64& rng) {
 template <class ArgsT>
 class SoftmaxFamily : public RowFamily<ArgsT> {
  public:
-  std::string fixed_scalars() const override { return fmt::format("the softmax scale ({:g})", kWorkloadScale); }
+  /// The scale applied to x before the softmax (the forward's, in the backward).
+  Scalars scalars(const Problem&) const override { return {{"scale", kWorkloadScale}}; }
+  void set_scalars(ArgsT& args, const Problem&, const Scalars& s) const override {
+    args.scale = f32_scalar(this->name(), "scale", s.at("scale"));
+  }
   SoftmaxFamily()
       : space_(row_params("threads per row: up to a warp reduces with shuffles alone, more cut the registers each "
                           "thread holds")) {}

@@ -403,6 +403,12 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   CHECK(j["default"] == f.default_config(p).to_json());
   REQUIRE(j["candidates"].size() == candidates.size());
   CHECK(j["candidates"][1]["config"] == candidates[1].to_json());
+  // The run-time parameters a program gives at launch, at this problem's values: 1/sqrt(128).
+  CHECK(j["parameters"]["scale"].get<double>() == static_cast<double>(static_cast<float>(1 / std::sqrt(128.0))));
+  REQUIRE(run_ktune("render --family adamw --space", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("run-time parameters (their values in checks and tuning; a program gives its own "
+                                  "at launch):\n  beta1 = 0.9\n  beta2 = 0.999\n  eps = 1e-08\n  lr = 0.01\n  "
+                                  "step = 3\n  weight_decay = 0.1\n"));
   // Those not valid on --arch are marked: FlashAttention-2's backward partition at 128-query tiles does not fit
   // the 99 KB of shared memory an sm_89 block may use.
   const Family& bwd = find_family("attention_bwd");

@@ -60,6 +60,42 @@ TEST_CASE("every family's buffer shapes are its workload's buffers, without maki
   }
 }
 
+TEST_CASE("every run-time scalar of a family reaches its kernels' arguments, at the workload's values by default",
+          "[family]") {
+  // What a program passes at launch (the run-time API's parameters): each scalar must change the bytes the kernels
+  // get, the workload's values (scalars()) must be what a launch without them takes, and no other name is taken.
+  const auto arg_bytes = [](const std::vector<Launch>& launches) {
+    std::vector<std::byte> all;
+    for (const auto& l : launches) all.insert(all.end(), l.args.bytes().begin(), l.args.bytes().end());
+    return all;
+  };
+  const DeviceLimits device = DeviceLimits::for_arch("sm_90");
+  std::set<std::string> with_scalars;
+  for (const Family* f : all_families())
+    for (const auto& p : f->problem_classes()) {
+      INFO(f->name() << " " << p.key());
+      std::vector<std::uint64_t> addresses;
+      for (std::size_t i = 0; i < f->buffer_shapes(p).size(); ++i) addresses.push_back(0x100000 * (i + 1));
+      const Config c = f->default_config(p);
+      const auto base = arg_bytes(f->plan(c, p, addresses, device));
+      const Scalars scalars = f->scalars(p);
+      CHECK(arg_bytes(f->plan(c, p, addresses, device, scalars)) == base);
+      for (const auto& [key, value] : scalars) {
+        INFO(key << " = " << value);
+        with_scalars.insert(f->name());
+        const double other = value == 0 ? 0.5 : key == "step" ? value + 1 : key.starts_with("beta") ? value / 2
+                                                                                                    : value * 2;
+        CHECK(arg_bytes(f->plan(c, p, addresses, device, {{key, other}})) != base);
+      }
+      CHECK_THROWS_WITH(f->plan(c, p, addresses, device, {{"no_such_scalar", 1.0}}),
+                        Catch::Contains("no_such_scalar"));
+    }
+  // The families a program sets scalars of: AdamW's hyper-parameters, the scales, a clip norm, alpha.
+  for (const char* name : {"adamw", "adamw_single", "adamw_eager", "softmax_fwd", "softmax_bwd", "attention_fwd",
+                           "attention_bwd", "cross_entropy_bwd", "grad_norm", "prim_scale", "prim_fill"})
+    CHECK(with_scalars.count(name) == 1);
+}
+
 TEST_CASE("rendering is deterministic and names its kernels", "[family]") {
   for (const Family* f : all_families()) {
     for (const auto& p : f->problem_classes()) {
