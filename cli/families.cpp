@@ -20,6 +20,8 @@ void add_families_command(CLI::App& app, Global& global) {
       const auto form = f->problem_form();
       j.push_back({{"family", f->name()}, {"summary", f->summary()}, {"dtypes", form.dtypes},
                    {"dims", form.required}, {"optional_dims", form.optional}, {"points", f->space().size()}});
+      // The scalars a launch takes, at their values for the first problem class (render --space --problem: another's).
+      j.back()["parameters"] = f->scalars(f->problem_classes().front());
       table.add({f->name(), fmt::format("{}", fmt::join(form.dtypes, ", ")), form.dims_text(),
                  std::to_string(f->space().size()), f->summary()});
     }
@@ -29,7 +31,7 @@ void add_families_command(CLI::App& app, Global& global) {
     }
     std::cout << table.str()
               << "A problem is {\"dtype\": ..., \"dims\": {...}}; `ktune render --family F --space` shows a family's "
-                 "space and problem classes.\n";
+                 "space, problem classes and run-time parameters.\n";
   });
 }
 

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "base/error.hpp"
 #include "base/hash.hpp"
@@ -24,6 +25,8 @@ std::vector<BufferShape> Family::buffer_shapes(const Problem& problem) const {
   for (const auto& b : make_workload(problem, 1).buffers) shapes.push_back({b.name, b.role, b.dtype, b.bytes.size()});
   return shapes;
 }
+
+double shortest(float value) { return std::stod(fmt::format("{}", value)); }
 
 float f32_scalar(const std::string& family, const std::string& name, double value) {
   KTUNE_REQUIRE(std::abs(value) <= std::numeric_limits<float>::max(),

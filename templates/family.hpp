@@ -24,6 +24,9 @@ using ktune::DeviceLimits;
 /// Run-time scalars by name: the values a launch takes beside its buffers.
 using Scalars = std::map<std::string, double>;
 
+/// The shortest decimal that reads back as `value`, as a double (0.9f is
+/// 0.9, not 0.899999976): how an f32 scalar's value is shown and given.
+double shortest(float value);
 /// `value` as the f32 a kernel argument holds; throws kInvalidInput (naming
 /// `family` and `name`) where it is past f32's range.
 float f32_scalar(const std::string& family, const std::string& name, double value);

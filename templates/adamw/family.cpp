@@ -39,8 +39,12 @@ class AdamwBase : public AdamwFamily {
   /// The hyper-parameters and the step (from 1), as torch.optim.AdamW's.
   Scalars scalars(const Problem&) const override {
     const AdamwHyper h = workload_hyper();
-    return {{"lr", h.lr},   {"beta1", h.beta1},          {"beta2", h.beta2},
-            {"eps", h.eps}, {"weight_decay", h.weight_decay}, {"step", static_cast<double>(h.step)}};
+    return {{"lr", shortest(h.lr)},
+            {"beta1", shortest(h.beta1)},
+            {"beta2", shortest(h.beta2)},
+            {"eps", shortest(h.eps)},
+            {"weight_decay", shortest(h.weight_decay)},
+            {"step", static_cast<double>(h.step)}};
   }
   void set_scalars(Args& args, const Problem&, const Scalars& s) const override {
     // torch.optim.AdamW's checks, and a step whose bias corrections are not zero.

@@ -495,7 +495,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
   }
 
   /// The forward's softmax scale: 1/sqrt(head_dim), the usual one.
-  Scalars scalars(const Problem& p) const override { return {{"scale", default_scale(p.dim("head_dim"))}}; }
+  Scalars scalars(const Problem& p) const override { return {{"scale", shortest(default_scale(p.dim("head_dim")))}}; }
   void set_scalars(BackwardArgs& args, const Problem&, const Scalars& s) const override {
     args.scale = f32_scalar(name(), "scale", s.at("scale"));
   }

@@ -379,7 +379,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
   }
 
   /// The softmax scale: 1/sqrt(head_dim), the usual one.
-  Scalars scalars(const Problem& p) const override { return {{"scale", default_scale(p.dim("head_dim"))}}; }
+  Scalars scalars(const Problem& p) const override { return {{"scale", shortest(default_scale(p.dim("head_dim")))}}; }
   void set_scalars(ForwardArgs& args, const Problem&, const Scalars& s) const override {
     args.scale = f32_scalar(name(), "scale", s.at("scale"));
   }

@@ -226,8 +226,8 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
   Backward() : CrossEntropyFamily(false) {}
   std::string name() const override { return "cross_entropy_bwd"; }
   std::string summary() const override {
-    return "softmax cross-entropy backward: dlogits = (softmax - onehot(target)) / rows from the forward's lse "
-           "(may be in place)";
+    return "softmax cross-entropy backward: dlogits = scale * (softmax - onehot(target)) from the forward's lse "
+           "(scale 1/rows: the mean loss; may be in place)";
   }
 
   Rendered render(const Config& c, const Problem& p) const override {
@@ -261,7 +261,7 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
   }
 
   /// d total loss / d row loss: 1 / rows for the mean loss (mean_scale), 1 / (rows x K) for K accumulated batches.
-  Scalars scalars(const Problem& p) const override { return {{"scale", mean_scale(p)}}; }
+  Scalars scalars(const Problem& p) const override { return {{"scale", shortest(mean_scale(p))}}; }
   void set_scalars(BackwardArgs& args, const Problem&, const Scalars& s) const override {
     args.scale = f32_scalar(name(), "scale", s.at("scale"));
   }

@@ -76,9 +76,9 @@ class Primitive final : public PrimitiveFamily {
   /// causal_mask write.
   Scalars scalars(const Problem&) const override {
     const std::string n = name();
-    if (n == "prim_scatter_add") return {{"alpha", kScatterAlpha}};
+    if (n == "prim_scatter_add") return {{"alpha", shortest(kScatterAlpha)}};
     if (n == "prim_scale" || n == "prim_add_scalar" || n == "prim_fill" || n == "prim_causal_mask")
-      return {{"alpha", kWorkloadAlpha}};
+      return {{"alpha", shortest(kWorkloadAlpha)}};
     return {};
   }
   void set_scalars(PrimArgs& args, const Problem&, const Scalars& s) const override {

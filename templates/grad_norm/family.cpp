@@ -51,7 +51,7 @@ class GradNorm final : public GradNormFamily {
  public:
   /// The clip threshold: gradients are scaled by min(1, max_norm / (norm + 1e-6)); <= 0 computes the norm only
   /// (the factor 1) and leaves them.
-  Scalars scalars(const Problem&) const override { return {{"max_norm", kWorkloadMaxNorm}}; }
+  Scalars scalars(const Problem&) const override { return {{"max_norm", shortest(kWorkloadMaxNorm)}}; }
   void set_scalars(Args& args, const Problem&, const Scalars& s) const override {
     args.max_norm = f32_scalar(name(), "max_norm", s.at("max_norm"));
     args.clip = args.max_norm > 0;

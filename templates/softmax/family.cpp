@@ -40,7 +40,7 @@ template <class ArgsT>
 class SoftmaxFamily : public RowFamily<ArgsT> {
  public:
   /// The scale applied to x before the softmax (the forward's, in the backward).
-  Scalars scalars(const Problem&) const override { return {{"scale", kWorkloadScale}}; }
+  Scalars scalars(const Problem&) const override { return {{"scale", shortest(kWorkloadScale)}}; }
   void set_scalars(ArgsT& args, const Problem&, const Scalars& s) const override {
     args.scale = f32_scalar(this->name(), "scale", s.at("scale"));
   }

@@ -364,6 +364,11 @@ TEST_CASE("CLI: ktune families lists every family on one line with its dims and 
   const auto j = nlohmann::json::parse(out);
   CHECK(j.size() == ktune::templates::all_families().size());
   CHECK(j[0].contains("dims"));
+  // The run-time parameters a program gives at launch: AdamW's lr among them, none for RMSNorm.
+  for (const auto& family : j) {
+    if (family["family"] == "adamw") CHECK(family["parameters"]["lr"].get<double>() == 0.01);
+    if (family["family"] == "rmsnorm_fwd") CHECK(family["parameters"].empty());
+  }
 }
 
 TEST_CASE("CLI: render --space --problem counts the points valid for that problem", "[cli]") {
@@ -404,7 +409,7 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   REQUIRE(j["candidates"].size() == candidates.size());
   CHECK(j["candidates"][1]["config"] == candidates[1].to_json());
   // The run-time parameters a program gives at launch, at this problem's values: 1/sqrt(128).
-  CHECK(j["parameters"]["scale"].get<double>() == static_cast<double>(static_cast<float>(1 / std::sqrt(128.0))));
+  CHECK(static_cast<float>(j["parameters"]["scale"].get<double>()) == static_cast<float>(1 / std::sqrt(128.0)));
   REQUIRE(run_ktune("render --family adamw --space", &out) == 0);
   CHECK_THAT(out, Catch::Contains("run-time parameters (their values in checks and tuning; a program gives its own "
                                   "at launch):\n  beta1 = 0.9\n  beta2 = 0.999\n  eps = 1e-08\n  lr = 0.01\n  "

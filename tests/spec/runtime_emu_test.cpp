@@ -178,8 +178,9 @@ TEST_CASE("spec emu: a built-in family's run-time scalars (AdamW's hyper-paramet
   // Fused multi-tensor AdamW, two ragged tensors, every hyper-parameter and the step the program's own.
   const std::size_t n = 1031;
   const ktune::Kernel adamw = rt.kernel("adamw", {"f32", {{"tensors", 2}, {"numel", static_cast<std::int64_t>(n)}}});
-  const ktune::Parameters workload{{"lr", 0.01f},         {"beta1", 0.9f}, {"beta2", 0.999f},
-                                   {"eps", 1e-8f},        {"step", 3},     {"weight_decay", 0.1f}};
+  // Shown as the decimals they were written as, not as their f32 roundings (0.9, not 0.899999976).
+  const ktune::Parameters workload{{"lr", 0.01},  {"beta1", 0.9}, {"beta2", 0.999},
+                                   {"eps", 1e-8}, {"step", 3},    {"weight_decay", 0.1}};
   CHECK(adamw.parameters() == workload);
   const ktune::Parameters mine{{"lr", 3e-3},          {"beta1", 0.8},  {"beta2", 0.95},
                                {"eps", 1e-6},         {"step", 7},     {"weight_decay", 0.05}};
