@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -171,17 +172,30 @@ ExpandedSource expand_source(const KernelSpec& spec) {
   return e.take();
 }
 
+std::string c_type(const std::string& dtype) {
+  static const std::map<std::string, std::string> types = {{"f32", "float"}, {"bf16", "__nv_bfloat16"},
+                                                            {"f16", "__half"}, {"i32", "int"},
+                                                            {"i64", "long long"}, {"u8", "unsigned char"}};
+  const auto it = types.find(dtype);
+  KTUNE_REQUIRE(it != types.end(), fmt::format("dtype '{}' has no C++ element type here", dtype));
+  return it->second;
+}
+
 std::string substitute(const std::string& text, const std::vector<std::unique_ptr<Expression>>& parts,
-                       const Values& values) {
+                       const Values& values, const std::string& dtype) {
   std::string out;
   std::size_t pos = 0;
   for (const auto& part : parts) {
     const std::size_t open = text.find('{', pos), close = text.find('}', open);
     out += text.substr(pos, open - pos);
+    pos = close + 1;
+    if (!part) {
+      out += c_type(dtype);
+      continue;
+    }
     const double v = part->eval(values);
     out += v == static_cast<double>(static_cast<long long>(v)) ? std::to_string(static_cast<long long>(v))
                                                                : fmt::format("{:g}", v);
-    pos = close + 1;
   }
   return out + text.substr(pos);
 }

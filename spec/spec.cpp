@@ -240,6 +240,14 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   std::vector<std::string> dims = spec->dims;
   std::vector<std::string> all = dims;
   for (const auto& p : spec->space.params()) all.push_back(p.name);
+  r.require(std::find(all.begin(), all.end(), "dtype") == all.end(),
+            "'dtype' is the problem's element type ({dtype} in 'kernel', a define's value); name the dimension or "
+            "tunable otherwise");
+  // A {part} of a name expression, or a define's value: `dtype` (null: the problem's element type) or an expression.
+  const auto part_or_dtype = [&](const json& v, const std::string& what) -> std::unique_ptr<Expression> {
+    if (v.is_string() && std::regex_match(v.get<std::string>(), std::regex("\\s*dtype\\s*"))) return nullptr;
+    return r.expression(v, what, all);
+  };
 
   // ---- run-time parameters: names scalar arguments may use, with their values in checks and tuning
   std::vector<std::string> with_parameters = all;
@@ -262,13 +270,13 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   // ---- kernel and defines
   spec->kernel = r.string_at(j, "kernel", "spec");
   for (const auto& part : braced_parts(spec->kernel, r))
-    spec->kernel_parts.push_back(r.expression(part, fmt::format("kernel '{}': template argument", spec->kernel), all));
+    spec->kernel_parts.push_back(part_or_dtype(part, fmt::format("kernel '{}': template argument", spec->kernel)));
   if (j.contains("defines")) {
     r.require(j["defines"].is_object(), "'defines' must be an object: macro name -> expression");
     for (const auto& [name, v] : j["defines"].items()) {
       r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
                 fmt::format("define '{}' must be a macro name", name));
-      spec->defines.emplace_back(name, r.expression(v, "define " + name, all));
+      spec->defines.emplace_back(name, part_or_dtype(v, "define " + name));
     }
   }
 
@@ -390,7 +398,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     if (ref.contains("kernel")) {
       reference.kernel = r.string_at(ref, "kernel", "reference");
       for (const auto& part : braced_parts(reference.kernel, r))
-        reference.kernel_parts.push_back(r.expression(part, "reference kernel template argument", all));
+        reference.kernel_parts.push_back(part_or_dtype(part, "reference kernel template argument"));
       if (ref.contains("grid")) reference.grid = r.geometry(ref["grid"], "reference grid", all);
       if (ref.contains("block")) reference.block = r.geometry(ref["block"], "reference block", all);
     }

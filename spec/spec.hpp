@@ -46,7 +46,7 @@ struct ReferenceSpec {
   /// kKernel: the name expression of another kernel of the source; its grid
   /// and block (empty: the tuned kernel's); run with `config`'s tunables.
   std::string kernel;
-  std::vector<std::unique_ptr<Expression>> kernel_parts;  ///< its {expr} parts
+  std::vector<std::unique_ptr<Expression>> kernel_parts;  ///< its {expr} parts (null: {dtype})
   std::vector<std::unique_ptr<Expression>> grid, block;
   Config config;  ///< kKernel, kConfig: the tunables' values the reference runs with
   std::map<std::string, std::filesystem::path> files;  ///< kFiles: output buffer -> answer file
@@ -59,8 +59,9 @@ struct KernelSpec {
   std::vector<std::filesystem::path> sources;       ///< resolved against the spec's folder
   std::vector<std::filesystem::path> include_dirs;  ///< for quoted includes, after the including file's folder
   std::string kernel;  ///< NVRTC name expression; {expr} parts are evaluated ("matmul<{tile}, {wpt}>")
-  std::vector<std::unique_ptr<Expression>> kernel_parts;  ///< the {expr} parts, in order
-  std::vector<std::pair<std::string, std::unique_ptr<Expression>>> defines;  ///< -D NAME=value, in order
+  std::vector<std::unique_ptr<Expression>> kernel_parts;  ///< the {expr} parts, in order; null: {dtype}
+  /// -D NAME=value, in order; a null value: the problem's element type (c_type)
+  std::vector<std::pair<std::string, std::unique_ptr<Expression>>> defines;
   Space space;
   std::optional<Config> default_config;
   std::vector<Config> candidates;  ///< measured right after the default by a tuning session
@@ -102,9 +103,15 @@ struct ExpandedSource {
 /// headers: "kt.cuh"; each file once). Throws kInvalidInput for a missing file.
 ExpandedSource expand_source(const KernelSpec& spec);
 
-/// Substitutes the {expr} parts of a name expression with their values.
+/// The C++ element type of a problem dtype, as {dtype} in `kernel` and a
+/// define of `dtype` give it: float, __nv_bfloat16, __half, int, long long,
+/// unsigned char.
+std::string c_type(const std::string& dtype);
+
+/// Substitutes the {expr} parts of a name expression with their values; a
+/// null part is {dtype}: the problem's element type, `c_type(dtype)`.
 std::string substitute(const std::string& text, const std::vector<std::unique_ptr<Expression>>& parts,
-                       const Values& values);
+                       const Values& values, const std::string& dtype);
 
 /// An array read from an answer or input file: .npy (little-endian, C order)
 /// or .safetensors (the tensor called `name`, or the only one).

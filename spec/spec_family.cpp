@@ -154,9 +154,13 @@ bool SpecFamily::is_valid(const Config& config, const Problem& problem, const De
   return true;
 }
 
-std::string SpecFamily::source_with_defines(const Values& v) const {
+std::string SpecFamily::source_with_defines(const Values& v, const std::string& dtype) const {
   std::string text;
   for (const auto& [macro, e] : spec_->defines) {
+    if (!e) {
+      text += fmt::format("#define {} {}\n", macro, c_type(dtype));
+      continue;
+    }
     const double x = e->eval(v);
     text += fmt::format("#define {} {}\n", macro,
                         x == std::floor(x) && std::abs(x) < 9e15 ? std::to_string(static_cast<long long>(x))
@@ -169,7 +173,8 @@ templates::Rendered SpecFamily::render(const Config& config, const Problem& prob
   check_problem(problem);
   spec_->space.check_member(config);
   const Values v = values(config, problem);
-  return templates::render_text(source_with_defines(v), {substitute(spec_->kernel, spec_->kernel_parts, v)}, name(),
+  return templates::render_text(source_with_defines(v, problem.dtype),
+                                {substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype)}, name(),
                                 "kernel spec " + spec_->path.filename().string());
 }
 
@@ -282,10 +287,10 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w) c
   const ReferenceSpec& ref = spec_->reference;
   require_emulation();
   const Values v = values(ref.config, problem);
-  std::string kernel = substitute(spec_->kernel, spec_->kernel_parts, v);
-  if (ref.kind == ReferenceSpec::Kind::kKernel) kernel = substitute(ref.kernel, ref.kernel_parts, v);
-  const auto rendered =
-      templates::render_text(source_with_defines(v), {kernel}, name(), "kernel spec " + spec_->path.filename().string());
+  std::string kernel = substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);
+  if (ref.kind == ReferenceSpec::Kind::kKernel) kernel = substitute(ref.kernel, ref.kernel_parts, v, problem.dtype);
+  const auto rendered = templates::render_text(source_with_defines(v, problem.dtype), {kernel}, name(),
+                                               "kernel spec " + spec_->path.filename().string());
   auto backend = tuner::exec::make_emu_backend();
   std::vector<std::unique_ptr<tuner::exec::Buffer>> buffers;
   std::vector<std::uint64_t> addresses;

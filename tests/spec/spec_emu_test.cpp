@@ -11,6 +11,7 @@
 #include <fstream>
 #include <random>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "spec/spec_family.hpp"
@@ -322,6 +323,47 @@ TEST_CASE("spec emu: args that are not the kernel's parameters are named, not re
   std::ofstream(dir / "vector_add.json") << spec.dump();
   CHECK(run_command(run + " 2>&1", &out) != 0);
   CHECK_THAT(out, Catch::Contains("takes an integer as parameter 4; the launch passes a floating-point number"));
+}
+
+TEST_CASE("spec emu: {dtype} and a define of dtype give one source the problem's element type", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-dtype");
+  std::ofstream(dir / "twice.cu") << R"cu(#include "kt.cuh"
+template <class T, int BLOCK>
+__global__ void twice(const T* x, T* y, int n) {
+  static_assert(sizeof(ELEM) == sizeof(T), "ELEM is the problem's element type");
+  const int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) y[i] = kt::from_float<T>(2.0f * kt::to_float(x[i]));
+}
+template <class T>
+__global__ void twice_reference(const T* x, T* y, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = kt::from_float<T>(kt::to_float(x[i]) + kt::to_float(x[i]));
+}
+)cu";
+  std::ofstream(dir / "twice.json") << R"json({"name": "twice", "source": "twice.cu", "kernel": "twice<{dtype}, {block}>",
+    "dtypes": ["f32", "bf16", "f16"], "defines": {"ELEM": "dtype"}, "problem": {"n": 1000},
+    "tunables": {"block": [64, 128]}, "grid": "ceil_div(n, block)", "block": "block",
+    "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
+    "args": ["x", "y", {"type": "i32", "value": "n"}],
+    "reference": {"kernel": "twice_reference<{ dtype }>", "grid": "1", "block": "32", "config": {"block": 64}}})json";
+  const std::string spec = (dir / "twice.json").string();
+  for (const auto& [dtype, type] : {std::pair{"f32", "float"}, {"bf16", "__nv_bfloat16"}, {"f16", "__half"}}) {
+    INFO(dtype);
+    const std::string problem = fmt::format(R"( --problem '{{"dtype":"{}","dims":{{"n":1003}}}}')", dtype);
+    std::string out;
+    REQUIRE(run_command(ktune_exe().string() + " render --spec " + spec + problem + " --config '{\"block\":128}'",
+                        &out) == 0);
+    CHECK_THAT(out, Catch::Contains(fmt::format("#define ELEM {}\n", type)) &&
+                        Catch::Contains(fmt::format("twice<{}, 128>", type)));
+    CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + spec + problem, &out) == 0);
+    CHECK_THAT(out, Catch::Contains("PASS"));
+  }
+  // 'dtype' is the element type's name alone.
+  nlohmann::json clash = nlohmann::json::parse(std::ifstream(dir / "twice.json"));
+  clash["tunables"]["dtype"] = {1, 2};
+  std::ofstream(dir / "clash.json") << clash.dump();
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " render --space --spec " + (dir / "clash.json").string(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("'dtype' is the problem's element type"));
 }
 
 }  // namespace spec_spec_emu_test
