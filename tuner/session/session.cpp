@@ -48,8 +48,9 @@ std::vector<double> samples_of(const Measurement& m) {
 /// Why `best` won over `first`, the search's fastest (timed at `search_ms` there): slower timed again beside
 /// the finalists, or within the noise of `who` ("the default ", "the cache's config ", or "" for a tie won by
 /// space order), timed again or (`again` false) as the search timed them.
+/// `first` and `best` tied: `intervals` names the intervals of their medians the winner rule compared.
 std::string kept_note(const Record& first, const Record& best, const std::string& who, bool tied, bool again,
-                      double search_ms) {
+                      double search_ms, const std::string& intervals) {
   const Measurement& a = *first.result.timing;
   const Measurement& b = *best.result.timing;
   const std::string times = fmt::format("{:.4f} ms (p20-p80 {:.4f}-{:.4f})", a.median_ms, a.p20_ms, a.p80_ms);
@@ -60,10 +61,10 @@ std::string kept_note(const Record& first, const Record& best, const std::string
                        "than {}, which wins",
                        first.config.str(), search_ms, times, other);
   return fmt::format("{}, the fastest in the search, {} {}, is not measurably faster than {}{}: within the noise of "
-                     "their repetitions, {}",
+                     "their repetitions{}, {}",
                      first.config.str(), again ? "timed again beside the finalists at" : "at", times, other,
                      again ? "" : " as the search timed them (stopped before the finalists were timed again)",
-                     who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
+                     intervals.empty() ? "" : " (" + intervals + ")", who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
 }
 
 /// Appends one line and flushes it to disk before the session goes on.
@@ -449,16 +450,24 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // The search's fastest (ranked first) may be slower timed again, or tie with the cache's config or the
   // default, which win ties: said, or a table of the search's times reads as a contradiction.
   if (const Record& first = ranked.front(); first.config != summary.best->config) {
-    const auto stats = std::find_if(winner.ranked.begin(), winner.ranked.end(), [&](const search::CandidateStats& c) {
-      return ranked[c.candidate].config == first.config;
-    });
+    const auto stats_of = [&](const Config& config) {
+      return std::find_if(winner.ranked.begin(), winner.ranked.end(),
+                          [&](const search::CandidateStats& c) { return ranked[c.candidate].config == config; });
+    };
+    const auto stats = stats_of(first.config), kept = stats_of(summary.best->config);
+    std::string intervals;
+    if (stats != winner.ranked.end() && kept != winner.ranked.end())
+      intervals = fmt::format("the intervals of their medians the winner rule compares, {:.4f}-{:.4f} ms over {} "
+                              "repetitions and {:.4f}-{:.4f} over {}, overlap",
+                              stats->ci_low_ms, stats->ci_high_ms, stats->repetitions, kept->ci_low_ms,
+                              kept->ci_high_ms, kept->repetitions);
     const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config "
                             : summary.best->config == def                          ? "the default "
                                                                                    : "";
     summary.kept_note = kept_note(first, *summary.best, who, stats != winner.ranked.end() && stats->tied,
                                   std::any_of(summary.finalists.begin(), summary.finalists.end(),
                                               [&](const Record& r) { return r.config == first.config; }),
-                                  search_ms);
+                                  search_ms, intervals);
   }
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
   const auto& picked = *summary.best->result.timing;
