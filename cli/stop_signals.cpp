@@ -76,6 +76,8 @@ StopSignals::StopSignals(bool active, const char* saying, const char* at_once, c
   }
 }
 
+void StopSignals::set_again(const char* again) { again_text = again; }
+
 StopSignals::~StopSignals() {
   if (!installed_) return;
   ::sigaction(SIGINT, &old_int_, nullptr);

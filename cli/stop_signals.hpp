@@ -26,6 +26,9 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
   /// The signal that came (SIGINT or SIGTERM), else 0.
   int caught() const;
+  /// `again` (a string literal) in place of the constructor's, from now on: what a second request keeps
+  /// once the work has written something.
+  static void set_again(const char* again);
   /// "SIGINT" or "SIGTERM".
   static std::string name(int signal);
 

@@ -256,13 +256,16 @@ void add_train_command(CLI::App& app, Global& global) {
     if (!metrics_path.empty()) check_metrics(metrics_path);
     std::ofstream metrics;
     // With somewhere to write the run to, a signal ends it after its step, written there.
+    static constexpr const char* kCheckpointHolds =
+        "\nktune: stopped at once: the checkpoint holds the run as of its last write, and --resume goes on from it\n";
+    const bool checkpoint_there = !o->t.checkpoint.empty() && std::filesystem::exists(o->t.checkpoint);
     StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty(),
                              "\nktune: stopping after this step, once it is written (again: stop at once)\n",
                              "\nktune: stopped at once: nothing is kept (no --checkpoint or --save)\n",
-                             o->t.checkpoint.empty()
-                                 ? "\nktune: stopped at once: --save is not written\n"
-                                 : "\nktune: stopped at once: the checkpoint holds the run as of its last write, and "
-                                   "--resume goes on from it\n");
+                             o->t.checkpoint.empty() ? "\nktune: stopped at once: --save is not written\n"
+                             : checkpoint_there
+                                 ? kCheckpointHolds
+                                 : "\nktune: stopped at once: no checkpoint was written yet, so nothing is kept\n");
     model::TrainOptions t = o->t;
     // A --metrics line that cannot be written (a full disk) stops the run as a signal does: its step written.
     std::string metrics_failure;
@@ -318,6 +321,7 @@ void add_train_command(CLI::App& app, Global& global) {
           [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, &metrics_failure, step_width, &eta,
            &json_progress, &done](const model::StepRecord& r) {
             done.push_back(r);
+            if (r.checkpointed) StopSignals::set_again(kCheckpointHolds);
             if (!metrics_path.empty() && !metrics.is_open() && metrics_failure.empty()) {
               if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
               metrics.open(open_target(metrics_path, "--metrics"), metrics_mode);
@@ -419,6 +423,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                      "workspace)\n",
                                      model::format_bytes(plan_peak(t)));
             if (!rt.kernel_summary().empty()) out << rt.device() << ": " << rt.kernel_summary() << "\n";
+            out << std::flush;  // before the first step, which may take a while
           });
     } catch (const Error& e) {
       if (global.json && started) print_json(done, e.what());  // a diverged run keeps the steps it took

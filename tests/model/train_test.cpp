@@ -352,22 +352,51 @@ TEST_CASE("`ktune train --save` without a checkpoint: SIGINT ends the run after 
 
 TEST_CASE("`ktune train --checkpoint`: a second SIGINT a while after the first ends it at once, saying what is kept",
           "[model][cli]") {
-  const auto dir = ktune::test::scratch_dir("train-second-signal");
-  std::string out;
   // Steps of some 400 ms: the run is stopped (SIGSTOP) 0.1 s after the first request (handled by then), inside
   // its step, and the second comes 1.2 s later, when it goes on: a second request, not the first delivered twice.
-  const int code = ktune::test::run_command(
-      "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 64 --steps 5000 " +
-          "--checkpoint " + (dir / "run.ckpt").string() + " > " + (dir / "out").string() + " & pid=$!; " +
-          "for i in $(seq 600); do grep -q 'step    2/5000' " + (dir / "out").string() +
-          " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; sleep 0.1; kill -STOP $pid; sleep 1.2; "
-          "kill -INT $pid; "
-          "kill -CONT $pid; wait $pid)",
-      &out);
-  CHECK(code == 128 + 2);
-  CHECK_THAT(out, Catch::Contains("stopping after this step") &&
-                      Catch::Contains("ktune: stopped at once: the checkpoint holds the run as of its last write, "
+  // Checkpointed every step, the checkpoint holds the run; at the default interval none was written yet.
+  for (const bool every_step : {true, false}) {
+    INFO("--checkpoint-every " << (every_step ? "1" : "(default)"));
+    const auto dir = ktune::test::scratch_dir("train-second-signal");
+    std::string out;
+    const int code = ktune::test::run_command(
+        "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 64 " +
+            "--steps 5000 " + (every_step ? "--checkpoint-every 1 " : "") + "--checkpoint " +
+            (dir / "run.ckpt").string() + " > " + (dir / "out").string() + " & pid=$!; " +
+            "for i in $(seq 600); do grep -q 'step    2/5000' " + (dir / "out").string() +
+            " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; sleep 0.1; kill -STOP $pid; sleep 1.2; "
+            "kill -INT $pid; "
+            "kill -CONT $pid; wait $pid)",
+        &out);
+    CHECK(code == 128 + 2);
+    CHECK_THAT(out, Catch::Contains("stopping after this step"));
+    if (every_step) {
+      CHECK_THAT(out, Catch::Contains("ktune: stopped at once: the checkpoint holds the run as of its last write, "
                                       "and --resume goes on from it"));
+      CHECK(std::filesystem::exists(dir / "run.ckpt"));
+    } else {
+      CHECK_THAT(out, Catch::Contains("ktune: stopped at once: no checkpoint was written yet, so nothing is kept"));
+      CHECK_FALSE(std::filesystem::exists(dir / "run.ckpt"));
+    }
+  }
+}
+
+TEST_CASE("`ktune train` prints what it runs before its first step ends", "[model][cli]") {
+  // Steps of a second or more: the header (model, tokens, memory) is on stdout, a file here, while the first
+  // step runs, so a run stopped then has said what it was.
+  const auto dir = ktune::test::scratch_dir("train-header");
+  const std::string out_file = (dir / "out").string();
+  std::string out;
+  const int code = ktune::test::run_command(
+      "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 256 --steps 50 > " +
+          out_file + " & pid=$!; for i in $(seq 300); do grep -q '^memory:' " + out_file +
+          " 2>/dev/null && break; sleep 0.1; done; cp " + out_file + " " + out_file + ".seen; kill -TERM $pid; "
+          "wait $pid)",
+      &out);
+  CHECK(code == 128 + 15);
+  const std::string seen = ktune::read_file(out_file + ".seen");
+  CHECK_THAT(seen, Catch::StartsWith("training tiny") && Catch::Contains("\nmemory: "));
+  CHECK_THAT(seen, !Catch::Contains("\nstep "));
 }
 
 TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once and says nothing is kept",
