@@ -52,7 +52,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
                                           "fused kernel, ms, GB/s, % of copy bandwidth and the floor");
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "Context lengths")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "Sequences per batch")->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Sequences per batch")->check(integer_within(1, 1024, "in 1..1024"))->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "f32, or bf16 (mixed precision)")->capture_default_str();
   cmd->add_option("--families", o->families, "Ops to run (default: every family with an eager decomposition)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)")

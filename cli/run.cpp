@@ -121,7 +121,7 @@ void add_run_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--arch", args->arch, "Emulation: whose limits the emulated device has")->capture_default_str();
   cmd->add_option("--workers", args->workers, "Emulation: OS threads running blocks (0: all hardware threads)")
-      ->check(CLI::Range(0u, 1024u));
+      ->check(integer_within(0, 1024, "in 0..1024"));
   cmd->add_flag("--time", args->time,
                 "GPU: also time the variant, and each launch of a plan of several alone (attention_bwd: D, dK and "
                 "dV, dQ)");
@@ -133,7 +133,8 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_option("--timeout", args->timeout_s,
                   "Seconds the variant may take (compile included): it then runs in a worker process, killed past "
                   "them, and a crash or a hang is a FAIL (default: in this process, no limit)")
-      ->check(finite_in(0, 7 * 24 * 3600, true));
+      ->check(finite_in(0, 7 * 24 * 3600, true))
+      ->default_str("none");
   cmd->callback([args, &global] { run_variant(*args, global); });
 }
 
@@ -148,7 +149,7 @@ void add_bench_emu_command(CLI::App& bench, Global& global) {
   cmd->add_option("--blocks", args->blocks, "Blocks")->capture_default_str();
   cmd->add_option("--barriers", args->barriers, "__syncthreads (and shuffles) per thread")->capture_default_str();
   cmd->add_option("--workers", args->workers, "OS threads running blocks (0: all hardware threads)")
-      ->check(CLI::Range(0u, 1024u));
+      ->check(integer_within(0, 1024, "in 0..1024"));
   cmd->callback([args, &global] {
     const auto s = tuner::measure_emu_speed(args->threads, args->blocks, args->barriers, args->workers);
     if (global.json) {

@@ -104,12 +104,13 @@ void add_tune_command(CLI::App& app, Global& global) {
                       ->capture_default_str();
   cmd->add_option("--warmup", opts->tune.run.warmup,
                   "Untimed launches before an evaluation's timed ones (the emulation makes at most 1)")
-      ->check(CLI::Range(0, 1000))
+      ->check(integer_within(0, 1000, "in 0..1000"))
       ->capture_default_str();
   cmd->add_option("--repetitions", opts->repetitions,
                   "Timed launches per evaluation, exactly (the emulation makes at most 3); without it, 10, then more "
                   "until 50 ms of kernel time is measured, at most 200")
-      ->check(CLI::Range(1, 100000));
+      ->check(integer_within(1, 100000, "in 1..100000"))
+      ->default_str("auto");
   cmd->add_option("--shard", opts->shard, "i/n: tune only the configs whose space index is i modulo n (for a "
                                           "Slurm array or MPI ranks; merge the caches with `ktune cache merge`)");
   cmd->add_option("--export-kt", opts->export_kt,

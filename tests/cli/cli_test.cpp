@@ -436,7 +436,8 @@ TEST_CASE("CLI: --help shows every option's default", "[cli]") {
                           Expect{"replay", "--target", "="}, Expect{"train", "--lr", "="},
                           Expect{"train", "--d-model", "=the model's"}, Expect{"bench e2e", "--warmup", "="},
                           Expect{"tune", "--log", "=$KTUNE_CACHE_DIR/sessions/"},
-                          Expect{"log show", "--top", "=10"}}) {
+                          Expect{"log show", "--top", "=10"}, Expect{"run", "--timeout", "=none"},
+                          Expect{"tune", "--repetitions", "=auto"}}) {
     INFO(e.command << " " << e.option);
     std::string out;
     REQUIRE(run_ktune(std::string(e.command) + " --help", &out) == 0);
