@@ -33,6 +33,34 @@ std::string excerpt(std::string_view text, std::size_t max) {
   return out;
 }
 
+std::string did_you_mean(std::string_view given, const std::vector<std::string>& known) {
+  // Levenshtein distance, one row at a time.
+  const auto distance = [](std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+      std::size_t diagonal = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= b.size(); ++j) {
+        const std::size_t above = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    return row[b.size()];
+  };
+  const std::string* best = nullptr;
+  std::size_t best_distance = 0;
+  for (const auto& k : known) {
+    const std::size_t d = distance(given, k);
+    if (d > 0 && d <= std::max<std::size_t>(1, std::max(given.size(), k.size()) / 3) && (!best || d < best_distance)) {
+      best = &k;
+      best_distance = d;
+    }
+  }
+  return best ? " (did you mean '" + *best + "'?)" : "";
+}
+
 std::string json_error_reason(const json::exception& e) {
   std::string_view what = e.what();
   if (what.rfind("[json.exception.", 0) == 0)

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,6 +25,11 @@ inline constexpr std::size_t kMaxExcerpt = 80;
 /// At most `max` characters of `text` for an error message: control and
 /// non-ASCII bytes escaped (\n, \x01), "..." in place of what was cut.
 std::string excerpt(std::string_view text, std::size_t max = kMaxExcerpt);
+
+/// " (did you mean 'x'?)" for the one of `known` closest to `given`, a
+/// name a user typed, where it is a slip away (edit distance at most a
+/// third of the longer name, and at least 1); else "".
+std::string did_you_mean(std::string_view given, const std::vector<std::string>& known);
 
 /// The reason of a nlohmann exception without its "[json.exception...]" id,
 /// position prefix and "last read" echo, cut to 2 * kMaxExcerpt characters.

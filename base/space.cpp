@@ -39,7 +39,8 @@ const Param& Space::param(const std::string& name) const {
   std::vector<std::string> names;
   for (const auto& p : params_) names.push_back(p.name);
   throw_error(ErrorKind::kInvalidInput,
-              fmt::format("unknown parameter '{}'; this space has: {}", name, fmt::join(names, ", ")));
+              fmt::format("unknown tunable '{}'{}; this space has: {}", name, did_you_mean(name, names),
+                          fmt::join(names, ", ")));
 }
 
 std::uint64_t Space::size() const {
@@ -73,11 +74,11 @@ void Space::check_member(const Config& config) const {
   for (const auto& [name, value] : config.values()) {
     const Param& p = param(name);
     KTUNE_REQUIRE(std::find(p.values.begin(), p.values.end(), value) != p.values.end(),
-                  fmt::format("parameter '{}' = {} is not in its domain {{{}}}", name, value,
+                  fmt::format("tunable '{}' = {} is not in its domain {{{}}}", name, value,
                               fmt::join(p.values, ", ")));
   }
   for (const auto& p : params_)
-    KTUNE_REQUIRE(config.has(p.name), fmt::format("config is missing parameter '{}' (domain {{{}}})", p.name,
+    KTUNE_REQUIRE(config.has(p.name), fmt::format("config is missing tunable '{}' (domain {{{}}})", p.name,
                                                   fmt::join(p.values, ", ")));
 }
 

@@ -22,7 +22,7 @@ void add_render_command(CLI::App& app, Global& global) {
   cmd->add_option("--family", opts->family, "Kernel family, " + family_choices());
   cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
   auto* config = cmd->add_option("--config", opts->config,
-                                 "Config as JSON; unset parameters take the default on --arch")
+                                 "Config as JSON; unset tunables take the default on --arch")
                      ->check(json_text());
   cmd->add_option("--problem", opts->problem,
                   "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class")

@@ -110,7 +110,7 @@ void add_run_command(CLI::App& app, Global& global) {
   add_kernel_backend_option(cmd, args->backend, "runs any family's kernels");
   cmd->add_option("--family", args->family, "Kernel family, " + family_choices());
   cmd->add_option("--spec", args->spec, kSpecHelp)->check(input_file());
-  cmd->add_option("--config", args->config, "Config as JSON; missing parameters take the default on the device")
+  cmd->add_option("--config", args->config, "Config as JSON; missing tunables take the default on the device")
       ->check(json_text());
   cmd->add_option("--problem", args->problem,
                   R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}'; default: the family's first )"

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 #include "search/strategies/annealing.hpp"
 #include "search/strategies/auto.hpp"
 #include "search/strategies/bayes_opt.hpp"
@@ -44,7 +45,8 @@ std::vector<std::string> strategy_names() {
 
 void require_strategy(const std::string& name) {
   KTUNE_REQUIRE(factories().count(name) != 0,
-                fmt::format("unknown strategy '{}'; known: {}", name, fmt::join(strategy_names(), ", ")));
+                fmt::format("unknown strategy '{}'{}; known: {}", name, did_you_mean(name, strategy_names()),
+                            fmt::join(strategy_names(), ", ")));
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& name, const StrategyContext& context) {

@@ -100,18 +100,19 @@ std::string ProblemForm::dims_text() const {
 }
 
 void require_dims(const std::string& family, const Problem& problem, const ProblemForm& form) {
+  // An unknown name first: a misspelt dimension is also a missing one, and the slip is what to name.
+  std::vector<std::string> names = form.required;
+  names.insert(names.end(), form.optional.begin(), form.optional.end());
+  for (const auto& [name, v] : problem.dims)
+    KTUNE_REQUIRE(std::count(names.begin(), names.end(), name) > 0,
+                  fmt::format("{}: unknown dimension '{}'{}; {}'s dims: {}", family, name, did_you_mean(name, names),
+                              family, form.dims_text()));
   std::vector<std::string> missing;
   for (const auto& name : form.required)
     if (!problem.dims.count(name)) missing.push_back("'" + name + "'");
   KTUNE_REQUIRE(missing.empty(), fmt::format("{}: dimension{} {} {} missing; {}'s dims: {}", family,
                                              missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
                                              missing.size() == 1 ? "is" : "are", family, form.dims_text()));
-  for (const auto& [name, v] : problem.dims) {
-    const bool known = std::count(form.required.begin(), form.required.end(), name) +
-                           std::count(form.optional.begin(), form.optional.end(), name) > 0;
-    KTUNE_REQUIRE(known, fmt::format("{}: unknown dimension '{}'; {}'s dims: {}", family, name, family,
-                                     form.dims_text()));
-  }
 }
 
 Problem Problem::from_key(const std::string& key) {

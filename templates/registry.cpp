@@ -1,8 +1,10 @@
 // The list of kernel families. A new family adds one line here; the
 // primitive families of the eager decompositions come as one list.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 #include "templates/adamw/adamw.hpp"
 #include "templates/attention/attention.hpp"
 #include "templates/cast/cast.hpp"
@@ -59,9 +61,10 @@ const Family* family_named(const std::string& name) {
 
 const Family& find_family(const std::string& name) {
   if (const Family* f = family_named(name)) return *f;
-  std::string known;
-  for (const Family* f : all_families()) known += (known.empty() ? "" : ", ") + f->name();
-  throw_error(ErrorKind::kInvalidInput, fmt::format("unknown family '{}'; known families: {}", name, known));
+  std::vector<std::string> known;
+  for (const Family* f : all_families()) known.push_back(f->name());
+  throw_error(ErrorKind::kInvalidInput, fmt::format("unknown family '{}'{}; known families: {}", name,
+                                                    did_you_mean(name, known), fmt::join(known, ", ")));
 }
 
 }  // namespace ktune::templates

@@ -29,8 +29,8 @@ TEST_CASE("space rejects configs outside it with the accepted values", "[space]"
   const Space s({{"threads", {128, 256}, ""}});
   CHECK_NOTHROW(s.check_member(Config({{"threads", 128}})));
   CHECK_THROWS_WITH(s.check_member(Config({{"threads", 100}})), Catch::Contains("{128, 256}"));
-  CHECK_THROWS_WITH(s.check_member(Config({{"threads", 128}, {"x", 1}})), Catch::Contains("unknown parameter 'x'"));
-  CHECK_THROWS_WITH(s.check_member(Config()), Catch::Contains("missing parameter 'threads'"));
+  CHECK_THROWS_WITH(s.check_member(Config({{"threads", 128}, {"x", 1}})), Catch::Contains("unknown tunable 'x'"));
+  CHECK_THROWS_WITH(s.check_member(Config()), Catch::Contains("missing tunable 'threads'"));
   CHECK_FALSE(s.index_of(Config({{"threads", 100}})).has_value());
 }
 

@@ -51,7 +51,24 @@ TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]")
   CHECK(run_ktune("render --family adamw --config '{\"threads\": 100}'", &out) == 2);
   CHECK_THAT(out, Catch::Contains("{128, 256, 512, 1024}"));
   CHECK(run_ktune("render --family adamw --config '{\"warps\": 4}'", &out) == 2);
-  CHECK_THAT(out, Catch::Contains("unknown parameter 'warps'"));
+  CHECK_THAT(out, Catch::Contains("unknown tunable 'warps'"));
+  // A slip is named with what was meant; what is nothing like a known name is not guessed at.
+  CHECK(run_ktune("render --family adamw --config '{\"thread\": 256}'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown tunable 'thread' (did you mean 'threads'?)"));
+  CHECK(run_ktune("render --family rmsnorm_fw", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown family 'rmsnorm_fw' (did you mean 'rmsnorm_fwd'?)"));
+  CHECK_THAT(out, !Catch::Contains("did you mean 'adamw'"));
+  CHECK(run_ktune("render --family zzzzzz", &out) == 2);
+  CHECK_THAT(out, !Catch::Contains("did you mean"));
+  // A misspelt dimension is named as unknown, not as the one it misses.
+  CHECK(run_ktune("render --family rmsnorm_fwd --space --problem '{\"dtype\":\"f32\",\"dims\":{\"rows\":4,"
+                  "\"dimm\":64}}'",
+                  &out) == 2);
+  CHECK_THAT(out, Catch::Contains("rmsnorm_fwd: unknown dimension 'dimm' (did you mean 'dim'?)"));
+  CHECK(run_ktune("tune --backend emu --family rmsnorm_fwd --problem '{\"dtype\":\"f32\",\"dims\":{\"rows\":4,"
+                  "\"dim\":64}}' --strategy anneling",
+                  &out) == 2);
+  CHECK_THAT(out, Catch::Contains("unknown strategy 'anneling' (did you mean 'annealing'?)"));
   CHECK(run_ktune("compile --arch sm_99", &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown architecture 'sm_99'") && Catch::Contains("sm_90"));
   CHECK(run_ktune("render --family adamw --problem '{\"dtype\":\"f64\",\"dims\":{\"tensors\":1,\"numel\":4}}'", &out) == 2);
