@@ -65,15 +65,21 @@ void run_variant(const RunArgs& a, const Global& global) {
     for (const auto& w : warnings) std::cerr << "warning: " << w << "\n";
   }
   const auto config = chosen ? chosen->config : config_arg(family, problem, a.config, runner->device());
+  // A default that stands in for the declared one (a spec's that breaks its own restriction) is said, as render does.
+  std::string stands_in;
+  if (!chosen && a.config.empty())
+    if (const auto invalid = invalid_default(family, problem, runner->device(), config))
+      stands_in = fmt::format(" (stands in for the default {}, which is not valid here: {})", invalid->declared.str(),
+                              invalid->why);
   tuner::RunOptions options;
   options.seed = a.seed;
   options.time = a.time;
   options.per_launch = options.time;
   // What runs goes out first: a variant that hangs (without --timeout) has said what it is.
   if (!global.json)
-    std::cout << fmt::format("{} {} on {} ({}), config {}{}\n", family.name(), problem.key(), runner->backend(),
+    std::cout << fmt::format("{} {} on {} ({}), config {}{}{}\n", family.name(), problem.key(), runner->backend(),
                              runner->device().name, config.str(),
-                             chosen ? fmt::format(" ({}: {})", a.cache, chosen->source) : "")
+                             chosen ? fmt::format(" ({}: {})", a.cache, chosen->source) : "", stands_in)
               << std::flush;
   const auto r = runner->run(family, config, problem, options);
 
@@ -83,6 +89,7 @@ void run_variant(const RunArgs& a, const Global& global) {
                         {"failure", r.failure},      {"max_error", r.max_error},   {"compile_ms", r.compile_ms}};
     for (const auto& [name, e] : r.errors) j["errors"][name] = e;
     if (chosen) j["config_source"] = chosen->source;
+    if (!stands_in.empty()) j["config_source"] = "default" + stands_in;
     if (r.timing) j["median_ms"] = r.timing->median_ms;
     for (const auto& [kernel, m] : r.launch_timings)
       j["launches"].push_back({{"kernel", kernel}, {"median_ms", m.median_ms}});

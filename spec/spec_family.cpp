@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <regex>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -74,6 +75,21 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
   KTUNE_REQUIRE(templates::family_named(spec_->name) == nullptr,
                 fmt::format("{}: name '{}' is a built-in family's; choose another", spec_->path.string(), spec_->name));
   source_ = expand_source(*spec_);
+  // A kernel name the sources never declare fails every variant in NVRTC's name map: said once, here.
+  const auto require_declared = [&](const std::string& expression, const char* field) {
+    std::string base = expression.substr(0, expression.find('<'));
+    base.erase(base.find_last_not_of(" \t") + 1);
+    if (const auto colons = base.rfind("::"); colons != std::string::npos) base = base.substr(colons + 2);
+    if (!std::regex_match(base, std::regex("[A-Za-z_][A-Za-z0-9_]*"))) return;  // NVRTC says what it makes of it
+    std::vector<std::string> files;
+    for (const auto& f : spec_->sources) files.push_back(f.filename().string());
+    KTUNE_REQUIRE(std::regex_search(source_.text, std::regex("\\b" + base + "\\b")),
+                  fmt::format("{}: {} '{}': no '{}' in its sources ({})", spec_->path.string(), field, expression, base,
+                              fmt::join(files, ", ")));
+  };
+  require_declared(spec_->kernel, "kernel");
+  if (spec_->reference.kind == ReferenceSpec::Kind::kKernel)
+    require_declared(spec_->reference.kernel, "reference kernel");
   Hasher h;
   h.add("kernel spec").add(spec_->text).add(source_.text);
   for (const auto& b : spec_->buffers)  // inputs and answers read from files are part of what was tuned

@@ -197,6 +197,11 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"args\": [\"x\", \"y\"", "\"args\": [\"x\", \"out\""); });
     CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": args[1]: no buffer 'out'; buffers: x, y"));
   }
+  SECTION("a kernel name its sources do not declare") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"row_sum<", "\"row_summ<"); });
+    CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": kernel 'row_summ<") &&
+                                     Catch::Contains(": no 'row_summ' in its sources (reduction.cu)"));
+  }
   SECTION("a JSON syntax error") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"rows\",", "\"rows\""); });
     CHECK_THAT(load_error(path), Catch::Contains("line 14"));
@@ -279,6 +284,11 @@ TEST_CASE("spec: a default that breaks a restriction is said when render shows t
                                    &out) == 0);
   CHECK_THAT(out, Catch::Contains("note: row_sum on f32;cols=1020;rows=16: the default {\"threads\":1024,\"vec\":4} "
                                   "is not valid on sm_90 (restriction 'threads * vec <= cols' does not hold); {"));
+  // And run, on the config that stands in.
+  REQUIRE(ktune::test::run_command(ktune::test::ktune_exe().string() + " run --backend emu --spec " + path.string(),
+                                   &out) == 0);
+  CHECK_THAT(out, Catch::Contains(" (stands in for the default {\"threads\":1024,\"vec\":4}, which is not valid "
+                                  "here: restriction 'threads * vec <= cols' does not hold)\n"));
   // The spec's own default, valid: no note.
   const auto valid = reduction_copy(ktune::test::scratch_dir("spec-good-default"), [](std::string&) {});
   REQUIRE(ktune::test::run_command(ktune::test::ktune_exe().string() + " render --space --spec " + valid.string(),
