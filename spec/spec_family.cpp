@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <limits>
@@ -69,6 +70,20 @@ void add_scalar(templates::ArgPack& pack, const ArgSpec& a, const Values& v) {
   else pack.add(static_cast<std::uint64_t>(whole(0, kMax)));
 }
 
+/// The spec's text as far as it makes the kernels and their launches: its JSON without the words for people
+/// (summary, a tunable's about) and without the run-time parameters' values (each launch gives its own), laid out
+/// one way, so re-indenting a spec or rewording its summary keeps its tuned entries.
+std::string code_text(const std::string& text) {
+  auto j = nlohmann::ordered_json::parse(text);  // read before, by load_spec
+  j.erase("summary");
+  if (j.contains("tunables"))
+    for (auto& [name, t] : j["tunables"].items())
+      if (t.is_object()) t.erase("about");
+  if (j.contains("parameters"))
+    for (auto& [name, value] : j["parameters"].items()) value = nullptr;
+  return j.dump();
+}
+
 }  // namespace
 
 SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move(spec)) {
@@ -91,7 +106,7 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
   if (spec_->reference.kind == ReferenceSpec::Kind::kKernel)
     require_declared(spec_->reference.kernel, "reference kernel");
   Hasher h;
-  h.add("kernel spec").add(spec_->text).add(source_.text);
+  h.add("kernel spec").add(code_text(spec_->text)).add(source_.text);
   for (const auto& b : spec_->buffers)  // inputs and answers read from files are part of what was tuned
     if (b.init == Init::kFile) h.add(read_file(b.file));
   for (const auto& [buffer, file] : spec_->reference.files) h.add(buffer).add(read_file(file));

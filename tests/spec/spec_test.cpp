@@ -7,7 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "spec/spec_family.hpp"
 #include "support.hpp"
 
@@ -312,6 +315,16 @@ TEST_CASE("spec: rendering carries the tunables, the hash follows the files", "[
   CHECK(load_spec_family(path).source_hash() == before);
   std::ofstream(dir / "reduction.cu", std::ios::app) << "// edited\n";
   CHECK(load_spec_family(path).source_hash() != before);
+  // The words for people, the layout and a run-time parameter's value in checks are not the kernel: a reworded
+  // summary or about, a re-indented spec, another check value keep its tuned entries. A restriction does not.
+  const std::string edited = load_spec_family(path).source_hash();
+  auto j = nlohmann::ordered_json::parse(ktune::read_file(path));
+  j["summary"] = "reworded";
+  write(path, j.dump(4));
+  CHECK(load_spec_family(path).source_hash() == edited);
+  j["restrictions"].push_back("vec <= 4");
+  write(path, j.dump());
+  CHECK(load_spec_family(path).source_hash() != edited);
 }
 
 TEST_CASE("spec: constructs the emulation lacks are named with their line", "[spec]") {
