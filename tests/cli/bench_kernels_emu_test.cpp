@@ -40,7 +40,10 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
     CHECK(row["fused_ms"].get<double>() > 0);
     CHECK(row["eager_launches"].get<int>() >= 1);
     CHECK(row["fused_fraction_of_copy"].is_null());
+    CHECK(row["fused_gbs"].is_null());  // a host's wall time is no GPU's GB/s
+    CHECK(row["eager_gbs"].is_null());
   }
+  CHECK_THAT(out, Catch::Contains(" (2) | - | - | "));  // rmsnorm_bwd's eager GB/s and % copy
   // Without --model and --ctx the emulation takes the tiny model at 16 tokens, not the GPU's sizes; those
   // asked for are refused in one line.
   REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --families swiglu_fwd", &out) == 0);
@@ -65,7 +68,9 @@ TEST_CASE("CLI: bench adam --backend emu times the three AdamW forms on small si
     CHECK(row["fused_ms"].get<double>() > 0);
     CHECK(row["single_tensor_eager_ms"].get<double>() > 0);
     CHECK(row["compiled_single_tensor_ms"].get<double>() > 0);
+    CHECK(row["fused_gbs"].is_null());
   }
+  CHECK_THAT(out, Catch::Contains("| _fused_adam (ktune) | fused GB/s |") && Catch::Contains(" ms/iter | - | - | "));
   REQUIRE(run_command(ktune_exe().string() + " bench adam --backend emu --numel 4194304", &out) == 2);
   CHECK_THAT(out, Catch::Contains("minutes for the emulation"));
 }

@@ -13,12 +13,12 @@ namespace ktune::tuner {
 std::string AdamBenchReport::markdown() const {
   std::string s = fmt::format("Device: {}; {}; {}; ktune {} (git {}); {}\n\n", device, driver_text(driver_version),
                               date, ktune_version(), git_revision(), copy_bandwidth_text(copy_bandwidth_gbs));
-  s += "| Num Params | Param Size | compiled_single_tensor_adam | _single_tensor_adam | _fused_adam (ktune, tuned) "
+  s += "| Num Params | Param Size | compiled_single_tensor_adam | _single_tensor_adam | _fused_adam (ktune) "
        "| fused GB/s | % of copy BW | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
-    s += fmt::format("| {} | {} | {:.4f} ms/iter | {:.4f} ms/iter | {:.4f} ms/iter | {:.0f} | {} | {} ({}) |\n",
-                     r.tensors, r.numel, r.single_ms, r.eager_ms, r.fused_ms, r.fused_gbs,
+    s += fmt::format("| {} | {} | {:.4f} ms/iter | {:.4f} ms/iter | {:.4f} ms/iter | {} | {} | {} ({}) |\n",
+                     r.tensors, r.numel, r.single_ms, r.eager_ms, r.fused_ms, gbs_cell(r.fused_gbs, copy_bandwidth_gbs),
                      percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs), r.fused_config, r.fused_source);
   s += "\n" + method + "\n";
   return s;
@@ -33,7 +33,7 @@ nlohmann::json AdamBenchReport::to_json() const {
     j["rows"].push_back({{"tensors", r.tensors}, {"numel", r.numel}, {"dtype", r.dtype},
                          {"compiled_single_tensor_ms", r.single_ms}, {"single_tensor_eager_ms", r.eager_ms},
                          {"fused_ms", r.fused_ms}, {"fused_p20_ms", r.fused_p20_ms}, {"fused_p80_ms", r.fused_p80_ms},
-                         {"fused_gbs", r.fused_gbs},
+                         {"fused_gbs", copy_bandwidth_gbs > 0 ? nlohmann::json(r.fused_gbs) : nlohmann::json()},
                          {"fused_fraction_of_copy", measured_or_null(copy_bandwidth_gbs > 0 ? r.fused_fraction_of_copy
                                                                                            : 0.0)},
                          {"fused_config", r.fused_config}, {"fused_config_source", r.fused_source}});

@@ -20,6 +20,12 @@ inline std::string percent_of_copy(double fraction, double gbs) {
   return gbs > 0 ? fmt::format("{:.1f}%", 100 * fraction) : std::string("-");
 }
 
+/// A rate in GB/s as a cell: "3810", or "-" where there is no copy bandwidth
+/// (the emulation: its host wall time says nothing about a GPU's GB/s).
+inline std::string gbs_cell(double rate, double copy_gbs) {
+  return copy_gbs > 0 ? fmt::format("{:.0f}", rate) : std::string("-");
+}
+
 /// "driver 12080", or that there is none (the emulation's 0).
 inline std::string driver_text(int version) {
   return version > 0 ? fmt::format("driver {}", version) : std::string("no driver (emulated)");

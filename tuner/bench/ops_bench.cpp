@@ -94,11 +94,12 @@ std::string OpsBenchReport::markdown() const {
        "fused GB/s | fused % copy | floor | fused / floor | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& r : rows)
-    s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {:.0f} | {} | {:.4f} ms ({}) | {:.0f} | {} | "
+    s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {} | {} | {:.4f} ms ({}) | {} | {} | "
                      "{:.4f} ms | {:.2f}x | {} ({}) |\n",
                      r.op.model, r.op.context, r.op.family, r.op.problem.key(), r.bytes / 1e6, r.eager_ms,
-                     r.eager_launches, r.eager_gbs, percent_of_copy(r.eager_fraction_of_copy, copy_bandwidth_gbs),
-                     r.fused_ms, r.fused_launches, r.fused_gbs,
+                     r.eager_launches, gbs_cell(r.eager_gbs, copy_bandwidth_gbs),
+                     percent_of_copy(r.eager_fraction_of_copy, copy_bandwidth_gbs), r.fused_ms, r.fused_launches,
+                     gbs_cell(r.fused_gbs, copy_bandwidth_gbs),
                      percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs), r.floor_ms,
                      r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0, r.fused_config, r.fused_source);
   s += "\n" + method + "\n";
@@ -158,13 +159,13 @@ nlohmann::json OpsBenchReport::to_json() const {
                          {"bytes", r.bytes},
                          {"eager_ms", r.eager_ms},
                          {"eager_launches", r.eager_launches},
-                         {"eager_gbs", r.eager_gbs},
+                         {"eager_gbs", copy_bandwidth_gbs > 0 ? nlohmann::json(r.eager_gbs) : nlohmann::json()},
                          {"eager_fraction_of_copy", of_copy(r.eager_fraction_of_copy)},
                          {"fused_ms", r.fused_ms},
                          {"fused_launches", r.fused_launches},
                          {"fused_p20_ms", r.fused_p20_ms},
                          {"fused_p80_ms", r.fused_p80_ms},
-                         {"fused_gbs", r.fused_gbs},
+                         {"fused_gbs", copy_bandwidth_gbs > 0 ? nlohmann::json(r.fused_gbs) : nlohmann::json()},
                          {"fused_fraction_of_copy", of_copy(r.fused_fraction_of_copy)},
                          {"floor_ms", r.floor_ms},
                          {"fused_config", r.fused_config},
