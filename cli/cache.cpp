@@ -221,7 +221,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     }
     if (global.json) std::cout << j.dump(2) << "\n";
     else
-      std::cout << fmt::format("removed {} files ({}) from {}\n", files, human_bytes(bytes),
+      std::cout << fmt::format("removed {} file{} ({}) from {}\n", files, files == 1 ? "" : "s", human_bytes(bytes),
                                env::cache_dir().string());
   });
 

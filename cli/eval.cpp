@@ -84,9 +84,10 @@ void add_eval_command(CLI::App& app, Global& global) {
                          .dump(2)
                   << "\n";
       else
-        std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}) over all of {}{}: {} windows of {} tokens\n",
+        std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}) over all of {}{}: {} window{} of {} tokens\n",
                                  full.loss, std::exp(full.loss), r.tokens_file,
-                                 r.val_split > 0 ? " held out by --val-split" : "", full.windows, r.shape.context);
+                                 r.val_split > 0 ? " held out by --val-split" : "", full.windows,
+                                 full.windows == 1 ? "" : "s", r.shape.context);
       return;
     }
     const auto result = model::evaluate(r, !o->dump.empty(), o->batches);

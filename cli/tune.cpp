@@ -174,7 +174,11 @@ void add_tune_command(CLI::App& app, Global& global) {
     cache::CacheFile cache_file(opts->cache);
     const std::vector<cache::Entry> cached = cache_file.load();  // a corrupt cache file stops us before the search
     cache_file.check_writable();  // so does one the winner could not be written to
-    if (!opts->export_kt.empty()) writable_target(opts->export_kt, "--export-kt");
+    if (!opts->export_kt.empty()) {
+      KTUNE_REQUIRE(opts->export_kt.ends_with(".json") || opts->export_kt.ends_with(".json.gz"),
+                    fmt::format("--export-kt {}: a Kernel Tuner cache file is .json or .json.gz", opts->export_kt));
+      writable_target(opts->export_kt, "--export-kt");
+    }
     opts->tune.run.time = true;
     if (opts->repetitions > 0) {
       opts->tune.run.min_repetitions = opts->tune.run.max_repetitions = opts->repetitions;

@@ -62,9 +62,20 @@ TEST_CASE("CLI: tune takes the warm-up and repetition counts of its measurements
                            (dir / "c.json").string() + " --log " + (dir / "s.log").string();
   REQUIRE(run_command(tune + " --warmup 0 --repetitions 2 2>/dev/null; }", &out) == 0);
   const auto j = nlohmann::json::parse(out);
-  CHECK_THAT(j.at("method").get<std::string>(), Catch::Contains("(0 warm-up, 2 repetitions;"));
+  CHECK_THAT(j.at("method").get<std::string>(), Catch::Contains("(0 warm-ups, 2 repetitions;"));
   CHECK(run_command(tune + " --repetitions 0 2>&1; }", &out) == 2);
-  CHECK_THAT(out, Catch::Contains("--repetitions: Value 0 not in range 1 to 100000"));
+  CHECK_THAT(out, Catch::Contains("--repetitions: must be an integer in 1..100000, got '0'"));
+  // The session as a Kernel Tuner cache file, whose name says it is one; another name is refused before the run.
+  const std::string resumed = "{ " + ktune_exe().string() +
+                              " tune --backend emu --family swiglu_fwd --problem '{\"dtype\":\"f32\",\"dims\":{"
+                              "\"n\":1000}}' --budget 3 --resume --cache " +
+                              (dir / "c.json").string() + " --log " + (dir / "s.log").string();
+  REQUIRE(run_command(resumed + " --export-kt " + (dir / "kt.json").string() + " 2>/dev/null; }", &out) == 0);
+  const auto kt = nlohmann::json::parse(std::ifstream(dir / "kt.json"));
+  CHECK(kt.at("cache").size() >= 3);
+  CHECK(run_command(resumed + " --export-kt " + (dir / "kt.txt").string() + " 2>&1; }", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("a Kernel Tuner cache file is .json or .json.gz"));
+  CHECK_FALSE(std::filesystem::exists(dir / "kt.txt"));
 }
 
 TEST_CASE("CLI: tune measures a spec's candidates after its default and marks them in its table", "[cli]") {

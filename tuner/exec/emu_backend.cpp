@@ -212,8 +212,8 @@ class EmuBackend final : public Backend {
       total_ms += ms;
     }
     Measurement m = summarize(samples);
-    m.method = fmt::format("host emulation wall time of {} ({} warm-up, {} repetition{}; not a GPU measurement)",
-                           what, warmup, m.repetitions, m.repetitions == 1 ? "" : "s");
+    m.method = fmt::format("host emulation wall time of {} ({} warm-up{}, {} repetition{}; not a GPU measurement)",
+                           what, warmup, warmup == 1 ? "" : "s", m.repetitions, m.repetitions == 1 ? "" : "s");
     return m;
   }
 
