@@ -6,7 +6,10 @@
 #include <cerrno>
 #include <charconv>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
+
+#include <unistd.h>
 
 #include "base/error.hpp"
 
@@ -57,8 +60,25 @@ unsigned compile_threads() {
 }
 
 std::string host_cxx() {
-  if (auto v = get("KTUNE_HOST_CXX"); !v.empty()) return v;
-  return KTUNE_DEFAULT_HOST_CXX;
+  const auto v = get("KTUNE_HOST_CXX");
+  if (v.empty()) return KTUNE_DEFAULT_HOST_CXX;
+  // One executable, a path or a name on PATH: a wrong one is the setting's fault, said before any compile.
+  bool found = false;
+  if (v.find('/') != std::string::npos) {
+    found = ::access(v.c_str(), X_OK) == 0 && !std::filesystem::is_directory(v);
+  } else {
+    const std::string path = get("PATH");
+    for (std::size_t start = 0; !found && start <= path.size();) {
+      const std::size_t end = std::min(path.find(':', start), path.size());
+      const std::filesystem::path dir = path.substr(start, end - start);
+      found = ::access((dir.empty() ? std::filesystem::path(".") / v : dir / v).c_str(), X_OK) == 0;
+      start = end + 1;
+    }
+  }
+  KTUNE_REQUIRE(found, fmt::format("KTUNE_HOST_CXX '{}' is no executable here (a path, or a name on PATH); give the "
+                                   "host compiler of the emulation (g++, clang++), or unset it for {}",
+                                   v.substr(0, 200), KTUNE_DEFAULT_HOST_CXX));
+  return v;
 }
 
 PrintLevel print_level() {

@@ -87,13 +87,25 @@ TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]")
   CHECK_THAT(out, Catch::Contains("--warmup: must be an integer >= 0, got '-1'"));
 }
 
-TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE stops an emulated run in one line, exit 2", "[cli]") {
+TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE, KTUNE_HOST_CXX or KTUNE_COMPILE_THREADS stops a run in one line, exit 2",
+          "[cli]") {
   std::string out;
   CHECK(run_command("KTUNE_EMU_SCHEDULE=sideways " + ktune_exe().string() +
                         " run --backend emu --family adamw --problem "
                         "'{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,\"numel\":64}}'",
                     &out) == 2);
   CHECK(out == "ktune: KTUNE_EMU_SCHEDULE must be in-order, reverse or shuffle[:SEED], got 'sideways'\n");
+  // A host compiler that is not there is the setting's fault, not a variant's (was a FAIL, exit 1).
+  for (const std::string cxx : {"/nonexistent/g++", "no-such-compiler++"}) {
+    CHECK(run_command("KTUNE_HOST_CXX=" + cxx + " " + ktune_exe().string() + " run --backend emu --family adamw "
+                          "--problem '{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,\"numel\":64}}'",
+                      &out) == 2);
+    CHECK_THAT(out, Catch::StartsWith("ktune: KTUNE_HOST_CXX '" + cxx + "' is no executable here"));
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  }
+  // Before any progress line.
+  CHECK(run_command("KTUNE_COMPILE_THREADS=0 " + ktune_exe().string() + " compile --family rmsnorm_fwd", &out) == 2);
+  CHECK(out == "ktune: KTUNE_COMPILE_THREADS must be in 1..1024, got 0\n");
 }
 
 TEST_CASE("CLI: without a device, GPU commands say so in one line and exit 2", "[cli]") {
