@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -35,6 +36,25 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app) {
   for (const CLI::App* s : subcommands) names.push_back(s->get_name());
   return fmt::format("unknown subcommand '{}' of {}; one of: {}", rest.front(),
                      level == &app ? std::string("ktune") : level->get_name(), fmt::join(names, ", "));
+}
+
+/// "unknown option '--famly' of tune (did you mean '--family'?)" for the
+/// first word of the line left over that reads as an option (CLI11 lists all
+/// the words it did not take, in its own order).
+std::optional<std::string> unknown_option(const CLI::App& app) {
+  const CLI::App* level = &app;
+  while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
+  auto rest = level->remaining();
+  if (rest.empty()) rest = app.remaining();
+  const auto option = std::find_if(rest.begin(), rest.end(), [](const std::string& w) { return w.rfind("--", 0) == 0; });
+  if (option == rest.end()) return std::nullopt;
+  const std::string given = option->substr(0, option->find('='));
+  std::vector<std::string> names;
+  for (const CLI::App* a : {level, &app})
+    for (const CLI::Option* o : a->get_options())
+      for (const auto& n : o->get_lnames()) names.push_back("--" + n);
+  return fmt::format("unknown option '{}' of {}{}", given, level == &app ? std::string("ktune") : level->get_name(),
+                     ktune::did_you_mean(given, names));
 }
 
 /// What a command that found no device could do instead: the emulation,
@@ -91,7 +111,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "ktune: " << unknown_subcommand(app).value_or(e.what()) << " (see --help)\n";
+    std::optional<std::string> said = unknown_subcommand(app);
+    if (!said && dynamic_cast<const CLI::ExtrasError*>(&e)) said = unknown_option(app);
+    std::cerr << "ktune: " << said.value_or(e.what()) << " (see --help)\n";
     return 2;
   } catch (const ktune::Error& e) {
     if (e.kind() == ktune::ErrorKind::kNoDevice) {

@@ -141,6 +141,12 @@ TEST_CASE("CLI: --json is taken before or after the subcommand, giving the same 
   // An option no command knows is still refused, in one line.
   CHECK(run_ktune("families --frobnicate", &out) == 2);
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  CHECK(out == "ktune: unknown option '--frobnicate' of families (see --help)\n");
+  // A slip in an option's name is answered with the option meant, the command's or ktune's own.
+  CHECK(run_ktune("tune --backend emu --famly rmsnorm_fwd", &out) == 2);
+  CHECK(out == "ktune: unknown option '--famly' of tune (did you mean '--family'?) (see --help)\n");
+  CHECK(run_ktune("families --jsn", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("(did you mean '--json'?)"));
 }
 
 TEST_CASE("CLI: --help tells every subcommand", "[cli]") {
