@@ -46,7 +46,8 @@ std::optional<std::string> unknown_option(const CLI::App& app) {
   while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
   auto rest = level->remaining();
   if (rest.empty()) rest = app.remaining();
-  const auto option = std::find_if(rest.begin(), rest.end(), [](const std::string& w) { return w.rfind("--", 0) == 0; });
+  const auto option =
+      std::find_if(rest.begin(), rest.end(), [](const std::string& w) { return w.rfind("--", 0) == 0; });
   if (option == rest.end()) return std::nullopt;
   const std::string given = option->substr(0, option->find('='));
   std::vector<std::string> names;
