@@ -4,7 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
+#include <map>
+#include <regex>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -46,12 +50,39 @@ void add_render_command(CLI::App& app, Global& global) {
         const auto problem = problem_arg(family, opts->problem);
         scalars_problem = problem;
         std::uint64_t valid = 0;
-        for (std::uint64_t i = 0; i < family.space().size(); ++i)
-          valid += family.is_valid(family.space().at(i), problem, limits) ? 1 : 0;
+        // Why the others are not, by reason with its numbers left out ("grid 'n / b' = 12.5 is not a whole
+        // number" and "= 18.5 ..." are one): what prunes a space, where no config says it alone.
+        struct Reason {
+          std::string example;  // the first config's own words
+          std::uint64_t configs = 0;
+        };
+        std::map<std::string, Reason> reasons;
+        const std::regex number("\\b[0-9]+(\\.[0-9]+)?(e[-+]?[0-9]+)?\\b");
+        for (std::uint64_t i = 0; i < family.space().size(); ++i) {
+          std::string why;
+          if (family.is_valid(family.space().at(i), problem, limits, &why)) {
+            ++valid;
+            continue;
+          }
+          Reason& r = reasons[std::regex_replace(why, number, "N")];
+          if (r.configs++ == 0) r.example = why;
+        }
+        std::vector<Reason> by_count;
+        for (auto& [key, r] : reasons) by_count.push_back(std::move(r));
+        std::stable_sort(by_count.begin(), by_count.end(),
+                         [](const Reason& a, const Reason& b) { return a.configs > b.configs; });
         j["problem"] = problem.to_json();
         j["valid"] = valid;
+        j["invalid_reasons"] = nlohmann::json::array();
+        for (const auto& r : by_count) j["invalid_reasons"].push_back({{"example", r.example}, {"configs", r.configs}});
         valid_line = fmt::format("{} valid for {} on {} ({} invalid (constraints))\n", valid, problem.key(),
                                  opts->arch, family.space().size() - valid);
+        constexpr std::size_t kShown = 5;
+        for (std::size_t r = 0; r < std::min(by_count.size(), kShown); ++r)
+          valid_line += fmt::format("  {} not valid{} {}\n", by_count[r].configs,
+                                    by_count[r].configs > 1 ? ", e.g." : ":", by_count[r].example);
+        if (by_count.size() > kShown)
+          valid_line += fmt::format("  ... and {} more reasons (--json lists them all)\n", by_count.size() - kShown);
         // The configs a tuning session measures first: the default on --arch, then the candidates valid there.
         if (valid > 0) {
           const Config def = tuner::default_on(family, problem, limits);

@@ -436,6 +436,7 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   CHECK(skipped == 8);
   CHECK(candidates[0] == with(f.default_config(p), {{"stages", 3}}));
   CHECK_THAT(out, Catch::Contains(listed));
+  CHECK_THAT(out, Catch::Contains("not valid, e.g. mma 1: wgmma needs an sm_90 device"));
   REQUIRE(run_ktune("--json render --family attention_fwd --space --arch sm_80 --problem '" + p.to_json().dump() + "'",
                     &out) == 0);
   const auto j = nlohmann::json::parse(out);
@@ -443,6 +444,14 @@ TEST_CASE("CLI: render --space --problem counts the points valid for that proble
   CHECK(j["default"] == f.default_config(p).to_json());
   REQUIRE(j["candidates"].size() == candidates.size());
   CHECK(j["candidates"][1]["config"] == candidates[1].to_json());
+  // Why the others are not valid, by reason, most configs first, each with one config's own words; all of them.
+  std::uint64_t invalid = 0, previous = f.space().size();
+  for (const auto& r : j["invalid_reasons"]) {
+    invalid += r["configs"].get<std::uint64_t>();
+    CHECK(r["configs"].get<std::uint64_t>() <= previous);
+    previous = r["configs"].get<std::uint64_t>();
+  }
+  CHECK(invalid == f.space().size() - valid);
   // The run-time parameters a program gives at launch, at this problem's values: 1/sqrt(128).
   CHECK(static_cast<float>(j["parameters"]["scale"].get<double>()) == static_cast<float>(1 / std::sqrt(128.0)));
   REQUIRE(run_ktune("render --family adamw --space", &out) == 0);
