@@ -119,6 +119,24 @@ std::vector<std::string> braced_parts(const std::string& text, const Reader& r) 
   return parts;
 }
 
+/// A tolerance: the max relative L2 error, or {"rtol": that, "atol": the max RMS error, which passes an output
+/// whose answer is near zero (a sum that cancels) where the relative error cannot}.
+void read_tolerance(const Reader& r, const json& v, const std::string& what, std::optional<double>& rtol,
+                    std::optional<double>& atol) {
+  const auto number = [&](const json& x, const std::string& name) {
+    r.require(x.is_number() && std::isfinite(x.get<double>()) && x.get<double>() >= 0,
+              fmt::format("{}{} must be a non-negative number", what, name));
+    return x.get<double>();
+  };
+  if (!v.is_object()) {
+    rtol = number(v, " (the max relative L2 error; or {\"rtol\": ..., \"atol\": ...})");
+    return;
+  }
+  r.known_fields(v, what, {"rtol", "atol"});
+  if (v.contains("rtol")) rtol = number(v["rtol"], ": rtol (max relative L2 error)");
+  if (v.contains("atol")) atol = number(v["atol"], ": atol (max RMS error)");
+}
+
 fs::path resolve(const fs::path& base, const std::string& file) {
   const fs::path p(file);
   return p.is_absolute() ? p : base / p;
@@ -336,9 +354,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       r.fail(fmt::format("{}: init '{}' is not one of random, zeros, file", what, init));
     if (b.contains("tolerance")) {
       r.require(buf.role != Role::kInput, what + ": an input is not checked, so it takes no tolerance");
-      r.require(b["tolerance"].is_number() && b["tolerance"].get<double>() >= 0,
-                what + ": 'tolerance' must be a non-negative number (max relative L2 error)");
-      buf.tolerance = b["tolerance"].get<double>();
+      read_tolerance(r, b["tolerance"], what + ": 'tolerance'", buf.tolerance, buf.atol);
     }
     if (buf.init == Init::kFile) {
       buf.file = resolve(base, r.string_at(b, "file", what));
@@ -416,11 +432,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   for (const auto& b : spec->buffers) has_output = has_output || b.role != Role::kInput;
   r.require(has_output, "no buffer has role output or inout: nothing to check");
 
-  if (j.contains("tolerance")) {
-    r.require(j["tolerance"].is_number() && j["tolerance"].get<double>() >= 0,
-              "'tolerance' must be a non-negative number (max relative L2 error)");
-    spec->tolerance = j["tolerance"].get<double>();
-  }
+  if (j.contains("tolerance")) read_tolerance(r, j["tolerance"], "'tolerance'", spec->tolerance, spec->atol);
   if (j.contains("flops")) spec->flops = r.expression(j["flops"], "flops", dims);
   if (j.contains("bytes")) spec->bytes = r.expression(j["bytes"], "bytes", dims);
   return spec;

@@ -30,6 +30,7 @@ struct BufferSpec {
   std::filesystem::path file;  ///< Init::kFile: a .npy or .safetensors file
   templates::Role role = templates::Role::kInput;
   std::optional<double> tolerance;  ///< this output's max relative L2 error; empty: the spec's
+  std::optional<double> atol;       ///< this output's max RMS error, which also passes it; empty: the spec's
 };
 
 /// One kernel argument: a buffer's address, or a scalar of `type` ("i32",
@@ -79,6 +80,7 @@ struct KernelSpec {
   std::map<std::string, double> parameters;
   ReferenceSpec reference;
   std::optional<double> tolerance;  ///< empty: DESIGN.md's for the problem dtype
+  std::optional<double> atol;       ///< empty: 0 (the relative error alone decides)
   std::unique_ptr<Expression> flops, bytes;  ///< null: 0 flops / the buffers' bytes
 };
 

@@ -282,6 +282,7 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
     h.role = b.role;
     h.dtype = shapes[i].dtype;
     h.tolerance = b.tolerance.value_or(spec_->tolerance.value_or(templates::tolerance_for(problem.dtype)));
+    h.atol = b.atol.value_or(spec_->atol.value_or(0.0));
     const std::size_t n = shapes[i].bytes / templates::size_of(h.dtype);
     if (b.role == Role::kOutput || b.init == Init::kZeros) {
       h.bytes.assign(n * templates::size_of(h.dtype), std::byte{0});

@@ -122,15 +122,38 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
                      value_at(t, expected, furthest));
 }
 
+namespace {
+/// sqrt(mean((got - expected)^2)); +inf where either is not finite or the sizes differ.
+double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
+  const std::size_t n = got.size() / size_of(t);
+  if (got.size() != expected.size() || n == 0) return got.size() == expected.size() ? 0.0 : INFINITY;
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = value_at(t, got, i) - value_at(t, expected, i);
+    if (!std::isfinite(d)) return INFINITY;
+    sum += d * d;
+  }
+  return std::sqrt(sum / static_cast<double>(n));
+}
+}  // namespace
+
+bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative) {
+  if (relative <= b.tolerance) return true;  // NaN compares false
+  return b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol;
+}
+
 std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, double error) {
   const std::string detail = mismatch_detail(b.dtype, got, b.expected);
-  return fmt::format("{} relative L2 error {:.3g} > {:.1g}{}", b.name, error, b.tolerance,
+  return fmt::format("{} relative L2 error {:.3g} > {:.1g}{}{}", b.name, error, b.tolerance,
+                     b.atol > 0
+                         ? fmt::format(" and RMS error {:.3g} > atol {:.1g}", rms_error(b.dtype, got, b.expected), b.atol)
+                         : "",
                      detail.empty() ? "" : " (" + detail + ")");
 }
 
 double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what) {
   const double e = relative_l2(b.dtype, got, b.expected);
-  if (!(e <= b.tolerance)) throw_error(ErrorKind::kCheckFailed, what + ": " + mismatch(b, got, e));  // NaN fails
+  if (!within_tolerance(b, got, e)) throw_error(ErrorKind::kCheckFailed, what + ": " + mismatch(b, got, e));
   return e;
 }
 

@@ -21,6 +21,7 @@ struct HostBuffer {
   std::vector<std::byte> bytes;  ///< initial contents (inputs, in-outs)
   std::vector<std::byte> expected;  ///< reference result (outputs, in-outs); empty otherwise
   double tolerance = 1e-5;          ///< max relative L2 error of the result against `expected`
+  double atol = 0;  ///< max RMS error (sqrt of the mean squared difference), which also passes it: an answer near 0
   std::size_t elements() const { return bytes.size() / size_of(dtype); }
 };
 
@@ -57,7 +58,11 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
 /// Error(kCheckFailed) "WHAT: NAME relative L2 error E > TOLERANCE" past b's
 /// tolerance (a NaN included).
 double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what);
-/// A failed check's words: "NAME relative L2 error E > TOLERANCE (mismatch_detail)".
+/// Whether `got`, `relative` off `b`'s expected result (relative_l2), passes: within b's tolerance, or within
+/// its atol as an RMS error (a NaN fails).
+bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative);
+/// A failed check's words: "NAME relative L2 error E > TOLERANCE (mismatch_detail)", with the RMS error where the
+/// buffer has an atol.
 std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, double error);
 /// Element `i` of `bytes` holding values of type `t`, as a double.
 double value_at(DType t, const std::vector<std::byte>& bytes, std::size_t i);

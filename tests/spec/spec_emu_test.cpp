@@ -366,4 +366,39 @@ __global__ void twice_reference(const T* x, T* y, int n) {
   CHECK_THAT(out, Catch::Contains("'dtype' is the problem's element type"));
 }
 
+TEST_CASE("spec emu: an atol passes an output whose answer is near zero, which no relative error can judge",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-atol");
+  // (x + y) - x - y leaves fp32 rounding residues where the reference's (x - x) + (y - y) is exactly 0.
+  std::ofstream(dir / "residue.cu") << R"cu(template <int BLOCK>
+__global__ void residue(const float* x, const float* y, float* z, int n) {
+  const int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) z[i] = (x[i] + y[i]) - x[i] - y[i];
+}
+__global__ void residue_reference(const float* x, const float* y, float* z, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) z[i] = (x[i] - x[i]) + (y[i] - y[i]);
+}
+)cu";
+  const auto write_spec = [&](const std::string& tolerance) {
+    std::ofstream(dir / "residue.json") << R"json({"name": "residue", "source": "residue.cu",
+      "kernel": "residue<{block}>", "problem": {"n": 4000}, "tunables": {"block": [128]},
+      "grid": "ceil_div(n, block)", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n"},
+                  {"name": "z", "count": "n", "role": "output"}],
+      "args": ["x", "y", "z", {"type": "i32", "value": "n"}],
+      "reference": {"kernel": "residue_reference", "grid": "1", "block": "64"}, "tolerance": )json"
+                                        << tolerance << "}";
+    return ktune_exe().string() + " run --backend emu --spec " + (dir / "residue.json").string();
+  };
+  std::string out;
+  CHECK(run_command(write_spec("1e-5"), &out) == 1);
+  CHECK_THAT(out, Catch::Contains("z relative L2 error inf > 1e-05"));
+  CHECK(run_command(write_spec(R"({"rtol": 1e-5, "atol": 1e-6})"), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  CHECK(run_command(write_spec(R"({"atol": 1e-12})"), &out) == 1);
+  CHECK_THAT(out, Catch::Contains("and RMS error ") && Catch::Contains(" > atol 1e-12"));
+  CHECK(run_command(write_spec(R"({"atol": -1})"), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("'tolerance': atol (max RMS error) must be a non-negative number"));
+}
+
 }  // namespace spec_spec_emu_test

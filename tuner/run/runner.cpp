@@ -99,7 +99,7 @@ void check_results(const templates::Workload& workload, const std::vector<std::v
     if (b.role != templates::Role::kOutput && b.role != templates::Role::kInOut) continue;
     const double e = templates::relative_l2(b.dtype, results.at(i), b.expected);
     result.errors.emplace_back(b.name, e);
-    const bool pass = e <= b.tolerance;  // NaN/Inf compare false
+    const bool pass = templates::within_tolerance(b, results.at(i), e);
     if (!pass && worst.empty()) worst = "validation: " + templates::mismatch(b, results.at(i), e);
     if (!(e <= result.max_error)) result.max_error = e;
   }
