@@ -101,7 +101,8 @@ bool no_device() {
 
 EmuSchedule emu_schedule() {
   const auto v = get("KTUNE_EMU_SCHEDULE");
-  if (v.empty() || v == "in-order") return {};
+  if (v.empty()) return {.order = EmuSchedule::Order::kShuffle, .seed = 1};
+  if (v == "in-order") return {};
   if (v == "reverse") return {.order = EmuSchedule::Order::kReverse};
   if (v == "shuffle") return {.order = EmuSchedule::Order::kShuffle, .seed = 1};
   if (v.rfind("shuffle:", 0) == 0) {

@@ -54,8 +54,8 @@ struct EmuSchedule {
   Order order = Order::kInOrder;
   std::uint64_t seed = 0;  ///< kShuffle's draws, per block, from this seed
 };
-/// KTUNE_EMU_SCHEDULE: in-order (the default), reverse, or shuffle[:SEED]
-/// (SEED a non-negative integer, default 1); anything else throws
+/// KTUNE_EMU_SCHEDULE: shuffle[:SEED] (SEED a non-negative integer, default
+/// 1; unset: shuffle:1), in-order or reverse; anything else throws
 /// kInvalidInput.
 EmuSchedule emu_schedule();
 

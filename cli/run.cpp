@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
 #include "cache/tuned_cache.hpp"
 #include "cli/commands.hpp"
@@ -105,6 +106,12 @@ void run_variant(const RunArgs& a, const Global& global) {
                                kernel.substr(0, kernel.find('<')), m.median_ms, m.p20_ms, m.p80_ms);
     std::cout << (r.ok ? "PASS" : "FAIL: " + r.failure) << fmt::format(" (compile {:.0f} ms)\n", r.compile_ms);
   }
+  // A wrong answer from threads run out of order may be a race: how to tell.
+  if (!r.ok && a.backend == "emu" && r.failure.rfind("validation:", 0) == 0 &&
+      env::emu_schedule().order != env::EmuSchedule::Order::kInOrder)
+    std::cerr << "note: the emulation ran the threads out of order (KTUNE_EMU_SCHEDULE); if "
+                 "KTUNE_EMU_SCHEDULE=in-order passes, the result depends on their order: a missing __syncthreads, "
+                 "__syncwarp or atomic\n";
   if (!r.ok) throw Error(ErrorKind::kCheckFailed, family.name() + " failed: " + r.failure);
 }
 

@@ -401,4 +401,38 @@ __global__ void residue_reference(const float* x, const float* y, float* z, int 
   CHECK_THAT(out, Catch::Contains("'tolerance': atol (max RMS error) must be a non-negative number"));
 }
 
+TEST_CASE("spec emu: a kernel missing a barrier fails its check by default, and run says how to tell a race",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-race");
+  // The block's last thread sums what the others wrote to shared memory, without waiting for them: in order it
+  // runs last and the sum is right; shuffled, as on a GPU, it may run first.
+  std::ofstream(dir / "block_sum.cu") << R"cu(template <int BLOCK, int SYNC>
+__global__ void block_sum(const float* x, float* y, int n) {
+  __shared__ float s[BLOCK];
+  const int t = threadIdx.x, i = blockIdx.x * BLOCK + t;
+  s[t] = i < n ? x[i] : 0.0f;
+  if (SYNC) __syncthreads();
+  if (t == BLOCK - 1) {
+    float a = 0.0f;
+    for (int k = 0; k < BLOCK; ++k) a += s[k];
+    y[blockIdx.x] = a;
+  }
+}
+)cu";
+  std::ofstream(dir / "block_sum.json") << R"json({"name": "block_sum", "source": "block_sum.cu",
+    "kernel": "block_sum<{block}, 0>", "problem": {"n": 4096}, "tunables": {"block": [64]},
+    "grid": "n / block", "block": "block",
+    "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n / 64", "role": "output"}],
+    "args": ["x", "y", {"type": "i32", "value": "n"}],
+    "reference": {"kernel": "block_sum<{block}, 1>", "config": {"block": 64}}})json";
+  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "block_sum.json").string();
+  std::string out;
+  CHECK(run_command("env -u KTUNE_EMU_SCHEDULE " + run, &out) == 1);
+  CHECK_THAT(out, Catch::Contains("FAIL: validation: y ") &&
+                      Catch::Contains("note: the emulation ran the threads out of order (KTUNE_EMU_SCHEDULE); if "
+                                      "KTUNE_EMU_SCHEDULE=in-order passes, the result depends on their order"));
+  CHECK(run_command("KTUNE_EMU_SCHEDULE=in-order " + run, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+}
+
 }  // namespace spec_spec_emu_test
