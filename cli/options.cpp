@@ -112,6 +112,26 @@ const templates::Family& family_arg(const std::string& family, const std::string
   return spec.empty() ? templates::find_family(family) : spec::load_spec_family(spec);
 }
 
+const char* const kParametersHelp =
+    "Run-time parameters as JSON, e.g. '{\"scale\": 0.5}': the launches take them and the reference checks at "
+    "them (a kernel spec's; a built-in family's reference checks its own values only); default: the spec's "
+    "values (render --space lists them)";
+
+templates::Scalars parameters_arg(const templates::Family& family, const templates::Problem& problem,
+                                  const std::string& text) {
+  if (text.empty()) return {};
+  const nlohmann::json j = parse_json_arg(text, "--parameters");
+  KTUNE_REQUIRE(j.is_object(), "--parameters must be a JSON object: name -> number");
+  templates::Scalars scalars;
+  for (const auto& [name, value] : j.items()) {
+    KTUNE_REQUIRE(value.is_number() && std::isfinite(value.get<double>()),
+                  fmt::format("--parameters: '{}' must be a finite number, not {}", name, excerpt(value.dump())));
+    scalars[name] = value.get<double>();
+  }
+  family.require_checkable(problem, scalars);
+  return scalars;
+}
+
 templates::Problem problem_arg(const templates::Family& family, const std::string& text) {
   if (text.empty()) return family.problem_classes().front();
   templates::Problem p = templates::Problem::from_json(parse_json_arg(text, "--problem"));

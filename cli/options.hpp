@@ -23,6 +23,12 @@ inline constexpr const char* kSpecHelp =
 
 /// The problem from `--problem` JSON, or the family's first problem class.
 templates::Problem problem_arg(const templates::Family& family, const std::string& text);
+/// --parameters: run-time parameters by name as a JSON object of numbers ("" : none), refused before any work
+/// where the family does not take them or its reference cannot check them (Family::require_checkable).
+templates::Scalars parameters_arg(const templates::Family& family, const templates::Problem& problem,
+                                  const std::string& text);
+/// --parameters' help.
+extern const char* const kParametersHelp;
 
 /// What a run without a tuned entry takes for `problem` on `limits`
 /// (tuner::default_on: the arch's default, the family's, or the valid

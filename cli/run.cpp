@@ -35,6 +35,7 @@ struct RunArgs {
   bool time = false;
   double timeout_s = 0;  ///< > 0: the variant runs in a worker process, killed past it
   std::string cache;     ///< a tuned cache: its config for the problem on the device
+  std::string parameters;  ///< run-time parameters as JSON
 };
 
 void run_variant(const RunArgs& a, const Global& global) {
@@ -56,6 +57,7 @@ void run_variant(const RunArgs& a, const Global& global) {
     runner = make_runner();
   }
   const auto problem = problem_arg(family, a.problem);
+  const auto parameters = parameters_arg(family, problem, a.parameters);
   // The config a tuned cache holds for the problem on this device (exact, else nearest, else the default), as
   // the runtime would choose it; or --config's.
   std::optional<tuner::ChosenConfig> chosen;
@@ -76,6 +78,7 @@ void run_variant(const RunArgs& a, const Global& global) {
   options.seed = a.seed;
   options.time = a.time;
   options.per_launch = options.time;
+  options.scalars = parameters;
   // What runs goes out first: a variant that hangs (without --timeout) has said what it is.
   if (!global.json)
     std::cout << fmt::format("{} {} on {} ({}), config {}{}{}\n", family.name(), problem.key(), runner->backend(),
@@ -130,6 +133,7 @@ void add_run_command(CLI::App& app, Global& global) {
                   R"(Problem as JSON, e.g. '{"dtype":"f32","dims":{"numel":4096}}'; default: the family's first )"
                   "problem class")
       ->check(json_text());
+  cmd->add_option("--parameters", args->parameters, kParametersHelp)->check(json_text());
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")
       ->check(integer_at_least(0))
       ->capture_default_str();

@@ -41,7 +41,7 @@ constexpr std::size_t kTop = 5;  // configs in the table at the end of a session
 
 void add_tune_command(CLI::App& app, Global& global) {
   struct Opts {
-    std::string family, spec, problem, cache = "tuned.json", log, backend = "gpu", dtype = "f32";
+    std::string family, spec, problem, parameters, cache = "tuned.json", log, backend = "gpu", dtype = "f32";
     ModelArgs model;
     tuner::TuneOptions tune;
     double timeout_s = 120;
@@ -62,6 +62,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "Problem JSON {\"dtype\":..., \"dims\":{...}}; required with --family; with --spec, default: the "
                   "spec's first problem")
       ->check(json_text());
+  cmd->add_option("--parameters", opts->parameters, kParametersHelp)->check(json_text());
   add_model_options(cmd, opts->model, {.ctx = 256, .batch = 4});
   cmd->get_option("--model")->default_str("none: give it, or --family or --spec");
   cmd->get_option("--ctx")->description("With --model: context length");
@@ -132,6 +133,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "spec)");
     std::vector<tuner::KernelRequest> requests;
     if (by_model) {
+      KTUNE_REQUIRE(opts->parameters.empty(), "--parameters are one kernel's: give them with --family or --spec");
       requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model),
                                      model::parse_precision(opts->dtype));
     } else {
@@ -147,6 +149,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       const auto& family = family_arg(opts->family, opts->spec);  // an unknown family is named first
       KTUNE_REQUIRE(!opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");
       requests.push_back({&family, problem_arg(family, opts->problem)});
+      opts->tune.run.scalars = parameters_arg(family, requests.back().problem, opts->parameters);
       const auto* spec_family = dynamic_cast<const spec::SpecFamily*>(&family);
       if (spec_family && opts->backend == "emu") spec_family->require_emulation();
     }

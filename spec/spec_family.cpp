@@ -272,6 +272,13 @@ std::vector<templates::BufferShape> SpecFamily::buffer_shapes(const Problem& pro
 }
 
 templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint64_t seed) const {
+  return make_workload(problem, seed, {});
+}
+
+templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint64_t seed,
+                                              const templates::Scalars& parameters) const {
+  require_checkable(problem, parameters);
+  const templates::Scalars values = resolve_scalars(problem, parameters);
   const std::vector<templates::BufferShape> shapes = buffer_shapes(problem);
   std::mt19937_64 rng(seed);
   templates::Workload w;
@@ -310,15 +317,25 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
       h.expected = std::move(a.bytes);
     }
   } else {
-    run_reference(problem, w);
+    run_reference(problem, w, values);
   }
   return w;
 }
 
-void SpecFamily::run_reference(const Problem& problem, templates::Workload& w) const {
+void SpecFamily::require_checkable(const Problem& problem, const templates::Scalars& parameters) const {
+  KTUNE_REQUIRE(resolve_scalars(problem, parameters) == spec_->parameters ||
+                    spec_->reference.kind != ReferenceSpec::Kind::kFiles,
+                fmt::format("{}: its answers come from files, computed at the spec's parameter values; other values "
+                            "cannot be checked",
+                            name()));
+}
+
+void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
+                               const templates::Scalars& parameters) const {
   const ReferenceSpec& ref = spec_->reference;
   require_emulation();
-  const Values v = values(ref.config, problem);
+  Values v = values(ref.config, problem);
+  for (const auto& [name, value] : parameters) v[name] = value;
   std::string kernel = substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);
   if (ref.kind == ReferenceSpec::Kind::kKernel) kernel = substitute(ref.kernel, ref.kernel_parts, v, problem.dtype);
   const auto rendered = templates::render_text(source_with_defines(v, problem.dtype), {kernel}, name(),

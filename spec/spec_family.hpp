@@ -45,6 +45,10 @@ class SpecFamily final : public templates::Family {
                 std::string* why = nullptr) const override;
   templates::Rendered render(const Config& config, const templates::Problem& problem) const override;
   templates::Workload make_workload(const templates::Problem& problem, std::uint64_t seed) const override;
+  /// With the reference run at `parameters`' values (answer files hold the spec's own alone).
+  templates::Workload make_workload(const templates::Problem& problem, std::uint64_t seed,
+                                    const templates::Scalars& parameters) const override;
+  void require_checkable(const templates::Problem& problem, const templates::Scalars& parameters) const override;
   std::vector<templates::BufferShape> buffer_shapes(const templates::Problem& problem) const override;
   std::vector<templates::Launch> plan(const Config& config, const templates::Problem& problem,
                                       const std::vector<std::uint64_t>& addresses,
@@ -66,7 +70,8 @@ class SpecFamily final : public templates::Family {
                            const std::vector<std::uint64_t>& addresses) const;
   std::string source_with_defines(const Values& v, const std::string& dtype) const;
   /// The expected outputs of the reference, run by the host emulation.
-  void run_reference(const templates::Problem& problem, templates::Workload& workload) const;
+  void run_reference(const templates::Problem& problem, templates::Workload& workload,
+                     const templates::Scalars& parameters) const;
 
   std::shared_ptr<const KernelSpec> spec_;
   ExpandedSource source_;

@@ -80,6 +80,15 @@ class Family {
 
   virtual Rendered render(const Config& config, const Problem& problem) const = 0;
   virtual Workload make_workload(const Problem& problem, std::uint64_t seed) const = 0;
+  /// The same with its reference run at `scalars`' values (those not given
+  /// keep theirs): what `run --parameters` checks. A family whose reference
+  /// knows only its own values (the built-in ones: a program gives others at
+  /// launch) refuses others (kInvalidInput); a kernel spec takes any.
+  virtual Workload make_workload(const Problem& problem, std::uint64_t seed, const Scalars& scalars) const;
+  /// Throws kInvalidInput, before any work, where make_workload cannot
+  /// check at `scalars`' values: a name the family does not take, or values
+  /// other than its own for a reference that knows only those.
+  virtual void require_checkable(const Problem& problem, const Scalars& scalars) const;
   /// The buffers a launch takes for `problem`, in the order of
   /// Workload::buffers and of `plan`'s addresses (a scratch buffer sized for
   /// every config), without making them: what a program allocates. The

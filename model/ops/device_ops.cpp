@@ -133,7 +133,7 @@ class CublasLtGemm final : public GemmEngine {
 
  private:
   // Candidates are many and a GEMM is short: a few repetitions suffice.
-  static constexpr tuner::RunOptions kGemmTiming{
+  static inline const tuner::RunOptions kGemmTiming{
       .validate = false, .time = true, .warmup = 2, .min_repetitions = 5, .max_repetitions = 50, .min_seconds = 0.002};
   tuner::exec::Backend& backend_;
   tuner::CublasLt lt_;

@@ -435,4 +435,51 @@ __global__ void block_sum(const float* x, float* y, int n) {
   CHECK_THAT(out, Catch::Contains("PASS"));
 }
 
+TEST_CASE("spec emu: run and tune --parameters check a spec at other values of its run-time parameters",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-run-parameters");
+  std::ofstream(dir / "axpb.cu") << R"cu(template <int BLOCK>
+__global__ void axpb(const float* x, float* y, float alpha, float beta, int n) {
+  const int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) y[i] = alpha * x[i] + beta;
+}
+__global__ void axpb_reference(const float* x, float* y, float alpha, float beta, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] * alpha + beta;
+}
+__global__ void axpb_forgets_alpha(const float* x, float* y, float alpha, float beta, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] + beta;
+}
+)cu";
+  const auto write_spec = [&](const std::string& file, const std::string& reference) {
+    std::ofstream(dir / file) << R"json({"name": "axpb", "source": "axpb.cu", "kernel": "axpb<{block}>",
+      "problem": {"n": 3000}, "tunables": {"block": [64, 128]}, "grid": "ceil_div(n, block)", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
+      "args": ["x", "y", {"type": "f32", "value": "alpha"}, {"type": "f32", "value": "beta"},
+               {"type": "i32", "value": "n"}],
+      "parameters": {"alpha": 1, "beta": 0.5},
+      "reference": {"kernel": ")json" << reference << R"json(", "grid": "1", "block": "64"}})json";
+    return ktune_exe().string() + " run --backend emu --spec " + (dir / file).string();
+  };
+  std::string out;
+  // A reference that forgets alpha passes at the spec's alpha of 1; at 2 the check finds it.
+  const std::string forgets = write_spec("forgets.json", "axpb_forgets_alpha");
+  CHECK(run_command(forgets, &out) == 0);
+  CHECK(run_command(forgets + " --parameters '{\"alpha\": 2}'", &out) == 1);
+  CHECK_THAT(out, Catch::Contains("FAIL: validation: y relative L2 error"));
+  // A right one agrees at any values, in run and in tune.
+  const std::string right = write_spec("right.json", "axpb_reference");
+  CHECK(run_command(right + " --parameters '{\"alpha\": -3, \"beta\": 2}'", &out) == 0);
+  CHECK(run_command(ktune_exe().string() + " tune --backend emu --budget 2 --spec " + (dir / "right.json").string() +
+                        " --parameters '{\"alpha\": -3}' --cache " + (dir / "c.json").string() + " --log " +
+                        (dir / "s.log").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("2 evaluated of 2 valid configs (2 points), 0 failed]"));
+  // Names the spec does not take, and a built-in family's reference, which knows its own values only.
+  CHECK(run_command(right + " --parameters '{\"gamma\": 1}'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("axpb: no parameter 'gamma'; its parameters: alpha, beta"));
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --family softmax_fwd --parameters '{\"scale\": 0.5}'",
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("softmax_fwd: its CPU reference checks at its own parameter values (scale "));
+}
+
 }  // namespace spec_spec_emu_test

@@ -94,14 +94,14 @@ class BackendRunner final : public Runner {
   // `nvrtc`: the resources NVRTC reported, for a module whose own report has none (the emulation's).
   void run_loaded(const Family& family, const Config& config, const Problem& problem, const RunOptions& options,
                   const exec::Module& module, const std::vector<KernelResources>* nvrtc, RunResult& result) {
-    const templates::Workload& workload = workload_for(family, problem, options.seed);
+    const templates::Workload& workload = workload_for(family, problem, options.seed, options.scalars);
     std::vector<std::unique_ptr<exec::Buffer>> buffers;
     std::vector<std::uint64_t> addresses;
     for (const auto& b : workload.buffers) {
       buffers.push_back(backend_->allocate(b.bytes.size(), b.name));
       addresses.push_back(buffers.back()->address());
     }
-    const std::vector<templates::Launch> plan = family.plan(config, problem, addresses, device());
+    const std::vector<templates::Launch> plan = family.plan(config, problem, addresses, device(), options.scalars);
     // A variant that cannot be resident on this device is a result, not a launch error.
     const exec::FitResult fit =
         exec::check_fit(module.kernel_names(), nvrtc ? *nvrtc : module.resources(), plan, device());
@@ -144,11 +144,13 @@ class BackendRunner final : public Runner {
 
   /// A tuning session runs one problem many times: its inputs and CPU
   /// reference are made once per (family, problem, seed), not per variant.
-  const templates::Workload& workload_for(const Family& family, const Problem& problem, std::uint64_t seed) {
-    const std::string key = family.name() + "|" + problem.key() + "|" + std::to_string(seed);
+  const templates::Workload& workload_for(const Family& family, const Problem& problem, std::uint64_t seed,
+                                         const templates::Scalars& scalars) {
+    const std::string key =
+        family.name() + "|" + problem.key() + "|" + std::to_string(seed) + "|" + nlohmann::json(scalars).dump();
     if (key != workload_key_) {
       workload_key_.clear();
-      workload_ = family.make_workload(problem, seed);
+      workload_ = family.make_workload(problem, seed, scalars);
       workload_key_ = key;
     }
     return workload_;

@@ -45,7 +45,7 @@ Measurement measurement_from_json(const nlohmann::json& t) {
 nlohmann::json to_json(const RunOptions& o) {
   return {{"seed", o.seed}, {"validate", o.validate}, {"time", o.time}, {"warmup", o.warmup},
           {"min_repetitions", o.min_repetitions}, {"max_repetitions", o.max_repetitions},
-          {"min_seconds", o.min_seconds}, {"per_launch", o.per_launch}};
+          {"min_seconds", o.min_seconds}, {"per_launch", o.per_launch}, {"scalars", o.scalars}};
 }
 
 RunOptions run_options_from_json(const nlohmann::json& j) {
@@ -58,6 +58,7 @@ RunOptions run_options_from_json(const nlohmann::json& j) {
   o.max_repetitions = j.at("max_repetitions").get<int>();
   o.min_seconds = j.at("min_seconds").get<double>();
   o.per_launch = j.value("per_launch", false);
+  if (j.contains("scalars")) o.scalars = j.at("scalars").get<templates::Scalars>();
   return o;
 }
 

@@ -41,6 +41,9 @@ struct RunOptions {
   /// With time, a plan of several launches also has each launch timed
   /// alone, the same way (its inputs as the whole plan left them).
   bool per_launch = false;
+  /// Run-time parameters given values (the rest keep the family's, Family::scalars): the launches take them
+  /// and the reference checks at them (Family::make_workload with scalars).
+  templates::Scalars scalars;
 };
 
 /// The outcome of one run. A variant's failure is a result with a reason,
