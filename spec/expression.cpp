@@ -49,6 +49,11 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
 
 Expression::~Expression() = default;
 
+bool Expression::uses(const std::string& name) const {
+  std::lock_guard lock(mutex_);
+  return parser_->parser.GetUsedVar().count(name) > 0;
+}
+
 double Expression::eval(const Values& values) const {
   std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < names_.size(); ++i) {

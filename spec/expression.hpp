@@ -30,6 +30,8 @@ class Expression {
   Expression& operator=(const Expression&) = delete;
 
   const std::string& text() const { return text_; }
+  /// Whether the expression reads `name`.
+  bool uses(const std::string& name) const;
   /// The value for `values` (which must hold every name given at construction).
   double eval(const Values& values) const;
   /// eval() as a whole number; throws kInvalidInput when the value is not one

@@ -384,6 +384,13 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     }
     spec->args.push_back(std::move(arg));
   }
+  // A parameter no argument reads reaches no kernel: a misspelt name, or one an argument lost.
+  for (const auto& [name, value] : spec->parameters)
+    r.require(std::any_of(spec->args.begin(), spec->args.end(),
+                          [&](const ArgSpec& a) { return a.value && a.value->uses(name); }),
+              fmt::format("parameter '{}' is read by no argument's value, so no kernel would take it; name it in "
+                          "one (args: {{\"type\": \"f32\", \"value\": \"{}\"}})",
+                          name, name));
 
   // ---- reference
   r.require(j.contains("reference") && j["reference"].is_object(),

@@ -187,6 +187,14 @@ TEST_CASE("spec: run-time parameters are a scalar argument's alone and render li
                                    &out) == 0);
   CHECK_THAT(out, Catch::Contains("run-time parameters (their values in checks and tuning; a program gives its own "
                                   "at launch):\n  alpha = 2.5\n"));
+  // A parameter no argument reads would reach no kernel: refused, named.
+  const auto unused = dir / "unused.json";
+  std::string text = ktune::read_file(spec("base.json", "ceil_div(n, block)"));
+  const std::string from = "\"parameters\": {\"alpha\": 2.5}";
+  REQUIRE(text.find(from) != std::string::npos);
+  text.replace(text.find(from), from.size(), "\"parameters\": {\"alpha\": 2.5, \"eps\": 1e-5}");
+  write(unused, text);
+  CHECK_THAT(load_error(unused), Catch::Contains("parameter 'eps' is read by no argument's value"));
 }
 
 TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
