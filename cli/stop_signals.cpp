@@ -17,6 +17,17 @@ std::atomic<std::int64_t> first_signal_ns{0};  // lock-free: safe in a handler
 static_assert(std::atomic<std::int64_t>::is_always_lock_free);
 std::atomic<const char*> saying_text{nullptr};
 std::atomic<const char*> again_text{nullptr};
+// Lock files to remove before the process ends at once: copied in when registered, read by the handler.
+constexpr int kMaxLocks = 8;
+char lock_paths[kMaxLocks][4096];
+std::atomic<int> lock_count{0};
+
+/// Removes the registered lock files (unlink is async-signal-safe), then the signal's default action.
+void end_at_once(int signal) {
+  for (int i = 0; i < lock_count.load(); ++i) ::unlink(lock_paths[i]);
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
 // Signals this soon after the first are the same stop request delivered
 // again: GNU timeout, for one, signals its child and then its process group.
 constexpr std::int64_t kSameRequestNs = 1'000'000'000;
@@ -38,8 +49,7 @@ extern "C" void on_stop_signal(int signal) {
   if (const char* say = again_text.load()) {
     [[maybe_unused]] const auto written = ::write(STDERR_FILENO, say, std::strlen(say));
   }
-  ::signal(signal, SIG_DFL);
-  ::raise(signal);
+  end_at_once(signal);
 }
 
 // Nothing to stop after: the line, then the signal's default action.
@@ -47,8 +57,7 @@ extern "C" void on_signal_at_once(int signal) {
   if (const char* say = saying_text.load()) {
     [[maybe_unused]] const auto written = ::write(STDERR_FILENO, say, std::strlen(say));
   }
-  ::signal(signal, SIG_DFL);
-  ::raise(signal);
+  end_at_once(signal);
 }
 
 }  // namespace
@@ -77,6 +86,13 @@ StopSignals::StopSignals(bool active, const char* saying, const char* at_once, c
 }
 
 void StopSignals::set_again(const char* again) { again_text = again; }
+
+void StopSignals::remove_at_once(const std::string& lock) {
+  const int i = lock_count.load();
+  if (i >= kMaxLocks || lock.size() >= sizeof(lock_paths[0])) return;  // left behind, harmless: the next run takes it
+  std::memcpy(lock_paths[i], lock.c_str(), lock.size() + 1);
+  lock_count = i + 1;
+}
 
 StopSignals::~StopSignals() {
   if (!installed_) return;

@@ -29,6 +29,9 @@ class StopSignals {
   /// `again` (a string literal) in place of the constructor's, from now on: what a second request keeps
   /// once the work has written something.
   static void set_again(const char* again);
+  /// `lock` (a lock file this process holds) is removed as a signal ends the process at once, as its FileLock
+  /// removes it on release, instead of staying behind; at most 8 of them.
+  static void remove_at_once(const std::string& lock);
   /// "SIGINT" or "SIGTERM".
   static std::string name(int signal);
 

@@ -235,9 +235,14 @@ void add_train_command(CLI::App& app, Global& global) {
     const std::filesystem::path metrics_path = o->metrics.empty() ? "" : writable_target(o->metrics, "--metrics");
     // One run writes a checkpoint and a metrics file at a time.
     std::optional<FileLock> checkpoint_held, metrics_held;
-    if (!o->t.checkpoint.empty())
+    if (!o->t.checkpoint.empty()) {
       checkpoint_held.emplace(o->t.checkpoint + ".lock", "--checkpoint " + o->t.checkpoint);
-    if (!metrics_path.empty()) metrics_held.emplace(metrics_path.string() + ".lock", "--metrics " + o->metrics);
+      StopSignals::remove_at_once(o->t.checkpoint + ".lock");
+    }
+    if (!metrics_path.empty()) {
+      metrics_held.emplace(metrics_path.string() + ".lock", "--metrics " + o->metrics);
+      StopSignals::remove_at_once(metrics_path.string() + ".lock");
+    }
     // A run without --resume would write over a checkpoint there: a forgotten --resume lost a run's progress.
     std::error_code ec;
     if (!o->t.checkpoint.empty() && !o->t.resume && std::filesystem::file_size(o->t.checkpoint, ec) > 0 && !ec) {

@@ -362,7 +362,8 @@ TEST_CASE("`ktune train --checkpoint`: a second SIGINT a while after the first e
     const int code = ktune::test::run_command(
         "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 64 " +
             "--steps 5000 " + (every_step ? "--checkpoint-every 1 " : "") + "--checkpoint " +
-            (dir / "run.ckpt").string() + " > " + (dir / "out").string() + " & pid=$!; " +
+            (dir / "run.ckpt").string() + " --metrics " + (dir / "m.jsonl").string() + " > " +
+            (dir / "out").string() + " & pid=$!; " +
             "for i in $(seq 600); do grep -q 'step    2/5000' " + (dir / "out").string() +
             " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; sleep 0.1; kill -STOP $pid; sleep 1.2; "
             "kill -INT $pid; "
@@ -378,6 +379,9 @@ TEST_CASE("`ktune train --checkpoint`: a second SIGINT a while after the first e
       CHECK_THAT(out, Catch::Contains("ktune: stopped at once: no checkpoint was written yet, so nothing is kept"));
       CHECK_FALSE(std::filesystem::exists(dir / "run.ckpt"));
     }
+    // Its lock files go with it, as they do at a run's end.
+    CHECK_FALSE(std::filesystem::exists(dir / "run.ckpt.lock"));
+    CHECK_FALSE(std::filesystem::exists(dir / "m.jsonl.lock"));
   }
 }
 
