@@ -88,14 +88,17 @@ class Reader {
     return out;
   }
 
-  Config config(const json& v, const Space& space, const std::string& what) const {
+  /// A config of `space`'s tunables (those not given: their first value); `in_domain` false takes any integer
+  /// values (the reference's: a simple config needs no place in the search).
+  Config config(const json& v, const Space& space, const std::string& what, bool in_domain = true) const {
     require(v.is_object(), what + " must be an object of tunable values");
     Config c;
     try {
       c = Config::from_json(v);
       for (const auto& p : space.params())
         if (!c.has(p.name)) c.set(p.name, p.values.front());
-      space.check_member(c);
+      if (in_domain) space.check_member(c);
+      for (const auto& [name, value] : c.values()) space.param(name);  // an unknown name, in_domain or not
     } catch (const Error& e) {
       fail(what + ": " + e.what());
     }
@@ -416,7 +419,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     reference.kind = ref.contains("kernel") ? ReferenceSpec::Kind::kKernel : ReferenceSpec::Kind::kConfig;
     r.require(ref.contains("kernel") || ref.contains("config"),
               "reference needs 'kernel' (another kernel of the source), 'config' or 'files'");
-    reference.config = ref.contains("config") ? r.config(ref["config"], spec->space, "reference config")
+    reference.config = ref.contains("config") ? r.config(ref["config"], spec->space, "reference config", false)
                                               : spec->default_config.value_or(spec->space.at(0));
     if (ref.contains("kernel")) {
       reference.kernel = r.string_at(ref, "kernel", "reference");

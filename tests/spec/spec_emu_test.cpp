@@ -482,4 +482,22 @@ __global__ void axpb_forgets_alpha(const float* x, float* y, float alpha, float 
   CHECK_THAT(out, Catch::Contains("softmax_fwd: its CPU reference checks at its own parameter values (scale "));
 }
 
+TEST_CASE("spec emu: the reference's config may lie outside the tunables' values", "[spec]") {
+  // A simple reference (32 threads, one element each) need not be a point of the search.
+  const auto dir = ktune::test::scratch_dir("spec-reference-config");
+  fs::copy_file(example("vector_add/vector_add.cu"), dir / "vector_add.cu");
+  nlohmann::json spec = nlohmann::json::parse(std::ifstream(example("vector_add/vector_add.json")));
+  spec["reference"] = {{"config", {{"block", 32}, {"vec", 1}}}};
+  std::ofstream(dir / "vector_add.json") << spec.dump();
+  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "vector_add.json").string();
+  std::string out;
+  CHECK(run_command(run, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  // Its names are still the tunables'.
+  spec["reference"] = {{"config", {{"blocks", 32}}}};
+  std::ofstream(dir / "vector_add.json") << spec.dump();
+  CHECK(run_command(run, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("reference config: unknown tunable 'blocks' (did you mean 'block'?)"));
+}
+
 }  // namespace spec_spec_emu_test
