@@ -5,7 +5,9 @@
 // gives x + y. A thread other than the Runtime's compiles, launches and
 // copies through it. Runtime::tune measures on the device and its winner
 // computes x + y; an allocation too small is refused before a launch, and a
-// part of one is copied. Skipped without a device.
+// part of one is copied. A built-in family's run-time parameters (AdamW's
+// hyper-parameters and step, a scale, alpha) reach the device's kernels.
+// Skipped without a device.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "spec/family_parameters_check.hpp"
 #include "spec/vector_add_run.hpp"
 #include "support.hpp"
 #include "tuner/cuda/check.hpp"
@@ -111,6 +114,13 @@ TEST_CASE("spec gpu: Runtime::tune measures on the device and its winner runs", 
   std::vector<float> part(7);
   rt.download(part.data(), run.dz + 10000 * 4, part.size() * 4);
   for (std::size_t i = 0; i < part.size(); ++i) REQUIRE(part[i] == run.x[10000 + i] + run.y[10000 + i]);
+}
+
+TEST_CASE("spec gpu: a built-in family's run-time parameters take their values at each launch", "[gpu][spec]") {
+  ktune::test::skip_without_gpu();
+  ktune::Runtime rt("gpu");
+  // The device's exp, sqrt and division round otherwise than the host's: within 1e-4 of the references.
+  ktune::test::check_family_parameters(rt, 1e-4);
 }
 
 }  // namespace spec_runtime_gpu_test
