@@ -359,8 +359,8 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
     // and a session would fail every one. The machine's faults (I/O, a compiler) stay what they are.
     if (e.kind() != ErrorKind::kCheckFailed && e.kind() != ErrorKind::kCuda) throw;
     throw_error(ErrorKind::kInvalidInput,
-                fmt::format("{}: the reference {} at {} failed, so no variant can be checked against it: {}", name(),
-                            kernel, ref.config.str(), e.what()));
+                fmt::format("{}: the reference {} at {} failed, so no variant can be checked against it: {}",
+                            origin(), kernel, ref.config.str(), e.what()));
   }
   for (std::size_t i = 0; i < w.buffers.size(); ++i) {
     auto& b = w.buffers[i];

@@ -31,6 +31,7 @@ class SpecFamily final : public templates::Family {
   void require_emulation() const;
 
   std::string name() const override { return spec_->name; }
+  std::string origin() const override { return spec_->path.string(); }
   std::string summary() const override { return spec_->summary; }
   std::vector<std::string> source_files() const override;
   std::string source_hash() const override { return hash_; }

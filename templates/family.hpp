@@ -36,6 +36,9 @@ class Family {
   virtual ~Family() = default;
 
   virtual std::string name() const = 0;
+  /// How a message that no config can fix names the family: a built-in
+  /// family's name, a kernel spec's file (where the fault is to be mended).
+  virtual std::string origin() const { return name(); }
   virtual std::string summary() const = 0;  ///< one line for `--help` and listings
   /// The template files (paths under templates/) whose text the family hash covers.
   virtual std::vector<std::string> source_files() const = 0;

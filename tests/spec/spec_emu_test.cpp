@@ -295,7 +295,7 @@ TEST_CASE("spec emu: a reference that fails ends the run or the session at once:
   CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + spec + " --config '{\"vec\":2}' 2>&1",
                     &out) == 2);
   INFO(out);
-  CHECK_THAT(out, Catch::Contains("vector_add: the reference vector_add<1> at {\"block\":256,\"vec\":1} failed, so "
+  CHECK_THAT(out, Catch::Contains(spec + ": the reference vector_add<1> at {\"block\":256,\"vec\":1} failed, so "
                                   "no variant can be checked against it: emulation: __trap() called"));
   const auto cache = dir / "tuned.json";
   CHECK(run_command("KTUNE_PRINT=quiet " + ktune_exe().string() + " tune --backend emu --strategy exhaustive --spec " +

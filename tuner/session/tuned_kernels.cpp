@@ -53,7 +53,7 @@ DeviceDefault device_default(const templates::Family& family, const templates::P
     best_distance = distance;
   }
   KTUNE_REQUIRE(best.has_value(), fmt::format("{}: no config of the space is valid for {} on {} (the default {}: {})",
-                                              family.name(), problem.key(), device.arch, def.str(), why_not_default));
+                                              family.origin(), problem.key(), device.arch, def.str(), why_not_default));
   return {*best, true};
 }
 
