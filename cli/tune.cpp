@@ -296,6 +296,14 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                     : ""));
       }
       line.finish();
+      // A spec whose restrictions or geometry leave points out (a grid that is not whole): how many, and where
+      // to read why, which no evaluated config says.
+      if (dynamic_cast<const spec::SpecFamily*>(&family) && summary.valid_points < family.space().size() &&
+          print != env::PrintLevel::kQuiet)
+        std::cerr << fmt::format("note: {} of the {} points are not valid for {} on {}; `ktune render --space "
+                                 "--spec {} --problem '{}'` says why\n",
+                                 family.space().size() - summary.valid_points, family.space().size(), problem.key(),
+                                 runner->device().arch, opts->spec, problem.to_json().dump());
       SessionView view{&family, problem, opts->backend, runner->device().peak_bandwidth_gbs, {}, {},
                        tuner::default_on(family, problem, runner->device())};
       for (const auto& r : summary.records) view.evaluations.push_back(evaluation_of(r));

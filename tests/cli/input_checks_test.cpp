@@ -353,6 +353,13 @@ TEST_CASE("CLI: a problem no config of the space fits is said so with the defaul
                       Catch::Contains("vec                  {1, 2, 4}"));
   std::string err;
   CHECK(run_bad("run --backend emu" + with_spec, &err) == 2);
+  // Some valid: tune says how many points are not, and where to read why.
+  REQUIRE(run_command(ktune_exe().string() + " tune --backend emu --budget 2" + with_spec +
+                          " --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":96000}}' --cache " +
+                          (dir / "c.json").string() + " --log " + (dir / "s.log").string(),
+                      &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: 9 of the 15 points are not valid for f32;n=96000 on sm_90; `ktune render "
+                                  "--space --spec " + (dir / "frac.json").string() + " --problem '"));
   // Named by the spec's file, where it is to be mended.
   CHECK_THAT(err, Catch::Contains((dir / "frac.json").string() + ": no config of the space is valid for f32;n=100000 "
                                   "on sm_90 (the default ") &&
