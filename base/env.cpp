@@ -61,7 +61,12 @@ unsigned compile_threads() {
 
 std::string host_cxx() {
   const auto v = get("KTUNE_HOST_CXX");
-  if (v.empty()) return KTUNE_DEFAULT_HOST_CXX;
+  return v.empty() ? std::string(KTUNE_DEFAULT_HOST_CXX) : v;
+}
+
+void require_host_cxx() {
+  const auto v = get("KTUNE_HOST_CXX");
+  if (v.empty()) return;
   // One executable, a path or a name on PATH: a wrong one is the setting's fault, said before any compile.
   bool found = false;
   if (v.find('/') != std::string::npos) {
@@ -78,7 +83,6 @@ std::string host_cxx() {
   KTUNE_REQUIRE(found, fmt::format("KTUNE_HOST_CXX '{}' is no executable here (a path, or a name on PATH); give the "
                                    "host compiler of the emulation (g++, clang++), or unset it for {}",
                                    v.substr(0, 200), KTUNE_DEFAULT_HOST_CXX));
-  return v;
 }
 
 PrintLevel print_level() {

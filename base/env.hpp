@@ -33,6 +33,9 @@ unsigned compile_threads();
 /// KTUNE_HOST_CXX: host compiler for the emulation backend. Default: the C++
 /// compiler ktune was built with.
 std::string host_cxx();
+/// Throws kInvalidInput where KTUNE_HOST_CXX is set to no executable (a path, or a name on PATH): the
+/// emulation's start-up check, before any compile.
+void require_host_cxx();
 
 /// KTUNE_NO_DEVICE=1 hides every GPU, as if no driver were installed.
 bool no_device();

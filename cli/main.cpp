@@ -13,6 +13,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/error.hpp"
@@ -25,11 +26,17 @@ namespace {
 /// "unknown subcommand 'x' of bench; one of: ..." when the word after the
 /// deepest command parsed names none of its subcommands (CLI11 says only
 /// that one is required).
-std::optional<std::string> unknown_subcommand(const CLI::App& app) {
+/// The deepest command parsed and the words of the line left over.
+std::pair<const CLI::App*, std::vector<std::string>> leftover(const CLI::App& app) {
   const CLI::App* level = &app;
   while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
   auto rest = level->remaining();
   if (rest.empty()) rest = app.remaining();  // a word a subcommand does not know falls through to the top
+  return {level, rest};
+}
+
+std::optional<std::string> unknown_subcommand(const CLI::App& app) {
+  const auto [level, rest] = leftover(app);
   const auto subcommands = level->get_subcommands({});
   if (rest.empty() || subcommands.empty() || rest.front().rfind('-', 0) == 0) return std::nullopt;
   std::vector<std::string> names;
@@ -42,10 +49,7 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app) {
 /// first word of the line left over that reads as an option (CLI11 lists all
 /// the words it did not take, in its own order).
 std::optional<std::string> unknown_option(const CLI::App& app) {
-  const CLI::App* level = &app;
-  while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
-  auto rest = level->remaining();
-  if (rest.empty()) rest = app.remaining();
+  const auto [level, rest] = leftover(app);
   const auto option =
       std::find_if(rest.begin(), rest.end(), [](const std::string& w) { return w.rfind("--", 0) == 0; });
   if (option == rest.end()) return std::nullopt;

@@ -81,7 +81,7 @@ class EmuBackend final : public Backend {
       : device_(DeviceLimits::for_arch(options.arch)), executor_(options.workers, options.schedule),
         live_(std::make_shared<LiveBuffers>()) {
     device_.name = "host emulation (" + options.arch + " limits)";
-    env::host_cxx();  // a KTUNE_HOST_CXX that is no compiler is bad input, said before any work
+    env::require_host_cxx();  // a KTUNE_HOST_CXX that is no compiler is bad input, said before any work
   }
 
   std::string name() const override { return "emu"; }
