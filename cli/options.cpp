@@ -114,8 +114,8 @@ const templates::Family& family_arg(const std::string& family, const std::string
 
 const char* const kParametersHelp =
     "Run-time parameters as JSON, e.g. '{\"scale\": 0.5}': the launches take them and the reference checks at "
-    "them (a kernel spec's; a built-in family's reference checks its own values only); default: the spec's "
-    "values (render --space lists them)";
+    "them (a built-in family's, such as AdamW's lr, beta1, beta2, eps, weight_decay and step, or a kernel spec's); "
+    "default: the family's or the spec's values (render --space lists them)";
 
 templates::Scalars parameters_arg(const templates::Family& family, const templates::Problem& problem,
                                   const std::string& text) {

@@ -84,13 +84,13 @@ class Family {
   virtual Rendered render(const Config& config, const Problem& problem) const = 0;
   virtual Workload make_workload(const Problem& problem, std::uint64_t seed) const = 0;
   /// The same with its reference run at `scalars`' values (those not given
-  /// keep theirs): what `run --parameters` checks. A family whose reference
-  /// knows only its own values (the built-in ones: a program gives others at
-  /// launch) refuses others (kInvalidInput); a kernel spec takes any.
+  /// keep theirs): what `run --parameters` and `tune --parameters` check, and
+  /// the values the workload's launches take. Every family with scalars
+  /// overrides it (the default, for those without, takes none).
   virtual Workload make_workload(const Problem& problem, std::uint64_t seed, const Scalars& scalars) const;
   /// Throws kInvalidInput, before any work, where make_workload cannot
-  /// check at `scalars`' values: a name the family does not take, or values
-  /// other than its own for a reference that knows only those.
+  /// check at `scalars`' values: a name the family does not take, a value
+  /// that is not finite or that a launch would refuse (an AdamW beta of 1).
   virtual void require_checkable(const Problem& problem, const Scalars& scalars) const;
   /// The buffers a launch takes for `problem`, in the order of
   /// Workload::buffers and of `plan`'s addresses (a scratch buffer sized for
@@ -169,6 +169,16 @@ class TypedFamily : public Family {
   /// scalars(problem) (resolve_scalars). Families with scalars override it.
   virtual void set_scalars(Args& args, const Problem& problem, const Scalars& scalars) const {
     (void)args, (void)problem, (void)scalars;
+  }
+  /// Args holding scalars(problem) with `given`'s values, checked as a
+  /// launch checks them: the values a workload's reference runs at.
+  Args args_with_scalars(const Problem& problem, const Scalars& given) const {
+    Args args{};
+    if (const Scalars all = resolve_scalars(problem, given); !all.empty()) set_scalars(args, problem, all);
+    return args;
+  }
+  void require_checkable(const Problem& problem, const Scalars& scalars) const override {
+    (void)args_with_scalars(problem, scalars);
   }
 
   std::vector<Launch> plan(const Config& config, const Problem& problem, const std::vector<std::uint64_t>& addresses,

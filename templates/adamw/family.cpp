@@ -83,12 +83,16 @@ class AdamwBase : public AdamwFamily {
                   name() + ": dimension 'numel' must be in 1..2^31-1");
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
     const auto tensors = p.dim("tensors");
     const auto n = static_cast<std::size_t>(p.dim("numel"));
     const bool bf16 = p.dtype == "bf16";
-    const AdamwHyper h = workload_hyper();
+    Args with_hyper;
+    with_hyper.hyper = workload_hyper();  // what the scalars leave: gradient clipping
+    set_scalars(with_hyper, p, resolve_scalars(p, given));
+    const AdamwHyper h = with_hyper.hyper;
     std::mt19937_64 rng(seed);
     Workload w;
     for (std::int64_t t = 0; t < tensors; ++t) {

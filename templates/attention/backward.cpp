@@ -429,8 +429,10 @@ class Backward final : public TypedFamily<BackwardArgs> {
             buffer_shape("scratch", Role::kScratch, DType::kF32, (delta_bytes(p) + accumulator_bytes(p)) / 4)};
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
+    const double scale = args_with_scalars(p, given).scale;
     const AttentionShape s = shape_of(p);
     const auto n = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
     const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
@@ -445,7 +447,6 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const auto checked = sample_rows(s, seed, 6.0);  // forward (2) and backward (4) multiply-adds per key
     zero_unchecked(s, checked, {&q, &dout});
     const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
-    const double scale = default_scale(s.head_dim);
     std::vector<double> o(n), lse(rows);
     attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, kv_st, kv_st, st,
                                         scale, 0, s.batch * s.heads, checked.data());
@@ -497,6 +498,8 @@ class Backward final : public TypedFamily<BackwardArgs> {
   /// The forward's softmax scale: 1/sqrt(head_dim), the usual one.
   Scalars scalars(const Problem& p) const override { return {{"scale", shortest(default_scale(p.dim("head_dim")))}}; }
   void set_scalars(BackwardArgs& args, const Problem&, const Scalars& s) const override {
+    KTUNE_REQUIRE(s.at("scale") > 0, fmt::format("{}: the softmax scale must be positive, got {:g}", name(),
+                                                 s.at("scale")));
     args.scale = f32_scalar(name(), "scale", s.at("scale"));
   }
 

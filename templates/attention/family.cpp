@@ -327,8 +327,10 @@ class Forward final : public TypedFamily<ForwardArgs> {
             buffer_shape("lse", Role::kOutput, DType::kF32, s.batch * s.heads * s.seq)};
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
+    const float scale = args_with_scalars(p, given).scale;
     const AttentionShape s = shape_of(p);
     const auto n = static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim);
     const auto rows = static_cast<std::size_t>(s.batch * s.heads * s.seq);
@@ -345,7 +347,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     std::vector<double> o(n), lse(rows);
     const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
     attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, kv_st, kv_st, st,
-                                        default_scale(s.head_dim), 0, s.batch * s.heads, checked.data());
+                                        scale, 0, s.batch * s.heads, checked.data());
     fill_unchecked(s, checked, v, o, lse);
     Workload w;
     w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
@@ -381,6 +383,8 @@ class Forward final : public TypedFamily<ForwardArgs> {
   /// The softmax scale: 1/sqrt(head_dim), the usual one.
   Scalars scalars(const Problem& p) const override { return {{"scale", shortest(default_scale(p.dim("head_dim")))}}; }
   void set_scalars(ForwardArgs& args, const Problem&, const Scalars& s) const override {
+    KTUNE_REQUIRE(s.at("scale") > 0, fmt::format("{}: the softmax scale must be positive, got {:g}", name(),
+                                                 s.at("scale")));
     args.scale = f32_scalar(name(), "scale", s.at("scale"));
   }
 

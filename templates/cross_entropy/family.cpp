@@ -243,14 +243,16 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
             buffer_shape("dlogits", Role::kOutput, activation_dtype(p), n)};
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
+    const float scale = args_with_scalars(p, given).scale;
     const ForwardPass f = forward_pass(p, seed);
     const auto& b = f.batch;
     // lse as the forward leaves it: fp32.
     const auto lse = stored_as(DType::kF32, std::vector<float>(f.lse.begin(), f.lse.end()));
     std::vector<double> dlogits(b.logits.size());
-    cross_entropy_backward<double>(b.logits.data(), b.targets.data(), lse.data(), static_cast<double>(mean_scale(p)),
+    cross_entropy_backward<double>(b.logits.data(), b.targets.data(), lse.data(), static_cast<double>(scale),
                                    dlogits.data(), p.dim("rows"), p.dim("vocab"));
     Workload w;
     w.buffers.push_back(input_buffer("logits", activation_dtype(p), b.logits));

@@ -217,8 +217,10 @@ class Primitive final : public PrimitiveFamily {
     return render_template(kTemplate, {kernel}, name());
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
+    const double alpha = args_with_scalars(p, given).alpha;  // the f32 the kernel takes
     std::mt19937_64 rng(seed);
     const DType dt = activation_dtype(p);
     // Inputs where every op is defined and well conditioned: positive for log, rsqrt, sqrt, and a divisor.
@@ -232,14 +234,14 @@ class Primitive final : public PrimitiveFamily {
     if (kind_ == Kind::kUnary) {
       const auto x = values(p.dim("n"), positive);
       std::vector<double> y(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) y[i] = unary_reference(static_cast<Unary>(op_), x[i], kWorkloadAlpha);
+      for (std::size_t i = 0; i < x.size(); ++i) y[i] = unary_reference(static_cast<Unary>(op_), x[i], alpha);
       w.buffers.push_back(input_buffer("x", dt, x));
       w.buffers.push_back(output_buffer("y", dt, y));
       return w;
     }
     if (is_strided(kind_)) return strided_workload(p, rng, dt);
     if (kind_ == Kind::kFill) {
-      w.buffers.push_back(output_buffer("y", dt, std::vector<double>(static_cast<std::size_t>(p.dim("n")), kWorkloadAlpha)));
+      w.buffers.push_back(output_buffer("y", dt, std::vector<double>(static_cast<std::size_t>(p.dim("n")), alpha)));
       return w;
     }
     if (is_table(kind_)) return table_workload(p, rng, dt);
@@ -266,10 +268,11 @@ class Primitive final : public PrimitiveFamily {
     if (kind_ == Kind::kScatterAdd || kind_ == Kind::kCausalMask) {
       std::vector<double> y = x;
       if (kind_ == Kind::kScatterAdd)
-        for (std::int64_t r = 0; r < rows; ++r) y[static_cast<std::size_t>(r * cols + idx[static_cast<std::size_t>(r)])] += kScatterAlpha;
+        for (std::int64_t r = 0; r < rows; ++r)
+          y[static_cast<std::size_t>(r * cols + idx[static_cast<std::size_t>(r)])] += alpha;
       else
         for (std::int64_t r = 0; r < rows; ++r)
-          for (std::int64_t c = r % cols + 1; c < cols; ++c) y[static_cast<std::size_t>(r * cols + c)] = kWorkloadAlpha;
+          for (std::int64_t c = r % cols + 1; c < cols; ++c) y[static_cast<std::size_t>(r * cols + c)] = alpha;
       HostBuffer b = input_buffer("y", dt, x);
       b.role = Role::kInOut;
       b.expected = output_buffer("y", dt, y).expected;

@@ -110,8 +110,10 @@ class GradNorm final : public GradNormFamily {
                            name());
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
+    const float max_norm = args_with_scalars(p, given).max_norm;
     const auto n = static_cast<std::size_t>(p.dim("numel"));
     std::mt19937_64 rng(seed);
     std::vector<std::vector<double>> grads;
@@ -123,13 +125,13 @@ class GradNorm final : public GradNormFamily {
     Workload w;
     for (std::size_t t = 0; t < grads.size(); ++t)
       w.buffers.push_back(input_buffer("grad[" + std::to_string(t) + "]", DType::kF32, grads[t]));
-    const double norm = clip_by_norm(grads, kWorkloadMaxNorm);
+    const double norm = clip_by_norm(grads, max_norm);
     for (std::size_t t = 0; t < grads.size(); ++t) {
       HostBuffer& b = w.buffers[t];
       b.role = Role::kInOut;
       set_expected(b, std::vector<float>(grads[t].begin(), grads[t].end()));
     }
-    const double factor = clip_factor(norm, kWorkloadMaxNorm);
+    const double factor = clip_factor(norm, max_norm);
     w.buffers.push_back(output_buffer("out", DType::kF32, {norm, factor}));
     w.buffers.push_back(make_buffer("scratch", Role::kScratch, DType::kF32,
                                     std::vector<float>(static_cast<std::size_t>(max_partials(p)))));

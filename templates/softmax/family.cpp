@@ -146,12 +146,14 @@ class Forward final : public SoftmaxFamily<ForwardArgs> {
     return {buffer_shape("x", Role::kInput, t, n), buffer_shape("y", Role::kOutput, t, n)};
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
+    const float scale = args_with_scalars(p, given).scale;
     std::mt19937_64 rng(seed);
     const auto x = scores(p, rng);
     std::vector<double> y(x.size());
-    softmax_forward<double>(x.data(), y.data(), p.dim("rows"), p.dim("cols"), kWorkloadScale, is_causal(p));
+    softmax_forward<double>(x.data(), y.data(), p.dim("rows"), p.dim("cols"), scale, is_causal(p));
     Workload w;
     w.buffers.push_back(input_buffer("x", activation_dtype(p), x));
     w.buffers.push_back(output_buffer("y", activation_dtype(p), y));
@@ -202,18 +204,20 @@ class Backward final : public SoftmaxFamily<BackwardArgs> {
             buffer_shape("dx", Role::kOutput, t, n)};
   }
 
-  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
+  Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);
+    const float scale = args_with_scalars(p, given).scale;
     const std::int64_t rows = p.dim("rows"), cols = p.dim("cols");
     const DType dtype = activation_dtype(p);
     std::mt19937_64 rng(seed);
     const auto x = scores(p, rng);
     std::vector<double> exact(x.size());
-    softmax_forward<double>(x.data(), exact.data(), rows, cols, kWorkloadScale, is_causal(p));
+    softmax_forward<double>(x.data(), exact.data(), rows, cols, scale, is_causal(p));
     const auto y = stored_as(dtype, std::vector<float>(exact.begin(), exact.end()));  // as the forward leaves it
     const auto dy = stored_as(dtype, random_floats(rng, x.size(), -1.f, 1.f));
     std::vector<double> dx(x.size());
-    softmax_backward<double>(y.data(), dy.data(), dx.data(), rows, cols, kWorkloadScale, is_causal(p));
+    softmax_backward<double>(y.data(), dy.data(), dx.data(), rows, cols, scale, is_causal(p));
     Workload w;
     w.buffers.push_back(input_buffer("y", dtype, y));
     w.buffers.push_back(input_buffer("dy", dtype, dy));

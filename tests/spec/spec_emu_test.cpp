@@ -435,7 +435,8 @@ __global__ void block_sum(const float* x, float* y, int n) {
   CHECK_THAT(out, Catch::Contains("PASS"));
 }
 
-TEST_CASE("spec emu: run and tune --parameters check a spec at other values of its run-time parameters",
+TEST_CASE("spec emu: run and tune --parameters check a spec, or a built-in family, at other values of its "
+          "run-time parameters",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-run-parameters");
   std::ofstream(dir / "axpb.cu") << R"cu(template <int BLOCK>
@@ -474,12 +475,17 @@ __global__ void axpb_forgets_alpha(const float* x, float* y, float alpha, float 
                         (dir / "s.log").string(),
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("2 evaluated of 2 valid configs (2 points), 0 failed]"));
-  // Names the spec does not take, and a built-in family's reference, which knows its own values only.
+  // Names the spec does not take.
   CHECK(run_command(right + " --parameters '{\"gamma\": 1}'", &out) == 2);
   CHECK_THAT(out, Catch::Contains("axpb: no parameter 'gamma'; its parameters: alpha, beta"));
-  CHECK(run_command(ktune_exe().string() + " run --backend emu --family softmax_fwd --parameters '{\"scale\": 0.5}'",
-                    &out) == 2);
-  CHECK_THAT(out, Catch::Contains("softmax_fwd: its CPU reference checks at its own parameter values (scale "));
+  // A built-in family's reference runs at the values given too; a value no launch takes is refused first.
+  const std::string builtin = ktune_exe().string() + " run --backend emu --family ";
+  CHECK(run_command(builtin + "softmax_fwd --parameters '{\"scale\": 0.5}'", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  CHECK(run_command(builtin + "adamw --parameters '{\"lr\": 0.01, \"beta2\": 0.95, \"step\": 1000}'", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  CHECK(run_command(builtin + "adamw --parameters '{\"beta1\": 1}'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("adamw: beta1 must be in [0, 1), got 1"));
 }
 
 TEST_CASE("spec emu: the reference's config may lie outside the tunables' values", "[spec]") {

@@ -96,6 +96,46 @@ TEST_CASE("every run-time scalar of a family reaches its kernels' arguments, at 
     CHECK(with_scalars.count(name) == 1);
 }
 
+TEST_CASE("every run-time scalar of a family moves its reference, and a value no launch takes is refused first",
+          "[family]") {
+  // `run --parameters` and `tune --parameters` check a built-in family at the values given: the workload's expected
+  // outputs must be the reference's at those values, not at the family's own (a check that would pass a kernel
+  // ignoring them).
+  const auto expected = [](const Workload& w) {
+    std::vector<std::vector<std::byte>> out;
+    for (const auto& b : w.buffers) out.push_back(b.expected);
+    return out;
+  };
+  for (const Family* f : all_families())
+    for (const auto& p : f->problem_classes()) {
+      const Scalars own = f->scalars(p);
+      if (own.empty()) continue;
+      INFO(f->name() << " " << p.key());
+      const Workload base = f->make_workload(p, 7);
+      const bool same = expected(f->make_workload(p, 7, own)) == expected(base);
+      CHECK(same);
+      for (const auto& [key, value] : own) {
+        INFO(key << " = " << value);
+        const double other = value == 0 ? 0.5 : key == "step" ? value + 3 : key.starts_with("beta") ? value / 2
+                                                                                                    : value * 2;
+        CHECK_NOTHROW(f->require_checkable(p, {{key, other}}));
+        const Workload moved = f->make_workload(p, 7, {{key, other}});
+        const bool moves = expected(moved) != expected(base);
+        CHECK(moves);
+      }
+      CHECK_THROWS_WITH(f->require_checkable(p, {{"no_such_scalar", 1.0}}), Catch::Contains("no_such_scalar"));
+    }
+  // Values a launch refuses are refused before a workload is made.
+  const Problem adam{"f32", {{"tensors", 2}, {"numel", 100}}};
+  CHECK_THROWS_WITH(find_family("adamw").require_checkable(adam, {{"beta1", 1.0}}),
+                    Catch::Contains("adamw: beta1 must be in [0, 1), got 1"));
+  CHECK_THROWS_WITH(find_family("adamw_eager").make_workload(adam, 1, {{"step", 0.5}}),
+                    Catch::Contains("step must be a whole number from 1"));
+  const Family& attention = find_family("attention_fwd");
+  CHECK_THROWS_WITH(attention.require_checkable(attention.problem_classes().front(), {{"scale", -0.125}}),
+                    Catch::Contains("attention_fwd: the softmax scale must be positive, got -0.125"));
+}
+
 TEST_CASE("rendering is deterministic and names its kernels", "[family]") {
   for (const Family* f : all_families()) {
     for (const auto& p : f->problem_classes()) {
