@@ -46,6 +46,8 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
                 fmt::format("cannot write {} {}: {}; give a writable file path", what, p.string(), why));
   };
   KTUNE_REQUIRE(!path.empty(), fmt::format("{} must not be empty; give a writable file path", what));
+  // "out/" names a folder whatever is there: a file cannot be written by that name.
+  if (!path.has_filename()) refuse(path, "it names a folder (it ends with '/')");
   // Follow the chain of links, each relative to the folder that holds it.
   fs::path target = path;
   std::error_code ec;

@@ -17,7 +17,7 @@ std::string read_file(const std::filesystem::path& path);
 /// now (a run refused after this check leaves no folder behind). Throws
 /// kInvalidInput, one line naming `what` (e.g. "cache file", "--json-out")
 /// and the path, when the target is a directory or another non-regular
-/// file, is read-only, or its folder (or the nearest one that exists)
+/// file, or a name ending in '/', is read-only, or its folder (or the nearest one that exists)
 /// cannot be written (a file is made there and removed at once to ask).
 /// Writes nothing else.
 std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what);

@@ -40,6 +40,12 @@ TEST_CASE("writable_target: directories, read-only files and unmakeable folders 
   ktune::write_file_atomic(dir / "plain", "x");
   expect_refused(dir / "plain" / "sub" / "out.json", "cannot create folder");
   CHECK(fs::is_empty(dir / "ro.json") == false);
+  // A name ending in '/' is a folder's, existing or not: refused before anything is made, by both checks.
+  expect_refused(fs::path((dir / "newdir").string() + "/"), "it names a folder (it ends with '/')");
+  CHECK_THROWS_WITH(ktune::open_target(fs::path((dir / "logs").string() + "/"), "--metrics"),
+                    Catch::Contains("cannot write --metrics") && Catch::Contains("it names a folder"));
+  CHECK_FALSE(fs::exists(dir / "newdir"));
+  CHECK_FALSE(fs::exists(dir / "logs"));
 }
 
 TEST_CASE("writable_target: a missing folder is made when the file is written, links are written through",
