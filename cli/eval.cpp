@@ -79,15 +79,20 @@ void add_eval_command(CLI::App& app, Global& global) {
                                                                           : nlohmann::ordered_json()},
                                             {"windows", full.windows},
                                             {"tokens", full.tokens},
+                                            {"unscored_tokens", full.unscored},
                                             {"loss", full.loss},
                                             {"perplexity", std::exp(full.loss)}}
                          .dump(2)
                   << "\n";
       else
-        std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}) over all of {}{}: {} window{} of {} tokens\n",
+        std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}) over all of {}{}: {} window{} of {} tokens{}\n",
                                  full.loss, std::exp(full.loss), r.tokens_file,
                                  r.val_split > 0 ? " held out by --val-split" : "", full.windows,
-                                 full.windows == 1 ? "" : "s", r.shape.context);
+                                 full.windows == 1 ? "" : "s", r.shape.context,
+                                 full.unscored == 0 ? ""
+                                                    : fmt::format(" (the last {} token{}, short of a window, not "
+                                                                  "scored)",
+                                                                  full.unscored, full.unscored == 1 ? "" : "s"));
       return;
     }
     const auto result = model::evaluate(r, !o->dump.empty(), o->batches);

@@ -9,6 +9,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "base/json_input.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
@@ -57,6 +58,10 @@ void add_generate_command(CLI::App& app, Global& global) {
   cmd->callback([o, cmd, &global] {
     model::GenerateOptions g = o->g;
     if (o->eos >= 0) g.eos = static_cast<std::int32_t>(o->eos);
+    for (const std::string& word : o->prompt)  // an option read as a value: "--prompt --max-tokens 5"
+      KTUNE_REQUIRE(word.rfind("--", 0) != 0,
+                    fmt::format("--prompt takes token ids, not the option '{}': give at least one id after --prompt",
+                                excerpt(word)));
     for (const std::int64_t id : int_list_arg(fmt::format("{}", fmt::join(o->prompt, ",")), "--prompt", 0)) {
       KTUNE_REQUIRE(id <= std::numeric_limits<std::int32_t>::max(),
                     fmt::format("--prompt: token id {} is past the largest, 2147483647", id));

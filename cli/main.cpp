@@ -12,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <optional>
+#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,15 @@ std::optional<std::string> unknown_option(const CLI::App& app) {
       for (const auto& n : o->get_lnames()) names.push_back("--" + n);
   return fmt::format("unknown option '{}' of {}{}", given, level == &app ? std::string("ktune") : level->get_name(),
                      ktune::did_you_mean(given, names));
+}
+
+/// "--steps is given 2 times; give it once" for CLI11's "--steps: At Most 1
+/// required but received 2" (an option repeated on the line).
+std::optional<std::string> repeated_option(const std::string& what) {
+  static const std::regex kRepeated(R"(^(\S+): At Most 1 required but received (\d+)$)");
+  std::smatch m;
+  if (!std::regex_match(what, m, kRepeated)) return std::nullopt;
+  return fmt::format("{} is given {} times; give it once", m[1].str(), m[2].str());
 }
 
 /// What a command that found no device could do instead: the emulation,
@@ -118,6 +128,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::optional<std::string> said = unknown_subcommand(app);
     if (!said && dynamic_cast<const CLI::ExtrasError*>(&e)) said = unknown_option(app);
+    if (!said) said = repeated_option(e.what());
     std::cerr << "ktune: " << said.value_or(e.what()) << " (see --help)\n";
     return 2;
   } catch (const ktune::Error& e) {

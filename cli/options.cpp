@@ -66,7 +66,7 @@ CLI::Validator integer_at_least(long long least) {
 
 std::optional<std::int64_t> parse_bytes(const std::string& text) {
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1},       {"B", 1},       {"kB", 1e3},           {"KB", 1e3},           {"MB", 1e6},
+      {"B", 1},       {"kB", 1e3},           {"KB", 1e3},           {"MB", 1e6},
       {"GB", 1e9},   {"TB", 1e12},   {"KiB", 1024.0},       {"MiB", 1048576.0},    {"GiB", 1073741824.0},
       {"TiB", 1099511627776.0}};
   std::size_t end = 0;
@@ -90,7 +90,9 @@ CLI::Validator byte_size() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
         return parse_bytes(text) ? std::string()
-                                 : fmt::format("must be a size such as 40GiB, 80GB or 512MiB, got '{}'", excerpt(text));
+                                 : fmt::format("must be a size with its unit, such as 40GiB, 80GB, 512MiB or 4096B, "
+                                               "got '{}'",
+                                               excerpt(text));
       },
       "SIZE");
 }

@@ -74,9 +74,10 @@ std::string strategy_choices();
 /// [lo, hi], either end open when asked; the message names the interval.
 CLI::Validator finite_in(double lo, double hi, bool lo_open = false, bool hi_open = false);
 
-/// Bytes of a size such as "40GiB", "80GB", "512MiB" or "1e9" (a positive
+/// Bytes of a size such as "40GiB", "80GB", "512MiB" or "1e9B" (a positive
 /// number, then B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB
-/// (of 1024), or no unit: bytes); nullopt for anything else.
+/// (of 1024)); nullopt for anything else, a bare number too (is "40" bytes
+/// or gigabytes?).
 std::optional<std::int64_t> parse_bytes(const std::string& text);
 /// Check of a size option: parse_bytes accepts it.
 CLI::Validator byte_size();

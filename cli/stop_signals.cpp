@@ -74,15 +74,13 @@ StopSignals::StopSignals(bool active, const char* saying, const char* at_once, c
   action.sa_flags = SA_RESTART;  // system calls under way go on
   sigemptyset(&action.sa_mask);
   // One handler at a time: the first signal's time is set before a second one reads it.
-  sigaddset(&action.sa_mask, SIGINT);
-  sigaddset(&action.sa_mask, SIGTERM);
-  ::sigaction(SIGINT, &action, &old_int_);
-  ::sigaction(SIGTERM, &action, &old_term_);
-  // Only to say what a signal's default action ends: one the process ignores (a background job's SIGINT) stays so.
-  if (!active_) {
-    if (old_int_.sa_handler == SIG_IGN) ::sigaction(SIGINT, &old_int_, nullptr);
-    if (old_term_.sa_handler == SIG_IGN) ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
+  for (const int signal : kSignals) sigaddset(&action.sa_mask, signal);
+  for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &action, &old_[i]);
+  // Only to say what a signal's default action ends: one the process ignores (a background job's SIGINT, nohup's
+  // SIGHUP) stays so.
+  if (!active_)
+    for (std::size_t i = 0; i < kSignals.size(); ++i)
+      if (old_[i].sa_handler == SIG_IGN) ::sigaction(kSignals[i], &old_[i], nullptr);
 }
 
 void StopSignals::set_again(const char* again) { again_text = again; }
@@ -96,12 +94,13 @@ void StopSignals::remove_at_once(const std::string& lock) {
 
 StopSignals::~StopSignals() {
   if (!installed_) return;
-  ::sigaction(SIGINT, &old_int_, nullptr);
-  ::sigaction(SIGTERM, &old_term_, nullptr);
+  for (std::size_t i = 0; i < kSignals.size(); ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
 }
 
 int StopSignals::caught() const { return active_ ? static_cast<int>(caught_signal) : 0; }
 
-std::string StopSignals::name(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
+std::string StopSignals::name(int signal) {
+  return signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+}
 
 }  // namespace ktune::cli

@@ -1,13 +1,15 @@
-// SIGINT and SIGTERM as a request to stop once the work under way is done
-// and written (a training step, a tuning evaluation), not at once.
+// SIGINT, SIGTERM and SIGHUP (a closed terminal or ssh session) as a request
+// to stop once the work under way is done and written (a training step, a
+// tuning evaluation), not at once.
 #pragma once
 #include <signal.h>
 
+#include <array>
 #include <string>
 
 namespace ktune::cli {
 
-/// While alive (and `active`), SIGINT and SIGTERM ask the command to stop
+/// While alive (and `active`), SIGINT, SIGTERM and SIGHUP ask the command to stop
 /// after the work under way: `caught` says which came, and `saying` (a
 /// string literal: the handler writes it as it is) goes to stderr when the
 /// first one does. A second one, a second or more after the first, takes
@@ -24,7 +26,7 @@ class StopSignals {
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
-  /// The signal that came (SIGINT or SIGTERM), else 0.
+  /// The signal that came (SIGINT, SIGTERM or SIGHUP), else 0.
   int caught() const;
   /// `again` (a string literal) in place of the constructor's, from now on: what a second request keeps
   /// once the work has written something.
@@ -32,12 +34,13 @@ class StopSignals {
   /// `lock` (a lock file this process holds) is removed as a signal ends the process at once, as its FileLock
   /// removes it on release, instead of staying behind; at most 8 of them.
   static void remove_at_once(const std::string& lock);
-  /// "SIGINT" or "SIGTERM".
+  /// "SIGINT", "SIGTERM" or "SIGHUP".
   static std::string name(int signal);
 
  private:
+  static constexpr std::array<int, 3> kSignals = {SIGINT, SIGTERM, SIGHUP};
   bool active_, installed_ = false;
-  struct sigaction old_int_{}, old_term_{};
+  std::array<struct sigaction, kSignals.size()> old_{};
 };
 
 }  // namespace ktune::cli

@@ -120,7 +120,7 @@ void add_train_command(CLI::App& app, Global& global) {
       ->check(input_file());
   cmd->add_option("--save", o->t.save,
                   "Write the trained weights here (safetensors) after the last step, or after the step running "
-                  "when SIGINT or SIGTERM arrives, which then ends the run (exit status 128 + the signal)")
+                  "when SIGINT, SIGTERM or SIGHUP arrives, which then ends the run (exit status 128 + the signal)")
       ->check(output_file());
   auto* save_best = cmd->add_option("--save-best", o->t.save_best,
                                     "Write the weights here (safetensors) after each validation whose loss is the "
@@ -193,8 +193,8 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* checkpoint = cmd->add_option("--checkpoint", o->t.checkpoint,
                                      "Checkpoint file (safetensors: the weights, AdamW's state, the step and the batch "
                                      "sampler), written atomically every --checkpoint-every steps, after the last "
-                                     "step, and after the step running when SIGINT or SIGTERM arrives, which then "
-                                     "ends the run (exit status 128 + the signal)")->check(output_file());
+                                     "step, and after the step running when SIGINT, SIGTERM or SIGHUP arrives, "
+                                     "which then ends the run (exit status 128 + the signal)")->check(output_file());
   cmd->add_option("--checkpoint-every", o->t.checkpoint_every, "Steps between checkpoints; 0: after the last step only")
       ->check(integer_at_least(0))
       ->capture_default_str()
@@ -228,8 +228,21 @@ void add_train_command(CLI::App& app, Global& global) {
                             {"--val-tokens", o->t.val_tokens_file}, {"--cache", o->m.cache}},
                            {{"--save", o->t.save}, {"--save-best", o->t.save_best}, {"--checkpoint", o->t.checkpoint},
                             {"--metrics", o->metrics}});
-    if (!o->t.save.empty()) writable_target(o->t.save, "--save");  // before the training, not after
-    if (!o->t.save_best.empty()) writable_target(o->t.save_best, "--save-best");
+    // A checkpoint given as --weights starts a new run from its weights alone: said, as a resume would differ.
+    if (!o->t.weights.empty() && !o->t.resume && model::is_checkpoint(o->t.weights))
+      std::cerr << fmt::format("note: --weights {} is a training checkpoint: this run starts at step 1 from its "
+                               "weights, without its AdamW state and step (--checkpoint {} --resume goes on from it)\n",
+                               o->t.weights, o->t.weights);
+    // Before the training, not after; weights written over a checkpoint would lose its optimizer state and step.
+    for (const auto& [option, path] : {std::pair{"--save", o->t.save}, std::pair{"--save-best", o->t.save_best}}) {
+      if (path.empty()) continue;
+      writable_target(path, option);
+      KTUNE_REQUIRE(!model::is_checkpoint(path),
+                    fmt::format("{} {} holds a training checkpoint (weights, AdamW state and step): weights written "
+                                "over it would lose them; give {} another path (--checkpoint {} --resume goes on "
+                                "from it)",
+                                option, path, option, path));
+    }
     if (!o->t.checkpoint.empty()) writable_target(o->t.checkpoint, "--checkpoint");
     // Checked now, opened at the first step's end: a run refused on the way leaves the file as it was.
     const std::filesystem::path metrics_path = o->metrics.empty() ? "" : writable_target(o->metrics, "--metrics");
@@ -266,7 +279,10 @@ void add_train_command(CLI::App& app, Global& global) {
     const bool checkpoint_there = !o->t.checkpoint.empty() && std::filesystem::exists(o->t.checkpoint);
     StopSignals stop_signals(!o->t.checkpoint.empty() || !o->t.save.empty(),
                              "\nktune: stopping after this step, once it is written (again: stop at once)\n",
-                             "\nktune: stopped at once: nothing is kept (no --checkpoint or --save)\n",
+                             o->t.save_best.empty()
+                                 ? "\nktune: stopped at once: nothing is kept (no --checkpoint or --save)\n"
+                                 : "\nktune: stopped at once: no --checkpoint or --save; --save-best's file keeps the "
+                                   "weights of the best validation so far, if one came\n",
                              o->t.checkpoint.empty() ? "\nktune: stopped at once: --save is not written\n"
                              : checkpoint_there
                                  ? kCheckpointHolds
@@ -373,7 +389,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                          ? fmt::format(" x {} micro-batches a step ({} windows)", t.shape.micro_batches,
                                                        t.shape.micro_batches * t.shape.batch)
                                          : "",
-                                     t.backend.backend == "cpu" ? fmt::format(", {} threads", t.threads) : "",
+                                     t.backend.backend == "cpu"
+                                         ? fmt::format(", {} thread{}", t.threads, t.threads == 1 ? "" : "s")
+                                         : "",
                                      t.shape.recompute == model::Recompute::kNone
                                          ? ""
                                          : fmt::format(", recompute {}", model::to_string(t.shape.recompute)));
@@ -461,7 +479,11 @@ void add_train_command(CLI::App& app, Global& global) {
                                                  "metrics can be written, to go on",
                                                  t.checkpoint)
                                : !t.save.empty() ? fmt::format("{} holds its weights", t.save)
-                                                 : "nothing was kept (no --checkpoint or --save)";
+                               : !t.save_best.empty()
+                                   ? fmt::format("no --checkpoint or --save; {} keeps the weights of the best "
+                                                 "validation so far, if one came",
+                                                 t.save_best)
+                                   : "nothing was kept (no --checkpoint or --save)";
       if (step >= t.steps)  // the last step's line: the run is done, its record alone is missing
         std::cerr << fmt::format("ktune: {}; the run finished (step {}) without that step's line\n", metrics_failure,
                                  step);

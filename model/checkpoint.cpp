@@ -188,6 +188,16 @@ CheckpointInfo read_checkpoint_info(const std::filesystem::path& path, const Mod
   return info_of(SafetensorsReader(path), config);
 }
 
+bool is_checkpoint(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return false;
+  try {
+    return SafetensorsReader(path).metadata().count(kFormatKey) > 0;
+  } catch (const Error&) {  // not safetensors, or damaged: no checkpoint to lose
+    return false;
+  }
+}
+
 CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runtime) {
   const SafetensorsReader file(path);
   CheckpointInfo info = info_of(file, runtime.config());

@@ -54,6 +54,11 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
 /// or was written for another model than `config`.
 CheckpointInfo read_checkpoint_info(const std::filesystem::path& path, const ModelConfig& config);
 
+/// Whether `path` holds a ktune checkpoint (of any model): a file that
+/// writing weights over would lose an optimizer state and step. False for
+/// a missing, unreadable or other file.
+bool is_checkpoint(const std::filesystem::path& path);
+
 /// Sets the runtime's parameters and optimizer state from the checkpoint and
 /// returns its info. Throws as read_checkpoint_info, and for a missing or
 /// misshapen tensor.

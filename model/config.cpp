@@ -101,8 +101,10 @@ void RunShape::validate() const {
                 fmt::format("batch {}, context {} and micro-batches {}: each must be at most {}", batch, context,
                             micro_batches, kMax));
   KTUNE_REQUIRE(batch * context <= kMax / micro_batches,
-                fmt::format("a step of {} micro-batches of {} windows of {} tokens: more than {} tokens", micro_batches,
-                            batch, context, kMax));
+                micro_batches == 1
+                    ? fmt::format("a step of {} windows of {} tokens: more than {} tokens", batch, context, kMax)
+                    : fmt::format("a step of {} micro-batches of {} windows of {} tokens: more than {} tokens",
+                                  micro_batches, batch, context, kMax));
 }
 
 }  // namespace ktune::model

@@ -188,6 +188,13 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
                ? std::string()
                : fmt::format("; {} holds step {}", o.checkpoint, last_checkpoint);
   };
+  // A diverged run writes no weights: what still holds it, and that --save does not.
+  const auto unsaved = [&] {
+    return o.save.empty() ? std::string() : fmt::format("; --save {} is not written", o.save);
+  };
+  const auto diverged = [&] { return "training diverged" + held() + unsaved(); };
+  // "NaN" for either sign of it (printf's "-nan" reads as a number).
+  const auto value = [](double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{}", x); };
   // Weights files and checkpoints refuse weights that are not finite (a loss
   // can stay finite while an update writes NaN): the run stops there. A
   // write that fails (a full disk) says what still holds the run.
@@ -198,7 +205,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
       if (e.kind() == ErrorKind::kIo)
         throw_error(ErrorKind::kIo, fmt::format("{}: the run stopped after step {}{}", e.what(), step, held()));
       if (e.kind() != ErrorKind::kCheckFailed) throw;
-      throw_error(ErrorKind::kCheckFailed, fmt::format("{} at step {}{}", e.what(), step, held()));
+      throw_error(ErrorKind::kCheckFailed, fmt::format("{} at step {}{}{}", e.what(), step, held(), unsaved()));
     }
   };
   for (std::int64_t s = at.step + 1; s <= o.steps; ++s) {
@@ -215,7 +222,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
       const double loss = model->forward(micro(tokens, k), micro(targets, k));
       if (!std::isfinite(loss))  // before the update: the weights, and any checkpoint, stay the last good step's
         throw_error(ErrorKind::kCheckFailed,
-                    fmt::format("the loss is {} at step {}: training diverged{}", loss, s, held()));
+                    fmt::format("the loss is {} at step {}: {}", value(loss), s, diverged()));
       r.loss += loss / static_cast<double>(o.shape.micro_batches);
       model->backward(k > 0);
     }
@@ -225,7 +232,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     r.grad_norm = model->grad_norm();
     if (r.grad_norm && !std::isfinite(*r.grad_norm))  // the update wrote it into the weights
       throw_error(ErrorKind::kCheckFailed,
-                  fmt::format("the gradient norm is {} at step {}: training diverged{}", *r.grad_norm, s, held()));
+                  fmt::format("the gradient norm is {} at step {}: {}", value(*r.grad_norm), s, diverged()));
     if (before) r.launches = model->launches()->since(*before);
     at.step = s;
     if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) {
@@ -337,6 +344,7 @@ FullEvalResult evaluate_all(const RunOptions& o) {
   KTUNE_REQUIRE(r.windows >= 1,
                 fmt::format("{} tokens hold no window of --ctx {} and its next token", stream.size(), C));
   r.tokens = r.windows * C;
+  r.unscored = static_cast<std::int64_t>(stream.size()) - 1 - r.tokens;
   const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));
   require_memory(o, plan, plan.peak_forward(), "evaluating");
   auto model = start(o, Allocation::kForwardOnly);

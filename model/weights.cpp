@@ -101,10 +101,10 @@ template <class T>
 void require_finite_parameters(const ParameterLayout& layout, std::span<const T> params) {
   for (const auto& info : layout.tensors)
     for (std::int64_t i = 0; i < info.numel; ++i)
-      if (!std::isfinite(params[info.offset + i]))
+      if (const T x = params[info.offset + i]; !std::isfinite(x))  // "NaN" for either sign of it, not "-nan"
         throw_error(ErrorKind::kCheckFailed,
                     fmt::format("the weights are not finite (tensor '{}' holds {} at index {}): training diverged",
-                                info.name, params[info.offset + i], i));
+                                info.name, std::isnan(x) ? std::string("NaN") : fmt::format("{}", x), i));
 }
 
 template <class T>

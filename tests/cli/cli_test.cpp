@@ -147,6 +147,9 @@ TEST_CASE("CLI: --json is taken before or after the subcommand, giving the same 
   CHECK(out == "ktune: unknown option '--famly' of tune (did you mean '--family'?) (see --help)\n");
   CHECK(run_ktune("families --jsn", &out) == 2);
   CHECK_THAT(out, Catch::Contains("(did you mean '--json'?)"));
+  // An option given twice is said so, not in the parser's words ("At Most 1 required but received 2").
+  CHECK(run_ktune("train --steps 2 --steps 3", &out) == 2);
+  CHECK(out == "ktune: --steps is given 2 times; give it once (see --help)\n");
 }
 
 TEST_CASE("CLI: --help tells every subcommand", "[cli]") {
@@ -282,6 +285,14 @@ TEST_CASE("CLI: output files are checked before the work: unwritable is exit 2, 
                 "\"numel\":64}}' --cache " + dir.string(), &out) == 2);
   CHECK_THAT(out, Catch::Contains("is a directory"));
   CHECK_FALSE(std::filesystem::exists(dir.string() + ".lock"));
+  // A folder's name ("out/"), whether or not it exists yet: refused at once, not after the run, and none made.
+  for (const char* option : {"--save", "--checkpoint", "--metrics"}) {
+    INFO(option);
+    CHECK(run_bad(fmt::format("train --model tiny --steps 1 {} {}/new/", option, dir.string()), &out) == 2);
+    CHECK_THAT(out, Catch::Contains(fmt::format("cannot write {}", option)) &&
+                        Catch::Contains("it names a folder (it ends with '/')"));
+    CHECK_FALSE(std::filesystem::exists(dir / "new"));
+  }
   // A folder where no file can be made, though access() lets root write anywhere.
   if (std::filesystem::is_directory("/proc/self")) {
     CHECK(run_bad("train --model tiny --steps 1 --save /proc/ktune-weights.safetensors", &out) == 2);
@@ -687,7 +698,7 @@ TEST_CASE("CLI: bench memory --fit says the least --recompute at which a step fi
   REQUIRE(peak["none"] > peak["swiglu"]);
   REQUIRE(peak["swiglu"] > peak["blocks"]);
   const auto fit_at = [&](std::int64_t bytes) {
-    REQUIRE(run_ktune(plan + " --fit " + std::to_string(bytes), &out) == 0);
+    REQUIRE(run_ktune(plan + " --fit " + std::to_string(bytes) + "B", &out) == 0);
     const auto j = nlohmann::json::parse(out).at(0);
     CHECK(j.at("fit_bytes") == bytes);
     CHECK(j.at("recompute") == "none");  // the plan itself is as asked
@@ -704,10 +715,11 @@ TEST_CASE("CLI: bench memory --fit says the least --recompute at which a step fi
   CHECK_THAT(out, Catch::Contains("| **least --recompute for a step in 40.00 GiB** |"));
   REQUIRE(run_ktune("bench memory --model xl --ctx 512 --threads 2 --fit 1e3GB --json", &out) == 0);
   CHECK(nlohmann::json::parse(out).at(0).at("fit_bytes") == 1000000000000);
-  for (const char* bad : {"40GiBs", "lots", "-5GB", "0", "nanGB", "40 GiB"}) {
+  // A bare number is refused: 40 bytes, or the 40 GB meant?
+  for (const char* bad : {"40GiBs", "lots", "-5GB", "0B", "nanGB", "40 GiB", "40"}) {
     INFO(bad);
     CHECK(run_bad(std::string("bench memory --fit '") + bad + "'", &out) == 2);
-    CHECK_THAT(out, Catch::Contains("--fit: must be a size such as 40GiB"));
+    CHECK_THAT(out, Catch::Contains("--fit: must be a size with its unit, such as 40GiB"));
   }
 }
 
@@ -880,8 +892,13 @@ TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole 
     CHECK(j.at("context_length") == 8);
     CHECK(j.at("batch_size") == 2);
     CHECK(j.at("backend") == "cpu");
-    if (args.find("--all") != std::string::npos) CHECK(j.at("val_split").is_null());  // not given
+    if (args.find("--all") != std::string::npos) {
+      CHECK(j.at("val_split").is_null());  // not given
+      CHECK(j.at("unscored_tokens") == 399 - 49 * 8);  // 49 windows of 8; the 7 predictable tokens after them
+    }
     REQUIRE(run_ktune(args, &out) == 0);
+    if (args.find("--all") != std::string::npos)
+      CHECK_THAT(out, Catch::Contains("49 windows of 8 tokens (the last 7 tokens, short of a window, not scored)"));
     CHECK_THAT(out, Catch::Matches(fmt::format("loss [0-9.]+ \\(perplexity {:.4g}[;)](.|\n)*",
                                                j.at("perplexity").get<double>())));
   }

@@ -114,6 +114,8 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
   // A huge --accumulate is refused before anything is sized by it.
   CHECK(run_bad(train + "--accumulate 2305843009213693952", &err) == 2);
   CHECK_THAT(err, Catch::Contains("each must be at most 2147483647"));
+  CHECK(run_bad("train --model tiny --ctx 32 --batch 100000000", &err) == 2);  // one batch a step: no micro-batches
+  CHECK_THAT(err, Catch::Contains("a step of 100000000 windows of 32 tokens: more than 2147483647 tokens"));
   CHECK(run_bad("generate --model tiny --prompt 1 --eos 4294967301", &err) == 2);
   // Numbers past the type's range are refused, not clamped to its end.
   CHECK(run_bad(train + "--seed 99999999999999999999", &err) == 2);
@@ -139,6 +141,16 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
   CHECK(run_bad(train + "--checkpoint " + ckpt.string(), &err) == 2);
   CHECK_THAT(err, Catch::Contains("holds the checkpoint of step 1: give --resume to go on from it"));
   CHECK(read_all(ckpt) == checkpointed);
+  // Nor are weights written over it: --save and --save-best would lose its AdamW state and step.
+  CHECK(run_bad(train + "--save " + ckpt.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--save " + ckpt.string() + " holds a training checkpoint"));
+  CHECK(run_bad(train + "--eval-every 1 --save-best " + ckpt.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--save-best " + ckpt.string() + " holds a training checkpoint"));
+  CHECK(read_all(ckpt) == checkpointed);
+  // As --weights it starts a new run from its weights alone, which is said.
+  CHECK(run_command(ktune_exe().string() + " " + train + "--weights " + ckpt.string(), &err) == 0);
+  CHECK_THAT(err, Catch::Contains("note: --weights " + ckpt.string() + " is a training checkpoint: this run starts "
+                                  "at step 1 from its weights, without its AdamW state and step"));
   CHECK(run_bad(train + "--mode eager", &err) == 2);  // the cpu backend's one path
   CHECK_THAT(err, Catch::Contains("--mode eager chooses the kernels of --backend cuda or emu"));
 }
@@ -157,6 +169,8 @@ TEST_CASE("CLI: a list with an empty item is refused and not read short", "[cli]
   CHECK_THAT(err, Catch::Contains("--ctx has an empty item in '16,'"));
   CHECK(run_bad("generate --model tiny --prompt 1,,2", &err) == 2);  // was read as 1 2
   CHECK_THAT(err, Catch::Contains("--prompt has an empty item in '1,,2'"));
+  CHECK(run_bad("generate --model tiny --prompt --max-tokens 5", &err) == 2);  // not "got '--max-tokens,5'"
+  CHECK_THAT(err, Catch::Contains("--prompt takes token ids, not the option '--max-tokens'"));
 }
 
 TEST_CASE("CLI: tune --resume refuses a file that is no session log, a new session too, and --timeout a time that is "

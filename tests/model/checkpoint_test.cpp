@@ -173,6 +173,8 @@ TEST_CASE("a run whose update makes the weights not finite while its loss stays 
                                Catch::Contains(fmt::format("at step {}: training diverged; {} holds step {}",
                                                            kept + 1, o.checkpoint, kept)));
       CHECK_THAT(e.what(), Catch::Contains(clip > 0 ? "the gradient norm is" : "the weights are not finite"));
+      CHECK_THAT(e.what(), Catch::Contains(fmt::format("; --save {} is not written", o.save)) &&
+                               !Catch::Contains(" -nan") && !Catch::Contains(" nan"));
     }
     for (const auto& r : seen) CHECK(std::isfinite(r.loss));
     CHECK_NOTHROW(saved_weights(o, o.checkpoint));  // reading refuses weights that are not finite

@@ -143,6 +143,7 @@ TEST_CASE("evaluating a whole token file counts each window's tokens once, the l
   const FullEvalResult got = evaluate_all(o);
   CHECK(got.windows == 62);
   CHECK(got.tokens == 62 * 16);
+  CHECK(got.unscored == 999 - 62 * 16);  // predictable, short of a window: said, not scored
   // The same windows as one batch, on a runtime of 62 windows.
   std::vector<std::int32_t> tokens, targets;
   for (std::int64_t i = 0; i < 62 * 16; ++i) {
@@ -326,28 +327,34 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
   CHECK(read_checkpoint_info(dir / "run.ckpt", model_config("tiny")).step == stopped + 2);
 }
 
-TEST_CASE("`ktune train --save` without a checkpoint: SIGINT ends the run after its step with the weights saved, "
-          "the request delivered twice at once too",
+TEST_CASE("`ktune train --save` without a checkpoint: SIGINT or SIGHUP ends the run after its step with the "
+          "weights saved, the request delivered twice at once too",
           "[model][cli]") {
   if (!std::filesystem::exists(ktune::test::ktune_exe())) {
     WARN("ktune executable not built; skipping the command test");
     return;
   }
-  const auto dir = ktune::test::scratch_dir("train-save-signal");
-  const std::string weights = (dir / "w.safetensors").string();
-  std::string out;
-  // Steps of some 30 ms, and the signal sent again 5 ms after the first, within the step: as GNU timeout
-  // signals its child and then its process group, one request that reaches the run twice.
-  const int code = ktune::test::run_command(
-      "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 8 --steps 5000 " +
-          "--save " + weights + " > " + (dir / "out").string() + " & pid=$!; " +
-          "for i in $(seq 600); do grep -q 'step    3/5000' " + (dir / "out").string() +
-          " 2>/dev/null && break; sleep 0.1; done; kill -INT $pid; sleep 0.005; kill -INT $pid; wait $pid)",
-      &out);
-  CHECK(code == 128 + 2);
-  CHECK_THAT(out, Catch::Contains("stopped by SIGINT after step") && Catch::Contains(weights + " holds its weights"));
-  const auto file = ktune::read_safetensors(weights);
-  CHECK(file.tensors.size() == parameter_layout(model_config("tiny")).tensors.size());
+  // SIGHUP: the terminal or ssh session the run was started from closed.
+  for (const auto& [signal, number] : {std::pair{"INT", 2}, std::pair{"HUP", 1}}) {
+    INFO("SIG" << signal);
+    const auto dir = ktune::test::scratch_dir("train-save-signal");
+    const std::string weights = (dir / "w.safetensors").string();
+    std::string out;
+    // Steps of some 30 ms, and the signal sent again 5 ms after the first, within the step: as GNU timeout
+    // signals its child and then its process group, one request that reaches the run twice.
+    const int code = ktune::test::run_command(
+        "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 8 --steps 5000 " +
+            "--save " + weights + " > " + (dir / "out").string() + " & pid=$!; " +
+            "for i in $(seq 600); do grep -q 'step    3/5000' " + (dir / "out").string() +
+            " 2>/dev/null && break; sleep 0.1; done; kill -" + signal + " $pid; sleep 0.005; kill -" + signal +
+            " $pid; wait $pid)",
+        &out);
+    CHECK(code == 128 + number);
+    CHECK_THAT(out, Catch::Contains(fmt::format("stopped by SIG{} after step", signal)) &&
+                        Catch::Contains(weights + " holds its weights"));
+    const auto file = ktune::read_safetensors(weights);
+    CHECK(file.tensors.size() == parameter_layout(model_config("tiny")).tensors.size());
+  }
 }
 
 TEST_CASE("`ktune train --checkpoint`: a second SIGINT a while after the first ends it at once, saying what is kept",
@@ -403,7 +410,8 @@ TEST_CASE("`ktune train` prints what it runs before its first step ends", "[mode
   CHECK_THAT(seen, !Catch::Contains("\nstep "));
 }
 
-TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once and says nothing is kept",
+TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once and says what is kept (nothing, or "
+          "--save-best's file)",
           "[model][cli]") {
   const auto dir = ktune::test::scratch_dir("train-nothing-kept");
   std::string out;
@@ -414,6 +422,17 @@ TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once 
       &out);
   CHECK(code == 128 + 15);
   CHECK_THAT(out, Catch::Contains("ktune: stopped at once: nothing is kept (no --checkpoint or --save)"));
+  // Unless --save-best has written the best validation's weights: that file is named, not "nothing".
+  const std::string best = (dir / "best.safetensors").string();
+  CHECK(ktune::test::run_command(
+            "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 8 " +
+                "--steps 5000 --eval-every 1 --eval-batches 1 --save-best " + best + " > " + (dir / "out").string() +
+                " & pid=$!; for i in $(seq 600); do grep -q 'step    3/5000' " + (dir / "out").string() +
+                " 2>/dev/null && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+            &out) == 128 + 15);
+  CHECK_THAT(out, Catch::Contains("ktune: stopped at once: no --checkpoint or --save; --save-best's file keeps the "
+                                  "weights of the best validation so far"));
+  CHECK(std::filesystem::exists(best));
 }
 
 TEST_CASE("training reports each step's gradient norm before clipping, the norm of that batch's gradients",

@@ -83,9 +83,10 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
   // the parent installed (a test framework's, say), so the parent sees it.
   for (int sig : {SIGABRT, SIGSEGV, SIGILL, SIGFPE, SIGBUS}) ::signal(sig, SIG_DFL);
   // A stop request is the parent's to heed (after this evaluation); Ctrl-C
-  // reaches the whole process group. The parent ends a worker by closing
-  // its pipe, or with SIGKILL; and a parent that dies takes it along (start()).
-  for (int sig : {SIGINT, SIGTERM}) ::signal(sig, SIG_IGN);
+  // and a closed terminal's SIGHUP reach the whole process group. The parent
+  // ends a worker by closing its pipe, or with SIGKILL; and a parent that
+  // dies takes it along (start()).
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
   std::unique_ptr<Runner> runner;
   try {
     runner = make_inner();
