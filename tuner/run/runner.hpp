@@ -43,7 +43,7 @@ struct RunOptions {
   bool per_launch = false;
   /// Run-time parameters given values (the rest keep the family's, Family::scalars): the launches take them
   /// and the reference checks at them (Family::make_workload with scalars).
-  templates::Scalars scalars;
+  templates::Scalars scalars = {};
 };
 
 /// The outcome of one run. A variant's failure is a result with a reason,
