@@ -337,8 +337,10 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       buf.role = Role::kOutput;
     else if (role == "inout")
       buf.role = Role::kInOut;
+    else if (role == "scratch")  // the kernel's own workspace: written and read by it, never checked
+      buf.role = Role::kScratch;
     else
-      r.fail(fmt::format("{}: role '{}' is not one of input, output, inout", what, role));
+      r.fail(fmt::format("{}: role '{}' is not one of input, output, inout, scratch", what, role));
     // An output's start is not the kernel's to read: it is poisoned (all bits
     // set) before every checked run, so an init would be a promise not kept.
     r.require(buf.role != Role::kOutput || !b.contains("init"),
@@ -346,7 +348,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
                           "init; a kernel that reads it first (accumulates into it: +=, atomicAdd) needs role inout "
                           "(with init zeros to start from 0)",
                           what));
-    const std::string init = b.value("init", buf.role == Role::kOutput ? "zeros" : "random");
+    const std::string init =
+        b.value("init", buf.role == Role::kOutput || buf.role == Role::kScratch ? "zeros" : "random");
     if (init == "random")
       buf.init = Init::kRandom;
     else if (init == "zeros")
@@ -356,7 +359,9 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     else
       r.fail(fmt::format("{}: init '{}' is not one of random, zeros, file", what, init));
     if (b.contains("tolerance")) {
-      r.require(buf.role != Role::kInput, what + ": an input is not checked, so it takes no tolerance");
+      r.require(buf.role != Role::kInput && buf.role != Role::kScratch,
+                fmt::format("{}: {} is not checked, so it takes no tolerance", what,
+                            buf.role == Role::kInput ? "an input" : "a scratch buffer"));
       read_tolerance(r, b["tolerance"], what + ": 'tolerance'", buf.tolerance, buf.atol);
     }
     if (buf.init == Init::kFile) {
@@ -408,7 +413,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     for (const auto& [name, f] : ref["files"].items()) {
       const auto it = std::find_if(spec->buffers.begin(), spec->buffers.end(),
                                    [&](const BufferSpec& b) { return b.name == name; });
-      r.require(it != spec->buffers.end() && it->role != Role::kInput,
+      r.require(it != spec->buffers.end() && checked(*it),
                 fmt::format("reference files: no output buffer '{}'", name));
       r.require(f.is_string(), "reference files: a file name per output buffer");
       reference.files[name] = resolve(base, f.get<std::string>());
@@ -434,12 +439,12 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       r.require(reference.kind != ReferenceSpec::Kind::kFiles || b.init != Init::kRandom,
                 fmt::format("buffer '{}' starts random, but answers from files need fixed inputs (init file or zeros)",
                             b.name));
-    if (b.role != Role::kInput)
+    if (checked(b))
       r.require(reference.kind != ReferenceSpec::Kind::kFiles || reference.files.count(b.name),
                 fmt::format("reference files: output buffer '{}' has no answer file", b.name));
   }
   bool has_output = false;
-  for (const auto& b : spec->buffers) has_output = has_output || b.role != Role::kInput;
+  for (const auto& b : spec->buffers) has_output = has_output || checked(b);
   r.require(has_output, "no buffer has role output or inout: nothing to check");
 
   if (j.contains("tolerance")) read_tolerance(r, j["tolerance"], "'tolerance'", spec->tolerance, spec->atol);

@@ -33,6 +33,12 @@ struct BufferSpec {
   std::optional<double> atol;       ///< this output's max RMS error, which also passes it; empty: the spec's
 };
 
+/// Whether a run's result in the buffer is checked: an output's or an inout's (not an input's, nor a scratch
+/// buffer's, the kernel's own workspace).
+inline bool checked(const BufferSpec& b) {
+  return b.role == templates::Role::kOutput || b.role == templates::Role::kInOut;
+}
+
 /// One kernel argument: a buffer's address, or a scalar of `type` ("i32",
 /// "i64", "u32", "u64", "f32", "f64") with the value of an expression.
 struct ArgSpec {

@@ -306,8 +306,9 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
     w.buffers.push_back(std::move(h));
   }
   if (spec_->reference.kind == ReferenceSpec::Kind::kFiles) {
-    for (auto& h : w.buffers) {
-      if (h.role == Role::kInput) continue;
+    for (std::size_t i = 0; i < w.buffers.size(); ++i) {
+      HostBuffer& h = w.buffers[i];
+      if (!checked(spec_->buffers[i])) continue;
       const auto& path = spec_->reference.files.at(h.name);
       ArrayFile a = read_array_file(path, h.name);
       KTUNE_REQUIRE(a.dtype == h.dtype && a.bytes.size() == h.bytes.size(),
@@ -364,7 +365,7 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
   }
   for (std::size_t i = 0; i < w.buffers.size(); ++i) {
     auto& b = w.buffers[i];
-    if (b.role == Role::kInput) continue;
+    if (!checked(spec_->buffers[i])) continue;
     b.expected.resize(b.bytes.size());
     backend->download(b.expected.data(), *buffers[i], b.expected.size());
     KTUNE_REQUIRE(std::isfinite(templates::relative_l2(b.dtype, b.expected, b.expected)),

@@ -506,4 +506,46 @@ TEST_CASE("spec emu: the reference's config may lie outside the tunables' values
   CHECK_THAT(out, Catch::Contains("reference config: unknown tunable 'blocks' (did you mean 'block'?)"));
 }
 
+TEST_CASE("spec emu: a scratch buffer is the kernel's own workspace, used and not checked", "[spec]") {
+  // Each thread leaves its x in global scratch for its neighbour, which reads it after the block's barrier: what
+  // the scratch holds is the kernel's business (the reference never writes it), the output alone is checked.
+  const auto dir = ktune::test::scratch_dir("spec-scratch");
+  std::ofstream(dir / "swap.cu") << R"cu(template <int BLOCK>
+__global__ void swap_pairs(const float* x, float* tmp, float* y, int n) {
+  const int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) tmp[i] = x[i];
+  __syncthreads();
+  if (i < n) y[i] = 2.0f * tmp[i ^ 1];
+}
+__global__ void swap_pairs_reference(const float* x, float* tmp, float* y, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = 2.0f * x[i ^ 1];
+}
+)cu";
+  const auto write_spec = [&](const std::string& tmp) {
+    std::ofstream(dir / "swap.json") << R"json({"name": "swap_pairs", "source": "swap.cu",
+      "kernel": "swap_pairs<{block}>", "problem": {"n": 3000}, "tunables": {"block": [64, 128]},
+      "grid": "ceil_div(n, block)", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, )json" << tmp << R"json(, {"name": "y", "count": "n", "role": "output"}],
+      "args": ["x", "tmp", "y", {"type": "i32", "value": "n"}],
+      "reference": {"kernel": "swap_pairs_reference", "grid": "1", "block": "64"}})json";
+  };
+  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "swap.json").string();
+  std::string out;
+  write_spec(R"({"name": "tmp", "count": "n", "role": "scratch"})");
+  CHECK(run_command(run, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS") && Catch::Contains("y ") && !Catch::Contains("tmp "));
+  CHECK(run_command(ktune_exe().string() + " tune --backend emu --budget 2 --spec " + (dir / "swap.json").string() +
+                        " --cache " + (dir / "c.json").string() + " --log " + (dir / "s.log").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("2 evaluated of 2 valid configs (2 points), 0 failed]"));
+  // As an output it would be checked against what the reference left there, and fail.
+  write_spec(R"({"name": "tmp", "count": "n", "role": "output"})");
+  CHECK(run_command(run, &out) == 1);
+  CHECK_THAT(out, Catch::Contains("FAIL: validation: tmp"));
+  // It is never checked, so it takes no tolerance.
+  write_spec(R"({"name": "tmp", "count": "n", "role": "scratch", "tolerance": 0.1})");
+  CHECK(run_command(run, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("buffer 'tmp': a scratch buffer is not checked, so it takes no tolerance"));
+}
+
 }  // namespace spec_spec_emu_test
