@@ -459,9 +459,17 @@ GridStats GridExecutor::run(const GridLaunch& launch) {
         if (k >= total || abort) break;
         const long long i = block_at(k);
         const auto gx = static_cast<long long>(launch.grid[0]), gy = static_cast<long long>(launch.grid[1]);
-        run_block(b, kt::emu::U3{static_cast<unsigned>(i % gx), static_cast<unsigned>(i / gx % gy),
-                                 static_cast<unsigned>(i / (gx * gy))});
+        const kt::emu::U3 block{static_cast<unsigned>(i % gx), static_cast<unsigned>(i / gx % gy),
+                                static_cast<unsigned>(i / (gx * gy))};
+        run_block(b, block);
         ++b.stats.blocks;
+        // A write a little before dynamic shared memory lands in its page's canary, not on a guard page.
+        if (const std::string bad = smem && b.error.empty() ? smem->check_canary() : ""; !bad.empty()) {
+          b.error = fmt::format("{} by kernel {}, block ({},{},{})", bad,
+                                launch.module->kernel_names.at(static_cast<std::size_t>(launch.kernel)), block.x,
+                                block.y, block.z);
+          smem->rearm_canary();
+        }
         if (!b.error.empty()) {
           abort = true;
           std::lock_guard lock(mutex);

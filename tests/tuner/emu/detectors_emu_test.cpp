@@ -1,7 +1,7 @@
 // Errors a GPU would hide or crash on become clear emulation errors, and the
 // process goes on: a barrier not every thread reaches, a warp collective
 // whose lanes never all arrive, out-of-bounds accesses to argument buffers
-// and to dynamic shared memory, indices outside a static __shared__ or
+// and to dynamic shared memory (a write just before it too), indices outside a static __shared__ or
 // register array, misaligned vector loads and cp.async copies, __trap(), a
 // failed device assert; and shared memory starts every block as NaN bytes.
 #include <catch2/catch.hpp>
@@ -72,6 +72,13 @@ __global__ void k_assert_glibc(int* out) {
   assert(threadIdx.x < 8);
   out[threadIdx.x] = 1;
 }
+__global__ void k_smem_before(float* out) {
+  float* s = kt::dynamic_shared<float>();
+  s[threadIdx.x] = 1.0f;
+  if (blockIdx.x == 1 && threadIdx.x == 0) s[-1] = 2.0f;  // before its start: no guard page there, the canary
+  __syncthreads();
+  out[threadIdx.x] = s[threadIdx.x];
+}
 __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
   __shared__ __align__(16) float s[128];
   kt::cp_async_16(s + 4 * threadIdx.x, in + offset + 4 * threadIdx.x);
@@ -82,7 +89,7 @@ __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
 )";
 
 enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem, kStaticOverrun,
-       kAssert, kBeforeRead, kAssertGlibc };
+       kAssert, kBeforeRead, kAssertGlibc, kSmemBefore };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
@@ -91,7 +98,7 @@ ktune::test::EmuProbe& probe() {
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
                                   "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy",
                                   "k_static_smem", "k_static_smem_overrun", "k_assert",
-                                  "k_before_read", "k_assert_glibc"},
+                                  "k_before_read", "k_assert_glibc", "k_smem_before"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -171,6 +178,11 @@ TEST_CASE("dynamic shared memory used past the launch's size is reported", "[emu
   CHECK(error.find("out-of-bounds write in kernel k_smem_overrun") != std::string::npos);
   CHECK(error.find("of dynamic shared memory (128 bytes)") != std::string::npos);
   CHECK(p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 64 * sizeof(float)).empty());
+  // A write just before its start, in its page's canary, is found after the block that made it.
+  const auto before = p.launch_error(kSmemBefore, {2, 1, 1}, {64, 1, 1}, ArgPack().add(out), 64 * sizeof(float));
+  CHECK(before == "emulation: out-of-bounds write: 4 bytes before the start of dynamic shared memory (256 bytes) was "
+                  "overwritten by kernel k_smem_before, block (1,0,0)");
+  CHECK(p.launch_error(kSmemBefore, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 64 * sizeof(float)).empty());
   // None at all: kt::dynamic_shared() is null, and the message says why.
   const auto none = p.launch_error(kSmem, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out), 0);
   INFO(none);
