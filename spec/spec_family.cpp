@@ -347,7 +347,10 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
   for (const auto& b : w.buffers) {
     buffers.push_back(backend->allocate(b.bytes.size(), b.name));
     addresses.push_back(buffers.back()->address());
-    backend->upload(*buffers.back(), b.bytes.data(), b.bytes.size());
+    if (b.role == Role::kOutput)  // as the tuned kernel's: an element the reference never writes is no answer
+      backend->poison(*buffers.back());
+    else
+      backend->upload(*buffers.back(), b.bytes.data(), b.bytes.size());
   }
   std::vector<Launch> plan;
   plan.push_back(launch(ref.grid.empty() ? spec_->grid : ref.grid, ref.block.empty() ? spec_->block : ref.block, v,
@@ -369,7 +372,9 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
     b.expected.resize(b.bytes.size());
     backend->download(b.expected.data(), *buffers[i], b.expected.size());
     KTUNE_REQUIRE(std::isfinite(templates::relative_l2(b.dtype, b.expected, b.expected)),
-                  fmt::format("{}: the reference {} left NaN or Inf in buffer '{}'", name(), kernel, b.name));
+                  fmt::format("{}: the reference {} left NaN or Inf in buffer '{}' (an output starts poisoned, "
+                              "NaN in a float type: is every element written? its grid and block?)",
+                              name(), kernel, b.name));
   }
 }
 

@@ -538,14 +538,36 @@ __global__ void swap_pairs_reference(const float* x, float* tmp, float* y, int n
                         " --cache " + (dir / "c.json").string() + " --log " + (dir / "s.log").string(),
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("2 evaluated of 2 valid configs (2 points), 0 failed]"));
-  // As an output it would be checked against what the reference left there, and fail.
+  // As an output it would need an answer, which the reference never writes.
   write_spec(R"({"name": "tmp", "count": "n", "role": "output"})");
-  CHECK(run_command(run, &out) == 1);
-  CHECK_THAT(out, Catch::Contains("FAIL: validation: tmp"));
+  CHECK(run_command(run, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("left NaN or Inf in buffer 'tmp'"));
   // It is never checked, so it takes no tolerance.
   write_spec(R"({"name": "tmp", "count": "n", "role": "scratch", "tolerance": 0.1})");
   CHECK(run_command(run, &out) == 2);
   CHECK_THAT(out, Catch::Contains("buffer 'tmp': a scratch buffer is not checked, so it takes no tolerance"));
+}
+
+TEST_CASE("spec emu: a reference that leaves an output element unwritten is named, not taken for an answer of 0",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-reference-unwritten");
+  std::ofstream(dir / "twice.cu") << R"cu(__global__ void twice(const float* x, float* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+}
+__global__ void twice_reference(const float* x, float* y, int n) {  // one block: the first blockDim.x only
+  if (threadIdx.x < n) y[threadIdx.x] = 2.0f * x[threadIdx.x];
+}
+)cu";
+  std::ofstream(dir / "twice.json") << R"json({"name": "twice", "source": "twice.cu", "kernel": "twice",
+      "problem": {"n": 1000}, "tunables": {"block": [128]}, "grid": "ceil_div(n, block)", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
+      "args": ["x", "y", {"type": "i32", "value": "n"}],
+      "reference": {"kernel": "twice_reference", "grid": "1", "block": "128"}})json";
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "twice.json").string(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("the reference twice_reference left NaN or Inf in buffer 'y' (an output starts "
+                                  "poisoned"));
 }
 
 }  // namespace spec_spec_emu_test
