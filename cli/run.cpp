@@ -109,12 +109,21 @@ void run_variant(const RunArgs& a, const Global& global) {
                                kernel.substr(0, kernel.find('<')), m.median_ms, m.p20_ms, m.p80_ms);
     std::cout << (r.ok ? "PASS" : "FAIL: " + r.failure) << fmt::format(" (compile {:.0f} ms)\n", r.compile_ms);
   }
-  // A wrong answer from threads run out of order may be a race: how to tell.
+  // A wrong answer from threads run out of order may be a race: the same variant run in order tells.
   if (!r.ok && a.backend == "emu" && r.failure.rfind("validation:", 0) == 0 &&
-      env::emu_schedule().order != env::EmuSchedule::Order::kInOrder)
-    std::cerr << "note: the emulation ran the threads out of order (KTUNE_EMU_SCHEDULE); if "
-                 "KTUNE_EMU_SCHEDULE=in-order passes, the result depends on their order: a missing __syncthreads, "
-                 "__syncwarp or atomic\n";
+      env::emu_schedule().order != env::EmuSchedule::Order::kInOrder) {
+    const auto in_order = [&a] { return tuner::make_emu_runner({a.workers, a.arch, env::EmuSchedule{}}); };
+    tuner::IsolationOptions isolation;
+    isolation.timeout_s = a.timeout_s;
+    if (dynamic_cast<const spec::SpecFamily*>(&family)) isolation.extra_families.push_back(&family);
+    const auto again = (a.timeout_s > 0 ? tuner::make_isolated_runner(in_order, isolation) : in_order())
+                           ->run(family, config, problem, options);
+    std::cerr << (again.ok ? "note: run again with its threads in order (KTUNE_EMU_SCHEDULE=in-order), it passes: "
+                             "the result depends on the order the threads run in, as on a GPU: a missing "
+                             "__syncthreads or __syncwarp (threads reading what others write before they wait)\n"
+                           : "note: run again with its threads in order (KTUNE_EMU_SCHEDULE=in-order), it fails "
+                             "too: not a matter of their order\n");
+  }
   if (!r.ok) throw Error(ErrorKind::kCheckFailed, family.name() + " failed: " + r.failure);
 }
 

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/files.hpp"
 #include "spec/spec_family.hpp"
 #include "support.hpp"
 #include "tuner/run/emu_runner.hpp"
@@ -428,11 +429,20 @@ __global__ void block_sum(const float* x, float* y, int n) {
   const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "block_sum.json").string();
   std::string out;
   CHECK(run_command("env -u KTUNE_EMU_SCHEDULE " + run, &out) == 1);
+  // run settles it itself: in order the variant passes.
   CHECK_THAT(out, Catch::Contains("FAIL: validation: y ") &&
-                      Catch::Contains("note: the emulation ran the threads out of order (KTUNE_EMU_SCHEDULE); if "
-                                      "KTUNE_EMU_SCHEDULE=in-order passes, the result depends on their order"));
+                      Catch::Contains("note: run again with its threads in order (KTUNE_EMU_SCHEDULE=in-order), it "
+                                      "passes: the result depends on the order the threads run in"));
   CHECK(run_command("KTUNE_EMU_SCHEDULE=in-order " + run, &out) == 0);
   CHECK_THAT(out, Catch::Contains("PASS"));
+  // A wrong answer whatever the order is said to be one (the kernel, not its reference, writes every block's sum
+  // to the first block's place).
+  std::string wrong = ktune::read_file(dir / "block_sum.cu");
+  wrong.replace(wrong.find("y[blockIdx.x] = a;"), 18, "y[SYNC ? blockIdx.x : 0] = a;");
+  std::ofstream(dir / "block_sum.cu") << wrong;
+  CHECK(run_command("env -u KTUNE_EMU_SCHEDULE " + run, &out) == 1);
+  CHECK_THAT(out, Catch::Contains("note: run again with its threads in order (KTUNE_EMU_SCHEDULE=in-order), it "
+                                  "fails too: not a matter of their order"));
 }
 
 TEST_CASE("spec emu: run and tune --parameters check a spec, or a built-in family, at other values of its "
