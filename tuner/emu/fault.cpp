@@ -26,6 +26,8 @@ std::size_t page_size() {
 }
 
 constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE};
+// A fault this close to a buffer is taken to be through its own pointer (an index off by a few vectors).
+constexpr long long kNearbyBytes = 256;
 struct sigaction g_previous[3];
 std::mutex g_mutex;
 int g_installs = 0;
@@ -52,18 +54,23 @@ void describe_fault(BlockRun& b, int sig, const void* address, bool write) {
   auto describe_region = [&](const Region& r) {
     const long long offset = r.offset_of(address);
     const auto size = static_cast<long long>(r.size);
+    // Far from it, the buffer is only the nearest one: the kernel may have gone there through another's pointer.
+    const long long past = offset < 0 ? -offset : offset - size + 1;
+    const char* nearest = past > kNearbyBytes ? " (the nearest buffer to the address: the pointer used may be "
+                                                "another buffer's)"
+                                              : "";
     if (offset < 0)
       std::snprintf(b.fault_text, sizeof b.fault_text,
-                    "out-of-bounds %s %s: %lld byte%s before the start of %s (%lld bytes)", access, at, -offset,
-                    -offset == 1 ? "" : "s", r.name.c_str(), size);
+                    "out-of-bounds %s %s: %lld byte%s before the start of %s (%lld bytes)%s", access, at, -offset,
+                    -offset == 1 ? "" : "s", r.name.c_str(), size, nearest);
     else if (offset == size)
       std::snprintf(b.fault_text, sizeof b.fault_text,
                     "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), the first byte past its end", access,
                     at, offset, r.name.c_str(), size);
     else
       std::snprintf(b.fault_text, sizeof b.fault_text,
-                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), %lld byte%s after its last", access,
-                    at, offset, r.name.c_str(), size, offset - size + 1, offset - size + 1 == 1 ? "" : "s");
+                    "out-of-bounds %s %s: byte offset %lld of %s (%lld bytes), %lld byte%s after its last%s",
+                    access, at, offset, r.name.c_str(), size, past, past == 1 ? "" : "s", nearest);
   };
   for (const Region* r : b.launch->regions)
     if (r->contains(address)) return describe_region(*r);

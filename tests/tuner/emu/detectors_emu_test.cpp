@@ -147,6 +147,9 @@ TEST_CASE("an out-of-bounds read far from a buffer is reported", "[emu]") {
   CHECK(error.find("in kernel k_far_read") != std::string::npos);
   CHECK(error.find("out-of-bounds read") != std::string::npos);
   CHECK(error.find("byte offset 4096 of in (128 bytes)") != std::string::npos);
+  // So far from it, the buffer is only the nearest one to the address: said so, as it may be another's pointer.
+  CHECK_THAT(error, Catch::EndsWith("3969 bytes after its last (the nearest buffer to the address: the pointer used "
+                                    "may be another buffer's)"));
 }
 
 TEST_CASE("a read just before a buffer finds NaN, not a plausible value, and a write there is found", "[emu]") {
