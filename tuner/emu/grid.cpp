@@ -193,6 +193,14 @@ std::string describe_deadlock(const BlockRun& b) {
       }
     }
   }
+  const char* linear = b.slots[0].thread.block_dim.y * b.slots[0].thread.block_dim.z > 1 ? " (linear thread indices)"
+                                                                                         : "";
+  // Some threads returned before a __syncthreads the rest wait at: no hang for certain on a GPU, but undefined.
+  if (at_warp.empty() && at_named.empty() && !at_barrier.empty() && !done.empty())
+    return fmt::format("a __syncthreads that threads {} never reach (they have exited) in {}: threads {} wait at "
+                       "it{}; CUDA leaves a barrier not every thread of the block reaches undefined (a GPU may hang, "
+                       "or go on unsynchronised): guard the work, not the barrier",
+                       ranges(done), detail::block_where(b), ranges(at_barrier), linear);
   std::string s = "deadlock in " + detail::block_where(b) + ": ";
   std::vector<std::string> parts;
   if (!at_barrier.empty()) parts.push_back(fmt::format("threads {} wait at __syncthreads", ranges(at_barrier)));
@@ -204,7 +212,7 @@ std::string describe_deadlock(const BlockRun& b) {
   if (!at_warp.empty()) parts.push_back(fmt::format("threads {} wait in a warp collective{}", ranges(at_warp), warp_detail));
   if (!done.empty()) parts.push_back(fmt::format("threads {} have exited", ranges(done)));
   for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
-  s += b.slots[0].thread.block_dim.y * b.slots[0].thread.block_dim.z > 1 ? " (linear thread indices)" : "";
+  s += linear;
   return s + "; a barrier must be reached by every thread of the block (a named barrier by its count), a collective "
              "by every lane of its mask";
 }

@@ -112,9 +112,11 @@ TEST_CASE("a barrier that not every thread reaches is reported, naming kernel, b
   int* out = p.buffer("out", std::vector<int>(64));
   const auto error = p.launch_error(kBarrier, {1, 1, 1}, {64, 1, 1}, ArgPack().add(out));
   INFO(error);
-  CHECK(error.rfind("emulation: deadlock in kernel k_barrier_deadlock, block (0,0,0)", 0) == 0);
-  CHECK(error.find("threads 0-31 wait at __syncthreads") != std::string::npos);
-  CHECK(error.find("threads 32-63 have exited") != std::string::npos);
+  // Threads that returned before it: undefined in CUDA (a GPU may hang or go on), not a certain deadlock.
+  CHECK(error.rfind("emulation: a __syncthreads that threads 32-63 never reach (they have exited) in kernel "
+                    "k_barrier_deadlock, block (0,0,0): threads 0-31 wait at it; CUDA leaves a barrier not every "
+                    "thread of the block reaches undefined",
+                    0) == 0);
 }
 
 TEST_CASE("a warp collective some lanes never join is reported", "[emu]") {
