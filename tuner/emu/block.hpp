@@ -111,6 +111,7 @@ struct BlockRun {
   volatile bool in_fiber = false;
   std::string error;      // set when the block failed
   char fault_text[1024];  // written by the signal handler
+  const void* fault_pc = nullptr;  // the faulting instruction, where the signal handler can tell
 };
 
 /// The block the calling worker thread is running (null outside a block).

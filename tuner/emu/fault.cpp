@@ -97,8 +97,13 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   BlockRun* b = current_block();
   if (b && b->in_fiber) {
     bool write = false;
+    b->fault_pc = nullptr;
 #if defined(__x86_64__)
-    write = (static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
+    const auto& registers = static_cast<ucontext_t*>(context)->uc_mcontext;
+    write = (registers.gregs[REG_ERR] & 2) != 0;
+    b->fault_pc = reinterpret_cast<const void*>(registers.gregs[REG_RIP]);
+#elif defined(__aarch64__)
+    b->fault_pc = reinterpret_cast<const void*>(static_cast<ucontext_t*>(context)->uc_mcontext.pc);
 #endif
     describe_fault(*b, sig, info->si_addr, write);
     siglongjmp(b->env, 1);

@@ -368,7 +368,19 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
     }
   } else {
     b.in_fiber = false;
-    if (b.error.empty()) b.error = b.fault_text;
+    if (b.error.empty()) {
+      b.error = b.fault_text;
+      // "... thread (3,0,0) at rendered.cu:42: ...": the line of `ktune render`'s text that faulted.
+      if (const std::string line = source_line(b.fault_pc); !line.empty()) {
+        const std::size_t thread = b.error.find("thread (");
+        const std::size_t end = thread == std::string::npos ? thread : b.error.find(')', thread);
+        if (end != std::string::npos)
+          b.error.insert(end + 1, " at " + line);
+        else
+          b.error += " (at " + line + ")";
+      }
+    }
+    b.fault_pc = nullptr;  // a later failure by a hook (a bounds check, __trap) has none
     forget_fibers(b);
   }
   detail::current_block() = nullptr;

@@ -34,6 +34,9 @@ namespace fs = std::filesystem;
 // So does an index outside an array of known size (-fsanitize=bounds; clang++
 // names the check that calls a hook array-bounds, its local-bounds traps).
 constexpr const char* kFlags = "-x c++ -std=c++20 -O1 -fPIC -shared -fvisibility=hidden -w -fsanitize=alignment";
+// Line tables alone (no variables): a fault's instruction maps to its line of the rendered source (source_line).
+constexpr const char* kLineTablesGcc = " -g1";
+constexpr const char* kLineTablesClang = " -gline-tables-only";
 
 /// Runs `command` through the shell; returns its exit status and output.
 int run_capture(const std::string& command, std::string& output) {
@@ -62,9 +65,11 @@ const std::string& compiler_version() {
 
 /// The host compiler's flags: kFlags and the bounds check it spells its way.
 const std::string& compile_flags() {
-  static const std::string flags =
-      std::string(kFlags) + (compiler_version().find("clang") != std::string::npos ? " -fsanitize=array-bounds"
-                                                                                  : " -fsanitize=bounds");
+  static const std::string flags = [] {
+    const bool clang = compiler_version().find("clang") != std::string::npos;
+    return std::string(kFlags) + (clang ? " -fsanitize=array-bounds" : " -fsanitize=bounds") +
+           (clang ? kLineTablesClang : kLineTablesGcc);
+  }();
   return flags;
 }
 
@@ -211,6 +216,26 @@ unsigned char* Module::thread_block() const {
 }
 
 std::string emulation_compile_options() { return env::host_cxx() + " " + compile_flags(); }
+
+std::string source_line(const void* pc) {
+  Dl_info info{};
+  if (!pc || ::dladdr(pc, &info) == 0 || !info.dli_fname || !info.dli_fbase) return "";
+  // The address within the module's file, as its line tables count (a shared object's are from 0).
+  const auto offset = reinterpret_cast<std::uintptr_t>(pc) - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
+  std::string out;
+  if (run_capture(fmt::format("addr2line -i -e {} 0x{:x}", shell_quote(info.dli_fname), offset), out) != 0) return "";
+  // One "file:line" per frame, the innermost first: the first of the rendered source's.
+  std::size_t at = 0;
+  for (std::string line; at < out.size(); at += line.size() + 1) {
+    line = out.substr(at, out.find('\n', at) - at);
+    const std::size_t colon = line.rfind(':');
+    if (colon == std::string::npos) continue;
+    const std::string file = fs::path(line.substr(0, colon)).filename().string();
+    const std::string number = line.substr(colon + 1, line.find(' ', colon) - colon - 1);
+    if (file == "rendered.cu" && !number.empty() && number != "?" && number != "0") return file + ":" + number;
+  }
+  return "";
+}
 
 std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
   static std::mutex mutex;

@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "templates/embedded.hpp"
 #include "tuner/emu_probe.hpp"
 
 namespace tuner_emu_detectors_emu_test {
@@ -152,6 +155,12 @@ TEST_CASE("an out-of-bounds read far from a buffer is reported", "[emu]") {
   // So far from it, the buffer is only the nearest one to the address: said so, as it may be another's pointer.
   CHECK_THAT(error, Catch::EndsWith("3969 bytes after its last (the nearest buffer to the address: the pointer used "
                                     "may be another buffer's)"));
+  // And the line of the rendered source (what `ktune render` prints) that faulted.
+  const std::string source = "// probe\n" + ktune::templates::expand_includes("common/kt.cuh") + kProbe;
+  const auto line = 1 + std::count(source.begin(), source.begin() + static_cast<long>(source.find("in[threadIdx.x + "
+                                                                                                 "1024]")),
+                                   '\n');
+  CHECK_THAT(error, Catch::Contains(fmt::format("thread (0,0,0) at rendered.cu:{}: byte offset", line)));
 }
 
 TEST_CASE("a read just before a buffer finds NaN, not a plausible value, and a write there is found", "[emu]") {
