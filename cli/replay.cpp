@@ -1,6 +1,7 @@
 // `ktune replay`: scores a search strategy on a recorded tuning space (a
 // Kernel Tuner cache file) over many seeded runs, with no GPU.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <iostream>
@@ -64,18 +65,22 @@ void add_replay_command(CLI::App& app, Global& global) {
     options.runs = args->runs;
     options.seed = args->seed;
     options.target = args->target;
-    // What a run that never reached the target is shown as: beyond the largest
-    // evaluation budget, or not within the largest time budget.
+    // What a run that did not reach the target within any budget is shown as:
+    // beyond the largest evaluation budget where there are only such, else not
+    // within the longest of each kind (the budget table's rows, one of which a
+    // run that reached it reached it within).
     double max_evals = 0, max_seconds = 0;
-    std::string max_time_label;
+    std::string max_evals_label, max_time_label;
+    std::vector<std::string> longest;
     for (const auto& b : options.budgets) {
-      if (b.stop) continue;
-      if (!b.is_time) max_evals = std::max(max_evals, b.amount);
-      else if (b.amount >= max_seconds) max_seconds = b.amount, max_time_label = b.label;
+      if (b.stop) longest.push_back(b.label);
+      else if (!b.is_time && b.amount >= max_evals) max_evals = b.amount, max_evals_label = b.label;
+      else if (b.is_time && b.amount >= max_seconds) max_seconds = b.amount, max_time_label = b.label;
     }
-    const std::string unreached = max_evals > 0             ? fmt::format(">{:.0f}", max_evals)
-                                  : !max_time_label.empty() ? "not within " + max_time_label
-                                                            : "never";
+    if (!max_time_label.empty()) longest.insert(longest.begin(), max_time_label);
+    if (!max_evals_label.empty()) longest.insert(longest.begin(), max_evals_label);
+    const std::string not_within = "not within " + fmt::format("{}", fmt::join(longest, " or "));
+    const std::string unreached = longest.size() == 1 && max_evals > 0 ? fmt::format(">{:.0f}", max_evals) : not_within;
 
     nlohmann::json out = {{"dataset", args->dataset},
                           {"device", evaluator.device_name()},
@@ -138,7 +143,7 @@ void add_replay_command(CLI::App& app, Global& global) {
                                evals_text(r.evals_to_target.p25, unreached),
                                evals_text(r.evals_to_target.p75, unreached), r.runs_reaching_target, r.runs);
       const auto share = [&](double s) {
-        return std::isfinite(s) ? fmt::format("{:.1f}%", 100 * s / evaluator.brute_force_s()) : std::string("never");
+        return std::isfinite(s) ? fmt::format("{:.1f}%", 100 * s / evaluator.brute_force_s()) : not_within;
       };
       std::cout << fmt::format("  recorded time to {:.0f}% of optimum (share of brute force): median {}, p25 {}, p75 {}\n",
                                args->target * 100, share(r.seconds_to_target.median), share(r.seconds_to_target.p25),

@@ -171,6 +171,9 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
     proposals += timed.proposals;
     result.proposal_ms_max = std::max(result.proposal_ms_max, timed.max_ms);
 
+    // The evaluations within the longest budget: the run may end past every
+    // one (a time budget is spent by the evaluation that crosses it).
+    std::size_t within_any = 0;
     for (std::size_t b = 0; b < options.budgets.size(); ++b) {
       const ReplayBudget& budget = options.budgets[b];
       if (budget.stop) {
@@ -180,24 +183,28 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
         fractions[b].push_back(evaluator.fraction_of_optimum(states.empty() ? INFINITY : states[end].best_ms));
         stopped_evals[b].push_back(static_cast<double>(states.empty() ? 0 : end + 1));
         stopped_s[b].push_back(states.empty() ? 0 : states[end].cost_s);
+        within_any = std::max(within_any, states.empty() ? 0 : end + 1);
         continue;
       }
       double found = INFINITY;
+      std::size_t within = 0;
       for (std::size_t i = 0; i < states.size(); ++i) {
-        const bool within =
+        const bool in =
             budget.is_time ? states[i].cost_s <= budget.amount : static_cast<double>(i + 1) <= budget.amount;
-        if (!within) break;
+        if (!in) break;
         found = states[i].best_ms;
+        within = i + 1;
       }
       fractions[b].push_back(evaluator.fraction_of_optimum(found));
+      within_any = std::max(within_any, within);
     }
-    // The first evaluation at the target. Evaluations to it count within the
-    // largest evaluation budget, if there is one (a run may go on for a time
-    // or stop budget); its recorded time within the whole run.
+    // The first evaluation at the target, within one of the budgets (as the
+    // budget table counts it): its evaluations and its recorded time, or
+    // neither when no budget reached it.
     double reached = INFINITY, reached_s = INFINITY;
-    for (std::size_t i = 0; i < states.size(); ++i)
+    for (std::size_t i = 0; i < within_any; ++i)
       if (evaluator.fraction_of_optimum(states[i].best_ms) >= options.target) {
-        if (max_evals <= 0 || static_cast<double>(i + 1) <= max_evals) reached = static_cast<double>(i + 1);
+        reached = static_cast<double>(i + 1);
         reached_s = states[i].cost_s;
         break;
       }

@@ -56,14 +56,15 @@ struct ReplayStudyResult {
   std::string device;
   double optimum_ms = 0;
   std::vector<ReplayBudgetResult> budgets;
-  /// Evaluations until a run first reached the target (+inf when it never did
-  /// within the largest evaluation budget, or within the run when there is none).
+  /// A run reached the target when it did within one of the budgets (its
+  /// fraction of the optimum in that budget's row is at least the target):
+  /// evaluations until it first did (+inf for a run that did not).
   Quartiles evals_to_target;
-  /// Recorded evaluation time (s) until a run first reached the target (+inf
-  /// when it never did within the run): what a real session would have paid
-  /// to get there.
+  /// Recorded evaluation time (s) until a run first reached the target, by
+  /// the same rule (+inf for a run that did not): what a real session would
+  /// have paid to get there.
   Quartiles seconds_to_target;
-  int runs_reaching_target = 0;
+  int runs_reaching_target = 0;  ///< the runs with a finite evals_to_target (and seconds_to_target)
   int runs = 0;
   double wall_s = 0;  ///< host time the study took
   /// Search overhead: CPU time the strategy spent per proposal (next() and

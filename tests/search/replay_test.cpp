@@ -3,6 +3,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "search/kernel_tuner_format.hpp"
@@ -178,6 +181,55 @@ TEST_CASE("replay maps non-integer parameter values to indices", "[search][repla
   CHECK(e.value_label("n", 2) == 2);
   CHECK(e.evaluate(Config({{"f", 1}, {"n", 2}})).time_ms == 1.0);
   CHECK_FALSE(e.is_valid(Config({{"f", 0}, {"n", 2}})));
+}
+
+TEST_CASE("replay study: a run reached the target when a budget's row says so, its evaluations and time with it",
+          "[search][replay]") {
+  // 100 recorded points of one second each (a = 1..100); a = 51 is the optimum, every other is slower than 95 % of it.
+  nlohmann::json kt = {{"tune_params_keys", {"a"}}, {"tune_params", {{"a", nlohmann::json::array()}}},
+                       {"cache", nlohmann::json::object()}};
+  for (int a = 1; a <= 100; ++a) {
+    kt["tune_params"]["a"].push_back(a);
+    kt["cache"][std::to_string(a)] = {{"a", a}, {"time", a == 51 ? 1.0 : 2.0 + a}, {"benchmark_time", 1000.0}};
+  }
+  const auto dir = ktune::test::scratch_dir("replay-target");
+  ktune::write_file_atomic(dir / "kt.json", kt.dump());
+  ReplayEvaluator eval(dir / "kt.json");
+  ReplayStudyOptions options;
+  options.strategy = "exhaustive";  // in index order: the optimum is the 51st evaluation, at 51 s
+  options.runs = 1;
+  // Reached within the time budget, past the evaluation budget: counted, with its evaluations and time.
+  options.budgets = {parse_replay_budget("20"), parse_replay_budget("60s")};
+  auto r = run_replay_study(eval, options);
+  CHECK(r.budgets[1].fraction.median == 1.0);
+  CHECK(r.runs_reaching_target == 1);
+  CHECK(r.evals_to_target.median == 51);
+  CHECK(r.seconds_to_target.median == Approx(51));
+  // The run spends a time budget on the evaluation that crosses it: one past 50.5 s is within no budget.
+  options.budgets = {parse_replay_budget("50.5s")};
+  r = run_replay_study(eval, options);
+  CHECK(r.budgets[0].fraction.median < options.target);
+  CHECK(r.runs_reaching_target == 0);
+  CHECK_FALSE(std::isfinite(r.evals_to_target.median));
+  CHECK_FALSE(std::isfinite(r.seconds_to_target.median));
+  // Seeded random runs, one at a time: reached exactly when a budget's row reaches the target, both counts with it.
+  options.strategy = "random";
+  options.budgets = {parse_replay_budget("20"), parse_replay_budget("60s"), parse_replay_budget("plateau:10")};
+  int reached = 0;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    INFO("seed " << seed);
+    options.seed = seed;
+    r = run_replay_study(eval, options);
+    const bool in_a_row = std::any_of(r.budgets.begin(), r.budgets.end(),
+                                      [&](const ReplayBudgetResult& b) { return b.fraction.median >= options.target; });
+    CHECK(r.runs_reaching_target == (in_a_row ? 1 : 0));
+    CHECK(std::isfinite(r.evals_to_target.median) == in_a_row);
+    CHECK(std::isfinite(r.seconds_to_target.median) == in_a_row);
+    if (in_a_row) CHECK(r.seconds_to_target.median == Approx(r.evals_to_target.median));  // one second each
+    reached += in_a_row ? 1 : 0;
+  }
+  CHECK(reached > 0);
+  CHECK(reached < 20);
 }
 
 }  // namespace search_replay_test
