@@ -96,7 +96,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM/SIGHUP, which "
                 "end a session after its evaluation, its best so far in the cache); a log of another backend, device "
                 "or kernel source is refused; another --strategy or --seed goes on from the logged results, and the "
-                "log notes it");
+                "log notes it; every logged result counts against --budget");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   auto* timeout = cmd->add_option("--timeout", opts->timeout_s,
                                   "Seconds one evaluation may take (compile included) before its worker process is "
@@ -280,7 +280,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       }();
       logs.push_back(summary.log_path);
       if (!summary.previous_log.empty()) previous_logs.push_back(summary.previous_log);
-      if (evaluated > 0 && print == env::PrintLevel::kSummary) {  // the last line says it ended, not an ETA
+      // The last line says it ended, not an ETA (also where the log's results had spent the budget).
+      if ((evaluated > 0 || summary.evaluations > 0) && print == env::PrintLevel::kSummary) {
         const auto* best = summary.best && summary.best->result.timing ? &*summary.best->result.timing : nullptr;
         // The winner as timed again beside the finalists: on a noisy host it may be slower than the best the
         // search saw, which the winner rule did not trust.

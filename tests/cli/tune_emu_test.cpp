@@ -263,4 +263,28 @@ TEST_CASE("CLI: a stop signal ends a tuning session after its evaluation, the be
   CHECK(evaluations(now) == logged + 2);
 }
 
+TEST_CASE("CLI: tune --resume with another strategy counts the logged results against the budget", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-resume-budget");
+  const auto log = dir / "s.log";
+  const std::string tune = ktune_exe().string() +
+                           " tune --backend emu --family swiglu_fwd --problem '{\"dtype\":\"f32\",\"dims\":{"
+                           "\"n\":1000}}' --cache " + (dir / "c.json").string() + " --log " + log.string();
+  const auto evaluations = [&] {
+    std::istringstream in(ktune::read_file(log));
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);) n += nlohmann::json::parse(line).contains("config") ? 1 : 0;
+    return n;
+  };
+  std::string out;
+  REQUIRE(run_command(tune + " --budget 6 2>&1", &out) == 0);
+  REQUIRE(evaluations() == 6);
+  // The budget is the session's: the log's six results have spent it, whatever the new strategy proposes.
+  REQUIRE(run_command(tune + " --resume --strategy random --seed 9 --budget 6 2>&1", &out) == 0);
+  INFO(out);
+  CHECK(evaluations() == 6);
+  CHECK_THAT(out, Catch::Contains("6 of them read from the log"));
+  REQUIRE(run_command(tune + " --resume --strategy random --seed 9 --budget 8 2>&1", &out) == 0);
+  CHECK(evaluations() == 8);
+}
+
 }  // namespace cli_tune_emu_test

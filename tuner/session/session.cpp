@@ -186,19 +186,23 @@ std::string prepare_fresh_log(const std::string& path, bool default_log, const n
 }
 
 /// The budget, or sooner where `should_stop` says so (a stop signal): the
-/// search ends before its next evaluation.
+/// search ends before its next evaluation. `spent` adds to the search's state
+/// what the budget also counts (a resumed log's results the search has not
+/// asked for).
 class Interruptible final : public search::StopCondition {
  public:
-  Interruptible(const search::StopCondition& budget, std::function<bool()> should_stop)
-      : budget_(budget), should_stop_(std::move(should_stop)) {}
-  bool done(const search::SearchState& s) const override { return budget_.done(s) || interrupted(); }
-  double progress(const search::SearchState& s) const override { return budget_.progress(s); }
+  using Spent = std::function<search::SearchState(const search::SearchState&)>;
+  Interruptible(const search::StopCondition& budget, std::function<bool()> should_stop, Spent spent)
+      : budget_(budget), should_stop_(std::move(should_stop)), spent_(std::move(spent)) {}
+  bool done(const search::SearchState& s) const override { return budget_.done(spent_(s)) || interrupted(); }
+  double progress(const search::SearchState& s) const override { return budget_.progress(spent_(s)); }
   std::string describe() const override { return budget_.describe(); }
   bool interrupted() const { return should_stop_ && should_stop_(); }
 
  private:
   const search::StopCondition& budget_;
   std::function<bool()> should_stop_;
+  Spent spent_;
 };
 
 /// The search's view of a runner: each evaluation a validated, timed run,
@@ -208,7 +212,12 @@ class SessionEvaluator final : public search::Evaluator {
   SessionEvaluator(const templates::Family& f, const templates::Problem& p, Runner& runner, RunOptions run,
                    std::map<Config, Record> done, SessionLog& log)
       : family_(f), problem_(p), runner_(runner), run_(run), done_(std::move(done)), log_(log) {
-    for (const auto& [c, r] : done_) from_log_.insert(c);
+    for (const auto& [c, r] : done_) {
+      from_log_.insert(c);
+      unasked_.evaluations += 1;
+      unasked_.failures += outcome_of(r).ok ? 0 : 1;
+      unasked_.cost_s += outcome_of(r).cost_s;
+    }
   }
 
   const Space& space() const override { return family_.space(); }
@@ -237,7 +246,13 @@ class SessionEvaluator final : public search::Evaluator {
   /// The run of `c`: from the log when resumed, else a fresh run.
   const Record& record(const Config& c) {
     if (auto it = done_.find(c); it != done_.end()) {
-      if (from_log_.erase(c)) ++resumed_count;
+      if (from_log_.erase(c)) {
+        ++resumed_count;
+        const search::Outcome o = outcome_of(it->second);
+        unasked_.evaluations -= 1;
+        unasked_.failures -= o.ok ? 0 : 1;
+        unasked_.cost_s = from_log_.empty() ? 0 : unasked_.cost_s - o.cost_s;
+      }
       return it->second;
     }
     const auto start = std::chrono::steady_clock::now();
@@ -248,6 +263,16 @@ class SessionEvaluator final : public search::Evaluator {
     return done_.emplace(c, std::move(r)).first->second;
   }
   const std::map<Config, Record>& done() const { return done_; }
+  /// `s` with the logged results the search has not asked for added: a
+  /// budget is the session's, the log's results and their time included.
+  search::SearchState with_unasked(search::SearchState s) const {
+    s.evaluations += unasked_.evaluations;
+    s.failures += unasked_.failures;
+    s.cost_s += unasked_.cost_s;
+    return s;
+  }
+  /// The logged results the search has not asked for, in config order.
+  std::vector<Config> unasked() const { return {from_log_.begin(), from_log_.end()}; }
   std::uint64_t resumed_count = 0;
   double compile_ms = 0;  ///< of the evaluations this session ran: the compiles they waited for
 
@@ -280,6 +305,7 @@ class SessionEvaluator final : public search::Evaluator {
   RunOptions run_;
   std::map<Config, Record> done_;
   std::set<Config> from_log_;  // logged results not yet asked for
+  search::SearchState unasked_;  // their count, failures and cost
   mutable std::optional<std::uint64_t> valid_points_;
   std::uint64_t shard_index_ = 0, shard_count_ = 1;
   SessionLog& log_;
@@ -377,16 +403,24 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     compile_ahead();
     if (progress && last) progress(*last, p);
   };
-  const Interruptible until(*stop, options.should_stop);
+  // A resumed log's results count against the budget before the search
+  // asks for them (another strategy or seed may never ask for some): a
+  // resumed session ends where the whole one would have.
+  const Interruptible until(*stop, options.should_stop,
+                            [&](const search::SearchState& s) { return evaluator.with_unasked(s); });
   const search::SearchResult found = search::run_search(evaluator, *strategy, until, callbacks, first);
   const bool interrupted = until.interrupted();
   if (incumbent && !interrupted && !evaluator.done().count(*options.incumbent)) evaluator.record(*options.incumbent);
   summary.stopped_by = interrupted ? "a stop signal" : found.stopped_by;
+  const search::SearchState spent = evaluator.with_unasked(found.state);
+  // The logged results the search did not ask for are the session's too: in its count and its records.
+  for (const Config& c : evaluator.unasked())
+    summary.records.push_back({summary.records.size(), c, evaluator.evaluate(c)});
   summary.resumed = evaluator.resumed_count;
   summary.valid_points = evaluator.valid_points();
   summary.compile_seconds = evaluator.compile_ms / 1e3;
-  summary.evaluations = found.state.evaluations;
-  summary.failures = found.state.failures;
+  summary.evaluations = spent.evaluations;
+  summary.failures = spent.failures;
   for (const auto& r : summary.records)
     summary.pruned += r.outcome.failure.rfind("pruned:", 0) == 0 ? 1 : 0;
   if (const auto it = evaluator.done().find(def); it != evaluator.done().end()) summary.default_run = it->second;

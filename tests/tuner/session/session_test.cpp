@@ -152,14 +152,14 @@ TEST_CASE("a resumed session's winner is the fastest of every logged result, not
   ScriptedRunner first;
   first.time_of = fastest_at_128;
   REQUIRE(tune(family, problem, first, o).best->config == Config({{"threads", 128}, {"vec", 2}}));
-  // Resumed with a budget of one evaluation: the default alone is proposed, read from the log.
+  // Resumed with a budget of one evaluation: the log's results have spent it, nothing is proposed.
   o.resume = true;
   o.strategy = "random";
   o.budget = "1";
   ScriptedRunner again;
   again.time_of = fastest_at_128;
   const auto s = tune(family, problem, again, o);
-  CHECK(s.evaluations == 1);
+  CHECK(s.evaluations == family.space().size());
   REQUIRE(s.best);
   CHECK(s.best->config != def);
   CHECK(s.best->config == Config({{"threads", 128}, {"vec", 2}}));
@@ -376,6 +376,38 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
                                                                          "anew"));
   o.resume = false;
   CHECK(text(o.log_path) == second_log);
+}
+
+TEST_CASE("a session resumed with another strategy counts every logged result against its budget", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  REQUIRE(family.space().size() > 10);
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;  // no finalist timed again: every run of the runner is an evaluation
+  o.budget = "8";
+  o.strategy = "exhaustive";
+  o.log_path = (test::scratch_dir("session-resume-budget") / "log.jsonl").string();
+  ScriptedRunner first;
+  REQUIRE(tune(family, problem, first, o).evaluations == 8);
+  // The same budget under another strategy and seed: the log has spent it, nothing more runs.
+  o.resume = true;
+  o.strategy = "random";
+  o.seed = 5;
+  ScriptedRunner again;
+  const auto s = tune(family, problem, again, o);
+  CHECK(again.calls == 0);
+  CHECK(s.evaluations == 8);
+  CHECK(s.resumed == 8);
+  CHECK(s.records.size() == 8);
+  CHECK(read_session_log(o.log_path).records.size() == 8);
+  // Two more evaluations: two new results, whatever the strategy proposes again from the log.
+  o.budget = "10";
+  ScriptedRunner more;
+  const auto t = tune(family, problem, more, o);
+  CHECK(more.calls == 2);
+  CHECK(t.evaluations == 10);
+  CHECK(read_session_log(o.log_path).records.size() == 10);
 }
 
 TEST_CASE("a session resumed with another strategy or seed logs its own header after the results it takes over",
