@@ -308,7 +308,10 @@ void add_cache_command(CLI::App& app, Global& global) {
 
   auto* exp = cmd->add_subcommand("export", "Write a filtered copy of a cache (for another host or the runtime)");
   exp->add_option("file", args->file, "Cache file")->required();
-  exp->add_option("--out", args->out, "Destination cache file (default: stdout)")->check(output_file());
+  exp->add_option("--out", args->out,
+                  "Destination cache file (default: stdout); one that holds entries is refused (`cache merge "
+                  "--into` adds to a cache)")
+      ->check(output_file());
   add_filter_options(exp, args->filter);
   exp->callback([args, &global] {
     // A copy filtered onto its own input would drop every entry the filters leave out.
@@ -326,8 +329,14 @@ void add_cache_command(CLI::App& app, Global& global) {
       std::cout << text;
       return;
     }
-    // Through the cache's locked update, so a bad existing file is refused, not overwritten.
+    // Through the cache's locked update, so a bad existing file is refused, not overwritten, and so is one
+    // that holds entries: a copy written over a live cache would lose them.
     cache::CacheFile(args->out).update([&](std::vector<cache::Entry>& entries) {
+      KTUNE_REQUIRE(entries.empty(),
+                    fmt::format("--out {} already holds {} cache {}, which export would replace: `ktune cache merge "
+                                "--into {} {}` adds to them, or remove it first; nothing written",
+                                args->out, entries.size(), entries.size() == 1 ? "entry" : "entries", args->out,
+                                args->file));
       entries = selected;
       return true;
     });

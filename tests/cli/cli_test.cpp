@@ -361,6 +361,30 @@ TEST_CASE("CLI: cache commands on missing or bad inputs: exit 2 or 1, one line, 
   CHECK(nlohmann::json::parse(out)["dropped"] == 0);
 }
 
+TEST_CASE("CLI: cache export --out refuses a cache that holds entries, and says merge --into adds to one", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-cache-export");
+  const auto golden = std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json";
+  auto doc = nlohmann::json::parse(ktune::read_file(golden));
+  doc["entries"].erase(1);  // a live cache of one entry
+  const auto live = dir / "live.json";
+  ktune::write_file_atomic(live, doc.dump());
+  const std::string before = ktune::read_file(live);
+  std::string out;
+  CHECK(run_ktune("cache export " + golden.string() + " --out " + live.string() + " 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--out " + live.string() + " already holds 1 cache entry") &&
+                      Catch::Contains("cache merge --into " + live.string()));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  CHECK(ktune::read_file(live) == before);
+  CHECK_FALSE(std::filesystem::exists(live.string() + ".lock"));
+  // A new file, or a cache with no entries, takes the copy.
+  REQUIRE(run_ktune("cache export " + golden.string() + " --out " + (dir / "new.json").string(), &out) == 0);
+  CHECK(nlohmann::json::parse(ktune::read_file(dir / "new.json"))["entries"].size() == 2);
+  doc["entries"] = nlohmann::json::array();
+  ktune::write_file_atomic(dir / "empty.json", doc.dump());
+  REQUIRE(run_ktune("cache export " + golden.string() + " --out " + (dir / "empty.json").string(), &out) == 0);
+  CHECK(nlohmann::json::parse(ktune::read_file(dir / "empty.json"))["entries"].size() == 2);
+}
+
 TEST_CASE("CLI: --help lists the families and strategies an option takes", "[cli]") {
   std::string out;
   for (const char* cmd : {"run", "render", "tune", "compile"}) {

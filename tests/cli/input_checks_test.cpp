@@ -297,10 +297,10 @@ TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it w
   CHECK(out == "1 entry of " + (dir / "families.json").string() + " written to " + (dir / "adamw.json").string() +
                    "\n");
   REQUIRE(run_command("{ " + ktune_exe().string() + " --json cache export " + (dir / "families.json").string() +
-                          " --family adamw --out " + (dir / "adamw.json").string() + " 2>/dev/null; }",
+                          " --family adamw --out " + (dir / "adamw-json.json").string() + " 2>/dev/null; }",
                       &out) == 0);
   CHECK(nlohmann::json::parse(out) == nlohmann::json{{"file", (dir / "families.json").string()},
-                                                     {"out", (dir / "adamw.json").string()},
+                                                     {"out", (dir / "adamw-json.json").string()},
                                                      {"entries", 1}});
   // A corrupt cache is bad input (exit 2), as a missing one is.
   std::ofstream(dir / "bad.json") << "{bad";
