@@ -69,6 +69,37 @@ double get_measurement(const json& j, const char* name, const std::string& where
   return j[name].get<double>();
 }
 
+// ISO 8601 UTC as put() stamps it, YYYY-MM-DDTHH:MM:SSZ, fractions of a
+// second allowed: a calendar date and time of day (merge and prune compare
+// dates as text, which orders these and only these by time).
+bool iso8601_utc(const std::string& d) {
+  const auto digits = [&](std::size_t at, std::size_t n) {
+    if (at + n > d.size()) return -1;
+    int v = 0;
+    for (std::size_t i = at; i < at + n; ++i) {
+      if (d[i] < '0' || d[i] > '9') return -1;
+      v = v * 10 + (d[i] - '0');
+    }
+    return v;
+  };
+  if (d.size() < 20 || d[4] != '-' || d[7] != '-' || d[10] != 'T' || d[13] != ':' || d[16] != ':') return false;
+  const int year = digits(0, 4), month = digits(5, 2), day = digits(8, 2);
+  const int hour = digits(11, 2), minute = digits(14, 2), second = digits(17, 2);
+  if (year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 ||
+      second < 0 || second > 60)
+    return false;
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (day > kDays[month - 1] + (month == 2 && leap ? 1 : 0)) return false;
+  std::size_t at = 19;
+  if (d[at] == '.') {
+    const std::size_t first = ++at;
+    while (at < d.size() && d[at] >= '0' && d[at] <= '9') ++at;
+    if (at == first) return false;
+  }
+  return at + 1 == d.size() && d[at] == 'Z';
+}
+
 // Counts: integers in 0..INT64_MAX.
 std::int64_t get_count(const json& j, const char* name, const std::string& where) {
   const auto v = j.contains(name) ? exact_int64(j[name]) : std::nullopt;
@@ -113,9 +144,16 @@ Entry entry_from_json(const json& j, const std::string& where) {
   e.p20_ms = get_measurement(j, "p20_ms", where);
   e.p80_ms = get_measurement(j, "p80_ms", where);
   e.spread = get_measurement(j, "spread", where);
+  if (e.p20_ms > e.p80_ms)
+    bad(where, fmt::format("entry fields 'p20_ms' and 'p80_ms' must be percentiles, p20 <= p80 (got {} > {})",
+                           e.p20_ms, e.p80_ms));
   e.evaluations = get_count(j, "evaluations", where);
   e.repetitions = get_count(j, "repetitions", where);
+  if (e.repetitions == 0) bad(where, "entry field 'repetitions' must be at least 1: 'time_ms' is measured");
   e.date = get_string(j, "date", where);
+  if (!iso8601_utc(e.date))
+    bad(where, fmt::format("entry field 'date' must be ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ), got '{}'",
+                           excerpt(e.date)));
   e.ktune_version = get_string(j, "ktune_version", where);
   return e;
 }

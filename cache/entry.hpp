@@ -62,7 +62,8 @@ nlohmann::json to_json(const Key& key);
 nlohmann::json to_json(const Entry& entry);
 /// Throws kCache with `where` (the file) in the message on a malformed entry:
 /// a missing or mistyped field, a dimension outside 0..INT64_MAX, a negative
-/// or non-finite measurement, negative counts.
+/// or non-finite measurement, p20_ms above p80_ms, negative counts, no
+/// repetition behind the time, a date that is not ISO 8601 UTC.
 Entry entry_from_json(const nlohmann::json& j, const std::string& where);
 
 /// The value of an integer JSON number when it fits std::int64_t exactly;

@@ -30,6 +30,7 @@ Entry make_entry(const std::string& problem, std::int64_t numel, double time_ms 
   e.spread = 0.02;
   e.evaluations = 40;
   e.repetitions = 50;
+  e.date = "2026-01-01T00:00:00Z";
   return e;
 }
 
@@ -42,7 +43,9 @@ TEST_CASE("cache round-trips entries with named fields", "[cache]") {
   const auto dir = ktune::test::scratch_dir("cache-roundtrip");
   CacheFile file(dir / "tuned.json");
   CHECK(file.load().empty());
-  file.put(make_entry("f32;numel=1024;tensors=4", 1024));
+  Entry undated = make_entry("f32;numel=1024;tensors=4", 1024);
+  undated.date.clear();  // put() stamps the time
+  file.put(undated);
   const auto entries = file.load();
   REQUIRE(entries.size() == 1);
   CHECK(entries[0].config["block"] == 256);
@@ -310,6 +313,46 @@ TEST_CASE("prune: the version filters go first, and what they drop supersedes no
   CHECK(prune_entries(entries, keep_h1) == 1);
   REQUIRE(entries.size() == 1);
   CHECK(entries.front().key.source_hash == "h1");
+}
+
+TEST_CASE("a cache entry's date is ISO 8601 UTC, its percentiles ordered, its time measured: else a cache error",
+          "[cache]") {
+  for (const char* date : {"2025-01-01T00:00:00Z", "2024-02-29T23:59:59Z", "2025-01-01T00:00:00.125Z"}) {
+    INFO(date);
+    auto doc = nlohmann::json::parse(golden_text());
+    doc["entries"][0]["date"] = date;
+    CHECK(parse_cache(doc.dump(), "t.json").front().date == date);
+  }
+  std::string expect;
+  auto doc = nlohmann::json::parse(golden_text());
+  SECTION("a word for a date") {
+    doc["entries"][0]["date"] = "yesterday";
+    expect = "entry field 'date' must be ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ), got 'yesterday'";
+  }
+  SECTION("a date with no time zone") {
+    doc["entries"][0]["date"] = "2025-01-01T00:00:00";
+    expect = "'date' must be ISO 8601 UTC";
+  }
+  SECTION("a date that is no day") {
+    doc["entries"][1]["date"] = "2025-02-30T00:00:00Z";
+    expect = "'date' must be ISO 8601 UTC";
+  }
+  SECTION("an empty date") {
+    doc["entries"][1]["date"] = "";
+    expect = "'date' must be ISO 8601 UTC";
+  }
+  SECTION("p20 above p80") {
+    doc["entries"][0]["p20_ms"] = 2.0;
+    doc["entries"][0]["p80_ms"] = 1.0;
+    expect = "p20 <= p80";
+  }
+  SECTION("no repetition behind the time") {
+    doc["entries"][1]["repetitions"] = 0;
+    expect = "entry field 'repetitions' must be at least 1";
+  }
+  const auto [kind, what] = error_of([&] { parse_cache(doc.dump(), "t.json"); });
+  CHECK(kind == ktune::ErrorKind::kCache);
+  CHECK_THAT(what, Catch::Contains(expect) && Catch::Contains("t.json"));
 }
 
 TEST_CASE("hostile cache files: too big or too deep is one kCache error, quickly", "[cache]") {
