@@ -76,6 +76,7 @@ std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& optio
     }
     std::map<std::string, bool> kept_newest;  // one survivor per where(), even on equal dates
     std::erase_if(kept, [&](const Entry& e) {
+      if (!options.family.empty() && e.key.family != options.family) return false;  // another family's: untouched
       if (e.date != newest[e.key.where()] || kept_newest[e.key.where()]) return true;
       kept_newest[e.key.where()] = true;
       return false;

@@ -77,11 +77,13 @@ struct PruneOptions {
   /// Entries with the same family, problem, dtype, arch and GPU as a newer
   /// entry (by date) go.
   bool superseded = true;
+  /// When non-empty, only this family's entries are pruned (every rule);
+  /// the others stay as they are.
+  std::string family;
   /// When non-empty: entries (of `family`, or all when empty) whose
   /// source_hash / nvrtc_version / driver_version differ from these go
   /// (entries with an empty nvrtc_version, gemm entries, compiled nothing
   /// and are not filtered by it).
-  std::string family;
   std::string source_hash;
   std::string nvrtc_version;
   std::string driver_version;

@@ -262,7 +262,8 @@ void add_cache_command(CLI::App& app, Global& global) {
                   "Drop the entries of built-in families (and of --spec's kernels) whose kernel source is not this "
                   "build's, or whose config its space does not hold (`cache show` marks them stale or off the "
                   "space: the run-time lookup passes over them)");
-  prune->add_option("--family", args->prune.family, "Apply the version filters to this family only");
+  prune->add_option("--family", args->prune.family,
+                    "Prune this family's entries only (superseded, version filters, --stale); the others stay");
   prune->add_option("--source-hash", args->prune.source_hash, "Drop entries with another source hash");
   prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version");
   prune->add_option("--driver", args->prune.driver_version, "Drop entries measured under another driver version");

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 
@@ -313,6 +314,27 @@ TEST_CASE("prune: the version filters go first, and what they drop supersedes no
   CHECK(prune_entries(entries, keep_h1) == 1);
   REQUIRE(entries.size() == 1);
   CHECK(entries.front().key.source_hash == "h1");
+}
+
+TEST_CASE("prune --family prunes that family only, its superseded entries too", "[cache]") {
+  Entry older = make_entry("f32;numel=8;tensors=4", 8);
+  older.date = "2026-11-29T00:00:00Z";
+  Entry newer = older;  // superseded by date
+  newer.key.driver_version = "13010";
+  newer.date = "2027-01-01T00:00:00Z";
+  Entry other_older = older, other_newer = newer;  // the same pair, of another family
+  other_older.key.family = other_newer.key.family = "swiglu_fwd";
+  std::vector<Entry> entries{older, newer, other_older, other_newer};
+  PruneOptions adamw;
+  adamw.family = "adamw";
+  CHECK(prune_entries(entries, adamw) == 1);
+  REQUIRE(entries.size() == 3);
+  CHECK(std::count_if(entries.begin(), entries.end(), [](const Entry& e) { return e.key.family == "swiglu_fwd"; }) ==
+        2);
+  CHECK(std::none_of(entries.begin(), entries.end(),
+                     [](const Entry& e) { return e.key.family == "adamw" && e.date == "2026-11-29T00:00:00Z"; }));
+  CHECK(prune_entries(entries, PruneOptions{}) == 1);  // without --family: every family's
+  CHECK(entries.size() == 2);
 }
 
 TEST_CASE("a cache entry's date is ISO 8601 UTC, its percentiles ordered, its time measured: else a cache error",
