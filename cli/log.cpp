@@ -29,6 +29,9 @@ void add_log_command(CLI::App& app, Global& global) {
   show->add_option("--top", opts->top, "Configs in the table")->check(integer_at_least(1));
   show->callback([opts, &global] {
     const auto log = tuner::read_session_log(opts->file);
+    if (const std::string note = tuner::unreadable_note(opts->file, log.unreadable, "their evaluations are not shown");
+        !note.empty())
+      std::cerr << "note: " << note << "\n";
     const auto& h = log.header();
     const std::string name = h.value("family", "");
     KTUNE_REQUIRE(templates::family_named(name) != nullptr || !opts->spec.empty(),

@@ -226,6 +226,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       const std::string default_log = tuner::default_log_path(family, problem);
       tuner::TuneOptions tune = opts->tune;
       tune.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
+      tune.on_note = [](const std::string& note) { std::cerr << "note: " << note << "\n"; };
       const std::string log_name = std::filesystem::path(default_log).filename().string();
       tune.log_path = opts->log.empty()      ? default_log
                       : requests.size() == 1 ? opts->log

@@ -285,6 +285,23 @@ TEST_CASE("CLI: tune --resume with another strategy counts the logged results ag
   CHECK_THAT(out, Catch::Contains("6 of them read from the log"));
   REQUIRE(run_command(tune + " --resume --strategy random --seed 9 --budget 8 2>&1", &out) == 0);
   CHECK(evaluations() == 8);
+  // A line amid the log that does not parse: log show and --resume say so, with its line number.
+  std::vector<std::string> lines;
+  {
+    std::istringstream in(ktune::read_file(log));
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  REQUIRE(lines.size() > 3);
+  lines[2] = "xx not json";
+  {
+    std::ofstream rewritten(log, std::ios::trunc);
+    for (const auto& line : lines) rewritten << line << "\n";
+  }
+  const std::string note = "note: session log " + log.string() + ": skipped 1 unreadable line (the first at line 3)";
+  REQUIRE(run_command(ktune_exe().string() + " log show " + log.string() + " 2>&1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains(note + "; their evaluations are not shown"));
+  REQUIRE(run_command(tune + " --resume --strategy random --seed 9 --budget 8 2>&1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains(note + "; their evaluations run again"));
 }
 
 }  // namespace cli_tune_emu_test

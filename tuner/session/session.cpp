@@ -114,19 +114,28 @@ std::optional<std::string> not_resumable(const std::string& path, const nlohmann
 /// kernel source gave than `session` (this session's header) says.
 std::map<Config, Record> read_log(const std::string& path, const templates::Family& family,
                                   const templates::Problem& problem, const nlohmann::json& session,
-                                  nlohmann::json& header) {
+                                  nlohmann::json& header, UnreadableLines& unreadable) {
   std::map<Config, Record> out;
   header = nullptr;
+  unreadable = {};
   std::ifstream in(path);
   if (!in) return out;
+  std::size_t number = 0, pending = 0;  // pending: an unreadable line no other has followed yet
   for (std::string line; std::getline(in, line);) {
+    ++number;
     if (line.empty()) continue;
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error&) {
-      if (!header.is_null()) continue;  // a line cut short by a crash: that evaluation runs again
+      if (!header.is_null()) {  // a line cut short: that evaluation runs again
+        if (pending > 0 && unreadable.count++ == 0) unreadable.first = pending;
+        pending = number;
+        continue;
+      }
     }
+    if (pending > 0 && unreadable.count++ == 0) unreadable.first = pending;
+    pending = 0;
     if (header.is_null()) {
       KTUNE_REQUIRE(j.is_object() && j.contains("session"),
                     fmt::format("{} is not a ktune session log (its first line is no session header); give the log "
@@ -143,6 +152,7 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
     Record r = record_from_json(j);
     out[r.config] = r;
   }
+  unreadable.last_cut = pending > 0;
   return out;
 }
 
@@ -348,8 +358,12 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"strategy", options.strategy},
       {"seed", options.seed}, {"problem_json", problem.to_json()}, {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}};
   nlohmann::json header;
-  std::map<Config, Record> done =
-      options.resume ? read_log(log_path, family, problem, session, header) : std::map<Config, Record>{};
+  UnreadableLines unreadable;
+  std::map<Config, Record> done = options.resume ? read_log(log_path, family, problem, session, header, unreadable)
+                                                 : std::map<Config, Record>{};
+  if (const std::string note = unreadable_note(log_path, unreadable, "their evaluations run again");
+      !note.empty() && options.on_note)
+    options.on_note(note);
   const std::string previous_log = options.resume ? "" : prepare_fresh_log(log_path, options.default_log, session);
   SessionLog log(log_path, !options.resume);
   // A resumed session that searches otherwise (another strategy or seed)
@@ -549,14 +563,21 @@ SessionLogContents read_session_log(const std::string& path) {
   KTUNE_REQUIRE(in.good() && !std::filesystem::is_directory(path),
                 "session log " + path + " does not exist or cannot be read");
   SessionLogContents out;
+  std::size_t number = 0, pending = 0;  // pending: an unreadable line no other has followed yet
   for (std::string line; std::getline(in, line);) {
+    ++number;
     if (line.empty()) continue;
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (out.sessions.empty()) {  // the first line: a session's header, or the file is no session's log
       KTUNE_REQUIRE(j.is_object() && j.contains("session"),
                     fmt::format("{} is not a ktune session log (its first line is no session header)", path));
     }
-    if (j.is_discarded()) continue;  // a line cut short by a crash
+    if (pending > 0 && out.unreadable.count++ == 0) out.unreadable.first = pending;
+    pending = 0;
+    if (j.is_discarded()) {  // a line cut short by a crash
+      pending = number;
+      continue;
+    }
     try {
       if (j.contains("session")) {
         out.sessions.push_back(j["session"]);
@@ -571,7 +592,15 @@ SessionLogContents read_session_log(const std::string& path) {
     }
   }
   KTUNE_REQUIRE(!out.sessions.empty(), "session log " + path + " is empty: no session header, no evaluation");
+  out.unreadable.last_cut = pending > 0;
   return out;
+}
+
+std::string unreadable_note(const std::string& path, const UnreadableLines& unreadable, const std::string& then) {
+  if (unreadable.count == 0) return "";
+  return fmt::format("session log {}: skipped {} unreadable line{} (the first at line {}){}; {}", path,
+                     unreadable.count, unreadable.count == 1 ? "" : "s", unreadable.first,
+                     unreadable.last_cut ? ", and its last line, cut short" : "", then);
 }
 
 cache::Entry cache_entry(const templates::Family& family, const templates::Problem& problem,

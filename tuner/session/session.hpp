@@ -48,6 +48,9 @@ struct TuneOptions {
   /// budget (a stop signal); the best so far is the winner, from the
   /// search's timings (no finalists timed again).
   std::function<bool()> should_stop;
+  /// Told what the user should know before the search: a resumed log's
+  /// unreadable lines, whose evaluations run again.
+  std::function<void(const std::string&)> on_note;
   /// The config the tuned cache holds for this problem (tune --cache): it is
   /// measured right after the default (after the budget, when that ran out
   /// first), so a session replaces it only with a config faster in the same
@@ -115,6 +118,19 @@ std::string default_log_path(const templates::Family& family, const templates::P
 /// arch, gpu, backend, source_hash, strategy, seed, peak_bandwidth_gbs), one
 /// per session that searched it (a resumed one with another strategy or seed
 /// adds its own), and its evaluations in the order they ran.
+/// Lines of a session log that do not parse: `count` of them followed by
+/// another line (the first at line `first`, from 1), which no kill leaves; and
+/// whether the last line is one (cut short, as a kill mid-write leaves it).
+struct UnreadableLines {
+  std::size_t count = 0;
+  std::size_t first = 0;
+  bool last_cut = false;
+};
+/// What to say of `unreadable` lines of the log at `path` (empty when there
+/// are none before its last line); `then` says what becomes of their
+/// evaluations.
+std::string unreadable_note(const std::string& path, const UnreadableLines& unreadable, const std::string& then);
+
 struct SessionLogContents {
   std::vector<nlohmann::json> sessions;  ///< in the order they ran; never empty once read
   const nlohmann::json& header() const { return sessions.back(); }  ///< the last session's
@@ -123,9 +139,10 @@ struct SessionLogContents {
   /// none finished (a stopped or killed session).
   nlohmann::json winner;
   std::vector<Record> records;
+  UnreadableLines unreadable;  ///< skipped
 };
 /// Throws kInvalidInput when the file is missing or has no session header;
-/// lines cut short by a crash are skipped.
+/// lines that do not parse (cut short by a crash) are skipped and counted.
 SessionLogContents read_session_log(const std::string& path);
 
 /// The cache entry for a finished session's winner.

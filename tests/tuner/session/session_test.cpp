@@ -410,6 +410,49 @@ TEST_CASE("a session resumed with another strategy counts every logged result ag
   CHECK(read_session_log(o.log_path).records.size() == 10);
 }
 
+TEST_CASE("unreadable lines amid a session log are counted and said, a cut last line apart", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;
+  o.budget = "6";
+  o.log_path = (test::scratch_dir("session-unreadable") / "log.jsonl").string();
+  ScriptedRunner first;
+  tune(family, problem, first, o);
+  std::vector<std::string> lines;
+  {
+    std::ifstream in(o.log_path);
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+  }
+  REQUIRE(lines.size() == 8);  // the header, six evaluations, the winner
+  lines[2] = "xx not json";    // the second evaluation
+  {
+    std::ofstream out(o.log_path, std::ios::trunc);
+    for (const auto& l : lines) out << l << "\n";
+    out << "{\"config\":{\"thr";  // and a last line cut short
+  }
+  const auto log = read_session_log(o.log_path);
+  CHECK(log.records.size() == 5);
+  CHECK(log.unreadable.count == 1);
+  CHECK(log.unreadable.first == 3);
+  CHECK(log.unreadable.last_cut);
+  CHECK(unreadable_note(o.log_path, log.unreadable, "not shown") ==
+        "session log " + o.log_path + ": skipped 1 unreadable line (the first at line 3), and its last line, cut "
+        "short; not shown");
+  CHECK(unreadable_note(o.log_path, {0, 0, true}, "not shown").empty());  // a kill's cut last line alone: expected
+  // Resumed, the session says so before it runs that evaluation again.
+  o.resume = true;
+  std::vector<std::string> notes;
+  o.on_note = [&](const std::string& note) { notes.push_back(note); };
+  ScriptedRunner again;
+  CHECK(tune(family, problem, again, o).resumed == 5);
+  CHECK(again.calls == 1);
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::Contains("skipped 1 unreadable line (the first at line 3)") &&
+                           Catch::EndsWith("their evaluations run again"));
+}
+
 TEST_CASE("a session resumed with another strategy or seed logs its own header after the results it takes over",
           "[session]") {
   const auto& family = templates::find_family("adamw_single");
