@@ -48,14 +48,17 @@ ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s) 
   char* end = nullptr;
   const double v = std::strtod(text.c_str(), &end);
   const std::string unit(end);
-  KTUNE_REQUIRE(end != text.c_str() && v > 0 && (unit.empty() || unit == "s" || unit == "m" || unit == "%"),
+  KTUNE_REQUIRE(end != text.c_str() && v > 0 &&
+                    (unit.empty() || unit == "evals" || unit == "s" || unit == "m" || unit == "%"),
                 fmt::format("bad budget '{}': give evaluations (100), recorded time (600s, 10m) or a share of the "
                             "brute-force time (10%)",
                             text));
   KTUNE_REQUIRE(unit != "%" || brute_force_s > 0, fmt::format("budget '{}' needs the brute-force time", text));
+  const bool evaluations = unit.empty() || unit == "evals";
+  if (evaluations) parse_budget(text);  // a count as tune takes it: a whole number, at most 2^64 - 1
   ReplayBudget b;
   b.label = text;
-  b.is_time = !unit.empty();
+  b.is_time = !evaluations;
   b.amount = unit == "m" ? v * 60 : unit == "%" ? share_seconds(text, brute_force_s) : v;
   return b;
 }

@@ -23,10 +23,11 @@ struct ReplayBudget {
   std::shared_ptr<const StopCondition> stop;  ///< set for a plateau or a '+' list (is_time and amount unused)
   std::string label;  ///< as the user wrote it
 };
-/// Parses "100" (evaluations), "600s" / "10m" (recorded time), "10%" (a
-/// share of `brute_force_s`, the recorded time of the whole space), or a
-/// stop condition with "plateau:N" or '+' in it (e.g. "plateau:150+10%",
-/// parse_budget's words, N% allowed); throws kInvalidInput.
+/// Parses "100" (evaluations, a whole number as parse_budget takes it),
+/// "600s" / "10m" (recorded time), "10%" (a share of `brute_force_s`, the
+/// recorded time of the whole space), or a stop condition with "plateau:N"
+/// or '+' in it (e.g. "plateau:150+10%", parse_budget's words, N% allowed);
+/// throws kInvalidInput.
 ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s = 0);
 
 struct ReplayStudyOptions {

@@ -594,6 +594,15 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   INFO(out);
   CHECK_THAT(out, !Catch::Contains(">0"));
   CHECK_THAT(out, Catch::Contains("not within 3s"));
+  // Counts as tune takes them, and each strategy once: one line, exit 2.
+  const std::string replay = "replay --dataset " + (dir / "kt.json").string() + " --runs 2";
+  CHECK(run_ktune(replay + " --budget 5.5 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("bad budget '5.5': evaluations must be a whole number"));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  CHECK(run_ktune(replay + " --strategy random,exhaustive,random 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--strategy names 'random' twice"));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  REQUIRE(run_ktune(replay + " --budget 4evals 2>&1", &out) == 0);
 }
 
 TEST_CASE("CLI: train counts its steps against --steps and says the time left after each but the first and last",
