@@ -302,6 +302,8 @@ TEST_CASE("CLI: tune --resume with another strategy counts the logged results ag
   CHECK_THAT(out, Catch::Contains(note + "; their evaluations are not shown"));
   REQUIRE(run_command(tune + " --resume --strategy random --seed 9 --budget 8 2>&1", &out) == 0);
   CHECK_THAT(out, Catch::Contains(note + "; their evaluations run again"));
+  CHECK(run_command(ktune_exe().string() + " log show " + dir.string() + " 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("session log " + dir.string() + " is a directory"));
 }
 
 }  // namespace cli_tune_emu_test

@@ -559,9 +559,10 @@ std::string default_log_path(const templates::Family& family, const templates::P
 }
 
 SessionLogContents read_session_log(const std::string& path) {
+  KTUNE_REQUIRE(!std::filesystem::is_directory(path),
+                "session log " + path + " is a directory; give the log file of a session");
   std::ifstream in(path);
-  KTUNE_REQUIRE(in.good() && !std::filesystem::is_directory(path),
-                "session log " + path + " does not exist or cannot be read");
+  KTUNE_REQUIRE(in.good(), "session log " + path + " does not exist or cannot be read");
   SessionLogContents out;
   std::size_t number = 0, pending = 0;  // pending: an unreadable line no other has followed yet
   for (std::string line; std::getline(in, line);) {

@@ -451,6 +451,8 @@ TEST_CASE("unreadable lines amid a session log are counted and said, a cut last 
   REQUIRE(notes.size() == 1);
   CHECK_THAT(notes[0], Catch::Contains("skipped 1 unreadable line (the first at line 3)") &&
                            Catch::EndsWith("their evaluations run again"));
+  CHECK_THROWS_WITH(read_session_log(test::scratch_dir("session-unreadable").string()),
+                    Catch::Contains("is a directory"));
 }
 
 TEST_CASE("a session resumed with another strategy or seed logs its own header after the results it takes over",
