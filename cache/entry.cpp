@@ -52,20 +52,22 @@ json to_json(const Entry& e) {
 }
 
 namespace {
-[[noreturn]] void bad(const std::string& where, const std::string& what) {
-  throw_error(ErrorKind::kCache, fmt::format("cache file {} is not a valid ktune cache: {}", where, what));
-}
+/// What is wrong with an entry; entry_from_json says where.
+struct BadEntry {
+  std::string what;
+};
+[[noreturn]] void bad(const std::string& what) { throw BadEntry{what}; }
 
-std::string get_string(const json& j, const char* name, const std::string& where) {
-  if (!j.contains(name) || !j[name].is_string()) bad(where, fmt::format("entry field '{}' must be a string", name));
+std::string get_string(const json& j, const char* name) {
+  if (!j.contains(name) || !j[name].is_string()) bad(fmt::format("entry field '{}' must be a string", name));
   return j[name].get<std::string>();
 }
 
 // Measurements: finite and never negative.
-double get_measurement(const json& j, const char* name, const std::string& where) {
+double get_measurement(const json& j, const char* name) {
   const bool ok = j.contains(name) && j[name].is_number() && std::isfinite(j[name].get<double>()) &&
                   j[name].get<double>() >= 0;
-  if (!ok) bad(where, fmt::format("entry field '{}' must be a finite number >= 0", name));
+  if (!ok) bad(fmt::format("entry field '{}' must be a finite number >= 0", name));
   return j[name].get<double>();
 }
 
@@ -101,9 +103,9 @@ bool iso8601_utc(const std::string& d) {
 }
 
 // Counts: integers in 0..INT64_MAX.
-std::int64_t get_count(const json& j, const char* name, const std::string& where) {
+std::int64_t get_count(const json& j, const char* name) {
   const auto v = j.contains(name) ? exact_int64(j[name]) : std::nullopt;
-  if (!v || *v < 0) bad(where, fmt::format("entry field '{}' must be an integer in 0..{}", name, INT64_MAX));
+  if (!v || *v < 0) bad(fmt::format("entry field '{}' must be an integer in 0..{}", name, INT64_MAX));
   return *v;
 }
 }  // namespace
@@ -118,44 +120,62 @@ std::optional<std::int64_t> exact_int64(const json& j) {
   return std::nullopt;
 }
 
-Entry entry_from_json(const json& j, const std::string& where) {
-  if (!j.is_object()) bad(where, "an entry is not a JSON object");
-  if (!j.contains("key") || !j["key"].is_object()) bad(where, "entry field 'key' must be an object");
+namespace {
+Entry parse_entry(const json& j) {
+  if (!j.is_object()) bad("an entry is not a JSON object");
+  if (!j.contains("key") || !j["key"].is_object()) bad("entry field 'key' must be an object");
   const json& k = j["key"];
   Entry e;
-  e.key.family = get_string(k, "family", where);
-  e.key.source_hash = get_string(k, "source_hash", where);
-  e.key.problem_key = get_string(k, "problem_key", where);
-  e.key.dtype = get_string(k, "dtype", where);
-  e.key.arch = get_string(k, "arch", where);
-  e.key.gpu_name = get_string(k, "gpu_name", where);
-  e.key.nvrtc_version = get_string(k, "nvrtc_version", where);
-  e.key.driver_version = get_string(k, "driver_version", where);
-  if (!k.contains("dims") || !k["dims"].is_object()) bad(where, "key field 'dims' must be an object");
+  e.key.family = get_string(k, "family");
+  e.key.source_hash = get_string(k, "source_hash");
+  e.key.problem_key = get_string(k, "problem_key");
+  e.key.dtype = get_string(k, "dtype");
+  e.key.arch = get_string(k, "arch");
+  e.key.gpu_name = get_string(k, "gpu_name");
+  e.key.nvrtc_version = get_string(k, "nvrtc_version");
+  e.key.driver_version = get_string(k, "driver_version");
+  if (!k.contains("dims") || !k["dims"].is_object()) bad("key field 'dims' must be an object");
   for (const auto& [name, v] : k["dims"].items()) {
     const auto dim = exact_int64(v);
     if (!dim || *dim < 0)
-      bad(where, fmt::format("shape dimension '{}' must be an integer in 0..{}", excerpt(name), INT64_MAX));
+      bad(fmt::format("shape dimension '{}' must be an integer in 0..{}", excerpt(name), INT64_MAX));
     e.key.dims[name] = *dim;
   }
-  if (!j.contains("config") || !j["config"].is_object()) bad(where, "entry field 'config' must be an object");
+  if (!j.contains("config") || !j["config"].is_object()) bad("entry field 'config' must be an object");
   e.config = j["config"];
-  e.time_ms = get_measurement(j, "time_ms", where);
-  e.p20_ms = get_measurement(j, "p20_ms", where);
-  e.p80_ms = get_measurement(j, "p80_ms", where);
-  e.spread = get_measurement(j, "spread", where);
+  e.time_ms = get_measurement(j, "time_ms");
+  e.p20_ms = get_measurement(j, "p20_ms");
+  e.p80_ms = get_measurement(j, "p80_ms");
+  e.spread = get_measurement(j, "spread");
   if (e.p20_ms > e.p80_ms)
-    bad(where, fmt::format("entry fields 'p20_ms' and 'p80_ms' must be percentiles, p20 <= p80 (got {} > {})",
-                           e.p20_ms, e.p80_ms));
-  e.evaluations = get_count(j, "evaluations", where);
-  e.repetitions = get_count(j, "repetitions", where);
-  if (e.repetitions == 0) bad(where, "entry field 'repetitions' must be at least 1: 'time_ms' is measured");
-  e.date = get_string(j, "date", where);
+    bad(fmt::format("entry fields 'p20_ms' and 'p80_ms' must be percentiles, p20 <= p80 (got {} > {})", e.p20_ms,
+                    e.p80_ms));
+  e.evaluations = get_count(j, "evaluations");
+  e.repetitions = get_count(j, "repetitions");
+  if (e.repetitions == 0) bad("entry field 'repetitions' must be at least 1: 'time_ms' is measured");
+  e.date = get_string(j, "date");
   if (!iso8601_utc(e.date))
-    bad(where, fmt::format("entry field 'date' must be ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ), got '{}'",
-                           excerpt(e.date)));
-  e.ktune_version = get_string(j, "ktune_version", where);
+    bad(fmt::format("entry field 'date' must be ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ), got '{}'", excerpt(e.date)));
+  e.ktune_version = get_string(j, "ktune_version");
   return e;
+}
+}  // namespace
+
+Entry entry_from_json(const json& j, const std::string& where, std::size_t index) {
+  try {
+    return parse_entry(j);
+  } catch (const BadEntry& e) {
+    // The entry's family and problem where they are there to read: a file may hold thousands.
+    std::string key;
+    if (j.is_object() && j.contains("key") && j["key"].is_object()) {
+      const json& k = j["key"];
+      for (const char* field : {"family", "problem_key"})
+        if (k.contains(field) && k[field].is_string())
+          key += (key.empty() ? "" : ", ") + excerpt(k[field].get<std::string>());
+    }
+    throw_error(ErrorKind::kCache, fmt::format("cache file {} is not a valid ktune cache: entries[{}]{}: {}", where,
+                                               index, key.empty() ? "" : " (" + key + ")", e.what));
+  }
 }
 
 }  // namespace ktune::cache

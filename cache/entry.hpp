@@ -64,7 +64,9 @@ nlohmann::json to_json(const Entry& entry);
 /// a missing or mistyped field, a dimension outside 0..INT64_MAX, a negative
 /// or non-finite measurement, p20_ms above p80_ms, negative counts, no
 /// repetition behind the time, a date that is not ISO 8601 UTC.
-Entry entry_from_json(const nlohmann::json& j, const std::string& where);
+/// The message names the entry by its `index` in the file's "entries" and,
+/// where they can be read, its family and problem.
+Entry entry_from_json(const nlohmann::json& j, const std::string& where, std::size_t index);
 
 /// The value of an integer JSON number when it fits std::int64_t exactly;
 /// nullopt for anything else (a float, a string, an unsigned above

@@ -66,7 +66,7 @@ std::vector<Entry> parse_cache(const std::string& text, const std::string& file)
     throw_error(ErrorKind::kCache, fmt::format("cache file {} has no \"entries\" array", file));
   std::vector<Entry> entries;
   entries.reserve(doc["entries"].size());
-  for (const json& j : doc["entries"]) entries.push_back(entry_from_json(j, file));
+  for (const json& j : doc["entries"]) entries.push_back(entry_from_json(j, file, entries.size()));
   return entries;
 }
 

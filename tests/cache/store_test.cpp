@@ -368,9 +368,11 @@ TEST_CASE("a cache entry's date is ISO 8601 UTC, its percentiles ordered, its ti
     doc["entries"][0]["p80_ms"] = 1.0;
     expect = "p20 <= p80";
   }
-  SECTION("no repetition behind the time") {
+  SECTION("no repetition behind the time, in an entry named by its place and key") {
     doc["entries"][1]["repetitions"] = 0;
-    expect = "entry field 'repetitions' must be at least 1";
+    expect = "entries[1] (" + doc["entries"][1]["key"]["family"].get<std::string>() + ", " +
+             doc["entries"][1]["key"]["problem_key"].get<std::string>() + "): entry field 'repetitions' must be at "
+             "least 1";
   }
   const auto [kind, what] = error_of([&] { parse_cache(doc.dump(), "t.json"); });
   CHECK(kind == ktune::ErrorKind::kCache);
