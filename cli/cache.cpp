@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <set>
 
 #include "base/env.hpp"
@@ -160,7 +162,8 @@ void add_cache_command(CLI::App& app, Global& global) {
         ->check(input_file());
   };
 
-  auto* show = cmd->add_subcommand("show", "List the entries of a cache file");
+  auto* show = cmd->add_subcommand("show", "List the entries of a cache file (with their NVRTC, driver and date, "
+                                           "which prune acts on, where two share a family, problem, arch and GPU)");
   show->add_option("file", args->file, "Cache file")->required();
   add_filter_options(show, args->filter);
   add_spec_option(show);
@@ -169,15 +172,29 @@ void add_cache_command(CLI::App& app, Global& global) {
     const auto entries = cache::CacheFile(args->file).load_input();
     require_held(entries, args->filter);
     nlohmann::json j = nlohmann::json::array();
-    Table table({{"family"}, {"problem"}, {"arch"}, {"gpu"}, {"time ms", true}, {"spread", true}, {"evals", true},
-                 {"source"}, {"config"}});
+    // Entries of one family, problem, dtype, arch and GPU differ in what prune acts on (NVRTC, driver, date):
+    // where two are shown, so are those, or their rows read alike.
+    std::map<std::string, int> per_where;
+    for (const auto& e : entries)
+      if (args->filter.matches(e)) ++per_where[e.key.where()];
+    const bool versions =
+        std::any_of(per_where.begin(), per_where.end(), [](const auto& w) { return w.second > 1; });
+    std::vector<Table::Column> columns = {{"family"},       {"problem"},      {"arch"},        {"gpu"},
+                                          {"time ms", true}, {"spread", true}, {"evals", true}, {"source"}};
+    if (versions) columns.insert(columns.end(), {{"nvrtc"}, {"driver"}, {"date"}});
+    columns.push_back({"config"});
+    Table table(columns);
     for (const auto& e : entries) {
       if (!args->filter.matches(e)) continue;
       const std::string source = source_state(e, families);
       j.push_back(cache::to_json(e));
       j.back()["source"] = source;
-      table.add({e.key.family, e.key.problem_key, e.key.arch, e.key.gpu_name, fmt::format("{:.4f}", e.time_ms),
-                 fmt::format("{:.1f}%", e.spread * 100), std::to_string(e.evaluations), source, e.config.dump()});
+      std::vector<std::string> row = {e.key.family, e.key.problem_key, e.key.arch, e.key.gpu_name,
+                                      fmt::format("{:.4f}", e.time_ms), fmt::format("{:.1f}%", e.spread * 100),
+                                      std::to_string(e.evaluations), source};
+      if (versions) row.insert(row.end(), {e.key.nvrtc_version, e.key.driver_version, e.date});
+      row.push_back(e.config.dump());
+      table.add(std::move(row));
     }
     if (global.json) {
       std::cout << j.dump(2) << "\n";

@@ -553,6 +553,32 @@ TEST_CASE("CLI: cache show sizes its columns to the content and says the file's 
   REQUIRE(run_ktune("cache show " + golden.string(), &out) == 0);
   check_aligned(lines_starting(out, "|"));
   CHECK_THAT(out, Catch::Contains("2 of 2 entries in " + golden.string() + " (") && Catch::Contains(" KB)"));
+  CHECK_THAT(out, !Catch::Contains("| nvrtc") && !Catch::Contains("2025-01-01"));  // no two entries of one key
+}
+
+TEST_CASE("CLI: cache show tells apart the entries of one key by the NVRTC, driver and date prune acts on", "[cli]") {
+  const auto golden = std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json";
+  auto doc = nlohmann::json::parse(ktune::read_file(golden));
+  nlohmann::json other = doc["entries"][0];  // the first entry's problem, measured under another driver later
+  other["key"]["driver_version"] = "13010";
+  other["date"] = "2026-02-03T04:05:06Z";
+  doc["entries"].push_back(other);
+  const auto dir = ktune::test::scratch_dir("cli-cache-show-versions");
+  ktune::write_file_atomic(dir / "c.json", doc.dump());
+  std::string out;
+  REQUIRE(run_ktune("cache show " + (dir / "c.json").string(), &out) == 0);
+  INFO(out);
+  const auto table = lines_starting(out, "|");
+  check_aligned(table);
+  REQUIRE(table.size() == 5);
+  CHECK_THAT(table[0], Catch::Contains("| nvrtc ") && Catch::Contains("| driver ") && Catch::Contains("| date "));
+  const auto rows_with = [&](const std::string& text) {
+    return std::count_if(table.begin(), table.end(), [&](const std::string& l) { return l.find(text) != l.npos; });
+  };
+  CHECK(rows_with("| 13010 ") == 1);
+  CHECK(rows_with("| 13000 ") == 2);
+  CHECK(rows_with("2026-02-03T04:05:06Z") == 1);
+  CHECK(rows_with("| 13.0 ") == 3);
 }
 
 TEST_CASE("CLI: cache size reports KTUNE_CACHE_DIR's parts, cache clean empties them", "[cli]") {
