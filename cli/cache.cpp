@@ -327,11 +327,12 @@ void add_cache_command(CLI::App& app, Global& global) {
   auto* exp = cmd->add_subcommand("export", "Write a filtered copy of a cache (for another host or the runtime)");
   exp->add_option("file", args->file, "Cache file")->required();
   exp->add_option("--out", args->out,
-                  "Destination cache file (default: stdout); one that holds entries is refused (`cache merge "
-                  "--into` adds to a cache)")
+                  "Destination cache file (default, or - or /dev/stdout: stdout); one that holds entries is refused "
+                  "(`cache merge --into` adds to a cache)")
       ->check(output_file());
   add_filter_options(exp, args->filter);
   exp->callback([args, &global] {
+    if (args->out == "-" || args->out == "/dev/stdout") args->out.clear();  // stdout, as without --out
     // A copy filtered onto its own input would drop every entry the filters leave out.
     require_distinct_files({{"file", args->file}}, {{"--out", args->out}});
     if (!args->out.empty()) cache::CacheFile(args->out).check_writable();  // before the input is read

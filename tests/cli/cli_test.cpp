@@ -383,6 +383,14 @@ TEST_CASE("CLI: cache export --out refuses a cache that holds entries, and says 
   ktune::write_file_atomic(dir / "empty.json", doc.dump());
   REQUIRE(run_ktune("cache export " + golden.string() + " --out " + (dir / "empty.json").string(), &out) == 0);
   CHECK(nlohmann::json::parse(ktune::read_file(dir / "empty.json"))["entries"].size() == 2);
+  // "-" and /dev/stdout are stdout, as no --out is.
+  std::string to_stdout;
+  REQUIRE(run_ktune("cache export " + golden.string(), &to_stdout) == 0);
+  for (const char* out_arg : {"-", "/dev/stdout"}) {
+    INFO(out_arg);
+    REQUIRE(run_ktune("cache export " + golden.string() + " --out " + out_arg, &out) == 0);
+    CHECK(out == to_stdout);
+  }
 }
 
 TEST_CASE("CLI: --help lists the families and strategies an option takes", "[cli]") {
