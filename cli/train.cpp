@@ -228,6 +228,11 @@ void add_train_command(CLI::App& app, Global& global) {
                             {"--val-tokens", o->t.val_tokens_file}, {"--cache", o->m.cache}},
                            {{"--save", o->t.save}, {"--save-best", o->t.save_best}, {"--checkpoint", o->t.checkpoint},
                             {"--metrics", o->metrics}});
+    // A fresh run from --weights trains the model (and context) they were saved from, where the command line does
+    // not say, as eval and generate take them.
+    if (!o->t.weights.empty() && !(o->t.resume && std::filesystem::exists(o->t.checkpoint)))
+      if (const std::string took = take_from_weights(cmd, o->m, o->t.weights); !took.empty())
+        std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->t.weights);
     // A checkpoint given as --weights starts a new run from its weights alone: said, as a resume would differ.
     if (!o->t.weights.empty() && !o->t.resume && model::is_checkpoint(o->t.weights))
       std::cerr << fmt::format("note: --weights {} is a training checkpoint: this run starts at step 1 from its "

@@ -901,7 +901,7 @@ TEST_CASE("CLI: train --json keeps its notes on stderr, says what ran, and keeps
   CHECK_THAT(ktune::read_file(err), Catch::StartsWith("ktune: ") && Catch::Contains("training diverged"));
 }
 
-TEST_CASE("CLI: eval and generate take the model and context a weights file was trained at, where not given",
+TEST_CASE("CLI: eval, generate and train take the model and context a weights file was trained at, where not given",
           "[cli]") {
   const auto w = ktune::test::scratch_dir("weights_metadata") / "w.safetensors";
   std::string out;
@@ -914,6 +914,9 @@ TEST_CASE("CLI: eval and generate take the model and context a weights file was 
   CHECK_THAT(out, Catch::Contains("4 x 16 tokens"));
   REQUIRE(run_ktune("generate --threads 2 --weights " + w.string() + " --prompt 1 2 --max-tokens 2", &out) == 0);
   CHECK_THAT(out, Catch::Contains("--ctx 16 from the metadata"));
+  // A run trained on from them too (a resumed one takes its checkpoint's).
+  REQUIRE(run_ktune("train --threads 2 --steps 1 --weights " + w.string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("--ctx 16 from the metadata") && Catch::Contains(", ctx 16, batch 4"));
   // What the command line gives stands.
   REQUIRE(run_ktune("eval --threads 2 --d-model 32 --heads 2 --ctx 8 --weights " + w.string(), &out) == 0);
   CHECK_THAT(out, !Catch::Contains("note:") && Catch::Contains("4 x 8 tokens"));
