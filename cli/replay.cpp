@@ -69,7 +69,17 @@ void add_replay_command(CLI::App& app, Global& global) {
     const auto budgets = name_list_arg(args->budgets, "--budget");
     search::ReplayEvaluator evaluator(args->dataset);
     search::ReplayStudyOptions options;
-    for (const auto& b : budgets) options.budgets.push_back(search::parse_replay_budget(b, evaluator.brute_force_s()));
+    for (const auto& b : budgets) {
+      options.budgets.push_back(search::parse_replay_budget(b, evaluator.brute_force_s()));
+      const search::ReplayBudget& added = options.budgets.back();
+      for (std::size_t i = 0; i + 1 < options.budgets.size(); ++i) {  // "50,50" or "10m,600s": one row twice
+        const search::ReplayBudget& earlier = options.budgets[i];
+        KTUNE_REQUIRE(added.stop || earlier.stop ? earlier.label != added.label
+                                                 : earlier.is_time != added.is_time || earlier.amount != added.amount,
+                      fmt::format("--budget names '{}' twice ('{}' is the same budget): each is one row of the table",
+                                  earlier.label, added.label));
+      }
+    }
     options.runs = args->runs;
     options.seed = args->seed;
     options.target = args->target;

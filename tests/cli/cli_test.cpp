@@ -636,6 +636,11 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   CHECK(run_ktune(replay + " --strategy random,exhaustive,random 2>&1", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--strategy names 'random' twice"));
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  // And each budget once, however it is written.
+  CHECK(run_ktune(replay + " --budget 2,4,2 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--budget names '2' twice ('2' is the same budget)"));
+  CHECK(run_ktune(replay + " --budget 1m,60s 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--budget names '1m' twice ('60s' is the same budget)"));
   REQUIRE(run_ktune(replay + " --budget 4evals 2>&1", &out) == 0);
 }
 
