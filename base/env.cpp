@@ -59,6 +59,19 @@ unsigned compile_threads() {
   return hardware_threads();
 }
 
+unsigned emu_hang_seconds() {
+  constexpr long long kDay = 86400;
+  const auto v = get("KTUNE_EMU_HANG_SECONDS");
+  if (v.empty()) return 60;
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(v.c_str(), &end, 10);
+  KTUNE_REQUIRE(end != v.c_str() && *end == '\0' && errno == 0 && n >= 0 && n <= kDay,
+                fmt::format("KTUNE_EMU_HANG_SECONDS must be an integer in 0..{} (0: never), got '{}'", kDay,
+                            v.substr(0, 40)));
+  return static_cast<unsigned>(n);
+}
+
 std::string host_cxx() {
   const auto v = get("KTUNE_HOST_CXX");
   return v.empty() ? std::string(KTUNE_DEFAULT_HOST_CXX) : v;

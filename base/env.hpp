@@ -62,6 +62,12 @@ struct EmuSchedule {
 /// kInvalidInput.
 EmuSchedule emu_schedule();
 
+/// KTUNE_EMU_HANG_SECONDS: how long an emulated thread may run without
+/// reaching a barrier, a warp collective or its end before its launch fails
+/// as a hang, naming it (0: never). Default 60; an integer in 0..86400, else
+/// throws kInvalidInput.
+unsigned emu_hang_seconds();
+
 /// How much a tuning session prints (KTUNE_PRINT, like Triton's
 /// TRITON_PRINT_AUTOTUNING): kQuiet, the result table only; kSummary (the
 /// default), progress and the top configs; kAll, every evaluation as well.

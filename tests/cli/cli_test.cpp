@@ -87,7 +87,8 @@ TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]")
   CHECK_THAT(out, Catch::Contains("--warmup: must be an integer >= 0, got '-1'"));
 }
 
-TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE, KTUNE_HOST_CXX or KTUNE_COMPILE_THREADS stops a run in one line, exit 2",
+TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE, KTUNE_EMU_HANG_SECONDS, KTUNE_HOST_CXX or KTUNE_COMPILE_THREADS stops a run "
+          "in one line, exit 2",
           "[cli]") {
   std::string out;
   CHECK(run_command("KTUNE_EMU_SCHEDULE=sideways " + ktune_exe().string() +
@@ -95,6 +96,11 @@ TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE, KTUNE_HOST_CXX or KTUNE_COMPILE_THREAD
                         "'{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,\"numel\":64}}'",
                     &out) == 2);
   CHECK(out == "ktune: KTUNE_EMU_SCHEDULE must be in-order, reverse or shuffle[:SEED], got 'sideways'\n");
+  CHECK(run_command("KTUNE_EMU_HANG_SECONDS=-1 " + ktune_exe().string() +
+                        " run --backend emu --family adamw --problem "
+                        "'{\"dtype\":\"f32\",\"dims\":{\"tensors\":1,\"numel\":64}}'",
+                    &out) == 2);
+  CHECK(out == "ktune: KTUNE_EMU_HANG_SECONDS must be an integer in 0..86400 (0: never), got '-1'\n");
   // A host compiler that is not there is the setting's fault, not a variant's (was a FAIL, exit 1).
   for (const std::string cxx : {"/nonexistent/g++", "no-such-compiler++"}) {
     CHECK(run_command("KTUNE_HOST_CXX=" + cxx + " " + ktune_exe().string() + " run --backend emu --family adamw "

@@ -19,8 +19,9 @@ class EmuProbe {
   /// `body`: kernels written against `header` (kt.cuh, or a header that
   /// includes it); `kernels`: their name expressions.
   EmuProbe(const std::string& body, std::vector<std::string> kernels, unsigned workers = 2,
-           env::EmuSchedule schedule = env::emu_schedule(), const std::string& header = "common/kt.cuh")
-      : executor_(workers, schedule) {
+           env::EmuSchedule schedule = env::emu_schedule(), const std::string& header = "common/kt.cuh",
+           unsigned hang_seconds = env::emu_hang_seconds())
+      : executor_(workers, schedule, hang_seconds) {
     templates::Rendered r;
     r.source = "// probe\n" + templates::expand_includes(header) + body;
     r.kernels = std::move(kernels);

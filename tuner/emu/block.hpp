@@ -3,8 +3,13 @@
 // fiber stack pool, and the fault handler that turns a SIGSEGV inside kernel
 // code into an error for the running block.
 #pragma once
+#include <pthread.h>
+#include <signal.h>
+
 #include <array>
+#include <atomic>
 #include <csetjmp>
+#include <cstdint>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -108,11 +113,22 @@ struct BlockRun {
   GridStats stats;
 
   sigjmp_buf env;
-  volatile bool in_fiber = false;
+  std::atomic<bool> in_fiber{false};
+  // The hang watchdog's view (GridExecutor::run): the fibers resumed so far,
+  // the worker to signal, the limit, and whether it was signalled since the
+  // last resume.
+  std::atomic<std::uint64_t> resumes{0};
+  pthread_t worker{};
+  unsigned hang_seconds = 0;
+  std::atomic<bool> hang_signalled{false};
   std::string error;      // set when the block failed
   char fault_text[1024];  // written by the signal handler
   const void* fault_pc = nullptr;  // the faulting instruction, where the signal handler can tell
 };
+
+/// What the hang watchdog sends a worker whose thread ran too long; the
+/// fault handler ends that block with a report naming the thread.
+constexpr int kHangSignal = SIGUSR2;
 
 /// The block the calling worker thread is running (null outside a block).
 BlockRun*& current_block();

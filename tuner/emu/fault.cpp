@@ -25,15 +25,16 @@ std::size_t page_size() {
   return p;
 }
 
-constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE};
+constexpr int kSignals[] = {SIGSEGV, SIGBUS, SIGFPE, kHangSignal};
 // A fault this close to a buffer is taken to be through its own pointer (an index off by a few vectors).
 constexpr long long kNearbyBytes = 256;
-struct sigaction g_previous[3];
+constexpr int kSignalCount = sizeof kSignals / sizeof kSignals[0];
+struct sigaction g_previous[kSignalCount];
 std::mutex g_mutex;
 int g_installs = 0;
 
 int signal_index(int sig) {
-  for (int i = 0; i < 3; ++i)
+  for (int i = 0; i < kSignalCount; ++i)
     if (kSignals[i] == sig) return i;
   return 0;
 }
@@ -93,6 +94,19 @@ void describe_fault(BlockRun& b, int sig, const void* address, bool write) {
                 access, address, at);
 }
 
+/// Describes the thread the watchdog found running too long into b.fault_text, without allocating.
+void describe_hang(BlockRun& b) {
+  const kt::emu::Thread* t = *b.current_slot;
+  std::snprintf(b.fault_text, sizeof b.fault_text,
+                "hang in kernel %s, block (%u,%u,%u), thread (%u,%u,%u): it ran %u s without reaching a barrier, a "
+                "warp collective or its end (a loop that never ends, or one that waits for what another thread "
+                "writes, which the emulation runs only once this one waits at a barrier or collective; "
+                "KTUNE_EMU_HANG_SECONDS sets the limit)",
+                b.launch->module->kernel_names.at(static_cast<std::size_t>(b.launch->kernel)).c_str(),
+                t ? t->block_idx.x : 0, t ? t->block_idx.y : 0, t ? t->block_idx.z : 0, t ? t->thread_idx.x : 0,
+                t ? t->thread_idx.y : 0, t ? t->thread_idx.z : 0, b.hang_seconds);
+}
+
 void on_fault(int sig, siginfo_t* info, void* context) {
   BlockRun* b = current_block();
   if (b && b->in_fiber) {
@@ -105,9 +119,13 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 #elif defined(__aarch64__)
     b->fault_pc = reinterpret_cast<const void*>(static_cast<ucontext_t*>(context)->uc_mcontext.pc);
 #endif
-    describe_fault(*b, sig, info->si_addr, write);
+    if (sig == kHangSignal)
+      describe_hang(*b);
+    else
+      describe_fault(*b, sig, info->si_addr, write);
     siglongjmp(b->env, 1);
   }
+  if (sig == kHangSignal) return;  // the watchdog's, for a thread that reached a barrier meanwhile: nothing to end
   const struct sigaction& previous = g_previous[signal_index(sig)];
   if (previous.sa_flags & SA_SIGINFO) {
     previous.sa_sigaction(sig, info, context);
@@ -184,13 +202,13 @@ FaultHandlerScope::FaultHandlerScope() {
   action.sa_sigaction = on_fault;
   action.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&action.sa_mask);
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &action, &g_previous[i]);
+  for (int i = 0; i < kSignalCount; ++i) ::sigaction(kSignals[i], &action, &g_previous[i]);
 }
 
 FaultHandlerScope::~FaultHandlerScope() {
   std::lock_guard lock(g_mutex);
   if (--g_installs > 0) return;
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  for (int i = 0; i < kSignalCount; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
 }
 
 std::string block_where(const BlockRun& b) {

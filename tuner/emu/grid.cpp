@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -261,6 +264,7 @@ void start_order(BlockRun& b, std::uint64_t block, std::mt19937_64& rng) {
 bool resume(BlockRun& b, unsigned i) {
   if (b.slots[i].state != State::kReady) return false;
   *b.current_slot = &b.slots[i].thread;
+  b.resumes.fetch_add(1, std::memory_order_relaxed);
   b.in_fiber = true;
   b.fibers[i] = std::move(b.fibers[i]).resume();
   b.in_fiber = false;
@@ -425,9 +429,69 @@ detail::StackPool& worker_stacks() {
 
 }  // namespace
 
-GridExecutor::GridExecutor(unsigned workers, env::EmuSchedule schedule)
+GridExecutor::GridExecutor(unsigned workers, env::EmuSchedule schedule, unsigned hang_seconds)
     : pool_(std::make_unique<ThreadPool>(workers ? workers : std::max(1u, std::thread::hardware_concurrency()))),
-      schedule_(schedule) {}
+      schedule_(schedule),
+      hang_seconds_(hang_seconds) {}
+
+namespace {
+
+/// While alive, watches the blocks the workers run: a worker inside one
+/// thread of its block (a fiber) that has resumed none for `seconds` is sent
+/// kHangSignal, which ends the block with a report naming the thread.
+class HangWatchdog {
+ public:
+  HangWatchdog(unsigned seconds, std::size_t workers) : seconds_(seconds), runs_(workers, nullptr) {
+    if (seconds_ > 0) thread_ = std::thread([this] { watch(); });
+  }
+  ~HangWatchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      finished_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  HangWatchdog(const HangWatchdog&) = delete;
+  HangWatchdog& operator=(const HangWatchdog&) = delete;
+
+  /// Worker `j` runs `b` from now on (null: no more).
+  void watch_run(std::size_t j, detail::BlockRun* b) {
+    std::lock_guard lock(mutex_);
+    runs_[j] = b;
+  }
+
+ private:
+  void watch() {
+    using Clock = std::chrono::steady_clock;
+    std::vector<std::uint64_t> seen(runs_.size(), 0);
+    std::vector<Clock::time_point> since(runs_.size(), Clock::now());
+    std::unique_lock lock(mutex_);
+    while (!wake_.wait_for(lock, std::chrono::milliseconds(200), [this] { return finished_; })) {
+      const auto now = Clock::now();
+      for (std::size_t j = 0; j < runs_.size(); ++j) {
+        detail::BlockRun* b = runs_[j];  // alive while registered: a worker deregisters under the lock
+        if (!b) continue;
+        if (const std::uint64_t resumes = b->resumes.load(); !b->in_fiber || resumes != seen[j]) {
+          seen[j] = resumes;
+          since[j] = now;
+          b->hang_signalled = false;
+        } else if (now - since[j] >= std::chrono::seconds(seconds_) && !b->hang_signalled.exchange(true)) {
+          ::pthread_kill(b->worker, detail::kHangSignal);
+        }
+      }
+    }
+  }
+
+  unsigned seconds_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool finished_ = false;
+  std::vector<detail::BlockRun*> runs_;
+  std::thread thread_;
+};
+
+}  // namespace
 
 GridExecutor::~GridExecutor() = default;
 
@@ -450,12 +514,21 @@ GridStats GridExecutor::run(const GridLaunch& launch) {
   std::string error;
   GridStats stats;
   const unsigned jobs = static_cast<unsigned>(std::min<long long>(pool_->size(), total));
+  HangWatchdog watchdog(hang_seconds_, jobs);
   std::vector<std::future<void>> futures;
   for (unsigned j = 0; j < jobs; ++j) {
-    futures.push_back(pool_->submit([&] {
+    futures.push_back(pool_->submit([&, j] {
       detail::ensure_signal_stack();
       std::unique_ptr<GuardedBuffer> smem;
       BlockRun b;
+      b.worker = ::pthread_self();
+      b.hang_seconds = hang_seconds_;
+      watchdog.watch_run(j, &b);
+      struct Unwatch {  // before b goes, however the worker ends
+        HangWatchdog& watchdog;
+        unsigned j;
+        ~Unwatch() { watchdog.watch_run(j, nullptr); }
+      } unwatch{watchdog, j};
       b.launch = &launch;
       b.stacks = &worker_stacks();
       b.current_slot = launch.module->current_slot();  // which also gives this worker its thread-local block

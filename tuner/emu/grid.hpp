@@ -42,7 +42,10 @@ class GridExecutor {
  public:
   /// `workers` OS threads run blocks in parallel; 0 means one per hardware
   /// thread. `schedule`: the order each block's ready threads are resumed in.
-  explicit GridExecutor(unsigned workers = 0, env::EmuSchedule schedule = env::emu_schedule());
+  /// `hang_seconds`: how long a thread may run without reaching a barrier, a
+  /// warp collective or its end before the launch fails as a hang (0: never).
+  explicit GridExecutor(unsigned workers = 0, env::EmuSchedule schedule = env::emu_schedule(),
+                        unsigned hang_seconds = env::emu_hang_seconds());
   ~GridExecutor();
   GridExecutor(const GridExecutor&) = delete;
   GridExecutor& operator=(const GridExecutor&) = delete;
@@ -57,6 +60,7 @@ class GridExecutor {
  private:
   std::unique_ptr<ThreadPool> pool_;
   env::EmuSchedule schedule_;
+  unsigned hang_seconds_;
 };
 
 }  // namespace ktune::tuner::emu

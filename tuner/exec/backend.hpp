@@ -33,6 +33,7 @@ struct EmuOptions {
   unsigned workers = 0;        ///< OS threads running blocks; 0: one per hardware thread
   std::string arch = kDefaultArch;  ///< whose limits the emulated device reports
   env::EmuSchedule schedule = env::emu_schedule();  ///< the order a block's threads run in
+  unsigned hang_seconds = env::emu_hang_seconds();  ///< a thread's time without a barrier before it is a hang
 };
 
 }  // namespace ktune::tuner

@@ -78,7 +78,8 @@ EmuBuffer& emu_buffer(const Buffer& b) {
 class EmuBackend final : public Backend {
  public:
   explicit EmuBackend(EmuOptions options)
-      : device_(DeviceLimits::for_arch(options.arch)), executor_(options.workers, options.schedule),
+      : device_(DeviceLimits::for_arch(options.arch)),
+        executor_(options.workers, options.schedule, options.hang_seconds),
         live_(std::make_shared<LiveBuffers>()) {
     device_.name = "host emulation (" + options.arch + " limits)";
     env::require_host_cxx();  // a KTUNE_HOST_CXX that is no compiler is bad input, said before any work

@@ -272,6 +272,30 @@ TEST_CASE("a vector load from a misaligned address is reported, as a GPU faults 
   CHECK_THAT(error, Catch::Contains("(kernel k_misaligned, block (0,0,0), thread (0,0,0))"));
 }
 
+TEST_CASE("a thread that runs on without reaching a barrier or its end is reported as a hang, naming it and its line",
+          "[emu]") {
+  // On a GPU the launch never ends; here the watchdog ends it after its limit (1 s for the test, 60 by default).
+  const std::string body = R"(
+__global__ void k_spin(int* out, int spin) {
+  volatile int s = spin;
+  if (threadIdx.x == 5) while (s) {}  // waits for what no thread writes
+  out[threadIdx.x] = 1;
+}
+)";
+  ktune::test::EmuProbe p(body, {"k_spin"}, 2, ktune::env::EmuSchedule{}, "common/kt.cuh", 1);
+  int* out = p.buffer("out", std::vector<int>(64));
+  const auto error = p.launch_error(0, {2, 1, 1}, {64, 1, 1}, ArgPack().add(out).add(1));
+  INFO(error);
+  const std::string source = "// probe\n" + ktune::templates::expand_includes("common/kt.cuh") + body;
+  const auto line = 1 + std::count(source.begin(), source.begin() + static_cast<long>(source.find("while (s)")), '\n');
+  CHECK_THAT(error, Catch::StartsWith("emulation: hang in kernel k_spin, block (") &&
+                        Catch::Contains(fmt::format("thread (5,0,0) at rendered.cu:{}: it ran 1 s without reaching a "
+                                                    "barrier, a warp collective or its end",
+                                                    line)));
+  // The executor goes on: the same kernel that ends passes.
+  CHECK(p.launch_error(0, {2, 1, 1}, {64, 1, 1}, ArgPack().add(out).add(0)).empty());
+}
+
 TEST_CASE("a cp.async from a misaligned address is reported", "[emu]") {
   auto& p = probe();
   float* out = p.buffer("out", std::vector<float>(32));
