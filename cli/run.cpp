@@ -44,18 +44,17 @@ void run_variant(const RunArgs& a, const Global& global) {
                 "--time times the variant on the GPU (--backend gpu); the emulation's times would be host wall times");
   if (a.backend == "emu")
     if (const auto* s = dynamic_cast<const spec::SpecFamily*>(&family)) s->require_emulation();
-  std::function<std::unique_ptr<tuner::Runner>()> make_runner = [&a] {
-    return a.backend == "emu" ? tuner::make_emu_runner({a.workers, a.arch}) : tuner::make_gpu_runner();
-  };
-  std::unique_ptr<tuner::Runner> runner;
-  if (a.timeout_s > 0) {
+  // With --timeout the variant runs in a worker process, killed past it.
+  const auto runner_of = [&a, &family](const std::function<std::unique_ptr<tuner::Runner>()>& make) {
+    if (a.timeout_s <= 0) return make();
     tuner::IsolationOptions isolation;
     isolation.timeout_s = a.timeout_s;
     if (dynamic_cast<const spec::SpecFamily*>(&family)) isolation.extra_families.push_back(&family);
-    runner = tuner::make_isolated_runner(make_runner, isolation);
-  } else {
-    runner = make_runner();
-  }
+    return tuner::make_isolated_runner(make, isolation);
+  };
+  const std::unique_ptr<tuner::Runner> runner = runner_of([&a] {
+    return a.backend == "emu" ? tuner::make_emu_runner({a.workers, a.arch}) : tuner::make_gpu_runner();
+  });
   const auto problem = problem_arg(family, a.problem);
   const auto parameters = parameters_arg(family, problem, a.parameters);
   // The config a tuned cache holds for the problem on this device (exact, else nearest, else the default), as
@@ -112,11 +111,7 @@ void run_variant(const RunArgs& a, const Global& global) {
   // A wrong answer from threads run out of order may be a race: the same variant run in order tells.
   if (!r.ok && a.backend == "emu" && r.failure.rfind("validation:", 0) == 0 &&
       env::emu_schedule().order != env::EmuSchedule::Order::kInOrder) {
-    const auto in_order = [&a] { return tuner::make_emu_runner({a.workers, a.arch, env::EmuSchedule{}}); };
-    tuner::IsolationOptions isolation;
-    isolation.timeout_s = a.timeout_s;
-    if (dynamic_cast<const spec::SpecFamily*>(&family)) isolation.extra_families.push_back(&family);
-    const auto again = (a.timeout_s > 0 ? tuner::make_isolated_runner(in_order, isolation) : in_order())
+    const auto again = runner_of([&a] { return tuner::make_emu_runner({a.workers, a.arch, env::EmuSchedule{}}); })
                            ->run(family, config, problem, options);
     std::cerr << (again.ok ? "note: run again with its threads in order (KTUNE_EMU_SCHEDULE=in-order), it passes: "
                              "the result depends on the order the threads run in, as on a GPU: a missing "

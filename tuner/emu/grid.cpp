@@ -427,15 +427,6 @@ detail::StackPool& worker_stacks() {
   return pool;
 }
 
-}  // namespace
-
-GridExecutor::GridExecutor(unsigned workers, env::EmuSchedule schedule, unsigned hang_seconds)
-    : pool_(std::make_unique<ThreadPool>(workers ? workers : std::max(1u, std::thread::hardware_concurrency()))),
-      schedule_(schedule),
-      hang_seconds_(hang_seconds) {}
-
-namespace {
-
 /// While alive, watches the blocks the workers run: a worker inside one
 /// thread of its block (a fiber) that has resumed none for `seconds` is sent
 /// kHangSignal, which ends the block with a report naming the thread.
@@ -492,6 +483,11 @@ class HangWatchdog {
 };
 
 }  // namespace
+
+GridExecutor::GridExecutor(unsigned workers, env::EmuSchedule schedule, unsigned hang_seconds)
+    : pool_(std::make_unique<ThreadPool>(workers ? workers : std::max(1u, std::thread::hardware_concurrency()))),
+      schedule_(schedule),
+      hang_seconds_(hang_seconds) {}
 
 GridExecutor::~GridExecutor() = default;
 
