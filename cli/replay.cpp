@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <set>
 
 #include "base/error.hpp"
 #include "cli/commands.hpp"
@@ -59,12 +60,11 @@ void add_replay_command(CLI::App& app, Global& global) {
   cmd->callback([args, &global] {
     // Every strategy and budget checked before anything is printed.
     const auto strategies = name_list_arg(args->strategies, "--strategy");
-    for (std::size_t i = 0; i < strategies.size(); ++i) {
-      search::require_strategy(strategies[i]);
-      KTUNE_REQUIRE(std::find(strategies.begin(), strategies.begin() + static_cast<std::ptrdiff_t>(i),
-                              strategies[i]) == strategies.begin() + static_cast<std::ptrdiff_t>(i),
-                    fmt::format("--strategy names '{}' twice: a strategy is scored once (its runs are seeded)",
-                                strategies[i]));
+    std::set<std::string> named;
+    for (const auto& name : strategies) {
+      search::require_strategy(name);
+      KTUNE_REQUIRE(named.insert(name).second,
+                    fmt::format("--strategy names '{}' twice: a strategy is scored once (its runs are seeded)", name));
     }
     const auto budgets = name_list_arg(args->budgets, "--budget");
     search::ReplayEvaluator evaluator(args->dataset);

@@ -89,10 +89,7 @@ class AdamwBase : public AdamwFamily {
     const auto tensors = p.dim("tensors");
     const auto n = static_cast<std::size_t>(p.dim("numel"));
     const bool bf16 = p.dtype == "bf16";
-    Args with_hyper;
-    with_hyper.hyper = workload_hyper();  // what the scalars leave: gradient clipping
-    set_scalars(with_hyper, p, resolve_scalars(p, given));
-    const AdamwHyper h = with_hyper.hyper;
+    const AdamwHyper h = args_with_scalars(p, given).hyper;
     std::mt19937_64 rng(seed);
     Workload w;
     for (std::int64_t t = 0; t < tensors; ++t) {
