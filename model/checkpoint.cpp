@@ -124,7 +124,7 @@ std::vector<float> read_flat(const SafetensorsReader& file, const ParameterLayou
       const float v = flat[static_cast<std::size_t>(info.offset + i)];
       KTUNE_REQUIRE(std::isfinite(v) && (!nonnegative || v >= 0),
                     fmt::format("tensor '{}' in {} holds {} at index {}: a corrupt checkpoint", name,
-                                file.path().string(), v, i));
+                                file.path().string(), value_text(v), i));
     }
   }
   return flat;

@@ -193,8 +193,6 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     return o.save.empty() ? std::string() : fmt::format("; --save {} is not written", o.save);
   };
   const auto diverged = [&] { return "training diverged" + held() + unsaved(); };
-  // "NaN" for either sign of it (printf's "-nan" reads as a number).
-  const auto value = [](double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{}", x); };
   // Weights files and checkpoints refuse weights that are not finite (a loss
   // can stay finite while an update writes NaN): the run stops there. A
   // write that fails (a full disk) says what still holds the run.
@@ -222,7 +220,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
       const double loss = model->forward(micro(tokens, k), micro(targets, k));
       if (!std::isfinite(loss))  // before the update: the weights, and any checkpoint, stay the last good step's
         throw_error(ErrorKind::kCheckFailed,
-                    fmt::format("the loss is {} at step {}: {}", value(loss), s, diverged()));
+                    fmt::format("the loss is {} at step {}: {}", value_text(loss), s, diverged()));
       r.loss += loss / static_cast<double>(o.shape.micro_batches);
       model->backward(k > 0);
     }
@@ -232,7 +230,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     r.grad_norm = model->grad_norm();
     if (r.grad_norm && !std::isfinite(*r.grad_norm))  // the update wrote it into the weights
       throw_error(ErrorKind::kCheckFailed,
-                  fmt::format("the gradient norm is {} at step {}: {}", value(*r.grad_norm), s, diverged()));
+                  fmt::format("the gradient norm is {} at step {}: {}", value_text(*r.grad_norm), s, diverged()));
     if (before) r.launches = model->launches()->since(*before);
     at.step = s;
     if (o.eval_every > 0 && (s % o.eval_every == 0 || s == o.steps)) {

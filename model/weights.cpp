@@ -60,7 +60,7 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
     const auto values = tensor_values(t, info.name);
     for (std::size_t i = 0; i < values.size(); ++i) {
       KTUNE_REQUIRE(std::isfinite(values[i]), fmt::format("tensor '{}' in {} holds {} at index {}: corrupt weights",
-                                                          info.name, source, values[i], i));
+                                                          info.name, source, value_text(values[i]), i));
       params[info.offset + i] = static_cast<T>(values[i]);
     }
   }
@@ -97,14 +97,16 @@ std::optional<std::string> differing_size(const std::map<std::string, std::strin
   return std::nullopt;
 }
 
+std::string value_text(double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{}", x); }
+
 template <class T>
 void require_finite_parameters(const ParameterLayout& layout, std::span<const T> params) {
   for (const auto& info : layout.tensors)
     for (std::int64_t i = 0; i < info.numel; ++i)
-      if (const T x = params[info.offset + i]; !std::isfinite(x))  // "NaN" for either sign of it, not "-nan"
+      if (const T x = params[info.offset + i]; !std::isfinite(x))
         throw_error(ErrorKind::kCheckFailed,
                     fmt::format("the weights are not finite (tensor '{}' holds {} at index {}): training diverged",
-                                info.name, std::isnan(x) ? std::string("NaN") : fmt::format("{}", x), i));
+                                info.name, value_text(x), i));
 }
 
 template <class T>

@@ -27,8 +27,11 @@ std::map<std::string, std::string> weights_metadata(const ModelConfig& config);
 /// differs only when `absent_differs`.
 std::optional<std::string> differing_size(const std::map<std::string, std::string>& metadata,
                                           const ModelConfig& config, bool absent_differs);
+/// A value as messages write it: "NaN" for either sign of it (printf's "-nan"
+/// reads as a number), else fmt's shortest form ("inf", "0.25").
+std::string value_text(double x);
 /// Throws kCheckFailed naming the first parameter that is not finite
-/// ("the weights are not finite (tensor 'x' holds nan at index 3): training
+/// ("the weights are not finite (tensor 'x' holds NaN at index 3): training
 /// diverged"): no weights file or checkpoint keeps such weights.
 template <class T>
 void require_finite_parameters(const ParameterLayout& layout, std::span<const T> params);

@@ -63,10 +63,13 @@ TEST_CASE("weights of a model of another shape, or that are not finite, are refu
   Transformer<float> tiny(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
   tiny.init_parameters(1);
   TensorFile bad = weights_file(tiny);
-  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float nan = -std::numeric_limits<float>::quiet_NaN();  // printf's "-nan"
   std::memcpy(bad.tensors.at("lm_head.weight").bytes.data() + 8, &nan, sizeof nan);
   CHECK_THROWS_WITH(load_weights(b, bad, "nan.st"),
-                    Catch::Contains("'lm_head.weight' in nan.st holds nan at index 2"));
+                    Catch::Contains("'lm_head.weight' in nan.st holds NaN at index 2"));
+  const float inf = -std::numeric_limits<float>::infinity();
+  std::memcpy(bad.tensors.at("lm_head.weight").bytes.data() + 8, &inf, sizeof inf);
+  CHECK_THROWS_WITH(load_weights(b, bad, "inf.st"), Catch::Contains("holds -inf at index 2"));
   // What a saved batch or a checkpoint carries beside the weights is no block: read as before.
   TensorFile extra = weights_file(tiny);
   extra.add("tokens", extra.at("ln_final.weight"));
