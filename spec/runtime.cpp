@@ -62,8 +62,11 @@ struct Runtime::State {
     handed.clear();
   }
 
-  /// The family `what` names: a kernel spec's path, or a built-in family's name.
-  const templates::Family& family_of(const std::string& what);
+  /// What `what` names, as the key of a request: a built-in family's name, or a kernel spec's path made
+  /// absolute (a relative path is the working folder's file at the call, wherever the folder was before).
+  static std::string identity(const std::string& what);
+  /// The family `identity` names: a kernel spec's absolute path, or a built-in family's name.
+  const templates::Family& family_of(const std::string& identity);
   /// `family`'s kernel for `problem` from the cache in use, compiled and loaded on first use.
   std::shared_ptr<Kernel::State> kernel_of(const std::shared_ptr<State>& self, const templates::Family& family,
                                            const templates::Problem& problem);
@@ -101,6 +104,7 @@ struct Kernel::State {
   tuner::TunedKernel kernel;  // its module null: `module` is the runtime's
   std::string name;
   std::vector<templates::BufferShape> shapes;  // its buffers, in launch order
+  std::vector<std::pair<std::string, std::string>> in_place;  // (output, input) that may share an address
 
   std::shared_ptr<Runtime::State> live_runtime() const {
     auto rt = runtime.lock();
@@ -121,6 +125,8 @@ const Kernel::State& Kernel::state() const {
 }
 Kernel::Kernel(const Kernel&) = default;
 Kernel& Kernel::operator=(const Kernel&) = default;
+Kernel::Kernel(Kernel&&) noexcept = default;
+Kernel& Kernel::operator=(Kernel&&) noexcept = default;
 Kernel::~Kernel() = default;
 
 const std::string& Kernel::name() const { return state().name; }
@@ -149,10 +155,60 @@ Parameters Kernel::parameters() const { return state().kernel.family->scalars(st
 
 std::vector<BufferInfo> Kernel::buffers() const {
   std::vector<BufferInfo> out;
-  for (const auto& s : state().shapes)
-    out.push_back({s.name, templates::to_string(s.role), templates::to_string(s.dtype), s.bytes});
+  for (const auto& s : state().shapes) {
+    std::string in_place_of;
+    for (const auto& [output, input] : state().in_place)
+      if (output == s.name) in_place_of = input;
+    out.push_back({s.name, templates::to_string(s.role), templates::to_string(s.dtype), s.bytes, in_place_of});
+  }
   return out;
 }
+
+namespace {
+
+bool written(templates::Role role) { return role != templates::Role::kInput; }
+
+/// Refuses a buffer the kernel writes (an output, inout or scratch) whose
+/// bytes overlap another buffer's, unless the family lets it be written in
+/// place of that input at the very same address: a kernel reading what
+/// another thread already overwrote gives no error, only wrong numbers (two
+/// AdamW moments in one buffer). Inputs may share memory. Sorted by
+/// address, each buffer is compared with those before it that reach it.
+void require_apart(const std::string& kernel, const std::vector<templates::BufferShape>& shapes,
+                   const std::vector<std::pair<std::string, std::string>>& in_place,
+                   const std::vector<std::uint64_t>& addresses) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < std::min(addresses.size(), shapes.size()); ++i)
+    if (addresses[i] != 0 && shapes[i].bytes != 0) order.push_back(i);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return addresses[a] < addresses[b]; });
+  const auto end = [&](std::size_t i) { return addresses[i] + shapes[i].bytes; };
+  const auto allowed = [&](std::size_t out, std::size_t in) {
+    return std::find(in_place.begin(), in_place.end(), std::pair{shapes[out].name, shapes[in].name}) !=
+           in_place.end();
+  };
+  std::vector<std::size_t> reaching;  // earlier buffers that may reach the next ones
+  for (const std::size_t j : order) {
+    std::erase_if(reaching, [&](std::size_t i) { return end(i) <= addresses[j]; });
+    for (const std::size_t i : reaching) {
+      if (!written(shapes[i].role) && !written(shapes[j].role)) continue;
+      const auto [a, b] = std::minmax(i, j);
+      const bool may = allowed(a, b) || allowed(b, a);
+      if (may && addresses[a] == addresses[b]) continue;
+      const auto name = [&](std::size_t k) {
+        return fmt::format("buffer {} ('{}', {})", k + 1, shapes[k].name, templates::to_string(shapes[k].role));
+      };
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: {} at {:#x} overlaps {} at {:#x}; {}", kernel, name(b), addresses[b], name(a),
+                              addresses[a],
+                              may ? fmt::format("'{}' may be written in place of '{}' only at the very same address",
+                                                shapes[allowed(a, b) ? a : b].name, shapes[allowed(a, b) ? b : a].name)
+                                  : "the kernel writes one while it reads the other; give it memory of its own"));
+    }
+    reaching.push_back(j);
+  }
+}
+
+}  // namespace
 
 void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters& parameters,
                     std::uint64_t stream) const {
@@ -180,34 +236,62 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
                               from ? fmt::format(" ({} past the address given)", held.bytes() - from) : ""));
     }
   }
+  require_apart(state().name, state().shapes, state().in_place, buffers);
   const auto module = state().module.lock();  // alive while its runtime is
   rt.backend->launch(*module, k.family->plan(k.chosen.config, k.problem, buffers, rt.backend->device(), parameters),
                      stream);
 }
 
 Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {
-  KTUNE_REQUIRE(backend == "gpu" || backend == "emu", "backend '" + backend + "' is not one of gpu, emu");
+  KTUNE_REQUIRE(backend == "gpu" || backend == "emu",
+                fmt::format("backend '{}' is not one of gpu (the CUDA device{}), emu (the host emulation)", backend,
+                            backend == "cuda" ? ", the model's --backend cuda" : ""));
   state_->emulated = backend == "emu";
-  state_->backend = state_->emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
+  try {
+    state_->backend = state_->emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kNoDevice) throw;
+    throw_error(ErrorKind::kNoDevice, fmt::format("no CUDA device: {}; Runtime(\"emu\") runs kernels without one, "
+                                                  "on the CPU under the host emulation",
+                                                  e.what()));
+  }
   state_->kernels = std::make_unique<tuner::TunedKernels>(*state_->backend, nullptr);
 }
 
 Runtime::~Runtime() = default;
+Runtime::Runtime(Runtime&&) noexcept = default;
+Runtime& Runtime::operator=(Runtime&&) noexcept = default;
 
-void Runtime::load_cache(const std::string& path, bool nearest) {
-  std::lock_guard lock(state_->kernels_mutex);
-  auto cache = std::make_unique<cache::TunedCache>(cache::TunedCache::read(path));
-  cache->set_nearest(nearest);
-  state_->use_cache(std::move(cache));
+Runtime::State& Runtime::state() const {
+  KTUNE_REQUIRE(state_ != nullptr, "a Runtime moved from: use the Runtime it was moved to");
+  return *state_;
 }
 
-const templates::Family& Runtime::State::family_of(const std::string& what) {
+void Runtime::load_cache(const std::string& path, bool nearest) {
+  KTUNE_REQUIRE(!path.empty(), "load_cache: no tuned cache file given (an empty path)");
+  std::lock_guard lock(state().kernels_mutex);
+  auto cache = std::make_unique<cache::TunedCache>(cache::TunedCache::read(path));
+  cache->set_nearest(nearest);
+  state().use_cache(std::move(cache));
+}
+
+std::string Runtime::State::identity(const std::string& what) {
   // A spec is a path: a .json name (in any case), a name with a folder, or a file that is there.
   std::string suffix = what.size() > 5 ? what.substr(what.size() - 5) : "";
   std::transform(suffix.begin(), suffix.end(), suffix.begin(), [](unsigned char c) { return std::tolower(c); });
   std::error_code ec;
-  // A family's name is the family, whatever the working folder holds.
-  if (suffix != ".json" && what.find('/') == std::string::npos) {
+  // A family's name is the family, whatever the working folder holds; a name that is neither stays as given
+  // (family_of names the families).
+  if (suffix != ".json" && what.find('/') == std::string::npos &&
+      (templates::family_named(what) || !std::filesystem::exists(what, ec)))
+    return what;
+  const auto path = std::filesystem::weakly_canonical(std::filesystem::absolute(what, ec), ec);
+  return ec || path.empty() ? what : path.string();
+}
+
+const templates::Family& Runtime::State::family_of(const std::string& what) {
+  std::error_code ec;
+  if (what.find('/') == std::string::npos) {
     if (const templates::Family* f = templates::family_named(what)) return *f;
     if (!std::filesystem::exists(what, ec)) return templates::find_family(what);  // throws, naming the families
   }
@@ -231,6 +315,7 @@ std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<S
   k->module = std::exchange(k->kernel.module, nullptr);
   k->name = family.name();
   k->shapes = family.buffer_shapes(problem);
+  k->in_place = family.in_place(problem);
   if (const auto* spec = dynamic_cast<const spec::SpecFamily*>(&family)) {
     // A default that is not the spec's says why.
     const auto declared = spec->declared_default();
@@ -245,27 +330,28 @@ std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<S
 }
 
 Kernel Runtime::kernel(const std::string& what, const ProblemSize& size) {
+  auto& st = state();
   const templates::Problem problem{size.dtype, size.dims};
-  const auto request = std::pair{what, problem.key()};
+  const auto request = std::pair{State::identity(what), problem.key()};
   {
-    std::lock_guard lock(state_->handed_mutex);
-    if (const auto it = state_->handed.find(request); it != state_->handed.end()) return Kernel(it->second);
+    std::lock_guard lock(st.handed_mutex);
+    if (const auto it = st.handed.find(request); it != st.handed.end()) return Kernel(it->second);
   }
-  std::lock_guard lock(state_->kernels_mutex);
-  state_->backend->bind_thread();  // a GPU module loads into the context current on this thread
-  const templates::Family& family = state_->family_of(what);
+  std::lock_guard lock(st.kernels_mutex);
+  st.backend->bind_thread();  // a GPU module loads into the context current on this thread
+  const templates::Family& family = st.family_of(request.first);
   family.check(problem);
-  auto k = state_->kernel_of(state_, family, problem);
-  std::lock_guard handed(state_->handed_mutex);
-  state_->handed[request] = k;
+  auto k = st.kernel_of(state_, family, problem);
+  std::lock_guard handed(st.handed_mutex);
+  st.handed[request] = k;
   return Kernel(std::move(k));
 }
 
 Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const TuneSettings& settings) {
-  std::lock_guard lock(state_->kernels_mutex);
-  auto& st = *state_;
+  std::lock_guard lock(state().kernels_mutex);
+  auto& st = state();
   st.backend->bind_thread();
-  const templates::Family& family = st.family_of(what);
+  const templates::Family& family = st.family_of(State::identity(what));
   const templates::Problem problem{size.dtype, size.dims};
   family.check(problem);
   tuner::TuneOptions options;
@@ -325,39 +411,39 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
 }
 
 std::uint64_t Runtime::allocate(std::size_t bytes) {
-  const auto lock = state_->device_lock();
-  auto buffer = state_->backend->allocate(bytes, "runtime buffer");
+  const auto lock = state().device_lock();
+  auto buffer = state().backend->allocate(bytes, "runtime buffer");
   const std::uint64_t address = buffer->address();
-  state_->buffers[address] = std::move(buffer);
+  state().buffers[address] = std::move(buffer);
   return address;
 }
 
 void Runtime::free(std::uint64_t address) {
-  const auto lock = state_->device_lock();
-  state_->buffer(address);
-  state_->buffers.erase(address);
+  const auto lock = state().device_lock();
+  state().buffer(address);
+  state().buffers.erase(address);
 }
 
 void Runtime::upload(std::uint64_t address, const void* host, std::size_t bytes) {
   KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("upload of {} bytes from a null host pointer", bytes));
-  const auto lock = state_->device_lock();
-  const auto [held, offset] = state_->range(address, bytes, "an upload");
-  state_->backend->upload_range(*held, offset, host, bytes);
+  const auto lock = state().device_lock();
+  const auto [held, offset] = state().range(address, bytes, "an upload");
+  state().backend->upload_range(*held, offset, host, bytes);
 }
 
 void Runtime::download(void* host, std::uint64_t address, std::size_t bytes) {
   KTUNE_REQUIRE(host != nullptr || bytes == 0, fmt::format("download of {} bytes to a null host pointer", bytes));
-  const auto lock = state_->device_lock();
-  const auto [held, offset] = state_->range(address, bytes, "a download");
-  state_->backend->download_range(host, *held, offset, bytes);
+  const auto lock = state().device_lock();
+  const auto [held, offset] = state().range(address, bytes, "a download");
+  state().backend->download_range(host, *held, offset, bytes);
 }
 
-std::uint64_t Runtime::stream() const { return state_->backend->native_stream(); }
+std::uint64_t Runtime::stream() const { return state().backend->native_stream(); }
 void Runtime::synchronize() {
-  const auto lock = state_->device_lock();
-  state_->backend->synchronize();
+  const auto lock = state().device_lock();
+  state().backend->synchronize();
 }
-std::string Runtime::backend() const { return state_->backend->name(); }
-std::string Runtime::device() const { return state_->backend->device().name; }
+std::string Runtime::backend() const { return state().backend->name(); }
+std::string Runtime::device() const { return state().backend->device().name; }
 
 }  // namespace ktune

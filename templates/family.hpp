@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/device_limits.hpp"
@@ -98,6 +99,15 @@ class Family {
   /// default makes the workload, CPU reference included; families override
   /// it with the sizes alone.
   virtual std::vector<BufferShape> buffer_shapes(const Problem& problem) const;
+  /// The outputs a launch may write in place of an input, as (output, input)
+  /// names of buffer_shapes: the two given the very same address
+  /// (cross_entropy_bwd's dlogits over its logits, an elementwise op's y over
+  /// its x). The run-time API refuses any other overlap of a buffer written
+  /// with another. Default: none.
+  virtual std::vector<std::pair<std::string, std::string>> in_place(const Problem& problem) const {
+    (void)problem;
+    return {};
+  }
   /// Scalars a launch takes beside its buffers, by name, with the values the
   /// workload's reference, checks and tuning use: what a program sets at each
   /// launch (AdamW's learning rate and step, a softmax scale, a primitive's

@@ -22,10 +22,15 @@
 //   how.cache_file = "tuned.json";                      // the winner is written here too
 //   if (k.match() != ktune::Match::kExact) k = rt.tune("matmul.json", problem, how);
 //
-// Errors are thrown as std::runtime_error (ktune's own error type derives
-// from it) whose what() is one line; a failed compile's goes on with the
-// compiler's log. A Kernel is valid while its Runtime lives: launching it
-// after throws, and the Runtime's memory and modules go with it. A Runtime
+// Errors are thrown as ktune::Error (error.hpp), a std::runtime_error whose
+// what() is one line (a failed compile's goes on with the compiler's log)
+// and whose kind() says what went wrong: kInvalidInput for a bad argument,
+// kNoDevice, kCompile, kCheckFailed for a tuning session that found no
+// config that runs correctly, ... Compiled kernels are kept on disk in
+// $KTUNE_CACHE_DIR, else $XDG_CACHE_HOME/ktune, else ~/.cache/ktune (set the
+// variable before the first kernel() to keep them elsewhere). A Kernel is
+// valid while its Runtime lives: launching it after throws, and the Runtime's
+// memory and modules go with it. A Runtime
 // and its Kernels may be used from several threads (each call readies its
 // thread, a GPU's context made current there); a kernel compiling on first
 // use holds up no other thread's launches, copies or requests for a kernel
@@ -37,6 +42,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "error.hpp"
 
 namespace ktune {
 
@@ -65,6 +72,10 @@ struct BufferInfo {
   std::string role;   ///< "input", "output", "inout", or "scratch" (a workspace: any contents)
   std::string dtype;  ///< "f32", "bf16", "f16", "i32", "i64", "u8"
   std::size_t bytes = 0;  ///< what the problem needs (a scratch buffer: enough for every config)
+  /// An output the kernel may write in place of an input: that input's name (cross_entropy_bwd's dlogits over
+  /// its logits, a softmax's y over x), given the very same address. Empty: none. Any other buffer written
+  /// (an output, inout or scratch) that overlaps another buffer is refused at launch.
+  std::string in_place_of;
 };
 
 /// How Runtime::tune searches: `ktune tune`'s options of the same names.
@@ -87,13 +98,18 @@ class Kernel {
   Kernel();
   Kernel(const Kernel&);
   Kernel& operator=(const Kernel&);
+  Kernel(Kernel&&) noexcept;  ///< leaves the other empty
+  Kernel& operator=(Kernel&&) noexcept;
   ~Kernel();
 
   const std::string& name() const;  ///< the spec's or family's name
   Match match() const;
-  /// "exact", "nearest (distance 1.00, tuned for f32;k=32;m=64;n=48)" (+ " on GPU" when another GPU
-  /// of the arch tuned it), "default (no tuned cache)", "default (no usable tuned entry)" (+ why, where
-  /// an entry for the problem is stale: another kernel source, NVRTC or driver)
+  /// Why match() is what it is, for people (branch on match()): "exact", "exact (tuned now: ...)" after
+  /// Runtime::tune, "nearest (distance 1.00, tuned for f32;k=32;m=64;n=48)" (+ " on GPU" when another GPU of
+  /// the arch tuned it), "default (no tuned cache)", "default (no usable tuned entry)" (+ why, where an entry
+  /// for the problem is stale: another kernel source, NVRTC or driver), "default (no exact entry; nearest shapes
+  /// not taken)" (load_cache with `nearest` false), "default (the exact entry's config is not valid here)";
+  /// a spec's default that is not valid for the problem adds why the first valid point runs instead.
   const std::string& reason() const;
   std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
   /// The buffers launch() takes, in its order: name, role, dtype and bytes.
@@ -133,12 +149,16 @@ class Kernel {
 
 class Runtime {
  public:
-  /// `backend`: "gpu" (CUDA device 0; throws when there is none) or "emu"
+  /// `backend`: "gpu" (CUDA device 0; throws kNoDevice when there is none) or "emu"
   /// (the host emulation: kernels compiled by the host compiler, run on the CPU).
   explicit Runtime(const std::string& backend = "gpu");
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
+  /// Moves the device, memory and kernels to another Runtime (kernels handed out stay valid); the one moved
+  /// from throws on every call.
+  Runtime(Runtime&&) noexcept;
+  Runtime& operator=(Runtime&&) noexcept;
 
   /// Reads a tuned cache (`ktune tune --cache`); later kernel() calls use it. `nearest` false: a problem
   /// without an exact entry gets the default config, not the nearest tuned shape's.
@@ -181,6 +201,7 @@ class Runtime {
  private:
   friend class Kernel;
   struct State;
+  State& state() const;  ///< throws on a Runtime moved from
   std::shared_ptr<State> state_;
 };
 

@@ -242,6 +242,9 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
             buffer_shape("lse", Role::kInput, DType::kF32, rows),
             buffer_shape("dlogits", Role::kOutput, activation_dtype(p), n)};
   }
+  std::vector<std::pair<std::string, std::string>> in_place(const Problem&) const override {
+    return {{"dlogits", "logits"}};
+  }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
   Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {

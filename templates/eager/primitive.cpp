@@ -125,6 +125,18 @@ class Primitive final : public PrimitiveFamily {
   }
   std::vector<std::string> source_files() const override { return {kTemplate}; }
   const Space& space() const override { return space_; }
+  /// Elementwise ops read each element before they write it, by the same thread: y may be x, or a, or a b
+  /// that is not broadcast. (Strided views of one buffer are not told apart by their addresses: none.)
+  std::vector<std::pair<std::string, std::string>> in_place(const Problem& p) const override {
+    switch (kind_) {
+      case Kind::kUnary: return {{"y", "x"}};
+      case Kind::kBinary:
+        if (p.dim("b_rows") == p.dim("rows") && p.dim("b_cols") == p.dim("cols"))
+          return {{"y", "a"}, {"y", "b"}};
+        return {{"y", "a"}};
+      default: return {};
+    }
+  }
 
   std::vector<Problem> problem_classes() const override {
     // Ragged sizes: no multiple of the block or of a warp.

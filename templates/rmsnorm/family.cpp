@@ -159,6 +159,10 @@ class Forward final : public NormFamily<std::conditional_t<kResidual, ResidualFo
     b.push_back(buffer_shape("rstd", Role::kOutput, DType::kF32, rows));
     return b;
   }
+  std::vector<std::pair<std::string, std::string>> in_place(const Problem&) const override {
+    if constexpr (kResidual) return {{"h", "x"}, {"h", "r"}};  // the residual stream, or the branch's output
+    return {};
+  }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     this->check_problem(p);
@@ -268,6 +272,10 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
     b.push_back(buffer_shape("dw", Role::kOutput, DType::kF32, dim));
     b.push_back(buffer_shape("scratch", Role::kScratch, DType::kF32, scratch_floats(p)));
     return b;
+  }
+  std::vector<std::pair<std::string, std::string>> in_place(const Problem&) const override {
+    if constexpr (kResidual) return {{"dh", "dstream"}};
+    return {};
   }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {

@@ -156,6 +156,10 @@ class RopeBase : public TypedFamily<ArgsT> {
             buffer_shape(names[2], Role::kInput, DType::kF32, table),
             buffer_shape(names[3], Role::kOutput, activation_dtype(p), n)};
   }
+  std::vector<std::pair<std::string, std::string>> in_place(const Problem&) const override {
+    const auto names = buffer_name_list();
+    return {{names[3], names[0]}};
+  }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     check_problem(p);

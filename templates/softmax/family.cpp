@@ -145,6 +145,7 @@ class Forward final : public SoftmaxFamily<ForwardArgs> {
     const std::int64_t n = p.dim("rows") * p.dim("cols");
     return {buffer_shape("x", Role::kInput, t, n), buffer_shape("y", Role::kOutput, t, n)};
   }
+  std::vector<std::pair<std::string, std::string>> in_place(const Problem&) const override { return {{"y", "x"}}; }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
   Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
@@ -203,6 +204,7 @@ class Backward final : public SoftmaxFamily<BackwardArgs> {
     return {buffer_shape("y", Role::kInput, t, n), buffer_shape("dy", Role::kInput, t, n),
             buffer_shape("dx", Role::kOutput, t, n)};
   }
+  std::vector<std::pair<std::string, std::string>> in_place(const Problem&) const override { return {{"dx", "dy"}}; }
 
   Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
   Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {

@@ -6,10 +6,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
+#include <type_traits>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +33,14 @@ TEST_CASE("spec emu: the runtime example builds against the installed package an
   REQUIRE(run_command("cmake --install " + binary.string() + " --prefix " + (dir / "prefix").string(), &out) == 0);
   CHECK(fs::exists(dir / "prefix/include/ktune/ktune.hpp"));
   INFO(out);
+  // The library exports the API only: none of the internals or the libraries it carries (a program's own fmt
+  // or nlohmann::json stays its own).
+  std::string symbols;
+  REQUIRE(run_command("nm -D --defined-only " + (dir / "prefix/lib/libktune.so").string() + " | c++filt", &symbols) ==
+          0);
+  CHECK_THAT(symbols, Catch::Contains("ktune::Runtime::kernel(") && Catch::Contains("typeinfo for ktune::Error"));
+  for (const char* internal : {"nlohmann::", "fmt::", "mu::", "ktune::templates::", "ktune::tuner::", "State::"})
+    CHECK_THAT(symbols, !Catch::Contains(internal));
   // The command that makes tuned caches comes with it, and runs from there.
   REQUIRE(run_command((dir / "prefix/bin/ktune").string() + " families", &out) == 0);
   CHECK_THAT(out, Catch::Contains("rmsnorm_fwd"));
@@ -238,6 +248,157 @@ TEST_CASE("spec emu: a launch that wrote past a buffer is reported once and the 
     CHECK_NOTHROW(run.kernel.launch(run.buffers()));
     CHECK(run.z()[1030] == run.x[1030] + run.y[1030]);
   }
+}
+
+/// The index of the buffer named `name` in `k`'s launch order.
+std::size_t index_of(const ktune::Kernel& k, const std::string& name) {
+  const auto b = k.buffers();
+  for (std::size_t i = 0; i < b.size(); ++i)
+    if (b[i].name == name) return i;
+  FAIL("kernel " << k.name() << " has no buffer " << name);
+  return 0;
+}
+
+/// One allocation per buffer of `k`, zeroed.
+std::vector<std::uint64_t> zeroed_buffers(ktune::Runtime& rt, const ktune::Kernel& k) {
+  std::vector<std::uint64_t> out;
+  for (const auto& b : k.buffers()) {
+    out.push_back(rt.allocate(b.bytes));
+    const std::vector<char> zeros(b.bytes, 0);
+    rt.upload(out.back(), zeros.data(), zeros.size());
+  }
+  return out;
+}
+
+TEST_CASE("spec emu: a buffer a kernel writes may overlap another only where the family lets it work in place",
+          "[spec]") {
+  ktune::Runtime rt("emu");
+  // AdamW's two moments in one buffer, or one shifted into the other: the first moment would be lost.
+  const ktune::Kernel adamw = rt.kernel("adamw", {"f32", {{"tensors", 1}, {"numel", 1000}}});
+  auto b = zeroed_buffers(rt, adamw);
+  const std::size_t m = index_of(adamw, "exp_avg[0]"), v = index_of(adamw, "exp_avg_sq[0]");
+  for (const auto& buffer : adamw.buffers()) CHECK(buffer.in_place_of.empty());
+  const std::uint64_t v_address = b[v];
+  b[v] = b[m];
+  const std::string second = "adamw: buffer " + std::to_string(v + 1) + " ('exp_avg_sq[0]', inout) at";
+  const std::string first = "overlaps buffer " + std::to_string(m + 1) + " ('exp_avg[0]'";
+  CHECK_THROWS_WITH(adamw.launch(b), Catch::Contains(second) && Catch::Contains(first) &&
+                                         Catch::Contains("give it memory of its own"));
+  const std::uint64_t both = rt.allocate(8004);  // the two 4000 bytes apart by one float
+  b[m] = both;
+  b[v] = both + 4;
+  CHECK_THROWS_WITH(adamw.launch(b), Catch::Contains("overlaps buffer"));
+  b[m] = both + 4000 + 4;
+  b[v] = both;
+  adamw.launch(b);  // side by side in one allocation
+  b[v] = v_address;
+  adamw.launch(b);
+
+  // cross_entropy_bwd writes dlogits over its logits, at the very same address only.
+  const std::int64_t rows = 7, vocab = 33;
+  const ktune::Kernel ce = rt.kernel("cross_entropy_bwd", {"f32", {{"rows", rows}, {"vocab", vocab}}});
+  const std::size_t logits = index_of(ce, "logits"), dlogits = index_of(ce, "dlogits"), lse = index_of(ce, "lse");
+  CHECK(ce.buffers()[dlogits].in_place_of == "logits");
+  CHECK(ce.buffers()[logits].in_place_of.empty());
+  auto c = zeroed_buffers(rt, ce);
+  const std::vector<float> log_vocab(rows, std::log(static_cast<float>(vocab)));  // the lse of zero logits
+  rt.upload(c[lse], log_vocab.data(), rows * 4);
+  c[dlogits] = c[logits];
+  ce.launch(c);
+  std::vector<float> d(rows * vocab, NAN);
+  rt.download(d.data(), c[logits], d.size() * 4);
+  const double scale = ce.parameters().at("scale");  // targets 0: dlogits = scale * (1/vocab - [column 0])
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t j = 0; j < vocab; ++j)
+      REQUIRE(d[r * vocab + j] == Approx(scale * (1.0 / vocab - (j == 0 ? 1.0 : 0.0))).epsilon(1e-5));
+  const std::uint64_t shifted = rt.allocate(rows * vocab * 4 + 4);
+  c[logits] = shifted;
+  c[dlogits] = shifted + 4;
+  CHECK_THROWS_WITH(ce.launch(c), Catch::Contains("'dlogits' may be written in place of 'logits' only at the very "
+                                                  "same address"));
+
+  // Inputs may share memory; an elementwise op's output may be its input.
+  const ktune::Kernel add = rt.kernel("prim_add", {"f32", {{"rows", 3}, {"cols", 5}, {"b_rows", 3}, {"b_cols", 5}}});
+  auto e = zeroed_buffers(rt, add);
+  const std::vector<float> ones(15, 1.0f);
+  rt.upload(e[0], ones.data(), 60);
+  add.launch({e[0], e[0], e[2]});  // y = a + a
+  add.launch({e[2], e[0], e[2]});  // y += a
+  std::vector<float> y(15, NAN);
+  rt.download(y.data(), e[2], 60);
+  for (const float x : y) REQUIRE(x == 3.0f);
+  // A broadcast b is read by many threads: the output may not be written over it.
+  const ktune::Kernel row = rt.kernel("prim_add", {"f32", {{"rows", 3}, {"cols", 5}, {"b_rows", 1}, {"b_cols", 5}}});
+  CHECK(row.buffers()[2].in_place_of == "a");
+  const std::uint64_t big = rt.allocate(60);
+  CHECK_THROWS_WITH(row.launch({big, big, big}), Catch::Contains("overlaps"));
+}
+
+TEST_CASE("spec emu: a relative spec path names the working folder's file at each call", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-runtime-relative");
+  const fs::path example = fs::path(KTUNE_SOURCE_DIR) / "examples/vector_add";
+  for (const char* name : {"a", "b"}) {
+    fs::create_directories(dir / name);
+    fs::copy_file(example / "vector_add.cu", dir / name / "vector_add.cu");
+    auto spec = nlohmann::json::parse(ktune::read_file(example / "vector_add.json"));
+    spec["name"] = std::string("vector_add_") + name;
+    std::ofstream(dir / name / "k.json") << spec.dump();
+  }
+  const fs::path before = fs::current_path();
+  ktune::Runtime rt("emu");
+  std::vector<std::string> names;
+  try {
+    for (const char* name : {"a", "b", "a"}) {
+      fs::current_path(dir / name);
+      names.push_back(rt.kernel("k.json", {"f32", {{"n", 100}}}).name());
+    }
+  } catch (...) {
+    fs::current_path(before);
+    throw;
+  }
+  fs::current_path(before);
+  CHECK(names == std::vector<std::string>{"vector_add_a", "vector_add_b", "vector_add_a"});
+  // The same file by another spelling is the same kernel.
+  const auto a = rt.kernel((dir / "a/k.json").string(), {"f32", {{"n", 100}}});
+  CHECK(a.name() == "vector_add_a");
+}
+
+TEST_CASE("spec emu: a Runtime moves with its kernels, and errors say their kind", "[spec]") {
+  static_assert(std::is_nothrow_move_constructible_v<ktune::Runtime>);
+  static_assert(std::is_nothrow_move_assignable_v<ktune::Kernel>);
+  ktune::Runtime first("emu");
+  ktune::test::VectorAddRun run{first, 100};
+  ktune::Runtime moved(std::move(first));  // run.rt is the one moved from: its memory is moved's now
+  const std::vector<float> poison(100, NAN);
+  moved.upload(run.dz, poison.data(), run.bytes);
+  run.kernel.launch(run.buffers());
+  std::vector<float> z(100);
+  moved.download(z.data(), run.dz, run.bytes);
+  CHECK(z[99] == run.x[99] + run.y[99]);
+  CHECK(moved.backend() == "emu");
+  try {
+    (void)first.allocate(4);  // NOLINT(bugprone-use-after-move): what the test is about
+    FAIL("a Runtime moved from allocated");
+  } catch (const ktune::Error& e) {
+    CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+    CHECK_THAT(e.what(), Catch::Contains("a Runtime moved from"));
+  }
+  ktune::Kernel taken = std::move(run.kernel);
+  CHECK_THROWS_WITH(run.kernel.name(), Catch::Contains("an empty Kernel"));  // NOLINT(bugprone-use-after-move)
+  CHECK(taken.name() == "vector_add");
+  CHECK_THROWS_WITH(ktune::Runtime("cuda"), Catch::Contains("is not one of gpu (the CUDA device, the model's "
+                                                            "--backend cuda), emu"));
+  ::setenv("KTUNE_NO_DEVICE", "1", 1);
+  try {
+    ktune::Runtime gpu("gpu");
+    FAIL("a GPU runtime with KTUNE_NO_DEVICE set");
+  } catch (const ktune::Error& e) {
+    CHECK(e.kind() == ktune::ErrorKind::kNoDevice);
+    CHECK_THAT(e.what(), Catch::StartsWith("no CUDA device: KTUNE_NO_DEVICE is set") &&
+                             Catch::Contains("Runtime(\"emu\") runs kernels without one"));
+  }
+  ::unsetenv("KTUNE_NO_DEVICE");
+  CHECK_THROWS_WITH(moved.load_cache(""), Catch::Contains("load_cache: no tuned cache file given (an empty path)"));
 }
 
 TEST_CASE("spec emu: a family's name means the family whatever the working folder holds", "[spec]") {

@@ -60,6 +60,32 @@ TEST_CASE("every family's buffer shapes are its workload's buffers, without maki
   }
 }
 
+TEST_CASE("every buffer a family writes in place of another is written, of the input's dtype and size", "[family]") {
+  int pairs = 0;
+  for (const Family* f : all_families()) {
+    INFO(f->name());
+    for (const auto& p : f->problem_classes()) {
+      INFO(p.key());
+      const auto shapes = f->buffer_shapes(p);
+      const auto named = [&](const std::string& name) {
+        const auto it = std::find_if(shapes.begin(), shapes.end(), [&](const auto& s) { return s.name == name; });
+        REQUIRE(it != shapes.end());
+        return *it;
+      };
+      for (const auto& [output, input] : f->in_place(p)) {
+        INFO(output << " over " << input);
+        const BufferShape out = named(output), in = named(input);
+        CHECK(out.role != Role::kInput);
+        CHECK(in.role == Role::kInput);
+        CHECK(out.dtype == in.dtype);
+        CHECK(out.bytes == in.bytes);
+        ++pairs;
+      }
+    }
+  }
+  CHECK(pairs > 20);  // the softmax, rope, residual RMSNorm, cross-entropy and elementwise primitives
+}
+
 TEST_CASE("every run-time scalar of a family reaches its kernels' arguments, at the workload's values by default",
           "[family]") {
   // What a program passes at launch (the run-time API's parameters): each scalar must change the bytes the kernels
