@@ -57,8 +57,10 @@ std::unique_ptr<StopCondition> parse_one(const std::string& word) {
   char* end = nullptr;
   const double v = std::strtod(word.c_str(), &end);
   const std::string unit(end);
-  KTUNE_REQUIRE(end != word.c_str() && v > 0 && std::isfinite(v),
-                fmt::format("bad budget '{}'; {}", word, kBudgetHelp));
+  KTUNE_REQUIRE(end != word.c_str() && std::isfinite(v), fmt::format("bad budget '{}'; {}", word, kBudgetHelp));
+  KTUNE_REQUIRE(v > 0, fmt::format("bad budget '{}': a budget of no evaluations or no time runs nothing; give at "
+                                   "least 1 (or 1s)",
+                                   word));
   if (unit.empty() || unit == "evals") {
     KTUNE_REQUIRE(v < 0x1p64, fmt::format("bad budget '{}': past the largest count of evaluations, 2^64 - 1", word));
     KTUNE_REQUIRE(v == static_cast<double>(static_cast<std::uint64_t>(v)),
