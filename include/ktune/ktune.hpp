@@ -174,7 +174,8 @@ class Runtime {
   /// validated against the reference before it is timed; the session logged under the cache folder, so
   /// `ktune log show` reads it), on this runtime's device, but in this process: a variant that faults the GPU
   /// ends the program and one that never ends hangs it, where `ktune tune` runs each in a worker process,
-  /// killed past its --timeout (tune kernels you do not trust that way). The times are taken while the
+  /// killed past its --timeout (tune kernels you do not trust that way). Variants are compiled ahead in a
+  /// child process it forks (and ends before returning), as `ktune tune` does. The times are taken while the
   /// program's other threads run. A config the cache holds for the problem competes in the session. The winner
   /// goes into this runtime's cache (later kernel() calls get it) and into `settings.cache_file`. Other
   /// threads' tune() calls and requests for kernels not handed out before wait for it; their launches do not.
