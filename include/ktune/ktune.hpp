@@ -150,7 +150,9 @@ class Kernel {
 class Runtime {
  public:
   /// `backend`: "gpu" (CUDA device 0; throws kNoDevice when there is none) or "emu"
-  /// (the host emulation: kernels compiled by the host compiler, run on the CPU).
+  /// (the host emulation: kernels compiled by the host compiler, run on the CPU). Under the emulation a launch
+  /// installs handlers for SIGSEGV, SIGBUS, SIGFPE and SIGUSR2 while it runs (a kernel's faults and hangs become
+  /// errors) and passes every signal that is not its own on to the program's handler.
   explicit Runtime(const std::string& backend = "gpu");
   ~Runtime();
   Runtime(const Runtime&) = delete;

@@ -127,8 +127,13 @@ struct BlockRun {
 };
 
 /// What the hang watchdog sends a worker whose thread ran too long; the
-/// fault handler ends that block with a report naming the thread.
+/// fault handler ends that block with a report naming the thread. Any other
+/// SIGUSR2 goes to the program's disposition.
 constexpr int kHangSignal = SIGUSR2;
+
+/// Sends kHangSignal to `worker`, marked as the watchdog's (sigqueue'd with a
+/// value only ktune uses), so the fault handler tells it from anyone else's.
+void send_hang_signal(pthread_t worker);
 
 /// The block the calling worker thread is running (null outside a block).
 BlockRun*& current_block();

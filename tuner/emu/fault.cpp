@@ -1,7 +1,9 @@
 // Fiber stacks and fault handling of the emulation backend: a SIGSEGV, SIGBUS
-// or SIGFPE raised by kernel code on an emulation worker becomes an error for
-// the running block (the handler jumps back to the block's scheduler); any
-// other fault goes to the handler that was installed before.
+// or SIGFPE raised by kernel code on an emulation worker, and the hang
+// watchdog's SIGUSR2, become an error for the running block (the handler jumps
+// back to the block's scheduler); every other signal of these, a fault outside
+// kernel code or one sent by a process, goes to the disposition that was
+// installed before, as it would have without ktune.
 #include <signal.h>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -32,6 +34,9 @@ constexpr int kSignalCount = sizeof kSignals / sizeof kSignals[0];
 struct sigaction g_previous[kSignalCount];
 std::mutex g_mutex;
 int g_installs = 0;
+
+// What the watchdog's signals carry (send_hang_signal): this address, which nothing outside ktune sends.
+char g_hang_token;
 
 int signal_index(int sig) {
   for (int i = 0; i < kSignalCount; ++i)
@@ -107,9 +112,33 @@ void describe_hang(BlockRun& b) {
                 t ? t->thread_idx.y : 0, t ? t->thread_idx.z : 0, b.hang_seconds);
 }
 
+/// Whether `info` is the hang watchdog's: queued by this process with its token.
+bool from_watchdog(const siginfo_t* info) {
+  return info->si_code == SI_QUEUE && info->si_pid == ::getpid() && info->si_value.sival_ptr == &g_hang_token;
+}
+
+/// Hands `sig` to the disposition on_fault replaced, as if ktune had not been there.
+void forward(int sig, siginfo_t* info, void* context) {
+  const struct sigaction& previous = g_previous[signal_index(sig)];
+  const bool sent = info->si_code <= 0;  // by a process (kill, sigqueue, raise), not raised by the system for a fault
+  if (previous.sa_flags & SA_SIGINFO) {
+    previous.sa_sigaction(sig, info, context);
+  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+    previous.sa_handler(sig);
+  } else if (previous.sa_handler == SIG_IGN && sent) {
+    // ignored, as before (a fault ignored would recur on return forever: the default action, below)
+  } else {
+    // Returning re-executes a faulting access, which now ends the process as usual; a signal sent is sent again.
+    ::signal(sig, SIG_DFL);
+    if (sent) ::raise(sig);
+  }
+}
+
 void on_fault(int sig, siginfo_t* info, void* context) {
+  // ktune's own: a fault the system raised (not one a process sent), and SIGUSR2 only from the watchdog.
+  const bool own = sig == kHangSignal ? from_watchdog(info) : info->si_code > 0;
   BlockRun* b = current_block();
-  if (b && b->in_fiber) {
+  if (own && b && b->in_fiber) {
     bool write = false;
     b->fault_pc = nullptr;
 #if defined(__x86_64__)
@@ -125,15 +154,8 @@ void on_fault(int sig, siginfo_t* info, void* context) {
       describe_fault(*b, sig, info->si_addr, write);
     siglongjmp(b->env, 1);
   }
-  if (sig == kHangSignal) return;  // the watchdog's, for a thread that reached a barrier meanwhile: nothing to end
-  const struct sigaction& previous = g_previous[signal_index(sig)];
-  if (previous.sa_flags & SA_SIGINFO) {
-    previous.sa_sigaction(sig, info, context);
-  } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
-    previous.sa_handler(sig);
-  } else {
-    ::signal(sig, SIG_DFL);  // returning re-executes the access, which now ends the process as usual
-  }
+  if (own && sig == kHangSignal) return;  // for a thread that reached a barrier meanwhile: nothing to end
+  forward(sig, info, context);
 }
 
 }  // namespace
@@ -208,7 +230,19 @@ FaultHandlerScope::FaultHandlerScope() {
 FaultHandlerScope::~FaultHandlerScope() {
   std::lock_guard lock(g_mutex);
   if (--g_installs > 0) return;
-  for (int i = 0; i < kSignalCount; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  // Only where on_fault is still the handler: one the program installed meanwhile stays.
+  for (int i = 0; i < kSignalCount; ++i) {
+    struct sigaction current {};
+    if (::sigaction(kSignals[i], nullptr, &current) == 0 && (current.sa_flags & SA_SIGINFO) &&
+        current.sa_sigaction == on_fault)
+      ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  }
+}
+
+void send_hang_signal(pthread_t worker) {
+  union sigval value {};
+  value.sival_ptr = &g_hang_token;
+  ::pthread_sigqueue(worker, kHangSignal, value);
 }
 
 std::string block_where(const BlockRun& b) {

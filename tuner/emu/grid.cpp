@@ -468,7 +468,7 @@ class HangWatchdog {
           since[j] = now;
           b->hang_signalled = false;
         } else if (now - since[j] >= std::chrono::seconds(seconds_) && !b->hang_signalled.exchange(true)) {
-          ::pthread_kill(b->worker, detail::kHangSignal);
+          detail::send_hang_signal(b->worker);
         }
       }
     }
