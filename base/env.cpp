@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/error.hpp"
@@ -27,11 +29,40 @@ std::string get(const char* name) {
   return v ? std::string(v) : std::string();
 }
 
+namespace {
+
+// The cache folder without HOME or XDG_CACHE_HOME: this user's own in the
+// temporary folder, which every user may write to. Emulation objects are
+// loaded from the cache as code, so the folder is made private (0700) and one
+// that another user made or others may write to is refused, not used.
+std::filesystem::path private_fallback(const std::filesystem::path& tmp) {
+  const uid_t uid = ::geteuid();
+  const auto dir = tmp / fmt::format("ktune-cache-{}", uid);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+    throw_error(ErrorKind::kIo, fmt::format("cannot make the cache folder {}: {}; set KTUNE_CACHE_DIR", dir.string(),
+                                            std::strerror(errno)));
+  const auto refuse = [&](const std::string& why) {
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("the cache folder {} (used without HOME or XDG_CACHE_HOME) {}: ktune loads code from its "
+                            "cache and will not use it; remove it, or set KTUNE_CACHE_DIR to a folder of your own",
+                            dir.string(), why));
+  };
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0) refuse(std::strerror(errno));
+  if (!S_ISDIR(st.st_mode)) refuse("is no folder (a link or a file another user may have put there)");
+  if (st.st_uid != uid) refuse(fmt::format("belongs to another user (uid {}, not {})", st.st_uid, uid));
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    refuse(fmt::format("may be written by other users (mode {:o})", st.st_mode & 0777));
+  return dir;
+}
+
+}  // namespace
+
 std::filesystem::path cache_dir() {
   if (auto v = get("KTUNE_CACHE_DIR"); !v.empty()) return v;
   if (auto v = get("XDG_CACHE_HOME"); !v.empty()) return std::filesystem::path(v) / "ktune";
   if (auto v = get("HOME"); !v.empty()) return std::filesystem::path(v) / ".cache" / "ktune";
-  return std::filesystem::temp_directory_path() / "ktune-cache";
+  return private_fallback(std::filesystem::temp_directory_path());
 }
 
 std::string cuda_include_dir() {

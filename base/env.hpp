@@ -8,7 +8,10 @@
 namespace ktune::env {
 
 /// KTUNE_CACHE_DIR: root of the on-disk caches (compiled binaries, emulation
-/// objects). Default: $XDG_CACHE_HOME/ktune, else ~/.cache/ktune.
+/// objects). Default: $XDG_CACHE_HOME/ktune, else ~/.cache/ktune, else (no
+/// HOME either) ktune-cache-UID in the temporary folder: made 0700, and
+/// refused (kInvalidInput) where it is another user's or others may write to
+/// it, since emulation objects are loaded from it as code.
 std::filesystem::path cache_dir();
 
 /// KTUNE_CUDA_INCLUDE: CUDA headers handed to NVRTC. Default: the toolkit

@@ -1,11 +1,18 @@
 // KTUNE_EMU_SCHEDULE: the three orders and a seed are read; anything else is
-// refused with one line naming the variable and what it accepts.
+// refused with one line naming the variable and what it accepts. The cache
+// folder without HOME: this user's own, private, another's refused.
 #include "base/env.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <optional>
+#include <string>
 
 #include "base/error.hpp"
+#include "support.hpp"
 
 namespace base_env_test {
 
@@ -20,6 +27,21 @@ struct ScheduleVariable {
     else ::unsetenv("KTUNE_EMU_SCHEDULE");
   }
   ~ScheduleVariable() { ::unsetenv("KTUNE_EMU_SCHEDULE"); }
+};
+
+// Sets (or, given null, unsets) an environment variable for one scope, then puts back what was there.
+struct Variable {
+  Variable(const char* name, const char* value) : name_(name) {
+    if (const char* was = std::getenv(name)) was_ = was;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~Variable() {
+    if (was_) ::setenv(name_, was_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  const char* name_;
+  std::optional<std::string> was_;
 };
 
 EmuSchedule read(const char* value) {
@@ -56,6 +78,60 @@ TEST_CASE("KTUNE_EMU_SCHEDULE: any other value is refused in one line", "[base][
       CHECK_THAT(e.what(), Catch::Contains("KTUNE_EMU_SCHEDULE must be in-order, reverse or shuffle[:SEED]"));
       CHECK(std::string(e.what()).find('\n') == std::string::npos);
     }
+  }
+}
+
+namespace {
+
+// cache_dir() with no KTUNE_CACHE_DIR, XDG_CACHE_HOME or HOME, and TMPDIR at `tmp`.
+std::filesystem::path fallback_in(const std::filesystem::path& tmp) {
+  Variable cache("KTUNE_CACHE_DIR", nullptr), xdg("XDG_CACHE_HOME", nullptr), home("HOME", nullptr),
+      tmpdir("TMPDIR", tmp.c_str());
+  return ktune::env::cache_dir();
+}
+
+void expect_fallback_refused(const std::filesystem::path& tmp, const std::string& why) {
+  try {
+    fallback_in(tmp);
+    FAIL("accepted");
+  } catch (const ktune::Error& e) {
+    CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+    CHECK_THAT(e.what(), Catch::Contains("used without HOME or XDG_CACHE_HOME") && Catch::Contains(why) &&
+                             Catch::Contains("set KTUNE_CACHE_DIR"));
+    CHECK(std::string(e.what()).find('\n') == std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("Without HOME the cache is this user's own folder in TMPDIR, made private, another's refused",
+          "[base][env]") {
+  namespace fs = std::filesystem;
+  const auto tmp = ktune::test::scratch_dir("env-fallback");
+  const fs::path mine = tmp / ("ktune-cache-" + std::to_string(::geteuid()));
+  CHECK(fallback_in(tmp) == mine);
+  struct stat st {};
+  REQUIRE(::lstat(mine.c_str(), &st) == 0);
+  CHECK(S_ISDIR(st.st_mode));
+  CHECK((st.st_mode & 0777) == 0700);  // made so whatever the umask
+  CHECK(fallback_in(tmp) == mine);     // and taken again as it is
+
+  // A folder other users may write to could hold their code, which emulation runs would load.
+  fs::permissions(mine, fs::perms::all);
+  expect_fallback_refused(tmp, "may be written by other users (mode 777)");
+  fs::permissions(mine, fs::perms::owner_all | fs::perms::group_write);
+  expect_fallback_refused(tmp, "may be written by other users (mode 720)");
+  fs::remove(mine);
+  // A link put there in its place, to a folder of another's.
+  fs::create_directory(tmp / "elsewhere");
+  fs::create_directory_symlink(tmp / "elsewhere", mine);
+  expect_fallback_refused(tmp, "is no folder");
+  fs::remove(mine);
+  if (::geteuid() == 0) {  // only root can make a folder another user owns
+    fs::create_directory(mine);
+    fs::permissions(mine, fs::perms::owner_all);
+    REQUIRE(::chown(mine.c_str(), 65534, 65534) == 0);
+    expect_fallback_refused(tmp, "belongs to another user (uid 65534, not 0)");
   }
 }
 

@@ -498,6 +498,43 @@ TEST_CASE("CLI: an emulation compile killed before it cleaned up leaves nothing 
   CHECK(std::filesystem::exists(live));
 }
 
+TEST_CASE("CLI: emulation objects are not loaded from a cache folder other users may write to", "[cli]") {
+  namespace fs = std::filesystem;
+  const auto dir = ktune::test::scratch_dir("cli-emu-shared");
+  const std::string run = " " + ktune_exe().string() + " run --backend emu --family prim_neg";
+  std::string err;
+  REQUIRE(run_command("{ KTUNE_CACHE_DIR=" + dir.string() + run + " >/dev/null; }", &err) == 0);
+  // Anyone could put an object there, whose constructors dlopen runs: refused before any is loaded.
+  fs::permissions(dir / "emu", fs::perms::others_write, fs::perm_options::add);
+  CHECK(run_command("{ KTUNE_CACHE_DIR=" + dir.string() + run + " >/dev/null; }", &err) == 2);
+  CHECK_THAT(err, Catch::StartsWith("ktune: emulation objects are not loaded from " + (dir / "emu").string() +
+                                    ": every user may write to the folder") &&
+                      Catch::Contains("chmod o-w"));
+  CHECK(std::count(err.begin(), err.end(), '\n') == 1);
+  fs::permissions(dir / "emu", fs::perms::others_write, fs::perm_options::remove);
+  for (const auto& entry : fs::directory_iterator(dir / "emu"))
+    if (entry.path().extension() == ".so")
+      fs::permissions(entry.path(), fs::perms::others_write, fs::perm_options::add);
+  CHECK(run_command("{ KTUNE_CACHE_DIR=" + dir.string() + run + " >/dev/null; }", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("every user may write to the object"));
+
+  // Without HOME: this user's own folder in TMPDIR, private; one other users may write to is refused.
+  const std::string no_home = "env -u HOME -u XDG_CACHE_HOME -u KTUNE_CACHE_DIR TMPDIR=";
+  const auto mine = "ktune-cache-" + std::to_string(::geteuid());
+  fs::create_directory(dir / "tmp");
+  REQUIRE(run_command("{ " + no_home + (dir / "tmp").string() + run + " >/dev/null; }", &err) == 0);
+  CHECK((fs::status(dir / "tmp" / mine).permissions() & fs::perms::all) == fs::perms::owner_all);
+  CHECK(fs::exists(dir / "tmp" / mine / "emu"));
+  fs::create_directory(dir / "shared");
+  fs::create_directory(dir / "shared" / mine);
+  fs::permissions(dir / "shared" / mine, fs::perms::all);
+  CHECK(run_command("{ " + no_home + (dir / "shared").string() + run + " >/dev/null; }", &err) == 2);
+  CHECK(err == "ktune: the cache folder " + (dir / "shared" / mine).string() +
+                   " (used without HOME or XDG_CACHE_HOME) may be written by other users (mode 777): ktune loads code "
+                   "from its cache and will not use it; remove it, or set KTUNE_CACHE_DIR to a folder of your own\n");
+  CHECK(fs::is_empty(dir / "shared" / mine));
+}
+
 TEST_CASE("CLI: a write past the file-size limit fails with one line naming what still holds the run", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-file-size");
   const auto weights = dir / "big.st";

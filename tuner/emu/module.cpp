@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +101,19 @@ std::size_t tls_size(std::uintptr_t base) {
       },
       &search);
   return search.bytes;
+}
+
+/// Throws where every user may write to `path` (the objects' folder, or an
+/// object): its code could be anyone's, and dlopen runs an object's
+/// constructors as it loads it, before any check of ours.
+void require_unshared(const fs::path& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !(st.st_mode & S_IWOTH)) return;  // not there yet: this process makes it
+  throw_error(ErrorKind::kInvalidInput,
+              fmt::format("emulation objects are not loaded from {}: every user may write to {} {} (mode {:o}), so "
+                          "its code could be anyone's; make it writable by its owner only (chmod o-w), or set "
+                          "KTUNE_CACHE_DIR to a folder of your own",
+                          env::emu_cache_dir().string(), what, path.string(), st.st_mode & 07777));
 }
 
 std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rendered& rendered, std::string* why) {
@@ -237,6 +251,8 @@ std::string source_line(const void* pc) {
   return "";
 }
 
+void check_object_folder() { require_unshared(env::emu_cache_dir(), "the folder"); }
+
 std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const Module>> loaded;
@@ -253,14 +269,17 @@ std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
   const fs::path path = dir / (key + ".so");
   std::string why;
   std::shared_ptr<Module> module;
+  check_object_folder();
   if (fs::exists(path)) {
+    require_unshared(path, "the object");
     module = open_module(path, rendered, &why);
     if (module) module->from_cache = true;
   }
   if (!module) {
     static std::atomic<int> counter{0};
     std::error_code ec;
-    fs::create_directories(dir, ec);
+    // Writable by its owner alone whatever the umask: objects are not loaded from a folder every user may write to.
+    if (fs::create_directories(dir, ec)) fs::permissions(dir, fs::perms::others_write, fs::perm_options::remove, ec);
     static std::once_flag swept;
     std::call_once(swept, remove_orphans, dir);
     const std::string stem = fmt::format("tmp-{}-{}-{}", key.substr(0, 8), ::getpid(), counter++);

@@ -43,8 +43,14 @@ std::string emulation_compile_options();
 /// it cannot tell (no addr2line, no module there, a line of ktune's headers).
 std::string source_line(const void* pc);
 
+/// Throws kInvalidInput where every user may write to the emulation objects'
+/// folder (env::emu_cache_dir()): anyone could have put code there.
+/// load_module asks it (and the same of the object) before each load.
+void check_object_folder();
+
 /// Compiles (or finds in the disk cache) and loads `rendered`. Throws
-/// Error(kCompile) with the compiler's log on failure.
+/// Error(kCompile) with the compiler's log on failure, kInvalidInput where
+/// the object or its folder may be written by every user.
 std::shared_ptr<const Module> load_module(const templates::Rendered& rendered);
 
 }  // namespace ktune::tuner::emu

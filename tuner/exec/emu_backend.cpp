@@ -83,6 +83,7 @@ class EmuBackend final : public Backend {
         live_(std::make_shared<LiveBuffers>()) {
     device_.name = "host emulation (" + options.arch + " limits)";
     env::require_host_cxx();  // a KTUNE_HOST_CXX that is no compiler is bad input, said before any work
+    emu::check_object_folder();  // as is a cache folder others may put code in
   }
 
   std::string name() const override { return "emu"; }
