@@ -14,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "base/error.hpp"
 
@@ -211,18 +212,54 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<char*>(data_), size_);
 }
 
-FileLock::FileLock(const fs::path& path, std::string_view busy) : path_(path) {
+namespace {
+
+// Makes the missing folders of `dir`, the outermost first; returns those this
+// call made (not another process at the same time), the innermost first.
+std::vector<fs::path> make_folders(const fs::path& dir) {
+  std::vector<fs::path> missing;
   std::error_code ec;
-  if (!busy.empty() && path.has_parent_path() && !fs::is_directory(path.parent_path(), ec)) return;
-  if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
-  for (;;) {
+  for (fs::path d = dir; !d.empty() && !fs::exists(fs::symlink_status(d, ec)); d = d.parent_path()) {
+    missing.push_back(d);
+    if (d == d.parent_path()) break;
+  }
+  std::vector<fs::path> made;
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0777) == 0) made.insert(made.begin(), *it);
+    else if (errno != EEXIST) io_error("cannot create folder", *it);
+  }
+  return made;
+}
+
+// Removes the folders `made` (the innermost first) that are still empty.
+void remove_empty(const std::vector<fs::path>& made) {
+  for (const auto& d : made)
+    if (::rmdir(d.c_str()) != 0) break;
+}
+
+}  // namespace
+
+FileLock::FileLock(const fs::path& path, std::string_view busy) : path_(path) {
+  for (int vanished = 0;;) {
+    if (path.has_parent_path()) {
+      const auto made = make_folders(path.parent_path());
+      made_.insert(made_.begin(), made.begin(), made.end());
+    }
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd_ < 0) io_error("cannot open lock file", path);
+    // The folder went (a refused run took away the one it made): made again.
+    if (fd_ < 0 && errno == ENOENT && ++vanished < 8) continue;
+    if (fd_ < 0) {
+      const int error = errno;
+      remove_empty(made_);
+      errno = error;
+      io_error("cannot open lock file", path);
+    }
     while (::flock(fd_, busy.empty() ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
       if (errno == EINTR) continue;
       const int error = errno;
       ::close(fd_);
       fd_ = -1;
+      remove_empty(made_);
       if (error == EWOULDBLOCK && !busy.empty())
         throw_error(ErrorKind::kInvalidInput,
                     fmt::format("{} is being written by another ktune process (it holds {}); wait for it, or give "
@@ -248,6 +285,7 @@ FileLock::~FileLock() {
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
+  remove_empty(made_);  // a run that wrote nothing there leaves no folder behind
 }
 
 }  // namespace ktune

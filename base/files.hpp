@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ktune {
 
@@ -73,13 +74,14 @@ class MappedFile {
   std::size_t size_ = 0;
 };
 
-/// Exclusive advisory lock (flock) on `path` (created if missing), held for the
-/// object's lifetime. Blocks until acquired; or, given `busy` (what holds
-/// the file, for the message), throws kInvalidInput at once when another
-/// process holds it: a file one run writes for its whole length (a session
-/// log, a training run's metrics) is not written by two; and where the folder
-/// is not there yet, takes none and makes none (no process writes there yet,
-/// and a run refused later leaves no folder behind). The lock file is removed when
+/// Exclusive advisory lock (flock) on `path` (created if missing, and its
+/// missing folders with it), held for the object's lifetime. Blocks until
+/// acquired; or, given `busy` (what holds the file, for the message), throws
+/// kInvalidInput at once when another process holds it: a file one run
+/// writes for its whole length (a session log, a training run's metrics) is
+/// not written by two, also where the run makes its folder. The folders it
+/// made are removed with the lock where they are still empty, so a run
+/// refused later leaves none behind. The lock file is removed when
 /// the lock is released, so none is left beside the file it guards: the
 /// holder unlinks it while still holding it, and a locker re-checks, once
 /// it holds its lock, that the file it opened is still the one at `path`
@@ -95,6 +97,7 @@ class FileLock {
  private:
   std::filesystem::path path_;
   int fd_ = -1;
+  std::vector<std::filesystem::path> made_;  ///< the folders this lock made, the innermost first
 };
 
 }  // namespace ktune

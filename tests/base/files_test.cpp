@@ -93,4 +93,25 @@ TEST_CASE("a temp file a killed writer left beside its target is removed by the 
   CHECK(ktune::read_file(dir / "run.ckpt") == "whole");
 }
 
+TEST_CASE("FileLock: a lock in a folder not there yet makes it and holds, and takes it away if left empty",
+          "[base][files]") {
+  const auto dir = ktune::test::scratch_dir("files-lock-folder");
+  const auto lock = dir / "new" / "deeper" / "run.ckpt.lock";
+  {
+    const ktune::FileLock first(lock, "--checkpoint run.ckpt");
+    CHECK(fs::exists(lock));
+    // A second run that makes the same folder at the same time is refused, as where the folder was there.
+    CHECK_THROWS_WITH(ktune::FileLock(lock, "--checkpoint run.ckpt"),
+                      Catch::Contains("--checkpoint run.ckpt is being written by another ktune process"));
+    CHECK(fs::exists(lock));
+  }
+  CHECK_FALSE(fs::exists(dir / "new"));  // nothing was written there: the folders go with the lock
+  {
+    const ktune::FileLock first(lock, "--checkpoint run.ckpt");
+    ktune::write_file_atomic(dir / "new" / "deeper" / "run.ckpt", "x");
+  }
+  CHECK(ktune::read_file(dir / "new" / "deeper" / "run.ckpt") == "x");
+  CHECK_FALSE(fs::exists(lock));
+}
+
 }  // namespace base_files_test

@@ -419,6 +419,15 @@ TEST_CASE("CLI: a session log or a run's checkpoint and metrics that another pro
     CHECK(run_bad(train, &err) == 2);
     CHECK_THAT(err, Catch::Contains("--checkpoint " + checkpoint.string() + " is being written"));
   }
+  {
+    // A run whose folder is not there yet makes it to lock there: another one making it too is refused.
+    const auto fresh = dir / "fresh" / "m.jsonl";
+    const ktune::FileLock other(fresh.string() + ".lock", "--metrics " + fresh.string());
+    CHECK(run_bad("train --model tiny --ctx 8 --batch 2 --steps 2 --metrics " + fresh.string(), &err) == 2);
+    CHECK_THAT(err, Catch::Contains("--metrics " + fresh.string() + " is being written by another ktune process"));
+    CHECK_FALSE(std::filesystem::exists(fresh));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "fresh"));  // made for the lock, empty: gone with it
   CHECK_FALSE(std::filesystem::exists(log));
   CHECK_FALSE(std::filesystem::exists(metrics));
   CHECK_FALSE(std::filesystem::exists(checkpoint));
