@@ -154,6 +154,7 @@ int main(int argc, char** argv) {
   // What did not reach stdout (a full disk under a redirect) is a failed run, not a quiet one.
   std::cout.flush();
   if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    if (global.exit_code == 128 + SIGPIPE) return global.exit_code;  // a run stopped by it has said why
     std::cerr << "ktune: cannot write standard output: " << std::strerror(errno) << "\n";
     return 1;
   }

@@ -44,7 +44,9 @@ extern "C" void on_stop_signal(int signal) {
     }
     return;
   }
-  if (ns - first_signal_ns < kSameRequestNs) return;
+  // Each write to a closed pipe raises SIGPIPE again (this handler's own, to a stderr that is the pipe, too):
+  // the same request, however late.
+  if (signal == SIGPIPE || ns - first_signal_ns < kSameRequestNs) return;
   // A second request: the signal's default action, once this handler returns.
   if (const char* say = again_text.load()) {
     [[maybe_unused]] const auto written = ::write(STDERR_FILENO, say, std::strlen(say));
@@ -100,7 +102,7 @@ StopSignals::~StopSignals() {
 int StopSignals::caught() const { return active_ ? static_cast<int>(caught_signal) : 0; }
 
 std::string StopSignals::name(int signal) {
-  return signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+  return signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : signal == SIGPIPE ? "SIGPIPE" : "SIGTERM";
 }
 
 }  // namespace ktune::cli

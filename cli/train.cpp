@@ -120,7 +120,8 @@ void add_train_command(CLI::App& app, Global& global) {
       ->check(input_file());
   cmd->add_option("--save", o->t.save,
                   "Write the trained weights here (safetensors) after the last step, or after the step running "
-                  "when SIGINT, SIGTERM or SIGHUP arrives, which then ends the run (exit status 128 + the signal)")
+                  "when SIGINT, SIGTERM, SIGHUP or SIGPIPE arrives, which then ends the run (exit status 128 + the "
+                  "signal)")
       ->check(output_file());
   auto* save_best = cmd->add_option("--save-best", o->t.save_best,
                                     "Write the weights here (safetensors) after each validation whose loss is the "
@@ -193,8 +194,9 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* checkpoint = cmd->add_option("--checkpoint", o->t.checkpoint,
                                      "Checkpoint file (safetensors: the weights, AdamW's state, the step and the batch "
                                      "sampler), written atomically every --checkpoint-every steps, after the last "
-                                     "step, and after the step running when SIGINT, SIGTERM or SIGHUP arrives, "
-                                     "which then ends the run (exit status 128 + the signal)")->check(output_file());
+                                     "step, and after the step running when SIGINT, SIGTERM, SIGHUP or SIGPIPE "
+                                     "arrives, which then ends the run (exit status 128 + the signal)")
+                        ->check(output_file());
   cmd->add_option("--checkpoint-every", o->t.checkpoint_every, "Steps between checkpoints; 0: after the last step only")
       ->check(integer_at_least(0))
       ->capture_default_str()

@@ -93,10 +93,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->check(output_file())
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume,
-                "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM/SIGHUP, which "
-                "end a session after its evaluation, its best so far in the cache); a log of another backend, device "
-                "or kernel source is refused; another --strategy or --seed goes on from the logged results, and the "
-                "log notes it; every logged result counts against --budget");
+                "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM/SIGHUP/"
+                "SIGPIPE, which end a session after its evaluation, its best so far in the cache); a log of another "
+                "backend, device or kernel source is refused; another --strategy or --seed goes on from the logged "
+                "results, and the log notes it; every logged result counts against --budget");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   auto* timeout = cmd->add_option("--timeout", opts->timeout_s,
                                   "Seconds one evaluation may take (compile included) before its worker process is "

@@ -263,6 +263,25 @@ TEST_CASE("CLI: a stop signal ends a tuning session after its evaluation, the be
   CHECK(evaluations(now) == logged + 2);
 }
 
+TEST_CASE("CLI: tune whose output's reader is gone (SIGPIPE) ends after its evaluation, the best so far in the cache",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-sigpipe");
+  const auto cache = dir / "tuned.json";
+  // Every evaluation printed, to a pipe head leaves after its first line: the next write raises SIGPIPE. The
+  // whole space (56 valid points) were the signal not heeded.
+  std::string out;
+  REQUIRE(run_command("{ KTUNE_PRINT=all " + ktune_exe().string() +
+                          " tune --backend emu --strategy exhaustive --family rmsnorm_fwd --problem "
+                          "'{\"dtype\":\"f32\",\"dims\":{\"rows\":64,\"dim\":768}}' --cache " +
+                          cache.string() + " --log " + (dir / "t.log").string() + " 2>&1; echo $? > " +
+                          (dir / "rc").string() + "; } | head -n 1 >/dev/null",
+                      &out) == 0);
+  CHECK(ktune::read_file(dir / "rc") == std::to_string(128 + 13) + "\n");
+  REQUIRE(std::filesystem::exists(cache));
+  CHECK(ktune::read_file(cache).find("rmsnorm_fwd") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "t.log.lock"));
+}
+
 TEST_CASE("CLI: tune --resume with another strategy counts the logged results against the budget", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-resume-budget");
   const auto log = dir / "s.log";

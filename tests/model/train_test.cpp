@@ -392,6 +392,35 @@ TEST_CASE("`ktune train --checkpoint`: a second SIGINT a while after the first e
   }
 }
 
+TEST_CASE("`ktune train --checkpoint | head`: the pipe's reader gone (SIGPIPE) ends the run after its step with the "
+          "checkpoint written",
+          "[model][cli]") {
+  const auto dir = ktune::test::scratch_dir("train-sigpipe");
+  // head reads the header's first lines and is gone; the next step's line to stdout raises SIGPIPE. A run
+  // longer than the test were the signal not heeded.
+  std::string out;
+  REQUIRE(ktune::test::run_command(
+              "{ " + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 8 --batch 1 " +
+                  "--steps 1000000 --checkpoint " + (dir / "run.ckpt").string() + " --metrics " +
+                  (dir / "m.jsonl").string() + " 2> " + (dir / "err").string() + "; echo $? > " +
+                  (dir / "rc").string() + "; } | head -n 2 >/dev/null",
+              &out) == 0);
+  CHECK(ktune::read_file(dir / "rc") == std::to_string(128 + 13) + "\n");
+  const std::string err = ktune::read_file(dir / "err");
+  CHECK_THAT(err, Catch::Contains("stopped by SIGPIPE after step") && Catch::Contains("--resume"));
+  CHECK_THAT(err, !Catch::Contains("cannot write standard output"));  // said once, as the stop
+  REQUIRE(std::filesystem::exists(dir / "run.ckpt"));
+  const std::int64_t stopped = read_checkpoint_info(dir / "run.ckpt", model_config("tiny")).step;
+  CHECK(stopped >= 1);
+  CHECK(stopped < 1000000);
+  std::istringstream lines(ktune::read_file(dir / "m.jsonl"));
+  std::int64_t last = 0;
+  for (std::string line; std::getline(lines, line);) last = nlohmann::json::parse(line).at("step");
+  CHECK(last == stopped);
+  CHECK_FALSE(std::filesystem::exists(dir / "run.ckpt.lock"));
+  CHECK_FALSE(std::filesystem::exists(dir / "m.jsonl.lock"));
+}
+
 TEST_CASE("`ktune train` prints what it runs before its first step ends", "[model][cli]") {
   // Steps of a second or more: the header (model, tokens, memory) is on stdout, a file here, while the first
   // step runs, so a run stopped then has said what it was.

@@ -91,6 +91,7 @@ CompileAhead::CompileAhead(const templates::Family& family, const templates::Pro
     // parent ends this process with SIGTERM, which must simply end it.
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGINT, SIG_IGN);
+    ::signal(SIGPIPE, SIG_DFL);
     ::close(fds[0]);
     serve(family, problem, arch, threads, fds[1]);
   }

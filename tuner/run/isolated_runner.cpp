@@ -87,6 +87,7 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
   // ends a worker by closing its pipe, or with SIGKILL; and a parent that
   // dies takes it along (start()).
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_IGN);
+  ::signal(SIGPIPE, SIG_DFL);  // the parent's stop on a closed pipe is its own: a write here ends this process as ever
   std::unique_ptr<Runner> runner;
   try {
     runner = make_inner();
