@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <limits.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "base/hash.hpp"
 
 namespace ktune {
 namespace fs = std::filesystem;
@@ -26,6 +28,28 @@ namespace {
   throw_error(ErrorKind::kIo, what + " " + path.string() + ": " + std::strerror(errno));
 }
 }  // namespace
+
+namespace {
+
+// Bytes a temp file's name adds to its target's: ".NAME.tmp.PID.N".
+constexpr std::size_t kTempNameExtra = 32;
+
+// `name`, or where it and `extra` more bytes would pass NAME_MAX (a lock's
+// ".lock", a temp file's parts), its start and a hash of the whole: a name
+// made from any name a file may have is one too.
+std::string fitted_name(const std::string& name, std::size_t extra) {
+  if (name.size() + extra <= NAME_MAX) return name;
+  const std::string hash = hash_hex(name).substr(0, 16);
+  std::size_t keep = NAME_MAX - extra - hash.size() - 1;
+  while (keep > 0 && (static_cast<unsigned char>(name[keep]) & 0xC0) == 0x80) --keep;  // not within a character
+  return name.substr(0, keep) + "~" + hash;
+}
+
+}  // namespace
+
+fs::path lock_path(const fs::path& target) {
+  return target.parent_path() / (fitted_name(target.filename().string(), 5) + ".lock");
+}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -49,6 +73,11 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
   KTUNE_REQUIRE(!path.empty(), fmt::format("{} must not be empty; give a writable file path", what));
   // "out/" names a folder whatever is there: a file cannot be written by that name.
   if (!path.has_filename()) refuse(path, "it names a folder (it ends with '/')");
+  // A name no file may have fails its write after the work: refused now (a lock or temp file's name is fitted).
+  for (const auto& part : path)
+    if (part.string().size() > NAME_MAX)
+      refuse(path, fmt::format("a name in it is {} bytes long, and the file system takes {} at most",
+                               part.string().size(), NAME_MAX));
   // Follow the chain of links, each relative to the folder that holds it.
   fs::path target = path;
   std::error_code ec;
@@ -103,7 +132,7 @@ fs::path open_target(const fs::path& path, std::string_view what) { return resol
 
 namespace {
 
-// Removes `dir`/.NAME.tmp.PID.N files whose process PID no longer exists.
+// Removes `dir`/.NAME.tmp.PID.N files (NAME: `name`, fitted) whose process PID no longer exists.
 void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
   const std::string prefix = "." + name + ".tmp.";
   std::error_code ec;
@@ -129,9 +158,9 @@ void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
 AtomicFile::AtomicFile(const fs::path& path) : target_(resolve_target(path, "file", false)) {
   static std::atomic<unsigned> counter{0};
   const fs::path dir = target_.has_parent_path() ? target_.parent_path() : fs::path(".");
-  remove_orphaned_temps(dir, target_.filename().string());
-  tmp_ = dir / ("." + target_.filename().string() + ".tmp." + std::to_string(::getpid()) + "." +
-                std::to_string(counter++));
+  const std::string stem = fitted_name(target_.filename().string(), kTempNameExtra);
+  remove_orphaned_temps(dir, stem);
+  tmp_ = dir / ("." + stem + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++));
   fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) io_error("cannot create", target_);
   if (struct stat old; ::stat(target_.c_str(), &old) == 0) {

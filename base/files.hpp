@@ -18,8 +18,9 @@ std::string read_file(const std::filesystem::path& path);
 /// now (a run refused after this check leaves no folder behind). Throws
 /// kInvalidInput, one line naming `what` (e.g. "cache file", "--json-out")
 /// and the path, when the target is a directory or another non-regular
-/// file, or a name ending in '/', is read-only, or its folder (or the nearest one that exists)
-/// cannot be written (a file is made there and removed at once to ask).
+/// file, or a name ending in '/', or holds a name longer than NAME_MAX, is
+/// read-only, or its folder (or the nearest one that exists) cannot be
+/// written (a file is made there and removed at once to ask).
 /// Writes nothing else.
 std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what);
 
@@ -73,6 +74,11 @@ class MappedFile {
   const char* data_ = nullptr;
   std::size_t size_ = 0;
 };
+
+/// The lock file of `target`: NAME.lock beside it, where NAME is shortened
+/// (its start and a hash of the whole) if NAME.lock would be too long a name,
+/// so any file may be locked. Temp files beside a target are fitted alike.
+std::filesystem::path lock_path(const std::filesystem::path& target);
 
 /// Exclusive advisory lock (flock) on `path` (created if missing, and its
 /// missing folders with it), held for the object's lifetime. Blocks until

@@ -100,7 +100,7 @@ void CacheFile::check_writable() const { writable_target(path_, "cache file"); }
 
 void CacheFile::update(const std::function<bool(std::vector<Entry>&)>& change) {
   const fs::path target = writable_target(path_, "cache file");  // before the lock file is made
-  FileLock lock(target.string() + ".lock");
+  FileLock lock(lock_path(target));
   std::vector<Entry> entries = load();  // throws before anything is written
   if (change(entries)) write_file_atomic(target, serialise_cache(std::move(entries)));
 }

@@ -256,12 +256,12 @@ void add_train_command(CLI::App& app, Global& global) {
     // One run writes a checkpoint and a metrics file at a time.
     std::optional<FileLock> checkpoint_held, metrics_held;
     if (!o->t.checkpoint.empty()) {
-      checkpoint_held.emplace(o->t.checkpoint + ".lock", "--checkpoint " + o->t.checkpoint);
-      StopSignals::remove_at_once(o->t.checkpoint + ".lock");
+      checkpoint_held.emplace(lock_path(o->t.checkpoint), "--checkpoint " + o->t.checkpoint);
+      StopSignals::remove_at_once(lock_path(o->t.checkpoint));
     }
     if (!metrics_path.empty()) {
-      metrics_held.emplace(metrics_path.string() + ".lock", "--metrics " + o->metrics);
-      StopSignals::remove_at_once(metrics_path.string() + ".lock");
+      metrics_held.emplace(lock_path(metrics_path), "--metrics " + o->metrics);
+      StopSignals::remove_at_once(lock_path(metrics_path));
     }
     // A run without --resume would write over a checkpoint there: a forgotten --resume lost a run's progress.
     std::error_code ec;

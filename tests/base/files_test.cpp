@@ -114,4 +114,26 @@ TEST_CASE("FileLock: a lock in a folder not there yet makes it and holds, and ta
   CHECK_FALSE(fs::exists(lock));
 }
 
+TEST_CASE("Any name a file may have is written and locked, a longer one refused before the work", "[base][files]") {
+  const auto dir = ktune::test::scratch_dir("files-long-names");
+  // 255 bytes, the most a name may have: NAME.lock and .NAME.tmp.PID.N would be longer, and are fitted.
+  const auto longest = dir / (std::string(250, 'w') + ".ckpt");
+  CHECK(ktune::writable_target(longest, "--checkpoint") == longest);
+  const auto lock = ktune::lock_path(longest);
+  CHECK(lock.parent_path() == dir);
+  CHECK(lock.filename().string().size() <= 255);
+  CHECK_THAT(lock.filename().string(), Catch::StartsWith(std::string(200, 'w')) && Catch::EndsWith(".lock"));
+  CHECK(ktune::lock_path(dir / (std::string(251, 'v') + ".ckpt")) != lock);  // another name, another lock
+  {
+    const ktune::FileLock held(lock, "--checkpoint");
+    ktune::write_file_atomic(longest, "one");
+    ktune::write_file_atomic(longest, "two");
+  }
+  CHECK(ktune::read_file(longest) == "two");
+  CHECK(ktune::lock_path(dir / "run.ckpt") == dir / "run.ckpt.lock");  // a short name's as ever
+  // A byte longer fails whatever is written: said before the work, naming the limit.
+  expect_refused(dir / (std::string(256, 'w')), "a name in it is 256 bytes long, and the file system takes 255");
+  expect_refused(dir / std::string(256, 'd') / "out.json", "a name in it is 256 bytes long");
+}
+
 }  // namespace base_files_test

@@ -544,6 +544,32 @@ TEST_CASE("CLI: emulation objects are not loaded from a cache folder other users
   CHECK(fs::is_empty(dir / "shared" / mine));
 }
 
+TEST_CASE("CLI: outputs named as long as a name may be are written, a longer name refused before the run", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-long-names");
+  // 255 bytes each: their lock and temp files' names are fitted beside them.
+  const auto save = dir / (std::string(243, 'w') + ".safetensors");
+  const auto checkpoint = dir / (std::string(250, 'c') + ".ckpt"), metrics = dir / (std::string(249, 'm') + ".jsonl");
+  const std::string train = "train --model tiny --ctx 8 --batch 2 --steps 2 ";
+  std::string err;
+  REQUIRE(run_bad(train + "--save " + save.string() + " --checkpoint " + checkpoint.string() + " --metrics " +
+                      metrics.string(),
+                  &err) == 0);
+  CHECK(std::filesystem::exists(save));
+  CHECK(std::filesystem::exists(checkpoint));
+  CHECK(std::filesystem::exists(metrics));
+  CHECK(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()) == 3);
+  // A name the file system refuses (a byte longer) would lose the run at its end: refused at its start.
+  const auto longer = dir / (std::string(244, 'w') + ".safetensors");
+  CHECK(run_bad(train + "--save " + longer.string(), &err) == 2);
+  CHECK(err == "ktune: cannot write --save " + longer.string() +
+                   ": a name in it is 256 bytes long, and the file system takes 255 at most; give a writable file "
+                   "path\n");
+  CHECK(run_bad("tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' --cache " +
+                    (dir / (std::string(251, 'a') + ".json")).string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("a name in it is 256 bytes long"));
+}
+
 TEST_CASE("CLI: a write past the file-size limit fails with one line naming what still holds the run", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-file-size");
   const auto weights = dir / "big.st";

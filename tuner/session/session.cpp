@@ -341,11 +341,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (!log_path.empty()) {
     writable_target(log_path, "session log");  // a device, folder or read-only file: refused before any lock or read
     try {
-      held.emplace(log_path + ".lock", "session log " + log_path);
+      held.emplace(lock_path(log_path), "session log " + log_path);
     } catch (const Error& e) {
       if (!options.default_log || options.resume || e.kind() != ErrorKind::kInvalidInput) throw;
       log_path = fmt::format("{}.{}.log", log_path.substr(0, log_path.rfind(".log")), ::getpid());
-      held.emplace(log_path + ".lock", "session log " + log_path);
+      held.emplace(lock_path(log_path), "session log " + log_path);
     }
   }
   // The default (the valid config nearest it where it does not fit the
