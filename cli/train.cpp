@@ -93,6 +93,32 @@ nlohmann::json step_json(const model::StepRecord& r) {
   return j;
 }
 
+// Whether the checkpoint file holds `step`: a write that failed left the one before it, or none.
+bool checkpoint_holds(const model::TrainOptions& t, std::int64_t step) {
+  try {
+    return model::read_checkpoint_info(t.checkpoint, t.model).step == step;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Puts `r`'s record in place of the last line of the --metrics file `metrics` (closed here) writes to `path`,
+// where that line is `written` (as it went out); else leaves the file as it is.
+void rewrite_last_metrics(std::ofstream& metrics, const std::filesystem::path& path, const std::string& written,
+                          const model::StepRecord& r) {
+  metrics.close();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec || size < written.size()) return;
+  std::string tail(written.size(), '\0');
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(size - written.size()));
+  if (!in.read(tail.data(), static_cast<std::streamsize>(tail.size())) || tail != written) return;
+  in.close();
+  std::filesystem::resize_file(path, size - written.size(), ec);
+  if (!ec) std::ofstream(path, std::ios::app) << step_json(r).dump() << "\n";
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, Global& global) {
@@ -456,6 +482,13 @@ void add_train_command(CLI::App& app, Global& global) {
             out << std::flush;  // before the first step, which may take a while
           });
     } catch (const Error& e) {
+      // A step's record goes out before its checkpoint is written: where that write failed (a full disk), the
+      // record says so, in the metrics file too, instead of a checkpoint the file does not hold.
+      if (!done.empty() && done.back().checkpointed && !checkpoint_holds(t, done.back().step)) {
+        const std::string written = step_json(done.back()).dump() + "\n";
+        done.back().checkpointed = false;
+        if (metrics.is_open()) rewrite_last_metrics(metrics, metrics_path, written, done.back());
+      }
       if (global.json && started) print_json(done, e.what());  // a diverged run keeps the steps it took
       throw;
     }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iterator>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -601,6 +602,28 @@ TEST_CASE("CLI: a write past the file-size limit fails with one line naming what
   CHECK_THAT(err, Catch::StartsWith("ktune: cannot write session log " + log.string() + ": File too large; ") &&
                       Catch::EndsWith(log.string() + " holds the evaluations before it: the same command with --resume "
                                                      "goes on from them\n"));
+}
+
+TEST_CASE("CLI: a step whose checkpoint could not be written is not recorded as checkpointed", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-checkpoint-failed");
+  const auto ckpt = dir / "c.ckpt", metrics = dir / "m.jsonl";
+  // The checkpoint (about 1.5 MB) past the file-size limit, the metrics lines well within it.
+  std::string err;
+  CHECK(run_command("{ prlimit --fsize=1000000 " + ktune_exe().string() + " train --model tiny --steps 2 --json " +
+                        "--checkpoint " + ckpt.string() + " --metrics " + metrics.string() + " > " +
+                        (dir / "out.json").string() + "; }",
+                    &err) == 1);
+  CHECK_THAT(err, Catch::StartsWith("ktune: cannot write " + ckpt.string() + ": File too large"));
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(read_all(metrics));
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[1]["step"] == 2);
+  CHECK(lines[1]["checkpointed"] == false);  // due after step 2, the last; its write failed
+  const auto json = nlohmann::json::parse(read_all(dir / "out.json"));
+  REQUIRE(json["steps"].size() == 2);
+  CHECK(json["steps"][1]["checkpointed"] == false);
+  CHECK_FALSE(std::filesystem::exists(ckpt));
 }
 
 TEST_CASE("CLI: train whose --metrics cannot be written stops at that step with its checkpoint and says so", "[cli]") {
