@@ -60,9 +60,18 @@ std::filesystem::path private_fallback(const std::filesystem::path& tmp) {
 
 std::filesystem::path cache_dir() {
   if (auto v = get("KTUNE_CACHE_DIR"); !v.empty()) return v;
-  if (auto v = get("XDG_CACHE_HOME"); !v.empty()) return std::filesystem::path(v) / "ktune";
+  // A relative XDG_CACHE_HOME is invalid and ignored (the XDG Base Directory spec): it would put a cache in
+  // whatever folder a job runs in.
+  if (const std::filesystem::path v = get("XDG_CACHE_HOME"); v.is_absolute()) return v / "ktune";
   if (auto v = get("HOME"); !v.empty()) return std::filesystem::path(v) / ".cache" / "ktune";
-  return private_fallback(std::filesystem::temp_directory_path());
+  std::error_code ec;
+  const auto tmp = std::filesystem::temp_directory_path(ec);
+  const std::string tmpdir = get("TMPDIR");
+  KTUNE_REQUIRE(!ec, fmt::format("no folder for the cache: no KTUNE_CACHE_DIR, absolute XDG_CACHE_HOME or HOME, and "
+                                 "{} is no folder ({}); set KTUNE_CACHE_DIR",
+                                 tmpdir.empty() ? std::string("the temporary folder") : "TMPDIR=" + tmpdir,
+                                 ec.message()));
+  return private_fallback(tmp);
 }
 
 std::string cuda_include_dir() {

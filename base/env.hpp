@@ -8,10 +8,12 @@
 namespace ktune::env {
 
 /// KTUNE_CACHE_DIR: root of the on-disk caches (compiled binaries, emulation
-/// objects). Default: $XDG_CACHE_HOME/ktune, else ~/.cache/ktune, else (no
-/// HOME either) ktune-cache-UID in the temporary folder: made 0700, and
-/// refused (kInvalidInput) where it is another user's or others may write to
-/// it, since emulation objects are loaded from it as code.
+/// objects). Default: $XDG_CACHE_HOME/ktune (an absolute one: a relative one
+/// is ignored, as the XDG spec says), else ~/.cache/ktune, else (no HOME
+/// either) ktune-cache-UID in the temporary folder ($TMPDIR, else /tmp; one
+/// not there throws kInvalidInput): made 0700, and refused (kInvalidInput)
+/// where it is another user's or others may write to it, since emulation
+/// objects are loaded from it as code.
 std::filesystem::path cache_dir();
 
 /// KTUNE_CUDA_INCLUDE: CUDA headers handed to NVRTC. Default: the toolkit

@@ -135,4 +135,30 @@ TEST_CASE("Without HOME the cache is this user's own folder in TMPDIR, made priv
   }
 }
 
+TEST_CASE("A relative XDG_CACHE_HOME is ignored, and a TMPDIR that is no folder said as such", "[base][env]") {
+  namespace fs = std::filesystem;
+  Variable cache("KTUNE_CACHE_DIR", nullptr);
+  {
+    // The XDG Base Directory spec: relative paths are invalid and ignored; it would put a cache where a job runs.
+    Variable xdg("XDG_CACHE_HOME", "relcache"), home("HOME", "/home/someone");
+    CHECK(ktune::env::cache_dir() == fs::path("/home/someone/.cache/ktune"));
+  }
+  {
+    Variable xdg("XDG_CACHE_HOME", "/var/cache/someone"), home("HOME", "/home/someone");
+    CHECK(ktune::env::cache_dir() == fs::path("/var/cache/someone/ktune"));
+  }
+  const auto missing = ktune::test::scratch_dir("env-tmpdir") / "missing";
+  Variable xdg("XDG_CACHE_HOME", "relcache"), home("HOME", nullptr), tmpdir("TMPDIR", missing.c_str());
+  try {
+    ktune::env::cache_dir();
+    FAIL("accepted");
+  } catch (const ktune::Error& e) {
+    CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+    CHECK_THAT(e.what(), Catch::StartsWith("no folder for the cache: no KTUNE_CACHE_DIR, absolute XDG_CACHE_HOME or "
+                                           "HOME, and TMPDIR=" + missing.string() + " is no folder (") &&
+                             Catch::EndsWith("); set KTUNE_CACHE_DIR"));
+  }
+  CHECK_FALSE(fs::exists(missing));
+}
+
 }  // namespace base_env_test
