@@ -133,19 +133,26 @@ fs::path open_target(const fs::path& path, std::string_view what) { return resol
 namespace {
 
 // Removes `dir`/.NAME.tmp.PID.N files (NAME: `name`, fitted) whose process PID no longer exists.
+// The process that writes the temp file `file` (.NAME.tmp.PID.N), else 0.
+pid_t temp_file_writer(const std::string& file) {
+  const auto at = file.rfind(".tmp.");
+  if (file.empty() || file[0] != '.' || at == std::string::npos || at == 0) return 0;
+  const std::string rest = file.substr(at + 5);
+  const auto dot = rest.find('.');
+  constexpr const char* kDigits = "0123456789";
+  if (dot == 0 || dot == std::string::npos || dot > 9 || rest.find_first_not_of(kDigits) != dot ||
+      rest.find_first_not_of(kDigits, dot + 1) != std::string::npos)
+    return 0;
+  return static_cast<pid_t>(std::stoll(rest.substr(0, dot)));
+}
+
 void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
   const std::string prefix = "." + name + ".tmp.";
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string file = it->path().filename().string();
     if (file.rfind(prefix, 0) != 0) continue;
-    const std::string rest = file.substr(prefix.size());
-    const auto dot = rest.find('.');
-    constexpr const char* kDigits = "0123456789";
-    if (dot == 0 || dot == std::string::npos || rest.find_first_not_of(kDigits) != dot ||
-        rest.find_first_not_of(kDigits, dot + 1) != std::string::npos)
-      continue;
-    const pid_t pid = static_cast<pid_t>(std::stoll(rest.substr(0, dot)));
+    const pid_t pid = temp_file_writer(file);
     if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
       std::error_code ignored;
       fs::remove(it->path(), ignored);
@@ -154,6 +161,11 @@ void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
 }
 
 }  // namespace
+
+bool temp_file_in_progress(const std::string& name) {
+  const pid_t pid = temp_file_writer(name);
+  return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH);
+}
 
 AtomicFile::AtomicFile(const fs::path& path) : target_(resolve_target(path, "file", false)) {
   static std::atomic<unsigned> counter{0};

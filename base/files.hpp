@@ -35,6 +35,10 @@ std::filesystem::path open_target(const std::filesystem::path& path, std::string
 /// file keeps its permission bits (and owner, where allowed).
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
+/// Whether `name` is the temp file of a write_file_atomic or AtomicFile
+/// (.NAME.tmp.PID.N) whose process is still running: what a cleaner leaves.
+bool temp_file_in_progress(const std::string& name);
+
 /// write_file_atomic in pieces, for a file too large to hold in memory at
 /// once: the temp file is made at construction, `append` writes to it, and
 /// `commit` fsyncs it and renames it over the target. Destroyed without a

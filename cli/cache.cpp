@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <functional>
@@ -13,11 +15,13 @@
 
 #include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "cli/table.hpp"
 #include "templates/family.hpp"
+#include "tuner/emu/module.hpp"
 
 namespace ktune::cli {
 namespace {
@@ -117,6 +121,36 @@ std::vector<Part> cache_dir_parts() {
                              {kSessionLogs, env::session_log_dir(), {}}};
   for (auto& p : parts) p.usage = usage_of(p.path);
   return parts;
+}
+
+/// Removes what `dir` holds but the files a running ktune writes now (a temp
+/// file, an emulation compile's source and object: a tune would take the
+/// compile for a failed config); what another process removed meanwhile is
+/// no error. Returns what it removed and, in `kept`, what it left.
+Usage clean_folder(const std::filesystem::path& dir, Usage& kept) {
+  namespace fs = std::filesystem;
+  const auto gone = [](const std::error_code& ec) { return !ec || ec == std::errc::no_such_file_or_directory; };
+  Usage removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::error_code e;
+    const bool folder = it->is_directory(e);
+    const std::uintmax_t size = folder ? 0 : it->file_size(e);
+    const Usage u = folder ? usage_of(it->path()) : Usage{1, e ? 0 : size};
+    if (!folder && (temp_file_in_progress(name) || tuner::emu::compile_in_progress(name))) {
+      kept.files += u.files;
+      kept.bytes += u.bytes;
+      continue;
+    }
+    fs::remove_all(it->path(), e);
+    KTUNE_REQUIRE(gone(e), fmt::format("cannot remove {}: {}", it->path().string(), e.message()));
+    removed.files += u.files;
+    removed.bytes += u.bytes;
+  }
+  KTUNE_REQUIRE(gone(ec), fmt::format("cannot remove what {} holds: {}", dir.string(), ec.message()));
+  ::rmdir(dir.c_str());  // where it is empty now: a compile makes it again
+  return removed;
 }
 
 std::string usage_table(const std::vector<Part>& parts) {
@@ -225,21 +259,24 @@ void add_cache_command(CLI::App& app, Global& global) {
   clean->add_flag("--logs", args->clean_logs, "Also remove the session logs (--resume then starts anew)");
   clean->callback([args, &global] {
     std::uint64_t files = 0, bytes = 0;
+    Usage kept;
     nlohmann::json j = {{"dir", env::cache_dir().string()}, {"removed", nlohmann::json::array()}};
     for (const auto& p : cache_dir_parts()) {
       if (p.name == kSessionLogs && !args->clean_logs) continue;
-      std::error_code ec;
-      std::filesystem::remove_all(p.path, ec);
-      KTUNE_REQUIRE(!ec, fmt::format("cannot remove {}: {}", p.path.string(), ec.message()));
-      files += p.usage.files;
-      bytes += p.usage.bytes;
-      j["removed"].push_back({{"name", p.name}, {"path", p.path.string()}, {"files", p.usage.files},
-                              {"bytes", p.usage.bytes}});
+      const Usage removed = clean_folder(p.path, kept);
+      files += removed.files;
+      bytes += removed.bytes;
+      j["removed"].push_back({{"name", p.name}, {"path", p.path.string()}, {"files", removed.files},
+                              {"bytes", removed.bytes}});
     }
+    j["kept_in_progress"] = {{"files", kept.files}, {"bytes", kept.bytes}};
     if (global.json) std::cout << j.dump(2) << "\n";
     else
-      std::cout << fmt::format("removed {} file{} ({}) from {}\n", files, files == 1 ? "" : "s", human_bytes(bytes),
-                               env::cache_dir().string());
+      std::cout << fmt::format("removed {} file{} ({}) from {}{}\n", files, files == 1 ? "" : "s",
+                               human_bytes(bytes), env::cache_dir().string(),
+                               kept.files == 0 ? ""
+                                               : fmt::format("; kept {} that running ktune processes are writing",
+                                                             kept.files));
   });
 
   auto* merge = cmd->add_subcommand("merge", "Merge cache files into one (better-measured entry wins per key)");

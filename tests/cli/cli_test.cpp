@@ -1,5 +1,7 @@
 // The ktune executable: bad input gets one clear line and a non-zero exit,
 // nothing is written; render prints text that nvcc compiles alone.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <algorithm>
 #include <cmath>
@@ -616,6 +618,23 @@ TEST_CASE("CLI: cache size reports KTUNE_CACHE_DIR's parts, cache clean empties 
   CHECK(std::filesystem::exists(dir / "sessions/d.log"));  // kept without --logs
   REQUIRE(run_command(env + ktune_exe().string() + " cache clean --logs", &out) == 0);
   CHECK_FALSE(std::filesystem::exists(dir / "sessions/d.log"));
+  // What a running ktune (this test's process) is writing stays: a compile's source and object, a temp file; a
+  // killed writer's go (no process has an id past the kernel's pid_max).
+  const std::string live = std::to_string(::getpid());
+  const std::vector<std::string> kept = {"emu/tmp-0123abcd-" + live + "-0.cpp", "emu/tmp-0123abcd-" + live + "-0.so",
+                                         "cubin/.a.cubin.tmp." + live + ".3"};
+  const std::vector<std::string> removed = {"emu/tmp-0123abcd-99999999-0.so", "cubin/.a.cubin.tmp.99999999.0",
+                                            "emu/c.so"};
+  for (const auto& f : {kept, removed})
+    for (const auto& name : f) {
+      std::filesystem::create_directories((dir / name).parent_path());
+      std::ofstream(dir / name) << "x";
+    }
+  REQUIRE(run_command(env + ktune_exe().string() + " cache clean", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("removed 3 files (3 B)") &&
+                      Catch::Contains("; kept 3 that running ktune processes are writing"));
+  for (const auto& name : kept) CHECK(std::filesystem::exists(dir / name));
+  for (const auto& name : removed) CHECK_FALSE(std::filesystem::exists(dir / name));
 }
 
 TEST_CASE("CLI: replay with time budgets says a target was not reached within them, never '>0'", "[cli]") {

@@ -508,6 +508,26 @@ TEST_CASE("CLI: an emulation compile killed before it cleaned up leaves nothing 
   CHECK(std::filesystem::exists(live));
 }
 
+TEST_CASE("CLI: an emulation compile whose files another process removed is compiled again, not failed", "[cli]") {
+  namespace fs = std::filesystem;
+  const auto dir = ktune::test::scratch_dir("cli-emu-cleaned");
+  // A host compiler whose first compile finds the objects' folder emptied under it, as `ktune cache clean` or a
+  // cron job does to a running tune.
+  const auto cxx = dir / "cxx";
+  std::ofstream(cxx) << "#!/bin/sh\n"
+                        "case \"$1\" in --version) exec c++ --version;; esac\n"
+                        "[ -e " << (dir / "once").string() << " ] || { touch " << (dir / "once").string()
+                     << "; rm -rf " << (dir / "cache" / "emu").string() << "; }\n"
+                        "exec c++ \"$@\"\n";
+  fs::permissions(cxx, fs::perms::owner_all);
+  std::string out;
+  CHECK(run_command("KTUNE_HOST_CXX=" + cxx.string() + " KTUNE_CACHE_DIR=" + (dir / "cache").string() + " " +
+                        ktune_exe().string() + " run --backend emu --family prim_neg",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS") && !Catch::Contains("host compiler failed"));
+  CHECK(fs::exists(dir / "once"));
+}
+
 TEST_CASE("CLI: emulation objects are not loaded from a cache folder other users may write to", "[cli]") {
   namespace fs = std::filesystem;
   const auto dir = ktune::test::scratch_dir("cli-emu-shared");

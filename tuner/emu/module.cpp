@@ -164,20 +164,32 @@ std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rende
   return module;
 }
 
+/// The process that compiles into tmp-<key>-<pid>-<n>.{cpp,so} (`name`), else 0.
+pid_t compile_file_writer(const std::string& name) {
+  if (name.rfind("tmp-", 0) != 0) return 0;
+  const std::size_t after_key = name.find('-', 4);
+  if (after_key == std::string::npos) return 0;
+  long pid = 0;
+  const auto [end, error] = std::from_chars(name.data() + after_key + 1, name.data() + name.size(), pid);
+  if (error != std::errc() || end == name.data() + name.size() || *end != '-' || pid <= 0) return 0;
+  return static_cast<pid_t>(pid);
+}
+
 /// Removes the tmp-<key>-<pid>-<n> sources and objects of compiles whose
 /// process is gone (killed before it removed them); a live one's are left.
 void remove_orphans(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("tmp-", 0) != 0) continue;
-    const std::size_t after_key = name.find('-', 4);
-    if (after_key == std::string::npos) continue;
-    long pid = 0;
-    const auto [end, error] = std::from_chars(name.data() + after_key + 1, name.data() + name.size(), pid);
-    if (error != std::errc() || *end != '-' || pid <= 0) continue;
-    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
+    const pid_t pid = compile_file_writer(entry.path().filename().string());
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
   }
+}
+
+/// Throws kCompile with the host compiler's log for `rendered`.
+[[noreturn]] void compile_failed(const templates::Rendered& rendered, const std::string& log) {
+  const std::string kernel = rendered.kernels.empty() ? "(no kernel)" : rendered.kernels.front();
+  throw_error(ErrorKind::kCompile, fmt::format("host compiler failed on {} ({} {}): {}", kernel, env::host_cxx(),
+                                               compile_flags(), log_head(log)));
 }
 
 }  // namespace
@@ -253,6 +265,11 @@ std::string source_line(const void* pc) {
 
 void check_object_folder() { require_unshared(env::emu_cache_dir(), "the folder"); }
 
+bool compile_in_progress(const std::string& name) {
+  const pid_t pid = compile_file_writer(name);
+  return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH);
+}
+
 std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
   static std::mutex mutex;
   static std::map<std::string, std::shared_ptr<const Module>> loaded;
@@ -275,7 +292,10 @@ std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
     module = open_module(path, rendered, &why);
     if (module) module->from_cache = true;
   }
-  if (!module) {
+  // A compile whose files another process removed on the way (`ktune cache clean`, a cron job emptying the
+  // cache) failed for that, not for its kernel: compiled again, a few times, before it is said so.
+  constexpr int kAttempts = 3;
+  for (int attempt = 1; !module; ++attempt) {
     static std::atomic<int> counter{0};
     std::error_code ec;
     // Writable by its owner alone whatever the umask: objects are not loaded from a folder every user may write to.
@@ -289,19 +309,28 @@ std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
     const std::string command = fmt::format("{} {} -o {} {}", shell_quote(env::host_cxx()), compile_flags(),
                                             shell_quote(obj), shell_quote(src));
     const int rc = run_capture(command, log);
-    if (rc != 0) {
-      fs::remove(src, ec);
-      fs::remove(obj, ec);
-      const std::string kernel = rendered.kernels.empty() ? "(no kernel)" : rendered.kernels.front();
-      throw_error(ErrorKind::kCompile, fmt::format("host compiler failed on {} ({} {}): {}", kernel,
-                                                   env::host_cxx(), compile_flags(), log_head(log)));
+    bool removed = !fs::exists(src, ec) || (rc == 0 && !fs::exists(obj, ec));
+    if (rc == 0 && !removed) {
+      try {
+        write_file_atomic(path, read_file(obj));
+      } catch (const Error&) {
+        if (fs::exists(obj, ec)) throw;
+        removed = true;
+      }
+      if (!removed) module = open_module(path, rendered, &why);
     }
-    write_file_atomic(path, read_file(obj));
     fs::remove(src, ec);
     fs::remove(obj, ec);
-    module = open_module(path, rendered, &why);
-    if (!module)
-      throw_error(ErrorKind::kCompile, fmt::format("cannot load emulation module {}: {}", path.string(), why));
+    if (module) break;
+    if (removed || (rc == 0 && !fs::exists(path, ec))) {
+      if (attempt < kAttempts) continue;
+      throw_error(ErrorKind::kIo, fmt::format("the files of an emulation compile were removed under it {} times "
+                                              "(another process empties {}: ktune cache clean?); run again once it "
+                                              "is done",
+                                              kAttempts, dir.string()));
+    }
+    if (rc != 0) compile_failed(rendered, log);
+    throw_error(ErrorKind::kCompile, fmt::format("cannot load emulation module {}: {}", path.string(), why));
   }
   std::lock_guard lock(mutex);
   return loaded.emplace(key, std::move(module)).first->second;

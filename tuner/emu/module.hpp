@@ -48,6 +48,11 @@ std::string source_line(const void* pc);
 /// load_module asks it (and the same of the object) before each load.
 void check_object_folder();
 
+/// Whether `name`, a file of the emulation objects' folder, is a compile's
+/// source or object (tmp-<key>-<pid>-<n>.*) whose process is still running:
+/// what `ktune cache clean` leaves.
+bool compile_in_progress(const std::string& name);
+
 /// Compiles (or finds in the disk cache) and loads `rendered`. Throws
 /// Error(kCompile) with the compiler's log on failure, kInvalidInput where
 /// the object or its folder may be written by every user.
