@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <charconv>
 #include <cstring>
 #include <cstdlib>
@@ -92,7 +93,8 @@ unsigned compile_threads() {
     char* end = nullptr;
     errno = 0;
     const long long n = std::strtoll(v.c_str(), &end, 10);
-    KTUNE_REQUIRE(end != v.c_str() && *end == '\0' && errno == 0,
+    KTUNE_REQUIRE(!std::isspace(static_cast<unsigned char>(v.front())) && end != v.c_str() && *end == '\0' &&
+                      errno == 0,
                   fmt::format("KTUNE_COMPILE_THREADS must be an integer in 1..{}, got '{}'", kMaxThreads, v));
     return check_thread_count(n, "KTUNE_COMPILE_THREADS");
   }
@@ -106,7 +108,8 @@ unsigned emu_hang_seconds() {
   char* end = nullptr;
   errno = 0;
   const long long n = std::strtoll(v.c_str(), &end, 10);
-  KTUNE_REQUIRE(end != v.c_str() && *end == '\0' && errno == 0 && n >= 0 && n <= kDay,
+  KTUNE_REQUIRE(!std::isspace(static_cast<unsigned char>(v.front())) && end != v.c_str() && *end == '\0' &&
+                    errno == 0 && n >= 0 && n <= kDay,
                 fmt::format("KTUNE_EMU_HANG_SECONDS must be an integer in 0..{} (0: never), got '{}'", kDay,
                             v.substr(0, 40)));
   return static_cast<unsigned>(n);
@@ -152,8 +155,9 @@ std::filesystem::path emu_cache_dir() { return cache_dir() / "emu"; }
 std::filesystem::path session_log_dir() { return cache_dir() / "sessions"; }
 
 bool no_device() {
-  const auto v = get("KTUNE_NO_DEVICE");
-  return !v.empty() && v != "0";
+  std::string v = get("KTUNE_NO_DEVICE");
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  return !v.empty() && v != "0" && v != "false" && v != "no" && v != "off";
 }
 
 EmuSchedule emu_schedule() {

@@ -42,7 +42,8 @@ std::string host_cxx();
 /// emulation's start-up check, before any compile.
 void require_host_cxx();
 
-/// KTUNE_NO_DEVICE=1 hides every GPU, as if no driver were installed.
+/// KTUNE_NO_DEVICE=1 hides every GPU, as if no driver were installed (any
+/// value but 0, false, no or off, in any case: those say it is unset).
 bool no_device();
 
 /// The order in which the emulation resumes a block's ready threads (each

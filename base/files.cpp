@@ -78,9 +78,13 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
     if (part.string().size() > NAME_MAX)
       refuse(path, fmt::format("a name in it is {} bytes long, and the file system takes {} at most",
                                part.string().size(), NAME_MAX));
+  std::error_code ec;
+  // Where the links end, asked first: a link to what is no file has no path to follow (/dev/stdout, a pipe's:
+  // /proc/self/fd/1 reads "pipe:[123]").
+  if (const auto end = fs::status(path, ec); fs::exists(end) && !fs::is_regular_file(end) && !fs::is_directory(end))
+    refuse(path, "it is not a regular file");
   // Follow the chain of links, each relative to the folder that holds it.
   fs::path target = path;
-  std::error_code ec;
   for (int hops = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
     if (hops == 40) refuse(path, "too many levels of symbolic links");
     const fs::path next = fs::read_symlink(target, ec);

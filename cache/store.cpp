@@ -86,7 +86,9 @@ std::vector<Entry> CacheFile::load() const {
   KTUNE_REQUIRE(fs::is_regular_file(status),
                 fmt::format("cache file {} is {}; give the path of a cache file", path_.string(),
                             fs::is_directory(status) ? "a directory" : "not a regular file"));
-  if (const auto bytes = fs::file_size(path_, ec); !ec && bytes > kMaxCacheFileBytes) too_big(path_.string(), bytes);
+  const auto bytes = fs::file_size(path_, ec);
+  if (!ec && bytes > kMaxCacheFileBytes) too_big(path_.string(), bytes);
+  if (!ec && bytes == 0) return {};  // an empty cache (mktemp made it): nothing in it to lose
   return parse_cache(read_file(path_), path_.string());
 }
 

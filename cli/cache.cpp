@@ -366,7 +366,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   exp->add_option("--out", args->out,
                   "Destination cache file (default, or - or /dev/stdout: stdout); one that holds entries is refused "
                   "(`cache merge --into` adds to a cache)")
-      ->check(output_file());
+      ->check(output_file(true));
   add_filter_options(exp, args->filter);
   exp->callback([args, &global] {
     if (args->out == "-" || args->out == "/dev/stdout") args->out.clear();  // stdout, as without --out

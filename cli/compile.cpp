@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
+#include "cli/stop_signals.hpp"
 #include "cli/table.hpp"
 #include "tuner/compile/compile_check.hpp"
 
@@ -137,6 +138,10 @@ void add_compile_command(CLI::App& app, Global& global) {
                                   cached));
     };
     const tuner::Compiler compiler(!opts->no_cache);
+    // Each binary goes into the cache as it is compiled, whole (written atomically): a stop loses none of them.
+    const StopSignals stop_signals(false, nullptr,
+                                   "\nktune: stopped at once: the variants compiled so far are kept in the binary "
+                                   "cache, and the same command goes on from them\n");
     const auto s = tuner::compile_check(families, opts->check, compiler);
     progress.finish();
     if (global.json) {

@@ -227,9 +227,14 @@ CLI::Validator input_file() {
       "FILE");
 }
 
-CLI::Validator output_file() {
+CLI::Validator output_file(bool stdout_too) {
   return CLI::Validator(
-      [](std::string& path) -> std::string { return path.empty() ? "an empty path; give a file path" : ""; },
+      [stdout_too](std::string& path) -> std::string {
+        if (path.empty()) return "an empty path; give a file path";
+        if (path == "-" && !stdout_too) return "'-' is no file, and this option does not write to stdout; give a file "
+                                               "path (./- for a file named '-')";
+        return "";
+      },
       "PATH");
 }
 

@@ -95,9 +95,12 @@ std::vector<std::string> name_list_arg(const std::string& text, const std::strin
 /// without end).
 CLI::Validator input_file();
 /// Check of a file an option writes: a path, not an empty string (which
-/// would otherwise read as the option left out). Where and whether it can be
-/// written is writable_target's question (base/files.hpp), asked before the work.
-CLI::Validator output_file();
+/// would otherwise read as the option left out), nor '-' unless `stdout_too`
+/// (the option then writes '-' to stdout, as `cache export --out -`; else
+/// '-' would make a file of that name where stdout was meant). Where and
+/// whether it can be written is writable_target's question (base/files.hpp),
+/// asked before the work.
+CLI::Validator output_file(bool stdout_too = false);
 
 /// Check of a JSON option (--config, --problem): not an empty string, which
 /// would otherwise read as the option left out.

@@ -67,8 +67,9 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->get_option("--model")->default_str("none: give it, or --family or --spec");
   cmd->get_option("--ctx")->description("With --model: context length");
   cmd->get_option("--batch")->description("With --model: batch size");
-  cmd->get_option("--threads")->description("CPU threads: on a GPU, one runs the search and the rest compile ahead "
-                                            "of it");
+  cmd->get_option("--threads")
+      ->description("CPU threads: on a GPU, one runs the search and the rest compile ahead of it")
+      ->default_str("KTUNE_COMPILE_THREADS, else cores");
   cmd->add_option("--dtype", opts->dtype,
                   "With --model: the run's --dtype: f32, tf32 (f32 problems, flash attention), or bf16 (bf16 "
                   "activations, fp32 weights and state); the kernels compiled mode launches at that precision")
@@ -187,8 +188,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       opts->tune.run.min_repetitions = opts->tune.run.max_repetitions = opts->repetitions;
       opts->tune.run.min_seconds = 0;
     }
-    // One core stays with the runner, the rest compile ahead of it.
-    opts->tune.compile_ahead_threads = std::max(1u, threads_from_args(opts->model)) - 1;
+    // One thread stays with the runner, the rest compile ahead of it: --threads, else KTUNE_COMPILE_THREADS (a bad
+    // one refused here, in one line), else cores.
+    const unsigned threads = opts->model.threads ? opts->model.threads : env::compile_threads();
+    opts->tune.compile_ahead_threads = std::max(1u, threads) - 1;
     std::function<std::unique_ptr<tuner::Runner>()> make_inner = [backend = opts->backend] {
       return backend == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
     };

@@ -161,4 +161,17 @@ TEST_CASE("A relative XDG_CACHE_HOME is ignored, and a TMPDIR that is no folder 
   CHECK_FALSE(fs::exists(missing));
 }
 
+TEST_CASE("KTUNE_NO_DEVICE hides the GPUs unless unset, empty, 0, false, no or off", "[base][env]") {
+  for (const char* shown : {"", "0", "false", "FALSE", "no", "off", "Off"}) {
+    INFO(shown);
+    Variable v("KTUNE_NO_DEVICE", shown);
+    CHECK_FALSE(ktune::env::no_device());
+  }
+  for (const char* hidden : {"1", "true", "yes", "on"}) {
+    INFO(hidden);
+    Variable v("KTUNE_NO_DEVICE", hidden);
+    CHECK(ktune::env::no_device());
+  }
+}
+
 }  // namespace base_env_test

@@ -165,7 +165,7 @@ TEST_CASE("corrupt, truncated and newer-schema files: one error, file untouched"
   std::string text;
   SECTION("truncated") { text = good.substr(0, good.size() / 2); }
   SECTION("corrupt") { text = "{\"format\": garbage"; }
-  SECTION("empty") { text = ""; }
+  SECTION("blank") { text = "\n"; }
   SECTION("not a cache") { text = "{\"hello\": 1}"; }
   SECTION("newer schema") {
     auto doc = nlohmann::json::parse(good);
@@ -193,6 +193,14 @@ TEST_CASE("corrupt, truncated and newer-schema files: one error, file untouched"
   expect_cache_error([&] { file.put(make_entry("f32;numel=2", 2)); });
   expect_cache_error([&] { file.merge_from({make_entry("f32;numel=3", 3)}); });
   CHECK(ktune::read_file(path) == text);
+}
+
+TEST_CASE("an empty file (0 bytes, as mktemp makes it) is an empty cache, written over", "[cache]") {
+  const auto path = ktune::test::scratch_dir("cache-empty") / "tuned.json";
+  write_text(path, "");
+  CHECK(CacheFile(path).load().empty());
+  CacheFile(path).put(make_entry("f32;numel=1", 1));
+  CHECK(CacheFile(path).load().size() == 1);
 }
 
 TEST_CASE("the golden v1 file still loads", "[cache]") {

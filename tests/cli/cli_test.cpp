@@ -114,6 +114,16 @@ TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE, KTUNE_EMU_HANG_SECONDS, KTUNE_HOST_CXX
   // Before any progress line.
   CHECK(run_command("KTUNE_COMPILE_THREADS=0 " + ktune_exe().string() + " compile --family rmsnorm_fwd", &out) == 2);
   CHECK(out == "ktune: KTUNE_COMPILE_THREADS must be in 1..1024, got 0\n");
+  // tune compiles ahead of its runner with as many (--threads says otherwise).
+  const auto cache = ktune::test::scratch_dir("cli-compile-threads") / "tuned.json";
+  for (const std::string bad : {"abc", "' 4'"}) {
+    CHECK(run_command("KTUNE_COMPILE_THREADS=" + bad + " " + ktune_exe().string() +
+                          " tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
+                          "--budget 1 --cache " + cache.string(),
+                      &out) == 2);
+    CHECK_THAT(out, Catch::StartsWith("ktune: KTUNE_COMPILE_THREADS must be an integer in 1..1024, got '"));
+  }
+  CHECK_FALSE(std::filesystem::exists(cache));
 }
 
 TEST_CASE("CLI: without a device, GPU commands say so in one line and exit 2", "[cli]") {
@@ -194,6 +204,21 @@ TEST_CASE("CLI: compile prints the resource table and summary", "[cli]") {
   REQUIRE(run_ktune("--json compile --family adamw_eager --arch sm_90", &out) == 0);
   const auto j = nlohmann::json::parse(out.substr(out.find('{')));
   CHECK(j["failures"] == 0);
+}
+
+TEST_CASE("CLI: compile stopped by a signal says that what it compiled is kept", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-compile-stopped");
+  // Every variant, one at a time, into an empty binary cache: stopped once the first is in it.
+  std::string out;
+  const int code = run_command(
+      "(KTUNE_CACHE_DIR=" + dir.string() + " " + ktune_exe().string() + " compile --all --arch sm_90 --threads 1 2> " +
+          (dir / "err").string() + " >/dev/null & pid=$!; for i in $(seq 600); do ls " + (dir / "cubin").string() +
+          " 2>/dev/null | grep -q '[.]cubin$' && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+      &out);
+  CHECK(code == 128 + 15);
+  CHECK_THAT(ktune::read_file(dir / "err"),
+             Catch::EndsWith("ktune: stopped at once: the variants compiled so far are kept in the binary cache, and "
+                             "the same command goes on from them\n"));
 }
 
 namespace {

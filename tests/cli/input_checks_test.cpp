@@ -94,6 +94,18 @@ TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[c
     CHECK(run_bad(args, &err) == 2);
     CHECK_THAT(err, Catch::Contains("not a regular file"));
   }
+  // '-' is stdout where an option writes there (cache export --out); elsewhere it would make a file named '-'.
+  for (const char* args : {"train --model tiny --steps 1 --metrics -", "train --model tiny --steps 1 --save -",
+                           "bench adam --backend emu --json-out -"}) {
+    INFO(args);
+    CHECK(run_bad(args, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("'-' is no file, and this option does not write to stdout"));
+  }
+  CHECK_FALSE(std::filesystem::exists("-"));
+  // /dev/stdout a pipe: the link's text (pipe:[N]) is no path to follow.
+  CHECK(run_command("{ " + ktune_exe().string() + " train --model tiny --steps 1 --metrics /dev/stdout 2>&1 | cat; }",
+                    &err) == 0);
+  CHECK(err == "ktune: cannot write --metrics /dev/stdout: it is not a regular file; give a writable file path\n");
 }
 
 TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation options without validations", "[cli]") {
