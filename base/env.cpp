@@ -60,11 +60,22 @@ std::filesystem::path private_fallback(const std::filesystem::path& tmp) {
 }  // namespace
 
 std::filesystem::path cache_dir() {
-  if (auto v = get("KTUNE_CACHE_DIR"); !v.empty()) return v;
+  // Something other than a folder where the cache folder goes is named with the variable that put it there,
+  // before a write into it fails naming a file in it.
+  const auto folder = [](const std::filesystem::path& p, const char* from) {
+    std::error_code ec;
+    KTUNE_REQUIRE(!std::filesystem::exists(p, ec) || std::filesystem::is_directory(p, ec),
+                  fmt::format("the cache folder {} (from {}) is a file, not a folder; set KTUNE_CACHE_DIR to a folder "
+                              "ktune may write",
+                              p.string(), from));
+    return p;
+  };
+  if (auto v = get("KTUNE_CACHE_DIR"); !v.empty()) return folder(v, "KTUNE_CACHE_DIR");
   // A relative XDG_CACHE_HOME is invalid and ignored (the XDG Base Directory spec): it would put a cache in
   // whatever folder a job runs in.
-  if (const std::filesystem::path v = get("XDG_CACHE_HOME"); v.is_absolute()) return v / "ktune";
-  if (auto v = get("HOME"); !v.empty()) return std::filesystem::path(v) / ".cache" / "ktune";
+  if (const std::filesystem::path v = get("XDG_CACHE_HOME"); v.is_absolute())
+    return folder(v / "ktune", "XDG_CACHE_HOME");
+  if (auto v = get("HOME"); !v.empty()) return folder(std::filesystem::path(v) / ".cache" / "ktune", "HOME");
   std::error_code ec;
   const auto tmp = std::filesystem::temp_directory_path(ec);
   const std::string tmpdir = get("TMPDIR");

@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -159,6 +161,29 @@ TEST_CASE("A relative XDG_CACHE_HOME is ignored, and a TMPDIR that is no folder 
                              Catch::EndsWith("); set KTUNE_CACHE_DIR"));
   }
   CHECK_FALSE(fs::exists(missing));
+}
+
+TEST_CASE("A file where the cache folder goes is named with the variable that put it there", "[base][env]") {
+  namespace fs = std::filesystem;
+  const auto dir = ktune::test::scratch_dir("env-cache-file");
+  const std::string file = (dir / "file").string(), home = (dir / "home").string(), xdg = dir.string();
+  fs::create_directories(dir / "home/.cache");
+  for (const auto& f : {dir / "file", dir / "home/.cache/ktune", dir / "ktune"}) std::ofstream(f) << "x";
+  struct Case {
+    const char *cache, *xdg, *home, *from;
+    std::string named;
+  };
+  for (const Case& c : {Case{file.c_str(), nullptr, nullptr, "KTUNE_CACHE_DIR", file},
+                        Case{nullptr, xdg.c_str(), nullptr, "XDG_CACHE_HOME", (dir / "ktune").string()},
+                        Case{nullptr, nullptr, home.c_str(), "HOME", (dir / "home/.cache/ktune").string()}}) {
+    INFO(c.from);
+    Variable cache("KTUNE_CACHE_DIR", c.cache), x("XDG_CACHE_HOME", c.xdg), h("HOME", c.home);
+    CHECK_THROWS_WITH(ktune::env::cache_dir(), "the cache folder " + c.named + " (from " + c.from +
+                                                   ") is a file, not a folder; set KTUNE_CACHE_DIR to a folder "
+                                                   "ktune may write");
+  }
+  Variable cache("KTUNE_CACHE_DIR", xdg.c_str());
+  CHECK(ktune::env::cache_dir() == dir);  // a folder is taken
 }
 
 TEST_CASE("KTUNE_NO_DEVICE hides the GPUs unless unset, empty, 0, false, no or off", "[base][env]") {
