@@ -482,6 +482,8 @@ void check_attention_problem(const std::string& family, const Problem& p) {
   KTUNE_REQUIRE(known, fmt::format("{}: head_dim {} is not supported; accepted: {}", family,
                                    p.dims.count("head_dim") ? std::to_string(p.dim("head_dim")) : "(missing)",
                                    fmt::join(kHeadDims, ", ")));
+  // The largest tensors: K and V have kv_heads <= heads heads, lse and D a head_dim-th of Q's elements.
+  require_elements_within(family, p, {"batch", "seq", "heads", "head_dim"}, "Q (batch, seq, heads, head_dim)");
 }
 
 float default_scale(std::int64_t head_dim) {

@@ -21,6 +21,30 @@ unsigned grid_stride_blocks(std::int64_t blocks, std::int64_t blocks_per_sm, con
   return static_cast<unsigned>(std::min<std::int64_t>(blocks, (1LL << 31) - 1));
 }
 
+std::optional<std::int64_t> checked_product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t product = 1;
+  for (const std::int64_t f : factors)
+    if (__builtin_mul_overflow(product, f, &product)) return std::nullopt;
+  return product;
+}
+
+void require_elements_within(const std::string& family, const Problem& p, std::initializer_list<const char*> dims,
+                             const std::string& what) {
+  std::int64_t product = 1;
+  bool overflows = false;
+  std::vector<std::string> names, values;
+  for (const char* d : dims) {
+    overflows = overflows || __builtin_mul_overflow(product, p.dim(d), &product);
+    names.emplace_back(d);
+    values.push_back(std::to_string(p.dim(d)));
+  }
+  KTUNE_REQUIRE(!overflows && product <= kMaxTensorElements,
+                fmt::format("{}: {} would hold {} = {} elements{}, more than {}, the most one tensor may (past any "
+                            "device's memory)",
+                            family, what, fmt::join(names, " * "), fmt::join(values, " * "),
+                            overflows ? " (past int64)" : fmt::format(" = {}", product), kMaxTensorElementsText));
+}
+
 bool reject(std::string* why, std::string reason) {
   if (why) *why = std::move(reason);
   return false;

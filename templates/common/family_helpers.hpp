@@ -1,11 +1,13 @@
 // Helpers every kernel family's host side shares: integer rounding, the
-// problem dtype's activation type, the reason a constraint gives, configs
+// problem dtype's activation type, the bound on a tensor's elements that
+// problem checks apply, the reason a constraint gives, configs
 // written as changes of another, checks of the buffer addresses a plan
 // receives, and workload buffers made from the values the CPU reference
 // computes with.
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,6 +21,25 @@ namespace ktune::templates {
 
 /// a / b rounded up, for positive a and b.
 constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+/// The most elements one tensor of a problem may hold: 2^40 (4 TiB of fp32),
+/// past any device's memory, and far enough within int64 that the byte
+/// counts, buffer sizes and indices a family computes from its dims cannot
+/// overflow.
+inline constexpr std::int64_t kMaxTensorElements = std::int64_t{1} << 40;
+inline constexpr const char* kMaxTensorElementsText = "2^40";
+
+/// The product of `factors` (each at least 0), or nothing where it
+/// overflows int64.
+std::optional<std::int64_t> checked_product(std::initializer_list<std::int64_t> factors);
+/// Throws kInvalidInput unless the product of the problem's dimensions
+/// `dims` (each already checked to be at least 1) is at most
+/// kMaxTensorElements, in one line naming `family`, the tensor (`what`:
+/// "the logits"), the dimensions with their values and the bound. A product
+/// past int64 is refused, not wrapped. Checks call it before anything is
+/// sized from the dims.
+void require_elements_within(const std::string& family, const Problem& problem,
+                             std::initializer_list<const char*> dims, const std::string& what);
 
 /// Problems whose dtype names the activations' type: "bf16" (bf16
 /// activations; weights, statistics and math stay fp32) or "f32".

@@ -41,6 +41,8 @@ void check_row_problem(const std::string& family, const Problem& p, const RowSha
                     p.dim(shape.columns) <= shape.max_columns,
                 fmt::format("{}: dimension '{}' must be in 1..{} ({})", family, shape.columns, shape.max_columns_text,
                             shape.max_columns_why));
+  require_elements_within(family, p, {"rows", shape.columns},
+                          fmt::format("the (rows, {}) {}", shape.columns, shape.elements));
 }
 
 bool row_layout_valid(const Config& c, const Problem& p, const DeviceLimits& d, const RowShape& shape,

@@ -40,7 +40,8 @@ std::int64_t rows_per_block(const Config& config);
 /// One launch of `config`'s layout over the problem's rows (grid and block; no arguments).
 Launch row_launch(const Config& config, const Problem& problem);
 /// check_problem of a row family: dtype f32 or bf16, dims rows and
-/// shape.columns, and the family's `extra` dims (which it checks itself).
+/// shape.columns (rows * columns within kMaxTensorElements), and the
+/// family's `extra` dims (which it checks itself).
 void check_row_problem(const std::string& family, const Problem& problem, const RowShape& shape,
                        const std::vector<std::string>& extra = {});
 /// The layout's constraints: the block limit, a row within a block, 16-byte

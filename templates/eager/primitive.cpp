@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <optional>
 #include <random>
 
 #include "base/error.hpp"
@@ -53,6 +54,15 @@ std::int64_t element_count(const std::array<std::int64_t, 4>& sizes) { return si
 std::int64_t extent(const std::array<std::int64_t, 4>& sizes, const View& v) {
   std::int64_t last = v.offset;
   for (std::size_t i = 0; i < 4; ++i) last += (sizes[i] - 1) * v.strides[i];
+  return last + 1;
+}
+/// extent(), or nothing where it overflows int64 (sizes at least 1, offset and strides at least 0).
+std::optional<std::int64_t> checked_extent(const std::array<std::int64_t, 4>& sizes, const View& v) {
+  std::int64_t last = v.offset;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const auto step = checked_product({sizes[i] - 1, v.strides[i]});
+    if (!step || __builtin_add_overflow(last, *step, &last)) return std::nullopt;
+  }
   return last + 1;
 }
 std::int64_t element_at(const std::array<std::int64_t, 4>& index, const View& v) {
@@ -182,9 +192,21 @@ class Primitive final : public PrimitiveFamily {
       check_views(p, dims);
       return;
     }
-    for (const auto& d : dims)
-      KTUNE_REQUIRE(p.dims.count(d) && p.dim(d) >= 1 && p.dim(d) <= (d == "cols" ? kMaxCols : (1LL << 40)),
-                    fmt::format("{}: dimension '{}' must be in 1..{}", name(), d, d == "cols" ? "2^31-1" : "2^40"));
+    for (const auto& d : dims) {
+      const bool int32 = d == "cols" || d == "table_rows";  // column indices and table ids are int32
+      KTUNE_REQUIRE(p.dims.count(d) && p.dim(d) >= 1 && p.dim(d) <= (int32 ? kMaxCols : kMaxTensorElements),
+                    fmt::format("{}: dimension '{}' must be in 1..{}{}", name(), d, int32 ? "2^31-1" : "2^40",
+                                d == "table_rows" ? " (ids are int32)" : ""));
+    }
+    if (kind_ != Kind::kUnary && kind_ != Kind::kFill) {  // b (binary) holds at most a's elements
+      const char* full = kind_ == Kind::kBinary                                        ? "a and y"
+                         : kind_ == Kind::kScatterAdd || kind_ == Kind::kCausalMask || kind_ == Kind::kGatherRows ? "y"
+                                                                                                                 : "x";
+      require_elements_within(name(), p, {"rows", "cols"}, full);
+      if (is_table(kind_))
+        require_elements_within(name(), p, {"table_rows", "cols"},
+                                kind_ == Kind::kGatherRows ? "the table x" : "the table y");
+    }
     if (kind_ == Kind::kBinary) {
       KTUNE_REQUIRE(p.dim("b_rows") == 1 || p.dim("b_rows") == p.dim("rows"),
                     name() + ": 'b_rows' must be 1 (b repeated over the rows) or 'rows'");
@@ -448,7 +470,17 @@ class Primitive final : public PrimitiveFamily {
                     fmt::format("{}: dimension '{}' must be in {}..2^40", name(), d, size ? 1 : 0));
     }
     const auto sizes = sizes_of(p);
-    KTUNE_REQUIRE(element_count(sizes) <= kMaxExtent, name() + ": the views hold more than 2^40 elements");
+    const auto count = checked_product({sizes[0], sizes[1], sizes[2], sizes[3]});
+    KTUNE_REQUIRE(count && *count <= kMaxExtent,
+                  fmt::format("{}: the views hold d0 * d1 * d2 * d3 = {} * {} * {} * {} elements, more than 2^40",
+                              name(), sizes[0], sizes[1], sizes[2], sizes[3]));
+    // Each operand's buffer holds its view's extent: within 2^40 too, so that no offset overflows.
+    for (const char* o : kind_ == Kind::kStridedCopy ? std::vector<const char*>{"a", "y"}
+                                                      : std::vector<const char*>{"a", "b", "y"})
+      KTUNE_REQUIRE(checked_extent(sizes, view_of(p, o)).value_or(kMaxExtent + 1) <= kMaxExtent,
+                    fmt::format("{}: {}'s view reaches past element 2^40 of its buffer (offset plus (size - 1) * "
+                                "stride over the dims)",
+                                name(), o));
     std::vector<std::pair<std::int64_t, std::int64_t>> steps;  // (stride, size) of y's dims of more than one element
     const View y = view_of(p, "y");
     for (std::size_t i = 0; i < 4; ++i)

@@ -28,6 +28,8 @@
 //                       idx (rows,) int32, y (rows, cols) = x's rows idx (index_select)
 //   prim_index_add      as gather_rows, f32 only: y (table_rows, cols) in-out,
 //                       y's rows idx += x (rows, cols) (index_add_, fp32 atomics)
+// Sizes: cols and table_rows at most 2^31-1 (int32 column indices and ids),
+// every tensor (and every strided view's extent) at most 2^40 elements.
 #pragma once
 #include <array>
 #include <cstdint>

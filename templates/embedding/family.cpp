@@ -48,6 +48,7 @@ class EmbeddingFamily : public RowFamily<ArgsT> {
     check_row_problem(this->name(), p, shape(), {"vocab"});
     KTUNE_REQUIRE(p.dims.count("vocab") && p.dim("vocab") >= 1 && p.dim("vocab") <= (1LL << 31) - 2,
                   this->name() + ": dimension 'vocab' must be given, in 1..2^31-2 (token ids are int32)");
+    require_elements_within(this->name(), p, {"vocab", "dim"}, "the (vocab, dim) table");
   }
 
   Config default_config(const Problem& p) const override {

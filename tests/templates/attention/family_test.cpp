@@ -85,6 +85,26 @@ TEST_CASE("attention_fwd is registered and rejects bad problems with one line sa
   CHECK_THROWS_AS(f.default_config(problem("bf16", 64, 48)), Error);
 }
 
+TEST_CASE("attention problems whose tensors would pass 2^40 elements are refused, the product past int64 too",
+          "[attention][family]") {
+  for (const Family* f : {&find_family("attention_fwd"), &find_family("attention_bwd")}) {
+    INFO(f->name());
+    // 32768 x 32768 heads of 2^30 rows of 16: 2^64 elements, which int64 arithmetic wraps to 0.
+    CHECK_THROWS_WITH(f->check_problem(problem("bf16", std::int64_t{1} << 30, 16, 0, 32768, 32768)),
+                      f->name() + ": Q (batch, seq, heads, head_dim) would hold batch * seq * heads * head_dim = "
+                                  "32768 * 1073741824 * 32768 * 16 elements (past int64), more than 2^40, the most "
+                                  "one tensor may (past any device's memory)");
+    CHECK_THROWS_AS(f->make_workload(problem("bf16", std::int64_t{1} << 30, 16, 0, 32768, 32768), 1), Error);
+    CHECK_THROWS_WITH(f->check_problem(problem("bf16", std::int64_t{1} << 30, 16, 0, 1, 65)),
+                      Catch::Contains("= 1 * 1073741824 * 65 * 16 elements = 1116691496960, more than 2^40"));
+    CHECK_NOTHROW(f->check_problem(problem("bf16", std::int64_t{1} << 30, 16, 0, 1, 64)));  // 2^40 exactly
+    // K and V: kv_heads <= heads heads, never more than Q's.
+    Problem gqa = problem("bf16", std::int64_t{1} << 30, 16, 0, 1, 64);
+    gqa.dims["kv_heads"] = 64;
+    CHECK_NOTHROW(f->check_problem(gqa));
+  }
+}
+
 TEST_CASE("attention_fwd space and problem classes", "[attention][family]") {
   const Family& f = forward_family();
   CHECK(f.space().size() == 3 * 5 * 3 * 3 * 2 * 2 * 2 * 3 * 2);

@@ -72,6 +72,13 @@ TEST_CASE("cross_entropy families are registered and reject bad problems with wh
     CHECK_THROWS_AS(f->make_workload(Problem{"f32", {{"rows", 4}, {"vocab", 0}}}, 1), Error);
     CHECK_NOTHROW(f->check_problem(Problem{"bf16", {{"rows", 4096}, {"vocab", 10000}}}));
     for (const auto& p : f->problem_classes()) CHECK_NOTHROW(f->check_problem(p));
+    // Each dimension within its bound, the logits past 2^40 elements: refused before anything is sized.
+    CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"rows", kMaxRows}, {"vocab", kMaxVocab}}}),
+                      f->name() + ": the (rows, vocab) logits would hold rows * vocab = 2147483647 * 1073741824 "
+                                  "elements = 2305843008139952128, more than 2^40, the most one tensor may (past any "
+                                  "device's memory)");
+    CHECK_THROWS_AS(f->make_workload(Problem{"f32", {{"rows", kMaxRows}, {"vocab", kMaxVocab}}}, 1), Error);
+    CHECK_NOTHROW(f->check_problem(Problem{"f32", {{"rows", 1024}, {"vocab", kMaxVocab}}}));  // 2^40 exactly
   }
 }
 

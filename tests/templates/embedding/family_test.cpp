@@ -48,6 +48,14 @@ TEST_CASE("embedding families are registered and reject bad problems with what i
     CHECK_THROWS_WITH(f->check_problem(Problem{"f32", {{"rows", 4}, {"dim", 64}, {"vocab", 9}, {"n", 1}}}),
                       Catch::Contains("unknown dimension 'n'; accepted: rows, dim, vocab"));
     CHECK_THROWS_AS(f->make_workload(problem("f32", 4, 64, -1), 1), Error);
+    // The table and the rows each within 2^40 elements, each dimension within its bound or not.
+    CHECK_THROWS_WITH(f->check_problem(problem("f32", 4, 1 << 20, (1LL << 31) - 2)),
+                      f->name() + ": the (vocab, dim) table would hold vocab * dim = 2147483646 * 1048576 elements = "
+                                  "2251799811588096, more than 2^40, the most one tensor may (past any device's "
+                                  "memory)");
+    CHECK_THROWS_WITH(f->check_problem(problem("f32", (1LL << 31) - 1, 1 << 20, 10)),
+                      Catch::Contains("the (rows, dim) elements would hold rows * dim = 2147483647 * 1048576"));
+    CHECK_NOTHROW(f->check_problem(problem("f32", 1 << 20, 1 << 20, 1 << 20)));  // 2^40 exactly
   }
 }
 
