@@ -3,8 +3,10 @@
 // written once for the GPU and the emulation.
 #include <fmt/format.h>
 
+#include <new>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include "base/error.hpp"
@@ -150,10 +152,26 @@ class BackendRunner final : public Runner {
         family.name() + "|" + problem.key() + "|" + std::to_string(seed) + "|" + nlohmann::json(scalars).dump();
     if (key != workload_key_) {
       workload_key_.clear();
-      workload_ = family.make_workload(problem, seed, scalars);
+      workload_ = {};  // the last problem's buffers are not held beside the next's
+      try {
+        workload_ = family.make_workload(problem, seed, scalars);
+      } catch (const std::bad_alloc&) {
+        throw_error(ErrorKind::kInvalidInput, too_large_to_check(family, problem));
+      } catch (const std::length_error&) {  // a vector past max_size(): no host has that much
+        throw_error(ErrorKind::kInvalidInput, too_large_to_check(family, problem));
+      }
       workload_key_ = key;
     }
     return workload_;
+  }
+
+  /// Why a problem the family accepts cannot be checked here: its inputs and the CPU reference's results do not
+  /// fit in host memory. The buffers' bytes (the family's DRAM traffic: each read or written once) are a floor.
+  static std::string too_large_to_check(const Family& family, const Problem& problem) {
+    const double bytes = family.bytes(problem);
+    return fmt::format("{} {}: too large to check on this host: its inputs and the CPU reference's results need at "
+                       "least {:.0f} bytes ({:.1f} GiB) of host memory, more than it gives; check a smaller problem",
+                       family.name(), problem.key(), bytes, bytes / (1024.0 * 1024 * 1024));
   }
 
   std::unique_ptr<exec::Backend> backend_;

@@ -1,0 +1,92 @@
+// The runner over an execution backend, run on the emulation: a problem its
+// family accepts but whose inputs and CPU reference do not fit in host
+// memory is refused in one line naming the problem and the bytes it needs,
+// not with the allocation's own exception.
+#include <catch2/catch.hpp>
+
+#include <new>
+#include <stdexcept>
+
+#include "base/error.hpp"
+#include "templates/render.hpp"
+#include "tuner/run/doubling_workload.hpp"
+#include "tuner/run/emu_runner.hpp"
+
+namespace tuner_run_backend_runner_emu_test {
+
+using namespace ktune;
+using namespace ktune::templates;
+using namespace ktune::tuner;
+
+namespace {
+
+/// y = 2x over n floats; a workload of more than 2^20 elements cannot be made (as an allocation past host memory
+/// fails): n = 2^21 throws std::bad_alloc, larger n std::length_error (a vector past max_size()).
+class UnmakeableFamily final : public Family {
+ public:
+  std::string name() const override { return "unmakeable"; }
+  std::string summary() const override { return "test family whose large workloads cannot be made"; }
+  std::vector<std::string> source_files() const override { return {}; }
+  const Space& space() const override { return space_; }
+  std::vector<Problem> problem_classes() const override { return {Problem{"f32", {{"n", 300}}}}; }
+  void check_problem(const Problem&) const override {}
+  Config default_config(const Problem&) const override { return Config({{"threads", 64}}); }
+  bool is_valid(const Config&, const Problem&, const DeviceLimits&, std::string*) const override { return true; }
+  Rendered render(const Config&, const Problem&) const override {
+    Rendered r;
+    r.source = R"(
+__global__ void doubled(const float* x, float* y, long long n) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+}
+)";
+    r.kernels = {"doubled"};
+    return r;
+  }
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    if (p.dim("n") == std::int64_t{1} << 21) throw std::bad_alloc();
+    if (p.dim("n") > std::int64_t{1} << 21) throw std::length_error("cannot create std::vector larger than max_size()");
+    return test::doubling_workload(p, seed);
+  }
+  std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& a,
+                           const DeviceLimits&) const override {
+    Launch l;
+    const auto threads = static_cast<unsigned>(c.at("threads"));
+    l.grid = {static_cast<unsigned>((p.dim("n") + threads - 1) / threads), 1, 1};
+    l.block = {threads, 1, 1};
+    l.args.add(a[0]).add(a[1]).add(static_cast<long long>(p.dim("n")));
+    return {std::move(l)};
+  }
+  double flops(const Problem& p) const override { return static_cast<double>(p.dim("n")); }
+  double bytes(const Problem& p) const override { return 8.0 * static_cast<double>(p.dim("n")); }
+
+ private:
+  Space space_{{{"threads", {64}, ""}}};
+};
+
+}  // namespace
+
+TEST_CASE("a problem whose workload does not fit in host memory is refused naming it and the bytes it needs",
+          "[emu][run]") {
+  const UnmakeableFamily f;
+  auto runner = make_emu_runner(EmuOptions{1, "sm_80"});
+  const Config c = f.default_config(f.problem_classes().front());
+  const auto run = [&](std::int64_t n) { return runner->run(f, c, Problem{"f32", {{"n", n}}}, RunOptions{}); };
+  for (const std::int64_t n : {std::int64_t{1} << 21, std::int64_t{1} << 40}) {
+    INFO("n " << n);
+    try {
+      run(n);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::kInvalidInput);
+      CHECK_THAT(e.what(), Catch::StartsWith("unmakeable f32;n=" + std::to_string(n) +
+                                             ": too large to check on this host: its inputs and the CPU reference's "
+                                             "results need at least " +
+                                             std::to_string(8 * n) + " bytes ("));
+      CHECK_THAT(e.what(), Catch::EndsWith("GiB) of host memory, more than it gives; check a smaller problem"));
+    }
+  }
+  CHECK(run(300).ok);  // the runner goes on
+}
+
+}  // namespace tuner_run_backend_runner_emu_test
