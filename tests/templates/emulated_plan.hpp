@@ -19,19 +19,17 @@
 
 namespace ktune::test {
 
-/// The relative L2 error of each output (and in-out) buffer of `family`'s
-/// workload (`seed`) after its plan for `config` ran emulated from
-/// `rendered` on `workers` OS threads. `alias` maps a buffer's index to the
-/// index of the buffer whose address it is given (an output written in
-/// place of an input: its result is read from there). Outputs are poisoned
-/// (NaN) first. Each buffer's data starts `shift` bytes past its (16-byte
-/// aligned) allocation: 4 leaves no operand aligned for 16-byte vectors.
-inline std::map<std::string, double> emulated_errors(const templates::Family& family, const templates::Rendered& rendered,
-                                                     const Config& config, const templates::Problem& problem,
-                                                     std::uint64_t seed,
-                                                     const std::map<std::size_t, std::size_t>& alias = {},
-                                                     unsigned workers = 1, std::size_t shift = 0) {
-  const templates::Workload w = family.make_workload(problem, seed);
+/// The contents of each output (and in-out) buffer of workload `w`, by its
+/// index, after `family`'s plan for `config` ran emulated from `rendered` on
+/// `workers` OS threads. `alias` maps a buffer's index to the index of the
+/// buffer whose address it is given (an output written in place of an
+/// input: its result is read from there). Outputs are poisoned (NaN) first.
+/// Each buffer's data starts `shift` bytes past its (16-byte aligned)
+/// allocation: 4 leaves no operand aligned for 16-byte vectors.
+inline std::map<std::size_t, std::vector<std::byte>> emulated_outputs(
+    const templates::Family& family, const templates::Workload& w, const templates::Rendered& rendered,
+    const Config& config, const templates::Problem& problem, const std::map<std::size_t, std::size_t>& alias = {},
+    unsigned workers = 1, std::size_t shift = 0) {
   std::vector<std::unique_ptr<tuner::emu::GuardedBuffer>> buffers;
   std::vector<std::uint64_t> addresses;
   for (const auto& hb : w.buffers) {
@@ -44,15 +42,45 @@ inline std::map<std::string, double> emulated_errors(const templates::Family& fa
   const auto module = tuner::emu::load_module(rendered);
   auto launches = family.plan(config, problem, addresses, tuner::EmuRunner().device());
   run_emulated(*module, launches, buffers, workers);
-  std::map<std::string, double> errors;
+  std::map<std::size_t, std::vector<std::byte>> outputs;
   for (std::size_t i = 0; i < w.buffers.size(); ++i) {
     const auto& hb = w.buffers[i];
     if (hb.role != templates::Role::kOutput && hb.role != templates::Role::kInOut) continue;
     const auto& b = *buffers[alias.count(i) ? alias.at(i) : i];
-    errors[hb.name] = templates::relative_l2(hb.dtype, std::vector<std::byte>(b.data() + shift, b.data() + b.size()),
-                                             hb.expected);
+    outputs[i] = std::vector<std::byte>(b.data() + shift, b.data() + b.size());
   }
+  return outputs;
+}
+
+/// The relative L2 error of each output (and in-out) buffer of `family`'s
+/// workload (`seed`), by name, after emulated_outputs' run.
+inline std::map<std::string, double> emulated_errors(const templates::Family& family, const templates::Rendered& rendered,
+                                                     const Config& config, const templates::Problem& problem,
+                                                     std::uint64_t seed,
+                                                     const std::map<std::size_t, std::size_t>& alias = {},
+                                                     unsigned workers = 1, std::size_t shift = 0) {
+  const templates::Workload w = family.make_workload(problem, seed);
+  std::map<std::string, double> errors;
+  for (const auto& [i, got] : emulated_outputs(family, w, rendered, config, problem, alias, workers, shift))
+    errors[w.buffers[i].name] = templates::relative_l2(w.buffers[i].dtype, got, w.buffers[i].expected);
   return errors;
+}
+
+/// Whether every output of `family`'s workload (`seed`) passes the family's
+/// own check (its tolerance, or its atol as an RMS error: what a run
+/// reports) after its plan for `config` ran emulated from `rendered`.
+inline bool emulated_check_passes(const templates::Family& family, const templates::Rendered& rendered,
+                                  const Config& config, const templates::Problem& problem, std::uint64_t seed) {
+  const templates::Workload w = family.make_workload(problem, seed);
+  bool passes = true;
+  for (const auto& [i, got] : emulated_outputs(family, w, rendered, config, problem)) {
+    const auto& b = w.buffers[i];
+    const double relative = templates::relative_l2(b.dtype, got, b.expected);
+    const bool ok = templates::within_tolerance(b, got, relative);
+    UNSCOPED_INFO(b.name << (ok ? " passes: " : " fails: ") << templates::mismatch(b, got, relative));
+    passes = passes && ok;
+  }
+  return passes;
 }
 
 /// Checks every output of emulated_errors against its dtype's tolerance.

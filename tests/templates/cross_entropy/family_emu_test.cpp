@@ -3,7 +3,8 @@
 // only, across warps, one row per block; scalar and vector accesses; heads
 // and tails), and the paths the runner's workloads never take: the gradient
 // in place (dlogits == logits), buffers shifted off vector alignment, and
-// targets outside the vocabulary.
+// targets outside the vocabulary; the family's own check on a single row,
+// and a kernel broken on purpose that it still fails.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <tuple>
 
 #include "templates/cross_entropy/cross_entropy.hpp"
+#include "templates/emulated_plan.hpp"
 #include "templates/render.hpp"
 #include "tuner/emu/grid.hpp"
 #include "tuner/emu_launch.hpp"
@@ -110,6 +112,36 @@ TEST_CASE("cross_entropy_fwd: non-default configs on ragged shapes match the ref
   }
   SECTION("bf16, a short vocabulary, 32 rows per block, the next step prefetched") {
     check_matches_reference(f, forward(layout(256, 8, 2, 2), 1), Problem{"bf16", {{"rows", 45}, {"vocab", 77}}});
+  }
+}
+
+TEST_CASE("cross_entropy_fwd: the family's check passes a single row, whose loss is near 0", "[cross_entropy][emu]") {
+  // Row 0 is a confident one (loss about 1e-5): a single row is checked on it alone, at lse's scale.
+  const Family& f = forward_family();
+  tuner::EmuRunner runner;
+  for (const char* dtype : {"f32", "bf16"})
+    for (const std::int64_t vocab : {2, 9, 1000})
+      for (const std::uint64_t seed : {1, 2}) {
+        const Problem p{dtype, {{"rows", 1}, {"vocab", vocab}}};
+        tuner::RunOptions options;
+        options.seed = seed;
+        const auto r = runner.run(f, f.default_config(p), p, options);
+        INFO(p.key() << " seed " << seed << ": " << r.failure);
+        CHECK(r.ok);
+      }
+}
+
+TEST_CASE("cross_entropy_fwd: a kernel broken on purpose fails the family's check", "[cross_entropy][emu]") {
+  // The loss without log(sum): right only where the target's logit leads by far (a confident row, within the
+  // atol on its own), wrong by log(vocab) or more on the others.
+  const Family& f = forward_family();
+  for (const char* dtype : {"f32", "bf16"}) {
+    const Problem p{dtype, {{"rows", 3}, {"vocab", 1001}}};
+    const Config c = f.default_config(p);
+    CHECK(test::emulated_check_passes(f, f.render(c, p), c, p, 3));
+    const Rendered no_sum =
+        test::broken(f.render(c, p), "(acc.max - target_logit) + log_sum", "(acc.max - target_logit)");
+    CHECK_FALSE(test::emulated_check_passes(f, no_sum, c, p, 3));
   }
 }
 

@@ -252,6 +252,32 @@ TEST_CASE("cross_entropy workloads: fresh logits per seed whose exponentials ove
   CHECK(mean_scale(Problem{"f32", {{"rows", 512}, {"vocab", 10}}}) == 1.0f / 512);
 }
 
+TEST_CASE("cross_entropy_fwd's losses pass an RMS error of lse's tolerance times lse's RMS: a single confident row's "
+          "fp32 loss passes, a loss that far off fails",
+          "[cross_entropy][family]") {
+  // Row 0 is a confident one: its loss, log(1 + sum of the others' exp(logit - max)), is about 1e-5, while
+  // lse - logit[target] rounds relative to |lse| (the row's offset, up to 120).
+  for (const char* dtype : {"f32", "bf16"})
+    for (const std::int64_t vocab : {2, 9, 1000}) {
+      const Problem p{dtype, {{"rows", 1}, {"vocab", vocab}}};
+      const Workload w = fwd.make_workload(p, 1);
+      const HostBuffer& losses = w.buffers[2];
+      const HostBuffer& lse = w.buffers[3];
+      const double loss = at(losses, losses.expected, 0), row_lse = at(lse, lse.expected, 0);
+      INFO(p.key() << " loss " << loss << " lse " << row_lse);
+      REQUIRE(loss < 1e-2);
+      CHECK(losses.atol == Approx(tolerance_for("f32") * std::abs(row_lse)).epsilon(1e-6));
+      // The loss as fp32 gives it for the sum, log(fl32(1 + (e^loss - 1))), passes; off by twice the atol fails.
+      const auto as_got = [&](double value) {
+        return make_buffer("losses", Role::kOutput, DType::kF32, std::vector<float>{static_cast<float>(value)}).bytes;
+      };
+      const auto fp32 = as_got(std::log(static_cast<double>(static_cast<float>(1.0 + std::expm1(loss)))));
+      const auto off = as_got(loss + 2 * losses.atol);
+      CHECK(within_tolerance(losses, fp32, relative_l2(DType::kF32, fp32, losses.expected)));
+      CHECK_FALSE(within_tolerance(losses, off, relative_l2(DType::kF32, off, losses.expected)));
+    }
+}
+
 TEST_CASE("cross_entropy plans: one row group per block, element-aligned buffers", "[cross_entropy][family]") {
   const auto device = DeviceLimits::for_arch("sm_90");
   const Problem p{"bf16", {{"rows", 301}, {"vocab", 10000}}};
