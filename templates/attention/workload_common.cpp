@@ -63,6 +63,32 @@ void require_strides(const std::string& family, const char* buffer, const Tensor
                               family, buffer, s.batch, s.head, s.seq, chunk));
 }
 
+std::vector<double> softmax_square_sums(const AttentionShape& s, const std::vector<std::uint8_t>& checked,
+                                        const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& lse, double scale) {
+  const std::int64_t D = s.head_dim, S = s.seq, group = s.heads / s.kv_heads;
+  const TensorStrides st = bshd_strides(s);
+  AttentionShape kv = s;
+  kv.heads = s.kv_heads;
+  const TensorStrides kv_st = bshd_strides(kv);
+  std::vector<double> sums(checked.size(), 0.0);
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t i = 0; i < S; ++i) {
+        const auto row = static_cast<std::size_t>((b * s.heads + h) * S + i);
+        if (!checked[row]) continue;
+        const double* qi = q.data() + b * st.batch + h * st.head + i * st.seq;
+        const double* kh = k.data() + b * kv_st.batch + h / group * kv_st.head;
+        for (std::int64_t j = 0; j < (s.causal ? i + 1 : S); ++j) {
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += qi[d] * kh[j * kv_st.seq + d];
+          const double pij = std::exp(scale * dot - lse[row]);
+          sums[row] += pij * pij;
+        }
+      }
+  return sums;
+}
+
 std::vector<std::uint8_t> sample_rows(const AttentionShape& s, std::uint64_t seed, double cost_per_key) {
   const std::int64_t pairs = s.batch * s.heads, S = s.seq;
   const auto rows = static_cast<std::size_t>(pairs * S);

@@ -75,6 +75,16 @@ void require_aligned(const std::string& family, const char* buffer, std::uint64_
 void require_strides(const std::string& family, const char* buffer, const TensorStrides& s,
                      std::int64_t element_bytes);
 
+/// sum_j P_ij^2 for each query row i (batch, heads, seq) that `checked`
+/// checks, P_ij = exp(scale q_i.k_j - lse_i) over the keys row i sees, 0 for
+/// the rows it leaves out: 1 for a row of one key, about e^(sigma^2) / keys
+/// for a row of many keys whose scores spread by sigma. q: (batch, seq,
+/// heads, head_dim), k: (batch, seq, kv_heads, head_dim), lse as the
+/// forward's (natural log).
+std::vector<double> softmax_square_sums(const AttentionShape& s, const std::vector<std::uint8_t>& checked,
+                                        const std::vector<double>& q, const std::vector<double>& k,
+                                        const std::vector<double>& lse, double scale);
+
 /// Multiply-adds of fp64 reference a workload may spend (about a second):
 /// past it, only a seeded sample of rows is checked.
 inline constexpr double kReferenceBudget = double(std::int64_t{1} << 30);

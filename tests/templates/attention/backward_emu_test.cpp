@@ -4,7 +4,8 @@
 // the second pass; swizzled and padded tiles, resident operands in
 // registers or re-read from shared memory (a seeded sample); warps sharing
 // keys, with P^T and dS^T staged in shared memory; grouped- and
-// multi-query heads; the (batch, heads, seq, head_dim) layout; the wgmma
+// multi-query heads; the (batch, heads, seq, head_dim) layout; the
+// family's own check at seq 1 (dQ and dK exactly 0); the wgmma
 // dK/dV pass in turn and overlapped (mma 1, 2), dQ by each thread's atomics
 // and by bulk reductions (dq_atomic 1, 2), over their shapes; and
 // kernels broken on purpose (the
@@ -18,6 +19,7 @@
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
 #include "templates/attention/shapes.hpp"
+#include "tuner/run/emu_runner.hpp"
 
 namespace templates_attention_backward_emu_test {
 
@@ -233,6 +235,7 @@ TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[atte
   CHECK(masked.dq > masked.tolerance);
   CHECK(masked.dk > masked.tolerance);
   CHECK(masked.dv > masked.tolerance);
+  CHECK_FALSE(masked.family_check);  // its atols do not pass it either
   // K's tile read where V's belongs in dP^T = V dO^T: dS, and so dK, go wrong; dV = P^T dO never reads V.
   Rendered swapped = good;
   const std::string va = "F::a(va[kt_], sv,";
@@ -242,6 +245,7 @@ TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[atte
   const auto wrong = test::run_backward(*backend, c, p, false, 3, &swapped);
   CHECK(wrong.dk > wrong.tolerance);
   CHECK(wrong.dv <= wrong.tolerance);
+  CHECK_FALSE(wrong.family_check);
   // Warps sharing keys (warp_split 2) each staging their P^T columns at the
   // tile's first column instead of their own: dV = P^T dO goes wrong, dK
   // (from dS^T, staged right) does not.
@@ -255,6 +259,54 @@ TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[atte
   const auto staged = test::run_backward(*backend, split, p, false, 3, &overlapped);
   CHECK(staged.dv > staged.tolerance);
   CHECK(staged.dk <= staged.tolerance);
+  CHECK_FALSE(staged.family_check);
+}
+
+TEST_CASE("attention_bwd: the family's check passes seq 1, where dQ and dK are exactly 0", "[attention][emu]") {
+  // With one key P = 1 and dS = P (dP - D) = 0: dQ and dK hold only the rounding of dP - D, which no relative
+  // check passes; their atol takes it.
+  const auto& f = backward_family();
+  tuner::EmuRunner runner;
+  auto check = [&](const Problem& p, std::uint64_t seed, double scale) {
+    tuner::RunOptions options;
+    options.seed = seed;
+    if (scale > 0) options.scalars = {{"scale", scale}};
+    const auto r = runner.run(f, f.default_config(p), p, options);
+    INFO(p.key() << " seed " << seed << " scale " << scale << ": " << r.failure);
+    CHECK(r.ok);
+  };
+  for (const bool causal : {false, true})
+    for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+      check(problem("f32", 1, 16, causal, 1, 1), seed, 0);
+      check(problem("bf16", 1, 80, causal, 2, 1), seed, 0);
+    }
+}
+
+TEST_CASE("attention_bwd: at seq 1 a kernel that drops D from dS = P (dP - D) fails the family's check",
+          "[attention][emu]") {
+  // dS = P dP instead: at one key dQ = scale (dO.V) K and dK = scale (dO.V) Q, of the size the atol is a
+  // tolerance of.
+  auto backend = emu();
+  const auto& f = backward_family();
+  const Config c = config(32, 32, 2, 2, 0);  // dQ by the second pass: both passes form dS
+  for (const char* dtype : {"f32", "bf16"})
+    for (const bool causal : {false, true}) {
+      const Problem p = problem(dtype, 1, 32, causal);
+      Rendered no_d = f.render(c, p);
+      for (const auto& [from, to] :
+           {std::pair<std::string, std::string>{"dp[kt_][nt][i] = p * (dp[kt_][nt][i] - dd);",
+                                                "dp[kt_][nt][i] = p * dp[kt_][nt][i];"},
+            std::pair<std::string, std::string>{"dp[mt][nt][i] = p * (dp[mt][nt][i] - row_d[mt][i / 2]);",
+                                                "dp[mt][nt][i] = p * dp[mt][nt][i];"}}) {
+        const auto at = no_d.source.find(from);
+        REQUIRE(at != std::string::npos);
+        no_d.source.replace(at, from.size(), to);
+      }
+      INFO(p.key());
+      CHECK(test::run_backward(*backend, c, p, false, 3).family_check);
+      const auto e = test::run_backward(*backend, c, p, false, 3, &no_d);
+      CHECK_FALSE(e.family_check);
+    }
 }
 
 TEST_CASE("attention_bwd: tiles written unswizzled but read swizzled fail these checks", "[attention][emu]") {

@@ -388,6 +388,48 @@ TEST_CASE("attention_bwd workloads: fresh inputs per seed, the streaming referen
   CHECK(std::isfinite(dv.back()));
 }
 
+TEST_CASE("attention_bwd's dQ and dK pass an RMS error of a tolerance of their cancellation's scale, about what "
+          "the relative check passes where they are not 0",
+          "[attention][family]") {
+  const auto& f = backward_family();
+  const auto rms = [](const std::vector<double>& x) {
+    double sum = 0;
+    for (const double v : x) sum += v * v;
+    return std::sqrt(sum / static_cast<double>(x.size()));
+  };
+  for (const char* dtype : {"f32", "bf16"})
+    for (const std::int64_t causal : {0, 1}) {
+      INFO(dtype << " causal " << causal);
+      // One key: dQ and dK are exactly 0.
+      const Workload one = f.make_workload(problem(dtype, 1, 16, causal, 2, 2), 4);
+      const auto q = values(one.buffers[0]), dout = values(one.buffers[5]);
+      const double unit = default_scale(16) * 4 * rms(values(one.buffers[2]));  // scale sqrt(d) RMS(V)
+      const double tolerance = backward_tolerance(problem(dtype, 1, 16));
+      CHECK(rms(values(one.buffers[6], true)) == 0);
+      CHECK(rms(values(one.buffers[7], true)) == 0);
+      CHECK(one.buffers[6].atol == Approx(tolerance * unit * rms(dout) * rms(values(one.buffers[1]))));
+      // dK's: RMS(dO_i) RMS(q_i) row by row (each of the 4 rows its own K/V row).
+      double rows = 0;
+      for (std::size_t r = 0; r < 4; ++r) {
+        const auto row = [&](const std::vector<double>& x) {
+          return rms(std::vector<double>(x.begin() + static_cast<std::ptrdiff_t>(16 * r),
+                                         x.begin() + static_cast<std::ptrdiff_t>(16 * r + 16)));
+        };
+        rows += row(dout) * row(dout) * row(q) * row(q);
+      }
+      CHECK(one.buffers[7].atol == Approx(tolerance * unit * std::sqrt(rows / 4)));
+      CHECK(one.buffers[8].atol == 0);  // dV = P^T dO cancels nothing
+      // Many keys: the atol is about what the relative check passes already (1.1 to 1.5 times here: dP - D
+      // spreads a little less than dP, and under a causal mask the rows of few keys weigh more in it).
+      const Workload many = f.make_workload(problem(dtype, 70, 32, causal, 1, 2), 4);
+      for (const std::size_t i : {6, 7}) {
+        const HostBuffer& b = many.buffers[i];
+        INFO(b.name << " atol " << b.atol << " RMS " << rms(values(b, true)));
+        CHECK(b.atol <= 2 * b.tolerance * rms(values(b, true)));
+      }
+    }
+}
+
 TEST_CASE("attention workloads at benchmark size check a seeded sample of rows, and every element stays exact",
           "[attention][family]") {
   // 4 heads x seq 4096 x head_dim 64, causal: the whole reference would be
