@@ -75,6 +75,11 @@ void require_aligned(const std::string& family, const char* buffer, std::uint64_
 void require_strides(const std::string& family, const char* buffer, const TensorStrides& s,
                      std::int64_t element_bytes);
 
+/// The spread of the scores scale * q_i.k_j, sigma = scale sqrt(head_dim)
+/// RMS(q) RMS(k): about 1.3 for the workloads' q and k (uniform in [-2, 2))
+/// at the default scale. An error of relative size e in each q and k element
+/// puts an absolute error of about sqrt(2/3) e sigma in each score.
+double score_spread(const Problem& p, const std::vector<double>& q, const std::vector<double>& k, double scale);
 /// sum_j P_ij^2 for each query row i (batch, heads, seq) that `checked`
 /// checks, P_ij = exp(scale q_i.k_j - lse_i) over the keys row i sees, 0 for
 /// the rows it leaves out: 1 for a row of one key, about e^(sigma^2) / keys

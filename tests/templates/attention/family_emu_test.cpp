@@ -7,8 +7,9 @@
 // pipeline and layout variants (one to three stages, padded and swizzled
 // tiles, one and two m16 tiles per warp, 16- to 128-key tiles, Q's fragments
 // kept in registers or re-read from shared memory); f32 inputs
-// on the tf32 path; grouped- and multi-query attention; the wgmma kernel
-// in turn (mma 1) and overlapped (mma 2) over its shapes, and broken on
+// on the tf32 path; grouped- and multi-query attention; the family's own
+// check at seq 1, and a broken kernel it still fails; the wgmma kernel in
+// turn (mma 1) and overlapped (mma 2) over its shapes, and broken on
 // purpose.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include "templates/attention/attention.hpp"
 #include "templates/attention/shapes.hpp"
 #include "templates/common/family_helpers.hpp"
+#include "templates/emulated_plan.hpp"
 #include "templates/render.hpp"
 #include "templates/sampled_configs.hpp"
 #include "tuner/emu_launch.hpp"
@@ -236,6 +238,45 @@ TEST_CASE("attention_fwd: other softmax scales", "[attention][emu]") {
   const Config narrow = config(64, 16, 4, 2, 1);
   check_layout(narrow, problem("f16", 200, 32, true), Layout::kBSHD, 4.0f);
   check_layout(narrow, problem("bf16", 200, 64, false), Layout::kBHSD, 4.0f);
+}
+
+TEST_CASE("attention_fwd: the family's check passes f32 at seq 1", "[attention][emu]") {
+  // At seq 1 lse is the one score, which may be near 0 while its tf32 error is not: the check's atol takes it.
+  const auto& f = forward_family();
+  tuner::EmuRunner runner;
+  auto check = [&](const Problem& p, std::uint64_t seed, double scale) {
+    tuner::RunOptions options;
+    options.seed = seed;
+    if (scale > 0) options.scalars = {{"scale", scale}};
+    const auto r = runner.run(f, f.default_config(p), p, options);
+    INFO(p.key() << " seed " << seed << " scale " << scale << ": " << r.failure);
+    CHECK(r.ok);
+  };
+  for (const std::int64_t d : {16, 32})
+    for (const bool causal : {false, true})
+      for (std::uint64_t seed = 1; seed <= 6; ++seed) check(problem("f32", 1, d, causal, 1, 1), seed, 0);
+}
+
+TEST_CASE("attention_fwd: a kernel broken on purpose fails the family's check, at seq 1 and at the default scale",
+          "[attention][emu]") {
+  const auto& f = forward_family();
+  // lse's scaled max 1 % high: at seq 1, lse (the score) 1 % off.
+  for (const bool causal : {false, true}) {
+    const Problem p = problem("f32", 1, 32, causal, 1, 1);
+    const Config c = f.default_config(p);
+    CHECK(test::emulated_check_passes(f, f.render(c, p), c, p, 5));
+    const Rendered high = test::broken(f.render(c, p), "lse_h[row] = row_max[mt][r] * scale + logf(sum);",
+                                       "lse_h[row] = row_max[mt][r] * (1.01f * scale) + logf(sum);");
+    CHECK_FALSE(test::emulated_check_passes(f, high, c, p, 5));
+  }
+  // The causal mask dropped: keys after the query leak into O and lse.
+  for (const char* dtype : {"f32", "bf16"}) {
+    const Problem p = problem(dtype, 70, 32, true);
+    const Config c = f.default_config(p);
+    CHECK(test::emulated_check_passes(f, f.render(c, p), c, p, 5));
+    const Rendered leaky = test::broken(f.render(c, p), "(CAUSAL && key > row)", "false");
+    CHECK_FALSE(test::emulated_check_passes(f, leaky, c, p, 5));
+  }
 }
 
 TEST_CASE("attention_fwd: pipeline depths, tile layouts, tile shapes and warps per block", "[attention][emu]") {

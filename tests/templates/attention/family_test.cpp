@@ -358,6 +358,49 @@ TEST_CASE("attention_fwd workloads: fresh 16-bit inputs per seed, the streaming 
   CHECK(f.bytes(gqa) == 2.0 * 2 * (2 * 9 * 6 + 2 * 9 * 2) * 16 + 4.0 * 2 * 6 * 9);
 }
 
+TEST_CASE("attention_fwd's lse passes an RMS error of three tolerances of the scores' spread at seq 1, where lse "
+          "is the score: a score's tf32 error passes, an lse 1 % of the spread off fails",
+          "[attention][family]") {
+  const Family& f = forward_family();
+  const auto rms = [](const HostBuffer& b, const std::vector<std::byte>& bytes) {
+    double sum = 0;
+    for (std::size_t i = 0; i < b.elements(); ++i) sum += value_at(b.dtype, bytes, i) * value_at(b.dtype, bytes, i);
+    return std::sqrt(sum / static_cast<double>(b.elements()));
+  };
+  // lse moved by `by` at every row.
+  const auto moved = [](const HostBuffer& lse, double by) {
+    std::vector<float> values(lse.elements());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      values[i] = static_cast<float>(value_at(DType::kF32, lse.expected, i) + by);
+    return make_buffer("lse", Role::kOutput, DType::kF32, values).bytes;
+  };
+  for (const std::uint64_t seed : {1, 2, 3, 4, 5}) {
+    const Problem p = problem("f32", 1, 32, 1, 1, 1);
+    const Workload w = f.make_workload(p, seed);
+    const HostBuffer& lse = w.buffers[4];
+    const double sigma = default_scale(32) * std::sqrt(32.0) * rms(w.buffers[0], w.buffers[0].bytes) *
+                         rms(w.buffers[1], w.buffers[1].bytes);
+    INFO("seed " << seed << " lse " << value_at(DType::kF32, lse.expected, 0) << " sigma " << sigma);
+    CHECK(lse.atol == Approx(3 * tolerance_for("tf32") * sigma));
+    // Twice a score's RMS error from tf32's rounding of q and k, sqrt(2/3) 2^-11 sigma, passes; 1 % of sigma fails.
+    const double tf32_error = std::sqrt(2.0 / 3.0) * std::ldexp(1.0, -11) * sigma;
+    for (const double sign : {1.0, -1.0}) {
+      const auto near = moved(lse, sign * 2 * tf32_error), off = moved(lse, sign * 1e-2 * sigma);
+      CHECK(within_tolerance(lse, near, relative_l2(DType::kF32, near, lse.expected)));
+      CHECK_FALSE(within_tolerance(lse, off, relative_l2(DType::kF32, off, lse.expected)));
+    }
+  }
+  // Longer rows add log(keys) to lse while sum_j P_ij^2 falls: there the atol is within what the relative check
+  // passes already.
+  for (const char* dtype : {"f32", "bf16"})
+    for (const std::int64_t causal : {0, 1}) {
+      const Workload w = f.make_workload(problem(dtype, 129, 64, causal, 1, 2), 3);
+      const HostBuffer& lse = w.buffers[4];
+      INFO(dtype << " causal " << causal << " atol " << lse.atol << " RMS " << rms(lse, lse.expected));
+      CHECK(lse.atol <= lse.tolerance * rms(lse, lse.expected));
+    }
+}
+
 TEST_CASE("fp32 to fp16 rounds to nearest even, keeps subnormals and overflows to infinity", "[attention][family]") {
   for (const std::uint16_t bits : {0x0000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0x3555, 0x7bff, 0x8001, 0xc000, 0x7c00})
     CHECK(float_to_f16_bits(f16_bits_to_float(bits)) == bits);
