@@ -150,7 +150,8 @@ std::int64_t accumulator_bytes(const Problem& p) {
 ///   dQ: scale sqrt(d) RMS(V) RMS(K) sqrt(sum_i w_i RMS(dO_i)^2 / rows)
 ///   dK: scale sqrt(d) RMS(V) sqrt(sum_i w_i RMS(dO_i)^2 RMS(q_i)^2 / kv_rows)
 /// with w_i = sum_j P_ij^2 (`p_squares`), in units of r. At seq 1 (w = 1)
-/// dQ's is scale sqrt(d) RMS(dO) RMS(V) RMS(K).
+/// dQ's is scale sqrt(d) RMS(dO) RMS(V) RMS(K). Neither grows with the
+/// scores' spread (score_error_growth): P's errors are relative to dS.
 /// Rows of many keys whose scores spread by sigma (w_i about e^(sigma^2) /
 /// keys) get dQ and dK of that size times the spread of dP - D, about 1:
 /// there the atol is about what the relative check passes already (1.1 to
@@ -522,7 +523,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
     w.buffers.push_back(element_buffer("o", Role::kInput, p, o));
     w.buffers.push_back(make_buffer("lse", Role::kInput, DType::kF32, std::vector<float>(lse.begin(), lse.end())));
     w.buffers.push_back(element_buffer("do", Role::kInput, p, dout));
-    const double tolerance = backward_tolerance(p);
+    const double tolerance = backward_tolerance(p) * score_error_growth(p, scale);
     const auto [dq_atol, dk_atol] = cancellation_atols(s, checked, q, k, v, dout, p_squares, scale);
     for (auto [label, values, atol] :
          {std::tuple{"dq", &dq, dq_atol}, std::tuple{"dk", &dk, dk_atol}, std::tuple{"dv", &dv, 0.0}}) {

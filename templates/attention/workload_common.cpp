@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "base/error.hpp"
+#include "templates/attention/attention.hpp"
 #include "templates/render.hpp"
 
 namespace ktune::templates::attention {
@@ -73,6 +74,11 @@ double rms(const std::vector<double>& x) {
 
 double score_spread(const Problem& p, const std::vector<double>& q, const std::vector<double>& k, double scale) {
   return scale * std::sqrt(static_cast<double>(p.dim("head_dim"))) * rms(q) * rms(k);
+}
+
+double score_error_growth(const Problem& p, double scale) {
+  if (!is_tf32(p)) return 1.0;
+  return std::max(1.0, scale / static_cast<double>(default_scale(p.dim("head_dim"))));
 }
 
 std::vector<double> softmax_square_sums(const AttentionShape& s, const std::vector<std::uint8_t>& checked,

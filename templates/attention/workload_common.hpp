@@ -80,6 +80,17 @@ void require_strides(const std::string& family, const char* buffer, const Tensor
 /// at the default scale. An error of relative size e in each q and k element
 /// puts an absolute error of about sqrt(2/3) e sigma in each score.
 double score_spread(const Problem& p, const std::vector<double>& q, const std::vector<double>& k, double scale);
+/// What a tf32 (f32) result's tolerance is multiplied by at softmax scale
+/// `scale`: sigma / sigma at the default scale, which is scale /
+/// default_scale(head_dim), at least 1 (1 for 16-bit inputs). tf32 rounds q
+/// and k (u = 2^-11), so the scores carry an absolute error of about u
+/// sigma, which the softmax turns into relative errors of P of that size
+/// (dP / P = ds - sum_k P_k ds_k). The tolerances are set at the default
+/// scale, where that error is part of what they cover; past it, it grows
+/// with sigma and the rest does not, so the tolerance times sigma / sigma0
+/// covers both. 16-bit inputs are exact in their products: their scores
+/// round in fp32 (2^-24 sigma), far below what P's rounding to 16 bits adds.
+double score_error_growth(const Problem& p, double scale);
 /// sum_j P_ij^2 for each query row i (batch, heads, seq) that `checked`
 /// checks, P_ij = exp(scale q_i.k_j - lse_i) over the keys row i sees, 0 for
 /// the rows it leaves out: 1 for a row of one key, about e^(sigma^2) / keys

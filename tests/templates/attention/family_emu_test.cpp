@@ -8,9 +8,9 @@
 // tiles, one and two m16 tiles per warp, 16- to 128-key tiles, Q's fragments
 // kept in registers or re-read from shared memory); f32 inputs
 // on the tf32 path; grouped- and multi-query attention; the family's own
-// check at seq 1, and a broken kernel it still fails; the wgmma kernel in
-// turn (mma 1) and overlapped (mma 2) over its shapes, and broken on
-// purpose.
+// check at seq 1 and at scales past the default, and a broken kernel it
+// still fails; the wgmma kernel in turn (mma 1) and overlapped (mma 2) over
+// its shapes, and broken on purpose.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
@@ -240,8 +240,9 @@ TEST_CASE("attention_fwd: other softmax scales", "[attention][emu]") {
   check_layout(narrow, problem("bf16", 200, 64, false), Layout::kBHSD, 4.0f);
 }
 
-TEST_CASE("attention_fwd: the family's check passes f32 at seq 1", "[attention][emu]") {
+TEST_CASE("attention_fwd: the family's check passes f32 at seq 1 and scales 3 and 10", "[attention][emu]") {
   // At seq 1 lse is the one score, which may be near 0 while its tf32 error is not: the check's atol takes it.
+  // At scales 3 and 10 the scores' tf32 errors grow with the scale, and so does the tolerance of f32 problems.
   const auto& f = forward_family();
   tuner::EmuRunner runner;
   auto check = [&](const Problem& p, std::uint64_t seed, double scale) {
@@ -255,6 +256,11 @@ TEST_CASE("attention_fwd: the family's check passes f32 at seq 1", "[attention][
   for (const std::int64_t d : {16, 32})
     for (const bool causal : {false, true})
       for (std::uint64_t seed = 1; seed <= 6; ++seed) check(problem("f32", 1, d, causal, 1, 1), seed, 0);
+  for (const char* dtype : {"f32", "bf16"})
+    for (const double scale : {3.0, 10.0}) {
+      check(problem(dtype, 17, 16, false, 1, 1), 1, scale);
+      check(problem(dtype, 37, 64, true, 1, 2), 2, scale);
+    }
 }
 
 TEST_CASE("attention_fwd: a kernel broken on purpose fails the family's check, at seq 1 and at the default scale",
