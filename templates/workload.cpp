@@ -1,7 +1,9 @@
 #include "templates/workload.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -102,21 +104,42 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
                        at(expected, furthest));
   }
   if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16) return "";
-  std::size_t unwritten = 0, first = 0, furthest = 0;
+  // Not finite where the answer is: the poison itself (all ones: a NaN), never written or copied from memory
+  // never written; an infinity, which no NaN gives, so an overflow; another NaN, computed (inf - inf, 0 * inf).
+  struct Count {
+    std::size_t count = 0, first = 0;
+    void add(std::size_t i) { first = count++ == 0 ? i : first; }
+  } poisoned, infinite, computed;
+  const std::size_t size = size_of(t);
+  std::size_t furthest = 0;
   double worst = -1;
   for (std::size_t i = 0; i < n; ++i) {
     const double g = value_at(t, got, i), x = value_at(t, expected, i);
     if (!std::isfinite(g) && std::isfinite(x)) {
-      if (unwritten++ == 0) first = i;
+      const bool poison = std::all_of(got.begin() + static_cast<std::ptrdiff_t>(i * size),
+                                      got.begin() + static_cast<std::ptrdiff_t>((i + 1) * size),
+                                      [](std::byte b) { return b == std::byte{0xff}; });
+      (poison ? poisoned : std::isinf(g) ? infinite : computed).add(i);
     } else if (std::abs(g - x) > worst) {
       worst = std::abs(g - x);
       furthest = i;
     }
   }
-  if (unwritten > 0)
-    return fmt::format("{} of {} elements not finite (never written, or computed from memory read before it was "
-                       "written?), the first at index {}",
-                       unwritten, n, first);
+  std::vector<std::string> said;
+  if (poisoned.count > 0)
+    said.push_back(fmt::format("{} of {} elements not finite (never written, or computed from memory read before it "
+                               "was written?), the first at index {}",
+                               poisoned.count, n, poisoned.first));
+  if (infinite.count > 0)
+    said.push_back(fmt::format("{} of {} elements infinite where the reference's are finite (overflow?), the first "
+                               "at index {}",
+                               infinite.count, n, infinite.first));
+  if (computed.count > 0)
+    said.push_back(fmt::format("{} of {} elements a computed NaN where the reference's are finite (from an "
+                               "overflow, inf - inf or 0 * inf, or from memory read before it was written?), the "
+                               "first at index {}",
+                               computed.count, n, computed.first));
+  if (!said.empty()) return fmt::format("{}", fmt::join(said, "; "));
   if (worst <= 0) return "";
   return fmt::format("furthest off at index {}: {:.6g}, expected {:.6g}", furthest, value_at(t, got, furthest),
                      value_at(t, expected, furthest));

@@ -50,9 +50,11 @@ struct Workload {
 /// +inf when either holds a NaN or Inf.
 double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
 /// Where `got` departs from `expected`, for a failed check's message: how
-/// many elements are not finite where the answer is (never written: outputs
-/// are poisoned with NaN) and the first of them, else the element furthest
-/// off, with both values. Empty where there is nothing to say.
+/// many elements are not finite where the answer is, and the first of them,
+/// told apart by what they hold: the poison outputs start as (all ones, a
+/// NaN: never written), an infinity (an overflow) or another NaN (computed);
+/// else the element furthest off, with both values. Empty where there is
+/// nothing to say.
 std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
 /// `got`'s relative L2 error against `b`'s expected result; throws
 /// Error(kCheckFailed) "WHAT: NAME relative L2 error E > TOLERANCE" past b's

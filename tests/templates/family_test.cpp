@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 #include <cctype>
+#include <cmath>
+#include <cstring>
 #include <set>
 
 #include "base/error.hpp"
@@ -280,11 +282,30 @@ TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   CHECK(relative_l2(DType::kF32, bytes({1, 2, 3}), bytes({1, 2, 3})) == 0.0);
   CHECK(relative_l2(DType::kF32, bytes({1, 2, 3.3f}), bytes({1, 2, 3})) == Approx(0.3 / std::sqrt(14.0)).epsilon(1e-5));
   CHECK(std::isinf(relative_l2(DType::kF32, bytes({1, std::nanf(""), 3}), bytes({1, 2, 3}))));
-  // What a failed check says besides: the elements never written, else the one furthest off.
-  const float nan = std::nanf("");
-  CHECK(mismatch_detail(DType::kF32, bytes({1, nan, 3, nan}), bytes({1, 2, 3, 4})) ==
+  // What a failed check says besides: the elements never written (the poison outputs start as, all ones), else
+  // the one furthest off.
+  float poison;
+  std::memset(&poison, 0xff, sizeof poison);
+  CHECK(mismatch_detail(DType::kF32, bytes({1, poison, 3, poison}), bytes({1, 2, 3, 4})) ==
         "2 of 4 elements not finite (never written, or computed from memory read before it was written?), the first "
         "at index 1");
+  // Not finite but written: an infinity is an overflow; another NaN was computed, from an overflow or not.
+  const float inf = INFINITY, nan = std::nanf("");
+  CHECK(mismatch_detail(DType::kF32, bytes({1, 2, -inf, inf}), bytes({1, 2, 3e-6f, 4})) ==
+        "2 of 4 elements infinite where the reference's are finite (overflow?), the first at index 2");
+  CHECK(mismatch_detail(DType::kF32, bytes({nan, 2, inf, poison}), bytes({1, 2, 3, 4})) ==
+        "1 of 4 elements not finite (never written, or computed from memory read before it was written?), the first "
+        "at index 3; 1 of 4 elements infinite where the reference's are finite (overflow?), the first at index 2; 1 "
+        "of 4 elements a computed NaN where the reference's are finite (from an overflow, inf - inf or 0 * inf, or "
+        "from memory read before it was written?), the first at index 0");
+  // 16-bit outputs' poison is all ones too.
+  const std::vector<std::byte> f16_expected = make_buffer("x", Role::kOutput, DType::kF16,
+                                                          std::vector<std::uint16_t>{0x3c00, 0x3c00}).bytes;
+  CHECK_THAT(mismatch_detail(DType::kF16, make_buffer("x", Role::kOutput, DType::kF16,
+                                                      std::vector<std::uint16_t>{0xffff, 0x7c00}).bytes,
+                             f16_expected),
+             Catch::StartsWith("1 of 2 elements not finite (never written") &&
+                 Catch::Contains("1 of 2 elements infinite where the reference's are finite (overflow?)"));
   CHECK(mismatch_detail(DType::kF32, bytes({1, 2.5f, 3, 4.25f}), bytes({1, 2, 3, 4})) ==
         "furthest off at index 1: 2.5, expected 2");
   CHECK(mismatch_detail(DType::kF32, bytes({1, 2}), bytes({1, 2})).empty());
