@@ -57,7 +57,7 @@ def run_torch(a, trials):
     vocab, d, d_ff = a.vocab or vocab, a.d_model or d, a.d_ff or d_ff
     layers, heads = a.layers or layers, a.heads or heads
     torch.manual_seed(0)
-    model = TransformerLM(vocab, d, d_ff, layers, heads)
+    model = TransformerLM(vocab, d, d_ff, layers, heads, context_length=a.ctx)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01) if a.with_optimizer else None
     tokens = torch.randint(0, vocab, (a.batch, a.ctx))
     targets = torch.randint(0, vocab, (a.batch, a.ctx))

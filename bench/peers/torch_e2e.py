@@ -171,14 +171,16 @@ def run(a):
         t = {"F32": torch.float32, "I32": torch.int32}[dtype]
         return torch.frombuffer(raw, dtype=t).reshape(shape)  # a view of the file's buffer
 
-    model = TransformerLM(vocab, d_model, d_ff, layers, heads, theta)
+    tokens = tensor("tokens").long().to(dev)
+    targets = tensor("targets").long().to(dev)
+    batch, ctx = tokens.shape
+    # The RoPE tables and the causal mask are built once, for this context, and moved to the device with the
+    # weights: no forward builds or copies them.
+    model = TransformerLM(vocab, d_model, d_ff, layers, heads, theta, context_length=ctx)
     model.recompute = a.recompute
     state = {name: tensor(name) for name in model.state_dict()}
     model.load_state_dict(state)
     model.to(dev)
-    tokens = tensor("tokens").long().to(dev)
-    targets = tensor("targets").long().to(dev)
-    batch, ctx = tokens.shape
     if a.mode == "compiled":
         for block in model.layers:
             block.attn.sdpa = True

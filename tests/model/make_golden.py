@@ -23,7 +23,7 @@ BATCH, CTX, SEED = 2, 16, 1234
 def main():
     torch.manual_seed(SEED)
     vocab, d_model, d_ff, layers, heads = SIZES["tiny"]
-    model = TransformerLM(vocab, d_model, d_ff, layers, heads)
+    model = TransformerLM(vocab, d_model, d_ff, layers, heads, context_length=CTX)
     with torch.no_grad():  # norm gains away from 1, so their gradients are checked in general position
         for name, p in model.named_parameters():
             if p.dim() == 1:
@@ -36,6 +36,7 @@ def main():
     tokens = torch.randint(0, vocab, (BATCH, CTX))
     targets = torch.randint(0, vocab, (BATCH, CTX))
     model = model.double()  # the float32 weights, upcast: an exact reference for them
+    model.rebuild_tables()  # RoPE's tables from float64 in float64, not the float32 ones upcast
     loss = loss_fn(model, tokens, targets)
     loss.backward()
     norms = {name: p.grad.norm().item() for name, p in model.named_parameters()}
