@@ -3,27 +3,55 @@
 
 Times one AdamW step over N parameter tensors of M elements with PyTorch's
 single-tensor eager implementation (foreach=False), the torch.compile'd
-single-tensor step, and the fused multi-tensor kernel (fused=True), with CUDA
-events, warm-up, and the median of repetitions. Prints the seeds' table.
+single-tensor step, and the fused multi-tensor kernel (fused=True). Each step
+is timed as `ktune bench adam` times its launches (tuner/cuda/timing.cpp):
+CUDA events around one step, the L2 flushed (a buffer of twice its size
+written) before each repetition, 3 warm-ups, at least 10 repetitions and more
+until 50 ms are measured (at most 200), median. Prints the seeds' table.
+
+On both sides the events enclose everything the step issues from the host
+after the flush: where the host takes longer to issue a step than the GPU to
+run it (PyTorch's Python step() dispatch on the small rows, ktune's eager
+launches), the time includes the GPU waiting for it.
 """
 import argparse
 import statistics
 
 import torch
 
+WARMUP, MIN_REPS, MAX_REPS, MIN_MS = 3, 10, 200, 50.0  # ktune's RunOptions defaults
 
-def time_step(step, reps=50, warmup=5):
-    for _ in range(warmup):
+
+def flush_bytes():
+    """Twice the device's L2 (at least 1 MiB), as ktune's timing harness writes before each repetition."""
+    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
+    if not l2:  # an older PyTorch: more than any GPU's L2
+        return 256 << 20
+    return max(2 * l2, 1 << 20)
+
+
+def method_text(n_bytes):
+    return (f"CUDA events around one optimizer step; {WARMUP} warm-up; L2 flushed ({n_bytes >> 20} MiB written) "
+            f"before each of at least {MIN_REPS} repetitions, until {MIN_MS:.0f} ms are measured (at most "
+            f"{MAX_REPS}); median; the time includes host dispatch the GPU waits for")
+
+
+def time_step(step, flush):
+    """Median ms of `step` by ktune's method: the flush, then CUDA events around one step."""
+    for _ in range(WARMUP):
         step()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
+    times, total = [], 0.0
+    while len(times) < MAX_REPS and (len(times) < MIN_REPS or total < MIN_MS):
+        flush.fill_(len(times) & 0xFF)  # evicts the optimizer's tensors: every repetition reads them from DRAM
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         step()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        ms = start.elapsed_time(end)
+        times.append(ms)
+        total += ms
     return statistics.median(times)
 
 
@@ -39,6 +67,7 @@ def main():
     ap.add_argument("--tensors", default="1,2,4,8,16,32")
     ap.add_argument("--numel", default="16384,65536,262144,1048576,4194304")
     args = ap.parse_args()
+    flush = torch.empty(flush_bytes(), dtype=torch.uint8, device="cuda")
     print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}\n")
     print("| Num Params | Param Size | compiled_single_tensor_adam | _single_tensor_adam | _fused_adam |")
     print("|---|---|---|---|---|")
@@ -48,11 +77,12 @@ def main():
             fused = make(n, numel, fused=True)
             compiled_opt = make(n, numel, foreach=False)
             compiled = torch.compile(compiled_opt.step)
-            t_eager = time_step(eager.step)
-            t_comp = time_step(compiled)
-            t_fused = time_step(fused.step)
+            t_eager = time_step(eager.step, flush)
+            t_comp = time_step(compiled, flush)
+            t_fused = time_step(fused.step, flush)
             print(f"| {n} | {numel} | {t_comp:.4f} ms/iter | {t_eager:.4f} ms/iter | {t_fused:.4f} ms/iter |",
                   flush=True)
+    print(f"\n{method_text(flush.numel())}")
 
 
 if __name__ == "__main__":
