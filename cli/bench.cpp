@@ -6,6 +6,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "tuner/bench/adam_bench.hpp"
@@ -64,15 +65,19 @@ void add_bench_command(CLI::App& app, Global& global) {
     if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);
     auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
     const double copy = copy_bandwidth_gbs(emulated);
-    const auto report = tuner::run_adam_bench(
+    const BenchStop stop;  // a signal: the rows so far are written, marked incomplete
+    auto report = tuner::run_adam_bench(
         *runner, tensors, numels, opts->dtype, tuned ? &*tuned : nullptr, copy,
         [](const tuner::AdamBenchRow& r) {
           std::cerr << fmt::format("  {} x {}: eager {:.4f} ms, single {:.4f} ms, fused {:.4f} ms\n", r.tensors,
                                    r.numel, r.eager_ms, r.single_ms, r.fused_ms);
-        });
+        },
+        stop.check());
+    report.completion = stop.completion(report.completion.planned, report.rows.size());
     for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
     if (!opts->json_out.empty()) write_file_atomic(opts->json_out, report.to_json().dump(2) + "\n");
     std::cout << (global.json ? report.to_json().dump(2) + "\n" : report.markdown());
+    stop.finish(global, report.completion);
   });
   add_bench_e2e_command(*bench, global);
   add_bench_memory_command(*bench, global);

@@ -23,6 +23,7 @@
 #include "base/files.hpp"
 #include "base/stamp.hpp"
 #include "cache/tuned_cache.hpp"
+#include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "model/attention_bench.hpp"
@@ -192,7 +193,12 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (method.empty()) method = r.timing->method;
       return Timed{r.timing->median_ms, r.timing->p20_ms, r.timing->p80_ms, chosen.config.str(), chosen.source};
     };
+    // A signal: the rows measured so far are written, marked incomplete; the rows not reached are left out.
+    const BenchStop stop;
+    std::size_t reached = 0;
     for (auto& r : rows) {
+      if (stop.requested()) break;
+      ++reached;
       r.memory_after_forward_mib = memory_after_forward_mib(r.problem);
       r.forward = time(r, at::forward_family());
       // TFLOP/s of a GPU's times only: the emulation's host time would read as one; they stay 0 ("-", null).
@@ -213,15 +219,22 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       std::cerr << fmt::format("  {} {}: forward {} ms, backward {} ms\n", r.table, r.problem.key(), ms(r.forward),
                                ms(r.backward));
     }
+    const std::size_t planned = rows.size();
+    rows.resize(reached);
     // Eager attention after every flash row, on a backend of its own (the runner's work is done).
     const auto eager = [&](const Row& r) {
       return !o->no_eager && r.table == "seed003" && model::eager_attention_supports(r.problem);
     };
-    if (std::any_of(rows.begin(), rows.end(), eager)) {
+    // A row is measured once its flash passes and, where it has them, its eager passes are.
+    std::size_t measured = 0;
+    for (const auto& r : rows) measured += eager(r) ? 0 : 1;
+    if (!stop.requested() && std::any_of(rows.begin(), rows.end(), eager)) {
       runner.reset();
       auto backend = emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
       for (auto& r : rows) {
         if (!eager(r)) continue;
+        if (stop.requested()) break;
+        ++measured;
         try {
           const auto e = model::bench_eager_attention(*backend, r.problem, run);
           r.eager_forward = Timed{e.forward.median_ms, e.forward.p20_ms, e.forward.p80_ms, "", e.gemms};
@@ -244,6 +257,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                         {"git_revision", git_revision()}, {"ktune_version", ktune_version()},
                         {"configs", o->cache.empty() ? "family defaults" : "tuned cache " + o->cache},
                         {"method", method}, {"rows", nlohmann::json::array()}};
+    const tuner::Completion completion = stop.completion(planned, measured);
+    completion.add_to(j);
     for (const auto& r : rows) {
       nlohmann::json row = {{"table", r.table}, {"problem", r.problem.key()}, {"dtype", r.problem.dtype},
                             {"batch", r.problem.dim("batch")}, {"heads", r.problem.dim("heads")},
@@ -274,9 +289,10 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       j["rows"].push_back(row);
     }
     if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
-    // Exit 1 once the report is out: some variant failed.
+    // Exit 1 once the report is out: some variant failed (128 + the signal where one stopped the run).
     const auto done = [&] {
-      if (failed > 0)
+      stop.finish(global, completion);
+      if (failed > 0 && !stop.requested())
         throw_error(ErrorKind::kCheckFailed, fmt::format("{} of {} attention cases failed", failed, rows.size()));
     };
     if (global.json) {
@@ -331,6 +347,7 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       s += "\n";
     }
     s += "Timing: " + method + "\n";
+    if (!completion.complete()) s += "\n" + completion.markdown();
     std::cout << s;
     done();
   });

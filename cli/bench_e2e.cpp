@@ -12,6 +12,7 @@
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "base/stamp.hpp"
+#include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
@@ -42,7 +43,7 @@ std::string profile_markdown(const model::E2eResult& r) {
       "\nper op over {} profiled steps after the trials, medians (ms a step): device between two marks ({}) around "
       "each op's calls, host inside them (enqueuing); TFLOP/s of GEMMs (2 m n k) and attention (the causal half of "
       "4 B H S^2 d forward, 2.5 times that backward, whatever the kernels compute)\n\n",
-      r.options.trials, r.clock);
+      r.profile_steps, r.clock);
   s += "| phase | op | shape | calls | device ms | host ms | % of the ops | TFLOP/s |\n"
        "|:--|:--|:--|--:|--:|--:|--:|--:|\n";
   for (const auto& row : rows) {
@@ -109,10 +110,20 @@ std::string seed002_row(const model::E2eResult& r) {
                      o.trials > 1 ? fmt::format("{:.2f}", main.std_ms) : std::string("-"));
 }
 
-std::string markdown(const model::E2eResult& r) {
+/// The line of a run a stop signal ended before its last trial (or profiled step), else "".
+std::string incomplete_line(const model::E2eResult& r, const std::string& stopped_by) {
+  if (r.complete()) return "";
+  if (r.options.trials < r.trials_planned)
+    return fmt::format("**Incomplete:** stopped by {} after {} of {} trials; the statistics below are of those.\n\n",
+                       stopped_by, r.options.trials, r.trials_planned);
+  return fmt::format("**Incomplete:** stopped by {} after {} of {} profiled steps; the profile is of those.\n\n",
+                     stopped_by, r.profile_steps, r.trials_planned);
+}
+
+std::string markdown(const model::E2eResult& r, const std::string& stopped_by = "") {
   const auto& o = r.options;
   const auto& m = o.model;
-  std::string s = heading(r) + seed002_header() + seed002_row(r) + "\n";
+  std::string s = heading(r) + incomplete_line(r, stopped_by) + seed002_header() + seed002_row(r) + "\n";
   // Seed 004's layout (seconds), with the optimizer and full step when measured.
   auto sec = [&o](const model::PhaseStats& p, bool mean) {
     return p.measured && (mean || o.trials > 1) ? fmt::format("{:.6f}", (mean ? p.mean_ms : p.std_ms) / 1e3)
@@ -167,15 +178,16 @@ std::string warmup_table(const std::vector<model::E2eResult>& results, std::size
   s += "\n" + rule + "\n";
   for (std::size_t first = 0; first < results.size(); first += per_model) {
     s += fmt::format("| {} |", results[first].options.model.name);
+    const std::size_t end = std::min(first + per_model, results.size());  // fewer rows in a sweep cut short
     for (const auto w : warmups) {
       double sum = 0;
       int n = 0;
-      for (std::size_t i = first; i < first + per_model; ++i)
+      for (std::size_t i = first; i < end; ++i)
         if (results[i].options.warmup == w) {
           sum += seed002_timed(results[i]).mean_ms;
           ++n;
         }
-      s += fmt::format(" {:.2f} |", sum / n);
+      s += n > 0 ? fmt::format(" {:.2f} |", sum / n) : std::string(" - |");
     }
     s += "\n";
   }
@@ -206,18 +218,23 @@ std::string summary_table(const std::vector<model::E2eResult>& results) {
 // Seed 002's grid (context x warm-ups x passes, batch 4, 10 trials) for each
 // model, a run per row in the seed's order, then its tables: every row, the
 // mean time by warm-up count per model, and the summary statistics.
+// A stop signal ends the run under way after its step (that run, cut short, is no row) and writes the rows
+// finished so far, marked incomplete: each JSON row's "sweep" says so, and a line under the table.
 void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& models, const std::string& json_out,
-               bool json) {
+               Global& global) {
   const std::vector<std::int64_t> warmups = {0, 1, 5};
   const std::size_t runs = models.size() * 2 * warmups.size() * 2;
   if (e.backend.backend == "cuda") model::available_memory(e.backend);  // no device: its one line, before any row's
   std::vector<model::E2eResult> results;
   nlohmann::json rows = nlohmann::json::array();
   e.trials = 10;
+  const BenchStop stop;
+  e.should_stop = stop.check();
   for (const auto& m : models)
     for (const std::int64_t ctx : {128, 256})
       for (const std::int64_t warmup : warmups)
         for (const bool forward_only : {false, true}) {
+          if (stop.requested()) break;
           e.model = m;
           e.shape.batch = 4;
           e.shape.context = ctx;
@@ -226,21 +243,40 @@ void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& model
           std::cerr << fmt::format("[{}/{}] {} ctx {}, {} warm-up step{}, {}\n", results.size() + 1, runs, m.name,
                                    ctx, warmup, warmup == 1 ? "" : "s",
                                    forward_only ? "forward only" : "forward + backward");
-          results.push_back(model::bench_e2e(e));
+          auto result = model::bench_e2e(e);
+          if (!result.complete()) break;  // cut short by a signal: no row
+          results.push_back(std::move(result));
           rows.push_back(model::to_json(results.back()));
         }
+  const tuner::Completion completion = stop.completion(runs, results.size());
+  // Every row says which sweep it belongs to and whether that sweep measured all its rows.
+  for (auto& row : rows) {
+    nlohmann::json sweep;
+    completion.add_to(sweep);
+    row["sweep"] = sweep;
+  }
+  if (results.empty()) {  // stopped before the first row was measured
+    std::cerr << "ktune: no row was measured; nothing is written\n";
+    stop.finish(global, completion);
+    return;
+  }
   if (!json_out.empty()) write_file_atomic(json_out, rows.dump(2) + "\n");
-  if (json) {
+  if (global.json) {
     std::cout << rows.dump(2) << "\n";
+    stop.finish(global, completion);
     return;
   }
   std::string s = heading(results.front()) + seed002_header();
   for (const auto& r : results) s += seed002_row(r);
   s += "\neach row a run of its own: a fresh model on the same weights and batch, its warm-up steps, then its "
-       "trials (mean and sample std, ms)\n\n### Mean time by warm-up count (ms: each model's rows at that count)\n\n";
+       "trials (mean and sample std, ms)\n\n";
+  if (!completion.complete()) s += completion.markdown("runs") + "(the tables below are of the rows above)\n\n";
+  s += "### Mean time by warm-up count (ms: each model's rows at that count)\n\n";
+  // Each model's rows, as many as it has: a sweep cut short has fewer for its last model.
   s += warmup_table(results, runs / models.size(), warmups);
   s += "\n### Summary statistics (of the rows above)\n\n" + summary_table(results);
   std::cout << s;
+  stop.finish(global, completion, "runs");
 }
 
 }  // namespace
@@ -315,10 +351,12 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     if (e.passes != model::E2ePasses::kForward)  // a forward alone keeps no activations for a backward
       resolve_recompute(o->m, e.model, e.shape, b, global.json, e.passes == model::E2ePasses::kForwardBackward);
     if (o->sweep) {
-      run_sweep(e, models, o->json_out, global.json);
+      run_sweep(e, models, o->json_out, global);
       return;
     }
     ProgressLine progress;
+    const BenchStop stop;  // a signal ends the run after its step, the trials so far written, marked incomplete
+    e.should_stop = stop.check();
     if (!global.json) {
       e.on_step = [&](std::int64_t done, std::int64_t steps) {
         progress.update(fmt::format("{} ctx {}: step {} of {} ({} warm-up)", e.model.name, e.shape.context, done,
@@ -327,10 +365,19 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     }
     const auto result = model::bench_e2e(e);
     progress.finish();
-    const auto j = model::to_json(result);
+    const tuner::Completion completion = stop.completion(static_cast<std::size_t>(result.trials_planned),
+                                                         static_cast<std::size_t>(result.options.trials));
+    if (result.options.trials == 0) {  // stopped in the warm-up steps
+      std::cerr << "ktune: no trial was measured; nothing is written\n";
+      stop.finish(global, completion, "trials");
+      return;
+    }
+    auto j = model::to_json(result);
+    j["stopped_by"] = completion.stopped_by.empty() ? nlohmann::json() : nlohmann::json(completion.stopped_by);
     if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
     for (const auto& w : result.warnings) std::cerr << "warning: " << w << "\n";
-    std::cout << (global.json ? j.dump(2) + "\n" : markdown(result));
+    std::cout << (global.json ? j.dump(2) + "\n" : markdown(result, completion.stopped_by));
+    stop.finish(global, completion, "trials");
   });
 }
 

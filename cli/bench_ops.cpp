@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "model/config.hpp"
@@ -103,17 +104,19 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
     const double copy = copy_bandwidth_gbs(emulated);
     tuner::RunOptions options;
     options.seed = 7;
-    const auto report = tuner::run_ops_bench(*backend, cases, tuned ? &*tuned : nullptr, copy, options,
-                                             [](const tuner::OpsBenchRow& r) {
-                                               std::cerr << fmt::format(
-                                                   "  {} ctx {} {}: eager {:.4f} ms, fused {:.4f} ms, floor {:.4f} "
-                                                   "ms\n",
-                                                   r.op.model, r.op.context, r.op.family, r.eager_ms, r.fused_ms,
-                                                   r.floor_ms);
-                                             });
+    const BenchStop stop;  // a signal: the rows so far are written, marked incomplete
+    auto report = tuner::run_ops_bench(
+        *backend, cases, tuned ? &*tuned : nullptr, copy, options,
+        [](const tuner::OpsBenchRow& r) {
+          std::cerr << fmt::format("  {} ctx {} {}: eager {:.4f} ms, fused {:.4f} ms, floor {:.4f} ms\n", r.op.model,
+                                   r.op.context, r.op.family, r.eager_ms, r.fused_ms, r.floor_ms);
+        },
+        stop.check());
+    report.completion = stop.completion(report.completion.planned, report.rows.size());
     for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
     if (!o->json_out.empty()) write_file_atomic(o->json_out, report.to_json().dump(2) + "\n");
     std::cout << (global.json ? report.to_json().dump(2) + "\n" : report.markdown());
+    stop.finish(global, report.completion);
   });
 }
 

@@ -159,19 +159,22 @@ E2eResult bench_e2e(const E2eOptions& o) {
     sample_memory();
     if (before) launches = model->launches()->since(*before);  // every step launches the same
     if (o.on_step) o.on_step(i + 1, steps);
-    if (i < o.warmup) continue;
-    fwd.push_back(model->elapsed_ms(*t0, *t1));
-    if (backward) {
-      bwd.push_back(model->elapsed_ms(*t1, *t2));
-      fb.push_back(model->elapsed_ms(*t0, *t2));
+    if (i >= o.warmup) {
+      fwd.push_back(model->elapsed_ms(*t0, *t1));
+      if (backward) {
+        bwd.push_back(model->elapsed_ms(*t1, *t2));
+        fb.push_back(model->elapsed_ms(*t0, *t2));
+      }
+      if (optimizer) {
+        optim.push_back(model->elapsed_ms(*t2, *t3));
+        step.push_back(model->elapsed_ms(*t0, *t3));
+      }
     }
-    if (optimizer) {
-      optim.push_back(model->elapsed_ms(*t2, *t3));
-      step.push_back(model->elapsed_ms(*t0, *t3));
-    }
+    if (o.should_stop && o.should_stop()) break;  // the steps so far are the result
   }
   E2eResult r;
-  if (o.profile) {
+  const auto trials = static_cast<std::int64_t>(fwd.size());
+  if (o.profile && trials == o.trials && !(o.should_stop && o.should_stop())) {
     OpProfile profile(model->op_clock());
     model->set_profile(&profile);
     for (std::int64_t i = 0; i < o.trials; ++i) {
@@ -180,12 +183,16 @@ E2eResult bench_e2e(const E2eOptions& o) {
       if (backward) model->backward();
       if (optimizer) model->step(hyper);
       profile.end_step();
+      ++r.profile_steps;
       if (o.on_step) o.on_step(o.warmup + o.trials + i + 1, steps);
+      if (o.should_stop && o.should_stop()) break;
     }
     model->set_profile(nullptr);
     r.profile = profile.rows();
   }
   r.options = o;
+  r.options.trials = trials;
+  r.trials_planned = o.trials;
   r.forward = phase_stats(fwd);
   r.backward = phase_stats(bwd);
   r.forward_backward = phase_stats(fb);
@@ -235,6 +242,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"recompute", to_string(o.shape.recompute)},
           {"num_warmups", o.warmup},
           {"num_trials", o.trials},
+          {"num_trials_planned", r.trials_planned},
+          {"complete", r.complete()},
           {"passes", passes_name(o.passes)},
           {"loss", r.loss},
           {"train_flops", train_flops(r)},

@@ -50,6 +50,9 @@ struct E2eOptions {
   /// Called after each step run (warm-up, trial, profiled), with how many of
   /// how many: progress for a caller (outside the timed spans).
   std::function<void(std::int64_t done, std::int64_t steps)> on_step;
+  /// Asked after each step run: true ends the run there (a stop signal), its
+  /// trials so far the result (E2eResult::trials_planned says how many were asked).
+  std::function<bool()> should_stop;
 };
 
 /// Mean and sample standard deviation (n-1) of one phase, in milliseconds
@@ -64,7 +67,13 @@ struct PhaseStats {
 PhaseStats phase_stats(std::vector<double> trials_ms);
 
 struct E2eResult {
-  E2eOptions options;
+  E2eOptions options;  ///< as asked, but `trials`: the trials measured (fewer where should_stop ended the run)
+  std::int64_t trials_planned = 0;  ///< the trials asked for
+  std::int64_t profile_steps = 0;   ///< with options.profile: the profiled steps run
+  /// Every trial asked for measured (and profiled, with options.profile).
+  bool complete() const {
+    return options.trials == trials_planned && (!options.profile || profile_steps == trials_planned);
+  }
   PhaseStats forward, backward, forward_backward, optimizer, step;
   MemoryPlan plan;
   double loss = 0;  ///< of the first forward, on the starting weights

@@ -47,6 +47,48 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   CHECK_THROWS_WITH(bench_e2e(o), Catch::Contains("the cpu backend has none"));
 }
 
+TEST_CASE("a stop request ends the e2e benchmark after the step under way, its trials so far the result",
+          "[model][bench]") {
+  E2eOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{1, 8};
+  o.warmup = 1;
+  o.trials = 50;
+  o.backend.threads = 1;
+  std::int64_t steps = 0;
+  o.on_step = [&](std::int64_t done, std::int64_t) { steps = done; };
+  o.should_stop = [&] { return steps >= 4; };  // the warm-up and 3 trials
+  const E2eResult r = bench_e2e(o);
+  CHECK(steps == 4);
+  CHECK(r.options.trials == 3);
+  CHECK(r.trials_planned == 50);
+  CHECK_FALSE(r.complete());
+  CHECK(r.forward.measured);
+  const auto j = to_json(r);
+  CHECK(j.at("num_trials") == 3);
+  CHECK(j.at("num_trials_planned") == 50);
+  CHECK(j.at("complete") == false);
+
+  // Stopped in the warm-up: no trial measured.
+  o.warmup = 3;
+  steps = 0;
+  o.should_stop = [&] { return steps >= 1; };
+  const E2eResult w = bench_e2e(o);
+  CHECK(w.options.trials == 0);
+  CHECK_FALSE(w.forward.measured);
+  CHECK_FALSE(w.complete());
+
+  // Never asked to stop: whole, and the profile too.
+  o.warmup = 0;
+  o.trials = 2;
+  o.profile = true;
+  o.should_stop = [] { return false; };
+  const E2eResult whole = bench_e2e(o);
+  CHECK(whole.complete());
+  CHECK(whole.profile_steps == 2);
+  CHECK(to_json(whole).at("complete") == true);
+}
+
 TEST_CASE("a phase's statistics: mean and sample std as the seeds', and a median one slow trial does not move",
           "[model][bench]") {
   const PhaseStats odd = phase_stats({12.0, 11.0, 1000.0, 13.0, 12.5});

@@ -21,6 +21,7 @@ std::string AdamBenchReport::markdown() const {
                      r.tensors, r.numel, r.single_ms, r.eager_ms, r.fused_ms, gbs_cell(r.fused_gbs, copy_bandwidth_gbs),
                      percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs), r.fused_config, r.fused_source);
   s += "\n" + method + "\n";
+  if (!completion.complete()) s += "\n" + completion.markdown();
   return s;
 }
 
@@ -37,14 +38,18 @@ nlohmann::json AdamBenchReport::to_json() const {
                          {"fused_fraction_of_copy", measured_or_null(copy_bandwidth_gbs > 0 ? r.fused_fraction_of_copy
                                                                                            : 0.0)},
                          {"fused_config", r.fused_config}, {"fused_config_source", r.fused_source}});
+  if (rows.empty()) j["rows"] = nlohmann::json::array();
+  completion.add_to(j);
   return j;
 }
 
 AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& tensors,
                                const std::vector<std::int64_t>& numels, const std::string& dtype,
                                const cache::TunedCache* tuned, double copy_bandwidth_gbs,
-                               const std::function<void(const AdamBenchRow&)>& progress) {
+                               const std::function<void(const AdamBenchRow&)>& progress,
+                               const std::function<bool()>& should_stop) {
   AdamBenchReport report;
+  report.completion.planned = tensors.size() * numels.size();
   report.device = runner.device().name + " (" + runner.device().arch + ")";
   report.driver_version = runner.device().driver_version;
   report.date = utc_now();
@@ -54,6 +59,7 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
   run.time = true;
   for (const auto numel : numels) {
     for (const auto n : tensors) {
+      if (should_stop && should_stop()) break;  // after the row under way: the rows so far are the report
       const templates::Problem problem{dtype, {{"tensors", n}, {"numel", numel}}};
       AdamBenchRow row;
       row.tensors = n;
@@ -88,6 +94,7 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
       row.fused_gbs = templates::adamw::multi_tensor_family().bytes(problem) / (fused.median_ms * 1e-3) / 1e9;
       row.fused_fraction_of_copy = copy_bandwidth_gbs > 0 ? row.fused_gbs / copy_bandwidth_gbs : 0;
       report.rows.push_back(row);
+      report.completion.measured = report.rows.size();
       if (progress) progress(row);
     }
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cache/tuned_cache.hpp"
+#include "tuner/bench/completion.hpp"
 #include "tuner/run/runner.hpp"
 
 namespace ktune::tuner {
@@ -30,6 +31,7 @@ struct AdamBenchReport {
   std::string method;
   std::vector<AdamBenchRow> rows;
   std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
+  Completion completion;  ///< the rows planned and measured, and the signal that stopped the run, if one did
   std::string markdown() const;
   nlohmann::json to_json() const;
 };
@@ -37,6 +39,7 @@ struct AdamBenchReport {
 AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& tensors,
                                const std::vector<std::int64_t>& numels, const std::string& dtype,
                                const cache::TunedCache* tuned, double copy_bandwidth_gbs,
-                               const std::function<void(const AdamBenchRow&)>& progress = {});
+                               const std::function<void(const AdamBenchRow&)>& progress = {},
+                               const std::function<bool()>& should_stop = {});
 
 }  // namespace ktune::tuner

@@ -103,6 +103,7 @@ std::string OpsBenchReport::markdown() const {
                      percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs), r.floor_ms,
                      r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0, r.fused_config, r.fused_source);
   s += "\n" + method + "\n";
+  if (!completion.complete()) s += "\n" + completion.markdown();
   return s;
 }
 
@@ -170,13 +171,16 @@ nlohmann::json OpsBenchReport::to_json() const {
                          {"floor_ms", r.floor_ms},
                          {"fused_config", r.fused_config},
                          {"fused_config_source", r.fused_source}});
+  completion.add_to(j);
   return j;
 }
 
 OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchCase>& cases,
                              const cache::TunedCache* tuned, double copy_bandwidth_gbs, const RunOptions& options,
-                             const std::function<void(const OpsBenchRow&)>& progress) {
+                             const std::function<void(const OpsBenchRow&)>& progress,
+                             const std::function<bool()>& should_stop) {
   OpsBenchReport report;
+  report.completion.planned = cases.size();
   const DeviceLimits& device = backend.device();
   report.device = device.name + " (" + device.arch + ")";
   report.driver_version = device.driver_version;
@@ -196,6 +200,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
   }
 
   for (const auto& c : cases) {
+    if (should_stop && should_stop()) break;  // after the row under way: the rows so far are the report
     const templates::Family& family = templates::find_family(c.family);
     OpsBenchRow row;
     row.op = c;
@@ -248,6 +253,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     row.fused_fraction_of_copy = copy_bandwidth_gbs > 0 ? row.fused_gbs / copy_bandwidth_gbs : 0;
     row.eager_fraction_of_copy = copy_bandwidth_gbs > 0 ? row.eager_gbs / copy_bandwidth_gbs : 0;
     report.rows.push_back(row);
+    report.completion.measured = report.rows.size();
     if (progress) progress(row);
   }
   report.method += "; GB/s and % of copy count the fused family's minimum traffic for both; outputs checked "

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cache/tuned_cache.hpp"
+#include "tuner/bench/completion.hpp"
 #include "templates/family.hpp"
 #include "tuner/exec/backend.hpp"
 
@@ -66,6 +67,7 @@ struct OpsBenchReport {
   std::string method;
   std::vector<OpsBenchRow> rows;
   std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
+  Completion completion;  ///< the rows planned and measured, and the signal that stopped the run, if one did
   /// One entry per op, in the order of their first rows.
   std::vector<OpsBenchSummary> summary() const;
   /// The summary as a markdown table with its target (left out of markdown()
@@ -80,6 +82,7 @@ struct OpsBenchReport {
 /// Error(kCheckFailed) when either output does not match the reference.
 OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchCase>& cases,
                              const cache::TunedCache* tuned, double copy_bandwidth_gbs, const RunOptions& options,
-                             const std::function<void(const OpsBenchRow&)>& progress = {});
+                             const std::function<void(const OpsBenchRow&)>& progress = {},
+                             const std::function<bool()>& should_stop = {});
 
 }  // namespace ktune::tuner

@@ -48,4 +48,36 @@ TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emul
   CHECK(j["rows"][2]["fused_launches"] == 2);
 }
 
+TEST_CASE("bench ops asked to stop keeps the rows measured and says it is incomplete", "[bench][emu]") {
+  auto backend = tuner::exec::make_emu_backend({1, "sm_80"});
+  const std::vector<tuner::OpsBenchCase> cases = {
+      {"tiny", 8, "rmsnorm_fwd", templates::Problem{"f32", {{"rows", 7}, {"dim", 64}}}},
+      {"tiny", 8, "rmsnorm_fwd", templates::Problem{"f32", {{"rows", 9}, {"dim", 64}}}},
+      {"tiny", 8, "rmsnorm_fwd", templates::Problem{"f32", {{"rows", 11}, {"dim", 64}}}},
+  };
+  int progressed = 0;
+  auto report = tuner::run_ops_bench(
+      *backend, cases, nullptr, 100.0, test::time_once(), [&](const tuner::OpsBenchRow&) { ++progressed; },
+      [&] { return progressed >= 1; });
+  REQUIRE(report.rows.size() == 1);
+  CHECK(report.completion.planned == 3);
+  CHECK(report.completion.measured == 1);
+  report.completion.stopped_by = "SIGTERM";  // as the command sets it
+  CHECK_FALSE(report.completion.complete());
+  CHECK_THAT(report.markdown(), Catch::Contains("**Incomplete:** stopped by SIGTERM after 1 of 3 rows"));
+  const auto j = report.to_json();
+  CHECK(j["complete"] == false);
+  CHECK(j["stopped_by"] == "SIGTERM");
+  CHECK(j["rows_planned"] == 3);
+  CHECK(j["rows"].size() == 1);
+
+  // Not stopped: whole, and no such line.
+  const auto whole = tuner::run_ops_bench(*backend, cases, nullptr, 100.0, test::time_once());
+  CHECK(whole.rows.size() == 3);
+  CHECK(whole.completion.complete());
+  CHECK(whole.to_json()["complete"] == true);
+  CHECK(whole.to_json()["stopped_by"].is_null());
+  CHECK_THAT(whole.markdown(), !Catch::Contains("Incomplete"));
+}
+
 }  // namespace tuner_bench_ops_bench_emu_test

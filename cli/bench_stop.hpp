@@ -1,0 +1,36 @@
+// SIGINT, SIGTERM and SIGHUP during a benchmark (GNU timeout's SIGTERM, a
+// closed terminal): it stops after the measurement under way, writes its
+// markdown and JSON with the rows measured so far, marked incomplete
+// (tuner/bench/completion.hpp), and exits with 128 + the signal, as `train`
+// and `tune` do. A second signal a second or more after the first ends it at
+// once, with nothing written.
+#pragma once
+#include <functional>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "cli/stop_signals.hpp"
+#include "tuner/bench/completion.hpp"
+
+namespace ktune::cli {
+
+class BenchStop {
+ public:
+  BenchStop();
+  /// Whether a stop signal came: for the benchmark's loop, between measurements.
+  bool requested() const { return signals_.caught() != 0; }
+  /// requested(), as the benchmarks' loops take it.
+  std::function<bool()> check() const {
+    return [this] { return requested(); };
+  }
+  /// The report's completion: `measured` of `planned`, stopped by the signal that came (if one did).
+  tuner::Completion completion(std::size_t planned, std::size_t measured) const;
+  /// Once the report is written: where a signal came, says on stderr what was kept and sets the exit status
+  /// to 128 + the signal.
+  void finish(Global& global, const tuner::Completion& c, const std::string& unit = "rows") const;
+
+ private:
+  StopSignals signals_;
+};
+
+}  // namespace ktune::cli
