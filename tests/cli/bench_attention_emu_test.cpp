@@ -22,6 +22,9 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
   INFO(out);
   CHECK_THAT(out, Catch::Contains("| d_model | seq_len | eager forward | of it softmax | flash forward |"));
   CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
+  // The seed's unit beside ktune's: its times are seconds per 100 passes, a tenth of ktune's ms per pass.
+  CHECK_THAT(out, Catch::Contains("ms per pass (median; the seed's times, \"100 passes\" without a unit, are "
+                                  "seconds per 100 passes: 10 x a seed figure is ms per pass"));
   CHECK_THAT(out, Catch::Contains("| 16 | 9 | ") && !Catch::Contains(" | 0.0 | "));  // TFLOP/s cells: "-"
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
