@@ -5,8 +5,8 @@
 
 The files are of one benchmark, which picks the figure:
   adam       `ktune bench adam`: ms per step against elements per tensor, a
-             panel per tensor count, a line per implementation (eager single
-             tensor, compiled single tensor, fused multi-tensor)
+             panel per tensor count, a line per implementation (ktune's eager
+             chain, per-tensor fused and fused multi-tensor kernels)
   attention  `ktune bench attention`: seed 003's table as forward and
              backward ms against the sequence length, a line per head dim
              (flash solid, eager dashed); the leaderboard and d 128 cases
@@ -116,18 +116,27 @@ def grid(plt, n, width=4.2, height=3.2):
     return fig, list(axes.flat[:n])
 
 
+# ktune's three AdamW forms: (JSON keys, the first of files written before it was renamed, label). All are ktune's
+# kernels; PyTorch's names (_single_tensor_adam, compiled_single_tensor_adam) are not theirs.
+ADAM_IMPLS = [(("eager_chain_ms", "single_tensor_eager_ms"), "ktune eager chain (adamw_eager)"),
+              (("per_tensor_fused_ms", "compiled_single_tensor_ms"), "ktune per-tensor fused (adamw_single)"),
+              (("fused_ms",), "ktune fused multi-tensor (adamw)")]
+
+
+def adam_value(row, keys):
+    return next((row[k] for k in keys if row.get(k)), None)
+
+
 def plot_adam(plt, records):
     rows = [row for r in records for row in r["rows"]]
     counts = sorted({row["tensors"] for row in rows})
     fig, axes = grid(plt, len(counts))
-    impls = [("single_tensor_eager_ms", "eager, single tensor"),
-             ("compiled_single_tensor_ms", "compiled, single tensor"), ("fused_ms", "ktune fused multi-tensor")]
     for ax, count in zip(axes, counts):
         for dtype in sorted({row["dtype"] for row in rows}):
             mine = sorted((row for row in rows if row["tensors"] == count and row["dtype"] == dtype),
                           key=lambda row: row["numel"])
-            for key, label in impls:
-                points = [(row["numel"], row[key]) for row in mine if row.get(key)]
+            for keys, label in ADAM_IMPLS:
+                points = [(row["numel"], adam_value(row, keys)) for row in mine if adam_value(row, keys)]
                 if points:
                     ax.plot(*zip(*points), marker="o", label=f"{label} ({dtype})")
         ax.set(xscale="log", yscale="log", title=f"{count} tensor{'s' if count != 1 else ''}",

@@ -33,8 +33,9 @@ void add_bench_command(CLI::App& app, Global& global) {
     std::string cache, json_out, backend = "gpu";
   };
   auto opts = std::make_shared<AdamOpts>();
-  auto* adam = bench->add_subcommand("adam", "AdamW step: eager single-tensor vs fused single-tensor vs tuned "
-                                             "multi-tensor (seeds 000/001), with GB/s and % of copy bandwidth");
+  auto* adam = bench->add_subcommand("adam", "AdamW step, ktune's three forms: eager chain per tensor vs fused per "
+                                             "tensor vs tuned multi-tensor (seeds 000/001), with GB/s and % of copy "
+                                             "bandwidth");
   adam->add_option("--tensors", opts->tensors, "Numbers of parameter tensors")->capture_default_str();
   adam->add_option("--numel", opts->numel, "Elements per tensor")->capture_default_str();
   adam->add_option("--dtype", opts->dtype, "f32, or bf16 (fp32 master weights plus a bf16 copy)")
@@ -69,8 +70,8 @@ void add_bench_command(CLI::App& app, Global& global) {
     auto report = tuner::run_adam_bench(
         *runner, tensors, numels, opts->dtype, tuned ? &*tuned : nullptr, copy,
         [](const tuner::AdamBenchRow& r) {
-          std::cerr << fmt::format("  {} x {}: eager {:.4f} ms, single {:.4f} ms, fused {:.4f} ms\n", r.tensors,
-                                   r.numel, r.eager_ms, r.single_ms, r.fused_ms);
+          std::cerr << fmt::format("  {} x {}: eager chain {:.4f} ms, per-tensor fused {:.4f} ms, fused {:.4f} ms\n",
+                                   r.tensors, r.numel, r.eager_ms, r.single_ms, r.fused_ms);
         },
         stop.check());
     report.completion = stop.completion(report.completion.planned, report.rows.size());

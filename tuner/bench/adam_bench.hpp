@@ -1,7 +1,13 @@
 // The Adam benchmark of seeds 000/001: for N tensors of M elements, the
-// step time of PyTorch-eager-style single-tensor AdamW (adamw_eager), a
-// fused launch per tensor (adamw_single) and the tuned multi-tensor kernel
-// (adamw), with achieved GB/s against the device's measured copy bandwidth.
+// step time of ktune's three AdamW forms, in the seeds' column order: a
+// fused launch per tensor (adamw_single, where the seeds have
+// compiled_single_tensor_adam), the eager chain of primitive launches per
+// tensor, as PyTorch eager's single-tensor AdamW (adamw_eager, where the
+// seeds have _single_tensor_adam) and the tuned multi-tensor kernel (adamw,
+// where they have _fused_adam), with achieved GB/s against the device's
+// measured copy bandwidth. JSON keys: per_tensor_fused_ms, eager_chain_ms,
+// fused_ms (files written before them: compiled_single_tensor_ms,
+// single_tensor_eager_ms).
 #pragma once
 #include <string>
 #include <vector>

@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""bench/plot.py's figures without matplotlib: each plot_* function drawn on
+a stand-in that records what is drawn (labels, values), on records shaped as
+the benchmarks' JSON.
+
+    python3 -m unittest discover -s bench -p 'test_plot.py'
+"""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import plot  # noqa: E402
+
+
+class Recorder:
+    """An axes, figure or pyplot stand-in: every call is a no-op, and plot() and bar() calls are kept."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            return Recorder(self.calls)
+        return call
+
+
+class Axes:
+    def __init__(self, items):
+        self.flat = items
+
+
+class FakePlt:
+    def __init__(self):
+        self.calls = []
+
+    def subplots(self, rows, cols, **kwargs):
+        return Recorder(self.calls), Axes([Recorder(self.calls) for _ in range(rows * cols)])
+
+    def lines(self):
+        """{label: [(x, y), ...]} of every line drawn."""
+        return {kw.get("label"): list(zip(*args)) for name, args, kw in self.calls if name == "plot"}
+
+
+def adam_row(tensors, numel, **times):
+    return dict(tensors=tensors, numel=numel, dtype="f32", **times)
+
+
+class AdamTest(unittest.TestCase):
+    def test_ktune_forms_are_named_as_ktune_kernels(self):
+        rows = [adam_row(1, n, eager_chain_ms=3.0, per_tensor_fused_ms=2.0, fused_ms=1.0) for n in (1000, 4096)]
+        plt = FakePlt()
+        plot.plot_adam(plt, [{"benchmark": "adam", "rows": rows}])
+        self.assertEqual(sorted(plt.lines()), ["ktune eager chain (adamw_eager) (f32)",
+                                               "ktune fused multi-tensor (adamw) (f32)",
+                                               "ktune per-tensor fused (adamw_single) (f32)"])
+        self.assertEqual(plt.lines()["ktune eager chain (adamw_eager) (f32)"], [(1000, 3.0), (4096, 3.0)])
+
+    def test_files_written_before_the_keys_were_renamed_read_as_ktune_forms(self):
+        rows = [adam_row(2, 1000, single_tensor_eager_ms=3.0, compiled_single_tensor_ms=2.0, fused_ms=1.0)]
+        plt = FakePlt()
+        plot.plot_adam(plt, [{"benchmark": "adam", "rows": rows}])
+        lines = plt.lines()
+        self.assertEqual(lines["ktune eager chain (adamw_eager) (f32)"], [(1000, 3.0)])
+        self.assertEqual(lines["ktune per-tensor fused (adamw_single) (f32)"], [(1000, 2.0)])
+        self.assertFalse(any("single tensor" in label or "compiled" in label for label in lines))
+
+
+if __name__ == "__main__":
+    unittest.main()
