@@ -253,10 +253,11 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
     const auto failed = std::count_if(rows.begin(), rows.end(), [](const Row& r) { return !r.failures.empty(); });
 
     nlohmann::json j = {{"benchmark", "attention"}, {"device", device.name + " (" + device.arch + ")"},
-                        {"driver_version", tuner::measured_or_null(device.driver_version)}, {"date", utc_now()},
+                        {"date", utc_now()},
                         {"git_revision", git_revision()}, {"ktune_version", ktune_version()},
                         {"configs", o->cache.empty() ? "family defaults" : "tuned cache " + o->cache},
                         {"method", method}, {"rows", nlohmann::json::array()}};
+    tuner::add_driver(j, device.driver_version);
     const tuner::Completion completion = stop.completion(planned, measured);
     completion.add_to(j);
     for (const auto& r : rows) {

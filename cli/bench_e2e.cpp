@@ -77,7 +77,10 @@ std::string heading(const model::E2eResult& r) {
                               b.backend == "cpu" ? "" : fmt::format(", {} mode", model::to_string(b.mode)), r.device,
                               model::to_string(b.precision), r.date);
   s += fmt::format("{}git revision {}, ktune {}; phases timed with {}\n\n",
-                   r.driver.empty() ? "" : "driver " + r.driver + ", ", git_revision(), ktune_version(), r.clock);
+                   r.driver.empty() ? ""
+                                    : fmt::format("NVIDIA driver {}, CUDA driver API {}, ",
+                                                  r.nvidia_driver.empty() ? "unknown" : r.nvidia_driver, r.driver),
+                   git_revision(), ktune_version(), r.clock);
   if (o.shape.recompute == model::Recompute::kBlocks)
     s += "activations recomputed: each block's forward runs again before its backward (--recompute)\n\n";
   if (o.shape.recompute == model::Recompute::kSwiglu)

@@ -205,6 +205,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.device_peak_bytes = peak_in_use;
   r.clock = model->clock();
   r.driver = model->driver();
+  if (!r.driver.empty()) r.nvidia_driver = nvidia_driver_release();
   r.warnings = model->warnings();
   r.device = model->device();
   r.kernels = model->kernel_summary();
@@ -226,7 +227,8 @@ nlohmann::json to_json(const E2eResult& r) {
           {"graphs", o.backend.graphs},
           {"programmatic_launch", o.backend.programmatic},
           {"device", r.device},
-          {"driver", r.driver},
+          {"cuda_driver_api_version", r.driver.empty() ? nlohmann::json() : nlohmann::json(std::stoi(r.driver))},
+          {"nvidia_driver", r.nvidia_driver.empty() ? nlohmann::json() : nlohmann::json(r.nvidia_driver)},
           {"clock", r.clock},
           {"date", r.date},
           {"git_revision", git_revision()},

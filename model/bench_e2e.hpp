@@ -81,7 +81,8 @@ struct E2eResult {
   std::int64_t plan_peak_bytes = 0;               ///< the memory plan's peak for the passes run
   std::optional<std::int64_t> device_peak_bytes;  ///< measured on a GPU: most device memory in use after a phase
   std::string clock;   ///< what the phases were timed with
-  std::string driver;  ///< CUDA driver version, empty without a GPU
+  std::string driver;  ///< the CUDA driver API version (cuDriverGetVersion: "13000"), empty without a GPU
+  std::string nvidia_driver;  ///< the NVIDIA driver's release ("580.159.04"), empty without a GPU or where unread
   std::vector<std::string> warnings;  ///< stale or refused cache entries
   std::string device;  ///< CPU model name and threads, or the GPU / emulated arch
   std::string kernels; ///< where the device kernels' configs came from (empty on cpu)

@@ -14,6 +14,7 @@
 #include "model/tiny_run.hpp"
 #include "model/train.hpp"
 #include "model/walk.hpp"
+#include "support.hpp"
 
 namespace model_accumulate_test {
 

@@ -120,6 +120,10 @@ TEST_CASE("the e2e benchmark stamps its clock, memory and loss, and saves its ba
   // A fresh model's loss is near log(vocab).
   CHECK(r.loss == Approx(std::log(128.0)).epsilon(0.1));
   const auto j = to_json(r);
+  // No GPU: neither the CUDA driver API version nor the NVIDIA driver's release.
+  CHECK(j.at("cuda_driver_api_version").is_null());
+  CHECK(j.at("nvidia_driver").is_null());
+  CHECK_FALSE(j.contains("driver"));
   CHECK(j.at("clock") == "host clock");
   CHECK(j.at("plan_peak_bytes") == r.plan.peak_step());
   CHECK(j.at("device_peak_bytes").is_null());

@@ -30,10 +30,10 @@ std::string AdamBenchReport::markdown() const {
 }
 
 nlohmann::json AdamBenchReport::to_json() const {
-  nlohmann::json j = {{"benchmark", "adam"},        {"device", device},
-                      {"driver_version", measured_or_null(driver_version)}, {"date", date},
+  nlohmann::json j = {{"benchmark", "adam"},        {"device", device}, {"date", date},
                       {"git_revision", git_revision()},   {"ktune_version", ktune_version()},
                       {"copy_bandwidth_gbs", measured_or_null(copy_bandwidth_gbs)}, {"method", method}};
+  add_driver(j, driver_version);
   for (const auto& r : rows)
     j["rows"].push_back({{"tensors", r.tensors}, {"numel", r.numel}, {"dtype", r.dtype},
                          {"per_tensor_fused_ms", r.single_ms}, {"eager_chain_ms", r.eager_ms},

@@ -31,7 +31,7 @@ struct AdamBenchRow {
 
 struct AdamBenchReport {
   std::string device;
-  int driver_version = 0;
+  int driver_version = 0;  ///< the CUDA driver API version (cuDriverGetVersion); 0 on the emulation
   std::string date;
   double copy_bandwidth_gbs = 0;
   std::string method;

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/stamp.hpp"
+
 namespace ktune::tuner {
 
 /// "measured copy bandwidth 4207 GB/s", or that there is none.
@@ -26,9 +28,20 @@ inline std::string gbs_cell(double rate, double copy_gbs) {
   return copy_gbs > 0 ? fmt::format("{:.0f}", rate) : std::string("-");
 }
 
-/// "driver 12080", or that there is none (the emulation's 0).
-inline std::string driver_text(int version) {
-  return version > 0 ? fmt::format("driver {}", version) : std::string("no driver (emulated)");
+/// The driver a report measured under, from cuDriverGetVersion's CUDA driver API version (13000; 0 on the
+/// emulation): "NVIDIA driver 580.159.04, CUDA driver API 13000", or that there is none.
+inline std::string driver_text(int api_version) {
+  if (api_version <= 0) return "no driver (emulated)";
+  const std::string release = nvidia_driver_release();
+  return fmt::format("NVIDIA driver {}, CUDA driver API {}", release.empty() ? "unknown" : release, api_version);
+}
+/// Adds the driver to a report's JSON: "cuda_driver_api_version" (cuDriverGetVersion, 13000) and
+/// "nvidia_driver" (its release, "580.159.04"), each null where there is none. Files written before these two
+/// hold the API version alone, as "driver_version" (and "driver" for e2e).
+inline void add_driver(nlohmann::json& j, int api_version) {
+  j["cuda_driver_api_version"] = api_version > 0 ? nlohmann::json(api_version) : nlohmann::json();
+  const std::string release = api_version > 0 ? nvidia_driver_release() : "";
+  j["nvidia_driver"] = release.empty() ? nlohmann::json() : nlohmann::json(release);
 }
 
 /// A quantity a report has only where it measured one (a copy bandwidth, a

@@ -130,7 +130,6 @@ std::string OpsBenchReport::summary_markdown() const {
 nlohmann::json OpsBenchReport::to_json() const {
   nlohmann::json j = {{"benchmark", "ops"},
                       {"device", device},
-                      {"driver_version", measured_or_null(driver_version)},
                       {"date", date},
                       {"git_revision", git_revision()},
                       {"ktune_version", ktune_version()},
@@ -140,6 +139,7 @@ nlohmann::json OpsBenchReport::to_json() const {
                       {"method", method},
                       {"summary", nlohmann::json::array()},
                       {"rows", nlohmann::json::array()}};
+  add_driver(j, driver_version);
   // Fractions of a copy bandwidth there is none of (the emulation's) are null.
   const auto of_copy = [&](double fraction) { return measured_or_null(copy_bandwidth_gbs > 0 ? fraction : 0.0); };
   for (const auto& o : summary())

@@ -59,7 +59,7 @@ struct OpsBenchSummary {
 
 struct OpsBenchReport {
   std::string device;
-  int driver_version = 0;
+  int driver_version = 0;  ///< the CUDA driver API version (cuDriverGetVersion); 0 on the emulation
   std::string date;
   double copy_bandwidth_gbs = 0;
   double empty_launch_ms = 0;

@@ -106,12 +106,12 @@ std::string PrecisionReport::markdown() const {
 }
 
 nlohmann::json PrecisionReport::to_json() const {
-  nlohmann::json j = {{"benchmark", "precision"},         {"device", device},
-                      {"driver_version", measured_or_null(driver_version)}, {"date", date},
+  nlohmann::json j = {{"benchmark", "precision"},         {"device", device}, {"date", date},
                       {"git_revision", git_revision()},   {"ktune_version", ktune_version()},
                       {"count", count},                   {"value", value},
                       {"exact", static_cast<double>(count) * value},
                       {"rows", nlohmann::json::array()}};
+  add_driver(j, driver_version);
   for (const auto& r : rows)
     j["rows"].push_back({{"sum_dtype", r.sum_dtype}, {"addend_dtype", r.addend_dtype}, {"addend", r.addend},
                          {"sum", r.sum}});
