@@ -6,7 +6,8 @@
 The files are of one benchmark, which picks the figure:
   adam       `ktune bench adam`: ms per step against elements per tensor, a
              panel per tensor count, a line per implementation (ktune's eager
-             chain, per-tensor fused and fused multi-tensor kernels)
+             chain, per-tensor fused and fused multi-tensor kernels), and
+             bench/peers/torch_adam.py --json-out's PyTorch forms beside
   attention  `ktune bench attention`: seed 003's table as forward and
              backward ms against the sequence length, a line per head dim
              (flash solid, eager dashed); the leaderboard and d 128 cases
@@ -121,6 +122,10 @@ def grid(plt, n, width=4.2, height=3.2):
 ADAM_IMPLS = [(("eager_chain_ms", "single_tensor_eager_ms"), "ktune eager chain (adamw_eager)"),
               (("per_tensor_fused_ms", "compiled_single_tensor_ms"), "ktune per-tensor fused (adamw_single)"),
               (("fused_ms",), "ktune fused multi-tensor (adamw)")]
+# PyTorch's, from bench/peers/torch_adam.py --json-out: its own names.
+TORCH_ADAM_IMPLS = [(("single_tensor_adam_ms",), "PyTorch _single_tensor_adam"),
+                    (("compiled_single_tensor_adam_ms",), "PyTorch compiled_single_tensor_adam"),
+                    (("fused_adam_ms",), "PyTorch _fused_adam")]
 
 
 def adam_value(row, keys):
@@ -128,17 +133,21 @@ def adam_value(row, keys):
 
 
 def plot_adam(plt, records):
-    rows = [row for r in records for row in r["rows"]]
-    counts = sorted({row["tensors"] for row in rows})
+    # (row, the implementations its record's backend names) for every row of every file
+    rows = [(row, TORCH_ADAM_IMPLS if str(r.get("backend", "")).startswith("torch") else ADAM_IMPLS)
+            for r in records for row in r["rows"]]
+    counts = sorted({row["tensors"] for row, _ in rows})
     fig, axes = grid(plt, len(counts))
     for ax, count in zip(axes, counts):
-        for dtype in sorted({row["dtype"] for row in rows}):
-            mine = sorted((row for row in rows if row["tensors"] == count and row["dtype"] == dtype),
-                          key=lambda row: row["numel"])
-            for keys, label in ADAM_IMPLS:
-                points = [(row["numel"], adam_value(row, keys)) for row in mine if adam_value(row, keys)]
-                if points:
-                    ax.plot(*zip(*points), marker="o", label=f"{label} ({dtype})")
+        for dtype in sorted({row["dtype"] for row, _ in rows}):
+            for impls in (ADAM_IMPLS, TORCH_ADAM_IMPLS):
+                mine = sorted((row for row, own in rows if row["tensors"] == count and row["dtype"] == dtype
+                               and own is impls), key=lambda row: row["numel"])
+                for keys, label in impls:
+                    points = [(row["numel"], adam_value(row, keys)) for row in mine if adam_value(row, keys)]
+                    if points:
+                        ax.plot(*zip(*points), marker="o", linestyle="--" if impls is TORCH_ADAM_IMPLS else "-",
+                                label=f"{label} ({dtype})")
         ax.set(xscale="log", yscale="log", title=f"{count} tensor{'s' if count != 1 else ''}",
                xlabel="elements per tensor", ylabel="ms per step")
         ax.grid(True, which="both", alpha=0.3)

@@ -66,6 +66,19 @@ class AdamTest(unittest.TestCase):
         self.assertEqual(lines["ktune per-tensor fused (adamw_single) (f32)"], [(1000, 2.0)])
         self.assertFalse(any("single tensor" in label or "compiled" in label for label in lines))
 
+    def test_pytorchs_forms_from_the_peer_keep_pytorchs_names_beside_ktunes(self):
+        ktune = {"benchmark": "adam", "rows": [adam_row(1, 1000, eager_chain_ms=3.0, per_tensor_fused_ms=2.0,
+                                                        fused_ms=1.0)]}
+        torch = {"benchmark": "adam", "backend": "torch 2.11.0", "rows": [
+            adam_row(1, 1000, single_tensor_adam_ms=9.0, compiled_single_tensor_adam_ms=8.0, fused_adam_ms=7.0)]}
+        plt = FakePlt()
+        plot.plot_adam(plt, [ktune, torch])
+        lines = plt.lines()
+        self.assertEqual(lines["PyTorch _single_tensor_adam (f32)"], [(1000, 9.0)])
+        self.assertEqual(lines["PyTorch _fused_adam (f32)"], [(1000, 7.0)])
+        self.assertEqual(lines["ktune fused multi-tensor (adamw) (f32)"], [(1000, 1.0)])
+        self.assertEqual(len(lines), 6)
+
 
 if __name__ == "__main__":
     unittest.main()

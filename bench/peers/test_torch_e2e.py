@@ -76,6 +76,13 @@ class TorchE2eTest(unittest.TestCase):
         self.assertTrue(t.loss_check(9.2103, 9.2103 * (1 + 5e-3), "bf16")[0])
         self.assertFalse(t.loss_check(9.2103, 9.0, "bf16")[0])
 
+    def test_settings_say_what_is_not_pytorchs_default(self):
+        self.assertIn("foreach=False", t.settings("eager", "f32"))
+        self.assertIn("PyTorch's default is foreach=True", t.settings("eager", "f32"))
+        self.assertIn("fused=True", t.settings("compiled", "bf16"))
+        self.assertIn("bf16 autocast", t.settings("compiled", "bf16"))
+        self.assertIn("TF32 matmuls on", t.settings("compiled", "tf32"))
+
     def test_table_has_the_seed_columns(self):
         r = {"backend": "torch 2.5", "mode": "compiled", "dtype": "float32", "batch_size": 4, "model": "small",
              "context_length": 256, "forward": {"mean_ms": 12.0, "std_ms": 0.5}, "backward": None,

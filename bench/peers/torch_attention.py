@@ -16,6 +16,9 @@ backward is timed alone (a retained graph, gradients cleared between calls).
 TFLOP/s counts a causal mask as half the square and the backward as 2.5 x
 the forward, as ktune does. A backend that refuses a case (the flash backend
 takes no fp32; eager runs out of memory at long sequences) prints "-".
+f32 matmuls run without TF32 (PyTorch's default, the seed's baseline, and
+ktune's eager f32 attention); --tf32 turns TF32 on, as ktune's f32 flash
+kernels use the tf32 matrix units. The header line says which.
 """
 import argparse
 import math
@@ -133,6 +136,9 @@ def parse(argv=None):
     ap.add_argument("--causal", action="store_true", help="causal mask in the seed 003 table")
     ap.add_argument("--impls", type=names(IMPL_NAMES, "implementation"), default=list(IMPL_NAMES),
                     help="which, comma-separated: " + ", ".join(IMPL_NAMES))
+    ap.add_argument("--tf32", action="store_true",
+                    help="f32 matmuls on the TF32 units (as ktune's f32 flash); default off, as PyTorch's default "
+                         "and the seed's baseline")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     return ap.parse_args(argv)
@@ -142,8 +148,11 @@ def main(argv=None):
     args = parse(argv)
     IMPLS = implementations()
     impls = args.impls
-    torch.backends.cuda.matmul.allow_tf32 = True  # as ktune's f32, on the tf32 matrix units
-    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}; CUDA events, median of {args.reps}\n")
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    tf32 = ("f32 matmuls on TF32 (--tf32, as ktune's f32 flash)" if args.tf32
+            else "f32 matmuls without TF32 (PyTorch's default, as the seed's baseline and ktune's eager f32)")
+    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}; CUDA events, median of {args.reps}; "
+          f"{tf32}\n")
 
     dtype = getattr(torch, {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[args.dtype])
     if "seed003" in args.tables:

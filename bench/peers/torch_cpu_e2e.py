@@ -3,9 +3,10 @@
 model (cs336_model.py), the same flags and threads, the same timing (forward,
 backward, optimizer separately; mean and sample std over trials after
 warm-up), printed in the seeds' 004 columns. With --ktune PATH it also runs
-`PATH bench e2e` with the same flags, alternating the two trial by trial
-(ktune, torch, ktune, ...) so that both see the same machine load, and prints
-both rows and the ratio.
+`PATH bench e2e` with the same flags, alternating the two round by round
+(--rounds N: ktune's process, then torch's, N times, the trials split evenly
+between the rounds; one round by default) so that both see the same machine
+load, and prints both rows and the ratio.
 
     /usr/bin/python3 bench/peers/torch_cpu_e2e.py --model small --ctx 128 --batch 1 \
         --threads 2 --warmup 1 --trials 5 --ktune build/cli/ktune
@@ -18,16 +19,15 @@ import subprocess
 import sys
 import time
 
-import torch
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from cs336_model import SIZES, TransformerLM, loss_fn  # noqa: E402
+# cs336_model.SIZES' names; torch (and the model) are imported by run_torch, so --help needs neither.
+MODELS = ("small", "medium", "large", "xl", "2.7B", "tiny")
 
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--backend", default="cpu", choices=["cpu"])
-    p.add_argument("--model", default="small", choices=list(SIZES))
+    p.add_argument("--model", default="small", choices=MODELS)
     for flag in ("--d-model", "--d-ff", "--layers", "--heads", "--vocab"):
         p.add_argument(flag, type=int, default=0)
     p.add_argument("--ctx", type=int, default=128)
@@ -39,7 +39,7 @@ def parse():
     mode.add_argument("--forward-only", action="store_true")
     mode.add_argument("--with-optimizer", action="store_true")
     p.add_argument("--json", action="store_true", help="JSON on stdout")
-    p.add_argument("--ktune", help="ktune executable to run beside, alternating trial by trial")
+    p.add_argument("--ktune", help="ktune executable to run beside, alternating round by round (--rounds)")
     p.add_argument("--rounds", type=int, default=1,
                    help="with --ktune: alternate ktune and torch this many times (trials split evenly)")
     return p.parse_args()
@@ -52,6 +52,9 @@ def stats(v):
 
 
 def run_torch(a, trials):
+    import torch
+    from cs336_model import SIZES, TransformerLM, loss_fn
+
     torch.set_num_threads(a.threads)
     vocab, d, d_ff, layers, heads = SIZES[a.model]
     vocab, d, d_ff = a.vocab or vocab, a.d_model or d, a.d_ff or d_ff

@@ -34,6 +34,9 @@ import statistics
 import struct
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stamps  # noqa: E402
+
 PHASES = ("forward", "backward", "forward_backward", "optimizer", "step")
 # Relative tolerance of the first loss against ktune's (the dtype's, as the families' checks).
 TOLERANCE = {"f32": 1e-5, "tf32": 5e-4, "bf16": 1e-2}
@@ -122,6 +125,15 @@ def medians(r):
              (("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer"), ("step", "step"))
              if r.get(p) and "median_ms" in r[p]]
     return f"{r['backend']}: " + (", ".join(cells) if cells else "-")
+
+
+def settings(mode, dtype):
+    """What PyTorch ran with, where it is not PyTorch's default: printed beside the table and kept in the JSON."""
+    adamw = ("AdamW foreach=False (the per-tensor loop, as ktune's eager mode; PyTorch's default is foreach=True)"
+             if mode == "eager" else "AdamW fused=True")
+    attention = "the scores materialised" if mode == "eager" else "scaled_dot_product_attention"
+    tf32 = "TF32 matmuls on" if dtype == "tf32" else "TF32 off (PyTorch's default)"
+    return f"{adamw}; {attention}; {tf32}" + ("; bf16 autocast" if dtype == "bf16" else "")
 
 
 def loss_check(ktune_loss, torch_loss, dtype):
@@ -230,7 +242,9 @@ def run(a):
     mode = a.mode if a.compile_mode == "default" else f"{a.mode} ({a.compile_mode})"
     result = {"benchmark": "e2e", "backend": f"torch {torch.__version__}", "mode": mode,
               "dtype": DTYPE_NAME[a.dtype], "device": torch.cuda.get_device_name(dev),
-              "cuda_runtime": torch.version.cuda, "clock": "CUDA events on the stream",
+              "cuda_runtime": torch.version.cuda, "nvidia_driver": stamps.nvidia_driver(),
+              "git_revision": stamps.git_revision(), "settings": settings(a.mode, a.dtype),
+              "clock": "CUDA events on the stream",
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "model": metadata.get("model", "custom"), "d_model": d_model, "d_ff": d_ff, "num_layers": layers,
               "num_heads": heads, "vocab_size": vocab, "context_length": ctx, "batch_size": batch,
@@ -266,6 +280,8 @@ def main(argv=None):
         print(json.dumps(out, indent=2))
     else:
         print(f"# End-to-end: ktune and PyTorch on {result['device']} ({result['date']})\n")
+        print(f"PyTorch {result['backend']}, NVIDIA driver {result['nvidia_driver'] or 'unknown'}, CUDA "
+              f"{result['cuda_runtime']}, git {result['git_revision']}; {result['settings']}\n")
         print(table(ktune_rows + [result]))
         print("\nmedians of the trials (ms):\n")
         for r in ktune_rows + [result]:
