@@ -272,6 +272,11 @@ def main(argv):
         extension = os.path.splitext(out)[1].lower()
         if extension not in (".png", ".svg", ".pdf"):
             raise BadInput(f"{out}: the figure's name must end in .png, .svg or .pdf")
+        folder = os.path.dirname(os.path.abspath(out))
+        if not os.path.isdir(folder):
+            raise BadInput(f"{out}: its folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise BadInput(f"{out}: its folder {folder} is not writable")
         kind, records = load(paths)
         try:
             import matplotlib
@@ -289,8 +294,11 @@ def main(argv):
     names = ", ".join(stamp(r) for r in records) if kind == "train" else stamp(records[0])
     fig.suptitle(f"{title}\n{names}", fontsize=9)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    folder = os.path.dirname(os.path.abspath(out))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=extension)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, suffix=extension)
+    except OSError as e:  # the folder went away or became unwritable since the check
+        print(f"plot: {out}: cannot write there ({e.strerror})", file=sys.stderr)
+        return 2
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=120)

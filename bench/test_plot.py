@@ -80,5 +80,29 @@ class AdamTest(unittest.TestCase):
         self.assertEqual(len(lines), 6)
 
 
+class OutputTest(unittest.TestCase):
+    def test_a_missing_or_unwritable_folder_is_one_line_and_exit_2(self):
+        import contextlib
+        import io
+        import json
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            data = os.path.join(d, "adam.json")
+            with open(data, "w") as f:
+                json.dump({"benchmark": "adam", "rows": [adam_row(1, 1000, fused_ms=1.0)]}, f)
+            for out, why in ((os.path.join(d, "missing", "x.png"), "does not exist"),
+                             (os.path.join(d, "locked", "x.png"), "is not writable")):
+                os.makedirs(os.path.join(d, "locked"), mode=0o500, exist_ok=True)
+                err = io.StringIO()
+                with contextlib.redirect_stderr(err):
+                    code = plot.main([out, data])
+                if why == "is not writable" and os.access(os.path.dirname(out), os.W_OK):
+                    continue  # root writes anywhere: nothing to refuse
+                self.assertEqual(code, 2)
+                self.assertEqual(err.getvalue().count("\n"), 1)
+                self.assertIn(why, err.getvalue())
+                self.assertFalse(os.path.exists(out))
+
+
 if __name__ == "__main__":
     unittest.main()
