@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.hpp"
 #include "support.hpp"
 
 namespace scripts_gpu_check_test {
@@ -96,6 +97,8 @@ DryRunCounts run_dry_commands(const std::vector<std::string>& commands, const st
     } else if (command.rfind("python3 bench/peers/torch_attention.py", 0) == 0) {
       ++n.attention_peers;
       peer = "torch_attention";
+    } else if (command.rfind("python3 bench/peers/torch_adam.py", 0) == 0) {
+      peer = "torch_adam";
     }
     if (!peer.empty()) {
       // The peers' parsers need no torch: their arguments are checked as the peer would read them.
@@ -204,6 +207,28 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   // The longer steps' sessions and AdamW's benchmarks would not fit the lease.
   CHECK_FALSE(has("tune --family adamw"));
   CHECK_FALSE(has("bench adam"));
+}
+
+TEST_CASE("gpu-check: a PyTorch peer skipped for want of torch is named in the check's summary", "[cli][gpu-check]") {
+  const auto dir = ktune::test::scratch_dir("gpu_check_no_torch");
+  std::filesystem::create_directories(dir / "scripts");
+  std::filesystem::copy_file(kSource + "/scripts/gpu-check", dir / "scripts" / "gpu-check");
+  std::filesystem::create_directory_symlink(kSource + "/tests", dir / "tests");
+  const std::string check = "KTUNE_CHECK_DRY=1 KTUNE_CHECK_ONLY='peers e2e-small-bf16-eager recompute' bash " +
+                            (dir / "scripts" / "gpu-check").string() + " " + (dir / "out").string();
+  std::string text;
+  REQUIRE(run_command("KTUNE_CHECK_TORCH=0 " + check, &text) == 0);
+  INFO(text);
+  CHECK_THAT(text, Catch::Contains("== summary") &&
+                       Catch::Contains("NOT WHOLE: 4 PyTorch peer(s) skipped, python3 has no torch") &&
+                       Catch::Contains("torch-recompute-e2e-small-bf16-none torch-recompute-e2e-small-bf16-blocks "
+                                       "torch-e2e-small-bf16-eager torch_adam: no PyTorch figures"));
+  CHECK_THAT(text, !Catch::Contains("+ python3 bench/peers/"));  // none of them run
+  CHECK_THAT(ktune::read_file(dir / "out" / "results" / "summary.txt"), Catch::Contains("NOT WHOLE"));
+  // With torch (as a dry run takes it), the summary says every peer ran.
+  REQUIRE(run_command(check, &text) == 0);
+  CHECK_THAT(text, Catch::Contains("every PyTorch peer asked for ran") && !Catch::Contains("NOT WHOLE"));
+  CHECK_THAT(text, Catch::Contains("+ python3 bench/peers/torch_adam.py --tensors 1\\,32"));
 }
 
 TEST_CASE("the e2e peer's phase summaries carry the median of the trials, printed per row under the table",
