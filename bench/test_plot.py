@@ -14,16 +14,17 @@ import plot  # noqa: E402
 
 
 class Recorder:
-    """An axes, figure or pyplot stand-in: every call is a no-op, and plot() and bar() calls are kept."""
+    """An axes, figure or module stand-in: any attribute is another, and a call is kept (by the attribute's name)."""
 
-    def __init__(self, calls):
-        self.calls = calls
+    def __init__(self, calls, name=""):
+        self.calls, self.name = calls, name
 
     def __getattr__(self, name):
-        def call(*args, **kwargs):
-            self.calls.append((name, args, kwargs))
-            return Recorder(self.calls)
-        return call
+        return Recorder(self.calls, name)
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((self.name, args, kwargs))
+        return Recorder(self.calls)
 
 
 class Axes:
@@ -78,6 +79,36 @@ class AdamTest(unittest.TestCase):
         self.assertEqual(lines["PyTorch _fused_adam (f32)"], [(1000, 7.0)])
         self.assertEqual(lines["ktune fused multi-tensor (adamw) (f32)"], [(1000, 1.0)])
         self.assertEqual(len(lines), 6)
+
+
+class OpsTest(unittest.TestCase):
+    def setUp(self):
+        self.faked = False
+        try:
+            import matplotlib.ticker  # noqa: F401
+        except ImportError:  # plot_ops' tick helpers: a stand-in where there is no matplotlib
+            import types
+            fake = types.ModuleType("matplotlib")
+            fake.ticker = Recorder([])
+            sys.modules["matplotlib"] = fake
+            self.faked = True
+
+    def tearDown(self):
+        if self.faked:
+            sys.modules.pop("matplotlib", None)
+
+    def test_without_a_floor_the_times_themselves(self):
+        rows = [{"family": "rmsnorm_fwd", "model": "tiny", "context_length": 16, "fused_ms": 2.0, "eager_ms": 6.0,
+                 "floor_ms": None}]
+        plt = FakePlt()
+        fig, title = plot.plot_ops(plt, [{"benchmark": "ops", "rows": rows}])
+        self.assertIn("no floor", title)
+        bars = [args[1] for name, args, kw in plt.calls if name == "bar"]
+        self.assertEqual(bars, [[2.0], [6.0]])
+        rows[0]["floor_ms"] = 0.5
+        plt = FakePlt()
+        plot.plot_ops(plt, [{"benchmark": "ops", "rows": rows}])
+        self.assertEqual([args[1] for name, args, kw in plt.calls if name == "bar"], [[4.0], [12.0]])
 
 
 class OutputTest(unittest.TestCase):

@@ -46,6 +46,13 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
     CHECK(row["eager_gbs"].is_null());
   }
   CHECK_THAT(out, Catch::Contains(" (2) | - | - | "));  // rmsnorm_bwd's eager GB/s and % copy
+  // No floor without a copy bandwidth: an empty launch's host time is none for the rows' host times.
+  for (const auto& row : j["rows"]) CHECK(row["floor_ms"].is_null());
+  CHECK_THAT(out, Catch::Contains(" | - | - | {") && !Catch::Contains("x | {"));  // floor, fused / floor: "-"
+  // The method line says how the rows were timed, then the empty launch.
+  CHECK_THAT(out, Catch::Contains("\nhost emulation wall time of each row's fused launches (its eager chain's timed "
+                                  "apart the same way) (") &&
+                      Catch::Contains("; the floor's empty launch: host emulation wall time of empty launch ("));
   // Without --model and --ctx the emulation takes the tiny model at 16 tokens, not the GPU's sizes; those
   // asked for are refused in one line.
   REQUIRE(run_command(ktune_exe().string() + " bench ops --backend emu --families swiglu_fwd", &out) == 0);

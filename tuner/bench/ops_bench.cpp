@@ -93,15 +93,20 @@ std::string OpsBenchReport::markdown() const {
   s += "| model | ctx | op | problem | MB | eager (launches) | eager GB/s | eager % copy | fused (launches) | "
        "fused GB/s | fused % copy | floor | fused / floor | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  // Without a copy bandwidth (the emulation) there is no floor: its traffic cannot be timed, and an empty
+  // launch's host time alone is no floor for the rows' host times. "-", as % of copy.
+  const bool floor = copy_bandwidth_gbs > 0;
   for (const auto& r : rows)
     s += fmt::format("| {} | {} | {} | {} | {:.1f} | {:.4f} ms ({}) | {} | {} | {:.4f} ms ({}) | {} | {} | "
-                     "{:.4f} ms | {:.2f}x | {} ({}) |\n",
+                     "{} | {} | {} ({}) |\n",
                      r.op.model, r.op.context, r.op.family, r.op.problem.key(), r.bytes / 1e6, r.eager_ms,
                      r.eager_launches, gbs_cell(r.eager_gbs, copy_bandwidth_gbs),
                      percent_of_copy(r.eager_fraction_of_copy, copy_bandwidth_gbs), r.fused_ms, r.fused_launches,
                      gbs_cell(r.fused_gbs, copy_bandwidth_gbs),
-                     percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs), r.floor_ms,
-                     r.floor_ms > 0 ? r.fused_ms / r.floor_ms : 0.0, r.fused_config, r.fused_source);
+                     percent_of_copy(r.fused_fraction_of_copy, copy_bandwidth_gbs),
+                     floor ? fmt::format("{:.4f} ms", r.floor_ms) : std::string("-"),
+                     floor && r.floor_ms > 0 ? fmt::format("{:.2f}x", r.fused_ms / r.floor_ms) : std::string("-"),
+                     r.fused_config, r.fused_source);
   s += "\n" + method + "\n";
   if (!completion.complete()) s += "\n" + completion.markdown();
   return s;
@@ -146,7 +151,9 @@ nlohmann::json OpsBenchReport::to_json() const {
     j["summary"].push_back({{"family", o.family},
                             {"shapes", o.shapes},
                             {"shapes_at_target", o.met},
-                            {"fused_over_floor", {o.floor_ratio_min, o.floor_ratio_max}},
+                            {"fused_over_floor", copy_bandwidth_gbs > 0
+                                                     ? nlohmann::json{o.floor_ratio_min, o.floor_ratio_max}
+                                                     : nlohmann::json()},
                             {"large_shapes", o.large_shapes},
                             {"large_fused_fraction_of_copy",
                              o.large_shapes > 0 ? nlohmann::json{of_copy(o.large_copy_min), of_copy(o.large_copy_max)}
@@ -168,7 +175,7 @@ nlohmann::json OpsBenchReport::to_json() const {
                          {"fused_p80_ms", r.fused_p80_ms},
                          {"fused_gbs", copy_bandwidth_gbs > 0 ? nlohmann::json(r.fused_gbs) : nlohmann::json()},
                          {"fused_fraction_of_copy", of_copy(r.fused_fraction_of_copy)},
-                         {"floor_ms", r.floor_ms},
+                         {"floor_ms", copy_bandwidth_gbs > 0 ? nlohmann::json(r.floor_ms) : nlohmann::json()},
                          {"fused_config", r.fused_config},
                          {"fused_config_source", r.fused_source}});
   completion.add_to(j);
@@ -188,6 +195,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
   report.programmatic = backend.launches_programmatically();
   report.copy_bandwidth_gbs = copy_bandwidth_gbs;
 
+  std::string empty_method;
   {  // The empty launch: one thread of a primitive, the cost every launch pays.
     const auto& f = templates::eager::unary_family(templates::eager::Unary::kScale);
     const templates::Problem p{"f32", {{"n", 1}}};
@@ -196,8 +204,11 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     const auto plan = f.plan(f.default_config(p), p, w.addresses, device);
     const Measurement m = backend.time([&] { backend.launch(*module, plan); }, options, "empty launch");
     report.empty_launch_ms = m.median_ms;
-    report.method = m.method;
+    empty_method = m.method;
   }
+  // How the rows were timed heads the report: the first row's fused measurement, in words that hold for every
+  // row (its repetition count is the first row's); the empty launch's own method comes after.
+  const std::string rows_what = "each row's fused launches (its eager chain's timed apart the same way)";
 
   for (const auto& c : cases) {
     if (should_stop && should_stop()) break;  // after the row under way: the rows so far are the report
@@ -224,7 +235,10 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     backend.launch(*fused_module, fused_plan);
     backend.synchronize();
     w.check(backend, what + " fused");
-    const Measurement fused = backend.time([&] { backend.launch(*fused_module, fused_plan); }, options, what);
+    const Measurement fused = backend.time([&] { backend.launch(*fused_module, fused_plan); }, options, rows_what);
+    if (report.method.empty())
+      report.method = fused.method + " (repetitions: the first row's count; each measurement repeats as its time "
+                                     "asks)";
     row.fused_ms = fused.median_ms;
     row.fused_p20_ms = fused.p20_ms;
     row.fused_p80_ms = fused.p80_ms;
@@ -244,7 +258,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     run_chain();
     backend.synchronize();
     w.check(backend, what + " eager");
-    row.eager_ms = backend.time(run_chain, options, what + " eager").median_ms;
+    row.eager_ms = backend.time(run_chain, options, rows_what).median_ms;
     for (const auto& s : chain.steps) row.eager_launches += static_cast<int>(s.launches.size());
 
     row.floor_ms = (copy_bandwidth_gbs > 0 ? row.bytes / (copy_bandwidth_gbs * 1e9) * 1e3 : 0) + report.empty_launch_ms;
@@ -256,7 +270,8 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     report.completion.measured = report.rows.size();
     if (progress) progress(row);
   }
-  report.method += "; GB/s and % of copy count the fused family's minimum traffic for both; outputs checked "
+  report.method += "; the floor's empty launch: " + empty_method +
+                   "; GB/s and % of copy count the fused family's minimum traffic for both; outputs checked "
                    "against the CPU reference before timing";
   return report;
 }

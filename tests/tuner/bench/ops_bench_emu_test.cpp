@@ -41,6 +41,10 @@ TEST_CASE("bench ops runs eager chains and fused kernels, validated, on the emul
   CHECK(report.rows[2].fused_launches == 2);
   const std::string md = report.markdown();
   CHECK(md.find("| tiny | 8 | rmsnorm_fwd |") != std::string::npos);
+  // With a copy bandwidth, the floor and fused / floor are filled, and the method heads with the rows' timing.
+  CHECK(md.find(fmt::format("| {:.4f} ms | {:.2f}x |", report.rows[0].floor_ms,
+                            report.rows[0].fused_ms / report.rows[0].floor_ms)) != std::string::npos);
+  CHECK(report.method.rfind("host emulation wall time of each row's fused launches", 0) == 0);
   CHECK(md.find(fmt::format("| {:.4f} ms (2) |", report.rows[2].fused_ms)) != std::string::npos);
   const auto j = report.to_json();
   CHECK(j["benchmark"] == "ops");
