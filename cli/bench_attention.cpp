@@ -349,6 +349,14 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       s += "\n";
     }
     s += "Timing: " + method + "\n";
+    // Under the emulation the two sides run on different engines: no comparison, no share.
+    if (emulated && std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.eager_forward.has_value(); }))
+      s += fmt::format("Eager columns: eager mode's attention on the host ({}), host wall time of its launches, not "
+                       "emulated kernels: not comparable with the flash columns, and the softmax's share is the "
+                       "host's, not a GPU's.\n",
+                       std::find_if(rows.begin(), rows.end(), [](const Row& r) {
+                         return r.eager_forward.has_value();
+                       })->eager_forward->source);
     if (!completion.complete()) s += "\n" + completion.markdown();
     std::cout << s;
     done();

@@ -25,6 +25,8 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
   // The seed's unit beside ktune's: its times are seconds per 100 passes, a tenth of ktune's ms per pass.
   CHECK_THAT(out, Catch::Contains("ms per pass (median; the seed's times, \"100 passes\" without a unit, are "
                                   "seconds per 100 passes: 10 x a seed figure is ms per pass"));
+  CHECK_THAT(out, Catch::Contains("Eager columns: eager mode's attention on the host (OpenBLAS on the host), host "
+                                  "wall time of its launches, not emulated kernels: not comparable"));
   CHECK_THAT(out, Catch::Contains("| 16 | 9 | ") && !Catch::Contains(" | 0.0 | "));  // TFLOP/s cells: "-"
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
