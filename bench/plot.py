@@ -14,7 +14,8 @@ The files are of one benchmark, which picks the figure:
              as bars
   e2e        `ktune bench e2e` (one run, or --sweep's twelve) and
              bench/peers/torch_e2e.py: a bar per run and phase, median ms
-             with the trials' std; files side by side
+             with p20-p80 of the trials (files without their samples: no
+             spread drawn); files side by side
   ops        `ktune bench ops`: a panel per op, fused and eager over the
              floor for each model shape, the families' 1.5x target drawn
   train      `ktune train --metrics` (JSON Lines, a record a step) or
@@ -192,6 +193,23 @@ def e2e_label(r):
             f"warm-up {r.get('num_warmups', '?')}")
 
 
+def percentile(values, q):
+    """Linear interpolation between the closest ranks, as ktune's p20 and p80."""
+    v = sorted(values)
+    at = q * (len(v) - 1)
+    low = math.floor(at)
+    return v[low] + (v[min(low + 1, len(v) - 1)] - v[low]) * (at - low)
+
+
+def spread(phase):
+    """(below, above) the median: p20 to p80 of the trials where the file keeps them; else none, not the std
+    (a median's bar with a mean's spread would mix two statistics)."""
+    if not phase or not phase.get("samples_ms"):
+        return 0.0, 0.0
+    s, m = phase["samples_ms"], phase["median_ms"]
+    return max(0.0, m - percentile(s, 0.2)), max(0.0, percentile(s, 0.8) - m)
+
+
 def plot_e2e(plt, records):
     phases = [p for p in ("forward", "backward", "optimizer", "step") if any(r.get(p) for r in records)]
     fig, axes = grid(plt, 1, width=max(6.0, 1.1 * len(records) * len(phases) ** 0.5), height=4.5)
@@ -199,14 +217,15 @@ def plot_e2e(plt, records):
     width = 0.8 / len(phases)
     for i, phase in enumerate(phases):
         ms = [r[phase]["median_ms"] if r.get(phase) else 0 for r in records]
-        std = [r[phase]["std_ms"] if r.get(phase) else 0 for r in records]
-        ax.bar([j + (i - (len(phases) - 1) / 2) * width for j in range(len(records))], ms, width, yerr=std,
-               capsize=2, label=phase)
+        bars = [spread(r.get(phase)) for r in records]
+        ax.bar([j + (i - (len(phases) - 1) / 2) * width for j in range(len(records))], ms, width,
+               yerr=[[b[0] for b in bars], [b[1] for b in bars]], capsize=2, label=phase)
     ax.set_xticks(range(len(records)), [e2e_label(r) for r in records], fontsize=7, rotation=30, ha="right")
     values = [r[p]["median_ms"] for r in records for p in phases if r.get(p) and r[p]["median_ms"] > 0]
     if values and max(values) > 20 * min(values):
         ax.set_yscale("log")  # compiled steps beside eager ones, each readable
-    ax.set(ylabel="median ms (std over trials)", title="training step by phase")
+    ax.set(ylabel="median ms (bars: p20-p80 of the trials, where the file keeps them)",
+           title="training step by phase")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7)
     return fig, "End to end"

@@ -81,6 +81,21 @@ class AdamTest(unittest.TestCase):
         self.assertEqual(len(lines), 6)
 
 
+class E2eTest(unittest.TestCase):
+    def test_a_median_with_p20_to_p80_of_its_trials_not_the_std(self):
+        step = {"mean_ms": 3.0, "std_ms": 1.58, "median_ms": 3.0, "samples_ms": [1.0, 2.0, 3.0, 4.0, 5.0]}
+        below, above = plot.spread(step)
+        self.assertAlmostEqual(below, 1.2)
+        self.assertAlmostEqual(above, 1.2)
+        self.assertEqual(plot.spread({"mean_ms": 3.0, "std_ms": 1.58, "median_ms": 3.0}), (0.0, 0.0))
+        plt = FakePlt()
+        plot.plot_e2e(plt, [{"benchmark": "e2e", "context_length": 16, "step": step}])
+        (name, args, kw), = [c for c in plt.calls if c[0] == "bar"]
+        self.assertEqual(args[1], [3.0])
+        self.assertAlmostEqual(kw["yerr"][0][0], 1.2)
+        self.assertAlmostEqual(kw["yerr"][1][0], 1.2)
+
+
 class OpsTest(unittest.TestCase):
     def setUp(self):
         self.faked = False

@@ -43,6 +43,7 @@ namespace at = templates::attention;
 struct Timed {
   double ms = 0, p20_ms = 0, p80_ms = 0;
   std::string config, source;
+  std::vector<double> samples_ms;  ///< every repetition, in order
 };
 
 struct Row {
@@ -92,7 +93,7 @@ std::string tflops(double v) { return v > 0 ? fmt::format("{:.1f}", v) : std::st
 
 nlohmann::json to_json(const Timed& t) {
   return {{"median_ms", t.ms}, {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms}, {"config", t.config},
-          {"config_source", t.source}};
+          {"config_source", t.source}, {"samples_ms", t.samples_ms}};
 }
 
 const std::vector<std::string> kTables = {"seed003", "leaderboard", "causal_fwd_d128"};
@@ -191,7 +192,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
         return std::nullopt;
       }
       if (method.empty()) method = r.timing->method;
-      return Timed{r.timing->median_ms, r.timing->p20_ms, r.timing->p80_ms, chosen.config.str(), chosen.source};
+      return Timed{r.timing->median_ms, r.timing->p20_ms, r.timing->p80_ms, chosen.config.str(), chosen.source,
+                   r.timing->samples_ms};
     };
     // A signal: the rows measured so far are written, marked incomplete; the rows not reached are left out.
     const BenchStop stop;
@@ -237,9 +239,12 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
         ++measured;
         try {
           const auto e = model::bench_eager_attention(*backend, r.problem, run);
-          r.eager_forward = Timed{e.forward.median_ms, e.forward.p20_ms, e.forward.p80_ms, "", e.gemms};
-          r.eager_backward = Timed{e.backward.median_ms, e.backward.p20_ms, e.backward.p80_ms, "", e.gemms};
-          r.eager_softmax = Timed{e.softmax.median_ms, e.softmax.p20_ms, e.softmax.p80_ms, "", ""};
+          r.eager_forward =
+              Timed{e.forward.median_ms, e.forward.p20_ms, e.forward.p80_ms, "", e.gemms, e.forward.samples_ms};
+          r.eager_backward =
+              Timed{e.backward.median_ms, e.backward.p20_ms, e.backward.p80_ms, "", e.gemms, e.backward.samples_ms};
+          r.eager_softmax =
+              Timed{e.softmax.median_ms, e.softmax.p20_ms, e.softmax.p80_ms, "", "", e.softmax.samples_ms};
           r.eager_memory_after_forward_mib = e.memory_after_forward_bytes / (1024.0 * 1024.0);
         } catch (const Error& e) {
           if (e.kind() == ErrorKind::kNoDevice) throw;

@@ -22,6 +22,7 @@ PhaseStats phase_stats(std::vector<double> v) {
   PhaseStats s;
   if (v.empty()) return s;
   s.measured = true;
+  s.samples_ms = v;
   for (double x : v) s.mean_ms += x;
   s.mean_ms /= static_cast<double>(v.size());
   if (v.size() > 1) {
@@ -39,7 +40,7 @@ namespace {
 
 nlohmann::json phase_json(const PhaseStats& p) {
   if (!p.measured) return nullptr;
-  return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}, {"median_ms", p.median_ms}};
+  return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}, {"median_ms", p.median_ms}, {"samples_ms", p.samples_ms}};
 }
 
 nlohmann::json profile_json(const std::vector<OpTimes>& rows) {

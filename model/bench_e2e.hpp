@@ -62,6 +62,7 @@ struct PhaseStats {
   double std_ms = 0;
   double median_ms = 0;
   bool measured = false;
+  std::vector<double> samples_ms;  ///< every trial, in order: the statistics can be checked from them
 };
 /// The statistics of a phase's trial times (ms); not measured when empty.
 PhaseStats phase_stats(std::vector<double> trials_ms);

@@ -71,6 +71,7 @@ class TorchE2eTest(unittest.TestCase):
         s = t.summary([1.0, 2.0, 3.0])
         self.assertAlmostEqual(s["mean_ms"], 2.0)
         self.assertAlmostEqual(s["std_ms"], 1.0)
+        self.assertEqual(s["samples_ms"], [1.0, 2.0, 3.0])
         self.assertTrue(t.loss_check(9.2103, 9.2103 * (1 + 5e-6), "f32")[0])
         self.assertFalse(t.loss_check(9.2103, 9.2103 * (1 + 5e-5), "f32")[0])
         self.assertTrue(t.loss_check(9.2103, 9.2103 * (1 + 5e-3), "bf16")[0])

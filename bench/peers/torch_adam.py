@@ -51,7 +51,7 @@ def method_text(n_bytes):
 
 
 def time_step(step, flush):
-    """Median ms of `step` by ktune's method: the flush, then CUDA events around one step."""
+    """Median ms of `step` by ktune's method (the flush, then CUDA events around one step), and every repetition."""
     for _ in range(WARMUP):
         step()
     torch.cuda.synchronize()
@@ -66,7 +66,7 @@ def time_step(step, flush):
         ms = start.elapsed_time(end)
         times.append(ms)
         total += ms
-    return statistics.median(times)
+    return statistics.median(times), times
 
 
 def make(n, numel, **kw):
@@ -110,13 +110,15 @@ def main(argv=None):
             fused = make(n, numel, fused=True)
             compiled_opt = make(n, numel, foreach=False)
             compiled = torch.compile(compiled_opt.step)
-            t_eager = time_step(eager.step, flush)
-            t_comp = time_step(compiled, flush)
-            t_fused = time_step(fused.step, flush)
+            t_eager, s_eager = time_step(eager.step, flush)
+            t_comp, s_comp = time_step(compiled, flush)
+            t_fused, s_fused = time_step(fused.step, flush)
             print(f"| {n} | {numel} | {t_comp:.4f} ms/iter | {t_eager:.4f} ms/iter | {t_fused:.4f} ms/iter |",
                   flush=True)
             rows.append({"tensors": n, "numel": numel, "dtype": "f32", "compiled_single_tensor_adam_ms": t_comp,
-                         "single_tensor_adam_ms": t_eager, "fused_adam_ms": t_fused})
+                         "single_tensor_adam_ms": t_eager, "fused_adam_ms": t_fused,
+                         "compiled_single_tensor_adam_samples_ms": s_comp, "single_tensor_adam_samples_ms": s_eager,
+                         "fused_adam_samples_ms": s_fused})
     method = method_text(flush.numel())
     print(f"\n{method}")
     if args.json_out:

@@ -112,11 +112,11 @@ def model_config(metadata):
 
 
 def summary(samples):
-    """Mean and sample std (n-1) in milliseconds, and the median, or None when not measured."""
+    """Mean and sample std (n-1) in milliseconds, the median, and every trial, or None when not measured."""
     if not samples:
         return None
     return {"mean_ms": statistics.mean(samples), "std_ms": statistics.stdev(samples) if len(samples) > 1 else 0.0,
-            "median_ms": statistics.median(samples)}
+            "median_ms": statistics.median(samples), "samples_ms": list(samples)}
 
 
 def medians(r):

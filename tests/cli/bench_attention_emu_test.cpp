@@ -35,6 +35,8 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
     CHECK(row["table"] == "seed003");
     CHECK(row["causal"] == true);
     CHECK(row["forward"]["median_ms"].get<double>() > 0);
+    CHECK(row["forward"]["samples_ms"].size() >= 1);  // every repetition kept
+    CHECK(row["eager_forward"]["samples_ms"].size() >= 1);
     CHECK(row["forward_tflops"].is_null());  // a host's time is no GPU's TFLOP/s
     CHECK(row["eager_forward"]["median_ms"].get<double>() > 0);
     CHECK(row["eager_backward"]["median_ms"].get<double>() > 0);

@@ -4,6 +4,7 @@
 // bandwidth the emulation does not have.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -41,6 +42,8 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
   for (const auto& row : j["rows"]) {
     CHECK(row["fused_ms"].get<double>() > 0);
     CHECK(row["eager_launches"].get<int>() >= 1);
+    CHECK(row["fused_samples_ms"].size() >= 1);
+    CHECK(row["eager_samples_ms"].size() >= 1);
     CHECK(row["fused_fraction_of_copy"].is_null());
     CHECK(row["fused_gbs"].is_null());  // a host's wall time is no GPU's GB/s
     CHECK(row["eager_gbs"].is_null());
@@ -80,6 +83,13 @@ TEST_CASE("CLI: bench adam --backend emu times the three AdamW forms on small si
     // ktune's kernels, not PyTorch's: none of PyTorch's names in the JSON or as a column.
     CHECK_FALSE(row.contains("single_tensor_eager_ms"));
     CHECK_FALSE(row.contains("compiled_single_tensor_ms"));
+    // Every repetition kept, so the medians can be checked.
+    for (const char* key : {"eager_chain_samples_ms", "per_tensor_fused_samples_ms", "fused_samples_ms"})
+      CHECK(row[key].size() >= 1);
+    std::vector<double> fused = row["fused_samples_ms"];
+    std::sort(fused.begin(), fused.end());
+    const std::size_t h = fused.size() / 2;
+    CHECK(row["fused_ms"].get<double>() == Approx(fused.size() % 2 ? fused[h] : (fused[h - 1] + fused[h]) / 2));
     CHECK(row["fused_gbs"].is_null());
   }
   CHECK_THAT(out, Catch::Contains("| ktune per-tensor fused (adamw_single) | ktune eager chain (adamw_eager) | "

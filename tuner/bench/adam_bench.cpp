@@ -37,6 +37,8 @@ nlohmann::json AdamBenchReport::to_json() const {
   for (const auto& r : rows)
     j["rows"].push_back({{"tensors", r.tensors}, {"numel", r.numel}, {"dtype", r.dtype},
                          {"per_tensor_fused_ms", r.single_ms}, {"eager_chain_ms", r.eager_ms},
+                         {"per_tensor_fused_samples_ms", r.single_samples_ms},
+                         {"eager_chain_samples_ms", r.eager_samples_ms}, {"fused_samples_ms", r.fused_samples_ms},
                          {"fused_ms", r.fused_ms}, {"fused_p20_ms", r.fused_p20_ms}, {"fused_p80_ms", r.fused_p80_ms},
                          {"fused_gbs", copy_bandwidth_gbs > 0 ? nlohmann::json(r.fused_gbs) : nlohmann::json()},
                          {"fused_fraction_of_copy", measured_or_null(copy_bandwidth_gbs > 0 ? r.fused_fraction_of_copy
@@ -83,16 +85,20 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
       auto chosen_for = [&](const templates::Family& f, const cache::TunedCache* cache) {
         return choose_config(f, problem, dev, cache, &report.warnings);
       };
-      row.eager_ms = time(templates::adamw::eager_family(), chosen_for(templates::adamw::eager_family(), nullptr))
-                         .median_ms;
-      row.single_ms =
-          time(templates::adamw::single_tensor_family(), chosen_for(templates::adamw::single_tensor_family(), tuned))
-              .median_ms;
+      const Measurement eager =
+          time(templates::adamw::eager_family(), chosen_for(templates::adamw::eager_family(), nullptr));
+      row.eager_ms = eager.median_ms;
+      row.eager_samples_ms = eager.samples_ms;
+      const Measurement single =
+          time(templates::adamw::single_tensor_family(), chosen_for(templates::adamw::single_tensor_family(), tuned));
+      row.single_ms = single.median_ms;
+      row.single_samples_ms = single.samples_ms;
       const auto chosen = chosen_for(templates::adamw::multi_tensor_family(), tuned);
       const Measurement fused = time(templates::adamw::multi_tensor_family(), chosen);
       row.fused_ms = fused.median_ms;
       row.fused_p20_ms = fused.p20_ms;
       row.fused_p80_ms = fused.p80_ms;
+      row.fused_samples_ms = fused.samples_ms;
       row.fused_config = chosen.config.str();
       row.fused_source = chosen.source;
       row.fused_gbs = templates::adamw::multi_tensor_family().bytes(problem) / (fused.median_ms * 1e-3) / 1e9;

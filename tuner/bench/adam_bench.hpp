@@ -24,6 +24,8 @@ struct AdamBenchRow {
   std::string dtype;
   double eager_ms = 0, single_ms = 0, fused_ms = 0;
   double fused_p20_ms = 0, fused_p80_ms = 0;
+  /// Every repetition of each column's measurement, in order: the statistics can be checked from them.
+  std::vector<double> eager_samples_ms, single_samples_ms, fused_samples_ms;
   std::string fused_config, fused_source;
   double fused_gbs = 0;
   double fused_fraction_of_copy = 0;

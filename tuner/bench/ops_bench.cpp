@@ -173,6 +173,8 @@ nlohmann::json OpsBenchReport::to_json() const {
                          {"fused_launches", r.fused_launches},
                          {"fused_p20_ms", r.fused_p20_ms},
                          {"fused_p80_ms", r.fused_p80_ms},
+                         {"fused_samples_ms", r.fused_samples_ms},
+                         {"eager_samples_ms", r.eager_samples_ms},
                          {"fused_gbs", copy_bandwidth_gbs > 0 ? nlohmann::json(r.fused_gbs) : nlohmann::json()},
                          {"fused_fraction_of_copy", of_copy(r.fused_fraction_of_copy)},
                          {"floor_ms", copy_bandwidth_gbs > 0 ? nlohmann::json(r.floor_ms) : nlohmann::json()},
@@ -242,6 +244,7 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     row.fused_ms = fused.median_ms;
     row.fused_p20_ms = fused.p20_ms;
     row.fused_p80_ms = fused.p80_ms;
+    row.fused_samples_ms = fused.samples_ms;
     row.fused_launches = static_cast<int>(fused_plan.size());
 
     // Eager: the chain over the same buffers and its temporaries.
@@ -258,7 +261,9 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     run_chain();
     backend.synchronize();
     w.check(backend, what + " eager");
-    row.eager_ms = backend.time(run_chain, options, rows_what).median_ms;
+    const Measurement eager = backend.time(run_chain, options, rows_what);
+    row.eager_ms = eager.median_ms;
+    row.eager_samples_ms = eager.samples_ms;
     for (const auto& s : chain.steps) row.eager_launches += static_cast<int>(s.launches.size());
 
     row.floor_ms = (copy_bandwidth_gbs > 0 ? row.bytes / (copy_bandwidth_gbs * 1e9) * 1e3 : 0) + report.empty_launch_ms;

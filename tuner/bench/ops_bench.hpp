@@ -30,6 +30,8 @@ struct OpsBenchRow {
   OpsBenchCase op;
   double bytes = 0;  ///< the fused family's minimum DRAM traffic
   double fused_ms = 0, fused_p20_ms = 0, fused_p80_ms = 0;
+  /// Every repetition of the two measurements, in order: the statistics can be checked from them.
+  std::vector<double> fused_samples_ms, eager_samples_ms;
   int fused_launches = 0;  ///< the fused family's launches (the floor counts one)
   double eager_ms = 0;
   int eager_launches = 0;
