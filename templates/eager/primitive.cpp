@@ -199,10 +199,8 @@ class Primitive final : public PrimitiveFamily {
                                 d == "table_rows" ? " (ids are int32)" : ""));
     }
     if (kind_ != Kind::kUnary && kind_ != Kind::kFill) {  // b (binary) holds at most a's elements
-      const char* full = kind_ == Kind::kBinary                                        ? "a and y"
-                         : kind_ == Kind::kScatterAdd || kind_ == Kind::kCausalMask || kind_ == Kind::kGatherRows ? "y"
-                                                                                                                 : "x";
-      require_elements_within(name(), p, {"rows", "cols"}, full);
+      const bool y = kind_ == Kind::kScatterAdd || kind_ == Kind::kCausalMask || kind_ == Kind::kGatherRows;
+      require_elements_within(name(), p, {"rows", "cols"}, kind_ == Kind::kBinary ? "a and y" : y ? "y" : "x");
       if (is_table(kind_))
         require_elements_within(name(), p, {"table_rows", "cols"},
                                 kind_ == Kind::kGatherRows ? "the table x" : "the table y");
