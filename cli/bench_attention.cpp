@@ -313,8 +313,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median; the seed's times, \"100 passes\" "
                        "without a unit, are seconds per 100 passes: 10 x a seed figure is ms per pass, docs/seeds.md), "
                        "TFLOP/s (causal counts half the square, backward 2.5 x forward). Eager: eager mode's "
-                       "materialised attention (GEMMs, softmax, GEMMs{}), keeping q, k, v, o and the probabilities, and its softmax launch "
-                       "alone with its share of the eager forward; flash: attention_fwd and "
+                       "materialised attention (GEMMs, softmax, GEMMs{}), keeping q, k, v, o and the probabilities, "
+                       "and its softmax launch alone with its share of the eager forward; flash: attention_fwd and "
                        "attention_bwd{}, keeping q, k, v, o and lse.\n\n",
                        o->dtype == "f32" ? "f32" : o->dtype, o->causal ? ", causal" : "",
                        o->dtype == "f32" ? "; f32 GEMMs, as PyTorch's default" : "",

@@ -54,9 +54,9 @@ inline std::map<std::size_t, std::vector<std::byte>> emulated_outputs(
 
 /// The relative L2 error of each output (and in-out) buffer of `family`'s
 /// workload (`seed`), by name, after emulated_outputs' run.
-inline std::map<std::string, double> emulated_errors(const templates::Family& family, const templates::Rendered& rendered,
-                                                     const Config& config, const templates::Problem& problem,
-                                                     std::uint64_t seed,
+inline std::map<std::string, double> emulated_errors(const templates::Family& family,
+                                                     const templates::Rendered& rendered, const Config& config,
+                                                     const templates::Problem& problem, std::uint64_t seed,
                                                      const std::map<std::size_t, std::size_t>& alias = {},
                                                      unsigned workers = 1, std::size_t shift = 0) {
   const templates::Workload w = family.make_workload(problem, seed);
