@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,10 +125,24 @@ std::vector<Part> cache_dir_parts() {
   return parts;
 }
 
+/// Whether `lock`, a lock file as FileLock makes them (base/files.hpp), is held now: a session writing its log
+/// holds the log's. Removed, the next session would lock a new one and write beside the first.
+bool lock_held(const std::filesystem::path& lock) {
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  int r;
+  while ((r = ::flock(fd, LOCK_SH | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  const bool held = r != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases a lock this took
+  return held;
+}
+
 /// Removes what `dir` holds but the files a running ktune writes now (a temp
 /// file, an emulation compile's source and object: a tune would take the
-/// compile for a failed config); what another process removed meanwhile is
-/// no error. Returns what it removed and, in `kept`, what it left.
+/// compile for a failed config; a held lock file and the file it guards: a
+/// tuning session's log); what another process removed meanwhile is no error.
+/// Returns what it removed and, in `kept`, what it left.
 Usage clean_folder(const std::filesystem::path& dir, Usage& kept) {
   namespace fs = std::filesystem;
   const auto gone = [](const std::error_code& ec) { return !ec || ec == std::errc::no_such_file_or_directory; };
@@ -138,7 +154,8 @@ Usage clean_folder(const std::filesystem::path& dir, Usage& kept) {
     const bool folder = it->is_directory(e);
     const std::uintmax_t size = folder ? 0 : it->file_size(e);
     const Usage u = folder ? usage_of(it->path()) : Usage{1, e ? 0 : size};
-    if (!folder && (temp_file_in_progress(name) || tuner::emu::compile_in_progress(name))) {
+    if (!folder && (temp_file_in_progress(name) || tuner::emu::compile_in_progress(name) ||
+                    (name.ends_with(".lock") && lock_held(it->path())) || lock_held(lock_path(it->path())))) {
       kept.files += u.files;
       kept.bytes += u.bytes;
       continue;

@@ -660,6 +660,23 @@ TEST_CASE("CLI: cache size reports KTUNE_CACHE_DIR's parts, cache clean empties 
                       Catch::Contains("; kept 3 that running ktune processes are writing"));
   for (const auto& name : kept) CHECK(std::filesystem::exists(dir / name));
   for (const auto& name : removed) CHECK_FALSE(std::filesystem::exists(dir / name));
+  // A session's log and the lock it holds stay, with --logs too; a log whose writer is gone goes, and the lock
+  // file a killed writer left.
+  for (const auto& name : kept) std::filesystem::remove(dir / name);
+  std::filesystem::create_directories(dir / "sessions");
+  for (const char* f : {"sessions/live.log", "sessions/done.log", "sessions/killed.log.lock"})
+    std::ofstream(dir / f) << "x";
+  {
+    const ktune::FileLock held(ktune::lock_path(dir / "sessions/live.log"));
+    REQUIRE(run_command(env + ktune_exe().string() + " cache clean --logs", &out) == 0);
+    CHECK_THAT(out, Catch::Contains("removed 2 files") && Catch::Contains("; kept 2 that running ktune processes"));
+    CHECK(std::filesystem::exists(dir / "sessions/live.log"));
+    CHECK(std::filesystem::exists(ktune::lock_path(dir / "sessions/live.log")));
+    CHECK_FALSE(std::filesystem::exists(dir / "sessions/done.log"));
+    CHECK_FALSE(std::filesystem::exists(dir / "sessions/killed.log.lock"));
+  }
+  REQUIRE(run_command(env + ktune_exe().string() + " cache clean --logs", &out) == 0);
+  CHECK_FALSE(std::filesystem::exists(dir / "sessions/live.log"));
 }
 
 TEST_CASE("CLI: replay with time budgets says a target was not reached within them, never '>0'", "[cli]") {
