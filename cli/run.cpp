@@ -3,6 +3,7 @@
 // emulation backend's speed.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -91,6 +92,7 @@ void run_variant(const RunArgs& a, const Global& global) {
                         {"backend", runner->backend()}, {"device", runner->device().name}, {"ok", r.ok},
                         {"failure", r.failure},      {"max_error", r.max_error},   {"compile_ms", r.compile_ms}};
     for (const auto& [name, e] : r.errors) j["errors"][name] = e;
+    for (const auto& e : r.rms_errors) j["rms_errors"][e.buffer] = {{"rms", e.rms}, {"atol", e.atol}};
     if (chosen) j["config_source"] = chosen->source;
     if (!stands_in.empty()) j["config_source"] = "default" + stands_in;
     if (r.timing) j["median_ms"] = r.timing->median_ms;
@@ -98,7 +100,15 @@ void run_variant(const RunArgs& a, const Global& global) {
       j["launches"].push_back({{"kernel", kernel}, {"median_ms", m.median_ms}});
     std::cout << j.dump() << "\n";
   } else {
-    for (const auto& [name, e] : r.errors) std::cout << fmt::format("  {:<24} relative L2 error {:.3g}\n", name, e);
+    // A buffer with an atol passes within either tolerance: its RMS error beside the relative one, which is
+    // large (or infinite) where the answer is near zero.
+    for (const auto& [name, e] : r.errors) {
+      const auto rms = std::ranges::find(r.rms_errors, name, &tuner::RunResult::RmsError::buffer);
+      std::cout << fmt::format("  {:<24} relative L2 error {:.3g}{}\n", name, e,
+                               rms == r.rms_errors.end()
+                                   ? ""
+                                   : fmt::format(", RMS error {:.3g} (atol {:.1g})", rms->rms, rms->atol));
+    }
     if (r.timing)
       std::cout << fmt::format("  time: median {:.4f} ms (p20 {:.4f}, p80 {:.4f}; {})\n", r.timing->median_ms,
                                r.timing->p20_ms, r.timing->p80_ms, r.timing->method);

@@ -145,8 +145,6 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
                      value_at(t, expected, furthest));
 }
 
-namespace {
-/// sqrt(mean((got - expected)^2)); +inf where either is not finite or the sizes differ.
 double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
   const std::size_t n = got.size() / size_of(t);
   if (got.size() != expected.size() || n == 0) return got.size() == expected.size() ? 0.0 : INFINITY;
@@ -158,8 +156,6 @@ double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<s
   }
   return std::sqrt(sum / static_cast<double>(n));
 }
-}  // namespace
-
 bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative) {
   if (relative <= b.tolerance) return true;  // NaN compares false
   return b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol;

@@ -60,6 +60,9 @@ std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const st
 /// Error(kCheckFailed) "WHAT: NAME relative L2 error E > TOLERANCE" past b's
 /// tolerance (a NaN included).
 double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what);
+/// sqrt(mean((got - expected)^2)): the error a buffer's atol bounds; +inf where either is not finite or the sizes
+/// differ.
+double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
 /// Whether `got`, `relative` off `b`'s expected result (relative_l2), passes: within b's tolerance, or within
 /// its atol as an RMS error (a NaN fails).
 bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative);

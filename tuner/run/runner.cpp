@@ -66,6 +66,8 @@ nlohmann::json to_json(const RunResult& r) {
   nlohmann::json j = {{"ok", r.ok}, {"failure", r.failure}, {"max_error", r.max_error},
                       {"compile_ms", r.compile_ms}, {"wall_ms", r.wall_ms}, {"errors", nlohmann::json::array()}};
   for (const auto& [name, e] : r.errors) j["errors"].push_back({{"buffer", name}, {"error", e}});
+  for (const auto& e : r.rms_errors)
+    j["rms_errors"].push_back({{"buffer", e.buffer}, {"rms", e.rms}, {"atol", e.atol}});
   if (r.timing) j["timing"] = measurement_json(*r.timing);
   for (const auto& [kernel, m] : r.launch_timings)
     j["launch_timings"].push_back({{"kernel", kernel}, {"timing", measurement_json(m)}});
@@ -83,6 +85,10 @@ RunResult run_result_from_json(const nlohmann::json& j) {
   for (const auto& e : j.at("errors"))
     r.errors.emplace_back(e.at("buffer").get<std::string>(),
                           e.at("error").is_number() ? e["error"].get<double>() : std::nan(""));
+  if (j.contains("rms_errors"))  // absent in logs written before it was recorded
+    for (const auto& e : j["rms_errors"])
+      r.rms_errors.push_back({e.at("buffer").get<std::string>(),
+                              e.at("rms").is_number() ? e["rms"].get<double>() : INFINITY, e.at("atol").get<double>()});
   if (j.contains("timing")) r.timing = measurement_from_json(j["timing"]);
   if (j.contains("launch_timings"))
     for (const auto& l : j["launch_timings"])
@@ -93,6 +99,7 @@ RunResult run_result_from_json(const nlohmann::json& j) {
 void check_results(const templates::Workload& workload, const std::vector<std::vector<std::byte>>& results,
                    RunResult& result) {
   result.errors.clear();
+  result.rms_errors.clear();
   result.max_error = 0;
   std::string worst;
   for (std::size_t i = 0; i < workload.buffers.size(); ++i) {
@@ -100,6 +107,8 @@ void check_results(const templates::Workload& workload, const std::vector<std::v
     if (b.role != templates::Role::kOutput && b.role != templates::Role::kInOut) continue;
     const double e = templates::relative_l2(b.dtype, results.at(i), b.expected);
     result.errors.emplace_back(b.name, e);
+    if (b.atol > 0)
+      result.rms_errors.push_back({b.name, templates::rms_error(b.dtype, results.at(i), b.expected), b.atol});
     const bool pass = templates::within_tolerance(b, results.at(i), e);
     if (!pass && worst.empty()) worst = "validation: " + templates::mismatch(b, results.at(i), e);
     if (!(e <= result.max_error)) result.max_error = e;

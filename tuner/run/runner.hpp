@@ -54,6 +54,14 @@ struct RunResult {
   std::string failure;  ///< "compile: ...", "launch: ...", "validation: ...", "timeout: ..."
   double max_error = 0;  ///< worst relative L2 error over the checked buffers
   std::vector<std::pair<std::string, double>> errors;  ///< per checked buffer
+  /// A checked buffer with an absolute tolerance (one whose answer may be near zero, where a relative error says
+  /// little): its RMS error and that atol; it passes within either tolerance.
+  struct RmsError {
+    std::string buffer;
+    double rms = 0;
+    double atol = 0;
+  };
+  std::vector<RmsError> rms_errors;
   std::optional<Measurement> timing;
   /// With RunOptions::per_launch: each launch's kernel name and its time alone.
   std::vector<std::pair<std::string, Measurement>> launch_timings;
@@ -83,7 +91,7 @@ class Backend;
 std::unique_ptr<Runner> make_backend_runner(std::unique_ptr<exec::Backend> backend);
 
 /// Compares a run's buffers with the workload's expected contents; fills
-/// `errors`, `max_error`, and `ok`/`failure`. Shared by every runner.
+/// `errors`, `rms_errors`, `max_error`, and `ok`/`failure`. Shared by every runner.
 void check_results(const templates::Workload& workload, const std::vector<std::vector<std::byte>>& results,
                    RunResult& result);
 
