@@ -156,6 +156,16 @@ Entry parse_entry(const json& j) {
   e.date = get_string(j, "date");
   if (!iso8601_utc(e.date))
     bad(fmt::format("entry field 'date' must be ISO 8601 UTC (YYYY-MM-DDTHH:MM:SSZ), got '{}'", excerpt(e.date)));
+  // A date to come would supersede every later measurement of its key (prune keeps the newest): a day's slack
+  // for clocks that differ.
+  const std::time_t tomorrow = std::time(nullptr) + 24 * 3600;
+  std::tm t{};
+  char latest[32] = "";
+  if (::gmtime_r(&tomorrow, &t) != nullptr) std::strftime(latest, sizeof latest, "%Y-%m-%dT%H:%M:%SZ", &t);
+  if (latest[0] != '\0' && e.date.compare(0, 19, latest, 19) > 0)
+    bad(fmt::format("entry field 'date' is {}, more than a day from now: the clock of the machine that measured it "
+                    "was wrong, or the date was edited; give the date it was measured",
+                    e.date));
   e.ktune_version = get_string(j, "ktune_version");
   return e;
 }

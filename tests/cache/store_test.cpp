@@ -367,6 +367,10 @@ TEST_CASE("a cache entry's date is ISO 8601 UTC, its percentiles ordered, its ti
     doc["entries"][1]["date"] = "2025-02-30T00:00:00Z";
     expect = "'date' must be ISO 8601 UTC";
   }
+  SECTION("a date to come, which would supersede every later measurement of its key") {
+    doc["entries"][1]["date"] = "2999-01-01T00:00:00Z";
+    expect = "entry field 'date' is 2999-01-01T00:00:00Z, more than a day from now";
+  }
   SECTION("an empty date") {
     doc["entries"][1]["date"] = "";
     expect = "'date' must be ISO 8601 UTC";
