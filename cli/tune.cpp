@@ -60,7 +60,7 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
   cmd->add_option("--problem", opts->problem,
                   "Problem JSON {\"dtype\":..., \"dims\":{...}}; required with --family; with --spec, default: the "
-                  "spec's first problem")
+                  "spec's first problem; not with --model, whose --ctx, --batch and --dtype shape its kernels")
       ->check(json_text());
   cmd->add_option("--parameters", opts->parameters, kParametersHelp)->check(json_text());
   add_model_options(cmd, opts->model, {.ctx = 256, .batch = 4});
@@ -135,6 +135,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::vector<tuner::KernelRequest> requests;
     if (by_model) {
       KTUNE_REQUIRE(opts->parameters.empty(), "--parameters are one kernel's: give them with --family or --spec");
+      KTUNE_REQUIRE(opts->problem.empty(), "--problem is one kernel's shape: give it with --family or --spec; the "
+                                           "kernels of --model take theirs from --ctx, --batch and --dtype");
       requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model),
                                      model::parse_precision(opts->dtype));
     } else {

@@ -470,6 +470,13 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
   CHECK_THAT(err, Catch::Contains("--ctx shapes the kernels of --model"));
   CHECK(run_bad(neg + "--dtype bf16", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--dtype shapes the kernels of --model"));
+  // And one kernel's problem with --model, whose kernels take their shapes from --ctx, --batch and --dtype.
+  const auto model_dir = ktune::test::scratch_dir("cli-model-problem");
+  CHECK(run_bad("tune --backend emu --model tiny --budget 1 --problem '{\"dtype\":\"bf16\",\"dims\":{\"n\":64}}' "
+                "--cache " + (model_dir / "c.json").string() + " --log " + (model_dir / "s").string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--problem is one kernel's shape"));
+  CHECK(std::filesystem::is_empty(model_dir));
   CHECK(run_bad(neg + "--timeout 1 --no-isolate", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--timeout excludes --no-isolate"));
   // A session none of whose configs ran says what stopped them (it said none "passed validation").
