@@ -108,16 +108,18 @@ void add_compile_command(CLI::App& app, Global& global) {
   cmd->add_option("--spec", opts->specs, std::string(kSpecHelp) + " (repeatable)")->check(input_file());
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
   cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
-  cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
-      ->check(integer_at_least(1))
-      ->default_str("none");
+  auto* sample = cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
+                     ->check(integer_at_least(1))
+                     ->default_str("none");
   cmd->add_option("--seed", opts->check.seed, "Seed of --sample")
       ->check(integer_at_least(0))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(sample);
   cmd->add_option("--threads", opts->check.threads, "Parallel compilations")
       ->check(thread_count())
       ->default_str("KTUNE_COMPILE_THREADS, else cores");
-  auto* quiet = cmd->add_flag("--quiet", opts->quiet, "Print only failures and the summary line");
+  auto* quiet =
+      cmd->add_flag("--quiet", opts->quiet, "Print only failures and the summary line (progress still on stderr)");
   cmd->add_flag("--verbose,-v", opts->verbose, "One row per variant instead of one per family")->excludes(quiet);
   cmd->add_flag("--no-cache", opts->no_cache, "Ignore the on-disk binary cache");
   cmd->callback([opts, &global] {

@@ -477,6 +477,9 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
                 &err) == 2);
   CHECK_THAT(err, Catch::Contains("--problem is one kernel's shape"));
   CHECK(std::filesystem::is_empty(model_dir));
+  // A seed with nothing to draw: compile's --seed seeds --sample only.
+  CHECK(run_bad("compile --family prim_neg --seed 3", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--seed requires --sample"));
   CHECK(run_bad(neg + "--timeout 1 --no-isolate", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--timeout excludes --no-isolate"));
   // A session none of whose configs ran says what stopped them (it said none "passed validation").
