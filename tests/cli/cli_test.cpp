@@ -440,6 +440,28 @@ TEST_CASE("CLI: --help lists the families and strategies an option takes", "[cli
   }
 }
 
+TEST_CASE("CLI: the problem run --help gives as an example is one a family takes", "[cli]") {
+  std::string out;
+  REQUIRE(run_ktune("run --help", &out) == 0);
+  const auto lines = lines_starting(out, "  --problem ");
+  REQUIRE(lines.size() == 1);
+  const auto open = lines[0].find("'{"), close = lines[0].find("}'", open);
+  REQUIRE(open != std::string::npos);
+  REQUIRE(close != std::string::npos);
+  const auto problem =
+      ktune::templates::Problem::from_json(nlohmann::json::parse(lines[0].substr(open + 1, close - open)));
+  std::vector<std::string> taken_by;
+  for (const auto* family : ktune::templates::all_families()) {
+    try {
+      family->check(problem);
+      taken_by.push_back(family->name());
+    } catch (const std::exception&) {
+    }
+  }
+  INFO(lines[0]);
+  CHECK_FALSE(taken_by.empty());
+}
+
 TEST_CASE("CLI: a problem missing a dimension says so and names the family's dims", "[cli]") {
   std::string out;
   CHECK(run_bad("render --family adamw --problem '{\"dtype\":\"f32\",\"dims\":{\"numel\":64}}'", &out) == 2);
