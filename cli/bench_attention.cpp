@@ -125,8 +125,8 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
   cmd->add_option("--dims", o->dims, "Head dims of the seed 003 table")->capture_default_str();
   cmd->add_option("--seqs", o->seqs, "Sequence lengths of the seed 003 table")->capture_default_str();
   cmd->add_option("--dtype", o->dtype,
-                  "dtype of the seed 003 table: f32 (flash on the tf32 matrix units, eager in f32), bf16 or f16 "
-                  "(flash only)")
+                  "dtype of the seed 003 table: f32 (flash on the tf32 matrix units, eager in f32), bf16 (flash and "
+                  "eager), or f16 (flash only)")
       ->capture_default_str();
   cmd->add_flag("--causal", o->causal, "Causal mask in the seed 003 table (the two other cases always use one)");
   cmd->add_flag("--no-eager", o->no_eager,

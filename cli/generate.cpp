@@ -35,7 +35,8 @@ void add_generate_command(CLI::App& app, Global& global) {
       ->default_str(std::to_string(o->m.default_ctx));
   add_backend_options(cmd, o->m);
   cmd->add_option("--weights", o->g.weights,
-                  "Safetensors weights (a --save or --checkpoint file; default: random init)")
+                  "Safetensors weights (a --save or --checkpoint file; default: random init; without --model "
+                  "or a size override, the model it holds, and without --ctx, the context it was trained at)")
       ->check(input_file());
   cmd->add_option("--prompt", o->prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")->required();
   cmd->add_option("--max-tokens", o->g.max_tokens, "Tokens to draw at most")

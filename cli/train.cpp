@@ -142,7 +142,9 @@ void add_train_command(CLI::App& app, Global& global) {
                   "--batch")
       ->check(integer_at_least(1))
       ->capture_default_str();
-  cmd->add_option("--weights", o->t.weights, "Start from these safetensors weights (default: random init)")
+  cmd->add_option("--weights", o->t.weights,
+                  "Start from these safetensors weights (default: random init; without --model or a size override, "
+                  "the model it holds, and without --ctx, the context it was trained at)")
       ->check(input_file());
   cmd->add_option("--save", o->t.save,
                   "Write the trained weights here (safetensors) after the last step, or after the step running "
