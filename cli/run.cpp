@@ -33,6 +33,7 @@ struct RunArgs {
   std::uint64_t seed = 1;
   std::string arch = kDefaultArch;
   unsigned workers = 0;
+  bool emulation_options = false;  ///< --arch or --workers given: they shape the emulation only
   bool time = false;
   double timeout_s = 0;  ///< > 0: the variant runs in a worker process, killed past it
   std::string cache;     ///< a tuned cache: its config for the problem on the device
@@ -43,6 +44,9 @@ void run_variant(const RunArgs& a, const Global& global) {
   const auto& family = family_arg(a.family, a.spec);
   KTUNE_REQUIRE(!a.time || a.backend == "gpu",
                 "--time times the variant on the GPU (--backend gpu); the emulation's times would be host wall times");
+  KTUNE_REQUIRE(a.backend == "emu" || !a.emulation_options,
+                "--arch and --workers shape the emulation (--backend emu); on --backend gpu the device's own "
+                "architecture runs the variant");
   if (a.backend == "emu")
     if (const auto* s = dynamic_cast<const spec::SpecFamily*>(&family)) s->require_emulation();
   // With --timeout the variant runs in a worker process, killed past it.
@@ -167,7 +171,10 @@ void add_run_command(CLI::App& app, Global& global) {
                   "them, and a crash or a hang is a FAIL (default: in this process, no limit)")
       ->check(finite_in(0, 7 * 24 * 3600, true))
       ->default_str("none");
-  cmd->callback([args, &global] { run_variant(*args, global); });
+  cmd->callback([args, cmd, &global] {
+    args->emulation_options = cmd->count("--arch") + cmd->count("--workers") > 0;
+    run_variant(*args, global);
+  });
 }
 
 void add_bench_emu_command(CLI::App& bench, Global& global) {

@@ -480,6 +480,11 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
   // A seed with nothing to draw: compile's --seed seeds --sample only.
   CHECK(run_bad("compile --family prim_neg --seed 3", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--seed requires --sample"));
+  // The emulated device's limits and worker threads, on a GPU (refused before any device is opened).
+  for (const char* option : {"--arch sm_80", "--workers 2"}) {
+    CHECK(run_bad(std::string("run --backend gpu --family prim_neg ") + option, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("--arch and --workers shape the emulation"));
+  }
   CHECK(run_bad(neg + "--timeout 1 --no-isolate", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--timeout excludes --no-isolate"));
   // A session none of whose configs ran says what stopped them (it said none "passed validation").
