@@ -3,9 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <set>
+#include <system_error>
 
 #include "base/error.hpp"
 
@@ -14,6 +17,21 @@ namespace ktune::model {
 namespace {
 
 std::string shape_str(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+std::optional<double> number(const std::string& text) {
+  double v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v;
+}
+
+// A metadata value as the config's: the same text, or the same number
+// written otherwise ("10000.0", as Python's str(10000.0) writes it, or "1e4").
+bool same_value(const std::string& stated, const std::string& value) {
+  if (stated == value) return true;
+  const auto a = number(stated), b = number(value);
+  return a && b && *a == *b;
+}
 
 }  // namespace
 
@@ -92,7 +110,7 @@ std::optional<std::string> differing_size(const std::map<std::string, std::strin
   for (const auto& [key, value] : weights_metadata(config)) {
     if (key == "format" || key == "model") continue;
     const auto it = metadata.find(key);
-    if (it == metadata.end() ? absent_differs : it->second != value) return key;
+    if (it == metadata.end() ? absent_differs : !same_value(it->second, value)) return key;
   }
   return std::nullopt;
 }

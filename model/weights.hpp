@@ -23,8 +23,9 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
 /// d_model, d_ff, num_layers, num_heads, rope_theta) and format "pt".
 std::map<std::string, std::string> weights_metadata(const ModelConfig& config);
 /// The first of weights_metadata(config)'s sizes (its "format" and model
-/// name aside) that `metadata` states otherwise; one it does not state
-/// differs only when `absent_differs`.
+/// name aside) that `metadata` states otherwise (a number written another
+/// way, "10000.0" for 10000, is the same); one it does not state differs
+/// only when `absent_differs`.
 std::optional<std::string> differing_size(const std::map<std::string, std::string>& metadata,
                                           const ModelConfig& config, bool absent_differs);
 /// A value as messages write it: "NaN" for either sign of it (printf's "-nan"

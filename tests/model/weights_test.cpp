@@ -1,5 +1,6 @@
 #include "model/weights.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <limits>
@@ -76,6 +77,31 @@ TEST_CASE("weights of a model of another shape, or that are not finite, are refu
   extra.add("optimizer.exp_avg.ln_final.weight", extra.at("ln_final.weight"));
   load_weights(b, extra, "extra.st");
   CHECK(std::equal(tiny.parameters().begin(), tiny.parameters().end(), b.parameters().begin()));
+}
+
+TEST_CASE("a weights file's metadata may write its numbers otherwise, as Python's str(float) does",
+          "[model][weights]") {
+  const RunShape shape{1, 4};
+  Transformer<float> tiny(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
+  tiny.init_parameters(3);
+  Transformer<float> b(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
+  for (const char* theta : {"10000.0", "1e4", "10000"}) {
+    INFO(theta);
+    TensorFile file = weights_file(tiny);
+    file.metadata["rope_theta"] = theta;
+    file.metadata["d_model"] = "64.0";
+    CHECK_FALSE(differing_size(file.metadata, model_config("tiny"), /*absent_differs=*/true));
+    std::fill(b.parameters().begin(), b.parameters().end(), std::numeric_limits<float>::quiet_NaN());
+    load_weights(b, file, "theta.st");
+    CHECK(std::equal(tiny.parameters().begin(), tiny.parameters().end(), b.parameters().begin()));
+  }
+  // Another value is another model's, however it is written.
+  for (const char* theta : {"500000.0", "10000.5", "ten thousand"}) {
+    TensorFile file = weights_file(tiny);
+    file.metadata["rope_theta"] = theta;
+    CHECK(differing_size(file.metadata, model_config("tiny"), /*absent_differs=*/false) == "rope_theta");
+    CHECK_THROWS_WITH(load_weights(b, file, "theta.st"), Catch::Contains(std::string("rope_theta ") + theta));
+  }
 }
 
 }  // namespace model_weights_test
