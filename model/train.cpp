@@ -380,10 +380,14 @@ std::int32_t sample_token(std::span<const float> logits, double temperature, dou
     if (std::isnan(l)) throw_error(ErrorKind::kCheckFailed, "the model's logits hold NaN");
   const auto best = std::max_element(logits.begin(), logits.end());
   if (temperature == 0) return static_cast<std::int32_t>(best - logits.begin());
-  // Probabilities in double, from the largest logit down, so no exponential overflows.
+  // Probabilities in double, from the largest logit down, so no exponential overflows. Where the
+  // largest is infinite (+inf, or every logit -inf), the tokens at it share the whole probability, the
+  // softmax's limit, rather than inf - inf making every probability NaN.
+  const float top = *best;
   std::vector<double> p(logits.size());
   double total = 0;
-  for (std::size_t i = 0; i < p.size(); ++i) total += p[i] = std::exp((logits[i] - *best) / temperature);
+  for (std::size_t i = 0; i < p.size(); ++i)
+    total += p[i] = std::isinf(top) ? (logits[i] == top ? 1.0 : 0.0) : std::exp((logits[i] - top) / temperature);
   std::vector<std::int32_t> order(p.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b]; });

@@ -170,7 +170,9 @@ struct GenerateOptions : RunOptions {
 /// One token drawn from `logits` (vocab values): the argmax (the first of
 /// equal ones) when temperature is 0, else from softmax(logits /
 /// temperature) restricted to the smallest set of likeliest tokens whose
-/// probability reaches top_p (ties broken by the lower id), renormalised.
+/// probability reaches top_p (ties broken by the lower id), renormalised;
+/// where the largest logit is infinite, the tokens at it share the whole
+/// probability (the softmax's limit).
 /// Throws kInvalidInput for a temperature below 0 or top_p outside (0, 1],
 /// kCheckFailed for logits holding NaN.
 std::int32_t sample_token(std::span<const float> logits, double temperature, double top_p, std::mt19937_64& rng);

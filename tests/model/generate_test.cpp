@@ -61,6 +61,18 @@ TEST_CASE("sample_token: the argmax at temperature 0, else the tempered softmax'
   const std::vector<float> far = {0.0f, -1e6f, 1.0f};
   CHECK(frequencies(far, 1, 1, 4000).count(1) == 0);
 
+  // An infinite logit (a forward that overflowed) takes all the probability, shared by the tokens at it.
+  const float inf = std::numeric_limits<float>::infinity();
+  f = frequencies({1.0f, inf, 2.0f, inf, -inf}, 1, 1, 4000);
+  CHECK(f.size() == 2);
+  CHECK(f[1] == Approx(0.5).margin(0.04));
+  CHECK(f[3] == Approx(0.5).margin(0.04));
+  f = frequencies({1.0f, inf, 2.0f}, 0.5, 0.3, 100);
+  CHECK((f.size() == 1 && f.count(1) == 1));
+  f = frequencies({-inf, -inf, -inf}, 1, 1, 3000);  // every logit -inf: all alike
+  CHECK(f.size() == 3);
+  for (const auto& [token, share] : f) CHECK(share == Approx(1.0 / 3).margin(0.04));
+
   CHECK_THROWS_WITH(sample_token(logits, -1, 1, rng), Catch::Contains("temperature -1"));
   CHECK_THROWS_WITH(sample_token(logits, 1, 0, rng), Catch::Contains("top-p 0"));
   CHECK_THROWS_WITH(sample_token(logits, 1, 1.5, rng), Catch::Contains("top-p 1.5"));
