@@ -28,7 +28,9 @@ std::string read_maybe_gzip(const std::filesystem::path& file) {
   int err = 0;
   const char* msg = gzerror(in, &err);
   const bool bad = n < 0 || (err != Z_OK && err != Z_STREAM_END);
-  const std::string why = bad ? msg : "";
+  // zlib's message may begin with the path it was given: the file is named once.
+  std::string why = bad ? msg : "";
+  if (const std::string path = file.string() + ": "; why.rfind(path, 0) == 0) why.erase(0, path.size());
   gzclose(in);
   if (bad) throw_error(ErrorKind::kInvalidInput, fmt::format("cannot decompress {}: {}", file.string(), why));
   return text;

@@ -19,7 +19,11 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
   kernel_name_ = doc.value("kernel_name", "unknown");
   std::vector<std::string> keys;
   if (doc.contains("tune_params_keys") && doc["tune_params_keys"].is_array()) {
-    for (const auto& k : doc["tune_params_keys"]) keys.push_back(k.get<std::string>());
+    for (const auto& k : doc["tune_params_keys"]) {
+      KTUNE_REQUIRE(k.is_string(), fmt::format("{}: \"tune_params_keys\" lists {}, not a parameter's name",
+                                               file.string(), k.dump()));
+      keys.push_back(k.get<std::string>());
+    }
   } else {
     for (const auto& [k, _] : doc["tune_params"].items()) keys.push_back(k);
   }
@@ -36,6 +40,8 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
     if (!integral) labels_[name] = std::vector<json>(values.begin(), values.end());
     params.push_back(std::move(p));
   }
+  KTUNE_REQUIRE(!params.empty(), fmt::format("{}: no tunable parameter in \"tune_params\": no space to search",
+                                             file.string()));
   space_ = Space(std::move(params));
 
   optimum_ms_ = INFINITY;
@@ -63,12 +69,19 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
     if (!index) continue;
     Outcome o;
     const auto ms = [&](const char* field) {
-      return entry.contains(field) && entry[field].is_number() ? entry[field].get<double>() : 0.0;
+      const double v = entry.contains(field) && entry[field].is_number() ? entry[field].get<double>() : 0.0;
+      KTUNE_REQUIRE(std::isfinite(v) && v >= 0, fmt::format("{}: configuration \"{}\" records a {} of {} ms; a cost "
+                                                            "is a duration, 0 or more",
+                                                            file.string(), key, field, entry[field].dump()));
+      return v;
     };
     o.cost_s = (ms("compile_time") + ms("verification_time") + ms("benchmark_time")) / 1000.0;
     brute_force_s_ += o.cost_s;
     const json& t = entry.contains("time") ? entry["time"] : json();
     if (t.is_number() && std::isfinite(t.get<double>()) && t.get<double>() < 1e20) {
+      KTUNE_REQUIRE(t.get<double>() > 0, fmt::format("{}: configuration \"{}\" records a time of {} ms; a "
+                                                     "kernel's time is more than 0",
+                                                     file.string(), key, t.dump()));
       o.ok = true;
       o.time_ms = t.get<double>();
       std::vector<double> times;
@@ -88,6 +101,10 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
   }
   KTUNE_REQUIRE(!records_.empty(), fmt::format("{}: no recorded configuration matches the tunable parameters",
                                                file.string()));
+  KTUNE_REQUIRE(std::isfinite(optimum_ms_),
+                fmt::format("{}: every one of its {} recorded configurations failed: no time to score a search "
+                            "against",
+                            file.string(), records_.size()));
 }
 
 bool ReplayEvaluator::is_valid(const Config& config, std::string* why) const {

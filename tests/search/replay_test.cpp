@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -166,6 +168,50 @@ TEST_CASE("search records export to Kernel Tuner's cache format and replay back"
   CHECK(ReplayEvaluator(dir / "open.json").optimum_ms() == 0.5);
   ktune::write_file_atomic(dir / "bad.json", "{\"x\": 1}");
   CHECK_THROWS_WITH(ReplayEvaluator(dir / "bad.json"), Catch::Contains("not a Kernel Tuner cache"));
+  // A gzip'd file cut short: named once, with zlib's reason.
+  std::ifstream in(dir / "log.json.gz", std::ios::binary);
+  const std::string gz{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  REQUIRE(gz.size() > 100);
+  ktune::write_file_atomic(dir / "cut.json.gz", gz.substr(0, gz.size() / 2));
+  const std::string cut = (dir / "cut.json.gz").string();
+  CHECK_THROWS_WITH(ReplayEvaluator(cut), "cannot decompress " + cut + ": unexpected end of file");
+}
+
+TEST_CASE("replay refuses a file it cannot score: no parameters, no success, a time or cost out of range",
+          "[search][replay]") {
+  const auto dir = ktune::test::scratch_dir("kt-unscorable");
+  const auto refused = [&](const nlohmann::json& doc) {
+    ktune::write_file_atomic(dir / "k.json", doc.dump());
+    try {
+      ReplayEvaluator e(dir / "k.json");
+    } catch (const ktune::Error& e) {
+      CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const nlohmann::json two = {{"tune_params", {{"a", {1, 2}}}},
+                              {"cache", {{"1", {{"a", 1}, {"time", 1.0}}}, {"2", {{"a", 2}, {"time", 2.0}}}}}};
+  ktune::write_file_atomic(dir / "two.json", two.dump());
+  CHECK(ReplayEvaluator(dir / "two.json").optimum_ms() == 1.0);
+  nlohmann::json doc = two;
+  doc["cache"]["1"]["time"] = "CompilationFailedConfig";
+  doc["cache"]["2"]["time"] = "InvalidConfig";
+  CHECK_THAT(refused(doc), Catch::Contains("every one of its 2 recorded configurations failed"));
+  doc = two;
+  doc["tune_params"] = nlohmann::json::object();
+  CHECK_THAT(refused(doc), Catch::Contains("no tunable parameter"));
+  doc = two;
+  doc["tune_params_keys"] = {1};
+  CHECK_THAT(refused(doc), Catch::Contains("\"tune_params_keys\" lists 1, not a parameter's name"));
+  doc = two;
+  doc["cache"]["1"]["time"] = 0.0;
+  CHECK_THAT(refused(doc), Catch::Contains("configuration \"1\" records a time of 0.0 ms"));
+  doc["cache"]["1"]["time"] = -1.0;
+  CHECK_THAT(refused(doc), Catch::Contains("records a time of -1.0 ms"));
+  doc = two;
+  doc["cache"]["2"]["compile_time"] = -5000.0;
+  CHECK_THAT(refused(doc), Catch::Contains("configuration \"2\" records a compile_time of -5000.0 ms"));
 }
 
 TEST_CASE("replay maps non-integer parameter values to indices", "[search][replay]") {
