@@ -149,23 +149,32 @@ void add_replay_command(CLI::App& app, Global& global) {
       for (const auto& b : r.budgets)
         std::cout << fmt::format("  {:>{}}  {:>8.3f}  {:>8.3f}  {:>8.3f}\n", b.budget.label, w, b.fraction.median,
                                  b.fraction.p25, b.fraction.p75);
-      const auto pct = [&](double s) { return 100 * s / evaluator.brute_force_s(); };
+      // A file that records no costs has no brute-force time to take a share of.
+      const bool costs = evaluator.brute_force_s() > 0;
+      const auto pct = [&](double s) {
+        return costs ? fmt::format("{:.1f}%", 100 * s / evaluator.brute_force_s()) : std::string("n/a");
+      };
       for (const auto& b : r.budgets)
         if (b.budget.stop)
-          std::cout << fmt::format("  {} stopped the runs after {:.0f} evaluations (p25 {:.0f}, p75 {:.0f}), {:.1f}% of "
-                                   "the brute-force time (p25 {:.1f}%, p75 {:.1f}%)\n",
+          std::cout << fmt::format("  {} stopped the runs after {:.0f} evaluations (p25 {:.0f}, p75 {:.0f}), {} of "
+                                   "the brute-force time (p25 {}, p75 {})\n",
                                    b.budget.label, b.stopped_evals.median, b.stopped_evals.p25, b.stopped_evals.p75,
                                    pct(b.stopped_s.median), pct(b.stopped_s.p25), pct(b.stopped_s.p75));
-      std::cout << fmt::format("  evaluations to {:.0f}% of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n",
-                               args->target * 100, evals_text(r.evals_to_target.median, unreached),
+      // The target as given: --target 0.9995 is 99.95 %, not a rounded 100 %.
+      const std::string target = fmt::format("{:g}%", args->target * 100);
+      std::cout << fmt::format("  evaluations to {} of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n",
+                               target, evals_text(r.evals_to_target.median, unreached),
                                evals_text(r.evals_to_target.p25, unreached),
                                evals_text(r.evals_to_target.p75, unreached), r.runs_reaching_target, r.runs);
-      const auto share = [&](double s) {
-        return std::isfinite(s) ? fmt::format("{:.1f}%", 100 * s / evaluator.brute_force_s()) : not_within;
-      };
-      std::cout << fmt::format("  recorded time to {:.0f}% of optimum (share of brute force): median {}, p25 {}, p75 {}\n",
-                               args->target * 100, share(r.seconds_to_target.median), share(r.seconds_to_target.p25),
-                               share(r.seconds_to_target.p75));
+      const auto share = [&](double s) { return std::isfinite(s) ? pct(s) : not_within; };
+      if (costs)
+        std::cout << fmt::format("  recorded time to {} of optimum (share of brute force): median {}, p25 {}, p75 {}\n",
+                                 target, share(r.seconds_to_target.median), share(r.seconds_to_target.p25),
+                                 share(r.seconds_to_target.p75));
+      else
+        std::cout << fmt::format("  recorded time to {} of optimum: n/a ({} records no compile, verification or "
+                                 "benchmark time)\n",
+                                 target, args->dataset);
       std::cout << fmt::format("  search overhead per proposal: mean {:.2f} ms, max {:.2f} ms; setup at most {:.0f} "
                                "ms\n\n",
                                r.proposal_ms_mean, r.proposal_ms_max, r.setup_ms_max);

@@ -733,6 +733,35 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   REQUIRE(run_ktune(replay + " --budget 4evals 2>&1", &out) == 0);
 }
 
+TEST_CASE("CLI: replay prints its target as given and no share of a brute-force time the file does not record",
+          "[cli]") {
+  // 16 recorded points with times only: Kernel Tuner's fields of their costs are absent.
+  nlohmann::json kt = {{"tune_params_keys", {"a"}}, {"tune_params", {{"a", nlohmann::json::array()}}},
+                       {"cache", nlohmann::json::object()}};
+  for (int a = 1; a <= 16; ++a) {
+    kt["tune_params"]["a"].push_back(a);
+    kt["cache"][std::to_string(a)] = {{"a", a}, {"time", 1.0 + a}};
+  }
+  const auto dir = ktune::test::scratch_dir("cli-replay-target");
+  std::ofstream(dir / "kt.json") << kt.dump();
+  const std::string replay = "replay --dataset " + (dir / "kt.json").string() + " --strategy exhaustive --runs 1";
+  std::string out;
+  REQUIRE(run_ktune(replay + " --budget 8,plateau:3 --target 0.9995 2>&1", &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("evaluations to 99.95% of optimum: median 1,"));
+  CHECK_THAT(out, Catch::Contains("recorded time to 99.95% of optimum: n/a (") &&
+                      Catch::Contains("records no compile, verification or benchmark time)"));
+  CHECK_THAT(out, Catch::Contains("plateau:3 stopped the runs after 4 evaluations (p25 4, p75 4), n/a of the "
+                                  "brute-force time"));
+  CHECK_THAT(out, !Catch::Contains("nan") && !Catch::Contains("100% of optimum"));
+  // A file it cannot read as a space: one line, exit 2.
+  kt["tune_params_keys"] = {7};
+  std::ofstream(dir / "keys.json") << kt.dump();
+  CHECK(run_ktune("replay --dataset " + (dir / "keys.json").string() + " 2>&1", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("\"tune_params_keys\" lists 7, not a parameter's name"));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+}
+
 TEST_CASE("CLI: train counts its steps against --steps and says the time left after each but the first and last",
           "[cli]") {
   std::string out;
