@@ -49,9 +49,9 @@ ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s) 
   const double v = std::strtod(text.c_str(), &end);
   const std::string unit(end);
   KTUNE_REQUIRE(end != text.c_str() && v > 0 &&
-                    (unit.empty() || unit == "evals" || unit == "s" || unit == "m" || unit == "%"),
-                fmt::format("bad budget '{}': give evaluations (100), recorded time (600s, 10m) or a share of the "
-                            "brute-force time (10%)",
+                    (unit.empty() || unit == "evals" || unit == "s" || unit == "m" || unit == "h" || unit == "%"),
+                fmt::format("bad budget '{}': give evaluations (100), recorded time (600s, 10m, 1h) or a share of "
+                            "the brute-force time (10%)",
                             text));
   KTUNE_REQUIRE(unit != "%" || brute_force_s > 0, fmt::format("budget '{}' needs the brute-force time", text));
   const bool evaluations = unit.empty() || unit == "evals";
@@ -59,7 +59,7 @@ ReplayBudget parse_replay_budget(const std::string& text, double brute_force_s) 
   ReplayBudget b;
   b.label = text;
   b.is_time = !evaluations;
-  b.amount = unit == "m" ? v * 60 : unit == "%" ? share_seconds(text, brute_force_s) : v;
+  b.amount = unit == "m" ? v * 60 : unit == "h" ? v * 3600 : unit == "%" ? share_seconds(text, brute_force_s) : v;
   return b;
 }
 

@@ -87,6 +87,17 @@ TEST_CASE("replay budgets as a share of the brute-force time", "[search][replay]
   CHECK(run_replay_study(*eval, options).budgets[0].fraction.median == 1.0);
 }
 
+TEST_CASE("replay takes recorded time in hours as tune takes it", "[search][replay]") {
+  for (const auto& [text, seconds] : {std::pair{"1h", 3600.0}, std::pair{"0.5h", 1800.0}, std::pair{"90m", 5400.0}}) {
+    INFO(text);
+    const auto b = parse_replay_budget(text);
+    CHECK(b.is_time);
+    CHECK(b.amount == seconds);
+    CHECK(b.label == text);
+  }
+  CHECK_THROWS_WITH(parse_replay_budget("1d"), Catch::Contains("recorded time (600s, 10m, 1h)"));
+}
+
 TEST_CASE("replay budgets as a tuning session's stop condition: where a plateau ends each run", "[search][replay]") {
   ReplayEvaluator* eval = ktune::test::replay_dataset("convolution_milo_A4000");
   if (eval == nullptr) {
