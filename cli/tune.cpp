@@ -268,10 +268,8 @@ void add_tune_command(CLI::App& app, Global& global) {
           return;
         }
         const std::string eta = p.eta_s >= 0 ? "ETA " + format_duration(p.eta_s) : "ETA ?";
-        line.update(fmt::format("[{:>5} evaluated of {}, {} failed] best {:.4f} ms, {}  {:.60}",
-                                p.state->evaluations, of_points(p.valid_points), p.state->failures, p.state->best_ms,
-                                eta,
-                                r.config.str() + (r.result.ok ? "" : " FAILED: " + r.result.failure)));
+        line.update(fmt::format("[{:>5} evaluated of {}, {} failed] {}", p.state->evaluations,
+                                of_points(p.valid_points), p.state->failures, tuner::standing(r, p, eta)));
       };
       // A write that fails mid-session (a full disk: the log, a compiled binary) ends it; the log keeps what ran.
       const auto summary = [&] {

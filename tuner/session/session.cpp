@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -525,6 +526,16 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
                 {"finalists", finalists_json(summary)}}}});
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
+}
+
+std::string standing(const Record& last, const search::Progress& progress, const std::string& eta) {
+  // The best time beside its own config; the last evaluation only where it failed.
+  std::string best = "best none";
+  if (progress.best && progress.state && std::isfinite(progress.state->best_ms))
+    best = fmt::format("best {:.4f} ms {:.60}", progress.state->best_ms, progress.best->str());
+  const std::string failed =
+      last.result.ok ? "" : fmt::format("; last {:.60} FAILED: {:.60}", last.config.str(), last.result.failure);
+  return fmt::format("{}, {}{}", best, eta, failed);
 }
 
 nlohmann::json finalists_json(const TuneSummary& summary) {

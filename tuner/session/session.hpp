@@ -100,6 +100,10 @@ using Progress = std::function<void(const Record&, const search::Progress&)>;
 TuneSummary tune(const templates::Family& family, const templates::Problem& problem, Runner& runner,
                  const TuneOptions& options, const Progress& progress = {});
 
+/// Where a search stands after an evaluation, as a progress line says it: the best time so far and its config
+/// ("best none" before a config ran to the end), then `eta`, then why `last` failed where it did.
+std::string standing(const Record& last, const search::Progress& progress, const std::string& eta);
+
 /// The finalists as timed again side by side: config, time_ms, p20_ms, p80_ms each (the log's winner line and
 /// tune's --json).
 nlohmann::json finalists_json(const TuneSummary& summary);

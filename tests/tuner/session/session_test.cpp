@@ -614,6 +614,53 @@ TEST_CASE("an evaluation budget counts the default: --budget N runs N configs", 
   }
 }
 
+TEST_CASE("the progress after each evaluation names the best config so far beside its time, and a failure's reason",
+          "[session]") {
+  // Exhaustive over adamw_single: the default (256 threads, 4 wide), the fastest, first; 1024 threads fail to launch.
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  ScriptedRunner runner;
+  TuneOptions o;
+  o.run.time = true;
+  o.strategy = "exhaustive";
+  std::vector<Record> ran;
+  std::vector<std::string> lines;
+  const auto s = tune(family, problem, runner, o, [&](const Record& r, const search::Progress& p) {
+    ran.push_back(r);
+    lines.push_back(standing(r, p, "ETA 1 s"));
+  });
+  REQUIRE(ran.size() == family.space().size());
+  REQUIRE(s.failures > 0);
+  std::optional<Record> best;
+  std::size_t last_not_best = 0;
+  for (std::size_t i = 0; i < ran.size(); ++i) {
+    INFO(lines[i]);
+    if (ran[i].result.ok && (!best || ran[i].result.timing->median_ms < best->result.timing->median_ms))
+      best = ran[i];
+    if (!best) {
+      CHECK_THAT(lines[i], Catch::StartsWith("best none, ETA 1 s"));
+      continue;
+    }
+    CHECK_THAT(lines[i], Catch::StartsWith(fmt::format("best {:.4f} ms {}, ETA 1 s", best->result.timing->median_ms,
+                                                       best->config.str())));
+    if (ran[i].config != best->config) ++last_not_best;
+    if (!ran[i].result.ok)
+      CHECK_THAT(lines[i], Catch::EndsWith(fmt::format("; last {} FAILED: {}", ran[i].config.str(),
+                                                       ran[i].result.failure)));
+    else
+      CHECK_THAT(lines[i], !Catch::Contains("FAILED"));
+  }
+  CHECK(last_not_best > 0);  // lines where the config just measured is not the best
+  // Before any config ran to the end: no time, the failure said.
+  search::SearchState state;
+  search::Progress none;
+  none.state = &state;
+  Record failed{Config({{"threads", 1024}, {"vec", 1}}), {}};
+  failed.result.failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";
+  CHECK(standing(failed, none, "ETA ?") ==
+        "best none, ETA ?; last {\"threads\":1024,\"vec\":1} FAILED: launch: CUDA_ERROR_ILLEGAL_ADDRESS");
+}
+
 TEST_CASE("a session measures the family's candidates right after the default, then searches", "[session]") {
   // The CS336 leaderboard's backward: the default on the runner's device (sm_90's: the wgmma pass at 128-query
   // tiles), then its fifteen candidates (the wgmma pass with the longest blocks first, overlapped, with
