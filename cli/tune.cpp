@@ -316,9 +316,11 @@ void add_tune_command(CLI::App& app, Global& global) {
       if (print != env::PrintLevel::kQuiet && !global.json) {
         const auto working = std::count_if(view.evaluations.begin(), view.evaluations.end(),
                                            [](const Evaluation& e) { return e.ok; });
-        tops += fmt::format("{} on {}, fastest {} of {} evaluated, as timed in the search:\n", family.name(),
-                            problem.key(), std::min<std::size_t>(kTop, working), summary.records.size());
-        tops += top_table(view, kTop);
+        if (working > 0) {  // a session none of whose configs ran has no fastest: its failures say why
+          tops += fmt::format("{} on {}, fastest {} of {} evaluated, as timed in the search:\n", family.name(),
+                              problem.key(), std::min<std::size_t>(kTop, working), summary.records.size());
+          tops += top_table(view, kTop);
+        }
         if (const std::string failures = failure_table(view.evaluations); !failures.empty())
           tops += fmt::format("{} on {}, the configs that failed, by kind (KTUNE_PRINT=all prints each):\n{}",
                               family.name(), problem.key(), failures);
@@ -379,7 +381,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     if (global.json) {
       std::cout << (requests.size() == 1 && !results.empty() ? results[0] : results).dump(2) << "\n";
     } else {
-      std::cout << tops << table.str();
+      std::cout << tops << (results.empty() ? "" : table.str());
       if (!method.empty()) std::cout << "measured: " << method << "\n";
       if (emulated)
         std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";
@@ -388,7 +390,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                                 : opts->log.empty() ? std::filesystem::path(logs[0]).parent_path().string() + "/"
                                                     : opts->log + ".*";
       const std::string written =
-          results.empty() ? fmt::format("no winner: {} is left as it was", opts->cache)
+          results.empty() ? (std::filesystem::exists(opts->cache)
+                                 ? fmt::format("no winner: {} is left as it was", opts->cache)
+                                 : fmt::format("no winner: nothing written to {}", opts->cache))
                           : fmt::format("{} winner{} written to {}", results.size(), results.size() == 1 ? "" : "s",
                                         opts->cache);
       std::cout << fmt::format("{}; session log{} {}\n", written, logs.size() == 1 ? "" : "s", where);

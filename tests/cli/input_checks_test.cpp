@@ -494,6 +494,17 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
                 &err) == 1);
   CHECK_THAT(err, Catch::Contains("ktune: no config ran to the end for prim_neg on f32;n=64 (") &&
                       Catch::Contains("timeout (timeout: no result within 0.001 s"));
+  CHECK_FALSE(std::filesystem::exists(scratch / "c.json"));
+  // Its report: the failures, no empty table of the fastest or of results, and no cache said to be kept.
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " " + neg + "--budget 2 --timeout 0.001 --cache " +
+                        (scratch / "c.json").string() + " --log " + (scratch / "again.log").string(),
+                    &out) == 1);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("the configs that failed, by kind") &&
+                      Catch::Contains("no winner: nothing written to "));
+  CHECK_THAT(out, !Catch::Contains("fastest 0 of") && !Catch::Contains("| family ") &&
+                      !Catch::Contains("left as it was") && !Catch::Contains("best inf"));
   // Its log lists the configs that failed, by kind: how many, the first and why.
   std::string shown;
   REQUIRE(run_command(ktune_exe().string() + " log show " + (scratch / "s.log").string(), &shown) == 0);
