@@ -82,12 +82,15 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     }
     std::optional<Config> next = strategy.next();
     if (!next) {
-      // A strategy that stops proposing before the valid points are covered has converged, not exhausted them.
+      // A strategy that stops proposing before the valid points are covered has converged, not exhausted them;
+      // one that covered them all ran out of space, whatever the budget left.
       const std::uint64_t valid = evaluator.valid_points();
-      result.stopped_by = valid > state.evaluations ? fmt::format("strategy converged ({} of {} valid configs "
-                                                                  "measured)",
-                                                                  state.evaluations, valid)
-                                                    : "strategy exhausted";
+      result.stopped_by = valid > state.evaluations
+                              ? fmt::format("strategy converged ({} of {} valid configs measured)", state.evaluations,
+                                            valid)
+                          : valid > 0 ? fmt::format("space exhausted (all {} valid config{} measured)", valid,
+                                                    valid == 1 ? "" : "s")
+                                      : "strategy exhausted";
       break;
     }
     bool in_space = false;

@@ -45,8 +45,8 @@ struct SearchResult {
   SearchState state;
   std::uint64_t repeats = 0;   ///< configs the strategy proposed again (answered from memory)
   std::uint64_t rejected = 0;  ///< configs the strategy proposed that is_valid refused
-  /// "budget: ...", "strategy exhausted", "strategy converged (N of V valid configs measured)" (where the
-  /// evaluator knows V), "no progress"
+  /// "budget: ...", "strategy converged (N of V valid configs measured)" or "space exhausted (all V valid configs
+  /// measured)" (where the evaluator knows V), "strategy exhausted" (where it does not), "no progress"
   std::string stopped_by;
 };
 

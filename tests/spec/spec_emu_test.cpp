@@ -104,7 +104,7 @@ TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", 
   CHECK(result["evaluations"] == 11);  // every valid point (spec_test counts them), no more
   CHECK(result["failures"] == 0);
   // What the text row shows is in the JSON too: how the session ended, and what the winner rule judged.
-  CHECK(result["stopped_by"] == "strategy exhausted");
+  CHECK(result["stopped_by"] == "space exhausted (all 11 valid configs measured)");
   CHECK(result["pruned"] == 0);
   CHECK(result["tied"].get<int>() >= 1);
   CHECK(result["default_config"] == nlohmann::json({{"tile", 16}, {"wpt", 2}}));
