@@ -36,10 +36,12 @@ namespace {
 // temporary folder, which every user may write to. Emulation objects are
 // loaded from the cache as code, so the folder is made private (0700) and one
 // that another user made or others may write to is refused, not used.
-std::filesystem::path private_fallback(const std::filesystem::path& tmp) {
+std::filesystem::path private_fallback(const std::filesystem::path& tmp, bool make) {
   const uid_t uid = ::geteuid();
   const auto dir = tmp / fmt::format("ktune-cache-{}", uid);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
+  struct stat st {};
+  if (!make && ::lstat(dir.c_str(), &st) != 0 && errno == ENOENT) return dir;  // holds nothing, and stays unmade
+  if (make && ::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST)
     throw_error(ErrorKind::kIo, fmt::format("cannot make the cache folder {}: {}; set KTUNE_CACHE_DIR", dir.string(),
                                             std::strerror(errno)));
   const auto refuse = [&](const std::string& why) {
@@ -48,7 +50,6 @@ std::filesystem::path private_fallback(const std::filesystem::path& tmp) {
                             "cache and will not use it; remove it, or set KTUNE_CACHE_DIR to a folder of your own",
                             dir.string(), why));
   };
-  struct stat st {};
   if (::lstat(dir.c_str(), &st) != 0) refuse(std::strerror(errno));
   if (!S_ISDIR(st.st_mode)) refuse("is no folder (a link or a file another user may have put there)");
   if (st.st_uid != uid) refuse(fmt::format("belongs to another user (uid {}, not {})", st.st_uid, uid));
@@ -59,7 +60,7 @@ std::filesystem::path private_fallback(const std::filesystem::path& tmp) {
 
 }  // namespace
 
-std::filesystem::path cache_dir() {
+std::filesystem::path cache_dir(bool make) {
   // Something other than a folder where the cache folder goes is named with the variable that put it there,
   // before a write into it fails naming a file in it.
   const auto folder = [](const std::filesystem::path& p, const char* from) {
@@ -83,7 +84,7 @@ std::filesystem::path cache_dir() {
                                  "{} is no folder ({}); set KTUNE_CACHE_DIR",
                                  tmpdir.empty() ? std::string("the temporary folder") : "TMPDIR=" + tmpdir,
                                  ec.message()));
-  return private_fallback(tmp);
+  return private_fallback(tmp, make);
 }
 
 std::string cuda_include_dir() {
@@ -161,9 +162,9 @@ PrintLevel print_level() {
               fmt::format("KTUNE_PRINT must be quiet, summary or all, got '{}'", v.substr(0, 40)));
 }
 
-std::filesystem::path binary_cache_dir() { return cache_dir() / "cubin"; }
-std::filesystem::path emu_cache_dir() { return cache_dir() / "emu"; }
-std::filesystem::path session_log_dir() { return cache_dir() / "sessions"; }
+std::filesystem::path binary_cache_dir(bool make) { return cache_dir(make) / "cubin"; }
+std::filesystem::path emu_cache_dir(bool make) { return cache_dir(make) / "emu"; }
+std::filesystem::path session_log_dir(bool make) { return cache_dir(make) / "sessions"; }
 
 bool no_device() {
   std::string v = get("KTUNE_NO_DEVICE");

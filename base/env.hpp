@@ -13,8 +13,10 @@ namespace ktune::env {
 /// either) ktune-cache-UID in the temporary folder ($TMPDIR, else /tmp; one
 /// not there throws kInvalidInput): made 0700, and refused (kInvalidInput)
 /// where it is another user's or others may write to it, since emulation
-/// objects are loaded from it as code.
-std::filesystem::path cache_dir();
+/// objects are loaded from it as code. Without `make` (what reads or
+/// removes what the cache holds), that fallback folder, where it is not
+/// there, is not made: it holds nothing.
+std::filesystem::path cache_dir(bool make = true);
 
 /// KTUNE_CUDA_INCLUDE: CUDA headers handed to NVRTC. Default: the toolkit
 /// include directory found at build time.
@@ -83,10 +85,10 @@ PrintLevel print_level();
 
 /// The parts of cache_dir(), each in one folder: compiled binaries
 /// (cubin/), emulation objects (emu/) and the session logs of `ktune tune`
-/// when no --log is given (sessions/).
-std::filesystem::path binary_cache_dir();
-std::filesystem::path emu_cache_dir();
-std::filesystem::path session_log_dir();
+/// when no --log is given (sessions/); `make` as cache_dir's.
+std::filesystem::path binary_cache_dir(bool make = true);
+std::filesystem::path emu_cache_dir(bool make = true);
+std::filesystem::path session_log_dir(bool make = true);
 
 /// Reads a variable; empty when unset.
 std::string get(const char* name);

@@ -118,9 +118,10 @@ struct Part {
   Usage usage;
 };
 std::vector<Part> cache_dir_parts() {
-  std::vector<Part> parts = {{"compiled binaries", env::binary_cache_dir(), {}},
-                             {"emulation objects", env::emu_cache_dir(), {}},
-                             {kSessionLogs, env::session_log_dir(), {}}};
+  // Sizing or cleaning the cache makes no folder: one not there holds nothing.
+  std::vector<Part> parts = {{"compiled binaries", env::binary_cache_dir(/*make=*/false), {}},
+                             {"emulation objects", env::emu_cache_dir(/*make=*/false), {}},
+                             {kSessionLogs, env::session_log_dir(/*make=*/false), {}}};
   for (auto& p : parts) p.usage = usage_of(p.path);
   return parts;
 }
@@ -178,7 +179,8 @@ std::string usage_table(const std::vector<Part>& parts) {
     total.files += p.usage.files;
     total.bytes += p.usage.bytes;
   }
-  table.add({"total", env::cache_dir().string(), std::to_string(total.files), human_bytes(total.bytes)});
+  table.add({"total", env::cache_dir(/*make=*/false).string(), std::to_string(total.files),
+             human_bytes(total.bytes)});
   return table.str();
 }
 
@@ -261,7 +263,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   size->callback([&global] {
     const auto parts = cache_dir_parts();
     if (global.json) {
-      nlohmann::json j = {{"dir", env::cache_dir().string()}, {"parts", nlohmann::json::array()}};
+      nlohmann::json j = {{"dir", env::cache_dir(/*make=*/false).string()}, {"parts", nlohmann::json::array()}};
       for (const auto& p : parts)
         j["parts"].push_back({{"name", p.name}, {"path", p.path.string()}, {"files", p.usage.files},
                               {"bytes", p.usage.bytes}});
@@ -277,7 +279,7 @@ void add_cache_command(CLI::App& app, Global& global) {
   clean->callback([args, &global] {
     std::uint64_t files = 0, bytes = 0;
     Usage kept;
-    nlohmann::json j = {{"dir", env::cache_dir().string()}, {"removed", nlohmann::json::array()}};
+    nlohmann::json j = {{"dir", env::cache_dir(/*make=*/false).string()}, {"removed", nlohmann::json::array()}};
     for (const auto& p : cache_dir_parts()) {
       if (p.name == kSessionLogs && !args->clean_logs) continue;
       const Usage removed = clean_folder(p.path, kept);
@@ -290,7 +292,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     if (global.json) std::cout << j.dump(2) << "\n";
     else
       std::cout << fmt::format("removed {} file{} ({}) from {}{}\n", files, files == 1 ? "" : "s",
-                               human_bytes(bytes), env::cache_dir().string(),
+                               human_bytes(bytes), env::cache_dir(/*make=*/false).string(),
                                kept.files == 0 ? ""
                                                : fmt::format("; kept {} that running ktune processes are writing",
                                                              kept.files));

@@ -701,6 +701,25 @@ TEST_CASE("CLI: cache size reports KTUNE_CACHE_DIR's parts, cache clean empties 
   CHECK_FALSE(std::filesystem::exists(dir / "sessions/live.log"));
 }
 
+TEST_CASE("CLI: cache size and cache clean make no cache folder", "[cli]") {
+  // Without KTUNE_CACHE_DIR, XDG_CACHE_HOME or HOME the cache goes in TMPDIR, made by what writes into it.
+  const auto tmp = ktune::test::scratch_dir("cli-cache-unmade");
+  const auto folder = tmp / ("ktune-cache-" + std::to_string(::geteuid()));
+  const std::string env = "KTUNE_CACHE_DIR= XDG_CACHE_HOME= HOME= TMPDIR=" + tmp.string() + " ";
+  std::string out;
+  REQUIRE(run_command(env + ktune_exe().string() + " cache size", &out) == 0);
+  const auto total = lines_starting(out, "| total ");
+  REQUIRE(total.size() == 1);
+  CHECK_THAT(total[0], Catch::Contains(folder.string()) && Catch::Contains(" 0 | "));
+  CHECK_FALSE(std::filesystem::exists(folder));
+  REQUIRE(run_command(env + ktune_exe().string() + " --json cache size", &out) == 0);
+  CHECK(nlohmann::json::parse(out)["dir"] == folder.string());
+  CHECK_FALSE(std::filesystem::exists(folder));
+  REQUIRE(run_command(env + ktune_exe().string() + " cache clean --logs", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("removed 0 files (0 B) from " + folder.string()));
+  CHECK_FALSE(std::filesystem::exists(folder));
+}
+
 TEST_CASE("CLI: replay with time budgets says a target was not reached within them, never '>0'", "[cli]") {
   // 16 recorded points of one second each; the optimum is one of them.
   nlohmann::json kt = {{"tune_params_keys", {"a"}}, {"tune_params", {{"a", nlohmann::json::array()}}},
