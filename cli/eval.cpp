@@ -7,11 +7,13 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "base/error.hpp"
 #include "base/files.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
 #include "model/train.hpp"
+#include "model/weights.hpp"
 
 namespace ktune::cli {
 
@@ -69,8 +71,17 @@ void add_eval_command(CLI::App& app, Global& global) {
     r.shape = shape_from_args(o->m);
     r.threads = threads_from_args(o->m);
     r.backend = backend_from_args(o->m, r.threads);
+    // Weights whose loss is not finite (logits that overflow) fail, as a diverged training run does.
+    const auto require_finite = [&](double loss, const std::string& over) {
+      if (!std::isfinite(loss))
+        throw_error(ErrorKind::kCheckFailed,
+                    fmt::format("the loss is {} over {}: the weights {} give no finite loss{}", model::value_text(loss),
+                                over, r.weights.empty() ? "of the random initialisation" : "in " + r.weights,
+                                o->dump.empty() ? "" : fmt::format("; --dump {} is not written", o->dump)));
+    };
     if (o->all) {
       const model::FullEvalResult full = model::evaluate_all(r);
+      require_finite(full.loss, fmt::format("all of {}", r.tokens_file));
       if (global.json)
         std::cout << nlohmann::ordered_json{{"model", r.model.name},
                                             {"context_length", r.shape.context},
@@ -99,6 +110,9 @@ void add_eval_command(CLI::App& app, Global& global) {
       return;
     }
     const auto result = model::evaluate(r, !o->dump.empty(), o->batches);
+    require_finite(result.loss, fmt::format("{}{} x {} tokens",
+                                            o->batches > 1 ? fmt::format("{} batches of ", o->batches) : "",
+                                            r.shape.batch, r.shape.context));
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
                         {"batch_size", r.shape.batch}, {"backend", r.backend.backend},
                         {"dtype", model::to_string(r.backend.precision)}, {"batches", o->batches},

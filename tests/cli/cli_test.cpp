@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.hpp"
+#include "base/safetensors.hpp"
 #include "support.hpp"
 #include "templates/common/family_helpers.hpp"
 #include "templates/family.hpp"
@@ -1128,6 +1129,30 @@ TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole 
       CHECK_THAT(out, Catch::Contains("49 windows of 8 tokens (the last 7 tokens, short of a window, not scored)"));
     CHECK_THAT(out, Catch::Matches(fmt::format("loss [0-9.]+ \\(perplexity {:.4g}[;)](.|\n)*",
                                                j.at("perplexity").get<double>())));
+  }
+}
+
+TEST_CASE("CLI: eval of weights whose logits overflow says the loss is not finite and fails", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-eval-overflow");
+  const auto w = dir / "w.safetensors", dump = dir / "dump.json";
+  std::filesystem::remove(dump);
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --steps 1 --threads 2 --save " + w.string(), &out) == 0);
+  ktune::TensorFile file = ktune::read_safetensors(w);
+  ktune::SafeTensor& head = file.tensors.at("lm_head.weight");
+  REQUIRE(head.dtype == "F32");
+  std::vector<float> big(head.bytes.size() / sizeof(float), 3e38f);  // finite, but no logit of them is
+  head.bytes.assign(reinterpret_cast<const char*>(big.data()), head.bytes.size());
+  ktune::write_safetensors(w, file);
+  for (const std::string& args : {std::string(""), std::string(" --batches 2"), " --dump " + dump.string()}) {
+    INFO(args);
+    CHECK(run_ktune("eval --threads 2 --weights " + w.string() + args, &out) == 1);
+    const auto said = lines_starting(out, "ktune: ");
+    REQUIRE(said.size() == 1);
+    CHECK_THAT(said[0], Catch::StartsWith("ktune: the loss is ") &&
+                            Catch::Contains("the weights in " + w.string() + " give no finite loss"));
+    CHECK_THAT(out, !Catch::Contains("nan") && !Catch::Contains("perplexity"));
+    CHECK_FALSE(std::filesystem::exists(dump));
   }
 }
 
