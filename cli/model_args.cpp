@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -84,36 +85,72 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
     const CLI::Option* o = cmd->get_option_no_throw(name);
     return o != nullptr && o->count() > 0;
   };
-  const auto whole = [&](const char* key) -> std::optional<std::int64_t> {
-    const auto it = meta.find(key);
-    std::int64_t v = 0;
-    if (it == meta.end()) return std::nullopt;
-    const auto [end, ec] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), v);
-    if (ec != std::errc() || end != it->second.data() + it->second.size() || v < 1) return std::nullopt;
-    return v;
+  // A positive whole number, written as one or as a float ("64.0", as Python's str() writes a float).
+  const auto whole = [](const std::string& text) -> std::optional<std::int64_t> {
+    double v = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || !(v >= 1 && v <= 1e15) || v != std::floor(v))
+      return std::nullopt;
+    return static_cast<std::int64_t>(v);
   };
+  // No option sets rope_theta: weights of another are refused before anything is taken from them.
+  const model::ModelConfig before = model_from_args(a);
+  model::require_rope_theta(meta, before, weights);
   std::vector<std::string> took;
   bool sized = given("--model");
   for (const char* name : kSizeOptions) sized |= given(name);
-  const auto d_model = whole("d_model"), d_ff = whole("d_ff"), layers = whole("num_layers"),
-             heads = whole("num_heads"), vocab = whole("vocab_size");
-  if (!sized && meta.count("model") && d_model && d_ff && layers && heads && vocab) {
+  if (!sized) {
+    struct Size {
+      const char* key;
+      const char* option;
+      std::int64_t* field;
+    };
+    const Size sizes[] = {{"vocab_size", "--vocab", &a.vocab},    {"d_model", "--d-model", &a.d_model},
+                          {"d_ff", "--d-ff", &a.d_ff},            {"num_layers", "--layers", &a.layers},
+                          {"num_heads", "--heads", &a.heads}};
+    std::vector<std::pair<std::int64_t*, std::int64_t>> stated;
+    std::vector<std::string> missing, missing_options;
+    for (const Size& size : sizes) {
+      const auto it = meta.find(size.key);
+      if (it == meta.end()) {
+        missing.push_back(size.key);
+        missing_options.push_back(size.option);
+        continue;
+      }
+      const auto v = whole(it->second);
+      KTUNE_REQUIRE(v, fmt::format("the metadata of {} gives {} as '{}', not a positive whole number; give the "
+                                   "model's sizes (--model, or {} and the others)",
+                                   weights, size.key, it->second, size.option));
+      stated.emplace_back(size.field, *v);
+    }
     const auto names = model::model_names();
-    const std::string name = meta.at("model");
-    const bool differs = model::differing_size(meta, model_from_args(a), /*absent_differs=*/false).has_value();
-    // A named size as it is; another ("custom") as its sizes over the smallest.
-    a.model = std::find(names.begin(), names.end(), name) != names.end() ? name : "tiny";
-    a.d_model = *d_model, a.d_ff = *d_ff, a.layers = *layers, a.heads = *heads, a.vocab = *vocab;
-    if (differs)  // told only where it is not the default
-      took.push_back(a.model == name ? "--model " + name
-                                     : fmt::format("--d-model {} --d-ff {} --layers {} --heads {} --vocab {}",
-                                                   *d_model, *d_ff, *layers, *heads, *vocab));
+    const auto named = meta.find("model");
+    const bool known = named != meta.end() && std::find(names.begin(), names.end(), named->second) != names.end();
+    // The sizes of one of ktune's models where the file names it (those it states over them); a file that
+    // names none, every size, as a custom model: the size options' over the smallest.
+    KTUNE_REQUIRE(known || missing.empty() || stated.empty(),
+                  fmt::format("the metadata of {} states {} but not {} of its model: give the sizes the weights "
+                              "were trained at ({}, or --model)",
+                              weights, stated.size() == 1 ? "one size" : fmt::format("{} sizes", stated.size()),
+                              fmt::join(missing, ", "), fmt::join(missing_options, ", ")));
+    if (known || missing.empty()) {
+      a.model = known ? named->second : "tiny";
+      for (const auto& [field, v] : stated) *field = v;
+      const model::ModelConfig after = model_from_args(a);
+      if (after.name != before.name || model::differing_size(model::weights_metadata(after), before, false))
+        took.push_back(after.name == a.model ? "--model " + a.model
+                                             : fmt::format("{}--d-model {} --d-ff {} --layers {} --heads {} --vocab {}",
+                                                           a.model == "tiny" ? "" : "--model " + a.model + " ",
+                                                           after.d_model, after.d_ff, after.layers, after.heads,
+                                                           after.vocab));
+    }
   }
   if (cmd->get_option_no_throw("--ctx") != nullptr && !given("--ctx"))
-    if (const auto ctx = whole("context")) {
-      a.ctx = *ctx;
-      if (*ctx != a.default_ctx) took.push_back(fmt::format("--ctx {}", *ctx));
-    }
+    if (const auto it = meta.find("context"); it != meta.end())
+      if (const auto ctx = whole(it->second)) {
+        a.ctx = *ctx;
+        if (*ctx != a.default_ctx) took.push_back(fmt::format("--ctx {}", *ctx));
+      }
   return fmt::format("{}", fmt::join(took, " "));
 }
 

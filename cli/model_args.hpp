@@ -50,9 +50,13 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 /// A weights file (`--weights`: a train --save, --save-best or --checkpoint
 /// file) says which model it holds, and a checkpoint, or train's weights,
 /// the context it was trained at: where `cmd` was given no --model or size
-/// override, its model and sizes are taken from there, and where it has a
-/// --ctx not given, its context. Returns what was taken, as options
-/// ("--model small --ctx 256"; "" for nothing).
+/// override, its model and sizes are taken from there (the model its
+/// metadata names, where one of ktune's, with the sizes it states over it;
+/// else a custom model of its sizes, all five stated, or kInvalidInput
+/// naming those it lacks), and where it has a --ctx not given, its context.
+/// A rope_theta other than the models' is refused (kInvalidInput) first.
+/// Returns what was taken, as options ("--model small --ctx 256"; "" for
+/// nothing).
 std::string take_from_weights(const CLI::App* cmd, ModelArgs& args, const std::string& weights);
 
 /// Adds --recompute [swiglu|blocks] (RunShape::recompute; alone: blocks) to

@@ -54,6 +54,7 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
                      const TensorFile& file, const std::string& source) {
   // A file of another model's shape is refused, not read in part: its
   // metadata's sizes (where it states them) and blocks beyond the model's.
+  require_rope_theta(file.metadata, config, source);
   if (const auto key = differing_size(file.metadata, config, /*absent_differs=*/false))
     throw_error(ErrorKind::kInvalidInput,
                 fmt::format("{} holds weights of a model with {} {}; this run's model {} has {} (give the sizes the "
@@ -113,6 +114,15 @@ std::optional<std::string> differing_size(const std::map<std::string, std::strin
     if (it == metadata.end() ? absent_differs : !same_value(it->second, value)) return key;
   }
   return std::nullopt;
+}
+
+void require_rope_theta(const std::map<std::string, std::string>& metadata, const ModelConfig& config,
+                        const std::string& source) {
+  const auto it = metadata.find("rope_theta");
+  KTUNE_REQUIRE(it == metadata.end() || same_value(it->second, weights_metadata(config).at("rope_theta")),
+                fmt::format("{} holds weights of a model with rope_theta {} (its metadata); ktune runs RoPE at theta "
+                            "{} in every model and no option sets another, so these weights cannot be run",
+                            source, it == metadata.end() ? "" : it->second, config.rope_theta));
 }
 
 std::string value_text(double x) { return std::isnan(x) ? std::string("NaN") : fmt::format("{}", x); }

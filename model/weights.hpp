@@ -28,6 +28,11 @@ std::map<std::string, std::string> weights_metadata(const ModelConfig& config);
 /// only when `absent_differs`.
 std::optional<std::string> differing_size(const std::map<std::string, std::string>& metadata,
                                           const ModelConfig& config, bool absent_differs);
+/// Throws kInvalidInput, naming `source`, where `metadata` states a
+/// rope_theta other than `config`'s: every model runs RoPE at theta 10000 and
+/// no option sets another, so such weights cannot be run.
+void require_rope_theta(const std::map<std::string, std::string>& metadata, const ModelConfig& config,
+                        const std::string& source);
 /// A value as messages write it: "NaN" for either sign of it (printf's "-nan"
 /// reads as a number), else fmt's shortest form ("inf", "0.25").
 std::string value_text(double x);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <set>
@@ -1078,6 +1079,69 @@ TEST_CASE("CLI: eval, generate and train take the model and context a weights fi
   // What the command line gives stands.
   REQUIRE(run_ktune("eval --threads 2 --d-model 32 --heads 2 --ctx 8 --weights " + w.string(), &out) == 0);
   CHECK_THAT(out, !Catch::Contains("note:") && Catch::Contains("4 x 8 tokens"));
+}
+
+TEST_CASE("CLI: weights stating every size are a model of those sizes, named or not, and some sizes are refused",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("weights_sizes");
+  const auto saved = dir / "saved.safetensors", w = dir / "w.safetensors";
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --d-model 32 --heads 2 --ctx 16 --steps 1 --threads 2 --save " +
+                        saved.string(),
+                    &out) == 0);
+  const auto with_metadata = [&](const std::function<void(std::map<std::string, std::string>&)>& edit) {
+    ktune::TensorFile file = ktune::read_safetensors(saved);
+    edit(file.metadata);
+    ktune::write_safetensors(w, file);
+  };
+  // Sizes without a model name: a custom model of them.
+  with_metadata([](auto& m) { m.erase("model"); });
+  REQUIRE(run_ktune("eval --threads 2 --weights " + w.string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: --d-model 32 --d-ff 192 --layers 2 --heads 2 --vocab 128 --ctx 16 from the "
+                                  "metadata of " + w.string()));
+  REQUIRE(run_ktune("generate --threads 2 --weights " + w.string() + " --prompt 1 2 --max-tokens 2", &out) == 0);
+  // Some of them: refused, naming the others, unless the command line gives the sizes.
+  with_metadata([](auto& m) {
+    m.erase("model");
+    m.erase("d_ff");
+    m.erase("num_layers");
+  });
+  for (const std::string& command : {std::string("eval"), std::string("train --steps 1"),
+                                     std::string("generate --prompt 1 2 --max-tokens 2")}) {
+    INFO(command);
+    CHECK(run_ktune(command + " --threads 2 --weights " + w.string(), &out) == 2);
+    CHECK_THAT(out, Catch::StartsWith("ktune: the metadata of " + w.string() + " states 3 sizes but not d_ff, "
+                                      "num_layers of its model: give the sizes the weights were trained at (--d-ff, "
+                                      "--layers, or --model)"));
+    CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  }
+  REQUIRE(run_ktune("eval --threads 2 --d-model 32 --heads 2 --weights " + w.string(), &out) == 0);
+  // A model of ktune's by name: its sizes, those the file states over them.
+  with_metadata([](auto& m) {
+    m["model"] = "tiny";
+    m.erase("d_ff");
+    m.erase("num_layers");
+  });
+  REQUIRE(run_ktune("eval --threads 2 --weights " + w.string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: --d-model 32 --d-ff 192 --layers 2 --heads 2 --vocab 128 --ctx 16"));
+}
+
+TEST_CASE("CLI: weights of another rope_theta are refused as such, with no note of a model taken from them", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("weights_theta");
+  const auto w = dir / "w.safetensors";
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --steps 1 --threads 2 --save " + w.string(), &out) == 0);
+  ktune::TensorFile file = ktune::read_safetensors(w);
+  file.metadata["rope_theta"] = "500000";
+  ktune::write_safetensors(w, file);
+  for (const std::string& command : {std::string("eval"), std::string("eval --model tiny"), std::string("train --steps 1"),
+                                     std::string("generate --prompt 1 --max-tokens 1")}) {
+    INFO(command);
+    CHECK(run_ktune(command + " --threads 2 --weights " + w.string(), &out) == 2);
+    CHECK(out == "ktune: " + w.string() + " holds weights of a model with rope_theta 500000 (its metadata); ktune "
+                 "runs RoPE at theta 10000 in every model and no option sets another, so these weights cannot be "
+                 "run\n");
+  }
 }
 
 TEST_CASE("CLI: train says which tokens it trains and validates on, and what --val-split holds out", "[cli]") {
