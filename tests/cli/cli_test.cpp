@@ -1134,8 +1134,9 @@ TEST_CASE("CLI: weights of another rope_theta are refused as such, with no note 
   ktune::TensorFile file = ktune::read_safetensors(w);
   file.metadata["rope_theta"] = "500000";
   ktune::write_safetensors(w, file);
-  for (const std::string& command : {std::string("eval"), std::string("eval --model tiny"), std::string("train --steps 1"),
-                                     std::string("generate --prompt 1 --max-tokens 1")}) {
+  for (const std::string& command :
+       {std::string("eval"), std::string("eval --model tiny"), std::string("train --steps 1"),
+        std::string("generate --prompt 1 --max-tokens 1")}) {
     INFO(command);
     CHECK(run_ktune(command + " --threads 2 --weights " + w.string(), &out) == 2);
     CHECK(out == "ktune: " + w.string() + " holds weights of a model with rope_theta 500000 (its metadata); ktune "
