@@ -136,7 +136,6 @@ fs::path open_target(const fs::path& path, std::string_view what) { return resol
 
 namespace {
 
-// Removes `dir`/.NAME.tmp.PID.N files (NAME: `name`, fitted) whose process PID no longer exists.
 // The process that writes the temp file `file` (.NAME.tmp.PID.N), else 0.
 pid_t temp_file_writer(const std::string& file) {
   const auto at = file.rfind(".tmp.");
@@ -150,14 +149,14 @@ pid_t temp_file_writer(const std::string& file) {
   return static_cast<pid_t>(std::stoll(rest.substr(0, dot)));
 }
 
+// Removes `dir`/.NAME.tmp.PID.N files (NAME: `name`, fitted) whose process PID no longer exists.
 void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
   const std::string prefix = "." + name + ".tmp.";
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string file = it->path().filename().string();
     if (file.rfind(prefix, 0) != 0) continue;
-    const pid_t pid = temp_file_writer(file);
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) {
+    if (const pid_t pid = temp_file_writer(file); pid > 0 && process_gone(pid)) {
       std::error_code ignored;
       fs::remove(it->path(), ignored);
     }
@@ -166,9 +165,11 @@ void remove_orphaned_temps(const fs::path& dir, const std::string& name) {
 
 }  // namespace
 
+bool process_gone(int pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
 bool temp_file_in_progress(const std::string& name) {
   const pid_t pid = temp_file_writer(name);
-  return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH);
+  return pid > 0 && !process_gone(pid);
 }
 
 AtomicFile::AtomicFile(const fs::path& path) : target_(resolve_target(path, "file", false)) {
@@ -322,6 +323,17 @@ FileLock::FileLock(const fs::path& path, std::string_view busy) : path_(path) {
     ::close(fd_);
     fd_ = -1;
   }
+}
+
+bool lock_held(const fs::path& lock) {
+  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  int r;
+  while ((r = ::flock(fd, LOCK_SH | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  const bool held = r != 0 && errno == EWOULDBLOCK;
+  ::close(fd);  // releases a lock this took
+  return held;
 }
 
 FileLock::~FileLock() {

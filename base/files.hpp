@@ -35,6 +35,10 @@ std::filesystem::path open_target(const std::filesystem::path& path, std::string
 /// file keeps its permission bits (and owner, where allowed).
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
 
+/// Whether no process has the id `pid` (> 0) now: the writer a file's name
+/// records was killed before it cleaned up.
+bool process_gone(int pid);
+
 /// Whether `name` is the temp file of a write_file_atomic or AtomicFile
 /// (.NAME.tmp.PID.N) whose process is still running: what a cleaner leaves.
 bool temp_file_in_progress(const std::string& name);
@@ -83,6 +87,10 @@ class MappedFile {
 /// (its start and a hash of the whole) if NAME.lock would be too long a name,
 /// so any file may be locked. Temp files beside a target are fitted alike.
 std::filesystem::path lock_path(const std::filesystem::path& target);
+
+/// Whether the lock file `lock` (a FileLock's) is held now, by any process:
+/// a cleaner leaves it, and the file it guards (a session log being written).
+bool lock_held(const std::filesystem::path& lock);
 
 /// Exclusive advisory lock (flock) on `path` (created if missing, and its
 /// missing folders with it), held for the object's lifetime. Blocks until

@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -124,19 +122,6 @@ std::vector<Part> cache_dir_parts() {
                              {kSessionLogs, env::session_log_dir(/*make=*/false), {}}};
   for (auto& p : parts) p.usage = usage_of(p.path);
   return parts;
-}
-
-/// Whether `lock`, a lock file as FileLock makes them (base/files.hpp), is held now: a session writing its log
-/// holds the log's. Removed, the next session would lock a new one and write beside the first.
-bool lock_held(const std::filesystem::path& lock) {
-  const int fd = ::open(lock.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  int r;
-  while ((r = ::flock(fd, LOCK_SH | LOCK_NB)) != 0 && errno == EINTR) {
-  }
-  const bool held = r != 0 && errno == EWOULDBLOCK;
-  ::close(fd);  // releases a lock this took
-  return held;
 }
 
 /// Removes what `dir` holds but the files a running ktune writes now (a temp

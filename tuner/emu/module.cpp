@@ -181,7 +181,7 @@ void remove_orphans(const fs::path& dir) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const pid_t pid = compile_file_writer(entry.path().filename().string());
-    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(entry.path(), ec);
+    if (pid > 0 && process_gone(pid)) fs::remove(entry.path(), ec);
   }
 }
 
@@ -267,7 +267,7 @@ void check_object_folder() { require_unshared(env::emu_cache_dir(), "the folder"
 
 bool compile_in_progress(const std::string& name) {
   const pid_t pid = compile_file_writer(name);
-  return pid > 0 && (::kill(pid, 0) == 0 || errno != ESRCH);
+  return pid > 0 && !process_gone(pid);
 }
 
 std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
