@@ -161,11 +161,6 @@ std::pair<double, double> cancellation_atols(const AttentionShape& s, const std:
                                              const std::vector<double>& q, const std::vector<double>& k,
                                              const std::vector<double>& v, const std::vector<double>& dout,
                                              const std::vector<double>& p_squares, double scale) {
-  const auto mean_square = [](const double* x, std::int64_t count) {
-    double sum = 0;
-    for (std::int64_t i = 0; i < count; ++i) sum += x[i] * x[i];
-    return count > 0 ? sum / static_cast<double>(count) : 0.0;
-  };
   const std::int64_t D = s.head_dim;
   const TensorStrides st = bshd_strides(s);
   double dq_sum = 0, dk_sum = 0;
@@ -175,15 +170,14 @@ std::pair<double, double> cancellation_atols(const AttentionShape& s, const std:
         const auto row = static_cast<std::size_t>((b * s.heads + h) * s.seq + i);
         if (!checked[row]) continue;
         const std::int64_t at = b * st.batch + h * st.head + i * st.seq;
-        const double w = p_squares[row] * mean_square(dout.data() + at, D);
+        const double w = p_squares[row] * mean_square({dout.data() + at, static_cast<std::size_t>(D)});
         dq_sum += w;
-        dk_sum += w * mean_square(q.data() + at, D);
+        dk_sum += w * mean_square({q.data() + at, static_cast<std::size_t>(D)});
       }
   const auto rows = static_cast<double>(s.batch * s.heads * s.seq);
   const auto kv_rows = static_cast<double>(s.batch * s.kv_heads * s.seq);
-  const double rms_k = std::sqrt(mean_square(k.data(), static_cast<std::int64_t>(k.size())));
-  const double unit = scale * std::sqrt(static_cast<double>(D)) *
-                      std::sqrt(mean_square(v.data(), static_cast<std::int64_t>(v.size())));
+  const double rms_k = std::sqrt(mean_square(k));
+  const double unit = scale * std::sqrt(static_cast<double>(D)) * std::sqrt(mean_square(v));
   return {unit * rms_k * std::sqrt(dq_sum / rows), unit * std::sqrt(dk_sum / kv_rows)};
 }
 

@@ -64,16 +64,9 @@ void require_strides(const std::string& family, const char* buffer, const Tensor
                               family, buffer, s.batch, s.head, s.seq, chunk));
 }
 
-namespace {
-double rms(const std::vector<double>& x) {
-  double sum = 0;
-  for (const double v : x) sum += v * v;
-  return x.empty() ? 0.0 : std::sqrt(sum / static_cast<double>(x.size()));
-}
-}  // namespace
-
 double score_spread(const Problem& p, const std::vector<double>& q, const std::vector<double>& k, double scale) {
-  return scale * std::sqrt(static_cast<double>(p.dim("head_dim"))) * rms(q) * rms(k);
+  return scale * std::sqrt(static_cast<double>(p.dim("head_dim"))) * std::sqrt(mean_square(q)) *
+         std::sqrt(mean_square(k));
 }
 
 double score_error_growth(const Problem& p, double scale) {

@@ -28,6 +28,12 @@ std::optional<std::int64_t> checked_product(std::initializer_list<std::int64_t> 
   return product;
 }
 
+double mean_square(std::span<const double> x) {
+  double sum = 0;
+  for (const double v : x) sum += v * v;
+  return x.empty() ? 0.0 : sum / static_cast<double>(x.size());
+}
+
 void require_elements_within(const std::string& family, const Problem& p, std::initializer_list<const char*> dims,
                              const std::string& what) {
   std::int64_t product = 1;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,6 +33,9 @@ inline constexpr const char* kMaxTensorElementsText = "2^40";
 /// The product of `factors` (each at least 0), or nothing where it
 /// overflows int64.
 std::optional<std::int64_t> checked_product(std::initializer_list<std::int64_t> factors);
+/// mean(x_i^2) over `x`, in the order given; 0 for none. Its square root is
+/// the RMS that tolerances scaled by a tensor's size are made of.
+double mean_square(std::span<const double> x);
 /// Throws kInvalidInput unless the product of the problem's dimensions
 /// `dims` (each already checked to be at least 1) is at most
 /// kMaxTensorElements, in one line naming `family`, the tensor (`what`:

@@ -184,9 +184,7 @@ class Forward final : public CrossEntropyFamily<ForwardArgs> {
     // |lse| / loss times lse's, and no tolerance on it holds. The losses are checked as lse is: their error as an
     // RMS may be lse's tolerance times lse's RMS, an error lse itself would pass with.
     HostBuffer losses = output_buffer("losses", DType::kF32, f.losses);
-    double lse_squares = 0;
-    for (const double l : f.lse) lse_squares += l * l;
-    losses.atol = losses.tolerance * std::sqrt(lse_squares / static_cast<double>(f.lse.size()));
+    losses.atol = losses.tolerance * std::sqrt(mean_square(f.lse));
     w.buffers.push_back(std::move(losses));
     w.buffers.push_back(output_buffer("lse", DType::kF32, f.lse));
     return w;
