@@ -298,6 +298,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   add_model_options(cmd, o->m, {.ctx = 128, .batch = 4});
   add_recompute_option(cmd, o->m, true);
   add_backend_options(cmd, o->m);
+  add_deterministic_option(cmd, o->m);
   cmd->add_option("--warmup", o->e.warmup, "Warm-up steps (not timed)")
       ->check(integer_at_least(0))
       ->capture_default_str();

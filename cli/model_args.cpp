@@ -37,8 +37,8 @@ void add_size_options(CLI::App* cmd, ModelArgs& a) {
       ->default_str("the model's");
 }
 
-void add_threads_option(CLI::App* cmd, ModelArgs& a) {
-  cmd->add_option("--threads", a.threads, "CPU threads")->check(thread_count())->default_str("all");
+void add_threads_option(CLI::App* cmd, ModelArgs& a, const std::string& description) {
+  cmd->add_option("--threads", a.threads, description)->check(thread_count())->default_str("all");
 }
 
 void add_model_options(CLI::App* cmd, ModelArgs& a, ShapeDefaults shape) {
@@ -55,7 +55,7 @@ void add_model_options(CLI::App* cmd, ModelArgs& a, ShapeDefaults shape) {
         ->check(integer_at_least(1))
         ->default_str(std::to_string(shape.batch));
   }
-  add_threads_option(cmd, a);
+  add_threads_option(cmd, a, "CPU threads (under --backend emu, the emulation's: OS threads running blocks)");
 }
 
 model::ModelConfig model_from_args(const ModelArgs& a) {
@@ -242,6 +242,15 @@ void add_backend_options(CLI::App* cmd, ModelArgs& a) {
                 "each op, for Nsight Systems: nsys profile ktune ... --nvtx (every backend; off, they cost nothing)");
 }
 
+void add_deterministic_option(CLI::App* cmd, ModelArgs& a) {
+  cmd->add_flag("--deterministic", a.deterministic,
+                "Device backends: the same bits run after run (with the same --cache). Kernels whose sums run "
+                "in the order their blocks finish (fp32 atomics: attention_bwd's dQ at dq_atomic 1 or 2, "
+                "embedding_bwd at deterministic 0, eager mode's index_add_) take the nearest config that sums in a "
+                "fixed order, and on cuda no GEMM algorithm is chosen by timing (the cache's, else the "
+                "heuristic's first). The cpu backend's runs repeat without it, at a given --threads");
+}
+
 model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
   KTUNE_REQUIRE(a.backend != "cpu" || a.mode == "compiled",
                 "--mode eager chooses the kernels of --backend cuda or emu; the cpu backend has one path (its "
@@ -261,9 +270,11 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
           .precision = model::parse_precision(a.dtype),
           .cache = a.cache,
           .threads = threads,
+          .emu_workers = a.threads,
           .graphs = a.graph,
           .programmatic = a.pdl,
-          .nvtx = a.nvtx};
+          .nvtx = a.nvtx,
+          .deterministic = a.deterministic};
 }
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }

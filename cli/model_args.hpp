@@ -23,6 +23,7 @@ struct ModelArgs {
   bool graph = false;                                                    // compiled mode: passes as graphs
   bool pdl = false;                                                      // programmatic dependent launch
   bool nvtx = false;                                                     // NVTX ranges, for nsys
+  bool deterministic = false;                                            // the same bits run after run
   std::string recompute = "none";                                        // activation recomputation ("": blocks)
 };
 
@@ -41,7 +42,7 @@ inline constexpr const char* kSizeOptions[] = {"--d-model", "--d-ff", "--layers"
 void add_size_options(CLI::App* cmd, ModelArgs& args);
 
 /// Adds --threads (1..env::kMaxThreads; not given: every hardware thread).
-void add_threads_option(CLI::App* cmd, ModelArgs& args);
+void add_threads_option(CLI::App* cmd, ModelArgs& args, const std::string& description = "CPU threads");
 
 /// The named model with the size flags applied (named "custom" when one
 /// changed it); throws kInvalidInput for an unknown name or a bad size.
@@ -82,11 +83,16 @@ void resolve_recompute(const ModelArgs& args, const model::ModelConfig& config, 
 /// (programmatic dependent launch).
 void add_backend_options(CLI::App* cmd, ModelArgs& args);
 
-/// The backend options given, with `threads` for the cpu backend; throws
-/// kInvalidInput for --cache or --graph without compiled mode on a device
-/// backend. Compiled mode on a device backend without --cache notes on
-/// stderr a tuned.json in the working folder (`ktune tune`'s default cache),
-/// which it does not read.
+/// Adds --deterministic (BackendOptions::deterministic) to a command that
+/// runs a backward pass.
+void add_deterministic_option(CLI::App* cmd, ModelArgs& args);
+
+/// The backend options given, with `threads` for the cpu backend and
+/// --threads as given for the emulation's workers (not given: every
+/// hardware thread); throws kInvalidInput for --cache or --graph without
+/// compiled mode on a device backend. Compiled mode on a device backend
+/// without --cache notes on stderr a tuned.json in the working folder
+/// (`ktune tune`'s default cache), which it does not read.
 model::BackendOptions backend_from_args(const ModelArgs& args, unsigned threads);
 
 /// --threads, or every hardware thread.

@@ -133,6 +133,7 @@ void add_train_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("train", "Train the Transformer LM, printing the loss per step");
   add_model_options(cmd, o->m, {.ctx = 32, .batch = 4});
   add_backend_options(cmd, o->m);
+  add_deterministic_option(cmd, o->m);
   add_recompute_option(cmd, o->m, true);
   cmd->add_option("--steps", o->t.steps, "Optimizer steps")->check(integer_at_least(1))->capture_default_str();
   cmd->add_option("--accumulate", o->accumulate,

@@ -227,6 +227,7 @@ nlohmann::json to_json(const E2eResult& r) {
           {"kernels", r.kernels},
           {"graphs", o.backend.graphs},
           {"programmatic_launch", o.backend.programmatic},
+          {"deterministic", o.backend.deterministic},
           {"device", r.device},
           {"cuda_driver_api_version", r.driver.empty() ? nlohmann::json() : nlohmann::json(std::stoi(r.driver))},
           {"nvidia_driver", r.nvidia_driver.empty() ? nlohmann::json() : nlohmann::json(r.nvidia_driver)},

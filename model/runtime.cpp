@@ -83,7 +83,8 @@ class DeviceRuntime final : public Runtime {
  public:
   DeviceRuntime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
                 const BackendOptions& options)
-      : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend() : tuner::exec::make_emu_backend()),
+      : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend()
+                                           : tuner::exec::make_emu_backend({.workers = options.emu_workers})),
         baseline_(backend_->memory()) {
     backend_->set_programmatic(options.programmatic);
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
@@ -108,6 +109,7 @@ class DeviceRuntime final : public Runtime {
     device.precision = options.precision;
     device.tuned = tuned_.get();
     device.graphs = options.graphs;
+    device.deterministic = options.deterministic;
     // Compiled mode's GEMM algorithms, timed on this GPU, join the given cache.
     if (!options.cache.empty())
       device.gemm_store = [path = options.cache](const cache::Entry& e) { cache::CacheFile(path).put(e); };
@@ -143,6 +145,10 @@ class DeviceRuntime final : public Runtime {
         "{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}", to_string(model_->ops().mode()),
         to_string(model_->layout().precision), k.kernels().size(), k.count(cache::Match::kExact),
         k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
+    if (model_->ops().deterministic())
+      summary += k.made_deterministic() > 0 ? fmt::format("; deterministic: {} of them changed to sum in a fixed order",
+                                                          k.made_deterministic())
+                                            : "; deterministic";
     if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
     if (model_->graphs() && model_->forward_graph_nodes() == 0)
       summary += "; forward and backward captured as graphs on their second run";

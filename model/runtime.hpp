@@ -25,9 +25,13 @@ struct BackendOptions {
   Precision precision = Precision::kF32;  ///< f32 on cpu; f32, tf32 or bf16 on the device backends
   std::string cache;            ///< tuned cache file for compiled mode (empty: family defaults)
   unsigned threads = 1;         ///< cpu backend threads
+  unsigned emu_workers = 0;     ///< emu: OS threads running blocks (0: one per hardware thread)
   bool graphs = false;          ///< compiled mode on a device backend: passes replayed as graphs (DeviceOptions)
   bool programmatic = false;    ///< device backends: programmatic dependent launch (Backend::set_programmatic)
   bool nvtx = false;            ///< NVTX ranges around each phase, block and op (model/nvtx.hpp), for nsys
+  /// Device backends: the same bits run after run (DeviceOptions::deterministic);
+  /// the cpu backend's are already, at a given thread count.
+  bool deterministic = false;
 };
 
 /// "cpu", "cuda" or "emu"; throws kInvalidInput naming the accepted ones.

@@ -288,6 +288,8 @@ std::map<std::string, std::string> train_settings(const TrainOptions& o) {
   // The cpu backend's sums split by thread (RMSNorm's weight gradients, OpenBLAS's GEMMs): another count
   // changes the steps' last bits.
   if (o.backend.backend == "cpu") s["--threads"] = std::to_string(o.threads);
+  // A device backend's sums run in a fixed order with --deterministic only (BackendOptions::deterministic).
+  else s["--deterministic"] = o.backend.deterministic ? "on" : "off";
   if (o.schedule.cosine) {
     s["--min-lr"] = number(o.schedule.min_lr);
     // The iteration the cosine ends at: --cosine-steps, else the run's --steps.

@@ -139,6 +139,14 @@ class Family {
     (void)config, (void)problem;
     return 0;
   }
+  /// Whether launches at `config` give the same bits run after run: no sum
+  /// in an order that changes between runs (fp32 atomics, whose order is the
+  /// blocks'). A deterministic run takes only such configs
+  /// (tuner::choose_config). Default: true.
+  virtual bool deterministic(const Config& config) const {
+    (void)config;
+    return true;
+  }
   /// Whether the host emulation can run `config` (Hopper-only paths, wgmma
   /// and TMA, compile everywhere but run only on a GPU).
   virtual bool runs_emulated(const Config& config, const Problem& problem) const {

@@ -111,15 +111,19 @@ class HostGemm final : public GemmEngine {
 class CublasLtGemm final : public GemmEngine {
  public:
   CublasLtGemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace, bool timed,
-               const cache::TunedCache* tuned, GemmStore store)
-      : backend_(backend), lt_(workspace.address(), workspace.bytes()) {
+               const cache::TunedCache* tuned, GemmStore store, bool deterministic)
+      : backend_(backend), lt_(workspace.address(), workspace.bytes()), deterministic_(deterministic) {
     if (!timed) return;
     trials_ = tuner::make_cublaslt_trials(backend_, lt_, kGemmTiming);
-    selector_ = std::make_unique<tuner::GemmSelector>(*trials_, backend_.device(), tuned, std::move(store));
+    selector_ = std::make_unique<tuner::GemmSelector>(*trials_, backend_.device(), tuned, std::move(store),
+                                                      tuner::GemmSelectOptions{.time = !deterministic});
   }
   std::string name() const override {
     if (!selector_) return "cuBLASLt (heuristic's first algorithm)";
     const auto& c = selector_->counts();
+    if (deterministic_)
+      return fmt::format("cuBLASLt (untimed algorithms: {} from the tuned cache, {} the heuristic's first)", c.cached,
+                         c.heuristic);
     return fmt::format("cuBLASLt (timed algorithms: {} from the tuned cache, {} timed now, {} candidates rejected)",
                        c.cached, c.timed, c.rejected);
   }
@@ -137,6 +141,7 @@ class CublasLtGemm final : public GemmEngine {
       .validate = false, .time = true, .warmup = 2, .min_repetitions = 5, .max_repetitions = 50, .min_seconds = 0.002};
   tuner::exec::Backend& backend_;
   tuner::CublasLt lt_;
+  bool deterministic_ = false;  // no algorithm timed: the cache's, else the heuristic's first
   std::unique_ptr<tuner::GemmTrials> trials_;
   std::unique_ptr<tuner::GemmSelector> selector_;
 };
@@ -148,8 +153,9 @@ std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const 
 }
 
 std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace,
-                                               bool timed, const cache::TunedCache* tuned, GemmStore store) {
-  return std::make_unique<CublasLtGemm>(backend, workspace, timed, tuned, std::move(store));
+                                               bool timed, const cache::TunedCache* tuned, GemmStore store,
+                                               bool deterministic) {
+  return std::make_unique<CublasLtGemm>(backend, workspace, timed, tuned, std::move(store), deterministic);
 }
 
 const char* to_string(Mode mode) { return mode == Mode::kEager ? "eager" : "compiled"; }
@@ -199,10 +205,10 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
     throw Error(ErrorKind::kInternal, "DeviceOps: the layout was not made for these options (device_layout)");
   // Eager mode is untuned: the family defaults, whatever cache was given.
   kernels_ = std::make_unique<tuner::TunedKernels>(
-      backend_, options_.mode == Mode::kCompiled ? options_.tuned : nullptr);
+      backend_, options_.mode == Mode::kCompiled ? options_.tuned : nullptr, options_.deterministic);
   // The step's kernels, eager chains' steps included, compiled ahead in parallel.
   const auto requests = device_step_kernels(L_, options_.mode);
-  kernels_->prepare(with_chains(options_.mode, requests), options_.compile_threads);
+  kernels_->prepare(with_chains(options_.mode, requests, options_.deterministic), options_.compile_threads);
 
   // The ops' scratch: one op at a time uses it, in stream order; attention's
   // backward keeps dS there while its softmax runs after it.
@@ -220,7 +226,7 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
   scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);  // eager AdamW's temporary
   for (const auto& r : requests)
-    scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r));
+    scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r, options_.deterministic));
   for (const auto& k : kernels_->kernels())
     scratch = std::max(scratch, kept(k.family) + k.family->workspace_bytes(k.chosen.config, k.problem));
   // grad_norm's partials are the model's tensors' (adamw_step), not its problem's.
@@ -247,7 +253,7 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   if (backend_.native_stream() != 0) {
     gemm_workspace_ = backend_.allocate(kCublasLtWorkspace, "cuBLASLt workspace");
     gemm_ = make_cublaslt_gemm(backend_, *gemm_workspace_, options_.mode == Mode::kCompiled, options_.tuned,
-                               options_.gemm_store);
+                               options_.gemm_store, options_.deterministic);
   } else {
     gemm_ = make_host_gemm(backend_, *arena_);
   }
@@ -322,7 +328,7 @@ void DeviceOps::launch(const tuner::TunedKernel& k, const std::vector<templates:
 
 template <class Args>
 void DeviceOps::run(const templates::TypedFamily<Args>& f, const Problem& p, Args args, std::size_t kept) {
-  if (runs_as_chain(options_.mode, f)) {
+  if (runs_as_chain(options_.mode, f, options_.deterministic)) {
     if constexpr (requires { templates::eager::bind(args); }) {
       run_chain(f, p, kept, templates::eager::bind(args));
       return;

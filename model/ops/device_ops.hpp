@@ -82,10 +82,12 @@ std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const 
 using GemmStore = std::function<void(const cache::Entry&)>;
 /// cuBLASLt on the backend's stream, with `workspace` for its algorithms:
 /// the heuristic's first, or with `timed`, each GEMM's algorithm chosen by
-/// timing (the cache's exact entry first; new choices go to `store`).
+/// timing (the cache's exact entry first; new choices go to `store`); with
+/// `timed` and `deterministic`, the cache's exact entry, else the
+/// heuristic's first, none timed.
 std::unique_ptr<GemmEngine> make_cublaslt_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& workspace,
                                                bool timed = false, const cache::TunedCache* tuned = nullptr,
-                                               GemmStore store = {});
+                                               GemmStore store = {}, bool deterministic = false);
 
 struct DeviceOptions {
   Mode mode = Mode::kCompiled;
@@ -97,6 +99,12 @@ struct DeviceOptions {
   /// backward's launches as graphs on their second run and replays them
   /// from then on (model/device_model.hpp).
   bool graphs = false;
+  /// The same bits run after run (given the same cache): every kernel's
+  /// config one that sums in a fixed order (tuner::choose_config), an eager
+  /// chain with atomics (the embedding backward's index_add_) run as its
+  /// family's kernel instead, and on cuda no GEMM algorithm chosen by timing
+  /// (the cache's, else the heuristic's first).
+  bool deterministic = false;
 };
 
 class DeviceOps final : public Ops {
@@ -118,6 +126,7 @@ class DeviceOps final : public Ops {
   const tuner::TunedKernels& kernels() const { return *kernels_; }
   const GemmEngine& gemm_engine() const { return *gemm_; }
   Mode mode() const { return options_.mode; }
+  bool deterministic() const { return options_.deterministic; }
   std::size_t allocated_bytes() const;
   /// Kernel launches and GEMM calls enqueued since construction.
   const LaunchCount& launches() const { return launches_; }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "base/error.hpp"
 
@@ -11,20 +12,35 @@ namespace ktune::model {
 
 namespace eager = templates::eager;
 
-bool runs_as_chain(Mode mode, const templates::Family& family) {
+bool runs_as_chain(Mode mode, const templates::Family& family, bool deterministic) {
   if (mode != Mode::kEager) return false;
   static const std::vector<std::string> decomposed = eager::decomposed_families();
-  return std::find(decomposed.begin(), decomposed.end(), family.name()) != decomposed.end();
+  // The chains whose every step sums in a fixed order; a step's order is its family's, whatever the problem.
+  static const std::set<std::string> fixed_order = [] {
+    std::set<std::string> out;
+    for (const auto& name : decomposed) {
+      const templates::Family& f = templates::find_family(name);
+      const auto steps = eager::decompose(name, f.problem_classes().front()).steps;
+      if (std::all_of(steps.begin(), steps.end(), [](const eager::Step& s) {
+            return s.family->deterministic(s.family->default_config(s.problem));
+          }))
+        out.insert(name);
+    }
+    return out;
+  }();
+  if (std::find(decomposed.begin(), decomposed.end(), family.name()) == decomposed.end()) return false;
+  return !deterministic || fixed_order.count(family.name()) > 0;
 }
 
-std::vector<tuner::KernelRequest> with_chains(Mode mode, const std::vector<tuner::KernelRequest>& requests) {
+std::vector<tuner::KernelRequest> with_chains(Mode mode, const std::vector<tuner::KernelRequest>& requests,
+                                              bool deterministic) {
   std::vector<tuner::KernelRequest> out;
   const auto add = [&](const templates::Family* family, const templates::Problem& problem) {
     const auto same = [&](const tuner::KernelRequest& r) { return r.family == family && r.problem == problem; };
     if (std::none_of(out.begin(), out.end(), same)) out.push_back({family, problem});
   };
   for (const auto& r : requests) {
-    if (!runs_as_chain(mode, *r.family)) {
+    if (!runs_as_chain(mode, *r.family, deterministic)) {
       add(r.family, r.problem);
       continue;
     }
@@ -33,8 +49,10 @@ std::vector<tuner::KernelRequest> with_chains(Mode mode, const std::vector<tuner
   return out;
 }
 
-std::size_t chain_temporaries_bytes(Mode mode, const tuner::KernelRequest& request) {
-  return runs_as_chain(mode, *request.family) ? eager::temporaries_bytes(request.family->name(), request.problem) : 0;
+std::size_t chain_temporaries_bytes(Mode mode, const tuner::KernelRequest& request, bool deterministic) {
+  return runs_as_chain(mode, *request.family, deterministic)
+             ? eager::temporaries_bytes(request.family->name(), request.problem)
+             : 0;
 }
 
 std::string chain_plan_key(const templates::Family& family, const templates::Problem& problem,

@@ -23,17 +23,21 @@
 namespace ktune::model {
 
 /// Whether an op of `family` runs as its eager chain in `mode`: eager mode,
-/// and the family has a decomposition.
-bool runs_as_chain(Mode mode, const templates::Family& family);
+/// and the family has a decomposition; in a `deterministic` run, one whose
+/// every step sums in a fixed order (Family::deterministic: not the
+/// embedding backward's index_add_, whose op then runs as its family's
+/// kernel).
+bool runs_as_chain(Mode mode, const templates::Family& family, bool deterministic = false);
 
 /// The kernels `requests` (a step's families and problems) need in `mode`:
 /// each family that runs as a chain replaced by its chain's steps, each
 /// (family, problem) once, in order of first use.
-std::vector<tuner::KernelRequest> with_chains(Mode mode, const std::vector<tuner::KernelRequest>& requests);
+std::vector<tuner::KernelRequest> with_chains(Mode mode, const std::vector<tuner::KernelRequest>& requests,
+                                              bool deterministic = false);
 
 /// Device bytes of the temporaries of `request`'s chain in `mode` (0 when the
 /// op runs as its family's kernel).
-std::size_t chain_temporaries_bytes(Mode mode, const tuner::KernelRequest& request);
+std::size_t chain_temporaries_bytes(Mode mode, const tuner::KernelRequest& request, bool deterministic = false);
 
 /// The eager plans a DeviceOps has built, by chain_plan_key: a step calls
 /// each op with the same addresses every time, so a plan is built on an op's

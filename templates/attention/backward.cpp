@@ -545,6 +545,7 @@ class Backward final : public TypedFamily<BackwardArgs> {
   }
 
   /// D rows (fp32), and the fp32 dQ accumulator when dQ goes by atomics.
+  bool deterministic(const Config& c) const override { return !dq_atomic(c); }
   std::size_t workspace_bytes(const Config& c, const Problem& p) const override {
     return static_cast<std::size_t>(delta_bytes(p) + (dq_atomic(c) ? accumulator_bytes(p) : 0));
   }

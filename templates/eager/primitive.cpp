@@ -137,6 +137,7 @@ class Primitive final : public PrimitiveFamily {
   const Space& space() const override { return space_; }
   /// Elementwise ops read each element before they write it, by the same thread: y may be x, or a, or a b
   /// that is not broadcast. (Strided views of one buffer are not told apart by their addresses: none.)
+  bool deterministic(const Config&) const override { return kind_ != Kind::kIndexAdd; }  // index_add_: atomics
   std::vector<std::pair<std::string, std::string>> in_place(const Problem& p) const override {
     switch (kind_) {
       case Kind::kUnary: return {{"y", "x"}};

@@ -295,6 +295,8 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
             with(def, {{"deterministic", kScanZeroFirst}, {"threads", 512}}), with(def, {{"threads", 1024}})};
   }
 
+  bool deterministic(const Config& c) const override { return method(c) != kAtomic; }
+
   double flops(const Problem& p) const override {  // one add per element of d_out
     return static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("dim"));
   }

@@ -1,5 +1,6 @@
 // `ktune train | eval | bench e2e --backend`: the device backends' refusals,
-// each one line and exit 2, before any work; --graph and --pdl where they apply.
+// each one line and exit 2, before any work; --graph, --pdl and
+// --deterministic where they apply.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -84,6 +85,29 @@ TEST_CASE("CLI: --pdl takes a device backend, and the summary says where it has 
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("\"programmatic_launch\": true") &&
                       Catch::Contains("programmatic dependent launch asked for (no effect here"));
+}
+
+TEST_CASE("CLI: --deterministic: a device run's summary and report say so, a resume that changes it notes it",
+          "[cli][model]") {
+  std::string out;
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
+                        " --json bench e2e --model tiny --ctx 8 --batch 1 --trials 1 --warmup 0 --backend emu "
+                        "--deterministic",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("\"deterministic\": true") && Catch::Contains("; deterministic"));
+  const auto ckpt = ktune::test::scratch_dir("model_deterministic") / "run.ckpt";
+  const std::string run =
+      "train --model tiny --ctx 8 --batch 1 --backend emu --checkpoint " + ckpt.string() + " --resume";
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + run + " --steps 1 2>&1", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("; deterministic"));
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + run + " --steps 2 --deterministic 2>&1",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: this run goes on with --deterministic on (was off): its steps are not those "
+                                  "the run would have taken") &&
+                      Catch::Contains("; deterministic"));
+  // The cpu backend's runs repeat without it: taken, nothing changes.
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " train --model tiny --steps 1 --deterministic",
+                    &out) == 0);
 }
 
 TEST_CASE("CLI: --dtype takes f32, tf32 or bf16, and the cpu backend runs f32 only", "[cli][model]") {

@@ -30,7 +30,7 @@ const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
 const char* kAllSteps =
     "tests tune families tune-step-small attention attention-bench attention-bench-torch headline headline-ab "
-    "bench bf16 peers ops ops-small pdl train recompute "
+    "bench bf16 peers ops ops-small pdl train deterministic recompute "
     "seed-002 e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
@@ -150,9 +150,10 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   // five configs, the d 128 forward's four and the leaderboard forward's four, e2e's 5 sizes x 2 dtypes x 2
   // modes, each beside its peer, and compiled mode's 10 once more with CUDA graphs; programmatic dependent launch
   // beside ordinary launches (two bench ops, the small step op by op and as graphs); `ktune train` checkpointed,
-  // then resumed, then over 2 micro-batches a step; the small step keeping activations and recomputing at two
-  // levels; seed 002's table, 5 sizes eager fp32 and compiled bf16.
-  CHECK(n.ktune == 12 + 7 + 13 + 20 + 10 + 6 + 3 + 3 + 10);
+  // then resumed, then over 2 micro-batches a step; the small step trained twice with --deterministic and twice
+  // without, then timed with and without it; the small step keeping activations and recomputing at two levels;
+  // seed 002's table, 5 sizes eager fp32 and compiled bf16.
+  CHECK(n.ktune == 12 + 7 + 13 + 20 + 10 + 6 + 3 + 6 + 3 + 10);
   CHECK(n.test_files == gpu_test_files());
   // and torch.compile's CUDA graphs beside compiled mode's, and the recompute step's two
   CHECK(n.e2e_peers == 20 + 10 + 2);

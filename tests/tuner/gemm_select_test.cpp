@@ -207,6 +207,41 @@ TEST_CASE("gemm selection: the fastest valid candidate, cached and read back wit
   }
 }
 
+TEST_CASE("gemm selection without timing (a deterministic run): the cache's entry, else the heuristic's first, "
+          "nothing timed or stored",
+          "[tuner][gemm]") {
+  const auto path = test::scratch_dir("gemm_select_untimed") / "tuned.json";
+  cache::CacheFile file(path);
+  {
+    FakeTrials fake;
+    tuner::GemmSelector s(fake, gpu(), nullptr, [&](const cache::Entry& e) { file.put(e); });
+    REQUIRE(s.choose(qkv()) == algo(2));  // timed: the fastest, stored
+  }
+  const auto cache = cache::TunedCache::read(path);
+  FakeTrials fake;
+  int stored = 0;
+  tuner::GemmSelector s(fake, gpu(), &cache, [&](const cache::Entry&) { ++stored; }, {.time = false});
+  CHECK(s.choose(qkv()) == algo(2));  // the cache's
+  GemmDesc wider = qkv();
+  wider.n = 256, wider.ldc = 256;
+  CHECK(s.choose(wider) == algo(0));  // none cached: the heuristic's first, though 2 is faster
+  CHECK(s.choose(wider) == algo(0));
+  CHECK(fake.time_calls == 0);
+  CHECK(fake.error_calls == 0);
+  CHECK(stored == 0);
+  CHECK(s.counts().cached == 1);
+  CHECK(s.counts().heuristic == 1);
+  CHECK(s.counts().timed == 0);
+  // An entry the engine refuses: the heuristic's first, said so.
+  FakeTrials refusing;
+  refusing.refuse = "cublasLtMatmulAlgoCheck returns status 15";
+  tuner::GemmSelector r(refusing, gpu(), &cache, {}, {.time = false});
+  CHECK(r.choose(qkv()) == algo(0));
+  REQUIRE(r.warnings().size() == 1);
+  CHECK_THAT(r.warnings()[0], Catch::Contains("status 15") && Catch::Contains("the heuristic's first taken"));
+  CHECK(refusing.time_calls == 0);
+}
+
 TEST_CASE("gemm selection: nothing that runs is an error, a store that fails a warning", "[tuner][gemm]") {
   FakeTrials fake;
   for (std::uint64_t i = 0; i < 4; ++i) fake.fails[i] = true;

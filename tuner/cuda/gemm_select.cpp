@@ -248,8 +248,17 @@ const GemmAlgo& GemmSelector::choose(const GemmDesc& g) {
   if (const auto it = chosen_.find(signature); it != chosen_.end()) return it->second;
   const cache::Key key = gemm_key(g, device_, library_);
   std::optional<GemmAlgo> algo = from_cache(g, key);
-  if (algo) ++counts_.cached;
-  else algo = timed(g, key);
+  if (algo) {
+    ++counts_.cached;
+  } else if (!options_.time) {
+    const std::vector<GemmAlgo> first = trials_.candidates(g, 1);
+    if (first.empty())
+      throw Error(ErrorKind::kCuda, fmt::format("{} offers no algorithm for GEMM {}", library_, key.problem_key));
+    algo = first.front();
+    ++counts_.heuristic;
+  } else {
+    algo = timed(g, key);
+  }
   return chosen_.emplace(signature, std::move(*algo)).first->second;
 }
 
@@ -264,7 +273,8 @@ std::optional<GemmAlgo> GemmSelector::from_cache(const GemmDesc& g, const cache:
   auto algo = gemm_algo_from_json(found.entry->config, why);
   if (algo) why = trials_.refusal(g, *algo);
   if (why.empty()) return algo;
-  warnings_.push_back(fmt::format("gemm entry {} is not usable ({}); timed again", key.problem_key, why));
+  warnings_.push_back(fmt::format("gemm entry {} is not usable ({}); {}", key.problem_key, why,
+                                  options_.time ? "timed again" : "the heuristic's first taken"));
   return std::nullopt;
 }
 

@@ -79,13 +79,18 @@ std::unique_ptr<GemmTrials> make_cublaslt_trials(exec::Backend& backend, CublasL
 
 struct GemmSelectOptions {
   int candidates = 8;  ///< heuristic's top algorithms timed per GEMM
+  /// false: a GEMM the cache holds no algorithm for takes the heuristic's
+  /// first, neither timed nor stored (a deterministic run: timings, and so
+  /// choices, change from run to run).
+  bool time = true;
 };
 
 /// How the choices of a run were made.
 struct GemmSelectCounts {
-  int cached = 0;    ///< read from the tuned cache (exact key, accepted by the engine)
-  int timed = 0;     ///< chosen by timing now
-  int rejected = 0;  ///< fastest candidates that failed validation or failed to run
+  int cached = 0;     ///< read from the tuned cache (exact key, accepted by the engine)
+  int timed = 0;      ///< chosen by timing now
+  int heuristic = 0;  ///< the heuristic's first, untimed (GemmSelectOptions::time false)
+  int rejected = 0;   ///< fastest candidates that failed validation or failed to run
 };
 
 class GemmSelector {
@@ -98,7 +103,8 @@ class GemmSelector {
 
   /// The algorithm for `g`: the one chosen before in this process, else the
   /// cache's entry of the exact key when the engine accepts it, else timed
-  /// now (and stored). Throws when no candidate runs.
+  /// now (and stored), or without timing the heuristic's first. Throws when
+  /// no candidate runs.
   const GemmAlgo& choose(const GemmDesc& g);
 
   const GemmSelectCounts& counts() const { return counts_; }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -27,16 +28,15 @@ struct DeviceDefault {
   bool stand_in = false;
 };
 
-DeviceDefault device_default(const templates::Family& family, const templates::Problem& problem,
-                             const DeviceLimits& device) {
-  if (auto arch = family.arch_default(problem, device); arch && family.is_valid(*arch, problem, device))
-    return {*arch};
-  const Config def = family.default_config(problem);
-  std::string why_not_default;
-  if (family.is_valid(def, problem, device, &why_not_default)) return {def};
+// The valid point of `family`'s space for `problem` on `device` that `accept`
+// takes and that differs from `origin` in the fewest parameters, then by the
+// fewest steps along their domains, then first in space order; nullopt where
+// there is none.
+std::optional<Config> nearest_valid(const templates::Family& family, const templates::Problem& problem,
+                                    const DeviceLimits& device, const Config& origin_config,
+                                    const std::function<bool(const Config&)>& accept) {
   const Space& space = family.space();
-  const search::Point origin = search::point_of(space, def);
-  // Distance from the default: parameters changed, then steps along their domains.
+  const search::Point origin = search::point_of(space, origin_config);
   std::optional<Config> best;
   std::pair<int, int> best_distance;
   for (std::uint64_t i = 0; i < space.size(); ++i) {
@@ -48,13 +48,34 @@ DeviceDefault device_default(const templates::Family& family, const templates::P
     }
     if (best && distance >= best_distance) continue;
     Config c = search::config_of(space, point);
-    if (!family.is_valid(c, problem, device)) continue;
+    if (!accept(c) || !family.is_valid(c, problem, device)) continue;
     best = std::move(c);
     best_distance = distance;
   }
+  return best;
+}
+
+DeviceDefault device_default(const templates::Family& family, const templates::Problem& problem,
+                             const DeviceLimits& device) {
+  if (auto arch = family.arch_default(problem, device); arch && family.is_valid(*arch, problem, device))
+    return {*arch};
+  const Config def = family.default_config(problem);
+  std::string why_not_default;
+  if (family.is_valid(def, problem, device, &why_not_default)) return {def};
+  std::optional<Config> best = nearest_valid(family, problem, device, def, [](const Config&) { return true; });
   KTUNE_REQUIRE(best.has_value(), fmt::format("{}: no config of the space is valid for {} on {} (the default {}: {})",
                                               family.origin(), problem.key(), device.arch, def.str(), why_not_default));
   return {*best, true};
+}
+
+// The parameters in which `to` differs from `from`: "dq_atomic 1 -> 0, mma 1 -> 0".
+std::string changes(const Config& from, const Config& to) {
+  std::string out;
+  for (const auto& [name, value] : to.values()) {
+    const std::int64_t was = from.at(name);
+    if (was != value) out += fmt::format("{}{} {} -> {}", out.empty() ? "" : ", ", name, was, value);
+  }
+  return out;
 }
 
 }  // namespace
@@ -65,12 +86,11 @@ Config default_on(const templates::Family& family, const templates::Problem& pro
 
 ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
                            const DeviceLimits& device, const cache::TunedCache* tuned,
-                           std::vector<std::string>* warnings) {
+                           std::vector<std::string>* warnings, bool deterministic) {
   const auto [def, stand_in] = device_default(family, problem, device);
   const std::string default_source =
       stand_in ? fmt::format("the valid config nearest the default on {}", device.arch) : "default";
   ChosenConfig out{def, cache::Match::kNone, default_source + " (no tuned cache)"};
-  if (!tuned) return out;
   auto usable = [&](const nlohmann::json& j) {
     try {
       const Config c = Config::from_json(j);
@@ -80,25 +100,39 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
       return false;
     }
   };
+  // A deterministic run takes the valid config nearest the chosen one that sums in a fixed order.
+  const auto settle = [&](ChosenConfig chosen) {
+    if (!deterministic || family.deterministic(chosen.config)) return chosen;
+    const std::optional<Config> fixed = nearest_valid(family, problem, device, chosen.config,
+                                                      [&](const Config& c) { return family.deterministic(c); });
+    KTUNE_REQUIRE(fixed.has_value(), fmt::format("{}: no config of the space is both valid for {} on {} and "
+                                                 "deterministic; the run cannot be deterministic",
+                                                 family.origin(), problem.key(), device.arch));
+    chosen.source += fmt::format("; made deterministic ({})", changes(chosen.config, *fixed));
+    chosen.config = *fixed;
+    chosen.made_deterministic = true;
+    return chosen;
+  };
+  if (!tuned) return settle(out);
   const cache::Answer a =
       tuned->lookup(cache_key(family, problem, device), [&](const cache::Entry& e) { return usable(e.config); });
   if (warnings) warnings->insert(warnings->end(), a.result.warnings.begin(), a.result.warnings.end());
   out.source = a.reason;
   if (a.result.match == cache::Match::kNone || !a.result.entry) {
     if (stand_in) out.source = default_source + " (no usable tuned entry)";
-    return out;
+    return settle(out);
   }
   if (!usable(a.result.entry->config)) {
     out.source = default_source + " (the exact entry's config is not valid here)";
-    return out;
+    return settle(out);
   }
   out.config = Config::from_json(a.result.entry->config);
   out.match = a.result.match;
-  return out;
+  return settle(out);
 }
 
-TunedKernels::TunedKernels(exec::Backend& backend, const cache::TunedCache* tuned)
-    : backend_(backend), tuned_(tuned) {}
+TunedKernels::TunedKernels(exec::Backend& backend, const cache::TunedCache* tuned, bool deterministic)
+    : backend_(backend), tuned_(tuned), deterministic_(deterministic) {}
 
 void TunedKernels::prepare(const std::vector<KernelRequest>& requests, unsigned threads) {
   std::vector<TunedKernel> fresh;
@@ -109,7 +143,8 @@ void TunedKernels::prepare(const std::vector<KernelRequest>& requests, unsigned 
     const auto known = [&](const TunedKernel& k) { return k.family == r.family && k.problem == r.problem; };
     if (std::any_of(kernels_.begin(), kernels_.end(), known) || std::any_of(fresh.begin(), fresh.end(), known))
       continue;
-    TunedKernel k{r.family, r.problem, choose_config(*r.family, r.problem, backend_.device(), tuned_, &warnings_), {}};
+    TunedKernel k{r.family, r.problem,
+                  choose_config(*r.family, r.problem, backend_.device(), tuned_, &warnings_, deterministic_), {}};
     sources.push_back(r.family->render(k.chosen.config, r.problem));
     fresh.push_back(std::move(k));
   }
@@ -131,6 +166,11 @@ const TunedKernel& TunedKernels::get(const templates::Family& family, const temp
     if (k.family == &family && k.problem == problem) return k;
   throw_error(ErrorKind::kInvalidInput,
               fmt::format("no prepared kernel for {} on {}: prepare() it first", family.name(), problem.key()));
+}
+
+std::size_t TunedKernels::made_deterministic() const {
+  return static_cast<std::size_t>(std::count_if(kernels_.begin(), kernels_.end(),
+                                                [](const TunedKernel& k) { return k.chosen.made_deterministic; }));
 }
 
 std::size_t TunedKernels::count(cache::Match match) const {

@@ -32,13 +32,20 @@ struct ChosenConfig {
   Config config;
   cache::Match match = cache::Match::kNone;  ///< kNone: the family default
   std::string source;  ///< "exact", "nearest (distance 1.00, tuned for ...)", "default (...)"
+  /// A deterministic run's: the config chosen as above did not sum in a
+  /// fixed order (Family::deterministic), so this is the nearest that does.
+  bool made_deterministic = false;
 };
 
 /// The config `family` uses for `problem` on `device`; `tuned` may be null
 /// (the default). Stale entries the lookup skipped are appended to `warnings`.
+/// With `deterministic`, where that config does not give the same bits run
+/// after run (Family::deterministic), the valid one nearest it that does
+/// (the fewest parameters changed, then the fewest steps along their
+/// domains, then first in space order); kInvalidInput where none does.
 ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
                            const DeviceLimits& device, const cache::TunedCache* tuned,
-                           std::vector<std::string>* warnings = nullptr);
+                           std::vector<std::string>* warnings = nullptr, bool deterministic = false);
 
 /// One (family, problem) a run needs.
 struct KernelRequest {
@@ -58,8 +65,9 @@ struct TunedKernel {
 class TunedKernels {
  public:
   /// `tuned` may be null (every kernel at its family default); both must
-  /// outlive this object.
-  TunedKernels(exec::Backend& backend, const cache::TunedCache* tuned);
+  /// outlive this object. With `deterministic`, every config is one that
+  /// gives the same bits run after run (choose_config).
+  TunedKernels(exec::Backend& backend, const cache::TunedCache* tuned, bool deterministic = false);
 
   /// Chooses, renders, compiles (in parallel, on `threads` workers; 0: the
   /// environment's default) and loads every request not loaded yet. Throws
@@ -72,10 +80,13 @@ class TunedKernels {
   const std::vector<std::string>& warnings() const { return warnings_; }
   /// How many prepared kernels came from an exact entry, a nearest one, the default.
   std::size_t count(cache::Match match) const;
+  /// How many prepared kernels a deterministic run changed (ChosenConfig::made_deterministic).
+  std::size_t made_deterministic() const;
 
  private:
   exec::Backend& backend_;
   const cache::TunedCache* tuned_;
+  bool deterministic_ = false;
   std::vector<TunedKernel> kernels_;
   std::vector<std::string> warnings_;
 };

@@ -1,0 +1,99 @@
+// A deterministic run (BackendOptions::deterministic) repeats bit for bit
+// where the order of blocks changes: the emulation runs them in order or
+// last first (KTUNE_EMU_SCHEDULE), as a GPU runs them in an order of its
+// own. Without it, the same runs differ in their last bits: compiled bf16's
+// attention backward adds dQ by atomics, eager's embedding backward is an
+// index_add_ by atomics.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+
+#include "model/train.hpp"
+#include "support.hpp"
+
+namespace model_deterministic_emu_test {
+
+using namespace ktune::model;
+
+namespace {
+
+// KTUNE_EMU_SCHEDULE set for the life of the object, then put back.
+class Schedule {
+ public:
+  explicit Schedule(const char* order) {
+    if (const char* was = std::getenv("KTUNE_EMU_SCHEDULE")) was_ = was;
+    ::setenv("KTUNE_EMU_SCHEDULE", order, 1);
+  }
+  ~Schedule() {
+    if (was_) ::setenv("KTUNE_EMU_SCHEDULE", was_->c_str(), 1);
+    else ::unsetenv("KTUNE_EMU_SCHEDULE");
+  }
+  Schedule(const Schedule&) = delete;
+  Schedule& operator=(const Schedule&) = delete;
+
+ private:
+  std::optional<std::string> was_;
+};
+
+struct Run {
+  std::string weights;  // the saved file's bytes
+  std::string summary;  // the runtime's kernel summary
+};
+
+// A training run of `o`, the emulation's blocks in `order`: its saved weights and kernel summary.
+Run train_tiny(TrainOptions o, const char* order) {
+  const Schedule schedule(order);
+  o.save = (ktune::test::scratch_dir("deterministic_emu") / (std::string(order) + ".safetensors")).string();
+  Run run;
+  train(o, {}, [&](const TrainStart& start) { run.summary = start.runtime.kernel_summary(); });
+  std::ifstream in(o.save, std::ios::binary);
+  run.weights.assign(std::istreambuf_iterator<char>(in), {});
+  REQUIRE(!run.weights.empty());
+  return run;
+}
+
+TrainOptions tiny(Mode mode, Precision precision, RunShape shape) {
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = shape;
+  o.steps = 2;
+  o.threads = 1;
+  o.backend.backend = "emu";
+  o.backend.mode = mode;
+  o.backend.precision = precision;
+  o.backend.emu_workers = 1;  // blocks one after another, in the schedule's order
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("emu backend: a deterministic training run repeats bit for bit whatever the order of blocks, "
+          "the same runs without it differ",
+          "[emu][model][deterministic]") {
+  SECTION("compiled bf16: flash attention's dQ by a second pass, not by atomics") {
+    // At ctx 256 a query's keys span several key tiles: dQ adds up across blocks.
+    TrainOptions o = tiny(Mode::kCompiled, Precision::kBf16, RunShape{2, 256});
+    const Run in_order = train_tiny(o, "in-order"), reverse = train_tiny(o, "reverse");
+    CHECK(in_order.weights != reverse.weights);
+    CHECK_THAT(in_order.summary, !Catch::Contains("deterministic"));
+    o.backend.deterministic = true;
+    const Run fixed_in_order = train_tiny(o, "in-order"), fixed_reverse = train_tiny(o, "reverse");
+    CHECK(fixed_in_order.weights == fixed_reverse.weights);
+    CHECK_THAT(fixed_in_order.summary, Catch::Contains("; deterministic: 1 of them changed to sum in a fixed order"));
+  }
+  SECTION("eager f32: the embedding backward as its family's kernel, not an index_add_") {
+    TrainOptions o = tiny(Mode::kEager, Precision::kF32, RunShape{2, 64});
+    const Run in_order = train_tiny(o, "in-order"), reverse = train_tiny(o, "reverse");
+    CHECK(in_order.weights != reverse.weights);
+    o.backend.deterministic = true;
+    const Run fixed_in_order = train_tiny(o, "in-order"), fixed_reverse = train_tiny(o, "reverse");
+    CHECK(fixed_in_order.weights == fixed_reverse.weights);
+    CHECK_THAT(fixed_in_order.summary, Catch::EndsWith("; deterministic"));
+  }
+}
+
+}  // namespace model_deterministic_emu_test
