@@ -248,7 +248,7 @@ void add_deterministic_option(CLI::App* cmd, ModelArgs& a) {
                 "in the order their blocks finish (fp32 atomics: attention_bwd's dQ at dq_atomic 1 or 2, "
                 "embedding_bwd at deterministic 0, eager mode's index_add_) take the nearest config that sums in a "
                 "fixed order, and on cuda no GEMM algorithm is chosen by timing (the cache's, else the "
-                "heuristic's first). The cpu backend's runs repeat without it, at a given --threads");
+                "heuristic's first). The cpu backend's runs repeat without it, at any --threads");
 }
 
 model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {

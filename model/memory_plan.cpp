@@ -142,7 +142,8 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
     w.dv = c.take("dv", "gradient of v", {N, C});
     w.dh = c.take("dh", "gradient of h, then of a", {N, F});
     w.db = c.take("db", "gradient of b", {N, F});
-    w.norm_dw = c.take("norm_dw", "cpu RMSNorm weight gradients, per thread", {T, C}, Held::kFp32);
+    w.norm_dw = c.take("norm_dw", "cpu RMSNorm weight gradients, per chunk of rows", {kNormDwChunks, C},
+                       Held::kFp32);
     if (r.micro_batches > 1)
       w.dparam = c.take("dparam", "a micro-batch's embedding or norm gradient, before it is added", {m.vocab, C},
                         Held::kFp32);

@@ -70,7 +70,7 @@ struct WorkspaceLayout {
   std::int64_t dq = 0, dk = 0, dv = 0;  // (N, C) each
   std::int64_t dh = 0;            // (N, F) gradient of h, then of a (in place)
   std::int64_t db = 0;            // (N, F)
-  std::int64_t norm_dw = 0;       // (threads, C) per-thread RMSNorm weight grads
+  std::int64_t norm_dw = 0;       // (kNormDwChunks, C) RMSNorm weight grads, a partial sum per chunk of rows
   std::int64_t dparam = 0;        // (V, C) fp32, when a step accumulates micro-batches: a gradient that no GEMM
                                   // writes (the embedding's, a norm's), before it is added to the step's; last,
                                   // so the buffers before it lie where they would without it
@@ -92,6 +92,10 @@ struct LaidOut {
 };
 using LayoutListing = std::vector<LaidOut>;
 
+/// Chunks of rows the cpu backend's RMSNorm backward sums its weight
+/// gradients over, each into a partial of its own, then the partials in
+/// order: the same sums whatever the thread count (threads take chunks).
+constexpr std::int64_t kNormDwChunks = 64;
 /// Query rows the cpu backend's attention takes at a time (its GEMMs' rows).
 constexpr std::int64_t kAttentionRowBlock = 64;
 /// Values of the cpu backend's attention scratch per thread, what its

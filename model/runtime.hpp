@@ -30,7 +30,7 @@ struct BackendOptions {
   bool programmatic = false;    ///< device backends: programmatic dependent launch (Backend::set_programmatic)
   bool nvtx = false;            ///< NVTX ranges around each phase, block and op (model/nvtx.hpp), for nsys
   /// Device backends: the same bits run after run (DeviceOptions::deterministic);
-  /// the cpu backend's are already, at a given thread count.
+  /// the cpu backend's are already, at any thread count.
   bool deterministic = false;
 };
 

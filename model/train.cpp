@@ -285,11 +285,9 @@ std::map<std::string, std::string> train_settings(const TrainOptions& o) {
       {"--eps", number(o.hyper.eps)},         {"--clip-norm", number(o.hyper.max_grad_norm)},
       {"--warmup-steps", std::to_string(o.schedule.warmup)},
       {"--lr-schedule", o.schedule.cosine ? "cosine" : "constant"}};
-  // The cpu backend's sums split by thread (RMSNorm's weight gradients, OpenBLAS's GEMMs): another count
-  // changes the steps' last bits.
-  if (o.backend.backend == "cpu") s["--threads"] = std::to_string(o.threads);
-  // A device backend's sums run in a fixed order with --deterministic only (BackendOptions::deterministic).
-  else s["--deterministic"] = o.backend.deterministic ? "on" : "off";
+  // A device backend's sums run in a fixed order with --deterministic only (BackendOptions::deterministic);
+  // the cpu backend's always do, at any thread count.
+  if (o.backend.backend != "cpu") s["--deterministic"] = o.backend.deterministic ? "on" : "off";
   if (o.schedule.cosine) {
     s["--min-lr"] = number(o.schedule.min_lr);
     // The iteration the cosine ends at: --cosine-steps, else the run's --steps.

@@ -123,8 +123,7 @@ std::vector<StepRecord> train(const TrainOptions& options, const std::function<v
 
 /// The optimizer's and the learning-rate schedule's settings of a run, as
 /// the options that give them ("--lr" → "0.003", ...; the cosine's end
-/// resolved), and on the cpu backend its thread count, by which its sums
-/// split (on a device backend, whether it is deterministic): what a
+/// resolved), and on a device backend whether it is deterministic: what a
 /// checkpoint records, so a resume that changes them is told.
 std::map<std::string, std::string> train_settings(const TrainOptions& options);
 

@@ -94,15 +94,19 @@ void CpuOps<T>::rmsnorm_forward(Ref x, Ref w, Ref y, Ref rstd, std::int64_t rows
 template <class T>
 template <class Share>
 void CpuOps<T>::norm_backward_rows(Ref dw, std::int64_t rows, std::int64_t dim, Share share) {
-  KTUNE_REQUIRE(work_.norm_dw + parallel_.threads() * dim <= work_.size,
+  KTUNE_REQUIRE(work_.norm_dw + kNormDwChunks * dim <= work_.size,
                 "rmsnorm backward needs the workspace of a training run");
-  T* partial = at({Region::kWork, work_.norm_dw});  // (threads, dim) per-thread weight gradients
-  std::fill(partial, partial + parallel_.threads() * dim, T(0));
-  parallel_.for_range(rows, [&](std::int64_t b, std::int64_t e, unsigned c) { share(b, e, partial + c * dim); });
+  T* partial = at({Region::kWork, work_.norm_dw});  // (kNormDwChunks, dim) weight gradients per chunk of rows
+  std::fill(partial, partial + kNormDwChunks * dim, T(0));
+  parallel_.for_range(kNormDwChunks, [&](std::int64_t first, std::int64_t last, unsigned) {
+    for (std::int64_t c = first; c < last; ++c)
+      if (rows * c / kNormDwChunks < rows * (c + 1) / kNormDwChunks)
+        share(rows * c / kNormDwChunks, rows * (c + 1) / kNormDwChunks, partial + c * dim);
+  });
   T* pdw = at(dw);
   for (std::int64_t j = 0; j < dim; ++j) {
     T sum = 0;
-    for (unsigned t = 0; t < parallel_.threads(); ++t) sum += partial[t * dim + j];
+    for (std::int64_t c = 0; c < kNormDwChunks; ++c) sum += partial[c * dim + j];
     pdw[j] = sum;
   }
 }

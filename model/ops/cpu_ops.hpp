@@ -57,9 +57,10 @@ class CpuOps final : public Ops {
 
  private:
   T* at(Ref r) const;
-  // RMSNorm's backward over `rows` split over threads: share(b, e, dw_partial)
-  // runs rows [b, e) accumulating into its thread's own dw row of the
-  // workspace, and the rows are summed in thread order into dw.
+  // RMSNorm's backward over `rows` in kNormDwChunks chunks, which the threads
+  // share: share(b, e, dw_partial) runs rows [b, e) accumulating into its
+  // chunk's own dw row of the workspace, and the rows are summed in chunk
+  // order into dw: the same sums at any thread count.
   template <class Share>
   void norm_backward_rows(Ref dw, std::int64_t rows, std::int64_t dim, Share share);
   const std::int32_t* ints(Ref r) const;
