@@ -7,17 +7,15 @@
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
 #include <optional>
 #include <string>
 
-#include "model/train.hpp"
-#include "support.hpp"
+#include "model/deterministic_check.hpp"
 
 namespace model_deterministic_emu_test {
 
 using namespace ktune::model;
+using ktune::test::SavedRun;
 
 namespace {
 
@@ -39,21 +37,10 @@ class Schedule {
   std::optional<std::string> was_;
 };
 
-struct Run {
-  std::string weights;  // the saved file's bytes
-  std::string summary;  // the runtime's kernel summary
-};
-
-// A training run of `o`, the emulation's blocks in `order`: its saved weights and kernel summary.
-Run train_tiny(TrainOptions o, const char* order) {
+// A training run of `o`, the emulation's blocks in `order`.
+SavedRun train_tiny(const TrainOptions& o, const char* order) {
   const Schedule schedule(order);
-  o.save = (ktune::test::scratch_dir("deterministic_emu") / (std::string(order) + ".safetensors")).string();
-  Run run;
-  train(o, {}, [&](const TrainStart& start) { run.summary = start.runtime.kernel_summary(); });
-  std::ifstream in(o.save, std::ios::binary);
-  run.weights.assign(std::istreambuf_iterator<char>(in), {});
-  REQUIRE(!run.weights.empty());
-  return run;
+  return ktune::test::train_saved(o, "deterministic_emu", order);
 }
 
 TrainOptions tiny(Mode mode, Precision precision, RunShape shape) {
@@ -77,20 +64,20 @@ TEST_CASE("emu backend: a deterministic training run repeats bit for bit whateve
   SECTION("compiled bf16: flash attention's dQ by a second pass, not by atomics") {
     // At ctx 256 a query's keys span several key tiles: dQ adds up across blocks.
     TrainOptions o = tiny(Mode::kCompiled, Precision::kBf16, RunShape{2, 256});
-    const Run in_order = train_tiny(o, "in-order"), reverse = train_tiny(o, "reverse");
+    const SavedRun in_order = train_tiny(o, "in-order"), reverse = train_tiny(o, "reverse");
     CHECK(in_order.weights != reverse.weights);
     CHECK_THAT(in_order.summary, !Catch::Contains("deterministic"));
     o.backend.deterministic = true;
-    const Run fixed_in_order = train_tiny(o, "in-order"), fixed_reverse = train_tiny(o, "reverse");
+    const SavedRun fixed_in_order = train_tiny(o, "in-order"), fixed_reverse = train_tiny(o, "reverse");
     CHECK(fixed_in_order.weights == fixed_reverse.weights);
     CHECK_THAT(fixed_in_order.summary, Catch::Contains("; deterministic: 1 of them changed to sum in a fixed order"));
   }
   SECTION("eager f32: the embedding backward as its family's kernel, not an index_add_") {
     TrainOptions o = tiny(Mode::kEager, Precision::kF32, RunShape{2, 64});
-    const Run in_order = train_tiny(o, "in-order"), reverse = train_tiny(o, "reverse");
+    const SavedRun in_order = train_tiny(o, "in-order"), reverse = train_tiny(o, "reverse");
     CHECK(in_order.weights != reverse.weights);
     o.backend.deterministic = true;
-    const Run fixed_in_order = train_tiny(o, "in-order"), fixed_reverse = train_tiny(o, "reverse");
+    const SavedRun fixed_in_order = train_tiny(o, "in-order"), fixed_reverse = train_tiny(o, "reverse");
     CHECK(fixed_in_order.weights == fixed_reverse.weights);
     CHECK_THAT(fixed_in_order.summary, Catch::EndsWith("; deterministic"));
   }
