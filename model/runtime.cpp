@@ -146,9 +146,10 @@ class DeviceRuntime final : public Runtime {
         to_string(model_->layout().precision), k.kernels().size(), k.count(cache::Match::kExact),
         k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
     if (model_->ops().deterministic())
-      summary += k.made_deterministic() > 0 ? fmt::format("; deterministic: {} of them changed to sum in a fixed order",
-                                                          k.made_deterministic())
-                                            : "; deterministic";
+      summary += k.made_deterministic() > 0
+                     ? fmt::format("; deterministic: {} kernel{} another config, one that sums in a fixed order",
+                                   k.made_deterministic(), k.made_deterministic() == 1 ? " takes" : "s take")
+                     : "; deterministic";
     if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
     if (model_->graphs() && model_->forward_graph_nodes() == 0)
       summary += "; forward and backward captured as graphs on their second run";
