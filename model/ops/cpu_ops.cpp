@@ -1,6 +1,7 @@
 // The cpu backend's ops (see cpu_ops.hpp): row-wise ops split rows over
 // threads, attention splits (batch, head) pairs (each pair's GEMMs on one
-// OpenBLAS thread), other GEMMs run on OpenBLAS's threads.
+// OpenBLAS thread), other GEMMs split their output into blocks of a fixed
+// size, each block's GEMM on one OpenBLAS thread.
 #include "model/ops/cpu_ops.hpp"
 
 #include <fmt/format.h>
@@ -50,11 +51,54 @@ void CpuOps<T>::rope_tables(Ref cos, Ref sin, std::int64_t seq, std::int64_t hea
   tr::rope::rope_tables<T>(seq, head_dim, theta, at(cos), at(sin));
 }
 
+namespace {
+
+// Rows or columns of a GEMM's output one OpenBLAS call takes (CpuOps::gemm).
+constexpr std::int64_t kGemmBlock = 64;
+
+// Runs fn over [0, n) on the run's threads, each range's GEMMs on one
+// OpenBLAS thread, then gives OpenBLAS the run's threads back.
+template <class Fn>
+void one_gemm_thread_each(Parallel& parallel, std::int64_t n, Fn&& fn) {
+  set_gemm_threads(1);
+  try {
+    parallel.for_range(n, fn);
+  } catch (...) {
+    set_gemm_threads(parallel.threads());
+    throw;
+  }
+  set_gemm_threads(parallel.threads());
+}
+
+}  // namespace
+
+// OpenBLAS on several threads may add up a GEMM's k in other chunks than on
+// one (0.3.21 does for a k of a few hundred that is not a multiple of 32: a
+// weight gradient's rows at ctx 100), and so change its last bits with the
+// thread count. The output is split here by its shape alone, into blocks of
+// kGemmBlock rows or columns (of its longer side), each one OpenBLAS call on
+// one thread, the threads taking the blocks: the same sums at any count.
 template <class T>
 void CpuOps<T>::gemm(const GemmOp& g) {
-  for (std::int64_t i = 0; i < g.batch; ++i)
-    gemm_rowmajor<T>(g.trans_a, g.trans_b, g.m, g.n, g.k, static_cast<T>(g.alpha), at(g.a + i * g.stride_a), g.lda,
-                     at(g.b + i * g.stride_b), g.ldb, static_cast<T>(g.beta), at(g.c + i * g.stride_c), g.ldc);
+  const bool by_rows = g.m >= g.n;
+  const std::int64_t side = by_rows ? g.m : g.n;
+  const std::int64_t blocks = (side + kGemmBlock - 1) / kGemmBlock;
+  one_gemm_thread_each(parallel_, g.batch * blocks, [&](std::int64_t begin, std::int64_t end, unsigned) {
+    for (std::int64_t job = begin; job < end; ++job) {
+      const std::int64_t i = job / blocks, first = job % blocks * kGemmBlock;
+      const std::int64_t count = std::min(kGemmBlock, side - first);
+      const T* a = at(g.a + i * g.stride_a);
+      const T* b = at(g.b + i * g.stride_b);
+      T* c = at(g.c + i * g.stride_c);
+      if (by_rows)  // rows [first, first + count) of C: those of op(A), rows of A or (transposed) its columns
+        gemm_rowmajor<T>(g.trans_a, g.trans_b, count, g.n, g.k, static_cast<T>(g.alpha),
+                         a + (g.trans_a ? first : first * g.lda), g.lda, b, g.ldb, static_cast<T>(g.beta),
+                         c + first * g.ldc, g.ldc);
+      else  // columns [first, first + count) of C: those of op(B), columns of B or (transposed) its rows
+        gemm_rowmajor<T>(g.trans_a, g.trans_b, g.m, count, g.k, static_cast<T>(g.alpha), a, g.lda,
+                         b + (g.trans_b ? first * g.ldb : first), g.ldb, static_cast<T>(g.beta), c + first, g.ldc);
+    }
+  });
 }
 
 template <class T>
@@ -264,20 +308,6 @@ void attention_backward_heads(const T* q, const T* k, const T* v, const T* probs
   }
 }
 
-// Runs fn over the (batch, head) pairs on the run's threads, each one's
-// GEMMs on one OpenBLAS thread, then gives OpenBLAS the run's threads back.
-template <class Fn>
-void per_head(Parallel& parallel, std::int64_t heads, Fn&& fn) {
-  set_gemm_threads(1);
-  try {
-    parallel.for_range(heads, fn);
-  } catch (...) {
-    set_gemm_threads(parallel.threads());
-    throw;
-  }
-  set_gemm_threads(parallel.threads());
-}
-
 }  // namespace
 
 template <class T>
@@ -287,7 +317,7 @@ void CpuOps<T>::attention_forward(Ref q, Ref k, Ref v, Ref saved, Ref out,
     throw_error(ErrorKind::kInternal, "the cpu backend's attention reads separate q, k and v");
   const T *pq = at(q), *pk = at(k), *pv = at(v);
   T *probs = at(saved), *po = at(out);
-  per_head(parallel_, s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned) {
+  one_gemm_thread_each(parallel_, s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned) {
     attention_forward_heads(pq, pk, pv, probs, po, s, b, e);
   });
 }
@@ -301,7 +331,7 @@ void CpuOps<T>::attention_backward(Ref q, Ref k, Ref v, Ref /*out*/, Ref saved, 
   T* w = at({Region::kWork, work_.attn_scratch});
   const T *pq = at(q), *pk = at(k), *pv = at(v), *probs = at(saved), *pdo = at(dout);
   T *pdq = at(dq), *pdk = at(dk), *pdv = at(dv);
-  per_head(parallel_, s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned c) {
+  one_gemm_thread_each(parallel_, s.batch * s.heads, [&](std::int64_t b, std::int64_t e, unsigned c) {
     attention_backward_heads(pq, pk, pv, probs, pdo, pdq, pdk, pdv, w + c * scratch, s, b, e);
   });
 }

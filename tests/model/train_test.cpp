@@ -230,6 +230,26 @@ TEST_CASE("evaluating several batches gives the mean loss of the batches trainin
   CHECK_THROWS_WITH(evaluate(o, false, 0), Catch::Contains("0 batches to evaluate"));
 }
 
+TEST_CASE("training on the cpu backend saves the same bytes at any thread count, whatever the batch's rows",
+          "[model][train]") {
+  // 450 rows a batch: the weight gradients' GEMMs sum over a k that is not a multiple of 32, which OpenBLAS's
+  // threads would split otherwise than one thread.
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{3, 150};
+  o.steps = 2;
+  const auto dir = ktune::test::scratch_dir("train_threads");
+  std::vector<std::string> saved;
+  for (unsigned threads : {1u, 2u, 3u}) {
+    o.threads = threads;
+    o.save = (dir / fmt::format("threads{}.safetensors", threads)).string();
+    train(o);
+    saved.push_back(ktune::read_file(o.save));
+  }
+  CHECK(saved[1] == saved[0]);
+  CHECK(saved[2] == saved[0]);
+}
+
 TEST_CASE("the `ktune train` and `ktune eval` commands run end to end", "[model][cli]") {
   if (!std::filesystem::exists(ktune::test::ktune_exe())) {
     WARN("ktune executable not built; skipping the command test");
