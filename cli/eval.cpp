@@ -29,6 +29,7 @@ void add_eval_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, the mean of several, or over a whole token file");
   add_model_options(cmd, o->m, {.ctx = 32, .batch = 4});
   add_backend_options(cmd, o->m);
+  add_deterministic_option(cmd, o->m);  // --dump's gradients sum in the backward
   cmd->add_option("--weights", o->r.weights,
                   "Safetensors weights (default: random init; without --model or a size override, the model it "
                   "holds, and without --ctx, the context it was trained at)")
