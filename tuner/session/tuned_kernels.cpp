@@ -91,15 +91,23 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
   const std::string default_source =
       stand_in ? fmt::format("the valid config nearest the default on {}", device.arch) : "default";
   ChosenConfig out{def, cache::Match::kNone, default_source + " (no tuned cache)"};
-  auto usable = [&](const nlohmann::json& j) {
+  // Why a tuned config cannot run here ("" where it can): off the family's space (the space changed since it was
+  // tuned, or the file was edited), or not valid for this problem on this device.
+  auto unusable = [&](const nlohmann::json& j) -> std::string {
     try {
       const Config c = Config::from_json(j);
-      family.space().check_member(c);
-      return family.is_valid(c, problem, device);
-    } catch (const Error&) {
-      return false;
+      try {
+        family.space().check_member(c);
+      } catch (const Error& e) {
+        return fmt::format("is not in the family's space ({})", e.what());
+      }
+      std::string why;
+      return family.is_valid(c, problem, device, &why) ? "" : fmt::format("is not valid here ({})", why);
+    } catch (const Error& e) {
+      return fmt::format("cannot be read ({})", e.what());
     }
   };
+  auto usable = [&](const nlohmann::json& j) { return unusable(j).empty(); };
   // A deterministic run takes the valid config nearest the chosen one that sums in a fixed order.
   const auto settle = [&](ChosenConfig chosen) {
     if (!deterministic || family.deterministic(chosen.config)) return chosen;
@@ -122,8 +130,13 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
     if (stand_in) out.source = default_source + " (no usable tuned entry)";
     return settle(out);
   }
-  if (!usable(a.result.entry->config)) {
+  if (const std::string why = unusable(a.result.entry->config); !why.empty()) {
     out.source = default_source + " (the exact entry's config is not valid here)";
+    if (warnings)
+      warnings->push_back(fmt::format("ignoring the tuned entry for {} {}{}: its config {} {}; the {} runs instead",
+                                      family.name(), problem.key(),
+                                      tuned->origin().empty() ? "" : " in " + tuned->origin(),
+                                      a.result.entry->config.dump(), why, default_source));
     return settle(out);
   }
   out.config = Config::from_json(a.result.entry->config);
