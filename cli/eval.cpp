@@ -72,6 +72,13 @@ void add_eval_command(CLI::App& app, Global& global) {
     r.shape = shape_from_args(o->m);
     r.threads = threads_from_args(o->m);
     r.backend = backend_from_args(o->m, r.threads);
+    // Where the kernels' configs came from (a device backend's) goes with the loss; stale or unusable tuned
+    // entries are warned of at once.
+    std::string kernels;
+    r.on_runtime = [&kernels](const model::Runtime& rt) {
+      for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
+      if (!rt.kernel_summary().empty()) kernels = rt.device() + ": " + rt.kernel_summary();
+    };
     // Weights whose loss is not finite (logits that overflow) fail, as a diverged training run does.
     const auto require_finite = [&](double loss, const std::string& over) {
       if (!std::isfinite(loss))
@@ -83,22 +90,22 @@ void add_eval_command(CLI::App& app, Global& global) {
     if (o->all) {
       const model::FullEvalResult full = model::evaluate_all(r);
       require_finite(full.loss, fmt::format("all of {}", r.tokens_file));
+      nlohmann::ordered_json j{{"model", r.model.name},
+                               {"context_length", r.shape.context},
+                               {"batch_size", r.shape.batch},
+                               {"backend", r.backend.backend},
+                               {"dtype", model::to_string(r.backend.precision)},
+                               {"tokens_file", r.tokens_file},
+                               {"val_split", r.val_split > 0 ? nlohmann::ordered_json(r.val_split)
+                                                             : nlohmann::ordered_json()},
+                               {"windows", full.windows},
+                               {"tokens", full.tokens},
+                               {"unscored_tokens", full.unscored},
+                               {"loss", full.loss},
+                               {"perplexity", std::exp(full.loss)}};
+      if (!kernels.empty()) j["kernels"] = kernels;
       if (global.json)
-        std::cout << nlohmann::ordered_json{{"model", r.model.name},
-                                            {"context_length", r.shape.context},
-                                            {"batch_size", r.shape.batch},
-                                            {"backend", r.backend.backend},
-                                            {"dtype", model::to_string(r.backend.precision)},
-                                            {"tokens_file", r.tokens_file},
-                                            {"val_split", r.val_split > 0 ? nlohmann::ordered_json(r.val_split)
-                                                                          : nlohmann::ordered_json()},
-                                            {"windows", full.windows},
-                                            {"tokens", full.tokens},
-                                            {"unscored_tokens", full.unscored},
-                                            {"loss", full.loss},
-                                            {"perplexity", std::exp(full.loss)}}
-                         .dump(2)
-                  << "\n";
+        std::cout << j.dump(2) << "\n";
       else
         std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}) over all of {}{}: {} window{} of {} tokens{}\n",
                                  full.loss, std::exp(full.loss), r.tokens_file,
@@ -107,7 +114,8 @@ void add_eval_command(CLI::App& app, Global& global) {
                                  full.unscored == 0 ? ""
                                                     : fmt::format(" (the last {} token{}, short of a window, not "
                                                                   "scored)",
-                                                                  full.unscored, full.unscored == 1 ? "" : "s"));
+                                                                  full.unscored, full.unscored == 1 ? "" : "s"))
+                  << (kernels.empty() ? "" : kernels + "\n");
       return;
     }
     const auto result = model::evaluate(r, !o->dump.empty(), o->batches);
@@ -127,6 +135,7 @@ void add_eval_command(CLI::App& app, Global& global) {
       j["grad_norms"] = norms;
       write_file_atomic(o->dump, j.dump(2) + "\n");
     }
+    if (!kernels.empty()) j["kernels"] = kernels;  // on stdout, not in --dump's file
     if (global.json)
       std::cout << j.dump(2) << "\n";
     else
@@ -134,6 +143,7 @@ void add_eval_command(CLI::App& app, Global& global) {
                                std::exp(result.loss),
                                o->batches > 1 ? fmt::format("mean of {} batches of ", o->batches) : "", r.shape.batch,
                                r.shape.context)
+                << (kernels.empty() ? "" : kernels + "\n")
                 << (result.launches ? fmt::format("launches: {} ({} mode, {}{})\n", result.launches->str(),
                                                   model::to_string(r.backend.mode),
                                                   o->batches > 1 ? fmt::format("{} forwards", o->batches) : "forward",

@@ -68,6 +68,7 @@ namespace {
 // gave it, for a caller that sets them itself (a resumed run).
 std::unique_ptr<Runtime> start(const RunOptions& o, Allocation allocation, bool weights = true) {
   auto rt = make_runtime(o.model, o.shape, allocation, run_backend(o));
+  if (o.on_runtime) o.on_runtime(*rt);
   if (!weights) return rt;
   std::vector<float> params(static_cast<std::size_t>(rt->layout().total));
   if (o.weights.empty())

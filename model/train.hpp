@@ -31,6 +31,9 @@ struct RunOptions {
   /// train draws its batches from the rest and validates on it; evaluate
   /// evaluates it.
   double val_split = 0;
+  /// Sees the runtime once it is built, before it runs (its kernel summary
+  /// and warnings, say); empty: nothing.
+  std::function<void(const Runtime&)> on_runtime;
 };
 
 /// options.backend with its threads: the run's backend (make_runtime, plan_run).
