@@ -48,6 +48,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     int repetitions = 0;  // 0: adaptive
     std::string shard, export_kt;
     bool no_isolate = false;
+    std::int64_t accumulate = 1;  // with --model: micro-batches per optimizer step
   };
   auto opts = std::make_shared<Opts>();
   opts->tune.strategy = tuner::kDefaultStrategy;
@@ -75,11 +76,16 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "activations, fp32 weights and state); the kernels compiled mode launches at that precision")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
+  cmd->add_option("--accumulate", opts->accumulate,
+                  "With --model: the run's --accumulate, micro-batches per optimizer step: above 1, the gradient "
+                  "accumulation's adds (prim_add) are tuned too")
+      ->check(integer_at_least(1))
+      ->capture_default_str();
   cmd->add_option("--strategy", opts->tune.strategy, "Search strategy, " + strategy_choices())->capture_default_str();
   cmd->add_option("--budget", opts->tune.budget,
                   "When to stop: N evaluations (\"200\"), time (\"90s\", \"15m\"), \"plateau:N\" "
                   "(N evaluations without improvement), or several joined by + (\"200+15m\": whichever comes first); "
-                  "\"\" for none (exhaustive's default)")
+                  "\"\" for none (exhaustive's default); with --model, each kernel's (16 kernels of 30s: 8 minutes)")
       ->capture_default_str();
   cmd->add_option("--seed", opts->tune.seed, "Seed of the strategy and the inputs")
       ->check(integer_at_least(0))
@@ -137,8 +143,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       KTUNE_REQUIRE(opts->parameters.empty(), "--parameters are one kernel's: give them with --family or --spec");
       KTUNE_REQUIRE(opts->problem.empty(), "--problem is one kernel's shape: give it with --family or --spec; the "
                                            "kernels of --model take theirs from --ctx, --batch and --dtype");
-      requests = model::step_kernels(model_from_args(opts->model), shape_from_args(opts->model),
-                                     model::parse_precision(opts->dtype));
+      model::RunShape shape = shape_from_args(opts->model);
+      shape.micro_batches = opts->accumulate;
+      shape.validate();  // a step of batch x micro-batches windows, refused before it overflows
+      requests = model::step_kernels(model_from_args(opts->model), shape, model::parse_precision(opts->dtype));
     } else {
       // What shapes a model's kernels says nothing about one family's problem: given, it was ignored.
       const auto refuse = [&](const char* name) {
@@ -147,7 +155,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                   "shape (its \"dtype\" the precision)",
                                   name));
       };
-      for (const char* name : {"--ctx", "--batch", "--dtype"}) refuse(name);
+      for (const char* name : {"--ctx", "--batch", "--dtype", "--accumulate"}) refuse(name);
       for (const char* name : kSizeOptions) refuse(name);
       const auto& family = family_arg(opts->family, opts->spec);  // an unknown family is named first
       KTUNE_REQUIRE(!opts->problem.empty() || !opts->spec.empty(), "--family needs --problem");

@@ -127,6 +127,35 @@ TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", 
   CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
 }
 
+TEST_CASE("CLI: tune --model --accumulate tunes the gradient accumulation's adds that train --accumulate then "
+          "finds",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-accumulate");
+  const auto cache = dir / "tiny.json";
+  const std::string shape = " --model tiny --ctx 8 --batch 1 --accumulate 2 --threads 2 --cache " + cache.string();
+  std::string out;
+  REQUIRE(run_command("KTUNE_PRINT=quiet " + ktune_exe().string() + " tune --backend emu --budget 1 --no-isolate" +
+                          shape,
+                      &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("18 winners written to"));
+  std::ifstream in(cache);
+  const auto entries = nlohmann::json::parse(in)["entries"];
+  std::set<std::string> adds;
+  for (const auto& e : entries)
+    if (e["key"]["family"] == "prim_add") adds.insert(e["key"]["problem_key"].get<std::string>());
+  CHECK(adds.size() == 2);  // a norm's gradient and the embedding's
+  REQUIRE(run_command(ktune_exe().string() + " train --backend emu --steps 1" + shape, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("18 kernels: 18 exact, 0 nearest, 0 default"));
+  // One kernel's problem says nothing of micro-batches.
+  CHECK(run_command(ktune_exe().string() + " tune --backend emu --family swiglu_fwd --problem "
+                                           "'{\"dtype\":\"f32\",\"dims\":{\"n\":1000}}' --accumulate 2 --cache " +
+                        (dir / "none.json").string(),
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--accumulate shapes the kernels of --model"));
+  CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
+}
+
 TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder, log show reads it back", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-report");
   const auto cache_dir = dir / "cache-dir";
