@@ -185,6 +185,21 @@ void add_tune_command(CLI::App& app, Global& global) {
     require_distinct_files({{"--spec", opts->spec}}, {{"--cache", opts->cache},
                                                       {"--log", requests.size() == 1 ? opts->log : std::string()},
                                                       {"--export-kt", opts->export_kt}});
+    // Logs go under the cache folder unless --log says where (a prefix with --model).
+    const auto log_path_of = [&](const tuner::KernelRequest& r) {
+      const std::string default_log = tuner::default_log_path(*r.family, r.problem);
+      return opts->log.empty()      ? default_log
+             : requests.size() == 1 ? opts->log
+                                    : opts->log + "." + std::filesystem::path(default_log).filename().string();
+    };
+    // Without --resume, a --log prefix one of whose kernels' logs holds results would be refused at that kernel,
+    // after the search of those before it: refused here, before any.
+    if (requests.size() > 1 && !opts->log.empty() && !opts->tune.resume)
+      for (const auto& r : requests)
+        KTUNE_REQUIRE(!tuner::log_holds_results(log_path_of(r)),
+                      fmt::format("--log {}: {} holds the results of a session of {} on {}: give --resume to go on "
+                                  "from the logs there, or another --log (or remove them) to start anew",
+                                  opts->log, log_path_of(r), r.family->name(), r.problem.key()));
     cache::CacheFile cache_file(opts->cache);
     const std::vector<cache::Entry> cached = cache_file.load();  // a corrupt cache file stops us before the search
     cache_file.check_writable();  // so does one the winner could not be written to
@@ -235,15 +250,10 @@ void add_tune_command(CLI::App& app, Global& global) {
     for (std::size_t i = 0; i < requests.size() && !stop_signals.caught(); ++i) {
       const auto& family = *requests[i].family;
       const auto& problem = requests[i].problem;
-      // Logs go under the cache folder unless --log says where (a prefix with --model).
-      const std::string default_log = tuner::default_log_path(family, problem);
       tuner::TuneOptions tune = opts->tune;
       tune.should_stop = [&stop_signals] { return stop_signals.caught() != 0; };
       tune.on_note = [](const std::string& note) { std::cerr << "note: " << note << "\n"; };
-      const std::string log_name = std::filesystem::path(default_log).filename().string();
-      tune.log_path = opts->log.empty()      ? default_log
-                      : requests.size() == 1 ? opts->log
-                                             : opts->log + "." + log_name;
+      tune.log_path = log_path_of(requests[i]);
       tune.default_log = opts->log.empty();
       if (tune.resume && print != env::PrintLevel::kQuiet && !std::filesystem::exists(tune.log_path))
         std::cerr << fmt::format("note: nothing to resume: {} does not exist; a new session starts there\n",

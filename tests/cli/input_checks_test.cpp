@@ -20,7 +20,10 @@
 
 #include "base/files.hpp"
 #include "support.hpp"
+#include "model/config.hpp"
+#include "model/step_kernels.hpp"
 #include "templates/family.hpp"
+#include "tuner/session/session.hpp"
 
 namespace cli_input_checks_test {
 
@@ -319,6 +322,30 @@ TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it w
   std::ofstream(dir / "bad.json") << "{bad";
   CHECK(run_bad("cache show " + (dir / "bad.json").string(), &err) == 2);
   CHECK_THAT(err, Catch::Contains("not valid JSON"));
+}
+
+TEST_CASE("CLI: tune --model refuses a --log prefix one of whose kernels' logs holds results before any search",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-model-log");
+  // The step's last kernels (grad_norm, AdamW) have the same problems at every --ctx and --batch: a session at
+  // another shape, under the same prefix, logged them.
+  const auto& family = ktune::templates::find_family("grad_norm");
+  const auto problem = ktune::model::grad_norm_problem(ktune::model::model_config("tiny"));
+  const auto tail = std::filesystem::path(ktune::tuner::default_log_path(family, problem)).filename();
+  const auto log = dir / ("run." + tail.string());
+  std::ofstream(log) << "{\"session\":{\"family\":\"grad_norm\"}}\n{\"config\":{}}\n";
+  const std::string before = read_all(log);
+  std::string err;
+  CHECK(run_bad("tune --backend emu --model tiny --ctx 8 --batch 1 --budget 1 --log " + (dir / "run").string() +
+                    " --cache " + (dir / "tuned.json").string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains(log.string() + " holds the results of a session of grad_norm") &&
+                      Catch::Contains("--resume"));
+  CHECK_FALSE(std::filesystem::exists(dir / "tuned.json"));
+  CHECK(read_all(log) == before);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(dir)) ++files;
+  CHECK(files == 1);  // no other kernel's log: none was searched
 }
 
 TEST_CASE("CLI: render refuses options it would ignore and an unknown subcommand is named", "[cli]") {

@@ -13,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 
 #include "base/env.hpp"
 #include "base/error.hpp"
@@ -157,6 +158,16 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
   return out;
 }
 
+// The first non-empty line of `path` (empty where it has none), and whether another follows it.
+std::pair<std::string, bool> log_header(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, header;
+  int lines = 0;
+  while (lines < 2 && std::getline(in, line))
+    if (!line.empty() && ++lines == 1) header = line;
+  return {header, lines == 2};
+}
+
 /// Where a fresh session logs (without --resume): a file that is no
 /// session's log (a checkpoint, notes) is refused, as the new log would
 /// replace it; one that holds results (more than its header) is refused
@@ -165,19 +176,14 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
 /// so a run without --resume loses no earlier session's measurements.
 /// Returns where a kept log went ("" if none was).
 std::string prepare_fresh_log(const std::string& path, bool default_log, const nlohmann::json& session) {
-  std::ifstream in(path);
-  std::string line, header;
-  int lines = 0;
-  while (lines < 2 && std::getline(in, line))
-    if (!line.empty() && ++lines == 1) header = line;
-  if (lines == 0) return "";  // none, or empty
-  in.close();
+  const auto [header, results] = log_header(path);
+  if (header.empty()) return "";  // none, or empty
   const auto j = nlohmann::json::parse(header, nullptr, false);
   KTUNE_REQUIRE(j.is_object() && j.contains("session") && j["session"].is_object(),
                 fmt::format("{} is not a ktune session log (its first line is no session header), and a new "
                             "session's log would replace it; give another path for the log",
                             path));
-  if (lines < 2) return "";  // a header alone: nothing to keep
+  if (!results) return "";  // a header alone: nothing to keep
   if (!default_log) {
     // One --resume could not take over (another kernel, problem, source, device): say only what can be done.
     if (const auto why = not_resumable(path, j["session"], session))
@@ -568,6 +574,8 @@ std::string default_log_path(const templates::Family& family, const templates::P
   tag.erase(std::remove(tag.begin(), tag.end(), '='), tag.end());
   return (env::session_log_dir() / (family.name() + "." + tag + ".log")).string();
 }
+
+bool log_holds_results(const std::string& path) { return log_header(path).second; }
 
 SessionLogContents read_session_log(const std::string& path) {
   KTUNE_REQUIRE(!std::filesystem::is_directory(path),

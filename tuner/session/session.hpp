@@ -118,6 +118,11 @@ bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entri
 /// the working folder stays clean and --resume finds it again.
 std::string default_log_path(const templates::Family& family, const templates::Problem& problem);
 
+/// Whether the file at `path` holds a session's results, not just a header
+/// (a log that a fresh session refuses to replace where it is the user's
+/// --log): more than one non-empty line.
+bool log_holds_results(const std::string& path);
+
 /// A session log read back: its header lines ("session": family, problem,
 /// arch, gpu, backend, source_hash, strategy, seed, peak_bandwidth_gbs), one
 /// per session that searched it (a resumed one with another strategy or seed
