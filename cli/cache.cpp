@@ -59,12 +59,12 @@ std::string source_state(const cache::Entry& e, const std::vector<const template
 /// otherwise select nothing, or, pruning, drop everything): one line naming
 /// the option and the values the file holds.
 void require_held(const std::vector<cache::Entry>& entries, const std::string& option, const std::string& value,
-                  const std::function<std::string(const cache::Entry&)>& field) {
+                  const std::function<std::string(const cache::Entry&)>& field, const char* none = "no entries") {
   if (value.empty()) return;
   std::set<std::string> held;
   for (const auto& e : entries) held.insert(field(e));
   KTUNE_REQUIRE(held.count(value), fmt::format("{} {}: no entry of the cache has it; it holds {}", option, value,
-                                               held.empty() ? "no entries" : fmt::format("{}", fmt::join(held, ", "))));
+                                               held.empty() ? none : fmt::format("{}", fmt::join(held, ", "))));
 }
 void require_held(const std::vector<cache::Entry>& entries, const Filter& f) {
   require_held(entries, "--family", f.family, [](const cache::Entry& e) { return e.key.family; });
@@ -348,7 +348,13 @@ void add_cache_command(CLI::App& app, Global& global) {
     for (const auto& e : held)
       if (p.family.empty() || e.key.family == p.family) selected.push_back(e);
     require_held(selected, "--source-hash", p.source_hash, [](const cache::Entry& e) { return e.key.source_hash; });
-    require_held(selected, "--nvrtc", p.nvrtc_version, [](const cache::Entry& e) { return e.key.nvrtc_version; });
+    // GEMM entries compile nothing (an empty NVRTC version), and --nvrtc leaves them alone.
+    std::vector<cache::Entry> compiled;
+    for (const auto& e : selected)
+      if (!e.key.nvrtc_version.empty()) compiled.push_back(e);
+    require_held(
+        compiled, "--nvrtc", p.nvrtc_version, [](const cache::Entry& e) { return e.key.nvrtc_version; },
+        "no entries compiled by NVRTC (GEMM entries compile nothing, and --nvrtc leaves them alone)");
     require_held(selected, "--driver", p.driver_version, [](const cache::Entry& e) { return e.key.driver_version; });
     file.update([&](std::vector<cache::Entry>& entries) {
       if (args->stale)

@@ -324,6 +324,27 @@ TEST_CASE("CLI: a cache filter no entry has is refused and the file left as it w
   CHECK_THAT(err, Catch::Contains("not valid JSON"));
 }
 
+TEST_CASE("CLI: cache prune --nvrtc no entry has names the NVRTC versions held and not the GEMM entries' empty one",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-cache-prune-nvrtc");
+  auto cache = nlohmann::json::parse(read_all(std::filesystem::path(KTUNE_SOURCE_DIR) /
+                                              "tests/cache/golden/tuned_v1.json"));
+  auto gemm = cache["entries"][0];  // a cuBLASLt algorithm as compiled mode stores it: nothing compiled
+  gemm["key"]["family"] = "gemm";
+  gemm["key"]["source_hash"] = "cublasLt 130100";
+  gemm["key"]["nvrtc_version"] = "";
+  cache["entries"].push_back(gemm);
+  std::ofstream(dir / "mixed.json") << cache.dump();
+  std::string err;
+  CHECK(run_bad("cache prune " + (dir / "mixed.json").string() + " --nvrtc 12.4", &err) == 2);
+  CHECK_THAT(err, Catch::EndsWith("it holds 13.0\n"));
+  // Only GEMM entries: none was compiled, so no NVRTC version can be held.
+  cache["entries"] = nlohmann::json::array({gemm});
+  std::ofstream(dir / "gemm.json") << cache.dump();
+  CHECK(run_bad("cache prune " + (dir / "gemm.json").string() + " --nvrtc 13.0", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("it holds no entries compiled by NVRTC"));
+}
+
 TEST_CASE("CLI: tune --model refuses a --log prefix one of whose kernels' logs holds results before any search",
           "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-model-log");
