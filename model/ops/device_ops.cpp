@@ -185,7 +185,9 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
                           : L.paired_rope ? RopeLaunch::kPaired
                                           : RopeLaunch::kEach;
   for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention, rope)) {
-    if (r.family->name() == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
+    const std::string& name = r.family->name();
+    if (!L.train && !(name.size() > 4 && name.compare(name.size() - 4, 4, "_fwd") == 0)) continue;
+    if (name == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
     out.push_back(r);
   }
   return out;

@@ -230,8 +230,9 @@ StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool 
 
 /// The families' problems of a step on a device backend in `mode`: the
 /// step's list (step_kernels.hpp) for the layout's precision and attention,
-/// with the mode's AdamW family. Eager mode runs the chains of the
-/// decomposed ones (with_chains).
+/// with the mode's AdamW family; for a layout without gradients (eval,
+/// generate), its forward's kernels alone (the families named *_fwd). Eager
+/// mode runs the chains of the decomposed ones (with_chains).
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& layout, Mode mode);
 
 }  // namespace ktune::model

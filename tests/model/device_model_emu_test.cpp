@@ -462,8 +462,8 @@ TEST_CASE("emu backend: compiled mode takes configs from the tuned cache and cou
   Transformer<float> cpu(config, shape, Allocation::kForwardOnly, 1);
   const double want = cpu.forward(tokens, targets);
 
-  DeviceTransformer compiled(*backend, config, shape, Allocation::kForwardOnly, {.mode = Mode::kCompiled,
-                                                                                .tuned = &cache});
+  // A training run's: one without gradients compiles its forward's kernels alone, not swiglu_bwd.
+  DeviceTransformer compiled(*backend, config, shape, Allocation::kTrain, {.mode = Mode::kCompiled, .tuned = &cache});
   const auto& k = compiled.ops().kernels();
   CHECK(k.count(cache::Match::kExact) == 1);
   CHECK(k.count(cache::Match::kNearest) == 1);
@@ -471,7 +471,7 @@ TEST_CASE("emu backend: compiled mode takes configs from the tuned cache and cou
   CHECK(k.get(gate, step_gate).chosen.config == tuned);
   CHECK(compiled.forward(tokens, targets) == Approx(want).epsilon(1e-5));
 
-  DeviceTransformer eager(*backend, config, shape, Allocation::kForwardOnly, {.mode = Mode::kEager, .tuned = &cache});
+  DeviceTransformer eager(*backend, config, shape, Allocation::kTrain, {.mode = Mode::kEager, .tuned = &cache});
   CHECK(eager.ops().kernels().count(cache::Match::kNone) == eager.ops().kernels().kernels().size());
   CHECK(eager.forward(tokens, targets) == Approx(want).epsilon(1e-5));
 }

@@ -124,6 +124,14 @@ TEST_CASE("step kernels: a device run launches its precision's and mode's list",
       if (mode == Mode::kCompiled) CHECK(families == families_of(step_kernels(config, shape, p)));
       // Every kernel runs the precision's problem, but grad_norm: gradients are fp32.
       for (const auto& [name, d] : families) CHECK(d == (name == "grad_norm" ? "f32" : problem_dtype(p)));
+      // A run without gradients (eval, generate) compiles its forward's kernels alone: the same forward ones.
+      const StepLayout forward = device_layout(config, shape, false, {.mode = mode, .precision = p});
+      const auto forward_families = families_of(device_step_kernels(forward, mode));
+      std::map<std::string, std::string> expected;
+      for (const auto& [name, d] : families)
+        if (name.size() > 4 && name.substr(name.size() - 4) == "_fwd") expected[name] = d;
+      CHECK(expected.size() == 7);
+      CHECK(forward_families == expected);
     }
   }
 }
