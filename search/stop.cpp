@@ -58,6 +58,7 @@ std::unique_ptr<StopCondition> parse_one(const std::string& word) {
   const double v = std::strtod(word.c_str(), &end);
   const std::string unit(end);
   KTUNE_REQUIRE(end != word.c_str() && std::isfinite(v), fmt::format("bad budget '{}'; {}", word, kBudgetHelp));
+  KTUNE_REQUIRE(v >= 0, fmt::format("bad budget '{}': a budget is not negative; give at least 1 (or 1s)", word));
   KTUNE_REQUIRE(v > 0, fmt::format("bad budget '{}': a budget of no evaluations or no time runs nothing; give at "
                                    "least 1 (or 1s)",
                                    word));

@@ -91,8 +91,10 @@ TEST_CASE("stop conditions: evaluations, time, plateau, any-of", "[search]") {
     CHECK(parse_budget("plateau:20")->describe() == "20 evaluations without improvement");
     CHECK_THROWS_AS(parse_budget("ten"), ktune::Error);
     CHECK_THROWS_WITH(parse_budget("5x"), Catch::Contains("a budget is"));
-    for (const char* none : {"0", "0s", "-3", "0m+10"})
+    for (const char* none : {"0", "0s", "0m+10"})
       CHECK_THROWS_WITH(parse_budget(none), Catch::Contains("runs nothing; give at least 1"));
+    for (const char* negative : {"-3", "-5s", "10+-1m"})
+      CHECK_THROWS_WITH(parse_budget(negative), Catch::Contains("': a budget is not negative; give at least 1"));
   }
 }
 
