@@ -2,8 +2,10 @@
 #include "model/runtime.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
+#include <set>
 
 #include "base/error.hpp"
 #include "base/host_memory.hpp"
@@ -79,6 +81,9 @@ class CpuRuntime final : public Runtime {
   Transformer<float> model_;
 };
 
+// The most kernels of a kind (nearest, default) the summary names.
+constexpr std::size_t kNamedKernels = 4;
+
 class DeviceRuntime final : public Runtime {
  public:
   DeviceRuntime(const ModelConfig& config, const RunShape& shape, Allocation allocation,
@@ -141,10 +146,21 @@ class DeviceRuntime final : public Runtime {
   }
   std::string kernel_summary() const override {
     const auto& k = model_->ops().kernels();
+    // Where a cache served some kernels, the few it did not serve exactly are named: what to tune next.
+    const bool served = k.count(cache::Match::kExact) + k.count(cache::Match::kNearest) > 0;
+    const auto count = [&](cache::Match match, const char* how) {
+      std::set<std::string> names;
+      for (const auto& kernel : k.kernels())
+        if (kernel.chosen.match == match) names.insert(kernel.family->name());
+      const std::size_t n = k.count(match);
+      return served && n > 0 && n <= kNamedKernels ? fmt::format("{} {} ({})", n, how, fmt::join(names, ", "))
+                                                  : fmt::format("{} {}", n, how);
+    };
     std::string summary = fmt::format(
-        "{} mode, {}, {} kernels: {} exact, {} nearest, {} default; GEMMs: {}", to_string(model_->ops().mode()),
+        "{} mode, {}, {} kernels: {} exact, {}, {}; GEMMs: {}", to_string(model_->ops().mode()),
         to_string(model_->layout().precision), k.kernels().size(), k.count(cache::Match::kExact),
-        k.count(cache::Match::kNearest), k.count(cache::Match::kNone), model_->ops().gemm_engine().name());
+        count(cache::Match::kNearest, "nearest"), count(cache::Match::kNone, "default"),
+        model_->ops().gemm_engine().name());
     if (model_->ops().deterministic())
       summary += k.made_deterministic() > 0
                      ? fmt::format("; deterministic: {} kernel{} another config, one that sums in a fixed order",

@@ -91,7 +91,8 @@ class Runtime {
   /// The device in words ("AMD EPYC ... (2 threads)", "emulated sm_90", ...).
   virtual std::string device() const = 0;
   /// Where each kernel's config came from, for a person: "12 kernels: 3 exact,
-  /// 1 nearest, 8 default; GEMMs: cuBLASLt ..."; empty on cpu.
+  /// 1 nearest (rope_fwd), 8 default; GEMMs: cuBLASLt ..." (where a cache
+  /// served some, up to 4 nearest or default ones named); empty on cpu.
   virtual std::string kernel_summary() const = 0;
   /// Warnings a person should see (stale cache entries).
   virtual std::vector<std::string> warnings() const = 0;

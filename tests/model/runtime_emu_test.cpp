@@ -6,8 +6,12 @@
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
 
+#include "cache/store.hpp"
 #include "model/bench_e2e.hpp"
 #include "model/train.hpp"
+#include "support.hpp"
+#include "templates/family.hpp"
+#include "tuner/session/tuned_kernels.hpp"
 
 namespace model_runtime_emu_test {
 
@@ -141,6 +145,39 @@ TEST_CASE("emu backend, bf16: the e2e benchmark runs a whole step and its memory
   REQUIRE(bf16.launches);
   CHECK(bf16.launches->by_family.count("adamw"));  // the step's AdamW, writing the bf16 copy
   CHECK(to_json(bf16).at("launches_per_step").at("kernels") == bf16.launches->kernels);
+}
+
+TEST_CASE("emu backend: the kernel summary names the few kernels a tuned cache served by a nearest entry or not "
+          "at all",
+          "[emu][model][runtime]") {
+  const ModelConfig config = model_config("tiny");
+  const RunShape shape{1, 8};
+  const std::int64_t n = shape.tokens() * config.d_ff;
+  auto backend = ktune::tuner::exec::make_emu_backend();
+  const auto& gate = ktune::templates::find_family("swiglu_fwd");
+  const auto& gate_bwd = ktune::templates::find_family("swiglu_bwd");
+  const ktune::templates::Problem step_gate{"f32", {{"n", n}}}, other_gate{"f32", {{"n", 4 * n}}};
+  const auto path = ktune::test::scratch_dir("runtime_summary") / "tuned.json";
+  ktune::cache::CacheFile file(path);
+  for (const auto& [family, problem] : {std::pair{&gate, step_gate}, std::pair{&gate_bwd, other_gate}}) {
+    ktune::cache::Entry e;
+    e.key = ktune::tuner::cache_key(*family, problem, backend->device());
+    e.config = family->default_config(problem).to_json();
+    e.time_ms = e.p20_ms = e.p80_ms = 1;
+    e.repetitions = 1;
+    file.put(e);
+  }
+  BackendOptions o;
+  o.backend = "emu";
+  o.cache = path.string();
+  auto rt = make_runtime(config, shape, Allocation::kTrain, o);
+  // One exact (swiglu_fwd), one nearest (swiglu_bwd, tuned at 4 x n), named; 14 defaults, too many to name.
+  CHECK_THAT(rt->kernel_summary(), Catch::StartsWith("compiled mode, f32, 16 kernels: 1 exact, 1 nearest (swiglu_bwd), "
+                                                     "14 default; GEMMs:"));
+  // Without a cache nothing is named: every kernel is a default.
+  o.cache.clear();
+  CHECK_THAT(make_runtime(config, shape, Allocation::kTrain, o)->kernel_summary(),
+             Catch::StartsWith("compiled mode, f32, 16 kernels: 0 exact, 0 nearest, 16 default; GEMMs:"));
 }
 
 }  // namespace model_runtime_emu_test
