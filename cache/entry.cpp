@@ -39,7 +39,7 @@ json to_json(const Key& key) {
 }
 
 json to_json(const Entry& e) {
-  return {{"key", to_json(e.key)},
+  json j = {{"key", to_json(e.key)},
           {"config", e.config},
           {"time_ms", e.time_ms},
           {"p20_ms", e.p20_ms},
@@ -49,6 +49,9 @@ json to_json(const Entry& e) {
           {"repetitions", e.repetitions},
           {"date", e.date},
           {"ktune_version", e.ktune_version}};
+  if (e.deterministic)
+    j["deterministic"] = {{"config", e.deterministic->config}, {"time_ms", e.deterministic->time_ms}};
+  return j;
 }
 
 namespace {
@@ -167,6 +170,14 @@ Entry parse_entry(const json& j) {
                     "was wrong, or the date was edited; give the date it was measured",
                     e.date));
   e.ktune_version = get_string(j, "ktune_version");
+  if (j.contains("deterministic")) {
+    const json& d = j["deterministic"];
+    const bool ok = d.is_object() && d.contains("config") && d["config"].is_object() && d.contains("time_ms") &&
+                    d["time_ms"].is_number() && std::isfinite(d["time_ms"].get<double>()) &&
+                    d["time_ms"].get<double>() >= 0;
+    if (!ok) bad("entry field 'deterministic' must be an object holding a 'config' object and a 'time_ms' >= 0");
+    e.deterministic = DeterministicPick{d["config"], d["time_ms"].get<double>()};
+  }
   return e;
 }
 }  // namespace

@@ -44,6 +44,14 @@ struct Key {
   bool stale_for(const Key& query) const;
 };
 
+/// The fastest config a tuning session measured among those that sum in a
+/// fixed order (templates::Family::deterministic), kept beside a winner that
+/// does not: what a deterministic run takes instead of the winner.
+struct DeterministicPick {
+  nlohmann::json config = nlohmann::json::object();  ///< parameter name → value
+  double time_ms = 0;  ///< its median, timed beside the winner where the session timed finalists again
+};
+
 /// A tuned result.
 struct Entry {
   Key key;
@@ -56,6 +64,9 @@ struct Entry {
   std::int64_t repetitions = 0;  ///< timed repetitions behind time_ms
   std::string date;        ///< ISO 8601 UTC; filled by put() when empty
   std::string ktune_version;  ///< filled by put() when empty
+  /// Where `config` does not sum in a fixed order and the session measured a
+  /// config that does; absent otherwise (and in entries older ktunes wrote).
+  std::optional<DeterministicPick> deterministic;
 };
 
 nlohmann::json to_json(const Key& key);

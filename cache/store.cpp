@@ -112,6 +112,9 @@ void CacheFile::put(Entry entry) {
   if (entry.ktune_version.empty()) entry.ktune_version = ktune_version();
   const std::string id = entry.key.identity();
   update([&](std::vector<Entry>& entries) {
+    // The newer tuning wins; a deterministic pick it did not measure stays from the entry it replaces.
+    for (const Entry& e : entries)
+      if (e.key.identity() == id && !entry.deterministic) entry.deterministic = e.deterministic;
     std::erase_if(entries, [&](const Entry& e) { return e.key.identity() == id; });
     entries.push_back(entry);
     return true;

@@ -64,12 +64,14 @@ bool better_than(const Entry& a, const Entry& b);
 constexpr std::int64_t kSpreadRepetitions = 3;
 
 /// Keeps one entry per full key (the better_than one, where the first of
-/// them stood); returns how many went.
+/// them stood, with the faster of their deterministic picks); returns how
+/// many went.
 std::size_t collapse_duplicates(std::vector<Entry>& entries);
 
 /// Merges `incoming` into `into` (whose duplicates collapse first) by full
-/// key with better_than; returns how many keys of `incoming` were added or
-/// replaced one, so merging a file into its own copy adds nothing.
+/// key with better_than (the entry kept takes the faster of the two
+/// deterministic picks); returns how many keys of `incoming` were added or
+/// changed one, so merging a file into its own copy adds nothing.
 std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming);
 
 /// What `ktune cache prune` drops.
@@ -123,7 +125,8 @@ class CacheFile {
   /// Commands call it before long work whose result goes into the cache.
   void check_writable() const;
   /// Inserts or replaces (same full key: the newer tuning wins) one entry,
-  /// filling date and ktune_version when empty.
+  /// filling date and ktune_version when empty; an entry without a
+  /// deterministic pick keeps the one of the entry it replaces.
   void put(Entry entry);
   /// Runs `change` on the entries under the lock and writes the result
   /// atomically if it returns true. A symlinked cache is written through to

@@ -231,7 +231,11 @@ void add_cache_command(CLI::App& app, Global& global) {
                                       fmt::format("{:.4f}", e.time_ms), fmt::format("{:.1f}%", e.spread * 100),
                                       std::to_string(e.evaluations), source};
       if (versions) row.insert(row.end(), {e.key.nvrtc_version, e.key.driver_version, e.date});
-      row.push_back(e.config.dump());
+      // A --deterministic run's config beside a winner that sums by atomics.
+      row.push_back(e.config.dump() + (e.deterministic ? fmt::format("; deterministic: {} at {:.4f} ms",
+                                                                     e.deterministic->config.dump(),
+                                                                     e.deterministic->time_ms)
+                                                       : ""));
       table.add(std::move(row));
     }
     if (global.json) {

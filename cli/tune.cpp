@@ -370,6 +370,12 @@ void add_tune_command(CLI::App& app, Global& global) {
       method = t.method;
       if (!summary.kept_note.empty() && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: {}\n", family.name(), problem.key(), summary.kept_note);
+      const auto& fixed = summary.best_deterministic;
+      if (fixed && print != env::PrintLevel::kQuiet && !global.json)
+        tops += fmt::format("{} on {}: the winner sums by atomics, in no fixed order; a --deterministic run takes {} "
+                            "at {:.4f} ms ({:.2f}x the winner's time), the fastest measured that does not\n",
+                            family.name(), problem.key(), fixed->config.str(), fixed->result.timing->median_ms,
+                            fixed->result.timing->median_ms / t.median_ms);
       results.push_back({{"family", family.name()}, {"problem", problem.to_json()},
                          {"best_config", summary.best->config.to_json()}, {"time_ms", t.median_ms},
                          {"p20_ms", t.p20_ms}, {"p80_ms", t.p80_ms},
@@ -379,6 +385,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                  ? nlohmann::json(summary.default_run->result.timing->median_ms)
                                                  : nlohmann::json()},
                          {"finalists", tuner::finalists_json(summary)}, {"tied", summary.tied},
+                         {"deterministic", fixed ? nlohmann::json{{"config", fixed->config.to_json()},
+                                                                  {"time_ms", fixed->result.timing->median_ms}}
+                                                 : nlohmann::json()},
                          {"pruned", summary.pruned},
                          {"stopped_by", summary.stopped_by}, {"method", t.method},
                          {"kept_note",

@@ -163,8 +163,12 @@ class DeviceRuntime final : public Runtime {
         model_->ops().gemm_engine().name());
     if (model_->ops().deterministic())
       summary += k.made_deterministic() > 0
-                     ? fmt::format("; deterministic: {} kernel{} another config, one that sums in a fixed order",
-                                   k.made_deterministic(), k.made_deterministic() == 1 ? " takes" : "s take")
+                     ? fmt::format("; deterministic: {} kernel{} another config, one that sums in a fixed order{}",
+                                   k.made_deterministic(), k.made_deterministic() == 1 ? " takes" : "s take",
+                                   k.deterministic_measured() == 0
+                                       ? ""
+                                       : fmt::format(" ({} the fastest such that tuning measured)",
+                                                     k.deterministic_measured()))
                      : "; deterministic";
     if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
     if (model_->graphs() && model_->forward_graph_nodes() == 0)

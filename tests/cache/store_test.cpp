@@ -262,6 +262,14 @@ TEST_CASE("values a cache file cannot hold are refused, never wrapped or misread
     doc["entries"][1]["repetitions"] = -100;
     expect = "'repetitions'";
   }
+  SECTION("a deterministic pick with no config") {
+    doc["entries"][0]["deterministic"] = {{"time_ms", 1.0}};
+    expect = "entry field 'deterministic' must be an object holding a 'config' object and a 'time_ms' >= 0";
+  }
+  SECTION("a deterministic pick with a negative time") {
+    doc["entries"][0]["deterministic"] = {{"config", {{"vec", 4}}}, {"time_ms", -1.0}};
+    expect = "entry field 'deterministic'";
+  }
   const auto [kind, what] = error_of([&] { parse_cache(doc.dump(), "t.json"); });
   CHECK(kind == ktune::ErrorKind::kCache);
   CHECK_THAT(what, Catch::Contains(expect) && Catch::Contains("t.json") && !Catch::Contains("json.exception"));
@@ -286,6 +294,51 @@ TEST_CASE("duplicate entries collapse on merge: a file merged into its own copy 
   std::vector<Entry> into;
   CHECK(merge_entries(into, incoming) == 2);  // keys, not rows
   CHECK(into.size() == 2);
+}
+
+TEST_CASE("a deterministic pick round-trips, stays through a newer tuning that measured none, and merge keeps the "
+          "faster one",
+          "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-deterministic");
+  CacheFile file(dir / "tuned.json");
+  Entry e = make_entry("f32;numel=8;tensors=4", 8, 1.0);
+  e.deterministic = DeterministicPick{{{"block", 128}, {"vec", 2}}, 1.5};
+  file.put(e);
+  REQUIRE(file.load().size() == 1);
+  REQUIRE(file.load()[0].deterministic);
+  CHECK(file.load()[0].deterministic->config == e.deterministic->config);
+  CHECK(file.load()[0].deterministic->time_ms == 1.5);
+  // An older entry has none, and writes none.
+  CHECK_FALSE(to_json(make_entry("f32;numel=8;tensors=4", 8)).contains("deterministic"));
+  // A newer winner that measured no deterministic config keeps the pick; one that did replaces it.
+  file.put(make_entry("f32;numel=8;tensors=4", 8, 0.5));
+  REQUIRE(file.load()[0].deterministic);
+  CHECK(file.load()[0].time_ms == 0.5);
+  CHECK(file.load()[0].deterministic->time_ms == 1.5);
+  Entry again = make_entry("f32;numel=8;tensors=4", 8, 0.5);
+  again.deterministic = DeterministicPick{{{"block", 64}, {"vec", 4}}, 1.75};
+  file.put(again);
+  CHECK(file.load()[0].deterministic->time_ms == 1.75);
+  // Merge: the better-measured winner stays, with the faster of the two picks, whichever entry held it.
+  Entry slow_winner = make_entry("f32;numel=8;tensors=4", 8, 2.0);
+  slow_winner.deterministic = DeterministicPick{{{"block", 32}, {"vec", 1}}, 1.25};
+  std::vector<Entry> into{again};
+  CHECK(merge_entries(into, {slow_winner}) == 1);  // its pick is taken
+  REQUIRE(into.size() == 1);
+  CHECK(into[0].time_ms == 0.5);
+  CHECK(into[0].deterministic->time_ms == 1.25);
+  CHECK(merge_entries(into, {slow_winner}) == 0);  // idempotent
+  Entry fast_winner = make_entry("f32;numel=8;tensors=4", 8, 0.25);
+  CHECK(merge_entries(into, {fast_winner}) == 1);
+  CHECK(into[0].time_ms == 0.25);
+  REQUIRE(into[0].deterministic);
+  CHECK(into[0].deterministic->time_ms == 1.25);
+  std::vector<Entry> duplicates{fast_winner, slow_winner};
+  collapse_duplicates(duplicates);
+  REQUIRE(duplicates.size() == 1);
+  CHECK(duplicates[0].time_ms == 0.25);
+  REQUIRE(duplicates[0].deterministic);
+  CHECK(duplicates[0].deterministic->time_ms == 1.25);
 }
 
 TEST_CASE("merge: a one-sample entry, whose spread is 0, does not win over a measured one it overlaps", "[cache]") {

@@ -156,6 +156,74 @@ TEST_CASE("CLI: tune --model --accumulate tunes the gradient accumulation's adds
   CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
 }
 
+TEST_CASE("CLI: a --deterministic run takes the fastest deterministic config its tuning measured where the cache "
+          "entry holds one, and says so",
+          "[cli][deterministic]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-deterministic");
+  const auto cache = dir / "tiny.json";
+  const std::string shape = " --model tiny --ctx 8 --batch 1 --threads 2 --cache " + cache.string();
+  std::string out;
+  REQUIRE(run_command("KTUNE_PRINT=quiet " + ktune_exe().string() + " tune --backend emu --budget 1 --no-isolate" +
+                          shape,
+                      &out) == 0);
+  // The embedding backward's entry as a session leaves it where atomics won: its deterministic pick beside it.
+  auto doc = nlohmann::json::parse(ktune::read_file(cache));
+  int edited = 0;
+  for (auto& e : doc["entries"])
+    if (e["key"]["family"] == "embedding_bwd") {
+      nlohmann::json sorted = e["config"];
+      sorted["deterministic"] = 1;
+      e["config"]["deterministic"] = 0;
+      e["deterministic"] = {{"config", sorted}, {"time_ms", e["time_ms"]}};
+      ++edited;
+    }
+  REQUIRE(edited == 1);
+  const auto run = [&](const nlohmann::json& d) {
+    std::ofstream(cache) << d.dump(1);
+    std::string said;
+    REQUIRE(run_command(ktune_exe().string() + " bench e2e --backend emu --trials 1 --warmup 0 --deterministic" +
+                            shape + " 2>&1",
+                        &said) == 0);
+    return said;
+  };
+  out = run(doc);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("; deterministic: 1 kernel takes another config, one that sums in a fixed order (1 "
+                                  "the fastest such that tuning measured)"));
+  // Without the pick, the nearest config that sums in a fixed order, and nothing said of tuning.
+  for (auto& e : doc["entries"]) e.erase("deterministic");
+  out = run(doc);
+  CHECK_THAT(out, Catch::Contains("another config, one that sums in a fixed order") &&
+                      !Catch::Contains("that tuning measured"));
+}
+
+TEST_CASE("CLI: tune keeps, reports and shows the fastest deterministic config it measured where the winner sums by "
+          "atomics",
+          "[cli][deterministic]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-deterministic-pick");
+  const auto cache = dir / "tuned.json";
+  std::string out;
+  REQUIRE(run_command("{ " + ktune_exe().string() + " --json tune --backend emu --no-isolate --family embedding_bwd "
+                          "--problem '{\"dtype\":\"f32\",\"dims\":{\"rows\":64,\"dim\":64,\"vocab\":100}}' "
+                          "--budget 8 --cache " + cache.string() + " 2>/dev/null; }",
+                      &out) == 0);
+  const auto result = nlohmann::json::parse(out);
+  INFO(out);
+  // On the emulation either may win: a winner by atomics has its deterministic pick beside it, another none.
+  const bool atomics = result["best_config"]["deterministic"] == 0;
+  const auto entry = nlohmann::json::parse(ktune::read_file(cache))["entries"][0];
+  if (atomics) {
+    REQUIRE(result["deterministic"].is_object());
+    CHECK(result["deterministic"]["config"]["deterministic"] != 0);
+    CHECK(entry["deterministic"]["config"] == result["deterministic"]["config"]);
+    REQUIRE(run_command(ktune_exe().string() + " cache show " + cache.string(), &out) == 0);
+    CHECK_THAT(out, Catch::Contains("; deterministic: " + result["deterministic"]["config"].dump() + " at "));
+  } else {
+    CHECK(result["deterministic"].is_null());
+    CHECK_FALSE(entry.contains("deterministic"));
+  }
+}
+
 TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder, log show reads it back", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-report");
   const auto cache_dir = dir / "cache-dir";

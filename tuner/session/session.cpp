@@ -475,6 +475,15 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   };
   join(def);
   if (incumbent) join(*options.incumbent);
+  // The fastest config that sums in a fixed order, where none among the finalists does: a deterministic run's.
+  const auto fixed_order = [&](const Record& r) { return family.deterministic(r.config); };
+  std::optional<Record> deterministic_found;  // by the search's samples
+  if (std::none_of(ranked.begin(), ranked.end(), fixed_order)) {
+    for (const auto& [config, r] : evaluator.done())
+      if (timed(r) && fixed_order(r) && (!deterministic_found || time_of(r) < time_of(*deterministic_found)))
+        deterministic_found = r;
+    if (deterministic_found) join(deterministic_found->config);
+  }
   const double search_ms = time_of(ranked.front());  // the search's fastest, before it is timed again
   if (ranked.size() > 1 && options.run.time && !interrupted) {
     RunOptions again = run;
@@ -497,6 +506,18 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   }
   const search::WinnerResult winner = search::pick_winner(finalists);
   summary.best = ranked[winner.found ? winner.winner : 0];
+  if (!fixed_order(*summary.best)) {
+    // The winner rule among the finalists that sum in a fixed order; the search's fastest of them where none is.
+    std::vector<search::Candidate> fixed;
+    std::vector<std::size_t> at;
+    for (std::size_t i = 0; i < ranked.size(); ++i)
+      if (fixed_order(ranked[i])) {
+        fixed.push_back(finalists[i]);
+        at.push_back(i);
+      }
+    const search::WinnerResult w = search::pick_winner(fixed);
+    summary.best_deterministic = w.found ? std::optional<Record>(ranked[at[w.winner]]) : deterministic_found;
+  }
   summary.tied = winner.tied;
   summary.evaluations_behind = summary.evaluations;
   if (incumbent && summary.best->config == *options.incumbent)
@@ -636,6 +657,9 @@ cache::Entry cache_entry(const templates::Family& family, const templates::Probl
   e.spread = t.median_ms > 0 ? (t.p80_ms - t.p20_ms) / t.median_ms : 0;
   e.evaluations = static_cast<std::int64_t>(summary.evaluations_behind);
   e.repetitions = t.repetitions;
+  if (summary.best_deterministic && summary.best_deterministic->result.timing)
+    e.deterministic = cache::DeterministicPick{summary.best_deterministic->config.to_json(),
+                                               summary.best_deterministic->result.timing->median_ms};
   return e;
 }
 

@@ -69,6 +69,10 @@ struct Record {
 
 struct TuneSummary {
   std::optional<Record> best;
+  /// Where `best` does not sum in a fixed order (Family::deterministic): the
+  /// fastest measured config that does, timed beside the finalists where they
+  /// were timed again (what a deterministic run takes); else empty.
+  std::optional<Record> best_deterministic;
   std::optional<Record> default_run;
   std::uint64_t evaluations = 0;  ///< the default's included
   std::uint64_t failures = 0;     ///< pruned ones included

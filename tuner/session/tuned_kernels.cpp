@@ -141,6 +141,18 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
   }
   out.config = Config::from_json(a.result.entry->config);
   out.match = a.result.match;
+  // The tuning session's fastest config that sums in a fixed order, where it measured one and it runs here.
+  const auto& pick = a.result.entry->deterministic;
+  if (deterministic && !family.deterministic(out.config) && pick && usable(pick->config) &&
+      family.deterministic(Config::from_json(pick->config))) {
+    const Config tuned = Config::from_json(pick->config);
+    out.source += fmt::format("; deterministic: the fastest such config its tuning measured ({})",
+                              changes(out.config, tuned));
+    out.config = tuned;
+    out.made_deterministic = true;
+    out.deterministic_measured = true;
+    return out;
+  }
   return settle(out);
 }
 
@@ -184,6 +196,12 @@ const TunedKernel& TunedKernels::get(const templates::Family& family, const temp
 std::size_t TunedKernels::made_deterministic() const {
   return static_cast<std::size_t>(std::count_if(kernels_.begin(), kernels_.end(),
                                                 [](const TunedKernel& k) { return k.chosen.made_deterministic; }));
+}
+
+std::size_t TunedKernels::deterministic_measured() const {
+  return static_cast<std::size_t>(std::count_if(kernels_.begin(), kernels_.end(), [](const TunedKernel& k) {
+    return k.chosen.deterministic_measured;
+  }));
 }
 
 std::size_t TunedKernels::count(cache::Match match) const {

@@ -35,14 +35,19 @@ struct ChosenConfig {
   /// A deterministic run's: the config chosen as above did not sum in a
   /// fixed order (Family::deterministic), so this is the nearest that does.
   bool made_deterministic = false;
+  /// Of those: the config is the fastest deterministic one its tuning
+  /// measured (cache::Entry::deterministic), not the nearest.
+  bool deterministic_measured = false;
 };
 
 /// The config `family` uses for `problem` on `device`; `tuned` may be null
 /// (the default). Stale entries the lookup skipped are appended to `warnings`.
 /// With `deterministic`, where that config does not give the same bits run
-/// after run (Family::deterministic), the valid one nearest it that does
-/// (the fewest parameters changed, then the fewest steps along their
-/// domains, then first in space order); kInvalidInput where none does.
+/// after run (Family::deterministic), the tuned entry's deterministic pick
+/// (the fastest such config its session measured) where it has one valid
+/// here, else the valid one nearest it that does (the fewest parameters
+/// changed, then the fewest steps along their domains, then first in space
+/// order); kInvalidInput where none does.
 ChosenConfig choose_config(const templates::Family& family, const templates::Problem& problem,
                            const DeviceLimits& device, const cache::TunedCache* tuned,
                            std::vector<std::string>* warnings = nullptr, bool deterministic = false);
@@ -80,8 +85,10 @@ class TunedKernels {
   const std::vector<std::string>& warnings() const { return warnings_; }
   /// How many prepared kernels came from an exact entry, a nearest one, the default.
   std::size_t count(cache::Match match) const;
-  /// How many prepared kernels a deterministic run changed (ChosenConfig::made_deterministic).
+  /// How many prepared kernels a deterministic run changed (ChosenConfig::made_deterministic), and of those, how
+  /// many to a config their tuning measured (ChosenConfig::deterministic_measured).
   std::size_t made_deterministic() const;
+  std::size_t deterministic_measured() const;
 
  private:
   exec::Backend& backend_;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -260,6 +261,54 @@ TEST_CASE("the finalists are judged on their side-by-side times and a tie keeps 
     // The entry that keeps it says the search that found it, not this short one.
     CHECK(s.evaluations == 2);
     CHECK(cache_entry(family, problem, runner->device(), s).evaluations == 87);
+  }
+}
+
+TEST_CASE("where the winner sums by atomics, the session keeps the fastest config measured that does not, timed "
+          "beside the finalists, and its cache entry holds it",
+          "[session][deterministic]") {
+  const auto& family = templates::find_family("embedding_bwd");
+  const Problem problem{"f32", {{"rows", 256}, {"dim", 64}, {"vocab", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.budget = "40";
+  o.log_path = (test::scratch_dir("session-deterministic") / "log.jsonl").string();
+  ScriptedRunner runner;
+  const auto base = [](const Config& c) {
+    return std::abs(c.at("threads") - 256) / 256.0 + (4 - c.at("vec")) * 0.1 + c.at("deterministic") * 0.01;
+  };
+  SECTION("atomics fastest") {
+    runner.time_of = [&](const Config& c) { return (family.deterministic(c) ? 2.0 : 1.0) + base(c); };
+    const auto s = tune(family, problem, runner, o);
+    REQUIRE(s.best);
+    CHECK_FALSE(family.deterministic(s.best->config));
+    REQUIRE(s.best_deterministic);
+    CHECK(family.deterministic(s.best_deterministic->config));
+    double fastest = std::numeric_limits<double>::infinity();  // of the measured configs that sum in order
+    for (const Config& c : runner.seen)
+      if (family.deterministic(c) && family.is_valid(c, problem, runner.device()))
+        fastest = std::min(fastest, runner.time_of(c));
+    CHECK(s.best_deterministic->result.timing->median_ms == fastest);
+    CHECK(std::any_of(s.finalists.begin(), s.finalists.end(),
+                      [&](const Record& r) { return r.config == s.best_deterministic->config; }));
+    const cache::Entry e = cache_entry(family, problem, runner.device(), s);
+    REQUIRE(e.deterministic);
+    CHECK(e.deterministic->config == s.best_deterministic->config.to_json());
+    CHECK(e.deterministic->time_ms == fastest);
+    // A deterministic run with this entry takes that config, not the one nearest the winner.
+    const cache::TunedCache tuned({e});
+    const auto chosen = choose_config(family, problem, runner.device(), &tuned, nullptr, true);
+    CHECK(chosen.config == s.best_deterministic->config);
+    CHECK(chosen.deterministic_measured);
+    CHECK_THAT(chosen.source, Catch::Contains("; deterministic: the fastest such config its tuning measured ("));
+  }
+  SECTION("the winner sums in a fixed order: nothing beside it") {
+    runner.time_of = [&](const Config& c) { return (family.deterministic(c) ? 1.0 : 2.0) + base(c); };
+    const auto s = tune(family, problem, runner, o);
+    REQUIRE(s.best);
+    CHECK(family.deterministic(s.best->config));
+    CHECK_FALSE(s.best_deterministic);
+    CHECK_FALSE(cache_entry(family, problem, runner.device(), s).deterministic);
   }
 }
 
