@@ -186,7 +186,7 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
                                           : RopeLaunch::kEach;
   for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention, rope)) {
     const std::string& name = r.family->name();
-    if (!L.train && !(name.size() > 4 && name.compare(name.size() - 4, 4, "_fwd") == 0)) continue;
+    if (!L.train && !name.ends_with("_fwd")) continue;
     if (name == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
     out.push_back(r);
   }
