@@ -81,6 +81,10 @@ void add_log_command(CLI::App& app, Global& global) {
                                view.winner, w.value("time_ms", 0.0), w.value("p20_ms", 0.0), w.value("p80_ms", 0.0),
                                again ? "timed again beside the finalists" : "as timed in the search",
                                w.value("tied", 0), stopped_by);
+      if (const auto fixed = w.find("deterministic"); fixed != w.end() && fixed->is_object())
+        std::cout << fmt::format("it sums by atomics, in no fixed order; a --deterministic run takes {} at {:.4f} ms, "
+                                 "the fastest measured that does not\n",
+                                 Config::from_json(fixed->at("config")).str(), fixed->value("time_ms", 0.0));
     } else {
       std::cout << "no winner yet: the session was stopped or killed before it picked one; `ktune tune` with the same "
                    "arguments, --resume and --log "

@@ -205,7 +205,8 @@ TEST_CASE("CLI: tune keeps, reports and shows the fastest deterministic config i
   std::string out;
   REQUIRE(run_command("{ " + ktune_exe().string() + " --json tune --backend emu --no-isolate --family embedding_bwd "
                           "--problem '{\"dtype\":\"f32\",\"dims\":{\"rows\":64,\"dim\":64,\"vocab\":100}}' "
-                          "--budget 8 --cache " + cache.string() + " 2>/dev/null; }",
+                          "--budget 8 --log " + (dir / "s.log").string() + " --cache " + cache.string() +
+                          " 2>/dev/null; }",
                       &out) == 0);
   const auto result = nlohmann::json::parse(out);
   INFO(out);
@@ -222,6 +223,9 @@ TEST_CASE("CLI: tune keeps, reports and shows the fastest deterministic config i
     CHECK(result["deterministic"].is_null());
     CHECK_FALSE(entry.contains("deterministic"));
   }
+  REQUIRE(run_command(ktune_exe().string() + " log show " + (dir / "s.log").string(), &out) == 0);
+  CHECK_THAT(out, atomics ? Catch::Contains("a --deterministic run takes " + result["deterministic"]["config"].dump())
+                          : !Catch::Contains("a --deterministic run takes"));
 }
 
 TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder, log show reads it back", "[cli]") {

@@ -547,10 +547,13 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   }
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.
   const auto& picked = *summary.best->result.timing;
-  log.append({{"winner",
-               {{"config", summary.best->config.to_json()}, {"time_ms", picked.median_ms}, {"p20_ms", picked.p20_ms},
-                {"p80_ms", picked.p80_ms}, {"tied", summary.tied}, {"stopped_by", summary.stopped_by},
-                {"finalists", finalists_json(summary)}}}});
+  nlohmann::json logged = {{"config", summary.best->config.to_json()}, {"time_ms", picked.median_ms},
+                           {"p20_ms", picked.p20_ms},  {"p80_ms", picked.p80_ms},
+                           {"tied", summary.tied},      {"stopped_by", summary.stopped_by},
+                           {"finalists", finalists_json(summary)}};
+  if (const auto& fixed = summary.best_deterministic; fixed && fixed->result.timing)
+    logged["deterministic"] = {{"config", fixed->config.to_json()}, {"time_ms", fixed->result.timing->median_ms}};
+  log.append({{"winner", std::move(logged)}});
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

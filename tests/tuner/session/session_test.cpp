@@ -295,6 +295,7 @@ TEST_CASE("where the winner sums by atomics, the session keeps the fastest confi
     REQUIRE(e.deterministic);
     CHECK(e.deterministic->config == s.best_deterministic->config.to_json());
     CHECK(e.deterministic->time_ms == fastest);
+    CHECK(read_session_log(o.log_path).winner.at("deterministic").at("config") == e.deterministic->config);
     // A deterministic run with this entry takes that config, not the one nearest the winner.
     const cache::TunedCache tuned({e});
     const auto chosen = choose_config(family, problem, runner.device(), &tuned, nullptr, true);
@@ -309,6 +310,7 @@ TEST_CASE("where the winner sums by atomics, the session keeps the fastest confi
     CHECK(family.deterministic(s.best->config));
     CHECK_FALSE(s.best_deterministic);
     CHECK_FALSE(cache_entry(family, problem, runner.device(), s).deterministic);
+    CHECK_FALSE(read_session_log(o.log_path).winner.contains("deterministic"));
   }
 }
 
