@@ -475,15 +475,15 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   };
   join(def);
   if (incumbent) join(*options.incumbent);
-  // The fastest config that sums in a fixed order, where none among the finalists does: a deterministic run's.
+  // The search's fastest config that sums in a fixed order (Family::deterministic) is a finalist too: where the
+  // winner does not, a deterministic run takes the fastest of those that do. In families all of whose configs sum
+  // in a fixed order it is the search's fastest, a finalist already.
   const auto fixed_order = [&](const Record& r) { return family.deterministic(r.config); };
   std::optional<Record> deterministic_found;  // by the search's samples
-  if (std::none_of(ranked.begin(), ranked.end(), fixed_order)) {
-    for (const auto& [config, r] : evaluator.done())
-      if (timed(r) && fixed_order(r) && (!deterministic_found || time_of(r) < time_of(*deterministic_found)))
-        deterministic_found = r;
-    if (deterministic_found) join(deterministic_found->config);
-  }
+  for (const auto& [config, r] : evaluator.done())
+    if (timed(r) && fixed_order(r) && (!deterministic_found || time_of(r) < time_of(*deterministic_found)))
+      deterministic_found = r;
+  if (deterministic_found) join(deterministic_found->config);
   const double search_ms = time_of(ranked.front());  // the search's fastest, before it is timed again
   if (ranked.size() > 1 && options.run.time && !interrupted) {
     RunOptions again = run;
