@@ -37,6 +37,15 @@ namespace {
 
 constexpr std::size_t kTop = 5;  // configs in the table at the end of a session
 
+// Whether a cache entry's config reads and sums in a fixed order.
+bool deterministic_config(const templates::Family& family, const nlohmann::json& config) {
+  try {
+    return family.deterministic(Config::from_json(config));
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 void add_tune_command(CLI::App& app, Global& global) {
@@ -104,6 +113,11 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "SIGPIPE, which end a session after its evaluation, its best so far in the cache); a log of another "
                 "backend, device or kernel source is refused; another --strategy or --seed goes on from the logged "
                 "results, and the log notes it; every logged result counts against --budget");
+  cmd->add_flag("--deterministic", opts->tune.deterministic,
+                "Search only the configs that sum in a fixed order, as a --deterministic run takes (no fp32 atomics: "
+                "attention_bwd's dq_atomic 0, embedding_bwd's deterministic 1 to 3), from the one nearest the "
+                "default; the winner goes into the cache as the entry's deterministic pick where the entry's config "
+                "sums by atomics, else as the entry");
   add_kernel_backend_option(cmd, opts->backend, "checks the whole loop");
   auto* timeout = cmd->add_option("--timeout", opts->timeout_s,
                                   "Seconds one evaluation may take (compile included) before its worker process is "
@@ -225,6 +239,9 @@ void add_tune_command(CLI::App& app, Global& global) {
     for (const auto& r : requests)  // a kernel spec's family is not registered: the worker gets it by address
       if (dynamic_cast<const spec::SpecFamily*>(r.family)) isolation.extra_families.push_back(r.family);
     auto runner = opts->no_isolate ? make_inner() : tuner::make_isolated_runner(make_inner, isolation);
+    // A kernel none of whose configs sums in a fixed order cannot be tuned so: refused before any search.
+    if (opts->tune.deterministic)
+      for (const auto& r : requests) tuner::session_default(*r.family, r.problem, runner->device(), true);
 
     const bool emulated = opts->backend == "emu";
     nlohmann::json results = nlohmann::json::array();
@@ -264,7 +281,7 @@ void add_tune_command(CLI::App& app, Global& global) {
         std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
       // The speed-ups are over the config measured as the default: say when it stands in for an invalid one.
       try {
-        const Config def = tuner::default_on(family, problem, runner->device());
+        const Config def = tuner::session_default(family, problem, runner->device(), tune.deterministic);
         if (const auto invalid = invalid_default(family, problem, runner->device(), def))
           std::cerr << fmt::format("note: {} on {}: the default {} is not valid on {} ({}); {} stands in for it, and "
                                    "the speed-ups are over it\n",
@@ -328,7 +345,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                  family.space().size() - summary.valid_points, family.space().size(), problem.key(),
                                  runner->device().arch, opts->spec, problem.to_json().dump());
       SessionView view{&family, problem, opts->backend, runner->device().peak_bandwidth_gbs, {}, {},
-                       tuner::default_on(family, problem, runner->device())};
+                       tuner::session_default(family, problem, runner->device(), tune.deterministic)};
       for (const auto& r : summary.records) view.evaluations.push_back(evaluation_of(r));
       if (summary.best) view.winner = summary.best->config.str();
       if (print != env::PrintLevel::kQuiet && !global.json) {
@@ -355,8 +372,20 @@ void add_tune_command(CLI::App& app, Global& global) {
                                      view.evaluations.empty() ? "nothing measured" : failure_digest(view.evaluations)));
         continue;
       }
+      // A deterministic session's winner goes beside a faster one by atomics, as its deterministic pick.
+      bool beside = false;
       try {
-        cache_file.put(tuner::cache_entry(family, problem, runner->device(), summary));
+        const cache::Entry entry = tuner::cache_entry(family, problem, runner->device(), summary);
+        if (tune.deterministic)
+          cache_file.update([&](std::vector<cache::Entry>& entries) {
+            for (auto& e : entries)
+              if (e.key.identity() == entry.key.identity() && !deterministic_config(family, e.config)) {
+                e.deterministic = cache::DeterministicPick{entry.config, entry.time_ms};
+                beside = true;
+              }
+            return beside;
+          });
+        if (!beside) cache_file.put(entry);
       } catch (const Error& e) {  // a full disk: the winner and where the measurements are kept
         if (e.kind() != ErrorKind::kIo) throw;
         throw_error(ErrorKind::kIo,
@@ -370,6 +399,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       method = t.method;
       if (!summary.kept_note.empty() && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: {}\n", family.name(), problem.key(), summary.kept_note);
+      if (beside && print != env::PrintLevel::kQuiet && !global.json)
+        tops += fmt::format("{} on {}: the winner goes into {} as the deterministic pick beside the entry's config, "
+                            "which sums by atomics\n",
+                            family.name(), problem.key(), opts->cache);
       const auto& fixed = summary.best_deterministic;
       if (fixed && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: the winner sums by atomics, in no fixed order; a --deterministic run takes {} "
@@ -385,6 +418,8 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                  ? nlohmann::json(summary.default_run->result.timing->median_ms)
                                                  : nlohmann::json()},
                          {"finalists", tuner::finalists_json(summary)}, {"tied", summary.tied},
+                         {"deterministic_search", tune.deterministic},
+                         {"written_as", beside ? "deterministic pick" : "entry"},
                          {"deterministic", fixed ? nlohmann::json{{"config", fixed->config.to_json()},
                                                                   {"time_ms", fixed->result.timing->median_ms}}
                                                  : nlohmann::json()},

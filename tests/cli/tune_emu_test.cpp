@@ -228,6 +228,40 @@ TEST_CASE("CLI: tune keeps, reports and shows the fastest deterministic config i
                           : !Catch::Contains("a --deterministic run takes"));
 }
 
+TEST_CASE("CLI: tune --deterministic writes its winner as the entry, or as the deterministic pick beside an entry "
+          "whose config sums by atomics",
+          "[cli][deterministic]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-deterministic-search");
+  const auto cache = dir / "tuned.json";
+  const std::string tune = "{ " + ktune_exe().string() +
+                           " --json tune --backend emu --no-isolate --family embedding_bwd --problem "
+                           "'{\"dtype\":\"f32\",\"dims\":{\"rows\":64,\"dim\":64,\"vocab\":100}}' "
+                           "--budget 4 --deterministic --cache " + cache.string() + " 2>/dev/null; }";
+  std::string out;
+  REQUIRE(run_command(tune, &out) == 0);
+  auto result = nlohmann::json::parse(out);
+  CHECK(result["best_config"]["deterministic"] != 0);
+  CHECK(result["written_as"] == "entry");
+  CHECK(result["deterministic_search"] == true);
+  // An entry whose config sums by atomics (a session without the flag found it fastest) keeps it.
+  auto doc = nlohmann::json::parse(ktune::read_file(cache));
+  doc["entries"][0]["config"]["deterministic"] = 0;
+  std::ofstream(cache) << doc.dump(1);
+  REQUIRE(run_command(tune, &out) == 0);
+  result = nlohmann::json::parse(out);
+  CHECK(result["written_as"] == "deterministic pick");
+  const auto entry = nlohmann::json::parse(ktune::read_file(cache))["entries"][0];
+  CHECK(entry["config"]["deterministic"] == 0);
+  CHECK(entry["deterministic"]["config"] == result["best_config"]);
+  // A kernel none of whose configs sums in a fixed order: one line, exit 2, nothing written.
+  CHECK(run_command(ktune_exe().string() + " tune --backend emu --family prim_index_add --problem "
+                                           "'{\"dtype\":\"f32\",\"dims\":{\"cols\":4,\"rows\":8,\"table_rows\":8}}' "
+                                           "--deterministic --cache " + (dir / "none.json").string(),
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("the run cannot be deterministic"));
+  CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
+}
+
 TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder, log show reads it back", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-report");
   const auto cache_dir = dir / "cache-dir";

@@ -251,6 +251,10 @@ class SessionEvaluator final : public search::Evaluator {
       if (why) *why = "in another shard";
       return false;
     }
+    if (deterministic_ && !family_.deterministic(c)) {
+      if (why) *why = "sums by atomics, in no fixed order (--deterministic)";
+      return false;
+    }
     return family_.is_valid(c, problem_, runner_.device(), why);
   }
   void set_shard(std::uint64_t index, std::uint64_t count) {
@@ -258,6 +262,7 @@ class SessionEvaluator final : public search::Evaluator {
     shard_index_ = index;
     shard_count_ = count;
   }
+  void set_deterministic(bool deterministic) { deterministic_ = deterministic; }
   search::Outcome evaluate(const Config& c) override { return outcome_of(record(c)); }
 
   /// The run of `c`: from the log when resumed, else a fresh run.
@@ -325,6 +330,7 @@ class SessionEvaluator final : public search::Evaluator {
   search::SearchState unasked_;  // their count, failures and cost
   mutable std::optional<std::uint64_t> valid_points_;
   std::uint64_t shard_index_ = 0, shard_count_ = 1;
+  bool deterministic_ = false;
   SessionLog& log_;
 };
 
@@ -359,15 +365,17 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // device) goes first, within the budget: every speed-up is measured
   // against it. A space with no valid config is refused here, before the
   // log is touched.
-  const Config def = default_on(family, problem, device);
-  const nlohmann::json session = {
+  const Config def = session_default(family, problem, device, options.deterministic);
+  nlohmann::json session = {
       {"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch}, {"gpu", device.name},
       {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"strategy", options.strategy},
       {"seed", options.seed}, {"problem_json", problem.to_json()}, {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}};
+  if (options.deterministic) session["deterministic"] = true;
   nlohmann::json header;
   UnreadableLines unreadable;
   std::map<Config, Record> done = options.resume ? read_log(log_path, family, problem, session, header, unreadable)
                                                  : std::map<Config, Record>{};
+  if (options.deterministic) std::erase_if(done, [&](const auto& d) { return !family.deterministic(d.first); });
   if (const std::string note = unreadable_note(log_path, unreadable, "their evaluations run again");
       !note.empty() && options.on_note)
     options.on_note(note);
@@ -376,12 +384,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.
   if (header.is_null() || header.value("strategy", "") != options.strategy ||
-      header.value("seed", std::uint64_t{0}) != options.seed)
+      header.value("seed", std::uint64_t{0}) != options.seed ||
+      header.value("deterministic", false) != options.deterministic)
     log.append({{"session", session}});
   RunOptions run = options.run;
   run.seed = options.seed;
   SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
   evaluator.set_shard(options.shard_index, options.shard_count);
+  evaluator.set_deterministic(options.deterministic);
 
   TuneSummary summary;
   summary.log_path = log_path;
@@ -576,6 +586,12 @@ nlohmann::json finalists_json(const TuneSummary& summary) {
   return out;
 }
 
+Config session_default(const templates::Family& family, const templates::Problem& problem,
+                       const templates::DeviceLimits& device, bool deterministic) {
+  return deterministic ? choose_config(family, problem, device, nullptr, nullptr, true).config
+                       : default_on(family, problem, device);
+}
+
 bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
                     const templates::Problem& problem, const templates::DeviceLimits& device) {
   const std::string where = cache_key(family, problem, device).where();
@@ -584,6 +600,8 @@ bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entri
     if (e.key.where() != where) continue;
     try {
       options.incumbent = Config::from_json(e.config);
+      if (options.deterministic && !family.deterministic(*options.incumbent) && e.deterministic)
+        options.incumbent = Config::from_json(e.deterministic->config);
       options.incumbent_evaluations = e.evaluations;
       found = true;
     } catch (const Error&) {  // not a config: the session's own configs decide

@@ -59,6 +59,10 @@ struct TuneOptions {
   /// The configs measured by the search that found the incumbent (its cache entry's `evaluations`): an entry
   /// that keeps it keeps that count, where larger than this session's.
   std::int64_t incumbent_evaluations = 0;
+  /// Search only the configs that sum in a fixed order (Family::deterministic), from the one nearest the default
+  /// that does (session_default): the winner is what a deterministic run takes. A resumed log's other results
+  /// stay out of it.
+  bool deterministic = false;
 };
 
 /// One evaluation as the session log records it.
@@ -112,8 +116,14 @@ std::string standing(const Record& last, const search::Progress& progress, const
 /// tune's --json).
 nlohmann::json finalists_json(const TuneSummary& summary);
 
+/// The config a session measures first, which its speed-ups are over: default_on's, and with `deterministic` the
+/// valid config nearest it that sums in a fixed order (choose_config's; kInvalidInput where none does).
+Config session_default(const templates::Family& family, const templates::Problem& problem,
+                       const templates::DeviceLimits& device, bool deterministic);
+
 /// Sets `options`' incumbent (and its count of configs measured) from the entry of `entries` for `family` on
-/// `problem` and `device`, where there is one whose config reads; returns whether it found one.
+/// `problem` and `device`, where there is one whose config reads (with `options.deterministic`, its deterministic
+/// pick where its config sums by atomics); returns whether it found one.
 bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
                     const templates::Problem& problem, const templates::DeviceLimits& device);
 

@@ -318,6 +318,50 @@ TEST_CASE("where the winner sums by atomics, the session keeps the fastest confi
   }
 }
 
+TEST_CASE("a deterministic session measures only configs that sum in a fixed order, from the one nearest the "
+          "default, and a resumed log's others stay out of it",
+          "[session][deterministic]") {
+  const auto& family = templates::find_family("embedding_bwd");
+  const Problem problem{"f32", {{"rows", 256}, {"dim", 64}, {"vocab", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.budget = "30";
+  o.log_path = (test::scratch_dir("session-deterministic-search") / "log.jsonl").string();
+  const auto time_of = [&](const Config& c) {
+    return (family.deterministic(c) ? 2.0 : 1.0) + std::abs(c.at("threads") - 128) / 256.0 +
+           (4 - c.at("vec")) * 0.1;
+  };
+  ScriptedRunner plain;
+  plain.time_of = time_of;
+  REQUIRE_FALSE(family.deterministic(tune(family, problem, plain, o).best->config));  // atomics win
+  o.deterministic = true;
+  o.resume = true;
+  o.budget = "60";
+  ScriptedRunner runner;
+  runner.time_of = time_of;
+  const auto s = tune(family, problem, runner, o);
+  REQUIRE(s.best);
+  CHECK(family.deterministic(s.best->config));
+  CHECK_FALSE(s.best_deterministic);
+  // The logged results that sum in a fixed order are taken, the others are not measured again nor compete.
+  std::size_t logged_fixed = 0;
+  for (const Config& c : plain.seen) logged_fixed += family.deterministic(c) ? 1 : 0;
+  CHECK(s.resumed == logged_fixed);
+  CHECK_FALSE(runner.seen.empty());
+  for (const Config& c : runner.seen) CHECK(family.deterministic(c));
+  double fastest = std::numeric_limits<double>::infinity();
+  for (const auto* seen : {&plain.seen, &runner.seen})
+    for (const Config& c : *seen)
+      if (family.deterministic(c)) fastest = std::min(fastest, time_of(c));
+  CHECK(s.best->result.timing->median_ms == fastest);
+  CHECK(session_default(family, problem, runner.device(), true) ==
+        choose_config(family, problem, runner.device(), nullptr, nullptr, true).config);
+  // A family none of whose configs sums in a fixed order cannot be tuned so.
+  const auto& index_add = templates::find_family("prim_index_add");
+  CHECK_THROWS_WITH(session_default(index_add, index_add.problem_classes().front(), runner.device(), true),
+                    Catch::Contains("the run cannot be deterministic"));
+}
+
 TEST_CASE("a strategy that stops proposing before the space is covered has converged and says how far it got",
           "[session]") {
   const auto& family = templates::find_family("rmsnorm_fwd");
