@@ -24,6 +24,17 @@ std::optional<double> shape_distance(const std::map<std::string, std::int64_t>& 
   return std::sqrt(sum);
 }
 
+namespace {
+// Whether an entry's dims are its problem key's dimensions ("f32;numel=8;tensors=4": numel 8, tensors 4), as
+// make_key writes them; an edited entry may say one shape in its key and another in its dims.
+bool dims_agree(const Key& key) {
+  std::string keyed;
+  for (const auto& [name, value] : key.dims) keyed += fmt::format(";{}={}", name, value);
+  const auto first = key.problem_key.find(';');
+  return (first == std::string::npos ? std::string() : key.problem_key.substr(first)) == keyed;
+}
+}  // namespace
+
 LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const LookupOptions& options) {
   LookupResult result;
   const std::string id = query.identity();
@@ -63,6 +74,13 @@ LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const L
       continue;  // stale for this query: never a fallback either
     const auto d = shape_distance(e.key.dims, query.dims);
     if (!d) continue;
+    if (!dims_agree(e.key)) {  // which shape it was tuned for is not known: no nearest shape
+      const std::string line = fmt::format("passing over the cache entry for {} {} as a nearest shape: its dims {} "
+                                           "are not its problem key's (was the file edited?)",
+                                           e.key.family, e.key.problem_key, nlohmann::json(e.key.dims).dump());
+      if (warned.insert(line).second) result.warnings.push_back(line);
+      continue;
+    }
     if (options.accept && !options.accept(e)) continue;
     if (best == nullptr || *d < best_distance || (*d == best_distance && rank(e) < rank(*best))) {
       best = &e;

@@ -78,8 +78,8 @@ void add_filter_options(CLI::App* cmd, Filter& f) {
   cmd->add_option("--arch", f.arch, "Only this architecture (sm_90, ...)");
   cmd->add_option("--gpu", f.gpu, "Only this GPU name");
   cmd->add_option("--dtype", f.dtype,
-                  "Only the entries of this dtype (f32, tf32, bf16): the entries' own, not a run's; a bf16 run also "
-                  "takes f32 entries (grad_norm and AdamW keep fp32 weights and state)");
+                  "Only the entries of this dtype (f32, tf32, bf16): the entries' own, not a run's; a bf16 "
+                  "run also takes an f32 entry (grad_norm, over the fp32 gradients)");
 }
 
 constexpr const char* kSessionLogs = "session logs";

@@ -50,6 +50,18 @@ TEST_CASE("lookup: exact, then nearest shape with its distance, then none", "[ca
     REQUIRE(r.match == Match::kNearest);
     CHECK(r.entry->config["block"] != 512);
   }
+  SECTION("an entry whose dims are not its problem key's is no nearest shape, and is named") {
+    std::vector<Entry> edited = entries;
+    for (auto& e : edited) e.key.dims["numel"] = 1 << 17;  // the query's numel, in the dims alone
+    const auto r = lookup(edited, key_for(1 << 17));
+    CHECK(r.match == Match::kNone);
+    REQUIRE(r.warnings.size() == 3);
+    CHECK_THAT(r.warnings[0], Catch::Contains("passing over the cache entry for adamw f32;numel=1024;tensors=4 as a "
+                                              "nearest shape: its dims {\"numel\":131072,\"tensors\":4} are not "
+                                              "its problem key's"));
+    // Its exact key still matches.
+    CHECK(lookup(edited, edited[1].key).match == Match::kExact);
+  }
   SECTION("other dtype, arch or family: none") {
     Key q = key_for(1 << 20);
     q.dtype = "bf16";
