@@ -87,6 +87,7 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
   TokenStream s;
   s.file_ = std::make_shared<const MappedFile>(path);
   const std::string_view bytes = s.file_->bytes();
+  bool raw = false;  // a .npy's dtype is checked in its header
   if (const auto npy = npy_data(bytes, path)) {  // its data 64-byte aligned after the header: a slice of the mapping
     KTUNE_REQUIRE(npy->count >= 2, fmt::format("{}: a .npy array of {} tokens; give at least two", path.string(),
                                                npy->count));
@@ -98,11 +99,24 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
                               "them; got {} bytes",
                               path.string(), bytes.size()));
     s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
+    raw = true;
   }
   const std::uint16_t* tokens = s.file_tokens() + s.begin_;
-  for (std::int64_t i = 0; i < s.size(); ++i)
+  bool odd_zero = true, even_nonzero = false;
+  for (std::int64_t i = 0; i < s.size(); ++i) {
     KTUNE_REQUIRE(tokens[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
                                                  path.string(), tokens[i], i, vocab));
+    if (i % 2 == 0)
+      even_nonzero = even_nonzero || tokens[i] != 0;
+    else
+      odd_zero = odd_zero && tokens[i] == 0;
+  }
+  // int32 or int64 ids (np.int32's tofile) read as uint16 are ids below the
+  // vocabulary, every second one 0: a corpus of them trains on half zeros.
+  KTUNE_REQUIRE(!raw || s.size() < 16 || !odd_zero || !even_nonzero,
+                fmt::format("{}: every second token is 0, as in int32 or int64 token ids read as uint16; token files "
+                            "hold uint16 (save arr.astype(np.uint16).tofile(path))",
+                            path.string()));
   return s;
 }
 

@@ -135,6 +135,24 @@ TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   }
 }
 
+TEST_CASE("a raw file of int32 or int64 token ids (every second uint16 0) is refused and not read as uint16",
+          "[model][data]") {
+  const auto dir = test::scratch_dir("token-stream-wide");
+  std::mt19937_64 fill(5);
+  for (const int width : {2, 4}) {  // np.int32's and np.int64's tofile: each id, then zero uint16s
+    std::vector<std::uint16_t> wide(256 * width, 0);
+    for (std::size_t i = 0; i < 256; ++i) wide[i * width] = static_cast<std::uint16_t>(fill() % 1000);
+    INFO("ids of " << 2 * width << " bytes");
+    CHECK_THROWS_WITH(TokenStream::from_file(token_file(dir, "wide.bin", wide), 1000),
+                      Catch::Contains("wide.bin: every second token is 0") && Catch::Contains("np.uint16"));
+  }
+  // uint16 ids, some of them 0, are read; so is a file of zeros alone.
+  std::vector<std::uint16_t> ids(256);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = i % 3 == 0 ? 0 : static_cast<std::uint16_t>(fill() % 1000);
+  CHECK(TokenStream::from_file(token_file(dir, "ids.bin", ids), 1000).size() == 256);
+  CHECK(TokenStream::from_file(token_file(dir, "zeros.bin", std::vector<std::uint16_t>(64, 0)), 1000).size() == 64);
+}
+
 TEST_CASE("a slice of a token stream is a stream of those tokens alone, every window and its next token inside it",
           "[model][data]") {
   const auto dir = test::scratch_dir("token-stream-slice");
