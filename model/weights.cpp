@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -33,6 +34,26 @@ bool same_value(const std::string& stated, const std::string& value) {
   return a && b && *a == *b;
 }
 
+constexpr const char* kReadDtypes = "weights are read from F32, F64, BF16 or F16 tensors (save them as "
+                                    "{k: v.float() for k, v in state_dict.items()})";
+
+double bf16_value(std::uint16_t h) {  // the upper half of an fp32
+  const std::uint32_t bits = static_cast<std::uint32_t>(h) << 16;
+  float f = 0;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+double f16_value(std::uint16_t h) {  // IEEE binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits
+  const int exponent = (h >> 10) & 0x1f;
+  const int mantissa = h & 0x3ff;
+  const double magnitude = exponent == 0x1f ? (mantissa != 0 ? std::numeric_limits<double>::quiet_NaN()
+                                                             : std::numeric_limits<double>::infinity())
+                           : exponent == 0 ? std::ldexp(mantissa, -24)
+                                           : std::ldexp(mantissa + 1024, exponent - 25);
+  return (h & 0x8000) != 0 ? -magnitude : magnitude;
+}
+
 }  // namespace
 
 std::vector<double> tensor_values(const SafeTensor& t, const std::string& name) {
@@ -43,8 +64,12 @@ std::vector<double> tensor_values(const SafeTensor& t, const std::string& name) 
     for (std::size_t i = 0; i < f.size(); ++i) out[i] = f[i];
   } else if (t.dtype == "F64") {
     std::memcpy(out.data(), t.bytes.data(), out.size() * sizeof(double));
+  } else if (t.dtype == "BF16" || t.dtype == "F16") {  // PyTorch's half-precision state dicts, widened exactly
+    std::vector<std::uint16_t> h(t.numel());
+    std::memcpy(h.data(), t.bytes.data(), h.size() * sizeof(std::uint16_t));
+    for (std::size_t i = 0; i < h.size(); ++i) out[i] = t.dtype == "BF16" ? bf16_value(h[i]) : f16_value(h[i]);
   } else {
-    throw_error(ErrorKind::kInvalidInput, fmt::format("tensor '{}' is {}; only F32 and F64 are read", name, t.dtype));
+    throw_error(ErrorKind::kInvalidInput, fmt::format("tensor '{}' is {}; {}", name, t.dtype, kReadDtypes));
   }
   return out;
 }
@@ -74,8 +99,8 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
     KTUNE_REQUIRE(t.shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}", info.name,
                                                      source, shape_str(t.shape), config.name,
                                                      shape_str(info.shape)));
-    KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64",
-                  fmt::format("tensor '{}' in {} is {}; only F32 and F64 are read", info.name, source, t.dtype));
+    KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64" || t.dtype == "BF16" || t.dtype == "F16",
+                  fmt::format("tensor '{}' in {} is {}; {}", info.name, source, t.dtype, kReadDtypes));
     const auto values = tensor_values(t, info.name);
     for (std::size_t i = 0; i < values.size(); ++i) {
       KTUNE_REQUIRE(std::isfinite(values[i]), fmt::format("tensor '{}' in {} holds {} at index {}: corrupt weights",

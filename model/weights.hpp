@@ -61,7 +61,7 @@ TensorFile weights_file(const Transformer<T>& model);
 template <class T>
 void save_weights(const Transformer<T>& model, const std::filesystem::path& path);
 
-/// Reads an F32/F64 tensor as doubles (any shape); throws for other dtypes.
+/// Reads an F32, F64, BF16 or F16 tensor as doubles (any shape); throws for other dtypes.
 std::vector<double> tensor_values(const SafeTensor& t, const std::string& name);
 
 }  // namespace ktune::model

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -35,9 +36,44 @@ TEST_CASE("model weights save, load, and name what is missing or misshapen", "[m
   CHECK_THROWS_WITH(load_weights(b, reshaped, "r.st"),
                     Catch::Contains("'ln_final.weight' in r.st has shape [8, 8], model tiny expects [64]"));
   TensorFile retyped = file;
-  retyped.tensors["ln_final.weight"].dtype = "BF16";
-  CHECK_THROWS_WITH(load_weights(b, retyped, "t.st"), Catch::Contains("is BF16; only F32 and F64"));
+  retyped.tensors["ln_final.weight"].dtype = "I32";
+  CHECK_THROWS_WITH(load_weights(b, retyped, "t.st"),
+                    Catch::Contains("is I32; weights are read from F32, F64, BF16 or F16") &&
+                        Catch::Contains("v.float()"));
   CHECK_THROWS_AS(load_weights(b, dir / "absent.safetensors"), ktune::Error);
+}
+
+TEST_CASE("BF16 and F16 weights (a half-precision PyTorch state dict) are read as the values they hold",
+          "[model][weights]") {
+  const RunShape shape{1, 4};
+  Transformer<float> tiny(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
+  tiny.init_parameters(3);
+  Transformer<float> b(model_config("tiny"), shape, Allocation::kForwardOnly, 1);
+  // Bit patterns and their values: normal, negative, subnormal, the largest and negative zero.
+  const std::vector<std::pair<std::uint16_t, float>> f16 = {
+      {0x3c00, 1.0f}, {0xc000, -2.0f}, {0x3555, 0.333251953125f}, {0x0001, 0x1p-24f}, {0x03ff, 1023 * 0x1p-24f},
+      {0x0400, 0x1p-14f}, {0x7bff, 65504.0f}, {0x8000, -0.0f}};
+  const std::vector<std::pair<std::uint16_t, float>> bf16 = {
+      {0x3f80, 1.0f}, {0xc0a0, -5.0f}, {0x3eab, 0.333984375f}, {0x0001, 0x1p-133f}, {0x7f7f, 0x1.fep127f},
+      {0x0080, 0x1p-126f}, {0xbc00, -0.0078125f}, {0x8000, -0.0f}};
+  for (const auto& [dtype, table] : {std::pair{"F16", f16}, std::pair{"BF16", bf16}}) {
+    INFO(dtype);
+    TensorFile file = weights_file(tiny);
+    SafeTensor& norm = file.tensors.at("ln_final.weight");  // 64 values: the table, 8 times
+    norm.dtype = dtype;
+    norm.bytes.assign(64 * 2, '\0');
+    for (std::size_t i = 0; i < 64; ++i) std::memcpy(norm.bytes.data() + 2 * i, &table[i % 8].first, 2);
+    load_weights(b, file, "half.st");
+    for (std::size_t i = 0; i < 64; ++i) {
+      const float v = b.parameters()[b.layout().ln_final + static_cast<std::int64_t>(i)];
+      CHECK(v == table[i % 8].second);
+      CHECK(std::signbit(v) == std::signbit(table[i % 8].second));
+    }
+    // Inf and NaN are refused, as in F32.
+    const std::uint16_t inf = std::string(dtype) == "F16" ? 0xfc00 : 0xff80;
+    std::memcpy(norm.bytes.data() + 6, &inf, 2);
+    CHECK_THROWS_WITH(load_weights(b, file, "half.st"), Catch::Contains("holds -inf at index 3"));
+  }
 }
 
 TEST_CASE("weights of a model of another shape, or that are not finite, are refused, not read in part",
