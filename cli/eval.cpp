@@ -124,8 +124,11 @@ void add_eval_command(CLI::App& app, Global& global) {
                                             r.shape.batch, r.shape.context));
     nlohmann::ordered_json j = {{"model", r.model.name}, {"context_length", r.shape.context},
                         {"batch_size", r.shape.batch}, {"backend", r.backend.backend},
-                        {"dtype", model::to_string(r.backend.precision)}, {"batches", o->batches},
-                        {"loss", result.loss}, {"perplexity", std::exp(result.loss)}};
+                        {"dtype", model::to_string(r.backend.precision)},
+                        {"tokens_file",  // null: the synthetic stream
+                         r.tokens_file.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.tokens_file)},
+                        {"val_split", r.val_split > 0 ? nlohmann::ordered_json(r.val_split) : nlohmann::ordered_json()},
+                        {"batches", o->batches}, {"loss", result.loss}, {"perplexity", std::exp(result.loss)}};
     if (result.launches)
       j["launches"] = {{"kernels", result.launches->kernels}, {"gemms", result.launches->gemms}};
     if (!o->dump.empty()) {
@@ -139,10 +142,13 @@ void add_eval_command(CLI::App& app, Global& global) {
     if (global.json)
       std::cout << j.dump(2) << "\n";
     else
-      std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}; {}{} x {} tokens)\n", result.loss,
+      std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}; {}{} x {} tokens of {})\n", result.loss,
                                std::exp(result.loss),
                                o->batches > 1 ? fmt::format("mean of {} batches of ", o->batches) : "", r.shape.batch,
-                               r.shape.context)
+                               r.shape.context,
+                               r.tokens_file.empty() ? "the synthetic stream (no --tokens)"
+                                                     : r.tokens_file + (r.val_split > 0 ? " held out by --val-split"
+                                                                                        : ""))
                 << (kernels.empty() ? "" : kernels + "\n")
                 << (result.launches ? fmt::format("launches: {} ({} mode, {}{})\n", result.launches->str(),
                                                   model::to_string(r.backend.mode),

@@ -1176,6 +1176,7 @@ TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole 
   }
   std::string out;
   for (const std::string& args : {std::string("eval --model tiny --ctx 8 --batch 2 --threads 2"),
+                                 "eval --model tiny --ctx 8 --batch 2 --threads 2 --tokens " + (dir / "t.u16").string(),
                                  "eval --model tiny --ctx 8 --batch 2 --threads 2 --all --tokens " +
                                      (dir / "t.u16").string()}) {
     INFO(args);
@@ -1187,13 +1188,18 @@ TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole 
     CHECK(j.at("context_length") == 8);
     CHECK(j.at("batch_size") == 2);
     CHECK(j.at("backend") == "cpu");
-    if (args.find("--all") != std::string::npos) {
-      CHECK(j.at("val_split").is_null());  // not given
+    // Which tokens the loss is of: the synthetic stream where no --tokens is given.
+    const bool on_file = args.find("--tokens") != std::string::npos;
+    CHECK(j.at("tokens_file") == (on_file ? nlohmann::json((dir / "t.u16").string()) : nlohmann::json()));
+    CHECK(j.at("val_split").is_null());  // not given
+    if (args.find("--all") != std::string::npos)
       CHECK(j.at("unscored_tokens") == 399 - 49 * 8);  // 49 windows of 8; the 7 predictable tokens after them
-    }
     REQUIRE(run_ktune(args, &out) == 0);
     if (args.find("--all") != std::string::npos)
       CHECK_THAT(out, Catch::Contains("49 windows of 8 tokens (the last 7 tokens, short of a window, not scored)"));
+    else
+      CHECK_THAT(out, Catch::Contains("2 x 8 tokens of " +
+                                      (on_file ? (dir / "t.u16").string() : "the synthetic stream (no --tokens)")));
     CHECK_THAT(out, Catch::Matches(fmt::format("loss [0-9.]+ \\(perplexity {:.4g}[;)](.|\n)*",
                                                j.at("perplexity").get<double>())));
   }
