@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <iostream>
 #include <limits>
@@ -16,6 +17,29 @@
 #include "model/train.hpp"
 
 namespace ktune::cli {
+
+namespace {
+
+// One --prompt argument's ids as comma-separated items: spaces, tabs and
+// newlines between ids separate them as commas do ("$(cat ids.txt)", a
+// tokenizer's output, quoted), and a comma with spaces beside it ("1, 2") is
+// one separator; an empty item ("1,,2") is still refused.
+std::string prompt_items(const std::string& word) {
+  std::string out;
+  bool gap = false;
+  for (const char c : word) {
+    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
+      gap = true;
+      continue;
+    }
+    if (gap && c != ',' && !out.empty() && out.back() != ',') out += ',';
+    gap = false;
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
 
 void add_generate_command(CLI::App& app, Global& global) {
   struct Opts {
@@ -38,7 +62,10 @@ void add_generate_command(CLI::App& app, Global& global) {
                   "Safetensors weights (a --save or --checkpoint file; default: random init; without --model "
                   "or a size override, the model it holds, and without --ctx, the context it was trained at)")
       ->check(input_file());
-  cmd->add_option("--prompt", o->prompt, "Token ids to continue: --prompt 1 2 3, or --prompt 1,2,3")->required();
+  cmd->add_option("--prompt", o->prompt,
+                  "Token ids to continue: --prompt 1 2 3, --prompt 1,2,3, or one argument of ids separated by spaces "
+                  "or newlines (--prompt \"$(cat ids.txt)\")")
+      ->required();
   cmd->add_option("--max-tokens", o->g.max_tokens, "Tokens to draw at most")
       ->check(integer_at_least(1))
       ->capture_default_str();
@@ -63,7 +90,9 @@ void add_generate_command(CLI::App& app, Global& global) {
       KTUNE_REQUIRE(word.rfind("--", 0) != 0,
                     fmt::format("--prompt takes token ids, not the option '{}': give at least one id after --prompt",
                                 excerpt(word)));
-    for (const std::int64_t id : int_list_arg(fmt::format("{}", fmt::join(o->prompt, ",")), "--prompt", 0)) {
+    std::vector<std::string> items;
+    for (const std::string& word : o->prompt) items.push_back(prompt_items(word));
+    for (const std::int64_t id : int_list_arg(fmt::format("{}", fmt::join(items, ",")), "--prompt", 0)) {
       KTUNE_REQUIRE(id <= std::numeric_limits<std::int32_t>::max(),
                     fmt::format("--prompt: token id {} is past the largest, 2147483647", id));
       g.prompt.push_back(static_cast<std::int32_t>(id));

@@ -1243,6 +1243,15 @@ TEST_CASE("CLI: generate prints the drawn token ids on one line, or them and the
   CHECK(j.at("seconds").get<double>() >= j.at("first_token_seconds").get<double>());
   CHECK(run_bad("generate --model tiny --prompt 1,500", &out) == 2);
   CHECK_THAT(out, Catch::Contains("prompt token 500 is outside the vocabulary [0, 128)"));
+  // Ids in one argument, separated by spaces and newlines as a tokenizer's output or a file of ids: "$(cat ids)".
+  for (const std::string& prompt : {std::string("\"3 4\n5\n\""), std::string("\" 3, 4 ,5 \""),
+                                    std::string("3 \"4\t5\"")}) {
+    INFO(prompt);
+    REQUIRE(run_ktune("generate --model tiny --ctx 8 --max-tokens 1 --threads 2 --json --prompt " + prompt, &out) == 0);
+    CHECK(nlohmann::json::parse(out).at("prompt") == nlohmann::json::array({3, 4, 5}));
+  }
+  CHECK(run_bad("generate --model tiny --prompt \"1 ,, 2\"", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--prompt has an empty item"));
 }
 
 TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean and std columns", "[cli]") {
