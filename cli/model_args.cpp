@@ -13,6 +13,7 @@
 
 #include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/json_input.hpp"
 #include "base/safetensors.hpp"
 #include "cli/options.hpp"
 #include "model/weights.hpp"
@@ -146,11 +147,14 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
     }
   }
   if (cmd->get_option_no_throw("--ctx") != nullptr && !given("--ctx"))
-    if (const auto it = meta.find("context"); it != meta.end())
-      if (const auto ctx = whole(it->second)) {
-        a.ctx = *ctx;
-        if (*ctx != a.default_ctx) took.push_back(fmt::format("--ctx {}", *ctx));
-      }
+    if (const auto it = meta.find("context"); it != meta.end()) {
+      const auto ctx = whole(it->second);
+      KTUNE_REQUIRE(ctx, fmt::format("the metadata of {} gives context as '{}', not a positive whole number; give "
+                                     "the context to run at (--ctx)",
+                                     weights, excerpt(it->second)));
+      a.ctx = *ctx;
+      if (*ctx != a.default_ctx) took.push_back(fmt::format("--ctx {}", *ctx));
+    }
   return fmt::format("{}", fmt::join(took, " "));
 }
 

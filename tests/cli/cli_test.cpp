@@ -1083,6 +1083,26 @@ TEST_CASE("CLI: eval, generate and train take the model and context a weights fi
   CHECK_THAT(out, !Catch::Contains("note:") && Catch::Contains("4 x 8 tokens"));
 }
 
+TEST_CASE("CLI: weights whose metadata gives no whole context are refused unless --ctx is given", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("weights_context");
+  const auto w = dir / "w.safetensors";
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --ctx 16 --steps 1 --threads 2 --save " + w.string(), &out) == 0);
+  ktune::TensorFile file = ktune::read_safetensors(w);
+  for (const std::string& context : {std::string("abc"), std::string("0"), std::string("16.5")}) {
+    INFO(context);
+    file.metadata["context"] = context;
+    ktune::write_safetensors(w, file);
+    for (const std::string& command : {std::string("eval"), std::string("generate --prompt 1 --max-tokens 1")}) {
+      INFO(command);
+      CHECK(run_bad(command + " --threads 2 --weights " + w.string(), &out) == 2);
+      CHECK(out == "ktune: the metadata of " + w.string() + " gives context as '" + context +
+                       "', not a positive whole number; give the context to run at (--ctx)\n");
+      CHECK(run_ktune(command + " --threads 2 --ctx 8 --weights " + w.string(), &out) == 0);
+    }
+  }
+}
+
 TEST_CASE("CLI: weights stating every size are a model of those sizes, named or not, and some sizes are refused",
           "[cli]") {
   const auto dir = ktune::test::scratch_dir("weights_sizes");
