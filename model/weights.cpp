@@ -93,8 +93,21 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
                               source, name, config.name));
   for (const auto& info : layout.tensors) {
     auto it = file.tensors.find(info.name);
-    KTUNE_REQUIRE(it != file.tensors.end(), fmt::format("{} has no tensor '{}' (model {} needs {} tensors)", source,
-                                                        info.name, config.name, layout.tensors.size()));
+    if (it == file.tensors.end()) {
+      // The state dict of a wrapped module: torch.compile's '_orig_mod.', DDP's 'module.' before every name.
+      std::string prefixed;
+      for (const auto& name : file.order)
+        if (name.size() > info.name.size() && name.ends_with("." + info.name)) prefixed = name;
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{} has no tensor '{}' (model {} needs {} tensors){}", source, info.name, config.name,
+                              layout.tensors.size(),
+                              prefixed.empty()
+                                  ? ""
+                                  : fmt::format("; it holds '{}': a wrapped module's state dict (torch.compile's "
+                                                "'_orig_mod.', DDP's 'module.'), save the unwrapped module's or "
+                                                "strip '{}' from its names",
+                                                prefixed, prefixed.substr(0, prefixed.size() - info.name.size()))));
+    }
     const SafeTensor& t = it->second;
     KTUNE_REQUIRE(t.shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}", info.name,
                                                      source, shape_str(t.shape), config.name,
