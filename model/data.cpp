@@ -104,8 +104,11 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
   const std::uint16_t* tokens = s.file_tokens() + s.begin_;
   bool odd_zero = true, even_nonzero = false;
   for (std::int64_t i = 0; i < s.size(); ++i) {
-    KTUNE_REQUIRE(tokens[i] < vocab, fmt::format("{}: token {} at index {} is outside the vocabulary [0, {})",
-                                                 path.string(), tokens[i], i, vocab));
+    if (tokens[i] >= vocab)  // the largest id says what vocabulary the file's tokenizer has
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: token {} at index {} is outside the vocabulary [0, {}) (the file's largest id is "
+                              "{}: the model's --vocab must exceed it)",
+                              path.string(), tokens[i], i, vocab, *std::max_element(tokens + i, tokens + s.size())));
     if (i % 2 == 0)
       even_nonzero = even_nonzero || tokens[i] != 0;
     else

@@ -124,8 +124,9 @@ TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   CHECK_THROWS_WITH(TokenStream::from_file(dir / "odd.u16", 100), Catch::Contains("got 3 bytes"));
   write_file_atomic(dir / "empty.u16", "");
   CHECK_THROWS_WITH(TokenStream::from_file(dir / "empty.u16", 100), Catch::Contains("got 0 bytes"));
-  CHECK_THROWS_WITH(TokenStream::from_file(token_file(dir, "big.u16", {1, 2, 300, 4}), 256),
-                    Catch::Contains("token 300 at index 2 is outside the vocabulary [0, 256)"));
+  CHECK_THROWS_WITH(TokenStream::from_file(token_file(dir, "big.u16", {1, 2, 300, 4, 9000, 7}), 256),
+                    Catch::Contains("token 300 at index 2 is outside the vocabulary [0, 256) (the file's largest id is "
+                                    "9000: the model's --vocab must exceed it)"));
   try {
     TokenStream::from_file(dir / "absent.u16", 100);
     FAIL("an absent file was read");
