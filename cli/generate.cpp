@@ -124,10 +124,19 @@ void add_generate_command(CLI::App& app, Global& global) {
     });
     const double total_s = since_start();
     if (global.json) {
-      std::cout << nlohmann::json{{"model", g.model.name},        {"context_length", g.shape.context},
-                                  {"temperature", g.temperature}, {"top_p", g.top_p},
-                                  {"seed", g.seed},               {"prompt", g.prompt},
-                                  {"tokens", drawn},              {"seconds", total_s},
+      // The run described as eval's JSON describes it: the backend and precision beside the sampling.
+      std::cout << nlohmann::json{{"model", g.model.name},
+                                  {"context_length", g.shape.context},
+                                  {"backend", g.backend.backend},
+                                  {"dtype", model::to_string(g.backend.precision)},
+                                  {"temperature", g.temperature},
+                                  {"top_p", g.top_p},
+                                  {"max_tokens", g.max_tokens},
+                                  {"eos", g.eos ? nlohmann::json(*g.eos) : nlohmann::json()},
+                                  {"seed", g.seed},
+                                  {"prompt", g.prompt},
+                                  {"tokens", drawn},
+                                  {"seconds", total_s},
                                   {"first_token_seconds", first_s}}
                        .dump(2)
                 << "\n";

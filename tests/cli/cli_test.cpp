@@ -1259,6 +1259,11 @@ TEST_CASE("CLI: generate prints the drawn token ids on one line, or them and the
   const auto j = nlohmann::json::parse(out);
   CHECK(j.at("prompt") == nlohmann::json::array({3, 4, 5}));
   CHECK(j.at("tokens").size() == 6);
+  // The run described as eval's JSON describes it.
+  CHECK(j.at("backend") == "cpu");
+  CHECK(j.at("dtype") == "f32");
+  CHECK(j.at("max_tokens") == 6);
+  CHECK(j.at("eos").is_null());
   CHECK(j.at("first_token_seconds").get<double>() > 0);
   CHECK(j.at("seconds").get<double>() >= j.at("first_token_seconds").get<double>());
   CHECK(run_bad("generate --model tiny --prompt 1,500", &out) == 2);
