@@ -54,6 +54,23 @@ double f16_value(std::uint16_t h) {  // IEEE binary16: 1 sign, 5 exponent (bias 
   return (h & 0x8000) != 0 ? -magnitude : magnitude;
 }
 
+// The sizes a file's tensors imply, as the options that give them (the head
+// count none tells): for a file whose metadata states none, as PyTorch's
+// save_file(model.state_dict()) writes it. Empty where they imply no model.
+std::string implied_sizes(const TensorFile& file) {
+  const auto shape = [&](const std::string& name) {
+    const auto it = file.tensors.find(name);
+    return it == file.tensors.end() || it->second.shape.size() != 2 ? std::vector<std::int64_t>{} : it->second.shape;
+  };
+  const auto embedding = shape("token_embeddings.weight"), w1 = shape("layers.0.ffn.w1.weight");
+  if (embedding.empty() || w1.empty()) return "";
+  std::int64_t layers = 0;
+  while (file.tensors.count(fmt::format("layers.{}.ffn.w1.weight", layers)) != 0) ++layers;
+  return fmt::format(" (its tensors are a model of --vocab {} --d-model {} --d-ff {} --layers {}: give those, and "
+                     "--heads, which no shape tells)",
+                     embedding[0], embedding[1], w1[0], layers);
+}
+
 }  // namespace
 
 std::vector<double> tensor_values(const SafeTensor& t, const std::string& name) {
@@ -89,8 +106,8 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
   for (const auto& info : layout.tensors) names.insert(info.name);
   for (const auto& name : file.order)  // (a checkpoint's optimizer state and a saved batch's tokens are not blocks)
     KTUNE_REQUIRE(names.count(name) || name.rfind("layers.", 0) != 0,
-                  fmt::format("{} holds tensor '{}', which model {} has not: weights of a model of another shape",
-                              source, name, config.name));
+                  fmt::format("{} holds tensor '{}', which model {} has not: weights of a model of another shape{}",
+                              source, name, config.name, implied_sizes(file)));
   for (const auto& info : layout.tensors) {
     auto it = file.tensors.find(info.name);
     if (it == file.tensors.end()) {
@@ -102,16 +119,16 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
                   fmt::format("{} has no tensor '{}' (model {} needs {} tensors){}", source, info.name, config.name,
                               layout.tensors.size(),
                               prefixed.empty()
-                                  ? ""
+                                  ? (info.name.rfind("layers.", 0) == 0 ? implied_sizes(file) : "")
                                   : fmt::format("; it holds '{}': a wrapped module's state dict (torch.compile's "
                                                 "'_orig_mod.', DDP's 'module.'), save the unwrapped module's or "
                                                 "strip '{}' from its names",
                                                 prefixed, prefixed.substr(0, prefixed.size() - info.name.size()))));
     }
     const SafeTensor& t = it->second;
-    KTUNE_REQUIRE(t.shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}", info.name,
-                                                     source, shape_str(t.shape), config.name,
-                                                     shape_str(info.shape)));
+    KTUNE_REQUIRE(t.shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}{}",
+                                                     info.name, source, shape_str(t.shape), config.name,
+                                                     shape_str(info.shape), implied_sizes(file)));
     KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64" || t.dtype == "BF16" || t.dtype == "F16",
                   fmt::format("tensor '{}' in {} is {}; {}", info.name, source, t.dtype, kReadDtypes));
     const auto values = tensor_values(t, info.name);

@@ -95,7 +95,25 @@ TEST_CASE("weights of a model of another shape, or that are not finite, are refu
   CHECK_THROWS_WITH(load_weights(b, file, "w3.st"),
                     Catch::Contains("w3.st") && Catch::Contains("num_layers 3") && Catch::Contains("has 2"));
   file.metadata.clear();  // as a file another tool wrote, stating no sizes
-  CHECK_THROWS_WITH(load_weights(b, file, "w3.st"), Catch::Contains("holds tensor 'layers.2."));
+  CHECK_THROWS_WITH(load_weights(b, file, "w3.st"),
+                    Catch::Contains("holds tensor 'layers.2.") &&
+                        Catch::Contains("(its tensors are a model of --vocab 128 --d-model 64 --d-ff 192 --layers 3: "
+                                        "give those, and --heads, which no shape tells)"));
+  // So are the sizes of a model of fewer blocks, or of another width, where the metadata states none.
+  TensorFile two = weights_file(b);
+  two.metadata.clear();
+  CHECK_THROWS_WITH(load_weights(deeper, two, "w2.st"),
+                    Catch::Contains("has no tensor 'layers.2.") && Catch::Contains("--d-ff 192 --layers 2:"));
+  ModelConfig wide = model_config("tiny");
+  wide.d_model = 96;
+  wide.d_ff = 256;
+  wide.vocab = 1000;
+  Transformer<float> wider(wide, shape, Allocation::kForwardOnly, 1);
+  TensorFile other_width = weights_file(wider);
+  other_width.metadata.clear();
+  CHECK_THROWS_WITH(load_weights(b, other_width, "w96.st"),
+                    Catch::Contains("has shape [1000, 96], model tiny expects [128, 64]") &&
+                        Catch::Contains("--vocab 1000 --d-model 96 --d-ff 256 --layers 2:"));
   // The same tensors, another head count: only the metadata tells.
   ModelConfig two_heads = model_config("tiny");
   two_heads.heads = 2;
