@@ -1083,6 +1083,24 @@ TEST_CASE("CLI: eval, generate and train take the model and context a weights fi
   CHECK_THAT(out, !Catch::Contains("note:") && Catch::Contains("4 x 8 tokens"));
 }
 
+TEST_CASE("CLI: weights whose metadata states no head count say the count they run at", "[cli]") {
+  const auto w = ktune::test::scratch_dir("weights_heads") / "w.safetensors";
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --d-model 32 --heads 2 --ctx 8 --steps 1 --threads 2 --save " + w.string(),
+                    &out) == 0);
+  ktune::TensorFile file = ktune::read_safetensors(w);
+  file.metadata.clear();  // as PyTorch's save_file(model.state_dict()) writes them
+  ktune::write_safetensors(w, file);
+  for (const std::string& command : {std::string("eval"), std::string("generate --prompt 1 --max-tokens 1")}) {
+    INFO(command);
+    REQUIRE(run_ktune(command + " --threads 2 --ctx 8 --d-model 32 --weights " + w.string(), &out) == 0);
+    CHECK_THAT(out, Catch::Contains("note: " + w.string() + " states no head count (no num_heads in its metadata): "
+                                    "running at --heads 4, the model's; give --heads as the weights were trained"));
+    REQUIRE(run_ktune(command + " --threads 2 --ctx 8 --d-model 32 --heads 2 --weights " + w.string(), &out) == 0);
+    CHECK_THAT(out, !Catch::Contains("note:"));
+  }
+}
+
 TEST_CASE("CLI: weights whose metadata gives no whole context are refused unless --ctx is given", "[cli]") {
   const auto dir = ktune::test::scratch_dir("weights_context");
   const auto w = dir / "w.safetensors";
