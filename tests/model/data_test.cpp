@@ -127,6 +127,10 @@ TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   CHECK_THROWS_WITH(TokenStream::from_file(token_file(dir, "big.u16", {1, 2, 300, 4, 9000, 7}), 256),
                     Catch::Contains("token 300 at index 2 is outside the vocabulary [0, 256) (the file's largest id is "
                                     "9000: the model's --vocab must exceed it)"));
+  write_file_atomic(dir / "corpus.txt", "Once upon a time,\n\tthere was a token file.\r\n");  // text, not ids
+  CHECK_THROWS_WITH(TokenStream::from_file(dir / "corpus.txt", 10000),
+                    Catch::Contains("corpus.txt: token 28239 at index 0 is outside the vocabulary [0, 10000) (the "
+                                    "file reads as text: a token file holds a tokenizer's ids as uint16"));
   try {
     TokenStream::from_file(dir / "absent.u16", 100);
     FAIL("an absent file was read");
