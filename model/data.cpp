@@ -101,21 +101,24 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
     s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
     raw = true;
   }
+  // A text corpus given for its tokens: its head holds no control bytes but tabs and line ends, where uint16
+  // ids' bytes hold some (ids below 8192 a zero or small high byte, and low bytes of every value) within a few
+  // hundred tokens. Refused at any vocabulary (ASCII pairs read as ids below 32383).
+  const std::string_view head = bytes.substr(0, 4096);
+  const bool text = raw && std::all_of(head.begin(), head.end(), [](char c) {
+                      return static_cast<unsigned char>(c) >= 0x20 || c == '\n' || c == '\t' || c == '\r';
+                    });
+  constexpr const char* kText = "the file reads as text: a token file holds a tokenizer's ids as uint16, "
+                                "np.array(ids, dtype=np.uint16).tofile(path)";
+  KTUNE_REQUIRE(!text || head.size() < 1024, fmt::format("{}: {}", path.string(), kText));
   const std::uint16_t* tokens = s.file_tokens() + s.begin_;
   bool odd_zero = true, even_nonzero = false;
   for (std::int64_t i = 0; i < s.size(); ++i) {
-    if (tokens[i] >= vocab) {
-      // A text corpus given for its tokens (its head: no control bytes but tabs and line ends), else the
-      // largest id, which says what vocabulary the file's tokenizer has.
-      const std::string_view head = bytes.substr(0, 4096);
-      const bool text = raw && std::all_of(head.begin(), head.end(), [](char c) {
-                          return static_cast<unsigned char>(c) >= 0x20 || c == '\n' || c == '\t' || c == '\r';
-                        });
+    if (tokens[i] >= vocab) {  // the largest id says what vocabulary the file's tokenizer has
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("{}: token {} at index {} is outside the vocabulary [0, {}) {}", path.string(),
                               tokens[i], i, vocab,
-                              text ? "(the file reads as text: a token file holds a tokenizer's ids as uint16, "
-                                     "np.array(ids, dtype=np.uint16).tofile(path))"
+                              text ? fmt::format("({})", kText)
                                    : fmt::format("(the file's largest id is {}: the model's --vocab must exceed it)",
                                                  *std::max_element(tokens + i, tokens + s.size()))));
     }

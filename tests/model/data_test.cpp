@@ -131,6 +131,13 @@ TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   CHECK_THROWS_WITH(TokenStream::from_file(dir / "corpus.txt", 10000),
                     Catch::Contains("corpus.txt: token 28239 at index 0 is outside the vocabulary [0, 10000) (the "
                                     "file reads as text: a token file holds a tokenizer's ids as uint16"));
+  // A longer one is refused at any vocabulary: ASCII pairs read as uint16 are ids below 32383, within GPT-2's.
+  std::string corpus;
+  while (corpus.size() < 2000) corpus += "Once upon a time, there was a token file.\n";
+  write_file_atomic(dir / "long.txt", corpus);
+  CHECK_THROWS_WITH(TokenStream::from_file(dir / "long.txt", 50257),
+                    Catch::Contains("long.txt: the file reads as text: a token file holds a tokenizer's ids as "
+                                    "uint16"));
   try {
     TokenStream::from_file(dir / "absent.u16", 100);
     FAIL("an absent file was read");
