@@ -340,16 +340,20 @@ FullEvalResult evaluate_all(const RunOptions& o) {
                 "a whole-stream evaluation reads a --tokens file (the synthetic stream never ends)");
   const Streams streams = streams_for(o);
   const TokenStream& stream = streams.held_out ? *streams.held_out : streams.train;
-  const std::int64_t C = o.shape.context, B = o.shape.batch;
+  const std::int64_t C = o.shape.context;
   FullEvalResult r;
   r.windows = (stream.size() - 1) / C;
   KTUNE_REQUIRE(r.windows >= 1,
                 fmt::format("{} tokens hold no window of --ctx {} and its next token", stream.size(), C));
   r.tokens = r.windows * C;
   r.unscored = static_cast<std::int64_t>(stream.size()) - 1 - r.tokens;
-  const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));
-  require_memory(o, plan, plan.peak_forward(), "evaluating");
-  auto model = start(o, Allocation::kForwardOnly);
+  // No more windows a forward than there are: a larger --batch would fill its forwards up with copies.
+  RunOptions run = o;
+  run.shape.batch = std::min(o.shape.batch, r.windows);
+  const std::int64_t B = run.shape.batch;
+  const MemoryPlan plan = plan_run(run.model, run.shape, run_backend(run));
+  require_memory(run, plan, plan.peak_forward(), "evaluating");
+  auto model = start(run, Allocation::kForwardOnly);
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(B * C)), targets(tokens.size()), window, next;
   double sum = 0;
   for (std::int64_t first = 0; first < r.windows; first += B) {

@@ -157,6 +157,11 @@ TEST_CASE("evaluating a whole token file counts each window's tokens once, the l
   init_parameters<float>(rt->layout(), params.data(), 3);
   rt->set_parameters(params);
   CHECK(got.loss == Approx(rt->forward(tokens, targets)).epsilon(1e-6));
+  // A --batch beyond the windows there are runs at the windows: the same loss, not a runtime of copies (a
+  // billion windows a forward are more tokens than a step holds).
+  RunOptions huge = o;
+  huge.shape.batch = 1'000'000'000;
+  CHECK(evaluate_all(huge).loss == Approx(got.loss).epsilon(1e-6));
 
   o.val_split = 0.5;  // the held-out half, as a file of its own
   RunOptions tail = o;
