@@ -155,9 +155,12 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
       a.ctx = *ctx;
       if (*ctx != a.default_ctx) took.push_back(fmt::format("--ctx {}", *ctx));
     }
-  // No tensor's shape tells the head count: weights whose metadata states none (PyTorch's
-  // save_file(model.state_dict())) run at the model's, which the command line should give.
-  if (meta.find("num_heads") == meta.end() && !given("--heads"))
+  // No tensor's shape tells the head count: weights whose metadata states none, nor names one of ktune's models
+  // (PyTorch's save_file(model.state_dict())), run at the model's, which the command line should give.
+  const auto names = model::model_names();
+  const auto named = meta.find("model");
+  const bool known = named != meta.end() && std::find(names.begin(), names.end(), named->second) != names.end();
+  if (!known && meta.find("num_heads") == meta.end() && !given("--heads"))
     std::cerr << fmt::format("note: {} states no head count (no num_heads in its metadata): running at --heads {}, "
                              "the model's; give --heads as the weights were trained\n",
                              weights, model_from_args(a).heads);

@@ -1099,6 +1099,13 @@ TEST_CASE("CLI: weights whose metadata states no head count say the count they r
     REQUIRE(run_ktune(command + " --threads 2 --ctx 8 --d-model 32 --heads 2 --weights " + w.string(), &out) == 0);
     CHECK_THAT(out, !Catch::Contains("note:"));
   }
+  // A file naming one of ktune's models has that model's head count.
+  file.metadata["model"] = "tiny";
+  ktune::write_safetensors(w, file);
+  REQUIRE(run_ktune("eval --threads 2 --ctx 8 --weights " + w.string() + " --d-model 32 --heads 2", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("note:"));
+  REQUIRE(run_ktune("eval --threads 2 --ctx 8 --model tiny --weights " + w.string() + " --d-model 32", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("states no head count"));
 }
 
 TEST_CASE("CLI: weights whose metadata gives no whole context are refused unless --ctx is given", "[cli]") {
