@@ -125,8 +125,8 @@ class CacheFile {
   /// Commands call it before long work whose result goes into the cache.
   void check_writable() const;
   /// Inserts or replaces (same full key: the newer tuning wins) one entry,
-  /// filling date and ktune_version when empty; an entry without a
-  /// deterministic pick keeps the one of the entry it replaces.
+  /// filling date and ktune_version when empty; the entry it replaces
+  /// keeps its deterministic pick where this one has none or a slower one.
   void put(Entry entry);
   /// Runs `change` on the entries under the lock and writes the result
   /// atomically if it returns true. A symlinked cache is written through to

@@ -296,8 +296,8 @@ TEST_CASE("duplicate entries collapse on merge: a file merged into its own copy 
   CHECK(into.size() == 2);
 }
 
-TEST_CASE("a deterministic pick round-trips, stays through a newer tuning that measured none, and merge keeps the "
-          "faster one",
+TEST_CASE("a deterministic pick round-trips, stays through a newer tuning that measured none or a slower one, and "
+          "merge keeps the faster one",
           "[cache]") {
   const auto dir = ktune::test::scratch_dir("cache-deterministic");
   CacheFile file(dir / "tuned.json");
@@ -310,7 +310,7 @@ TEST_CASE("a deterministic pick round-trips, stays through a newer tuning that m
   CHECK(file.load()[0].deterministic->time_ms == 1.5);
   // An older entry has none, and writes none.
   CHECK_FALSE(to_json(make_entry("f32;numel=8;tensors=4", 8)).contains("deterministic"));
-  // A newer winner that measured no deterministic config keeps the pick; one that did replaces it.
+  // A newer winner that measured no deterministic config, or a slower one, keeps the pick; a faster one replaces it.
   file.put(make_entry("f32;numel=8;tensors=4", 8, 0.5));
   REQUIRE(file.load()[0].deterministic);
   CHECK(file.load()[0].time_ms == 0.5);
@@ -318,7 +318,11 @@ TEST_CASE("a deterministic pick round-trips, stays through a newer tuning that m
   Entry again = make_entry("f32;numel=8;tensors=4", 8, 0.5);
   again.deterministic = DeterministicPick{{{"block", 64}, {"vec", 4}}, 1.75};
   file.put(again);
-  CHECK(file.load()[0].deterministic->time_ms == 1.75);
+  CHECK(file.load()[0].deterministic->time_ms == 1.5);
+  again.deterministic->time_ms = 1.4;
+  file.put(again);
+  CHECK(file.load()[0].deterministic->time_ms == 1.4);
+  CHECK(file.load()[0].deterministic->config == again.deterministic->config);
   // Merge: the better-measured winner stays, with the faster of the two picks, whichever entry held it.
   Entry slow_winner = make_entry("f32;numel=8;tensors=4", 8, 2.0);
   slow_winner.deterministic = DeterministicPick{{{"block", 32}, {"vec", 1}}, 1.25};
