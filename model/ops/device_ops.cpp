@@ -216,8 +216,8 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   // backward keeps dS there while its softmax runs after it.
   const auto s = L_.attention_shape();
   // dS: materialised attention's backward only (flash attention keeps none),
-  // of the activations' type.
-  const std::size_t ds = L_.attention == AttentionSaved::kProbabilities
+  // of the activations' type; a forward-only run (eval, generate) keeps none.
+  const std::size_t ds = L_.train && L_.attention == AttentionSaved::kProbabilities
                              ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * unit_bytes(Region::kScratch)
                              : 0;
   const auto kept = [&](const templates::Family* f) {
@@ -226,7 +226,8 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   std::size_t scratch = ds;
   std::int64_t largest = 0;
   for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
-  scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);  // eager AdamW's temporary
+  if (L_.train)  // eager AdamW's temporary
+    scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);
   for (const auto& r : requests)
     scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r, options_.deterministic));
   for (const auto& k : kernels_->kernels())

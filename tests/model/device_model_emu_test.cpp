@@ -434,6 +434,27 @@ TEST_CASE("emu backend: flash attention's run holds no (B, H, S, S) buffers", "[
   }
 }
 
+TEST_CASE("emu backend: a forward-only run holds no backward scratch, in compiled mode its plan's forward peak",
+          "[emu][model][device]") {
+  auto backend = tuner::exec::make_emu_backend();
+  const ModelConfig config = model_config("tiny");
+  const RunShape shape{1, 128};
+  // Materialised attention's backward keeps dS, (B, H, S, S), in the scratch: a forward (eval, generate) needs
+  // none, nor eager AdamW's temporary. Eager mode's cross-entropy keeps two (tokens, vocab) fp32 temporaries,
+  // half of dS here.
+  const auto scores = static_cast<std::size_t>(shape.batch * config.heads * shape.context * shape.context) * 4;
+  for (const Mode mode : {Mode::kCompiled, Mode::kEager}) {
+    INFO(to_string(mode));
+    DeviceTransformer infer(*backend, config, shape, Allocation::kForwardOnly, {.mode = mode});
+    DeviceTransformer train(*backend, config, shape, Allocation::kTrain, {.mode = mode});
+    CHECK(train.ops().scratch_bytes() >= scores);
+    CHECK(infer.ops().scratch_bytes() < scores);
+    const MemoryPlan plan = plan_memory(config, shape, plan_threads("emu", 2), 4, infer.layout().attention);
+    if (mode == Mode::kCompiled)
+      CHECK(static_cast<std::int64_t>(infer.ops().allocated_bytes()) <= plan.peak_forward() + 8 * 1024);
+  }
+}
+
 TEST_CASE("emu backend: compiled mode takes configs from the tuned cache and counts them, eager ignores it",
           "[emu][model][device]") {
   auto backend = tuner::exec::make_emu_backend();
