@@ -11,9 +11,11 @@
 
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
+#include "base/error.hpp"
 #include "cli/options.hpp"
 #include "model/memory_plan.hpp"
 #include "model/ops/device_ops.hpp"
+#include "model/runtime.hpp"
 
 namespace ktune::cli {
 
@@ -37,6 +39,7 @@ const PlanRow kRows[] = {
     {"  of which each block keeps (the rest recomputed)", "activations_kept_per_block", [](const model::MemoryPlan& p) { return p.per_layer_kept; }},
     {"workspace, forward", "workspace_forward", [](const model::MemoryPlan& p) { return p.workspace_forward; }},
     {"workspace, forward+backward", "workspace_backward", [](const model::MemoryPlan& p) { return p.workspace_backward; }},
+    {"ops' scratch (attention's dS)", "scratch", [](const model::MemoryPlan& p) { return p.scratch; }},
     {"**peak, forward-only**", "peak_forward", [](const model::MemoryPlan& p) { return p.peak_forward(); }},
     {"**peak, forward+backward**", "peak_forward_backward", [](const model::MemoryPlan& p) { return p.peak_forward_backward(); }},
     {"**peak, full step**", "peak_step", [](const model::MemoryPlan& p) { return p.peak_step(); }},
@@ -82,6 +85,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     std::string models = "xl";
     std::string ctx = "128,256,512";
     std::string dtype = "f32", mode = "compiled";
+    std::string backend;  // empty: cpu for f32, cuda for tf32 and bf16
     std::int64_t accumulate = 1;
     std::string fit;
     bool buffers = false;
@@ -108,10 +112,15 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
                   "The run's precision: f32; tf32 (with --mode compiled, flash attention: each block keeps the "
                   "(B, H, S) log-sum-exp instead of the (B, H, S, S) probabilities); bf16 (mixed precision: bf16 "
                   "activations and weight copy, fp32 statistics, master weights, gradients and AdamW state; flash "
-                  "attention in compiled mode). tf32 and bf16 run on a GPU, whose plan keeps no per-thread scratch "
-                  "(--threads counts in f32 only)")
+                  "attention in compiled mode). tf32 and bf16 run on a device backend only")
       ->check(CLI::IsMember({"f32", "tf32", "bf16"}))
       ->capture_default_str();
+  cmd->add_option("--backend", o->backend,
+                  "The backend the run would use: cpu (f32 only: its ops' per-thread scratch, --threads), cuda or "
+                  "emu (a device's: no per-thread scratch; materialised attention's backward keeps its (B, H, S, S) "
+                  "dS in the workspace)")
+      ->check(CLI::IsMember({"cpu", "cuda", "emu"}))
+      ->default_str("cpu for f32, cuda for tf32 and bf16");
   cmd->add_option("--mode", o->mode, "The device backends' mode the run would use: eager or compiled")
       ->check(CLI::IsMember({"eager", "compiled"}))
       ->capture_default_str();
@@ -124,16 +133,18 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
                 "marked (seed 003's dtypes under mixed precision and its largest allocation)");
   cmd->callback([o, &global] {
     const auto ctxs = int_list_arg(o->ctx, "--ctx");
-    const auto precision = model::parse_precision(o->dtype);
-    const auto attention = model::attention_saved(precision, model::parse_mode(o->mode) == model::Mode::kCompiled);
-    const char* attention_name = attention == model::AttentionSaved::kLogSumExp ? "flash" : "materialised";
+    model::BackendOptions backend;
+    backend.precision = model::parse_precision(o->dtype);
+    backend.mode = model::parse_mode(o->mode);
+    backend.threads = threads_from_args(o->m);
+    // tf32 and bf16 run on a device backend only; f32 plans the cpu backend's run unless told otherwise.
+    backend.backend = !o->backend.empty() ? o->backend : backend.precision == model::Precision::kF32 ? "cpu" : "cuda";
+    KTUNE_REQUIRE(backend.backend != "cpu" || backend.precision == model::Precision::kF32,
+                  fmt::format("the cpu backend runs f32 only, not {}; --dtype tf32 and bf16 need --backend cuda or emu",
+                              o->dtype));
     const model::Recompute recompute = shape_from_args(o->m).recompute;
     const bool recomputing = recompute != model::Recompute::kNone;
     const std::int64_t fit = o->fit.empty() ? 0 : parse_bytes(o->fit).value_or(0);  // 0: no --fit
-    // tf32 and bf16 run on a device backend only, whose ops keep no per-thread scratch; f32 plans the cpu
-    // backend's, with --threads.
-    const unsigned threads =
-        model::plan_threads(precision == model::Precision::kF32 ? "cpu" : "cuda", threads_from_args(o->m));
     const auto fit_name = [](const std::optional<model::Recompute>& level) {
       return level ? model::to_string(*level) : std::string("does not fit");
     };
@@ -152,17 +163,20 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
         const auto plan_at = [&](model::Recompute level) {
           model::RunShape s = shape;
           s.recompute = level;
-          return model::plan_memory(config, s, threads, 4, attention, precision);
+          return model::plan_run(config, s, backend);  // as train and bench e2e plan the run
         };
         plans.push_back(plan_at(shape.recompute));
         if (fit == 0) continue;
         const model::Recompute least = model::least_recompute(plan_at, fit);
         fits.push_back(plan_at(least).peak_step() <= fit ? std::optional(least) : std::nullopt);
       }
+      const char* attention_name =
+          plans.front().attention == model::AttentionSaved::kLogSumExp ? "flash" : "materialised";
       text += fmt::format("## Memory plan: {} (d_model {}, {} layers, {} heads, vocab {}), batch {}, {}, {} "
-                          "attention{}{}\n\n",
+                          "attention{}{}{}\n\n",
                           config.name, config.d_model, config.layers, config.heads, config.vocab,
                           plans.front().shape.batch, o->dtype, attention_name,
+                          o->backend.empty() ? "" : fmt::format(", on {}", backend.backend),
                           o->accumulate > 1 ? fmt::format(", {} micro-batches a step", o->accumulate) : "",
                           recomputing ? fmt::format(", recompute {}", model::to_string(recompute)) : "");
       text += "| phase |";
@@ -171,8 +185,9 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       for (std::size_t i = 0; i < ctxs.size(); ++i) text += "--:|";
       text += "\n";
       for (const auto& row : kRows) {
-        if (row.key == std::string("weight_copy") && precision != model::Precision::kBf16) continue;
+        if (row.key == std::string("weight_copy") && backend.precision != model::Precision::kBf16) continue;
         if (row.key == std::string("activations_kept_per_block") && !recomputing) continue;
+        if (row.key == std::string("scratch") && plans.front().scratch == 0) continue;  // flash, or the cpu's
         text += fmt::format("| {} |", row.name);
         for (const auto& p : plans) text += fmt::format(" {} |", model::format_bytes(row.bytes(p)));
         text += "\n";
@@ -188,7 +203,8 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       for (std::size_t i = 0; i < plans.size(); ++i) {
         const model::MemoryPlan& p = plans[i];
         nlohmann::ordered_json j = {{"model", config.name}, {"context_length", p.shape.context},
-                                    {"batch_size", p.shape.batch}, {"threads", p.threads}, {"dtype", o->dtype},
+                                    {"batch_size", p.shape.batch}, {"backend", backend.backend},
+                                    {"threads", p.threads}, {"dtype", o->dtype},
                                     {"attention", attention_name}, {"recompute", model::to_string(recompute)},
                                     {"micro_batches", p.shape.micro_batches}};
         for (const auto& row : kRows) j[row.key] = row.bytes(p);

@@ -196,6 +196,10 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
   p.activations_backward = m.layers * p.per_layer_kept + (layer - p.per_layer_kept) + final;
   p.workspace_forward = bytes(workspace_layout(m, r, threads, false));
   p.workspace_backward = bytes(workspace_layout(m, r, threads, true));
+  // A device backend's materialised attention backward keeps every (batch, head)'s dS at once in its ops'
+  // scratch (the cpu backend's takes a block of rows at a time, per thread, in the workspace's attn_scratch).
+  if (threads == 0 && attention == AttentionSaved::kProbabilities)
+    p.scratch = r.batch * m.heads * r.context * r.context * (bf16 ? 2 : element_bytes);
   return p;
 }
 
@@ -238,6 +242,9 @@ std::vector<BufferRow> plan_buffers(const MemoryPlan& plan) {
   add("activations after the blocks", final, 0);
   workspace_layout(m, r, plan.threads, true, plan.precision, &workspace);
   add("workspace", workspace, 0);
+  if (plan.scratch > 0)
+    rows.push_back({"ops' scratch", "ds", "the attention backward's dS", {r.batch, m.heads, r.context, r.context},
+                    bf16 ? "bf16" : wide, plan.scratch, 1});
   return rows;
 }
 
@@ -246,7 +253,7 @@ std::int64_t MemoryPlan::peak_forward() const {
 }
 
 std::int64_t MemoryPlan::peak_forward_backward() const {
-  return parameters + weight_copy + gradients + inputs + activations_backward + workspace_backward;
+  return parameters + weight_copy + gradients + inputs + activations_backward + workspace_backward + scratch;
 }
 
 std::int64_t MemoryPlan::peak_step() const { return peak_forward_backward() + optimizer_state; }

@@ -152,9 +152,12 @@ struct MemoryPlan {
   std::int64_t per_layer_kept = 0;        ///< of it, what each block keeps (shape.recompute; kNone: all)
   std::int64_t workspace_forward = 0;     ///< forward scratch
   std::int64_t workspace_backward = 0;    ///< forward scratch + activation gradients
+  std::int64_t scratch = 0;               ///< a device backend's (threads 0) ops' own scratch, what the shapes fix
+                                          ///< of it: materialised attention's backward dS, (B, H, S, S) of the
+                                          ///< activations' type (more where a kernel's or eager chain's need more)
 
   std::int64_t peak_forward() const;           ///< forward only
-  std::int64_t peak_forward_backward() const;  ///< forward + backward
+  std::int64_t peak_forward_backward() const;  ///< forward + backward (the ops' scratch included)
   std::int64_t peak_step() const;              ///< forward + backward + AdamW
 };
 
@@ -172,7 +175,7 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
 /// blocks, the weight copy, gradients and AdamW state over all parameters.
 struct BufferRow {
   std::string phase;  ///< "parameters", "bf16 weight copy", "gradients", "optimizer state", "inputs",
-                      ///< "activations, per block", "activations after the blocks", "workspace"
+                      ///< "activations, per block", "activations after the blocks", "workspace", "ops' scratch"
   std::string name, what;
   std::vector<std::int64_t> shape;
   std::string dtype;        ///< "f32", "bf16", "int32" (or "f64" in a plan of 8-byte values)

@@ -934,6 +934,34 @@ TEST_CASE("CLI: bench memory --fit says the least --recompute at which a step fi
   }
 }
 
+TEST_CASE("CLI: bench memory --backend plans the run as it allocates there, a device's attention dS included",
+          "[cli]") {
+  std::string out;
+  const std::string plan = "bench memory --model tiny --ctx 32 --batch 4 --threads 2 --json";
+  const auto at = [&](const std::string& args) {
+    REQUIRE(run_ktune(plan + " " + args, &out) == 0);
+    return nlohmann::json::parse(out).at(0);
+  };
+  const auto cpu = at(""), emu = at("--backend emu"), cuda = at("--backend cuda");
+  CHECK(cpu.at("backend") == "cpu");
+  CHECK(cpu.at("threads") == 2);
+  CHECK(cpu.at("scratch") == 0);
+  // A device's plan: no cpu threads' scratch (a block of 32 query rows over 32 keys, fp32, per thread), and
+  // materialised attention's backward dS, (4, 4, 32, 32) fp32, in its ops' scratch.
+  CHECK(emu.at("backend") == "emu");
+  CHECK(emu.at("threads") == 0);
+  CHECK(emu.at("scratch") == 4 * 4 * 32 * 32 * 4);
+  CHECK(emu.at("peak_step").get<std::int64_t>() ==
+        cpu.at("peak_step").get<std::int64_t>() - 2 * 32 * 32 * 4 + 4 * 4 * 32 * 32 * 4);
+  CHECK(cuda.at("peak_step") == emu.at("peak_step"));
+  // Flash attention (compiled tf32 and bf16, on a device by default) keeps no dS; eager mode's materialises it.
+  CHECK(at("--dtype tf32").at("backend") == "cuda");
+  CHECK(at("--dtype tf32").at("scratch") == 0);
+  CHECK(at("--dtype bf16 --mode eager").at("scratch") == 4 * 4 * 32 * 32 * 2);
+  CHECK(run_bad("bench memory --model tiny --dtype bf16 --backend cpu", &out) == 2);
+  CHECK(out == "ktune: the cpu backend runs f32 only, not bf16; --dtype tf32 and bf16 need --backend cuda or emu\n");
+}
+
 TEST_CASE("CLI: bench memory --buffers lists every buffer of a step in its dtype, the largest named", "[cli]") {
   std::string out;
   REQUIRE(run_ktune("bench memory --model small --ctx 128,256 --dtype bf16 --threads 2 --buffers --json", &out) == 0);
