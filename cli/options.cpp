@@ -64,7 +64,10 @@ CLI::Validator integer_at_least(long long least) {
   return integer_within(least, std::numeric_limits<long long>::max(), fmt::format(">= {}", least));
 }
 
-std::optional<std::int64_t> parse_bytes(const std::string& text) {
+namespace {
+
+// The bytes a number and unit say, before any range check; nullopt where either is not one.
+std::optional<double> bytes_said(const std::string& text) {
   static const std::pair<const char*, double> kUnits[] = {
       {"B", 1},       {"kB", 1e3},           {"KB", 1e3},           {"MB", 1e6},
       {"GB", 1e9},   {"TB", 1e12},   {"KiB", 1024.0},       {"MiB", 1048576.0},    {"GiB", 1073741824.0},
@@ -77,22 +80,28 @@ std::optional<std::int64_t> parse_bytes(const std::string& text) {
     return std::nullopt;
   }
   const std::string unit = text.substr(end);
-  for (const auto& [name, scale] : kUnits) {
-    if (unit != name) continue;
-    const double bytes = number * scale;
-    if (!std::isfinite(bytes) || bytes < 1 || bytes > 9.2e18) return std::nullopt;
-    return static_cast<std::int64_t>(bytes);
-  }
+  for (const auto& [name, scale] : kUnits)
+    if (unit == name && std::isfinite(number * scale)) return number * scale;
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::int64_t> parse_bytes(const std::string& text) {
+  const auto bytes = bytes_said(text);
+  if (!bytes || *bytes < 1 || *bytes > 9.2e18) return std::nullopt;
+  return static_cast<std::int64_t>(*bytes);
 }
 
 CLI::Validator byte_size() {
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        return parse_bytes(text) ? std::string()
-                                 : fmt::format("must be a size with its unit, such as 40GiB, 80GB, 512MiB or 4096B, "
-                                               "got '{}'",
-                                               excerpt(text));
+        if (parse_bytes(text)) return std::string();
+        // A size with its unit, but none a run could have: zero, negative, or past what 64 bits count.
+        if (bytes_said(text))
+          return fmt::format("must be a size of at least 1B and under 8EiB, got '{}'", excerpt(text));
+        return fmt::format("must be a size with its unit, such as 40GiB, 80GB, 512MiB or 4096B, got '{}'",
+                           excerpt(text));
       },
       "SIZE");
 }

@@ -927,10 +927,17 @@ TEST_CASE("CLI: bench memory --fit says the least --recompute at which a step fi
   REQUIRE(run_ktune("bench memory --model xl --ctx 512 --threads 2 --fit 1e3GB --json", &out) == 0);
   CHECK(nlohmann::json::parse(out).at(0).at("fit_bytes") == 1000000000000);
   // A bare number is refused: 40 bytes, or the 40 GB meant?
-  for (const char* bad : {"40GiBs", "lots", "-5GB", "0B", "nanGB", "40 GiB", "40"}) {
+  for (const char* bad : {"40GiBs", "lots", "nanGB", "40 GiB", "40"}) {
     INFO(bad);
     CHECK(run_bad(std::string("bench memory --fit '") + bad + "'", &out) == 2);
     CHECK_THAT(out, Catch::Contains("--fit: must be a size with its unit, such as 40GiB"));
+  }
+  // A size with its unit that no memory has is told so, not that it lacks a unit.
+  for (const char* bad : {"-5GB", "0B", "0.5B", "9999999999999GiB"}) {
+    INFO(bad);
+    CHECK(run_bad(std::string("bench memory --fit '") + bad + "'", &out) == 2);
+    CHECK(out == fmt::format("ktune: --fit: must be a size of at least 1B and under 8EiB, got '{}' (see --help)\n",
+                             bad));
   }
 }
 
