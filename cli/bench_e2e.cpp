@@ -352,8 +352,11 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                                    : model::E2ePasses::kForwardBackward;
     KTUNE_REQUIRE(!o->sweep || o->m.recompute != "auto",
                   "--recompute auto fits one run's shape, and --sweep runs several: give --recompute swiglu or blocks");
-    if (e.passes != model::E2ePasses::kForward)  // a forward alone keeps no activations for a backward
-      resolve_recompute(o->m, e.model, e.shape, b, global.json, e.passes == model::E2ePasses::kForwardBackward);
+    // A forward alone keeps no activations for a backward; a device backend's model for a backward holds
+    // AdamW's state, timed or not, so its peak is the full step's.
+    if (e.passes != model::E2ePasses::kForward)
+      resolve_recompute(o->m, e.model, e.shape, b, global.json,
+                        e.passes == model::E2ePasses::kForwardBackward && b.backend == "cpu");
     if (o->sweep) {
       run_sweep(e, models, o->json_out, global);
       return;
