@@ -226,11 +226,12 @@ namespace model_memory_plan_test {
 TEST_CASE("the plan's buffers, listed one by one, add up to the full step's peak, each in its dtype",
           "[model][memory]") {
   // An odd shape (tokens not a multiple of the alignment), recomputation at every level, micro-batches,
-  // f32 with 4- and 8-byte values, bf16 with flash attention's log-sum-exp and with the probabilities.
+  // f32 with 4- and 8-byte values, bf16 with flash attention's log-sum-exp and with the probabilities; the cpu
+  // backend's plan (2 threads) and a device's (0: its ops' scratch, the probabilities' dS).
   ModelConfig m = model_config("tiny");
   m.layers = 3;
   for (const Recompute recompute : {Recompute::kNone, Recompute::kSwiglu, Recompute::kBlocks}) {
-    for (const std::int64_t micro_batches : {1, 3}) {
+    for (const auto& [micro_batches, threads] : {std::pair<std::int64_t, unsigned>{1, 2}, {3, 2}, {1, 0}, {3, 0}}) {
       const RunShape shape{3, 13, micro_batches, recompute};
       struct Variant {
         std::int64_t element_bytes;
@@ -241,9 +242,11 @@ TEST_CASE("the plan's buffers, listed one by one, add up to the full step's peak
                               Variant{8, AttentionSaved::kProbabilities, Precision::kF32},
                               Variant{4, AttentionSaved::kLogSumExp, Precision::kBf16},
                               Variant{4, AttentionSaved::kProbabilities, Precision::kBf16}}) {
-        const MemoryPlan plan = plan_memory(m, shape, 2, v.element_bytes, v.attention, v.precision);
+        const MemoryPlan plan = plan_memory(m, shape, threads, v.element_bytes, v.attention, v.precision);
         INFO("recompute " << to_string(recompute) << ", " << micro_batches << " micro-batches, "
-                          << v.element_bytes << "-byte values, " << to_string(v.precision));
+                          << v.element_bytes << "-byte values, " << to_string(v.precision) << ", " << threads
+                          << " threads");
+        CHECK((plan.scratch > 0) == (threads == 0 && v.attention == AttentionSaved::kProbabilities));
         const auto rows = plan_buffers(plan);
         std::int64_t total = 0, kept_per_block = 0;
         for (const auto& b : rows) {
