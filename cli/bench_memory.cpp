@@ -125,8 +125,9 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
       ->check(CLI::IsMember({"eager", "compiled"}))
       ->capture_default_str();
   cmd->add_option("--fit", o->fit,
-                  "Device memory to fit a training step in (e.g. 40GiB, 80GB): a row more says, per context, the "
-                  "least --recompute at which the step's peak fits (train --recompute auto's choice on such a GPU)")
+                  "Memory to fit a training step in (e.g. 40GiB, 80GB): a row more says, per context, the least "
+                  "--recompute at which the step's peak fits (train --recompute auto's choice on --backend's device "
+                  "with that much free: in f32, give --backend cuda for a GPU's)")
       ->check(byte_size());
   cmd->add_flag("--buffers", o->buffers,
                 "Also list, per context, every buffer of a full step: its shape, dtype and bytes, the largest "
