@@ -132,8 +132,10 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
   w.rope_cos = c.take("rope_cos", "RoPE cosine table", {S, m.head_dim() / 2}, Held::kFp32);
   w.rope_sin = c.take("rope_sin", "RoPE sine table", {S, m.head_dim() / 2}, Held::kFp32);
   if (backward) {
-    w.attn_scratch = c.take("attn_scratch", "cpu attention backward's dP block, per thread",
-                            {T, attention_scratch_elements(as)}, Held::kFp32);
+    // The cpu backend's scratch (threads > 0): a device backend's plan (threads 0) keeps neither this nor norm_dw.
+    if (T > 0)
+      w.attn_scratch = c.take("attn_scratch", "cpu attention backward's dP block, per thread",
+                              {T, attention_scratch_elements(as)}, Held::kFp32);
     w.dx = c.take("dx", "gradient of the residual stream", {N, C});
     w.dtmp = c.take("dtmp", "gradient at a norm's output", {N, C});
     w.dbranch = c.take("dbranch", "gradient of the attention output", {N, C});
@@ -142,8 +144,9 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
     w.dv = c.take("dv", "gradient of v", {N, C});
     w.dh = c.take("dh", "gradient of h, then of a", {N, F});
     w.db = c.take("db", "gradient of b", {N, F});
-    w.norm_dw = c.take("norm_dw", "cpu RMSNorm weight gradients, per chunk of rows", {kNormDwChunks, C},
-                       Held::kFp32);
+    if (T > 0)
+      w.norm_dw = c.take("norm_dw", "cpu RMSNorm weight gradients, per chunk of rows", {kNormDwChunks, C},
+                         Held::kFp32);
     if (r.micro_batches > 1)
       w.dparam = c.take("dparam", "a micro-batch's embedding or norm gradient, before it is added", {m.vocab, C},
                         Held::kFp32);

@@ -223,6 +223,17 @@ TEST_CASE("q and k, and dq and dk, lie back to back where tokens * d_model keeps
 
 namespace model_memory_plan_test {
 
+TEST_CASE("a device backend's plan keeps none of the cpu backend's per-thread or per-chunk scratch",
+          "[model][memory]") {
+  const ModelConfig m = model_config("tiny");
+  const RunShape shape{2, 32};
+  const MemoryPlan cpu = plan_memory(m, shape, 1, 4, AttentionSaved::kLogSumExp);
+  const MemoryPlan device = plan_memory(m, shape, plan_threads("cuda", 1), 4, AttentionSaved::kLogSumExp);
+  // One thread's block of 32 query rows over 32 keys, and the RMSNorm weight gradients' partials, fp32.
+  CHECK(device.workspace_backward == cpu.workspace_backward - 32 * 32 * 4 - kNormDwChunks * m.d_model * 4);
+  for (const auto& b : plan_buffers(device)) CHECK_FALSE((b.name == "attn_scratch" || b.name == "norm_dw"));
+}
+
 TEST_CASE("the plan's buffers, listed one by one, add up to the full step's peak, each in its dtype",
           "[model][memory]") {
   // An odd shape (tokens not a multiple of the alignment), recomputation at every level, micro-batches,
