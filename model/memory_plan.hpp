@@ -70,7 +70,8 @@ struct WorkspaceLayout {
   std::int64_t dq = 0, dk = 0, dv = 0;  // (N, C) each
   std::int64_t dh = 0;            // (N, F) gradient of h, then of a (in place)
   std::int64_t db = 0;            // (N, F)
-  std::int64_t norm_dw = 0;       // (kNormDwChunks, C) RMSNorm weight grads, a partial sum per chunk of rows
+  std::int64_t norm_dw = 0;       // (kNormDwChunks, C) the cpu backend's RMSNorm weight grads, a partial sum per
+                                  // chunk of rows (none in a device's plan, threads 0, nor attn_scratch)
   std::int64_t dparam = 0;        // (V, C) fp32, when a step accumulates micro-batches: a gradient that no GEMM
                                   // writes (the embedding's, a norm's), before it is added to the step's; last,
                                   // so the buffers before it lie where they would without it
