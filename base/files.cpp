@@ -234,7 +234,7 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
   file.commit();
 }
 
-MappedFile::MappedFile(const fs::path& path) {
+MappedFile::MappedFile(const fs::path& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) io_error("cannot read", path);
   struct stat st {};
@@ -251,11 +251,22 @@ MappedFile::MappedFile(const fs::path& path) {
     }
     data_ = static_cast<const char*>(p);
   }
-  ::close(fd);  // the mapping holds the file
+  fd_ = fd;
 }
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<char*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::require_whole() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) io_error("cannot read", path_);
+  if (static_cast<std::size_t>(st.st_size) >= size_) return;
+  throw_error(ErrorKind::kIo, fmt::format("{} was cut from {} to {} bytes while it was read: a file a run reads is "
+                                          "replaced whole (write a new one and rename it over the old), never "
+                                          "rewritten in place",
+                                          path_.string(), size_, st.st_size));
 }
 
 namespace {

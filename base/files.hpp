@@ -77,8 +77,15 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::string_view bytes() const { return {data_, size_}; }
+  /// Throws kIo naming the file when it now holds fewer bytes than were
+  /// mapped (rewritten in place while it is read: its pages past the new end
+  /// would end the process with SIGBUS when touched). Callers check before
+  /// they read a part of it.
+  void require_whole() const;
 
  private:
+  std::filesystem::path path_;
+  int fd_ = -1;  // kept open: fstat says whether the file was cut since
   const char* data_ = nullptr;
   std::size_t size_ = 0;
 };

@@ -159,6 +159,7 @@ void TokenStream::window(std::int64_t start, std::int64_t count, std::vector<std
 }
 
 void TokenStream::fill(std::int64_t start, std::int64_t count, std::int32_t* tokens, std::int32_t* targets) const {
+  if (file_) file_->require_whole();  // a file cut since it was mapped ends the process where its pages are read
   const std::int64_t n = size();
   for (std::int64_t t = 0; t < count; ++t) {
     tokens[t] = token((start + t) % n);

@@ -208,7 +208,12 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     }
   };
   for (std::int64_t s = at.step + 1; s <= o.steps; ++s) {
-    stream.sample(step_shape, at.sampler, tokens, targets);
+    try {
+      stream.sample(step_shape, at.sampler, tokens, targets);
+    } catch (const Error& e) {  // the token file cut while it is read: what still holds the run
+      if (e.kind() != ErrorKind::kIo) throw;
+      throw_error(ErrorKind::kIo, fmt::format("{}; the run stopped before step {}{}", e.what(), s, held()));
+    }
     const auto t0 = std::chrono::steady_clock::now();
     const auto before = model->launches();
     StepRecord r;

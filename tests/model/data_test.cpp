@@ -116,6 +116,30 @@ TEST_CASE("a token file's windows are runs of its tokens, targets one token on",
   }
 }
 
+TEST_CASE("a token file cut while a run reads it ends the read in one error naming it, not with SIGBUS, and one "
+          "replaced whole is read on as it was",
+          "[model][data]") {
+  const auto dir = test::scratch_dir("token-stream-cut");
+  std::vector<std::uint16_t> file(65536);  // 32 pages: a window past the cut lies in a page the file lost
+  std::mt19937_64 fill(5);
+  for (auto& t : file) t = static_cast<std::uint16_t>(fill() % 1000);
+  const auto path = token_file(dir, "t.u16", file);
+  const TokenStream stream = TokenStream::from_file(path, 1000);
+  std::mt19937_64 rng(1);
+  std::vector<std::int32_t> tokens, targets;
+  stream.sample({4, 64}, rng, tokens, targets);
+  // Replaced whole (a new file renamed over it): the mapping holds the old one, read on.
+  token_file(dir, "t.u16", std::vector<std::uint16_t>(100, 7));
+  stream.window(60000, 64, tokens, targets);
+  CHECK(tokens[0] == file[60000]);
+  // Rewritten in place: cut.
+  const TokenStream again = TokenStream::from_file(token_file(dir, "u.u16", file), 1000);
+  std::filesystem::resize_file(dir / "u.u16", 100);
+  const std::string said = "u.u16 was cut from 131072 to 100 bytes while it was read";
+  CHECK_THROWS_WITH(again.window(60000, 64, tokens, targets), Catch::Contains(said));
+  CHECK_THROWS_WITH(again.sample({4, 64}, rng, tokens, targets), Catch::Contains(said));
+}
+
 TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   const auto dir = test::scratch_dir("token-stream-bad");
   CHECK_THROWS_WITH(TokenStream::from_file(token_file(dir, "one.u16", {7}), 100),

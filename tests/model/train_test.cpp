@@ -47,6 +47,32 @@ TEST_CASE("training tiny for 200 steps on the synthetic stream at least halves t
   CHECK(trained < 0.5 * random_init);
 }
 
+TEST_CASE("a token file cut in place while training reads it stops the run before the next step, naming the "
+          "checkpoint that holds it",
+          "[model][train]") {
+  const auto dir = ktune::test::scratch_dir("train-cut");
+  std::vector<std::uint16_t> corpus(65536);
+  std::mt19937_64 draw(2);
+  for (auto& t : corpus) t = static_cast<std::uint16_t>(draw() % 128);
+  const auto tokens = dir / "t.u16";
+  ktune::write_file_atomic(tokens, std::string_view(reinterpret_cast<const char*>(corpus.data()), 2 * corpus.size()));
+  TrainOptions o;
+  o.model = model_config("tiny");
+  o.shape = RunShape{2, 16};
+  o.threads = 1;
+  o.steps = 5;
+  o.tokens_file = tokens.string();
+  o.checkpoint = (dir / "run.ckpt").string();
+  o.checkpoint_every = 1;
+  // After step 2's record, before its checkpoint: the file is rewritten shorter in place.
+  const auto cut = [&](const StepRecord& r) {
+    if (r.step == 2) std::filesystem::resize_file(tokens, 10);
+  };
+  CHECK_THROWS_WITH(train(o, cut), Catch::Contains("t.u16 was cut from 131072 to 10 bytes while it was read") &&
+                                       Catch::EndsWith("the run stopped before step 3; " + o.checkpoint +
+                                                       " holds step 2"));
+}
+
 TEST_CASE("validation measures the same batches each time and leaves the training as it was", "[model][train]") {
   TrainOptions o = ktune::test::tiny_run(5);
   const auto plain = train(o);
