@@ -478,9 +478,12 @@ void add_train_command(CLI::App& app, Global& global) {
             } else if (t.resume) {
               out << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
             }
+            // A device run's materialised attention keeps its backward's dS in the ops' scratch, planned too.
+            const model::MemoryPlan plan = model::plan_run(t.model, t.shape, model::run_backend(t));
             out << fmt::format("memory: {} planned for a step (weights, gradients, AdamW state, activations, "
-                                     "workspace)\n",
-                                     model::format_bytes(plan_peak(t)));
+                               "workspace{})\n",
+                               model::format_bytes(plan.peak_step()),
+                               plan.scratch > 0 ? ", the attention backward's dS" : "");
             if (!rt.kernel_summary().empty()) out << rt.device() << ": " << rt.kernel_summary() << "\n";
             out << std::flush;  // before the first step, which may take a while
           });

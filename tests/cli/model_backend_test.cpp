@@ -101,6 +101,8 @@ TEST_CASE("CLI: --deterministic: a device run's summary and report say so, a res
       "train --model tiny --ctx 8 --batch 1 --backend emu --checkpoint " + ckpt.string() + " --resume";
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + run + " --steps 1 2>&1", &out) == 0);
   CHECK_THAT(out, !Catch::Contains("; deterministic"));
+  // f32 compiled mode materialises attention: its backward's dS is in the plan the memory line gives.
+  CHECK_THAT(out, Catch::Contains("AdamW state, activations, workspace, the attention backward's dS)"));
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + run + " --steps 2 --deterministic 2>&1",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("note: this run goes on with --deterministic on (was off): its steps are not those "
@@ -109,6 +111,7 @@ TEST_CASE("CLI: --deterministic: a device run's summary and report say so, a res
   // The cpu backend's runs repeat without it: taken, nothing changes.
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " train --model tiny --steps 1 --deterministic",
                     &out) == 0);
+  CHECK_THAT(out, Catch::Contains("AdamW state, activations, workspace)"));  // the cpu backend's: no dS
 }
 
 TEST_CASE("CLI: eval --dump --deterministic writes the same gradient norms whatever the order of the emulation's "
