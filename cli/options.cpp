@@ -72,14 +72,12 @@ std::optional<double> bytes_said(const std::string& text) {
       {"B", 1},       {"kB", 1e3},           {"KB", 1e3},           {"MB", 1e6},
       {"GB", 1e9},   {"TB", 1e12},   {"KiB", 1024.0},       {"MiB", 1048576.0},    {"GiB", 1073741824.0},
       {"TiB", 1099511627776.0}};
-  std::size_t end = 0;
+  // A decimal number at the very start (from_chars: no leading space, '+' or hex, which stod took: ' 40GiB' and
+  // '0x10GB' passed while '40 GiB' did not), then the unit.
   double number = 0;
-  try {
-    number = std::stod(text, &end);
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-  const std::string unit = text.substr(end);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), number);
+  if (ec != std::errc()) return std::nullopt;
+  const std::string unit(end, text.data() + text.size());
   for (const auto& [name, scale] : kUnits)
     if (unit == name && std::isfinite(number * scale)) return number * scale;
   return std::nullopt;

@@ -927,7 +927,7 @@ TEST_CASE("CLI: bench memory --fit says the least --recompute at which a step fi
   REQUIRE(run_ktune("bench memory --model xl --ctx 512 --threads 2 --fit 1e3GB --json", &out) == 0);
   CHECK(nlohmann::json::parse(out).at(0).at("fit_bytes") == 1000000000000);
   // A bare number is refused: 40 bytes, or the 40 GB meant?
-  for (const char* bad : {"40GiBs", "lots", "nanGB", "40 GiB", "40"}) {
+  for (const char* bad : {"40GiBs", "lots", "nanGB", "40 GiB", "40", " 40GiB", "0x10GB", "+40GiB"}) {
     INFO(bad);
     CHECK(run_bad(std::string("bench memory --fit '") + bad + "'", &out) == 2);
     CHECK_THAT(out, Catch::Contains("--fit: must be a size with its unit, such as 40GiB"));
