@@ -118,7 +118,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
   cmd->add_option("--backend", o->backend,
                   "The backend the run would use: cpu (f32 only: its ops' per-thread scratch, --threads), cuda or "
                   "emu (a device's: no per-thread scratch; materialised attention's backward keeps its (B, H, S, S) "
-                  "dS in the workspace)")
+                  "dS in the ops' scratch)")
       ->check(CLI::IsMember({"cpu", "cuda", "emu"}))
       ->default_str("cpu for f32, cuda for tf32 and bf16");
   cmd->add_option("--mode", o->mode, "The device backends' mode the run would use: eager or compiled")

@@ -76,8 +76,8 @@ void add_eval_command(CLI::App& app, Global& global) {
     // entries are warned of at once.
     std::string kernels;
     r.on_runtime = [&kernels](const model::Runtime& rt) {
-      for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
-      if (!rt.kernel_summary().empty()) kernels = rt.device() + ": " + rt.kernel_summary();
+      print_warnings(rt);
+      kernels = kernels_line(rt);
     };
     // Weights whose loss is not finite (logits that overflow) fail, as a diverged training run does.
     const auto require_finite = [&](double loss, const std::string& over) {

@@ -107,8 +107,8 @@ void add_generate_command(CLI::App& app, Global& global) {
     // Stdout holds the drawn ids: where the kernels' configs came from, and stale or unusable tuned entries, go to
     // stderr.
     g.on_runtime = [](const model::Runtime& rt) {
-      for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
-      if (!rt.kernel_summary().empty()) std::cerr << rt.device() << ": " << rt.kernel_summary() << "\n";
+      print_warnings(rt);
+      if (const std::string kernels = kernels_line(rt); !kernels.empty()) std::cerr << kernels << "\n";
     };
     // Wall time from the start: to the first token (the model's start, its
     // kernels compiled or loaded, and a forward), then the rest.

@@ -292,4 +292,12 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }
 
+void print_warnings(const model::Runtime& rt) {
+  for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
+}
+
+std::string kernels_line(const model::Runtime& rt) {
+  return rt.kernel_summary().empty() ? "" : rt.device() + ": " + rt.kernel_summary();
+}
+
 }  // namespace ktune::cli

@@ -98,4 +98,11 @@ model::BackendOptions backend_from_args(const ModelArgs& args, unsigned threads)
 /// --threads, or every hardware thread.
 unsigned threads_from_args(const ModelArgs& args);
 
+/// A built runtime's warnings (stale or unusable tuned entries), each a "warning: " line on stderr.
+void print_warnings(const model::Runtime& rt);
+
+/// Where a runtime's kernels' configs came from, as a line says it ("emulated sm_90: compiled mode, f32, 16
+/// kernels: ..."); "" on the cpu backend, which launches none.
+std::string kernels_line(const model::Runtime& rt);
+
 }  // namespace ktune::cli

@@ -452,7 +452,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                                                                             : t.val_tokens_file)
                                                         : "");
             }
-            for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
+            print_warnings(rt);
             if (start.resumed) {
               const model::CheckpointInfo& info = *start.resumed;
               out << fmt::format("resuming from {} after step {}\n", t.checkpoint, info.step);
@@ -484,7 +484,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                "workspace{})\n",
                                model::format_bytes(plan.peak_step()),
                                plan.scratch > 0 ? ", the attention backward's dS" : "");
-            if (!rt.kernel_summary().empty()) out << rt.device() << ": " << rt.kernel_summary() << "\n";
+            if (const std::string kernels = kernels_line(rt); !kernels.empty()) out << kernels << "\n";
             out << std::flush;  // before the first step, which may take a while
           });
     } catch (const Error& e) {
