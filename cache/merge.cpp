@@ -20,16 +20,12 @@ bool better_than(const Entry& a, const Entry& b) {
   return a.config.dump() < b.config.dump();
 }
 
-namespace {
-// `kept` (better_than) over `other` of the same key: it keeps the faster of their deterministic picks (a key
-// names one problem on one GPU, source and toolchain, so either measurement holds). True where that changed it.
-bool keep_over(Entry& kept, const Entry& other) {
+bool keep_faster_pick(Entry& kept, const Entry& other) {
   if (!other.deterministic) return false;
   if (kept.deterministic && kept.deterministic->time_ms <= other.deterministic->time_ms) return false;
   kept.deterministic = other.deterministic;
   return true;
 }
-}  // namespace
 
 std::size_t collapse_duplicates(std::vector<Entry>& entries) {
   std::map<std::string, std::size_t> index;  // identity -> position in `kept`
@@ -39,10 +35,10 @@ std::size_t collapse_duplicates(std::vector<Entry>& entries) {
     if (fresh) {
       kept.push_back(std::move(e));
     } else if (better_than(e, kept[it->second])) {
-      keep_over(e, kept[it->second]);
+      keep_faster_pick(e, kept[it->second]);
       kept[it->second] = std::move(e);
     } else {
-      keep_over(kept[it->second], e);
+      keep_faster_pick(kept[it->second], e);
     }
   }
   const std::size_t removed = entries.size() - kept.size();
@@ -64,10 +60,10 @@ std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& in
       changed.insert(id);
     } else if (better_than(e, into[it->second])) {
       Entry kept = e;
-      keep_over(kept, into[it->second]);
+      keep_faster_pick(kept, into[it->second]);
       into[it->second] = std::move(kept);
       changed.insert(id);
-    } else if (keep_over(into[it->second], e)) {
+    } else if (keep_faster_pick(into[it->second], e)) {
       changed.insert(id);
     }
   }

@@ -112,12 +112,9 @@ void CacheFile::put(Entry entry) {
   if (entry.ktune_version.empty()) entry.ktune_version = ktune_version();
   const std::string id = entry.key.identity();
   update([&](std::vector<Entry>& entries) {
-    // The newer tuning wins; the entry it replaces keeps its deterministic pick where the newer one measured
-    // none or a slower one (a key names one problem on one GPU: either measurement holds).
+    // The newer tuning wins, with the faster deterministic pick of the two.
     for (const Entry& e : entries)
-      if (e.key.identity() == id && e.deterministic &&
-          (!entry.deterministic || e.deterministic->time_ms < entry.deterministic->time_ms))
-        entry.deterministic = e.deterministic;
+      if (e.key.identity() == id) keep_faster_pick(entry, e);
     std::erase_if(entries, [&](const Entry& e) { return e.key.identity() == id; });
     entries.push_back(entry);
     return true;

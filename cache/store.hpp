@@ -63,6 +63,12 @@ bool better_than(const Entry& a, const Entry& b);
 /// Repetitions from which an entry's spread measures its noise.
 constexpr std::int64_t kSpreadRepetitions = 3;
 
+/// `kept`, the entry kept of two with the same key, takes `other`'s
+/// deterministic pick where that is faster or `kept` has none (a key names
+/// one problem on one GPU, source and toolchain: either measurement holds);
+/// returns whether it did.
+bool keep_faster_pick(Entry& kept, const Entry& other);
+
 /// Keeps one entry per full key (the better_than one, where the first of
 /// them stood, with the faster of their deterministic picks); returns how
 /// many went.
