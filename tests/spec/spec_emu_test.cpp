@@ -58,11 +58,13 @@ void write_npy(const fs::path& path, const std::vector<float>& values) {
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
 }
 
-/// Tunes `spec` exhaustively on the emulation; returns the --json result.
+/// Tunes `spec` exhaustively on the emulation; returns the --json result. The session logs beside `cache`: the
+/// cache folder's default log of the problem is another test's too, which may start anew there meanwhile.
 nlohmann::json tune(const fs::path& spec, const fs::path& cache, int expected_rc = 0) {
   std::string out;
   const int rc = run_command(ktune_exe().string() + " --json tune --backend emu --strategy exhaustive --spec " +
-                                 spec.string() + " --cache " + cache.string(),
+                                 spec.string() + " --cache " + cache.string() + " --log " +
+                                 fs::path(cache).replace_extension(".log").string(),
                              &out);
   INFO(out);
   REQUIRE(rc == expected_rc);
