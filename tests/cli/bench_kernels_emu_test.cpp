@@ -52,6 +52,7 @@ TEST_CASE("CLI: bench ops --backend emu runs every decomposed op of the tiny mod
   // No floor without a copy bandwidth: an empty launch's host time is none for the rows' host times.
   for (const auto& row : j["rows"]) CHECK(row["floor_ms"].is_null());
   CHECK_THAT(out, Catch::Contains(" | - | - | {") && !Catch::Contains("x | {"));  // floor, fused / floor: "-"
+  CHECK_THAT(out, Catch::Contains("  tiny ctx 9 rmsnorm_bwd: eager ") && !Catch::Contains(", floor "));  // progress
   // The method line says how the rows were timed, then the empty launch.
   CHECK_THAT(out, Catch::Contains("\nhost emulation wall time of each row's fused launches (its eager chain's timed "
                                   "apart the same way) (") &&
