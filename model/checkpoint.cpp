@@ -25,9 +25,21 @@ constexpr const char* kFormatVersion = "1";
 // The flat buffers in file order: parameters, exp_avg, exp_avg_sq.
 constexpr const char* kPrefixes[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 constexpr const char* kDataHashKey = "data_hash";   // metadata: data_hash of the tensors
+constexpr const char* kMetadataHashKey = "metadata_hash";  // metadata: metadata_hash of the rest of it
 constexpr const char* kSettingPrefix = "setting ";  // metadata "setting --lr": the run's --lr
 
 std::string shape_str(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+/// The metadata's keys and values but its two hashes, in key order: written
+/// beside the tensors' hash and checked whenever a checkpoint is read, so a
+/// digit a disk or a copy changed in the step, the batch sampler's state or
+/// a setting is refused instead of resumed at another step or on other batches.
+std::string metadata_hash(const std::map<std::string, std::string>& meta) {
+  Hasher h;
+  for (const auto& [key, value] : meta)
+    if (key != kDataHashKey && key != kMetadataHashKey) h.add(key).add(value);
+  return h.hex();
+}
 
 CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config) {
   const std::string name = file.path().string();
@@ -40,6 +52,13 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
   KTUNE_REQUIRE(format->second == kFormatVersion,
                 fmt::format("{} is a ktune checkpoint of format {}; this ktune reads format {}", name, format->second,
                             kFormatVersion));
+  // Checkpoints written before the metadata's hash was have none to check.
+  if (const auto it = meta.find(kMetadataHashKey); it != meta.end())
+    KTUNE_REQUIRE(it->second == metadata_hash(meta),
+                  fmt::format("{} is damaged: its metadata (the step, the batch sampler's state, the run's settings) "
+                              "is not what it was written with (a disk or a copy changed it); resume from an earlier "
+                              "checkpoint, or start anew",
+                              name));
   const auto wanted = weights_metadata(config);
   const auto describe = [](const std::map<std::string, std::string>& m) {
     const auto get = [&](const char* key) {
@@ -172,6 +191,7 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
     throw_error(ErrorKind::kInternal, fmt::format("a checkpoint after step {} of a runtime that took {} steps",
                                                   info.step, state.steps));
   metadata[kDataHashKey] = data_hash(layout, {&parameters, &state.exp_avg, &state.exp_avg_sq});
+  metadata[kMetadataHashKey] = metadata_hash(metadata);
   SafetensorsWriter writer(path, std::move(entries), metadata);
   const auto write_flat = [&](const std::vector<float>& flat) {
     for (const auto& t : layout.tensors)

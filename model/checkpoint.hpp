@@ -8,7 +8,9 @@
 //   - in the metadata, besides the weights' (the model's config): the
 //     optimizer steps taken, the seed, the batch sampler's state and the
 //     token stream it draws from, so the resumed run draws the batches the
-//     uninterrupted one would have.
+//     uninterrupted one would have;
+//   - a hash of the tensors and one of the rest of the metadata, checked
+//     as the file is read, so bytes a disk or a copy changed are refused.
 #pragma once
 #include <cstdint>
 #include <filesystem>

@@ -244,6 +244,7 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
            {"step", "-1"}, {"step", "3x"}, {"seed", ""}, {"sampler", "not a state"}, {"ktune_checkpoint", "9"},
            {"context", "0"}, {"batch", "0"}, {"micro_batches", "0"}, {"context", "99999999999"}}) {
     TensorFile edited = file;
+    edited.metadata.erase("metadata_hash");  // as a checkpoint written before it was: its fields are read
     edited.metadata[key] = value;
     write_safetensors(dir / "edited.ckpt", edited);
     INFO(key << " = '" << value << "'");
@@ -274,6 +275,21 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   CHECK_THROWS_WITH(train(other), (dir / "flipped.ckpt").string() +
                                       " is damaged: its tensors are not the bytes it was written with (a disk or a "
                                       "copy changed them); resume from an earlier checkpoint, or start anew");
+  // A digit changed in the metadata (the step, the sampler's state): resumed, it would train at another step, on
+  // other batches; the metadata's hash refuses it before anything is allocated.
+  for (const char* key : {"step", "sampler"}) {
+    TensorFile edited = file;
+    std::string& text = edited.metadata.at(key);
+    text.back() = text.back() == '1' ? '2' : '1';
+    write_safetensors(dir / "edited.ckpt", edited);
+    other.checkpoint = (dir / "edited.ckpt").string();
+    INFO(key);
+    CHECK_THROWS_WITH(train(other), (dir / "edited.ckpt").string() +
+                                        " is damaged: its metadata (the step, the batch sampler's state, the run's "
+                                        "settings) is not what it was written with (a disk or a copy changed it); "
+                                        "resume from an earlier checkpoint, or start anew");
+    CHECK_THROWS_WITH(read_checkpoint_info(other.checkpoint, o.model), Catch::Contains("is damaged"));
+  }
   // The same file as written loads.
   write_safetensors(dir / "copied.ckpt", file);
   other.checkpoint = (dir / "copied.ckpt").string();
