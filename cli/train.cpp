@@ -231,8 +231,9 @@ void add_train_command(CLI::App& app, Global& global) {
       ->capture_default_str()
       ->needs(checkpoint);
   cmd->add_flag("--resume", o->t.resume,
-                "Go on from --checkpoint where the file exists (same model, seed and tokens; steps up to --steps; "
-                "--weights is not read then), else start at step 1")
+                "Go on from --checkpoint where the file exists (its model, and context, where no --model, size "
+                "override or --ctx is given; the same seed and tokens; steps up to --steps; --weights is not read "
+                "then), else start at step 1")
       ->needs(checkpoint);
   cmd->add_option("--metrics", o->metrics,
                   "JSON Lines file: each step's record (as in --json) written and flushed as the step ends; "
@@ -259,11 +260,16 @@ void add_train_command(CLI::App& app, Global& global) {
                             {"--val-tokens", o->t.val_tokens_file}, {"--cache", o->m.cache}},
                            {{"--save", o->t.save}, {"--save-best", o->t.save_best}, {"--checkpoint", o->t.checkpoint},
                             {"--metrics", o->metrics}});
-    // A fresh run from --weights trains the model (and context) they were saved from, where the command line does
-    // not say, as eval and generate take them.
-    if (!o->t.weights.empty() && !(o->t.resume && std::filesystem::exists(o->t.checkpoint)))
-      if (const std::string took = take_from_weights(cmd, o->m, o->t.weights); !took.empty())
-        std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->t.weights);
+    // A run trains the model (and context) of the file it starts from, where the command line does not say, as
+    // eval and generate take them: a fresh run's --weights, a resumed run's checkpoint (so the line that started a
+    // run from --weights, naming no model, goes on from its checkpoint). Any other file there is refused later.
+    const bool resumable = o->t.resume && std::filesystem::exists(o->t.checkpoint);
+    const std::string from = !resumable                              ? o->t.weights
+                             : model::is_checkpoint(o->t.checkpoint) ? o->t.checkpoint
+                                                                     : std::string();
+    if (!from.empty())
+      if (const std::string took = take_from_weights(cmd, o->m, from); !took.empty())
+        std::cerr << fmt::format("note: {} from the metadata of {}\n", took, from);
     // A checkpoint given as --weights starts a new run from its weights alone: said, as a resume would differ.
     if (!o->t.weights.empty() && !o->t.resume && model::is_checkpoint(o->t.weights))
       std::cerr << fmt::format("note: --weights {} is a training checkpoint: this run starts at step 1 from its "

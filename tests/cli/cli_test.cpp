@@ -1047,6 +1047,34 @@ TEST_CASE("CLI: train --resume with other optimizer or schedule settings notes w
                                   "steps are not those the run would have taken"));
 }
 
+TEST_CASE("CLI: train --resume goes on with the model and context of its checkpoint where the line names none",
+          "[cli]") {
+  // A run started from --weights takes their model and context; the same line, run again, resumes its
+  // checkpoint, which holds them too.
+  const auto dir = ktune::test::scratch_dir("train_resume_model");
+  const auto ckpt = dir / "run.ckpt", weights = dir / "w.safetensors";
+  std::filesystem::remove(ckpt);
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --layers 1 --ctx 16 --batch 2 --threads 2 --steps 1 --save " +
+                        weights.string(),
+                    &out) == 0);
+  const std::string run = "train --weights " + weights.string() + " --batch 2 --threads 2 --checkpoint " +
+                          ckpt.string() + " --resume";
+  REQUIRE(run_ktune(run + " --steps 1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("--ctx 16 from the metadata of " + weights.string()));
+  REQUIRE(run_ktune(run + " --steps 2 --save " + (dir / "resumed.safetensors").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("--ctx 16 from the metadata of " + ckpt.string()) &&
+                      Catch::Contains("resuming from " + ckpt.string() + " after step 1") &&
+                      !Catch::Contains("was trained at"));
+  REQUIRE(run_ktune("train --weights " + weights.string() + " --batch 2 --threads 2 --steps 2 --save " +
+                        (dir / "straight.safetensors").string(),
+                    &out) == 0);
+  CHECK(ktune::read_file(dir / "resumed.safetensors") == ktune::read_file(dir / "straight.safetensors"));
+  // A model the line names is the run's: a checkpoint of another is refused, not taken.
+  CHECK(run_ktune(run + " --steps 3 --model tiny", &out) == 2);
+  CHECK_THAT(out, Catch::Contains(ckpt.string() + " is a checkpoint of model custom"));
+}
+
 TEST_CASE("CLI: train --resume on the cpu backend at another --threads takes the steps the run would have taken",
           "[cli]") {
   // The cpu backend's sums run in an order of their own, not the threads': a resume at another count goes on
