@@ -126,8 +126,9 @@ std::vector<StepRecord> train(const TrainOptions& options, const std::function<v
 
 /// The optimizer's and the learning-rate schedule's settings of a run, as
 /// the options that give them ("--lr" → "0.003", ...; the cosine's end
-/// resolved), and on a device backend whether it is deterministic: what a
-/// checkpoint records, so a resume that changes them is told.
+/// resolved), its backend, and on a device backend its mode, dtype and
+/// whether it is deterministic: what a checkpoint records, so a resume that
+/// changes them is told.
 std::map<std::string, std::string> train_settings(const TrainOptions& options);
 
 struct EvalResult {

@@ -114,6 +114,23 @@ TEST_CASE("CLI: --deterministic: a device run's summary and report say so, a res
   CHECK_THAT(out, Catch::Contains("AdamW state, activations, workspace)"));  // the cpu backend's: no dS
 }
 
+TEST_CASE("CLI: train --resume on another backend or dtype notes it, against the checkpoint's", "[cli][model]") {
+  // Each computes other bits: the resumed steps are not those the run would have taken.
+  std::string out;
+  const auto ckpt = ktune::test::scratch_dir("model_resume_backend") / "run.ckpt";
+  std::filesystem::remove(ckpt);
+  const std::string run = "train --model tiny --ctx 8 --batch 1 --checkpoint " + ckpt.string() + " --resume";
+  REQUIRE(run_without_device(run + " --steps 1", &out) == 0);
+  REQUIRE(run_without_device(run + " --steps 2 --backend emu --dtype bf16", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: this run goes on with --backend emu (was cpu): its steps are not those the "
+                                  "run would have taken"));
+  REQUIRE(run_without_device(run + " --steps 3 --backend emu", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: this run goes on with --dtype f32 (was bf16): its steps are not those the "
+                                  "run would have taken"));
+  REQUIRE(run_without_device(run + " --steps 4 --backend emu", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("note:"));
+}
+
 TEST_CASE("CLI: eval --dump --deterministic writes the same gradient norms whatever the order of the emulation's "
           "blocks",
           "[cli][model]") {
