@@ -481,6 +481,18 @@ void add_train_command(CLI::App& app, Global& global) {
                 std::cerr << fmt::format("note: this run goes on with {}: its steps are not those the run would have "
                                          "taken\n",
                                          fmt::join(changed, ", "));
+              // Validations on other batches: their losses, and the best that --save-best goes on from, differ.
+              const std::string validation = model::validation_setting(t);
+              if (const auto it = info.settings.find(model::kValidationSetting);
+                  !validation.empty() && it != info.settings.end() && it->second != validation)
+                std::cerr << fmt::format(
+                    "note: this run validates on {} (was {}): its validation losses do not compare with those "
+                    "before step {}{}\n",
+                    validation, it->second, info.step + 1,
+                    info.best_val_loss && !t.save_best.empty()
+                        ? fmt::format(", nor with the best so far, {:.4f}, which --save-best beats to write",
+                                      *info.best_val_loss)
+                        : "");
             } else if (t.resume) {
               out << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
             }

@@ -41,8 +41,9 @@ struct CheckpointInfo {
   /// The token stream's TokenStream::fingerprint ("": not recorded).
   std::string tokens_hash;
   /// The optimizer's and the schedule's settings the run took, option →
-  /// value (train_settings; empty: not recorded), so a resume that changes
-  /// them is told.
+  /// value (train_settings; empty: not recorded), and the batches it
+  /// validated on (validation_setting, under kValidationSetting), so a
+  /// resume that changes them is told.
   std::map<std::string, std::string> settings;
 };
 

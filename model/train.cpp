@@ -172,6 +172,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     at.shape = o.shape;  // the batches from here on
   }
   at.settings = train_settings(o);  // the steps from here on
+  if (const std::string v = validation_setting(o); !v.empty()) at.settings[kValidationSetting] = v;
   std::vector<std::int32_t> tokens, targets;
   std::vector<StepRecord> records;
   std::int64_t last_checkpoint = at.step;  // the step the checkpoint file holds (0: none yet)
@@ -307,6 +308,14 @@ std::map<std::string, std::string> train_settings(const TrainOptions& o) {
     s["--cosine-steps"] = std::to_string(o.schedule.cycle > 0 ? o.schedule.cycle : o.steps);
   }
   return s;
+}
+
+std::string validation_setting(const TrainOptions& o) {
+  if (o.eval_every == 0) return "";
+  const std::string source = !o.val_tokens_file.empty() ? o.val_tokens_file
+                             : o.val_split > 0          ? fmt::format("the last {:g} of {}", o.val_split, o.tokens_file)
+                                                        : std::string("the training stream");
+  return fmt::format("{} batches of {} x {} windows of {}", o.eval_batches, o.shape.batch, o.shape.context, source);
 }
 
 EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {

@@ -131,6 +131,14 @@ std::vector<StepRecord> train(const TrainOptions& options, const std::function<v
 /// changes them is told.
 std::map<std::string, std::string> train_settings(const TrainOptions& options);
 
+/// The batches a run's validations average, in words ("4 batches of 2 x 32
+/// windows of val.bin"), where it validates (else ""): what a checkpoint
+/// records beside train_settings, so a resume that validates on others is
+/// told that its losses, and the checkpoint's best, do not compare.
+std::string validation_setting(const TrainOptions& options);
+/// The key of validation_setting among a checkpoint's settings.
+inline constexpr const char* kValidationSetting = "validation";
+
 struct EvalResult {
   double loss = 0;
   std::vector<std::pair<std::string, double>> grad_norms;  ///< L2 norm per parameter, state-dict order

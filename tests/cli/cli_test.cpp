@@ -1075,6 +1075,24 @@ TEST_CASE("CLI: train --resume goes on with the model and context of its checkpo
   CHECK_THAT(out, Catch::Contains(ckpt.string() + " is a checkpoint of model custom"));
 }
 
+TEST_CASE("CLI: train --resume that validates on other batches says its losses and the best so far do not compare",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("train_resume_validation");
+  const auto ckpt = dir / "run.ckpt";
+  const std::string run = "train --model tiny --batch 2 --ctx 16 --threads 2 --eval-every 1 --save-best " +
+                          (dir / "best.safetensors").string() + " --checkpoint " + ckpt.string() + " --resume";
+  std::string out;
+  REQUIRE(run_ktune(run + " --steps 1", &out) == 0);
+  REQUIRE(run_ktune(run + " --steps 2 --eval-batches 2", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: this run validates on 2 batches of 2 x 16 windows of the training stream "
+                                  "(was 4 batches of 2 x 16 windows of the training stream): its validation losses "
+                                  "do not compare with those before step 2, nor with the best so far, ") &&
+                      Catch::Contains(", which --save-best beats to write\n") &&
+                      !Catch::Contains("its steps are not those"));  // the training steps are the run's
+  REQUIRE(run_ktune(run + " --steps 3 --eval-batches 2", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("note:"));
+}
+
 TEST_CASE("CLI: train --resume on the cpu backend at another --threads takes the steps the run would have taken",
           "[cli]") {
   // The cpu backend's sums run in an order of their own, not the threads': a resume at another count goes on
