@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <utility>
 #include <unistd.h>
+
+#include "base/env.hpp"
 
 #if __has_include("tuner/cuda/driver.hpp")
 #include "tuner/cuda/driver.hpp"
@@ -32,6 +35,26 @@ std::filesystem::path scratch_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+std::filesystem::path own_cache_dir(const std::string& name) {
+  const auto dir = scratch_dir(name);
+  for (const auto& shared : {env::binary_cache_dir(), env::emu_cache_dir()}) {
+    std::filesystem::create_directories(shared);  // a link to a folder not made yet would stop the first write
+    std::filesystem::create_directory_symlink(std::filesystem::absolute(shared), dir / shared.filename());
+  }
+  return dir;
+}
+
+ScopedEnv::ScopedEnv(std::string name, const char* value) : name_(std::move(name)) {
+  if (const char* was = std::getenv(name_.c_str())) was_ = was;
+  if (value) ::setenv(name_.c_str(), value, 1);
+  else ::unsetenv(name_.c_str());
+}
+
+ScopedEnv::~ScopedEnv() {
+  if (was_) ::setenv(name_.c_str(), was_->c_str(), 1);
+  else ::unsetenv(name_.c_str());
 }
 
 std::filesystem::path ktune_exe() { return std::filesystem::path(KTUNE_BINARY_DIR) / "cli" / "ktune"; }

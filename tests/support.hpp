@@ -1,7 +1,8 @@
-// Helpers shared by the tests: paths of the tree, a scratch directory, and
-// the skip rule for gpu tests.
+// Helpers shared by the tests: paths of the tree, a scratch directory, a
+// cache folder of a test's own, and the skip rule for gpu tests.
 #pragma once
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "tuner/run/runner.hpp"
@@ -13,6 +14,27 @@ inline constexpr int kSkipCode = 77;
 
 /// A fresh, empty directory under the build tree, unique per call.
 std::filesystem::path scratch_dir(const std::string& name);
+
+/// A KTUNE_CACHE_DIR of one test's own, in a scratch_dir(name). What ktune keeps there under a fixed name, as
+/// the session log of a tune given no --log, is the test's alone: the suite's cache folder is every test's,
+/// and one running meanwhile (the same test under the other emulation schedule, too) may start a session at
+/// that very path. Its compiled binaries and emulation objects, named by what they hold, are the suite's:
+/// cubin/ and emu/ link to those of the cache folder this process has.
+std::filesystem::path own_cache_dir(const std::string& name);
+
+/// Sets an environment variable of this process (unsets it, given nullptr) while alive, then puts back what
+/// was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const char* value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> was_;
+};
 
 /// Path of the `ktune` executable in this build.
 std::filesystem::path ktune_exe();

@@ -424,6 +424,10 @@ TEST_CASE("spec emu: a family's name means the family whatever the working folde
 TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the winner for the next run",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-runtime-tune");
+  // The session logs under a cache folder of this test's own: read below, the default log of the problem in the
+  // suite's would be the other schedule's run of this test too, which may start a session there meanwhile.
+  const auto cache_dir = ktune::test::own_cache_dir("spec-runtime-tune-cache");
+  const ktune::test::ScopedEnv own_cache("KTUNE_CACHE_DIR", cache_dir.c_str());
   const std::string spec = (fs::path(KTUNE_SOURCE_DIR) / "examples/vector_add/vector_add.json").string();
   const std::string cache = (dir / "tuned.json").string();
   const ktune::ProblemSize problem{"f32", {{"n", 1031}}};
@@ -500,7 +504,9 @@ TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the
   const std::string reason = later.tune(spec, problem, one).reason();
   const auto at = reason.find("session log ");
   REQUIRE(at != std::string::npos);
-  const std::string log = ktune::read_file(reason.substr(at + 12, reason.size() - at - 13));
+  const std::string log_path = reason.substr(at + 12, reason.size() - at - 13);
+  CHECK_THAT(log_path, Catch::StartsWith((cache_dir / "sessions").string()));
+  const std::string log = ktune::read_file(log_path);
   CHECK_THAT(log, Catch::Contains(R"("config":{"block":1024,"vec":1})"));
 }
 
