@@ -70,6 +70,13 @@ int run_command(const std::string& command, std::string* output) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+std::string wait_while_running(const std::string& condition, const std::string& interval) {
+  // Its state, the first letter after the name in /proc/PID/stat: ended (Z, a zombie until waited for) or gone,
+  // the wait is over.
+  return "until " + condition + "; do case $(sed 's/.*) //' /proc/$pid/stat 2>/dev/null) in ''|Z*) break;; esac; " +
+         "sleep " + interval + "; done; ";
+}
+
 void skip_without_gpu() {
 #ifdef KTUNE_TEST_HAS_DRIVER
   // Asked in a child process: once this process initialises CUDA, the worker

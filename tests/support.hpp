@@ -1,5 +1,6 @@
 // Helpers shared by the tests: paths of the tree, a scratch directory, a
-// cache folder of a test's own, and the skip rule for gpu tests.
+// cache folder of a test's own, waits for a background process, and the skip
+// rule for gpu tests.
 #pragma once
 #include <filesystem>
 #include <optional>
@@ -41,6 +42,12 @@ std::filesystem::path ktune_exe();
 
 /// Runs a shell command, capturing stdout+stderr; returns the exit code.
 int run_command(const std::string& command, std::string* output);
+
+/// Shell text that waits until `condition` (a shell command) succeeds while the process whose id is in $pid
+/// runs, looking again every `interval` seconds: how a test waits for a process it started in the background
+/// to get somewhere before it signals it. No time limit of its own (ctest's TIMEOUT is the test's): a machine
+/// busy with other tests may take minutes to compile and start what an idle one does in seconds.
+std::string wait_while_running(const std::string& condition, const std::string& interval = "0.1");
 
 /// Timing that measures once (no warm-up, one repetition): for checks that a
 /// time comes back, as on the emulation, whose times are host wall times.

@@ -26,8 +26,8 @@ int run_stopped(const std::filesystem::path& dir, const std::string& args, const
   const std::string out = (dir / "out.md").string(), err = (dir / "err").string();
   std::string output;
   return run_command("(" + ktune_exe().string() + " " + args + " > " + out + " 2> " + err + " & pid=$!; " +
-                         "for i in $(seq 1200); do grep -q -- '" + when + "' " + err +
-                         " 2>/dev/null && break; sleep 0.05; done; kill -" + signal + " $pid; wait $pid)",
+                         ktune::test::wait_while_running("grep -q -- '" + when + "' " + err + " 2>/dev/null", "0.05") +
+                         "kill -" + signal + " $pid; wait $pid)",
                      &output);
 }
 

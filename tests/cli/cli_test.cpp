@@ -214,8 +214,9 @@ TEST_CASE("CLI: compile stopped by a signal says that what it compiled is kept",
   std::string out;
   const int code = run_command(
       "(KTUNE_CACHE_DIR=" + dir.string() + " " + ktune_exe().string() + " compile --all --arch sm_90 --threads 1 2> " +
-          (dir / "err").string() + " >/dev/null & pid=$!; for i in $(seq 600); do ls " + (dir / "cubin").string() +
-          " 2>/dev/null | grep -q '[.]cubin$' && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+          (dir / "err").string() + " >/dev/null & pid=$!; " +
+          ktune::test::wait_while_running("ls " + (dir / "cubin").string() + " 2>/dev/null | grep -q '[.]cubin$'") +
+          "kill -TERM $pid; wait $pid)",
       &out);
   CHECK(code == 128 + 15);
   CHECK_THAT(ktune::read_file(dir / "err"),

@@ -342,9 +342,8 @@ TEST_CASE("CLI: a stop signal ends a tuning session after its evaluation, the be
   std::string out;
   const int code = run_command(
       "(setsid " + tune + " > " + (dir / "out").string() + " 2> " + (dir / "err").string() + " & pid=$!; " +
-          "for i in $(seq 600); do [ \"$(wc -l < " + log.string() +
-          " 2>/dev/null || echo 0)\" -ge 4 ] && break; sleep 0.1; done; kill -INT -$pid; sleep 0.005; "
-          "kill -INT -$pid; wait $pid)",
+          ktune::test::wait_while_running("[ \"$(wc -l < " + log.string() + " 2>/dev/null || echo 0)\" -ge 4 ]") +
+          "kill -INT -$pid; sleep 0.005; kill -INT -$pid; wait $pid)",
       &out);
   CHECK(code == 128 + 2);
   const std::string err = ktune::read_file(dir / "err");

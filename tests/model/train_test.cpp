@@ -351,8 +351,9 @@ TEST_CASE("`ktune train --checkpoint`: SIGTERM ends the run after its step with 
   // steps: it ends at the step running then, not at its last.
   const int code = ktune::test::run_command(
       "(" + train + " --steps 5000 > " + (dir / "out").string() + " & pid=$!; " +
-          "for i in $(seq 600); do grep -q '" + step_line(3, 5000) + "' " + (dir / "out").string() +
-          " 2>/dev/null && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+          ktune::test::wait_while_running("grep -q '" + step_line(3, 5000) + "' " + (dir / "out").string() +
+                                          " 2>/dev/null") +
+          "kill -TERM $pid; wait $pid)",
       &out);
   CHECK(code == 128 + 15);
   CHECK_THAT(out, Catch::Contains("stopped by SIGTERM after step") && Catch::Contains("--resume"));
@@ -396,9 +397,8 @@ TEST_CASE("`ktune train --save` without a checkpoint: SIGINT or SIGHUP ends the 
     const int code = ktune::test::run_command(
         "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 8 --steps 5000 " +
             "--save " + weights + " > " + (dir / "out").string() + " & pid=$!; " +
-            "for i in $(seq 600); do grep -q 'step    3/5000' " + (dir / "out").string() +
-            " 2>/dev/null && break; sleep 0.1; done; kill -" + signal + " $pid; sleep 0.005; kill -" + signal +
-            " $pid; wait $pid)",
+            ktune::test::wait_while_running("grep -q 'step    3/5000' " + (dir / "out").string() + " 2>/dev/null") +
+            "kill -" + signal + " $pid; sleep 0.005; kill -" + signal + " $pid; wait $pid)",
         &out);
     CHECK(code == 128 + number);
     CHECK_THAT(out, Catch::Contains(fmt::format("stopped by SIG{} after step", signal)) &&
@@ -480,9 +480,9 @@ TEST_CASE("`ktune train` prints what it runs before its first step ends", "[mode
   std::string out;
   const int code = ktune::test::run_command(
       "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 256 --steps 50 > " +
-          out_file + " & pid=$!; for i in $(seq 300); do grep -q '^memory:' " + out_file +
-          " 2>/dev/null && break; sleep 0.1; done; cp " + out_file + " " + out_file + ".seen; kill -TERM $pid; "
-          "wait $pid)",
+          out_file + " & pid=$!; " +
+          ktune::test::wait_while_running("grep -q '^memory:' " + out_file + " 2>/dev/null") +
+          "cp " + out_file + " " + out_file + ".seen; kill -TERM $pid; wait $pid)",
       &out);
   CHECK(code == 128 + 15);
   const std::string seen = ktune::read_file(out_file + ".seen");
@@ -497,8 +497,9 @@ TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once 
   std::string out;
   const int code = ktune::test::run_command(
       "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 8 --steps 5000 > " +
-          (dir / "out").string() + " & pid=$!; " + "for i in $(seq 600); do grep -q 'step    3/5000' " +
-          (dir / "out").string() + " 2>/dev/null && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+          (dir / "out").string() + " & pid=$!; " +
+          ktune::test::wait_while_running("grep -q 'step    3/5000' " + (dir / "out").string() + " 2>/dev/null") +
+          "kill -TERM $pid; wait $pid)",
       &out);
   CHECK(code == 128 + 15);
   CHECK_THAT(out, Catch::Contains("ktune: stopped at once: nothing is kept (no --checkpoint or --save)"));
@@ -507,8 +508,9 @@ TEST_CASE("`ktune train` with nowhere to write the run: SIGTERM ends it at once 
   CHECK(ktune::test::run_command(
             "(" + ktune::test::ktune_exe().string() + " train --model tiny --threads 1 --ctx 256 --batch 8 " +
                 "--steps 5000 --eval-every 1 --eval-batches 1 --save-best " + best + " > " + (dir / "out").string() +
-                " & pid=$!; for i in $(seq 600); do grep -q 'step    3/5000' " + (dir / "out").string() +
-                " 2>/dev/null && break; sleep 0.1; done; kill -TERM $pid; wait $pid)",
+                " & pid=$!; " +
+                ktune::test::wait_while_running("grep -q 'step    3/5000' " + (dir / "out").string() + " 2>/dev/null") +
+                "kill -TERM $pid; wait $pid)",
             &out) == 128 + 15);
   CHECK_THAT(out, Catch::Contains("ktune: stopped at once: no --checkpoint or --save; --save-best's file keeps the "
                                   "weights of the best validation so far"));
