@@ -22,32 +22,10 @@ namespace {
 
 using ktune::env::EmuSchedule;
 
-// Sets KTUNE_EMU_SCHEDULE for one scope (unset when `value` is null).
-struct ScheduleVariable {
-  explicit ScheduleVariable(const char* value) {
-    if (value) ::setenv("KTUNE_EMU_SCHEDULE", value, 1);
-    else ::unsetenv("KTUNE_EMU_SCHEDULE");
-  }
-  ~ScheduleVariable() { ::unsetenv("KTUNE_EMU_SCHEDULE"); }
-};
-
-// Sets (or, given null, unsets) an environment variable for one scope, then puts back what was there.
-struct Variable {
-  Variable(const char* name, const char* value) : name_(name) {
-    if (const char* was = std::getenv(name)) was_ = was;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~Variable() {
-    if (was_) ::setenv(name_, was_->c_str(), 1);
-    else ::unsetenv(name_);
-  }
-  const char* name_;
-  std::optional<std::string> was_;
-};
+using Variable = ktune::test::ScopedEnv;
 
 EmuSchedule read(const char* value) {
-  ScheduleVariable v(value);
+  Variable v("KTUNE_EMU_SCHEDULE", value);
   return ktune::env::emu_schedule();
 }
 
@@ -71,7 +49,7 @@ TEST_CASE("KTUNE_EMU_SCHEDULE: any other value is refused in one line", "[base][
   for (const char* bad : {"random", "Reverse", "shuffle:", "shuffle:-1", "shuffle:1x", "shuffle: 3",
                           "shuffle:18446744073709551616", "in-order "}) {
     INFO(bad);
-    ScheduleVariable v(bad);
+    Variable v("KTUNE_EMU_SCHEDULE", bad);
     try {
       ktune::env::emu_schedule();
       FAIL("accepted");

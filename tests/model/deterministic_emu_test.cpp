@@ -6,11 +6,10 @@
 // an index_add_ by atomics.
 #include <catch2/catch.hpp>
 
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "model/deterministic_check.hpp"
+#include "support.hpp"
 
 namespace model_deterministic_emu_test {
 
@@ -19,27 +18,9 @@ using ktune::test::SavedRun;
 
 namespace {
 
-// KTUNE_EMU_SCHEDULE set for the life of the object, then put back.
-class Schedule {
- public:
-  explicit Schedule(const char* order) {
-    if (const char* was = std::getenv("KTUNE_EMU_SCHEDULE")) was_ = was;
-    ::setenv("KTUNE_EMU_SCHEDULE", order, 1);
-  }
-  ~Schedule() {
-    if (was_) ::setenv("KTUNE_EMU_SCHEDULE", was_->c_str(), 1);
-    else ::unsetenv("KTUNE_EMU_SCHEDULE");
-  }
-  Schedule(const Schedule&) = delete;
-  Schedule& operator=(const Schedule&) = delete;
-
- private:
-  std::optional<std::string> was_;
-};
-
 // A training run of `o`, the emulation's blocks in `order`.
 SavedRun train_tiny(const TrainOptions& o, const char* order) {
-  const Schedule schedule(order);
+  const ktune::test::ScopedEnv schedule("KTUNE_EMU_SCHEDULE", order);
   return ktune::test::train_saved(o, "deterministic_emu", order);
 }
 
