@@ -293,15 +293,14 @@ std::map<std::string, std::string> train_settings(const TrainOptions& o) {
       {"--warmup-steps", std::to_string(o.schedule.warmup)},
       {"--lr-schedule", o.schedule.cosine ? "cosine" : "constant"}};
   // Where the steps run and in what precision: another backend, mode or dtype computes other bits (the cpu
-  // backend runs its one path in f32).
+  // backend runs its one path in f32). A device backend's sums run in a fixed order with --deterministic only
+  // (BackendOptions::deterministic); the cpu backend's always do, at any thread count.
   s["--backend"] = o.backend.backend;
   if (o.backend.backend != "cpu") {
     s["--mode"] = to_string(o.backend.mode);
     s["--dtype"] = to_string(o.backend.precision);
+    s["--deterministic"] = o.backend.deterministic ? "on" : "off";
   }
-  // A device backend's sums run in a fixed order with --deterministic only (BackendOptions::deterministic);
-  // the cpu backend's always do, at any thread count.
-  if (o.backend.backend != "cpu") s["--deterministic"] = o.backend.deterministic ? "on" : "off";
   if (o.schedule.cosine) {
     s["--min-lr"] = number(o.schedule.min_lr);
     // The iteration the cosine ends at: --cosine-steps, else the run's --steps.
