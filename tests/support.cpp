@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/env.hpp"
+#include "base/files.hpp"
 
 #if __has_include("tuner/cuda/driver.hpp")
 #include "tuner/cuda/driver.hpp"
@@ -44,6 +45,11 @@ std::filesystem::path own_cache_dir(const std::string& name) {
     std::filesystem::create_directory_symlink(std::filesystem::absolute(shared), dir / shared.filename());
   }
   return dir;
+}
+
+std::filesystem::path write_tokens(const std::filesystem::path& path, std::span<const std::uint16_t> tokens) {
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(tokens.data()), tokens.size_bytes()));
+  return path;
 }
 
 ScopedEnv::ScopedEnv(std::string name, const char* value) : name_(std::move(name)) {

@@ -2,8 +2,10 @@
 // cache folder of a test's own, waits for a background process, and the skip
 // rule for gpu tests.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "tuner/run/runner.hpp"
@@ -22,6 +24,9 @@ std::filesystem::path scratch_dir(const std::string& name);
 /// that very path. Its compiled binaries and emulation objects, named by what they hold, are the suite's:
 /// cubin/ and emu/ link to those of the cache folder this process has.
 std::filesystem::path own_cache_dir(const std::string& name);
+
+/// Writes `tokens` to `path` as a token file: uint16 ids, host byte order, nothing else. Returns `path`.
+std::filesystem::path write_tokens(const std::filesystem::path& path, std::span<const std::uint16_t> tokens);
 
 /// Sets an environment variable of this process (unsets it, given nullptr) while alive, then puts back what
 /// was there.

@@ -1279,8 +1279,7 @@ TEST_CASE("CLI: train says which tokens it trains and validates on, and what --v
   const auto file = ktune::test::scratch_dir("train_tokens") / "t.u16";
   std::vector<std::uint16_t> tokens(6400);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i * 7 % 128);
-  std::ofstream(file, std::ios::binary)
-      .write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+  ktune::test::write_tokens(file, tokens);
   std::string out;
   REQUIRE(run_ktune("train --model tiny --steps 1 --threads 2 --tokens " + file.string() +
                         " --val-split 0.1 --eval-every 1",
@@ -1295,13 +1294,9 @@ TEST_CASE("CLI: train says which tokens it trains and validates on, and what --v
 
 TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole token file", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-eval");
-  {
-    std::ofstream tokens(dir / "t.u16", std::ios::binary);
-    for (std::uint16_t i = 0; i < 400; ++i) {
-      const std::uint16_t id = static_cast<std::uint16_t>((i * 37) % 128);
-      tokens.write(reinterpret_cast<const char*>(&id), sizeof id);
-    }
-  }
+  std::vector<std::uint16_t> ids(400);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint16_t>(i * 37 % 128);
+  ktune::test::write_tokens(dir / "t.u16", ids);
   std::string out;
   for (const std::string& args : {std::string("eval --model tiny --ctx 8 --batch 2 --threads 2"),
                                  "eval --model tiny --ctx 8 --batch 2 --threads 2 --tokens " + (dir / "t.u16").string(),

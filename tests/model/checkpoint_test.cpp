@@ -211,8 +211,7 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   const auto token_file = [&](const std::string& name, std::size_t n, std::size_t shift = 5) {
     std::vector<std::uint16_t> tokens(n);
     for (std::size_t i = 0; i < n; ++i) tokens[i] = static_cast<std::uint16_t>((i * 31 + shift) % 128);
-    write_file_atomic(dir / name, std::string_view(reinterpret_cast<const char*>(tokens.data()), 2 * n));
-    return (dir / name).string();
+    return ktune::test::write_tokens(dir / name, tokens).string();
   };
   other = o;
   other.resume = true;

@@ -21,10 +21,7 @@ namespace {
 
 std::filesystem::path token_file(const std::filesystem::path& dir, const std::string& name,
                                  const std::vector<std::uint16_t>& tokens) {
-  const auto path = dir / name;
-  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(tokens.data()),
-                                           tokens.size() * sizeof(std::uint16_t)));
-  return path;
+  return ktune::test::write_tokens(dir / name, tokens);
 }
 
 // A .npy file as NumPy writes one: the magic, format version `major`, the

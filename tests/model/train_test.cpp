@@ -55,7 +55,7 @@ TEST_CASE("a token file cut in place while training reads it stops the run befor
   std::mt19937_64 draw(2);
   for (auto& t : corpus) t = static_cast<std::uint16_t>(draw() % 128);
   const auto tokens = dir / "t.u16";
-  ktune::write_file_atomic(tokens, std::string_view(reinterpret_cast<const char*>(corpus.data()), 2 * corpus.size()));
+  ktune::test::write_tokens(tokens, corpus);
   TrainOptions o;
   o.model = model_config("tiny");
   o.shape = RunShape{2, 16};
@@ -97,9 +97,7 @@ TEST_CASE("validation measures the same batches each time and leaves the trainin
   const auto dir = ktune::test::scratch_dir("train-val");
   std::vector<std::uint16_t> tokens(4096);
   for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>((i * 37 + 11) % 128);
-  ktune::write_file_atomic(dir / "val.u16", std::string_view(reinterpret_cast<const char*>(tokens.data()),
-                                                             tokens.size() * sizeof(std::uint16_t)));
-  o.val_tokens_file = (dir / "val.u16").string();
+  o.val_tokens_file = ktune::test::write_tokens(dir / "val.u16", tokens).string();
   CHECK(*train(o)[1].val_loss != *frozen[1].val_loss);
   o.eval_batches = 0;
   CHECK_THROWS_WITH(train(o), Catch::Contains("0 validation batches"));
@@ -113,9 +111,7 @@ TEST_CASE("training with --val-split trains on the corpus's head and validates a
   std::mt19937_64 fill(9);
   for (auto& t : corpus) t = static_cast<std::uint16_t>(fill() % 128);
   const auto write = [&](const char* name, std::size_t begin, std::size_t end) {
-    ktune::write_file_atomic(dir / name, std::string_view(reinterpret_cast<const char*>(corpus.data() + begin),
-                                                          (end - begin) * sizeof(std::uint16_t)));
-    return (dir / name).string();
+    return ktune::test::write_tokens(dir / name, std::span(corpus).subspan(begin, end - begin)).string();
   };
   const std::string all = write("all.u16", 0, 3000), head = write("head.u16", 0, 2700),
                     tail = write("tail.u16", 2700, 3000);
@@ -158,8 +154,7 @@ TEST_CASE("evaluating a whole token file counts each window's tokens once, the l
   std::vector<std::uint16_t> corpus(1000);
   std::mt19937_64 fill(12);
   for (auto& t : corpus) t = static_cast<std::uint16_t>(fill() % 128);
-  ktune::write_file_atomic(dir / "t.u16", std::string_view(reinterpret_cast<const char*>(corpus.data()),
-                                                           corpus.size() * sizeof(std::uint16_t)));
+  ktune::test::write_tokens(dir / "t.u16", corpus);
   RunOptions o;
   o.model = model_config("tiny");
   o.shape = RunShape{5, 16};  // 999 / 16 = 62 windows: 12 full batches and one of 2, filled up with 3 copies
@@ -191,9 +186,7 @@ TEST_CASE("evaluating a whole token file counts each window's tokens once, the l
 
   o.val_split = 0.5;  // the held-out half, as a file of its own
   RunOptions tail = o;
-  ktune::write_file_atomic(dir / "tail.u16", std::string_view(reinterpret_cast<const char*>(corpus.data() + 500),
-                                                              500 * sizeof(std::uint16_t)));
-  tail.tokens_file = (dir / "tail.u16").string();
+  tail.tokens_file = ktune::test::write_tokens(dir / "tail.u16", std::span(corpus).subspan(500)).string();
   tail.val_split = 0;
   CHECK(evaluate_all(o).windows == 31);
   CHECK(evaluate_all(o).loss == evaluate_all(tail).loss);
