@@ -73,11 +73,58 @@ std::string json_error_reason(const json::exception& e) {
 
 namespace {
 
-// Thrown out of the parser callback at the first value nested too deep.
+// Thrown out of the checks (Checks, below) at the first value nested too deep.
 struct TooDeep {};
-// Thrown out of it at a key given twice in one object (the parser would keep the last value, quietly).
+// Thrown out of them at a key given twice in one object (the parser would keep the last value, quietly).
 struct Repeated {
   std::string key;
+};
+
+// The checks parse_json_input makes before the text is parsed into a document: each container's depth as it
+// opens, before anything below it is read, and each object's keys. Builds nothing. (The parser callback that
+// could make them builds the document through nlohmann's callback parser, which after each object looks through
+// all of its parent's members for a discarded one: quadratic in an object's members that are objects, as a
+// tuned cache's entries or a Kernel Tuner file's configurations.)
+class Checks : public json::json_sax_t {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open();
+    keys_.emplace_back();
+    return true;
+  }
+  bool key(string_t& key) override {
+    if (!keys_.back().insert(key).second) throw Repeated{key};
+    return true;
+  }
+  bool end_object() override {
+    keys_.pop_back();
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    open();
+    return true;
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  // A syntax error ends the checks; the parse after them meets it and says where.
+  bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
+
+ private:
+  void open() {
+    if (depth_++ >= kMaxJsonDepth) throw TooDeep{};
+  }
+  int depth_ = 0;  // containers open
+  std::vector<std::unordered_set<std::string>> keys_;  // of each object open
 };
 
 // 1-based line and column of byte offset `at` in `text`.
@@ -108,28 +155,17 @@ std::int64_t int64_of(const json& value, const std::string& what) {
 }
 
 json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind) {
-  // The parser reads the text through an iterator pair; the callback sees the
-  // depth of every container as it opens, before anything below it is read.
   const char* begin = text.data();
   const char* end = text.data() + text.size();
-  std::vector<std::unordered_set<std::string>> keys;  // of each object open
-  auto check = [&keys](int depth, json::parse_event_t event, json& parsed) {
-    if ((event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) &&
-        depth >= kMaxJsonDepth)
-      throw TooDeep{};
-    if (event == json::parse_event_t::object_start) keys.emplace_back();
-    if (event == json::parse_event_t::object_end) keys.pop_back();
-    if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
-      throw Repeated{parsed.get<std::string>()};
-    return true;
-  };
   try {
-    return json::parse(begin, end, check);
+    Checks checks;
+    json::sax_parse(begin, end, &checks);
+    return json::parse(begin, end);
   } catch (const Repeated& r) {
     throw_error(kind, fmt::format("{} is not valid input: key '{}' is given twice in one object", what,
                                   excerpt(r.key)));
   } catch (const TooDeep&) {
-    // The callback cannot see the position; the first bracket past the limit is where it stopped.
+    // The checks do not see the position; the first bracket past the limit is where they stopped.
     int depth = 0;
     std::size_t at = 0;
     bool in_string = false;
