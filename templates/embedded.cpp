@@ -1,5 +1,7 @@
 #include "templates/embedded.hpp"
 
+#include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -36,10 +38,19 @@ void expand_into(const std::string& path, std::set<std::string>& seen, std::ostr
 }  // namespace
 
 std::string expand_includes(const std::string& path) {
-  std::set<std::string> seen;
-  std::ostringstream out;
-  expand_into(path, seen, out);
-  return out.str();
+  // The embedded files are the same for the whole run: each is expanded once (a family's source hash, taken
+  // for every cache entry shown or looked up, and each variant rendered, expand the same files again).
+  static std::mutex mutex;
+  static std::map<std::string, std::string> expanded;
+  const std::lock_guard lock(mutex);
+  auto it = expanded.find(path);
+  if (it == expanded.end()) {
+    std::set<std::string> seen;
+    std::ostringstream out;
+    expand_into(path, seen, out);
+    it = expanded.emplace(path, out.str()).first;
+  }
+  return it->second;
 }
 
 }  // namespace ktune::templates
