@@ -8,6 +8,7 @@
 #include <iostream>
 #include <map>
 #include <regex>
+#include <unordered_map>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -58,13 +59,16 @@ void add_render_command(CLI::App& app, Global& global) {
         };
         std::map<std::string, Reason> reasons;
         const std::regex number("\\b[0-9]+(\\.[0-9]+)?(e[-+]?[0-9]+)?\\b");
+        std::unordered_map<std::string, std::string> masked;  // why -> its reason: many configs give the same words
         for (std::uint64_t i = 0; i < family.space().size(); ++i) {
           std::string why;
           if (family.is_valid(family.space().at(i), problem, limits, &why)) {
             ++valid;
             continue;
           }
-          Reason& r = reasons[std::regex_replace(why, number, "N")];
+          auto known = masked.find(why);
+          if (known == masked.end()) known = masked.emplace(why, std::regex_replace(why, number, "N")).first;
+          Reason& r = reasons[known->second];
           if (r.configs++ == 0) r.example = why;
         }
         std::vector<Reason> by_count;
