@@ -121,6 +121,32 @@ void CacheFile::put(Entry entry) {
   });
 }
 
+std::optional<Entry> CacheFile::put_winner(Entry entry, const std::vector<Entry>& seen) {
+  if (entry.date.empty()) entry.date = utc_now();
+  if (entry.ktune_version.empty()) entry.ktune_version = ktune_version();
+  const std::string id = entry.key.identity();
+  std::optional<Entry> kept;
+  update([&](std::vector<Entry>& entries) {
+    // The winner replaces what it competed with; an entry another process wrote since never did, and the better
+    // of the two stays.
+    for (const Entry& e : entries) {
+      if (e.key.identity() != id) continue;
+      const nlohmann::json held = to_json(e);
+      const bool competed = std::any_of(seen.begin(), seen.end(), [&](const Entry& s) { return to_json(s) == held; });
+      if (!competed && !better_than(entry, e) && (!kept || better_than(e, *kept))) kept = e;
+    }
+    Entry& stays = kept ? *kept : entry;
+    for (const Entry& e : entries)
+      if (e.key.identity() == id) keep_faster_pick(stays, e);
+    if (kept) keep_faster_pick(*kept, entry);
+    const Entry out = stays;
+    std::erase_if(entries, [&](const Entry& e) { return e.key.identity() == id; });
+    entries.push_back(out);
+    return true;
+  });
+  return kept;
+}
+
 std::size_t CacheFile::merge_from(const std::vector<Entry>& incoming) {
   std::size_t changed = 0;
   update([&](std::vector<Entry>& entries) {

@@ -134,6 +134,14 @@ class CacheFile {
   /// filling date and ktune_version when empty; the entry it replaces
   /// keeps its deterministic pick where this one has none or a slower one.
   void put(Entry entry);
+  /// put() of a tuning session's winner, which competed with what the file
+  /// held for its key when the session read it (`seen`: the entries read
+  /// then). An entry of that key that is not among them was written since
+  /// by another process and never competed: the better of the two by the
+  /// merge rule (better_than) is kept, with the faster deterministic pick,
+  /// not the newer. Returns that entry where it is kept over `entry`, which
+  /// is then not written; nullopt where `entry` went in.
+  std::optional<Entry> put_winner(Entry entry, const std::vector<Entry>& seen);
   /// Runs `change` on the entries under the lock and writes the result
   /// atomically if it returns true. A symlinked cache is written through to
   /// its target, whose `<target>.lock` is taken. Throws kCache (file

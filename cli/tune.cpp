@@ -101,7 +101,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--cache", opts->cache,
                   "Tuned cache file the winner goes into; a config it holds for the problem is measured in the "
-                  "session too, so only a faster one replaces it")->capture_default_str();
+                  "session too, so only a faster one replaces it; one another process writes there meanwhile stays "
+                  "where `ktune cache merge` would keep it")->capture_default_str();
   cmd->add_option("--log", opts->log,
                   "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it. Without --resume, one "
                   "that holds results is refused, and the default log replaced is kept as "
@@ -252,6 +253,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::string tops;
     std::string method;
     std::vector<std::string> logs, previous_logs, failed;
+    std::size_t kept_others = 0;  // winners not written: the entry another process wrote meanwhile was better
     // A stop signal ends the session after its evaluation under way: its best so far goes into the cache, the
     // kernels after it are left for --resume.
     // The handler writes it as it is: made before it is installed, alive while it is.
@@ -374,6 +376,7 @@ void add_tune_command(CLI::App& app, Global& global) {
       }
       // A deterministic session's winner goes beside a faster one by atomics, as its deterministic pick.
       bool beside = false;
+      std::optional<cache::Entry> other;  // an entry another process wrote meanwhile, kept over the winner
       try {
         const cache::Entry entry = tuner::cache_entry(family, problem, runner->device(), summary);
         if (tune.deterministic)
@@ -385,7 +388,8 @@ void add_tune_command(CLI::App& app, Global& global) {
               }
             return beside;
           });
-        if (!beside) cache_file.put(entry);
+        if (!beside) other = cache_file.put_winner(entry, cached);
+        if (other) ++kept_others;
       } catch (const Error& e) {  // a full disk: the winner and where the measurements are kept
         if (e.kind() != ErrorKind::kIo) throw;
         throw_error(ErrorKind::kIo,
@@ -399,6 +403,12 @@ void add_tune_command(CLI::App& app, Global& global) {
       method = t.method;
       if (!summary.kept_note.empty() && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: {}\n", family.name(), problem.key(), summary.kept_note);
+      if (other && print != env::PrintLevel::kQuiet && !global.json)
+        tops += fmt::format("{} on {}: {} holds {} at {:.4f} ms (p20-p80 {:.4f}-{:.4f}), written by another process "
+                            "during this session, which did not measure it; it is kept, as `ktune cache merge` keeps "
+                            "the better measured of two, and this session's winner is not written\n",
+                            family.name(), problem.key(), opts->cache, other->config.dump(), other->time_ms,
+                            other->p20_ms, other->p80_ms);
       if (beside && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: the winner goes into {} as the deterministic pick beside the entry's config, "
                             "which sums by atomics\n",
@@ -419,7 +429,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                  : nlohmann::json()},
                          {"finalists", tuner::finalists_json(summary)}, {"tied", summary.tied},
                          {"deterministic_search", tune.deterministic},
-                         {"written_as", beside ? "deterministic pick" : "entry"},
+                         {"written_as", beside ? "deterministic pick" : other ? "none" : "entry"},
                          {"deterministic", fixed ? nlohmann::json{{"config", fixed->config.to_json()},
                                                                   {"time_ms", fixed->result.timing->median_ms}}
                                                  : nlohmann::json()},
@@ -455,9 +465,12 @@ void add_tune_command(CLI::App& app, Global& global) {
           results.empty() ? (std::filesystem::exists(opts->cache)
                                  ? fmt::format("no winner: {} is left as it was", opts->cache)
                                  : fmt::format("no winner: nothing written to {}", opts->cache))
-                          : fmt::format("{} winner{} written to {}", results.size(), results.size() == 1 ? "" : "s",
-                                        opts->cache);
-      std::cout << fmt::format("{}; session log{} {}\n", written, logs.size() == 1 ? "" : "s", where);
+                          : fmt::format("{} winner{} written to {}", results.size() - kept_others,
+                                        results.size() - kept_others == 1 ? "" : "s", opts->cache);
+      const std::string others =
+          kept_others == 0 ? ""
+                           : fmt::format(" ({} kept the entry another process wrote meanwhile)", kept_others);
+      std::cout << fmt::format("{}{}; session log{} {}\n", written, others, logs.size() == 1 ? "" : "s", where);
       if (!previous_logs.empty())
         std::cout << fmt::format("the previous session's log{} kept as {}\n", previous_logs.size() == 1 ? "" : "s",
                                  fmt::join(previous_logs, ", "));

@@ -345,6 +345,44 @@ TEST_CASE("a deterministic pick round-trips, stays through a newer tuning that m
   CHECK(duplicates[0].deterministic->time_ms == 1.25);
 }
 
+TEST_CASE("a tuning session's winner replaces the entry it competed with, not a better one another process wrote "
+          "meanwhile",
+          "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-put-winner");
+  CacheFile file(dir / "tuned.json");
+  const std::string problem = "f32;numel=8;tensors=4";
+  Entry old = make_entry(problem, 8, 1.0);
+  old.config = {{"block", 64}, {"vec", 1}};
+  file.put(old);
+  // The session read the file (old), measured old's config too, and found a slower winner: it replaces old.
+  const std::vector<Entry> seen = file.load();
+  Entry winner = make_entry(problem, 8, 2.0);
+  CHECK_FALSE(file.put_winner(winner, seen));
+  REQUIRE(file.load().size() == 1);
+  CHECK(file.load()[0].config == winner.config);
+  // Another session wrote a faster entry after this one read the file: it never competed, and it stays.
+  Entry faster = make_entry(problem, 8, 0.5);
+  faster.config = {{"block", 128}, {"vec", 2}};
+  faster.date = "2026-01-02T00:00:00Z";
+  file.put(faster);
+  const auto kept = file.put_winner(winner, seen);
+  REQUIRE(kept);
+  CHECK(kept->config == faster.config);
+  REQUIRE(file.load().size() == 1);
+  CHECK(file.load()[0].config == faster.config);
+  CHECK(file.load()[0].time_ms == 0.5);
+  // A slower one written meanwhile goes: the winner is the better of the two.
+  Entry slower = make_entry(problem, 8, 3.0);
+  slower.config = {{"block", 32}, {"vec", 4}};
+  file.put(slower);
+  CHECK_FALSE(file.put_winner(winner, seen));
+  CHECK(file.load()[0].config == winner.config);
+  // Into a file that held nothing for the key when the session read it, likewise.
+  file.put(faster);
+  CHECK(file.put_winner(winner, {}));
+  CHECK(file.load()[0].config == faster.config);
+}
+
 TEST_CASE("merge: a one-sample entry, whose spread is 0, does not win over a measured one it overlaps", "[cache]") {
   Entry measured = make_entry("f32;numel=8;tensors=4", 8, 280.0);
   measured.p20_ms = 270;
