@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -334,6 +335,22 @@ FileLock::FileLock(const fs::path& path, std::string_view busy) : path_(path) {
     ::close(fd_);
     fd_ = -1;
   }
+}
+
+bool remove_unless_locked(const fs::path& path, const std::function<void()>& while_held) {
+  std::optional<FileLock> held;
+  try {
+    held.emplace(lock_path(path), path.string());
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::kInvalidInput) return false;  // another process holds it: the file is in use
+    throw;
+  }
+  if (while_held) while_held();
+  std::error_code ec;
+  fs::remove(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory)
+    throw_error(ErrorKind::kIo, fmt::format("cannot remove {}: {}", path.string(), ec.message()));
+  return true;
 }
 
 bool lock_held(const fs::path& lock) {

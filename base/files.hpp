@@ -2,6 +2,7 @@
 // advisory lock that serialises writers between processes.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -98,6 +99,13 @@ std::filesystem::path lock_path(const std::filesystem::path& target);
 /// Whether the lock file `lock` (a FileLock's) is held now, by any process:
 /// a cleaner leaves it, and the file it guards (a session log being written).
 bool lock_held(const std::filesystem::path& lock);
+
+/// Removes the file `path` unless a process holds its lock (lock_path(path)), as a tuning session holds its
+/// log's: the lock is taken at once, else the file is left and false returned, and the file is removed while
+/// it is held, so a writer that takes the lock after the look finds it held (and waits, or is refused) and
+/// never writes a file that is then removed under it. `while_held` runs between the two (tests use it).
+/// A file already gone counts as removed; throws kIo when it cannot be removed or locked.
+bool remove_unless_locked(const std::filesystem::path& path, const std::function<void()>& while_held = {});
 
 /// Exclusive advisory lock (flock) on `path` (created if missing, and its
 /// missing folders with it), held for the object's lifetime. Blocks until

@@ -129,7 +129,8 @@ std::vector<Part> cache_dir_parts() {
 /// Removes what `dir` holds but the files a running ktune writes now (a temp
 /// file, an emulation compile's source and object: a tune would take the
 /// compile for a failed config; a held lock file and the file it guards: a
-/// tuning session's log); what another process removed meanwhile is no error.
+/// tuning session's log, removed under its lock where it is free); what
+/// another process removed meanwhile is no error.
 /// Returns what it removed and, in `kept`, what it left.
 Usage clean_folder(const std::filesystem::path& dir, Usage& kept) {
   namespace fs = std::filesystem;
@@ -141,15 +142,21 @@ Usage clean_folder(const std::filesystem::path& dir, Usage& kept) {
     std::error_code e;
     const bool folder = it->is_directory(e);
     const std::uintmax_t size = folder ? 0 : it->file_size(e);
+    if (!folder && e == std::errc::no_such_file_or_directory) continue;  // gone meanwhile: a lock let go
     const Usage u = folder ? usage_of(it->path()) : Usage{1, e ? 0 : size};
+    // A file that is not a lock is removed under its lock, taken at once: a session that starts after the look
+    // (its log replaced anew) finds the lock held, and its new log is not removed under it.
+    const bool lock = name.ends_with(".lock");
     if (!folder && (temp_file_in_progress(name) || tuner::emu::compile_in_progress(name) ||
-                    (name.ends_with(".lock") && lock_held(it->path())) || lock_held(lock_path(it->path())))) {
+                    (lock && lock_held(it->path())) || (!lock && !remove_unless_locked(it->path())))) {
       kept.files += u.files;
       kept.bytes += u.bytes;
       continue;
     }
-    fs::remove_all(it->path(), e);
-    KTUNE_REQUIRE(gone(e), fmt::format("cannot remove {}: {}", it->path().string(), e.message()));
+    if (folder || lock) {
+      fs::remove_all(it->path(), e);
+      KTUNE_REQUIRE(gone(e), fmt::format("cannot remove {}: {}", it->path().string(), e.message()));
+    }
     removed.files += u.files;
     removed.bytes += u.bytes;
   }

@@ -114,6 +114,33 @@ TEST_CASE("FileLock: a lock in a folder not there yet makes it and holds, and ta
   CHECK_FALSE(fs::exists(lock));
 }
 
+TEST_CASE("remove_unless_locked leaves a file whose lock is held, and removes a free one under its lock",
+          "[base][files]") {
+  const auto dir = ktune::test::scratch_dir("files-remove-unless-locked");
+  const auto log = dir / "run.log";
+  std::ofstream(log) << "x";
+  {
+    const ktune::FileLock session(ktune::lock_path(log), "session log");  // a session writing it
+    CHECK_FALSE(ktune::remove_unless_locked(log));
+    CHECK(fs::exists(log));
+  }
+  // A session that starts after the look finds the lock held (refused, or it waits), so the log it would begin
+  // anew is never removed under it.
+  bool refused = false;
+  CHECK(ktune::remove_unless_locked(log, [&] {
+    try {
+      const ktune::FileLock session(ktune::lock_path(log), "session log");
+      std::ofstream(log) << "a new session's header\n";
+    } catch (const ktune::Error& e) {
+      refused = e.kind() == ktune::ErrorKind::kInvalidInput;
+    }
+  }));
+  CHECK(refused);
+  CHECK_FALSE(fs::exists(log));
+  CHECK_FALSE(fs::exists(ktune::lock_path(log)));
+  CHECK(ktune::remove_unless_locked(log));  // gone already: nothing to do
+}
+
 TEST_CASE("Any name a file may have is written and locked, a longer one refused before the work", "[base][files]") {
   const auto dir = ktune::test::scratch_dir("files-long-names");
   // 255 bytes, the most a name may have: NAME.lock and .NAME.tmp.PID.N would be longer, and are fitted.
