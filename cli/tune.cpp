@@ -480,10 +480,19 @@ void add_tune_command(CLI::App& app, Global& global) {
     }
     if (const int signal = stop_signals.caught()) {
       const auto& last = requests[logs.size() - 1];
+      // A session that logged beside a default log another session held goes on from its own log, which
+      // --resume alone does not read (it reads the default one).
+      const bool beside_default = logs.back() != log_path_of(last);
+      const std::string resume =
+          !beside_default        ? "--resume"
+          : requests.size() == 1 ? "--resume --log " + logs.back()
+                                 : fmt::format("--resume (which reads the default logs: this session's is {}, "
+                                               "beside the one another session held)",
+                                               logs.back());
       std::cerr << fmt::format("stopped by {} in the session of {} on {} ({} of {}): {} holds the best found so "
-                               "far; run again with --resume to go on\n",
+                               "far; run again with {} to go on\n",
                                StopSignals::name(signal), last.family->name(), last.problem.key(), logs.size(),
-                               requests.size(), opts->cache);
+                               requests.size(), opts->cache, resume);
       global.exit_code = 128 + signal;
     }
     if (!failed.empty())

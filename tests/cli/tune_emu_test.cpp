@@ -397,6 +397,34 @@ TEST_CASE("CLI: a stop signal ends a tuning session after its evaluation, the be
   CHECK(evaluations(now) == logged + 2);
 }
 
+TEST_CASE("CLI: a stopped session that logged beside the default log another session held says to resume from "
+          "its own log",
+          "[cli]") {
+  const auto dir = ktune::test::own_cache_dir("cli-tune-signal-beside");
+  const auto default_log = dir / "sessions" / "rmsnorm_fwd.f32-dim768-rows64.log";
+  // Another session writes the default log: this one logs beside it, under its process id.
+  const ktune::FileLock other(ktune::lock_path(default_log), "session log");
+  const std::string tune = "env KTUNE_CACHE_DIR=" + dir.string() + " " + ktune_exe().string() +
+                           " tune --backend emu --strategy exhaustive --family rmsnorm_fwd --problem "
+                           "'{\"dtype\":\"f32\",\"dims\":{\"rows\":64,\"dim\":768}}' --cache " +
+                           (dir / "tuned.json").string();
+  const std::string logs = (dir / "sessions").string() + "/rmsnorm_fwd.f32-dim768-rows64.*.log";
+  std::string out;
+  const int code = run_command(
+      "(setsid " + tune + " > " + (dir / "out").string() + " 2> " + (dir / "err").string() + " & pid=$!; " +
+          ktune::test::wait_while_running("[ \"$(cat " + logs + " 2>/dev/null | wc -l)\" -ge 3 ]") +
+          "kill -INT -$pid; wait $pid)",
+      &out);
+  CHECK(code == 128 + 2);
+  const std::string err = ktune::read_file(dir / "err");
+  INFO(err);
+  std::vector<std::filesystem::path> beside;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "sessions"))
+    if (e.path().filename().string().ends_with(".log") && e.path() != default_log) beside.push_back(e.path());
+  REQUIRE(beside.size() == 1);
+  CHECK_THAT(err, Catch::Contains("run again with --resume --log " + beside[0].string() + " to go on"));
+}
+
 TEST_CASE("CLI: tune whose output's reader is gone (SIGPIPE) ends after its evaluation, the best so far in the cache",
           "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-sigpipe");
