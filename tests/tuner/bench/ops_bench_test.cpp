@@ -72,6 +72,12 @@ TEST_CASE("bench ops sums up each op over its shapes against the families' targe
   CHECK(j["summary"][0]["shapes_at_target"] == 2);
   CHECK(j["summary"][1]["large_shapes"] == 0);
   CHECK(j["summary"][1]["eager_over_fused"][0] == Approx(5.0));
+  // The emulation's JSON holds no op to a target either: its rows' floor is an empty launch's host time alone.
+  const auto emu_j = emulated.to_json();
+  REQUIRE(emu_j["summary"].size() == 2);
+  CHECK(emu_j["summary"][0]["shapes_at_target"].is_null());
+  CHECK(emu_j["summary"][0]["fused_over_floor"].is_null());
+  CHECK(emu_j["summary"][0]["shapes"] == 3);
 }
 
 }  // namespace tuner_bench_ops_bench_test
