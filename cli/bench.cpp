@@ -61,6 +61,7 @@ void add_bench_command(CLI::App& app, Global& global) {
                                   "(at most {} in all); give smaller --tensors or --numel, or run on a GPU",
                                   t, n, kEmulatedElements));
     KTUNE_REQUIRE(opts->dtype == "f32" || opts->dtype == "bf16", "--dtype must be f32 or bf16");
+    require_distinct_files({{"--cache", opts->cache}}, {{"--json-out", opts->json_out}});
     if (!opts->json_out.empty()) writable_target(opts->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);

@@ -171,6 +171,7 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                                                      : "its shape is fixed: run it on a GPU, or give --tables seed003 "
                                                        "(whose --seqs and --dims fit the emulation)"));
     }
+    require_distinct_files({{"--cache", o->cache}}, {{"--json-out", o->json_out}});
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");    // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);

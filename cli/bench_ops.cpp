@@ -95,6 +95,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
           cases.push_back({name, ctx, f, p});
         }
     }
+    require_distinct_files({{"--cache", o->cache}}, {{"--json-out", o->json_out}});
     if (!o->json_out.empty()) writable_target(o->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);

@@ -79,6 +79,23 @@ TEST_CASE("CLI: an output naming an input or another output is refused before th
   CHECK(std::filesystem::exists(w));
 }
 
+TEST_CASE("CLI: a benchmark's --json-out naming its --cache is refused before the run, the cache kept", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-bench-distinct");
+  const auto cache = dir / "tuned.json";
+  std::ofstream(cache) << R"({"format": "ktune-tuned-cache", "schema_version": 1, "entries": []})" << "\n";
+  const std::string before = read_all(cache);
+  // Refused before the device is looked for: the report would have replaced the tuned cache.
+  for (const char* bench : {"bench adam", "bench ops", "bench attention"}) {
+    INFO(bench);
+    std::string err;
+    CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + bench + " --cache " + cache.string() +
+                          " --json-out " + (dir / "sub" / ".." / "tuned.json").string(),
+                      &err) == 2);
+    CHECK_THAT(err, Catch::Contains("--json-out and --cache name the same file"));
+    CHECK(read_all(cache) == before);
+  }
+}
+
 TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[cli]") {
   std::string err;
   for (const char* args : {"train --model tiny --steps 1 --save ''", "train --model tiny --steps 1 --metrics ''",
