@@ -62,6 +62,18 @@ std::string read_file(const fs::path& path) {
 
 namespace {
 
+// Whether `folder` is a process's table of open files (/proc/self/fd, /dev/fd, /proc/PID/task/TID/fd): a link
+// there is a descriptor (/dev/stdout is /proc/self/fd/1), whatever file it has open.
+bool descriptor_folder(const fs::path& folder) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(folder, ec);
+  if (ec || real.filename() != "fd") return false;
+  const fs::path owner = real.parent_path();  // /proc/PID or /proc/PID/task/TID
+  const std::string id = owner.filename().string();
+  return !id.empty() && id.find_first_not_of("0123456789") == std::string::npos &&
+         (owner.parent_path() == "/proc" || owner.parent_path().filename() == "task");
+}
+
 // writable_target; with `probe_folder` false (open_target) the missing
 // folders are made and the folder is asked with access() only, for a writer
 // that makes its own file there next (AtomicFile's temp file, a log), which
@@ -88,6 +100,11 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
   fs::path target = path;
   for (int hops = 0; fs::is_symlink(fs::symlink_status(target, ec)); ++hops) {
     if (hops == 40) refuse(path, "too many levels of symbolic links");
+    // A descriptor's file (stdout sent to a file: `--json-out /dev/stdout >> run.log`) would be replaced by the
+    // write, its content lost, and what the command prints with it.
+    if (descriptor_folder(target.parent_path()))
+      refuse(path, "it names an open file descriptor (standard output, or another), not a file; give the file's "
+                   "own path");
     const fs::path next = fs::read_symlink(target, ec);
     if (ec) refuse(path, ec.message());
     target = next.is_absolute() ? next : target.parent_path() / next;

@@ -126,6 +126,18 @@ TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[c
   CHECK(run_command("{ " + ktune_exe().string() + " train --model tiny --steps 1 --metrics /dev/stdout 2>&1 | cat; }",
                     &err) == 0);
   CHECK(err == "ktune: cannot write --metrics /dev/stdout: it is not a regular file; give a writable file path\n");
+  // /dev/stdout sent to a file: the write replaced that file (what was appended to it before lost), and what the
+  // command printed went to the file it replaced.
+  const auto log = ktune::test::scratch_dir("cli-descriptor") / "run.log";
+  std::ofstream(log) << "kept\n";
+  for (const char* out : {"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"}) {
+    INFO(out);
+    CHECK(run_command("{ " + ktune_exe().string() + " eval --model tiny --ctx 8 --batch 2 --dump " + out + " >> " +
+                          log.string() + "; }",
+                      &err) == 2);
+    CHECK_THAT(err, Catch::Contains("it names an open file descriptor (standard output, or another), not a file"));
+    CHECK(read_all(log) == "kept\n");
+  }
 }
 
 TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation options without validations", "[cli]") {
