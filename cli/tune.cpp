@@ -451,7 +451,10 @@ void add_tune_command(CLI::App& app, Global& global) {
                  std::to_string(summary.failures - summary.pruned), std::to_string(summary.tied), summary.stopped_by});
     }
     if (global.json) {
-      std::cout << (requests.size() == 1 && !results.empty() ? results[0] : results).dump(2) << "\n";
+      // One session: its object, or no JSON where it found no winner (the error below says why), not an empty
+      // array in place of the object. Several (--model): an array of the winners found.
+      if (requests.size() > 1) std::cout << results.dump(2) << "\n";
+      else if (!results.empty()) std::cout << results[0].dump(2) << "\n";
     } else {
       std::cout << tops << (results.empty() ? "" : table.str());
       if (!method.empty()) std::cout << "measured: " << method << "\n";

@@ -607,6 +607,22 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
   CHECK_THAT(err, Catch::Contains("is not a ktune session log (its first line is no session header)"));
 }
 
+TEST_CASE("CLI: tune --json whose one session finds no winner prints no JSON, as other errors do", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-json-no-winner");
+  const std::string tune = ktune_exe().string() + " --json tune --backend emu --family prim_neg --problem "
+                           "'{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' --budget 2 --timeout 0.001 --cache " +
+                           (dir / "c.json").string() + " --log ";
+  // stdout alone: it held an empty array where the session's object goes.
+  std::string out;
+  CHECK(run_command("{ " + tune + (dir / "s.log").string() + " 2>/dev/null; }", &out) == 1);
+  CHECK(out.empty());
+  // The error on stderr says why.
+  std::string err;
+  CHECK(run_command("{ " + tune + (dir / "again.log").string() + " >/dev/null; }", &err) == 1);
+  CHECK_THAT(err, Catch::EndsWith("ktune: no config ran to the end for prim_neg on f32;n=64 (1 timeout (timeout: no "
+                                  "result within 0.001 s; worker killed and restarted))\n"));
+}
+
 TEST_CASE("CLI: an emulation compile killed before it cleaned up leaves nothing once ktune runs again", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-emu-orphans");
   std::filesystem::create_directories(dir / "emu");
