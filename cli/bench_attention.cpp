@@ -21,6 +21,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_output.hpp"
 #include "base/stamp.hpp"
 #include "cache/tuned_cache.hpp"
 #include "cli/bench_stop.hpp"
@@ -295,7 +296,7 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (!r.failures.empty()) row["failures"] = r.failures;
       j["rows"].push_back(row);
     }
-    if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
+    if (!o->json_out.empty()) write_file_atomic(o->json_out, dump_json(j, 2) + "\n");
     // Exit 1 once the report is out: some variant failed (128 + the signal where one stopped the run).
     const auto done = [&] {
       stop.finish(global, completion);
@@ -303,7 +304,7 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
         throw_error(ErrorKind::kCheckFailed, fmt::format("{} of {} attention cases failed", failed, rows.size()));
     };
     if (global.json) {
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
       return done();
     }
     std::string s = fmt::format("# Attention ({}; {}; {}; ktune {} (git {}); {})\n\n",

@@ -11,6 +11,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_output.hpp"
 #include "base/stamp.hpp"
 #include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
@@ -263,9 +264,9 @@ void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& model
     stop.finish(global, completion);
     return;
   }
-  if (!json_out.empty()) write_file_atomic(json_out, rows.dump(2) + "\n");
+  if (!json_out.empty()) write_file_atomic(json_out, dump_json(rows, 2) + "\n");
   if (global.json) {
-    std::cout << rows.dump(2) << "\n";
+    std::cout << dump_json(rows, 2) << "\n";
     stop.finish(global, completion);
     return;
   }
@@ -381,9 +382,9 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     }
     auto j = model::to_json(result);
     j["stopped_by"] = completion.stopped_by.empty() ? nlohmann::json() : nlohmann::json(completion.stopped_by);
-    if (!o->json_out.empty()) write_file_atomic(o->json_out, j.dump(2) + "\n");
+    if (!o->json_out.empty()) write_file_atomic(o->json_out, dump_json(j, 2) + "\n");
     for (const auto& w : result.warnings) std::cerr << "warning: " << w << "\n";
-    std::cout << (global.json ? j.dump(2) + "\n" : markdown(result, completion.stopped_by));
+    std::cout << (global.json ? dump_json(j, 2) + "\n" : markdown(result, completion.stopped_by));
     stop.finish(global, completion, "trials");
   });
 }

@@ -9,6 +9,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "base/error.hpp"
@@ -223,7 +224,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
         all.push_back(j);
       }
     }
-    std::cout << (global.json ? all.dump(2) + "\n" : text);
+    std::cout << (global.json ? dump_json(all, 2) + "\n" : text);
   });
 }
 

@@ -16,6 +16,7 @@
 #include "base/env.hpp"
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_output.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -248,7 +249,7 @@ void add_cache_command(CLI::App& app, Global& global) {
       table.add(std::move(row));
     }
     if (global.json) {
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
       return;
     }
     std::cout << table.str()
@@ -265,7 +266,7 @@ void add_cache_command(CLI::App& app, Global& global) {
       for (const auto& p : parts)
         j["parts"].push_back({{"name", p.name}, {"path", p.path.string()}, {"files", p.usage.files},
                               {"bytes", p.usage.bytes}});
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
       return;
     }
     std::cout << usage_table(parts);
@@ -287,7 +288,7 @@ void add_cache_command(CLI::App& app, Global& global) {
                               {"bytes", removed.bytes}});
     }
     j["kept_in_progress"] = {{"files", kept.files}, {"bytes", kept.bytes}};
-    if (global.json) std::cout << j.dump(2) << "\n";
+    if (global.json) std::cout << dump_json(j, 2) << "\n";
     else
       std::cout << fmt::format("removed {} file{} ({}) from {}{}\n", files, files == 1 ? "" : "s",
                                human_bytes(bytes), env::cache_dir(/*make=*/false).string(),
@@ -321,7 +322,7 @@ void add_cache_command(CLI::App& app, Global& global) {
         std::cout << fmt::format("{}: {} {}, {} added or replaced in {}\n", args->inputs[i], incoming[i].size(),
                                  incoming[i].size() == 1 ? "entry" : "entries", changed[i], args->file);
     }
-    if (global.json) std::cout << j.dump(2) << "\n";
+    if (global.json) std::cout << dump_json(j, 2) << "\n";
   });
 
   auto* prune = cmd->add_subcommand("prune", "Drop superseded or out-of-date entries");
@@ -379,7 +380,7 @@ void add_cache_command(CLI::App& app, Global& global) {
       return dropped > 0;
     });
     if (global.json)
-      std::cout << nlohmann::json{{"file", args->file}, {"dropped", dropped}}.dump(2) << "\n";
+      std::cout << dump_json(nlohmann::json{{"file", args->file}, {"dropped", dropped}}, 2) << "\n";
     else
       std::cout << fmt::format("{}: {} {} dropped\n", args->file, dropped, dropped == 1 ? "entry" : "entries");
   });
@@ -420,7 +421,7 @@ void add_cache_command(CLI::App& app, Global& global) {
       return true;
     });
     if (global.json)
-      std::cout << nlohmann::json{{"file", args->file}, {"out", args->out}, {"entries", selected.size()}}.dump(2)
+      std::cout << dump_json(nlohmann::json{{"file", args->file}, {"out", args->out}, {"entries", selected.size()}}, 2)
                 << "\n";
     else
       std::cout << fmt::format("{} {} of {} written to {}\n", selected.size(),

@@ -10,6 +10,7 @@
 
 #include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
@@ -159,7 +160,7 @@ void add_compile_command(CLI::App& app, Global& global) {
         if (!r.result.ok) row["log"] = r.result.log;
         j["rows"].push_back(row);
       }
-      std::cout << j.dump(1) << "\n";
+      std::cout << dump_json(j, 1) << "\n";
     } else {
       std::cout << (opts->verbose ? variant_table(s, opts->quiet) : family_table(s, opts->quiet));
       for (const auto& r : s.rows)

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "base/error.hpp"
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "tuner/cuda/device.hpp"
 
@@ -23,7 +24,7 @@ void add_devices_command(CLI::App& app, Global& global) {
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& d : devices) j.push_back(d.to_json());
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
       return;
     }
     std::cout << fmt::format("{:>3}  {:<28} {:<7} {:>9} {:>4} {:>7} {:>9} {:>9} {:>9}\n", "#", "name", "arch",

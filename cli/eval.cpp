@@ -9,6 +9,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
@@ -105,7 +106,7 @@ void add_eval_command(CLI::App& app, Global& global) {
                                {"perplexity", std::exp(full.loss)}};
       if (!kernels.empty()) j["kernels"] = kernels;
       if (global.json)
-        std::cout << j.dump(2) << "\n";
+        std::cout << dump_json(j, 2) << "\n";
       else
         std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}) over all of {}{}: {} window{} of {} tokens{}\n",
                                  full.loss, std::exp(full.loss), r.tokens_file,
@@ -136,11 +137,11 @@ void add_eval_command(CLI::App& app, Global& global) {
       for (const auto& [name, norm] : result.grad_norms) norms[name] = norm;
       j["grad_norm_total"] = result.grad_norm_total;
       j["grad_norms"] = norms;
-      write_file_atomic(o->dump, j.dump(2) + "\n");
+      write_file_atomic(o->dump, dump_json(j, 2) + "\n");
     }
     if (!kernels.empty()) j["kernels"] = kernels;  // on stdout, not in --dump's file
     if (global.json)
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
     else
       std::cout << fmt::format("loss {:.6f} (perplexity {:.4g}; {}{} x {} tokens of {})\n", result.loss,
                                std::exp(result.loss),

@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/table.hpp"
 #include "templates/family.hpp"
@@ -26,7 +27,7 @@ void add_families_command(CLI::App& app, Global& global) {
                  std::to_string(f->space().size()), f->summary()});
     }
     if (global.json) {
-      std::cout << j.dump(2) << "\n";
+      std::cout << dump_json(j, 2) << "\n";
       return;
     }
     std::cout << table.str()

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "base/error.hpp"
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "cli/tune_report.hpp"
@@ -54,14 +55,14 @@ void add_log_command(CLI::App& app, Global& global) {
     }
     if (log.winner.is_object()) view.winner = Config::from_json(log.winner.at("config")).str();
     if (global.json) {
-      std::cout << nlohmann::json{{"file", opts->file},
-                                  {"session", h},
-                                  {"sessions", log.sessions},
-                                  {"winner", log.winner},
-                                  {"evaluations", view.evaluations.size()},
-                                  {"top", top_json(view, opts->top)},
-                                  {"failure_kinds", failure_json(view.evaluations)}}
-                       .dump(2)
+      std::cout << dump_json(nlohmann::json{{"file", opts->file},
+                                           {"session", h},
+                                           {"sessions", log.sessions},
+                                           {"winner", log.winner},
+                                           {"evaluations", view.evaluations.size()},
+                                           {"top", top_json(view, opts->top)},
+                                           {"failure_kinds", failure_json(view.evaluations)}},
+                             2)
                 << "\n";
       return;
     }

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "tuner/session/tuned_kernels.hpp"
@@ -121,7 +122,7 @@ void add_render_command(CLI::App& app, Global& global) {
       const auto parameters = family.scalars(scalars_problem);
       j["parameters"] = parameters;
       if (global.json) {
-        std::cout << j.dump(2) << "\n";
+        std::cout << dump_json(j, 2) << "\n";
         return;
       }
       std::cout << family.name() << ": " << family.summary() << "\n" << family.space().size() << " points\n"

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "base/error.hpp"
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "cli/progress.hpp"
@@ -179,7 +180,7 @@ void add_replay_command(CLI::App& app, Global& global) {
                                "ms\n\n",
                                r.proposal_ms_mean, r.proposal_ms_max, r.setup_ms_max);
     }
-    if (global.json) std::cout << out.dump(2) << "\n";
+    if (global.json) std::cout << dump_json(out, 2) << "\n";
   });
 }
 

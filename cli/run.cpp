@@ -11,6 +11,7 @@
 
 #include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/json_output.hpp"
 #include "cache/tuned_cache.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -102,7 +103,7 @@ void run_variant(const RunArgs& a, const Global& global) {
     if (r.timing) j["median_ms"] = r.timing->median_ms;
     for (const auto& [kernel, m] : r.launch_timings)
       j["launches"].push_back({{"kernel", kernel}, {"median_ms", m.median_ms}});
-    std::cout << j.dump() << "\n";
+    std::cout << dump_json(j) << "\n";
   } else {
     // A buffer with an atol passes within either tolerance: its RMS error beside the relative one, which is
     // large (or infinite) where the answer is near zero.

@@ -19,6 +19,7 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
@@ -375,7 +376,7 @@ void add_train_command(CLI::App& app, Global& global) {
                             {"resumed_after_step", resumed_after ? nlohmann::json(*resumed_after) : nlohmann::json()},
                             {"steps", j}};
       if (!error.empty()) out["error"] = error;
-      std::cout << out.dump(2) << "\n";
+      std::cout << dump_json(out, 2) << "\n";
     };
     std::vector<model::StepRecord> records, done;
     try {

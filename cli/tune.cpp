@@ -13,6 +13,7 @@
 #include "base/env.hpp"
 #include "base/error.hpp"
 #include "base/files.hpp"
+#include "base/json_output.hpp"
 #include "cache/store.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
@@ -453,8 +454,8 @@ void add_tune_command(CLI::App& app, Global& global) {
     if (global.json) {
       // One session: its object, or no JSON where it found no winner (the error below says why), not an empty
       // array in place of the object. Several (--model): an array of the winners found.
-      if (requests.size() > 1) std::cout << results.dump(2) << "\n";
-      else if (!results.empty()) std::cout << results[0].dump(2) << "\n";
+      if (requests.size() > 1) std::cout << dump_json(results, 2) << "\n";
+      else if (!results.empty()) std::cout << dump_json(results[0], 2) << "\n";
     } else {
       std::cout << tops << (results.empty() ? "" : table.str());
       if (!method.empty()) std::cout << "measured: " << method << "\n";

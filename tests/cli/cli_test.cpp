@@ -397,6 +397,24 @@ TEST_CASE("CLI: cache commands on missing or bad inputs: exit 2 or 1, one line, 
   CHECK(nlohmann::json::parse(out)["dropped"] == 0);
 }
 
+TEST_CASE("CLI: --json names a file whose name is not UTF-8 with U+FFFD for its bad bytes, after the work done",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-json-latin1");
+  const auto golden = std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json";
+  const std::string into = (dir / "caf\xe9.json").string();  // Latin-1's e acute, a byte no UTF-8 text starts with
+  std::string out;
+  // Its JSON said "internal error: invalid UTF-8 byte", exit 1, once the merge had written the file.
+  REQUIRE(run_command("{ " + ktune_exe().string() + " --json cache merge " + golden.string() + " --into '" + into +
+                          "' 2>/dev/null; }",
+                      &out) == 0);
+  CHECK(std::filesystem::exists(into));
+  const auto merged = nlohmann::json::parse(out);
+  CHECK(merged["into"] == (dir / "caf\xef\xbf\xbd.json").string());
+  CHECK(merged["inputs"][0]["changed"] == 2);
+  REQUIRE(run_command("{ " + ktune_exe().string() + " --json cache prune '" + into + "' 2>/dev/null; }", &out) == 0);
+  CHECK(nlohmann::json::parse(out)["dropped"] == 0);
+}
+
 TEST_CASE("CLI: cache export --out refuses a cache that holds entries, and says merge --into adds to one", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-cache-export");
   const auto golden = std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json";
