@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/json_input.hpp"
+#include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_args.hpp"
 #include "cli/options.hpp"
@@ -125,21 +126,20 @@ void add_generate_command(CLI::App& app, Global& global) {
     const double total_s = since_start();
     if (global.json) {
       // The run described as eval's JSON describes it: the backend and precision beside the sampling.
-      std::cout << nlohmann::json{{"model", g.model.name},
-                                  {"context_length", g.shape.context},
-                                  {"backend", g.backend.backend},
-                                  {"dtype", model::to_string(g.backend.precision)},
-                                  {"temperature", g.temperature},
-                                  {"top_p", g.top_p},
-                                  {"max_tokens", g.max_tokens},
-                                  {"eos", g.eos ? nlohmann::json(*g.eos) : nlohmann::json()},
-                                  {"seed", g.seed},
-                                  {"prompt", g.prompt},
-                                  {"tokens", drawn},
-                                  {"seconds", total_s},
-                                  {"first_token_seconds", first_s}}
-                       .dump(2)
-                << "\n";
+      const nlohmann::json j{{"model", g.model.name},
+                             {"context_length", g.shape.context},
+                             {"backend", g.backend.backend},
+                             {"dtype", model::to_string(g.backend.precision)},
+                             {"temperature", g.temperature},
+                             {"top_p", g.top_p},
+                             {"max_tokens", g.max_tokens},
+                             {"eos", g.eos ? nlohmann::json(*g.eos) : nlohmann::json()},
+                             {"seed", g.seed},
+                             {"prompt", g.prompt},
+                             {"tokens", drawn},
+                             {"seconds", total_s},
+                             {"first_token_seconds", first_s}};
+      std::cout << dump_json(j, 2) << "\n";
       return;
     }
     std::cout << "\n" << std::flush;

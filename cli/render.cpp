@@ -141,11 +141,9 @@ void add_render_command(CLI::App& app, Global& global) {
     const auto config = config_arg(family, problem, opts->config, limits);
     const auto rendered = family.render(config, problem);
     if (global.json) {
-      std::cout << nlohmann::json{{"family", family.name()}, {"config", config.to_json()},
-                                  {"problem", problem.to_json()}, {"kernels", rendered.kernels},
-                                  {"source", rendered.source}}
-                       .dump(2)
-                << "\n";
+      const nlohmann::json j{{"family", family.name()}, {"config", config.to_json()}, {"problem", problem.to_json()},
+                             {"kernels", rendered.kernels}, {"source", rendered.source}};
+      std::cout << dump_json(j, 2) << "\n";
       return;
     }
     std::cout << "// kernels: " << fmt::format("{}", fmt::join(rendered.kernels, "; ")) << "\n" << rendered.source;

@@ -413,6 +413,16 @@ TEST_CASE("CLI: --json names a file whose name is not UTF-8 with U+FFFD for its 
   CHECK(merged["inputs"][0]["changed"] == 2);
   REQUIRE(run_command("{ " + ktune_exe().string() + " --json cache prune '" + into + "' 2>/dev/null; }", &out) == 0);
   CHECK(nlohmann::json::parse(out)["dropped"] == 0);
+  // A kernel spec's source with such a byte in a comment, which NVRTC and the host compiler take: render --json
+  // said "invalid UTF-8 byte", exit 1.
+  const auto example = std::filesystem::path(KTUNE_SOURCE_DIR) / "examples/vector_add";
+  for (const auto* name : {"vector_add.json", "vector_add.cu"})
+    std::filesystem::copy_file(example / name, dir / name, std::filesystem::copy_options::overwrite_existing);
+  std::ofstream(dir / "vector_add.cu", std::ios::app) << "// caf\xe9\n";
+  REQUIRE(run_command("{ " + ktune_exe().string() + " --json render --spec " + (dir / "vector_add.json").string() +
+                          " 2>/dev/null; }",
+                      &out) == 0);
+  CHECK_THAT(nlohmann::json::parse(out)["source"].get<std::string>(), Catch::Contains("// caf\xef\xbf\xbd\n"));
 }
 
 TEST_CASE("CLI: cache export --out refuses a cache that holds entries, and says merge --into adds to one", "[cli]") {
