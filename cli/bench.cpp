@@ -6,7 +6,6 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
-#include "base/json_output.hpp"
 #include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -78,8 +77,7 @@ void add_bench_command(CLI::App& app, Global& global) {
         stop.check());
     report.completion = stop.completion(report.completion.planned, report.rows.size());
     for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
-    if (!opts->json_out.empty()) write_file_atomic(opts->json_out, dump_json(report.to_json(), 2) + "\n");
-    std::cout << (global.json ? dump_json(report.to_json(), 2) + "\n" : report.markdown());
+    write_report(global, opts->json_out, report.to_json(), [&] { return report.markdown(); });
     stop.finish(global, report.completion);
   });
   add_bench_e2e_command(*bench, global);

@@ -21,7 +21,6 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
-#include "base/json_output.hpp"
 #include "base/stamp.hpp"
 #include "cache/tuned_cache.hpp"
 #include "cli/bench_stop.hpp"
@@ -296,77 +295,71 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (!r.failures.empty()) row["failures"] = r.failures;
       j["rows"].push_back(row);
     }
-    if (!o->json_out.empty()) write_file_atomic(o->json_out, dump_json(j, 2) + "\n");
-    // Exit 1 once the report is out: some variant failed (128 + the signal where one stopped the run).
-    const auto done = [&] {
-      stop.finish(global, completion);
-      if (failed > 0 && !stop.requested())
-        throw_error(ErrorKind::kCheckFailed, fmt::format("{} of {} attention cases failed", failed, rows.size()));
-    };
-    if (global.json) {
-      std::cout << dump_json(j, 2) << "\n";
-      return done();
-    }
-    std::string s = fmt::format("# Attention ({}; {}; {}; ktune {} (git {}); {})\n\n",
-                                j["device"].get<std::string>(), tuner::driver_text(device.driver_version),
-                                j["date"].get<std::string>(),
-                                ktune_version(), git_revision(), j["configs"].get<std::string>());
-    if (wanted("seed003")) {
-      s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median; the seed's times, \"100 passes\" "
-                       "without a unit, are seconds per 100 passes: 10 x a seed figure is ms per pass, docs/seeds.md), "
-                       "TFLOP/s (causal counts half the square, backward 2.5 x forward). Eager: eager mode's "
-                       "materialised attention (GEMMs, softmax, GEMMs{}), keeping q, k, v, o and the probabilities, "
-                       "and its softmax launch alone with its share of the eager forward; flash: attention_fwd and "
-                       "attention_bwd{}, keeping q, k, v, o and lse.\n\n",
-                       o->dtype == "f32" ? "f32" : o->dtype, o->causal ? ", causal" : "",
-                       o->dtype == "f32" ? "; f32 GEMMs, as PyTorch's default" : "",
-                       o->dtype == "f32" ? " on the tf32 matrix units" : "");
-      s += "| d_model | seq_len | eager forward | of it softmax | flash forward | flash forward TFLOP/s | eager "
-           "backward | flash backward | flash backward TFLOP/s | memory after forward, eager (MiB) | flash (MiB) |\n"
-           "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
-      for (const auto& r : rows)
-        if (r.table == "seed003")
-          s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |\n", r.problem.dim("head_dim"),
-                           r.problem.dim("seq"), ms(r.eager_forward), softmax_cell(r), ms(r.forward),
-                           tflops(r.forward_tflops),
-                           ms(r.eager_backward), ms(r.backward), tflops(r.backward_tflops),
-                           r.eager_forward ? fmt::format("{:.2f}", r.eager_memory_after_forward_mib) : "-",
-                           r.memory_after_forward_mib);
-      s += "\n";
-    }
-    if (wanted("leaderboard") || wanted("causal_fwd_d128")) {
-      s += "| case | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | "
-           "configs |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n";
-      for (const auto& r : rows) {
-        if (r.table == "seed003") continue;
-        std::vector<std::string> configs;
-        if (r.forward) configs.push_back("fwd " + r.forward->config);
-        if (r.backward) configs.push_back("bwd " + r.backward->config);
-        s += fmt::format("| {} ({}) | {} | {} | {} | {} | {} | {} | {} |\n", r.table, r.problem.key(), ms(r.forward),
-                         tflops(r.forward_tflops), ms(r.backward), tflops(r.backward_tflops),
-                         r.forward && r.backward ? fmt::format("{:.4f}", r.total_ms) : std::string("-"),
-                         tflops(r.total_tflops), fmt::format("{}", fmt::join(configs, "; ")));
+    write_report(global, o->json_out, j, [&] {
+      std::string s = fmt::format("# Attention ({}; {}; {}; ktune {} (git {}); {})\n\n",
+                                  j["device"].get<std::string>(), tuner::driver_text(device.driver_version),
+                                  j["date"].get<std::string>(),
+                                  ktune_version(), git_revision(), j["configs"].get<std::string>());
+      if (wanted("seed003")) {
+        s += fmt::format("Seed 003: batch 8, one head, {}{}; ms per pass (median; the seed's times, \"100 passes\" "
+                         "without a unit, are seconds per 100 passes: 10 x a seed figure is ms per pass, "
+                         "docs/seeds.md), TFLOP/s (causal counts half the square, backward 2.5 x forward). Eager: "
+                         "eager mode's materialised attention (GEMMs, softmax, GEMMs{}), keeping q, k, v, o and the "
+                         "probabilities, and its softmax launch alone with its share of the eager forward; flash: "
+                         "attention_fwd and attention_bwd{}, keeping q, k, v, o and lse.\n\n",
+                         o->dtype == "f32" ? "f32" : o->dtype, o->causal ? ", causal" : "",
+                         o->dtype == "f32" ? "; f32 GEMMs, as PyTorch's default" : "",
+                         o->dtype == "f32" ? " on the tf32 matrix units" : "");
+        s += "| d_model | seq_len | eager forward | of it softmax | flash forward | flash forward TFLOP/s | eager "
+             "backward | flash backward | flash backward TFLOP/s | memory after forward, eager (MiB) | flash (MiB) |\n"
+             "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
+        for (const auto& r : rows)
+          if (r.table == "seed003")
+            s += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |\n",
+                             r.problem.dim("head_dim"), r.problem.dim("seq"), ms(r.eager_forward), softmax_cell(r),
+                             ms(r.forward), tflops(r.forward_tflops),
+                             ms(r.eager_backward), ms(r.backward), tflops(r.backward_tflops),
+                             r.eager_forward ? fmt::format("{:.2f}", r.eager_memory_after_forward_mib) : "-",
+                             r.memory_after_forward_mib);
+        s += "\n";
       }
-      s += "\n";
-    }
-    if (failed > 0) {
-      s += "Failed (cells left empty):\n";
-      for (const auto& r : rows)
-        for (const auto& f : r.failures) s += fmt::format("- {} {}: {}\n", r.table, r.problem.key(), f);
-      s += "\n";
-    }
-    s += "Timing: " + method + "\n";
-    // Under the emulation the two sides run on different engines: no comparison, no share.
-    if (emulated && std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.eager_forward.has_value(); }))
-      s += fmt::format("Eager columns: eager mode's attention on the host ({}), host wall time of its launches, not "
-                       "emulated kernels: not comparable with the flash columns, and the softmax's share is the "
-                       "host's, not a GPU's.\n",
-                       std::find_if(rows.begin(), rows.end(), [](const Row& r) {
-                         return r.eager_forward.has_value();
-                       })->eager_forward->source);
-    if (!completion.complete()) s += "\n" + completion.markdown();
-    std::cout << s;
-    done();
+      if (wanted("leaderboard") || wanted("causal_fwd_d128")) {
+        s += "| case | forward ms | forward TFLOP/s | backward ms | backward TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s | "
+             "configs |\n|:--|--:|--:|--:|--:|--:|--:|:--|\n";
+        for (const auto& r : rows) {
+          if (r.table == "seed003") continue;
+          std::vector<std::string> configs;
+          if (r.forward) configs.push_back("fwd " + r.forward->config);
+          if (r.backward) configs.push_back("bwd " + r.backward->config);
+          s += fmt::format("| {} ({}) | {} | {} | {} | {} | {} | {} | {} |\n", r.table, r.problem.key(), ms(r.forward),
+                           tflops(r.forward_tflops), ms(r.backward), tflops(r.backward_tflops),
+                           r.forward && r.backward ? fmt::format("{:.4f}", r.total_ms) : std::string("-"),
+                           tflops(r.total_tflops), fmt::format("{}", fmt::join(configs, "; ")));
+        }
+        s += "\n";
+      }
+      if (failed > 0) {
+        s += "Failed (cells left empty):\n";
+        for (const auto& r : rows)
+          for (const auto& f : r.failures) s += fmt::format("- {} {}: {}\n", r.table, r.problem.key(), f);
+        s += "\n";
+      }
+      s += "Timing: " + method + "\n";
+      // Under the emulation the two sides run on different engines: no comparison, no share.
+      if (emulated && std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.eager_forward.has_value(); }))
+        s += fmt::format("Eager columns: eager mode's attention on the host ({}), host wall time of its launches, not "
+                         "emulated kernels: not comparable with the flash columns, and the softmax's share is the "
+                         "host's, not a GPU's.\n",
+                         std::find_if(rows.begin(), rows.end(), [](const Row& r) {
+                           return r.eager_forward.has_value();
+                         })->eager_forward->source);
+      if (!completion.complete()) s += "\n" + completion.markdown();
+      return s;
+    });
+    // Exit 1 once the report is out: some variant failed (128 + the signal where one stopped the run).
+    stop.finish(global, completion);
+    if (failed > 0 && !stop.requested())
+      throw_error(ErrorKind::kCheckFailed, fmt::format("{} of {} attention cases failed", failed, rows.size()));
   });
 }
 

@@ -11,7 +11,6 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
-#include "base/json_output.hpp"
 #include "base/stamp.hpp"
 #include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
@@ -264,22 +263,18 @@ void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& model
     stop.finish(global, completion);
     return;
   }
-  if (!json_out.empty()) write_file_atomic(json_out, dump_json(rows, 2) + "\n");
-  if (global.json) {
-    std::cout << dump_json(rows, 2) << "\n";
-    stop.finish(global, completion);
-    return;
-  }
-  std::string s = heading(results.front()) + seed002_header();
-  for (const auto& r : results) s += seed002_row(r);
-  s += "\neach row a run of its own: a fresh model on the same weights and batch, its warm-up steps, then its "
-       "trials (mean and sample std, ms)\n\n";
-  if (!completion.complete()) s += completion.markdown("runs") + "(the tables below are of the rows above)\n\n";
-  s += "### Mean time by warm-up count (ms: each model's rows at that count)\n\n";
-  // Each model's rows, as many as it has: a sweep cut short has fewer for its last model.
-  s += warmup_table(results, runs / models.size(), warmups);
-  s += "\n### Summary statistics (of the rows above)\n\n" + summary_table(results);
-  std::cout << s;
+  write_report(global, json_out, rows, [&] {
+    std::string s = heading(results.front()) + seed002_header();
+    for (const auto& r : results) s += seed002_row(r);
+    s += "\neach row a run of its own: a fresh model on the same weights and batch, its warm-up steps, then its "
+         "trials (mean and sample std, ms)\n\n";
+    if (!completion.complete()) s += completion.markdown("runs") + "(the tables below are of the rows above)\n\n";
+    s += "### Mean time by warm-up count (ms: each model's rows at that count)\n\n";
+    // Each model's rows, as many as it has: a sweep cut short has fewer for its last model.
+    s += warmup_table(results, runs / models.size(), warmups);
+    s += "\n### Summary statistics (of the rows above)\n\n" + summary_table(results);
+    return s;
+  });
   stop.finish(global, completion, "runs");
 }
 
@@ -382,9 +377,8 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     }
     auto j = model::to_json(result);
     j["stopped_by"] = completion.stopped_by.empty() ? nlohmann::json() : nlohmann::json(completion.stopped_by);
-    if (!o->json_out.empty()) write_file_atomic(o->json_out, dump_json(j, 2) + "\n");
     for (const auto& w : result.warnings) std::cerr << "warning: " << w << "\n";
-    std::cout << (global.json ? dump_json(j, 2) + "\n" : markdown(result, completion.stopped_by));
+    write_report(global, o->json_out, j, [&] { return markdown(result, completion.stopped_by); });
     stop.finish(global, completion, "trials");
   });
 }

@@ -10,7 +10,6 @@
 
 #include "base/error.hpp"
 #include "base/files.hpp"
-#include "base/json_output.hpp"
 #include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -118,8 +117,7 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
         stop.check());
     report.completion = stop.completion(report.completion.planned, report.rows.size());
     for (const auto& w : report.warnings) std::cerr << "warning: " << w << "\n";
-    if (!o->json_out.empty()) write_file_atomic(o->json_out, dump_json(report.to_json(), 2) + "\n");
-    std::cout << (global.json ? dump_json(report.to_json(), 2) + "\n" : report.markdown());
+    write_report(global, o->json_out, report.to_json(), [&] { return report.markdown(); });
     stop.finish(global, report.completion);
   });
 }

@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "base/files.hpp"
-#include "base/json_output.hpp"
+#include "cli/bench_stop.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "tuner/bench/precision_bench.hpp"
@@ -37,8 +37,7 @@ void add_bench_precision_command(CLI::App& bench, Global& global) {
     // Throws "no CUDA device: ..." (exit 2) without one.
     const auto backend = o->backend == "emu" ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
     const auto report = tuner::run_precision_bench(*backend, o->count, o->value);
-    if (!o->json_out.empty()) write_file_atomic(o->json_out, dump_json(report.to_json(), 2) + "\n");
-    std::cout << (global.json ? dump_json(report.to_json(), 2) + "\n" : report.markdown());
+    write_report(global, o->json_out, report.to_json(), [&] { return report.markdown(); });
   });
 }
 

@@ -4,6 +4,9 @@
 
 #include <iostream>
 
+#include "base/files.hpp"
+#include "base/json_output.hpp"
+
 namespace ktune::cli {
 
 BenchStop::BenchStop()
@@ -26,6 +29,12 @@ void BenchStop::finish(Global& global, const tuner::Completion& c, const std::st
   std::cerr << fmt::format("stopped by {} after {} of {} {}{}\n", StopSignals::name(signal), c.measured, c.planned,
                            unit, c.complete() ? " (all of them)" : "; the report says it is incomplete");
   global.exit_code = 128 + signal;
+}
+
+void write_report(const Global& global, const std::string& json_out, const nlohmann::json& report,
+                  const std::function<std::string()>& markdown) {
+  if (!json_out.empty()) write_file_atomic(json_out, dump_json(report, 2) + "\n");
+  std::cout << (global.json ? dump_json(report, 2) + "\n" : markdown());
 }
 
 }  // namespace ktune::cli

@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.hpp"
 #include "cli/stop_signals.hpp"
 #include "tuner/bench/completion.hpp"
@@ -32,5 +34,10 @@ class BenchStop {
  private:
   StopSignals signals_;
 };
+
+/// A benchmark's report out, once measured: as JSON into `json_out` where one is given (checked writable before
+/// the work), then on stdout, as JSON under --json, else as `markdown()` makes it.
+void write_report(const Global& global, const std::string& json_out, const nlohmann::json& report,
+                  const std::function<std::string()>& markdown);
 
 }  // namespace ktune::cli
