@@ -364,6 +364,7 @@ void add_train_command(CLI::App& app, Global& global) {
     const auto print_json = [&](const std::vector<model::StepRecord>& steps, const std::string& error) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : steps) j.push_back(step_json(r));
+      const int signal = stop_signals.caught();  // the steps taken before a stop signal ended the run
       nlohmann::json out = {{"model", t.model.name},
                             {"backend", t.backend.backend},
                             {"mode", t.backend.backend == "cpu" ? "reference" : model::to_string(t.backend.mode)},
@@ -374,6 +375,8 @@ void add_train_command(CLI::App& app, Global& global) {
                             {"recompute", model::to_string(t.shape.recompute)},
                             {"plan_peak_bytes", plan_peak(t)},
                             {"resumed_after_step", resumed_after ? nlohmann::json(*resumed_after) : nlohmann::json()},
+                            {"steps_planned", t.steps},
+                            {"stopped_by", signal != 0 ? nlohmann::json(StopSignals::name(signal)) : nlohmann::json()},
                             {"steps", j}};
       if (!error.empty()) out["error"] = error;
       std::cout << dump_json(out, 2) << "\n";

@@ -401,6 +401,40 @@ TEST_CASE("`ktune train --save` without a checkpoint: SIGINT or SIGHUP ends the 
   }
 }
 
+TEST_CASE("`ktune train --json` stopped by SIGTERM says so in its JSON, beside the steps it took of those planned",
+          "[model][cli]") {
+  if (!std::filesystem::exists(ktune::test::ktune_exe())) {
+    WARN("ktune executable not built; skipping the command test");
+    return;
+  }
+  const auto dir = ktune::test::scratch_dir("train-json-signal");
+  const auto metrics = dir / "metrics.jsonl";
+  std::string err;
+  // Under --json the steps go by in --metrics only: the signal once three are there.
+  const int code = ktune::test::run_command(
+      "(" + ktune::test::ktune_exe().string() + " --json train --model tiny --threads 1 --ctx 256 --batch 8 " +
+          "--steps 5000 --save " + (dir / "w.safetensors").string() + " --metrics " + metrics.string() + " > " +
+          (dir / "out").string() + " & pid=$!; " +
+          ktune::test::wait_while_running("[ \"$(wc -l < " + metrics.string() + " 2>/dev/null)\" -ge 3 ]") +
+          "kill -TERM $pid; wait $pid)",
+      &err);
+  INFO(err);
+  CHECK(code == 128 + 15);
+  const auto j = nlohmann::json::parse(ktune::read_file(dir / "out"));
+  CHECK(j.at("stopped_by") == "SIGTERM");
+  CHECK(j.at("steps_planned") == 5000);
+  CHECK(j.at("steps").size() >= 3);
+  CHECK(j.at("steps").size() < 5000);
+  // A run that takes all its steps: no stop.
+  REQUIRE(ktune::test::run_command("{ " + ktune::test::ktune_exe().string() +
+                                       " --json train --model tiny --threads 1 --ctx 16 --batch 2 --steps 2 "
+                                       "2>/dev/null; }",
+                                   &err) == 0);
+  const auto done = nlohmann::json::parse(err);
+  CHECK(done.at("stopped_by").is_null());
+  CHECK(done.at("steps").size() == 2);
+}
+
 TEST_CASE("`ktune train --checkpoint`: a second SIGINT a while after the first ends it at once, saying what is kept",
           "[model][cli]") {
   // Steps of some 400 ms: the run is stopped (SIGSTOP) once it has said it handled the first request, inside its
