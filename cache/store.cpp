@@ -147,6 +147,35 @@ std::optional<Entry> CacheFile::put_winner(Entry entry, const std::vector<Entry>
   return kept;
 }
 
+CacheFile::PickPut CacheFile::put_deterministic_pick(const Entry& winner, const std::vector<Entry>& seen,
+                                                     const std::function<bool(const nlohmann::json&)>& atomic) {
+  const std::string id = winner.key.identity();
+  const auto same = [](const DeterministicPick& a, const DeterministicPick& b) {
+    return a.config == b.config && a.time_ms == b.time_ms;
+  };
+  PickPut put;
+  update([&](std::vector<Entry>& entries) {
+    put = {};
+    bool changed = false;
+    for (Entry& e : entries) {
+      if (e.key.identity() != id || !atomic(e.config)) continue;
+      put.beside = true;
+      const bool competed =
+          !e.deterministic || std::any_of(seen.begin(), seen.end(), [&](const Entry& s) {
+            return s.key.identity() == id && s.deterministic && same(*s.deterministic, *e.deterministic);
+          });
+      if (!competed && e.deterministic->time_ms <= winner.time_ms) {
+        put.kept = e.deterministic;
+        continue;
+      }
+      e.deterministic = DeterministicPick{winner.config, winner.time_ms};
+      changed = true;
+    }
+    return changed;
+  });
+  return put;
+}
+
 std::size_t CacheFile::merge_from(const std::vector<Entry>& incoming) {
   std::size_t changed = 0;
   update([&](std::vector<Entry>& entries) {

@@ -142,6 +142,19 @@ class CacheFile {
   /// not the newer. Returns that entry where it is kept over `entry`, which
   /// is then not written; nullopt where `entry` went in.
   std::optional<Entry> put_winner(Entry entry, const std::vector<Entry>& seen);
+  /// What put_deterministic_pick did.
+  struct PickPut {
+    bool beside = false;  ///< the key has an entry whose config sums by atomics: the winner is its pick
+    std::optional<DeterministicPick> kept;  ///< a faster pick another process wrote meanwhile, kept over it
+  };
+  /// A --deterministic session's winner (`winner`) as the deterministic pick
+  /// of its key's entry, where that entry's config sums by atomics
+  /// (`atomic`); nothing is written where no such entry is there. It
+  /// replaces the pick the session read (`seen`); a pick another process
+  /// wrote since never competed with it, and the faster of the two stays,
+  /// as put_winner keeps the better entry.
+  PickPut put_deterministic_pick(const Entry& winner, const std::vector<Entry>& seen,
+                                 const std::function<bool(const nlohmann::json& config)>& atomic);
   /// Runs `change` on the entries under the lock and writes the result
   /// atomically if it returns true. A symlinked cache is written through to
   /// its target, whose `<target>.lock` is taken. Throws kCache (file

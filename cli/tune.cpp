@@ -254,7 +254,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::string tops;
     std::string method;
     std::vector<std::string> logs, previous_logs, failed;
-    std::size_t kept_others = 0;  // winners not written: the entry another process wrote meanwhile was better
+    std::size_t kept_others = 0;  // winners not written: what another process wrote meanwhile was better
     // A stop signal ends the session after its evaluation under way: its best so far goes into the cache, the
     // kernels after it are left for --resume.
     // The handler writes it as it is: made before it is installed, alive while it is.
@@ -378,19 +378,17 @@ void add_tune_command(CLI::App& app, Global& global) {
       // A deterministic session's winner goes beside a faster one by atomics, as its deterministic pick.
       bool beside = false;
       std::optional<cache::Entry> other;  // an entry another process wrote meanwhile, kept over the winner
+      std::optional<cache::DeterministicPick> other_pick;  // and such a deterministic pick
       try {
         const cache::Entry entry = tuner::cache_entry(family, problem, runner->device(), summary);
-        if (tune.deterministic)
-          cache_file.update([&](std::vector<cache::Entry>& entries) {
-            for (auto& e : entries)
-              if (e.key.identity() == entry.key.identity() && !deterministic_config(family, e.config)) {
-                e.deterministic = cache::DeterministicPick{entry.config, entry.time_ms};
-                beside = true;
-              }
-            return beside;
-          });
+        if (tune.deterministic) {
+          const auto put = cache_file.put_deterministic_pick(
+              entry, cached, [&](const nlohmann::json& config) { return !deterministic_config(family, config); });
+          beside = put.beside;
+          other_pick = put.kept;
+        }
         if (!beside) other = cache_file.put_winner(entry, cached);
-        if (other) ++kept_others;
+        if (other || other_pick) ++kept_others;
       } catch (const Error& e) {  // a full disk: the winner and where the measurements are kept
         if (e.kind() != ErrorKind::kIo) throw;
         throw_error(ErrorKind::kIo,
@@ -410,7 +408,13 @@ void add_tune_command(CLI::App& app, Global& global) {
                             "the better measured of two, and this session's winner is not written\n",
                             family.name(), problem.key(), opts->cache, other->config.dump(), other->time_ms,
                             other->p20_ms, other->p80_ms);
-      if (beside && print != env::PrintLevel::kQuiet && !global.json)
+      if (other_pick && print != env::PrintLevel::kQuiet && !global.json)
+        tops += fmt::format("{} on {}: {} holds the deterministic pick {} at {:.4f} ms, written by another process "
+                            "during this session, which did not measure it; it is kept, the faster of the two, and "
+                            "this session's winner is not written\n",
+                            family.name(), problem.key(), opts->cache, other_pick->config.dump(),
+                            other_pick->time_ms);
+      else if (beside && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: the winner goes into {} as the deterministic pick beside the entry's config, "
                             "which sums by atomics\n",
                             family.name(), problem.key(), opts->cache);
@@ -430,7 +434,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                  : nlohmann::json()},
                          {"finalists", tuner::finalists_json(summary)}, {"tied", summary.tied},
                          {"deterministic_search", tune.deterministic},
-                         {"written_as", beside ? "deterministic pick" : other ? "none" : "entry"},
+                         {"written_as", other || other_pick ? "none" : beside ? "deterministic pick" : "entry"},
                          {"deterministic", fixed ? nlohmann::json{{"config", fixed->config.to_json()},
                                                                   {"time_ms", fixed->result.timing->median_ms}}
                                                  : nlohmann::json()},
@@ -473,7 +477,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                         results.size() - kept_others == 1 ? "" : "s", opts->cache);
       const std::string others =
           kept_others == 0 ? ""
-                           : fmt::format(" ({} kept the entry another process wrote meanwhile)", kept_others);
+                           : fmt::format(" ({} kept what another process wrote meanwhile)", kept_others);
       std::cout << fmt::format("{}{}; session log{} {}\n", written, others, logs.size() == 1 ? "" : "s", where);
       if (!previous_logs.empty())
         std::cout << fmt::format("the previous session's log{} kept as {}\n", previous_logs.size() == 1 ? "" : "s",

@@ -383,6 +383,52 @@ TEST_CASE("a tuning session's winner replaces the entry it competed with, not a 
   CHECK(file.load()[0].config == faster.config);
 }
 
+TEST_CASE("a deterministic session's winner replaces the pick it read beside an entry by atomics, not a faster one "
+          "another process wrote meanwhile",
+          "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-put-pick");
+  CacheFile file(dir / "tuned.json");
+  const std::string problem = "f32;numel=8;tensors=4";
+  const auto atomic = [](const nlohmann::json& config) { return config.at("block") == 64; };
+  Entry winner = make_entry(problem, 8, 2.0);
+  winner.config = {{"block", 128}, {"vec", 1}};
+  // No entry by atomics for the key: nothing is written, the winner goes in as an entry (put_winner).
+  auto put = file.put_deterministic_pick(winner, {}, atomic);
+  CHECK_FALSE(put.beside);
+  CHECK(file.load().empty());
+  Entry by_atomics = make_entry(problem, 8, 1.0);
+  by_atomics.config = {{"block", 64}, {"vec", 1}};
+  by_atomics.deterministic = DeterministicPick{{{"block", 32}, {"vec", 1}}, 1.5};
+  file.put(by_atomics);
+  // The session read the entry with its faster pick (1.5 ms) and found a slower winner: the newer tuning wins.
+  const std::vector<Entry> seen = file.load();
+  put = file.put_deterministic_pick(winner, seen, atomic);
+  CHECK(put.beside);
+  CHECK_FALSE(put.kept);
+  REQUIRE(file.load()[0].deterministic);
+  CHECK(file.load()[0].deterministic->config == winner.config);
+  CHECK(file.load()[0].config == by_atomics.config);
+  // Another session wrote a faster pick after this one read the file: it never competed, and it stays.
+  const auto write_pick = [&](const DeterministicPick& pick) {
+    file.update([&](std::vector<Entry>& entries) {
+      entries.at(0).deterministic = pick;
+      return true;
+    });
+  };
+  const DeterministicPick faster{{{"block", 256}, {"vec", 2}}, 0.75};
+  write_pick(faster);
+  put = file.put_deterministic_pick(winner, seen, atomic);
+  CHECK(put.beside);
+  REQUIRE(put.kept);
+  CHECK(put.kept->time_ms == 0.75);
+  CHECK(file.load()[0].deterministic->config == faster.config);
+  // A slower one written meanwhile goes.
+  write_pick({{{"block", 512}, {"vec", 4}}, 3.0});
+  put = file.put_deterministic_pick(winner, seen, atomic);
+  CHECK_FALSE(put.kept);
+  CHECK(file.load()[0].deterministic->config == winner.config);
+}
+
 TEST_CASE("merge: a one-sample entry, whose spread is 0, does not win over a measured one it overlaps", "[cache]") {
   Entry measured = make_entry("f32;numel=8;tensors=4", 8, 280.0);
   measured.p20_ms = 270;
