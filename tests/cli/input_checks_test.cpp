@@ -642,11 +642,12 @@ TEST_CASE("CLI: an emulation compile killed before it cleaned up leaves nothing 
 TEST_CASE("CLI: an emulation compile whose files another process removed is compiled again, not failed", "[cli]") {
   namespace fs = std::filesystem;
   const auto dir = ktune::test::scratch_dir("cli-emu-cleaned");
-  // A host compiler whose first compile finds the objects' folder emptied under it, as `ktune cache clean` or a
-  // cron job does to a running tune.
+  // A host compiler whose first compile of an object finds the objects' folder emptied under it, as `ktune cache
+  // clean` or a cron job does to a running tune (the precompiled prelude, made before it, goes too).
   const auto cxx = dir / "cxx";
   std::ofstream(cxx) << "#!/bin/sh\n"
                         "case \"$1\" in --version) exec c++ --version;; esac\n"
+                        "case \"$*\" in *c++-header*) exec c++ \"$@\";; esac\n"
                         "[ -e " << (dir / "once").string() << " ] || { touch " << (dir / "once").string()
                      << "; rm -rf " << (dir / "cache" / "emu").string() << "; }\n"
                         "exec c++ \"$@\"\n";
@@ -657,6 +658,41 @@ TEST_CASE("CLI: an emulation compile whose files another process removed is comp
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("PASS") && !Catch::Contains("host compiler failed"));
   CHECK(fs::exists(dir / "once"));
+}
+
+TEST_CASE("CLI: emulation objects are compiled against the prelude precompiled once", "[cli]") {
+  namespace fs = std::filesystem;
+  const auto dir = ktune::test::scratch_dir("cli-emu-prelude");
+  // A host compiler that says which headers each compile reads (-H: "! name.gch" for a precompiled one).
+  const auto cxx = dir / "cxx";
+  std::ofstream(cxx) << "#!/bin/sh\n"
+                        "case \"$1\" in --version) exec c++ --version;; esac\n"
+                        "case \"$*\" in *c++-header*) echo header >> " << (dir / "headers").string() << ";; esac\n"
+                        "exec c++ -H \"$@\" 2>> " << (dir / "read").string() << "\n";
+  fs::permissions(cxx, fs::perms::owner_all);
+  const std::string run = "KTUNE_HOST_CXX=" + cxx.string() + " KTUNE_CACHE_DIR=" + (dir / "cache").string() + " " +
+                          ktune_exe().string() + " run --backend emu --family ";
+  std::string out;
+  CHECK(run_command(run + "prim_neg", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  CHECK(run_command(run + "prim_exp", &out) == 0);  // another process: the same precompiled prelude
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  std::vector<std::string> precompiled;
+  std::size_t objects = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "cache" / "emu")) {
+    if (entry.path().extension() == ".gch") precompiled.push_back(entry.path().string());
+    objects += entry.path().extension() == ".so";
+  }
+  REQUIRE(precompiled.size() == 1);
+  CHECK(ktune::read_file(dir / "headers") == "header\n");
+  // Each object's compile read it, not the prelude's text.
+  const std::string read = ktune::read_file(dir / "read");
+  std::size_t used = 0;
+  for (std::size_t at = read.find("! " + precompiled[0] + "\n"); at != std::string::npos;
+       at = read.find("! " + precompiled[0] + "\n", at + 1))
+    ++used;
+  CHECK(objects >= 2);
+  CHECK(used == objects);
 }
 
 TEST_CASE("CLI: emulation objects are not loaded from a cache folder other users may write to", "[cli]") {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -64,10 +65,13 @@ const std::string& compiler_version() {
   return version;
 }
 
+/// Whether the host compiler is clang (which spells some options its own way, and reads no .gch by name).
+bool host_is_clang() { return compiler_version().find("clang") != std::string::npos; }
+
 /// The host compiler's flags: kFlags and the bounds check it spells its way.
 const std::string& compile_flags() {
   static const std::string flags = [] {
-    const bool clang = compiler_version().find("clang") != std::string::npos;
+    const bool clang = host_is_clang();
     return std::string(kFlags) + (clang ? " -fsanitize=array-bounds" : " -fsanitize=bounds") +
            (clang ? kLineTablesClang : kLineTablesGcc);
   }();
@@ -185,20 +189,22 @@ void remove_orphans(const fs::path& dir) {
   }
 }
 
-/// Throws kCompile with the host compiler's log for `rendered`.
-[[noreturn]] void compile_failed(const templates::Rendered& rendered, const std::string& log) {
-  const std::string kernel = rendered.kernels.empty() ? "(no kernel)" : rendered.kernels.front();
-  throw_error(ErrorKind::kCompile, fmt::format("host compiler failed on {} ({} {}): {}", kernel, env::host_cxx(),
-                                               compile_flags(), log_head(log)));
+/// Makes the objects' folder where it is missing, writable by its owner alone whatever the umask: objects are not
+/// loaded from a folder every user may write to.
+void make_object_folder(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::create_directories(dir, ec)) fs::permissions(dir, fs::perms::others_write, fs::perm_options::remove, ec);
 }
 
-}  // namespace
+/// What every object starts with: kt.cuh's host half (kt_emu.hpp and the standard headers it includes).
+const std::string& emulation_prelude() {
+  static const std::string prelude = "#define KT_EMULATION 1\n" + templates::expand_includes("common/kt_emu.hpp");
+  return prelude;
+}
 
-std::string emulation_source(const templates::Rendered& rendered) {
-  std::string s = "// Emulation translation unit: kt.cuh's host half, the rendered source, trampolines.\n";
-  s += "#define KT_EMULATION 1\n";
-  s += templates::expand_includes("common/kt_emu.hpp");
-  s += "#line 1 \"rendered.cu\"\n";
+/// What follows the prelude: the rendered source and its trampolines.
+std::string emulation_body(const templates::Rendered& rendered) {
+  std::string s = "#line 1 \"rendered.cu\"\n";
   s += rendered.source;
   s += "\n// ---- trampolines: kernelParams-style argument arrays to typed calls\n";
   s += "namespace kt::emu {\n"
@@ -233,6 +239,66 @@ std::string emulation_source(const templates::Rendered& rendered) {
                      i, rendered.kernels[i]);
   }
   return s;
+}
+
+/// The prelude as a header beside the objects, precompiled (GCC's <header>.gch, which it reads in place of the
+/// header's text where the compiler and options are those it was made with, and else ignores): an object's compile
+/// then parses its kernel alone, not the prelude's ~90 KB again. The header's path, made once per process and
+/// folder; none with clang, or where it could not be made (the object is then compiled from the whole text).
+std::optional<fs::path> precompiled_prelude(const fs::path& dir) {
+  if (host_is_clang()) return std::nullopt;
+  static std::mutex mutex;
+  static std::map<fs::path, fs::path> made;
+  std::lock_guard lock(mutex);
+  const std::string key =
+      Hasher().add(emulation_prelude()).add(compile_flags()).add(compiler_version()).hex().substr(0, 16);
+  const fs::path header = dir / ("prelude-" + key + ".hpp"), pch = dir / ("prelude-" + key + ".hpp.gch");
+  require_unshared(header, "the precompiled prelude");
+  require_unshared(pch, "the precompiled prelude");
+  std::error_code ec;
+  if (auto it = made.find(dir); it != made.end() && it->second == header && fs::exists(pch, ec)) return header;
+  make_object_folder(dir);
+  if (!fs::exists(header, ec)) {
+    try {
+      write_file_atomic(header, emulation_prelude());
+    } catch (const Error&) {
+      return std::nullopt;  // the folder removed under it, or full: the whole text then
+    }
+  }
+  if (!fs::exists(pch, ec)) {
+    static std::atomic<int> counter{0};
+    const fs::path tmp = dir / fmt::format("tmp-{}-{}-{}.hpp.gch", key.substr(0, 8), ::getpid(), counter++);
+    std::string log;
+    // The objects' options, as a header's: `-x c++-header` for `-x c++` (g++ takes no second -x for the same
+    // file: it compiled and linked the header), without -shared (which links).
+    std::string flags = compile_flags();
+    flags.replace(flags.find("-x c++ "), 7, "-x c++-header ");
+    flags.erase(flags.find(" -shared"), 8);
+    const int rc = run_capture(fmt::format("{} {} -o {} {}", shell_quote(env::host_cxx()), flags, shell_quote(tmp),
+                                           shell_quote(header)),
+                               log);
+    if (rc == 0 && fs::exists(header, ec)) fs::rename(tmp, pch, ec);
+    if (rc != 0 || ec || !fs::exists(pch, ec)) {
+      fs::remove(tmp, ec);
+      return std::nullopt;
+    }
+  }
+  made[dir] = header;
+  return header;
+}
+
+/// Throws kCompile with the host compiler's log for `rendered`.
+[[noreturn]] void compile_failed(const templates::Rendered& rendered, const std::string& log) {
+  const std::string kernel = rendered.kernels.empty() ? "(no kernel)" : rendered.kernels.front();
+  throw_error(ErrorKind::kCompile, fmt::format("host compiler failed on {} ({} {}): {}", kernel, env::host_cxx(),
+                                               compile_flags(), log_head(log)));
+}
+
+}  // namespace
+
+std::string emulation_source(const templates::Rendered& rendered) {
+  return "// Emulation translation unit: kt.cuh's host half, the rendered source, trampolines.\n" +
+         emulation_prelude() + emulation_body(rendered);
 }
 
 unsigned char* Module::thread_block() const {
@@ -298,17 +364,27 @@ std::shared_ptr<const Module> load_module(const templates::Rendered& rendered) {
   for (int attempt = 1; !module; ++attempt) {
     static std::atomic<int> counter{0};
     std::error_code ec;
-    // Writable by its owner alone whatever the umask: objects are not loaded from a folder every user may write to.
-    if (fs::create_directories(dir, ec)) fs::permissions(dir, fs::perms::others_write, fs::perm_options::remove, ec);
+    const auto prelude = precompiled_prelude(dir);
+    make_object_folder(dir);
     static std::once_flag swept;
     std::call_once(swept, remove_orphans, dir);
     const std::string stem = fmt::format("tmp-{}-{}-{}", key.substr(0, 8), ::getpid(), counter++);
     const fs::path src = dir / (stem + ".cpp"), obj = dir / (stem + ".so");
-    write_file_atomic(src, source);
-    std::string log;
     const std::string command = fmt::format("{} {} -o {} {}", shell_quote(env::host_cxx()), compile_flags(),
                                             shell_quote(obj), shell_quote(src));
-    const int rc = run_capture(command, log);
+    std::string log;
+    int rc = -1;
+    // The same object from the precompiled prelude where there is one; from the whole text where there is none,
+    // or where that compile fails (its log then says what the whole text's does).
+    if (prelude) {
+      write_file_atomic(src, fmt::format("#include \"{}\"\n", prelude->string()) + emulation_body(rendered));
+      rc = run_capture(command, log);
+    }
+    if (!prelude || (rc != 0 && fs::exists(src, ec))) {
+      log.clear();
+      write_file_atomic(src, source);
+      rc = run_capture(command, log);
+    }
     bool removed = !fs::exists(src, ec) || (rc == 0 && !fs::exists(obj, ec));
     if (rc == 0 && !removed) {
       try {
