@@ -11,6 +11,7 @@
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "base/hash.hpp"
+#include "base/json_output.hpp"
 #include "base/thread_pool.hpp"
 #include "tuner/cuda/check.hpp"
 
@@ -111,7 +112,8 @@ void store_cached(const fs::path& dir, const CompileResult& r) {
                          {"cubin_hash", hash_hex(r.cubin)}, {"log", r.log}, {"kernels", nlohmann::json::array()}};
   for (const auto& k : r.kernels) meta["kernels"].push_back(to_json(k));
   write_file_atomic(dir / (r.key + ".cubin"), r.cubin);
-  write_file_atomic(dir / (r.key + ".json"), meta.dump(1));
+  // The log quotes source lines, which may be in another encoding than UTF-8 (a Latin-1 comment under a warning).
+  write_file_atomic(dir / (r.key + ".json"), dump_json(meta, 1));
 }
 
 std::string program_log(nvrtcProgram prog) {

@@ -151,6 +151,21 @@ TEST_CASE("binary cache: miss, hit, corrupt entry, other arch", "[compile]") {
   }
 }
 
+TEST_CASE("binary cache: a log that quotes a source line not in UTF-8 is stored and read back", "[compile]") {
+  const auto dir = test::scratch_dir("cubin");
+  const Compiler compiler(dir.string(), true);
+  templates::Rendered r;
+  // NVRTC warns of the unused variable and quotes its line, Latin-1 comment and all.
+  r.source = "__global__ void k(float* x) {\n  int unused = 0;  // caf\xe9" "\n  x[0] = 1;\n}\n";
+  r.kernels = {"k"};
+  const auto first = compiler.compile(r, "sm_90");
+  REQUIRE(first.ok);
+  CHECK(first.log.find("caf\xe9") != std::string::npos);
+  const auto second = compiler.compile(r, "sm_90");
+  CHECK(second.cache_hit);
+  CHECK(second.cubin == first.cubin);
+}
+
 TEST_CASE("binary cache: concurrent writers of the same entry leave one valid entry", "[compile]") {
   const auto dir = test::scratch_dir("cubin");
   std::vector<std::thread> threads;
