@@ -15,6 +15,7 @@
 
 #include "base/error.hpp"
 #include "base/host_memory.hpp"
+#include "base/json_output.hpp"
 #include "tuner/cuda/driver.hpp"
 
 namespace ktune::tuner {
@@ -97,7 +98,7 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
     if (cuda_before_fork)
       why += " (this process had initialised CUDA before it forked the worker, and CUDA does not carry over "
              "fork(): create the isolated runner before the process's first GPU work)";
-    send_message(out, nlohmann::json{{"error", why}, {"kind", static_cast<int>(e.kind())}}.dump());
+    send_message(out, dump_json(nlohmann::json{{"error", why}, {"kind", static_cast<int>(e.kind())}}));
     ::_exit(0);
   }
   for (;;) {
@@ -124,7 +125,8 @@ const Family& resolve(const std::string& name, const std::vector<const Family*>&
     } catch (const std::exception& e) {
       reply = {{"error", e.what()}, {"kind", static_cast<int>(ErrorKind::kInternal)}};
     }
-    if (!send_message(out, reply.dump()) || restart) ::_exit(0);
+    // A failure may quote a compiler's log, in whatever encoding the kernel source is.
+    if (!send_message(out, dump_json(reply)) || restart) ::_exit(0);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "base/error.hpp"
 #include "base/files.hpp"
 #include "base/json_input.hpp"
+#include "base/json_output.hpp"
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "search/winner.hpp"
@@ -79,7 +80,7 @@ class SessionLog {
   }
   void append(const nlohmann::json& j) {
     if (path_.empty()) return;
-    out_ << j.dump() << "\n";
+    out_ << dump_json(j) << "\n";  // a failure may quote a compiler's log, in whatever encoding the source is
     out_.flush();
     if (!out_) throw_error(ErrorKind::kIo, fmt::format("cannot write session log {}: {}", path_, std::strerror(errno)));
   }

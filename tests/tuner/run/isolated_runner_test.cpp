@@ -2,7 +2,8 @@
 // after a sticky CUDA error: once a variant ends in an illegal address,
 // everything that process runs afterwards fails with it. The worker must be
 // restarted after such a failure, so the variants after it run in a fresh
-// process (the GPU twin: a real fault needs a device).
+// process (the GPU twin: a real fault needs a device). Also what comes back
+// from a worker whose failure is not UTF-8.
 #include "tuner/run/isolated_runner.hpp"
 
 #include <catch2/catch.hpp>
@@ -42,7 +43,38 @@ class StickyRunner final : public Runner {
   bool poisoned_ = false;
 };
 
+/// Fails every run with `failure`.
+class FailingRunner final : public Runner {
+ public:
+  explicit FailingRunner(std::string failure) : failure_(std::move(failure)) {}
+  std::string backend() const override { return "gpu"; }
+  const DeviceLimits& device() const override { return device_; }
+  RunResult run(const Family&, const Config&, const Problem&, const RunOptions&) override {
+    RunResult r;
+    r.failure = failure_;
+    return r;
+  }
+
+ private:
+  DeviceLimits device_;
+  std::string failure_;
+};
+
 }  // namespace
+
+TEST_CASE("isolated runner: a failure that quotes a source line not in UTF-8 comes back as the result",
+          "[session]") {
+  // A compiler's error quotes the line it is about, here with a Latin-1 comment.
+  auto runner = make_isolated_runner(
+      [] { return std::make_unique<FailingRunner>("compile: kernel.cu(4): error: bad // caf\xe9"); });
+  const auto& family = templates::find_family("adamw");
+  const Problem problem = family.problem_classes().front();
+  RunOptions o;
+  o.validate = false;
+  const RunResult r = runner->run(family, family.default_config(problem), problem, o);
+  CHECK_FALSE(r.ok);
+  CHECK_THAT(r.failure, Catch::StartsWith("compile: kernel.cu(4): error: bad // caf"));
+}
 
 TEST_CASE("isolated runner: after a CUDA error the worker is restarted, so the next variant runs clean",
           "[session]") {

@@ -42,7 +42,7 @@ class ScriptedRunner final : public Runner {
     order.push_back(c);
     RunResult r;
     if (c.has("threads") && c.at("threads") == 1024) {
-      r.failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";
+      r.failure = failure;
       return r;
     }
     r.ok = true;
@@ -61,6 +61,7 @@ class ScriptedRunner final : public Runner {
   std::function<double(const Config&)> time_of = [](const Config& c) {
     return 1.0 + std::abs(c.at("threads") - 256) / 256.0 + (4 - c.at("vec")) * 0.1;
   };
+  std::string failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";  // of threads == 1024
   bool noisy = false;
   int calls = 0;
   std::set<Config> seen;
@@ -92,6 +93,22 @@ TEST_CASE("an exhaustive session finds the fastest config and survives failing v
   REQUIRE(read.winner.is_object());
   CHECK(Config::from_json(read.winner.at("config")) == s.best->config);
   CHECK(read.winner.at("time_ms") == s.best->result.timing->median_ms);
+}
+
+TEST_CASE("a failure that quotes a source line not in UTF-8 goes into the session log", "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  ScriptedRunner runner;
+  // A compiler's error quotes the line it is about, here with a Latin-1 comment.
+  runner.failure = "compile: kernel.cu:4:21: error: '__fns' was not declared in this scope // caf\xe9";
+  TuneOptions o;
+  o.run.time = true;
+  o.log_path = (test::scratch_dir("session") / "log.jsonl").string();
+  const auto s = tune(family, problem, runner, o);
+  CHECK(s.best);
+  CHECK(s.failures == 3);
+  const auto read = read_session_log(o.log_path);
+  CHECK(read.records.size() == family.space().size());
 }
 
 TEST_CASE("a tie with the default goes to the default, judged on the same samples", "[session]") {
