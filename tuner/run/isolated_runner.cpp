@@ -191,7 +191,13 @@ class IsolatedRunner final : public Runner {
       if (::getppid() != parent) ::_exit(0);  // it died before the line above
       ::close(down[1]);
       ::close(up[0]);
-      worker_main(down[0], up[1], make_inner_, options_.extra_families, cuda_before_fork);
+      try {
+        worker_main(down[0], up[1], make_inner_, options_.extra_families, cuda_before_fork);
+      } catch (...) {
+        // Ends here: unwound further, it would run the parent's destructors in this copy of its stack (a lock
+        // file of the parent's removed, a file it is writing deleted) and go on as the parent.
+      }
+      ::_exit(1);
     }
     ::close(down[0]);
     ::close(up[1]);

@@ -3,11 +3,14 @@
 // everything that process runs afterwards fails with it. The worker must be
 // restarted after such a failure, so the variants after it run in a fresh
 // process (the GPU twin: a real fault needs a device). Also what comes back
-// from a worker whose failure is not UTF-8.
+// from a worker whose failure is not UTF-8, or that throws.
 #include "tuner/run/isolated_runner.hpp"
 
 #include <catch2/catch.hpp>
+#include <filesystem>
 
+#include "base/files.hpp"
+#include "support.hpp"
 #include "templates/family.hpp"
 
 namespace tuner_run_isolated_runner_test {
@@ -43,13 +46,14 @@ class StickyRunner final : public Runner {
   bool poisoned_ = false;
 };
 
-/// Fails every run with `failure`.
+/// Fails every run with `failure`, or throws what no runner should (`thrown`).
 class FailingRunner final : public Runner {
  public:
-  explicit FailingRunner(std::string failure) : failure_(std::move(failure)) {}
+  explicit FailingRunner(std::string failure, bool thrown = false) : failure_(std::move(failure)), thrown_(thrown) {}
   std::string backend() const override { return "gpu"; }
   const DeviceLimits& device() const override { return device_; }
   RunResult run(const Family&, const Config&, const Problem&, const RunOptions&) override {
+    if (thrown_) throw 42;
     RunResult r;
     r.failure = failure_;
     return r;
@@ -58,6 +62,7 @@ class FailingRunner final : public Runner {
  private:
   DeviceLimits device_;
   std::string failure_;
+  bool thrown_;
 };
 
 }  // namespace
@@ -74,6 +79,22 @@ TEST_CASE("isolated runner: a failure that quotes a source line not in UTF-8 com
   const RunResult r = runner->run(family, family.default_config(problem), problem, o);
   CHECK_FALSE(r.ok);
   CHECK_THAT(r.failure, Catch::StartsWith("compile: kernel.cu(4): error: bad // caf"));
+}
+
+TEST_CASE("isolated runner: what a worker throws ends the worker and is not unwound into the parent's objects",
+          "[session]") {
+  // The parent holds a lock file: a worker that went on unwinding the stack it shares with the parent would
+  // run the lock's destructor, which removes the file.
+  const auto lock_file = test::scratch_dir("isolated") / "held.lock";
+  const FileLock held(lock_file);
+  auto runner = make_isolated_runner([] { return std::make_unique<FailingRunner>("", true); });
+  const auto& family = templates::find_family("adamw");
+  const Problem problem = family.problem_classes().front();
+  RunOptions o;
+  o.validate = false;
+  const RunResult r = runner->run(family, family.default_config(problem), problem, o);
+  CHECK_THAT(r.failure, Catch::StartsWith("crashed: worker exited with status 1"));
+  CHECK(std::filesystem::exists(lock_file));
 }
 
 TEST_CASE("isolated runner: after a CUDA error the worker is restarted, so the next variant runs clean",
