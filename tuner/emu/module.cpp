@@ -35,7 +35,10 @@ namespace fs = std::filesystem;
 // (never the sanitizer runtime's) and fails the block, as a GPU would fault.
 // So does an index outside an array of known size (-fsanitize=bounds; clang++
 // names the check that calls a hook array-bounds, its local-bounds traps).
-constexpr const char* kFlags = "-x c++ -std=c++20 -O1 -fPIC -shared -fvisibility=hidden -w -fsanitize=alignment";
+// An object's flags are "-x c++ <kFlags> -shared <kCodeFlags>"; the precompiled prelude's "-x c++-header <kFlags>
+// <kCodeFlags>" (g++ takes no second -x for one file, and -shared would link the header).
+constexpr const char* kFlags = "-std=c++20 -O1 -fPIC";
+constexpr const char* kCodeFlags = "-fvisibility=hidden -w -fsanitize=alignment";
 // Line tables alone (no variables): a fault's instruction maps to its line of the rendered source (source_line).
 constexpr const char* kLineTablesGcc = " -g1";
 constexpr const char* kLineTablesClang = " -gline-tables-only";
@@ -68,13 +71,17 @@ const std::string& compiler_version() {
 /// Whether the host compiler is clang (which spells some options its own way, and reads no .gch by name).
 bool host_is_clang() { return compiler_version().find("clang") != std::string::npos; }
 
-/// The host compiler's flags: kFlags and the bounds check it spells its way.
+/// The host compiler's flags for an object, or for the precompiled prelude (`header`): kFlags, kCodeFlags, and
+/// the bounds check and line tables it spells its way.
+std::string host_flags(bool header) {
+  const bool clang = host_is_clang();
+  return fmt::format("{} {}{} {}", header ? "-x c++-header" : "-x c++", kFlags, header ? "" : " -shared", kCodeFlags) +
+         (clang ? " -fsanitize=array-bounds" : " -fsanitize=bounds") + (clang ? kLineTablesClang : kLineTablesGcc);
+}
+
+/// An object's flags.
 const std::string& compile_flags() {
-  static const std::string flags = [] {
-    const bool clang = host_is_clang();
-    return std::string(kFlags) + (clang ? " -fsanitize=array-bounds" : " -fsanitize=bounds") +
-           (clang ? kLineTablesClang : kLineTablesGcc);
-  }();
+  static const std::string flags = host_flags(false);
   return flags;
 }
 
@@ -269,13 +276,8 @@ std::optional<fs::path> precompiled_prelude(const fs::path& dir) {
     static std::atomic<int> counter{0};
     const fs::path tmp = dir / fmt::format("tmp-{}-{}-{}.hpp.gch", key.substr(0, 8), ::getpid(), counter++);
     std::string log;
-    // The objects' options, as a header's: `-x c++-header` for `-x c++` (g++ takes no second -x for the same
-    // file: it compiled and linked the header), without -shared (which links).
-    std::string flags = compile_flags();
-    flags.replace(flags.find("-x c++ "), 7, "-x c++-header ");
-    flags.erase(flags.find(" -shared"), 8);
-    const int rc = run_capture(fmt::format("{} {} -o {} {}", shell_quote(env::host_cxx()), flags, shell_quote(tmp),
-                                           shell_quote(header)),
+    const int rc = run_capture(fmt::format("{} {} -o {} {}", shell_quote(env::host_cxx()), host_flags(true),
+                                           shell_quote(tmp), shell_quote(header)),
                                log);
     if (rc == 0 && fs::exists(header, ec)) fs::rename(tmp, pch, ec);
     if (rc != 0 || ec || !fs::exists(pch, ec)) {
