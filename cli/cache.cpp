@@ -146,13 +146,13 @@ Usage clean_folder(const std::filesystem::path& dir, Usage& kept) {
     if (!folder && e == std::errc::no_such_file_or_directory) continue;  // gone meanwhile: a lock let go
     const Usage u = folder ? usage_of(it->path()) : Usage{1, e ? 0 : size};
     const auto remove = [&] {
-      if (!folder && (temp_file_in_progress(name) || tuner::emu::compile_in_progress(name))) return false;
-      if (!folder && !name.ends_with(".lock")) {
-        // Removed under its lock, taken at once: a session that starts after the look (its log replaced anew)
-        // finds the lock held, and its new log is not removed under it.
-        return remove_unless_locked(it->path());
+      if (!folder) {
+        if (temp_file_in_progress(name) || tuner::emu::compile_in_progress(name)) return false;
+        // A file that is not a lock is removed under its lock, taken at once: a session that starts after the
+        // look (its log replaced anew) finds the lock held, and its new log is not removed under it.
+        if (!name.ends_with(".lock")) return remove_unless_locked(it->path());
+        if (lock_held(it->path())) return false;
       }
-      if (!folder && lock_held(it->path())) return false;
       fs::remove_all(it->path(), e);
       KTUNE_REQUIRE(gone(e), fmt::format("cannot remove {}: {}", it->path().string(), e.message()));
       return true;
