@@ -30,6 +30,11 @@ class Evaluator {
   virtual const Space& space() const = 0;
   /// Static constraints: a config for which this is false is never evaluated.
   virtual bool is_valid(const Config& config, std::string* why = nullptr) const = 0;
+  /// is_valid of the config whose values sit at these positions of their domains, in the order of
+  /// space().params() (a search's point, search/sampling.hpp). The default builds the config and asks is_valid;
+  /// an evaluator that keeps its records by position answers without building it (a strategy asks this of
+  /// thousands of candidates per proposal).
+  virtual bool is_valid_at(const std::vector<int>& positions) const;
   virtual Outcome evaluate(const Config& config) = 0;
   /// How many points of the space are valid, where known (0: not known): the
   /// share of the space a search has covered, for its estimate of the time left.

@@ -8,6 +8,7 @@
 
 #include "base/error.hpp"
 #include "search/kernel_tuner_format.hpp"
+#include "search/sampling.hpp"
 #include "search/winner.hpp"
 
 namespace ktune::search {
@@ -112,6 +113,11 @@ bool ReplayEvaluator::is_valid(const Config& config, std::string* why) const {
   if (index && records_.count(*index)) return true;
   if (why) *why = "not recorded in the replay file";
   return false;
+}
+
+bool ReplayEvaluator::is_valid_at(const std::vector<int>& positions) const {
+  // Records are keyed by Space::index_of, the positions' mixed-radix index.
+  return positions.size() == space_.params().size() && records_.count(index_of(space_, positions)) != 0;
 }
 
 Outcome ReplayEvaluator::evaluate(const Config& config) {

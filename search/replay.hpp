@@ -28,6 +28,7 @@ class ReplayEvaluator final : public Evaluator {
   /// True for every config recorded in the file (failures included); configs
   /// absent from the file are invalid.
   bool is_valid(const Config& config, std::string* why = nullptr) const override;
+  bool is_valid_at(const std::vector<int>& positions) const override;
   /// The recorded result: time (ms, mean of the recorded repetitions as Kernel
   /// Tuner stores it), p20/p80 of its repetitions, and cost_s = recorded
   /// compile + verification + benchmark time. Recorded failures fail with

@@ -100,8 +100,15 @@ bool valid(const StrategyContext& context, const Config& config) {
   return context.evaluator == nullptr || context.evaluator->is_valid(config);
 }
 
+bool Evaluator::is_valid_at(const std::vector<int>& positions) const {
+  return is_valid(config_of(space(), positions));
+}
+
 bool valid(const StrategyContext& context, const Point& point) {
-  return valid(context, config_of(*context.space, point));
+  if (context.evaluator == nullptr) return true;
+  // The point's positions are in the evaluator's space when the context's space is that one (the usual case).
+  if (context.space == &context.evaluator->space()) return context.evaluator->is_valid_at(point);
+  return context.evaluator->is_valid(config_of(*context.space, point));
 }
 
 std::optional<Point> random_valid_point(const StrategyContext& context, Rng& rng, int tries) {

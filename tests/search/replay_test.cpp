@@ -12,6 +12,7 @@
 #include "base/files.hpp"
 #include "search/kernel_tuner_format.hpp"
 #include "search/replay_study.hpp"
+#include "search/sampling.hpp"
 #include "search/search.hpp"
 #include "search/stop.hpp"
 #include "search/support_search.hpp"
@@ -47,6 +48,33 @@ TEST_CASE("replay: recorded space, times, failures and costs", "[search][replay]
   CHECK_FALSE(eval->is_valid(absent, &why));
   CHECK_THAT(why, Catch::Contains("not recorded"));
   CHECK(eval->fraction_of_optimum(eval->optimum_ms()) == 1.0);
+}
+
+TEST_CASE("replay: validity by a point's positions is validity by its config, at every point", "[search][replay]") {
+  ReplayEvaluator* eval = ktune::test::replay_dataset("convolution_milo_A100");
+  if (eval == nullptr) {
+    WARN("replay datasets not found; skipping");
+    return;
+  }
+  const ktune::Space& space = eval->space();
+  std::uint64_t valid_points = 0;
+  for (std::uint64_t i = 0; i < space.size(); ++i) {
+    const Point p = point_at(space, i);
+    const bool by_config = eval->is_valid(config_of(space, p));
+    INFO(config_of(space, p).str());
+    REQUIRE(eval->is_valid_at(p) == by_config);
+    REQUIRE(eval->Evaluator::is_valid_at(p) == by_config);  // the default, through the config
+    valid_points += by_config;
+  }
+  CHECK(valid_points == eval->recorded());
+  // What a strategy asks: through the context, with the evaluator's space or another object equal to it.
+  const ktune::Space copy = space;
+  for (const ktune::Space* s : {&space, &copy}) {
+    const StrategyContext context{s, eval, 1};
+    std::uint64_t n = 0;
+    for (std::uint64_t i = 0; i < space.size(); ++i) n += valid(context, point_at(space, i));
+    CHECK(n == eval->recorded());
+  }
 }
 
 TEST_CASE("replay study: quartiles per budget", "[search][replay]") {
