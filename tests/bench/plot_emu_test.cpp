@@ -56,7 +56,7 @@ void check_figure(const fs::path& out, const std::vector<fs::path>& files, const
   else CHECK(head(out, 200).find("<svg") != std::string::npos);
 }
 
-TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in one line", "[bench][emu]") {
+TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in one line", "[bench][emu][once]") {
   std::string text;
   if (run_command("/usr/bin/python3 -c 'import matplotlib'", &text) != 0) {  // the script's interpreter
     std::printf("skipped: /usr/bin/python3 has no matplotlib (scripts/setup installs python3-matplotlib)\n");

@@ -13,7 +13,7 @@ namespace cli_bench_attention_emu_test {
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
-TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash beside eager", "[cli][emu]") {
+TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash beside eager", "[cli][emu][once]") {
   const auto dir = ktune::test::scratch_dir("bench_attention");
   const std::string json = (dir / "attention.json").string();
   std::string out;

@@ -41,7 +41,7 @@ TrainOptions tiny(Mode mode, Precision precision, RunShape shape) {
 
 TEST_CASE("emu backend: a deterministic training run repeats bit for bit whatever the order of blocks, "
           "the same runs without it differ",
-          "[emu][model][deterministic][own-order]") {
+          "[emu][model][deterministic][once]") {
   SECTION("compiled tf32: flash attention's dQ by a second pass, not by atomics") {
     // At ctx 256 a query's keys span several key tiles: dQ adds up across blocks. In tf32 it stays fp32 on its
     // way to the weights; in bf16 its rounding to bf16 hides the order of the sums in all but a few of this
