@@ -177,14 +177,20 @@ class IsolatedRunner final : public Runner {
 
  private:
   void start() {
-    int down[2], up[2];
-    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, down) != 0 ||
-        ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, up) != 0)
-      throw_error(ErrorKind::kIo, "cannot create worker sockets");
+    int down[2] = {-1, -1}, up[2] = {-1, -1};
+    // Closes what was made before a failure (a session restarts its worker after every crash: leaked, they add up).
+    const auto fail = [&](const std::string& what) {
+      const std::string why = std::strerror(errno);
+      for (const int fd : {down[0], down[1], up[0], up[1]})
+        if (fd >= 0) ::close(fd);
+      throw_error(ErrorKind::kIo, what + ": " + why);
+    };
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, down) != 0) fail("cannot create worker sockets");
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, up) != 0) fail("cannot create worker sockets");
     const bool cuda_before_fork = Driver::initialised();
     const pid_t parent = ::getpid();
     const pid_t pid = ::fork();
-    if (pid < 0) throw_error(ErrorKind::kIo, std::string("cannot fork a worker: ") + std::strerror(errno));
+    if (pid < 0) fail("cannot fork a worker");
     if (pid == 0) {
       // The worker dies with this process (it ignores stop signals, and a hung variant would outlive it).
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -6,9 +6,15 @@
 // from a worker whose failure is not UTF-8, or that throws.
 #include "tuner/run/isolated_runner.hpp"
 
-#include <catch2/catch.hpp>
-#include <filesystem>
+#include <dirent.h>
+#include <sys/resource.h>
 
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "base/error.hpp"
 #include "base/files.hpp"
 #include "support.hpp"
 #include "templates/family.hpp"
@@ -117,6 +123,40 @@ TEST_CASE("isolated runner: after a CUDA error the worker is restarted, so the n
     INFO(after.failure);
     CHECK(after.ok);
   }
+}
+
+namespace {
+/// The descriptors this process holds open, but the listing's own.
+std::set<int> open_fds() {
+  std::set<int> fds;
+  DIR* dir = ::opendir("/proc/self/fd");
+  REQUIRE(dir != nullptr);
+  while (const dirent* e = ::readdir(dir))
+    if (e->d_name[0] != '.' && std::atoi(e->d_name) != ::dirfd(dir)) fds.insert(std::atoi(e->d_name));
+  ::closedir(dir);
+  return fds;
+}
+}  // namespace
+
+TEST_CASE("isolated runner: a worker that cannot be started leaves no socket open", "[session]") {
+  // Room for three descriptors: the first socket pair is made, the second is not.
+  const std::set<int> before = open_fds();
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  rlimit tight = saved;
+  tight.rlim_cur = 0;
+  for (int free = 0; free < 3; ++tight.rlim_cur)
+    if (!before.count(static_cast<int>(tight.rlim_cur))) ++free;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  std::string what;
+  try {
+    make_isolated_runner([] { return std::make_unique<FailingRunner>(""); });
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  CHECK_THAT(what, Catch::StartsWith("cannot create worker sockets: Too many open files"));
+  CHECK(open_fds() == before);
 }
 
 }  // namespace tuner_run_isolated_runner_test
