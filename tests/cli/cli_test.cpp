@@ -208,6 +208,33 @@ TEST_CASE("CLI: compile prints the resource table and summary", "[cli]") {
   CHECK(j["failures"] == 0);
 }
 
+TEST_CASE("CLI: compile into a binary cache that cannot be written compiles, warns once, and keeps nothing",
+          "[cli]") {
+  // The cache's folder taken by a file: as a read-only mount or a full disk, where not even root may write.
+  const auto dir = ktune::test::scratch_dir("cli-compile-unwritable");
+  std::ofstream(dir / "cubin") << "not a folder";
+  const std::string compile = "KTUNE_CACHE_DIR=" + dir.string() + " " + ktune_exe().string() + " ";
+  std::string out, err;
+  REQUIRE(run_command("{ " + compile + "compile --family adamw_single --arch sm_80 2>/dev/null; }", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("compiled 2 variants") && Catch::Contains("0 failures") &&
+                      !Catch::Contains("FAIL"));
+  REQUIRE(run_command("{ " + compile + "compile --family adamw_single --arch sm_80 >/dev/null; }", &err) == 0);
+  CHECK_THAT(err, Catch::Contains("\nwarning: the binary cache did not keep 2 compiled sources (cannot write file " +
+                                  (dir / "cubin").string() + "/") &&
+                      Catch::EndsWith("); the next run compiles them again\n"));
+  CHECK(ktune::read_file(dir / "cubin") == "not a folder");
+  REQUIRE(run_command("{ " + compile + "--json compile --family adamw_single --arch sm_80 2>/dev/null; }", &out) == 0);
+  const auto j = nlohmann::json::parse(out);
+  CHECK(j["failures"] == 0);
+  CHECK(j["not_stored"] == 2);
+  // Where it can write, it keeps them and says nothing.
+  REQUIRE(run_command("{ KTUNE_CACHE_DIR=" + (dir / "writable").string() + " " + ktune_exe().string() +
+                          " --json compile --family adamw_single --arch sm_80; }",
+                      &out) == 0);
+  CHECK(nlohmann::json::parse(out.substr(out.find('{')))["not_stored"] == 0);
+  CHECK_THAT(out, !Catch::Contains("warning"));
+}
+
 TEST_CASE("CLI: compile stopped by a signal says that what it compiled is kept", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-compile-stopped");
   // Every variant, one at a time, into an empty binary cache: stopped once the first is in it.

@@ -191,7 +191,13 @@ CompileResult Compiler::compile(const templates::Rendered& rendered, const std::
     r.kernels.push_back(k);
   }
   r.ok = true;
-  if (use_cache_) store_cached(cache_dir_, r);
+  if (use_cache_) {
+    try {
+      store_cached(cache_dir_, r);
+    } catch (const Error& e) {
+      r.not_stored = e.what();
+    }
+  }
   return r;
 }
 

@@ -32,6 +32,9 @@ struct CompileResult {
   std::vector<KernelResources> kernels;  ///< same order as Rendered::kernels
   double compile_ms = 0;  ///< NVRTC time (0 on a cache hit)
   bool cache_hit = false;
+  /// Why the binary cache could not keep this compile (a full disk, a read-only cache folder): the result stands,
+  /// and a later run compiles it again. Empty when it was kept, on a hit or a failure, and without a cache.
+  std::string not_stored;
 };
 
 /// "13.0"

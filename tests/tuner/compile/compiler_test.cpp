@@ -168,6 +168,32 @@ TEST_CASE("binary cache: a log that quotes a source line not in UTF-8 is stored 
   CHECK(second.cubin == first.cubin);
 }
 
+TEST_CASE("binary cache: a cache folder that cannot be written keeps nothing, and the compile stands", "[compile]") {
+  const auto dir = test::scratch_dir("cubin-unwritable");
+  std::ofstream(dir / "taken") << "a file where the cache's folder would be";
+  const Compiler unwritable((dir / "taken" / "cubin").string(), true);
+  const auto r = unwritable.compile(probe("unwritable"), "sm_90");
+  CHECK(r.ok);
+  CHECK(r.cubin.size() > 100);
+  REQUIRE(r.kernels.size() == 1);
+  CHECK(r.kernels[0].registers > 0);
+  CHECK_THAT(r.not_stored, Catch::StartsWith("cannot write file " + (dir / "taken" / "cubin").string()));
+  const auto again = unwritable.compile(probe("unwritable"), "sm_90");
+  CHECK(again.ok);
+  CHECK_FALSE(again.cache_hit);
+  CHECK(again.cubin == r.cubin);
+  // Kept where it can be written; a failed compile has nothing to keep.
+  const Compiler writable((dir / "cubin").string(), true);
+  CHECK(writable.compile(probe("unwritable"), "sm_90").not_stored.empty());
+  CHECK(writable.compile(probe("unwritable"), "sm_90").cache_hit);
+  templates::Rendered bad;
+  bad.source = "__global__ void k() { undeclared_name; }\n";
+  bad.kernels = {"k"};
+  const auto failed = unwritable.compile(bad, "sm_90");
+  CHECK_FALSE(failed.ok);
+  CHECK(failed.not_stored.empty());
+}
+
 TEST_CASE("binary cache: concurrent writers of the same entry leave one valid entry", "[compile]") {
   const auto dir = test::scratch_dir("cubin");
   std::vector<std::thread> threads;
