@@ -100,6 +100,7 @@ bool valid(const StrategyContext& context, const Config& config) {
   return context.evaluator == nullptr || context.evaluator->is_valid(config);
 }
 
+// Evaluator's default (search/evaluator.hpp), here beside config_of.
 bool Evaluator::is_valid_at(const std::vector<int>& positions) const {
   return is_valid(config_of(space(), positions));
 }

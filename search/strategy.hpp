@@ -31,7 +31,7 @@ class Strategy {
 /// What a strategy may know of the problem: the space, the constraint, a seed.
 struct StrategyContext {
   const Space* space = nullptr;
-  const Evaluator* evaluator = nullptr;  ///< for is_valid only
+  const Evaluator* evaluator = nullptr;  ///< for is_valid and is_valid_at only
   std::uint64_t seed = 0;
 };
 
