@@ -83,12 +83,14 @@ class CorrectFamily final : public PlantedFamily {
 };
 const CorrectFamily kCorrect;
 
-const EmuOptions kEmu{1, "sm_80"};
+/// Made when a runner is, not at start-up: EmuOptions reads the emulation's schedule, which the test's
+/// --emu-schedule sets once the program runs.
+EmuOptions emu_options() { return EmuOptions{1, "sm_80"}; }
 
 /// Compiles the planted object in this process (cached for the workers), running a correct variant.
 void warm_object() {
   const Problem problem = kPlanted.problem_classes().front();
-  REQUIRE(make_emu_runner(kEmu)->run(kPlanted, kPlanted.default_config(problem), problem, RunOptions{}).ok);
+  REQUIRE(make_emu_runner(emu_options())->run(kPlanted, kPlanted.default_config(problem), problem, RunOptions{}).ok);
 }
 
 /// A worker's time limit: ample for a run of the compiled object, so that the hanging variant costs no more.
@@ -99,7 +101,7 @@ std::unique_ptr<Runner> isolated_emu() {
   IsolationOptions o;
   o.timeout_s = kTimeoutS;
   o.extra_families = {&kPlanted, &kCorrect};
-  return make_isolated_runner([] { return make_emu_runner(kEmu); }, o);
+  return make_isolated_runner([] { return make_emu_runner(emu_options()); }, o);
 }
 
 }  // namespace
