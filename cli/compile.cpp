@@ -143,19 +143,14 @@ void add_compile_command(CLI::App& app, Global& global) {
     const tuner::Compiler compiler(!opts->no_cache);
     // Each binary goes into the cache as it is compiled, whole (written atomically): a stop loses none of them.
     const StopSignals stop_signals(false, nullptr,
-                                   "\nktune: stopped at once: the variants compiled so far are kept in the binary "
-                                   "cache, and the same command goes on from them\n");
+                                   opts->no_cache ? "\nktune: stopped at once (--no-cache: nothing compiled is kept)\n"
+                                                  : "\nktune: stopped at once: the variants compiled so far are kept "
+                                                    "in the binary cache, and the same command goes on from them\n");
     const auto s = tuner::compile_check(families, opts->check, compiler);
     progress.finish();
-    // Sources the binary cache could not keep (a read-only or full cache folder): compiled, not kept.
-    std::set<std::string> not_stored;
-    std::string why_not_stored;
-    for (const auto& r : s.rows)
-      if (!r.result.not_stored.empty() && not_stored.insert(r.result.key).second && why_not_stored.empty())
-        why_not_stored = r.result.not_stored;
     if (global.json) {
       nlohmann::json j = {{"summary", s.line()}, {"failures", s.failures}, {"variants", s.rows.size()},
-                          {"invalid", s.invalid}, {"not_stored", not_stored.size()}};
+                          {"invalid", s.invalid}, {"not_stored", tuner::not_stored_so_far().compiles}};
       for (const auto& r : s.rows) {
         nlohmann::json row = {{"family", r.family}, {"problem", r.problem.to_json()}, {"config", r.config.to_json()},
                               {"default", r.is_default}, {"ok", r.failure.empty()}, {"failure", r.failure},
@@ -175,11 +170,6 @@ void add_compile_command(CLI::App& app, Global& global) {
                                    r.result.log.substr(0, 2000));
       std::cout << s.line() << "\n";
     }
-    if (!not_stored.empty())
-      std::cerr << fmt::format("warning: the binary cache did not keep {} compiled source{} ({}); the next run "
-                               "compiles {} again\n",
-                               not_stored.size(), not_stored.size() == 1 ? "" : "s", why_not_stored,
-                               not_stored.size() == 1 ? "it" : "them");
     if (s.failures) throw_error(ErrorKind::kCheckFailed, s.line());
   });
 }

@@ -21,6 +21,7 @@
 #include "base/host_memory.hpp"
 #include "base/json_input.hpp"
 #include "cli/commands.hpp"
+#include "tuner/compile/compiler.hpp"
 
 namespace {
 
@@ -82,12 +83,28 @@ std::string no_device_hint(const CLI::App& app) {
              : "";
 }
 
+/// Says once, as a command ends, what of its compiles the binary cache could not keep (a read-only or full cache
+/// folder): the command stands, and the next run compiles them again.
+struct NotStoredWarning {
+  NotStoredWarning() = default;
+  NotStoredWarning(const NotStoredWarning&) = delete;
+  NotStoredWarning& operator=(const NotStoredWarning&) = delete;
+  ~NotStoredWarning() {
+    const auto n = ktune::tuner::not_stored_so_far();
+    if (n.compiles == 0) return;
+    std::cerr << fmt::format("warning: the binary cache did not keep {} compiled source{} ({}); the next run "
+                             "compiles {} again\n",
+                             n.compiles, n.compiles == 1 ? "" : "s", n.why, n.compiles == 1 ? "it" : "them");
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   // A write past the file-size limit (ulimit -f) fails with EFBIG, said as
   // any failed write is, instead of ending the process without a word.
   std::signal(SIGXFSZ, SIG_IGN);
+  const NotStoredWarning not_stored_warning;
   CLI::App app{"ktune: JIT-compiling CUDA kernel autotuner and transformer training runtime"};
   app.require_subcommand(1);
   // Every option's --help shows its default; subcommands inherit this.

@@ -235,7 +235,7 @@ TEST_CASE("CLI: compile into a binary cache that cannot be written compiles, war
   CHECK_THAT(out, !Catch::Contains("warning"));
 }
 
-TEST_CASE("CLI: compile stopped by a signal says that what it compiled is kept", "[cli]") {
+TEST_CASE("CLI: compile stopped by a signal says whether what it compiled is kept", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-compile-stopped");
   // Every variant, one at a time, into an empty binary cache: stopped once the first is in it.
   std::string out;
@@ -249,6 +249,16 @@ TEST_CASE("CLI: compile stopped by a signal says that what it compiled is kept",
   CHECK_THAT(ktune::read_file(dir / "err"),
              Catch::EndsWith("ktune: stopped at once: the variants compiled so far are kept in the binary cache, and "
                              "the same command goes on from them\n"));
+  // --no-cache keeps nothing, and says so: stopped once its progress counts sources.
+  const int uncached = run_command(
+      "(" + ktune_exe().string() + " compile --all --no-cache --arch sm_90 --threads 1 2> " +
+          (dir / "err-uncached").string() + " >/dev/null & pid=$!; " +
+          ktune::test::wait_while_running("grep -q ' sources (' " + (dir / "err-uncached").string()) +
+          "kill -TERM $pid; wait $pid)",
+      &out);
+  CHECK(uncached == 128 + 15);
+  CHECK_THAT(ktune::read_file(dir / "err-uncached"),
+             Catch::EndsWith("ktune: stopped at once (--no-cache: nothing compiled is kept)\n"));
 }
 
 namespace {

@@ -100,6 +100,37 @@ TEST_CASE("CLI: tune measures a spec's candidates after its default and marks th
   CHECK_THAT(out, Catch::Contains("| candidate") || Catch::Contains(", candidate"));
 }
 
+TEST_CASE("CLI: run and tune with a binary cache that cannot be written stand, and say once at their end what was "
+          "not kept", "[cli][once]") {
+  // A spec is compiled with NVRTC under the emulation too: in the process (run), in a worker (tune, and run
+  // --timeout). The cache's cubin folder taken by a file, as a read-only mount or a full disk; emu/ is writable.
+  const auto dir = ktune::test::scratch_dir("cli-unwritable-cubin");
+  std::ofstream(dir / "cubin") << "not a folder";
+  const std::string ktune = "KTUNE_CACHE_DIR=" + dir.string() + " " + ktune_exe().string() + " ";
+  const std::string spec = " --spec " + std::string(KTUNE_SOURCE_DIR) + "/examples/vector_add/vector_add.json";
+  const std::string said = "warning: the binary cache did not keep ";
+  const std::string why = " (cannot write file " + (dir / "cubin").string() + "/";
+  for (const std::string& command : {"run --backend emu" + spec, "run --backend emu --timeout 60" + spec,
+                                    "tune --backend emu --budget 2 --cache " + (dir / "tuned.json").string() + spec}) {
+    INFO(command);
+    std::string out, err;
+    REQUIRE(run_command("{ " + ktune + command + " 2>/dev/null; }", &out) == 0);
+    CHECK_THAT(out, !Catch::Contains("FAIL") && !Catch::Contains("warning"));
+    REQUIRE(run_command("{ " + ktune + command + " >/dev/null; }", &err) == 0);
+    const auto at = err.find(said);
+    REQUIRE(at != std::string::npos);
+    CHECK(err.find(said, at + 1) == std::string::npos);
+    CHECK_THAT(err.substr(at), Catch::Contains(why) && Catch::EndsWith(" again\n"));
+  }
+  CHECK(ktune::read_file(dir / "cubin") == "not a folder");
+  // Where it can write, nothing is said.
+  std::string err;
+  REQUIRE(run_command("{ KTUNE_CACHE_DIR=" + (dir / "writable").string() + " " + ktune_exe().string() +
+                          " run --backend emu" + spec + " >/dev/null; }",
+                      &err) == 0);
+  CHECK_THAT(err, !Catch::Contains("warning"));
+}
+
 TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-tune-model");
   const auto cache = dir / "tiny.json";

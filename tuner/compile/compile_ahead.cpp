@@ -18,7 +18,9 @@ namespace {
 
 /// The compiling process: reads batches (config JSON lines, each batch ended
 /// by an empty line) from `fd` and compiles them on `threads` threads, the
-/// newest batch first, until the socket closes and the queue is empty.
+/// newest batch first, until the socket closes and the queue is empty, or
+/// until the binary cache does not keep a compile: the runner would not find
+/// it there, and compiles everything itself.
 [[noreturn]] void serve(const templates::Family& family, const templates::Problem& problem, const std::string& arch,
                         unsigned threads, int fd) {
   const Compiler compiler;
@@ -26,18 +28,27 @@ namespace {
   std::condition_variable ready;
   std::deque<Config> queue;
   bool closed = false;
+  bool useless = false;  // the binary cache keeps nothing
   std::vector<std::thread> pool;
   for (unsigned t = 0; t < std::max(1u, threads); ++t)
     pool.emplace_back([&] {
       for (;;) {
         std::unique_lock lock(mutex);
-        ready.wait(lock, [&] { return closed || !queue.empty(); });
-        if (queue.empty()) return;
+        ready.wait(lock, [&] { return closed || useless || !queue.empty(); });
+        if (useless || queue.empty()) return;
         const Config c = std::move(queue.front());
         queue.pop_front();
         lock.unlock();
         try {
-          compiler.compile(family.render(c, problem), arch);
+          if (!compiler.compile(family.render(c, problem), arch).not_stored.empty()) {
+            lock.lock();
+            useless = true;
+            queue.clear();
+            lock.unlock();
+            ready.notify_all();
+            ::shutdown(fd, SHUT_RDWR);  // the reader's read ends, and the runner's next add() finds the process gone
+            return;
+          }
         } catch (const std::exception&) {
           // The runner compiles it again and reports the failure as a result.
         }
@@ -120,6 +131,15 @@ void CompileAhead::add(const std::vector<Config>& configs) {
     }
     done += static_cast<std::size_t>(n);
   }
+}
+
+bool CompileAhead::compiling() {
+  if (fd_ < 0 || pid_ <= 0) return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) != pid_) return true;
+  pid_ = -1;
+  wait();  // closes our end
+  return false;
 }
 
 CompileAhead::~CompileAhead() {

@@ -32,6 +32,9 @@ class CompileAhead {
   void add(const std::vector<Config>& configs);
   /// Configs queued so far.
   std::size_t queued() const { return sent_.size(); }
+  /// Whether the compiling process is still there: it may not have started,
+  /// died, or stopped because the binary cache did not keep a compile.
+  bool compiling();
   /// Blocks until every queued config has been compiled.
   void wait();
 

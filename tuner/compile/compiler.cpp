@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -17,6 +18,23 @@
 
 namespace ktune::tuner {
 namespace fs = std::filesystem;
+
+namespace {
+
+std::mutex not_stored_mutex;
+NotStored not_stored_count;
+
+}  // namespace
+
+NotStored not_stored_so_far() {
+  const std::lock_guard lock(not_stored_mutex);
+  return not_stored_count;
+}
+
+void note_not_stored(const std::string& why) {
+  const std::lock_guard lock(not_stored_mutex);
+  if (not_stored_count.compiles++ == 0) not_stored_count.why = why;
+}
 
 std::string nvrtc_version() {
   int major = 0, minor = 0;
@@ -196,6 +214,7 @@ CompileResult Compiler::compile(const templates::Rendered& rendered, const std::
       store_cached(cache_dir_, r);
     } catch (const Error& e) {
       r.not_stored = e.what();
+      note_not_stored(r.not_stored);
     }
   }
   return r;

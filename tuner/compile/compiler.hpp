@@ -37,6 +37,16 @@ struct CompileResult {
   std::string not_stored;
 };
 
+/// The compiles of this process (and of its workers, as their runners report them) that the binary cache could not
+/// keep: how many, and why the first was not kept. A command says so once, at its end.
+struct NotStored {
+  std::size_t compiles = 0;
+  std::string why;
+};
+NotStored not_stored_so_far();
+/// Counts one compile not kept, for `why` (Compiler::compile counts its own).
+void note_not_stored(const std::string& why);
+
 /// "13.0"
 std::string nvrtc_version();
 

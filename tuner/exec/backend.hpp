@@ -89,6 +89,8 @@ class Module {
   /// memory); empty when the backend's compiler reports nothing (emulation).
   virtual const std::vector<KernelResources>& resources() const = 0;
   virtual double compile_ms() const = 0;  ///< 0 when it came from the binary cache
+  /// Why the binary cache did not keep its compile (CompileResult::not_stored); empty when it did.
+  virtual std::string not_stored() const { return {}; }
 };
 
 /// The one fit check: whether each launch of `plan` can be resident on

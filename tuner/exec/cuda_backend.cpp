@@ -39,7 +39,10 @@ class CudaBuffer final : public Buffer {
 class CudaModule final : public Module {
  public:
   CudaModule(const CompileResult& compiled, bool waits_previous_kernel)
-      : module_(compiled.cubin), compile_ms_(compiled.compile_ms), waits_previous_kernel_(waits_previous_kernel) {
+      : module_(compiled.cubin),
+        compile_ms_(compiled.compile_ms),
+        not_stored_(compiled.not_stored),
+        waits_previous_kernel_(waits_previous_kernel) {
     for (const auto& k : compiled.kernels) {
       names_.push_back(k.name_expression);
       functions_.push_back(module_.function(k.lowered_name));
@@ -55,6 +58,7 @@ class CudaModule final : public Module {
   const std::vector<std::string>& kernel_names() const override { return names_; }
   const std::vector<KernelResources>& resources() const override { return resources_; }
   double compile_ms() const override { return compile_ms_; }
+  std::string not_stored() const override { return not_stored_; }
   /// Rendered::waits_previous_kernel of its source.
   bool waits_previous_kernel() const { return waits_previous_kernel_; }
 
@@ -73,6 +77,7 @@ class CudaModule final : public Module {
  private:
   tuner::Module module_;
   double compile_ms_;
+  std::string not_stored_;
   bool waits_previous_kernel_;
   std::vector<std::string> names_;
   std::vector<CUfunction> functions_;

@@ -82,6 +82,7 @@ class BackendRunner final : public Runner {
     }
     RunResult result;
     result.compile_ms = module->compile_ms();
+    result.not_stored = nvrtc ? nvrtc->not_stored : module->not_stored();
     try {
       run_loaded(family, config, problem, options, *module, nvrtc ? &nvrtc->kernels : nullptr, result);
     } catch (const Error& e) {

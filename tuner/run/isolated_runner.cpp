@@ -16,6 +16,7 @@
 #include "base/error.hpp"
 #include "base/host_memory.hpp"
 #include "base/json_output.hpp"
+#include "tuner/compile/compiler.hpp"
 #include "tuner/cuda/driver.hpp"
 
 namespace ktune::tuner {
@@ -168,6 +169,7 @@ class IsolatedRunner final : public Runner {
       throw_error(static_cast<ErrorKind>(reply.value("kind", static_cast<int>(ErrorKind::kInternal))),
                   reply["error"].get<std::string>());
     RunResult result = run_result_from_json(reply.at("result"));
+    if (!result.not_stored.empty()) note_not_stored(result.not_stored);  // compiled in the worker: counted here
     if (reply.value("restart", false)) {  // the worker ends by itself; the next run starts a fresh one
       stop(0);
       result.failure += "; worker restarted";

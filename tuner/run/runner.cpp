@@ -69,6 +69,7 @@ nlohmann::json to_json(const RunResult& r) {
   for (const auto& e : r.rms_errors)
     j["rms_errors"].push_back({{"buffer", e.buffer}, {"rms", e.rms}, {"atol", e.atol}});
   if (r.timing) j["timing"] = measurement_json(*r.timing);
+  if (!r.not_stored.empty()) j["not_stored"] = r.not_stored;
   for (const auto& [kernel, m] : r.launch_timings)
     j["launch_timings"].push_back({{"kernel", kernel}, {"timing", measurement_json(m)}});
   return j;
@@ -90,6 +91,7 @@ RunResult run_result_from_json(const nlohmann::json& j) {
       r.rms_errors.push_back({e.at("buffer").get<std::string>(),
                               e.at("rms").is_number() ? e["rms"].get<double>() : INFINITY, e.at("atol").get<double>()});
   if (j.contains("timing")) r.timing = measurement_from_json(j["timing"]);
+  r.not_stored = j.value("not_stored", "");
   if (j.contains("launch_timings"))
     for (const auto& l : j["launch_timings"])
       r.launch_timings.emplace_back(l.at("kernel").get<std::string>(), measurement_from_json(l.at("timing")));

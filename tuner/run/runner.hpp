@@ -66,6 +66,8 @@ struct RunResult {
   /// With RunOptions::per_launch: each launch's kernel name and its time alone.
   std::vector<std::pair<std::string, Measurement>> launch_timings;
   double compile_ms = 0;
+  /// Why the binary cache did not keep this variant's compile (CompileResult::not_stored); empty when it did.
+  std::string not_stored;
   double wall_ms = 0;  ///< the whole evaluation as the session saw it (compile, run, checks, process overhead)
 };
 
