@@ -354,12 +354,12 @@ void add_cache_command(CLI::App& app, Global& global) {
     const auto& p = args->prune;
     require_held(held, Filter{.family = p.family});
     if (!p.source_hash.empty() && p.family.empty()) {  // each family's source has its own hash
-      std::set<std::string> families;
-      for (const auto& e : held) families.insert(e.key.family);
-      KTUNE_REQUIRE(families.size() <= 1,
+      std::set<std::string> held_families;
+      for (const auto& e : held) held_families.insert(e.key.family);
+      KTUNE_REQUIRE(held_families.size() <= 1,
                     fmt::format("--source-hash is one family's: give --family too ({} holds entries of {}, whose "
                                 "sources hash apart, so every other family's entries would go)",
-                                args->file, fmt::join(families, ", ")));
+                                args->file, fmt::join(held_families, ", ")));
     }
     // A version no entry (of --family) has would drop every one of them.
     std::vector<cache::Entry> selected;
@@ -415,13 +415,13 @@ void add_cache_command(CLI::App& app, Global& global) {
     }
     // Through the cache's locked update, so a bad existing file is refused, not overwritten, and so is one
     // that holds entries: a copy written over a live cache would lose them.
-    cache::CacheFile(args->out).update([&](std::vector<cache::Entry>& entries) {
-      KTUNE_REQUIRE(entries.empty(),
+    cache::CacheFile(args->out).update([&](std::vector<cache::Entry>& out_entries) {
+      KTUNE_REQUIRE(out_entries.empty(),
                     fmt::format("--out {} already holds {} cache {}, which export would replace: `ktune cache merge "
                                 "--into {} {}` adds to them, or remove it first; nothing written",
-                                args->out, entries.size(), entries.size() == 1 ? "entry" : "entries", args->out,
-                                args->file));
-      entries = selected;
+                                args->out, out_entries.size(), out_entries.size() == 1 ? "entry" : "entries",
+                                args->out, args->file));
+      out_entries = selected;
       return true;
     });
     if (global.json)

@@ -27,7 +27,7 @@ void add_render_command(CLI::App& app, Global& global) {
   auto* cmd = app.add_subcommand("render", "Print the source ktune compiles for a variant, or a family's space");
   cmd->add_option("--family", opts->family, "Kernel family, " + family_choices());
   cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
-  auto* config = cmd->add_option("--config", opts->config,
+  auto* config_option = cmd->add_option("--config", opts->config,
                                  "Config as JSON; unset tunables take the default on --arch")
                      ->check(json_text());
   cmd->add_option("--problem", opts->problem,
@@ -38,7 +38,7 @@ void add_render_command(CLI::App& app, Global& global) {
                 "Print the family's search space and problem classes instead; with --problem, also how many of its "
                 "points are valid for that problem on --arch, its default and its candidates (what a tuning session "
                 "measures first)")
-      ->excludes(config);
+      ->excludes(config_option);
   cmd->callback([opts, &global] {
     const auto& family = family_arg(opts->family, opts->spec);
     const auto limits = templates::DeviceLimits::for_arch(opts->arch);  // an unknown one refused, --space or not

@@ -69,7 +69,8 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
     const auto index = in_domain ? space_.index_of(c) : std::nullopt;
     if (!index) continue;
     Outcome o;
-    const auto ms = [&](const char* field) {
+    // (Structured bindings are captured by name: C++20 allows [&] of them, Clang before 16 does not.)
+    const auto ms = [&, &key = key, &entry = entry](const char* field) {
       const double v = entry.contains(field) && entry[field].is_number() ? entry[field].get<double>() : 0.0;
       KTUNE_REQUIRE(std::isfinite(v) && v >= 0, fmt::format("{}: configuration \"{}\" records a {} of {} ms; a cost "
                                                             "is a duration, 0 or more",

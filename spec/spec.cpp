@@ -395,7 +395,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   // A parameter no argument reads reaches no kernel: a misspelt name, or one an argument lost.
   for (const auto& [name, value] : spec->parameters)
     r.require(std::any_of(spec->args.begin(), spec->args.end(),
-                          [&](const ArgSpec& a) { return a.value && a.value->uses(name); }),
+                          [&name = name](const ArgSpec& a) { return a.value && a.value->uses(name); }),
               fmt::format("parameter '{}' is read by no argument's value, so no kernel would take it; name it in "
                           "one (args: {{\"type\": \"f32\", \"value\": \"{}\"}})",
                           name, name));
@@ -412,7 +412,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     r.require(ref["files"].is_object() && !ref["files"].empty(), "reference 'files' maps output buffers to files");
     for (const auto& [name, f] : ref["files"].items()) {
       const auto it = std::find_if(spec->buffers.begin(), spec->buffers.end(),
-                                   [&](const BufferSpec& b) { return b.name == name; });
+                                   [&name = name](const BufferSpec& b) { return b.name == name; });
       r.require(it != spec->buffers.end() && checked(*it),
                 fmt::format("reference files: no output buffer '{}'", name));
       r.require(f.is_string(), "reference files: a file name per output buffer");

@@ -374,7 +374,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // log(keys) to lse while sum_j P_ij^2 falls: there the relative check
     // is the looser, as before.
     double p_squares = 0;
-    for (const double w : softmax_square_sums(s, checked, q, k, lse, scale)) p_squares += w;
+    for (const double row : softmax_square_sums(s, checked, q, k, lse, scale)) p_squares += row;
     HostBuffer l = make_buffer("lse", Role::kOutput, DType::kF32, std::vector<float>(rows));
     set_expected(l, std::vector<float>(lse.begin(), lse.end()));
     l.tolerance = tolerance_for(is_tf32(p) ? "tf32" : "f32");

@@ -168,6 +168,10 @@ bool Compiler::cached(const templates::Rendered& rendered, const std::string& ar
   return use_cache_ && load_cached(cache_dir_, r);
 }
 
+std::string Compiler::key(const templates::Rendered& rendered, const std::string& arch) const {
+  return prepared(rendered, arch).key;
+}
+
 CompileResult Compiler::compile(const templates::Rendered& rendered, const std::string& arch) const {
   CompileResult r = prepared(rendered, arch);
   if (use_cache_ && load_cached(cache_dir_, r)) {

@@ -64,6 +64,8 @@ class Compiler {
   /// arch-specific source (Rendered::arch_specific) for sm_90 is compiled for
   /// sm_90a, and CompileResult::arch says so.
   CompileResult compile(const templates::Rendered& rendered, const std::string& arch) const;
+  /// The binary cache's key of `rendered` for `arch` (CompileResult::key).
+  std::string key(const templates::Rendered& rendered, const std::string& arch) const;
   /// True when the binary cache already holds `rendered` for `arch`.
   bool cached(const templates::Rendered& rendered, const std::string& arch) const;
   /// Compiles many sources at once on `threads` workers (0: env default).

@@ -135,8 +135,9 @@ class Backend {
   /// Error(kCompile) carrying the compiler's log.
   virtual std::shared_ptr<const Module> load(const templates::Rendered& rendered) = 0;
   /// Compiles `sources` into the binary cache on `threads` workers (0: the
-  /// environment's default), so that loading them later is a cache hit.
-  /// Failures are not reported here: load() reports them.
+  /// environment's default), so that loading them later is a cache hit (what
+  /// the cache cannot keep, the backend keeps for load()). Failures are not
+  /// reported here: load() reports them.
   virtual void precompile(const std::vector<templates::Rendered>& sources, unsigned threads) = 0;
   /// Enqueues the launches of `plan` in order on `stream`, after the fit
   /// check: a CUstream of this backend's context (the device's primary

@@ -4,6 +4,9 @@
 // harness of tuner/timing.hpp.
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
+
 #include "base/error.hpp"
 #include "tuner/cuda/check.hpp"
 #include "tuner/cuda/device.hpp"
@@ -177,13 +180,23 @@ class CudaBackend final : public Backend {
   void bind_thread() const override { context_.make_current(); }
 
   std::shared_ptr<const Module> load(const templates::Rendered& rendered) override {
-    const CompileResult compiled = compiler_.compile(rendered, device_.arch);
+    CompileResult compiled;
+    {
+      const std::lock_guard lock(unkept_mutex_);
+      const auto it = unkept_.find(compiler_.key(rendered, device_.arch));
+      if (it != unkept_.end()) compiled = it->second;
+    }
+    if (compiled.cubin.empty()) compiled = compiler_.compile(rendered, device_.arch);
     if (!compiled.ok) throw_error(ErrorKind::kCompile, first_lines(compiled.log, 8));
     return std::make_shared<CudaModule>(compiled, rendered.waits_previous_kernel);
   }
 
   void precompile(const std::vector<templates::Rendered>& sources, unsigned threads) override {
-    compiler_.compile_many(sources, device_.arch, threads);
+    for (auto& r : compiler_.compile_many(sources, device_.arch, threads))
+      if (r.ok && !r.not_stored.empty()) {
+        const std::lock_guard lock(unkept_mutex_);
+        unkept_[r.key] = std::move(r);
+      }
   }
 
   using Backend::launch;
@@ -264,6 +277,10 @@ class CudaBackend final : public Backend {
   DeviceLimits device_;
   Stream stream_;
   Compiler compiler_;
+  // What precompile() compiled and the binary cache did not keep (a read-only or full cache folder): load() takes
+  // it from here instead of compiling it again. By binary cache key.
+  std::mutex unkept_mutex_;
+  std::map<std::string, CompileResult> unkept_;
 };
 
 }  // namespace

@@ -536,12 +536,12 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
         std::max<std::uint64_t>(summary.evaluations, static_cast<std::uint64_t>(options.incumbent_evaluations));
   // The search's fastest (ranked first) may be slower timed again, or tie with the cache's config or the
   // default, which win ties: said, or a table of the search's times reads as a contradiction.
-  if (const Record& first = ranked.front(); first.config != summary.best->config) {
+  if (const Record& fastest = ranked.front(); fastest.config != summary.best->config) {
     const auto stats_of = [&](const Config& config) {
       return std::find_if(winner.ranked.begin(), winner.ranked.end(),
                           [&](const search::CandidateStats& c) { return ranked[c.candidate].config == config; });
     };
-    const auto stats = stats_of(first.config), kept = stats_of(summary.best->config);
+    const auto stats = stats_of(fastest.config), kept = stats_of(summary.best->config);
     std::string intervals;
     if (stats != winner.ranked.end() && kept != winner.ranked.end())
       intervals = fmt::format("the intervals of their medians the winner rule compares, {:.4f}-{:.4f} ms over {} "
@@ -551,9 +551,9 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     const std::string who = incumbent && summary.best->config == *options.incumbent ? "the cache's config "
                             : summary.best->config == def                          ? "the default "
                                                                                    : "";
-    summary.kept_note = kept_note(first, *summary.best, who, stats != winner.ranked.end() && stats->tied,
+    summary.kept_note = kept_note(fastest, *summary.best, who, stats != winner.ranked.end() && stats->tied,
                                   std::any_of(summary.finalists.begin(), summary.finalists.end(),
-                                              [&](const Record& r) { return r.config == first.config; }),
+                                              [&](const Record& r) { return r.config == fastest.config; }),
                                   search_ms, intervals);
   }
   // The winner rule's pick, timed beside the finalists, goes into the log: `ktune log show` names it as tune did.

@@ -145,10 +145,10 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
   const auto& pick = a.result.entry->deterministic;
   if (deterministic && !family.deterministic(out.config) && pick && usable(pick->config) &&
       family.deterministic(Config::from_json(pick->config))) {
-    const Config tuned = Config::from_json(pick->config);
+    const Config measured = Config::from_json(pick->config);
     out.source += fmt::format("; deterministic: the fastest such config its tuning measured ({})",
-                              changes(out.config, tuned));
-    out.config = tuned;
+                              changes(out.config, measured));
+    out.config = measured;
     out.made_deterministic = true;
     out.deterministic_measured = true;
     return out;

@@ -8,8 +8,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <fstream>
+
 #include "base/error.hpp"
 #include "support.hpp"
+#include "tuner/compile/compiler.hpp"
 #include "tuner/exec/run_through.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -57,6 +60,26 @@ TEST_CASE("tuned kernels on the CUDA backend: defaults load and run", "[gpu][exe
   }
   kernels.prepare(requests);
   CHECK(kernels.count(cache::Match::kNone) == 3);
+  for (const auto& k : kernels.kernels()) test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module);
+}
+
+TEST_CASE("tuned kernels on the CUDA backend with a binary cache that cannot be written compile each kernel once",
+          "[gpu][exec]") {
+  test::skip_without_gpu();
+  const auto dir = test::scratch_dir("gpu-unwritable-cubin");
+  std::ofstream(dir / "cubin") << "a file where the cache's folder would be";
+  const test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
+  auto backend = exec::make_cuda_backend();
+  TunedKernels kernels(*backend, nullptr);
+  std::vector<KernelRequest> requests;
+  for (const char* name : {"rmsnorm_bwd", "rope_fwd", "adamw"}) {
+    const auto& f = templates::find_family(name);
+    requests.push_back({&f, f.problem_classes().front()});
+  }
+  const auto before = not_stored_so_far().compiles;
+  kernels.prepare(requests);
+  // Compiled on the workers, not kept, and loaded from what they compiled: not compiled again one by one.
+  CHECK(not_stored_so_far().compiles - before == 3);
   for (const auto& k : kernels.kernels()) test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module);
 }
 
