@@ -49,15 +49,21 @@ TEST_CASE("exec: the CUDA backend refuses a launch that cannot be resident", "[g
   CHECK_THROWS_WITH(backend->launch(*module, plan), Catch::StartsWith("does not fit: "));
 }
 
-TEST_CASE("tuned kernels on the CUDA backend: defaults load and run", "[gpu][exec]") {
-  test::skip_without_gpu();
-  auto backend = exec::make_cuda_backend();
-  TunedKernels kernels(*backend, nullptr);
+// Three families' first problem classes, to prepare at their defaults.
+std::vector<KernelRequest> default_requests() {
   std::vector<KernelRequest> requests;
   for (const char* name : {"rmsnorm_bwd", "rope_fwd", "adamw"}) {
     const auto& f = templates::find_family(name);
     requests.push_back({&f, f.problem_classes().front()});
   }
+  return requests;
+}
+
+TEST_CASE("tuned kernels on the CUDA backend: defaults load and run", "[gpu][exec]") {
+  test::skip_without_gpu();
+  auto backend = exec::make_cuda_backend();
+  TunedKernels kernels(*backend, nullptr);
+  const auto requests = default_requests();
   kernels.prepare(requests);
   CHECK(kernels.count(cache::Match::kNone) == 3);
   for (const auto& k : kernels.kernels()) test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module);
@@ -71,11 +77,7 @@ TEST_CASE("tuned kernels on the CUDA backend with a binary cache that cannot be 
   const test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
   auto backend = exec::make_cuda_backend();
   TunedKernels kernels(*backend, nullptr);
-  std::vector<KernelRequest> requests;
-  for (const char* name : {"rmsnorm_bwd", "rope_fwd", "adamw"}) {
-    const auto& f = templates::find_family(name);
-    requests.push_back({&f, f.problem_classes().front()});
-  }
+  const auto requests = default_requests();
   const auto before = not_stored_so_far().compiles;
   kernels.prepare(requests);
   // Compiled on the workers, not kept, and loaded from what they compiled: not compiled again one by one.
