@@ -93,7 +93,7 @@ struct NotStoredWarning {
     const auto n = ktune::tuner::not_stored_so_far();
     if (n.compiles == 0) return;
     std::cerr << fmt::format("warning: the binary cache did not keep {} compiled source{} ({}); the next run "
-                             "compiles {} again\n",
+                             "compiles {} again (KTUNE_CACHE_DIR names another folder for it)\n",
                              n.compiles, n.compiles == 1 ? "" : "s", n.why, n.compiles == 1 ? "it" : "them");
   }
 };
