@@ -10,6 +10,7 @@
 
 #include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "base/json_output.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -141,11 +142,20 @@ void add_compile_command(CLI::App& app, Global& global) {
                                   cached));
     };
     const tuner::Compiler compiler(!opts->no_cache);
-    // Each binary goes into the cache as it is compiled, whole (written atomically): a stop loses none of them.
+    // Each binary goes into the cache as it is compiled, whole (written atomically): a stop loses none of them,
+    // where the cache's folder can be written (asked now: a stop's words are ready before it comes).
+    bool keeps = !opts->no_cache;
+    try {
+      if (keeps) writable_target(std::filesystem::path(compiler.cache_dir()) / "probe.cubin", "binary cache");
+    } catch (const Error&) {
+      keeps = false;
+    }
     const StopSignals stop_signals(false, nullptr,
                                    opts->no_cache ? "\nktune: stopped at once (--no-cache: nothing compiled is kept)\n"
-                                                  : "\nktune: stopped at once: the variants compiled so far are kept "
-                                                    "in the binary cache, and the same command goes on from them\n");
+                                   : keeps        ? "\nktune: stopped at once: the variants compiled so far are kept "
+                                                    "in the binary cache, and the same command goes on from them\n"
+                                                  : "\nktune: stopped at once (the binary cache's folder cannot be "
+                                                    "written: nothing compiled is kept)\n");
     const auto s = tuner::compile_check(families, opts->check, compiler);
     progress.finish();
     if (global.json) {

@@ -260,6 +260,19 @@ TEST_CASE("CLI: compile stopped by a signal says whether what it compiled is kep
   CHECK(uncached == 128 + 15);
   CHECK_THAT(ktune::read_file(dir / "err-uncached"),
              Catch::EndsWith("ktune: stopped at once (--no-cache: nothing compiled is kept)\n"));
+  // Nor does a cache whose folder cannot be written (taken by a file, as a read-only mount or a full disk).
+  std::filesystem::create_directories(dir / "unwritable");
+  std::ofstream(dir / "unwritable" / "cubin") << "not a folder";
+  const int unwritable = run_command(
+      "(KTUNE_CACHE_DIR=" + (dir / "unwritable").string() + " " + ktune_exe().string() +
+          " compile --all --arch sm_90 --threads 1 2> " + (dir / "err-unwritable").string() + " >/dev/null & pid=$!; " +
+          ktune::test::wait_while_running("grep -q ' sources (' " + (dir / "err-unwritable").string()) +
+          "kill -TERM $pid; wait $pid)",
+      &out);
+  CHECK(unwritable == 128 + 15);
+  CHECK_THAT(ktune::read_file(dir / "err-unwritable"),
+             Catch::EndsWith("ktune: stopped at once (the binary cache's folder cannot be written: nothing compiled "
+                             "is kept)\n"));
 }
 
 namespace {
