@@ -168,7 +168,8 @@ class Runtime {
 
   /// The kernel for `problem`: `what` is a built-in family's name (`ktune families`) or a kernel spec file (a
   /// path: it ends in .json, has a folder, or is a file there that is no family's name). Compiled on first use
-  /// (binary cache on disk); the same (kernel, problem) again returns the loaded one.
+  /// (binary cache on disk, under KTUNE_CACHE_DIR: where that cannot be written, the kernel is compiled and runs,
+  /// and the next run compiles it again); the same (kernel, problem) again returns the loaded one.
   Kernel kernel(const std::string& what, const ProblemSize& problem);
 
   /// Tunes `what` for `problem` now and returns the winner's kernel (match() kExact; reason() says how many

@@ -183,8 +183,9 @@ class CudaBackend final : public Backend {
     CompileResult compiled;
     {
       const std::lock_guard lock(unkept_mutex_);
-      const auto it = unkept_.find(compiler_.key(rendered, device_.arch));
-      if (it != unkept_.end()) compiled = it->second;
+      if (!unkept_.empty())
+        if (const auto it = unkept_.find(compiler_.key(rendered, device_.arch)); it != unkept_.end())
+          compiled = it->second;
     }
     if (compiled.cubin.empty()) compiled = compiler_.compile(rendered, device_.arch);
     if (!compiled.ok) throw_error(ErrorKind::kCompile, first_lines(compiled.log, 8));
