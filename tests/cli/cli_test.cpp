@@ -238,38 +238,30 @@ TEST_CASE("CLI: compile into a binary cache that cannot be written compiles, war
 
 TEST_CASE("CLI: compile stopped by a signal says whether what it compiled is kept", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-compile-stopped");
-  // Every variant, one at a time, into an empty binary cache: stopped once the first is in it.
-  std::string out;
-  const int code = run_command(
-      "(KTUNE_CACHE_DIR=" + dir.string() + " " + ktune_exe().string() + " compile --all --arch sm_90 --threads 1 2> " +
-          (dir / "err").string() + " >/dev/null & pid=$!; " +
-          ktune::test::wait_while_running("ls " + (dir / "cubin").string() + " 2>/dev/null | grep -q '[.]cubin$'") +
-          "kill -TERM $pid; wait $pid)",
-      &out);
-  CHECK(code == 128 + 15);
+  // Every variant, one at a time, into the binary cache of `cache_dir`, stopped by SIGTERM once `until` holds:
+  // its exit code, and its stderr in `err`.
+  const auto stopped = [&](const std::filesystem::path& cache_dir, const std::string& flags, const std::string& err,
+                           const std::string& until) {
+    std::string out;
+    return run_command("(KTUNE_CACHE_DIR=" + cache_dir.string() + " " + ktune_exe().string() + " compile --all " +
+                           flags + "--arch sm_90 --threads 1 2> " + (dir / err).string() + " >/dev/null & pid=$!; " +
+                           ktune::test::wait_while_running(until) + "kill -TERM $pid; wait $pid)",
+                       &out);
+  };
+  const std::string counting = "grep -q ' sources (' ";  // its progress counts sources
+  // Into an empty binary cache: stopped once the first is in it.
+  CHECK(stopped(dir, "", "err", "ls " + (dir / "cubin").string() + " 2>/dev/null | grep -q '[.]cubin$'") == 128 + 15);
   CHECK_THAT(ktune::read_file(dir / "err"),
              Catch::EndsWith("ktune: stopped at once: the variants compiled so far are kept in the binary cache, and "
                              "the same command goes on from them\n"));
-  // --no-cache keeps nothing, and says so: stopped once its progress counts sources.
-  const int uncached = run_command(
-      "(" + ktune_exe().string() + " compile --all --no-cache --arch sm_90 --threads 1 2> " +
-          (dir / "err-uncached").string() + " >/dev/null & pid=$!; " +
-          ktune::test::wait_while_running("grep -q ' sources (' " + (dir / "err-uncached").string()) +
-          "kill -TERM $pid; wait $pid)",
-      &out);
-  CHECK(uncached == 128 + 15);
+  // --no-cache keeps nothing, and says so.
+  CHECK(stopped(dir, "--no-cache ", "err-uncached", counting + (dir / "err-uncached").string()) == 128 + 15);
   CHECK_THAT(ktune::read_file(dir / "err-uncached"),
              Catch::EndsWith("ktune: stopped at once (--no-cache: nothing compiled is kept)\n"));
   // Nor does a cache whose folder cannot be written (taken by a file, as a read-only mount or a full disk).
   std::filesystem::create_directories(dir / "unwritable");
   std::ofstream(dir / "unwritable" / "cubin") << "not a folder";
-  const int unwritable = run_command(
-      "(KTUNE_CACHE_DIR=" + (dir / "unwritable").string() + " " + ktune_exe().string() +
-          " compile --all --arch sm_90 --threads 1 2> " + (dir / "err-unwritable").string() + " >/dev/null & pid=$!; " +
-          ktune::test::wait_while_running("grep -q ' sources (' " + (dir / "err-unwritable").string()) +
-          "kill -TERM $pid; wait $pid)",
-      &out);
-  CHECK(unwritable == 128 + 15);
+  CHECK(stopped(dir / "unwritable", "", "err-unwritable", counting + (dir / "err-unwritable").string()) == 128 + 15);
   CHECK_THAT(ktune::read_file(dir / "err-unwritable"),
              Catch::EndsWith("ktune: stopped at once (the binary cache's folder cannot be written: nothing compiled "
                              "is kept)\n"));

@@ -43,7 +43,6 @@ namespace {
           if (!compiler.compile(family.render(c, problem), arch).not_stored.empty()) {
             lock.lock();
             useless = true;
-            queue.clear();
             lock.unlock();
             ready.notify_all();
             ::shutdown(fd, SHUT_RDWR);  // the reader's read ends, and the runner's next add() finds the process gone
