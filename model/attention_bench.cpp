@@ -45,7 +45,7 @@ EagerAttentionResult bench_eager_attention(tuner::exec::Backend& backend, const 
   DeviceOptions device_options;
   device_options.mode = Mode::kEager;
   device_options.precision = problem.dtype == "bf16" ? Precision::kBf16 : Precision::kF32;
-  const StepLayout L = device_layout(config, shape, true, device_options);
+  const StepLayout L = device_layout(config, shape, Allocation::kTrain, device_options);
   DeviceOps ops(backend, L, device_options);
   ops.poison();
 

@@ -103,12 +103,11 @@ E2eResult bench_e2e(const E2eOptions& o) {
   const bool optimizer = o.passes == E2ePasses::kStep;
   const BackendOptions& backend = o.backend;
   const MemoryPlan plan = plan_run(o.model, o.shape, backend);
-  // A device backend's model for a backward holds AdamW's state in its one allocation, stepped or not.
-  const std::int64_t peak = optimizer || (backward && backend.backend != "cpu") ? plan.peak_step()
-                            : backward                                         ? plan.peak_forward_backward()
-                                                                               : plan.peak_forward();
-  if (backend.backend != "cuda") require_host_memory(plan, peak, "benchmarking");
-  auto model = make_runtime(o.model, o.shape, backward ? Allocation::kTrain : Allocation::kForwardOnly, backend);
+  const Allocation allocation = optimizer  ? Allocation::kTrain
+                                : backward ? Allocation::kGradients
+                                           : Allocation::kForwardOnly;
+  if (backend.backend != "cuda") require_host_memory(plan, plan.peak(allocation), "benchmarking");
+  auto model = make_runtime(o.model, o.shape, allocation, backend);
   templates::adamw::AdamwHyper hyper{};
   hyper.max_grad_norm = o.clip_norm;
   if (!o.weights.empty()) {
@@ -201,7 +200,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.plan = plan;
   r.loss = first_loss;
   r.allocated_bytes = model->allocated_bytes();
-  r.plan_peak_bytes = peak;
+  r.plan_peak_bytes = plan.peak(allocation);
   r.device_peak_bytes = peak_in_use;
   r.clock = model->clock();
   r.driver = model->driver();

@@ -14,7 +14,7 @@ namespace ktune::model {
 DeviceTransformer::DeviceTransformer(tuner::exec::Backend& backend, const ModelConfig& config, const RunShape& shape,
                                      Allocation allocation, const DeviceOptions& options)
     : backend_(backend),
-      L_(device_layout(config, shape, allocation == Allocation::kTrain, options)),
+      L_(device_layout(config, shape, allocation, options)),
       graphs_(options.graphs) {
   KTUNE_REQUIRE(!graphs_ || options.mode == Mode::kCompiled,
                 "graphs capture compiled mode's step; eager mode launches kernel by kernel, as PyTorch eager does");
@@ -22,7 +22,7 @@ DeviceTransformer::DeviceTransformer(tuner::exec::Backend& backend, const ModelC
   ops_->poison();
   walk_init(*ops_, L_);
   init_parameters(0);
-  if (L_.train) {
+  if (L_.optimizer) {
     const std::vector<float> zeros(static_cast<std::size_t>(L_.params.total), 0.0f);
     ops_->upload({Region::kExpAvg, 0}, zeros.data(), zeros.size() * sizeof(float));
     ops_->upload({Region::kExpAvgSq, 0}, zeros.data(), zeros.size() * sizeof(float));
@@ -68,7 +68,7 @@ std::vector<float> DeviceTransformer::gradients() {
 }
 
 OptimizerState DeviceTransformer::optimizer_state() {
-  KTUNE_REQUIRE(L_.train, "a forward-only model has no optimizer state");
+  KTUNE_REQUIRE(L_.optimizer, "only a model built for training has optimizer state");
   const auto n = static_cast<std::size_t>(L_.params.total);
   OptimizerState state{std::vector<float>(n), std::vector<float>(n), steps_};
   ops_->download(state.exp_avg.data(), {Region::kExpAvg, 0}, n * sizeof(float));
@@ -77,7 +77,7 @@ OptimizerState DeviceTransformer::optimizer_state() {
 }
 
 void DeviceTransformer::set_optimizer_state(const OptimizerState& state) {
-  KTUNE_REQUIRE(L_.train, "a forward-only model has no optimizer state");
+  KTUNE_REQUIRE(L_.optimizer, "only a model built for training has optimizer state");
   state.require_fits(L_.params.total);
   ops_->upload({Region::kExpAvg, 0}, state.exp_avg.data(), state.exp_avg.size() * sizeof(float));
   ops_->upload({Region::kExpAvgSq, 0}, state.exp_avg_sq.data(), state.exp_avg_sq.size() * sizeof(float));
@@ -133,7 +133,7 @@ std::vector<float> DeviceTransformer::token_losses() {
 }
 
 void DeviceTransformer::backward(bool accumulate) {
-  KTUNE_REQUIRE(L_.train, "backward needs a model built for training, not forward-only");
+  KTUNE_REQUIRE(L_.train, "backward needs a model built for gradients, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
   run_pass(backward_[accumulate ? 1 : 0], "backward", [&](Ops& ops) { walk_backward(ops, L_, accumulate); });
@@ -156,7 +156,7 @@ void DeviceTransformer::run_pass(Pass& pass, const char* phase, const std::funct
 }
 
 void DeviceTransformer::step(const templates::adamw::AdamwHyper& hyper) {
-  KTUNE_REQUIRE(L_.train, "an optimizer step needs a model built for training");
+  KTUNE_REQUIRE(L_.optimizer, "an optimizer step needs a model built for training");
   templates::adamw::AdamwHyper h = hyper;
   h.step = ++steps_;
   walk_profiled(*ops_, profile_, "optimizer", [&](Ops& ops) { walk_adamw(ops, L_, h); });

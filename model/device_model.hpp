@@ -64,7 +64,7 @@ class DeviceTransformer {
   /// The per-token losses of the last forward (fp32 in every precision).
   std::vector<float> token_losses();
   /// Gradients of the last forward's loss, written or with `accumulate`
-  /// added (walk_backward); needs Allocation::kTrain and a forward.
+  /// added (walk_backward); needs Allocation::kGradients or kTrain and a forward.
   void backward(bool accumulate = false);
   /// One AdamW step from the gradients (state zero at construction).
   void step(const templates::adamw::AdamwHyper& hyper);

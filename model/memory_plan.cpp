@@ -261,6 +261,18 @@ std::int64_t MemoryPlan::peak_forward_backward() const {
 
 std::int64_t MemoryPlan::peak_step() const { return peak_forward_backward() + optimizer_state; }
 
+std::int64_t MemoryPlan::peak(Allocation allocation) const {
+  switch (allocation) {
+    case Allocation::kForwardOnly:
+      return peak_forward();
+    case Allocation::kGradients:
+      return peak_forward_backward();
+    case Allocation::kTrain:
+      return peak_step();
+  }
+  return peak_step();
+}
+
 void require_host_memory(const MemoryPlan& plan, std::int64_t peak, const std::string& run) {
   ktune::require_host_memory(peak,
                              fmt::format("{} model {} at context {}, batch {}", run, plan.model.name,

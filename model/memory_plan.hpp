@@ -18,6 +18,14 @@
 
 namespace ktune::model {
 
+/// What a model instance is allocated for; MemoryPlan::peak says its bytes.
+enum class Allocation {
+  kForwardOnly,  ///< one block's activations, reused by every block; no gradients
+  kGradients,    ///< every block's activations kept, gradients and backward workspace; no optimizer state (a
+                 ///< forward and backward without a step: eval's gradients, bench's forward+backward)
+  kTrain,        ///< kGradients and AdamW's moments: a training step
+};
+
 /// Offsets of the activations of one block, in one slot (in the layout's
 /// units, layout_unit_bytes: elements in f32).
 /// N = batch*context tokens, C = d_model, F = d_ff, H heads, S = context.
@@ -160,6 +168,9 @@ struct MemoryPlan {
   std::int64_t peak_forward() const;           ///< forward only
   std::int64_t peak_forward_backward() const;  ///< forward + backward (the ops' scratch included)
   std::int64_t peak_step() const;              ///< forward + backward + AdamW
+  /// What a model allocated for `allocation` holds at most: peak_forward,
+  /// peak_forward_backward or peak_step.
+  std::int64_t peak(Allocation allocation) const;
 };
 
 /// Plans the buffers of a run without allocating anything, each block

@@ -94,7 +94,7 @@ class DeviceRuntime final : public Runtime {
     backend_->set_programmatic(options.programmatic);
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
       const MemoryPlan plan = plan_run(config, shape, options);
-      const std::int64_t peak = allocation == Allocation::kTrain ? plan.peak_step() : plan.peak_forward();
+      const std::int64_t peak = plan.peak(allocation);
       const auto free = static_cast<std::int64_t>(baseline_.free_bytes);
       KTUNE_REQUIRE(peak <= free,
                     fmt::format("model {} at context {}, batch {} needs {} of device memory (the plan's peak); "

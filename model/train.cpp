@@ -322,15 +322,11 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
   KTUNE_REQUIRE(batches >= 1, fmt::format("{} batches to evaluate; give 1 or more", batches));
   KTUNE_REQUIRE(!gradients || batches == 1, "gradients are of one batch; evaluate more batches without them");
   const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));
-  // With gradients, a device backend's model also holds AdamW's moments (its layout is a training step's, as
-  // DeviceRuntime checks on a GPU); the cpu backend's makes them at its first step, which eval never takes.
-  const std::int64_t peak = !gradients                   ? plan.peak_forward()
-                            : o.backend.backend == "cpu" ? plan.peak_forward_backward()
-                                                         : plan.peak_step();
-  require_memory(o, plan, peak, "evaluating");
+  const Allocation allocation = gradients ? Allocation::kGradients : Allocation::kForwardOnly;
+  require_memory(o, plan, plan.peak(allocation), "evaluating");
   const Streams streams = streams_for(o);
   const TokenStream& stream = streams.held_out ? *streams.held_out : streams.train;
-  auto model = start(o, gradients ? Allocation::kTrain : Allocation::kForwardOnly);
+  auto model = start(o, allocation);
   // A held-out part is read as training's validation reads it; else training's first batches.
   std::mt19937_64 rng(streams.held_out ? validation_seed(o.seed) : o.seed);
   std::vector<std::int32_t> tokens, targets;

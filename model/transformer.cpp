@@ -16,8 +16,8 @@ Transformer<T>::Transformer(const ModelConfig& config, const RunShape& shape, Al
     : config_(config), shape_(shape), allocation_(allocation), parallel_(threads) {
   config_.validate();
   shape_.validate();
-  const bool train = allocation_ == Allocation::kTrain;
-  L_ = model::step_layout(config_, shape_, parallel_.threads(), train);
+  L_ = model::step_layout(config_, shape_, parallel_.threads(), allocation_);
+  const bool train = L_.train;
   plan_ = plan_memory(config_, shape_, parallel_.threads(), sizeof(T));
   params_.assign(L_.params.total, T(0));
   if (train) grads_.assign(L_.params.total, T(0));
@@ -51,7 +51,7 @@ std::span<T> Transformer<T>::parameter(const std::string& name) {
 
 template <class T>
 std::span<T> Transformer<T>::gradient(const std::string& name) {
-  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no gradients");
+  KTUNE_REQUIRE(L_.train, "a forward-only model has no gradients");
   const auto& info = L_.params.find(name);
   return std::span<T>(grads_).subspan(info.offset, info.numel);
 }
@@ -93,7 +93,7 @@ std::vector<float> Transformer<T>::token_losses() const {
 
 template <class T>
 void Transformer<T>::backward(bool accumulate) {
-  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "backward needs a model built for training, not forward-only");
+  KTUNE_REQUIRE(L_.train, "backward needs a model built for gradients, not forward-only");
   KTUNE_REQUIRE(have_forward_, "backward needs a forward pass first");
   have_forward_ = false;  // the backward overwrites the logits
   walk_profiled(*ops_, profile_, "backward", [&](Ops& ops) { walk_backward(ops, L_, accumulate); });
@@ -101,7 +101,7 @@ void Transformer<T>::backward(bool accumulate) {
 
 template <class T>
 void Transformer<T>::step(const templates::adamw::AdamwHyper& hyper) {
-  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "an optimizer step needs a model built for training");
+  KTUNE_REQUIRE(L_.optimizer, "an optimizer step needs a model built for training");
   allocate_moments();
   templates::adamw::AdamwHyper h = hyper;
   h.step = ++steps_;
@@ -127,7 +127,7 @@ void Transformer<T>::allocate_moments() {
 
 template <class T>
 OptimizerState Transformer<T>::optimizer_state() const {
-  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no optimizer state");
+  KTUNE_REQUIRE(L_.optimizer, "only a model built for training has optimizer state");
   OptimizerState state;
   state.steps = steps_;
   state.exp_avg.assign(exp_avg_.begin(), exp_avg_.end());
@@ -139,7 +139,7 @@ OptimizerState Transformer<T>::optimizer_state() const {
 
 template <class T>
 void Transformer<T>::set_optimizer_state(const OptimizerState& state) {
-  KTUNE_REQUIRE(allocation_ == Allocation::kTrain, "a forward-only model has no optimizer state");
+  KTUNE_REQUIRE(L_.optimizer, "only a model built for training has optimizer state");
   state.require_fits(L_.params.total);
   allocate_moments();
   std::copy(state.exp_avg.begin(), state.exp_avg.end(), exp_avg_.begin());

@@ -24,12 +24,6 @@
 
 namespace ktune::model {
 
-/// What a model instance is allocated for.
-enum class Allocation {
-  kForwardOnly,  ///< one block's activations, reused by every block; no gradients
-  kTrain,        ///< every block's activations kept, gradients and backward workspace
-};
-
 /// AdamW's state, what training needs besides the parameters to go on where
 /// it stopped: the moments, one value a parameter each in state-dict layout
 /// (fp32 on every backend), and the steps taken (bias correction's t).
@@ -87,7 +81,7 @@ class Transformer {
   /// Writes the gradients of the last forward's mean loss (over the step's
   /// micro-batches, RunShape::micro_batches), over the gradients there, or
   /// with `accumulate` added to them (walk_backward). Needs
-  /// Allocation::kTrain and a forward first.
+  /// Allocation::kGradients or kTrain, and a forward first.
   void backward(bool accumulate = false);
 
   /// One AdamW step of the walk (walk_adamw) from the gradients, with the

@@ -226,10 +226,12 @@ void backward_block(Ops& ops, const StepLayout& L, std::int64_t l, const GradTar
 std::int64_t StepLayout::region_elements(Region r) const {
   switch (r) {
     case Region::kParams:
+      return params.total;
     case Region::kGrads:
+      return train ? params.total : 0;
     case Region::kExpAvg:
     case Region::kExpAvgSq:
-      return params.total;
+      return optimizer ? params.total : 0;
     case Region::kLayers:
       return train ? (config.layers - 1) * layer.kept(shape.recompute) + layer.size : layer.size;
     case Region::kFinal:
@@ -251,20 +253,21 @@ templates::attention::AttentionShape StepLayout::attention_shape() const {
   return {shape.batch, shape.context, config.heads, config.head_dim(), true};
 }
 
-StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train,
+StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, Allocation allocation,
                        Precision precision, AttentionSaved attention) {
   config.validate();
   shape.validate();
   StepLayout L;
   L.config = config;
   L.shape = shape;
-  L.train = train;
+  L.train = allocation != Allocation::kForwardOnly;
+  L.optimizer = allocation == Allocation::kTrain;
   L.precision = precision;
   L.attention = attention;
   L.params = parameter_layout(config);
   L.layer = layer_layout(config, shape, attention, precision);
   L.final = final_layout(config, shape, precision);
-  L.work = workspace_layout(config, shape, threads, train, precision);
+  L.work = workspace_layout(config, shape, threads, L.train, precision);
   return L;
 }
 
@@ -300,7 +303,7 @@ void walk_forward_ops(Ops& ops, const StepLayout& L) {
 double walk_loss(Ops& ops, const StepLayout& L) { return ops.mean(F(L.final.losses), L.shape.tokens()); }
 
 void walk_backward(Ops& ops, const StepLayout& L, bool accumulate) {
-  KTUNE_REQUIRE(L.train, "backward needs a model built for training, not forward-only");
+  KTUNE_REQUIRE(L.train, "backward needs a model built for gradients, not forward-only");
   KTUNE_REQUIRE(!accumulate || L.shape.micro_batches > 1,
                 "a backward accumulates in a run of several micro-batches a step (RunShape::micro_batches)");
   const auto& c = L.config;
@@ -335,6 +338,7 @@ std::vector<AdamwTensor> adamw_tensors(const StepLayout& L) {
 }
 
 void walk_adamw(Ops& ops, const StepLayout& L, const templates::adamw::AdamwHyper& hyper) {
+  KTUNE_REQUIRE(L.optimizer, "an optimizer step needs a model built for training");
   ops.adamw_step(adamw_tensors(L), hyper);
 }
 

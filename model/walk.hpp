@@ -17,7 +17,8 @@ namespace ktune::model {
 struct StepLayout {
   ModelConfig config;
   RunShape shape;
-  bool train = true;  ///< every block keeps its activations slot (else one slot, reused)
+  bool train = true;  ///< every block keeps its activations slot, and gradients (else one slot, reused)
+  bool optimizer = true;  ///< AdamW's moments (Allocation::kTrain; a step needs them)
   Precision precision = Precision::kF32;                  ///< the run's numerics (device backends)
   AttentionSaved attention = AttentionSaved::kProbabilities;  ///< materialised or flash attention
   /// The projections that read one input — q, k and v of ln1; W1 and W3 of
@@ -67,7 +68,7 @@ struct StepLayout {
 /// Layouts for (config, shape); `threads` sizes the cpu backend's per-thread
 /// scratch (1 for a device backend); `attention` says what each block keeps
 /// for the attention backward.
-StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, bool train,
+StepLayout step_layout(const ModelConfig& config, const RunShape& shape, unsigned threads, Allocation allocation,
                        Precision precision = Precision::kF32,
                        AttentionSaved attention = AttentionSaved::kProbabilities);
 

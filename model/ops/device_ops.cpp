@@ -166,9 +166,10 @@ Mode parse_mode(const std::string& text) {
   throw Error(ErrorKind::kInvalidInput, "mode '" + text + "'; accepted: eager, compiled");
 }
 
-StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options) {
+StepLayout device_layout(const ModelConfig& config, const RunShape& shape, Allocation allocation,
+                         const DeviceOptions& options) {
   // No cpu threads' scratch (the attention's, the norms' weight gradients): the device ops keep their own.
-  StepLayout L = step_layout(config, shape, plan_threads("cuda", 1), train, options.precision,
+  StepLayout L = step_layout(config, shape, plan_threads("cuda", 1), allocation, options.precision,
                              attention_saved(options.precision, options.mode == Mode::kCompiled));
   L.batched_projections = options.mode == Mode::kCompiled;  // eager: PyTorch eager's one GEMM per nn.Linear
   const RopeLaunch rope = options.mode == Mode::kCompiled
@@ -187,6 +188,7 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
   for (auto& r : step_kernels(L.config, L.shape, L.precision, L.attention, rope)) {
     const std::string& name = r.family->name();
     if (!L.train && !name.ends_with("_fwd")) continue;
+    if (!L.optimizer && (name == "adamw" || name == "grad_norm")) continue;  // the step's alone
     if (name == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
     out.push_back(r);
   }
@@ -202,7 +204,7 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   KTUNE_REQUIRE(std::abs(L_.config.norm_eps - tr::rmsnorm::kEps) <= 1e-12,
                 fmt::format("the device backends' RMSNorm eps is {}; the model asks for {}", tr::rmsnorm::kEps,
                             L_.config.norm_eps));
-  const StepLayout want = device_layout(L_.config, L_.shape, L_.train, options_);
+  const StepLayout want = device_layout(L_.config, L_.shape, Allocation::kTrain, options_);
   if (L_.precision != want.precision || L_.attention != want.attention)
     throw Error(ErrorKind::kInternal, "DeviceOps: the layout was not made for these options (device_layout)");
   // Eager mode is untuned: the family defaults, whatever cache was given.
@@ -226,7 +228,7 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   std::size_t scratch = ds;
   std::int64_t largest = 0;
   for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
-  if (L_.train)  // eager AdamW's temporary
+  if (L_.optimizer)  // eager AdamW's temporary
     scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);
   for (const auto& r : requests)
     scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r, options_.deterministic));
@@ -243,8 +245,7 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   std::size_t at = 0;
   for (int r = 0; r < kRegionCount; ++r) {
     const auto region = static_cast<Region>(r);
-    const bool optimizer = region == Region::kGrads || region == Region::kExpAvg || region == Region::kExpAvgSq;
-    if (region == Region::kScratch || (optimizer && !L_.train)) continue;
+    if (region == Region::kScratch) continue;  // after the regions; a region the layout has none of takes 0 bytes
     region_offset_[r] = at;
     at = align_up(at + static_cast<std::size_t>(L_.region_elements(region)) * unit_bytes(region));
   }

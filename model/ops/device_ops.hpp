@@ -226,7 +226,8 @@ class DeviceOps final : public Ops {
 /// The layout of a run on a device backend: the layout's precision, and the
 /// attention attention_saved(precision, mode) says (flash in compiled tf32
 /// and bf16).
-StepLayout device_layout(const ModelConfig& config, const RunShape& shape, bool train, const DeviceOptions& options);
+StepLayout device_layout(const ModelConfig& config, const RunShape& shape, Allocation allocation,
+                         const DeviceOptions& options);
 
 /// The families' problems of a step on a device backend in `mode`: the
 /// step's list (step_kernels.hpp) for the layout's precision and attention,

@@ -252,7 +252,7 @@ TEST_CASE("emu backend: a shape whose k the layout pads away from q (d_model 60,
   c.d_model = 60;
   c.heads = 3;
   const RunShape shape{1, 13};
-  REQUIRE_FALSE(device_layout(c, shape, true, {.mode = Mode::kCompiled}).paired_rope);
+  REQUIRE_FALSE(device_layout(c, shape, Allocation::kTrain, {.mode = Mode::kCompiled}).paired_rope);
   const LaunchCount launched = check_step_matches_cpu({c, shape}, Mode::kCompiled);
   CHECK(launched.by_family.at("rope_fwd") == 2 * c.layers);
   CHECK(check_step_matches_cpu({model_config("tiny"), shape}, Mode::kCompiled).by_family.at("rope_fwd") ==
@@ -271,7 +271,7 @@ TEST_CASE("emu backend, eager mode: the tiny model matches the cpu backend, each
   // rotates q and k in one launch, eager (as PyTorch eager) one each.
   std::map<std::string, std::int64_t> want = compiled.by_family;
   std::vector<std::string> chained;
-  const StepLayout L = device_layout(c.config, c.shape, true, {.mode = Mode::kCompiled});
+  const StepLayout L = device_layout(c.config, c.shape, Allocation::kTrain, {.mode = Mode::kCompiled});
   REQUIRE(L.paired_rope);
   for (const auto& r : device_step_kernels(L, Mode::kCompiled)) {
     const std::string name = r.family->name();
@@ -388,7 +388,8 @@ TEST_CASE("emu backend, compiled tf32: the tiny model runs flash attention and m
   // q, k and v as one fused projection (StepLayout::fused_qkv): its RoPE one
   // launch a layer (q and k of a token as 2H heads), forward and backward.
   const Case c{model_config("tiny"), RunShape{2, 16}};
-  REQUIRE(device_layout(c.config, c.shape, true, {.mode = Mode::kCompiled, .precision = Precision::kTf32}).fused_qkv);
+  REQUIRE(device_layout(c.config, c.shape, Allocation::kTrain,
+                        {.mode = Mode::kCompiled, .precision = Precision::kTf32}).fused_qkv);
   const LaunchCount launched = check_step_matches_cpu(c, Mode::kCompiled, Precision::kTf32);
   CHECK(launched.by_family.at("rope_fwd") == c.config.layers);
   CHECK(launched.by_family.at("rope_bwd") == c.config.layers);
@@ -398,7 +399,8 @@ TEST_CASE("emu backend, compiled tf32: the odd shape (head_dim 80, context 13) m
           "[emu][model][device]") {
   // Fused too (flash attention's head dims keep q, k and v back to back): rows of 720, heads of 80.
   const Case c{odd_model(), RunShape{2, 13}};
-  REQUIRE(device_layout(c.config, c.shape, true, {.mode = Mode::kCompiled, .precision = Precision::kTf32}).fused_qkv);
+  REQUIRE(device_layout(c.config, c.shape, Allocation::kTrain,
+                        {.mode = Mode::kCompiled, .precision = Precision::kTf32}).fused_qkv);
   check_step_matches_cpu(c, Mode::kCompiled, Precision::kTf32);
 }
 
@@ -471,6 +473,37 @@ TEST_CASE("emu backend: a forward-only run holds no backward scratch, in compile
     const MemoryPlan plan = plan_memory(config, shape, plan_threads("emu", 2), 4, infer.layout().attention);
     if (mode == Mode::kCompiled)
       CHECK(static_cast<std::int64_t>(infer.ops().allocated_bytes()) <= plan.peak_forward() + 8 * 1024);
+  }
+}
+
+TEST_CASE("emu backend: a model built for gradients alone holds no optimizer state: its plan's forward+backward peak, "
+          "a training model's gradients", "[emu][model][device]") {
+  auto backend = tuner::exec::make_emu_backend();
+  const ModelConfig config = model_config("tiny");
+  const RunShape shape{1, 64};
+  std::vector<std::int32_t> tokens, targets;
+  random_tokens(shape.tokens(), config.vocab, 31, tokens, targets);
+  for (const Mode mode : {Mode::kCompiled, Mode::kEager}) {
+    INFO(to_string(mode));
+    DeviceTransformer train(*backend, config, shape, Allocation::kTrain, {.mode = mode});
+    DeviceTransformer gradients(*backend, config, shape, Allocation::kGradients, {.mode = mode});
+    const MemoryPlan plan = plan_memory(config, shape, plan_threads("emu", 2), 4, gradients.layout().attention);
+    const auto allocated = static_cast<std::int64_t>(gradients.ops().allocated_bytes());
+    CHECK(allocated >= plan.peak_forward_backward());
+    // In compiled mode exactly the plan's peak (each region 256-byte aligned); eager mode's chains may take more.
+    if (mode == Mode::kCompiled) {
+      CHECK(allocated <= plan.peak_forward_backward() + (kRegionCount + 2) * 256);
+      const auto training = static_cast<std::int64_t>(train.ops().allocated_bytes());
+      CHECK(training - allocated >= plan.optimizer_state);
+      CHECK(training - allocated <= plan.optimizer_state + 2 * 256);
+    }
+    CHECK(gradients.forward(tokens, targets) == Approx(train.forward(tokens, targets)).epsilon(1e-6));
+    gradients.backward();
+    train.backward();
+    const std::vector<float> got = gradients.gradients(), want = train.gradients();
+    CHECK(rel_l2(got, want, 0, gradients.layout().params.total) <= 1e-6);
+    CHECK_THROWS_AS(gradients.step({}), Error);
+    CHECK_THROWS_AS(gradients.optimizer_state(), Error);
   }
 }
 

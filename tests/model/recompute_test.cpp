@@ -109,7 +109,7 @@ TEST_CASE("recompute: the plan keeps each block's kept part and one shared rest 
       Transformer<float> model(tiny, shape, Allocation::kTrain, 2);
       const MemoryPlan p = plan_memory(tiny, shape, 2);
       CHECK(model.allocated_bytes() == p.peak_forward_backward());
-      const StepLayout L = step_layout(tiny, shape, 2, true);
+      const StepLayout L = step_layout(tiny, shape, 2, Allocation::kTrain);
       const std::int64_t kept = L.layer.kept(level);
       CHECK(L.region_elements(Region::kLayers) == (tiny.layers - 1) * kept + L.layer.size);
       CHECK(L.act(1, L.layer.x_in).offset == kept + L.layer.x_in);

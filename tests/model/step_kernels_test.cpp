@@ -112,7 +112,7 @@ TEST_CASE("step kernels: a device run launches its precision's and mode's list",
   for (const Mode mode : {Mode::kEager, Mode::kCompiled}) {
     for (const Precision p : {Precision::kF32, Precision::kTf32, Precision::kBf16}) {
       INFO(to_string(mode) << " " << to_string(p));
-      const StepLayout L = device_layout(config, shape, true, {.mode = mode, .precision = p});
+      const StepLayout L = device_layout(config, shape, Allocation::kTrain, {.mode = mode, .precision = p});
       CHECK(L.precision == p);
       const bool flash = mode == Mode::kCompiled && p != Precision::kF32;
       CHECK(L.attention == (flash ? AttentionSaved::kLogSumExp : AttentionSaved::kProbabilities));
@@ -125,13 +125,20 @@ TEST_CASE("step kernels: a device run launches its precision's and mode's list",
       // Every kernel runs the precision's problem, but grad_norm: gradients are fp32.
       for (const auto& [name, d] : families) CHECK(d == (name == "grad_norm" ? "f32" : problem_dtype(p)));
       // A run without gradients (eval, generate) compiles its forward's kernels alone: the same forward ones.
-      const StepLayout forward = device_layout(config, shape, false, {.mode = mode, .precision = p});
+      const StepLayout forward = device_layout(config, shape, Allocation::kForwardOnly, {.mode = mode, .precision = p});
       const auto forward_families = families_of(device_step_kernels(forward, mode));
       std::map<std::string, std::string> expected;
       for (const auto& [name, d] : families)
         if (name.size() > 4 && name.substr(name.size() - 4) == "_fwd") expected[name] = d;
       CHECK(expected.size() == 7);
       CHECK(forward_families == expected);
+      // Gradients without a step (eval's, bench's forward+backward): every kernel but the optimizer's.
+      const StepLayout gradients = device_layout(config, shape, Allocation::kGradients,
+                                                 {.mode = mode, .precision = p});
+      auto without_step = families;
+      CHECK(without_step.erase(mode == Mode::kEager ? "adamw_eager" : "adamw") == 1);
+      CHECK(without_step.erase("grad_norm") == 1);
+      CHECK(families_of(device_step_kernels(gradients, mode)) == without_step);
     }
   }
 }
@@ -145,11 +152,11 @@ TEST_CASE("step kernels: compiled mode rotates q and k in one launch where they 
   ModelConfig config = model_config("tiny");
   const RunShape shape{1, 13};
   const std::int64_t n = shape.tokens();
-  const StepLayout compiled = device_layout(config, shape, true, {.mode = Mode::kCompiled});
-  const StepLayout eager = device_layout(config, shape, true, {.mode = Mode::kEager});
+  const StepLayout compiled = device_layout(config, shape, Allocation::kTrain, {.mode = Mode::kCompiled});
+  const StepLayout eager = device_layout(config, shape, Allocation::kTrain, {.mode = Mode::kEager});
   CHECK(compiled.paired_rope);
   CHECK_FALSE(eager.paired_rope);  // PyTorch eager rotates each
-  CHECK_FALSE(step_layout(config, shape, 1, true).paired_rope);  // the cpu backend's
+  CHECK_FALSE(step_layout(config, shape, 1, Allocation::kTrain).paired_rope);  // the cpu backend's
   for (const char* family : {"rope_fwd", "rope_bwd"}) {
     INFO(family);
     CHECK(rope_tokens(device_step_kernels(compiled, Mode::kCompiled), family) == 2 * n);
@@ -160,10 +167,11 @@ TEST_CASE("step kernels: compiled mode rotates q and k in one launch where they 
   // token, 2H heads of N tokens.
   for (const Precision p : {Precision::kTf32, Precision::kBf16}) {
     INFO(to_string(p));
-    const StepLayout fused = device_layout(config, shape, true, {.mode = Mode::kCompiled, .precision = p});
+    const StepLayout fused = device_layout(config, shape, Allocation::kTrain,
+                                           {.mode = Mode::kCompiled, .precision = p});
     CHECK(fused.fused_qkv);
     CHECK_FALSE(fused.paired_rope);
-    CHECK_FALSE(device_layout(config, shape, true, {.mode = Mode::kEager, .precision = p}).fused_qkv);
+    CHECK_FALSE(device_layout(config, shape, Allocation::kTrain, {.mode = Mode::kEager, .precision = p}).fused_qkv);
     for (const auto& list : {device_step_kernels(fused, Mode::kCompiled), step_kernels(config, shape, p)})
       for (const auto& r : list)
         if (r.family->name().starts_with("rope")) {
@@ -171,11 +179,12 @@ TEST_CASE("step kernels: compiled mode rotates q and k in one launch where they 
           CHECK(r.problem.dim("heads") == 2 * config.heads);
         }
   }
-  CHECK_FALSE(device_layout(config, shape, true, {.mode = Mode::kCompiled}).fused_qkv);  // f32: materialised
+  // f32: materialised
+  CHECK_FALSE(device_layout(config, shape, Allocation::kTrain, {.mode = Mode::kCompiled}).fused_qkv);
 
   config.d_model = 60;  // k padded away from q: one launch each
   config.heads = 3;
-  CHECK_FALSE(device_layout(config, shape, true, {.mode = Mode::kCompiled}).paired_rope);
+  CHECK_FALSE(device_layout(config, shape, Allocation::kTrain, {.mode = Mode::kCompiled}).paired_rope);
   CHECK(rope_tokens(step_kernels(config, shape, Precision::kF32), "rope_fwd") == n);
 }
 
