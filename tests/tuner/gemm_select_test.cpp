@@ -39,7 +39,8 @@ struct FakeTrials : tuner::GemmTrials {
   std::map<std::uint64_t, bool> fails;       // id -> time() throws
   std::string refuse;                        // refusal() of every stored algorithm
   std::string version = "fakeLt 1";
-  int candidate_calls = 0, time_calls = 0, error_calls = 0, refusal_calls = 0;
+  bool out_of_memory = false;                // prepare() throws
+  int candidate_calls = 0, time_calls = 0, error_calls = 0, refusal_calls = 0, prepared = 0, released = 0;
 
   std::string library() const override { return version; }
   std::vector<GemmAlgo> candidates(const GemmDesc&, int count) override {
@@ -52,12 +53,19 @@ struct FakeTrials : tuner::GemmTrials {
     ++refusal_calls;
     return refuse;
   }
+  void prepare(const GemmDesc&) override {
+    if (out_of_memory) throw Error(ErrorKind::kCuda, "cuMemAlloc failed: out of memory (GEMM trial A)");
+    ++prepared;
+  }
+  void release() override { ++released; }
   tuner::Measurement time(const GemmDesc&, const GemmAlgo& a) override {
+    REQUIRE(prepared == released + 1);  // on the prepared operands
     ++time_calls;
     if (fails.count(a.words[0])) throw Error(ErrorKind::kCuda, "launch failed");
     return tuner::summarize({ms.at(a.words[0]), ms.at(a.words[0]) * 1.01, ms.at(a.words[0]) * 0.99});
   }
   double error(const GemmDesc&, const GemmAlgo& a, const GemmAlgo& reference) override {
+    REQUIRE(prepared == released + 1);
     ++error_calls;
     REQUIRE(reference == algo(0));
     return wrong.count(a.words[0]) ? wrong.at(a.words[0]) : 1e-7;
@@ -307,6 +315,21 @@ TEST_CASE("gemm selection: mixed-precision GEMMs are timed and checked at bf16's
     CHECK(s.choose(g) == (mixed ? algo(2) : algo(1)));
     CHECK(s.counts().rejected == (mixed ? 0 : 1));
   }
+}
+
+TEST_CASE("gemm selection: operands that cannot be made end the choice with their own error, and are freed once "
+          "it is made", "[tuner][gemm]") {
+  FakeTrials fake;
+  fake.out_of_memory = true;
+  tuner::GemmSelector s(fake, gpu(), nullptr, nullptr);
+  // Not "no algorithm ran and matched the reference", with every candidate counted as refused.
+  CHECK_THROWS_WITH(s.choose(qkv()), Catch::Contains("out of memory (GEMM trial A)"));
+  CHECK(fake.time_calls == 0);
+  CHECK(s.counts().rejected == 0);
+  fake.out_of_memory = false;
+  CHECK(s.choose(qkv()) == algo(2));  // the fastest
+  CHECK(fake.prepared == 1);
+  CHECK(fake.released == 1);
 }
 
 }  // namespace tuner_gemm_select_test

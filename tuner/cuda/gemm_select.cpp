@@ -177,22 +177,24 @@ class CublasLtTrials final : public GemmTrials {
   std::vector<GemmAlgo> candidates(const GemmDesc& g, int count) override { return lt_.algorithms(g, count); }
   std::string refusal(const GemmDesc& g, const GemmAlgo& algo) override { return lt_.refusal(g, algo); }
 
+  // One set of operands for every candidate of a GEMM: the same data for
+  // each, and made once (at the 2.7B size a set is ~35 million random values).
+  void prepare(const GemmDesc& g) override {
+    if (operands_ && operands_for_ == g) return;
+    operands_.reset();
+    operands_ = std::make_unique<Operands>(backend_, g, ++seed_);
+    operands_for_ = g;
+  }
+  void release() override { operands_.reset(); }
+
   Measurement time(const GemmDesc& g, const GemmAlgo& algo) override {
-    // One set of operands for every candidate of a GEMM: the same data for
-    // each, and made once (at the 2.7B size a set is ~35 million random values).
-    if (!timed_ || !(timed_for_ == g)) {
-      timed_.reset();
-      timed_ = std::make_unique<Operands>(backend_, g, ++seed_);
-      timed_for_ = g;
-    }
-    const Operands& ops = *timed_;
+    const Operands& ops = prepared(g);
     return backend_.time([&] { lt_.matmul(ops.desc, backend_.native_stream(), algo); }, timing_,
                          fmt::format("GEMM m={} n={} k={} batch={}", g.m, g.n, g.k, g.batch));
   }
 
   double error(const GemmDesc& g, const GemmAlgo& algo, const GemmAlgo& reference) override {
-    timed_.reset();  // the candidates are timed: their operands are not needed again
-    const Operands ops(backend_, g, ++seed_);
+    const Operands& ops = prepared(g);
     const auto run = [&](const GemmAlgo& which) {
       // beta = 0 never reads C: poisoned, so an entry left unwritten is NaN.
       if (g.beta == 0) backend_.poison(*ops.c);
@@ -215,12 +217,18 @@ class CublasLtTrials final : public GemmTrials {
   }
 
  private:
+  const Operands& prepared(const GemmDesc& g) const {
+    if (!operands_ || !(operands_for_ == g))
+      throw Error(ErrorKind::kInternal, "GEMM trials: the operands were not prepared for this GEMM");
+    return *operands_;
+  }
+
   exec::Backend& backend_;
   CublasLt& lt_;
   RunOptions timing_;
   std::uint64_t seed_ = 0;
-  std::unique_ptr<Operands> timed_;  ///< the operands time() runs timed_for_ on
-  GemmDesc timed_for_;
+  std::unique_ptr<Operands> operands_;  ///< what time() and error() run operands_for_ on
+  GemmDesc operands_for_;
 };
 
 }  // namespace
@@ -286,6 +294,13 @@ GemmAlgo GemmSelector::timed(const GemmDesc& g, const cache::Key& key) {
     std::size_t rank;
     Measurement m;
   };
+  // The operands, outside the candidates' failures: an allocation that fails is said as itself, not as every
+  // candidate refused; freed once the choice is made.
+  trials_.prepare(g);
+  struct Release {
+    GemmTrials& trials;
+    ~Release() { trials.release(); }
+  } release{trials_};
   std::vector<Timed> runs;
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     try {

@@ -63,12 +63,17 @@ class GemmTrials {
   virtual std::vector<GemmAlgo> candidates(const GemmDesc& g, int count) = 0;
   /// Empty when `algo` (read back from a cache) runs `g` here, else why not.
   virtual std::string refusal(const GemmDesc& g, const GemmAlgo& algo) = 0;
-  /// Times `g` with `algo` on operands of the trials' own (never g's), the
-  /// same for every algorithm timed for `g` in a row.
+  /// Makes the operands of the trials' own (never g's) that time() and
+  /// error() run `g` on, before any candidate runs: what fails here (out of
+  /// memory) is no candidate's, and ends the choice. release() frees them.
+  virtual void prepare(const GemmDesc& g) { (void)g; }
+  virtual void release() {}
+  /// Times `g` with `algo` on the prepared operands.
   /// Throws tuner Errors when the algorithm fails to run.
   virtual Measurement time(const GemmDesc& g, const GemmAlgo& algo) = 0;
-  /// Relative L2 error of `g` run with `algo` against `reference`, on fresh
-  /// random operands, the output poisoned first (NaN: infinity).
+  /// Relative L2 error of `g` run with `algo` against `reference`, on the
+  /// prepared operands, the output poisoned first (NaN: infinity) or, where
+  /// the GEMM accumulates, written back as it was.
   virtual double error(const GemmDesc& g, const GemmAlgo& algo, const GemmAlgo& reference) = 0;
 };
 
