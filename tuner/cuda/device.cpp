@@ -95,11 +95,10 @@ Context::Context(int ordinal) {
 
 void Context::make_current() const { KT_CHECK_CU(Driver::get().cuCtxSetCurrent(context_)); }
 
-Context::~Context() {
-  const Driver& d = Driver::get();
-  d.cuCtxSetCurrent(nullptr);
-  d.cuDevicePrimaryCtxRelease(device_);
-}
+// The context stays current: every Context of the device holds the one
+// primary context, so another alive on this thread (a second backend) goes on
+// working through it; the next Context made sets it again.
+Context::~Context() { Driver::get().cuDevicePrimaryCtxRelease(device_); }
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
   KT_CHECK_CU(Driver::get().cuMemAlloc(&ptr_, bytes == 0 ? 1 : bytes));
