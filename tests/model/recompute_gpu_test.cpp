@@ -1,9 +1,11 @@
 // Activation recomputation on a GPU, the twin of recompute_emu_test.cpp at
 // the small model's size: compiled bf16 with and without CUDA graphs (the
-// walk is the backends' and modes' one), a recomputing run's losses are a
-// keeping run's to the bit (the forward is the same launches on the same
-// values) and its gradients and AdamW steps within the run-to-run spread of
-// the attention backward's float atomics. Skipped without a device.
+// walk is the backends' and modes' one), a recomputing run's losses and
+// gradients are a keeping run's within the spread of two runtimes' GEMM
+// algorithms. The emulation's twin checks the first loss to the bit; here
+// each runtime asks cuBLASLt's heuristic (--deterministic: untimed, where
+// timing would pick by noise), whose choice may follow the operands'
+// alignments, which the two layouts need not share. Skipped without a device.
 #include <catch2/catch.hpp>
 
 #include "model/recompute_check.hpp"
@@ -26,13 +28,11 @@ void check_close_steps(const RunShape& shape, Mode mode, Precision precision, bo
   b.mode = mode;
   b.precision = precision;
   b.graphs = graphs;
+  b.deterministic = true;
   const auto [kept, recomputed] = test::recompute_pair(config, shape, b, steps, 41, Recompute::kBlocks);
   const auto layout = parameter_layout(config);
   for (std::size_t s = 0; s < kept.losses.size(); ++s) {
     INFO("step " << s + 1);
-    // The first forward is the same launches on the same values; later
-    // ones start from parameters the atomics' order may have moved.
-    if (s == 0) CHECK(recomputed.losses[s] == kept.losses[s]);
     CHECK(recomputed.losses[s] == Approx(kept.losses[s]).epsilon(1e-4));
     for (const auto& t : layout.tensors) {
       INFO(t.name);
