@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <set>
 #include <limits>
 #include <utility>
 
@@ -258,6 +259,10 @@ void run_sweep(model::E2eOptions e, const std::vector<model::ModelConfig>& model
     completion.add_to(sweep);
     row["sweep"] = sweep;
   }
+  std::set<std::string> warned;  // each run's; the same ones from each row's fresh model said once
+  for (const auto& r : results)
+    for (const auto& w : r.warnings)
+      if (warned.insert(w).second) std::cerr << "warning: " << w << "\n";
   if (results.empty()) {  // stopped before the first row was measured
     std::cerr << "ktune: no row was measured; nothing is written\n";
     stop.finish(global, completion);
@@ -348,11 +353,10 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
                                    : model::E2ePasses::kForwardBackward;
     KTUNE_REQUIRE(!o->sweep || o->m.recompute != "auto",
                   "--recompute auto fits one run's shape, and --sweep runs several: give --recompute swiglu or blocks");
-    // A forward alone keeps no activations for a backward; a device backend's model for a backward holds
-    // AdamW's state, timed or not, so its peak is the full step's.
+    // A forward alone keeps no activations for a backward; a forward and backward without the optimizer holds
+    // no AdamW state (Allocation::kGradients), so its peak is the plan's forward+backward one.
     if (e.passes != model::E2ePasses::kForward)
-      resolve_recompute(o->m, e.model, e.shape, b, global.json,
-                        e.passes == model::E2ePasses::kForwardBackward && b.backend == "cpu");
+      resolve_recompute(o->m, e.model, e.shape, b, global.json, model::e2e_allocation(e.passes));
     if (o->sweep) {
       run_sweep(e, models, o->json_out, global);
       return;

@@ -73,11 +73,13 @@ void add_eval_command(CLI::App& app, Global& global) {
     r.shape = shape_from_args(o->m);
     r.threads = threads_from_args(o->m);
     r.backend = backend_from_args(o->m, r.threads);
-    // Where the kernels' configs came from (a device backend's) goes with the loss; stale or unusable tuned
-    // entries are warned of at once.
+    // Where the kernels' configs came from (a device backend's) goes with the loss, said once the run has
+    // chosen its GEMMs; stale or unusable tuned entries are warned of at once, the GEMMs' as the run ends.
     std::string kernels;
-    r.on_runtime = [&kernels](const model::Runtime& rt) {
-      print_warnings(rt);
+    std::size_t warned = 0;
+    r.on_runtime = [&warned](const model::Runtime& rt) { warned = print_warnings(rt); };
+    r.on_finish = [&kernels, &warned](const model::Runtime& rt) {
+      print_warnings(rt, warned);
       kernels = kernels_line(rt);
     };
     // Weights whose loss is not finite (logits that overflow) fail, as a diverged training run does.

@@ -107,10 +107,12 @@ void add_generate_command(CLI::App& app, Global& global) {
     g.backend = backend_from_args(o->m, g.threads);
     // Stdout holds the drawn ids: where the kernels' configs came from, and stale or unusable tuned entries, go to
     // stderr.
-    g.on_runtime = [](const model::Runtime& rt) {
-      print_warnings(rt);
+    std::size_t warned = 0;
+    g.on_runtime = [&warned](const model::Runtime& rt) {
+      warned = print_warnings(rt);
       if (const std::string kernels = kernels_line(rt); !kernels.empty()) std::cerr << kernels << "\n";
     };
+    g.on_finish = [&warned](const model::Runtime& rt) { print_warnings(rt, warned); };  // the GEMMs' choices
     // Wall time from the start: to the first token (the model's start, its
     // kernels compiled or loaded, and a forward), then the rest.
     using Clock = std::chrono::steady_clock;

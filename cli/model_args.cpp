@@ -196,16 +196,15 @@ void add_recompute_option(CLI::App* cmd, ModelArgs& a, bool with_auto) {
 }
 
 void resolve_recompute(const ModelArgs& a, const model::ModelConfig& config, model::RunShape& shape,
-                       const model::BackendOptions& backend, bool quiet, bool forward_backward) {
+                       const model::BackendOptions& backend, bool quiet, model::Allocation allocation) {
   if (a.recompute != "auto") return;
   const std::int64_t available = model::available_memory(backend);
-  shape.recompute = model::least_recompute(config, shape, backend, available, forward_backward);
+  shape.recompute = model::least_recompute(config, shape, backend, available, allocation);
   if (quiet) return;
   const auto peak = [&](model::Recompute level) {
     model::RunShape s = shape;
     s.recompute = level;
-    const model::MemoryPlan plan = model::plan_run(config, s, backend);
-    return forward_backward ? plan.peak_forward_backward() : plan.peak_step();
+    return model::plan_run(config, s, backend).peak(allocation);
   };
   const std::string where = backend.backend == "cuda" ? "free on the GPU" : "available on the host";
   const std::int64_t bytes = peak(shape.recompute);
@@ -292,8 +291,10 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
 
 unsigned threads_from_args(const ModelArgs& a) { return a.threads ? a.threads : env::hardware_threads(); }
 
-void print_warnings(const model::Runtime& rt) {
-  for (const auto& w : rt.warnings()) std::cerr << "warning: " << w << "\n";
+std::size_t print_warnings(const model::Runtime& rt, std::size_t from) {
+  const std::vector<std::string> warnings = rt.warnings();  // the GEMMs' come last, as they are found
+  for (std::size_t i = from; i < warnings.size(); ++i) std::cerr << "warning: " << warnings[i] << "\n";
+  return warnings.size();
 }
 
 std::string kernels_line(const model::Runtime& rt) {

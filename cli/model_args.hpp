@@ -71,11 +71,12 @@ model::RunShape shape_from_args(const ModelArgs& args);
 
 /// With --recompute auto, sets shape.recompute to the least recomputation
 /// at which the run fits in the memory its backend has now
-/// (model::least_recompute; with `forward_backward`, a forward and backward
-/// without the optimizer's state) and, unless `quiet`, says on stdout which
-/// and why. Without auto, does nothing.
+/// (model::least_recompute, for what the run allocates: a step's, or a
+/// forward and backward's without the optimizer's state) and, unless
+/// `quiet`, says on stdout which and why. Without auto, does nothing.
 void resolve_recompute(const ModelArgs& args, const model::ModelConfig& config, model::RunShape& shape,
-                       const model::BackendOptions& backend, bool quiet, bool forward_backward = false);
+                       const model::BackendOptions& backend, bool quiet,
+                       model::Allocation allocation = model::Allocation::kTrain);
 
 /// Adds --backend (cpu | cuda | emu), --mode (eager | compiled), --dtype
 /// (f32 | tf32 | bf16), --cache (a tuned cache file for compiled mode),
@@ -98,8 +99,11 @@ model::BackendOptions backend_from_args(const ModelArgs& args, unsigned threads)
 /// --threads, or every hardware thread.
 unsigned threads_from_args(const ModelArgs& args);
 
-/// A built runtime's warnings (stale or unusable tuned entries), each a "warning: " line on stderr.
-void print_warnings(const model::Runtime& rt);
+/// A runtime's warnings (stale or unusable tuned entries; on a GPU, GEMM
+/// choices the tuned cache could not give or keep, found as the GEMMs first
+/// run) from the `from`-th on, each a "warning: " line on stderr; returns how
+/// many it has, the `from` of a later call that says the new ones.
+std::size_t print_warnings(const model::Runtime& rt, std::size_t from = 0);
 
 /// Where a runtime's kernels' configs came from, as a line says it ("emulated sm_90: compiled mode, f32, 16
 /// kernels: ..."); "" on the cpu backend, which launches none.

@@ -361,6 +361,9 @@ void add_train_command(CLI::App& app, Global& global) {
     // Under --json, the run's JSON: the steps done, and the error that ended it early if one did.
     std::optional<std::int64_t> resumed_after;
     bool started = false;  // the backend up and the run under way: an error then ends a run, not bad input
+    // The runtime while it trains, and its warnings said so far: a GPU's GEMM choices bring theirs at a step.
+    const model::Runtime* runtime = nullptr;
+    std::size_t warned = 0;
     const auto print_json = [&](const std::vector<model::StepRecord>& steps, const std::string& error) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : steps) j.push_back(step_json(r));
@@ -386,8 +389,9 @@ void add_train_command(CLI::App& app, Global& global) {
       records = model::train(
           t,
           [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, &metrics_failure, step_width, &eta,
-           &json_progress, &done](const model::StepRecord& r) {
+           &json_progress, &done, &runtime, &warned](const model::StepRecord& r) {
             done.push_back(r);
+            if (runtime) warned = print_warnings(*runtime, warned);
             if (r.checkpointed) StopSignals::set_again(kCheckpointHolds);
             if (!metrics_path.empty() && !metrics.is_open() && metrics_failure.empty()) {
               if (metrics_mode == std::ios::app) trim_metrics(metrics_path, r.step);
@@ -420,8 +424,8 @@ void add_train_command(CLI::App& app, Global& global) {
                                      r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "", eta(r.step))
                       << std::flush;
           },
-          [&global, &t, &resumed_after, &started](const model::TrainStart& start) {  // once the backend is up
-            started = true;
+          [&global, &t, &resumed_after, &started, &runtime, &warned](const model::TrainStart& start) {
+            started = true;  // the backend is up
             // What the run is goes to stdout, but for --json's; warnings and notes go to stderr either way.
             std::ostringstream discarded;
             std::ostream& out = global.json ? discarded : std::cout;
@@ -462,7 +466,8 @@ void add_train_command(CLI::App& app, Global& global) {
                                                                                             : t.val_tokens_file)
                                                         : "");
             }
-            print_warnings(rt);
+            runtime = &rt;
+            warned = print_warnings(rt);
             if (start.resumed) {
               const model::CheckpointInfo& info = *start.resumed;
               out << fmt::format("resuming from {} after step {}\n", t.checkpoint, info.step);

@@ -103,9 +103,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   const bool optimizer = o.passes == E2ePasses::kStep;
   const BackendOptions& backend = o.backend;
   const MemoryPlan plan = plan_run(o.model, o.shape, backend);
-  const Allocation allocation = optimizer  ? Allocation::kTrain
-                                : backward ? Allocation::kGradients
-                                           : Allocation::kForwardOnly;
+  const Allocation allocation = e2e_allocation(o.passes);
   if (backend.backend != "cuda") require_host_memory(plan, plan.peak(allocation), "benchmarking");
   auto model = make_runtime(o.model, o.shape, allocation, backend);
   templates::adamw::AdamwHyper hyper{};

@@ -31,6 +31,14 @@ enum class E2ePasses {
   kStep,             ///< forward + backward + AdamW
 };
 
+/// What the model of a run of `passes` is allocated for: AdamW's state for
+/// a step only.
+inline Allocation e2e_allocation(E2ePasses passes) {
+  return passes == E2ePasses::kStep               ? Allocation::kTrain
+         : passes == E2ePasses::kForwardBackward ? Allocation::kGradients
+                                                 : Allocation::kForwardOnly;
+}
+
 struct E2eOptions {
   BackendOptions backend;  ///< where and how the model runs
   ModelConfig model;

@@ -300,12 +300,10 @@ std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_
 }
 
 Recompute least_recompute(const std::function<MemoryPlan(Recompute)>& plan_at, std::int64_t available,
-                          bool forward_backward) {
+                          Allocation allocation) {
   if (available <= 0) return Recompute::kNone;
-  for (const Recompute level : {Recompute::kNone, Recompute::kSwiglu}) {
-    const MemoryPlan plan = plan_at(level);
-    if ((forward_backward ? plan.peak_forward_backward() : plan.peak_step()) <= available) return level;
-  }
+  for (const Recompute level : {Recompute::kNone, Recompute::kSwiglu})
+    if (plan_at(level).peak(allocation) <= available) return level;
   return Recompute::kBlocks;
 }
 

@@ -221,10 +221,11 @@ std::string memory_remedy(const MemoryPlan& plan, std::int64_t peak, std::int64_
 
 /// The least activation recomputation (none, then swiglu, then blocks) at
 /// which the plan `plan_at(level)` gives fits in `available` bytes, its
-/// peak_step (with `forward_backward`, its peak_forward_backward); blocks
-/// when none fits, none when `available` is 0 (unknown).
+/// peak for `allocation` (a step's, or a forward and backward's without the
+/// optimizer: kGradients); blocks when none fits, none when `available` is
+/// 0 (unknown).
 Recompute least_recompute(const std::function<MemoryPlan(Recompute)>& plan_at, std::int64_t available,
-                          bool forward_backward = false);
+                          Allocation allocation = Allocation::kTrain);
 
 /// Human-readable size: "1.23 GiB", "456.0 MiB", "12.0 KiB", "7 B".
 std::string format_bytes(std::int64_t bytes);

@@ -35,13 +35,13 @@ std::int64_t available_memory(const BackendOptions& options) {
 }
 
 Recompute least_recompute(const ModelConfig& config, RunShape shape, const BackendOptions& options,
-                          std::int64_t available, bool forward_backward) {
+                          std::int64_t available, Allocation allocation) {
   return least_recompute(
       [&](Recompute level) {
         shape.recompute = level;
         return plan_run(config, shape, options);
       },
-      available, forward_backward);
+      available, allocation);
 }
 
 namespace {

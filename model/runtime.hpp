@@ -52,7 +52,7 @@ std::int64_t available_memory(const BackendOptions& options);
 /// backend (plan_run) at `shape` with each level; shape.recompute is not
 /// read. Blocks when none fits: the run's memory check then says what would.
 Recompute least_recompute(const ModelConfig& config, RunShape shape, const BackendOptions& options,
-                          std::int64_t available, bool forward_backward = false);
+                          std::int64_t available, Allocation allocation = Allocation::kTrain);
 
 class Runtime {
  public:

@@ -352,6 +352,7 @@ EvalResult evaluate(const RunOptions& o, bool gradients, std::int64_t batches) {
     }
     r.grad_norm_total = std::sqrt(total);
   }
+  if (o.on_finish) o.on_finish(*model);
   return r;
 }
 
@@ -389,6 +390,7 @@ FullEvalResult evaluate_all(const RunOptions& o) {
     for (std::int64_t i = 0; i < count * C; ++i) sum += losses[static_cast<std::size_t>(i)];
   }
   r.loss = sum / static_cast<double>(r.tokens);
+  if (run.on_finish) run.on_finish(*model);
   return r;
 }
 
@@ -469,6 +471,7 @@ std::vector<std::int32_t> generate(const GenerateOptions& o, const std::function
     if (on_token) on_token(token);
     if (o.eos && token == *o.eos) break;
   }
+  if (r.on_finish) r.on_finish(*model);
   return drawn;
 }
 

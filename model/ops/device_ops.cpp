@@ -121,6 +121,9 @@ class CublasLtGemm final : public GemmEngine {
   std::string name() const override {
     if (!selector_) return "cuBLASLt (heuristic's first algorithm)";
     const auto& c = selector_->counts();
+    if (c.cached + c.timed + c.heuristic == 0)  // a runtime's start: its GEMMs choose as they first run
+      return fmt::format("cuBLASLt (algorithms chosen as each GEMM first runs: the tuned cache's, else {})",
+                         deterministic_ ? "the heuristic's first, untimed" : "timed then");
     if (deterministic_)
       return fmt::format("cuBLASLt (untimed algorithms: {} from the tuned cache, {} the heuristic's first)", c.cached,
                          c.heuristic);

@@ -19,6 +19,16 @@ using namespace ktune;
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
+namespace {
+
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
 TEST_CASE("CLI: eval and generate with a tuned cache warn of the entries they pass over and count the kernels' "
           "configs",
           "[cli]") {
@@ -50,6 +60,7 @@ TEST_CASE("CLI: eval and generate with a tuned cache warn of the entries they pa
   CHECK_THAT(out, Catch::Contains("warning: ignoring stale cache entry for rmsnorm_fwd " + norm_problem.key()) &&
                       Catch::Contains("warning: ignoring the tuned entry for embedding_fwd " + embed_problem.key()) &&
                       Catch::Contains("kernels: 0 exact, 0 nearest,"));
+  CHECK(occurrences(out, "warning: ") == 2);  // each once: at the start, none again as the run ends
   REQUIRE(run_command(ktune_exe().string() + " --json eval --batch 2" + model + " 2>/dev/null", &out) == 0);
   CHECK(nlohmann::json::parse(out).at("kernels").get<std::string>().find("0 exact, 0 nearest,") != std::string::npos);
 
@@ -61,6 +72,11 @@ TEST_CASE("CLI: eval and generate with a tuned cache warn of the entries they pa
   CHECK_THAT(out, Catch::Contains("warning: ignoring stale cache entry for rmsnorm_fwd " + norm_problem.key()) &&
                       Catch::Contains("warning: ignoring the tuned entry for embedding_fwd " + embed_problem.key()) &&
                       Catch::Contains("kernels: 0 exact, 0 nearest,"));
+  CHECK(occurrences(out, "warning: ") == 2);
+  // train says them as it starts, and the new ones a step finds after its step (a GPU's GEMMs'): none here.
+  REQUIRE(run_command(ktune_exe().string() + " train --batch 1 --steps 2" + model, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("warning: ignoring stale cache entry for rmsnorm_fwd " + norm_problem.key()));
+  CHECK(occurrences(out, "warning: ") == 2);
 }
 
 }  // namespace cli_eval_emu_test

@@ -6,7 +6,10 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "base/files.hpp"
+#include "model/memory_plan.hpp"
 #include "support.hpp"
 
 namespace cli_model_backend_test {
@@ -112,6 +115,26 @@ TEST_CASE("CLI: --deterministic: a device run's summary and report say so, a res
   CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " train --model tiny --steps 1 --deterministic",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("AdamW state, activations, workspace)"));  // the cpu backend's: no dS
+}
+
+TEST_CASE("CLI: bench e2e --recompute auto on a device backend plans the bytes its run holds, AdamW's state for "
+          "a step only",
+          "[cli][model]") {
+  const auto dir = ktune::test::scratch_dir("model_e2e_recompute_auto");
+  const std::string run = "bench e2e --model tiny --ctx 16 --batch 1 --trials 1 --warmup 0 --backend emu "
+                          "--recompute auto --json-out " + (dir / "e2e.json").string();
+  std::int64_t peaks[2] = {};
+  for (const bool step : {false, true}) {
+    INFO(step);
+    std::string out;
+    REQUIRE(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " " + run +
+                            (step ? " --with-optimizer" : "") + " 2>&1",
+                        &out) == 0);
+    const auto report = nlohmann::json::parse(ktune::read_file(dir / "e2e.json"));
+    peaks[step] = report.at("plan_peak_bytes").get<std::int64_t>();
+    CHECK_THAT(out, Catch::Contains("recompute auto: none (" + ktune::model::format_bytes(peaks[step]) + " planned"));
+  }
+  CHECK(peaks[0] < peaks[1]);  // the moments
 }
 
 TEST_CASE("CLI: train --resume on another backend or dtype notes it, against the checkpoint's", "[cli][model]") {

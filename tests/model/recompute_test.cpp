@@ -133,14 +133,13 @@ TEST_CASE("recompute auto: the least level whose plan fits the memory there is",
   BackendOptions cpu;
   cpu.threads = 2;
   RunShape shape{2, 13};
-  const auto peak = [&](Recompute level, bool forward_backward) {
+  const auto peak = [&](Recompute level, Allocation allocation) {
     RunShape s = shape;
     s.recompute = level;
-    const MemoryPlan plan = plan_run(config, s, cpu);
-    return forward_backward ? plan.peak_forward_backward() : plan.peak_step();
+    return plan_run(config, s, cpu).peak(allocation);
   };
-  for (const bool fb : {false, true}) {
-    INFO("forward and backward only: " << fb);
+  for (const Allocation fb : {Allocation::kTrain, Allocation::kGradients}) {
+    INFO("forward and backward only: " << (fb == Allocation::kGradients));
     const std::int64_t none = peak(Recompute::kNone, fb), swiglu = peak(Recompute::kSwiglu, fb),
                        blocks = peak(Recompute::kBlocks, fb);
     REQUIRE(none > swiglu);
@@ -155,8 +154,9 @@ TEST_CASE("recompute auto: the least level whose plan fits the memory there is",
     shape.recompute = Recompute::kNone;
   }
   // The optimizer's state counts in a step's plan, not in a forward and backward's.
-  CHECK(least_recompute(config, shape, cpu, peak(Recompute::kNone, true), true) == Recompute::kNone);
-  CHECK(least_recompute(config, shape, cpu, peak(Recompute::kNone, true), false) != Recompute::kNone);
+  const std::int64_t gradients = peak(Recompute::kNone, Allocation::kGradients);
+  CHECK(least_recompute(config, shape, cpu, gradients, Allocation::kGradients) == Recompute::kNone);
+  CHECK(least_recompute(config, shape, cpu, gradients, Allocation::kTrain) != Recompute::kNone);
 }
 
 }  // namespace model_recompute_test
