@@ -185,10 +185,17 @@ def plot_attention(plt, records):
     return fig, "Attention"
 
 
+def recompute_label(value):
+    """ktune's level ("none", "swiglu", "blocks") or the peer's flag, as a label's suffix."""
+    if isinstance(value, str):
+        return "" if value == "none" else f", recompute {value}"
+    return ", recomputed" if value else ""
+
+
 def e2e_label(r):
     backend = r.get("backend", "?")
     who = backend if backend.startswith("torch") else f"ktune {backend}"
-    extra = (", graphs" if r.get("graphs") else "") + (", recomputed" if r.get("recompute") else "")
+    extra = (", graphs" if r.get("graphs") else "") + recompute_label(r.get("recompute"))
     return (f"{who} {r.get('mode', '')} {r.get('dtype', '')}{extra}\n{r.get('model', '')} ctx {r['context_length']}, "
             f"warm-up {r.get('num_warmups', '?')}")
 

@@ -95,6 +95,13 @@ class E2eTest(unittest.TestCase):
         self.assertAlmostEqual(kw["yerr"][0][0], 1.2)
         self.assertAlmostEqual(kw["yerr"][1][0], 1.2)
 
+    def test_a_label_names_ktunes_recompute_level_and_the_peers_flag(self):
+        row = {"backend": "cuda", "mode": "compiled", "dtype": "bf16", "model": "small", "context_length": 256}
+        self.assertNotIn("recompute", plot.e2e_label(dict(row, recompute="none")))
+        self.assertIn("compiled bf16, recompute blocks", plot.e2e_label(dict(row, recompute="blocks")))
+        self.assertIn("compiled bf16, recomputed", plot.e2e_label(dict(row, backend="torch 2.11", recompute=True)))
+        self.assertNotIn("recompute", plot.e2e_label(dict(row, backend="torch 2.11", recompute=False)))
+
 
 class OpsTest(unittest.TestCase):
     def setUp(self):

@@ -95,8 +95,12 @@ class TorchE2eTest(unittest.TestCase):
         self.assertIn("| 0.012000 | 0.000500 | - |", lines[2])
         self.assertIn("2.00 GiB | 9.250000 |", lines[2])
         self.assertIn("| compiled | float32 |", lines[2])
-        r["recompute"] = True  # ktune's JSON and the peer's own say so
+        r["recompute"] = True  # the peer's own JSON says so
         self.assertIn("| compiled, recomputed | float32 |", t.table([r]).splitlines()[2])
+        r["recompute"] = "none"  # ktune's names its level
+        self.assertIn("| compiled | float32 |", t.table([r]).splitlines()[2])
+        r["recompute"] = "swiglu"
+        self.assertIn("| compiled, recompute swiglu | float32 |", t.table([r]).splitlines()[2])
 
 
 if __name__ == "__main__":

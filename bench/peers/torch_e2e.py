@@ -142,13 +142,20 @@ def loss_check(ktune_loss, torch_loss, dtype):
     return rel <= TOLERANCE[dtype], rel
 
 
+def recompute_label(value):
+    """ktune's level ("none", "swiglu", "blocks") or the peer's flag, as a suffix of the mode."""
+    if isinstance(value, str):
+        return "" if value == "none" else f", recompute {value}"
+    return ", recomputed" if value else ""
+
+
 def row(r):
     """One row in seed 004's columns (seconds), with the mode, dtype, peak memory and loss."""
     def sec(phase, key):
         p = r.get(phase)
         return f"{p[key] / 1e3:.6f}" if p else "-"
     peak = r.get("device_peak_bytes")
-    mode = r.get("mode", "-") + (", recomputed" if r.get("recompute") else "")
+    mode = r.get("mode", "-") + recompute_label(r.get("recompute"))
     cells = [r["backend"], mode, r.get("dtype", "-"), str(r["batch_size"]), r["model"],
              str(r["context_length"])]
     for phase in ("forward", "backward", "forward_backward", "optimizer", "step"):
