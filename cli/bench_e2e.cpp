@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <iostream>
-#include <set>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "base/error.hpp"

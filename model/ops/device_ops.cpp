@@ -127,8 +127,11 @@ class CublasLtGemm final : public GemmEngine {
     if (deterministic_)
       return fmt::format("cuBLASLt (untimed algorithms: {} from the tuned cache, {} the heuristic's first)", c.cached,
                          c.heuristic);
-    return fmt::format("cuBLASLt (timed algorithms: {} from the tuned cache, {} timed now, {} candidates rejected)",
-                       c.cached, c.timed, c.rejected);
+    return fmt::format("cuBLASLt (timed algorithms: {} from the tuned cache, {} timed now, {} candidates rejected{})",
+                       c.cached, c.timed, c.rejected,
+                       c.heuristic > 0 ? fmt::format("; {} the heuristic's first, untimed (see the warnings)",
+                                                     c.heuristic)
+                                       : "");
   }
   void gemm(const tuner::GemmDesc& g) override {
     if (selector_) lt_.matmul(g, backend_.native_stream(), selector_->choose(g));

@@ -317,16 +317,26 @@ TEST_CASE("gemm selection: mixed-precision GEMMs are timed and checked at bf16's
   }
 }
 
-TEST_CASE("gemm selection: operands that cannot be made end the choice with their own error, and are freed once "
-          "it is made", "[tuner][gemm]") {
+TEST_CASE("gemm selection: without the memory for trial operands the heuristic's first runs, with a warning, and "
+          "operands made are freed once the choice is made",
+          "[tuner][gemm]") {
+  const auto path = test::scratch_dir("gemm_select_memory") / "tuned.json";
+  cache::CacheFile file(path);
   FakeTrials fake;
   fake.out_of_memory = true;
-  tuner::GemmSelector s(fake, gpu(), nullptr, nullptr);
-  // Not "no algorithm ran and matched the reference", with every candidate counted as refused.
-  CHECK_THROWS_WITH(s.choose(qkv()), Catch::Contains("out of memory (GEMM trial A)"));
-  CHECK(fake.time_calls == 0);
-  CHECK(s.counts().rejected == 0);
+  {
+    tuner::GemmSelector s(fake, gpu(), nullptr, [&](const cache::Entry& e) { file.put(e); });
+    // Not "no algorithm ran and matched the reference", every candidate counted as refused, and the run ended.
+    CHECK(s.choose(qkv()) == algo(0));
+    CHECK(fake.time_calls == 0);
+    CHECK(s.counts().rejected == 0);
+    CHECK(s.counts().heuristic == 1);
+    REQUIRE(s.warnings().size() == 1);
+    CHECK_THAT(s.warnings()[0], Catch::Contains("is not timed (cuMemAlloc failed: out of memory (GEMM trial A))"));
+    CHECK_FALSE(std::filesystem::exists(path));  // an untimed choice is not kept
+  }
   fake.out_of_memory = false;
+  tuner::GemmSelector s(fake, gpu(), nullptr, nullptr);
   CHECK(s.choose(qkv()) == algo(2));  // the fastest
   CHECK(fake.prepared == 1);
   CHECK(fake.released == 1);

@@ -294,9 +294,17 @@ GemmAlgo GemmSelector::timed(const GemmDesc& g, const cache::Key& key) {
     std::size_t rank;
     Measurement m;
   };
-  // The operands, outside the candidates' failures: an allocation that fails is said as itself, not as every
-  // candidate refused; freed once the choice is made.
-  trials_.prepare(g);
+  // The operands, outside the candidates' failures: where they cannot be made (no device memory left for a
+  // copy of the GEMM's), the heuristic's first runs, untimed, and a warning says why, where every candidate
+  // was counted refused and the run ended. Freed once the choice is made.
+  try {
+    trials_.prepare(g);
+  } catch (const Error& e) {
+    warnings_.push_back(fmt::format("GEMM {} is not timed ({}): the heuristic's first algorithm runs it",
+                                    key.problem_key, e.what()));
+    ++counts_.heuristic;
+    return candidates.front();
+  }
   struct Release {
     GemmTrials& trials;
     ~Release() { trials.release(); }

@@ -65,7 +65,8 @@ class GemmTrials {
   virtual std::string refusal(const GemmDesc& g, const GemmAlgo& algo) = 0;
   /// Makes the operands of the trials' own (never g's) that time() and
   /// error() run `g` on, before any candidate runs: what fails here (out of
-  /// memory) is no candidate's, and ends the choice. release() frees them.
+  /// memory) is no candidate's; the selector takes the heuristic's first,
+  /// untimed, and warns. release() frees them.
   virtual void prepare(const GemmDesc& g) { (void)g; }
   virtual void release() {}
   /// Times `g` with `algo` on the prepared operands.
@@ -94,7 +95,7 @@ struct GemmSelectOptions {
 struct GemmSelectCounts {
   int cached = 0;     ///< read from the tuned cache (exact key, accepted by the engine)
   int timed = 0;      ///< chosen by timing now
-  int heuristic = 0;  ///< the heuristic's first, untimed (GemmSelectOptions::time false)
+  int heuristic = 0;  ///< the heuristic's first, untimed (GemmSelectOptions::time false, or no memory to time)
   int rejected = 0;   ///< fastest candidates that failed validation or failed to run
 };
 
