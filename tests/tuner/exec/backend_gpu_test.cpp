@@ -1,8 +1,9 @@
 // The execution seam on a GPU, the twin of backend_emu_test.cpp: a family's
 // plan through the CUDA backend gives the CPU reference; a launch that cannot
 // be resident is refused by the fit check before the driver sees it; tuned
-// kernels from the cache service load and run; a CUDA graph replays what it
-// captured, and a capture the driver refuses leaves the stream usable.
+// kernels from the cache service load and run; a backend outlives another
+// made on its thread; a CUDA graph replays what it captured, and a capture the
+// driver refuses leaves the stream usable.
 // Skipped without a device.
 #include "tuner/exec/backend.hpp"
 
@@ -83,6 +84,24 @@ TEST_CASE("tuned kernels on the CUDA backend with a binary cache that cannot be 
   // Compiled on the workers, not kept, and loaded from what they compiled: not compiled again one by one.
   CHECK(not_stored_so_far().compiles - before == 3);
   for (const auto& k : kernels.kernels()) test::run_through(*backend, *k.family, k.chosen.config, k.problem, *k.module);
+}
+
+TEST_CASE("exec: a CUDA backend goes on working on its thread after another made there is destroyed", "[gpu][exec]") {
+  test::skip_without_gpu();
+  // Two runtimes of a program (or a test) share the device's primary context: the one destroyed first leaves it
+  // current for the other, whose modules, memory, copies and launches go on.
+  auto survivor = exec::make_cuda_backend();
+  const std::vector<float> values(1000, 3.0f);
+  auto kept = survivor->allocate(values.size() * sizeof(float), "kept");
+  { const auto other = exec::make_cuda_backend(); }
+  survivor->upload(*kept, values.data(), values.size() * sizeof(float));
+  TunedKernels kernels(*survivor, nullptr);
+  kernels.prepare(default_requests());
+  for (const auto& k : kernels.kernels())
+    test::run_through(*survivor, *k.family, k.chosen.config, k.problem, *k.module);
+  std::vector<float> got(values.size());
+  survivor->download(got.data(), *kept, got.size() * sizeof(float));
+  CHECK(got == values);
 }
 
 TEST_CASE("exec: an upload waits for the kernels launched before it on the CUDA backend's stream", "[gpu][exec]") {
