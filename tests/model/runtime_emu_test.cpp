@@ -147,14 +147,19 @@ TEST_CASE("emu backend, bf16: the e2e benchmark runs a whole step and its memory
   CHECK(to_json(bf16).at("launches_per_step").at("kernels") == bf16.launches->kernels);
 }
 
-TEST_CASE("emu backend: the e2e benchmark's forward and backward plan the AdamW state the device model holds",
+TEST_CASE("emu backend: the e2e benchmark's forward and backward hold no AdamW state, its step does, as the plan's "
+          "peaks say",
           "[emu][model][runtime]") {
-  // A device backend's model for a backward keeps AdamW's moments in its one allocation, timed step or not: the
-  // plan's peak for the passes run is the full step's, what the run allocates (and the ops' scratch besides).
+  // A device backend's model for a forward and backward without the optimizer keeps gradients alone
+  // (Allocation::kGradients): the plan's forward+backward peak, what the run allocates (and the ops' scratch
+  // besides); a step's model holds the moments as well.
   const E2eResult r = bench_e2e(tiny_e2e(E2ePasses::kForwardBackward));
-  CHECK(r.plan_peak_bytes == r.plan.peak_step());
+  CHECK(r.plan_peak_bytes == r.plan.peak_forward_backward());
   CHECK(r.allocated_bytes >= r.plan_peak_bytes);
   CHECK(r.allocated_bytes - r.plan_peak_bytes < r.plan.optimizer_state);
+  const E2eResult step = bench_e2e(tiny_e2e(E2ePasses::kStep));
+  CHECK(step.plan_peak_bytes == step.plan.peak_step());
+  CHECK(step.allocated_bytes - r.allocated_bytes >= step.plan.optimizer_state);
 }
 
 TEST_CASE("emu backend: the kernel summary names the few kernels a tuned cache served by a nearest entry or not "
