@@ -11,7 +11,6 @@
 #include "cli/options.hpp"
 #include "tuner/bench/adam_bench.hpp"
 #include "tuner/run/emu_runner.hpp"
-#include "tuner/run/gpu_runner.hpp"
 
 namespace ktune::cli {
 
@@ -65,7 +64,7 @@ void add_bench_command(CLI::App& app, Global& global) {
     if (!opts->json_out.empty()) writable_target(opts->json_out, "--json-out");  // before the work, not after
     std::optional<cache::TunedCache> tuned;
     if (!opts->cache.empty()) tuned = cache::TunedCache::read(opts->cache);
-    auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+    auto runner = tuner::make_runner(emulated);
     const double copy = copy_bandwidth_gbs(emulated);
     const BenchStop stop;  // a signal: the rows so far are written, marked incomplete
     auto report = tuner::run_adam_bench(

@@ -31,7 +31,6 @@
 #include "tuner/bench/copy_text.hpp"
 #include "tuner/exec/backend.hpp"
 #include "tuner/run/emu_runner.hpp"
-#include "tuner/run/gpu_runner.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
 namespace ktune::cli {
@@ -176,7 +175,7 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
     std::optional<cache::TunedCache> tuned;
     if (!o->cache.empty()) tuned = cache::TunedCache::read(o->cache);
     // Throws "no CUDA device: ..." (exit 2) without one.
-    auto runner = emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+    auto runner = tuner::make_runner(emulated);
     const DeviceLimits device = runner->device();
     std::vector<std::string> warnings;
     std::string method;

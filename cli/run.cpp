@@ -18,7 +18,6 @@
 #include "spec/spec_family.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/emu/speed.hpp"
-#include "tuner/run/gpu_runner.hpp"
 #include "tuner/run/isolated_runner.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -59,7 +58,7 @@ void run_variant(const RunArgs& a, const Global& global) {
     return tuner::make_isolated_runner(make, isolation);
   };
   const std::unique_ptr<tuner::Runner> runner = runner_of([&a] {
-    return a.backend == "emu" ? tuner::make_emu_runner({a.workers, a.arch}) : tuner::make_gpu_runner();
+    return tuner::make_runner(a.backend == "emu", {a.workers, a.arch});
   });
   const auto problem = problem_arg(family, a.problem);
   const auto parameters = parameters_arg(family, problem, a.parameters);

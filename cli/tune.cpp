@@ -28,7 +28,6 @@
 #include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
 #include "tuner/run/emu_runner.hpp"
-#include "tuner/run/gpu_runner.hpp"
 #include "tuner/run/isolated_runner.hpp"
 #include "tuner/session/session.hpp"
 #include "tuner/session/tuned_kernels.hpp"
@@ -234,7 +233,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     const unsigned threads = opts->model.threads ? opts->model.threads : env::compile_threads();
     opts->tune.compile_ahead_threads = std::max(1u, threads) - 1;
     std::function<std::unique_ptr<tuner::Runner>()> make_inner = [backend = opts->backend] {
-      return backend == "emu" ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+      return tuner::make_runner(backend == "emu");
     };
     tuner::IsolationOptions isolation;
     isolation.timeout_s = opts->timeout_s;

@@ -88,7 +88,7 @@ std::size_t GaussianProcess::add_candidate(const double* x) {
 
 void GaussianProcess::refresh_candidate(std::size_t id) {
   const std::size_t n = y_.size();
-  const double* c = &cx_[id * dims_];
+  const double* c = cx_.data() + id * dims_;  // a space of no dimensions holds none
   std::vector<double>& v = v_[id];
   v.resize(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = (kernel(&x_[i * dims_], c) - dot(l_[i].data(), v.data(), i)) / l_[i][i];

@@ -20,7 +20,6 @@
 #include "spec/spec_family.hpp"
 #include "tuner/exec/backend.hpp"
 #include "tuner/run/emu_runner.hpp"
-#include "tuner/run/gpu_runner.hpp"
 #include "tuner/session/session.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -369,7 +368,7 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
     in_file = file->load();  // a corrupt file, or one that cannot be written, stops us before the search
     file->check_writable();
   }
-  if (!st.runner) st.runner = st.emulated ? tuner::make_emu_runner() : tuner::make_gpu_runner();
+  if (!st.runner) st.runner = tuner::make_runner(st.emulated);
   const auto& device = st.runner->device();
   options.log_path = tuner::default_log_path(family, problem);
   options.default_log = true;

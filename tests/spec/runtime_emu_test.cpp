@@ -388,16 +388,17 @@ TEST_CASE("spec emu: a Runtime moves with its kernels, and errors say their kind
   CHECK(taken.name() == "vector_add");
   CHECK_THROWS_WITH(ktune::Runtime("cuda"), Catch::Contains("is not one of gpu (the CUDA device, the model's "
                                                             "--backend cuda), emu"));
-  ::setenv("KTUNE_NO_DEVICE", "1", 1);
-  try {
-    ktune::Runtime gpu("gpu");
-    FAIL("a GPU runtime with KTUNE_NO_DEVICE set");
-  } catch (const ktune::Error& e) {
-    CHECK(e.kind() == ktune::ErrorKind::kNoDevice);
-    CHECK_THAT(e.what(), Catch::StartsWith("no CUDA device: KTUNE_NO_DEVICE is set") &&
-                             Catch::Contains("Runtime(\"emu\") runs kernels without one"));
+  {
+    const ktune::test::ScopedEnv no_device("KTUNE_NO_DEVICE", "1");
+    try {
+      ktune::Runtime gpu("gpu");
+      FAIL("a GPU runtime with KTUNE_NO_DEVICE set");
+    } catch (const ktune::Error& e) {
+      CHECK(e.kind() == ktune::ErrorKind::kNoDevice);
+      CHECK_THAT(e.what(), Catch::StartsWith("no CUDA device: KTUNE_NO_DEVICE is set") &&
+                               Catch::Contains("Runtime(\"emu\") runs kernels without one"));
+    }
   }
-  ::unsetenv("KTUNE_NO_DEVICE");
   CHECK_THROWS_WITH(moved.load_cache(""), Catch::Contains("load_cache: no tuned cache file given (an empty path)"));
 }
 

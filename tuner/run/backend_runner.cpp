@@ -199,4 +199,12 @@ RunResult EmuRunner::run(const Family& family, const Config& config, const Probl
 
 std::unique_ptr<Runner> make_emu_runner(EmuOptions options) { return std::make_unique<EmuRunner>(options); }
 
+// Not `emulated ? make_emu_runner(emu) : make_gpu_runner()`: g++ 12 destroys the options' copy, a temporary of
+// the conditional's arm, again when the emulation's construction throws (a bad KTUNE_EMU_SCHEDULE), which
+// AddressSanitizer reports as a use after scope.
+std::unique_ptr<Runner> make_runner(bool emulated, EmuOptions emu) {
+  if (emulated) return make_emu_runner(std::move(emu));
+  return make_gpu_runner();
+}
+
 }  // namespace ktune::tuner

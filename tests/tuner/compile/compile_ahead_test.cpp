@@ -21,7 +21,7 @@ TEST_CASE("compiling ahead fills the binary cache the runner reads, each config 
   std::vector<Config> configs = {Config({{"threads", 128}, {"vec", 1}}), Config({{"threads", 512}, {"vec", 2}})};
   // A cache of its own, so the hits below come from compiling ahead.
   const auto dir = test::scratch_dir("ahead");
-  ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
+  const test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
   {
     CompileAhead ahead(family, problem, "sm_80", 2);
     ahead.add({configs[0]});
@@ -39,7 +39,7 @@ TEST_CASE("compiling ahead stops at the first compile the binary cache does not 
   const auto problem = family.problem_classes().front();
   const auto dir = test::scratch_dir("ahead-unwritable");
   std::ofstream(dir / "cubin") << "a file where the cache's folder would be";
-  ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
+  const test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
   std::vector<Config> configs;
   for (const int threads : {128, 256, 512})
     for (const int vec : {1, 2, 4}) configs.push_back(Config({{"threads", threads}, {"vec", vec}}));

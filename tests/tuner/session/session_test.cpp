@@ -674,7 +674,7 @@ class WaitingRunner final : public Runner {
 
 TEST_CASE("a session compiles ahead what the strategy proposes next", "[session][compile]") {
   const auto dir = test::scratch_dir("ahead-session");
-  ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
+  const test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
   WaitingRunner runner;
@@ -693,7 +693,7 @@ TEST_CASE("a session compiles ahead what the strategy proposes next", "[session]
 
 TEST_CASE("a session compiles the family's candidates ahead while the default runs", "[session][compile]") {
   const auto dir = test::scratch_dir("ahead-candidates");
-  ::setenv("KTUNE_CACHE_DIR", dir.c_str(), 1);
+  const test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
   const auto& family = templates::find_family("attention_fwd");
   const Problem problem{"bf16", {{"batch", 1}, {"heads", 2}, {"seq", 70}, {"head_dim", 128}, {"causal", 1}}};
   WaitingRunner runner;
