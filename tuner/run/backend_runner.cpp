@@ -199,9 +199,9 @@ RunResult EmuRunner::run(const Family& family, const Config& config, const Probl
 
 std::unique_ptr<Runner> make_emu_runner(EmuOptions options) { return std::make_unique<EmuRunner>(options); }
 
-// Not `emulated ? make_emu_runner(emu) : make_gpu_runner()`: g++ 12 destroys the options' copy, a temporary of
-// the conditional's arm, again when the emulation's construction throws (a bad KTUNE_EMU_SCHEDULE), which
-// AddressSanitizer reports as a use after scope.
+// Not `emulated ? make_emu_runner(emu) : make_gpu_runner()`: as g++ 12 unwinds a throw from the emulation's
+// construction (a bad KTUNE_EMU_SCHEDULE), AddressSanitizer finds the options' copy, a temporary of the
+// conditional's arm, destroyed after its scope; with the if, it finds nothing.
 std::unique_ptr<Runner> make_runner(bool emulated, EmuOptions emu) {
   if (emulated) return make_emu_runner(std::move(emu));
   return make_gpu_runner();
