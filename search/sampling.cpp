@@ -1,6 +1,7 @@
 // Portable RNG, lazy permutation and point encoding for strategies.
 #include "search/sampling.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ktune::search {
@@ -117,6 +118,20 @@ std::optional<Point> random_valid_point(const StrategyContext& context, Rng& rng
   if (n == 0) return std::nullopt;
   for (int t = 0; t < tries; ++t) {
     Point p = point_at(*context.space, rng.uniform(n));
+    if (valid(context, p)) return p;
+  }
+  return std::nullopt;
+}
+
+std::optional<Point> scan_for_valid_point(const StrategyContext& context, Rng& rng,
+                                          const std::function<bool(std::uint64_t)>& fresh, std::uint64_t limit) {
+  const std::uint64_t n = context.space->size();
+  if (n == 0) return std::nullopt;
+  const std::uint64_t start = rng.uniform(n);
+  for (std::uint64_t k = 0; k < std::min(n, limit); ++k) {
+    const std::uint64_t i = k < n - start ? start + k : k - (n - start);
+    if (!fresh(i)) continue;
+    Point p = point_at(*context.space, i);
     if (valid(context, p)) return p;
   }
   return std::nullopt;

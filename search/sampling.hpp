@@ -4,6 +4,7 @@
 // vectors of domain positions, which is what the metaheuristics mutate.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -60,6 +61,16 @@ bool valid(const StrategyContext& context, const Point& point);
 
 /// A uniformly random valid point by rejection, nullopt after `tries` misses.
 std::optional<Point> random_valid_point(const StrategyContext& context, Rng& rng, int tries = 1000);
+
+/// The first valid point whose index `fresh` accepts, scanning the space's
+/// indices onwards from a random one (wrapping round), at most `limit` of
+/// them; nullopt when there is none among those. What a strategy falls back
+/// on when random draws keep finding measured points: most of the space
+/// measured, the few left unmeasured still reached, so a budget larger than
+/// the space ends with every valid config measured.
+std::optional<Point> scan_for_valid_point(const StrategyContext& context, Rng& rng,
+                                          const std::function<bool(std::uint64_t)>& fresh,
+                                          std::uint64_t limit = std::uint64_t{1} << 20);
 
 /// A uniformly random valid point, other than `point`, within one step of it
 /// in every parameter (each moves to the previous or next value of its domain

@@ -16,7 +16,7 @@ std::optional<Point> Annealing::restart() {
     auto p = random_valid_point(context_, rng_, 200);
     if (p && !seen_.count(index_of(*context_.space, *p))) return p;
   }
-  return std::nullopt;
+  return scan_for_valid_point(context_, rng_, [&](std::uint64_t i) { return !seen_.count(i); });
 }
 
 std::optional<Point> Annealing::unmeasured_neighbour(const Point& from) {

@@ -7,7 +7,9 @@
 // Tuner's genetic_algorithm repairs. A child that was already measured costs
 // nothing and is drawn again, so a converged archive keeps recombining its
 // members (it reaches configs that combine the values of several good ones)
-// before the strategy falls back to a one-parameter step from a parent.
+// before the strategy falls back to a one-parameter step from a parent, then
+// to a random config (what is left of the space once draws keep finding
+// measured ones: a budget beyond the space measures all of it).
 #include "search/strategies/genetic.hpp"
 
 #include <algorithm>
@@ -95,7 +97,9 @@ void Genetic::breed() {
       enqueue(std::move(fresh[rng_.uniform(fresh.size())]));
     } else {
       auto r = random_valid_point(context_, rng_, 1000);
-      if (!r || !is_new(*r)) break;
+      if (!r || !is_new(*r))  // most of the space measured: what is left of it
+        r = scan_for_valid_point(context_, rng_, [&](std::uint64_t i) { return !seen_.count(i) && !queued_.count(i); });
+      if (!r) break;
       enqueue(std::move(*r));
     }
     misses = 0;

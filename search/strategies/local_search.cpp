@@ -36,7 +36,7 @@ std::optional<Point> LocalSearch::start_point() {
     auto p = random_valid_point(context_, rng_, 200);
     if (p && unseen(*p)) return p;
   }
-  return std::nullopt;
+  return scan_for_valid_point(context_, rng_, [&](std::uint64_t i) { return !seen_.count(i); });
 }
 
 std::optional<Config> LocalSearch::next() {

@@ -137,6 +137,18 @@ TEST_CASE("an evaluator that knows its valid points has the ETA count what is le
   CHECK(seen[1].eta_s == Approx(0.5 * 174));
 }
 
+TEST_CASE("a strategy that stops proposing before the valid configs are covered has converged and says how far",
+          "[search]") {
+  ktune::test::BowlEvaluator eval;
+  eval.known_valid = 176;
+  Scripted strategy({cfg(1, 1, 0), cfg(2, 2, 1), cfg(3, 4, 2)});
+  CHECK(run_search(eval, strategy, Unbounded()).stopped_by == "strategy converged (3 of 176 valid configs measured)");
+  // Where the valid configs are not known, it is the strategy that ran out.
+  eval.known_valid = 0;
+  Scripted again({cfg(1, 1, 0)});
+  CHECK(run_search(eval, again, Unbounded()).stopped_by == "strategy exhausted");
+}
+
 TEST_CASE("configs evaluated first are charged to the budget: a budget of 5 is 5 evaluations in all", "[search]") {
   ktune::test::BowlEvaluator eval;
   StrategyContext ctx{&eval.space(), &eval, 0};
