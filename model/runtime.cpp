@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -14,6 +15,7 @@
 #include "model/device_model.hpp"
 #include "model/memory_plan.hpp"
 #include "model/nvtx.hpp"
+#include "model/ops/device_ops.hpp"
 
 namespace ktune::model {
 
@@ -28,9 +30,16 @@ MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const Back
                      attention_saved(options.precision, compiled), options.precision);
 }
 
+namespace {
+// What a run's plan may take of a GPU's free memory: all but cuBLASLt's workspace (at least a byte, so that
+// a GPU with less free says nothing fits rather than that its memory is unknown).
+std::int64_t plan_bytes_free(std::size_t free_bytes) {
+  return std::max<std::int64_t>(static_cast<std::int64_t>(free_bytes) - std::int64_t{kCublasLtWorkspaceBytes}, 1);
+}
+}  // namespace
+
 std::int64_t available_memory(const BackendOptions& options) {
-  if (options.backend == "cuda")
-    return static_cast<std::int64_t>(tuner::exec::make_cuda_backend()->memory().free_bytes);
+  if (options.backend == "cuda") return plan_bytes_free(tuner::exec::make_cuda_backend()->memory().free_bytes);
   return available_host_memory();
 }
 
@@ -95,13 +104,14 @@ class DeviceRuntime final : public Runtime {
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
       const MemoryPlan plan = plan_run(config, shape, options);
       const std::int64_t peak = plan.peak(allocation);
-      const auto free = static_cast<std::int64_t>(baseline_.free_bytes);
+      const std::int64_t free = plan_bytes_free(baseline_.free_bytes);
       KTUNE_REQUIRE(peak <= free,
                     fmt::format("model {} at context {}, batch {} needs {} of device memory (the plan's peak); "
-                                "{} has {} free of {}; {}",
+                                "{} has {} free of {}, {} of it kept for cuBLASLt's workspace; {}",
                                 config.name, shape.context, shape.batch, format_bytes(peak), backend_->device().name,
-                                format_bytes(free), format_bytes(static_cast<std::int64_t>(baseline_.total_bytes)),
-                                memory_remedy(plan, peak, free)));
+                                format_bytes(static_cast<std::int64_t>(baseline_.free_bytes)),
+                                format_bytes(static_cast<std::int64_t>(baseline_.total_bytes)),
+                                format_bytes(std::int64_t{kCublasLtWorkspaceBytes}), memory_remedy(plan, peak, free)));
     }
     // A cache not there yet is an empty one, which compiled mode's GEMM choices start.
     std::error_code ec;

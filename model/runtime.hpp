@@ -43,9 +43,9 @@ void check_backend_name(const std::string& backend);
 /// device backend), each buffer in the precision's dtype.
 MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const BackendOptions& options);
 
-/// Bytes a run on `options`' backend may take now: the GPU's free memory on
-/// cuda (throws kNoDevice without one), else the host's available memory (0:
-/// unknown).
+/// Bytes a run's memory plan on `options`' backend may take now: on cuda the
+/// GPU's free memory less cuBLASLt's workspace (throws kNoDevice without a
+/// GPU), else the host's available memory (0: unknown).
 std::int64_t available_memory(const BackendOptions& options);
 
 /// least_recompute (memory_plan.hpp) over the plans of a run on `options`'

@@ -33,7 +33,6 @@ namespace {
 
 constexpr std::size_t kRegionAlign = 256;
 constexpr std::size_t kFloatBytes = 4;
-constexpr std::size_t kCublasLtWorkspace = std::size_t{32} << 20;
 
 std::size_t align_up(std::size_t x) { return (x + kRegionAlign - 1) / kRegionAlign * kRegionAlign; }
 
@@ -261,7 +260,7 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   clip_offset_ = align_up(scratch_offset_ + scratch_bytes_);
   arena_ = backend_.allocate(clip_offset_ + kRegionAlign, fmt::format("{} run memory", L_.config.name));
   if (backend_.native_stream() != 0) {
-    gemm_workspace_ = backend_.allocate(kCublasLtWorkspace, "cuBLASLt workspace");
+    gemm_workspace_ = backend_.allocate(kCublasLtWorkspaceBytes, "cuBLASLt workspace");
     gemm_ = make_cublaslt_gemm(backend_, *gemm_workspace_, options_.mode == Mode::kCompiled, options_.tuned,
                                options_.gemm_store, options_.deterministic);
   } else {

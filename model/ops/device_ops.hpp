@@ -80,6 +80,9 @@ class GemmEngine {
 std::unique_ptr<GemmEngine> make_host_gemm(tuner::exec::Backend& backend, const tuner::exec::Buffer& arena);
 /// Where compiled mode's newly timed GEMM choices go (cache::CacheFile::put).
 using GemmStore = std::function<void(const cache::Entry&)>;
+/// The workspace a run on a GPU gives cuBLASLt's algorithms, allocated
+/// beside its memory plan's buffers.
+constexpr std::size_t kCublasLtWorkspaceBytes = std::size_t{32} << 20;
 /// cuBLASLt on the backend's stream, with `workspace` for its algorithms:
 /// the heuristic's first, or with `timed`, each GEMM's algorithm chosen by
 /// timing (the cache's exact entry first; new choices go to `store`); with
