@@ -36,7 +36,7 @@ void add_eval_command(CLI::App& app, Global& global) {
                   "holds, and without --ctx, the context it was trained at)")
       ->check(input_file());
   auto* tokens = cmd->add_option("--tokens", o->r.tokens_file,
-                                 "Token file: raw uint16, or a .npy uint16 array (default: the synthetic stream)")
+                                 "Token file: raw uint16, or a .npy integer array (default: the synthetic stream)")
                     ->check(input_file());
   cmd->add_option("--val-split", o->r.val_split,
                   "Evaluate the last fraction of --tokens, the part `train --val-split` holds out")

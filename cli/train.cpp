@@ -158,7 +158,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                     "lowest so far (with --resume, the checkpoint's best counts)")
                         ->check(output_file());
   auto* tokens = cmd->add_option("--tokens", o->t.tokens_file,
-                                 "Token file: raw uint16, or a .npy uint16 array (default: a synthetic learnable "
+                                 "Token file: raw uint16, or a .npy integer array (default: a synthetic learnable "
                                  "stream)")
                     ->check(input_file());
   auto* eval_every = cmd->add_option("--eval-every", o->t.eval_every,

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <optional>
 #include <regex>
 #include <string_view>
@@ -30,14 +31,47 @@ TokenStream TokenStream::synthetic(std::int64_t vocab, std::uint64_t seed, std::
 
 namespace {
 
-// A NumPy .npy file's data: where it starts and how many uint16 values it
-// holds, from its header (format versions 1 to 3: the magic, the version,
-// the header's length, then a Python dict literal); nullopt for a file
-// without the magic. Throws kInvalidInput for an array that is not a 1-D
-// little-endian uint16 one in C order, or a file shorter than it says.
+// The .npy dtypes a token file may have: unsigned or signed integers, little-endian (a byte needs no order).
+struct TokenDtype {
+  const char* descr;  // NumPy's dtype.str
+  int width;          // bytes per token
+  bool is_signed;
+};
+constexpr TokenDtype kTokenDtypes[] = {{"|u1", 1, false}, {"<u2", 2, false}, {"<u4", 4, false},
+                                       {"<i4", 4, true},  {"<u8", 8, false}, {"<i8", 8, true}};
+
+// A token as a file stores it: its magnitude, and whether a signed dtype holds it below 0.
+struct TokenValue {
+  std::uint64_t value = 0;
+  bool negative = false;
+  std::string str() const { return fmt::format("{}{}", negative ? "-" : "", value); }
+  bool operator<(const TokenValue& o) const {
+    if (negative != o.negative) return negative;
+    return negative ? value > o.value : value < o.value;
+  }
+};
+
+// The index-th token of little-endian data of `width`-byte integers.
+TokenValue token_at(const char* data, int width, bool is_signed, std::int64_t index) {
+  std::uint64_t bits = 0;
+  std::memcpy(&bits, data + index * width, static_cast<std::size_t>(width));
+  const int unused = 64 - 8 * width;
+  if (is_signed) {
+    const std::int64_t v = static_cast<std::int64_t>(bits << unused) >> unused;
+    if (v < 0) return {static_cast<std::uint64_t>(-(v + 1)) + 1, true};
+  }
+  return {bits, false};
+}
+
+// A NumPy .npy file's data: where it starts, how many tokens it holds and of
+// what dtype, from its header (format versions 1 to 3: the magic, the
+// version, the header's length, then a Python dict literal); nullopt for a
+// file without the magic. Throws kInvalidInput for an array that is not a
+// 1-D one of kTokenDtypes in C order, or a file shorter than it says.
 struct NpyData {
   std::size_t offset = 0;
   std::int64_t count = 0;
+  const TokenDtype* dtype = nullptr;
 };
 std::optional<NpyData> npy_data(std::string_view bytes, const std::filesystem::path& path) {
   constexpr std::string_view kMagic = "\x93NUMPY";
@@ -66,24 +100,32 @@ std::optional<NpyData> npy_data(std::string_view bytes, const std::filesystem::p
   const std::string descr = field(R"('descr'\s*:\s*'([^']*)')");
   const std::string fortran = field(R"('fortran_order'\s*:\s*(True|False))");
   const std::string shape = field(R"('shape'\s*:\s*\(([^)]*)\))");
-  if (descr != "<u2")
-    fail(fmt::format("a .npy array of dtype '{}'; token files hold uint16 ('<u2': save arr.astype(np.uint16))", descr));
+  const auto* dtype = std::find_if(std::begin(kTokenDtypes), std::end(kTokenDtypes),
+                                   [&](const TokenDtype& t) { return descr == t.descr; });
+  if (dtype == std::end(kTokenDtypes))
+    fail(fmt::format("a .npy array of dtype '{}'; token files hold unsigned or signed integers ('|u1', '<u2', "
+                     "'<u4', '<i4', '<u8', '<i8': save arr.astype(np.uint16), or np.uint32 past 65535 ids)",
+                     descr));
   if (fortran != "False") fail("a .npy array in Fortran order; save a C-ordered one");
   if (!std::regex_match(shape, m, std::regex(R"(\s*(\d+)\s*,\s*)")))
     fail(fmt::format("a .npy array of shape ({}); token files are 1-D (save arr.reshape(-1))", shape));
   const std::size_t offset = start + header_length, data_bytes = bytes.size() - offset;
   const std::string count = m[1].str();  // digits, any number of them
-  if (count.size() > 18 || std::stoull(count) > data_bytes / 2)
+  const auto width = static_cast<std::size_t>(dtype->width);
+  if (count.size() > 18 || std::stoull(count) > data_bytes / width)
     fail(fmt::format("a .npy array of {} tokens in {} bytes of data: the file is cut short", count, data_bytes));
-  const NpyData d{offset, static_cast<std::int64_t>(std::stoull(count))};
-  if (d.offset % 2 != 0) fail("a .npy file whose data starts at an odd offset; save it with NumPy");
+  const NpyData d{offset, static_cast<std::int64_t>(std::stoull(count)), dtype};
+  if (d.offset % width != 0)
+    fail(fmt::format("a .npy file whose data starts at offset {}, not a multiple of its {}-byte tokens; save it with "
+                     "NumPy",
+                     d.offset, width));
   return d;
 }
 
 }  // namespace
 
 TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64_t vocab) {
-  static_assert(std::endian::native == std::endian::little, "token files are little-endian uint16, read in place");
+  static_assert(std::endian::native == std::endian::little, "token files are little-endian, read in place");
   TokenStream s;
   s.file_ = std::make_shared<const MappedFile>(path);
   const std::string_view bytes = s.file_->bytes();
@@ -91,12 +133,14 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
   if (const auto npy = npy_data(bytes, path)) {  // its data 64-byte aligned after the header: a slice of the mapping
     KTUNE_REQUIRE(npy->count >= 2, fmt::format("{}: a .npy array of {} tokens; give at least two", path.string(),
                                                npy->count));
-    s.begin_ = static_cast<std::int64_t>(npy->offset / 2);
+    s.width_ = npy->dtype->width;
+    s.signed_ = npy->dtype->is_signed;
+    s.begin_ = static_cast<std::int64_t>(npy->offset) / s.width_;
     s.size_ = npy->count;
   } else {
     KTUNE_REQUIRE(bytes.size() % 2 == 0 && bytes.size() >= 4,
-                  fmt::format("{}: a token file holds raw uint16 values (at least two), or is a .npy array of "
-                              "them; got {} bytes",
+                  fmt::format("{}: a raw token file holds uint16 values (at least two), or it is a .npy array "
+                              "of integers (np.save); got {} bytes",
                               path.string(), bytes.size()));
     s.size_ = static_cast<std::int64_t>(bytes.size() / 2);
     raw = true;
@@ -111,29 +155,41 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
   constexpr const char* kText = "the file reads as text: a token file holds a tokenizer's ids as uint16, "
                                 "np.array(ids, dtype=np.uint16).tofile(path)";
   KTUNE_REQUIRE(!text || head.size() < 1024, fmt::format("{}: {}", path.string(), kText));
-  const std::uint16_t* tokens = s.file_tokens() + s.begin_;
   bool odd_zero = true, even_nonzero = false;
   for (std::int64_t i = 0; i < s.size(); ++i) {
-    if (tokens[i] >= vocab) {  // the largest id says what vocabulary the file's tokenizer has
+    const TokenValue t = token_at(s.file_->bytes().data(), s.width_, s.signed_, s.begin_ + i);
+    if (t.negative || t.value >= static_cast<std::uint64_t>(vocab)) {
+      // The largest id says what vocabulary the file's tokenizer has.
+      TokenValue largest = t;
+      for (std::int64_t j = i + 1; j < s.size(); ++j)
+        largest = std::max(largest, token_at(s.file_->bytes().data(), s.width_, s.signed_, s.begin_ + j));
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("{}: token {} at index {} is outside the vocabulary [0, {}) {}", path.string(),
-                              tokens[i], i, vocab,
+                              t.str(), i, vocab,
                               text ? fmt::format("({})", kText)
-                                   : fmt::format("(the file's largest id is {}: the model's --vocab must exceed it)",
-                                                 *std::max_element(tokens + i, tokens + s.size()))));
+                              : t.negative && largest.value < static_cast<std::uint64_t>(vocab) && !largest.negative
+                                  ? std::string("(ids are never negative)")
+                                  : fmt::format("(the file's largest id is {}: the model's --vocab must exceed it)",
+                                                largest.str())));
     }
     if (i % 2 == 0)
-      even_nonzero = even_nonzero || tokens[i] != 0;
+      even_nonzero = even_nonzero || t.value != 0;
     else
-      odd_zero = odd_zero && tokens[i] == 0;
+      odd_zero = odd_zero && t.value == 0;
   }
   // int32 or int64 ids (np.int32's tofile) read as uint16 are ids below the
   // vocabulary, every second one 0: a corpus of them trains on half zeros.
   KTUNE_REQUIRE(!raw || s.size() < 16 || !odd_zero || !even_nonzero,
-                fmt::format("{}: every second token is 0, as in int32 or int64 token ids read as uint16; token files "
-                            "hold uint16 (save arr.astype(np.uint16).tofile(path))",
+                fmt::format("{}: every second token is 0, as in int32 or int64 token ids read as uint16; raw token "
+                            "files hold uint16 (save arr.astype(np.uint16).tofile(path), or np.save(path, arr) for "
+                            "a .npy of any integer dtype)",
                             path.string()));
   return s;
+}
+
+std::int32_t TokenStream::file_token(std::int64_t at) const {
+  // Checked against the vocabulary when the file was opened: an id in [0, vocab).
+  return static_cast<std::int32_t>(token_at(file_->bytes().data(), width_, signed_, at).value);
 }
 
 void TokenStream::sample(const RunShape& shape, std::mt19937_64& rng, std::vector<std::int32_t>& tokens,
@@ -171,7 +227,9 @@ std::string TokenStream::fingerprint() const {
   const auto bytes = [](const auto* first, std::int64_t count) {
     return std::string_view(reinterpret_cast<const char*>(first), static_cast<std::size_t>(count) * sizeof(*first));
   };
-  return hash_hex(file_ ? bytes(file_tokens() + begin_, size_) : bytes(tokens_.data() + begin_, size_));
+  return hash_hex(file_ ? file_->bytes().substr(static_cast<std::size_t>(begin_ * width_),
+                                                static_cast<std::size_t>(size_ * width_))
+                       : bytes(tokens_.data() + begin_, size_));
 }
 
 TokenStream TokenStream::slice(std::int64_t begin, std::int64_t end) const {

@@ -1,7 +1,8 @@
 // Token streams for training and evaluation: a learnable synthetic stream
-// (one random sequence repeated), or a file of uint16 tokens: the CS336
-// memmap format (raw little-endian uint16, no header, as arr.tofile
-// writes), or a NumPy .npy file of a 1-D uint16 array (as np.save writes).
+// (one random sequence repeated), or a token file: the CS336 memmap format
+// (raw little-endian uint16, no header, as arr.tofile writes), or a NumPy
+// .npy file of a 1-D integer array (as np.save writes): uint16, or uint32
+// for a vocabulary past 65536 ids, uint8 for bytes, int32, int64, uint64.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -21,12 +22,13 @@ class TokenStream {
   /// once seen, every next token is predictable from the context.
   static constexpr std::int64_t kSyntheticPeriod = 64;
   static TokenStream synthetic(std::int64_t vocab, std::uint64_t seed, std::int64_t period = kSyntheticPeriod);
-  /// Raw uint16 tokens, or a .npy array of them (told by its magic, not its
-  /// name), read where they lie (the file is mapped, not loaded: as CS336's
-  /// np.memmap or np.load(mmap_mode='r'), a corpus larger than memory
-  /// trains); throws kIo when unreadable, kInvalidInput when it holds fewer
-  /// than two tokens or a token outside [0, vocab) (every token is checked
-  /// here), or for a .npy array that is not 1-D uint16 in C order.
+  /// Raw uint16 tokens, or a .npy array of integers (told by its magic, not
+  /// its name; of the dtypes above), read where they lie (the file is
+  /// mapped, not loaded: as CS336's np.memmap or np.load(mmap_mode='r'), a
+  /// corpus larger than memory trains); throws kIo when unreadable,
+  /// kInvalidInput when it holds fewer than two tokens or a token outside
+  /// [0, vocab) (every token is checked here), or for a .npy array that is
+  /// not a 1-D one of those dtypes in C order.
   static TokenStream from_file(const std::filesystem::path& path, std::int64_t vocab);
 
   /// A batch of `shape.batch` windows at random offsets: tokens and the
@@ -52,9 +54,9 @@ class TokenStream {
   std::string fingerprint() const;
 
  private:
-  // A token file's tokens, little-endian uint16 where the file is mapped (its pages are aligned).
-  const std::uint16_t* file_tokens() const { return reinterpret_cast<const std::uint16_t*>(file_->bytes().data()); }
-  std::int32_t token(std::int64_t i) const { return file_ ? file_tokens()[begin_ + i] : tokens_[begin_ + i]; }
+  // The at-th token of the file (from its first byte, in tokens of width_ bytes).
+  std::int32_t file_token(std::int64_t at) const;
+  std::int32_t token(std::int64_t i) const { return file_ ? file_token(begin_ + i) : tokens_[begin_ + i]; }
   // Tokens start, start + 1, ... (count of them, wrapping) and their next ones.
   void fill(std::int64_t start, std::int64_t count, std::int32_t* tokens, std::int32_t* targets) const;
 
@@ -62,6 +64,8 @@ class TokenStream {
   std::vector<std::int32_t> tokens_;        // the synthetic stream's
   std::shared_ptr<const MappedFile> file_;  // a token file's, mapped
   std::int64_t begin_ = 0, size_ = 0;       // the stream's tokens, from the sequence's or the file's begin_-th
+  int width_ = 2;                           // a token file's bytes per token: raw files and '<u2' 2
+  bool signed_ = false;                     // and whether they are signed integers
 };
 
 /// The split `--val-split` makes of a corpus of `size` tokens: the last

@@ -5,6 +5,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <string_view>
 
@@ -28,9 +30,8 @@ std::filesystem::path token_file(const std::filesystem::path& dir, const std::st
 // header's length (2 bytes in version 1, 4 after), the header dict padded
 // with spaces and a newline so the data start at a multiple of 64, then the
 // data; `data_bytes` of them (default: all of `tokens`').
-std::filesystem::path npy_file(const std::filesystem::path& dir, const std::string& name,
-                               const std::vector<std::uint16_t>& tokens, const std::string& dict, int major = 1,
-                               std::size_t data_bytes = std::string::npos) {
+std::filesystem::path npy_bytes(const std::filesystem::path& dir, const std::string& name, const std::string& data,
+                                const std::string& dict, int major = 1, std::size_t data_bytes = std::string::npos) {
   const std::size_t prefix = major == 1 ? 10 : 12;
   std::string header = dict;
   while ((prefix + header.size() + 1) % 64 != 0) header += ' ';
@@ -38,9 +39,26 @@ std::filesystem::path npy_file(const std::filesystem::path& dir, const std::stri
   std::string bytes = std::string("\x93NUMPY") + static_cast<char>(major) + '\0';
   for (std::size_t i = 0; i < prefix - 8; ++i) bytes += static_cast<char>((header.size() >> (8 * i)) & 0xff);
   bytes += header;
-  bytes.append(reinterpret_cast<const char*>(tokens.data()), std::min(data_bytes, tokens.size() * 2));
+  bytes += data.substr(0, data_bytes);
   write_file_atomic(dir / name, bytes);
   return dir / name;
+}
+std::filesystem::path npy_file(const std::filesystem::path& dir, const std::string& name,
+                               const std::vector<std::uint16_t>& tokens, const std::string& dict, int major = 1,
+                               std::size_t data_bytes = std::string::npos) {
+  return npy_bytes(dir, name, std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 2), dict,
+                   major, data_bytes);
+}
+
+// `values` as little-endian integers of `width` bytes (two's complement: a negative one's low bytes).
+std::string little_endian(const std::vector<std::int64_t>& values, int width) {
+  std::string out;
+  for (const std::int64_t v : values)
+    for (int b = 0; b < width; ++b) out += static_cast<char>((static_cast<std::uint64_t>(v) >> (8 * b)) & 0xff);
+  return out;
+}
+std::string npy_dict(const std::string& descr, std::size_t count) {
+  return fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({},), }}", descr, count);
 }
 
 }  // namespace
@@ -69,7 +87,8 @@ TEST_CASE("a .npy array of uint16 (np.save's) is read as the raw file of its tok
     CHECK_THROWS_WITH(TokenStream::from_file(npy_file(dir, name, file, d, major, data_bytes), 1000),
                       Catch::Contains(name) && Catch::Contains(what));
   };
-  refused("i4.npy", "{'descr': '<i4', 'fortran_order': False, 'shape': (150,), }", "dtype '<i4'");
+  refused("f4.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (150,), }", "dtype '<f4'");
+  refused("be.npy", "{'descr': '>u2', 'fortran_order': False, 'shape': (300,), }", "dtype '>u2'");
   refused("f.npy", "{'descr': '<u2', 'fortran_order': True, 'shape': (300,), }", "Fortran order");
   refused("2d.npy", "{'descr': '<u2', 'fortran_order': False, 'shape': (10, 30), }", "shape (10, 30)");
   refused("short.npy", dict, "cut short", 1, 400);
@@ -82,6 +101,58 @@ TEST_CASE("a .npy array of uint16 (np.save's) is read as the raw file of its tok
   CHECK_THROWS_WITH(TokenStream::from_file(npy_file(dir, "big.npy", {1, 2, 3000}, "{'descr': '<u2', "
                                                     "'fortran_order': False, 'shape': (3,), }"), 1000),
                     Catch::Contains("token 3000 at index 2"));
+}
+
+TEST_CASE("a .npy array of any integer dtype is read as its uint16 twin, uint32 past 65535 ids", "[model][data]") {
+  const auto dir = test::scratch_dir("token-stream-npy-dtypes");
+  std::vector<std::uint16_t> file(300);
+  for (std::size_t i = 0; i < file.size(); ++i) file[i] = static_cast<std::uint16_t>(i * 37 % 250);
+  const std::vector<std::int64_t> values(file.begin(), file.end());
+  const TokenStream raw = TokenStream::from_file(token_file(dir, "t.u16", file), 250);
+  const std::pair<const char*, int> dtypes[] = {{"|u1", 1}, {"<u2", 2}, {"<u4", 4}, {"<i4", 4}, {"<u8", 8}, {"<i8", 8}};
+  for (const auto& [descr, width] : dtypes) {
+    INFO(descr);
+    const TokenStream npy = TokenStream::from_file(
+        npy_bytes(dir, "t.npy", little_endian(values, width), npy_dict(descr, values.size())), 250);
+    REQUIRE(npy.size() == 300);
+    std::vector<std::int32_t> a, at, b, bt;
+    for (const std::int64_t start : {0, 17, 299}) {
+      raw.window(start, 40, a, at);
+      npy.window(start, 40, b, bt);
+      CHECK(a == b);
+      CHECK(at == bt);
+    }
+    // A split of it reads on from where it starts.
+    npy.slice(100, 200).window(0, 5, b, bt);
+    raw.window(100, 5, a, at);
+    CHECK(a == b);
+  }
+  // Ids past uint16's, for a vocabulary past 65536, in uint32.
+  std::vector<std::int64_t> wide(64);
+  for (std::size_t i = 0; i < wide.size(); ++i) wide[i] = 60000 + static_cast<std::int64_t>(i) * 1013;
+  const TokenStream u32 = TokenStream::from_file(npy_bytes(dir, "u4.npy", little_endian(wide, 4),
+                                                           npy_dict("<u4", wide.size())), 130000);
+  std::vector<std::int32_t> tokens, targets;
+  u32.window(3, 10, tokens, targets);
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    CHECK(tokens[i] == wide[3 + i]);
+    CHECK(targets[i] == wide[4 + i]);
+  }
+  // Every token is checked against the vocabulary, whatever the width: a negative id, and one past it.
+  CHECK_THROWS_WITH(TokenStream::from_file(npy_bytes(dir, "neg.npy", little_endian({4, -3, 7}, 4), npy_dict("<i4", 3)),
+                                           250),
+                    Catch::Contains("token -3 at index 1") && Catch::Contains("ids are never negative"));
+  CHECK_THROWS_WITH(TokenStream::from_file(npy_bytes(dir, "big.npy", little_endian({4, 70000, 99999}, 8),
+                                                     npy_dict("<i8", 3)),
+                                           65536),
+                    Catch::Contains("token 70000 at index 1") && Catch::Contains("the file's largest id is 99999"));
+  CHECK_THROWS_WITH(TokenStream::from_file(npy_bytes(dir, "u8.npy", little_endian({1, -1}, 8), npy_dict("<u8", 2)),
+                                           250),
+                    Catch::Contains("token 18446744073709551615 at index 1"));
+  // A count the data of its width do not hold is a file cut short.
+  CHECK_THROWS_WITH(TokenStream::from_file(npy_bytes(dir, "cut.npy", little_endian({1, 2, 3}, 4), npy_dict("<u4", 4)),
+                                           250),
+                    Catch::Contains("cut short"));
 }
 
 TEST_CASE("a token file's windows are runs of its tokens, targets one token on", "[model][data]") {
