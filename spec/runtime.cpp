@@ -102,6 +102,7 @@ struct Kernel::State {
   std::weak_ptr<const tuner::exec::Module> module;
   tuner::TunedKernel kernel;  // its module null: `module` is the runtime's
   std::string name;
+  std::string not_stored;  // why the binary cache did not keep its compile ("": it did)
   std::vector<templates::BufferShape> shapes;  // its buffers, in launch order
   std::vector<std::pair<std::string, std::string>> in_place;  // (output, input) that may share an address
 
@@ -131,6 +132,7 @@ Kernel::~Kernel() = default;
 const std::string& Kernel::name() const { return state().name; }
 const std::string& Kernel::reason() const { return state().kernel.chosen.source; }
 std::string Kernel::config() const { return state().kernel.chosen.config.str(); }
+const std::string& Kernel::not_stored() const { return state().not_stored; }
 Match Kernel::match() const {
   switch (state().kernel.chosen.match) {
     case cache::Match::kExact: return Match::kExact;
@@ -311,6 +313,7 @@ std::shared_ptr<Kernel::State> Runtime::State::kernel_of(const std::shared_ptr<S
   k->runtime = self;
   k->kernel = kernels->get(family, problem);
   modules.insert(k->kernel.module);
+  k->not_stored = k->kernel.module->not_stored();
   k->module = std::exchange(k->kernel.module, nullptr);
   k->name = family.name();
   k->shapes = family.buffer_shapes(problem);

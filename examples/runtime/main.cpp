@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
     const ktune::Kernel kernel = rt.kernel(argv[2], {"f32", {{"m", m}, {"n", n}, {"k", k}}});
     std::printf("%s on %s (%s): config %s, %s\n", kernel.name().c_str(), rt.device().c_str(), rt.backend().c_str(),
                 kernel.config().c_str(), kernel.reason().c_str());
+    if (!kernel.not_stored().empty())
+      std::fprintf(stderr, "warning: the compile was not cached (%s); the next run compiles it again\n",
+                   kernel.not_stored().c_str());
 
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> dist(-1.f, 1.f);

@@ -112,6 +112,11 @@ class Kernel {
   /// a spec's default that is not valid for the problem adds why the first valid point runs instead.
   const std::string& reason() const;
   std::string config() const;  ///< the chosen config as JSON, e.g. {"tile":16,"wpt":2}
+  /// Why the binary cache did not keep this kernel's compile (its folder under KTUNE_CACHE_DIR cannot be
+  /// written, say): the kernel runs, and the next run compiles it again, so a program may warn of its
+  /// start-up time. Empty where the compile was kept or came from there (always under the emulation, which
+  /// refuses a folder it cannot write).
+  const std::string& not_stored() const;
   /// The buffers launch() takes, in its order: name, role, dtype and bytes.
   std::vector<BufferInfo> buffers() const;
   /// The run-time parameters launch() takes, with the values its checks and tuning use (and a launch without
@@ -169,7 +174,8 @@ class Runtime {
   /// The kernel for `problem`: `what` is a built-in family's name (`ktune families`) or a kernel spec file (a
   /// path: it ends in .json, has a folder, or is a file there that is no family's name). Compiled on first use
   /// (binary cache on disk, under KTUNE_CACHE_DIR: where that cannot be written, the kernel is compiled and runs,
-  /// and the next run compiles it again); the same (kernel, problem) again returns the loaded one.
+  /// the next run compiles it again, and Kernel::not_stored says why); the same (kernel, problem) again returns
+  /// the loaded one.
   Kernel kernel(const std::string& what, const ProblemSize& problem);
 
   /// Tunes `what` for `problem` now and returns the winner's kernel (match() kExact; reason() says how many

@@ -71,6 +71,7 @@ TEST_CASE("spec emu: Kernel::launch on a caller's stream runs at once under the 
   ktune::Runtime rt("emu");
   CHECK(rt.stream() == 0);
   ktune::test::VectorAddRun run{rt, 1031};
+  CHECK(run.kernel.not_stored().empty());  // the emulation's objects are kept
   for (const std::uint64_t stream : {std::uint64_t{0}, std::uint64_t{0x1234}}) {
     INFO("stream " << stream);
     run.poison_z();

@@ -3,7 +3,8 @@
 // launch instead of running it, so the captured graph holds one node and the
 // output stays poisoned; launched again on the same stream, it runs there and
 // gives x + y. A thread other than the Runtime's compiles, launches and
-// copies through it. Runtime::tune measures on the device and its winner
+// copies through it. A kernel whose compile the binary cache cannot keep
+// runs and says why. Runtime::tune measures on the device and its winner
 // computes x + y; an allocation too small is refused before a launch, and a
 // part of one is copied. A built-in family's run-time parameters (AdamW's
 // hyper-parameters and step, a scale, alpha) reach the device's kernels.
@@ -12,6 +13,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,6 +84,31 @@ TEST_CASE("spec gpu: a Runtime's kernels, memory and copies serve a thread other
   for (std::size_t i = 0; i < z.size(); ++i) {
     INFO("element " << i);
     REQUIRE(z[i] == x[i] + y[i]);
+  }
+}
+
+TEST_CASE("spec gpu: a kernel whose compile the binary cache cannot keep runs and says why", "[gpu][spec]") {
+  ktune::test::skip_without_gpu();
+  const auto dir = ktune::test::scratch_dir("spec-gpu-unwritable-cubin");
+  std::ofstream(dir / "cubin") << "a file where the cache's folder would be";
+  {
+    const ktune::test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
+    ktune::Runtime rt("gpu");
+    ktune::test::VectorAddRun run{rt, 2053};
+    CHECK_FALSE(run.kernel.not_stored().empty());
+    run.poison_z();
+    run.kernel.launch(run.buffers());
+    rt.synchronize();
+    const auto z = run.z();
+    for (std::int64_t i = 0; i < run.n; ++i) REQUIRE(z[i] == run.x[i] + run.y[i]);
+  }
+  // Where it can be written, the compile is kept, and then loaded from there.
+  std::filesystem::remove(dir / "cubin");
+  const ktune::test::ScopedEnv cache_dir("KTUNE_CACHE_DIR", dir.c_str());
+  for (int run_number = 0; run_number < 2; ++run_number) {
+    ktune::Runtime rt("gpu");
+    ktune::test::VectorAddRun run{rt, 2053};
+    CHECK(run.kernel.not_stored().empty());
   }
 }
 
