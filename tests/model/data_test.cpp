@@ -61,6 +61,17 @@ std::string npy_dict(const std::string& descr, std::size_t count) {
   return fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({},), }}", descr, count);
 }
 
+// `b` gives `a`'s windows (from the start, inside, and wrapping past the end) and their targets.
+void same_windows(const TokenStream& a, const TokenStream& b) {
+  std::vector<std::int32_t> at, atargets, bt, btargets;
+  for (const std::int64_t start : {std::int64_t{0}, std::int64_t{17}, a.size() - 1}) {
+    a.window(start, 40, at, atargets);
+    b.window(start, 40, bt, btargets);
+    CHECK(at == bt);
+    CHECK(atargets == btargets);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a .npy array of uint16 (np.save's) is read as the raw file of its tokens is", "[model][data]") {
@@ -73,13 +84,7 @@ TEST_CASE("a .npy array of uint16 (np.save's) is read as the raw file of its tok
     INFO("format version " << major);
     const TokenStream npy = TokenStream::from_file(npy_file(dir, "t.npy", file, dict, major), 1000);
     CHECK(npy.size() == 300);
-    std::vector<std::int32_t> a, at, b, bt;
-    for (const std::int64_t start : {0, 17, 299}) {
-      raw.window(start, 40, a, at);
-      npy.window(start, 40, b, bt);
-      CHECK(a == b);
-      CHECK(at == bt);
-    }
+    same_windows(raw, npy);
   }
   const auto refused = [&](const std::string& name, const std::string& d, const char* what, int major = 1,
                            std::size_t data_bytes = std::string::npos) {
@@ -115,17 +120,8 @@ TEST_CASE("a .npy array of any integer dtype is read as its uint16 twin, uint32 
     const TokenStream npy = TokenStream::from_file(
         npy_bytes(dir, "t.npy", little_endian(values, width), npy_dict(descr, values.size())), 250);
     REQUIRE(npy.size() == 300);
-    std::vector<std::int32_t> a, at, b, bt;
-    for (const std::int64_t start : {0, 17, 299}) {
-      raw.window(start, 40, a, at);
-      npy.window(start, 40, b, bt);
-      CHECK(a == b);
-      CHECK(at == bt);
-    }
-    // A split of it reads on from where it starts.
-    npy.slice(100, 200).window(0, 5, b, bt);
-    raw.window(100, 5, a, at);
-    CHECK(a == b);
+    same_windows(raw, npy);
+    same_windows(raw.slice(100, 200), npy.slice(100, 200));  // a split of it reads on from where it starts
   }
   // Ids past uint16's, for a vocabulary past 65536, in uint32.
   std::vector<std::int64_t> wide(64);
