@@ -9,6 +9,7 @@
 #include <optional>
 #include <regex>
 #include <string_view>
+#include <type_traits>
 #include <cmath>
 
 #include "base/error.hpp"
@@ -61,6 +62,43 @@ TokenValue token_at(const char* data, int width, bool is_signed, std::int64_t in
     if (v < 0) return {static_cast<std::uint64_t>(-(v + 1)) + 1, true};
   }
   return {bits, false};
+}
+
+// What a token file's scan when it is opened finds: the first token outside
+// [0, vocab) (-1: none), and whether every second token is 0 while another
+// is not (int32 or int64 ids read as uint16). Over the file's T's in place.
+struct TokenScan {
+  std::int64_t outside = -1;
+  bool odd_zero = true, even_nonzero = false;
+};
+template <class T>
+TokenScan scan_tokens(const char* data, std::int64_t count, std::int64_t vocab) {
+  const T* tokens = reinterpret_cast<const T*>(data);  // the mapping's pages, and the data's offset, are aligned
+  TokenScan s;
+  for (std::int64_t i = 0; i < count; ++i) {
+    const T t = tokens[i];
+    bool below = false;
+    if constexpr (std::is_signed_v<T>) below = t < 0;
+    if (below || static_cast<std::uint64_t>(t) >= static_cast<std::uint64_t>(vocab)) {
+      s.outside = i;
+      return s;
+    }
+    if (i % 2 == 0)
+      s.even_nonzero = s.even_nonzero || t != 0;
+    else
+      s.odd_zero = s.odd_zero && t == 0;
+  }
+  return s;
+}
+TokenScan scan_tokens(const char* data, int width, bool is_signed, std::int64_t count, std::int64_t vocab) {
+  switch (width) {
+    case 1: return scan_tokens<std::uint8_t>(data, count, vocab);
+    case 2: return scan_tokens<std::uint16_t>(data, count, vocab);
+    case 4:
+      return is_signed ? scan_tokens<std::int32_t>(data, count, vocab) : scan_tokens<std::uint32_t>(data, count, vocab);
+    default:
+      return is_signed ? scan_tokens<std::int64_t>(data, count, vocab) : scan_tokens<std::uint64_t>(data, count, vocab);
+  }
 }
 
 // A NumPy .npy file's data: where it starts, how many tokens it holds and of
@@ -155,31 +193,26 @@ TokenStream TokenStream::from_file(const std::filesystem::path& path, std::int64
   constexpr const char* kText = "the file reads as text: a token file holds a tokenizer's ids as uint16, "
                                 "np.array(ids, dtype=np.uint16).tofile(path)";
   KTUNE_REQUIRE(!text || head.size() < 1024, fmt::format("{}: {}", path.string(), kText));
-  bool odd_zero = true, even_nonzero = false;
-  for (std::int64_t i = 0; i < s.size(); ++i) {
-    const TokenValue t = token_at(s.file_->bytes().data(), s.width_, s.signed_, s.begin_ + i);
-    if (t.negative || t.value >= static_cast<std::uint64_t>(vocab)) {
-      // The largest id says what vocabulary the file's tokenizer has.
-      TokenValue largest = t;
-      for (std::int64_t j = i + 1; j < s.size(); ++j)
-        largest = std::max(largest, token_at(s.file_->bytes().data(), s.width_, s.signed_, s.begin_ + j));
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("{}: token {} at index {} is outside the vocabulary [0, {}) {}", path.string(),
-                              t.str(), i, vocab,
-                              text ? fmt::format("({})", kText)
-                              : t.negative && largest.value < static_cast<std::uint64_t>(vocab) && !largest.negative
-                                  ? std::string("(ids are never negative)")
-                                  : fmt::format("(the file's largest id is {}: the model's --vocab must exceed it)",
-                                                largest.str())));
-    }
-    if (i % 2 == 0)
-      even_nonzero = even_nonzero || t.value != 0;
-    else
-      odd_zero = odd_zero && t.value == 0;
+  const char* data = s.file_->bytes().data() + s.begin_ * s.width_;
+  const TokenScan scan = scan_tokens(data, s.width_, s.signed_, s.size(), vocab);
+  if (scan.outside >= 0) {
+    const std::int64_t i = scan.outside;
+    const TokenValue t = token_at(data, s.width_, s.signed_, i);
+    // The largest id says what vocabulary the file's tokenizer has.
+    TokenValue largest = t;
+    for (std::int64_t j = i + 1; j < s.size(); ++j) largest = std::max(largest, token_at(data, s.width_, s.signed_, j));
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("{}: token {} at index {} is outside the vocabulary [0, {}) {}", path.string(), t.str(), i,
+                            vocab,
+                            text ? fmt::format("({})", kText)
+                            : t.negative && largest.value < static_cast<std::uint64_t>(vocab) && !largest.negative
+                                ? std::string("(ids are never negative)")
+                                : fmt::format("(the file's largest id is {}: the model's --vocab must exceed it)",
+                                              largest.str())));
   }
   // int32 or int64 ids (np.int32's tofile) read as uint16 are ids below the
   // vocabulary, every second one 0: a corpus of them trains on half zeros.
-  KTUNE_REQUIRE(!raw || s.size() < 16 || !odd_zero || !even_nonzero,
+  KTUNE_REQUIRE(!raw || s.size() < 16 || !scan.odd_zero || !scan.even_nonzero,
                 fmt::format("{}: every second token is 0, as in int32 or int64 token ids read as uint16; raw token "
                             "files hold uint16 (save arr.astype(np.uint16).tofile(path), or np.save(path, arr) for "
                             "a .npy of any integer dtype)",
