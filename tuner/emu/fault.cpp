@@ -15,6 +15,9 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
 
 #include "base/error.hpp"
 #include "tuner/emu/block.hpp"
@@ -160,8 +163,22 @@ void on_fault(int sig, siginfo_t* info, void* context) {
 
 }  // namespace
 
+namespace {
+// Under AddressSanitizer, a stack's shadow is cleared before it is used again or unmapped: a fiber abandoned
+// mid-call (a block that failed) leaves its frames' redzones poisoned, where the next fiber's uninstrumented
+// kernel frames, or whatever the address is mapped for next (an emulated device buffer), would lie.
+void forget_frames([[maybe_unused]] std::byte* stack) {
+#if defined(__SANITIZE_ADDRESS__)
+  ASAN_UNPOISON_MEMORY_REGION(stack + page_size(), kStackSize);
+#endif
+}
+}  // namespace
+
 StackPool::~StackPool() {
-  for (std::byte* m : all_) ::munmap(m, kStackSize + page_size());
+  for (std::byte* m : all_) {
+    forget_frames(m);
+    ::munmap(m, kStackSize + page_size());
+  }
 }
 
 ctx::stack_context StackPool::allocate() {
@@ -176,6 +193,7 @@ ctx::stack_context StackPool::allocate() {
   }
   std::byte* m = free_.back();
   free_.pop_back();
+  forget_frames(m);
   ctx::stack_context sc;
   sc.size = kStackSize;
   sc.sp = m + page_size() + kStackSize;
