@@ -40,7 +40,11 @@ namespace {
 
 nlohmann::json phase_json(const PhaseStats& p) {
   if (!p.measured) return nullptr;
-  return {{"mean_ms", p.mean_ms}, {"std_ms", p.std_ms}, {"median_ms", p.median_ms}, {"samples_ms", p.samples_ms}};
+  // A single trial has no sample std: null, as the markdown's "-".
+  return {{"mean_ms", p.mean_ms},
+          {"std_ms", p.samples_ms.size() > 1 ? nlohmann::json(p.std_ms) : nlohmann::json()},
+          {"median_ms", p.median_ms},
+          {"samples_ms", p.samples_ms}};
 }
 
 nlohmann::json profile_json(const std::vector<OpTimes>& rows) {

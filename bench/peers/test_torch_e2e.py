@@ -72,6 +72,7 @@ class TorchE2eTest(unittest.TestCase):
         self.assertAlmostEqual(s["mean_ms"], 2.0)
         self.assertAlmostEqual(s["std_ms"], 1.0)
         self.assertEqual(s["samples_ms"], [1.0, 2.0, 3.0])
+        self.assertIsNone(t.summary([2.0])["std_ms"])  # one trial has no sample std
         self.assertTrue(t.loss_check(9.2103, 9.2103 * (1 + 5e-6), "f32")[0])
         self.assertFalse(t.loss_check(9.2103, 9.2103 * (1 + 5e-5), "f32")[0])
         self.assertTrue(t.loss_check(9.2103, 9.2103 * (1 + 5e-3), "bf16")[0])
@@ -93,6 +94,8 @@ class TorchE2eTest(unittest.TestCase):
         self.assertEqual(lines[0].count("|"), lines[1].count("|"))
         self.assertEqual(lines[0].count("|"), lines[2].count("|"))
         self.assertIn("| 0.012000 | 0.000500 | - |", lines[2])
+        r["forward"] = t.summary([12.0])
+        self.assertIn("| 0.012000 | - | - |", t.table([r]).splitlines()[2])
         self.assertIn("2.00 GiB | 9.250000 |", lines[2])
         self.assertIn("| compiled | float32 |", lines[2])
         r["recompute"] = True  # the peer's own JSON says so

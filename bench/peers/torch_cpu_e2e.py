@@ -48,7 +48,7 @@ def parse():
 def stats(v):
     if not v:
         return None
-    return {"mean_ms": statistics.mean(v), "std_ms": statistics.stdev(v) if len(v) > 1 else 0.0}
+    return {"mean_ms": statistics.mean(v), "std_ms": statistics.stdev(v) if len(v) > 1 else None}
 
 
 def run_torch(a, trials):
@@ -123,7 +123,11 @@ def merge(runs):
             continue
         n = out["num_trials"]
         mean = statistics.mean(p["mean_ms"] for p in ps)
-        var = sum((n - 1) * p["std_ms"] ** 2 + n * (p["mean_ms"] - mean) ** 2 for p in ps) / (n * len(ps) - 1)
+        if n * len(ps) < 2:  # one trial in all: no sample std
+            out[phase] = {"mean_ms": mean, "std_ms": None}
+            continue
+        # A round of one trial has no std (None) and adds none: (n - 1) times it is 0.
+        var = sum((n - 1) * (p["std_ms"] or 0.0) ** 2 + n * (p["mean_ms"] - mean) ** 2 for p in ps) / (n * len(ps) - 1)
         out[phase] = {"mean_ms": mean, "std_ms": var ** 0.5}
     out["num_trials"] = runs[0]["num_trials"] * len(runs)
     return out
@@ -132,7 +136,7 @@ def merge(runs):
 def row(r):
     def sec(phase, key):
         p = r.get(phase)
-        return f"{p[key] / 1e3:.6f}" if p else "-"
+        return f"{p[key] / 1e3:.6f}" if p and p.get(key) is not None else "-"
     cells = [r["backend"], str(r["batch_size"]), r["model"], str(r["context_length"]), str(r["threads"]),
              sec("forward", "mean_ms"), sec("forward", "std_ms"), sec("backward", "mean_ms"), sec("backward", "std_ms"),
              sec("forward_backward", "mean_ms"), sec("forward_backward", "std_ms"),

@@ -115,7 +115,7 @@ def summary(samples):
     """Mean and sample std (n-1) in milliseconds, the median, and every trial, or None when not measured."""
     if not samples:
         return None
-    return {"mean_ms": statistics.mean(samples), "std_ms": statistics.stdev(samples) if len(samples) > 1 else 0.0,
+    return {"mean_ms": statistics.mean(samples), "std_ms": statistics.stdev(samples) if len(samples) > 1 else None,
             "median_ms": statistics.median(samples), "samples_ms": list(samples)}
 
 
@@ -153,7 +153,7 @@ def row(r):
     """One row in seed 004's columns (seconds), with the mode, dtype, peak memory and loss."""
     def sec(phase, key):
         p = r.get(phase)
-        return f"{p[key] / 1e3:.6f}" if p else "-"
+        return f"{p[key] / 1e3:.6f}" if p and p.get(key) is not None else "-"
     peak = r.get("device_peak_bytes")
     mode = r.get("mode", "-") + recompute_label(r.get("recompute"))
     cells = [r["backend"], mode, r.get("dtype", "-"), str(r["batch_size"]), r["model"],

@@ -31,12 +31,18 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   CHECK(j.at("num_trials") == 2);
   CHECK(j.at("step").at("mean_ms").get<double>() > 0);
   CHECK(j.at("step").at("median_ms").get<double>() == r.step.median_ms);
+  CHECK(j.at("step").at("std_ms").get<double>() == r.step.std_ms);
   // Every trial kept, so mean, std and median can be checked.
   const std::vector<double> steps = j.at("step").at("samples_ms");
   REQUIRE(steps.size() == 2);
   CHECK((steps[0] + steps[1]) / 2 == Approx(r.step.mean_ms));
   CHECK_FALSE(r.launches);  // the cpu backend launches nothing
   CHECK(j.at("launches_per_step").is_null());
+  // One trial has no sample std: null, not a std of 0 (the markdown writes "-").
+  o.trials = 1;
+  const auto one = to_json(bench_e2e(o));
+  CHECK(one.at("step").at("std_ms").is_null());
+  CHECK(one.at("step").at("mean_ms").get<double>() > 0);
 
   o.passes = E2ePasses::kForward;
   const E2eResult f = bench_e2e(o);
