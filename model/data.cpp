@@ -140,10 +140,13 @@ std::optional<NpyData> npy_data(std::string_view bytes, const std::filesystem::p
   const std::string shape = field(R"('shape'\s*:\s*\(([^)]*)\))");
   const auto* dtype = std::find_if(std::begin(kTokenDtypes), std::end(kTokenDtypes),
                                    [&](const TokenDtype& t) { return descr == t.descr; });
-  if (dtype == std::end(kTokenDtypes))
-    fail(fmt::format("a .npy array of dtype '{}'; token files hold unsigned or signed integers ('|u1', '<u2', "
-                     "'<u4', '<i4', '<u8', '<i8': save arr.astype(np.uint16), or np.uint32 past 65535 ids)",
-                     descr));
+  if (dtype == std::end(kTokenDtypes)) {
+    std::string known;
+    for (const TokenDtype& t : kTokenDtypes) known += fmt::format("{}'{}'", known.empty() ? "" : ", ", t.descr);
+    fail(fmt::format("a .npy array of dtype '{}'; token files hold unsigned or signed integers ({}: save "
+                     "arr.astype(np.uint16), or np.uint32 past 65535 ids)",
+                     descr, known));
+  }
   if (fortran != "False") fail("a .npy array in Fortran order; save a C-ordered one");
   if (!std::regex_match(shape, m, std::regex(R"(\s*(\d+)\s*,\s*)")))
     fail(fmt::format("a .npy array of shape ({}); token files are 1-D (save arr.reshape(-1))", shape));
