@@ -124,4 +124,27 @@ TEST_CASE("cuBLASLt algorithms for bf16 operands are timed and checked too (bf16
   }
 }
 
+TEST_CASE("cuBLASLt trials hold the timing's L2 flush with their operands, from prepare to release",
+          "[gpu][cublaslt][gemm]") {
+  // So a GEMM chosen beside a training run's buffers finds at prepare(), where the heuristic's first is taken
+  // with a warning, that the timing has no memory, not in every candidate's time() (no algorithm chosen).
+  test::skip_without_gpu();
+  auto backend = tuner::exec::make_cuda_backend();
+  auto workspace = backend->allocate(std::size_t{32} << 20, "cuBLASLt workspace");
+  tuner::CublasLt lt(workspace->address(), workspace->bytes());
+  auto c = backend->allocate(64 * 64 * 4, "c");
+  const tuner::GemmDesc g{.trans_b = true, .m = 64, .n = 64, .k = 64, .a = c->address(), .b = c->address(),
+                          .c = c->address(), .lda = 64, .ldb = 64, .ldc = 64};
+  auto trials = tuner::make_cublaslt_trials(*backend, lt, {.time = true, .warmup = 1, .min_repetitions = 3});
+  const auto free_bytes = [&] { return static_cast<std::int64_t>(backend->memory().free_bytes); };
+  const std::int64_t before = free_bytes();
+  trials->prepare(g);
+  const std::int64_t flush = 2 * backend->device().l2_bytes;
+  CHECK(before - free_bytes() >= flush);  // the operands' 48 KiB beside it
+  trials->time(g, trials->candidates(g, 1).front());
+  CHECK(before - free_bytes() >= flush);
+  trials->release();
+  CHECK(before - free_bytes() < flush / 2);
+}
+
 }  // namespace tuner_gemm_select_gpu_test

@@ -179,13 +179,25 @@ class CublasLtTrials final : public GemmTrials {
 
   // One set of operands for every candidate of a GEMM: the same data for
   // each, and made once (at the 2.7B size a set is ~35 million random values).
+  // The timing's own memory (the L2 flush) is held with them, so that what
+  // cannot be allocated beside a run's buffers is found here, before any
+  // candidate runs.
   void prepare(const GemmDesc& g) override {
     if (operands_ && operands_for_ == g) return;
-    operands_.reset();
-    operands_ = std::make_unique<Operands>(backend_, g, ++seed_);
+    release();
+    backend_.hold_timing_memory(true);
+    try {
+      operands_ = std::make_unique<Operands>(backend_, g, ++seed_);
+    } catch (...) {
+      backend_.hold_timing_memory(false);
+      throw;
+    }
     operands_for_ = g;
   }
-  void release() override { operands_.reset(); }
+  void release() override {
+    operands_.reset();
+    backend_.hold_timing_memory(false);
+  }
 
   Measurement time(const GemmDesc& g, const GemmAlgo& algo) override {
     const Operands& ops = prepared(g);

@@ -64,9 +64,10 @@ class GemmTrials {
   /// Empty when `algo` (read back from a cache) runs `g` here, else why not.
   virtual std::string refusal(const GemmDesc& g, const GemmAlgo& algo) = 0;
   /// Makes the operands of the trials' own (never g's) that time() and
-  /// error() run `g` on, before any candidate runs: what fails here (out of
-  /// memory) is no candidate's; the selector takes the heuristic's first,
-  /// untimed, and warns. release() frees them.
+  /// error() run `g` on, and holds the memory the timing takes beside them,
+  /// before any candidate runs: what fails here (out of memory) is no
+  /// candidate's; the selector takes the heuristic's first, untimed, and
+  /// warns. release() frees them.
   virtual void prepare(const GemmDesc& g) { (void)g; }
   virtual void release() {}
   /// Times `g` with `algo` on the prepared operands.

@@ -9,11 +9,13 @@
 
 namespace ktune::tuner {
 
+std::size_t flush_bytes(long long l2_bytes) {
+  return static_cast<std::size_t>(std::max<long long>(2 * l2_bytes, 1 << 20));
+}
+
 Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
-                        long long l2_bytes, const std::string& what) {
+                        const DeviceBuffer& flush, const std::string& what) {
   const Driver& d = Driver::get();
-  const std::size_t flush_bytes = static_cast<std::size_t>(std::max<long long>(2 * l2_bytes, 1 << 20));
-  DeviceBuffer flush(flush_bytes);
   for (int i = 0; i < options.warmup; ++i) launch(stream.get());
   stream.synchronize();
   Event start, stop;
@@ -24,7 +26,7 @@ Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOp
     // Writing a buffer twice the L2 size evicts the inputs: every repetition
     // reads from DRAM, as a training step does.
     KT_CHECK_CU(d.cuMemsetD8Async(static_cast<CUdeviceptr>(flush.address()), static_cast<unsigned char>(samples.size()),
-                                  flush_bytes, stream.get()));
+                                  flush.bytes(), stream.get()));
     start.record(stream.get());
     launch(stream.get());
     stop.record(stream.get());
@@ -35,7 +37,7 @@ Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOp
   Measurement m = summarize(samples);
   m.method = fmt::format("CUDA events around {}; {} warm-up; L2 flushed ({} MiB written) before each of {} "
                          "repetition{}; median, p20, p80",
-                         what, options.warmup, flush_bytes >> 20, m.repetitions, m.repetitions == 1 ? "" : "s");
+                         what, options.warmup, flush.bytes() >> 20, m.repetitions, m.repetitions == 1 ? "" : "s");
   return m;
 }
 
@@ -53,7 +55,8 @@ double measure_copy_bandwidth_gbs(std::size_t bytes) {
                                     bytes, s));
   };
   // Buffers far beyond L2: the flush the harness adds changes nothing here.
-  const Measurement m = time_on_gpu(copy, o, stream, 0, "one device-to-device copy");
+  const DeviceBuffer flush(flush_bytes(0));
+  const Measurement m = time_on_gpu(copy, o, stream, flush, "one device-to-device copy");
   return 2.0 * static_cast<double>(bytes) / (m.median_ms * 1e-3) / 1e9;
 }
 

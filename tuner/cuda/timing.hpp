@@ -9,10 +9,14 @@
 
 namespace ktune::tuner {
 
+/// The bytes of the buffer that flushes an L2 of `l2_bytes` (twice its size, at least 1 MiB).
+std::size_t flush_bytes(long long l2_bytes);
+
 /// Times `launch` (which enqueues the work on the given stream). Compile and
-/// module load never happen inside. `l2_bytes` sizes the flush buffer.
+/// module load never happen inside. `flush` (flush_bytes of the device's L2)
+/// is written before every repetition.
 Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
-                        long long l2_bytes, const std::string& what);
+                        const DeviceBuffer& flush, const std::string& what);
 
 /// Device-to-device copy bandwidth (read + write bytes per second, GB/s),
 /// measured with `bytes`-sized buffers; needs a current context (a Context,

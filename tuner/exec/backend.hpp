@@ -205,6 +205,13 @@ class Backend {
   /// labelled as such, under emulation. Never includes compiling or loading.
   virtual Measurement time(const std::function<void()>& enqueue, const RunOptions& options,
                            const std::string& what) = 0;
+  /// With `hold`, allocates now the device memory time() takes beside the
+  /// work's own (a GPU's L2 flush buffer, twice the L2), and keeps it for
+  /// every time() until called without: a caller that must know a
+  /// measurement will not run out of memory (GEMM trials beside a training
+  /// run's buffers) holds it first, and is told here, by the allocation's
+  /// error, where it cannot. Without, each time() allocates and frees it.
+  virtual void hold_timing_memory(bool hold) { (void)hold; }
 
  private:
   bool programmatic_ = false;

@@ -270,13 +270,21 @@ class CudaBackend final : public Backend {
   }
 
   Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) override {
-    return time_on_gpu([&](CUstream) { enqueue(); }, options, stream_, device_.l2_bytes, what);
+    const auto launch = [&](CUstream) { enqueue(); };
+    if (flush_.bytes() > 0) return time_on_gpu(launch, options, stream_, flush_, what);
+    const DeviceBuffer flush(flush_bytes(device_.l2_bytes));  // this measurement's alone
+    return time_on_gpu(launch, options, stream_, flush, what);
+  }
+  void hold_timing_memory(bool hold) override {
+    if (!hold) flush_ = DeviceBuffer();
+    else if (flush_.bytes() == 0) flush_ = DeviceBuffer(flush_bytes(device_.l2_bytes));
   }
 
  private:
   Context context_;
   DeviceLimits device_;
   Stream stream_;
+  DeviceBuffer flush_;  // time()'s L2 flush while held (hold_timing_memory), else empty
   Compiler compiler_;
   // What precompile() compiled and the binary cache did not keep (a read-only or full cache folder): load() takes
   // it from here instead of compiling it again. By binary cache key.
