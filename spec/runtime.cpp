@@ -46,6 +46,18 @@ struct Runtime::State {
   std::map<std::pair<std::string, std::string>, std::shared_ptr<Kernel::State>> handed;
   std::mutex handed_mutex;
 
+  State() = default;
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  /// The last Kernel or the Runtime may go on any thread: the backend is made current on it before the
+  /// modules and buffers are freed (a GPU's unloads and frees act on the context current on the thread).
+  ~State() {
+    try {
+      if (backend) backend->bind_thread();
+    } catch (const Error&) {  // a context that cannot be made current: the frees below fail quietly
+    }
+  }
+
   /// The device work lock, with the calling thread readied for the backend.
   std::unique_lock<std::mutex> device_lock() {
     std::unique_lock lock(mutex);
