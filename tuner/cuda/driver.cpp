@@ -53,6 +53,9 @@ const Loaded& load() {
       l.failure = "the driver lacks " + missing;
       return l;
     }
+    if (void* fn = nullptr; get_proc("cuFuncGetParamInfo", &fn, 12040, CU_GET_PROC_ADDRESS_DEFAULT, nullptr) ==
+                                CUDA_SUCCESS)
+      d.cuFuncGetParamInfo = reinterpret_cast<decltype(d.cuFuncGetParamInfo)>(fn);
     if (const CUresult rc = d.cuInit(0); rc != CUDA_SUCCESS) {
       l.failure = "cuInit failed: " + d.error_text(rc);
       return l;

@@ -14,6 +14,8 @@ struct Driver {
 #define KTUNE_DRIVER_FN(name) decltype(&::name) name = nullptr;
 #include "tuner/cuda/driver_functions.inc"
 #undef KTUNE_DRIVER_FN
+  /// A kernel's parameter offsets and sizes: CUDA 12.4 on, null with an older driver (nothing else needs it).
+  decltype(&::cuFuncGetParamInfo) cuFuncGetParamInfo = nullptr;
   int version = 0;  ///< e.g. 12080 for 12.8
 
   /// The loaded driver; throws Error(kNoDevice) with the reason (no

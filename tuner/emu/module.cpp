@@ -169,7 +169,7 @@ std::shared_ptr<Module> open_module(const fs::path& path, const templates::Rende
                                           : templates::ArgKind::kOther);
       size &= (1u << 28) - 1;
     }
-    module->parameter_sizes.push_back(std::move(sizes));
+    module->parameter_sizes.emplace_back(sizes.begin(), sizes.end());
     module->parameter_kinds.push_back(std::move(kinds));
   }
   return module;

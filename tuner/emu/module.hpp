@@ -18,7 +18,7 @@ struct Module {
   std::string path;                                   ///< the cached .so
   std::vector<std::string> kernel_names;              ///< name expressions
   std::vector<kt::emu::KernelEntryFn> kernels;        ///< trampolines
-  std::vector<std::vector<unsigned>> parameter_sizes;  ///< bytes of each kernel's parameters, in order
+  std::vector<std::vector<std::size_t>> parameter_sizes;  ///< bytes of each kernel's parameters, in order
   std::vector<std::vector<templates::ArgKind>> parameter_kinds;  ///< and what each is
   kt::emu::CurrentSlotFn current_slot = nullptr;      ///< per-OS-thread "running thread" slot
   bool from_cache = false;                            ///< loaded without compiling

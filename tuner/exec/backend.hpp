@@ -61,6 +61,13 @@ std::unique_ptr<Mark> host_mark();
 /// Milliseconds from one host mark to another.
 double host_elapsed_ms(const Mark& from, const Mark& to);
 
+/// Throws Error(kCheckFailed) where a launch's argument sizes (`given`, in
+/// bytes) are not kernel `kernel`'s parameter sizes (`want`): a kernel spec's
+/// `args` against its signature, which the kernel would otherwise read from
+/// the wrong bytes. `where` begins the message ("emulation", "GPU").
+void check_argument_sizes(const std::string& where, const std::string& kernel, const std::vector<std::size_t>& want,
+                          const std::vector<std::size_t>& given);
+
 /// Device memory as the driver reports it now (cuMemGetInfo): every
 /// process's allocations count.
 struct MemoryInfo {

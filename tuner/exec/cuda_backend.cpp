@@ -6,6 +6,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "base/error.hpp"
 #include "tuner/cuda/check.hpp"
@@ -55,6 +56,7 @@ class CudaModule final : public Module {
       KT_CHECK_CU(Driver::get().cuFuncGetAttribute(&most, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                                    functions_.back()));
       max_dynamic_.push_back(static_cast<unsigned>(most));
+      parameter_sizes_.push_back(parameter_sizes(functions_.back()));
     }
     resources_ = compiled.kernels;
   }
@@ -76,6 +78,12 @@ class CudaModule final : public Module {
     }
     return functions_[i];
   }
+  /// Throws where `l`'s arguments are not its kernel's parameters (the
+  /// emulation's check, by the sizes the driver gives; none where it cannot).
+  void check_arguments(const templates::Launch& l) const {
+    const auto k = static_cast<std::size_t>(l.kernel);
+    if (parameter_sizes_[k]) check_argument_sizes("GPU", names_[k], *parameter_sizes_[k], l.args.sizes());
+  }
 
  private:
   tuner::Module module_;
@@ -86,6 +94,22 @@ class CudaModule final : public Module {
   std::vector<CUfunction> functions_;
   std::vector<KernelResources> resources_;
   mutable std::vector<unsigned> max_dynamic_;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, per kernel
+  std::vector<std::optional<std::vector<std::size_t>>> parameter_sizes_;  // per kernel, where the driver tells
+
+  /// The bytes of each of `f`'s parameters, in order (cuFuncGetParamInfo, CUDA 12.4 on: an index past the last
+  /// parameter is an invalid value); none with an older driver, or where the driver says anything else.
+  static std::optional<std::vector<std::size_t>> parameter_sizes(CUfunction f) {
+    const Driver& d = Driver::get();
+    if (!d.cuFuncGetParamInfo) return std::nullopt;
+    std::vector<std::size_t> sizes;
+    constexpr std::size_t kMost = 4096;  // a kernel's parameters take at most 32 KB, at least a byte each
+    for (std::size_t offset = 0, size = 0; sizes.size() <= kMost; sizes.push_back(size)) {
+      const CUresult rc = d.cuFuncGetParamInfo(f, sizes.size(), &offset, &size);
+      if (rc == CUDA_ERROR_INVALID_VALUE) return sizes;
+      if (rc != CUDA_SUCCESS) return std::nullopt;
+    }
+    return std::nullopt;
+  }
 };
 
 const CudaBuffer& cuda_buffer(const Buffer& b) {
@@ -224,6 +248,7 @@ class CudaBackend final : public Backend {
       config.hStream = reinterpret_cast<CUstream>(stream);
       config.attrs = programmatic ? &overlap : nullptr;
       config.numAttrs = programmatic ? 1 : 0;
+      module->check_arguments(l);
       KT_CHECK_CU(d.cuLaunchKernelEx(&config, module->function(static_cast<std::size_t>(l.kernel), l.dynamic_smem),
                                      args.data(), nullptr));
     }

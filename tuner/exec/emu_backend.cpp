@@ -4,7 +4,6 @@
 // (tuner/emu_grid.hpp). Launches run as they are enqueued; every launch is
 // followed by a check of every live buffer's canary.
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -274,16 +273,8 @@ class EmuBackend final : public Backend {
   // otherwise read its parameters from the wrong bytes.
   static void check_arguments(const EmuModule& module, const templates::Launch& l) {
     const auto k = static_cast<std::size_t>(l.kernel);
-    const std::vector<unsigned>& want = module.module().parameter_sizes.at(k);
-    const std::vector<std::size_t>& given = l.args.sizes();
-    bool same = want.size() == given.size();
-    for (std::size_t i = 0; same && i < want.size(); ++i) same = want[i] == given[i];
-    if (!same)
-      throw_error(ErrorKind::kCheckFailed,
-                  fmt::format("emulation: kernel {} takes {} parameters of {} bytes; the launch passes {} arguments "
-                              "of {} bytes (a kernel spec's args must match the kernel's parameters, in order)",
-                              module.kernel_names().at(k), want.size(), fmt::join(want, ", "), given.size(),
-                              fmt::join(given, ", ")));
+    check_argument_sizes("emulation", module.kernel_names().at(k), module.module().parameter_sizes.at(k),
+                         l.args.sizes());
     // Of the same sizes, a float where the kernel takes an integer (or the other way) is read as other bytes.
     using templates::ArgKind;
     const auto& kinds = module.module().parameter_kinds.at(k);
