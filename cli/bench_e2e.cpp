@@ -375,8 +375,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     const tuner::Completion completion = stop.completion(static_cast<std::size_t>(result.trials_planned),
                                                          static_cast<std::size_t>(result.options.trials));
     if (result.options.trials == 0) {  // stopped in the warm-up steps
-      std::cerr << "ktune: no trial was measured; nothing is written\n";
-      stop.finish(global, completion, "trials");
+      stop.finish(global, completion, "trials", false);
       return;
     }
     auto j = model::to_json(result);

@@ -23,11 +23,14 @@ tuner::Completion BenchStop::completion(std::size_t planned, std::size_t measure
   return c;
 }
 
-void BenchStop::finish(Global& global, const tuner::Completion& c, const std::string& unit) const {
+void BenchStop::finish(Global& global, const tuner::Completion& c, const std::string& unit, bool written) const {
   const int signal = signals_.caught();
   if (signal == 0) return;
   std::cerr << fmt::format("stopped by {} after {} of {} {}{}\n", StopSignals::name(signal), c.measured, c.planned,
-                           unit, c.complete() ? " (all of them)" : "; the report says it is incomplete");
+                           unit,
+                           !written       ? "; nothing is written"
+                           : c.complete() ? " (all of them)"
+                                          : "; the report says it is incomplete");
   global.exit_code = 128 + signal;
 }
 

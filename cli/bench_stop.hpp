@@ -27,9 +27,10 @@ class BenchStop {
   }
   /// The report's completion: `measured` of `planned`, stopped by the signal that came (if one did).
   tuner::Completion completion(std::size_t planned, std::size_t measured) const;
-  /// Once the report is written: where a signal came, says on stderr what was kept and sets the exit status
-  /// to 128 + the signal.
-  void finish(Global& global, const tuner::Completion& c, const std::string& unit = "rows") const;
+  /// Once the report is written (or, `written` false, found empty and left unwritten): where a signal came,
+  /// says on stderr what was kept and sets the exit status to 128 + the signal.
+  void finish(Global& global, const tuner::Completion& c, const std::string& unit = "rows",
+              bool written = true) const;
 
  private:
   StopSignals signals_;

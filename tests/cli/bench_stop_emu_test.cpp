@@ -112,6 +112,22 @@ TEST_CASE("CLI: bench e2e stopped by SIGTERM writes the trials measured, marked 
                                  " of 100000 trials"));
 }
 
+TEST_CASE("CLI: bench e2e stopped in its warm-up writes nothing, and says so", "[cli][emu]") {
+  const auto dir = ktune::test::scratch_dir("bench_stop_e2e_warmup");
+  const auto json = dir / "e2e.json";
+  const int code = run_stopped(dir,
+                               "bench e2e --model tiny --threads 1 --ctx 8 --batch 1 --warmup 100000 --trials 5 "
+                               "--json-out " + json.string(),
+                               "step 1 of 100005", "TERM");
+  const std::string err = ktune::read_file(dir / "err"), md = ktune::read_file(dir / "out.md");
+  INFO(err);
+  CHECK(code == 128 + 15);
+  CHECK_FALSE(std::filesystem::exists(json));
+  CHECK(md.empty());
+  CHECK_THAT(err, Catch::Contains("stopped by SIGTERM after 0 of 5 trials; nothing is written") &&
+                      !Catch::Contains("the report says"));
+}
+
 TEST_CASE("CLI: bench attention stopped by SIGHUP writes the rows measured, marked incomplete", "[cli][emu]") {
   const auto dir = ktune::test::scratch_dir("bench_stop_attention");
   const auto json = dir / "attention.json";
