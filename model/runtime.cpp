@@ -99,7 +99,8 @@ class DeviceRuntime final : public Runtime {
                 const BackendOptions& options)
       : backend_(options.backend == "cuda" ? tuner::exec::make_cuda_backend()
                                            : tuner::exec::make_emu_backend({.workers = options.emu_workers})),
-        baseline_(backend_->memory()) {
+        baseline_(backend_->memory()),
+        allocation_(allocation) {
     backend_->set_programmatic(options.programmatic);
     if (baseline_.total_bytes > 0) {  // a GPU: the plan's peak must fit in what is free, checked before allocating
       const MemoryPlan plan = plan_run(config, shape, options);
@@ -182,7 +183,8 @@ class DeviceRuntime final : public Runtime {
                      : "; deterministic";
     if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
     if (model_->graphs() && model_->forward_graph_nodes() == 0)
-      summary += "; forward and backward captured as graphs on their second run";
+      summary += allocation_ == Allocation::kForwardOnly ? "; the forward captured as a graph on its second run"
+                                                         : "; forward and backward captured as graphs on their second run";
     else if (model_->graphs())
       summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
                              model_->backward_graph_nodes());
@@ -216,6 +218,7 @@ class DeviceRuntime final : public Runtime {
  private:
   std::unique_ptr<tuner::exec::Backend> backend_;
   tuner::exec::MemoryInfo baseline_;  // before the run allocated anything
+  Allocation allocation_;
   std::unique_ptr<cache::TunedCache> tuned_;
   std::unique_ptr<DeviceTransformer> model_;
 };

@@ -73,6 +73,16 @@ TEST_CASE("CLI: --graph takes compiled mode on a device backend, and a graphed r
                         " bench e2e --model tiny --ctx 8 --batch 1 --trials 2 --warmup 0 --backend emu --graph",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("graphs of") && Catch::Contains("(forward)"));
+  // Said before the first step, what will be captured: eval runs the forward alone.
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
+                        " train --model tiny --ctx 8 --batch 1 --steps 1 --backend emu --graph 2>&1",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("; forward and backward captured as graphs on their second run"));
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
+                        " eval --model tiny --ctx 8 --batch 1 --backend emu --graph 2>&1",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("; the forward captured as a graph on its second run") &&
+                      !Catch::Contains("backward"));
 }
 
 TEST_CASE("CLI: --pdl takes a device backend, and the summary says where it has no effect", "[cli][model]") {
