@@ -183,8 +183,9 @@ class DeviceRuntime final : public Runtime {
                      : "; deterministic";
     if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
     if (model_->graphs() && model_->forward_graph_nodes() == 0)
-      summary += allocation_ == Allocation::kForwardOnly ? "; the forward captured as a graph on its second run"
-                                                         : "; forward and backward captured as graphs on their second run";
+      summary += allocation_ == Allocation::kForwardOnly
+                     ? "; the forward captured as a graph on its second run"
+                     : "; forward and backward captured as graphs on their second run";
     else if (model_->graphs())
       summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
                              model_->backward_graph_nodes());
