@@ -32,9 +32,9 @@ void add_bench_command(CLI::App& app, Global& global) {
     std::string cache, json_out, backend = "gpu";
   };
   auto opts = std::make_shared<AdamOpts>();
-  auto* adam = bench->add_subcommand("adam", "AdamW step, ktune's three forms: eager chain per tensor vs fused per "
-                                             "tensor vs tuned multi-tensor (seeds 000/001), with GB/s and % of copy "
-                                             "bandwidth");
+  auto* adam = bench->add_subcommand("adam", "AdamW step, ktune's three forms in seeds 000/001's columns: fused per "
+                                             "tensor, eager chain per tensor, tuned multi-tensor, with GB/s and % of "
+                                             "copy bandwidth");
   adam->add_option("--tensors", opts->tensors, "Numbers of parameter tensors")->capture_default_str();
   adam->add_option("--numel", opts->numel, "Elements per tensor")->capture_default_str();
   adam->add_option("--dtype", opts->dtype, "f32, or bf16 (fp32 master weights plus a bf16 copy)")
