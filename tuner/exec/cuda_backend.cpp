@@ -232,6 +232,7 @@ class CudaBackend final : public Backend {
     if (!fit.fits())
       throw_error(ErrorKind::kCheckFailed,
                   fmt::format("does not fit: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason));
+    for (const auto& l : plan) module->check_arguments(l);  // before any of the plan runs
     const Driver& d = Driver::get();
     // Programmatic dependent launch (sm_90+): the kernel may start while the
     // stream's previous kernel finishes; its kt::wait_previous_kernel() waits.
@@ -248,7 +249,6 @@ class CudaBackend final : public Backend {
       config.hStream = reinterpret_cast<CUstream>(stream);
       config.attrs = programmatic ? &overlap : nullptr;
       config.numAttrs = programmatic ? 1 : 0;
-      module->check_arguments(l);
       KT_CHECK_CU(d.cuLaunchKernelEx(&config, module->function(static_cast<std::size_t>(l.kernel), l.dynamic_smem),
                                      args.data(), nullptr));
     }

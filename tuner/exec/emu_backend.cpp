@@ -238,8 +238,8 @@ class EmuBackend final : public Backend {
   };
 
   void run(const EmuModule& module, const std::vector<templates::Launch>& plan) {
+    for (const auto& l : plan) check_arguments(module, l);  // before any of the plan runs
     for (const auto& l : plan) {
-      check_arguments(module, l);
       auto args = l.args.pointers();
       emu::GridLaunch g;
       g.module = &module.module();
