@@ -11,7 +11,7 @@ namespace ktune::cli {
 
 BenchStop::BenchStop()
     : signals_(true,
-               "\nktune: stopping after the measurement under way; the rows measured are written, marked incomplete "
+               "\nktune: stopping after the measurement under way; what was measured is written, marked incomplete "
                "(again: stop at once)\n",
                nullptr, "\nktune: stopped at once: nothing is written\n") {}
 
