@@ -1,6 +1,7 @@
 // Kernel specs on a GPU: args that are not the kernel's parameters are named
-// before the launch (the driver's parameter sizes, as the emulation's), not
-// read as other bytes. Skipped without a device.
+// before the launch (the driver's parameter sizes and the kinds the kernel's
+// mangled name gives, as the emulation's), not read as other bytes. Skipped
+// without a device.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -37,6 +38,10 @@ TEST_CASE("spec gpu: args that are not the kernel's parameters are named, not re
   std::ofstream(dir / "vector_add.json") << spec.dump();
   CHECK(run_command(run + " 2>&1", &out) != 0);
   CHECK_THAT(out, Catch::Contains("the launch passes 4 arguments of 8, 8, 8, 8 bytes"));
+  spec["args"] = {"x", "y", "z", {{"type", "f32"}, {"value", "n"}}};  // n as a float: the same 4 bytes, other bits
+  std::ofstream(dir / "vector_add.json") << spec.dump();
+  CHECK(run_command(run + " 2>&1", &out) != 0);
+  CHECK_THAT(out, Catch::Contains("takes an integer as parameter 4; the launch passes a floating-point number"));
 }
 
 }  // namespace spec_spec_gpu_test

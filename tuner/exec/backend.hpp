@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,12 +62,20 @@ std::unique_ptr<Mark> host_mark();
 /// Milliseconds from one host mark to another.
 double host_elapsed_ms(const Mark& from, const Mark& to);
 
-/// Throws Error(kCheckFailed) where a launch's argument sizes (`given`, in
-/// bytes) are not kernel `kernel`'s parameter sizes (`want`): a kernel spec's
-/// `args` against its signature, which the kernel would otherwise read from
-/// the wrong bytes. `where` begins the message ("emulation", "GPU").
-void check_argument_sizes(const std::string& where, const std::string& kernel, const std::vector<std::size_t>& want,
-                          const std::vector<std::size_t>& given);
+/// Throws Error(kCheckFailed) where a launch's arguments `args` are not
+/// kernel `kernel`'s parameters: their sizes (`sizes`, in bytes), or, where
+/// both are known, their kinds (`kinds`: a float where the kernel takes an
+/// integer); a kernel spec's `args` against its signature, which the kernel
+/// would otherwise read from the wrong bytes. `where` begins the message
+/// ("emulation", "GPU").
+void check_arguments(const std::string& where, const std::string& kernel, const std::vector<std::size_t>& sizes,
+                     const std::vector<templates::ArgKind>& kinds, const templates::ArgPack& args);
+
+/// The kinds of a kernel's parameters, read from its mangled (lowered) name:
+/// float and double floating point, the integral types and addresses
+/// integers, anything else other bytes; none where the name is not a mangled
+/// function's (an extern "C" kernel).
+std::optional<std::vector<templates::ArgKind>> parameter_kinds(const std::string& mangled);
 
 /// Device memory as the driver reports it now (cuMemGetInfo): every
 /// process's allocations count.

@@ -57,6 +57,11 @@ class CudaModule final : public Module {
                                                    functions_.back()));
       max_dynamic_.push_back(static_cast<unsigned>(most));
       parameter_sizes_.push_back(parameter_sizes(functions_.back()));
+      // The kinds, from the kernel's mangled name, where they agree with the driver's count.
+      auto kinds = parameter_kinds(k.lowered_name);
+      parameter_kinds_.push_back(kinds && parameter_sizes_.back() && kinds->size() == parameter_sizes_.back()->size()
+                                     ? std::move(*kinds)
+                                     : std::vector<templates::ArgKind>());
     }
     resources_ = compiled.kernels;
   }
@@ -79,10 +84,11 @@ class CudaModule final : public Module {
     return functions_[i];
   }
   /// Throws where `l`'s arguments are not its kernel's parameters (the
-  /// emulation's check, by the sizes the driver gives; none where it cannot).
+  /// emulation's check: by the sizes the driver gives and the kinds the
+  /// kernel's name says; none where the driver does not give them).
   void check_arguments(const templates::Launch& l) const {
     const auto k = static_cast<std::size_t>(l.kernel);
-    if (parameter_sizes_[k]) check_argument_sizes("GPU", names_[k], *parameter_sizes_[k], l.args.sizes());
+    if (parameter_sizes_[k]) exec::check_arguments("GPU", names_[k], *parameter_sizes_[k], parameter_kinds_[k], l.args);
   }
 
  private:
@@ -95,6 +101,7 @@ class CudaModule final : public Module {
   std::vector<KernelResources> resources_;
   mutable std::vector<unsigned> max_dynamic_;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, per kernel
   std::vector<std::optional<std::vector<std::size_t>>> parameter_sizes_;  // per kernel, where the driver tells
+  std::vector<std::vector<templates::ArgKind>> parameter_kinds_;         // per kernel; empty: unknown
 
   /// The bytes of each of `f`'s parameters, in order (cuFuncGetParamInfo, CUDA 12.4 on: an index past the last
   /// parameter is an invalid value); none with an older driver, or where the driver says anything else.

@@ -273,19 +273,8 @@ class EmuBackend final : public Backend {
   // otherwise read its parameters from the wrong bytes.
   static void check_arguments(const EmuModule& module, const templates::Launch& l) {
     const auto k = static_cast<std::size_t>(l.kernel);
-    check_argument_sizes("emulation", module.kernel_names().at(k), module.module().parameter_sizes.at(k),
-                         l.args.sizes());
-    // Of the same sizes, a float where the kernel takes an integer (or the other way) is read as other bytes.
-    using templates::ArgKind;
-    const auto& kinds = module.module().parameter_kinds.at(k);
-    const auto& passed = l.args.kinds();
-    const auto name = [](ArgKind a) { return a == ArgKind::kFloat ? "a floating-point number" : "an integer"; };
-    for (std::size_t i = 0; i < kinds.size() && i < passed.size(); ++i)
-      if (kinds[i] != ArgKind::kOther && passed[i] != ArgKind::kOther && kinds[i] != passed[i])
-        throw_error(ErrorKind::kCheckFailed,
-                    fmt::format("emulation: kernel {} takes {} as parameter {}; the launch passes {} (a kernel "
-                                "spec's args must match the kernel's parameters, in order)",
-                                module.kernel_names().at(k), name(kinds[i]), i + 1, name(passed[i])));
+    exec::check_arguments("emulation", module.kernel_names().at(k), module.module().parameter_sizes.at(k),
+                          module.module().parameter_kinds.at(k), l.args);
   }
 
   // What CUDA refuses on a stream under capture: anything that waits for it.
