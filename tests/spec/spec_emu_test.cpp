@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.hpp"
+#include "spec/args_mismatch_check.hpp"
 #include "spec/spec_family.hpp"
 #include "support.hpp"
 #include "tuner/run/emu_runner.hpp"
@@ -309,23 +310,7 @@ TEST_CASE("spec emu: a reference that fails ends the run or the session at once:
 }
 
 TEST_CASE("spec emu: args that are not the kernel's parameters are named, not read as other bytes", "[spec]") {
-  const auto dir = ktune::test::scratch_dir("spec-args-mismatch");
-  fs::copy_file(example("vector_add/vector_add.cu"), dir / "vector_add.cu");
-  nlohmann::json spec = nlohmann::json::parse(std::ifstream(example("vector_add/vector_add.json")));
-  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "vector_add.json").string();
-  std::string out;
-  spec["args"] = {"x", "y", "z"};  // n left out
-  std::ofstream(dir / "vector_add.json") << spec.dump();
-  CHECK(run_command(run + " 2>&1", &out) != 0);
-  CHECK_THAT(out, Catch::Contains("takes 4 parameters of 8, 8, 8, 4 bytes; the launch passes 3 arguments of 8, 8, 8"));
-  spec["args"] = {"x", "y", "z", {{"type", "i64"}, {"value", "n"}}};  // n as 8 bytes, where the kernel takes an int
-  std::ofstream(dir / "vector_add.json") << spec.dump();
-  CHECK(run_command(run + " 2>&1", &out) != 0);
-  CHECK_THAT(out, Catch::Contains("the launch passes 4 arguments of 8, 8, 8, 8 bytes"));
-  spec["args"] = {"x", "y", "z", {{"type", "f32"}, {"value", "n"}}};  // n as a float: the same 4 bytes, other bits
-  std::ofstream(dir / "vector_add.json") << spec.dump();
-  CHECK(run_command(run + " 2>&1", &out) != 0);
-  CHECK_THAT(out, Catch::Contains("takes an integer as parameter 4; the launch passes a floating-point number"));
+  ktune::test::check_args_mismatch("emu", "spec-args-mismatch");
 }
 
 TEST_CASE("spec emu: {dtype} and a define of dtype give one source the problem's element type", "[spec]") {
