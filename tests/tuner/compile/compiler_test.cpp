@@ -12,6 +12,7 @@
 #include "base/files.hpp"
 #include "support.hpp"
 #include "tuner/compile/compile_check.hpp"
+#include "tuner/exec/backend.hpp"
 
 namespace tuner_compile_compiler_test {
 
@@ -82,6 +83,23 @@ TEST_CASE("every family's defaults and a seeded sample compile for sm_80 and sm_
     for (const auto& row : s.rows)
       for (const auto& k : row.result.kernels)
         if (row.is_default) CHECK(k.spill_bytes() == 0);
+    // A GPU checks each launch's arguments against the kinds its kernel's mangled name gives (tuner/exec/
+    // arguments.cpp): every plan's arguments agree with them, so no built-in kernel is refused on a device.
+    for (const auto& row : s.rows) {
+      if (!row.result.ok) continue;
+      INFO(row.family << " " << row.config.str());
+      const templates::Family& family = templates::find_family(row.family);
+      std::vector<std::uint64_t> addresses;
+      for (std::size_t i = 0; i < family.buffer_shapes(row.problem).size(); ++i)
+        addresses.push_back((std::uint64_t{1} << 40) + (std::uint64_t{i} << 32));
+      for (const auto& l : family.plan(row.config, row.problem, addresses, DeviceLimits::for_arch(arch))) {
+        const auto& kernel = row.result.kernels.at(static_cast<std::size_t>(l.kernel));
+        const auto kinds = exec::parameter_kinds(kernel.lowered_name);
+        REQUIRE(kinds.has_value());
+        CHECK(kinds->size() == l.args.count());
+        CHECK_NOTHROW(exec::check_arguments("GPU", row.family, l.args.sizes(), *kinds, l.args));
+      }
+    }
   }
 }
 
