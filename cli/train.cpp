@@ -364,6 +364,8 @@ void add_train_command(CLI::App& app, Global& global) {
     // The runtime while it trains, and its warnings said so far: a GPU's GEMM choices bring theirs at a step.
     const model::Runtime* runtime = nullptr;
     std::size_t warned = 0;
+    std::optional<model::Runtime::GraphNodes> graphs;  // the passes' graphs, as the run ends (--graph)
+    t.on_finish = [&graphs](const model::Runtime& rt) { graphs = rt.graph_nodes(); };
     const auto print_json = [&](const std::vector<model::StepRecord>& steps, const std::string& error) {
       nlohmann::json j = nlohmann::json::array();
       for (const auto& r : steps) j.push_back(step_json(r));
@@ -381,6 +383,7 @@ void add_train_command(CLI::App& app, Global& global) {
                             {"steps_planned", t.steps},
                             {"stopped_by", signal != 0 ? nlohmann::json(StopSignals::name(signal)) : nlohmann::json()},
                             {"steps", j}};
+      if (graphs) out["graph_nodes"] = {{"forward", graphs->forward}, {"backward", graphs->backward}};
       if (!error.empty()) out["error"] = error;
       std::cout << dump_json(out, 2) << "\n";
     };
@@ -538,8 +541,13 @@ void add_train_command(CLI::App& app, Global& global) {
                                records.size() == 1 ? "" : "s", median_s * 1e3,
                                static_cast<double>(records.back().tokens) / median_s);
       if (records.back().launches)
-        std::cout << fmt::format("launches/step: {} ({} mode)\n", records.back().launches->str(),
-                                 model::to_string(t.backend.mode));
+        std::cout << fmt::format("launches/step: {} ({} mode{})\n", records.back().launches->str(),
+                                 model::to_string(t.backend.mode),
+                                 !graphs ? ""
+                                 : graphs->forward == 0
+                                     ? "; no graph captured: no pass ran twice"
+                                     : fmt::format("; replayed as graphs of {} (forward) and {} (backward) nodes",
+                                                   graphs->forward, graphs->backward));
     } else {
       std::cout << fmt::format("nothing to train: the checkpoint holds step {}, at or past --steps {}\n",
                                resumed_after.value_or(0), t.steps);

@@ -79,6 +79,8 @@ class DeviceTransformer {
   /// (or without DeviceOptions::graphs).
   std::size_t forward_graph_nodes() const { return forward_.graph ? forward_.graph->nodes() : 0; }
   std::size_t backward_graph_nodes() const { return backward_[0].graph ? backward_[0].graph->nodes() : 0; }
+  /// Whether a forward has run (with graphs: the next one is captured).
+  bool forward_ran() const { return forward_.warmed || forward_.graph; }
 
  private:
   // One pass's graph, and the launches its capture enqueued.

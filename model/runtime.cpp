@@ -182,18 +182,24 @@ class DeviceRuntime final : public Runtime {
                                                      k.deterministic_measured()))
                      : "; deterministic";
     if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
-    if (model_->graphs() && model_->forward_graph_nodes() == 0)
-      summary += allocation_ == Allocation::kForwardOnly
+    if (const auto nodes = graph_nodes(); nodes && nodes->forward == 0)
+      summary += model_->forward_ran() ? "; graphs asked for, none captured: no pass ran twice"
+                 : allocation_ == Allocation::kForwardOnly
                      ? "; the forward captured as a graph on its second run"
                      : "; forward and backward captured as graphs on their second run";
-    else if (model_->graphs())
-      summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", model_->forward_graph_nodes(),
-                             model_->backward_graph_nodes());
+    else if (nodes && allocation_ == Allocation::kForwardOnly)
+      summary += fmt::format("; the forward a graph of {} nodes", nodes->forward);
+    else if (nodes)
+      summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", nodes->forward, nodes->backward);
     if (backend_->programmatic())
       summary += backend_->launches_programmatically()
                      ? "; programmatic dependent launch"
                      : "; programmatic dependent launch asked for (no effect here: it needs sm_90 and a GPU)";
     return summary;
+  }
+  std::optional<GraphNodes> graph_nodes() const override {
+    if (!model_->graphs()) return std::nullopt;
+    return GraphNodes{model_->forward_graph_nodes(), model_->backward_graph_nodes()};
   }
   std::unique_ptr<tuner::exec::Mark> mark() override { return backend_->mark(); }
   double elapsed_ms(const tuner::exec::Mark& from, const tuner::exec::Mark& to) override {

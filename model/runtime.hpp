@@ -96,6 +96,14 @@ class Runtime {
   virtual std::string kernel_summary() const = 0;
   /// Warnings a person should see (stale cache entries).
   virtual std::vector<std::string> warnings() const = 0;
+  /// The nodes of the passes' graphs, 0 for a pass not captured (yet: a pass
+  /// is captured on its second run); nullopt where the passes run op by op
+  /// (no graphs asked for, cpu).
+  struct GraphNodes {
+    std::size_t forward = 0;
+    std::size_t backward = 0;
+  };
+  virtual std::optional<GraphNodes> graph_nodes() const { return std::nullopt; }
 
   /// A mark after the work enqueued so far, for timing phases: a CUDA event
   /// on the backend's stream (cuda), the host clock after waiting (cpu, emu).

@@ -281,6 +281,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     if (stop) break;
   }
   if (!o.save.empty()) unless_diverged(at.step, [&] { save_weights(o.save); });
+  if (o.on_finish) o.on_finish(*model);
   return records;
 }
 

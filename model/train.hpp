@@ -34,8 +34,9 @@ struct RunOptions {
   /// Sees the runtime once it is built, before it runs (its kernel summary
   /// and warnings, say); empty: nothing.
   std::function<void(const Runtime&)> on_runtime;
-  /// Sees it once evaluate, evaluate_all or generate has run it: what the
-  /// run found on the way (a GPU's GEMM choices and their warnings).
+  /// Sees it once train, evaluate, evaluate_all or generate has run it: what
+  /// the run found on the way (a GPU's GEMM choices and their warnings, the
+  /// graphs it captured).
   std::function<void(const Runtime&)> on_finish;
 };
 

@@ -73,15 +73,26 @@ TEST_CASE("CLI: --graph takes compiled mode on a device backend, and a graphed r
                         " bench e2e --model tiny --ctx 8 --batch 1 --trials 2 --warmup 0 --backend emu --graph",
                     &out) == 0);
   CHECK_THAT(out, Catch::Contains("graphs of") && Catch::Contains("(forward)"));
-  // Said before the first step, what will be captured: eval runs the forward alone.
-  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
-                        " train --model tiny --ctx 8 --batch 1 --steps 1 --backend emu --graph 2>&1",
+  // Said before the first step, what will be captured; at the end, what was: the graphs' nodes, or none where no
+  // pass ran twice. Eval runs the forward alone.
+  const std::string ktune = "KTUNE_NO_DEVICE=1 " + ktune_exe().string();
+  CHECK(run_command(ktune + " train --model tiny --ctx 8 --batch 1 --steps 1 --backend emu --graph", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("; forward and backward captured as graphs on their second run") &&
+                      Catch::Contains("(compiled mode; no graph captured: no pass ran twice)"));
+  CHECK(run_command(ktune + " train --model tiny --ctx 8 --batch 1 --steps 3 --backend emu --graph", &out) == 0);
+  CHECK_THAT(out, Catch::Matches("[\\s\\S]*\\(compiled mode; replayed as graphs of [1-9][0-9]* \\(forward\\) and "
+                                 "[1-9][0-9]* \\(backward\\) nodes\\)\n[\\s\\S]*"));
+  CHECK(run_command("{ " + ktune + " --json train --model tiny --ctx 8 --batch 1 --steps 3 --backend emu --graph "
+                        "2>/dev/null; }",
                     &out) == 0);
-  CHECK_THAT(out, Catch::Contains("; forward and backward captured as graphs on their second run"));
-  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() +
-                        " eval --model tiny --ctx 8 --batch 1 --backend emu --graph 2>&1",
-                    &out) == 0);
-  CHECK_THAT(out, Catch::Contains("; the forward captured as a graph on its second run") &&
+  const auto j = nlohmann::json::parse(out);
+  CHECK(j.at("graph_nodes").at("forward").get<int>() > 0);
+  CHECK(j.at("graph_nodes").at("backward").get<int>() > j.at("graph_nodes").at("forward").get<int>());
+  CHECK(run_command(ktune + " eval --model tiny --ctx 8 --batch 1 --backend emu --graph", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("; graphs asked for, none captured: no pass ran twice") &&
+                      !Catch::Contains("backward"));
+  CHECK(run_command(ktune + " eval --model tiny --ctx 8 --batch 1 --batches 2 --backend emu --graph", &out) == 0);
+  CHECK_THAT(out, Catch::Matches("[\\s\\S]*; the forward a graph of [1-9][0-9]* nodes\\n[\\s\\S]*") &&
                       !Catch::Contains("backward"));
 }
 
