@@ -30,7 +30,7 @@ const std::string kSource = KTUNE_SOURCE_DIR;
 // Every step, the optional ones included.
 const char* kAllSteps =
     "tests tune families tune-step-small attention attention-bench attention-bench-torch headline headline-ab "
-    "bench bf16 peers ops ops-small pdl train deterministic recompute "
+    "headline-ab-turns bench bf16 peers ops ops-small pdl train deterministic recompute "
     "seed-002 e2e";
 
 /// The command lines ("+ cmd args...", shell-quoted, without the "+ ") of a
@@ -180,11 +180,11 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   const auto n = run_dry_commands(commands, dir / "build-gpu");
   CHECK(n.test_files == gpu_test_files());
   // Three attention tuning sessions, bench attention on the two targets and bench precision, bench e2e small
-  // bf16 eager and compiled (and compiled with CUDA graphs), the leaderboard backward's five configs (the
-  // default, overlapped, with ping-pong, 64-query tiles, FlashAttention-2's partition), the d 128 forward's
-  // four (the default, in turn, with ping-pong, FlashAttention-2's shape) and the leaderboard forward's four
-  // (the default, overlapped, with ping-pong, FlashAttention-2's shape).
-  CHECK(n.ktune == 3 + 2 + 3 + 13);
+  // bf16 eager and compiled (and compiled with CUDA graphs), the leaderboard backward's four configs (the
+  // default, overlapped, 64-query tiles, FlashAttention-2's partition), the d 128 forward's three (the default,
+  // in turn, FlashAttention-2's shape) and the leaderboard forward's three (the default, overlapped,
+  // FlashAttention-2's shape); the warpgroups taking turns are headline-ab-turns' (below), which would not fit.
+  CHECK(n.ktune == 3 + 2 + 3 + 10);
   CHECK(n.attention_peers == 1);
   CHECK(n.e2e_peers == 3);
   const auto has = [&](const std::string& text) { return any_contains(commands, text); };
@@ -197,7 +197,7 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK(has("\\\"mma\\\":0\\}"));  // FlashAttention-2's shapes on mma.sync (shell-quoted)
   CHECK(has("--config \\{\\\"block_m\\\":64\\} --time"));  // the backward at 64-query tiles (shell-quoted)
-  CHECK(has("--config \\{\\\"pingpong\\\":1\\} --time"));  // the forwards with ping-pong (shell-quoted)
+  CHECK_FALSE(has("--config \\{\\\"pingpong\\\":1\\} --time"));  // ping-pong: headline-ab-turns' (shell-quoted)
   const std::string overlapped = "--config \\{\\\"mma\\\":2\\} --time";  // shell-quoted
   CHECK(std::any_of(commands.begin(), commands.end(), [&](const std::string& c) {
     return c.find("--family attention_bwd") != std::string::npos && c.find(overlapped) != std::string::npos;
@@ -208,6 +208,43 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   // The longer steps' sessions and AdamW's benchmarks would not fit the lease.
   CHECK_FALSE(has("tune --family adamw"));
   CHECK_FALSE(has("bench adam"));
+}
+
+TEST_CASE("gpu-check: headline-ab-turns times each attention default beside its warpgroups taking turns",
+          "[cli][gpu-check]") {
+  const auto dir = ktune::test::scratch_dir("gpu_check_turns");
+  const auto commands = dry_run_commands(dir, "headline-ab-turns");
+  std::vector<std::string> runs;
+  for (const auto& c : commands)
+    if (c.find(" run --backend gpu --family attention_") != std::string::npos) runs.push_back(c);
+  REQUIRE(runs.size() == 6);  // the three defaults, each with ping-pong
+  CHECK(std::count_if(runs.begin(), runs.end(), [](const std::string& c) {
+          return c.find("--config \\{\\\"pingpong\\\":1\\} --time") != std::string::npos;
+        }) == 3);
+  CHECK(std::none_of(runs.begin(), runs.end(),
+                     [](const std::string& c) { return c.find("mma") != std::string::npos; }));
+}
+
+TEST_CASE("gpu-check: a step name it does not know is refused in one line, before anything runs or is written",
+          "[cli][gpu-check]") {
+  const auto dir = ktune::test::scratch_dir("gpu_check_unknown");
+  std::filesystem::create_directories(dir / "scripts");
+  std::filesystem::copy_file(kSource + "/scripts/gpu-check", dir / "scripts" / "gpu-check");
+  const std::string script = (dir / "scripts" / "gpu-check").string();
+  std::string text;
+  for (const std::string only : {"deterministc", "tests e2e-small-bf17", "ops-3B", "*", "e2e-small-bf16-eagr"}) {
+    INFO(only);
+    CHECK(run_command("KTUNE_CHECK_DRY=1 KTUNE_CHECK_ONLY='" + only + "' bash " + script + " " +
+                          (dir / "out").string(),
+                      &text) == 2);
+    CHECK(text.find('\n') + 1 == text.size());
+    CHECK_THAT(text, Catch::StartsWith("gpu-check: no step is called '"));
+    CHECK_FALSE(std::filesystem::exists(dir / "out"));
+  }
+  // Every step the script names is known to it (a dry run of each size's and dtype's parts).
+  CHECK(run_command("KTUNE_CHECK_DRY=1 KTUNE_CHECK_ONLY='e2e-2.7B-f32-eager ops-xl seed-002-medium tune-step-large "
+                    "headline-ab-turns' bash " + script + " " + (dir / "out").string(),
+                    &text) == 0);
 }
 
 TEST_CASE("gpu-check: a PyTorch peer skipped for want of torch is named in the check's summary", "[cli][gpu-check]") {
