@@ -23,50 +23,19 @@ import argparse
 import datetime
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import stamps  # noqa: E402
+import timing  # noqa: E402
 
 torch = None  # imported by main(): --help needs no torch
 SETTINGS = ("fp32; AdamW lr 1e-3, weight decay 0.01; _single_tensor_adam and compiled_single_tensor_adam with "
             "foreach=False (PyTorch's default is foreach=True), _fused_adam with fused=True")
 
-WARMUP, MIN_REPS, MAX_REPS, MIN_MS = 3, 10, 200, 50.0  # ktune's RunOptions defaults
-
-
-def flush_bytes():
-    """Twice the device's L2 (at least 1 MiB), as ktune's timing harness writes before each repetition."""
-    l2 = getattr(torch.cuda.get_device_properties(torch.cuda.current_device()), "L2_cache_size", 0)
-    if not l2:  # an older PyTorch: more than any GPU's L2
-        return 256 << 20
-    return max(2 * l2, 1 << 20)
-
 
 def method_text(n_bytes):
-    return (f"CUDA events around one optimizer step; {WARMUP} warm-up; L2 flushed ({n_bytes >> 20} MiB written) "
-            f"before each of at least {MIN_REPS} repetitions, until {MIN_MS:.0f} ms are measured (at most "
-            f"{MAX_REPS}); median; the time includes host dispatch the GPU waits for")
-
-
-def time_step(step, flush):
-    """Median ms of `step` by ktune's method (the flush, then CUDA events around one step), and every repetition."""
-    for _ in range(WARMUP):
-        step()
-    torch.cuda.synchronize()
-    times, total = [], 0.0
-    while len(times) < MAX_REPS and (len(times) < MIN_REPS or total < MIN_MS):
-        flush.fill_(len(times) & 0xFF)  # evicts the optimizer's tensors: every repetition reads them from DRAM
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        ms = start.elapsed_time(end)
-        times.append(ms)
-        total += ms
-    return statistics.median(times), times
+    return timing.method_text(n_bytes, "one optimizer step") + "; the time includes host dispatch the GPU waits for"
 
 
 def make(n, numel, **kw):
@@ -97,7 +66,7 @@ def main(argv=None):
     args = parse(argv)
     import torch as imported
     torch = imported
-    flush = torch.empty(flush_bytes(), dtype=torch.uint8, device="cuda")
+    flush = timing.flush_buffer()
     device = torch.cuda.get_device_name()
     print(f"PyTorch {torch.__version__} on {device}, NVIDIA driver {stamps.nvidia_driver() or 'unknown'}, "
           f"git {stamps.git_revision()}; {SETTINGS}\n")
@@ -110,9 +79,9 @@ def main(argv=None):
             fused = make(n, numel, fused=True)
             compiled_opt = make(n, numel, foreach=False)
             compiled = torch.compile(compiled_opt.step)
-            t_eager, s_eager = time_step(eager.step, flush)
-            t_comp, s_comp = time_step(compiled, flush)
-            t_fused, s_fused = time_step(fused.step, flush)
+            t_eager, s_eager = timing.median_ms(eager.step, flush)
+            t_comp, s_comp = timing.median_ms(compiled, flush)
+            t_fused, s_fused = timing.median_ms(fused.step, flush)
             print(f"| {n} | {numel} | {t_comp:.4f} ms/iter | {t_eager:.4f} ms/iter | {t_fused:.4f} ms/iter |",
                   flush=True)
             rows.append({"tensors": n, "numel": numel, "dtype": "f32", "compiled_single_tensor_adam_ms": t_comp,

@@ -11,8 +11,13 @@ among the three, as ktune's option does), each with:
   flash     scaled_dot_product_attention, flash backend (FlashAttention-2)
   cudnn     scaled_dot_product_attention, cuDNN backend
   efficient scaled_dot_product_attention, memory-efficient backend
-Times: CUDA events around the call, warm-up, median of repetitions; the
-backward is timed alone (a retained graph, gradients cleared between calls).
+Times as `ktune bench attention` times its launches (tuner/cuda/timing.cpp,
+bench/peers/timing.py): CUDA events around one call, the L2 flushed before
+each repetition, warm-ups, at least --reps repetitions and more until 50 ms
+are measured, median; the backward is timed alone (a retained graph,
+gradients cleared between calls). A causal mask of the eager function is
+built once per case, outside the timed calls, as ktune's eager attention
+masks inside its softmax kernel.
 TFLOP/s counts a causal mask as half the square and the backward as 2.5 x
 the forward, as ktune does. A backend that refuses a case (the flash backend
 takes no fp32; eager runs out of memory at long sequences) prints "-".
@@ -22,7 +27,11 @@ kernels use the tf32 matrix units. The header line says which.
 """
 import argparse
 import math
-import statistics
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import timing  # noqa: E402
 
 DTYPES = ("f32", "bf16", "f16")
 IMPL_NAMES = ("eager", "compiled", "flash", "cudnn", "efficient")
@@ -36,14 +45,25 @@ def implementations():
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def eager_attention(q, k, v, causal):
+    def written_out(q, k, v, causal, mask=None):
+        """Attention with its scores materialised; a causal mask built here unless given."""
         scale = 1.0 / math.sqrt(q.shape[-1])
         s = torch.matmul(q, k.transpose(-2, -1)) * scale
         if causal:
-            n = q.shape[-2]
-            mask = torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1)
+            if mask is None:
+                n = q.shape[-2]
+                mask = torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1)
             s = s.masked_fill(mask, float("-inf"))
         return torch.matmul(torch.softmax(s, dim=-1), v)
+
+    masks = {}  # eager's causal mask of one sequence length, built on its first call (a warm-up), not timed after
+
+    def eager_attention(q, k, v, causal):
+        n = q.shape[-2]
+        if causal and (n, q.device) not in masks:
+            masks.clear()  # one length at a time: seq 16384's is 256 MiB
+            masks[(n, q.device)] = torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1)
+        return written_out(q, k, v, causal, masks[(n, q.device)] if causal else None)
 
     def sdpa(backend):
         def run(q, k, v, causal):
@@ -54,35 +74,20 @@ def implementations():
 
     return {
         "eager": eager_attention,
-        "compiled": torch.compile(eager_attention),
+        "compiled": torch.compile(written_out),  # the mask's construction compiled with the rest
         "flash": sdpa(SDPBackend.FLASH_ATTENTION),
         "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
         "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
     }
 
 
-def median_ms(fn, reps, warmup):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def measure(impl, batch, heads, d, seq, dtype, causal, backward, reps, warmup):
+def measure(impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, warmup):
     """(forward ms, backward ms or None, MiB allocated after the forward) or None if the backend refuses."""
     torch.cuda.empty_cache()
     shape = (batch, heads, seq, d)
     try:
         q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=backward) for _ in range(3))
-        fwd = median_ms(lambda: impl(q, k, v, causal), reps, warmup)
+        fwd, _ = timing.median_ms(lambda: impl(q, k, v, causal), flush, reps, warmup)
         torch.cuda.synchronize()
         out = impl(q, k, v, causal)  # kept with its graph: what the backward needs stays allocated
         torch.cuda.synchronize()
@@ -95,7 +100,7 @@ def measure(impl, batch, heads, d, seq, dtype, causal, backward, reps, warmup):
                 q.grad = k.grad = v.grad = None
                 out.backward(grad, retain_graph=True)
 
-            bwd = median_ms(step, reps, warmup)
+            bwd, _ = timing.median_ms(step, flush, reps, warmup)
         return fwd, bwd, memory
     # Refused or out of memory. The out-of-memory error is a RuntimeError; its
     # name torch.OutOfMemoryError exists from PyTorch 2.5 on, and looking it
@@ -139,8 +144,9 @@ def parse(argv=None):
     ap.add_argument("--tf32", action="store_true",
                     help="f32 matmuls on the TF32 units (as ktune's f32 flash); default off, as PyTorch's default "
                          "and the seed's baseline")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=timing.MIN_REPS,
+                    help="at least this many repetitions, more until 50 ms are measured (at most 200)")
+    ap.add_argument("--warmup", type=int, default=timing.WARMUP)
     return ap.parse_args(argv)
 
 
@@ -151,8 +157,9 @@ def main(argv=None):
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     tf32 = ("f32 matmuls on TF32 (--tf32, as ktune's f32 flash)" if args.tf32
             else "f32 matmuls without TF32 (PyTorch's default, as the seed's baseline and ktune's eager f32)")
-    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}; CUDA events, median of {args.reps}; "
-          f"{tf32}\n")
+    flush = timing.flush_buffer()
+    print(f"PyTorch {torch.__version__} on {torch.cuda.get_device_name()}; "
+          f"{timing.method_text(flush.numel(), 'one call', args.reps, args.warmup)}; {tf32}\n")
 
     dtype = getattr(torch, {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[args.dtype])
     if "seed003" in args.tables:
@@ -164,12 +171,12 @@ def main(argv=None):
             for seq in map(int, args.seqs.split(",")):
                 cells = []
                 for name in impls:
-                    r = measure(IMPLS[name], 8, 1, d, seq, dtype, args.causal, True, args.reps, args.warmup)
+                    r = measure(IMPLS[name], 8, 1, d, seq, dtype, args.causal, True, flush, args.reps, args.warmup)
                     cells += ["-", "-", "-"] if r is None else [fmt(r[0]), fmt(r[1]), fmt(r[2], ".2f")]
                 print(f"| {d} | {seq} | " + " | ".join(cells) + " |", flush=True)
         print()
     cases = [c for c in (("leaderboard", "bf16, 1 x 16 heads, d 64, seq 16384, causal", 1, 16, 64, 16384, True),
-                         ("causal_fwd_d128", "bf16, 1 x 16 heads, d 128, seq 16384", 1, 16, 128, 16384, False))
+                         ("causal_fwd_d128", "bf16, 1 x 16 heads, d 128, seq 16384, causal", 1, 16, 128, 16384, False))
              if c[0] in args.tables]
     if not cases:
         return
@@ -179,7 +186,8 @@ def main(argv=None):
     for table, what, batch, heads, d, seq, backward in cases:
         label = f"{table} ({what})"
         for name in impls:
-            r = measure(IMPLS[name], batch, heads, d, seq, torch.bfloat16, True, backward, args.reps, args.warmup)
+            r = measure(IMPLS[name], batch, heads, d, seq, torch.bfloat16, True, backward, flush, args.reps,
+                        args.warmup)
             f = flops(batch, heads, d, seq, True)
             if r is None:
                 print(f"| {label} | {name} | - | - | - | - | - | - |", flush=True)

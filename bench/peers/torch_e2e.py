@@ -290,6 +290,9 @@ def main(argv=None):
         print(f"PyTorch {result['backend']}, NVIDIA driver {result['nvidia_driver'] or 'unknown'}, CUDA "
               f"{result['cuda_runtime']}, git {result['git_revision']}; {result['settings']}\n")
         print(table(ktune_rows + [result]))
+        print("\npeak memory: ktune's rows the most device memory in use it measured after a step (cuMemGetInfo: "
+              "the whole device's, its kernels' modules and workspaces included), PyTorch's "
+              "torch.cuda.max_memory_allocated (its allocator's tensors)")
         print("\nmedians of the trials (ms):\n")
         for r in ktune_rows + [result]:
             print(f"- {medians(r)}")
