@@ -305,12 +305,14 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                          "docs/seeds.md), TFLOP/s (causal counts half the square, backward 2.5 x forward). Eager: "
                          "eager mode's materialised attention (GEMMs, softmax, GEMMs{}), keeping q, k, v, o and the "
                          "probabilities, and its softmax launch alone with its share of the eager forward; flash: "
-                         "attention_fwd and attention_bwd{}, keeping q, k, v, o and lse.\n\n",
+                         "attention_fwd and attention_bwd{}, keeping q, k, v, o and lse. Memory: the bytes of the "
+                         "tensors kept, computed (the seed's and PyTorch's are torch.cuda.memory_allocated).\n\n",
                          o->dtype == "f32" ? "f32" : o->dtype, o->causal ? ", causal" : "",
                          o->dtype == "f32" ? "; f32 GEMMs, as PyTorch's default" : "",
                          o->dtype == "f32" ? " on the tf32 matrix units" : "");
         s += "| d_model | seq_len | eager forward | of it softmax | flash forward | flash forward TFLOP/s | eager "
-             "backward | flash backward | flash backward TFLOP/s | memory after forward, eager (MiB) | flash (MiB) |\n"
+             "backward | flash backward | flash backward TFLOP/s | memory kept after forward, eager (MiB, computed) | "
+             "flash (MiB, computed) |\n"
              "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n";
         for (const auto& r : rows)
           if (r.table == "seed003")

@@ -153,15 +153,16 @@ std::string markdown(const model::E2eResult& r, const std::string& stopped_by = 
                                 {"backward", r.backward}, {"optimizer", r.optimizer}, {"step", r.step}})
     if (p.measured) medians += fmt::format("{}{} {:.3f}", medians.empty() ? "" : ", ", name, p.median_ms);
   s += "medians of the trials (ms): " + medians + "\n";
-  // The model's FLOP rate over forward and backward (and the update, where timed), PaLM's count: an MFU's numerator.
+  // The model's FLOP rate over forward and backward (and the update, where timed), PaLM's count: an MFU's numerator
+  // (none of the host emulation's times, which say nothing of a GPU's rates).
   const model::PhaseStats& whole = optim ? r.step : r.forward_backward;
-  if (whole.measured)
+  if (whole.measured && r.options.backend.backend != "emu")
     s += fmt::format("model TFLOP/s at the {} median (PaLM's count, {:.3g} GFLOP a step): {:.3g}\n",
                      optim ? "step" : "forward + backward", model::train_flops(r) / 1e9,
                      model::train_flops(r) / (whole.median_ms * 1e-3) / 1e12);
   s += "\n";
   // Memory: the plan's peak for the passes run, what the run allocated, and
-  // on a GPU the most device memory in use after a phase.
+  // on a GPU the most device memory in use after a step.
   s += "| plan peak | allocated | measured peak (device) |\n|--:|--:|--:|\n";
   s += fmt::format("| {} | {} | {} |\n", model::format_bytes(r.plan_peak_bytes), model::format_bytes(r.allocated_bytes),
                    r.device_peak_bytes ? model::format_bytes(*r.device_peak_bytes) : std::string("-"));

@@ -136,7 +136,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
 
   // Each phase between two marks: CUDA events on the stream on a GPU, the
   // host clock after waiting elsewhere. Device memory in use is read after
-  // each phase (outside the marks), its largest value the measured peak.
+  // each step (outside the marks), its largest value the measured peak.
   std::vector<double> fwd, bwd, fb, optim, step;
   double first_loss = 0;
   std::optional<LaunchCount> before, launches;

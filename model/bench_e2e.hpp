@@ -4,7 +4,7 @@
 // backend (model/runtime.hpp). Each phase is timed between two marks of the
 // runtime: CUDA events on the backend's stream on a GPU, the host clock
 // after waiting on cpu and emu. On a GPU the device memory in use is
-// measured after each phase (cuMemGetInfo) beside the memory plan's peak:
+// measured after each step (cuMemGetInfo) beside the memory plan's peak:
 // the whole device's, so it is this run's only while no other process
 // allocates or frees memory on the GPU meanwhile.
 #pragma once
@@ -88,7 +88,7 @@ struct E2eResult {
   double loss = 0;  ///< of the first forward, on the starting weights
   std::int64_t allocated_bytes = 0;
   std::int64_t plan_peak_bytes = 0;               ///< the memory plan's peak for the passes run
-  std::optional<std::int64_t> device_peak_bytes;  ///< measured on a GPU: most device memory in use after a phase
+  std::optional<std::int64_t> device_peak_bytes;  ///< measured on a GPU: most device memory in use after a step
   std::string clock;   ///< what the phases were timed with
   std::string driver;  ///< the CUDA driver API version (cuDriverGetVersion: "13000"), empty without a GPU
   std::string nvidia_driver;  ///< the NVIDIA driver's release ("580.159.04"), empty without a GPU or where unread

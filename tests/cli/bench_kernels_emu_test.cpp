@@ -74,7 +74,14 @@ TEST_CASE("CLI: bench adam --backend emu times the three AdamW forms on small si
   INFO(out);
   CHECK_THAT(out, Catch::Contains("no copy bandwidth"));
   CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
+  // The dtype heads the table with what the fused step moves an element: f32 master weights, gradients and the two
+  // moments read, weights and moments written (28 bytes), and the bf16 weight copy written (2 more).
+  CHECK_THAT(out, Catch::Contains("Parameters bf16: the fused step moves 30 bytes an element, as its GB/s counts "
+                                  "them.") &&
+                      Catch::Contains("bench/peers/torch_adam.py's (fp32)"));
   const auto j = read_json(dir / "adam.json");
+  CHECK(j["dtype"] == "bf16");
+  CHECK(j["bytes_per_element"] == 30);
   REQUIRE(j["rows"].size() == 2);
   for (const auto& row : j["rows"]) {
     CHECK(row["dtype"] == "bf16");

@@ -1465,6 +1465,11 @@ TEST_CASE("CLI: bench e2e prints the medians of the trials under the seeds' mean
   // tiny at ctx 8, batch 1: 8 tokens of 6 x (2 x (4 x 64^2 + 3 x 64 x 192) + 128 x 64) + 12 x 2 x 64 x 8 FLOPs,
   // 5.603 million.
   CHECK(lines_starting(out, "model TFLOP/s at the step median (PaLM's count, 0.0056 GFLOP a step): ").size() == 1);
+  // The host emulation's times give no rate: they say nothing of a GPU's.
+  REQUIRE(run_ktune("bench e2e --model tiny --ctx 8 --batch 1 --warmup 0 --trials 1 --with-optimizer --backend emu",
+                    &out) == 0);
+  CHECK(lines_starting(out, "medians of the trials (ms): ").size() == 1);
+  CHECK_THAT(out, !Catch::Contains("TFLOP/s"));
 }
 
 TEST_CASE("CLI: bench e2e --sweep prints seed 002's grid for each model, a run per row, its derived tables, and sets "

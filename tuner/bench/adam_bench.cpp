@@ -16,7 +16,10 @@ std::string AdamBenchReport::markdown() const {
   // Every column is ktune's: seeds 000/001's order (compiled_single_tensor_adam, _single_tensor_adam,
   // _fused_adam), but not PyTorch's names, which bench/peers/torch_adam.py prints for PyTorch's own.
   s += "All three forms are ktune's kernels, in seeds 000/001's column order (compiled_single_tensor_adam, "
-       "_single_tensor_adam, _fused_adam); PyTorch's are bench/peers/torch_adam.py's.\n\n";
+       "_single_tensor_adam, _fused_adam); PyTorch's are bench/peers/torch_adam.py's (fp32).\n\n";
+  if (bytes_per_element > 0)
+    s += fmt::format("Parameters {}: the fused step moves {:.4g} bytes an element, as its GB/s counts them.\n\n",
+                     dtype, bytes_per_element);
   s += "| Num Params | Param Size | ktune per-tensor fused (adamw_single) | ktune eager chain (adamw_eager) "
        "| ktune fused multi-tensor (adamw) | fused GB/s | % of copy BW | fused config (source) |\n";
   s += "|---|---|---|---|---|---|---|---|\n";
@@ -32,7 +35,8 @@ std::string AdamBenchReport::markdown() const {
 nlohmann::json AdamBenchReport::to_json() const {
   nlohmann::json j = {{"benchmark", "adam"},        {"device", device}, {"date", date},
                       {"git_revision", git_revision()},   {"ktune_version", ktune_version()},
-                      {"copy_bandwidth_gbs", measured_or_null(copy_bandwidth_gbs)}, {"method", method}};
+                      {"copy_bandwidth_gbs", measured_or_null(copy_bandwidth_gbs)}, {"method", method},
+                      {"dtype", dtype}, {"bytes_per_element", bytes_per_element}};
   add_driver(j, driver_version);
   for (const auto& r : rows)
     j["rows"].push_back({{"tensors", r.tensors}, {"numel", r.numel}, {"dtype", r.dtype},
@@ -60,6 +64,7 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
   report.driver_version = runner.device().driver_version;
   report.date = utc_now();
   report.copy_bandwidth_gbs = copy_bandwidth_gbs;
+  report.dtype = dtype;
   RunOptions run;
   run.validate = true;
   run.time = true;
@@ -101,7 +106,9 @@ AdamBenchReport run_adam_bench(Runner& runner, const std::vector<std::int64_t>& 
       row.fused_samples_ms = fused.samples_ms;
       row.fused_config = chosen.config.str();
       row.fused_source = chosen.source;
-      row.fused_gbs = templates::adamw::multi_tensor_family().bytes(problem) / (fused.median_ms * 1e-3) / 1e9;
+      const double bytes = templates::adamw::multi_tensor_family().bytes(problem);
+      report.bytes_per_element = bytes / static_cast<double>(n * numel);
+      row.fused_gbs = bytes / (fused.median_ms * 1e-3) / 1e9;
       row.fused_fraction_of_copy = copy_bandwidth_gbs > 0 ? row.fused_gbs / copy_bandwidth_gbs : 0;
       report.rows.push_back(row);
       report.completion.measured = report.rows.size();

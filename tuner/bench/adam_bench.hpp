@@ -36,6 +36,8 @@ struct AdamBenchReport {
   int driver_version = 0;  ///< the CUDA driver API version (cuDriverGetVersion); 0 on the emulation
   std::string date;
   double copy_bandwidth_gbs = 0;
+  std::string dtype;              ///< the parameters' (every row's)
+  double bytes_per_element = 0;   ///< what the fused step moves an element, as its GB/s counts (0: no row)
   std::string method;
   std::vector<AdamBenchRow> rows;
   std::vector<std::string> warnings;  ///< stale tuned entries the lookups skipped
