@@ -9,6 +9,7 @@
 #include <cctype>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
+#include "tuner/cuda/device.hpp"
 #include "tuner/exec/backend.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/session/session.hpp"
@@ -232,6 +234,10 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
   {  // an allocation of the runtime's too small for its buffer, before the kernel writes past it
     const auto& shapes = state().shapes;
     for (std::size_t i = 0; i < std::min(buffers.size(), shapes.size()); ++i) {
+      // A null address would fault in the kernel (and on a GPU take the context with it): none is optional.
+      KTUNE_REQUIRE(buffers[i] != 0 || shapes[i].bytes == 0,
+                    fmt::format("{}: buffer {} ('{}', {} bytes) is the null address", state().name, i + 1,
+                                shapes[i].name, shapes[i].bytes));
       const auto* found = rt.holding(buffers[i]);  // null: the program's own memory
       // The emulation's device memory is the runtime's allocations: any other address is host memory.
       KTUNE_REQUIRE(found || !rt.emulated || buffers[i] == 0,
@@ -243,10 +249,13 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
       const std::uint64_t from = buffers[i] - held.address();
       if (held.bytes() - from >= shapes[i].bytes) continue;
       throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("{}: buffer {} ('{}', {} {}) needs {} bytes, but the allocation at {:#x} holds {}{}",
-                              state().name, i + 1, shapes[i].name, templates::to_string(shapes[i].dtype),
-                              templates::to_string(shapes[i].role), shapes[i].bytes, held.address(), held.bytes(),
-                              from ? fmt::format(" ({} past the address given)", held.bytes() - from) : ""));
+                  fmt::format("{}: buffer {} ('{}', {} {}) needs {} bytes, but {}", state().name, i + 1,
+                              shapes[i].name, templates::to_string(shapes[i].dtype),
+                              templates::to_string(shapes[i].role), shapes[i].bytes,
+                              from ? fmt::format("only {} lie from the address given to the end of the allocation "
+                                                 "at {:#x} ({} bytes)",
+                                                 held.bytes() - from, held.address(), held.bytes())
+                                   : fmt::format("the allocation at {:#x} holds {}", held.address(), held.bytes())));
     }
   }
   require_apart(state().name, state().shapes, state().in_place, buffers);
@@ -256,12 +265,25 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
 }
 
 Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {
-  KTUNE_REQUIRE(backend == "gpu" || backend == "emu",
-                fmt::format("backend '{}' is not one of gpu (the CUDA device{}), emu (the host emulation)", backend,
-                            backend == "cuda" ? ", the model's --backend cuda" : ""));
-  state_->emulated = backend == "emu";
+  // "gpu:N": CUDA device N (as nvidia-smi and CUDA_VISIBLE_DEVICES number them), a non-negative decimal.
+  std::optional<int> ordinal;
+  if (backend == "gpu") ordinal = 0;
+  if (const std::string n = backend.rfind("gpu:", 0) == 0 ? backend.substr(4) : "";
+      !n.empty() && n.size() <= 4 && n.find_first_not_of("0123456789") == std::string::npos)
+    ordinal = std::stoi(n);
+  KTUNE_REQUIRE(ordinal || backend == "emu",
+                fmt::format("backend '{}' is not one of gpu (the CUDA device 0{}), gpu:N (device N), emu (the host "
+                            "emulation)",
+                            backend, backend == "cuda" ? ", the model's --backend cuda" : ""));
+  state_->emulated = !ordinal;
   try {
-    state_->backend = state_->emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend();
+    if (ordinal && *ordinal > 0) {  // a device past the last is named, not a driver error
+      const std::size_t count = tuner::list_devices().size();
+      KTUNE_REQUIRE(static_cast<std::size_t>(*ordinal) < count,
+                    fmt::format("backend '{}': this machine has {} CUDA device{} (gpu:0{})", backend, count,
+                                count == 1 ? "" : "s", count > 1 ? fmt::format(" to gpu:{}", count - 1) : ""));
+    }
+    state_->backend = state_->emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend(*ordinal);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNoDevice) throw;
     throw_error(ErrorKind::kNoDevice, fmt::format("no CUDA device: {}; Runtime(\"emu\") runs kernels without one, "

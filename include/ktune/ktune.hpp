@@ -122,13 +122,15 @@ class Kernel {
   /// The run-time parameters launch() takes, with the values its checks and tuning use (and a launch without
   /// them): a spec's `parameters`; AdamW's hyper-parameters and step, the softmax and attention scales,
   /// cross_entropy_bwd's scale (1 / rows: the mean loss), grad_norm's max_norm, a primitive's alpha. Empty: none.
+  /// These are the values a kernel is checked and tuned with, not a training run's: AdamW's (lr 0.01, step 3,
+  /// weight decay 0.1) are not PyTorch's defaults, and a training loop gives its lr and step at every launch.
   Parameters parameters() const;
 
   /// Enqueues the kernel on the runtime's stream with `buffers` (device
   /// addresses from Runtime::allocate or your own, in the order of buffers();
   /// scalars come from the problem and parameters()). An address from Runtime::allocate (or
-  /// inside one) with fewer bytes from there than buffers() says is refused
-  /// before the launch; your own are not checked (under the emulation, whose
+  /// inside one) with fewer bytes from there than buffers() says, or the null
+  /// address, is refused before the launch; your own are not checked (under the emulation, whose
   /// device memory is the runtime's allocations, they are refused). Returns
   /// at once on a GPU; the emulation runs it before returning.
   void launch(const std::vector<std::uint64_t>& buffers) const;
@@ -154,7 +156,8 @@ class Kernel {
 
 class Runtime {
  public:
-  /// `backend`: "gpu" (CUDA device 0; throws kNoDevice when there is none) or "emu"
+  /// `backend`: "gpu" (CUDA device 0; throws kNoDevice when there is none), "gpu:N" (CUDA device N, as
+  /// nvidia-smi and CUDA_VISIBLE_DEVICES number them; kInvalidInput past the last) or "emu"
   /// (the host emulation: kernels compiled by the host compiler, run on the CPU). Under the emulation a launch
   /// installs handlers for SIGSEGV, SIGBUS, SIGFPE and SIGUSR2 while it runs (a kernel's faults and hangs become
   /// errors) and passes every signal that is not its own on to the program's handler.

@@ -65,6 +65,15 @@ TEST_CASE("spec emu: the runtime example builds against the installed package an
 
   CHECK(run_command(example + " emu " + (dir / "missing.json").string(), &out) == 2);
   CHECK_THAT(out, Catch::Contains("no such spec file"));
+
+  // Without CMake: pkg-config's flags, the library found at run time from where it was installed.
+  const std::string pkg = "PKG_CONFIG_PATH=" + (dir / "prefix/lib/pkgconfig").string() + " pkg-config";
+  const std::string main_cpp = (source / "examples/runtime/main.cpp").string();
+  REQUIRE(run_command("c++ -o " + (dir / "pkg_example").string() + " " + main_cpp + " $(" + pkg +
+                          " --cflags --libs ktune)",
+                      &out) == 0);
+  REQUIRE(run_command((dir / "pkg_example").string() + " emu " + spec, &out) == 0);
+  CHECK_THAT(out, Catch::Contains(": PASS"));
 }
 
 TEST_CASE("spec emu: Kernel::launch on a caller's stream runs at once under the emulation", "[spec]") {
@@ -131,7 +140,13 @@ TEST_CASE("spec emu: a kernel lists its buffers and a launch into an allocation 
   CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy, small}),
                     Catch::Contains("vector_add: buffer 3 ('z', f32 output) needs 4124 bytes, but the allocation at") &&
                         Catch::Contains("holds 4120"));
-  CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy + 4, run.dz}), Catch::Contains("(4120 past the address given)"));
+  CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy + 4, run.dz}),
+                    Catch::Contains("needs 4124 bytes, but only 4120 lie from the address given to the end of the "
+                                    "allocation at") &&
+                        Catch::Contains("(4124 bytes)"));
+  // A null address is refused before the kernel faults on it (on a GPU, taking the context with it).
+  CHECK_THROWS_WITH(run.kernel.launch({run.dx, 0, run.dz}),
+                    Catch::Contains("vector_add: buffer 2 ('y', 4124 bytes) is the null address"));
   CHECK_THROWS_WITH(run.kernel.launch({run.dx, run.dy}), Catch::Contains("the spec has 3 (x, y, z)"));
   // Host memory is no device memory, under the emulation either.
   std::vector<float> host(1031);
@@ -387,17 +402,30 @@ TEST_CASE("spec emu: a Runtime moves with its kernels, and errors say their kind
   ktune::Kernel taken = std::move(run.kernel);
   CHECK_THROWS_WITH(run.kernel.name(), Catch::Contains("an empty Kernel"));  // NOLINT(bugprone-use-after-move)
   CHECK(taken.name() == "vector_add");
-  CHECK_THROWS_WITH(ktune::Runtime("cuda"), Catch::Contains("is not one of gpu (the CUDA device, the model's "
-                                                            "--backend cuda), emu"));
+  CHECK_THROWS_WITH(ktune::Runtime("cuda"), Catch::Contains("is not one of gpu (the CUDA device 0, the model's "
+                                                            "--backend cuda), gpu:N (device N), emu"));
+  for (const char* bad : {"gpu:", "gpu:x", "gpu:-1", "gpu:1x", "gpu:99999", "gpu0", "GPU"}) {
+    INFO(bad);
+    try {
+      ktune::Runtime gpu(bad);
+      FAIL("a Runtime of backend " << bad);
+    } catch (const ktune::Error& e) {
+      CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
+      CHECK_THAT(e.what(), Catch::Contains("gpu:N (device N)"));
+    }
+  }
   {
     const ktune::test::ScopedEnv no_device("KTUNE_NO_DEVICE", "1");
-    try {
-      ktune::Runtime gpu("gpu");
-      FAIL("a GPU runtime with KTUNE_NO_DEVICE set");
-    } catch (const ktune::Error& e) {
-      CHECK(e.kind() == ktune::ErrorKind::kNoDevice);
-      CHECK_THAT(e.what(), Catch::StartsWith("no CUDA device: KTUNE_NO_DEVICE is set") &&
-                               Catch::Contains("Runtime(\"emu\") runs kernels without one"));
+    for (const char* gpu_name : {"gpu", "gpu:0", "gpu:1"}) {
+      INFO(gpu_name);
+      try {
+        ktune::Runtime gpu(gpu_name);
+        FAIL("a GPU runtime with KTUNE_NO_DEVICE set");
+      } catch (const ktune::Error& e) {
+        CHECK(e.kind() == ktune::ErrorKind::kNoDevice);
+        CHECK_THAT(e.what(), Catch::StartsWith("no CUDA device: KTUNE_NO_DEVICE is set") &&
+                                 Catch::Contains("Runtime(\"emu\") runs kernels without one"));
+      }
     }
   }
   CHECK_THROWS_WITH(moved.load_cache(""), Catch::Contains("load_cache: no tuned cache file given (an empty path)"));
