@@ -544,8 +544,11 @@ void add_train_command(CLI::App& app, Global& global) {
         std::cout << fmt::format("launches/step: {} ({} mode{})\n", records.back().launches->str(),
                                  model::to_string(t.backend.mode),
                                  !graphs ? ""
-                                 : graphs->forward == 0
-                                     ? "; no graph captured: no pass ran twice"
+                                 : graphs->forward == 0 ? "; no graph captured: no pass ran twice"
+                                 : graphs->backward == 0
+                                     ? fmt::format("; the forward replayed as a graph of {} nodes, the backward not "
+                                                   "captured: it ran once",
+                                                   graphs->forward)
                                      : fmt::format("; replayed as graphs of {} (forward) and {} (backward) nodes",
                                                    graphs->forward, graphs->backward));
     } else {

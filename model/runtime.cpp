@@ -187,8 +187,9 @@ class DeviceRuntime final : public Runtime {
                  : allocation_ == Allocation::kForwardOnly
                      ? "; the forward captured as a graph on its second run"
                      : "; forward and backward captured as graphs on their second run";
-    else if (nodes && allocation_ == Allocation::kForwardOnly)
-      summary += fmt::format("; the forward a graph of {} nodes", nodes->forward);
+    else if (nodes && (allocation_ == Allocation::kForwardOnly || nodes->backward == 0))
+      summary += fmt::format("; the forward a graph of {} nodes{}", nodes->forward,
+                             allocation_ == Allocation::kForwardOnly ? "" : ", the backward not captured: it ran once");
     else if (nodes)
       summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", nodes->forward, nodes->backward);
     if (backend_->programmatic())

@@ -30,6 +30,7 @@ namespace ktune {
 struct Runtime::State {
   std::unique_ptr<tuner::exec::Backend> backend;
   bool emulated = false;  // the backend is the host emulation
+  int ordinal = 0;        // else the CUDA device's
   std::unique_ptr<cache::TunedCache> tuned;
   std::unique_ptr<tuner::TunedKernels> kernels;
   std::unique_ptr<tuner::Runner> runner;  // Runtime::tune's, made on its first call
@@ -265,7 +266,7 @@ void Kernel::launch(const std::vector<std::uint64_t>& buffers, const Parameters&
 }
 
 Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>()) {
-  // "gpu:N": CUDA device N (as nvidia-smi and CUDA_VISIBLE_DEVICES number them), a non-negative decimal.
+  // "gpu:N": CUDA device N (as CUDA numbers them), a non-negative decimal.
   std::optional<int> ordinal;
   if (backend == "gpu") ordinal = 0;
   if (const std::string n = backend.rfind("gpu:", 0) == 0 ? backend.substr(4) : "";
@@ -276,6 +277,7 @@ Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>())
                             "emulation)",
                             backend, backend == "cuda" ? ", the model's --backend cuda" : ""));
   state_->emulated = !ordinal;
+  state_->ordinal = ordinal.value_or(0);
   try {
     if (ordinal && *ordinal > 0) {  // a device past the last is named, not a driver error
       const std::size_t count = tuner::list_devices().size();
@@ -405,7 +407,7 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
     in_file = file->load();  // a corrupt file, or one that cannot be written, stops us before the search
     file->check_writable();
   }
-  if (!st.runner) st.runner = tuner::make_runner(st.emulated);
+  if (!st.runner) st.runner = tuner::make_runner(st.emulated, {}, st.ordinal);  // on this runtime's device
   const auto& device = st.runner->device();
   options.log_path = tuner::default_log_path(family, problem);
   options.default_log = true;
@@ -438,6 +440,7 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   auto cache = std::make_unique<cache::TunedCache>(std::move(entries), st.tuned ? st.tuned->origin() : "");
   cache->set_nearest(!st.tuned || st.tuned->nearest());
   st.use_cache(std::move(cache));
+  st.backend->bind_thread();  // the runner's context may be current: the kernel loads into the runtime's
   auto k = st.kernel_of(state_, family, problem);
   k->kernel.chosen.source =
       fmt::format("exact (tuned now: {} configs measured in {:.1f} s, {:.2f}x over the default{}; session log {})",

@@ -65,6 +65,7 @@ def implementations():
             masks[(n, q.device)] = torch.ones(n, n, device=q.device, dtype=torch.bool).triu(1)
         return written_out(q, k, v, causal, masks[(n, q.device)] if causal else None)
 
+    eager_attention.masks = masks  # measure() frees the mask after eager's case, before the others' memory
     def sdpa(backend):
         def run(q, k, v, causal):
             with sdpa_kernel(backend):
@@ -91,7 +92,7 @@ def measure(impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, wa
         torch.cuda.synchronize()
         out = impl(q, k, v, causal)  # kept with its graph: what the backward needs stays allocated
         torch.cuda.synchronize()
-        memory = torch.cuda.memory_allocated() / 2**20
+        memory = (torch.cuda.memory_allocated() - flush.numel()) / 2**20  # the L2 flush's buffer is the peer's
         bwd = None
         if backward:
             grad = torch.randn_like(out)
@@ -108,6 +109,8 @@ def measure(impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, wa
     except RuntimeError as e:
         print(f"<!-- {impl.__name__ if hasattr(impl, '__name__') else impl}: {str(e).splitlines()[0][:120]} -->")
         return None
+    finally:
+        getattr(impl, "masks", {}).clear()  # eager's cached mask, not counted in the next implementation's memory
 
 
 def flops(batch, heads, d, seq, causal):

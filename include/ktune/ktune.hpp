@@ -156,8 +156,8 @@ class Kernel {
 
 class Runtime {
  public:
-  /// `backend`: "gpu" (CUDA device 0; throws kNoDevice when there is none), "gpu:N" (CUDA device N, as
-  /// nvidia-smi and CUDA_VISIBLE_DEVICES number them; kInvalidInput past the last) or "emu"
+  /// `backend`: "gpu" (CUDA device 0; throws kNoDevice when there is none), "gpu:N" (CUDA device N, as CUDA
+  /// numbers them: CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER apply; kInvalidInput past the last) or "emu"
   /// (the host emulation: kernels compiled by the host compiler, run on the CPU). Under the emulation a launch
   /// installs handlers for SIGSEGV, SIGBUS, SIGFPE and SIGUSR2 while it runs (a kernel's faults and hangs become
   /// errors) and passes every signal that is not its own on to the program's handler.

@@ -79,6 +79,11 @@ TEST_CASE("CLI: --graph takes compiled mode on a device backend, and a graphed r
   CHECK(run_command(ktune + " train --model tiny --ctx 8 --batch 1 --steps 1 --backend emu --graph", &out) == 0);
   CHECK_THAT(out, Catch::Contains("; forward and backward captured as graphs on their second run") &&
                       Catch::Contains("(compiled mode; no graph captured: no pass ran twice)"));
+  // A validation's forwards capture the forward where the one step's backward ran once.
+  CHECK(run_command(ktune + " train --model tiny --ctx 8 --batch 1 --steps 1 --eval-every 1 --backend emu --graph",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Matches("[\\s\\S]*\\(compiled mode; the forward replayed as a graph of [1-9][0-9]* nodes, "
+                                 "the backward not captured: it ran once\\)\n[\\s\\S]*"));
   CHECK(run_command(ktune + " train --model tiny --ctx 8 --batch 1 --steps 3 --backend emu --graph", &out) == 0);
   CHECK_THAT(out, Catch::Matches("[\\s\\S]*\\(compiled mode; replayed as graphs of [1-9][0-9]* \\(forward\\) and "
                                  "[1-9][0-9]* \\(backward\\) nodes\\)\n[\\s\\S]*"));

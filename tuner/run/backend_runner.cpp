@@ -202,9 +202,9 @@ std::unique_ptr<Runner> make_emu_runner(EmuOptions options) { return std::make_u
 // Not `emulated ? make_emu_runner(emu) : make_gpu_runner()`: as g++ 12 unwinds a throw from the emulation's
 // construction (a bad KTUNE_EMU_SCHEDULE), AddressSanitizer finds the options' copy, a temporary of the
 // conditional's arm, destroyed after its scope; with the if, it finds nothing.
-std::unique_ptr<Runner> make_runner(bool emulated, EmuOptions emu) {
+std::unique_ptr<Runner> make_runner(bool emulated, EmuOptions emu, int ordinal) {
   if (emulated) return make_emu_runner(std::move(emu));
-  return make_gpu_runner();
+  return make_gpu_runner(ordinal);
 }
 
 }  // namespace ktune::tuner

@@ -34,8 +34,8 @@ class EmuRunner final : public Runner {
 /// An emulation runner with default options.
 std::unique_ptr<Runner> make_emu_runner(EmuOptions options = {});
 
-/// The emulation's runner with `emu` where `emulated`, else the GPU's
-/// (make_gpu_runner: Error kNoDevice without one).
-std::unique_ptr<Runner> make_runner(bool emulated, EmuOptions emu = {});
+/// The emulation's runner with `emu` where `emulated`, else CUDA device
+/// `ordinal`'s (make_gpu_runner: Error kNoDevice without one).
+std::unique_ptr<Runner> make_runner(bool emulated, EmuOptions emu = {}, int ordinal = 0);
 
 }  // namespace ktune::tuner
