@@ -543,14 +543,7 @@ void add_train_command(CLI::App& app, Global& global) {
       if (records.back().launches)
         std::cout << fmt::format("launches/step: {} ({} mode{})\n", records.back().launches->str(),
                                  model::to_string(t.backend.mode),
-                                 !graphs ? ""
-                                 : graphs->forward == 0 ? "; no graph captured: no pass ran twice"
-                                 : graphs->backward == 0
-                                     ? fmt::format("; the forward replayed as a graph of {} nodes, the backward not "
-                                                   "captured: it ran once",
-                                                   graphs->forward)
-                                     : fmt::format("; replayed as graphs of {} (forward) and {} (backward) nodes",
-                                                   graphs->forward, graphs->backward));
+                                 graphs ? "; " + graphs->str(false) : "");
     } else {
       std::cout << fmt::format("nothing to train: the checkpoint holds step {}, at or past --steps {}\n",
                                resumed_after.value_or(0), t.steps);

@@ -24,6 +24,14 @@ void check_backend_name(const std::string& backend) {
                 fmt::format("backend '{}'; accepted: cpu, cuda, emu", backend));
 }
 
+std::string Runtime::GraphNodes::str(bool forward_only) const {
+  if (forward == 0) return "no graph captured: no pass ran twice";
+  if (forward_only || backward == 0)
+    return fmt::format("the forward a graph of {} nodes{}", forward,
+                       forward_only ? "" : ", the backward not captured: it ran once");
+  return fmt::format("graphs of {} (forward) and {} (backward) nodes", forward, backward);
+}
+
 MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const BackendOptions& options) {
   const bool compiled = options.backend != "cpu" && options.mode == Mode::kCompiled;
   return plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
@@ -182,16 +190,12 @@ class DeviceRuntime final : public Runtime {
                                                      k.deterministic_measured()))
                      : "; deterministic";
     if (model_->layout().fused_qkv) summary += "; q, k and v one fused projection";
-    if (const auto nodes = graph_nodes(); nodes && nodes->forward == 0)
-      summary += model_->forward_ran() ? "; graphs asked for, none captured: no pass ran twice"
-                 : allocation_ == Allocation::kForwardOnly
+    if (const auto nodes = graph_nodes(); nodes && nodes->forward == 0 && !model_->forward_ran())
+      summary += allocation_ == Allocation::kForwardOnly
                      ? "; the forward captured as a graph on its second run"
                      : "; forward and backward captured as graphs on their second run";
-    else if (nodes && (allocation_ == Allocation::kForwardOnly || nodes->backward == 0))
-      summary += fmt::format("; the forward a graph of {} nodes{}", nodes->forward,
-                             allocation_ == Allocation::kForwardOnly ? "" : ", the backward not captured: it ran once");
     else if (nodes)
-      summary += fmt::format("; graphs of {} (forward) and {} (backward) nodes", nodes->forward, nodes->backward);
+      summary += "; " + nodes->str(allocation_ == Allocation::kForwardOnly);
     if (backend_->programmatic())
       summary += backend_->launches_programmatically()
                      ? "; programmatic dependent launch"

@@ -102,6 +102,11 @@ class Runtime {
   struct GraphNodes {
     std::size_t forward = 0;
     std::size_t backward = 0;
+    /// What was captured, in words: "no graph captured: no pass ran twice",
+    /// "the forward a graph of N nodes" (with the backward's absence said
+    /// unless the runtime runs the forward alone), "graphs of N (forward) and
+    /// M (backward) nodes".
+    std::string str(bool forward_only) const;
   };
   virtual std::optional<GraphNodes> graph_nodes() const { return std::nullopt; }
 

@@ -19,7 +19,6 @@
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
-#include "tuner/cuda/device.hpp"
 #include "tuner/exec/backend.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/session/session.hpp"
@@ -279,12 +278,6 @@ Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>())
   state_->emulated = !ordinal;
   state_->ordinal = ordinal.value_or(0);
   try {
-    if (ordinal && *ordinal > 0) {  // a device past the last is named, not a driver error
-      const std::size_t count = tuner::list_devices().size();
-      KTUNE_REQUIRE(static_cast<std::size_t>(*ordinal) < count,
-                    fmt::format("backend '{}': this machine has {} CUDA device{} (gpu:0{})", backend, count,
-                                count == 1 ? "" : "s", count > 1 ? fmt::format(" to gpu:{}", count - 1) : ""));
-    }
     state_->backend = state_->emulated ? tuner::exec::make_emu_backend() : tuner::exec::make_cuda_backend(*ordinal);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::kNoDevice) throw;

@@ -87,6 +87,13 @@ std::vector<DeviceInfo> list_devices() {
 
 Context::Context(int ordinal) {
   const Driver& d = Driver::get();
+  if (ordinal > 0) {  // a device past the last is named with the machine's count, not a driver error
+    int count = 0;
+    KT_CHECK_CU(d.cuDeviceGetCount(&count));
+    KTUNE_REQUIRE(ordinal < count, fmt::format("CUDA device {}: this machine has {} CUDA device{} ({})", ordinal,
+                                               count, count == 1 ? "" : "s",
+                                               count > 1 ? fmt::format("0 to {}", count - 1) : "device 0"));
+  }
   KT_CHECK_CU(d.cuDeviceGet(&device_, ordinal));
   KT_CHECK_CU(d.cuDevicePrimaryCtxRetain(&context_, device_));
   KT_CHECK_CU(d.cuCtxSetCurrent(context_));
