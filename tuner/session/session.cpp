@@ -71,22 +71,48 @@ std::string kept_note(const Record& first, const Record& best, const std::string
 }
 
 /// Appends one line and flushes it to disk before the session goes on.
+/// A session's log, written from its first result on: a session that ends
+/// before one (a reference that fails, a stop at once) leaves the file where
+/// it was, and the earlier default log it would keep (`keep_as`) in place.
+/// The header is held until then.
 class SessionLog {
  public:
-  explicit SessionLog(const std::string& path, bool truncate) : path_(path) {
-    if (path.empty()) return;
-    out_.open(open_target(path, "session log"), truncate ? std::ios::trunc : std::ios::app);  // its folder made
-    KTUNE_REQUIRE(out_.good(), "cannot open session log " + path);
-  }
+  SessionLog(const std::string& path, bool truncate, std::string keep_as)
+      : path_(path), truncate_(truncate), keep_as_(std::move(keep_as)) {}
+  void header(const nlohmann::json& j) { header_ = j; }
   void append(const nlohmann::json& j) {
     if (path_.empty()) return;
+    if (!out_.is_open()) open();
+    write(j);
+  }
+  /// Where the earlier log went, once this one was written ("" before, or where none was kept).
+  const std::string& kept() const { return kept_; }
+
+ private:
+  void open() {
+    if (!keep_as_.empty()) {
+      std::error_code ec;
+      std::filesystem::rename(path_, keep_as_, ec);
+      if (ec)
+        throw_error(ErrorKind::kIo, fmt::format("cannot keep the previous session log {} as {}: {}", path_, keep_as_,
+                                                ec.message()));
+      kept_ = keep_as_;
+    }
+    out_.open(open_target(path_, "session log"), truncate_ ? std::ios::trunc : std::ios::app);  // its folder made
+    KTUNE_REQUIRE(out_.good(), "cannot open session log " + path_);
+    if (!header_.is_null()) write(header_);
+  }
+  void write(const nlohmann::json& j) {
     out_ << dump_json(j) << "\n";  // a failure may quote a compiler's log, in whatever encoding the source is
     out_.flush();
     if (!out_) throw_error(ErrorKind::kIo, fmt::format("cannot write session log {}: {}", path_, std::strerror(errno)));
   }
 
- private:
   std::string path_;
+  bool truncate_;
+  std::string keep_as_;
+  std::string kept_;
+  nlohmann::json header_;
   std::ofstream out_;
 };
 
@@ -175,8 +201,9 @@ std::pair<std::string, bool> log_header(const std::string& path) {
 /// when it is the user's own --log, as a checkpoint is without --resume, and
 /// kept as `<name>.previous.log` when it is a default log (one generation),
 /// so a run without --resume loses no earlier session's measurements.
-/// Returns where a kept log went ("" if none was).
-std::string prepare_fresh_log(const std::string& path, bool default_log, const nlohmann::json& session) {
+/// Returns where a kept log goes once the session writes its first result
+/// (SessionLog), "" if none is kept.
+std::string fresh_log_keeps(const std::string& path, bool default_log, const nlohmann::json& session) {
   const auto [header, results] = log_header(path);
   if (header.empty()) return "";  // none, or empty
   const auto j = nlohmann::json::parse(header, nullptr, false);
@@ -194,13 +221,7 @@ std::string prepare_fresh_log(const std::string& path, bool default_log, const n
                             "remove it (or give another --log) to start anew",
                             path, j["session"].value("family", "?"), j["session"].value("problem", "?")));
   }
-  const std::string previous = path.substr(0, path.rfind(".log")) + ".previous.log";
-  std::error_code ec;
-  std::filesystem::rename(path, previous, ec);
-  if (ec)
-    throw_error(ErrorKind::kIo, fmt::format("cannot keep the previous session log {} as {}: {}", path, previous,
-                                            ec.message()));
-  return previous;
+  return path.substr(0, path.rfind(".log")) + ".previous.log";
 }
 
 /// The budget, or sooner where `should_stop` says so (a stop signal): the
@@ -380,14 +401,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (const std::string note = unreadable_note(log_path, unreadable, "their evaluations run again");
       !note.empty() && options.on_note)
     options.on_note(note);
-  const std::string previous_log = options.resume ? "" : prepare_fresh_log(log_path, options.default_log, session);
-  SessionLog log(log_path, !options.resume);
+  SessionLog log(log_path, !options.resume,
+                 options.resume ? "" : fresh_log_keeps(log_path, options.default_log, session));
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.
   if (header.is_null() || header.value("strategy", "") != options.strategy ||
       header.value("seed", std::uint64_t{0}) != options.seed ||
       header.value("deterministic", false) != options.deterministic)
-    log.append({{"session", session}});
+    log.header({{"session", session}});
   RunOptions run = options.run;
   run.seed = options.seed;
   SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
@@ -396,7 +417,6 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
 
   TuneSummary summary;
   summary.log_path = log_path;
-  summary.previous_log = previous_log;
   // After the default, the family's candidates that the device can run (in
   // this session's shard).
   std::vector<Config> first = {def};
@@ -474,6 +494,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     return time_of(a) != time_of(b) ? time_of(a) < time_of(b) : a.config < b.config;
   });
   if (ranked.empty()) {
+    summary.previous_log = log.kept();
     summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return summary;
   }
@@ -565,6 +586,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (const auto& fixed = summary.best_deterministic; fixed && fixed->result.timing)
     logged["deterministic"] = {{"config", fixed->config.to_json()}, {"time_ms", fixed->result.timing->median_ms}};
   log.append({{"winner", std::move(logged)}});
+  summary.previous_log = log.kept();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;
 }

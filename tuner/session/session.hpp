@@ -95,7 +95,7 @@ struct TuneSummary {
   /// it stays and measured more.
   std::uint64_t evaluations_behind = 0;
   std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
-  std::string previous_log;             ///< where the default log it replaced went (prepare_fresh_log), or ""
+  std::string previous_log;             ///< where the default log it replaced went (at its first result), or ""
   double seconds = 0;
   /// Of `seconds`, what evaluations waited for their compiles (those compiled ahead waited for none).
   double compile_seconds = 0;

@@ -38,6 +38,7 @@ class ScriptedRunner final : public Runner {
   const DeviceLimits& device() const override { return device_; }
   RunResult run(const Family&, const Config& c, const Problem&, const RunOptions& o) override {
     ++calls;
+    if (!refused.empty()) throw_error(ErrorKind::kInvalidInput, refused);  // as a spec's failing reference is
     seen.insert(c);
     order.push_back(c);
     RunResult r;
@@ -63,6 +64,7 @@ class ScriptedRunner final : public Runner {
   };
   std::string failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";  // of threads == 1024
   bool noisy = false;
+  std::string refused;  // where set, every run throws it
   int calls = 0;
   std::set<Config> seen;
   std::vector<Config> order;
@@ -468,6 +470,20 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   CHECK_THROWS_WITH(tune(family, problem, none, o), Catch::Contains("no config of the space is valid"));
   CHECK(text(o.log_path) == second_log);
   CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  // So is a session that ends before its first result (a reference that fails): the log is written from it on.
+  ScriptedRunner refusing;
+  refusing.refused = "the reference failed";
+  CHECK_THROWS_WITH(tune(family, problem, refusing, o), "the reference failed");
+  CHECK(refusing.calls == 1);
+  CHECK(text(o.log_path) == second_log);
+  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  CHECK_THROWS_WITH(tune(family, problem, refusing, [&] {
+                      auto fresh = o;
+                      fresh.log_path = (dir / "fresh" / "x.log").string();
+                      return fresh;
+                    }()),
+                    "the reference failed");
+  CHECK_FALSE(fs::exists(dir / "fresh"));
   // The user's own --log that holds results is refused without --resume, as a checkpoint is.
   o.default_log = false;
   ScriptedRunner third;
