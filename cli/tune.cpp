@@ -222,6 +222,17 @@ void add_tune_command(CLI::App& app, Global& global) {
       KTUNE_REQUIRE(opts->export_kt.ends_with(".json") || opts->export_kt.ends_with(".json.gz"),
                     fmt::format("--export-kt {}: a Kernel Tuner cache file is .json or .json.gz", opts->export_kt));
       writable_target(opts->export_kt, "--export-kt");
+      // An earlier export is replaced; any other file (a tuned cache, notes) would be lost.
+      if (std::error_code ec; std::filesystem::file_size(opts->export_kt, ec) > 0 && !ec) {
+        try {
+          search::read_kernel_tuner_cache(opts->export_kt);
+        } catch (const Error& e) {
+          throw_error(ErrorKind::kInvalidInput,
+                      fmt::format("--export-kt {}: the file is there and no Kernel Tuner cache ({}), and the export "
+                                  "would replace it; give another path",
+                                  opts->export_kt, e.what()));
+        }
+      }
     }
     opts->tune.run.time = true;
     if (opts->repetitions > 0) {

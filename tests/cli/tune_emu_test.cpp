@@ -76,6 +76,14 @@ TEST_CASE("CLI: tune takes the warm-up and repetition counts of its measurements
   CHECK(run_command(resumed + " --export-kt " + (dir / "kt.txt").string() + " 2>&1; }", &out) == 2);
   CHECK_THAT(out, Catch::Contains("a Kernel Tuner cache file is .json or .json.gz"));
   CHECK_FALSE(std::filesystem::exists(dir / "kt.txt"));
+  // An earlier export is replaced; a file that is no Kernel Tuner cache (the tuned cache) is refused, kept whole.
+  REQUIRE(run_command(resumed + " --export-kt " + (dir / "kt.json").string() + " 2>/dev/null; }", &out) == 0);
+  std::filesystem::copy_file(dir / "c.json", dir / "other.json");
+  const std::string cache_text = ktune::read_file(dir / "other.json");
+  CHECK(run_command(resumed + " --export-kt " + (dir / "other.json").string() + " 2>&1; }", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("the file is there and no Kernel Tuner cache") &&
+                      Catch::Contains("the export would replace it"));
+  CHECK(ktune::read_file(dir / "other.json") == cache_text);
 }
 
 TEST_CASE("CLI: tune measures a spec's candidates after its default and marks them in its table", "[cli]") {
