@@ -310,7 +310,7 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
   cmd->add_option("--clip-norm", o->e.clip_norm,
                   "With --with-optimizer: clip the gradients by their global L2 norm to at most this in the step; "
                   "0: no clipping, as the PyTorch peer")
-      ->check(finite_in(0, std::numeric_limits<double>::infinity(), false, true))
+      ->check(fp32_at_least(0))
       ->capture_default_str()
       ->needs(with_optimizer);
   cmd->add_option("--json-out", o->json_out, "Also write the result as JSON to this file")->check(output_file());

@@ -116,6 +116,10 @@ CLI::Validator finite_in(double lo, double hi, bool lo_open, bool hi_open) {
       "NUMBER in " + interval);
 }
 
+CLI::Validator fp32_at_least(double lo, bool lo_open) {
+  return finite_in(lo, std::numeric_limits<float>::max(), lo_open, false);
+}
+
 const templates::Family& family_arg(const std::string& family, const std::string& spec) {
   KTUNE_REQUIRE(family.empty() != spec.empty(), "give either --family or --spec (a kernel spec file)");
   return spec.empty() ? templates::find_family(family) : spec::load_spec_family(spec);

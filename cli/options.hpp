@@ -73,6 +73,9 @@ std::string strategy_choices();
 /// Check of a real-valued option: a finite number (never nan or inf) within
 /// [lo, hi], either end open when asked; the message names the interval.
 CLI::Validator finite_in(double lo, double hi, bool lo_open = false, bool hi_open = false);
+/// finite_in up to the largest fp32: a value a kernel takes in fp32 (AdamW's
+/// hyper-parameters), where a larger one is inf.
+CLI::Validator fp32_at_least(double lo, bool lo_open = false);
 
 /// Bytes of a size such as "40GiB", "80GB", "512MiB" or "1e9B" (a positive
 /// number, then B, kB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB

@@ -183,22 +183,22 @@ void add_train_command(CLI::App& app, Global& global) {
       ->needs(tokens)
       ->needs(eval_every)
       ->excludes(val_tokens);
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  cmd->add_option("--lr", o->t.hyper.lr, "AdamW learning rate")->check(finite_in(0, kInf, false, true))
+  // AdamW takes its hyper-parameters in fp32, where a larger value than fp32's largest is inf.
+  cmd->add_option("--lr", o->t.hyper.lr, "AdamW learning rate")->check(fp32_at_least(0))
       ->capture_default_str();
   cmd->add_option("--beta1", o->t.hyper.beta1, "AdamW beta1")->check(finite_in(0, 1, false, true))
       ->capture_default_str();
   cmd->add_option("--beta2", o->t.hyper.beta2, "AdamW beta2")->check(finite_in(0, 1, false, true))
       ->capture_default_str();
-  cmd->add_option("--eps", o->t.hyper.eps, "AdamW epsilon")->check(finite_in(0, kInf, true, true))
+  cmd->add_option("--eps", o->t.hyper.eps, "AdamW epsilon")->check(fp32_at_least(0, true))
       ->capture_default_str();
   cmd->add_option("--weight-decay", o->t.hyper.weight_decay, "AdamW decoupled weight decay")
-      ->check(finite_in(0, kInf, false, true))
+      ->check(fp32_at_least(0))
       ->capture_default_str();
   cmd->add_option("--clip-norm", o->t.hyper.max_grad_norm,
                   "Clip the gradients by their global L2 norm to at most this before each AdamW step (each step's "
                   "line shows the norm before clipping); 0: no clipping")
-      ->check(finite_in(0, kInf, false, true))
+      ->check(fp32_at_least(0))
       ->capture_default_str();
   cmd->add_option("--lr-schedule", o->schedule,
                   "Learning rate per step: constant (--lr after the warmup), or cosine (CS336's cosine schedule: from "
@@ -211,7 +211,7 @@ void add_train_command(CLI::App& app, Global& global) {
       ->check(integer_at_least(0))
       ->capture_default_str();
   auto* min_lr = cmd->add_option("--min-lr", o->t.schedule.min_lr, "Cosine schedule: the learning rate it decays to")
-                     ->check(finite_in(0, kInf, false, true))
+                     ->check(fp32_at_least(0))
                      ->capture_default_str();
   auto* cosine_steps = cmd->add_option("--cosine-steps", o->t.schedule.cycle,
                                        "Cosine schedule: it reaches --min-lr at iteration N (step N + 1) and stays "

@@ -148,6 +148,14 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
   CHECK_THAT(err, Catch::Contains("round to below 1 in fp32"));
   CHECK(run_bad(train + "--eps 1e-50", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--eps rounds to 0"));
+  // A value past fp32's largest is inf there: the run would train on inf, or end NaN a step later.
+  for (const char* option : {"--lr 1e39", "--weight-decay 1e39", "--clip-norm 1e39", "--eps 1e39",
+                             "--lr-schedule cosine --min-lr 3.5e38"}) {
+    INFO(option);
+    CHECK(run_bad(train + option, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("must be a finite number in [0, 3.40282e+38], got '") ||
+                        Catch::Contains("must be a finite number in (0, 3.40282e+38], got '"));
+  }
   CHECK(run_bad(train + "--eval-batches 3", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--eval-batches shapes the validations of --eval-every N"));
   // A token file shorter than a window and its next token.
