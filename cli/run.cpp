@@ -185,8 +185,12 @@ void add_bench_emu_command(CLI::App& bench, Global& global) {
   auto* cmd = bench.add_subcommand("emu", "Speed of the host emulation: thread-barriers and warp shuffles per second");
   cmd->add_option("--block-threads", args->threads, "CUDA threads per block (a multiple of 32 in 32..1024)")
       ->capture_default_str();
-  cmd->add_option("--blocks", args->blocks, "Blocks")->capture_default_str();
-  cmd->add_option("--barriers", args->barriers, "__syncthreads (and shuffles) per thread")->capture_default_str();
+  cmd->add_option("--blocks", args->blocks, "Blocks")
+      ->check(integer_within(1, 65535, "in 1..65535"))
+      ->capture_default_str();
+  cmd->add_option("--barriers", args->barriers, "__syncthreads (and shuffles) per thread")
+      ->check(integer_within(1, 10000000, "in 1..1e7"))
+      ->capture_default_str();
   cmd->add_option("--workers", args->workers, "OS threads running blocks (0: all hardware threads)")
       ->check(integer_within(0, 1024, "in 0..1024"));
   cmd->callback([args, &global] {

@@ -288,6 +288,11 @@ TEST_CASE("CLI: thread and worker counts are bounded, 0 is never a silent defaul
   // The emulation's workers go through the same bound.
   CHECK(run_bad("bench emu --workers 5000 --blocks 1 --block-threads 32 --barriers 1", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--workers"));
+  // Its blocks are host memory and its barriers an int loop count: bounded before either is sized.
+  CHECK(run_bad("bench emu --blocks 4000000000 --barriers 2", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--blocks") && Catch::Contains("1..65535"));
+  CHECK(run_bad("bench emu --blocks 1 --block-threads 32 --barriers 3000000000", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--barriers") && Catch::Contains("1..1e7"));
 }
 
 TEST_CASE("CLI: a thread the system refuses is a clear error, not a hang", "[cli]") {

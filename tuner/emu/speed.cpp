@@ -1,6 +1,7 @@
 #include "tuner/emu/speed.hpp"
 
 #include <chrono>
+#include <limits>
 
 #include "base/error.hpp"
 #include "templates/embedded.hpp"
@@ -32,7 +33,8 @@ __global__ void emu_shuffles(float* out, int n) {
 EmuSpeed measure_emu_speed(unsigned block_threads, unsigned blocks, unsigned barriers, unsigned workers) {
   KTUNE_REQUIRE(block_threads >= 32 && block_threads <= 1024 && block_threads % 32 == 0,
                 "emulation speed: threads per block must be a multiple of 32 in 32..1024");
-  KTUNE_REQUIRE(blocks >= 1 && barriers >= 1, "emulation speed: blocks and barriers must be positive");
+  KTUNE_REQUIRE(blocks >= 1 && barriers >= 1 && barriers <= std::numeric_limits<int>::max(),
+                "emulation speed: blocks and barriers must be positive, barriers an int (the kernels' loop count)");
   templates::Rendered r;
   r.source = "// emulation speed probes\n" + templates::expand_includes("common/kt.cuh") + kProbes;
   r.kernels = {"emu_barriers", "emu_shuffles"};
