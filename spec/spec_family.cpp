@@ -70,12 +70,14 @@ void add_scalar(templates::ArgPack& pack, const ArgSpec& a, const Values& v) {
   else pack.add(static_cast<std::uint64_t>(whole(0, kMax)));
 }
 
-/// The spec's text as far as it makes the kernels and their launches: its JSON without the words for people
-/// (summary, a tunable's about) and without the run-time parameters' values (each launch gives its own), laid out
-/// one way, so re-indenting a spec or rewording its summary keeps its tuned entries.
+/// The spec's text as far as it makes the kernels, their launches and their checks: its JSON without the words
+/// for people (summary, a tunable's about), the run-time parameters' values (each launch gives its own), and what
+/// only chooses what to measure first or how to report it (problem, problems, default, candidates, flops, bytes;
+/// an entry is keyed by its problem), laid out one way, so such edits keep the spec's tuned entries.
 std::string code_text(const std::string& text) {
   auto j = nlohmann::ordered_json::parse(text);  // read before, by load_spec
-  j.erase("summary");
+  for (const char* field : {"summary", "problem", "problems", "default", "candidates", "flops", "bytes"})
+    j.erase(field);
   if (j.contains("tunables"))
     for (auto& [name, t] : j["tunables"].items())
       if (t.is_object()) t.erase("about");

@@ -330,6 +330,20 @@ TEST_CASE("spec: rendering carries the tunables, the hash follows the files", "[
   j["summary"] = "reworded";
   write(path, j.dump(4));
   CHECK(load_spec_family(path).source_hash() == edited);
+  // Nor is what chooses what is measured first or how it is reported: an entry is keyed by its problem.
+  j["problem"] = {{"rows", 8}, {"cols", 512}};
+  j["problems"] = nlohmann::ordered_json::array({{{"rows", 4}, {"cols", 256}}});
+  j["default"] = {{"threads", 64}, {"vec", 2}};
+  j["candidates"] = nlohmann::ordered_json::array({{{"threads", 256}}});
+  j["flops"] = "2 * rows * cols";
+  j["bytes"] = "4 * rows * cols";
+  write(path, j.dump());
+  CHECK(load_spec_family(path).source_hash() == edited);
+  // The check is: another tolerance may take or refuse a variant.
+  j["tolerance"] = 1e-4;
+  write(path, j.dump());
+  CHECK(load_spec_family(path).source_hash() != edited);
+  j.erase("tolerance");
   j["restrictions"].push_back("vec <= 4");
   write(path, j.dump());
   CHECK(load_spec_family(path).source_hash() != edited);
