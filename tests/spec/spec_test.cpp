@@ -13,6 +13,7 @@
 #include "base/files.hpp"
 #include "spec/spec_family.hpp"
 #include "support.hpp"
+#include "tuner/compile/compile_check.hpp"
 
 namespace spec_spec_test {
 
@@ -347,6 +348,26 @@ TEST_CASE("spec: rendering carries the tunables, the hash follows the files", "[
   j["restrictions"].push_back("vec <= 4");
   write(path, j.dump());
   CHECK(load_spec_family(path).source_hash() != edited);
+}
+
+TEST_CASE("spec: compile fails a problem no config of whose space is valid, as run and tune refuse it", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-compile-none-valid");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"threads * vec <= cols\"", "\"threads * vec <= cols\", \"vec > 100\"");
+  });
+  ktune::tuner::CompileCheckOptions o;
+  o.arch = "sm_90";
+  const auto s = ktune::tuner::compile_check({&load_spec_family(path)}, o, ktune::tuner::Compiler());
+  REQUIRE(s.rows.size() == 1);
+  CHECK(s.failures == 1);
+  CHECK(s.rows[0].is_default);
+  CHECK(s.rows[0].failure ==
+        "default config not valid here (restriction 'vec > 100' does not hold); no config of the space is");
+  CHECK(s.unique_sources == 0);  // nothing compiled
+  std::string out;
+  CHECK(ktune::test::run_command(ktune::test::ktune_exe().string() + " compile --spec " + path.string() + " 2>&1",
+                                 &out) == 1);
+  CHECK_THAT(out, Catch::Contains("FAIL row_sum") && Catch::Contains("1 failures"));
 }
 
 TEST_CASE("spec: constructs the emulation lacks are named with their line", "[spec]") {

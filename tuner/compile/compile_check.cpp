@@ -22,6 +22,8 @@ std::string CompileCheckSummary::line() const {
 
 namespace {
 
+constexpr std::size_t kNoSource = ~std::size_t{0};  // a row not compiled: its failure says why
+
 /// The defaults of one family and problem on the arch: default_config, and
 /// arch_default where the family has one valid there.
 std::vector<Config> defaults_for(const templates::Family& f, const templates::Problem& p,
@@ -86,6 +88,19 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
       s.invalid += invalid;
       s.invalid_by_family[f->name()] += invalid;
       for (const auto& c : configs) {
+        std::string why;
+        if (c == defaults.front() && !f->is_valid(c, p, limits, &why)) {
+          // A spec's default its restrictions exclude: run and tune take the valid config nearest it, or refuse
+          // the problem where the space has none; its source is not compiled.
+          bool any = false;
+          for (std::uint64_t i = 0; i < f->space().size() && !any; ++i) any = f->is_valid(f->space().at(i), p, limits);
+          s.rows.push_back({f->name(), p, c, true, {}, fmt::format("default config not valid here ({}){}", why,
+                                                                     any ? "" : "; no config of the space is")});
+          s.rows.back().result.arch = o.arch;
+          row_source.push_back(kNoSource);
+          row_family.push_back(f);
+          continue;
+        }
         auto r = f->render(c, p);
         Hasher h;
         h.add(r.source);
@@ -107,6 +122,10 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
   std::map<std::string, std::vector<std::uint64_t>> addresses;  // per family and problem: the workload's count
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     auto& row = s.rows[i];
+    if (row_source[i] == kNoSource) {
+      ++s.failures;
+      continue;
+    }
     row.result = results[row_source[i]];
     if (!row.result.ok) {
       row.failure = "compile error";
