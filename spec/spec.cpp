@@ -246,7 +246,11 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
               fmt::format("tunable '{}' must be a non-empty list of integers", name));
     for (const auto& x : values) {
       r.require(x.is_number_integer(), fmt::format("tunable '{}': value {} is not an integer", name, excerpt(x.dump())));
-      p.values.push_back(x.get<std::int64_t>());
+      const auto value = x.get<std::int64_t>();
+      // Twice in the list would be two points of one config: measured twice, counted twice.
+      r.require(std::find(p.values.begin(), p.values.end(), value) == p.values.end(),
+                fmt::format("tunable '{}': value {} is listed twice", name, value));
+      p.values.push_back(value);
     }
     params.push_back(std::move(p));
   }
@@ -392,6 +396,12 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     }
     spec->args.push_back(std::move(arg));
   }
+  // So does a buffer no argument passes: its output would stay poisoned, its input go unread.
+  for (const auto& b : spec->buffers)
+    r.require(std::any_of(spec->args.begin(), spec->args.end(),
+                          [&b](const ArgSpec& a) { return a.buffer == b.name; }),
+              fmt::format("buffer '{}' is passed by no argument, so no kernel would see it; name it in 'args'",
+                          b.name));
   // A parameter no argument reads reaches no kernel: a misspelt name, or one an argument lost.
   for (const auto& [name, value] : spec->parameters)
     r.require(std::any_of(spec->args.begin(), spec->args.end(),

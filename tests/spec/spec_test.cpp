@@ -214,6 +214,18 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": kernel 'row_summ<") &&
                                      Catch::Contains(": no 'row_summ' in its sources (reduction.cu)"));
   }
+  SECTION("a buffer no argument passes") {
+    const auto path = reduction_copy(dir, [](std::string& t) {
+      replace(t, "{\"name\": \"y\",", "{\"name\": \"unused\", \"count\": \"rows\", \"role\": \"output\"},\n"
+                                        "    {\"name\": \"y\",");
+    });
+    CHECK(load_error(path) == path.string() + ": buffer 'unused' is passed by no argument, so no kernel would see "
+                                              "it; name it in 'args'");
+  }
+  SECTION("a tunable value listed twice") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "[1, 2, 4, 8]", "[1, 2, 4, 4, 8]"); });
+    CHECK(load_error(path) == path.string() + ": tunable 'vec': value 4 is listed twice");
+  }
   SECTION("a JSON syntax error") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"rows\",", "\"rows\""); });
     CHECK_THAT(load_error(path), Catch::Contains("line 14"));
