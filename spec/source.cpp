@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <regex>
 #include <set>
@@ -193,9 +194,9 @@ std::string substitute(const std::string& text, const std::vector<std::unique_pt
       out += c_type(dtype);
       continue;
     }
-    const double v = part->eval(values);
-    out += v == static_cast<double>(static_cast<long long>(v)) ? std::to_string(static_cast<long long>(v))
-                                                               : fmt::format("{:g}", v);
+    // A template argument is a whole number (a config where it is not is no valid one: SpecFamily::is_valid).
+    out += std::to_string(part->eval_integer(values, std::numeric_limits<long long>::min(),
+                                             std::numeric_limits<long long>::max()));
   }
   return out + text.substr(pos);
 }

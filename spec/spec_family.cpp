@@ -180,6 +180,7 @@ bool SpecFamily::is_valid(const Config& config, const Problem& problem, const De
       return reject(fmt::format("{} threads per block, more than the device's {}", threads,
                                 device.max_threads_per_block));
     for (const auto& g : spec_->grid) g->eval_integer(v, 1, kMaxGrid);
+    substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);  // its template arguments whole numbers
     if (spec_->shared_bytes) spec_->shared_bytes->eval_integer(v, 0, device.max_smem_per_block);
   } catch (const Error& e) {
     return reject(e.what());

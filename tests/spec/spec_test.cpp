@@ -166,6 +166,20 @@ TEST_CASE("spec: the tunables keep the file's order", "[spec]") {
   CHECK(params[2].name == "vec");
 }
 
+TEST_CASE("spec: a kernel's template argument that is no whole number makes the config invalid", "[spec]") {
+  // As a grid of 12.5 blocks: no template instance is named "row_sum<128, 0.5>".
+  const auto dir = ktune::test::scratch_dir("spec-template-whole");
+  const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "{vec}>", "{vec / 2}>"); });
+  const auto& family = load_spec_family(path);
+  const auto problem = family.problem_classes().front();
+  const auto device = DeviceLimits::for_arch("sm_90");
+  std::string why;
+  CHECK_FALSE(family.is_valid(Config({{"threads", 128}, {"vec", 1}}), problem, device, &why));
+  CHECK_THAT(why, Catch::Contains("template argument") && Catch::Contains("= 0.5 is not a whole number"));
+  CHECK(family.is_valid(Config({{"threads", 128}, {"vec", 2}}), problem, device, &why));
+  CHECK(family.render(Config({{"threads", 128}, {"vec", 2}}), problem).kernels.at(0) == "row_sum<128, 1>");
+}
+
 TEST_CASE("spec: run-time parameters are a scalar argument's alone and render lists them", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-parameters");
   write(dir / "sc.cu", "__global__ void scale(const float* x, float* y, float a, int n) {\n"
