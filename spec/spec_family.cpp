@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -86,13 +87,37 @@ std::string code_text(const std::string& text) {
   return j.dump();
 }
 
+/// `text` with its comments and #line markers blanked, the rest kept (by hand: std::regex recurses per
+/// character, and a long comment would overflow its stack).
+std::string without_comments_and_line_markers(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    const bool line_start = i == 0 || text[i - 1] == '\n';
+    std::size_t end = i;
+    if (text.compare(i, 2, "//") == 0 || (line_start && text.compare(i, 6, "#line ") == 0))
+      end = std::min(text.find('\n', i), text.size());
+    else if (text.compare(i, 2, "/*") == 0)
+      end = std::min(text.find("*/", i + 2), text.size() - 2) + 2;
+    if (end == i) {
+      out += text[i++];
+      continue;
+    }
+    out += ' ';
+    i = end;
+  }
+  return out;
+}
+
 }  // namespace
 
 SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move(spec)) {
   KTUNE_REQUIRE(templates::family_named(spec_->name) == nullptr,
                 fmt::format("{}: name '{}' is a built-in family's; choose another", spec_->path.string(), spec_->name));
   source_ = expand_source(*spec_);
-  // A kernel name the sources never declare fails every variant in NVRTC's name map: said once, here.
+  // A kernel name the sources never declare fails every variant in NVRTC's name map: said once, here. Looked
+  // for in the code: not in comments, nor in the #line markers that name the files (a kernel named as its file).
+  const std::string code = without_comments_and_line_markers(source_.text);
   const auto require_declared = [&](const std::string& expression, const char* field) {
     std::string base = expression.substr(0, expression.find('<'));
     base.erase(base.find_last_not_of(" \t") + 1);
@@ -100,7 +125,7 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
     if (!std::regex_match(base, std::regex("[A-Za-z_][A-Za-z0-9_]*"))) return;  // NVRTC says what it makes of it
     std::vector<std::string> files;
     for (const auto& f : spec_->sources) files.push_back(f.filename().string());
-    KTUNE_REQUIRE(std::regex_search(source_.text, std::regex("\\b" + base + "\\b")),
+    KTUNE_REQUIRE(std::regex_search(code, std::regex("\\b" + base + "\\b")),
                   fmt::format("{}: {} '{}': no '{}' in its sources ({})", spec_->path.string(), field, expression, base,
                               fmt::join(files, ", ")));
   };

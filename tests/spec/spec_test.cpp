@@ -240,6 +240,15 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "[1, 2, 4, 8]", "[1, 2, 4, 4, 8]"); });
     CHECK(load_error(path) == path.string() + ": tunable 'vec': value 4 is listed twice");
   }
+  SECTION("a kernel name only in a comment, or as the source file's name in a #line marker") {
+    for (const std::string name : {"reduction", "summed"}) {
+      INFO(name);
+      const auto path = reduction_copy(dir, [&](std::string& t) { replace(t, "\"row_sum<", "\"" + name + "<"); });
+      std::ofstream(dir / "reduction.cu", std::ios::app) << "// summed: once a row\n/* summed\n   again */\n";
+      CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": kernel '" + name + "<") &&
+                                       Catch::Contains(": no '" + name + "' in its sources (reduction.cu)"));
+    }
+  }
   SECTION("a JSON syntax error") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"rows\",", "\"rows\""); });
     CHECK_THAT(load_error(path), Catch::Contains("line 14"));
