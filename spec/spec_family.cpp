@@ -402,7 +402,7 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
     KTUNE_REQUIRE(std::isfinite(templates::relative_l2(b.dtype, b.expected, b.expected)),
                   fmt::format("{}: the reference {} left NaN or Inf in buffer '{}' (an output starts poisoned, "
                               "NaN in a float type: is every element written? its grid and block?)",
-                              name(), kernel, b.name));
+                              origin(), kernel, b.name));
   }
 }
 

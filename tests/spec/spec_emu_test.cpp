@@ -563,7 +563,8 @@ __global__ void twice_reference(const float* x, float* y, int n) {  // one block
       "reference": {"kernel": "twice_reference", "grid": "1", "block": "128"}})json";
   std::string out;
   CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "twice.json").string(), &out) == 2);
-  CHECK_THAT(out, Catch::Contains("the reference twice_reference left NaN or Inf in buffer 'y' (an output starts "
+  CHECK_THAT(out, Catch::Contains((dir / "twice.json").string() +
+                                  ": the reference twice_reference left NaN or Inf in buffer 'y' (an output starts "
                                   "poisoned"));
 }
 
