@@ -207,6 +207,9 @@ void add_tune_command(CLI::App& app, Global& global) {
              : requests.size() == 1 ? opts->log
                                     : opts->log + "." + std::filesystem::path(default_log).filename().string();
     };
+    // A log path that cannot be written is refused before the first search (each session checks its own too).
+    if (requests.size() > 1 && !opts->log.empty())
+      for (const auto& r : requests) writable_target(log_path_of(r), "--log");
     // Without --resume, a --log prefix one of whose kernels' logs holds results would be refused at that kernel,
     // after the search of those before it: refused here, before any.
     if (requests.size() > 1 && !opts->log.empty() && !opts->tune.resume)

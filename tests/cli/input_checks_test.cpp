@@ -404,6 +404,15 @@ TEST_CASE("CLI: tune --model refuses a --log prefix one of whose kernels' logs h
   std::size_t files = 0;
   for ([[maybe_unused]] const auto& f : std::filesystem::directory_iterator(dir)) ++files;
   CHECK(files == 1);  // no other kernel's log: none was searched
+  // So is a prefix where no log can be written, in one line, before the first kernel's line.
+  std::ofstream(dir / "file") << "a file\n";
+  CHECK(run_bad("tune --backend emu --model tiny --ctx 8 --batch 1 --budget 1 --log " + (dir / "file" / "run").string() +
+                    " --cache " + (dir / "tuned.json").string(),
+                &err) == 2);
+  CHECK_THAT(err, Catch::StartsWith("ktune: cannot write --log " + (dir / "file" / "run").string() + ".") &&
+                      Catch::Contains("is not a folder"));
+  CHECK(err.find('\n') + 1 == err.size());
+  CHECK_FALSE(std::filesystem::exists(dir / "tuned.json"));
 }
 
 TEST_CASE("CLI: render refuses options it would ignore and an unknown subcommand is named", "[cli]") {
