@@ -47,6 +47,20 @@ std::optional<std::string> unknown_subcommand(const CLI::App& app) {
                      level == &app ? std::string("ktune") : level->get_name(), fmt::join(names, ", "));
 }
 
+/// "bench needs a subcommand, one of: adam, e2e, ..." for CLI11's "A
+/// subcommand is required" (`ktune`, `ktune bench`).
+std::optional<std::string> missing_subcommand(const CLI::App& app, const CLI::ParseError& e) {
+  if (!dynamic_cast<const CLI::RequiredError*>(&e)) return std::nullopt;
+  const CLI::App* level = &app;
+  while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
+  const auto subcommands = level->get_subcommands({});
+  if (subcommands.empty()) return std::nullopt;
+  std::vector<std::string> names;
+  for (const CLI::App* s : subcommands) names.push_back(s->get_name());
+  return fmt::format("{}, one of: {}", level == &app ? std::string("give a command") : level->get_name() +
+                     " needs a subcommand", fmt::join(names, ", "));
+}
+
 /// "unknown option '--famly' of tune (did you mean '--family'?)" for the
 /// first word of the line left over that reads as an option (CLI11 lists all
 /// the words it did not take, in its own order).
@@ -144,8 +158,11 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::optional<std::string> said = unknown_subcommand(app);
-    if (!said && dynamic_cast<const CLI::ExtrasError*>(&e)) said = unknown_option(app);
+    // An unknown option is named where CLI11 says only that a subcommand is required (`ktune --frob`).
+    if (!said && (dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e)))
+      said = unknown_option(app);
     if (!said) said = repeated_option(e.what());
+    if (!said) said = missing_subcommand(app, e);
     std::cerr << "ktune: " << said.value_or(e.what()) << " (see --help)\n";
     return 2;
   } catch (const ktune::Error& e) {

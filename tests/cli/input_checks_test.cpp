@@ -438,6 +438,13 @@ TEST_CASE("CLI: render refuses options it would ignore and an unknown subcommand
   CHECK_THAT(err, Catch::Contains("unknown subcommand 'verify' of ktune") && Catch::Contains("tune"));
   CHECK(run_bad("cache nope --help", &err) == 2);
   CHECK_THAT(err, Catch::Contains("unknown subcommand 'nope' of cache"));
+  // A command without its subcommand lists them; an unknown option where one is missing is named.
+  CHECK(run_bad("", &err) == 2);
+  CHECK_THAT(err, Catch::StartsWith("ktune: give a command, one of: devices, render, compile, tune, bench"));
+  CHECK(run_bad("cache", &err) == 2);
+  CHECK_THAT(err, Catch::StartsWith("ktune: cache needs a subcommand, one of: show, size, clean, merge, prune"));
+  CHECK(run_bad("--frob", &err) == 2);
+  CHECK_THAT(err, Catch::StartsWith("ktune: unknown option '--frob' of ktune"));
   // replay checks its strategies and budgets before it prints anything.
   nlohmann::json kt = {
       {"tune_params_keys", {"a"}}, {"tune_params", {{"a", {1, 2, 3}}}}, {"cache", nlohmann::json::object()}};
