@@ -22,7 +22,7 @@ void add_bench_precision_command(CLI::App& bench, Global& global) {
   auto* cmd = bench.add_subcommand(
       "precision", "Mixed-precision accumulation (seeds 003/004): a sum of --count additions of --value in fp32, "
                    "fp16 and bf16 sums and addends, its error split into the addend's rounding and the sum's");
-  cmd->add_option("--count", o->count, "Additions")->check(integer_within(1, 1'000'000'000, "in 1..1e9"))
+  cmd->add_option("--count", o->count, "Additions")->check(integer_within(1, 1'000'000'000, "in 1..1000000000"))
       ->capture_default_str();
   cmd->add_option("--value", o->value, "The addend, before it is rounded to fp32 and then to its dtype")
       ->check(finite_in(-3.0e38, 3.0e38))

@@ -189,7 +189,7 @@ void add_bench_emu_command(CLI::App& bench, Global& global) {
       ->check(integer_within(1, 65535, "in 1..65535"))
       ->capture_default_str();
   cmd->add_option("--barriers", args->barriers, "__syncthreads (and shuffles) per thread")
-      ->check(integer_within(1, 10000000, "in 1..1e7"))
+      ->check(integer_within(1, 10000000, "in 1..10000000"))
       ->capture_default_str();
   cmd->add_option("--workers", args->workers, "OS threads running blocks (0: all hardware threads)")
       ->check(integer_within(0, 1024, "in 0..1024"));
