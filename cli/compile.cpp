@@ -106,13 +106,19 @@ void add_compile_command(CLI::App& app, Global& global) {
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand(
       "compile", "Compile variants with NVRTC and report registers, spills, shared memory (no GPU needed)");
-  cmd->add_option("--family", opts->families, "Families to compile (repeatable; default: every family), " + family_choices());
-  cmd->add_option("--spec", opts->specs, std::string(kSpecHelp) + " (repeatable)")->check(input_file());
+  cmd->add_option("--family", opts->families,
+                  "Families to compile (repeatable; default: every family, none where --spec is given), " +
+                      family_choices());
+  cmd->add_option("--spec", opts->specs,
+                  "Kernel spec (JSON beside your .cu: tunables, restrictions, grid, buffers, reference; see "
+                  "docs/kernel-spec.md) to compile (repeatable; with --family, both are compiled)")
+      ->check(input_file());
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
-  cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
+  auto* all = cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
   auto* sample = cmd->add_option("--sample", opts->sample, "A seeded sample of N configs per family and problem class")
                      ->check(integer_at_least(1))
-                     ->default_str("none");
+                     ->default_str("none")
+                     ->excludes(all);
   cmd->add_option("--seed", opts->check.seed, "Seed of --sample")
       ->check(integer_at_least(0))
       ->capture_default_str()
@@ -125,7 +131,6 @@ void add_compile_command(CLI::App& app, Global& global) {
   cmd->add_flag("--verbose,-v", opts->verbose, "One row per variant instead of one per family")->excludes(quiet);
   cmd->add_flag("--no-cache", opts->no_cache, "Ignore the on-disk binary cache");
   cmd->callback([opts, &global] {
-    KTUNE_REQUIRE(!(opts->all && opts->sample), "--all and --sample exclude each other");
     opts->check.which = opts->all ? tuner::CompileCheckOptions::Which::kAll
                         : opts->sample ? tuner::CompileCheckOptions::Which::kSample
                                        : tuner::CompileCheckOptions::Which::kDefaults;

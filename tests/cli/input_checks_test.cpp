@@ -581,6 +581,8 @@ TEST_CASE("CLI: numbers past their type's range and a file that is no session lo
   // A seed with nothing to draw: compile's --seed seeds --sample only.
   CHECK(run_bad("compile --family prim_neg --seed 3", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--seed requires --sample"));
+  CHECK(run_bad("compile --family prim_neg --all --sample 2", &err) == 2);  // and --help says so
+  CHECK_THAT(err, Catch::Contains("--all excludes --sample") || Catch::Contains("--sample excludes --all"));
   // The emulated device's limits and worker threads, on a GPU (refused before any device is opened).
   for (const char* option : {"--arch sm_80", "--workers 2"}) {
     CHECK(run_bad(std::string("run --backend gpu --family prim_neg ") + option, &err) == 2);
