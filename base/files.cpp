@@ -103,8 +103,7 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
     // A descriptor's file (stdout sent to a file: `--json-out /dev/stdout >> run.log`) would be replaced by the
     // write, its content lost, and what the command prints with it.
     if (descriptor_folder(target.parent_path()))
-      refuse(path, "it names an open file descriptor (standard output, or another), not a file; give the file's "
-                   "own path");
+      refuse(path, "it names an open file descriptor (standard output, or another), not a file");
     const fs::path next = fs::read_symlink(target, ec);
     if (ec) refuse(path, ec.message());
     target = next.is_absolute() ? next : target.parent_path() / next;

@@ -20,6 +20,15 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+/// Why `path` is no file to read: "not found", "is a folder", "is not a regular file" (a device, a pipe).
+std::string no_file(const fs::path& path) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (!fs::exists(status)) return "not found";
+  return fs::is_directory(status) ? "is a folder" : "is not a regular file";
+}
+
 using templates::DType;
 using templates::Role;
 
@@ -175,7 +184,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     r.require(s.is_string(), "a source must be a file name, got " + excerpt(s.dump()));
     spec->sources.push_back(resolve(base, s.get<std::string>()));
     r.require(fs::is_regular_file(spec->sources.back(), ec),
-              fmt::format("source '{}' not found (looked at {})", s.get<std::string>(), spec->sources.back().string()));
+              fmt::format("source '{}' {} (looked at {})", s.get<std::string>(), no_file(spec->sources.back()),
+                          spec->sources.back().string()));
   }
   for (const auto& d : j.value("include_dirs", json::array())) {
     r.require(d.is_string(), "'include_dirs' must be a list of folder names");
@@ -370,7 +380,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     }
     if (buf.init == Init::kFile) {
       buf.file = resolve(base, r.string_at(b, "file", what));
-      r.require(fs::is_regular_file(buf.file, ec), fmt::format("{}: file {} not found", what, buf.file.string()));
+      r.require(fs::is_regular_file(buf.file, ec), fmt::format("{}: file {} {}", what, buf.file.string(), no_file(buf.file)));
     }
     spec->buffers.push_back(std::move(buf));
   }
@@ -428,7 +438,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       r.require(f.is_string(), "reference files: a file name per output buffer");
       reference.files[name] = resolve(base, f.get<std::string>());
       r.require(fs::is_regular_file(reference.files[name], ec),
-                fmt::format("reference file {} not found", reference.files[name].string()));
+                fmt::format("reference file {} {}", reference.files[name].string(), no_file(reference.files[name])));
     }
   } else {
     reference.kind = ref.contains("kernel") ? ReferenceSpec::Kind::kKernel : ReferenceSpec::Kind::kConfig;
