@@ -88,7 +88,14 @@ std::filesystem::path cache_dir(bool make) {
 }
 
 std::string cuda_include_dir() {
-  if (auto v = get("KTUNE_CUDA_INCLUDE"); !v.empty()) return v;
+  if (auto v = get("KTUNE_CUDA_INCLUDE"); !v.empty()) {
+    std::error_code ec;
+    KTUNE_REQUIRE(std::filesystem::is_directory(v, ec),
+                  fmt::format("KTUNE_CUDA_INCLUDE={} is no folder; name the CUDA headers' folder (the toolkit's, {}, "
+                              "where it is unset)",
+                              v, KTUNE_DEFAULT_CUDA_INCLUDE));
+    return v;
+  }
   return KTUNE_DEFAULT_CUDA_INCLUDE;
 }
 

@@ -19,7 +19,7 @@ namespace ktune::env {
 std::filesystem::path cache_dir(bool make = true);
 
 /// KTUNE_CUDA_INCLUDE: CUDA headers handed to NVRTC. Default: the toolkit
-/// include directory found at build time.
+/// include directory found at build time. Throws kInvalidInput where it names no folder.
 std::string cuda_include_dir();
 
 /// The most threads or worker processes one pool, option or knob may ask

@@ -137,6 +137,7 @@ void add_compile_command(CLI::App& app, Global& global) {
     opts->check.sample = opts->sample;
     templates::DeviceLimits::for_arch(opts->check.arch);  // rejects an unknown arch before any work
     if (opts->check.threads == 0) env::compile_threads();  // and a bad KTUNE_COMPILE_THREADS, in one line
+    env::cuda_include_dir();                                // and a KTUNE_CUDA_INCLUDE that is no folder
     std::vector<const templates::Family*> families;
     for (const auto& name : opts->families) families.push_back(&templates::find_family(name));
     for (const auto& spec : opts->specs) families.push_back(&family_arg("", spec));

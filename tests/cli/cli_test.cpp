@@ -116,6 +116,12 @@ TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE, KTUNE_EMU_HANG_SECONDS, KTUNE_HOST_CXX
   // Before any progress line.
   CHECK(run_command("KTUNE_COMPILE_THREADS=0 " + ktune_exe().string() + " compile --family rmsnorm_fwd", &out) == 2);
   CHECK(out == "ktune: KTUNE_COMPILE_THREADS must be in 1..1024, got 0\n");
+  // CUDA headers that are not there failed every compile, as many failures.
+  CHECK(run_command("KTUNE_CUDA_INCLUDE=/nonexistent " + ktune_exe().string() +
+                        " compile --family rmsnorm_fwd --no-cache",
+                    &out) == 2);
+  CHECK_THAT(out, Catch::StartsWith("ktune: KTUNE_CUDA_INCLUDE=/nonexistent is no folder"));
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
   // tune compiles ahead of its runner with as many (--threads says otherwise).
   const auto cache = ktune::test::scratch_dir("cli-compile-threads") / "tuned.json";
   for (const std::string bad : {"abc", "' 4'"}) {

@@ -74,7 +74,9 @@ std::vector<KernelResources> parse_ptxas_report(const std::string& log) {
 }
 
 Compiler::Compiler(bool use_cache) : Compiler(env::binary_cache_dir().string(), use_cache) {}
-Compiler::Compiler(std::string cache_dir, bool use_cache) : cache_dir_(std::move(cache_dir)), use_cache_(use_cache) {}
+Compiler::Compiler(std::string cache_dir, bool use_cache) : cache_dir_(std::move(cache_dir)), use_cache_(use_cache) {
+  env::cuda_include_dir();  // a KTUNE_CUDA_INCLUDE that names no folder, refused before any compile fails on it
+}
 
 namespace {
 
