@@ -147,7 +147,16 @@ templates::Scalars parameters_arg(const templates::Family& family, const templat
 
 templates::Problem problem_arg(const templates::Family& family, const std::string& text) {
   if (text.empty()) return family.problem_classes().front();
-  templates::Problem p = templates::Problem::from_json(parse_json_arg(text, "--problem"));
+  nlohmann::json j = parse_json_arg(text, "--problem");
+  // Without a dtype, the first problem class's; an object without "dims" either is the dims alone.
+  if (j.is_object() && !j.contains("dtype")) {
+    const std::string dtype = family.problem_classes().front().dtype;
+    if (j.contains("dims"))
+      j["dtype"] = dtype;
+    else
+      j = nlohmann::json{{"dtype", dtype}, {"dims", j}};
+  }
+  templates::Problem p = templates::Problem::from_json(j);
   family.check(p);
   return p;
 }

@@ -21,7 +21,12 @@ inline constexpr const char* kSpecHelp =
     "Kernel spec (JSON beside your .cu: tunables, restrictions, grid, buffers, reference; see "
     "docs/kernel-spec.md) to use instead of --family";
 
-/// The problem from `--problem` JSON, or the family's first problem class.
+/// The `--problem` option's help, before what a command adds (its default).
+inline constexpr const char* kProblemHelp =
+    R"(Problem as JSON, '{"dtype":"f32","dims":{"n":4096}}', or its dims alone, '{"n":4096}', in the dtype of )"
+    "the family's first problem class (`ktune families` lists each family's dims and dtypes)";
+
+/// The problem from `--problem` JSON (kProblemHelp's forms), or the family's first problem class.
 templates::Problem problem_arg(const templates::Family& family, const std::string& text);
 /// --parameters: run-time parameters by name as a JSON object of numbers ("" : none), refused before any work
 /// where the family does not take them or its reference cannot check them (Family::require_checkable).

@@ -30,8 +30,7 @@ void add_render_command(CLI::App& app, Global& global) {
   auto* config_option = cmd->add_option("--config", opts->config,
                                  "Config as JSON; unset tunables take the default on --arch")
                      ->check(json_text());
-  cmd->add_option("--problem", opts->problem,
-                  "Problem as JSON {\"dtype\": ..., \"dims\": {...}}; default: the family's first problem class")
+  cmd->add_option("--problem", opts->problem, std::string(kProblemHelp) + "; default: the family's first problem class")
       ->check(json_text());
   cmd->add_option("--arch", opts->arch, "Target whose limits the config is checked against")->capture_default_str();
   cmd->add_flag("--space", opts->space,

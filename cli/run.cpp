@@ -147,9 +147,7 @@ void add_run_command(CLI::App& app, Global& global) {
   cmd->add_option("--spec", args->spec, kSpecHelp)->check(input_file());
   cmd->add_option("--config", args->config, "Config as JSON; missing tunables take the default on the device")
       ->check(json_text());
-  cmd->add_option("--problem", args->problem,
-                  R"(Problem as JSON, e.g. adamw's '{"dtype":"f32","dims":{"tensors":2,"numel":4096}}' )"
-                  "(`ktune families` lists each family's dims); default: the family's first problem class")
+  cmd->add_option("--problem", args->problem, std::string(kProblemHelp) + "; default: the family's first problem class")
       ->check(json_text());
   cmd->add_option("--parameters", args->parameters, kParametersHelp)->check(json_text());
   cmd->add_option("--seed", args->seed, "Seed of the random inputs")

@@ -69,8 +69,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                   "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
   cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
   cmd->add_option("--problem", opts->problem,
-                  "Problem JSON {\"dtype\":..., \"dims\":{...}}; required with --family; with --spec, default: the "
-                  "spec's first problem; not with --model, whose --ctx, --batch and --dtype shape its kernels")
+                  std::string(kProblemHelp) + "; required with --family; with --spec, default: the spec's first "
+                                              "problem; not with --model, whose --ctx, --batch and --dtype shape its "
+                                              "kernels")
       ->check(json_text());
   cmd->add_option("--parameters", opts->parameters, kParametersHelp)->check(json_text());
   add_model_options(cmd, opts->model, {.ctx = 256, .batch = 4});

@@ -355,6 +355,27 @@ TEST_CASE("CLI: JSON errors in --problem and --config carry no exception id and 
   CHECK(out.size() < 400);
 }
 
+TEST_CASE("CLI: --problem without a dtype takes the first problem class's, and dims alone are the dims", "[cli]") {
+  // The JSON of each form, as render --space prints the problem it was given.
+  const auto problem_of = [](const std::string& json) {
+    std::string out;
+    const int rc = run_command(ktune_exe().string() + " render --family rmsnorm_fwd --space --problem '" + json +
+                                   "' 2>&1",
+                               &out);
+    return std::pair{rc, out};
+  };
+  const auto [full_rc, full] = problem_of(R"({"dtype":"f32","dims":{"rows":5,"dim":96}})");
+  REQUIRE(full_rc == 0);
+  CHECK(problem_of(R"({"rows":5,"dim":96})") == std::pair{0, full});
+  CHECK(problem_of(R"({"dims":{"rows":5,"dim":96}})") == std::pair{0, full});
+  CHECK(problem_of(R"({"dtype":"bf16","dims":{"rows":5,"dim":96}})").second != full);
+  // What is neither form is still refused, named.
+  const auto [rc, out] = problem_of(R"({"dims":{"rows":5,"dim":96},"x":1})");
+  CHECK(rc == 2);
+  CHECK_THAT(out, Catch::Contains("unknown key 'x'"));
+  CHECK(problem_of(R"({"rows":5,"dim":"wide"})").first == 2);
+}
+
 TEST_CASE("CLI: output files are checked before the work: unwritable is exit 2, nothing done", "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-out");
   std::ofstream(dir / "plain") << "x";

@@ -15,9 +15,10 @@ namespace ktune::tuner {
 
 std::string CompileCheckSummary::line() const {
   const std::string arch = rows.empty() ? "" : rows.front().result.arch;
-  return fmt::format("compiled {} variants ({} unique sources) for {}: {} failures, {} cached, {} invalid "
+  // The binary cache holds sources: variants that render the same source share one.
+  return fmt::format("compiled {} variants ({} unique sources, {} of them cached) for {}: {} failures, {} invalid "
                      "(constraints), {:.1f} s",
-                     rows.size(), unique_sources, arch, failures, cache_hits, invalid, seconds);
+                     rows.size(), unique_sources, cache_hits, arch, failures, invalid, seconds);
 }
 
 namespace {
