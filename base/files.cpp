@@ -52,6 +52,14 @@ fs::path lock_path(const fs::path& target) {
   return target.parent_path() / (fitted_name(target.filename().string(), 5) + ".lock");
 }
 
+std::string not_a_file(const fs::path& path) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (!fs::exists(status)) return "does not exist";
+  if (fs::is_directory(status)) return "is a folder, not a file";
+  return fs::is_regular_file(status) ? "" : "is not a regular file (a device, pipe or socket)";
+}
+
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) io_error("cannot read", path);

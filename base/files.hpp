@@ -12,6 +12,10 @@ namespace ktune {
 /// Whole file as bytes; throws Error(kIo) naming the path when unreadable.
 std::string read_file(const std::filesystem::path& path);
 
+/// Why `path` is no file to read, said after its name ("" where it is one): "does not exist", "is a folder, not
+/// a file", "is not a regular file (a device, pipe or socket)".
+std::string not_a_file(const std::filesystem::path& path);
+
 /// The file a write to `path` replaces, after the one policy every command
 /// that writes a file follows: symlinks are resolved to their final target
 /// (so the target is written and its lock taken, never the link replaced),

@@ -104,7 +104,7 @@ constexpr double kEmulatedMacs = double(std::int64_t{1} << 28);
 
 void add_bench_attention_command(CLI::App& bench, Global& global) {
   struct Opts {
-    std::string tables = "seed003,leaderboard,causal_fwd_d128";
+    std::string tables = fmt::format("{}", fmt::join(kTables, ","));
     std::string dims = "16,32,64,128";
     std::string seqs = "256,1024,4096,8192,16384";
     std::string dtype = "f32";
@@ -149,7 +149,9 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
                     fmt::format("--tables: unknown table '{}'; one of: {}", t, fmt::join(kTables, ", ")));
     const auto dims = int_list_arg(o->dims, "--dims");
     const auto seqs = int_list_arg(o->seqs, "--seqs");
-    const auto wanted = [&](const char* table) { return std::find(tables.begin(), tables.end(), table) != tables.end(); };
+    const auto wanted = [&](const char* table) {
+      return std::find(tables.begin(), tables.end(), table) != tables.end();
+    };
     std::vector<Row> rows;
     if (wanted("seed003"))
       for (const auto d : dims)

@@ -109,9 +109,7 @@ void add_compile_command(CLI::App& app, Global& global) {
   cmd->add_option("--family", opts->families,
                   "Families to compile (repeatable; default: every family, none where --spec is given), " +
                       family_choices());
-  cmd->add_option("--spec", opts->specs,
-                  "Kernel spec (JSON beside your .cu: tunables, restrictions, grid, buffers, reference; see "
-                  "docs/kernel-spec.md) to compile (repeatable; with --family, both are compiled)")
+  cmd->add_option("--spec", opts->specs, spec_help("to compile (repeatable; with --family, both are compiled)"))
       ->check(input_file());
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
   auto* all = cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");

@@ -12,6 +12,7 @@
 
 #include "base/env.hpp"
 #include "base/error.hpp"
+#include "base/files.hpp"
 #include "base/json_input.hpp"
 #include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
@@ -148,15 +149,26 @@ templates::Scalars parameters_arg(const templates::Family& family, const templat
 templates::Problem problem_arg(const templates::Family& family, const std::string& text) {
   if (text.empty()) return family.problem_classes().front();
   nlohmann::json j = parse_json_arg(text, "--problem");
-  // Without a dtype, the first problem class's; an object without "dims" either is the dims alone.
-  if (j.is_object() && !j.contains("dtype")) {
+  // The wrapper has a dtype name or an object of dims (a spec's dimension may be called "dims" or "dtype"); an
+  // object that has neither is the dims alone. Without a dtype, the first problem class's.
+  if (j.is_object()) {
+    const bool wrapper =
+        (j.contains("dtype") && j["dtype"].is_string()) || (j.contains("dims") && j["dims"].is_object());
     const std::string dtype = family.problem_classes().front().dtype;
-    if (j.contains("dims"))
-      j["dtype"] = dtype;
-    else
+    if (!wrapper)
       j = nlohmann::json{{"dtype", dtype}, {"dims", j}};
+    else if (!j.contains("dtype"))
+      j["dtype"] = dtype;
   }
-  templates::Problem p = templates::Problem::from_json(j);
+  templates::Problem p;
+  try {
+    p = templates::Problem::from_json(j);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::kInvalidInput) throw;
+    throw_error(ErrorKind::kInvalidInput,
+                fmt::format("--problem: {} (or the dims alone, '{{\"n\":4096}}', in the first problem class's dtype)",
+                            e.what()));
+  }
   family.check(p);
   return p;
 }
@@ -236,13 +248,8 @@ std::vector<std::string> name_list_arg(const std::string& text, const std::strin
 CLI::Validator input_file() {
   return CLI::Validator(
       [](std::string& path) -> std::string {
-        std::error_code ec;
-        const auto status = std::filesystem::status(path, ec);
-        if (!std::filesystem::exists(status)) return "File does not exist: " + path;
-        if (std::filesystem::is_directory(status)) return "a directory, not a file: " + path;
-        if (!std::filesystem::is_regular_file(status))
-          return "not a regular file (a device, pipe or socket): " + path + "; give a file";
-        return {};
+        const std::string why = not_a_file(path);
+        return why.empty() ? why : path + " " + why;
       },
       "FILE");
 }

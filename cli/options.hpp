@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "templates/family.hpp"
 
@@ -16,10 +17,12 @@ nlohmann::json parse_json_arg(const std::string& text, const std::string& what);
 /// The family of `--family NAME` or of `--spec FILE` (a kernel spec,
 /// docs/kernel-spec.md); throws kInvalidInput unless exactly one is given.
 const templates::Family& family_arg(const std::string& family, const std::string& spec);
-/// The `--spec` option's help line.
-inline constexpr const char* kSpecHelp =
-    "Kernel spec (JSON beside your .cu: tunables, restrictions, grid, buffers, reference; see "
-    "docs/kernel-spec.md) to use instead of --family";
+/// The `--spec` option's help line: what a spec is, then what the command does with it.
+inline std::string spec_help(std::string_view use = "to use instead of --family") {
+  return "Kernel spec (JSON beside your .cu: tunables, restrictions, grid, buffers, reference; see "
+         "docs/kernel-spec.md) " +
+         std::string(use);
+}
 
 /// The `--problem` option's help, before what a command adds (its default).
 inline constexpr const char* kProblemHelp =

@@ -26,7 +26,7 @@ void add_render_command(CLI::App& app, Global& global) {
   auto opts = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("render", "Print the source ktune compiles for a variant, or a family's space");
   cmd->add_option("--family", opts->family, "Kernel family, " + family_choices());
-  cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
+  cmd->add_option("--spec", opts->spec, spec_help())->check(input_file());
   auto* config_option = cmd->add_option("--config", opts->config,
                                  "Config as JSON; unset tunables take the default on --arch")
                      ->check(json_text());

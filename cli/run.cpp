@@ -144,7 +144,7 @@ void add_run_command(CLI::App& app, Global& global) {
                                         "compare it with the CPU reference");
   add_kernel_backend_option(cmd, args->backend, "runs any family's kernels");
   cmd->add_option("--family", args->family, "Kernel family, " + family_choices());
-  cmd->add_option("--spec", args->spec, kSpecHelp)->check(input_file());
+  cmd->add_option("--spec", args->spec, spec_help())->check(input_file());
   cmd->add_option("--config", args->config, "Config as JSON; missing tunables take the default on the device")
       ->check(json_text());
   cmd->add_option("--problem", args->problem, std::string(kProblemHelp) + "; default: the family's first problem class")

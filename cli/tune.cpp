@@ -67,7 +67,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                          "and cache the winners");
   cmd->add_option("--family", opts->family,
                   "Kernel family (`ktune render --family F --space` shows its space), " + family_choices());
-  cmd->add_option("--spec", opts->spec, kSpecHelp)->check(input_file());
+  cmd->add_option("--spec", opts->spec, spec_help())->check(input_file());
   cmd->add_option("--problem", opts->problem,
                   std::string(kProblemHelp) + "; required with --family; with --spec, default: the spec's first "
                                               "problem; not with --model, whose --ctx, --batch and --dtype shape its "

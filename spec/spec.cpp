@@ -21,14 +21,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-/// Why `path` is no file to read: "not found", "is a folder", "is not a regular file" (a device, a pipe).
-std::string no_file(const fs::path& path) {
-  std::error_code ec;
-  const auto status = fs::status(path, ec);
-  if (!fs::exists(status)) return "not found";
-  return fs::is_directory(status) ? "is a folder" : "is not a regular file";
-}
-
 using templates::DType;
 using templates::Role;
 
@@ -184,7 +176,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     r.require(s.is_string(), "a source must be a file name, got " + excerpt(s.dump()));
     spec->sources.push_back(resolve(base, s.get<std::string>()));
     r.require(fs::is_regular_file(spec->sources.back(), ec),
-              fmt::format("source '{}' {} (looked at {})", s.get<std::string>(), no_file(spec->sources.back()),
+              fmt::format("source '{}' {} (looked at {})", s.get<std::string>(), not_a_file(spec->sources.back()),
                           spec->sources.back().string()));
   }
   for (const auto& d : j.value("include_dirs", json::array())) {
@@ -380,7 +372,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     }
     if (buf.init == Init::kFile) {
       buf.file = resolve(base, r.string_at(b, "file", what));
-      r.require(fs::is_regular_file(buf.file, ec), fmt::format("{}: file {} {}", what, buf.file.string(), no_file(buf.file)));
+      r.require(fs::is_regular_file(buf.file, ec),
+                fmt::format("{}: file {} {}", what, buf.file.string(), not_a_file(buf.file)));
     }
     spec->buffers.push_back(std::move(buf));
   }
@@ -438,7 +431,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       r.require(f.is_string(), "reference files: a file name per output buffer");
       reference.files[name] = resolve(base, f.get<std::string>());
       r.require(fs::is_regular_file(reference.files[name], ec),
-                fmt::format("reference file {} {}", reference.files[name].string(), no_file(reference.files[name])));
+                fmt::format("reference file {} {}", reference.files[name].string(),
+                            not_a_file(reference.files[name])));
     }
   } else {
     reference.kind = ref.contains("kernel") ? ReferenceSpec::Kind::kKernel : ReferenceSpec::Kind::kConfig;

@@ -326,7 +326,7 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
     } else {
       ArrayFile a = read_array_file(b.file, b.name);
       KTUNE_REQUIRE(a.dtype == h.dtype && a.bytes.size() == n * templates::size_of(h.dtype),
-                    fmt::format("{}: buffer '{}' is {} {} values, but {} holds {} bytes of {}", name(), b.name, n,
+                    fmt::format("{}: buffer '{}' is {} {} values, but {} holds {} bytes of {}", origin(), b.name, n,
                                 templates::to_string(h.dtype), b.file.string(), a.bytes.size(),
                                 templates::to_string(a.dtype)));
       h.bytes = std::move(a.bytes);
@@ -340,7 +340,7 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
       const auto& path = spec_->reference.files.at(h.name);
       ArrayFile a = read_array_file(path, h.name);
       KTUNE_REQUIRE(a.dtype == h.dtype && a.bytes.size() == h.bytes.size(),
-                    fmt::format("{}: answer {} holds {} bytes of {}, buffer '{}' is {} bytes of {}", name(),
+                    fmt::format("{}: answer {} holds {} bytes of {}, buffer '{}' is {} bytes of {}", origin(),
                                 path.string(), a.bytes.size(), templates::to_string(a.dtype), h.name, h.bytes.size(),
                                 templates::to_string(h.dtype)));
       h.expected = std::move(a.bytes);
@@ -356,7 +356,7 @@ void SpecFamily::require_checkable(const Problem& problem, const templates::Scal
                     spec_->reference.kind != ReferenceSpec::Kind::kFiles,
                 fmt::format("{}: its answers come from files, computed at the spec's parameter values; other values "
                             "cannot be checked",
-                            name()));
+                            origin()));
 }
 
 void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,

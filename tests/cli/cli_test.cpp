@@ -374,6 +374,21 @@ TEST_CASE("CLI: --problem without a dtype takes the first problem class's, and d
   CHECK(rc == 2);
   CHECK_THAT(out, Catch::Contains("unknown key 'x'"));
   CHECK(problem_of(R"({"rows":5,"dim":"wide"})").first == 2);
+  // The error names the short form too.
+  CHECK_THAT(problem_of(R"({"dtype":"bf16","rows":5,"dim":96})").second,
+             Catch::Contains("unknown key 'dim'") && Catch::Contains("or the dims alone"));
+  // A spec's dimension may be called "dims": the wrapper's is an object.
+  const auto dir = ktune::test::scratch_dir("cli-problem-dims");
+  const std::filesystem::path example = std::filesystem::path(KTUNE_SOURCE_DIR) / "examples/reduction";
+  std::filesystem::copy_file(example / "reduction.cu", dir / "reduction.cu");
+  std::string spec = ktune::read_file(example / "reduction.json");
+  for (std::size_t at; (at = spec.find("cols")) != std::string::npos;) spec.replace(at, 4, "dims");
+  std::ofstream(dir / "reduction.json") << spec;
+  std::string listed;
+  CHECK(run_command(ktune_exe().string() + " render --space --spec " + (dir / "reduction.json").string() +
+                        " --problem '{\"rows\":16,\"dims\":1020}' 2>&1",
+                    &listed) == 0);
+  CHECK_THAT(listed, Catch::Contains("dims=1020"));
 }
 
 TEST_CASE("CLI: output files are checked before the work: unwritable is exit 2, nothing done", "[cli]") {
@@ -425,9 +440,9 @@ TEST_CASE("CLI: input files are checked before the work: a missing one is exit 2
     INFO(args);
     CHECK(run_bad(args + missing, &out) == 2);
     const std::string option = args.substr(args.rfind(" --") + 1, args.size() - args.rfind(" --") - 2);
-    CHECK_THAT(out, Catch::Contains(option + ": File does not exist: " + missing));
+    CHECK_THAT(out, Catch::Contains(option + ": " + missing + " does not exist"));
     CHECK(run_bad(args + dir.string(), &out) == 2);  // a folder is not a file
-    CHECK_THAT(out, Catch::Contains("directory"));
+    CHECK_THAT(out, Catch::Contains(dir.string() + " is a folder, not a file"));
   }
 }
 

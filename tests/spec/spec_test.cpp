@@ -296,9 +296,9 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
   }
   SECTION("a missing source") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "reduction.cu", "reduce.cu"); });
-    CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' not found"));
+    CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' does not exist"));
     fs::create_directory(dir / "reduce.cu");  // a folder by that name is said to be one
-    CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' is a folder"));
+    CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' is a folder, not a file"));
   }
   SECTION("the command line: exit 2, one line, nothing written") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "threads * vec <= cols", "thread * vec <= cols"); });

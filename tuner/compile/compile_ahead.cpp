@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "tuner/compile/compiler.hpp"
@@ -23,7 +24,14 @@ namespace {
 /// it there, and compiles everything itself.
 [[noreturn]] void serve(const templates::Family& family, const templates::Problem& problem, const std::string& arch,
                         unsigned threads, int fd) {
-  const Compiler compiler;
+  // A forked child: an exception here would unwind into the parent's stack, copied (its locks' destructors).
+  std::optional<Compiler> made;
+  try {
+    made.emplace();
+  } catch (...) {
+    ::_exit(1);  // the runner compiles what it needs itself
+  }
+  const Compiler& compiler = *made;
   std::mutex mutex;
   std::condition_variable ready;
   std::deque<Config> queue;

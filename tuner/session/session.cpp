@@ -70,7 +70,6 @@ std::string kept_note(const Record& first, const Record& best, const std::string
                      intervals.empty() ? "" : " (" + intervals + ")", who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
 }
 
-/// Appends one line and flushes it to disk before the session goes on.
 /// A session's log, written from its first result on: a session that ends
 /// before one (a reference that fails, a stop at once) leaves the file where
 /// it was, and the earlier default log it would keep (`keep_as`) in place.
@@ -80,6 +79,7 @@ class SessionLog {
   SessionLog(const std::string& path, bool truncate, std::string keep_as)
       : path_(path), truncate_(truncate), keep_as_(std::move(keep_as)) {}
   void header(const nlohmann::json& j) { header_ = j; }
+  /// Appends one line and flushes it to disk before the session goes on.
   void append(const nlohmann::json& j) {
     if (path_.empty()) return;
     if (!out_.is_open()) open();

@@ -484,6 +484,14 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
                     }()),
                     "the reference failed");
   CHECK_FALSE(fs::exists(dir / "fresh"));
+  // And one stopped before its first result (a signal at once).
+  ScriptedRunner stopped;
+  auto stopping = o;
+  stopping.should_stop = [] { return true; };
+  CHECK_FALSE(tune(family, problem, stopped, stopping).best.has_value());
+  CHECK(stopped.calls == 0);
+  CHECK(text(o.log_path) == second_log);
+  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
   // The user's own --log that holds results is refused without --resume, as a checkpoint is.
   o.default_log = false;
   ScriptedRunner third;
