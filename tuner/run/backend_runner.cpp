@@ -176,8 +176,8 @@ class BackendRunner final : public Runner {
       double held = 0;
       for (const auto& b : family.buffer_shapes(problem)) held += static_cast<double>(b.bytes);
       bytes = std::max(bytes, held);
-    } catch (const std::bad_alloc&) {  // the default buffer_shapes makes the workload
-    } catch (const std::length_error&) {
+    } catch (const std::bad_alloc&) {  // the default buffer_shapes makes the workload: it fails again, where it
+    } catch (const std::length_error&) {  // failed, after the buffers before (an error path's seconds)
     }
     return fmt::format("{} {}: too large to check on this host: its inputs and the CPU reference's results need at "
                        "least {:.0f} bytes ({:.1f} GiB) of host memory, more than it gives; check a smaller problem",
