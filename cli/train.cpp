@@ -11,6 +11,8 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <string>
+#include <string_view>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -43,16 +45,17 @@ std::optional<std::int64_t> record_step(const std::string& line) {
 }
 
 /// Refuses a --metrics file that is not a run's records (JSON objects with a
-/// step, one a line; the last may be one cut short by a kill: no newline
-/// after it, and a JSON object's start): a resumed run would rewrite it, a
-/// new one replace it.
+/// step, one a line; the last may be one cut short by a kill or a full disk:
+/// no newline after it, and the start of a record, as short as its "{"): a
+/// resumed run would rewrite it, a new one replace it.
 void check_metrics(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path)) return;
   const std::string text = read_file(path);
   std::istringstream lines(text);
   std::vector<std::string> all;
   for (std::string line; std::getline(lines, line);) all.push_back(line);
-  const bool cut = !text.empty() && text.back() != '\n' && all.back().rfind("{\"", 0) == 0;
+  const bool cut = !text.empty() && text.back() != '\n' && !all.back().empty() &&
+                   std::string_view("{\"").starts_with(std::string_view(all.back()).substr(0, 2));
   for (std::size_t i = 0; i < all.size() && (i + 1 < all.size() || !cut); ++i) {
     KTUNE_REQUIRE(record_step(all[i]).has_value(),
                   fmt::format("--metrics {}: line {} is no step record of a ktune run; give the run's metrics file, "

@@ -189,6 +189,17 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
   CHECK(run_bad(train + "--metrics " + notes.string(), &err) == 2);
   CHECK_THAT(err, Catch::Contains("line 1 is no step record"));
   CHECK(read_all(notes) == "my notes\n");
+  // A record cut short at any byte (a kill, a full disk), down to its "{", is dropped, and the run goes on.
+  const auto copy = dir / "copy.ckpt", metrics = dir / "m.jsonl";
+  std::filesystem::copy_file(ckpt, copy);
+  std::ofstream(metrics) << "{\"step\":1}\n{";
+  REQUIRE(run_command(ktune_exe().string() + " train --model tiny --ctx 8 --batch 2 --steps 2 --checkpoint " +
+                          copy.string() + " --resume --metrics " + metrics.string() + " >/dev/null",
+                      &err) == 0);
+  std::ifstream records(metrics);
+  std::vector<std::int64_t> steps;
+  for (std::string line; std::getline(records, line);) steps.push_back(nlohmann::json::parse(line).at("step"));
+  CHECK(steps == std::vector<std::int64_t>{1, 2});
   // Without --resume, a run would write over the checkpoint: a forgotten --resume lost the run's progress.
   const std::string checkpointed = read_all(ckpt);
   CHECK(run_bad(train + "--checkpoint " + ckpt.string(), &err) == 2);
