@@ -25,40 +25,46 @@
 
 namespace {
 
-/// "unknown subcommand 'x' of bench; one of: ..." when the word after the
-/// deepest command parsed names none of its subcommands (CLI11 says only
-/// that one is required).
-/// The deepest command parsed and the words of the line left over.
-std::pair<const CLI::App*, std::vector<std::string>> leftover(const CLI::App& app) {
+/// The deepest command parsed (`app` itself where none was).
+const CLI::App* deepest(const CLI::App& app) {
   const CLI::App* level = &app;
   while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
+  return level;
+}
+
+/// "adam, e2e, ...": the subcommands `level` takes.
+std::string subcommand_names(const CLI::App* level) {
+  std::vector<std::string> names;
+  for (const CLI::App* s : level->get_subcommands({})) names.push_back(s->get_name());
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+/// The deepest command parsed and the words of the line left over.
+std::pair<const CLI::App*, std::vector<std::string>> leftover(const CLI::App& app) {
+  const CLI::App* level = deepest(app);
   auto rest = level->remaining();
   if (rest.empty()) rest = app.remaining();  // a word a subcommand does not know falls through to the top
   return {level, rest};
 }
 
+/// "unknown subcommand 'x' of bench; one of: ..." when the word after the
+/// deepest command parsed names none of its subcommands (CLI11 says only
+/// that one is required).
 std::optional<std::string> unknown_subcommand(const CLI::App& app) {
   const auto [level, rest] = leftover(app);
-  const auto subcommands = level->get_subcommands({});
-  if (rest.empty() || subcommands.empty() || rest.front().rfind('-', 0) == 0) return std::nullopt;
-  std::vector<std::string> names;
-  for (const CLI::App* s : subcommands) names.push_back(s->get_name());
+  if (rest.empty() || level->get_subcommands({}).empty() || rest.front().rfind('-', 0) == 0) return std::nullopt;
   return fmt::format("unknown subcommand '{}' of {}; one of: {}", rest.front(),
-                     level == &app ? std::string("ktune") : level->get_name(), fmt::join(names, ", "));
+                     level == &app ? std::string("ktune") : level->get_name(), subcommand_names(level));
 }
 
 /// "bench needs a subcommand, one of: adam, e2e, ..." for CLI11's "A
 /// subcommand is required" (`ktune`, `ktune bench`).
 std::optional<std::string> missing_subcommand(const CLI::App& app, const CLI::ParseError& e) {
   if (!dynamic_cast<const CLI::RequiredError*>(&e)) return std::nullopt;
-  const CLI::App* level = &app;
-  while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
-  const auto subcommands = level->get_subcommands({});
-  if (subcommands.empty()) return std::nullopt;
-  std::vector<std::string> names;
-  for (const CLI::App* s : subcommands) names.push_back(s->get_name());
+  const CLI::App* level = deepest(app);
+  if (level->get_subcommands({}).empty()) return std::nullopt;
   return fmt::format("{}, one of: {}", level == &app ? std::string("give a command") : level->get_name() +
-                     " needs a subcommand", fmt::join(names, ", "));
+                     " needs a subcommand", subcommand_names(level));
 }
 
 /// "unknown option '--famly' of tune (did you mean '--family'?)" for the
@@ -90,8 +96,7 @@ std::optional<std::string> repeated_option(const std::string& what) {
 /// What a command that found no device could do instead: the emulation,
 /// where the command takes --backend.
 std::string no_device_hint(const CLI::App& app) {
-  const CLI::App* level = &app;
-  while (!level->get_subcommands().empty()) level = level->get_subcommands().front();
+  const CLI::App* level = deepest(app);
   return level != &app && level->get_option_no_throw("--backend")
              ? "; --backend emu runs it without one, on the CPU under the host emulation"
              : "";
