@@ -163,7 +163,7 @@ void add_compile_command(CLI::App& app, Global& global) {
     const auto s = tuner::compile_check(families, opts->check, compiler);
     progress.finish();
     if (global.json) {
-      nlohmann::json j = {{"summary", s.line()}, {"failures", s.failures}, {"variants", s.rows.size()},
+      nlohmann::json j = {{"summary", s.line()}, {"failures", s.failures}, {"variants", s.rows.size() - s.not_compiled},
                           {"invalid", s.invalid}, {"not_stored", tuner::not_stored_so_far().compiles}};
       for (const auto& r : s.rows) {
         nlohmann::json row = {{"family", r.family}, {"problem", r.problem.to_json()}, {"config", r.config.to_json()},

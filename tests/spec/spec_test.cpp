@@ -400,7 +400,9 @@ TEST_CASE("spec: compile fails a problem no config of whose space is valid, as r
   CHECK(s.rows[0].is_default);
   CHECK(s.rows[0].failure ==
         "default config not valid here (restriction 'vec > 100' does not hold); no config of the space is");
-  CHECK(s.unique_sources == 0);  // nothing compiled
+  CHECK(s.unique_sources == 0);  // nothing compiled, and the summary says so
+  CHECK(s.not_compiled == 1);
+  CHECK_THAT(s.line(), Catch::StartsWith("compiled 0 variants (0 unique sources"));
   std::string out;
   CHECK(ktune::test::run_command(ktune::test::ktune_exe().string() + " compile --spec " + path.string() + " 2>&1",
                                  &out) == 1);

@@ -18,7 +18,7 @@ std::string CompileCheckSummary::line() const {
   // The binary cache holds sources: variants that render the same source share one.
   return fmt::format("compiled {} variants ({} unique sources, {} of them cached) for {}: {} failures, {} invalid "
                      "(constraints), {:.1f} s",
-                     rows.size(), unique_sources, cache_hits, arch, failures, invalid, seconds);
+                     rows.size() - not_compiled, unique_sources, cache_hits, arch, failures, invalid, seconds);
 }
 
 namespace {
@@ -124,6 +124,7 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
   for (std::size_t i = 0; i < s.rows.size(); ++i) {
     auto& row = s.rows[i];
     if (row_source[i] == kNoSource) {
+      ++s.not_compiled;
       ++s.failures;
       continue;
     }

@@ -37,10 +37,12 @@ struct CompileCheckSummary {
   std::size_t invalid = 0;   ///< configs the families' constraints exclude ("invalid (constraints)")
   std::map<std::string, std::size_t> invalid_by_family;
   std::size_t unique_sources = 0;
+  std::size_t not_compiled = 0;  ///< rows of a default config the problem's constraints exclude: never rendered
   std::size_t failures = 0;
   std::size_t cache_hits = 0;
   double seconds = 0;
-  /// "compiled N variants (U unique sources) for sm_90: F failures, H cached, I invalid (constraints), T s"
+  /// "compiled N variants (U unique sources, H of them cached) for sm_90: F failures, I invalid (constraints),
+  /// T s", N the rows compiled (not those not_compiled, which count as failures)
   std::string line() const;
 };
 
