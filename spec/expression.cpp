@@ -4,8 +4,13 @@
 #include <fmt/ranges.h>
 #include <muParser.h>
 
+#include <algorithm>
+#include <array>
+#include <cctype>
 #include <cmath>
 #include <limits>
+#include <string_view>
+#include <vector>
 
 #include "base/error.hpp"
 
@@ -17,8 +22,91 @@ double floor_of(double a) { return std::floor(a); }
 double ceil_of(double a) { return std::ceil(a); }
 double ceil_div(double a, double b) { return b == 0 ? std::numeric_limits<double>::quiet_NaN() : std::ceil(a / b); }
 double floor_div(double a, double b) { return b == 0 ? std::numeric_limits<double>::quiet_NaN() : std::floor(a / b); }
+double power(double a, double b) { return std::pow(a, b); }
+double logical_not(double a) { return a == 0 ? 1 : 0; }
+
+// Python's words and muparser's spelling of them, padded to the word's length so a syntax error's position in
+// the rewritten text is its position in the text as written.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kWords{
+    {{"and", "&& "}, {"or", "||"}, {"not", "!  "}, {"True", "1   "}, {"False", "0    "}}};
+
+bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
+
+/// `text` with Python's words in muparser's spelling (whole words only: `order`, `nothing` stay).
+std::string with_operators(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    if (!name_char(text[i])) {
+      out += text[i++];
+      continue;
+    }
+    std::size_t end = i;
+    while (end < text.size() && name_char(text[end])) ++end;
+    const std::string_view word(text.data() + i, end - i);
+    const auto it = std::find_if(kWords.begin(), kWords.end(), [&](const auto& w) { return w.first == word; });
+    out += it == kWords.end() ? word : it->second;
+    i = end;
+  }
+  return out;
+}
+
+/// The comparison operator at `s[i]`, or 0 characters: <=, >=, ==, !=, <, >.
+std::size_t comparison_at(std::string_view s, std::size_t i) {
+  if (i + 1 < s.size() && s[i + 1] == '=' && (s[i] == '<' || s[i] == '>' || s[i] == '=' || s[i] == '!')) return 2;
+  return s[i] == '<' || s[i] == '>' ? 1 : 0;
+}
+
+/// Python's chained comparisons as muparser's conjunctions, at every depth of parentheses: within each span
+/// between `&&`, `||`, `?`, `:` and `,`, `a < b <= c` becomes `((a < b)&&(b <= c))`, a leading `!` (Python's
+/// `not`, looser than a comparison) kept outside, where muparser would take `(a < b) <= c`. `s` has parsed.
+std::string unchain(std::string_view s) {
+  std::string out;
+  std::vector<std::string> operands(1), ops;
+  const auto end_span = [&] {
+    if (ops.size() < 2) {
+      for (std::size_t k = 0; k < operands.size(); ++k) out += (k ? ops[k - 1] : "") + operands[k];
+    } else {
+      std::string& first = operands.front();
+      const std::size_t body = std::min(first.find_first_not_of(" \t!"), first.size());
+      out += first.substr(0, body) + "(";
+      first.erase(0, body);
+      for (std::size_t k = 0; k < ops.size(); ++k)
+        out += fmt::format("{}({}{}{})", k ? "&&" : "", operands[k], ops[k], operands[k + 1]);
+      out += ")";
+    }
+    operands.assign(1, "");
+    ops.clear();
+  };
+  for (std::size_t i = 0; i < s.size();) {
+    if (s[i] == '(') {
+      std::size_t depth = 1, j = i + 1;
+      for (; j < s.size() && depth > 0; ++j) depth += s[j] == '(' ? 1 : s[j] == ')' ? -1 : 0;
+      operands.back() += "(" + unchain(s.substr(i + 1, j - i - 2)) + ")";
+      i = j;
+    } else if (const std::size_t n = comparison_at(s, i); n > 0) {
+      ops.emplace_back(s.substr(i, n));
+      operands.emplace_back();
+      i += n;
+    } else if (const std::size_t n = s.substr(i, 2) == "&&" || s.substr(i, 2) == "||"       ? 2
+                                     : s[i] == '?' || s[i] == ':' || s[i] == ','            ? 1
+                                                                                            : 0;
+               n > 0) {
+      end_span();
+      out += s.substr(i, n);
+      i += n;
+    } else {
+      operands.back() += s[i++];
+    }
+  }
+  end_span();
+  return out;
+}
 
 }  // namespace
+
+bool is_expression_word(const std::string& name) {
+  return std::any_of(kWords.begin(), kWords.end(), [&](const auto& w) { return w.first == name; });
+}
 
 struct Expression::Parser {
   mu::Parser parser;
@@ -31,13 +119,22 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
   parser_->slots.assign(names_.size(), 0.0);
   try {
     p.DefineOprt("%", remainder_of, mu::prMUL_DIV, mu::oaLEFT, true);
+    p.DefineOprt("//", floor_div, mu::prMUL_DIV, mu::oaLEFT, true);
+    p.DefineOprt("**", power, mu::prPOW, mu::oaRIGHT, true);
+    p.DefineInfixOprt("!", logical_not, mu::prLOGIC);  // looser than a comparison, as Python's `not`
     p.DefineFun("floor", floor_of);
     p.DefineFun("ceil", ceil_of);
     p.DefineFun("ceil_div", ceil_div);
     p.DefineFun("div", floor_div);
     for (std::size_t i = 0; i < names_.size(); ++i) p.DefineVar(names_[i], &parser_->slots[i]);
-    p.SetExpr(text_);
+    // Parsed as written first (Python's words respelt in place), so a syntax error's position is the text's.
+    const std::string spelt = with_operators(text_);
+    p.SetExpr(spelt);
     p.Eval();  // parses now, so a bad expression is reported when the spec is read
+    if (const std::string unchained = unchain(spelt); unchained != spelt) {
+      p.SetExpr(unchained);
+      p.Eval();
+    }
   } catch (const mu::Parser::exception_type& e) {
     if (e.GetCode() == mu::ecUNASSIGNABLE_TOKEN)
       throw_error(ErrorKind::kInvalidInput,

@@ -3,7 +3,10 @@
 // problem dimensions, evaluated by muparser. Beside muparser's own operators
 // (+ - * / ^, comparisons, && ||, ?:) and functions (min, max, abs, ...)
 // they have `%` (remainder), floor, ceil, ceil_div(a, b) and div(a, b)
-// (floor division), so integer geometry reads as in CUDA host code.
+// (floor division), so integer geometry reads as in CUDA host code; and
+// Python's spelling, as Kernel Tuner's restrictions are written: `and`, `or`,
+// `not`, `True`, `False`, `//` (floor division), `**` (power) and chained
+// comparisons (`32 <= x * y <= 1024` is `32 <= x * y && x * y <= 1024`).
 #pragma once
 #include <map>
 #include <memory>
@@ -15,6 +18,11 @@ namespace ktune::spec {
 
 /// Values of the names an expression may use.
 using Values = std::map<std::string, double>;
+
+/// Whether `name` is a word expressions read as an operator or a constant
+/// (Python's and, or, not, True, False), which no tunable, dimension or
+/// parameter may be named.
+bool is_expression_word(const std::string& name);
 
 /// One expression, checked against the names it may use when it is made.
 /// Evaluation is serialised (muparser's parser is not reentrant), so one

@@ -24,6 +24,13 @@ using nlohmann::json;
 using templates::DType;
 using templates::Role;
 
+/// The fault of a name that expressions read as Python's operator or constant.
+std::string reserved(const std::string& what, const std::string& name) {
+  return fmt::format("{} '{}' is a word of the expressions (Python's {}, as restrictions are written); name it "
+                     "otherwise",
+                     what, name, name);
+}
+
 /// Reads one spec; `where_` prefixes every message with the file's name.
 class Reader {
  public:
@@ -201,6 +208,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     templates::Problem p{spec->dtypes.front(), {}};
     r.require(dims.is_object(), what + " must be an object of dimension sizes");
     for (const auto& [k, v] : dims.items()) {
+      r.require(!is_expression_word(k), reserved(what + ": dimension", k));
       r.require(v.is_number_integer() && v.get<std::int64_t>() >= 1,
                 fmt::format("{}: dimension '{}' must be a positive integer, got {}", what, k, excerpt(v.dump())));
       p.dims[k] = v.get<std::int64_t>();
@@ -236,6 +244,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     const json& v = j["tunables"][name];
     r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
               fmt::format("tunable '{}' must be an identifier", name));
+    r.require(!is_expression_word(name), reserved("tunable", name));
     r.require(!dim_set.count(name), fmt::format("'{}' is both a tunable and a problem dimension", name));
     Param p{name, {}, "tunable of " + spec->name};
     json values = v;
@@ -283,6 +292,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     for (const auto& [name, v] : j["parameters"].items()) {
       r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
                 fmt::format("parameter '{}' must be an identifier", name));
+      r.require(!is_expression_word(name), reserved("parameter", name));
       r.require(std::find(all.begin(), all.end(), name) == all.end(),
                 fmt::format("'{}' is both a parameter and a problem dimension or tunable", name));
       r.require(v.is_number() && std::isfinite(v.get<double>()),

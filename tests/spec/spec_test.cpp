@@ -4,8 +4,10 @@
 // follows the files, and constructs the emulation lacks are named.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -122,6 +124,43 @@ TEST_CASE("spec: expressions do integer geometry and name what they lack", "[spe
   CHECK_THROWS_WITH(Expression("block_x * (2 <= 1024", "restriction", {"block_x"}), Catch::Contains("restriction: "));
 }
 
+TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restrictions are written", "[spec]") {
+  // Each against the same condition written in C++, over a grid of values.
+  using Fn = std::function<bool(double, double)>;
+  const std::vector<std::pair<std::string, Fn>> cases = {
+      {"32 <= x * y <= 1024", [](double x, double y) { return 32 <= x * y && x * y <= 1024; }},
+      {"x < y < x * 2 < 100", [](double x, double y) { return x < y && y < x * 2 && x * 2 < 100; }},
+      {"x % 32 == 0 and not y > 4 or x == 1",
+       [](double x, double y) { return (std::fmod(x, 32) == 0 && !(y > 4)) || x == 1; }},
+      {"not 1 < x < 8", [](double x, double) { return !(1 < x && x < 8); }},
+      {"y > 2 and not 1 < x <= 8", [](double x, double y) { return y > 2 && !(1 < x && x <= 8); }},
+      {"x // 3 == y ** 2", [](double x, double y) { return std::floor(x / 3) == y * y; }},
+      {"2 ** y ** 2 >= x", [](double x, double y) { return std::pow(2, y * y) >= x; }},
+      {"min(1 < x < 4, y) == True", [](double x, double y) { return std::min<double>(1 < x && x < 4, y) == 1; }},
+      {"(x > 4) == (y > 2) != False", [](double x, double y) { return ((x > 4) == (y > 2)) && ((y > 2) != 0); }},
+      {"x > y ? 0 < y < 3 : x == y == 2", [](double x, double y) { return x > y ? 0 < y && y < 3 : x == y && y == 2; }},
+      {"x != y >= 2", [](double x, double y) { return x != y && y >= 2; }},
+  };
+  for (const auto& [text, expected] : cases) {
+    const Expression e(text, "restriction", {"x", "y"});
+    for (double x : {1, 2, 3, 4, 5, 8, 12, 31, 32, 33, 64, 96, 128, 512})
+      for (double y = 0; y <= 8; ++y) {
+        INFO(text << " at x " << x << ", y " << y);
+        CHECK(e.eval({{"x", x}, {"y", y}}) == (expected(x, y) ? 1 : 0));
+      }
+  }
+  // Whole words only: names that start or end with one are names.
+  const Expression words("order and nothing or notably", "restriction", {"order", "nothing", "notably"});
+  CHECK(words.eval({{"order", 1}, {"nothing", 0}, {"notably", 0}}) == 0);
+  CHECK(words.eval({{"order", 1}, {"nothing", 2}, {"notably", 0}}) == 1);
+  CHECK(words.text() == "order and nothing or notably");
+  // A syntax error is found in the text as written.
+  CHECK_THROWS_WITH(Expression("x and (y", "restriction", {"x", "y"}), Catch::Contains("restriction: "));
+  CHECK_THROWS_WITH(Expression("x < y <", "restriction", {"x", "y"}), Catch::Contains("restriction: "));
+  CHECK(ktune::spec::is_expression_word("not"));
+  CHECK_FALSE(ktune::spec::is_expression_word("note"));
+}
+
 TEST_CASE("spec: a scalar argument outside its type's range refuses the launch", "[spec]") {
   const auto& family = load_spec_family(example("reduction/reduction.json"));  // cols goes as an i32
   const auto device = DeviceLimits::for_arch("sm_90");
@@ -235,6 +274,10 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     });
     CHECK(load_error(path) == path.string() + ": buffer 'unused' is passed by no argument, so no kernel would see "
                                               "it; name it in 'args'");
+  }
+  SECTION("a tunable named as a word of the expressions") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"vec\"", "\"or\""); });
+    CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": tunable 'or' is a word of the expressions"));
   }
   SECTION("a tunable value listed twice") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "[1, 2, 4, 8]", "[1, 2, 4, 4, 8]"); });
