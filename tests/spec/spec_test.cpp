@@ -452,6 +452,23 @@ TEST_CASE("spec: compile fails a problem no config of whose space is valid, as r
   CHECK_THAT(out, Catch::Contains("FAIL row_sum") && Catch::Contains("1 failures"));
 }
 
+TEST_CASE("spec: compile compiles, and runs no reference", "[spec]") {
+  // A reference that leaves outputs unwritten fails run and tune; compile never runs it (a matmul's reference,
+  // emulated at a real problem's size, took minutes there).
+  const auto dir = ktune::test::scratch_dir("spec-compile-no-reference");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"reference\": {\"config\": {\"threads\": 32, \"vec\": 1}}",
+            "\"reference\": {\"kernel\": \"row_sum<32, 1>\", \"grid\": 1, \"block\": 32}");
+  });
+  ktune::tuner::CompileCheckOptions o;
+  o.arch = "sm_90";
+  const auto s = ktune::tuner::compile_check({&load_spec_family(path)}, o, ktune::tuner::Compiler());
+  CHECK(s.failures == 0);
+  CHECK(s.rows.size() == 1);
+  CHECK_THROWS_WITH(load_spec_family(path).make_workload(load_spec_family(path).problem_classes().front(), 1),
+                    Catch::Contains("left NaN or Inf in buffer 'y'"));
+}
+
 TEST_CASE("spec: constructs the emulation lacks are named with their line", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-gaps");
   const auto path = reduction_copy(dir, [](std::string&) {});

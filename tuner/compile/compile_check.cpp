@@ -138,9 +138,8 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
     // addresses stand in: a plan only packs them).
     const auto& family = *row_family[i];
     auto& fake = addresses[row.family + "|" + row.problem.key()];
-    if (fake.empty())
-      for (std::size_t b = 0; b < family.make_workload(row.problem, 1).buffers.size(); ++b)
-        fake.push_back((b + 1) << 32);
+    if (fake.empty())  // the buffers' count, not the workload (a spec's reference kernel, emulated, at full size)
+      for (std::size_t b = 0; b < family.buffer_shapes(row.problem).size(); ++b) fake.push_back((b + 1) << 32);
     std::vector<std::string> names;
     for (const auto& k : row.result.kernels) names.push_back(k.name_expression);
     const auto fit = exec::check_fit(names, row.result.kernels, family.plan(row.config, row.problem, fake, limits),
