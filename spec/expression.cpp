@@ -17,12 +17,18 @@
 namespace ktune::spec {
 namespace {
 
-double remainder_of(double a, double b) { return b == 0 ? std::numeric_limits<double>::quiet_NaN() : std::fmod(a, b); }
+// Python's remainder: the sign of the divisor, so a == a // b * b + a % b with floor division.
+double remainder_of(double a, double b) {
+  if (b == 0) return std::numeric_limits<double>::quiet_NaN();
+  const double r = std::fmod(a, b);
+  return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
 double floor_of(double a) { return std::floor(a); }
 double ceil_of(double a) { return std::ceil(a); }
 double ceil_div(double a, double b) { return b == 0 ? std::numeric_limits<double>::quiet_NaN() : std::ceil(a / b); }
 double floor_div(double a, double b) { return b == 0 ? std::numeric_limits<double>::quiet_NaN() : std::floor(a / b); }
 double power(double a, double b) { return std::pow(a, b); }
+double truncated(double a) { return std::trunc(a); }
 double logical_not(double a) { return a == 0 ? 1 : 0; }
 
 // Python's words and muparser's spelling of them, padded to the word's length so a syntax error's position in
@@ -56,24 +62,31 @@ std::size_t comparison_at(std::string_view s, std::size_t i) {
   return s[i] == '<' || s[i] == '>' ? 1 : 0;
 }
 
-/// Python's chained comparisons as muparser's conjunctions, at every depth of parentheses: within each span
-/// between `&&`, `||`, `?`, `:` and `,`, `a < b <= c` becomes `((a < b)&&(b <= c))`, a leading `!` (Python's
-/// `not`, looser than a comparison) kept outside, where muparser would take `(a < b) <= c`. `s` has parsed.
+/// Python's precedence of `not` and its chained comparisons in muparser's terms, at every depth of
+/// parentheses. Within each span between `&&`, `||`, `?`, `:` and `,`: `a < b <= c` becomes
+/// `((a < b)&&(b <= c))`, where muparser would take `(a < b) <= c`; and the `!`s (Python's `not`) that lead a
+/// span apply to all of it, one after another (`! ! a < -b` is `!(!(a < -b))`: muparser's prefix operator
+/// takes neither another nor a sign after it).
 std::string unchain(std::string_view s) {
   std::string out;
   std::vector<std::string> operands(1), ops;
   const auto end_span = [&] {
+    std::string& first = operands.front();
+    const std::size_t lead = std::min(first.find_first_not_of(" \t"), first.size());
+    const std::size_t body = std::min(first.find_first_not_of(" \t!"), first.size());
+    const auto nots = static_cast<std::size_t>(std::count(first.begin() + lead, first.begin() + body, '!'));
+    out += first.substr(0, lead);
+    for (std::size_t k = 0; k < nots; ++k) out += "!(";
+    first.erase(0, body);
     if (ops.size() < 2) {
       for (std::size_t k = 0; k < operands.size(); ++k) out += (k ? ops[k - 1] : "") + operands[k];
     } else {
-      std::string& first = operands.front();
-      const std::size_t body = std::min(first.find_first_not_of(" \t!"), first.size());
-      out += first.substr(0, body) + "(";
-      first.erase(0, body);
+      out += "(";
       for (std::size_t k = 0; k < ops.size(); ++k)
         out += fmt::format("{}({}{}{})", k ? "&&" : "", operands[k], ops[k], operands[k + 1]);
       out += ")";
     }
+    out += std::string(nots, ')');
     operands.assign(1, "");
     ops.clear();
   };
@@ -81,7 +94,8 @@ std::string unchain(std::string_view s) {
     if (s[i] == '(') {
       std::size_t depth = 1, j = i + 1;
       for (; j < s.size() && depth > 0; ++j) depth += s[j] == '(' ? 1 : s[j] == ')' ? -1 : 0;
-      operands.back() += "(" + unchain(s.substr(i + 1, j - i - 2)) + ")";
+      // (An unclosed parenthesis runs to the end: the text does not parse, and its error is the text's.)
+      operands.back() += "(" + unchain(s.substr(i + 1, depth > 0 ? j - i - 1 : j - i - 2)) + (depth > 0 ? "" : ")");
       i = j;
     } else if (const std::size_t n = comparison_at(s, i); n > 0) {
       ops.emplace_back(s.substr(i, n));
@@ -118,6 +132,7 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
   auto& p = parser_->parser;
   parser_->slots.assign(names_.size(), 0.0);
   try {
+    p.ClearConst();  // muparser's _pi and _e: names a tunable may take
     p.DefineOprt("%", remainder_of, mu::prMUL_DIV, mu::oaLEFT, true);
     p.DefineOprt("//", floor_div, mu::prMUL_DIV, mu::oaLEFT, true);
     p.DefineOprt("**", power, mu::prPOW, mu::oaRIGHT, true);
@@ -126,21 +141,36 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
     p.DefineFun("ceil", ceil_of);
     p.DefineFun("ceil_div", ceil_div);
     p.DefineFun("div", floor_div);
+    p.DefineFun("int", truncated);
     for (std::size_t i = 0; i < names_.size(); ++i) p.DefineVar(names_[i], &parser_->slots[i]);
-    // Parsed as written first (Python's words respelt in place), so a syntax error's position is the text's.
+    // muparser assigns with a lone '=': a restriction 'x = 64' held for every config, silently.
+    for (std::size_t i = 0; i < text_.size(); ++i)
+      KTUNE_REQUIRE(text_[i] != '=' || (i > 0 && std::string_view("<>!=").find(text_[i - 1]) != std::string::npos) ||
+                        (i + 1 < text_.size() && text_[i + 1] == '='),
+                    fmt::format("{}: '=' at position {} would assign; write '==' to compare", what_, i));
     const std::string spelt = with_operators(text_);
-    p.SetExpr(spelt);
-    p.Eval();  // parses now, so a bad expression is reported when the spec is read
-    if (const std::string unchained = unchain(spelt); unchained != spelt) {
-      p.SetExpr(unchained);
+    try {
+      p.SetExpr(unchain(spelt));
+      p.Eval();  // parses now, so a bad expression is reported when the spec is read
+    } catch (const mu::Parser::exception_type&) {
+      // Said of the text as written (Python's words respelt in place), where its positions hold.
+      p.SetExpr(spelt);
       p.Eval();
+      throw;
     }
   } catch (const mu::Parser::exception_type& e) {
+    const std::string& token = e.GetToken();
+    if (e.GetCode() == mu::ecUNASSIGNABLE_TOKEN && !token.empty() && !name_char(token.front()))
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: '{}' at position {} is no operator of the expressions", what_, token.front(),
+                              e.GetPos()));
     if (e.GetCode() == mu::ecUNASSIGNABLE_TOKEN)
       throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("{}: unknown name '{}'; known: {}", what_, e.GetToken(),
+                  fmt::format("{}: unknown name '{}'; known: {}", what_, token,
                               names_.empty() ? std::string("none") : fmt::format("{}", fmt::join(names_, ", "))));
-    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", what_, e.GetMsg()));
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", what_,
+                                                      e.GetCode() == mu::ecINTERNAL_ERROR ? "incomplete expression"
+                                                                                          : e.GetMsg()));
   }
 }
 

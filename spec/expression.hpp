@@ -2,11 +2,11 @@
 // counts, scalar arguments, FLOP and byte counts) over the spec's tunables and
 // problem dimensions, evaluated by muparser. Beside muparser's own operators
 // (+ - * / ^, comparisons, && ||, ?:) and functions (min, max, abs, ...)
-// they have `%` (remainder), floor, ceil, ceil_div(a, b) and div(a, b)
-// (floor division), so integer geometry reads as in CUDA host code; and
-// Python's spelling, as Kernel Tuner's restrictions are written: `and`, `or`,
-// `not`, `True`, `False`, `//` (floor division), `**` (power) and chained
-// comparisons (`32 <= x * y <= 1024` is `32 <= x * y && x * y <= 1024`).
+// they have `%` (Python's remainder), floor, ceil, ceil_div(a, b) and
+// div(a, b) (floor division), and Python's spelling, as Kernel Tuner's
+// restrictions are written: `and`, `or`, `not` (also `!`), `True`, `False`,
+// `//` (floor division), `**` (power), int() and chained comparisons
+// (`32 <= x * y <= 1024` is `32 <= x * y && x * y <= 1024`).
 #pragma once
 #include <map>
 #include <memory>

@@ -124,6 +124,8 @@ TEST_CASE("spec: expressions do integer geometry and name what they lack", "[spe
   CHECK_THROWS_WITH(Expression("block_x * (2 <= 1024", "restriction", {"block_x"}), Catch::Contains("restriction: "));
 }
 
+double python_mod(double a, double b) { return a - b * std::floor(a / b); }
+
 TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restrictions are written", "[spec]") {
   // Each against the same condition written in C++, over a grid of values.
   using Fn = std::function<bool(double, double)>;
@@ -140,6 +142,12 @@ TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restricti
       {"(x > 4) == (y > 2) != False", [](double x, double y) { return ((x > 4) == (y > 2)) && ((y > 2) != 0); }},
       {"x > y ? 0 < y < 3 : x == y == 2", [](double x, double y) { return x > y ? 0 < y && y < 3 : x == y && y == 2; }},
       {"x != y >= 2", [](double x, double y) { return x != y && y >= 2; }},
+      {"not not x > 4", [](double x, double) { return x > 4; }},
+      {"not -x < -4 and (not not y)", [](double x, double y) { return !(-x < -4) && y != 0; }},
+      {"(32 - x * y) % 32 == 16", [](double x, double y) { return python_mod(32 - x * y, 32) == 16; }},
+      {"(x - 48) % -32 > -16", [](double x, double) { return python_mod(x - 48, -32) > -16; }},
+      {"int((y - x) / 3) == -1", [](double x, double y) { return std::trunc((y - x) / 3) == -1; }},
+      {"-x // 3 == (y - x) // 3", [](double x, double y) { return std::floor(-x / 3) == std::floor((y - x) / 3); }},
   };
   for (const auto& [text, expected] : cases) {
     const Expression e(text, "restriction", {"x", "y"});
@@ -157,6 +165,14 @@ TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restricti
   // A syntax error is found in the text as written.
   CHECK_THROWS_WITH(Expression("x and (y", "restriction", {"x", "y"}), Catch::Contains("restriction: "));
   CHECK_THROWS_WITH(Expression("x < y <", "restriction", {"x", "y"}), Catch::Contains("restriction: "));
+  CHECK_THROWS_WITH(Expression("x = 64", "restriction", {"x"}),
+                    "restriction: '=' at position 2 would assign; write '==' to compare");
+  CHECK_THROWS_WITH(Expression("x += 1", "restriction", {"x"}), Catch::Contains("'=' at position 3 would assign"));
+  CHECK_THROWS_WITH(Expression("x & 1 == 0", "restriction", {"x"}),
+                    "restriction: '&' at position 2 is no operator of the expressions");
+  CHECK_THROWS_WITH(Expression("not", "restriction", {"x"}), "restriction: incomplete expression");
+  // muparser's constants are no names of its: a tunable may take them.
+  CHECK(Expression("_pi * 2 + _e", "restriction", {"_pi", "_e"}).eval({{"_pi", 3}, {"_e", 1}}) == 7);
   CHECK(ktune::spec::is_expression_word("not"));
   CHECK_FALSE(ktune::spec::is_expression_word("note"));
 }
