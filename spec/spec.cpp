@@ -165,8 +165,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   const json j = parse_json_input(spec->text, path.string(), ErrorKind::kInvalidInput);
   r.require(j.is_object(), "a kernel spec is a JSON object");
   r.known_fields(j, "spec",
-                 {"name", "summary", "source", "sources", "include_dirs", "kernel", "defines", "dtypes", "problem",
-                  "problems", "tunables", "default", "candidates", "restrictions", "grid", "block", "shared_bytes",
+                 {"name", "summary", "source", "sources", "include_dirs", "kernel", "defines", "define_tunables",
+                  "dtypes", "problem", "problems", "tunables", "default", "candidates", "restrictions", "grid", "block", "shared_bytes",
                   "buffers", "args", "parameters", "reference", "tolerance", "flops", "bytes"});
   const fs::path base = path.parent_path().empty() ? fs::path(".") : path.parent_path();
 
@@ -314,6 +314,22 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
                 fmt::format("define '{}' must be a macro name", name));
       spec->defines.emplace_back(name, part_or_dtype(v, "define " + name));
+    }
+  }
+  // Kernel Tuner writes each tunable as a macro ahead of the source; `"define_tunables": true` does so, ahead of
+  // 'defines', so a Kernel Tuner kernel runs unchanged.
+  if (j.contains("define_tunables")) {
+    r.require(j["define_tunables"].is_boolean(), "'define_tunables' must be true or false");
+    if (j["define_tunables"].get<bool>()) {
+      std::vector<std::pair<std::string, std::unique_ptr<Expression>>> tunables;
+      for (const auto& p : spec->space.params()) {
+        r.require(std::none_of(spec->defines.begin(), spec->defines.end(),
+                               [&](const auto& d) { return d.first == p.name; }),
+                  fmt::format("'defines' names '{}', a tunable 'define_tunables' defines already", p.name));
+        tunables.emplace_back(p.name, r.expression(json(p.name), "define " + p.name, all));
+      }
+      spec->defines.insert(spec->defines.begin(), std::make_move_iterator(tunables.begin()),
+                           std::make_move_iterator(tunables.end()));
     }
   }
 

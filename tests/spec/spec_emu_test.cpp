@@ -354,6 +354,51 @@ __global__ void twice_reference(const T* x, T* y, int n) {
   CHECK_THAT(out, Catch::Contains("'dtype' is the problem's element type"));
 }
 
+TEST_CASE("spec emu: define_tunables runs a Kernel Tuner kernel unchanged, its tune parameters as macros",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-define-tunables");
+  // Kernel Tuner's vector_add with a tile of outputs per thread: block_size_x and tile_size_x are macros it
+  // writes ahead of the source.
+  std::ofstream(dir / "vector_add.cu") << R"cu(
+__global__ void vector_add(float* c, const float* a, const float* b, int n) {
+  const int i0 = (blockIdx.x * block_size_x + threadIdx.x) * tile_size_x;
+  for (int t = 0; t < tile_size_x; ++t)
+    if (i0 + t < n) c[i0 + t] = a[i0 + t] + b[i0 + t];
+}
+)cu";
+  nlohmann::json j = nlohmann::json::parse(R"json({"name": "vector_add", "source": "vector_add.cu",
+    "kernel": "vector_add", "define_tunables": true, "problem": {"n": 1001},
+    "tunables": {"block_size_x": [32, 64, 128], "tile_size_x": [1, 2, 4]},
+    "restrictions": ["32 <= block_size_x * tile_size_x <= 256"],
+    "grid": "ceil_div(n, block_size_x * tile_size_x)", "block": "block_size_x",
+    "buffers": [{"name": "c", "count": "n", "role": "output"}, {"name": "a", "count": "n"}, {"name": "b", "count": "n"}],
+    "args": ["c", "a", "b", {"type": "i32", "value": "n"}],
+    "reference": {"config": {"block_size_x": 32, "tile_size_x": 1}}})json");
+  std::ofstream(dir / "vector_add.json") << j.dump();
+  const std::string spec = (dir / "vector_add.json").string();
+  std::string out;
+  REQUIRE(run_command(ktune_exe().string() + " render --spec " + spec +
+                          " --config '{\"block_size_x\":64,\"tile_size_x\":4}' 2>&1",
+                      &out) == 0);
+  CHECK_THAT(out, Catch::Contains("#define block_size_x 64\n#define tile_size_x 4\n"));
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + spec +
+                        " --config '{\"block_size_x\":64,\"tile_size_x\":4}' 2>&1",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  // Without it, the kernel names what it lacks; a define of a tunable's name beside it is refused.
+  j.erase("define_tunables");
+  std::ofstream(dir / "plain.json") << j.dump();
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "plain.json").string() + " 2>&1",
+                    &out) != 0);
+  CHECK_THAT(out, Catch::Contains("block_size_x"));
+  j["define_tunables"] = true;
+  j["defines"] = {{"tile_size_x", "2"}};
+  std::ofstream(dir / "twice.json") << j.dump();
+  CHECK(run_command(ktune_exe().string() + " render --space --spec " + (dir / "twice.json").string() + " 2>&1",
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("'defines' names 'tile_size_x', a tunable 'define_tunables' defines already"));
+}
+
 TEST_CASE("spec emu: an atol passes an output whose answer is near zero, which no relative error can judge",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-atol");
