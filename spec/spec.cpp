@@ -166,8 +166,9 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   r.require(j.is_object(), "a kernel spec is a JSON object");
   r.known_fields(j, "spec",
                  {"name", "summary", "source", "sources", "include_dirs", "kernel", "defines", "define_tunables",
-                  "dtypes", "problem", "problems", "tunables", "default", "candidates", "restrictions", "grid", "block", "shared_bytes",
-                  "buffers", "args", "parameters", "reference", "tolerance", "flops", "bytes"});
+                  "dtypes", "problem", "problems", "tunables", "default", "candidates", "restrictions", "grid",
+                  "block", "shared_bytes", "buffers", "args", "parameters", "reference", "tolerance", "flops",
+                  "bytes"});
   const fs::path base = path.parent_path().empty() ? fs::path(".") : path.parent_path();
 
   spec->name = r.string_at(j, "name", "spec");

@@ -371,7 +371,8 @@ __global__ void vector_add(float* c, const float* a, const float* b, int n) {
     "tunables": {"block_size_x": [32, 64, 128], "tile_size_x": [1, 2, 4]},
     "restrictions": ["32 <= block_size_x * tile_size_x <= 256"],
     "grid": "ceil_div(n, block_size_x * tile_size_x)", "block": "block_size_x",
-    "buffers": [{"name": "c", "count": "n", "role": "output"}, {"name": "a", "count": "n"}, {"name": "b", "count": "n"}],
+    "buffers": [{"name": "c", "count": "n", "role": "output"}, {"name": "a", "count": "n"},
+                {"name": "b", "count": "n"}],
     "args": ["c", "a", "b", {"type": "i32", "value": "n"}],
     "reference": {"config": {"block_size_x": 32, "tile_size_x": 1}}})json");
   std::ofstream(dir / "vector_add.json") << j.dump();
