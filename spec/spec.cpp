@@ -348,7 +348,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   std::set<std::string> buffer_names;
   for (const auto& b : j["buffers"]) {
     r.require(b.is_object(), "a buffer is an object {\"name\", \"count\", \"role\", ...}");
-    r.known_fields(b, "buffer", {"name", "dtype", "count", "init", "file", "role", "tolerance"});
+    r.known_fields(b, "buffer", {"name", "dtype", "count", "init", "file", "role", "tolerance", "constant"});
     BufferSpec buf;
     buf.name = r.string_at(b, "name", "buffer");
     const std::string what = "buffer '" + buf.name + "'";
@@ -397,6 +397,16 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
                             buf.role == Role::kInput ? "an input" : "a scratch buffer"));
       read_tolerance(r, b["tolerance"], what + ": 'tolerance'", buf.tolerance, buf.atol);
     }
+    if (b.contains("constant")) {
+      buf.constant = r.string_at(b, "constant", what);
+      r.require(std::regex_match(buf.constant, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+                fmt::format("{}: 'constant' names a __constant__ variable of the source (an identifier), not '{}'",
+                            what, buf.constant));
+      r.require(buf.role == Role::kInput,
+                fmt::format("{}: a buffer copied into __constant__ '{}' is an input (constant memory is read-only "
+                            "to kernels)",
+                            what, buf.constant));
+    }
     if (buf.init == Init::kFile) {
       buf.file = resolve(base, r.string_at(b, "file", what));
       r.require(fs::is_regular_file(buf.file, ec),
@@ -426,12 +436,16 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     }
     spec->args.push_back(std::move(arg));
   }
-  // So does a buffer no argument passes: its output would stay poisoned, its input go unread.
+  // So does a buffer no argument passes: its output would stay poisoned, its input go unread (unless the kernel
+  // reads it from constant memory).
   for (const auto& b : spec->buffers)
-    r.require(std::any_of(spec->args.begin(), spec->args.end(),
-                          [&b](const ArgSpec& a) { return a.buffer == b.name; }),
-              fmt::format("buffer '{}' is passed by no argument, so no kernel would see it; name it in 'args'",
-                          b.name));
+    r.require(!b.constant.empty() || std::any_of(spec->args.begin(), spec->args.end(),
+                                                 [&b](const ArgSpec& a) { return a.buffer == b.name; }),
+              fmt::format("buffer '{}' is passed by no argument, so no kernel would see it; name it in 'args'{}",
+                          b.name,
+                          b.role == Role::kInput
+                              ? " (or copy it into a __constant__ variable of the source: \"constant\": \"name\")"
+                              : ""));
   // A parameter no argument reads reaches no kernel: a misspelt name, or one an argument lost.
   for (const auto& [name, value] : spec->parameters)
     r.require(std::any_of(spec->args.begin(), spec->args.end(),

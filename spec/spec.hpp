@@ -31,6 +31,9 @@ struct BufferSpec {
   templates::Role role = templates::Role::kInput;
   std::optional<double> tolerance;  ///< this output's max relative L2 error; empty: the spec's
   std::optional<double> atol;       ///< this output's max RMS error, which also passes it; empty: the spec's
+  /// An input copied into the source's `__constant__` variable of this name before each launch (Kernel Tuner's
+  /// cmem_args); empty: none.
+  std::string constant;
 };
 
 /// Whether a run's result in the buffer is checked: an output's or an inout's (not an input's, nor a scratch

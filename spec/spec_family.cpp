@@ -130,6 +130,11 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
                               fmt::join(files, ", ")));
   };
   require_declared(spec_->kernel, "kernel");
+  for (const auto& b : spec_->buffers)  // the copy would fail every variant's launch
+    KTUNE_REQUIRE(b.constant.empty() || std::regex_search(code, std::regex("__constant__[^;{}()]*\\b" + b.constant +
+                                                                           "\\b")),
+                  fmt::format("{}: buffer '{}': no __constant__ '{}' in its sources", spec_->path.string(), b.name,
+                              b.constant));
   if (spec_->reference.kind == ReferenceSpec::Kind::kKernel)
     require_declared(spec_->reference.kernel, "reference kernel");
   Hasher h;
@@ -239,7 +244,7 @@ templates::Rendered SpecFamily::render(const Config& config, const Problem& prob
 
 Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
                           const std::vector<std::unique_ptr<Expression>>& block, const Values& v,
-                          const std::vector<std::uint64_t>& addresses) const {
+                          const std::vector<std::uint64_t>& addresses, const Problem& problem) const {
   Launch l;
   for (std::size_t i = 0; i < grid.size(); ++i) l.grid[i] = static_cast<unsigned>(grid[i]->eval_integer(v, 1, kMaxGrid));
   for (std::size_t i = 0; i < block.size(); ++i) l.block[i] = static_cast<unsigned>(block[i]->eval_integer(v, 1, 1024));
@@ -259,6 +264,12 @@ Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
       add_scalar(l.args, a, v);
     }
   }
+  std::vector<templates::BufferShape> shapes;
+  for (std::size_t i = 0; i < spec_->buffers.size(); ++i)
+    if (const BufferSpec& b = spec_->buffers[i]; !b.constant.empty()) {
+      if (shapes.empty()) shapes = buffer_shapes(problem);
+      l.constants.push_back({b.constant, addresses[i], shapes[i].bytes});
+    }
   return l;
 }
 
@@ -274,7 +285,7 @@ std::vector<Launch> SpecFamily::plan(const Config& config, const Problem& proble
   Values v = values(config, problem);
   for (const auto& [given, value] : resolve_scalars(problem, parameters)) v[given] = value;
   std::vector<Launch> launches;
-  launches.push_back(launch(spec_->grid, spec_->block, v, addresses));
+  launches.push_back(launch(spec_->grid, spec_->block, v, addresses, problem));
   return launches;
 }
 
@@ -382,7 +393,7 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
   }
   std::vector<Launch> plan;
   plan.push_back(launch(ref.grid.empty() ? spec_->grid : ref.grid, ref.block.empty() ? spec_->block : ref.block, v,
-                        addresses));
+                        addresses, problem));
   try {
     backend->launch(*backend->load(rendered), plan);
     backend->synchronize();

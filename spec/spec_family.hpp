@@ -68,7 +68,7 @@ class SpecFamily final : public templates::Family {
   Values values(const Config& config, const templates::Problem& problem) const;
   templates::Launch launch(const std::vector<std::unique_ptr<Expression>>& grid,
                            const std::vector<std::unique_ptr<Expression>>& block, const Values& v,
-                           const std::vector<std::uint64_t>& addresses) const;
+                           const std::vector<std::uint64_t>& addresses, const templates::Problem& problem) const;
   std::string source_with_defines(const Values& v, const std::string& dtype) const;
   /// The expected outputs of the reference, run by the host emulation.
   void run_reference(const templates::Problem& problem, templates::Workload& workload,

@@ -3,6 +3,7 @@
 #pragma once
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -90,6 +91,16 @@ class ArgPack {
   std::vector<ArgKind> kinds_;
 };
 
+/// A copy into a `__constant__` variable of the module, made on the launch's
+/// stream before its kernel runs (Kernel Tuner's cmem_args): `bytes` from the
+/// device address `source` (a buffer of the plan) to the variable `symbol`
+/// (declared at namespace scope, not static: its name is the module's).
+struct ConstantCopy {
+  std::string symbol;
+  std::uint64_t source = 0;
+  std::size_t bytes = 0;
+};
+
 /// One kernel launch of a plan.
 struct Launch {
   int kernel = 0;  ///< index into Rendered::kernels
@@ -97,6 +108,7 @@ struct Launch {
   std::array<unsigned, 3> block{1, 1, 1};
   unsigned dynamic_smem = 0;
   ArgPack args;
+  std::vector<ConstantCopy> constants;  ///< made before the kernel runs, in order
 };
 
 }  // namespace ktune::templates

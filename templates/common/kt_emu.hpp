@@ -39,7 +39,7 @@
 #define __forceinline__ inline
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
-#define __constant__
+#define __constant__ __attribute__((visibility("default")))  // found by name, as cuModuleGetGlobal finds it
 #define __managed__
 #define __shared__ static thread_local
 #define __align__(n) __attribute__((aligned(n)))

@@ -16,6 +16,7 @@
 
 #include "base/files.hpp"
 #include "spec/args_mismatch_check.hpp"
+#include "spec/constant_check.hpp"
 #include "spec/spec_family.hpp"
 #include "support.hpp"
 #include "tuner/run/emu_runner.hpp"
@@ -398,6 +399,11 @@ __global__ void vector_add(float* c, const float* a, const float* b, int n) {
   CHECK(run_command(ktune_exe().string() + " render --space --spec " + (dir / "twice.json").string() + " 2>&1",
                     &out) == 2);
   CHECK_THAT(out, Catch::Contains("'defines' names 'tile_size_x', a tunable 'define_tunables' defines already"));
+}
+
+TEST_CASE("spec emu: a buffer copied into a __constant__ variable before each launch, as Kernel Tuner's cmem_args",
+          "[spec]") {
+  ktune::test::check_constant_copy("emu", "spec-constant");
 }
 
 TEST_CASE("spec emu: an atol passes an output whose answer is near zero, which no relative error can judge",

@@ -161,5 +161,16 @@ CUfunction Module::function(const std::string& lowered_name) const {
   KT_CHECK_CU(Driver::get().cuModuleGetFunction(&f, module_, lowered_name.c_str()));
   return f;
 }
+std::pair<CUdeviceptr, std::size_t> Module::global(const std::string& name) const {
+  CUdeviceptr address = 0;
+  std::size_t bytes = 0;
+  const CUresult rc = Driver::get().cuModuleGetGlobal(&address, &bytes, module_, name.c_str());
+  if (rc == CUDA_ERROR_NOT_FOUND)
+    throw_error(ErrorKind::kInvalidInput, fmt::format("the module has no __constant__ variable '{}' (at namespace "
+                                                      "scope, not static)",
+                                                      name));
+  KT_CHECK_CU(rc);
+  return {address, bytes};
+}
 
 }  // namespace ktune::tuner

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "templates/family.hpp"
@@ -111,6 +112,9 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
   CUfunction function(const std::string& lowered_name) const;
+  /// The address and bytes of the module's global variable `name` (a
+  /// `__constant__` at namespace scope); kInvalidInput where it has none.
+  std::pair<CUdeviceptr, std::size_t> global(const std::string& name) const;
 
  private:
   CUmodule module_{};

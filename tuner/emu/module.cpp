@@ -309,6 +309,19 @@ unsigned char* Module::thread_block() const {
   return static_cast<unsigned char*>(block);
 }
 
+std::pair<unsigned char*, std::size_t> Module::global(const std::string& name) const {
+  void* address = handle ? ::dlsym(handle, name.c_str()) : nullptr;
+  Dl_info info{};
+  void* entry = nullptr;  // the symbol's ElfW(Sym)
+  if (address) ::dladdr1(address, &info, &entry, RTLD_DL_SYMENT);
+  const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
+  if (!symbol || ELF64_ST_TYPE(symbol->st_info) != STT_OBJECT)
+    throw_error(ErrorKind::kInvalidInput, fmt::format("the module has no __constant__ variable '{}' (at namespace "
+                                                      "scope, not static)",
+                                                      name));
+  return {static_cast<unsigned char*>(address), symbol->st_size};
+}
+
 std::string emulation_compile_options() { return env::host_cxx() + " " + compile_flags(); }
 
 std::string source_line(const void* pc) {

@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "templates/common/kt_emu_abi.hpp"
@@ -29,6 +30,10 @@ struct Module {
   /// static __shared__ variables and the running-thread slot), tls_bytes
   /// long; null before the thread first touched it (current_slot() does).
   unsigned char* thread_block() const;
+  /// The address and bytes of the module's global variable `name` (a
+  /// `__constant__` at namespace scope: kt_emu.hpp exports them); throws
+  /// kInvalidInput where it has none.
+  std::pair<unsigned char*, std::size_t> global(const std::string& name) const;
 };
 
 /// The full host translation unit for `rendered`: what is hashed and compiled.

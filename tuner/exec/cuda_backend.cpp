@@ -83,6 +83,16 @@ class CudaModule final : public Module {
     }
     return functions_[i];
   }
+  /// The device address of `c`'s `__constant__` variable, checked to hold
+  /// its bytes.
+  CUdeviceptr constant(const templates::ConstantCopy& c) const {
+    auto it = constants_.find(c.symbol);
+    if (it == constants_.end()) it = constants_.emplace(c.symbol, module_.global(c.symbol)).first;
+    KTUNE_REQUIRE(c.bytes <= it->second.second,
+                  fmt::format("{} bytes copied into __constant__ '{}', which holds {}", c.bytes, c.symbol,
+                              it->second.second));
+    return it->second.first;
+  }
   /// Throws where `l`'s arguments are not its kernel's parameters (the
   /// emulation's check: by the sizes the driver gives and the kinds the
   /// kernel's name says; none where the driver does not give them).
@@ -100,6 +110,7 @@ class CudaModule final : public Module {
   std::vector<CUfunction> functions_;
   std::vector<KernelResources> resources_;
   mutable std::vector<unsigned> max_dynamic_;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, per kernel
+  mutable std::map<std::string, std::pair<CUdeviceptr, std::size_t>> constants_;  // __constant__ variables used
   std::vector<std::optional<std::vector<std::size_t>>> parameter_sizes_;  // per kernel, where the driver tells
   std::vector<std::vector<templates::ArgKind>> parameter_kinds_;         // per kernel; empty: unknown
 
@@ -239,7 +250,10 @@ class CudaBackend final : public Backend {
     if (!fit.fits())
       throw_error(ErrorKind::kCheckFailed,
                   fmt::format("does not fit: {}{}{}", fit.kernel, fit.kernel.empty() ? "" : ": ", fit.verdict.reason));
-    for (const auto& l : plan) module->check_arguments(l);  // before any of the plan runs
+    for (const auto& l : plan) {  // before any of the plan runs
+      module->check_arguments(l);
+      for (const auto& c : l.constants) module->constant(c);
+    }
     const Driver& d = Driver::get();
     // Programmatic dependent launch (sm_90+): the kernel may start while the
     // stream's previous kernel finishes; its kt::wait_previous_kernel() waits.
@@ -248,6 +262,9 @@ class CudaBackend final : public Backend {
     overlap.value.programmaticStreamSerializationAllowed = 1;
     const bool programmatic = launches_programmatically() && module->waits_previous_kernel();
     for (const auto& l : plan) {
+      for (const auto& c : l.constants)
+        KT_CHECK_CU(d.cuMemcpyDtoDAsync(module->constant(c), static_cast<CUdeviceptr>(c.source), c.bytes,
+                                        reinterpret_cast<CUstream>(stream)));
       auto args = l.args.pointers();
       CUlaunchConfig config{};
       config.gridDimX = l.grid[0], config.gridDimY = l.grid[1], config.gridDimZ = l.grid[2];

@@ -238,8 +238,13 @@ class EmuBackend final : public Backend {
   };
 
   void run(const EmuModule& module, const std::vector<templates::Launch>& plan) {
-    for (const auto& l : plan) check_arguments(module, l);  // before any of the plan runs
+    for (const auto& l : plan) {  // before any of the plan runs
+      check_arguments(module, l);
+      for (const auto& c : l.constants) constant(module, c);
+    }
     for (const auto& l : plan) {
+      for (const auto& c : l.constants)
+        std::memcpy(constant(module, c), reinterpret_cast<const void*>(c.source), c.bytes);
       auto args = l.args.pointers();
       emu::GridLaunch g;
       g.module = &module.module();
@@ -267,6 +272,21 @@ class EmuBackend final : public Backend {
                                                            module.kernel_names()[static_cast<std::size_t>(l.kernel)]));
         }
     }
+  }
+  // The address of `c`'s __constant__ variable, checked to hold its bytes, which lie in one live buffer.
+  unsigned char* constant(const EmuModule& module, const templates::ConstantCopy& c) const {
+    const auto [address, bytes] = module.module().global(c.symbol);
+    KTUNE_REQUIRE(c.bytes <= bytes,
+                  fmt::format("{} bytes copied into __constant__ '{}', which holds {}", c.bytes, c.symbol, bytes));
+    const auto* from = reinterpret_cast<const std::byte*>(c.source);
+    std::lock_guard lock(live_->mutex);
+    KTUNE_REQUIRE(std::any_of(live_->buffers.begin(), live_->buffers.end(),
+                              [&](const emu::GuardedBuffer* b) {
+                                return from >= b->data() && c.bytes <= b->size() &&
+                                       from - b->data() <= static_cast<std::ptrdiff_t>(b->size() - c.bytes);
+                              }),
+                  fmt::format("the {} bytes copied into __constant__ '{}' lie in no buffer", c.bytes, c.symbol));
+    return address;
   }
   // A launch whose arguments are not the kernel's parameters (a kernel
   // spec's `args` against its signature): said here, where the kernel would
