@@ -17,16 +17,20 @@
 namespace ktune::spec {
 namespace {
 
+/// Thrown through muparser by an integer division by zero, where Python raises (a NaN would turn every
+/// comparison false: a restriction that fails for no reason given).
+struct DivisionByZero {};
+
+double divisor(double b) { return b == 0 ? throw DivisionByZero{} : b; }
 // Python's remainder: the sign of the divisor, so a == a // b * b + a % b with floor division.
 double remainder_of(double a, double b) {
-  if (b == 0) return std::numeric_limits<double>::quiet_NaN();
-  const double r = std::fmod(a, b);
+  const double r = std::fmod(a, divisor(b));
   return r != 0 && (r < 0) != (b < 0) ? r + b : r;
 }
 double floor_of(double a) { return std::floor(a); }
 double ceil_of(double a) { return std::ceil(a); }
-double ceil_div(double a, double b) { return b == 0 ? std::numeric_limits<double>::quiet_NaN() : std::ceil(a / b); }
-double floor_div(double a, double b) { return b == 0 ? std::numeric_limits<double>::quiet_NaN() : std::floor(a / b); }
+double ceil_div(double a, double b) { return std::ceil(a / divisor(b)); }
+double floor_div(double a, double b) { return std::floor(a / divisor(b)); }
 double power(double a, double b) { return std::pow(a, b); }
 double truncated(double a) { return std::trunc(a); }
 double logical_not(double a) { return a == 0 ? 1 : 0; }
@@ -130,7 +134,7 @@ struct Expression::Parser {
 Expression::Expression(std::string text, std::string what, const std::vector<std::string>& names)
     : text_(std::move(text)), what_(std::move(what)), names_(names), parser_(std::make_unique<Parser>()) {
   auto& p = parser_->parser;
-  parser_->slots.assign(names_.size(), 0.0);
+  parser_->slots.assign(names_.size(), 1.0);  // the parse's evaluation divides by none of them
   try {
     p.ClearConst();  // muparser's _pi and _e: names a tunable may take
     p.DefineOprt("%", remainder_of, mu::prMUL_DIV, mu::oaLEFT, true);
@@ -158,6 +162,7 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
       p.Eval();
       throw;
     }
+  } catch (const DivisionByZero&) {  // at the values the parse runs with: said where a config's values give it
   } catch (const mu::Parser::exception_type& e) {
     const std::string& token = e.GetToken();
     if (e.GetCode() == mu::ecUNASSIGNABLE_TOKEN && !token.empty() && !name_char(token.front()))
@@ -190,6 +195,8 @@ double Expression::eval(const Values& values) const {
   }
   try {
     return parser_->parser.Eval();
+  } catch (const DivisionByZero&) {
+    throw_error(ErrorKind::kInvalidInput, fmt::format("{}: a division by zero here", what_));
   } catch (const mu::Parser::exception_type& e) {
     throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", what_, e.GetMsg()));
   }

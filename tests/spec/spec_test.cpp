@@ -108,6 +108,14 @@ TEST_CASE("spec: the reduction restrictions and the device's block limit", "[spe
   std::string why;
   CHECK_FALSE(family.is_valid(Config({{"threads", 512}, {"vec", 1}}), problem, device, &why));
   CHECK_THAT(why, Catch::Contains("outside 1..256"));
+  // A restriction that divides by zero, where Python would raise: no config, said so.
+  const auto dir = ktune::test::scratch_dir("spec-restriction-nan");
+  const auto& by_zero = load_spec_family(reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"cols % vec == 0\"", "\"cols % (vec - 1) >= 0\"");
+  }));
+  CHECK_FALSE(by_zero.is_valid(Config({{"threads", 32}, {"vec", 1}}), problem, device, &why));
+  CHECK(why == "restriction 'cols % (vec - 1) >= 0': a division by zero here");
+  CHECK(by_zero.is_valid(Config({{"threads", 32}, {"vec", 2}}), problem, device, &why));
 }
 
 TEST_CASE("spec: expressions do integer geometry and name what they lack", "[spec]") {
