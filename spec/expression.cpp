@@ -8,7 +8,9 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+#include <regex>
 #include <string_view>
 #include <vector>
 
@@ -33,6 +35,52 @@ double ceil_div(double a, double b) { return std::ceil(a / divisor(b)); }
 double floor_div(double a, double b) { return std::floor(a / divisor(b)); }
 double power(double a, double b) { return std::pow(a, b); }
 double truncated(double a) { return std::trunc(a); }
+double rounded(double a) { return std::nearbyint(a); }  // halves to even, as Python's round()
+
+/// muparser's reader of Python's number literals its own does not read: 0x1f, 0o17, 0b101, and underscores
+/// between digits (1_000, 1_0.5e1_0). `expr` is the text from the reader's position; 0 where none starts there.
+int python_literal(const char* expr, int* pos, double* value) {
+  const std::string_view s(expr);
+  if (s.size() > 2 && s[0] == '0' && std::string_view("xXoObB").find(s[1]) != std::string_view::npos) {
+    const int base = s[1] == 'x' || s[1] == 'X' ? 16 : s[1] == 'o' || s[1] == 'O' ? 8 : 2;
+    double v = 0;
+    std::size_t i = 2;
+    for (; i < s.size(); ++i) {
+      const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
+      const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 99;
+      if (c == '_' && i > 2 && i + 1 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1]))) continue;
+      if (d >= base) break;
+      v = v * base + d;
+    }
+    if (i == 2) return 0;
+    *pos += static_cast<int>(i);
+    *value = v;
+    return 1;
+  }
+  static const std::regex decimal("^[0-9](_?[0-9])*(\\.([0-9](_?[0-9])*)?)?([eE][+-]?[0-9](_?[0-9])*)?");
+  std::cmatch m;
+  if (!std::regex_search(expr, m, decimal) || m.str().find('_') == std::string::npos) return 0;  // muparser's
+  std::string digits = m.str();
+  std::erase(digits, '_');
+  *pos += static_cast<int>(m.length());
+  *value = std::strtod(digits.c_str(), nullptr);
+  return 1;
+}
+
+/// The character at `text[i]`, whole where it is UTF-8 of more than one byte.
+std::string character_at(const std::string& text, std::size_t i) {
+  std::size_t end = i + 1;
+  while (end < text.size() && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) ++end;
+  return text.substr(i, end - i);
+}
+
+/// What Python spells that the expressions do not read, and what to write instead.
+std::string python_hint(const std::string& name) {
+  if (name == "if" || name == "else") return " (Python's conditional 'x if c else y' is not read: write c ? x : y)";
+  if (name == "in") return " (Python's 'in' is not read: write a == 1 || a == 2)";
+  if (name == "is") return " (Python's 'is' is not read: write ==)";
+  return "";
+}
 double logical_not(double a) { return a == 0 ? 1 : 0; }
 
 // Python's words and muparser's spelling of them, padded to the word's length so a syntax error's position in
@@ -146,12 +194,18 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
     p.DefineFun("ceil_div", ceil_div);
     p.DefineFun("div", floor_div);
     p.DefineFun("int", truncated);
+    p.DefineFun("round", rounded);
+    p.DefineFun("pow", power);
+    p.AddValIdent(python_literal);
     for (std::size_t i = 0; i < names_.size(); ++i) p.DefineVar(names_[i], &parser_->slots[i]);
     // muparser assigns with a lone '=': a restriction 'x = 64' held for every config, silently.
-    for (std::size_t i = 0; i < text_.size(); ++i)
+    for (std::size_t i = 0; i < text_.size(); ++i) {
+      const char next = i + 1 < text_.size() ? text_[i + 1] : '\0';
       KTUNE_REQUIRE(text_[i] != '=' || (i > 0 && std::string_view("<>!=").find(text_[i - 1]) != std::string::npos) ||
-                        (i + 1 < text_.size() && text_[i + 1] == '='),
-                    fmt::format("{}: '=' at position {} would assign; write '==' to compare", what_, i));
+                        next == '=',
+                    fmt::format("{}: '=' at position {} would assign; write '==' to compare{}", what_, i,
+                                next == '<' || next == '>' ? fmt::format(" (or '{}=' for '={}')", next, next) : ""));
+    }
     const std::string spelt = with_operators(text_);
     try {
       p.SetExpr(unchain(spelt));
@@ -165,14 +219,27 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
   } catch (const DivisionByZero&) {  // at the values the parse runs with: said where a config's values give it
   } catch (const mu::Parser::exception_type& e) {
     const std::string& token = e.GetToken();
-    if (e.GetCode() == mu::ecUNASSIGNABLE_TOKEN && !token.empty() && !name_char(token.front()))
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("{}: '{}' at position {} is no operator of the expressions", what_, token.front(),
-                              e.GetPos()));
+    const auto at = static_cast<std::size_t>(e.GetPos());
+    if (e.GetCode() == mu::ecUNASSIGNABLE_TOKEN && !token.empty() && !name_char(token.front()) && at < text_.size())
+      throw_error(ErrorKind::kInvalidInput, fmt::format("{}: '{}' at position {} is no operator of the expressions",
+                                                        what_, character_at(text_, at), at));
     if (e.GetCode() == mu::ecUNASSIGNABLE_TOKEN)
       throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("{}: unknown name '{}'; known: {}", what_, token,
-                              names_.empty() ? std::string("none") : fmt::format("{}", fmt::join(names_, ", "))));
+                  fmt::format("{}: unknown name '{}'; known: {}{}", what_, token,
+                              names_.empty() ? std::string("none") : fmt::format("{}", fmt::join(names_, ", ")),
+                              python_hint(token)));
+    // A word respelt ('not' read as '!') is named as written (muparser's position is at or just past it).
+    for (std::size_t from : {at, at - 1}) {
+      if (from >= text_.size() || !name_char(text_[from])) continue;
+      while (from > 0 && name_char(text_[from - 1])) --from;
+      std::size_t end = from;
+      while (end < text_.size() && name_char(text_[end])) ++end;
+      const std::size_t next = std::min(text_.find_first_not_of(" \t", end), text_.size());
+      if (const std::string word = text_.substr(from, end - from); is_expression_word(word))
+        throw_error(ErrorKind::kInvalidInput,
+                    fmt::format("{}: '{}' at position {} is out of place{}", what_, word, from,
+                                word == "not" && text_.compare(next, 3, "in ") == 0 ? python_hint("in") : ""));
+    }
     throw_error(ErrorKind::kInvalidInput, fmt::format("{}: {}", what_,
                                                       e.GetCode() == mu::ecINTERNAL_ERROR ? "incomplete expression"
                                                                                           : e.GetMsg()));

@@ -403,9 +403,13 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
                 fmt::format("{}: 'constant' names a __constant__ variable of the source (an identifier), not '{}'",
                             what, buf.constant));
       r.require(buf.role == Role::kInput,
-                fmt::format("{}: a buffer copied into __constant__ '{}' is an input (constant memory is read-only "
-                            "to kernels)",
+                fmt::format("{}: a buffer copied into __constant__ '{}' must be an input (constant memory is "
+                            "read-only to kernels)",
                             what, buf.constant));
+      for (const auto& other : spec->buffers)
+        r.require(other.constant != buf.constant,
+                  fmt::format("{}: buffer '{}' is copied into __constant__ '{}' already", what, other.name,
+                              buf.constant));
     }
     if (buf.init == Init::kFile) {
       buf.file = resolve(base, r.string_at(b, "file", what));

@@ -130,6 +130,17 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
                               fmt::join(files, ", ")));
   };
   require_declared(spec_->kernel, "kernel");
+  // A define the source writes again takes the source's value, unless the source's is under #ifndef (a default).
+  for (const auto& [macro, e] : spec_->defines) {
+    std::smatch again;
+    const std::regex defines("(?:^|\\n)[ \\t]*(#[ \\t]*define[ \\t]+" + macro + "\\b[^\\n]*)");
+    const std::regex guards("#[ \\t]*ifndef[ \\t]+" + macro + "\\b|defined[ \\t(]*" + macro + "\\b");
+    if (std::regex_search(code, again, defines) && !std::regex_search(code, guards))
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: define '{}': the source defines it again ('{}'), and that value is the one "
+                              "compiled; put the source's under #ifndef {}, or drop it",
+                              spec_->path.string(), macro, again[1].str(), macro));
+  }
   for (const auto& b : spec_->buffers)  // the copy would fail every variant's launch
     KTUNE_REQUIRE(b.constant.empty() || std::regex_search(code, std::regex("__constant__[^;{}()]*\\b" + b.constant +
                                                                            "\\b")),
@@ -268,7 +279,8 @@ Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
   for (std::size_t i = 0; i < spec_->buffers.size(); ++i)
     if (const BufferSpec& b = spec_->buffers[i]; !b.constant.empty()) {
       if (shapes.empty()) shapes = buffer_shapes(problem);
-      l.constants.push_back({b.constant, addresses[i], shapes[i].bytes});
+      l.constants.push_back({b.constant, addresses[i], shapes[i].bytes,
+                             fmt::format("buffer '{}' of {}", b.name, spec_->path.filename().string())});
     }
   return l;
 }

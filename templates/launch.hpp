@@ -99,6 +99,7 @@ struct ConstantCopy {
   std::string symbol;
   std::uint64_t source = 0;
   std::size_t bytes = 0;
+  std::string label;  ///< what is copied, for messages: "buffer 'filter' of conv.json"
 };
 
 /// One kernel launch of a plan.

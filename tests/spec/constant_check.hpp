@@ -60,7 +60,8 @@ __global__ void conv_reference(float* out, const float* in, const float* filter,
   // More than the variable holds, named before the launch.
   j["problem"]["taps"] = 65;
   CHECK(run_command(run + write_spec("large.json") + " 2>&1", &out) != 0);
-  CHECK_THAT(out, Catch::Contains("260 bytes copied into __constant__ 'd_filter', which holds 256"));
+  CHECK_THAT(out, Catch::Contains("260 bytes of buffer 'filter' of large.json copied into __constant__ 'd_filter', "
+                                  "which holds 256"));
   j["problem"]["taps"] = 17;
   // A variable the sources do not declare, and an output in constant memory, are refused as the spec is read.
   j["buffers"][2]["constant"] = "d_filters";
@@ -71,7 +72,12 @@ __global__ void conv_reference(float* out, const float* in, const float* filter,
   j["buffers"][0]["constant"] = "d_filter";
   CHECK(run_command(ktune_exe().string() + " render --space --spec " + write_spec("output.json") + " 2>&1",
                     &out) == 2);
-  CHECK_THAT(out, Catch::Contains("buffer 'out': a buffer copied into __constant__ 'd_filter' is an input"));
+  CHECK_THAT(out, Catch::Contains("buffer 'out': a buffer copied into __constant__ 'd_filter' must be an input"));
+  j["buffers"][0].erase("constant");
+  j["buffers"][1]["constant"] = "d_filter";
+  CHECK(run_command(ktune_exe().string() + " render --space --spec " + write_spec("twice.json") + " 2>&1",
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("buffer 'filter': buffer 'in' is copied into __constant__ 'd_filter' already"));
 }
 
 }  // namespace ktune::test

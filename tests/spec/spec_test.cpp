@@ -156,6 +156,9 @@ TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restricti
       {"(x - 48) % -32 > -16", [](double x, double) { return python_mod(x - 48, -32) > -16; }},
       {"int((y - x) / 3) == -1", [](double x, double y) { return std::trunc((y - x) / 3) == -1; }},
       {"-x // 3 == (y - x) // 3", [](double x, double y) { return std::floor(-x / 3) == std::floor((y - x) / 3); }},
+      {"0x10 <= x * 0b1 <= 1_000 and y != 0o7", [](double x, double y) { return 16 <= x && x <= 1000 && y != 7; }},
+      {"round(x / 8) == pow(y, 2)", [](double x, double y) { return std::nearbyint(x / 8) == y * y; }},
+      {"x < 1.5e2 and y > 1_0.0 - 9", [](double x, double y) { return x < 150 && y > 1; }},
   };
   for (const auto& [text, expected] : cases) {
     const Expression e(text, "restriction", {"x", "y"});
@@ -179,6 +182,15 @@ TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restricti
   CHECK_THROWS_WITH(Expression("x & 1 == 0", "restriction", {"x"}),
                     "restriction: '&' at position 2 is no operator of the expressions");
   CHECK_THROWS_WITH(Expression("not", "restriction", {"x"}), "restriction: incomplete expression");
+  CHECK_THROWS_WITH(Expression("x =< 4", "restriction", {"x"}),
+                    "restriction: '=' at position 2 would assign; write '==' to compare (or '<=' for '=<')");
+  CHECK_THROWS_WITH(Expression("x \u2264 4", "restriction", {"x"}),
+                    "restriction: '\u2264' at position 2 is no operator of the expressions");
+  CHECK_THROWS_WITH(Expression("x if y else 4", "restriction", {"x", "y"}),
+                    Catch::EndsWith("(Python's conditional 'x if c else y' is not read: write c ? x : y)"));
+  CHECK_THROWS_WITH(Expression("x not in (1, 2)", "restriction", {"x"}),
+                    "restriction: 'not' at position 2 is out of place (Python's 'in' is not read: write a == 1 || "
+                    "a == 2)");
   // muparser's constants are no names of its: a tunable may take them.
   CHECK(Expression("_pi * 2 + _e", "restriction", {"_pi", "_e"}).eval({{"_pi", 3}, {"_e", 1}}) == 7);
   CHECK(ktune::spec::is_expression_word("not"));
@@ -298,6 +310,19 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     });
     CHECK(load_error(path) == path.string() + ": buffer 'unused' is passed by no argument, so no kernel would see "
                                               "it; name it in 'args'");
+  }
+  SECTION("a define the source writes again, unguarded") {
+    const auto path = reduction_copy(dir, [](std::string& t) {
+      replace(t, "\"reference\":", "\"defines\": {\"WIDTH\": \"cols\"}, \"reference\":");
+    });
+    const fs::path source = path.parent_path() / "reduction.cu";
+    const std::string kernel = ktune::read_file(source);
+    write(source, "#define WIDTH 4096\n" + kernel);
+    CHECK(load_error(path) == path.string() + ": define 'WIDTH': the source defines it again ('#define WIDTH 4096'), "
+                                              "and that value is the one compiled; put the source's under #ifndef "
+                                              "WIDTH, or drop it");
+    write(source, "#ifndef WIDTH\n#define WIDTH 4096\n#endif\n" + kernel);
+    CHECK_NOTHROW(load_spec_family(path));
   }
   SECTION("a tunable named as a word of the expressions") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"vec\"", "\"or\""); });

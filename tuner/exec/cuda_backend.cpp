@@ -89,8 +89,8 @@ class CudaModule final : public Module {
     auto it = constants_.find(c.symbol);
     if (it == constants_.end()) it = constants_.emplace(c.symbol, module_.global(c.symbol)).first;
     KTUNE_REQUIRE(c.bytes <= it->second.second,
-                  fmt::format("{} bytes copied into __constant__ '{}', which holds {}", c.bytes, c.symbol,
-                              it->second.second));
+                  fmt::format("{} bytes of {} copied into __constant__ '{}', which holds {}", c.bytes, c.label,
+                              c.symbol, it->second.second));
     return it->second.first;
   }
   /// Throws where `l`'s arguments are not its kernel's parameters (the

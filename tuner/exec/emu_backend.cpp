@@ -277,7 +277,8 @@ class EmuBackend final : public Backend {
   unsigned char* constant(const EmuModule& module, const templates::ConstantCopy& c) const {
     const auto [address, bytes] = module.module().global(c.symbol);
     KTUNE_REQUIRE(c.bytes <= bytes,
-                  fmt::format("{} bytes copied into __constant__ '{}', which holds {}", c.bytes, c.symbol, bytes));
+                  fmt::format("{} bytes of {} copied into __constant__ '{}', which holds {}", c.bytes, c.label,
+                              c.symbol, bytes));
     const auto* from = reinterpret_cast<const std::byte*>(c.source);
     std::lock_guard lock(live_->mutex);
     KTUNE_REQUIRE(std::any_of(live_->buffers.begin(), live_->buffers.end(),
@@ -285,7 +286,8 @@ class EmuBackend final : public Backend {
                                 return from >= b->data() && c.bytes <= b->size() &&
                                        from - b->data() <= static_cast<std::ptrdiff_t>(b->size() - c.bytes);
                               }),
-                  fmt::format("the {} bytes copied into __constant__ '{}' lie in no buffer", c.bytes, c.symbol));
+                  fmt::format("the {} bytes of {} copied into __constant__ '{}' lie in no buffer", c.bytes, c.label,
+                              c.symbol));
     return address;
   }
   // A launch whose arguments are not the kernel's parameters (a kernel
