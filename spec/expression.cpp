@@ -32,7 +32,15 @@ double remainder_of(double a, double b) {
 double floor_of(double a) { return std::floor(a); }
 double ceil_of(double a) { return std::ceil(a); }
 double ceil_div(double a, double b) { return std::ceil(a / divisor(b)); }
-double floor_div(double a, double b) { return std::floor(a / divisor(b)); }
+// Python's floor division of floats (float_floor_div in CPython), exact where floor(a / b) rounds past it:
+// 1 // 0.1 is 9, not 10.
+double floor_div(double a, double b) {
+  double mod = std::fmod(a, divisor(b));
+  double div = (a - mod) / b;
+  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1.0;
+  const double floor = std::floor(div);
+  return div - floor > 0.5 ? floor + 1.0 : floor;
+}
 double power(double a, double b) { return std::pow(a, b); }
 double truncated(double a) { return std::trunc(a); }
 double rounded(double a) { return std::nearbyint(a); }  // halves to even, as Python's round()
@@ -48,7 +56,7 @@ int python_literal(const char* expr, int* pos, double* value) {
     for (; i < s.size(); ++i) {
       const char c = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i])));
       const int d = std::isdigit(static_cast<unsigned char>(c)) ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : 99;
-      if (c == '_' && i > 2 && i + 1 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1]))) continue;
+      if (c == '_' && i + 1 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1]))) continue;
       if (d >= base) break;
       v = v * base + d;
     }
@@ -114,33 +122,63 @@ std::size_t comparison_at(std::string_view s, std::size_t i) {
   return s[i] == '<' || s[i] == '>' ? 1 : 0;
 }
 
-/// Python's precedence of `not` and its chained comparisons in muparser's terms, at every depth of
-/// parentheses. Within each span between `&&`, `||`, `?`, `:` and `,`: `a < b <= c` becomes
-/// `((a < b)&&(b <= c))`, where muparser would take `(a < b) <= c`; and the `!`s (Python's `not`) that lead a
-/// span apply to all of it, one after another (`! ! a < -b` is `!(!(a < -b))`: muparser's prefix operator
-/// takes neither another nor a sign after it).
+/// `and`s and `or`s (muparser's && and ||, which evaluate both sides) as Python's: `terms` joined by `ops`
+/// ("&&" or "||"), the right side evaluated only where the left does not decide, so a guard keeps its division
+/// from running (`tile == 0 or n % tile == 0`). `a && b` is `((a) ? ((b) != 0) : 0)`, `a || b` is
+/// `((a) ? 1 : ((b) != 0))`; `&&` binds tighter.
+std::string short_circuit(const std::vector<std::string>& terms, const std::vector<std::string>& ops) {
+  if (ops.empty()) return terms.front();
+  std::vector<std::vector<std::string>> groups(1);  // the or's operands, each an and of terms
+  for (std::size_t k = 0; k < terms.size(); ++k) {
+    groups.back().push_back(terms[k]);
+    if (k < ops.size() && ops[k] == "||") groups.emplace_back();
+  }
+  const auto chain = [](const std::vector<std::string>& xs, const std::string& taken, const std::string& not_taken) {
+    std::string text = fmt::format("(({}) != 0)", xs.back());
+    for (std::size_t k = xs.size() - 1; k-- > 0;)
+      text = fmt::format("(({}) ? {} : {})", xs[k], taken.empty() ? text : taken, not_taken.empty() ? text : not_taken);
+    return text;
+  };
+  std::vector<std::string> ands;
+  for (const auto& group : groups) ands.push_back(group.size() == 1 ? group.front() : chain(group, "", "0"));
+  return chain(ands, "1", "");
+}
+
+/// Python's precedence of `not`, its chained comparisons and its short-circuit `and` and `or` in muparser's
+/// terms, at every depth of parentheses. Within each span between `&&`, `||`, `?`, `:` and `,`: `a < b <= c`
+/// becomes `((a < b)&&(b <= c))`, where muparser would take `(a < b) <= c`; and the `!`s (Python's `not`) that
+/// lead a span apply to all of it, one after another (`! ! a < -b` is `!(!(a < -b))`: muparser's prefix
+/// operator takes neither another nor a sign after it). Spans joined by `&&` and `||` become short_circuit's.
 std::string unchain(std::string_view s) {
   std::string out;
-  std::vector<std::string> operands(1), ops;
+  std::vector<std::string> operands(1), ops;  // of the span being read: operands between comparisons
+  std::vector<std::string> spans, joins;      // of the run of spans joined by && and ||
   const auto end_span = [&] {
     std::string& first = operands.front();
     const std::size_t lead = std::min(first.find_first_not_of(" \t"), first.size());
     const std::size_t body = std::min(first.find_first_not_of(" \t!"), first.size());
     const auto nots = static_cast<std::size_t>(std::count(first.begin() + lead, first.begin() + body, '!'));
-    out += first.substr(0, lead);
-    for (std::size_t k = 0; k < nots; ++k) out += "!(";
+    std::string span = first.substr(0, lead);
+    for (std::size_t k = 0; k < nots; ++k) span += "!(";
     first.erase(0, body);
     if (ops.size() < 2) {
-      for (std::size_t k = 0; k < operands.size(); ++k) out += (k ? ops[k - 1] : "") + operands[k];
+      for (std::size_t k = 0; k < operands.size(); ++k) span += (k ? ops[k - 1] : "") + operands[k];
     } else {
-      out += "(";
+      span += "(";
       for (std::size_t k = 0; k < ops.size(); ++k)
-        out += fmt::format("{}({}{}{})", k ? "&&" : "", operands[k], ops[k], operands[k + 1]);
-      out += ")";
+        span += fmt::format("{}({}{}{})", k ? "&&" : "", operands[k], ops[k], operands[k + 1]);
+      span += ")";
     }
-    out += std::string(nots, ')');
+    span += std::string(nots, ')');
+    spans.push_back(std::move(span));
     operands.assign(1, "");
     ops.clear();
+  };
+  const auto end_run = [&] {
+    end_span();
+    out += short_circuit(spans, joins);
+    spans.clear();
+    joins.clear();
   };
   for (std::size_t i = 0; i < s.size();) {
     if (s[i] == '(') {
@@ -153,18 +191,18 @@ std::string unchain(std::string_view s) {
       ops.emplace_back(s.substr(i, n));
       operands.emplace_back();
       i += n;
-    } else if (const std::size_t n = s.substr(i, 2) == "&&" || s.substr(i, 2) == "||"       ? 2
-                                     : s[i] == '?' || s[i] == ':' || s[i] == ','            ? 1
-                                                                                            : 0;
-               n > 0) {
+    } else if (s.substr(i, 2) == "&&" || s.substr(i, 2) == "||") {
       end_span();
-      out += s.substr(i, n);
-      i += n;
+      joins.emplace_back(s.substr(i, 2));
+      i += 2;
+    } else if (s[i] == '?' || s[i] == ':' || s[i] == ',') {
+      end_run();
+      out += s[i++];
     } else {
       operands.back() += s[i++];
     }
   }
-  end_span();
+  end_run();
   return out;
 }
 
@@ -185,14 +223,15 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
   parser_->slots.assign(names_.size(), 1.0);  // the parse's evaluation divides by none of them
   try {
     p.ClearConst();  // muparser's _pi and _e: names a tunable may take
-    p.DefineOprt("%", remainder_of, mu::prMUL_DIV, mu::oaLEFT, true);
-    p.DefineOprt("//", floor_div, mu::prMUL_DIV, mu::oaLEFT, true);
+    // Not folded as the text is parsed (a constant `1 // 0` would throw from the parse), evaluated only.
+    p.DefineOprt("%", remainder_of, mu::prMUL_DIV, mu::oaLEFT, false);
+    p.DefineOprt("//", floor_div, mu::prMUL_DIV, mu::oaLEFT, false);
     p.DefineOprt("**", power, mu::prPOW, mu::oaRIGHT, true);
     p.DefineInfixOprt("!", logical_not, mu::prLOGIC);  // looser than a comparison, as Python's `not`
     p.DefineFun("floor", floor_of);
     p.DefineFun("ceil", ceil_of);
-    p.DefineFun("ceil_div", ceil_div);
-    p.DefineFun("div", floor_div);
+    p.DefineFun("ceil_div", ceil_div, false);
+    p.DefineFun("div", floor_div, false);
     p.DefineFun("int", truncated);
     p.DefineFun("round", rounded);
     p.DefineFun("pow", power);

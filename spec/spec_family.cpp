@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <regex>
+#include <sstream>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -130,16 +131,25 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
                               fmt::join(files, ", ")));
   };
   require_declared(spec_->kernel, "kernel");
-  // A define the source writes again takes the source's value, unless the source's is under #ifndef (a default).
-  for (const auto& [macro, e] : spec_->defines) {
-    std::smatch again;
-    const std::regex defines("(?:^|\\n)[ \\t]*(#[ \\t]*define[ \\t]+" + macro + "\\b[^\\n]*)");
-    const std::regex guards("#[ \\t]*ifndef[ \\t]+" + macro + "\\b|defined[ \\t(]*" + macro + "\\b");
-    if (std::regex_search(code, again, defines) && !std::regex_search(code, guards))
-      throw_error(ErrorKind::kInvalidInput,
-                  fmt::format("{}: define '{}': the source defines it again ('{}'), and that value is the one "
-                              "compiled; put the source's under #ifndef {}, or drop it",
-                              spec_->path.string(), macro, again[1].str(), macro));
+  // A define the source writes again outside any #if takes the source's value; one under #ifndef (a default),
+  // or any other condition, may be the source's choice.
+  {
+    const std::regex opens("[ \\t]*#[ \\t]*if(n?def)?\\b.*"), closes("[ \\t]*#[ \\t]*endif\\b.*");
+    const std::regex defines("[ \\t]*#[ \\t]*define[ \\t]+([A-Za-z_][A-Za-z0-9_]*).*");
+    std::istringstream lines(code);
+    int depth = 0;
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (std::regex_match(line, opens)) ++depth;
+      else if (std::regex_match(line, closes)) depth = std::max(depth - 1, 0);
+      else if (depth == 0 && std::regex_match(line, m, defines))
+        for (const auto& [macro, e] : spec_->defines)
+          if (macro == m[1].str())
+            throw_error(ErrorKind::kInvalidInput,
+                        fmt::format("{}: define '{}': the source defines it again ('{}'), and that value is the "
+                                    "one compiled; put the source's under #ifndef {}, or drop it",
+                                    spec_->path.string(), macro, line, macro));
+    }
   }
   for (const auto& b : spec_->buffers)  // the copy would fail every variant's launch
     KTUNE_REQUIRE(b.constant.empty() || std::regex_search(code, std::regex("__constant__[^;{}()]*\\b" + b.constant +

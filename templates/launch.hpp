@@ -94,7 +94,7 @@ class ArgPack {
 /// A copy into a `__constant__` variable of the module, made on the launch's
 /// stream before its kernel runs (Kernel Tuner's cmem_args): `bytes` from the
 /// device address `source` (a buffer of the plan) to the variable `symbol`
-/// (declared at namespace scope, not static: its name is the module's).
+/// (declared in the global namespace, not static: its name is the module's).
 struct ConstantCopy {
   std::string symbol;
   std::uint64_t source = 0;

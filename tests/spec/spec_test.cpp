@@ -159,6 +159,12 @@ TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restricti
       {"0x10 <= x * 0b1 <= 1_000 and y != 0o7", [](double x, double y) { return 16 <= x && x <= 1000 && y != 7; }},
       {"round(x / 8) == pow(y, 2)", [](double x, double y) { return std::nearbyint(x / 8) == y * y; }},
       {"x < 1.5e2 and y > 1_0.0 - 9", [](double x, double y) { return x < 150 && y > 1; }},
+      // A guard keeps its division from running, as Python's short-circuit: no division by zero at y 0.
+      {"y == 0 or x % y == 0 and x // y > 2",
+       [](double x, double y) { return y == 0 || (std::fmod(x, y) == 0 && std::floor(x / y) > 2); }},
+      {"y != 0 and not x % y or x > 100 and y == 0",
+       [](double x, double y) { return (y != 0 && std::fmod(x, y) == 0) || (x > 100 && y == 0); }},
+      {"(y and x // y > 4) == (y > 0 && x / y >= 5)", [](double, double) { return true; }},
   };
   for (const auto& [text, expected] : cases) {
     const Expression e(text, "restriction", {"x", "y"});
@@ -193,6 +199,14 @@ TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restricti
                     "a == 2)");
   // muparser's constants are no names of its: a tunable may take them.
   CHECK(Expression("_pi * 2 + _e", "restriction", {"_pi", "_e"}).eval({{"_pi", 3}, {"_e", 1}}) == 7);
+  // Python's floor division of floats: 1 // 0.1 is 9.0 (the remainder 0.0999...), not floor(1 / 0.1).
+  CHECK(Expression("x // 0.1", "restriction", {"x"}).eval({{"x", 1}}) == 9);
+  CHECK(Expression("0x_1f + 0b1_0", "restriction", {"x"}).eval({{"x", 1}}) == 33);
+  // A division by zero of constants loads (the parse folds nothing) and is said where it is evaluated.
+  const Expression by_zero("x + 1 // 0", "restriction", {"x"});
+  CHECK(by_zero.uses("x"));
+  CHECK_THROWS_WITH(by_zero.eval({{"x", 1}}), "restriction: a division by zero here");
+  CHECK_THROWS_WITH(Expression("1 // 0 + typo", "restriction", {"x"}), Catch::Contains("unknown name 'typo'"));
   CHECK(ktune::spec::is_expression_word("not"));
   CHECK_FALSE(ktune::spec::is_expression_word("note"));
 }
@@ -322,6 +336,8 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
                                               "and that value is the one compiled; put the source's under #ifndef "
                                               "WIDTH, or drop it");
     write(source, "#ifndef WIDTH\n#define WIDTH 4096\n#endif\n" + kernel);
+    CHECK_NOTHROW(load_spec_family(path));
+    write(source, "#ifdef WIDTH\n#else\n#define WIDTH 4096\n#endif\n" + kernel);
     CHECK_NOTHROW(load_spec_family(path));
   }
   SECTION("a tunable named as a word of the expressions") {

@@ -166,8 +166,8 @@ std::pair<CUdeviceptr, std::size_t> Module::global(const std::string& name) cons
   std::size_t bytes = 0;
   const CUresult rc = Driver::get().cuModuleGetGlobal(&address, &bytes, module_, name.c_str());
   if (rc == CUDA_ERROR_NOT_FOUND)
-    throw_error(ErrorKind::kInvalidInput, fmt::format("the module has no __constant__ variable '{}' (at namespace "
-                                                      "scope, not static)",
+    throw_error(ErrorKind::kInvalidInput, fmt::format("the module has no __constant__ variable '{}' (in the global "
+                                                      "namespace, not static)",
                                                       name));
   KT_CHECK_CU(rc);
   return {address, bytes};

@@ -113,7 +113,7 @@ class Module {
   Module& operator=(const Module&) = delete;
   CUfunction function(const std::string& lowered_name) const;
   /// The address and bytes of the module's global variable `name` (a
-  /// `__constant__` at namespace scope); kInvalidInput where it has none.
+  /// `__constant__` in the global namespace); kInvalidInput where it has none.
   std::pair<CUdeviceptr, std::size_t> global(const std::string& name) const;
 
  private:

@@ -316,8 +316,8 @@ std::pair<unsigned char*, std::size_t> Module::global(const std::string& name) c
   if (address) ::dladdr1(address, &info, &entry, RTLD_DL_SYMENT);
   const auto* symbol = static_cast<const ElfW(Sym)*>(entry);
   if (!symbol || ELF64_ST_TYPE(symbol->st_info) != STT_OBJECT)
-    throw_error(ErrorKind::kInvalidInput, fmt::format("the module has no __constant__ variable '{}' (at namespace "
-                                                      "scope, not static)",
+    throw_error(ErrorKind::kInvalidInput, fmt::format("the module has no __constant__ variable '{}' (in the global "
+                                                      "namespace, not static)",
                                                       name));
   return {static_cast<unsigned char*>(address), symbol->st_size};
 }

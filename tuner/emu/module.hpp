@@ -31,7 +31,7 @@ struct Module {
   /// long; null before the thread first touched it (current_slot() does).
   unsigned char* thread_block() const;
   /// The address and bytes of the module's global variable `name` (a
-  /// `__constant__` at namespace scope: kt_emu.hpp exports them); throws
+  /// `__constant__` in the global namespace: kt_emu.hpp exports them); throws
   /// kInvalidInput where it has none.
   std::pair<unsigned char*, std::size_t> global(const std::string& name) const;
 };
