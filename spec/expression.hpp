@@ -4,9 +4,12 @@
 // (+ - * / ^, comparisons, && ||, ?:) and functions (min, max, abs, ...)
 // they have `%` (Python's remainder), floor, ceil, ceil_div(a, b) and
 // div(a, b) (floor division), and Python's spelling, as Kernel Tuner's
-// restrictions are written: `and`, `or`, `not` (also `!`), `True`, `False`,
-// `//` (floor division), `**` (power), int() and chained comparisons
-// (`32 <= x * y <= 1024` is `32 <= x * y && x * y <= 1024`).
+// restrictions are written: `and` and `or` (also `&&`, `||`; short-circuit),
+// `not` (also `!`), `True`, `False`, `//` (floor division), `**` (power),
+// int(), round(), pow(), 0x/0o/0b and 1_000 literals, and chained
+// comparisons (`32 <= x * y <= 1024` is `32 <= x * y && x * y <= 1024`). An
+// integer division or remainder by zero throws kInvalidInput where it is
+// evaluated, as Python raises.
 #pragma once
 #include <map>
 #include <memory>
