@@ -156,6 +156,21 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
                                                                            "\\b")),
                   fmt::format("{}: buffer '{}': no __constant__ '{}' in its sources", spec_->path.string(), b.name,
                               b.constant));
+  // A __constant__ variable with no initializer that no buffer fills holds zeros in every launch: a spec has no
+  // host code to fill it (Kernel Tuner's cmem_args are a buffer's "constant" here).
+  const std::regex constant_variable(
+      "__constant__[^;={}()]*?([A-Za-z_][A-Za-z0-9_]*)[ \\t]*(\\[[^\\]]*\\][ \\t]*)*;");
+  for (auto it = std::sregex_iterator(code.begin(), code.end(), constant_variable); it != std::sregex_iterator();
+       ++it) {
+    const std::string name = (*it)[1].str();
+    const auto at = static_cast<std::size_t>(it->position());
+    if (at >= 7 && code.compare(at - 7, 7, "extern ") == 0) continue;  // defined in another source
+    KTUNE_REQUIRE(std::any_of(spec_->buffers.begin(), spec_->buffers.end(),
+                              [&](const BufferSpec& b) { return b.constant == name; }),
+                  fmt::format("{}: __constant__ '{}' has no initializer and no buffer fills it, so every launch would "
+                              "read zeros; give an input buffer \"constant\": \"{}\"",
+                              spec_->path.string(), name, name));
+  }
   if (spec_->reference.kind == ReferenceSpec::Kind::kKernel)
     require_declared(spec_->reference.kernel, "reference kernel");
   Hasher h;

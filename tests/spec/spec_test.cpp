@@ -340,6 +340,17 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     write(source, "#ifdef WIDTH\n#else\n#define WIDTH 4096\n#endif\n" + kernel);
     CHECK_NOTHROW(load_spec_family(path));
   }
+  SECTION("a __constant__ variable no buffer fills") {
+    const auto path = reduction_copy(dir, [](std::string&) {});
+    const fs::path source = path.parent_path() / "reduction.cu";
+    const std::string kernel = ktune::read_file(source);
+    write(source, "__constant__ float scale[4];\n" + kernel);
+    CHECK(load_error(path) == path.string() + ": __constant__ 'scale' has no initializer and no buffer fills it, so "
+                                              "every launch would read zeros; give an input buffer \"constant\": "
+                                              "\"scale\"");
+    write(source, "__constant__ float scale[4] = {1, 2, 3, 4};\nextern __constant__ float other[4];\n" + kernel);
+    CHECK_NOTHROW(load_spec_family(path));
+  }
   SECTION("a tunable named as a word of the expressions") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"vec\"", "\"or\""); });
     CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": tunable 'or' is a word of the expressions"));
