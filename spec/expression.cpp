@@ -85,7 +85,7 @@ std::string character_at(const std::string& text, std::size_t i) {
 /// What Python spells that the expressions do not read, and what to write instead.
 std::string python_hint(const std::string& name) {
   if (name == "if" || name == "else") return " (Python's conditional 'x if c else y' is not read: write c ? x : y)";
-  if (name == "in") return " (Python's 'in' is not read: write a == 1 || a == 2)";
+  if (name == "in") return " ('in' takes a parenthesized or bracketed list of values: a in (1, 2))";
   if (name == "is") return " (Python's 'is' is not read: write ==)";
   return "";
 }
@@ -113,7 +113,46 @@ std::string with_operators(const std::string& text) {
     out += it == kWords.end() ? word : it->second;
     i = end;
   }
+  std::replace(out.begin(), out.end(), '[', '(');  // a list of values, for 'in'
+  std::replace(out.begin(), out.end(), ']', ')');
   return out;
+}
+
+/// The word at `s[i]` where one starts there (not within a name), else empty.
+std::string_view word_at(std::string_view s, std::size_t i) {
+  if (i >= s.size() || !name_char(s[i]) || (i > 0 && name_char(s[i - 1]))) return {};
+  std::size_t end = i;
+  while (end < s.size() && name_char(s[end])) ++end;
+  return s.substr(i, end - i);
+}
+
+/// Python's `left in (a, b, ...)` (or `not in`) as `(((left)==(a))||((left)==(b))...)`; the text as it was
+/// where `right` is no parenthesized list (then it does not parse, and the text's error is said).
+std::string membership(const std::string& left, const std::string& op, const std::string& right) {
+  const std::string as_was = left + " " + op + " " + right;
+  const std::size_t first = right.find_first_not_of(" \t"), last = right.find_last_not_of(" \t");
+  if (first == std::string::npos || right[first] != '(' || right[last] != ')') return as_was;
+  std::vector<std::string> items(1);
+  int depth = 0;
+  for (std::size_t k = first; k <= last; ++k) {
+    const char c = right[k];
+    if (c == '(' && depth++ == 0) continue;
+    if (c == ')' && --depth == 0) {
+      if (k != last) return as_was;  // (a) + (b): two parenthesized parts, no list
+      continue;
+    }
+    if (c == ',' && depth == 1) {
+      items.emplace_back();
+      continue;
+    }
+    items.back() += c;
+  }
+  std::string any;
+  for (const auto& x : items)
+    if (x.find_first_not_of(" \t") != std::string::npos)  // (a trailing comma: '(4,)')
+      any += fmt::format("{}(({})==({}))", any.empty() ? "" : "||", left, x);
+  any = any.empty() ? "0" : "(" + any + ")";
+  return op == "in" ? any : "!(" + any + ")";
 }
 
 /// The comparison operator at `s[i]`, or 0 characters: <=, >=, ==, !=, <, >.
@@ -161,12 +200,17 @@ std::string unchain(std::string_view s) {
     std::string span = first.substr(0, lead);
     for (std::size_t k = 0; k < nots; ++k) span += "!(";
     first.erase(0, body);
-    if (ops.size() < 2) {
-      for (std::size_t k = 0; k < operands.size(); ++k) span += (k ? ops[k - 1] : "") + operands[k];
+    const auto pair = [&](std::size_t k) {  // operands[k] ops[k] operands[k + 1]
+      return ops[k] == "in" || ops[k] == "not in" ? membership(operands[k], ops[k], operands[k + 1])
+                                                  : operands[k] + ops[k] + operands[k + 1];
+    };
+    if (ops.empty()) {
+      span += operands.front();
+    } else if (ops.size() == 1) {
+      span += pair(0);
     } else {
       span += "(";
-      for (std::size_t k = 0; k < ops.size(); ++k)
-        span += fmt::format("{}({}{}{})", k ? "&&" : "", operands[k], ops[k], operands[k + 1]);
+      for (std::size_t k = 0; k < ops.size(); ++k) span += fmt::format("{}({})", k ? "&&" : "", pair(k));
       span += ")";
     }
     span += std::string(nots, ')');
@@ -191,6 +235,18 @@ std::string unchain(std::string_view s) {
       ops.emplace_back(s.substr(i, n));
       operands.emplace_back();
       i += n;
+    } else if (const std::string_view word = word_at(s, i); !word.empty()) {
+      if (word == "in") {  // a comparison, as Python's
+        ops.emplace_back("in");
+        operands.emplace_back();
+      } else {
+        operands.back() += word;
+      }
+      i += word.size();
+    } else if (s[i] == '!' && word_at(s, std::min(s.find_first_not_of(" \t", i + 1), s.size())) == "in") {
+      ops.emplace_back("not in");  // Python's 'not in', respelt '!   in'
+      operands.emplace_back();
+      i = s.find_first_not_of(" \t", i + 1) + 2;
     } else if (s.substr(i, 2) == "&&" || s.substr(i, 2) == "||") {
       end_span();
       joins.emplace_back(s.substr(i, 2));
@@ -209,7 +265,7 @@ std::string unchain(std::string_view s) {
 }  // namespace
 
 bool is_expression_word(const std::string& name) {
-  return std::any_of(kWords.begin(), kWords.end(), [&](const auto& w) { return w.first == name; });
+  return name == "in" || std::any_of(kWords.begin(), kWords.end(), [&](const auto& w) { return w.first == name; });
 }
 
 struct Expression::Parser {

@@ -6,10 +6,10 @@
 // div(a, b) (floor division), and Python's spelling, as Kernel Tuner's
 // restrictions are written: `and` and `or` (also `&&`, `||`; short-circuit),
 // `not` (also `!`), `True`, `False`, `//` (floor division), `**` (power),
-// int(), round(), pow(), 0x/0o/0b and 1_000 literals, and chained
-// comparisons (`32 <= x * y <= 1024` is `32 <= x * y && x * y <= 1024`). An
-// integer division or remainder by zero throws kInvalidInput where it is
-// evaluated, as Python raises.
+// int(), round(), pow(), 0x/0o/0b and 1_000 literals, `in` and `not in` a
+// list of values, and chained comparisons (`32 <= x * y <= 1024` is
+// `32 <= x * y && x * y <= 1024`). An integer division or remainder by zero
+// throws kInvalidInput where it is evaluated, as Python raises.
 #pragma once
 #include <map>
 #include <memory>
@@ -23,7 +23,7 @@ namespace ktune::spec {
 using Values = std::map<std::string, double>;
 
 /// Whether `name` is a word expressions read as an operator or a constant
-/// (Python's and, or, not, True, False), which no tunable, dimension or
+/// (Python's and, or, not, in, True, False), which no tunable, dimension or
 /// parameter may be named.
 bool is_expression_word(const std::string& name);
 
