@@ -264,6 +264,11 @@ std::string unchain(std::string_view s) {
 
 }  // namespace
 
+bool is_identifier(const std::string& name) {
+  return !name.empty() && !std::isdigit(static_cast<unsigned char>(name.front())) &&
+         std::all_of(name.begin(), name.end(), name_char);
+}
+
 bool is_expression_word(const std::string& name) {
   return name == "in" || std::any_of(kWords.begin(), kWords.end(), [&](const auto& w) { return w.first == name; });
 }

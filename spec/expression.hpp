@@ -22,6 +22,10 @@ namespace ktune::spec {
 /// Values of the names an expression may use.
 using Values = std::map<std::string, double>;
 
+/// Whether `name` is an identifier (letters, digits, _; not a digit first): what
+/// a spec's names, macros and variables must be.
+bool is_identifier(const std::string& name);
+
 /// Whether `name` is a word expressions read as an operator or a constant
 /// (Python's and, or, not, in, True, False), which no tunable, dimension or
 /// parameter may be named.

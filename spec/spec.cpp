@@ -172,7 +172,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   const fs::path base = path.parent_path().empty() ? fs::path(".") : path.parent_path();
 
   spec->name = r.string_at(j, "name", "spec");
-  r.require(std::regex_match(spec->name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+  r.require(is_identifier(spec->name),
             fmt::format("name '{}' must be an identifier (letters, digits, _)", spec->name));
   spec->summary = j.value("summary", "kernel spec " + path.filename().string());
 
@@ -243,7 +243,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   for (const auto& [name, v] : in_order.at("tunables").items()) tunable_names.push_back(name);
   for (const auto& name : tunable_names) {
     const json& v = j["tunables"][name];
-    r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+    r.require(is_identifier(name),
               fmt::format("tunable '{}' must be an identifier", name));
     r.require(!is_expression_word(name), reserved("tunable", name));
     r.require(!dim_set.count(name), fmt::format("'{}' is both a tunable and a problem dimension", name));
@@ -291,7 +291,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   if (j.contains("parameters")) {
     r.require(j["parameters"].is_object(), "'parameters' must be an object: name -> number (its value in checks)");
     for (const auto& [name, v] : j["parameters"].items()) {
-      r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+      r.require(is_identifier(name),
                 fmt::format("parameter '{}' must be an identifier", name));
       r.require(!is_expression_word(name), reserved("parameter", name));
       r.require(std::find(all.begin(), all.end(), name) == all.end(),
@@ -312,7 +312,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   if (j.contains("defines")) {
     r.require(j["defines"].is_object(), "'defines' must be an object: macro name -> expression");
     for (const auto& [name, v] : j["defines"].items()) {
-      r.require(std::regex_match(name, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+      r.require(is_identifier(name),
                 fmt::format("define '{}' must be a macro name", name));
       spec->defines.emplace_back(name, part_or_dtype(v, "define " + name));
     }
@@ -399,7 +399,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     }
     if (b.contains("constant")) {
       buf.constant = r.string_at(b, "constant", what);
-      r.require(std::regex_match(buf.constant, std::regex("[A-Za-z_][A-Za-z0-9_]*")),
+      r.require(is_identifier(buf.constant),
                 fmt::format("{}: 'constant' names a __constant__ variable of the source (an identifier), not '{}'",
                             what, buf.constant));
       r.require(buf.role == Role::kInput,

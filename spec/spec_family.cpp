@@ -123,7 +123,7 @@ SpecFamily::SpecFamily(std::shared_ptr<const KernelSpec> spec) : spec_(std::move
     std::string base = expression.substr(0, expression.find('<'));
     base.erase(base.find_last_not_of(" \t") + 1);
     if (const auto colons = base.rfind("::"); colons != std::string::npos) base = base.substr(colons + 2);
-    if (!std::regex_match(base, std::regex("[A-Za-z_][A-Za-z0-9_]*"))) return;  // NVRTC says what it makes of it
+    if (!is_identifier(base)) return;  // NVRTC says what it makes of it
     std::vector<std::string> files;
     for (const auto& f : spec_->sources) files.push_back(f.filename().string());
     KTUNE_REQUIRE(std::regex_search(code, std::regex("\\b" + base + "\\b")),
