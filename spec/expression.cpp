@@ -32,18 +32,17 @@ double remainder_of(double a, double b) {
 double floor_of(double a) { return std::floor(a); }
 double ceil_of(double a) { return std::ceil(a); }
 double ceil_div(double a, double b) { return std::ceil(a / divisor(b)); }
-// Python's floor division of floats (float_floor_div in CPython), exact where floor(a / b) rounds past it:
-// 1 // 0.1 is 9, not 10.
+// Python's floor division of floats (float_floor_div in CPython): the whole number a - a % b is b times,
+// exact where floor(a / b) rounds past it (1 // 0.1 is 9, not 10).
 double floor_div(double a, double b) {
-  double mod = std::fmod(a, divisor(b));
-  double div = (a - mod) / b;
-  if (mod != 0 && (b < 0) != (mod < 0)) div -= 1.0;
+  const double div = (a - remainder_of(a, b)) / b;  // whole, but for rounding
   const double floor = std::floor(div);
   return div - floor > 0.5 ? floor + 1.0 : floor;
 }
 double power(double a, double b) { return std::pow(a, b); }
 double truncated(double a) { return std::trunc(a); }
 double rounded(double a) { return std::nearbyint(a); }  // halves to even, as Python's round()
+double logical_not(double a) { return a == 0 ? 1 : 0; }
 
 /// muparser's reader of Python's number literals its own does not read: 0x1f, 0o17, 0b101, and underscores
 /// between digits (1_000, 1_0.5e1_0). `expr` is the text from the reader's position; 0 where none starts there.
@@ -89,7 +88,6 @@ std::string python_hint(const std::string& name) {
   if (name == "is") return " (Python's 'is' is not read: write ==)";
   return "";
 }
-double logical_not(double a) { return a == 0 ? 1 : 0; }
 
 // Python's words and muparser's spelling of them, padded to the word's length so a syntax error's position in
 // the rewritten text is its position in the text as written.
