@@ -6,6 +6,7 @@
 // variable the sources lack and an output in constant memory are named.
 // Shared by the emu and gpu tests.
 #pragma once
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -16,8 +17,8 @@
 
 namespace ktune::test {
 
-inline void check_constant_copy(const std::string& backend, const std::string& folder) {
-  const auto dir = scratch_dir(folder);
+/// Writes conv.cu into `dir` and returns its spec: a 17-tap filter copied into d_filter.
+inline nlohmann::json constant_spec(const std::filesystem::path& dir) {
   std::ofstream(dir / "conv.cu") << R"cu(
 __constant__ float d_filter[64];
 template <int BLOCK>
@@ -36,13 +37,18 @@ __global__ void conv_reference(float* out, const float* in, const float* filter,
   }
 }
 )cu";
-  nlohmann::json j = nlohmann::json::parse(R"json({"name": "conv", "source": "conv.cu", "kernel": "conv<{block}>",
+  return nlohmann::json::parse(R"json({"name": "conv", "source": "conv.cu", "kernel": "conv<{block}>",
     "problem": {"n": 1003, "taps": 17}, "tunables": {"block": [32, 64, 128]},
     "grid": "ceil_div(n, block)", "block": "block",
     "buffers": [{"name": "out", "count": "n", "role": "output"}, {"name": "in", "count": "n + taps - 1"},
                 {"name": "filter", "count": "taps", "constant": "d_filter"}],
     "args": ["out", "in", "filter", {"type": "i32", "value": "n"}, {"type": "i32", "value": "taps"}],
     "reference": {"kernel": "conv_reference", "grid": 1, "block": 64}})json");
+}
+
+inline void check_constant_copy(const std::string& backend, const std::string& folder) {
+  const auto dir = scratch_dir(folder);
+  nlohmann::json j = constant_spec(dir);
   const auto write_spec = [&](const std::string& name) {
     std::ofstream(dir / name) << j.dump();
     return (dir / name).string();
