@@ -159,6 +159,12 @@ class Family {
   /// does not (host headers' names) and whose shared memory or registers may
   /// not fit a GPU. The project's own are compiled by their tests.
   virtual bool compiled_with_nvrtc_under_emulation() const { return false; }
+  /// Whether a launch's in-place results change the next launch's work, so a
+  /// measurement restores the workload's inout buffers before each repetition,
+  /// outside what is timed (grad_norm: gradients clipped once need no scaling
+  /// after, and its scale launch would return at once). Default: false (an
+  /// AdamW step moves as many bytes whatever the weights hold).
+  virtual bool timing_restores_inouts() const { return false; }
 
   virtual double flops(const Problem& problem) const = 0;
   virtual double bytes(const Problem& problem) const = 0;  ///< minimum DRAM traffic

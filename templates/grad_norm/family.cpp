@@ -204,9 +204,11 @@ class GradNorm final : public GradNormFamily {
   double flops(const Problem& p) const override {  // square and add, then scale
     return 3.0 * static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
   }
-  double bytes(const Problem& p) const override {  // read every gradient (the norm alone)
-    return 4.0 * static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
+  double bytes(const Problem& p) const override {  // every gradient read for the norm, then read and scaled
+    return 12.0 * static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
   }
+  // The workload's gradients, clipped in place, would need no scaling from the second launch on.
+  bool timing_restores_inouts() const override { return true; }
 
  private:
   /// The workspace every config of the space fits in: the smallest chunk's partials.

@@ -19,7 +19,7 @@
 #include "spec/constant_check.hpp"
 #include "spec/spec_family.hpp"
 #include "support.hpp"
-#include "tuner/exec/backend.hpp"
+#include "tuner/run/recording_backend.hpp"
 #include "tuner/run/emu_runner.hpp"
 
 namespace spec_spec_emu_test {
@@ -407,70 +407,6 @@ TEST_CASE("spec emu: a buffer copied into a __constant__ variable before each la
   ktune::test::check_constant_copy("emu", "spec-constant");
 }
 
-namespace {
-
-/// The emulation backend, recording for each plan launched whether it ran inside time() and how many copies
-/// into constant memory it carried.
-class RecordingBackend final : public ktune::tuner::exec::Backend {
- public:
-  struct Launched {
-    bool timed = false;
-    std::size_t copies = 0;
-  };
-  explicit RecordingBackend(std::vector<Launched>& log) : inner_(ktune::tuner::exec::make_emu_backend()), log_(log) {}
-  std::string name() const override { return inner_->name(); }
-  const ktune::DeviceLimits& device() const override { return inner_->device(); }
-  std::unique_ptr<ktune::tuner::exec::Buffer> allocate(std::size_t bytes, const std::string& label) override {
-    return inner_->allocate(bytes, label);
-  }
-  void upload(const ktune::tuner::exec::Buffer& dst, const void* host, std::size_t bytes) override {
-    inner_->upload(dst, host, bytes);
-  }
-  void download(void* host, const ktune::tuner::exec::Buffer& src, std::size_t bytes) override {
-    inner_->download(host, src, bytes);
-  }
-  void poison(const ktune::tuner::exec::Buffer& dst) override { inner_->poison(dst); }
-  void upload_range(const ktune::tuner::exec::Buffer& dst, std::size_t offset, const void* host, std::size_t bytes) override {
-    inner_->upload_range(dst, offset, host, bytes);
-  }
-  void download_range(void* host, const ktune::tuner::exec::Buffer& src, std::size_t offset, std::size_t bytes) override {
-    inner_->download_range(host, src, offset, bytes);
-  }
-  std::shared_ptr<const ktune::tuner::exec::Module> load(const ktune::templates::Rendered& rendered) override {
-    return inner_->load(rendered);
-  }
-  void precompile(const std::vector<ktune::templates::Rendered>& sources, unsigned threads) override {
-    inner_->precompile(sources, threads);
-  }
-  using Backend::launch;
-  void launch(const ktune::tuner::exec::Module& module, const std::vector<ktune::templates::Launch>& plan,
-              std::uint64_t stream) override {
-    Launched l{timing_, 0};
-    for (const auto& launch : plan) l.copies += launch.constants.size();
-    log_.push_back(l);
-    inner_->launch(module, plan, stream);
-  }
-  void synchronize() override { inner_->synchronize(); }
-  std::unique_ptr<ktune::tuner::exec::Graph> capture(const std::function<void()>& enqueue) override {
-    return inner_->capture(enqueue);
-  }
-  void replay(const ktune::tuner::exec::Graph& graph) override { inner_->replay(graph); }
-  ktune::tuner::Measurement time(const std::function<void()>& enqueue, const ktune::tuner::RunOptions& options,
-                          const std::string& what) override {
-    timing_ = true;
-    auto m = inner_->time(enqueue, options, what);
-    timing_ = false;
-    return m;
-  }
-
- private:
-  std::unique_ptr<ktune::tuner::exec::Backend> inner_;
-  std::vector<Launched>& log_;
-  bool timing_ = false;
-};
-
-}  // namespace
-
 TEST_CASE("spec emu: constant memory is filled before a variant's timed launches, not in them (as Kernel Tuner's "
           "cmem_args)",
           "[spec]") {
@@ -480,8 +416,9 @@ TEST_CASE("spec emu: constant memory is filled before a variant's timed launches
   const ktune::templates::Problem problem{"f32", {{"n", 1003}, {"taps", 17}}};
   for (const bool validate : {true, false}) {
     INFO((validate ? "validated" : "not validated") << " first");
-    std::vector<RecordingBackend::Launched> log;
-    auto runner = ktune::tuner::make_backend_runner(std::make_unique<RecordingBackend>(log));
+    auto recording = std::make_unique<ktune::test::RecordingBackend>();
+    const auto& log = recording->launches;
+    auto runner = ktune::tuner::make_backend_runner(std::move(recording));
     ktune::tuner::RunOptions options;
     options.validate = validate;
     options.time = true;
@@ -497,10 +434,10 @@ TEST_CASE("spec emu: constant memory is filled before a variant's timed launches
     // One launch copies the filter (the check's, or one before the timing), then every timed launch runs alone.
     REQUIRE(log.size() == 4);
     CHECK_FALSE(log[0].timed);
-    CHECK(log[0].copies == 1);
+    CHECK(log[0].constant_copies == 1);
     for (std::size_t i = 1; i < log.size(); ++i) {
       CHECK(log[i].timed);
-      CHECK(log[i].copies == 0);
+      CHECK(log[i].constant_copies == 0);
     }
   }
 }

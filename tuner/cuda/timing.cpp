@@ -14,15 +14,20 @@ std::size_t flush_bytes(long long l2_bytes) {
 }
 
 Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
-                        const DeviceBuffer& flush, const std::string& what) {
+                        const DeviceBuffer& flush, const std::string& what,
+                        const std::function<void(CUstream)>& reset) {
   const Driver& d = Driver::get();
-  for (int i = 0; i < options.warmup; ++i) launch(stream.get());
+  for (int i = 0; i < options.warmup; ++i) {
+    if (reset) reset(stream.get());
+    launch(stream.get());
+  }
   stream.synchronize();
   Event start, stop;
   std::vector<double> samples;
   double total_ms = 0;
   while (static_cast<int>(samples.size()) < options.max_repetitions &&
          (static_cast<int>(samples.size()) < options.min_repetitions || total_ms < options.min_seconds * 1e3)) {
+    if (reset) reset(stream.get());
     // Writing a buffer twice the L2 size evicts the inputs: every repetition
     // reads from DRAM, as a training step does.
     KT_CHECK_CU(d.cuMemsetD8Async(static_cast<CUdeviceptr>(flush.address()), static_cast<unsigned char>(samples.size()),

@@ -14,9 +14,11 @@ std::size_t flush_bytes(long long l2_bytes);
 
 /// Times `launch` (which enqueues the work on the given stream). Compile and
 /// module load never happen inside. `flush` (flush_bytes of the device's L2)
-/// is written before every repetition.
+/// is written before every repetition; `reset`, where given, enqueues work
+/// before each warm-up and repetition (before the flush), outside the events.
 Measurement time_on_gpu(const std::function<void(CUstream)>& launch, const RunOptions& options, Stream& stream,
-                        const DeviceBuffer& flush, const std::string& what);
+                        const DeviceBuffer& flush, const std::string& what,
+                        const std::function<void(CUstream)>& reset = {});
 
 /// Device-to-device copy bandwidth (read + write bytes per second, GB/s),
 /// measured with `bytes`-sized buffers; needs a current context (a Context,

@@ -140,6 +140,9 @@ class Backend {
   /// that lays many tensors out in one allocation moves one at a time.
   virtual void upload_range(const Buffer& dst, std::size_t offset, const void* host, std::size_t bytes) = 0;
   virtual void download_range(void* host, const Buffer& src, std::size_t offset, std::size_t bytes) = 0;
+  /// `bytes` from the start of `src` to the start of `dst`, enqueued on the
+  /// backend's stream, in order with its launches.
+  virtual void copy(const Buffer& dst, const Buffer& src, std::size_t bytes) = 0;
   /// The CUstream launches are enqueued on, for libraries that launch their
   /// own kernels in order with ours (cuBLASLt); 0 under emulation.
   virtual std::uint64_t native_stream() const { return 0; }
@@ -219,8 +222,13 @@ class Backend {
   /// Times `enqueue` (which launches work through this backend) per the
   /// options: CUDA events with warm-up and L2 flush on a GPU; host wall time,
   /// labelled as such, under emulation. Never includes compiling or loading.
-  virtual Measurement time(const std::function<void()>& enqueue, const RunOptions& options,
-                           const std::string& what) = 0;
+  /// `reset`, where given, enqueues work before each warm-up and repetition,
+  /// outside what is timed (inputs an in-place kernel changed, restored).
+  virtual Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what,
+                           const std::function<void()>& reset) = 0;
+  Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) {
+    return time(enqueue, options, what, {});
+  }
   /// With `hold`, allocates now the device memory time() takes beside the
   /// work's own (a GPU's L2 flush buffer, twice the L2), and keeps it for
   /// every time() until called without: a caller that must know a

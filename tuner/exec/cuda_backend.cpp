@@ -213,6 +213,14 @@ class CudaBackend final : public Backend {
     stream_.synchronize();
     if (bytes) KT_CHECK_CU(Driver::get().cuMemcpyDtoH(host, static_cast<CUdeviceptr>(src.address() + offset), bytes));
   }
+  void copy(const Buffer& dst, const Buffer& src, std::size_t bytes) override {
+    KTUNE_REQUIRE(bytes <= dst.bytes() && bytes <= src.bytes(),
+                  fmt::format("copy of {} bytes from '{}' of {} into '{}' of {}", bytes, src.label(), src.bytes(),
+                              dst.label(), dst.bytes()));
+    if (bytes)
+      KT_CHECK_CU(Driver::get().cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(dst.address()),
+                                                  static_cast<CUdeviceptr>(src.address()), bytes, stream_.get()));
+  }
   std::uint64_t native_stream() const override { return reinterpret_cast<std::uint64_t>(stream_.get()); }
   void poison(const Buffer& dst) override {
     KT_CHECK_CU(Driver::get().cuMemsetD8Async(static_cast<CUdeviceptr>(dst.address()), 0xFF, dst.bytes(),
@@ -318,11 +326,15 @@ class CudaBackend final : public Backend {
     return m;
   }
 
-  Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) override {
+  using Backend::time;
+  Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what,
+                   const std::function<void()>& reset) override {
     const auto launch = [&](CUstream) { enqueue(); };
-    if (flush_.bytes() > 0) return time_on_gpu(launch, options, stream_, flush_, what);
+    std::function<void(CUstream)> before;
+    if (reset) before = [&](CUstream) { reset(); };
+    if (flush_.bytes() > 0) return time_on_gpu(launch, options, stream_, flush_, what, before);
     const DeviceBuffer flush(flush_bytes(device_.l2_bytes));  // this measurement's alone
-    return time_on_gpu(launch, options, stream_, flush, what);
+    return time_on_gpu(launch, options, stream_, flush, what, before);
   }
   void hold_timing_memory(bool hold) override {
     if (!hold) flush_ = DeviceBuffer();

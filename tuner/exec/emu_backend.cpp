@@ -119,6 +119,14 @@ class EmuBackend final : public Backend {
                   fmt::format("download of {} bytes at {} from '{}' of {}", bytes, offset, src.label(), src.bytes()));
     if (bytes) std::memcpy(host, emu_buffer(src).guarded().data() + offset, bytes);
   }
+  void copy(const Buffer& dst, const Buffer& src, std::size_t bytes) override {
+    KTUNE_REQUIRE(bytes <= dst.bytes() && bytes <= src.bytes(),
+                  fmt::format("copy of {} bytes from '{}' of {} into '{}' of {}", bytes, src.label(), src.bytes(),
+                              dst.label(), dst.bytes()));
+    std::byte* to = emu_buffer(dst).guarded().data();
+    const std::byte* from = emu_buffer(src).guarded().data();
+    if (bytes) enqueue_host([=] { std::memcpy(to, from, bytes); });  // in stream order, and captured as a copy
+  }
 
   std::shared_ptr<const Module> load(const templates::Rendered& rendered) override {
     const auto t0 = std::chrono::steady_clock::now();
@@ -191,7 +199,9 @@ class EmuBackend final : public Backend {
     else work();
   }
 
-  Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what) override {
+  using Backend::time;
+  Measurement time(const std::function<void()>& enqueue, const RunOptions& options, const std::string& what,
+                   const std::function<void()>& reset) override {
     // Host wall time: it ranks nothing on a GPU, but lets a whole tuning
     // session, winner rule included, run end to end without one.
     refuse_in_capture("time");
@@ -199,7 +209,10 @@ class EmuBackend final : public Backend {
     // 5-50x the rest), then kEmuSamples at least, so a slow variant still
     // has a spread; then on to min_repetitions within min_seconds.
     const int warmup = std::min(options.warmup, 1);
-    for (int i = 0; i < warmup; ++i) enqueue();
+    for (int i = 0; i < warmup; ++i) {
+      if (reset) reset();
+      enqueue();
+    }
     std::vector<double> samples;
     double total_ms = 0;
     const int most = std::max(1, options.max_repetitions);
@@ -207,6 +220,7 @@ class EmuBackend final : public Backend {
     while (static_cast<int>(samples.size()) < most &&
            (static_cast<int>(samples.size()) < least ||
             (static_cast<int>(samples.size()) < options.min_repetitions && total_ms < options.min_seconds * 1e3))) {
+      if (reset) reset();
       const auto t0 = std::chrono::steady_clock::now();
       enqueue();
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <new>
 #include <optional>
 #include <sstream>
@@ -146,14 +147,33 @@ class BackendRunner final : public Runner {
         backend_->launch(module, plan);
         backend_->synchronize();
       }
-      const std::string what = fmt::format("{} launch{}{}", timed.size(), timed.size() == 1 ? "" : "es",
-                                           copies ? " (constant memory filled before)" : "");
-      result.timing = backend_->time([&] { backend_->launch(module, timed); }, options, what);
+      // A family whose in-place results change the next launch's work has its inout buffers restored before
+      // each repetition, from copies on the device, outside what is timed.
+      std::vector<std::pair<std::size_t, std::unique_ptr<exec::Buffer>>> uploaded;
+      if (family.timing_restores_inouts())
+        for (std::size_t i = 0; i < workload.buffers.size(); ++i)
+          if (const auto& b = workload.buffers[i]; b.role == templates::Role::kInOut) {
+            uploaded.emplace_back(i, backend_->allocate(b.bytes.size(), b.name + " as uploaded"));
+            backend_->upload(*uploaded.back().second, b.bytes.data(), b.bytes.size());
+          }
+      std::function<void()> restore;
+      if (!uploaded.empty())
+        restore = [&] {
+          for (const auto& [i, from] : uploaded) backend_->copy(*buffers[i], *from, from->bytes());
+        };
+      const std::string what =
+          fmt::format("{} launch{}{}{}", timed.size(), timed.size() == 1 ? "" : "es",
+                      copies ? " (constant memory filled before)" : "",
+                      restore ? " (in-place buffers restored before each, untimed)" : "");
+      result.timing = backend_->time([&] { backend_->launch(module, timed); }, options, what, restore);
       if (options.per_launch && timed.size() > 1)
         for (const auto& l : timed)
           result.launch_timings.emplace_back(
               module.kernel_names()[static_cast<std::size_t>(l.kernel)],
-              backend_->time([&] { backend_->launch(module, {l}); }, options, "1 launch alone"));
+              backend_->time([&] { backend_->launch(module, {l}); }, options,
+                             restore ? "1 launch alone (in-place buffers restored before each, untimed)"
+                                     : "1 launch alone",
+                             restore));
     }
   }
 

@@ -4,13 +4,17 @@
 // not with the allocation's own exception.
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <new>
 #include <stdexcept>
+#include <vector>
 
 #include "base/error.hpp"
+#include "templates/family.hpp"
 #include "templates/render.hpp"
 #include "tuner/run/doubling_workload.hpp"
 #include "tuner/run/emu_runner.hpp"
+#include "tuner/run/recording_backend.hpp"
 
 namespace tuner_run_backend_runner_emu_test {
 
@@ -93,6 +97,48 @@ TEST_CASE("a problem whose workload does not fit in host memory is refused namin
     }
   }
   CHECK(run(300).ok);  // the runner goes on
+}
+
+TEST_CASE("backend runner emu: an in-place family is timed from its inputs as uploaded, restored before each "
+          "repetition (grad_norm's clip scales in every one)",
+          "[runner]") {
+  // The workload's gradients have a norm well above its max_norm 1: clipped in place once, they would need no
+  // scaling after, and the scale launch of every later repetition would return at once.
+  const Family& f = find_family("grad_norm");
+  const Problem p{"f32", {{"tensors", 2}, {"numel", 4096}}};
+  auto recording = std::make_unique<test::RecordingBackend>();
+  std::vector<float> norms;  // what each timed launch found
+  recording->after_timed_launch = [&](test::RecordingBackend& b) {
+    float out[2];
+    b.download(out, b.buffer("out"), sizeof out);
+    norms.push_back(out[0]);
+  };
+  const test::RecordingBackend& seen = *recording;
+  auto runner = make_backend_runner(std::move(recording));
+  RunOptions options;
+  options.time = true;
+  options.warmup = 1;
+  options.min_repetitions = options.max_repetitions = 4;
+  const RunResult r = runner->run(f, f.default_config(p), p, options);
+  INFO(r.failure);
+  REQUIRE(r.ok);
+  REQUIRE(r.timing);
+  CHECK_THAT(r.timing->method, Catch::Contains("in-place buffers restored before each, untimed"));
+  REQUIRE(norms.size() == 5);  // the warm-up and 4 repetitions
+  CHECK(norms[0] > 10.0f);
+  for (const float n : norms) CHECK(n == norms[0]);
+  CHECK(seen.copies == 5 * 2);  // each gradient, before each
+
+  // A family whose launches move the same bytes whatever their inputs hold is timed as it runs.
+  const Family& adamw = find_family("adamw");
+  const Problem q = adamw.problem_classes().front();
+  auto plain = std::make_unique<test::RecordingBackend>();
+  const test::RecordingBackend& plain_seen = *plain;
+  auto plain_runner = make_backend_runner(std::move(plain));
+  const RunResult a = plain_runner->run(adamw, adamw.default_config(q), q, options);
+  INFO(a.failure);
+  CHECK(a.ok);
+  CHECK(plain_seen.copies == 0);
 }
 
 }  // namespace tuner_run_backend_runner_emu_test
