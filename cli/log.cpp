@@ -82,6 +82,11 @@ void add_log_command(CLI::App& app, Global& global) {
                                view.winner, w.value("time_ms", 0.0), w.value("p20_ms", 0.0), w.value("p80_ms", 0.0),
                                again ? "timed again beside the finalists" : "as timed in the search",
                                w.value("tied", 0), stopped_by);
+      if (const auto out = w.find("disqualified"); out != w.end() && out->is_array())
+        for (const auto& d : *out)
+          if (d.is_object() && d.contains("config"))
+            std::cout << fmt::format("finalist {} failed when timed again beside the others ({}); it won nothing\n",
+                                     Config::from_json(d.at("config")).str(), d.value("failure", std::string("?")));
       if (const auto fixed = w.find("deterministic"); fixed != w.end() && fixed->is_object())
         std::cout << fmt::format("it sums by atomics, in no fixed order; a --deterministic run takes {} at {:.4f} ms, "
                                  "the fastest measured that does not\n",

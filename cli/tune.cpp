@@ -384,9 +384,16 @@ void add_tune_command(CLI::App& app, Global& global) {
         header.problem_size = problem.to_json()["dims"];
         search::write_kernel_tuner_cache(opts->export_kt, family.space(), summary.records, header);
       }
+      if (print != env::PrintLevel::kQuiet && !global.json)
+        for (const auto& d : summary.disqualified)
+          tops += fmt::format("{} on {}: finalist {} failed when timed again beside the others ({}); it wins nothing, "
+                              "whatever the search measured\n",
+                              family.name(), problem.key(), d.config.str(), d.result.failure);
       if (!summary.best) {
         failed.push_back(fmt::format("{} on {} ({})", family.name(), problem.key(),
-                                     view.evaluations.empty() ? "nothing measured" : failure_digest(view.evaluations)));
+                                     !summary.disqualified.empty() ? "every finalist failed when timed again"
+                                     : view.evaluations.empty()    ? "nothing measured"
+                                                                   : failure_digest(view.evaluations)));
         continue;
       }
       // A deterministic session's winner goes beside a faster one by atomics, as its deterministic pick.
@@ -446,7 +453,8 @@ void add_tune_command(CLI::App& app, Global& global) {
                          {"default_time_ms", summary.default_run && summary.default_run->result.timing
                                                  ? nlohmann::json(summary.default_run->result.timing->median_ms)
                                                  : nlohmann::json()},
-                         {"finalists", tuner::finalists_json(summary)}, {"tied", summary.tied},
+                         {"finalists", tuner::finalists_json(summary)},
+                         {"disqualified", tuner::disqualified_json(summary)}, {"tied", summary.tied},
                          {"deterministic_search", tune.deterministic},
                          {"written_as", other || other_pick ? "none" : beside ? "deterministic pick" : "entry"},
                          {"deterministic", fixed ? nlohmann::json{{"config", fixed->config.to_json()},

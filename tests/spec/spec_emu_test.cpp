@@ -442,6 +442,59 @@ TEST_CASE("spec emu: constant memory is filled before a variant's timed launches
   }
 }
 
+TEST_CASE("spec emu: a finalist that fails when timed again wins nothing (a flaky variant), and is named",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-flaky-finalist");
+  // Variant 1, the faster, traps from its 7th launch in a process: the search's run makes 5 (the check, 1 warm-up, 3 timed),
+  // so it passes there and fails when the finalists are timed again.
+  std::ofstream(dir / "flaky.cu") << R"cu(
+__device__ int launches_seen;
+template <int VARIANT>
+__global__ void flaky(const float* x, float* z, int n) {
+  if (VARIANT == 1 && threadIdx.x == 0 && blockIdx.x == 0) {
+    const int seen = atomicAdd(&launches_seen, 1);
+    assert(seen < 6);
+  }
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float v = x[i], slow = 0.0f;
+  if (VARIANT == 0)  // the reliable one is the slower, so only the failure keeps the fast one from winning
+    for (int k = 0; k < 4000; ++k) slow = slow * 0.5f + v;
+  z[i] = 2.0f * v + (slow - slow);
+}
+)cu";
+  std::ofstream(dir / "flaky.json") << R"json({"name": "flaky", "source": "flaky.cu", "kernel": "flaky<{variant}>",
+    "problem": {"n": 300}, "tunables": {"variant": [0, 1]}, "grid": "ceil_div(n, 64)", "block": 64,
+    "buffers": [{"name": "x", "count": "n"}, {"name": "z", "count": "n", "role": "output"}],
+    "args": ["x", "z", {"type": "i32", "value": "n"}], "reference": {"config": {"variant": 0}}})json";
+  std::string out;
+  const int rc = run_command(ktune_exe().string() + " --json tune --backend emu --strategy exhaustive --warmup 1 "
+                                 "--repetitions 3 --spec " + (dir / "flaky.json").string() + " --cache " +
+                                 (dir / "tuned.json").string() + " --log " + (dir / "tune.log").string(),
+                             &out);
+  INFO(out);
+  REQUIRE(rc == 0);
+  const auto result = nlohmann::json::parse(out.substr(out.rfind("\n{\n") + 1));
+  CHECK(result["failures"] == 0);  // the search measured both
+  CHECK(result["best_config"] == nlohmann::json({{"variant", 0}}));
+  REQUIRE(result["disqualified"].size() == 1);
+  CHECK(result["disqualified"][0]["config"] == nlohmann::json({{"variant", 1}}));
+  CHECK_THAT(result["disqualified"][0]["failure"].get<std::string>(), Catch::Contains("assert"));
+  std::ifstream in(dir / "tuned.json");
+  CHECK(nlohmann::json::parse(in)["entries"][0]["config"] == nlohmann::json({{"variant", 0}}));
+  // Printed for a person too.
+  CHECK(run_command(ktune_exe().string() + " tune --backend emu --strategy exhaustive --warmup 1 --repetitions 3 "
+                        "--spec " + (dir / "flaky.json").string() + " --cache " + (dir / "again.json").string() +
+                        " --log " + (dir / "again.log").string() + " 2>&1",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("flaky on f32;n=300: finalist {\"variant\":1} failed when timed again beside the "
+                                  "others ("));
+  CHECK(run_command(ktune_exe().string() + " log show " + (dir / "tune.log").string() + " --spec " +
+                        (dir / "flaky.json").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("finalist {\"variant\":1} failed when timed again beside the others ("));
+}
+
 TEST_CASE("spec emu: an atol passes an output whose answer is near zero, which no relative error can judge",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-atol");

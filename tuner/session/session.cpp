@@ -516,16 +516,34 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     if (timed(r) && fixed_order(r) && (!deterministic_found || time_of(r) < time_of(*deterministic_found)))
       deterministic_found = r;
   if (deterministic_found) join(deterministic_found->config);
-  const double search_ms = time_of(ranked.front());  // the search's fastest, before it is timed again
+  double search_ms = time_of(ranked.front());  // the search's fastest, before it is timed again
   if (ranked.size() > 1 && options.run.time && !interrupted) {
     RunOptions again = run;
     again.validate = false;
+    std::vector<Record> timed_again;
     for (auto& r : ranked) {
+      const double searched = time_of(r);
       const RunResult t = runner.run(family, r.config, problem, again);
-      if (!t.ok || !t.timing) continue;  // judged on its search samples
+      if (!t.ok || !t.timing) {  // a config that fails when run again (flaky, racing, hanging) wins nothing
+        summary.disqualified.push_back({r.config, t});
+        continue;
+      }
+      if (timed_again.empty()) search_ms = searched;
       r.result.timing = t.timing;
       r.result.timing->method = t.timing->method + ", timed again beside the other finalists";
       summary.finalists.push_back(r);
+      timed_again.push_back(r);
+    }
+    ranked = std::move(timed_again);
+    const auto out = [&](const Config& c) {
+      return std::any_of(summary.disqualified.begin(), summary.disqualified.end(),
+                         [&](const Record& d) { return d.config == c; });
+    };
+    if (deterministic_found && out(deterministic_found->config)) deterministic_found.reset();
+    if (ranked.empty()) {
+      summary.previous_log = log.kept();
+      summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      return summary;
     }
   }
   std::vector<search::Candidate> finalists;
@@ -583,6 +601,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
                            {"p20_ms", picked.p20_ms},  {"p80_ms", picked.p80_ms},
                            {"tied", summary.tied},      {"stopped_by", summary.stopped_by},
                            {"finalists", finalists_json(summary)}};
+  if (!summary.disqualified.empty()) logged["disqualified"] = disqualified_json(summary);
   if (const auto& fixed = summary.best_deterministic; fixed && fixed->result.timing)
     logged["deterministic"] = {{"config", fixed->config.to_json()}, {"time_ms", fixed->result.timing->median_ms}};
   log.append({{"winner", std::move(logged)}});
@@ -606,6 +625,13 @@ nlohmann::json finalists_json(const TuneSummary& summary) {
   for (const auto& r : summary.finalists)
     out.push_back({{"config", r.config.to_json()}, {"time_ms", r.result.timing->median_ms},
                    {"p20_ms", r.result.timing->p20_ms}, {"p80_ms", r.result.timing->p80_ms}});
+  return out;
+}
+
+nlohmann::json disqualified_json(const TuneSummary& summary) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : summary.disqualified)
+    out.push_back({{"config", r.config.to_json()}, {"failure", r.result.failure}});
   return out;
 }
 

@@ -88,6 +88,9 @@ struct TuneSummary {
   std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
   /// The finalists as timed again side by side (what the winner rule judged), fastest in the search first.
   std::vector<Record> finalists;
+  /// The finalists that failed when timed again (a flaky variant: a race, a fault, a hang), with that run's
+  /// failure: none of them wins, whatever the search measured.
+  std::vector<Record> disqualified;
   /// Where the winner is not the search's fastest (the winner rule found them within noise, and the cache's
   /// config or the default wins a tie): both, with their times; else empty.
   std::string kept_note;
@@ -115,6 +118,8 @@ std::string standing(const Record& last, const search::Progress& progress, const
 /// The finalists as timed again side by side: config, time_ms, p20_ms, p80_ms each (the log's winner line and
 /// tune's --json).
 nlohmann::json finalists_json(const TuneSummary& summary);
+/// The finalists that failed when timed again: config, failure each (the log's winner line and tune's --json).
+nlohmann::json disqualified_json(const TuneSummary& summary);
 
 /// The config a session measures first, which its speed-ups are over: default_on's, and with `deterministic` the
 /// valid config nearest it that sums in a fixed order (choose_config's; kInvalidInput where none does).
