@@ -22,6 +22,7 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
   INFO(out);
   CHECK_THAT(out, Catch::Contains("| d_model | seq_len | eager forward | of it softmax | flash forward |"));
   CHECK_THAT(out, Catch::Contains("not a GPU measurement"));
+  CHECK_THAT(out, Catch::Contains("(the first forward's; every cell times its own launches so"));
   // The seed's unit beside ktune's: its times are seconds per 100 passes, a tenth of ktune's ms per pass.
   CHECK_THAT(out, Catch::Contains("ms per pass (median; the seed's times, \"100 passes\" without a unit, are "
                                   "seconds per 100 passes: 10 x a seed figure is ms per pass"));
@@ -37,6 +38,10 @@ TEST_CASE("CLI: bench attention --backend emu prints seed 003's table, flash bes
     CHECK(row["forward"]["median_ms"].get<double>() > 0);
     CHECK(row["forward"]["samples_ms"].size() >= 1);  // every repetition kept
     CHECK(row["eager_forward"]["samples_ms"].size() >= 1);
+    // Each cell says how it was timed: the backward is its own launches (the pre-kernel, dK/dV, dQ), not the
+    // forward's one.
+    CHECK_THAT(row["forward"]["method"].get<std::string>(), Catch::Contains("of 1 launch "));
+    CHECK_THAT(row["backward"]["method"].get<std::string>(), Catch::Contains(" launches "));
     CHECK(row["forward_tflops"].is_null());  // a host's time is no GPU's TFLOP/s
     CHECK(row["eager_forward"]["median_ms"].get<double>() > 0);
     CHECK(row["eager_backward"]["median_ms"].get<double>() > 0);
