@@ -20,11 +20,6 @@ std::string Family::source_hash() const {
   return h.hex();
 }
 
-std::vector<BufferShape> Family::buffer_shapes(const Problem& problem) const {
-  std::vector<BufferShape> shapes;
-  for (const auto& b : make_workload(problem, 1).buffers) shapes.push_back({b.name, b.role, b.dtype, b.bytes.size()});
-  return shapes;
-}
 
 double shortest(float value) { return std::stod(fmt::format("{}", value)); }
 

@@ -95,10 +95,10 @@ class Family {
   virtual void require_checkable(const Problem& problem, const Scalars& scalars) const;
   /// The buffers a launch takes for `problem`, in the order of
   /// Workload::buffers and of `plan`'s addresses (a scratch buffer sized for
-  /// every config), without making them: what a program allocates. The
-  /// default makes the workload, CPU reference included; families override
-  /// it with the sizes alone.
-  virtual std::vector<BufferShape> buffer_shapes(const Problem& problem) const;
+  /// every config), without making them: what a program allocates (the
+  /// run-time API asks for a kernel with it), so from the sizes alone, never
+  /// by making the workload and its CPU reference.
+  virtual std::vector<BufferShape> buffer_shapes(const Problem& problem) const = 0;
   /// The outputs a launch may write in place of an input, as (output, input)
   /// names of buffer_shapes: the two given the very same address
   /// (cross_entropy_bwd's dlogits over its logits, an elementwise op's y over

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "base/error.hpp"
 #include "templates/render.hpp"
@@ -156,12 +157,63 @@ double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<s
   }
   return std::sqrt(sum / static_cast<double>(n));
 }
+namespace {
+
+bool is_integer(DType t) { return t == DType::kI32 || t == DType::kI64 || t == DType::kU8; }
+
+/// An element of a floating-point buffer further off its reference than kElementTolerances of the buffer's
+/// tolerances allow, where the whole buffer passes: a relative L2 error spreads one wrong element (a tail a vector
+/// width misses) over every right one.
+struct ElementOff {
+  std::size_t index = 0;
+  double bound = 0, rms = 0;
+};
+constexpr double kElementTolerances = 16;
+
+std::optional<ElementOff> element_off(const HostBuffer& b, const std::vector<std::byte>& got) {
+  const DType t = b.dtype;
+  if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16) return std::nullopt;
+  if (got.size() != b.expected.size()) return std::nullopt;
+  const std::size_t n = got.size() / size_of(t);
+  double squares = 0;
+  for (std::size_t i = 0; i < n; ++i) squares += value_at(t, b.expected, i) * value_at(t, b.expected, i);
+  const double rms = n ? std::sqrt(squares / static_cast<double>(n)) : 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = value_at(t, b.expected, i), off = std::abs(value_at(t, got, i) - x);
+    const double bound = kElementTolerances * std::max(b.tolerance * std::max(std::abs(x), rms), b.atol);
+    if (off > bound) return ElementOff{i, bound, rms};  // a NaN is not, and fails the L2 check
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative) {
-  if (relative <= b.tolerance) return true;  // NaN compares false
-  return b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol;
+  if (is_integer(b.dtype)) return got == b.expected;  // counts and indices are exact, or wrong
+  // NaN compares false.
+  if (!(relative <= b.tolerance) && !(b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol)) return false;
+  return !element_off(b, got);
 }
 
 std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, double error) {
+  if (is_integer(b.dtype) && got.size() == b.expected.size()) {
+    const std::size_t n = got.size() / size_of(b.dtype);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      wrong += value_at(b.dtype, got, i) != value_at(b.dtype, b.expected, i) ? 1 : 0;
+    const std::string detail = mismatch_detail(b.dtype, got, b.expected);
+    return fmt::format("{}: {} of {} integers differ from the reference's (integers are compared exactly){}", b.name,
+                       wrong, n, detail.empty() ? "" : " (" + detail + ")");
+  }
+  const bool whole_passes =
+      error <= b.tolerance || (b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol);
+  if (const auto off = whole_passes ? element_off(b, got) : std::nullopt)
+    return fmt::format("{} element {} is {:.6g}, expected {:.6g}: off by more than {} tolerances ({:.3g}) of the "
+                       "larger of its reference's magnitude and the buffer's RMS {:.3g}, though the relative L2 "
+                       "error {:.3g} is within {:.1g} (one element wrong among right ones: a tail, a boundary?)",
+                       b.name, off->index, value_at(b.dtype, got, off->index),
+                       value_at(b.dtype, b.expected, off->index), kElementTolerances, off->bound, off->rms, error,
+                       b.tolerance);
   const std::string detail = mismatch_detail(b.dtype, got, b.expected);
   return fmt::format("{} relative L2 error {:.3g} > {:.1g}{}{}", b.name, error, b.tolerance,
                      b.atol > 0
@@ -174,6 +226,12 @@ double require_match(const HostBuffer& b, const std::vector<std::byte>& got, con
   const double e = relative_l2(b.dtype, got, b.expected);
   if (!within_tolerance(b, got, e)) throw_error(ErrorKind::kCheckFailed, what + ": " + mismatch(b, got, e));
   return e;
+}
+
+std::vector<BufferShape> shapes_of(const Workload& workload) {
+  std::vector<BufferShape> shapes;
+  for (const auto& b : workload.buffers) shapes.push_back({b.name, b.role, b.dtype, b.bytes.size()});
+  return shapes;
 }
 
 }  // namespace ktune::templates

@@ -45,6 +45,8 @@ inline BufferShape buffer_shape(std::string name, Role role, DType dtype, std::i
 struct Workload {
   std::vector<HostBuffer> buffers;
 };
+/// Its buffers' shapes, in order.
+std::vector<BufferShape> shapes_of(const Workload& workload);
 
 /// Relative L2 error of `got` against `expected` (both of dtype `t`);
 /// +inf when either holds a NaN or Inf.
@@ -64,7 +66,8 @@ double require_match(const HostBuffer& b, const std::vector<std::byte>& got, con
 /// differ.
 double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
 /// Whether `got`, `relative` off `b`'s expected result (relative_l2), passes: within b's tolerance, or within
-/// its atol as an RMS error (a NaN fails).
+/// its atol as an RMS error (a NaN fails), and no element further off than 16 tolerances of the larger of its
+/// reference's magnitude and the buffer's RMS (or 16 atols); integers exactly equal.
 bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative);
 /// A failed check's words: "NAME relative L2 error E > TOLERANCE (mismatch_detail)", with the RMS error where the
 /// buffer has an atol.

@@ -83,6 +83,22 @@ class AdamwBase : public AdamwFamily {
                   name() + ": dimension 'numel' must be in 1..2^31-1");
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const std::int64_t n = p.dim("numel");
+    std::vector<BufferShape> b;
+    for (std::int64_t t = 0; t < p.dim("tensors"); ++t) {
+      const std::string suffix = "[" + std::to_string(t) + "]";
+      b.push_back(buffer_shape("param" + suffix, Role::kInOut, DType::kF32, n));
+      b.push_back(buffer_shape("grad" + suffix, Role::kInput, DType::kF32, n));
+      b.push_back(buffer_shape("exp_avg" + suffix, Role::kInOut, DType::kF32, n));
+      b.push_back(buffer_shape("exp_avg_sq" + suffix, Role::kInOut, DType::kF32, n));
+      if (p.dtype == "bf16") b.push_back(buffer_shape("param_bf16" + suffix, Role::kOutput, DType::kBF16, n));
+    }
+    if (needs_scratch()) b.push_back(buffer_shape("scratch", Role::kScratch, DType::kF32, n));
+    return b;
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
   Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);

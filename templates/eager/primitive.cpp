@@ -250,6 +250,43 @@ class Primitive final : public PrimitiveFamily {
     return render_template(kTemplate, {kernel}, name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    const DType dt = activation_dtype(p);
+    const auto shape = [&](const char* name, Role role, std::int64_t n) { return buffer_shape(name, role, dt, n); };
+    const auto ids = [](std::int64_t n) { return buffer_shape("idx", Role::kInput, DType::kI32, n); };
+    switch (kind_) {
+      case Kind::kUnary: return {shape("x", Role::kInput, p.dim("n")), shape("y", Role::kOutput, p.dim("n"))};
+      case Kind::kFill: return {shape("y", Role::kOutput, p.dim("n"))};
+      case Kind::kStridedBinary:
+      case Kind::kStridedCopy: {
+        const auto sizes = sizes_of(p);
+        std::vector<BufferShape> b{shape("a", Role::kInput, extent(sizes, view_of(p, "a")))};
+        if (kind_ == Kind::kStridedBinary) b.push_back(shape("b", Role::kInput, extent(sizes, view_of(p, "b"))));
+        b.push_back(shape("y", Role::kInOut, extent(sizes, view_of(p, "y"))));
+        return b;
+      }
+      case Kind::kGatherRows:
+        return {shape("x", Role::kInput, p.dim("table_rows") * p.dim("cols")), ids(p.dim("rows")),
+                shape("y", Role::kOutput, p.dim("rows") * p.dim("cols"))};
+      case Kind::kIndexAdd:
+        return {shape("x", Role::kInput, p.dim("rows") * p.dim("cols")), ids(p.dim("rows")),
+                shape("y", Role::kInOut, p.dim("table_rows") * p.dim("cols"))};
+      case Kind::kBinary:
+        return {shape("a", Role::kInput, p.dim("rows") * p.dim("cols")),
+                shape("b", Role::kInput, p.dim("b_rows") * p.dim("b_cols")),
+                shape("y", Role::kOutput, p.dim("rows") * p.dim("cols"))};
+      case Kind::kScatterAdd: return {shape("y", Role::kInOut, p.dim("rows") * p.dim("cols")), ids(p.dim("rows"))};
+      case Kind::kCausalMask: return {shape("y", Role::kInOut, p.dim("rows") * p.dim("cols"))};
+      default: {  // the row reductions, the column sum, the gather
+        std::vector<BufferShape> b{shape("x", Role::kInput, p.dim("rows") * p.dim("cols"))};
+        if (kind_ == Kind::kGather) b.push_back(ids(p.dim("rows")));
+        b.push_back(shape("y", Role::kOutput, kind_ == Kind::kColSum ? p.dim("cols") : p.dim("rows")));
+        return b;
+      }
+    }
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
   Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);

@@ -110,6 +110,16 @@ class GradNorm final : public GradNormFamily {
                            name());
   }
 
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override {
+    check_problem(p);
+    std::vector<BufferShape> b;
+    for (std::int64_t t = 0; t < p.dim("tensors"); ++t)
+      b.push_back(buffer_shape("grad[" + std::to_string(t) + "]", Role::kInOut, DType::kF32, p.dim("numel")));
+    b.push_back(buffer_shape("out", Role::kOutput, DType::kF32, 2));
+    b.push_back(buffer_shape("scratch", Role::kScratch, DType::kF32, max_partials(p)));
+    return b;
+  }
+
   Workload make_workload(const Problem& p, std::uint64_t seed) const override { return make_workload(p, seed, {}); }
   Workload make_workload(const Problem& p, std::uint64_t seed, const Scalars& given) const override {
     check_problem(p);

@@ -5,9 +5,11 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <set>
 
 #include "base/error.hpp"
+#include "templates/common/family_helpers.hpp"
 #include "templates/embedded.hpp"
 #include "templates/render.hpp"
 
@@ -44,7 +46,7 @@ TEST_CASE("every family's buffer shapes are its workload's buffers, without maki
       for (int pass = 0; pass < 2; ++pass) {
         INFO(p.key());
         const auto shapes = f->buffer_shapes(p);
-        const auto made = f->Family::buffer_shapes(p);  // from the workload itself
+        const auto made = shapes_of(f->make_workload(p, 1));  // from the workload itself
         REQUIRE(shapes.size() == made.size());
         for (std::size_t i = 0; i < shapes.size(); ++i) {
           INFO(made[i].name);
@@ -329,6 +331,50 @@ TEST_CASE("relative L2 error flags NaN and measures differences", "[family]") {
   const std::int64_t big = (std::int64_t{1} << 60) + 1;
   CHECK(mismatch_detail(DType::kI64, i64({big, 7}), i64({big - 1, 7})) ==
         "furthest off at index 0: " + std::to_string(big) + ", expected " + std::to_string(big - 1));
+}
+
+TEST_CASE("a check fails one element wrong among right ones, which the relative L2 error spreads thin, and "
+          "integers that are not exact",
+          "[family]") {
+  // A bf16 tail written as x where the answer is x + y: one element in 100003, relative L2 error ~0.004, within
+  // bf16's 1e-2.
+  std::mt19937_64 rng(5);
+  const std::size_t n = 100003;
+  const auto x = random_floats(rng, n, -1.f, 1.f), y = random_floats(rng, n, -1.f, 1.f);
+  std::vector<double> sum(n), wrong(n);
+  for (std::size_t i = 0; i < n; ++i) sum[i] = wrong[i] = static_cast<double>(x[i]) + y[i];
+  wrong[n - 2] = x[n - 2];
+  HostBuffer z = output_buffer("z", DType::kBF16, sum);
+  z.tolerance = tolerance_for("bf16");
+  const auto got = input_buffer("z", DType::kBF16, wrong).bytes;
+  const double e = relative_l2(DType::kBF16, got, z.expected);
+  REQUIRE(e < z.tolerance);
+  CHECK_FALSE(within_tolerance(z, got, e));
+  CHECK_THAT(mismatch(z, got, e), Catch::StartsWith("z element 100001 is ") &&
+                                      Catch::Contains("off by more than 16 tolerances") &&
+                                      Catch::Contains("though the relative L2 error"));
+  // Rounded as bf16 every element, the answer passes; so does one with an element 10 tolerances off.
+  const auto rounded = input_buffer("z", DType::kBF16, sum).bytes;
+  CHECK(within_tolerance(z, rounded, relative_l2(DType::kBF16, rounded, z.expected)));
+  std::vector<double> near = sum;
+  near[7] += 10 * z.tolerance * std::max(std::abs(sum[7]), 0.8);
+  const auto near_bytes = input_buffer("z", DType::kBF16, near).bytes;
+  CHECK(within_tolerance(z, near_bytes, relative_l2(DType::kBF16, near_bytes, z.expected)));
+
+  // A count one short in 200000 is wrong, whatever its relative error; an exact one passes.
+  std::vector<std::int32_t> counts(1000, 200000), short_by_one = counts;
+  short_by_one[999] = 199999;
+  HostBuffer c = make_buffer("c", Role::kOutput, DType::kI32, std::vector<std::int32_t>(1000));
+  set_expected(c, counts);
+  const auto off = make_buffer("c", Role::kOutput, DType::kI32, short_by_one).bytes;
+  const double ce = relative_l2(DType::kI32, off, c.expected);
+  REQUIRE(ce < c.tolerance);
+  CHECK_FALSE(within_tolerance(c, off, ce));
+  CHECK(mismatch(c, off, ce) ==
+        "c: 1 of 1000 integers differ from the reference's (integers are compared exactly) (furthest off at index "
+        "999: 199999, expected 200000)");
+  const auto right = make_buffer("c", Role::kOutput, DType::kI32, counts).bytes;
+  CHECK(within_tolerance(c, right, 0.0));
 }
 
 }  // namespace templates_family_test

@@ -199,17 +199,11 @@ class BackendRunner final : public Runner {
   }
 
   /// Why a problem the family accepts cannot be checked here: its inputs and the CPU reference's results do not
-  /// fit in host memory. The buffers' bytes are a floor (a family's own buffer_shapes, where it does not make
-  /// the workload to say them; else its DRAM traffic, less where a kernel reads a part of a buffer: a gather).
+  /// fit in host memory. The buffers' bytes are a floor (buffer_shapes, or the DRAM traffic where more).
   static std::string too_large_to_check(const Family& family, const Problem& problem) {
-    double bytes = family.bytes(problem);
-    try {
-      double held = 0;
-      for (const auto& b : family.buffer_shapes(problem)) held += static_cast<double>(b.bytes);
-      bytes = std::max(bytes, held);
-    } catch (const std::bad_alloc&) {  // the default buffer_shapes makes the workload: it fails again, where it
-    } catch (const std::length_error&) {  // failed, after the buffers before (an error path's seconds)
-    }
+    double held = 0;
+    for (const auto& b : family.buffer_shapes(problem)) held += static_cast<double>(b.bytes);
+    const double bytes = std::max(family.bytes(problem), held);
     return fmt::format("{} {}: too large to check on this host: its inputs and the CPU reference's results need at "
                        "least {:.0f} bytes ({:.1f} GiB) of host memory, more than it gives; check a smaller problem",
                        family.name(), problem.key(), bytes, bytes / (1024.0 * 1024 * 1024));

@@ -21,4 +21,11 @@ inline templates::Workload doubling_workload(const templates::Problem& p, std::u
   return w;
 }
 
+/// Its buffers' shapes, without making it.
+inline std::vector<templates::BufferShape> doubling_shapes(const templates::Problem& p) {
+  using namespace ktune::templates;
+  return {buffer_shape("x", Role::kInput, DType::kF32, p.dim("n")),
+          buffer_shape("y", Role::kOutput, DType::kF32, p.dim("n"))};
+}
+
 }  // namespace ktune::test

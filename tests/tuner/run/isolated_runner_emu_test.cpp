@@ -54,6 +54,7 @@ __global__ void planted(const float* x, float* y, long long n, int mode) {
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
     return test::doubling_workload(p, seed);
   }
+  std::vector<BufferShape> buffer_shapes(const Problem& p) const override { return test::doubling_shapes(p); }
   std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& a,
                            const DeviceLimits&) const override {
     Launch l;
