@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -103,8 +104,12 @@ json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& record
       entry[p.name] = v;
     }
     if (r.outcome.ok) {
-      entry["time"] = r.outcome.time_ms;
-      if (!r.outcome.samples_ms.empty()) entry["times"] = r.outcome.samples_ms;
+      // Kernel Tuner's `time` is the mean of its `times` (its runtime observers' np.average); the median where
+      // the samples were not kept.
+      const auto& t = r.outcome.samples_ms;
+      entry["time"] = t.empty() ? r.outcome.time_ms
+                                : std::accumulate(t.begin(), t.end(), 0.0) / static_cast<double>(t.size());
+      if (!t.empty()) entry["times"] = t;
     } else {
       entry["time"] = kernel_tuner_error(r.outcome.failure);
     }

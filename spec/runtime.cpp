@@ -133,8 +133,8 @@ Kernel::Kernel() = default;
 Kernel::Kernel(std::shared_ptr<State> state) : state_(std::move(state)) {}
 
 const Kernel::State& Kernel::state() const {
-  KTUNE_REQUIRE(state_ != nullptr, "an empty Kernel (made by its default constructor): assign it one from "
-                                   "Runtime::kernel or Runtime::tune first");
+  KTUNE_REQUIRE(state_ != nullptr, "an empty Kernel (made by its default constructor, or moved from): assign it "
+                                   "one from Runtime::kernel or Runtime::tune first");
   return *state_;
 }
 Kernel::Kernel(const Kernel&) = default;
@@ -269,8 +269,12 @@ Runtime::Runtime(const std::string& backend) : state_(std::make_shared<State>())
   std::optional<int> ordinal;
   if (backend == "gpu") ordinal = 0;
   if (const std::string n = backend.rfind("gpu:", 0) == 0 ? backend.substr(4) : "";
-      !n.empty() && n.size() <= 4 && n.find_first_not_of("0123456789") == std::string::npos)
+      !n.empty() && n.find_first_not_of("0123456789") == std::string::npos) {
+    KTUNE_REQUIRE(n.size() <= 4, fmt::format("backend '{}': no CUDA device has that number (devices are numbered "
+                                             "from 0; `ktune devices` lists them)",
+                                             backend));
     ordinal = std::stoi(n);
+  }
   KTUNE_REQUIRE(ordinal || backend == "emu",
                 fmt::format("backend '{}' is not one of gpu (the CUDA device 0{}), gpu:N (device N), emu (the host "
                             "emulation)",
@@ -315,7 +319,9 @@ std::string Runtime::State::identity(const std::string& what) {
   if (suffix != ".json" && what.find('/') == std::string::npos &&
       (templates::family_named(what) || !std::filesystem::exists(what, ec)))
     return what;
-  const auto path = std::filesystem::weakly_canonical(std::filesystem::absolute(what, ec), ec);
+  // Absolute and normal, links kept: a spec's sources are read from its own folder, the link's where it is one,
+  // as `ktune tune --spec` reads them (a link's target's folder may hold other sources of the same names).
+  const auto path = std::filesystem::absolute(what, ec).lexically_normal();
   return ec || path.empty() ? what : path.string();
 }
 
@@ -426,7 +432,15 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
                             dynamic_cast<const spec::SpecFamily*>(&family) ? " --spec " + what : std::string()));
   }
   const cache::Entry entry = tuner::cache_entry(family, problem, device, summary);
-  if (file) file->put(entry);
+  // The file keeps the better of the winner and an entry of its own that did not compete (the runtime's cache
+  // held the problem, or another process wrote it since), as `ktune tune --cache` keeps it.
+  std::optional<cache::Entry> file_kept;
+  if (file) {
+    std::vector<cache::Entry> competed = in_file;
+    if (held)
+      std::erase_if(competed, [&](const cache::Entry& e) { return e.key.identity() == entry.key.identity(); });
+    file_kept = file->put_winner(entry, competed);
+  }
   std::vector<cache::Entry> entries = st.tuned ? st.tuned->entries() : std::vector<cache::Entry>{};
   std::erase_if(entries, [&](const cache::Entry& e) { return e.key.where() == entry.key.where(); });
   entries.push_back(entry);
@@ -436,9 +450,13 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   st.backend->bind_thread();  // the runner's context may be current: the kernel loads into the runtime's
   auto k = st.kernel_of(state_, family, problem);
   k->kernel.chosen.source =
-      fmt::format("exact (tuned now: {} configs measured in {:.1f} s, {:.2f}x over the default{}; session log {})",
+      fmt::format("exact (tuned now: {} configs measured in {:.1f} s, {:.2f}x over the default{}; session log {}{})",
                   summary.evaluations, summary.seconds, summary.speedup_over_default(),
-                  summary.kept_note.empty() ? "" : "; " + summary.kept_note, summary.log_path);
+                  summary.kept_note.empty() ? "" : "; " + summary.kept_note, summary.log_path,
+                  file_kept ? fmt::format("; {} keeps its entry {} at {:.4f} ms, which this session did not measure "
+                                          "and which is the better, not this winner",
+                                          settings.cache_file, file_kept->config.dump(), file_kept->time_ms)
+                            : std::string());
   return Kernel(std::move(k));
 }
 

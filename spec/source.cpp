@@ -38,6 +38,8 @@ const std::vector<Gap>& gaps() {
     {std::regex(R"(\bcooperative_groups\b|\bcg::)"), "cooperative groups"},
     {std::regex(R"(\bwmma::)"), "wmma fragments (use kt::mma_* from \"kt.cuh\")"},
     {std::regex(R"(\b(tex1Dfetch|tex1D|tex2D|tex3D|surf2Dread|surf2Dwrite)\s*[<(])"), "textures and surfaces"},
+    {std::regex(R"(\b(erfinvf?|erfcinvf?|normcdfinvf?)\s*\()"),
+     "the inverse error functions (erfinvf, erfcinvf, normcdfinvf): the host's math library has none"},
     {std::regex(R"(\b__activemask\s*\()"),
      "__activemask() (the emulation does not track which lanes a branch left: pass the mask you mean to the "
      "*_sync collectives)"},

@@ -331,6 +331,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       }
       spec->defines.insert(spec->defines.begin(), std::make_move_iterator(tunables.begin()),
                            std::make_move_iterator(tunables.end()));
+      spec->kernel_tuner_macros = true;
     }
   }
 

@@ -72,6 +72,9 @@ struct KernelSpec {
   std::vector<std::unique_ptr<Expression>> kernel_parts;  ///< the {expr} parts, in order; null: {dtype}
   /// -D NAME=value, in order; a null value: the problem's element type (c_type)
   std::vector<std::pair<std::string, std::unique_ptr<Expression>>> defines;
+  /// `define_tunables`: beside the tunables' macros, Kernel Tuner's others: kernel_tuner 1, and grid_size_x/y/z
+  /// and block_size_x/y/z as the launch's (1 for an axis it lacks), where no tunable or define has the name.
+  bool kernel_tuner_macros = false;
   Space space;
   std::optional<Config> default_config;
   std::vector<Config> candidates;  ///< measured right after the default by a tuning session

@@ -6,11 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <regex>
 #include <sstream>
+#include <tuple>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -21,6 +23,16 @@
 namespace ktune::spec {
 namespace {
 
+/// A buffer's tolerance where the spec gives none: integers exact; floats the problem's dtype's (f32, tf32,
+/// bf16, f16), else, for a problem of integers, the buffer's own dtype's.
+double default_tolerance(const std::string& problem_dtype, templates::DType buffer) {
+  using templates::DType;
+  if (buffer == DType::kI32 || buffer == DType::kI64 || buffer == DType::kU8) return 0.0;
+  for (const char* d : {"f32", "tf32", "bf16", "f16"})
+    if (problem_dtype == d) return templates::tolerance_for(problem_dtype);
+  return templates::tolerance_for(buffer == DType::kF32 ? "f32" : "bf16");
+}
+
 using templates::DType;
 using templates::HostBuffer;
 using templates::Launch;
@@ -29,6 +41,10 @@ using templates::Role;
 
 constexpr long long kMaxElements = 1LL << 36;
 constexpr long long kMaxGrid = (1LL << 31) - 1;
+/// CUDA's limits on each dimension of a launch, every architecture's: gridDim.y and .z, blockDim.z.
+constexpr std::array<long long, 3> kMaxGridDims = {kMaxGrid, 65535, 65535};
+constexpr std::array<long long, 3> kMaxBlockDims = {1024, 1024, 64};
+constexpr std::array<const char*, 3> kAxes = {"x", "y", "z"};
 
 /// `n` random values of `t`: floats uniform in [-1, 1), integers in [-8, 8) (u8: [0, 256)).
 std::vector<std::byte> random_bytes(DType t, std::size_t n, std::mt19937_64& rng) {
@@ -77,7 +93,8 @@ void add_scalar(templates::ArgPack& pack, const ArgSpec& a, const Values& v) {
 /// only chooses what to measure first or how to report it (problem, problems, default, candidates, flops, bytes;
 /// an entry is keyed by its problem), laid out one way, so such edits keep the spec's tuned entries.
 std::string code_text(const std::string& text) {
-  auto j = nlohmann::ordered_json::parse(text);  // read before, by load_spec
+  // Keys sorted (nlohmann::json's map): an object's keys in another order say the same spec.
+  auto j = nlohmann::json::parse(text);  // read before, by load_spec
   for (const char* field : {"summary", "problem", "problems", "default", "candidates", "flops", "bytes"})
     j.erase(field);
   if (j.contains("tunables"))
@@ -241,11 +258,16 @@ bool SpecFamily::is_valid(const Config& config, const Problem& problem, const De
       if (!(x != 0) || std::isnan(x)) return reject(fmt::format("restriction '{}' does not hold", r->text()));
     }
     long long threads = 1;
-    for (const auto& b : spec_->block) threads *= b->eval_integer(v, 1, device.max_threads_per_block);
+    for (std::size_t i = 0; i < spec_->block.size(); ++i)
+      threads *= spec_->block[i]->eval_integer(
+          v, 1, std::min<long long>(kMaxBlockDims[i], device.max_threads_per_block),
+          kMaxBlockDims[i] < device.max_threads_per_block ? fmt::format("CUDA's limit on blockDim.{}", kAxes[i])
+                                                          : std::string());
     if (threads > device.max_threads_per_block)
       return reject(fmt::format("{} threads per block, more than the device's {}", threads,
                                 device.max_threads_per_block));
-    for (const auto& g : spec_->grid) g->eval_integer(v, 1, kMaxGrid);
+    for (std::size_t i = 0; i < spec_->grid.size(); ++i)
+      spec_->grid[i]->eval_integer(v, 1, kMaxGridDims[i], fmt::format("CUDA's limit on gridDim.{}", kAxes[i]));
     substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);  // its template arguments whole numbers
     if (spec_->shared_bytes) spec_->shared_bytes->eval_integer(v, 0, device.max_smem_per_block);
   } catch (const Error& e) {
@@ -256,6 +278,22 @@ bool SpecFamily::is_valid(const Config& config, const Problem& problem, const De
 
 std::string SpecFamily::source_with_defines(const Values& v, const std::string& dtype) const {
   std::string text;
+  if (spec_->kernel_tuner_macros) {
+    // As Kernel Tuner's prepare_kernel_string writes them: a kernel's `#ifndef kernel_tuner` defaults stand aside,
+    // and the launch's geometry is there by Kernel Tuner's names.
+    text += "#define kernel_tuner 1\n";
+    const auto defined = [&](const std::string& name) {
+      return std::any_of(spec_->defines.begin(), spec_->defines.end(), [&](const auto& d) { return d.first == name; });
+    };
+    for (std::size_t i = 0; i < 3; ++i)
+      for (const auto& [prefix, geometry, most] : {std::tuple{"grid_size_", &spec_->grid, kMaxGridDims[i]},
+                                                   std::tuple{"block_size_", &spec_->block, kMaxBlockDims[i]}}) {
+        const std::string name = prefix + std::string(kAxes[i]);
+        if (defined(name)) continue;
+        const long long n = i < geometry->size() ? (*geometry)[i]->eval_integer(v, 1, most) : 1;
+        text += fmt::format("#define {} {}\n", name, n);
+      }
+  }
   for (const auto& [macro, e] : spec_->defines) {
     if (!e) {
       text += fmt::format("#define {} {}\n", macro, c_type(dtype));
@@ -282,8 +320,12 @@ Launch SpecFamily::launch(const std::vector<std::unique_ptr<Expression>>& grid,
                           const std::vector<std::unique_ptr<Expression>>& block, const Values& v,
                           const std::vector<std::uint64_t>& addresses, const Problem& problem) const {
   Launch l;
-  for (std::size_t i = 0; i < grid.size(); ++i) l.grid[i] = static_cast<unsigned>(grid[i]->eval_integer(v, 1, kMaxGrid));
-  for (std::size_t i = 0; i < block.size(); ++i) l.block[i] = static_cast<unsigned>(block[i]->eval_integer(v, 1, 1024));
+  for (std::size_t i = 0; i < grid.size(); ++i)
+    l.grid[i] = static_cast<unsigned>(
+        grid[i]->eval_integer(v, 1, kMaxGridDims[i], fmt::format("CUDA's limit on gridDim.{}", kAxes[i])));
+  for (std::size_t i = 0; i < block.size(); ++i)
+    l.block[i] = static_cast<unsigned>(
+        block[i]->eval_integer(v, 1, kMaxBlockDims[i], fmt::format("CUDA's limit on blockDim.{}", kAxes[i])));
   if (spec_->shared_bytes) l.dynamic_smem = static_cast<unsigned>(spec_->shared_bytes->eval_integer(v, 0, 1 << 30));
   if (addresses.size() != spec_->buffers.size()) {
     std::vector<std::string> names;
@@ -364,7 +406,9 @@ templates::Workload SpecFamily::make_workload(const Problem& problem, std::uint6
     h.name = b.name;
     h.role = b.role;
     h.dtype = shapes[i].dtype;
-    h.tolerance = b.tolerance.value_or(spec_->tolerance.value_or(templates::tolerance_for(problem.dtype)));
+    h.tolerance = b.tolerance       ? *b.tolerance
+                  : spec_->tolerance ? *spec_->tolerance
+                                     : default_tolerance(problem.dtype, h.dtype);
     h.atol = b.atol.value_or(spec_->atol.value_or(0.0));
     const std::size_t n = shapes[i].bytes / templates::size_of(h.dtype);
     if (b.role == Role::kOutput || b.init == Init::kZeros) {

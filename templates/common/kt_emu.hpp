@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <utility>
 
@@ -264,6 +265,23 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
   return bits;
 }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+/// The lanes of `mask` whose `value` has this lane's bits.
+template <class T>
+inline unsigned __match_any_sync(unsigned mask, T value) {
+  T all[32];
+  ::kt::emu::warp_gather(mask, value, all);
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32; ++l)
+    if ((mask >> l & 1u) && std::memcmp(&all[l], &value, sizeof(T)) == 0) bits |= 1u << l;
+  return bits;
+}
+/// `mask` where every lane of it holds the same bits (*pred 1), else 0 (*pred 0).
+template <class T>
+inline unsigned __match_all_sync(unsigned mask, T value, int* pred) {
+  const bool same = __match_any_sync(mask, value) == mask;
+  *pred = same ? 1 : 0;
+  return same ? mask : 0u;
+}
 inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   unsigned char all[32];
@@ -321,6 +339,22 @@ KT_EMU_ATOMIC_INT(unsigned)
 KT_EMU_ATOMIC_INT(long long)
 KT_EMU_ATOMIC_INT(unsigned long long)
 #undef KT_EMU_ATOMIC_INT
+/// ((old >= limit) ? 0 : old + 1), returning old.
+inline unsigned atomicInc(unsigned* p, unsigned limit) {
+  unsigned old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(p, &old, old >= limit ? 0u : old + 1u, true, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED))
+    ;
+  return old;
+}
+/// ((old == 0 || old > limit) ? limit : old - 1), returning old.
+inline unsigned atomicDec(unsigned* p, unsigned limit) {
+  unsigned old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  while (!__atomic_compare_exchange_n(p, &old, old == 0u || old > limit ? limit : old - 1u, true, __ATOMIC_RELAXED,
+                                      __ATOMIC_RELAXED))
+    ;
+  return old;
+}
 
 namespace kt::emu {
 /// Floating-point read-modify-write as a compare-and-swap loop on the bits.
@@ -369,6 +403,35 @@ template <class T>
 inline void __stcs(T* p, T v) {
   *p = v;
 }
+// The cache hints are the host's plain loads and stores.
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+template <class T>
+inline T __ldca(const T* p) {
+  return *p;
+}
+template <class T>
+inline T __ldlu(const T* p) {
+  return *p;
+}
+template <class T>
+inline T __ldcv(const T* p) {
+  return *p;
+}
+template <class T>
+inline void __stcg(T* p, T v) {
+  *p = v;
+}
+template <class T>
+inline void __stwb(T* p, T v) {
+  *p = v;
+}
+template <class T>
+inline void __stwt(T* p, T v) {
+  *p = v;
+}
 
 template <class A, class B, class = std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>>>
 inline std::common_type_t<A, B> min(A a, B b) {
@@ -404,6 +467,54 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __saturatef(float x) { return x != x ? 0.0f : (x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x)); }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __fma_rn(double a, double b, double c) { return fma(a, b, c); }
+inline float rcbrtf(float x) { return 1.0f / cbrtf(x); }
+inline float sinpif(float x) { return static_cast<float>(sin(3.14159265358979323846 * static_cast<double>(x))); }
+inline float cospif(float x) { return static_cast<float>(cos(3.14159265358979323846 * static_cast<double>(x))); }
+inline void sincospif(float x, float* s, float* c) {
+  *s = sinpif(x);
+  *c = cospif(x);
+}
+
+namespace kt::emu {
+/// `rounded` (x rounded in the conversion's mode) as I, as PTX's cvt takes it: a NaN gives 0, a value past I's
+/// range its nearest end.
+template <class I, class F>
+inline I convert_saturated(F x, F rounded) {
+  if (x != x) return I{0};
+  if (rounded <= static_cast<F>(std::numeric_limits<I>::min())) return std::numeric_limits<I>::min();
+  if (rounded >= static_cast<F>(std::numeric_limits<I>::max())) return std::numeric_limits<I>::max();
+  return static_cast<I>(rounded);
+}
+}  // namespace kt::emu
+// __float2int_rn and its kin: rn to nearest even, rz toward zero, rd down, ru up.
+#define KT_EMU_CONVERT(name, F, I)                                                                         \
+  inline I name##_rn(F x) { return ::kt::emu::convert_saturated<I, F>(x, nearbyint(x)); }                 \
+  inline I name##_rz(F x) { return ::kt::emu::convert_saturated<I, F>(x, trunc(x)); }                     \
+  inline I name##_rd(F x) { return ::kt::emu::convert_saturated<I, F>(x, floor(x)); }                     \
+  inline I name##_ru(F x) { return ::kt::emu::convert_saturated<I, F>(x, ceil(x)); }
+KT_EMU_CONVERT(__float2int, float, int)
+KT_EMU_CONVERT(__float2uint, float, unsigned)
+KT_EMU_CONVERT(__float2ll, float, long long)
+KT_EMU_CONVERT(__float2ull, float, unsigned long long)
+KT_EMU_CONVERT(__double2int, double, int)
+KT_EMU_CONVERT(__double2uint, double, unsigned)
+KT_EMU_CONVERT(__double2ll, double, long long)
+KT_EMU_CONVERT(__double2ull, double, unsigned long long)
+#undef KT_EMU_CONVERT
+inline float __int2float_rn(int x) { return static_cast<float>(x); }
+inline float __uint2float_rn(unsigned x) { return static_cast<float>(x); }
+inline float __ll2float_rn(long long x) { return static_cast<float>(x); }
+inline float __ull2float_rn(unsigned long long x) { return static_cast<float>(x); }
+inline double __int2double_rn(int x) { return static_cast<double>(x); }
+inline double __ll2double_rn(long long x) { return static_cast<double>(x); }
+inline float __double2float_rn(double x) { return static_cast<float>(x); }
 
 inline int __float_as_int(float x) { return static_cast<int>(::kt::emu::float_bits(x)); }
 inline unsigned __float_as_uint(float x) { return ::kt::emu::float_bits(x); }
@@ -436,6 +547,39 @@ inline unsigned __umulhi(unsigned a, unsigned b) {
   return static_cast<unsigned>((static_cast<unsigned long long>(a) * b) >> 32);
 }
 inline int __mulhi(int a, int b) { return static_cast<int>((static_cast<long long>(a) * b) >> 32); }
+inline long long __mul64hi(long long a, long long b) {
+  return static_cast<long long>((static_cast<__int128>(a) * b) >> 64);
+}
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return static_cast<unsigned long long>((static_cast<unsigned __int128>(a) * b) >> 64);
+}
+/// The high word of (hi:lo) << (shift & 31); _lc with the shift clamped to 32.
+inline unsigned __funnelshift_l(unsigned lo, unsigned hi, unsigned shift) {
+  return static_cast<unsigned>(((static_cast<unsigned long long>(hi) << 32 | lo) << (shift & 31u)) >> 32);
+}
+inline unsigned __funnelshift_lc(unsigned lo, unsigned hi, unsigned shift) {
+  return shift >= 32 ? lo : __funnelshift_l(lo, hi, shift);
+}
+/// The low word of (hi:lo) >> (shift & 31); _rc with the shift clamped to 32.
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned shift) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(hi) << 32 | lo) >> (shift & 31u));
+}
+inline unsigned __funnelshift_rc(unsigned lo, unsigned hi, unsigned shift) {
+  return shift >= 32 ? hi : __funnelshift_r(lo, hi, shift);
+}
+// Halving adds without overflow (r: rounding up), sums of absolute differences.
+inline int __hadd(int x, int y) { return static_cast<int>((static_cast<long long>(x) + y) >> 1); }
+inline int __rhadd(int x, int y) { return static_cast<int>((static_cast<long long>(x) + y + 1) >> 1); }
+inline unsigned __uhadd(unsigned x, unsigned y) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(x) + y) >> 1);
+}
+inline unsigned __urhadd(unsigned x, unsigned y) {
+  return static_cast<unsigned>((static_cast<unsigned long long>(x) + y + 1) >> 1);
+}
+inline unsigned __sad(int x, int y, unsigned z) {
+  return static_cast<unsigned>(x > y ? static_cast<long long>(x) - y : static_cast<long long>(y) - x) + z;
+}
+inline unsigned __usad(unsigned x, unsigned y, unsigned z) { return (x > y ? x - y : y - x) + z; }
 inline int __mul24(int a, int b) { return ((a << 8) >> 8) * ((b << 8) >> 8); }
 inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
   const unsigned long long v = (static_cast<unsigned long long>(y) << 32) | x;

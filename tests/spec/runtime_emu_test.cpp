@@ -116,7 +116,8 @@ TEST_CASE("spec emu: misuse of the run-time API is one runtime_error, never a cr
     kept = rt.kernel((dir / "VA.JSON").string(), {"f32", {{"n", 100}}});
     // A member kernel starts empty, says so when used, and takes one assigned.
     ktune::Kernel member;
-    CHECK_THROWS_WITH(member.name(), Catch::Contains("an empty Kernel (made by its default constructor)"));
+    CHECK_THROWS_WITH(member.name(), Catch::Contains("an empty Kernel (made by its default constructor, or moved "
+                                                     "from)"));
     CHECK_THROWS_WITH(member.launch({a}), Catch::Contains("an empty Kernel"));
     member = *kept;
     CHECK(member.name() == "vector_add");
@@ -377,6 +378,27 @@ TEST_CASE("spec emu: a relative spec path names the working folder's file at eac
   // The same file by another spelling is the same kernel.
   const auto a = rt.kernel((dir / "a/k.json").string(), {"f32", {{"n", 100}}});
   CHECK(a.name() == "vector_add_a");
+
+  // A link to a spec reads the sources of its own folder, as `ktune tune --spec` does: here one that subtracts.
+  fs::create_directories(dir / "link");
+  fs::create_symlink(dir / "a/k.json", dir / "link/k.json");
+  std::string source = ktune::read_file(example / "vector_add.cu");
+  const std::string sum = "x[i + v] + y[i + v]";
+  REQUIRE(source.find(sum) != std::string::npos);
+  source.replace(source.find(sum), sum.size(), "x[i + v] - y[i + v]");
+  std::ofstream(dir / "link/vector_add.cu") << source;
+  auto linked = rt.kernel((dir / "link/k.json").string(), {"f32", {{"n", 100}}});
+  const std::size_t bytes = 100 * sizeof(float);
+  const std::vector<float> x(100, 3.0f), y(100, 1.0f);
+  const std::uint64_t dx = rt.allocate(bytes), dy = rt.allocate(bytes), dz = rt.allocate(bytes);
+  rt.upload(dx, x.data(), bytes);
+  rt.upload(dy, y.data(), bytes);
+  linked.launch({dx, dy, dz});
+  rt.synchronize();
+  std::vector<float> z(100);
+  rt.download(z.data(), dz, bytes);
+  CHECK(z[0] == 2.0f);
+  CHECK(z[99] == 2.0f);
 }
 
 TEST_CASE("spec emu: a Runtime moves with its kernels, and errors say their kind", "[spec]") {
@@ -400,7 +422,8 @@ TEST_CASE("spec emu: a Runtime moves with its kernels, and errors say their kind
     CHECK_THAT(e.what(), Catch::Contains("a Runtime moved from"));
   }
   ktune::Kernel taken = std::move(run.kernel);
-  CHECK_THROWS_WITH(run.kernel.name(), Catch::Contains("an empty Kernel"));  // NOLINT(bugprone-use-after-move)
+  CHECK_THROWS_WITH(run.kernel.name(),  // NOLINT(bugprone-use-after-move)
+                    Catch::Contains("an empty Kernel (made by its default constructor, or moved from)"));
   CHECK(taken.name() == "vector_add");
   CHECK_THROWS_WITH(ktune::Runtime("cuda"), Catch::Contains("is not one of gpu (the CUDA device 0, the model's "
                                                             "--backend cuda), gpu:N (device N), emu"));
@@ -411,7 +434,9 @@ TEST_CASE("spec emu: a Runtime moves with its kernels, and errors say their kind
       FAIL("a Runtime of backend " << bad);
     } catch (const ktune::Error& e) {
       CHECK(e.kind() == ktune::ErrorKind::kInvalidInput);
-      CHECK_THAT(e.what(), Catch::Contains("gpu:N (device N)"));
+      // A number past any device's is said as such; the rest are not of the form.
+      CHECK_THAT(e.what(), Catch::Contains(bad == std::string("gpu:99999") ? "no CUDA device has that number"
+                                                                             : "gpu:N (device N)"));
     }
   }
   {
@@ -538,6 +563,41 @@ TEST_CASE("spec emu: Runtime::tune tunes a problem the cache lacks and keeps the
   CHECK_THAT(log_path, Catch::StartsWith((cache_dir / "sessions").string()));
   const std::string log = ktune::read_file(log_path);
   CHECK_THAT(log, Catch::Contains(R"("config":{"block":1024,"vec":1})"));
+}
+
+TEST_CASE("spec emu: Runtime::tune keeps the file's better entry that did not compete, as ktune tune --cache does",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-runtime-tune-kept");
+  const auto cache_dir = ktune::test::own_cache_dir("spec-runtime-tune-kept-cache");
+  const ktune::test::ScopedEnv own_cache("KTUNE_CACHE_DIR", cache_dir.c_str());
+  const std::string spec = (fs::path(KTUNE_SOURCE_DIR) / "examples/vector_add/vector_add.json").string();
+  const fs::path file = dir / "tuned.json", loaded = dir / "loaded.json";
+  const ktune::ProblemSize problem{"f32", {{"n", 1031}}};
+  ktune::TuneSettings how;
+  how.cache_file = file.string();
+  how.budget = "2";
+  {
+    ktune::Runtime rt("emu");
+    rt.tune(spec, problem, how);
+  }
+  // The runtime loads a copy; the file's own entry then measured far faster, as by a longer session elsewhere.
+  fs::copy_file(file, loaded);
+  auto doc = nlohmann::json::parse(ktune::read_file(file));
+  REQUIRE(doc["entries"].size() == 1);
+  for (const char* k : {"time_ms", "p20_ms", "p80_ms"}) doc["entries"][0][k] = 1e-6;
+  std::ofstream(file) << doc.dump(1);
+  const auto best = doc["entries"][0]["config"];
+
+  ktune::Runtime rt("emu");
+  rt.load_cache(loaded.string());  // its entry competes in the session; the file's did not
+  how.budget = "1";
+  const ktune::Kernel tuned = rt.tune(spec, problem, how);
+  CHECK_THAT(tuned.reason(), Catch::Contains(file.string() + " keeps its entry " + best.dump() +
+                                             " at 0.0000 ms, which this session did not measure"));
+  const auto after = nlohmann::json::parse(ktune::read_file(file));
+  REQUIRE(after["entries"].size() == 1);
+  CHECK(after["entries"][0]["config"] == best);
+  CHECK(after["entries"][0]["time_ms"] == 1e-6);
 }
 
 }  // namespace spec_runtime_emu_test

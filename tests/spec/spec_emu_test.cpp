@@ -253,6 +253,125 @@ TEST_CASE("spec emu: a kernel the emulation cannot run is refused with the const
   CHECK_THAT(out, Catch::Contains("reduction.cu:3: extern __shared__"));
 }
 
+TEST_CASE("spec emu: a problem of integers runs and is checked exactly, with no tolerance to give", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-integer-problem");
+  std::ofstream(dir / "twice.cu") << R"cu(
+template <class T, int BLOCK>
+__global__ void twice(T* y, const T* x, int n) {
+  const int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) y[i] = x[i] * 2;
+}
+template <class T>
+__global__ void twice_reference(T* y, const T* x, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i] + x[i];
+}
+)cu";
+  nlohmann::json j = nlohmann::json::parse(R"json({"name": "twice", "source": "twice.cu",
+    "kernel": "twice<{dtype}, {block}>", "dtypes": ["i32", "f32"], "problem": {"n": 1000},
+    "tunables": {"block": [64, 128]}, "grid": "ceil_div(n, block)", "block": "block",
+    "buffers": [{"name": "y", "count": "n", "role": "output"}, {"name": "x", "count": "n"}],
+    "args": ["y", "x", {"type": "i32", "value": "n"}],
+    "reference": {"kernel": "twice_reference<{dtype}>", "grid": 1, "block": 64}})json");
+  std::ofstream(dir / "twice.json") << j.dump();
+  std::string out;
+  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "twice.json").string();
+  CHECK(run_command(run + " --problem '{\"dtype\":\"i32\",\"dims\":{\"n\":1000}}' 2>&1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  // One element past the problem's end left unwritten is a wrong integer, named.
+  j["grid"] = "ceil_div(n - 1, block)";
+  j["problem"]["n"] = 1025;
+  std::ofstream(dir / "short.json") << j.dump();
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "short.json").string() +
+                        " --problem '{\"dtype\":\"i32\",\"dims\":{\"n\":1025}}' --config '{\"block\":64}' 2>&1",
+                    &out) == 1);
+  CHECK_THAT(out, Catch::Contains("integers differ from the reference's (integers are compared exactly)"));
+}
+
+TEST_CASE("spec emu: CUDA's wrapping atomics, conversions, funnel shifts, halving adds and warp matches run as "
+          "CUDA documents them",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-intrinsics");
+  // One warp; lane 0 writes each result as two 16-bit halves, so every value is exact in fp32.
+  std::ofstream(dir / "probe.cu") << R"cu(
+__device__ void put(float* out, int& k, unsigned v) {
+  out[k++] = static_cast<float>(v & 0xffffu);
+  out[k++] = static_cast<float>(v >> 16);
+}
+__global__ void probe(float* out) {
+  __shared__ unsigned counter;
+  const unsigned lane = threadIdx.x;
+  const unsigned any = __match_any_sync(0xffffffffu, lane % 3);
+  int pred = 0;
+  const unsigned all = __match_all_sync(0xffffffffu, 7, &pred);
+  const unsigned some = __match_all_sync(0xffffffffu, lane < 5, &pred);
+  if (lane != 0) return;
+  int k = 0;
+  put(out, k, any);
+  put(out, k, all);
+  put(out, k, some);
+  counter = 0;
+  for (int i = 0; i < 4; ++i) put(out, k, atomicInc(&counter, 2));
+  put(out, k, counter);
+  counter = 0;
+  put(out, k, atomicDec(&counter, 3));
+  put(out, k, atomicDec(&counter, 3));
+  put(out, k, counter);
+  const float halves[] = {2.5f, 3.5f, -2.5f};
+  for (float h : halves) put(out, k, static_cast<unsigned>(__float2int_rn(h)));
+  put(out, k, static_cast<unsigned>(__float2int_rz(-2.7f)));
+  put(out, k, static_cast<unsigned>(__float2int_rd(-2.2f)));
+  put(out, k, static_cast<unsigned>(__float2int_ru(2.2f)));
+  put(out, k, __float2uint_rn(-1.0f));
+  put(out, k, static_cast<unsigned>(__float2int_rn(1e20f)));
+  put(out, k, static_cast<unsigned>(__float2int_rn(__int_as_float(0x7fc00000))));
+  put(out, k, __funnelshift_l(0x80000001u, 0x1u, 1));
+  put(out, k, __funnelshift_r(0x4u, 0x1u, 33));
+  put(out, k, __funnelshift_lc(0x5u, 0x9u, 40));
+  put(out, k, static_cast<unsigned>(__hadd(2147483647, 1)));
+  put(out, k, static_cast<unsigned>(__rhadd(1, 2)));
+  put(out, k, __uhadd(0xffffffffu, 1u));
+  put(out, k, __sad(-3, 4, 10u));
+  put(out, k, __usad(3u, 10u, 1u));
+  unsigned cached = 0;
+  __stcg(&cached, __ldcg(&counter));
+  put(out, k, cached);
+  out[k++] = sinpif(0.5f);
+  out[k++] = cospif(1.0f);
+}
+)cu";
+  std::vector<unsigned> words;
+  unsigned thirds = 0;
+  for (unsigned l = 0; l < 32; l += 3) thirds |= 1u << l;
+  words = {thirds, 0xffffffffu, 0u,                        // match any, all (equal), all (not)
+           0u, 1u, 2u, 0u, 1u,                             // atomicInc to 2: wraps to 0 past it; the counter
+           0u, 3u, 2u,                                     // atomicDec from 0: to the limit, then down
+           2u, 4u, static_cast<unsigned>(-2),              // ties to even
+           static_cast<unsigned>(-2), static_cast<unsigned>(-3), 3u, 0u,  // rz, rd, ru; a negative to unsigned
+           0x7fffffffu, 0u,                                // saturated; NaN
+           3u, 0x80000002u, 5u,                            // funnel shifts (the shift mod 32; clamped to 32)
+           0x40000000u, 2u, 0x80000000u, 17u, 8u,          // halving adds without overflow; |x - y| + z
+           2u};                                            // a cache-hinted load and store
+  std::vector<float> answer;
+  for (unsigned w : words) {
+    answer.push_back(static_cast<float>(w & 0xffffu));
+    answer.push_back(static_cast<float>(w >> 16));
+  }
+  answer.push_back(1.0f);
+  answer.push_back(-1.0f);
+  write_npy(dir / "answer.npy", answer);
+  nlohmann::json j = {{"name", "probe"}, {"source", "probe.cu"}, {"kernel", "probe"},
+                      {"problem", {{"n", static_cast<int>(answer.size())}}}, {"tunables", {{"t", {32}}}},
+                      {"grid", 1}, {"block", "t"}, {"tolerance", 0},
+                      {"buffers", {{{"name", "out"}, {"count", "n"}, {"role", "output"}}}},
+                      {"args", {"out"}}, {"reference", {{"files", {{"out", "answer.npy"}}}}}};
+  std::ofstream(dir / "probe.json") << j.dump(2);
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "probe.json").string() + " 2>&1",
+                    &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+}
+
 TEST_CASE("spec emu: a kernel NVRTC refuses, or whose shared memory no GPU block holds, fails under the emulation "
           "too",
           "[spec]") {
@@ -360,10 +479,15 @@ TEST_CASE("spec emu: define_tunables runs a Kernel Tuner kernel unchanged, its t
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-define-tunables");
   // Kernel Tuner's vector_add with a tile of outputs per thread: block_size_x and tile_size_x are macros it
-  // writes ahead of the source.
+  // writes ahead of the source, with kernel_tuner, the block's other axes and the grid's; its kernels' defaults
+  // for a build outside it stand under #ifndef kernel_tuner.
   std::ofstream(dir / "vector_add.cu") << R"cu(
+#ifndef kernel_tuner
+#define tile_size_x 16
+#endif
 __global__ void vector_add(float* c, const float* a, const float* b, int n) {
-  const int i0 = (blockIdx.x * block_size_x + threadIdx.x) * tile_size_x;
+  const int block = blockIdx.x + blockIdx.y * grid_size_x;
+  const int i0 = (block * block_size_x * block_size_y * block_size_z + threadIdx.x) * tile_size_x;
   for (int t = 0; t < tile_size_x; ++t)
     if (i0 + t < n) c[i0 + t] = a[i0 + t] + b[i0 + t];
 }
@@ -384,6 +508,8 @@ __global__ void vector_add(float* c, const float* a, const float* b, int n) {
                           " --config '{\"block_size_x\":64,\"tile_size_x\":4}' 2>&1",
                       &out) == 0);
   CHECK_THAT(out, Catch::Contains("#define block_size_x 64\n#define tile_size_x 4\n"));
+  CHECK_THAT(out, Catch::Contains("#define kernel_tuner 1\n#define grid_size_x 4\n#define grid_size_y 1\n"
+                                  "#define block_size_y 1\n#define grid_size_z 1\n#define block_size_z 1\n"));
   CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + spec +
                         " --config '{\"block_size_x\":64,\"tile_size_x\":4}' 2>&1",
                     &out) == 0);

@@ -118,6 +118,28 @@ TEST_CASE("spec: the reduction restrictions and the device's block limit", "[spe
   CHECK(by_zero.is_valid(Config({{"threads", 32}, {"vec", 2}}), problem, device, &why));
 }
 
+TEST_CASE("spec: a launch past CUDA's limits on an axis (gridDim.y and .z 65535, blockDim.z 64) is no config",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-axis-limits");
+  const auto device = DeviceLimits::for_arch("sm_90");
+  const Config c({{"threads", 128}, {"vec", 1}});
+  const auto& rows_on_y = load_spec_family(reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"grid\": \"rows\"", "\"grid\": [\"1\", \"rows\"]");
+  }));
+  std::string why;
+  CHECK(rows_on_y.is_valid(c, Problem{"f32", {{"rows", 65535}, {"cols", 1024}}}, device, &why));
+  CHECK_FALSE(rows_on_y.is_valid(c, Problem{"f32", {{"rows", 65536}, {"cols", 1024}}}, device, &why));
+  CHECK_THAT(why, Catch::Contains("= 65536 is outside CUDA's limit on gridDim.y, 1..65535"));
+  const auto dir_z = ktune::test::scratch_dir("spec-axis-limits-z");
+  const auto& threads_on_z = load_spec_family(reduction_copy(dir_z, [](std::string& t) {
+    replace(t, "\"block\": \"threads\"", "\"block\": [\"1\", \"1\", \"threads\"]");
+  }));
+  const Problem problem{"f32", {{"rows", 16}, {"cols", 1024}}};
+  CHECK(threads_on_z.is_valid(Config({{"threads", 64}, {"vec", 1}}), problem, device, &why));
+  CHECK_FALSE(threads_on_z.is_valid(c, problem, device, &why));
+  CHECK_THAT(why, Catch::Contains("= 128 is outside CUDA's limit on blockDim.z, 1..64"));
+}
+
 TEST_CASE("spec: expressions do integer geometry and name what they lack", "[spec]") {
   const Expression e("n % (block * vec) == 0 && ceil_div(n, block) == div(n + block - 1, block)", "restriction",
                      {"n", "block", "vec"});
@@ -491,6 +513,10 @@ TEST_CASE("spec: rendering carries the tunables, the hash follows the files", "[
   j["summary"] = "reworded";
   write(path, j.dump(4));
   CHECK(load_spec_family(path).source_hash() == edited);
+  // Keys in another order (a formatter's sort_keys) say the same spec.
+  write(path, nlohmann::json::parse(ktune::read_file(path)).dump(2));
+  CHECK(load_spec_family(path).source_hash() == edited);
+  j = nlohmann::ordered_json::parse(ktune::read_file(path));
   // Nor is what chooses what is measured first or how it is reported: an entry is keyed by its problem.
   j["problem"] = {{"rows", 8}, {"cols", 512}};
   j["problems"] = nlohmann::ordered_json::array({{{"rows", 4}, {"cols", 256}}});
