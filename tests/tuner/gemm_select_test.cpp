@@ -215,6 +215,22 @@ TEST_CASE("gemm selection: the fastest valid candidate, cached and read back wit
   }
 }
 
+TEST_CASE("gemm selection: a candidate faster by noise alone does not replace the heuristic's first",
+          "[tuner][gemm]") {
+  FakeTrials fake;
+  // 1's median is 0.5 % below 0's, inside the spread of both (each +-1 %); 2 and 3 are clearly slower.
+  fake.ms = {{0, 2.0}, {1, 1.99}, {2, 3.0}, {3, 3.5}};
+  tuner::GemmSelector s(fake, gpu(), nullptr, nullptr);
+  CHECK(s.choose(qkv()) == algo(0));
+  CHECK(fake.error_calls == 0);  // the reference itself needs no check
+  // Measurably faster (intervals apart) is taken, once it matches the reference.
+  FakeTrials faster;
+  faster.ms = {{0, 2.0}, {1, 1.5}, {2, 3.0}, {3, 3.5}};
+  tuner::GemmSelector t(faster, gpu(), nullptr, nullptr);
+  CHECK(t.choose(qkv()) == algo(1));
+  CHECK(faster.error_calls == 1);
+}
+
 TEST_CASE("gemm selection without timing (a deterministic run): the cache's entry, else the heuristic's first, "
           "nothing timed or stored",
           "[tuner][gemm]") {

@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "cache/store.hpp"
+#include "search/winner.hpp"
 #include "templates/common/family_helpers.hpp"
 #include "templates/problem.hpp"
 #include "templates/render.hpp"
@@ -329,10 +330,19 @@ GemmAlgo GemmSelector::timed(const GemmDesc& g, const cache::Key& key) {
       ++counts_.rejected;  // a candidate that fails to run is a result, not the end of the run
     }
   }
-  std::stable_sort(runs.begin(), runs.end(),
-                   [](const Timed& x, const Timed& y) { return x.m.median_ms < y.m.median_ms; });
+  // The winner rule of the tuning sessions (search/winner.cpp) over the candidates that ran, the heuristic's
+  // order breaking ties, so one faster by noise alone does not replace the heuristic's first; the winner is
+  // checked against the reference before it is kept, else the rule picks among the rest.
   const double tolerance = gemm_tolerance(g);
-  for (const Timed& t : runs) {
+  double heuristic_ms = -1;
+  for (const Timed& r : runs)
+    if (r.rank == 0) heuristic_ms = r.m.median_ms;
+  while (!runs.empty()) {
+    std::vector<search::Candidate> finalists;
+    for (const Timed& r : runs) finalists.push_back({r.rank, Config(), r.m.samples_ms});
+    const search::WinnerResult w = search::pick_winner(finalists);
+    const auto at = static_cast<std::ptrdiff_t>(w.found ? w.winner : 0);
+    const Timed t = runs[static_cast<std::size_t>(at)];
     if (t.rank != 0) {  // the heuristic's first is the reference itself
       double error = std::numeric_limits<double>::infinity();
       try {
@@ -341,6 +351,7 @@ GemmAlgo GemmSelector::timed(const GemmDesc& g, const cache::Key& key) {
       }
       if (!(error <= tolerance)) {
         ++counts_.rejected;
+        runs.erase(runs.begin() + at);
         continue;
       }
     }
@@ -349,8 +360,7 @@ GemmAlgo GemmSelector::timed(const GemmDesc& g, const cache::Key& key) {
     e.key = key;
     e.config = to_json(candidates[t.rank]);
     e.config["heuristic_rank"] = t.rank;
-    for (const Timed& r : runs)
-      if (r.rank == 0) e.config["heuristic_ms"] = r.m.median_ms;
+    if (heuristic_ms >= 0) e.config["heuristic_ms"] = heuristic_ms;
     e.time_ms = t.m.median_ms;
     e.p20_ms = t.m.p20_ms;
     e.p80_ms = t.m.p80_ms;
