@@ -69,6 +69,17 @@ std::filesystem::path cache_dir(bool make) {
                   fmt::format("the cache folder {} (from {}) is a file, not a folder; set KTUNE_CACHE_DIR to a folder "
                               "ktune may write",
                               p.string(), from));
+    // A folder to be made under a file never can be: its nearest existing folder above is said.
+    for (auto above = p.parent_path(); !above.empty(); above = above.parent_path()) {
+      if (std::filesystem::exists(above, ec)) {
+        KTUNE_REQUIRE(std::filesystem::is_directory(above, ec),
+                      fmt::format("the cache folder {} (from {}) is under {}, a file, not a folder; set "
+                                  "KTUNE_CACHE_DIR to a folder ktune may write",
+                                  p.string(), from, above.string()));
+        break;
+      }
+      if (above == above.parent_path()) break;
+    }
     return p;
   };
   if (auto v = get("KTUNE_CACHE_DIR"); !v.empty()) return folder(v, "KTUNE_CACHE_DIR");

@@ -160,6 +160,13 @@ TEST_CASE("A file where the cache folder goes is named with the variable that pu
                                                    ") is a file, not a folder; set KTUNE_CACHE_DIR to a folder "
                                                    "ktune may write");
   }
+  {  // a folder under a file can never be made
+    Variable under("KTUNE_CACHE_DIR", (dir / "file/sub/cache").c_str());
+    CHECK_THROWS_WITH(ktune::env::cache_dir(), "the cache folder " + (dir / "file/sub/cache").string() +
+                                                   " (from KTUNE_CACHE_DIR) is under " + file +
+                                                   ", a file, not a folder; set KTUNE_CACHE_DIR to a folder ktune "
+                                                   "may write");
+  }
   Variable cache("KTUNE_CACHE_DIR", xdg.c_str());
   CHECK(ktune::env::cache_dir() == dir);  // a folder is taken
 }
