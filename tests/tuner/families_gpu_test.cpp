@@ -39,6 +39,26 @@ TEST_CASE("every family matches its CPU reference on the GPU", "[gpu]") {
   }
 }
 
+TEST_CASE("an in-place family is timed on the GPU from its inputs restored before each repetition", "[gpu]") {
+  // grad_norm's clip: the device-to-device copies enqueued before each repetition's flush, outside the events.
+  test::skip_without_gpu();
+  auto runner = tuner::make_gpu_runner();
+  const auto& f = templates::find_family("grad_norm");
+  const templates::Problem p{"f32", {{"tensors", 3}, {"numel", 1 << 20}}};
+  tuner::RunOptions options;
+  options.time = true;
+  const auto r = runner->run(f, f.default_config(p), p, options);
+  INFO(r.failure);
+  REQUIRE(r.ok);
+  REQUIRE(r.timing);
+  CHECK_THAT(r.timing->method, Catch::Contains("in-place buffers restored before each, untimed") &&
+                                   Catch::Contains("CUDA events"));
+  CHECK(r.timing->median_ms > 0);
+  // Checked again after the timing: the restores left the buffers whole.
+  options.time = false;
+  CHECK(runner->run(f, f.default_config(p), p, options).ok);
+}
+
 TEST_CASE("every family's default matches its CPU reference with programmatic dependent launch", "[gpu]") {
   // Each launch of a plan (and of the next repetition's) may start while the
   // previous one finishes: a kernel that touched memory before
