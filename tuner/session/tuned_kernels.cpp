@@ -10,6 +10,7 @@
 
 #include "base/error.hpp"
 #include "cache/key.hpp"
+#include "cache/store.hpp"
 #include "search/sampling.hpp"
 #include "tuner/compile/compiler.hpp"
 
@@ -122,12 +123,30 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
     return chosen;
   };
   if (!tuned) return settle(out);
-  const cache::Answer a =
-      tuned->lookup(cache_key(family, problem, device), [&](const cache::Entry& e) { return usable(e.config); });
+  // The nearest shape whose config cannot run here, for the reason where none can.
+  const cache::Key query = cache_key(family, problem, device);
+  struct Refused {
+    const cache::Entry* entry = nullptr;
+    double distance = 0;
+    std::string why;
+  } refused;
+  const cache::Answer a = tuned->lookup(query, [&](const cache::Entry& e) {
+    std::string why = unusable(e.config);
+    if (why.empty()) return true;
+    const double d = cache::shape_distance(e.key.dims, query.dims).value_or(1e300);
+    if (!refused.entry || d < refused.distance) refused = {&e, d, std::move(why)};
+    return false;
+  });
   if (warnings) warnings->insert(warnings->end(), a.result.warnings.begin(), a.result.warnings.end());
   out.source = a.reason;
   if (a.result.match == cache::Match::kNone || !a.result.entry) {
-    if (stand_in) out.source = default_source + " (no usable tuned entry)";
+    const std::string nearest = refused.entry && a.result.warnings.empty()
+                                    ? fmt::format(": the nearest, tuned for {}, has config {}, which {}",
+                                                  refused.entry->key.problem_key, refused.entry->config.dump(),
+                                                  refused.why)
+                                    : "";
+    if (stand_in) out.source = default_source + " (no usable tuned entry" + nearest + ")";
+    else if (!nearest.empty()) out.source = "default (no usable tuned entry" + nearest + ")";
     return settle(out);
   }
   if (const std::string why = unusable(a.result.entry->config); !why.empty()) {

@@ -63,4 +63,20 @@ TEST_CASE("an exact tuned entry whose config the run cannot use gives the defaul
   CHECK(warnings.empty());
 }
 
+TEST_CASE("where the nearest tuned shape's config cannot run the problem, the default's reason says which and why",
+          "[tuner][cache]") {
+  const Family& f = find_family("rmsnorm_fwd");
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  const Problem tuned_for{"f32", {{"rows", 32}, {"dim", 64}}}, asked{"f32", {{"rows", 40}, {"dim", 64}}};
+  nlohmann::json off_space = tuner::default_on(f, tuned_for, sm90).to_json();
+  off_space["threads"] = 7;
+  const cache::TunedCache tuned({entry(f, tuned_for, sm90, off_space)}, "tuned.json");
+  const auto chosen = tuner::choose_config(f, asked, sm90, &tuned, nullptr);
+  CHECK(chosen.match == cache::Match::kNone);
+  CHECK(chosen.config == tuner::default_on(f, asked, sm90));
+  CHECK_THAT(chosen.source, Catch::StartsWith("default (no usable tuned entry: the nearest, tuned for " +
+                                              tuned_for.key() + ", has config " + off_space.dump() +
+                                              ", which is not in the family's space ("));
+}
+
 }  // namespace tuner_session_tuned_kernels_test
