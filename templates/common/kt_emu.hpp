@@ -391,47 +391,29 @@ inline float atomicMin(float* p, float v) {
 
 // ---- loads, math, bit intrinsics ------------------------------------------------------
 
-template <class T>
-inline T __ldg(const T* p) {
-  return *p;
-}
-template <class T>
-inline T __ldcs(const T* p) {
-  return *p;
-}
-template <class T>
-inline void __stcs(T* p, T v) {
-  *p = v;
-}
-// The cache hints are the host's plain loads and stores.
-template <class T>
-inline T __ldcg(const T* p) {
-  return *p;
-}
-template <class T>
-inline T __ldca(const T* p) {
-  return *p;
-}
-template <class T>
-inline T __ldlu(const T* p) {
-  return *p;
-}
-template <class T>
-inline T __ldcv(const T* p) {
-  return *p;
-}
-template <class T>
-inline void __stcg(T* p, T v) {
-  *p = v;
-}
-template <class T>
-inline void __stwb(T* p, T v) {
-  *p = v;
-}
-template <class T>
-inline void __stwt(T* p, T v) {
-  *p = v;
-}
+// The cache-hinted loads and stores are the host's plain ones.
+#define KT_EMU_LOAD(name)         \
+  template <class T>              \
+  inline T name(const T* p) {     \
+    return *p;                    \
+  }
+#define KT_EMU_STORE(name)        \
+  template <class T>              \
+  inline void name(T* p, T v) {   \
+    *p = v;                       \
+  }
+KT_EMU_LOAD(__ldg)
+KT_EMU_LOAD(__ldcs)
+KT_EMU_LOAD(__ldcg)
+KT_EMU_LOAD(__ldca)
+KT_EMU_LOAD(__ldlu)
+KT_EMU_LOAD(__ldcv)
+KT_EMU_STORE(__stcs)
+KT_EMU_STORE(__stcg)
+KT_EMU_STORE(__stwb)
+KT_EMU_STORE(__stwt)
+#undef KT_EMU_LOAD
+#undef KT_EMU_STORE
 
 template <class A, class B, class = std::enable_if_t<std::is_arithmetic_v<A> && std::is_arithmetic_v<B>>>
 inline std::common_type_t<A, B> min(A a, B b) {
