@@ -433,12 +433,20 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   }
   const cache::Entry entry = tuner::cache_entry(family, problem, device, summary);
   // The file keeps the better of the winner and an entry of its own that did not compete (the runtime's cache
-  // held the problem, or another process wrote it since), as `ktune tune --cache` keeps it.
+  // held another for the problem, or another process wrote it since), as `ktune tune --cache` keeps it.
   std::optional<cache::Entry> file_kept;
   if (file) {
     std::vector<cache::Entry> competed = in_file;
-    if (held)
-      std::erase_if(competed, [&](const cache::Entry& e) { return e.key.identity() == entry.key.identity(); });
+    if (held) {
+      const auto& loaded = st.tuned->entries();
+      const auto ran = std::find_if(loaded.begin(), loaded.end(), [&](const cache::Entry& e) {
+        return e.key.identity() == entry.key.identity();
+      });
+      std::erase_if(competed, [&](const cache::Entry& e) {
+        return e.key.identity() == entry.key.identity() &&
+               (ran == loaded.end() || cache::to_json(e) != cache::to_json(*ran));
+      });
+    }
     file_kept = file->put_winner(entry, competed);
   }
   std::vector<cache::Entry> entries = st.tuned ? st.tuned->entries() : std::vector<cache::Entry>{};

@@ -276,7 +276,8 @@ bool SpecFamily::is_valid(const Config& config, const Problem& problem, const De
   return true;
 }
 
-std::string SpecFamily::source_with_defines(const Values& v, const std::string& dtype) const {
+std::string SpecFamily::source_with_defines(const Values& v, const std::string& dtype, const Geometry& grid,
+                                            const Geometry& block) const {
   std::string text;
   if (spec_->kernel_tuner_macros) {
     // As Kernel Tuner's prepare_kernel_string writes them: a kernel's `#ifndef kernel_tuner` defaults stand aside,
@@ -286,8 +287,8 @@ std::string SpecFamily::source_with_defines(const Values& v, const std::string& 
       return std::any_of(spec_->defines.begin(), spec_->defines.end(), [&](const auto& d) { return d.first == name; });
     };
     for (std::size_t i = 0; i < 3; ++i)
-      for (const auto& [prefix, geometry, most] : {std::tuple{"grid_size_", &spec_->grid, kMaxGridDims[i]},
-                                                   std::tuple{"block_size_", &spec_->block, kMaxBlockDims[i]}}) {
+      for (const auto& [prefix, geometry, most] : {std::tuple{"grid_size_", &grid, kMaxGridDims[i]},
+                                                   std::tuple{"block_size_", &block, kMaxBlockDims[i]}}) {
         const std::string name = prefix + std::string(kAxes[i]);
         if (defined(name)) continue;
         const long long n = i < geometry->size() ? (*geometry)[i]->eval_integer(v, 1, most) : 1;
@@ -311,7 +312,7 @@ templates::Rendered SpecFamily::render(const Config& config, const Problem& prob
   check_problem(problem);
   spec_->space.check_member(config);
   const Values v = values(config, problem);
-  return templates::render_text(source_with_defines(v, problem.dtype),
+  return templates::render_text(source_with_defines(v, problem.dtype, spec_->grid, spec_->block),
                                 {substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype)}, name(),
                                 "kernel spec " + spec_->path.filename().string());
 }
@@ -459,7 +460,10 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
   for (const auto& [name, value] : parameters) v[name] = value;
   std::string kernel = substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);
   if (ref.kind == ReferenceSpec::Kind::kKernel) kernel = substitute(ref.kernel, ref.kernel_parts, v, problem.dtype);
-  const auto rendered = templates::render_text(source_with_defines(v, problem.dtype), {kernel}, name(),
+  // The reference's own launch, where it has one, in its macros and its plan.
+  const Geometry& grid = ref.grid.empty() ? spec_->grid : ref.grid;
+  const Geometry& block = ref.block.empty() ? spec_->block : ref.block;
+  const auto rendered = templates::render_text(source_with_defines(v, problem.dtype, grid, block), {kernel}, name(),
                                                "kernel spec " + spec_->path.filename().string());
   auto backend = tuner::exec::make_emu_backend();
   std::vector<std::unique_ptr<tuner::exec::Buffer>> buffers;
@@ -473,8 +477,7 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
       backend->upload(*buffers.back(), b.bytes.data(), b.bytes.size());
   }
   std::vector<Launch> plan;
-  plan.push_back(launch(ref.grid.empty() ? spec_->grid : ref.grid, ref.block.empty() ? spec_->block : ref.block, v,
-                        addresses, problem));
+  plan.push_back(launch(grid, block, v, addresses, problem));
   try {
     backend->launch(*backend->load(rendered), plan);
     backend->synchronize();

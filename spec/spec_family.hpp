@@ -69,7 +69,11 @@ class SpecFamily final : public templates::Family {
   templates::Launch launch(const std::vector<std::unique_ptr<Expression>>& grid,
                            const std::vector<std::unique_ptr<Expression>>& block, const Values& v,
                            const std::vector<std::uint64_t>& addresses, const templates::Problem& problem) const;
-  std::string source_with_defines(const Values& v, const std::string& dtype) const;
+  using Geometry = std::vector<std::unique_ptr<Expression>>;
+  /// The source with the spec's defines ahead, and with define_tunables Kernel Tuner's macros of the launch of
+  /// `grid` and `block`.
+  std::string source_with_defines(const Values& v, const std::string& dtype, const Geometry& grid,
+                                  const Geometry& block) const;
   /// The expected outputs of the reference, run by the host emulation.
   void run_reference(const templates::Problem& problem, templates::Workload& workload,
                      const templates::Scalars& parameters) const;

@@ -67,7 +67,8 @@ double require_match(const HostBuffer& b, const std::vector<std::byte>& got, con
 double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
 /// Whether `got`, `relative` off `b`'s expected result (relative_l2), passes: within b's tolerance, or within
 /// its atol as an RMS error (a NaN fails), and no element further off than 16 tolerances of the larger of its
-/// reference's magnitude and the buffer's RMS (or 16 atols); integers exactly equal.
+/// reference's magnitude and the RMS of its answers that are not zero (or 16 atols); integers exactly equal, or
+/// each within the atol where one is given.
 bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative);
 /// A failed check's words: "NAME relative L2 error E > TOLERANCE (mismatch_detail)", with the RMS error where the
 /// buffer has an atol.

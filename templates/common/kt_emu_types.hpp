@@ -199,3 +199,23 @@ inline __half __ushort_as_half(unsigned short u) {
   h.__x = u;
   return h;
 }
+
+// cuda_fp16.h's and cuda_bf16.h's arithmetic, in float and rounded to the type (a product of two is exact in
+// float), so `__hadd(a, b)` of two halves is no integer halving add; the *2 forms lane by lane.
+#define KT_EMU_HALF_MATH(T, T2)                                                                               \
+  inline T __hadd(T a, T b) { return T(float(a) + float(b)); }                                                \
+  inline T __hsub(T a, T b) { return T(float(a) - float(b)); }                                                \
+  inline T __hmul(T a, T b) { return T(float(a) * float(b)); }                                                \
+  inline T __hdiv(T a, T b) { return T(float(a) / float(b)); }                                                \
+  inline T __hfma(T a, T b, T c) { return T(float(a) * float(b) + float(c)); }                                \
+  inline T __hneg(T a) { return T(-float(a)); }                                                               \
+  inline T __habs(T a) { return T(float(a) < 0 ? -float(a) : float(a)); }                                     \
+  inline T __hmax(T a, T b) { return float(a) < float(b) ? b : a; }                                           \
+  inline T __hmin(T a, T b) { return float(b) < float(a) ? b : a; }                                           \
+  inline T2 __hadd2(T2 a, T2 b) { return {__hadd(a.x, b.x), __hadd(a.y, b.y)}; }                              \
+  inline T2 __hsub2(T2 a, T2 b) { return {__hsub(a.x, b.x), __hsub(a.y, b.y)}; }                              \
+  inline T2 __hmul2(T2 a, T2 b) { return {__hmul(a.x, b.x), __hmul(a.y, b.y)}; }                              \
+  inline T2 __hfma2(T2 a, T2 b, T2 c) { return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }
+KT_EMU_HALF_MATH(__half, __half2)
+KT_EMU_HALF_MATH(__nv_bfloat16, __nv_bfloat162)
+#undef KT_EMU_HALF_MATH

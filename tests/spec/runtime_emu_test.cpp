@@ -598,6 +598,15 @@ TEST_CASE("spec emu: Runtime::tune keeps the file's better entry that did not co
   REQUIRE(after["entries"].size() == 1);
   CHECK(after["entries"][0]["config"] == best);
   CHECK(after["entries"][0]["time_ms"] == 1e-6);
+
+  // Loaded from the file itself, its entry is the one that competed: the winner, timed beside it, replaces it.
+  ktune::Runtime same("emu");
+  same.load_cache(file.string());
+  const ktune::Kernel retuned = same.tune(spec, problem, how);
+  CHECK_THAT(retuned.reason(), !Catch::Contains(" keeps its entry "));
+  const auto replaced = nlohmann::json::parse(ktune::read_file(file));
+  REQUIRE(replaced["entries"].size() == 1);
+  CHECK(replaced["entries"][0]["time_ms"] != 1e-6);
 }
 
 }  // namespace spec_runtime_emu_test

@@ -371,10 +371,41 @@ TEST_CASE("a check fails one element wrong among right ones, which the relative 
   REQUIRE(ce < c.tolerance);
   CHECK_FALSE(within_tolerance(c, off, ce));
   CHECK(mismatch(c, off, ce) ==
-        "c: 1 of 1000 integers differ from the reference's (integers are compared exactly) (furthest off at index "
+        "c: 1 of 1000 integers differ from the reference's (integers are compared exactly, or within an atol "
+        "given) (furthest off at index "
         "999: 199999, expected 200000)");
   const auto right = make_buffer("c", Role::kOutput, DType::kI32, counts).bytes;
   CHECK(within_tolerance(c, right, 0.0));
+  // Within an atol given, as a quantising kernel's rounding may be.
+  c.atol = 1;
+  CHECK(within_tolerance(c, off, ce));
+  short_by_one[3] = 199998;
+  const auto two_off = make_buffer("c", Role::kOutput, DType::kI32, short_by_one).bytes;
+  CHECK_FALSE(within_tolerance(c, two_off, relative_l2(DType::kI32, two_off, c.expected)));
+  CHECK_THAT(mismatch(c, two_off, 0.0), Catch::StartsWith("c: 1 of 1000 integers differ from the reference's (by "
+                                                          "more than the atol 1)"));
+}
+
+TEST_CASE("a reference checked on a sample of rows (zeros elsewhere) scales the element check by the rows it "
+          "checks",
+          "[family]") {
+  // 1000 checked answers in a million (attention's sampled rows at large shapes): an error of 0.008 on an answer
+  // near zero is 1.4 % of the checked answers' RMS, within 16 bf16 tolerances of it, though not of the whole
+  // buffer's RMS, which the zeros shrink 30-fold.
+  std::mt19937_64 rng(9);
+  const auto checked = random_floats(rng, 1000, -1.f, 1.f);
+  std::vector<double> expected(1000000, 0.0), got;
+  for (std::size_t i = 0; i < checked.size(); ++i) expected[i] = checked[i];
+  expected[5] = 0.001;
+  got = expected;
+  got[5] += 0.008;
+  HostBuffer dq = output_buffer("dq", DType::kF32, expected);
+  dq.tolerance = tolerance_for("bf16");
+  const auto bytes = input_buffer("dq", DType::kF32, got).bytes;
+  CHECK(within_tolerance(dq, bytes, relative_l2(DType::kF32, bytes, dq.expected)));
+  got[5] = expected[5] + 0.15;  // a wrong one still fails, by the element check alone
+  const auto wrong = input_buffer("dq", DType::kF32, got).bytes;
+  CHECK_FALSE(within_tolerance(dq, wrong, relative_l2(DType::kF32, wrong, dq.expected)));
 }
 
 }  // namespace templates_family_test
