@@ -168,7 +168,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
                  {"name", "summary", "source", "sources", "include_dirs", "kernel", "defines", "define_tunables",
                   "dtypes", "problem", "problems", "tunables", "default", "candidates", "restrictions", "grid",
                   "block", "shared_bytes", "buffers", "args", "parameters", "reference", "tolerance", "flops",
-                  "bytes"});
+                  "bytes", "restore_inouts"});
   const fs::path base = path.parent_path().empty() ? fs::path(".") : path.parent_path();
 
   spec->name = r.string_at(j, "name", "spec");
@@ -418,6 +418,16 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
                 fmt::format("{}: file {} {}", what, buf.file.string(), not_a_file(buf.file)));
     }
     spec->buffers.push_back(std::move(buf));
+  }
+  // Triton's restore_value: a kernel whose in-place results change its next launch's work is timed from its inputs
+  // as uploaded.
+  if (j.contains("restore_inouts")) {
+    r.require(j["restore_inouts"].is_boolean(), "'restore_inouts' must be true or false");
+    spec->restore_inouts = j["restore_inouts"].get<bool>();
+    r.require(!spec->restore_inouts ||
+                  std::any_of(spec->buffers.begin(), spec->buffers.end(),
+                              [](const BufferSpec& b) { return b.role == Role::kInOut; }),
+              "'restore_inouts' restores the buffers of role inout before each timed launch, and none has it");
   }
   r.require(j.contains("args") && j["args"].is_array(), "'args' (the kernel's arguments in order) is required");
   for (std::size_t i = 0; i < j["args"].size(); ++i) {

@@ -75,6 +75,8 @@ struct KernelSpec {
   /// `define_tunables`: beside the tunables' macros, Kernel Tuner's others: kernel_tuner 1, and grid_size_x/y/z
   /// and block_size_x/y/z as the launch's (1 for an axis it lacks), where no tunable or define has the name.
   bool kernel_tuner_macros = false;
+  /// `restore_inouts`: each timed launch starts from the inout buffers as uploaded (Triton's restore_value).
+  bool restore_inouts = false;
   Space space;
   std::optional<Config> default_config;
   std::vector<Config> candidates;  ///< measured right after the default by a tuning session

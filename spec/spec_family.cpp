@@ -501,6 +501,8 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
   }
 }
 
+bool SpecFamily::timing_restores_inouts() const { return spec_->restore_inouts; }
+
 double SpecFamily::flops(const Problem& problem) const {
   Values dims;
   for (const auto& [k, x] : problem.dims) dims[k] = static_cast<double>(x);

@@ -61,6 +61,7 @@ class SpecFamily final : public templates::Family {
                                       const templates::Scalars& parameters) const override;
   bool runs_emulated(const Config&, const templates::Problem&) const override { return emulation_gaps().empty(); }
   bool compiled_with_nvrtc_under_emulation() const override { return true; }
+  bool timing_restores_inouts() const override;
   double flops(const templates::Problem& problem) const override;
   double bytes(const templates::Problem& problem) const override;
 
