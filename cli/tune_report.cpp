@@ -181,9 +181,10 @@ std::string summary_line(const SessionView& s) {
   if (rows.empty())
     return line +
            (failed == 0 ? "; no config was measured" : "; none ran to the end: " + failure_digest(s.evaluations));
-  line += fmt::format("; fastest {} at {:.4f} ms", rows.front()->config.str(), rows.front()->median_ms);
+  // The search's times (the winner's line says how the finalists timed again compare).
+  line += fmt::format("; fastest in the search {} at {:.4f} ms", rows.front()->config.str(), rows.front()->median_ms);
   if (const auto def = default_ms(s))
-    line += fmt::format(", {:.2f}x the default{}", *def / rows.front()->median_ms,
+    line += fmt::format(", {:.2f}x the default's search time{}", *def / rows.front()->median_ms,
                         s.emulated() ? " in emulated host time (not a GPU result)" : "");
   return line;
 }

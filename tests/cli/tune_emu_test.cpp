@@ -328,6 +328,8 @@ TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder,
   std::string shown;
   REQUIRE(run_command(ktune_exe().string() + " log show " + log.string(), &shown) == 0);
   INFO(shown);
+  // Its summary is the search's times, said so beside the winner's timed again.
+  CHECK_THAT(shown, Catch::Contains("; fastest in the search {") && Catch::Contains("x the default's search time"));
   // The first row of the top table, up to its time: "|   1 | {config} |   0.0333 ".
   auto first_row = [](const std::string& text) {
     std::istringstream in(text);
