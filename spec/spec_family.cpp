@@ -27,7 +27,7 @@ namespace {
 /// bf16, f16), else, for a problem of integers, the buffer's own dtype's.
 double default_tolerance(const std::string& problem_dtype, templates::DType buffer) {
   using templates::DType;
-  if (buffer == DType::kI32 || buffer == DType::kI64 || buffer == DType::kU8) return 0.0;
+  if (templates::is_integer(buffer)) return 0.0;
   for (const char* d : {"f32", "tf32", "bf16", "f16"})
     if (problem_dtype == d) return templates::tolerance_for(problem_dtype);
   return templates::tolerance_for(buffer == DType::kF32 ? "f32" : "bf16");

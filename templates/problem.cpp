@@ -29,6 +29,8 @@ DType parse_dtype(const std::string& s) {
   throw_error(ErrorKind::kInvalidInput, "unknown dtype '" + s + "'; accepted: f32, bf16, f16, i32, i64, u8");
 }
 
+bool is_integer(DType t) { return t == DType::kI32 || t == DType::kI64 || t == DType::kU8; }
+
 std::size_t size_of(DType t) {
   switch (t) {
     case DType::kF32: case DType::kI32: return 4;

@@ -16,6 +16,8 @@ enum class DType { kF32, kBF16, kF16, kI32, kI64, kU8 };
 const char* to_string(DType t);
 DType parse_dtype(const std::string& s);  ///< "f32" | "bf16" | "f16" | ...; throws kInvalidInput
 std::size_t size_of(DType t);
+/// i32, i64 and u8: counts and indices, compared exactly.
+bool is_integer(DType t);
 
 /// One problem instance: a dtype and named dimensions. The key orders the
 /// dimensions by name, so it is stable and human readable.

@@ -70,7 +70,7 @@ double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector
 std::string mismatch_detail(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected) {
   if (got.size() != expected.size()) return "";
   const std::size_t n = got.size() / size_of(t);
-  if (t == DType::kI32 || t == DType::kI64 || t == DType::kU8) {
+  if (is_integer(t)) {
     // Exact, in the type's own arithmetic (an i64 past 2^53 is no double). Every element 1 below, modulo the
     // type (the all-ones an output starts as, plus what was added): a kernel that adds to its output.
     const auto at = [&](const std::vector<std::byte>& v, std::size_t i) -> std::int64_t {
@@ -159,8 +159,6 @@ double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<s
 }
 namespace {
 
-bool is_integer(DType t) { return t == DType::kI32 || t == DType::kI64 || t == DType::kU8; }
-
 /// The integers of `got` that differ from `b`'s expected ones by more than its atol (0: any difference).
 std::size_t integers_off(const HostBuffer& b, const std::vector<std::byte>& got) {
   const std::size_t size = size_of(b.dtype), n = got.size() / size;
@@ -205,13 +203,17 @@ std::optional<ElementOff> element_off(const HostBuffer& b, const std::vector<std
   return std::nullopt;
 }
 
+/// Whether the buffer as a whole passes: within its tolerance as a relative L2 error (NaN compares false), or
+/// within its atol as an RMS error.
+bool whole_within(const HostBuffer& b, const std::vector<std::byte>& got, double relative) {
+  return relative <= b.tolerance || (b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol);
+}
+
 }  // namespace
 
 bool within_tolerance(const HostBuffer& b, const std::vector<std::byte>& got, double relative) {
   if (is_integer(b.dtype)) return integers_off(b, got) == 0;  // counts and indices exact, or within an atol given
-  // NaN compares false.
-  if (!(relative <= b.tolerance) && !(b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol)) return false;
-  return !element_off(b, got);
+  return whole_within(b, got, relative) && !element_off(b, got);
 }
 
 std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, double error) {
@@ -223,9 +225,7 @@ std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, dou
                                   : std::string("integers are compared exactly, or within an atol given"),
                        detail.empty() ? "" : " (" + detail + ")");
   }
-  const bool whole_passes =
-      error <= b.tolerance || (b.atol > 0 && rms_error(b.dtype, got, b.expected) <= b.atol);
-  if (const auto off = whole_passes ? element_off(b, got) : std::nullopt)
+  if (const auto off = whole_within(b, got, error) ? element_off(b, got) : std::nullopt)
     return fmt::format("{} element {} is {:.6g}, expected {:.6g}: off by more than {} tolerances ({:.3g}) of the "
                        "larger of its reference's magnitude and the buffer's RMS {:.3g}, though the relative L2 "
                        "error {:.3g} is within {:.1g} (one element wrong among right ones: a tail, a boundary?)",

@@ -161,19 +161,15 @@ class BackendRunner final : public Runner {
         restore = [&] {
           for (const auto& [i, from] : uploaded) backend_->copy(*buffers[i], *from, from->bytes());
         };
-      const std::string what =
-          fmt::format("{} launch{}{}{}", timed.size(), timed.size() == 1 ? "" : "es",
-                      copies ? " (constant memory filled before)" : "",
-                      restore ? " (in-place buffers restored before each, untimed)" : "");
+      const std::string restored = restore ? " (in-place buffers restored before each, untimed)" : "";
+      const std::string what = fmt::format("{} launch{}{}{}", timed.size(), timed.size() == 1 ? "" : "es",
+                                           copies ? " (constant memory filled before)" : "", restored);
       result.timing = backend_->time([&] { backend_->launch(module, timed); }, options, what, restore);
       if (options.per_launch && timed.size() > 1)
         for (const auto& l : timed)
           result.launch_timings.emplace_back(
               module.kernel_names()[static_cast<std::size_t>(l.kernel)],
-              backend_->time([&] { backend_->launch(module, {l}); }, options,
-                             restore ? "1 launch alone (in-place buffers restored before each, untimed)"
-                                     : "1 launch alone",
-                             restore));
+              backend_->time([&] { backend_->launch(module, {l}); }, options, "1 launch alone" + restored, restore));
     }
   }
 

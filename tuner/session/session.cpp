@@ -511,10 +511,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // winner does not, a deterministic run takes the fastest of those that do. In families all of whose configs sum
   // in a fixed order it is the search's fastest, a finalist already.
   const auto fixed_order = [&](const Record& r) { return family.deterministic(r.config); };
-  std::optional<Record> deterministic_found;  // by the search's samples
-  for (const auto& [config, r] : evaluator.done())
-    if (timed(r) && fixed_order(r) && (!deterministic_found || time_of(r) < time_of(*deterministic_found)))
-      deterministic_found = r;
+  // By the search's samples, of the configs `out` does not leave out.
+  const auto fastest_fixed_order = [&](const auto& out) {
+    std::optional<Record> found;
+    for (const auto& [config, r] : evaluator.done())
+      if (timed(r) && fixed_order(r) && !out(config) && (!found || time_of(r) < time_of(*found))) found = r;
+    return found;
+  };
+  std::optional<Record> deterministic_found = fastest_fixed_order([](const Config&) { return false; });
   if (deterministic_found) join(deterministic_found->config);
   double search_ms = time_of(ranked.front());  // the search's fastest, before it is timed again
   if (ranked.size() > 1 && options.run.time && !interrupted) {
@@ -539,13 +543,8 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       return std::any_of(summary.disqualified.begin(), summary.disqualified.end(),
                          [&](const Record& d) { return d.config == c; });
     };
-    if (deterministic_found && out(deterministic_found->config)) {  // the next that sums in a fixed order
-      deterministic_found.reset();
-      for (const auto& [config, r] : evaluator.done())
-        if (timed(r) && fixed_order(r) && !out(config) &&
-            (!deterministic_found || time_of(r) < time_of(*deterministic_found)))
-          deterministic_found = r;
-    }
+    if (deterministic_found && out(deterministic_found->config))  // the next that sums in a fixed order
+      deterministic_found = fastest_fixed_order(out);
     if (ranked.empty()) {
       summary.previous_log = log.kept();
       summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
