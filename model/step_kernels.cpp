@@ -31,7 +31,11 @@ templates::Problem mean_tensors_problem(const ModelConfig& config, const std::st
 
 }  // namespace
 
-templates::Problem grad_norm_problem(const ModelConfig& config) { return mean_tensors_problem(config, "f32"); }
+templates::Problem grad_norm_problem(const ModelConfig& config, bool in_place) {
+  templates::Problem p = mean_tensors_problem(config, "f32");
+  p.dims["in_place"] = in_place ? 1 : 0;
+  return p;
+}
 
 templates::Problem accumulate_problem(std::int64_t n) {
   return {"f32", {{"rows", 1}, {"cols", n}, {"b_rows", 1}, {"b_cols", n}}};
@@ -83,7 +87,7 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
   add("rope_bwd", rope);
   add("embedding_bwd", embed);
   if (shape.micro_batches > 1) add("prim_add", accumulate_problem(config.vocab * config.d_model));  // the embedding's
-  out.push_back({&templates::find_family("grad_norm"), grad_norm_problem(config)});
+  out.push_back({&templates::find_family("grad_norm"), grad_norm_problem(config, false)});  // AdamW clips
   add("adamw", adamw_problem(config, precision));
   return out;
 }

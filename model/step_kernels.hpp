@@ -30,8 +30,9 @@ enum class RopeLaunch {
 /// adds run fused with the RMSNorm beside them (residual_rmsnorm_fwd and
 /// _bwd); rmsnorm_fwd is left for the first block's norm, rmsnorm_bwd for
 /// the final norm's backward. GEMMs are not listed. grad_norm (the step's
-/// clip-by-norm, over grad_norm_problem) is listed whether or not a run
-/// clips. AdamW's problem is adamw_problem's. RoPE's problem is as `rope` launches it.
+/// clip-by-norm, over grad_norm_problem, not in place: the fused AdamW
+/// applies the factor) is listed whether or not a run clips. AdamW's
+/// problem is adamw_problem's. RoPE's problem is as `rope` launches it.
 /// A shape of several micro-batches a step adds the primitive add
 /// (prim_add) over a norm's and the embedding's gradients (accumulate_problem).
 std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const RunShape& shape, Precision precision,
@@ -54,7 +55,9 @@ std::vector<tuner::KernelRequest> step_kernels(const ModelConfig& config, const 
 /// make.
 /// It stands for the step's tensors, not their sizes: the runtime sizes the
 /// partials from the model's tensors (grad_norm::partial_floats).
-templates::Problem grad_norm_problem(const ModelConfig& config);
+/// `in_place`: the gradients scaled by the clip factor (for an AdamW that
+/// does not clip, eager's), else the norm and the factor only.
+templates::Problem grad_norm_problem(const ModelConfig& config, bool in_place);
 
 /// A gradient accumulation's add of n fp32 values (Ops::accumulate): y += x
 /// as prim_add over one row of n, the addend of the same shape.

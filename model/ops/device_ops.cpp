@@ -195,6 +195,7 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
     if (!L.train && !name.ends_with("_fwd")) continue;
     if (!L.optimizer && (name == "adamw" || name == "grad_norm")) continue;  // the step's alone
     if (name == "adamw" && mode == Mode::kEager) r.family = &tr::adamw::eager_family();
+    if (name == "grad_norm" && mode == Mode::kEager) r.problem = grad_norm_problem(L.config, true);  // no AdamW clips
     out.push_back(r);
   }
   return out;
@@ -611,7 +612,7 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
     // The problem stands for the model's tensors in the tuned cache; the
     // partials are those of the tensors themselves.
     const auto& norm = tr::grad_norm::family();
-    const Problem p = grad_norm_problem(L_.config);
+    const Problem p = grad_norm_problem(L_.config, in_place);
     const auto& nk = kernel(norm, p);
     tr::grad_norm::Args args{.tensors = grads, .out = out, .max_norm = hyper.max_grad_norm, .clip = in_place};
     args.workspace = scratch(static_cast<std::size_t>(tr::grad_norm::partial_floats(nk.chosen.config, grads)) *

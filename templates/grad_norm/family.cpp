@@ -49,12 +49,12 @@ std::vector<std::byte> grad_list(const std::vector<Tensor>& tensors, std::size_t
 
 class GradNorm final : public GradNormFamily {
  public:
-  /// The clip threshold: gradients are scaled by min(1, max_norm / (norm + 1e-6)); <= 0 computes the norm only
-  /// (the factor 1) and leaves them.
+  /// The clip threshold: the factor is min(1, max_norm / (norm + 1e-6)), and a problem `in_place` scales the
+  /// gradients by it; <= 0 computes the norm only (the factor 1) and leaves them.
   Scalars scalars(const Problem&) const override { return {{"max_norm", shortest(kWorkloadMaxNorm)}}; }
-  void set_scalars(Args& args, const Problem&, const Scalars& s) const override {
+  void set_scalars(Args& args, const Problem& p, const Scalars& s) const override {
     args.max_norm = f32_scalar(name(), "max_norm", s.at("max_norm"));
-    args.clip = args.max_norm > 0;
+    args.clip = scales_in_place(p) && args.max_norm > 0;
   }
   GradNorm()
       : space_({{"threads", {128, 256, 512, 1024}, "threads per block: more loads in flight per chunk vs more blocks"},
@@ -66,25 +66,33 @@ class GradNorm final : public GradNormFamily {
   std::string name() const override { return "grad_norm"; }
   std::string summary() const override {
     return "global L2 norm of all gradients (multi-tensor, deterministic two-level sum) and the clip factor, "
-           "optionally applied in place";
+           "applied in place where the problem's in_place is 1";
   }
   std::vector<std::string> source_files() const override { return {kTemplate}; }
   const Space& space() const override { return space_; }
 
   std::vector<Problem> problem_classes() const override {
-    // Odd sizes leave scalar tails and ragged last chunks; 70 tensors take two launches.
-    return {Problem{"f32", {{"tensors", 3}, {"numel", 4999}}}, Problem{"f32", {{"tensors", 70}, {"numel", 333}}}};
+    // Odd sizes leave scalar tails and ragged last chunks; 70 tensors take two launches. A fused optimizer reads
+    // the factor (in_place 0); a plain one is given the gradients scaled (in_place 1).
+    return {Problem{"f32", {{"tensors", 3}, {"numel", 4999}, {"in_place", 1}}},
+            Problem{"f32", {{"tensors", 70}, {"numel", 333}, {"in_place", 1}}},
+            Problem{"f32", {{"tensors", 3}, {"numel", 4999}, {"in_place", 0}}}};
   }
 
   void check_problem(const Problem& p) const override {
     KTUNE_REQUIRE(p.dtype == "f32", name() + ": dtype '" + p.dtype +
                                         "' is not supported; accepted: f32 (gradients are fp32 in every mode)");
     for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "tensors" || k == "numel", name() + ": unknown dimension '" + k + "'; accepted: tensors, numel");
+      KTUNE_REQUIRE(k == "tensors" || k == "numel" || k == "in_place",
+                    name() + ": unknown dimension '" + k + "'; accepted: tensors, numel, in_place");
     KTUNE_REQUIRE(p.dims.count("tensors") && p.dim("tensors") >= 1 && p.dim("tensors") <= 4096,
                   name() + ": dimension 'tensors' must be in 1..4096");
     KTUNE_REQUIRE(p.dims.count("numel") && p.dim("numel") >= 1 && p.dim("numel") <= (1LL << 31) - 1,
                   name() + ": dimension 'numel' must be in 1..2^31-1");
+    KTUNE_REQUIRE(p.dims.count("in_place") && (p.dim("in_place") == 0 || p.dim("in_place") == 1),
+                  name() + ": dimension 'in_place' must be 0 or 1 (1: the gradients scaled by the clip factor in "
+                           "place, a launch of its own; 0: the norm and the factor only, for an optimizer that "
+                           "reads the factor)");
   }
 
   Config default_config(const Problem&) const override {
@@ -114,7 +122,8 @@ class GradNorm final : public GradNormFamily {
     check_problem(p);
     std::vector<BufferShape> b;
     for (std::int64_t t = 0; t < p.dim("tensors"); ++t)
-      b.push_back(buffer_shape("grad[" + std::to_string(t) + "]", Role::kInOut, DType::kF32, p.dim("numel")));
+      b.push_back(buffer_shape("grad[" + std::to_string(t) + "]",
+                               scales_in_place(p) ? Role::kInOut : Role::kInput, DType::kF32, p.dim("numel")));
     b.push_back(buffer_shape("out", Role::kOutput, DType::kF32, 2));
     b.push_back(buffer_shape("scratch", Role::kScratch, DType::kF32, max_partials(p)));
     return b;
@@ -136,11 +145,12 @@ class GradNorm final : public GradNormFamily {
     for (std::size_t t = 0; t < grads.size(); ++t)
       w.buffers.push_back(input_buffer("grad[" + std::to_string(t) + "]", DType::kF32, grads[t]));
     const double norm = clip_by_norm(grads, max_norm);
-    for (std::size_t t = 0; t < grads.size(); ++t) {
-      HostBuffer& b = w.buffers[t];
-      b.role = Role::kInOut;
-      set_expected(b, std::vector<float>(grads[t].begin(), grads[t].end()));
-    }
+    if (scales_in_place(p))
+      for (std::size_t t = 0; t < grads.size(); ++t) {
+        HostBuffer& b = w.buffers[t];
+        b.role = Role::kInOut;
+        set_expected(b, std::vector<float>(grads[t].begin(), grads[t].end()));
+      }
     const double factor = clip_factor(norm, max_norm);
     w.buffers.push_back(output_buffer("out", DType::kF32, {norm, factor}));
     w.buffers.push_back(make_buffer("scratch", Role::kScratch, DType::kF32,
@@ -159,7 +169,7 @@ class GradNorm final : public GradNormFamily {
     for (std::size_t t = 0; t < tensors; ++t) args.tensors.push_back({a[t], p.dim("numel")});
     args.out = a[tensors];
     args.workspace = a[tensors + 1];
-    args.clip = true;
+    args.clip = scales_in_place(p);
     args.max_norm = kWorkloadMaxNorm;
     return args;
   }
@@ -211,16 +221,19 @@ class GradNorm final : public GradNormFamily {
     return launches;
   }
 
-  double flops(const Problem& p) const override {  // square and add, then scale
-    return 3.0 * static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
+  double flops(const Problem& p) const override {  // square and add, then scale where in place
+    const double n = static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
+    return (scales_in_place(p) ? 3.0 : 2.0) * n;
   }
-  double bytes(const Problem& p) const override {  // every gradient read for the norm, then read and scaled
-    return 12.0 * static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
+  double bytes(const Problem& p) const override {  // every gradient read for the norm, then read and scaled if so
+    const double n = static_cast<double>(p.dim("tensors")) * static_cast<double>(p.dim("numel"));
+    return (scales_in_place(p) ? 12.0 : 4.0) * n;
   }
   // The workload's gradients, clipped in place, would need no scaling from the second launch on.
   bool timing_restores_inouts() const override { return true; }
 
  private:
+  static bool scales_in_place(const Problem& p) { return p.dim("in_place") != 0; }
   /// The workspace every config of the space fits in: the smallest chunk's partials.
   std::int64_t max_partials(const Problem& p) const {
     return p.dim("tensors") * ceil_div(p.dim("numel"), space_.param("chunk").values.front());

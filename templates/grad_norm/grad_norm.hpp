@@ -4,12 +4,14 @@
 // order), the clip factor computed on the device, and optionally the clip
 // itself (grads scaled in place) as a third launch.
 // Problems: dtype f32 (gradients are fp32 in every precision mode); dims
-// `tensors` and `numel` (elements of the largest tensor; workspace_bytes is
-// sized by tensors * numel).
+// `tensors`, `numel` (elements of the largest tensor; workspace_bytes is
+// sized by tensors * numel) and `in_place` (1: the gradients scaled by the
+// factor, a launch of its own; 0: the norm and factor only, as a fused
+// optimizer that reads the factor uses it).
 //
 // Run-time arguments: Args below. Workload buffers, in the order the
-// workload-driven `plan` takes their addresses: grad[0..tensors) (in-out:
-// clipped), out (2 floats: norm, clip factor), scratch.
+// workload-driven `plan` takes their addresses: grad[0..tensors) (in-out
+// where in_place: clipped), out (2 floats: norm, clip factor), scratch.
 #pragma once
 #include <cstdint>
 #include <vector>

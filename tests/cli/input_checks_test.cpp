@@ -399,7 +399,7 @@ TEST_CASE("CLI: tune --model refuses a --log prefix one of whose kernels' logs h
   // The step's last kernels (grad_norm, AdamW) have the same problems at every --ctx and --batch: a session at
   // another shape, under the same prefix, logged them.
   const auto& family = ktune::templates::find_family("grad_norm");
-  const auto problem = ktune::model::grad_norm_problem(ktune::model::model_config("tiny"));
+  const auto problem = ktune::model::grad_norm_problem(ktune::model::model_config("tiny"), false);
   const auto tail = std::filesystem::path(ktune::tuner::default_log_path(family, problem)).filename();
   const auto log = dir / ("run." + tail.string());
   std::ofstream(log) << "{\"session\":{\"family\":\"grad_norm\"}}\n{\"config\":{}}\n";

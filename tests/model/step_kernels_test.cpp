@@ -63,8 +63,9 @@ TEST_CASE("step kernels: grad_norm's problem holds at most 2^27 elements, whatev
     INFO(name);
     const auto config = model_config(name);
     const auto layout = parameter_layout(config);
-    const auto p = grad_norm_problem(config);
+    const auto p = grad_norm_problem(config, false);
     CHECK(p.dtype == "f32");
+    CHECK(p.dim("in_place") == 0);  // the fused AdamW applies the factor as it reads each gradient
     // A tuning workload of whole mean-size tensors: the xl model's largest
     // tensor times its 435 tensors would take over 100 GiB of host memory.
     CHECK(p.dim("tensors") * p.dim("numel") <= std::max(kAdamwTunedElements, p.dim("numel")));
@@ -120,6 +121,9 @@ TEST_CASE("step kernels: a device run launches its precision's and mode's list",
       CHECK(families.count("attention_fwd") == (flash ? 1 : 0));
       CHECK(families.count("softmax_fwd") == (flash ? 0 : 1));
       CHECK(families.count(mode == Mode::kEager ? "adamw_eager" : "adamw") == 1);
+      // Compiled mode's AdamW applies the clip factor grad_norm writes; eager's is given the gradients scaled.
+      for (const auto& r : device_step_kernels(L, mode))
+        if (r.family->name() == "grad_norm") CHECK(r.problem == grad_norm_problem(config, mode == Mode::kEager));
       // What `tune --model --dtype` tunes is what compiled mode runs.
       if (mode == Mode::kCompiled) CHECK(families == families_of(step_kernels(config, shape, p)));
       // Every kernel runs the precision's problem, but grad_norm: gradients are fp32.

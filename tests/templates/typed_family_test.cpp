@@ -111,7 +111,7 @@ TEST_CASE("grad_norm: the typed plan with named args is the workload adapter's p
     args.out = a[a.size() - 2];
     args.workspace = a.back();
     args.max_norm = 1.0f;
-    args.clip = true;
+    args.clip = p.dim("in_place") != 0;
     return args;
   });
 }

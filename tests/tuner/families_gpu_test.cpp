@@ -44,7 +44,7 @@ TEST_CASE("an in-place family is timed on the GPU from its inputs restored befor
   test::skip_without_gpu();
   auto runner = tuner::make_gpu_runner();
   const auto& f = templates::find_family("grad_norm");
-  const templates::Problem p{"f32", {{"tensors", 3}, {"numel", 1 << 20}}};
+  const templates::Problem p{"f32", {{"tensors", 3}, {"numel", 1 << 20}, {"in_place", 1}}};
   tuner::RunOptions options;
   options.time = true;
   const auto r = runner->run(f, f.default_config(p), p, options);

@@ -15,26 +15,33 @@ namespace {
 Config config(std::int64_t threads, std::int64_t vec, std::int64_t chunk, std::int64_t blocks_per_sm) {
   return Config({{"threads", threads}, {"vec", vec}, {"chunk", chunk}, {"blocks_per_sm", blocks_per_sm}});
 }
+Problem problem(std::int64_t tensors, std::int64_t numel, bool in_place = true) {
+  return Problem{"f32", {{"tensors", tensors}, {"numel", numel}, {"in_place", in_place ? 1 : 0}}};
+}
 }  // namespace
 
 TEST_CASE("grad_norm: norm, clip factor and clipped gradients match the reference", "[grad_norm][emu]") {
   const Family& f = grad_norm::family();
   SECTION("few tensors, scalar tails and ragged chunks") {
-    test::check_emulated_plan(f, config(128, 4, 4096, 2), Problem{"f32", {{"tensors", 3}, {"numel", 9001}}});
-    test::check_emulated_plan(f, config(256, 1, 4096, 8), Problem{"f32", {{"tensors", 5}, {"numel", 4097}}});
+    test::check_emulated_plan(f, config(128, 4, 4096, 2), problem(3, 9001));
+    test::check_emulated_plan(f, config(256, 1, 4096, 8), problem(5, 4097));
+  }
+  SECTION("the norm and factor alone, for an optimizer that reads the factor") {
+    test::check_emulated_plan(f, config(128, 4, 4096, 2), problem(3, 9001, false));
+    test::check_emulated_plan(f, config(256, 2, 4096, 4), problem(70, 333, false));
   }
   SECTION("more tensors than one launch holds") {
-    test::check_emulated_plan(f, config(128, 2, 4096, 4), Problem{"f32", {{"tensors", 131}, {"numel", 77}}});
+    test::check_emulated_plan(f, config(128, 2, 4096, 4), problem(131, 77));
   }
   SECTION("bit for bit on one or two workers") {
-    const Problem p{"f32", {{"tensors", 3}, {"numel", 20011}}};
+    const Problem p = problem(3, 20011);
     const Config c = config(128, 4, 4096, 2);
     const auto one = test::emulated_errors(f, f.render(c, p), c, p, 3, {}, 1);
     const auto two = test::emulated_errors(f, f.render(c, p), c, p, 3, {}, 2);
     CHECK(one == two);
   }
   SECTION("broken variants fail") {
-    const Problem p{"f32", {{"tensors", 3}, {"numel", 9001}}};
+    const Problem p = problem(3, 9001);
     const Config c = config(128, 4, 4096, 2);
     CHECK(test::broken_error(f, c, p, "const float norm = sqrtf(sum);", "const float norm = sum;") > 1e-2);
     CHECK(test::broken_error(f, c, p, "sum += v->v[k] * v->v[k];", "sum += v->v[k];") > 1e-2);

@@ -105,7 +105,7 @@ TEST_CASE("backend runner emu: an in-place family is timed from its inputs as up
   // The workload's gradients have a norm well above its max_norm 1: clipped in place once, they would need no
   // scaling after, and the scale launch of every later repetition would return at once.
   const Family& f = find_family("grad_norm");
-  const Problem p{"f32", {{"tensors", 2}, {"numel", 4096}}};
+  const Problem p{"f32", {{"tensors", 2}, {"numel", 4096}, {"in_place", 1}}};
   auto recording = std::make_unique<test::RecordingBackend>();
   std::vector<float> norms;  // what each timed launch found
   recording->after_timed_launch = [&](test::RecordingBackend& b) {
