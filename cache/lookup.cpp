@@ -53,12 +53,12 @@ LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const L
     if (warned.insert(line).second) result.warnings.push_back(line);
   };
 
-  for (const Entry& e : entries) {
-    if (e.key.identity() == id) {
-      result.match = Match::kExact;
-      result.entry = e;
-      return result;
-    }
+  // Duplicates of the key (a file written by hand or by an older ktune) give the entry a merge would keep.
+  for (const Entry& e : entries)
+    if (e.key.identity() == id && (!result.entry || better_than(e, *result.entry))) result.entry = e;
+  if (result.entry) {
+    result.match = Match::kExact;
+    return result;
   }
   for (const Entry& e : entries)
     if (e.key.stale_for(query)) warn_stale(e);

@@ -8,11 +8,13 @@
 namespace ktune::cache {
 
 bool better_than(const Entry& a, const Entry& b) {
-  const bool disjoint = a.p80_ms < b.p20_ms || b.p80_ms < a.p20_ms;
-  if (disjoint) return a.time_ms < b.time_ms;
-  // Below kSpreadRepetitions a spread measures nothing (one sample's is 0).
+  // A strict weak order (each test compares one quantity of the two), so which entry a merge keeps of several is
+  // the same whatever their order. Below kSpreadRepetitions an interval measures nothing (one sample's is empty):
+  // such an entry stays only where no entry was measured more.
   const bool a_spread = a.repetitions >= kSpreadRepetitions, b_spread = b.repetitions >= kSpreadRepetitions;
   if (a_spread != b_spread) return a_spread;
+  // The interval's slow end: of disjoint intervals the faster entry's; within the noise, the tighter one's.
+  if (a.p80_ms != b.p80_ms) return a.p80_ms < b.p80_ms;
   if (a.spread != b.spread) return a.spread < b.spread;
   if (a.repetitions != b.repetitions) return a.repetitions > b.repetitions;
   if (a.evaluations != b.evaluations) return a.evaluations > b.evaluations;
@@ -46,28 +48,41 @@ std::size_t collapse_duplicates(std::vector<Entry>& entries) {
   return removed;
 }
 
-std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming) {
+MergeCount merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming) {
   collapse_duplicates(into);
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < into.size(); ++i) index[into[i].key.identity()] = i;
-  std::set<std::string> changed;  // keys, so duplicates within `incoming` count once
+  // The target's entry of each key the input holds as it was before (null: none), so duplicates within
+  // `incoming` count once, by what the merge made of the key in the end.
+  std::map<std::string, nlohmann::json> before;
   for (const Entry& e : incoming) {
     const std::string id = e.key.identity();
     const auto it = index.find(id);
+    before.try_emplace(id, it == index.end() ? nlohmann::json() : to_json(into[it->second]));
     if (it == index.end()) {
       index[id] = into.size();
       into.push_back(e);
-      changed.insert(id);
     } else if (better_than(e, into[it->second])) {
       Entry kept = e;
       keep_faster_pick(kept, into[it->second]);
       into[it->second] = std::move(kept);
-      changed.insert(id);
-    } else if (keep_faster_pick(into[it->second], e)) {
-      changed.insert(id);
+    } else {
+      keep_faster_pick(into[it->second], e);
     }
   }
-  return changed.size();
+  MergeCount count;
+  const auto without_pick = [](nlohmann::json j) {
+    j.erase("deterministic");
+    return j;
+  };
+  for (const auto& [id, was] : before) {
+    const nlohmann::json now = to_json(into[index.at(id)]);
+    if (was.is_null()) ++count.added;
+    else if (now == was) ++count.kept;
+    else if (without_pick(now) == without_pick(was)) ++count.picks;
+    else ++count.replaced;
+  }
+  return count;
 }
 
 std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& options) {

@@ -180,7 +180,7 @@ std::size_t CacheFile::merge_from(const std::vector<Entry>& incoming) {
   std::size_t changed = 0;
   update([&](std::vector<Entry>& entries) {
     const std::size_t collapsed = collapse_duplicates(entries);
-    changed = merge_entries(entries, incoming);
+    changed = merge_entries(entries, incoming).changed();
     return changed > 0 || collapsed > 0;
   });
   return changed;

@@ -55,10 +55,12 @@ std::optional<double> shape_distance(const std::map<std::string, std::int64_t>& 
                                      const std::map<std::string, std::int64_t>& b);
 
 /// True when `a` should be kept over `b` for the same key (the merge rule in
-/// cache/SCHEMA.md): if their [p20, p80] intervals do not overlap, the faster
-/// one; otherwise the better measured (one of kSpreadRepetitions or more
-/// repetitions over one of fewer, then lower spread, then more repetitions,
-/// then more evaluations, then the newer date, then the smaller config text).
+/// cache/SCHEMA.md): one of kSpreadRepetitions or more repetitions over one
+/// of fewer, then the lower p80 (where the [p20, p80] intervals are
+/// disjoint, the faster entry's; where they overlap, the one whose slow end
+/// is faster), then lower spread, then more repetitions, then more
+/// evaluations, then the newer date, then the smaller config text. A strict
+/// weak order: a merge keeps the same entry whatever the order of its inputs.
 bool better_than(const Entry& a, const Entry& b);
 /// Repetitions from which an entry's spread measures its noise.
 constexpr std::int64_t kSpreadRepetitions = 3;
@@ -74,11 +76,19 @@ bool keep_faster_pick(Entry& kept, const Entry& other);
 /// many went.
 std::size_t collapse_duplicates(std::vector<Entry>& entries);
 
+/// What a merge did with the keys of its input (each key once, however many
+/// entries of it the input holds).
+struct MergeCount {
+  std::size_t added = 0;     ///< keys the target did not hold
+  std::size_t replaced = 0;  ///< the input's entry kept over the target's (better_than)
+  std::size_t picks = 0;     ///< the target's entry kept, with the input's faster deterministic pick
+  std::size_t kept = 0;      ///< the target's entry kept as it was
+  std::size_t changed() const { return added + replaced + picks; }
+};
 /// Merges `incoming` into `into` (whose duplicates collapse first) by full
 /// key with better_than (the entry kept takes the faster of the two
-/// deterministic picks); returns how many keys of `incoming` were added or
-/// changed one, so merging a file into its own copy adds nothing.
-std::size_t merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming);
+/// deterministic picks), so merging a file into its own copy changes nothing.
+MergeCount merge_entries(std::vector<Entry>& into, const std::vector<Entry>& incoming);
 
 /// What `ktune cache prune` drops.
 struct PruneOptions {

@@ -311,20 +311,29 @@ void add_cache_command(CLI::App& app, Global& global) {
     cache::CacheFile(args->file).check_writable();
     std::vector<std::vector<cache::Entry>> incoming;
     for (const auto& input : args->inputs) incoming.push_back(cache::CacheFile(input).load_input());
-    std::vector<std::size_t> changed(incoming.size(), 0);
+    std::vector<cache::MergeCount> counts(incoming.size());
     cache::CacheFile(args->file).update([&](std::vector<cache::Entry>& entries) {
       const std::size_t collapsed = cache::collapse_duplicates(entries);
       std::size_t total = 0;
-      for (std::size_t i = 0; i < incoming.size(); ++i)
-        total += changed[i] = cache::merge_entries(entries, incoming[i]);
+      for (std::size_t i = 0; i < incoming.size(); ++i) {
+        counts[i] = cache::merge_entries(entries, incoming[i]);
+        total += counts[i].changed();
+      }
       return total > 0 || collapsed > 0;
     });
     nlohmann::json j = {{"into", args->file}, {"inputs", nlohmann::json::array()}};
     for (std::size_t i = 0; i < incoming.size(); ++i) {
-      j["inputs"].push_back({{"file", args->inputs[i]}, {"entries", incoming[i].size()}, {"changed", changed[i]}});
-      if (!global.json)
-        std::cout << fmt::format("{}: {} {}, {} added or replaced in {}\n", args->inputs[i], incoming[i].size(),
-                                 incoming[i].size() == 1 ? "entry" : "entries", changed[i], args->file);
+      const cache::MergeCount& c = counts[i];
+      j["inputs"].push_back({{"file", args->inputs[i]}, {"entries", incoming[i].size()}, {"changed", c.changed()},
+                             {"added", c.added}, {"replaced", c.replaced}, {"picks_taken", c.picks},
+                             {"kept", c.kept}});
+      if (global.json) continue;
+      std::string what = fmt::format("{} added, {} replaced", c.added, c.replaced);
+      if (c.picks > 0) what += fmt::format(", {} given a faster deterministic pick", c.picks);
+      if (c.kept > 0) what += fmt::format(", {} left as {} {}", c.kept, c.kept == 1 ? "it" : "they",
+                                          c.kept == 1 ? "was" : "were");
+      std::cout << fmt::format("{}: {} {}; in {}: {}\n", args->inputs[i], incoming[i].size(),
+                               incoming[i].size() == 1 ? "entry" : "entries", args->file, what);
     }
     if (global.json) std::cout << dump_json(j, 2) << "\n";
   });

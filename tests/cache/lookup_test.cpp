@@ -1,6 +1,10 @@
 // Cache lookup (exact, nearest shape, stale warnings) and the merge rule.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <set>
+#include <tuple>
+
 #include "cache/store.hpp"
 #include "support.hpp"
 
@@ -111,6 +115,30 @@ TEST_CASE("merge keeps the faster entry, or the better measured within the noise
     Entry more = entry_for(k, 3, 1.0, 0.02);
     more.repetitions = 100;
     CHECK(better_than(more, entry_for(k, 4, 1.0, 0.02)));
+  }
+  SECTION("of any number of entries, the one kept is the same in every order, and merging again keeps it") {
+    // Three measurements where comparing intervals pairwise went round in a circle: a beat b (overlapping,
+    // tighter), b beat c (disjoint, faster), c beat a (overlapping, tighter).
+    Entry a = entry_for(k, 1, 2.1), b = entry_for(k, 2, 1.8), c = entry_for(k, 3, 2.16);
+    std::tie(a.p20_ms, a.p80_ms, a.spread) = std::make_tuple(2.0, 2.2, 0.2 / 2.1);
+    std::tie(b.p20_ms, b.p80_ms, b.spread) = std::make_tuple(1.5, 2.1, 0.6 / 1.8);
+    std::tie(c.p20_ms, c.p80_ms, c.spread) = std::make_tuple(2.15, 2.17, 0.02 / 2.16);
+    const auto by_config = [](const Entry& x, const Entry& y) { return x.config.dump() < y.config.dump(); };
+    std::vector<Entry> order{a, b, c};
+    std::sort(order.begin(), order.end(), by_config);
+    std::set<int> kept;
+    do {
+      std::vector<Entry> into;
+      merge_entries(into, order);
+      REQUIRE(into.size() == 1);
+      kept.insert(into.front().config["block"].get<int>());
+      CHECK(merge_entries(into, order).changed() == 0);  // again: nothing changes
+      std::vector<Entry> duplicates = order;   // a file holding all three: the lookup takes the same one
+      CHECK(lookup(duplicates, k).entry->config == into.front().config);
+      collapse_duplicates(duplicates);
+      CHECK(duplicates.front().config == into.front().config);
+    } while (std::next_permutation(order.begin(), order.end(), by_config));
+    CHECK(kept == std::set<int>{2});  // b: the lowest slow end, 2.1 ms
   }
   SECTION("files from two hosts combine") {
     const auto dir = ktune::test::scratch_dir("cache-merge");

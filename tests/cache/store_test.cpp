@@ -292,7 +292,7 @@ TEST_CASE("duplicate entries collapse on merge: a file merged into its own copy 
   for (const auto& e : merged)
     if (e.key.problem_key == a.key.problem_key) CHECK(e.spread == a.spread);
   std::vector<Entry> into;
-  CHECK(merge_entries(into, incoming) == 2);  // keys, not rows
+  CHECK(merge_entries(into, incoming).changed() == 2);  // keys, not rows
   CHECK(into.size() == 2);
 }
 
@@ -327,13 +327,13 @@ TEST_CASE("a deterministic pick round-trips, stays through a newer tuning that m
   Entry slow_winner = make_entry("f32;numel=8;tensors=4", 8, 2.0);
   slow_winner.deterministic = DeterministicPick{{{"block", 32}, {"vec", 1}}, 1.25};
   std::vector<Entry> into{again};
-  CHECK(merge_entries(into, {slow_winner}) == 1);  // its pick is taken
+  CHECK(merge_entries(into, {slow_winner}).changed() == 1);  // its pick is taken
   REQUIRE(into.size() == 1);
   CHECK(into[0].time_ms == 0.5);
   CHECK(into[0].deterministic->time_ms == 1.25);
-  CHECK(merge_entries(into, {slow_winner}) == 0);  // idempotent
+  CHECK(merge_entries(into, {slow_winner}).changed() == 0);  // idempotent
   Entry fast_winner = make_entry("f32;numel=8;tensors=4", 8, 0.25);
-  CHECK(merge_entries(into, {fast_winner}) == 1);
+  CHECK(merge_entries(into, {fast_winner}).changed() == 1);
   CHECK(into[0].time_ms == 0.25);
   REQUIRE(into[0].deterministic);
   CHECK(into[0].deterministic->time_ms == 1.25);
@@ -429,7 +429,8 @@ TEST_CASE("a deterministic session's winner replaces the pick it read beside an 
   CHECK(file.load()[0].deterministic->config == winner.config);
 }
 
-TEST_CASE("merge: a one-sample entry, whose spread is 0, does not win over a measured one it overlaps", "[cache]") {
+TEST_CASE("merge: an entry of fewer than 3 repetitions, whose interval measures nothing, never wins over a "
+          "measured one", "[cache]") {
   Entry measured = make_entry("f32;numel=8;tensors=4", 8, 280.0);
   measured.p20_ms = 270;
   measured.p80_ms = 300;
@@ -442,11 +443,18 @@ TEST_CASE("merge: a one-sample entry, whose spread is 0, does not win over a mea
   CHECK_FALSE(better_than(once, measured));
   CHECK(better_than(measured, once));
   std::vector<Entry> into{measured};
-  CHECK(merge_entries(into, {once}) == 0);
+  CHECK(merge_entries(into, {once}).changed() == 0);
   CHECK(into.front().time_ms == 280.0);
-  // Faster beyond the measured one's interval, it wins: a better config was found.
-  once.time_ms = once.p20_ms = once.p80_ms = 200;
-  CHECK(better_than(once, measured));
+  // Nor does one a hair below the measured one's interval: its empty interval is disjoint from any other.
+  once.time_ms = once.p20_ms = once.p80_ms = 269.9;
+  CHECK_FALSE(better_than(once, measured));
+  CHECK(merge_entries(into, {once}).changed() == 0);
+  CHECK(into.front().time_ms == 280.0);
+  // Of two such entries, the faster stays where no measured one is.
+  Entry twice = once;
+  twice.time_ms = twice.p20_ms = twice.p80_ms = 250;
+  twice.repetitions = 2;
+  CHECK(better_than(twice, once));
 }
 
 TEST_CASE("prune: the version filters go first, and what they drop supersedes nothing", "[cache]") {

@@ -479,12 +479,26 @@ TEST_CASE("CLI: cache commands on missing or bad inputs: exit 2 or 1, one line, 
   // Merging a file into its own copy adds nothing.
   std::filesystem::copy_file(golden, dir / "copy.json");
   REQUIRE(run_ktune("cache merge " + golden.string() + " --into " + (dir / "copy.json").string(), &out) == 0);
-  CHECK_THAT(out, Catch::Contains("2 entries, 0 added or replaced"));
+  CHECK_THAT(out, Catch::Contains("2 entries; in " + (dir / "copy.json").string() +
+                                   ": 0 added, 0 replaced, 2 left as they were\n"));
   // --json answers in JSON there too.
   REQUIRE(run_ktune("--json cache merge " + golden.string() + " --into " + (dir / "copy.json").string(), &out) == 0);
   const auto merged = nlohmann::json::parse(out);
   CHECK(merged["inputs"][0]["entries"] == 2);
   CHECK(merged["inputs"][0]["changed"] == 0);
+  CHECK(merged["inputs"][0]["kept"] == 2);
+  // A merge says which of its keys it added and which it replaced.
+  auto faster = nlohmann::json::parse(ktune::read_file(golden));
+  for (auto& e : faster["entries"]) {
+    e["time_ms"] = e["time_ms"].get<double>() / 2;
+    e["p20_ms"] = e["p20_ms"].get<double>() / 2;
+    e["p80_ms"] = e["p80_ms"].get<double>() / 2;
+  }
+  faster["entries"][1]["key"]["gpu_name"] = "NVIDIA H200";  // another GPU: a key of its own
+  std::ofstream(dir / "faster.json") << faster.dump();
+  REQUIRE(run_ktune("cache merge " + (dir / "faster.json").string() + " --into " + (dir / "copy.json").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains(": 1 added, 1 replaced\n"));
   REQUIRE(run_ktune("--json cache prune " + (dir / "copy.json").string(), &out) == 0);
   CHECK(nlohmann::json::parse(out)["dropped"] == 0);
 }

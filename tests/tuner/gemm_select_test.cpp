@@ -296,9 +296,9 @@ TEST_CASE("gemm entries go through a cache file's merge, prune and round trip", 
   auto golden = cache::CacheFile(std::filesystem::path(KTUNE_SOURCE_DIR) / "tests/cache/golden/tuned_v1.json")
                     .load_input();
   const std::size_t kernels = golden.size();
-  CHECK(cache::merge_entries(golden, parsed) == 1);
+  CHECK(cache::merge_entries(golden, parsed).changed() == 1);
   CHECK(golden.size() == kernels + 1);
-  CHECK(cache::merge_entries(golden, parsed) == 0);
+  CHECK(cache::merge_entries(golden, parsed).changed() == 0);
   cache::PruneOptions superseded;
   CHECK(cache::prune_entries(golden, superseded) == 0);
   // Dropping entries of another NVRTC leaves GEMM entries, which compiled nothing.
