@@ -273,6 +273,14 @@ model::BackendOptions backend_from_args(const ModelArgs& a, unsigned threads) {
   KTUNE_REQUIRE(!a.graph || (a.backend != "cpu" && a.mode == "compiled"),
                 "--graph replays compiled mode's launches on --backend cuda or emu; the cpu backend and eager mode "
                 "launch one op at a time");
+  // A cache only the cuda backend writes (its GEMM choices): elsewhere one not there is a mistyped path.
+  if (!a.cache.empty() && !std::filesystem::exists(a.cache)) {
+    KTUNE_REQUIRE(a.backend == "cuda", fmt::format("--cache {} does not exist; the {} backend only reads a tuned "
+                                                   "cache (`ktune tune` writes one)",
+                                                   a.cache, a.backend));
+    std::cerr << fmt::format("note: --cache {} does not exist yet: every kernel runs at its family default{}\n",
+                             a.cache, a.deterministic ? "" : ", and the GEMMs' timed choices go into it");
+  }
   // `ktune tune` writes its winners to tuned.json by default; a run that would read them only with --cache says so.
   if (a.cache.empty() && a.backend != "cpu" && a.mode == "compiled" && std::filesystem::exists("tuned.json"))
     std::cerr << "note: compiled mode runs the family defaults; the tuned cache tuned.json here is read with "

@@ -103,7 +103,9 @@ void add_tune_command(CLI::App& app, Global& global) {
   cmd->add_option("--cache", opts->cache,
                   "Tuned cache file the winner goes into; a config it holds for the problem is measured in the "
                   "session too, so only a faster one replaces it; one another process writes there meanwhile stays "
-                  "where `ktune cache merge` would keep it")->capture_default_str();
+                  "where `ktune cache merge` would keep it")
+      ->check(output_file())
+      ->capture_default_str();
   cmd->add_option("--log", opts->log,
                   "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it. Without --resume, one "
                   "that holds results is refused, and the default log replaced is kept as "

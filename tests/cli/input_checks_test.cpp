@@ -96,6 +96,27 @@ TEST_CASE("CLI: a benchmark's --json-out naming its --cache is refused before th
   }
 }
 
+TEST_CASE("CLI: a model run's --cache that does not exist is refused where nothing would write it", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-model-cache-missing");
+  const std::string typo = (dir / "tunde.json").string();
+  for (const char* command : {"bench e2e --backend emu --mode compiled --model tiny --ctx 8 --batch 1 --warmup 0 "
+                              "--trials 1",
+                              "train --backend emu --model tiny --ctx 8 --batch 1 --steps 1",
+                              "eval --backend emu --model tiny --ctx 8 --batch 1"}) {
+    INFO(command);
+    std::string err;
+    CHECK(run_bad(std::string(command) + " --cache " + typo, &err) == 2);
+    CHECK_THAT(err, Catch::Contains("--cache " + typo + " does not exist; the emu backend only reads a tuned cache"));
+    CHECK_FALSE(std::filesystem::exists(typo));
+  }
+  // The cuda backend writes its GEMMs' choices there: one not there yet is said, before the device is looked for.
+  std::string err;
+  CHECK(run_command("KTUNE_NO_DEVICE=1 " + ktune_exe().string() + " bench e2e --backend cuda --model tiny --ctx 8 "
+                    "--batch 1 --cache " + typo, &err) == 2);
+  CHECK_THAT(err, Catch::Contains("note: --cache " + typo + " does not exist yet: every kernel runs at its family "
+                                  "default, and the GEMMs' timed choices go into it"));
+}
+
 TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[cli]") {
   std::string err;
   for (const char* args : {"train --model tiny --steps 1 --save ''", "train --model tiny --steps 1 --metrics ''",
@@ -116,7 +137,9 @@ TEST_CASE("CLI: an empty path or a file that is no regular file is refused", "[c
   }
   // '-' is stdout where an option writes there (cache export --out); elsewhere it would make a file named '-'.
   for (const char* args : {"train --model tiny --steps 1 --metrics -", "train --model tiny --steps 1 --save -",
-                           "bench adam --backend emu --json-out -"}) {
+                           "bench adam --backend emu --json-out -",
+                           "tune --family prim_neg --backend emu --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
+                           "--budget 1 --cache -"}) {
     INFO(args);
     CHECK(run_bad(args, &err) == 2);
     CHECK_THAT(err, Catch::Contains("'-' is no file, and this option does not write to stdout"));
