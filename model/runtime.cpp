@@ -167,13 +167,26 @@ class DeviceRuntime final : public Runtime {
     const auto& k = model_->ops().kernels();
     // Where a cache served some kernels, the few it did not serve exactly are named: what to tune next.
     const bool served = k.count(cache::Match::kExact) + k.count(cache::Match::kNearest) > 0;
+    // Configs tuned on another GPU of the architecture (a fleet's cache) are said, with the GPUs.
+    std::set<std::string> other_gpus;
+    std::size_t elsewhere = 0;
+    for (const auto& kernel : k.kernels())
+      if (!kernel.chosen.other_gpu.empty()) {
+        other_gpus.insert(kernel.chosen.other_gpu);
+        ++elsewhere;
+      }
     const auto count = [&](cache::Match match, const char* how) {
+      std::vector<std::string> said;
       std::set<std::string> names;
       for (const auto& kernel : k.kernels())
         if (kernel.chosen.match == match) names.insert(kernel.family->name());
       const std::size_t n = k.count(match);
-      return served && n > 0 && n <= kNamedKernels ? fmt::format("{} {} ({})", n, how, fmt::join(names, ", "))
-                                                  : fmt::format("{} {}", n, how);
+      if (served && n > 0 && n <= kNamedKernels) said.push_back(fmt::format("{}", fmt::join(names, ", ")));
+      if (match == cache::Match::kNearest && elsewhere > 0)
+        said.push_back(fmt::format("{} tuned on {}",
+                                   elsewhere < n ? fmt::format("{} of them", elsewhere) : n == 1 ? "it" : "all",
+                                   fmt::join(other_gpus, ", ")));
+      return said.empty() ? fmt::format("{} {}", n, how) : fmt::format("{} {} ({})", n, how, fmt::join(said, "; "));
     };
     std::string summary = fmt::format(
         "{} mode, {}, {} kernels: {} exact, {}, {}; GEMMs: {}", to_string(model_->ops().mode()),

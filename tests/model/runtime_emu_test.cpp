@@ -189,6 +189,17 @@ TEST_CASE("emu backend: the kernel summary names the few kernels a tuned cache s
   // One exact (swiglu_fwd), one nearest (swiglu_bwd, tuned at 4 x n), named; 14 defaults, too many to name.
   CHECK_THAT(rt->kernel_summary(), Catch::StartsWith("compiled mode, f32, 16 kernels: 1 exact, 1 nearest (swiglu_bwd), "
                                                      "14 default; GEMMs:"));
+  // The same cache from another GPU of the architecture (a fleet's): both nearest, and the GPU said.
+  const auto fleet = path.parent_path() / "fleet.json";
+  ktune::cache::CacheFile other(fleet);
+  for (auto e : file.load()) {
+    e.key.gpu_name = "NVIDIA H100 80GB HBM3";
+    other.put(e);
+  }
+  o.cache = fleet.string();
+  CHECK_THAT(make_runtime(config, shape, Allocation::kTrain, o)->kernel_summary(),
+             Catch::StartsWith("compiled mode, f32, 16 kernels: 0 exact, 2 nearest (swiglu_bwd, swiglu_fwd; all "
+                               "tuned on NVIDIA H100 80GB HBM3), 14 default; GEMMs:"));
   // Without a cache nothing is named: every kernel is a default.
   o.cache.clear();
   CHECK_THAT(make_runtime(config, shape, Allocation::kTrain, o)->kernel_summary(),

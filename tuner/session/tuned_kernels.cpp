@@ -160,6 +160,7 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
   }
   out.config = Config::from_json(a.result.entry->config);
   out.match = a.result.match;
+  if (a.result.entry->key.gpu_name != query.gpu_name) out.other_gpu = a.result.entry->key.gpu_name;
   // The tuning session's fastest config that sums in a fixed order, where it measured one and it runs here.
   const auto& pick = a.result.entry->deterministic;
   if (deterministic && !family.deterministic(out.config) && pick && usable(pick->config) &&

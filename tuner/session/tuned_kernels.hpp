@@ -32,6 +32,8 @@ struct ChosenConfig {
   Config config;
   cache::Match match = cache::Match::kNone;  ///< kNone: the family default
   std::string source;  ///< "exact", "nearest (distance 1.00, tuned for ...)", "default (...)"
+  /// A nearest entry tuned on another GPU of the architecture: that GPU's name (else empty).
+  std::string other_gpu;
   /// A deterministic run's: the config chosen as above did not sum in a
   /// fixed order (Family::deterministic), so this is the nearest that does.
   bool made_deterministic = false;
