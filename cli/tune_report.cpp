@@ -31,14 +31,14 @@ std::optional<double> default_ms(const SessionView& s) {
 /// What a row can say beyond its time: rates only from GPU times (a host
 /// emulation's wall time says nothing about a GPU's GB/s).
 struct Rates {
-  bool bandwidth = false, flops = false, floor = false;
+  bool bandwidth = false, flops = false, peak = false;
 };
 Rates rates_for(const SessionView& s) {
   Rates r;
   if (s.emulated()) return r;
   r.bandwidth = s.family->bytes(s.problem) > 0;
   r.flops = s.family->flops(s.problem) > 0;
-  r.floor = r.bandwidth && s.peak_bandwidth_gbs > 0;
+  r.peak = r.bandwidth && s.peak_bandwidth_gbs > 0;
   return r;
 }
 
@@ -77,7 +77,7 @@ std::string top_table(const SessionView& s, std::size_t k) {
                                         {"spread", true}};
   if (rates.bandwidth) columns.push_back({"GB/s", true});
   if (rates.flops) columns.push_back({"TFLOP/s", true});
-  if (rates.floor) columns.push_back({"% of floor", true});
+  if (rates.peak) columns.push_back({"% of peak BW", true});
   columns.push_back({vs_default_title(s), true});
   columns.push_back({"note"});
   Table table(columns);
@@ -89,7 +89,7 @@ std::string top_table(const SessionView& s, std::size_t k) {
                                       fmt::format("{:.1f}%", 100 * (e.p80_ms - e.p20_ms) / e.median_ms)};
     if (rates.bandwidth) cells.push_back(fmt::format("{:.1f}", bytes / seconds / 1e9));
     if (rates.flops) cells.push_back(fmt::format("{:.2f}", flops / seconds / 1e12));
-    if (rates.floor)
+    if (rates.peak)
       cells.push_back(fmt::format("{:.0f}%", 100 * (bytes / (s.peak_bandwidth_gbs * 1e9)) / seconds));
     cells.push_back(def ? fmt::format("{:.2f}x", *def / e.median_ms) : "-");
     std::vector<std::string> notes;
@@ -116,7 +116,7 @@ nlohmann::json top_json(const SessionView& s, std::size_t k) {
                         {"p80_ms", e.p80_ms}, {"emulated", s.emulated()}};
     if (rates.bandwidth) j["gb_per_s"] = s.family->bytes(s.problem) / seconds / 1e9;
     if (rates.flops) j["tflop_per_s"] = s.family->flops(s.problem) / seconds / 1e12;
-    if (rates.floor) j["floor_fraction"] = s.family->bytes(s.problem) / (s.peak_bandwidth_gbs * 1e9) / seconds;
+    if (rates.peak) j["peak_bandwidth_fraction"] = s.family->bytes(s.problem) / (s.peak_bandwidth_gbs * 1e9) / seconds;
     if (def) j["speedup_over_default"] = *def / e.median_ms;
     out.push_back(j);
   }

@@ -1,6 +1,8 @@
 // What a person reads at the end of a tuning session, and again later from
 // its log (`ktune log show`): the top configs with their time, spread,
-// achieved GB/s or TFLOP/s and % of the device's floor where known, and the
+// achieved GB/s or TFLOP/s and % of the device's peak DRAM bandwidth (its
+// memory clock times its bus width; `ktune bench ops` divides by the copy
+// bandwidth it measures, a lower figure, for its floor) where known, and the
 // speed-up over the family default, labelled as host time when the session
 // ran on the emulation.
 #pragma once
