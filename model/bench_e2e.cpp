@@ -210,6 +210,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.warnings = model->warnings();
   r.device = model->device();
   r.kernels = model->kernel_summary();
+  r.kernel_choices = model->kernel_choices();
   r.launches = launches;
   r.date = utc_now();
   return r;
@@ -219,12 +220,24 @@ double train_flops(const E2eResult& r) {
   return static_cast<double>(r.options.shape.tokens()) * r.options.model.train_flops_per_token(r.options.shape.context);
 }
 
+nlohmann::json kernel_choices_json(const std::vector<Runtime::KernelChoice>& choices) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : choices) {
+    nlohmann::json j = {{"family", c.family}, {"problem", c.problem}, {"config", nlohmann::json::parse(c.config)},
+                        {"match", c.match}, {"source", c.source}};
+    if (!c.other_gpu.empty()) j["tuned_on"] = c.other_gpu;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 nlohmann::json to_json(const E2eResult& r) {
   const auto& o = r.options;
   return {{"benchmark", "e2e"},
           {"backend", o.backend.backend},
           {"mode", o.backend.backend == "cpu" ? "reference" : to_string(o.backend.mode)},
           {"kernels", r.kernels},
+          {"kernel_choices", kernel_choices_json(r.kernel_choices)},
           {"graphs", o.backend.graphs},
           {"programmatic_launch", o.backend.programmatic},
           {"deterministic", o.backend.deterministic},

@@ -95,6 +95,7 @@ struct E2eResult {
   std::vector<std::string> warnings;  ///< stale or refused cache entries
   std::string device;  ///< CPU model name and threads, or the GPU / emulated arch
   std::string kernels; ///< where the device kernels' configs came from (empty on cpu)
+  std::vector<Runtime::KernelChoice> kernel_choices;  ///< the same, kernel by kernel
   std::optional<LaunchCount> launches;  ///< what one timed step (its passes) launched; device backends
   std::string date;    ///< UTC, ISO 8601
   std::vector<OpTimes> profile;  ///< with options.profile: each op's times over the profiled steps

@@ -215,6 +215,14 @@ class DeviceRuntime final : public Runtime {
                      : "; programmatic dependent launch asked for (no effect here: it needs sm_90 and a GPU)";
     return summary;
   }
+  std::vector<KernelChoice> kernel_choices() const override {
+    std::vector<KernelChoice> out;
+    for (const auto& k : model_->ops().kernels().kernels())
+      out.push_back({k.family->name(), k.problem.key(), k.chosen.config.str(),
+                     k.chosen.match == cache::Match::kNone ? "default" : cache::to_string(k.chosen.match),
+                     k.chosen.source, k.chosen.other_gpu});
+    return out;
+  }
   std::optional<GraphNodes> graph_nodes() const override {
     if (!model_->graphs()) return std::nullopt;
     return GraphNodes{model_->forward_graph_nodes(), model_->backward_graph_nodes()};

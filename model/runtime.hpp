@@ -94,6 +94,15 @@ class Runtime {
   /// 1 nearest (rope_fwd), 8 default; GEMMs: cuBLASLt ..." (where a cache
   /// served some, up to 4 nearest or default ones named); empty on cpu.
   virtual std::string kernel_summary() const = 0;
+  /// The same, kernel by kernel, for a program (bench e2e --json): empty on cpu.
+  struct KernelChoice {
+    std::string family, problem;  ///< the family and its problem key
+    std::string config;           ///< the config run, as JSON text
+    std::string match;            ///< "exact", "nearest" or "default"
+    std::string source;           ///< why, as the kernel line's words ("nearest (distance 1.00, tuned for ...)")
+    std::string other_gpu;        ///< a nearest entry tuned on another GPU of the arch: its name
+  };
+  virtual std::vector<KernelChoice> kernel_choices() const { return {}; }
   /// Warnings a person should see (stale cache entries).
   virtual std::vector<std::string> warnings() const = 0;
   /// The nodes of the passes' graphs, 0 for a pass not captured (yet: a pass

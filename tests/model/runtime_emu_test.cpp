@@ -5,6 +5,9 @@
 
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
 
 #include "cache/store.hpp"
 #include "model/bench_e2e.hpp"
@@ -145,6 +148,11 @@ TEST_CASE("emu backend, bf16: the e2e benchmark runs a whole step and its memory
   REQUIRE(bf16.launches);
   CHECK(bf16.launches->by_family.count("adamw"));  // the step's AdamW, writing the bf16 copy
   CHECK(to_json(bf16).at("launches_per_step").at("kernels") == bf16.launches->kernels);
+  // Where each kernel's config came from, one by one: every kernel of the run at its default here.
+  const auto choices = to_json(bf16).at("kernel_choices");
+  REQUIRE(choices.size() == bf16.kernel_choices.size());
+  REQUIRE_FALSE(choices.empty());
+  for (const auto& c : choices) CHECK((c.at("match") == "default" && c.at("config").is_object()));
 }
 
 TEST_CASE("emu backend: the e2e benchmark's forward and backward hold no AdamW state, its step does, as the plan's "
@@ -197,9 +205,22 @@ TEST_CASE("emu backend: the kernel summary names the few kernels a tuned cache s
     other.put(e);
   }
   o.cache = fleet.string();
-  CHECK_THAT(make_runtime(config, shape, Allocation::kTrain, o)->kernel_summary(),
+  const auto from_fleet = make_runtime(config, shape, Allocation::kTrain, o);
+  CHECK_THAT(from_fleet->kernel_summary(),
              Catch::StartsWith("compiled mode, f32, 16 kernels: 0 exact, 2 nearest (swiglu_bwd, swiglu_fwd; all "
                                "tuned on NVIDIA H100 80GB HBM3), 14 default; GEMMs:"));
+  // Kernel by kernel, for a program: the same count of each, the GPU named where a config came from another.
+  std::map<std::string, int> matches;
+  for (const auto& c : rt->kernel_choices()) {
+    ++matches[c.match];
+    CHECK(c.other_gpu.empty());
+    if (c.family == "swiglu_fwd") CHECK((c.match == "exact" && c.problem == step_gate.key()));
+    if (c.family == "swiglu_bwd") CHECK_THAT(c.source, Catch::StartsWith("nearest (distance"));
+    CHECK(nlohmann::json::parse(c.config).is_object());
+  }
+  CHECK(matches == std::map<std::string, int>{{"default", 14}, {"exact", 1}, {"nearest", 1}});
+  for (const auto& c : from_fleet->kernel_choices())
+    CHECK(c.other_gpu == (c.match == "nearest" ? "NVIDIA H100 80GB HBM3" : ""));
   // Without a cache nothing is named: every kernel is a default.
   o.cache.clear();
   CHECK_THAT(make_runtime(config, shape, Allocation::kTrain, o)->kernel_summary(),

@@ -277,7 +277,9 @@ OpsBenchReport run_ops_bench(exec::Backend& backend, const std::vector<OpsBenchC
     if (progress) progress(row);
   }
   report.method += "; the floor's empty launch: " + empty_method +
-                   "; GB/s and % of copy count the fused family's minimum traffic for both; outputs checked "
+                   "; GB/s and % of copy count the fused family's minimum traffic for both (each input read "
+                   "and each output written once; a gather's table rows once per token, repeated ids included), "
+                   "and the floor holds the op to one empty launch however many its plan makes; outputs checked "
                    "against the CPU reference before timing";
   return report;
 }
