@@ -60,18 +60,24 @@ LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const L
     result.match = Match::kExact;
     return result;
   }
+  // Another kernel source or NVRTC compiles other code: such an entry is never used. Another driver runs the same
+  // code, and its entries stand in as nearest ones, after this driver's of the same distance.
+  const auto compiled_alike = [&](const Entry& e) {
+    return e.key.source_hash == query.source_hash && e.key.nvrtc_version == query.nvrtc_version;
+  };
   for (const Entry& e : entries)
-    if (e.key.stale_for(query)) warn_stale(e);
+    if (e.key.stale_for(query) && (!compiled_alike(e) || !options.allow_nearest)) warn_stale(e);
   if (!options.allow_nearest) return result;
 
   const Entry* best = nullptr;
   double best_distance = std::numeric_limits<double>::infinity();
-  auto rank = [&](const Entry& e) { return std::make_tuple(e.key.gpu_name != query.gpu_name, e.key.problem_key); };
+  auto rank = [&](const Entry& e) {
+    return std::make_tuple(e.key.driver_version != query.driver_version, e.key.gpu_name != query.gpu_name,
+                           e.key.problem_key);
+  };
   for (const Entry& e : entries) {
     if (e.key.family != query.family || e.key.dtype != query.dtype || e.key.arch != query.arch) continue;
-    if (e.key.source_hash != query.source_hash || e.key.nvrtc_version != query.nvrtc_version ||
-        e.key.driver_version != query.driver_version)
-      continue;  // stale for this query: never a fallback either
+    if (!compiled_alike(e)) continue;  // stale for this query: never a fallback either
     const auto d = shape_distance(e.key.dims, query.dims);
     if (!d) continue;
     if (!dims_agree(e.key)) {  // which shape it was tuned for is not known: no nearest shape

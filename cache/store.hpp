@@ -41,12 +41,14 @@ struct LookupOptions {
 };
 
 /// Exact key, else the nearest problem of the same family, dtype and source
-/// hash on the same arch (with the same NVRTC and driver versions), else
-/// kNone. Nearest distance: Euclidean over log2 of the shape dimensions
-/// (dims named in only one of the two problems make it ineligible); ties
-/// prefer the same GPU name, then the smaller problem key. Stale entries
-/// (same problem and GPU, other source hash / NVRTC / driver) are skipped
-/// with a warning.
+/// hash on the same arch (with the same NVRTC version), else kNone. Nearest
+/// distance: Euclidean over log2 of the shape dimensions (dims named in only
+/// one of the two problems make it ineligible); ties prefer the same driver
+/// version (another driver runs the same code: its entries stand in, the
+/// query's own problem at distance 0), then the same GPU name, then the
+/// smaller problem key. Stale entries (same problem and GPU, other source
+/// hash or NVRTC; another driver too where nearest shapes are not allowed)
+/// are skipped with a warning.
 LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const LookupOptions& options = {});
 
 /// Log2-scaled distance between two shapes; nullopt when their dimension

@@ -23,12 +23,16 @@ Answer TunedCache::lookup(const Key& query, const std::function<bool(const Entry
   switch (a.result.match) {
     case Match::kExact: a.reason = "exact"; break;
     case Match::kNearest:
-      // Tuned on another GPU of the arch, it says which.
-      a.reason = fmt::format("nearest (distance {:.2f}, tuned for {}{})", a.result.distance,
+      // Tuned on another GPU of the arch, or under another driver, it says which.
+      a.reason = fmt::format("nearest (distance {:.2f}, tuned for {}{}{})", a.result.distance,
                              a.result.entry->key.problem_key,
                              a.result.entry->key.gpu_name == query.gpu_name
                                  ? ""
-                                 : " on " + a.result.entry->key.gpu_name);
+                                 : " on " + a.result.entry->key.gpu_name,
+                             a.result.entry->key.driver_version == query.driver_version
+                                 ? ""
+                                 : fmt::format(" under driver {} (now {})", a.result.entry->key.driver_version,
+                                               query.driver_version));
       break;
     case Match::kNone:
       // An entry stale for the query (another kernel source, NVRTC or driver) says why it went unused.

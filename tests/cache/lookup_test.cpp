@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "cache/store.hpp"
+#include "cache/tuned_cache.hpp"
 #include "support.hpp"
 
 namespace cache_lookup_test {
@@ -94,12 +95,44 @@ TEST_CASE("stale entries are ignored with a warning", "[cache]") {
   REQUIRE(r.warnings.size() == 1);
   CHECK_THAT(r.warnings[0], Catch::Contains("stale") && Catch::Contains("source hash h0"));
 
-  Key driver_key = key_for(1 << 20);
-  driver_key.driver_version = "12080";
-  const auto r2 = lookup({entry_for(driver_key, 512)}, key_for(1 << 20));
+  Key nvrtc_key = key_for(1 << 20);
+  nvrtc_key.nvrtc_version = "12.8";
+  const auto r2 = lookup({entry_for(nvrtc_key, 512)}, key_for(1 << 20));
   CHECK(r2.match == Match::kNone);
   REQUIRE(r2.warnings.size() == 1);
-  CHECK_THAT(r2.warnings[0], Catch::Contains("driver 12080"));
+  CHECK_THAT(r2.warnings[0], Catch::Contains("NVRTC 12.8"));
+}
+
+TEST_CASE("an entry of another driver stands in as a nearest one, after this driver's of the same distance",
+          "[cache]") {
+  // A driver upgrade runs the same compiled code: the fleet's entries go on serving until tuned again.
+  Key driver_key = key_for(1 << 20);
+  driver_key.driver_version = "12080";
+  const Entry old_driver = entry_for(driver_key, 512);
+  const auto r = lookup({old_driver}, key_for(1 << 20));
+  CHECK(r.match == Match::kNearest);
+  CHECK(r.distance == 0);
+  CHECK(r.warnings.empty());
+  CHECK(r.entry->config["block"] == 512);
+  // This driver's entry of another shape is further: the problem's own entry of the other driver is taken.
+  const Entry other_shape = entry_for(key_for(1 << 21), 256);
+  CHECK(lookup({other_shape, old_driver}, key_for(1 << 20)).entry->config["block"] == 512);
+  // At the same distance this driver's entry goes first, in either order.
+  Key same_driver_key = key_for(1 << 20);
+  same_driver_key.gpu_name = "NVIDIA H100 PCIe";  // another GPU of the arch: nearest at distance 0 too
+  const Entry same_driver = entry_for(same_driver_key, 128);
+  CHECK(lookup({old_driver, same_driver}, key_for(1 << 20)).entry->config["block"] == 128);
+  CHECK(lookup({same_driver, old_driver}, key_for(1 << 20)).entry->config["block"] == 128);
+  // Where nearest shapes are not taken (a GEMM's algorithm), it is stale, with the warning.
+  LookupOptions exact_only;
+  exact_only.allow_nearest = false;
+  const auto e = lookup({old_driver}, key_for(1 << 20), exact_only);
+  CHECK(e.match == Match::kNone);
+  REQUIRE(e.warnings.size() == 1);
+  CHECK_THAT(e.warnings[0], Catch::Contains("driver 12080 (now 13000)"));
+  // The run-time service says so in its reason.
+  const TunedCache cache({old_driver}, "fleet.json");
+  CHECK_THAT(cache.lookup(key_for(1 << 20)).reason, Catch::Contains("under driver 12080 (now 13000)"));
 }
 
 TEST_CASE("merge keeps the faster entry, or the better measured within the noise", "[cache]") {
