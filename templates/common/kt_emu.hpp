@@ -212,20 +212,49 @@ inline long long clock64() {
 
 namespace kt::emu {
 
-/// Every lane of `mask` contributes `value` and receives all 32 contributions.
+/// Every lane of `mask` contributes `value` and receives all 32 contributions. As CUDA's *_sync collectives, it
+/// waits only for the lanes of `mask` that have not exited (a lane past the block's last thread never exists:
+/// as exited); returns the lanes that took part, whose contributions `all` holds (the rest read as 0xff bytes).
 template <class T>
-inline void warp_gather(unsigned mask, const T& value, T (&all)[32]) {
+inline unsigned warp_gather(unsigned mask, const T& value, T (&all)[32]) {
   static_assert(sizeof(T) <= kMaxExchangeBytes, "warp exchange payloads are at most 64 bytes");
   Thread* t = self();
-  t->host->warp_exchange(t, mask, &value, sizeof(T), all);
+  return t->host->warp_exchange(t, mask, &value, sizeof(T), all);
 }
 
+/// As warp_gather over the whole warp, for what needs every lane's registers (`what`: mma.sync, ldmatrix): a
+/// lane that has exited, or that the block lacks, ends the block.
+template <class T>
+inline void warp_gather_whole(const char* what, const T& value, T (&all)[32]) {
+  const unsigned taking_part = warp_gather(0xffffffffu, value, all);
+  if (taking_part == 0xffffffffu) return;
+  char message[256];
+  __builtin_snprintf(message, sizeof message,
+                     "%s needs every lane of the warp; lanes 0x%08x have exited or do not exist", what,
+                     ~taking_part);
+  Thread* t = self();
+  t->host->fail(t, message);
+}
+
+/// The value of lane `src_lane`; from a lane that has exited or does not exist (undefined in CUDA: a GPU gives
+/// whatever its register held) the caller's own `var`, so that the result does not depend on the schedule.
 template <class T>
 inline T shuffle_from(unsigned mask, T var, unsigned src_lane) {
   static_assert(sizeof(T) <= 16, "__shfl_*_sync moves values of up to 16 bytes");
   T all[32];
-  warp_gather(mask, var, all);
-  return all[src_lane & 31u];
+  const unsigned taking_part = warp_gather(mask, var, all);
+  return taking_part >> (src_lane & 31u) & 1u ? all[src_lane & 31u] : var;
+}
+
+/// vote.sync: the lanes of `mask` that take part (*taking_part, those that have not exited) whose `predicate`
+/// is non-zero.
+inline unsigned vote(unsigned mask, int predicate, unsigned* taking_part) {
+  unsigned char all[32];
+  *taking_part = warp_gather(mask, static_cast<unsigned char>(predicate != 0), all);
+  unsigned bits = 0;
+  for (unsigned l = 0; l < 32; ++l)
+    if ((*taking_part >> l & 1u) && all[l] == 1) bits |= 1u << l;
+  return bits;
 }
 
 }  // namespace kt::emu
@@ -256,50 +285,55 @@ inline T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSi
   return ::kt::emu::shuffle_from(mask, var, src);
 }
 
+// Lanes of the mask that have exited (or do not exist) take no part: a ballot has 0 for them, __all_sync asks the
+// lanes that took part, __match_*_sync compares those lanes' values.
 inline unsigned __ballot_sync(unsigned mask, int predicate) {
-  unsigned char all[32];
-  ::kt::emu::warp_gather(mask, static_cast<unsigned char>(predicate != 0), all);
-  unsigned bits = 0;
-  for (unsigned l = 0; l < 32; ++l)
-    if ((mask >> l & 1u) && all[l] == 1) bits |= 1u << l;
-  return bits;
+  unsigned taking_part;
+  return ::kt::emu::vote(mask, predicate, &taking_part);
 }
 inline int __any_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) != 0; }
+inline int __all_sync(unsigned mask, int predicate) {
+  unsigned taking_part;
+  return ::kt::emu::vote(mask, predicate, &taking_part) == taking_part;
+}
 /// The lanes of `mask` whose `value` has this lane's bits.
 template <class T>
 inline unsigned __match_any_sync(unsigned mask, T value) {
   T all[32];
-  ::kt::emu::warp_gather(mask, value, all);
+  const unsigned taking_part = ::kt::emu::warp_gather(mask, value, all);
   unsigned bits = 0;
   for (unsigned l = 0; l < 32; ++l)
-    if ((mask >> l & 1u) && std::memcmp(&all[l], &value, sizeof(T)) == 0) bits |= 1u << l;
+    if ((taking_part >> l & 1u) && std::memcmp(&all[l], &value, sizeof(T)) == 0) bits |= 1u << l;
   return bits;
 }
-/// `mask` where every lane of it holds the same bits (*pred 1), else 0 (*pred 0).
+/// `mask` where every lane of it that has not exited holds the same bits (*pred 1), else 0 (*pred 0).
 template <class T>
 inline unsigned __match_all_sync(unsigned mask, T value, int* pred) {
-  const bool same = __match_any_sync(mask, value) == mask;
+  T all[32];
+  const unsigned taking_part = ::kt::emu::warp_gather(mask, value, all);
+  bool same = true;
+  for (unsigned l = 0; l < 32; ++l)
+    if ((taking_part >> l & 1u) && std::memcmp(&all[l], &value, sizeof(T)) != 0) same = false;
   *pred = same ? 1 : 0;
   return same ? mask : 0u;
 }
-inline int __all_sync(unsigned mask, int predicate) { return __ballot_sync(mask, predicate) == mask; }
 inline void __syncwarp(unsigned mask = 0xffffffffu) {
   unsigned char all[32];
   ::kt::emu::warp_gather(mask, static_cast<unsigned char>(0), all);
 }
 
-#define KT_EMU_WARP_REDUCE(name, T, op)                \
-  inline T name(unsigned mask, T value) {              \
-    T all[32];                                         \
-    ::kt::emu::warp_gather(mask, value, all);          \
-    bool first = true;                                 \
-    T r{};                                             \
-    for (unsigned l = 0; l < 32; ++l) {                \
-      if (!(mask >> l & 1u)) continue;                 \
-      r = first ? all[l] : op;                         \
-      first = false;                                   \
-    }                                                  \
-    return r;                                          \
+#define KT_EMU_WARP_REDUCE(name, T, op)                                  \
+  inline T name(unsigned mask, T value) {                                \
+    T all[32];                                                           \
+    const unsigned taking_part = ::kt::emu::warp_gather(mask, value, all); \
+    bool first = true;                                                   \
+    T r{};                                                               \
+    for (unsigned l = 0; l < 32; ++l) {                                  \
+      if (!(taking_part >> l & 1u)) continue;                            \
+      r = first ? all[l] : op;                                           \
+      first = false;                                                     \
+    }                                                                    \
+    return r;                                                            \
   }
 KT_EMU_WARP_REDUCE(__reduce_add_sync, unsigned, r + all[l])
 KT_EMU_WARP_REDUCE(__reduce_add_sync, int, r + all[l])
@@ -307,6 +341,9 @@ KT_EMU_WARP_REDUCE(__reduce_min_sync, unsigned, all[l] < r ? all[l] : r)
 KT_EMU_WARP_REDUCE(__reduce_min_sync, int, all[l] < r ? all[l] : r)
 KT_EMU_WARP_REDUCE(__reduce_max_sync, unsigned, all[l] > r ? all[l] : r)
 KT_EMU_WARP_REDUCE(__reduce_max_sync, int, all[l] > r ? all[l] : r)
+KT_EMU_WARP_REDUCE(__reduce_and_sync, unsigned, r & all[l])
+KT_EMU_WARP_REDUCE(__reduce_or_sync, unsigned, r | all[l])
+KT_EMU_WARP_REDUCE(__reduce_xor_sync, unsigned, r ^ all[l])
 #undef KT_EMU_WARP_REDUCE
 
 // ---- atomics (relaxed, device scope, as CUDA's atomic* functions) ------------------

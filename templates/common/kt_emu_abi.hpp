@@ -14,7 +14,7 @@
 namespace kt::emu {
 
 /// Bumped whenever a struct below changes; the runner refuses other modules.
-inline constexpr int kAbiVersion = 6;
+inline constexpr int kAbiVersion = 7;
 inline constexpr int kWarpSize = 32;
 /// Largest per-lane payload of one warp exchange (an mma operand set is 40 bytes).
 inline constexpr unsigned kMaxExchangeBytes = 64;
@@ -46,8 +46,11 @@ struct Host {
   int (*sync_threads_count)(Thread* self, int predicate);
   /// A warp collective over the lanes in `mask`: each lane contributes `bytes`
   /// (<= kMaxExchangeBytes) from `mine` and receives every lane's contribution
-  /// in `all` (32 * bytes; lanes outside the mask read as 0xff bytes).
-  void (*warp_exchange)(Thread* self, unsigned mask, const void* mine, unsigned bytes, void* all);
+  /// in `all` (32 * bytes; lanes outside the mask read as 0xff bytes). As
+  /// CUDA's *_sync collectives, it waits for the lanes of `mask` that have not
+  /// exited: a lane that has exited, or that the block's last warp lacks, takes
+  /// no part (its bytes read as 0xff too). Returns the lanes that took part.
+  unsigned (*warp_exchange)(Thread* self, unsigned mask, const void* mine, unsigned bytes, void* all);
   /// bar.sync (wait 1) or bar.arrive (wait 0) on named barrier `id`
   /// (1..kNamedBarriers) of `count` threads (a multiple of 32, at most the
   /// block's): returns once `count` threads have arrived since it last

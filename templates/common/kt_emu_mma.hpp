@@ -50,7 +50,7 @@ inline void mma_gather(const unsigned* a, int na, const unsigned* b, int nb, con
   for (int i = 0; i < na; ++i) mine.a[i] = a[i];
   for (int i = 0; i < nb; ++i) mine.b[i] = b[i];
   for (int i = 0; i < 4; ++i) mine.c[i] = c[i];
-  warp_gather(0xffffffffu, mine, all);
+  warp_gather_whole("mma.sync", mine, all);
 }
 
 /// D (16x8) = A (16xK) * B (Kx8) + C for K = 16 or 8 with 16-bit inputs.
@@ -121,7 +121,7 @@ inline void bulk_issue(float* dst, const float* src, unsigned bytes) {
 template <int N, bool TRANS>
 inline void ldmatrix(unsigned* d, const void* row) {
   const void* rows[32];
-  warp_gather(0xffffffffu, row, rows);
+  warp_gather_whole("ldmatrix", row, rows);
   const unsigned lane = self()->lane, g = lane / 4, t = lane % 4;
   for (int i = 0; i < N; ++i) {
     auto element = [&](unsigned r, unsigned c) {

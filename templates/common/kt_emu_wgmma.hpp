@@ -155,7 +155,7 @@ inline void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long lo
     unsigned r[4];
   };
   Fragment all[32];
-  emu::warp_gather(0xffffffffu, Fragment{{a[0], a[1], a[2], a[3]}}, all);
+  emu::warp_gather_whole("wgmma", Fragment{{a[0], a[1], a[2], a[3]}}, all);
   emu::Wgmma op{};
   op.d = d;
   op.desc_b = b;

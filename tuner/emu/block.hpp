@@ -83,6 +83,7 @@ struct NamedBarrier {
 
 struct WarpState {
   unsigned valid_lanes = 0;     // lanes that exist in this block
+  unsigned exited = 0;          // lanes that have exited, or do not exist: no collective waits for them
   std::vector<Exchange*> open;  // collectives still waiting for lanes
 };
 

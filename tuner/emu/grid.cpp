@@ -102,16 +102,36 @@ Exchange* new_exchange(BlockRun& b) {
   return e;
 }
 
-void host_warp_exchange(kt::emu::Thread* t, unsigned mask, const void* mine, unsigned bytes, void* all) {
+/// Completes `e`, a collective of warp `w` whose every lane of its mask that has not exited has arrived: its
+/// waiting lanes (all but `running`, which goes on by itself) run again.
+void complete_exchange(BlockRun& b, unsigned w, Exchange* e, unsigned running) {
+  auto& open = b.warps[w].open;
+  open.erase(std::find(open.begin(), open.end(), e));
+  for (unsigned l = 0; l < 32; ++l)
+    if ((e->arrived >> l & 1u) && l != running) b.slots[w * 32 + l].state = State::kReady;
+}
+
+/// Thread `t` has exited: the collectives of its warp that waited only for it (CUDA's *_sync collectives wait
+/// for the lanes of their mask that have not exited) complete.
+void lane_exited(BlockRun& b, const kt::emu::Thread& t) {
+  auto& warp = b.warps[t.warp];
+  warp.exited |= 1u << t.lane;
+  for (std::size_t k = 0; k < warp.open.size();) {
+    Exchange* e = warp.open[k];
+    if (e->arrived == (e->mask & ~warp.exited))
+      complete_exchange(b, t.warp, e, kt::emu::kWarpSize);
+    else
+      ++k;
+  }
+}
+
+unsigned host_warp_exchange(kt::emu::Thread* t, unsigned mask, const void* mine, unsigned bytes, void* all) {
   BlockRun& b = block_of(t);
   auto& warp = b.warps[t->warp];
   const unsigned bit = 1u << t->lane;
   if (!(mask & bit))
-    fail_block(b, t, fmt::format("lane {} called a warp collective with mask 0x{:08x}, which excludes it", t->lane, mask));
-  if (mask & ~warp.valid_lanes)
     fail_block(b, t,
-               fmt::format("warp collective mask 0x{:08x} names lanes that do not exist (warp {} has lanes 0x{:08x})",
-                           mask, t->warp, warp.valid_lanes));
+               fmt::format("lane {} called a warp collective with mask 0x{:08x}, which excludes it", t->lane, mask));
   if (bytes > kt::emu::kMaxExchangeBytes) fail_block(b, t, "warp collective payload over 64 bytes");
   Exchange* e = nullptr;
   // Lanes may run ahead into a later collective with another mask (independent
@@ -137,25 +157,26 @@ void host_warp_exchange(kt::emu::Thread* t, unsigned mask, const void* mine, uns
   }
   std::memcpy(e->data[t->lane], mine, bytes);
   e->arrived |= bit;
-  if (e->arrived == mask) {
-    warp.open.erase(std::find(warp.open.begin(), warp.open.end(), e));
-    for (unsigned l = 0; l < 32; ++l)
-      if ((mask >> l & 1u) && l != t->lane) b.slots[t->warp * 32 + l].state = State::kReady;
+  // Lanes of the mask that have exited, or that the block's last warp lacks, are not waited for.
+  if (e->arrived == (mask & ~warp.exited)) {
+    complete_exchange(b, t->warp, e, t->lane);
   } else {
     Slot& s = slot_of(t);
     s.state = State::kWarp;
     s.exchange = e;
     yield(s);
   }
+  const unsigned taking_part = e->arrived;
   auto* out = static_cast<unsigned char*>(all);
   for (unsigned l = 0; l < 32; ++l) {
-    if (mask >> l & 1u)
+    if (taking_part >> l & 1u)
       std::memcpy(out + l * bytes, e->data[l], bytes);
     else
       std::memset(out + l * bytes, 0xff, bytes);
   }
   b.stats.warp_collectives += 1;
-  if (++e->readers == static_cast<unsigned>(std::popcount(mask))) b.free_exchanges.push_back(e);
+  if (++e->readers == static_cast<unsigned>(std::popcount(taking_part))) b.free_exchanges.push_back(e);
+  return taking_part;
 }
 
 void host_fail(kt::emu::Thread* t, const char* message) { fail_block(block_of(t), t, message); }
@@ -188,7 +209,7 @@ std::string describe_deadlock(const BlockRun& b) {
     if (s.state == State::kWarp) {
       at_warp.push_back(i);
       if (warp_detail.empty()) {
-        const unsigned missing = s.exchange->mask & ~s.exchange->arrived;
+        const unsigned missing = s.exchange->mask & ~s.exchange->arrived & ~b.warps[s.thread.warp].exited;
         std::vector<unsigned> lanes;
         for (unsigned l = 0; l < 32; ++l)
           if (missing >> l & 1u) lanes.push_back(s.thread.warp * 32 + l);
@@ -332,12 +353,16 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
                                          fail_block(b, &s.thread,
                                                     "a thread ended with a bulk reduction in flight (no "
                                                     "bulk_wait_read covers it)");
+                                       lane_exited(b, s.thread);
                                        s.state = State::kDone;
                                        ++b.done;
                                        return std::move(s.scheduler);
                                      });
   }
-  for (auto& w : b.warps) w.open.clear();
+  for (auto& w : b.warps) {
+    w.open.clear();
+    w.exited = ~w.valid_lanes;  // lanes the last warp lacks never exist: as exited ones
+  }
   b.free_exchanges.clear();
   for (auto& e : b.exchanges) b.free_exchanges.push_back(e.get());
   b.done = 0;

@@ -25,7 +25,10 @@ __global__ void k_barrier_deadlock(int* out) {
   out[threadIdx.x] = 1;
 }
 __global__ void k_warp_deadlock(int* out) {
-  if (threadIdx.x % 32 < 16) __syncwarp();  // lanes 16..31 never join the full-mask collective
+  // Lanes 16..31 never join the full-mask collective: they wait at a barrier (lanes that exit would not be waited
+  // for).
+  if (threadIdx.x % 32 < 16) __syncwarp();
+  else __syncthreads();
   out[threadIdx.x] = 1;
 }
 __global__ void k_overrun(float* out, int n) {
