@@ -131,7 +131,10 @@ void run_variant(const RunArgs& a, const Global& global) {
                              "the result depends on the order the threads run in, as on a GPU: a missing "
                              "__syncthreads or __syncwarp (threads reading what others write before they wait)\n"
                            : "note: run again with its threads in order (KTUNE_EMU_SCHEDULE=in-order), it fails "
-                             "too: not a matter of their order\n");
+                             "too: not a matter of the order of its warps; in order each thread still runs alone to "
+                             "its next barrier or warp collective (lane 0 before lane 1 starts), so lanes of a warp "
+                             "that read each other's shared memory with no __syncwarp between (a warp-synchronous "
+                             "reduction without volatile and __syncwarp) fail in every order\n");
   }
   if (!r.ok) throw Error(ErrorKind::kCheckFailed, family.name() + " failed: " + r.failure);
 }
