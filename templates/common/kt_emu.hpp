@@ -425,6 +425,21 @@ inline float atomicMax(float* p, float v) {
 inline float atomicMin(float* p, float v) {
   return ::kt::emu::atomic_float_rmw<float, std::uint32_t>(p, [v](float x) { return fminf(x, v); });
 }
+// The 16-bit float types and their pairs: a compare-and-swap loop on the 16 (or 32) bits, rounding each sum to
+// the type, as the GPU's atomicAdd does (which keeps each half of a pair atomic; here the pair is).
+inline __half atomicAdd(__half* p, __half v) {
+  return ::kt::emu::atomic_float_rmw<__half, std::uint16_t>(p, [v](__half x) { return __hadd(x, v); });
+}
+inline __nv_bfloat16 atomicAdd(__nv_bfloat16* p, __nv_bfloat16 v) {
+  return ::kt::emu::atomic_float_rmw<__nv_bfloat16, std::uint16_t>(p, [v](__nv_bfloat16 x) { return __hadd(x, v); });
+}
+inline __half2 atomicAdd(__half2* p, __half2 v) {
+  return ::kt::emu::atomic_float_rmw<__half2, std::uint32_t>(p, [v](__half2 x) { return __hadd2(x, v); });
+}
+inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) {
+  return ::kt::emu::atomic_float_rmw<__nv_bfloat162, std::uint32_t>(p,
+                                                                    [v](__nv_bfloat162 x) { return __hadd2(x, v); });
+}
 
 // ---- loads, math, bit intrinsics ------------------------------------------------------
 

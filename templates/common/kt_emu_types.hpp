@@ -3,6 +3,7 @@
 // __half with round-to-nearest-even conversions from float. Part of the
 // emulation header set (see kt_emu.hpp); never part of GPU source text.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -119,6 +120,41 @@ inline float half_to_float(std::uint16_t h) {
   return bits_float(sign | ((e + 112) << 23) | (m << 13));
 }
 
+/// A double rounded to nearest even, once, to a 16-bit float of `mantissa` bits, smallest normal exponent
+/// `min_exponent` and largest `max_exponent`, returned as a double (which holds it exactly); NaN and infinities
+/// stay, values from the largest finite plus half an ulp up become infinite.
+inline double round_double(double x, int mantissa, int min_exponent, int max_exponent) {
+  if (x != x || x == 0.0) return x;
+  const double a = std::fabs(x);
+  if (a >= std::ldexp(2.0 - std::ldexp(1.0, -mantissa - 1), max_exponent)) return std::copysign(HUGE_VAL, x);
+  int e;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  const int quantum = (e - 1 < min_exponent ? min_exponent : e - 1) - mantissa;  // the ulp at a (subnormals: fixed)
+  const double r = std::nearbyint(std::ldexp(a, -quantum));                      // to nearest even, exactly
+  return std::copysign(std::ldexp(r, quantum), x);
+}
+/// double -> bf16 and IEEE fp16, rounded once (not through float, which would round twice).
+inline std::uint16_t double_to_bf16(double d) {
+  return float_to_bf16(static_cast<float>(round_double(d, 7, -126, 127)));
+}
+inline std::uint16_t double_to_half(double d) {
+  return float_to_half(static_cast<float>(round_double(d, 10, -14, 15)));
+}
+
+/// a * b + c rounded to odd in double (the nearest double below or above the exact value, the one with an odd
+/// last bit, where it is not exact): rounded once more to a type of at most 51 bits it gives the correctly
+/// rounded fused multiply-add. a * b is exact in double for float operands of up to 26 bits (half, bf16).
+inline double fma_round_to_odd(float a, float b, float c) {
+  const double p = static_cast<double>(a) * static_cast<double>(b), q = static_cast<double>(c);
+  const double s = p + q;
+  if (!std::isfinite(s)) return s;
+  const double bb = s - p, err = (p - (s - bb)) + (q - bb);  // s + err == p + q exactly (TwoSum)
+  if (err == 0.0) return s;
+  std::uint64_t bits;
+  std::memcpy(&bits, &s, 8);
+  return bits & 1u ? s : std::nextafter(s, err > 0.0 ? HUGE_VAL : -HUGE_VAL);
+}
+
 }  // namespace kt::emu
 
 // ---- __nv_bfloat16 / __half -------------------------------------------------
@@ -126,13 +162,13 @@ inline float half_to_float(std::uint16_t h) {
 // conversions to and from float, and operators that round their float
 // result back to the 16-bit type.
 
-#define KT_EMU_HALF_TYPE(T, to_bits, to_f)                                                        \
+#define KT_EMU_HALF_TYPE(T, to_bits, double_to_bits, to_f)                                        \
   struct T {                                                                                      \
     unsigned short __x;                                                                           \
     T() = default;                                                                                \
     T(float f) : __x(::kt::emu::to_bits(f)) {}                                                    \
-    T(double f) : __x(::kt::emu::to_bits(static_cast<float>(f))) {}                               \
-    T(int i) : __x(::kt::emu::to_bits(static_cast<float>(i))) {}                                  \
+    T(double f) : __x(::kt::emu::double_to_bits(f)) {}                                            \
+    T(int i) : __x(::kt::emu::double_to_bits(static_cast<double>(i))) {}                          \
     operator float() const { return ::kt::emu::to_f(__x); }                                       \
     T& operator+=(T o) { return *this = T(float(*this) + float(o)); }                             \
     T& operator-=(T o) { return *this = T(float(*this) - float(o)); }                             \
@@ -155,8 +191,8 @@ inline float half_to_float(std::uint16_t h) {
   inline bool operator<=(T a, T b) { return float(a) <= float(b); }                               \
   inline bool operator>=(T a, T b) { return float(a) >= float(b); }
 
-KT_EMU_HALF_TYPE(__nv_bfloat16, float_to_bf16, bf16_to_float)
-KT_EMU_HALF_TYPE(__half, float_to_half, half_to_float)
+KT_EMU_HALF_TYPE(__nv_bfloat16, float_to_bf16, double_to_bf16, bf16_to_float)
+KT_EMU_HALF_TYPE(__half, float_to_half, double_to_half, half_to_float)
 #undef KT_EMU_HALF_TYPE
 
 struct alignas(4) __nv_bfloat162 {
@@ -172,6 +208,7 @@ using nv_bfloat162 = __nv_bfloat162;
 
 inline __nv_bfloat16 __float2bfloat16(float f) { return __nv_bfloat16(f); }
 inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16(f); }
+inline __nv_bfloat16 __double2bfloat16(double d) { return __nv_bfloat16(d); }
 inline float __bfloat162float(__nv_bfloat16 h) { return float(h); }
 inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__nv_bfloat16(a), __nv_bfloat16(b)}; }
 inline __nv_bfloat162 __float22bfloat162_rn(float2 f) { return {__nv_bfloat16(f.x), __nv_bfloat16(f.y)}; }
@@ -187,6 +224,7 @@ inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) {
 
 inline __half __float2half(float f) { return __half(f); }
 inline __half __float2half_rn(float f) { return __half(f); }
+inline __half __double2half(double d) { return __half(d); }
 inline float __half2float(__half h) { return float(h); }
 inline __half2 __floats2half2_rn(float a, float b) { return {__half(a), __half(b)}; }
 inline __half2 __float22half2_rn(float2 f) { return {__half(f.x), __half(f.y)}; }
@@ -200,22 +238,56 @@ inline __half __ushort_as_half(unsigned short u) {
   return h;
 }
 
+namespace kt::emu {
+/// CUDART_NAN_FP16 / CUDART_NAN_BF16: the bits 0x7fff.
+template <class T>
+inline T canonical_nan() {
+  T r;
+  r.__x = 0x7fff;
+  return r;
+}
+}  // namespace kt::emu
+
 // cuda_fp16.h's and cuda_bf16.h's arithmetic, in float and rounded to the type (a product of two is exact in
-// float), so `__hadd(a, b)` of two halves is no integer halving add; the *2 forms lane by lane.
-#define KT_EMU_HALF_MATH(T, T2)                                                                               \
-  inline T __hadd(T a, T b) { return T(float(a) + float(b)); }                                                \
-  inline T __hsub(T a, T b) { return T(float(a) - float(b)); }                                                \
-  inline T __hmul(T a, T b) { return T(float(a) * float(b)); }                                                \
-  inline T __hdiv(T a, T b) { return T(float(a) / float(b)); }                                                \
-  inline T __hfma(T a, T b, T c) { return T(float(a) * float(b) + float(c)); }                                \
-  inline T __hneg(T a) { return T(-float(a)); }                                                               \
-  inline T __habs(T a) { return T(float(a) < 0 ? -float(a) : float(a)); }                                     \
-  inline T __hmax(T a, T b) { return float(a) < float(b) ? b : a; }                                           \
-  inline T __hmin(T a, T b) { return float(b) < float(a) ? b : a; }                                           \
-  inline T2 __hadd2(T2 a, T2 b) { return {__hadd(a.x, b.x), __hadd(a.y, b.y)}; }                              \
-  inline T2 __hsub2(T2 a, T2 b) { return {__hsub(a.x, b.x), __hsub(a.y, b.y)}; }                              \
-  inline T2 __hmul2(T2 a, T2 b) { return {__hmul(a.x, b.x), __hmul(a.y, b.y)}; }                              \
-  inline T2 __hfma2(T2 a, T2 b, T2 c) { return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }
+// float), so `__hadd(a, b)` of two halves is no integer halving add; __hfma rounds once, as fma.rn does; the *2
+// forms lane by lane. __hmax and __hmin return the other input where one is NaN (canonical NaN 0x7fff where both
+// are) and order -0 below +0; the _nan forms give canonical NaN where either is NaN.
+#define KT_EMU_HALF_MATH(T, T2)                                                                                        \
+  inline bool __hisnan(T a) { return float(a) != float(a); }                                                           \
+  inline int __hisinf(T a) { return std::isinf(float(a)) ? (float(a) < 0 ? -1 : 1) : 0; }                              \
+  inline T __hadd(T a, T b) { return T(float(a) + float(b)); }                                                         \
+  inline T __hsub(T a, T b) { return T(float(a) - float(b)); }                                                         \
+  inline T __hmul(T a, T b) { return T(float(a) * float(b)); }                                                         \
+  inline T __hdiv(T a, T b) { return T(float(a) / float(b)); }                                                         \
+  inline T __hfma(T a, T b, T c) { return T(::kt::emu::fma_round_to_odd(float(a), float(b), float(c))); }              \
+  inline T __hneg(T a) { return T(-float(a)); }                                                                        \
+  inline T __habs(T a) { return T(float(a) < 0 ? -float(a) : float(a)); }                                              \
+  inline T __hmax(T a, T b) {                                                                                          \
+    if (__hisnan(a) && __hisnan(b)) return ::kt::emu::canonical_nan<T>();                                              \
+    if (__hisnan(a) || __hisnan(b)) return __hisnan(a) ? b : a;                                                        \
+    if (float(a) == float(b)) return a.__x > b.__x ? b : a; /* +0 over -0 */                                           \
+    return float(a) < float(b) ? b : a;                                                                                \
+  }                                                                                                                    \
+  inline T __hmin(T a, T b) {                                                                                          \
+    if (__hisnan(a) && __hisnan(b)) return ::kt::emu::canonical_nan<T>();                                              \
+    if (__hisnan(a) || __hisnan(b)) return __hisnan(a) ? b : a;                                                        \
+    if (float(a) == float(b)) return a.__x > b.__x ? a : b; /* -0 under +0 */                                          \
+    return float(b) < float(a) ? b : a;                                                                                \
+  }                                                                                                                    \
+  inline T __hmax_nan(T a, T b) {                                                                                      \
+    return __hisnan(a) || __hisnan(b) ? ::kt::emu::canonical_nan<T>() : __hmax(a, b);                                  \
+  }                                                                                                                    \
+  inline T __hmin_nan(T a, T b) {                                                                                      \
+    return __hisnan(a) || __hisnan(b) ? ::kt::emu::canonical_nan<T>() : __hmin(a, b);                                  \
+  }                                                                                                                    \
+  inline T2 __hadd2(T2 a, T2 b) { return {__hadd(a.x, b.x), __hadd(a.y, b.y)}; }                                       \
+  inline T2 __hsub2(T2 a, T2 b) { return {__hsub(a.x, b.x), __hsub(a.y, b.y)}; }                                       \
+  inline T2 __hmul2(T2 a, T2 b) { return {__hmul(a.x, b.x), __hmul(a.y, b.y)}; }                                       \
+  inline T2 __hfma2(T2 a, T2 b, T2 c) { return {__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)}; }                       \
+  inline T2 __hmax2(T2 a, T2 b) { return {__hmax(a.x, b.x), __hmax(a.y, b.y)}; }                                       \
+  inline T2 __hmin2(T2 a, T2 b) { return {__hmin(a.x, b.x), __hmin(a.y, b.y)}; }                                       \
+  inline T2 __hmax2_nan(T2 a, T2 b) { return {__hmax_nan(a.x, b.x), __hmax_nan(a.y, b.y)}; }                           \
+  inline T2 __hmin2_nan(T2 a, T2 b) { return {__hmin_nan(a.x, b.x), __hmin_nan(a.y, b.y)}; }
 KT_EMU_HALF_MATH(__half, __half2)
 KT_EMU_HALF_MATH(__nv_bfloat16, __nv_bfloat162)
 #undef KT_EMU_HALF_MATH
