@@ -29,10 +29,12 @@ struct Gap {
 
 const std::vector<Gap>& gaps() {
   static const std::vector<Gap> g = {
-    {std::regex(R"(\bextern\s+__shared__)"),
+    // Attributes may come between (`extern __align__(16) __shared__ float s[];`).
+    {std::regex(R"(\bextern\s+((__align__|alignas|__attribute__)\s*\(+[^;]*?\)+\s*)*__shared__)"),
      "extern __shared__ (dynamic shared memory: use kt::dynamic_shared<T>() from \"kt.cuh\", which both backends "
      "provide)"},
-    {std::regex(R"(\basm\s*(volatile\s*)?\()"), "inline PTX (asm): the host compiler cannot run it"},
+    {std::regex(R"(\b(asm|__asm__|__asm)\s*((volatile|__volatile__|__volatile)\s*)?\()"),
+     "inline PTX (asm): the host compiler cannot run it"},
     {std::regex(R"(^\s*#\s*include\s*<(cuda|cooperative_groups|mma|crt/|sm_))"),
      "a CUDA header include (the emulation provides the CUDA names itself: put it under #ifndef KT_EMULATION)"},
     {std::regex(R"(\bcooperative_groups\b|\bcg::)"), "cooperative groups"},
@@ -40,6 +42,14 @@ const std::vector<Gap>& gaps() {
     {std::regex(R"(\b(tex1Dfetch|tex1D|tex2D|tex3D|surf2Dread|surf2Dwrite)\s*[<(])"), "textures and surfaces"},
     {std::regex(R"(\b(erfinvf?|erfcinvf?|normcdfinvf?)\s*\()"),
      "the inverse error functions (erfinvf, erfcinvf, normcdfinvf): the host's math library has none"},
+    // CUDA names the host half does not define: refused by name, not left to the host compiler's error.
+    {std::regex(R"(\b(__[fd](add|sub|mul|div|rcp|sqrt|rsqrt)_r[zdu]|__fmaf?_r[zdu])"
+                R"(|__(float|double)2(half|bfloat16)_r[zdu]|__u?(int|ll)2(float|double)_r[zdu]|__double2float_r[zdu])"
+                R"(|__float2half2_rn|__bfloat162bfloat162)"
+                R"(|h2?(exp|exp2|exp10|log|log2|log10|sin|cos|sqrt|rsqrt|rcp|ceil|floor|trunc|rint)|__v[a-z0-9]+[24])"
+                R"(|__dp[24]a(_lo|_hi)?|__globaltimer|__lanemask_(lt|le|eq|ge|gt)|__is(Shared|Global|Constant|Local))"
+                R"(|__cvta_\w+|normcdff?|erfcxf?|fdividef)\s*\()"),
+     "{} (the emulation does not provide it)"},
     {std::regex(R"(\b__activemask\s*\()"),
      "__activemask() (the emulation does not track which lanes a branch left: pass the mask you mean to the "
      "*_sync collectives)"},
@@ -81,8 +91,11 @@ class Expander {
       }
       if (gpu_only_depth == 0)
         for (const auto& g : gaps())
-          if (std::regex_search(line, g.pattern))
-            out_.emulation_gaps.push_back(fmt::format("{}:{}: {}", path.filename().string(), line_no, g.what));
+          if (std::smatch found; std::regex_search(line, found, g.pattern)) {
+            std::string what = g.what;  // "{}": the name found
+            if (const std::size_t at = what.find("{}"); at != std::string::npos) what.replace(at, 2, found[1].str());
+            out_.emulation_gaps.push_back(fmt::format("{}:{}: {}", path.filename().string(), line_no, what));
+          }
       out_.text += line + "\n";
     }
   }

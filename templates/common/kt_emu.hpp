@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -207,6 +208,9 @@ inline long long clock64() {
   static thread_local long long ticks = 0;
   return ticks += 1000;
 }
+// clock(): the same counter, in place of the C library's within the module (as __assert_fail below), so that a
+// kernel's clock() reads the emulated counter and never the process's CPU time.
+extern "C" __attribute__((visibility("hidden"))) clock_t clock() noexcept { return static_cast<clock_t>(clock64()); }
 
 // ---- warp collectives -------------------------------------------------------------
 
@@ -440,6 +444,29 @@ inline __nv_bfloat162 atomicAdd(__nv_bfloat162* p, __nv_bfloat162 v) {
   return ::kt::emu::atomic_float_rmw<__nv_bfloat162, std::uint32_t>(p,
                                                                     [v](__nv_bfloat162 x) { return __hadd2(x, v); });
 }
+// The block- and system-scoped forms (atomicAdd_block, atomicCAS_system, ...): every thread here shares one
+// memory, so each is its device-scoped form.
+#define KT_EMU_ATOMIC_SCOPES(name)                    \
+  template <class P, class... A>                      \
+  inline auto name##_block(P* p, A... a) {            \
+    return name(p, a...);                             \
+  }                                                   \
+  template <class P, class... A>                      \
+  inline auto name##_system(P* p, A... a) {           \
+    return name(p, a...);                             \
+  }
+KT_EMU_ATOMIC_SCOPES(atomicAdd)
+KT_EMU_ATOMIC_SCOPES(atomicSub)
+KT_EMU_ATOMIC_SCOPES(atomicExch)
+KT_EMU_ATOMIC_SCOPES(atomicMin)
+KT_EMU_ATOMIC_SCOPES(atomicMax)
+KT_EMU_ATOMIC_SCOPES(atomicInc)
+KT_EMU_ATOMIC_SCOPES(atomicDec)
+KT_EMU_ATOMIC_SCOPES(atomicAnd)
+KT_EMU_ATOMIC_SCOPES(atomicOr)
+KT_EMU_ATOMIC_SCOPES(atomicXor)
+KT_EMU_ATOMIC_SCOPES(atomicCAS)
+#undef KT_EMU_ATOMIC_SCOPES
 
 // ---- loads, math, bit intrinsics ------------------------------------------------------
 

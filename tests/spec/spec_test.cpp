@@ -590,6 +590,27 @@ TEST_CASE("spec: constructs the emulation lacks are named with their line", "[sp
   CHECK_THROWS_WITH(family.require_emulation(), Catch::Contains("the emulation cannot run this kernel: reduction.cu:6"));
 }
 
+TEST_CASE("spec: extern __shared__ with attributes, asm's other spellings and names the emulation lacks are named",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-gaps-spellings");
+  const auto path = reduction_copy(dir, [](std::string&) {});
+  write(dir / "reduction.cu", "template <int THREADS, int VEC>\n"
+                              "__global__ void row_sum(const float* x, float* y, int cols) {\n"
+                              "  extern __align__(16) __shared__ float partial[];\n"
+                              "  asm __volatile__(\"membar.gl;\");\n"
+                              "  __asm__(\"membar.gl;\");\n"
+                              "  y[blockIdx.x] = __fmul_rz(x[0], x[1]) + __dp4a(1, 2, 3);\n"
+                              "  y[0] = __half2float(hexp(__float2half(x[0]))) + clock();\n}\n");
+  const auto& family = load_spec_family(path);
+  const auto& gaps = family.emulation_gaps();
+  REQUIRE(gaps.size() == 5);
+  CHECK_THAT(gaps[0], Catch::StartsWith("reduction.cu:3: extern __shared__"));
+  CHECK_THAT(gaps[1], Catch::StartsWith("reduction.cu:4: inline PTX (asm)"));
+  CHECK_THAT(gaps[2], Catch::StartsWith("reduction.cu:5: inline PTX (asm)"));
+  CHECK(gaps[3] == "reduction.cu:6: __fmul_rz (the emulation does not provide it)");
+  CHECK(gaps[4] == "reduction.cu:7: hexp (the emulation does not provide it)");
+}
+
 TEST_CASE("spec: sources include their headers and ktune's kt.cuh, each once", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-include");
   const auto path = reduction_copy(dir, [](std::string& t) {

@@ -52,6 +52,17 @@ __global__ void k_atomics(float* fsum, int* isum, int* imax) {
   atomicMax(imax, static_cast<int>((threadIdx.x * 7 + blockIdx.x * 13) % 1000));
 }
 
+// The block- and system-scoped atomics are the device-scoped ones here; clock() counts as clock64().
+__global__ void k_scoped(int* isum, float* fsum, int* imax, int* ticking) {
+  atomicAdd_block(isum, 1);
+  atomicAdd_system(fsum, 2.0f);
+  atomicMax_block(imax, static_cast<int>(threadIdx.x));
+  atomicCAS_system(imax + 1, 0, 7);
+  const long long before = clock();
+  const long long after = clock();
+  if (threadIdx.x == 0) ticking[blockIdx.x] = after > before;
+}
+
 __global__ void k_dynamic(float* out, int n) {
   float* s = kt::dynamic_shared<float>();
   s[threadIdx.x] = static_cast<float>(threadIdx.x);
@@ -73,11 +84,11 @@ __global__ void k_vector(float4* out, const float4* in) {
 }
 )";
 
-enum { kIndex, kReverse, kWarp, kAtomics, kDynamic, kConvert, kVector };
+enum { kIndex, kReverse, kWarp, kAtomics, kDynamic, kConvert, kVector, kScoped };
 
 ktune::test::EmuProbe& probe() {
   static ktune::test::EmuProbe p(kProbe, {"k_index", "k_reverse", "k_warp", "k_atomics", "k_dynamic", "k_convert",
-                                          "k_vector"});
+                                          "k_vector", "k_scoped"});
   return p;
 }
 
@@ -145,6 +156,20 @@ TEST_CASE("atomics are exact across blocks running on several workers", "[emu]")
   for (int b = 0; b < 8; ++b)
     for (int t = 0; t < 256; ++t) expected_max = std::max(expected_max, (t * 7 + b * 13) % 1000);
   CHECK(*imax == expected_max);
+}
+
+TEST_CASE("block- and system-scoped atomics act as the device-scoped ones, and clock() counts", "[emu]") {
+  auto& p = probe();
+  int* isum = p.buffer("isum", std::vector<int>{0});
+  float* fsum = p.buffer("fsum", std::vector<float>{0.f});
+  int* imax = p.buffer("imax", std::vector<int>{-1, 0});
+  int* ticking = p.buffer("ticking", std::vector<int>(3));
+  p.launch(kScoped, {3, 1, 1}, {64, 1, 1}, ktune::templates::ArgPack().add(isum).add(fsum).add(imax).add(ticking));
+  CHECK(isum[0] == 192);
+  CHECK(fsum[0] == 384.f);
+  CHECK(imax[0] == 63);
+  CHECK(imax[1] == 7);
+  CHECK(ticking[0] + ticking[1] + ticking[2] == 3);
 }
 
 TEST_CASE("dynamic shared memory holds the launch's bytes", "[emu]") {
