@@ -204,6 +204,51 @@ extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_out_of_boun
   ::kt::emu::ubsan::out_of_bounds(static_cast<const ::kt::emu::ubsan::OutOfBounds*>(data),
                                   reinterpret_cast<unsigned long>(index));
 }
+// ---- float-to-integer conversions out of range --------------------------------------
+// And with -fsanitize=float-cast-overflow: a plain conversion of a floating-point value that the integer type
+// cannot hold (`(int)3e9f`, `(unsigned char)-1.0f`, NaN) calls the hook below and ends the block. C++ leaves it
+// undefined and x86 gives the type's lowest value (or wraps a byte), while a GPU's cvt.rzi saturates to the
+// type's nearest end and gives 0 for NaN: an integer output would differ from the GPU's without a word.
+namespace kt::emu::ubsan {
+struct FloatCastOverflow {
+  SourceLocation location;
+  const TypeDescriptor* from;
+  const TypeDescriptor* to;
+};
+[[noreturn]] inline void float_cast_overflow(const FloatCastOverflow* data, unsigned long from) {
+  // A float's descriptor: kind 1, info = its bits; a float or a double comes by value, a wider one by address.
+  double value = 0.0;
+  if (data->from->info == 32) {
+    float f;
+    const auto bits = static_cast<std::uint32_t>(from);
+    std::memcpy(&f, &bits, 4);
+    value = f;
+  } else if (data->from->info == 64) {
+    std::memcpy(&value, &from, 8);
+  } else {
+    value = static_cast<double>(*reinterpret_cast<const long double*>(from));
+  }
+  char message[512];
+  __builtin_snprintf(message, sizeof message,
+                     "conversion of %g from %s to %s out of its range (%s:%u:%u): C++ leaves it undefined (x86 "
+                     "gives the lowest value or wraps), a GPU saturates it to the nearest end and NaN to 0; clamp "
+                     "first or use __float2int_rz and its kin, which saturate here too",
+                     value, data->from->name, data->to->name, data->location.file, data->location.line,
+                     data->location.column);
+  ::kt::emu::Thread* t = ::kt::emu::self();
+  t->host->fail(t, message);
+  __builtin_unreachable();
+}
+}  // namespace kt::emu::ubsan
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_float_cast_overflow(void* data, void* from) {
+  ::kt::emu::ubsan::float_cast_overflow(static_cast<const ::kt::emu::ubsan::FloatCastOverflow*>(data),
+                                        reinterpret_cast<unsigned long>(from));
+}
+extern "C" __attribute__((visibility("hidden"))) void __ubsan_handle_float_cast_overflow_abort(void* data,
+                                                                                              void* from) {
+  ::kt::emu::ubsan::float_cast_overflow(static_cast<const ::kt::emu::ubsan::FloatCastOverflow*>(data),
+                                        reinterpret_cast<unsigned long>(from));
+}
 inline long long clock64() {
   static thread_local long long ticks = 0;
   return ticks += 1000;

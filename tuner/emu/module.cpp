@@ -38,7 +38,9 @@ namespace fs = std::filesystem;
 // An object's flags are "-x c++ <kFlags> -shared <kCodeFlags>"; the precompiled prelude's "-x c++-header <kFlags>
 // <kCodeFlags>" (g++ takes no second -x for one file, and -shared would link the header).
 constexpr const char* kFlags = "-std=c++20 -O1 -fPIC";
-constexpr const char* kCodeFlags = "-fvisibility=hidden -w -fsanitize=alignment";
+// -fsanitize=float-cast-overflow: a float-to-integer conversion out of the integer's range (which a GPU saturates)
+// reaches kt_emu.hpp's hook too, and fails the block with its line.
+constexpr const char* kCodeFlags = "-fvisibility=hidden -w -fsanitize=alignment -fsanitize=float-cast-overflow";
 // Line tables alone (no variables): a fault's instruction maps to its line of the rendered source (source_line).
 constexpr const char* kLineTablesGcc = " -g1";
 constexpr const char* kLineTablesClang = " -gline-tables-only";

@@ -92,10 +92,14 @@ __global__ void k_misaligned_copy(float* out, const float* in, int offset) {
   kt::cp_async_wait_all();
   out[threadIdx.x] = s[4 * threadIdx.x];
 }
+__global__ void k_float_cast(int* out, unsigned char* bytes, const float* in) {
+  out[threadIdx.x] = static_cast<int>(in[threadIdx.x]);  // a GPU saturates 3e9 to INT_MAX; x86 gives INT_MIN
+  bytes[threadIdx.x] = (unsigned char)(in[threadIdx.x] - 100.0f);  // a GPU gives 0 for a negative value
+}
 )";
 
 enum { kBarrier, kWarp, kOverrun, kFarRead, kSmem, kTrap, kMisaligned, kMisalignedCopy, kStaticSmem, kStaticOverrun,
-       kAssert, kBeforeRead, kAssertGlibc, kSmemBefore };
+       kAssert, kBeforeRead, kAssertGlibc, kSmemBefore, kFloatCast };
 
 ktune::test::EmuProbe& probe() {
   // In order, whatever KTUNE_EMU_SCHEDULE says: a message names the first
@@ -104,7 +108,7 @@ ktune::test::EmuProbe& probe() {
                                  {"k_barrier_deadlock", "k_warp_deadlock", "k_overrun", "k_far_read",
                                   "k_smem_overrun", "k_trap", "k_misaligned", "k_misaligned_copy",
                                   "k_static_smem", "k_static_smem_overrun", "k_assert",
-                                  "k_before_read", "k_assert_glibc", "k_smem_before"},
+                                  "k_before_read", "k_assert_glibc", "k_smem_before", "k_float_cast"},
                                  2, ktune::env::EmuSchedule{});
   return p;
 }
@@ -312,6 +316,32 @@ TEST_CASE("a cp.async from a misaligned address is reported", "[emu]") {
   CHECK_THAT(error, Catch::StartsWith("emulation: cp.async of 16 bytes from 0x"));
   CHECK_THAT(error, Catch::Contains("both addresses must be 16-byte aligned"));
   CHECK_THAT(error, Catch::Contains("(kernel k_misaligned_copy, block (0,0,0), thread (0,0,0))"));
+}
+
+TEST_CASE("a float-to-integer conversion out of the integer's range ends the launch with its line", "[emu]") {
+  auto& p = probe();
+  int* out = p.buffer("out", std::vector<int>(2));
+  unsigned char* bytes = p.buffer("bytes", std::vector<unsigned char>(2));
+  const float* big = p.buffer("in", std::vector<float>{4.5e9f, 150.0f});
+  const auto error = p.launch_error(kFloatCast, {1, 1, 1}, {2, 1, 1}, ArgPack().add(out).add(bytes).add(big));
+  INFO(error);
+  CHECK(error.find("conversion of 4.5e+09 from 'float' to 'int' out of its range (rendered.cu:") !=
+        std::string::npos);
+  CHECK(error.find("a GPU saturates it to the nearest end and NaN to 0") != std::string::npos);
+  const float* negative = p.buffer("in", std::vector<float>{50.0f, 150.0f});
+  const auto byte_error =
+      p.launch_error(kFloatCast, {1, 1, 1}, {2, 1, 1}, ArgPack().add(out).add(bytes).add(negative));
+  INFO(byte_error);
+  CHECK(byte_error.find("from 'float' to 'unsigned char' out of its range") != std::string::npos);
+  const float* nan = p.buffer("in", std::vector<float>{std::nanf(""), 150.0f});
+  CHECK(p.launch_error(kFloatCast, {1, 1, 1}, {2, 1, 1}, ArgPack().add(out).add(bytes).add(nan))
+            .find("conversion of nan from 'float' to 'int'") != std::string::npos);
+  const float* in_range = p.buffer("in", std::vector<float>{100.5f, 355.0f});
+  CHECK(p.launch_error(kFloatCast, {1, 1, 1}, {2, 1, 1}, ArgPack().add(out).add(bytes).add(in_range)).empty());
+  CHECK(out[0] == 100);
+  CHECK(out[1] == 355);
+  CHECK(bytes[0] == 0);
+  CHECK(bytes[1] == 255);
 }
 
 }  // namespace tuner_emu_detectors_emu_test
