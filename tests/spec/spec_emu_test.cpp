@@ -253,6 +253,27 @@ TEST_CASE("spec emu: a kernel the emulation cannot run is refused with the const
   CHECK_THAT(out, Catch::Contains("reduction.cu:3: extern __shared__"));
 }
 
+TEST_CASE("spec emu: a fault in a spec's kernel names its line in the spec's source file", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-fault-line");
+  // Thread 5 divides by zero; the line tables hold the source under the name its #line marker gives.
+  std::ofstream(dir / "divide.cu") << "__global__ void divide(const int* x, int* y, int n) {\n"
+                                      "  const int i = threadIdx.x; volatile int d = i != 5;\n"
+                                      "  if (i < n) y[i] = 100 / d;\n"
+                                      "}\n"
+                                      "__global__ void divide_reference(const int* x, int* y, int n) {\n"
+                                      "  if (threadIdx.x < n) y[threadIdx.x] = 100;\n"
+                                      "}\n";
+  std::ofstream(dir / "divide.json") << R"json({"name": "divide", "source": "divide.cu", "kernel": "divide",
+    "dtypes": ["i32"], "problem": {"n": 32}, "tunables": {"b": [32]}, "grid": "1", "block": "b",
+    "buffers": [{"name": "x", "count": "n", "role": "input", "dtype": "i32"},
+                {"name": "y", "count": "n", "role": "output", "dtype": "i32"}],
+    "args": ["x", "y", {"type": "i32", "value": "n"}], "reference": {"kernel": "divide_reference"}})json";
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "divide.json").string(), &out) == 1);
+  CHECK_THAT(out, Catch::Contains("arithmetic exception (integer division by zero?) in kernel divide, block (0,0,0), "
+                                  "thread (5,0,0) at divide.cu:3"));
+}
+
 TEST_CASE("spec emu: restore_inouts times an in-place kernel from its inputs as uploaded (Triton's restore_value)",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-restore-inouts");

@@ -333,15 +333,23 @@ std::string source_line(const void* pc) {
   const auto offset = reinterpret_cast<std::uintptr_t>(pc) - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
   std::string out;
   if (run_capture(fmt::format("addr2line -i -e {} 0x{:x}", shell_quote(info.dli_fname), offset), out) != 0) return "";
-  // One "file:line" per frame, the innermost first: the first of the rendered source's.
+  // One "file:line" per frame, the innermost first: the first of the rendered source's, "rendered.cu" or a file
+  // its #line markers name (a kernel spec's sources, which the line tables hold under the compiler's folder);
+  // never the prelude's (the precompiled prelude-<hash>.hpp, or the tmp-<key>-... source compiled whole) or a
+  // system header's.
+  const auto kernel_file = [](const std::string& path) {
+    const std::string name = fs::path(path).filename().string();
+    return name == "rendered.cu" || (path.rfind("/usr/", 0) != 0 && name.rfind("prelude-", 0) != 0 &&
+                                     name.rfind("tmp-", 0) != 0 && !name.empty());
+  };
   std::size_t at = 0;
   for (std::string line; at < out.size(); at += line.size() + 1) {
     line = out.substr(at, out.find('\n', at) - at);
     const std::size_t colon = line.rfind(':');
     if (colon == std::string::npos) continue;
-    const std::string file = fs::path(line.substr(0, colon)).filename().string();
+    const std::string path = line.substr(0, colon), file = fs::path(path).filename().string();
     const std::string number = line.substr(colon + 1, line.find(' ', colon) - colon - 1);
-    if (file == "rendered.cu" && !number.empty() && number != "?" && number != "0") return file + ":" + number;
+    if (kernel_file(path) && !number.empty() && number != "?" && number != "0") return file + ":" + number;
   }
   return "";
 }

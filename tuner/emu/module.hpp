@@ -42,7 +42,8 @@ std::string emulation_source(const templates::Rendered& rendered);
 /// Compiler and options, e.g. "c++ -x c++ -std=c++20 -O1 ...".
 std::string emulation_compile_options();
 
-/// "rendered.cu:42": the line of the rendered source an instruction of a
+/// "rendered.cu:42" (or "matmul.cu:42", a kernel spec's file its #line
+/// markers name): the line of the rendered source an instruction of a
 /// loaded module at `pc` came from (the innermost such line where it was
 /// inlined from one), by addr2line over the module's line tables; "" where
 /// it cannot tell (no addr2line, no module there, a line of ktune's headers).
