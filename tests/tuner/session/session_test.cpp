@@ -210,6 +210,40 @@ TEST_CASE("the cache's config for the problem is measured in the session, so onl
   CHECK(tune(family, problem, slower, o).best->config != cached);
 }
 
+TEST_CASE("the finalists are timed again in two passes, the second in the reverse order, so a drift falls "
+          "alike on all",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const Config def = family.default_config(problem);
+  ScriptedRunner runner;
+  runner.noisy = true;
+  TuneOptions o;
+  o.run.time = true;
+  o.budget = "12";
+  o.finalists = 3;
+  o.log_path = (test::scratch_dir("session-two-passes") / "log.jsonl").string();
+  // Every config equally fast, the GPU slowing by 1 % with each run (a clock or temperature drift): in one pass
+  // the last timed read slowest.
+  runner.time_of = [&runner](const Config&) { return 1.0 + 0.01 * runner.calls; };
+  const auto s = tune(family, problem, runner, o);
+  REQUIRE(s.finalists.size() >= 3);
+  const std::size_t searched = runner.order.size() - 2 * s.finalists.size();
+  std::vector<Config> first(runner.order.begin() + static_cast<std::ptrdiff_t>(searched),
+                            runner.order.begin() + static_cast<std::ptrdiff_t>(searched + s.finalists.size()));
+  std::vector<Config> second(runner.order.begin() + static_cast<std::ptrdiff_t>(searched + s.finalists.size()),
+                             runner.order.end());
+  std::reverse(second.begin(), second.end());
+  CHECK(first == second);
+  CHECK(std::find(first.begin(), first.end(), def) != first.end());
+  // Each finalist's two passes together: every one reads the same median, and the drift favours none.
+  for (const auto& r : s.finalists) {
+    CHECK(r.result.timing->median_ms == Approx(s.finalists.front().result.timing->median_ms).epsilon(0.002));
+    CHECK(r.result.timing->repetitions == 20);
+    CHECK_THAT(r.result.timing->method, Catch::StartsWith("timed again beside the other finalists in two passes"));
+  }
+}
+
 TEST_CASE("the finalists are judged on their side-by-side times and a tie keeps the cache's config", "[session]") {
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
