@@ -383,19 +383,36 @@ void add_cache_command(CLI::App& app, Global& global) {
         compiled, "--nvrtc", p.nvrtc_version, [](const cache::Entry& e) { return e.key.nvrtc_version; },
         "no entries compiled by NVRTC (GEMM entries compile nothing, and --nvrtc leaves them alone)");
     require_held(selected, "--driver", p.driver_version, [](const cache::Entry& e) { return e.key.driver_version; });
+    std::vector<cache::Entry> gone;  // what went, to be named
     file.update([&](std::vector<cache::Entry>& entries) {
+      const std::vector<cache::Entry> before = entries;
       if (args->stale)
         dropped = std::erase_if(entries, [&](const cache::Entry& e) {
           const std::string state = source_state(e, families);
           return (p.family.empty() || e.key.family == p.family) && (state == "stale" || state == "off the space");
         });
       dropped += cache::prune_entries(entries, args->prune);
+      std::multiset<std::string> kept;
+      for (const auto& e : entries) kept.insert(cache::to_json(e).dump());
+      for (const auto& e : before)
+        if (const auto it = kept.find(cache::to_json(e).dump()); it != kept.end()) kept.erase(it);
+        else gone.push_back(e);
       return dropped > 0;
     });
-    if (global.json)
-      std::cout << dump_json(nlohmann::json{{"file", args->file}, {"dropped", dropped}}, 2) << "\n";
-    else
+    const auto named = [](const cache::Entry& e) {
+      return fmt::format("{} {} on {} ({}; NVRTC {}, driver {}, {})", e.key.family, e.key.problem_key,
+                         e.key.gpu_name, e.key.arch, e.key.nvrtc_version.empty() ? "-" : e.key.nvrtc_version,
+                         e.key.driver_version, e.date);
+    };
+    if (global.json) {
+      nlohmann::json names = nlohmann::json::array();
+      for (const auto& e : gone) names.push_back(cache::to_json(e.key));
+      std::cout << dump_json(nlohmann::json{{"file", args->file}, {"dropped", dropped}, {"dropped_keys", names}}, 2)
+                << "\n";
+    } else {
       std::cout << fmt::format("{}: {} {} dropped\n", args->file, dropped, dropped == 1 ? "entry" : "entries");
+      for (const auto& e : gone) std::cout << "  " << named(e) << "\n";
+    }
   });
 
   auto* exp = cmd->add_subcommand("export", "Write a filtered copy of a cache (for another host or the runtime)");

@@ -779,6 +779,15 @@ TEST_CASE("CLI: cache show tells apart the entries of one key by the NVRTC, driv
   CHECK(rows_with("| 13000 ") == 2);
   CHECK(rows_with("2026-02-03T04:05:06Z") == 1);
   CHECK(rows_with("| 13.0 ") == 3);
+  // prune drops the older of the two and names it.
+  REQUIRE(run_ktune("cache prune " + (dir / "c.json").string(), &out) == 0);
+  CHECK(out == (dir / "c.json").string() + ": 1 entry dropped\n  adamw f32;numel=16384;tensors=4 on NVIDIA H100 80GB "
+                                           "HBM3 (sm_90; NVRTC 13.0, driver 13000, 2025-01-01T00:00:00Z)\n");
+  ktune::write_file_atomic(dir / "c.json", doc.dump());
+  REQUIRE(run_ktune("--json cache prune " + (dir / "c.json").string(), &out) == 0);
+  const auto pruned = nlohmann::json::parse(out);
+  REQUIRE(pruned.at("dropped_keys").size() == 1);
+  CHECK(pruned["dropped_keys"][0]["driver_version"] == "13000");
 }
 
 TEST_CASE("CLI: cache size reports KTUNE_CACHE_DIR's parts, cache clean empties them", "[cli]") {
