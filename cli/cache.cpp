@@ -357,7 +357,6 @@ void add_cache_command(CLI::App& app, Global& global) {
                   "--spec tells a kernel spec's entries stale: it goes with --stale");
     const auto families = args->known_families();
     args->prune.superseded = !args->keep_superseded;
-    std::size_t dropped = 0;
     cache::CacheFile file(args->file);
     const auto held = file.load_input();  // a missing file is an error, not an empty cache
     const auto& p = args->prune;
@@ -387,18 +386,19 @@ void add_cache_command(CLI::App& app, Global& global) {
     file.update([&](std::vector<cache::Entry>& entries) {
       const std::vector<cache::Entry> before = entries;
       if (args->stale)
-        dropped = std::erase_if(entries, [&](const cache::Entry& e) {
+        std::erase_if(entries, [&](const cache::Entry& e) {
           const std::string state = source_state(e, families);
           return (p.family.empty() || e.key.family == p.family) && (state == "stale" || state == "off the space");
         });
-      dropped += cache::prune_entries(entries, args->prune);
+      cache::prune_entries(entries, args->prune);
       std::multiset<std::string> kept;
       for (const auto& e : entries) kept.insert(cache::to_json(e).dump());
       for (const auto& e : before)
         if (const auto it = kept.find(cache::to_json(e).dump()); it != kept.end()) kept.erase(it);
         else gone.push_back(e);
-      return dropped > 0;
+      return !gone.empty();
     });
+    const std::size_t dropped = gone.size();
     const auto named = [](const cache::Entry& e) {
       return fmt::format("{} {} on {} ({}; NVRTC {}, driver {}, {})", e.key.family, e.key.problem_key,
                          e.key.gpu_name, e.key.arch, e.key.nvrtc_version.empty() ? "-" : e.key.nvrtc_version,

@@ -528,23 +528,22 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     // Two passes of half the repetitions each, the second in the reverse order (A B C, then C B A): a clock or
     // temperature drift over the re-timing falls alike on the first finalists (the search's fastest) and the
     // last (the default, the cache's config), where one pass in order put all of it on the last.
+    const auto half = [](int count, std::size_t pass) { return pass == 0 ? (count + 1) / 2 : count / 2; };
     std::array<RunOptions, 2> pass_options{again, again};
-    pass_options[0].min_repetitions = (run.min_repetitions + 1) / 2;
-    pass_options[1].min_repetitions = run.min_repetitions / 2;
-    for (int p = 0; p < 2; ++p) {
-      RunOptions& o = pass_options[static_cast<std::size_t>(p)];
-      o.max_repetitions = std::max(o.min_repetitions, p == 0 ? (run.max_repetitions + 1) / 2 : run.max_repetitions / 2);
-      o.min_seconds = run.min_seconds / 2;
+    for (std::size_t p = 0; p < 2; ++p) {
+      pass_options[p].min_repetitions = half(run.min_repetitions, p);
+      pass_options[p].max_repetitions = std::max(pass_options[p].min_repetitions, half(run.max_repetitions, p));
+      pass_options[p].min_seconds = run.min_seconds / 2;
     }
-    const int passes = pass_options[1].min_repetitions > 0 ? 2 : 1;  // one repetition asked: one pass
+    const std::size_t passes = pass_options[1].min_repetitions > 0 ? 2 : 1;  // one repetition asked: one pass
     const std::size_t n = ranked.size();
     std::vector<std::vector<Measurement>> measured(n);
     std::vector<bool> failed(n, false);
-    for (int pass = 0; pass < passes; ++pass)
+    for (std::size_t pass = 0; pass < passes; ++pass)
       for (std::size_t k = 0; k < n; ++k) {
         const std::size_t i = pass == 0 ? k : n - 1 - k;
         if (failed[i]) continue;
-        const RunResult t = runner.run(family, ranked[i].config, problem, pass_options[static_cast<std::size_t>(pass)]);
+        const RunResult t = runner.run(family, ranked[i].config, problem, pass_options[pass]);
         if (!t.ok || !t.timing) {  // a config that fails when run again (flaky, racing, hanging) wins nothing
           failed[i] = true;
           summary.disqualified.push_back({ranked[i].config, t});
@@ -559,7 +558,8 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       if (timed_again.empty()) search_ms = time_of(r);
       // The passes' repetitions together (a measurement that kept none stands as it is).
       std::vector<double> samples;
-      for (const Measurement& m : measured[i]) samples.insert(samples.end(), m.samples_ms.begin(), m.samples_ms.end());
+      for (const Measurement& m : measured[i])
+        samples.insert(samples.end(), m.samples_ms.begin(), m.samples_ms.end());
       const bool all_kept = std::all_of(measured[i].begin(), measured[i].end(),
                                         [](const Measurement& m) { return !m.samples_ms.empty(); });
       Measurement m = all_kept ? summarize(samples) : measured[i].front();

@@ -91,7 +91,9 @@ ChosenConfig choose_config(const templates::Family& family, const templates::Pro
   const auto [def, stand_in] = device_default(family, problem, device);
   const std::string default_source =
       stand_in ? fmt::format("the valid config nearest the default on {}", device.arch) : "default";
-  ChosenConfig out{def, cache::Match::kNone, default_source + " (no tuned cache)"};
+  ChosenConfig out;  // the default, until a tuned entry says otherwise
+  out.config = def;
+  out.source = default_source + " (no tuned cache)";
   // Why a tuned config cannot run here ("" where it can): off the family's space (the space changed since it was
   // tuned, or the file was edited), or not valid for this problem on this device.
   auto unusable = [&](const nlohmann::json& j) -> std::string {
