@@ -3,8 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <initializer_list>
 #include <limits>
 
 #include "base/error.hpp"
@@ -31,24 +33,31 @@ bool Key::stale_for(const Key& query) const {
 json to_json(const Key& key) {
   json dims = json::object();
   for (const auto& [k, v] : key.dims) dims[k] = v;
-  return {{"family", key.family},       {"source_hash", key.source_hash},
-          {"problem_key", key.problem_key}, {"dtype", key.dtype},
-          {"arch", key.arch},           {"gpu_name", key.gpu_name},
-          {"nvrtc_version", key.nvrtc_version}, {"driver_version", key.driver_version},
-          {"dims", dims}};
+  json j = key.extra;
+  j.update(json{{"family", key.family},
+                {"source_hash", key.source_hash},
+                {"problem_key", key.problem_key},
+                {"dtype", key.dtype},
+                {"arch", key.arch},
+                {"gpu_name", key.gpu_name},
+                {"nvrtc_version", key.nvrtc_version},
+                {"driver_version", key.driver_version},
+                {"dims", dims}});
+  return j;
 }
 
 json to_json(const Entry& e) {
-  json j = {{"key", to_json(e.key)},
-          {"config", e.config},
-          {"time_ms", e.time_ms},
-          {"p20_ms", e.p20_ms},
-          {"p80_ms", e.p80_ms},
-          {"spread", e.spread},
-          {"evaluations", e.evaluations},
-          {"repetitions", e.repetitions},
-          {"date", e.date},
-          {"ktune_version", e.ktune_version}};
+  json j = e.extra;
+  j.update(json{{"key", to_json(e.key)},
+                {"config", e.config},
+                {"time_ms", e.time_ms},
+                {"p20_ms", e.p20_ms},
+                {"p80_ms", e.p80_ms},
+                {"spread", e.spread},
+                {"evaluations", e.evaluations},
+                {"repetitions", e.repetitions},
+                {"date", e.date},
+                {"ktune_version", e.ktune_version}});
   if (e.deterministic)
     j["deterministic"] = {{"config", e.deterministic->config}, {"time_ms", e.deterministic->time_ms}};
   return j;
@@ -124,6 +133,14 @@ std::optional<std::int64_t> exact_int64(const json& j) {
 }
 
 namespace {
+/// The fields of `j` not named in `known`: what a newer ktune added.
+json unknown_fields(const json& j, std::initializer_list<const char*> known) {
+  json extra = json::object();
+  for (const auto& [name, value] : j.items())
+    if (std::none_of(known.begin(), known.end(), [&](const char* k) { return name == k; })) extra[name] = value;
+  return extra;
+}
+
 Entry parse_entry(const json& j) {
   if (!j.is_object()) bad("an entry is not a JSON object");
   if (!j.contains("key") || !j["key"].is_object()) bad("entry field 'key' must be an object");
@@ -178,6 +195,10 @@ Entry parse_entry(const json& j) {
     if (!ok) bad("entry field 'deterministic' must be an object holding a 'config' object and a 'time_ms' >= 0");
     e.deterministic = DeterministicPick{d["config"], d["time_ms"].get<double>()};
   }
+  e.key.extra = unknown_fields(k, {"family", "source_hash", "problem_key", "dtype", "arch", "gpu_name",
+                                   "nvrtc_version", "driver_version", "dims"});
+  e.extra = unknown_fields(j, {"key", "config", "time_ms", "p20_ms", "p80_ms", "spread", "evaluations",
+                               "repetitions", "date", "ktune_version", "deterministic"});
   return e;
 }
 }  // namespace

@@ -33,6 +33,11 @@ struct Key {
   std::string nvrtc_version;   ///< e.g. "13.0"
   std::string driver_version;  ///< e.g. "13000" (cuDriverGetVersion)
   std::map<std::string, std::int64_t> dims;  ///< shape dimensions, e.g. {"numel": 16384}
+  /// Fields of the key this ktune does not know (a newer one wrote them), kept
+  /// as they were so that rewriting the file loses nothing; not part of the
+  /// identity (a field that changes which problem a key names comes with a new
+  /// schema version, which this ktune refuses).
+  nlohmann::json extra = nlohmann::json::object();
 
   /// Identity without the validity stamp (source hash, NVRTC, driver): the
   /// fields that say *which* problem on *which* GPU.
@@ -67,6 +72,8 @@ struct Entry {
   /// Where `config` does not sum in a fixed order and the session measured a
   /// config that does; absent otherwise (and in entries older ktunes wrote).
   std::optional<DeterministicPick> deterministic;
+  /// Fields of the entry this ktune does not know, kept as they were (see Key::extra).
+  nlohmann::json extra = nlohmann::json::object();
 };
 
 nlohmann::json to_json(const Key& key);

@@ -275,6 +275,43 @@ TEST_CASE("values a cache file cannot hold are refused, never wrapped or misread
   CHECK_THAT(what, Catch::Contains(expect) && Catch::Contains("t.json") && !Catch::Contains("json.exception"));
 }
 
+TEST_CASE("fields a newer ktune added to an entry or its key are written back as they were by put, merge and prune, "
+          "and an entry a new measurement replaces takes none of them",
+          "[cache]") {
+  const auto dir = ktune::test::scratch_dir("cache-unknown-fields");
+  nlohmann::json doc = nlohmann::json::parse(serialise_cache(
+      {make_entry("f32;numel=8;tensors=4", 8), make_entry("f32;numel=16;tensors=4", 16)}));
+  for (auto& j : doc["entries"]) {
+    j["energy_j"] = {{"median", 0.25}, {"unit", "J"}};
+    j["key"]["compiler_flags"] = "-O3";
+  }
+  write_text(dir / "tuned.json", doc.dump(1));
+  const auto kept = [&](const std::string& problem) {
+    const auto written = nlohmann::json::parse(ktune::read_file(dir / "tuned.json"));
+    for (const auto& j : written["entries"])
+      if (j["key"]["problem_key"] == problem)
+        return j.contains("energy_j") && j["energy_j"]["unit"] == "J" && j["key"]["compiler_flags"] == "-O3";
+    FAIL("no entry for " << problem);
+    return false;
+  };
+  CacheFile file(dir / "tuned.json");
+  REQUIRE(file.load().size() == 2);
+  CHECK(file.load()[0].key.identity() == make_entry("f32;numel=16;tensors=4", 16).key.identity());
+  file.put(make_entry("f32;numel=32;tensors=4", 32));  // another key: what tune writes beside them
+  CHECK(kept("f32;numel=8;tensors=4"));
+  CHECK(kept("f32;numel=16;tensors=4"));
+  CHECK(file.merge_from({make_entry("f32;numel=64;tensors=4", 64)}) == 1);
+  CHECK(kept("f32;numel=8;tensors=4"));
+  file.update([](std::vector<Entry>& entries) {  // a prune that drops nothing, written anyway
+    CHECK(prune_entries(entries, PruneOptions{}) == 0);
+    return true;
+  });
+  CHECK(kept("f32;numel=16;tensors=4"));
+  file.put(make_entry("f32;numel=8;tensors=4", 8, 0.5));  // measured again: the old entry's fields go with it
+  CHECK_FALSE(kept("f32;numel=8;tensors=4"));
+  CHECK(kept("f32;numel=16;tensors=4"));
+}
+
 TEST_CASE("duplicate entries collapse on merge: a file merged into its own copy adds nothing", "[cache]") {
   const auto dir = ktune::test::scratch_dir("cache-duplicates");
   Entry a = make_entry("f32;numel=8;tensors=4", 8, 1.0);
