@@ -43,7 +43,9 @@ void add_eval_command(CLI::App& app, Global& global) {
       ->check(finite_in(0, 1, true, true))
       ->default_str("none")
       ->needs(tokens);
-  cmd->add_option("--seed", o->r.seed, "Seed of the initialisation and the batch sampler")
+  cmd->add_option("--seed", o->r.seed,
+                  "Seed of the initialisation, the batch sampler and, without --tokens, the synthetic token stream "
+                  "(default: for --weights trained on that stream, the seed they were trained at)")
       ->check(integer_at_least(0))
       ->capture_default_str();
   auto* batches = cmd->add_option("--batches", o->batches,
@@ -69,6 +71,13 @@ void add_eval_command(CLI::App& app, Global& global) {
     // The model (and context) the weights say, where the command line does not.
     if (const std::string took = take_from_weights(cmd, o->m, o->r.weights); !took.empty())
       std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->r.weights);
+    // The stream the weights learned, where they were trained on the synthetic one and this run reads it too.
+    if (r.tokens_file.empty() && cmd->get_option("--seed")->count() == 0)
+      if (const auto seed = synthetic_stream_seed(o->r.weights); seed && *seed != r.seed) {
+        r.seed = *seed;
+        std::cerr << fmt::format("note: --seed {} from the metadata of {} (the synthetic stream it was trained on)\n",
+                                 *seed, o->r.weights);
+      }
     r.model = model_from_args(o->m);
     r.shape = shape_from_args(o->m);
     r.threads = threads_from_args(o->m);
@@ -131,7 +140,8 @@ void add_eval_command(CLI::App& app, Global& global) {
                         {"tokens_file",  // null: the synthetic stream
                          r.tokens_file.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.tokens_file)},
                         {"val_split", r.val_split > 0 ? nlohmann::ordered_json(r.val_split) : nlohmann::ordered_json()},
-                        {"batches", o->batches}, {"loss", result.loss}, {"perplexity", std::exp(result.loss)}};
+                        {"batches", o->batches}, {"seed", r.seed}, {"loss", result.loss},
+                        {"perplexity", std::exp(result.loss)}};
     if (result.launches)
       j["launches"] = {{"kernels", result.launches->kernels}, {"gemms", result.launches->gemms}};
     if (!o->dump.empty()) {
@@ -149,9 +159,9 @@ void add_eval_command(CLI::App& app, Global& global) {
                                std::exp(result.loss),
                                o->batches > 1 ? fmt::format("mean of {} batches of ", o->batches) : "", r.shape.batch,
                                r.shape.context,
-                               r.tokens_file.empty() ? "the synthetic stream (no --tokens)"
-                                                     : r.tokens_file + (r.val_split > 0 ? " held out by --val-split"
-                                                                                        : ""))
+                               r.tokens_file.empty()
+                                   ? fmt::format("the synthetic stream of seed {} (no --tokens)", r.seed)
+                                   : r.tokens_file + (r.val_split > 0 ? " held out by --val-split" : ""))
                 << (kernels.empty() ? "" : kernels + "\n")
                 << (result.launches ? fmt::format("launches: {} ({} mode, {}{})\n", result.launches->str(),
                                                   model::to_string(r.backend.mode),

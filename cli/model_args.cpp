@@ -167,6 +167,20 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
   return fmt::format("{}", fmt::join(took, " "));
 }
 
+std::optional<std::uint64_t> synthetic_stream_seed(const std::string& weights) {
+  if (weights.empty()) return std::nullopt;
+  const SafetensorsReader file(weights);
+  const auto& meta = file.metadata();
+  const auto tokens = meta.find("tokens"), seed = meta.find("seed");
+  if (tokens == meta.end() || !tokens->second.empty() || seed == meta.end()) return std::nullopt;
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(seed->second.data(), seed->second.data() + seed->second.size(), v);
+  KTUNE_REQUIRE(ec == std::errc() && end == seed->second.data() + seed->second.size(),
+                fmt::format("the metadata of {} gives seed as '{}', not a whole number; give --seed", weights,
+                            excerpt(seed->second)));
+  return v;
+}
+
 model::RunShape shape_from_args(const ModelArgs& a) {
   model::RunShape s{a.batch ? a.batch : a.default_batch, a.ctx ? a.ctx : a.default_ctx};
   s.recompute = a.recompute.empty()     ? model::Recompute::kBlocks

@@ -59,6 +59,11 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 /// Returns what was taken, as options ("--model small --ctx 256"; "" for
 /// nothing).
 std::string take_from_weights(const CLI::App* cmd, ModelArgs& args, const std::string& weights);
+/// The seed of the synthetic token stream `weights` were trained on: their
+/// metadata's "seed" where its "tokens" names no file (as `train --save` and
+/// checkpoints write them); nullopt for weights trained on a token file or
+/// that say neither. `eval` without --tokens reads that stream.
+std::optional<std::uint64_t> synthetic_stream_seed(const std::string& weights);
 
 /// Adds --recompute [swiglu|blocks] (RunShape::recompute; alone: blocks) to
 /// a command that trains or plans a training run; with `with_auto` (a

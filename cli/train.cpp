@@ -200,7 +200,8 @@ void add_train_command(CLI::App& app, Global& global) {
       ->capture_default_str();
   cmd->add_option("--clip-norm", o->t.hyper.max_grad_norm,
                   "Clip the gradients by their global L2 norm to at most this before each AdamW step (each step's "
-                  "line shows the norm before clipping); 0: no clipping")
+                  "line shows the norm before clipping); 0: no clipping, and no norm is taken or shown (a bound no "
+                  "norm reaches, such as 1e30, shows it unclipped)")
       ->check(fp32_at_least(0))
       ->capture_default_str();
   cmd->add_option("--lr-schedule", o->schedule,
@@ -221,7 +222,8 @@ void add_train_command(CLI::App& app, Global& global) {
                                        "there")
                            ->check(integer_at_least(1))
                            ->default_str("--steps");
-  cmd->add_option("--seed", o->t.seed, "Seed of the initialisation and the batch sampler")
+  cmd->add_option("--seed", o->t.seed,
+                  "Seed of the initialisation, the batch sampler and, without --tokens, the synthetic token stream")
       ->check(integer_at_least(0))
       ->capture_default_str();
   auto* checkpoint = cmd->add_option("--checkpoint", o->t.checkpoint,
@@ -464,9 +466,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                                           : "");
               }
             } else {
-              out << fmt::format("tokens: the synthetic stream (one random sequence of {} tokens, repeated; "
-                                       "--tokens F reads a corpus){}\n",
-                                       model::TokenStream::kSyntheticPeriod,
+              out << fmt::format("tokens: the synthetic stream of seed {} (one random sequence of {} tokens, "
+                                       "repeated; --tokens F reads a corpus){}\n",
+                                       t.seed, model::TokenStream::kSyntheticPeriod,
                                        t.eval_every > 0 ? fmt::format(", validated on {}", t.val_tokens_file.empty()
                                                                                             ? "the same stream"
                                                                                             : t.val_tokens_file)

@@ -150,6 +150,9 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   const auto save_weights = [&](const std::string& path) {
     TensorFile file = parameters_file<float>(o.model, model->layout(), model->parameters());
     file.metadata["context"] = std::to_string(o.shape.context);  // what `generate` and `eval` default --ctx to
+    // As a checkpoint states them: `eval` of weights trained on the synthetic stream (no tokens) reads that stream.
+    file.metadata["seed"] = std::to_string(o.seed);
+    file.metadata["tokens"] = o.tokens_file;
     write_safetensors(path, file);
   };
   const auto validate = [&] {

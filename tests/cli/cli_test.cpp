@@ -1237,6 +1237,38 @@ TEST_CASE("CLI: train --resume that validates on other batches says its losses a
   CHECK_THAT(out, !Catch::Contains("note:"));
 }
 
+TEST_CASE("CLI: eval of weights trained on the synthetic stream reads the stream they learned, at their seed",
+          "[cli]") {
+  // The synthetic stream is drawn from the seed: at another one, the loss would be a stranger's stream's.
+  const auto dir = ktune::test::scratch_dir("eval_synthetic_seed");
+  const auto weights = (dir / "w.safetensors").string(), ckpt = (dir / "run.ckpt").string();
+  std::string out;
+  REQUIRE(run_ktune("train --model tiny --seed 5 --steps 40 --threads 2 --save " + weights + " --checkpoint " + ckpt,
+                    &out) == 0);
+  const auto loss = [&](const std::string& args) {
+    REQUIRE(run_ktune("eval --threads 2 --json " + args, &out) == 0);
+    return nlohmann::json::parse(out.substr(out.find('{'))).at("loss").get<double>();  // after the notes
+  };
+  const double own = loss("--weights " + weights + " --seed 5");
+  CHECK(loss("--weights " + weights) == own);
+  CHECK(loss("--weights " + ckpt) == own);  // a checkpoint of the same step says the same
+  CHECK(loss("--weights " + weights + " --seed 0") > own + 1);  // another stream: the seed given is the run's
+  REQUIRE(run_ktune("eval --threads 2 --weights " + weights + " 2>&1", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("note: --seed 5 from the metadata of " + weights +
+                                  " (the synthetic stream it was trained on)\n") &&
+                      Catch::Contains("tokens of the synthetic stream of seed 5 (no --tokens)"));
+  // Weights trained on a token file say nothing of the synthetic stream.
+  const auto tokens = dir / "t.u16";
+  std::vector<std::uint16_t> ids(400);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint16_t>(i * 7 % 50);
+  ktune::test::write_tokens(tokens, ids);
+  REQUIRE(run_ktune("train --model tiny --seed 5 --steps 2 --threads 2 --tokens " + tokens.string() + " --save " +
+                        weights,
+                    &out) == 0);
+  REQUIRE(run_ktune("eval --threads 2 --weights " + weights + " 2>&1", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("note: --seed") && Catch::Contains("synthetic stream of seed 0"));
+}
+
 TEST_CASE("CLI: train --resume on the cpu backend at another --threads takes the steps the run would have taken",
           "[cli]") {
   // The cpu backend's sums run in an order of their own, not the threads': a resume at another count goes on
@@ -1464,8 +1496,8 @@ TEST_CASE("CLI: eval says the loss and its perplexity, of batches or of a whole 
     if (args.find("--all") != std::string::npos)
       CHECK_THAT(out, Catch::Contains("49 windows of 8 tokens (the last 7 tokens, short of a window, not scored)"));
     else
-      CHECK_THAT(out, Catch::Contains("2 x 8 tokens of " +
-                                      (on_file ? (dir / "t.u16").string() : "the synthetic stream (no --tokens)")));
+      CHECK_THAT(out, Catch::Contains("2 x 8 tokens of " + (on_file ? (dir / "t.u16").string()
+                                                                    : "the synthetic stream of seed 0 (no --tokens)")));
     CHECK_THAT(out, Catch::Matches(fmt::format("loss [0-9.]+ \\(perplexity {:.4g}[;)](.|\n)*",
                                                j.at("perplexity").get<double>())));
   }
