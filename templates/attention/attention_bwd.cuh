@@ -439,9 +439,11 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
     }
 
     // P^T = exp(scale * S^T - lse) and dS^T = P^T * (dP^T - D), masked
-    // where the query is past the sequence or (causal) before the key; keys
-    // past the sequence are zero rows of K and V and are never stored.
-    const bool masked_tile = m0 + BLOCK_M > seq || (CAUSAL && m0 < n0 + BLOCK_N - 1);
+    // where the query or the key is past the sequence or (causal) the query
+    // is before the key. Keys past the sequence are zero rows of K and V,
+    // but their P^T is exp(-lse), which overflows T where lse is very
+    // negative, and inf times K's zero would be NaN in dQ.
+    const bool masked_tile = m0 + BLOCK_M > seq || n0 + BLOCK_N > seq || (CAUSAL && m0 < n0 + BLOCK_N - 1);
     const float* lse_s = srows + step % STAGES * 2 * BLOCK_M + warp_query0 + 2 * t;
 #pragma unroll
     for (int nt = 0; nt < MN; ++nt) {
@@ -460,7 +462,7 @@ __global__ void __launch_bounds__(WARPS * 32, 1)
             float p = kt::exp2_approx(s[kt_][nt][i] * scale_log2 - l2);
             if (masked_tile) {
               const int key = n0 + warp_key0 + kt_ * 16 + g + 8 * r;
-              if (query >= seq || (CAUSAL && query < key)) p = 0.0f;
+              if (query >= seq || key >= seq || (CAUSAL && query < key)) p = 0.0f;
             }
             s[kt_][nt][i] = p;
             dp[kt_][nt][i] = p * (dp[kt_][nt][i] - dd);

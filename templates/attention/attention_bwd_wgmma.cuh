@@ -166,9 +166,11 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
     kt::wgmma_wait<OVERLAP ? 1 : 0>();
     kt::wgmma_fence_operand(s);
 
-    // P^T = exp(scale * S^T - lse), zero where the query is past the
-    // sequence or (causal) before the key.
-    const bool masked_tile = m0 + BLOCK_M > seq || (CAUSAL && m0 < n0 + BLOCK_N - 1);
+    // P^T = exp(scale * S^T - lse), zero where the query or the key is past
+    // the sequence or (causal) the query is before the key: a key past it
+    // has P^T = exp(-lse), which overflows T for a very negative lse, and
+    // inf times K's zero row would be NaN in dQ.
+    const bool masked_tile = m0 + BLOCK_M > seq || n0 + BLOCK_N > seq || (CAUSAL && m0 < n0 + BLOCK_N - 1);
     const float* lse_s = srows + step % STAGES * 2 * BLOCK_M + 2 * t;
 #pragma unroll
     for (int nt = 0; nt < MN; ++nt) {
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(WARPGROUPS * 128, 1)
           float p = kt::exp2_approx(s[i] * scale_log2 - l2);
           if (masked_tile) {
             const int key = n0 + warp_key0 + g + 8 * r;
-            if (query >= seq || (CAUSAL && query < key)) p = 0.0f;
+            if (query >= seq || key >= seq || (CAUSAL && query < key)) p = 0.0f;
           }
           s[i] = p;
         }

@@ -56,16 +56,19 @@ inline double norm(templates::DType t, const std::vector<std::byte>& bytes) {
 
 /// Runs `config` of attention_bwd on `problem` through `backend`, from
 /// `rendered` when given (a changed source: the tests that must see a
-/// broken kernel fail), else the family's rendering.
+/// broken kernel fail), else the family's rendering; on `workload` when
+/// given (inputs of the test's own, laid out as the family's), else the
+/// family's of `seed`.
 inline BackwardErrors run_backward(tuner::exec::Backend& backend, const Config& config,
                                    const templates::Problem& problem, bool bhsd, std::uint64_t seed,
-                                   const templates::Rendered* rendered = nullptr) {
+                                   const templates::Rendered* rendered = nullptr,
+                                   const templates::Workload* workload = nullptr) {
   namespace at = templates::attention;
   const auto& f = at::backward_family();
   INFO(problem.key() << " " << config.str() << (bhsd ? " (batch, heads, seq, head_dim)" : ""));
   std::string why;
   REQUIRE(f.is_valid(config, problem, backend.device(), &why));
-  const auto w = f.make_workload(problem, seed);
+  const auto w = workload ? *workload : f.make_workload(problem, seed);
   const at::AttentionShape s = at::shape_of(problem);
   const auto kv = [&] {
     at::AttentionShape k = s;

@@ -20,6 +20,8 @@
 #include "templates/attention/attention.hpp"
 #include "templates/attention/backward_check.hpp"
 #include "templates/attention/shapes.hpp"
+#include "templates/attention/workload_common.hpp"
+#include "templates/render.hpp"
 #include "tuner/run/emu_runner.hpp"
 
 namespace templates_attention_backward_emu_test {
@@ -56,6 +58,44 @@ test::BackwardErrors run_wgmma_broken(tuner::exec::Backend& backend, const Confi
   REQUIRE(at != std::string::npos);
   r.source.replace(at, from.size(), to);
   return test::run_backward(backend, c, p, false, 3, &r);
+}
+
+/// The family's workload of `p` (batch 1, one head), but every element of Q
+/// is `q_value` and K's are drawn in [1, 2): at a q_value far below 0 every
+/// score of a row is (about -24 at -2 and head_dim 64), and so is its
+/// log-sum-exp, so that exp(-lse), what P would be at a key past the
+/// sequence (a zero row of K), overflows the dtype. O, lse and the
+/// expected dQ, dK, dV are the fp64 reference's of these inputs.
+Workload anti_aligned(const Problem& p, double q_value) {
+  Workload w = backward_family().make_workload(p, 3);
+  const AttentionShape s = shape_of(p);
+  REQUIRE(s.batch * s.heads * s.kv_heads == 1);
+  const auto n = static_cast<std::size_t>(s.seq * s.head_dim);
+  const auto values = [&](const HostBuffer& b) {
+    std::vector<double> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = value_at(b.dtype, b.bytes, i);
+    return x;
+  };
+  std::mt19937_64 rng(5);
+  const std::vector<double> q(n, stored(p, q_value)), k = draw_stored(p, rng, n, 1.f, 2.f);
+  const std::vector<double> v = values(w.buffers[2]), dout = values(w.buffers[5]);
+  const double scale = default_scale(s.head_dim);
+  const TensorStrides st = bshd_strides(s);
+  std::vector<double> o(n), lse(static_cast<std::size_t>(s.seq)), dq(n), dk(n), dv(n);
+  attention_forward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), s, st, st, st, st, scale, 0,
+                                      1);
+  for (auto& x : o) x = stored(p, x);
+  for (auto& x : lse) x = static_cast<float>(x);
+  attention_backward_streaming<double>(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(),
+                                       dk.data(), dv.data(), s, st, st, scale, 0, 1);
+  w.buffers[0].bytes = element_buffer("q", Role::kInput, p, q).bytes;
+  w.buffers[1].bytes = element_buffer("k", Role::kInput, p, k).bytes;
+  w.buffers[3].bytes = element_buffer("o", Role::kInput, p, o).bytes;
+  const std::vector<float> lse32(lse.begin(), lse.end());
+  w.buffers[4].bytes = make_buffer("lse", Role::kInput, DType::kF32, lse32).bytes;
+  for (auto [i, values] : {std::pair{6, &dq}, std::pair{7, &dk}, std::pair{8, &dv}})
+    w.buffers[static_cast<std::size_t>(i)].expected = element_buffer("x", Role::kOutput, p, *values).bytes;
+  return w;
 }
 
 }  // namespace
@@ -216,6 +256,41 @@ TEST_CASE("attention_bwd: the longest blocks of every head first (tile_order 1),
   const auto wrong = test::run_backward(*backend, c, p, false, 3, &r);
   CHECK(wrong.dk > wrong.tolerance);
   CHECK(wrong.dv > wrong.tolerance);
+}
+
+TEST_CASE("attention_bwd: rows whose scores are all far below 0 get a finite dQ where the last key block runs past "
+          "the sequence, by atomics and by the second pass, on mma.sync and on wgmma",
+          "[attention][emu]") {
+  // Not causal: the last key block's keys past the sequence are seen by every query tile, and their P is
+  // exp(-lse), inf in 16 bits where lse < -11 (f16) or -88 (bf16); masked, they add nothing to dQ.
+  auto sm80 = emu();
+  auto sm90 = tuner::exec::make_emu_backend({2, "sm_90"});
+  struct Case {
+    tuner::exec::Backend* backend;
+    Config c;
+    Problem p;
+    double q_value;
+  };
+  const Problem f16 = problem("f16", 37, 64, false, 1, 1), bf16 = problem("bf16", 100, 64, false, 1, 1);
+  const Case cases[] = {
+      {sm80.get(), backward_family().default_config(f16), f16, -2.0},
+      {sm80.get(), backward_family().default_config(bf16), bf16, -8.0},
+      {sm80.get(), config(32, 64, 4, 2, 1), f16, -1.5},
+      {sm80.get(), config(32, 64, 4, 2, 0), f16, -2.0},  // the second pass, which masked them already
+      {sm90.get(), wgmma_backward(64, 128, 2), f16, -2.0},
+      {sm90.get(), wgmma_backward(128, 128, 2, 2, 2), bf16, -8.0},
+  };
+  CHECK_FALSE(backward_family().deterministic(cases[0].c));  // the defaults sum dQ by atomics
+  CHECK_FALSE(backward_family().deterministic(cases[1].c));
+  for (const auto& [backend, c, p, q_value] : cases) {
+    INFO("q = " << q_value);
+    const Workload w = anti_aligned(p, q_value);
+    const test::BackwardErrors e = test::run_backward(*backend, c, p, false, 3, nullptr, &w);
+    INFO("dq " << e.dq << " dk " << e.dk << " dv " << e.dv << " tolerance " << e.tolerance);
+    CHECK(e.dq <= e.tolerance);
+    CHECK(e.dk <= e.tolerance);
+    CHECK(e.dv <= e.tolerance);
+  }
 }
 
 TEST_CASE("attention_bwd: a kernel broken on purpose fails these checks", "[attention][emu]") {
