@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <set>
 
@@ -24,9 +25,26 @@ std::string evals_text(double v, const std::string& unreached) {
   return std::isfinite(v) ? fmt::format("{:.0f}", v) : unreached;
 }
 
+nlohmann::json number_json(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+// null for +inf (a run that never reached what is counted).
 nlohmann::json quartiles_json(const search::Quartiles& q) {
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
-  return {{"p25", num(q.p25)}, {"median", num(q.median)}, {"p75", num(q.p75)}};
+  nlohmann::json j = {{"p25", number_json(q.p25)}, {"median", number_json(q.median)}, {"p75", number_json(q.p75)}};
+  j["median_ci95"] = std::isnan(q.median_lo) ? nlohmann::json(nullptr)
+                                             : nlohmann::json::array({number_json(q.median_lo),
+                                                                      number_json(q.median_hi)});
+  return j;
+}
+
+nlohmann::json runs_json(const std::vector<double>& values) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const double v : values) j.push_back(number_json(v));
+  return j;
+}
+
+/// ", 95% CI a-b" of the median, or "" where the runs are too few for one.
+std::string interval_text(const search::Quartiles& q, const std::function<std::string(double)>& text) {
+  return std::isnan(q.median_lo) ? "" : fmt::format(" (95% CI {} to {})", text(q.median_lo), text(q.median_hi));
 }
 
 }  // namespace
@@ -128,6 +146,8 @@ void add_replay_command(CLI::App& app, Global& global) {
                           {"evals_to_target", quartiles_json(r.evals_to_target)},
                           {"runs_reaching_target", r.runs_reaching_target},
                           {"seconds_to_target", quartiles_json(r.seconds_to_target)},
+                          {"runs_to_target", {{"evaluations", runs_json(r.evals_to_target_runs)},
+                                              {"seconds", runs_json(r.seconds_to_target_runs)}}},
                           {"wall_s", r.wall_s},
                           {"proposal_ms", {{"mean", r.proposal_ms_mean}, {"max", r.proposal_ms_max}}},
                           {"setup_ms_max", r.setup_ms_max},
@@ -163,14 +183,17 @@ void add_replay_command(CLI::App& app, Global& global) {
                                    pct(b.stopped_s.median), pct(b.stopped_s.p25), pct(b.stopped_s.p75));
       // The target as given: --target 0.9995 is 99.95 %, not a rounded 100 %.
       const std::string target = fmt::format("{:g}%", args->target * 100);
-      std::cout << fmt::format("  evaluations to {} of optimum: median {}, p25 {}, p75 {} ({}/{} runs reached it)\n",
-                               target, evals_text(r.evals_to_target.median, unreached),
+      const auto evals = [&](double v) { return evals_text(v, unreached); };
+      std::cout << fmt::format("  evaluations to {} of optimum: median {}{}, p25 {}, p75 {} ({}/{} runs reached it)\n",
+                               target, evals(r.evals_to_target.median), interval_text(r.evals_to_target, evals),
                                evals_text(r.evals_to_target.p25, unreached),
                                evals_text(r.evals_to_target.p75, unreached), r.runs_reaching_target, r.runs);
       const auto share = [&](double s) { return std::isfinite(s) ? pct(s) : not_within; };
       if (costs)
-        std::cout << fmt::format("  recorded time to {} of optimum (share of brute force): median {}, p25 {}, p75 {}\n",
-                                 target, share(r.seconds_to_target.median), share(r.seconds_to_target.p25),
+        std::cout << fmt::format("  recorded time to {} of optimum (share of brute force): median {}{}, p25 {}, p75 "
+                                 "{}\n",
+                                 target, share(r.seconds_to_target.median),
+                                 interval_text(r.seconds_to_target, share), share(r.seconds_to_target.p25),
                                  share(r.seconds_to_target.p75));
       else
         std::cout << fmt::format("  recorded time to {} of optimum: n/a ({} records no compile, verification or "

@@ -77,7 +77,28 @@ Quartiles quartiles(std::vector<double> values) {
   q.p25 = at(0.25);
   q.median = at(0.5);
   q.p75 = at(0.75);
+  if (const std::size_t l = median_interval_rank(values.size()); l > 0) {
+    q.median_lo = values[l - 1];
+    q.median_hi = values[values.size() - l];
+  }
   return q;
+}
+
+std::size_t median_interval_rank(std::size_t n) {
+  // P(B = i) = C(n, i) / 2^n, in logs (n of thousands overflows a double's 2^n).
+  const auto log_p = [&](std::size_t i) {
+    const double nd = static_cast<double>(n), id = static_cast<double>(i);
+    return std::lgamma(nd + 1) - std::lgamma(id + 1) - std::lgamma(nd - id + 1) - nd * std::log(2.0);
+  };
+  double below = 0;  // P(B <= l - 1), for the l being tried
+  std::size_t l = 0;
+  while (l < n / 2) {
+    const double next = below + std::exp(log_p(l));  // P(B <= l)
+    if (next > 0.025) break;
+    below = next;
+    ++l;
+  }
+  return l;
 }
 
 namespace {
@@ -221,6 +242,8 @@ ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudy
         {options.budgets[b], quartiles(fractions[b]), quartiles(stopped_evals[b]), quartiles(stopped_s[b])});
   result.evals_to_target = quartiles(to_target);
   result.seconds_to_target = quartiles(seconds_to_target);
+  result.evals_to_target_runs = std::move(to_target);
+  result.seconds_to_target_runs = std::move(seconds_to_target);
   result.proposal_ms_mean = proposals > 0 ? proposal_ms / static_cast<double>(proposals) : 0;
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;

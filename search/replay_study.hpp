@@ -3,6 +3,7 @@
 // (optimum time / best time found), plus how many evaluations each run needed
 // to reach a target fraction. `ktune replay` prints this.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -39,9 +40,16 @@ struct ReplayStudyOptions {
   std::function<void(int done)> on_run;  ///< after each run, with how many are done: progress for a caller
 };
 
-/// Quartiles over runs.
+/// Quartiles over runs, and a 95 % confidence interval of the median.
 struct Quartiles {
   double p25 = 0, median = 0, p75 = 0;
+  /// The distribution-free interval of the median (order statistics): the
+  /// values of ranks l and n + 1 - l (1-based) of the n sorted, l the
+  /// largest whose binomial tail P(Bin(n, 1/2) < l) is at most 2.5 %, so it
+  /// holds the true median with at least 95 % probability whatever the
+  /// distribution (+inf where a run never reached what is counted). NaN
+  /// below 6 runs, too few for one (5 give 93.75 % at most).
+  double median_lo = NAN, median_hi = NAN;
 };
 
 struct ReplayBudgetResult {
@@ -66,6 +74,10 @@ struct ReplayStudyResult {
   /// have paid to get there.
   Quartiles seconds_to_target;
   int runs_reaching_target = 0;  ///< the runs with a finite evals_to_target (and seconds_to_target)
+  /// Each run's evaluations and recorded seconds to the target, in the order
+  /// of the runs (seed, seed + 1, ...): what the quartiles summarise, for
+  /// statistics of one's own.
+  std::vector<double> evals_to_target_runs, seconds_to_target_runs;
   int runs = 0;
   double wall_s = 0;  ///< host time the study took
   /// Search overhead: CPU time the strategy spent per proposal (next() and
@@ -76,7 +88,12 @@ struct ReplayStudyResult {
 
 ReplayStudyResult run_replay_study(ReplayEvaluator& evaluator, const ReplayStudyOptions& options);
 
-/// Quartiles of values (+inf allowed); linear interpolation.
+/// Quartiles of values (+inf allowed); linear interpolation; with the
+/// median's confidence interval.
 Quartiles quartiles(std::vector<double> values);
+/// The 1-based rank l of the lower end of the median's 95 % interval over n
+/// values (the upper is n + 1 - l): the largest l >= 1 with P(Bin(n, 1/2)
+/// <= l - 1) <= 0.025; 0 where n is too small for any.
+std::size_t median_interval_rank(std::size_t n);
 
 }  // namespace ktune::search

@@ -49,7 +49,28 @@ def quartiles(values):
         if math.isinf(v[hi]):
             return v[hi]
         return v[lo] + (pos - lo) * (v[hi] - v[lo])
-    return {"p25": at(0.25), "median": at(0.5), "p75": at(0.75)}
+    q = {"p25": at(0.25), "median": at(0.5), "p75": at(0.75), "median_ci95": None}
+    rank = median_interval_rank(len(v))
+    if rank:
+        q["median_ci95"] = [v[rank - 1], v[len(v) - rank]]
+    return q
+
+
+def median_interval_rank(n):
+    """As ktune replay's (search/replay_study.hpp): the 1-based rank l of the lower end of the median's
+    distribution-free 95 % interval [x_l, x_(n+1-l)], the largest with P(Bin(n, 1/2) <= l - 1) <= 0.025; 0 for
+    too few values."""
+    below, rank = 0.0, 0
+    while rank < n // 2:
+        step = below + math.comb(n, rank) / 2.0 ** n
+        if step > 0.025:
+            break
+        below, rank = step, rank + 1
+    return rank
+
+
+def finite(v):
+    return v if math.isfinite(v) else None
 
 
 def cost_s(entry):
@@ -164,7 +185,8 @@ def main():
         q_target = quartiles(to_target)
         n_reached = sum(1 for v in to_target if math.isfinite(v))
         entry = {"strategy": strategy, "wall_s": elapsed, "runs_reaching_target": n_reached,
-                 "evals_to_target": {k: (v if math.isfinite(v) else None) for k, v in q_target.items()},
+                 "evals_to_target": {k: (finite(v) if k != "median_ci95" or v is None else [finite(x) for x in v])
+                                     for k, v in q_target.items()},
                  # per run, so that runs over other seeds can be pooled with these
                  "evals_to_target_runs": [v if math.isfinite(v) else None for v in to_target],
                  "budgets": [{"budget": b, "fraction_of_optimum": quartiles(fractions[b]), "short_runs": short[b],
@@ -180,7 +202,9 @@ def main():
             note = f"   ({short[b]} runs stopped short of it)" if short[b] else ""
             print(f"  {b:>8}  {q['median']:>8.3f}  {q['p25']:>8.3f}  {q['p75']:>8.3f}{note}")
         fmt = lambda v: f"{v:.0f}" if math.isfinite(v) else f">{max_fevals}"
-        print(f"  evaluations to {args.target * 100:.0f}% of optimum: median {fmt(q_target['median'])}, "
+        ci = q_target["median_ci95"]
+        ci_text = f" (95% CI {fmt(ci[0])} to {fmt(ci[1])})" if ci else ""
+        print(f"  evaluations to {args.target * 100:.0f}% of optimum: median {fmt(q_target['median'])}{ci_text}, "
               f"p25 {fmt(q_target['p25'])}, p75 {fmt(q_target['p75'])} ({n_reached}/{args.runs} runs reached it)\n")
     if args.json:
         print(json.dumps(out, indent=2))

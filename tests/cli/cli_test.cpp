@@ -896,6 +896,22 @@ TEST_CASE("CLI: replay with time budgets says a target was not reached within th
   CHECK(run_ktune(replay + " --budget 1m,60s 2>&1", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--budget names '1m' twice ('60s' is the same budget)"));
   REQUIRE(run_ktune(replay + " --budget 4evals 2>&1", &out) == 0);
+  // Each median with its 95 % interval from 6 runs on; --json has every run's evaluations too (null: never).
+  const std::string study = "replay --dataset " + (dir / "kt.json").string() + " --budget 4,16 --target 1";
+  REQUIRE(run_ktune(study + " --runs 8 2>&1", &out) == 0);
+  CHECK_THAT(out, Catch::Matches("(.|\n)*evaluations to 100% of optimum: median [0-9]+ \\(95% CI [0-9]+ to "
+                                 "[0-9]+\\), (.|\n)*"));
+  REQUIRE(run_ktune(study + " --runs 8 --json", &out) == 0);
+  const auto j = nlohmann::json::parse(out.substr(out.find('{'))).at("strategies").at(0);  // after the progress
+  const auto runs = j.at("runs_to_target").at("evaluations");
+  REQUIRE(runs.size() == 8);
+  std::vector<double> evals;
+  for (const auto& r : runs) evals.push_back(r.is_null() ? INFINITY : r.get<double>());
+  std::sort(evals.begin(), evals.end());
+  // 8 runs: ranks 1 and 8 (P(Bin(8, 1/2) = 0) = 0.4 %, P(<= 1) = 3.5 %).
+  CHECK(j.at("evals_to_target").at("median_ci95") == nlohmann::json::array({evals.front(), evals.back()}));
+  REQUIRE(run_ktune(study + " --runs 5 2>&1", &out) == 0);
+  CHECK_THAT(out, !Catch::Contains("95% CI"));  // too few runs for one
 }
 
 TEST_CASE("CLI: replay prints its target as given and no share of a brute-force time the file does not record",
