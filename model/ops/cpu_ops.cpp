@@ -118,6 +118,9 @@ void CpuOps<T>::embedding_backward(Ref tokens, Ref dout, Ref dtable, std::int64_
   const std::int32_t* t = ints(tokens);
   const T* d = at(dout);
   T* dt = at(dtable);
+  for (std::int64_t r = 0; r < rows; ++r)  // as the forward: a row of the table outside it is never written
+    KTUNE_REQUIRE(t[r] >= 0 && t[r] < vocab, fmt::format("token {} at position {} is outside the vocabulary [0, {})",
+                                                         t[r], r, vocab));
   std::fill(dt, dt + vocab * dim, T(0));
   parallel_.for_range(dim, [&](std::int64_t b, std::int64_t e, unsigned) {
     tr::embedding::embedding_backward(t, d, dt, rows, dim, b, e);

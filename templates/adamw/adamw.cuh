@@ -44,10 +44,10 @@ struct TensorList {
 
 /// The clip factor of torch.nn.utils.clip_grad_norm_ for the global norm at
 /// `norm` (as grad_norm computes it): min(1, max_norm / (norm + 1e-6)), 1 when
-/// max_norm <= 0.
+/// max_norm <= 0; NaN for a NaN norm (torch.clamp's min keeps the NaN).
 KT_DEVICE float clip_factor(const float* norm, float max_norm) {
   const float factor = max_norm / (*norm + 1e-6f);
-  return max_norm > 0.0f && factor < 1.0f ? factor : 1.0f;
+  return max_norm > 0.0f && !(factor >= 1.0f) ? factor : 1.0f;
 }
 
 /// The update of one element, shared by the fused kernels.

@@ -325,13 +325,16 @@ struct MaxSumExp {
 struct SumOp {
   KT_DEVICE float operator()(float a, float b) const { return a + b; }
 };
+/// The larger of two, NaN where either is (as torch.amax): a NaN in a row is
+/// its max, where fmaxf would drop it.
+KT_DEVICE float max_nan(float a, float b) { return a > b || a != a ? a : b; }
 struct MaxOp {
-  KT_DEVICE float operator()(float a, float b) const { return a > b ? a : b; }
+  KT_DEVICE float operator()(float a, float b) const { return max_nan(a, b); }
 };
 /// Two logsumexps of disjoint parts of a row, as one.
 struct MaxSumExpOp {
   KT_DEVICE MaxSumExp operator()(MaxSumExp a, MaxSumExp b) const {
-    const float m = a.max > b.max ? a.max : b.max;
+    const float m = max_nan(a.max, b.max);  // a part's NaN stays, where a part with nothing would drop it
     if (m == negative_infinity()) return {m, 0.0f};  // both empty (or all -inf): exp(-inf - -inf) would be NaN
     return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
   }

@@ -37,9 +37,10 @@ KT_DEVICE float quiet_nan() { return __uint_as_float(0x7fc00000u); }
 /// exp(logit - max); the empty state is {-inf, 0}.
 using MaxSum = kt::MaxSumExp;
 
-/// Adds one logit to `acc`.
+/// Adds one logit to `acc`. A NaN logit makes the max and the sum NaN (as
+/// PyTorch's loss is NaN for its row), where `x > max` would pass over it.
 KT_DEVICE void absorb(MaxSum& acc, float x) {
-  if (x > acc.max) {
+  if (!(x <= acc.max)) {
     acc.sum = acc.sum * expf(acc.max - x) + 1.0f;  // expf(-inf) = 0 for the first one
     acc.max = x;
   } else if (acc.max != negative_infinity()) {
@@ -112,10 +113,11 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
     for (int u = 0; u < UNROLL; ++u) {
       if (step + u * ROW_THREADS + t < vectors)
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) step_max = fmaxf(step_max, kt::to_float(x.v[u].v[k]));
+        for (int k = 0; k < VEC; ++k) step_max = kt::max_nan(step_max, kt::to_float(x.v[u].v[k]));
     }
     if (step_max == negative_infinity()) continue;  // nothing loaded, or only -inf: adds 0
-    if (step_max > acc.max) {
+    if (!(step_max <= acc.max)) {  // a NaN among them too: max and sum NaN
+
       acc.sum *= expf(acc.max - step_max);
       acc.max = step_max;
     }

@@ -32,8 +32,11 @@ void cross_entropy_backward(const T* logits, const std::int32_t* targets, const 
     const T* lr = logits + r * vocab;
     T* dr = dlogits + r * vocab;
     const T l = lse[r];
+    const std::int64_t target = targets[r];
+    KTUNE_REQUIRE(target >= 0 && target < vocab, "target " + std::to_string(target) +
+                                                     " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     for (std::int64_t c = 0; c < vocab; ++c) dr[c] = scale * std::exp(lr[c] - l);
-    dr[targets[r]] -= scale;
+    dr[target] -= scale;
   }
 }
 

@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(THREADS) row_reduce(const T* x, T* y, long lon
   __shared__ float warp_partials[THREADS / 32];
   const T* row = x + static_cast<long long>(blockIdx.x) * cols;
   float v = OP == kMax ? kt::negative_infinity() : 0.0f;
-  auto take = [&v](float e) { v = OP == kMax ? (e > v ? e : v) : v + e; };
+  auto take = [&v](float e) { v = OP == kMax ? kt::max_nan(e, v) : v + e; };
   if (cols % N == 0 && kt::aligned16(row)) {
     for (int c = static_cast<int>(threadIdx.x) * N; c < cols; c += THREADS * N) {
       const kt::Vec<T, N> w = *reinterpret_cast<const kt::Vec<T, N>*>(row + c);

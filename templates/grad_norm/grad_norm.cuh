@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(THREADS)
   const float norm = sqrtf(sum);
   const float factor = max_norm / (norm + 1e-6f);
   out[0] = norm;
-  out[1] = max_norm > 0.0f && factor < 1.0f ? factor : 1.0f;
+  out[1] = max_norm > 0.0f && !(factor >= 1.0f) ? factor : 1.0f;  // NaN for a NaN norm, as torch.clamp gives
 }
 
 /// grad *= *factor over every tensor of the list. Grid: any number of

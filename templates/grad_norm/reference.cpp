@@ -22,7 +22,7 @@ double global_norm(const std::vector<std::span<const float>>& grads) {
 double clip_factor(double norm, double max_norm) {
   if (max_norm <= 0.0) return 1.0;
   const double f = max_norm / (norm + 1e-6);
-  return f < 1.0 ? f : 1.0;
+  return f >= 1.0 ? 1.0 : f;  // NaN for a NaN norm, as torch.clamp(max=1) gives
 }
 
 double clip_by_norm(std::vector<std::vector<double>>& grads, double max_norm) {

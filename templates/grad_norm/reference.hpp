@@ -15,7 +15,8 @@ double global_norm(const std::vector<std::vector<double>>& grads);
 /// The same for fp32 tensors (the model's gradients), summed in fp64 in
 /// tensor and index order.
 double global_norm(const std::vector<std::span<const float>>& grads);
-/// The clip factor for `norm` and `max_norm`.
+/// The clip factor for `norm` and `max_norm`: min(1, max_norm / (norm + 1e-6)),
+/// NaN for a NaN norm (as torch.clamp keeps it), 1 where max_norm <= 0.
 double clip_factor(double norm, double max_norm);
 /// Scales every gradient by clip_factor(global_norm(grads), max_norm); returns the norm.
 double clip_by_norm(std::vector<std::vector<double>>& grads, double max_norm);

@@ -106,8 +106,10 @@ __global__ void __launch_bounds__(THREADS)
     for (int k = 0; k < VEC; ++k) dot += yv[i][k] * gv[i][k];
   dot = kt::row_reduce<THREADS, ROW_THREADS>(dot, warp_partials, kt::SumOp{});
   if (!s.active) return;
-  kt::store_held<ROW_THREADS, VEC, ITEMS>(dx + offset, cols, s.t,
-                                          [&](int i, int k) { return scale * yv[i][k] * (gv[i][k] - dot); });
+  // A masked column is 0, not 0 * (0 - dot): NaN where dot is (as PyTorch's masked_fill backward zeroes it).
+  kt::store_held<ROW_THREADS, VEC, ITEMS>(dx + offset, cols, s.t, [&](int i, int k) {
+    return kt::held_column<ROW_THREADS, VEC>(i, s.t) + k < visible ? scale * yv[i][k] * (gv[i][k] - dot) : 0.0f;
+  });
 }
 
 }  // namespace softmax

@@ -264,4 +264,37 @@ TEST_CASE("cross_entropy: a target outside the vocabulary reads nothing out of b
   }
 }
 
+TEST_CASE("cross_entropy_fwd: a NaN logit makes its row's loss and lse NaN, and no other row's, at a row's head, in "
+          "its body and alone in a step",
+          "[cross_entropy][emu]") {
+  // As PyTorch's: a NaN logit (a bad batch, an overflow upstream) shows in the loss. Row 1 starts off vector
+  // alignment (vocab 65), so its column 0 is a head element taken one at a time; row 3's NaNs fill thread 0's
+  // first step; at vec 1 and unroll 1 a step is one element, which a max that drops NaN passed over whole.
+  const std::int64_t rows = 5, vocab = 65;
+  const Problem p{"f32", {{"rows", rows}, {"vocab", vocab}}};
+  const std::map<std::size_t, std::vector<std::size_t>> nan_at = {{1, {0}}, {3, {0, 1, 2, 3, 32, 33, 34, 35}},
+                                                                  {4, {40}}};
+  for (const Config& c : {forward(layout(64, 8, 4, 2), 0), forward(layout(64, 8, 1, 1), 0),
+                          forward(layout(64, 32, 4, 1), 1), forward_family().default_config(p)}) {
+    DYNAMIC_SECTION(c.str()) {
+      Workload w = forward_family().make_workload(p, 9);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      for (const auto& [row, columns] : nan_at)
+        for (const std::size_t col : columns) std::memcpy(w.buffers[0].bytes.data() + 4 * (row * vocab + col), &nan, 4);
+      const auto out = run_plan(forward_family(), c, p, w, {0, 0, 0, 0}, false);
+      for (std::size_t r = 0; r < static_cast<std::size_t>(rows); ++r) {
+        INFO("row " << r);
+        const float loss = element(w.buffers[2], out[2], r), lse = element(w.buffers[3], out[3], r);
+        if (nan_at.count(r)) {
+          CHECK(std::isnan(loss));
+          CHECK(std::isnan(lse));
+        } else {
+          CHECK(loss == Approx(element(w.buffers[2], w.buffers[2].expected, r)).epsilon(1e-5).margin(1e-6));
+          CHECK(lse == Approx(element(w.buffers[3], w.buffers[3].expected, r)));
+        }
+      }
+    }
+  }
+}
+
 }  // namespace templates_cross_entropy_family_emu_test

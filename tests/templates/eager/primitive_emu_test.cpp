@@ -6,6 +6,10 @@
 // their 16-byte vectors and on operands that are not.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 #include "templates/adamw/adamw.hpp"
 #include "templates/eager/primitive.hpp"
 #include "templates/emulated_plan.hpp"
@@ -109,6 +113,32 @@ TEST_CASE("broken vector and element paths of the elementwise primitives fail th
   const Family& adam = adamw::eager_family();
   CHECK(worst(adam, Problem{"f32", {{"tensors", 3}, {"numel", 4999}}}, "return xv + a * yv * zv;",
               "return xv + a * yv;", 0) > 1e-2);
+}
+
+TEST_CASE("prim_row_max: a NaN in a row is its max, as torch.amax's, on the vector path and the element path",
+          "[eager][emu]") {
+  const auto& f = eager::row_reduce_family(eager::Reduce::kMax);
+  for (const std::int64_t cols : {1000, 999}) {  // rows 16-byte aligned (vectors), and not (elements)
+    DYNAMIC_SECTION("cols " << cols) {
+      const Problem p{"f32", {{"rows", 5}, {"cols", cols}}};
+      templates::Workload w = f.make_workload(p, 3);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      for (const std::int64_t at : {1 * cols + 0, 3 * cols + cols - 1})  // a row's first element, another's last
+        std::memcpy(w.buffers[0].bytes.data() + 4 * at, &nan, 4);
+      const Config c = f.default_config(p);
+      const auto out = test::emulated_outputs(f, w, f.render(c, p), c, p);
+      const auto& y = out.rbegin()->second;
+      for (std::size_t r = 0; r < 5; ++r) {
+        INFO("row " << r);
+        float v;
+        std::memcpy(&v, y.data() + 4 * r, 4);
+        if (r == 1 || r == 3)
+          CHECK(std::isnan(v));
+        else
+          CHECK(v == static_cast<float>(value_at(DType::kF32, w.buffers.back().expected, r)));
+      }
+    }
+  }
 }
 
 }  // namespace templates_eager_primitive_emu_test

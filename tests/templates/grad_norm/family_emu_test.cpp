@@ -3,6 +3,10 @@
 // bit whatever the schedule, and broken variants that must fail.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 #include "templates/emulated_plan.hpp"
 #include "templates/grad_norm/grad_norm.hpp"
 
@@ -45,6 +49,40 @@ TEST_CASE("grad_norm: norm, clip factor and clipped gradients match the referenc
     const Config c = config(128, 4, 4096, 2);
     CHECK(test::broken_error(f, c, p, "const float norm = sqrtf(sum);", "const float norm = sum;") > 1e-2);
     CHECK(test::broken_error(f, c, p, "sum += v->v[k] * v->v[k];", "sum += v->v[k];") > 1e-2);
+  }
+}
+
+TEST_CASE("grad_norm: a NaN gradient makes the norm and the clip factor NaN, and every gradient scaled by it, as "
+          "torch's clip_grad_norm_",
+          "[grad_norm][emu]") {
+  // min(1, max_norm / (NaN + 1e-6)) is NaN in torch.clamp, where a `factor < 1` test took 1 and left every
+  // gradient but the NaN one as it was.
+  const Family& f = grad_norm::family();
+  for (const bool in_place : {true, false}) {
+    DYNAMIC_SECTION((in_place ? "in place" : "norm and factor alone")) {
+      const Problem p = problem(3, 1001, in_place);
+      const Config c = config(128, 4, 4096, 2);
+      templates::Workload w = f.make_workload(p, 5);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::memcpy(w.buffers[1].bytes.data() + 4 * 17, &nan, 4);
+      const auto out = test::emulated_outputs(f, w, f.render(c, p), c, p);
+      const auto value = [&](std::size_t buffer, std::size_t i) {
+        float v;
+        std::memcpy(&v, out.at(buffer).data() + 4 * i, 4);
+        return v;
+      };
+      CHECK(std::isnan(value(3, 0)));  // the norm
+      CHECK(std::isnan(value(3, 1)));  // the factor
+      if (in_place)
+        for (std::size_t t = 0; t < 3; ++t) {
+          INFO("tensor " << t);
+          CHECK(std::isnan(value(t, 0)));
+          CHECK(std::isnan(value(t, 1000)));
+        }
+      CHECK(std::isnan(grad_norm::clip_factor(std::nan(""), 1.0)));  // the reference, and the cpu backend's clip
+      CHECK(grad_norm::clip_factor(0.0, 1.0) == 1.0);
+      CHECK(grad_norm::clip_factor(INFINITY, 1.0) == 0.0);
+    }
   }
 }
 

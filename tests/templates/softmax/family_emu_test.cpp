@@ -4,6 +4,7 @@
 // over dy), which the runner's workloads never do.
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <cmath>
 #include <random>
@@ -102,6 +103,41 @@ TEST_CASE("softmax kernels run in place: y over x, dx over dy", "[softmax][emu]"
       softmax_backward<double>(yfd.data(), dyd.data(), dx.data(), 600, 200, kWorkloadScale, causal == 1);
       CHECK(relative_l2(run_in_place(forward_family(), c, p, x, {}), y) < 1e-5);
       CHECK(relative_l2(run_in_place(backward_family(), c, p, dy, yf), dx) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("softmax_bwd: a masked column's gradient is 0 where a NaN in its row's visible dy makes the others NaN",
+          "[softmax][emu]") {
+  // As PyTorch's masked_fill backward zeroes them: no NaN reaches the keys a query never saw. Row 2 (query 2)
+  // sees columns 0 to 2; its dy holds a NaN at column 1 and another at a masked column, which is never read.
+  const std::int64_t cols = 40, rows = 2 * cols;
+  const Problem p = problem("f32", rows, cols, 1);
+  std::mt19937_64 rng(4);
+  const auto x = random_floats(rng, rows * cols, -5, 5);
+  auto dy = random_floats(rng, rows * cols, -1, 1);
+  const std::vector<double> xd(x.begin(), x.end());
+  std::vector<double> y(xd.size()), dx(xd.size());
+  softmax_forward<double>(xd.data(), y.data(), rows, cols, kWorkloadScale, true);
+  const std::vector<float> yf(y.begin(), y.end());
+  const std::vector<double> yfd(yf.begin(), yf.end()), dyd(dy.begin(), dy.end());
+  softmax_backward<double>(yfd.data(), dyd.data(), dx.data(), rows, cols, kWorkloadScale, true);
+  dy[2 * cols + 1] = dy[2 * cols + 30] = std::numeric_limits<float>::quiet_NaN();
+  for (const Config& c : {layout(256, 64, 4), layout(64, 16, 1), layout(128, 32, 2)}) {
+    DYNAMIC_SECTION(c.str()) {
+      const auto got = run_in_place(backward_family(), c, p, dy, yf);
+      for (std::int64_t col = 0; col < cols; ++col) {
+        INFO("row 2, column " << col);
+        if (col <= 2)
+          CHECK(std::isnan(got[2 * cols + col]));
+        else
+          CHECK(got[2 * cols + col] == 0.0f);
+      }
+      std::vector<float> others = got;
+      std::vector<double> expected = dx;
+      others.erase(others.begin() + 2 * cols, others.begin() + 3 * cols);
+      expected.erase(expected.begin() + 2 * cols, expected.begin() + 3 * cols);
+      CHECK(relative_l2(others, expected) < 1e-5);
     }
   }
 }
