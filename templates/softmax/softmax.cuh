@@ -107,8 +107,9 @@ __global__ void __launch_bounds__(THREADS)
   dot = kt::row_reduce<THREADS, ROW_THREADS>(dot, warp_partials, kt::SumOp{});
   if (!s.active) return;
   // A masked column is 0, not 0 * (0 - dot): NaN where dot is (as PyTorch's masked_fill backward zeroes it).
-  kt::store_held<ROW_THREADS, VEC, ITEMS>(dx + offset, cols, s.t, [&](int i, int k) {
-    return kt::held_column<ROW_THREADS, VEC>(i, s.t) + k < visible ? scale * yv[i][k] * (gv[i][k] - dot) : 0.0f;
+  const int t = s.t, shown = visible;  // a lambda cannot capture a structured binding
+  kt::store_held<ROW_THREADS, VEC, ITEMS>(dx + offset, cols, t, [&](int i, int k) {
+    return kt::held_column<ROW_THREADS, VEC>(i, t) + k < shown ? scale * yv[i][k] * (gv[i][k] - dot) : 0.0f;
   });
 }
 
