@@ -107,9 +107,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->check(output_file())
       ->capture_default_str();
   cmd->add_option("--log", opts->log,
-                  "Session log (JSON lines; with --model, a prefix); `ktune log show` reads it. Without --resume, one "
+                  "Session log (JSON lines; with --model, a prefix; a folder, existing or ending in /, holds each "
+                  "session's log under its default name); `ktune log show` reads it. Without --resume, one "
                   "that holds results is refused, and the default log replaced is kept as "
-                  "<family>.<problem>.previous.log")
+                  "<family>.<problem>.previous.log (an earlier one there as .previous.2.log, and so on)")
       ->check(output_file())
       ->default_str("$KTUNE_CACHE_DIR/sessions/<family>.<problem>.log");
   cmd->add_flag("--resume", opts->tune.resume,
@@ -199,19 +200,24 @@ void add_tune_command(CLI::App& app, Global& global) {
       opts->tune.shard_count = n;
     }
     KTUNE_REQUIRE(requests.size() == 1 || opts->export_kt.empty(), "--export-kt takes one --family, not --model");
+    // A --log naming a folder (an existing one, or a path ending in /) holds the logs under their default names.
+    const bool log_folder = !opts->log.empty() && (opts->log.back() == '/' || std::filesystem::is_directory(opts->log));
     // With --model, --log is a prefix of the sessions' logs, not a file.
-    require_distinct_files({{"--spec", opts->spec}}, {{"--cache", opts->cache},
-                                                      {"--log", requests.size() == 1 ? opts->log : std::string()},
-                                                      {"--export-kt", opts->export_kt}});
+    require_distinct_files({{"--spec", opts->spec}},
+                           {{"--cache", opts->cache},
+                            {"--log", requests.size() == 1 && !log_folder ? opts->log : std::string()},
+                            {"--export-kt", opts->export_kt}});
     // Logs go under the cache folder unless --log says where (a prefix with --model).
     const auto log_path_of = [&](const tuner::KernelRequest& r) {
       const std::string default_log = tuner::default_log_path(*r.family, r.problem);
+      const std::string name = std::filesystem::path(default_log).filename().string();
       return opts->log.empty()      ? default_log
+             : log_folder           ? (std::filesystem::path(opts->log) / name).string()
              : requests.size() == 1 ? opts->log
-                                    : opts->log + "." + std::filesystem::path(default_log).filename().string();
+                                    : opts->log + "." + name;
     };
     // A log path that cannot be written is refused before the first search (each session checks its own too).
-    if (requests.size() > 1 && !opts->log.empty())
+    if ((requests.size() > 1 || log_folder) && !opts->log.empty())
       for (const auto& r : requests) writable_target(log_path_of(r), "--log");
     // Without --resume, a --log prefix one of whose kernels' logs holds results would be refused at that kernel,
     // after the search of those before it: refused here, before any.
@@ -490,9 +496,10 @@ void add_tune_command(CLI::App& app, Global& global) {
       if (emulated)
         std::cout << "emulated: times and speed-ups are host wall times of the emulation, not GPU results\n";
       // One log, or several: the --log prefix's, else the cache folder's sessions/.
-      const std::string where = logs.size() == 1  ? logs[0]
-                                : opts->log.empty() ? std::filesystem::path(logs[0]).parent_path().string() + "/"
-                                                    : opts->log + ".*";
+      const std::string folder = std::filesystem::path(logs[0]).parent_path().string() + "/";
+      const std::string where = logs.size() == 1                  ? logs[0]
+                                : opts->log.empty() || log_folder ? folder
+                                                                  : opts->log + ".*";
       const std::string written =
           results.empty() ? (std::filesystem::exists(opts->cache)
                                  ? fmt::format("no winner: {} is left as it was", opts->cache)

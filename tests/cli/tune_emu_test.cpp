@@ -362,6 +362,14 @@ TEST_CASE("CLI: tune ends with the fastest configs, logs under the cache folder,
   CHECK_THAT(shown, Catch::StartsWith("swiglu_fwd f32;n=1000 on emu (") &&
                         Catch::Contains("config " + winner + " (tuned.json: exact)\n") && Catch::Contains("PASS"));
 
+  // A --log naming a folder (one ending in /, made; or one that exists) holds the log under its default name.
+  REQUIRE(run_command(env + tune + " --log logs/", &out) == 0);
+  CHECK(std::filesystem::exists(dir / "work" / "logs" / "swiglu_fwd.f32-n1000.log"));
+  CHECK_THAT(out, Catch::Contains("logs/swiglu_fwd.f32-n1000.log"));
+  std::filesystem::create_directories(dir / "work" / "held");
+  REQUIRE(run_command(env + tune + " --log held", &out) == 0);
+  CHECK(std::filesystem::is_regular_file(dir / "work" / "held" / "swiglu_fwd.f32-n1000.log"));
+
   // KTUNE_PRINT: quiet drops progress and the table; all prints every evaluation; a typo is refused.
   REQUIRE(run_command(env + "KTUNE_PRINT=quiet " + tune, &out) == 0);
   CHECK_THAT(out, !Catch::Contains(" evaluated of ") && !Catch::Contains("fastest") &&

@@ -92,6 +92,7 @@ class SessionLog {
  private:
   void open() {
     if (!keep_as_.empty()) {
+      keep_generations(keep_as_);
       std::error_code ec;
       std::filesystem::rename(path_, keep_as_, ec);
       if (ec)
@@ -99,6 +100,7 @@ class SessionLog {
                                                 ec.message()));
       kept_ = keep_as_;
     }
+    if (!truncate_) drop_torn_tail(path_);
     out_.open(open_target(path_, "session log"), truncate_ ? std::ios::trunc : std::ios::app);  // its folder made
     KTUNE_REQUIRE(out_.good(), "cannot open session log " + path_);
     if (!header_.is_null()) write(header_);
@@ -107,6 +109,41 @@ class SessionLog {
     out_ << dump_json(j) << "\n";  // a failure may quote a compiler's log, in whatever encoding the source is
     out_.flush();
     if (!out_) throw_error(ErrorKind::kIo, fmt::format("cannot write session log {}: {}", path_, std::strerror(errno)));
+  }
+
+  /// An earlier log kept at `path` (<name>.previous.log) moves to
+  /// <name>.previous.2.log, and one there to .3, and so on: a log kept is
+  /// never written over, however many sessions start anew.
+  static void keep_generations(const std::string& path) {
+    namespace fs = std::filesystem;
+    if (!fs::exists(path)) return;
+    const std::string stem = path.substr(0, path.rfind(".log"));
+    const auto generation = [&](int n) { return fmt::format("{}.{}.log", stem, n); };
+    int free = 2;
+    while (fs::exists(generation(free))) ++free;
+    for (int n = free; n >= 2; --n) {
+      const std::string from = n == 2 ? path : generation(n - 1);
+      std::error_code ec;
+      fs::rename(from, generation(n), ec);
+      if (ec)
+        throw_error(ErrorKind::kIo,
+                    fmt::format("cannot keep the earlier session log {} as {}: {}", from, generation(n), ec.message()));
+    }
+  }
+  /// Cuts a last line that a kill left without its end (the resumed session
+  /// read past it, its evaluation to run again), so that the next line
+  /// appended is not glued to it, both unreadable from then on.
+  static void drop_torn_tail(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return;
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.empty() || text.back() == '\n') return;
+    const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    std::error_code ec;
+    std::filesystem::resize_file(path, keep, ec);
+    if (ec)
+      throw_error(ErrorKind::kIo, fmt::format("cannot cut the torn last line of session log {}: {}", path,
+                                              ec.message()));
   }
 
   std::string path_;
@@ -200,8 +237,9 @@ std::pair<std::string, bool> log_header(const std::string& path) {
 /// session's log (a checkpoint, notes) is refused, as the new log would
 /// replace it; one that holds results (more than its header) is refused
 /// when it is the user's own --log, as a checkpoint is without --resume, and
-/// kept as `<name>.previous.log` when it is a default log (one generation),
-/// so a run without --resume loses no earlier session's measurements.
+/// kept as `<name>.previous.log` when it is a default log (an earlier one
+/// kept there moving to `<name>.previous.2.log`, and so on), so a run
+/// without --resume loses no earlier session's measurements.
 /// Returns where a kept log goes once the session writes its first result
 /// (SessionLog), "" if none is kept.
 std::string fresh_log_keeps(const std::string& path, bool default_log, const nlohmann::json& session) {
@@ -223,6 +261,29 @@ std::string fresh_log_keeps(const std::string& path, bool default_log, const nlo
                             path, j["session"].value("family", "?"), j["session"].value("problem", "?")));
   }
   return path.substr(0, path.rfind(".log")) + ".previous.log";
+}
+
+/// The results of the session in the log at `path` where it ended before its
+/// winner (a kill, a crash, a stop before the finalists) and this session
+/// (`session`) could go on from them with --resume; nullopt where it
+/// finished or could not be resumed.
+std::optional<std::size_t> unfinished_results(const std::string& path, const nlohmann::json& session) {
+  std::ifstream in(path);
+  std::string line;
+  std::size_t results = 0;
+  nlohmann::json header;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;  // a torn line
+    if (j.contains("winner")) return std::nullopt;
+    if (j.contains("session")) {
+      if (header.is_null()) header = j["session"];
+      continue;
+    }
+    ++results;
+  }
+  if (header.is_null() || results == 0 || not_resumable(path, header, session)) return std::nullopt;
+  return results;
 }
 
 /// The budget, or sooner where `should_stop` says so (a stop signal): the
@@ -402,8 +463,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (const std::string note = unreadable_note(log_path, unreadable, "their evaluations run again");
       !note.empty() && options.on_note)
     options.on_note(note);
-  SessionLog log(log_path, !options.resume,
-                 options.resume ? "" : fresh_log_keeps(log_path, options.default_log, session));
+  const std::string keep = options.resume ? "" : fresh_log_keeps(log_path, options.default_log, session);
+  if (const auto results = keep.empty() ? std::nullopt : unfinished_results(log_path, session);
+      results && options.on_note)
+    options.on_note(fmt::format("{} holds {} result{} of a session of this kernel that ended before its winner; this "
+                                "one starts anew and keeps that log as {} (the same command with --resume goes on "
+                                "from its results instead)",
+                                log_path, *results, *results == 1 ? "" : "s", keep));
+  SessionLog log(log_path, !options.resume, keep);
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.
   if (header.is_null() || header.value("strategy", "") != options.strategy ||

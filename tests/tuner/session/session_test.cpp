@@ -552,6 +552,61 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   CHECK(text(o.log_path) == second_log);
 }
 
+TEST_CASE("new sessions keep every earlier default log, say where an unfinished one went, and a resumed log's torn "
+          "last line is cut",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const auto dir = test::scratch_dir("session-generations");
+  const auto text = [](const fs::path& p) {
+    std::ifstream in(p);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  std::vector<std::string> notes;
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;
+  o.budget = "3";
+  o.default_log = true;
+  o.log_path = (dir / "adamw_single.f32.log").string();
+  o.on_note = [&](const std::string& note) { notes.push_back(note); };
+  std::vector<std::string> logs;  // each session's log, oldest first
+  for (int i = 0; i < 3; ++i) {
+    ScriptedRunner runner;
+    tune(family, problem, runner, o);
+    logs.push_back(text(o.log_path));
+  }
+  CHECK(notes.empty());  // the logs replaced were of finished sessions
+  CHECK(text(dir / "adamw_single.f32.previous.log") == logs[1]);
+  CHECK(text(dir / "adamw_single.f32.previous.2.log") == logs[0]);
+  // A session killed before its winner (its log ends at its last result, half written): a new one says where
+  // that log went, and every earlier one moves a generation down.
+  std::string killed = logs[2].substr(0, logs[2].rfind("{\"winner\""));
+  std::ofstream(o.log_path, std::ios::trunc) << killed << "{\"config\": {\"thr";
+  ScriptedRunner fresh;
+  tune(family, problem, fresh, o);
+  REQUIRE(notes.size() == 1);
+  const std::string kept = (dir / "adamw_single.f32.previous.log").string();
+  CHECK(notes[0] == o.log_path + " holds 3 results of a session of this kernel that ended before its winner; this "
+                                 "one starts anew and keeps that log as " + kept +
+                        " (the same command with --resume goes on from its results instead)");
+  CHECK(text(kept) == killed + "{\"config\": {\"thr");
+  CHECK(text(dir / "adamw_single.f32.previous.2.log") == logs[1]);
+  CHECK(text(dir / "adamw_single.f32.previous.3.log") == logs[0]);
+  // Resumed, the torn line is cut before the session appends: every line of the log reads back.
+  std::ofstream(o.log_path, std::ios::trunc) << killed << "{\"config\": {\"thr";
+  o.resume = true;
+  o.budget = "5";
+  ScriptedRunner resumed;
+  CHECK(tune(family, problem, resumed, o).resumed == 3);
+  std::ifstream lines(o.log_path);
+  int read = 0;
+  for (std::string line; std::getline(lines, line); ++read)
+    CHECK(nlohmann::json::parse(line, nullptr, false).is_object());
+  CHECK(read >= 6);  // the header, five results (and the winner)
+  CHECK(text(o.log_path).substr(0, killed.size()) == killed);
+}
+
 TEST_CASE("a session resumed with another strategy counts every logged result against its budget", "[session]") {
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
