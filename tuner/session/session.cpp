@@ -436,7 +436,19 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   std::string log_path = options.log_path;
   std::optional<FileLock> held;
   if (!log_path.empty()) {
-    writable_target(log_path, "session log");  // a device, folder or read-only file: refused before any lock or read
+    // A device, folder or read-only file: refused before any lock or read. The default log's folder is the cache
+    // folder's, which the user named only through KTUNE_CACHE_DIR (if at all): the message says so.
+    try {
+      writable_target(log_path, "session log");
+    } catch (const Error& e) {
+      const std::string advice = "; give a writable file path";
+      std::string what = e.what();
+      if (!options.default_log || !what.ends_with(advice)) throw;
+      what.resize(what.size() - advice.size());
+      throw_error(e.kind(), fmt::format("{}; the default log goes under the cache folder (KTUNE_CACHE_DIR): set "
+                                        "KTUNE_CACHE_DIR to a folder ktune may write, or give --log",
+                                        what));
+    }
     try {
       held.emplace(lock_path(log_path), "session log " + log_path);
     } catch (const Error& e) {
@@ -719,9 +731,10 @@ std::string standing(const Record& last, const search::Progress& progress, const
   // The best time beside its own config; the last evaluation only where it failed.
   std::string best = "best none";
   if (progress.best && progress.state && std::isfinite(progress.state->best_ms))
-    best = fmt::format("best {:.4f} ms {:.60}", progress.state->best_ms, progress.best->str());
-  const std::string failed =
-      last.result.ok ? "" : fmt::format("; last {:.60} FAILED: {:.60}", last.config.str(), last.result.failure);
+    best = fmt::format("best {:.4f} ms {}", progress.state->best_ms, excerpt(progress.best->str(), 60));
+  const std::string failed = last.result.ok ? ""
+                                            : fmt::format("; last {} FAILED: {}", excerpt(last.config.str(), 60),
+                                                          excerpt(last.result.failure, 60));
   return fmt::format("{}, {}{}", best, eta, failed);
 }
 

@@ -888,6 +888,13 @@ TEST_CASE("the progress after each evaluation names the best config so far besid
   failed.result.failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";
   CHECK(standing(failed, none, "ETA ?") ==
         "best none, ETA ?; last {\"threads\":1024,\"vec\":1} FAILED: launch: CUDA_ERROR_ILLEGAL_ADDRESS");
+  // A config or reason longer than the line has room for is cut where "..." says so, on one line.
+  Record wide{Config({{"block_m", 128}, {"block_n", 64}, {"warps", 8}, {"stages", 3}, {"swizzle", 1}, {"q_in", 1}}),
+              {}};
+  wide.result.failure = "ptxas error: Entry function uses too much shared memory\n(0x1c000 bytes, 0xc000 max)";
+  const std::string cut = standing(wide, none, "ETA ?");
+  CHECK(cut == "best none, ETA ?; last {\"block_m\":128,\"block_n\":64,\"q_in\":1,\"stages\":3,\"swizzle\"... "
+               "FAILED: ptxas error: Entry function uses too much shared memory\\n...");
 }
 
 TEST_CASE("a session measures the family's candidates right after the default, then searches", "[session]") {
