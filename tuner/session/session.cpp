@@ -533,7 +533,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   };
   callbacks.on_progress = [&](const search::Progress& p) {
     compile_ahead();
-    if (progress && last) progress(*last, p);
+    if (!progress || !last) return;
+    // The session's count and ETA: a resumed log's results the search has not asked for are spent budget (the
+    // search's share of it counts them), so their cost is too.
+    const search::SearchState whole = evaluator.with_unasked(*p.state);
+    search::Progress shown = p;
+    shown.state = &whole;
+    if (p.eta_s > 0 && p.state->cost_s > 0) shown.eta_s = p.eta_s * whole.cost_s / p.state->cost_s;
+    progress(*last, shown);
   };
   // A resumed log's results count against the budget before the search
   // asks for them (another strategy or seed may never ask for some): a

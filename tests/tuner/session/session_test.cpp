@@ -633,7 +633,16 @@ TEST_CASE("a session resumed with another strategy counts every logged result ag
   // Two more evaluations: two new results, whatever the strategy proposes again from the log.
   o.budget = "10";
   ScriptedRunner more;
-  const auto t = tune(family, problem, more, o);
+  // Its progress counts the log's results, and its ETA their cost: the cost still to spend is the share of the
+  // budget left times the cost per evaluation so far.
+  std::vector<std::uint64_t> counted;
+  const auto t = tune(family, problem, more, o, [&](const Record&, const search::Progress& p) {
+    counted.push_back(p.state->evaluations);
+    const double spent = static_cast<double>(p.state->evaluations) / 10;
+    if (spent < 1) CHECK(p.eta_s == Approx(p.state->cost_s * (1 - spent) / spent));
+  });
+  CHECK(counted.back() == 10);
+  CHECK(std::all_of(counted.begin(), counted.end(), [](auto n) { return n >= 8; }));
   CHECK(more.calls == 2);
   CHECK(t.evaluations == 10);
   CHECK(read_session_log(o.log_path).records.size() == 10);
