@@ -290,6 +290,10 @@ void add_tune_command(CLI::App& app, Global& global) {
                              "\nktune: stopped at once: the cache is left as it was; the session log holds every "
                              "evaluation that ended, and the same command with --resume goes on from them\n");
     for (std::size_t i = 0; i < requests.size() && !stop_signals.caught(); ++i) {
+      // A finished kernel's tables are printed as the next one starts: a long --model run shows its winners as
+      // they land, and one killed midway leaves them on the screen.
+      std::cout << tops << std::flush;
+      tops.clear();
       const auto& family = *requests[i].family;
       const auto& problem = requests[i].problem;
       tuner::TuneOptions tune = opts->tune;

@@ -83,6 +83,12 @@ std::string wait_while_running(const std::string& condition, const std::string& 
          "sleep " + interval + "; done; ";
 }
 
+std::size_t occurrences(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 void skip_without_gpu() {
 #ifdef KTUNE_TEST_HAS_DRIVER
   // Asked in a child process: once this process initialises CUDA, the worker

@@ -54,6 +54,9 @@ int run_command(const std::string& command, std::string* output);
 /// busy with other tests may take minutes to compile and start what an idle one does in seconds.
 std::string wait_while_running(const std::string& condition, const std::string& interval = "0.1");
 
+/// How many times `what` occurs in `text` (overlapping ones each counted).
+std::size_t occurrences(const std::string& text, const std::string& what);
+
 /// Timing that measures once (no warm-up, one repetition): for checks that a
 /// time comes back, as on the emulation, whose times are host wall times.
 tuner::RunOptions time_once();

@@ -19,15 +19,7 @@ using namespace ktune;
 using ktune::test::ktune_exe;
 using ktune::test::run_command;
 
-namespace {
-
-std::size_t occurrences(const std::string& text, const std::string& what) {
-  std::size_t n = 0;
-  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-}  // namespace
+using ktune::test::occurrences;
 
 TEST_CASE("CLI: eval and generate with a tuned cache warn of the entries they pass over and count the kernels' "
           "configs",

@@ -161,6 +161,18 @@ TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", 
                         "embedding_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "grad_norm", "adamw"})
     CHECK(families.count(f) == 1);
   CHECK_THAT(out, Catch::Contains("16 winners written to"));
+  // Each kernel's table is printed as the next kernel starts: a run killed at its third kernel has shown two.
+  const auto logs = dir / "logs";
+  const std::string killed = (dir / "killed.out").string();
+  run_command("(" + ktune_exe().string() + " tune --backend emu --model tiny --ctx 16 --batch 2 --budget 1 --dtype "
+              "tf32 --cache " + (dir / "killed.json").string() + " --log " + logs.string() + "/ > " + killed +
+              " 2>/dev/null & pid=$!; " +
+              ktune::test::wait_while_running("[ \"$(ls " + logs.string() + " 2>/dev/null | grep -c 'log$')\" -ge 3 ]") +
+              "kill -KILL $pid; wait $pid)",
+              nullptr);
+  const std::string shown = ktune::read_file(killed);
+  INFO(shown);
+  CHECK(ktune::test::occurrences(shown, ", fastest 1 of 1 evaluated, as timed in the search:") >= 2);
 
   CHECK(run_command(ktune_exe().string() + " tune --backend emu --model tiny --family swiglu_fwd --cache " +
                         (dir / "none.json").string(),
