@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <filesystem>
 #include <iostream>
 
@@ -36,6 +37,14 @@ namespace ktune::cli {
 namespace {
 
 constexpr std::size_t kTop = 5;  // configs in the table at the end of a session
+
+/// " (12 min so far; about 40 min left at that pace)": a --model run's time, `done` of its `total` kernels
+/// tuned since `start`, and what the rest would take were each as long as the mean so far.
+std::string run_pace(std::chrono::steady_clock::time_point start, std::size_t done, std::size_t total) {
+  const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return fmt::format(" ({} so far; about {} left at that pace)", format_duration(spent),
+                     format_duration(spent / static_cast<double>(done) * static_cast<double>(total - done)));
+}
 
 // Whether a cache entry's config reads and sums in a fixed order.
 bool deterministic_config(const templates::Family& family, const nlohmann::json& config) {
@@ -289,6 +298,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     StopSignals stop_signals(true, stopping.c_str(), nullptr,
                              "\nktune: stopped at once: the cache is left as it was; the session log holds every "
                              "evaluation that ended, and the same command with --resume goes on from them\n");
+    const auto run_start = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < requests.size() && !stop_signals.caught(); ++i) {
       // A finished kernel's tables are printed as the next one starts: a long --model run shows its winners as
       // they land, and one killed midway leaves them on the screen.
@@ -307,7 +317,8 @@ void add_tune_command(CLI::App& app, Global& global) {
       // What the cache holds for this problem competes with the session's configs.
       tuner::take_incumbent(tune, cached, family, problem, runner->device());
       if (requests.size() > 1 && print != env::PrintLevel::kQuiet)
-        std::cerr << fmt::format("[{}/{}] {} on {}\n", i + 1, requests.size(), family.name(), problem.key());
+        std::cerr << fmt::format("[{}/{}] {} on {}{}\n", i + 1, requests.size(), family.name(), problem.key(),
+                                 i == 0 ? "" : run_pace(run_start, i, requests.size()));
       // The speed-ups are over the config measured as the default: say when it stands in for an invalid one.
       try {
         const Config def = tuner::session_default(family, problem, runner->device(), tune.deterministic);

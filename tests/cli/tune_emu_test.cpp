@@ -161,6 +161,9 @@ TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", 
                         "embedding_bwd", "cross_entropy_fwd", "cross_entropy_bwd", "grad_norm", "adamw"})
     CHECK(families.count(f) == 1);
   CHECK_THAT(out, Catch::Contains("16 winners written to"));
+  // Each kernel after the first says the run's time so far and what the rest would take at that pace.
+  CHECK(ktune::test::occurrences(out, " so far; about ") == 15);
+  CHECK(ktune::test::occurrences(out, " left at that pace)\n") == 15);
   // Each kernel's table is printed as the next kernel starts: a run killed at its third kernel has shown two.
   const auto logs = dir / "logs";
   const std::string killed = (dir / "killed.out").string();
