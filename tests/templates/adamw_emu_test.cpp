@@ -1,6 +1,6 @@
 // AdamW with clip-by-norm folded into the step, run by the host emulation
-// against the CPU reference: clip off, a norm below the threshold (factor 1)
-// and above it, the fused multi-tensor and single-tensor families, f32 and
+// against the CPU reference: clip off, a norm below the threshold (factor 1),
+// above it and NaN, the fused multi-tensor and single-tensor families, f32 and
 // bf16 (the bf16 copy), ragged tensors; and a broken variant that must fail.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -30,12 +30,13 @@ tuner::emu::GuardedBuffer& device_copy(std::vector<std::unique_ptr<tuner::emu::G
   return b;
 }
 
-enum class ClipCase { kOff, kBelow, kAbove };
+enum class ClipCase { kOff, kBelow, kAbove, kNaN };
 
 /// The largest relative L2 error of param, exp_avg, exp_avg_sq (fp32: 1e-5)
 /// and the bf16 copy (1e-2), as a multiple of its tolerance, after one step of
 /// `family` from `rendered` with clipping as `clip_case` says, against the
-/// reference.
+/// reference. A NaN norm (kNaN) makes every output NaN, as torch's clip and
+/// step do: 0 where each is, infinity where one is not.
 double clipped_step_error(const AdamwFamily& family, const Rendered& rendered, const Problem& p, ClipCase clip_case) {
   const auto tensors = static_cast<std::size_t>(p.dim("tensors"));
   const auto numel = p.dim("numel");
@@ -62,7 +63,7 @@ double clipped_step_error(const AdamwFamily& family, const Rendered& rendered, c
     addresses.push_back(a);
   }
   // The norm as grad_norm leaves it in device memory.
-  const auto norm = static_cast<float>(grad_norm::global_norm(grads64));
+  const auto norm = clip_case == ClipCase::kNaN ? NAN : static_cast<float>(grad_norm::global_norm(grads64));
   auto& norm_buffer = device_copy(buffers, "norm", &norm, sizeof norm);
   Args args;
   args.tensors = addresses;
@@ -70,9 +71,11 @@ double clipped_step_error(const AdamwFamily& family, const Rendered& rendered, c
   float scale = 1.0f;
   if (clip_case != ClipCase::kOff) {
     args.clip.norm = reinterpret_cast<std::uint64_t>(norm_buffer.data());
-    args.clip.max_norm = clip_case == ClipCase::kAbove ? 0.37f * norm : 2.0f * norm;
+    args.clip.max_norm = clip_case == ClipCase::kNaN     ? 1.0f
+                         : clip_case == ClipCase::kAbove ? 0.37f * norm
+                                                         : 2.0f * norm;
     scale = static_cast<float>(grad_norm::clip_factor(norm, args.clip.max_norm));
-    CHECK((clip_case == ClipCase::kAbove ? scale < 0.5f : scale == 1.0f));
+    if (clip_case != ClipCase::kNaN) CHECK((clip_case == ClipCase::kAbove ? scale < 0.5f : scale == 1.0f));
   }
   const Config config = family.default_config(p);
   auto launches = family.plan(config, p, args, tuner::EmuRunner().device());
@@ -93,11 +96,15 @@ double clipped_step_error(const AdamwFamily& family, const Rendered& rendered, c
       } else {
         std::memcpy(&got, reinterpret_cast<const std::byte*>(address) + 4 * i, 4);
       }
+      if (clip_case == ClipCase::kNaN) {
+        if (!std::isnan(got)) worst = INFINITY;
+        continue;
+      }
       if (!std::isfinite(got)) return void(worst = INFINITY);
       diff += (double(got) - expected[i]) * (double(got) - expected[i]);
       norm2 += double(expected[i]) * expected[i];
     }
-    worst = std::max(worst, std::sqrt(diff / norm2) / tolerance);
+    if (clip_case != ClipCase::kNaN) worst = std::max(worst, std::sqrt(diff / norm2) / tolerance);
   };
   for (std::size_t t = 0; t < tensors; ++t) {
     adamw_step_reference(param[t].data(), grad[t].data(), m[t].data(), v[t].data(), param[t].size(), args.hyper,
@@ -117,7 +124,7 @@ TEST_CASE("adamw: clip by the global norm as the step reads the gradient", "[ada
     for (const char* dtype : {"f32", "bf16"}) {
       const Problem p{dtype, {{"tensors", 3}, {"numel", 4999}}};
       const Rendered rendered = f->render(f->default_config(p), p);
-      for (const ClipCase c : {ClipCase::kOff, ClipCase::kBelow, ClipCase::kAbove}) {
+      for (const ClipCase c : {ClipCase::kOff, ClipCase::kBelow, ClipCase::kAbove, ClipCase::kNaN}) {
         INFO(f->name() << " " << dtype << " clip case " << static_cast<int>(c));
         CHECK(clipped_step_error(*f, rendered, p, c) <= 1.0);
       }
