@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/files.hpp"
 #include "cache/store.hpp"
 #include "cache/tuned_cache.hpp"
 #include "support.hpp"
@@ -479,10 +480,6 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
   const auto dir = test::scratch_dir("session-previous");
-  const auto text = [](const fs::path& p) {
-    std::ifstream in(p);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
   TuneOptions o;
   o.run.time = true;
   o.finalists = 1;
@@ -491,26 +488,26 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   o.log_path = (dir / "adamw_single.f32.log").string();
   ScriptedRunner first;
   CHECK(tune(family, problem, first, o).previous_log.empty());  // nothing to keep
-  const std::string first_log = text(o.log_path);
+  const std::string first_log = read_file(o.log_path);
   o.budget = "2";
   ScriptedRunner second;
   CHECK(tune(family, problem, second, o).previous_log == (dir / "adamw_single.f32.previous.log").string());
-  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
-  const std::string second_log = text(o.log_path);
+  CHECK(read_file(dir / "adamw_single.f32.previous.log") == first_log);
+  const std::string second_log = read_file(o.log_path);
   CHECK(std::count(second_log.begin(), second_log.end(), '\n') == 4);  // its header, two results and the winner
   // A space with no valid config on the device is refused before the log is touched.
   ScriptedRunner none;
   none.device_.max_threads_per_block = 16;
   CHECK_THROWS_WITH(tune(family, problem, none, o), Catch::Contains("no config of the space is valid"));
-  CHECK(text(o.log_path) == second_log);
-  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  CHECK(read_file(o.log_path) == second_log);
+  CHECK(read_file(dir / "adamw_single.f32.previous.log") == first_log);
   // So is a session that ends before its first result (a reference that fails): the log is written from it on.
   ScriptedRunner refusing;
   refusing.refused = "the reference failed";
   CHECK_THROWS_WITH(tune(family, problem, refusing, o), "the reference failed");
   CHECK(refusing.calls == 1);
-  CHECK(text(o.log_path) == second_log);
-  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  CHECK(read_file(o.log_path) == second_log);
+  CHECK(read_file(dir / "adamw_single.f32.previous.log") == first_log);
   CHECK_THROWS_WITH(tune(family, problem, refusing, [&] {
                       auto fresh = o;
                       fresh.log_path = (dir / "fresh" / "x.log").string();
@@ -524,8 +521,8 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   stopping.should_stop = [] { return true; };
   CHECK_FALSE(tune(family, problem, stopped, stopping).best.has_value());
   CHECK(stopped.calls == 0);
-  CHECK(text(o.log_path) == second_log);
-  CHECK(text(dir / "adamw_single.f32.previous.log") == first_log);
+  CHECK(read_file(o.log_path) == second_log);
+  CHECK(read_file(dir / "adamw_single.f32.previous.log") == first_log);
   // The user's own --log that holds results is refused without --resume, as a checkpoint is.
   o.default_log = false;
   ScriptedRunner third;
@@ -533,7 +530,7 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
                     "--log " + o.log_path + " holds the results of a session of adamw_single on " + problem.key() +
                         ": give --resume to go on from it, or remove it (or give another --log) to start anew");
   CHECK(third.calls == 0);
-  CHECK(text(o.log_path) == second_log);
+  CHECK(read_file(o.log_path) == second_log);
   // Another problem's: --resume would be refused too, so the message does not offer it.
   const Problem other{"f32", {{"tensors", 2}, {"numel", 2000}}};
   CHECK_THROWS_WITH(tune(family, other, third, o),
@@ -549,7 +546,7 @@ TEST_CASE("a new session keeps the default log it replaces or refuses the user's
   CHECK_THROWS_WITH(tune(family, problem, elsewhere, o), Catch::EndsWith("; give another --log (or remove it) to start "
                                                                          "anew"));
   o.resume = false;
-  CHECK(text(o.log_path) == second_log);
+  CHECK(read_file(o.log_path) == second_log);
 }
 
 TEST_CASE("new sessions keep every earlier default log, say where an unfinished one went, and a resumed log's torn "
@@ -558,10 +555,6 @@ TEST_CASE("new sessions keep every earlier default log, say where an unfinished 
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
   const auto dir = test::scratch_dir("session-generations");
-  const auto text = [](const fs::path& p) {
-    std::ifstream in(p);
-    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  };
   std::vector<std::string> notes;
   TuneOptions o;
   o.run.time = true;
@@ -574,11 +567,11 @@ TEST_CASE("new sessions keep every earlier default log, say where an unfinished 
   for (int i = 0; i < 3; ++i) {
     ScriptedRunner runner;
     tune(family, problem, runner, o);
-    logs.push_back(text(o.log_path));
+    logs.push_back(read_file(o.log_path));
   }
   CHECK(notes.empty());  // the logs replaced were of finished sessions
-  CHECK(text(dir / "adamw_single.f32.previous.log") == logs[1]);
-  CHECK(text(dir / "adamw_single.f32.previous.2.log") == logs[0]);
+  CHECK(read_file(dir / "adamw_single.f32.previous.log") == logs[1]);
+  CHECK(read_file(dir / "adamw_single.f32.previous.2.log") == logs[0]);
   // A session killed before its winner (its log ends at its last result, half written): a new one says where
   // that log went, and every earlier one moves a generation down.
   std::string killed = logs[2].substr(0, logs[2].rfind("{\"winner\""));
@@ -590,9 +583,9 @@ TEST_CASE("new sessions keep every earlier default log, say where an unfinished 
   CHECK(notes[0] == o.log_path + " holds 3 results of a session of this kernel that ended before its winner; this "
                                  "one starts anew and keeps that log as " + kept +
                         " (the same command with --resume goes on from its results instead)");
-  CHECK(text(kept) == killed + "{\"config\": {\"thr");
-  CHECK(text(dir / "adamw_single.f32.previous.2.log") == logs[1]);
-  CHECK(text(dir / "adamw_single.f32.previous.3.log") == logs[0]);
+  CHECK(read_file(kept) == killed + "{\"config\": {\"thr");
+  CHECK(read_file(dir / "adamw_single.f32.previous.2.log") == logs[1]);
+  CHECK(read_file(dir / "adamw_single.f32.previous.3.log") == logs[0]);
   // Resumed, the torn line is cut before the session appends: every line of the log reads back.
   std::ofstream(o.log_path, std::ios::trunc) << killed << "{\"config\": {\"thr";
   o.resume = true;
@@ -604,7 +597,7 @@ TEST_CASE("new sessions keep every earlier default log, say where an unfinished 
   for (std::string line; std::getline(lines, line); ++read)
     CHECK(nlohmann::json::parse(line, nullptr, false).is_object());
   CHECK(read >= 6);  // the header, five results (and the winner)
-  CHECK(text(o.log_path).substr(0, killed.size()) == killed);
+  CHECK(read_file(o.log_path).substr(0, killed.size()) == killed);
 }
 
 TEST_CASE("a session resumed with another strategy counts every logged result against its budget", "[session]") {
