@@ -171,28 +171,47 @@ TEST_CASE("gpu-check: every ktune command of its dry run is accepted up to the d
   CHECK(has("--with-optimizer --recompute --json-out"));  // the peer's
 }
 
-TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets tuned and timed, the small bf16 "
-          "step compiled, with graphs and eager, the leaderboard backward's and the d 128 forward's defaults beside "
-          "other shapes",
+TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets timed and the small bf16 step "
+          "compiled, with graphs and eager, and the second command's tune the targets and time them beside other "
+          "shapes",
           "[cli][gpu-check]") {
-  const auto dir = ktune::test::scratch_dir("gpu_check_quick");
-  const auto commands = dry_run_commands(dir, "");
+  const auto has_in = [](const std::vector<std::string>& commands, const std::string& text) {
+    return any_contains(commands, text);
+  };
+  {
+    const auto dir = ktune::test::scratch_dir("gpu_check_quick");
+    const auto commands = dry_run_commands(dir, "");
+    const auto n = run_dry_commands(commands, dir / "build-gpu");
+    CHECK(n.test_files == gpu_test_files());
+    // bench attention on the two targets and bench precision, bench e2e small bf16 eager and compiled (and
+    // compiled with CUDA graphs); no tuning and no A/B runs, which are the second command's.
+    CHECK(n.ktune == 2 + 3);
+    CHECK(n.attention_peers == 1);
+    CHECK(n.e2e_peers == 3);
+    const auto has = [&](const std::string& text) { return has_in(commands, text); };
+    CHECK(has("bench attention --tables leaderboard"));
+    CHECK(has("bench precision --json-out"));
+    CHECK(has("bench e2e --backend cuda --mode compiled"));
+    CHECK(has("bench e2e --backend cuda --mode eager"));
+    CHECK(has("bench e2e --backend cuda --mode compiled --graph"));
+    CHECK_FALSE(has("tune --family"));
+    CHECK_FALSE(has(" run --backend gpu"));
+    // The longer steps' sessions and AdamW's benchmarks would not fit the lease.
+    CHECK_FALSE(has("bench adam"));
+  }
+  const auto dir = ktune::test::scratch_dir("gpu_check_targets");
+  const auto commands = dry_run_commands(dir, "targets");
   const auto n = run_dry_commands(commands, dir / "build-gpu");
-  CHECK(n.test_files == gpu_test_files());
-  // Three attention tuning sessions, bench attention on the two targets and bench precision, bench e2e small
-  // bf16 eager and compiled (and compiled with CUDA graphs), the leaderboard backward's four configs (the
-  // default, overlapped, 64-query tiles, FlashAttention-2's partition), the d 128 forward's three (the default,
-  // in turn, FlashAttention-2's shape) and the leaderboard forward's three (the default, overlapped,
-  // FlashAttention-2's shape); the warpgroups taking turns are headline-ab-turns' (below), which would not fit.
-  CHECK(n.ktune == 3 + 2 + 3 + 10);
+  CHECK(n.test_files == 0);
+  // Three attention tuning sessions, bench attention on the two targets and bench precision, the leaderboard
+  // backward's four configs (the default, overlapped, 64-query tiles, FlashAttention-2's partition), the d 128
+  // forward's three (the default, in turn, FlashAttention-2's shape) and the leaderboard forward's three (the
+  // default, overlapped, FlashAttention-2's shape); the warpgroups taking turns are headline-ab-turns' (below).
+  CHECK(n.ktune == 3 + 2 + 10);
   CHECK(n.attention_peers == 1);
-  CHECK(n.e2e_peers == 3);
-  const auto has = [&](const std::string& text) { return any_contains(commands, text); };
+  CHECK(n.e2e_peers == 0);
+  const auto has = [&](const std::string& text) { return has_in(commands, text); };
   CHECK(has("bench attention --tables leaderboard"));
-  CHECK(has("bench precision --json-out"));
-  CHECK(has("bench e2e --backend cuda --mode compiled"));
-  CHECK(has("bench e2e --backend cuda --mode eager"));
-  CHECK(has("bench e2e --backend cuda --mode compiled --graph"));
   CHECK(has("run --backend gpu --family attention_bwd"));
   CHECK(has("run --backend gpu --family attention_fwd"));
   CHECK(has("\\\"mma\\\":0\\}"));  // FlashAttention-2's shapes on mma.sync (shell-quoted)
@@ -205,9 +224,13 @@ TEST_CASE("gpu-check: the default steps are the gpu tests, the attention targets
   CHECK(has(overlapped));  // and its forward
   CHECK(has("--config \\{\\\"mma\\\":1\\} --time"));  // the d 128 forward in turn (shell-quoted)
   CHECK(has("tune --family attention_bwd"));
-  // The longer steps' sessions and AdamW's benchmarks would not fit the lease.
-  CHECK_FALSE(has("tune --family adamw"));
-  CHECK_FALSE(has("bench adam"));
+  // The tuning sessions come before the benchmark that reads their cache.
+  const auto at = [&](const std::string& text) {
+    return std::find_if(commands.begin(), commands.end(),
+                        [&](const std::string& c) { return c.find(text) != std::string::npos; }) -
+           commands.begin();
+  };
+  CHECK(at("tune --family attention_bwd") < at("bench attention --tables leaderboard"));
 }
 
 TEST_CASE("gpu-check: headline-ab-turns times each attention default beside its warpgroups taking turns",
