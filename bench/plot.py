@@ -44,6 +44,8 @@ class BadInput(Exception):
 def training_run(path, data):
     """A `train` record of a training run's steps: `ktune train --json`'s object, or --metrics' lines."""
     steps = data.get("steps") if isinstance(data, dict) and "benchmark" not in data else data
+    if isinstance(data, dict) and "steps" not in data and isinstance(data.get("step"), int) and "loss" in data:
+        steps = [data]  # --metrics of a one-step run: one line, which reads as one JSON object
     if not isinstance(steps, list) or not steps or not all(
             isinstance(s, dict) and "benchmark" not in s and isinstance(s.get("step"), int) and "loss" in s
             for s in steps):

@@ -114,6 +114,9 @@ TEST_CASE("bench/plot.py draws every benchmark's JSON and refuses bad input in o
     REQUIRE(run_command(train + "--steps 4 --clip-norm 0 --json > " + (dir / "train.json").string(), &text) == 0);
     check_figure(dir / "train.png", {dir / "steps.jsonl", dir / "train.json"}, "train, 2 results from 2 files");
     // A last line cut short (a run still writing, or killed mid-line) is left out, with a warning...
+    // A one-step run's --metrics: one line, which is one JSON object too.
+    std::ofstream(dir / "one.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n";
+    check_figure(dir / "one.png", {dir / "one.jsonl"}, "train, 1 result from 1 file");
     std::ofstream(dir / "cut.jsonl") << "{\"step\": 1, \"loss\": 2.0}\n{\"step\": 2, \"lo";
     CHECK(plot(dir / "cut.png", {dir / "cut.jsonl"}, &text) == 0);
     CHECK(text.find("cut.jsonl: line 2 is cut short (a run still writing, or killed); left out") != std::string::npos);
