@@ -561,7 +561,8 @@ TEST_CASE("CLI: a session log or a run's checkpoint and metrics that another pro
                           " tune --backend emu --family prim_neg --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
                           "--budget 2 --cache " + (dir / "none.json").string() + " >/dev/null; }",
                       &err) == 2);
-    CHECK_THAT(err, Catch::StartsWith("ktune: cannot write session log /proc/ktune-none/sessions/prim_neg.f32-n64.log") &&
+    CHECK_THAT(err, Catch::StartsWith("ktune: cannot write session log "
+                                      "/proc/ktune-none/sessions/prim_neg.f32-n64.log") &&
                         Catch::EndsWith("; the default log goes under the cache folder (KTUNE_CACHE_DIR): set "
                                         "KTUNE_CACHE_DIR to a folder ktune may write, or give --log\n"));
     CHECK_FALSE(std::filesystem::exists(dir / "none.json"));

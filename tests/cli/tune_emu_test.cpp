@@ -170,7 +170,8 @@ TEST_CASE("CLI: ktune tune --model tunes every kernel one training step needs", 
   run_command("(" + ktune_exe().string() + " tune --backend emu --model tiny --ctx 16 --batch 2 --budget 1 --dtype "
               "tf32 --cache " + (dir / "killed.json").string() + " --log " + logs.string() + "/ > " + killed +
               " 2>/dev/null & pid=$!; " +
-              ktune::test::wait_while_running("[ \"$(ls " + logs.string() + " 2>/dev/null | grep -c 'log$')\" -ge 3 ]") +
+              ktune::test::wait_while_running("[ \"$(ls " + logs.string() +
+                                              " 2>/dev/null | grep -c 'log$')\" -ge 3 ]") +
               "kill -KILL $pid; wait $pid)",
               nullptr);
   const std::string shown = ktune::read_file(killed);
