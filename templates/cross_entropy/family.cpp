@@ -299,6 +299,19 @@ class Backward final : public CrossEntropyFamily<BackwardArgs> {
     return launches;
   }
 
+  std::vector<Config> candidates(const Problem& p) const override {
+    // Not measured on a GPU yet. A row too long for the default's steps (vocab 50257: 1024 threads a row and a
+    // block, one block an SM at its registers) at a quarter of the threads, four blocks an SM; a whole row in
+    // fewer steps (unroll 4); both. A session skips the invalid.
+    const Config def = default_config(p);
+    std::vector<Config> out{with(def, {{"unroll", 4}})};
+    if (def.at("row_threads") > 256) {
+      out.push_back(with(def, {{"row_threads", 256}, {"threads", 256}}));
+      out.push_back(with(def, {{"row_threads", 256}, {"threads", 256}, {"unroll", 4}}));
+    }
+    return out;
+  }
+
   double flops(const Problem& p) const override {  // subtract, exp, multiply per logit
     return 3.0 * static_cast<double>(p.dim("rows")) * static_cast<double>(p.dim("vocab"));
   }

@@ -159,6 +159,10 @@ TEST_CASE("cross_entropy_bwd: non-default configs on ragged shapes match the ref
   SECTION("bf16, a short vocabulary, 32 rows per block") {
     check_matches_reference(f, layout(256, 8, 2, 2), Problem{"bf16", {{"rows", 45}, {"vocab", 77}}});
   }
+  SECTION("bf16, GPT-2's vocabulary, the candidates") {
+    const Problem gpt2{"bf16", {{"rows", 3}, {"vocab", 50257}}};
+    for (const Config& c : f.candidates(gpt2)) check_matches_reference(f, c, gpt2);
+  }
 }
 
 TEST_CASE("cross_entropy_bwd: in place (dlogits == logits) and shifted buffers match the reference",

@@ -158,7 +158,31 @@ TEST_CASE("cross_entropy_fwd candidates: the default with its next step prefetch
       CHECK(fwd.is_valid(candidates[i], p, sm90));
     }
   }
-  CHECK(bwd.candidates(Problem{"bf16", {{"rows", 4096}, {"vocab", 10000}}}).empty());
+}
+
+TEST_CASE("cross_entropy_bwd candidates: whole rows in fewer steps, and a quarter of the threads a row where the "
+          "default gives a row more than 256",
+          "[cross_entropy][family]") {
+  const auto sm90 = DeviceLimits::for_arch("sm_90");
+  const Problem model{"bf16", {{"rows", 4096}, {"vocab", 10000}}}, gpt2{"bf16", {{"rows", 1024}, {"vocab", 50257}}};
+  const auto with = [](Config c, std::initializer_list<std::pair<const char*, std::int64_t>> values) {
+    for (const auto& [name, value] : values) c.set(name, value);
+    return c;
+  };
+  const Config short_rows = bwd.default_config(model);
+  CHECK(short_rows.at("row_threads") <= 256);
+  CHECK(bwd.candidates(model) == std::vector<Config>{with(short_rows, {{"unroll", 4}})});
+  const Config long_rows = bwd.default_config(gpt2);
+  CHECK(long_rows.at("row_threads") == 1024);
+  const auto candidates = bwd.candidates(gpt2);
+  CHECK(candidates == std::vector<Config>{with(long_rows, {{"unroll", 4}}),
+                                          with(long_rows, {{"row_threads", 256}, {"threads", 256}}),
+                                          with(long_rows, {{"row_threads", 256}, {"threads", 256}, {"unroll", 4}})});
+  for (const Config& c : candidates) {
+    INFO(c.str());
+    CHECK(c != long_rows);
+    CHECK(bwd.is_valid(c, gpt2, sm90));
+  }
 }
 
 TEST_CASE("cross_entropy rendering: tunables are template arguments, the shape is not", "[cross_entropy][family]") {
