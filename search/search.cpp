@@ -19,6 +19,11 @@ std::uint64_t key_of(const Space& space, const Config& c, bool* ok) {
 }
 }  // namespace
 
+double cost_left_s(double share_spent, double cost_s) {
+  if (share_spent >= 1) return 0;
+  return share_spent > 0 ? cost_s * (1 - share_spent) / share_spent : -1;
+}
+
 SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCondition& stop,
                         const SearchCallbacks& callbacks, const std::vector<Config>& first) {
   SearchResult result;
@@ -41,9 +46,7 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
         p.valid_points > 0 ? static_cast<double>(state.evaluations) / static_cast<double>(p.valid_points)
                            : static_cast<double>(state.evaluations + result.rejected) /
                                  static_cast<double>(std::max<std::uint64_t>(space.size(), 1));
-    const double frac = std::max(stop.progress(state), std::min(1.0, covered));
-    if (frac > 0 && frac < 1) p.eta_s = state.cost_s * (1 - frac) / frac;
-    if (frac >= 1) p.eta_s = 0;
+    p.eta_s = cost_left_s(std::max(stop.progress(state), std::min(1.0, covered)), state.cost_s);
     callbacks.on_progress(p);
   };
   // Evaluates one config the search has not seen, records its outcome and

@@ -185,7 +185,8 @@ def main():
         q_target = quartiles(to_target)
         n_reached = sum(1 for v in to_target if math.isfinite(v))
         entry = {"strategy": strategy, "wall_s": elapsed, "runs_reaching_target": n_reached,
-                 "evals_to_target": {k: (finite(v) if k != "median_ci95" or v is None else [finite(x) for x in v])
+                 "evals_to_target": {k: (finite(v) if k != "median_ci95" else
+                                         None if v is None else [finite(x) for x in v])
                                      for k, v in q_target.items()},
                  # per run, so that runs over other seeds can be pooled with these
                  "evals_to_target_runs": [v if math.isfinite(v) else None for v in to_target],

@@ -130,15 +130,22 @@ class SessionLog {
                     fmt::format("cannot keep the earlier session log {} as {}: {}", from, generation(n), ec.message()));
     }
   }
-  /// Cuts a last line that a kill left without its end (the resumed session
-  /// read past it, its evaluation to run again), so that the next line
-  /// appended is not glued to it, both unreadable from then on.
+  /// Ends a log's last line where it has no end, so that the next line
+  /// appended is not glued to it, both unreadable from then on: a line that
+  /// reads whole (a file edited, a kill between a record and its newline)
+  /// gets its newline, as the resumed session read it; one a kill cut short
+  /// (the resumed session read past it, its evaluation to run again) is cut.
   static void drop_torn_tail(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) return;
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    in.close();
     if (text.empty() || text.back() == '\n') return;
     const std::size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    if (nlohmann::json::parse(text.substr(keep), nullptr, false).is_object()) {
+      std::ofstream(path, std::ios::binary | std::ios::app) << '\n';
+      return;
+    }
     std::error_code ec;
     std::filesystem::resize_file(path, keep, ec);
     if (ec)
@@ -263,26 +270,29 @@ std::string fresh_log_keeps(const std::string& path, bool default_log, const nlo
   return path.substr(0, path.rfind(".log")) + ".previous.log";
 }
 
-/// The results of the session in the log at `path` where it ended before its
-/// winner (a kill, a crash, a stop before the finalists) and this session
-/// (`session`) could go on from them with --resume; nullopt where it
-/// finished or could not be resumed.
+/// The results in the log at `path` where its last session ended before its
+/// winner (a kill, a crash, a stop before the finalists; a resumed session
+/// after a finished one's winner included) and this session (`session`)
+/// could go on from them with --resume; nullopt where it finished or could
+/// not be resumed.
 std::optional<std::size_t> unfinished_results(const std::string& path, const nlohmann::json& session) {
   std::ifstream in(path);
   std::string line;
-  std::size_t results = 0;
+  std::size_t results = 0, since_winner = 0;
   nlohmann::json header;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) continue;  // a torn line
-    if (j.contains("winner")) return std::nullopt;
-    if (j.contains("session")) {
+    if (j.contains("winner")) {
+      since_winner = 0;
+    } else if (j.contains("session")) {
       if (header.is_null()) header = j["session"];
-      continue;
+    } else {
+      ++results;
+      ++since_winner;
     }
-    ++results;
   }
-  if (header.is_null() || results == 0 || not_resumable(path, header, session)) return std::nullopt;
+  if (header.is_null() || since_winner == 0 || not_resumable(path, header, session)) return std::nullopt;
   return results;
 }
 
@@ -525,6 +535,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     ahead->add(hint);
   };
   compile_ahead();
+  // A resumed log's results count against the budget before the search
+  // asks for them (another strategy or seed may never ask for some): a
+  // resumed session ends where the whole one would have.
+  const Interruptible until(*stop, options.should_stop,
+                            [&](const search::SearchState& s) { return evaluator.with_unasked(s); });
   const Record* last = nullptr;
   search::SearchCallbacks callbacks;
   callbacks.on_record = [&](const search::Record& r) {
@@ -534,19 +549,17 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   callbacks.on_progress = [&](const search::Progress& p) {
     compile_ahead();
     if (!progress || !last) return;
-    // The session's count and ETA: a resumed log's results the search has not asked for are spent budget (the
-    // search's share of it counts them), so their cost is too.
+    // The session's count and ETA: a resumed log's results the search has not asked for are spent, of the
+    // budget (which counts them) and of the space (which holds them), and so is their cost.
     const search::SearchState whole = evaluator.with_unasked(*p.state);
     search::Progress shown = p;
     shown.state = &whole;
-    if (p.eta_s > 0 && p.state->cost_s > 0) shown.eta_s = p.eta_s * whole.cost_s / p.state->cost_s;
+    const double covered = p.valid_points > 0 ? static_cast<double>(whole.evaluations) /
+                                                    static_cast<double>(p.valid_points)
+                                              : 0.0;
+    shown.eta_s = search::cost_left_s(std::max(until.progress(*p.state), std::min(1.0, covered)), whole.cost_s);
     progress(*last, shown);
   };
-  // A resumed log's results count against the budget before the search
-  // asks for them (another strategy or seed may never ask for some): a
-  // resumed session ends where the whole one would have.
-  const Interruptible until(*stop, options.should_stop,
-                            [&](const search::SearchState& s) { return evaluator.with_unasked(s); });
   const search::SearchResult found = search::run_search(evaluator, *strategy, until, callbacks, first);
   const bool interrupted = until.interrupted();
   if (incumbent && !interrupted && !evaluator.done().count(*options.incumbent)) evaluator.record(*options.incumbent);

@@ -598,6 +598,28 @@ TEST_CASE("new sessions keep every earlier default log, say where an unfinished 
     CHECK(nlohmann::json::parse(line, nullptr, false).is_object());
   CHECK(read >= 6);  // the header, five results (and the winner)
   CHECK(read_file(o.log_path).substr(0, killed.size()) == killed);
+  // A last line that reads whole but has no newline (a file edited, a kill before the newline) is kept, ended.
+  std::ofstream(o.log_path, std::ios::trunc) << killed.substr(0, killed.size() - 1);
+  ScriptedRunner unended;
+  CHECK(tune(family, problem, unended, o).resumed == 3);
+  CHECK(read_file(o.log_path).substr(0, killed.size()) == killed);
+  // So is a header alone: the log stays a session log.
+  std::ofstream(o.log_path, std::ios::trunc) << killed.substr(0, killed.find('\n'));
+  ScriptedRunner header_only;
+  tune(family, problem, header_only, o);
+  CHECK(read_session_log(o.log_path).records.size() == 5);
+  // A finished session's log that a resumed session, killed, added results to: the note names it too.
+  o.resume = false;
+  o.budget = "3";
+  notes.clear();
+  const std::string result_line = killed.substr(killed.find('\n') + 1, killed.find('\n', killed.find('\n') + 1) -
+                                                                        killed.find('\n'));
+  std::ofstream(o.log_path, std::ios::trunc) << logs[0] << result_line << result_line;
+  ScriptedRunner after;
+  tune(family, problem, after, o);
+  REQUIRE(notes.size() == 1);
+  CHECK_THAT(notes[0], Catch::StartsWith(o.log_path + " holds 5 results of a session of this kernel that ended "
+                                                      "before its winner"));
 }
 
 TEST_CASE("a session resumed with another strategy counts every logged result against its budget", "[session]") {
@@ -639,6 +661,21 @@ TEST_CASE("a session resumed with another strategy counts every logged result ag
   CHECK(more.calls == 2);
   CHECK(t.evaluations == 10);
   CHECK(read_session_log(o.log_path).records.size() == 10);
+  // Under a budget whose share says little (a plateau, an hour), the share of the space evaluated, the log's
+  // results included, is what the ETA goes by.
+  o.budget = "plateau:200+1h";
+  o.strategy = "annealing";
+  ScriptedRunner on;
+  std::size_t reports = 0;
+  tune(family, problem, on, o, [&](const Record&, const search::Progress& p) {
+    REQUIRE(p.valid_points > 0);
+    const double covered = std::min(1.0, static_cast<double>(p.state->evaluations) / p.valid_points);
+    const double spent = std::max(p.state->cost_s / 3600, covered);
+    if (spent < 1) CHECK(p.eta_s == Approx(p.state->cost_s * (1 - spent) / spent));
+    ++reports;
+  });
+  CHECK(reports > 0);
+  CHECK(on.calls > 0);
 }
 
 TEST_CASE("unreadable lines amid a session log are counted and said, a cut last line apart", "[session]") {
