@@ -113,15 +113,20 @@ __global__ void __launch_bounds__(THREADS)
 
 /// Both backward kernels: with RESIDUAL, dstream is added to dx. A row's
 /// rstd is loaded with its x and dy, so it is in flight with them rather
-/// than after the reduction. With PREFETCH a thread loads its row of the
+/// than after the reduction. With PREFETCH 1 a thread loads its row of the
 /// block's next group (x, dy, rstd and dstream) before this group's
 /// reduction, so those loads are in flight across its barrier and stores,
 /// where a group's loads would otherwise wait for the previous group's end
-/// (and dstream's for the reduction).
-template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool PREFETCH, bool RESIDUAL, class T>
+/// (and dstream's for the reduction). With PREFETCH 2 (RESIDUAL) dstream is
+/// loaded with this group's x and dy, in flight across the reduction, for
+/// a third row held in registers rather than twice each.
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, int PREFETCH, bool RESIDUAL, class T>
 KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, const T* dy, const T* dstream, T* dx,
                              float* dw_partial, long long rows, int dim) {
   check_layout<THREADS, ROW_THREADS, VEC, ITEMS, T>();
+  static_assert(PREFETCH == 0 || PREFETCH == 1 || (PREFETCH == 2 && RESIDUAL), "prefetch 0, 1, or 2 with dstream");
+  constexpr bool AHEAD = PREFETCH == 1;                     // the next group's rows in flight
+  constexpr bool STREAM_EARLY = RESIDUAL && PREFETCH == 2;  // dstream in flight with x and dy
   constexpr int ROWS = THREADS / ROW_THREADS;
   constexpr int SPAN = ROW_THREADS * VEC;  // columns of one item
   static_assert(THREADS * VEC * 4 <= 32 * 1024, "the dw exchange buffer fits in static shared memory");
@@ -157,14 +162,14 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     }
   };
   Ahead next;
-  if constexpr (PREFETCH) load_ahead(next, blockIdx.x);
+  if constexpr (AHEAD) load_ahead(next, blockIdx.x);
   for (long long group = blockIdx.x; group < groups; group += gridDim.x) {  // uniform over the block
     const long long row = group * ROWS + slot;
     const bool active = row < rows;
     const long long offset = (active ? row : 0) * dim;
-    kt::Vec<T, VEC> xv[ITEMS], dyv[ITEMS], svs[PREFETCH && RESIDUAL ? ITEMS : 1];
+    kt::Vec<T, VEC> xv[ITEMS], dyv[ITEMS], svs[(AHEAD && RESIDUAL) || STREAM_EARLY ? ITEMS : 1];
     float s = 0.0f;
-    if constexpr (PREFETCH) {
+    if constexpr (AHEAD) {
       s = next.rstd;
 #pragma unroll
       for (int i = 0; i < ITEMS; ++i) {
@@ -181,9 +186,10 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     for (int i = 0; i < ITEMS; ++i) {
       const int c = (i * ROW_THREADS + t) * VEC;
       if (active && c < dim) {
-        if constexpr (!PREFETCH) {
+        if constexpr (!AHEAD) {
           xv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(x + offset + c);
           dyv[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dy + offset + c);
+          if constexpr (STREAM_EARLY) svs[i] = *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
         }
         const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
 #pragma unroll
@@ -200,7 +206,7 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
         const kt::Vec<float, VEC> wv = *reinterpret_cast<const kt::Vec<float, VEC>*>(w + c);
         kt::Vec<T, VEC> out, sv;
         if constexpr (RESIDUAL)
-          sv = PREFETCH ? svs[i] : *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
+          sv = AHEAD || STREAM_EARLY ? svs[i] : *reinterpret_cast<const kt::Vec<T, VEC>*>(dstream + offset + c);
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
           const float xf = kt::to_float(xv[i].v[k]), dyf = kt::to_float(dyv[i].v[k]);
@@ -244,7 +250,7 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
 /// block b takes the row groups b, b + gridDim.x, ... (THREADS / ROW_THREADS
 /// rows each), so the split of rows, and the sums, depend only on the grid.
 template <int THREADS, int ROW_THREADS, int VEC, int ITEMS,
-          bool PREFETCH,  // the next row group's loads issued before this group's reduction: in flight vs registers
+          int PREFETCH,  // 1: the next row group's loads issued before this group's reduction (0: not)
           class T>
 __global__ void __launch_bounds__(THREADS)
     rmsnorm_bwd(const T* x,           // (rows, dim)
@@ -264,7 +270,9 @@ __global__ void __launch_bounds__(THREADS)
 /// and r; dw_partial as rmsnorm_bwd. dh may be dstream (the residual
 /// stream's gradient updated in place): each element is read, then written,
 /// by one thread. Grid: as rmsnorm_bwd.
-template <int THREADS, int ROW_THREADS, int VEC, int ITEMS, bool PREFETCH, class T>
+template <int THREADS, int ROW_THREADS, int VEC, int ITEMS,
+          int PREFETCH,  // 1: the next row group's loads ahead; 2: dstream's with this group's x and dy; 0: neither
+          class T>
 __global__ void __launch_bounds__(THREADS)
     residual_rmsnorm_bwd(const T* h,         // (rows, dim) from residual_rmsnorm_fwd
                          const float* w,     // (dim,)

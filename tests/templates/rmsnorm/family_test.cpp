@@ -112,14 +112,15 @@ TEST_CASE("rmsnorm defaults are valid for every accepted dim and keep each threa
 }
 
 TEST_CASE("rmsnorm backward candidates: the default with its next row group prefetched, then with more blocks, "
-          "then with more rows a block",
+          "then with more rows a block, and the residual's dstream loaded early",
           "[rmsnorm][family]") {
   for (const char* name : {"rmsnorm_bwd", "residual_rmsnorm_bwd"}) {
     const Family& f = find_family(name);
     const Problem xl{"bf16", {{"rows", 4096}, {"dim", 1600}}};
     INFO(name);
     const auto candidates = f.candidates(xl);
-    REQUIRE(candidates.size() == 6);
+    const bool residual = std::string(name) == "residual_rmsnorm_bwd";
+    REQUIRE(candidates.size() == (residual ? 7 : 6));
     const Config def = f.default_config(xl);
     CHECK(def.at("prefetch") == 0);
     CHECK(def.at("blocks") == 256);
@@ -136,6 +137,13 @@ TEST_CASE("rmsnorm backward candidates: the default with its next row group pref
     CHECK(candidates[4] == with(def, {{"threads", 1024}}));
     CHECK(candidates[5] == with(def, {{"threads", 512}}));
     for (std::size_t i = 4; i < 6; ++i) CHECK(f.is_valid(candidates[i], xl, DeviceLimits::for_arch("sm_90")));
+    // The residual's: dstream loaded with this group's x and dy (prefetch 2, a value rmsnorm_bwd has not).
+    if (residual) {
+      CHECK(candidates[6] == with(def, {{"prefetch", 2}}));
+      CHECK(f.is_valid(candidates[6], xl, DeviceLimits::for_arch("sm_90")));
+    } else {
+      CHECK_FALSE(f.space().index_of(with(def, {{"prefetch", 2}})).has_value());
+    }
   }
   CHECK(forward_family().candidates(Problem{"bf16", {{"rows", 4096}, {"dim", 1600}}}).empty());
 }
@@ -156,7 +164,7 @@ TEST_CASE("rmsnorm rendering: the row's share per thread is a template argument,
         "rmsnorm::rmsnorm_fwd<256, 64, 8, 2, kt::bf16>");
   const Rendered b = backward_family().render(bwd_config(128, 32, 4, 64), p);
   REQUIRE(b.kernels.size() == 2);
-  CHECK(b.kernels[0] == "rmsnorm::rmsnorm_bwd<128, 32, 4, 8, false, float>");
+  CHECK(b.kernels[0] == "rmsnorm::rmsnorm_bwd<128, 32, 4, 8, 0, float>");
   CHECK(b.kernels[1] == "rmsnorm::rmsnorm_dw_reduce<1024>");
   CHECK(b.source == backward_family().render(bwd_config(128, 32, 4, 512), p).source);  // `blocks` is the grid only
 }

@@ -70,6 +70,10 @@ TEST_CASE("residual_rmsnorm_bwd matches the reference on ragged shapes, in place
     test::check_emulated_plan(f, with_blocks(layout(64, 16, 2), 64, 1), f32);
     test::check_emulated_plan(f, with_blocks(layout(128, 32, 2), 64, 1), f32, {{kDh, kDstream}});
     test::check_emulated_plan(f, with_blocks(layout(128, 64, 8), 64, 1), bf16, {{kDh, kDstream}});
+    // dstream loaded with x and dy (prefetch 2), not after the reduction.
+    test::check_emulated_plan(f, with_blocks(layout(64, 16, 2), 64, 2), f32);
+    test::check_emulated_plan(f, with_blocks(layout(128, 32, 2), 64, 2), f32, {{kDh, kDstream}});
+    test::check_emulated_plan(f, with_blocks(layout(128, 64, 8), 64, 2), bf16, {{kDh, kDstream}});
   }
   SECTION("dropping the stream's gradient fails") {
     CHECK(test::broken_error(f, with_blocks(layout(128, 64, 8), 64), bf16, "RESIDUAL ? kt::to_float(sv.v[k]) + g : g",
