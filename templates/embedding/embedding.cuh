@@ -160,24 +160,37 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
-/// sum += vector c (VEC elements) of the d_out rows at positions[0 .. n), in
-/// that order: both deterministic variants' sums.
-template <int VEC, class T>
-KT_DEVICE void add_column(kt::Vec<float, VEC>& sum, const T* __restrict__ d_out, const int* positions, int n, int c,
-                          int dim) {
+/// sum[q] += vector c + q * stride (VEC elements) of the d_out rows at
+/// positions[0 .. n), in that order, for each q < COLS whose column is in
+/// the row: both deterministic variants' sums, each column's the same
+/// whatever COLS. A row's COLS columns are loaded together, so COLS times as
+/// many loads are in flight as with one column a pass.
+template <int VEC, int COLS, class T>
+KT_DEVICE void add_columns(kt::Vec<float, VEC> (&sum)[COLS], const T* __restrict__ d_out, const int* positions,
+                           int n, int c, int stride, int dim) {
   const kt::Vec<T, VEC>* column = reinterpret_cast<const kt::Vec<T, VEC>*>(d_out) + c;
-#pragma unroll 4  // four rows' loads in flight; left to itself, ptxas unrolls further and spills at VEC 1
+  const int width = dim / VEC;
+  // Four rows' loads in flight (two at four columns, eight loads); left to itself, ptxas unrolls further and
+  // spills at VEC 1.
+#pragma unroll(COLS >= 4 ? 2 : 4)
   for (int j = 0; j < n; ++j) {
-    const kt::Vec<T, VEC> g = column[static_cast<long long>(positions[j]) * (dim / VEC)];
+    const long long row = static_cast<long long>(positions[j]) * width;
 #pragma unroll
-    for (int e = 0; e < VEC; ++e) sum.v[e] += kt::to_float(g.v[e]);
+    for (int q = 0; q < COLS; ++q) {
+      if (c + q * stride >= width) break;
+      const kt::Vec<T, VEC> g = column[row + q * stride];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) sum[q].v[e] += kt::to_float(g.v[e]);
+    }
   }
 }
 
 /// Sorted backward, second launch. Grid: ceil(vocab / (THREADS / ROW_THREADS))
 /// blocks, a row of d_table per slot: the sum of the d_out rows at
 /// index[starts[v]], ..., index[starts[v + 1] - 1], in that order (0 when none).
-template <int THREADS, int ROW_THREADS, int VEC, class T>
+template <int THREADS, int ROW_THREADS, int VEC,
+          int COLS,  // columns a thread sums in one pass over the row's tokens
+          class T>
 __global__ void __launch_bounds__(THREADS)
     embedding_rows(const T* __restrict__ d_out,      // (rows, dim)
                    const int* __restrict__ starts,   // (vocab + 1,)
@@ -192,32 +205,42 @@ __global__ void __launch_bounds__(THREADS)
   if (v >= vocab) return;
   const int first = starts[v], last = starts[v + 1];
   kt::Vec<float, VEC>* dst = reinterpret_cast<kt::Vec<float, VEC>*>(d_table + v * dim);
-  for (int c = t; c < dim / VEC; c += ROW_THREADS) {
-    kt::Vec<float, VEC> sum;
+  for (int c = t; c < dim / VEC; c += ROW_THREADS * COLS) {
+    kt::Vec<float, VEC> sum[COLS];
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) sum.v[k] = 0.0f;
-    add_column(sum, d_out, index + first, last - first, c, dim);
-    dst[c] = sum;
+    for (int q = 0; q < COLS; ++q)
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) sum[q].v[k] = 0.0f;
+    add_columns<VEC, COLS>(sum, d_out, index + first, last - first, c, ROW_THREADS, dim);
+#pragma unroll
+    for (int q = 0; q < COLS; ++q)
+      if (c + q * ROW_THREADS < dim / VEC) dst[c + q * ROW_THREADS] = sum[q];
   }
 }
 
 /// The scan's batch: a warp adds the d_out rows at positions list[0 .. held),
 /// in that order, to its row dst of d_table (to what an earlier batch stored
 /// there when `prior`, else to 0).
-template <int VEC, class T>
+template <int VEC, int COLS, class T>
 KT_DEVICE void add_rows(const T* __restrict__ d_out, const int* list, int held, bool prior,
                         kt::Vec<float, VEC>* __restrict__ dst, int dim, int lane) {
   __syncwarp();  // the warp's positions are in list
-  for (int c = lane; c < dim / VEC; c += 32) {
-    kt::Vec<float, VEC> sum;
-    if (prior) {
-      sum = dst[c];
-    } else {
+  const int width = dim / VEC;
+  for (int c = lane; c < width; c += 32 * COLS) {
+    kt::Vec<float, VEC> sum[COLS];
 #pragma unroll
-      for (int e = 0; e < VEC; ++e) sum.v[e] = 0.0f;
+    for (int q = 0; q < COLS; ++q) {
+      if (prior && c + q * 32 < width) {
+        sum[q] = dst[c + q * 32];
+      } else {
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) sum[q].v[e] = 0.0f;
+      }
     }
-    add_column(sum, d_out, list, held, c, dim);
-    dst[c] = sum;
+    add_columns<VEC, COLS>(sum, d_out, list, held, c, 32, dim);
+#pragma unroll
+    for (int q = 0; q < COLS; ++q)
+      if (c + q * 32 < width) dst[c + q * 32] = sum[q];
   }
   __syncwarp();  // every lane has read list before the warp refills it
 }
@@ -233,6 +256,7 @@ KT_DEVICE void add_rows(const T* __restrict__ d_out, const int* list, int held, 
 /// store its sums (each lane's stores to a column stay in program order).
 template <int THREADS, int ROW_THREADS, int VEC,
           bool ZERO_FIRST,  // zeros stored before the walk: its reads overlap them vs rows with tokens written twice
+          int COLS,         // columns a lane sums in one pass over a batch of the row's tokens
           class T>
 // At least one block an SM: without it ptxas holds the kernel to about 32 registers and spills.
 __global__ void __launch_bounds__(THREADS, 1)
@@ -278,7 +302,7 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (mine) list[held + __popc(hits & below)] = static_cast<int>(base) + s * 32 + lane;
         held += __popc(hits);
         if (held > BATCH - 32) {
-          add_rows<VEC>(d_out, list, held, stored, dst, dim, lane);
+          add_rows<VEC, COLS>(d_out, list, held, stored, dst, dim, lane);
           stored = true;
           held = 0;
         }
@@ -287,7 +311,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     __syncthreads();  // owner[] is rewritten by the next tile
   }
   if (v >= vocab) return;
-  if (held > 0 || (!stored && !ZERO_FIRST)) add_rows<VEC>(d_out, list, held, stored, dst, dim, lane);  // or zeros
+  if (held > 0 || (!stored && !ZERO_FIRST)) add_rows<VEC, COLS>(d_out, list, held, stored, dst, dim, lane);  // or 0
 }
 
 /// Atomic backward, first launch: d_table = 0. Grid: any size (grid-stride).

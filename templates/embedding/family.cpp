@@ -182,12 +182,14 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
     if (scan(c))
       return render_template(
           kTemplate,
-          {"embedding::embedding_scan<" + template_args(c, p, method(c) == kScanZeroFirst ? "true" : "false") + ">"},
+          {"embedding::embedding_scan<" +
+           template_args(c, p, fmt::format("{}, {}", method(c) == kScanZeroFirst ? "true" : "false", c.at("cols"))) +
+           ">"},
           name());
     if (method(c) == kSorted)
       return render_template(kTemplate,
                              {fmt::format("embedding::embedding_index<{}>", c.at("threads")),
-                              "embedding::embedding_rows<" + template_args(c, p) + ">"},
+                              "embedding::embedding_rows<" + template_args(c, p, std::to_string(c.at("cols"))) + ">"},
                              name());
     return render_template(kTemplate,
                            {fmt::format("embedding::embedding_zero<{}>", c.at("threads")),
@@ -290,9 +292,14 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
     // of latencies repeated by every block, is paid fewer times.
     const Config def = default_config(p);
     if (method(def) != kScan) return {};
+    // Then two and four columns a lane a pass over a row's tokens: a row of
+    // dim 2560 took ten dependent passes at one (not measured on a GPU yet).
     return {with(def, {{"deterministic", kScanZeroFirst}}),
             with(def, {{"deterministic", kScanZeroFirst}, {"threads", 1024}}),
-            with(def, {{"deterministic", kScanZeroFirst}, {"threads", 512}}), with(def, {{"threads", 1024}})};
+            with(def, {{"deterministic", kScanZeroFirst}, {"threads", 512}}),
+            with(def, {{"threads", 1024}}),
+            with(def, {{"deterministic", kScanZeroFirst}, {"cols", 2}}),
+            with(def, {{"deterministic", kScanZeroFirst}, {"cols", 4}})};
   }
 
   bool deterministic(const Config& c) const override { return method(c) != kAtomic; }
@@ -311,6 +318,7 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
     // Reproducible unless tuning finds the atomics faster: the scan where a
     // warp per row fits the layout (one launch, no one-block sort), else the sort.
     c.set("deterministic", c.at("row_threads") == 32 ? kScan : kSorted);
+    c.set("cols", 1);
     return c;
   }
   bool is_valid_more(const Config& c, const Problem& p, const DeviceLimits& device,
@@ -319,6 +327,10 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
       return reject(why, fmt::format("deterministic {} (the scan) gives each d_table row one warp: row_threads "
                                      "must be 32, not {}",
                                      method(c), c.at("row_threads")));
+    if (method(c) == kAtomic && c.at("cols") != 1)
+      return reject(why, fmt::format("cols {} is the deterministic sums' (1, 2, 3): the atomics add each d_out row "
+                                     "as it comes",
+                                     c.at("cols")));
     return EmbeddingFamily::is_valid_more(c, p, device, why);
   }
 
@@ -336,6 +348,10 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
                       "tokens); 3: 2 with each warp's row zeroed before the walk (the stores of rows without "
                       "tokens overlap it; rows with tokens are written twice). 1, 2 and 3 sum in token order: "
                       "bit-identical across runs and to each other"});
+    params.push_back({"cols", {1, 2, 4},
+                      "columns (vectors) of a d_table row a thread of the deterministic sums adds in one pass over "
+                      "the row's tokens: their loads in flight together vs registers; the sums the same whatever "
+                      "it is"});
     return params;
   }
   Space space_;

@@ -23,9 +23,11 @@ const auto kDevice = DeviceLimits::for_arch("sm_90");
 Config layout(std::int64_t threads, std::int64_t row_threads, std::int64_t vec) {
   return Config({{"threads", threads}, {"row_threads", row_threads}, {"vec", vec}});
 }
-Config bwd(std::int64_t threads, std::int64_t row_threads, std::int64_t vec, std::int64_t deterministic) {
+Config bwd(std::int64_t threads, std::int64_t row_threads, std::int64_t vec, std::int64_t deterministic,
+           std::int64_t cols = 1) {
   Config c = layout(threads, row_threads, vec);
   c.set("deterministic", deterministic);
+  c.set("cols", cols);
   return c;
 }
 Problem problem(const char* dtype, std::int64_t rows, std::int64_t dim, std::int64_t vocab) {
@@ -87,16 +89,20 @@ TEST_CASE("embedding constraints and defaults", "[embedding][family]") {
   CHECK(forward_family().default_config(problem("bf16", 9, 768, 50)).at("vec") == 8);
 }
 
-TEST_CASE("embedding_bwd candidates: the scan default with its rows zeroed before the walk, and in wider blocks",
+TEST_CASE("embedding_bwd candidates: the scan default with its rows zeroed before the walk, in wider blocks, and "
+          "summing more columns a pass",
           "[embedding][family]") {
   const Problem xl = problem("bf16", 4096, 1600, 10000);
   const Config def = backward_family().default_config(xl);
   REQUIRE(def.at("deterministic") == 2);
   REQUIRE(def.at("threads") == 256);
   const auto candidates = backward_family().candidates(xl);
-  REQUIRE(candidates.size() == 4);
+  REQUIRE(candidates.size() == 6);
+  CHECK(def.at("cols") == 1);
   CHECK(candidates[0] == with(def, {{"deterministic", 3}}));
   CHECK(candidates[1] == with(def, {{"deterministic", 3}, {"threads", 1024}}));
+  CHECK(candidates[4] == with(def, {{"deterministic", 3}, {"cols", 2}}));
+  CHECK(candidates[5] == with(def, {{"deterministic", 3}, {"cols", 4}}));
   for (const Config& c : candidates) {
     INFO(c.str());
     CHECK(c.at("deterministic") >= 2);  // a scan: one launch, reproducible
@@ -112,11 +118,13 @@ TEST_CASE("embedding rendering names each variant's kernels", "[embedding][famil
   CHECK(forward_family().render(layout(128, 32, 8), p).kernels ==
         std::vector<std::string>{"embedding::embedding_fwd<128, 32, 8, kt::bf16>"});
   CHECK(backward_family().render(bwd(128, 32, 8, 1), p).kernels ==
-        std::vector<std::string>{"embedding::embedding_index<128>", "embedding::embedding_rows<128, 32, 8, kt::bf16>"});
-  CHECK(backward_family().render(bwd(128, 32, 8, 2), p).kernels ==
-        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, false, kt::bf16>"});
-  CHECK(backward_family().render(bwd(128, 32, 8, 3), p).kernels ==
-        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, true, kt::bf16>"});
+        std::vector<std::string>{"embedding::embedding_index<128>",
+                                 "embedding::embedding_rows<128, 32, 8, 1, kt::bf16>"});
+  CHECK(backward_family().render(bwd(128, 32, 8, 2, 4), p).kernels ==
+        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, false, 4, kt::bf16>"});
+  CHECK(backward_family().render(bwd(128, 32, 8, 3, 2), p).kernels ==
+        std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, true, 2, kt::bf16>"});
+  CHECK_FALSE(backward_family().is_valid(bwd(256, 16, 4, 0, 2), p, DeviceLimits::for_arch("sm_90")));
   CHECK(backward_family().render(bwd(256, 16, 4, 0), problem("f32", 4, 100, 9)).kernels ==
         std::vector<std::string>{"embedding::embedding_zero<256>",
                                  "embedding::embedding_scatter<256, 16, 4, float>"});
