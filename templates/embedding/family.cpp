@@ -328,9 +328,14 @@ class Backward final : public EmbeddingFamily<BackwardArgs> {
                                      "must be 32, not {}",
                                      method(c), c.at("row_threads")));
     if (method(c) == kAtomic && c.at("cols") != 1)
-      return reject(why, fmt::format("cols {} is the deterministic sums' (1, 2, 3): the atomics add each d_out row "
-                                     "as it comes",
+      return reject(why, fmt::format("cols {} is for the deterministic sums (deterministic 1, 2 and 3): the atomics "
+                                     "add each d_out row as it comes",
                                      c.at("cols")));
+    // The scan holds a block an SM (its launch bound): 64 registers a thread at 1024 threads, which four
+    // columns' sums and loads of 16-byte vectors overrun (ptxas spills at sm_80).
+    if (scan(c) && c.at("threads") == 1024 && c.at("cols") == 4 && c.at("vec") * activation_bytes(p) == 16)
+      return reject(why, "the scan at 1024 threads has 64 registers a thread, which four columns of 16-byte "
+                         "vectors overrun (their sums and loads): it would spill; fewer threads or cols");
     return EmbeddingFamily::is_valid_more(c, p, device, why);
   }
 

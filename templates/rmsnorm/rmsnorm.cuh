@@ -142,7 +142,7 @@ KT_DEVICE void backward_rows(const T* x, const float* w, const float* rstd, cons
     for (int k = 0; k < VEC; ++k) dw_acc[i][k] = 0.0f;
 
   const long long groups = (rows + ROWS - 1) / ROWS;
-  // PREFETCH: this thread's row of the block's next group, x, dy, rstd and (RESIDUAL) dstream.
+  // PREFETCH 1: this thread's row of the block's next group, x, dy, rstd and (RESIDUAL) dstream.
   struct Ahead {
     kt::Vec<T, VEC> x[ITEMS], dy[ITEMS], stream[RESIDUAL ? ITEMS : 1];
     float rstd;

@@ -125,6 +125,10 @@ TEST_CASE("embedding rendering names each variant's kernels", "[embedding][famil
   CHECK(backward_family().render(bwd(128, 32, 8, 3, 2), p).kernels ==
         std::vector<std::string>{"embedding::embedding_scan<128, 32, 8, true, 2, kt::bf16>"});
   CHECK_FALSE(backward_family().is_valid(bwd(256, 16, 4, 0, 2), p, DeviceLimits::for_arch("sm_90")));
+  // The scan's 64 registers a thread at 1024 threads do not hold four columns of 16-byte vectors (sm_80 spills).
+  CHECK_FALSE(backward_family().is_valid(bwd(1024, 32, 8, 3, 4), p, DeviceLimits::for_arch("sm_80")));
+  CHECK(backward_family().is_valid(bwd(1024, 32, 8, 3, 2), p, DeviceLimits::for_arch("sm_80")));
+  CHECK(backward_family().is_valid(bwd(512, 32, 8, 3, 4), p, DeviceLimits::for_arch("sm_80")));
   CHECK(backward_family().render(bwd(256, 16, 4, 0), problem("f32", 4, 100, 9)).kernels ==
         std::vector<std::string>{"embedding::embedding_zero<256>",
                                  "embedding::embedding_scatter<256, 16, 4, float>"});
