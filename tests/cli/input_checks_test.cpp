@@ -440,8 +440,8 @@ TEST_CASE("CLI: tune --model refuses a --log prefix one of whose kernels' logs h
   CHECK(files == 1);  // no other kernel's log: none was searched
   // So is a prefix where no log can be written, in one line, before the first kernel's line.
   std::ofstream(dir / "file") << "a file\n";
-  CHECK(run_bad("tune --backend emu --model tiny --ctx 8 --batch 1 --budget 1 --log " + (dir / "file" / "run").string() +
-                    " --cache " + (dir / "tuned.json").string(),
+  CHECK(run_bad("tune --backend emu --model tiny --ctx 8 --batch 1 --budget 1 --log " +
+                    (dir / "file" / "run").string() + " --cache " + (dir / "tuned.json").string(),
                 &err) == 2);
   CHECK_THAT(err, Catch::StartsWith("ktune: cannot write --log " + (dir / "file" / "run").string() + ".") &&
                       Catch::Contains("is not a folder"));

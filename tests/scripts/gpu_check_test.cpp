@@ -71,10 +71,9 @@ DryRunCounts run_dry_commands(const std::vector<std::string>& commands, const st
   const std::string tests_exe = (ktune_exe().parent_path().parent_path() / "tests" / "ktune_tests_gpu").string();
   for (const auto& command : commands) {
     INFO(command);
-    const std::string here = replace_all(
-        replace_all(replace_all(command, "build-gpu/cli/ktune", ktune_exe().string()), "build-gpu/tests/ktune_tests_gpu",
-                    tests_exe),
-        "build-gpu/", build.string() + "/");
+    const std::string with_ktune = replace_all(command, "build-gpu/cli/ktune", ktune_exe().string());
+    const std::string here = replace_all(replace_all(with_ktune, "build-gpu/tests/ktune_tests_gpu", tests_exe),
+                                         "build-gpu/", build.string() + "/");
     std::string peer;  // a peer script's module name
     if (command.rfind("build-gpu/cli/ktune ", 0) == 0) {
       ++n.ktune;

@@ -68,7 +68,8 @@ std::string kept_note(const Record& first, const Record& best, const std::string
                      "their repetitions{}, {}",
                      first.config.str(), again ? "timed again beside the finalists at" : "at", times, other,
                      again ? "" : " as the search timed them (stopped before the finalists were timed again)",
-                     intervals.empty() ? "" : " (" + intervals + ")", who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
+                     intervals.empty() ? "" : " (" + intervals + ")",
+                     who.empty() ? "and that one, first in the space of those tied, wins" : "that one stays");
 }
 
 /// A session's log, written from its first result on: a session that ends

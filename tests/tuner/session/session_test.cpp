@@ -446,7 +446,8 @@ TEST_CASE("a log from another family or problem is refused on resume", "[session
                     Catch::Contains("is for adamw_single on f32;numel=1000;tensors=2"));
 }
 
-TEST_CASE("resuming a log that is not there starts it with its header and a file that is no log is refused", "[session]") {
+TEST_CASE("resuming a log that is not there starts it with its header and a file that is no log is refused",
+          "[session]") {
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
   TuneOptions o;
