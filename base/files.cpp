@@ -86,12 +86,12 @@ bool descriptor_folder(const fs::path& folder) {
 // folders are made and the folder is asked with access() only, for a writer
 // that makes its own file there next (AtomicFile's temp file, a log), which
 // fails as a probe would.
-fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_folder) {
+fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_folder,
+                        std::string_view advice = kWritableAdvice) {
   auto refuse = [&](const fs::path& p, const std::string& why) {
-    throw_error(ErrorKind::kInvalidInput,
-                fmt::format("cannot write {} {}: {}; give a writable file path", what, p.string(), why));
+    throw_error(ErrorKind::kInvalidInput, fmt::format("cannot write {} {}: {}; {}", what, p.string(), why, advice));
   };
-  KTUNE_REQUIRE(!path.empty(), fmt::format("{} must not be empty; give a writable file path", what));
+  KTUNE_REQUIRE(!path.empty(), fmt::format("{} must not be empty; {}", what, advice));
   // "out/" names a folder whatever is there: a file cannot be written by that name.
   if (!path.has_filename()) refuse(path, "it names a folder (it ends with '/')");
   // A name no file may have fails its write after the work: refused now (a lock or temp file's name is fitted).
@@ -155,7 +155,9 @@ fs::path resolve_target(const fs::path& path, std::string_view what, bool probe_
 
 }  // namespace
 
-fs::path writable_target(const fs::path& path, std::string_view what) { return resolve_target(path, what, true); }
+fs::path writable_target(const fs::path& path, std::string_view what, std::string_view advice) {
+  return resolve_target(path, what, true, advice);
+}
 
 fs::path open_target(const fs::path& path, std::string_view what) { return resolve_target(path, what, false); }
 

@@ -25,9 +25,12 @@ std::string not_a_file(const std::filesystem::path& path);
 /// and the path, when the target is a directory or another non-regular
 /// file, or a name ending in '/', or holds a name longer than NAME_MAX, is
 /// read-only, or its folder (or the nearest one that exists) cannot be
-/// written (a file is made there and removed at once to ask).
+/// written (a file is made there and removed at once to ask); the message
+/// ends with `advice`, what to do instead.
 /// Writes nothing else.
-std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what);
+inline constexpr std::string_view kWritableAdvice = "give a writable file path";
+std::filesystem::path writable_target(const std::filesystem::path& path, std::string_view what,
+                                      std::string_view advice = kWritableAdvice);
 
 /// writable_target's target with its missing folders made: for a writer that
 /// opens the file itself next (a log appended to line by line).

@@ -19,11 +19,6 @@ std::uint64_t key_of(const Space& space, const Config& c, bool* ok) {
 }
 }  // namespace
 
-double cost_left_s(double share_spent, double cost_s) {
-  if (share_spent >= 1) return 0;
-  return share_spent > 0 ? cost_s * (1 - share_spent) / share_spent : -1;
-}
-
 SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCondition& stop,
                         const SearchCallbacks& callbacks, const std::vector<Config>& first) {
   SearchResult result;
@@ -34,8 +29,10 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
   const std::string budget = stop.describe();
   const auto report_progress = [&] {
     if (!callbacks.on_progress) return;
+    // The count and the cost the budget counts (a resumed log's results too).
+    const SearchState counted = stop.spent(state);
     Progress p;
-    p.state = &state;
+    p.state = &counted;
     p.best = result.best ? &*result.best : nullptr;
     p.budget = budget;
     p.valid_points = evaluator.valid_points();
@@ -43,10 +40,12 @@ SearchResult run_search(Evaluator& evaluator, Strategy& strategy, const StopCond
     // more (a small space ends the search before its budget does): of its
     // valid points where they are known, else of all, refused ones counted.
     const double covered =
-        p.valid_points > 0 ? static_cast<double>(state.evaluations) / static_cast<double>(p.valid_points)
-                           : static_cast<double>(state.evaluations + result.rejected) /
+        p.valid_points > 0 ? static_cast<double>(counted.evaluations) / static_cast<double>(p.valid_points)
+                           : static_cast<double>(counted.evaluations + result.rejected) /
                                  static_cast<double>(std::max<std::uint64_t>(space.size(), 1));
-    p.eta_s = cost_left_s(std::max(stop.progress(state), std::min(1.0, covered)), state.cost_s);
+    const double frac = std::max(stop.progress(state), std::min(1.0, covered));
+    if (frac > 0 && frac < 1) p.eta_s = counted.cost_s * (1 - frac) / frac;
+    if (frac >= 1) p.eta_s = 0;
     callbacks.on_progress(p);
   };
   // Evaluates one config the search has not seen, records its outcome and

@@ -32,11 +32,6 @@ struct Progress {
   std::uint64_t valid_points = 0;  ///< the space's valid points, where the evaluator knows them (else 0)
 };
 
-/// The cost still to spend where `cost_s` was spent for `share_spent` of the
-/// search (the budget's share, or the space's where more): 0 at the end, < 0
-/// when unknown (nothing spent yet).
-double cost_left_s(double share_spent, double cost_s);
-
 struct SearchCallbacks {
   /// Every (config, outcome) as it arrives. An exception thrown here ends the search.
   std::function<void(const Record&)> on_record;

@@ -26,6 +26,9 @@ class StopCondition {
   virtual bool done(const SearchState& state) const = 0;
   /// Fraction of the budget spent, in [0, 1]; for the ETA. 0 when unknown.
   virtual double progress(const SearchState& state) const = 0;
+  /// What the budget counts as done: the search's state, or more where the
+  /// budget also counts work the search did not do (a resumed log's results).
+  virtual SearchState spent(const SearchState& state) const { return state; }
   /// One line, e.g. "100 evaluations".
   virtual std::string describe() const = 0;
 };

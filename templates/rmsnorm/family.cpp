@@ -385,9 +385,9 @@ class Backward final : public NormFamily<std::conditional_t<kResidual, ResidualB
     // --all` at sm_90: of the 204 configs of residual_rmsnorm_bwd's problem classes admitted without it, 5
     // spilled, 8 to 164 bytes; of the 190 it admits, 1 spills, 16 bytes).
     std::int64_t registers = kBaseRegisters + held * (activation_bytes(p) / 2 + 1);
-    if (c.at("prefetch") == 2)
+    if (c.at("prefetch") == 2) {
       registers = kBaseRegisters + ceil_div(27 * held * (ceil_div(3 * activation_bytes(p), 4) + 1), 20);
-    if (c.at("prefetch") == 1) {
+    } else if (c.at("prefetch") == 1) {
       const std::int64_t rows_held = kResidual ? 6 : 4;  // x and dy (and dstream), this group's and the next's
       const std::int64_t element_bytes = std::max<std::int64_t>(activation_bytes(p), 4 / c.at("vec"));
       registers = kPrefetchBaseRegisters + ceil_div(13 * held * (rows_held * element_bytes + 4), 40);

@@ -308,6 +308,7 @@ class Interruptible final : public search::StopCondition {
       : budget_(budget), should_stop_(std::move(should_stop)), spent_(std::move(spent)) {}
   bool done(const search::SearchState& s) const override { return budget_.done(spent_(s)) || interrupted(); }
   double progress(const search::SearchState& s) const override { return budget_.progress(spent_(s)); }
+  search::SearchState spent(const search::SearchState& s) const override { return spent_(s); }
   std::string describe() const override { return budget_.describe(); }
   bool interrupted() const { return should_stop_ && should_stop_(); }
 
@@ -449,17 +450,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (!log_path.empty()) {
     // A device, folder or read-only file: refused before any lock or read. The default log's folder is the cache
     // folder's, which the user named only through KTUNE_CACHE_DIR (if at all): the message says so.
-    try {
-      writable_target(log_path, "session log");
-    } catch (const Error& e) {
-      const std::string advice = "; give a writable file path";
-      std::string what = e.what();
-      if (!options.default_log || !what.ends_with(advice)) throw;
-      what.resize(what.size() - advice.size());
-      throw_error(e.kind(), fmt::format("{}; the default log goes under the cache folder (KTUNE_CACHE_DIR): set "
-                                        "KTUNE_CACHE_DIR to a folder ktune may write, or give --log",
-                                        what));
-    }
+    writable_target(log_path, "session log",
+                    options.default_log ? "the default log goes under the cache folder (KTUNE_CACHE_DIR): set "
+                                          "KTUNE_CACHE_DIR to a folder ktune may write, or give --log"
+                                        : kWritableAdvice);
     try {
       held.emplace(lock_path(log_path), "session log " + log_path);
     } catch (const Error& e) {
@@ -536,11 +530,6 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     ahead->add(hint);
   };
   compile_ahead();
-  // A resumed log's results count against the budget before the search
-  // asks for them (another strategy or seed may never ask for some): a
-  // resumed session ends where the whole one would have.
-  const Interruptible until(*stop, options.should_stop,
-                            [&](const search::SearchState& s) { return evaluator.with_unasked(s); });
   const Record* last = nullptr;
   search::SearchCallbacks callbacks;
   callbacks.on_record = [&](const search::Record& r) {
@@ -549,18 +538,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   };
   callbacks.on_progress = [&](const search::Progress& p) {
     compile_ahead();
-    if (!progress || !last) return;
-    // The session's count and ETA: a resumed log's results the search has not asked for are spent, of the
-    // budget (which counts them) and of the space (which holds them), and so is their cost.
-    const search::SearchState whole = evaluator.with_unasked(*p.state);
-    search::Progress shown = p;
-    shown.state = &whole;
-    const double covered = p.valid_points > 0 ? static_cast<double>(whole.evaluations) /
-                                                    static_cast<double>(p.valid_points)
-                                              : 0.0;
-    shown.eta_s = search::cost_left_s(std::max(until.progress(*p.state), std::min(1.0, covered)), whole.cost_s);
-    progress(*last, shown);
+    if (progress && last) progress(*last, p);
   };
+  // A resumed log's results count against the budget before the search
+  // asks for them (another strategy or seed may never ask for some): a
+  // resumed session ends where the whole one would have, and its progress
+  // counts them, their cost in its ETA.
+  const Interruptible until(*stop, options.should_stop,
+                            [&](const search::SearchState& s) { return evaluator.with_unasked(s); });
   const search::SearchResult found = search::run_search(evaluator, *strategy, until, callbacks, first);
   const bool interrupted = until.interrupted();
   if (incumbent && !interrupted && !evaluator.done().count(*options.incumbent)) evaluator.record(*options.incumbent);
