@@ -170,6 +170,36 @@ TEST_CASE("embedding workloads: repeated ids, exact gather, fp32 d_table, scratc
   }
 }
 
+TEST_CASE("embedding workloads draw ids by Zipf's law, as text has them: the commonest ids first, each id's share "
+          "falling as 1 / rank, every id in the vocabulary",
+          "[embedding][family]") {
+  // GPT-2's vocabulary, an xl batch of 4 x 1024 tokens (twice over, for the counts' spread).
+  const std::int64_t vocab = 50257, rows = 8192;
+  for (const Family* f : kFamilies) {
+    const Workload w = f->make_workload(problem("bf16", rows, 8, vocab), 11);
+    std::vector<std::int32_t> tokens(rows);
+    std::memcpy(tokens.data(), w.buffers[0].bytes.data(), rows * 4);
+    std::vector<std::int64_t> count(vocab);
+    for (const std::int32_t t : tokens) {
+      REQUIRE((t >= 0 && t < vocab));
+      ++count[t];
+    }
+    // ln(2) / ln(50258) = 6.4 % of the tokens are id 0 (525 of 8192, sd 22); ids 1 and 2: 3.7 %, 2.7 %; the ten
+    // commonest 22 %; ids past 1000 (the tail, where a uniform draw puts 98 % of them) 36 %.
+    CHECK(count[0] > 440);
+    CHECK(count[0] < 610);
+    CHECK(count[1] > count[2]);
+    CHECK(count[2] > count[9]);
+    std::int64_t top10 = 0, tail = 0;
+    for (int v = 0; v < 10; ++v) top10 += count[v];
+    for (std::int64_t v = 1000; v < vocab; ++v) tail += count[v];
+    CHECK(top10 > rows / 5);
+    CHECK(top10 < rows / 4);
+    CHECK(tail > rows * 33 / 100);
+    CHECK(tail < rows * 40 / 100);
+  }
+}
+
 TEST_CASE("embedding_bwd plans: index then rows (sorted), clear then scatter (atomic)", "[embedding][family]") {
   const Problem p = problem("f32", 301, 100, 50);
   const auto& f = backward_family();
