@@ -96,7 +96,7 @@ std::vector<int> expected(int i, int n) {
 TEST_CASE("warp collectives with the full mask after some lanes returned wait only for the lanes still running",
           "[emu]") {
   auto& p = probe();
-  for (const auto [threads, n] : {std::pair{64, 40}, std::pair{64, 61}, std::pair{32, 32}}) {
+  for (const auto& [threads, n] : {std::pair{64, 40}, std::pair{64, 61}, std::pair{32, 32}}) {
     int* out = p.buffer("out", std::vector<int>(threads * kFields, -1));
     INFO(threads << " threads, " << n << " running");
     p.launch(kExited, {1, 1, 1}, {static_cast<unsigned>(threads), 1, 1}, ArgPack().add(out).add(n));
