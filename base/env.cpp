@@ -183,6 +183,7 @@ PrintLevel print_level() {
 std::filesystem::path binary_cache_dir(bool make) { return cache_dir(make) / "cubin"; }
 std::filesystem::path emu_cache_dir(bool make) { return cache_dir(make) / "emu"; }
 std::filesystem::path session_log_dir(bool make) { return cache_dir(make) / "sessions"; }
+std::filesystem::path gpu_mark_dir(bool make) { return cache_dir(make) / "gpus"; }
 
 bool no_device() {
   std::string v = get("KTUNE_NO_DEVICE");

@@ -6,6 +6,7 @@
 
 #include "base/files.hpp"
 #include "base/json_output.hpp"
+#include "tuner/cuda/gpu_marks.hpp"
 
 namespace ktune::cli {
 
@@ -36,8 +37,26 @@ void BenchStop::finish(Global& global, const tuner::Completion& c, const std::st
 
 void write_report(const Global& global, const std::string& json_out, const nlohmann::json& report,
                   const std::function<std::string()>& markdown) {
-  if (!json_out.empty()) write_file_atomic(json_out, dump_json(report, 2) + "\n");
-  std::cout << (global.json ? dump_json(report, 2) + "\n" : markdown());
+  // Other processes that used the GPU meanwhile: said, and kept with the figures they slowed.
+  const std::vector<std::string> others = tuner::others_seen();
+  std::string shared;
+  for (const auto& other : others) {
+    std::cerr << fmt::format("warning: {} used this GPU during the benchmark: the times measured beside it are "
+                             "slowed and spread by its work\n",
+                             other);
+    shared += fmt::format("{}{}", shared.empty() ? "" : "; ", other);
+  }
+  nlohmann::json j = report;
+  if (!others.empty() && j.is_object()) j["shared_with"] = others;
+  if (!others.empty() && j.is_array())  // a sweep's rows
+    for (auto& row : j)
+      if (row.is_object()) row["shared_with"] = others;
+  if (!json_out.empty()) write_file_atomic(json_out, dump_json(j, 2) + "\n");
+  std::cout << (global.json ? dump_json(j, 2) + "\n"
+                            : markdown() + (shared.empty() ? ""
+                                                           : fmt::format("\nMeasured while other processes used this "
+                                                                         "GPU: {}.\n",
+                                                                         shared)));
 }
 
 }  // namespace ktune::cli

@@ -28,6 +28,14 @@ void ProgressLine::update(const std::string& text) {
   last_.clear();  // already on its own line
 }
 
+void ProgressLine::note(const std::string& line) {
+  if (terminal_ && shown_) {
+    std::cerr << "\r\033[K" << line << "\n" << last_ << std::flush;
+    return;
+  }
+  std::cerr << line << "\n" << std::flush;
+}
+
 void ProgressLine::finish() {
   if (terminal_ && shown_) std::cerr << "\n";
   else if (!terminal_ && !last_.empty()) std::cerr << last_ << "\n";

@@ -14,6 +14,8 @@ class ProgressLine {
   ~ProgressLine();
   /// Shows `text` now on a terminal; elsewhere when the interval has passed.
   void update(const std::string& text);
+  /// Prints `line` (a warning) on a line of its own above the progress, which stays shown after it.
+  void note(const std::string& line);
   /// Ends the progress: the last text stays (on a terminal, the line is closed).
   void finish();
   /// Whether stderr is a terminal (where the line is rewritten in place).

@@ -90,6 +90,11 @@ void run_variant(const RunArgs& a, const Global& global) {
                              chosen ? fmt::format(" ({}: {})", a.cache, chosen->source) : "", stands_in)
               << std::flush;
   const auto r = runner->run(family, config, problem, options);
+  if (r.timing)
+    for (const auto& other : r.timing->shared_with)
+      std::cerr << fmt::format("warning: {} used this GPU too: the times measured beside it are slowed and spread by "
+                               "its work\n",
+                               other);
 
   if (global.json) {
     nlohmann::json j = {{"family", family.name()},   {"problem", problem.to_json()}, {"config", config.to_json()},
@@ -100,6 +105,7 @@ void run_variant(const RunArgs& a, const Global& global) {
     if (chosen) j["config_source"] = chosen->source;
     if (!stands_in.empty()) j["config_source"] = "default" + stands_in;
     if (r.timing) j["median_ms"] = r.timing->median_ms;
+    if (r.timing && !r.timing->shared_with.empty()) j["shared_with"] = r.timing->shared_with;
     for (const auto& [kernel, m] : r.launch_timings)
       j["launches"].push_back({{"kernel", kernel}, {"median_ms", m.median_ms}});
     std::cout << dump_json(j) << "\n";

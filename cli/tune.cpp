@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <iostream>
+#include <set>
 
 #include "base/env.hpp"
 #include "base/error.hpp"
@@ -299,6 +300,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                              "\nktune: stopped at once: the cache is left as it was; the session log holds every "
                              "evaluation that ended, and the same command with --resume goes on from them\n");
     const auto run_start = std::chrono::steady_clock::now();
+    std::set<std::string> neighbours;  // other processes on the GPU, each named once
     for (std::size_t i = 0; i < requests.size() && !stop_signals.caught(); ++i) {
       // A finished kernel's tables are printed as the next one starts: a long --model run shows its winners as
       // they land, and one killed midway leaves them on the screen.
@@ -335,8 +337,19 @@ void add_tune_command(CLI::App& app, Global& global) {
       const auto of_points = [&](std::uint64_t valid) {
         return fmt::format("{} valid config{} ({} points)", valid, valid == 1 ? "" : "s", family.space().size());
       };
+      // Each other process on the GPU, once, as a measurement of this session (not a resumed log's) first names it.
+      const auto warn_shared = [&](const tuner::Record& r) {
+        if (r.resumed || !r.result.timing) return;
+        for (const auto& other : r.result.timing->shared_with)
+          if (neighbours.insert(other).second)
+            line.note(fmt::format("warning: {} is using this GPU too: the times measured beside it are slowed and "
+                                  "spread by its work (the session log marks them, shared_with); tune when it has "
+                                  "finished, or on another GPU (CUDA_VISIBLE_DEVICES)",
+                                  other));
+      };
       auto progress = [&](const tuner::Record& r, const search::Progress& p) {
         ++evaluated;
+        warn_shared(r);
         if (print == env::PrintLevel::kQuiet) return;
         if (print == env::PrintLevel::kAll) {
           std::cerr << evaluation_line(evaluated, evaluation_of(r), emulated) << "\n";
@@ -357,6 +370,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                                                   e.what(), tune.log_path));
         }
       }();
+      for (const auto& r : summary.finalists) warn_shared(r);  // timed again after the search
       logs.push_back(summary.log_path);
       if (!summary.previous_log.empty()) previous_logs.push_back(summary.previous_log);
       // The last line says it ended, not an ETA (also where the log's results had spent the budget).

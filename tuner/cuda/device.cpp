@@ -34,6 +34,7 @@ templates::DeviceLimits DeviceInfo::limits() const {
 nlohmann::json DeviceInfo::to_json() const {
   return {{"ordinal", ordinal},
           {"name", name},
+          {"uuid", uuid},
           {"arch", arch()},
           {"memory_bytes", memory_bytes},
           {"sm_count", sm_count},
@@ -55,6 +56,13 @@ DeviceInfo query(const Driver& d, int ordinal) {
   char name[256] = {};
   KT_CHECK_CU(d.cuDeviceGetName(name, sizeof name, dev));
   info.name = name;
+  // Only the GPU marks need it (tuner/cuda/gpu_marks.hpp): a driver that cannot say leaves it empty, and no mark.
+  if (CUuuid id{}; d.cuDeviceGetUuid(&id, dev) == CUDA_SUCCESS) {
+    info.uuid = "GPU-";
+    for (int i = 0; i < 16; ++i)
+      info.uuid += fmt::format("{}{:02x}", i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "",
+                               static_cast<unsigned char>(id.bytes[i]));
+  }
   auto attr = [&](CUdevice_attribute a) {
     int v = 0;
     KT_CHECK_CU(d.cuDeviceGetAttribute(&v, a, dev));

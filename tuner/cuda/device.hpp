@@ -16,6 +16,9 @@ namespace ktune::tuner {
 struct DeviceInfo {
   int ordinal = 0;
   std::string name;
+  /// "GPU-" and the 32 hex digits CUDA reports (a MIG instance's own, on one), in nvidia-smi's groups; empty
+  /// where the driver cannot say
+  std::string uuid;
   int major = 0, minor = 0;
   std::size_t memory_bytes = 0;
   int sm_count = 0;

@@ -4,13 +4,18 @@
 // harness of tuner/timing.hpp.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
 #include "tuner/cuda/check.hpp"
 #include "tuner/cuda/device.hpp"
+#include "tuner/cuda/gpu_marks.hpp"
 #include "tuner/exec/backend.hpp"
 #include "tuner/cuda/timing.hpp"
 
@@ -176,7 +181,8 @@ const Event& event_of(const Mark& m) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int ordinal) : context_(ordinal), device_(context_.info().limits()) {}
+  explicit CudaBackend(int ordinal)
+      : context_(ordinal), device_(context_.info().limits()), mark_(mark_dir(), context_.info().uuid) {}
 
   std::string name() const override { return "gpu"; }
   const DeviceLimits& device() const override { return device_; }
@@ -317,7 +323,13 @@ class CudaBackend final : public Backend {
     return m;
   }
   double elapsed_ms(const Mark& from, const Mark& to) override {
-    return event_of(to).elapsed_since(event_of(from));
+    const double ms = event_of(to).elapsed_since(event_of(from));
+    // A profile reads hundreds of spans a step: a look at most once a second.
+    if (const auto now = std::chrono::steady_clock::now(); now - last_look_ > std::chrono::seconds(1)) {
+      look_around();
+      last_look_ = now;
+    }
+    return ms;
   }
   std::string clock() const override { return "CUDA events on the stream"; }
   MemoryInfo memory() const override {
@@ -332,9 +344,18 @@ class CudaBackend final : public Backend {
     const auto launch = [&](CUstream) { enqueue(); };
     std::function<void(CUstream)> before;
     if (reset) before = [&](CUstream) { reset(); };
-    if (flush_.bytes() > 0) return time_on_gpu(launch, options, stream_, flush_, what, before);
-    const DeviceBuffer flush(flush_bytes(device_.l2_bytes));  // this measurement's alone
-    return time_on_gpu(launch, options, stream_, flush, what, before);
+    std::vector<std::string> shared = look_around();
+    Measurement m;
+    if (flush_.bytes() > 0) {
+      m = time_on_gpu(launch, options, stream_, flush_, what, before);
+    } else {
+      const DeviceBuffer flush(flush_bytes(device_.l2_bytes));  // this measurement's alone
+      m = time_on_gpu(launch, options, stream_, flush, what, before);
+    }
+    for (auto& other : look_around())
+      if (std::find(shared.begin(), shared.end(), other) == shared.end()) shared.push_back(std::move(other));
+    m.shared_with = std::move(shared);
+    return m;
   }
   void hold_timing_memory(bool hold) override {
     if (!hold) flush_ = DeviceBuffer();
@@ -342,8 +363,21 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  /// Where the marks are; the cache folder may be refused (another user's), and then no mark is made.
+  static std::filesystem::path mark_dir() {
+    try {
+      return env::gpu_mark_dir();
+    } catch (const Error&) {
+      return {};
+    }
+  }
+  /// The other processes on the GPU now (and so in others_seen()).
+  std::vector<std::string> look_around() const { return mark_.others(); }
+
   Context context_;
   DeviceLimits device_;
+  GpuMark mark_;  // this process on the GPU, for the others' looks
+  std::chrono::steady_clock::time_point last_look_{};  // elapsed_ms()'s last look_around()
   Stream stream_;
   DeviceBuffer flush_;  // time()'s L2 flush while held (hold_timing_memory), else empty
   Compiler compiler_;

@@ -18,6 +18,7 @@
 #include "base/json_output.hpp"
 #include "tuner/compile/compiler.hpp"
 #include "tuner/cuda/driver.hpp"
+#include "tuner/cuda/gpu_marks.hpp"
 
 namespace ktune::tuner {
 namespace {
@@ -191,12 +192,14 @@ class IsolatedRunner final : public Runner {
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, up) != 0) fail("cannot create worker sockets");
     const bool cuda_before_fork = Driver::initialised();
     const pid_t parent = ::getpid();
+    const std::string session = process_root();  // the worker marks a GPU as this process's session
     const pid_t pid = ::fork();
     if (pid < 0) fail("cannot fork a worker");
     if (pid == 0) {
       // The worker dies with this process (it ignores stop signals, and a hung variant would outlive it).
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(0);  // it died before the line above
+      set_process_root(session);
       ::close(down[1]);
       ::close(up[0]);
       try {

@@ -24,8 +24,10 @@ Measurement summarize(std::vector<double> samples) {
 namespace {
 
 nlohmann::json measurement_json(const Measurement& m) {
-  return {{"median_ms", m.median_ms}, {"p20_ms", m.p20_ms},         {"p80_ms", m.p80_ms},
-          {"repetitions", m.repetitions}, {"samples_ms", m.samples_ms}, {"method", m.method}};
+  nlohmann::json j = {{"median_ms", m.median_ms},     {"p20_ms", m.p20_ms},         {"p80_ms", m.p80_ms},
+                      {"repetitions", m.repetitions}, {"samples_ms", m.samples_ms}, {"method", m.method}};
+  if (!m.shared_with.empty()) j["shared_with"] = m.shared_with;
+  return j;
 }
 
 Measurement measurement_from_json(const nlohmann::json& t) {
@@ -37,6 +39,7 @@ Measurement measurement_from_json(const nlohmann::json& t) {
   // Absent in session logs written before the samples were kept.
   if (t.contains("samples_ms")) m.samples_ms = t["samples_ms"].get<std::vector<double>>();
   m.method = t.at("method").get<std::string>();
+  if (t.contains("shared_with")) m.shared_with = t["shared_with"].get<std::vector<std::string>>();
   return m;
 }
 

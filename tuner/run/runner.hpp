@@ -25,6 +25,9 @@ struct Measurement {
   int repetitions = 0;
   std::vector<double> samples_ms;  ///< every repetition, in order (for the winner rule)
   std::string method;  ///< e.g. "cuda events, 3 warm-up, L2 flushed, 1 launch per repetition"
+  /// Other processes that used the GPU as it started or ended (GpuMark::others: "pid N (command)"), whose work
+  /// slows and spreads these times; empty when it had the GPU to itself (and under emulation).
+  std::vector<std::string> shared_with;
 };
 
 /// Median / p20 / p80 of samples (a sorted copy), the samples kept.

@@ -225,6 +225,7 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
     }
     if (j.contains("winner")) continue;  // a finished session's pick: the results are the evaluations
     Record r = record_from_json(j);
+    r.resumed = true;
     out[r.config] = r;
   }
   unreadable.last_cut = pending > 0;
@@ -648,11 +649,16 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       const bool all_kept = std::all_of(measured[i].begin(), measured[i].end(),
                                         [](const Measurement& m) { return !m.samples_ms.empty(); });
       Measurement m = all_kept ? summarize(samples) : measured[i].front();
+      for (const Measurement& pass : measured[i])  // the processes that shared the GPU during either pass
+        for (const auto& other : pass.shared_with)
+          if (std::find(m.shared_with.begin(), m.shared_with.end(), other) == m.shared_with.end())
+            m.shared_with.push_back(other);
       m.method = passes == 1 ? measured[i].front().method + ", timed again beside the other finalists"
                              : fmt::format("timed again beside the other finalists in two passes, the second in "
                                            "the reverse order, {} repetitions in all; each pass: {}",
                                            m.repetitions, measured[i].front().method);
       r.result.timing = m;
+      r.resumed = false;  // timed by this session
       summary.finalists.push_back(r);
       timed_again.push_back(r);
     }

@@ -69,6 +69,7 @@ struct TuneOptions {
 struct Record {
   Config config;
   RunResult result;
+  bool resumed = false;  ///< read from the session log (--resume), not measured by this session
 };
 
 struct TuneSummary {

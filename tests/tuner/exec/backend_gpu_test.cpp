@@ -3,17 +3,22 @@
 // be resident is refused by the fit check before the driver sees it; tuned
 // kernels from the cache service load and run; a backend outlives another
 // made on its thread; a CUDA graph replays what it captured, and a capture the
-// driver refuses leaves the stream usable.
+// driver refuses leaves the stream usable; a measurement names another ktune
+// process on the GPU.
 // Skipped without a device.
 #include "tuner/exec/backend.hpp"
 
-#include <catch2/catch.hpp>
+#include <fmt/format.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
 #include "support.hpp"
 #include "tuner/compile/compiler.hpp"
+#include "tuner/cuda/device.hpp"
+#include "tuner/cuda/gpu_neighbour.hpp"
 #include "tuner/exec/run_through.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -211,6 +216,24 @@ TEST_CASE("exec: a capture the driver refuses fails as kCuda and leaves the stre
   const Config config = family.default_config(problem);
   const auto module = backend->load(family.render(config, problem));
   CHECK(test::run_through(*backend, family, config, problem, *module) < 1e-5);
+}
+
+TEST_CASE("exec: a CUDA backend's measurement names another ktune process marked on its GPU, and one alone none",
+          "[gpu][exec]") {
+  test::skip_without_gpu();
+  const auto cache_dir = test::scratch_dir("exec-gpu-marks");
+  const test::ScopedEnv cache("KTUNE_CACHE_DIR", cache_dir.c_str());
+  auto backend = tuner::exec::make_cuda_backend();
+  tuner::RunOptions options;
+  options.max_repetitions = options.min_repetitions = 3;
+  options.min_seconds = 0;
+  CHECK(backend->time([] {}, options, "nothing").shared_with.empty());
+  test::GpuNeighbour other(env::gpu_mark_dir(), tuner::list_devices()[0].uuid, true);
+  const auto m = backend->time([] {}, options, "nothing");
+  REQUIRE(m.shared_with.size() == 1);
+  CHECK_THAT(m.shared_with[0], Catch::StartsWith(fmt::format("pid {} (", other.pid)));
+  other.kill();
+  CHECK(backend->time([] {}, options, "nothing").shared_with.empty());
 }
 
 }  // namespace tuner_exec_backend_gpu_test

@@ -1,0 +1,133 @@
+// GPU marks: each process that uses a GPU sees the other ktune processes on
+// it, and no longer sees one that ended or was killed; a tuning session's
+// workers (one root) are not each other's neighbours. Processes are forked
+// children here; no GPU is needed.
+#include "tuner/cuda/gpu_marks.hpp"
+
+#include <fmt/format.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "support.hpp"
+#include "tuner/cuda/gpu_neighbour.hpp"
+#include "tuner/run/runner.hpp"
+
+namespace tuner_cuda_gpu_marks_test {
+
+using namespace ktune;
+using namespace ktune::tuner;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kUuid = "GPU-0a1b2c3d-0000-1111-2222-333344445555";
+
+std::size_t marks_in(const fs::path& folder) {
+  std::size_t n = 0;
+  for (const auto& e : fs::directory_iterator(folder)) n += e.path().extension() == ".lock";
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("GPU marks: a process sees another ktune process on its GPU, by pid and command, until it is killed",
+          "[gpu-marks]") {
+  const fs::path dir = test::scratch_dir("gpu-marks-neighbour");
+  const GpuMark mine(dir, kUuid);
+  CHECK(mine.others().empty());
+  CHECK(marks_in(dir / kUuid) == 1);
+  test::GpuNeighbour other(dir, kUuid, true);
+  const auto seen = mine.others();
+  REQUIRE(seen.size() == 1);
+  CHECK_THAT(seen[0], Catch::StartsWith(fmt::format("pid {} (", other.pid)));
+  CHECK_THAT(seen[0], Catch::Contains("ktune_tests_cpu"));  // the command line, as /proc has it
+  const auto all = others_seen();
+  CHECK(std::find(all.begin(), all.end(), seen[0]) != all.end());
+  // Another GPU is not this one.
+  const GpuMark elsewhere(dir, "GPU-ffffffff-0000-1111-2222-333344445555");
+  CHECK(elsewhere.others().empty());
+  // Killed: its file is left, unlocked; the next look drops it and removes the file.
+  other.kill();
+  CHECK(marks_in(dir / kUuid) == 2);
+  CHECK(mine.others().empty());
+  CHECK(marks_in(dir / kUuid) == 1);
+}
+
+TEST_CASE("GPU marks: the processes of one session (its forked workers, one root) are not each other's neighbours, "
+          "and a killed worker's mark goes",
+          "[gpu-marks]") {
+  const fs::path dir = test::scratch_dir("gpu-marks-workers");
+  const GpuMark mine(dir, kUuid);
+  test::GpuNeighbour worker(dir, kUuid, false);
+  CHECK(marks_in(dir / kUuid) == 2);
+  CHECK(mine.others().empty());
+  CHECK(marks_in(dir / kUuid) == 2);  // a live worker's mark stays
+  worker.kill();                      // as a worker past its time-out is
+  CHECK(mine.others().empty());
+  CHECK(marks_in(dir / kUuid) == 1);
+}
+
+TEST_CASE("GPU marks: a child forked while a mark is held leaves it to its parent, whatever the child does with its "
+          "copy",
+          "[gpu-marks]") {
+  const fs::path dir = test::scratch_dir("gpu-marks-fork");
+  auto mark = std::make_unique<GpuMark>(dir, kUuid);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    mark.reset();  // the child's copy destroyed, as a child that unwinds its stack would
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CHECK(marks_in(dir / kUuid) == 1);
+  {
+    const GpuMark observer(dir, kUuid, "1x0");  // another session: sees the parent's mark, still held
+    const auto seen = observer.others();
+    REQUIRE(seen.size() == 1);
+    CHECK_THAT(seen[0], Catch::StartsWith(fmt::format("pid {} (", ::getpid())));
+  }
+  // A child forked with no mark makes its own session: its marks are the parent's neighbours.
+  CHECK(process_root() != "");
+  test::GpuNeighbour other(dir, kUuid, true);
+  CHECK(mark->others().size() == 1);
+}
+
+TEST_CASE("GPU marks: a process's marks of one GPU share one file, removed with the last, and a folder that cannot "
+          "be written makes none and no error",
+          "[gpu-marks]") {
+  const fs::path dir = test::scratch_dir("gpu-marks-own");
+  {
+    const GpuMark first(dir, kUuid);
+    {
+      const GpuMark second(dir, kUuid);  // a second backend of the same process: no wait on its own lock
+      CHECK(marks_in(dir / kUuid) == 1);
+      CHECK(second.others().empty());
+    }
+    CHECK(marks_in(dir / kUuid) == 1);
+  }
+  CHECK(marks_in(dir / kUuid) == 0);
+  std::ofstream(dir / "a-file") << "x";
+  const GpuMark none(dir / "a-file", kUuid);  // its folder would be inside a file
+  CHECK(none.others().empty());
+  const GpuMark nowhere({}, kUuid);
+  CHECK(nowhere.others().empty());
+}
+
+TEST_CASE("A measurement keeps the processes that shared its GPU through the worker's JSON", "[gpu-marks]") {
+  RunResult r;
+  r.ok = true;
+  r.timing = summarize({1.0, 2.0, 3.0});
+  r.timing->method = "cuda events";
+  CHECK_FALSE(to_json(r).dump().find("shared_with") != std::string::npos);  // absent when alone
+  r.timing->shared_with = {"pid 7 (ktune tune --family swiglu_fwd)"};
+  const RunResult back = run_result_from_json(to_json(r));
+  REQUIRE(back.timing);
+  CHECK(back.timing->shared_with == r.timing->shared_with);
+}
+
+}  // namespace tuner_cuda_gpu_marks_test
