@@ -51,8 +51,8 @@ void add_bench_command(CLI::App& app, Global& global) {
       if (adam->count("--tensors") == 0) opts->tensors = "1,2";
       if (adam->count("--numel") == 0) opts->numel = "1000,4096";
     }
-    const auto tensors = int_list_arg(opts->tensors, "--tensors");
-    const auto numels = int_list_arg(opts->numel, "--numel");
+    const auto tensors = distinct_list(int_list_arg(opts->tensors, "--tensors"), "--tensors");
+    const auto numels = distinct_list(int_list_arg(opts->numel, "--numel"), "--numel");
     for (const auto t : tensors)
       for (const auto n : numels)
         KTUNE_REQUIRE(!emulated || t * n <= kEmulatedElements,

@@ -144,12 +144,12 @@ void add_bench_attention_command(CLI::App& bench, Global& global) {
       if (cmd->count("--dims") == 0) o->dims = "16,64";
       if (cmd->count("--seqs") == 0) o->seqs = "37,128";
     }
-    const auto tables = name_list_arg(o->tables, "--tables");
+    const auto tables = distinct_list(name_list_arg(o->tables, "--tables"), "--tables");
     for (const auto& t : tables)
       KTUNE_REQUIRE(std::find(kTables.begin(), kTables.end(), t) != kTables.end(),
                     fmt::format("--tables: unknown table '{}'; one of: {}", t, fmt::join(kTables, ", ")));
-    const auto dims = int_list_arg(o->dims, "--dims");
-    const auto seqs = int_list_arg(o->seqs, "--seqs");
+    const auto dims = distinct_list(int_list_arg(o->dims, "--dims"), "--dims");
+    const auto seqs = distinct_list(int_list_arg(o->seqs, "--seqs"), "--seqs");
     const auto wanted = [&](const char* table) {
       return std::find(tables.begin(), tables.end(), table) != tables.end();
     };

@@ -340,7 +340,10 @@ void add_bench_e2e_command(CLI::App& bench, Global& global) {
     model::E2eOptions e = o->e;
     // --sweep takes several models, comma-separated; every run one.
     std::vector<model::ModelConfig> models;
-    for (const auto& name : o->sweep ? name_list_arg(o->m.model, "--model") : std::vector<std::string>{o->m.model}) {
+    KTUNE_REQUIRE(o->sweep || o->m.model.find(',') == std::string::npos,
+                  fmt::format("--model {}: several models are a sweep; give --sweep, or one model", o->m.model));
+    for (const auto& name : o->sweep ? distinct_list(name_list_arg(o->m.model, "--model"), "--model")
+                                     : std::vector<std::string>{o->m.model}) {
       ModelArgs a = o->m;
       a.model = name;
       models.push_back(model_from_args(a));

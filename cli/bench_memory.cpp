@@ -34,15 +34,21 @@ const PlanRow kRows[] = {
     {"gradients", "gradients", [](const model::MemoryPlan& p) { return p.gradients; }},
     {"optimizer state (AdamW m, v)", "optimizer_state", [](const model::MemoryPlan& p) { return p.optimizer_state; }},
     {"inputs (tokens, targets)", "inputs", [](const model::MemoryPlan& p) { return p.inputs; }},
-    {"activations, forward-only (1 block + head)", "activations_forward", [](const model::MemoryPlan& p) { return p.activations_forward; }},
-    {"activations kept for backward", "activations_backward", [](const model::MemoryPlan& p) { return p.activations_backward; }},
-    {"  of which per block", "activations_per_block", [](const model::MemoryPlan& p) { return p.per_layer_activations; }},
-    {"  of which each block keeps (the rest recomputed)", "activations_kept_per_block", [](const model::MemoryPlan& p) { return p.per_layer_kept; }},
+    {"activations, forward-only (1 block + head)", "activations_forward",
+     [](const model::MemoryPlan& p) { return p.activations_forward; }},
+    {"activations kept for backward", "activations_backward",
+     [](const model::MemoryPlan& p) { return p.activations_backward; }},
+    {"  of which per block", "activations_per_block",
+     [](const model::MemoryPlan& p) { return p.per_layer_activations; }},
+    {"  of which each block keeps (the rest recomputed)", "activations_kept_per_block",
+     [](const model::MemoryPlan& p) { return p.per_layer_kept; }},
     {"workspace, forward", "workspace_forward", [](const model::MemoryPlan& p) { return p.workspace_forward; }},
-    {"workspace, forward+backward", "workspace_backward", [](const model::MemoryPlan& p) { return p.workspace_backward; }},
+    {"workspace, forward+backward", "workspace_backward",
+     [](const model::MemoryPlan& p) { return p.workspace_backward; }},
     {"ops' scratch (attention's dS)", "scratch", [](const model::MemoryPlan& p) { return p.scratch; }},
     {"**peak, forward-only**", "peak_forward", [](const model::MemoryPlan& p) { return p.peak_forward(); }},
-    {"**peak, forward+backward**", "peak_forward_backward", [](const model::MemoryPlan& p) { return p.peak_forward_backward(); }},
+    {"**peak, forward+backward**", "peak_forward_backward",
+     [](const model::MemoryPlan& p) { return p.peak_forward_backward(); }},
     {"**peak, full step**", "peak_step", [](const model::MemoryPlan& p) { return p.peak_step(); }},
 };
 
@@ -134,7 +140,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
                 "Also list, per context, every buffer of a full step: its shape, dtype and bytes, the largest "
                 "marked (seed 003's dtypes under mixed precision and its largest allocation)");
   cmd->callback([o, &global] {
-    const auto ctxs = int_list_arg(o->ctx, "--ctx");
+    const auto ctxs = distinct_list(int_list_arg(o->ctx, "--ctx"), "--ctx");
     model::BackendOptions backend;
     backend.precision = model::parse_precision(o->dtype);
     backend.mode = model::parse_mode(o->mode);
@@ -152,7 +158,7 @@ void add_bench_memory_command(CLI::App& bench, Global& global) {
     };
     nlohmann::ordered_json all = nlohmann::ordered_json::array();
     std::string text;
-    for (const auto& name : name_list_arg(o->models, "--model")) {
+    for (const auto& name : distinct_list(name_list_arg(o->models, "--model"), "--model")) {
       ModelArgs a = o->m;
       a.model = name;
       const auto config = model_from_args(a);

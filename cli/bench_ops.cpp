@@ -53,7 +53,9 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
                                           "fused kernel, ms, GB/s, % of copy bandwidth and the floor");
   cmd->add_option("--model", o->models, "Model sizes, comma-separated")->capture_default_str();
   cmd->add_option("--ctx", o->ctx, "Context lengths")->capture_default_str();
-  cmd->add_option("--batch", o->batch, "Sequences per batch")->check(integer_within(1, 1024, "in 1..1024"))->capture_default_str();
+  cmd->add_option("--batch", o->batch, "Sequences per batch")
+      ->check(integer_within(1, 1024, "in 1..1024"))
+      ->capture_default_str();
   cmd->add_option("--dtype", o->dtype, "f32, or bf16 (mixed precision)")->capture_default_str();
   cmd->add_option("--families", o->families, "Ops to run (default: every family with an eager decomposition)");
   cmd->add_option("--cache", o->cache, "Tuned cache to take fused configs from (default: family defaults)")
@@ -72,16 +74,16 @@ void add_bench_ops_command(CLI::App& bench, Global& global) {
       if (cmd->count("--model") == 0) o->models = "tiny";
       if (cmd->count("--ctx") == 0) o->ctx = "16";
     }
-    const auto contexts = int_list_arg(o->ctx, "--ctx");
+    const auto contexts = distinct_list(int_list_arg(o->ctx, "--ctx"), "--ctx");
     const auto families = cmd->count("--families") == 0 ? templates::eager::decomposed_families()
-                                              : name_list_arg(o->families, "--families");
+                                              : distinct_list(name_list_arg(o->families, "--families"), "--families");
     const auto known = templates::eager::decomposed_families();
     for (const auto& f : families)
       KTUNE_REQUIRE(std::find(known.begin(), known.end(), f) != known.end(),
                     fmt::format("--families: '{}' has no eager decomposition; accepted: {}", f,
                                 fmt::join(known, ", ")));
     std::vector<tuner::OpsBenchCase> cases;
-    for (const auto& name : name_list_arg(o->models, "--model")) {
+    for (const auto& name : distinct_list(name_list_arg(o->models, "--model"), "--model")) {
       const model::ModelConfig m = model::model_config(name);
       for (const auto ctx : contexts)
         for (const auto& f : families) {

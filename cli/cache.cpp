@@ -307,6 +307,11 @@ void add_cache_command(CLI::App& app, Global& global) {
       ->required();
   merge->add_option("inputs", args->inputs, "Cache files to merge in")->required();
   merge->callback([args, &global] {
+    for (const auto& input : args->inputs)
+      KTUNE_REQUIRE(!same_file(input, args->file),
+                    fmt::format("{} is the --into file itself, {}: merged into itself it changes nothing; give the "
+                                "caches to merge into it",
+                                input, args->file));
     // All or nothing: every input is read and checked before the one write, and where it goes first of all.
     cache::CacheFile(args->file).check_writable();
     std::vector<std::vector<cache::Entry>> incoming;
@@ -432,6 +437,7 @@ void add_cache_command(CLI::App& app, Global& global) {
     require_held(entries, args->filter);
     for (const auto& e : entries)
       if (args->filter.matches(e)) selected.push_back(e);
+    KTUNE_REQUIRE(!entries.empty(), fmt::format("{} holds no entries; nothing written", args->file));
     KTUNE_REQUIRE(!selected.empty(), fmt::format("no entry of {} matches all the filters given; nothing written",
                                                  args->file));
     const std::string text = cache::serialise_cache(selected);

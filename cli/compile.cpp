@@ -62,8 +62,15 @@ std::string family_table(const tuner::CompileCheckSummary& s, bool failures_only
     row.max_smem = std::max(row.max_smem, res.smem);
     if (compiled.insert(r.result.key).second) row.compile_s += r.result.compile_ms * 1e-3;  // once per source
   }
-  Table table({{"family"}, {"variants", true}, {"failed", true}, {"invalid (constraints)", true},
-               {"registers", true}, {"spilling", true}, {"max static smem", true}, {"compile s", true}, {"cached", true}});
+  Table table({{"family"},
+               {"variants", true},
+               {"failed", true},
+               {"invalid (constraints)", true},
+               {"registers", true},
+               {"spilling", true},
+               {"max static smem", true},
+               {"compile s", true},
+               {"cached", true}});
   for (const auto& name : order) {
     const Row& row = rows[name];
     if (failures_only && row.failed == 0) continue;
@@ -137,7 +144,8 @@ void add_compile_command(CLI::App& app, Global& global) {
     if (opts->check.threads == 0) env::compile_threads();  // and a bad KTUNE_COMPILE_THREADS, in one line
     env::cuda_include_dir();                                // and a KTUNE_CUDA_INCLUDE that is no folder
     std::vector<const templates::Family*> families;
-    for (const auto& name : opts->families) families.push_back(&templates::find_family(name));
+    for (const auto& name : distinct_list(opts->families, "--family"))
+      families.push_back(&templates::find_family(name));
     for (const auto& spec : opts->specs) families.push_back(&family_arg("", spec));
     ProgressLine progress;
     progress.update("compiling for " + opts->check.arch + "...");

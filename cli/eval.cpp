@@ -27,7 +27,8 @@ void add_eval_command(CLI::App& app, Global& global) {
     bool all = false;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("eval", "Loss of the Transformer LM on one batch, the mean of several, or over a whole token file");
+  auto* cmd = app.add_subcommand(
+      "eval", "Loss of the Transformer LM on one batch, the mean of several, or over a whole token file");
   add_model_options(cmd, o->m, {.ctx = 32, .batch = 4});
   add_backend_options(cmd, o->m);
   add_deterministic_option(cmd, o->m);  // --dump's gradients sum in the backward
@@ -68,15 +69,17 @@ void add_eval_command(CLI::App& app, Global& global) {
                            {{"--dump", o->dump}});
     if (!o->dump.empty()) writable_target(o->dump, "--dump");  // before the work, not after
     model::RunOptions r = o->r;
-    // The model (and context) the weights say, where the command line does not.
+    // The model (and context) the weights say, where the command line does not: said once the run starts, so
+    // that a refusal on the way is its one line.
+    std::string notes;
     if (const std::string took = take_from_weights(cmd, o->m, o->r.weights); !took.empty())
-      std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->r.weights);
+      notes += fmt::format("note: {} from the metadata of {}\n", took, o->r.weights);
     // The stream the weights learned, where they were trained on the synthetic one and this run reads it too.
     if (r.tokens_file.empty() && cmd->get_option("--seed")->count() == 0)
       if (const auto seed = synthetic_stream_seed(o->r.weights); seed && *seed != r.seed) {
         r.seed = *seed;
-        std::cerr << fmt::format("note: --seed {} from the metadata of {} (the synthetic stream it was trained on)\n",
-                                 *seed, o->r.weights);
+        notes += fmt::format("note: --seed {} from the metadata of {} (the synthetic stream it was trained on)\n",
+                             *seed, o->r.weights);
       }
     r.model = model_from_args(o->m);
     r.shape = shape_from_args(o->m);
@@ -86,7 +89,10 @@ void add_eval_command(CLI::App& app, Global& global) {
     // chosen its GEMMs; stale or unusable tuned entries are warned of at once, the GEMMs' as the run ends.
     std::string kernels;
     std::size_t warned = 0;
-    r.on_runtime = [&warned](const model::Runtime& rt) { warned = print_warnings(rt); };
+    r.on_runtime = [&warned, &notes](const model::Runtime& rt) {
+      std::cerr << notes;
+      warned = print_warnings(rt);
+    };
     r.on_finish = [&kernels, &warned](const model::Runtime& rt) {
       print_warnings(rt, warned);
       kernels = kernels_line(rt);

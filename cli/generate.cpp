@@ -98,9 +98,11 @@ void add_generate_command(CLI::App& app, Global& global) {
                     fmt::format("--prompt: token id {} is past the largest, 2147483647", id));
       g.prompt.push_back(static_cast<std::int32_t>(id));
     }
-    // The model (and context) the weights say, where the command line does not.
+    // The model (and context) the weights say, where the command line does not: said once the run starts, so
+    // that a refusal on the way is its one line.
+    std::string notes;
     if (const std::string took = take_from_weights(cmd, o->m, o->g.weights); !took.empty())
-      std::cerr << fmt::format("note: {} from the metadata of {}\n", took, o->g.weights);
+      notes += fmt::format("note: {} from the metadata of {}\n", took, o->g.weights);
     g.model = model_from_args(o->m);
     g.shape = shape_from_args(o->m);
     g.threads = threads_from_args(o->m);
@@ -108,7 +110,8 @@ void add_generate_command(CLI::App& app, Global& global) {
     // Stdout holds the drawn ids: where the kernels' configs came from, and stale or unusable tuned entries, go to
     // stderr.
     std::size_t warned = 0;
-    g.on_runtime = [&warned](const model::Runtime& rt) {
+    g.on_runtime = [&warned, &notes](const model::Runtime& rt) {
+      std::cerr << notes;
       warned = print_warnings(rt);
       if (const std::string kernels = kernels_line(rt); !kernels.empty()) std::cerr << kernels << "\n";
     };

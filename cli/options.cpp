@@ -271,18 +271,19 @@ CLI::Validator json_text() {
       "JSON");
 }
 
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec, ea, eb;
+  if (std::filesystem::equivalent(a, b, ec)) return true;  // false, with ec set, unless both exist
+  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ea);
+  const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), eb);
+  return !ea && !eb && ca == cb;
+}
+
 void require_distinct_files(const std::vector<FileArg>& inputs, const std::vector<FileArg>& outputs) {
-  const auto same = [](const std::string& a, const std::string& b) {
-    std::error_code ec, ea, eb;
-    if (std::filesystem::equivalent(a, b, ec)) return true;  // false, with ec set, unless both exist
-    const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a), ea);
-    const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b), eb);
-    return !ea && !eb && ca == cb;
-  };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     if (outputs[i].path.empty()) continue;
     const auto clash = [&](const FileArg& other, const char* kind) {
-      KTUNE_REQUIRE(other.path.empty() || !same(outputs[i].path, other.path),
+      KTUNE_REQUIRE(other.path.empty() || !same_file(outputs[i].path, other.path),
                     fmt::format("{} and {} name the same file ({}): it would overwrite {}; give another path",
                                 outputs[i].option, other.option, outputs[i].path, kind));
     };

@@ -1,12 +1,16 @@
 // Parsing helpers shared by the subcommands: a family's config and problem
 // from the command line, with the family's defaults filled in.
 #pragma once
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "base/error.hpp"
 #include "templates/family.hpp"
 
 namespace ktune::cli {
@@ -100,6 +104,15 @@ std::vector<std::int64_t> int_list_arg(const std::string& text, const std::strin
 /// Comma-separated names ("small,xl"); throws kInvalidInput naming `what`
 /// when there is none or an item is empty.
 std::vector<std::string> name_list_arg(const std::string& text, const std::string& what);
+/// `items` where each is there once; throws kInvalidInput naming `what` and the first repeated one otherwise: a
+/// benchmark's or a compile's list measures each item once.
+template <class T>
+std::vector<T> distinct_list(std::vector<T> items, const std::string& what) {
+  for (std::size_t i = 0; i < items.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      KTUNE_REQUIRE(!(items[j] == items[i]), fmt::format("{} names {} twice: give each once", what, items[i]));
+  return items;
+}
 
 /// Check of a file an option reads: it exists and is a regular file (not a
 /// folder, device, pipe or socket, which ktune cannot map or would read
@@ -121,6 +134,8 @@ CLI::Validator json_text();
 struct FileArg {
   std::string option, path;
 };
+/// Whether two paths name one file: the same path, or two paths to one existing file (a link, `./`).
+bool same_file(const std::string& a, const std::string& b);
 /// Throws kInvalidInput, one line naming both options, when an output is
 /// the same file as another output or as an input (the same path, or two
 /// paths to one existing file): a run would overwrite what it reads, or

@@ -69,7 +69,9 @@ void add_replay_command(CLI::App& app, Global& global) {
                   "Budgets, comma-separated: evaluations (100), recorded time (600s), a share of the brute-force time "
                   "(10%), or where a tuning session's stop condition ends it (plateau:150, plateau:150+10%)")
       ->capture_default_str();
-  cmd->add_option("--runs", args->runs, "Seeded runs per strategy")->check(integer_at_least(1))->capture_default_str();
+  cmd->add_option("--runs", args->runs, "Seeded runs per strategy")
+      ->check(integer_within(1, 1000000, "in 1..1000000"))
+      ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the first run (run r uses seed + r)")
       ->check(integer_at_least(0))
       ->capture_default_str();
@@ -130,10 +132,11 @@ void add_replay_command(CLI::App& app, Global& global) {
                           {"target", args->target},
                           {"strategies", nlohmann::json::array()}};
     if (!global.json)
-      std::cout << fmt::format("{}: {} on {}, {} points, {} recorded ({} failed), optimum {:.4f} ms, brute force {:.0f} s, {} runs\n\n",
-                               args->dataset, evaluator.kernel_name(), evaluator.device_name(),
-                               evaluator.space().size(), evaluator.recorded(), evaluator.recorded_failures(),
-                               evaluator.optimum_ms(), evaluator.brute_force_s(), args->runs);
+      std::cout << fmt::format(
+          "{}: {} on {}, {} points, {} recorded ({} failed), optimum {:.4f} ms, brute force {:.0f} s, {} runs\n\n",
+          args->dataset, evaluator.kernel_name(), evaluator.device_name(), evaluator.space().size(),
+          evaluator.recorded(), evaluator.recorded_failures(), evaluator.optimum_ms(), evaluator.brute_force_s(),
+          args->runs);
     for (const auto& name : strategies) {
       options.strategy = name;
       ProgressLine progress;

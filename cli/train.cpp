@@ -273,14 +273,16 @@ void add_train_command(CLI::App& app, Global& global) {
     const std::string from = !resumable                              ? o->t.weights
                              : model::is_checkpoint(o->t.checkpoint) ? o->t.checkpoint
                                                                      : std::string();
+    // Notes are said once the run starts, so that a refusal on the way is its one line.
+    std::string notes;
     if (!from.empty())
       if (const std::string took = take_from_weights(cmd, o->m, from); !took.empty())
-        std::cerr << fmt::format("note: {} from the metadata of {}\n", took, from);
+        notes += fmt::format("note: {} from the metadata of {}\n", took, from);
     // A checkpoint given as --weights starts a new run from its weights alone: said, as a resume would differ.
     if (!o->t.weights.empty() && !o->t.resume && model::is_checkpoint(o->t.weights))
-      std::cerr << fmt::format("note: --weights {} is a training checkpoint: this run starts at step 1 from its "
-                               "weights, without its AdamW state and step (--checkpoint {} --resume goes on from it)\n",
-                               o->t.weights, o->t.weights);
+      notes += fmt::format("note: --weights {} is a training checkpoint: this run starts at step 1 from its "
+                           "weights, without its AdamW state and step (--checkpoint {} --resume goes on from it)\n",
+                           o->t.weights, o->t.weights);
     // Before the training, not after; weights written over a checkpoint would lose its optimizer state and step.
     for (const auto& [option, path] : {std::pair{"--save", o->t.save}, std::pair{"--save-best", o->t.save_best}}) {
       if (path.empty()) continue;
@@ -432,8 +434,9 @@ void add_train_command(CLI::App& app, Global& global) {
                                      r.checkpointed ? fmt::format("  checkpoint {}", t.checkpoint) : "", eta(r.step))
                       << std::flush;
           },
-          [&global, &t, &resumed_after, &started, &runtime, &warned](const model::TrainStart& start) {
+          [&global, &t, &resumed_after, &started, &runtime, &warned, &notes](const model::TrainStart& start) {
             started = true;  // the backend is up
+            std::cerr << notes;
             // What the run is goes to stdout, but for --json's; warnings and notes go to stderr either way.
             std::ostringstream discarded;
             std::ostream& out = global.json ? discarded : std::cout;

@@ -196,7 +196,7 @@ void add_tune_command(CLI::App& app, Global& global) {
     if (opts->tune.strategy == "exhaustive" && cmd->get_option("--budget")->count() == 0) opts->tune.budget.clear();
     search::require_strategy(opts->tune.strategy);  // reject an unknown strategy or budget before any GPU work
     if (!opts->tune.budget.empty()) search::parse_budget(opts->tune.budget);
-    if (!opts->shard.empty()) {
+    if (cmd->get_option("--shard")->count() > 0) {  // an empty one too: refused, as not i/n
       // Digits only (sscanf's %llu took "-2" as 2^64 - 2).
       std::uint64_t i = 0, n = 0;
       const std::string& text = opts->shard;

@@ -63,8 +63,8 @@ TEST_CASE("CLI: bench e2e --sweep stopped by SIGINT writes the runs finished, ma
   const auto dir = ktune::test::scratch_dir("bench_stop_sweep");
   const auto json = dir / "sweep.json";
   const int code = run_stopped(dir,
-                               "bench e2e --model tiny,tiny,tiny --d-model 32 --d-ff 64 --layers 1 --heads 2 "
-                               "--threads 1 --sweep --json-out " + json.string(),
+                               "bench e2e --model tiny,small,medium --vocab 128 --d-model 32 --d-ff 64 --layers 1 "
+                               "--heads 2 --threads 1 --sweep --json-out " + json.string(),
                                "\\[3/36\\]", "INT");
   const std::string err = ktune::read_file(dir / "err"), md = ktune::read_file(dir / "out.md");
   INFO(err);

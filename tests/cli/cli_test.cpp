@@ -1633,8 +1633,9 @@ TEST_CASE("CLI: bench e2e --sweep prints seed 002's grid for each model, a run p
   CHECK_THAT(out, Catch::Contains(fmt::format("| 25% | {:.2f} |", q1)));
   CHECK_THAT(out, Catch::Contains(fmt::format("| max | {:.2f} |", means.back())));
 
-  // Several models: the grid for each, a row each in the warm-up table.
-  REQUIRE(run_ktune("bench e2e --model tiny,tiny --d-model 32 --d-ff 64 --layers 1 --heads 2 --threads 1 --sweep",
+  // Several models (sized alike): the grid for each, a row each in the warm-up table.
+  REQUIRE(run_ktune("bench e2e --model tiny,small --vocab 128 --d-model 32 --d-ff 64 --layers 1 --heads 2 --threads 1 "
+                    "--sweep",
                     &out) == 0);
   CHECK(lines_starting(out, "| custom | 32 |").size() == 24);
   CHECK(lines_starting(out, "| custom | ").size() == 24 + 2);

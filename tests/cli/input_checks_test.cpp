@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.hpp"
+#include "cache/store.hpp"
 #include "support.hpp"
 #include "model/config.hpp"
 #include "model/step_kernels.hpp"
@@ -927,6 +928,69 @@ TEST_CASE("CLI: output that does not reach stdout fails the command with one lin
     CHECK(run_command("{ " + ktune_exe().string() + " " + args + " >/dev/full; }", &err) == 1);
     CHECK(err == "ktune: cannot write standard output: No space left on device\n");
   }
+}
+
+TEST_CASE("CLI: notes on what the weights say wait for the run to start, so a refusal on the way is one line",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-notes-wait");
+  const std::string weights = (dir / "w.safetensors").string();
+  std::string out;
+  REQUIRE(run_command(ktune_exe().string() + " train --model tiny --layers 1 --ctx 16 --batch 2 --threads 2 --steps 1 "
+                                             "--seed 5 --save " + weights,
+                      &out) == 0);
+  {
+    const ktune::test::ScopedEnv no_device("KTUNE_NO_DEVICE", "1");  // a refusal on the way, on a GPU machine too
+    CHECK(run_bad("generate --prompt 1 --weights " + weights + " --backend cuda", &out) == 2);
+    CHECK_THAT(out, Catch::Contains("no CUDA device"));
+    CHECK(run_bad("eval --weights " + weights + " --backend cuda", &out) == 2);
+    CHECK(run_bad("train --weights " + weights + " --backend cuda --steps 1", &out) == 2);
+  }
+  CHECK(run_bad("generate --prompt 99999999 --weights " + weights, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("outside the vocabulary"));
+  // A run that starts says them.
+  REQUIRE(run_command(ktune_exe().string() + " eval --weights " + weights + " --batch 2 --threads 2", &out) == 0);
+  CHECK_THAT(out, Catch::Contains("--ctx 16 from the metadata of " + weights) &&
+                      Catch::Contains("note: --seed 5 from the metadata of " + weights));
+}
+
+TEST_CASE("CLI: a cache merged into itself, replay --runs past its range, an empty --shard, a model list without "
+          "--sweep, a list naming an item twice and an empty cache to export are refused, saying what is accepted",
+          "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-refusals-more");
+  const std::string cache = (dir / "c.json").string();
+  std::string err;
+  CHECK(run_bad("cache merge --into " + cache + " " + cache, &err) == 2);
+  CHECK_THAT(err, Catch::Contains("is the --into file itself"));
+  CHECK(run_bad("cache merge --into " + cache + " " + (dir / "." / "c.json").string(), &err) == 2);
+  CHECK_FALSE(std::filesystem::exists(cache));
+  CHECK(run_bad("replay --dataset " + ktune_exe().string() + " --runs 2147483648", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("1..1000000"));
+  CHECK(run_bad("tune --backend emu --no-isolate --family swiglu_fwd --problem '{\"dtype\":\"f32\",\"dims\":{\"n\":64}}' "
+                "--budget 2 --shard '' --cache " + cache,
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--shard must be i/n"));
+  CHECK_FALSE(std::filesystem::exists(cache));
+  CHECK(run_bad("bench e2e --backend emu --model tiny,small", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("give --sweep"));
+  // A list that names an item twice would measure it twice.
+  CHECK(run_bad("compile --family swiglu_fwd --family swiglu_fwd --arch sm_80", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--family names swiglu_fwd twice"));
+  CHECK(run_bad("bench ops --backend emu --ctx 16,16", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--ctx names 16 twice"));
+  CHECK(run_bad("bench adam --backend emu --tensors 1,1", &err) == 2);
+  std::ofstream(cache) << ktune::cache::serialise_cache({});
+  CHECK(run_bad("cache export " + cache, &err) == 2);
+  CHECK_THAT(err, Catch::Contains("holds no entries"));
+}
+
+TEST_CASE("CLI: a problem whose buffers alone pass the host's memory is refused before anything is allocated",
+          "[cli]") {
+  std::string err;
+  // 1000 tensors of 10^9 fp32 elements: parameters, gradients and two moments, 16 TB.
+  CHECK(run_bad("run --backend emu --family adamw --problem "
+                "'{\"dtype\":\"f32\",\"dims\":{\"numel\":1000000000,\"tensors\":1000}}'",
+                &err) == 2);
+  CHECK_THAT(err, Catch::Contains("too large to check on this host"));
 }
 
 }  // namespace cli_input_checks_test

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "base/error.hpp"
+#include "base/host_memory.hpp"
 #include "tuner/compile/compiler.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/exec/backend.hpp"
@@ -182,6 +183,11 @@ class BackendRunner final : public Runner {
     if (key != workload_key_) {
       workload_key_.clear();
       workload_ = {};  // the last problem's buffers are not held beside the next's
+      // Refused before anything is allocated where its buffers alone pass what the host has: with overcommit,
+      // an allocation too large succeeds, and the process is killed as it fills it.
+      if (const std::int64_t available = available_host_memory();
+          available > 0 && held_bytes(family, problem) > static_cast<double>(available))
+        throw_error(ErrorKind::kInvalidInput, too_large_to_check(family, problem));
       try {
         workload_ = family.make_workload(problem, seed, scalars);
       } catch (const std::bad_alloc&) {
@@ -196,10 +202,13 @@ class BackendRunner final : public Runner {
 
   /// Why a problem the family accepts cannot be checked here: its inputs and the CPU reference's results do not
   /// fit in host memory. The buffers' bytes are a floor (buffer_shapes, or the DRAM traffic where more).
-  static std::string too_large_to_check(const Family& family, const Problem& problem) {
+  static double held_bytes(const Family& family, const Problem& problem) {  // the buffers' (buffer_shapes)
     double held = 0;
     for (const auto& b : family.buffer_shapes(problem)) held += static_cast<double>(b.bytes);
-    const double bytes = std::max(family.bytes(problem), held);
+    return held;
+  }
+  static std::string too_large_to_check(const Family& family, const Problem& problem) {
+    const double bytes = std::max(family.bytes(problem), held_bytes(family, problem));
     return fmt::format("{} {}: too large to check on this host: its inputs and the CPU reference's results need at "
                        "least {:.0f} bytes ({:.1f} GiB) of host memory, more than it gives; check a smaller problem",
                        family.name(), problem.key(), bytes, bytes / (1024.0 * 1024 * 1024));
