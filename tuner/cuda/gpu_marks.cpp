@@ -108,7 +108,28 @@ std::optional<std::string> held_else_removed(const fs::path& file) {
   return line;
 }
 
+/// The lines of the live marks in `folder` but `skip` (this process's own) and those of the session `root` (where
+/// given); the stale ones removed on the way (a session's own workers' too).
+std::vector<std::string> scan(const fs::path& folder, const fs::path& skip, const std::string* root) {
+  std::vector<std::string> out;
+  if (folder.empty()) return out;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string mark_root;
+    long pid = 0;
+    if (it->path() == skip || !parse_mark(it->path().filename().string(), mark_root, pid)) continue;
+    // A live mark whose line is not written yet is seen at the next look.
+    const auto line = held_else_removed(it->path());
+    if (line && !line->empty() && !(root && mark_root == *root)) out.push_back(*line);
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> marked_on(const fs::path& dir, const std::string& uuid) {
+  return dir.empty() || uuid.empty() ? std::vector<std::string>{} : scan(dir / uuid, {}, nullptr);
+}
 
 std::string process_root() {
   const std::lock_guard<std::mutex> lock(g_mutex);
@@ -165,18 +186,7 @@ GpuMark::~GpuMark() {
 }
 
 std::vector<std::string> GpuMark::others() const {
-  std::vector<std::string> out;
-  if (folder_.empty()) return out;
-  std::error_code ec;
-  for (fs::directory_iterator it(folder_, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string root;
-    long pid = 0;
-    if (it->path() == file_ || !parse_mark(it->path().filename().string(), root, pid)) continue;
-    // Every stale mark goes, this session's workers' too; a live one of this session is no neighbour, and one
-    // whose line is not written yet is seen at the next look.
-    const auto line = held_else_removed(it->path());
-    if (line && root != root_ && !line->empty()) out.push_back(*line);
-  }
+  const std::vector<std::string> out = scan(folder_, file_, &root_);  // a live mark of this session is no neighbour
   const std::lock_guard<std::mutex> lock(g_mutex);
   for (const auto& other : out)
     if (std::find(g_seen.begin(), g_seen.end(), other) == g_seen.end()) g_seen.push_back(other);

@@ -30,6 +30,10 @@ void set_process_root(const std::string& root);
 /// benchmark's report names as having shared its GPU.
 std::vector<std::string> others_seen();
 
+/// Every process marked on the GPU `uuid` in `dir` now (whatever its session), as GpuMark::others names them; marks
+/// whose process is gone are removed on the way. What `ktune devices` lists before a tuning session starts.
+std::vector<std::string> marked_on(const std::filesystem::path& dir, const std::string& uuid);
+
 /// This process's mark on one GPU, held while any GpuMark of that GPU lives
 /// in the process (they share one file). A child forked meanwhile leaves it
 /// to its parent.

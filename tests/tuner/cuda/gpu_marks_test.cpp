@@ -47,6 +47,10 @@ TEST_CASE("GPU marks: a process sees another ktune process on its GPU, by pid an
   CHECK_THAT(seen[0], Catch::Contains("ktune_tests_cpu"));  // the command line, as /proc has it
   const auto all = others_seen();
   CHECK(std::find(all.begin(), all.end(), seen[0]) != all.end());
+  // What `ktune devices` lists: every process marked on the GPU, this one too.
+  const auto marked = marked_on(dir, kUuid);
+  CHECK(marked.size() == 2);
+  CHECK(std::find(marked.begin(), marked.end(), seen[0]) != marked.end());
   // Another GPU is not this one.
   const GpuMark elsewhere(dir, "GPU-ffffffff-0000-1111-2222-333344445555");
   CHECK(elsewhere.others().empty());
@@ -55,6 +59,8 @@ TEST_CASE("GPU marks: a process sees another ktune process on its GPU, by pid an
   CHECK(marks_in(dir / kUuid) == 2);
   CHECK(mine.others().empty());
   CHECK(marks_in(dir / kUuid) == 1);
+  CHECK(marked_on(dir, kUuid).size() == 1);
+  CHECK(marked_on({}, kUuid).empty());
 }
 
 TEST_CASE("GPU marks: the processes of one session (its forked workers, one root) are not each other's neighbours, "
