@@ -11,8 +11,9 @@
 namespace ktune::model {
 
 std::string region_name(Region r) {
-  static const char* const kNames[kRegionCount] = {"parameters", "gradients", "exp_avg", "exp_avg_sq", "layers",
-                                                   "final",      "workspace", "tokens",  "targets",    "bf16 weights", "scratch"};
+  static const char* const kNames[kRegionCount] = {"parameters", "gradients",    "exp_avg",   "exp_avg_sq",
+                                                   "layers",     "final",        "workspace", "tokens",
+                                                   "targets",    "bf16 weights", "scratch"};
   return kNames[static_cast<int>(r)];
 }
 

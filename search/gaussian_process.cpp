@@ -120,7 +120,8 @@ void GaussianProcess::reset(const std::vector<std::vector<double>>& xs, const st
 void GaussianProcess::observe(const double* x, double y) {
   const std::size_t n = y_.size();
   std::vector<double> row(n + 1);
-  for (std::size_t i = 0; i < n; ++i) row[i] = (kernel(&x_[i * dims_], x) - dot(l_[i].data(), row.data(), i)) / l_[i][i];
+  for (std::size_t i = 0; i < n; ++i)
+    row[i] = (kernel(&x_[i * dims_], x) - dot(l_[i].data(), row.data(), i)) / l_[i][i];
   // The new pivot; a floor keeps the factor usable when a point nearly repeats another.
   const double pivot = std::sqrt(std::max(1.0 + hyper_.noise - dot(row.data(), row.data(), n), 1e-10));
   row[n] = pivot;

@@ -34,7 +34,8 @@ struct KernelTunerHeader {
 /// string ("CompilationFailedConfig" for failures starting "compile",
 /// "InvalidConfig" for "invalid"/"pruned", else "RuntimeFailedConfig").
 /// Each record's cost_s goes into "benchmark_time" (ms).
-nlohmann::json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& records, const KernelTunerHeader& header);
+nlohmann::json to_kernel_tuner_cache(const Space& space, const std::vector<Record>& records,
+                                     const KernelTunerHeader& header);
 
 /// Writes to_kernel_tuner_cache atomically; gzip'd when the name ends in ".gz".
 void write_kernel_tuner_cache(const std::filesystem::path& file, const Space& space,

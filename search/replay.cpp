@@ -35,7 +35,8 @@ ReplayEvaluator::ReplayEvaluator(const std::filesystem::path& file) {
                   fmt::format("{}: tunable parameter '{}' has no list of values", file.string(), name));
     const json& values = doc["tune_params"][name];
     Param p{name, {}, "recorded"};
-    const bool integral = std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_number_integer(); });
+    const bool integral =
+        std::all_of(values.begin(), values.end(), [](const json& v) { return v.is_number_integer(); });
     for (std::size_t i = 0; i < values.size(); ++i)
       p.values.push_back(integral ? values[i].get<std::int64_t>() : static_cast<std::int64_t>(i));
     if (!integral) labels_[name] = std::vector<json>(values.begin(), values.end());

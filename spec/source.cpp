@@ -147,7 +147,8 @@ ArrayFile read_npy(const fs::path& path, const std::string& bytes) {
     start = 10;
   } else {
     KTUNE_REQUIRE(bytes.size() >= 12, path.string() + ": truncated .npy header");
-    for (int i = 0; i < 4; ++i) header_len |= static_cast<std::size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+    for (int i = 0; i < 4; ++i)
+      header_len |= static_cast<std::size_t>(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
     start = 12;
   }
   KTUNE_REQUIRE(start + header_len <= bytes.size(), path.string() + ": truncated .npy header");

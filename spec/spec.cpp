@@ -257,7 +257,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     r.require(values.is_array() && !values.empty(),
               fmt::format("tunable '{}' must be a non-empty list of integers", name));
     for (const auto& x : values) {
-      r.require(x.is_number_integer(), fmt::format("tunable '{}': value {} is not an integer", name, excerpt(x.dump())));
+      r.require(x.is_number_integer(),
+                fmt::format("tunable '{}': value {} is not an integer", name, excerpt(x.dump())));
       const auto value = x.get<std::int64_t>();
       // Twice in the list would be two points of one config: measured twice, counted twice.
       r.require(std::find(p.values.begin(), p.values.end(), value) == p.values.end(),

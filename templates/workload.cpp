@@ -233,11 +233,10 @@ std::string mismatch(const HostBuffer& b, const std::vector<std::byte>& got, dou
                        value_at(b.dtype, b.expected, off->index), kElementTolerances, off->bound, off->rms, error,
                        b.tolerance);
   const std::string detail = mismatch_detail(b.dtype, got, b.expected);
-  return fmt::format("{} relative L2 error {:.3g} > {:.1g}{}{}", b.name, error, b.tolerance,
-                     b.atol > 0
-                         ? fmt::format(" and RMS error {:.3g} > atol {:.1g}", rms_error(b.dtype, got, b.expected), b.atol)
-                         : "",
-                     detail.empty() ? "" : " (" + detail + ")");
+  return fmt::format(
+      "{} relative L2 error {:.3g} > {:.1g}{}{}", b.name, error, b.tolerance,
+      b.atol > 0 ? fmt::format(" and RMS error {:.3g} > atol {:.1g}", rms_error(b.dtype, got, b.expected), b.atol) : "",
+      detail.empty() ? "" : " (" + detail + ")");
 }
 
 double require_match(const HostBuffer& b, const std::vector<std::byte>& got, const std::string& what) {

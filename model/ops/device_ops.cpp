@@ -225,9 +225,10 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   const auto s = L_.attention_shape();
   // dS: materialised attention's backward only (flash attention keeps none),
   // of the activations' type; a forward-only run (eval, generate) keeps none.
-  const std::size_t ds = L_.train && L_.attention == AttentionSaved::kProbabilities
-                             ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * unit_bytes(Region::kScratch)
-                             : 0;
+  const std::size_t ds =
+      L_.train && L_.attention == AttentionSaved::kProbabilities
+          ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * unit_bytes(Region::kScratch)
+          : 0;
   const auto kept = [&](const templates::Family* f) {
     return f == &tr::softmax::backward_family() ? align_up(ds) : 0;
   };

@@ -171,7 +171,8 @@ std::optional<Point> BayesOpt::propose() {
     if (auto c = child(rng_)) return c;
   if (t == Turn::kNeighbour)
     if (auto q = neighbour(rng_)) return q;
-  if (fitted_at_ == 0 || static_cast<double>(observations_.size()) >= options_.refit_growth * static_cast<double>(fitted_at_) ||
+  if (fitted_at_ == 0 ||
+      static_cast<double>(observations_.size()) >= options_.refit_growth * static_cast<double>(fitted_at_) ||
       static_cast<int>(gp_.observations()) >= 2 * options_.max_model) {
     refit();
     // Candidates far above the best in every plausible outcome stay out of

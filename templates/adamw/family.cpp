@@ -14,7 +14,8 @@ namespace ktune::templates::adamw {
 namespace {
 
 constexpr const char* kTemplate = "adamw/adamw.cuh";
-constexpr std::int64_t kEwWidth = 4;  // elements per thread of the eager ops: 16 bytes of fp32 (kt::map over fp32 in adamw.cuh)
+// Elements per thread of the eager ops: 16 bytes of fp32 (kt::map over fp32 in adamw.cuh).
+constexpr std::int64_t kEwWidth = 4;
 
 /// Host mirror of adamw::Hyper in adamw.cuh (seven floats).
 struct HyperArgs {
@@ -76,7 +77,8 @@ class AdamwBase : public AdamwFamily {
                   name() + ": dtype '" + p.dtype + "' is not supported; accepted: f32 (fp32 params), bf16 (fp32 "
                   "master weights with a bf16 copy)");
     for (const auto& [k, v] : p.dims)
-      KTUNE_REQUIRE(k == "tensors" || k == "numel", name() + ": unknown dimension '" + k + "'; accepted: tensors, numel");
+      KTUNE_REQUIRE(k == "tensors" || k == "numel",
+                    name() + ": unknown dimension '" + k + "'; accepted: tensors, numel");
     KTUNE_REQUIRE(p.dims.count("tensors") && p.dim("tensors") >= 1 && p.dim("tensors") <= 4096,
                   name() + ": dimension 'tensors' must be in 1..4096");
     KTUNE_REQUIRE(p.dims.count("numel") && p.dim("numel") >= 1 && p.dim("numel") <= (1LL << 31) - 1,

@@ -60,11 +60,12 @@ class Chain {
               const std::string& y) {
     add(&row_reduce_family(op), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", "", y);
   }
-  void col_sum(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x, const std::string& y) {
+  void col_sum(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x,
+               const std::string& y) {
     add(&col_sum_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", "", y);
   }
-  void gather(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x, const std::string& idx,
-              const std::string& y) {
+  void gather(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& x,
+              const std::string& idx, const std::string& y) {
     add(&gather_family(), Problem{dtype, {{"rows", rows}, {"cols", cols}}}, x, "", idx, y);
   }
   void scatter_add(const std::string& dtype, std::int64_t rows, std::int64_t cols, const std::string& y,

@@ -49,7 +49,9 @@ View view_of(const Problem& p, const char* o) {
   return v;
 }
 std::array<std::int64_t, 4> sizes_of(const Problem& p) { return {p.dim("d0"), p.dim("d1"), p.dim("d2"), p.dim("d3")}; }
-std::int64_t element_count(const std::array<std::int64_t, 4>& sizes) { return sizes[0] * sizes[1] * sizes[2] * sizes[3]; }
+std::int64_t element_count(const std::array<std::int64_t, 4>& sizes) {
+  return sizes[0] * sizes[1] * sizes[2] * sizes[3];
+}
 /// Elements a buffer needs to hold the view: one past its last element.
 std::int64_t extent(const std::array<std::int64_t, 4>& sizes, const View& v) {
   std::int64_t last = v.offset;
@@ -381,7 +383,9 @@ class Primitive final : public PrimitiveFamily {
         require_addresses(name(), a, {"y", "idx"});
         return {.idx = a[1], .y = a[0], .alpha = kScatterAlpha};
       case Kind::kCausalMask: require_addresses(name(), a, {"y"}); return {.y = a[0], .alpha = kWorkloadAlpha};
-      case Kind::kStridedBinary: require_addresses(name(), a, {"a", "b", "y"}); return {.x = a[0], .b = a[1], .y = a[2]};
+      case Kind::kStridedBinary:
+        require_addresses(name(), a, {"a", "b", "y"});
+        return {.x = a[0], .b = a[1], .y = a[2]};
       case Kind::kStridedCopy: require_addresses(name(), a, {"a", "y"}); return {.x = a[0], .y = a[1]};
       case Kind::kFill: require_addresses(name(), a, {"y"}); return {.y = a[0], .alpha = kWorkloadAlpha};
       case Kind::kGatherRows:
@@ -480,12 +484,14 @@ class Primitive final : public PrimitiveFamily {
       case Kind::kStridedCopy: return 2.0 * e * s;
       case Kind::kFill: return e * s;
       case Kind::kGatherRows: return 2.0 * e * s + static_cast<double>(p.dim("rows")) * 4.0;  // rows read, written
-      case Kind::kIndexAdd: return 3.0 * e * s + static_cast<double>(p.dim("rows")) * 4.0;    // x read, y read and written
+      case Kind::kIndexAdd:
+        return 3.0 * e * s + static_cast<double>(p.dim("rows")) * 4.0;  // x read, y read and written
       case Kind::kCausalMask: {  // reads and writes the strict upper triangle of each block (to a vector's edge)
         const double cols = static_cast<double>(p.dim("cols"));
         return static_cast<double>(p.dim("rows")) / cols * cols * (cols - 1) * s;
       }
-      default: return static_cast<double>(p.dim("rows")) * (2.0 * s + 4.0);  // gather, scatter: a value and an index per row
+      default:
+        return static_cast<double>(p.dim("rows")) * (2.0 * s + 4.0);  // gather, scatter: a value and an index per row
     }
   }
 
@@ -537,7 +543,8 @@ class Primitive final : public PrimitiveFamily {
     std::vector<std::int32_t> idx(static_cast<std::size_t>(rows));
     for (auto& i : idx) i = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(table_rows));
     const bool gather = kind_ == Kind::kGatherRows;
-    const auto x = stored_as(dt, random_floats(rng, static_cast<std::size_t>((gather ? table_rows : rows) * cols), -2.f, 2.f));
+    const auto x =
+        stored_as(dt, random_floats(rng, static_cast<std::size_t>((gather ? table_rows : rows) * cols), -2.f, 2.f));
     Workload w;
     w.buffers.push_back(input_buffer("x", dt, x));
     w.buffers.push_back(make_buffer("idx", Role::kInput, DType::kI32, idx));
@@ -545,7 +552,8 @@ class Primitive final : public PrimitiveFamily {
       std::vector<double> y(static_cast<std::size_t>(rows * cols));
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t c = 0; c < cols; ++c)
-          y[static_cast<std::size_t>(r * cols + c)] = x[static_cast<std::size_t>(idx[static_cast<std::size_t>(r)] * cols + c)];
+          y[static_cast<std::size_t>(r * cols + c)] =
+              x[static_cast<std::size_t>(idx[static_cast<std::size_t>(r)] * cols + c)];
       w.buffers.push_back(output_buffer("y", dt, y));
       return w;
     }
@@ -553,7 +561,8 @@ class Primitive final : public PrimitiveFamily {
     std::vector<double> y = y0;
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t c = 0; c < cols; ++c)
-        y[static_cast<std::size_t>(idx[static_cast<std::size_t>(r)] * cols + c)] += x[static_cast<std::size_t>(r * cols + c)];
+        y[static_cast<std::size_t>(idx[static_cast<std::size_t>(r)] * cols + c)] +=
+            x[static_cast<std::size_t>(r * cols + c)];
     HostBuffer out = input_buffer("y", dt, y0);
     out.role = Role::kInOut;
     out.expected = output_buffer("y", dt, y).expected;
@@ -568,7 +577,8 @@ class Primitive final : public PrimitiveFamily {
     const View av = view_of(p, "a"), yv = view_of(p, "y");
     const View bv = kind_ == Kind::kStridedBinary ? view_of(p, "b") : View{};
     auto values = [&](std::int64_t n) {
-      return stored_as(dt, random_floats(rng, static_cast<std::size_t>(n), op_ == static_cast<int>(Binary::kDiv) ? 0.5f : -2.f, 2.f));
+      return stored_as(dt, random_floats(rng, static_cast<std::size_t>(n),
+                                         op_ == static_cast<int>(Binary::kDiv) ? 0.5f : -2.f, 2.f));
     };
     const auto a = values(extent(sizes, av));
     const auto b = kind_ == Kind::kStridedBinary ? values(extent(sizes, bv)) : std::vector<double>{};

@@ -59,9 +59,12 @@ class GradNorm final : public GradNormFamily {
   GradNorm()
       : space_({{"threads", {128, 256, 512, 1024}, "threads per block: more loads in flight per chunk vs more blocks"},
                 {"vec", {1, 2, 4}, "floats per access: wider loads, fewer instructions"},
-                {"chunk", {4096, 16384, 65536}, "elements per partial: small chunks balance short tensors, large "
-                                                "ones shorten the final sum"},
-                {"blocks_per_sm", {2, 4, 8}, "persistent grid size: more blocks hide latency, fewer cut scheduling"}}) {}
+                {"chunk",
+                 {4096, 16384, 65536},
+                 "elements per partial: small chunks balance short tensors, large "
+                 "ones shorten the final sum"},
+                {"blocks_per_sm", {2, 4, 8}, "persistent grid size: more blocks hide latency, fewer cut scheduling"}}) {
+  }
 
   std::string name() const override { return "grad_norm"; }
   std::string summary() const override {

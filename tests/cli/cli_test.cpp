@@ -75,7 +75,8 @@ TEST_CASE("CLI: bad input is one line naming what is accepted, exit 2", "[cli]")
   CHECK_THAT(out, Catch::Contains("unknown strategy 'anneling' (did you mean 'annealing'?)"));
   CHECK(run_ktune("compile --arch sm_99", &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown architecture 'sm_99'") && Catch::Contains("sm_90"));
-  CHECK(run_ktune("render --family adamw --problem '{\"dtype\":\"f64\",\"dims\":{\"tensors\":1,\"numel\":4}}'", &out) == 2);
+  CHECK(run_ktune("render --family adamw --problem '{\"dtype\":\"f64\",\"dims\":{\"tensors\":1,\"numel\":4}}'",
+                  &out) == 2);
   CHECK_THAT(out, Catch::Contains("accepted: f32"));
   CHECK(run_ktune("bench adam --tensors 1,x", &out) == 2);
   CHECK(run_ktune("frobnicate", &out) == 2);

@@ -109,8 +109,8 @@ std::map<std::string, std::int64_t> launches_per_op(const templates::Family& fam
   const auto buffers = family.make_workload(problem, 1).buffers;
   if (!chain) {
     const std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
-    return {{family.name(),
-             static_cast<std::int64_t>(family.plan(family.default_config(problem), problem, addresses, device).size())}};
+    return {{family.name(), static_cast<std::int64_t>(
+                                family.plan(family.default_config(problem), problem, addresses, device).size())}};
   }
   std::vector<std::uint64_t> addresses(buffers.size(), 0x100000);
   const auto bound = templates::eager::bind_workload(family.name(), problem, addresses);

@@ -199,8 +199,9 @@ TEST_CASE("evaluating a whole token file counts each window's tokens once, the l
   CHECK_THROWS_WITH(evaluate_all(wide), Catch::Contains("500 tokens hold no window of --ctx 500"));
 }
 
-TEST_CASE("training with --save-best writes the weights at each validation lower than every one before, across a resume",
-          "[model][train][checkpoint]") {
+TEST_CASE(
+    "training with --save-best writes the weights at each validation lower than every one before, across a resume",
+    "[model][train][checkpoint]") {
   const auto dir = ktune::test::scratch_dir("train-save-best");
   TrainOptions o = ktune::test::tiny_run(6);
   o.eval_every = 2;

@@ -30,7 +30,8 @@ TEST_CASE("model weights save, load, and name what is missing or misshapen", "[m
 
   TensorFile missing = file;
   missing.tensors.erase("layers.0.attn.k_proj.weight");
-  CHECK_THROWS_WITH(load_weights(b, missing, "m.st"), Catch::Contains("m.st has no tensor 'layers.0.attn.k_proj.weight'"));
+  CHECK_THROWS_WITH(load_weights(b, missing, "m.st"),
+                    Catch::Contains("m.st has no tensor 'layers.0.attn.k_proj.weight'"));
   TensorFile wrapped;  // torch.compile's state dict: every name under '_orig_mod.'
   for (const auto& name : file.order) wrapped.add("_orig_mod." + name, file.at(name));
   CHECK_THROWS_WITH(load_weights(b, wrapped, "c.st"),

@@ -89,7 +89,8 @@ TEST_CASE("the time-aware genetic algorithm proposes cheaper configs", "[search]
   CHECK(aware < 0.9 * plain);
 }
 
-TEST_CASE("the time-aware genetic algorithm leaves alone a brood whose costs differ little", "[search][cost][genetic]") {
+TEST_CASE("the time-aware genetic algorithm leaves alone a brood whose costs differ little",
+          "[search][cost][genetic]") {
   // Costs within 10 % of each other: no child is above 1.2 times the
   // brood's median, so the children come in the order they were bred, as
   // when every config costs the same. Keeping the cheapest instead would

@@ -183,8 +183,10 @@ TEST_CASE("replay budgets as a tuning session's stop condition: where a plateau 
     INFO(text);
     // The same seeded run as a tuning session with this stop condition: its length and its best.
     auto strategy = make_strategy("random", {&eval->space(), eval, 7});
-    const auto session = run_search(*eval, *strategy, *parse_budget(text == std::string("plateau:40") ? "plateau:40"
-                                                                      : "plateau:40+" + std::to_string(brute / 50) + "s"));
+    const auto session =
+        run_search(*eval, *strategy,
+                   *parse_budget(text == std::string("plateau:40") ? "plateau:40"
+                                                                   : "plateau:40+" + std::to_string(brute / 50) + "s"));
     ReplayStudyOptions options;
     options.strategy = "random";
     options.runs = 1;

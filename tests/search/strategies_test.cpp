@@ -38,7 +38,8 @@ TEST_CASE("registry knows the strategies and rejects unknown names", "[search]")
 }
 
 TEST_CASE("strategies on the replay datasets: deterministic, within budget, valid only", "[search][replay]") {
-  const std::vector<std::string> datasets = {"convolution_milo_A100", "convolution_milo_A4000", "dedispersion_milo_A100"};
+  const std::vector<std::string> datasets = {"convolution_milo_A100", "convolution_milo_A4000",
+                                             "dedispersion_milo_A100"};
   for (const auto& dataset : datasets) {
     ReplayEvaluator* eval = ktune::test::replay_dataset(dataset);
     if (eval == nullptr) {

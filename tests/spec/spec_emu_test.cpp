@@ -249,7 +249,8 @@ TEST_CASE("spec emu: a kernel the emulation cannot run is refused with the const
                                          "  extern __shared__ float partial[];\n"
                                          "  y[blockIdx.x] = partial[0];\n}\n";
   std::string out;
-  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "reduction.json").string(), &out) == 2);
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "reduction.json").string(),
+                    &out) == 2);
   CHECK_THAT(out, Catch::Contains("reduction.cu:3: extern __shared__"));
 }
 
@@ -515,7 +516,8 @@ __global__ void twice_reference(const T* x, T* y, int n) {
   for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = kt::from_float<T>(kt::to_float(x[i]) + kt::to_float(x[i]));
 }
 )cu";
-  std::ofstream(dir / "twice.json") << R"json({"name": "twice", "source": "twice.cu", "kernel": "twice<{dtype}, {block}>",
+  std::ofstream(dir / "twice.json")
+      << R"json({"name": "twice", "source": "twice.cu", "kernel": "twice<{dtype}, {block}>",
     "dtypes": ["f32", "bf16", "f16"], "defines": {"ELEM": "dtype"}, "problem": {"n": 1000},
     "tunables": {"block": [64, 128]}, "grid": "ceil_div(n, block)", "block": "block",
     "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
@@ -655,8 +657,8 @@ TEST_CASE("spec emu: constant memory is filled before a variant's timed launches
 TEST_CASE("spec emu: a finalist that fails when timed again wins nothing (a flaky variant), and is named",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-flaky-finalist");
-  // Variant 1, the faster, traps from its 7th launch in a process: the search's run makes 5 (the check, 1 warm-up, 3 timed),
-  // so it passes there and fails when the finalists are timed again.
+  // Variant 1, the faster, traps from its 7th launch in a process: the search's run makes 5 (the check, 1 warm-up, 3
+  // timed), so it passes there and fails when the finalists are timed again.
   std::ofstream(dir / "flaky.cu") << R"cu(
 __device__ int launches_seen;
 template <int VARIANT>

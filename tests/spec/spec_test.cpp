@@ -89,7 +89,8 @@ TEST_CASE("spec: the matmul restrictions admit exactly the valid points", "[spec
   // 64 x 48 x 32: tiles 4 (wpt 1, 2, 4), 8 (1, 2, 4, 8), 16 (1, 2, 4, 8); 32 does not divide 48.
   std::uint64_t valid = 0;
   const Problem first = family.problem_classes().front();
-  for (std::uint64_t i = 0; i < family.space().size(); ++i) valid += family.is_valid(family.space().at(i), first, device);
+  for (std::uint64_t i = 0; i < family.space().size(); ++i)
+    valid += family.is_valid(family.space().at(i), first, device);
   CHECK(valid == 11);
   std::string why;
   CHECK_FALSE(family.is_valid(Config({{"tile", 32}, {"wpt", 1}}), first, device, &why));
@@ -101,7 +102,8 @@ TEST_CASE("spec: the reduction restrictions and the device's block limit", "[spe
   const Problem problem = family.problem_classes().front();  // 16 rows of 1020
   auto device = DeviceLimits::for_arch("sm_90");
   std::uint64_t valid = 0;
-  for (std::uint64_t i = 0; i < family.space().size(); ++i) valid += family.is_valid(family.space().at(i), problem, device);
+  for (std::uint64_t i = 0; i < family.space().size(); ++i)
+    valid += family.is_valid(family.space().at(i), problem, device);
   // vec 1: threads 32..512; vec 2: 32..256; vec 4: 32..128; vec 8 does not divide 1020.
   CHECK(valid == 12);
   device.max_threads_per_block = 256;
@@ -330,12 +332,15 @@ TEST_CASE("spec: run-time parameters are a scalar argument's alone and render li
 TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-bad");
   SECTION("unknown tunable in a restriction") {
-    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "threads * vec <= cols", "thread * vec <= cols"); });
+    const auto path =
+        reduction_copy(dir, [](std::string& t) { replace(t, "threads * vec <= cols", "thread * vec <= cols"); });
     CHECK(load_error(path) ==
-          path.string() + ": restriction 'thread * vec <= cols': unknown name 'thread'; known: cols, rows, threads, vec");
+          path.string() +
+              ": restriction 'thread * vec <= cols': unknown name 'thread'; known: cols, rows, threads, vec");
   }
   SECTION("an argument naming a missing buffer") {
-    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"args\": [\"x\", \"y\"", "\"args\": [\"x\", \"out\""); });
+    const auto path =
+        reduction_copy(dir, [](std::string& t) { replace(t, "\"args\": [\"x\", \"y\"", "\"args\": [\"x\", \"out\""); });
     CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": args[1]: no buffer 'out'; buffers: x, y"));
   }
   SECTION("a kernel name its sources do not declare") {
@@ -399,7 +404,8 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     CHECK_THAT(load_error(path), Catch::Contains("line 14"));
   }
   SECTION("an expression syntax error") {
-    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"cols % vec == 0\"", "\"cols % (vec == 0\""); });
+    const auto path =
+        reduction_copy(dir, [](std::string& t) { replace(t, "\"cols % vec == 0\"", "\"cols % (vec == 0\""); });
     CHECK_THAT(load_error(path), Catch::StartsWith(path.string() + ": restriction 'cols % (vec == 0': "));
   }
   SECTION("a misspelt field") {
@@ -446,7 +452,8 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
     CHECK_THAT(load_error(path), Catch::Contains("source 'reduce.cu' is a folder, not a file"));
   }
   SECTION("the command line: exit 2, one line, nothing written") {
-    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "threads * vec <= cols", "thread * vec <= cols"); });
+    const auto path =
+        reduction_copy(dir, [](std::string& t) { replace(t, "threads * vec <= cols", "thread * vec <= cols"); });
     std::string out;
     const int rc = ktune::test::run_command(ktune::test::ktune_exe().string() + " tune --backend emu --spec " +
                                                 path.string() + " --cache " + (dir / "tuned.json").string() + " 2>&1",
@@ -587,7 +594,8 @@ TEST_CASE("spec: constructs the emulation lacks are named with their line", "[sp
   REQUIRE(family.emulation_gaps().size() == 2);
   CHECK_THAT(family.emulation_gaps()[0], Catch::StartsWith("reduction.cu:6: extern __shared__"));
   CHECK_THAT(family.emulation_gaps()[1], Catch::StartsWith("reduction.cu:7: __activemask()"));
-  CHECK_THROWS_WITH(family.require_emulation(), Catch::Contains("the emulation cannot run this kernel: reduction.cu:6"));
+  CHECK_THROWS_WITH(family.require_emulation(),
+                    Catch::Contains("the emulation cannot run this kernel: reduction.cu:6"));
 }
 
 TEST_CASE("spec: extern __shared__ with attributes, asm's other spellings and names the emulation lacks are named",
@@ -623,7 +631,8 @@ TEST_CASE("spec: sources include their headers and ktune's kt.cuh, each once", "
                               "__global__ void row_sum(const float* x, float* y, int cols) {\n"
                               "  y[blockIdx.x] = kt::warp_sum(x[threadIdx.x]);\n}\n");
   const auto& family = load_spec_family(path);
-  const auto r = family.render(family.default_config(family.problem_classes().front()), family.problem_classes().front());
+  const auto r =
+      family.render(family.default_config(family.problem_classes().front()), family.problem_classes().front());
   CHECK_THAT(r.source, Catch::Contains("KT_DEVICE T warp_sum(T v)"));  // kt.cuh, expanded
   const auto first = r.source.find("kPartialMarker");
   REQUIRE(first != std::string::npos);

@@ -84,9 +84,9 @@ inline bool emulated_check_passes(const templates::Family& family, const templat
 }
 
 /// Checks every output of emulated_errors against its dtype's tolerance.
-inline void check_emulated_plan(const templates::Family& family, const Config& config, const templates::Problem& problem,
-                                const std::map<std::size_t, std::size_t>& alias = {}, unsigned workers = 1,
-                                std::size_t shift = 0) {
+inline void check_emulated_plan(const templates::Family& family, const Config& config,
+                                const templates::Problem& problem, const std::map<std::size_t, std::size_t>& alias = {},
+                                unsigned workers = 1, std::size_t shift = 0) {
   INFO(family.name() << " " << problem.key() << " " << config.str() << " shift " << shift);
   const templates::Workload w = family.make_workload(problem, 13);
   for (const auto& [name, error] : emulated_errors(family, family.render(config, problem), config, problem, 13, alias,

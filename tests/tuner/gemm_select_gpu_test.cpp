@@ -93,8 +93,10 @@ TEST_CASE("cuBLASLt algorithms for bf16 operands are timed and checked too (bf16
   std::uniform_real_distribution<float> u(-1, 1);
   std::vector<std::uint16_t> a(m * k), b(n * k);
   std::vector<float> af(a.size()), bf(b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) af[i] = templates::bf16_bits_to_float(a[i] = templates::float_to_bf16_bits(u(rng)));
-  for (std::size_t i = 0; i < b.size(); ++i) bf[i] = templates::bf16_bits_to_float(b[i] = templates::float_to_bf16_bits(u(rng)));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    af[i] = templates::bf16_bits_to_float(a[i] = templates::float_to_bf16_bits(u(rng)));
+  for (std::size_t i = 0; i < b.size(); ++i)
+    bf[i] = templates::bf16_bits_to_float(b[i] = templates::float_to_bf16_bits(u(rng)));
   auto da = backend->allocate(a.size() * 2, "a"), db = backend->allocate(b.size() * 2, "b"),
        dc = backend->allocate(m * n * 4, "c");
   backend->upload(*da, a.data(), a.size() * 2);

@@ -39,8 +39,9 @@ TEST_CASE("mma.sync on the GPU matches a naive matmul and the emulation", "[gpu]
     bool bf16;
     const char* name;
   };
-  for (const Shape s : {Shape{matrix::kBf16K16, 16, true, "m16n8k16 bf16"}, Shape{matrix::kF16K16, 16, false, "m16n8k16 f16"},
-                        Shape{matrix::kBf16K8, 8, true, "m16n8k8 bf16"}, Shape{matrix::kF16K8, 8, false, "m16n8k8 f16"}}) {
+  for (const Shape s :
+       {Shape{matrix::kBf16K16, 16, true, "m16n8k16 bf16"}, Shape{matrix::kF16K16, 16, false, "m16n8k16 f16"},
+        Shape{matrix::kBf16K8, 8, true, "m16n8k8 bf16"}, Shape{matrix::kF16K8, 8, false, "m16n8k8 f16"}}) {
     INFO(s.name);
     const auto g = matrix::mma16(gpu, s.kernel, s.k, s.bf16);
     const auto e = matrix::mma16(emu, s.kernel, s.k, s.bf16);

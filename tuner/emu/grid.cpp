@@ -233,7 +233,8 @@ std::string describe_deadlock(const BlockRun& b) {
     parts.push_back(fmt::format("threads {} wait at named barriers (the first at {}, {} of its {} threads arrived)",
                                 ranges(at_named), id, b.named[id].arrived, b.named[id].count));
   }
-  if (!at_warp.empty()) parts.push_back(fmt::format("threads {} wait in a warp collective{}", ranges(at_warp), warp_detail));
+  if (!at_warp.empty())
+    parts.push_back(fmt::format("threads {} wait in a warp collective{}", ranges(at_warp), warp_detail));
   if (!done.empty()) parts.push_back(fmt::format("threads {} have exited", ranges(done)));
   for (std::size_t i = 0; i < parts.size(); ++i) s += (i ? "; " : "") + parts[i];
   s += linear;

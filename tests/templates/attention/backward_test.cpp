@@ -329,7 +329,8 @@ TEST_CASE("attention_bwd's wgmma pass (mma 1 and 2) is valid on sm_90 alone, for
   CHECK(f.is_valid(wgmma_backward(64, 128), problem("bf16", 1024, 64), sm90));
   CHECK(f.is_valid(wgmma_backward(128, 128, 4), problem("f16", 1024, 64), sm90));
   CHECK(f.is_valid(wgmma_backward(64, 64, 1), problem("bf16", 1024, 128), DeviceLimits::for_arch("sm_90a")));
-  CHECK_THAT(invalid(wgmma_backward(64, 128), problem("bf16", 1024, 64), "sm_80"), Catch::Contains("needs an sm_90 device"));
+  CHECK_THAT(invalid(wgmma_backward(64, 128), problem("bf16", 1024, 64), "sm_80"),
+             Catch::Contains("needs an sm_90 device"));
   CHECK_THAT(invalid(wgmma_backward(64, 128), problem("f32", 1024, 64)), Catch::Contains("16-bit inputs"));
   CHECK_THAT(invalid(wgmma_backward(64, 128), problem("bf16", 1024, 80)), Catch::Contains("head dims 64 and 128"));
   CHECK_THAT(invalid(with(wgmma_backward(64, 128), {{"warps", 4}}), problem("bf16", 1024, 64)),
@@ -371,7 +372,8 @@ TEST_CASE("attention_bwd workloads: fresh inputs per seed, the streaming referen
   for (std::size_t i = 0; i < 10; ++i) CHECK(w.buffers[i].name == names[i]);
   CHECK(w.buffers[6].role == Role::kOutput);
   CHECK(w.buffers[9].role == Role::kScratch);
-  for (const auto& c : test::sampled_configs(f, p, DeviceLimits::for_arch("sm_90"), 8))  // the scratch serves every config
+  for (const auto& c :
+       test::sampled_configs(f, p, DeviceLimits::for_arch("sm_90"), 8))  // the scratch serves every config
     CHECK(w.buffers[9].bytes.size() >= f.workspace_bytes(c, p));
   CHECK(w.buffers[6].tolerance == tolerance_for("bf16"));
   CHECK(f.make_workload(problem("f32", 33, 32, 1, 1, 2), 1).buffers[7].tolerance == kTf32BackwardTolerance);

@@ -165,7 +165,8 @@ TEST_CASE("attention_fwd constraints reject configs before compiling, saying why
   CHECK_THAT(why_invalid(wgmma_forward(128, 64), problem("bf16", 1024, 80)), Catch::Contains("head dims 64 and 128"));
   CHECK_THAT(why_invalid(with(wgmma_forward(128, 64), {{"warps", 4}}), problem("bf16", 1024, 64)),
              Catch::Contains("block_m is 16 x warps"));
-  CHECK_THAT(why_invalid(wgmma_forward(128, 48), problem("bf16", 1024, 64)), Catch::Contains("block_n is 16, 32, 64 or 128"));
+  CHECK_THAT(why_invalid(wgmma_forward(128, 48), problem("bf16", 1024, 64)),
+             Catch::Contains("block_n is 16, 32, 64 or 128"));
   CHECK_THAT(why_invalid(with(wgmma_forward(128, 64), {{"kv_layout", 0}}), problem("bf16", 1024, 64)),
              Catch::Contains("kv_layout 1"));
   CHECK_THAT(why_invalid(with(wgmma_forward(128, 64), {{"q_regs", 1}}), problem("bf16", 1024, 64)),

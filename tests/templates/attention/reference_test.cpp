@@ -19,7 +19,9 @@ namespace {
 std::vector<double> naive_attention(const std::vector<double>& q, const std::vector<double>& k,
                                     const std::vector<double>& v, const AttentionShape& s) {
   std::vector<double> out(q.size());
-  auto at = [&](std::int64_t b, std::int64_t t, std::int64_t h) { return ((b * s.seq + t) * s.heads + h) * s.head_dim; };
+  auto at = [&](std::int64_t b, std::int64_t t, std::int64_t h) {
+    return ((b * s.seq + t) * s.heads + h) * s.head_dim;
+  };
   for (std::int64_t b = 0; b < s.batch; ++b)
     for (std::int64_t h = 0; h < s.heads; ++h)
       for (std::int64_t i = 0; i < s.seq; ++i) {

@@ -42,8 +42,9 @@ TEST_CASE("eager chains are the launches PyTorch eager issues", "[eager]") {
     for (const auto& s : d.steps) out.push_back(s.family->name());
     return out;
   };
-  CHECK(names(eager::decompose("rmsnorm_fwd", f32)) ==
-        std::vector<std::string>{"prim_square", "prim_row_mean", "prim_add_scalar", "prim_rsqrt", "prim_mul", "prim_mul"});
+  CHECK(names(eager::decompose("rmsnorm_fwd", f32)) == std::vector<std::string>{"prim_square", "prim_row_mean",
+                                                                                "prim_add_scalar", "prim_rsqrt",
+                                                                                "prim_mul", "prim_mul"});
   CHECK(names(eager::decompose("rmsnorm_fwd", bf16)).front() == "cast_to_f32");
   CHECK(names(eager::decompose("rmsnorm_fwd", bf16)).back() == "cast_to_bf16");
   CHECK(names(eager::decompose("swiglu_fwd", Problem{"bf16", {{"n", 100}}})) ==
@@ -63,10 +64,11 @@ TEST_CASE("eager chains are the launches PyTorch eager issues", "[eager]") {
   const std::vector<std::string> rope_f32 = {"prim_strided_mul", "prim_strided_mul", "prim_strided_sub",
                                              "prim_strided_mul", "prim_strided_mul", "prim_strided_add",
                                              "prim_strided_copy"};
-  CHECK(names(eager::decompose("rope_fwd", Problem{"f32", {{"tokens", 40}, {"heads", 2}, {"head_dim", 8}, {"seq", 10}}})) ==
-        rope_f32);
-  CHECK(names(eager::decompose("rope_bwd", Problem{"f32", {{"tokens", 45}, {"heads", 2}, {"head_dim", 8}, {"seq", 10}}}))
-            .size() == 14);
+  CHECK(names(eager::decompose(
+            "rope_fwd", Problem{"f32", {{"tokens", 40}, {"heads", 2}, {"head_dim", 8}, {"seq", 10}}})) == rope_f32);
+  CHECK(
+      names(eager::decompose("rope_bwd", Problem{"f32", {{"tokens", 45}, {"heads", 2}, {"head_dim", 8}, {"seq", 10}}}))
+          .size() == 14);
   CHECK(names(eager::decompose("embedding_fwd", Problem{"bf16", {{"rows", 4}, {"dim", 8}, {"vocab", 10}}})) ==
         std::vector<std::string>{"prim_gather_rows"});
   CHECK(names(eager::decompose("embedding_bwd", Problem{"f32", {{"rows", 4}, {"dim", 8}, {"vocab", 10}}})) ==
@@ -90,8 +92,8 @@ TEST_CASE("eager plans say what is missing", "[eager]") {
   eager::Bindings no_scale = eager::bind(softmax::ForwardArgs{.x = 0x1000, .y = 0x2000});
   no_scale.scalars.clear();
   CHECK_THROWS_WITH(eager::plan("softmax_fwd", scores, no_scale, 0, device), Catch::Contains("scalar 'scale'"));
-  const auto plan = eager::plan("softmax_fwd", scores,
-                                eager::bind(softmax::ForwardArgs{.x = 0x1000, .y = 0x2000, .scale = 0.125f}), 0, device);
+  const auto plan = eager::plan(
+      "softmax_fwd", scores, eager::bind(softmax::ForwardArgs{.x = 0x1000, .y = 0x2000, .scale = 0.125f}), 0, device);
   REQUIRE(plan.steps.front().family->name() == "prim_scale");
   float alpha = 0;  // the scale mul's scalar, the launch's last argument
   const auto& args = plan.steps.front().launches.front().args;

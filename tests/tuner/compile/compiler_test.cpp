@@ -217,14 +217,17 @@ TEST_CASE("binary cache: concurrent writers of the same entry leave one valid en
   std::vector<std::thread> threads;
   std::vector<CompileResult> results(4);
   for (int i = 0; i < 4; ++i)
-    threads.emplace_back([&, i] { results[static_cast<std::size_t>(i)] = Compiler(dir.string(), true).compile(probe("race"), "sm_90"); });
+    threads.emplace_back([&, i] {
+      results[static_cast<std::size_t>(i)] = Compiler(dir.string(), true).compile(probe("race"), "sm_90");
+    });
   for (auto& t : threads) t.join();
   for (const auto& r : results) CHECK(r.ok);
   const auto hit = Compiler(dir.string(), true).compile(probe("race"), "sm_90");
   CHECK(hit.cache_hit);
   CHECK(hit.cubin == results[0].cubin);
   std::size_t temps = 0;
-  for (const auto& e : fs::directory_iterator(dir)) temps += e.path().filename().string().find(".tmp.") != std::string::npos;
+  for (const auto& e : fs::directory_iterator(dir))
+    temps += e.path().filename().string().find(".tmp.") != std::string::npos;
   CHECK(temps == 0);
 }
 

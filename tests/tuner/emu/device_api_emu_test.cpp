@@ -38,7 +38,8 @@ __global__ void k_warp(int* out) {
   o[2] = __shfl_down_sync(0xffffffffu, lane, 3);
   o[3] = __shfl_up_sync(0xffffffffu, lane, 2);
   o[4] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0));
-  o[5] = __any_sync(0xffffffffu, lane == 17) + 2 * __all_sync(0xffffffffu, lane < 40) + 4 * __all_sync(0xffffffffu, lane < 31);
+  o[5] = __any_sync(0xffffffffu, lane == 17) + 2 * __all_sync(0xffffffffu, lane < 40) +
+         4 * __all_sync(0xffffffffu, lane < 31);
   o[6] = kt::warp_sum(lane) + kt::warp_max(lane) * 1000;
   o[7] = __shfl_sync(0xffffffffu, lane, 0, 8);
   o[8] = lane < 16 ? __shfl_sync(0x0000ffffu, lane, 15) : __shfl_sync(0xffff0000u, lane, 16);
@@ -114,7 +115,8 @@ TEST_CASE("__syncthreads orders static shared memory and __syncthreads_count cou
   float* out = p.buffer("out", std::vector<float>(in.size()));
   const float* din = p.buffer("in", in);
   int* counts = p.buffer("counts", std::vector<int>(4));
-  const auto stats = p.launch(kReverse, {4, 1, 1}, {256, 1, 1}, ktune::templates::ArgPack().add(out).add(din).add(counts));
+  const auto stats =
+      p.launch(kReverse, {4, 1, 1}, {256, 1, 1}, ktune::templates::ArgPack().add(out).add(din).add(counts));
   for (int b = 0; b < 4; ++b) {
     CHECK(counts[b] == 64);
     for (int t = 0; t < 256; ++t) CHECK(out[b * 256 + t] == in[b * 256 + 255 - t]);

@@ -93,7 +93,8 @@ TEST_CASE("named barriers let two groups of a block take turns", "[emu]") {
     }
   }
   SECTION("a wait no arrival completes is a deadlock that names the barrier") {
-    CHECK_THAT(run(Order::kInOrder, 2).error, Catch::Contains("wait at named barriers (the first at 1, 128 of its 256"));
+    CHECK_THAT(run(Order::kInOrder, 2).error,
+               Catch::Contains("wait at named barriers (the first at 1, 128 of its 256"));
   }
   SECTION("an arrival no wait completes fails the block") {
     CHECK_THAT(run(Order::kInOrder, 3).error,
