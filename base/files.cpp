@@ -270,6 +270,7 @@ MappedFile::MappedFile(const fs::path& path) : path_(path) {
     io_error("cannot read", path);
   }
   size_ = static_cast<std::size_t>(st.st_size);
+  modified_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -289,11 +290,16 @@ MappedFile::~MappedFile() {
 void MappedFile::require_whole() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) io_error("cannot read", path_);
-  if (static_cast<std::size_t>(st.st_size) >= size_) return;
-  throw_error(ErrorKind::kIo, fmt::format("{} was cut from {} to {} bytes while it was read: a file a run reads is "
-                                          "replaced whole (write a new one and rename it over the old), never "
-                                          "rewritten in place",
-                                          path_.string(), size_, st.st_size));
+  constexpr const char* kReplaceWhole =
+      "a file a run reads is replaced whole (write a new one and rename it over the old), never rewritten in place";
+  if (static_cast<std::size_t>(st.st_size) < size_)
+    throw_error(ErrorKind::kIo, fmt::format("{} was cut from {} to {} bytes while it was read: {}", path_.string(),
+                                            size_, st.st_size, kReplaceWhole));
+  // Rewritten as long or longer: what it holds now is not what was checked when it was opened.
+  if (static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec != modified_ns_)
+    throw_error(ErrorKind::kIo, fmt::format("{} was written to while it was read (its modification time changed): "
+                                            "what it holds now is not what was checked when it was opened; {}",
+                                            path_.string(), kReplaceWhole));
 }
 
 namespace {

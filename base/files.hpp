@@ -1,6 +1,7 @@
 // Files that lose nothing: atomic writes (temp, fsync, rename) and an
 // advisory lock that serialises writers between processes.
 #pragma once
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -87,8 +88,11 @@ class MappedFile {
   std::string_view bytes() const { return {data_, size_}; }
   /// Throws kIo naming the file when it now holds fewer bytes than were
   /// mapped (rewritten in place while it is read: its pages past the new end
-  /// would end the process with SIGBUS when touched). Callers check before
-  /// they read a part of it.
+  /// would end the process with SIGBUS when touched), or was written to since
+  /// it was opened (its modification time changed: rewritten in place as
+  /// long, what it holds is no longer what its reader checked). One replaced
+  /// whole (a new file renamed over it) is neither: the mapping holds the old.
+  /// Callers check before they read a part of it.
   void require_whole() const;
 
  private:
@@ -96,6 +100,7 @@ class MappedFile {
   int fd_ = -1;  // kept open: fstat says whether the file was cut since
   const char* data_ = nullptr;
   std::size_t size_ = 0;
+  std::int64_t modified_ns_ = 0;  // its modification time when opened
 };
 
 /// The lock file of `target`: NAME.lock beside it, where NAME is shortened

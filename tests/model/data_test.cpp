@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
 #include <string_view>
 
 #include "base/error.hpp"
@@ -202,6 +204,19 @@ TEST_CASE("a token file cut while a run reads it ends the read in one error nami
   const std::string said = "u.u16 was cut from 131072 to 100 bytes while it was read";
   CHECK_THROWS_WITH(again.window(60000, 64, tokens, targets), Catch::Contains(said));
   CHECK_THROWS_WITH(again.sample({4, 64}, rng, tokens, targets), Catch::Contains(said));
+  // Rewritten in place as long (other ids, as `arr.tofile` over it writes them): stopped too.
+  const TokenStream third = TokenStream::from_file(token_file(dir, "v.u16", file), 1000);
+  third.window(0, 64, tokens, targets);
+  {
+    std::fstream over(dir / "v.u16", std::ios::in | std::ios::out | std::ios::binary);
+    const std::vector<std::uint16_t> others(file.size(), 999);
+    over.write(reinterpret_cast<const char*>(others.data()), static_cast<std::streamsize>(others.size() * 2));
+  }
+  // Its time moved on for sure (a file system's clock may be coarser than the two writes).
+  std::filesystem::last_write_time(dir / "v.u16",
+                                   std::filesystem::last_write_time(dir / "v.u16") + std::chrono::seconds(1));
+  CHECK_THROWS_WITH(third.window(0, 64, tokens, targets),
+                    Catch::Contains("v.u16 was written to while it was read (its modification time changed)"));
 }
 
 TEST_CASE("malformed token files are refused in one line", "[model][data]") {
