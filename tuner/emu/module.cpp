@@ -40,7 +40,11 @@ namespace fs = std::filesystem;
 constexpr const char* kFlags = "-std=c++20 -O1 -fPIC";
 // -fsanitize=float-cast-overflow: a float-to-integer conversion out of the integer's range (which a GPU saturates)
 // reaches kt_emu.hpp's hook too, and fails the block with its line.
-constexpr const char* kCodeFlags = "-fvisibility=hidden -w -fsanitize=alignment -fsanitize=float-cast-overflow";
+// -fstack-clash-protection: a frame larger than a page touches each of its pages as it is made, so one past an
+// emulated thread's stack meets the guard page below it (a stack overflow, named) instead of jumping over it and
+// writing into another thread's stack.
+constexpr const char* kCodeFlags =
+    "-fvisibility=hidden -w -fsanitize=alignment -fsanitize=float-cast-overflow -fstack-clash-protection";
 // Line tables alone (no variables): a fault's instruction maps to its line of the rendered source (source_line).
 constexpr const char* kLineTablesGcc = " -g1";
 constexpr const char* kLineTablesClang = " -gline-tables-only";
