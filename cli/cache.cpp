@@ -75,12 +75,13 @@ void require_held(const std::vector<cache::Entry>& entries, const Filter& f) {
 }
 
 void add_filter_options(CLI::App* cmd, Filter& f) {
-  cmd->add_option("--family", f.family, "Only this kernel family");
-  cmd->add_option("--arch", f.arch, "Only this architecture (sm_90, ...)");
-  cmd->add_option("--gpu", f.gpu, "Only this GPU name");
+  cmd->add_option("--family", f.family, "Only this kernel family")->check(non_empty());
+  cmd->add_option("--arch", f.arch, "Only this architecture (sm_90, ...)")->check(non_empty());
+  cmd->add_option("--gpu", f.gpu, "Only this GPU name")->check(non_empty());
   cmd->add_option("--dtype", f.dtype,
                   "Only the entries of this dtype (f32, tf32, bf16): the entries' own, not a run's; a bf16 "
-                  "run also takes an f32 entry (grad_norm, over the fp32 gradients)");
+                  "run also takes an f32 entry (grad_norm, over the fp32 gradients)")
+      ->check(non_empty());
 }
 
 constexpr const char* kSessionLogs = "session logs";
@@ -354,8 +355,10 @@ void add_cache_command(CLI::App& app, Global& global) {
                   "space: the run-time lookup passes over them)");
   prune->add_option("--family", args->prune.family,
                     "Prune this family's entries only (superseded, version filters, --stale); the others stay");
-  prune->add_option("--source-hash", args->prune.source_hash, "Drop entries with another source hash");
-  prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version");
+  prune->add_option("--source-hash", args->prune.source_hash, "Drop entries with another source hash")
+      ->check(non_empty());
+  prune->add_option("--nvrtc", args->prune.nvrtc_version, "Drop entries compiled with another NVRTC version")
+      ->check(non_empty());
   prune->add_option("--driver", args->prune.driver_version, "Drop entries measured under another driver version");
   prune->callback([args, &global] {
     KTUNE_REQUIRE(args->specs.empty() || args->stale,

@@ -72,8 +72,7 @@ void add_eval_command(CLI::App& app, Global& global) {
     // The model (and context) the weights say, where the command line does not: said once the run starts, so
     // that a refusal on the way is its one line.
     std::string notes;
-    if (const std::string took = take_from_weights(cmd, o->m, o->r.weights); !took.empty())
-      notes += fmt::format("note: {} from the metadata of {}\n", took, o->r.weights);
+    take_from_weights(cmd, o->m, o->r.weights, notes);
     // The stream the weights learned, where they were trained on the synthetic one and this run reads it too.
     if (r.tokens_file.empty() && cmd->get_option("--seed")->count() == 0)
       if (const auto seed = synthetic_stream_seed(o->r.weights); seed && *seed != r.seed) {

@@ -101,8 +101,7 @@ void add_generate_command(CLI::App& app, Global& global) {
     // The model (and context) the weights say, where the command line does not: said once the run starts, so
     // that a refusal on the way is its one line.
     std::string notes;
-    if (const std::string took = take_from_weights(cmd, o->m, o->g.weights); !took.empty())
-      notes += fmt::format("note: {} from the metadata of {}\n", took, o->g.weights);
+    take_from_weights(cmd, o->m, o->g.weights, notes);
     g.model = model_from_args(o->m);
     g.shape = shape_from_args(o->m);
     g.threads = threads_from_args(o->m);

@@ -78,8 +78,8 @@ model::ModelConfig model_from_args(const ModelArgs& a) {
   return c;
 }
 
-std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::string& weights) {
-  if (weights.empty()) return "";
+void take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::string& weights, std::string& notes) {
+  if (weights.empty()) return;
   const SafetensorsReader file(weights);
   const auto& meta = file.metadata();
   const auto given = [&](const char* name) {
@@ -137,7 +137,15 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
     if (known || missing.empty()) {
       a.model = known ? named->second : "tiny";
       for (const auto& [field, v] : stated) *field = v;
-      const model::ModelConfig after = model_from_args(a);
+      const model::ModelConfig after = [&] {
+        try {
+          return model_from_args(a);
+        } catch (const Error& e) {
+          if (e.kind() != ErrorKind::kInvalidInput) throw;
+          throw_error(ErrorKind::kInvalidInput,
+                      fmt::format("the metadata of {} gives sizes that make no model: {}", weights, e.what()));
+        }
+      }();
       if (after.name != before.name || model::differing_size(model::weights_metadata(after), before, false))
         took.push_back(after.name == a.model ? "--model " + a.model
                                              : fmt::format("{}--d-model {} --d-ff {} --layers {} --heads {} --vocab {}",
@@ -160,11 +168,11 @@ std::string take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::stri
   const auto names = model::model_names();
   const auto named = meta.find("model");
   const bool known = named != meta.end() && std::find(names.begin(), names.end(), named->second) != names.end();
+  if (!took.empty()) notes += fmt::format("note: {} from the metadata of {}\n", fmt::join(took, " "), weights);
   if (!known && meta.find("num_heads") == meta.end() && !given("--heads"))
-    std::cerr << fmt::format("note: {} states no head count (no num_heads in its metadata): running at --heads {}, "
-                             "the model's; give --heads as the weights were trained\n",
-                             weights, model_from_args(a).heads);
-  return fmt::format("{}", fmt::join(took, " "));
+    notes += fmt::format("note: {} states no head count (no num_heads in its metadata): running at --heads {}, "
+                         "the model's; give --heads as the weights were trained\n",
+                         weights, model_from_args(a).heads);
 }
 
 std::optional<std::uint64_t> synthetic_stream_seed(const std::string& weights) {

@@ -55,10 +55,12 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 /// metadata names, where one of ktune's, with the sizes it states over it;
 /// else a custom model of its sizes, all five stated, or kInvalidInput
 /// naming those it lacks), and where it has a --ctx not given, its context.
-/// A rope_theta other than the models' is refused (kInvalidInput) first.
-/// Returns what was taken, as options ("--model small --ctx 256"; "" for
-/// nothing).
-std::string take_from_weights(const CLI::App* cmd, ModelArgs& args, const std::string& weights);
+/// A rope_theta other than the models' is refused (kInvalidInput) first,
+/// and sizes that make no model (kInvalidInput naming the file) after.
+/// Appends to `notes` the lines a person should read once the run starts:
+/// what was taken, as options ("note: --model small --ctx 256 from the
+/// metadata of F"), and a head count the file does not state.
+void take_from_weights(const CLI::App* cmd, ModelArgs& args, const std::string& weights, std::string& notes);
 /// The seed of the synthetic token stream `weights` were trained on: their
 /// metadata's "seed" where its "tokens" names no file (as `train --save` and
 /// checkpoints write them); nullopt for weights trained on a token file or

@@ -271,6 +271,11 @@ CLI::Validator json_text() {
       "JSON");
 }
 
+CLI::Validator non_empty() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "an empty value; give a name" : ""; }, "TEXT");
+}
+
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec, ea, eb;
   if (std::filesystem::equivalent(a, b, ec)) return true;  // false, with ec set, unless both exist

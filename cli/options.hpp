@@ -129,6 +129,9 @@ CLI::Validator output_file(bool stdout_too = false);
 /// Check of a JSON option (--config, --problem): not an empty string, which
 /// would otherwise read as the option left out.
 CLI::Validator json_text();
+/// Check of a name option (a filter: --family, --gpu, ...): not an empty
+/// string, which would otherwise read as the option left out (no filter).
+CLI::Validator non_empty();
 
 /// A file option's name and the path given to it (empty: not given).
 struct FileArg {

@@ -275,9 +275,7 @@ void add_train_command(CLI::App& app, Global& global) {
                                                                      : std::string();
     // Notes are said once the run starts, so that a refusal on the way is its one line.
     std::string notes;
-    if (!from.empty())
-      if (const std::string took = take_from_weights(cmd, o->m, from); !took.empty())
-        notes += fmt::format("note: {} from the metadata of {}\n", took, from);
+    if (!from.empty()) take_from_weights(cmd, o->m, from, notes);
     // A checkpoint given as --weights starts a new run from its weights alone: said, as a resume would differ.
     if (!o->t.weights.empty() && !o->t.resume && model::is_checkpoint(o->t.weights))
       notes += fmt::format("note: --weights {} is a training checkpoint: this run starts at step 1 from its "

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.hpp"
+#include "base/safetensors.hpp"
 #include "cache/store.hpp"
 #include "support.hpp"
 #include "model/config.hpp"
@@ -947,6 +948,14 @@ TEST_CASE("CLI: notes on what the weights say wait for the run to start, so a re
   }
   CHECK(run_bad("generate --prompt 99999999 --weights " + weights, &out) == 2);
   CHECK_THAT(out, Catch::Contains("outside the vocabulary"));
+  // Sizes that make no model are the file's, and said so.
+  ktune::TensorFile file = ktune::read_safetensors(weights);
+  file.metadata["num_heads"] = "3";
+  const std::string odd = (dir / "odd.safetensors").string();
+  ktune::write_safetensors(odd, file);
+  CHECK(run_bad("eval --weights " + odd, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("the metadata of " + odd + " gives sizes that make no model: heads (3) must divide "
+                                  "d_model (64)"));
   // A run that starts says them.
   REQUIRE(run_command(ktune_exe().string() + " eval --weights " + weights + " --batch 2 --threads 2", &out) == 0);
   CHECK_THAT(out, Catch::Contains("--ctx 16 from the metadata of " + weights) &&
@@ -954,7 +963,8 @@ TEST_CASE("CLI: notes on what the weights say wait for the run to start, so a re
 }
 
 TEST_CASE("CLI: a cache merged into itself, replay --runs past its range, an empty --shard, a model list without "
-          "--sweep, a list naming an item twice and an empty cache to export are refused, saying what is accepted",
+          "--sweep, a list naming an item twice, an empty cache to export and an empty filter are refused, saying what is "
+          "accepted",
           "[cli]") {
   const auto dir = ktune::test::scratch_dir("cli-refusals-more");
   const std::string cache = (dir / "c.json").string();
@@ -981,6 +991,10 @@ TEST_CASE("CLI: a cache merged into itself, replay --runs past its range, an emp
   std::ofstream(cache) << ktune::cache::serialise_cache({});
   CHECK(run_bad("cache export " + cache, &err) == 2);
   CHECK_THAT(err, Catch::Contains("holds no entries"));
+  // An empty filter is no filter left out.
+  CHECK(run_bad("cache show " + cache + " --family ''", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--family: an empty value"));
+  CHECK(run_bad("cache prune " + cache + " --nvrtc ''", &err) == 2);
 }
 
 TEST_CASE("CLI: a problem whose buffers alone pass the host's memory is refused before anything is allocated",
