@@ -261,6 +261,13 @@ void write_file_atomic(const fs::path& path, std::string_view bytes) {
   file.commit();
 }
 
+namespace {
+/// A file's modification time, in nanoseconds.
+std::int64_t modified_ns(const struct stat& st) {
+  return static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+}  // namespace
+
 MappedFile::MappedFile(const fs::path& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) io_error("cannot read", path);
@@ -270,7 +277,7 @@ MappedFile::MappedFile(const fs::path& path) : path_(path) {
     io_error("cannot read", path);
   }
   size_ = static_cast<std::size_t>(st.st_size);
-  modified_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  modified_ns_ = modified_ns(st);
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
     if (p == MAP_FAILED) {
@@ -296,7 +303,7 @@ void MappedFile::require_whole() const {
     throw_error(ErrorKind::kIo, fmt::format("{} was cut from {} to {} bytes while it was read: {}", path_.string(),
                                             size_, st.st_size, kReplaceWhole));
   // Rewritten as long or longer: what it holds now is not what was checked when it was opened.
-  if (static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec != modified_ns_)
+  if (modified_ns(st) != modified_ns_)
     throw_error(ErrorKind::kIo, fmt::format("{} was written to while it was read (its modification time changed): "
                                             "what it holds now is not what was checked when it was opened; {}",
                                             path_.string(), kReplaceWhole));

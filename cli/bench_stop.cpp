@@ -1,6 +1,7 @@
 #include "cli/bench_stop.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 
@@ -39,24 +40,20 @@ void write_report(const Global& global, const std::string& json_out, const nlohm
                   const std::function<std::string()>& markdown) {
   // Other processes that used the GPU meanwhile: said, and kept with the figures they slowed.
   const std::vector<std::string> others = tuner::others_seen();
-  std::string shared;
-  for (const auto& other : others) {
+  for (const auto& other : others)
     std::cerr << fmt::format("warning: {} used this GPU during the benchmark: the times measured beside it are "
                              "slowed and spread by its work\n",
                              other);
-    shared += fmt::format("{}{}", shared.empty() ? "" : "; ", other);
-  }
   nlohmann::json j = report;
   if (!others.empty() && j.is_object()) j["shared_with"] = others;
   if (!others.empty() && j.is_array())  // a sweep's rows
     for (auto& row : j)
       if (row.is_object()) row["shared_with"] = others;
   if (!json_out.empty()) write_file_atomic(json_out, dump_json(j, 2) + "\n");
-  std::cout << (global.json ? dump_json(j, 2) + "\n"
-                            : markdown() + (shared.empty() ? ""
-                                                           : fmt::format("\nMeasured while other processes used this "
-                                                                         "GPU: {}.\n",
-                                                                         shared)));
+  std::cout << (global.json   ? dump_json(j, 2) + "\n"
+                : others.empty() ? markdown()
+                                 : markdown() + fmt::format("\nMeasured while other processes used this GPU: {}.\n",
+                                                            fmt::join(others, "; ")));
 }
 
 }  // namespace ktune::cli

@@ -142,6 +142,11 @@ void set_process_root(const std::string& root) {
   g_root = root;
 }
 
+void add_unseen(std::vector<std::string>& names, const std::vector<std::string>& more) {
+  for (const auto& name : more)
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+}
+
 std::vector<std::string> others_seen() {
   const std::lock_guard<std::mutex> lock(g_mutex);
   return g_seen;
@@ -188,8 +193,7 @@ GpuMark::~GpuMark() {
 std::vector<std::string> GpuMark::others() const {
   const std::vector<std::string> out = scan(folder_, file_, &root_);  // a live mark of this session is no neighbour
   const std::lock_guard<std::mutex> lock(g_mutex);
-  for (const auto& other : out)
-    if (std::find(g_seen.begin(), g_seen.end(), other) == g_seen.end()) g_seen.push_back(other);
+  add_unseen(g_seen, out);
   return out;
 }
 

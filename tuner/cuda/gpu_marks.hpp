@@ -26,6 +26,10 @@ std::string process_root();
 /// process's: a tuning session's worker is one session with its parent.
 void set_process_root(const std::string& root);
 
+/// Appends to `names` (processes, as GpuMark::others names them) those of `more` it does not hold yet, in order:
+/// the processes seen over several looks, each once.
+void add_unseen(std::vector<std::string>& names, const std::vector<std::string>& more);
+
 /// Every other process a GpuMark of this process has seen (GpuMark::others), in the order first seen: what a
 /// benchmark's report names as having shared its GPU.
 std::vector<std::string> others_seen();

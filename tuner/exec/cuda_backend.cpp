@@ -4,7 +4,6 @@
 // harness of tuner/timing.hpp.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -326,7 +325,7 @@ class CudaBackend final : public Backend {
     const double ms = event_of(to).elapsed_since(event_of(from));
     // A profile reads hundreds of spans a step: a look at most once a second.
     if (const auto now = std::chrono::steady_clock::now(); now - last_look_ > std::chrono::seconds(1)) {
-      look_around();
+      mark_.others();  // into others_seen()
       last_look_ = now;
     }
     return ms;
@@ -344,7 +343,7 @@ class CudaBackend final : public Backend {
     const auto launch = [&](CUstream) { enqueue(); };
     std::function<void(CUstream)> before;
     if (reset) before = [&](CUstream) { reset(); };
-    std::vector<std::string> shared = look_around();
+    std::vector<std::string> shared = mark_.others();
     Measurement m;
     if (flush_.bytes() > 0) {
       m = time_on_gpu(launch, options, stream_, flush_, what, before);
@@ -352,8 +351,7 @@ class CudaBackend final : public Backend {
       const DeviceBuffer flush(flush_bytes(device_.l2_bytes));  // this measurement's alone
       m = time_on_gpu(launch, options, stream_, flush, what, before);
     }
-    for (auto& other : look_around())
-      if (std::find(shared.begin(), shared.end(), other) == shared.end()) shared.push_back(std::move(other));
+    add_unseen(shared, mark_.others());
     m.shared_with = std::move(shared);
     return m;
   }
@@ -371,13 +369,10 @@ class CudaBackend final : public Backend {
       return {};
     }
   }
-  /// The other processes on the GPU now (and so in others_seen()).
-  std::vector<std::string> look_around() const { return mark_.others(); }
-
   Context context_;
   DeviceLimits device_;
   GpuMark mark_;  // this process on the GPU, for the others' looks
-  std::chrono::steady_clock::time_point last_look_{};  // elapsed_ms()'s last look_around()
+  std::chrono::steady_clock::time_point last_look_{};  // elapsed_ms()'s last look at the marks
   Stream stream_;
   DeviceBuffer flush_;  // time()'s L2 flush while held (hold_timing_memory), else empty
   Compiler compiler_;

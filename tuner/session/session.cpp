@@ -26,6 +26,7 @@
 #include "search/winner.hpp"
 #include "tuner/compile/compile_ahead.hpp"
 #include "tuner/compile/compiler.hpp"
+#include "tuner/cuda/gpu_marks.hpp"
 #include "tuner/cuda/timing.hpp"
 #include "tuner/session/tuned_kernels.hpp"
 
@@ -650,9 +651,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
                                         [](const Measurement& m) { return !m.samples_ms.empty(); });
       Measurement m = all_kept ? summarize(samples) : measured[i].front();
       for (const Measurement& pass : measured[i])  // the processes that shared the GPU during either pass
-        for (const auto& other : pass.shared_with)
-          if (std::find(m.shared_with.begin(), m.shared_with.end(), other) == m.shared_with.end())
-            m.shared_with.push_back(other);
+        add_unseen(m.shared_with, pass.shared_with);
       m.method = passes == 1 ? measured[i].front().method + ", timed again beside the other finalists"
                              : fmt::format("timed again beside the other finalists in two passes, the second in "
                                            "the reverse order, {} repetitions in all; each pass: {}",
