@@ -127,7 +127,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM/SIGHUP/"
                 "SIGPIPE, which end a session after its evaluation, its best so far in the cache); a log of another "
                 "backend, device or kernel source is refused; another --strategy or --seed goes on from the logged "
-                "results, and the log notes it; every logged result counts against --budget");
+                "results, and the log notes it; every logged result counts against --budget; a finished session "
+                "resumed with nothing new to measure keeps its winner and its finalists' times (timed again, "
+                "noise alone could pick another)");
   cmd->add_flag("--deterministic", opts->tune.deterministic,
                 "Search only the configs that sum in a fixed order, as a --deterministic run takes (no fp32 atomics: "
                 "attention_bwd's dq_atomic 0, embedding_bwd's deterministic 1 to 3), from the one nearest the "
@@ -386,8 +388,12 @@ void add_tune_command(CLI::App& app, Global& global) {
                                          ? ", " + format_duration(summary.compile_seconds) + " of it compiling"
                                          : ""),
                                 summary.stopped_by,
-                                summary.resumed > 0 ? fmt::format("; {} of them read from the log", summary.resumed)
-                                                    : ""));
+                                summary.resumed == 0 ? ""
+                                : summary.finalists_from_log
+                                    ? fmt::format("; {} of them read from the log, and the finalists as its finished "
+                                                  "session timed them",
+                                                  summary.resumed)
+                                    : fmt::format("; {} of them read from the log", summary.resumed)));
       }
       line.finish();
       // A spec whose restrictions or geometry leave points out (a grid that is not whole): how many, and where

@@ -40,6 +40,34 @@ Record record_from_json(const nlohmann::json& j) {
   return {Config::from_json(j.at("config")), run_result_from_json(j.at("result"))};
 }
 
+/// What the finished session whose winner the log holds (`winner`, null where
+/// none) measured when it timed `finalists` again: per finalist, its record
+/// with that timing, or its failure (disqualified). nullopt where that
+/// session's finalists were others (another --finalists or --deterministic,
+/// new results) or its log predates the records.
+std::optional<std::vector<RunResult>> logged_timing(const nlohmann::json& winner,
+                                                    const std::vector<Record>& finalists) {
+  if (!winner.is_object() || !winner.contains("timed_again")) return std::nullopt;
+  std::map<Config, RunResult> logged;
+  for (const auto& j : winner["timed_again"]) {
+    Record r = record_from_json(j);
+    logged[r.config] = std::move(r.result);
+  }
+  for (const auto& j : winner.value("disqualified", nlohmann::json::array())) {
+    RunResult failed;
+    failed.failure = j.at("failure").get<std::string>();
+    logged[Config::from_json(j.at("config"))] = failed;
+  }
+  if (logged.size() != finalists.size()) return std::nullopt;
+  std::vector<RunResult> out;
+  for (const Record& r : finalists) {
+    const auto it = logged.find(r.config);
+    if (it == logged.end() || (it->second.ok && !it->second.timing)) return std::nullopt;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
 double time_of(const Record& r) {
   return r.result.ok && r.result.timing ? r.result.timing->median_ms : std::numeric_limits<double>::infinity();
 }
@@ -184,15 +212,18 @@ std::optional<std::string> not_resumable(const std::string& path, const nlohmann
 }
 
 /// `header` is the log's last session header (null where a missing or
-/// empty file holds none); a file whose first line is not one is refused, as
+/// empty file holds none); `winner` the winner its last session logged where
+/// no result follows it (null where none: a stop before the finalists, or
+/// results a later session added); a file whose first line is not one is refused, as
 /// no session's log, before anything is appended to it; and so is a log of
 /// another family or problem, or whose results another backend, device or
 /// kernel source gave than `session` (this session's header) says.
 std::map<Config, Record> read_log(const std::string& path, const templates::Family& family,
                                   const templates::Problem& problem, const nlohmann::json& session,
-                                  nlohmann::json& header, UnreadableLines& unreadable) {
+                                  nlohmann::json& header, nlohmann::json& winner, UnreadableLines& unreadable) {
   std::map<Config, Record> out;
   header = nullptr;
+  winner = nullptr;
   unreadable = {};
   std::ifstream in(path);
   if (!in) return out;
@@ -224,7 +255,11 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
         throw_error(ErrorKind::kInvalidInput, *why + "; give another --log (or remove it) to start anew");
       continue;
     }
-    if (j.contains("winner")) continue;  // a finished session's pick: the results are the evaluations
+    if (j.contains("winner")) {  // a finished session's pick: the results are the evaluations
+      winner = j["winner"];
+      continue;
+    }
+    winner = nullptr;  // a result after it: the session that logged it did not finish
     Record r = record_from_json(j);
     r.resumed = true;
     out[r.config] = r;
@@ -376,6 +411,7 @@ class SessionEvaluator final : public search::Evaluator {
       return it->second;
     }
     const auto start = std::chrono::steady_clock::now();
+    ++fresh_count;
     Record r{c, runner_.run(family_, c, problem_, run_)};
     r.result.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     compile_ms += r.result.compile_ms;
@@ -394,6 +430,7 @@ class SessionEvaluator final : public search::Evaluator {
   /// The logged results the search has not asked for, in config order.
   std::vector<Config> unasked() const { return {from_log_.begin(), from_log_.end()}; }
   std::uint64_t resumed_count = 0;
+  std::uint64_t fresh_count = 0;  ///< the runs this session made (none answered from the log)
   double compile_ms = 0;  ///< of the evaluations this session ran: the compiles they waited for
 
  private:
@@ -474,10 +511,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"strategy", options.strategy},
       {"seed", options.seed}, {"problem_json", problem.to_json()}, {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}};
   if (options.deterministic) session["deterministic"] = true;
-  nlohmann::json header;
+  nlohmann::json header, finished;
   UnreadableLines unreadable;
-  std::map<Config, Record> done = options.resume ? read_log(log_path, family, problem, session, header, unreadable)
-                                                 : std::map<Config, Record>{};
+  std::map<Config, Record> done = options.resume
+                                      ? read_log(log_path, family, problem, session, header, finished, unreadable)
+                                      : std::map<Config, Record>{};
   if (options.deterministic) std::erase_if(done, [&](const auto& d) { return !family.deterministic(d.first); });
   if (const std::string note = unreadable_note(log_path, unreadable, "their evaluations run again");
       !note.empty() && options.on_note)
@@ -624,40 +662,60 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     }
     const std::size_t passes = pass_options[1].min_repetitions > 0 ? 2 : 1;  // one repetition asked: one pass
     const std::size_t n = ranked.size();
-    std::vector<std::vector<Measurement>> measured(n);
-    std::vector<bool> failed(n, false);
-    for (std::size_t pass = 0; pass < passes; ++pass)
-      for (std::size_t k = 0; k < n; ++k) {
-        const std::size_t i = pass == 0 ? k : n - 1 - k;
-        if (failed[i]) continue;
-        const RunResult t = runner.run(family, ranked[i].config, problem, pass_options[pass]);
-        if (!t.ok || !t.timing) {  // a config that fails when run again (flaky, racing, hanging) wins nothing
-          failed[i] = true;
-          summary.disqualified.push_back({ranked[i].config, t});
-          continue;
+    // A resumed session that measured nothing new takes the finished session's timing of these very finalists:
+    // timed again, they would give another winner by noise alone.
+    const auto logged = evaluator.fresh_count == 0 ? logged_timing(finished, ranked) : std::nullopt;
+    summary.finalists_from_log = logged.has_value();
+    std::vector<std::optional<Measurement>> timing(n);  // none: disqualified
+    const auto disqualify = [&](std::size_t i, const RunResult& t) {
+      summary.disqualified.push_back({ranked[i].config, t});
+    };
+    if (logged) {
+      for (std::size_t i = 0; i < n; ++i)
+        if ((*logged)[i].ok)
+          timing[i] = (*logged)[i].timing;
+        else
+          disqualify(i, (*logged)[i]);
+    } else {
+      std::vector<std::vector<Measurement>> measured(n);
+      std::vector<bool> failed(n, false);
+      for (std::size_t pass = 0; pass < passes; ++pass)
+        for (std::size_t k = 0; k < n; ++k) {
+          const std::size_t i = pass == 0 ? k : n - 1 - k;
+          if (failed[i]) continue;
+          const RunResult t = runner.run(family, ranked[i].config, problem, pass_options[pass]);
+          if (!t.ok || !t.timing) {  // a config that fails when run again (flaky, racing, hanging) wins nothing
+            failed[i] = true;
+            disqualify(i, t);
+            continue;
+          }
+          measured[i].push_back(*t.timing);
         }
-        measured[i].push_back(*t.timing);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (failed[i]) continue;
+        // The passes' repetitions together (a measurement that kept none stands as it is).
+        std::vector<double> samples;
+        for (const Measurement& m : measured[i])
+          samples.insert(samples.end(), m.samples_ms.begin(), m.samples_ms.end());
+        const bool all_kept = std::all_of(measured[i].begin(), measured[i].end(),
+                                          [](const Measurement& m) { return !m.samples_ms.empty(); });
+        Measurement m = all_kept ? summarize(samples) : measured[i].front();
+        for (const Measurement& pass : measured[i])  // the processes that shared the GPU during either pass
+          add_unseen(m.shared_with, pass.shared_with);
+        m.method = passes == 1 ? measured[i].front().method + ", timed again beside the other finalists"
+                               : fmt::format("timed again beside the other finalists in two passes, the second in "
+                                             "the reverse order, {} repetitions in all; each pass: {}",
+                                             m.repetitions, measured[i].front().method);
+        timing[i] = std::move(m);
       }
+    }
     std::vector<Record> timed_again;
     for (std::size_t i = 0; i < n; ++i) {
-      if (failed[i]) continue;
+      if (!timing[i]) continue;
       Record& r = ranked[i];
       if (timed_again.empty()) search_ms = time_of(r);
-      // The passes' repetitions together (a measurement that kept none stands as it is).
-      std::vector<double> samples;
-      for (const Measurement& m : measured[i])
-        samples.insert(samples.end(), m.samples_ms.begin(), m.samples_ms.end());
-      const bool all_kept = std::all_of(measured[i].begin(), measured[i].end(),
-                                        [](const Measurement& m) { return !m.samples_ms.empty(); });
-      Measurement m = all_kept ? summarize(samples) : measured[i].front();
-      for (const Measurement& pass : measured[i])  // the processes that shared the GPU during either pass
-        add_unseen(m.shared_with, pass.shared_with);
-      m.method = passes == 1 ? measured[i].front().method + ", timed again beside the other finalists"
-                             : fmt::format("timed again beside the other finalists in two passes, the second in "
-                                           "the reverse order, {} repetitions in all; each pass: {}",
-                                           m.repetitions, measured[i].front().method);
-      r.result.timing = m;
-      r.resumed = false;  // timed by this session
+      r.result.timing = std::move(timing[i]);
+      r.resumed = logged.has_value();  // else timed by this session
       summary.finalists.push_back(r);
       timed_again.push_back(r);
     }
@@ -732,7 +790,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (!summary.disqualified.empty()) logged["disqualified"] = disqualified_json(summary);
   if (const auto& fixed = summary.best_deterministic; fixed && fixed->result.timing)
     logged["deterministic"] = {{"config", fixed->config.to_json()}, {"time_ms", fixed->result.timing->median_ms}};
-  log.append({{"winner", std::move(logged)}});
+  // The finalists' records as timed again, repetitions and all: a resumed session that measures nothing new
+  // judges them again rather than timing them again.
+  logged["timed_again"] = nlohmann::json::array();
+  for (const Record& r : summary.finalists) logged["timed_again"].push_back(record_json(r));
+  if (!summary.finalists_from_log) log.append({{"winner", std::move(logged)}});  // else the log holds it
   summary.previous_log = log.kept();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;

@@ -89,6 +89,9 @@ struct TuneSummary {
   std::vector<search::Record> records;  ///< every evaluation of this search, in order (for exports)
   /// The finalists as timed again side by side (what the winner rule judged), fastest in the search first.
   std::vector<Record> finalists;
+  /// The finalists as the log's finished session timed them again: a resumed session that measured nothing new
+  /// judges those samples (its winner is that session's) rather than timing them a second time.
+  bool finalists_from_log = false;
   /// The finalists that failed when timed again (a flaky variant: a race, a fault, a hang), with that run's
   /// failure: none of them wins, whatever the search measured.
   std::vector<Record> disqualified;

@@ -47,6 +47,10 @@ class ScriptedRunner final : public Runner {
       r.failure = failure;
       return r;
     }
+    if (!o.validate && flaky.count(c)) {  // timed again after the search
+      r.failure = "launch: CUDA_ERROR_LAUNCH_TIMEOUT";
+      return r;
+    }
     r.ok = true;
     if (o.time) {
       Measurement m;
@@ -66,6 +70,7 @@ class ScriptedRunner final : public Runner {
   std::string failure = "launch: CUDA_ERROR_ILLEGAL_ADDRESS";  // of threads == 1024
   bool noisy = false;
   std::string refused;  // where set, every run throws it
+  std::set<Config> flaky;  // pass in the search, fail when timed again
   int calls = 0;
   std::set<Config> seen;
   std::vector<Config> order;
@@ -184,6 +189,74 @@ TEST_CASE("a resumed session's winner is the fastest of every logged result, not
   REQUIRE(s.best);
   CHECK(s.best->config != def);
   CHECK(s.best->config == Config({{"threads", 128}, {"vec", 2}}));
+}
+
+TEST_CASE("a finished session resumed with nothing new to measure keeps its winner as its finalists were timed, and "
+          "one more result times them again",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.budget = "6";
+  const std::string plain_log = (test::scratch_dir("session-resume-finished") / "log.jsonl").string();
+  const std::string flaky_log = (test::scratch_dir("session-resume-finished-flaky") / "log.jsonl").string();
+  o.log_path = plain_log;
+  const auto by_threads = [](const Config& c) { return 1.0 + std::abs(c.at("threads") - 128) / 256.0; };
+  ScriptedRunner first;
+  first.noisy = true;
+  first.time_of = by_threads;
+  const auto s1 = tune(family, problem, first, o);
+  REQUIRE(s1.best);
+  REQUIRE(s1.finalists.size() >= 2);
+  CHECK_FALSE(s1.finalists_from_log);
+  // A resumed session whose finalists are the same: one of them failed when timed again, which it keeps.
+  ScriptedRunner flaky;
+  flaky.noisy = true;
+  flaky.time_of = by_threads;
+  flaky.flaky = {s1.finalists.back().config};
+  o.log_path = flaky_log;
+  const auto f1 = tune(family, problem, flaky, o);
+  REQUIRE(f1.disqualified.size() == 1);
+
+  o.resume = true;
+  for (const auto* earlier : {&s1, &f1}) {
+    const std::string path = earlier == &s1 ? plain_log : flaky_log;
+    auto resumed_options = o;
+    resumed_options.log_path = path;
+    const std::string logged = read_file(path);
+    ScriptedRunner again;  // measures otherwise: a run of it would show
+    again.time_of = [](const Config& c) { return 5.0 - c.at("threads") / 1024.0; };
+    const auto s = tune(family, problem, again, resumed_options);
+    CHECK(again.calls == 0);
+    CHECK(s.finalists_from_log);
+    REQUIRE(s.best);
+    CHECK(s.best->config == earlier->best->config);
+    CHECK(s.best->result.timing->median_ms == earlier->best->result.timing->median_ms);
+    REQUIRE(s.finalists.size() == earlier->finalists.size());
+    for (std::size_t i = 0; i < s.finalists.size(); ++i) {
+      CHECK(s.finalists[i].config == earlier->finalists[i].config);
+      CHECK(s.finalists[i].result.timing->samples_ms == earlier->finalists[i].result.timing->samples_ms);
+      CHECK(s.finalists[i].resumed);
+    }
+    REQUIRE(s.disqualified.size() == earlier->disqualified.size());
+    if (!s.disqualified.empty()) {
+      CHECK(s.disqualified[0].config == earlier->disqualified[0].config);
+      CHECK(s.disqualified[0].result.failure == "launch: CUDA_ERROR_LAUNCH_TIMEOUT");
+    }
+    CHECK(read_file(path) == logged);  // nothing appended: the log's winner stands
+  }
+  // One more evaluation: a new result, so the finalists are timed again (by the runner that measures otherwise).
+  o.log_path = plain_log;
+  o.budget = "7";
+  ScriptedRunner more;
+  more.time_of = [](const Config& c) { return 5.0 - c.at("threads") / 1024.0; };
+  const auto s2 = tune(family, problem, more, o);
+  CHECK(more.calls > 1);
+  CHECK_FALSE(s2.finalists_from_log);
+  for (const auto& r : s2.finalists) CHECK_FALSE(r.resumed);
+  const auto read = read_session_log(o.log_path);
+  CHECK(Config::from_json(read.winner.at("config")) == s2.best->config);
 }
 
 TEST_CASE("the cache's config for the problem is measured in the session, so only a faster one replaces it",
