@@ -41,9 +41,7 @@ void write_report(const Global& global, const std::string& json_out, const nlohm
   // Other processes that used the GPU meanwhile: said, and kept with the figures they slowed.
   const std::vector<std::string> others = tuner::others_seen();
   for (const auto& other : others)
-    std::cerr << fmt::format("warning: {} used this GPU during the benchmark: the times measured beside it are "
-                             "slowed and spread by its work\n",
-                             other);
+    std::cerr << tuner::shared_gpu_warning(other, "measure") << "\n";
   nlohmann::json j = report;
   if (!others.empty() && j.is_object()) j["shared_with"] = others;
   if (!others.empty() && j.is_array())  // a sweep's rows

@@ -16,6 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "spec/spec_family.hpp"
+#include "tuner/cuda/gpu_marks.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/emu/speed.hpp"
 #include "tuner/run/isolated_runner.hpp"
@@ -92,9 +93,7 @@ void run_variant(const RunArgs& a, const Global& global) {
   const auto r = runner->run(family, config, problem, options);
   if (r.timing)
     for (const auto& other : r.timing->shared_with)
-      std::cerr << fmt::format("warning: {} used this GPU too: the times measured beside it are slowed and spread by "
-                               "its work\n",
-                               other);
+      std::cerr << tuner::shared_gpu_warning(other, "run") << "\n";
 
   if (global.json) {
     nlohmann::json j = {{"family", family.name()},   {"problem", problem.to_json()}, {"config", config.to_json()},

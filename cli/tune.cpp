@@ -29,6 +29,7 @@
 #include "search/stop.hpp"
 #include "search/strategy.hpp"
 #include "spec/spec_family.hpp"
+#include "tuner/cuda/gpu_marks.hpp"
 #include "tuner/run/emu_runner.hpp"
 #include "tuner/run/isolated_runner.hpp"
 #include "tuner/session/session.hpp"
@@ -344,10 +345,7 @@ void add_tune_command(CLI::App& app, Global& global) {
         if (r.resumed || !r.result.timing) return;
         for (const auto& other : r.result.timing->shared_with)
           if (neighbours.insert(other).second)
-            line.note(fmt::format("warning: {} is using this GPU too: the times measured beside it are slowed and "
-                                  "spread by its work (the session log marks them, shared_with); tune when it has "
-                                  "finished, or on another GPU (CUDA_VISIBLE_DEVICES)",
-                                  other));
+            line.note(tuner::shared_gpu_warning(other, "tune") + "; the session log names it beside each time (shared_with)");
       };
       auto progress = [&](const tuner::Record& r, const search::Progress& p) {
         ++evaluated;

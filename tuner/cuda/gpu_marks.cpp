@@ -152,6 +152,12 @@ std::vector<std::string> others_seen() {
   return g_seen;
 }
 
+std::string shared_gpu_warning(const std::string& other, const std::string& again) {
+  return fmt::format("warning: {} used this GPU too: the times measured beside it are slowed and spread by its work; "
+                     "{} when it has finished, or on another GPU (CUDA_VISIBLE_DEVICES)",
+                     other, again);
+}
+
 GpuMark::GpuMark(const fs::path& dir, const std::string& uuid, const std::string& root) : root_(root) {
   (void)kForkHandlers;
   if (dir.empty() || uuid.empty()) return;

@@ -34,6 +34,10 @@ void add_unseen(std::vector<std::string>& names, const std::vector<std::string>&
 /// benchmark's report names as having shared its GPU.
 std::vector<std::string> others_seen();
 
+/// The warning a command gives for `other`, a process that shared the GPU while it measured: what it did to the
+/// times, and to `again` (a command, "tune") when it has finished or on another GPU.
+std::string shared_gpu_warning(const std::string& other, const std::string& again);
+
 /// Every process marked on the GPU `uuid` in `dir` now (whatever its session), as GpuMark::others names them; marks
 /// whose process is gone are removed on the way. What `ktune devices` lists before a tuning session starts.
 std::vector<std::string> marked_on(const std::filesystem::path& dir, const std::string& uuid);
