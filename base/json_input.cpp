@@ -138,11 +138,12 @@ std::pair<std::size_t, std::size_t> line_column(std::string_view text, std::size
 }
 
 [[noreturn]] void fail(std::string_view text, std::size_t at, const std::string& what, const std::string& reason,
-                       ErrorKind kind) {
+                       ErrorKind kind, const std::string& expected) {
   const auto [line, column] = line_column(text, at);
   const std::size_t from = at > kMaxExcerpt / 2 ? at - kMaxExcerpt / 2 : 0;
-  throw_error(kind, fmt::format("{} is not valid JSON: {} at line {}, column {}, near '{}'", what, reason, line,
-                                column, excerpt(text.substr(from, kMaxExcerpt))));
+  throw_error(kind, fmt::format("{} is not valid JSON: {} at line {}, column {}, near '{}'{}", what, reason, line,
+                                column, excerpt(text.substr(from, kMaxExcerpt)),
+                                expected.empty() ? "" : "; " + expected));
 }
 
 }  // namespace
@@ -154,7 +155,7 @@ std::int64_t int64_of(const json& value, const std::string& what) {
   return value.get<std::int64_t>();
 }
 
-json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind) {
+json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind, const std::string& expected) {
   const char* begin = text.data();
   const char* end = text.data() + text.size();
   try {
@@ -182,11 +183,12 @@ json parse_json_input(std::string_view text, const std::string& what, ErrorKind 
         --depth;
       }
     }
-    fail(text, at, what, fmt::format("nested deeper than {} levels", kMaxJsonDepth), kind);
+    fail(text, at, what, fmt::format("nested deeper than {} levels", kMaxJsonDepth), kind, expected);
   } catch (const json::parse_error& e) {
-    fail(text, e.byte > 0 ? e.byte - 1 : 0, what, json_error_reason(e), kind);
+    fail(text, e.byte > 0 ? e.byte - 1 : 0, what, json_error_reason(e), kind, expected);
   } catch (const json::exception& e) {
-    throw_error(kind, fmt::format("{} is not valid JSON: {}", what, json_error_reason(e)));
+    throw_error(kind, fmt::format("{} is not valid JSON: {}{}", what, json_error_reason(e),
+                                  expected.empty() ? "" : "; " + expected));
   }
 }
 

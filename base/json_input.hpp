@@ -38,8 +38,10 @@ std::string json_error_reason(const nlohmann::json::exception& e);
 /// Parses `text`, user input named by `what` (e.g. "--problem", "cache file
 /// x.json"). Throws Error(kind), one line: `what`, line and column, the
 /// reason, and an excerpt near the error; nesting deeper than kMaxJsonDepth
-/// is refused the same way as soon as it is read.
-nlohmann::json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind);
+/// is refused the same way as soon as it is read; then `expected` (what the
+/// input should look like, or where its format is told) where given.
+nlohmann::json parse_json_input(std::string_view text, const std::string& what, ErrorKind kind,
+                                const std::string& expected = "");
 
 /// `value` as a signed 64-bit integer; throws kInvalidInput naming `what`
 /// (e.g. "config parameter 'threads'") for anything else: not an integer,

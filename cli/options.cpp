@@ -21,8 +21,8 @@
 
 namespace ktune::cli {
 
-nlohmann::json parse_json_arg(const std::string& text, const std::string& what) {
-  return parse_json_input(text, what, ErrorKind::kInvalidInput);
+nlohmann::json parse_json_arg(const std::string& text, const std::string& what, const std::string& example) {
+  return parse_json_input(text, what, ErrorKind::kInvalidInput, fmt::format("give it as JSON, e.g. '{}'", example));
 }
 
 CLI::Validator integer_within(long long lo, long long hi, const std::string& range) {
@@ -134,7 +134,12 @@ const char* const kParametersHelp =
 templates::Scalars parameters_arg(const templates::Family& family, const templates::Problem& problem,
                                   const std::string& text) {
   if (text.empty()) return {};
-  const nlohmann::json j = parse_json_arg(text, "--parameters");
+  nlohmann::json example = nlohmann::json::object();  // the family's own, one of them
+  for (const auto& [name, value] : family.scalars(problem)) {
+    example[name] = value;
+    break;
+  }
+  const nlohmann::json j = parse_json_arg(text, "--parameters", example.empty() ? R"({"scale":0.5})" : example.dump());
   KTUNE_REQUIRE(j.is_object(), "--parameters must be a JSON object: name -> number");
   templates::Scalars scalars;
   for (const auto& [name, value] : j.items()) {
@@ -148,7 +153,7 @@ templates::Scalars parameters_arg(const templates::Family& family, const templat
 
 templates::Problem problem_arg(const templates::Family& family, const std::string& text) {
   if (text.empty()) return family.problem_classes().front();
-  nlohmann::json j = parse_json_arg(text, "--problem");
+  nlohmann::json j = parse_json_arg(text, "--problem", family.problem_classes().front().to_json().dump());
   // The wrapper has a dtype name or an object of dims (a spec's dimension may be called "dims" or "dtype"); an
   // object that has neither is the dims alone. Without a dtype, the first problem class's.
   if (j.is_object()) {
@@ -187,7 +192,7 @@ Config config_arg(const templates::Family& family, const templates::Problem& pro
                   const templates::DeviceLimits& limits) {
   Config c = tuner::default_on(family, problem, limits);
   if (text.empty()) return c;
-  const Config given = Config::from_json(parse_json_arg(text, "--config"));
+  const Config given = Config::from_json(parse_json_arg(text, "--config", c.to_json().dump()));
   for (const auto& [k, v] : given.values()) {
     family.space().param(k);  // throws for an unknown name, listing the known ones
     c.set(k, v);

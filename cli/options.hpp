@@ -16,7 +16,7 @@
 namespace ktune::cli {
 
 /// `text` as JSON; throws kInvalidInput naming `what` when malformed.
-nlohmann::json parse_json_arg(const std::string& text, const std::string& what);
+nlohmann::json parse_json_arg(const std::string& text, const std::string& what, const std::string& example);
 
 /// The family of `--family NAME` or of `--spec FILE` (a kernel spec,
 /// docs/kernel-spec.md); throws kInvalidInput unless exactly one is given.

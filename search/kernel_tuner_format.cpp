@@ -61,17 +61,19 @@ std::string kernel_tuner_error(const std::string& failure) {
 }  // namespace
 
 json read_kernel_tuner_cache(const std::filesystem::path& file) {
+  static const std::string kExpected = "a Kernel Tuner cache file is the JSON object its tuner writes, with "
+                                       "\"tune_params\" and \"cache\"";
   std::string text = read_maybe_gzip(file);
   json doc;
   try {
-    doc = parse_json_input(text, file.string(), ErrorKind::kInvalidInput);
+    doc = parse_json_input(text, file.string(), ErrorKind::kInvalidInput, kExpected);
   } catch (const Error& as_read) {
     // Kernel Tuner appends entries as it goes and closes the object at the
     // end; an interrupted session leaves "...},\n" behind.
     while (!text.empty() && (std::isspace(static_cast<unsigned char>(text.back())) || text.back() == ','))
       text.pop_back();
     try {
-      doc = parse_json_input(text + "}}", file.string(), ErrorKind::kInvalidInput);
+      doc = parse_json_input(text + "}}", file.string(), ErrorKind::kInvalidInput, kExpected);
     } catch (const Error&) {
       throw as_read;
     }

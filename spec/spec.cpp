@@ -162,7 +162,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
   auto spec = std::make_shared<KernelSpec>();
   spec->path = path;
   spec->text = read_file(path);
-  const json j = parse_json_input(spec->text, path.string(), ErrorKind::kInvalidInput);
+  const json j = parse_json_input(spec->text, "kernel spec " + path.string(), ErrorKind::kInvalidInput,
+                                  "docs/kernel-spec.md gives the format");
   r.require(j.is_object(), "a kernel spec is a JSON object");
   r.known_fields(j, "spec",
                  {"name", "summary", "source", "sources", "include_dirs", "kernel", "defines", "define_tunables",

@@ -350,7 +350,15 @@ TEST_CASE("CLI: garbage values are refused where the option is declared", "[cli]
 TEST_CASE("CLI: JSON errors in --problem and --config carry no exception id and a short excerpt", "[cli]") {
   std::string out;
   CHECK(run_bad("render --family adamw --problem '{\"dtype\": \"f32\",'", &out) == 2);
-  CHECK_THAT(out, Catch::Contains("--problem is not valid JSON") && !Catch::Contains("json.exception"));
+  CHECK_THAT(out, Catch::Contains("--problem is not valid JSON") && !Catch::Contains("json.exception") &&
+                      Catch::Contains("; give it as JSON, e.g. '{\"dims\":{\"numel\":"));
+  CHECK(run_bad("run --backend emu --family adamw --parameters '{lr: 1}'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("--parameters is not valid JSON") && Catch::Contains("e.g. '{\"beta1\":0.9}'"));
+  const auto spec_dir = ktune::test::scratch_dir("cli-bad-spec-json");
+  std::ofstream(spec_dir / "k.json") << "{\"name\": \"k\",\n \"source\" \"k.cu\"}";
+  CHECK(run_bad("render --spec " + (spec_dir / "k.json").string(), &out) == 2);
+  CHECK_THAT(out, Catch::Contains("kernel spec " + (spec_dir / "k.json").string() + " is not valid JSON") &&
+                      Catch::Contains("line 2") && Catch::Contains("docs/kernel-spec.md gives the format"));
   const std::string long_text(5000, 'x');
   CHECK(run_bad("render --family adamw --config '{\"threads\": \"" + long_text + "'", &out) == 2);
   CHECK(out.size() < 400);
