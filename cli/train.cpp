@@ -171,7 +171,8 @@ void add_train_command(CLI::App& app, Global& global) {
   cmd->add_option("--eval-batches", o->t.eval_batches,
                   "Batches (of --batch windows each) a validation averages, the same ones every time")
       ->check(integer_at_least(1))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(eval_every);
   auto* val_tokens = cmd->add_option("--val-tokens", o->t.val_tokens_file,
                                      "Token file to validate on, as --tokens (default: the part --val-split holds out, "
                                      "else the training stream)")

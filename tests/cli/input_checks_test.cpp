@@ -182,6 +182,8 @@ TEST_CASE("CLI: train refuses settings fp32 AdamW cannot hold and validation opt
                         Catch::Contains("must be a finite number in (0, 3.40282e+38], got '"));
   }
   CHECK(run_bad(train + "--eval-batches 3", &err) == 2);
+  CHECK_THAT(err, Catch::Contains("--eval-batches requires --eval-every"));
+  CHECK(run_bad(train + "--eval-batches 3 --eval-every 0", &err) == 2);
   CHECK_THAT(err, Catch::Contains("--eval-batches shapes the validations of --eval-every N"));
   // A token file shorter than a window and its next token.
   const auto two = dir / "two.u16";
