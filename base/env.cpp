@@ -183,7 +183,13 @@ PrintLevel print_level() {
 std::filesystem::path binary_cache_dir(bool make) { return cache_dir(make) / "cubin"; }
 std::filesystem::path emu_cache_dir(bool make) { return cache_dir(make) / "emu"; }
 std::filesystem::path session_log_dir(bool make) { return cache_dir(make) / "sessions"; }
-std::filesystem::path gpu_mark_dir(bool make) { return cache_dir(make) / "gpus"; }
+std::filesystem::path gpu_mark_dir() {
+  if (auto v = get("KTUNE_GPU_MARK_DIR"); !v.empty()) return v;
+  std::error_code ec;
+  if (std::filesystem::is_directory("/dev/shm", ec)) return "/dev/shm/ktune-gpus";
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  return (ec ? std::filesystem::path("/tmp") : tmp) / "ktune-gpus";
+}
 
 bool no_device() {
   std::string v = get("KTUNE_NO_DEVICE");

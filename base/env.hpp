@@ -89,9 +89,10 @@ PrintLevel print_level();
 std::filesystem::path binary_cache_dir(bool make = true);
 std::filesystem::path emu_cache_dir(bool make = true);
 std::filesystem::path session_log_dir(bool make = true);
-/// Where the processes that use a GPU mark it (gpus/, a folder per GPU UUID), so that each sees the others
-/// (tuner/cuda/gpu_marks.hpp): the processes of one user, or of one KTUNE_CACHE_DIR.
-std::filesystem::path gpu_mark_dir(bool make = true);
+/// Where the processes that use a GPU mark it (a folder per GPU UUID), so that each sees the others
+/// (tuner/cuda/gpu_marks.hpp): KTUNE_GPU_MARK_DIR, else one folder for the whole machine, every user's and every
+/// cache folder's processes (ktune-gpus in /dev/shm, else in the temporary folder). Not made here.
+std::filesystem::path gpu_mark_dir();
 
 /// Reads a variable; empty when unset.
 std::string get(const char* name);

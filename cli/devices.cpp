@@ -27,11 +27,7 @@ void add_devices_command(CLI::App& app, Global& global) {
     }
     // The ktune processes marked on each GPU (tuner/cuda/gpu_marks.hpp): a tuning session started beside one
     // times its kernels beside that process's work.
-    std::filesystem::path marks;
-    try {
-      marks = env::gpu_mark_dir(/*make=*/false);
-    } catch (const Error&) {  // a cache folder refused: no marks to read
-    }
+    const std::filesystem::path marks = env::gpu_mark_dir();
     const auto users = [&](const tuner::DeviceInfo& d) { return tuner::marked_on(marks, d.uuid); };
     if (global.json) {
       nlohmann::json j = nlohmann::json::array();

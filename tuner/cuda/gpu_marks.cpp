@@ -163,7 +163,14 @@ GpuMark::GpuMark(const fs::path& dir, const std::string& uuid, const std::string
   if (dir.empty() || uuid.empty()) return;
   folder_ = dir / uuid;
   std::error_code ec;
-  fs::create_directories(folder_, ec);
+  // Every user's processes mark a GPU in one folder: made writable by all, each removing only its own files
+  // (the sticky bit), as /tmp is. Where another user made it, it stays as it is.
+  const auto shared = [](const fs::path& made) {
+    std::error_code ignored;  // a folder left private is still this user's processes' to share
+    fs::permissions(made, fs::perms::all | fs::perms::sticky_bit, ignored);
+  };
+  if (fs::create_directories(dir, ec)) shared(dir);
+  if (!ec && fs::create_directory(folder_, ec)) shared(folder_);
   if (ec) return;
   const fs::path file = folder_ / fmt::format("{}-{}.lock", root, ::getpid());
   const std::lock_guard<std::mutex> lock(g_mutex);

@@ -181,7 +181,7 @@ const Event& event_of(const Mark& m) {
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int ordinal)
-      : context_(ordinal), device_(context_.info().limits()), mark_(mark_dir(), context_.info().uuid) {}
+      : context_(ordinal), device_(context_.info().limits()), mark_(env::gpu_mark_dir(), context_.info().uuid) {}
 
   std::string name() const override { return "gpu"; }
   const DeviceLimits& device() const override { return device_; }
@@ -361,14 +361,6 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  /// Where the marks are; the cache folder may be refused (another user's), and then no mark is made.
-  static std::filesystem::path mark_dir() {
-    try {
-      return env::gpu_mark_dir();
-    } catch (const Error&) {
-      return {};
-    }
-  }
   Context context_;
   DeviceLimits device_;
   GpuMark mark_;  // this process on the GPU, for the others' looks

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <fstream>
 
+#include "base/env.hpp"
 #include "support.hpp"
 #include "tuner/cuda/gpu_neighbour.hpp"
 #include "tuner/run/runner.hpp"
@@ -122,6 +123,34 @@ TEST_CASE("GPU marks: a process's marks of one GPU share one file, removed with 
   CHECK(none.others().empty());
   const GpuMark nowhere({}, kUuid);
   CHECK(nowhere.others().empty());
+}
+
+TEST_CASE("GPU marks: every process on the machine marks in one folder, whatever its cache folder, made writable "
+          "by all as /tmp is",
+          "[gpu-marks]") {
+  const fs::path dir = test::scratch_dir("gpu-marks-shared") / "marks";
+  {
+    const test::ScopedEnv unset("KTUNE_GPU_MARK_DIR", nullptr);
+    const test::ScopedEnv cache("KTUNE_CACHE_DIR", (dir.parent_path() / "cache-a").c_str());
+    const fs::path a = env::gpu_mark_dir();
+    const test::ScopedEnv other_cache("KTUNE_CACHE_DIR", (dir.parent_path() / "cache-b").c_str());
+    CHECK(env::gpu_mark_dir() == a);  // two cache folders, one GPU: they see each other
+    CHECK(a.filename() == "ktune-gpus");
+  }
+  const test::ScopedEnv marks("KTUNE_GPU_MARK_DIR", dir.c_str());
+  REQUIRE(env::gpu_mark_dir() == dir);
+  const GpuMark mine(env::gpu_mark_dir(), kUuid);
+  const auto everyone = fs::perms::all | fs::perms::sticky_bit;  // another user's process marks here too
+  CHECK(fs::status(dir).permissions() == everyone);
+  CHECK(fs::status(dir / kUuid).permissions() == everyone);
+  // A folder someone else made is left as it is.
+  const fs::path own = dir.parent_path() / "private";
+  fs::create_directories(own / kUuid);
+  fs::permissions(own, fs::perms::owner_all);
+  fs::permissions(own / kUuid, fs::perms::owner_all);
+  const GpuMark kept(own, kUuid);
+  CHECK(fs::status(own).permissions() == fs::perms::owner_all);
+  CHECK(marks_in(own / kUuid) == 1);
 }
 
 TEST_CASE("A measurement keeps the processes that shared its GPU through the worker's JSON", "[gpu-marks]") {
