@@ -184,7 +184,8 @@ std::filesystem::path binary_cache_dir(bool make) { return cache_dir(make) / "cu
 std::filesystem::path emu_cache_dir(bool make) { return cache_dir(make) / "emu"; }
 std::filesystem::path session_log_dir(bool make) { return cache_dir(make) / "sessions"; }
 std::filesystem::path gpu_mark_dir() {
-  if (auto v = get("KTUNE_GPU_MARK_DIR"); !v.empty()) return v;
+  // A relative one is ignored, as a relative XDG_CACHE_HOME: two processes in two folders would not meet.
+  if (const std::filesystem::path v = get("KTUNE_GPU_MARK_DIR"); v.is_absolute()) return v;
   std::error_code ec;
   if (std::filesystem::is_directory("/dev/shm", ec)) return "/dev/shm/ktune-gpus";
   const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);

@@ -90,8 +90,9 @@ std::filesystem::path binary_cache_dir(bool make = true);
 std::filesystem::path emu_cache_dir(bool make = true);
 std::filesystem::path session_log_dir(bool make = true);
 /// Where the processes that use a GPU mark it (a folder per GPU UUID), so that each sees the others
-/// (tuner/cuda/gpu_marks.hpp): KTUNE_GPU_MARK_DIR, else one folder for the whole machine, every user's and every
-/// cache folder's processes (ktune-gpus in /dev/shm, else in the temporary folder). Not made here.
+/// (tuner/cuda/gpu_marks.hpp): KTUNE_GPU_MARK_DIR (an absolute path; a relative one is ignored), else one
+/// folder for the whole machine, every user's and every cache folder's processes (ktune-gpus in /dev/shm, else in
+/// the temporary folder). Not made here.
 std::filesystem::path gpu_mark_dir();
 
 /// Reads a variable; empty when unset.

@@ -134,12 +134,13 @@ const char* const kParametersHelp =
 templates::Scalars parameters_arg(const templates::Family& family, const templates::Problem& problem,
                                   const std::string& text) {
   if (text.empty()) return {};
-  nlohmann::json example = nlohmann::json::object();  // the family's own, one of them
-  for (const auto& [name, value] : family.scalars(problem)) {
-    example[name] = value;
-    break;
-  }
-  const nlohmann::json j = parse_json_arg(text, "--parameters", example.empty() ? R"({"scale":0.5})" : example.dump());
+  const templates::Scalars own = family.scalars(problem);
+  // The family's own, one of them, as the example; one that takes none says so.
+  const nlohmann::json j =
+      own.empty() ? parse_json_input(text, "--parameters", ErrorKind::kInvalidInput,
+                                     fmt::format("{} takes no parameters: leave --parameters out", family.name()))
+                  : parse_json_arg(text, "--parameters",
+                                   nlohmann::json{{own.begin()->first, own.begin()->second}}.dump());
   KTUNE_REQUIRE(j.is_object(), "--parameters must be a JSON object: name -> number");
   templates::Scalars scalars;
   for (const auto& [name, value] : j.items()) {

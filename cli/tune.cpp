@@ -129,8 +129,8 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "SIGPIPE, which end a session after its evaluation, its best so far in the cache); a log of another "
                 "backend, device or kernel source is refused; another --strategy or --seed goes on from the logged "
                 "results, and the log notes it; every logged result counts against --budget; a finished session "
-                "resumed with nothing new to measure keeps its winner and its finalists' times (timed again, "
-                "noise alone could pick another)");
+                "resumed with nothing new to measure judges its finalists by the times it logged for them, "
+                "without timing them again (where noise alone could pick another winner)");
   cmd->add_flag("--deterministic", opts->tune.deterministic,
                 "Search only the configs that sum in a fixed order, as a --deterministic run takes (no fp32 atomics: "
                 "attention_bwd's dq_atomic 0, embedding_bwd's deterministic 1 to 3), from the one nearest the "
@@ -345,7 +345,8 @@ void add_tune_command(CLI::App& app, Global& global) {
         if (r.resumed || !r.result.timing) return;
         for (const auto& other : r.result.timing->shared_with)
           if (neighbours.insert(other).second)
-            line.note(tuner::shared_gpu_warning(other, "tune") + "; the session log names it beside each time (shared_with)");
+            line.note(tuner::shared_gpu_warning(other, "tune") +
+                      "; the session log names it beside each time (shared_with)");
       };
       auto progress = [&](const tuner::Record& r, const search::Progress& p) {
         ++evaluated;

@@ -354,6 +354,8 @@ TEST_CASE("CLI: JSON errors in --problem and --config carry no exception id and 
                       Catch::Contains("; give it as JSON, e.g. '{\"dims\":{\"numel\":"));
   CHECK(run_bad("run --backend emu --family adamw --parameters '{lr: 1}'", &out) == 2);
   CHECK_THAT(out, Catch::Contains("--parameters is not valid JSON") && Catch::Contains("e.g. '{\"beta1\":0.9}'"));
+  CHECK(run_bad("run --backend emu --family swiglu_fwd --parameters '{x'", &out) == 2);
+  CHECK_THAT(out, Catch::Contains("; swiglu_fwd takes no parameters: leave --parameters out"));
   const auto spec_dir = ktune::test::scratch_dir("cli-bad-spec-json");
   std::ofstream(spec_dir / "k.json") << "{\"name\": \"k\",\n \"source\" \"k.cu\"}";
   CHECK(run_bad("render --spec " + (spec_dir / "k.json").string(), &out) == 2);

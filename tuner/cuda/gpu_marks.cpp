@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,10 +28,85 @@ namespace fs = std::filesystem;
 
 namespace {
 
+/// A folder opened where it is, no link followed (nullopt where it is not a folder of its own, or is gone); one
+/// made by this call is given mode 1777 (writable by all, each removing only its own files, as /tmp) through the
+/// descriptor, so a link put in its place meanwhile changes nothing.
+int open_folder(int at, const char* name) {
+  const bool made = ::mkdirat(at, name, 0700) == 0;
+  const int fd = ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st {};
+  if (fd >= 0 && made && ::fstat(fd, &st) == 0 && st.st_uid == ::geteuid()) ::fchmod(fd, 01777);
+  return fd;
+}
+
+/// This process's mark file: made new (O_EXCL, no link followed, in folders opened without following one), so
+/// in a folder every user may write nothing put there by another redirects the write; readable by all (0644,
+/// whatever the umask), its line written through its descriptor; locked (flock) while the process lives, and
+/// removed while still locked when released.
+class MarkFile {
+ public:
+  MarkFile(const fs::path& dir, const std::string& uuid, const std::string& name, const std::string& line)
+      : name_(name) {
+    std::error_code ec;
+    if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
+    const int top = open_folder(AT_FDCWD, dir.c_str());
+    if (top < 0) return;
+    folder_ = open_folder(top, uuid.c_str());
+    ::close(top);
+    if (folder_ < 0) return;
+    // A look by another process takes an unlocked mark for a killed process's and removes it: one it took in
+    // the moment between this file's making and its lock is made again; a file under this name that stays (not
+    // this process's) makes no mark.
+    for (int attempt = 0; attempt < 20; ++attempt, std::this_thread::sleep_for(std::chrono::milliseconds(1))) {
+      const int fd = ::openat(folder_, name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        if (errno == EEXIST) continue;
+        return;
+      }
+      ::fchmod(fd, 0644);
+      struct stat held {}, current {};
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &held) == 0 &&
+          ::fstatat(folder_, name_.c_str(), &current, AT_SYMLINK_NOFOLLOW) == 0 && held.st_ino == current.st_ino &&
+          held.st_dev == current.st_dev) {
+        fd_ = fd;
+        if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) release();
+        return;
+      }
+      ::close(fd);
+    }
+  }
+  ~MarkFile() {
+    release();
+    if (folder_ >= 0) ::close(folder_);
+  }
+  MarkFile(const MarkFile&) = delete;
+  MarkFile& operator=(const MarkFile&) = delete;
+  bool held() const { return fd_ >= 0; }
+  /// Closes this process's copies without unlocking or removing the mark: a child forked while it was held,
+  /// whose copy is its parent's (a flock belongs to the open file, which the fork shares).
+  void abandon() {
+    if (fd_ >= 0) ::close(fd_);
+    if (folder_ >= 0) ::close(folder_);
+    fd_ = folder_ = -1;
+  }
+
+ private:
+  void release() {
+    if (fd_ < 0) return;
+    ::unlinkat(folder_, name_.c_str(), 0);  // while still locked: a look never takes a live mark for a stale one
+    ::flock(fd_, LOCK_UN);
+    ::close(fd_);
+    fd_ = -1;
+  }
+  std::string name_;
+  int folder_ = -1;
+  int fd_ = -1;
+};
+
 /// Guards everything below. Held across a fork (pthread_atfork), so a child never finds it locked by a thread
 /// the fork left behind.
 std::mutex g_mutex;
-std::map<fs::path, std::weak_ptr<FileLock>> g_held;  // this process's marks, by file
+std::map<fs::path, std::weak_ptr<MarkFile>> g_held;  // this process's marks, by file
 std::vector<std::string> g_seen;                     // others_seen()
 pid_t g_root_owner = 0;                              // the process g_root is of
 std::string g_root;
@@ -100,8 +176,8 @@ std::optional<std::string> held_else_removed(const fs::path& file) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) line.assign(buf, static_cast<std::size_t>(n));
     line = line.substr(0, line.find('\n'));
-  } else if (r == 0) {
-    ::unlink(file.c_str());
+  } else if (struct stat st {}; r == 0 && ::fstat(fd, &st) == 0 && st.st_uid == ::geteuid()) {
+    ::unlink(file.c_str());  // another user's is left to it (the folder's sticky bit): unlocked, it names no one
   }
   ::close(fd);  // releases the lock this took
   if (!held) return std::nullopt;
@@ -162,40 +238,19 @@ GpuMark::GpuMark(const fs::path& dir, const std::string& uuid, const std::string
   (void)kForkHandlers;
   if (dir.empty() || uuid.empty()) return;
   folder_ = dir / uuid;
-  std::error_code ec;
-  // Every user's processes mark a GPU in one folder: made writable by all, each removing only its own files
-  // (the sticky bit), as /tmp is. Where another user made it, it stays as it is.
-  const auto shared = [](const fs::path& made) {
-    std::error_code ignored;  // a folder left private is still this user's processes' to share
-    fs::permissions(made, fs::perms::all | fs::perms::sticky_bit, ignored);
-  };
-  if (fs::create_directories(dir, ec)) shared(dir);
-  if (!ec && fs::create_directory(folder_, ec)) shared(folder_);
-  if (ec) return;
-  const fs::path file = folder_ / fmt::format("{}-{}.lock", root, ::getpid());
+  const std::string name = fmt::format("{}-{}.lock", root, ::getpid());
+  const fs::path file = folder_ / name;
   const std::lock_guard<std::mutex> lock(g_mutex);
   if (auto held = g_held[file].lock()) {
     held_ = held;
     file_ = file;
     return;
   }
-  // Another process's look holds a mark's lock for a moment (held_else_removed): tried again a few times,
-  // then none is made.
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    try {
-      auto held = std::make_shared<FileLock>(file, "a GPU mark");
-      std::ofstream(file, std::ios::trunc) << fmt::format("pid {} ({})\n", ::getpid(), own_command());
-      g_held[file] = held;
-      held_ = held;
-      file_ = file;
-      return;
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::kInvalidInput) return;  // a folder that cannot be written: no mark
-    } catch (const std::exception&) {
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  auto held = std::make_shared<MarkFile>(dir, uuid, name, fmt::format("pid {} ({})\n", ::getpid(), own_command()));
+  if (!held->held()) return;  // none made: this process runs unseen, and still sees the others
+  g_held[file] = held;
+  held_ = held;
+  file_ = file;
 }
 
 GpuMark::~GpuMark() {

@@ -43,8 +43,8 @@ Record record_from_json(const nlohmann::json& j) {
 /// What the finished session whose winner the log holds (`winner`, null where
 /// none) measured when it timed `finalists` again: per finalist, its record
 /// with that timing, or its failure (disqualified). nullopt where that
-/// session's finalists were others (another --finalists or --deterministic,
-/// new results) or its log predates the records.
+/// session's finalists were others (as another --finalists may make them)
+/// or its log predates the records.
 std::optional<std::vector<RunResult>> logged_timing(const nlohmann::json& winner,
                                                     const std::vector<Record>& finalists) {
   if (!winner.is_object() || !winner.contains("timed_again")) return std::nullopt;
@@ -794,7 +794,12 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // judges them again rather than timing them again.
   logged["timed_again"] = nlohmann::json::array();
   for (const Record& r : summary.finalists) logged["timed_again"].push_back(record_json(r));
-  if (!summary.finalists_from_log) log.append({{"winner", std::move(logged)}});  // else the log holds it
+  // Judged again from the log's samples, the pick is the log's own unless a tie now goes another way (another
+  // cache's config): the log names what went into the cache.
+  const bool logged_pick = summary.finalists_from_log && finished.at("config") == logged["config"] &&
+                           finished.value("deterministic", nlohmann::json()) ==
+                               logged.value("deterministic", nlohmann::json());
+  if (!logged_pick) log.append({{"winner", std::move(logged)}});
   summary.previous_log = log.kept();
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return summary;

@@ -5,6 +5,7 @@
 #include "tuner/cuda/gpu_marks.hpp"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <fstream>
 
 #include "base/env.hpp"
+#include "base/files.hpp"
 #include "support.hpp"
 #include "tuner/cuda/gpu_neighbour.hpp"
 #include "tuner/run/runner.hpp"
@@ -151,6 +153,50 @@ TEST_CASE("GPU marks: every process on the machine marks in one folder, whatever
   const GpuMark kept(own, kUuid);
   CHECK(fs::status(own).permissions() == fs::perms::owner_all);
   CHECK(marks_in(own / kUuid) == 1);
+}
+
+TEST_CASE("GPU marks: in the folder all may write, a link put where a mark or a GPU's folder goes redirects "
+          "nothing, and a mark is readable by all under any umask",
+          "[gpu-marks]") {
+  const fs::path dir = test::scratch_dir("gpu-marks-links");
+  const fs::path victim = dir / "private.txt";
+  std::ofstream(victim) << "mine";
+  fs::permissions(victim, fs::perms::owner_read | fs::perms::owner_write);
+  const auto unchanged = [&] {
+    const auto private_mode = fs::perms::owner_read | fs::perms::owner_write;
+    return ktune::read_file(victim) == "mine" && fs::status(victim).permissions() == private_mode;
+  };
+  // A link where this process's mark goes (its name is the session's root and the pid): the victim is untouched,
+  // and no mark is made.
+  fs::create_directories(dir / "marks" / kUuid);
+  fs::create_symlink(victim, dir / "marks" / kUuid / fmt::format("planted-{}.lock", ::getpid()));
+  {
+    const GpuMark mark(dir / "marks", kUuid, "planted");
+    CHECK(unchanged());
+    CHECK(marked_on(dir / "marks", kUuid).empty());
+  }
+  CHECK(unchanged());
+  // A link where a GPU's folder goes: no mark inside the folder it points to.
+  fs::create_directories(dir / "elsewhere");
+  const std::string other_gpu = "GPU-ffffffff-0000-1111-2222-333344445555";
+  fs::create_directory_symlink(dir / "elsewhere", dir / "marks" / other_gpu);
+  {
+    const GpuMark mark(dir / "marks", other_gpu);
+    CHECK(fs::is_empty(dir / "elsewhere"));
+  }
+  // Another user's umask of 077 still leaves the mark readable by all: their looks must read its line.
+  const mode_t was = ::umask(077);
+  {
+    const GpuMark mark(dir / "open", kUuid, "umask");
+    const fs::path file = dir / "open" / kUuid / fmt::format("umask-{}.lock", ::getpid());
+    REQUIRE(fs::exists(file));
+    CHECK((fs::status(file).permissions() & fs::perms::all) ==
+          (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read));
+  }
+  ::umask(was);
+  // A relative KTUNE_GPU_MARK_DIR would differ by the folder each process starts in: ignored.
+  const test::ScopedEnv relative("KTUNE_GPU_MARK_DIR", "marks-here");
+  CHECK(env::gpu_mark_dir().is_absolute());
 }
 
 TEST_CASE("A measurement keeps the processes that shared its GPU through the worker's JSON", "[gpu-marks]") {

@@ -223,6 +223,8 @@ TEST_CASE("exec: a CUDA backend's measurement names another ktune process marked
   test::skip_without_gpu();
   const auto cache_dir = test::scratch_dir("exec-gpu-marks");
   const test::ScopedEnv cache("KTUNE_CACHE_DIR", cache_dir.c_str());
+  // Marks of its own: the machine's folder holds those of every ktune process on the GPU (other tests run beside).
+  const test::ScopedEnv marks("KTUNE_GPU_MARK_DIR", (cache_dir / "marks").c_str());
   auto backend = tuner::exec::make_cuda_backend();
   tuner::RunOptions options;
   options.max_repetitions = options.min_repetitions = 3;

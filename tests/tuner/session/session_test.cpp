@@ -246,6 +246,27 @@ TEST_CASE("a finished session resumed with nothing new to measure keeps its winn
     }
     CHECK(read_file(path) == logged);  // nothing appended: the log's winner stands
   }
+  // Finalists that tie: the default won them; resumed with a cache whose config is another of them, the tie goes
+  // to it, from the same logged samples, and the log names it.
+  const std::string tie_log = (test::scratch_dir("session-resume-finished-tie") / "log.jsonl").string();
+  auto tie = o;
+  tie.resume = false;
+  tie.log_path = tie_log;
+  ScriptedRunner level;
+  level.noisy = true;
+  level.time_of = [](const Config&) { return 1.0; };
+  const auto t1 = tune(family, problem, level, tie);
+  REQUIRE(t1.finalists.size() >= 2);
+  CHECK(t1.best->config == family.default_config(problem));
+  tie.resume = true;
+  tie.incumbent = t1.finalists[0].config != t1.best->config ? t1.finalists[0].config : t1.finalists[1].config;
+  ScriptedRunner unused;
+  const auto t2 = tune(family, problem, unused, tie);
+  CHECK(unused.calls == 0);
+  CHECK(t2.finalists_from_log);
+  CHECK(t2.best->config == *tie.incumbent);
+  CHECK(Config::from_json(read_session_log(tie_log).winner.at("config")) == *tie.incumbent);
+
   // One more evaluation: a new result, so the finalists are timed again (by the runner that measures otherwise).
   o.log_path = plain_log;
   o.budget = "7";
