@@ -794,9 +794,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // judges them again rather than timing them again.
   logged["timed_again"] = nlohmann::json::array();
   for (const Record& r : summary.finalists) logged["timed_again"].push_back(record_json(r));
-  // Judged again from the log's samples, the pick is the log's own unless a tie now goes another way (another
-  // cache's config): the log names what went into the cache.
-  const bool logged_pick = summary.finalists_from_log && finished.at("config") == logged["config"] &&
+  // Judged again from the log's samples (or, with one finalist, from the log's results alone), the pick is the
+  // log's own unless a tie now goes another way (another cache's config): the log names what went into the cache.
+  const bool judged_from_log = summary.finalists_from_log || (evaluator.fresh_count == 0 && summary.finalists.empty());
+  const bool logged_pick = judged_from_log && finished.is_object() && finished.at("config") == logged["config"] &&
                            finished.value("deterministic", nlohmann::json()) ==
                                logged.value("deterministic", nlohmann::json());
   if (!logged_pick) log.append({{"winner", std::move(logged)}});

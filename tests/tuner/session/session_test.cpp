@@ -267,6 +267,23 @@ TEST_CASE("a finished session resumed with nothing new to measure keeps its winn
   CHECK(t2.best->config == *tie.incumbent);
   CHECK(Config::from_json(read_session_log(tie_log).winner.at("config")) == *tie.incumbent);
 
+  // One finalist (nothing timed again): resumed with nothing new, the log's winner stands, not written twice.
+  const std::string single_log = (test::scratch_dir("session-resume-finished-single") / "log.jsonl").string();
+  auto single = o;
+  single.resume = false;
+  single.finalists = 1;
+  single.log_path = single_log;
+  ScriptedRunner once;
+  once.time_of = by_threads;
+  const auto f = tune(family, problem, once, single);
+  REQUIRE(f.best);
+  const std::string single_logged = read_file(single_log);
+  single.resume = true;
+  ScriptedRunner none;
+  CHECK(tune(family, problem, none, single).best->config == f.best->config);
+  CHECK(none.calls == 0);
+  CHECK(read_file(single_log) == single_logged);
+
   // One more evaluation: a new result, so the finalists are timed again (by the runner that measures otherwise).
   o.log_path = plain_log;
   o.budget = "7";
