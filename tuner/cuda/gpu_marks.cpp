@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A folder opened where it is, no link followed (nullopt where it is not a folder of its own, or is gone); one
+/// A folder opened where it is, no link followed (-1 where it is not a folder of its own, or is gone); one
 /// made by this call is given mode 1777 (writable by all, each removing only its own files, as /tmp) through the
 /// descriptor, so a link put in its place meanwhile changes nothing.
 int open_folder(int at, const char* name) {
@@ -176,6 +176,8 @@ std::optional<std::string> held_else_removed(const fs::path& file) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n > 0) line.assign(buf, static_cast<std::size_t>(n));
     line = line.substr(0, line.find('\n'));
+    // Any user may write a file there: what it says is printed, so no control character (a terminal's escapes).
+    std::replace_if(line.begin(), line.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, '?');
   } else if (struct stat st {}; r == 0 && ::fstat(fd, &st) == 0 && st.st_uid == ::geteuid()) {
     ::unlink(file.c_str());  // another user's is left to it (the folder's sticky bit): unlocked, it names no one
   }

@@ -5,6 +5,8 @@
 #include "tuner/cuda/gpu_marks.hpp"
 
 #include <fmt/format.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -194,6 +196,19 @@ TEST_CASE("GPU marks: in the folder all may write, a link put where a mark or a 
           (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read));
   }
   ::umask(was);
+  // A mark another user wrote is printed: its control characters (a terminal's escapes) are not.
+  {
+    const fs::path folder = dir / "open" / kUuid;
+    const int fd = ::open((folder / "other-1.lock").c_str(), O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::flock(fd, LOCK_EX) == 0);
+    const std::string line = "pid 1 (\x1b]0;owned\x07x\r)\n";
+    REQUIRE(::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size()));
+    const auto seen = marked_on(dir / "open", kUuid);
+    ::close(fd);
+    REQUIRE(seen.size() == 1);
+    CHECK(seen[0] == "pid 1 (?]0;owned?x?)");
+  }
   // A relative KTUNE_GPU_MARK_DIR would differ by the folder each process starts in: ignored.
   const test::ScopedEnv relative("KTUNE_GPU_MARK_DIR", "marks-here");
   CHECK(env::gpu_mark_dir().is_absolute());
