@@ -128,7 +128,7 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM/SIGHUP/"
                 "SIGPIPE, which end a session after its evaluation, its best so far in the cache); a log of another "
                 "backend, device or kernel source is refused; another --strategy or --seed goes on from the logged "
-                "results, and the log notes it; every logged result counts against --budget; a finished session "
+                "results, and the log notes it with its first new result; every logged result counts against --budget; a finished session "
                 "resumed with nothing new to measure judges its finalists by the times it logged for them, "
                 "without timing them again (where noise alone could pick another winner)");
   cmd->add_flag("--deterministic", opts->tune.deterministic,

@@ -1,6 +1,7 @@
 // GPU marks: a locked file per process and GPU (see gpu_marks.hpp).
 #include "tuner/cuda/gpu_marks.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <pthread.h>
@@ -18,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "base/error.hpp"
 #include "base/files.hpp"
@@ -28,85 +30,114 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A folder opened where it is, no link followed (-1 where it is not a folder of its own, or is gone); one
-/// made by this call is given mode 1777 (writable by all, each removing only its own files, as /tmp) through the
-/// descriptor, so a link put in its place meanwhile changes nothing.
-int open_folder(int at, const char* name) {
+/// A descriptor that closes itself.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f = -1) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+  explicit operator bool() const { return fd >= 0; }
+};
+
+/// The folder `name` under `at` opened where it is, no link followed (none where it is not a folder, or is gone).
+Fd open_folder(int at, const char* name) {
+  return Fd(::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+}
+
+/// The shared folder `name` under `at`, made if missing: one this call makes is given mode 1777 (every user makes
+/// a folder of their own in it, none removes another's, as in /tmp) through its descriptor, so a link put in its
+/// place meanwhile changes nothing.
+Fd shared_folder(int at, const char* name) {
   const bool made = ::mkdirat(at, name, 0700) == 0;
-  const int fd = ::openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  Fd fd = open_folder(at, name);
   struct stat st {};
-  if (fd >= 0 && made && ::fstat(fd, &st) == 0 && st.st_uid == ::geteuid()) ::fchmod(fd, 01777);
+  if (fd && made && ::fstat(fd.fd, &st) == 0 && st.st_uid == ::geteuid()) ::fchmod(fd.fd, 01777);
   return fd;
 }
 
-/// This process's mark file: made new (O_EXCL, no link followed, in folders opened without following one), so
-/// in a folder every user may write nothing put there by another redirects the write; readable by all (0644,
-/// whatever the umask), its line written through its descriptor; locked (flock) while the process lives, and
-/// removed while still locked when released.
+/// Whether the folder open at `fd` is `uid`'s alone to write: owned by it, and no other user may write there. A
+/// mark is only read from, made in or removed from such a folder, so no other user can put a file, a link or a
+/// fifo in it, nor rename what is in it.
+bool owned_by(int fd, uid_t uid) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == uid && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0;
+}
+
+/// The folder of this user's marks of the GPU `uuid` under `dir` (dir/uuid/UID, mode 0755), made where missing;
+/// none where a part of the way is not as it should be.
+Fd own_folder(const fs::path& dir, const std::string& uuid) {
+  std::error_code ec;
+  if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
+  const Fd top = shared_folder(AT_FDCWD, dir.c_str());
+  if (!top) return Fd();
+  const Fd gpu = shared_folder(top.fd, uuid.c_str());
+  if (!gpu) return Fd();
+  const std::string uid = std::to_string(::geteuid());
+  ::mkdirat(gpu.fd, uid.c_str(), 0755);
+  Fd own = open_folder(gpu.fd, uid.c_str());
+  if (own && owned_by(own.fd, ::geteuid())) return own;
+  return Fd();
+}
+
+/// This process's mark file: made new (O_EXCL, no link followed) in this user's folder (own_folder), readable by
+/// all (0644, whatever the umask), its line written through its descriptor; locked (flock) while the process
+/// lives, and removed while still locked when released.
 class MarkFile {
  public:
   MarkFile(const fs::path& dir, const std::string& uuid, const std::string& name, const std::string& line)
-      : name_(name) {
-    std::error_code ec;
-    if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
-    const int top = open_folder(AT_FDCWD, dir.c_str());
-    if (top < 0) return;
-    folder_ = open_folder(top, uuid.c_str());
-    ::close(top);
-    if (folder_ < 0) return;
-    // A look by another process takes an unlocked mark for a killed process's and removes it: one it took in
-    // the moment between this file's making and its lock is made again; a file under this name that stays (not
-    // this process's) makes no mark.
+      : folder_(own_folder(dir, uuid)), name_(name) {
+    if (!folder_) return;
+    Fd fd(::openat(folder_.fd, name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!fd) return;  // the name is unique to this process (its pid and session token): not made again
+    ::fchmod(fd.fd, 0644);
+    // Another process's look holds the lock a moment while it tells a live mark from a killed process's: tried
+    // again; a look that took this fresh file for a stale one has removed it (checked by its inode), and then
+    // none is made.
     for (int attempt = 0; attempt < 20; ++attempt, std::this_thread::sleep_for(std::chrono::milliseconds(1))) {
-      const int fd = ::openat(folder_, name_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-      if (fd < 0) {
-        if (errno == EEXIST) continue;
-        return;
-      }
-      ::fchmod(fd, 0644);
+      if (::flock(fd.fd, LOCK_EX | LOCK_NB) != 0) continue;
       struct stat held {}, current {};
-      if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &held) == 0 &&
-          ::fstatat(folder_, name_.c_str(), &current, AT_SYMLINK_NOFOLLOW) == 0 && held.st_ino == current.st_ino &&
-          held.st_dev == current.st_dev) {
-        fd_ = fd;
-        if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) release();
+      if (::fstat(fd.fd, &held) != 0 || ::fstatat(folder_.fd, name_.c_str(), &current, AT_SYMLINK_NOFOLLOW) != 0 ||
+          held.st_ino != current.st_ino || held.st_dev != current.st_dev)
         return;
-      }
-      ::close(fd);
+      fd_ = std::move(fd);
+      if (::write(fd_.fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) release();
+      return;
     }
+    ::unlinkat(folder_.fd, name_.c_str(), 0);  // never locked: no mark left behind
   }
-  ~MarkFile() {
-    release();
-    if (folder_ >= 0) ::close(folder_);
-  }
+  ~MarkFile() { release(); }
   MarkFile(const MarkFile&) = delete;
   MarkFile& operator=(const MarkFile&) = delete;
-  bool held() const { return fd_ >= 0; }
+  bool held() const { return static_cast<bool>(fd_); }
   /// Closes this process's copies without unlocking or removing the mark: a child forked while it was held,
   /// whose copy is its parent's (a flock belongs to the open file, which the fork shares).
   void abandon() {
-    if (fd_ >= 0) ::close(fd_);
-    if (folder_ >= 0) ::close(folder_);
-    fd_ = folder_ = -1;
+    ::close(std::exchange(fd_.fd, -1));
+    ::close(std::exchange(folder_.fd, -1));
   }
 
  private:
   void release() {
-    if (fd_ < 0) return;
-    ::unlinkat(folder_, name_.c_str(), 0);  // while still locked: a look never takes a live mark for a stale one
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-    fd_ = -1;
+    if (!fd_) return;
+    ::unlinkat(folder_.fd, name_.c_str(), 0);  // while still locked: a look never takes a live mark for a stale one
+    ::flock(fd_.fd, LOCK_UN);
+    fd_ = Fd();
   }
+  Fd folder_;
   std::string name_;
-  int folder_ = -1;
-  int fd_ = -1;
+  Fd fd_;
 };
 
 /// Guards everything below. Held across a fork (pthread_atfork), so a child never finds it locked by a thread
 /// the fork left behind.
 std::mutex g_mutex;
-std::map<fs::path, std::weak_ptr<MarkFile>> g_held;  // this process's marks, by file
+std::map<fs::path, std::weak_ptr<MarkFile>> g_held;  // this process's marks, by dir/uuid/name
 std::vector<std::string> g_seen;                     // others_seen()
 pid_t g_root_owner = 0;                              // the process g_root is of
 std::string g_root;
@@ -159,46 +190,73 @@ std::string own_command() {
   return text.empty() ? "its command not readable" : text;
 }
 
-/// The line of the mark `file` where its process holds it; where it does not (the process was killed before it
-/// could remove it), nothing, and the file is removed, under its own lock, taken at once or not at all: an owner
-/// that locks the file after this look finds it gone and makes it again (FileLock), so a live mark is never
-/// removed. Never waits (a fifo or a link under the name is not followed, nor waited on).
-std::optional<std::string> held_else_removed(const fs::path& file) {
-  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
-  if (fd < 0) return std::nullopt;
+/// The line of the mark `name` in the folder `folder` where its process holds it. Where it does not (the process
+/// was killed before it could remove it), nothing, and where the folder is this user's the file is removed,
+/// under its own lock, taken at once or not at all, and only while the name is still that file (another look
+/// may have removed it and its process made it again): a live mark is never removed. Never waits (a fifo or a
+/// link under the name is not followed, nor waited on).
+std::optional<std::string> held_else_removed(int folder, const std::string& name, bool own) {
+  const Fd fd(::openat(folder, name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW));
+  struct stat locked {};
+  if (!fd || ::fstat(fd.fd, &locked) != 0 || !S_ISREG(locked.st_mode)) return std::nullopt;
   int r = 0;
-  while ((r = ::flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  while ((r = ::flock(fd.fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
   }
-  const bool held = r != 0 && errno == EWOULDBLOCK;
-  std::string line;
-  if (held) {
-    char buf[512];
-    const ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n > 0) line.assign(buf, static_cast<std::size_t>(n));
-    line = line.substr(0, line.find('\n'));
-    // Any user may write a file there: what it says is printed, so no control character (a terminal's escapes).
-    std::replace_if(line.begin(), line.end(), [](unsigned char c) { return c < 0x20 || c == 0x7f; }, '?');
-  } else if (struct stat st {}; r == 0 && ::fstat(fd, &st) == 0 && st.st_uid == ::geteuid()) {
-    ::unlink(file.c_str());  // another user's is left to it (the folder's sticky bit): unlocked, it names no one
+  if (r == 0) {  // stale
+    struct stat current {};
+    if (own && ::fstatat(folder, name.c_str(), &current, AT_SYMLINK_NOFOLLOW) == 0 &&
+        current.st_ino == locked.st_ino && current.st_dev == locked.st_dev)
+      ::unlinkat(folder, name.c_str(), 0);
+    return std::nullopt;  // the descriptor's close releases the lock this took
   }
-  ::close(fd);  // releases the lock this took
-  if (!held) return std::nullopt;
+  if (errno != EWOULDBLOCK) return std::nullopt;
+  char buf[512];
+  const ssize_t n = ::read(fd.fd, buf, sizeof buf);
+  std::string line = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+  line = line.substr(0, line.find('\n'));
+  // What a mark says is printed: printable ASCII alone (no terminal escape, no control character).
+  std::replace_if(line.begin(), line.end(), [](unsigned char c) { return c < 0x20 || c >= 0x7f; }, '?');
   return line;
 }
 
-/// The lines of the live marks in `folder` but `skip` (this process's own) and those of the session `root` (where
-/// given); the stale ones removed on the way (a session's own workers' too).
-std::vector<std::string> scan(const fs::path& folder, const fs::path& skip, const std::string* root) {
+/// The lines of the live marks of the GPU `uuid` under `dir`, every user's, but this process's own (`skip`, its
+/// file's name) and those of the session `root` (where given); this user's stale ones removed on the way (a
+/// session's own workers' too). A user's folder is read only where that user alone may write it (owned_by).
+/// Under g_mutex, so no fork meanwhile gives a child a copy of a lock taken to look.
+std::vector<std::string> scan(const fs::path& dir, const std::string& uuid, const std::string& skip,
+                              const std::string* root) {
   std::vector<std::string> out;
-  if (folder.empty()) return out;
-  std::error_code ec;
-  for (fs::directory_iterator it(folder, ec), end; !ec && it != end; it.increment(ec)) {
-    std::string mark_root;
-    long pid = 0;
-    if (it->path() == skip || !parse_mark(it->path().filename().string(), mark_root, pid)) continue;
-    // A live mark whose line is not written yet is seen at the next look.
-    const auto line = held_else_removed(it->path());
-    if (line && !line->empty() && !(root && mark_root == *root)) out.push_back(*line);
+  if (dir.empty() || uuid.empty()) return out;
+  const Fd top = open_folder(AT_FDCWD, dir.c_str());
+  const Fd gpu = top ? open_folder(top.fd, uuid.c_str()) : Fd();
+  if (!gpu) return out;
+  const auto names_in = [](int folder) {
+    std::vector<std::string> names;
+    const int copy = ::dup(folder);
+    DIR* d = copy >= 0 ? ::fdopendir(copy) : nullptr;
+    if (!d) {
+      if (copy >= 0) ::close(copy);
+      return names;
+    }
+    while (const dirent* e = ::readdir(d))
+      if (e->d_name[0] != '.') names.emplace_back(e->d_name);
+    ::closedir(d);
+    return names;
+  };
+  for (const std::string& user : names_in(gpu.fd)) {
+    if (user.empty() || user.size() > 10 || !std::all_of(user.begin(), user.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const uid_t uid = static_cast<uid_t>(std::stoul(user));
+    const Fd folder = open_folder(gpu.fd, user.c_str());
+    if (!folder || !owned_by(folder.fd, uid)) continue;
+    const bool own = uid == ::geteuid();
+    for (const std::string& name : names_in(folder.fd)) {
+      std::string mark_root;
+      long pid = 0;
+      if ((own && name == skip) || !parse_mark(name, mark_root, pid)) continue;
+      // A live mark whose line is not written yet is seen at the next look.
+      const auto line = held_else_removed(folder.fd, name, own);
+      if (line && !line->empty() && !(root && mark_root == *root)) out.push_back(*line);
+    }
   }
   return out;
 }
@@ -206,7 +264,8 @@ std::vector<std::string> scan(const fs::path& folder, const fs::path& skip, cons
 }  // namespace
 
 std::vector<std::string> marked_on(const fs::path& dir, const std::string& uuid) {
-  return dir.empty() || uuid.empty() ? std::vector<std::string>{} : scan(dir / uuid, {}, nullptr);
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  return scan(dir, uuid, {}, nullptr);
 }
 
 std::string process_root() {
@@ -236,23 +295,23 @@ std::string shared_gpu_warning(const std::string& other, const std::string& agai
                      other, again);
 }
 
-GpuMark::GpuMark(const fs::path& dir, const std::string& uuid, const std::string& root) : root_(root) {
+GpuMark::GpuMark(const fs::path& dir, const std::string& uuid, const std::string& root)
+    : dir_(dir), uuid_(uuid), root_(root) {
   (void)kForkHandlers;
   if (dir.empty() || uuid.empty()) return;
-  folder_ = dir / uuid;
   const std::string name = fmt::format("{}-{}.lock", root, ::getpid());
-  const fs::path file = folder_ / name;
+  const fs::path key = dir / uuid / name;
   const std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto held = g_held[file].lock()) {
+  if (auto held = g_held[key].lock()) {
     held_ = held;
-    file_ = file;
+    name_ = name;
     return;
   }
   auto held = std::make_shared<MarkFile>(dir, uuid, name, fmt::format("pid {} ({})\n", ::getpid(), own_command()));
   if (!held->held()) return;  // none made: this process runs unseen, and still sees the others
-  g_held[file] = held;
+  g_held[key] = held;
   held_ = held;
-  file_ = file;
+  name_ = name;
 }
 
 GpuMark::~GpuMark() {
@@ -261,8 +320,8 @@ GpuMark::~GpuMark() {
 }
 
 std::vector<std::string> GpuMark::others() const {
-  const std::vector<std::string> out = scan(folder_, file_, &root_);  // a live mark of this session is no neighbour
   const std::lock_guard<std::mutex> lock(g_mutex);
+  std::vector<std::string> out = scan(dir_, uuid_, name_, &root_);  // a live mark of this session is no neighbour
   add_unseen(g_seen, out);
   return out;
 }

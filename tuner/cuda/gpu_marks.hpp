@@ -2,9 +2,11 @@
 // another process runs kernels on the same GPU is slowed and spread by it,
 // and a tuning session's winner then says more about the neighbour than
 // about the kernel. So each process that opens a GPU marks it: a file
-// ROOT-PID.lock in a folder named by the GPU's UUID, holding a line that
-// names the process, locked (flock) while the process lives, so a mark left
-// by a killed process is known for one and removed by the next look. A
+// ROOT-PID.lock in its user's folder (UID/, written by that user alone) in
+// one named by the GPU's UUID, holding a line that names the process, locked
+// (flock) while the process lives, so a mark left by a killed process is
+// known for one and removed by the next look of its user. Every user's marks
+// are read; one whose folder another user may write is not. A
 // measurement names the other processes marked on its GPU
 // (Measurement::shared_with) and a command says so. ROOT names the session:
 // a token of the process's own (its pid and a random number, so processes
@@ -66,8 +68,9 @@ class GpuMark {
   std::vector<std::string> others() const;
 
  private:
-  std::filesystem::path folder_;
-  std::filesystem::path file_;  // this process's mark, where it holds one
+  std::filesystem::path dir_;
+  std::string uuid_;
+  std::string name_;  // this process's mark's file name, where it holds one
   std::string root_;
   std::shared_ptr<void> held_;  // the lock, shared with this process's other marks of the GPU
 };

@@ -647,7 +647,12 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   std::optional<Record> deterministic_found = fastest_fixed_order([](const Config&) { return false; });
   if (deterministic_found) join(deterministic_found->config);
   double search_ms = time_of(ranked.front());  // the search's fastest, before it is timed again
-  if (ranked.size() > 1 && options.run.time && !interrupted) {
+  // A resumed session that measured nothing new takes the finished session's timing of these very finalists
+  // (also where a stop came meanwhile: it costs no run): timed again, they would give another winner by noise
+  // alone.
+  const auto from_log =
+      evaluator.fresh_count == 0 && ranked.size() > 1 ? logged_timing(finished, ranked) : std::nullopt;
+  if (ranked.size() > 1 && ((options.run.time && !interrupted) || from_log)) {
     RunOptions again = run;
     again.validate = false;
     // Two passes of half the repetitions each, the second in the reverse order (A B C, then C B A): a clock or
@@ -662,20 +667,17 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     }
     const std::size_t passes = pass_options[1].min_repetitions > 0 ? 2 : 1;  // one repetition asked: one pass
     const std::size_t n = ranked.size();
-    // A resumed session that measured nothing new takes the finished session's timing of these very finalists:
-    // timed again, they would give another winner by noise alone.
-    const auto logged = evaluator.fresh_count == 0 ? logged_timing(finished, ranked) : std::nullopt;
-    summary.finalists_from_log = logged.has_value();
+    summary.finalists_from_log = from_log.has_value();
     std::vector<std::optional<Measurement>> timing(n);  // none: disqualified
     const auto disqualify = [&](std::size_t i, const RunResult& t) {
       summary.disqualified.push_back({ranked[i].config, t});
     };
-    if (logged) {
+    if (from_log) {
       for (std::size_t i = 0; i < n; ++i)
-        if ((*logged)[i].ok)
-          timing[i] = (*logged)[i].timing;
+        if ((*from_log)[i].ok)
+          timing[i] = (*from_log)[i].timing;
         else
-          disqualify(i, (*logged)[i]);
+          disqualify(i, (*from_log)[i]);
     } else {
       std::vector<std::vector<Measurement>> measured(n);
       std::vector<bool> failed(n, false);
@@ -715,7 +717,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
       Record& r = ranked[i];
       if (timed_again.empty()) search_ms = time_of(r);
       r.result.timing = std::move(timing[i]);
-      r.resumed = logged.has_value();  // else timed by this session
+      r.resumed = from_log.has_value();  // else timed by this session
       summary.finalists.push_back(r);
       timed_again.push_back(r);
     }
@@ -796,7 +798,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   for (const Record& r : summary.finalists) logged["timed_again"].push_back(record_json(r));
   // Judged again from the log's samples (or, with one finalist, from the log's results alone), the pick is the
   // log's own unless a tie now goes another way (another cache's config): the log names what went into the cache.
-  const bool judged_from_log = summary.finalists_from_log || (evaluator.fresh_count == 0 && summary.finalists.empty());
+  const bool judged_from_log =
+      summary.finalists_from_log || (evaluator.fresh_count == 0 && summary.finalists.empty() &&
+                                     finished.is_object() && finished.contains("timed_again") &&
+                                     finished["timed_again"].empty());
   const bool logged_pick = judged_from_log && finished.is_object() && finished.at("config") == logged["config"] &&
                            finished.value("deterministic", nlohmann::json()) ==
                                logged.value("deterministic", nlohmann::json());

@@ -246,6 +246,21 @@ TEST_CASE("a finished session resumed with nothing new to measure keeps its winn
     }
     CHECK(read_file(path) == logged);  // nothing appended: the log's winner stands
   }
+  // Stopped at once (a signal): the logged timing costs no run, so the log's winner stands as it was judged.
+  {
+    auto stopped = o;
+    stopped.log_path = plain_log;
+    stopped.should_stop = [] { return true; };
+    const std::string logged = read_file(plain_log);
+    ScriptedRunner idle;
+    const auto s = tune(family, problem, idle, stopped);
+    CHECK(idle.calls == 0);
+    CHECK(s.finalists_from_log);
+    REQUIRE(s.best);
+    CHECK(s.best->config == s1.best->config);
+    CHECK(s.best->result.timing->median_ms == s1.best->result.timing->median_ms);
+    CHECK(read_file(plain_log) == logged);
+  }
   // Finalists that tie: the default won them; resumed with a cache whose config is another of them, the tie goes
   // to it, from the same logged samples, and the log names it.
   const std::string tie_log = (test::scratch_dir("session-resume-finished-tie") / "log.jsonl").string();
