@@ -128,9 +128,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                 "Continue the session in --log instead of starting anew (after a kill, or SIGINT/SIGTERM/SIGHUP/"
                 "SIGPIPE, which end a session after its evaluation, its best so far in the cache); a log of another "
                 "backend, device or kernel source is refused; another --strategy or --seed goes on from the logged "
-                "results, and the log notes it with its first new result; every logged result counts against --budget; a finished session "
-                "resumed with nothing new to measure judges its finalists by the times it logged for them, "
-                "without timing them again (where noise alone could pick another winner)");
+                "results, and the log notes it with its first new result; every logged result counts against "
+                "--budget; a finished session resumed with nothing new to measure judges its finalists by the times "
+                "it logged for them, without timing them again (where noise alone could pick another winner)");
   cmd->add_flag("--deterministic", opts->tune.deterministic,
                 "Search only the configs that sum in a fixed order, as a --deterministic run takes (no fp32 atomics: "
                 "attention_bwd's dq_atomic 0, embedding_bwd's deterministic 1 to 3), from the one nearest the "

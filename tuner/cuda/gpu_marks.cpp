@@ -244,7 +244,8 @@ std::vector<std::string> scan(const fs::path& dir, const std::string& uuid, cons
     return names;
   };
   for (const std::string& user : names_in(gpu.fd)) {
-    if (user.empty() || user.size() > 10 || !std::all_of(user.begin(), user.end(), [](char c) { return c >= '0' && c <= '9'; })) continue;
+    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+    if (user.empty() || user.size() > 9 || !std::all_of(user.begin(), user.end(), digit)) continue;
     const uid_t uid = static_cast<uid_t>(std::stoul(user));
     const Fd folder = open_folder(gpu.fd, user.c_str());
     if (!folder || !owned_by(folder.fd, uid)) continue;
