@@ -14,6 +14,7 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -245,8 +246,10 @@ std::vector<std::string> scan(const fs::path& dir, const std::string& uuid, cons
   };
   for (const std::string& user : names_in(gpu.fd)) {
     const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-    if (user.empty() || user.size() > 9 || !std::all_of(user.begin(), user.end(), digit)) continue;
-    const uid_t uid = static_cast<uid_t>(std::stoul(user));
+    if (user.empty() || user.size() > 10 || !std::all_of(user.begin(), user.end(), digit)) continue;
+    const unsigned long long id = std::stoull(user);  // 10 digits at most: no overflow
+    if (id > std::numeric_limits<uid_t>::max()) continue;
+    const uid_t uid = static_cast<uid_t>(id);
     const Fd folder = open_folder(gpu.fd, user.c_str());
     if (!folder || !owned_by(folder.fd, uid)) continue;
     const bool own = uid == ::geteuid();
