@@ -403,12 +403,6 @@ bool lock_held(const fs::path& lock) {
   return held;
 }
 
-void FileLock::abandon() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  made_.clear();
-}
-
 FileLock::~FileLock() {
   if (fd_ >= 0) {
     ::unlink(path_.c_str());  // while still held: see the class comment

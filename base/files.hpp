@@ -138,10 +138,6 @@ class FileLock {
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
-  /// Closes this process's copy of the lock's file without unlocking or removing it, and forgets it: for a child
-  /// forked while the lock was held, whose copy is its parent's (a flock belongs to the open file, which the
-  /// fork shares), so the parent holds it on and the child's exit takes nothing away.
-  void abandon();
 
  private:
   std::filesystem::path path_;

@@ -22,8 +22,6 @@
 #include <thread>
 #include <utility>
 
-#include "base/error.hpp"
-#include "base/files.hpp"
 
 namespace ktune::tuner {
 
@@ -165,19 +163,19 @@ const bool kForkHandlers = [] {
   return ::pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child) == 0;
 }();
 
-/// The session and pid of a mark's file name "ROOT-PID.lock"; false for any other name.
-bool parse_mark(const std::string& name, std::string& root, long& pid) {
+bool all_digits(const std::string& text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+/// The session of a mark's file name "ROOT-PID.lock"; none for any other name.
+std::optional<std::string> mark_root(const std::string& name) {
   constexpr std::string_view kSuffix = ".lock";
-  if (!name.ends_with(kSuffix)) return false;
+  if (!name.ends_with(kSuffix)) return std::nullopt;
   const std::string stem = name.substr(0, name.size() - kSuffix.size());
   const auto dash = stem.rfind('-');
-  if (dash == std::string::npos || dash == 0 || dash + 1 == stem.size()) return false;
-  root = stem.substr(0, dash);
-  const std::string digits = stem.substr(dash + 1);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) || digits.size() > 9)
-    return false;
-  pid = std::stol(digits);
-  return true;
+  if (dash == std::string::npos || dash == 0 || !all_digits(stem.substr(dash + 1)) || stem.size() - dash - 1 > 9)
+    return std::nullopt;
+  return stem.substr(0, dash);
 }
 
 /// This process's command line as /proc has it, its arguments joined by spaces and cut at 200 characters.
@@ -245,8 +243,7 @@ std::vector<std::string> scan(const fs::path& dir, const std::string& uuid, cons
     return names;
   };
   for (const std::string& user : names_in(gpu.fd)) {
-    const auto digit = [](char c) { return c >= '0' && c <= '9'; };
-    if (user.empty() || user.size() > 10 || !std::all_of(user.begin(), user.end(), digit)) continue;
+    if (!all_digits(user) || user.size() > 10) continue;
     const unsigned long long id = std::stoull(user);  // 10 digits at most: no overflow
     if (id > std::numeric_limits<uid_t>::max()) continue;
     const uid_t uid = static_cast<uid_t>(id);
@@ -254,12 +251,11 @@ std::vector<std::string> scan(const fs::path& dir, const std::string& uuid, cons
     if (!folder || !owned_by(folder.fd, uid)) continue;
     const bool own = uid == ::geteuid();
     for (const std::string& name : names_in(folder.fd)) {
-      std::string mark_root;
-      long pid = 0;
-      if ((own && name == skip) || !parse_mark(name, mark_root, pid)) continue;
+      const auto session = mark_root(name);
+      if ((own && name == skip) || !session) continue;
       // A live mark whose line is not written yet is seen at the next look.
       const auto line = held_else_removed(folder.fd, name, own);
-      if (line && !line->empty() && !(root && mark_root == *root)) out.push_back(*line);
+      if (line && !line->empty() && !(root && *session == *root)) out.push_back(*line);
     }
   }
   return out;

@@ -68,6 +68,60 @@ std::optional<std::vector<RunResult>> logged_timing(const nlohmann::json& winner
   return out;
 }
 
+/// The finalists timed again side by side, validation off, in two passes of half the repetitions each, the
+/// second in the reverse order (A B C, then C B A): a clock or temperature drift over the re-timing falls alike
+/// on the first finalists (the search's fastest) and the last (the default, the cache's config), where one pass
+/// in order put all of it on the last. Per finalist, the passes' repetitions together; none for one that failed
+/// when run again (flaky, racing, hanging), which goes into `disqualified` with that run's failure.
+std::vector<std::optional<Measurement>> time_again(Runner& runner, const templates::Family& family,
+                                                   const templates::Problem& problem, const RunOptions& run,
+                                                   const std::vector<Record>& finalists,
+                                                   std::vector<Record>& disqualified) {
+  RunOptions again = run;
+  again.validate = false;
+  const auto half = [](int count, std::size_t pass) { return pass == 0 ? (count + 1) / 2 : count / 2; };
+  std::array<RunOptions, 2> pass_options{again, again};
+  for (std::size_t p = 0; p < 2; ++p) {
+    pass_options[p].min_repetitions = half(run.min_repetitions, p);
+    pass_options[p].max_repetitions = std::max(pass_options[p].min_repetitions, half(run.max_repetitions, p));
+    pass_options[p].min_seconds = run.min_seconds / 2;
+  }
+  const std::size_t passes = pass_options[1].min_repetitions > 0 ? 2 : 1;  // one repetition asked: one pass
+  const std::size_t n = finalists.size();
+  std::vector<std::vector<Measurement>> measured(n);
+  std::vector<bool> failed(n, false);
+  for (std::size_t pass = 0; pass < passes; ++pass)
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = pass == 0 ? k : n - 1 - k;
+      if (failed[i]) continue;
+      const RunResult t = runner.run(family, finalists[i].config, problem, pass_options[pass]);
+      if (!t.ok || !t.timing) {  // a config that fails when run again wins nothing
+        failed[i] = true;
+        disqualified.push_back({finalists[i].config, t});
+        continue;
+      }
+      measured[i].push_back(*t.timing);
+    }
+  std::vector<std::optional<Measurement>> timing(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (failed[i]) continue;
+    // The passes' repetitions together (a measurement that kept none stands as it is).
+    std::vector<double> samples;
+    for (const Measurement& m : measured[i]) samples.insert(samples.end(), m.samples_ms.begin(), m.samples_ms.end());
+    const bool all_kept = std::all_of(measured[i].begin(), measured[i].end(),
+                                      [](const Measurement& m) { return !m.samples_ms.empty(); });
+    Measurement m = all_kept ? summarize(samples) : measured[i].front();
+    for (const Measurement& pass : measured[i])  // the processes that shared the GPU during either pass
+      add_unseen(m.shared_with, pass.shared_with);
+    m.method = passes == 1 ? measured[i].front().method + ", timed again beside the other finalists"
+                           : fmt::format("timed again beside the other finalists in two passes, the second in the "
+                                         "reverse order, {} repetitions in all; each pass: {}",
+                                         m.repetitions, measured[i].front().method);
+    timing[i] = std::move(m);
+  }
+  return timing;
+}
+
 double time_of(const Record& r) {
   return r.result.ok && r.result.timing ? r.result.timing->median_ms : std::numeric_limits<double>::infinity();
 }
@@ -653,63 +707,17 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const auto from_log =
       evaluator.fresh_count == 0 && ranked.size() > 1 ? logged_timing(finished, ranked) : std::nullopt;
   if (ranked.size() > 1 && ((options.run.time && !interrupted) || from_log)) {
-    RunOptions again = run;
-    again.validate = false;
-    // Two passes of half the repetitions each, the second in the reverse order (A B C, then C B A): a clock or
-    // temperature drift over the re-timing falls alike on the first finalists (the search's fastest) and the
-    // last (the default, the cache's config), where one pass in order put all of it on the last.
-    const auto half = [](int count, std::size_t pass) { return pass == 0 ? (count + 1) / 2 : count / 2; };
-    std::array<RunOptions, 2> pass_options{again, again};
-    for (std::size_t p = 0; p < 2; ++p) {
-      pass_options[p].min_repetitions = half(run.min_repetitions, p);
-      pass_options[p].max_repetitions = std::max(pass_options[p].min_repetitions, half(run.max_repetitions, p));
-      pass_options[p].min_seconds = run.min_seconds / 2;
-    }
-    const std::size_t passes = pass_options[1].min_repetitions > 0 ? 2 : 1;  // one repetition asked: one pass
     const std::size_t n = ranked.size();
     summary.finalists_from_log = from_log.has_value();
     std::vector<std::optional<Measurement>> timing(n);  // none: disqualified
-    const auto disqualify = [&](std::size_t i, const RunResult& t) {
-      summary.disqualified.push_back({ranked[i].config, t});
-    };
     if (from_log) {
       for (std::size_t i = 0; i < n; ++i)
         if ((*from_log)[i].ok)
           timing[i] = (*from_log)[i].timing;
         else
-          disqualify(i, (*from_log)[i]);
+          summary.disqualified.push_back({ranked[i].config, (*from_log)[i]});
     } else {
-      std::vector<std::vector<Measurement>> measured(n);
-      std::vector<bool> failed(n, false);
-      for (std::size_t pass = 0; pass < passes; ++pass)
-        for (std::size_t k = 0; k < n; ++k) {
-          const std::size_t i = pass == 0 ? k : n - 1 - k;
-          if (failed[i]) continue;
-          const RunResult t = runner.run(family, ranked[i].config, problem, pass_options[pass]);
-          if (!t.ok || !t.timing) {  // a config that fails when run again (flaky, racing, hanging) wins nothing
-            failed[i] = true;
-            disqualify(i, t);
-            continue;
-          }
-          measured[i].push_back(*t.timing);
-        }
-      for (std::size_t i = 0; i < n; ++i) {
-        if (failed[i]) continue;
-        // The passes' repetitions together (a measurement that kept none stands as it is).
-        std::vector<double> samples;
-        for (const Measurement& m : measured[i])
-          samples.insert(samples.end(), m.samples_ms.begin(), m.samples_ms.end());
-        const bool all_kept = std::all_of(measured[i].begin(), measured[i].end(),
-                                          [](const Measurement& m) { return !m.samples_ms.empty(); });
-        Measurement m = all_kept ? summarize(samples) : measured[i].front();
-        for (const Measurement& pass : measured[i])  // the processes that shared the GPU during either pass
-          add_unseen(m.shared_with, pass.shared_with);
-        m.method = passes == 1 ? measured[i].front().method + ", timed again beside the other finalists"
-                               : fmt::format("timed again beside the other finalists in two passes, the second in "
-                                             "the reverse order, {} repetitions in all; each pass: {}",
-                                             m.repetitions, measured[i].front().method);
-        timing[i] = std::move(m);
-      }
+      timing = time_again(runner, family, problem, run, ranked, summary.disqualified);
     }
     std::vector<Record> timed_again;
     for (std::size_t i = 0; i < n; ++i) {
