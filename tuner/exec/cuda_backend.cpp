@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <filesystem>
 #include <map>
 #include <mutex>
 #include <optional>
