@@ -5,8 +5,8 @@
 //   cross_entropy_fwd  loss = lse - logits[target] per row, lse = logsumexp(row)
 //                      kept for the backward; one pass over the row, the max
 //                      and the sum of exponentials found together ("online");
-//                      the exponentials by kt::exp_approx (one special function
-//                      instruction each), the rescales of the sum by expf
+//                      the exponentials, and the rescales of the sum, by
+//                      kt::exp_approx (one special function instruction each)
 //   cross_entropy_bwd  dlogits = scale * (softmax - onehot(target)) per row,
 //                      from the forward's lse; dlogits may be logits
 //
@@ -41,7 +41,7 @@ using MaxSum = kt::MaxSumExp;
 /// PyTorch's loss is NaN for its row), where `x > max` would pass over it.
 KT_DEVICE void absorb(MaxSum& acc, float x) {
   if (!(x <= acc.max)) {
-    acc.sum = acc.sum * expf(acc.max - x) + 1.0f;  // expf(-inf) = 0 for the first one
+    acc.sum = acc.sum * kt::exp_approx(acc.max - x) + 1.0f;  // exp of -inf is 0 for the first one
     acc.max = x;
   } else if (acc.max != negative_infinity()) {
     acc.sum += kt::exp_approx(x - acc.max);
@@ -118,7 +118,7 @@ KT_DEVICE MaxSum row_part(const T* row, int vocab, int t) {
     if (step_max == negative_infinity()) continue;  // nothing loaded, or only -inf: adds 0
     if (!(step_max <= acc.max)) {  // a NaN among them too: max and sum NaN
 
-      acc.sum *= expf(acc.max - step_max);
+      acc.sum *= kt::exp_approx(acc.max - step_max);
       acc.max = step_max;
     }
 #pragma unroll
@@ -179,17 +179,18 @@ __global__ void __launch_bounds__(THREADS)
 /// dlogits for columns of one row: scale * exp(x - lse), and at the target
 /// scale * (exp(x - lse) - 1) as expm1, exact where a confident prediction
 /// makes it tiny; V is VEC when logits and dlogits share their alignment, else 1.
+/// A vector's elements are all taken as plain columns, branch free, and only
+/// the vector that holds the target (one a row) takes the target's again.
 template <int ROW_THREADS, int V, int UNROLL, class T>
 KT_DEVICE void row_gradient(const T* x, T* d, int vocab, int target, float row_lse, float scale, int t) {
-  auto gradient = [&](float logit, int column) {
-    const float z = logit - row_lse;
-    return kt::from_float<T>(column == target ? scale * expm1f(z) : scale * kt::exp_approx(z));
-  };
+  const auto plain = [&](float logit) { return kt::from_float<T>(scale * kt::exp_approx(logit - row_lse)); };
+  const auto at_target = [&](float logit) { return kt::from_float<T>(scale * expm1f(logit - row_lse)); };
   const RowSplit split = split_row<V>(x, vocab);
   const int head = split.head, vectors = split.vectors;
   for (int i = t; i < split.edges; i += ROW_THREADS) {
     const int c = split.edge_column(i);
-    d[c] = gradient(kt::to_float(x[c]), c);
+    const float logit = kt::to_float(x[c]);
+    d[c] = c == target ? at_target(logit) : plain(logit);
   }
   const kt::Vec<T, V>* in = reinterpret_cast<const kt::Vec<T, V>*>(x + head);
   kt::Vec<T, V>* out = reinterpret_cast<kt::Vec<T, V>*>(d + head);
@@ -205,8 +206,18 @@ KT_DEVICE void row_gradient(const T* x, T* d, int vocab, int target, float row_l
       const int j = step + u * ROW_THREADS + t;
       if (j < vectors) {
         kt::Vec<T, V> g;
+        // Unsigned: any target, out of range ones too, without overflow.
+        const unsigned first = static_cast<unsigned>(head + j * V);
+        if (static_cast<unsigned>(target) - first < static_cast<unsigned>(V)) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) g.v[k] = gradient(kt::to_float(v[u].v[k]), head + j * V + k);
+          for (int k = 0; k < V; ++k) {
+            const float logit = kt::to_float(v[u].v[k]);
+            g.v[k] = first + k == static_cast<unsigned>(target) ? at_target(logit) : plain(logit);
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < V; ++k) g.v[k] = plain(kt::to_float(v[u].v[k]));
+        }
         out[j] = g;
       }
     }

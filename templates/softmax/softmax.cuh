@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(THREADS)
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i)
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) max = z[i][k] > max ? z[i][k] : max;
+    for (int k = 0; k < VEC; ++k) max = fmaxf(max, z[i][k]);  // one instruction; a NaN z makes its exp NaN
   max = kt::row_reduce<THREADS, ROW_THREADS>(max, warp_partials, kt::MaxOp{});
   float sum = 0.0f;
 #pragma unroll
