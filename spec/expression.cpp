@@ -304,6 +304,17 @@ Expression::Expression(std::string text, std::string what, const std::vector<std
                     fmt::format("{}: '=' at position {} would assign; write '==' to compare{}", what_, i,
                                 next == '<' || next == '>' ? fmt::format(" (or '{}=' for '={}')", next, next) : ""));
     }
+    // Parentheses and brackets balanced, said here: rewriting an `in` list, or a chained comparison, in an
+    // unclosed one could close it ('a in (1, (3)' read as 'a in (1, 3)').
+    std::vector<std::size_t> open;
+    for (std::size_t i = 0; i < text_.size(); ++i) {
+      if (text_[i] == '(' || text_[i] == '[') open.push_back(i);
+      if (text_[i] != ')' && text_[i] != ']') continue;
+      KTUNE_REQUIRE(!open.empty(), fmt::format("{}: '{}' at position {} closes nothing", what_, text_[i], i));
+      open.pop_back();
+    }
+    KTUNE_REQUIRE(open.empty(), fmt::format("{}: '{}' at position {} is never closed", what_, text_[open.front()],
+                                            open.front()));
     const std::string spelt = with_operators(text_);
     try {
       p.SetExpr(unchain(spelt));

@@ -84,8 +84,9 @@ class Expander {
         --depth;
       }
       std::smatch m;
-      if (std::regex_search(line, m, include)) {
-        include_file(m[1].str(), path, line_no);
+      // One under `#ifndef KT_EMULATION` that none of ours holds is the GPU compiler's to find ("cuda_fp16.h"), as
+      // an include of <...> is: kept as written.
+      if (std::regex_search(line, m, include) && include_file(m[1].str(), path, line_no, gpu_only_depth > 0)) {
         out_.text += fmt::format("#line {} \"{}\"\n", line_no + 1, path.filename().string());
         continue;
       }
@@ -103,18 +104,23 @@ class Expander {
   ExpandedSource take() { return std::move(out_); }
 
  private:
-  void include_file(const std::string& name, const fs::path& from, int line_no) {
+  /// Expands include `name` of `from`; false where none is found and the include is `gpu_only`.
+  bool include_file(const std::string& name, const fs::path& from, int line_no, bool gpu_only) {
     std::error_code ec;
     std::vector<fs::path> tried = {from.parent_path() / name};
     for (const auto& d : spec_.include_dirs) tried.push_back(d / name);
     for (const auto& p : tried)
-      if (fs::is_regular_file(p, ec)) return file(p);
+      if (fs::is_regular_file(p, ec)) {
+        file(p);
+        return true;
+      }
     // ktune's device headers: "kt.cuh" (or "common/kt.cuh") brings the kt:: API of the templates.
     for (const std::string& embedded : {name, "common/" + name})
       if (templates::embedded_files().count(embedded)) {
         if (seen_.insert("embedded:" + embedded).second) out_.text += templates::expand_includes(embedded) + "\n";
-        return;
+        return true;
       }
+    if (gpu_only) return false;
     std::string looked;
     for (const auto& p : tried) looked += (looked.empty() ? "" : ", ") + p.string();
     throw_error(ErrorKind::kInvalidInput, fmt::format("{}:{}: #include \"{}\" not found (looked at {})",

@@ -210,6 +210,8 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     templates::Problem p{spec->dtypes.front(), {}};
     r.require(dims.is_object(), what + " must be an object of dimension sizes");
     for (const auto& [k, v] : dims.items()) {
+      r.require(is_identifier(k),
+                fmt::format("{}: dimension '{}' must be an identifier (letters, digits, _)", what, k));
       r.require(!is_expression_word(k), reserved(what + ": dimension", k));
       r.require(v.is_number_integer() && v.get<std::int64_t>() >= 1,
                 fmt::format("{}: dimension '{}' must be a positive integer, got {}", what, k, excerpt(v.dump())));
@@ -496,8 +498,7 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
     reference.kind = ref.contains("kernel") ? ReferenceSpec::Kind::kKernel : ReferenceSpec::Kind::kConfig;
     r.require(ref.contains("kernel") || ref.contains("config"),
               "reference needs 'kernel' (another kernel of the source), 'config' or 'files'");
-    reference.config = ref.contains("config") ? r.config(ref["config"], spec->space, "reference config", false)
-                                              : spec->default_config.value_or(spec->space.at(0));
+    if (ref.contains("config")) reference.config = r.config(ref["config"], spec->space, "reference config", false);
     if (ref.contains("kernel")) {
       reference.kernel = r.string_at(ref, "kernel", "reference");
       for (const auto& part : braced_parts(reference.kernel, r))

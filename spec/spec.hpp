@@ -58,7 +58,9 @@ struct ReferenceSpec {
   std::string kernel;
   std::vector<std::unique_ptr<Expression>> kernel_parts;  ///< its {expr} parts (null: {dtype})
   std::vector<std::unique_ptr<Expression>> grid, block;
-  Config config;  ///< kKernel, kConfig: the tunables' values the reference runs with
+  /// kKernel, kConfig: the tunables' values the reference runs with; empty (a kernel given without `config`): the
+  /// problem's default config (the spec's `default` where valid, else the first valid point).
+  std::optional<Config> config;
   std::map<std::string, std::filesystem::path> files;  ///< kFiles: output buffer -> answer file
 };
 
@@ -93,7 +95,7 @@ struct KernelSpec {
   /// the run-time API may give others; no part of the problem or the cache key.
   std::map<std::string, double> parameters;
   ReferenceSpec reference;
-  std::optional<double> tolerance;  ///< empty: DESIGN.md's for the problem dtype
+  std::optional<double> tolerance;  ///< empty: the looser of each output dtype's and the problem dtype's
   std::optional<double> atol;       ///< empty: 0 (the relative error alone decides)
   std::unique_ptr<Expression> flops, bytes;  ///< null: 0 flops / the buffers' bytes
 };

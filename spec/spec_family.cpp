@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <regex>
@@ -23,14 +24,15 @@
 namespace ktune::spec {
 namespace {
 
-/// A buffer's tolerance where the spec gives none: integers exact; floats the problem's dtype's (f32, tf32,
-/// bf16, f16), else, for a problem of integers, the buffer's own dtype's.
+/// A buffer's tolerance where the spec gives none: integers exact; floats the looser of the buffer's own dtype's
+/// (a bf16 output of an f32 problem holds 8 bits of mantissa) and, for a problem of floats, the problem's dtype's
+/// (an f32 output computed from bf16 inputs).
 double default_tolerance(const std::string& problem_dtype, templates::DType buffer) {
-  using templates::DType;
   if (templates::is_integer(buffer)) return 0.0;
+  const double own = templates::tolerance_for(templates::to_string(buffer));
   for (const char* d : {"f32", "tf32", "bf16", "f16"})
-    if (problem_dtype == d) return templates::tolerance_for(problem_dtype);
-  return templates::tolerance_for(buffer == DType::kF32 ? "f32" : "bf16");
+    if (problem_dtype == d) return std::max(own, templates::tolerance_for(problem_dtype));
+  return own;
 }
 
 using templates::DType;
@@ -86,6 +88,16 @@ void add_scalar(templates::ArgPack& pack, const ArgSpec& a, const Values& v) {
   else if (a.type == "u32") pack.add(static_cast<std::uint32_t>(whole(0, std::numeric_limits<std::uint32_t>::max())));
   else if (a.type == "i64") pack.add(static_cast<std::int64_t>(whole(std::numeric_limits<long long>::min(), kMax)));
   else pack.add(static_cast<std::uint64_t>(whole(0, kMax)));
+}
+
+/// The text of define `macro`'s value at `v`: a whole number in full, else its digits; a value that is no finite
+/// number (a `/` by zero) is no config's, as a C compiler would read `inf` as a name.
+std::string define_value(const std::string& macro, const Expression& e, const Values& v) {
+  const double x = e.eval(v);
+  KTUNE_REQUIRE(std::isfinite(x), fmt::format("define {} '{}' = {:g} is not a finite number (a division by zero?)",
+                                              macro, e.text(), x));
+  return x == std::floor(x) && std::abs(x) < 9e15 ? std::to_string(static_cast<long long>(x))
+                                                  : fmt::format("{:.17g}", x);
 }
 
 /// The spec's text as far as it makes the kernels, their launches and their checks: its JSON without the words
@@ -270,6 +282,13 @@ bool SpecFamily::is_valid(const Config& config, const Problem& problem, const De
       spec_->grid[i]->eval_integer(v, 1, kMaxGridDims[i], fmt::format("CUDA's limit on gridDim.{}", kAxes[i]));
     substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);  // its template arguments whole numbers
     if (spec_->shared_bytes) spec_->shared_bytes->eval_integer(v, 0, device.max_smem_per_block);
+    // The defines and scalar arguments as the render and the launch take them (a division by zero, a count of 1.5
+    // blocks for an i32): said here, so the config is pruned, not a session ended.
+    for (const auto& [macro, e] : spec_->defines)
+      if (e) define_value(macro, *e, v);
+    templates::ArgPack scalars;
+    for (const auto& a : spec_->args)
+      if (a.value) add_scalar(scalars, a, v);
   } catch (const Error& e) {
     return reject(e.what());
   }
@@ -300,10 +319,7 @@ std::string SpecFamily::source_with_defines(const Values& v, const std::string& 
       text += fmt::format("#define {} {}\n", macro, c_type(dtype));
       continue;
     }
-    const double x = e->eval(v);
-    text += fmt::format("#define {} {}\n", macro,
-                        x == std::floor(x) && std::abs(x) < 9e15 ? std::to_string(static_cast<long long>(x))
-                                                                 : fmt::format("{:.17g}", x));
+    text += fmt::format("#define {} {}\n", macro, define_value(macro, *e, v));
   }
   return text + source_.text;
 }
@@ -456,10 +472,13 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
                                const templates::Scalars& parameters) const {
   const ReferenceSpec& ref = spec_->reference;
   require_emulation();
-  Values v = values(ref.config, problem);
+  const Config config = ref.config ? *ref.config : default_config(problem);
+  Values v = values(config, problem);
   for (const auto& [name, value] : parameters) v[name] = value;
-  std::string kernel = substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);
-  if (ref.kind == ReferenceSpec::Kind::kKernel) kernel = substitute(ref.kernel, ref.kernel_parts, v, problem.dtype);
+  // The kernel that runs, alone: the tuned kernel's name need not be one at the reference's config.
+  const std::string kernel = ref.kind == ReferenceSpec::Kind::kKernel
+                                 ? substitute(ref.kernel, ref.kernel_parts, v, problem.dtype)
+                                 : substitute(spec_->kernel, spec_->kernel_parts, v, problem.dtype);
   // The reference's own launch, where it has one, in its macros and its plan.
   const Geometry& grid = ref.grid.empty() ? spec_->grid : ref.grid;
   const Geometry& block = ref.block.empty() ? spec_->block : ref.block;
@@ -471,33 +490,69 @@ void SpecFamily::run_reference(const Problem& problem, templates::Workload& w,
   for (const auto& b : w.buffers) {
     buffers.push_back(backend->allocate(b.bytes.size(), b.name));
     addresses.push_back(buffers.back()->address());
-    if (b.role == Role::kOutput)  // as the tuned kernel's: an element the reference never writes is no answer
-      backend->poison(*buffers.back());
-    else
-      backend->upload(*buffers.back(), b.bytes.data(), b.bytes.size());
   }
   std::vector<Launch> plan;
   plan.push_back(launch(grid, block, v, addresses, problem));
-  try {
-    backend->launch(*backend->load(rendered), plan);
-    backend->synchronize();
-  } catch (const Error& e) {
-    // The spec's own reference: with it failing (an emulation fault, a failed launch), no variant can be checked,
-    // and a session would fail every one. The machine's faults (I/O, a compiler) stay what they are.
-    if (e.kind() != ErrorKind::kCheckFailed && e.kind() != ErrorKind::kCuda) throw;
-    throw_error(ErrorKind::kInvalidInput,
-                fmt::format("{}: the reference {} at {} failed, so no variant can be checked against it: {}",
-                            origin(), kernel, ref.config.str(), e.what()));
-  }
+  std::shared_ptr<const tuner::exec::Module> module;
+  // One run from the inputs as uploaded, the outputs all bits set (`poisoned`) or zeros; the checked buffers after.
+  const auto run = [&](bool poisoned) {
+    for (std::size_t i = 0; i < w.buffers.size(); ++i) {
+      const auto& b = w.buffers[i];
+      if (b.role != Role::kOutput)
+        backend->upload(*buffers[i], b.bytes.data(), b.bytes.size());
+      else if (poisoned)  // as the tuned kernel's: an element the reference never writes is no answer
+        backend->poison(*buffers[i]);
+      else
+        backend->upload(*buffers[i], std::vector<std::byte>(b.bytes.size()).data(), b.bytes.size());
+    }
+    try {
+      if (!module) module = backend->load(rendered);
+      backend->launch(*module, plan);
+      backend->synchronize();
+    } catch (const Error& e) {
+      // The spec's own reference: with it failing (an emulation fault, a failed launch), no variant can be
+      // checked, and a session would fail every one. The machine's faults (I/O, a compiler) stay what they are.
+      if (e.kind() != ErrorKind::kCheckFailed && e.kind() != ErrorKind::kCuda) throw;
+      throw_error(ErrorKind::kInvalidInput,
+                  fmt::format("{}: the reference {} at {} failed, so no variant can be checked against it: {}",
+                              origin(), kernel, config.str(), e.what()));
+    }
+    std::vector<std::vector<std::byte>> out(w.buffers.size());
+    for (std::size_t i = 0; i < w.buffers.size(); ++i)
+      if (checked(spec_->buffers[i])) {
+        out[i].resize(w.buffers[i].bytes.size());
+        backend->download(out[i].data(), *buffers[i], out[i].size());
+      }
+    return out;
+  };
+  std::vector<std::vector<std::byte>> answers = run(true);
+  // Poison is NaN in a float type alone: an integer that held it may be an answer (-1, 255). So an integer output
+  // runs again from zeros, and an element that differs between the two runs was never written.
+  const bool exact = std::any_of(w.buffers.begin(), w.buffers.end(), [](const HostBuffer& b) {
+    return b.role == Role::kOutput && templates::is_integer(b.dtype);
+  });
+  const std::vector<std::vector<std::byte>> again = exact ? run(false) : std::vector<std::vector<std::byte>>();
   for (std::size_t i = 0; i < w.buffers.size(); ++i) {
     auto& b = w.buffers[i];
     if (!checked(spec_->buffers[i])) continue;
-    b.expected.resize(b.bytes.size());
-    backend->download(b.expected.data(), *buffers[i], b.expected.size());
+    b.expected = std::move(answers[i]);
     KTUNE_REQUIRE(std::isfinite(templates::relative_l2(b.dtype, b.expected, b.expected)),
                   fmt::format("{}: the reference {} left NaN or Inf in buffer '{}' (an output starts poisoned, "
                               "NaN in a float type: is every element written? its grid and block?)",
                               origin(), kernel, b.name));
+    if (b.role != Role::kOutput || !templates::is_integer(b.dtype)) continue;
+    const std::size_t size = templates::size_of(b.dtype), n = b.expected.size() / size;
+    std::size_t unwritten = 0, first = 0;
+    for (std::size_t k = n; k-- > 0;)
+      if (std::memcmp(b.expected.data() + k * size, again[i].data() + k * size, size) != 0) {
+        ++unwritten;
+        first = k;
+      }
+    KTUNE_REQUIRE(unwritten == 0,
+                  fmt::format("{}: the reference {} left {} of {} elements of buffer '{}' unwritten, the first at "
+                              "index {} (an output starts poisoned, all bits set, and they kept what each run started "
+                              "them with: is every element written? its grid and block?)",
+                              origin(), kernel, unwritten, n, b.name, first));
   }
 }
 

@@ -926,4 +926,132 @@ __global__ void twice_reference(const float* x, float* y, int n) {  // one block
                                   "poisoned"));
 }
 
+TEST_CASE("spec emu: a reference that leaves an integer output element unwritten is named, though no poison is NaN",
+          "[spec]") {
+  // All bits set is -1 in an int, 255 in a u8: an answer like any other, where a float's is NaN.
+  const auto dir = ktune::test::scratch_dir("spec-reference-unwritten-int");
+  for (const std::string type : {"int", "unsigned char"})
+    std::ofstream(dir / (type == "int" ? "i32.cu" : "u8.cu")) << "__global__ void twice(const " << type << "* x, "
+                                                              << type << R"cu(* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2 * x[i];
+}
+)cu";
+  const auto write_spec = [&](const std::string& dtype, const std::string& grid) {
+    std::ofstream(dir / "twice.json") << R"json({"name": "twice", "source": ")json" << dtype << R"json(.cu",
+      "kernel": "twice", "dtypes": [")json" << dtype << R"json("], "problem": {"n": 100},
+      "tunables": {"block": [32, 64]}, "grid": ")json" << grid << R"json(", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
+      "args": ["x", "y", {"type": "i32", "value": "n"}], "reference": {"config": {"block": 32}}})json";
+  };
+  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "twice.json").string() +
+                          " --config '{\"block\":32}'";
+  std::string out;
+  for (const std::string dtype : {"i32", "u8"}) {
+    INFO(dtype);
+    write_spec(dtype, "div(n, block)");  // 3 blocks of 32: elements 96 to 99 never written
+    CHECK(run_command(run, &out) == 2);
+    CHECK_THAT(out, Catch::Contains((dir / "twice.json").string() +
+                                    ": the reference twice left 4 of 100 elements of buffer 'y' unwritten, the first "
+                                    "at index 96 (an output starts poisoned"));
+    write_spec(dtype, "ceil_div(n, block)");
+    CHECK(run_command(run, &out) == 0);
+    CHECK_THAT(out, Catch::Contains("PASS"));
+  }
+}
+
+TEST_CASE("spec emu: a config whose define or scalar argument fails is pruned, and the session goes on", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-define-arg-pruned");
+  std::ofstream(dir / "fill.cu") << R"cu(__global__ void fill(float* z, int n, int per_block) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) z[i] = 1.0f + 0 * per_block + 0 * X;
+}
+)cu";
+  std::ofstream(dir / "fill.json") << R"json({"name": "fill", "source": "fill.cu", "kernel": "fill",
+      "problem": {"n": 96}, "tunables": {"block": [32, 64, 128]}, "defines": {"X": "n // (block - 128)"},
+      "grid": "ceil_div(n, block)", "block": "block", "buffers": [{"name": "z", "count": "n", "role": "output"}],
+      "args": ["z", {"type": "i32", "value": "n"}, {"type": "i32", "value": "n / block"}],
+      "reference": {"config": {"block": 32}}})json";
+  const std::string spec = (dir / "fill.json").string();
+  std::string out;
+  // block 64: 1.5 blocks per... an i32 of 1.5; block 128: a division by zero in X.
+  CHECK(run_command(ktune_exe().string() + " tune --backend emu --strategy exhaustive --budget 3 --spec " + spec +
+                        " --cache " + (dir / "c.json").string() + " --log " + (dir / "s.log").string(),
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("2 of the 3 points are not valid") &&
+                      Catch::Contains("space exhausted (all 1 valid config measured)"));
+  CHECK(fs::exists(dir / "c.json"));
+  CHECK(run_command(ktune_exe().string() + " render --space --spec " + spec, &out) == 0);
+  CHECK_THAT(out, Catch::Contains("args[2] value 'n / block' = 1.5 is not a whole number") ||
+                      Catch::Contains("define X 'n // (block - 128)': a division by zero here"));
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + spec + " --config '{\"block\":128}'",
+                    &out) == 2);
+  CHECK_THAT(out, Catch::Contains("define X 'n // (block - 128)': a division by zero here"));
+}
+
+TEST_CASE("spec emu: a bf16 output of an f32 problem is checked at bf16's tolerance", "[spec]") {
+  // The kernel rounds its product to bf16 first, as a bf16 pipeline would: within bf16's 1e-2, not f32's 1e-5.
+  const auto dir = ktune::test::scratch_dir("spec-bf16-output");
+  std::ofstream(dir / "fma.cu") << R"cu(#include "kt.cuh"
+__global__ void fma_bf16(const float* a, const float* b, const float* c, __nv_bfloat16* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = kt::from_float<__nv_bfloat16>(kt::to_float(kt::from_float<__nv_bfloat16>(a[i] * b[i])) + c[i]);
+}
+__global__ void fma_reference(const float* a, const float* b, const float* c, __nv_bfloat16* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = kt::from_float<__nv_bfloat16>(a[i] * b[i] + c[i]);
+}
+)cu";
+  std::ofstream(dir / "fma.json") << R"json({"name": "fma_bf16", "source": "fma.cu", "kernel": "fma_bf16",
+      "problem": {"n": 4096}, "tunables": {"block": [64, 128]}, "grid": "ceil_div(n, block)", "block": "block",
+      "buffers": [{"name": "a", "count": "n"}, {"name": "b", "count": "n"}, {"name": "c", "count": "n"},
+                  {"name": "y", "count": "n", "dtype": "bf16", "role": "output"}],
+      "args": ["a", "b", "c", "y", {"type": "i32", "value": "n"}],
+      "reference": {"kernel": "fma_reference", "config": {"block": 64}}})json";
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "fma.json").string(), &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+}
+
+TEST_CASE("spec emu: a reference kernel runs at its config, or without one at the problem's first valid config",
+          "[spec]") {
+  // block 7 is the space's first point and not valid (96 % 7): neither the tuned kernel's name nor its grid is
+  // whole there.
+  const auto dir = ktune::test::scratch_dir("spec-reference-kernel-default");
+  std::ofstream(dir / "fill.cu") << R"cu(template <int BLOCKS>
+__global__ void fill_tiled(const float* x, float* z, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (blockIdx.x < BLOCKS && i < n) z[i] = 2.0f * x[i];
+}
+__global__ void fill_naive(const float* x, float* z, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) z[i] = 2.0f * x[i];
+}
+)cu";
+  const auto write_spec = [&](const std::string& reference) {
+    std::ofstream(dir / "fill.json") << R"json({"name": "fill_tiled", "source": "fill.cu",
+      "kernel": "fill_tiled<{n / block}>", "problem": {"n": 96}, "tunables": {"block": [7, 32, 48]},
+      "restrictions": ["n % block == 0"], "grid": "n / block", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "z", "count": "n", "role": "output"}],
+      "args": ["x", "z", {"type": "i32", "value": "n"}], "reference": )json" << reference << "}";
+  };
+  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "fill.json").string();
+  std::string out;
+  SECTION("with its own geometry") {
+    write_spec(R"json({"kernel": "fill_naive", "grid": "ceil_div(n, 32)", "block": 32})json");
+    CHECK(run_command(run, &out) == 0);
+    CHECK_THAT(out, Catch::Contains("PASS"));
+  }
+  SECTION("at a config where the tuned kernel's name is no whole number") {
+    write_spec(R"json({"kernel": "fill_naive", "config": {"block": 7}, "grid": "ceil_div(n, 7)", "block": 7})json");
+    CHECK(run_command(run, &out) == 0);
+    CHECK_THAT(out, Catch::Contains("PASS"));
+  }
+  SECTION("with the spec's") {
+    write_spec(R"({"kernel": "fill_naive"})");
+    CHECK(run_command(run, &out) == 0);
+    CHECK_THAT(out, Catch::Contains("PASS"));
+  }
+}
+
 }  // namespace spec_spec_emu_test

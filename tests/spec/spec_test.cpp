@@ -222,6 +222,14 @@ TEST_CASE("spec: expressions read Python's spelling, as Kernel Tuner's restricti
                     "restriction: '\u2264' at position 2 is no operator of the expressions");
   CHECK_THROWS_WITH(Expression("x if y else 4", "restriction", {"x", "y"}),
                     Catch::EndsWith("(Python's conditional 'x if c else y' is not read: write c ? x : y)"));
+  // An unclosed parenthesis within an `in` list is no list that closes it.
+  CHECK_THROWS_WITH(Expression("x in (1, (3)", "restriction", {"x"}),
+                    "restriction: '(' at position 5 is never closed");
+  CHECK_THROWS_WITH(Expression("x not in [1, 3", "restriction", {"x"}),
+                    "restriction: '[' at position 9 is never closed");
+  CHECK_THROWS_WITH(Expression("x in (1, 3))", "restriction", {"x"}),
+                    "restriction: ')' at position 11 closes nothing");
+  CHECK(Expression("x in (1, (3))", "restriction", {"x"}).eval({{"x", 3}}) == 1);
   CHECK_THROWS_WITH(Expression("x in y", "restriction", {"x", "y"}),
                     "restriction: unknown name 'in'; known: x, y ('in' takes a parenthesized or bracketed list of "
                     "values: a in (1, 2))");
@@ -295,6 +303,34 @@ TEST_CASE("spec: a kernel's template argument that is no whole number makes the 
   CHECK_THAT(why, Catch::Contains("template argument") && Catch::Contains("= 0.5 is not a whole number"));
   CHECK(family.is_valid(Config({{"threads", 128}, {"vec", 2}}), problem, device, &why));
   CHECK(family.render(Config({{"threads", 128}, {"vec", 2}}), problem).kernels.at(0) == "row_sum<128, 1>");
+}
+
+TEST_CASE("spec: a define or scalar argument that fails for a config makes the config invalid, saying why",
+          "[spec]") {
+  // As a template argument: a division by zero, or a value an integer argument cannot take, is no config's.
+  const auto dir = ktune::test::scratch_dir("spec-define-arg-valid");
+  const auto path = reduction_copy(dir, [](std::string& t) {
+    replace(t, "\"grid\"", "\"defines\": {\"STEPS\": \"cols // (threads - 64)\", \"SCALE\": \"1 / (vec - 4)\"},\n  "
+                           "\"grid\"");
+    replace(t, "{\"type\": \"i32\", \"value\": \"cols\"}", "{\"type\": \"i32\", \"value\": \"cols / threads\"}");
+  });
+  const auto& family = load_spec_family(path);
+  const Problem problem{"f32", {{"rows", 2}, {"cols", 1024}}};
+  const auto device = DeviceLimits::for_arch("sm_90");
+  std::string why;
+  CHECK(family.is_valid(Config({{"threads", 128}, {"vec", 2}}), problem, device, &why));
+  CHECK_FALSE(family.is_valid(Config({{"threads", 64}, {"vec", 2}}), problem, device, &why));
+  CHECK(why == "define STEPS 'cols // (threads - 64)': a division by zero here");
+  CHECK_FALSE(family.is_valid(Config({{"threads", 128}, {"vec", 4}}), problem, device, &why));
+  CHECK(why == "define SCALE '1 / (vec - 4)' = inf is not a finite number (a division by zero?)");
+  CHECK_FALSE(family.is_valid(Config({{"threads", 128}, {"vec", 2}}), Problem{"f32", {{"rows", 2}, {"cols", 1000}}},
+                              device, &why));
+  CHECK_THAT(why, Catch::StartsWith("args[2] value 'cols / threads' = 7.8125 is not a whole number"));
+  // Rendered, the define is a number: never inf or nan.
+  CHECK_THROWS_WITH(family.render(Config({{"threads", 128}, {"vec", 4}}), problem),
+                    Catch::Contains("define SCALE '1 / (vec - 4)' = inf is not a finite number"));
+  CHECK_THAT(family.render(Config({{"threads", 128}, {"vec", 2}}), problem).source,
+             Catch::Contains("#define SCALE -0.5\n#define STEPS 16\n"));
 }
 
 TEST_CASE("spec: run-time parameters are a scalar argument's alone and render lists them", "[spec]") {
@@ -444,6 +480,18 @@ TEST_CASE("spec: bad specs give one line naming what is wrong", "[spec]") {
               "");
     });
     CHECK_THAT(load_error(path), Catch::Contains("'tunables' is empty: a spec tunes at least one parameter"));
+  }
+  SECTION("an unclosed parenthesis in an 'in' list") {
+    const auto path = reduction_copy(dir, [](std::string& t) {
+      replace(t, "\"cols % vec == 0\"", "\"vec in (1, (2, 4, 8)\"");
+    });
+    CHECK(load_error(path) ==
+          path.string() + ": restriction 'vec in (1, (2, 4, 8)': '(' at position 7 is never closed");
+  }
+  SECTION("a dimension that is no identifier") {
+    const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "\"cols\": 1020", "\"cols-1\": 1020"); });
+    CHECK(load_error(path) ==
+          path.string() + ": problem: dimension 'cols-1' must be an identifier (letters, digits, _)");
   }
   SECTION("a missing source") {
     const auto path = reduction_copy(dir, [](std::string& t) { replace(t, "reduction.cu", "reduce.cu"); });
@@ -640,6 +688,20 @@ TEST_CASE("spec: sources include their headers and ktune's kt.cuh, each once", "
   CHECK(family.emulation_gaps().empty());  // kt.cuh's GPU half (asm, extern __shared__) is not the user's code
   write(dir / "reduction.cu", "#include \"missing.cuh\"\n");
   CHECK_THROWS_WITH(load_spec_family(path), Catch::Contains("reduction.cu:1: #include \"missing.cuh\" not found"));
+  // Under #ifndef KT_EMULATION, one none of the folders holds is the GPU compiler's, as an include of <...> is.
+  write(dir / "reduction.cu", "#ifndef KT_EMULATION\n#include \"cuda_fp16.h\"\n#endif\n"
+                              "template <int THREADS, int VEC>\n"
+                              "__global__ void row_sum(const float* x, float* y, int cols) {\n"
+                              "  y[blockIdx.x] = x[threadIdx.x];\n}\n");
+  const auto& gpu_only = load_spec_family(path);
+  CHECK_THAT(gpu_only.render(gpu_only.default_config(gpu_only.problem_classes().front()),
+                             gpu_only.problem_classes().front())
+                 .source,
+             Catch::Contains("#ifndef KT_EMULATION\n#include \"cuda_fp16.h\"\n#endif\n"));
+  CHECK(gpu_only.emulation_gaps().empty());
+  ktune::tuner::CompileCheckOptions o;
+  o.arch = "sm_90";
+  CHECK(ktune::tuner::compile_check({&gpu_only}, o, ktune::tuner::Compiler()).failures == 0);
 }
 
 }  // namespace spec_spec_test
