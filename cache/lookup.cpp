@@ -1,5 +1,6 @@
 // Lookup: exact key, else the nearest tuned shape (log2 distance) of the same
-// family, dtype and stamp on the same arch; stale entries give warnings.
+// family, dtype and stamp on the same arch, measured on a GPU where the query
+// is for one (else on the emulation); stale entries give warnings.
 #include <fmt/format.h>
 
 #include <cmath>
@@ -75,9 +76,13 @@ LookupResult lookup(const std::vector<Entry>& entries, const Key& query, const L
     return std::make_tuple(e.key.driver_version != query.driver_version, e.key.gpu_name != query.gpu_name,
                            e.key.problem_key);
   };
+  // The host emulation (no driver: version 0) times the host, not a GPU: its winners never stand in for a GPU's,
+  // nor a GPU's for its.
+  const auto emulated = [](const Key& k) { return k.driver_version == "0"; };
   for (const Entry& e : entries) {
     if (e.key.family != query.family || e.key.dtype != query.dtype || e.key.arch != query.arch) continue;
     if (!compiled_alike(e)) continue;  // stale for this query: never a fallback either
+    if (emulated(e.key) != emulated(query)) continue;
     const auto d = shape_distance(e.key.dims, query.dims);
     if (!d) continue;
     if (!dims_agree(e.key)) {  // which shape it was tuned for is not known: no nearest shape

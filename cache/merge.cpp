@@ -101,16 +101,18 @@ std::size_t prune_entries(std::vector<Entry>& entries, const PruneOptions& optio
     kept.push_back(e);
   }
   if (options.superseded) {
-    std::map<std::string, std::string> newest;  // where() → newest date
+    // Per where(), the entries this build can use first, then the newest date.
+    const auto rank = [&](const Entry& e) { return std::make_pair(!options.usable || options.usable(e), e.date); };
+    std::map<std::string, std::pair<bool, std::string>> best;  // where() → best rank
     for (const Entry& e : kept) {
-      std::string& d = newest[e.key.where()];
-      d = std::max(d, e.date);
+      auto [it, fresh] = best.try_emplace(e.key.where(), rank(e));
+      if (!fresh) it->second = std::max(it->second, rank(e));
     }
-    std::map<std::string, bool> kept_newest;  // one survivor per where(), even on equal dates
+    std::map<std::string, bool> kept_best;  // one survivor per where(), even on equal ranks
     std::erase_if(kept, [&](const Entry& e) {
       if (!options.family.empty() && e.key.family != options.family) return false;  // another family's: untouched
-      if (e.date != newest[e.key.where()] || kept_newest[e.key.where()]) return true;
-      kept_newest[e.key.where()] = true;
+      if (rank(e) != best[e.key.where()] || kept_best[e.key.where()]) return true;
+      kept_best[e.key.where()] = true;
       return false;
     });
   }

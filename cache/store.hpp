@@ -95,8 +95,12 @@ MergeCount merge_entries(std::vector<Entry>& into, const std::vector<Entry>& inc
 /// What `ktune cache prune` drops.
 struct PruneOptions {
   /// Entries with the same family, problem, dtype, arch and GPU as a newer
-  /// entry (by date) go.
+  /// entry (by date) go; where `usable` is given, an entry it says this build
+  /// can use is kept over any it says not, whatever their dates.
   bool superseded = true;
+  /// Whether this build can use an entry (its family's kernel source is this
+  /// build's, and its config is in the space); empty: every entry can.
+  std::function<bool(const Entry&)> usable;
   /// When non-empty, only this family's entries are pruned (every rule);
   /// the others stay as they are.
   std::string family;

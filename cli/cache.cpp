@@ -365,6 +365,11 @@ void add_cache_command(CLI::App& app, Global& global) {
                   "--spec tells a kernel spec's entries stale: it goes with --stale");
     const auto families = args->known_families();
     args->prune.superseded = !args->keep_superseded;
+    // Of one problem's entries, one this build can use outlives a newer one it cannot (another ktune's).
+    args->prune.usable = [&families](const cache::Entry& e) {
+      const std::string state = source_state(e, families);
+      return state != "stale" && state != "off the space";
+    };
     cache::CacheFile file(args->file);
     const auto held = file.load_input();  // a missing file is an error, not an empty cache
     const auto& p = args->prune;

@@ -152,7 +152,9 @@ void add_tune_command(CLI::App& app, Global& global) {
       ->check(integer_within(1, 100000, "in 1..100000"))
       ->default_str("auto");
   cmd->add_option("--shard", opts->shard, "i/n: tune only the configs whose space index is i modulo n (for a "
-                                          "Slurm array or MPI ranks; merge the caches with `ktune cache merge`)");
+                                          "Slurm array or MPI ranks; merge the caches with `ktune cache merge`); "
+                                          "each shard logs apart, and the cache's entry stays unless it measured "
+                                          "that entry's config or found a faster one");
   cmd->add_option("--export-kt", opts->export_kt,
                   "Also write this session's evaluations as a Kernel Tuner cache file (.json or .json.gz)")
       ->check(output_file());
@@ -222,7 +224,8 @@ void add_tune_command(CLI::App& app, Global& global) {
                             {"--export-kt", opts->export_kt}});
     // Logs go under the cache folder unless --log says where (a prefix with --model).
     const auto log_path_of = [&](const tuner::KernelRequest& r) {
-      const std::string default_log = tuner::default_log_path(*r.family, r.problem);
+      const std::string default_log =
+          tuner::default_log_path(*r.family, r.problem, opts->tune.shard_index, opts->tune.shard_count);
       const std::string name = std::filesystem::path(default_log).filename().string();
       return opts->log.empty()      ? default_log
              : log_folder           ? (std::filesystem::path(opts->log) / name).string()
@@ -289,7 +292,9 @@ void add_tune_command(CLI::App& app, Global& global) {
     std::string tops;
     std::string method;
     std::vector<std::string> logs, previous_logs, failed;
-    std::size_t kept_others = 0;  // winners not written: what another process wrote meanwhile was better
+    // Winners not written: what the cache held and the session did not measure (another process wrote it
+    // meanwhile, or a stop or another shard left it unmeasured) was better.
+    std::size_t kept_others = 0;
     // A stop signal ends the session after its evaluation under way: its best so far goes into the cache, the
     // kernels after it are left for --resume.
     // The handler writes it as it is: made before it is installed, alive while it is.
@@ -444,13 +449,18 @@ void add_tune_command(CLI::App& app, Global& global) {
       std::optional<cache::DeterministicPick> other_pick;  // and such a deterministic pick
       try {
         const cache::Entry entry = tuner::cache_entry(family, problem, runner->device(), summary);
+        // What the winner competed with: the entries read at the start, less this key's where its config was not
+        // measured (a stop came first, or it lies in another shard): that one stays unless the winner is faster.
+        std::vector<cache::Entry> seen = cached;
+        if (!summary.incumbent_competed)
+          std::erase_if(seen, [&](const cache::Entry& e) { return e.key.identity() == entry.key.identity(); });
         if (tune.deterministic) {
           const auto put = cache_file.put_deterministic_pick(
-              entry, cached, [&](const nlohmann::json& config) { return !deterministic_config(family, config); });
+              entry, seen, [&](const nlohmann::json& config) { return !deterministic_config(family, config); });
           beside = put.beside;
           other_pick = put.kept;
         }
-        if (!beside) other = cache_file.put_winner(entry, cached);
+        if (!beside) other = cache_file.put_winner(entry, seen);
         if (other || other_pick) ++kept_others;
       } catch (const Error& e) {  // a full disk: the winner and where the measurements are kept
         if (e.kind() != ErrorKind::kIo) throw;
@@ -465,18 +475,20 @@ void add_tune_command(CLI::App& app, Global& global) {
       method = t.method;
       if (!summary.kept_note.empty() && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: {}\n", family.name(), problem.key(), summary.kept_note);
+      const std::string unmeasured = summary.incumbent_competed
+                                         ? "written by another process during this session, which did not measure it"
+                                         : "which this session did not measure (it stopped first, or the config "
+                                           "lies in another shard)";
       if (other && print != env::PrintLevel::kQuiet && !global.json)
-        tops += fmt::format("{} on {}: {} holds {} at {:.4f} ms (p20-p80 {:.4f}-{:.4f}), written by another process "
-                            "during this session, which did not measure it; it is kept, as `ktune cache merge` keeps "
-                            "the better measured of two, and this session's winner is not written\n",
+        tops += fmt::format("{} on {}: {} holds {} at {:.4f} ms (p20-p80 {:.4f}-{:.4f}), {}; it is kept, as `ktune "
+                            "cache merge` keeps the better measured of two, and this session's winner is not written\n",
                             family.name(), problem.key(), opts->cache, other->config.dump(), other->time_ms,
-                            other->p20_ms, other->p80_ms);
+                            other->p20_ms, other->p80_ms, unmeasured);
       if (other_pick && print != env::PrintLevel::kQuiet && !global.json)
-        tops += fmt::format("{} on {}: {} holds the deterministic pick {} at {:.4f} ms, written by another process "
-                            "during this session, which did not measure it; it is kept, the faster of the two, and "
-                            "this session's winner is not written\n",
+        tops += fmt::format("{} on {}: {} holds the deterministic pick {} at {:.4f} ms, {}; it is kept, the faster of "
+                            "the two, and this session's winner is not written\n",
                             family.name(), problem.key(), opts->cache, other_pick->config.dump(),
-                            other_pick->time_ms);
+                            other_pick->time_ms, unmeasured);
       else if (beside && print != env::PrintLevel::kQuiet && !global.json)
         tops += fmt::format("{} on {}: the winner goes into {} as the deterministic pick beside the entry's config, "
                             "which sums by atomics\n",
@@ -542,7 +554,9 @@ void add_tune_command(CLI::App& app, Global& global) {
                                         results.size() - kept_others == 1 ? "" : "s", opts->cache);
       const std::string others =
           kept_others == 0 ? ""
-                           : fmt::format(" ({} kept what another process wrote meanwhile)", kept_others);
+                           : fmt::format(" ({} kept the better entry the cache held, which the session did not "
+                                         "measure)",
+                                         kept_others);
       std::cout << fmt::format("{}{}; session log{} {}\n", written, others, logs.size() == 1 ? "" : "s", where);
       if (!previous_logs.empty())
         std::cout << fmt::format("the previous session's log{} kept as {}\n", previous_logs.size() == 1 ? "" : "s",

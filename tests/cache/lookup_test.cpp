@@ -135,6 +135,22 @@ TEST_CASE("an entry of another driver stands in as a nearest one, after this dri
   CHECK_THAT(cache.lookup(key_for(1 << 20)).reason, Catch::Contains("under driver 12080 (now 13000)"));
 }
 
+TEST_CASE("the host emulation's entries never stand in for a GPU's, nor a GPU's for the emulation's", "[cache]") {
+  // The emulation times the host (no driver: version 0); its winner says nothing of a GPU, even at distance 0.
+  Key emulated = key_for(1 << 20);
+  emulated.gpu_name = "host emulation (sm_90 limits)";
+  emulated.driver_version = "0";
+  const Entry on_host = entry_for(emulated, 64);
+  const Entry on_gpu = entry_for(key_for(1 << 24), 512);  // this GPU's, of a shape further away
+  CHECK(lookup({on_host}, key_for(1 << 20)).match == Match::kNone);
+  CHECK(lookup({on_host, on_gpu}, key_for(1 << 20)).entry->config["block"] == 512);
+  Key host_query = key_for(1 << 22);
+  host_query.gpu_name = emulated.gpu_name;
+  host_query.driver_version = "0";
+  CHECK(lookup({on_gpu}, host_query).match == Match::kNone);
+  CHECK(lookup({on_gpu, on_host}, host_query).entry->config["block"] == 64);
+}
+
 TEST_CASE("merge keeps the faster entry, or the better measured within the noise", "[cache]") {
   const Key k = key_for(1 << 20);
   SECTION("clearly faster wins") {

@@ -510,6 +510,28 @@ TEST_CASE("prune: the version filters go first, and what they drop supersedes no
   CHECK(entries.front().key.source_hash == "h1");
 }
 
+TEST_CASE("prune keeps the entry this build can use over a newer one of another ktune's source", "[cache]") {
+  // A fleet of two ktune versions writes one cache: the other version's entry is newer, and this build cannot
+  // use it (its kernel source differs); this build's own entry stays, the other goes.
+  Entry current = make_entry("f32;numel=8;tensors=4", 8);
+  current.date = "2026-11-29T00:00:00Z";
+  Entry other_source = current;
+  other_source.key.source_hash = "h0";
+  other_source.config = {{"block", 128}, {"vec", 2}};
+  other_source.date = "2027-01-01T00:00:00Z";
+  PruneOptions options;
+  options.usable = [](const Entry& e) { return e.key.source_hash == "h1"; };
+  std::vector<Entry> entries{other_source, current};
+  CHECK(prune_entries(entries, options) == 1);
+  REQUIRE(entries.size() == 1);
+  CHECK(entries.front().key.source_hash == "h1");
+  // Without the predicate (every entry usable), the newest stays, as before.
+  entries = {other_source, current};
+  CHECK(prune_entries(entries, PruneOptions{}) == 1);
+  REQUIRE(entries.size() == 1);
+  CHECK(entries.front().key.source_hash == "h0");
+}
+
 TEST_CASE("prune --family prunes that family only, its superseded entries too", "[cache]") {
   Entry older = make_entry("f32;numel=8;tensors=4", 8);
   older.date = "2026-11-29T00:00:00Z";

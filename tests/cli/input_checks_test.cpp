@@ -296,6 +296,13 @@ TEST_CASE("CLI: tune --resume refuses a file that is no session log, a new sessi
   // Without --resume too: the message offers no --resume that would be refused.
   CHECK(run_bad(tune + "--budget 3 --log " + log.string(), &err) == 2);
   CHECK_THAT(err, Catch::Contains("holds results of kernel source \"0123\"") && !Catch::Contains("give --resume"));
+  // Nor one whose code another NVRTC compiled.
+  REQUIRE(header.at("session").contains("nvrtc"));
+  nlohmann::json other_nvrtc = header;
+  other_nvrtc["session"]["nvrtc"] = "11.8";
+  std::ofstream(log) << other_nvrtc.dump() << lines.substr(lines.find('\n'));
+  CHECK(run_bad(tune + "--budget 3 --resume --log " + log.string(), &err) == 2);
+  CHECK_THAT(err, Catch::Contains("holds results of NVRTC \"11.8\""));
   for (const char* timeout : {"0", "-1", "nan", "inf", "1e300"}) {
     INFO(timeout);
     CHECK(run_bad(tune + "--log " + (dir / "t.log").string() + " --timeout " + timeout, &err) == 2);

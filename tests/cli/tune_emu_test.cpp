@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -51,6 +52,48 @@ TEST_CASE("CLI: ktune tune runs with every strategy and writes the winner", "[cl
                     &out) == 2);
   CHECK_THAT(out, Catch::Contains("unknown strategy 'hill'; known: "));
   CHECK_FALSE(std::filesystem::exists(dir / "none.json"));
+}
+
+TEST_CASE("CLI: a shard that did not measure the cache's config keeps its faster entry, and says why", "[cli]") {
+  const auto dir = ktune::test::scratch_dir("cli-tune-shard-keeps");
+  const auto cache = dir / "tuned.json";
+  const std::string problem = R"('{"dtype":"f32","dims":{"rows":4,"dim":32}}')";
+  const std::string tune = ktune_exe().string() + " tune --backend emu --family rmsnorm_fwd --problem " + problem +
+                           " --budget 2 --cache " + cache.string() + " --log ";
+  const std::string first_log = (dir / "first.log").string();
+  std::string out;
+  REQUIRE(run_command(tune + first_log, &out) == 0);
+  // The entry's config becomes another valid one, measured (by hand) far faster than anything here.
+  const auto& family = ktune::templates::find_family("rmsnorm_fwd");
+  const ktune::templates::Problem p{"f32", {{"rows", 4}, {"dim", 32}}};
+  const auto device = ktune::DeviceLimits::for_arch("sm_90");
+  std::optional<ktune::Config> other;
+  for (std::uint64_t i = 0; i < family.space().size() && !other; ++i)
+    if (const auto c = family.space().at(i); c != family.default_config(p) && family.is_valid(c, p, device))
+      other = c;
+  REQUIRE(other);
+  auto j = nlohmann::json::parse(ktune::read_file(cache));
+  auto& entry = j.at("entries").at(0);
+  entry["config"] = other->to_json();
+  entry["time_ms"] = 1e-6;
+  entry["p20_ms"] = 0.9e-6;
+  entry["p80_ms"] = 1.1e-6;
+  entry["evaluations"] = 500;
+  ktune::write_file_atomic(cache, j.dump(1));
+  const std::string shard = " --shard " + std::to_string(1 - *family.space().index_of(*other) % 2) + "/2";
+  // A shard's session does not resume the whole space's log, whose results are not all its own.
+  REQUIRE(run_command(tune + first_log + " --resume" + shard, &out) == 2);
+  CHECK_THAT(out, Catch::Contains("holds results of shard \"0/1\""));
+  // The shard that does not hold the cache's config never measures it: the entry stays, as it was.
+  REQUIRE(run_command(tune + (dir / "shard.log").string() + shard, &out) == 0);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("which this session did not measure (it stopped first, or the config lies in "
+                                  "another shard); it is kept"));
+  CHECK_THAT(out, Catch::Contains("0 winners written to"));
+  const auto kept = nlohmann::json::parse(ktune::read_file(cache)).at("entries").at(0);
+  CHECK(kept.at("config") == other->to_json());
+  CHECK(kept.at("time_ms") == 1e-6);
+  CHECK(kept.at("evaluations") == 500);
 }
 
 TEST_CASE("CLI: tune takes the warm-up and repetition counts of its measurements", "[cli]") {

@@ -255,9 +255,10 @@ std::optional<std::string> not_resumable(const std::string& path, const nlohmann
       logged.value("problem", "") != session.value("problem", ""))
     return fmt::format("session log {} is for {} on {}, not {} on {}", path, logged.value("family", ""),
                        logged.value("problem", ""), session.value("family", ""), session.value("problem", ""));
-  for (const std::string key : {"backend", "gpu", "arch", "source_hash"}) {
+  // A log without a key (an older ktune's) is taken as this session's there.
+  for (const std::string key : {"backend", "gpu", "arch", "source_hash", "nvrtc", "shard"}) {
     const nlohmann::json& value = logged.contains(key) ? logged[key] : session.at(key);
-    const std::string named = key == "source_hash" ? "kernel source" : key;
+    const std::string named = key == "source_hash" ? "kernel source" : key == "nvrtc" ? "NVRTC" : key;
     if (value != session.at(key))
       return fmt::format("session log {} holds results of {} {}, this session's {} is {}: they are not its results",
                          path, named, value.dump(), named, session.at(key).dump());
@@ -562,7 +563,8 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   const Config def = session_default(family, problem, device, options.deterministic);
   nlohmann::json session = {
       {"family", family.name()}, {"problem", problem.key()}, {"arch", device.arch}, {"gpu", device.name},
-      {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"strategy", options.strategy},
+      {"backend", runner.backend()}, {"source_hash", family.source_hash()}, {"nvrtc", nvrtc_version()},
+      {"shard", fmt::format("{}/{}", options.shard_index, options.shard_count)}, {"strategy", options.strategy},
       {"seed", options.seed}, {"problem_json", problem.to_json()}, {"peak_bandwidth_gbs", device.peak_bandwidth_gbs}};
   if (options.deterministic) session["deterministic"] = true;
   nlohmann::json header, finished;
@@ -642,17 +644,26 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
                             [&](const search::SearchState& s) { return evaluator.with_unasked(s); });
   const search::SearchResult found = search::run_search(evaluator, *strategy, until, callbacks, first);
   const bool interrupted = until.interrupted();
-  if (incumbent && !interrupted && !evaluator.done().count(*options.incumbent)) evaluator.record(*options.incumbent);
+  // The cache's config competes where the search did not propose it within its budget: measured now, and counted.
+  const bool incumbent_late = incumbent && !interrupted && !evaluator.done().count(*options.incumbent);
+  if (incumbent_late) evaluator.record(*options.incumbent);
+  // The cache's entry is replaced only where its config competed: measured here (by this session or its log),
+  // or no longer valid here. One a stop or another shard left unmeasured stays unless the winner beats it.
+  summary.incumbent_competed = !options.incumbent || evaluator.done().count(*options.incumbent) > 0 ||
+                               !family.space().index_of(*options.incumbent) ||
+                               !family.is_valid(*options.incumbent, problem, device, nullptr);
   summary.stopped_by = interrupted ? "a stop signal" : found.stopped_by;
   const search::SearchState spent = evaluator.with_unasked(found.state);
   // The logged results the search did not ask for are the session's too: in its count and its records.
   for (const Config& c : evaluator.unasked())
     summary.records.push_back({summary.records.size(), c, evaluator.evaluate(c)});
+  if (incumbent_late)
+    summary.records.push_back({summary.records.size(), *options.incumbent, evaluator.evaluate(*options.incumbent)});
   summary.resumed = evaluator.resumed_count;
   summary.valid_points = evaluator.valid_points();
   summary.compile_seconds = evaluator.compile_ms / 1e3;
-  summary.evaluations = spent.evaluations;
-  summary.failures = spent.failures;
+  summary.evaluations = spent.evaluations + (incumbent_late ? 1 : 0);
+  summary.failures = spent.failures + (incumbent_late && !summary.records.back().outcome.ok ? 1 : 0);
   for (const auto& r : summary.records)
     summary.pruned += r.outcome.failure.rfind("pruned:", 0) == 0 ? 1 : 0;
   if (const auto it = evaluator.done().find(def); it != evaluator.done().end()) summary.default_run = it->second;
@@ -853,26 +864,44 @@ Config session_default(const templates::Family& family, const templates::Problem
 
 bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
                     const templates::Problem& problem, const templates::DeviceLimits& device) {
-  const std::string where = cache_key(family, problem, device).where();
-  bool found = false;
+  const cache::Key key = cache_key(family, problem, device);
+  // The entry of this very key (of duplicates, the one a merge keeps), else the newest of this problem and GPU
+  // under another source, NVRTC or driver: its config is worth measuring, but its search was of other code or
+  // another driver, and its count of configs measured is not this key's.
+  const cache::Entry* exact = nullptr;
+  const cache::Entry* stale = nullptr;
   for (const auto& e : entries) {
-    if (e.key.where() != where) continue;
+    if (e.key.where() != key.where()) continue;
     try {
-      options.incumbent = Config::from_json(e.config);
-      if (options.deterministic && !family.deterministic(*options.incumbent) && e.deterministic)
-        options.incumbent = Config::from_json(e.deterministic->config);
-      options.incumbent_evaluations = e.evaluations;
-      found = true;
+      (void)Config::from_json(e.config);
     } catch (const Error&) {  // not a config: the session's own configs decide
+      continue;
+    }
+    if (e.key.identity() == key.identity()) {
+      if (!exact || cache::better_than(e, *exact)) exact = &e;
+    } else if (!stale || e.date > stale->date) {
+      stale = &e;
     }
   }
-  return found;
+  const cache::Entry* taken = exact ? exact : stale;
+  if (!taken) return false;
+  options.incumbent = Config::from_json(taken->config);
+  if (options.deterministic && !family.deterministic(*options.incumbent) && taken->deterministic) {
+    try {
+      options.incumbent = Config::from_json(taken->deterministic->config);
+    } catch (const Error&) {
+    }
+  }
+  options.incumbent_evaluations = exact ? taken->evaluations : 0;
+  return true;
 }
 
-std::string default_log_path(const templates::Family& family, const templates::Problem& problem) {
+std::string default_log_path(const templates::Family& family, const templates::Problem& problem,
+                             std::uint64_t shard_index, std::uint64_t shard_count) {
   std::string tag = problem.key();  // "f32;numel=16384;tensors=4" -> "f32-numel16384-tensors4"
   std::replace(tag.begin(), tag.end(), ';', '-');
   tag.erase(std::remove(tag.begin(), tag.end(), '='), tag.end());
+  if (shard_count > 1) tag += fmt::format(".shard{}of{}", shard_index, shard_count);
   return (env::session_log_dir() / (family.name() + "." + tag + ".log")).string();
 }
 

@@ -101,6 +101,10 @@ struct TuneSummary {
   /// The configs measured by the searches behind the winner: this session's, or the incumbent's search's where
   /// it stays and measured more.
   std::uint64_t evaluations_behind = 0;
+  /// Whether the cache's config for the problem (TuneOptions::incumbent) competed with the winner: measured here,
+  /// or no longer valid here, or there was none. Where not (a stop came first, or it lies in another shard), the
+  /// winner replaces the cache's entry only where it is faster (cache::CacheFile::put_winner's rule).
+  bool incumbent_competed = true;
   std::string log_path;                 ///< where the session logged (TuneOptions::log_path, or beside it)
   std::string previous_log;             ///< where the default log it replaced went (at its first result), or ""
   double seconds = 0;
@@ -132,14 +136,17 @@ Config session_default(const templates::Family& family, const templates::Problem
 
 /// Sets `options`' incumbent (and its count of configs measured) from the entry of `entries` for `family` on
 /// `problem` and `device`, where there is one whose config reads (with `options.deterministic`, its deterministic
-/// pick where its config sums by atomics); returns whether it found one.
+/// pick where its config sums by atomics): the entry of the session's very key (source, NVRTC, driver), else the
+/// newest of another, whose config competes with no count of configs measured; returns whether it found one.
 bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entries, const templates::Family& family,
                     const templates::Problem& problem, const templates::DeviceLimits& device);
 
 /// Where `ktune tune` logs a session when no --log is given: under the cache
 /// folder (env::session_log_dir()), `<family>.<dtype>-<dim><value>....log`, so
-/// the working folder stays clean and --resume finds it again.
-std::string default_log_path(const templates::Family& family, const templates::Problem& problem);
+/// the working folder stays clean and --resume finds it again; a shard's (--shard i/n, n > 1) ends
+/// `.shard<i>of<n>.log`, so shards sharing the folder keep apart.
+std::string default_log_path(const templates::Family& family, const templates::Problem& problem,
+                             std::uint64_t shard_index = 0, std::uint64_t shard_count = 1);
 
 /// Whether the file at `path` holds a session's results, not just a header
 /// (a log that a fresh session refuses to replace where it is the user's

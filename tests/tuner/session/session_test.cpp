@@ -337,6 +337,89 @@ TEST_CASE("the cache's config for the problem is measured in the session, so onl
   CHECK(tune(family, problem, slower, o).best->config != cached);
 }
 
+TEST_CASE("the cache's config competes only where the session measured it (a stop before it, or another shard, "
+          "leaves it to the merge rule), and measured past the budget it is counted",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const Config cached({{"threads", 128}, {"vec", 2}});
+  TuneOptions o;
+  o.run.time = true;
+  o.incumbent = cached;
+  SECTION("measured past the budget: in the count and the records") {
+    o.budget = "1";  // the default alone, within the budget
+    ScriptedRunner runner;
+    const auto s = tune(family, problem, runner, o);
+    CHECK(runner.seen.count(cached));
+    CHECK(s.incumbent_competed);
+    CHECK(s.evaluations == 2);
+    CHECK(std::any_of(s.records.begin(), s.records.end(), [&](const auto& r) { return r.config == cached; }));
+  }
+  SECTION("a stop before it") {
+    ScriptedRunner runner;
+    o.should_stop = [&runner] { return runner.calls > 0; };  // after the default
+    const auto s = tune(family, problem, runner, o);
+    CHECK_FALSE(runner.seen.count(cached));
+    CHECK_FALSE(s.incumbent_competed);
+  }
+  SECTION("in another shard, or in this one") {
+    o.shard_count = 2;
+    const std::uint64_t its_shard = *family.space().index_of(cached) % 2;
+    o.shard_index = 1 - its_shard;
+    ScriptedRunner other;
+    CHECK_FALSE(tune(family, problem, other, o).incumbent_competed);
+    CHECK_FALSE(other.seen.count(cached));
+    o.shard_index = its_shard;
+    ScriptedRunner own;
+    CHECK(tune(family, problem, own, o).incumbent_competed);
+    CHECK(own.seen.count(cached));
+  }
+  SECTION("no longer valid here: nothing to keep") {
+    o.incumbent = Config({{"threads", 96}, {"vec", 2}});  // not a point of the space
+    o.should_stop = [] { return true; };
+    ScriptedRunner runner;
+    CHECK(tune(family, problem, runner, o).incumbent_competed);
+  }
+}
+
+TEST_CASE("the incumbent is the entry of the session's own key, not another driver's or source's, which competes "
+          "only where none is, without its count",
+          "[session]") {
+  const auto& family = templates::find_family("adamw_single");
+  const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
+  const ScriptedRunner runner;
+  const cache::Key key = cache_key(family, problem, runner.device());
+  const auto entry = [&](const cache::Key& k, const Config& c, std::int64_t evaluations, const std::string& date) {
+    cache::Entry e;
+    e.key = k;
+    e.config = c.to_json();
+    e.time_ms = e.p20_ms = e.p80_ms = 1.0;
+    e.repetitions = 10;
+    e.evaluations = evaluations;
+    e.date = date;
+    return e;
+  };
+  cache::Key other_driver = key;
+  other_driver.driver_version = "99999";
+  const Config own({{"threads", 128}, {"vec", 2}}), theirs({{"threads", 512}, {"vec", 1}});
+  // The other driver's entry comes last and is newer: the session's own key's is taken all the same.
+  const std::vector<cache::Entry> both = {entry(key, own, 50, "2026-01-01T00:00:00Z"),
+                                          entry(other_driver, theirs, 999, "2027-01-01T00:00:00Z")};
+  TuneOptions o;
+  REQUIRE(take_incumbent(o, both, family, problem, runner.device()));
+  CHECK(*o.incumbent == own);
+  CHECK(o.incumbent_evaluations == 50);
+  TuneOptions alone;
+  REQUIRE(take_incumbent(alone, {both[1]}, family, problem, runner.device()));
+  CHECK(*alone.incumbent == theirs);
+  CHECK(alone.incumbent_evaluations == 0);
+  cache::Key other_problem = key;
+  other_problem.problem_key += "x";
+  TuneOptions none;
+  CHECK_FALSE(take_incumbent(none, {entry(other_problem, own, 5, "2026-01-01T00:00:00Z")}, family, problem,
+                             runner.device()));
+}
+
 TEST_CASE("the finalists are timed again in two passes, the second in the reverse order, so a drift falls "
           "alike on all",
           "[session]") {
