@@ -46,7 +46,7 @@ void add_eval_command(CLI::App& app, Global& global) {
       ->needs(tokens);
   cmd->add_option("--seed", o->r.seed,
                   "Seed of the initialisation, the batch sampler and, without --tokens, the synthetic token stream "
-                  "(default: for --weights trained on that stream, the seed they were trained at)")
+                  "(default: the seed --weights were trained at, with --tokens or for weights trained on that stream)")
       ->check(integer_at_least(0))
       ->capture_default_str();
   auto* batches = cmd->add_option("--batches", o->batches,
@@ -73,12 +73,16 @@ void add_eval_command(CLI::App& app, Global& global) {
     // that a refusal on the way is its one line.
     std::string notes;
     take_from_weights(cmd, o->m, o->r.weights, notes);
-    // The stream the weights learned, where they were trained on the synthetic one and this run reads it too.
-    if (r.tokens_file.empty() && cmd->get_option("--seed")->count() == 0)
-      if (const auto seed = synthetic_stream_seed(o->r.weights); seed && *seed != r.seed) {
+    // The seed the weights were trained at: a token file's batches as their run drew them (with --val-split, those
+    // its validation read), or the synthetic stream they learned where this run reads it too.
+    // (--all draws nothing.)
+    if (cmd->get_option("--seed")->count() == 0 && !o->all)
+      if (const auto seed = recorded_seed(o->r.weights, !r.tokens_file.empty()); seed && *seed != r.seed) {
         r.seed = *seed;
-        notes += fmt::format("note: --seed {} from the metadata of {} (the synthetic stream it was trained on)\n",
-                             *seed, o->r.weights);
+        notes += fmt::format("note: --seed {} from the metadata of {} ({})\n", *seed, o->r.weights,
+                             r.tokens_file.empty() ? "the synthetic stream it was trained on"
+                             : r.val_split > 0     ? "the seed of its run, whose validation read these batches"
+                                                   : "the seed of its run, which drew these batches first");
       }
     r.model = model_from_args(o->m);
     r.shape = shape_from_args(o->m);
@@ -166,7 +170,8 @@ void add_eval_command(CLI::App& app, Global& global) {
                                r.shape.context,
                                r.tokens_file.empty()
                                    ? fmt::format("the synthetic stream of seed {} (no --tokens)", r.seed)
-                                   : r.tokens_file + (r.val_split > 0 ? " held out by --val-split" : ""))
+                                   : fmt::format("{}{}, drawn at seed {}", r.tokens_file,
+                                                 r.val_split > 0 ? " held out by --val-split" : "", r.seed))
                 << (kernels.empty() ? "" : kernels + "\n")
                 << (result.launches ? fmt::format("launches: {} ({} mode, {}{})\n", result.launches->str(),
                                                   model::to_string(r.backend.mode),

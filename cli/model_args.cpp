@@ -175,12 +175,12 @@ void take_from_weights(const CLI::App* cmd, ModelArgs& a, const std::string& wei
                          weights, model_from_args(a).heads);
 }
 
-std::optional<std::uint64_t> synthetic_stream_seed(const std::string& weights) {
+std::optional<std::uint64_t> recorded_seed(const std::string& weights, bool with_tokens) {
   if (weights.empty()) return std::nullopt;
   const SafetensorsReader file(weights);
   const auto& meta = file.metadata();
   const auto tokens = meta.find("tokens"), seed = meta.find("seed");
-  if (tokens == meta.end() || !tokens->second.empty() || seed == meta.end()) return std::nullopt;
+  if (seed == meta.end() || (!with_tokens && (tokens == meta.end() || !tokens->second.empty()))) return std::nullopt;
   std::uint64_t v = 0;
   const auto [end, ec] = std::from_chars(seed->second.data(), seed->second.data() + seed->second.size(), v);
   KTUNE_REQUIRE(ec == std::errc() && end == seed->second.data() + seed->second.size(),

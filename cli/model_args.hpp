@@ -61,11 +61,14 @@ model::ModelConfig model_from_args(const ModelArgs& args);
 /// what was taken, as options ("note: --model small --ctx 256 from the
 /// metadata of F"), and a head count the file does not state.
 void take_from_weights(const CLI::App* cmd, ModelArgs& args, const std::string& weights, std::string& notes);
-/// The seed of the synthetic token stream `weights` were trained on: their
-/// metadata's "seed" where its "tokens" names no file (as `train --save` and
-/// checkpoints write them); nullopt for weights trained on a token file or
-/// that say neither. `eval` without --tokens reads that stream.
-std::optional<std::uint64_t> synthetic_stream_seed(const std::string& weights);
+/// The seed `weights` were trained at (their metadata's "seed", as `train
+/// --save` and checkpoints write it), where `eval` reads what their run read
+/// with it: with `with_tokens` (eval --tokens) always, the run's seed drawing
+/// the run's batches of a file (with --val-split, those its validation read);
+/// without, where their "tokens" names no file (the synthetic stream they
+/// were trained on). nullopt for weights that say no seed, or, without
+/// `with_tokens`, that were trained on a token file.
+std::optional<std::uint64_t> recorded_seed(const std::string& weights, bool with_tokens);
 
 /// Adds --recompute [swiglu|blocks] (RunShape::recompute; alone: blocks) to
 /// a command that trains or plans a training run; with `with_auto` (a

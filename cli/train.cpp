@@ -398,7 +398,12 @@ void add_train_command(CLI::App& app, Global& global) {
       records = model::train(
           t,
           [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, &metrics_failure, step_width, &eta,
-           &json_progress, &done, &runtime, &warned](const model::StepRecord& r) {
+           &json_progress, &done, &runtime, &warned](const model::StepRecord& step) {
+            // A stop asked by the time a step's lines go out ends the run at that step, its checkpoint written
+            // (model::train asks again once they are out, and a stop once asked stays so): the lines say so.
+            model::StepRecord r = step;
+            const auto stopping = [&t] { return !t.checkpoint.empty() && t.should_stop && t.should_stop(); };
+            r.checkpointed = r.checkpointed || stopping();
             done.push_back(r);
             if (runtime) warned = print_warnings(*runtime, warned);
             if (r.checkpointed) StopSignals::set_again(kCheckpointHolds);
@@ -415,6 +420,7 @@ void add_train_command(CLI::App& app, Global& global) {
                 metrics.close();
               }
             }
+            r.checkpointed = done.back().checkpointed = r.checkpointed || stopping();  // a line not written stops
             if (global.json) {  // stdout holds the JSON at the end; on a terminal, the steps go by on stderr
               if (json_progress.terminal())
                 json_progress.update(fmt::format("step {}/{}  loss {:.4f}{}", r.step, t.steps, r.loss, eta(r.step)));
@@ -485,11 +491,18 @@ void add_train_command(CLI::App& app, Global& global) {
                 return fmt::format("ctx {}, batch {}{}", s.context, s.batch,
                                    s.micro_batches > 1 ? fmt::format(" x {} micro-batches", s.micro_batches) : "");
               };
+              // A step draws batch x micro-batches windows at once: the same count at the same context draws the
+              // same windows, whatever micro-batches they are split into.
               const auto& was = info.shape;
-              if (was.batch > 0 && (was.batch != t.shape.batch || was.context != t.shape.context ||
-                                    was.micro_batches != t.shape.micro_batches))
+              if (was.batch > 0 && (was.batch * was.micro_batches != t.shape.batch * t.shape.micro_batches ||
+                                    was.context != t.shape.context))
                 std::cerr << fmt::format("note: {} was trained at {}; this run goes on at {}, so its batches are not "
                                          "those the run would have drawn\n",
+                                         t.checkpoint, shape(was), shape(t.shape));
+              else if (was.batch > 0 && was.batch != t.shape.batch)
+                std::cerr << fmt::format("note: {} was trained at {}; this run goes on at {}: its steps draw the "
+                                         "windows the run would have drawn, in micro-batches of another size (the "
+                                         "same updates, up to rounding)\n",
                                          t.checkpoint, shape(was), shape(t.shape));
               // Settings the resumed steps take otherwise than the run's (a checkpoint that records them).
               std::vector<std::string> changed;
@@ -534,6 +547,16 @@ void add_train_command(CLI::App& app, Global& global) {
       }
       if (global.json && started) print_json(done, e.what());  // a diverged run keeps the steps it took
       throw;
+    }
+    // A stop that came after the last step's lines went out, before the run asked again, ended the run at that
+    // step with its checkpoint written: its --metrics line is rewritten to say so, and stdout says it.
+    if (!records.empty() && !done.empty() && records.back().checkpointed && !done.back().checkpointed) {
+      const std::string written = step_json(done.back()).dump() + "\n";
+      done.back().checkpointed = true;
+      if (metrics.is_open()) rewrite_last_metrics(metrics, metrics_path, written, records.back());
+      if (!global.json)
+        std::cout << fmt::format("step {:>{}}/{}  checkpoint {}\n", records.back().step, step_width, t.steps,
+                                 t.checkpoint);
     }
     if (global.json) {
       print_json(records, metrics_failure);

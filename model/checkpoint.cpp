@@ -26,6 +26,10 @@ constexpr const char* kFormatVersion = "1";
 constexpr const char* kPrefixes[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
 constexpr const char* kDataHashKey = "data_hash";   // metadata: data_hash of the tensors
 constexpr const char* kMetadataHashKey = "metadata_hash";  // metadata: metadata_hash of the rest of it
+// metadata: TokenStream::fingerprint of the training stream's ids; checkpoints written before it hashed the
+// bytes storing them (TokenStream::bytes_fingerprint) under the second key.
+constexpr const char* kTokensHashKey = "tokens_ids_hash";
+constexpr const char* kTokensBytesHashKey = "tokens_hash";
 constexpr const char* kSettingPrefix = "setting ";  // metadata "setting --lr": the run's --lr
 
 std::string shape_str(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
@@ -96,7 +100,8 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
   if (meta.count("tokens_count")) {
     info.tokens = field("tokens");
     info.tokens_count = static_cast<std::int64_t>(whole_number(meta.at("tokens_count"), "tokens_count"));
-    if (meta.count("tokens_hash")) info.tokens_hash = field("tokens_hash");
+    if (meta.count(kTokensHashKey)) info.tokens_hash = field(kTokensHashKey);
+    if (meta.count(kTokensBytesHashKey)) info.tokens_bytes_hash = field(kTokensBytesHashKey);
   }
   if (meta.count("micro_batches")) {
     // A run's shape counts from 1: a 0 is a file no run wrote.
@@ -150,19 +155,53 @@ std::vector<float> read_flat(const SafetensorsReader& file, const ParameterLayou
 }
 
 /// The tensors' bytes hashed in the order a checkpoint holds them (the
-/// parameters, then AdamW's two moments, tensor by tensor): written into its
-/// metadata, checked when it is loaded, so a bit a disk or a copy flipped is
-/// refused instead of trained on and written into the next checkpoint.
-std::string data_hash(const ParameterLayout& layout, std::initializer_list<const std::vector<float>*> flats) {
+/// parameters, then AdamW's two moments, tensor by tensor; `bytes(k, tensor)`
+/// gives each, k indexing kPrefixes): written into its metadata, checked whenever it is
+/// read, so a bit a disk or a copy flipped is refused instead of trained on,
+/// evaluated, or written into the next checkpoint.
+template <class Bytes>
+std::string data_hash(const ParameterLayout& layout, const Bytes& bytes) {
   Hasher h;
-  for (const auto* flat : flats)
-    for (const auto& t : layout.tensors)
-      h.add(std::string_view(reinterpret_cast<const char*>(flat->data() + t.offset),
-                             static_cast<std::size_t>(t.numel) * sizeof(float)));
+  for (std::size_t k = 0; k < std::size(kPrefixes); ++k)
+    for (const auto& t : layout.tensors) h.add(bytes(k, t));
   return h.hex();
 }
 
+/// data_hash of the flat buffers, in kPrefixes' order.
+std::string data_hash(const ParameterLayout& layout, std::initializer_list<const std::vector<float>*> flats) {
+  const std::vector<const std::vector<float>*> by_prefix(flats);
+  return data_hash(layout, [&](std::size_t k, const ParamInfo& t) {
+    return std::string_view(reinterpret_cast<const char*>(by_prefix[k]->data() + t.offset),
+                            static_cast<std::size_t>(t.numel) * sizeof(float));
+  });
+}
+
+std::string damaged_tensors(const std::string& name, const char* advice) {
+  return fmt::format("{} is damaged: its tensors are not the bytes it was written with (a disk or a copy changed "
+                     "them); {}",
+                     name, advice);
+}
+
 }  // namespace
+
+void require_intact(const TensorFile& file, const ParameterLayout& layout, const std::string& source) {
+  const auto& meta = file.metadata;
+  if (meta.count(kFormatKey) == 0) return;  // a weights file: nothing recorded to check
+  constexpr const char* kAdvice = "use an earlier checkpoint, or the --save file of the run";
+  if (const auto it = meta.find(kMetadataHashKey); it != meta.end())
+    KTUNE_REQUIRE(it->second == metadata_hash(meta),
+                  fmt::format("{} is damaged: its metadata is not what it was written with (a disk or a copy changed "
+                              "it); {}",
+                              source, kAdvice));
+  const auto hash = meta.find(kDataHashKey);
+  if (hash == meta.end()) return;  // written before the hash was
+  const std::string got = data_hash(layout, [&](std::size_t k, const ParamInfo& t) {
+    const auto tensor = file.tensors.find(kPrefixes[k] + t.name);
+    KTUNE_REQUIRE(tensor != file.tensors.end(), damaged_tensors(source, kAdvice));
+    return std::string_view(tensor->second.bytes);
+  });
+  KTUNE_REQUIRE(got == hash->second, damaged_tensors(source, kAdvice));
+}
 
 void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const CheckpointInfo& info) {
   const ParameterLayout& layout = runtime.layout();
@@ -178,7 +217,7 @@ void write_checkpoint(const std::filesystem::path& path, Runtime& runtime, const
   metadata["sampler"] = sampler.str();
   metadata["tokens"] = info.tokens;
   metadata["tokens_count"] = std::to_string(info.tokens_count);
-  if (!info.tokens_hash.empty()) metadata["tokens_hash"] = info.tokens_hash;
+  if (!info.tokens_hash.empty()) metadata[kTokensHashKey] = info.tokens_hash;
   metadata["batch"] = std::to_string(info.shape.batch);
   metadata["context"] = std::to_string(info.shape.context);
   metadata["micro_batches"] = std::to_string(info.shape.micro_batches);
@@ -229,9 +268,7 @@ CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runti
   // Checkpoints written before the hash was have none to check.
   if (const auto it = file.metadata().find(kDataHashKey); it != file.metadata().end())
     KTUNE_REQUIRE(it->second == data_hash(runtime.layout(), {&parameters, &state.exp_avg, &state.exp_avg_sq}),
-                  fmt::format("{} is damaged: its tensors are not the bytes it was written with (a disk or a copy "
-                              "changed them); resume from an earlier checkpoint, or start anew",
-                              path.string()));
+                  damaged_tensors(path.string(), "resume from an earlier checkpoint, or start anew"));
   runtime.set_parameters(parameters);
   runtime.set_optimizer_state(state);
   return info;

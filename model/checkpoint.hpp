@@ -19,6 +19,7 @@
 #include <random>
 #include <string>
 
+#include "base/safetensors.hpp"
 #include "model/runtime.hpp"
 
 namespace ktune::model {
@@ -38,13 +39,16 @@ struct CheckpointInfo {
   RunShape shape{0, 0, 0};
   /// The lowest validation loss the run has measured (save_best's), if any.
   std::optional<double> best_val_loss;
-  /// The token stream's TokenStream::fingerprint ("": not recorded).
+  /// The token stream's TokenStream::fingerprint, of its ids ("": not recorded).
   std::string tokens_hash;
   /// The optimizer's and the schedule's settings the run took, option →
   /// value (train_settings; empty: not recorded), and the batches it
   /// validated on (validation_setting, under kValidationSetting), so a
   /// resume that changes them is told.
   std::map<std::string, std::string> settings;
+  /// What a checkpoint written before tokens_hash was of ids records instead:
+  /// the stream's TokenStream::bytes_fingerprint ("": none). Read, never written.
+  std::string tokens_bytes_hash;
 };
 
 /// Writes the runtime's parameters and optimizer state with `info`; holds
@@ -61,6 +65,12 @@ CheckpointInfo read_checkpoint_info(const std::filesystem::path& path, const Mod
 /// writing weights over would lose an optimizer state and step. False for
 /// a missing, unreadable or other file.
 bool is_checkpoint(const std::filesystem::path& path);
+
+/// Where `file` (read whole, as a --weights file is) is a ktune checkpoint
+/// that records hashes of its metadata and tensors, throws kInvalidInput
+/// naming `source` unless both are what it was written with; a weights file,
+/// or a checkpoint written before the hashes were, passes.
+void require_intact(const TensorFile& file, const ParameterLayout& layout, const std::string& source);
 
 /// Sets the runtime's parameters and optimizer state from the checkpoint and
 /// returns its info. Throws as read_checkpoint_info, and for a missing or

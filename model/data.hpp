@@ -49,9 +49,15 @@ class TokenStream {
   TokenStream slice(std::int64_t begin, std::int64_t end) const;
 
   std::int64_t size() const { return size_; }
-  /// A content hash of the stream's tokens (hex): a resumed run checks it
-  /// is drawing from what the checkpoint's run drew from.
+  /// A content hash of the stream's token ids (hex), not of their storage:
+  /// the same ids in a raw uint16 file and a .npy of any integer dtype hash
+  /// alike. A resumed run checks it is drawing from what the checkpoint's
+  /// run drew from.
   std::string fingerprint() const;
+  /// The hash of the bytes that store the tokens (hex), which checkpoints
+  /// wrote before fingerprint() was of ids: the same ids at another width
+  /// hash otherwise.
+  std::string bytes_fingerprint() const;
 
  private:
   // The at-th token of the file (from its first byte, in tokens of width_ bytes).

@@ -66,16 +66,20 @@ namespace {
 // A runtime with its starting weights (--weights, else the CS336
 // initialisation for the seed); without `weights`, those its construction
 // gave it, for a caller that sets them itself (a resumed run).
+// The weights are read first: a file refused (damaged, of another model) costs no runtime.
 std::unique_ptr<Runtime> start(const RunOptions& o, Allocation allocation, bool weights = true) {
+  std::vector<float> params;
+  if (weights) {
+    const ParameterLayout layout = parameter_layout(o.model);
+    params.resize(static_cast<std::size_t>(layout.total));
+    if (o.weights.empty())
+      init_parameters<float>(layout, params.data(), o.seed);
+    else
+      load_parameters<float>(o.model, layout, params, read_safetensors(o.weights), o.weights);
+  }
   auto rt = make_runtime(o.model, o.shape, allocation, run_backend(o));
   if (o.on_runtime) o.on_runtime(*rt);
-  if (!weights) return rt;
-  std::vector<float> params(static_cast<std::size_t>(rt->layout().total));
-  if (o.weights.empty())
-    init_parameters<float>(rt->layout(), params.data(), o.seed);
-  else
-    load_parameters<float>(o.model, rt->layout(), params, read_safetensors(o.weights), o.weights);
-  rt->set_parameters(params);
+  if (weights) rt->set_parameters(params);
   return rt;
 }
 
@@ -132,9 +136,19 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
                               streams.held_out ? fmt::format(", {} more held out by --val-split {}",
                                                              streams.held_out->size(), o.val_split)
                                                : ""));
+    // The ids, in whatever integer width a file stores them.
     KTUNE_REQUIRE(info.tokens_hash.empty() || info.tokens_hash == stream_hash,
                   fmt::format("{} was trained on as many tokens as {} holds{}, but other ones: resume it on the same "
                               "tokens",
+                              o.checkpoint, source(o.tokens_file, stream.size()),
+                              streams.held_out ? " before --val-split's share" : ""));
+    // A checkpoint written before the ids were hashed holds a hash of the bytes that stored them, which the same ids
+    // stored at another width (a .npy of int64 for a raw uint16 file) do not match.
+    KTUNE_REQUIRE(!info.tokens_hash.empty() || info.tokens_bytes_hash.empty() ||
+                      info.tokens_bytes_hash == stream.bytes_fingerprint(),
+                  fmt::format("{} was trained on as many tokens as {} holds{}, but other ones, or the same ones "
+                              "stored otherwise (it records the bytes that stored them, not the ids): resume it on "
+                              "the file it was trained on",
                               o.checkpoint, source(o.tokens_file, stream.size()),
                               streams.held_out ? " before --val-split's share" : ""));
   }
@@ -166,7 +180,7 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
     return sum / static_cast<double>(o.eval_batches);
   };
   CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size(), o.shape, std::nullopt,
-                    stream_hash, {}};
+                    stream_hash, {}, {}};
   if (resuming) {
     at = load_checkpoint(o.checkpoint, *model);
     at.tokens = o.tokens_file;  // where a moved file is read from now

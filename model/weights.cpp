@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "base/error.hpp"
+#include "model/checkpoint.hpp"
 
 namespace ktune::model {
 
@@ -102,6 +103,8 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
                 fmt::format("{} holds weights of a model with {} {}; this run's model {} has {} (give the sizes the "
                             "weights were trained at)",
                             source, *key, file.metadata.at(*key), config.name, weights_metadata(config).at(*key)));
+  // A checkpoint given as weights is checked as --resume checks it: a flipped bit is refused, not run.
+  require_intact(file, layout, source);
   std::set<std::string> names;
   for (const auto& info : layout.tensors) names.insert(info.name);
   for (const auto& name : file.order)  // (a checkpoint's optimizer state and a saved batch's tokens are not blocks)

@@ -44,7 +44,7 @@ TEST_CASE("cuda backend: a checkpoint restores parameters, AdamW's moments and s
     first->backward();
     first->step(hyper);
   }
-  write_checkpoint(path, *first, {2, 3, sampler, "", stream.size(), RunShape{0, 0, 0}, std::nullopt, "", {}});
+  write_checkpoint(path, *first, {2, 3, sampler, "", stream.size(), RunShape{0, 0, 0}, std::nullopt, "", {}, {}});
 
   auto second = make_runtime(config, shape, Allocation::kTrain, b);
   const CheckpointInfo info = load_checkpoint(path, *second);
