@@ -42,7 +42,8 @@ std::string profile_markdown(const model::E2eResult& r) {
   std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.device_ms > b.device_ms; });
   std::string s = fmt::format(
       "\nper op over {} profiled steps after the trials, medians (ms a step): device between two marks ({}) around "
-      "each op's calls, host inside them (enqueuing); TFLOP/s of GEMMs (2 m n k) and attention (the causal half of "
+      "each op's calls, host inside them (enqueuing, and where an op reads a result back, as the loss's mean does, "
+      "its wait for the device); TFLOP/s of GEMMs (2 m n k) and attention (the causal half of "
       "4 B H S^2 d forward, 2.5 times that backward, whatever the kernels compute)\n\n",
       r.profile_steps, r.clock);
   s += "| phase | op | shape | calls | device ms | host ms | % of the ops | TFLOP/s |\n"
@@ -163,7 +164,7 @@ std::string markdown(const model::E2eResult& r, const std::string& stopped_by = 
   s += "\n";
   // Memory: the plan's peak for the passes run, what the run allocated, and
   // on a GPU the most device memory in use after a step.
-  s += "| plan peak | allocated | measured peak (device) |\n|--:|--:|--:|\n";
+  s += "| plan peak | allocated | most in use after a step (device) |\n|--:|--:|--:|\n";
   s += fmt::format("| {} | {} | {} |\n", model::format_bytes(r.plan_peak_bytes), model::format_bytes(r.allocated_bytes),
                    r.device_peak_bytes ? model::format_bytes(*r.device_peak_bytes) : std::string("-"));
   s += fmt::format("\nloss of the first step: {:.6f}\n", r.loss);

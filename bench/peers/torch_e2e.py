@@ -15,8 +15,10 @@ its activations recomputed in the backward, the peer of `ktune bench e2e
 --recompute`.
 Each phase (forward, which waits for the loss as ktune's does; backward;
 AdamW) is timed with CUDA events; mean and sample std over the trials after
-the warm-ups, in the seeds' columns (markdown, or --json), the peak memory
-of PyTorch's allocator, and the loss of the first forward (on the starting
+the warm-ups, in the seeds' columns (markdown, or --json), the most device
+memory in use after a step as ktune counts it (the drop in the driver's free
+memory since the start; the allocator's own peak beside, as
+allocated_peak_bytes), and the loss of the first forward (on the starting
 weights). With --ktune-json it prints ktune's rows beside and checks that
 ktune's first loss matches this one within the dtype's tolerance (exit 1
 when not).
@@ -190,6 +192,10 @@ def run(a):
         t = {"F32": torch.float32, "I32": torch.int32}[dtype]
         return torch.frombuffer(raw, dtype=t).reshape(shape)  # a view of the file's buffer
 
+    # Device memory in use is counted as ktune counts it: the drop in the driver's free memory from here (the
+    # context made, nothing allocated) to after a step, its largest value.
+    free_at_start = torch.cuda.mem_get_info(dev)[0]
+    in_use = 0
     tokens = tensor("tokens").long().to(dev)
     targets = tensor("targets").long().to(dev)
     batch, ctx = tokens.shape
@@ -235,6 +241,7 @@ def run(a):
             opt.step()
         ev[3].record()
         torch.cuda.synchronize()
+        in_use = max(in_use, free_at_start - torch.cuda.mem_get_info(dev)[0])
         if first_loss is None:
             first_loss = value
         if i < a.warmup:
@@ -258,7 +265,8 @@ def run(a):
               "num_warmups": a.warmup, "num_trials": a.trials,
               "passes": "forward" if a.forward_only else "step" if opt else "forward_backward",
               "recompute": a.recompute,
-              "loss": first_loss, "device_peak_bytes": torch.cuda.max_memory_allocated(dev)}
+              "loss": first_loss, "device_peak_bytes": in_use,
+              "allocated_peak_bytes": torch.cuda.max_memory_allocated(dev)}
     for p in PHASES:
         result[p] = summary(samples[p])
     return result
@@ -290,9 +298,10 @@ def main(argv=None):
         print(f"PyTorch {result['backend']}, NVIDIA driver {result['nvidia_driver'] or 'unknown'}, CUDA "
               f"{result['cuda_runtime']}, git {result['git_revision']}; {result['settings']}\n")
         print(table(ktune_rows + [result]))
-        print("\npeak memory: ktune's rows the most device memory in use it measured after a step (cuMemGetInfo: "
-              "the whole device's, its kernels' modules and workspaces included), PyTorch's "
-              "torch.cuda.max_memory_allocated (its allocator's tensors)")
+        print("\npeak memory: the most device memory in use after a step, counted alike on both sides as the drop in "
+              "the driver's free memory (cuMemGetInfo) since the run started (kernels' modules, workspaces and a "
+              f"caching allocator's reserve included); PyTorch's allocator alone peaked at "
+              f"{result['allocated_peak_bytes'] / 2**30:.2f} GiB of tensors (torch.cuda.max_memory_allocated)")
         print("\nmedians of the trials (ms):\n")
         for r in ktune_rows + [result]:
             print(f"- {medians(r)}")
