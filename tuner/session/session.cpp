@@ -889,7 +889,7 @@ bool take_incumbent(TuneOptions& options, const std::vector<cache::Entry>& entri
   if (options.deterministic && !family.deterministic(*options.incumbent) && taken->deterministic) {
     try {
       options.incumbent = Config::from_json(taken->deterministic->config);
-    } catch (const Error&) {
+    } catch (const Error&) {  // a pick that is no config: the entry's own config competes, as without one
     }
   }
   options.incumbent_evaluations = exact ? taken->evaluations : 0;
