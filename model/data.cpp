@@ -259,36 +259,16 @@ void TokenStream::fill(std::int64_t start, std::int64_t count, std::int32_t* tok
   }
 }
 
-namespace {
-
-// Tokens [first, first + count) of little-endian `T`s, as the ids they are (checked in [0, vocab) on opening).
-template <class T>
-void ids_of(const char* data, std::int64_t first, std::int64_t count, std::uint32_t* ids) {
-  const T* tokens = reinterpret_cast<const T*>(data) + first;
-  for (std::int64_t i = 0; i < count; ++i) ids[i] = static_cast<std::uint32_t>(tokens[i]);
-}
-
-}  // namespace
-
 std::string TokenStream::fingerprint() const {
   // The ids as little-endian uint32, a fixed number a part: the same ids hash alike in any width a file stores.
   constexpr std::int64_t kChunk = 1 << 16;
   std::vector<std::uint32_t> ids(static_cast<std::size_t>(std::min(kChunk, size_)));
   Hasher h;
   h.add("token ids, uint32");
-  const char* data = file_ ? file_->bytes().data() : nullptr;
   for (std::int64_t first = 0; first < size_; first += kChunk) {
-    const std::int64_t count = std::min(kChunk, size_ - first), at = begin_ + first;
-    if (!file_)
-      std::copy_n(tokens_.begin() + at, count, ids.begin());  // ids in [0, vocab): the same values as uint32
-    else if (width_ == 1)
-      ids_of<std::uint8_t>(data, at, count, ids.data());
-    else if (width_ == 2)
-      ids_of<std::uint16_t>(data, at, count, ids.data());
-    else if (width_ == 4)
-      signed_ ? ids_of<std::int32_t>(data, at, count, ids.data()) : ids_of<std::uint32_t>(data, at, count, ids.data());
-    else
-      signed_ ? ids_of<std::int64_t>(data, at, count, ids.data()) : ids_of<std::uint64_t>(data, at, count, ids.data());
+    const std::int64_t count = std::min(kChunk, size_ - first);
+    for (std::int64_t i = 0; i < count; ++i)  // token() reads any width a file stores
+      ids[static_cast<std::size_t>(i)] = static_cast<std::uint32_t>(token(first + i));
     h.add(std::string_view(reinterpret_cast<const char*>(ids.data()), static_cast<std::size_t>(count) * 4));
   }
   return h.hex();
