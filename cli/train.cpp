@@ -400,10 +400,10 @@ void add_train_command(CLI::App& app, Global& global) {
           [&global, &t, scheduled, &metrics, &metrics_path, metrics_mode, &metrics_failure, step_width, &eta,
            &json_progress, &done, &runtime, &warned](const model::StepRecord& step) {
             // A stop asked by the time a step's lines go out ends the run at that step, its checkpoint written
-            // (model::train asks again once they are out, and a stop once asked stays so): the lines say so.
+            // (model::train asks again once they are out, and a stop once asked stays so): the lines say so. One
+            // asked while they go out: both are mended after the run (below), so the two always agree.
             model::StepRecord r = step;
-            const auto stopping = [&t] { return !t.checkpoint.empty() && t.should_stop && t.should_stop(); };
-            r.checkpointed = r.checkpointed || stopping();
+            r.checkpointed = r.checkpointed || (!t.checkpoint.empty() && t.should_stop && t.should_stop());
             done.push_back(r);
             if (runtime) warned = print_warnings(*runtime, warned);
             if (r.checkpointed) StopSignals::set_again(kCheckpointHolds);
@@ -420,7 +420,6 @@ void add_train_command(CLI::App& app, Global& global) {
                 metrics.close();
               }
             }
-            r.checkpointed = done.back().checkpointed = r.checkpointed || stopping();  // a line not written stops
             if (global.json) {  // stdout holds the JSON at the end; on a terminal, the steps go by on stderr
               if (json_progress.terminal())
                 json_progress.update(fmt::format("step {}/{}  loss {:.4f}{}", r.step, t.steps, r.loss, eta(r.step)));
