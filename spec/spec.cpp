@@ -503,9 +503,9 @@ std::shared_ptr<const KernelSpec> load_spec(const fs::path& path) {
       reference.kernel = r.string_at(ref, "kernel", "reference");
       for (const auto& part : braced_parts(reference.kernel, r))
         reference.kernel_parts.push_back(part_or_dtype(part, "reference kernel template argument"));
-      if (ref.contains("grid")) reference.grid = r.geometry(ref["grid"], "reference grid", all);
-      if (ref.contains("block")) reference.block = r.geometry(ref["block"], "reference block", all);
     }
+    if (ref.contains("grid")) reference.grid = r.geometry(ref["grid"], "reference grid", all);
+    if (ref.contains("block")) reference.block = r.geometry(ref["block"], "reference block", all);
   }
   for (const auto& b : spec->buffers) {
     if (b.role != Role::kOutput)

@@ -53,10 +53,10 @@ struct ArgSpec {
 /// Where the expected outputs come from.
 struct ReferenceSpec {
   enum class Kind { kKernel, kConfig, kFiles } kind = Kind::kConfig;
-  /// kKernel: the name expression of another kernel of the source; its grid
-  /// and block (empty: the tuned kernel's); run with `config`'s tunables.
+  /// kKernel: the name expression of another kernel of the source; run with `config`'s tunables.
   std::string kernel;
   std::vector<std::unique_ptr<Expression>> kernel_parts;  ///< its {expr} parts (null: {dtype})
+  /// kKernel, kConfig: the reference's own grid and block (empty: the tuned kernel's).
   std::vector<std::unique_ptr<Expression>> grid, block;
   /// kKernel, kConfig: the tunables' values the reference runs with; empty (a kernel given without `config`): the
   /// problem's default config (the spec's `default` where valid, else the first valid point).

@@ -960,6 +960,41 @@ TEST_CASE("spec emu: a reference that leaves an integer output element unwritten
   }
 }
 
+TEST_CASE("spec emu: a variant that leaves an integer output unwritten fails, though its answer there is the "
+          "poison's bits",
+          "[spec]") {
+  // Every answer is -1 in an int, 255 in a u8: all bits set, as an output starts. The variant's grid leaves the
+  // last 4 elements unwritten; the reference's writes them all.
+  const auto dir = ktune::test::scratch_dir("spec-variant-unwritten-int");
+  for (const std::string type : {"int", "unsigned char"})
+    std::ofstream(dir / (type == "int" ? "i32.cu" : "u8.cu")) << "__global__ void ones(const " << type << "* x, "
+                                                              << type << R"cu(* y, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] - x[i] - 1;
+}
+)cu";
+  const auto write_spec = [&](const std::string& dtype, const std::string& grid) {
+    std::ofstream(dir / "ones.json") << R"json({"name": "ones", "source": ")json" << dtype << R"json(.cu",
+      "kernel": "ones", "dtypes": [")json" << dtype << R"json("], "problem": {"n": 100},
+      "tunables": {"block": [32, 64]}, "grid": ")json" << grid << R"json(", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "n", "role": "output"}],
+      "args": ["x", "y", {"type": "i32", "value": "n"}],
+      "reference": {"config": {"block": 32}, "grid": "ceil_div(n, block)"}})json";
+  };
+  const std::string run = ktune_exe().string() + " run --backend emu --spec " + (dir / "ones.json").string() +
+                          " --config '{\"block\":32}' 2>&1";
+  std::string out;
+  for (const std::string dtype : {"i32", "u8"}) {
+    INFO(dtype);
+    write_spec(dtype, "div(n, block)");  // 3 blocks of 32: elements 96 to 99 never written
+    CHECK(run_command(run, &out) == 1);
+    CHECK_THAT(out, Catch::Contains("integers differ from the reference's"));
+    write_spec(dtype, "ceil_div(n, block)");
+    CHECK(run_command(run, &out) == 0);
+    CHECK_THAT(out, Catch::Contains("PASS"));
+  }
+}
+
 TEST_CASE("spec emu: a config whose define or scalar argument fails is pruned, and the session goes on", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-define-arg-pruned");
   std::ofstream(dir / "fill.cu") << R"cu(__global__ void fill(float* z, int n, int per_block) {
