@@ -22,7 +22,16 @@ struct HostBuffer {
   std::vector<std::byte> expected;  ///< reference result (outputs, in-outs); empty otherwise
   double tolerance = 1e-5;          ///< max relative L2 error of the result against `expected`
   double atol = 0;  ///< max RMS error (sqrt of the mean squared difference), which also passes it: an answer near 0
+  /// One flag per element, or empty: the flagged elements (a sample checked against the full reference, attention's
+  /// rows at large shapes) are judged apart from the others, each set by its own relative L2 and RMS errors, so
+  /// that errors in the few do not vanish in the norm of the many.
+  std::vector<std::uint8_t> apart;
+  /// An input's contents for timed runs, where they differ from `bytes` (empty: `bytes`): attention's at large
+  /// shapes are drawn in full, where the check's rows outside its sample are zeros.
+  std::vector<std::byte> timed;
   std::size_t elements() const { return bytes.size() / size_of(dtype); }
+  /// What a timed run starts from.
+  const std::vector<std::byte>& timed_bytes() const { return timed.empty() ? bytes : timed; }
 };
 
 /// A buffer as a launch takes it: a workload buffer's name, role, dtype and
@@ -51,6 +60,9 @@ std::vector<BufferShape> shapes_of(const Workload& workload);
 /// Relative L2 error of `got` against `expected` (both of dtype `t`);
 /// +inf when either holds a NaN or Inf.
 double relative_l2(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
+/// `got`'s relative L2 error against `b`'s expected result: the larger of its two sets' where `b` sets some
+/// elements apart.
+double relative_error(const HostBuffer& b, const std::vector<std::byte>& got);
 /// Where `got` departs from `expected`, for a failed check's message: how
 /// many elements are not finite where the answer is, and the first of them,
 /// told apart by what they hold: the poison outputs start as (all ones, a
@@ -65,6 +77,8 @@ double require_match(const HostBuffer& b, const std::vector<std::byte>& got, con
 /// sqrt(mean((got - expected)^2)): the error a buffer's atol bounds; +inf where either is not finite or the sizes
 /// differ.
 double rms_error(DType t, const std::vector<std::byte>& got, const std::vector<std::byte>& expected);
+/// `got`'s RMS error against `b`'s expected result: the larger of its two sets' where `b` sets some elements apart.
+double rms_error(const HostBuffer& b, const std::vector<std::byte>& got);
 /// Whether `got`, `relative` off `b`'s expected result (relative_l2), passes: within b's tolerance, or within
 /// its atol as an RMS error (a NaN fails), and no element further off than 16 tolerances of the larger of its
 /// reference's magnitude and the RMS of its answers that are not zero (or 16 atols); integers exactly equal, or

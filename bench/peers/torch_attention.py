@@ -85,9 +85,12 @@ def implementations():
 def measure(impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, warmup):
     """(forward ms, backward ms or None, MiB allocated after the forward) or None if the backend refuses."""
     torch.cuda.empty_cache()
-    shape = (batch, heads, seq, d)
     try:
-        q, k, v = (torch.randn(shape, device="cuda", dtype=dtype, requires_grad=backward) for _ in range(3))
+        # (batch, seq, heads, d) in memory, seen as (batch, heads, seq, d): as the model's attention views its
+        # projections, and as ktune's kernels read q, k and v, with no transposing copy.
+        leaves = [torch.randn((batch, seq, heads, d), device="cuda", dtype=dtype, requires_grad=backward)
+                  for _ in range(3)]
+        q, k, v = (t.transpose(1, 2) for t in leaves)
         fwd, _ = timing.median_ms(lambda: impl(q, k, v, causal), flush, reps, warmup)
         torch.cuda.synchronize()
         out = impl(q, k, v, causal)  # kept with its graph: what the backward needs stays allocated
@@ -98,7 +101,8 @@ def measure(impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, wa
             grad = torch.randn_like(out)
 
             def step():
-                q.grad = k.grad = v.grad = None
+                for t in leaves:
+                    t.grad = None
                 out.backward(grad, retain_graph=True)
 
             bwd, _ = timing.median_ms(step, flush, reps, warmup)
@@ -167,7 +171,8 @@ def main(argv=None):
     dtype = getattr(torch, {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}[args.dtype])
     if "seed003" in args.tables:
         print(f"Seed 003: batch 8, one head, {args.dtype}{', causal' if args.causal else ''}; "
-              "forward ms / backward ms / MiB allocated after the forward\n")
+              "forward ms / backward ms / MiB allocated after the forward"
+              f"{' (eager: its (seq, seq) bool causal mask included)' if args.causal else ''}\n")
         print("| d_model | seq_len | " + " | ".join(f"{i} fwd | {i} bwd | {i} MiB" for i in impls) + " |")
         print("|--:|--:|" + "--:|--:|--:|" * len(impls))
         for d in map(int, args.dims.split(",")):

@@ -488,13 +488,20 @@ class Backward final : public TypedFamily<BackwardArgs> {
     const std::size_t kv_n = n / static_cast<std::size_t>(s.heads / s.kv_heads);
     // Q, K, V as the forward's workload draws them; dO in [-1, 1). Past the
     // reference budget, rows outside a seeded sample get q = 0 and dO = 0
-    // (sample_rows): exact O and lse, nothing added to dQ, dK, dV.
+    // (sample_rows): exact O and lse, nothing added to dQ, dK, dV. Timed
+    // runs take q and dO as drawn.
     std::mt19937_64 rng(seed);
     auto q = draw_stored(p, rng, n, -2.f, 2.f);
     const auto k = draw_stored(p, rng, kv_n, -2.f, 2.f), v = draw_stored(p, rng, kv_n, -1.f, 1.f);
     auto dout = draw_stored(p, rng, n, -1.f, 1.f);
     // Forward (2), backward (4) and softmax_square_sums' (1) multiply-adds per key.
     const auto checked = sample_rows(s, seed, 7.0);
+    const bool sample = is_sample(checked);
+    std::vector<std::byte> q_timed, do_timed;
+    if (sample) {
+      q_timed = element_buffer("q", Role::kInput, p, q).bytes;
+      do_timed = element_buffer("do", Role::kInput, p, dout).bytes;
+    }
     zero_unchecked(s, checked, {&q, &dout});
     const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
     std::vector<double> o(n), lse(rows);
@@ -512,11 +519,13 @@ class Backward final : public TypedFamily<BackwardArgs> {
                                          checked.data());
     Workload w;
     w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
+    w.buffers.back().timed = std::move(q_timed);
     w.buffers.push_back(element_buffer("k", Role::kInput, p, k));
     w.buffers.push_back(element_buffer("v", Role::kInput, p, v));
     w.buffers.push_back(element_buffer("o", Role::kInput, p, o));
     w.buffers.push_back(make_buffer("lse", Role::kInput, DType::kF32, std::vector<float>(lse.begin(), lse.end())));
     w.buffers.push_back(element_buffer("do", Role::kInput, p, dout));
+    w.buffers.back().timed = std::move(do_timed);
     const double tolerance = backward_tolerance(p) * score_error_growth(p, scale);
     const auto [dq_atol, dk_atol] = cancellation_atols(s, checked, q, k, v, dout, p_squares, scale);
     for (auto [label, values, atol] :

@@ -337,12 +337,16 @@ class Forward final : public TypedFamily<ForwardArgs> {
     // Scores scale * q.k with a spread of about 1.3 whatever the head dim:
     // peaked enough that a key masked wrongly moves O well past tolerance.
     // Past the reference budget, rows outside a seeded sample get q = 0
-    // (sample_rows): their O and lse are exact and cheap.
+    // (sample_rows): their O and lse are exact and cheap. The sample's rows
+    // are judged apart from them, and timed runs take q as drawn.
     std::mt19937_64 rng(seed);
     const std::size_t kv_n = n / static_cast<std::size_t>(s.heads / s.kv_heads);
     auto q = draw_stored(p, rng, n, -2.f, 2.f);
     const auto k = draw_stored(p, rng, kv_n, -2.f, 2.f), v = draw_stored(p, rng, kv_n, -1.f, 1.f);
     const auto checked = sample_rows(s, seed, 3.0);  // the reference (2) and softmax_square_sums (1) per key
+    const bool sample = is_sample(checked);
+    const std::vector<std::byte> q_timed = sample ? element_buffer("q", Role::kInput, p, q).bytes
+                                                  : std::vector<std::byte>();
     zero_unchecked(s, checked, {&q});
     std::vector<double> o(n), lse(rows);
     const TensorStrides st = bshd_strides(s), kv_st = kv_strides(s);
@@ -351,11 +355,13 @@ class Forward final : public TypedFamily<ForwardArgs> {
     fill_unchecked(s, checked, v, o, lse);
     Workload w;
     w.buffers.push_back(element_buffer("q", Role::kInput, p, q));
+    w.buffers.back().timed = q_timed;
     w.buffers.push_back(element_buffer("k", Role::kInput, p, k));
     w.buffers.push_back(element_buffer("v", Role::kInput, p, v));
     HostBuffer out = element_buffer("o", Role::kOutput, p, std::vector<double>(n));
     out.expected = element_buffer("o", Role::kOutput, p, o).bytes;
     out.tolerance = tolerance_for(compute_dtype(p)) * score_error_growth(p, scale);
+    if (sample) out.apart = checked_elements(s, checked);
     w.buffers.push_back(std::move(out));
     // With 16-bit inputs lse is computed in fp32 from exactly the inputs
     // (exact products, fp32 sums of at most head_dim of them, ex2.approx within
@@ -378,6 +384,7 @@ class Forward final : public TypedFamily<ForwardArgs> {
     HostBuffer l = make_buffer("lse", Role::kOutput, DType::kF32, std::vector<float>(rows));
     set_expected(l, std::vector<float>(lse.begin(), lse.end()));
     l.tolerance = tolerance_for(is_tf32(p) ? "tf32" : "f32");
+    if (sample) l.apart = checked;
     l.atol = (is_tf32(p) ? 3 : 1) * l.tolerance * score_spread(p, q, k, scale) *
              std::sqrt(p_squares / static_cast<double>(rows));
     w.buffers.push_back(std::move(l));

@@ -164,6 +164,21 @@ void fill_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& ch
     }
 }
 
+bool is_sample(const std::vector<std::uint8_t>& checked) {
+  return std::find(checked.begin(), checked.end(), std::uint8_t{0}) != checked.end();
+}
+
+std::vector<std::uint8_t> checked_elements(const AttentionShape& s, const std::vector<std::uint8_t>& checked) {
+  const TensorStrides st = bshd_strides(s);
+  std::vector<std::uint8_t> flags(static_cast<std::size_t>(s.batch * s.seq * s.heads * s.head_dim), 0);
+  for (std::int64_t b = 0; b < s.batch; ++b)
+    for (std::int64_t h = 0; h < s.heads; ++h)
+      for (std::int64_t i = 0; i < s.seq; ++i)
+        if (checked[static_cast<std::size_t>((b * s.heads + h) * s.seq + i)])
+          std::fill_n(flags.begin() + b * st.batch + h * st.head + i * st.seq, s.head_dim, std::uint8_t{1});
+  return flags;
+}
+
 void zero_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& checked,
                     std::vector<std::vector<double>*> tensors) {
   const TensorStrides st = bshd_strides(s);

@@ -120,6 +120,11 @@ std::vector<std::uint8_t> sample_rows(const AttentionShape& s, std::uint64_t see
 /// heads, head_dim); v: (batch, seq, kv_heads, head_dim); lse (batch, heads, seq).
 void fill_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& checked, const std::vector<double>& v,
                     std::vector<double>& o, std::vector<double>& lse);
+/// Whether `checked` leaves some rows out: a sample.
+bool is_sample(const std::vector<std::uint8_t>& checked);
+/// One flag per element of a (batch, seq, heads, head_dim) tensor: 1 in the rows `checked` holds, so a check
+/// judges the sample's rows apart from the others (HostBuffer::apart).
+std::vector<std::uint8_t> checked_elements(const AttentionShape& s, const std::vector<std::uint8_t>& checked);
 /// Sets row i of every (batch, seq, heads, head_dim) tensor in `tensors` to 0 where `checked` is 0.
 void zero_unchecked(const AttentionShape& s, const std::vector<std::uint8_t>& checked,
                     std::vector<std::vector<double>*> tensors);

@@ -110,10 +110,9 @@ void check_results(const templates::Workload& workload, const std::vector<std::v
   for (std::size_t i = 0; i < workload.buffers.size(); ++i) {
     const auto& b = workload.buffers[i];
     if (b.role != templates::Role::kOutput && b.role != templates::Role::kInOut) continue;
-    const double e = templates::relative_l2(b.dtype, results.at(i), b.expected);
+    const double e = templates::relative_error(b, results.at(i));
     result.errors.emplace_back(b.name, e);
-    if (b.atol > 0)
-      result.rms_errors.push_back({b.name, templates::rms_error(b.dtype, results.at(i), b.expected), b.atol});
+    if (b.atol > 0) result.rms_errors.push_back({b.name, templates::rms_error(b, results.at(i)), b.atol});
     const bool pass = templates::within_tolerance(b, results.at(i), e);
     if (!pass && worst.empty()) worst = "validation: " + templates::mismatch(b, results.at(i), e);
     if (!(e <= result.max_error)) result.max_error = e;

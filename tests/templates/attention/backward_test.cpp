@@ -495,6 +495,60 @@ TEST_CASE("attention workloads at benchmark size check a seeded sample of rows, 
   CHECK(fzero > 4 * 4096 / 2);
 }
 
+TEST_CASE("attention workloads at benchmark size are timed on q and dO as drawn, and check the sample's rows apart",
+          "[attention][family]") {
+  const Problem p = problem("bf16", 4096, 64, 1, 1, 4);
+  const AttentionShape s = shape_of(p);
+  const auto fw = forward_family().make_workload(p, 9), bw = backward_family().make_workload(p, 9);
+  const auto checked = sample_rows(s, 9, 3.0);
+  // Timed runs start from q (and dO) as drawn: the sample's rows as checked, the others random where the check's
+  // are zeros.
+  for (const auto* b : {&fw.buffers[0], &bw.buffers[0], &bw.buffers[5]}) {
+    INFO(b->name);
+    REQUIRE(b->timed.size() == b->bytes.size());
+    HostBuffer timed = *b;
+    timed.bytes = b->timed;
+    const auto drawn = values(timed), as_checked = values(*b);
+    std::size_t random_rows = 0;
+    for (std::size_t row = 0; row < drawn.size() / 64; ++row) {
+      const bool zero = as_checked[row * 64] == 0 && as_checked[row * 64 + 1] == 0;
+      if (!zero) CHECK(std::equal(drawn.begin() + row * 64, drawn.begin() + row * 64 + 64, as_checked.begin() + row * 64));
+      random_rows += zero && drawn[row * 64] != 0;
+    }
+    CHECK(random_rows > 4 * 4096 / 2);
+  }
+  CHECK(fw.buffers[1].timed.empty());  // k and v are drawn in full for the check too
+  CHECK(forward_family().make_workload(problem("bf16", 257, 64, 1, 1, 2), 1).buffers[0].timed.empty());
+
+  // An error of 2 % in the sample's rows of O alone fails, though over the whole buffer, whose other rows are exact
+  // means of V, it is within bf16's tolerance (16 heads: the sample takes rows of two).
+  const Problem wide = problem("bf16", 4096, 64, 1, 1, 16);
+  const auto wide_checked = sample_rows(shape_of(wide), 9, 3.0);
+  const HostBuffer o = forward_family().make_workload(wide, 9).buffers[3];
+  REQUIRE(o.apart.size() == o.elements());
+  std::vector<std::byte> got = o.expected;
+  std::size_t flagged = 0, misflagged = 0;
+  for (std::size_t i = 0; i < o.elements(); ++i) {
+    const std::size_t row = i / 64, seq = row / 16, head = row % 16;
+    misflagged += o.apart[i] != wide_checked[head * 4096 + seq];
+    if (!o.apart[i]) continue;
+    ++flagged;
+    const std::uint16_t bits = float_to_bf16_bits(static_cast<float>(value_at(DType::kBF16, o.expected, i) * 1.02));
+    std::memcpy(got.data() + i * 2, &bits, 2);
+  }
+  CHECK(misflagged == 0);
+  CHECK(flagged > 100 * 64);
+  CHECK(within_tolerance(o, o.expected, relative_error(o, o.expected)));
+  INFO("apart " << relative_error(o, got) << ", tolerance " << o.tolerance);
+  CHECK(relative_error(o, got) > o.tolerance);
+  CHECK_FALSE(within_tolerance(o, got, relative_error(o, got)));
+  HostBuffer whole = o;
+  whole.apart.clear();
+  INFO("whole " << relative_error(whole, got));
+  CHECK(within_tolerance(whole, got, relative_error(whole, got)));  // what the check said before
+  CHECK(fw.buffers[4].apart == checked);  // lse: (batch, heads, seq), as the sample's flags
+}
+
 TEST_CASE("attention_backward_streaming matches the materialising backward", "[attention][reference]") {
   AttentionShape s{.batch = 2, .seq = 19, .heads = 2, .head_dim = 8, .causal = true};
   s.kv_heads = 2;

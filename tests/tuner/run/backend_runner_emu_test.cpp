@@ -24,12 +24,11 @@ using namespace ktune::tuner;
 
 namespace {
 
-/// y = 2x over n floats; a workload of more than 2^20 elements cannot be made (as an allocation past host memory
-/// fails): n = 2^21 throws std::bad_alloc, larger n std::length_error (a vector past max_size()).
-class UnmakeableFamily final : public Family {
+/// y = 2x over n floats.
+class DoublingFamily : public Family {
  public:
-  std::string name() const override { return "unmakeable"; }
-  std::string summary() const override { return "test family whose large workloads cannot be made"; }
+  std::string name() const override { return "doubling"; }
+  std::string summary() const override { return "test family: y = 2x"; }
   std::vector<std::string> source_files() const override { return {}; }
   const Space& space() const override { return space_; }
   std::vector<Problem> problem_classes() const override { return {Problem{"f32", {{"n", 300}}}}; }
@@ -48,8 +47,6 @@ __global__ void doubled(const float* x, float* y, long long n) {
     return r;
   }
   Workload make_workload(const Problem& p, std::uint64_t seed) const override {
-    if (p.dim("n") == std::int64_t{1} << 21) throw std::bad_alloc();
-    if (p.dim("n") > std::int64_t{1} << 21) throw std::length_error("cannot create std::vector larger than max_size()");
     return test::doubling_workload(p, seed);
   }
   std::vector<Launch> plan(const Config& c, const Problem& p, const std::vector<std::uint64_t>& a,
@@ -72,6 +69,31 @@ __global__ void doubled(const float* x, float* y, long long n) {
 
  private:
   Space space_{{{"threads", {64}, ""}}};
+};
+
+/// A workload of more than 2^20 elements cannot be made (as an allocation past host memory fails): n = 2^21 throws
+/// std::bad_alloc, larger n std::length_error (a vector past max_size()).
+class UnmakeableFamily final : public DoublingFamily {
+ public:
+  std::string name() const override { return "unmakeable"; }
+  std::string summary() const override { return "test family whose large workloads cannot be made"; }
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    if (p.dim("n") == std::int64_t{1} << 21) throw std::bad_alloc();
+    if (p.dim("n") > std::int64_t{1} << 21) throw std::length_error("cannot create std::vector larger than max_size()");
+    return DoublingFamily::make_workload(p, seed);
+  }
+};
+
+/// Timed runs start from x = 7 everywhere (HostBuffer::timed), the check's from the workload's random x.
+class TimedInputFamily final : public DoublingFamily {
+ public:
+  Workload make_workload(const Problem& p, std::uint64_t seed) const override {
+    Workload w = DoublingFamily::make_workload(p, seed);
+    w.buffers[0].timed = make_buffer("x", Role::kInput, DType::kF32,
+                                     std::vector<float>(static_cast<std::size_t>(p.dim("n")), 7.0f))
+                             .bytes;
+    return w;
+  }
 };
 
 }  // namespace
@@ -139,6 +161,31 @@ TEST_CASE("backend runner emu: an in-place family is timed from its inputs as up
   INFO(a.failure);
   CHECK(a.ok);
   CHECK(plain_seen.copies == 0);
+}
+
+TEST_CASE("backend runner emu: a workload's inputs for timing are what its timed launches read, and its check "
+          "reads the others",
+          "[runner]") {
+  const TimedInputFamily f;
+  const Problem p{"f32", {{"n", 300}}};
+  auto recording = std::make_unique<test::RecordingBackend>();
+  std::vector<float> outputs;  // y[0] and y[299] after each timed launch
+  recording->after_timed_launch = [&](test::RecordingBackend& b) {
+    std::vector<float> y(300);
+    b.download(y.data(), b.buffer("y"), y.size() * sizeof(float));
+    outputs.push_back(y.front());
+    outputs.push_back(y.back());
+  };
+  auto runner = make_backend_runner(std::move(recording));
+  RunOptions options;
+  options.time = true;
+  options.warmup = 1;
+  options.min_repetitions = options.max_repetitions = 2;
+  const RunResult r = runner->run(f, f.default_config(p), p, options);
+  INFO(r.failure);
+  REQUIRE(r.ok);  // the check's x, against its expected y
+  REQUIRE(outputs.size() == 2 * 3);
+  for (const float y : outputs) CHECK(y == 14.0f);
 }
 
 }  // namespace tuner_run_backend_runner_emu_test
