@@ -6,7 +6,6 @@
 #include <chrono>
 #include <map>
 #include <random>
-#include <set>
 
 #include "base/hash.hpp"
 #include "tuner/exec/backend.hpp"
@@ -35,41 +34,30 @@ std::vector<Config> defaults_for(const templates::Family& f, const templates::Pr
   return out;
 }
 
-/// Configs to check for one family and problem: `defaults` (defaults_for) first, then all
-/// valid points or a seeded sample of them.
-std::vector<Config> configs_for(const templates::Family& f, const templates::Problem& p,
-                                const templates::DeviceLimits& limits, const std::vector<Config>& defaults,
-                                const CompileCheckOptions& o, std::size_t& invalid) {
+}  // namespace
+
+std::vector<Config> configs_to_check(const templates::Family& f, const templates::Problem& p,
+                                     const templates::DeviceLimits& limits, const CompileCheckOptions& o,
+                                     std::size_t& invalid) {
+  const std::vector<Config> defaults = defaults_for(f, p, limits);
   std::vector<Config> out = defaults;
-  const std::uint64_t n = f.space().size();
-  auto is_default = [&](const Config& c) { return std::find(defaults.begin(), defaults.end(), c) != defaults.end(); };
-  auto consider = [&](const Config& c) {
-    if (is_default(c)) return;
-    if (f.is_valid(c, p, limits)) out.push_back(c);
-    else ++invalid;
-  };
-  if (o.which == CompileCheckOptions::Which::kAll) {
-    for (std::uint64_t i = 0; i < n; ++i) consider(f.space().at(i));
-  } else if (o.which == CompileCheckOptions::Which::kSample) {
-    std::mt19937_64 rng(o.seed ^ std::hash<std::string>{}(f.name() + p.key()));
-    std::set<std::uint64_t> picked;
-    for (std::uint64_t tries = 0; picked.size() < std::min(o.sample, n) && tries < 20 * o.sample + 100; ++tries) {
-      const std::uint64_t i = rng() % n;
-      if (!picked.insert(i).second) continue;
-      const Config c = f.space().at(i);
-      const bool valid = f.is_valid(c, p, limits);
-      if (is_default(c) || !valid) {
-        picked.erase(i);
-        invalid += valid ? 0 : 1;
-        continue;
-      }
-      out.push_back(c);
-    }
+  if (o.which == CompileCheckOptions::Which::kDefaults) return out;
+  std::vector<Config> valid;
+  for (std::uint64_t i = 0; i < f.space().size(); ++i) {
+    Config c = f.space().at(i);
+    if (!f.is_valid(c, p, limits)) ++invalid;
+    else if (std::find(defaults.begin(), defaults.end(), c) == defaults.end()) valid.push_back(std::move(c));
   }
+  if (o.which == CompileCheckOptions::Which::kSample && o.sample < valid.size()) {
+    // Each pick is uniform over the valid points not yet picked, in the order drawn.
+    std::mt19937_64 rng(o.seed ^ std::hash<std::string>{}(f.name() + p.key()));
+    for (std::size_t k = 0; k < o.sample; ++k)
+      std::swap(valid[k], valid[k + static_cast<std::size_t>(rng() % (valid.size() - k))]);
+    valid.resize(static_cast<std::size_t>(o.sample));
+  }
+  out.insert(out.end(), std::make_move_iterator(valid.begin()), std::make_move_iterator(valid.end()));
   return out;
 }
-
-}  // namespace
 
 CompileCheckSummary compile_check(const std::vector<const templates::Family*>& families_in,
                                   const CompileCheckOptions& o, const Compiler& compiler) {
@@ -85,7 +73,7 @@ CompileCheckSummary compile_check(const std::vector<const templates::Family*>& f
     for (const auto& p : f->problem_classes()) {
       const std::vector<Config> defaults = defaults_for(*f, p, limits);
       std::size_t invalid = 0;
-      const auto configs = configs_for(*f, p, limits, defaults, o, invalid);
+      const auto configs = configs_to_check(*f, p, limits, o, invalid);
       s.invalid += invalid;
       s.invalid_by_family[f->name()] += invalid;
       for (const auto& c : configs) {

@@ -46,6 +46,14 @@ struct CompileCheckSummary {
   std::string line() const;
 };
 
+/// The configs a check compiles for one family and problem class on `limits`: the defaults (default_config, and
+/// the arch default where it differs and is valid) first, then every other valid point (kAll) or a seeded sample
+/// of `sample` of them, drawn without replacement (all where fewer are valid). `invalid` gains the points of the
+/// space the constraints refuse (kSample and kAll look at every point).
+std::vector<Config> configs_to_check(const templates::Family& family, const templates::Problem& problem,
+                                     const templates::DeviceLimits& limits, const CompileCheckOptions& options,
+                                     std::size_t& invalid);
+
 /// Checks `families` (all registered when empty).
 CompileCheckSummary compile_check(const std::vector<const templates::Family*>& families,
                                   const CompileCheckOptions& options, const Compiler& compiler);

@@ -103,6 +103,41 @@ TEST_CASE("every family's defaults and a seeded sample compile for sm_80 and sm_
   }
 }
 
+TEST_CASE("a compile check's sample is as many valid configs as asked, however sparse the space, and counts each "
+          "invalid point once",
+          "[compile]") {
+  // attention_bwd's space holds 82944 points, of which a few hundred are valid for a class at head_dim 128.
+  const templates::Family& f = templates::find_family("attention_bwd");
+  const templates::Problem p{"f16", {{"batch", 1}, {"seq", 256}, {"heads", 1}, {"head_dim", 128}, {"causal", 1}}};
+  const auto limits = DeviceLimits::for_arch("sm_80");
+  std::size_t valid = 0, refused = 0;
+  for (std::uint64_t i = 0; i < f.space().size(); ++i) (f.is_valid(f.space().at(i), p, limits) ? valid : refused)++;
+  REQUIRE(valid > 20);
+  REQUIRE(refused > 50 * valid);
+  CompileCheckOptions o;
+  o.which = CompileCheckOptions::Which::kSample;
+  o.sample = 8;
+  std::size_t invalid = 0;
+  const auto configs = configs_to_check(f, p, limits, o, invalid);
+  CHECK(invalid == refused);
+  const std::size_t defaults = configs.size() - 8;
+  REQUIRE(defaults >= 1);
+  CHECK(configs.front() == f.default_config(p));
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    CHECK(f.is_valid(configs[i], p, limits));
+    for (std::size_t j = 0; j < i; ++j) CHECK(configs[i] != configs[j]);
+  }
+  std::size_t again_invalid = 0;
+  CHECK(configs_to_check(f, p, limits, o, again_invalid) == configs);  // seeded
+  o.seed = 2;
+  CHECK(configs_to_check(f, p, limits, o, again_invalid) != configs);
+  // More than the space holds: every valid config, once.
+  o.sample = std::uint64_t{1} << 40;
+  CHECK(configs_to_check(f, p, limits, o, again_invalid).size() == valid);  // the defaults among them
+  o.which = CompileCheckOptions::Which::kAll;
+  CHECK(configs_to_check(f, p, limits, o, again_invalid).size() == valid);
+}
+
 TEST_CASE("resource report: registers, shared memory and spills are parsed", "[compile]") {
   const Compiler compiler(test::scratch_dir("cubin").string(), true);
   const auto r = compiler.compile(probe("report"), "sm_90");
