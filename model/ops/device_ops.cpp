@@ -235,7 +235,7 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
   std::size_t scratch = ds;
   std::int64_t largest = 0;
   for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
-  if (L_.optimizer)  // eager AdamW's temporary
+  if (L_.optimizer && options_.mode == Mode::kEager)  // eager AdamW's temporary (the fused one takes none)
     scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);
   for (const auto& r : requests)
     scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r, options_.deterministic));
@@ -621,7 +621,8 @@ void DeviceOps::adamw_step(const std::vector<AdamwTensor>& tensors, const templa
     launch(nk, norm.plan(nk.chosen.config, p, args, backend_.device()));
     if (!in_place) clip = {.norm = out, .max_norm = hyper.max_grad_norm};
   }
-  const std::uint64_t ws = scratch(static_cast<std::size_t>(largest) * kFloatBytes);
+  const std::uint64_t ws =
+      options_.mode == Mode::kEager ? scratch(static_cast<std::size_t>(largest) * kFloatBytes) : 0;
   launch(k, f.plan_tensors(k.chosen.config, copy, list, ws, hyper, backend_.device(), clip));
 }
 

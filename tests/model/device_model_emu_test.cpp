@@ -455,6 +455,14 @@ TEST_CASE("emu backend: a training run's memory plan counts materialised attenti
     CHECK(allocated >= plan.peak_step());
     if (mode == Mode::kCompiled) CHECK(allocated <= plan.peak_step() + (kRegionCount + 2) * 256);
   }
+  // The fused AdamW takes no temporary: with a vocabulary whose embedding (fp32) outgrows dS, compiled mode still
+  // holds its plan.
+  ModelConfig wide = config;
+  wide.vocab = 10000;
+  DeviceTransformer m(*backend, wide, shape, Allocation::kTrain, {.mode = Mode::kCompiled});
+  const MemoryPlan plan = plan_memory(wide, shape, plan_threads("emu", 2), 4, m.layout().attention, Precision::kF32);
+  REQUIRE(wide.vocab * wide.d_model * 4 > plan.scratch);
+  CHECK(static_cast<std::int64_t>(m.ops().allocated_bytes()) <= plan.peak_step() + (kRegionCount + 2) * 256);
 }
 
 TEST_CASE("emu backend: a forward-only run holds no backward scratch, in compiled mode its plan's forward peak",
