@@ -208,6 +208,12 @@ E2eResult bench_e2e(const E2eOptions& o) {
   r.driver = model->driver();
   if (!r.driver.empty()) r.nvidia_driver = nvidia_driver_release();
   r.warnings = model->warnings();
+  // A pass runs op by op on its first run, is captured on its second and replayed after.
+  if (backend.graphs && o.warmup < 2)
+    r.warnings.push_back(o.warmup == 1 ? "with graphs, a pass is captured on its second run: trial 1 includes the "
+                                         "capture (--warmup 2 times replays alone)"
+                                       : "with graphs, a pass runs op by op on its first run and is captured on its "
+                                         "second: trials 1 and 2 are no replays (--warmup 2 times replays alone)");
   r.device = model->device();
   r.kernels = model->kernel_summary();
   r.kernel_choices = model->kernel_choices();

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/error.hpp"
+#include "model/bench_e2e.hpp"
 #include "model/device_check.hpp"
 #include "model/device_model.hpp"
 #include "tuner/exec/backend.hpp"
@@ -85,6 +86,28 @@ TEST_CASE("emu backend: eager mode refuses graphs, which are compiled mode's", "
     CHECK(e.kind() == ErrorKind::kInvalidInput);
     CHECK_THAT(e.what(), Catch::Contains("compiled mode"));
   }
+}
+
+TEST_CASE("emu backend: bench e2e with graphs says which trials are no replays, under two warm-up steps",
+          "[emu][model]") {
+  E2eOptions o;
+  o.backend.backend = "emu";
+  o.backend.graphs = true;
+  o.model = model_config("tiny");
+  o.shape = RunShape{1, 8};
+  o.trials = 1;
+  o.passes = E2ePasses::kForward;
+  const auto said = [&](std::int64_t warmup) {
+    o.warmup = warmup;
+    std::string all;
+    for (const auto& w : bench_e2e(o).warnings) all += w + "\n";
+    return all;
+  };
+  CHECK_THAT(said(0), Catch::Contains("trials 1 and 2 are no replays"));
+  CHECK_THAT(said(1), Catch::Contains("trial 1 includes the capture"));
+  CHECK_THAT(said(2), !Catch::Contains("capture"));
+  o.backend.graphs = false;
+  CHECK_THAT(said(1), !Catch::Contains("capture"));
 }
 
 }  // namespace model_graphs_emu_test
