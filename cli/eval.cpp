@@ -113,7 +113,7 @@ void add_eval_command(CLI::App& app, Global& global) {
       require_finite(full.loss, fmt::format("all of {}", r.tokens_file));
       nlohmann::ordered_json j{{"model", r.model.name},
                                {"context_length", r.shape.context},
-                               {"batch_size", r.shape.batch},
+                               {"batch_size", full.batch},
                                {"backend", r.backend.backend},
                                {"dtype", model::to_string(r.backend.precision)},
                                {"tokens_file", r.tokens_file},

@@ -193,6 +193,7 @@ E2eResult bench_e2e(const E2eOptions& o) {
   }
   r.options = o;
   r.options.trials = trials;
+  if (!backward) r.options.shape.recompute = Recompute::kNone;  // a forward alone recomputes nothing
   r.trials_planned = o.trials;
   r.forward = phase_stats(fwd);
   r.backward = phase_stats(bwd);

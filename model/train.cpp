@@ -391,6 +391,7 @@ FullEvalResult evaluate_all(const RunOptions& o) {
   RunOptions run = o;
   run.shape.batch = std::min(o.shape.batch, r.windows);
   const std::int64_t B = run.shape.batch;
+  r.batch = B;
   const MemoryPlan plan = plan_run(run.model, run.shape, run_backend(run));
   require_memory(run, plan, plan.peak_forward(), "evaluating");
   auto model = start(run, Allocation::kForwardOnly);

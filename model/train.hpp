@@ -163,6 +163,7 @@ struct FullEvalResult {
   std::int64_t windows = 0;  ///< windows of context tokens, back to back from the stream's start
   std::int64_t tokens = 0;   ///< windows x context
   std::int64_t unscored = 0;  ///< tokens after the last window that could be predicted: fewer than context
+  std::int64_t batch = 0;     ///< windows a forward: the options' batch, at most `windows`
 };
 
 /// The loss over the whole stream (the tokens file, or the part val_split

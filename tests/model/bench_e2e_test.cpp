@@ -38,6 +38,12 @@ TEST_CASE("the e2e benchmark measures the passes it is asked for", "[model][benc
   CHECK((steps[0] + steps[1]) / 2 == Approx(r.step.mean_ms));
   CHECK_FALSE(r.launches);  // the cpu backend launches nothing
   CHECK(j.at("launches_per_step").is_null());
+  // A forward alone recomputes nothing, whatever --recompute says.
+  E2eOptions forward = o;
+  forward.passes = E2ePasses::kForward;
+  forward.shape.recompute = Recompute::kBlocks;
+  forward.trials = 1;
+  CHECK(to_json(bench_e2e(forward)).at("recompute") == "none");
   // One trial has no sample std: null, not a std of 0 (the markdown writes "-").
   o.trials = 1;
   const auto one = to_json(bench_e2e(o));

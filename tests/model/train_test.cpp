@@ -182,7 +182,10 @@ TEST_CASE("evaluating a whole token file counts each window's tokens once, the l
   // billion windows a forward are more tokens than a step holds).
   RunOptions huge = o;
   huge.shape.batch = 1'000'000'000;
-  CHECK(evaluate_all(huge).loss == Approx(got.loss).epsilon(1e-6));
+  const FullEvalResult clamped = evaluate_all(huge);
+  CHECK(clamped.loss == Approx(got.loss).epsilon(1e-6));
+  CHECK(clamped.batch == clamped.windows);  // what --json reports as batch_size
+  CHECK(got.batch == o.shape.batch);
 
   o.val_split = 0.5;  // the held-out half, as a file of its own
   RunOptions tail = o;
