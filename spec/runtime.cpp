@@ -14,6 +14,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/env.hpp"
 #include "base/error.hpp"
 #include "cache/tuned_cache.hpp"
 #include "search/stop.hpp"
@@ -410,7 +411,8 @@ Kernel Runtime::tune(const std::string& what, const ProblemSize& size, const Tun
   const auto& device = st.runner->device();
   options.log_path = tuner::default_log_path(family, problem);
   options.default_log = true;
-  options.compile_ahead_threads = std::max(1u, std::thread::hardware_concurrency()) - 1;
+  // One thread stays with the runner, the rest compile ahead of it: KTUNE_COMPILE_THREADS, else cores (as tune's).
+  options.compile_ahead_threads = env::compile_threads() - 1;
   // What the runtime's cache holds for the problem competes, else what the file the winner goes to holds (as
   // `ktune tune --cache` defends its file's entry).
   const bool held = tuner::choose_config(family, problem, device, st.tuned.get()).match == cache::Match::kExact &&

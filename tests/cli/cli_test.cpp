@@ -123,6 +123,13 @@ TEST_CASE("CLI: a bad KTUNE_EMU_SCHEDULE, KTUNE_EMU_HANG_SECONDS, KTUNE_HOST_CXX
                     &out) == 2);
   CHECK_THAT(out, Catch::StartsWith("ktune: KTUNE_CUDA_INCLUDE=/nonexistent is no folder"));
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+  // --no-cache keeps away from the cache folder: one that is a file stops only a run that uses it.
+  const auto not_a_folder = ktune::test::scratch_dir("cli-no-cache-folder") / "a-file";
+  std::ofstream(not_a_folder) << "x";
+  const std::string in_file = "KTUNE_CACHE_DIR=" + not_a_folder.string() + " " + ktune_exe().string() +
+                              " compile --family prim_neg --arch sm_80";
+  CHECK(run_command(in_file + " --no-cache 2>&1", &out) == 0);
+  CHECK(run_command(in_file + " 2>&1", &out) == 2);
   // tune compiles ahead of its runner with as many (--threads says otherwise).
   const auto cache = ktune::test::scratch_dir("cli-compile-threads") / "tuned.json";
   for (const std::string bad : {"abc", "' 4'"}) {

@@ -73,7 +73,8 @@ std::vector<KernelResources> parse_ptxas_report(const std::string& log) {
   return out;
 }
 
-Compiler::Compiler(bool use_cache) : Compiler(env::binary_cache_dir().string(), use_cache) {}
+// Without the cache, its folder is never resolved: --no-cache gets past a cache setting that names no folder.
+Compiler::Compiler(bool use_cache) : Compiler(use_cache ? env::binary_cache_dir().string() : "", use_cache) {}
 Compiler::Compiler(std::string cache_dir, bool use_cache) : cache_dir_(std::move(cache_dir)), use_cache_(use_cache) {
   env::cuda_include_dir();  // a KTUNE_CUDA_INCLUDE that names no folder, refused before any compile fails on it
 }
