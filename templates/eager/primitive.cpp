@@ -333,7 +333,19 @@ class Primitive final : public PrimitiveFamily {
       w.buffers.push_back(output_buffer("y", dt, y));
       return w;
     }
-    const auto x = values(rows * cols, false);
+    auto x = values(rows * cols, false);
+    if (kind_ == Kind::kRowReduce) {
+      // Rows of scales 0.01 to 10, every other one all negative: a max that starts at 0, or any one answer for
+      // every row, is wrong.
+      const auto log_scales = random_floats(rng, static_cast<std::size_t>(rows), -2.f, 1.f);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const double scale = std::pow(10.0, log_scales[static_cast<std::size_t>(r)]);
+        for (std::int64_t c = 0; c < cols; ++c) {
+          double& v = x[static_cast<std::size_t>(r * cols + c)];
+          v = stored_as(dt, std::vector<float>{static_cast<float>(v * scale - (r % 2 ? 3 * scale : 0))})[0];
+        }
+      }
+    }
     auto at = [&](std::int64_t r, std::int64_t c) { return x[static_cast<std::size_t>(r * cols + c)]; };
     std::vector<std::int32_t> idx(static_cast<std::size_t>(rows));
     for (auto& i : idx) i = static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(cols));
@@ -439,7 +451,8 @@ class Primitive final : public PrimitiveFamily {
       const auto cols = p.dim("cols");
       switch (kind_) {
         case Kind::kBinary: {
-          const long long row_stride = p.dim("b_rows") == 1 ? 0 : p.dim("b_cols");
+          // b's rows as x's (one of one too, so b goes by vectors as x does), else one broadcast over them.
+          const long long row_stride = p.dim("b_rows") == rows ? p.dim("b_cols") : 0;
           const long long col_stride = p.dim("b_cols") == 1 ? 0 : 1;
           l.grid = grid(rows * cols, width);
           l.args.add(a.x).add(a.b).add(a.y).add(rows).add(static_cast<long long>(cols)).add(row_stride).add(col_stride);
