@@ -12,7 +12,8 @@
 // embedding is an index_select forward and a zero fill plus an index_add_
 // backward. The eager mode's
 // only source of non-GEMM kernels, checked against the fused family's CPU
-// reference.
+// reference. Where they part from what PyTorch eager launches for the
+// peer's model (its F.cross_entropy, x * sigmoid(x)): docs/model.md.
 //
 // bf16 problems compute as the model's bf16 mixed precision does: norms and
 // the loss cast their bf16 activations to fp32 first (cast_to_f32), compute
