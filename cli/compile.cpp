@@ -120,7 +120,8 @@ void add_compile_command(CLI::App& app, Global& global) {
       ->check(input_file());
   cmd->add_option("--arch", opts->check.arch, "Target: sm_80, sm_86, sm_89, sm_90, sm_90a")->capture_default_str();
   auto* all = cmd->add_flag("--all", opts->all, "Every valid point of every space (default: the default configs only)");
-  auto* sample = cmd->add_option("--sample", opts->sample, "A seeded sample of N valid configs per family and problem class, beside the "
+  auto* sample = cmd->add_option("--sample", opts->sample,
+                                 "A seeded sample of N valid configs per family and problem class, beside the "
                                  "defaults (every one where fewer are valid)")
                      ->check(integer_at_least(1))
                      ->default_str("none")

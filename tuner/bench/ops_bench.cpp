@@ -37,7 +37,8 @@ struct DeviceWorkload {
   /// Inputs drawn otherwise for timing (HostBuffer::timed), after a check.
   void time_from(exec::Backend& b) {
     for (std::size_t i = 0; i < buffers.size(); ++i)
-      if (const auto& hb = workload.buffers[i]; !hb.timed.empty()) b.upload(*buffers[i], hb.timed.data(), hb.timed.size());
+      if (const auto& hb = workload.buffers[i]; !hb.timed.empty())
+        b.upload(*buffers[i], hb.timed.data(), hb.timed.size());
   }
   /// Throws unless every output matches the reference.
   void check(exec::Backend& b, const std::string& what) const {

@@ -512,7 +512,8 @@ TEST_CASE("attention workloads at benchmark size are timed on q and dO as drawn,
     std::size_t random_rows = 0;
     for (std::size_t row = 0; row < drawn.size() / 64; ++row) {
       const bool zero = as_checked[row * 64] == 0 && as_checked[row * 64 + 1] == 0;
-      if (!zero) CHECK(std::equal(drawn.begin() + row * 64, drawn.begin() + row * 64 + 64, as_checked.begin() + row * 64));
+      const auto at = static_cast<std::ptrdiff_t>(row * 64);
+      if (!zero) CHECK(std::equal(drawn.begin() + at, drawn.begin() + at + 64, as_checked.begin() + at));
       random_rows += zero && drawn[row * 64] != 0;
     }
     CHECK(random_rows > 4 * 4096 / 2);
