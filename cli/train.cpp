@@ -527,12 +527,13 @@ void add_train_command(CLI::App& app, Global& global) {
             } else if (t.resume) {
               out << fmt::format("no checkpoint at {} yet: starting at step 1\n", t.checkpoint);
             }
-            // A device run's materialised attention keeps its backward's dS in the ops' scratch, planned too.
+            // A device run's ops' scratch (materialised attention's dS, eager chains' temporaries, kernels'
+            // workspaces) is planned too.
             const model::MemoryPlan plan = model::plan_run(t.model, t.shape, model::run_backend(t));
             out << fmt::format("memory: {} planned for a step (weights, gradients, AdamW state, activations, "
                                "workspace{})\n",
                                model::format_bytes(plan.peak_step()),
-                               plan.scratch > 0 ? ", the attention backward's dS" : "");
+                               std::max(plan.scratch, plan.step_scratch) > 0 ? ", the ops' scratch" : "");
             if (const std::string kernels = kernels_line(rt); !kernels.empty()) out << kernels << "\n";
             out << std::flush;  // before the first step, which may take a while
           });

@@ -245,21 +245,32 @@ std::vector<BufferRow> plan_buffers(const MemoryPlan& plan) {
   add("activations after the blocks", final, 0);
   workspace_layout(m, r, plan.threads, true, plan.precision, &workspace);
   add("workspace", workspace, 0);
-  if (plan.scratch > 0)
+  const std::int64_t ds = plan.attention == AttentionSaved::kProbabilities && plan.threads == 0
+                              ? r.batch * m.heads * r.context * r.context * (bf16 ? 2 : plan.element_bytes)
+                              : 0;
+  const std::int64_t scratch = std::max(plan.scratch, plan.step_scratch);
+  if (scratch > 0 && scratch == ds)
     rows.push_back({"ops' scratch", "ds", "the attention backward's dS", {r.batch, m.heads, r.context, r.context},
-                    bf16 ? "bf16" : wide, plan.scratch, 1});
+                    bf16 ? "bf16" : wide, scratch, 1});
+  else if (scratch > 0)
+    rows.push_back({"ops' scratch", "scratch",
+                    ds > 0 ? "the attention backward's dS, the eager chains' temporaries, eager AdamW's"
+                           : "the eager chains' temporaries, eager AdamW's",
+                    {scratch}, "u8", scratch, 1});
   return rows;
 }
 
 std::int64_t MemoryPlan::peak_forward() const {
-  return parameters + weight_copy + inputs + activations_forward + workspace_forward;
+  return parameters + weight_copy + inputs + activations_forward + workspace_forward + forward_scratch;
 }
 
 std::int64_t MemoryPlan::peak_forward_backward() const {
   return parameters + weight_copy + gradients + inputs + activations_backward + workspace_backward + scratch;
 }
 
-std::int64_t MemoryPlan::peak_step() const { return peak_forward_backward() + optimizer_state; }
+std::int64_t MemoryPlan::peak_step() const {
+  return peak_forward_backward() - scratch + std::max(scratch, step_scratch) + optimizer_state;
+}
 
 std::int64_t MemoryPlan::peak(Allocation allocation) const {
   switch (allocation) {

@@ -161,9 +161,12 @@ struct MemoryPlan {
   std::int64_t per_layer_kept = 0;        ///< of it, what each block keeps (shape.recompute; kNone: all)
   std::int64_t workspace_forward = 0;     ///< forward scratch
   std::int64_t workspace_backward = 0;    ///< forward scratch + activation gradients
-  std::int64_t scratch = 0;               ///< a device backend's (threads 0) ops' own scratch, what the shapes fix
-                                          ///< of it: materialised attention's backward dS, (B, H, S, S) of the
-                                          ///< activations' type (more where a kernel's or eager chain's need more)
+  /// A device backend's (threads 0) ops' own scratch for a forward and backward, what the shapes fix of it:
+  /// materialised attention's backward dS, (B, H, S, S) of the activations' type; with plan_run, the eager
+  /// chains' temporaries too (planned_scratch_bytes; a tuned kernel's workspace may take more).
+  std::int64_t scratch = 0;
+  std::int64_t forward_scratch = 0;  ///< the same for a forward alone (plan_run: the eager forward chains')
+  std::int64_t step_scratch = 0;     ///< the same for a training step (plan_run: eager AdamW's temporary too)
 
   std::int64_t peak_forward() const;           ///< forward only
   std::int64_t peak_forward_backward() const;  ///< forward + backward (the ops' scratch included)

@@ -34,8 +34,19 @@ std::string Runtime::GraphNodes::str(bool forward_only) const {
 
 MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const BackendOptions& options) {
   const bool compiled = options.backend != "cpu" && options.mode == Mode::kCompiled;
-  return plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
-                     attention_saved(options.precision, compiled), options.precision);
+  MemoryPlan plan = plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
+                                attention_saved(options.precision, compiled), options.precision);
+  if (options.backend == "cpu") return plan;
+  // A device backend's ops' scratch, as DeviceOps sizes it before its kernels' workspaces.
+  const DeviceOptions device{.mode = options.mode, .precision = options.precision};
+  const auto scratch = [&](Allocation allocation) {
+    return static_cast<std::int64_t>(planned_scratch_bytes(device_layout(config, shape, allocation, device),
+                                                           options.mode, options.deterministic));
+  };
+  plan.forward_scratch = scratch(Allocation::kForwardOnly);
+  plan.scratch = scratch(Allocation::kGradients);
+  plan.step_scratch = scratch(Allocation::kTrain);
+  return plan;
 }
 
 namespace {

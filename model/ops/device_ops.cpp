@@ -201,6 +201,51 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& L, Mode 
   return out;
 }
 
+namespace {
+
+/// dS, materialised attention's backward's, of the activations' type: none in flash attention (compiled tf32
+/// and bf16) nor in a forward-only run (eval, generate).
+std::size_t kept_ds_bytes(const StepLayout& L) {
+  const auto s = L.attention_shape();
+  return L.train && L.attention == AttentionSaved::kProbabilities
+             ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq * layout_unit_bytes(L.precision))
+             : 0;
+}
+
+}  // namespace
+
+std::size_t ops_scratch_bytes(const StepLayout& L, Mode mode, bool deterministic,
+                          const std::function<Config(const tuner::KernelRequest&)>& config_of) {
+  const std::size_t ds = kept_ds_bytes(L);
+  // The softmax backward runs while dS is kept: what it needs comes after it.
+  const auto kept = [&](const templates::Family* f) {
+    return f == &tr::softmax::backward_family() ? align_up(ds) : 0;
+  };
+  std::size_t scratch = ds;
+  std::int64_t largest = 0;
+  for (const auto& t : L.params.tensors) largest = std::max(largest, t.numel);
+  if (L.optimizer && mode == Mode::kEager)  // eager AdamW's temporary (the fused one takes none)
+    scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);
+  const auto requests = device_step_kernels(L, mode);
+  for (const auto& r : requests)
+    scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(mode, r, deterministic));
+  // grad_norm's partials are the model's tensors' (adamw_step), not its problem's.
+  std::vector<tr::grad_norm::Tensor> grads;
+  for (const auto& t : L.params.tensors) grads.push_back({.numel = t.numel});
+  for (const auto& k : with_chains(mode, requests, deterministic)) {
+    const Config c = config_of(k);
+    scratch = std::max(scratch, kept(k.family) + k.family->workspace_bytes(c, k.problem));
+    if (k.family == &tr::grad_norm::family())
+      scratch = std::max(scratch, static_cast<std::size_t>(tr::grad_norm::partial_floats(c, grads)) * kFloatBytes);
+  }
+  return scratch;
+}
+
+std::size_t planned_scratch_bytes(const StepLayout& L, Mode mode, bool deterministic) {
+  return ops_scratch_bytes(L, mode, deterministic,
+                       [](const tuner::KernelRequest& k) { return k.family->default_config(k.problem); });
+}
+
 DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options)
     : backend_(backend),
       L_(layout),
@@ -222,32 +267,10 @@ DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, co
 
   // The ops' scratch: one op at a time uses it, in stream order; attention's
   // backward keeps dS there while its softmax runs after it.
-  const auto s = L_.attention_shape();
-  // dS: materialised attention's backward only (flash attention keeps none),
-  // of the activations' type; a forward-only run (eval, generate) keeps none.
-  const std::size_t ds =
-      L_.train && L_.attention == AttentionSaved::kProbabilities
-          ? static_cast<std::size_t>(s.batch * s.heads * s.seq * s.seq) * unit_bytes(Region::kScratch)
-          : 0;
-  const auto kept = [&](const templates::Family* f) {
-    return f == &tr::softmax::backward_family() ? align_up(ds) : 0;
-  };
-  std::size_t scratch = ds;
-  std::int64_t largest = 0;
-  for (const auto& t : L_.params.tensors) largest = std::max(largest, t.numel);
-  if (L_.optimizer && options_.mode == Mode::kEager)  // eager AdamW's temporary (the fused one takes none)
-    scratch = std::max(scratch, static_cast<std::size_t>(largest) * kFloatBytes);
-  for (const auto& r : requests)
-    scratch = std::max(scratch, kept(r.family) + chain_temporaries_bytes(options_.mode, r, options_.deterministic));
-  for (const auto& k : kernels_->kernels())
-    scratch = std::max(scratch, kept(k.family) + k.family->workspace_bytes(k.chosen.config, k.problem));
-  // grad_norm's partials are the model's tensors' (adamw_step), not its problem's.
-  std::vector<tr::grad_norm::Tensor> grads;
-  for (const auto& t : L_.params.tensors) grads.push_back({.numel = t.numel});
-  for (const auto& k : kernels_->kernels())
-    if (k.family == &tr::grad_norm::family())
-      scratch = std::max(scratch,
-                         static_cast<std::size_t>(tr::grad_norm::partial_floats(k.chosen.config, grads)) * kFloatBytes);
+  const std::size_t scratch =
+      ops_scratch_bytes(L_, options_.mode, options_.deterministic, [&](const tuner::KernelRequest& r) {
+        return kernel(*r.family, r.problem).chosen.config;
+      });
 
   std::size_t at = 0;
   for (int r = 0; r < kRegionCount; ++r) {

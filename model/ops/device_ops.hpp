@@ -239,4 +239,15 @@ StepLayout device_layout(const ModelConfig& config, const RunShape& shape, Alloc
 /// mode runs the chains of the decomposed ones (with_chains).
 std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& layout, Mode mode);
 
+/// The ops' scratch of a run of `layout` in `mode`, each kernel at the
+/// config `config_of` gives it: materialised attention's dS (kept while the
+/// softmax backward runs after it), the eager chains' temporaries, eager
+/// AdamW's fp32 temporary of the largest tensor, the kernels' workspaces
+/// and grad_norm's partials, the largest of them (one op uses it at a time).
+std::size_t ops_scratch_bytes(const StepLayout& layout, Mode mode, bool deterministic,
+                          const std::function<Config(const tuner::KernelRequest&)>& config_of);
+/// ops_scratch_bytes at the family defaults, as a run without a tuned cache
+/// takes them: what the memory plan counts (plan_run).
+std::size_t planned_scratch_bytes(const StepLayout& layout, Mode mode, bool deterministic);
+
 }  // namespace ktune::model

@@ -18,6 +18,7 @@
 
 #include "model/device_check.hpp"
 #include "model/ops/eager_chains.hpp"
+#include "model/runtime.hpp"
 #include "model/flat_adamw.hpp"
 #include "model/odd_model.hpp"
 #include "model/transformer.hpp"
@@ -463,6 +464,28 @@ TEST_CASE("emu backend: a training run's memory plan counts materialised attenti
   const MemoryPlan plan = plan_memory(wide, shape, plan_threads("emu", 2), 4, m.layout().attention, Precision::kF32);
   REQUIRE(wide.vocab * wide.d_model * 4 > plan.scratch);
   CHECK(static_cast<std::int64_t>(m.ops().allocated_bytes()) <= plan.peak_step() + (kRegionCount + 2) * 256);
+}
+
+TEST_CASE("emu backend: a run's plan counts the ops' scratch, eager chains' temporaries and AdamW's included",
+          "[emu][model][device]") {
+  auto backend = tuner::exec::make_emu_backend();
+  ModelConfig config = model_config("tiny");
+  config.vocab = 10000;  // the cross-entropy chain's (tokens, vocab) temporaries and the embedding outgrow dS
+  const RunShape shape{2, 16};
+  for (const Mode mode : {Mode::kEager, Mode::kCompiled})
+    for (const Precision precision : {Precision::kF32, Precision::kBf16})
+      for (const Allocation allocation : {Allocation::kForwardOnly, Allocation::kGradients, Allocation::kTrain}) {
+        INFO(to_string(mode) << " " << to_string(precision) << " allocation " << static_cast<int>(allocation));
+        BackendOptions b;
+        b.backend = "emu";
+        b.mode = mode;
+        b.precision = precision;
+        const MemoryPlan plan = plan_run(config, shape, b);
+        DeviceTransformer m(*backend, config, shape, allocation, {.mode = mode, .precision = precision});
+        const auto allocated = static_cast<std::int64_t>(m.ops().allocated_bytes());
+        CHECK(allocated >= plan.peak(allocation));
+        CHECK(allocated <= plan.peak(allocation) + (kRegionCount + 2) * 256);
+      }
 }
 
 TEST_CASE("emu backend: a forward-only run holds no backward scratch, in compiled mode its plan's forward peak",
