@@ -88,6 +88,10 @@ Header parse_header(std::string_view head, std::uint64_t file_size, const std::s
     l.entry.name = it.key();
     try {
       l.entry.dtype = t.at("dtype").get<std::string>();
+      // Whole numbers (nlohmann would take 128.5 as 128).
+      if (!t.at("shape").is_array() ||
+          !std::all_of(t.at("shape").begin(), t.at("shape").end(), [](const auto& d) { return d.is_number_integer(); }))
+        bad(fmt::format("tensor '{}' has shape {}, which no file holds", it.key(), excerpt(t.at("shape").dump())));
       l.entry.shape = t.at("shape").get<std::vector<std::int64_t>>();
       const auto offsets = t.at("data_offsets").get<std::vector<std::uint64_t>>();
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_size)
@@ -109,9 +113,11 @@ Header parse_header(std::string_view head, std::uint64_t file_size, const std::s
     }
     out.tensors.push_back(std::move(l));
   }
-  // Keep the file's order of data offsets, so a round trip is byte-stable.
-  std::stable_sort(out.tensors.begin(), out.tensors.end(),
-                   [](const TensorSpan& a, const TensorSpan& b) { return a.begin < b.begin; });
+  // Keep the file's order of data offsets, so a round trip is byte-stable; an empty tensor before one that starts
+  // where it does (both are at its offset).
+  std::stable_sort(out.tensors.begin(), out.tensors.end(), [](const TensorSpan& a, const TensorSpan& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   // As the format requires: the tensors' bytes tile the data, none shared by
   // two tensors (a write to one would change the other) and none held by no
   // tensor.

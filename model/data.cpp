@@ -130,6 +130,11 @@ std::optional<NpyData> npy_data(std::string_view bytes, const std::filesystem::p
   std::size_t header_length = 0;
   for (std::size_t i = 0; i < length_bytes; ++i) header_length |= std::size_t{byte(8 + i)} << (8 * i);
   if (bytes.size() < start + header_length) fail("a .npy file cut short in its header");
+  // NumPy writes a header of a few dozen bytes and reads none past 10000; a longer one is no token file (and its
+  // fields are not searched: a regex over it recurses a frame a character).
+  constexpr std::size_t kMaxHeader = 10000;
+  if (header_length > kMaxHeader)
+    fail(fmt::format("a .npy header of {} bytes (NumPy writes and reads at most {})", header_length, kMaxHeader));
   const std::string header(bytes.substr(start, header_length));
   std::smatch m;
   const auto field = [&](const char* pattern) {

@@ -136,9 +136,13 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
                   fmt::format("tensor '{}' in {} is {}; {}", info.name, source, t.dtype, kReadDtypes));
     const auto values = tensor_values(t, info.name);
     for (std::size_t i = 0; i < values.size(); ++i) {
-      KTUNE_REQUIRE(std::isfinite(values[i]), fmt::format("tensor '{}' in {} holds {} at index {}: corrupt weights",
-                                                          info.name, source, value_text(values[i]), i));
-      params[info.offset + i] = static_cast<T>(values[i]);
+      // Finite as the model holds it: an F64 value past float's range would be an infinity in an f32 model.
+      const T value = static_cast<T>(values[i]);
+      KTUNE_REQUIRE(std::isfinite(value), fmt::format("tensor '{}' in {} holds {} at index {}: corrupt weights{}",
+                                                      info.name, source, value_text(values[i]), i,
+                                                      std::isfinite(values[i]) ? " (past the model's float range)"
+                                                                               : ""));
+      params[info.offset + i] = value;
     }
   }
 }

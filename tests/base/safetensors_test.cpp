@@ -63,6 +63,7 @@ TEST_CASE("malformed safetensors files give one clear error", "[base][safetensor
   CHECK_THROWS_WITH(parse_safetensors(file("[4294967296,4294967296]", 0), "big.st"),
                     Catch::Contains("which no file holds"));
   CHECK_THROWS_WITH(parse_safetensors(file("[-1,-2]", 8), "negative.st"), Catch::Contains("which no file holds"));
+  CHECK_THROWS_WITH(parse_safetensors(file("[1.5,2]", 8), "fraction.st"), Catch::Contains("which no file holds"));
   // Bytes two tensors share, bytes no tensor holds, and a name given twice.
   const auto tensors = [](const std::string& entries, int data_bytes) {
     const std::string header = "{" + entries + "}";
@@ -74,6 +75,11 @@ TEST_CASE("malformed safetensors files give one clear error", "[base][safetensor
   const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":)";
   const std::string b = R"("b":{"dtype":"F32","shape":[2],"data_offsets":)";
   REQUIRE(parse_safetensors(tensors(a + "[8,16]}," + b + "[0,8]}", 16), "tiled.st").order.size() == 2);
+  // An empty tensor at the offset where another starts (as the safetensors library writes a zero-size one),
+  // whichever the header names first.
+  const std::string empty = R"("e":{"dtype":"F32","shape":[0],"data_offsets":[8,8]})";
+  CHECK(parse_safetensors(tensors(a + "[0,8]}," + b + "[8,16]}," + empty, 16), "empty.st").order.size() == 3);
+  CHECK(parse_safetensors(tensors(empty + "," + a + "[0,8]}," + b + "[8,16]}", 16), "empty.st").order.size() == 3);
   CHECK_THROWS_WITH(parse_safetensors(tensors(a + "[0,8]}," + b + "[4,12]}", 12), "overlap.st"),
                     Catch::Contains("overlaps the bytes of another"));
   CHECK_THROWS_WITH(parse_safetensors(tensors(a + "[0,8]}," + b + "[12,20]}", 20), "gap.st"),

@@ -241,7 +241,8 @@ TEST_CASE("a checkpoint of another model, seed or token stream, or a weights fil
   TensorFile file = read_safetensors(o.checkpoint);
   for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
            {"step", "-1"}, {"step", "3x"}, {"seed", ""}, {"sampler", "not a state"}, {"ktune_checkpoint", "9"},
-           {"context", "0"}, {"batch", "0"}, {"micro_batches", "0"}, {"context", "99999999999"}}) {
+           {"context", "0"}, {"batch", "0"}, {"micro_batches", "0"}, {"context", "99999999999"},
+           {"step", "9223372036854775807"}, {"step", "18446744073709551615"}}) {
     TensorFile edited = file;
     edited.metadata.erase("metadata_hash");  // as a checkpoint written before it was: its fields are read
     edited.metadata[key] = value;

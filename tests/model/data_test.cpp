@@ -241,6 +241,12 @@ TEST_CASE("malformed token files are refused in one line", "[model][data]") {
   CHECK_THROWS_WITH(TokenStream::from_file(dir / "long.txt", 50257),
                     Catch::Contains("long.txt: the file reads as text: a token file holds a tokenizer's ids as "
                                     "uint16"));
+  // A header longer than NumPy ever writes or reads (a 'descr' of 100000 characters), refused before it is read:
+  // searched by a regex, it overflowed the stack.
+  const std::string huge = npy_dict(std::string(100000, 'x'), 3);
+  CHECK_THROWS_WITH(TokenStream::from_file(npy_bytes(dir, "huge.npy", std::string(6, '\0'), huge, 2), 100),
+                    Catch::Contains("a .npy header of 100") && Catch::Contains("bytes (NumPy writes and reads at most "
+                                                                               "10000)"));
   try {
     TokenStream::from_file(dir / "absent.u16", 100);
     FAIL("an absent file was read");

@@ -132,6 +132,15 @@ TEST_CASE("weights of a model of another shape, or that are not finite, are refu
   const float inf = -std::numeric_limits<float>::infinity();
   std::memcpy(bad.tensors.at("lm_head.weight").bytes.data() + 8, &inf, sizeof inf);
   CHECK_THROWS_WITH(load_weights(b, bad, "inf.st"), Catch::Contains("holds -inf at index 2"));
+  // A finite F64 value past float's range: an infinity in the f32 model.
+  TensorFile wide_values = weights_file(tiny);
+  SafeTensor& head = wide_values.tensors.at("lm_head.weight");
+  std::vector<double> doubles(head.bytes.size() / sizeof(float), 0.01);
+  doubles[2] = 1e300;
+  head.dtype = "F64";
+  head.bytes.assign(reinterpret_cast<const char*>(doubles.data()), doubles.size() * sizeof(double));
+  CHECK_THROWS_WITH(load_weights(b, wide_values, "f64.st"),
+                    Catch::Contains("holds 1e+300 at index 2: corrupt weights (past the model's float range)"));
   // What a saved batch or a checkpoint carries beside the weights is no block: read as before.
   TensorFile extra = weights_file(tiny);
   extra.add("tokens", extra.at("ln_final.weight"));
