@@ -43,7 +43,7 @@
 #define __launch_bounds__(...)
 #define __constant__ __attribute__((visibility("default")))  // found by name, as cuModuleGetGlobal finds it
 #define __managed__
-#define __shared__ static thread_local
+#define __shared__ thread_local  // static at block scope by that: `static __shared__` reads as in CUDA
 #define __align__(n) __attribute__((aligned(n)))
 #define KT_DEVICE inline
 

@@ -995,6 +995,48 @@ TEST_CASE("spec emu: a variant that leaves an integer output unwritten fails, th
   }
 }
 
+TEST_CASE("spec emu: static __shared__ arrays in a device function run, as CUDA's block reductions write them",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-static-shared");
+  std::ofstream(dir / "sum.cu") << R"cu(
+__device__ float block_sum(float v) {
+  static __shared__ float partial[32];
+  __shared__ float total;
+  for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0;
+    for (int w = 0; w < blockDim.x / 32; ++w) t += partial[w];
+    total = t;
+  }
+  __syncthreads();
+  return total;
+}
+__global__ void sum(const float* x, float* y, int n) {
+  float v = 0;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) v += x[i];
+  const float s = block_sum(v);
+  if (threadIdx.x == 0) y[0] = s;
+}
+__global__ void sum_reference(const float* x, float* y, int n) {
+  if (threadIdx.x != 0) return;
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += x[i];
+  y[0] = s;
+}
+)cu";
+  std::ofstream(dir / "sum.json") << R"json({"name": "sum", "source": "sum.cu", "kernel": "sum",
+      "problem": {"n": 1000}, "tunables": {"block": [64, 256]}, "grid": "1", "block": "block",
+      "buffers": [{"name": "x", "count": "n"}, {"name": "y", "count": "1", "role": "output", "tolerance": 1e-4}],
+      "args": ["x", "y", {"type": "i32", "value": "n"}],
+      "reference": {"kernel": "sum_reference", "grid": "1", "block": "32"}})json";
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "sum.json").string() + " 2>&1",
+                    &out) == 0);
+  CHECK_THAT(out, Catch::Contains("PASS"));
+}
+
 TEST_CASE("spec emu: a config whose define or scalar argument fails is pruned, and the session goes on", "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-define-arg-pruned");
   std::ofstream(dir / "fill.cu") << R"cu(__global__ void fill(float* z, int n, int per_block) {
