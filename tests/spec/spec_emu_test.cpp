@@ -275,6 +275,28 @@ TEST_CASE("spec emu: a fault in a spec's kernel names its line in the spec's sou
                                   "thread (5,0,0) at divide.cu:3"));
 }
 
+TEST_CASE("spec emu: a fault inside the C library names no line of it as the kernel's", "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-fault-libc");
+  // printf of a string at an address no buffer holds faults in the C library's strlen, whose line tables (where
+  // it has them) hold paths like ./string/string-inlines.c.
+  std::ofstream(dir / "copy.cu") << "__global__ void copy(const int* x, int* y, int n) {\n"
+                                    "  if (threadIdx.x == 0) printf(\"%s\\n\", reinterpret_cast<const char*>(64));\n"
+                                    "}\n"
+                                    "__global__ void copy_reference(const int* x, int* y, int n) {\n"
+                                    "  if (threadIdx.x < n) y[threadIdx.x] = x[threadIdx.x];\n"
+                                    "}\n";
+  std::ofstream(dir / "copy.json") << R"json({"name": "copy", "source": "copy.cu", "kernel": "copy",
+    "dtypes": ["i32"], "problem": {"n": 32}, "tunables": {"b": [32]}, "grid": "1", "block": "b",
+    "buffers": [{"name": "x", "count": "n", "role": "input", "dtype": "i32"},
+                {"name": "y", "count": "n", "role": "output", "dtype": "i32"}],
+    "args": ["x", "y", {"type": "i32", "value": "n"}], "reference": {"kernel": "copy_reference"}})json";
+  std::string out;
+  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "copy.json").string(), &out) == 1);
+  CHECK_THAT(out, Catch::Contains("in kernel copy, block (0,0,0), thread (0,0,0)"));
+  const std::size_t at = out.find("thread (0,0,0) at ");
+  if (at != std::string::npos) CHECK(out.compare(at + 18, 8, "copy.cu:") == 0);
+}
+
 TEST_CASE("spec emu: restore_inouts times an in-place kernel from its inputs as uploaded (Triton's restore_value)",
           "[spec]") {
   const auto dir = ktune::test::scratch_dir("spec-restore-inouts");

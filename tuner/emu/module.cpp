@@ -333,6 +333,11 @@ std::string emulation_compile_options() { return env::host_cxx() + " " + compile
 std::string source_line(const void* pc) {
   Dl_info info{};
   if (!pc || ::dladdr(pc, &info) == 0 || !info.dli_fname || !info.dli_fbase) return "";
+  // An emulation module's alone: a pc in the C library (a printf, a memcpy) has line tables of its own, whose
+  // relative paths would read as a kernel's file.
+  std::error_code ec;
+  const fs::path folder = fs::weakly_canonical(fs::path(info.dli_fname).parent_path(), ec);
+  if (folder != fs::weakly_canonical(env::emu_cache_dir(), ec)) return "";
   // The address within the module's file, as its line tables count (a shared object's are from 0).
   const auto offset = reinterpret_cast<std::uintptr_t>(pc) - reinterpret_cast<std::uintptr_t>(info.dli_fbase);
   std::string out;
