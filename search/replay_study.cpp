@@ -71,8 +71,10 @@ Quartiles quartiles(std::vector<double> values) {
     const double pos = p * static_cast<double>(values.size() - 1);
     const auto lo = static_cast<std::size_t>(std::floor(pos));
     const auto hi = std::min(lo + 1, values.size() - 1);
+    const double frac = pos - static_cast<double>(lo);
+    if (frac == 0) return values[lo];  // a run's own value, whatever follows it
     if (!std::isfinite(values[hi])) return values[hi];
-    return values[lo] + (pos - static_cast<double>(lo)) * (values[hi] - values[lo]);
+    return values[lo] + frac * (values[hi] - values[lo]);
   };
   q.p25 = at(0.25);
   q.median = at(0.5);

@@ -126,6 +126,13 @@ TEST_CASE("replay study: the median's 95 % interval is the order statistics of l
   CHECK(q.median_lo == static_cast<double>(median_interval_rank(100)));
   CHECK(q.median_hi == static_cast<double>(101 - median_interval_rank(100)));
   CHECK(std::isnan(quartiles({1, 2, 3, 4, 5}).median_lo));
+  // Runs that never reached a target (infinity) sort last: a position that falls on a run that did is its value.
+  const double never = INFINITY;
+  CHECK(quartiles({142, 28, never}).median == 142);
+  CHECK(quartiles({142, 28, never, never, 149}).median == 149);
+  CHECK(quartiles({142, 28, never, never, 149}).p25 == 142);
+  CHECK(std::isinf(quartiles({142, 28, never, never}).median));  // halfway to a run that never did
+  CHECK(quartiles({10, 20, never, 40, 50}).p75 == 50);
   // Drawn from an exponential distribution (median ln 2), 40 at a time: the interval holds the median in at least
   // 95 % of 4000 draws, less the sampling error (3 standard errors of 0.35 %).
   std::mt19937_64 rng(7);
