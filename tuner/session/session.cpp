@@ -583,6 +583,14 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
                                 "one starts anew and keeps that log as {} (the same command with --resume goes on "
                                 "from its results instead)",
                                 log_path, *results, *results == 1 ? "" : "s", keep));
+  // The config the cache holds goes second: every speed-up is measured against it too. A resumed session puts
+  // there what the session it goes on with did (its header's), so that its search takes the same path: the
+  // cache's entry may be that session's own best so far by now. Another entry is measured after the search.
+  std::optional<Config> second = options.incumbent;
+  if (options.resume && header.is_object() && header.contains("incumbent"))
+    second = header["incumbent"].is_null() ? std::nullopt
+                                           : std::optional<Config>(Config::from_json(header["incumbent"]));
+  session["incumbent"] = second ? second->to_json() : nlohmann::json();
   SessionLog log(log_path, !options.resume, keep);
   // A resumed session that searches otherwise (another strategy or seed)
   // logs its own header after the results it takes over.
@@ -601,9 +609,11 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   // After the default, the family's candidates that the device can run (in
   // this session's shard).
   std::vector<Config> first = {def};
-  const bool incumbent = options.incumbent && *options.incumbent != def &&
-                         family.space().index_of(*options.incumbent) && evaluator.is_valid(*options.incumbent, nullptr);
-  if (incumbent) first.push_back(*options.incumbent);
+  const auto runnable = [&](const std::optional<Config>& c) {
+    return c && *c != def && family.space().index_of(*c) && evaluator.is_valid(*c, nullptr);
+  };
+  const bool incumbent = runnable(options.incumbent);
+  if (runnable(second)) first.push_back(*second);
   for (const Config& c : family.candidates(problem))
     if (std::find(first.begin(), first.end(), c) == first.end() && evaluator.is_valid(c, nullptr))
       first.push_back(c);

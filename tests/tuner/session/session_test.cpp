@@ -165,6 +165,41 @@ TEST_CASE("a resumed session reuses logged results and re-runs only the rest", "
   CHECK(s.best->config == Config({{"threads", 256}, {"vec", 4}}));
 }
 
+TEST_CASE("a session stopped and resumed with the cache's entry its own best so far measures what it would have "
+          "measured uninterrupted",
+          "[session]") {
+  const auto& family = templates::find_family("swiglu_fwd");
+  const Problem problem{"f32", {{"n", 1024}}};
+  REQUIRE(family.space().size() > 40);
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;
+  o.strategy = "annealing";
+  o.seed = 3;
+  const auto dir = test::scratch_dir("session-resume-path");
+  o.log_path = (dir / "whole.jsonl").string();
+  o.budget = "24";
+  ScriptedRunner whole;
+  tune(family, problem, whole, o);
+  REQUIRE(whole.order.size() >= 24);
+  // Stopped after 10 (a stop's session writes its best so far to the cache), then resumed with that entry.
+  o.log_path = (dir / "stopped.jsonl").string();
+  o.budget = "10";
+  ScriptedRunner stopped;
+  const TuneSummary first = tune(family, problem, stopped, o);
+  REQUIRE(first.best);
+  o.budget = "24";
+  o.resume = true;
+  o.incumbent = first.best->config;
+  ScriptedRunner resumed;
+  tune(family, problem, resumed, o);
+  REQUIRE(resumed.order.size() >= 14);
+  for (std::size_t i = 0; i < 14; ++i) {
+    INFO(i);
+    CHECK(resumed.order[i] == whole.order[10 + i]);
+  }
+}
+
 TEST_CASE("a resumed session's winner is the fastest of every logged result, not only of those it proposed again",
           "[session]") {
   const auto& family = templates::find_family("adamw_single");
