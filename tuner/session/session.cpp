@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <limits>
 #include <set>
 #include <utility>
 
@@ -272,10 +273,12 @@ std::optional<std::string> not_resumable(const std::string& path, const nlohmann
 /// results a later session added); a file whose first line is not one is refused, as
 /// no session's log, before anything is appended to it; and so is a log of
 /// another family or problem, or whose results another backend, device or
-/// kernel source gave than `session` (this session's header) says.
+/// kernel source gave than `session` (this session's header) says. `order`
+/// gains the results' configs in the log's order.
 std::map<Config, Record> read_log(const std::string& path, const templates::Family& family,
                                   const templates::Problem& problem, const nlohmann::json& session,
-                                  nlohmann::json& header, nlohmann::json& winner, UnreadableLines& unreadable) {
+                                  nlohmann::json& header, nlohmann::json& winner, UnreadableLines& unreadable,
+                                  std::vector<Config>& order) {
   std::map<Config, Record> out;
   header = nullptr;
   winner = nullptr;
@@ -317,6 +320,7 @@ std::map<Config, Record> read_log(const std::string& path, const templates::Fami
     winner = nullptr;  // a result after it: the session that logged it did not finish
     Record r = record_from_json(j);
     r.resumed = true;
+    order.push_back(r.config);
     out[r.config] = r;
   }
   unreadable.last_cut = pending > 0;
@@ -414,14 +418,28 @@ class Interruptible final : public search::StopCondition {
 /// logged as it arrives, answered from the resumed log when it is there.
 class SessionEvaluator final : public search::Evaluator {
  public:
+  /// `logged_order`: the configs of `done` in the order the log holds them.
   SessionEvaluator(const templates::Family& f, const templates::Problem& p, Runner& runner, RunOptions run,
-                   std::map<Config, Record> done, SessionLog& log)
+                   std::map<Config, Record> done, const std::vector<Config>& logged_order, SessionLog& log)
       : family_(f), problem_(p), runner_(runner), run_(run), done_(std::move(done)), log_(log) {
     for (const auto& [c, r] : done_) {
       from_log_.insert(c);
       unasked_.evaluations += 1;
       unasked_.failures += outcome_of(r).ok ? 0 : 1;
       unasked_.cost_s += outcome_of(r).cost_s;
+    }
+    // The log's best and how many results it holds after it, as the session that logged them counted.
+    std::set<Config> seen;
+    for (const Config& c : logged_order) {
+      const auto it = done_.find(c);
+      if (it == done_.end() || !seen.insert(c).second) continue;
+      const search::Outcome o = outcome_of(it->second);
+      if (o.ok && o.time_ms < logged_best_ms_) {
+        logged_best_ms_ = o.time_ms;
+        logged_since_ = 0;
+      } else {
+        ++logged_since_;
+      }
     }
   }
 
@@ -477,6 +495,12 @@ class SessionEvaluator final : public search::Evaluator {
   /// `s` with the logged results the search has not asked for added: a
   /// budget is the session's, the log's results and their time included.
   search::SearchState with_unasked(search::SearchState s) const {
+    // Evaluations since the best improved count the log's after its best, then this session's runs, until this
+    // session beats it (a plateau budget is the session's, the log's results included).
+    if (!(s.best_ms < logged_best_ms_)) {
+      s.since_improvement = logged_since_ + fresh_count;
+      s.best_ms = logged_best_ms_;
+    }
     s.evaluations += unasked_.evaluations;
     s.failures += unasked_.failures;
     s.cost_s += unasked_.cost_s;
@@ -489,6 +513,8 @@ class SessionEvaluator final : public search::Evaluator {
   double compile_ms = 0;  ///< of the evaluations this session ran: the compiles they waited for
 
  private:
+  double logged_best_ms_ = std::numeric_limits<double>::infinity();  ///< the log's fastest result
+  std::uint64_t logged_since_ = 0;  ///< the log's results after it
   static search::Outcome outcome_of(const Record& r) {
     search::Outcome o;
     o.ok = r.result.ok && r.result.timing.has_value();
@@ -569,9 +595,10 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
   if (options.deterministic) session["deterministic"] = true;
   nlohmann::json header, finished;
   UnreadableLines unreadable;
-  std::map<Config, Record> done = options.resume
-                                      ? read_log(log_path, family, problem, session, header, finished, unreadable)
-                                      : std::map<Config, Record>{};
+  std::vector<Config> logged_order;
+  std::map<Config, Record> done =
+      options.resume ? read_log(log_path, family, problem, session, header, finished, unreadable, logged_order)
+                     : std::map<Config, Record>{};
   if (options.deterministic) std::erase_if(done, [&](const auto& d) { return !family.deterministic(d.first); });
   if (const std::string note = unreadable_note(log_path, unreadable, "their evaluations run again");
       !note.empty() && options.on_note)
@@ -600,7 +627,7 @@ TuneSummary tune(const templates::Family& family, const templates::Problem& prob
     log.header({{"session", session}});
   RunOptions run = options.run;
   run.seed = options.seed;
-  SessionEvaluator evaluator(family, problem, runner, run, std::move(done), log);
+  SessionEvaluator evaluator(family, problem, runner, run, std::move(done), logged_order, log);
   evaluator.set_shard(options.shard_index, options.shard_count);
   evaluator.set_deterministic(options.deterministic);
 

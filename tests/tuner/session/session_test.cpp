@@ -867,6 +867,30 @@ TEST_CASE("new sessions keep every earlier default log, say where an unfinished 
                                                       "before its winner"));
 }
 
+TEST_CASE("a plateau budget of a resumed session counts the log's results after its best", "[session]") {
+  const auto& family = templates::find_family("swiglu_fwd");
+  const Problem problem{"f32", {{"n", 1024}}};
+  TuneOptions o;
+  o.run.time = true;
+  o.finalists = 1;
+  o.strategy = "annealing";
+  o.seed = 3;
+  o.log_path = (test::scratch_dir("session-resume-plateau") / "log.jsonl").string();
+  o.budget = "plateau:5";  // ends 5 results after its best
+  ScriptedRunner first;
+  tune(family, problem, first, o);
+  // Another search on the same log and budget: the plateau was reached there, so it measures nothing new.
+  o.resume = true;
+  o.strategy = "random";
+  o.seed = 11;
+  ScriptedRunner resumed;
+  const TuneSummary s = tune(family, problem, resumed, o);
+  std::size_t fresh = 0;
+  for (const Config& c : resumed.seen) fresh += first.seen.count(c) == 0;
+  CHECK(fresh == 0);
+  CHECK(s.evaluations == first.seen.size());
+}
+
 TEST_CASE("a session resumed with another strategy counts every logged result against its budget", "[session]") {
   const auto& family = templates::find_family("adamw_single");
   const Problem problem{"f32", {{"tensors", 2}, {"numel", 1000}}};
