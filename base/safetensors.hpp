@@ -95,6 +95,11 @@ class SafetensorsReader {
   /// Tensor names in the order of their data.
   const std::vector<std::string>& order() const { return order_; }
   bool contains(const std::string& name) const { return spans_.count(name) > 0; }
+  /// A tensor's name, dtype and shape, its bytes unread; null when it is absent.
+  const TensorEntry* entry(const std::string& name) const {
+    const auto it = spans_.find(name);
+    return it == spans_.end() ? nullptr : &it->second.entry;
+  }
   /// Throws kInvalidInput naming the file and the tensor when it is absent.
   SafeTensor read(const std::string& name) const;
 

@@ -114,7 +114,8 @@ E2eResult bench_e2e(const E2eOptions& o) {
   hyper.max_grad_norm = o.clip_norm;
   if (!o.weights.empty()) {
     std::vector<float> params = model->parameters();
-    load_parameters<float>(o.model, model->layout(), std::span<float>(params), read_safetensors(o.weights), o.weights);
+    load_parameters<float>(o.model, model->layout(), std::span<float>(params), SafetensorsReader(o.weights),
+                           o.weights);
     model->set_parameters(params);
   }
 

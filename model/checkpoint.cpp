@@ -187,8 +187,8 @@ std::string damaged_tensors(const std::string& name, const char* advice) {
 
 }  // namespace
 
-void require_intact(const TensorFile& file, const ParameterLayout& layout, const std::string& source) {
-  const auto& meta = file.metadata;
+void require_intact(const WeightsSource& file, const ParameterLayout& layout, const std::string& source) {
+  const auto& meta = file.metadata();
   if (meta.count(kFormatKey) == 0) return;  // a weights file: nothing recorded to check
   constexpr const char* kAdvice = "use an earlier checkpoint, or the --save file of the run";
   if (const auto it = meta.find(kMetadataHashKey); it != meta.end())
@@ -198,10 +198,12 @@ void require_intact(const TensorFile& file, const ParameterLayout& layout, const
                               source, kAdvice));
   const auto hash = meta.find(kDataHashKey);
   if (hash == meta.end()) return;  // written before the hash was
+  std::string bytes;  // one tensor's at a time
   const std::string got = data_hash(layout, [&](std::size_t k, const ParamInfo& t) {
-    const auto tensor = file.tensors.find(kPrefixes[k] + t.name);
-    KTUNE_REQUIRE(tensor != file.tensors.end(), damaged_tensors(source, kAdvice));
-    return std::string_view(tensor->second.bytes);
+    const std::string name = kPrefixes[k] + t.name;
+    KTUNE_REQUIRE(file.shape(name), damaged_tensors(source, kAdvice));
+    file.with(name, [&](const SafeTensor& tensor) { bytes = tensor.bytes; });
+    return std::string_view(bytes);
   });
   KTUNE_REQUIRE(got == hash->second, damaged_tensors(source, kAdvice));
 }

@@ -21,6 +21,7 @@
 
 #include "base/safetensors.hpp"
 #include "model/runtime.hpp"
+#include "model/weights.hpp"
 
 namespace ktune::model {
 
@@ -70,7 +71,7 @@ bool is_checkpoint(const std::filesystem::path& path);
 /// that records hashes of its metadata and tensors, throws kInvalidInput
 /// naming `source` unless both are what it was written with; a weights file,
 /// or a checkpoint written before the hashes were, passes.
-void require_intact(const TensorFile& file, const ParameterLayout& layout, const std::string& source);
+void require_intact(const WeightsSource& file, const ParameterLayout& layout, const std::string& source);
 
 /// Sets the runtime's parameters and optimizer state from the checkpoint and
 /// returns its info. Throws as read_checkpoint_info, and for a missing or

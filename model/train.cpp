@@ -75,7 +75,7 @@ std::unique_ptr<Runtime> start(const RunOptions& o, Allocation allocation, bool 
     if (o.weights.empty())
       init_parameters<float>(layout, params.data(), o.seed);
     else
-      load_parameters<float>(o.model, layout, params, read_safetensors(o.weights), o.weights);
+      load_parameters<float>(o.model, layout, params, SafetensorsReader(o.weights), o.weights);  // a tensor at a time
   }
   auto rt = make_runtime(o.model, o.shape, allocation, run_backend(o));
   if (o.on_runtime) o.on_runtime(*rt);

@@ -58,15 +58,15 @@ double f16_value(std::uint16_t h) {  // IEEE binary16: 1 sign, 5 exponent (bias 
 // The sizes a file's tensors imply, as the options that give them (the head
 // count none tells): for a file whose metadata states none, as PyTorch's
 // save_file(model.state_dict()) writes it. Empty where they imply no model.
-std::string implied_sizes(const TensorFile& file) {
+std::string implied_sizes(const WeightsSource& file) {
   const auto shape = [&](const std::string& name) {
-    const auto it = file.tensors.find(name);
-    return it == file.tensors.end() || it->second.shape.size() != 2 ? std::vector<std::int64_t>{} : it->second.shape;
+    const auto* s = file.shape(name);
+    return !s || s->size() != 2 ? std::vector<std::int64_t>{} : *s;
   };
   const auto embedding = shape("token_embeddings.weight"), w1 = shape("layers.0.ffn.w1.weight");
   if (embedding.empty() || w1.empty()) return "";
   std::int64_t layers = 0;
-  while (file.tensors.count(fmt::format("layers.{}.ffn.w1.weight", layers)) != 0) ++layers;
+  while (file.shape(fmt::format("layers.{}.ffn.w1.weight", layers))) ++layers;
   return fmt::format(" (its tensors are a model of --vocab {} --d-model {} --d-ff {} --layers {}: give those, and "
                      "--heads, which no shape tells)",
                      embedding[0], embedding[1], w1[0], layers);
@@ -92,31 +92,53 @@ std::vector<double> tensor_values(const SafeTensor& t, const std::string& name) 
   return out;
 }
 
+const std::map<std::string, std::string>& WeightsSource::metadata() const {
+  return file_ ? file_->metadata : reader_->metadata();
+}
+const std::vector<std::string>& WeightsSource::order() const { return file_ ? file_->order : reader_->order(); }
+const std::vector<std::int64_t>* WeightsSource::shape(const std::string& name) const {
+  if (file_) {
+    const auto it = file_->tensors.find(name);
+    return it == file_->tensors.end() ? nullptr : &it->second.shape;
+  }
+  const TensorEntry* e = reader_->entry(name);
+  return e ? &e->shape : nullptr;
+}
+void WeightsSource::with(const std::string& name, const std::function<void(const SafeTensor&)>& use) const {
+  if (file_) {
+    use(file_->at(name));
+  } else {
+    const SafeTensor t = reader_->read(name);
+    use(t);
+  }
+}
+
 template <class T>
 void load_parameters(const ModelConfig& config, const ParameterLayout& layout, std::span<T> params,
-                     const TensorFile& file, const std::string& source) {
+                     const WeightsSource& file, const std::string& source) {
   // A file of another model's shape is refused, not read in part: its
   // metadata's sizes (where it states them) and blocks beyond the model's.
-  require_rope_theta(file.metadata, config, source);
-  if (const auto key = differing_size(file.metadata, config, /*absent_differs=*/false))
+  const auto& metadata = file.metadata();
+  require_rope_theta(metadata, config, source);
+  if (const auto key = differing_size(metadata, config, /*absent_differs=*/false))
     throw_error(ErrorKind::kInvalidInput,
                 fmt::format("{} holds weights of a model with {} {}; this run's model {} has {} (give the sizes the "
                             "weights were trained at)",
-                            source, *key, file.metadata.at(*key), config.name, weights_metadata(config).at(*key)));
+                            source, *key, metadata.at(*key), config.name, weights_metadata(config).at(*key)));
   // A checkpoint given as weights is checked as --resume checks it: a flipped bit is refused, not run.
   require_intact(file, layout, source);
   std::set<std::string> names;
   for (const auto& info : layout.tensors) names.insert(info.name);
-  for (const auto& name : file.order)  // (a checkpoint's optimizer state and a saved batch's tokens are not blocks)
+  for (const auto& name : file.order())  // (a checkpoint's optimizer state and a saved batch's tokens are not blocks)
     KTUNE_REQUIRE(names.count(name) || name.rfind("layers.", 0) != 0,
                   fmt::format("{} holds tensor '{}', which model {} has not: weights of a model of another shape{}",
                               source, name, config.name, implied_sizes(file)));
   for (const auto& info : layout.tensors) {
-    auto it = file.tensors.find(info.name);
-    if (it == file.tensors.end()) {
+    const std::vector<std::int64_t>* shape = file.shape(info.name);
+    if (!shape) {
       // The state dict of a wrapped module: torch.compile's '_orig_mod.', DDP's 'module.' before every name.
       std::string prefixed;
-      for (const auto& name : file.order)
+      for (const auto& name : file.order())
         if (name.size() > info.name.size() && name.ends_with("." + info.name)) prefixed = name;
       throw_error(ErrorKind::kInvalidInput,
                   fmt::format("{} has no tensor '{}' (model {} needs {} tensors){}", source, info.name, config.name,
@@ -128,22 +150,23 @@ void load_parameters(const ModelConfig& config, const ParameterLayout& layout, s
                                                 "strip '{}' from its names",
                                                 prefixed, prefixed.substr(0, prefixed.size() - info.name.size()))));
     }
-    const SafeTensor& t = it->second;
-    KTUNE_REQUIRE(t.shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}{}",
-                                                     info.name, source, shape_str(t.shape), config.name,
-                                                     shape_str(info.shape), implied_sizes(file)));
-    KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64" || t.dtype == "BF16" || t.dtype == "F16",
-                  fmt::format("tensor '{}' in {} is {}; {}", info.name, source, t.dtype, kReadDtypes));
-    const auto values = tensor_values(t, info.name);
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      // Finite as the model holds it: an F64 value past float's range would be an infinity in an f32 model.
-      const T value = static_cast<T>(values[i]);
-      KTUNE_REQUIRE(std::isfinite(value), fmt::format("tensor '{}' in {} holds {} at index {}: corrupt weights{}",
-                                                      info.name, source, value_text(values[i]), i,
-                                                      std::isfinite(values[i]) ? " (past the model's float range)"
-                                                                               : ""));
-      params[info.offset + i] = value;
-    }
+    KTUNE_REQUIRE(*shape == info.shape, fmt::format("tensor '{}' in {} has shape {}, model {} expects {}{}",
+                                                    info.name, source, shape_str(*shape), config.name,
+                                                    shape_str(info.shape), implied_sizes(file)));
+    file.with(info.name, [&](const SafeTensor& t) {
+      KTUNE_REQUIRE(t.dtype == "F32" || t.dtype == "F64" || t.dtype == "BF16" || t.dtype == "F16",
+                    fmt::format("tensor '{}' in {} is {}; {}", info.name, source, t.dtype, kReadDtypes));
+      const auto values = tensor_values(t, info.name);
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        // Finite as the model holds it: an F64 value past float's range would be an infinity in an f32 model.
+        const T value = static_cast<T>(values[i]);
+        KTUNE_REQUIRE(std::isfinite(value), fmt::format("tensor '{}' in {} holds {} at index {}: corrupt weights{}",
+                                                        info.name, source, value_text(values[i]), i,
+                                                        std::isfinite(values[i]) ? " (past the model's float range)"
+                                                                                 : ""));
+        params[info.offset + i] = value;
+      }
+    });
   }
 }
 
@@ -154,7 +177,7 @@ void load_weights(Transformer<T>& model, const TensorFile& file, const std::stri
 
 template <class T>
 void load_weights(Transformer<T>& model, const std::filesystem::path& path) {
-  load_weights(model, read_safetensors(path), path.string());
+  load_parameters<T>(model.config(), model.layout(), model.parameters(), SafetensorsReader(path), path.string());
 }
 
 std::map<std::string, std::string> weights_metadata(const ModelConfig& c) {
@@ -227,7 +250,7 @@ void save_weights(const Transformer<T>& model, const std::filesystem::path& path
 }
 
 template void load_parameters<float>(const ModelConfig&, const ParameterLayout&, std::span<float>,
-                                     const TensorFile&, const std::string&);
+                                     const WeightsSource&, const std::string&);
 template void require_finite_parameters<float>(const ParameterLayout&, std::span<const float>);
 template TensorFile parameters_file<float>(const ModelConfig&, const ParameterLayout&, std::span<const float>);
 template void load_weights<float>(Transformer<float>&, const TensorFile&, const std::string&);

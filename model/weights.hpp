@@ -3,6 +3,7 @@
 // layers.{i}.attn.q_proj.weight, ..., lm_head.weight).
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <span>
@@ -12,13 +13,34 @@
 
 namespace ktune::model {
 
+/// The tensors of a weights file or checkpoint: held whole (a TensorFile),
+/// or read one at a time from disk (a SafetensorsReader), so that loading a
+/// file holds no more than one of its tensors beside the parameters it fills.
+class WeightsSource {
+ public:
+  WeightsSource(const TensorFile& file) : file_(&file) {}             // NOLINT: either converts
+  WeightsSource(const SafetensorsReader& reader) : reader_(&reader) {}  // NOLINT
+  const std::map<std::string, std::string>& metadata() const;
+  /// Tensor names in the order of their data.
+  const std::vector<std::string>& order() const;
+  /// A tensor's shape; null when it is absent.
+  const std::vector<std::int64_t>* shape(const std::string& name) const;
+  /// Calls `use` with the tensor (read from disk for a reader); throws
+  /// kInvalidInput when it is absent.
+  void with(const std::string& name, const std::function<void(const SafeTensor&)>& use) const;
+
+ private:
+  const TensorFile* file_ = nullptr;
+  const SafetensorsReader* reader_ = nullptr;
+};
+
 /// Copies every parameter of (config, layout) from `file` into the flat
 /// buffer `params` (F32 or F64 tensors; extra tensors are ignored). Throws
 /// kInvalidInput naming the tensor and `source` for a missing tensor, a
 /// wrong shape or an unsupported dtype.
 template <class T>
 void load_parameters(const ModelConfig& config, const ParameterLayout& layout, std::span<T> params,
-                     const TensorFile& file, const std::string& source);
+                     const WeightsSource& file, const std::string& source);
 /// The metadata of a weights file: the config (model name, vocab_size,
 /// d_model, d_ff, num_layers, num_heads, rope_theta) and format "pt".
 std::map<std::string, std::string> weights_metadata(const ModelConfig& config);

@@ -48,6 +48,12 @@ TEST_CASE("model weights save, load, and name what is missing or misshapen", "[m
                     Catch::Contains("is I32; weights are read from F32, F64, BF16 or F16") &&
                         Catch::Contains("v.float()"));
   CHECK_THROWS_AS(load_weights(b, dir / "absent.safetensors"), ktune::Error);
+  // Read from disk a tensor at a time, a file is refused as it is whole.
+  std::erase(missing.order, "layers.0.attn.k_proj.weight");
+  write_safetensors(dir / "m.st", missing);
+  CHECK_THROWS_WITH(load_weights(b, dir / "m.st"), Catch::Contains("has no tensor 'layers.0.attn.k_proj.weight'"));
+  write_safetensors(dir / "r.st", reshaped);
+  CHECK_THROWS_WITH(load_weights(b, dir / "r.st"), Catch::Contains("has shape [8, 8], model tiny expects [64]"));
 }
 
 TEST_CASE("BF16 and F16 weights (a half-precision PyTorch state dict) are read as the values they hold",
