@@ -5,11 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -496,6 +498,50 @@ TEST_CASE("spec emu: run --timeout ends a variant that hangs as a FAIL after the
   INFO(out);
   CHECK_THAT(out, Catch::StartsWith("vector_add ") && Catch::Contains("\nFAIL: timeout: no result within 3 s"));
   CHECK(run_command(ktune_exe().string() + " run --backend emu --timeout 0 --spec " + spec, &out) == 2);
+}
+
+TEST_CASE("spec emu: a worker ended by --timeout takes its host compiler with it", "[spec]") {
+  // A kernel whose host compile takes long: constexpr loops the emulation's compiler evaluates, eight of them,
+  // each within its limit of operations.
+  const auto dir = ktune::test::scratch_dir("spec-timeout-compile");
+  std::ofstream(dir / "slow.cu") << R"cu(
+constexpr unsigned long long spin(int outer) {
+  unsigned long long s = 0;
+  for (int i = 0; i < outer; ++i)
+    for (int j = 0; j < 200000; ++j) s += (unsigned long long)i * j ^ s;
+  return s;
+}
+__global__ void slow(float* out) {
+#ifdef KT_EMULATION
+  constexpr unsigned long long k = spin(3000) + spin(3001) + spin(3002) + spin(3003) + spin(3004) + spin(3005) +
+                                   spin(3006) + spin(3007);
+#else
+  const unsigned long long k = 0;
+#endif
+  out[threadIdx.x] = (float)(k & 1);
+}
+)cu";
+  std::ofstream(dir / "slow.json") << R"json({"name": "slow", "source": "slow.cu", "kernel": "slow",
+    "problem": {"n": 32}, "tunables": {"t": [1]}, "grid": "1", "block": "32",
+    "buffers": [{"name": "out", "count": "n", "role": "output"}], "args": ["out"], "reference": {"config": {"t": 1}}})json";
+  const auto cache = dir / "cache";  // in every compile's command line, as its output's folder
+  std::string out;
+  // The run ends at its timeout: a compiler left running would hold its output open until it finished.
+  const auto start = std::chrono::steady_clock::now();
+  CHECK(run_command("KTUNE_CACHE_DIR=" + cache.string() + " " + ktune_exe().string() +
+                        " run --backend emu --timeout 2 --spec " + (dir / "slow.json").string() + " 2>&1",
+                    &out) != 0);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(8));
+  // The folder as a pattern that its own command line (the shell running pgrep) does not match.
+  const std::string pattern = "'[" + cache.string().substr(0, 1) + "]" + cache.string().substr(1) + "'";
+  std::string left;
+  for (int i = 0; i < 20; ++i) {  // a second for the kill to land
+    run_command("pgrep -f " + pattern + " || true", &left);
+    if (left.empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK(left.empty());
+  run_command("pkill -KILL -f " + pattern + " || true", &out);  // none left for the tests after this one
 }
 
 TEST_CASE("spec emu: a reference that fails ends the run or the session at once: nothing can be checked", "[spec]") {

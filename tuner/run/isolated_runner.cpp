@@ -196,7 +196,9 @@ class IsolatedRunner final : public Runner {
     const pid_t pid = ::fork();
     if (pid < 0) fail("cannot fork a worker");
     if (pid == 0) {
-      // The worker dies with this process (it ignores stop signals, and a hung variant would outlive it).
+      // The worker dies with this process (it ignores stop signals, and a hung variant would outlive it). Its own
+      // process group holds it and what it starts (a host compiler), so that ending it ends them too.
+      ::setpgid(0, 0);
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(0);  // it died before the line above
       set_process_root(session);
@@ -210,6 +212,7 @@ class IsolatedRunner final : public Runner {
       }
       ::_exit(1);
     }
+    ::setpgid(pid, pid);  // as the worker does, whichever runs first
     ::close(down[0]);
     ::close(up[1]);
     pid_ = pid;
@@ -230,23 +233,26 @@ class IsolatedRunner final : public Runner {
     backend_ = hello.at("backend").get<std::string>();
   }
 
-  /// Ends the worker: sends `signal` (0: none, the worker is ending by
-  /// itself), waits up to a second, then kills it. Returns how it ended
-  /// ("worker died of signal 6 (Aborted)").
+  /// Ends the worker and what it started (its process group): sends
+  /// `signal` (0: none, the worker is ending by itself), waits up to a
+  /// second, then kills them. Returns how it ended ("worker died of signal 6
+  /// (Aborted)").
   std::string stop(int signal) {
     if (pid_ <= 0) return "no worker";
     ::close(to_worker_);
     ::close(from_worker_);
     int status = 0;
     pid_t done = ::waitpid(pid_, &status, WNOHANG);
-    if (done == 0 && signal != 0) ::kill(pid_, signal);
+    if (done == 0 && signal != 0) ::kill(-pid_, signal);
     for (int i = 0; i < 50 && done == 0; ++i) {
       ::usleep(20000);
       done = ::waitpid(pid_, &status, WNOHANG);
     }
     if (done == 0) {
-      ::kill(pid_, SIGKILL);
+      ::kill(-pid_, SIGKILL);
       ::waitpid(pid_, &status, 0);
+    } else if (signal != 0) {
+      ::kill(-pid_, SIGKILL);  // the worker ended as asked; a compile it started may not have
     }
     pid_ = -1;
     if (WIFSIGNALED(status))
