@@ -148,6 +148,8 @@ struct Thread {
   void* runner;  ///< the runner's block state; opaque to the module
   unsigned char* dynamic_smem;
   std::size_t dynamic_smem_bytes;
+  unsigned char* static_smem;  ///< the static __shared__ variables: the module's thread-local block on this worker
+  std::size_t static_smem_bytes;
   /// 1: this thread's cp.async copies, wgmma instructions and bulk
   /// reductions complete when issued; 0: at their covering wait (a GPU
   /// completes them at any time in between).

@@ -86,8 +86,27 @@ inline void async_run(const AsyncCopy& c) {
   std::memcpy(c.dst, c.src, c.src_bytes);
   if (c.bytes > c.src_bytes) std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
 }
+/// Whether [p, p + bytes) lies in the block's shared memory: its static __shared__ variables or its dynamic
+/// shared memory.
+inline bool in_shared(const void* p, std::size_t bytes) {
+  const Thread* t = self();
+  const auto* c = static_cast<const unsigned char*>(p);
+  const auto within = [&](const unsigned char* begin, std::size_t size) {
+    return begin && c >= begin && c + bytes <= begin + size;
+  };
+  return within(t->static_smem, t->static_smem_bytes) || within(t->dynamic_smem, t->dynamic_smem_bytes);
+}
+
 inline void async_issue(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
   Thread* t = self();
+  if (!in_shared(dst, bytes)) {
+    char message[256];
+    __builtin_snprintf(message, sizeof message,
+                       "cp.async of %u bytes to %p, which is not in the block's shared memory: cp.async copies "
+                       "global memory into shared memory",
+                       bytes, dst);
+    t->host->fail(t, message);
+  }
   if ((reinterpret_cast<unsigned long>(dst) | reinterpret_cast<unsigned long>(src)) % bytes != 0) {
     char message[256];
     __builtin_snprintf(message, sizeof message,
@@ -122,6 +141,20 @@ template <int N, bool TRANS>
 inline void ldmatrix(unsigned* d, const void* row) {
   const void* rows[32];
   warp_gather_whole("ldmatrix", row, rows);
+  // The rows the N matrices take (lanes 0 to 8N - 1 give them): 16 bytes each, in shared memory and 16-byte
+  // aligned, as PTX's ldmatrix requires (a GPU faults on a misaligned one and reads shared memory alone).
+  for (int r = 0; r < 8 * N; ++r)
+    if (reinterpret_cast<unsigned long>(rows[r]) % 16 != 0 || !in_shared(rows[r], 16)) {
+      char message[256];
+      __builtin_snprintf(message, sizeof message,
+                         "ldmatrix row address %p from lane %d is %s: each of the rows must be 16-byte aligned "
+                         "shared memory",
+                         rows[r], r,
+                         reinterpret_cast<unsigned long>(rows[r]) % 16 != 0 ? "not 16-byte aligned"
+                                                                           : "not in the block's shared memory");
+      Thread* t = self();
+      t->host->fail(t, message);
+    }
   const unsigned lane = self()->lane, g = lane / 4, t = lane % 4;
   for (int i = 0; i < N; ++i) {
     auto element = [&](unsigned r, unsigned c) {

@@ -544,6 +544,54 @@ __global__ void slow(float* out) {
   run_command("pkill -KILL -f " + pattern + " || true", &out);  // none left for the tests after this one
 }
 
+TEST_CASE("spec emu: ldmatrix rows and cp.async destinations outside 16-byte aligned shared memory fail, as on a "
+          "GPU",
+          "[spec]") {
+  const auto dir = ktune::test::scratch_dir("spec-ldmatrix-shared");
+  // 8 rows of 16 bf16 padded by PAD (PAD 4: rows 40 bytes apart, not 16-byte aligned); GLOBAL 1: the row
+  // addresses point into global memory; COPY 1: a cp.async whose destination is global memory.
+  std::ofstream(dir / "ldm.cu") << R"cu(#include "kt.cuh"
+template <int PAD, int GLOBAL, int COPY>
+__global__ void ldm(const __nv_bfloat16* x, float* out) {
+  constexpr int S = 16 + PAD;
+  __shared__ __align__(16) __nv_bfloat16 tile[8 * S];
+  const unsigned lane = threadIdx.x;
+  for (int i = lane; i < 8 * 16; i += 32) tile[i / 16 * S + i % 16] = x[i];
+  if (COPY && lane == 0) {
+    kt::cp_async_16(out + 60, x);
+    kt::cp_async_commit();
+    kt::cp_async_wait_all();
+  }
+  __syncwarp();
+  const __nv_bfloat16* row = GLOBAL ? x + (lane % 8) * 16 : tile + (lane % 8) * S;
+  unsigned d[1];
+  kt::ldmatrix_x1(d, row);
+  out[2 * lane] = __bfloat162float(__ushort_as_bfloat16(d[0] & 0xffff));
+  out[2 * lane + 1] = __bfloat162float(__ushort_as_bfloat16(d[0] >> 16));
+}
+)cu";
+  std::ofstream(dir / "ldm.json") << R"json({"name": "ldm", "source": "ldm.cu", "kernel": "ldm<{pad}, {global}, {copy}>",
+    "dtypes": ["bf16"], "problem": {"n": 128}, "tunables": {"pad": [0, 4, 8], "global": [0, 1], "copy": [0, 1]},
+    "grid": "1", "block": "32",
+    "buffers": [{"name": "x", "count": "n", "role": "input"},
+                {"name": "out", "count": "64", "dtype": "f32", "role": "output", "tolerance": 1e-6}],
+    "args": ["x", "out"], "reference": {"config": {"pad": 0, "global": 0, "copy": 0}}})json";
+  const auto run = [&](const std::string& config, std::string& out) {
+    return run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "ldm.json").string() +
+                           " --config '" + config + "' 2>&1",
+                       &out);
+  };
+  std::string out;
+  CHECK(run(R"({"pad": 8, "global": 0, "copy": 0})", out) == 0);  // 16 bytes of padding keep rows aligned
+  CHECK_THAT(out, Catch::Contains("PASS"));
+  CHECK(run(R"({"pad": 4, "global": 0, "copy": 0})", out) == 1);
+  CHECK_THAT(out, Catch::Contains("ldmatrix row address") && Catch::Contains("from lane 1 is not 16-byte aligned"));
+  CHECK(run(R"({"pad": 0, "global": 1, "copy": 0})", out) == 1);
+  CHECK_THAT(out, Catch::Contains("from lane 0 is not in the block's shared memory"));
+  CHECK(run(R"({"pad": 0, "global": 0, "copy": 1})", out) == 1);
+  CHECK_THAT(out, Catch::Contains("cp.async of 16 bytes to") && Catch::Contains("not in the block's shared memory"));
+}
+
 TEST_CASE("spec emu: a reference that fails ends the run or the session at once: nothing can be checked", "[spec]") {
   // The reference's config (vec 1) traps; every other config would run.
   const std::string spec = vector_add_with("spec-reference-fails",

@@ -334,6 +334,8 @@ void run_block(BlockRun& b, kt::emu::U3 block_idx) {
     t.runner = &b;
     t.dynamic_smem = b.dynamic_smem_data;
     t.dynamic_smem_bytes = l.dynamic_smem;
+    t.static_smem = b.static_smem;
+    t.static_smem_bytes = b.static_smem ? l.module->tls_bytes : 0;
     t.async.reset();
     t.wgmma.reset();
     t.bulk.reset();
