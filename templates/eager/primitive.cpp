@@ -201,6 +201,10 @@ class Primitive final : public PrimitiveFamily {
                     fmt::format("{}: dimension '{}' must be in 1..{}{}", name(), d, int32 ? "2^31-1" : "2^40",
                                 d == "table_rows" ? " (ids are int32)" : ""));
     }
+    // row_reduce walks a row's columns with an int index that steps a block's vectors past the last.
+    KTUNE_REQUIRE(kind_ != Kind::kRowReduce || p.dim("cols") <= kMaxCols - 16 * kThreads,
+                  fmt::format("{}: dimension 'cols' must be in 1..{} (the row's int index steps past it)", name(),
+                              kMaxCols - 16 * kThreads));
     if (kind_ != Kind::kUnary && kind_ != Kind::kFill) {  // b (binary) holds at most a's elements
       const bool y = kind_ == Kind::kScatterAdd || kind_ == Kind::kCausalMask || kind_ == Kind::kGatherRows;
       require_elements_within(name(), p, {"rows", "cols"}, kind_ == Kind::kBinary ? "a and y" : y ? "y" : "x");
@@ -509,7 +513,11 @@ class Primitive final : public PrimitiveFamily {
   }
 
  private:
-  static std::array<unsigned, 3> dim3_x(std::int64_t n) { return {static_cast<unsigned>(n), 1, 1}; }
+  /// A grid of n blocks along x; throws past what a grid holds (a plan made without is_valid).
+  static std::array<unsigned, 3> dim3_x(std::int64_t n) {
+    KTUNE_REQUIRE(n >= 1 && n <= kMaxCols, fmt::format("a grid of {} blocks: more than a grid holds (2^31-1)", n));
+    return {static_cast<unsigned>(n), 1, 1};
+  }
   std::int64_t elements(const Problem& p) const {
     if (is_strided(kind_)) return element_count(sizes_of(p));
     return p.dims.count("n") ? p.dim("n") : p.dim("rows") * p.dim("cols");

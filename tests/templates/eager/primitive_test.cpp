@@ -43,6 +43,19 @@ TEST_CASE("primitives refuse rows * cols past 2^40 elements, a product past int6
   }
 }
 
+TEST_CASE("a row reduction refuses columns its int index would step past, and a grid past 2^31-1 blocks",
+          "[eager]") {
+  const Family& sum = eager::row_reduce_family(eager::Reduce::kSum);
+  CHECK_THROWS_WITH(sum.check_problem(Problem{"f32", {{"rows", 1}, {"cols", kMaxInt32}}}),
+                    Catch::Contains("dimension 'cols' must be in 1..2147479551"));
+  CHECK_NOTHROW(sum.check_problem(Problem{"f32", {{"rows", 1}, {"cols", kMaxInt32 - 4096}}}));
+  CHECK_NOTHROW(eager::col_sum_family().check_problem(Problem{"f32", {{"rows", 1}, {"cols", kMaxInt32}}}));
+  // A block per row: past 2^31-1 rows no plan is made (eager::plan asks no is_valid).
+  const Problem tall{"f32", {{"rows", kMaxInt32 + 1}, {"cols", 2}}};
+  CHECK_THROWS_WITH(sum.plan(sum.default_config(tall), tall, {0, 0}, DeviceLimits::for_arch("sm_90")),
+                    Catch::Contains("more than a grid holds (2^31-1)"));
+}
+
 TEST_CASE("gather_rows and index_add refuse tables past int32 ids and past 2^40 elements", "[eager]") {
   for (const Family* f : {&eager::gather_rows_family(), &eager::index_add_family()}) {
     INFO(f->name());
