@@ -262,21 +262,30 @@ bool is_checkpoint(const std::filesystem::path& path) {
   }
 }
 
-CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runtime) {
+CheckpointState read_checkpoint(const std::filesystem::path& path, const ModelConfig& config,
+                                const ParameterLayout& layout) {
   const SafetensorsReader file(path);
-  CheckpointInfo info = info_of(file, runtime.config());
-  const std::vector<float> parameters = read_flat(file, runtime.layout(), kPrefixes[0]);
-  OptimizerState state;
-  state.exp_avg = read_flat(file, runtime.layout(), kPrefixes[1]);
-  state.exp_avg_sq = read_flat(file, runtime.layout(), kPrefixes[2], /*nonnegative=*/true);
-  state.steps = info.step;
+  CheckpointState s{info_of(file, config), read_flat(file, layout, kPrefixes[0]), {}};
+  s.optimizer.exp_avg = read_flat(file, layout, kPrefixes[1]);
+  s.optimizer.exp_avg_sq = read_flat(file, layout, kPrefixes[2], /*nonnegative=*/true);
+  s.optimizer.steps = s.info.step;
   // Checkpoints written before the hash was have none to check.
   if (const auto it = file.metadata().find(kDataHashKey); it != file.metadata().end())
-    KTUNE_REQUIRE(it->second == data_hash(runtime.layout(), {&parameters, &state.exp_avg, &state.exp_avg_sq}),
+    KTUNE_REQUIRE(it->second == data_hash(layout, {&s.parameters, &s.optimizer.exp_avg, &s.optimizer.exp_avg_sq}),
                   damaged_tensors(path.string(), "resume from an earlier checkpoint, or start anew"));
+  return s;
+}
+
+CheckpointInfo CheckpointState::apply(Runtime& runtime) && {
   runtime.set_parameters(parameters);
-  runtime.set_optimizer_state(state);
+  runtime.set_optimizer_state(optimizer);
+  parameters = {};
+  optimizer = {};
   return info;
+}
+
+CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runtime) {
+  return read_checkpoint(path, runtime.config(), runtime.layout()).apply(runtime);
 }
 
 }  // namespace ktune::model

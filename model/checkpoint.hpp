@@ -67,7 +67,7 @@ CheckpointInfo read_checkpoint_info(const std::filesystem::path& path, const Mod
 /// a missing, unreadable or other file.
 bool is_checkpoint(const std::filesystem::path& path);
 
-/// Where `file` (read whole, as a --weights file is) is a ktune checkpoint
+/// Where `file` (whole, or read a tensor at a time) is a ktune checkpoint
 /// that records hashes of its metadata and tensors, throws kInvalidInput
 /// naming `source` unless both are what it was written with; a weights file,
 /// or a checkpoint written before the hashes were, passes.
@@ -77,5 +77,15 @@ void require_intact(const WeightsSource& file, const ParameterLayout& layout, co
 /// returns its info. Throws as read_checkpoint_info, and for a missing or
 /// misshapen tensor.
 CheckpointInfo load_checkpoint(const std::filesystem::path& path, Runtime& runtime);
+/// A checkpoint's state, read and checked (as load_checkpoint checks it) before there is a runtime to give it to.
+struct CheckpointState {
+  CheckpointInfo info;
+  std::vector<float> parameters;
+  OptimizerState optimizer;
+  /// Sets the runtime's parameters and AdamW state; the buffers go with them.
+  CheckpointInfo apply(Runtime& runtime) &&;
+};
+CheckpointState read_checkpoint(const std::filesystem::path& path, const ModelConfig& config,
+                                const ParameterLayout& layout);
 
 }  // namespace ktune::model

@@ -159,6 +159,9 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   const TokenStream& val_stream = val_file ? *val_file : streams.held_out ? *streams.held_out : stream;
   const MemoryPlan plan = plan_run(o.model, o.shape, run_backend(o));
   require_memory(o, plan, plan.peak_step(), "training");
+  // A checkpoint is read and checked (a flipped bit refused) before the runtime is made or anything is said.
+  std::optional<CheckpointState> checkpoint;
+  if (resuming) checkpoint = read_checkpoint(o.checkpoint, o.model, parameter_layout(o.model));
   auto model = start(o, Allocation::kTrain, !resuming);
   if (on_start) on_start({*model, stream.size(), streams.held_out ? streams.held_out->size() : 0, resumed});
   const auto save_weights = [&](const std::string& path) {
@@ -182,7 +185,8 @@ std::vector<StepRecord> train(const TrainOptions& o, const std::function<void(co
   CheckpointInfo at{0, o.seed, std::mt19937_64(o.seed), o.tokens_file, stream.size(), o.shape, std::nullopt,
                     stream_hash, {}, {}};
   if (resuming) {
-    at = load_checkpoint(o.checkpoint, *model);
+    at = std::move(*checkpoint).apply(*model);
+    checkpoint.reset();
     at.tokens = o.tokens_file;  // where a moved file is read from now
     at.tokens_count = stream.size();
     at.tokens_hash = stream_hash;

@@ -96,6 +96,13 @@ TEST_CASE("CLI: a damaged checkpoint given as --weights to eval, generate or tra
     CHECK(ktune::test::occurrences(out, "\n") == 1);
   }
   CHECK(!std::filesystem::exists(dir / "w.st"));
+  // Resumed from, it is refused before the run says anything (its "training ...", "resuming from ..." lines).
+  std::filesystem::copy_file(damaged, dir / "resume.ckpt");
+  CHECK(run_ktune("train --model tiny --threads 2 --steps 3 --ctx 16 --resume --checkpoint " +
+                      (dir / "resume.ckpt").string(),
+                  &out) == 2);
+  CHECK_THAT(out, Catch::Contains("resume.ckpt is damaged: its tensors are not the bytes it was written with"));
+  CHECK(ktune::test::occurrences(out, "\n") == 1);
   REQUIRE(run_ktune("eval --threads 2 --weights " + ckpt, &out) == 0);
 }
 
