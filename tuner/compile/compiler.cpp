@@ -1,8 +1,13 @@
 #include "tuner/compile/compiler.hpp"
 
+#include <dlfcn.h>
+#include <elf.h>
+#include <fmt/format.h>
+#include <link.h>
 #include <nvrtc.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <regex>
@@ -40,6 +45,48 @@ std::string nvrtc_version() {
   int major = 0, minor = 0;
   nvrtcVersion(&major, &minor);
   return std::to_string(major) + "." + std::to_string(minor);
+}
+
+const std::string& nvrtc_build() {
+  static const std::string id = [] {
+    Dl_info info{};
+    if (::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) == 0 || !info.dli_fbase) return std::string();
+    // The loaded object holding nvrtcVersion, and its GNU build-id note.
+    struct Search {
+      const void* base;
+      std::string id;
+    } search{info.dli_fbase, {}};
+    ::dl_iterate_phdr(
+        [](dl_phdr_info* object, std::size_t, void* data) {
+          auto& s = *static_cast<Search*>(data);
+          for (int i = 0; i < object->dlpi_phnum; ++i) {
+            const ElfW(Phdr)& ph = object->dlpi_phdr[i];
+            if (ph.p_type != PT_LOAD || ph.p_offset != 0) continue;
+            if (reinterpret_cast<const void*>(object->dlpi_addr + ph.p_vaddr) != s.base) return 0;
+          }
+          for (int i = 0; i < object->dlpi_phnum; ++i) {
+            const ElfW(Phdr)& ph = object->dlpi_phdr[i];
+            if (ph.p_type != PT_NOTE) continue;
+            const auto* at = reinterpret_cast<const unsigned char*>(object->dlpi_addr + ph.p_vaddr);
+            const auto* end = at + ph.p_memsz;
+            while (at + sizeof(ElfW(Nhdr)) <= end) {
+              const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(at);
+              const unsigned char* name = at + sizeof(ElfW(Nhdr));
+              const unsigned char* desc = name + ((note->n_namesz + 3) & ~3u);
+              if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0 &&
+                  desc + note->n_descsz <= end) {
+                for (unsigned k = 0; k < note->n_descsz; ++k) s.id += fmt::format("{:02x}", desc[k]);
+                return 1;
+              }
+              at = desc + ((note->n_descsz + 3) & ~3u);
+            }
+          }
+          return 0;
+        },
+        &search);
+    return search.id;
+  }();
+  return id;
 }
 
 std::vector<KernelResources> parse_ptxas_report(const std::string& log) {
@@ -157,7 +204,7 @@ CompileResult prepared(const templates::Rendered& rendered, const std::string& d
   r.arch = arch;
   r.options = options_for(arch);
   Hasher h;
-  h.add(rendered.source).add(arch).add(nvrtc_version());
+  h.add(rendered.source).add(arch).add(nvrtc_version()).add(nvrtc_build());
   for (const auto& o : r.options) h.add(o);
   for (const auto& k : rendered.kernels) h.add(k);
   r.key = h.hex();

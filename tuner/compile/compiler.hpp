@@ -49,6 +49,9 @@ void note_not_stored(const std::string& why);
 
 /// "13.0"
 std::string nvrtc_version();
+/// The NVRTC library this process runs, as its ELF build id ("" where it has none): a patch release of the same
+/// major.minor is another build, whose cubins the binary cache keeps apart.
+const std::string& nvrtc_build();
 
 /// Parses ptxas' `-v` report; entries keyed by lowered name. Exposed for tests.
 std::vector<KernelResources> parse_ptxas_report(const std::string& log);

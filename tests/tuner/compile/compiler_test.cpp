@@ -3,6 +3,9 @@
 // resource report; the binary cache (hit, miss, corrupt, concurrent).
 #include "tuner/compile/compiler.hpp"
 
+#include <dlfcn.h>
+#include <nvrtc.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -136,6 +139,23 @@ TEST_CASE("a compile check's sample is as many valid configs as asked, however s
   CHECK(configs_to_check(f, p, limits, o, again_invalid).size() == valid);  // the defaults among them
   o.which = CompileCheckOptions::Which::kAll;
   CHECK(configs_to_check(f, p, limits, o, again_invalid).size() == valid);
+}
+
+TEST_CASE("the binary cache keeps the NVRTC build apart: its library's GNU build id, as readelf reads it",
+          "[compile]") {
+  const std::string& id = nvrtc_build();
+  CHECK(id.find_first_not_of("0123456789abcdef") == std::string::npos);
+  Dl_info info{};
+  REQUIRE(::dladdr(reinterpret_cast<void*>(&nvrtcVersion), &info) != 0);
+  std::string out;
+  if (ktune::test::run_command("readelf -n " + std::string(info.dli_fname) + " 2>/dev/null", &out) != 0 ||
+      out.find("Build ID: ") == std::string::npos) {
+    WARN("no readelf here, or the library has no build id: nothing to compare with");
+    return;
+  }
+  const std::size_t at = out.find("Build ID: ") + 10;
+  CHECK(id == out.substr(at, out.find('\n', at) - at));
+  CHECK(id.size() >= 16);
 }
 
 TEST_CASE("resource report: registers, shared memory and spills are parsed", "[compile]") {
