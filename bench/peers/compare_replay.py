@@ -7,7 +7,9 @@ over seeded runs of one space. Prints, per pair, each median with its 95 %
 interval (as the two tools give it), the ratio of the medians (Kernel Tuner's
 over ktune's) with a 95 % bootstrap interval, and the one-sided Mann-Whitney
 p-value that ktune's runs need fewer evaluations. A run that never reached
-the target counts as needing more than any run that did (ties among them).
+the target counts as needing more than any run that did (ties among them);
+so does a ktune run that reached it past the evaluations Kernel Tuner's runs
+were allowed (its JSON's max_fevals), which no run of Kernel Tuner's could.
 
 Standard library only. Usage:
   compare_replay.py KTUNE.json KERNEL_TUNER.json [KTUNE.json KERNEL_TUNER.json ...] [--bootstrap 4000] [--seed 1]
@@ -85,6 +87,9 @@ def compare(ktune_doc, kt_doc, draws, rng):
     k = ktune_doc["strategies"][0]
     t = kt_doc["strategies"][0]
     a, b = runs(k["runs_to_target"]["evaluations"]), runs(t["evals_to_target_runs"])
+    window = kt_doc.get("max_fevals")
+    if window:  # the same window for both: past it, a run of Kernel Tuner's never reached the target
+        a = [v if v <= window else NEVER for v in a]
     ratio, low, high = median_ratio_interval(a, b, draws, rng)
     return {
         "space": ktune_doc["dataset"].rsplit("/", 1)[-1].replace(".json.gz", "").replace(".json", ""),

@@ -136,7 +136,8 @@ def main():
     problem_size = data.get("problem_size", [1])
     out = {"dataset": args.dataset, "device": data.get("device_name"), "optimum_ms": optimum,
            "brute_force_s": brute_force_s,
-           "runs": args.runs, "target": args.target, "kernel_tuner": kernel_tuner.__version__, "strategies": []}
+           "runs": args.runs, "target": args.target, "max_fevals": max_fevals, "kernel_tuner": kernel_tuner.__version__,
+           "strategies": []}
     if not args.json:
         print(f"{args.dataset}: {data.get('kernel_name')} on {data.get('device_name')}, "
               f"{len(cache)} recorded, optimum {optimum:.4f} ms, brute force {brute_force_s:.0f} s, {args.runs} runs, Kernel Tuner {kernel_tuner.__version__}\n")

@@ -14,6 +14,18 @@ import compare_replay as cr  # noqa: E402
 
 
 class CompareReplayTest(unittest.TestCase):
+    def test_ktune_runs_past_kernel_tuners_window_never_reached_it(self):
+        ktune = {"dataset": "x/s.json.gz", "strategies": [{
+            "strategy": "auto", "evals_to_target": {"median": 150},
+            "runs_to_target": {"evaluations": [100, 150, 900]}}]}
+        kt = {"max_fevals": 800, "strategies": [{
+            "strategy": "ga", "evals_to_target": {"median": 300}, "evals_to_target_runs": [200, 300, None]}]}
+        capped = cr.compare(ktune, kt, 200, random.Random(1))
+        kt.pop("max_fevals")
+        uncapped = cr.compare(ktune, kt, 200, random.Random(1))
+        # The run at 900 ties with Kernel Tuner's run that never reached it, where it was counted a win.
+        self.assertGreater(capped["p_less"], uncapped["p_less"])
+
     def test_ranks_share_ties(self):
         r, ties = cr.ranks([3.0, 1.0, 3.0, math.inf, 2.0, math.inf])
         self.assertEqual(r, [3.5, 1.0, 3.5, 5.5, 2.0, 5.5])
