@@ -97,7 +97,8 @@ CheckpointInfo info_of(const SafetensorsReader& file, const ModelConfig& config)
   };
   // No run reaches 2^62 steps; past it, the next step's number would overflow.
   const unsigned long long steps = whole_number(step, "step");
-  KTUNE_REQUIRE(steps <= (1ULL << 62), fmt::format("{} has a step {} in its metadata, which no run reaches", name, step));
+  KTUNE_REQUIRE(steps <= (1ULL << 62),
+                fmt::format("{} has a step {} in its metadata, which no run reaches", name, step));
   info.step = static_cast<std::int64_t>(steps);
   info.seed = whole_number(seed, "seed");
   if (meta.count("tokens_count")) {

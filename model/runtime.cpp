@@ -37,7 +37,7 @@ MemoryPlan plan_run(const ModelConfig& config, const RunShape& shape, const Back
   MemoryPlan plan = plan_memory(config, shape, plan_threads(options.backend, options.threads), 4,
                                 attention_saved(options.precision, compiled), options.precision);
   if (options.backend == "cpu") return plan;
-  // A device backend's ops' scratch, as DeviceOps sizes it before its kernels' workspaces.
+  // A device backend's ops' scratch, as DeviceOps sizes it, its kernels at their family defaults.
   const DeviceOptions device{.mode = options.mode, .precision = options.precision};
   const auto scratch = [&](Allocation allocation) {
     return static_cast<std::int64_t>(planned_scratch_bytes(device_layout(config, shape, allocation, device),

@@ -215,7 +215,7 @@ std::size_t kept_ds_bytes(const StepLayout& L) {
 }  // namespace
 
 std::size_t ops_scratch_bytes(const StepLayout& L, Mode mode, bool deterministic,
-                          const std::function<Config(const tuner::KernelRequest&)>& config_of) {
+                              const std::function<Config(const tuner::KernelRequest&)>& config_of) {
   const std::size_t ds = kept_ds_bytes(L);
   // The softmax backward runs while dS is kept: what it needs comes after it.
   const auto kept = [&](const templates::Family* f) {
@@ -243,7 +243,7 @@ std::size_t ops_scratch_bytes(const StepLayout& L, Mode mode, bool deterministic
 
 std::size_t planned_scratch_bytes(const StepLayout& L, Mode mode, bool deterministic) {
   return ops_scratch_bytes(L, mode, deterministic,
-                       [](const tuner::KernelRequest& k) { return k.family->default_config(k.problem); });
+                           [](const tuner::KernelRequest& k) { return k.family->default_config(k.problem); });
 }
 
 DeviceOps::DeviceOps(tuner::exec::Backend& backend, const StepLayout& layout, const DeviceOptions& options)

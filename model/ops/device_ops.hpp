@@ -245,7 +245,7 @@ std::vector<tuner::KernelRequest> device_step_kernels(const StepLayout& layout, 
 /// AdamW's fp32 temporary of the largest tensor, the kernels' workspaces
 /// and grad_norm's partials, the largest of them (one op uses it at a time).
 std::size_t ops_scratch_bytes(const StepLayout& layout, Mode mode, bool deterministic,
-                          const std::function<Config(const tuner::KernelRequest&)>& config_of);
+                              const std::function<Config(const tuner::KernelRequest&)>& config_of);
 /// ops_scratch_bytes at the family defaults, as a run without a tuned cache
 /// takes them: what the memory plan counts (plan_run).
 std::size_t planned_scratch_bytes(const StepLayout& layout, Mode mode, bool deterministic);

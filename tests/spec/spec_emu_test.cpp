@@ -523,7 +523,8 @@ __global__ void slow(float* out) {
 )cu";
   std::ofstream(dir / "slow.json") << R"json({"name": "slow", "source": "slow.cu", "kernel": "slow",
     "problem": {"n": 32}, "tunables": {"t": [1]}, "grid": "1", "block": "32",
-    "buffers": [{"name": "out", "count": "n", "role": "output"}], "args": ["out"], "reference": {"config": {"t": 1}}})json";
+    "buffers": [{"name": "out", "count": "n", "role": "output"}], "args": ["out"],
+    "reference": {"config": {"t": 1}}})json";
   const auto cache = dir / "cache";  // in every compile's command line, as its output's folder
   std::string out;
   // The run ends at its timeout: a compiler left running would hold its output open until it finished.
@@ -570,7 +571,8 @@ __global__ void ldm(const __nv_bfloat16* x, float* out) {
   out[2 * lane + 1] = __bfloat162float(__ushort_as_bfloat16(d[0] >> 16));
 }
 )cu";
-  std::ofstream(dir / "ldm.json") << R"json({"name": "ldm", "source": "ldm.cu", "kernel": "ldm<{pad}, {global}, {copy}>",
+  std::ofstream(dir / "ldm.json") << R"json({"name": "ldm", "source": "ldm.cu",
+    "kernel": "ldm<{pad}, {global}, {copy}>",
     "dtypes": ["bf16"], "problem": {"n": 128}, "tunables": {"pad": [0, 4, 8], "global": [0, 1], "copy": [0, 1]},
     "grid": "1", "block": "32",
     "buffers": [{"name": "x", "count": "n", "role": "input"},
