@@ -75,7 +75,8 @@ void LocalSearch::report(const Config& config, const Outcome& outcome) {
   const Point p = point_of(*context_.space, config);
   seen_.insert(index_of(*context_.space, p));
   const double t = outcome.ok ? outcome.time_ms : INFINITY;
-  if (awaiting_start_) {
+  // A start: the point it asked for, or one measured before it was asked (run_search's `first`).
+  if (awaiting_start_ || !has_current_) {
     awaiting_start_ = false;
     if (std::isfinite(t)) {
       has_current_ = true;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -154,6 +155,27 @@ TEST_CASE("the time-aware walk tries the neighbours predicted to cost over their
   }
   CHECK(climbs >= 5);
   CHECK(costly_seen > 0);
+}
+
+TEST_CASE("local search walks on from the configs measured before it was asked (a session's default and "
+          "candidates)",
+          "[search][local_search]") {
+  CostlyBowl eval;
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    INFO("seed " << seed);
+    // A point that runs, told first, as run_search tells the configs it measures before asking.
+    std::optional<ktune::Config> first;
+    for (std::uint64_t i = seed * 7; !first; i += 13) {
+      const ktune::Config c = config_of(eval.space(), point_at(eval.space(), i % eval.space().size()));
+      if (eval.is_valid(c) && eval.evaluate(c).ok) first = c;
+    }
+    LocalSearch s({&eval.space(), &eval, seed}, {});
+    s.report(*first, eval.evaluate(*first));
+    const auto next = s.next();
+    REQUIRE(next);
+    const auto around = valid_neighbours({&eval.space(), &eval, seed}, point_of(eval.space(), *first), false);
+    CHECK(std::find(around.begin(), around.end(), point_of(eval.space(), *next)) != around.end());
+  }
 }
 
 }  // namespace search_cost_model_test
