@@ -18,8 +18,9 @@ namespace ktune::model {
 /// file holds no more than one of its tensors beside the parameters it fills.
 class WeightsSource {
  public:
-  WeightsSource(const TensorFile& file) : file_(&file) {}             // NOLINT: either converts
-  WeightsSource(const SafetensorsReader& reader) : reader_(&reader) {}  // NOLINT
+  // Implicit: a caller passes either.
+  WeightsSource(const TensorFile& file) : file_(&file) {}
+  WeightsSource(const SafetensorsReader& reader) : reader_(&reader) {}
   const std::map<std::string, std::string>& metadata() const;
   /// Tensor names in the order of their data.
   const std::vector<std::string>& order() const;
