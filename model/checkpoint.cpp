@@ -280,8 +280,6 @@ CheckpointState read_checkpoint(const std::filesystem::path& path, const ModelCo
 CheckpointInfo CheckpointState::apply(Runtime& runtime) && {
   runtime.set_parameters(parameters);
   runtime.set_optimizer_state(optimizer);
-  parameters = {};
-  optimizer = {};
   return info;
 }
 

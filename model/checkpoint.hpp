@@ -82,7 +82,7 @@ struct CheckpointState {
   CheckpointInfo info;
   std::vector<float> parameters;
   OptimizerState optimizer;
-  /// Sets the runtime's parameters and AdamW state; the buffers go with them.
+  /// Sets the runtime's parameters and AdamW state.
   CheckpointInfo apply(Runtime& runtime) &&;
 };
 CheckpointState read_checkpoint(const std::filesystem::path& path, const ModelConfig& config,

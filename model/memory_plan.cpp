@@ -156,6 +156,18 @@ WorkspaceLayout workspace_layout(const ModelConfig& m, const RunShape& r, unsign
   return w;
 }
 
+namespace {
+/// A device backend's materialised attention backward keeps every (batch, head)'s dS at once in its ops'
+/// scratch, (B, H, S, S) of the activations' type (the cpu backend's takes a block of rows at a time, per thread,
+/// in the workspace's attn_scratch): its bytes, 0 where there is none.
+std::int64_t device_ds_bytes(const MemoryPlan& p) {
+  if (p.threads != 0 || p.attention != AttentionSaved::kProbabilities) return 0;
+  const std::int64_t context = p.shape.context;
+  return p.shape.batch * p.model.heads * context * context *
+         (p.precision == Precision::kBf16 ? 2 : p.element_bytes);
+}
+}  // namespace
+
 MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads, std::int64_t element_bytes,
                        AttentionSaved attention, Precision precision) {
   m.validate();
@@ -199,10 +211,7 @@ MemoryPlan plan_memory(const ModelConfig& m, const RunShape& r, unsigned threads
   p.activations_backward = m.layers * p.per_layer_kept + (layer - p.per_layer_kept) + final;
   p.workspace_forward = bytes(workspace_layout(m, r, threads, false));
   p.workspace_backward = bytes(workspace_layout(m, r, threads, true));
-  // A device backend's materialised attention backward keeps every (batch, head)'s dS at once in its ops'
-  // scratch (the cpu backend's takes a block of rows at a time, per thread, in the workspace's attn_scratch).
-  if (threads == 0 && attention == AttentionSaved::kProbabilities)
-    p.scratch = r.batch * m.heads * r.context * r.context * (bf16 ? 2 : element_bytes);
+  p.scratch = device_ds_bytes(p);
   return p;
 }
 
@@ -245,9 +254,7 @@ std::vector<BufferRow> plan_buffers(const MemoryPlan& plan) {
   add("activations after the blocks", final, 0);
   workspace_layout(m, r, plan.threads, true, plan.precision, &workspace);
   add("workspace", workspace, 0);
-  const std::int64_t ds = plan.attention == AttentionSaved::kProbabilities && plan.threads == 0
-                              ? r.batch * m.heads * r.context * r.context * (bf16 ? 2 : plan.element_bytes)
-                              : 0;
+  const std::int64_t ds = device_ds_bytes(plan);
   const std::int64_t scratch = std::max(plan.scratch, plan.step_scratch);
   if (scratch > 0 && scratch == ds)
     rows.push_back({"ops' scratch", "ds", "the attention backward's dS", {r.batch, m.heads, r.context, r.context},

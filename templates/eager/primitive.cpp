@@ -342,13 +342,15 @@ class Primitive final : public PrimitiveFamily {
       // Rows of scales 0.01 to 10, every other one all negative: a max that starts at 0, or any one answer for
       // every row, is wrong.
       const auto log_scales = random_floats(rng, static_cast<std::size_t>(rows), -2.f, 1.f);
+      std::vector<float> spread(x.size());
       for (std::int64_t r = 0; r < rows; ++r) {
         const double scale = std::pow(10.0, log_scales[static_cast<std::size_t>(r)]);
         for (std::int64_t c = 0; c < cols; ++c) {
-          double& v = x[static_cast<std::size_t>(r * cols + c)];
-          v = stored_as(dt, std::vector<float>{static_cast<float>(v * scale - (r % 2 ? 3 * scale : 0))})[0];
+          const auto i = static_cast<std::size_t>(r * cols + c);
+          spread[i] = static_cast<float>(x[i] * scale - (r % 2 ? 3 * scale : 0));
         }
       }
+      x = stored_as(dt, spread);
     }
     auto at = [&](std::int64_t r, std::int64_t c) { return x[static_cast<std::size_t>(r * cols + c)]; };
     std::vector<std::int32_t> idx(static_cast<std::size_t>(rows));

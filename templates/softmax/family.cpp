@@ -37,10 +37,11 @@ double visible_elements(const Problem& p) {
 std::vector<double> scores(const Problem& p, std::mt19937_64& rng) {
   const std::int64_t rows = p.dim("rows"), cols = p.dim("cols");
   auto x = random_floats(rng, static_cast<std::size_t>(rows * cols), -20.f, 20.f);
-  for (std::int64_t r = 3; activation_dtype(p) == DType::kF32 && r < rows; r += 4) {
-    const float shift = r % 8 == 3 ? 800.f : -800.f;
-    for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(r * cols + c)] += shift;
-  }
+  if (activation_dtype(p) == DType::kF32)
+    for (std::int64_t r = 3; r < rows; r += 4) {
+      const float shift = r % 8 == 3 ? 800.f : -800.f;
+      for (std::int64_t c = 0; c < cols; ++c) x[static_cast<std::size_t>(r * cols + c)] += shift;
+    }
   return stored_as(activation_dtype(p), x);
 }
 

@@ -251,8 +251,6 @@ class IsolatedRunner final : public Runner {
     if (done == 0) {
       ::kill(-pid_, SIGKILL);
       ::waitpid(pid_, &status, 0);
-    } else if (signal != 0) {
-      ::kill(-pid_, SIGKILL);  // the worker ended as asked; a compile it started may not have
     }
     pid_ = -1;
     if (WIFSIGNALED(status))
