@@ -293,12 +293,18 @@ bool resume(BlockRun& b, unsigned i) {
   return true;
 }
 
+// Warp collectives a warp passes in one sweep at most, out of order: past
+// them the next warp runs, so one that spins on a collective waiting for
+// another warp's write (`while (!flag) __syncwarp();`) lets that warp run,
+// as a GPU's warp scheduler does.
+constexpr unsigned kMaxRounds = 1024;
+
 // One sweep; whether any thread ran. In order, every ready thread is resumed
 // once, thread 0 first, so the warps advance together, one warp collective
 // at a time. Otherwise warp by warp in the warp order, each warp's ready
-// lanes resumed (in the lane order) until none is: a warp runs on to its next
-// block barrier before the next warp starts, as far ahead of the others as
-// a GPU may let it drift.
+// lanes resumed (in the lane order) until none is, or for kMaxRounds warp
+// collectives: a warp runs on to its next block barrier before the next warp
+// starts, as far ahead of the others as a GPU may let it drift.
 bool sweep(BlockRun& b) {
   bool progressed = false;
   if (b.schedule.order == env::EmuSchedule::Order::kInOrder) {
@@ -306,11 +312,12 @@ bool sweep(BlockRun& b) {
     return progressed;
   }
   for (const unsigned w : b.warp_order)
-    for (bool again = true; again;) {
-      again = false;
+    for (unsigned round = 0; round < kMaxRounds; ++round) {
+      bool again = false;
       for (const unsigned lane : b.lane_order)
         if (const unsigned i = w * 32 + lane; i < b.n) again |= resume(b, i);
       progressed |= again;
+      if (!again) break;
     }
   return progressed;
 }

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "tuner/emu_probe.hpp"
 
@@ -38,13 +40,30 @@ __global__ void k_warp_neighbour(int* out, int salt, int barrier) {
 __global__ void k_block_sequence(int* out, unsigned* counter) {
   if (threadIdx.x == 0) out[blockIdx.x + gridDim.x * blockIdx.y] = atomicAdd(counter, 1u);
 }
+// Every warp but the last waits, a warp collective in its loop, for the
+// flag the last warp's thread 0 raises.
+__global__ void k_spin_on_flag(int* out, int salt) {
+  __shared__ volatile int flag;
+  if (threadIdx.x == 0) flag = 0;
+  __syncthreads();
+  const unsigned warp = threadIdx.x / 32, last = (blockDim.x - 1) / 32;
+  if (warp == last) {
+    if (threadIdx.x % 32 == 0) flag = salt + blockIdx.x;
+    __syncwarp();  // the other lanes read it after
+  } else {
+    while (flag == 0) __syncwarp();
+  }
+  out[blockIdx.x * blockDim.x + threadIdx.x] = flag;
+}
 )";
+const std::vector<std::string> kKernels = {"k_block_neighbour", "k_warp_neighbour", "k_block_sequence",
+                                           "k_spin_on_flag"};
 
 constexpr unsigned kBlocks = 8, kThreads = 128;
 
 // Which outputs of a launch of `kernel` differ from what the barrier gives.
 std::vector<unsigned> wrong(const EmuSchedule& schedule, int kernel, int salt, bool barrier) {
-  ktune::test::EmuProbe p(kProbe, {"k_block_neighbour", "k_warp_neighbour", "k_block_sequence"}, 2, schedule);
+  ktune::test::EmuProbe p(kProbe, kKernels, 2, schedule);
   int* out = p.buffer("out", std::vector<int>(kBlocks * kThreads, -1));
   p.launch(kernel, {kBlocks, 1, 1}, {kThreads, 1, 1}, ArgPack().add(out).add(salt).add(barrier ? 1 : 0));
   std::vector<unsigned> bad;
@@ -101,10 +120,27 @@ TEST_CASE("emulation order: a shuffle repeats with its seed and differs per bloc
   CHECK(per_block.size() == kBlocks);
 }
 
+TEST_CASE("emulation order: a warp spinning on a warp collective lets the warp it waits for run", "[emu]") {
+  // Reversed or shuffled, a warp runs on until it blocks; a spin loop's
+  // __syncwarp never blocks it, so the waiting warps would starve the last.
+  int salt = 11000000;
+  for (const auto& s : {kInOrder, kReverse, kShuffle, EmuSchedule{.order = EmuSchedule::Order::kShuffle, .seed = 7}}) {
+    INFO("order " << static_cast<int>(s.order) << " seed " << s.seed);
+    salt += 100000;
+    ktune::test::EmuProbe p(kProbe, kKernels, 2, s);
+    int* out = p.buffer("out", std::vector<int>(kBlocks * kThreads, -1));
+    p.launch(3, {kBlocks, 1, 1}, {kThreads, 1, 1}, ArgPack().add(out).add(salt));
+    const auto got = p.read(out, kBlocks * kThreads);
+    std::vector<int> want(kBlocks * kThreads);
+    for (unsigned i = 0; i < want.size(); ++i) want[i] = salt + static_cast<int>(i / kThreads);
+    CHECK(got == want);
+  }
+}
+
 TEST_CASE("emulation order: blocks start in order, reversed, or in a shuffled order", "[emu]") {
   // One worker, so the sequence each block draws is the order blocks start in.
   const auto sequence = [](const EmuSchedule& schedule) {
-    ktune::test::EmuProbe p(kProbe, {"k_block_neighbour", "k_warp_neighbour", "k_block_sequence"}, 1, schedule);
+    ktune::test::EmuProbe p(kProbe, kKernels, 1, schedule);
     int* out = p.buffer("out", std::vector<int>(60, -1));
     unsigned* counter = p.buffer("counter", std::vector<unsigned>{0});
     p.launch(2, {12, 5, 1}, {64, 1, 1}, ArgPack().add(out).add(counter));
