@@ -7,7 +7,7 @@ case (batch 1, 16 heads, head dim 64, seq 16384, bf16, causal, forward +
 backward) and the causal forward at head dim 128, seq 16384 (--tables picks
 among the three, as ktune's option does), each with:
   eager     attention written out, the (seq, seq) scores materialised
-  compiled  torch.compile of the eager function
+  compiled  torch.compile of the eager function, compiled afresh for each shape (static shapes)
   flash     scaled_dot_product_attention, flash backend (FlashAttention-2)
   cudnn     scaled_dot_product_attention, cuDNN backend
   efficient scaled_dot_product_attention, memory-efficient backend
@@ -42,6 +42,8 @@ def implementations():
     """The implementations by name; torch is imported here alone, so the parser needs none."""
     global torch
     import torch
+    import torch._dynamo
+    import torch._functorch.config
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -73,17 +75,34 @@ def implementations():
 
         return run
 
+    # The backward is timed again and again on one graph (retain_graph=True), which a compiled graph that
+    # donates its saved buffers to the backward refuses (the refusal would read as an unsupported shape).
+    if hasattr(torch._functorch.config, "donated_buffer"):
+        torch._functorch.config.donated_buffer = False
+    kept = {}  # the compiled function of the current shape
+
+    def compiled_attention(q, k, v, causal):
+        """written_out compiled afresh, for static shapes, on each case's first call (a warm-up): the cases' many
+        shapes would otherwise run dynamic-shape kernels after the second, and after dynamo's recompile limit
+        of 8, eager ones."""
+        key = (tuple(q.shape), tuple(q.stride()), q.dtype, q.device, causal)
+        if key not in kept:
+            kept.clear()
+            torch._dynamo.reset()
+            kept[key] = torch.compile(written_out, dynamic=False)  # the mask's construction compiled too
+        return kept[key](q, k, v, causal)
+
     return {
         "eager": eager_attention,
-        "compiled": torch.compile(written_out),  # the mask's construction compiled with the rest
+        "compiled": compiled_attention,
         "flash": sdpa(SDPBackend.FLASH_ATTENTION),
         "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
         "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
     }
 
 
-def measure(impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, warmup):
-    """(forward ms, backward ms or None, MiB allocated after the forward) or None if the backend refuses."""
+def measure(name, impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, warmup):
+    """(forward ms, backward ms or None, MiB allocated after the forward) or None if implementation `name` refuses."""
     torch.cuda.empty_cache()
     try:
         # (batch, seq, heads, d) in memory, seen as (batch, heads, seq, d): as the model's attention views its
@@ -111,7 +130,7 @@ def measure(impl, batch, heads, d, seq, dtype, causal, backward, flush, reps, wa
     # name torch.OutOfMemoryError exists from PyTorch 2.5 on, and looking it
     # up on an older one would end the run at the first refusal.
     except RuntimeError as e:
-        print(f"<!-- {impl.__name__ if hasattr(impl, '__name__') else impl}: {str(e).splitlines()[0][:120]} -->")
+        print(f"<!-- {name}: {str(e).splitlines()[0][:120]} -->")
         return None
     finally:
         getattr(impl, "masks", {}).clear()  # eager's cached mask, not counted in the next implementation's memory
@@ -179,7 +198,8 @@ def main(argv=None):
             for seq in map(int, args.seqs.split(",")):
                 cells = []
                 for name in impls:
-                    r = measure(IMPLS[name], 8, 1, d, seq, dtype, args.causal, True, flush, args.reps, args.warmup)
+                    r = measure(name, IMPLS[name], 8, 1, d, seq, dtype, args.causal, True, flush, args.reps,
+                                args.warmup)
                     cells += ["-", "-", "-"] if r is None else [fmt(r[0]), fmt(r[1]), fmt(r[2], ".2f")]
                 print(f"| {d} | {seq} | " + " | ".join(cells) + " |", flush=True)
         print()
@@ -194,7 +214,7 @@ def main(argv=None):
     for table, what, batch, heads, d, seq, backward in cases:
         label = f"{table} ({what})"
         for name in impls:
-            r = measure(IMPLS[name], batch, heads, d, seq, torch.bfloat16, True, backward, flush, args.reps,
+            r = measure(name, IMPLS[name], batch, heads, d, seq, torch.bfloat16, True, backward, flush, args.reps,
                         args.warmup)
             f = flops(batch, heads, d, seq, True)
             if r is None:

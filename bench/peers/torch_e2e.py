@@ -31,6 +31,7 @@ when not).
 import argparse
 import datetime
 import json
+import math
 import os
 import statistics
 import struct
@@ -139,7 +140,10 @@ def settings(mode, dtype):
 
 
 def loss_check(ktune_loss, torch_loss, dtype):
-    """(ok, relative difference) of ktune's first loss against PyTorch's."""
+    """(ok, relative difference) of ktune's first loss against PyTorch's; a loss that is not a number (NaN, which
+    ktune's JSON writes as null) fails, with no difference."""
+    if not isinstance(ktune_loss, (int, float)) or not math.isfinite(ktune_loss) or not math.isfinite(torch_loss):
+        return False, None
     rel = abs(ktune_loss - torch_loss) / max(abs(torch_loss), 1e-30)
     return rel <= TOLERANCE[dtype], rel
 
@@ -162,7 +166,8 @@ def row(r):
              str(r["context_length"])]
     for phase in ("forward", "backward", "forward_backward", "optimizer", "step"):
         cells += [sec(phase, "mean_ms"), sec(phase, "std_ms")]
-    cells += [f"{peak / 2**30:.2f} GiB" if peak is not None else "-", f"{r['loss']:.6f}"]
+    loss = r.get("loss")
+    cells += [f"{peak / 2**30:.2f} GiB" if peak is not None else "-", "NaN" if loss is None else f"{loss:.6f}"]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -295,7 +300,7 @@ def main(argv=None):
         print(json.dumps(out, indent=2))
     else:
         print(f"# End-to-end: ktune and PyTorch on {result['device']} ({result['date']})\n")
-        print(f"PyTorch {result['backend']}, NVIDIA driver {result['nvidia_driver'] or 'unknown'}, CUDA "
+        print(f"{result['backend']}, NVIDIA driver {result['nvidia_driver'] or 'unknown'}, CUDA "
               f"{result['cuda_runtime']}, git {result['git_revision']}; {result['settings']}\n")
         print(table(ktune_rows + [result]))
         print("\npeak memory: the most device memory in use after a step, counted alike on both sides as the drop in "
@@ -307,8 +312,10 @@ def main(argv=None):
             print(f"- {medians(r)}")
         for c in checks:
             verdict = "ok" if c["ok"] else "MISMATCH"
-            print(f"\nfirst loss ({c['file']}): ktune {c['ktune_loss']:.6f}, torch {c['torch_loss']:.6f}, "
-                  f"relative difference {c['relative_difference']:.2e} (tolerance {c['tolerance']:.0e}): {verdict}")
+            number = lambda v, spec: "not a number" if v is None else format(v, spec)  # noqa: E731
+            print(f"\nfirst loss ({c['file']}): ktune {number(c['ktune_loss'], '.6f')}, torch "
+                  f"{number(c['torch_loss'], '.6f')}, relative difference {number(c['relative_difference'], '.2e')} "
+                  f"(tolerance {c['tolerance']:.0e}): {verdict}")
     return 0 if all(c["ok"] for c in checks) else 1
 
 
