@@ -127,11 +127,16 @@ class TransformerLM(nn.Module):
         mask = torch.ones(context_length, context_length, dtype=torch.bool).tril()
         self.register_buffer("causal_mask", mask, persistent=False)
 
-    def rebuild_tables(self):
-        """The RoPE tables again from float64, in the dtype and on the device they are now."""
+    def rebuild_tables(self, device=None):
+        """The RoPE tables again from float64, in the dtype they are now, and the causal mask, on `device`
+        (default: where they are). A model built on the meta device (no initialisation, its weights loaded with
+        `load_state_dict(..., assign=True)`) gets its real tables here."""
+        device = self.rope_cos.device if device is None else torch.device(device)
         head_dim = 2 * self.rope_cos.shape[-1]
         cos, sin = rope_tables(self.context_length, head_dim, self.theta, self.rope_cos.dtype)
-        self.rope_cos, self.rope_sin = cos.to(self.rope_cos.device), sin.to(self.rope_sin.device)
+        self.rope_cos, self.rope_sin = cos.to(device), sin.to(device)
+        n = self.context_length
+        self.causal_mask = torch.ones(n, n, dtype=torch.bool).tril().to(device)
 
     def forward(self, tokens):
         if tokens.shape[-1] > self.context_length:

@@ -206,10 +206,14 @@ def run(a):
     batch, ctx = tokens.shape
     # The RoPE tables and the causal mask are built once, for this context, and moved to the device with the
     # weights: no forward builds or copies them.
-    model = TransformerLM(vocab, d_model, d_ff, layers, heads, theta, context_length=ctx)
+    # Built on the meta device: the random initialisation the weights would replace took about a minute of the
+    # host at 2.7B; the weights are then the file's tensors themselves.
+    with torch.device("meta"):
+        model = TransformerLM(vocab, d_model, d_ff, layers, heads, theta, context_length=ctx)
     model.recompute = a.recompute
     state = {name: tensor(name) for name in model.state_dict()}
-    model.load_state_dict(state)
+    model.load_state_dict(state, assign=True)
+    model.rebuild_tables("cpu")
     model.to(dev)
     if a.mode == "compiled":
         for block in model.layers:
