@@ -140,7 +140,8 @@ def main():
            "strategies": []}
     if not args.json:
         print(f"{args.dataset}: {data.get('kernel_name')} on {data.get('device_name')}, "
-              f"{len(cache)} recorded, optimum {optimum:.4f} ms, brute force {brute_force_s:.0f} s, {args.runs} runs, Kernel Tuner {kernel_tuner.__version__}\n")
+              f"{len(cache)} recorded, optimum {optimum:.4f} ms, brute force {brute_force_s:.0f} s, {args.runs} runs, "
+              f"Kernel Tuner {kernel_tuner.__version__}\n")
     for strategy in args.strategy.split(","):
         start = time.time()
         fractions = {b: [] for b in labels}
