@@ -108,6 +108,11 @@ class TorchE2eTest(unittest.TestCase):
         self.assertIn("| compiled | float32 |", t.table([r]).splitlines()[2])
         r["recompute"] = "swiglu"
         self.assertIn("| compiled, recompute swiglu | float32 |", t.table([r]).splitlines()[2])
+        r["graphs"] = True  # ktune's run with --graph, beside torch.compile's reduce-overhead
+        self.assertIn("| compiled (CUDA graphs), recompute swiglu | float32 |", t.table([r]).splitlines()[2])
+        # ktune's NaN loss (null in its JSON) is printed, not raised on.
+        r["loss"] = None
+        self.assertIn("| NaN |", t.table([r]).splitlines()[2])
 
 
 if __name__ == "__main__":

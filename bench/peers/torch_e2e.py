@@ -161,7 +161,7 @@ def row(r):
         p = r.get(phase)
         return f"{p[key] / 1e3:.6f}" if p and p.get(key) is not None else "-"
     peak = r.get("device_peak_bytes")
-    mode = r.get("mode", "-") + recompute_label(r.get("recompute"))
+    mode = r.get("mode", "-") + (" (CUDA graphs)" if r.get("graphs") else "") + recompute_label(r.get("recompute"))
     cells = [r["backend"], mode, r.get("dtype", "-"), str(r["batch_size"]), r["model"],
              str(r["context_length"])]
     for phase in ("forward", "backward", "forward_backward", "optimizer", "step"):
