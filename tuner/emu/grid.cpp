@@ -303,8 +303,9 @@ constexpr unsigned kMaxRounds = 1024;
 // once, thread 0 first, so the warps advance together, one warp collective
 // at a time. Otherwise warp by warp in the warp order, each warp's ready
 // lanes resumed (in the lane order) until none is, or for kMaxRounds warp
-// collectives: a warp runs on to its next block barrier before the next warp
-// starts, as far ahead of the others as a GPU may let it drift.
+// collectives: a warp runs on to its next block barrier (or that many
+// collectives) before the next warp starts, as far ahead of the others as a
+// GPU may let it drift.
 bool sweep(BlockRun& b) {
   bool progressed = false;
   if (b.schedule.order == env::EmuSchedule::Order::kInOrder) {

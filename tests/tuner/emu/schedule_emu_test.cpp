@@ -40,14 +40,14 @@ __global__ void k_warp_neighbour(int* out, int salt, int barrier) {
 __global__ void k_block_sequence(int* out, unsigned* counter) {
   if (threadIdx.x == 0) out[blockIdx.x + gridDim.x * blockIdx.y] = atomicAdd(counter, 1u);
 }
-// Every warp but the last waits, a warp collective in its loop, for the
-// flag the last warp's thread 0 raises.
-__global__ void k_spin_on_flag(int* out, int salt) {
+// Every warp but `writer` waits, a warp collective in its loop, for the
+// flag the writer's lane 0 raises.
+__global__ void k_spin_on_flag(int* out, int salt, int writer) {
   __shared__ volatile int flag;
   if (threadIdx.x == 0) flag = 0;
   __syncthreads();
-  const unsigned warp = threadIdx.x / 32, last = (blockDim.x - 1) / 32;
-  if (warp == last) {
+  const int warp = threadIdx.x / 32;
+  if (warp == writer) {
     if (threadIdx.x % 32 == 0) flag = salt + blockIdx.x;
     __syncwarp();  // the other lanes read it after
   } else {
@@ -121,20 +121,26 @@ TEST_CASE("emulation order: a shuffle repeats with its seed and differs per bloc
 }
 
 TEST_CASE("emulation order: a warp spinning on a warp collective lets the warp it waits for run", "[emu]") {
-  // Reversed or shuffled, a warp runs on until it blocks; a spin loop's
-  // __syncwarp never blocks it, so the waiting warps would starve the last.
+  // Reversed or shuffled, a warp runs on to its next block barrier if
+  // nothing limited it; a spin loop's __syncwarp never blocks it, so a
+  // waiting warp that runs before the writer would starve it. The writer is
+  // the first warp, then the last: which of them the others wait for
+  // depends on the order (reversed, the last warp to reach the barrier,
+  // warp 0, runs on past it first).
   int salt = 11000000;
-  for (const auto& s : {kInOrder, kReverse, kShuffle, EmuSchedule{.order = EmuSchedule::Order::kShuffle, .seed = 7}}) {
-    INFO("order " << static_cast<int>(s.order) << " seed " << s.seed);
-    salt += 100000;
-    ktune::test::EmuProbe p(kProbe, kKernels, 2, s);
-    int* out = p.buffer("out", std::vector<int>(kBlocks * kThreads, -1));
-    p.launch(3, {kBlocks, 1, 1}, {kThreads, 1, 1}, ArgPack().add(out).add(salt));
-    const auto got = p.read(out, kBlocks * kThreads);
-    std::vector<int> want(kBlocks * kThreads);
-    for (unsigned i = 0; i < want.size(); ++i) want[i] = salt + static_cast<int>(i / kThreads);
-    CHECK(got == want);
-  }
+  for (const int writer : {0, static_cast<int>(kThreads / 32) - 1})
+    for (const auto& s :
+         {kInOrder, kReverse, kShuffle, EmuSchedule{.order = EmuSchedule::Order::kShuffle, .seed = 7}}) {
+      INFO("order " << static_cast<int>(s.order) << " seed " << s.seed << " writer warp " << writer);
+      salt += 100000;
+      ktune::test::EmuProbe p(kProbe, kKernels, 2, s);
+      int* out = p.buffer("out", std::vector<int>(kBlocks * kThreads, -1));
+      p.launch(3, {kBlocks, 1, 1}, {kThreads, 1, 1}, ArgPack().add(out).add(salt).add(writer));
+      const auto got = p.read(out, kBlocks * kThreads);
+      std::vector<int> want(kBlocks * kThreads);
+      for (unsigned i = 0; i < want.size(); ++i) want[i] = salt + static_cast<int>(i / kThreads);
+      CHECK(got == want);
+    }
 }
 
 TEST_CASE("emulation order: blocks start in order, reversed, or in a shuffled order", "[emu]") {
