@@ -113,6 +113,8 @@ class TorchE2eTest(unittest.TestCase):
         # ktune's NaN loss (null in its JSON) is printed, not raised on.
         r["loss"] = None
         self.assertIn("| NaN |", t.table([r]).splitlines()[2])
+        del r["loss"]  # a row with no loss at all
+        self.assertIn("GiB | - |", t.table([r]).splitlines()[2])
 
 
 if __name__ == "__main__":

@@ -166,8 +166,8 @@ def row(r):
              str(r["context_length"])]
     for phase in ("forward", "backward", "forward_backward", "optimizer", "step"):
         cells += [sec(phase, "mean_ms"), sec(phase, "std_ms")]
-    loss = r.get("loss")
-    cells += [f"{peak / 2**30:.2f} GiB" if peak is not None else "-", "NaN" if loss is None else f"{loss:.6f}"]
+    loss = f"{r['loss']:.6f}" if r.get("loss") is not None else "NaN" if "loss" in r else "-"  # NaN: null in JSON
+    cells += [f"{peak / 2**30:.2f} GiB" if peak is not None else "-", loss]
     return "| " + " | ".join(cells) + " |"
 
 
