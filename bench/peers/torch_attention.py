@@ -7,7 +7,8 @@ case (batch 1, 16 heads, head dim 64, seq 16384, bf16, causal, forward +
 backward) and the causal forward at head dim 128, seq 16384 (--tables picks
 among the three, as ktune's option does), each with:
   eager     attention written out, the (seq, seq) scores materialised
-  compiled  torch.compile of the eager function, compiled afresh for each shape (static shapes)
+  compiled  torch.compile of the eager function (one, over every case: static shapes for the first, then
+            dynamic ones, as torch.compile makes them)
   flash     scaled_dot_product_attention, flash backend (FlashAttention-2)
   cudnn     scaled_dot_product_attention, cuDNN backend
   efficient scaled_dot_product_attention, memory-efficient backend
@@ -42,7 +43,6 @@ def implementations():
     """The implementations by name; torch is imported here alone, so the parser needs none."""
     global torch
     import torch
-    import torch._dynamo
     import torch._functorch.config
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -76,25 +76,14 @@ def implementations():
         return run
 
     # The backward is timed again and again on one graph (retain_graph=True), which a compiled graph that
-    # donates its saved buffers to the backward refuses (the refusal would read as an unsupported shape).
+    # donates its saved buffers to the backward refuses: from the second shape on (compiled with dynamic shapes)
+    # every case read as refused.
     if hasattr(torch._functorch.config, "donated_buffer"):
         torch._functorch.config.donated_buffer = False
-    kept = {}  # the compiled function of the current shape
-
-    def compiled_attention(q, k, v, causal):
-        """written_out compiled afresh, for static shapes, on each case's first call (a warm-up): the cases' many
-        shapes would otherwise run dynamic-shape kernels after the second, and after dynamo's recompile limit
-        of 8, eager ones."""
-        key = (tuple(q.shape), tuple(q.stride()), q.dtype, q.device, causal)
-        if key not in kept:
-            kept.clear()
-            torch._dynamo.reset()
-            kept[key] = torch.compile(written_out, dynamic=False)  # the mask's construction compiled too
-        return kept[key](q, k, v, causal)
 
     return {
         "eager": eager_attention,
-        "compiled": compiled_attention,
+        "compiled": torch.compile(written_out),  # one function for every case, as a script compiles it
         "flash": sdpa(SDPBackend.FLASH_ATTENTION),
         "cudnn": sdpa(SDPBackend.CUDNN_ATTENTION),
         "efficient": sdpa(SDPBackend.EFFICIENT_ATTENTION),
