@@ -101,6 +101,21 @@ std::string vector_add_with(const std::string& name, const std::string& body) {
   return (dir / "vector_add.json").string();
 }
 
+/// Runs `ktune run --backend emu` on a spec of one i32 buffer in, one out (n = 32, one block of 32) whose source,
+/// `name`.cu in a scratch folder `folder`, holds kernel `name` and its reference `name`_reference; its exit status,
+/// its output in *out.
+int run_i32_spec(const std::string& folder, const std::string& name, const std::string& source, std::string* out) {
+  const auto dir = ktune::test::scratch_dir(folder);
+  std::ofstream(dir / (name + ".cu")) << source;
+  std::ofstream(dir / (name + ".json")) << fmt::format(R"json({{"name": "{0}", "source": "{0}.cu", "kernel": "{0}",
+    "dtypes": ["i32"], "problem": {{"n": 32}}, "tunables": {{"b": [32]}}, "grid": "1", "block": "b",
+    "buffers": [{{"name": "x", "count": "n", "role": "input", "dtype": "i32"}},
+                {{"name": "y", "count": "n", "role": "output", "dtype": "i32"}}],
+    "args": ["x", "y", {{"type": "i32", "value": "n"}}], "reference": {{"kernel": "{0}_reference"}}}})json",
+                                                       name);
+  return run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / (name + ".json")).string(), out);
+}
+
 }  // namespace
 
 TEST_CASE("spec emu: the tiled matmul tunes end to end and lands in the cache", "[spec]") {
@@ -257,43 +272,33 @@ TEST_CASE("spec emu: a kernel the emulation cannot run is refused with the const
 }
 
 TEST_CASE("spec emu: a fault in a spec's kernel names its line in the spec's source file", "[spec]") {
-  const auto dir = ktune::test::scratch_dir("spec-fault-line");
   // Thread 5 divides by zero; the line tables hold the source under the name its #line marker gives.
-  std::ofstream(dir / "divide.cu") << "__global__ void divide(const int* x, int* y, int n) {\n"
-                                      "  const int i = threadIdx.x; volatile int d = i != 5;\n"
-                                      "  if (i < n) y[i] = 100 / d;\n"
-                                      "}\n"
-                                      "__global__ void divide_reference(const int* x, int* y, int n) {\n"
-                                      "  if (threadIdx.x < n) y[threadIdx.x] = 100;\n"
-                                      "}\n";
-  std::ofstream(dir / "divide.json") << R"json({"name": "divide", "source": "divide.cu", "kernel": "divide",
-    "dtypes": ["i32"], "problem": {"n": 32}, "tunables": {"b": [32]}, "grid": "1", "block": "b",
-    "buffers": [{"name": "x", "count": "n", "role": "input", "dtype": "i32"},
-                {"name": "y", "count": "n", "role": "output", "dtype": "i32"}],
-    "args": ["x", "y", {"type": "i32", "value": "n"}], "reference": {"kernel": "divide_reference"}})json";
   std::string out;
-  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "divide.json").string(), &out) == 1);
+  CHECK(run_i32_spec("spec-fault-line", "divide",
+                     "__global__ void divide(const int* x, int* y, int n) {\n"
+                     "  const int i = threadIdx.x; volatile int d = i != 5;\n"
+                     "  if (i < n) y[i] = 100 / d;\n"
+                     "}\n"
+                     "__global__ void divide_reference(const int* x, int* y, int n) {\n"
+                     "  if (threadIdx.x < n) y[threadIdx.x] = 100;\n"
+                     "}\n",
+                     &out) == 1);
   CHECK_THAT(out, Catch::Contains("arithmetic exception (integer division by zero?) in kernel divide, block (0,0,0), "
                                   "thread (5,0,0) at divide.cu:3"));
 }
 
 TEST_CASE("spec emu: a fault inside the C library names no line of it as the kernel's", "[spec]") {
-  const auto dir = ktune::test::scratch_dir("spec-fault-libc");
   // printf of a string at an address no buffer holds faults in the C library's strlen, whose line tables (where
   // it has them) hold paths like ./string/string-inlines.c.
-  std::ofstream(dir / "copy.cu") << "__global__ void copy(const int* x, int* y, int n) {\n"
-                                    "  if (threadIdx.x == 0) printf(\"%s\\n\", reinterpret_cast<const char*>(64));\n"
-                                    "}\n"
-                                    "__global__ void copy_reference(const int* x, int* y, int n) {\n"
-                                    "  if (threadIdx.x < n) y[threadIdx.x] = x[threadIdx.x];\n"
-                                    "}\n";
-  std::ofstream(dir / "copy.json") << R"json({"name": "copy", "source": "copy.cu", "kernel": "copy",
-    "dtypes": ["i32"], "problem": {"n": 32}, "tunables": {"b": [32]}, "grid": "1", "block": "b",
-    "buffers": [{"name": "x", "count": "n", "role": "input", "dtype": "i32"},
-                {"name": "y", "count": "n", "role": "output", "dtype": "i32"}],
-    "args": ["x", "y", {"type": "i32", "value": "n"}], "reference": {"kernel": "copy_reference"}})json";
   std::string out;
-  CHECK(run_command(ktune_exe().string() + " run --backend emu --spec " + (dir / "copy.json").string(), &out) == 1);
+  CHECK(run_i32_spec("spec-fault-libc", "copy",
+                     "__global__ void copy(const int* x, int* y, int n) {\n"
+                     "  if (threadIdx.x == 0) printf(\"%s\\n\", reinterpret_cast<const char*>(64));\n"
+                     "}\n"
+                     "__global__ void copy_reference(const int* x, int* y, int n) {\n"
+                     "  if (threadIdx.x < n) y[threadIdx.x] = x[threadIdx.x];\n"
+                     "}\n",
+                     &out) == 1);
   CHECK_THAT(out, Catch::Contains("in kernel copy, block (0,0,0), thread (0,0,0)"));
   const std::size_t at = out.find("thread (0,0,0) at ");
   if (at != std::string::npos) CHECK(out.compare(at + 18, 8, "copy.cu:") == 0);
